@@ -1,0 +1,60 @@
+"""The control channel between the checkpoint coordinator and the sources' batch planner.
+
+The coordinator runs in the driver's Python process; a Python source's ``latestOffset`` runs
+in a separate long-lived Python worker on the driver host. They share a directory:
+
+* ``barrier-request.json`` — ``{"checkpoint_id": n, "requested_at": ISO-8601}``, the newest
+  checkpoint the coordinator wants a barrier for. Written atomically (temp + rename). The
+  planner injects barrier n into the next batch if n is newer than the sticky barrier in the
+  batch's start offset (see :mod:`barrierflow.sources.offsets`).
+* ``hold`` — while this file exists the planner admits no new data (used by the synchronous
+  snapshot baseline, where processing waits for the upload).
+
+The coordinator calls :meth:`ControlChannel.reset` before it starts the query, so a request
+left over from a crashed run is never re-injected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+
+class ControlChannel:
+    REQUEST = "barrier-request.json"
+    HOLD = "hold"
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    def reset(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for name in (self.REQUEST, self.HOLD):
+            with contextlib.suppress(FileNotFoundError):
+                (self.directory / name).unlink()
+
+    def request_barrier(self, checkpoint_id: int) -> None:
+        body = json.dumps({"checkpoint_id": checkpoint_id, "requested_at": datetime.now(UTC).isoformat()})
+        tmp = self.directory / f".{self.REQUEST}.{os.getpid()}.tmp"
+        tmp.write_text(body, encoding="utf-8")
+        os.replace(tmp, self.directory / self.REQUEST)
+
+    def requested_barrier(self) -> int:
+        try:
+            return int(json.loads((self.directory / self.REQUEST).read_text(encoding="utf-8"))["checkpoint_id"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return 0
+
+    def set_hold(self, hold: bool) -> None:
+        path = self.directory / self.HOLD
+        if hold:
+            path.touch()
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def is_held(self) -> bool:
+        return (self.directory / self.HOLD).exists()

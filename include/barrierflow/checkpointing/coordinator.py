@@ -1,0 +1,372 @@
+"""The checkpoint coordinator: triggers barriers, snapshots barrier batches, completes
+checkpoints and notifies sinks.
+
+It runs in the driver's Python process and is driven by :meth:`CheckpointCoordinator.tick`,
+called every few milliseconds by the job loop. One tick does, in order:
+
+Step 1. Collect finished uploads: write the manifest (the checkpoint is then complete),
+        notify every sink committer, clean the staging directory. A failed upload fails
+        the checkpoint (UPLOAD_FAILED); it is never listed as completed.
+Step 2. Scan Spark's ``commits/`` for newly committed batches; a batch whose offsets carry a
+        newer barrier than the previous one is barrier batch V of checkpoint n: run the
+        synchronous phase (hard links, ms) and hand the snapshot to the uploader. In the
+        synchronous-upload baseline the planner is held until the upload finished.
+Step 3. Expire checkpoints older than ``checkpoint.timeout`` (EXPIRED).
+Step 4. Trigger the next checkpoint when the interval elapsed, the min pause since the last
+        completion passed, no barrier is still on its way, and fewer than max_concurrent
+        checkpoints are pending: write the barrier request for the sources' planner.
+Step 5. If more than ``tolerable_failed_checkpoints`` consecutive checkpoints failed, raise
+        :class:`TolerableFailuresExceededError` (the job loop stops the query).
+
+The clock is injected (``monotonic`` and ``now``) so the timing rules are unit-testable.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from barrierflow.checkpointing import spark_log
+from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.checkpointing.manifest import FailureReason, FailureRecord, Manifest
+from barrierflow.checkpointing.snapshot import LocalSnapshot, take_local_snapshot
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.checkpointing.uploader import SnapshotUploader, UploadResult
+from barrierflow.errors import BarrierflowError, TolerableFailuresExceededError
+from barrierflow.sinks.committer import SinkCommitter
+from barrierflow.sources.offsets import SourceOffset
+from barrierflow.spec.models import CheckpointSpec
+
+log = logging.getLogger(__name__)
+
+
+class PendingState(enum.Enum):
+    TRIGGERED = "TRIGGERED"  # barrier requested, not yet seen in a committed batch
+    UPLOADING = "UPLOADING"  # synchronous phase done, asynchronous phase running
+
+
+@dataclass
+class PendingCheckpoint:
+    checkpoint_id: int
+    trigger_time: datetime
+    trigger_mono: float
+    state: PendingState = PendingState.TRIGGERED
+    snapshot: LocalSnapshot | None = None
+    upload: Future[UploadResult] | None = None
+    barrier_time: datetime | None = None
+    alignment_ms: float = 0.0
+    barrier_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    first_batch_id: int = 0
+    sink_handles: list[dict[str, object]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CheckpointEvent:
+    checkpoint_id: int
+    completed: bool
+    manifest: Manifest | None = None
+    failure: FailureRecord | None = None
+
+
+EventTimeFn = Callable[[str, dict[str, int]], dict[str, datetime | None]]
+
+
+class CheckpointCoordinator:
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        options: CheckpointSpec,
+        store: CheckpointStore,
+        spark_checkpoint_dir: str | Path,
+        staging_dir: str | Path,
+        control: ControlChannel,
+        source_names: list[str],
+        sinks: list[SinkCommitter] | None = None,
+        event_times: EventTimeFn | None = None,
+        attempt: int = 0,
+        monotonic: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        spark_version: str = "",
+    ) -> None:
+        self.pipeline = pipeline
+        self.options = options
+        self.store = store
+        self.spark_dir = Path(spark_checkpoint_dir)
+        self.staging_dir = Path(staging_dir)
+        self.control = control
+        self.source_names = source_names
+        self.sinks = sinks or []
+        self.event_times = event_times
+        self.attempt = attempt
+        self.monotonic = monotonic
+        self.now = now
+        self.spark_version = spark_version
+        self.uploader = SnapshotUploader(store, max_concurrent=options.max_concurrent)
+        self.pending: dict[int, PendingCheckpoint] = {}
+        self.completed: list[Manifest] = []
+        self.failed: list[FailureRecord] = []
+        self.consecutive_failures = 0
+        self._next_id = 1
+        self._last_barrier = 0
+        self._last_barrier_batch = -1
+        self._last_seen_batch = -1
+        self._last_trigger_mono: float | None = None
+        self._last_completion_mono: float | None = None
+        self._previous_bases: dict[str, int] = {}
+        #: Stop triggering once this many checkpoints completed or are pending (None: no limit).
+        self.trigger_limit: int | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Prepare before the query starts: clear stale requests, find where ids resume."""
+        self.control.reset()
+        self.staging_dir.mkdir(parents=True, exist_ok=True)
+        latest = self.store.latest()
+        if latest is not None:
+            self._previous_bases = dict(latest.state_bases)
+            self._last_completion_mono = None
+        ids = self.store.checkpoint_ids()
+        failed = [f.checkpoint_id for f in self.store.failures()]
+        committed = spark_log.committed_batches(self.spark_dir)
+        for batch in committed:
+            barrier = self._barrier_of(batch)
+            if barrier > self._last_barrier:
+                self._last_barrier, self._last_barrier_batch = barrier, batch
+        self._last_seen_batch = committed[-1] if committed else -1
+        planned = spark_log.planned_batches(self.spark_dir)
+        max_planned_barrier = max((self._barrier_of(b) for b in planned[-2:]), default=0)
+        self._next_id = max([self._last_barrier, max_planned_barrier, *ids, *failed, 0]) + 1
+        self._last_trigger_mono = self.monotonic()
+
+    def _barrier_of(self, batch: int) -> int:
+        try:
+            offsets = spark_log.read_offsets(self.spark_dir, batch)
+        except FileNotFoundError:
+            return 0
+        return max((int(o.get("barrier", 0)) for o in offsets if o), default=0)
+
+    @property
+    def uploads_in_flight(self) -> int:
+        return self.uploader.in_flight
+
+    @property
+    def last_completed(self) -> Manifest | None:
+        return self.completed[-1] if self.completed else None
+
+    def current_epoch(self) -> int:
+        return self._last_barrier + 1
+
+    # -- the tick -----------------------------------------------------------------------
+    def tick(self) -> list[CheckpointEvent]:
+        events: list[CheckpointEvent] = []
+        events += self._collect_uploads()  # Step 1.
+        events += self._scan_commits()  # Step 2.
+        events += self._expire()  # Step 3.
+        self._maybe_trigger()  # Step 4.
+        if self.consecutive_failures > self.options.tolerable_failed_checkpoints:  # Step 5.
+            last = self.failed[-1]
+            raise TolerableFailuresExceededError(
+                self.consecutive_failures, self.options.tolerable_failed_checkpoints,
+                f"checkpoint {last.checkpoint_id}: {last.reason.value}: {last.message}",
+            )
+        return events
+
+    def _maybe_trigger(self) -> None:
+        mono = self.monotonic()
+        if self.trigger_limit is not None and len(self.completed) + len(self.pending) >= self.trigger_limit:
+            return
+        if any(p.state is PendingState.TRIGGERED for p in self.pending.values()):
+            return
+        if len(self.pending) >= self.options.max_concurrent:
+            return
+        if self._last_trigger_mono is not None and mono - self._last_trigger_mono < self.options.interval:
+            return
+        if self._last_completion_mono is not None and mono - self._last_completion_mono < self.options.min_pause:
+            return
+        cid = self._next_id
+        self._next_id += 1
+        self.pending[cid] = PendingCheckpoint(cid, self.now(), mono)
+        self._last_trigger_mono = mono
+        self.control.request_barrier(cid)
+        log.info("checkpoint %d triggered", cid)
+
+    def _scan_commits(self) -> list[CheckpointEvent]:
+        events: list[CheckpointEvent] = []
+        for batch in spark_log.committed_batches(self.spark_dir):
+            if batch <= self._last_seen_batch:
+                continue
+            self._last_seen_batch = batch
+            barrier = self._barrier_of(batch)
+            if barrier <= self._last_barrier:
+                continue
+            first_batch = self._last_barrier_batch + 1
+            self._last_barrier, self._last_barrier_batch = barrier, batch
+            events += self._on_barrier_batch(barrier, batch, first_batch)
+        return events
+
+    def _on_barrier_batch(self, cid: int, batch: int, first_batch: int) -> list[CheckpointEvent]:
+        pending = self.pending.get(cid)
+        if pending is None:  # a barrier planned by an earlier run of the job, replayed now
+            pending = PendingCheckpoint(cid, self.now(), self.monotonic())
+            self.pending[cid] = pending
+            self._next_id = max(self._next_id, cid + 1)
+        for stale in [p for p in self.pending.values() if p.checkpoint_id < cid and p.state is PendingState.TRIGGERED]:
+            self._fail(stale, FailureReason.EXPIRED, f"subsumed by the barrier of checkpoint {cid}")
+        pending.barrier_time = self.now()
+        pending.first_batch_id = first_batch
+        pending.alignment_ms = self._alignment_ms(batch)
+        try:
+            offsets = spark_log.read_offsets(self.spark_dir, batch)
+            pending.barrier_offsets = {
+                name: SourceOffset.from_json(o).partitions
+                for name, o in zip(self.source_names, offsets, strict=False) if o
+            }
+            pending.snapshot = take_local_snapshot(
+                self.spark_dir, self.staging_dir, cid, batch, first_batch, self._previous_bases
+            )
+            pending.sink_handles = [h for sink in self.sinks for h in sink.pre_commit_handles(batch)]
+        except (BarrierflowError, OSError) as exc:
+            return [self._fail(pending, FailureReason.SNAPSHOT_FAILED, str(exc))]
+        pending.state = PendingState.UPLOADING
+        if self.options.synchronous_upload:
+            self.control.set_hold(True)
+            try:
+                result = self.uploader.upload_now(pending.snapshot)
+            except Exception as exc:
+                self.control.set_hold(False)
+                return [self._fail(pending, FailureReason.UPLOAD_FAILED, f"{type(exc).__name__}: {exc}")]
+            done: Future[UploadResult] = Future()
+            done.set_result(result)
+            pending.upload = done
+            events = self._collect_uploads()
+            self.control.set_hold(False)
+            return events
+        pending.upload = self.uploader.submit(pending.snapshot)
+        return []
+
+    def _alignment_ms(self, batch: int) -> float:
+        try:
+            planned = (self.spark_dir / "offsets" / str(batch)).stat().st_mtime
+            committed = (self.spark_dir / "commits" / str(batch)).stat().st_mtime
+            return max(0.0, (committed - planned) * 1000.0)
+        except FileNotFoundError:
+            return 0.0
+
+    def _collect_uploads(self) -> list[CheckpointEvent]:
+        events: list[CheckpointEvent] = []
+        for pending in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
+            if pending.upload is None or not pending.upload.done():
+                continue
+            try:
+                result = pending.upload.result()
+            except Exception as exc:
+                events.append(self._fail(pending, FailureReason.UPLOAD_FAILED, f"{type(exc).__name__}: {exc}"))
+                continue
+            events.append(self._complete(pending, result))
+        return events
+
+    def _complete(self, pending: PendingCheckpoint, result: UploadResult) -> CheckpointEvent:
+        assert pending.snapshot is not None and pending.barrier_time is not None
+        snap = pending.snapshot
+        completion = self.now()
+        event_times: dict[str, dict[str, datetime | None]] = {}
+        for name, parts in pending.barrier_offsets.items():
+            event_times[name] = self.event_times(name, parts) if self.event_times else dict.fromkeys(parts)
+        manifest = Manifest(
+            pipeline=self.pipeline,
+            checkpoint_id=pending.checkpoint_id,
+            attempt=self.attempt,
+            spark_batch_id=snap.batch_id,
+            first_batch_id=pending.first_batch_id,
+            state_version=snap.state_version,
+            barrier_offsets=pending.barrier_offsets,
+            max_event_time=event_times,
+            trigger_time=pending.trigger_time,
+            barrier_time=pending.barrier_time,
+            completion_time=completion,
+            alignment_ms=round(pending.alignment_ms, 3),
+            sync_ms=round(snap.duration_ms, 3),
+            async_ms=round(result.duration_ms, 3),
+            total_ms=round((completion - pending.trigger_time).total_seconds() * 1000.0, 3),
+            full_bytes=result.full_bytes,
+            incremental_bytes=result.incremental_bytes,
+            files=result.files,
+            state_bases=snap.state_bases,
+            sink_handles=pending.sink_handles,
+            spark_version=self.spark_version,
+        )
+        try:
+            self.store.write_manifest(manifest)
+        except Exception as exc:
+            return self._fail(pending, FailureReason.MANIFEST_FAILED, f"{type(exc).__name__}: {exc}")
+        del self.pending[pending.checkpoint_id]
+        self.completed.append(manifest)
+        self.consecutive_failures = 0
+        self._last_completion_mono = self.monotonic()
+        self._previous_bases = dict(snap.state_bases)
+        shutil.rmtree(snap.directory, ignore_errors=True)
+        log.info("checkpoint %d completed (batch %d, %d B new of %d B)", manifest.checkpoint_id,
+                 snap.batch_id, result.incremental_bytes, result.full_bytes)
+        for sink in self.sinks:
+            sink.notify_checkpoint_complete(manifest.checkpoint_id, snap.batch_id)
+        return CheckpointEvent(manifest.checkpoint_id, True, manifest=manifest)
+
+    def _expire(self) -> list[CheckpointEvent]:
+        mono = self.monotonic()
+        return [
+            self._fail(p, FailureReason.EXPIRED, f"not completed within {self.options.timeout:g} s "
+                       f"(state {p.state.value}); raise checkpoint.timeout or check the store's speed")
+            for p in list(self.pending.values())
+            if mono - p.trigger_mono > self.options.timeout
+        ]
+
+    def _fail(self, pending: PendingCheckpoint, reason: FailureReason, message: str) -> CheckpointEvent:
+        self.pending.pop(pending.checkpoint_id, None)
+        if pending.upload is not None:
+            pending.upload.cancel()
+        record = FailureRecord(
+            pipeline=self.pipeline,
+            checkpoint_id=pending.checkpoint_id,
+            reason=reason,
+            message=f"{reason.explanation}: {message}",
+            trigger_time=pending.trigger_time,
+            failure_time=self.now(),
+            spark_batch_id=pending.snapshot.batch_id if pending.snapshot else None,
+        )
+        self.failed.append(record)
+        self.consecutive_failures += 1
+        self._last_completion_mono = self.monotonic()
+        if pending.snapshot is not None:
+            shutil.rmtree(pending.snapshot.directory, ignore_errors=True)
+        log.warning("checkpoint %d failed: %s", pending.checkpoint_id, record.message)
+        try:
+            self.store.record_failure(record)
+        except Exception as exc:
+            log.warning("could not record the failure of checkpoint %d in the store: %s",
+                        pending.checkpoint_id, exc)
+        return CheckpointEvent(pending.checkpoint_id, False, failure=record)
+
+    def drain(self, timeout: float) -> list[CheckpointEvent]:
+        """After the query stopped: wait up to ``timeout`` s for in-flight uploads to finish
+        and complete their checkpoints; whatever is still pending then fails (JOB_STOPPED)."""
+        deadline = self.monotonic() + timeout
+        events: list[CheckpointEvent] = []
+        events += self._scan_commits()
+        while any(p.upload is not None for p in self.pending.values()) and self.monotonic() < deadline:
+            events += self._collect_uploads()
+            time.sleep(0.01)
+        events += self._collect_uploads()
+        for pending in list(self.pending.values()):
+            events.append(self._fail(pending, FailureReason.JOB_STOPPED, "the job stopped first"))
+        self.consecutive_failures = 0 if events and events[-1].completed else self.consecutive_failures
+        self.uploader.shutdown(wait=False)
+        self.control.reset()
+        return events

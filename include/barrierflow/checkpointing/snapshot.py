@@ -1,0 +1,159 @@
+"""The synchronous phase of a checkpoint: a local, consistent snapshot of batch V.
+
+After Spark wrote ``commits/V`` for barrier batch V, the files needed to restart the query
+at V+1 are immutable: ``metadata``, ``offsets``/``commits`` of the epoch's batches (always
+including V-1 and V, which Spark reads on restart), any ``sources/`` files, the state
+stores' metadata and schema files, and for every state partition the files that load state
+version V+1 (HDFSBackedStateStore: a ``<k>.snapshot`` plus ``<k+1..V+1>.delta``, or deltas
+from 1 when there is no snapshot). :func:`take_local_snapshot` hard-links exactly those
+into a staging directory. Cost: one ``link()`` per file, independent of state size.
+
+Incremental choice of the base: if the previous checkpoint's base version ``k`` of a state
+partition still chains to V+1 through local deltas (and the chain is at most
+:data:`MAX_DELTA_CHAIN` long), it is kept, so the already-uploaded snapshot is reused and
+only new deltas are uploaded; otherwise the newest snapshot <= V+1 becomes the base.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from barrierflow.errors import CheckpointError
+
+MAX_DELTA_CHAIN = 50
+_VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot)$")
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    relpath: str  # path inside the Spark checkpoint directory, '/'-separated
+    staged_path: str
+    size: int
+
+
+@dataclass
+class LocalSnapshot:
+    checkpoint_id: int
+    batch_id: int
+    state_version: int
+    directory: str
+    files: list[StagedFile]
+    state_bases: dict[str, int] = field(default_factory=dict)
+    duration_ms: float = 0.0
+
+
+def _versions(directory: Path) -> tuple[set[int], set[int], list[str]]:
+    deltas: set[int] = set()
+    snapshots: set[int] = set()
+    others: list[str] = []
+    for name in os.listdir(directory):
+        if name.startswith("."):
+            continue
+        match = _VERSIONED.match(name)
+        if match:
+            (deltas if match.group(2) == "delta" else snapshots).add(int(match.group(1)))
+        elif (directory / name).is_file():
+            others.append(name)
+    return deltas, snapshots, others
+
+
+def _choose_base(deltas: set[int], snapshots: set[int], target: int, previous: int | None) -> int:
+    """The version whose snapshot (0 = empty state) starts the chain to ``target``."""
+    def chains(base: int) -> bool:
+        return (base == 0 or base in snapshots) and all(v in deltas for v in range(base + 1, target + 1))
+
+    if previous is not None and previous <= target and target - previous <= MAX_DELTA_CHAIN and chains(previous):
+        return previous
+    candidates = [*sorted((s for s in snapshots if s <= target), reverse=True), 0]
+    for base in candidates:
+        if chains(base):
+            return base
+    raise CheckpointError(
+        f"state files to load version {target} are missing (deltas {sorted(deltas)[-5:]}, "
+        f"snapshots {sorted(snapshots)[-5:]}); Spark may have cleaned them up: raise "
+        "spark.sql.streaming.minBatchesToRetain"
+    )
+
+
+def select_files(
+    checkpoint_dir: str | os.PathLike[str],
+    batch_id: int,
+    first_batch_id: int,
+    previous_bases: dict[str, int] | None = None,
+) -> tuple[list[str], dict[str, int]]:
+    """The relative paths a restart at ``batch_id + 1`` needs, and the chosen state bases."""
+    root = Path(checkpoint_dir)
+    target = batch_id + 1
+    previous_bases = previous_bases or {}
+    rel: list[str] = []
+    if (root / "metadata").is_file():
+        rel.append("metadata")
+    for log in ("offsets", "commits"):
+        for b in range(min(first_batch_id, max(batch_id - 1, 0)), batch_id + 1):
+            if (root / log / str(b)).is_file():
+                rel.append(f"{log}/{b}")
+    bases: dict[str, int] = {}
+    for sub in ("sources", "state"):
+        base_dir = root / sub
+        if not base_dir.is_dir():
+            continue
+        for dirpath, _dirs, _files in os.walk(base_dir):
+            directory = Path(dirpath)
+            deltas, snapshots, others = _versions(directory)
+            key = directory.relative_to(root).as_posix()
+            rel += [f"{key}/{name}" for name in sorted(others)]
+            if not deltas and not snapshots:
+                continue
+            base = _choose_base(deltas, snapshots, target, previous_bases.get(key))
+            bases[key] = base
+            if base:
+                rel.append(f"{key}/{base}.snapshot")
+            rel += [f"{key}/{v}.delta" for v in range(base + 1, target + 1)]
+    return rel, bases
+
+
+def take_local_snapshot(
+    checkpoint_dir: str | os.PathLike[str],
+    staging_root: str | os.PathLike[str],
+    checkpoint_id: int,
+    batch_id: int,
+    first_batch_id: int,
+    previous_bases: dict[str, int] | None = None,
+) -> LocalSnapshot:
+    """Hard-link (copy where links are impossible) the files of batch ``batch_id`` into
+    ``staging_root/chk-<id>``. Raises CheckpointError if a needed file is gone."""
+    started = time.perf_counter()
+    root = Path(checkpoint_dir)
+    target = Path(staging_root) / f"chk-{checkpoint_id}"
+    if target.exists():
+        shutil.rmtree(target)
+    rel, bases = select_files(root, batch_id, first_batch_id, previous_bases)
+    staged: list[StagedFile] = []
+    for relpath in rel:
+        src = root / relpath
+        dst = target / relpath
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            try:
+                os.link(src, dst)
+            except OSError as exc:
+                if isinstance(exc, FileNotFoundError):
+                    raise
+                shutil.copy2(src, dst)
+            staged.append(StagedFile(relpath, str(dst), dst.stat().st_size))
+        except FileNotFoundError as exc:
+            raise CheckpointError(f"{relpath} disappeared before it was snapshotted: {exc}") from exc
+    return LocalSnapshot(
+        checkpoint_id=checkpoint_id,
+        batch_id=batch_id,
+        state_version=batch_id + 1,
+        directory=str(target),
+        files=staged,
+        state_bases=bases,
+        duration_ms=(time.perf_counter() - started) * 1000.0,
+    )

@@ -1,0 +1,147 @@
+"""The checkpoint store: manifests, failure records and content-addressed shared files.
+
+Layout under the store's root URI (``checkpoint.storage`` of the spec)::
+
+    _pipeline.json                     {"pipeline": name, "attempt": n}
+    shared/<sha256[:2]>/<sha256>       every file any checkpoint references, by content
+    chk-<n>/_metadata.json             the manifest, written last (checkpoint completed)
+    chk-<n>/_failed.json               why checkpoint n failed (best effort)
+
+A file is uploaded once: a checkpoint whose file's sha256 is already in ``shared/`` only
+references it (incremental checkpoints). Shared files are deleted only by retention, which
+counts references from retained manifests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from barrierflow.checkpointing.manifest import FailureRecord, Manifest
+from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
+from barrierflow.storage import ObjectNotFoundError, ObjectStore, open_store
+
+if TYPE_CHECKING:
+    from barrierflow.spec.models import PipelineSpec
+
+log = logging.getLogger(__name__)
+_CHK = re.compile(r"^chk-(\d+)/(_metadata|_failed)\.json$")
+
+
+def shared_key(sha256: str) -> str:
+    return f"shared/{sha256[:2]}/{sha256}"
+
+
+def manifest_key(checkpoint_id: int) -> str:
+    return f"chk-{checkpoint_id}/_metadata.json"
+
+
+def failure_key(checkpoint_id: int) -> str:
+    return f"chk-{checkpoint_id}/_failed.json"
+
+
+class CheckpointStore:
+    def __init__(self, objects: ObjectStore, pipeline: str) -> None:
+        self.objects = objects
+        self.pipeline = pipeline
+
+    @classmethod
+    def for_spec(cls, spec: PipelineSpec, objects: ObjectStore | None = None) -> CheckpointStore:
+        return cls(objects or open_store(spec.checkpoint.storage), spec.name)
+
+    @property
+    def uri(self) -> str:
+        return self.objects.uri
+
+    # -- shared files -------------------------------------------------------------------
+    def shared_digests(self) -> set[str]:
+        return {info.key.rsplit("/", 1)[-1] for info in self.objects.list("shared/")}
+
+    def put_shared(self, sha256: str, local_path: str) -> None:
+        self.objects.put_file(shared_key(sha256), local_path)
+
+    # -- manifests ----------------------------------------------------------------------
+    def write_manifest(self, manifest: Manifest) -> None:
+        """Complete a checkpoint: atomically write its manifest (the last step)."""
+        self.objects.put_bytes(manifest_key(manifest.checkpoint_id),
+                               manifest.model_dump_json(indent=2).encode())
+
+    def record_failure(self, record: FailureRecord) -> None:
+        self.objects.put_bytes(failure_key(record.checkpoint_id), record.model_dump_json(indent=2).encode())
+
+    def _ids(self) -> tuple[list[int], list[int]]:
+        completed, failed = [], []
+        for info in self.objects.list("chk-"):
+            match = _CHK.match(info.key)
+            if match:
+                (completed if match.group(2) == "_metadata" else failed).append(int(match.group(1)))
+        return sorted(completed), sorted(failed)
+
+    def checkpoint_ids(self) -> list[int]:
+        """Ids of checkpoints with a manifest (completed), ascending."""
+        return self._ids()[0]
+
+    def get(self, checkpoint_id: int) -> Manifest:
+        """The manifest of ``checkpoint_id``.
+
+        Raises:
+            CheckpointNotFoundError: no manifest (never completed, or deleted).
+            CheckpointCorruptError: the manifest is not valid JSON or not the schema.
+        """
+        key = manifest_key(checkpoint_id)
+        try:
+            raw = self.objects.get_bytes(key)
+        except ObjectNotFoundError:
+            failed = self.objects.exists(failure_key(checkpoint_id))
+            hint = f" (it failed: see chk-{checkpoint_id}/_failed.json)" if failed else ""
+            raise CheckpointNotFoundError(
+                f"checkpoint {checkpoint_id} of pipeline {self.pipeline} has no manifest at "
+                f"{self.objects.describe(key)}{hint}; list completed ones with "
+                "'barrierflow checkpoints list SPEC'"
+            ) from None
+        try:
+            return Manifest.model_validate_json(raw)
+        except ValidationError as exc:
+            raise CheckpointCorruptError(
+                f"manifest {self.objects.describe(key)} is corrupt or truncated: "
+                f"{exc.errors()[0]['msg'] if exc.errors() else exc}"
+            ) from None
+
+    def completed(self) -> list[Manifest]:
+        """Every readable completed manifest, ascending by id (corrupt ones are skipped
+        with a warning; ``barrierflow verify`` reports them)."""
+        out = []
+        for cid in self.checkpoint_ids():
+            try:
+                out.append(self.get(cid))
+            except (CheckpointCorruptError, CheckpointNotFoundError) as exc:
+                log.warning("skipping checkpoint %s: %s", cid, exc)
+        return out
+
+    def latest(self) -> Manifest | None:
+        done = self.completed()
+        return done[-1] if done else None
+
+    def failures(self) -> list[FailureRecord]:
+        out = []
+        for cid in self._ids()[1]:
+            try:
+                out.append(FailureRecord.model_validate_json(self.objects.get_bytes(failure_key(cid))))
+            except (ObjectNotFoundError, ValidationError):
+                continue
+        return out
+
+    # -- attempts -----------------------------------------------------------------------
+    def attempt(self) -> int:
+        try:
+            return int(json.loads(self.objects.get_bytes("_pipeline.json"))["attempt"])
+        except ObjectNotFoundError:
+            return 0
+
+    def set_attempt(self, attempt: int) -> None:
+        self.objects.put_bytes("_pipeline.json", json.dumps(
+            {"pipeline": self.pipeline, "attempt": attempt}).encode())

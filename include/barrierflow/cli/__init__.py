@@ -1,0 +1,1 @@
+"""The ``barrierflow`` command line."""

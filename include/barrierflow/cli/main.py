@@ -1,0 +1,180 @@
+"""``barrierflow`` — run pipelines and inspect their checkpoints.
+
+Exit codes: 0 success, 2 bad input (spec, arguments, checkpoint chosen), 1 runtime failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from types import FrameType
+
+from barrierflow.errors import BarrierflowError, UserInputError
+
+EXIT_OK, EXIT_RUNTIME, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        raise UserInputError(f"{self.prog}: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(prog="barrierflow", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
+
+    run = sub.add_parser("run", help="run a pipeline with ABS checkpoints")
+    run.add_argument("spec", help="pipeline spec YAML, e.g. include/pipelines/demo.yaml")
+    run.add_argument("--duration", type=float, help="stop after this many seconds")
+    run.add_argument("--checkpoints", type=int, help="stop after this many completed checkpoints")
+    run.add_argument("--quiet", action="store_true", help="no live progress line")
+
+    chk = sub.add_parser("checkpoints", help="inspect checkpoints")
+    chk_sub = chk.add_subparsers(dest="action", required=True, parser_class=_ArgumentParser)
+    lst = chk_sub.add_parser("list", help="list completed (and failed) checkpoints")
+    lst.add_argument("spec")
+    lst.add_argument("--json", action="store_true")
+    show = chk_sub.add_parser("show", help="show one checkpoint's manifest")
+    show.add_argument("spec")
+    show.add_argument("id", type=int)
+    show.add_argument("--json", action="store_true")
+
+    bench = sub.add_parser("bench", help="throughput with and without ABS checkpoints (docs/benchmarks.md)")
+    bench.add_argument("--spec", default="include/pipelines/bench.yaml")
+    bench.add_argument("--seconds", type=float, default=30.0, help="measured seconds per mode and round")
+    bench.add_argument("--rounds", type=int, default=1)
+    bench.add_argument("--markdown", help="also write the table to this file")
+    return parser
+
+
+def _progress_line(p: object) -> None:
+    from barrierflow.runtime.job import Progress
+
+    assert isinstance(p, Progress)
+    line = (f"batch={p.batch_id if p.batch_id is not None else '-'} records={p.records} "
+            f"rec/s={p.records_per_second:,.0f} epoch={p.epoch} "
+            f"last_checkpoint={p.last_completed if p.last_completed is not None else '-'} "
+            f"uploads_in_flight={p.uploads_in_flight} failed={p.failed}")
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\x1b[2K" + line)
+    else:
+        sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from barrierflow.runtime.job import StreamingJob
+    from barrierflow.sources.dead_letter import count_dead_letters
+    from barrierflow.spec import load_spec
+
+    if args.duration is not None and args.duration <= 0:
+        raise UserInputError("--duration must be a positive number of seconds")
+    if args.checkpoints is not None and args.checkpoints <= 0:
+        raise UserInputError("--checkpoints must be a positive whole number")
+    spec = load_spec(args.spec)
+    job = StreamingJob(spec, spec_path=args.spec)
+    result = job.run(duration=args.duration, checkpoints=args.checkpoints,
+                     progress=None if args.quiet else _progress_line)
+    if sys.stderr.isatty() and not args.quiet:
+        sys.stderr.write("\n")
+    dlq_uri = job.layout.dead_letter_uri(spec)
+    dead = count_dead_letters(dlq_uri)
+    print(f"pipeline {spec.name}: {result.batches} batches, {result.records} records in "
+          f"{result.elapsed_seconds:.1f} s ({result.throughput:,.0f} rec/s after the first batch); "
+          f"{len(result.completed)} checkpoints completed, {len(result.failed)} failed; "
+          f"dead letters: {dead} ({dlq_uri})")
+    for failure in result.failed:
+        print(f"  checkpoint {failure.checkpoint_id} failed: {failure.reason.value}: {failure.message}")
+    return EXIT_OK
+
+
+def _cmd_checkpoints(args: argparse.Namespace) -> int:
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.spec import load_spec
+
+    spec = load_spec(args.spec)
+    store = CheckpointStore.for_spec(spec)
+    if args.action == "show":
+        manifest = store.get(args.id)
+        if args.json:
+            print(manifest.model_dump_json(indent=2))
+        else:
+            data = manifest.model_dump(mode="json")
+            files = data.pop("files")
+            for key, value in data.items():
+                print(f"{key:18} {json.dumps(value) if isinstance(value, dict | list) else value}")
+            print(f"files ({len(files)}):")
+            for f in files:
+                print(f"  {f['path']:60} {f['size']:>10} {f['sha256'][:12]} {'new' if f['uploaded'] else 'shared'}")
+        return EXIT_OK
+    manifests = store.completed()
+    failures = store.failures()
+    if args.json:
+        print(json.dumps({
+            "pipeline": spec.name,
+            "storage": store.uri,
+            "completed": [m.model_dump(mode="json") for m in manifests],
+            "failed": [f.model_dump(mode="json") for f in failures],
+        }, indent=2))
+        return EXIT_OK
+    print(f"{'id':>5} {'kind':10} {'batch':>6} {'completed (UTC)':26} {'sync ms':>8} {'async ms':>9} "
+          f"{'full B':>10} {'new B':>10}")
+    for m in manifests:
+        print(f"{m.checkpoint_id:>5} {m.kind.value:10} {m.spark_batch_id:>6} "
+              f"{m.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} {m.sync_ms:>8.1f} "
+              f"{m.async_ms:>9.1f} {m.full_bytes:>10} {m.incremental_bytes:>10}")
+    for f in failures:
+        print(f"{f.checkpoint_id:>5} FAILED     {f.reason.value}: {f.message}")
+    if not manifests and not failures:
+        print(f"no checkpoints in {store.uri} yet; run 'barrierflow run {args.spec}'")
+    return EXIT_OK
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from barrierflow.bench.abs_overhead import run_benchmark
+
+    run_benchmark(args.spec, seconds=args.seconds, rounds=args.rounds, markdown=args.markdown)
+    return EXIT_OK
+
+
+def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code (see the module docstring)."""
+    try:
+        args = _parser().parse_args(list(argv) if argv is not None else None)
+    except UserInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+    except ValueError:  # not in the main thread (e.g. called from a test thread)
+        pass
+    handlers = {"run": _cmd_run, "checkpoints": _cmd_checkpoints, "bench": _cmd_bench}
+    try:
+        return handlers[args.command](args)
+    except UserInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BarrierflowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except KeyboardInterrupt:
+        print(f"interrupted at {datetime.now(UTC).isoformat(timespec='seconds')}", file=sys.stderr)
+        return EXIT_RUNTIME
+
+
+if __name__ == "__main__":
+    sys.exit(main())

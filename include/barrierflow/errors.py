@@ -1,0 +1,76 @@
+"""The exception hierarchy: one root, :class:`BarrierflowError`.
+
+Every error barrierflow raises on purpose derives from it. Errors caused by the user's
+input (a bad spec, a missing or corrupt checkpoint, bad CLI arguments) derive from
+:class:`UserInputError`; the CLI maps those to exit code 2 and every other
+:class:`BarrierflowError` to exit code 1. Messages name the thing that is wrong and the fix.
+"""
+
+from __future__ import annotations
+
+
+class BarrierflowError(Exception):
+    """Root of every error barrierflow raises on purpose."""
+
+
+class UserInputError(BarrierflowError):
+    """The input is wrong (spec, arguments, checkpoint chosen); the CLI exits with code 2."""
+
+
+class SpecError(UserInputError):
+    """A pipeline spec is invalid.
+
+    Attributes:
+        path: the spec file.
+        problems: one ``(field, message)`` pair per problem, field as a dotted path.
+    """
+
+    def __init__(self, path: str, problems: list[tuple[str, str]]) -> None:
+        self.path = path
+        self.problems = problems
+        lines = [f"invalid pipeline spec {path}:"]
+        lines += [f"  - {field}: {message}" for field, message in problems]
+        super().__init__("\n".join(lines))
+
+
+class StorageError(BarrierflowError):
+    """The checkpoint store or a sink's object store failed (I/O, permissions, endpoint)."""
+
+
+class CheckpointError(BarrierflowError):
+    """A checkpoint could not be taken, read or restored."""
+
+
+class CheckpointNotFoundError(CheckpointError, UserInputError):
+    """The checkpoint asked for does not exist (or has no manifest, so it never completed)."""
+
+
+class CheckpointCorruptError(CheckpointError, UserInputError):
+    """A checkpoint's manifest or one of its files is missing, truncated or altered."""
+
+
+class TolerableFailuresExceededError(CheckpointError):
+    """More consecutive checkpoints failed than ``checkpoint.tolerable_failed_checkpoints``."""
+
+    def __init__(self, failures: int, tolerable: int, last_reason: str) -> None:
+        self.failures = failures
+        self.tolerable = tolerable
+        self.last_reason = last_reason
+        super().__init__(
+            f"{failures} consecutive checkpoints failed, more than the tolerable "
+            f"{tolerable} (checkpoint.tolerable_failed_checkpoints); last failure: {last_reason}. "
+            "The job was stopped so that no further output is produced without a restorable "
+            "checkpoint; fix the cause (usually the checkpoint store) and run again."
+        )
+
+
+class SourceError(BarrierflowError):
+    """A source cannot be read (dead broker, unknown topic, offsets out of range)."""
+
+
+class SinkError(BarrierflowError):
+    """A sink could not stage, pre-commit, commit or abort its output."""
+
+
+class JobFailedError(BarrierflowError):
+    """The streaming query stopped with an exception."""

@@ -1,0 +1,252 @@
+"""Running a pipeline: build the Structured Streaming query, drive the checkpoint
+coordinator next to it, stop on a condition, report.
+
+Contract of :meth:`StreamingJob.run`: returns a :class:`RunResult` when the stop condition
+(duration or number of completed checkpoints) is met; raises
+:class:`TolerableFailuresExceededError` after stopping the query when too many consecutive
+checkpoints failed, and :class:`JobFailedError` when the query itself died. In every case
+the query is stopped and in-flight uploads are given ``checkpoint.timeout`` to finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from barrierflow.checkpointing import spark_log
+from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.checkpointing.coordinator import CheckpointCoordinator
+from barrierflow.checkpointing.manifest import FailureRecord, Manifest
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.errors import JobFailedError
+from barrierflow.runtime.layout import JobLayout
+from barrierflow.sinks.committer import NoCommitter, SinkCommitter
+from barrierflow.sources.offsets import SourceOffset
+from barrierflow.spec.models import GeneratorSourceSpec, ParquetSinkSpec, PipelineSpec
+from barrierflow.storage import ObjectStore
+from barrierflow.transforms.context import TransformContext, load_transformation
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+TICK_SECONDS = 0.01
+
+
+@dataclass(frozen=True)
+class Progress:
+    batch_id: int | None
+    records: int
+    records_per_second: float
+    epoch: int
+    last_completed: int | None
+    uploads_in_flight: int
+    failed: int
+
+
+@dataclass
+class RunResult:
+    pipeline: str
+    batches: int
+    records: int
+    elapsed_seconds: float
+    steady_records: int = 0
+    steady_seconds: float = 0.0
+    completed: list[Manifest] = field(default_factory=list)
+    failed: list[FailureRecord] = field(default_factory=list)
+    dead_letters: int = 0
+
+    @property
+    def throughput(self) -> float:
+        """Records per second after the first batch (excludes JVM and worker start-up)."""
+        if self.steady_seconds > 0:
+            return self.steady_records / self.steady_seconds
+        return self.records / self.elapsed_seconds if self.elapsed_seconds else 0.0
+
+
+def _total(offsets: list[dict[str, Any] | None]) -> int:
+    return sum(sum(SourceOffset.from_json(o).partitions.values()) for o in offsets if o)
+
+
+class StreamingJob:
+    """One pipeline run. ``spark`` and ``checkpoint_objects`` can be injected (tests share
+    one SparkSession; failure-injection tests wrap the checkpoint store)."""
+
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        *,
+        spec_path: str = "<spec>",
+        spark: SparkSession | None = None,
+        checkpoint_objects: ObjectStore | None = None,
+        layout: JobLayout | None = None,
+    ) -> None:
+        self.spec = spec
+        self.spec_path = spec_path
+        self._spark = spark
+        self.layout = layout or JobLayout.for_spec(spec)
+        self.store = CheckpointStore.for_spec(spec, checkpoint_objects)
+        self.query: StreamingQuery | None = None
+        self.coordinator: CheckpointCoordinator | None = None
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            from barrierflow.runtime.session import build_session
+
+            self._spark = build_session(self.spec.spark, app_name=f"barrierflow-{self.spec.name}")
+        return self._spark
+
+    # -- building -----------------------------------------------------------------------
+    def sink_committers(self) -> list[SinkCommitter]:
+        sink = self.spec.sink
+        if isinstance(sink, ParquetSinkSpec):
+            from barrierflow.sinks.parquet import ParquetSinkCommitter
+
+            return [ParquetSinkCommitter(sink.name, sink.path)]
+        return [NoCommitter(sink.name)]
+
+    def _event_times(self, source_name: str, partitions: dict[str, int]) -> dict[str, datetime | None]:
+        source = self.spec.source
+        if isinstance(source, GeneratorSourceSpec) and source.name == source_name:
+            from barrierflow.sources.generator import GeneratorModel
+
+            model = GeneratorModel(source)
+            return {p: model.max_event_time(int(p), end) for p, end in partitions.items()}
+        return dict.fromkeys(partitions)
+
+    def build_query(self) -> StreamingQuery:
+        from barrierflow.runtime.session import register_data_sources
+
+        spark = self.spark
+        register_data_sources(spark)
+        source = self.spec.source
+        fmt = "barrierflow_generator" if source.type == "generator" else "barrierflow_kafka"
+        df = (
+            spark.readStream.format(fmt)
+            .option("spec", source.model_dump_json())
+            .option("control_dir", str(self.layout.control))
+            .option("dead_letter_uri", self.layout.dead_letter_uri(self.spec))
+            .load()
+        )
+        transform = load_transformation(self.spec, self.spec_path)
+        out = transform(df, TransformContext(self.spec, dict(self.spec.transformation.options)))
+        sink = self.spec.sink
+        writer = out.writeStream.outputMode(self.spec.transformation.output_mode)
+        if isinstance(sink, ParquetSinkSpec):
+            writer = writer.format("barrierflow_parquet").option("path", sink.path)
+        else:
+            writer = writer.format("noop")
+        return (
+            writer.option("checkpointLocation", str(self.layout.spark_checkpoint))
+            .queryName(f"barrierflow_{self.spec.name}_{int(time.time() * 1000)}")
+            .trigger(processingTime=f"{int(self.spec.trigger.interval * 1000)} milliseconds")
+            .start()
+        )
+
+    # -- running ------------------------------------------------------------------------
+    def run(
+        self,
+        *,
+        duration: float | None = None,
+        checkpoints: int | None = None,
+        progress: Callable[[Progress], None] | None = None,
+        progress_every: float = 1.0,
+        on_tick: Callable[[StreamingJob], None] | None = None,
+    ) -> RunResult:
+        """Run until ``duration`` seconds passed or ``checkpoints`` completed (whichever is
+        first; with neither, until interrupted)."""
+        self.layout.work_dir.mkdir(parents=True, exist_ok=True)
+        attempt = self.store.attempt()
+        coordinator = CheckpointCoordinator(
+            pipeline=self.spec.name,
+            options=self.spec.checkpoint,
+            store=self.store,
+            spark_checkpoint_dir=self.layout.spark_checkpoint,
+            staging_dir=self.layout.snapshots,
+            control=ControlChannel(self.layout.control),
+            source_names=[self.spec.source.name],
+            sinks=self.sink_committers(),
+            event_times=self._event_times,
+            attempt=attempt,
+            spark_version=self.spark.version,
+        )
+        self.coordinator = coordinator
+        coordinator.start()
+        coordinator.trigger_limit = checkpoints
+        start_batch = spark_log.latest_committed(self.layout.spark_checkpoint)
+        start_records = (_total(spark_log.read_offsets(self.layout.spark_checkpoint, start_batch))
+                         if start_batch is not None else 0)
+        started = time.monotonic()
+        self.query = self.build_query()
+        result = RunResult(self.spec.name, 0, 0, 0.0)
+        last_progress = started
+        first_batch_mono: float | None = None
+        first_batch_records = 0
+        last_commit_mono = started
+        latest_batch = start_batch
+        records = 0
+        try:
+            while True:
+                coordinator.tick()
+                if on_tick is not None:
+                    on_tick(self)
+                committed = spark_log.latest_committed(self.layout.spark_checkpoint)
+                if committed is not None and committed != latest_batch:
+                    latest_batch = committed
+                    records = _total(spark_log.read_offsets(self.layout.spark_checkpoint, committed)) - start_records
+                    last_commit_mono = time.monotonic()
+                    if first_batch_mono is None:
+                        first_batch_mono, first_batch_records = last_commit_mono, records
+                now = time.monotonic()
+                if progress is not None and now - last_progress >= progress_every:
+                    last_progress = now
+                    elapsed = now - started
+                    progress(Progress(latest_batch, records, records / elapsed if elapsed else 0.0,
+                                      coordinator.current_epoch(),
+                                      coordinator.last_completed.checkpoint_id if coordinator.last_completed else None,
+                                      coordinator.uploads_in_flight, len(coordinator.failed)))
+                if not self.query.isActive:
+                    exc = self.query.exception()
+                    raise JobFailedError(
+                        f"the streaming query of pipeline {self.spec.name} stopped"
+                        + (f": {str(exc).splitlines()[0] if str(exc) else exc!r}" if exc else "")
+                    )
+                if checkpoints is not None and len(coordinator.completed) >= checkpoints:
+                    break
+                if duration is not None and now - started >= duration:
+                    break
+                time.sleep(TICK_SECONDS)
+        finally:
+            self._stop_query()
+            coordinator.drain(timeout=min(self.spec.checkpoint.timeout, 60.0))
+            ended = time.monotonic()
+            final = spark_log.latest_committed(self.layout.spark_checkpoint)
+            if final is not None and final != start_batch:
+                final_records = _total(spark_log.read_offsets(self.layout.spark_checkpoint, final)) - start_records
+                if final_records != records:
+                    records, last_commit_mono = final_records, ended
+                latest_batch = final
+            result.batches = (latest_batch - start_batch if start_batch is not None else
+                              (latest_batch + 1 if latest_batch is not None else 0))
+            result.records = records
+            result.elapsed_seconds = ended - started
+            if first_batch_mono is not None:
+                result.steady_records = records - first_batch_records
+                result.steady_seconds = last_commit_mono - first_batch_mono
+            result.completed = list(coordinator.completed)
+            result.failed = list(coordinator.failed)
+        return result
+
+    def _stop_query(self) -> None:
+        if self.query is None:
+            return
+        try:
+            self.query.stop()
+        except Exception as exc:
+            log.warning("stopping the query raised %s", exc)

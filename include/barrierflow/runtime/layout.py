@@ -1,0 +1,44 @@
+"""Where a pipeline keeps its local files (the job's work directory).
+
+``<work_dir>/spark-checkpoint``  Spark's own checkpoint (offsets, commits, state) — local
+``<work_dir>/control``           coordinator <-> planner control channel
+``<work_dir>/snapshots``         hard-linked staging of the synchronous phase
+``<work_dir>/dead-letter``       default dead-letter output
+
+``work_dir`` defaults to ``var/<pipeline name>`` under the project home (git-ignored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from barrierflow.spec.loader import project_home
+from barrierflow.spec.models import PipelineSpec
+
+
+@dataclass(frozen=True)
+class JobLayout:
+    work_dir: Path
+
+    @classmethod
+    def for_spec(cls, spec: PipelineSpec) -> JobLayout:
+        if spec.work_dir:
+            path = Path(spec.work_dir)
+            return cls(path if path.is_absolute() else project_home() / path)
+        return cls(project_home() / "var" / spec.name)
+
+    @property
+    def spark_checkpoint(self) -> Path:
+        return self.work_dir / "spark-checkpoint"
+
+    @property
+    def control(self) -> Path:
+        return self.work_dir / "control"
+
+    @property
+    def snapshots(self) -> Path:
+        return self.work_dir / "snapshots"
+
+    def dead_letter_uri(self, spec: PipelineSpec) -> str:
+        return spec.dead_letter_path or f"file://{self.work_dir / 'dead-letter'}"

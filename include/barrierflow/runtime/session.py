@@ -1,0 +1,59 @@
+"""Building the SparkSession barrierflow jobs run in, and registering its data sources."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from barrierflow.spec.models import SparkSpec
+
+log = logging.getLogger(__name__)
+
+#: Settings every barrierflow job needs, whatever the spec says.
+REQUIRED_CONF = {
+    # The snapshot logic reads HDFSBackedStateStore's <version>.delta/.snapshot files.
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "spark.sql.session.timeZone": "UTC",
+    # Keep enough state versions locally that a snapshot's files outlive its async upload.
+    "spark.sql.streaming.minBatchesToRetain": "100",
+}
+
+
+def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSession:
+    """Return a SparkSession configured for barrierflow (creating or reusing one)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(spec.master)
+        .config("spark.sql.shuffle.partitions", str(spec.shuffle_partitions))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+    )
+    for key, value in {**spec.conf, **REQUIRED_CONF}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    register_data_sources(session)
+    return session
+
+
+def register_data_sources(session: SparkSession) -> None:
+    """Register barrierflow's Python data sources on ``session`` (idempotent)."""
+    from barrierflow.sinks.parquet import ParquetSinkDataSource
+    from barrierflow.sources.generator import GeneratorDataSource
+    from barrierflow.sources.kafka import KafkaDataSource
+
+    for source in (GeneratorDataSource, KafkaDataSource, ParquetSinkDataSource):
+        session.dataSource.register(source)

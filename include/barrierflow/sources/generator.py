@@ -1,0 +1,196 @@
+"""The built-in deterministic generator source (``format("barrierflow_generator")``).
+
+Record ``i`` of partition ``p`` is a pure function of ``(p, i)`` and the spec, so any offset
+range re-reads to identical rows (exact replays, exact expected outputs in tests):
+
+* ``key   = (i * partitions + p) % keys``
+* ``value = ((i * partitions + p) * 2654435761) % 1000``
+* ``event_time = event_time_start + event_time_skew_ms[p] + i / (rows_per_second * factor[p])``
+  (1 ms per record when ``rows_per_second`` is 0, i.e. unthrottled)
+* with ``malformed_every = k``, records with ``(i + 1) % k == 0`` are malformed: they go to
+  the dead-letter output, not downstream.
+
+Availability: partition ``p`` has ``rows_per_second * factor[p]`` new records per wall-clock
+second since the reader started (unthrottled when 0); the batch planner caps each batch at
+``max_records_per_batch`` per partition.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.sources.offsets import SourceOffset
+from barrierflow.sources.planner import PlanRequest, plan_batch
+from barrierflow.spec.models import GeneratorSourceSpec
+
+SCHEMA = "partition INT, offset BIGINT, key BIGINT, value BIGINT, event_time TIMESTAMP"
+_CHUNK = 65_536
+
+
+@dataclass(frozen=True)
+class GeneratorModel:
+    """The generator's record function, shared by the reader and by tests/benchmarks."""
+
+    spec: GeneratorSourceSpec
+
+    def rate(self, p: int) -> float:
+        factors = self.spec.partition_rate_factors
+        return self.spec.rows_per_second * (factors[p] if p < len(factors) else 1.0)
+
+    def skew_us(self, p: int) -> int:
+        skews = self.spec.event_time_skew_ms
+        return (skews[p] if p < len(skews) else 0) * 1000
+
+    def start_us(self) -> int:
+        start = datetime.fromisoformat(self.spec.event_time_start)
+        if start.tzinfo is None:
+            raise ValueError("event_time_start needs a timezone, e.g. 2026-01-01T00:00:00+00:00")
+        return int(start.timestamp() * 1_000_000)
+
+    def event_time_us(self, p: int, i: Any) -> Any:
+        rate = self.rate(p)
+        step = (1_000_000.0 / rate) if rate > 0 else 1000.0
+        base = self.start_us() + self.skew_us(p)
+        if hasattr(i, "astype"):
+            return base + (i * step).astype("int64")
+        return base + int(i * step)
+
+    def max_event_time(self, p: int, end: int) -> datetime | None:
+        """Event time of the last record before offset ``end`` (None if the range is empty)."""
+        if end <= 0:
+            return None
+        return _from_us(self.event_time_us(p, end - 1))
+
+    def batches(self, p: int, start: int, end: int) -> Iterator[Any]:
+        """Arrow record batches of the valid records in ``[start, end)`` of partition ``p``."""
+        import numpy as np
+        import pyarrow as pa
+
+        parts = self.spec.partitions
+        for lo in range(start, end, _CHUNK):
+            hi = min(end, lo + _CHUNK)
+            i = np.arange(lo, hi, dtype=np.int64)
+            if self.spec.malformed_every:
+                i = i[((i + 1) % self.spec.malformed_every) != 0]
+                if len(i) == 0:
+                    continue
+            g = i * parts + p
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array(np.full(len(i), p, dtype=np.int32)),
+                    pa.array(i),
+                    pa.array(g % self.spec.keys),
+                    pa.array((g * 2654435761) % 1000),
+                    pa.array(self.event_time_us(p, i), type=pa.timestamp("us", tz="UTC")),
+                ],
+                names=["partition", "offset", "key", "value", "event_time"],
+            )
+
+    def rows(self, p: int, start: int, end: int) -> list[tuple[int, int, int, int, datetime]]:
+        """The valid records of ``[start, end)`` as Python tuples (tests, expected outputs)."""
+        out = []
+        for batch in self.batches(p, start, end):
+            cols = batch.to_pydict()
+            out += list(zip(cols["partition"], cols["offset"], cols["key"], cols["value"],
+                            cols["event_time"], strict=True))
+        return out
+
+    def malformed(self, p: int, start: int, end: int) -> list[dict[str, Any]]:
+        k = self.spec.malformed_every
+        if not k:
+            return []
+        first = start + ((k - 1 - start) % k)
+        return [
+            {
+                "source": self.spec.name,
+                "partition": str(p),
+                "offset": i,
+                "payload": f'{{"key": {(i * self.spec.partitions + p) % self.spec.keys}, "value": ',
+                "reason": f"malformed record (generator malformed_every={k}): truncated JSON payload",
+            }
+            for i in range(first, end, k)
+        ]
+
+
+def _from_us(us: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(us))
+
+
+class GeneratorDataSource(DataSource):
+    """Options: ``spec`` (GeneratorSourceSpec as JSON), ``control_dir``, ``dead_letter_uri``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "barrierflow_generator"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return GeneratorStreamReader(dict(self.options))
+
+
+class GeneratorStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.spec = GeneratorSourceSpec.model_validate(json.loads(options["spec"]))
+        self.model = GeneratorModel(self.spec)
+        self.control = ControlChannel(options["control_dir"])
+        self.dead_letter_uri = options.get("dead_letter_uri", "")
+        self._clock_origin: tuple[float, dict[str, int]] | None = None
+
+    def initialOffset(self) -> dict:
+        return SourceOffset({str(p): 0 for p in range(self.spec.partitions)}).to_json()
+
+    def _available(self, start: SourceOffset) -> dict[str, int]:
+        if self.spec.rows_per_second <= 0:
+            return {p: o + self.spec.max_records_per_batch for p, o in start.partitions.items()}
+        now = time.monotonic()
+        if self._clock_origin is None:
+            self._clock_origin = (now, dict(start.partitions))
+        origin_t, origin = self._clock_origin
+        elapsed = now - origin_t
+        return {
+            str(p): origin.get(str(p), 0) + int(elapsed * self.model.rate(p))
+            for p in range(self.spec.partitions)
+        }
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        begin = SourceOffset.from_json(start)
+        plan = plan_batch(
+            PlanRequest(
+                start=begin,
+                available=self._available(begin),
+                max_records_per_partition=self.spec.max_records_per_batch,
+                requested_barrier=self.control.requested_barrier(),
+                hold=self.control.is_held(),
+            )
+        )
+        return plan.end.to_json()
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        s, e = SourceOffset.from_json(start), SourceOffset.from_json(end)
+        return [
+            InputPartition((int(p), s.partitions.get(p, 0), e.partitions[p]))
+            for p in sorted(e.partitions, key=int)
+            if e.partitions[p] > s.partitions.get(p, 0)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        p, start, end = partition.value
+        if self.spec.malformed_every and self.dead_letter_uri:
+            from barrierflow.sources.dead_letter import write_dead_letters
+
+            write_dead_letters(self.dead_letter_uri, self.spec.name, str(p), start, end,
+                               self.model.malformed(p, start, end))
+        yield from self.model.batches(p, start, end)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the generator keeps no buffers."""

@@ -1,0 +1,95 @@
+"""Loading a pipeline spec file into a :class:`PipelineSpec`, and resolving its paths.
+
+Contract: :func:`load_spec` either returns a valid spec or raises :class:`SpecError` whose
+message names the file, each offending field (dotted path) and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from barrierflow.errors import SpecError
+from barrierflow.spec.models import PipelineSpec
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def project_home() -> Path:
+    """Where relative paths in specs resolve: ``$BARRIERFLOW_HOME`` or the working directory."""
+    return Path(os.environ.get("BARRIERFLOW_HOME") or os.getcwd()).resolve()
+
+
+def _expand_env(value: Any, path: str, problems: list[tuple[str, str]]) -> Any:
+    """Expand ``${VAR}`` and ``${VAR:-default}`` in every string of the parsed YAML."""
+    if isinstance(value, dict):
+        return {k: _expand_env(v, f"{path}.{k}" if path else str(k), problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v, f"{path}.{i}", problems) for i, v in enumerate(value)]
+    if isinstance(value, str):
+        def repl(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            problems.append((path, f"environment variable {name} is not set (export it, or write "
+                                   f"'${{{name}:-default}}' in the spec)"))
+            return match.group(0)
+        return _ENV.sub(repl, value)
+    return value
+
+
+def _format_error(err: Any) -> tuple[str, str]:
+    loc = [str(p) for p in err["loc"]]
+    # Drop pydantic's union-member tags (e.g. "generator") after a list index for readability.
+    field = ".".join(loc) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return field, "unknown field (check the spelling; see docs/pipeline-spec.md for the fields)"
+    if kind == "missing":
+        return field, "required field is missing"
+    message = err["msg"].removeprefix("Value error, ")
+    if "input" in err and kind not in ("union_tag_invalid",):
+        message += f" (got {err['input']!r})" if not isinstance(err["input"], dict | list) else ""
+    return field, message
+
+
+def parse_spec(data: Any, path: str = "<spec>") -> PipelineSpec:
+    """Validate already-parsed YAML ``data``; see :func:`load_spec`."""
+    if not isinstance(data, dict):
+        raise SpecError(path, [("(top level)", "a spec is a YAML mapping of fields to values")])
+    problems: list[tuple[str, str]] = []
+    data = _expand_env(data, "", problems)
+    if problems:
+        raise SpecError(path, problems)
+    try:
+        return PipelineSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(path, [_format_error(e) for e in exc.errors()]) from None
+
+
+def load_spec(path: str | os.PathLike[str]) -> PipelineSpec:
+    """Read and validate the YAML spec at ``path``.
+
+    Raises:
+        SpecError: the file is missing, is not YAML, or a field is wrong.
+    """
+    spec_path = Path(path)
+    try:
+        text = spec_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(str(path), [("(file)", "no such file; give the path of a pipeline YAML "
+                                               "such as include/pipelines/demo.yaml")]) from None
+    except OSError as exc:
+        raise SpecError(str(path), [("(file)", f"cannot be read: {exc}")]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(str(path), [("(file)", f"is not valid YAML: {exc}")]) from None
+    return parse_spec(data, str(path))

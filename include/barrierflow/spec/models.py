@@ -1,0 +1,222 @@
+"""Typed pipeline spec models (YAML files in ``include/pipelines/``).
+
+Every model forbids unknown fields, so a typo is an error naming the field rather than a
+silently ignored setting. Durations accept ``"500ms"``, ``"5s"``, ``"2 minutes"`` or a
+number of seconds. Storage URIs are ``file://PATH`` (a relative PATH is taken relative to
+``$BARRIERFLOW_HOME``, else the working directory) or ``s3://BUCKET/PREFIX`` (endpoint,
+region and credentials come from the standard AWS environment: ``AWS_ENDPOINT_URL_S3``,
+``AWS_REGION``, ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``; never from the spec).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from barrierflow.spec.durations import parse_duration_seconds
+
+SPEC_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _storage_uri(value: str) -> str:
+    if not isinstance(value, str) or not (value.startswith("file://") or value.startswith("s3://")):
+        raise ValueError(
+            f"expected a storage URI 'file://PATH' or 's3://BUCKET/PREFIX', got {value!r}"
+        )
+    if value.startswith("s3://") and len(value) <= len("s3://"):
+        raise ValueError("an s3:// URI needs a bucket: 's3://BUCKET/PREFIX'")
+    if value.startswith("file://") and len(value) <= len("file://"):
+        raise ValueError("a file:// URI needs a path: 'file://var/checkpoints' or 'file:///abs/path'")
+    return value
+
+
+class GeneratorSourceSpec(_Strict):
+    """The built-in deterministic generator: record ``i`` of partition ``p`` is a pure
+    function of ``(p, i)`` and these options, so any offset range re-reads identically."""
+
+    name: str = "generator"
+    type: Literal["generator"]
+    partitions: int = Field(4, ge=1, le=1024)
+    rows_per_second: float = Field(
+        1000.0, ge=0, description="per partition; 0 = as fast as batches allow (benchmarks)"
+    )
+    max_records_per_batch: int = Field(100_000, ge=1, description="per partition and batch")
+    keys: int = Field(10_000, ge=1)
+    event_time_start: str = "2026-01-01T00:00:00+00:00"
+    event_time_skew_ms: list[int] = Field(
+        default_factory=list, description="per-partition event-time offset (ms); missing = 0"
+    )
+    partition_rate_factors: list[float] = Field(
+        default_factory=list, description="per-partition multiplier of rows_per_second; missing = 1"
+    )
+    malformed_every: int = Field(0, ge=0, description="every k-th record is malformed; 0 = none")
+
+
+class KafkaSourceSpec(_Strict):
+    """Kafka topics read with kafka-python (no Spark connector jar needed)."""
+
+    name: str = "kafka"
+    type: Literal["kafka"]
+    bootstrap_servers: str = Field(
+        ..., description="host:port list; '${ENV_VAR}' is expanded from the environment"
+    )
+    topics: list[str] = Field(..., min_length=1)
+    starting_offsets: Literal["earliest", "latest"] | dict[str, dict[str, int]] = "earliest"
+    max_records_per_batch: int = Field(100_000, ge=1, description="per partition and batch")
+    format: Literal["raw", "json"] = "raw"
+    json_fields: dict[str, Literal["string", "long", "double", "timestamp", "boolean"]] = Field(
+        default_factory=dict, description="for format=json: field name -> type"
+    )
+    poll_timeout: Annotated[float, Field(gt=0)] = 10.0
+
+    @model_validator(mode="after")
+    def _json_needs_fields(self) -> KafkaSourceSpec:
+        if self.format == "json" and not self.json_fields:
+            raise ValueError("format 'json' needs json_fields (field name -> type)")
+        return self
+
+
+SourceSpec = Annotated[GeneratorSourceSpec | KafkaSourceSpec, Field(discriminator="type")]
+
+
+class ParquetSinkSpec(_Strict):
+    """Parquet files, staged per epoch and published when the epoch's checkpoint completes."""
+
+    name: str = "parquet"
+    type: Literal["parquet"]
+    path: str
+
+    @field_validator("path")
+    @classmethod
+    def _check_path(cls, value: str) -> str:
+        return _storage_uri(value)
+
+
+class DiscardSinkSpec(_Strict):
+    """Drops every row (benchmarks)."""
+
+    name: str = "discard"
+    type: Literal["discard"]
+
+
+SinkSpec = Annotated[ParquetSinkSpec | DiscardSinkSpec, Field(discriminator="type")]
+
+
+class CheckpointMode(enum.StrEnum):
+    ALIGNED = "aligned"
+    UNALIGNED = "unaligned"
+
+
+class CheckpointSpec(_Strict):
+    """Checkpoint options, named after Flink's where they fit."""
+
+    storage: str
+    interval: float = 5.0
+    timeout: float = 600.0
+    min_pause: float = 0.0
+    max_concurrent: int = Field(1, ge=1, le=16)
+    tolerable_failed_checkpoints: int = Field(0, ge=0)
+    retained: int = Field(3, ge=1)
+    mode: CheckpointMode = CheckpointMode.ALIGNED
+    alignment_timeout: float = 0.0
+    synchronous_upload: bool = Field(
+        False, description="wait for the upload before processing continues (paper's baseline)"
+    )
+
+    @field_validator("storage")
+    @classmethod
+    def _check_storage(cls, value: str) -> str:
+        return _storage_uri(value)
+
+    @field_validator("interval", "timeout", "min_pause", "alignment_timeout", mode="before")
+    @classmethod
+    def _durations(cls, value: Any) -> float:
+        return parse_duration_seconds(value)
+
+    @model_validator(mode="after")
+    def _positive(self) -> CheckpointSpec:
+        if self.interval <= 0:
+            raise ValueError("interval must be greater than 0 seconds")
+        if self.timeout <= 0:
+            raise ValueError("timeout must be greater than 0 seconds")
+        return self
+
+
+class EventTimeSpec(_Strict):
+    column: str = "event_time"
+    watermark_delay: float = 10.0
+
+    @field_validator("watermark_delay", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration_seconds(value)
+
+
+class TriggerSpec(_Strict):
+    interval: float = 1.0
+
+    @field_validator("interval", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration_seconds(value)
+
+
+class TransformationSpec(_Strict):
+    """``function`` is ``'package.module:callable'``; it receives ``(df, TransformContext)``
+    and returns the DataFrame to write. ``options`` are passed through untouched."""
+
+    function: str
+    output_mode: Literal["append", "update", "complete"] = "append"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("function")
+    @classmethod
+    def _import_path(cls, value: str) -> str:
+        module, sep, attr = value.partition(":")
+        if not sep or not module or not attr:
+            raise ValueError(f"expected an import path 'package.module:function', got {value!r}")
+        return value
+
+
+class SparkSpec(_Strict):
+    master: str = "local[2]"
+    shuffle_partitions: int = Field(4, ge=1)
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class PipelineSpec(_Strict):
+    """A pipeline: one or more sources, a transformation, one sink, checkpointing."""
+
+    version: Literal[1] = SPEC_VERSION
+    name: str = Field(..., pattern=r"^[a-z][a-z0-9_-]{0,62}$")
+    description: str = ""
+    work_dir: str = Field(
+        "", description="local Spark checkpoint + staging; default var/<name> under BARRIERFLOW_HOME"
+    )
+    sources: list[SourceSpec] = Field(..., min_length=1, max_length=1)
+    transformation: TransformationSpec
+    sinks: list[SinkSpec] = Field(..., min_length=1, max_length=1)
+    trigger: TriggerSpec = TriggerSpec()
+    checkpoint: CheckpointSpec
+    event_time: EventTimeSpec | None = None
+    dead_letter_path: str = Field("", description="storage URI; default <work_dir>/dead-letter")
+    spark: SparkSpec = SparkSpec()
+
+    @field_validator("dead_letter_path")
+    @classmethod
+    def _dlq(cls, value: str) -> str:
+        return _storage_uri(value) if value else value
+
+    @property
+    def source(self) -> GeneratorSourceSpec | KafkaSourceSpec:
+        return self.sources[0]
+
+    @property
+    def sink(self) -> ParquetSinkSpec | DiscardSinkSpec:
+        return self.sinks[0]

@@ -1,0 +1,106 @@
+"""Local-directory object store (``file://PATH``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from barrierflow.errors import StorageError
+from barrierflow.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore
+
+
+class LocalObjectStore(ObjectStore):
+    """Objects are files below ``root``; temporary files start with ``.tmp-`` and are
+    never listed."""
+
+    def __init__(self, root: str | os.PathLike[str], uri: str | None = None) -> None:
+        self.root = Path(root)
+        self.uri = uri or f"file://{self.root}"
+
+    def _path(self, key: str) -> Path:
+        if key.startswith("/") or ".." in key.split("/"):
+            raise StorageError(f"invalid object key {key!r} (must be relative, without '..')")
+        return self.root / key
+
+    def _atomic_write(self, key: str, write: object) -> None:
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f".tmp-{uuid.uuid4().hex}-{path.name}"
+            try:
+                write(tmp)  # type: ignore[operator]
+                with open(tmp, "rb+") as fh:
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+        except OSError as exc:
+            raise StorageError(f"cannot write {self.describe(key)}: {exc}") from exc
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self._atomic_write(key, lambda tmp: tmp.write_bytes(data))
+
+    def put_file(self, key: str, local_path: str) -> None:
+        self._atomic_write(key, lambda tmp: shutil.copyfile(local_path, tmp))
+
+    def get_bytes(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise ObjectNotFoundError(self.describe(key)) from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {self.describe(key)}: {exc}") from exc
+
+    def download_file(self, key: str, local_path: str) -> None:
+        try:
+            shutil.copyfile(self._path(key), local_path)
+        except FileNotFoundError:
+            raise ObjectNotFoundError(self.describe(key)) from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {self.describe(key)}: {exc}") from exc
+
+    def size(self, key: str) -> int | None:
+        try:
+            return self._path(key).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        base = self.root
+        if not base.exists():
+            return []
+        out: list[ObjectInfo] = []
+        start = self._path(prefix) if prefix else base
+        # Walk only the deepest directory that contains the prefix.
+        walk_root = start if prefix.endswith("/") and start.is_dir() else start.parent
+        if not walk_root.exists():
+            return []
+        for dirpath, _dirs, files in os.walk(walk_root):
+            for name in files:
+                if name.startswith(".tmp-"):
+                    continue
+                full = Path(dirpath) / name
+                key = full.relative_to(base).as_posix()
+                if key.startswith(prefix):
+                    try:
+                        out.append(ObjectInfo(key, full.stat().st_size))
+                    except FileNotFoundError:
+                        continue
+        out.sort(key=lambda o: o.key)
+        return out
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+    def move(self, src: str, dst: str) -> None:
+        target = self._path(dst)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(self._path(src), target)
+        except FileNotFoundError:
+            raise ObjectNotFoundError(self.describe(src)) from None

@@ -1,0 +1,1 @@
+"""Test helpers shipped with the library: throwaway servers and failure-injection doubles."""

@@ -1,0 +1,39 @@
+"""Stateful aggregations used by the demo pipeline and the reference benchmark job."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from barrierflow.errors import SpecError
+from barrierflow.transforms.context import TransformContext
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def keyed_window_counts(df: DataFrame, ctx: TransformContext) -> DataFrame:
+    """Per key and tumbling event-time window (``options.window``, default '10 seconds'):
+    record count and value sum. Needs ``event_time`` in the spec; with output mode append,
+    each (window, key) row is emitted exactly once, after the watermark passes the window."""
+    from pyspark.sql import functions as F
+
+    column = ctx.event_time_column
+    if column is None:
+        raise SpecError("<spec>", [("event_time", "keyed_window_counts needs event_time.column and "
+                                                  "event_time.watermark_delay")])
+    window = str(ctx.options.get("window", "10 seconds"))
+    delay = f"{int(ctx.watermark_delay_seconds * 1000)} milliseconds"
+    return (
+        df.withWatermark(column, delay)
+        .groupBy(F.window(column, window).alias("w"), F.col("key"))
+        .agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("value_sum"))
+        .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"),
+                "key", "count", "value_sum")
+    )
+
+
+def keyed_running_totals(df: DataFrame, ctx: TransformContext) -> DataFrame:
+    """The reference benchmark job: running count and sum per key (output mode update)."""
+    from pyspark.sql import functions as F
+
+    return df.groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("value_sum"))
