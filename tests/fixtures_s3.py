@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -32,3 +33,11 @@ def s3_endpoint() -> Iterator[S3Endpoint]:
         for name, value in endpoint.env().items():
             mp.setenv(name, value)
         yield endpoint
+
+
+@pytest.fixture
+def s3_store_uri(s3_endpoint: S3Endpoint) -> str:
+    """``s3://BUCKET/some/prefix`` in a bucket created for this test only."""
+    bucket = f"bf-test-{uuid.uuid4().hex[:16]}"
+    s3_endpoint.create_bucket(bucket)
+    return f"s3://{bucket}/some/prefix"

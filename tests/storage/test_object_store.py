@@ -235,3 +235,14 @@ def test_s3_delete_many_batches_by_1000() -> None:
     store._client = fake  # type: ignore[assignment]
     store.delete_many([f"k{i}" for i in range(2500)])
     assert fake.batches == [1000, 1000, 500]
+
+
+def test_local_list_stays_inside_its_root(tmp_path: Path) -> None:
+    (tmp_path / "sibling").mkdir()
+    (tmp_path / "sibling" / "x").write_bytes(b"x")
+    store = LocalObjectStore(tmp_path / "root")
+    assert store.list("") == []
+    store.put_bytes("a/b.txt", b"b")
+    assert [o.key for o in store.list("")] == ["a/b.txt"]
+    assert [o.key for o in store.list("a/")] == ["a/b.txt"]
+    assert store.list("zzz/") == [] and store.list("zzz") == []

@@ -81,7 +81,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     job = StreamingJob(spec, spec_path=args.spec)
     result = job.run(duration=args.duration, checkpoints=args.checkpoints,
-                     progress=None if args.quiet else _progress_line)
+                     progress=None if args.quiet else _progress_line,
+                     progress_every=1.0 if sys.stderr.isatty() else 30.0)
     if sys.stderr.isatty() and not args.quiet:
         sys.stderr.write("\n")
     dlq_uri = job.layout.dead_letter_uri(spec)

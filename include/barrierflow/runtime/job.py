@@ -139,7 +139,9 @@ class StreamingJob:
         sink = self.spec.sink
         writer = out.writeStream.outputMode(self.spec.transformation.output_mode)
         if isinstance(sink, ParquetSinkSpec):
-            writer = writer.format("barrierflow_parquet").option("path", sink.path)
+            from barrierflow.sinks.parquet import ParquetBatchStager
+
+            writer = writer.foreachBatch(ParquetBatchStager(sink.path))
         else:
             writer = writer.format("noop")
         return (

@@ -31,15 +31,19 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSessio
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder.appName(app_name)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # Started by us, not by spark-submit: the spec chooses the master and, for local
+        # masters, the driver binds to loopback only. Under spark-submit its --master wins.
+        builder = builder.master(spec.master)
+        if spec.master.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(spec.master)
-        .config("spark.sql.shuffle.partitions", str(spec.shuffle_partitions))
+        builder.config("spark.sql.shuffle.partitions", str(spec.shuffle_partitions))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
     )
     for key, value in {**spec.conf, **REQUIRED_CONF}.items():
         builder = builder.config(key, value)

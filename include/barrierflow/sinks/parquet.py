@@ -1,5 +1,11 @@
-"""The Parquet file sink (``format("barrierflow_parquet")``): staged per micro-batch,
-published when the checkpoint covering the batch completes.
+"""The Parquet file sink: staged per micro-batch, published when the checkpoint covering
+the batch completes.
+
+Spark 4.2's Python streaming writers accept only append mode, so the query writes through
+``foreachBatch`` (:class:`ParquetBatchStager`), which hands each micro-batch to the batch
+writer ``format("barrierflow_parquet")`` with its batch id: one code path for append,
+update and complete modes. ``foreachBatch`` runs again with the same batch id when Spark
+replays a batch, which rewrites that batch's staging list.
 
 Layout under the sink's ``path`` (local ``file://`` or ``s3://``)::
 
@@ -9,12 +15,12 @@ Layout under the sink's ``path`` (local ``file://`` or ``s3://``)::
 
 Protocol:
 
-1. ``write`` (executor, per task) writes one Parquet file into the batch's staging prefix
+1. ``write`` (executor, per task of the micro-batch) writes one Parquet file into the batch's staging prefix
    and returns its key and row count.
-2. ``commit(messages, batch)`` (driver) writes ``_PRECOMMITTED.json`` listing exactly the
+2. ``commit(messages)`` (driver, still inside the micro-batch) writes ``_PRECOMMITTED.json`` listing exactly the
    files of the successful tasks: the batch is durable but invisible. A replayed batch
    rewrites the list.
-3. ``abort(messages, batch)`` removes the batch's staging prefix (failed tasks appear as None
+3. ``abort(messages)`` removes the batch's staging prefix (failed tasks appear as None
    in ``messages``, so the whole prefix goes).
 4. :class:`ParquetSinkCommitter.notify_checkpoint_complete` (coordinator, after manifest n
    is stored) publishes every pre-committed batch <= V_n: each listed file moves to its
@@ -36,12 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceStreamArrowWriter,
-    DataSourceStreamWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceWriter, WriterCommitMessage
 
 from barrierflow.errors import SinkError
 from barrierflow.sinks.committer import SinkCommitter
@@ -68,52 +69,65 @@ class StagedParquet(WriterCommitMessage):
 
 
 class ParquetSinkDataSource(DataSource):
-    """Options: ``path`` (storage URI)."""
+    """Batch writer; options ``path`` (storage URI) and ``batch_id`` (the micro-batch)."""
 
     @classmethod
     def name(cls) -> str:
         return "barrierflow_parquet"
 
-    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
-        return ParquetStreamWriter(self.options["path"])
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        try:
+            return ParquetBatchWriter(self.options["path"], int(self.options["batch_id"]))
+        except (KeyError, ValueError) as exc:
+            raise SinkError("barrierflow_parquet needs the options 'path' and 'batch_id'; it is driven "
+                            "by ParquetBatchStager inside foreachBatch") from exc
 
 
-class ParquetStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, uri: str) -> None:
+class ParquetBatchWriter(DataSourceArrowWriter):
+    def __init__(self, uri: str, batch_id: int) -> None:
         self.uri = uri
+        self.batch_id = batch_id
 
     def write(self, iterator: Iterator[Any]) -> StagedParquet:
         import pyarrow as pa
         import pyarrow.parquet as pq
         from pyspark import TaskContext
 
-        ctx = TaskContext.get()
-        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
-        if batch is None:
-            raise SinkError("barrierflow_parquet: no micro-batch id in the task context; "
-                            "this sink only works in streaming queries")
         batches = [b for b in iterator if b.num_rows]
         if not batches:
             return StagedParquet(None, 0)
         table = pa.Table.from_batches(batches)
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression="zstd")
+        ctx = TaskContext.get()
         task = ctx.partitionId() if ctx else 0
-        key = f"{batch_prefix(int(batch))}{task:05d}-{uuid.uuid4().hex}.parquet"
+        key = f"{batch_prefix(self.batch_id)}{task:05d}-{uuid.uuid4().hex}.parquet"
         open_store(self.uri).put_bytes(key, buffer.getvalue())
         return StagedParquet(key, table.num_rows)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Pre-commit: record exactly the successful tasks' files (durable, invisible)."""
         files = sorted(
             ({"key": m.key, "rows": m.rows} for m in messages if isinstance(m, StagedParquet) and m.key),
             key=lambda f: f["key"],
         )
-        body = {"batch_id": batchId, "files": files, "rows": sum(f["rows"] for f in files)}
-        open_store(self.uri).put_bytes(batch_prefix(batchId) + MARKER, json.dumps(body).encode())
+        body = {"batch_id": self.batch_id, "files": files, "rows": sum(f["rows"] for f in files)}
+        open_store(self.uri).put_bytes(batch_prefix(self.batch_id) + MARKER, json.dumps(body).encode())
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         store = open_store(self.uri)
-        store.delete_many([o.key for o in store.list(batch_prefix(batchId))])
+        store.delete_many([o.key for o in store.list(batch_prefix(self.batch_id))])
+
+
+class ParquetBatchStager:
+    """The ``foreachBatch`` function: stage micro-batch ``batch_id`` of ``df``."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        (df.write.format("barrierflow_parquet").mode("append")
+         .option("path", self.uri).option("batch_id", str(batch_id)).save())
 
 
 class ParquetSinkCommitter(SinkCommitter):

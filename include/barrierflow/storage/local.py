@@ -74,10 +74,14 @@ class LocalObjectStore(ObjectStore):
         if not base.exists():
             return []
         out: list[ObjectInfo] = []
-        start = self._path(prefix) if prefix else base
-        # Walk only the deepest directory that contains the prefix.
-        walk_root = start if prefix.endswith("/") and start.is_dir() else start.parent
-        if not walk_root.exists():
+        # Walk only the deepest directory that can hold keys with this prefix.
+        if not prefix:
+            walk_root = base
+        elif prefix.endswith("/"):
+            walk_root = self._path(prefix.rstrip("/"))
+        else:
+            walk_root = self._path(prefix).parent
+        if not walk_root.is_dir():
             return []
         for dirpath, _dirs, files in os.walk(walk_root):
             for name in files:

@@ -1,0 +1,118 @@
+"""ABS overhead on the reference job (shared/design/BENCHMARKS.md), measured side by side.
+
+Modes, run in one process on one SparkSession, alternating order per round so drift
+cancels out: no barrierflow checkpoints; ABS every 1 s; ABS every 5 s; and the paper's
+synchronous baseline (every 1 s, processing held until the snapshot is uploaded).
+Throughput counts records after each run's first batch (start-up excluded). Each mode
+runs on fresh local directories under ``var/bench``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from barrierflow.runtime.job import StreamingJob
+from barrierflow.spec import load_spec, project_home
+from barrierflow.spec.models import PipelineSpec
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    interval: float | None  # None: no barrierflow checkpoints
+    synchronous: bool = False
+
+
+MODES = (
+    Mode("no checkpoints", None),
+    Mode("ABS 1 s", 1.0),
+    Mode("ABS 5 s", 5.0),
+    Mode("sync snapshot 1 s", 1.0, synchronous=True),
+)
+
+
+@dataclass
+class Sample:
+    throughput: list[float] = field(default_factory=list)
+    checkpoints: list[int] = field(default_factory=list)
+    sync_ms: list[float] = field(default_factory=list)
+    async_ms: list[float] = field(default_factory=list)
+    incremental_bytes: list[int] = field(default_factory=list)
+
+
+def _mode_spec(base: PipelineSpec, mode: Mode, work: Path) -> PipelineSpec:
+    checkpoint = base.checkpoint.model_copy(update={
+        "storage": f"file://{work / 'checkpoints'}",
+        "interval": mode.interval or 3600.0,
+        "synchronous_upload": mode.synchronous,
+        "timeout": 600.0,
+    })
+    return base.model_copy(update={"work_dir": str(work / "work"), "checkpoint": checkpoint})
+
+
+def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str | None = None) -> dict[str, Sample]:
+    base = load_spec(spec_path)
+    root = project_home() / "var" / "bench"
+    shutil.rmtree(root, ignore_errors=True)
+    samples = {m.name: Sample() for m in MODES}
+    spark = StreamingJob(base).spark
+    print(f"warm-up ({min(seconds, 20):.0f} s) ...", file=sys.stderr)
+    StreamingJob(_mode_spec(base, MODES[0], root / "warmup"), spark=spark).run(duration=min(seconds, 20))
+    for r in range(rounds):
+        order = MODES[r % len(MODES):] + MODES[: r % len(MODES)]
+        for mode in order:
+            work = root / f"r{r}-{mode.name.replace(' ', '_')}"
+            job = StreamingJob(_mode_spec(base, mode, work), spark=spark)
+            if mode.interval is None:
+                job_run = job.run(duration=seconds, checkpoints=None, on_tick=_no_checkpoints)
+            else:
+                job_run = job.run(duration=seconds)
+            s = samples[mode.name]
+            s.throughput.append(job_run.throughput)
+            s.checkpoints.append(len(job_run.completed))
+            s.sync_ms += [m.sync_ms for m in job_run.completed]
+            s.async_ms += [m.async_ms for m in job_run.completed]
+            s.incremental_bytes += [m.incremental_bytes for m in job_run.completed]
+            print(f"round {r + 1} {mode.name:18} {job_run.throughput:>12,.0f} rec/s  "
+                  f"{len(job_run.completed)} checkpoints", file=sys.stderr)
+            shutil.rmtree(work, ignore_errors=True)
+    table = render(samples, base, seconds, rounds)
+    print(table)
+    if markdown:
+        Path(markdown).write_text(table + "\n", encoding="utf-8")
+    return samples
+
+
+def _no_checkpoints(job: StreamingJob) -> None:
+    if job.coordinator is not None:
+        job.coordinator.trigger_limit = 0
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f}" if values else "-"
+
+
+def render(samples: dict[str, Sample], spec: PipelineSpec, seconds: float, rounds: int) -> str:
+    baseline = statistics.mean(samples[MODES[0].name].throughput)
+    lines = [
+        f"Benchmark {datetime.now(UTC).isoformat(timespec='seconds')}: pipeline {spec.name}, "
+        f"{spec.spark.master}, {spec.spark.shuffle_partitions} shuffle partitions, {seconds:.0f} s per mode, "
+        f"{rounds} round(s)",
+        "",
+        "| mode | records/s (mean) | ratio to no checkpoints | checkpoints | sync phase median ms "
+        "| async phase median ms | uploaded bytes median |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mode in MODES:
+        s = samples[mode.name]
+        mean = statistics.mean(s.throughput)
+        lines.append(
+            f"| {mode.name} | {mean:,.0f} | {mean / baseline:.3f} | {sum(s.checkpoints)} | {_median(s.sync_ms)} "
+            f"| {_median(s.async_ms)} | {statistics.median(s.incremental_bytes) if s.incremental_bytes else '-'} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,650 @@
+"""The barrier-aware Kafka source (``format("barrierflow_kafka")``), read with kafka-python.
+
+Offsets. A source partition is the string ``"<topic>:<partition>"`` (Kafka topic names cannot
+contain ``:``); the offset JSON is the common barrierflow format of
+:mod:`barrierflow.sources.offsets`, e.g. ``{"partitions": {"orders:0": 120, "orders:1": 98},
+"barrier": 3}``, where each value is the Kafka offset of the next record to read (exclusive
+end of the batch). A batch ``[start, end)`` of a partition holds every record with
+``start <= offset < end`` that a ``read_committed`` consumer sees; with transactional
+producers the offsets have gaps (commit/abort markers, aborted records), so a range may hold
+fewer than ``end - start`` rows.
+
+Barriers. ``latestOffset`` asks the broker for the end offsets (the last stable offset under
+``read_committed``, so no batch is planned into an open transaction) of every partition of
+the spec's topics and hands them to the pure :func:`~barrierflow.sources.planner.plan_batch`
+with the barrier request and the hold flag of the :class:`ControlChannel`. A batch whose
+plan carries a newer barrier ``n`` closes epoch ``n``; the decision is written into Spark's
+offset log, so a replayed batch replays the same barrier at the same offsets.
+
+Determinism. ``read`` re-reads a range from the broker, so the same ``[start, end)`` always
+yields the same rows (and the same dead letters), as long as retention has not deleted the
+records (then it fails with a :class:`SourceError` naming the range).
+
+Partitions. ``initialOffset`` resolves ``starting_offsets``: ``earliest`` (each partition's
+log start), ``latest`` (each partition's end) or explicit ``{topic: {partition: offset}}``
+(``-2`` = earliest, ``-1`` = latest, like Spark; partitions not named start at earliest).
+Partitions that appear later (topic metadata is refreshed at least every 30 s) start at
+offset 0, i.e. earliest.
+
+Formats. ``raw`` emits the Kafka record as it is (:data:`RAW_SCHEMA`). ``json`` decodes the
+value as a JSON object and emits ``topic, partition, offset, timestamp`` plus the spec's
+``json_fields``; a record whose value is not a JSON object, lacks a field, holds ``null`` or a
+value of the wrong type goes to the dead-letter output
+(:mod:`barrierflow.sources.dead_letter`) and is not emitted. JSON field types: ``string``
+(a JSON string), ``long`` (an integer), ``double`` (a number), ``boolean`` (``true``/``false``)
+and ``timestamp`` (an ISO-8601 string, UTC when it has no offset, or a number of epoch
+milliseconds).
+
+Failures never hang: every broker call is bounded by ``poll_timeout`` and a broker that cannot
+be reached gives a :class:`SourceError` naming the bootstrap servers and what to check.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.errors import SourceError, UserInputError
+from barrierflow.sources.offsets import SourceOffset
+from barrierflow.sources.planner import PlanRequest, plan_batch
+from barrierflow.spec.models import KafkaSourceSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.consumer.fetcher import ConsumerRecord
+
+log = logging.getLogger(__name__)
+
+RAW_SCHEMA = (
+    "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY, "
+    "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+)
+#: The columns every format starts with.
+METADATA_COLUMNS = ("topic", "partition", "offset", "timestamp")
+#: Spark SQL type of each ``json_fields`` type.
+JSON_SPARK_TYPES = {
+    "string": "STRING",
+    "long": "BIGINT",
+    "double": "DOUBLE",
+    "timestamp": "TIMESTAMP",
+    "boolean": "BOOLEAN",
+}
+#: Rows per Arrow record batch yielded by ``read``.
+CHUNK_ROWS = 10_000
+#: How often the driver's consumer refreshes topic metadata (new partitions), in ms.
+METADATA_MAX_AGE_MS = 30_000
+_EARLIEST, _LATEST = -2, -1
+_INT64 = (-(2**63), 2**63 - 1)
+_MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
+_T = TypeVar("_T")
+
+
+# --------------------------------------------------------------------------- partitions ids
+
+
+def partition_id(topic: str, partition: int) -> str:
+    """The source-partition key of ``topic``/``partition`` in the offset JSON."""
+    return f"{topic}:{partition}"
+
+
+def parse_partition_id(key: str) -> tuple[str, int]:
+    """Inverse of :func:`partition_id`; raises :class:`SourceError` for a malformed key."""
+    topic, sep, number = key.rpartition(":")
+    if not sep or not topic or not number.isdigit():
+        raise SourceError(
+            f"not a Kafka source partition {key!r} (expected 'topic:partition'); was this Spark "
+            "checkpoint written by another source? Use a fresh work_dir."
+        )
+    return topic, int(number)
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def schema_for(spec: KafkaSourceSpec) -> str:
+    """The Spark DDL schema of the rows the source emits for ``spec``.
+
+    Raises:
+        UserInputError: a ``json_fields`` name collides with a metadata column.
+    """
+    if spec.format == "raw":
+        return RAW_SCHEMA
+    clash = sorted(set(spec.json_fields) & set(METADATA_COLUMNS))
+    if clash:
+        raise UserInputError(
+            f"Kafka source {spec.name!r}: json_fields {clash} collide with the metadata columns "
+            f"{list(METADATA_COLUMNS)}; rename them in a transformation instead of in json_fields"
+        )
+    fields = ", ".join(f"{_quote(n)} {JSON_SPARK_TYPES[t]}" for n, t in spec.json_fields.items())
+    return "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, " + fields
+
+
+# --------------------------------------------------------------------------- consumers
+
+
+def bootstrap_servers(spec: KafkaSourceSpec) -> list[str]:
+    """The ``host:port`` list of ``spec.bootstrap_servers`` (comma separated)."""
+    servers = [s.strip() for s in spec.bootstrap_servers.split(",") if s.strip()]
+    if not servers:
+        raise UserInputError(f"Kafka source {spec.name!r}: bootstrap_servers is empty")
+    return servers
+
+
+def consumer_config(spec: KafkaSourceSpec) -> dict[str, Any]:
+    """kafka-python consumer settings: no group, no auto commit, ``read_committed``, bounded.
+
+    ``bootstrap_timeout_ms`` and ``request_timeout_ms`` follow ``poll_timeout`` so a dead
+    broker fails fast; ``auto_offset_reset='none'`` makes a deleted range an error instead of
+    a silent jump; topics are never auto-created by reading them.
+    """
+    timeout_ms = max(int(spec.poll_timeout * 1000), 1000)
+    return {
+        "bootstrap_servers": bootstrap_servers(spec),
+        "client_id": f"barrierflow-{spec.name}",
+        "group_id": None,
+        "enable_auto_commit": False,
+        "isolation_level": "read_committed",
+        "auto_offset_reset": "none",
+        "allow_auto_create_topics": False,
+        "bootstrap_timeout_ms": timeout_ms,
+        "request_timeout_ms": timeout_ms,
+        "reconnect_backoff_max_ms": 1000,
+        "metadata_max_age_ms": METADATA_MAX_AGE_MS,
+        "max_poll_records": CHUNK_ROWS,
+        "metrics_enabled": False,
+    }
+
+
+def _unreachable(spec: KafkaSourceSpec, what: str, exc: BaseException) -> SourceError:
+    return SourceError(
+        f"Kafka source {spec.name!r}: {what} failed: cannot reach the brokers "
+        f"{','.join(bootstrap_servers(spec))} within poll_timeout={spec.poll_timeout:g}s "
+        f"({type(exc).__name__}: {exc}). Check that the brokers are running and listening on "
+        "those addresses, that bootstrap_servers is right, that the brokers' advertised "
+        "listeners resolve and are reachable from this host (driver and executors), and "
+        "that no firewall blocks the port."
+    )
+
+
+def open_consumer(spec: KafkaSourceSpec) -> KafkaConsumer:
+    """A connected consumer for ``spec``; the caller closes it.
+
+    Raises:
+        SourceError: the brokers cannot be reached within ``poll_timeout``.
+    """
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
+
+    try:
+        return KafkaConsumer(**consumer_config(spec))
+    except KafkaError as exc:
+        raise _unreachable(spec, "connecting", exc) from exc
+
+
+def _call(spec: KafkaSourceSpec, what: str, fn: Callable[[], _T]) -> _T:
+    """Run a broker call, turning kafka-python's errors into a :class:`SourceError`."""
+    from kafka.errors import (
+        KafkaConnectionError,
+        KafkaError,
+        KafkaTimeoutError,
+        NodeNotReadyError,
+        RequestTimedOutError,
+    )
+
+    try:
+        return fn()
+    except (KafkaTimeoutError, KafkaConnectionError, NodeNotReadyError, RequestTimedOutError) as exc:
+        raise _unreachable(spec, what, exc) from exc
+    except KafkaError as exc:
+        raise SourceError(f"Kafka source {spec.name!r}: {what} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def topic_partitions(spec: KafkaSourceSpec, consumer: KafkaConsumer) -> list[TopicPartition]:
+    """Every partition of the spec's topics, sorted.
+
+    Raises:
+        SourceError: a topic does not exist (or the brokers cannot be reached).
+    """
+    from kafka import TopicPartition
+
+    out: list[TopicPartition] = []
+    for topic in spec.topics:
+        numbers = _call(spec, f"listing the partitions of topic {topic!r}",
+                        functools.partial(consumer.partitions_for_topic, topic))
+        if not numbers:
+            raise SourceError(
+                f"Kafka source {spec.name!r}: topic {topic!r} does not exist on "
+                f"{','.join(bootstrap_servers(spec))} (or this client may not describe it); "
+                "create it, or fix 'topics' in the pipeline spec"
+            )
+        out += [TopicPartition(topic, p) for p in sorted(numbers)]
+    return out
+
+
+# --------------------------------------------------------------------------- reading a range
+
+
+def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
+    """The ``read_committed`` records of ``topic``/``partition`` with ``start <= offset < end``.
+
+    Opens its own consumer (assign + seek, no group) and closes it. Reading stops when the
+    consumer's position reaches ``end`` (not after ``end - start`` records: transaction
+    markers leave gaps). Raises :class:`SourceError` when the position makes no progress for
+    ``poll_timeout`` seconds or when the range was deleted by retention.
+    """
+    from kafka import TopicPartition
+    from kafka.errors import KafkaError, OffsetOutOfRangeError
+
+    where = f"{topic}:{partition} offsets [{start}, {end})"
+    if end <= start:
+        return
+    consumer = open_consumer(spec)
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        position = start
+        progressed_at = time.monotonic()
+        timeout_ms = int(spec.poll_timeout * 1000)
+        while position < end:
+            try:
+                fetched = consumer.poll(timeout_ms=min(500, timeout_ms), max_records=CHUNK_ROWS)
+                records = fetched.get(tp, [])
+                now_at = consumer.position(tp, timeout_ms=timeout_ms)
+            except OffsetOutOfRangeError as exc:
+                raise SourceError(
+                    f"Kafka source {spec.name!r}: {where} no longer exist on the broker (deleted by "
+                    "retention, or the topic was recreated). The checkpoint points at data that is "
+                    "gone: restore from a newer checkpoint, or raise the topic's retention."
+                ) from exc
+            except KafkaError as exc:
+                raise SourceError(
+                    f"Kafka source {spec.name!r}: reading {where} from "
+                    f"{','.join(bootstrap_servers(spec))} failed: {type(exc).__name__}: {exc}"
+                ) from exc
+            for record in records:
+                if record.offset >= end:
+                    break
+                if record.offset >= start:
+                    yield record
+            reached = max(position, now_at or position, records[-1].offset + 1 if records else position)
+            if reached > position:
+                position = reached
+                progressed_at = time.monotonic()
+            elif time.monotonic() - progressed_at > spec.poll_timeout:
+                raise SourceError(
+                    f"Kafka source {spec.name!r}: reading {where} from "
+                    f"{','.join(bootstrap_servers(spec))} made no progress for "
+                    f"poll_timeout={spec.poll_timeout:g}s (stuck at offset {position}). Likely "
+                    "causes: the broker became unreachable, the partition's records up to the "
+                    "planned end were deleted or the topic recreated, or a transaction is still "
+                    "open (read_committed waits for it). Check the broker and the topic, or raise "
+                    "poll_timeout."
+                )
+    finally:
+        consumer.close()
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _timestamp_us(ms: int | None) -> int | None:
+    return None if ms is None or ms < 0 else ms * 1000
+
+
+class _Invalid(Exception):
+    """A JSON value does not fit its field; the message is the dead-letter reason."""
+
+
+def _coerce(name: str, kind: str, value: Any) -> Any:
+    """``value`` converted to the Arrow-ready Python value of ``kind``, or :class:`_Invalid`."""
+    if value is None:
+        raise _Invalid(f"field {name!r} is null, expected {kind}")
+    if kind == "string":
+        if isinstance(value, str):
+            return value
+    elif kind == "boolean":
+        if isinstance(value, bool):
+            return value
+    elif kind == "long":
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not _INT64[0] <= value <= _INT64[1]:
+                raise _Invalid(f"field {name!r} is out of the long range: {value}")
+            return value
+    elif kind == "double":
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif kind == "timestamp":
+        if isinstance(value, str):
+            try:
+                parsed = datetime.fromisoformat(value)
+            except ValueError as exc:
+                raise _Invalid(f"field {name!r} is not an ISO-8601 timestamp: {value[:60]!r}") from exc
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=UTC)
+            delta = parsed - datetime(1970, 1, 1, tzinfo=UTC)
+            return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            if abs(value) > _MAX_EPOCH_MS:
+                raise _Invalid(f"field {name!r} is out of the timestamp range: {value} ms")
+            return int(value * 1000)
+    raise _Invalid(f"field {name!r} should be {kind}, got {type(value).__name__} {json.dumps(value)[:60]}")
+
+
+def _payload(value: bytes | None) -> dict[str, Any]:
+    if value is None:
+        return {"payload": None}
+    try:
+        return {"payload": value.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"payload": base64.b64encode(value).decode("ascii"), "payload_encoding": "base64"}
+
+
+@dataclass
+class RecordDecoder:
+    """Turns Kafka records into Arrow record batches for ``spec.format``.
+
+    Malformed records (format ``json`` only) are collected in :attr:`dead_letters` as
+    dead-letter objects (``source``, ``partition`` = ``"topic:p"``, ``offset``, ``payload``,
+    ``reason``) instead of being emitted.
+    """
+
+    spec: KafkaSourceSpec
+
+    def __post_init__(self) -> None:
+        self.dead_letters: list[dict[str, Any]] = []
+
+    def batches(self, records: Iterable[Any]) -> Iterator[pa.RecordBatch]:
+        """Arrow batches of at most :data:`CHUNK_ROWS` rows, in record order."""
+        chunk: list[Any] = []
+        for record in records:
+            chunk.append(record)
+            if len(chunk) >= CHUNK_ROWS:
+                batch = self._batch(chunk)
+                chunk = []
+                if batch is not None:
+                    yield batch
+        if chunk:
+            batch = self._batch(chunk)
+            if batch is not None:
+                yield batch
+
+    def _batch(self, records: list[ConsumerRecord]) -> pa.RecordBatch | None:
+        if self.spec.format == "raw":
+            return self._raw(records)
+        return self._json(records)
+
+    @staticmethod
+    def _metadata(records: list[ConsumerRecord]) -> list[pa.Array]:
+        import pyarrow as pa
+
+        return [
+            pa.array([r.topic for r in records], type=pa.string()),
+            pa.array([r.partition for r in records], type=pa.int32()),
+            pa.array([r.offset for r in records], type=pa.int64()),
+            pa.array([_timestamp_us(r.timestamp) for r in records], type=pa.timestamp("us", tz="UTC")),
+        ]
+
+    def _raw(self, records: list[ConsumerRecord]) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+        headers = [[{"key": k, "value": v} for k, v in (r.headers or [])] for r in records]
+        return pa.RecordBatch.from_arrays(
+            [
+                *self._metadata(records),
+                pa.array([r.key for r in records], type=pa.binary()),
+                pa.array([r.value for r in records], type=pa.binary()),
+                pa.array(headers, type=pa.list_(header)),
+            ],
+            names=["topic", "partition", "offset", "timestamp", "key", "value", "headers"],
+        )
+
+    def _decode(self, record: ConsumerRecord) -> list[Any]:
+        if record.value is None:
+            raise _Invalid("value is null (a tombstone), expected a JSON object")
+        try:
+            obj = json.loads(record.value)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise _Invalid(f"value is not valid JSON: {exc}") from exc
+        if not isinstance(obj, dict):
+            raise _Invalid(f"value is a JSON {type(obj).__name__}, expected an object")
+        row = []
+        for name, kind in self.spec.json_fields.items():
+            if name not in obj:
+                raise _Invalid(f"field {name!r} is missing")
+            row.append(_coerce(name, kind, obj[name]))
+        return row
+
+    def _json(self, records: list[ConsumerRecord]) -> pa.RecordBatch | None:
+        import pyarrow as pa
+
+        kept: list[ConsumerRecord] = []
+        rows: list[list[Any]] = []
+        for record in records:
+            try:
+                rows.append(self._decode(record))
+            except _Invalid as exc:
+                self.dead_letters.append(
+                    {
+                        "source": self.spec.name,
+                        "partition": partition_id(record.topic, record.partition),
+                        "offset": record.offset,
+                        **_payload(record.value),
+                        "reason": str(exc),
+                    }
+                )
+                continue
+            kept.append(record)
+        if not kept:
+            return None
+        arrow_types = {
+            "string": pa.string(),
+            "long": pa.int64(),
+            "double": pa.float64(),
+            "boolean": pa.bool_(),
+            "timestamp": pa.timestamp("us", tz="UTC"),
+        }
+        fields = list(self.spec.json_fields.items())
+        columns = [
+            pa.array([row[i] for row in rows], type=arrow_types[kind]) for i, (_, kind) in enumerate(fields)
+        ]
+        return pa.RecordBatch.from_arrays(
+            [*self._metadata(kept), *columns], names=[*METADATA_COLUMNS, *(n for n, _ in fields)]
+        )
+
+
+# --------------------------------------------------------------------------- Spark source
+
+
+class KafkaDataSource(DataSource):
+    """Options: ``spec`` (KafkaSourceSpec as JSON), ``control_dir``, ``dead_letter_uri``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "barrierflow_kafka"
+
+    def schema(self) -> str:
+        return schema_for(KafkaSourceSpec.model_validate(json.loads(self.options["spec"])))
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return KafkaStreamReader(dict(self.options))
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The micro-batch reader; see the module docstring for the offset and barrier contract.
+
+    ``initialOffset``/``latestOffset`` run on the driver and share one long-lived consumer
+    (closed by ``stop``); ``read`` runs on executors with a consumer of its own per call.
+    Spark's read ``limit`` is ignored: the per-partition cap ``max_records_per_batch`` applied
+    by the batch planner is the source's admission control. With ``Trigger.AvailableNow`` the
+    end offsets seen by :meth:`prepareForTriggerAvailableNow` bound every later batch, so the
+    query runs as many capped batches as needed to reach them and then stops.
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.spec = KafkaSourceSpec.model_validate(json.loads(options["spec"]))
+        self.control = ControlChannel(options["control_dir"])
+        self.dead_letter_uri = options.get("dead_letter_uri", "")
+        self._consumer: KafkaConsumer | None = None
+        self._available_now_target: dict[str, int] | None = None
+        self._last_available: dict[str, int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The reader is pickled to the executors; a live consumer must not travel with it.
+        state = dict(self.__dict__)
+        state["_consumer"] = None
+        return state
+
+    # -- driver side ---------------------------------------------------------------------
+
+    def _driver_consumer(self) -> KafkaConsumer:
+        if self._consumer is None:
+            self._consumer = open_consumer(self.spec)
+        return self._consumer
+
+    def _offsets(self, which: str, partitions: list[TopicPartition]) -> dict[str, int]:
+        consumer = self._driver_consumer()
+        timeout_ms = int(self.spec.poll_timeout * 1000)
+        fetch = consumer.beginning_offsets if which == "earliest" else consumer.end_offsets
+        found = _call(self.spec, f"fetching the {which} offsets of {self.spec.topics}",
+                      lambda: fetch(partitions, timeout_ms=timeout_ms))
+        return {partition_id(tp.topic, tp.partition): int(found[tp]) for tp in partitions}
+
+    def available(self) -> dict[str, int]:
+        """The end offset (last stable offset) of every partition of the spec's topics,
+        bounded by the ``Trigger.AvailableNow`` target when one was taken."""
+        found = self._offsets("latest", topic_partitions(self.spec, self._driver_consumer()))
+        target = self._available_now_target
+        if target is not None:
+            found = {k: min(v, target[k]) for k, v in found.items() if k in target}
+        self._last_available = found
+        return found
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Record the current end offsets as the last data this ``availableNow`` run reads;
+        partitions created after this call are left for the next run."""
+        self._available_now_target = None
+        self._available_now_target = self.available()
+        log.info("source %s: Trigger.AvailableNow target %s", self.spec.name, self._available_now_target)
+
+    def reportLatestOffset(self) -> dict | None:
+        """The end offsets seen by the last ``latestOffset`` (no broker call), for progress."""
+        if self._last_available is None:
+            return None
+        return {"partitions": dict(sorted(self._last_available.items()))}
+
+    def initialOffset(self) -> dict:
+        """Resolve ``starting_offsets``; see the module docstring."""
+        partitions = topic_partitions(self.spec, self._driver_consumer())
+        wanted = self.spec.starting_offsets
+        if wanted in ("earliest", "latest"):
+            return SourceOffset(self._offsets(str(wanted), partitions)).to_json()
+        assert isinstance(wanted, Mapping)
+        unknown_topics = sorted(set(wanted) - set(self.spec.topics))
+        if unknown_topics:
+            raise UserInputError(
+                f"Kafka source {self.spec.name!r}: starting_offsets names topics {unknown_topics} "
+                f"that are not in topics {self.spec.topics}"
+            )
+        existing = {partition_id(tp.topic, tp.partition) for tp in partitions}
+        explicit: dict[str, int] = {}
+        for topic, by_partition in wanted.items():
+            for number, offset in by_partition.items():
+                key = partition_id(topic, int(number))
+                if key not in existing:
+                    raise SourceError(
+                        f"Kafka source {self.spec.name!r}: starting_offsets names partition {key} "
+                        f"that does not exist (the topic has {sorted(existing)})"
+                    )
+                explicit[key] = int(offset)
+        earliest = self._offsets("earliest", partitions)
+        needs_latest = any(v == _LATEST for v in explicit.values())
+        latest = self._offsets("latest", partitions) if needs_latest else {}
+        resolved: dict[str, int] = {}
+        for key, first in earliest.items():
+            offset = explicit.get(key, _EARLIEST)
+            if offset == _EARLIEST:
+                resolved[key] = first
+            elif offset == _LATEST:
+                resolved[key] = latest[key]
+            elif offset < 0:
+                raise UserInputError(
+                    f"Kafka source {self.spec.name!r}: starting offset {offset} of {key} is invalid "
+                    "(use an offset >= 0, -2 for earliest or -1 for latest)"
+                )
+            else:
+                resolved[key] = offset
+        return SourceOffset(resolved).to_json()
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        """Plan the next batch's end from the brokers' end offsets and the control channel."""
+        begin = SourceOffset.from_json(start)
+        plan = plan_batch(
+            PlanRequest(
+                start=begin,
+                available=self.available(),
+                max_records_per_partition=self.spec.max_records_per_batch,
+                requested_barrier=self.control.requested_barrier(),
+                hold=self.control.is_held(),
+            )
+        )
+        if plan.injects_barrier:
+            log.info("source %s: batch ending at %s closes epoch %d", self.spec.name,
+                     plan.end.partitions, plan.end.barrier)
+        return plan.end.to_json()
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """One input partition ``(topic, partition, start, end)`` per non-empty range."""
+        s, e = SourceOffset.from_json(start), SourceOffset.from_json(end)
+        out = []
+        for key in sorted(e.partitions, key=parse_partition_id):
+            begin = s.partitions.get(key, 0)
+            if e.partitions[key] > begin:
+                topic, number = parse_partition_id(key)
+                out.append(InputPartition((topic, number, begin, e.partitions[key])))
+        return out
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: offsets live in Spark's log, not in a consumer group."""
+
+    def stop(self) -> None:
+        """Close the driver-side consumer."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # -- executor side -------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Arrow batches of the range; malformed records go to the dead-letter output."""
+        topic, number, start, end = partition.value
+        decoder = RecordDecoder(self.spec)
+        yield from decoder.batches(read_range(self.spec, topic, number, start, end))
+        if decoder.dead_letters:
+            key = partition_id(topic, number)
+            if self.dead_letter_uri:
+                from barrierflow.sources.dead_letter import write_dead_letters
+
+                write_dead_letters(self.dead_letter_uri, self.spec.name, key, start, end, decoder.dead_letters)
+            else:
+                log.warning("source %s: dropped %d malformed records of %s [%d, %d): no dead_letter_uri",
+                            self.spec.name, len(decoder.dead_letters), key, start, end)

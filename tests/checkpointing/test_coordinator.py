@@ -1,0 +1,187 @@
+"""The coordinator's protocol and timing rules, on a hand-written Spark checkpoint dir and
+a real local checkpoint store, with an injected clock (no Spark needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.checkpointing.coordinator import CheckpointCoordinator
+from barrierflow.checkpointing.manifest import FailureReason
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.errors import TolerableFailuresExceededError
+from barrierflow.sinks.committer import SinkCommitter
+from barrierflow.spec.models import CheckpointSpec
+from barrierflow.storage.local import LocalObjectStore
+from barrierflow.testing.faulty_store import FailingObjectStore
+
+from tests.checkpointing.fake_spark import FakeSparkCheckpoint
+
+
+class RecordingSink(SinkCommitter):
+    name = "rec"
+
+    def __init__(self) -> None:
+        self.completed: list[tuple[int, int]] = []
+
+    def pre_commit_handles(self, barrier_batch: int) -> list[dict]:
+        return [{"sink": "rec", "upto": barrier_batch}]
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None:
+        self.completed.append((checkpoint_id, barrier_batch))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _coordinator(tmp_path: Path, objects=None, clock: Clock | None = None, sinks=None, **options):
+    spark = FakeSparkCheckpoint(tmp_path / "spark")
+    store = CheckpointStore(objects or LocalObjectStore(tmp_path / "store"), "p")
+    opts = CheckpointSpec(storage="file://unused", **{"interval": 1.0, "timeout": 10.0, **options})
+    coordinator = CheckpointCoordinator(
+        pipeline="p", options=opts, store=store, spark_checkpoint_dir=spark.root,
+        staging_dir=tmp_path / "staging", control=ControlChannel(tmp_path / "control"),
+        source_names=["events"], sinks=sinks, monotonic=clock or Clock(),
+    )
+    coordinator.start()
+    return coordinator, spark, store
+
+
+def _wait_uploads(coordinator: CheckpointCoordinator) -> list:
+    events = []
+    for pending in list(coordinator.pending.values()):
+        if pending.upload is not None:
+            pending.upload.exception(timeout=10)
+    events += coordinator.tick()
+    return events
+
+
+def test_trigger_barrier_snapshot_upload_manifest_notify(tmp_path: Path) -> None:
+    clock = Clock()
+    sink = RecordingSink()
+    coordinator, spark, store = _coordinator(tmp_path, clock=clock, sinks=[sink])
+    control = ControlChannel(tmp_path / "control")
+    coordinator.tick()
+    assert control.requested_barrier() == 0  # interval not yet elapsed
+    clock.t += 1.0
+    coordinator.tick()
+    assert control.requested_barrier() == 1
+    spark.run_batch(0, {"0": 10, "1": 10}, barrier=0)
+    spark.run_batch(1, {"0": 20, "1": 20}, barrier=1)  # the barrier batch of checkpoint 1
+    spark.run_batch(2, {"0": 30, "1": 30}, barrier=1)  # a later batch: not part of checkpoint 1
+    coordinator.tick()
+    events = _wait_uploads(coordinator)
+    assert [e.checkpoint_id for e in events if e.completed] == [1]
+    manifest = store.get(1)
+    assert manifest.spark_batch_id == 1 and manifest.state_version == 2 and manifest.first_batch_id == 0
+    assert manifest.barrier_offsets == {"events": {"0": 20, "1": 20}}
+    paths = {f.path for f in manifest.files}
+    assert {"metadata", "offsets/0", "offsets/1", "commits/0", "commits/1", "state/0/0/1.delta",
+            "state/0/0/2.delta", "state/0/1/2.delta", "state/0/0/_metadata/schema",
+            "state/0/_metadata/metadata"} <= paths
+    assert "offsets/2" not in paths and "state/0/0/3.delta" not in paths
+    assert manifest.sink_handles == [{"sink": "rec", "upto": 1}]
+    assert sink.completed == [(1, 1)]
+    unique = {f.sha256: f.size for f in manifest.files}
+    assert manifest.incremental_bytes == sum(unique.values()) > 0  # identical files stored once
+    assert manifest.full_bytes == sum(f.size for f in manifest.files)
+    for f in manifest.files:  # every referenced file is stored, content-addressed
+        assert store.objects.size(f"shared/{f.sha256[:2]}/{f.sha256}") == f.size
+    assert not (tmp_path / "staging" / "chk-1").exists()
+
+
+def test_second_checkpoint_uploads_only_new_files(tmp_path: Path) -> None:
+    clock = Clock()
+    coordinator, spark, store = _coordinator(tmp_path, clock=clock)
+    clock.t += 1.0
+    coordinator.tick()
+    spark.run_batch(0, {"0": 10}, barrier=1, delta_bytes=100_000)
+    coordinator.tick()
+    _wait_uploads(coordinator)
+    clock.t += 1.0
+    coordinator.tick()
+    spark.run_batch(1, {"0": 11}, barrier=1, delta_bytes=10)
+    spark.run_batch(2, {"0": 12}, barrier=2, delta_bytes=10)
+    coordinator.tick()
+    _wait_uploads(coordinator)
+    first, second = store.get(1), store.get(2)
+    assert second.first_batch_id == 1
+    assert second.full_bytes > 200_000 and second.incremental_bytes < 1_000
+    assert {f.path for f in second.files if not f.uploaded} >= {"state/0/0/1.delta", "state/0/1/1.delta"}
+    assert first.state_bases == second.state_bases == {"state/0/0": 0, "state/0/1": 0}
+
+
+def test_min_pause_and_single_outstanding_barrier(tmp_path: Path) -> None:
+    clock = Clock()
+    coordinator, spark, _store = _coordinator(tmp_path, clock=clock, interval=1.0, min_pause=5.0)
+    control = ControlChannel(tmp_path / "control")
+    clock.t += 1.0
+    coordinator.tick()
+    assert control.requested_barrier() == 1
+    clock.t += 3.0
+    coordinator.tick()
+    assert control.requested_barrier() == 1  # barrier 1 not yet seen: no second request
+    spark.run_batch(0, {"0": 1}, barrier=1)
+    coordinator.tick()
+    _wait_uploads(coordinator)
+    clock.t += 2.0
+    coordinator.tick()
+    assert control.requested_barrier() == 1  # min pause since completion not over
+    clock.t += 3.1
+    coordinator.tick()
+    assert control.requested_barrier() == 2
+
+
+def test_checkpoint_expires_when_the_barrier_never_arrives(tmp_path: Path) -> None:
+    clock = Clock()
+    coordinator, _spark, store = _coordinator(tmp_path, clock=clock, timeout=5.0, tolerable_failed_checkpoints=3)
+    clock.t += 1.0
+    coordinator.tick()
+    clock.t += 6.0
+    events = coordinator.tick()
+    assert [(e.checkpoint_id, e.failure.reason) for e in events if e.failure] == [(1, FailureReason.EXPIRED)]
+    assert store.checkpoint_ids() == []
+    assert [f.checkpoint_id for f in store.failures()] == [1]
+
+
+def test_failed_uploads_are_never_completed_and_stop_the_job(tmp_path: Path) -> None:
+    clock = Clock()
+    failing = FailingObjectStore(LocalObjectStore(tmp_path / "store"))
+    coordinator, spark, store = _coordinator(tmp_path, objects=failing, clock=clock, tolerable_failed_checkpoints=1)
+    batch = 0
+    with pytest.raises(TolerableFailuresExceededError) as info:
+        for _ in range(5):
+            clock.t += 1.0
+            coordinator.tick()
+            spark.run_batch(batch, {"0": batch}, barrier=coordinator._next_id - 1)
+            batch += 1
+            coordinator.tick()
+            _wait_uploads(coordinator)
+    assert info.value.failures == 2 and info.value.tolerable == 1
+    assert "UPLOAD_FAILED" in str(info.value) and "tolerable_failed_checkpoints" in str(info.value)
+    assert store.checkpoint_ids() == []
+    assert {f.reason for f in store.failures()} == {FailureReason.UPLOAD_FAILED}
+
+
+def test_restart_resumes_ids_after_the_offset_log_and_store(tmp_path: Path) -> None:
+    clock = Clock()
+    coordinator, spark, store = _coordinator(tmp_path, clock=clock)
+    clock.t += 1.0
+    coordinator.tick()
+    spark.run_batch(0, {"0": 1}, barrier=1)
+    coordinator.tick()
+    _wait_uploads(coordinator)
+    # A barrier planned before a crash (offsets/1 carries barrier 2, no commit yet):
+    (spark.root / "offsets" / "1").write_text('v1\n{}\n{"partitions": {"0": 2}, "barrier": 2}')
+    again, _, _ = _coordinator(tmp_path, clock=clock)
+    assert again._next_id == 3
+    spark.run_batch(1, {"0": 2}, barrier=2)  # Spark replays batch 1 with the same barrier
+    again.tick()
+    _wait_uploads(again)
+    assert store.checkpoint_ids() == [1, 2]

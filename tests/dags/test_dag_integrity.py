@@ -1,0 +1,203 @@
+"""DAG integrity: the whole dags/ folder parses offline, and every DAG follows the house rules.
+
+Parsing happens in this process with ``DagBag`` (Airflow 3.3: ``airflow.dag_processing.dagbag``),
+under the throwaway ``AIRFLOW_HOME`` set by ``conftest.py``; no metadata database is needed.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from barrierflow.airflow_support import dag_id_for, discover_pipelines
+from barrierflow.spec import load_spec
+
+from tests.dags.conftest import BROKEN_SPEC_YAML, DAGS_FOLDER, PROJECT_ROOT, spec_yaml
+
+REPO_PIPELINES = PROJECT_ROOT / "include" / "pipelines"
+
+
+def parse_dags(monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path | None = None) -> Any:
+    """Parse dags/ into a fresh DagBag, reading specs from ``pipelines_dir`` (default: the repo's)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    if pipelines_dir is None:
+        monkeypatch.delenv("BARRIERFLOW_PIPELINES_DIR", raising=False)
+    else:
+        monkeypatch.setenv("BARRIERFLOW_PIPELINES_DIR", str(pipelines_dir))
+    return DagBag(dag_folder=DAGS_FOLDER, safe_mode=False)
+
+
+@pytest.fixture(scope="module")
+def dagbag() -> Iterator[Any]:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield parse_dags(monkeypatch)
+
+
+@pytest.fixture
+def tmp_dagbag(monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path) -> Any:
+    """dags/ parsed against a folder with a valid spec, a broken one and a duplicate name."""
+    (pipelines_dir / "orders.yaml").write_text(spec_yaml("orders", interval="0.2s"), encoding="utf-8")
+    (pipelines_dir / "broken.yaml").write_text(BROKEN_SPEC_YAML, encoding="utf-8")
+    (pipelines_dir / "orders2.yaml").write_text(spec_yaml("orders"), encoding="utf-8")
+    return parse_dags(monkeypatch, pipelines_dir)
+
+
+def test_no_import_errors(dagbag: Any) -> None:
+    assert dagbag.import_errors == {}
+    assert dagbag.size() > 0
+
+
+def test_every_dag_follows_the_house_rules(dagbag: Any, tmp_dagbag: Any) -> None:
+    problems = []
+    for bag in (dagbag, tmp_dagbag):
+        for dag_id, dag in bag.dags.items():
+            if not dag.tags or not {"barrierflow", "pipeline"} <= set(dag.tags):
+                problems.append(f"{dag_id}: tags {dag.tags!r}")
+            if (dag.default_args or {}).get("retries", 0) < 1:
+                problems.append(f"{dag_id}: default_args has no retries >= 1")
+            if dag.catchup is not False:
+                problems.append(f"{dag_id}: catchup is not False")
+            start = dag.start_date
+            if start is None or start.tzinfo is None or start.utcoffset() != timedelta(0):
+                problems.append(f"{dag_id}: start_date {start!r} is not a UTC datetime")
+            if not dag.doc_md or not dag.doc_md.strip():
+                problems.append(f"{dag_id}: no doc_md")
+            if not dag.description:
+                problems.append(f"{dag_id}: no description")
+    assert problems == []
+
+
+def test_a_dag_pair_per_spec_in_include_pipelines(dagbag: Any) -> None:
+    entries = discover_pipelines(REPO_PIPELINES)
+    expected = set()
+    for entry in entries:
+        if entry.spec is None:
+            expected.add(dag_id_for(entry.name, "pipeline"))
+        else:
+            expected |= {dag_id_for(entry.name, "pipeline"), dag_id_for(entry.name, "supervise")}
+    assert set(dagbag.dag_ids) == expected
+    assert all(entry.error is None for entry in entries), "a spec in include/pipelines does not load"
+
+
+def test_pipeline_dag_launches_the_job_then_supervises(dagbag: Any) -> None:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+        spec = load_spec(spec_path)
+        dag = dagbag.dags[dag_id_for(spec.name, "pipeline")]
+        assert dag.schedule is None and dag.max_active_runs == 1
+        assert set(dag.task_ids) == {"launch", "supervise"}
+        launch = dag.get_task("launch")
+        assert isinstance(launch, SparkSubmitOperator)
+        assert launch.application == str(PROJECT_ROOT / "jobs" / "run_pipeline.py")
+        assert launch._conn_id == "spark_default"
+        assert launch.application_args == ["--spec", str(spec_path.resolve())]
+        assert (launch.conf or {}) == spec.spark.conf
+        assert launch.env_vars["PYSPARK_PYTHON"] == sys.executable
+        assert dag.get_task("supervise").upstream_task_ids == {"launch"}
+        assert_max_age_param(dag, 3 * spec.checkpoint.interval)
+
+
+def test_supervise_dag_runs_every_five_minutes(dagbag: Any) -> None:
+    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+        spec = load_spec(spec_path)
+        dag = dagbag.dags[dag_id_for(spec.name, "supervise")]
+        assert dag.task_ids == ["supervise"]
+        assert dag.schedule == timedelta(minutes=5) and dag.max_active_runs == 1
+        assert_max_age_param(dag, 3 * spec.checkpoint.interval)
+
+
+def assert_max_age_param(dag: Any, default: float) -> None:
+    param = dag.params.get_param("max_checkpoint_age_seconds")
+    assert param.value == pytest.approx(max(1.0, default))
+    assert param.schema["type"] == "number" and param.schema["minimum"] == 1
+
+
+def test_broken_spec_yields_a_visible_failing_dag(tmp_dagbag: Any) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    assert tmp_dagbag.import_errors == {}
+    assert set(tmp_dagbag.dag_ids) == {
+        "barrierflow_pipeline__orders",
+        "barrierflow_supervise__orders",
+        "barrierflow_pipeline__broken",
+        "barrierflow_pipeline__orders2",
+    }
+    broken = tmp_dagbag.dags["barrierflow_pipeline__broken"]
+    assert "invalid-spec" in broken.tags
+    assert broken.task_ids == ["invalid_spec"]
+    assert "checkpoint_intervall" in broken.doc_md and "INVALID SPEC" in broken.description
+    with pytest.raises(AirflowFailException, match=r"(?s)checkpoint\.storage.*checkpoint_intervall"):
+        broken.get_task("invalid_spec").python_callable()
+
+    duplicate = tmp_dagbag.dags["barrierflow_pipeline__orders2"]
+    with pytest.raises(AirflowFailException, match="already used by"):
+        duplicate.get_task("invalid_spec").python_callable()
+
+    # A sub-second checkpoint interval still gets a max-age default that satisfies minimum=1.
+    assert_max_age_param(tmp_dagbag.dags["barrierflow_supervise__orders"], 0.6)
+
+
+def test_parsing_touches_no_connection_or_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.models.connection import Connection as ModelConnection
+    from airflow.sdk import BaseHook, Connection, Variable
+
+    calls: list[str] = []
+
+    def forbidden(what: str):
+        def fail(*args: object, **kwargs: object) -> None:
+            calls.append(f"{what}{args}")
+            raise AssertionError(f"DAG parsing called {what}")
+
+        return fail
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", "")
+    monkeypatch.setattr(BaseHook, "get_connection", classmethod(forbidden("BaseHook.get_connection")))
+    monkeypatch.setattr(Connection, "get", classmethod(forbidden("Connection.get")))
+    monkeypatch.setattr(
+        ModelConnection, "get_connection_from_secrets",
+        classmethod(forbidden("Connection.get_connection_from_secrets")),
+    )
+    monkeypatch.setattr(Variable, "get", staticmethod(forbidden("Variable.get")))
+
+    bag = parse_dags(monkeypatch)
+
+    assert bag.import_errors == {}
+    assert calls == []
+    assert bag.size() > 0
+
+
+def test_parsing_is_fast(dagbag: Any) -> None:
+    slowest = max(dagbag.dagbag_stats, key=lambda stat: stat.duration)
+    assert slowest.duration < timedelta(seconds=2), slowest
+
+
+def test_supervise_task_reports_the_checkpoint_age(
+    tmp_dagbag: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import airflow.sdk
+    import barrierflow.airflow_support as support
+    from airflow.sdk.exceptions import AirflowFailException
+
+    task = tmp_dagbag.dags["barrierflow_supervise__orders"].get_task("supervise")
+    latest: list[datetime | None] = [None]
+    context = {"params": {"max_checkpoint_age_seconds": 60}}
+    monkeypatch.setattr(support, "latest_completed_checkpoint_time", lambda spec: latest[0])
+    monkeypatch.setattr(airflow.sdk, "get_current_context", lambda: context)
+    monkeypatch.setenv("BARRIERFLOW_HOME", str(PROJECT_ROOT))  # the task sets it if unset
+
+    # AirflowFailException: failed at once, not retried; the next scheduled run checks again.
+    with pytest.raises(AirflowFailException, match="'orders' has no completed checkpoint"):
+        task.python_callable(*task.op_args, **task.op_kwargs)
+
+    latest[0] = datetime.now(UTC) - timedelta(seconds=90)
+    with pytest.raises(AirflowFailException, match="older than the limit of 60s"):
+        task.python_callable(*task.op_args, **task.op_kwargs)
+
+    latest[0] = datetime.now(UTC) - timedelta(seconds=5)
+    assert "limit 60s" in task.python_callable(*task.op_args, **task.op_kwargs)

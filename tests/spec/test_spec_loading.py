@@ -1,0 +1,109 @@
+"""Spec validation: every error names the file, the field and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from barrierflow.cli.main import main
+from barrierflow.errors import SpecError, UserInputError
+from barrierflow.spec import load_spec
+
+from tests.pipeline_specs import spec_dict, write_spec
+
+DEMO = Path(__file__).resolve().parents[2] / "include" / "pipelines" / "demo.yaml"
+
+
+def test_demo_spec_is_valid() -> None:
+    spec = load_spec(DEMO)
+    assert spec.name == "demo"
+    assert spec.checkpoint.storage.startswith("file://")
+    assert spec.sink.type == "parquet"
+    assert spec.event_time is not None and spec.event_time.watermark_delay == 5.0
+
+
+def _problems(tmp_path: Path, data: dict) -> SpecError:
+    with pytest.raises(SpecError) as info:
+        load_spec(write_spec(tmp_path, data))
+    return info.value
+
+
+def test_unknown_field_is_named(tmp_path: Path) -> None:
+    data = spec_dict(tmp_path)
+    data["checkpoint"]["intervall"] = "5s"
+    err = _problems(tmp_path, data)
+    assert ("checkpoint.intervall", err.problems[0][1]) in err.problems
+    assert "unknown field" in str(err) and str(tmp_path / "pipeline.yaml") in str(err)
+
+
+def test_wrong_type_is_named(tmp_path: Path) -> None:
+    data = spec_dict(tmp_path)
+    data["checkpoint"]["max_concurrent"] = "several"
+    data["sources"][0]["partitions"] = -3
+    err = _problems(tmp_path, data)
+    fields = [f for f, _ in err.problems]
+    assert "checkpoint.max_concurrent" in fields
+    assert any(f.startswith("sources.0") and f.endswith("partitions") for f in fields)
+
+
+def test_bad_duration_says_what_is_allowed(tmp_path: Path) -> None:
+    data = spec_dict(tmp_path)
+    data["checkpoint"]["interval"] = "soon"
+    err = _problems(tmp_path, data)
+    assert any(f == "checkpoint.interval" and "'5s'" in m for f, m in err.problems)
+
+
+def test_missing_storage_is_named(tmp_path: Path) -> None:
+    data = spec_dict(tmp_path)
+    del data["checkpoint"]["storage"]
+    err = _problems(tmp_path, data)
+    assert ("checkpoint.storage", "required field is missing") in err.problems
+
+
+def test_bad_storage_uri_is_named(tmp_path: Path) -> None:
+    data = spec_dict(tmp_path)
+    data["checkpoint"]["storage"] = "/tmp/no-scheme"
+    err = _problems(tmp_path, data)
+    assert any(f == "checkpoint.storage" and "file://PATH" in m for f, m in err.problems)
+
+
+def test_unset_environment_variable_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BF_TEST_UNSET", raising=False)
+    data = spec_dict(tmp_path)
+    data["checkpoint"]["storage"] = "s3://${BF_TEST_UNSET}/chk"
+    err = _problems(tmp_path, data)
+    assert any(f == "checkpoint.storage" and "BF_TEST_UNSET" in m for f, m in err.problems)
+
+
+def test_missing_and_non_yaml_files(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="no such file"):
+        load_spec(tmp_path / "absent.yaml")
+    (tmp_path / "bad.yaml").write_text("name: [unclosed\n", encoding="utf-8")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(tmp_path / "bad.yaml")
+    assert issubclass(SpecError, UserInputError)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d["checkpoint"].update(retaind=3), "checkpoint.retaind"),
+        (lambda d: d["checkpoint"].update(timeout=[1, 2]), "checkpoint.timeout"),
+        (lambda d: d["checkpoint"].pop("storage"), "checkpoint.storage"),
+    ],
+    ids=["unknown-field", "wrong-type", "missing-storage"],
+)
+def test_cli_exits_2_and_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate, field) -> None:
+    data = spec_dict(tmp_path)
+    mutate(data)
+    path = write_spec(tmp_path, data)
+    for argv in (["run", str(path), "--duration", "1"], ["checkpoints", "list", str(path)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert field in err and str(path) in err
+
+
+def test_cli_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(DEMO), "--checkpoints", "zero"]) == 2
+    assert main(["run", str(DEMO), "--duration", "-4"]) == 2
+    assert "--duration" in capsys.readouterr().err
