@@ -4,13 +4,14 @@ checkpoints and notifies sinks.
 It runs in the driver's Python process and is driven by :meth:`CheckpointCoordinator.tick`,
 called every few milliseconds by the job loop. One tick does, in order:
 
-Step 1. Collect finished uploads: write the manifest (the checkpoint is then complete),
-        notify every sink committer, clean the staging directory. A failed upload fails
-        the checkpoint (UPLOAD_FAILED); it is never listed as completed.
+Step 1. Collect finished asynchronous phases: write the manifest (the checkpoint is then
+        complete), tell every sink (commit), clean the staging directory. A failed upload or
+        sink pre-commit fails the checkpoint; it is never listed as completed.
 Step 2. Scan Spark's ``commits/`` for newly committed batches; a batch whose offsets carry a
         newer barrier than the previous one is barrier batch V of checkpoint n: run the
-        synchronous phase (hard links, ms) and hand the snapshot to the uploader. In the
-        synchronous-upload baseline the planner is held until the upload finished.
+        synchronous phase (hard links, ms) and start the asynchronous phase on a background
+        thread: upload the new files, then pre-commit every sink (2PC) on the sinks' ordered
+        thread. In the synchronous-upload baseline the planner is held until it finished.
 Step 3. Expire checkpoints older than ``checkpoint.timeout`` (EXPIRED).
 Step 4. Trigger the next checkpoint when the interval elapsed, the min pause since the last
         completion passed, no barrier is still on its way, and fewer than max_concurrent
@@ -18,6 +19,8 @@ Step 4. Trigger the next checkpoint when the interval elapsed, the min pause sin
 Step 5. If more than ``tolerable_failed_checkpoints`` consecutive checkpoints failed, raise
         :class:`TolerableFailuresExceededError` (the job loop stops the query).
 
+Sink calls (snapshot/pre-commit, commit, abort) all run on one ordered thread, so a
+commit of epoch n never races the pre-commit of epoch n+1 or the abort of a failed one.
 The clock is injected (``monotonic`` and ``now``) so the timing rules are unit-testable.
 """
 
@@ -28,7 +31,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,8 +46,17 @@ from barrierflow.errors import BarrierflowError, TolerableFailuresExceededError
 from barrierflow.sinks.committer import SinkCommitter
 from barrierflow.sources.offsets import SourceOffset
 from barrierflow.spec.models import CheckpointSpec
+from barrierflow.testing.crash import crash_point
 
 log = logging.getLogger(__name__)
+
+
+class _SinkPreCommitError(Exception):
+    """A sink's pre-commit failed inside the asynchronous phase."""
+
+
+class SinkCommitFailedError(BarrierflowError):
+    """A sink could not commit or abort an epoch's transaction after its checkpoint ended."""
 
 
 class PendingState(enum.Enum):
@@ -59,12 +71,18 @@ class PendingCheckpoint:
     trigger_mono: float
     state: PendingState = PendingState.TRIGGERED
     snapshot: LocalSnapshot | None = None
-    upload: Future[UploadResult] | None = None
+    upload: Future[AsyncResult] | None = None
     barrier_time: datetime | None = None
     alignment_ms: float = 0.0
     barrier_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
     first_batch_id: int = 0
-    sink_handles: list[dict[str, object]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AsyncResult:
+    upload: UploadResult
+    sink_handles: list[dict[str, object]]
+    duration_ms: float
 
 
 @dataclass(frozen=True)
@@ -109,7 +127,10 @@ class CheckpointCoordinator:
         self.monotonic = monotonic
         self.now = now
         self.spark_version = spark_version
-        self.uploader = SnapshotUploader(store, max_concurrent=options.max_concurrent)
+        self.uploader = SnapshotUploader(store)
+        self._async = ThreadPoolExecutor(max_workers=options.max_concurrent, thread_name_prefix="chk-async")
+        self._sink_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chk-sinks")
+        self._sink_futures: list[Future[object]] = []
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: list[Manifest] = []
         self.failed: list[FailureRecord] = []
@@ -155,7 +176,7 @@ class CheckpointCoordinator:
 
     @property
     def uploads_in_flight(self) -> int:
-        return self.uploader.in_flight
+        return sum(1 for p in self.pending.values() if p.state is PendingState.UPLOADING)
 
     @property
     def last_completed(self) -> Manifest | None:
@@ -167,6 +188,7 @@ class CheckpointCoordinator:
     # -- the tick -----------------------------------------------------------------------
     def tick(self) -> list[CheckpointEvent]:
         events: list[CheckpointEvent] = []
+        self.check_sinks()
         events += self._collect_uploads()  # Step 1.
         events += self._scan_commits()  # Step 2.
         events += self._expire()  # Step 3.
@@ -232,25 +254,37 @@ class CheckpointCoordinator:
             pending.snapshot = take_local_snapshot(
                 self.spark_dir, self.staging_dir, cid, batch, first_batch, self._previous_bases
             )
-            pending.sink_handles = [h for sink in self.sinks for h in sink.pre_commit_handles(batch)]
         except (BarrierflowError, OSError) as exc:
             return [self._fail(pending, FailureReason.SNAPSHOT_FAILED, str(exc))]
         pending.state = PendingState.UPLOADING
         if self.options.synchronous_upload:
             self.control.set_hold(True)
+            done: Future[AsyncResult] = Future()
             try:
-                result = self.uploader.upload_now(pending.snapshot)
-            except Exception as exc:
-                self.control.set_hold(False)
-                return [self._fail(pending, FailureReason.UPLOAD_FAILED, f"{type(exc).__name__}: {exc}")]
-            done: Future[UploadResult] = Future()
-            done.set_result(result)
+                done.set_result(self._async_phase(pending.snapshot))
+            except Exception as exc:  # reported as the checkpoint's failure
+                done.set_exception(exc)
             pending.upload = done
             events = self._collect_uploads()
             self.control.set_hold(False)
             return events
-        pending.upload = self.uploader.submit(pending.snapshot)
+        pending.upload = self._async.submit(self._async_phase, pending.snapshot)
         return []
+
+    def _async_phase(self, snapshot: LocalSnapshot) -> AsyncResult:
+        """Upload the snapshot's new files, then pre-commit every sink (ordered thread)."""
+        started = time.perf_counter()
+        upload = self.uploader.upload(snapshot)
+        handles: list[dict[str, object]] = []
+        if self.sinks:
+            future = self._sink_thread.submit(
+                lambda: [h for sink in self.sinks for h in sink.snapshot(snapshot.checkpoint_id, snapshot.batch_id)])
+            try:
+                handles = future.result()
+            except Exception as exc:
+                raise _SinkPreCommitError(f"{type(exc).__name__}: {exc}") from exc
+        crash_point("after_precommit", checkpoint_id=snapshot.checkpoint_id)
+        return AsyncResult(upload, handles, (time.perf_counter() - started) * 1000.0)
 
     def _alignment_ms(self, batch: int) -> float:
         try:
@@ -267,15 +301,19 @@ class CheckpointCoordinator:
                 continue
             try:
                 result = pending.upload.result()
-            except Exception as exc:
+            except _SinkPreCommitError as exc:
+                events.append(self._fail(pending, FailureReason.PRECOMMIT_FAILED, str(exc)))
+                continue
+            except Exception as exc:  # any storage failure fails the checkpoint
                 events.append(self._fail(pending, FailureReason.UPLOAD_FAILED, f"{type(exc).__name__}: {exc}"))
                 continue
             events.append(self._complete(pending, result))
         return events
 
-    def _complete(self, pending: PendingCheckpoint, result: UploadResult) -> CheckpointEvent:
+    def _complete(self, pending: PendingCheckpoint, outcome: AsyncResult) -> CheckpointEvent:
         assert pending.snapshot is not None and pending.barrier_time is not None
         snap = pending.snapshot
+        result = outcome.upload
         completion = self.now()
         event_times: dict[str, dict[str, datetime | None]] = {}
         for name, parts in pending.barrier_offsets.items():
@@ -294,13 +332,13 @@ class CheckpointCoordinator:
             completion_time=completion,
             alignment_ms=round(pending.alignment_ms, 3),
             sync_ms=round(snap.duration_ms, 3),
-            async_ms=round(result.duration_ms, 3),
+            async_ms=round(outcome.duration_ms, 3),
             total_ms=round((completion - pending.trigger_time).total_seconds() * 1000.0, 3),
             full_bytes=result.full_bytes,
             incremental_bytes=result.incremental_bytes,
             files=result.files,
             state_bases=snap.state_bases,
-            sink_handles=pending.sink_handles,
+            sink_handles=outcome.sink_handles,
             spark_version=self.spark_version,
         )
         try:
@@ -315,8 +353,9 @@ class CheckpointCoordinator:
         shutil.rmtree(snap.directory, ignore_errors=True)
         log.info("checkpoint %d completed (batch %d, %d B new of %d B)", manifest.checkpoint_id,
                  snap.batch_id, result.incremental_bytes, result.full_bytes)
+        crash_point("after_manifest", checkpoint_id=manifest.checkpoint_id)
         for sink in self.sinks:
-            sink.notify_checkpoint_complete(manifest.checkpoint_id, snap.batch_id)
+            self._sink_call(sink.notify_checkpoint_complete, manifest.checkpoint_id, snap.batch_id)
         return CheckpointEvent(manifest.checkpoint_id, True, manifest=manifest)
 
     def _expire(self) -> list[CheckpointEvent]:
@@ -342,17 +381,31 @@ class CheckpointCoordinator:
             spark_batch_id=pending.snapshot.batch_id if pending.snapshot else None,
         )
         self.failed.append(record)
-        self.consecutive_failures += 1
+        if reason is not FailureReason.JOB_STOPPED:
+            self.consecutive_failures += 1
         self._last_completion_mono = self.monotonic()
         if pending.snapshot is not None:
             shutil.rmtree(pending.snapshot.directory, ignore_errors=True)
         log.warning("checkpoint %d failed: %s", pending.checkpoint_id, record.message)
+        for sink in self.sinks:
+            self._sink_call(sink.notify_checkpoint_aborted, pending.checkpoint_id)
         try:
             self.store.record_failure(record)
         except Exception as exc:
             log.warning("could not record the failure of checkpoint %d in the store: %s",
                         pending.checkpoint_id, exc)
         return CheckpointEvent(pending.checkpoint_id, False, failure=record)
+
+    def _sink_call(self, fn: Callable[..., object], *args: object) -> None:
+        self._sink_futures = [f for f in self._sink_futures if not f.done() or f.exception() is not None]
+        self._sink_futures.append(self._sink_thread.submit(fn, *args))
+
+    def check_sinks(self) -> None:
+        """Raise the first error of a finished sink commit/abort (the job then stops)."""
+        for future in self._sink_futures:
+            if future.done() and future.exception() is not None:
+                raise SinkCommitFailedError(f"a sink failed to finish a transaction: {future.exception()}") \
+                    from future.exception()
 
     def drain(self, timeout: float) -> list[CheckpointEvent]:
         """After the query stopped: wait up to ``timeout`` s for in-flight uploads to finish
@@ -366,7 +419,8 @@ class CheckpointCoordinator:
         events += self._collect_uploads()
         for pending in list(self.pending.values()):
             events.append(self._fail(pending, FailureReason.JOB_STOPPED, "the job stopped first"))
-        self.consecutive_failures = 0 if events and events[-1].completed else self.consecutive_failures
+        self._sink_thread.shutdown(wait=True)
+        self._async.shutdown(wait=False, cancel_futures=True)
         self.uploader.shutdown(wait=False)
         self.control.reset()
         return events

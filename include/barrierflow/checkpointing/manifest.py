@@ -76,6 +76,7 @@ class FailureReason(enum.StrEnum):
     EXPIRED = "EXPIRED"
     SNAPSHOT_FAILED = "SNAPSHOT_FAILED"
     UPLOAD_FAILED = "UPLOAD_FAILED"
+    PRECOMMIT_FAILED = "PRECOMMIT_FAILED"
     MANIFEST_FAILED = "MANIFEST_FAILED"
     JOB_STOPPED = "JOB_STOPPED"
 
@@ -85,6 +86,7 @@ class FailureReason(enum.StrEnum):
             "EXPIRED": "the checkpoint did not complete within checkpoint.timeout",
             "SNAPSHOT_FAILED": "the synchronous phase could not link the files of the barrier batch",
             "UPLOAD_FAILED": "the asynchronous phase could not store a file in the checkpoint store",
+            "PRECOMMIT_FAILED": "a sink could not pre-commit the epoch's transaction",
             "MANIFEST_FAILED": "the manifest could not be written to the checkpoint store",
             "JOB_STOPPED": "the job stopped before the checkpoint completed",
         }[self.value]

@@ -1,9 +1,8 @@
-"""The asynchronous phase: hash staged files and store the new ones, off the processing path.
+"""The asynchronous phase's upload: hash staged files and store the new ones.
 
-:class:`SnapshotUploader` runs each checkpoint's upload on a background thread (at most
-``max_concurrent`` checkpoints at once, each uploading up to ``file_threads`` files in
-parallel) and returns, per checkpoint, the manifest's file list and byte counts. It never
-writes a manifest: completing a checkpoint is the coordinator's decision.
+:meth:`SnapshotUploader.upload` runs in the coordinator's async-phase thread and uploads up
+to ``file_threads`` files in parallel; it returns the manifest's file list and byte counts.
+It never writes a manifest: completing a checkpoint is the coordinator's decision.
 
 Incremental: a file whose sha256 is already in the store's ``shared/`` area (listed once
 at start, then tracked) is referenced, not uploaded. Hashes are cached per
@@ -18,12 +17,13 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from barrierflow.checkpointing.manifest import ManifestFile
 from barrierflow.checkpointing.snapshot import LocalSnapshot
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.testing.crash import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -45,19 +45,12 @@ def sha256_file(path: str) -> str:
 
 
 class SnapshotUploader:
-    def __init__(self, store: CheckpointStore, max_concurrent: int = 1, file_threads: int = 4) -> None:
+    def __init__(self, store: CheckpointStore, file_threads: int = 4) -> None:
         self.store = store
-        self._checkpoints = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="chk-upload")
         self._files = ThreadPoolExecutor(max_workers=file_threads, thread_name_prefix="chk-file")
         self._lock = threading.Lock()
         self._known: set[str] | None = None
         self._hash_cache: dict[tuple[int, int, int, int], str] = {}
-        self._in_flight = 0
-
-    @property
-    def in_flight(self) -> int:
-        with self._lock:
-            return self._in_flight
 
     def forget(self, digests: set[str]) -> None:
         """Tell the uploader these shared files were deleted (retention)."""
@@ -65,20 +58,9 @@ class SnapshotUploader:
             if self._known is not None:
                 self._known -= digests
 
-    def submit(self, snapshot: LocalSnapshot) -> Future[UploadResult]:
-        with self._lock:
-            self._in_flight += 1
-        future = self._checkpoints.submit(self._upload, snapshot)
-        future.add_done_callback(lambda _f: self._done())
-        return future
-
-    def upload_now(self, snapshot: LocalSnapshot) -> UploadResult:
-        """Upload in the caller's thread (the synchronous-snapshot baseline)."""
+    def upload(self, snapshot: LocalSnapshot) -> UploadResult:
+        """Store the snapshot's new files; raises the first storage error."""
         return self._upload(snapshot)
-
-    def _done(self) -> None:
-        with self._lock:
-            self._in_flight -= 1
 
     def _digest(self, path: str) -> str:
         st = os.stat(path)
@@ -104,8 +86,10 @@ class SnapshotUploader:
             if digest not in known and digest not in todo:
                 todo[digest] = path
         futures = [self._files.submit(self.store.put_shared, digest, path) for digest, path in todo.items()]
-        for future in futures:
+        for index, future in enumerate(futures):
             future.result()  # re-raises the first StorageError
+            if index == 0:
+                crash_point("during_upload", checkpoint_id=snapshot.checkpoint_id)
         with self._lock:
             assert self._known is not None
             self._known |= set(todo)
@@ -119,5 +103,4 @@ class SnapshotUploader:
         )
 
     def shutdown(self, wait: bool = True) -> None:
-        self._checkpoints.shutdown(wait=wait, cancel_futures=not wait)
         self._files.shutdown(wait=wait, cancel_futures=not wait)

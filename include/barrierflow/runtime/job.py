@@ -24,9 +24,9 @@ from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import JobFailedError
 from barrierflow.runtime.layout import JobLayout
-from barrierflow.sinks.committer import NoCommitter, SinkCommitter
+from barrierflow.sinks.committer import SinkCommitter
 from barrierflow.sources.offsets import SourceOffset
-from barrierflow.spec.models import GeneratorSourceSpec, ParquetSinkSpec, PipelineSpec
+from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec
 from barrierflow.storage import ObjectStore
 from barrierflow.transforms.context import TransformContext, load_transformation
 
@@ -103,13 +103,12 @@ class StreamingJob:
         return self._spark
 
     # -- building -----------------------------------------------------------------------
-    def sink_committers(self) -> list[SinkCommitter]:
-        sink = self.spec.sink
-        if isinstance(sink, ParquetSinkSpec):
-            from barrierflow.sinks.parquet import ParquetSinkCommitter
+    def sink_committers(self, attempt: int | None = None) -> list[SinkCommitter]:
+        """The driver-side sink of the spec (a two-phase-commit sink, or none)."""
+        from barrierflow.sinks.factory import build_sink
 
-            return [ParquetSinkCommitter(sink.name, sink.path)]
-        return [NoCommitter(sink.name)]
+        return [build_sink(self.spec, self.store, self.layout,
+                           attempt=self.store.attempt() if attempt is None else attempt)]
 
     def _event_times(self, source_name: str, partitions: dict[str, int]) -> dict[str, datetime | None]:
         source = self.spec.source
@@ -136,12 +135,14 @@ class StreamingJob:
         )
         transform = load_transformation(self.spec, self.spec_path)
         out = transform(df, TransformContext(self.spec, dict(self.spec.transformation.options)))
-        sink = self.spec.sink
-        writer = out.writeStream.outputMode(self.spec.transformation.output_mode)
-        if isinstance(sink, ParquetSinkSpec):
-            from barrierflow.sinks.parquet import ParquetBatchStager
+        from barrierflow.sinks.factory import staging_uri_for
 
-            writer = writer.foreachBatch(ParquetBatchStager(sink.path))
+        writer = out.writeStream.outputMode(self.spec.transformation.output_mode)
+        staging = staging_uri_for(self.spec, self.layout)
+        if staging is not None:
+            from barrierflow.sinks.staging import BatchStager
+
+            writer = writer.foreachBatch(BatchStager(staging))
         else:
             writer = writer.format("noop")
         return (
@@ -164,6 +165,7 @@ class StreamingJob:
         """Run until ``duration`` seconds passed or ``checkpoints`` completed (whichever is
         first; with neither, until interrupted)."""
         self.layout.work_dir.mkdir(parents=True, exist_ok=True)
+        self.restore_if_needed()
         attempt = self.store.attempt()
         coordinator = CheckpointCoordinator(
             pipeline=self.spec.name,
@@ -173,7 +175,7 @@ class StreamingJob:
             staging_dir=self.layout.snapshots,
             control=ControlChannel(self.layout.control),
             source_names=[self.spec.source.name],
-            sinks=self.sink_committers(),
+            sinks=self.sink_committers(attempt),
             event_times=self._event_times,
             attempt=attempt,
             spark_version=self.spark.version,
@@ -244,6 +246,19 @@ class StreamingJob:
             result.completed = list(coordinator.completed)
             result.failed = list(coordinator.failed)
         return result
+
+    def restore_if_needed(self) -> None:
+        """With no local Spark checkpoint, start from the latest completed checkpoint (if
+        any), so that a job moved to a fresh machine continues exactly once."""
+        from barrierflow.recovery.restore import restore_pipeline
+
+        if spark_log.planned_batches(self.layout.spark_checkpoint):
+            return
+        if self.store.latest() is None:
+            return
+        report = restore_pipeline(self.spec, checkpoint_id=None, store=self.store, layout=self.layout)
+        log.warning("no local Spark checkpoint: restored checkpoint %d (attempt %d)",
+                    report.checkpoint_id, report.attempt)
 
     def _stop_query(self) -> None:
         if self.query is None:

@@ -1,12 +1,14 @@
 """The driver-side half of a sink that takes part in checkpoints.
 
 A sink's Spark writer stages each micro-batch durably but invisibly; its committer, living
-in the driver next to the checkpoint coordinator, is told two things:
+in the driver next to the checkpoint coordinator, is called on one ordered thread:
 
-* :meth:`SinkCommitter.pre_commit_handles` at the barrier of checkpoint n (batch V): the
-  handles that let any process finish the epoch's transactions; they go into the manifest.
+* :meth:`SinkCommitter.snapshot` in the asynchronous phase of checkpoint n (barrier batch V),
+  before the manifest is written: pre-commit the epoch; returns the handles that let any
+  process finish it, stored in the manifest.
 * :meth:`SinkCommitter.notify_checkpoint_complete` after the manifest of n is stored: make
-  every staged batch <= V visible. Must be idempotent (a repeat is a no-op).
+  every pre-committed epoch <= n visible. Must be idempotent (a repeat is a no-op).
+* :meth:`SinkCommitter.notify_checkpoint_aborted` when checkpoint n failed.
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ class SinkCommitter(abc.ABC):
     name: str
 
     @abc.abstractmethod
-    def pre_commit_handles(self, barrier_batch: int) -> list[dict[str, Any]]: ...
+    def snapshot(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]: ...
 
     @abc.abstractmethod
     def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None: ...
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        return None
 
 
 class NoCommitter(SinkCommitter):
@@ -31,7 +36,7 @@ class NoCommitter(SinkCommitter):
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def pre_commit_handles(self, barrier_batch: int) -> list[dict[str, Any]]:
+    def snapshot(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]:
         return []
 
     def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None:

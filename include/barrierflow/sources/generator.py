@@ -150,6 +150,11 @@ class GeneratorStreamReader(DataSourceStreamReader):
         return SourceOffset({str(p): 0 for p in range(self.spec.partitions)}).to_json()
 
     def _available(self, start: SourceOffset) -> dict[str, int]:
+        available = self._unbounded_available(start)
+        limit = self.spec.records_per_partition
+        return available if limit is None else {p: min(o, limit) for p, o in available.items()}
+
+    def _unbounded_available(self, start: SourceOffset) -> dict[str, int]:
         if self.spec.rows_per_second <= 0:
             return {p: o + self.spec.max_records_per_batch for p, o in start.partitions.items()}
         now = time.monotonic()

@@ -56,6 +56,9 @@ class GeneratorSourceSpec(_Strict):
         default_factory=list, description="per-partition multiplier of rows_per_second; missing = 1"
     )
     malformed_every: int = Field(0, ge=0, description="every k-th record is malformed; 0 = none")
+    records_per_partition: int | None = Field(
+        None, ge=0, description="bounded source: each partition ends after this many records"
+    )
 
 
 class KafkaSourceSpec(_Strict):
@@ -105,7 +108,43 @@ class DiscardSinkSpec(_Strict):
     type: Literal["discard"]
 
 
-SinkSpec = Annotated[ParquetSinkSpec | DiscardSinkSpec, Field(discriminator="type")]
+class PostgresSinkSpec(_Strict):
+    """Rows into a PostgreSQL table with PREPARE TRANSACTION / COMMIT PREPARED per epoch.
+
+    The connection string comes from the environment variable named by ``dsn_env`` (never
+    from the spec); the server needs ``max_prepared_transactions`` > 0."""
+
+    name: str = "postgres"
+    type: Literal["postgres"]
+    dsn_env: str = Field("BARRIERFLOW_POSTGRES_DSN", pattern=r"^[A-Z_][A-Z0-9_]*$")
+    table: str = Field(..., pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+    mode: Literal["insert", "upsert"] = "insert"
+    key_columns: list[str] = Field(default_factory=list, description="conflict target for upsert")
+    staging_path: str = Field("", description="storage URI of the write-ahead staging; default in work_dir")
+
+    @model_validator(mode="after")
+    def _upsert_needs_keys(self) -> PostgresSinkSpec:
+        if self.mode == "upsert" and not self.key_columns:
+            raise ValueError("mode 'upsert' needs key_columns (the table's unique key)")
+        return self
+
+
+class KafkaSinkSpec(_Strict):
+    """Records into a Kafka topic, exactly once through Kafka transactions (kafka-python)."""
+
+    name: str = "kafka"
+    type: Literal["kafka"]
+    bootstrap_servers: str
+    topic: str
+    key_column: str | None = None
+    commit_marker_topic: str = "__barrierflow_commits"
+    staging_path: str = Field("", description="storage URI of the write-ahead staging; default in work_dir")
+    transaction_timeout_ms: int = Field(60_000, ge=1000)
+
+
+SinkSpec = Annotated[
+    ParquetSinkSpec | DiscardSinkSpec | PostgresSinkSpec | KafkaSinkSpec, Field(discriminator="type")
+]
 
 
 class CheckpointMode(enum.StrEnum):
@@ -218,5 +257,5 @@ class PipelineSpec(_Strict):
         return self.sources[0]
 
     @property
-    def sink(self) -> ParquetSinkSpec | DiscardSinkSpec:
+    def sink(self) -> ParquetSinkSpec | DiscardSinkSpec | PostgresSinkSpec | KafkaSinkSpec:
         return self.sinks[0]

@@ -1,0 +1,1 @@
+"""Restoring a job from a completed checkpoint, and finishing in-doubt sink transactions."""

@@ -1,0 +1,39 @@
+"""Building the driver-side sink of a spec, and where its micro-batches are staged."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from barrierflow.sinks.committer import NoCommitter, SinkCommitter
+from barrierflow.spec.models import DiscardSinkSpec, ParquetSinkSpec, PipelineSpec
+from barrierflow.transactions.ledger import TransactionLedger
+
+if TYPE_CHECKING:
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.runtime.layout import JobLayout
+
+
+def staging_uri_for(spec: PipelineSpec, layout: JobLayout) -> str | None:
+    """The staging URI of the spec's sink, or None for sinks that stage nothing (discard)."""
+    sink = spec.sink
+    if isinstance(sink, DiscardSinkSpec):
+        return None
+    if isinstance(sink, ParquetSinkSpec):
+        from barrierflow.sinks.parquet import staging_uri
+
+        return staging_uri(sink.path)
+    staging = getattr(sink, "staging_path", "") or f"file://{layout.work_dir / 'sink-staging' / sink.name}"
+    return staging
+
+
+def build_sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout, *, attempt: int) -> SinkCommitter:
+    sink = spec.sink
+    if isinstance(sink, DiscardSinkSpec):
+        return NoCommitter(sink.name)
+    ledger = TransactionLedger(store.objects, spec.name)
+    common = {"name": sink.name, "pipeline": spec.name, "ledger": ledger, "attempt": attempt}
+    if isinstance(sink, ParquetSinkSpec):
+        from barrierflow.sinks.parquet import ParquetFileSink
+
+        return ParquetFileSink(path=sink.path, **common)
+    raise NotImplementedError(f"sink type {sink.type!r}")  # pragma: no cover - the spec union is closed

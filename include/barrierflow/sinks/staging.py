@@ -1,0 +1,162 @@
+"""Write-ahead staging of micro-batches: the Spark side of every barrierflow sink.
+
+Spark 4.2's Python streaming writers accept only append mode, so queries write through
+``foreachBatch`` (:class:`BatchStager`), which hands each micro-batch, with its id, to the
+batch writer ``format("barrierflow_staging")``: one code path for append, update and complete
+modes. Layout under a staging URI (local ``file://`` or ``s3://``)::
+
+    batch=<batch:012d>/<task:05d>-<uuid>.parquet   one file per task (invisible to readers)
+    batch=<batch:012d>/_PRECOMMITTED.json          the batch's file list, written last
+
+Protocol per micro-batch V:
+
+1. ``write`` (executor, per task) writes one Parquet file and returns its key and row count.
+2. ``commit(messages)`` (driver, before Spark writes ``commits/V``) writes ``_PRECOMMITTED.json``
+   listing exactly the successful tasks' files: the batch is durable but invisible.
+   ``foreachBatch`` runs again with the same id when Spark replays V, which rewrites the list.
+3. ``abort(messages)`` removes the batch's prefix (failed tasks appear as None in messages).
+
+Sinks then turn staged batches into their external effect per epoch (two-phase commit,
+:mod:`barrierflow.transactions.two_phase`): publish files, ``COMMIT PREPARED``, produce a Kafka
+transaction. Staged data is deleted only after the batch's transaction committed, or when a
+restore discards batches newer than the restored checkpoint (they will be replayed).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceWriter, WriterCommitMessage
+
+from barrierflow.errors import SinkError
+from barrierflow.storage import ObjectNotFoundError, ObjectStore, open_store
+
+log = logging.getLogger(__name__)
+MARKER = "_PRECOMMITTED.json"
+_MARKER = re.compile(r"^batch=(\d+)/_PRECOMMITTED\.json$")
+_BATCH = re.compile(r"^batch=(\d+)/")
+
+
+def batch_prefix(batch_id: int) -> str:
+    return f"batch={batch_id:012d}/"
+
+
+@dataclass
+class StagedFile(WriterCommitMessage):
+    key: str | None
+    rows: int
+
+
+class StagingDataSource(DataSource):
+    """Batch writer; options ``uri`` (staging URI) and ``batch_id`` (the micro-batch)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "barrierflow_staging"
+
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        try:
+            return StagingWriter(self.options["uri"], int(self.options["batch_id"]))
+        except (KeyError, ValueError) as exc:
+            raise SinkError("barrierflow_staging needs the options 'uri' and 'batch_id'; it is driven by "
+                            "BatchStager inside foreachBatch") from exc
+
+
+class StagingWriter(DataSourceArrowWriter):
+    def __init__(self, uri: str, batch_id: int) -> None:
+        self.uri = uri
+        self.batch_id = batch_id
+
+    def write(self, iterator: Iterator[Any]) -> StagedFile:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        batches = [b for b in iterator if b.num_rows]
+        if not batches:
+            return StagedFile(None, 0)
+        table = pa.Table.from_batches(batches)
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer, compression="zstd")
+        ctx = TaskContext.get()
+        task = ctx.partitionId() if ctx else 0
+        key = f"{batch_prefix(self.batch_id)}{task:05d}-{uuid.uuid4().hex}.parquet"
+        open_store(self.uri).put_bytes(key, buffer.getvalue())
+        return StagedFile(key, table.num_rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        files = sorted(
+            ({"key": m.key, "rows": m.rows} for m in messages if isinstance(m, StagedFile) and m.key),
+            key=lambda f: f["key"],
+        )
+        body = {"batch_id": self.batch_id, "files": files, "rows": sum(f["rows"] for f in files)}
+        open_store(self.uri).put_bytes(batch_prefix(self.batch_id) + MARKER, json.dumps(body).encode())
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        store = open_store(self.uri)
+        store.delete_many([o.key for o in store.list(batch_prefix(self.batch_id))])
+
+
+class BatchStager:
+    """The ``foreachBatch`` function: stage micro-batch ``batch_id`` of ``df`` under ``uri``."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from barrierflow.testing.crash import crash_point
+
+        crash_point("mid_epoch", batch_id=batch_id)
+        (df.write.format("barrierflow_staging").mode("append")
+         .option("uri", self.uri).option("batch_id", str(batch_id)).save())
+
+
+class StagedBatches:
+    """Reading and discarding staged micro-batches (driver side)."""
+
+    def __init__(self, uri: str, store: ObjectStore | None = None) -> None:
+        self.uri = uri
+        self.store = store or open_store(uri)
+
+    def batches(self) -> list[int]:
+        """Ids of staged batches with a complete file list, ascending."""
+        return sorted(int(m.group(1)) for o in self.store.list("batch=") if (m := _MARKER.match(o.key)))
+
+    def listing(self, batch_id: int) -> dict[str, Any]:
+        try:
+            return json.loads(self.store.get_bytes(batch_prefix(batch_id) + MARKER))
+        except ObjectNotFoundError:
+            raise SinkError(
+                f"staged batch {batch_id} is gone from {self.store.describe(batch_prefix(batch_id))}; its output "
+                "cannot be produced: restore a checkpoint at or before it"
+            ) from None
+
+    def read(self, batch_id: int) -> Any:
+        """The rows of staged batch ``batch_id`` as a pyarrow Table (None when empty)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        files = self.listing(batch_id)["files"]
+        tables = [pq.read_table(io.BytesIO(self.store.get_bytes(f["key"]))) for f in files]
+        return pa.concat_tables(tables) if tables else None
+
+    def discard(self, batch_id: int) -> None:
+        """Delete a batch's staging prefix, the file list last."""
+        keys = [o.key for o in self.store.list(batch_prefix(batch_id))]
+        self.store.delete_many([k for k in keys if not k.endswith(MARKER)])
+        self.store.delete(batch_prefix(batch_id) + MARKER)
+
+    def discard_after(self, batch_id: int) -> list[int]:
+        """Delete every staged batch newer than ``batch_id``, complete or not; returns their ids."""
+        newer = sorted({int(m.group(1)) for o in self.store.list("batch=")
+                        if (m := _BATCH.match(o.key)) and int(m.group(1)) > batch_id})
+        for batch in newer:
+            self.discard(batch)
+        return newer

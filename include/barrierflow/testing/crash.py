@@ -1,0 +1,54 @@
+"""Named crash points for fault-injection tests: the driver SIGKILLs itself there.
+
+Set ``BARRIERFLOW_CRASH_AT`` in the job's environment:
+
+* ``POINT`` — crash the first time POINT is reached;
+* ``POINT@N`` — crash the N-th time POINT is reached (1-based, counted in this process);
+* ``random:SEED:P`` — at every point, crash with probability P (seeded, reproducible).
+
+Points (in protocol order): ``mid_epoch`` (a micro-batch about to be staged),
+``during_upload`` (a checkpoint's files partly stored), ``after_precommit`` (sinks
+pre-committed, manifest not yet written), ``after_manifest`` (checkpoint complete, sinks not
+yet told), ``mid_sink_commit`` (a sink commit half done). Production code calls
+:func:`crash_point`; with the variable unset it does nothing but a dictionary look-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+from collections import Counter
+
+log = logging.getLogger(__name__)
+POINTS = ("mid_epoch", "during_upload", "after_precommit", "after_manifest", "mid_sink_commit")
+ENV = "BARRIERFLOW_CRASH_AT"
+_hits: Counter[str] = Counter()
+_lock = threading.Lock()
+_random: random.Random | None = None
+
+
+def crash_point(name: str, **context: object) -> None:
+    """SIGKILL this process if ``BARRIERFLOW_CRASH_AT`` selects ``name`` now."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    global _random
+    with _lock:
+        _hits[name] += 1
+        hit = _hits[name]
+        if spec.startswith("random:"):
+            _, seed, prob = spec.split(":")
+            if _random is None:
+                _random = random.Random(int(seed))
+            fire = _random.random() < float(prob)
+        else:
+            point, _, nth = spec.partition("@")
+            fire = point == name and hit == int(nth or 1)
+    if fire:
+        sys.stderr.write(f"barrierflow: injected crash at {name} (hit {hit}) {context}\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,1 @@
+"""Two-phase commit: the transaction ledger and the sink template."""

@@ -1,0 +1,141 @@
+"""The durable transaction ledger of a pipeline, kept in its checkpoint store.
+
+One JSON document per sink transaction, ``ledger/<sink>/txn-<checkpoint_id:012d>.json``,
+rewritten atomically at every state change. A transaction belongs to the epoch closed by
+checkpoint ``checkpoint_id`` and covers the staged micro-batches ``batches``. States::
+
+    OPEN --pre_commit--> PRECOMMITTED --commit--> COMMITTED
+      \\                       \\
+       +------abort------------+--abort--> ABORTED
+
+``handle`` holds what another process needs to finish the transaction (a PostgreSQL global
+transaction id, a Kafka transactional id, staged file keys). ``history`` records every
+transition with its time. Illegal transitions raise :class:`TransactionStateError`;
+repeating the current terminal state is a no-op (commit and abort are idempotent).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from barrierflow.errors import BarrierflowError
+from barrierflow.storage import ObjectNotFoundError, ObjectStore
+
+
+class TransactionStateError(BarrierflowError):
+    """A transaction was asked to move to a state it cannot reach from its current one."""
+
+
+class TxnState(enum.StrEnum):
+    OPEN = "OPEN"
+    PRECOMMITTED = "PRECOMMITTED"
+    COMMITTED = "COMMITTED"
+    ABORTED = "ABORTED"
+
+
+_ALLOWED = {
+    TxnState.OPEN: {TxnState.PRECOMMITTED, TxnState.ABORTED},
+    TxnState.PRECOMMITTED: {TxnState.COMMITTED, TxnState.ABORTED},
+    TxnState.COMMITTED: set(),
+    TxnState.ABORTED: set(),
+}
+
+
+class Transition(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    state: TxnState
+    at: AwareDatetime
+    note: str = ""
+
+
+class Transaction(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format_version: Literal[1] = 1
+    pipeline: str
+    sink: str
+    sink_type: str
+    transaction_id: str
+    checkpoint_id: int
+    attempt: int
+    batches: list[int]
+    state: TxnState
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+    handle: dict[str, Any] = Field(default_factory=dict)
+    history: list[Transition] = Field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (TxnState.COMMITTED, TxnState.ABORTED)
+
+
+def transaction_key(sink: str, checkpoint_id: int) -> str:
+    return f"ledger/{sink}/txn-{checkpoint_id:012d}.json"
+
+
+_KEY = re.compile(r"^ledger/([^/]+)/txn-(\d+)\.json$")
+
+
+class TransactionLedger:
+    def __init__(self, objects: ObjectStore, pipeline: str) -> None:
+        self.objects = objects
+        self.pipeline = pipeline
+
+    def open(self, *, sink: str, sink_type: str, transaction_id: str, checkpoint_id: int, attempt: int,
+             batches: list[int], handle: dict[str, Any], now: datetime | None = None) -> Transaction:
+        moment = now or datetime.now(UTC)
+        txn = Transaction(pipeline=self.pipeline, sink=sink, sink_type=sink_type, transaction_id=transaction_id,
+                          checkpoint_id=checkpoint_id, attempt=attempt, batches=sorted(batches),
+                          state=TxnState.OPEN, created_at=moment, updated_at=moment, handle=handle,
+                          history=[Transition(state=TxnState.OPEN, at=moment)])
+        self.put(txn)
+        return txn
+
+    def put(self, txn: Transaction) -> None:
+        self.objects.put_bytes(transaction_key(txn.sink, txn.checkpoint_id), txn.model_dump_json(indent=2).encode())
+
+    def transition(self, txn: Transaction, state: TxnState, *, note: str = "",
+                   handle: dict[str, Any] | None = None, now: datetime | None = None) -> Transaction:
+        """Move ``txn`` to ``state`` and store it; a repeat of a terminal state is a no-op."""
+        if txn.state == state and txn.finished:
+            return txn
+        if state not in _ALLOWED[txn.state]:
+            raise TransactionStateError(
+                f"transaction {txn.transaction_id} of sink {txn.sink} is {txn.state.value}; "
+                f"it cannot become {state.value}"
+            )
+        moment = now or datetime.now(UTC)
+        updated = txn.model_copy(update={
+            "state": state,
+            "updated_at": moment,
+            "handle": {**txn.handle, **(handle or {})},
+            "history": [*txn.history, Transition(state=state, at=moment, note=note)],
+        })
+        self.put(updated)
+        return updated
+
+    def get(self, sink: str, checkpoint_id: int) -> Transaction | None:
+        try:
+            return Transaction.model_validate_json(self.objects.get_bytes(transaction_key(sink, checkpoint_id)))
+        except ObjectNotFoundError:
+            return None
+
+    def list(self, sink: str | None = None) -> list[Transaction]:
+        prefix = f"ledger/{sink}/" if sink else "ledger/"
+        out = []
+        for info in self.objects.list(prefix):
+            if _KEY.match(info.key):
+                out.append(Transaction.model_validate_json(self.objects.get_bytes(info.key)))
+        return sorted(out, key=lambda t: (t.sink, t.checkpoint_id))
+
+    def delete(self, txn: Transaction) -> None:
+        """Forget a finished transaction (retention of old epochs)."""
+        if not txn.finished:
+            raise TransactionStateError(f"transaction {txn.transaction_id} is {txn.state.value}: not finished")
+        self.objects.delete(transaction_key(txn.sink, txn.checkpoint_id))

@@ -1,0 +1,203 @@
+"""The two-phase-commit sink template (Flink's TwoPhaseCommitSinkFunction, per epoch).
+
+Subclasses implement the external effect of one transaction; the fixed entry points below
+drive them and keep the ledger (:mod:`barrierflow.transactions.ledger`) in step:
+
+* :meth:`snapshot` — at the barrier of checkpoint n (asynchronous phase, before the
+  manifest). Step 1: abort transactions of failed checkpoints still open, releasing their
+  batches. Step 2: collect the staged batches <= V_n that no live transaction holds; record
+  the transaction OPEN. Step 3: :meth:`pre_commit` it (durable, invisible). Step 4: record it
+  PRECOMMITTED. Returns the handle stored in the manifest.
+* :meth:`notify_checkpoint_complete` — after manifest n is stored: :meth:`commit` every
+  PRECOMMITTED transaction of a checkpoint <= n, record COMMITTED, delete its staged batches.
+* :meth:`notify_checkpoint_aborted` — checkpoint n failed: if its transaction is still OPEN
+  (pre-commit failed), :meth:`abort` it and release its batches to the next epoch. A
+  PRECOMMITTED one is kept and commits with the next completed checkpoint, as in Flink.
+* :meth:`restore` — the job restarts from checkpoint T (batch V_T): recover-and-commit every
+  PRECOMMITTED transaction of a checkpoint <= T, recover-and-abort every other unfinished one,
+  abort orphans the external system still holds, discard staged batches > V_T.
+
+``commit`` and ``abort`` must be idempotent: they may run again after a crash mid-way.
+Subclasses may also list external in-doubt transactions the ledger does not know
+(:meth:`external_orphans`), e.g. prepared PostgreSQL transactions of a crashed pre-commit.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from barrierflow.sinks.committer import SinkCommitter
+from barrierflow.sinks.staging import StagedBatches
+from barrierflow.testing.crash import crash_point
+from barrierflow.transactions.ledger import Transaction, TransactionLedger, TxnState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One reconciliation decision: what happens to one transaction and why."""
+
+    sink: str
+    transaction_id: str
+    checkpoint_id: int | None
+    state: str
+    action: str  # COMMIT | ABORT | NONE
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
+    sink_type: str = "abstract"
+
+    def __init__(self, *, name: str, pipeline: str, ledger: TransactionLedger, staging: StagedBatches,
+                 attempt: int = 0, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.name = name
+        self.pipeline = pipeline
+        self.ledger = ledger
+        self.staging = staging
+        self.attempt = attempt
+        self.now = now
+
+    # -- what a sink implements ---------------------------------------------------------
+    def transaction_id(self, checkpoint_id: int) -> str:
+        """Stable id encoding pipeline, sink, epoch and attempt."""
+        return f"bf.{self.pipeline}.{self.name}.e{checkpoint_id}.a{self.attempt}"
+
+    def begin_transaction(self, txn_id: str, checkpoint_id: int, batches: list[int]) -> dict[str, Any]:
+        """Return the handle another process needs to finish the transaction."""
+        return {"batches": batches}
+
+    @abc.abstractmethod
+    def pre_commit(self, txn: Transaction) -> dict[str, Any]:
+        """Make the transaction's output durable but invisible; returns handle additions."""
+
+    @abc.abstractmethod
+    def commit(self, txn: Transaction) -> None:
+        """Make the output visible. Idempotent: committing a committed transaction is a no-op."""
+
+    @abc.abstractmethod
+    def abort(self, txn: Transaction) -> None:
+        """Discard the external transaction (not the staged batches). Idempotent."""
+
+    def recover_and_commit(self, txn: Transaction) -> None:
+        self.commit(txn)
+
+    def recover_and_abort(self, txn: Transaction) -> None:
+        self.abort(txn)
+
+    def external_orphans(self, known: set[str]) -> list[str]:
+        """In-doubt transactions of this pipeline and sink held by the external system whose
+        id is not in ``known`` (live ledger transactions)."""
+        return []
+
+    def abort_orphan(self, external_id: str) -> None:
+        return None
+
+    # -- fixed entry points -------------------------------------------------------------
+    def snapshot(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]:
+        txns = self.ledger.list(self.name)
+        for txn in txns:  # Step 1.
+            if txn.state is TxnState.OPEN and txn.checkpoint_id < checkpoint_id:
+                self._abort(txn, "superseded: its checkpoint failed before pre-commit")
+        held = {b for t in self.ledger.list(self.name) if t.state in (TxnState.OPEN, TxnState.PRECOMMITTED,
+                                                                      TxnState.COMMITTED) for b in t.batches}
+        batches = [b for b in self.staging.batches() if b <= barrier_batch and b not in held]  # Step 2.
+        txn_id = self.transaction_id(checkpoint_id)
+        txn = self.ledger.open(sink=self.name, sink_type=self.sink_type, transaction_id=txn_id,
+                               checkpoint_id=checkpoint_id, attempt=self.attempt, batches=batches,
+                               handle=self.begin_transaction(txn_id, checkpoint_id, batches), now=self.now())
+        added = self.pre_commit(txn)  # Step 3.
+        txn = self.ledger.transition(txn, TxnState.PRECOMMITTED, handle=added, now=self.now())  # Step 4.
+        return [{"sink": self.name, "type": self.sink_type, "transaction_id": txn.transaction_id,
+                 "checkpoint_id": checkpoint_id, "batches": batches, **txn.handle}]
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None:
+        for txn in self.ledger.list(self.name):
+            if txn.state is TxnState.PRECOMMITTED and txn.checkpoint_id <= checkpoint_id:
+                self._commit(txn, recovering=False)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        txn = self.ledger.get(self.name, checkpoint_id)
+        if txn is not None and txn.state is TxnState.OPEN:
+            self._abort(txn, f"checkpoint {checkpoint_id} failed during pre-commit")
+
+    def _commit(self, txn: Transaction, *, recovering: bool) -> None:
+        (self.recover_and_commit if recovering else self.commit)(txn)
+        self.ledger.transition(txn, TxnState.COMMITTED, now=self.now(),
+                               note="recovered" if recovering else "")
+        for batch in txn.batches:
+            self.staging.discard(batch)
+
+    def _abort(self, txn: Transaction, note: str, *, recovering: bool = False) -> None:
+        (self.recover_and_abort if recovering else self.abort)(txn)
+        self.ledger.transition(txn, TxnState.ABORTED, note=note, now=self.now())
+
+    # -- restore and reconciliation -------------------------------------------------------
+    def plan(self, target_checkpoint: int | None, *, restoring: bool) -> list[Decision]:
+        """Decide each unfinished transaction given the checkpoint the job runs from.
+
+        ``target_checkpoint`` is the restored (or latest completed) checkpoint; None means
+        none completed. When not ``restoring`` the job may be running, so transactions newer
+        than the target are left alone (they may still be in flight)."""
+        decisions: list[Decision] = []
+        live: set[str] = set()
+        for txn in self.ledger.list(self.name):
+            if txn.finished:
+                continue
+            live.add(txn.transaction_id)
+            covered = target_checkpoint is not None and txn.checkpoint_id <= target_checkpoint
+            if txn.state is TxnState.PRECOMMITTED and covered:
+                decisions.append(Decision(self.name, txn.transaction_id, txn.checkpoint_id, txn.state.value,
+                                          "COMMIT", f"checkpoint {target_checkpoint} completed and covers "
+                                                    f"epoch {txn.checkpoint_id}"))
+            elif restoring:
+                why = ("pre-commit never finished" if txn.state is TxnState.OPEN
+                       else f"epoch {txn.checkpoint_id} is newer than the restored checkpoint {target_checkpoint}")
+                decisions.append(Decision(self.name, txn.transaction_id, txn.checkpoint_id, txn.state.value,
+                                          "ABORT", why))
+            else:
+                decisions.append(Decision(self.name, txn.transaction_id, txn.checkpoint_id, txn.state.value,
+                                          "NONE", "newer than the latest completed checkpoint; may be in flight"))
+        for orphan in self.external_orphans(live):
+            action = "ABORT" if restoring else "NONE"
+            decisions.append(Decision(self.name, orphan, None, "EXTERNAL", action,
+                                      "held by the external system but unknown to the ledger "
+                                      "(a pre-commit crashed before it was recorded)"))
+        return decisions
+
+    def apply(self, decisions: list[Decision]) -> None:
+        by_id = {t.transaction_id: t for t in self.ledger.list(self.name)}
+        for decision in decisions:
+            if decision.sink != self.name or decision.action == "NONE":
+                continue
+            txn = by_id.get(decision.transaction_id)
+            if txn is None:
+                self.abort_orphan(decision.transaction_id)
+            elif decision.action == "COMMIT":
+                self._commit(txn, recovering=True)
+            else:
+                self._abort(txn, f"reconciliation: {decision.reason}", recovering=True)
+
+    def restore(self, target_checkpoint: int | None, barrier_batch: int | None) -> list[Decision]:
+        """Finish every unfinished transaction for a restart from ``target_checkpoint``;
+        discard staged batches after ``barrier_batch`` (they will be replayed)."""
+        decisions = self.plan(target_checkpoint, restoring=True)
+        self.apply(decisions)
+        discarded = self.staging.discard_after(barrier_batch if barrier_batch is not None else -1)
+        if discarded:
+            log.info("sink %s: discarded staged batches %s (they will be replayed)", self.name, discarded)
+        return decisions
+
+
+def mid_commit_crash_point(sink: str, step: int) -> None:
+    """A crash point inside a sink's commit, after its first step."""
+    if step == 1:
+        crash_point("mid_sink_commit", sink=sink)
