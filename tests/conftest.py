@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_kafka"]
+pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_kafka", "tests.fixtures_postgres"]
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

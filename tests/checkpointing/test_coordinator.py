@@ -25,7 +25,7 @@ class RecordingSink(SinkCommitter):
     def __init__(self) -> None:
         self.completed: list[tuple[int, int]] = []
 
-    def pre_commit_handles(self, barrier_batch: int) -> list[dict]:
+    def snapshot(self, checkpoint_id: int, barrier_batch: int) -> list[dict]:
         return [{"sink": "rec", "upto": barrier_batch}]
 
     def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None:
@@ -59,6 +59,7 @@ def _wait_uploads(coordinator: CheckpointCoordinator) -> list:
         if pending.upload is not None:
             pending.upload.exception(timeout=10)
     events += coordinator.tick()
+    coordinator.flush_sinks()
     return events
 
 

@@ -400,6 +400,11 @@ class CheckpointCoordinator:
         self._sink_futures = [f for f in self._sink_futures if not f.done() or f.exception() is not None]
         self._sink_futures.append(self._sink_thread.submit(fn, *args))
 
+    def flush_sinks(self, timeout: float = 60.0) -> None:
+        """Wait until every queued sink call (commit, abort) finished; re-raise its error."""
+        for future in list(self._sink_futures):
+            future.result(timeout=timeout)
+
     def check_sinks(self) -> None:
         """Raise the first error of a finished sink commit/abort (the job then stops)."""
         for future in self._sink_futures:

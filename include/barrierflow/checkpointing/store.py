@@ -2,7 +2,7 @@
 
 Layout under the store's root URI (``checkpoint.storage`` of the spec)::
 
-    _pipeline.json                     {"pipeline": name, "attempt": n}
+    _pipeline.json                     {"pipeline": name, "attempt": n, "abandoned": [ids]}
     shared/<sha256[:2]>/<sha256>       every file any checkpoint references, by content
     chk-<n>/_metadata.json             the manifest, written last (checkpoint completed)
     chk-<n>/_failed.json               why checkpoint n failed (best effort)
@@ -81,9 +81,14 @@ class CheckpointStore:
                 (completed if match.group(2) == "_metadata" else failed).append(int(match.group(1)))
         return sorted(completed), sorted(failed)
 
-    def checkpoint_ids(self) -> list[int]:
-        """Ids of checkpoints with a manifest (completed), ascending."""
-        return self._ids()[0]
+    def checkpoint_ids(self, include_abandoned: bool = False) -> list[int]:
+        """Ids of checkpoints with a manifest (completed), ascending. Checkpoints newer than
+        a restored one are *abandoned* (their timeline was discarded) and left out."""
+        ids = self._ids()[0]
+        if include_abandoned:
+            return ids
+        abandoned = set(self.abandoned())
+        return [i for i in ids if i not in abandoned]
 
     def get(self, checkpoint_id: int) -> Manifest:
         """The manifest of ``checkpoint_id``.
@@ -136,12 +141,24 @@ class CheckpointStore:
         return out
 
     # -- attempts -----------------------------------------------------------------------
-    def attempt(self) -> int:
+    def _pipeline_doc(self) -> dict[str, object]:
         try:
-            return int(json.loads(self.objects.get_bytes("_pipeline.json"))["attempt"])
+            return dict(json.loads(self.objects.get_bytes("_pipeline.json")))
         except ObjectNotFoundError:
-            return 0
+            return {"pipeline": self.pipeline, "attempt": 0, "abandoned": []}
 
-    def set_attempt(self, attempt: int) -> None:
+    def attempt(self) -> int:
+        """How many times the pipeline was restored (0 before the first restore)."""
+        return int(self._pipeline_doc()["attempt"])  # type: ignore[call-overload]
+
+    def abandoned(self) -> list[int]:
+        return [int(i) for i in self._pipeline_doc().get("abandoned", [])]  # type: ignore[union-attr]
+
+    def begin_attempt(self, abandoned: list[int]) -> int:
+        """Record a restore: increase the attempt number and abandon the given checkpoints."""
+        doc = self._pipeline_doc()
+        attempt = int(doc["attempt"]) + 1  # type: ignore[call-overload]
+        gone = sorted(set(self.abandoned()) | set(abandoned))
         self.objects.put_bytes("_pipeline.json", json.dumps(
-            {"pipeline": self.pipeline, "attempt": attempt}).encode())
+            {"pipeline": self.pipeline, "attempt": attempt, "abandoned": gone}).encode())
+        return attempt

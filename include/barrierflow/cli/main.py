@@ -34,7 +34,23 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("spec", help="pipeline spec YAML, e.g. include/pipelines/demo.yaml")
     run.add_argument("--duration", type=float, help="stop after this many seconds")
     run.add_argument("--checkpoints", type=int, help="stop after this many completed checkpoints")
+    run.add_argument("--until-exhausted", action="store_true",
+                     help="bounded sources: stop once every record is covered by a completed checkpoint")
     run.add_argument("--quiet", action="store_true", help="no live progress line")
+
+    restore = sub.add_parser("restore", help="rebuild the job's Spark checkpoint from a completed checkpoint")
+    restore.add_argument("spec")
+    which = restore.add_mutually_exclusive_group()
+    which.add_argument("--checkpoint", type=int, help="checkpoint id")
+    which.add_argument("--latest", action="store_true", help="the latest completed checkpoint (default)")
+    restore.add_argument("--accept-duplicates", action="store_true",
+                         help="restore even if newer output was already committed (it will be written again)")
+    restore.add_argument("--json", action="store_true")
+
+    reconcile = sub.add_parser("reconcile", help="finish in-doubt sink transactions")
+    reconcile.add_argument("spec")
+    reconcile.add_argument("--dry-run", action="store_true", help="show the decisions, change nothing")
+    reconcile.add_argument("--json", action="store_true")
 
     chk = sub.add_parser("checkpoints", help="inspect checkpoints")
     chk_sub = chk.add_subparsers(dest="action", required=True, parser_class=_ArgumentParser)
@@ -80,7 +96,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UserInputError("--checkpoints must be a positive whole number")
     spec = load_spec(args.spec)
     job = StreamingJob(spec, spec_path=args.spec)
-    result = job.run(duration=args.duration, checkpoints=args.checkpoints,
+    result = job.run(duration=args.duration, checkpoints=args.checkpoints, until_exhausted=args.until_exhausted,
                      progress=None if args.quiet else _progress_line,
                      progress_every=1.0 if sys.stderr.isatty() else 30.0)
     if sys.stderr.isatty() and not args.quiet:
@@ -138,6 +154,46 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_restore(args: argparse.Namespace) -> int:
+    from barrierflow.recovery.restore import restore_pipeline
+    from barrierflow.spec import load_spec
+
+    spec = load_spec(args.spec)
+    report = restore_pipeline(spec, args.checkpoint, accept_duplicates=args.accept_duplicates)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+        return EXIT_OK
+    print(f"restored checkpoint {report.checkpoint_id} of {spec.name} (batch {report.spark_batch_id}, "
+          f"{report.files} files, {report.bytes} bytes, sha256 checked); attempt {report.attempt}")
+    if report.abandoned:
+        print(f"  abandoned newer checkpoints: {report.abandoned}")
+    for d in report.decisions:
+        print(f"  {d.action:6} {d.sink} {d.transaction_id}: {d.reason}")
+    print(f"ready: 'barrierflow run {args.spec}' resumes at batch {report.spark_batch_id + 1}")
+    return EXIT_OK
+
+
+def _cmd_reconcile(args: argparse.Namespace) -> int:
+    from barrierflow.recovery.reconcile import apply_reconciliation, plan_reconciliation
+    from barrierflow.spec import load_spec
+
+    spec = load_spec(args.spec)
+    plan = plan_reconciliation(spec)
+    if not args.dry_run:
+        apply_reconciliation(spec, plan)
+    if args.json:
+        print(json.dumps({**plan.as_dict(), "dry_run": args.dry_run}, indent=2))
+        return EXIT_OK
+    verb = "would" if args.dry_run else "did"
+    print(f"pipeline {spec.name}: latest completed checkpoint {plan.latest_completed}; "
+          f"job {'running' if plan.job_running else 'not running'}")
+    for d in plan.decisions:
+        print(f"  {verb} {d.action:6} {d.sink} {d.transaction_id} (epoch {d.checkpoint_id}, {d.state}): {d.reason}")
+    if not plan.decisions:
+        print("  nothing in doubt")
+    return EXIT_OK
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from barrierflow.bench.abs_overhead import run_benchmark
 
@@ -163,7 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _raise_interrupt)
     except ValueError:  # not in the main thread (e.g. called from a test thread)
         pass
-    handlers = {"run": _cmd_run, "checkpoints": _cmd_checkpoints, "bench": _cmd_bench}
+    handlers = {"run": _cmd_run, "checkpoints": _cmd_checkpoints, "bench": _cmd_bench,
+                "restore": _cmd_restore, "reconcile": _cmd_reconcile}
     try:
         return handlers[args.command](args)
     except UserInputError as exc:

@@ -39,7 +39,9 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def materialize_checkpoint(store: CheckpointStore, manifest: Manifest, target: str | os.PathLike[str]) -> MaterializedCheckpoint:
+def materialize_checkpoint(
+    store: CheckpointStore, manifest: Manifest, target: str | os.PathLike[str]
+) -> MaterializedCheckpoint:
     """Write checkpoint ``manifest`` as a Spark checkpoint directory at ``target``.
 
     ``target`` must not exist (the caller moves an old directory aside first).

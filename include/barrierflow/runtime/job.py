@@ -22,8 +22,9 @@ from barrierflow.checkpointing.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.errors import JobFailedError
+from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.runtime.layout import JobLayout
+from barrierflow.runtime.lease import JobLease
 from barrierflow.sinks.committer import SinkCommitter
 from barrierflow.sources.offsets import SourceOffset
 from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec
@@ -161,12 +162,37 @@ class StreamingJob:
         progress: Callable[[Progress], None] | None = None,
         progress_every: float = 1.0,
         on_tick: Callable[[StreamingJob], None] | None = None,
+        until_exhausted: bool = False,
+        lease_check: bool = True,
     ) -> RunResult:
-        """Run until ``duration`` seconds passed or ``checkpoints`` completed (whichever is
-        first; with neither, until interrupted)."""
+        """Run until ``duration`` seconds passed, ``checkpoints`` completed, or (with
+        ``until_exhausted``, bounded sources only) two checkpoints completed with every
+        partition at its end — whichever comes first; with none, until interrupted."""
         self.layout.work_dir.mkdir(parents=True, exist_ok=True)
+        lease = JobLease(self.layout.work_dir, self.spec.name)
+        if lease_check:
+            lease.acquire()
+        try:
+            return self._run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
+                             progress=progress, progress_every=progress_every, on_tick=on_tick)
+        finally:
+            lease.release()
+
+    def _run(
+        self,
+        *,
+        duration: float | None,
+        checkpoints: int | None,
+        until_exhausted: bool,
+        progress: Callable[[Progress], None] | None,
+        progress_every: float,
+        on_tick: Callable[[StreamingJob], None] | None,
+    ) -> RunResult:
         self.restore_if_needed()
         attempt = self.store.attempt()
+        sinks = self.sink_committers(attempt)
+        self.recover_sinks(sinks)
+        end_offsets = self._source_end() if until_exhausted else None
         coordinator = CheckpointCoordinator(
             pipeline=self.spec.name,
             options=self.spec.checkpoint,
@@ -175,7 +201,7 @@ class StreamingJob:
             staging_dir=self.layout.snapshots,
             control=ControlChannel(self.layout.control),
             source_names=[self.spec.source.name],
-            sinks=self.sink_committers(attempt),
+            sinks=sinks,
             event_times=self._event_times,
             attempt=attempt,
             spark_version=self.spark.version,
@@ -223,6 +249,10 @@ class StreamingJob:
                     )
                 if checkpoints is not None and len(coordinator.completed) >= checkpoints:
                     break
+                if end_offsets is not None and sum(
+                        1 for m in coordinator.completed
+                        if m.barrier_offsets.get(self.spec.source.name) == end_offsets) >= 2:
+                    break
                 if duration is not None and now - started >= duration:
                     break
                 time.sleep(TICK_SECONDS)
@@ -247,6 +277,28 @@ class StreamingJob:
             result.failed = list(coordinator.failed)
         return result
 
+    def _source_end(self) -> dict[str, int]:
+        source = self.spec.source
+        if not isinstance(source, GeneratorSourceSpec) or source.records_per_partition is None:
+            raise UserInputError("--until-exhausted needs a bounded source: a generator with records_per_partition")
+        return {str(p): source.records_per_partition for p in range(source.partitions)}
+
+    def recover_sinks(self, sinks: list[SinkCommitter]) -> None:
+        """Before starting: finish what a crashed run left in doubt. Pre-committed epochs
+        that a completed checkpoint covers are committed; other unfinished ones are aborted
+        and their staged batches go into the next epoch (Spark resumes from its local
+        checkpoint, so nothing staged is discarded here)."""
+        from barrierflow.transactions.two_phase import TwoPhaseCommitSink
+
+        latest = self.store.latest()
+        for sink in sinks:
+            if isinstance(sink, TwoPhaseCommitSink):
+                decisions = sink.plan(latest.checkpoint_id if latest else None, restoring=True)
+                sink.apply(decisions)
+                for d in decisions:
+                    if d.action != "NONE":
+                        log.warning("sink %s: %s %s (%s)", d.sink, d.action.lower(), d.transaction_id, d.reason)
+
     def restore_if_needed(self) -> None:
         """With no local Spark checkpoint, start from the latest completed checkpoint (if
         any), so that a job moved to a fresh machine continues exactly once."""
@@ -256,7 +308,8 @@ class StreamingJob:
             return
         if self.store.latest() is None:
             return
-        report = restore_pipeline(self.spec, checkpoint_id=None, store=self.store, layout=self.layout)
+        report = restore_pipeline(self.spec, checkpoint_id=None, store=self.store, layout=self.layout,
+                                  check_running=False)
         log.warning("no local Spark checkpoint: restored checkpoint %d (attempt %d)",
                     report.checkpoint_id, report.attempt)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from barrierflow.sinks.committer import NoCommitter, SinkCommitter
-from barrierflow.spec.models import DiscardSinkSpec, ParquetSinkSpec, PipelineSpec
+from barrierflow.spec.models import DiscardSinkSpec, KafkaSinkSpec, ParquetSinkSpec, PipelineSpec, PostgresSinkSpec
 from barrierflow.transactions.ledger import TransactionLedger
 
 if TYPE_CHECKING:
@@ -36,4 +36,16 @@ def build_sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout, *,
         from barrierflow.sinks.parquet import ParquetFileSink
 
         return ParquetFileSink(path=sink.path, **common)
+    if isinstance(sink, PostgresSinkSpec):
+        from barrierflow.sinks.postgres import PostgresSink
+
+        staging = staging_uri_for(spec, layout)
+        assert staging is not None
+        return PostgresSink(spec=sink, staging_uri=staging, **common)
+    if isinstance(sink, KafkaSinkSpec):
+        from barrierflow.sinks.kafka import KafkaSink
+
+        staging = staging_uri_for(spec, layout)
+        assert staging is not None
+        return KafkaSink(spec=sink, staging_uri=staging, **common)
     raise NotImplementedError(f"sink type {sink.type!r}")  # pragma: no cover - the spec union is closed

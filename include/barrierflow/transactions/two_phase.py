@@ -10,9 +10,11 @@ drive them and keep the ledger (:mod:`barrierflow.transactions.ledger`) in step:
   PRECOMMITTED. Returns the handle stored in the manifest.
 * :meth:`notify_checkpoint_complete` — after manifest n is stored: :meth:`commit` every
   PRECOMMITTED transaction of a checkpoint <= n, record COMMITTED, delete its staged batches.
-* :meth:`notify_checkpoint_aborted` — checkpoint n failed: if its transaction is still OPEN
-  (pre-commit failed), :meth:`abort` it and release its batches to the next epoch. A
-  PRECOMMITTED one is kept and commits with the next completed checkpoint, as in Flink.
+* :meth:`notify_checkpoint_aborted` — checkpoint n failed: :meth:`abort` its transaction
+  (OPEN or PRECOMMITTED) and release its batches to the next epoch. Unlike Flink, which must
+  keep a pre-committed transaction because the data lives only inside it, barrierflow can
+  redo the epoch from its staged batches, so it never keeps an external transaction (and
+  its locks, for PostgreSQL) open waiting for a later checkpoint.
 * :meth:`restore` — the job restarts from checkpoint T (batch V_T): recover-and-commit every
   PRECOMMITTED transaction of a checkpoint <= T, recover-and-abort every other unfinished one,
   abort orphans the external system still holds, discard staged batches > V_T.
@@ -126,8 +128,8 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         txn = self.ledger.get(self.name, checkpoint_id)
-        if txn is not None and txn.state is TxnState.OPEN:
-            self._abort(txn, f"checkpoint {checkpoint_id} failed during pre-commit")
+        if txn is not None and not txn.finished:
+            self._abort(txn, f"checkpoint {checkpoint_id} failed; its batches go into the next epoch")
 
     def _commit(self, txn: Transaction, *, recovering: bool) -> None:
         (self.recover_and_commit if recovering else self.commit)(txn)

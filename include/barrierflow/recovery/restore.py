@@ -1,0 +1,124 @@
+"""Restoring a pipeline from a completed checkpoint.
+
+:func:`restore_pipeline` is the one function that does it::
+
+    manifest <- the chosen checkpoint (an id, or the latest completed one)
+    if a sink already committed an epoch newer than the manifest and duplicates are not
+        accepted: refuse (replaying those epochs would write their output twice)
+    move the local Spark checkpoint aside (kept once, as spark-checkpoint.replaced)
+    materialize the manifest's files into a fresh Spark checkpoint dir (sha256 checked)
+    attempt <- attempt + 1; checkpoints newer than the manifest are abandoned
+    for each sink: commit pre-committed epochs <= n, abort the rest (and external orphans),
+        discard staged batches after the barrier batch V (Spark replays them)
+    clear the control channel and snapshot staging; the job is ready: `run` resumes at V+1
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.errors import CheckpointNotFoundError, UserInputError
+from barrierflow.recovery.materialize import materialize_checkpoint
+from barrierflow.runtime.layout import JobLayout
+from barrierflow.runtime.lease import job_running
+from barrierflow.spec.models import PipelineSpec
+from barrierflow.transactions.ledger import TransactionLedger, TxnState
+from barrierflow.transactions.two_phase import Decision, TwoPhaseCommitSink
+
+log = logging.getLogger(__name__)
+
+
+class DuplicateOutputError(UserInputError):
+    """Restoring this checkpoint would produce already-committed output a second time."""
+
+
+@dataclass
+class RestoreReport:
+    pipeline: str
+    checkpoint_id: int
+    spark_batch_id: int
+    attempt: int
+    files: int
+    bytes: int
+    abandoned: list[int] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    replaced: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**{k: v for k, v in self.__dict__.items() if k != "decisions"},
+                "decisions": [d.as_dict() for d in self.decisions]}
+
+
+def restore_pipeline(
+    spec: PipelineSpec,
+    checkpoint_id: int | None,
+    *,
+    store: CheckpointStore | None = None,
+    layout: JobLayout | None = None,
+    accept_duplicates: bool = False,
+    check_running: bool = True,
+) -> RestoreReport:
+    """Restore ``spec``'s job from checkpoint ``checkpoint_id`` (None: the latest completed).
+
+    Raises:
+        CheckpointNotFoundError: no such completed checkpoint (exit code 2).
+        CheckpointCorruptError: a file is missing or altered (exit code 2), naming it.
+        DuplicateOutputError: a newer epoch was already committed to a sink (exit code 2).
+        JobAlreadyRunningError-like UserInputError: the job is running.
+    """
+    from barrierflow.sinks.factory import build_sink
+
+    store = store or CheckpointStore.for_spec(spec)
+    layout = layout or JobLayout.for_spec(spec)
+    if check_running and job_running(layout.work_dir):
+        raise UserInputError(f"pipeline {spec.name} is running (lease {layout.work_dir / 'job.lease'}); "
+                             "stop it before restoring")
+    if checkpoint_id is None:
+        manifest = store.latest()
+        if manifest is None:
+            raise CheckpointNotFoundError(
+                f"pipeline {spec.name} has no completed checkpoint in {store.uri} to restore; run it first")
+    else:
+        if checkpoint_id in store.abandoned():
+            raise CheckpointNotFoundError(
+                f"checkpoint {checkpoint_id} of pipeline {spec.name} was abandoned by an earlier restore "
+                "(its timeline was discarded); list valid ones with 'barrierflow checkpoints list SPEC'")
+        manifest = store.get(checkpoint_id)
+    committed_newer = [t for t in TransactionLedger(store.objects, spec.name).list()
+                       if t.state is TxnState.COMMITTED and t.checkpoint_id > manifest.checkpoint_id]
+    if committed_newer and not accept_duplicates:
+        first = committed_newer[0]
+        raise DuplicateOutputError(
+            f"checkpoint {manifest.checkpoint_id} is older than output already committed to sink {first.sink} "
+            f"(epoch {first.checkpoint_id}); restoring it would write that output again. Restore the latest "
+            "checkpoint (--latest), or pass --accept-duplicates if that is what you want"
+        )
+    target = layout.spark_checkpoint
+    staging = target.parent / f"{target.name}.restoring"
+    shutil.rmtree(staging, ignore_errors=True)
+    materialized = materialize_checkpoint(store, manifest, staging)  # verifies every file first
+    replaced = None
+    if target.exists():
+        aside = target.parent / f"{target.name}.replaced"
+        shutil.rmtree(aside, ignore_errors=True)
+        target.rename(aside)
+        replaced = str(aside)
+    staging.rename(target)
+    abandoned = [i for i in store.checkpoint_ids() if i > manifest.checkpoint_id]
+    attempt = store.begin_attempt(abandoned)
+    sink = build_sink(spec, store, layout, attempt=attempt)
+    decisions: list[Decision] = []
+    if isinstance(sink, TwoPhaseCommitSink):
+        decisions = sink.restore(manifest.checkpoint_id, manifest.spark_batch_id)
+    ControlChannel(layout.control).reset()
+    shutil.rmtree(layout.snapshots, ignore_errors=True)
+    log.info("restored checkpoint %d of %s at %s", manifest.checkpoint_id, spec.name,
+             datetime.now(UTC).isoformat())
+    return RestoreReport(spec.name, manifest.checkpoint_id, manifest.spark_batch_id, attempt,
+                         materialized.files, materialized.bytes, abandoned, decisions, replaced)

@@ -1,0 +1,539 @@
+"""The Kafka sink (kafka-python): exactly-once through a write-ahead two-phase commit.
+
+Design: write-ahead, not Flink's resume-the-open-transaction design. Flink keeps epoch n's
+Kafka transaction open from pre-commit to commit and, after a crash, resumes it from another
+process with the recorded producer id and epoch. kafka-python cannot resume another
+producer's id/epoch, so a Kafka transaction cannot outlive the driver process that opened it.
+The staged micro-batches (:mod:`barrierflow.sinks.staging`) already make epoch n durable and
+invisible, i.e. they are a write-ahead log; so the whole epoch is produced in one short
+transaction at commit time:
+
+* ``pre_commit(txn)``: nothing at the broker; the handle records the records topic, the
+  commit-marker topic and the transactional id.
+* ``commit(txn)``: with a producer whose ``transactional_id`` is stable per pipeline and sink
+  (``bf.<pipeline>.<sink>``; ``init_transactions()`` of a restarted driver therefore fences
+  the zombie and aborts its lingering transaction), once per sink object ``init_transactions``;
+  then ``begin_transaction``, every row of the transaction's staged batches in batch order
+  (value: the row as a JSON object, timestamps as ISO-8601 strings; key: the ``key_column``'s
+  value as UTF-8 text when set; headers ``bf-epoch`` = checkpoint id and ``bf-attempt`` =
+  attempt that opened the transaction), then one commit-marker record to
+  ``commit_marker_topic`` keyed by the ledger's transaction id, then ``commit_transaction``.
+  The marker is in the same Kafka transaction as the records, so it is visible exactly when
+  they are.
+* Idempotence: before producing, the marker topic is read with ``read_committed``; if a marker
+  for the transaction id is there, the epoch was already committed (a crash between
+  ``commit_transaction`` and the ledger update) and the commit is a no-op.
+* ``abort(txn)``: nothing at the broker (no open transaction survives a process); if this
+  sink object has an open producer transaction for ``txn``, it is aborted.
+
+Staged data is never deleted here; the template deletes it after the ledger says COMMITTED.
+
+Caveats:
+
+* The marker check is only trustworthy against a real Kafka. The test broker tansu shows
+  aborted transactional records to ``read_committed`` consumers, so there an aborted marker (a
+  driver that crashed after producing the marker but before ``commit_transaction``) is taken
+  as committed. Committed markers are found correctly on both.
+* Producing batches several records per request. tansu's end offsets are wrong after a
+  produced batch of more than one record *outside* transactions; inside one they come out
+  right because every transaction ends with a single-record control batch (measured). The
+  marker record is sent and acknowledged on its own.
+* The marker topic must exist (it is never auto-created), and its retention must be longer
+  than the longest time a pre-committed epoch may wait for a retried commit (the default
+  7 days is ample). Each commit reads it from the beginning, filtered to this pipeline/sink.
+* With several partitions in the records topic, order is kept per partition (per key).
+
+Every broker call is bounded by ``timeout`` seconds (reading the marker topic may wait up to
+``transaction_timeout_ms`` longer for another producer's open transaction to end); an
+unreachable broker, an unknown topic or a fenced producer gives a :class:`SinkError` that
+names the servers and what to check.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import time
+from collections.abc import Sequence
+from datetime import UTC, date, datetime, timedelta
+from datetime import time as dtime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from barrierflow.errors import SinkError
+from barrierflow.sinks.staging import StagedBatches
+from barrierflow.spec.models import KafkaSinkSpec
+from barrierflow.transactions.ledger import Transaction
+from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_crash_point
+
+if TYPE_CHECKING:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.producer.future import FutureRecordMetadata
+
+log = logging.getLogger(__name__)
+
+#: Default bound, in seconds, on connecting to the brokers and on each broker request.
+DEFAULT_TIMEOUT = 10.0
+#: Records sent before waiting for their acknowledgements (bounds memory held by futures).
+SETTLE_EVERY = 10_000
+EPOCH_HEADER = "bf-epoch"
+ATTEMPT_HEADER = "bf-attempt"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def split_servers(bootstrap_servers: str | Sequence[str]) -> list[str]:
+    """The ``host:port`` list of a comma-separated string (or list)."""
+    items = bootstrap_servers.split(",") if isinstance(bootstrap_servers, str) else list(bootstrap_servers)
+    return [s.strip() for s in items if s.strip()]
+
+
+def transactional_id_for(pipeline: str, sink: str) -> str:
+    """The stable Kafka ``transactional_id`` of a pipeline's sink (same across restarts)."""
+    return f"bf.{pipeline}.{sink}"
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` (from ``pyarrow`` ``to_pylist``) as something :func:`json.dumps` encodes.
+
+    Timestamps, dates and times become ISO-8601 strings, decimals exact strings, bytes base64,
+    durations ISO-8601 ``PT<seconds>S``, non-finite floats ``"NaN"``/``"Infinity"``/
+    ``"-Infinity"`` (as Spark's ``to_json``), structs objects, lists and maps arrays."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, datetime | date | dtime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return f"PT{value.total_seconds()!r}S"
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def encode_value(row: dict[str, Any]) -> bytes:
+    """A row as a compact UTF-8 JSON object (see :func:`_jsonable` for the types)."""
+    return json.dumps(_jsonable(row), ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def encode_key(value: Any) -> bytes | None:
+    """A key column's value as UTF-8 text: strings as they are, bytes untouched, timestamps
+    ISO-8601, numbers in their JSON form; None stays None (no key)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    text = _jsonable(value)
+    return (text if isinstance(text, str) else json.dumps(text, separators=(",", ":"))).encode()
+
+
+def _unreachable(servers: Sequence[str], what: str, timeout: float, exc: BaseException) -> SinkError:
+    return SinkError(
+        f"Kafka sink: {what} failed: cannot reach the brokers {','.join(servers)} within {timeout:g}s "
+        f"({type(exc).__name__}: {exc}). Check that the brokers are running and listening on those "
+        "addresses, that bootstrap_servers is right, that the advertised listeners resolve and are "
+        "reachable from the driver, and that no firewall blocks the port. The epoch stays staged and "
+        "pre-committed; it is committed by the next completed checkpoint or by a restore."
+    )
+
+
+def _is_connectivity(exc: BaseException) -> bool:
+    from kafka.errors import (
+        KafkaConnectionError,
+        KafkaTimeoutError,
+        NoBrokersAvailable,
+        NodeNotReadyError,
+        RequestTimedOutError,
+    )
+
+    return isinstance(exc, KafkaTimeoutError | KafkaConnectionError | NoBrokersAvailable | NodeNotReadyError
+                      | RequestTimedOutError)
+
+
+def _is_fenced(exc: BaseException) -> bool:
+    from kafka.errors import InvalidProducerEpochError, ProducerFencedError
+
+    return isinstance(exc, ProducerFencedError | InvalidProducerEpochError) or "ProducerFenced" in str(exc)
+
+
+def _consumer(servers: Sequence[str], timeout: float, isolation_level: str) -> KafkaConsumer:
+    """A group-less, non-committing consumer that never auto-creates topics (caller closes)."""
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
+
+    timeout_ms = max(int(timeout * 1000), 1000)
+    try:
+        return KafkaConsumer(
+            bootstrap_servers=list(servers),
+            client_id="barrierflow-kafka-sink",
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level=isolation_level,
+            auto_offset_reset="earliest",
+            allow_auto_create_topics=False,
+            bootstrap_timeout_ms=timeout_ms,
+            request_timeout_ms=timeout_ms,
+            reconnect_backoff_max_ms=1000,
+            metrics_enabled=False,
+        )
+    except KafkaError as exc:
+        raise _unreachable(servers, "connecting a consumer", timeout, exc) from exc
+
+
+def topic_partitions(servers: Sequence[str], topic: str, *, timeout: float = DEFAULT_TIMEOUT,
+                     consumer: KafkaConsumer | None = None) -> list[int]:
+    """The partition numbers of ``topic``, sorted.
+
+    Raises:
+        SinkError: the topic does not exist, or the brokers cannot be reached within ``timeout``.
+    """
+    from kafka.errors import KafkaError
+
+    own = consumer is None
+    client = consumer if consumer is not None else _consumer(servers, timeout, "read_committed")
+    try:
+        numbers = client.partitions_for_topic(topic)
+    except KafkaError as exc:
+        if _is_connectivity(exc):
+            raise _unreachable(servers, f"describing topic {topic!r}", timeout, exc) from exc
+        raise SinkError(f"Kafka sink: describing topic {topic!r} on {','.join(servers)} failed: "
+                        f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        if own:
+            client.close()
+    if not numbers:
+        raise SinkError(
+            f"Kafka sink: topic {topic!r} does not exist on {','.join(servers)} (or this client may not "
+            "describe it); create it (the sink never auto-creates topics), or fix 'topic' / "
+            "'commit_marker_topic' in the pipeline spec"
+        )
+    return sorted(numbers)
+
+
+def committed_markers(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pipeline: str | None = None,
+                      sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+                      open_transaction_wait: float = 60.0) -> dict[str, dict[str, Any]]:
+    """The commit markers visible to a ``read_committed`` consumer, by transaction id.
+
+    Reads every partition of ``marker_topic`` from its beginning up to the high watermark
+    taken when the call starts, so a marker acknowledged before the call is always seen once
+    committed. Under ``read_committed`` the position stops at another producer's open
+    transaction; the call waits up to ``timeout + open_transaction_wait`` seconds without
+    progress for it to end. Markers are filtered to ``pipeline``/``sink`` when given; records
+    that are not barrierflow markers are skipped.
+
+    Only trustworthy against a real Kafka: the test broker tansu also returns aborted markers.
+
+    Raises:
+        SinkError: unknown topic, unreachable brokers, or no progress within the bound.
+    """
+    from kafka import TopicPartition
+    from kafka.errors import KafkaError
+
+    servers = split_servers(bootstrap_servers)
+    found: dict[str, dict[str, Any]] = {}
+    committed = _consumer(servers, timeout, "read_committed")
+    try:
+        tps = [TopicPartition(marker_topic, p)
+               for p in topic_partitions(servers, marker_topic, timeout=timeout, consumer=committed)]
+        probe = _consumer(servers, timeout, "read_uncommitted")
+        try:
+            targets: dict[Any, int] = probe.end_offsets(tps)
+        except KafkaError as exc:
+            raise _unreachable(servers, f"reading the end offsets of {marker_topic!r}", timeout, exc) from exc
+        finally:
+            probe.close()
+        behind = {tp for tp in tps if targets.get(tp, 0) > 0}
+        if not behind:
+            return found
+        committed.assign(sorted(behind, key=lambda tp: tp.partition))
+        committed.seek_to_beginning(*behind)
+        progressed_at = time.monotonic()
+        positions: dict[Any, int] = {}
+        while behind:
+            try:
+                fetched = committed.poll(timeout_ms=200)
+                for records in fetched.values():
+                    for record in records:
+                        marker = _parse_marker(record.key, record.value)
+                        if marker is None:
+                            continue
+                        if (pipeline is None or marker.get("pipeline") == pipeline) and \
+                                (sink is None or marker.get("sink") == sink):
+                            found[marker["transaction_id"]] = marker
+                now = {tp: committed.position(tp, timeout_ms=int(timeout * 1000)) for tp in behind}
+            except KafkaError as exc:
+                if _is_connectivity(exc):
+                    raise _unreachable(servers, f"reading the marker topic {marker_topic!r}", timeout, exc) from exc
+                raise SinkError(f"Kafka sink: reading the marker topic {marker_topic!r} on {','.join(servers)} "
+                                f"failed: {type(exc).__name__}: {exc}") from exc
+            for tp, position in now.items():
+                if position is not None and position > positions.get(tp, -1):
+                    positions[tp] = position
+                    progressed_at = time.monotonic()
+            behind = {tp for tp in behind if positions.get(tp, 0) < targets[tp]}
+            if behind and time.monotonic() - progressed_at > timeout + open_transaction_wait:
+                stuck = ", ".join(f"{tp.topic}:{tp.partition} at {positions.get(tp, 0)} < {targets[tp]}"
+                                  for tp in sorted(behind, key=lambda tp: tp.partition))
+                raise SinkError(
+                    f"Kafka sink: reading the marker topic {marker_topic!r} on {','.join(servers)} made no "
+                    f"progress for {timeout + open_transaction_wait:g}s ({stuck}). Likely an open transaction "
+                    "of another producer holds the read_committed position (it ends at its "
+                    "transaction_timeout_ms), or the broker became unreachable; the commit is retried later"
+                )
+    finally:
+        committed.close()
+    return found
+
+
+def _parse_marker(key: bytes | None, value: bytes | None) -> dict[str, Any] | None:
+    if key is None or value is None:
+        return None
+    try:
+        marker = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(marker, dict) or marker.get("transaction_id") != key.decode("utf-8", "replace"):
+        return None
+    return marker
+
+
+# --------------------------------------------------------------------------- the sink
+
+
+class KafkaSink(TwoPhaseCommitSink):
+    """Exactly-once Kafka output per epoch (write-ahead design, see the module docstring).
+
+    Contracts: records of epoch n are produced, in one Kafka transaction with their commit
+    marker, only by :meth:`commit` (after checkpoint n completed), so ``read_committed``
+    consumers see them then and only then; a repeated :meth:`commit` of a committed epoch
+    produces nothing (marker check; exact on a real Kafka); :meth:`abort` never touches staged
+    data. Not thread-safe: the checkpoint coordinator calls it on one thread.
+    """
+
+    sink_type = "kafka"
+
+    def __init__(self, *, spec: KafkaSinkSpec, staging_uri: str, timeout: float = DEFAULT_TIMEOUT,
+                 **template_kwargs: Any) -> None:
+        """``template_kwargs`` are those of :class:`TwoPhaseCommitSink` (name, pipeline, ledger,
+        attempt, now); ``timeout`` bounds connecting and every broker request, in seconds.
+        Nothing connects to the brokers until the first commit."""
+        super().__init__(staging=StagedBatches(staging_uri), **template_kwargs)
+        self.spec = spec
+        self.servers = split_servers(spec.bootstrap_servers)
+        if not self.servers:
+            raise SinkError(f"Kafka sink {self.name!r}: bootstrap_servers is empty")
+        self.timeout = timeout
+        self.transactional_id = transactional_id_for(self.pipeline, self.name)
+        self._producer: KafkaProducer | None = None
+        self._open_transaction: str | None = None
+        self._topics_checked = False
+
+    # -- the template's hooks -------------------------------------------------------------
+    def begin_transaction(self, txn_id: str, checkpoint_id: int, batches: list[int]) -> dict[str, Any]:
+        return {"batches": batches, "staging": self.staging.uri}
+
+    def pre_commit(self, txn: Transaction) -> dict[str, Any]:
+        """Nothing at the broker: the staged batches are the durable, invisible epoch."""
+        return {"topic": self.spec.topic, "commit_marker_topic": self.spec.commit_marker_topic,
+                "transactional_id": self.transactional_id}
+
+    def commit(self, txn: Transaction) -> None:
+        """Produce the epoch and its marker in one Kafka transaction; a no-op if its marker is
+        already committed.
+
+        Raises:
+            SinkError: brokers unreachable, unknown topic, staged batch missing or unreadable,
+                producer fenced by another process with the same transactional id. Nothing of
+                the epoch is visible then (the Kafka transaction is aborted or times out) and
+                the staged batches stay, so the commit can be retried.
+        """
+        producer = self._transactional_producer()
+        if not self._topics_checked:
+            topic_partitions(self.servers, self.spec.topic, timeout=self.timeout)
+            self._topics_checked = True
+        markers = committed_markers(self.servers, self.spec.commit_marker_topic, pipeline=self.pipeline,
+                                    sink=self.name, timeout=self.timeout,
+                                    open_transaction_wait=self.spec.transaction_timeout_ms / 1000)
+        if txn.transaction_id in markers:
+            log.info("Kafka sink %s: transaction %s (epoch %d) already committed to %s; nothing to produce",
+                     self.name, txn.transaction_id, txn.checkpoint_id, self.spec.topic)
+            return
+        try:
+            records = self._produce_transaction(producer, txn)
+        except Exception as exc:
+            self._discard_producer(abort=True)
+            if isinstance(exc, SinkError):
+                raise
+            raise self._error(f"committing transaction {txn.transaction_id} (epoch {txn.checkpoint_id})",
+                              exc) from exc
+        log.info("Kafka sink %s: committed transaction %s (epoch %d): %d records to %s", self.name,
+                 txn.transaction_id, txn.checkpoint_id, records, self.spec.topic)
+        mid_commit_crash_point(self.name, 1)
+
+    def abort(self, txn: Transaction) -> None:
+        """Nothing at the broker: no Kafka transaction outlives the process that opened it (a
+        restarted driver's ``init_transactions`` aborts a crashed one's). Aborts this object's
+        open producer transaction for ``txn``, if any. Never deletes staged data."""
+        if self._open_transaction == txn.transaction_id and self._producer is not None:
+            log.info("Kafka sink %s: aborting the open producer transaction of %s", self.name,
+                     txn.transaction_id)
+            self._discard_producer(abort=True)
+
+    def close(self) -> None:
+        """Close the producer (aborting an open transaction). The sink reconnects if used again."""
+        self._discard_producer(abort=True)
+
+    # -- producing ------------------------------------------------------------------------
+    def _transactional_producer(self) -> KafkaProducer:
+        """The sink's transactional producer, connected and initialised (fencing zombies)."""
+        if self._producer is not None:
+            return self._producer
+        from kafka import KafkaProducer
+        from kafka.errors import KafkaError
+
+        timeout_ms = max(int(self.timeout * 1000), 1000)
+        try:
+            producer = KafkaProducer(
+                bootstrap_servers=self.servers,
+                client_id=f"barrierflow-{self.pipeline}-{self.name}",
+                transactional_id=self.transactional_id,
+                transaction_timeout_ms=self.spec.transaction_timeout_ms,
+                enable_idempotence=True,
+                acks="all",
+                linger_ms=0,
+                max_in_flight_requests_per_connection=1,
+                allow_auto_create_topics=False,
+                bootstrap_timeout_ms=timeout_ms,
+                max_block_ms=timeout_ms,
+                request_timeout_ms=timeout_ms,
+                delivery_timeout_ms=2 * timeout_ms,
+                reconnect_backoff_max_ms=1000,
+                metrics_enabled=False,
+            )
+        except KafkaError as exc:
+            raise self._error("connecting the transactional producer", exc) from exc
+        try:
+            producer.init_transactions()
+        except Exception as exc:
+            producer.close(timeout=0)
+            raise self._error(f"initialising transactional id {self.transactional_id!r}", exc) from exc
+        log.info("Kafka sink %s: transactional producer %r ready on %s", self.name, self.transactional_id,
+                 ",".join(self.servers))
+        self._producer = producer
+        return producer
+
+    def _produce_transaction(self, producer: KafkaProducer, txn: Transaction) -> int:
+        headers = [(EPOCH_HEADER, str(txn.checkpoint_id).encode()), (ATTEMPT_HEADER, str(txn.attempt).encode())]
+        producer.begin_transaction()
+        self._open_transaction = txn.transaction_id
+        pending: list[FutureRecordMetadata] = []
+        records = 0
+        for batch in txn.batches:
+            table = self.staging.read(batch)
+            if table is None:
+                continue
+            key_column = self.spec.key_column
+            if key_column is not None and key_column not in table.column_names:
+                raise SinkError(
+                    f"Kafka sink {self.name!r}: key_column {key_column!r} is not a column of staged batch {batch} "
+                    f"(columns: {table.column_names}); fix key_column in the pipeline spec or the query"
+                )
+            for chunk in table.to_batches():
+                for row in chunk.to_pylist():
+                    key = encode_key(row[key_column]) if key_column is not None else None
+                    pending.append(producer.send(self.spec.topic, key=key, value=encode_value(row),
+                                                 headers=headers))
+                    records += 1
+                    if len(pending) >= SETTLE_EVERY:
+                        self._settle(producer, pending)
+                        pending = []
+        self._settle(producer, pending)
+        marker = {
+            "transaction_id": txn.transaction_id,
+            "pipeline": self.pipeline,
+            "sink": self.name,
+            "checkpoint_id": txn.checkpoint_id,
+            "attempt": txn.attempt,
+            "committed_by_attempt": self.attempt,
+            "batches": txn.batches,
+            "topic": self.spec.topic,
+            "records": records,
+            "transactional_id": self.transactional_id,
+            "produced_at": self.now().astimezone(UTC).isoformat(),
+        }
+        producer.send(self.spec.commit_marker_topic, key=txn.transaction_id.encode(),
+                      value=json.dumps(marker, separators=(",", ":")).encode(),
+                      headers=headers).get(timeout=self.timeout)
+        self._end_transaction(producer, commit=True)
+        self._open_transaction = None
+        return records
+
+    def _settle(self, producer: KafkaProducer, pending: list[FutureRecordMetadata]) -> None:
+        """Wait for ``pending`` sends; raise the first failure."""
+        if not pending:
+            return
+        producer.flush(timeout=self.timeout)
+        for future in pending:
+            future.get(timeout=self.timeout)
+
+    def _end_transaction(self, producer: KafkaProducer, *, commit: bool) -> None:
+        """``commit_transaction``/``abort_transaction`` bounded by ``timeout`` (kafka-python's
+        public calls wait without a bound, so its transaction manager is driven directly)."""
+        from kafka.errors import KafkaTimeoutError
+
+        manager = getattr(producer, "_transaction_manager", None)
+        sender = getattr(producer, "_sender", None)
+        if manager is None or sender is None:  # pragma: no cover - another kafka-python version
+            (producer.commit_transaction if commit else producer.abort_transaction)()
+            return
+        result = manager.begin_commit() if commit else manager.begin_abort()
+        sender.wakeup()
+        if not result.wait(timeout_ms=int(self.timeout * 1000)):
+            raise KafkaTimeoutError(f"{'committing' if commit else 'aborting'} the transaction took more than "
+                                    f"{self.timeout:g}s")
+
+    def _discard_producer(self, *, abort: bool) -> None:
+        """Abort the open transaction (best effort) and close the producer; the next commit
+        builds a new one, whose ``init_transactions`` also aborts anything left behind."""
+        producer, self._producer = self._producer, None
+        open_txn, self._open_transaction = self._open_transaction, None
+        if producer is None:
+            return
+        if abort and open_txn is not None:
+            try:
+                self._end_transaction(producer, commit=False)
+            except Exception as exc:
+                log.warning("Kafka sink %s: aborting the producer transaction of %s failed (%s: %s); it ends "
+                            "when the transactional id is next initialised or after transaction_timeout_ms",
+                            self.name, open_txn, type(exc).__name__, exc)
+        try:
+            producer.close(timeout=min(self.timeout, 5.0))
+        except Exception as exc:  # pragma: no cover - closing is best effort
+            log.warning("Kafka sink %s: closing the producer failed: %s", self.name, exc)
+
+    def _error(self, what: str, exc: BaseException) -> SinkError:
+        if _is_fenced(exc):
+            return SinkError(
+                f"Kafka sink {self.name!r}: {what} failed: the producer was fenced: another process "
+                f"initialised transactional id {self.transactional_id!r} on {','.join(self.servers)} (a newer "
+                "driver of this pipeline, or a reconcile run). Nothing of this attempt's transaction becomes "
+                "visible; make sure only one driver runs the pipeline. The next commit starts a new producer."
+            )
+        if _is_connectivity(exc):
+            err = _unreachable(self.servers, what, self.timeout, exc)
+            return SinkError(f"Kafka sink {self.name!r}: {str(err).removeprefix('Kafka sink: ')}")
+        return SinkError(f"Kafka sink {self.name!r}: {what} on {','.join(self.servers)} failed: "
+                         f"{type(exc).__name__}: {exc}")
