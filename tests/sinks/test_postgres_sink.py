@@ -141,20 +141,22 @@ def test_upsert_keeps_the_last_value_per_key(env: Env) -> None:
     assert env.visible() == [(1, "c"), (2, "d"), (3, "e")]
 
 
-def test_upsert_waiting_on_an_older_prepared_epoch_fails_after_lock_timeout(env: Env) -> None:
-    """Checkpoint 1 failed after its pre-commit: its prepared transaction keeps the row lock
-    (it commits with the next completed checkpoint), so epoch 2's upsert of the same key
-    cannot proceed; the wait is bounded and the error says why."""
+def test_failed_checkpoint_releases_its_prepared_epoch_to_the_next(env: Env) -> None:
+    """Checkpoint 1 failed after its pre-commit: its prepared transaction is rolled back at
+    once (no row locks held while waiting) and its staged batch goes into epoch 2, applied
+    in batch order, so the upsert ends with the newest value."""
     env.create_table(primary_key=True)
     sink = env.sink("upsert", lock_timeout=0.3)
     env.stage(0, rows([1], ["a"]))
     sink.snapshot(1, 0)
-    sink.notify_checkpoint_aborted(1)  # PRECOMMITTED: kept
+    sink.notify_checkpoint_aborted(1)
+    assert env.prepared() == []
+    assert env.ledger.get("pg", 1).state is TxnState.ABORTED
     env.stage(1, rows([1], ["b"]))
-    with pytest.raises(SinkError, match="lock_timeout") as err:
-        sink.snapshot(2, 1)
-    assert f"bf.{env.pipeline}.pg.e1.a0" in str(err.value)
-    assert env.prepared() == [f"bf.{env.pipeline}.pg.e1.a0"]  # epoch 2 left nothing prepared
+    sink.snapshot(2, 1)
+    assert env.ledger.get("pg", 2).batches == [0, 1]
+    sink.notify_checkpoint_complete(2, 1)
+    assert env.visible() == [(1, "b")]
 
 
 def test_commit_twice_is_a_no_op(env: Env) -> None:

@@ -43,6 +43,7 @@ from barrierflow.checkpointing.snapshot import LocalSnapshot, take_local_snapsho
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.checkpointing.uploader import SnapshotUploader, UploadResult
 from barrierflow.errors import BarrierflowError, TolerableFailuresExceededError
+from barrierflow.retention.fence import release as release_reservation
 from barrierflow.sinks.committer import SinkCommitter
 from barrierflow.sources.offsets import SourceOffset
 from barrierflow.spec.models import CheckpointSpec
@@ -345,6 +346,7 @@ class CheckpointCoordinator:
             self.store.write_manifest(manifest)
         except Exception as exc:
             return self._fail(pending, FailureReason.MANIFEST_FAILED, f"{type(exc).__name__}: {exc}")
+        release_reservation(self.store.objects, manifest.checkpoint_id)
         del self.pending[pending.checkpoint_id]
         self.completed.append(manifest)
         self.consecutive_failures = 0
@@ -394,6 +396,7 @@ class CheckpointCoordinator:
         except Exception as exc:
             log.warning("could not record the failure of checkpoint %d in the store: %s",
                         pending.checkpoint_id, exc)
+        release_reservation(self.store.objects, pending.checkpoint_id)
         return CheckpointEvent(pending.checkpoint_id, False, failure=record)
 
     def _sink_call(self, fn: Callable[..., object], *args: object) -> None:

@@ -8,6 +8,12 @@ Incremental: a file whose sha256 is already in the store's ``shared/`` area (lis
 at start, then tracked) is referenced, not uploaded. Hashes are cached per
 (device, inode, size, mtime) because hard-linked staged files share the inode of Spark's
 immutable state files, so an unchanged file is hashed once for the job's lifetime.
+
+Retention fence (barrierflow.retention.fence): before uploading, the upload reserves every
+digest the checkpoint references (``_inflight/chk-<n>.json``), then crosses the fence (waits
+out a running retention run and re-lists ``shared/`` after one finished), so a shared file
+the checkpoint relies on is never deleted under it. The coordinator releases the
+reservation when the checkpoint completes or fails.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 from barrierflow.checkpointing.manifest import ManifestFile
 from barrierflow.checkpointing.snapshot import LocalSnapshot
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.retention.fence import RetentionFence, reserve
 from barrierflow.testing.crash import crash_point
 
 log = logging.getLogger(__name__)
@@ -51,6 +58,7 @@ class SnapshotUploader:
         self._lock = threading.Lock()
         self._known: set[str] | None = None
         self._hash_cache: dict[tuple[int, int, int, int], str] = {}
+        self._fence = RetentionFence(store.objects)
 
     def forget(self, digests: set[str]) -> None:
         """Tell the uploader these shared files were deleted (retention)."""
@@ -73,12 +81,14 @@ class SnapshotUploader:
 
     def _upload(self, snapshot: LocalSnapshot) -> UploadResult:
         started = time.perf_counter()
-        with self._lock:
-            if self._known is None:
-                self._known = self.store.shared_digests()
         entries: list[tuple[str, str, int, str]] = []
         for staged in snapshot.files:
             entries.append((staged.relpath, self._digest(staged.staged_path), staged.size, staged.staged_path))
+        reserve(self.store.objects, self.store.pipeline, snapshot.checkpoint_id, (e[1] for e in entries))
+        relist = self._fence.cross()
+        with self._lock:
+            if self._known is None or relist:
+                self._known = self.store.shared_digests()
         with self._lock:
             known = set(self._known or ())
         todo: dict[str, str] = {}

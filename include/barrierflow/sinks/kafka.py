@@ -150,16 +150,11 @@ def _unreachable(servers: Sequence[str], what: str, timeout: float, exc: BaseExc
 
 
 def _is_connectivity(exc: BaseException) -> bool:
-    from kafka.errors import (
-        KafkaConnectionError,
-        KafkaTimeoutError,
-        NoBrokersAvailable,
-        NodeNotReadyError,
-        RequestTimedOutError,
-    )
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError
 
-    return isinstance(exc, KafkaTimeoutError | KafkaConnectionError | NoBrokersAvailable | NodeNotReadyError
-                      | RequestTimedOutError)
+    # kafka-python 3 reports a failed bootstrap as KafkaTimeoutError (2.x: NoBrokersAvailable).
+    return isinstance(exc, KafkaTimeoutError | KafkaConnectionError | NodeNotReadyError | RequestTimedOutError) \
+        or type(exc).__name__ == "NoBrokersAvailable"
 
 
 def _is_fenced(exc: BaseException) -> bool:

@@ -104,16 +104,44 @@ class StagingWriter(DataSourceArrowWriter):
         store.delete_many([o.key for o in store.list(batch_prefix(self.batch_id))])
 
 
-class BatchStager:
-    """The ``foreachBatch`` function: stage micro-batch ``batch_id`` of ``df`` under ``uri``."""
+def write_staged_batch(uri: str, batch_id: int, table: Any) -> None:
+    """Stage a pyarrow ``table`` as micro-batch ``batch_id`` from the driver (one file, then
+    the file list), in the same layout the executor-side writer produces."""
+    import pyarrow.parquet as pq
 
-    def __init__(self, uri: str) -> None:
+    store = open_store(uri)
+    files = []
+    if table.num_rows:
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer, compression="zstd")
+        key = f"{batch_prefix(batch_id)}driver-{uuid.uuid4().hex}.parquet"
+        store.put_bytes(key, buffer.getvalue())
+        files.append({"key": key, "rows": table.num_rows})
+    body = {"batch_id": batch_id, "files": files, "rows": table.num_rows}
+    store.put_bytes(batch_prefix(batch_id) + MARKER, json.dumps(body).encode())
+
+
+class BatchStager:
+    """The ``foreachBatch`` function: stage micro-batch ``batch_id`` of ``df`` under ``uri``.
+
+    ``mode="executors"`` writes one Parquet file per task through ``barrierflow_staging``
+    (scales with the cluster); ``mode="driver"`` collects the batch to the driver as Arrow
+    and writes one file (no extra Python worker per batch: cheaper for the small outputs of
+    aggregations). Both produce the same layout."""
+
+    def __init__(self, uri: str, mode: str = "executors") -> None:
+        if mode not in ("executors", "driver"):
+            raise SinkError(f"staging mode must be 'executors' or 'driver', got {mode!r}")
         self.uri = uri
+        self.mode = mode
 
     def __call__(self, df: Any, batch_id: int) -> None:
         from barrierflow.testing.crash import crash_point
 
         crash_point("mid_epoch", batch_id=batch_id)
+        if self.mode == "driver":
+            write_staged_batch(self.uri, batch_id, df.toArrow())
+            return
         (df.write.format("barrierflow_staging").mode("append")
          .option("uri", self.uri).option("batch_id", str(batch_id)).save())
 

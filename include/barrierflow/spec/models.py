@@ -229,6 +229,18 @@ class SparkSpec(_Strict):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+class VerificationSpec(_Strict):
+    """Checkpoint verification (``barrierflow verify``) and how its results are used.
+
+    ``expectations``: path of the Great Expectations suite (JSON) run on the checkpoint's
+    state in deep verification; empty = ``include/expectations/<pipeline name>.json``.
+    ``prefer_verified``: retention keeps the newest ``checkpoint.retained`` checkpoints whose
+    stored verification passed (topped up with the newest unverified ones if fewer passed)."""
+
+    expectations: str = ""
+    prefer_verified: bool = True
+
+
 class PipelineSpec(_Strict):
     """A pipeline: one or more sources, a transformation, one sink, checkpointing."""
 
@@ -246,6 +258,7 @@ class PipelineSpec(_Strict):
     event_time: EventTimeSpec | None = None
     dead_letter_path: str = Field("", description="storage URI; default <work_dir>/dead-letter")
     spark: SparkSpec = SparkSpec()
+    verification: VerificationSpec | None = None
 
     @field_validator("dead_letter_path")
     @classmethod

@@ -1,0 +1,1 @@
+"""Retention of checkpoints: bounded storage that never deletes what is still needed."""

@@ -1,0 +1,162 @@
+"""The fence between retention and in-flight checkpoints: nothing an in-flight checkpoint
+uses is ever deleted.
+
+Two small documents in the checkpoint store carry the protocol:
+
+``_inflight/chk-<n>.json`` — a *reservation* (format ``barrierflow-inflight``, version 1)::
+
+    {"format": "barrierflow-inflight", "format_version": 1, "pipeline": "demo",
+     "checkpoint_id": 7, "created_at": "2026-01-01T00:00:00+00:00",
+     "digests": ["<sha256>", ...]}        # EVERY shared file checkpoint n will reference
+
+``_retention/running.json`` / ``_retention/last.json`` — a *retention run* (format
+``barrierflow-retention-run``, version 1): ``{"run_id", "started_at", "finished_at"}``;
+``running.json`` exists while a run may delete, ``last.json`` names the last finished run.
+
+Protocol (a Dekker-style handshake over a strongly consistent store: local files, S3)::
+
+    uploader (async phase of checkpoint n)        retention run R
+    U1. hash the staged files                     R1. write _retention/running.json
+    U2. write _inflight/chk-<n>.json (all)        R2. read every reservation, list manifests
+    U3. read _retention/: wait while running.json R3. delete what neither a kept manifest
+        exists; if last.json names a run not          nor a reservation references
+        seen before, re-list shared/              R4. write last.json, delete running.json
+    U4. upload every digest not in shared/
+    U5. manifest written -> delete the reservation (coordinator)
+
+Why it is safe: take a shared file X that n references and R deletes. R did not see n's
+reservation, so R2 preceded U2, so R1 preceded U3. At U3 either running.json is still there
+(n waits until R4) or R4 already happened; in both cases U3 ends after R3 and sees a
+``last.json`` it has not seen, re-lists ``shared/`` and uploads X again in U4. A run that
+starts after U2 sees the reservation and keeps X. Reservations are removed when the manifest
+is written or the checkpoint failed; retention also drops reservations of checkpoints that
+have a manifest or failure record, or that are older than ``checkpoint.timeout`` (such a
+checkpoint has expired and can never complete). A ``running.json`` older than
+:data:`STALE_RUN_SECONDS` belongs to a crashed run and is ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
+
+from barrierflow.storage import ObjectNotFoundError, ObjectStore
+
+log = logging.getLogger(__name__)
+
+INFLIGHT_PREFIX = "_inflight/"
+RUNNING_KEY = "_retention/running.json"
+LAST_KEY = "_retention/last.json"
+STALE_RUN_SECONDS = 600.0
+
+
+def reservation_key(checkpoint_id: int) -> str:
+    return f"{INFLIGHT_PREFIX}chk-{checkpoint_id}.json"
+
+
+class Reservation(BaseModel):
+    """The shared files an in-flight checkpoint references (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: Literal["barrierflow-inflight"] = "barrierflow-inflight"
+    format_version: Literal[1] = 1
+    pipeline: str
+    checkpoint_id: int
+    created_at: AwareDatetime
+    digests: list[str]
+
+
+class RetentionRun(BaseModel):
+    """One retention run, as recorded in ``_retention/running.json`` and ``last.json``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: Literal["barrierflow-retention-run"] = "barrierflow-retention-run"
+    format_version: Literal[1] = 1
+    run_id: str
+    started_at: AwareDatetime
+    finished_at: AwareDatetime | None = None
+
+
+def reserve(objects: ObjectStore, pipeline: str, checkpoint_id: int, digests: Iterable[str],
+            now: datetime | None = None) -> Reservation:
+    """Step U2: record every digest checkpoint ``checkpoint_id`` will reference."""
+    reservation = Reservation(pipeline=pipeline, checkpoint_id=checkpoint_id,
+                              created_at=now or datetime.now(UTC), digests=sorted(set(digests)))
+    objects.put_bytes(reservation_key(checkpoint_id), reservation.model_dump_json().encode())
+    return reservation
+
+
+def release(objects: ObjectStore, checkpoint_id: int) -> None:
+    """Step U5: the checkpoint completed or failed; its reservation is no longer needed."""
+    try:
+        objects.delete(reservation_key(checkpoint_id))
+    except Exception as exc:  # best effort: retention drops it later
+        log.warning("could not delete the reservation of checkpoint %d: %s", checkpoint_id, exc)
+
+
+def reservations(objects: ObjectStore) -> list[Reservation]:
+    """Every readable reservation (an unreadable one is being written: ignored, because
+    its writer re-checks the fence after writing it)."""
+    out = []
+    for info in objects.list(INFLIGHT_PREFIX):
+        try:
+            out.append(Reservation.model_validate_json(objects.get_bytes(info.key)))
+        except (ObjectNotFoundError, ValidationError):
+            continue
+    return out
+
+
+def _read_run(objects: ObjectStore, key: str) -> RetentionRun | None:
+    try:
+        return RetentionRun.model_validate_json(objects.get_bytes(key))
+    except (ObjectNotFoundError, ValidationError):
+        return None
+
+
+def begin_run(objects: ObjectStore, now: datetime | None = None) -> RetentionRun:
+    """Step R1: announce a retention run before reading reservations."""
+    run = RetentionRun(run_id=uuid.uuid4().hex, started_at=now or datetime.now(UTC))
+    objects.put_bytes(RUNNING_KEY, run.model_dump_json().encode())
+    return run
+
+
+def end_run(objects: ObjectStore, run: RetentionRun, now: datetime | None = None) -> None:
+    """Step R4: record the finished run, then withdraw the announcement."""
+    done = run.model_copy(update={"finished_at": now or datetime.now(UTC)})
+    objects.put_bytes(LAST_KEY, done.model_dump_json().encode())
+    objects.delete(RUNNING_KEY)
+
+
+class RetentionFence:
+    """The uploader's side of the fence (step U3)."""
+
+    def __init__(self, objects: ObjectStore, *, stale_after: float = STALE_RUN_SECONDS, poll: float = 0.05,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.objects = objects
+        self.stale_after = stale_after
+        self.poll = poll
+        self.now = now
+        self._seen: str | None = None
+
+    def cross(self) -> bool:
+        """Wait while a retention run is in progress; True if a run finished since the last
+        call (the first call returns True): the caller must then re-list ``shared/``."""
+        while (running := _read_run(self.objects, RUNNING_KEY)) is not None:
+            age = (self.now() - running.started_at).total_seconds()
+            if age > self.stale_after:
+                log.warning("ignoring retention run %s started %.0f s ago (crashed?)", running.run_id, age)
+                break
+            time.sleep(self.poll)
+        last = _read_run(self.objects, LAST_KEY)
+        last_id = last.run_id if last else ""
+        changed = self._seen is None or last_id != self._seen
+        self._seen = last_id
+        return changed
