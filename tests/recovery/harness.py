@@ -52,7 +52,9 @@ def windowed_spec(tmp_path: Path, sink: dict[str, Any], *, records: int, per_bat
 def crashed_run(spec_path: Path, crash_at: str, *, timeout: float = 300, env: dict[str, str] | None = None
                 ) -> subprocess.CompletedProcess[str]:
     """Run the pipeline in a new driver process that crashes at ``crash_at``."""
-    environment = {**os.environ, **(env or {}), "BARRIERFLOW_CRASH_AT": crash_at, "PYSPARK_PYTHON": sys.executable}
+    environment = {**os.environ, **(env or {}), "BARRIERFLOW_CRASH_AT": crash_at, "PYSPARK_PYTHON": sys.executable,
+                   # C1-only JIT: the short-lived driver JVMs start with about half the CPU.
+                   "_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
     return subprocess.run(
         [sys.executable, "-m", "barrierflow.cli.main", "run", str(spec_path), "--until-exhausted", "--quiet"],
         env=environment, capture_output=True, text=True, timeout=timeout, check=False,

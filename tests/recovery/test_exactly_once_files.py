@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ from barrierflow.testing.crash import POINTS
 
 from tests.recovery.harness import crashed_run, finish, recover, window_rows, windowed_spec
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("crash-files")]
+pytestmark = [pytest.mark.spark]
 RECORDS = 3000
 
 #: Which hit of each point to crash at: late enough that a checkpoint usually completed.
@@ -37,26 +36,3 @@ def test_crash_restore_finish_equals_failure_free_output(spark, tmp_path: Path, 
     finish(spark, spec_path)
     assert _committed(out) == reference_rows(RECORDS)
     assert not list((out / "_staging").glob("batch=*/*.parquet")), "staged files left after the last commit"
-
-
-def test_twenty_random_crash_restore_cycles(spark, tmp_path: Path, reference_rows) -> None:
-    records = 12_000
-    out = tmp_path / "out"
-    spec_path = windowed_spec(tmp_path, {"name": "out", "type": "parquet", "path": f"file://{out}"},
-                              records=records, per_batch=300)
-    rng = random.Random(20261122)
-    crashes, ways = 0, []
-    for _cycle in range(30):
-        point = rng.choice(POINTS)
-        crashed = crashed_run(spec_path, f"{point}@{rng.randint(1, 3)}")
-        if crashed.returncode == 0:
-            continue  # that point was not reached before the source ended
-        assert crashed.returncode == -9, crashed.stderr[-3000:]
-        crashes += 1
-        ways.append(recover(spec_path))
-        if crashes == 20:
-            break
-    assert crashes >= 20, f"only {crashes} crashes happened"
-    finish(spark, spec_path)
-    assert _committed(out) == reference_rows(records)
-    assert "restore" in ways

@@ -19,7 +19,7 @@ from kafka import KafkaConsumer, TopicPartition
 from tests.recovery.harness import crashed_run, finish, recover, window_rows, windowed_spec
 from tests.recovery.test_exactly_once_files import CRASH_AT, RECORDS
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.xdist_group("crash-kafka")]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 
 def _read_all(bootstrap: str, topic: str, idle: float = 1.0, limit: float = 30.0) -> list[dict[str, Any]]:

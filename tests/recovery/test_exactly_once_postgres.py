@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from barrierflow.testing.crash import POINTS
 from tests.recovery.harness import crashed_run, finish, recover, window_rows, windowed_spec
 from tests.recovery.test_exactly_once_files import CRASH_AT, RECORDS
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.xdist_group("crash-postgres")]
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 
 @pytest.fixture
@@ -64,26 +63,3 @@ def test_crash_restore_finish_equals_failure_free_output(spark, tmp_path: Path, 
     finish(spark, spec_path)
     assert _rows(dsn, table) == _reference(reference_rows, RECORDS)
     assert _prepared(dsn) == []
-
-
-def test_twenty_random_crash_restore_cycles(spark, tmp_path: Path, reference_rows, pg_table) -> None:
-    dsn, table = pg_table
-    records = 12_000
-    spec_path = _spec(tmp_path, table, records, 300)
-    rng = random.Random(1122)
-    crashes, ways = 0, []
-    for _cycle in range(30):
-        point = rng.choice(POINTS)
-        crashed = crashed_run(spec_path, f"{point}@{rng.randint(1, 3)}")
-        if crashed.returncode == 0:
-            continue
-        assert crashed.returncode == -9, crashed.stderr[-3000:]
-        crashes += 1
-        ways.append(recover(spec_path))
-        if crashes == 20:
-            break
-    assert crashes >= 20, f"only {crashes} crashes happened"
-    finish(spark, spec_path)
-    assert _rows(dsn, table) == _reference(reference_rows, records)
-    assert _prepared(dsn) == []
-    assert "restore" in ways

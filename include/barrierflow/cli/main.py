@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     which = restore.add_mutually_exclusive_group()
     which.add_argument("--checkpoint", type=int, help="checkpoint id")
     which.add_argument("--latest", action="store_true", help="the latest completed checkpoint (default)")
+    which.add_argument("--latest-valid", action="store_true",
+                       help="the newest checkpoint that passes structural verification (skipped ones are listed)")
     restore.add_argument("--accept-duplicates", action="store_true",
                          help="restore even if newer output was already committed (it will be written again)")
     restore.add_argument("--json", action="store_true")
@@ -61,6 +63,26 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("spec")
     show.add_argument("id", type=int)
     show.add_argument("--json", action="store_true")
+
+    verify = sub.add_parser("verify", help="verify checkpoints (structural; --deep: state + expectations)")
+    verify.add_argument("spec")
+    pick = verify.add_mutually_exclusive_group()
+    pick.add_argument("--checkpoint", type=int, help="checkpoint id")
+    pick.add_argument("--latest", type=int, metavar="N", help="the newest N checkpoints (default: all)")
+    verify.add_argument("--deep", action="store_true",
+                        help="also restore into a scratch dir, read the state and run the expectation suite")
+    verify.add_argument("--json", action="store_true")
+    verify.add_argument("--html", metavar="PATH", help="also write an HTML report to PATH")
+
+    retain = sub.add_parser("retain", help="delete checkpoints and files the retention policy does not keep")
+    retain.add_argument("spec")
+    retain.add_argument("--dry-run", action="store_true", help="report what would be deleted, change nothing")
+    retain.add_argument("--json", action="store_true")
+
+    savepoint = sub.add_parser("savepoint", help="make a completed checkpoint a savepoint (never deleted)")
+    savepoint.add_argument("spec")
+    savepoint.add_argument("--checkpoint", type=int, help="checkpoint id (default: the latest completed)")
+    savepoint.add_argument("--json", action="store_true")
 
     bench = sub.add_parser("bench", help="throughput with and without ABS checkpoints (docs/benchmarks.md)")
     bench.add_argument("--spec", default="include/pipelines/bench.yaml")
@@ -159,9 +181,20 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     from barrierflow.spec import load_spec
 
     spec = load_spec(args.spec)
-    report = restore_pipeline(spec, args.checkpoint, accept_duplicates=args.accept_duplicates)
+    checkpoint_id, skipped = args.checkpoint, []
+    if getattr(args, "latest_valid", False):
+        from barrierflow.checkpointing.store import CheckpointStore
+        from barrierflow.verification.selection import latest_valid
+
+        selection = latest_valid(spec, CheckpointStore.for_spec(spec))
+        checkpoint_id, skipped = selection.checkpoint_id, selection.skipped
+        if not args.json:
+            for cid, why in skipped:
+                print(f"skipped checkpoint {cid}: {why}")
+    report = restore_pipeline(spec, checkpoint_id, accept_duplicates=args.accept_duplicates)
     if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
+        print(json.dumps({**report.as_dict(), "skipped": [{"checkpoint_id": c, "reason": w} for c, w in skipped]},
+                         indent=2))
         return EXIT_OK
     print(f"restored checkpoint {report.checkpoint_id} of {spec.name} (batch {report.spark_batch_id}, "
           f"{report.files} files, {report.bytes} bytes, sha256 checked); attempt {report.attempt}")
@@ -170,6 +203,70 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     for d in report.decisions:
         print(f"  {d.action:6} {d.sink} {d.transaction_id}: {d.reason}")
     print(f"ready: 'barrierflow run {args.spec}' resumes at batch {report.spark_batch_id + 1}")
+    return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.spec import load_spec
+    from barrierflow.verification.html import render_html
+    from barrierflow.verification.runner import select_ids, verify_checkpoints
+
+    spec = load_spec(args.spec)
+    store = CheckpointStore.for_spec(spec)
+    reports = verify_checkpoints(spec, store, select_ids(store, args.checkpoint, args.latest), deep=args.deep)
+    if args.html:
+        Path(args.html).write_text(render_html(spec.name, reports), encoding="utf-8")
+    failed = [r for r in reports if not r.passed]
+    if args.json:
+        print(json.dumps({"pipeline": spec.name, "storage": store.uri, "verified": len(reports),
+                          "failed": [r.checkpoint_id for r in failed],
+                          "reports": [r.model_dump(mode="json") for r in reports]}, indent=2))
+    else:
+        for r in reports:
+            print(f"checkpoint {r.checkpoint_id}: {'passed' if r.passed else 'FAILED'}"
+                  f" ({sum(c.passed for c in r.checks)}/{len(r.checks)} checks{', deep' if r.deep else ''})")
+            for c in r.failures:
+                print(f"  {c.name}: {c.message}" + (f" [{c.file}]" if c.file else ""))
+        if not reports:
+            print(f"no checkpoints in {store.uri} to verify")
+    return EXIT_RUNTIME if failed else EXIT_OK
+
+
+def _cmd_retain(args: argparse.Namespace) -> int:
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.retention.plan import retain
+    from barrierflow.spec import load_spec
+
+    spec = load_spec(args.spec)
+    plan = retain(spec, CheckpointStore.for_spec(spec), dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps(plan.as_dict(), indent=2))
+        return EXIT_OK
+    verb = "would delete" if args.dry_run else "deleted"
+    print(f"pipeline {spec.name} ({plan.policy.value}, retained={spec.checkpoint.retained}): kept {plan.kept}, "
+          f"savepoints {plan.savepoints}")
+    print(f"  {verb}: checkpoints {plan.checkpoints}, incomplete {plan.incomplete}, {len(plan.shared)} shared "
+          f"files, {len(plan.ledger)} ledger entries, {len(plan.reservations)} stale reservations")
+    print(f"  bytes {'to free' if args.dry_run else 'freed'}: {plan.bytes_freed} {plan.bytes}")
+    return EXIT_OK
+
+
+def _cmd_savepoint(args: argparse.Namespace) -> int:
+    from barrierflow.retention.savepoint import take_savepoint
+    from barrierflow.spec import load_spec
+
+    spec = load_spec(args.spec)
+    manifest = take_savepoint(spec, checkpoint_id=args.checkpoint)
+    if args.json:
+        print(json.dumps({"pipeline": spec.name, "savepoint": manifest.checkpoint_id,
+                          "spark_batch_id": manifest.spark_batch_id}, indent=2))
+    else:
+        print(f"checkpoint {manifest.checkpoint_id} of {spec.name} is a savepoint (batch "
+              f"{manifest.spark_batch_id}); retention never deletes it. Restore it with "
+              f"'barrierflow restore {args.spec} --checkpoint {manifest.checkpoint_id}'")
     return EXIT_OK
 
 
@@ -220,7 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:  # not in the main thread (e.g. called from a test thread)
         pass
     handlers = {"run": _cmd_run, "checkpoints": _cmd_checkpoints, "bench": _cmd_bench,
-                "restore": _cmd_restore, "reconcile": _cmd_reconcile}
+                "restore": _cmd_restore, "reconcile": _cmd_reconcile, "verify": _cmd_verify,
+                "retain": _cmd_retain, "savepoint": _cmd_savepoint}
     try:
         return handlers[args.command](args)
     except UserInputError as exc:

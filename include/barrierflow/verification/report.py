@@ -69,10 +69,6 @@ class CheckResult(BaseModel):
         return cls(name=name, status=CheckStatus.SKIPPED, message=message, file=file)
 
 
-class _StoredCheck(CheckResult):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
 class VerificationReport(BaseModel):
     """Every check run on one checkpoint (see the module docstring for the JSON)."""
 

@@ -1,0 +1,62 @@
+"""Savepoints: user-owned checkpoints that retention never deletes.
+
+Design: ``barrierflow savepoint SPEC [--checkpoint ID]`` *promotes* a completed checkpoint
+(the latest one by default) to a savepoint by rewriting its manifest, atomically, with
+``kind: savepoint``. Nothing else changes: same id, same files, same ledger entries, so a
+savepoint restores exactly like the checkpoint it was (``restore --checkpoint ID``), and
+the coordinator, which only ever writes manifests of new ids, never touches it. The job
+takes a checkpoint every ``checkpoint.interval``, so the latest one is at most that old;
+running the job until a special checkpoint completes would add a control message and a
+second code path for the same files.
+
+The checkpoint must pass structural verification first. Retention keeps every savepoint
+(of any timeline) and its ledger entries; after the promotion the files are checked again,
+so a concurrent retention run that dropped the checkpoint before seeing the new kind is
+reported instead of leaving a broken savepoint.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from barrierflow.checkpointing.manifest import CheckpointKind, Manifest
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
+from barrierflow.spec.models import PipelineSpec
+from barrierflow.verification.runner import verify_checkpoints
+from barrierflow.verification.structural import structurally_intact
+
+log = logging.getLogger(__name__)
+
+
+def take_savepoint(spec: PipelineSpec, store: CheckpointStore | None = None,
+                   checkpoint_id: int | None = None) -> Manifest:
+    """Promote ``checkpoint_id`` (None: the latest completed) to a savepoint; returns the
+    new manifest.
+
+    Raises:
+        CheckpointNotFoundError: no such (or no) completed checkpoint.
+        CheckpointCorruptError: it fails structural verification, or was deleted meanwhile.
+    """
+    store = store or CheckpointStore.for_spec(spec)
+    if checkpoint_id is None:
+        latest = store.latest()
+        if latest is None:
+            raise CheckpointNotFoundError(f"pipeline {spec.name} has no completed checkpoint in {store.uri}; "
+                                          "run it first")
+        checkpoint_id = latest.checkpoint_id
+    manifest = store.get(checkpoint_id)
+    if manifest.kind is CheckpointKind.SAVEPOINT:
+        return manifest
+    report = verify_checkpoints(spec, store, [checkpoint_id])[0]
+    if not report.passed:
+        raise CheckpointCorruptError(f"checkpoint {checkpoint_id} cannot become a savepoint: it fails "
+                                     f"verification ({report.reason()})")
+    promoted = manifest.model_copy(update={"kind": CheckpointKind.SAVEPOINT})
+    store.write_manifest(promoted)
+    intact, why = structurally_intact(store, checkpoint_id)
+    if not intact:
+        raise CheckpointCorruptError(f"savepoint {checkpoint_id} lost files to a concurrent retention run "
+                                     f"({why}); take a savepoint of a newer checkpoint")
+    log.info("checkpoint %d of %s is now a savepoint", checkpoint_id, spec.name)
+    return promoted

@@ -1,0 +1,155 @@
+"""Deep verification: restore the checkpoint into a scratch directory, read its state with
+Spark's ``statestore`` reader and validate it with the pipeline's Great Expectations suite.
+
+Steps (check names in brackets):
+
+Step 1. Materialize the manifest's files into ``<scratch>/spark-checkpoint`` (sha256
+        checked) [``materialize``].
+Step 2. For every stateful operator ``state/<op>``: ``spark.read.format("statestore")
+        .option("batchId", V).option("operatorId", op).load(dir)`` — the state after barrier
+        batch V, i.e. version V+1, exactly what a restore resumes from [``state-read``].
+        Columns ``key``/``value`` structs are flattened to ``key_<field>``/``value_<field>``
+        plus ``partition_id`` and ``operator_id``.
+Step 3. Run the suite on the flattened rows with an ephemeral GE context (pandas)
+        [``expectation``, one check per expectation]. The suite file is
+        ``verification.expectations`` of the spec, else ``include/expectations/<name>.json``;
+        without one, Step 3 is skipped.
+
+The suite file is a GE 1.x suite document::
+
+    {"name": "demo-state",
+     "expectations": [{"type": "expect_column_values_to_be_between",
+                       "kwargs": {"column": "value_count", "min_value": 0}},
+                      {"type": "expect_compound_columns_to_be_unique",
+                       "kwargs": {"column_list": ["operator_id", "key_key"]}}]}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from barrierflow.checkpointing.manifest import Manifest
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.errors import CheckpointCorruptError, StorageError, UserInputError
+from barrierflow.recovery.materialize import materialize_checkpoint
+from barrierflow.spec.loader import project_home
+from barrierflow.spec.models import PipelineSpec
+from barrierflow.verification.report import CheckResult
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+def expectations_path(spec: PipelineSpec) -> Path:
+    """Where the pipeline's suite is declared (it may not exist)."""
+    declared = spec.verification.expectations if spec.verification else ""
+    if declared:
+        path = Path(declared)
+        return path if path.is_absolute() else project_home() / path
+    return project_home() / "include" / "expectations" / f"{spec.name}.json"
+
+
+def load_suite_document(path: Path) -> dict[str, Any]:
+    """The suite JSON (module docstring). Raises UserInputError naming the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserInputError(f"cannot read the expectation suite {path}: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("expectations"), list):
+        raise UserInputError(f"{path} is not a Great Expectations suite: it needs an 'expectations' list "
+                             "of {'type': ..., 'kwargs': {...}}")
+    return data
+
+
+def read_state(spark: SparkSession, checkpoint_dir: Path, batch_id: int) -> pd.DataFrame:
+    """Step 2: the state of every operator at ``batch_id`` as flat pandas rows."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    frames = []
+    state = checkpoint_dir / "state"
+    operators = sorted(int(p.name) for p in state.iterdir() if p.name.isdigit()) if state.is_dir() else []
+    for op in operators:
+        df = (spark.read.format("statestore").option("batchId", batch_id).option("operatorId", op)
+              .load(str(checkpoint_dir)))
+        columns = [F.col("partition_id"), F.lit(op).alias("operator_id")]
+        for struct in ("key", "value"):
+            fields = df.schema[struct].dataType.fieldNames()  # type: ignore[attr-defined]
+            columns += [F.col(f"{struct}.{name}").alias(f"{struct}_{name}") for name in fields]
+        frames.append(df.select(*columns).toPandas())
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def run_suite(suite_doc: dict[str, Any], rows: pd.DataFrame, suite_file: str) -> list[CheckResult]:
+    """Step 3: one check per expectation of the suite, run on ``rows``."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+    context = gx.get_context(mode="ephemeral")
+    try:
+        context.variables.progress_bars = {"globally": False}  # type: ignore[assignment]
+    except Exception:  # progress bars are cosmetic
+        pass
+    batch_definition = (context.data_sources.add_pandas("barrierflow-state")
+                        .add_dataframe_asset("state").add_batch_definition_whole_dataframe("all"))
+    suite = gx.ExpectationSuite(name=str(suite_doc.get("name") or "state"))
+    for item in suite_doc["expectations"]:
+        suite.add_expectation_configuration(
+            ExpectationConfiguration(type=item["type"], kwargs=dict(item.get("kwargs", {}))))
+    suite = context.suites.add(suite)
+    result = batch_definition.get_batch(batch_parameters={"dataframe": rows}).validate(suite)
+    checks = []
+    for r in result.results:
+        config = r.expectation_config
+        kwargs = {k: v for k, v in config.kwargs.items() if k != "batch_id"}
+        what = f"{config.type}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+        if r.success:
+            checks.append(CheckResult.ok("expectation", what, suite_file))
+        else:
+            detail = r.result or {}
+            sample = detail.get("partial_unexpected_list")
+            checks.append(CheckResult.fail(
+                "expectation", f"{what} failed: {detail.get('unexpected_count', '?')} unexpected "
+                f"of {detail.get('element_count', len(rows))} state rows"
+                + (f", e.g. {sample[:5]}" if sample else ""), suite_file))
+    return checks
+
+
+def deep_checks(spec: PipelineSpec, store: CheckpointStore, manifest: Manifest, *,
+                spark: SparkSession | None = None, scratch: str | None = None) -> list[CheckResult]:
+    """Steps 1-3 for ``manifest``; a SparkSession is built from the spec if none is given."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"verify-{spec.name}-{manifest.checkpoint_id}-", dir=scratch))
+    target = tmp / "spark-checkpoint"
+    try:
+        try:  # Step 1.
+            done = materialize_checkpoint(store, manifest, target)
+        except (CheckpointCorruptError, StorageError) as exc:
+            return [CheckResult.fail("materialize", str(exc))]
+        checks = [CheckResult.ok("materialize", f"{done.files} files, {done.bytes} bytes restored into scratch")]
+        if spark is None:
+            from barrierflow.runtime.session import build_session
+
+            spark = build_session(spec.spark, app_name=f"barrierflow-verify-{spec.name}")
+        try:  # Step 2.
+            rows = read_state(spark, target, manifest.spark_batch_id)
+        except Exception as exc:  # the reader's errors come from the JVM
+            return [*checks, CheckResult.fail("state-read", f"the statestore reader failed at batch "
+                                              f"{manifest.spark_batch_id}: {type(exc).__name__}: {exc}"[:2000])]
+        checks.append(CheckResult.ok("state-read", f"{len(rows)} state rows at batch {manifest.spark_batch_id} "
+                                     f"(state version {manifest.state_version})"))
+        path = expectations_path(spec)  # Step 3.
+        if not path.is_file():
+            return [*checks, CheckResult.skip("expectation", f"no expectation suite at {path}", str(path))]
+        return checks + run_suite(load_suite_document(path), rows, str(path))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

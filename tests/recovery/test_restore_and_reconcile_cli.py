@@ -1,0 +1,129 @@
+"""`barrierflow restore` and `barrierflow reconcile` on checkpoints built by the real
+coordinator over a hand-written Spark checkpoint directory (no Spark needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.checkpointing.coordinator import CheckpointCoordinator
+from barrierflow.checkpointing.store import CheckpointStore, shared_key
+from barrierflow.cli.main import main
+from barrierflow.runtime.layout import JobLayout
+from barrierflow.sinks.factory import build_sink
+from barrierflow.spec import load_spec
+from barrierflow.testing.staging import stage_batch
+from barrierflow.transactions.ledger import TransactionLedger, TxnState
+
+from tests.checkpointing.fake_spark import FakeSparkCheckpoint
+from tests.pipeline_specs import spec_dict, write_spec
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _pipeline(tmp_path: Path, checkpoints: int) -> tuple[Path, Any, CheckpointStore]:
+    """A parquet-sink pipeline with ``checkpoints`` completed checkpoints, one batch each."""
+    data = spec_dict(tmp_path)
+    data["sinks"] = [{"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}]
+    spec_path = write_spec(tmp_path, data)
+    spec = load_spec(spec_path)
+    layout = JobLayout.for_spec(spec)
+    store = CheckpointStore.for_spec(spec)
+    spark = FakeSparkCheckpoint(layout.spark_checkpoint)
+    clock = Clock()
+    coordinator = CheckpointCoordinator(
+        pipeline=spec.name, options=spec.checkpoint, store=store, spark_checkpoint_dir=layout.spark_checkpoint,
+        staging_dir=layout.snapshots, control=ControlChannel(layout.control), source_names=["events"],
+        sinks=[build_sink(spec, store, layout, attempt=0)], monotonic=clock)
+    coordinator.start()
+    for batch in range(checkpoints):
+        clock.t += 1.0
+        coordinator.tick()
+        stage_batch(f"file://{tmp_path / 'out' / '_staging'}", batch, pa.table({"key": [batch], "n": [batch * 10]}))
+        spark.run_batch(batch, {"0": (batch + 1) * 10, "1": (batch + 1) * 10}, barrier=batch + 1)
+        coordinator.tick()
+        for pending in list(coordinator.pending.values()):
+            pending.upload.exception(timeout=10)
+        coordinator.tick()
+        coordinator.flush_sinks()
+    return spec_path, spec, store
+
+
+def test_restore_latest_rebuilds_the_spark_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_path, spec, store = _pipeline(tmp_path, 3)
+    layout = JobLayout.for_spec(spec)
+    assert main(["restore", str(spec_path), "--latest", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["checkpoint_id"] == 3 and report["attempt"] == 1
+    manifest = store.get(3)
+    restored = sorted(p.relative_to(layout.spark_checkpoint).as_posix()
+                      for p in layout.spark_checkpoint.rglob("*") if p.is_file())
+    assert restored == sorted(f.path for f in manifest.files)
+    assert (layout.spark_checkpoint.parent / "spark-checkpoint.replaced").is_dir()
+
+
+@pytest.mark.parametrize("damage", ["missing", "altered"])
+def test_restore_with_a_damaged_file_exits_2_and_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         damage: str) -> None:
+    spec_path, _spec, store = _pipeline(tmp_path, 2)
+    victim = next(f for f in store.get(2).files if f.path == "state/0/1/2.delta")
+    path = Path(store.objects.root) / shared_key(victim.sha256)  # type: ignore[attr-defined]
+    if damage == "missing":
+        path.unlink()
+    else:
+        data = bytearray(path.read_bytes())
+        data[0] ^= 0xFF
+        path.write_bytes(bytes(data))
+    assert main(["restore", str(spec_path), "--checkpoint", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint 2" in err and "state/0/1/2.delta" in err
+    assert ("missing" if damage == "missing" else "altered") in err
+
+
+def test_restore_of_a_missing_or_incomplete_checkpoint_exits_2(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    spec_path, _spec, store = _pipeline(tmp_path, 1)
+    assert main(["restore", str(spec_path), "--checkpoint", "7"]) == 2
+    assert "checkpoint 7" in capsys.readouterr().err
+    store.objects.delete("chk-1/_metadata.json")  # an incomplete checkpoint: no manifest
+    assert main(["restore", str(spec_path), "--checkpoint", "1"]) == 2
+    assert "no manifest" in capsys.readouterr().err
+
+
+def test_reconcile_dry_run_lists_decisions_and_the_real_run_applies_exactly_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_path, spec, store = _pipeline(tmp_path, 2)
+    ledger = TransactionLedger(store.objects, spec.name)
+    layout = JobLayout.for_spec(spec)
+    # A staged failure: epoch 3 pre-committed, then the driver died before manifest 3 …
+    sink = build_sink(spec, store, layout, attempt=0)
+    stage_batch(f"file://{tmp_path / 'out' / '_staging'}", 2, pa.table({"key": [2], "n": [20]}))
+    sink.snapshot(3, 2)
+    # … and epoch 2 was committed to the ledger as pre-committed only (crash before its commit).
+    two = ledger.get("out", 2)
+    ledger.put(two.model_copy(update={"state": TxnState.PRECOMMITTED}))
+    before = sorted(p.name for p in (tmp_path / "out").rglob("*") if p.is_file())
+
+    assert main(["reconcile", str(spec_path), "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    decided = {(d["transaction_id"], d["action"]) for d in plan["decisions"]}
+    assert decided == {(f"bf.{spec.name}.out.e2.a0", "COMMIT"), (f"bf.{spec.name}.out.e3.a0", "ABORT")}
+    assert sorted(p.name for p in (tmp_path / "out").rglob("*") if p.is_file()) == before  # changed nothing
+
+    assert main(["reconcile", str(spec_path), "--json"]) == 0
+    applied = json.loads(capsys.readouterr().out)
+    assert applied["decisions"] == plan["decisions"]
+    assert ledger.get("out", 2).state is TxnState.COMMITTED
+    assert ledger.get("out", 3).state is TxnState.ABORTED
+    assert main(["reconcile", str(spec_path), "--dry-run", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["decisions"] == []  # nothing left in doubt

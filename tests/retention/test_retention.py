@@ -1,0 +1,191 @@
+"""Retention: the kept set, reference counting, dry run, savepoints, the in-flight fence
+and bounded storage, on checkpoints built by the real coordinator (no Spark)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from barrierflow.checkpointing.manifest import CheckpointKind
+from barrierflow.checkpointing.store import shared_key
+from barrierflow.cli.main import main
+from barrierflow.recovery.materialize import materialize_checkpoint
+from barrierflow.retention.fence import RUNNING_KEY, RetentionFence, begin_run, end_run
+from barrierflow.retention.plan import retain
+from barrierflow.retention.policy import RetentionPolicy, choose_retained
+from barrierflow.retention.savepoint import take_savepoint
+from barrierflow.storage.local import LocalObjectStore
+from barrierflow.transactions.ledger import TxnState
+from barrierflow.verification.runner import verify_checkpoints
+
+from tests.pipeline_specs import make_spec, spec_dict, write_spec
+from tests.verification.checkpoint_factory import CheckpointFactory
+
+
+def _listing(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_policy() -> None:
+    ids = list(range(1, 11))
+    assert choose_retained(ids, 3, RetentionPolicy.NEWEST, {10: False}) == {8, 9, 10}
+    # Verified 4, 6, 7; failed 9; unverified 1-3, 5, 8, 10.
+    verdicts = {4: True, 6: True, 7: True, 9: False}
+    assert choose_retained(ids, 2, RetentionPolicy.PREFER_VERIFIED, verdicts) == {7, 6, 10, 8}
+    assert choose_retained(ids, 3, RetentionPolicy.PREFER_VERIFIED, {}) == {8, 9, 10}
+    assert choose_retained([1, 2, 3], 3, RetentionPolicy.PREFER_VERIFIED, {3: True}) == {3, 2, 1}
+    assert choose_retained([1, 2, 3], 2, RetentionPolicy.PREFER_VERIFIED, {1: True, 3: False}) == {1, 2}
+
+
+def test_retention_keeps_the_policy_set_and_deletes_every_unreferenced_file(tmp_path: Path, capsys) -> None:
+    f = CheckpointFactory(tmp_path, snapshot_every=4)
+    f.take(8)
+    spec = make_spec(tmp_path, checkpoint={"retained": 3})
+    spec_path = write_spec(tmp_path, spec_dict(tmp_path, checkpoint={"retained": 3}))
+    assert take_savepoint(spec, f.store, 3).kind is CheckpointKind.SAVEPOINT
+    f.take(8)  # 16 checkpoints; 3 is a savepoint
+    verify_checkpoints(spec, f.store, [14, 15, 16])
+    f.ledger.put(f.ledger.get("out", 15).model_copy(update={"state": TxnState.ABORTED}))
+    verify_checkpoints(spec, f.store, [15])  # 15 now fails verification: not preferred
+    store_root = tmp_path / "checkpoints"
+    (store_root / "shared" / "ff").mkdir(exist_ok=True)
+    (store_root / "shared" / "ff" / ("ff" * 32)).write_bytes(b"orphan")  # e.g. from a crashed upload
+    before = _listing(store_root)
+
+    assert main(["retain", str(spec_path), "--dry-run", "--json"]) == 0
+    dry = json.loads(capsys.readouterr().out)
+    assert _listing(store_root) == before  # the dry run changed nothing
+
+    assert main(["retain", str(spec_path), "--json"]) == 0
+    real = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in real.items() if k != "dry_run"} == {k: v for k, v in dry.items() if k != "dry_run"}
+    assert real["kept"] == [13, 14, 16] and real["savepoints"] == [3]
+    assert real["deleted"]["checkpoints"] == [1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15]
+    after = _listing(store_root)
+    deleted = set(before) - set(after)
+    assert real["bytes_freed"] == sum(len(before[k]) for k in deleted) > 0
+    assert set(after) - set(before) == {"_retention/last.json"}  # the fence records the run
+    assert f.store.checkpoint_ids() == [3, 13, 14, 16]
+    kept_digests = {e.sha256 for cid in (3, 13, 14, 16) for e in f.store.get(cid).files}
+    for digest in kept_digests:  # nothing a kept manifest references was deleted
+        assert shared_key(digest) in after
+    stored = {k.rsplit("/", 1)[-1] for k in after if k.startswith("shared/")}
+    assert stored == kept_digests  # every unreferenced file was deleted (the orphan too)
+    ledger = sorted(t.checkpoint_id for t in f.ledger.list())
+    assert ledger == [3, 13, 14, 15, 16]  # old finished epochs gone; the savepoint's kept
+    for cid in (3, 13, 14, 16):  # the kept checkpoints still restore
+        materialize_checkpoint(f.store, f.store.get(cid), tmp_path / f"restore-{cid}")
+    assert main(["retain", str(spec_path), "--json"]) == 0  # a second run has nothing to do
+    assert json.loads(capsys.readouterr().out)["bytes_freed"] == 0
+
+
+def test_incomplete_checkpoints_go_after_the_timeout(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    f = CheckpointFactory(tmp_path, ledger_sink=False, timeout=5.0)
+    f.take(2)
+    f.clock.t += 1.0
+    f.coordinator.tick()  # checkpoint 3 triggered, its barrier never comes
+    f.clock.t += 6.0
+    f.coordinator.tick()
+    assert [r.checkpoint_id for r in f.store.failures()] == [3]
+    spec = make_spec(tmp_path, checkpoint={"retained": 1, "timeout": "5s"})
+    plan = retain(spec, f.store, dry_run=True)
+    assert plan.incomplete == [] and plan.checkpoints == [1]  # failed 5 s ago: newer than any completed
+    later = datetime.now(UTC) + timedelta(seconds=10)
+    plan = retain(spec, f.store, now=lambda: later)
+    assert plan.incomplete == [3] and not f.store.objects.list("chk-3/")
+    (tmp_path / "checkpoints" / "chk-1").mkdir(exist_ok=True)
+    (tmp_path / "checkpoints" / "chk-1" / "stray").write_bytes(b"x")  # no manifest, older than 2
+    assert retain(spec, f.store).incomplete == [1]
+
+
+class BlockingStore(LocalObjectStore):
+    """Blocks after storing the first shared file until released."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.stored_one = threading.Event()
+        self.release = threading.Event()
+        self.armed = False
+
+    def put_file(self, key: str, local_path: str) -> None:
+        super().put_file(key, local_path)
+        if self.armed and key.startswith("shared/") and not self.stored_one.is_set():
+            self.stored_one.set()
+            assert self.release.wait(10)
+
+
+def test_retention_during_an_upload_keeps_the_new_checkpoints_files(tmp_path: Path) -> None:
+    objects = BlockingStore(tmp_path / "checkpoints")
+    f = CheckpointFactory(tmp_path, objects=objects)
+    f.take(3)
+    spec = make_spec(tmp_path, checkpoint={"retained": 1})
+    objects.armed = True
+    cid = f.trigger_and_barrier()  # checkpoint 4: the upload starts and blocks after one file
+    assert objects.stored_one.wait(10)
+    plan = retain(spec, f.store)  # runs while checkpoint 4 is in flight
+    assert plan.checkpoints == [1, 2] and plan.kept == [3] and plan.shared
+    objects.release.set()
+    f.finish()
+    manifest = f.store.get(cid)
+    restored = materialize_checkpoint(f.store, manifest, tmp_path / "restored")  # sha256 checked
+    assert restored.files == len(manifest.files)
+    assert verify_checkpoints(make_spec(tmp_path), f.store, [cid])[0].passed
+    assert not (tmp_path / "checkpoints" / "_inflight").exists() or not list(
+        (tmp_path / "checkpoints" / "_inflight").iterdir())  # released after the manifest
+
+
+def test_the_uploader_waits_for_a_running_retention_and_relists(tmp_path: Path) -> None:
+    objects = LocalObjectStore(tmp_path / "s")
+    fence = RetentionFence(objects, poll=0.01)
+    assert fence.cross() is True  # first crossing: list shared/
+    assert fence.cross() is False
+    run = begin_run(objects)
+    crossed: list[bool] = []
+    waiter = threading.Thread(target=lambda: crossed.append(fence.cross()))
+    waiter.start()
+    time.sleep(0.2)
+    assert not crossed  # still waiting for the retention run
+    end_run(objects, run)
+    waiter.join(5)
+    assert crossed == [True] and not objects.exists(RUNNING_KEY)
+    stale = RetentionFence(objects, stale_after=0.0, poll=0.01)
+    begin_run(objects)  # a crashed run's flag is ignored once stale
+    assert stale.cross() is True
+
+
+def test_store_size_stays_bounded_over_60_checkpoints_with_retention(tmp_path: Path) -> None:
+    f = CheckpointFactory(tmp_path, snapshot_every=5)
+    spec = make_spec(tmp_path, checkpoint={"retained": 3})
+    root = tmp_path / "checkpoints"
+    sizes = []
+    for _ in range(60):
+        f.take(1)
+        retain(spec, f.store)
+        sizes.append(sum(p.stat().st_size for p in root.rglob("*") if p.is_file()))
+    assert len(f.store.checkpoint_ids()) == 3 and f.store.checkpoint_ids()[-1] == 60
+    # Stopped growing (slack: JSON documents vary by a few bytes with their timestamps).
+    assert max(sizes[30:]) <= max(sizes[10:30]) + 256
+    assert len(f.ledger.list()) <= 4
+    for cid in f.store.checkpoint_ids():
+        materialize_checkpoint(f.store, f.store.get(cid), tmp_path / f"r{cid}")
+
+
+def test_savepoints_are_listed_and_survive_retention(tmp_path: Path, capsys) -> None:
+    f = CheckpointFactory(tmp_path, ledger_sink=False)
+    f.take(2)
+    spec_path = write_spec(tmp_path, spec_dict(tmp_path, checkpoint={"retained": 1}))
+    assert main(["savepoint", str(spec_path)]) == 0
+    assert "checkpoint 2 of t is a savepoint" in capsys.readouterr().out
+    f.take(3)
+    assert main(["retain", str(spec_path)]) == 0
+    capsys.readouterr()
+    assert main(["checkpoints", "list", str(spec_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines[1:]] == [["2", "savepoint"], ["5", "checkpoint"]]
+    f.shared_path(f.store.get(5), "metadata").unlink()  # a broken checkpoint cannot become a savepoint
+    assert main(["savepoint", str(spec_path), "--checkpoint", "5"]) == 2
+    assert "fails verification" in capsys.readouterr().err

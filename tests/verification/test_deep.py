@@ -1,0 +1,45 @@
+"""Deep verification on a real job: the checkpoint's state is read with Spark's
+``statestore`` reader and a Great Expectations suite fails on a state altered on purpose."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.runtime.job import StreamingJob
+
+from tests.pipeline_specs import make_spec
+
+pytestmark = pytest.mark.spark
+
+
+def test_deep_verification_reads_state_and_runs_the_suite(spark, tmp_path: Path) -> None:
+    from barrierflow.verification.runner import verify_checkpoints
+
+    suite = tmp_path / "state-suite.json"
+    suite.write_text(json.dumps({"name": "t-state", "expectations": [
+        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "value_sum", "min_value": 0}},
+        {"type": "expect_compound_columns_to_be_unique", "kwargs": {"column_list": ["operator_id", "key_key"]}},
+    ]}))
+
+    def spec(poison: bool):
+        return make_spec(tmp_path, transformation={"function": "tests.verification.state_transforms:signed_counts",
+                                                   "options": {"poison": poison}},
+                         source={"keys": 20, "max_records_per_batch": 200},
+                         verification={"expectations": str(suite)})
+
+    healthy = StreamingJob(spec(False), spark=spark).run(checkpoints=1, duration=120).completed[-1]
+    poisoned = StreamingJob(spec(True), spark=spark).run(checkpoints=1, duration=120).completed[-1]
+    store = CheckpointStore.for_spec(spec(False))
+    good, bad = verify_checkpoints(spec(False), store, [healthy.checkpoint_id, poisoned.checkpoint_id],
+                                   deep=True, spark=spark)
+    assert good.passed, good.reason()
+    read = next(c for c in good.checks if c.name == "state-read")
+    assert read.passed and "20 state rows" in read.message
+    assert [c.name for c in good.checks if c.name == "expectation"] == ["expectation", "expectation"]
+    assert not bad.passed and bad.deep
+    failed = bad.failures
+    assert [c.name for c in failed] == ["expectation"]
+    assert "expect_column_values_to_be_between" in failed[0].message and failed[0].file == str(suite)

@@ -1,0 +1,154 @@
+"""Structural verification, ``verify`` and ``restore --latest-valid`` on checkpoints built
+by the real coordinator on a hand-written Spark dir (no Spark)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from barrierflow.cli.main import main
+from barrierflow.errors import SourceError
+from barrierflow.transactions.ledger import TxnState
+from barrierflow.verification.report import load_report, report_key
+from barrierflow.verification.runner import candidate_ids, verify_checkpoints
+from barrierflow.verification.selection import latest_valid
+from barrierflow.verification.structural import check_monotonic, check_source_retention
+
+from tests.pipeline_specs import make_spec, spec_dict, write_spec
+from tests.verification.checkpoint_factory import CheckpointFactory
+
+
+def _delete_state_file(f: CheckpointFactory, m) -> tuple[str, str]:
+    path = f"state/0/0/{m.state_version}.delta"
+    f.shared_path(m, path).unlink()
+    return path, "missing from the store"
+
+
+def _flip_byte(f: CheckpointFactory, m) -> tuple[str, str]:
+    path = f"state/0/1/{m.state_version}.delta"
+    target = f.shared_path(m, path)
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    target.write_bytes(bytes(data))
+    return path, "sha256 mismatch"
+
+
+def _truncate_manifest(f: CheckpointFactory, m) -> tuple[str, str]:
+    key = f"chk-{m.checkpoint_id}/_metadata.json"
+    target = f.tmp_path / "checkpoints" / key
+    target.write_bytes(target.read_bytes()[:200])
+    return key, "truncated"
+
+
+def _delete_manifest(f: CheckpointFactory, m) -> tuple[str, str]:
+    key = f"chk-{m.checkpoint_id}/_metadata.json"
+    (f.tmp_path / "checkpoints" / key).unlink()
+    return key, "no _metadata.json"
+
+
+def _delete_offsets(f: CheckpointFactory, m) -> tuple[str, str]:
+    path = f"offsets/{m.spark_batch_id}"
+    f.shared_path(m, path).unlink()
+    return path, "missing from the store"
+
+
+CORRUPTIONS = {"state-file-deleted": _delete_state_file, "byte-flipped": _flip_byte,
+               "manifest-truncated": _truncate_manifest, "manifest-missing": _delete_manifest,
+               "offsets-file-removed": _delete_offsets}
+
+
+def test_intact_checkpoints_pass_and_results_are_stored(tmp_path: Path) -> None:
+    f = CheckpointFactory(tmp_path)
+    f.take(3)
+    spec = make_spec(tmp_path)
+    reports = verify_checkpoints(spec, f.store, candidate_ids(f.store))
+    assert [r.checkpoint_id for r in reports] == [1, 2, 3]
+    assert all(r.passed for r in reports), [r.reason() for r in reports]
+    names = {c.name for c in reports[-1].checks}
+    assert names == {"manifest", "required-files", "files", "offsets-log", "offsets-monotonic",
+                     "source-retention", "ledger"}
+    stored = json.loads((tmp_path / "checkpoints" / report_key(3)).read_text())
+    assert stored["format"] == "barrierflow-verification" and stored["format_version"] == 1
+    assert stored["passed"] is True and stored["started"] <= stored["finished"]
+    assert load_report(f.store.objects, 3) == reports[-1]
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_verify_reports_each_corruption_and_latest_valid_skips_it(tmp_path: Path, capsys, corruption: str) -> None:
+    f = CheckpointFactory(tmp_path, ledger_sink=False)
+    manifests = f.take(4)
+    spec_path = write_spec(tmp_path, spec_dict(tmp_path))
+    assert main(["verify", str(spec_path)]) == 0  # every checkpoint passes, results stored
+    capsys.readouterr()
+    file, reason = CORRUPTIONS[corruption](f, manifests[-1])
+
+    code = main(["verify", str(spec_path), "--json", "--html", str(tmp_path / "report.html")])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["failed"] == [4]
+    bad = next(r for r in out["reports"] if r["checkpoint_id"] == 4)
+    failures = [c for c in bad["checks"] if not c["passed"]]
+    assert any(c["file"] == file and reason in c["message"] for c in failures), failures
+    assert all(r["passed"] for r in out["reports"] if r["checkpoint_id"] != 4)
+    assert "failed" in (tmp_path / "report.html").read_text() and file in (tmp_path / "report.html").read_text()
+
+    assert main(["restore", str(spec_path), "--latest-valid"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped checkpoint 4" in out and "restored checkpoint 3" in out
+    restored = tmp_path / "work" / "spark-checkpoint"
+    assert (restored / "commits" / str(manifests[2].spark_batch_id)).is_file()
+    assert not (restored / "commits" / str(manifests[3].spark_batch_id)).exists()
+
+
+def test_missing_manifest_is_found_through_the_ledger_without_an_earlier_result(tmp_path: Path) -> None:
+    f = CheckpointFactory(tmp_path)
+    manifests = f.take(3)
+    _delete_manifest(f, manifests[-1])  # chk-3/ is now empty, but its transaction was committed
+    reports = verify_checkpoints(make_spec(tmp_path), f.store, candidate_ids(f.store))
+    assert [(r.checkpoint_id, r.passed) for r in reports] == [(1, True), (2, True), (3, False)]
+    assert reports[-1].checks[0].file == "chk-3/_metadata.json"
+
+
+def test_latest_valid_trusts_a_stored_pass_only_while_intact(tmp_path: Path) -> None:
+    f = CheckpointFactory(tmp_path)
+    manifests = f.take(3)
+    spec = make_spec(tmp_path)
+    verify_checkpoints(spec, f.store, [1, 2, 3])
+    assert latest_valid(spec, f.store).checkpoint_id == 3
+    _delete_state_file(f, manifests[-1])  # damaged after it was verified
+    selection = latest_valid(spec, f.store)
+    assert selection.checkpoint_id == 2
+    assert selection.skipped[0][0] == 3 and "damaged since" in selection.skipped[0][1]
+    assert load_report(f.store.objects, 3).passed is False  # the new verdict is stored
+
+
+def test_ledger_must_hold_a_live_transaction_for_each_sink_handle(tmp_path: Path) -> None:
+    f = CheckpointFactory(tmp_path)
+    f.take(2)
+    txn = f.ledger.get("out", 2)
+    f.ledger.put(txn.model_copy(update={"state": TxnState.ABORTED}))
+    report = verify_checkpoints(make_spec(tmp_path), f.store, [2])[0]
+    assert [c.name for c in report.failures] == ["ledger"]
+    assert "ABORTED" in report.failures[0].message
+
+
+def test_offsets_monotonic_and_source_retention(tmp_path: Path) -> None:
+    f = CheckpointFactory(tmp_path, ledger_sink=False)
+    first, second = f.take(2)
+    assert check_monotonic(second, first).passed
+    went_back = second.model_copy(update={"barrier_offsets": {"events": {"0": 1, "1": 20}}})
+    check = check_monotonic(went_back, first)
+    assert not check.passed and "events[0]: 1 < 10" in check.message
+    assert check_source_retention(second, {"events": None}).passed  # the generator keeps everything
+    gone = check_source_retention(second, {"events": {"0": 5, "1": 25}})
+    assert not gone.passed and "events[1]: 20 < beginning offset 25" in gone.message
+    skipped = check_source_retention(second, SourceError("broker down"))
+    assert skipped.passed and skipped.status.value == "skipped"
+
+
+def test_verify_bad_input_exits_2(tmp_path: Path) -> None:
+    CheckpointFactory(tmp_path).take(1)
+    spec_path = write_spec(tmp_path, spec_dict(tmp_path))
+    assert main(["verify", str(spec_path), "--checkpoint", "42"]) == 2
+    assert main(["verify", str(spec_path), "--latest", "0"]) == 2
+    assert main(["verify", str(spec_path), "--latest", "1"]) == 0
