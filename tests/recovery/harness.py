@@ -85,3 +85,32 @@ def window_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """Output rows as sorted comparable tuples (duplicates kept, so they show)."""
     return sorted((str(r["window_start"]), str(r["window_end"]), int(r["key"]), int(r["count"]),
                    int(r["value_sum"])) for r in rows)
+
+
+def assert_sub_multiset(rows: list[tuple[Any, ...]], reference: list[tuple[Any, ...]], when: str) -> None:
+    """Committed rows so far must all be reference rows, none twice (duplicates show here,
+    at the crash point that caused them; missing rows show at the end)."""
+    from collections import Counter
+
+    extra = Counter(rows) - Counter(reference)
+    assert not extra, f"after {when}: rows not in the failure-free output or duplicated: {list(extra)[:5]}"
+
+
+def crash_at_every_point(spec_path: Path, read_rows: Any, reference: list[tuple[Any, ...]]) -> list[str]:
+    """Crash a driver at each named protocol point in turn (recovering after each) and check
+    the committed output after every recovery. Returns how each recovery went."""
+    from barrierflow.testing.crash import POINTS
+
+    ways = []
+    for point in POINTS:
+        crashed = crashed_run(spec_path, CRASH_AT[point])
+        assert crashed.returncode == -9, f"{point}: exit {crashed.returncode}\n{crashed.stderr[-3000:]}"
+        assert f"injected crash at {point}" in crashed.stderr
+        ways.append(recover(spec_path))
+        assert_sub_multiset(read_rows(), reference, f"a crash at {point} and {ways[-1]}")
+    return ways
+
+
+#: Which hit of each point to crash at, counted in the crashed process.
+CRASH_AT = {"mid_epoch": "mid_epoch@3", "during_upload": "during_upload@2", "after_precommit": "after_precommit@2",
+            "after_manifest": "after_manifest@2", "mid_sink_commit": "mid_sink_commit@1"}

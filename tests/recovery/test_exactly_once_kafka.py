@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.testing.crash import POINTS
 from barrierflow.testing.kafka_broker import create_topic
 from kafka import KafkaConsumer, TopicPartition
 
-from tests.recovery.harness import crashed_run, finish, recover, window_rows, windowed_spec
-from tests.recovery.test_exactly_once_files import CRASH_AT, RECORDS
+from tests.recovery.harness import crash_at_every_point, finish, window_rows, windowed_spec
+from tests.recovery.test_exactly_once_files import RECORDS
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900)]
 
 
 def _read_all(bootstrap: str, topic: str, idle: float = 1.0, limit: float = 30.0) -> list[dict[str, Any]]:
@@ -44,19 +43,19 @@ def _reference(reference_rows: Any, records: int) -> list[tuple[Any, ...]]:
     return sorted((ws.replace(" ", "T"), we.replace(" ", "T"), *rest) for ws, we, *rest in reference_rows(records))
 
 
-@pytest.mark.parametrize("point", POINTS)
-def test_crash_restore_finish_equals_failure_free_output(spark, tmp_path: Path, reference_rows, kafka_endpoint,
-                                                         point: str) -> None:
+def test_crash_at_every_point_restore_finish(spark, tmp_path: Path, reference_rows, kafka_endpoint) -> None:
     topic, markers = f"eo-{uuid.uuid4().hex[:8]}", f"eo-markers-{uuid.uuid4().hex[:8]}"
     create_topic(kafka_endpoint, topic, 1)
     create_topic(kafka_endpoint, markers, 1)
     spec_path = windowed_spec(tmp_path, {"name": "k", "type": "kafka", "topic": topic, "key_column": "key",
                                          "bootstrap_servers": kafka_endpoint.bootstrap_servers,
-                                         "commit_marker_topic": markers}, records=RECORDS, per_batch=600)
-    crashed = crashed_run(spec_path, CRASH_AT[point])
-    assert crashed.returncode == -9, crashed.stderr[-3000:]
-    assert f"injected crash at {point}" in crashed.stderr
-    recover(spec_path)
+                                         "commit_marker_topic": markers}, records=RECORDS, per_batch=300)
+    reference = _reference(reference_rows, RECORDS)
+
+    def produced() -> list[tuple[Any, ...]]:
+        return window_rows(_read_all(kafka_endpoint.bootstrap_servers, topic, idle=0.5))
+
+    ways = crash_at_every_point(spec_path, produced, reference)
+    assert "restore" in ways
     finish(spark, spec_path)
-    produced = window_rows(_read_all(kafka_endpoint.bootstrap_servers, topic))
-    assert produced == _reference(reference_rows, RECORDS)
+    assert produced() == reference

@@ -8,12 +8,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from barrierflow.testing.crash import POINTS
 
-from tests.recovery.harness import crashed_run, finish, recover, window_rows, windowed_spec
-from tests.recovery.test_exactly_once_files import CRASH_AT, RECORDS
+from tests.recovery.harness import crash_at_every_point, finish, window_rows, windowed_spec
+from tests.recovery.test_exactly_once_files import RECORDS
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.timeout(900)]
 
 
 @pytest.fixture
@@ -50,16 +49,17 @@ def _spec(tmp_path: Path, table: str, records: int, per_batch: int) -> Path:
                          records=records, per_batch=per_batch)
 
 
-@pytest.mark.parametrize("point", POINTS)
-def test_crash_restore_finish_equals_failure_free_output(spark, tmp_path: Path, reference_rows, pg_table,
-                                                         point: str) -> None:
+def test_crash_at_every_point_restore_finish(spark, tmp_path: Path, reference_rows, pg_table) -> None:
     dsn, table = pg_table
-    spec_path = _spec(tmp_path, table, RECORDS, 600)
-    crashed = crashed_run(spec_path, CRASH_AT[point])
-    assert crashed.returncode == -9, crashed.stderr[-3000:]
-    assert f"injected crash at {point}" in crashed.stderr
-    recover(spec_path)
-    assert _prepared(dsn) == [], "reconciliation left prepared transactions"
+    spec_path = _spec(tmp_path, table, RECORDS, 300)
+    reference = _reference(reference_rows, RECORDS)
+
+    def committed() -> list[tuple[Any, ...]]:
+        assert _prepared(dsn) == [], "recovery left prepared transactions"
+        return _rows(dsn, table)
+
+    ways = crash_at_every_point(spec_path, committed, reference)
+    assert "restore" in ways
     finish(spark, spec_path)
-    assert _rows(dsn, table) == _reference(reference_rows, RECORDS)
+    assert _rows(dsn, table) == reference
     assert _prepared(dsn) == []

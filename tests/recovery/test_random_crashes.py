@@ -17,8 +17,8 @@ from barrierflow.testing.crash import POINTS
 from tests.recovery.harness import crashed_run, finish, recover, window_rows, windowed_spec
 from tests.recovery.test_exactly_once_postgres import _prepared, _reference, _rows
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres]
-RECORDS = 9000
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.timeout(1500)]
+RECORDS = 12000
 CYCLES = 20
 
 
@@ -34,9 +34,9 @@ def test_twenty_random_crash_restore_cycles_file_and_postgres(
     (tmp_path / "pg").mkdir()
     pipelines = {
         "files": windowed_spec(tmp_path / "files", {"name": "out", "type": "parquet", "path": f"file://{out}"},
-                               records=RECORDS, per_batch=300),
+                               records=RECORDS, per_batch=200),
         "postgres": windowed_spec(tmp_path / "pg", {"name": "pg", "type": "postgres", "table": table},
-                                  records=RECORDS, per_batch=300),
+                                  records=RECORDS, per_batch=200),
     }
     rng = random.Random(20261122)
     crashes: dict[str, int] = {"files": 0, "postgres": 0}
