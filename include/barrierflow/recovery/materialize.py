@@ -10,7 +10,6 @@ the end, so a failed restore never leaves a half-written directory behind.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import uuid
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.store import CheckpointStore, shared_key
+from barrierflow.checkpointing.uploader import sha256_file
 from barrierflow.errors import CheckpointCorruptError, StorageError
 from barrierflow.storage import ObjectNotFoundError
 
@@ -29,14 +29,6 @@ class MaterializedCheckpoint:
     directory: Path
     files: int
     bytes: int
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def materialize_checkpoint(
@@ -74,7 +66,7 @@ def materialize_checkpoint(
                     "'barrierflow verify' to find an intact one"
                 ) from None
             size = dest.stat().st_size
-            if size != entry.size or _sha256(dest) != entry.sha256:
+            if size != entry.size or sha256_file(str(dest)) != entry.sha256:
                 raise CheckpointCorruptError(
                     f"checkpoint {manifest.checkpoint_id}: file {entry.path} is altered in the store "
                     f"({store.objects.describe(key)}: {size} bytes, sha256 mismatch; the manifest says "

@@ -19,7 +19,6 @@ import contextlib
 import importlib.resources
 import logging
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -28,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from barrierflow.errors import BarrierflowError
+from barrierflow.testing.processes import free_port as shared_free_port
+from barrierflow.testing.processes import log_tail, stop_process
 
 logger = logging.getLogger(__name__)
 
@@ -70,10 +71,7 @@ def tansu_binary() -> Path:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return shared_free_port(host)
 
 
 def _servers(endpoint: KafkaEndpoint) -> list[str]:
@@ -109,23 +107,11 @@ def _answers(bootstrap_servers: str, timeout: float) -> bool:
 
 
 def _tail(path: Path, limit: int = 4000) -> str:
-    try:
-        return path.read_text(errors="replace")[-limit:]
-    except OSError:
-        return ""
+    return log_tail(path, limit)
 
 
 def _stop(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """Terminate ``proc``; kill it if it has not exited after ``timeout`` seconds."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        logger.warning("tansu broker pid %s ignored SIGTERM; killing it", proc.pid)
-        proc.kill()
-        proc.wait(timeout=timeout)
+    stop_process(proc, timeout, "tansu broker")
 
 
 @contextlib.contextmanager
