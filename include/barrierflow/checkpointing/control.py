@@ -9,6 +9,9 @@ in a separate long-lived Python worker on the driver host. They share a director
   batch's start offset (see :mod:`barrierflow.sources.offsets`).
 * ``hold`` — while this file exists the planner admits no new data (used by the synchronous
   snapshot baseline, where processing waits for the upload).
+* ``replay.json`` — the :class:`~barrierflow.recovery.replay.ReplayPlan` a restore leaves when
+  committed epochs must be replayed with their output suppressed. Written by ``restore``
+  only; :meth:`ControlChannel.reset` keeps it (it belongs to the restored state).
 
 The coordinator calls :meth:`ControlChannel.reset` before it starts the query, so a request
 left over from a crashed run is never re-injected.
@@ -21,11 +24,16 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from barrierflow.recovery.replay import ReplayPlan
 
 
 class ControlChannel:
     REQUEST = "barrier-request.json"
     HOLD = "hold"
+    REPLAY = "replay.json"
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
@@ -58,3 +66,24 @@ class ControlChannel:
 
     def is_held(self) -> bool:
         return (self.directory / self.HOLD).exists()
+
+    def set_replay_plan(self, plan: ReplayPlan | None) -> None:
+        """Store (atomically) or, with None, remove the replay plan."""
+        path = self.directory / self.REPLAY
+        if plan is None:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f".{self.REPLAY}.{os.getpid()}.tmp"
+        tmp.write_text(plan.to_json(), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def replay_plan(self) -> ReplayPlan | None:
+        """The replay plan a restore left, or None."""
+        from barrierflow.recovery.replay import ReplayPlan
+
+        try:
+            return ReplayPlan.from_json((self.directory / self.REPLAY).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None

@@ -165,7 +165,7 @@ class CheckpointCoordinator:
         self._last_seen_batch = committed[-1] if committed else -1
         planned = spark_log.planned_batches(self.spark_dir)
         max_planned_barrier = max((self._barrier_of(b) for b in planned[-2:]), default=0)
-        self._next_id = max([self._last_barrier, max_planned_barrier, *ids, *failed, 0]) + 1
+        self._next_id = max([self._last_barrier, max_planned_barrier, *ids, *failed, self.store.highest_used_id()]) + 1
         self._last_trigger_mono = self.monotonic()
 
     def _barrier_of(self, batch: int) -> int:

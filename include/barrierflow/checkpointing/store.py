@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from barrierflow.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
+_ANY_CHK = re.compile(r"^chk-(\d+)/")
+_LEDGER_TXN = re.compile(r"^ledger/[^/]+/txn-(\d+)\.json$")
 _CHK = re.compile(r"^chk-(\d+)/(_metadata|_failed)\.json$")
 
 
@@ -80,6 +82,19 @@ class CheckpointStore:
             if match:
                 (completed if match.group(2) == "_metadata" else failed).append(int(match.group(1)))
         return sorted(completed), sorted(failed)
+
+    def highest_used_id(self) -> int:
+        """The largest checkpoint id anything in the store uses (0 if none): any ``chk-<n>/``
+        object, with or without a readable manifest, abandoned or not, and any ledger
+        transaction. A new checkpoint id must be larger, so it never reuses a directory or
+        overwrites a transaction of a corrupt or abandoned checkpoint."""
+        highest = 0
+        for prefix, pattern in (("chk-", _ANY_CHK), ("ledger/", _LEDGER_TXN)):
+            for info in self.objects.list(prefix):
+                match = pattern.match(info.key)
+                if match:
+                    highest = max(highest, int(match.group(1)))
+        return highest
 
     def checkpoint_ids(self, include_abandoned: bool = False) -> list[int]:
         """Ids of checkpoints with a manifest (completed), ascending. Checkpoints newer than

@@ -202,6 +202,9 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         print(f"  abandoned newer checkpoints: {report.abandoned}")
     for d in report.decisions:
         print(f"  {d.action:6} {d.sink} {d.transaction_id}: {d.reason}")
+    if report.replay:
+        print(f"  epochs {report.replay['epochs']} were already committed: their {report.replay['batches']} batches "
+              f"are replayed up to {report.replay['through']} with the output suppressed")
     print(f"ready: 'barrierflow run {args.spec}' resumes at batch {report.spark_batch_id + 1}")
     return EXIT_OK
 
@@ -212,7 +215,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from barrierflow.checkpointing.store import CheckpointStore
     from barrierflow.spec import load_spec
     from barrierflow.verification.html import render_html
-    from barrierflow.verification.runner import select_ids, verify_checkpoints
+    from barrierflow.verification.runner import select_ids, verification_summary, verify_checkpoints
 
     spec = load_spec(args.spec)
     store = CheckpointStore.for_spec(spec)
@@ -221,9 +224,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         Path(args.html).write_text(render_html(spec.name, reports), encoding="utf-8")
     failed = [r for r in reports if not r.passed]
     if args.json:
-        print(json.dumps({"pipeline": spec.name, "storage": store.uri, "verified": len(reports),
-                          "failed": [r.checkpoint_id for r in failed],
-                          "reports": [r.model_dump(mode="json") for r in reports]}, indent=2))
+        print(json.dumps(verification_summary(spec.name, store.uri, reports), indent=2))
     else:
         for r in reports:
             print(f"checkpoint {r.checkpoint_id}: {'passed' if r.passed else 'FAILED'}"
@@ -251,6 +252,11 @@ def _cmd_retain(args: argparse.Namespace) -> int:
     print(f"  {verb}: checkpoints {plan.checkpoints}, incomplete {plan.incomplete}, {len(plan.shared)} shared "
           f"files, {len(plan.ledger)} ledger entries, {len(plan.reservations)} stale reservations")
     print(f"  bytes {'to free' if args.dry_run else 'freed'}: {plan.bytes_freed} {plan.bytes}")
+    local = plan.local
+    if local is not None:
+        print(f"  work dir {local.work_dir}: {local.summary() if local.skipped else f'{verb} {local.summary()}'}")
+        for note in local.notes:
+            print(f"    note: {note}")
     return EXIT_OK
 
 

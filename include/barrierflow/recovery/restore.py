@@ -3,14 +3,16 @@
 :func:`restore_pipeline` is the one function that does it::
 
     manifest <- the chosen checkpoint (an id, or the latest completed one)
-    if a sink already committed an epoch newer than the manifest and duplicates are not
-        accepted: refuse (replaying those epochs would write their output twice)
+    if a sink already committed epochs newer than the manifest and duplicates are not
+        accepted: plan a faithful replay of their batches with the output suppressed
+        (barrierflow.recovery.replay); refuse if the ledger cannot tell their batches
     move the local Spark checkpoint aside (kept once, as spark-checkpoint.replaced)
     materialize the manifest's files into a fresh Spark checkpoint dir (sha256 checked)
     attempt <- attempt + 1; checkpoints newer than the manifest are abandoned
     for each sink: commit pre-committed epochs <= n, abort the rest (and external orphans),
         discard staged batches after the barrier batch V (Spark replays them)
-    clear the control channel and snapshot staging; the job is ready: `run` resumes at V+1
+    clear the control channel and snapshot staging, store the replay plan (or remove an old
+        one); the job is ready: `run` resumes at V+1
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from barrierflow.checkpointing.control import ControlChannel
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, UserInputError
 from barrierflow.recovery.materialize import materialize_checkpoint
+from barrierflow.recovery.replay import ReplayImpossibleError, ReplayPlan
 from barrierflow.runtime.layout import JobLayout
 from barrierflow.runtime.lease import job_running
 from barrierflow.spec.models import PipelineSpec
@@ -49,6 +52,7 @@ class RestoreReport:
     abandoned: list[int] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
     replaced: str | None = None
+    replay: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {**{k: v for k, v in self.__dict__.items() if k != "decisions"},
@@ -69,7 +73,8 @@ def restore_pipeline(
     Raises:
         CheckpointNotFoundError: no such completed checkpoint (exit code 2).
         CheckpointCorruptError: a file is missing or altered (exit code 2), naming it.
-        DuplicateOutputError: a newer epoch was already committed to a sink (exit code 2).
+        DuplicateOutputError: a newer epoch was already committed to a sink and its batches
+            cannot be replayed faithfully (exit code 2).
         JobAlreadyRunningError-like UserInputError: the job is running.
     """
     from barrierflow.sinks.factory import build_sink
@@ -92,13 +97,19 @@ def restore_pipeline(
         manifest = store.get(checkpoint_id)
     committed_newer = [t for t in TransactionLedger(store.objects, spec.name).list()
                        if t.state is TxnState.COMMITTED and t.checkpoint_id > manifest.checkpoint_id]
+    replay: ReplayPlan | None = None
     if committed_newer and not accept_duplicates:
-        first = committed_newer[0]
-        raise DuplicateOutputError(
-            f"checkpoint {manifest.checkpoint_id} is older than output already committed to sink {first.sink} "
-            f"(epoch {first.checkpoint_id}); restoring it would write that output again. Restore the latest "
-            "checkpoint (--latest), or pass --accept-duplicates if that is what you want"
-        )
+        source = spec.source.name
+        try:
+            replay = ReplayPlan.for_committed(manifest.checkpoint_id, manifest.barrier_offsets.get(source, {}),
+                                              committed_newer)
+        except ReplayImpossibleError as exc:
+            first = committed_newer[0]
+            raise DuplicateOutputError(
+                f"checkpoint {manifest.checkpoint_id} is older than output already committed to sink {first.sink} "
+                f"(epoch {first.checkpoint_id}) and {exc}. Restore the latest checkpoint (--latest), or pass "
+                "--accept-duplicates if writing that output again is what you want"
+            ) from None
     target = layout.spark_checkpoint
     staging = target.parent / f"{target.name}.restoring"
     shutil.rmtree(staging, ignore_errors=True)
@@ -116,9 +127,15 @@ def restore_pipeline(
     decisions: list[Decision] = []
     if isinstance(sink, TwoPhaseCommitSink):
         decisions = sink.restore(manifest.checkpoint_id, manifest.spark_batch_id)
-    ControlChannel(layout.control).reset()
+    control = ControlChannel(layout.control)
+    control.reset()
+    control.set_replay_plan(replay)
+    if replay is not None:
+        log.warning("checkpoint %d is older than committed epochs %s: their %d batches are replayed with the "
+                    "output suppressed", manifest.checkpoint_id, list(replay.epochs), len(replay.ends))
     shutil.rmtree(layout.snapshots, ignore_errors=True)
     log.info("restored checkpoint %d of %s at %s", manifest.checkpoint_id, spec.name,
              datetime.now(UTC).isoformat())
     return RestoreReport(spec.name, manifest.checkpoint_id, manifest.spark_batch_id, attempt,
-                         materialized.files, materialized.bytes, abandoned, decisions, replaced)
+                         materialized.files, materialized.bytes, abandoned, decisions, replaced,
+                         replay.summary() if replay is not None else None)

@@ -143,7 +143,8 @@ class StreamingJob:
         if staging is not None:
             from barrierflow.sinks.staging import BatchStager
 
-            writer = writer.foreachBatch(BatchStager(staging))
+            writer = writer.foreachBatch(BatchStager(staging, control_dir=str(self.layout.control),
+                                                     spark_checkpoint=str(self.layout.spark_checkpoint)))
         else:
             writer = writer.format("noop")
         return (

@@ -31,7 +31,8 @@ def build_sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout, *,
     if isinstance(sink, DiscardSinkSpec):
         return NoCommitter(sink.name)
     ledger = TransactionLedger(store.objects, spec.name)
-    common = {"name": sink.name, "pipeline": spec.name, "ledger": ledger, "attempt": attempt}
+    common = {"name": sink.name, "pipeline": spec.name, "ledger": ledger, "attempt": attempt,
+              "spark_checkpoint": layout.spark_checkpoint}
     if isinstance(sink, ParquetSinkSpec):
         from barrierflow.sinks.parquet import ParquetFileSink
 

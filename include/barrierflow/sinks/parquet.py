@@ -2,15 +2,16 @@
 
 Layout under the sink's ``path``::
 
-    part-<batch:012d>-<n:05d>.parquet    committed output (what readers see)
+    part-<batch:012d>-a<attempt>-<n:05d>.parquet    committed output (what readers see)
     _staging/batch=<batch>/...           staged micro-batches (see :mod:`barrierflow.sinks.staging`)
 
 Per epoch n (two-phase commit, :class:`~barrierflow.transactions.two_phase.TwoPhaseCommitSink`):
 pre-commit has nothing to do externally (the staged batches are already durable and
 invisible); commit moves each staged file of the epoch's batches to its deterministic final
-name, so a repeated or resumed commit is a no-op; abort leaves staged data to the next epoch
-or to the restore that discards it. Readers only ever see ``part-*.parquet`` in the root;
-names starting with ``_`` are ignored by Spark and pyarrow.
+name, so a repeated or resumed commit is a no-op (the name holds the transaction's attempt:
+after a restore, batch ids are reused and must not overwrite earlier committed output);
+abort leaves staged data to the next epoch or to the restore that discards it. Readers only
+ever see ``part-*.parquet`` in the root; names starting with ``_`` are ignored by Spark and pyarrow.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def staging_uri(path: str) -> str:
     return f"{path.rstrip('/')}/{STAGING}"
 
 
-def final_key(batch_id: int, index: int) -> str:
-    return f"part-{batch_id:012d}-{index:05d}.parquet"
+def final_key(batch_id: int, attempt: int, index: int) -> str:
+    return f"part-{batch_id:012d}-a{attempt}-{index:05d}.parquet"
 
 
 class ParquetFileSink(TwoPhaseCommitSink):
@@ -56,7 +57,7 @@ class ParquetFileSink(TwoPhaseCommitSink):
         for batch in txn.batches:
             keys = txn.handle.get("files", {}).get(str(batch), [])
             for index, key in enumerate(keys):
-                target = final_key(batch, index)
+                target = final_key(batch, txn.attempt, index)
                 if self.staging.store.exists(key):
                     self._publish(key, target)
                     step += 1

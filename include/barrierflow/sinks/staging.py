@@ -127,18 +127,53 @@ class BatchStager:
     ``mode="executors"`` writes one Parquet file per task through ``barrierflow_staging``
     (scales with the cluster); ``mode="driver"`` collects the batch to the driver as Arrow
     and writes one file (no extra Python worker per batch: cheaper for the small outputs of
-    aggregations). Both produce the same layout."""
+    aggregations). Both produce the same layout.
 
-    def __init__(self, uri: str, mode: str = "executors") -> None:
+    With ``control_dir`` and ``spark_checkpoint`` given, a batch that replays output already
+    committed (the restore left a replay plan, see :mod:`barrierflow.recovery.replay`) is not
+    staged: it is evaluated into Spark's ``noop`` sink (the stateful operators must still run
+    and commit their state for the batch) and its output is dropped; ``suppressed`` lists it."""
+
+    def __init__(self, uri: str, mode: str = "executors", *, control_dir: str | None = None,
+                 spark_checkpoint: str | None = None) -> None:
         if mode not in ("executors", "driver"):
             raise SinkError(f"staging mode must be 'executors' or 'driver', got {mode!r}")
         self.uri = uri
         self.mode = mode
+        self.control_dir = control_dir
+        self.spark_checkpoint = spark_checkpoint
+        self.suppressed: list[int] = []
+
+    def replays_committed_output(self, batch_id: int) -> bool:
+        """Whether batch ``batch_id`` re-produces output a sink already committed."""
+        if self.control_dir is None or self.spark_checkpoint is None:
+            return False
+        from barrierflow.checkpointing import spark_log
+        from barrierflow.checkpointing.control import ControlChannel
+
+        plan = ControlChannel(self.control_dir).replay_plan()
+        if plan is None:
+            return False
+
+        def partitions(batch: int) -> dict[str, int]:
+            try:
+                offsets = spark_log.read_offsets(self.spark_checkpoint, batch)  # type: ignore[arg-type]
+            except FileNotFoundError:
+                return {}
+            first = offsets[0] if offsets else None
+            return {str(p): int(o) for p, o in (first or {}).get("partitions", {}).items()}
+
+        return plan.covers(partitions(batch_id - 1), partitions(batch_id))
 
     def __call__(self, df: Any, batch_id: int) -> None:
         from barrierflow.testing.crash import crash_point
 
         crash_point("mid_epoch", batch_id=batch_id)
+        if self.replays_committed_output(batch_id):
+            df.write.format("noop").mode("overwrite").save()
+            self.suppressed.append(batch_id)
+            log.info("batch %d replays output already committed before the restore: not staged", batch_id)
+            return
         if self.mode == "driver":
             write_staged_batch(self.uri, batch_id, df.toArrow())
             return

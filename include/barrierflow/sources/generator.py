@@ -28,7 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from barrierflow.checkpointing.control import ControlChannel
 from barrierflow.sources.offsets import SourceOffset
-from barrierflow.sources.planner import PlanRequest, plan_batch
+from barrierflow.sources.planner import PlanRequest, plan_batch, replay_end
 from barrierflow.spec.models import GeneratorSourceSpec
 
 SCHEMA = "partition INT, offset BIGINT, key BIGINT, value BIGINT, event_time TIMESTAMP"
@@ -176,6 +176,7 @@ class GeneratorStreamReader(DataSourceStreamReader):
                 max_records_per_partition=self.spec.max_records_per_batch,
                 requested_barrier=self.control.requested_barrier(),
                 hold=self.control.is_held(),
+                replay_end=replay_end(self.control, begin),
             )
         )
         return plan.end.to_json()

@@ -58,7 +58,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from barrierflow.checkpointing.control import ControlChannel
 from barrierflow.errors import SourceError, UserInputError
 from barrierflow.sources.offsets import SourceOffset
-from barrierflow.sources.planner import PlanRequest, plan_batch
+from barrierflow.sources.planner import PlanRequest, plan_batch, replay_end
 from barrierflow.spec.models import KafkaSourceSpec
 
 if TYPE_CHECKING:
@@ -605,6 +605,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 max_records_per_partition=self.spec.max_records_per_batch,
                 requested_barrier=self.control.requested_barrier(),
                 hold=self.control.is_held(),
+                replay_end=replay_end(self.control, begin),
             )
         )
         if plan.injects_barrier:

@@ -9,6 +9,9 @@ Rules, in order:
    where it is and no barrier is injected; Spark then plans no batch.
 2. **Advance**: each partition moves to ``min(available, start + max_records_per_partition)``
    and never backwards; paused partitions (watermark alignment) stay put.
+   During a replay of committed epochs after a restore (``replay_end`` given; see
+   :mod:`barrierflow.recovery.replay`) the batch ends exactly at the recorded end offsets
+   instead, whatever is available and whatever the batch size limit.
 3. **Barrier**: if a checkpoint ``n`` newer than the last injected barrier is requested, this
    batch closes epoch ``n``: the plan carries ``barrier = n``. A batch is never planned
    across a barrier, because the barrier position *is* the batch's end offsets for every
@@ -20,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from barrierflow.checkpointing.control import ControlChannel
 from barrierflow.sources.offsets import SourceOffset
 
 
@@ -31,6 +35,7 @@ class PlanRequest:
     requested_barrier: int = 0
     hold: bool = False
     paused_partitions: frozenset[str] = field(default_factory=frozenset)
+    replay_end: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,10 @@ def plan_batch(request: PlanRequest) -> BatchPlan:
     if request.hold:
         return BatchPlan(start, injects_barrier=False)
     end: dict[str, int] = {}
+    if request.replay_end is not None:
+        for partition in sorted(set(start.partitions) | set(request.replay_end)):
+            end[partition] = max(start.partitions.get(partition, 0), request.replay_end.get(partition, 0))
+        return _with_barrier(request, end)
     for partition in sorted(set(start.partitions) | set(request.available)):
         begin = start.partitions.get(partition, 0)
         if partition in request.paused_partitions:
@@ -54,6 +63,17 @@ def plan_batch(request: PlanRequest) -> BatchPlan:
         if request.max_records_per_partition is not None:
             target = min(target, begin + request.max_records_per_partition)
         end[partition] = target
+    return _with_barrier(request, end)
+
+
+def _with_barrier(request: PlanRequest, end: dict[str, int]) -> BatchPlan:
+    start = request.start
     inject = request.requested_barrier > start.barrier
     barrier = request.requested_barrier if inject else start.barrier
     return BatchPlan(SourceOffset(end, barrier, dict(start.extra)), injects_barrier=inject)
+
+
+def replay_end(control: ControlChannel, start: SourceOffset) -> dict[str, int] | None:
+    """The recorded end of the batch beginning at ``start`` while a replay plan is active."""
+    plan = control.replay_plan()
+    return plan.next_end(start.partitions) if plan is not None else None

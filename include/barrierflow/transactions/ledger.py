@@ -68,6 +68,7 @@ class Transaction(BaseModel):
     created_at: AwareDatetime
     updated_at: AwareDatetime
     handle: dict[str, Any] = Field(default_factory=dict)
+    batch_ends: dict[int, dict[str, int]] = Field(default_factory=dict)
     history: list[Transition] = Field(default_factory=list)
 
     @property
@@ -88,11 +89,13 @@ class TransactionLedger:
         self.pipeline = pipeline
 
     def open(self, *, sink: str, sink_type: str, transaction_id: str, checkpoint_id: int, attempt: int,
-             batches: list[int], handle: dict[str, Any], now: datetime | None = None) -> Transaction:
+             batches: list[int], handle: dict[str, Any], batch_ends: dict[int, dict[str, int]] | None = None,
+             now: datetime | None = None) -> Transaction:
         moment = now or datetime.now(UTC)
         txn = Transaction(pipeline=self.pipeline, sink=sink, sink_type=sink_type, transaction_id=transaction_id,
                           checkpoint_id=checkpoint_id, attempt=attempt, batches=sorted(batches),
                           state=TxnState.OPEN, created_at=moment, updated_at=moment, handle=handle,
+                          batch_ends=batch_ends or {},
                           history=[Transition(state=TxnState.OPEN, at=moment)])
         self.put(txn)
         return txn

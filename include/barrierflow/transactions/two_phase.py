@@ -6,7 +6,8 @@ drive them and keep the ledger (:mod:`barrierflow.transactions.ledger`) in step:
 * :meth:`snapshot` — at the barrier of checkpoint n (asynchronous phase, before the
   manifest). Step 1: abort transactions of failed checkpoints still open, releasing their
   batches. Step 2: collect the staged batches <= V_n that no live transaction holds; record
-  the transaction OPEN. Step 3: :meth:`pre_commit` it (durable, invisible). Step 4: record it
+  the transaction OPEN with each batch's end offsets (for a faithful replay after a restore
+  to an older checkpoint). Step 3: :meth:`pre_commit` it (durable, invisible). Step 4: record it
   PRECOMMITTED. Returns the handle stored in the manifest.
 * :meth:`notify_checkpoint_complete` — after manifest n is stored: :meth:`commit` every
   PRECOMMITTED transaction of a checkpoint <= n, record COMMITTED, delete its staged batches.
@@ -17,7 +18,13 @@ drive them and keep the ledger (:mod:`barrierflow.transactions.ledger`) in step:
   its locks, for PostgreSQL) open waiting for a later checkpoint.
 * :meth:`restore` — the job restarts from checkpoint T (batch V_T): recover-and-commit every
   PRECOMMITTED transaction of a checkpoint <= T, recover-and-abort every other unfinished one,
-  abort orphans the external system still holds, discard staged batches > V_T.
+  abort orphans the external system still holds, discard staged batches > V_T and whatever
+  a committed transaction left staged (a crash between its commit and the clean-up).
+
+Batches of committed transactions of the current attempt are never taken into a new
+transaction again (a crash may leave them staged). After a restore (a new attempt) batch ids
+are reused by the replay, so earlier attempts' committed batches no longer count; their
+output is kept out by the replay plan instead.
 
 ``commit`` and ``abort`` must be idempotent: they may run again after a crash mid-way.
 Subclasses may also list external in-doubt transactions the ledger does not know
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -60,8 +68,10 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
     sink_type: str = "abstract"
 
     def __init__(self, *, name: str, pipeline: str, ledger: TransactionLedger, staging: StagedBatches,
-                 attempt: int = 0, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 attempt: int = 0, spark_checkpoint: str | os.PathLike[str] | None = None,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.name = name
+        self.spark_checkpoint = spark_checkpoint
         self.pipeline = pipeline
         self.ledger = ledger
         self.staging = staging
@@ -109,17 +119,35 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
         for txn in txns:  # Step 1.
             if txn.state is TxnState.OPEN and txn.checkpoint_id < checkpoint_id:
                 self._abort(txn, "superseded: its checkpoint failed before pre-commit")
-        held = {b for t in self.ledger.list(self.name) if t.state in (TxnState.OPEN, TxnState.PRECOMMITTED,
-                                                                      TxnState.COMMITTED) for b in t.batches}
+        held = {b for t in self.ledger.list(self.name) for b in t.batches
+                if t.state in (TxnState.OPEN, TxnState.PRECOMMITTED)
+                or (t.state is TxnState.COMMITTED and t.attempt == self.attempt)}
         batches = [b for b in self.staging.batches() if b <= barrier_batch and b not in held]  # Step 2.
         txn_id = self.transaction_id(checkpoint_id)
         txn = self.ledger.open(sink=self.name, sink_type=self.sink_type, transaction_id=txn_id,
                                checkpoint_id=checkpoint_id, attempt=self.attempt, batches=batches,
-                               handle=self.begin_transaction(txn_id, checkpoint_id, batches), now=self.now())
+                               handle=self.begin_transaction(txn_id, checkpoint_id, batches),
+                               batch_ends=self._batch_ends(batches), now=self.now())
         added = self.pre_commit(txn)  # Step 3.
         txn = self.ledger.transition(txn, TxnState.PRECOMMITTED, handle=added, now=self.now())  # Step 4.
         return [{"sink": self.name, "type": self.sink_type, "transaction_id": txn.transaction_id,
                  "checkpoint_id": checkpoint_id, "batches": batches, **txn.handle}]
+
+    def _batch_ends(self, batches: list[int]) -> dict[int, dict[str, int]]:
+        """End offsets of ``batches`` from the local Spark offset log (the first source's)."""
+        if self.spark_checkpoint is None:
+            return {}
+        from barrierflow.checkpointing import spark_log
+
+        ends: dict[int, dict[str, int]] = {}
+        for batch in batches:
+            try:
+                offsets = spark_log.read_offsets(self.spark_checkpoint, batch)
+            except FileNotFoundError:
+                continue  # purged by Spark: the epoch can still commit, only not be replayed
+            if offsets and offsets[0] is not None:
+                ends[batch] = {str(p): int(o) for p, o in offsets[0].get("partitions", {}).items()}
+        return ends
 
     def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None:
         for txn in self.ledger.list(self.name):
@@ -193,6 +221,11 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
         discard staged batches after ``barrier_batch`` (they will be replayed)."""
         decisions = self.plan(target_checkpoint, restoring=True)
         self.apply(decisions)
+        for txn in self.ledger.list(self.name):
+            if txn.state is TxnState.COMMITTED:
+                for batch in txn.batches:
+                    if batch <= (barrier_batch if barrier_batch is not None else -1):
+                        self.staging.discard(batch)
         discarded = self.staging.discard_after(barrier_batch if barrier_batch is not None else -1)
         if discarded:
             log.info("sink %s: discarded staged batches %s (they will be replayed)", self.name, discarded)
