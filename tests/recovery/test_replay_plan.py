@@ -132,7 +132,7 @@ def test_replayed_batches_are_not_staged_and_new_ones_commit_under_new_names(tmp
         def save(self) -> None:
             self.evaluated = True
 
-        def toArrow(self) -> pa.Table:  # noqa: N802 - the DataFrame method name
+        def toArrow(self) -> pa.Table:
             return pa.table({"v": [self.value]})
 
     _offset_log(spark_dir, 1, {"0": 9})

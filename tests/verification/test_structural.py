@@ -152,3 +152,27 @@ def test_verify_bad_input_exits_2(tmp_path: Path) -> None:
     assert main(["verify", str(spec_path), "--checkpoint", "42"]) == 2
     assert main(["verify", str(spec_path), "--latest", "0"]) == 2
     assert main(["verify", str(spec_path), "--latest", "1"]) == 0
+
+
+def test_a_job_on_a_fresh_machine_restores_the_newest_valid_checkpoint(tmp_path: Path) -> None:
+    """No local Spark checkpoint: ``run`` restores by itself, skipping a corrupt newest one."""
+    import shutil
+
+    from barrierflow.errors import CheckpointNotFoundError
+    from barrierflow.runtime.job import StreamingJob
+
+    f = CheckpointFactory(tmp_path, ledger_sink=False)
+    manifests = f.take(3)
+    local = tmp_path / "work" / "spark-checkpoint"
+    shutil.rmtree(local, ignore_errors=True)  # the job moved to a fresh machine
+    _flip_byte(f, manifests[-1])
+    StreamingJob(make_spec(tmp_path)).restore_if_needed()
+    assert (local / "commits" / str(manifests[1].spark_batch_id)).is_file()
+    assert not (local / "commits" / str(manifests[2].spark_batch_id)).exists()
+
+    shutil.rmtree(local)
+    for m in manifests[:2]:
+        _delete_manifest(f, m)
+    _truncate_manifest(f, manifests[2])
+    with pytest.raises(CheckpointNotFoundError, match="no checkpoint that passes verification"):
+        StreamingJob(make_spec(tmp_path)).restore_if_needed()  # never silently start from scratch

@@ -19,6 +19,12 @@
     delete    reservations of checkpoints that completed, failed or expired (older than
               checkpoint.timeout)
     record the finished run (last.json), withdraw running.json
+    delete    in the job's local work directory (if it exists on this machine): old
+              offsets/commits entries and state files of the local Spark checkpoint that
+              Spark can never need again, the spark-checkpoint.replaced copy of a restore
+              once the job has moved on, and stale snapshots/chk-<n> staging directories
+              (barrierflow.retention.local); done after the fence is withdrawn, so uploads
+              never wait for local deletions
 
 A dry run only plans: it changes nothing, not even the fence, and reports the same
 counts and bytes a real run started at that moment would.
@@ -40,7 +46,14 @@ from barrierflow.checkpointing.manifest import CheckpointKind, FailureRecord, Ma
 from barrierflow.checkpointing.store import CheckpointStore, failure_key, manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
 from barrierflow.retention.fence import begin_run, end_run, reservation_key, reservations
+from barrierflow.retention.local import (
+    LocalRetentionPlan,
+    apply_local_retention,
+    min_batches_to_retain,
+    plan_local_retention,
+)
 from barrierflow.retention.policy import RetentionPolicy, choose_retained
+from barrierflow.runtime.layout import JobLayout
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.storage import ObjectInfo, ObjectNotFoundError
 from barrierflow.transactions.ledger import TransactionLedger, TxnState, transaction_key
@@ -66,6 +79,8 @@ class RetentionPlan:
     reservations: list[int] = field(default_factory=list)
     #: store keys in deletion order, with their sizes, per category
     keys: dict[str, list[ObjectInfo]] = field(default_factory=dict)
+    #: the job's local work directory (None: not planned)
+    local: LocalRetentionPlan | None = None
 
     @property
     def bytes(self) -> dict[str, int]:
@@ -84,6 +99,7 @@ class RetentionPlan:
                         "reservations": self.reservations},
             "objects": sum(len(v) for v in self.keys.values()),
             "bytes": self.bytes, "bytes_freed": self.bytes_freed,
+            "local": self.local.as_dict() if self.local is not None else None,
         }
 
 
@@ -93,8 +109,9 @@ def policy_of(spec: PipelineSpec) -> RetentionPolicy:
 
 
 def plan_retention(spec: PipelineSpec, store: CheckpointStore, *, dry_run: bool = True,
-                   now: datetime | None = None) -> RetentionPlan:
-    """Decide what to delete (see the module docstring); reads only."""
+                   now: datetime | None = None, layout: JobLayout | None = None) -> RetentionPlan:
+    """Decide what to delete (see the module docstring); reads only. ``bytes``/``bytes_freed``
+    count the checkpoint store; the work directory's numbers are in ``local``."""
     moment = now or datetime.now(UTC)
     timeout = timedelta(seconds=spec.checkpoint.timeout)
     objects = store.objects
@@ -151,6 +168,16 @@ def plan_retention(spec: PipelineSpec, store: CheckpointStore, *, dry_run: bool 
     plan.ledger = [i.key for i in plan.keys["ledger"]]
     plan.keys["reservations"] = [i for i in objects.list("_inflight/")
                                  if i.key in {reservation_key(c) for c in plan.reservations}]
+
+    # The local work directory builds on the newest completed checkpoint of the current
+    # timeline (what the job's coordinator continues from) and the newest one kept here.
+    current = [c for c in manifests if c not in abandoned]
+    references = {max(ids) for ids in (current, [c for c in keep_all if c not in abandoned]) if ids}
+    recorded = {c for c, infos in by_dir.items()
+                if any(i.key in (manifest_key(c), failure_key(c)) for i in infos)}
+    plan.local = plan_local_retention(
+        layout or JobLayout.for_spec(spec), [manifests[c] for c in sorted(references)], recorded,
+        min_batches=min_batches_to_retain(spec.spark.conf), attempt=store.attempt(), timeout=timeout, now=moment)
     return plan
 
 
@@ -190,21 +217,28 @@ def apply_retention(store: CheckpointStore, plan: RetentionPlan) -> None:
 
 def retain(spec: PipelineSpec, store: CheckpointStore | None = None, *, dry_run: bool = False,
            now: Callable[[], datetime] = lambda: datetime.now(UTC),
-           forget: Callable[[set[str]], None] | None = None) -> RetentionPlan:
+           forget: Callable[[set[str]], None] | None = None, layout: JobLayout | None = None) -> RetentionPlan:
     """One retention run (module docstring). ``forget`` (e.g. an in-process uploader's
     :meth:`~barrierflow.checkpointing.uploader.SnapshotUploader.forget`) is told the
-    deleted shared digests."""
+    deleted shared digests. ``layout``: the job's work directory (default: the spec's).
+
+    Raises:
+        LocalRetentionError: planned files of the work directory could not be deleted
+            (the checkpoint store's part of the run is complete).
+    """
     store = store or CheckpointStore.for_spec(spec)
     if dry_run:
-        return plan_retention(spec, store, dry_run=True, now=now())
+        return plan_retention(spec, store, dry_run=True, now=now(), layout=layout)
     run = begin_run(store.objects, now())
     try:
-        plan = plan_retention(spec, store, dry_run=False, now=now())
+        plan = plan_retention(spec, store, dry_run=False, now=now(), layout=layout)
         apply_retention(store, plan)
     finally:
         end_run(store.objects, run, now())
     if forget is not None:
         forget(set(plan.shared))
+    if plan.local is not None:
+        apply_local_retention(plan.local)
     return plan
 
 

@@ -301,16 +301,27 @@ class StreamingJob:
                         log.warning("sink %s: %s %s (%s)", d.sink, d.action.lower(), d.transaction_id, d.reason)
 
     def restore_if_needed(self) -> None:
-        """With no local Spark checkpoint, start from the latest completed checkpoint (if
-        any), so that a job moved to a fresh machine continues exactly once."""
+        """With no local Spark checkpoint, start from the newest checkpoint that passes
+        structural verification (if there is any), so that a job moved to a fresh machine
+        continues exactly once; corrupt newer ones are skipped with a warning naming why.
+
+        Raises:
+            CheckpointNotFoundError: checkpoints exist but none passes verification (starting
+                from the beginning of the source would write committed output again).
+        """
         from barrierflow.recovery.restore import restore_pipeline
+        from barrierflow.verification.runner import candidate_ids
+        from barrierflow.verification.selection import latest_valid
 
         if spark_log.planned_batches(self.layout.spark_checkpoint):
             return
-        if self.store.latest() is None:
+        if not candidate_ids(self.store):
             return
-        report = restore_pipeline(self.spec, checkpoint_id=None, store=self.store, layout=self.layout,
-                                  check_running=False)
+        selection = latest_valid(self.spec, self.store)
+        for checkpoint_id, why in selection.skipped:
+            log.warning("not restoring checkpoint %d: %s", checkpoint_id, why)
+        report = restore_pipeline(self.spec, checkpoint_id=selection.checkpoint_id, store=self.store,
+                                  layout=self.layout, check_running=False)
         log.warning("no local Spark checkpoint: restored checkpoint %d (attempt %d)",
                     report.checkpoint_id, report.attempt)
 
