@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--latest-valid", action="store_true",
                        help="the newest checkpoint that passes structural verification (skipped ones are listed)")
     restore.add_argument("--accept-duplicates", action="store_true",
-                         help="restore even if newer output was already committed (it will be written again)")
+                         help="do not suppress the replay of epochs already committed (their output is written again)")
     restore.add_argument("--json", action="store_true")
 
     reconcile = sub.add_parser("reconcile", help="finish in-doubt sink transactions")
