@@ -1,4 +1,4 @@
-"""barrierflow pipelines: one pair of DAGs per pipeline spec in `include/pipelines/*.yaml`.
+"""barrierflow pipelines: four DAGs per pipeline spec in `include/pipelines/*.yaml`.
 
 * `barrierflow_pipeline__<name>` (triggered, no schedule): `launch` runs the long-running
   streaming job with `spark-submit jobs/run_pipeline.py --spec <spec>` on the `spark_default`
@@ -8,6 +8,17 @@
   the pipeline has no completed checkpoint or its latest one is older than the param
   `max_checkpoint_age_seconds` (default: 3 checkpoint intervals), i.e. the job is dead, stuck,
   or cannot write its checkpoints.
+* `barrierflow_verify__<name>` (every `verification.interval`, default 10 minutes): `verify`
+  runs `barrierflow verify <spec> --latest N --json` (plus `--deep` when the spec's
+  `verification.deep` is true) and returns the JSON summary (XCom `return_value`). N is the
+  spec's `verification.latest`, default `checkpoint.retained`; params `latest` and `deep`
+  override both for a manual run. A checkpoint that fails a check fails the task, not
+  retried, with a message naming the checkpoint and the check. Results are stored beside
+  each checkpoint, where `restore --latest-valid` and retention use them.
+* `barrierflow_retain__<name>` (every 15 minutes): `retain` runs `barrierflow retain <spec>
+  --json`: keeps the newest `checkpoint.retained` completed checkpoints (verified ones
+  preferred) and every savepoint, deletes the rest and unreferenced shared files, and
+  returns the JSON summary (bytes freed).
 
 A spec that fails to load does not break the other pipelines: it gets a
 `barrierflow_pipeline__<file name>` DAG tagged `invalid-spec`, whose description shows the
@@ -22,14 +33,18 @@ the tasks.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, dag, task
-from barrierflow.airflow_support import DiscoveredPipeline, dag_id_for, discover_pipelines
+from barrierflow.airflow_support import DiscoveredPipeline, dag_id_for, discover_pipelines, verification_schedule
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PIPELINES_DIR = Path(os.environ.get("BARRIERFLOW_PIPELINES_DIR") or PROJECT_ROOT / "include" / "pipelines")
@@ -40,6 +55,10 @@ BARRIERFLOW_HOME = os.environ.get("BARRIERFLOW_HOME") or str(PROJECT_ROOT)
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 DEFAULT_ARGS = {"owner": "barrierflow", "retries": 1, "retry_delay": timedelta(minutes=1)}
 TAGS = ["barrierflow", "pipeline"]
+SUPERVISE_SCHEDULE = timedelta(minutes=5)
+RETAIN_SCHEDULE = timedelta(minutes=15)
+
+log = logging.getLogger(__name__)
 
 
 @task(task_id="supervise")
@@ -58,6 +77,65 @@ def supervise(spec_path: str, barrierflow_home: str) -> str:
         raise AirflowFailException(str(exc)) from exc
 
 
+@task(task_id="verify")
+def verify(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
+    """Verify the newest `latest` checkpoints (params); fail, naming each failed check, unless all pass.
+
+    Returns the JSON summary of `barrierflow verify --json` (pushed to XCom); it is logged too,
+    also when the task fails.
+    """
+    from airflow.sdk import get_current_context
+    from airflow.sdk.exceptions import AirflowFailException
+    from barrierflow.airflow_support import CheckpointVerificationError, verify_latest_checkpoints
+
+    os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
+    params = get_current_context()["params"]
+    try:
+        summary = verify_latest_checkpoints(spec_path, int(params["latest"]), deep=bool(params["deep"]))
+    except CheckpointVerificationError as exc:
+        log.error("verification summary: %s", json.dumps(exc.summary))
+        # Not retried: a failed check fails again; the next scheduled run verifies anew.
+        raise AirflowFailException(str(exc)) from exc
+    log.info("verification summary: %s", json.dumps(summary))
+    return summary
+
+
+@task(task_id="retain")
+def retain(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
+    """Run retention once; returns (and logs) the JSON summary of `barrierflow retain --json`."""
+    from barrierflow.airflow_support import retain_checkpoints
+
+    os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
+    summary = retain_checkpoints(spec_path)
+    log.info("retention summary: %s", json.dumps(summary))
+    return summary
+
+
+def _barrierflow_dag(
+    dag_id: str,
+    description: str,
+    *,
+    schedule: timedelta | None,
+    params: dict[str, Param] | None = None,
+    doc_md: str = __doc__ or "",
+    extra_tags: tuple[str, ...] = (),
+) -> Callable[[Callable[[], None]], Callable[[], DAG]]:
+    """The `@dag` decorator with the settings every barrierflow DAG shares: the module docstring
+    as doc, UTC start date, no catchup, one run at a time, retries, the barrierflow tags."""
+    return dag(
+        dag_id=dag_id,
+        description=description,
+        doc_md=doc_md,
+        schedule=schedule,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        default_args=DEFAULT_ARGS,
+        params=params or {},
+        tags=[*TAGS, *extra_tags],
+    )
+
+
 def _max_age_param(checkpoint_interval: float) -> Param:
     return Param(
         max(1.0, 3 * checkpoint_interval),
@@ -67,24 +145,24 @@ def _max_age_param(checkpoint_interval: float) -> Param:
     )
 
 
+def _verify_params(latest: int, deep: bool) -> dict[str, Param]:
+    return {
+        "latest": Param(latest, type="integer", minimum=1,
+                        description="Verify this many of the newest checkpoints."),
+        "deep": Param(deep, type="boolean",
+                      description="Also restore each checkpoint, read its state with Spark and run the "
+                                  "expectation suite."),
+    }
+
+
 def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
     assert entry.spec is not None
     spec_path = str(entry.path.resolve())
     params = {"max_checkpoint_age_seconds": _max_age_param(entry.spec.checkpoint.interval)}
+    verification = verification_schedule(entry.spec)
     summary = f"barrierflow pipeline {entry.name!r} ({spec_path})"
 
-    @dag(
-        dag_id=dag_id_for(entry.name, "pipeline"),
-        description=f"Run {summary}",
-        doc_md=__doc__,
-        schedule=None,
-        start_date=START_DATE,
-        catchup=False,
-        max_active_runs=1,
-        default_args=DEFAULT_ARGS,
-        params=params,
-        tags=TAGS,
-    )
+    @_barrierflow_dag(dag_id_for(entry.name, "pipeline"), f"Run {summary}", schedule=None, params=params)
     def pipeline() -> None:
         launch = SparkSubmitOperator(
             task_id="launch",
@@ -97,36 +175,40 @@ def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
         )
         launch >> supervise(spec_path, BARRIERFLOW_HOME)
 
-    @dag(
-        dag_id=dag_id_for(entry.name, "supervise"),
-        description=f"Check the latest completed checkpoint of {summary}",
-        doc_md=__doc__,
-        schedule=timedelta(minutes=5),
-        start_date=START_DATE,
-        catchup=False,
-        max_active_runs=1,
-        default_args=DEFAULT_ARGS,
-        params=params,
-        tags=TAGS,
-    )
+    @_barrierflow_dag(dag_id_for(entry.name, "supervise"), f"Check the latest completed checkpoint of {summary}",
+                      schedule=SUPERVISE_SCHEDULE, params=params)
     def supervision() -> None:
         supervise(spec_path, BARRIERFLOW_HOME)
 
-    return [pipeline(), supervision()]
+    @_barrierflow_dag(
+        dag_id_for(entry.name, "verify"),
+        f"Verify the newest {verification.latest} checkpoints{' (deep)' if verification.deep else ''} of {summary}",
+        schedule=timedelta(seconds=verification.interval_seconds),
+        params=_verify_params(verification.latest, verification.deep),
+    )
+    def verification_dag() -> None:
+        verify(spec_path, BARRIERFLOW_HOME)
+
+    @_barrierflow_dag(
+        dag_id_for(entry.name, "retain"),
+        f"Keep the newest {entry.spec.checkpoint.retained} checkpoints and savepoints, delete the rest, of {summary}",
+        schedule=RETAIN_SCHEDULE,
+    )
+    def retention() -> None:
+        retain(spec_path, BARRIERFLOW_HOME)
+
+    return [pipeline(), supervision(), verification_dag(), retention()]
 
 
 def _invalid_spec_dag(entry: DiscoveredPipeline) -> DAG:
     error = entry.error or "unknown error"
 
-    @dag(
-        dag_id=dag_id_for(entry.name, "pipeline"),
-        description=f"INVALID SPEC {entry.path}: {error.splitlines()[-1].strip()}"[:1000],
-        doc_md=f"{__doc__}\n## This spec does not load\n\n```\n{error}\n```\n",
+    @_barrierflow_dag(
+        dag_id_for(entry.name, "pipeline"),
+        f"INVALID SPEC {entry.path}: {error.splitlines()[-1].strip()}"[:1000],
         schedule=None,
-        start_date=START_DATE,
-        catchup=False,
-        default_args=DEFAULT_ARGS,
-        tags=[*TAGS, "invalid-spec"],
+        doc_md=f"{__doc__}\n## This spec does not load\n\n```\n{error}\n```\n",
+        extra_tags=("invalid-spec",),
     )
     def invalid() -> None:
         @task(task_id="invalid_spec", retries=0)

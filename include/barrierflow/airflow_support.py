@@ -9,6 +9,11 @@
   *completed* checkpoint (one with a manifest) must exist and be younger than a limit. A
   running job completes a checkpoint every ``checkpoint.interval``; when none completed for
   several intervals the job is dead, stuck, or cannot reach its checkpoint store.
+* :func:`verification_schedule` reads how often and how deeply a spec wants its checkpoints
+  verified; :func:`verify_latest_checkpoints` is the scheduled verification (``barrierflow
+  verify SPEC --latest N [--deep] --json``) and fails with :class:`CheckpointVerificationError`
+  naming every failed checkpoint and check; :func:`retain_checkpoints` is the scheduled
+  retention (``barrierflow retain SPEC --json``). Both return the CLI's JSON document.
 """
 
 from __future__ import annotations
@@ -20,17 +25,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import CheckpointError, SpecError
+from barrierflow.spec.models import VerificationSpec
 
 if TYPE_CHECKING:
     from barrierflow.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
 
-#: The kinds of DAG made per pipeline: the triggered, long-running job and its scheduled check.
-DAG_KINDS = ("pipeline", "supervise")
+#: The kinds of DAG made per pipeline: the triggered, long-running job, its scheduled
+#: supervision, and the scheduled checkpoint verification and retention.
+DAG_KINDS = ("pipeline", "supervise", "verify", "retain")
+
+#: How many failed checks the message of :class:`CheckpointVerificationError` lists.
+MAX_LISTED_FAILURES = 10
 
 _DAG_ID_PART = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -49,6 +59,41 @@ class CheckpointStaleError(CheckpointError):
         self.age_seconds = age_seconds
         self.max_age_seconds = max_age_seconds
         super().__init__(detail)
+
+
+class CheckpointVerificationError(CheckpointError):
+    """The scheduled verification found checkpoints that fail a check.
+
+    Attributes:
+        pipeline: the pipeline's name.
+        failures: ``(checkpoint id, check name, message)`` of every failed check, in the
+            order verified (oldest checkpoint first).
+        summary: the JSON document ``barrierflow verify --json`` prints for the same run.
+    """
+
+    def __init__(self, pipeline: str, failures: list[tuple[int, str, str]], summary: dict[str, Any],
+                 detail: str) -> None:
+        self.pipeline = pipeline
+        self.failures = failures
+        self.summary = summary
+        super().__init__(detail)
+
+
+@dataclass(frozen=True)
+class VerificationSchedule:
+    """How the scheduled verification DAG of one pipeline runs.
+
+    Attributes:
+        interval_seconds: time between runs (``verification.interval``, default 10 minutes).
+        latest: how many of the newest checkpoints each run verifies (``verification.latest``,
+            default ``checkpoint.retained``: the checkpoints retention keeps).
+        deep: also restore each checkpoint and run the expectation suite on its state
+            (``verification.deep``, default false; needs Spark where the task runs).
+    """
+
+    interval_seconds: float
+    latest: int
+    deep: bool
 
 
 @dataclass(frozen=True)
@@ -80,7 +125,7 @@ def discover_specs(folder: str | os.PathLike[str]) -> list[Path]:
 
 
 def dag_id_for(spec_name: str, kind: str) -> str:
-    """The DAG id of pipeline ``spec_name`` for ``kind`` (``"pipeline"`` or ``"supervise"``)."""
+    """The DAG id of pipeline ``spec_name`` for ``kind`` (one of :data:`DAG_KINDS`)."""
     if kind not in DAG_KINDS:
         raise ValueError(f"unknown DAG kind {kind!r}; expected one of {', '.join(DAG_KINDS)}")
     if not spec_name:
@@ -196,3 +241,105 @@ def check_checkpoint_freshness(
         f"pipeline {spec.name!r}: latest completed checkpoint finished {age:.1f}s ago "
         f"(limit {max_age_seconds:g}s, interval {spec.checkpoint.interval:g}s)"
     )
+
+
+def verification_schedule(spec: PipelineSpec) -> VerificationSchedule:
+    """The scheduled verification settings of ``spec`` (defaults when it has no
+    ``verification`` section; see :class:`VerificationSchedule`). Reads nothing but the spec."""
+    settings = spec.verification or VerificationSpec()
+    return VerificationSchedule(
+        interval_seconds=settings.interval,
+        latest=settings.latest or spec.checkpoint.retained,
+        deep=settings.deep,
+    )
+
+
+def _failure_detail(spec_name: str, spec_path: str, storage: str, verified: int,
+                    failures: list[tuple[int, str, str, str | None]]) -> str:
+    checkpoints = sorted({cid for cid, _, _, _ in failures})
+    lines = [
+        f"checkpoint {cid} failed the {name} check: {message}" + (f" [{file}]" if file and file not in message else "")
+        for cid, name, message, file in failures[:MAX_LISTED_FAILURES]
+    ]
+    if len(failures) > MAX_LISTED_FAILURES:
+        lines.append(f"... and {len(failures) - MAX_LISTED_FAILURES} more failed checks (see the JSON summary)")
+    return (
+        f"pipeline {spec_name!r}: {len(checkpoints)} of {verified} verified checkpoints in {storage} failed "
+        f"verification ({', '.join(f'checkpoint {cid}' for cid in checkpoints)}):\n  " + "\n  ".join(lines)
+        + f"\nA failed checkpoint cannot be trusted for a restore: 'barrierflow restore {spec_path} --latest-valid' "
+        f"skips it and retention no longer keeps it. Look at it with 'barrierflow verify {spec_path} --checkpoint "
+        f"{checkpoints[-1]}'; the usual causes are a damaged or partly deleted checkpoint store, or source data "
+        "already deleted by the source's retention."
+    )
+
+
+def verify_latest_checkpoints(spec_path: str | os.PathLike[str], latest: int, *, deep: bool = False
+                              ) -> dict[str, Any]:
+    """Verify the pipeline's newest ``latest`` checkpoints, as
+    ``barrierflow verify SPEC --latest N [--deep] --json`` does.
+
+    Every result is stored beside its checkpoint (``chk-<n>/_verification.json``), where
+    ``restore --latest-valid`` and retention use it. With ``deep``, a local SparkSession is
+    built from the spec for the state reads (it lives as long as the calling process).
+
+    Args:
+        spec_path: the pipeline spec file.
+        latest: how many of the newest checkpoints to verify (>= 1).
+        deep: also restore each structurally intact checkpoint and run its expectation suite.
+
+    Returns:
+        The JSON document of ``barrierflow verify --json`` (see
+        :func:`barrierflow.verification.runner.verification_summary`), when every verified
+        checkpoint passed; also when there is no checkpoint yet (``"verified": 0``: the
+        supervision DAG reports a pipeline that never completes one).
+
+    Raises:
+        SpecError: the spec does not load.
+        UserInputError: ``latest`` is below 1.
+        CheckpointVerificationError: a checkpoint failed a check; the message names every
+            failed checkpoint and check, ``summary`` holds the JSON document.
+        StorageError: the checkpoint store cannot be read.
+    """
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.spec.loader import load_spec
+    from barrierflow.verification.runner import select_ids, verification_summary, verify_checkpoints
+
+    spec = load_spec(spec_path)
+    store = CheckpointStore.for_spec(spec)
+    reports = verify_checkpoints(spec, store, select_ids(store, latest=latest), deep=deep)
+    summary = verification_summary(spec.name, store.uri, reports)
+    failed = [(r.checkpoint_id, c.name, c.message, c.file) for r in reports for c in r.failures]
+    if failed:
+        raise CheckpointVerificationError(
+            spec.name, [(cid, name, message) for cid, name, message, _ in failed], summary,
+            _failure_detail(spec.name, str(spec_path), store.uri, len(reports), failed),
+        )
+    log.info("pipeline %r: %d checkpoint(s) in %s passed verification%s", spec.name, len(reports), store.uri,
+             " (deep)" if deep else "")
+    return summary
+
+
+def retain_checkpoints(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> dict[str, Any]:
+    """One retention run of the pipeline, as ``barrierflow retain SPEC [--dry-run] --json``.
+
+    Keeps the newest ``checkpoint.retained`` completed checkpoints (verified ones preferred
+    unless ``verification.prefer_verified`` is false) and every savepoint; deletes the rest,
+    incomplete checkpoints past ``checkpoint.timeout`` and unreferenced shared files (see
+    :mod:`barrierflow.retention.plan`). Safe while the job runs: in-flight checkpoints reserve
+    their files.
+
+    Returns:
+        The JSON document of ``barrierflow retain --json`` (``kept``, ``savepoints``,
+        ``deleted``, ``bytes_freed``, ...).
+
+    Raises:
+        SpecError: the spec does not load.
+        StorageError: the checkpoint store cannot be read or written.
+    """
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.retention.plan import retain
+    from barrierflow.spec.loader import load_spec
+
+    spec = load_spec(spec_path)
+    plan = retain(spec, CheckpointStore.for_spec(spec), dry_run=dry_run)
+    return plan.as_dict()

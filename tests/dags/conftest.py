@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,3 +69,14 @@ def pipelines_dir(tmp_path: Path) -> Path:
     folder = tmp_path / "pipelines"
     folder.mkdir()
     return folder
+
+
+def parse_dags(monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path | None = None) -> Any:
+    """Parse dags/ into a fresh DagBag, reading specs from ``pipelines_dir`` (default: the repo's)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    if pipelines_dir is None:
+        monkeypatch.delenv("BARRIERFLOW_PIPELINES_DIR", raising=False)
+    else:
+        monkeypatch.setenv("BARRIERFLOW_PIPELINES_DIR", str(pipelines_dir))
+    return DagBag(dag_folder=DAGS_FOLDER, safe_mode=False)

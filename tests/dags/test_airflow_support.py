@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 from barrierflow.airflow_support import (
     CheckpointStaleError,
+    CheckpointVerificationError,
+    VerificationSchedule,
     check_checkpoint_freshness,
     dag_id_for,
     discover_pipelines,
     discover_specs,
+    verification_schedule,
 )
 from barrierflow.errors import BarrierflowError, CheckpointError, SpecError
 from barrierflow.spec.models import PipelineSpec
@@ -53,6 +56,8 @@ def test_discover_specs_of_a_missing_folder_is_empty(tmp_path: Path) -> None:
 def test_dag_id_for() -> None:
     assert dag_id_for("demo", "pipeline") == "barrierflow_pipeline__demo"
     assert dag_id_for("demo", "supervise") == "barrierflow_supervise__demo"
+    assert dag_id_for("demo", "verify") == "barrierflow_verify__demo"
+    assert dag_id_for("demo", "retain") == "barrierflow_retain__demo"
     with pytest.raises(ValueError, match="unknown DAG kind"):
         dag_id_for("demo", "launch")
 
@@ -141,3 +146,51 @@ def test_invalid_spec_raises_spec_error(pipelines_dir: Path) -> None:
     path.write_text(BROKEN_SPEC_YAML, encoding="utf-8")
     with pytest.raises(SpecError, match="checkpoint_intervall"):
         check_checkpoint_freshness(path, 30, now=NOW, latest_completion=completed_at(NOW))
+
+
+def test_verification_schedule_defaults_to_ten_minutes_and_the_retained_checkpoints(spec_file: Path) -> None:
+    from barrierflow.spec import load_spec
+
+    spec = load_spec(spec_file)
+    assert spec.verification is None
+    assert verification_schedule(spec) == VerificationSchedule(
+        interval_seconds=600.0, latest=spec.checkpoint.retained, deep=False)
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ("verification:\n  expectations: x.json\n", VerificationSchedule(600.0, 3, False)),
+        ("verification:\n  interval: 1h\n  latest: 7\n  deep: true\n", VerificationSchedule(3600.0, 7, True)),
+    ],
+)
+def test_verification_schedule_comes_from_the_spec(
+    pipelines_dir: Path, section: str, expected: VerificationSchedule
+) -> None:
+    from barrierflow.spec import load_spec
+
+    path = pipelines_dir / "orders.yaml"
+    path.write_text(spec_yaml("orders") + section, encoding="utf-8")
+    assert verification_schedule(load_spec(path)) == expected
+
+
+@pytest.mark.parametrize(
+    ("section", "problem"),
+    [
+        ("verification:\n  interval: 30s\n", "at most once a minute"),
+        ("verification:\n  latest: 0\n", "greater than or equal to 1"),
+    ],
+)
+def test_bad_verification_settings_are_spec_errors(pipelines_dir: Path, section: str, problem: str) -> None:
+    from barrierflow.spec import load_spec
+
+    path = pipelines_dir / "orders.yaml"
+    path.write_text(spec_yaml("orders") + section, encoding="utf-8")
+    with pytest.raises(SpecError, match=problem):
+        load_spec(path)
+
+
+def test_verification_error_is_a_checkpoint_error() -> None:
+    error = CheckpointVerificationError("orders", [(4, "file", "gone")], {"failed": [4]}, "detail")
+    assert isinstance(error, CheckpointError) and isinstance(error, BarrierflowError)
+    assert error.pipeline == "orders" and error.failures == [(4, "file", "gone")] and error.summary == {"failed": [4]}

@@ -16,20 +16,9 @@ import pytest
 from barrierflow.airflow_support import dag_id_for, discover_pipelines
 from barrierflow.spec import load_spec
 
-from tests.dags.conftest import BROKEN_SPEC_YAML, DAGS_FOLDER, PROJECT_ROOT, spec_yaml
+from tests.dags.conftest import BROKEN_SPEC_YAML, PROJECT_ROOT, parse_dags, spec_yaml
 
 REPO_PIPELINES = PROJECT_ROOT / "include" / "pipelines"
-
-
-def parse_dags(monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path | None = None) -> Any:
-    """Parse dags/ into a fresh DagBag, reading specs from ``pipelines_dir`` (default: the repo's)."""
-    from airflow.dag_processing.dagbag import DagBag
-
-    if pipelines_dir is None:
-        monkeypatch.delenv("BARRIERFLOW_PIPELINES_DIR", raising=False)
-    else:
-        monkeypatch.setenv("BARRIERFLOW_PIPELINES_DIR", str(pipelines_dir))
-    return DagBag(dag_folder=DAGS_FOLDER, safe_mode=False)
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +61,17 @@ def test_every_dag_follows_the_house_rules(dagbag: Any, tmp_dagbag: Any) -> None
     assert problems == []
 
 
-def test_a_dag_pair_per_spec_in_include_pipelines(dagbag: Any) -> None:
+def test_four_dags_per_spec_in_include_pipelines(dagbag: Any) -> None:
     entries = discover_pipelines(REPO_PIPELINES)
     expected = set()
     for entry in entries:
         if entry.spec is None:
             expected.add(dag_id_for(entry.name, "pipeline"))
         else:
-            expected |= {dag_id_for(entry.name, "pipeline"), dag_id_for(entry.name, "supervise")}
+            expected |= {dag_id_for(entry.name, kind) for kind in ("pipeline", "supervise", "verify", "retain")}
     assert set(dagbag.dag_ids) == expected
+    assert {"barrierflow_verify__demo", "barrierflow_retain__demo", "barrierflow_verify__bench",
+            "barrierflow_retain__bench"} <= expected
     assert all(entry.error is None for entry in entries), "a spec in include/pipelines does not load"
 
 
@@ -112,6 +103,56 @@ def test_supervise_dag_runs_every_five_minutes(dagbag: Any) -> None:
         assert_max_age_param(dag, 3 * spec.checkpoint.interval)
 
 
+def test_verify_dag_runs_on_the_spec_schedule_with_spec_defaults(dagbag: Any) -> None:
+    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+        spec = load_spec(spec_path)
+        dag = dagbag.dags[dag_id_for(spec.name, "verify")]
+        assert dag.task_ids == ["verify"]
+        # The shipped specs set no schedule: every 10 minutes, the newest checkpoint.retained, not deep.
+        assert dag.schedule == timedelta(minutes=10) and dag.max_active_runs == 1
+        assert_verify_params(dag, latest=spec.checkpoint.retained, deep=False)
+        assert "(deep)" not in dag.description
+        task = dag.get_task("verify")
+        assert task.op_args[0] == str(spec_path.resolve())
+
+
+def test_retain_dag_runs_every_fifteen_minutes(dagbag: Any) -> None:
+    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+        spec = load_spec(spec_path)
+        dag = dagbag.dags[dag_id_for(spec.name, "retain")]
+        assert dag.task_ids == ["retain"]
+        assert dag.schedule == timedelta(minutes=15) and dag.max_active_runs == 1
+        assert f"newest {spec.checkpoint.retained} checkpoints" in dag.description
+        assert dag.get_task("retain").op_args[0] == str(spec_path.resolve())
+
+
+def test_verify_dag_takes_schedule_count_and_depth_from_the_spec(
+    monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path
+) -> None:
+    settings = "verification:\n  interval: 30 minutes\n  latest: 2\n  deep: true\n"
+    (pipelines_dir / "orders.yaml").write_text(spec_yaml("orders") + settings, encoding="utf-8")
+    (pipelines_dir / "fast.yaml").write_text(
+        spec_yaml("fast") + "verification:\n  interval: 10s\n", encoding="utf-8")
+
+    bag = parse_dags(monkeypatch, pipelines_dir)
+
+    assert bag.import_errors == {}
+    dag = bag.dags["barrierflow_verify__orders"]
+    assert dag.schedule == timedelta(minutes=30)
+    assert_verify_params(dag, latest=2, deep=True)
+    assert "newest 2 checkpoints (deep)" in dag.description
+    # A schedule below a minute is a spec error, shown as a failing DAG like any other.
+    assert "barrierflow_verify__fast" not in bag.dag_ids
+    assert "at most once a minute" in bag.dags["barrierflow_pipeline__fast"].description
+
+
+def assert_verify_params(dag: Any, latest: int, deep: bool) -> None:
+    count = dag.params.get_param("latest")
+    assert count.value == latest and count.schema["type"] == "integer" and count.schema["minimum"] == 1
+    depth = dag.params.get_param("deep")
+    assert depth.value is deep and depth.schema["type"] == "boolean"
+
+
 def assert_max_age_param(dag: Any, default: float) -> None:
     param = dag.params.get_param("max_checkpoint_age_seconds")
     assert param.value == pytest.approx(max(1.0, default))
@@ -125,6 +166,8 @@ def test_broken_spec_yields_a_visible_failing_dag(tmp_dagbag: Any) -> None:
     assert set(tmp_dagbag.dag_ids) == {
         "barrierflow_pipeline__orders",
         "barrierflow_supervise__orders",
+        "barrierflow_verify__orders",
+        "barrierflow_retain__orders",
         "barrierflow_pipeline__broken",
         "barrierflow_pipeline__orders2",
     }

@@ -235,10 +235,26 @@ class VerificationSpec(_Strict):
     ``expectations``: path of the Great Expectations suite (JSON) run on the checkpoint's
     state in deep verification; empty = ``include/expectations/<pipeline name>.json``.
     ``prefer_verified``: retention keeps the newest ``checkpoint.retained`` checkpoints whose
-    stored verification passed (topped up with the newest unverified ones if fewer passed)."""
+    stored verification passed (topped up with the newest unverified ones if fewer passed).
+
+    The scheduled verification (Airflow DAG ``barrierflow_verify__<name>``) runs every
+    ``interval`` (at least a minute) and verifies the newest ``latest`` checkpoints (unset:
+    ``checkpoint.retained``, the ones retention keeps); with ``deep`` it also restores each one
+    and runs the suite on its state, which needs Spark where Airflow runs the task."""
 
     expectations: str = ""
     prefer_verified: bool = True
+    interval: float = 600.0
+    latest: int | None = Field(None, ge=1)
+    deep: bool = False
+
+    @field_validator("interval", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        seconds = parse_duration_seconds(value)
+        if seconds < 60:
+            raise ValueError(f"the scheduled verification runs at most once a minute; got {seconds:g}s")
+        return seconds
 
 
 class PipelineSpec(_Strict):

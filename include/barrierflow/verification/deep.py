@@ -9,19 +9,24 @@ Step 2. For every stateful operator ``state/<op>``: ``spark.read.format("statest
         .option("batchId", V).option("operatorId", op).load(dir)`` — the state after barrier
         batch V, i.e. version V+1, exactly what a restore resumes from [``state-read``].
         Columns ``key``/``value`` structs are flattened to ``key_<field>``/``value_<field>``
-        plus ``partition_id`` and ``operator_id``.
+        plus ``partition_id`` and ``operator_id``; a nested struct is flattened too (the
+        ``window`` of a windowed aggregation becomes ``key_window_start``/``key_window_end``),
+        so every column holds plain, hashable values that expectations can compare.
 Step 3. Run the suite on the flattened rows with an ephemeral GE context (pandas)
         [``expectation``, one check per expectation]. The suite file is
         ``verification.expectations`` of the spec, else ``include/expectations/<name>.json``;
-        without one, Step 3 is skipped.
+        without one, Step 3 is skipped. An expectation that cannot be evaluated (e.g. its
+        column does not exist) fails with GE's error message.
 
-The suite file is a GE 1.x suite document::
+The suite file is a GE 1.x suite document (``include/expectations/demo.json`` is a
+complete one); only ``type`` and ``kwargs`` of an expectation are used, ``meta`` documents it::
 
     {"name": "demo-state",
      "expectations": [{"type": "expect_column_values_to_be_between",
-                       "kwargs": {"column": "value_count", "min_value": 0}},
+                       "kwargs": {"column": "value_count", "min_value": 1}},
                       {"type": "expect_compound_columns_to_be_unique",
-                       "kwargs": {"column_list": ["operator_id", "key_key"]}}]}
+                       "kwargs": {"column_list": ["operator_id", "key_window_start",
+                                                  "key_window_end", "key_key"]}}]}
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from barrierflow.verification.report import CheckResult
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import SparkSession
+    from pyspark.sql.types import DataType
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +76,22 @@ def load_suite_document(path: Path) -> dict[str, Any]:
     return data
 
 
+def flat_fields(column: str, data_type: DataType) -> list[tuple[tuple[str, ...], str]]:
+    """The leaf fields of the struct column ``column`` as ``(path, flat name)`` pairs, in
+    schema order: ``key: struct<window: struct<start, end>, key>`` gives
+    ``(("key", "window", "start"), "key_window_start")``, ..., ``(("key", "key"), "key_key")``.
+    A column that is not a struct is its own single leaf."""
+    from pyspark.sql.types import StructType
+
+    if not isinstance(data_type, StructType):
+        return [((column,), column)]
+    leaves: list[tuple[tuple[str, ...], str]] = []
+    for field in data_type.fields:
+        for path, name in flat_fields(field.name, field.dataType):
+            leaves.append(((column, *path), f"{column}_{name}"))
+    return leaves
+
+
 def read_state(spark: SparkSession, checkpoint_dir: Path, batch_id: int) -> pd.DataFrame:
     """Step 2: the state of every operator at ``batch_id`` as flat pandas rows."""
     import pandas as pd
@@ -83,8 +105,11 @@ def read_state(spark: SparkSession, checkpoint_dir: Path, batch_id: int) -> pd.D
               .load(str(checkpoint_dir)))
         columns = [F.col("partition_id"), F.lit(op).alias("operator_id")]
         for struct in ("key", "value"):
-            fields = df.schema[struct].dataType.fieldNames()  # type: ignore[attr-defined]
-            columns += [F.col(f"{struct}.{name}").alias(f"{struct}_{name}") for name in fields]
+            for path, name in flat_fields(struct, df.schema[struct].dataType):
+                leaf = F.col(path[0])
+                for part in path[1:]:
+                    leaf = leaf.getField(part)
+                columns.append(leaf.alias(name))
         frames.append(df.select(*columns).toPandas())
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -115,6 +140,9 @@ def run_suite(suite_doc: dict[str, Any], rows: pd.DataFrame, suite_file: str) ->
         what = f"{config.type}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
         if r.success:
             checks.append(CheckResult.ok("expectation", what, suite_file))
+        elif errors := _exception_messages(r.exception_info):
+            checks.append(CheckResult.fail(
+                "expectation", f"{what} could not be evaluated: {'; '.join(errors)}"[:2000], suite_file))
         else:
             detail = r.result or {}
             sample = detail.get("partial_unexpected_list")
@@ -123,6 +151,18 @@ def run_suite(suite_doc: dict[str, Any], rows: pd.DataFrame, suite_file: str) ->
                 f"of {detail.get('element_count', len(rows))} state rows"
                 + (f", e.g. {sample[:5]}" if sample else ""), suite_file))
     return checks
+
+
+def _exception_messages(info: Any) -> list[str]:
+    """The messages of the exceptions GE caught while evaluating one expectation; its
+    ``exception_info`` is either one ``{"raised_exception", "exception_message", ...}`` or a
+    mapping of metric ids to such documents."""
+    if not isinstance(info, dict):
+        return []
+    if "raised_exception" in info or "exception_message" in info:
+        message = info.get("exception_message")
+        return [str(message)] if info.get("raised_exception") and message else []
+    return sorted({m for value in info.values() for m in _exception_messages(value)})
 
 
 def deep_checks(spec: PipelineSpec, store: CheckpointStore, manifest: Manifest, *,

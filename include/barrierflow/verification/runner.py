@@ -15,7 +15,7 @@ import logging
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.store import CheckpointStore
@@ -122,3 +122,12 @@ def verify_checkpoints(
         log.info("checkpoint %d: %s", cid, report.reason())
         reports.append(report)
     return reports
+
+
+def verification_summary(pipeline: str, storage: str, reports: list[VerificationReport]) -> dict[str, Any]:
+    """The JSON document of ``barrierflow verify --json`` (also what the scheduled verification
+    DAG returns): ``{"pipeline", "storage", "verified": <count>, "failed": [<checkpoint id>, ...],
+    "reports": [<VerificationReport as JSON>, ...]}``, ``reports`` in the order given."""
+    return {"pipeline": pipeline, "storage": storage, "verified": len(reports),
+            "failed": [r.checkpoint_id for r in reports if not r.passed],
+            "reports": [r.model_dump(mode="json") for r in reports]}
