@@ -105,6 +105,12 @@ def test_restore_latest_valid_skips_corrupt_committed_checkpoints_exactly_once(
     assert restored["replay"] is not None and set(restored["replay"]["epochs"]) >= set(expected)
     assert committed(out) == before, "restoring must not touch committed output"
 
+    # The job stops again soon after (a crash during the recovery, say) and is restored from
+    # its newest checkpoint, most likely one taken during the replay: the rest of the
+    # replay must still be suppressed although the committed epochs have smaller ids.
+    StreamingJob(spec, spark=spark, spec_path=str(spec_path)).run(checkpoints=2, duration=300)
+    assert main(["restore", str(spec_path), "--latest"]) == 0
+    capsys.readouterr()
     finish(spark, spec_path)
     assert committed(out) == reference_rows(RECORDS)
     newer = [m.checkpoint_id for m in CheckpointStore.for_spec(spec).completed()

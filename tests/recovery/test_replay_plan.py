@@ -26,8 +26,14 @@ def txn(checkpoint_id: int, ends: dict[int, dict[str, int]], *, record_ends: boo
                        created_at=NOW, updated_at=NOW, batch_ends=ends if record_ends else {})
 
 
+def plan_for(restored_from: int, start: dict[str, int], committed: list[Transaction]) -> ReplayPlan:
+    plan = ReplayPlan.for_restore(restored_from, start, committed)
+    assert plan is not None
+    return plan
+
+
 def test_plan_orders_batches_and_skips_those_at_or_before_the_restored_barrier() -> None:
-    plan = ReplayPlan.for_committed(3, {"0": 10, "1": 10}, [
+    plan = plan_for(3, {"0": 10, "1": 10}, [
         txn(5, {7: {"0": 40, "1": 35}, 8: {"0": 40, "1": 35}}),  # batch 8: a no-data batch, same end
         txn(4, {4: {"0": 10, "1": 10}, 5: {"0": 20, "1": 18}, 6: {"0": 30, "1": 30}}),
     ])
@@ -36,8 +42,21 @@ def test_plan_orders_batches_and_skips_those_at_or_before_the_restored_barrier()
     assert ReplayPlan.from_json(plan.to_json()) == plan
 
 
+def test_output_beyond_the_barrier_counts_not_the_checkpoint_id() -> None:
+    """Checkpoint 10 was taken during an earlier replay (attempt 1) at offset 20; epochs 4-5
+    (attempt 0) committed output up to 40: the rest of it is still replayed suppressed."""
+    old = [txn(4, {4: {"0": 10}, 5: {"0": 20}}), txn(5, {6: {"0": 30}, 7: {"0": 40}})]
+    plan = plan_for(10, {"0": 20}, old)
+    assert plan.ends == ({"0": 30}, {"0": 40}) and plan.epochs == (5,)
+    assert ReplayPlan.for_restore(10, {"0": 40}, old) is None  # all of it is behind the barrier
+    empty = txn(11, {})
+    assert ReplayPlan.for_restore(10, {"0": 40}, [*old, empty]) is None  # an empty epoch has no output
+    legacy = txn(3, {2: {"0": 5}}, record_ends=False)
+    assert ReplayPlan.for_restore(10, {"0": 40}, [legacy]) is None  # older than the checkpoint: covered
+
+
 def test_planner_cuts_replayed_batches_at_the_recorded_ends_then_plans_normally() -> None:
-    plan = ReplayPlan.for_committed(1, {"0": 0}, [txn(2, {1: {"0": 5}, 2: {"0": 12}})])
+    plan = plan_for(1, {"0": 0}, [txn(2, {1: {"0": 5}, 2: {"0": 12}})])
     start = SourceOffset({"0": 0}, barrier=1)
     first = plan_batch(PlanRequest(start, {"0": 100}, max_records_per_partition=50,
                                    replay_end=plan.next_end(start.partitions), requested_barrier=7))
@@ -50,7 +69,7 @@ def test_planner_cuts_replayed_batches_at_the_recorded_ends_then_plans_normally(
 
 
 def test_hold_wins_over_replay(tmp_path: Path) -> None:
-    plan = ReplayPlan.for_committed(1, {"0": 0}, [txn(2, {1: {"0": 5}})])
+    plan = plan_for(1, {"0": 0}, [txn(2, {1: {"0": 5}})])
     control = ControlChannel(tmp_path)
     control.set_replay_plan(plan)
     control.reset()  # the coordinator's start keeps the plan
@@ -64,16 +83,16 @@ def test_hold_wins_over_replay(tmp_path: Path) -> None:
 
 def test_a_ledger_without_batch_offsets_cannot_be_replayed() -> None:
     with pytest.raises(ReplayImpossibleError, match="does not record the offsets of batches"):
-        ReplayPlan.for_committed(1, {"0": 0}, [txn(2, {1: {"0": 5}}, record_ends=False)])
+        plan_for(1, {"0": 0}, [txn(2, {1: {"0": 5}}, record_ends=False)])
 
 
 def test_batches_that_do_not_form_a_chain_are_refused() -> None:
     with pytest.raises(ReplayImpossibleError, match="do not form one chain"):
-        ReplayPlan.for_committed(1, {"0": 0, "1": 0}, [txn(2, {1: {"0": 5, "1": 9}, 2: {"0": 6, "1": 2}})])
+        plan_for(1, {"0": 0, "1": 0}, [txn(2, {1: {"0": 5, "1": 9}, 2: {"0": 6, "1": 2}})])
 
 
 def test_covers_splits_replayed_new_and_diverged_batches() -> None:
-    plan = ReplayPlan.for_committed(1, {"0": 0, "1": 0}, [txn(2, {1: {"0": 5, "1": 5}})])
+    plan = plan_for(1, {"0": 0, "1": 0}, [txn(2, {1: {"0": 5, "1": 5}})])
     assert plan.covers({"0": 0, "1": 0}, {"0": 5, "1": 5})
     assert not plan.covers({"0": 5, "1": 5}, {"0": 9, "1": 5})
     with pytest.raises(ReplayDivergedError, match="crosses the end of the output already committed"):
@@ -107,7 +126,7 @@ def test_replayed_batches_are_not_staged_and_new_ones_commit_under_new_names(tmp
         sink(0).notify_checkpoint_complete(batch + 1, batch)
     assert ledger.get("out", 2).batch_ends == {1: {"0": 9}}
     # Restore checkpoint 1 (batch 0); epoch 2 (batch 1) is committed: replay it suppressed.
-    plan = ReplayPlan.for_committed(1, {"0": 5}, [ledger.get("out", 2)])
+    plan = plan_for(1, {"0": 5}, [ledger.get("out", 2)])
     ControlChannel(control).set_replay_plan(plan)
     stager = BatchStager(staging.uri, mode="driver", control_dir=str(control), spark_checkpoint=str(spark_dir))
 

@@ -7,8 +7,9 @@ suppresses their output instead:
 
 * every sink transaction records the end offsets of each micro-batch it covers
   (``Transaction.batch_ends``, read from Spark's offset log at the barrier);
-* the restore turns the committed transactions newer than K into a :class:`ReplayPlan`, the
-  ordered end offsets of those batches, and stores it in the job's control channel;
+* the restore turns the committed batches beyond K's barrier offsets into a
+  :class:`ReplayPlan`, their ordered end offsets, and stores it in the job's control channel
+  (a restore to a checkpoint taken *during* a replay gets a plan for the rest of it);
 * the batch planner cuts every replayed batch at exactly the recorded end offsets (same
   input per batch, hence the same watermark progression and the same state as the first
   time, for a deterministic transformation);
@@ -60,19 +61,28 @@ class ReplayPlan:
         return self.ends[-1]
 
     @classmethod
-    def for_committed(cls, restored_from: int, start: Mapping[str, int],
-                      transactions: Iterable[Any]) -> ReplayPlan:
-        """Build the plan from committed ledger transactions newer than the restored checkpoint.
+    def for_restore(cls, restored_from: int, start: Mapping[str, int],
+                    committed: Iterable[Any]) -> ReplayPlan | None:
+        """The plan for restoring checkpoint ``restored_from`` given every COMMITTED ledger
+        transaction, or None when no committed output lies beyond the restored barrier.
 
         ``start`` is the restored checkpoint's barrier offsets (where the replay begins).
-        Raises :class:`ReplayImpossibleError` when a transaction lacks batch end offsets
-        (written by an older barrierflow) or the recorded batches do not form one chain."""
+        Whether a transaction's output lies beyond is decided by its batches' end offsets,
+        not by checkpoint ids: a checkpoint taken during an earlier replay has a larger id
+        than epochs whose committed output is still ahead of it. A transaction without
+        recorded offsets (ledger of an older barrierflow) counts when its id is newer.
+
+        Raises :class:`ReplayImpossibleError` when such a transaction lacks batch end offsets
+        or the recorded batches do not form one chain."""
         ends: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
         epochs: set[int] = set()
-        for txn in transactions:
-            epochs.add(txn.checkpoint_id)
+        for txn in committed:
+            if not txn.batches:
+                continue  # an empty epoch committed no output
             missing = [b for b in txn.batches if b not in txn.batch_ends]
             if missing:
+                if txn.checkpoint_id <= restored_from:
+                    continue
                 raise ReplayImpossibleError(
                     f"committed epoch {txn.checkpoint_id} of sink {txn.sink} does not record the offsets of "
                     f"batches {missing} (ledger written by an older barrierflow), so it cannot be replayed "
@@ -81,7 +91,10 @@ class ReplayPlan:
                 end = {str(p): int(o) for p, o in txn.batch_ends[batch].items()}
                 if _le(end, start):
                     continue  # at or before the restored barrier: nothing to replay
+                epochs.add(txn.checkpoint_id)
                 ends[tuple(sorted(end.items()))] = end
+        if not ends:
+            return None
         chain = sorted(ends.values(), key=lambda e: (sum(e.values()), sorted(e.items())))
         previous: Mapping[str, int] = start
         for end in chain:
@@ -90,9 +103,6 @@ class ReplayPlan:
                     f"the committed batches after checkpoint {restored_from} do not form one chain of offsets "
                     f"({previous} then {end}); they cannot be replayed faithfully")
             previous = end
-        if not chain:
-            raise ReplayImpossibleError(f"the committed epochs {sorted(epochs)} record no batch after "
-                                        f"checkpoint {restored_from}")
         return cls(restored_from, tuple(sorted(epochs)), tuple(chain))
 
     def next_end(self, start: Mapping[str, int]) -> dict[str, int] | None:

@@ -3,9 +3,9 @@
 :func:`restore_pipeline` is the one function that does it::
 
     manifest <- the chosen checkpoint (an id, or the latest completed one)
-    if a sink already committed epochs newer than the manifest and duplicates are not
-        accepted: plan a faithful replay of their batches with the output suppressed
-        (barrierflow.recovery.replay); refuse if the ledger cannot tell their batches
+    if a sink already committed batches beyond the manifest's barrier offsets and duplicates
+        are not accepted: plan a faithful replay of them with the output suppressed
+        (barrierflow.recovery.replay); refuse if the ledger cannot tell their offsets
     move the local Spark checkpoint aside (kept once, as spark-checkpoint.replaced)
     materialize the manifest's files into a fresh Spark checkpoint dir (sha256 checked)
     attempt <- attempt + 1; checkpoints newer than the manifest are abandoned
@@ -95,20 +95,17 @@ def restore_pipeline(
                 f"checkpoint {checkpoint_id} of pipeline {spec.name} was abandoned by an earlier restore "
                 "(its timeline was discarded); list valid ones with 'barrierflow checkpoints list SPEC'")
         manifest = store.get(checkpoint_id)
-    committed_newer = [t for t in TransactionLedger(store.objects, spec.name).list()
-                       if t.state is TxnState.COMMITTED and t.checkpoint_id > manifest.checkpoint_id]
+    committed = [t for t in TransactionLedger(store.objects, spec.name).list() if t.state is TxnState.COMMITTED]
     replay: ReplayPlan | None = None
-    if committed_newer and not accept_duplicates:
-        source = spec.source.name
+    if not accept_duplicates:
         try:
-            replay = ReplayPlan.for_committed(manifest.checkpoint_id, manifest.barrier_offsets.get(source, {}),
-                                              committed_newer)
+            replay = ReplayPlan.for_restore(manifest.checkpoint_id,
+                                            manifest.barrier_offsets.get(spec.source.name, {}), committed)
         except ReplayImpossibleError as exc:
-            first = committed_newer[0]
             raise DuplicateOutputError(
-                f"checkpoint {manifest.checkpoint_id} is older than output already committed to sink {first.sink} "
-                f"(epoch {first.checkpoint_id}) and {exc}. Restore the latest checkpoint (--latest), or pass "
-                "--accept-duplicates if writing that output again is what you want"
+                f"checkpoint {manifest.checkpoint_id} is older than output already committed: {exc}. Restore the "
+                "latest checkpoint (--latest), or pass --accept-duplicates if writing that output again is what "
+                "you want"
             ) from None
     target = layout.spark_checkpoint
     staging = target.parent / f"{target.name}.restoring"
@@ -131,8 +128,8 @@ def restore_pipeline(
     control.reset()
     control.set_replay_plan(replay)
     if replay is not None:
-        log.warning("checkpoint %d is older than committed epochs %s: their %d batches are replayed with the "
-                    "output suppressed", manifest.checkpoint_id, list(replay.epochs), len(replay.ends))
+        log.warning("committed output of epochs %s lies beyond checkpoint %d: %d batches are replayed with "
+                    "their output suppressed", list(replay.epochs), manifest.checkpoint_id, len(replay.ends))
     shutil.rmtree(layout.snapshots, ignore_errors=True)
     log.info("restored checkpoint %d of %s at %s", manifest.checkpoint_id, spec.name,
              datetime.now(UTC).isoformat())
