@@ -1,4 +1,4 @@
-"""barrierflow pipelines: four DAGs per pipeline spec in `include/pipelines/*.yaml`.
+"""barrierflow pipelines: six DAGs per pipeline spec in `include/pipelines/*.yaml`.
 
 * `barrierflow_pipeline__<name>` (triggered, no schedule): `launch` runs the long-running
   streaming job with `spark-submit jobs/run_pipeline.py --spec <spec>` on the `spark_default`
@@ -19,6 +19,25 @@
   --json`: keeps the newest `checkpoint.retained` completed checkpoints (verified ones
   preferred) and every savepoint, deletes the rest and unreferenced shared files, and
   returns the JSON summary (bytes freed).
+* `barrierflow_recover__<name>` (triggered, no schedule): failure recovery, one task per step,
+  logic in `barrierflow.recovery.runbook`. Params (checked by their JSON schema when triggered,
+  and again by the first task): `checkpoint` ("latest-valid" (default), "latest", or a
+  checkpoint id), `accept_duplicates` (default false), `restart` (default true), `wait_seconds`
+  (default 600).
+  `check_params_and_job` fails at once, not retried, on a bad param (naming it, its value and
+  what is allowed) or while the job runs (its lease is held; the message says how to stop it)
+  -> `choose_checkpoint` resolves the param; "latest" or an id is verified structurally first
+  and a failed check fails the task naming it; logs the chosen and the skipped checkpoints
+  -> `restore` restores it (`barrierflow restore`): new attempt, the sinks' in-doubt
+  transactions committed or aborted, a suppressed replay planned when newer epochs were
+  already committed; returns the report -> `restart` triggers `barrierflow_pipeline__<name>`
+  (skipped when `restart` is false) -> `wait_for_first_checkpoint` (sensor, reschedule mode,
+  every 30 s, timeout `wait_seconds`) waits for a completed checkpoint of the new attempt ->
+  `report` logs and returns the summary (also when the restart was skipped).
+* `barrierflow_reconcile__<name>` (every 30 minutes): `reconcile` runs `barrierflow reconcile
+  <spec> --json`: commits the in-doubt sink transactions the latest completed checkpoint
+  covers; aborts the others when the job is not running, leaves them alone while it runs;
+  returns (and logs) the decisions.
 
 A spec that fails to load does not break the other pipelines: it gets a
 `barrierflow_pipeline__<file name>` DAG tagged `invalid-spec`, whose description shows the
@@ -37,14 +56,17 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Param, dag, task
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.sdk import DAG, BaseSensorOperator, Param, PokeReturnValue, TriggerRule, dag, task
 from barrierflow.airflow_support import DiscoveredPipeline, dag_id_for, discover_pipelines, verification_schedule
+from barrierflow.recovery.runbook import DEFAULT_PARAMS as RECOVER_DEFAULTS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PIPELINES_DIR = Path(os.environ.get("BARRIERFLOW_PIPELINES_DIR") or PROJECT_ROOT / "include" / "pipelines")
@@ -57,6 +79,9 @@ DEFAULT_ARGS = {"owner": "barrierflow", "retries": 1, "retry_delay": timedelta(m
 TAGS = ["barrierflow", "pipeline"]
 SUPERVISE_SCHEDULE = timedelta(minutes=5)
 RETAIN_SCHEDULE = timedelta(minutes=15)
+RECONCILE_SCHEDULE = timedelta(minutes=30)
+#: How often the recovery's sensor looks for the first checkpoint of the restarted job.
+FIRST_CHECKPOINT_POKE_SECONDS = 30
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +136,155 @@ def retain(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     return summary
 
 
+@task(task_id="reconcile")
+def reconcile(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
+    """Reconcile the sinks' in-doubt transactions once; returns (and logs) the JSON document of
+    `barrierflow reconcile SPEC --json`, with one log line per decision."""
+    from barrierflow.airflow_support import reconcile_transactions
+
+    os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
+    summary = reconcile_transactions(spec_path)
+    running = "running" if summary["job_running"] else "not running"
+    log.info("pipeline %r: latest completed checkpoint %s; job %s", summary["pipeline"],
+             summary["latest_completed"], running)
+    for d in summary["decisions"]:
+        log.info("%s %s %s (epoch %s, %s): %s", d["action"], d["sink"], d["transaction_id"], d["checkpoint_id"],
+                 d["state"], d["reason"])
+    if not summary["decisions"]:
+        log.info("nothing in doubt")
+    log.info("reconciliation summary: %s", json.dumps(summary))
+    return summary
+
+
+@contextmanager
+def _fail_on_bad_input() -> Iterator[None]:
+    """Turn a UserInputError (bad param, running job, checkpoint that does not verify, duplicate
+    output) into AirflowFailException: a retry cannot fix the input, so the task fails at once."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from barrierflow.errors import UserInputError
+
+    try:
+        yield
+    except UserInputError as exc:
+        raise AirflowFailException(str(exc)) from exc
+
+
+@task(task_id="check_params_and_job", retries=0)
+def check_params_and_job(spec_path: str, barrierflow_home: str, launch_dag_id: str) -> dict[str, Any]:
+    """Validate the run's params and check the job is stopped; returns the validated params.
+
+    Fails at once (AirflowFailException, no retry) on a bad param, naming it, its value and what
+    is allowed, and while the job holds its lease, saying how to stop it."""
+    from airflow.sdk import get_current_context
+    from barrierflow.recovery.runbook import ensure_job_stopped, validate_recovery_params
+
+    os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
+    with _fail_on_bad_input():
+        params = validate_recovery_params(get_current_context()["params"])
+        log.info("%s", ensure_job_stopped(spec_path, launch_dag_id=launch_dag_id))
+    log.info("recovery params: %s", json.dumps(params.as_dict()))
+    return params.as_dict()
+
+
+@task(task_id="choose_checkpoint")
+def choose_checkpoint(spec_path: str, barrierflow_home: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Resolve the param `checkpoint` (validated `params`) to a checkpoint id; returns
+    `{"requested", "checkpoint_id", "skipped": [{"checkpoint_id", "reason"}], "verification"}`.
+
+    Fails at once, naming the checkpoint and each failed check, when "latest" or the id does
+    not pass structural verification, and when no checkpoint exists or passes."""
+    from barrierflow.recovery.runbook import choose_checkpoint as choose
+    from barrierflow.recovery.runbook import validate_recovery_params
+
+    os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
+    with _fail_on_bad_input():
+        choice = choose(spec_path, validate_recovery_params(params).checkpoint)
+    for skipped, why in choice.skipped:
+        log.warning("skipped checkpoint %d: %s", skipped, why)
+    log.info("chose checkpoint %d (checkpoint=%r): %s", choice.checkpoint_id, choice.requested, choice.verification)
+    return choice.as_dict()
+
+
+@task(task_id="restore")
+def restore(spec_path: str, barrierflow_home: str, params: dict[str, Any], choice: dict[str, Any]
+            ) -> dict[str, Any]:
+    """Restore the chosen checkpoint (`barrierflow restore`, reconciling the sinks); returns the
+    restore report (`attempt`: the new attempt). A DuplicateOutputError, a running job or a
+    damaged checkpoint fails the task at once with the library's message."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from barrierflow.recovery.restore import DuplicateOutputError
+    from barrierflow.recovery.runbook import restore_checkpoint, validate_recovery_params
+
+    os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
+    with _fail_on_bad_input():
+        try:
+            report = restore_checkpoint(spec_path, int(choice["checkpoint_id"]),
+                                        accept_duplicates=validate_recovery_params(params).accept_duplicates)
+        except DuplicateOutputError as exc:
+            raise AirflowFailException(f"{exc}. With this DAG: trigger it again with checkpoint='latest', or with "
+                                       "accept_duplicates=true to write that output again") from exc
+    log.info("restore report: %s", json.dumps(report))
+    return report
+
+
+def skip_unless_restart(context: Any) -> None:
+    """`pre_execute` hook of the recovery's `restart` task (as `@task.run_if` does it): skip the
+    task, and with it the wait for a new checkpoint, unless the run's param `restart` is true."""
+    from airflow.sdk.exceptions import AirflowSkipException
+    from barrierflow.recovery.runbook import validate_recovery_params
+
+    if not validate_recovery_params(context["params"]).restart:
+        raise AirflowSkipException("param restart is false: the pipeline was restored but is not restarted; "
+                                   "trigger its launch DAG to resume it")
+
+
+class FirstCheckpointSensor(BaseSensorOperator):
+    """Succeeds once the checkpoint store holds a completed checkpoint of the attempt the
+    restore started (`restore_report["attempt"]`); pushes its id (XCom `return_value`).
+
+    The timeout is the run's param `wait_seconds`, read when the sensor runs (the `timeout`
+    given at parse time is only the default)."""
+
+    template_fields = ("restore_report",)
+
+    def __init__(self, *, spec_path: str, barrierflow_home: str, restore_report: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec_path = spec_path
+        self.barrierflow_home = barrierflow_home
+        self.restore_report = restore_report
+
+    def execute(self, context: Any) -> Any:
+        from barrierflow.recovery.runbook import validate_recovery_params
+
+        self.timeout = float(validate_recovery_params(context["params"]).wait_seconds)
+        return super().execute(context)
+
+    def poke(self, context: Any) -> PokeReturnValue | bool:
+        from barrierflow.recovery.runbook import first_checkpoint_of_attempt
+
+        os.environ.setdefault("BARRIERFLOW_HOME", self.barrierflow_home)
+        attempt = int(self.restore_report["attempt"])
+        found = first_checkpoint_of_attempt(self.spec_path, attempt)
+        if found is None:
+            self.log.info("no completed checkpoint of attempt %d yet", attempt)
+            return False
+        self.log.info("checkpoint %d is the first completed checkpoint of attempt %d", found, attempt)
+        return PokeReturnValue(is_done=True, xcom_value=found)
+
+
+@task(task_id="report", trigger_rule=TriggerRule.NONE_FAILED)
+def report(params: dict[str, Any], choice: dict[str, Any], restore_report: dict[str, Any],
+           first_checkpoint_id: int | None) -> dict[str, Any]:
+    """Log and return the recovery summary (runs when restart and the wait were skipped too)."""
+    from barrierflow.recovery.runbook import recovery_summary, validate_recovery_params
+
+    summary = recovery_summary(choice, restore_report, restarted=validate_recovery_params(params).restart,
+                               first_checkpoint_id=first_checkpoint_id)
+    for line in summary["message"].splitlines():
+        log.info("%s", line)
+    return summary
+
+
 def _barrierflow_dag(
     dag_id: str,
     description: str,
@@ -152,6 +326,25 @@ def _verify_params(latest: int, deep: bool) -> dict[str, Param]:
         "deep": Param(deep, type="boolean",
                       description="Also restore each checkpoint, read its state with Spark and run the "
                                   "expectation suite."),
+    }
+
+
+def _recover_params() -> dict[str, Param]:
+    return {
+        "checkpoint": Param(
+            RECOVER_DEFAULTS["checkpoint"], type=["string", "integer"], pattern=r"^(latest-valid|latest|[1-9][0-9]*)$",
+            minimum=1,
+            description='"latest-valid": the newest checkpoint that passes structural verification (newer ones are '
+                        'skipped and listed); "latest": the newest checkpoint, verified first; or a checkpoint id.'),
+        "accept_duplicates": Param(
+            RECOVER_DEFAULTS["accept_duplicates"], type="boolean",
+            description="Restore even if output already committed after the checkpoint would be written again, "
+                        "instead of failing when it cannot be replayed with the output suppressed."),
+        "restart": Param(RECOVER_DEFAULTS["restart"], type="boolean",
+                         description="Trigger the pipeline's launch DAG after the restore."),
+        "wait_seconds": Param(
+            RECOVER_DEFAULTS["wait_seconds"], type="integer", minimum=1,
+            description="After the restart, wait this many seconds for the first new completed checkpoint."),
     }
 
 
@@ -197,7 +390,50 @@ def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
     def retention() -> None:
         retain(spec_path, BARRIERFLOW_HOME)
 
-    return [pipeline(), supervision(), verification_dag(), retention()]
+    launch_dag_id = dag_id_for(entry.name, "pipeline")
+    recover_dag_id = dag_id_for(entry.name, "recover")
+
+    @_barrierflow_dag(
+        recover_dag_id,
+        f"Recover {summary}: check the job is stopped, choose and verify a checkpoint, restore it (reconciling "
+        "the sinks), restart, wait for the first new checkpoint, report",
+        schedule=None,
+        params=_recover_params(),
+        extra_tags=("recovery",),
+    )
+    def recovery() -> None:
+        checked = check_params_and_job(spec_path, BARRIERFLOW_HOME, launch_dag_id)
+        chosen = choose_checkpoint(spec_path, BARRIERFLOW_HOME, checked)
+        restored = restore(spec_path, BARRIERFLOW_HOME, checked, chosen)
+        restart = TriggerDagRunOperator(
+            task_id="restart",
+            trigger_dag_id=launch_dag_id,
+            wait_for_completion=False,  # the job runs until stopped
+            fail_when_dag_is_paused=True,
+            note=f"restarted by {recover_dag_id} after a restore",
+            pre_execute=skip_unless_restart,
+        )
+        waited = FirstCheckpointSensor(
+            task_id="wait_for_first_checkpoint",
+            spec_path=spec_path,
+            barrierflow_home=BARRIERFLOW_HOME,
+            restore_report=restored,
+            mode="reschedule",
+            poke_interval=FIRST_CHECKPOINT_POKE_SECONDS,
+            timeout=float(RECOVER_DEFAULTS["wait_seconds"]),  # replaced by the param when it runs
+        )
+        restored >> restart >> waited
+        report(checked, chosen, restored, waited.output)
+
+    @_barrierflow_dag(
+        dag_id_for(entry.name, "reconcile"),
+        f"Finish the in-doubt sink transactions of {summary} against its latest completed checkpoint",
+        schedule=RECONCILE_SCHEDULE,
+    )
+    def reconciliation() -> None:
+        reconcile(spec_path, BARRIERFLOW_HOME)
+
+    return [pipeline(), supervision(), verification_dag(), retention(), recovery(), reconciliation()]
 
 
 def _invalid_spec_dag(entry: DiscoveredPipeline) -> DAG:

@@ -14,6 +14,10 @@
   verify SPEC --latest N [--deep] --json``) and fails with :class:`CheckpointVerificationError`
   naming every failed checkpoint and check; :func:`retain_checkpoints` is the scheduled
   retention (``barrierflow retain SPEC --json``). Both return the CLI's JSON document.
+* :func:`reconcile_transactions` is the scheduled 2PC reconciliation (``barrierflow reconcile
+  SPEC --json``), returning its JSON document with the decisions.
+* The triggered failure recovery (``barrierflow_recover__<name>``) is a runbook of its own:
+  :mod:`barrierflow.recovery.runbook`.
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: The kinds of DAG made per pipeline: the triggered, long-running job, its scheduled
-#: supervision, and the scheduled checkpoint verification and retention.
-DAG_KINDS = ("pipeline", "supervise", "verify", "retain")
+#: supervision, the scheduled checkpoint verification and retention, the triggered failure
+#: recovery and the scheduled 2PC reconciliation.
+DAG_KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile")
 
 #: How many failed checks the message of :class:`CheckpointVerificationError` lists.
 MAX_LISTED_FAILURES = 10
@@ -343,3 +348,34 @@ def retain_checkpoints(spec_path: str | os.PathLike[str], *, dry_run: bool = Fal
     spec = load_spec(spec_path)
     plan = retain(spec, CheckpointStore.for_spec(spec), dry_run=dry_run)
     return plan.as_dict()
+
+
+def reconcile_transactions(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> dict[str, Any]:
+    """One reconciliation of the pipeline's sink transactions, as ``barrierflow reconcile SPEC
+    [--dry-run] --json``.
+
+    Every unfinished transaction is decided against the latest completed checkpoint T (see
+    :mod:`barrierflow.recovery.reconcile`): COMMIT when T covers its epoch; otherwise ABORT when
+    the job is not running (its run lease is not held), and NONE (left alone, only reported)
+    while it runs, because such a transaction may still be in flight. Unless ``dry_run``, the
+    decisions are applied, exactly as planned.
+
+    Returns:
+        The JSON document of ``barrierflow reconcile --json``: ``pipeline``,
+        ``latest_completed`` (T, or None), ``job_running``, ``decisions`` (``sink``,
+        ``transaction_id``, ``checkpoint_id``, ``state``, ``action``, ``reason`` each) and
+        ``dry_run``.
+
+    Raises:
+        SpecError: the spec does not load.
+        SinkError, StorageError: a sink or the checkpoint store failed; decisions applied
+            before the failure stay applied; the next run plans the rest anew.
+    """
+    from barrierflow.recovery.reconcile import apply_reconciliation, plan_reconciliation
+    from barrierflow.spec.loader import load_spec
+
+    spec = load_spec(spec_path)
+    plan = plan_reconciliation(spec)
+    if not dry_run:
+        apply_reconciliation(spec, plan)
+    return {**plan.as_dict(), "dry_run": dry_run}

@@ -58,6 +58,8 @@ def test_dag_id_for() -> None:
     assert dag_id_for("demo", "supervise") == "barrierflow_supervise__demo"
     assert dag_id_for("demo", "verify") == "barrierflow_verify__demo"
     assert dag_id_for("demo", "retain") == "barrierflow_retain__demo"
+    assert dag_id_for("demo", "recover") == "barrierflow_recover__demo"
+    assert dag_id_for("demo", "reconcile") == "barrierflow_reconcile__demo"
     with pytest.raises(ValueError, match="unknown DAG kind"):
         dag_id_for("demo", "launch")
 

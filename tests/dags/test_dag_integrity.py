@@ -61,17 +61,20 @@ def test_every_dag_follows_the_house_rules(dagbag: Any, tmp_dagbag: Any) -> None
     assert problems == []
 
 
-def test_four_dags_per_spec_in_include_pipelines(dagbag: Any) -> None:
+KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile")
+
+
+def test_six_dags_per_spec_in_include_pipelines(dagbag: Any) -> None:
     entries = discover_pipelines(REPO_PIPELINES)
     expected = set()
     for entry in entries:
         if entry.spec is None:
             expected.add(dag_id_for(entry.name, "pipeline"))
         else:
-            expected |= {dag_id_for(entry.name, kind) for kind in ("pipeline", "supervise", "verify", "retain")}
+            expected |= {dag_id_for(entry.name, kind) for kind in KINDS}
     assert set(dagbag.dag_ids) == expected
-    assert {"barrierflow_verify__demo", "barrierflow_retain__demo", "barrierflow_verify__bench",
-            "barrierflow_retain__bench"} <= expected
+    assert {f"barrierflow_{kind}__{name}" for kind in ("verify", "retain", "recover", "reconcile")
+            for name in ("demo", "bench")} <= expected
     assert all(entry.error is None for entry in entries), "a spec in include/pipelines does not load"
 
 
@@ -126,6 +129,73 @@ def test_retain_dag_runs_every_fifteen_minutes(dagbag: Any) -> None:
         assert dag.get_task("retain").op_args[0] == str(spec_path.resolve())
 
 
+RECOVER_TASKS = ["check_params_and_job", "choose_checkpoint", "restore", "restart", "wait_for_first_checkpoint",
+                 "report"]
+
+
+def test_recover_dag_is_triggered_with_params_and_runs_the_runbook_in_order(dagbag: Any) -> None:
+    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+    from airflow.sdk import BaseSensorOperator
+
+    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+        spec = load_spec(spec_path)
+        dag = dagbag.dags[dag_id_for(spec.name, "recover")]
+        assert dag.schedule is None and dag.max_active_runs == 1 and "recovery" in dag.tags
+        assert {key: dag.params[key] for key in dag.params} == {
+            "checkpoint": "latest-valid", "accept_duplicates": False, "restart": True, "wait_seconds": 600}
+        checkpoint = dag.params.get_param("checkpoint").schema
+        assert checkpoint["type"] == ["string", "integer"] and checkpoint["minimum"] == 1
+        assert dag.params.get_param("accept_duplicates").schema["type"] == "boolean"
+        assert dag.params.get_param("restart").schema["type"] == "boolean"
+        wait = dag.params.get_param("wait_seconds").schema
+        assert wait["type"] == "integer" and wait["minimum"] == 1
+
+        assert [t.task_id for t in dag.topological_sort()] == RECOVER_TASKS
+        upstream = {task_id: dag.get_task(task_id).upstream_task_ids for task_id in RECOVER_TASKS}
+        assert upstream == {
+            "check_params_and_job": set(),
+            "choose_checkpoint": {"check_params_and_job"},
+            "restore": {"check_params_and_job", "choose_checkpoint"},
+            "restart": {"restore"},
+            "wait_for_first_checkpoint": {"restore", "restart"},
+            "report": {"check_params_and_job", "choose_checkpoint", "restore", "wait_for_first_checkpoint"},
+        }
+        for task_id in ("check_params_and_job", "choose_checkpoint", "restore"):
+            assert dag.get_task(task_id).op_args[0] == str(spec_path.resolve())
+        assert dag.get_task("check_params_and_job").retries == 0  # a bad param or a running job: fail at once
+        restart = dag.get_task("restart")
+        assert isinstance(restart, TriggerDagRunOperator)
+        assert restart.trigger_dag_id == dag_id_for(spec.name, "pipeline")
+        assert restart.wait_for_completion is False and restart.fail_when_dag_is_paused is True
+        sensor = dag.get_task("wait_for_first_checkpoint")
+        assert isinstance(sensor, BaseSensorOperator)
+        assert sensor.mode == "reschedule" and sensor.poke_interval == 30 and sensor.timeout == 600
+        assert sensor.spec_path == str(spec_path.resolve())
+        assert dag.get_task("report").trigger_rule == "none_failed"  # also after a skipped restart
+
+
+def test_reconcile_dag_runs_every_thirty_minutes(dagbag: Any) -> None:
+    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+        spec = load_spec(spec_path)
+        dag = dagbag.dags[dag_id_for(spec.name, "reconcile")]
+        assert dag.task_ids == ["reconcile"]
+        assert dag.schedule == timedelta(minutes=30) and dag.max_active_runs == 1
+        assert dag.get_task("reconcile").op_args[0] == str(spec_path.resolve())
+
+
+def test_new_dags_serialize_for_the_scheduler(dagbag: Any) -> None:
+    """The scheduler and UI work on serialized DAGs: the custom sensor, the restart's
+    pre_execute hook and the multi-type param must survive the round trip."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    for dag_id in ("barrierflow_recover__demo", "barrierflow_reconcile__demo"):
+        back = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags[dag_id]))
+        assert back.task_ids == dagbag.dags[dag_id].task_ids
+    back = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags["barrierflow_recover__demo"]))
+    assert back.get_task("report").trigger_rule == "none_failed"
+    assert back.get_task("wait_for_first_checkpoint").reschedule
+
+
 def test_verify_dag_takes_schedule_count_and_depth_from_the_spec(
     monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path
 ) -> None:
@@ -168,6 +238,8 @@ def test_broken_spec_yields_a_visible_failing_dag(tmp_dagbag: Any) -> None:
         "barrierflow_supervise__orders",
         "barrierflow_verify__orders",
         "barrierflow_retain__orders",
+        "barrierflow_recover__orders",
+        "barrierflow_reconcile__orders",
         "barrierflow_pipeline__broken",
         "barrierflow_pipeline__orders2",
     }

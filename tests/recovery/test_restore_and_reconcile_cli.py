@@ -9,54 +9,18 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from barrierflow.checkpointing.control import ControlChannel
-from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.store import CheckpointStore, shared_key
 from barrierflow.cli.main import main
 from barrierflow.runtime.layout import JobLayout
 from barrierflow.sinks.factory import build_sink
-from barrierflow.spec import load_spec
 from barrierflow.testing.staging import stage_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 
-from tests.checkpointing.fake_spark import FakeSparkCheckpoint
-from tests.pipeline_specs import spec_dict, write_spec
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
+from tests.recovery.fake_pipeline import parquet_pipeline
 
 
 def _pipeline(tmp_path: Path, checkpoints: int) -> tuple[Path, Any, CheckpointStore]:
-    """A parquet-sink pipeline with ``checkpoints`` completed checkpoints, one batch each."""
-    data = spec_dict(tmp_path)
-    data["sinks"] = [{"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}]
-    spec_path = write_spec(tmp_path, data)
-    spec = load_spec(spec_path)
-    layout = JobLayout.for_spec(spec)
-    store = CheckpointStore.for_spec(spec)
-    spark = FakeSparkCheckpoint(layout.spark_checkpoint)
-    clock = Clock()
-    coordinator = CheckpointCoordinator(
-        pipeline=spec.name, options=spec.checkpoint, store=store, spark_checkpoint_dir=layout.spark_checkpoint,
-        staging_dir=layout.snapshots, control=ControlChannel(layout.control), source_names=["events"],
-        sinks=[build_sink(spec, store, layout, attempt=0)], monotonic=clock)
-    coordinator.start()
-    for batch in range(checkpoints):
-        clock.t += 1.0
-        coordinator.tick()
-        stage_batch(f"file://{tmp_path / 'out' / '_staging'}", batch, pa.table({"key": [batch], "n": [batch * 10]}))
-        spark.run_batch(batch, {"0": (batch + 1) * 10, "1": (batch + 1) * 10}, barrier=batch + 1)
-        coordinator.tick()
-        for pending in list(coordinator.pending.values()):
-            pending.upload.exception(timeout=10)
-        coordinator.tick()
-        coordinator.flush_sinks()
-    return spec_path, spec, store
+    return parquet_pipeline(tmp_path, checkpoints)
 
 
 def test_restore_latest_rebuilds_the_spark_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,433 @@
+"""The failure-recovery runbook, step by step, free of Airflow (``barrierflow_recover__<name>``).
+
+The recovery DAG wires these functions into tasks; each is a plain function that can be
+called (and tested) on its own::
+
+    validate_recovery_params(params)        bad param -> RecoveryParamError (names param, value, allowed)
+    ensure_job_stopped(spec_path)           lease held -> JobStillRunningError (says how to stop it)
+    choose_checkpoint(spec_path, wanted)    "latest-valid": newest that verifies (skipped ones listed)
+                                            "latest" / id:  that one, verified structurally first;
+                                                            fails -> ChosenCheckpointInvalidError
+    restore_checkpoint(spec_path, id, ...)  restore_pipeline: materialize, new attempt, reconcile the
+                                            sinks' in-doubt transactions, plan a suppressed replay
+    (the DAG triggers barrierflow_pipeline__<name> when the param restart is true)
+    first_checkpoint_of_attempt(...)        the sensor's condition: a completed checkpoint written by
+                                            the restored job (Manifest.attempt == the new attempt)
+    recovery_summary(...)                   what the final report task logs and returns
+
+Every error raised on purpose derives from :class:`barrierflow.errors.BarrierflowError`; those
+caused by the operator's input (params, a running job, a checkpoint that does not verify)
+derive from :class:`barrierflow.errors.UserInputError`, which the DAG turns into a failure
+without retries. Every value returned is JSON-serializable (it becomes an XCom).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from barrierflow.errors import CheckpointError, CheckpointNotFoundError, UserInputError
+
+log = logging.getLogger(__name__)
+
+LATEST_VALID = "latest-valid"
+LATEST = "latest"
+#: What the param ``checkpoint`` accepts besides a positive checkpoint id.
+CHECKPOINT_CHOICES = (LATEST_VALID, LATEST)
+
+#: The recovery DAG's params and their defaults (the DAG declares the same defaults).
+DEFAULT_PARAMS: dict[str, Any] = {
+    "checkpoint": LATEST_VALID,
+    "accept_duplicates": False,
+    "restart": True,
+    "wait_seconds": 600,
+}
+
+_CHECKPOINT_ALLOWED = '"latest-valid", "latest" or a positive whole checkpoint id (1, 2, ...)'
+_DIGITS = re.compile(r"^[1-9][0-9]*$")
+
+
+class RecoveryParamError(UserInputError):
+    """A param of the recovery DAG has a value that is not allowed.
+
+    Attributes:
+        param: the param's name.
+        value: the value given.
+        allowed: what the param accepts, in words.
+    """
+
+    def __init__(self, param: str, value: Any, allowed: str) -> None:
+        self.param = param
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"param {param!r} is {value!r} ({type(value).__name__}), which is not allowed: "
+                         f"{param!r} must be {allowed}. Trigger the DAG again with a valid value.")
+
+
+class JobStillRunningError(UserInputError):
+    """The pipeline's job holds its run lease: recovery must not restore under a running job.
+
+    Attributes:
+        pipeline: the pipeline's name.
+        lease_path: the lease file (``<work_dir>/job.lease``).
+        lease: its content (``pid``, ``host``, ``started_at``), empty if unreadable.
+    """
+
+    def __init__(self, pipeline: str, lease_path: Path, lease: dict[str, Any], detail: str) -> None:
+        self.pipeline = pipeline
+        self.lease_path = lease_path
+        self.lease = lease
+        super().__init__(detail)
+
+
+class ChosenCheckpointInvalidError(CheckpointError, UserInputError):
+    """The checkpoint asked for (by id, or as ``latest``) fails structural verification.
+
+    Attributes:
+        checkpoint_id: the checkpoint verified.
+        failures: ``(check name, message)`` of every failed check.
+    """
+
+    def __init__(self, checkpoint_id: int, failures: list[tuple[str, str]], detail: str) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.failures = failures
+        super().__init__(detail)
+
+
+CheckpointRequest = int | Literal["latest-valid", "latest"]
+
+
+@dataclass(frozen=True)
+class RecoveryParams:
+    """The recovery DAG's params, validated (see :func:`validate_recovery_params`).
+
+    Attributes:
+        checkpoint: ``"latest-valid"``, ``"latest"`` or a checkpoint id (>= 1).
+        accept_duplicates: restore even if output of newer, already committed epochs would be
+            written again (no suppressed replay).
+        restart: trigger the pipeline's launch DAG after the restore.
+        wait_seconds: how long to wait for the first new completed checkpoint (>= 1).
+    """
+
+    checkpoint: CheckpointRequest
+    accept_duplicates: bool
+    restart: bool
+    wait_seconds: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint, "accept_duplicates": self.accept_duplicates,
+                "restart": self.restart, "wait_seconds": self.wait_seconds}
+
+
+def _checkpoint_param(value: Any) -> CheckpointRequest:
+    if isinstance(value, str):
+        text = value.strip()
+        if text in CHECKPOINT_CHOICES:
+            return LATEST_VALID if text == LATEST_VALID else LATEST
+        if _DIGITS.match(text):
+            return int(text)
+    elif isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    elif isinstance(value, float) and value.is_integer() and value >= 1:
+        return int(value)
+    raise RecoveryParamError("checkpoint", value, _CHECKPOINT_ALLOWED)
+
+
+def _bool_param(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise RecoveryParamError(name, value, "true or false (a JSON boolean)")
+
+
+def _wait_param(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 1:
+        return int(value)
+    raise RecoveryParamError("wait_seconds", value, "a whole number of seconds greater than 0, e.g. 600")
+
+
+def validate_recovery_params(params: Mapping[str, Any]) -> RecoveryParams:
+    """Check and normalize the recovery DAG's params.
+
+    Args:
+        params: the run's params (``context["params"]``); a missing key takes its value from
+            :data:`DEFAULT_PARAMS`, keys other than those are ignored.
+
+    Returns:
+        The validated params. ``checkpoint`` comes back as ``"latest-valid"``, ``"latest"`` or
+        an ``int`` (a string of digits such as ``"12"``, as a UI text field sends it, becomes 12).
+
+    Raises:
+        RecoveryParamError: a value is not allowed; the message names the param, the value
+            and what is allowed. Params are checked in the order checkpoint,
+            accept_duplicates, restart, wait_seconds; the first bad one is reported.
+    """
+    merged = {**DEFAULT_PARAMS, **{k: v for k, v in params.items() if k in DEFAULT_PARAMS}}
+    return RecoveryParams(
+        checkpoint=_checkpoint_param(merged["checkpoint"]),
+        accept_duplicates=_bool_param("accept_duplicates", merged["accept_duplicates"]),
+        restart=_bool_param("restart", merged["restart"]),
+        wait_seconds=_wait_param(merged["wait_seconds"]),
+    )
+
+
+def _read_lease(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def ensure_job_stopped(spec_path: str | os.PathLike[str], *, launch_dag_id: str | None = None) -> str:
+    """Check that the pipeline's job is not running (its run lease is not held).
+
+    The lease is ``<work_dir>/job.lease`` (see :mod:`barrierflow.runtime.lease`): held while a
+    live process (same host) or any process on another host runs the job.
+
+    Args:
+        spec_path: the pipeline spec file.
+        launch_dag_id: the DAG that runs the job, named in the message when given.
+
+    Returns:
+        A one-line status (the job is stopped).
+
+    Raises:
+        SpecError: the spec does not load.
+        JobStillRunningError: the lease is held; the message says to stop the job first and
+            how (fail the launch task in Airflow, or SIGTERM the process the lease names).
+    """
+    from barrierflow.runtime.layout import JobLayout
+    from barrierflow.runtime.lease import job_running
+    from barrierflow.spec.loader import load_spec
+
+    spec = load_spec(spec_path)
+    layout = JobLayout.for_spec(spec)
+    lease_path = layout.work_dir / "job.lease"
+    if not job_running(layout.work_dir):
+        return f"pipeline {spec.name!r} is not running (no live lease at {lease_path})"
+    lease = _read_lease(lease_path)
+    pid, host = lease.get("pid", "?"), lease.get("host", "?")
+    launch = (f"mark the running 'launch' task of DAG {launch_dag_id!r} as failed in the Airflow UI (Airflow "
+              "then stops spark-submit), or " if launch_dag_id else "")
+    raise JobStillRunningError(
+        spec.name, lease_path, lease,
+        f"pipeline {spec.name!r} is running (pid {pid} on host {host}, since {lease.get('started_at', '?')}; "
+        f"lease {lease_path}): stop it before recovering, or the restore would replace its checkpoint under it. "
+        f"To stop it, {launch}send SIGTERM to that process on {host} ('kill {pid}'); the job releases its lease "
+        "when it stops. If the process is already gone on another host, delete the lease file. Then trigger "
+        "this recovery again.",
+    )
+
+
+@dataclass
+class CheckpointChoice:
+    """The checkpoint recovery restores, and why.
+
+    Attributes:
+        requested: the ``checkpoint`` param (``"latest-valid"``, ``"latest"`` or an id).
+        checkpoint_id: the checkpoint chosen.
+        skipped: ``(checkpoint id, reason)`` of the newer checkpoints passed over, newest first
+            (only ``latest-valid`` skips any).
+        verification: the verdict on the chosen checkpoint, one line.
+    """
+
+    requested: CheckpointRequest
+    checkpoint_id: int
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    verification: str = "passed"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"requested": self.requested, "checkpoint_id": self.checkpoint_id,
+                "skipped": [{"checkpoint_id": cid, "reason": why} for cid, why in self.skipped],
+                "verification": self.verification}
+
+
+def choose_checkpoint(spec_path: str | os.PathLike[str], requested: CheckpointRequest) -> CheckpointChoice:
+    """Resolve the ``checkpoint`` param to the checkpoint to restore.
+
+    * ``"latest-valid"``: the newest checkpoint of the current timeline that passes structural
+      verification (:func:`barrierflow.verification.selection.latest_valid`, as ``barrierflow
+      restore --latest-valid``); the newer ones are returned in ``skipped`` with the reason.
+    * ``"latest"``: the newest checkpoint of the current timeline (a damaged one whose manifest
+      is gone or unreadable included, so damage is reported, not silently stepped over),
+      verified structurally first.
+    * an id: that checkpoint, verified structurally first.
+
+    Every verification result is stored beside its checkpoint (``chk-<n>/_verification.json``).
+
+    Raises:
+        SpecError: the spec does not load.
+        CheckpointNotFoundError: no checkpoint exists / none passes (``latest-valid``: the
+            message lists why each failed), or the id does not exist or was abandoned by an
+            earlier restore.
+        ChosenCheckpointInvalidError: the requested checkpoint fails a structural check; the
+            message names the checkpoint and each failed check and suggests ``latest-valid``.
+        StorageError: the checkpoint store cannot be read.
+    """
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.spec.loader import load_spec
+    from barrierflow.verification.runner import candidate_ids, select_ids, verify_checkpoints
+    from barrierflow.verification.selection import latest_valid
+
+    spec = load_spec(spec_path)
+    store = CheckpointStore.for_spec(spec)
+    if requested == LATEST_VALID:
+        selection = latest_valid(spec, store)
+        return CheckpointChoice(requested, selection.checkpoint_id, list(selection.skipped),
+                                "the newest checkpoint that passes structural verification")
+    if requested == LATEST:
+        ids = candidate_ids(store)
+        if not ids:
+            raise CheckpointNotFoundError(f"pipeline {spec.name!r} has no completed checkpoint in {store.uri} "
+                                          "to restore; the job never completed one")
+        checkpoint_id = ids[-1]
+    else:
+        checkpoint_id = int(requested)
+        if checkpoint_id in store.abandoned():
+            raise CheckpointNotFoundError(
+                f"checkpoint {checkpoint_id} of pipeline {spec.name!r} was abandoned by an earlier restore (its "
+                f"timeline was discarded) and cannot be restored; use checkpoint={LATEST_VALID!r} or an id from "
+                f"'barrierflow checkpoints list {spec_path}'")
+        select_ids(store, checkpoint_id=checkpoint_id)  # CheckpointNotFoundError if there is no such checkpoint
+    report = verify_checkpoints(spec, store, [checkpoint_id])[0]
+    if not report.passed:
+        failures = [(c.name, c.message) for c in report.failures]
+        listed = "; ".join(f"the {name} check: {message}" for name, message in failures)
+        raise ChosenCheckpointInvalidError(
+            checkpoint_id, failures,
+            f"checkpoint {checkpoint_id} of pipeline {spec.name!r} (requested as checkpoint={requested!r}) fails "
+            f"structural verification, so restoring it would fail or resume from damaged state: failed {listed}. "
+            f"Use checkpoint={LATEST_VALID!r} to restore the newest checkpoint that passes (the damaged ones are "
+            "skipped and listed), or choose another id.",
+        )
+    return CheckpointChoice(requested, checkpoint_id, [], "passed structural verification")
+
+
+def describe_restore(report: Mapping[str, Any]) -> list[str]:
+    """Human-readable lines for a restore report (``RestoreReport.as_dict()``): what was
+    restored, the newer checkpoints abandoned, each sink decision, and the suppressed replay."""
+    lines = [f"restored checkpoint {report['checkpoint_id']} of {report['pipeline']} (batch "
+             f"{report['spark_batch_id']}, {report['files']} files, {report['bytes']} bytes, sha256 checked); "
+             f"new attempt {report['attempt']}; the job resumes at batch {report['spark_batch_id'] + 1}"]
+    if report.get("abandoned"):
+        lines.append(f"abandoned newer checkpoints: {report['abandoned']}")
+    for d in report.get("decisions") or []:
+        lines.append(f"sink {d['sink']}: {d['action']} {d['transaction_id']} (epoch {d['checkpoint_id']}, "
+                     f"{d['state']}): {d['reason']}")
+    if not report.get("decisions"):
+        lines.append("no sink transaction was in doubt")
+    replay = report.get("replay")
+    if replay:
+        lines.append(f"epochs {replay['epochs']} were already committed after checkpoint "
+                     f"{replay['restored_from']}: their {replay['batches']} batches are replayed up to "
+                     f"{replay['through']} with the output suppressed (no duplicates)")
+    return lines
+
+
+def restore_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
+                       accept_duplicates: bool = False) -> dict[str, Any]:
+    """Restore the pipeline from ``checkpoint_id`` with
+    :func:`barrierflow.recovery.restore.restore_pipeline` and log what happened.
+
+    The restore materializes the checkpoint into the job's local Spark checkpoint dir (the old
+    one is kept as ``spark-checkpoint.replaced``), starts a new attempt (newer checkpoints are
+    abandoned), finishes every in-doubt sink transaction (commit what the checkpoint covers,
+    abort the rest) and, when a sink already committed newer epochs, stores a replay plan that
+    suppresses their output. It refuses to run while the job holds its lease.
+
+    Returns:
+        ``RestoreReport.as_dict()``: ``pipeline``, ``checkpoint_id``, ``spark_batch_id``,
+        ``attempt`` (the new one, which the restarted job writes into its manifests), ``files``,
+        ``bytes``, ``abandoned``, ``decisions``, ``replaced``, ``replay`` (None or the plan's
+        summary).
+
+    Raises:
+        SpecError: the spec does not load.
+        CheckpointNotFoundError, CheckpointCorruptError: the checkpoint is gone or damaged.
+        DuplicateOutputError: newer epochs were committed and cannot be replayed faithfully
+            (restore the latest checkpoint, or accept duplicates).
+        UserInputError: the job is running.
+        StorageError: the checkpoint store cannot be read or written.
+    """
+    from barrierflow.recovery.restore import restore_pipeline
+    from barrierflow.spec.loader import load_spec
+
+    spec = load_spec(spec_path)
+    report = restore_pipeline(spec, checkpoint_id, accept_duplicates=accept_duplicates).as_dict()
+    lines = describe_restore(report)
+    for line in lines[:-1] if report.get("replay") else lines:
+        log.info("%s", line)
+    if report.get("replay"):
+        log.warning("%s", lines[-1])  # the replay line comes last
+    return report
+
+
+def first_checkpoint_of_attempt(spec_path: str | os.PathLike[str], attempt: int) -> int | None:
+    """The id of the first completed checkpoint the job wrote in ``attempt``, or None.
+
+    This is the recovery sensor's condition: after a restore returned attempt ``a``, the
+    restarted job writes ``a`` into every manifest, so a completed checkpoint (readable
+    manifest, current timeline) with ``Manifest.attempt == a`` shows the job is running again
+    and checkpointing.
+
+    Raises:
+        ValueError: ``attempt`` is below 1 (a restore always starts attempt 1 or later).
+        SpecError: the spec does not load.
+        StorageError: the checkpoint store cannot be read.
+    """
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.spec.loader import load_spec
+
+    if attempt < 1:
+        raise ValueError(f"attempt must be 1 or more (as returned by a restore), got {attempt}")
+    spec = load_spec(spec_path)
+    return next((m.checkpoint_id for m in CheckpointStore.for_spec(spec).completed() if m.attempt == attempt), None)
+
+
+def recovery_summary(choice: Mapping[str, Any], report: Mapping[str, Any], *, restarted: bool,
+                     first_checkpoint_id: int | None) -> dict[str, Any]:
+    """The final report of a recovery run.
+
+    Args:
+        choice: :meth:`CheckpointChoice.as_dict` of the chosen checkpoint.
+        report: the restore report (:func:`restore_checkpoint`).
+        restarted: whether the launch DAG was triggered (the param ``restart``).
+        first_checkpoint_id: the first checkpoint of the new attempt, None if not waited for.
+
+    Returns:
+        ``{"pipeline", "requested", "checkpoint_id", "skipped", "attempt", "abandoned",
+        "decisions", "replay", "restarted", "first_checkpoint_id", "message"}``; ``message`` is
+        the summary in words (several lines).
+    """
+    skipped = list(choice.get("skipped") or [])
+    lines = [f"recovery of pipeline {report['pipeline']!r}: checkpoint={choice['requested']!r} chose checkpoint "
+             f"{choice['checkpoint_id']} ({choice.get('verification', 'passed')})"]
+    lines += [f"skipped checkpoint {s['checkpoint_id']}: {s['reason']}" for s in skipped]
+    lines += describe_restore(report)
+    if not restarted:
+        lines.append("not restarted (restart=false): start it with the pipeline's launch DAG; it resumes from here")
+    elif first_checkpoint_id is None:
+        lines.append("restarted; no new checkpoint was waited for")
+    else:
+        lines.append(f"restarted; checkpoint {first_checkpoint_id} is the first completed checkpoint of attempt "
+                     f"{report['attempt']}: the pipeline runs and checkpoints again")
+    return {
+        "pipeline": report["pipeline"],
+        "requested": choice["requested"],
+        "checkpoint_id": choice["checkpoint_id"],
+        "skipped": skipped,
+        "attempt": report["attempt"],
+        "abandoned": list(report.get("abandoned") or []),
+        "decisions": list(report.get("decisions") or []),
+        "replay": report.get("replay"),
+        "restarted": restarted,
+        "first_checkpoint_id": first_checkpoint_id,
+        "message": "\n".join(lines),
+    }
