@@ -89,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--seconds", type=float, default=30.0, help="measured seconds per mode and round")
     bench.add_argument("--rounds", type=int, default=1)
     bench.add_argument("--markdown", help="also write the table to this file")
+    bench.add_argument("--scenario", choices=("abs-overhead", "restore"), default="abs-overhead",
+                       help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time")
+    bench.add_argument("--keys", type=int, default=2_000_000, help="restore scenario: distinct keys in the state")
     return parser
 
 
@@ -298,6 +301,11 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.scenario == "restore":
+        from barrierflow.bench.restore_time import run_restore_benchmark
+
+        run_restore_benchmark(args.spec, keys=args.keys, rounds=args.rounds, markdown=args.markdown)
+        return EXIT_OK
     from barrierflow.bench.abs_overhead import run_benchmark
 
     run_benchmark(args.spec, seconds=args.seconds, rounds=args.rounds, markdown=args.markdown)

@@ -1,0 +1,139 @@
+"""Restore time for a large state (shared/design/BENCHMARKS.md: "restore plus first completed
+batch in under 10 s for 100 MB of state").
+
+Per round, on the reference job with ``keys`` distinct keys:
+
+1. build the state: run with 1M-record batches until two checkpoints completed (the first
+   batch touches every key), then stop;
+2. lose the machine: delete the job's work directory (local Spark checkpoint included);
+3. ``restore_pipeline`` from the latest checkpoint (materialize every file from the store,
+   sha256 checked) — timed;
+4. restart on the same SparkSession with small batches and time until the first batch after
+   the restored one is committed (it loads the whole restored state) — timed;
+5. baseline: stop and restart once more without a restore (Spark's own restart from its
+   local checkpoint, which loads the same state) — timed the same way. The difference
+   between 3+4 and 5 is what barrierflow's restore adds to what Spark costs anyway.
+
+Reported: the checkpoint's full size (bytes of every file it references), both times and
+their sum. The SparkSession start (JVM, cold) is measured once and reported separately:
+a restarted driver pays it on top.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from barrierflow.checkpointing import spark_log
+from barrierflow.recovery.restore import restore_pipeline
+from barrierflow.runtime.job import StreamingJob
+from barrierflow.runtime.layout import JobLayout
+from barrierflow.spec import load_spec, project_home
+from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec
+
+
+@dataclass(frozen=True)
+class RestoreSample:
+    state_bytes: int
+    files: int
+    restore_seconds: float
+    first_batch_seconds: float
+    plain_restart_seconds: float
+
+    @property
+    def total_seconds(self) -> float:
+        return self.restore_seconds + self.first_batch_seconds
+
+
+def _spec(base: PipelineSpec, work: Path, keys: int, per_partition_batch: int) -> PipelineSpec:
+    source = base.source
+    if not isinstance(source, GeneratorSourceSpec):
+        raise ValueError("the restore benchmark needs a generator source")
+    source = source.model_copy(update={"keys": keys, "max_records_per_batch": per_partition_batch})
+    checkpoint = base.checkpoint.model_copy(update={"storage": f"file://{work / 'checkpoints'}", "interval": 1.0,
+                                                    "timeout": 600.0})
+    return base.model_copy(update={"work_dir": str(work / "work"), "checkpoint": checkpoint, "sources": [source]})
+
+
+def run_restore_benchmark(spec_path: str, *, keys: int, rounds: int, markdown: str | None = None
+                          ) -> list[RestoreSample]:
+    base = load_spec(spec_path)
+    if not isinstance(base.source, GeneratorSourceSpec):
+        raise ValueError("the restore benchmark needs a generator source")
+    # The state store keeps the loaded map (and recent versions) on the driver's heap.
+    conf = {"spark.driver.memory": "4g", **base.spark.conf}
+    base = base.model_copy(update={"spark": base.spark.model_copy(update={"conf": conf})})
+    partitions = base.source.partitions
+    root = project_home() / "var" / "bench-restore"
+    shutil.rmtree(root, ignore_errors=True)
+    started = time.monotonic()
+    spark = StreamingJob(base).spark
+    session_seconds = time.monotonic() - started
+    samples = []
+    for r in range(rounds):
+        work = root / f"r{r}"
+        build = _spec(base, work, keys, per_partition_batch=max(250_000, -(-keys // partitions)))
+        print(f"round {r + 1}: building the state of {keys:,} keys ...", file=sys.stderr)
+        StreamingJob(build, spark=spark).run(checkpoints=2, duration=600)
+        shutil.rmtree(JobLayout.for_spec(build).work_dir)  # the machine is gone
+        small = _spec(base, work, keys, per_partition_batch=2_500)
+        t0 = time.monotonic()
+        report = restore_pipeline(small, None)
+        restore_seconds = time.monotonic() - t0
+        first_batch = _time_to_first_batch(small, spark, report.spark_batch_id)
+        local = spark_log.latest_committed(JobLayout.for_spec(small).spark_checkpoint)
+        plain = _time_to_first_batch(small, spark, local if local is not None else -1)
+        sample = RestoreSample(report.bytes, report.files, restore_seconds, first_batch, plain)
+        samples.append(sample)
+        print(f"round {r + 1}: {sample.state_bytes / 1e6:.1f} MB in {sample.files} files: restore "
+              f"{sample.restore_seconds:.2f} s + first batch {sample.first_batch_seconds:.2f} s; plain restart "
+              f"{sample.plain_restart_seconds:.2f} s", file=sys.stderr)
+        shutil.rmtree(work, ignore_errors=True)
+    table = render(samples, base, keys, session_seconds)
+    print(table)
+    if markdown:
+        Path(markdown).write_text(table + "\n", encoding="utf-8")
+    return samples
+
+
+def _time_to_first_batch(spec: PipelineSpec, spark: Any, after_batch: int) -> float:
+    """Run ``spec`` until one checkpoint completed; seconds from the start of the run until
+    a batch newer than ``after_batch`` was committed."""
+    started = time.monotonic()
+    first: list[float] = []
+
+    def on_tick(job: StreamingJob) -> None:
+        committed = spark_log.latest_committed(job.layout.spark_checkpoint)
+        if not first and committed is not None and committed > after_batch:
+            first.append(time.monotonic() - started)
+
+    StreamingJob(spec, spark=spark).run(checkpoints=1, duration=600, on_tick=on_tick)
+    return first[0] if first else float("nan")
+
+
+def render(samples: list[RestoreSample], spec: PipelineSpec, keys: int, session_seconds: float) -> str:
+    lines = [
+        f"Restore benchmark {datetime.now(UTC).isoformat(timespec='seconds')}: pipeline {spec.name}, {keys:,} keys, "
+        f"{spec.spark.master}, {spec.spark.shuffle_partitions} shuffle partitions, local checkpoint store; "
+        f"SparkSession start (cold JVM, once): {session_seconds:.1f} s",
+        "",
+        "| round | checkpoint size MB | files | restore s (materialize + sha256) | first batch after restart s "
+        "| restore + first batch s | plain Spark restart, first batch s (baseline) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i, s in enumerate(samples, 1):
+        lines.append(f"| {i} | {s.state_bytes / 1e6:.1f} | {s.files} | {s.restore_seconds:.2f} "
+                     f"| {s.first_batch_seconds:.2f} | {s.total_seconds:.2f} | {s.plain_restart_seconds:.2f} |")
+    if len(samples) > 1:
+        lines.append(f"| median | {statistics.median(s.state_bytes for s in samples) / 1e6:.1f} | - "
+                     f"| {statistics.median(s.restore_seconds for s in samples):.2f} "
+                     f"| {statistics.median(s.first_batch_seconds for s in samples):.2f} "
+                     f"| {statistics.median(s.total_seconds for s in samples):.2f} "
+                     f"| {statistics.median(s.plain_restart_seconds for s in samples):.2f} |")
+    return "\n".join(lines)
