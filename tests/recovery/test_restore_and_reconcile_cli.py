@@ -4,6 +4,8 @@ coordinator over a hand-written Spark checkpoint directory (no Spark needed)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +93,44 @@ def test_reconcile_dry_run_lists_decisions_and_the_real_run_applies_exactly_them
     assert ledger.get("out", 3).state is TxnState.ABORTED
     assert main(["reconcile", str(spec_path), "--dry-run", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["decisions"] == []  # nothing left in doubt
+
+
+def _hold_lease(work_dir: Path, purpose: str) -> subprocess.Popen[bytes]:
+    """Another live process on this host holding the pipeline's lease for ``purpose``."""
+    import socket
+    from datetime import UTC, datetime
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    (work_dir / "job.lease").write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname(),
+                                                    "purpose": purpose,
+                                                    "started_at": datetime.now(UTC).isoformat()}))
+    return holder
+
+
+def test_restore_and_reconcile_exclude_each_other_through_the_lease(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A restore decides the sinks' transactions against an older checkpoint: nothing may
+    reconcile, run or restore meanwhile. A running job only restricts what reconcile does."""
+    spec_path, spec, _store = _pipeline(tmp_path, 2)
+    work = JobLayout.for_spec(spec).work_dir
+    holder = _hold_lease(work, "restore")
+    try:
+        assert main(["reconcile", str(spec_path), "--json"]) == 2
+        assert "is being restored" in capsys.readouterr().err
+        assert main(["restore", str(spec_path), "--latest"]) == 2
+        err = capsys.readouterr().err
+        assert "is being restored" in err and f"pid {holder.pid}" in err
+    finally:
+        holder.communicate(b"")
+    # The holder is gone: its lease is stale and is taken over.
+    assert main(["restore", str(spec_path), "--latest"]) == 0
+    assert not (work / "job.lease").exists(), "the restore released its lease"
+    capsys.readouterr()
+    holder = _hold_lease(work, "run")
+    try:
+        assert main(["reconcile", str(spec_path), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["job_running"] is True
+        assert main(["restore", str(spec_path), "--latest"]) == 2
+        assert "is running" in capsys.readouterr().err
+    finally:
+        holder.communicate(b"")

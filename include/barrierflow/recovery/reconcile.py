@@ -4,9 +4,11 @@
 PostgreSQL transactions, staged batches) with the latest completed checkpoint T and decides,
 per unfinished transaction: COMMIT if T covers its epoch; ABORT otherwise when the job is
 not running (its staged batches stay, so the epoch's data is re-committed with a later
-checkpoint); NONE (left alone, reported) while the job runs, because it may be in flight.
-:func:`apply_reconciliation` applies exactly a plan's decisions, so a dry run's output is what
-the real run does.
+checkpoint); NONE (left alone, reported) while the job runs, because it may be in flight. While a restore
+holds the job's lease, reconciliation refuses: the restore decides the same transactions
+against an older checkpoint. :func:`apply_reconciliation` applies exactly a plan's decisions,
+so a dry run's output is what the real run does; for a stopped job it holds the lease while
+it applies them, so neither a job nor a restore starts in the middle.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.runtime.layout import JobLayout
-from barrierflow.runtime.lease import job_running
+from barrierflow.runtime.lease import JobAlreadyRunningError, JobLease, describe, lease_holder
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.transactions.two_phase import Decision, TwoPhaseCommitSink
 
@@ -44,8 +46,13 @@ def plan_reconciliation(spec: PipelineSpec, *, store: CheckpointStore | None = N
                         layout: JobLayout | None = None) -> ReconciliationPlan:
     store = store or CheckpointStore.for_spec(spec)
     layout = layout or JobLayout.for_spec(spec)
+    holder = lease_holder(layout.work_dir)
+    if holder is not None and holder.get("purpose") in ("restore", "reconcile"):
+        raise JobAlreadyRunningError(
+            f"pipeline {spec.name} is being {'restored' if holder['purpose'] == 'restore' else 'reconciled'} "
+            f"({describe(holder)}); reconcile after it finished (a restore reconciles the sinks itself)")
     latest = store.latest()
-    running = job_running(layout.work_dir)
+    running = holder is not None
     plan = ReconciliationPlan(spec.name, latest.checkpoint_id if latest else None, running)
     sink = _sink(spec, store, layout)
     if sink is not None:
@@ -58,5 +65,10 @@ def apply_reconciliation(spec: PipelineSpec, plan: ReconciliationPlan, *, store:
     store = store or CheckpointStore.for_spec(spec)
     layout = layout or JobLayout.for_spec(spec)
     sink = _sink(spec, store, layout)
-    if sink is not None:
+    if sink is None:
+        return
+    if plan.job_running:
+        sink.apply(plan.decisions)  # only COMMITs of covered epochs: the job does the same, idempotently
+        return
+    with JobLease(layout.work_dir, spec.name, "reconcile"):  # raises if a job or restore started since the plan
         sink.apply(plan.decisions)

@@ -29,7 +29,7 @@ from barrierflow.errors import CheckpointNotFoundError, UserInputError
 from barrierflow.recovery.materialize import materialize_checkpoint
 from barrierflow.recovery.replay import ReplayImpossibleError, ReplayPlan
 from barrierflow.runtime.layout import JobLayout
-from barrierflow.runtime.lease import job_running
+from barrierflow.runtime.lease import JobLease
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.transactions.two_phase import Decision, TwoPhaseCommitSink
@@ -75,15 +75,22 @@ def restore_pipeline(
         CheckpointCorruptError: a file is missing or altered (exit code 2), naming it.
         DuplicateOutputError: a newer epoch was already committed to a sink and its batches
             cannot be replayed faithfully (exit code 2).
-        JobAlreadyRunningError-like UserInputError: the job is running.
+        JobAlreadyRunningError: the job runs, or another restore or reconciliation is under
+            way (with ``check_running``; the restore holds the job's lease while it works, so
+            neither a job nor a reconciliation starts meanwhile).
     """
-    from barrierflow.sinks.factory import build_sink
-
     store = store or CheckpointStore.for_spec(spec)
     layout = layout or JobLayout.for_spec(spec)
-    if check_running and job_running(layout.work_dir):
-        raise UserInputError(f"pipeline {spec.name} is running (lease {layout.work_dir / 'job.lease'}); "
-                             "stop it before restoring")
+    if not check_running:  # the caller (the job itself) holds the lease
+        return _restore(spec, checkpoint_id, store, layout, accept_duplicates)
+    with JobLease(layout.work_dir, spec.name, "restore"):
+        return _restore(spec, checkpoint_id, store, layout, accept_duplicates)
+
+
+def _restore(spec: PipelineSpec, checkpoint_id: int | None, store: CheckpointStore, layout: JobLayout,
+             accept_duplicates: bool) -> RestoreReport:
+    from barrierflow.sinks.factory import build_sink
+
     if checkpoint_id is None:
         manifest = store.latest()
         if manifest is None:
