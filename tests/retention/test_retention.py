@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from barrierflow.checkpointing.manifest import CheckpointKind
@@ -189,3 +190,29 @@ def test_savepoints_are_listed_and_survive_retention(tmp_path: Path, capsys) -> 
     f.shared_path(f.store.get(5), "metadata").unlink()  # a broken checkpoint cannot become a savepoint
     assert main(["savepoint", str(spec_path), "--checkpoint", "5"]) == 2
     assert "fails verification" in capsys.readouterr().err
+
+
+class RetainingStore(LocalObjectStore):
+    """Runs ``on_first_size`` the first time the size of a shared file is asked: a retention
+    run that starts while verification is checking the checkpoint's files."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.on_first_size: Callable[[], object] | None = None
+
+    def size(self, key: str) -> int:
+        hook, self.on_first_size = self.on_first_size, None
+        if hook is not None and key.startswith("shared/"):
+            hook()
+        return super().size(key)
+
+
+def test_verification_racing_retention_reports_no_false_damage(tmp_path: Path) -> None:
+    objects = RetainingStore(tmp_path / "checkpoints")
+    f = CheckpointFactory(tmp_path, objects=objects)
+    f.take(4)
+    spec = make_spec(tmp_path, checkpoint={"retained": 1})
+    objects.on_first_size = lambda: retain(spec, f.store)  # deletes 1-3 while 1 is being verified
+    reports = verify_checkpoints(make_spec(tmp_path), f.store, [1, 2, 3, 4])
+    assert [(r.checkpoint_id, r.passed) for r in reports] == [(4, True)]
+    assert not list((tmp_path / "checkpoints").glob("chk-[123]/*")), "nothing stored for a deleted checkpoint"

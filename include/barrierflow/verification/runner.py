@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.checkpointing.manifest import Manifest
-from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.checkpointing.store import CheckpointStore, manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, SourceError, UserInputError
 from barrierflow.retention.fence import reservations
 from barrierflow.spec.models import PipelineSpec
@@ -96,7 +96,15 @@ def verify_checkpoints(
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> list[VerificationReport]:
     """Verify ``ids`` (structural, plus deep when asked and the structure passed), store each
-    result beside its checkpoint and return them in the order of ``ids``."""
+    result beside its checkpoint and return them in the order of ``ids``.
+
+    Concurrent retention: verification starts only when no retention run is in progress,
+    and a checkpoint that failed because a retention run deleted it meanwhile (its manifest
+    was read but is gone now, or nothing of it is left) is left out (logged), not reported
+    as damaged."""
+    from barrierflow.retention.fence import RetentionFence
+
+    RetentionFence(store.objects, poll=0.5).cross()
     starts: RetainedStarts | SourceError | None = None
     cache: dict[int, Manifest | None] = {}
     reports = []
@@ -114,6 +122,9 @@ def verify_checkpoints(
             checks += deep_checks(spec, store, manifest, spark=spark)
         report = VerificationReport(pipeline=store.pipeline, checkpoint_id=cid, deep=deep, started=started,
                                     finished=now(), checks=checks)
+        if not report.passed and _deleted_meanwhile(store, cid, read_manifest=manifest is not None):
+            log.info("checkpoint %d was deleted (by retention) while it was being verified: left out", cid)
+            continue
         if store_results:
             try:
                 store_report(store.objects, report)
@@ -122,6 +133,12 @@ def verify_checkpoints(
         log.info("checkpoint %d: %s", cid, report.reason())
         reports.append(report)
     return reports
+
+
+def _deleted_meanwhile(store: CheckpointStore, checkpoint_id: int, *, read_manifest: bool) -> bool:
+    if read_manifest:
+        return not store.objects.exists(manifest_key(checkpoint_id))
+    return checkpoint_id not in candidate_ids(store)
 
 
 def verification_summary(pipeline: str, storage: str, reports: list[VerificationReport]) -> dict[str, Any]:
