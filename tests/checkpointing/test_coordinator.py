@@ -186,3 +186,16 @@ def test_restart_resumes_ids_after_the_offset_log_and_store(tmp_path: Path) -> N
     again.tick()
     _wait_uploads(again)
     assert store.checkpoint_ids() == [1, 2]
+
+
+def test_base_moves_to_a_newer_snapshot_once_the_deltas_outweigh_it() -> None:
+    from barrierflow.checkpointing.snapshot import _choose_base
+
+    sizes = {"3.snapshot": 100, **{f"{v}.delta": 30 for v in range(1, 7)}}
+    deltas, snapshots = set(range(1, 7)), {3}
+    # Deltas 1-3 (90 bytes) weigh less than snapshot 3 (100): keep base 0, upload only delta 6.
+    assert _choose_base(deltas, snapshots, 6, previous=0, size=sizes.__getitem__) == 0
+    sizes["3.snapshot"] = 80  # now they outweigh it: restore reads 80 + 90 instead of 180
+    assert _choose_base(deltas, snapshots, 6, previous=0, size=sizes.__getitem__) == 3
+    assert _choose_base(deltas, snapshots, 6, previous=0) == 0  # without sizes: keep the base
+    assert _choose_base(deltas - {2}, snapshots, 6, previous=None, size=sizes.__getitem__) == 3

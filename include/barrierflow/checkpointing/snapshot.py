@@ -11,7 +11,11 @@ into a staging directory. Cost: one ``link()`` per file, independent of state si
 Incremental choice of the base: if the previous checkpoint's base version ``k`` of a state
 partition still chains to V+1 through local deltas (and the chain is at most
 :data:`MAX_DELTA_CHAIN` long), it is kept, so the already-uploaded snapshot is reused and
-only new deltas are uploaded; otherwise the newest snapshot <= V+1 becomes the base.
+only new deltas are uploaded — unless Spark wrote a newer snapshot ``s`` that chains to V+1
+and the deltas ``k+1..s`` it replaces are larger than it: then ``s`` becomes the base. A
+restore (whose first batch replays the chain) thus reads at most about twice the state's
+size, at the price of uploading a snapshot once the deltas outweigh it. Otherwise the
+newest snapshot <= V+1 becomes the base.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,12 +67,21 @@ def _versions(directory: Path) -> tuple[set[int], set[int], list[str]]:
     return deltas, snapshots, others
 
 
-def _choose_base(deltas: set[int], snapshots: set[int], target: int, previous: int | None) -> int:
-    """The version whose snapshot (0 = empty state) starts the chain to ``target``."""
+def _choose_base(deltas: set[int], snapshots: set[int], target: int, previous: int | None,
+                 size: Callable[[str], int] | None = None) -> int:
+    """The version whose snapshot (0 = empty state) starts the chain to ``target``.
+
+    ``size(name)`` gives a file's size in bytes (``"<v>.delta"``, ``"<v>.snapshot"``); without
+    it the previous base is kept whenever it still chains (see the module docstring)."""
     def chains(base: int) -> bool:
         return (base == 0 or base in snapshots) and all(v in deltas for v in range(base + 1, target + 1))
 
     if previous is not None and previous <= target and target - previous <= MAX_DELTA_CHAIN and chains(previous):
+        if size is not None:
+            for newer in sorted((s for s in snapshots if previous < s <= target), reverse=True):
+                replaced = sum(size(f"{v}.delta") for v in range(previous + 1, newer + 1))
+                if chains(newer) and replaced > size(f"{newer}.snapshot"):
+                    return newer
         return previous
     candidates = [*sorted((s for s in snapshots if s <= target), reverse=True), 0]
     for base in candidates:
@@ -78,6 +92,14 @@ def _choose_base(deltas: set[int], snapshots: set[int], target: int, previous: i
         f"snapshots {sorted(snapshots)[-5:]}); Spark may have cleaned them up: raise "
         "spark.sql.streaming.minBatchesToRetain"
     )
+
+
+def _size(path: Path) -> int:
+    """A file's size; 0 when Spark removed it meanwhile (linking it fails the checkpoint)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def select_files(
@@ -109,7 +131,8 @@ def select_files(
             rel += [f"{key}/{name}" for name in sorted(others)]
             if not deltas and not snapshots:
                 continue
-            base = _choose_base(deltas, snapshots, target, previous_bases.get(key))
+            base = _choose_base(deltas, snapshots, target, previous_bases.get(key),
+                                size=lambda name, d=directory: _size(d / name))
             bases[key] = base
             if base:
                 rel.append(f"{key}/{base}.snapshot")
