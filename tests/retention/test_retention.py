@@ -216,3 +216,26 @@ def test_verification_racing_retention_reports_no_false_damage(tmp_path: Path) -
     reports = verify_checkpoints(make_spec(tmp_path), f.store, [1, 2, 3, 4])
     assert [(r.checkpoint_id, r.passed) for r in reports] == [(4, True)]
     assert not list((tmp_path / "checkpoints").glob("chk-[123]/*")), "nothing stored for a deleted checkpoint"
+
+
+def test_ledger_keeps_committed_output_a_kept_checkpoint_would_replay(tmp_path: Path) -> None:
+    """An epoch committed on an abandoned timeline whose output lies ahead of a kept
+    checkpoint stays in the ledger, however old its id: restoring that checkpoint replays
+    those batches and needs the transaction to suppress their output."""
+    from datetime import UTC, datetime
+
+    from barrierflow.transactions.ledger import Transaction
+
+    f = CheckpointFactory(tmp_path)
+    f.take(6)
+    spec = make_spec(tmp_path, checkpoint={"retained": 2})
+    oldest_kept = f.store.get(5).barrier_offsets["events"]
+    behind = dict(oldest_kept)
+    beyond = {p: v + 1000 for p, v in oldest_kept.items()}
+    now = datetime.now(UTC)
+    for cid, end in ((1, beyond), (2, behind), (3, behind)):
+        f.ledger.put(Transaction(pipeline="t", sink="old", sink_type="parquet", transaction_id=f"old-{cid}",
+                                 checkpoint_id=cid, attempt=0, batches=[cid], state=TxnState.COMMITTED,
+                                 created_at=now, updated_at=now, batch_ends={cid: end}))
+    retain(spec, f.store)
+    assert [t.checkpoint_id for t in f.ledger.list("old")] == [1, 3]  # 3: the newest committed of its sink

@@ -47,6 +47,13 @@ def _le(a: Mapping[str, int], b: Mapping[str, int]) -> bool:
     return all(v <= b.get(p, 0) for p, v in a.items())
 
 
+def output_beyond(txn: Any, offsets: Mapping[str, int]) -> bool:
+    """Whether committed transaction ``txn`` holds output of a batch that ends after
+    ``offsets`` (a checkpoint's barrier offsets): restoring that checkpoint would replay it,
+    so the transaction must be kept to suppress it."""
+    return any(not _le(end, offsets) for end in txn.batch_ends.values())
+
+
 @dataclass(frozen=True)
 class ReplayPlan:
     """The batches to replay after restoring ``restored_from``, as ordered end offsets."""

@@ -14,8 +14,9 @@
               reservation (reference counting over the kept set)
     delete    ledger transactions that are finished (COMMITTED/ABORTED) and belong to a
               checkpoint older than the oldest kept non-savepoint checkpoint, except the
-              savepoints' own and the newest committed one per sink (restore needs it to
-              refuse an older checkpoint whose replay would duplicate committed output)
+              savepoints' own, the newest committed one per sink, and committed ones whose
+              output lies beyond a kept checkpoint's barrier offsets (a restore of it
+              replays their batches with the output suppressed: recovery/replay.py)
     delete    reservations of checkpoints that completed, failed or expired (older than
               checkpoint.timeout)
     record the finished run (last.json), withdraw running.json
@@ -164,7 +165,8 @@ def plan_retention(spec: PipelineSpec, store: CheckpointStore, *, dry_run: bool 
     plan.keys["shared"] = [i for i in shared if i.key.rsplit("/", 1)[-1] not in referenced]
     plan.shared = [i.key.rsplit("/", 1)[-1] for i in plan.keys["shared"]]
 
-    plan.keys["ledger"] = _ledger_to_delete(store, kept, set(savepoints))
+    restore_points = [manifests[c].barrier_offsets.get(spec.source.name, {}) for c in keep_all if c in manifests]
+    plan.keys["ledger"] = _ledger_to_delete(store, kept, set(savepoints), restore_points)
     plan.ledger = [i.key for i in plan.keys["ledger"]]
     plan.keys["reservations"] = [i for i in objects.list("_inflight/")
                                  if i.key in {reservation_key(c) for c in plan.reservations}]
@@ -188,7 +190,14 @@ def _failure_time(store: CheckpointStore, checkpoint_id: int) -> datetime | None
         return None
 
 
-def _ledger_to_delete(store: CheckpointStore, kept: set[int], savepoints: set[int]) -> list[ObjectInfo]:
+def _ledger_to_delete(store: CheckpointStore, kept: set[int], savepoints: set[int],
+                      restore_points: list[dict[str, int]]) -> list[ObjectInfo]:
+    """Finished transactions of epochs older than the oldest kept checkpoint, except the
+    newest committed one per sink, the savepoints' own, and committed ones whose output lies
+    beyond a kept checkpoint's barrier offsets (``restore_points``): a restore of that
+    checkpoint replays their batches and needs them to suppress the output."""
+    from barrierflow.recovery.replay import output_beyond
+
     if not kept:
         return []
     oldest = min(kept)
@@ -199,7 +208,8 @@ def _ledger_to_delete(store: CheckpointStore, kept: set[int], savepoints: set[in
             newest_committed[t.sink] = max(newest_committed.get(t.sink, -1), t.checkpoint_id)
     doomed = {transaction_key(t.sink, t.checkpoint_id) for t in txns
               if t.finished and t.checkpoint_id < oldest and t.checkpoint_id not in savepoints
-              and newest_committed.get(t.sink) != t.checkpoint_id}
+              and newest_committed.get(t.sink) != t.checkpoint_id
+              and not (t.state is TxnState.COMMITTED and any(output_beyond(t, p) for p in restore_points))}
     return [i for i in store.objects.list("ledger/") if i.key in doomed]
 
 
