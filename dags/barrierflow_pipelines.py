@@ -1,4 +1,4 @@
-"""barrierflow pipelines: six DAGs per pipeline spec in `include/pipelines/*.yaml`.
+"""barrierflow pipelines: seven DAGs per pipeline spec in `include/pipelines/*.yaml`.
 
 * `barrierflow_pipeline__<name>` (triggered, no schedule): `launch` runs the long-running
   streaming job with `spark-submit jobs/run_pipeline.py --spec <spec>` on the `spark_default`
@@ -38,6 +38,13 @@
   <spec> --json`: commits the in-doubt sink transactions the latest completed checkpoint
   covers; aborts the others when the job is not running, leaves them alone while it runs;
   returns (and logs) the decisions.
+* `barrierflow_skew__<name>` (hourly): `skew` runs `barrierflow skew <spec> --json`: event time
+  per source partition at each completed checkpoint's barrier, skew (newest - oldest partition),
+  lag (completion - event time), idle partitions (no new records over the last
+  `reports.idle_checkpoints` checkpoints) and partitions whose event time is unknown; checked
+  with Great Expectations against `reports.max_skew` / `reports.max_lag`. Stores the report as
+  `reports/skew-latest.json` in the checkpoint store and returns it (XCom). A failed expectation
+  fails the task, not retried, naming the checkpoint and the value.
 
 A spec that fails to load does not break the other pipelines: it gets a
 `barrierflow_pipeline__<file name>` DAG tagged `invalid-spec`, whose description shows the
@@ -80,6 +87,7 @@ TAGS = ["barrierflow", "pipeline"]
 SUPERVISE_SCHEDULE = timedelta(minutes=5)
 RETAIN_SCHEDULE = timedelta(minutes=15)
 RECONCILE_SCHEDULE = timedelta(minutes=30)
+SKEW_SCHEDULE = timedelta(hours=1)
 #: How often the recovery's sensor looks for the first checkpoint of the restarted job.
 FIRST_CHECKPOINT_POKE_SECONDS = 30
 
@@ -153,6 +161,25 @@ def reconcile(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     if not summary["decisions"]:
         log.info("nothing in doubt")
     log.info("reconciliation summary: %s", json.dumps(summary))
+    return summary
+
+
+@task(task_id="skew", retries=0)
+def skew(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
+    """The watermark-skew report over the completed checkpoints; returns (and logs) the JSON document
+    of `barrierflow skew SPEC --json`. Fails at once (no retry: the next hourly run looks again),
+    naming each checkpoint and value, when an expectation (`reports.max_skew` / `max_lag`) fails."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from barrierflow.airflow_support import report_watermark_skew
+    from barrierflow.reports.skew import SkewExpectationError
+
+    os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
+    try:
+        summary = report_watermark_skew(spec_path)
+    except SkewExpectationError as exc:
+        log.error("skew report: %s", json.dumps(exc.summary))
+        raise AirflowFailException(str(exc)) from exc
+    log.info("skew report: %s", json.dumps(summary))
     return summary
 
 
@@ -433,7 +460,16 @@ def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
     def reconciliation() -> None:
         reconcile(spec_path, BARRIERFLOW_HOME)
 
-    return [pipeline(), supervision(), verification_dag(), retention(), recovery(), reconciliation()]
+    @_barrierflow_dag(
+        dag_id_for(entry.name, "skew"),
+        f"Watermark-skew report (event time, skew, lag, idle partitions; expectations) of {summary}",
+        schedule=SKEW_SCHEDULE,
+        extra_tags=("data-quality",),
+    )
+    def skew_report() -> None:
+        skew(spec_path, BARRIERFLOW_HOME)
+
+    return [pipeline(), supervision(), verification_dag(), retention(), recovery(), reconciliation(), skew_report()]
 
 
 def _invalid_spec_dag(entry: DiscoveredPipeline) -> DAG:

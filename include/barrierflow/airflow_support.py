@@ -16,6 +16,9 @@
   retention (``barrierflow retain SPEC --json``). Both return the CLI's JSON document.
 * :func:`reconcile_transactions` is the scheduled 2PC reconciliation (``barrierflow reconcile
   SPEC --json``), returning its JSON document with the decisions.
+* :func:`report_watermark_skew` is the scheduled watermark-skew report (``barrierflow skew SPEC
+  --json``); it fails with :class:`barrierflow.reports.skew.SkewExpectationError` naming each
+  checkpoint and value that broke ``reports.max_skew`` / ``reports.max_lag``.
 * The triggered failure recovery (``barrierflow_recover__<name>``) is a runbook of its own:
   :mod:`barrierflow.recovery.runbook`.
 """
@@ -41,8 +44,8 @@ log = logging.getLogger(__name__)
 
 #: The kinds of DAG made per pipeline: the triggered, long-running job, its scheduled
 #: supervision, the scheduled checkpoint verification and retention, the triggered failure
-#: recovery and the scheduled 2PC reconciliation.
-DAG_KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile")
+#: recovery, the scheduled 2PC reconciliation and the scheduled watermark-skew report.
+DAG_KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew")
 
 #: How many failed checks the message of :class:`CheckpointVerificationError` lists.
 MAX_LISTED_FAILURES = 10
@@ -379,3 +382,31 @@ def reconcile_transactions(spec_path: str | os.PathLike[str], *, dry_run: bool =
     if not dry_run:
         apply_reconciliation(spec, plan)
     return {**plan.as_dict(), "dry_run": dry_run}
+
+
+def report_watermark_skew(spec_path: str | os.PathLike[str], *, last: int | None = None) -> dict[str, Any]:
+    """One watermark-skew report of the pipeline, as ``barrierflow skew SPEC [--last N] --json``.
+
+    The report (see :mod:`barrierflow.reports.skew`) is stored in the checkpoint store as
+    ``reports/skew-latest.json`` when there is a completed checkpoint.
+
+    Returns:
+        The JSON document, when every expectation passed; also when there is no completed
+        checkpoint yet (``"checkpoints": []``, ``"message": "no completed checkpoints yet"``).
+
+    Raises:
+        SpecError: the spec does not load.
+        UserInputError: ``last`` is below 1.
+        SkewExpectationError: an expectation failed; the message names each offending
+            checkpoint and value, ``summary`` holds the JSON document.
+        StorageError: the checkpoint store cannot be read or written.
+    """
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.reports.skew import raise_for_failures, skew_report
+    from barrierflow.spec.loader import load_spec
+
+    spec = load_spec(spec_path)
+    report = skew_report(spec, CheckpointStore.for_spec(spec), last=last)
+    raise_for_failures(report, str(spec_path))
+    log.info("pipeline %r: %s", spec.name, report.message)
+    return report.as_dict()

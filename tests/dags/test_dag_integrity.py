@@ -61,10 +61,10 @@ def test_every_dag_follows_the_house_rules(dagbag: Any, tmp_dagbag: Any) -> None
     assert problems == []
 
 
-KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile")
+KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew")
 
 
-def test_six_dags_per_spec_in_include_pipelines(dagbag: Any) -> None:
+def test_seven_dags_per_spec_in_include_pipelines(dagbag: Any) -> None:
     entries = discover_pipelines(REPO_PIPELINES)
     expected = set()
     for entry in entries:
@@ -73,7 +73,7 @@ def test_six_dags_per_spec_in_include_pipelines(dagbag: Any) -> None:
         else:
             expected |= {dag_id_for(entry.name, kind) for kind in KINDS}
     assert set(dagbag.dag_ids) == expected
-    assert {f"barrierflow_{kind}__{name}" for kind in ("verify", "retain", "recover", "reconcile")
+    assert {f"barrierflow_{kind}__{name}" for kind in ("verify", "retain", "recover", "reconcile", "skew")
             for name in ("demo", "bench")} <= expected
     assert all(entry.error is None for entry in entries), "a spec in include/pipelines does not load"
 
@@ -183,12 +183,24 @@ def test_reconcile_dag_runs_every_thirty_minutes(dagbag: Any) -> None:
         assert dag.get_task("reconcile").op_args[0] == str(spec_path.resolve())
 
 
+def test_skew_dag_runs_hourly_without_retrying_its_task(dagbag: Any) -> None:
+    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+        spec = load_spec(spec_path)
+        dag = dagbag.dags[dag_id_for(spec.name, "skew")]
+        assert dag.task_ids == ["skew"]
+        assert dag.schedule == timedelta(hours=1) and dag.max_active_runs == 1
+        assert "data-quality" in dag.tags
+        task = dag.get_task("skew")
+        assert task.op_args[0] == str(spec_path.resolve())
+        assert task.retries == 0  # a failed expectation fails again; the next hourly run looks anew
+
+
 def test_new_dags_serialize_for_the_scheduler(dagbag: Any) -> None:
     """The scheduler and UI work on serialized DAGs: the custom sensor, the restart's
     pre_execute hook and the multi-type param must survive the round trip."""
     from airflow.serialization.serialized_objects import DagSerialization
 
-    for dag_id in ("barrierflow_recover__demo", "barrierflow_reconcile__demo"):
+    for dag_id in ("barrierflow_recover__demo", "barrierflow_reconcile__demo", "barrierflow_skew__demo"):
         back = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags[dag_id]))
         assert back.task_ids == dagbag.dags[dag_id].task_ids
     back = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags["barrierflow_recover__demo"]))
@@ -240,6 +252,7 @@ def test_broken_spec_yields_a_visible_failing_dag(tmp_dagbag: Any) -> None:
         "barrierflow_retain__orders",
         "barrierflow_recover__orders",
         "barrierflow_reconcile__orders",
+        "barrierflow_skew__orders",
         "barrierflow_pipeline__broken",
         "barrierflow_pipeline__orders2",
     }

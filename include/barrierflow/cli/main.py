@@ -74,6 +74,12 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--json", action="store_true")
     verify.add_argument("--html", metavar="PATH", help="also write an HTML report to PATH")
 
+    skew = sub.add_parser("skew", help="watermark-skew report over the completed checkpoints (+ expectations)")
+    skew.add_argument("spec")
+    skew.add_argument("--last", type=int, metavar="N", help="report the newest N checkpoints (default: all)")
+    skew.add_argument("--json", action="store_true")
+    skew.add_argument("--html", metavar="PATH", help="also write an HTML report with plots to PATH")
+
     retain = sub.add_parser("retain", help="delete checkpoints and files the retention policy does not keep")
     retain.add_argument("spec")
     retain.add_argument("--dry-run", action="store_true", help="report what would be deleted, change nothing")
@@ -239,6 +245,40 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_RUNTIME if failed else EXIT_OK
 
 
+def _cmd_skew(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.reports.skew import render_skew_html, skew_report
+    from barrierflow.spec import load_spec
+
+    if args.last is not None and args.last < 1:
+        raise UserInputError("--last must be a positive whole number")
+    spec = load_spec(args.spec)
+    store = CheckpointStore.for_spec(spec)
+    report = skew_report(spec, store, last=args.last)
+    if args.html:
+        Path(args.html).write_text(render_skew_html(report), encoding="utf-8")
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    elif not report.checkpoints:
+        print(f"pipeline {spec.name}: no completed checkpoints yet in {store.uri}")
+    else:
+        print(f"{'id':>5} {'completed (UTC)':26} {'skew s':>9} {'max lag s':>10} {'align ms':>9}  unknown event time")
+        for c in report.checkpoints:
+            skew = "-" if c.skew_seconds is None else f"{c.skew_seconds:.3f}"
+            lag = "-" if c.max_lag_seconds is None else f"{c.max_lag_seconds:.3f}"
+            print(f"{c.checkpoint_id:>5} {c.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} "
+                  f"{skew:>9} {lag:>10} {c.alignment_ms:>9.1f}  {', '.join(c.unknown_event_time) or '-'}")
+        print(f"idle partitions (last {report.settings.idle_checkpoints} checkpoints): "
+              f"{', '.join(report.idle_partitions) or 'none'}")
+        for check in report.checks:
+            print(f"{check.name}: {check.status.value}: {check.message}")
+    for failure in report.failures:
+        print(f"expectation failed: {failure.name}: {failure.message}", file=sys.stderr)
+    return EXIT_OK if report.passed else EXIT_RUNTIME
+
+
 def _cmd_retain(args: argparse.Namespace) -> int:
     from barrierflow.checkpointing.store import CheckpointStore
     from barrierflow.retention.plan import retain
@@ -332,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
     handlers = {"run": _cmd_run, "checkpoints": _cmd_checkpoints, "bench": _cmd_bench,
                 "restore": _cmd_restore, "reconcile": _cmd_reconcile, "verify": _cmd_verify,
-                "retain": _cmd_retain, "savepoint": _cmd_savepoint}
+                "retain": _cmd_retain, "savepoint": _cmd_savepoint, "skew": _cmd_skew}
     try:
         return handlers[args.command](args)
     except UserInputError as exc:

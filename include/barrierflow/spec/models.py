@@ -257,6 +257,28 @@ class VerificationSpec(_Strict):
         return seconds
 
 
+class ReportsSpec(_Strict):
+    """Data-quality reports over the completed checkpoints (``barrierflow skew``, Airflow DAG
+    ``barrierflow_skew__<name>``, hourly).
+
+    ``max_skew``: largest allowed event-time skew of one checkpoint (newest minus oldest known
+    per-partition max event time at the barrier); ``null`` = not checked.
+    ``max_lag``: largest allowed lag of a partition (checkpoint completion time minus its max
+    event time); ``null`` (the default) = not checked, because the generator's event times are
+    synthetic (they start at ``event_time_start``) and Kafka's are not recorded yet.
+    ``idle_checkpoints``: a partition whose offset did not advance over this many consecutive
+    checkpoints (the newest ones) is reported idle."""
+
+    max_skew: float | None = 60.0
+    max_lag: float | None = None
+    idle_checkpoints: int = Field(3, ge=1)
+
+    @field_validator("max_skew", "max_lag", mode="before")
+    @classmethod
+    def _durations(cls, value: Any) -> float | None:
+        return None if value is None else parse_duration_seconds(value)
+
+
 class PipelineSpec(_Strict):
     """A pipeline: one or more sources, a transformation, one sink, checkpointing."""
 
@@ -275,6 +297,7 @@ class PipelineSpec(_Strict):
     dead_letter_path: str = Field("", description="storage URI; default <work_dir>/dead-letter")
     spark: SparkSpec = SparkSpec()
     verification: VerificationSpec | None = None
+    reports: ReportsSpec | None = None
 
     @field_validator("dead_letter_path")
     @classmethod
