@@ -43,3 +43,33 @@ def test_deep_verification_reads_state_and_runs_the_suite(spark, tmp_path: Path)
     failed = bad.failures
     assert [c.name for c in failed] == ["expectation"]
     assert "expect_column_values_to_be_between" in failed[0].message and failed[0].file == str(suite)
+
+
+def test_deep_verification_from_the_cli_in_a_fresh_process(spark, tmp_path: Path) -> None:
+    """``barrierflow verify --deep`` runs in its own process, whose SparkSession never ran a
+    streaming query (the shared test session did, which hides a missing state store
+    coordinator)."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.pipeline_specs import spec_dict
+
+    data = spec_dict(tmp_path, source={"keys": 20, "max_records_per_batch": 200})
+    data["spark"] = {"master": "local[1]", "shuffle_partitions": 2}
+    spec_path = tmp_path / "pipeline.yaml"
+    spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    from barrierflow.spec import load_spec
+
+    done = StreamingJob(load_spec(spec_path), spark=spark).run(checkpoints=1, duration=120).completed[-1]
+    result = subprocess.run(
+        [sys.executable, "-m", "barrierflow.cli.main", "verify", str(spec_path), "--checkpoint",
+         str(done.checkpoint_id), "--deep", "--json"],
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1"},
+        capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    checks = json.loads(result.stdout)["reports"][0]["checks"]
+    read = next(c for c in checks if c["name"] == "state-read")
+    assert read["passed"] and "20 state rows" in read["message"], read

@@ -97,6 +97,11 @@ def read_state(spark: SparkSession, checkpoint_dir: Path, batch_id: int) -> pd.D
     import pandas as pd
     from pyspark.sql import functions as F
 
+    # The statestore reader reports to the StateStoreCoordinator, which Spark registers when
+    # the session's StreamingQueryManager is created: in a fresh session (``barrierflow verify
+    # --deep`` in its own process) nothing has created it yet and every read fails with
+    # CANNOT_LOAD_STATE_STORE ("Cannot find endpoint: StateStoreCoordinator").
+    _ = spark.streams
     frames = []
     state = checkpoint_dir / "state"
     operators = sorted(int(p.name) for p in state.iterdir() if p.name.isdigit()) if state.is_dir() else []
