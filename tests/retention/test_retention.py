@@ -34,10 +34,12 @@ def test_policy() -> None:
     assert choose_retained(ids, 3, RetentionPolicy.NEWEST, {10: False}) == {8, 9, 10}
     # Verified 4, 6, 7; failed 9; unverified 1-3, 5, 8, 10.
     verdicts = {4: True, 6: True, 7: True, 9: False}
-    assert choose_retained(ids, 2, RetentionPolicy.PREFER_VERIFIED, verdicts) == {7, 6, 10, 8}
+    assert choose_retained(ids, 2, RetentionPolicy.PREFER_VERIFIED, verdicts) == {7, 6, 10, 8, 9}  # 9: uncounted
     assert choose_retained(ids, 3, RetentionPolicy.PREFER_VERIFIED, {}) == {8, 9, 10}
     assert choose_retained([1, 2, 3], 3, RetentionPolicy.PREFER_VERIFIED, {3: True}) == {3, 2, 1}
-    assert choose_retained([1, 2, 3], 2, RetentionPolicy.PREFER_VERIFIED, {1: True, 3: False}) == {1, 2}
+    assert choose_retained([1, 2, 3], 2, RetentionPolicy.PREFER_VERIFIED, {1: True, 3: False}) == {1, 2, 3}
+    assert choose_retained([1, 2, 3, 4], 2, RetentionPolicy.PREFER_VERIFIED, {3: True, 4: True, 1: False}) == {3, 4}
+    assert choose_retained([1, 2, 3], 2, RetentionPolicy.PREFER_VERIFIED, dict.fromkeys([1, 2, 3], False)) == {2, 3}
 
 
 def test_retention_keeps_the_policy_set_and_deletes_every_unreferenced_file(tmp_path: Path, capsys) -> None:
@@ -49,7 +51,7 @@ def test_retention_keeps_the_policy_set_and_deletes_every_unreferenced_file(tmp_
     f.take(8)  # 16 checkpoints; 3 is a savepoint
     verify_checkpoints(spec, f.store, [14, 15, 16])
     f.ledger.put(f.ledger.get("out", 15).model_copy(update={"state": TxnState.ABORTED}))
-    verify_checkpoints(spec, f.store, [15])  # 15 now fails verification: not preferred
+    verify_checkpoints(spec, f.store, [15])  # 15 now fails verification: uncounted, kept while in the window
     store_root = tmp_path / "checkpoints"
     (store_root / "shared" / "ff").mkdir(exist_ok=True)
     (store_root / "shared" / "ff" / ("ff" * 32)).write_bytes(b"orphan")  # e.g. from a crashed upload
@@ -62,14 +64,14 @@ def test_retention_keeps_the_policy_set_and_deletes_every_unreferenced_file(tmp_
     assert main(["retain", str(spec_path), "--json"]) == 0
     real = json.loads(capsys.readouterr().out)
     assert {k: v for k, v in real.items() if k != "dry_run"} == {k: v for k, v in dry.items() if k != "dry_run"}
-    assert real["kept"] == [13, 14, 16] and real["savepoints"] == [3]
-    assert real["deleted"]["checkpoints"] == [1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15]
+    assert real["kept"] == [13, 14, 15, 16] and real["savepoints"] == [3]
+    assert real["deleted"]["checkpoints"] == [1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12]
     after = _listing(store_root)
     deleted = set(before) - set(after)
     assert real["bytes_freed"] == sum(len(before[k]) for k in deleted) > 0
     assert set(after) - set(before) == {"_retention/last.json"}  # the fence records the run
-    assert f.store.checkpoint_ids() == [3, 13, 14, 16]
-    kept_digests = {e.sha256 for cid in (3, 13, 14, 16) for e in f.store.get(cid).files}
+    assert f.store.checkpoint_ids() == [3, 13, 14, 15, 16]
+    kept_digests = {e.sha256 for cid in (3, 13, 14, 15, 16) for e in f.store.get(cid).files}
     for digest in kept_digests:  # nothing a kept manifest references was deleted
         assert shared_key(digest) in after
     stored = {k.rsplit("/", 1)[-1] for k in after if k.startswith("shared/")}

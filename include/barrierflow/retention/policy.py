@@ -9,14 +9,19 @@ abandoned (discarded-timeline) checkpoints are never kept.
     keep the newest N checkpoints; stored verification results are ignored.
 
 :attr:`RetentionPolicy.PREFER_VERIFIED`
-    1. checkpoints whose stored verification failed are not kept (they cannot be restored
-       by ``restore --latest-valid`` anyway);
+    1. checkpoints whose stored verification failed do not count (``restore --latest-valid``
+       skips them);
     2. keep the newest N checkpoints whose stored verification passed (*verified*);
     3. keep the newest N not-yet-verified checkpoints newer than the newest verified one
        (*pending*: the scheduled verification has not reached them; deleting them would
        throw away the freshest restore points);
-    4. if fewer than N are kept, add the newest remaining not-yet-verified ones up to N.
-    So at most 2N checkpoints are kept, and at least min(N, verified + unverified).
+    4. if fewer than N are kept, add the newest remaining not-yet-verified ones up to N;
+    5. failed checkpoints newer than the oldest one kept stay too (uncounted): retention never
+       deletes the freshest checkpoints because of a verdict (which may itself be wrong, or
+       be evidence an operator still needs); they go once they are older than every kept
+       one. If every checkpoint failed, the newest N are kept.
+    So at most 2N checkpoints (plus failed ones among them) are kept, and at least
+    min(N, number of checkpoints).
 """
 
 from __future__ import annotations
@@ -53,4 +58,8 @@ def choose_retained(
         if len(kept) >= retained:
             break
         kept.add(i)
-    return kept
+    failed = [i for i in newest_first if verdicts.get(i) is False]
+    if not kept:  # Step 5.
+        return set(failed[:retained])
+    oldest = min(kept)
+    return kept | {i for i in failed if i > oldest}
