@@ -176,3 +176,15 @@ def test_a_job_on_a_fresh_machine_restores_the_newest_valid_checkpoint(tmp_path:
     _truncate_manifest(f, manifests[2])
     with pytest.raises(CheckpointNotFoundError, match="no checkpoint that passes verification"):
         StreamingJob(make_spec(tmp_path)).restore_if_needed()  # never silently start from scratch
+
+
+def test_latest_valid_rehashes_a_checkpoint_verified_earlier(tmp_path: Path) -> None:
+    """Bit rot after a passed verification keeps every size: only the sha256 shows it."""
+    f = CheckpointFactory(tmp_path)
+    manifests = f.take(3)
+    spec = make_spec(tmp_path)
+    verify_checkpoints(spec, f.store, [1, 2, 3])
+    _flip_byte(f, manifests[-1])
+    selection = latest_valid(spec, f.store)
+    assert selection.checkpoint_id == 2
+    assert selection.skipped[0][0] == 3 and "sha256 mismatch" in selection.skipped[0][1]

@@ -4,9 +4,9 @@
 
     for n in completed checkpoints, newest first:
         result <- chk-<n>/_verification.json
-        if result passed:  take n if it is still structurally intact (manifest readable,
-                           every file present with its size), else skip (it was damaged
-                           after it was verified)
+        if result passed:  take n if it is still intact (manifest readable, every file
+                           present with its size and sha256: a flipped byte keeps the
+                           size), else skip (it was damaged after it was verified)
         if result failed:  skip, with the stored reason
         if no result:      run the structural verification now (and store it); take n if it
                            passes, else skip with the reason

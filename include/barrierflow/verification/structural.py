@@ -198,12 +198,13 @@ def verify_structure(
     return manifest, checks
 
 
-def structurally_intact(store: CheckpointStore, checkpoint_id: int) -> tuple[bool, str]:
-    """The quick re-check: readable manifest, every file present with its size."""
+def structurally_intact(store: CheckpointStore, checkpoint_id: int, *, hash_contents: bool = True) -> tuple[bool, str]:
+    """The re-check of a checkpoint verified earlier: readable manifest, every file present
+    with its size and (``hash_contents``) its sha256 — a flipped byte keeps the size."""
     manifest, first = check_manifest(store, checkpoint_id)
     if manifest is None:
         return False, first.message
-    problems = [c for c in check_files(store, manifest, hash_contents=False) if not c.passed]
+    problems = [c for c in check_files(store, manifest, hash_contents=hash_contents) if not c.passed]
     if problems:
         return False, "; ".join(c.message for c in problems)
     return True, "intact"
