@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from barrierflow.bench import emit_table
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec, project_home
 from barrierflow.spec.models import PipelineSpec
@@ -82,10 +83,7 @@ def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str 
             print(f"round {r + 1} {mode.name:18} {job_run.throughput:>12,.0f} rec/s  "
                   f"{len(job_run.completed)} checkpoints", file=sys.stderr)
             shutil.rmtree(work, ignore_errors=True)
-    table = render(samples, base, seconds, rounds)
-    print(table)
-    if markdown:
-        Path(markdown).write_text(table + "\n", encoding="utf-8")
+    emit_table(render(samples, base, seconds, rounds), markdown)
     return samples
 
 

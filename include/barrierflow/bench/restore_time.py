@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from barrierflow.bench import emit_table
 from barrierflow.checkpointing import spark_log
 from barrierflow.recovery.restore import restore_pipeline
 from barrierflow.runtime.job import StreamingJob
@@ -95,10 +96,7 @@ def run_restore_benchmark(spec_path: str, *, keys: int, rounds: int, markdown: s
               f"{sample.restore_seconds:.2f} s + first batch {sample.first_batch_seconds:.2f} s; plain restart "
               f"{sample.plain_restart_seconds:.2f} s", file=sys.stderr)
         shutil.rmtree(work, ignore_errors=True)
-    table = render(samples, base, keys, session_seconds)
-    print(table)
-    if markdown:
-        Path(markdown).write_text(table + "\n", encoding="utf-8")
+    emit_table(render(samples, base, keys, session_seconds), markdown)
     return samples
 
 
