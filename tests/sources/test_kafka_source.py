@@ -301,9 +301,14 @@ def test_streaming_query_sees_every_record_exactly_once(
     seen: list[tuple[int, int, bytes]] = []
     batches: list[int] = []
 
+    stamps: dict[int, list[Any]] = {0: [], 1: []}
+
     def collect(df: Any, batch_id: int) -> None:
         batches.append(batch_id)
-        seen.extend((r["partition"], r["offset"], bytes(r["value"])) for r in df.collect())
+        rows = df.collect()
+        seen.extend((r["partition"], r["offset"], bytes(r["value"])) for r in rows)
+        for r in rows:
+            stamps[r["partition"]].append(r["timestamp"])
 
     def run() -> None:
         frame = (
@@ -311,6 +316,7 @@ def test_streaming_query_sees_every_record_exactly_once(
             .option("spec", spec.model_dump_json())
             .option("control_dir", str(tmp_path / "control"))
             .option("dead_letter_uri", f"file://{tmp_path / 'dlq'}")
+            .option("event_time_uri", f"file://{tmp_path / 'event-times'}")
             .load()
         )
         query = (
@@ -334,3 +340,11 @@ def test_streaming_query_sees_every_record_exactly_once(
     assert sorted(values) == sorted([v for *_, v, _ in first] + [v for *_, v, _ in second])
     for p in (0, 1):
         assert sorted(o for q, o, _ in seen if q == p) == list(range(75))
+    # Each range's newest record timestamp was recorded by the executor that read it: what a
+    # checkpoint at the end of the topic reports as max_event_time.
+    from barrierflow.sources.event_times import EventTimeIndex
+
+    index = EventTimeIndex(f"file://{tmp_path / 'event-times'}", spec.name)
+    for p in (0, 1):
+        newest = max(stamps[p]).astimezone(UTC)  # PySpark collects naive local-time datetimes
+        assert index.max_event_time(f"{topic}:{p}", 75) == newest

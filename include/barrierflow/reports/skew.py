@@ -5,7 +5,7 @@ Read from the manifests only (no Spark, no source access). Per checkpoint ``c`` 
 partition ``p`` (``<source>/<partition>``):
 
 * ``max_event_time``: newest event time up to the barrier (manifest ``max_event_time``);
-  ``None`` = unknown (e.g. Kafka sources today). Unknown partitions are listed per checkpoint
+  ``None`` = unknown (see ``sources/event_times.py`` for Kafka). Unknown partitions are listed per checkpoint
   and in the report, never silently dropped.
 * ``offset``: the barrier offset; ``advanced``: records since the previous completed checkpoint
   of the timeline (offset difference; ``None`` for the first checkpoint, or when ``p`` is new).

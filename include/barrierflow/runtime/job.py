@@ -118,7 +118,10 @@ class StreamingJob:
 
             model = GeneratorModel(source)
             return {p: model.max_event_time(int(p), end) for p, end in partitions.items()}
-        return dict.fromkeys(partitions)
+        from barrierflow.sources.event_times import EventTimeIndex
+
+        index = EventTimeIndex(self.layout.event_time_uri, source_name)
+        return {p: index.max_event_time(p, end) for p, end in partitions.items()}
 
     def build_query(self) -> StreamingQuery:
         from barrierflow.runtime.session import register_data_sources
@@ -132,6 +135,8 @@ class StreamingJob:
             .option("spec", source.model_dump_json())
             .option("control_dir", str(self.layout.control))
             .option("dead_letter_uri", self.layout.dead_letter_uri(self.spec))
+            .option("event_time_uri", self.layout.event_time_uri)
+            .option("event_time_column", self.spec.event_time.column if self.spec.event_time else "timestamp")
             .load()
         )
         transform = load_transformation(self.spec, self.spec_path)

@@ -4,6 +4,7 @@
 ``<work_dir>/control``           coordinator <-> planner control channel
 ``<work_dir>/snapshots``         hard-linked staging of the synchronous phase
 ``<work_dir>/dead-letter``       default dead-letter output
+``<work_dir>/event-times``       newest event time per range read (Kafka; sources/event_times.py)
 
 ``work_dir`` defaults to ``var/<pipeline name>`` under the project home (git-ignored).
 """
@@ -39,6 +40,10 @@ class JobLayout:
     @property
     def snapshots(self) -> Path:
         return self.work_dir / "snapshots"
+
+    @property
+    def event_time_uri(self) -> str:
+        return f"file://{self.work_dir / 'event-times'}"
 
     def dead_letter_uri(self, spec: PipelineSpec) -> str:
         return spec.dead_letter_path or f"file://{self.work_dir / 'dead-letter'}"

@@ -358,6 +358,25 @@ def _payload(value: bytes | None) -> dict[str, Any]:
         return {"payload": base64.b64encode(value).decode("ascii"), "payload_encoding": "base64"}
 
 
+def _newest_event_time(batch: pa.RecordBatch, column: str, newest: datetime | None) -> datetime | None:
+    """The newer of ``newest`` and the batch's largest ``column`` (Kafka's record ``timestamp``
+    when the batch has no such timestamp column)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = batch.schema.names
+    if column not in names or not pa.types.is_timestamp(batch.schema.field(column).type):
+        column = "timestamp"
+    if column not in names:
+        return newest
+    value = pc.max(batch.column(names.index(column))).as_py()
+    if value is None:
+        return newest
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value if newest is None or value > newest else newest
+
+
 @dataclass
 class RecordDecoder:
     """Turns Kafka records into Arrow record batches for ``spec.format``.
@@ -504,6 +523,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.spec = KafkaSourceSpec.model_validate(json.loads(options["spec"]))
         self.control = ControlChannel(options["control_dir"])
         self.dead_letter_uri = options.get("dead_letter_uri", "")
+        self.event_time_uri = options.get("event_time_uri", "")
+        self.event_time_column = options.get("event_time_column", "timestamp")
         self._consumer: KafkaConsumer | None = None
         self._available_now_target: dict[str, int] | None = None
         self._last_available: dict[str, int] | None = None
@@ -639,7 +660,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Arrow batches of the range; malformed records go to the dead-letter output."""
         topic, number, start, end = partition.value
         decoder = RecordDecoder(self.spec)
-        yield from decoder.batches(read_range(self.spec, topic, number, start, end))
+        newest, rows = None, 0
+        for batch in decoder.batches(read_range(self.spec, topic, number, start, end)):
+            newest, rows = _newest_event_time(batch, self.event_time_column, newest), rows + batch.num_rows
+            yield batch
+        if self.event_time_uri:
+            from barrierflow.sources.event_times import record_range
+
+            record_range(self.event_time_uri, self.spec.name, partition_id(topic, number), start, end, newest, rows)
         if decoder.dead_letters:
             key = partition_id(topic, number)
             if self.dead_letter_uri:

@@ -265,7 +265,8 @@ class ReportsSpec(_Strict):
     per-partition max event time at the barrier); ``null`` = not checked.
     ``max_lag``: largest allowed lag of a partition (checkpoint completion time minus its max
     event time); ``null`` (the default) = not checked, because the generator's event times are
-    synthetic (they start at ``event_time_start``) and Kafka's are not recorded yet.
+    synthetic (they start at ``event_time_start``); set it for Kafka sources, whose event
+    times are recorded per range read (``sources/event_times.py``).
     ``idle_checkpoints``: a partition whose offset did not advance over this many consecutive
     checkpoints (the newest ones) is reported idle."""
 
