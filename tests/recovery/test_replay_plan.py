@@ -165,3 +165,12 @@ def test_replayed_batches_are_not_staged_and_new_ones_commit_under_new_names(tmp
     sink(1).notify_checkpoint_complete(3, 2)
     table = read_committed(f"file://{out}")
     assert table is not None and sorted(table.column("v").to_pylist()) == ["a", "b", "c"]
+
+
+def test_an_unreadable_replay_plan_names_the_file_and_the_fix(tmp_path: Path) -> None:
+    from barrierflow.errors import CheckpointCorruptError
+
+    (tmp_path / "replay.json").write_text('{"restored_from": 3')
+    with pytest.raises(CheckpointCorruptError, match=r"replay\.json.*run the restore again"):
+        ControlChannel(tmp_path).replay_plan()
+

@@ -155,10 +155,10 @@ def test_deletes_exactly_what_spark_can_never_need_and_dry_run_reports_the_same(
         os.utime(p, (old, old))
     (work / "job.lease").write_text('{"pid": 1, "host": "elsewhere", "started_at": "2026-01-01T00:00:00+00:00"}')
     # The ctime of the copied files is now: only a checkpoint completed after it counts.
-    time.sleep(0.05)
+    after = datetime.now(UTC) + timedelta(seconds=1)
     _, bases = select_files(spark.root, 225, 221)
-    store.write_manifest(manifest(25, 225, bases, completed=datetime.now(UTC)))
-    store.write_manifest(manifest(26, 226, bases, completed=datetime.now(UTC)))
+    store.write_manifest(manifest(25, 225, bases, completed=after))
+    store.write_manifest(manifest(26, 226, bases, completed=after))
     record_failure(store, 27, datetime.now(UTC))
     spec_path = write_spec(tmp_path, spec_dict(tmp_path, checkpoint={"retained": 2}))
     before = _listing(work)
@@ -263,11 +263,11 @@ def test_replaced_copy_and_staging_wait_for_the_job_to_move_on(tmp_path: Path) -
     assert plan.local is not None and plan.local.staging == [23] and not (work / "snapshots" / "chk-23").exists()
     assert not plan.local.replaced
 
-    time.sleep(0.05)
+    after = datetime.now(UTC) + timedelta(seconds=1)  # completed after the aside copy last changed
     store.begin_attempt([])  # a later restore: attempt 1; a checkpoint of attempt 0 proves nothing
-    store.write_manifest(manifest(24, 226, bases, completed=datetime.now(UTC), attempt=0))
+    store.write_manifest(manifest(24, 226, bases, completed=after, attempt=0))
     assert not retain(spec, store).local.replaced  # type: ignore[union-attr]
-    store.write_manifest(manifest(25, 227, bases, completed=datetime.now(UTC), attempt=1))
+    store.write_manifest(manifest(25, 227, bases, completed=after, attempt=1))
     plan = retain(spec, store)
     assert plan.local is not None and plan.local.replaced and not aside.exists()
     assert sorted(p.name for p in work.iterdir()) == ["snapshots", "spark-checkpoint"]  # no tombs left
@@ -280,9 +280,8 @@ def test_a_directory_replaced_after_planning_is_not_deleted(tmp_path: Path) -> N
     aside = work / "spark-checkpoint.replaced"
     (aside / "commits").mkdir(parents=True)
     (aside / "commits" / "0").write_text("old")
-    time.sleep(0.05)
     _, bases = select_files(spark.root, 220, 211)
-    store.write_manifest(manifest(22, 220, bases, completed=datetime.now(UTC)))
+    store.write_manifest(manifest(22, 220, bases, completed=datetime.now(UTC) + timedelta(seconds=1)))
     plan = retain(make_spec(tmp_path), store, dry_run=True)
     assert plan.local is not None and plan.local.replaced
     shutil.rmtree(aside)  # a restore runs meanwhile and moves a newer checkpoint aside
@@ -338,7 +337,6 @@ def test_real_spark_restarts_from_a_pruned_checkpoint(spark: Any, tmp_path: Path
                  .groupBy("k").count().writeStream.outputMode("complete").format("memory").queryName(name)
                  .option("checkpointLocation", str(layout.spark_checkpoint)).trigger(availableNow=True).start())
         query.awaitTermination()
-        time.sleep(0.5)  # let the maintenance thread write snapshots
         return {r["k"]: r["count"] for r in session.table(name).collect()}
 
     run(0, 8, 100)  # batches 0..7

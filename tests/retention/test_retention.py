@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -150,8 +149,8 @@ def test_the_uploader_waits_for_a_running_retention_and_relists(tmp_path: Path) 
     crossed: list[bool] = []
     waiter = threading.Thread(target=lambda: crossed.append(fence.cross()))
     waiter.start()
-    time.sleep(0.2)
-    assert not crossed  # still waiting for the retention run
+    waiter.join(0.2)
+    assert waiter.is_alive() and not crossed  # still waiting for the retention run
     end_run(objects, run)
     waiter.join(5)
     assert crossed == [True] and not objects.exists(RUNNING_KEY)

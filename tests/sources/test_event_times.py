@@ -36,3 +36,13 @@ def test_an_offset_before_the_folded_range_is_unknown_not_wrong(tmp_path: Path) 
     assert index.max_event_time("t:0", 10) is None
     record_range(uri, "events", "t:0", 20, 25, T0 + timedelta(seconds=2), 5)  # the job moves on
     assert index.max_event_time("t:0", 25) == T0 + timedelta(seconds=2)
+
+
+def test_an_unreadable_record_makes_the_event_time_unknown_not_a_crash(tmp_path: Path) -> None:
+    uri = f"file://{tmp_path}"
+    record_range(uri, "events", "t:0", 0, 10, T0, 10)
+    (tmp_path / "source=events" / "partition=t:0" / f"{10:020d}-{20:020d}.json").write_text("{trunc")
+    assert EventTimeIndex(uri, "events").max_event_time("t:0", 20) is None
+    (tmp_path / "source=events" / "partition=t:1").mkdir()
+    (tmp_path / "source=events" / "partition=t:1" / "_summary.json").write_text("[]")
+    assert EventTimeIndex(uri, "events").max_event_time("t:1", 20) is None

@@ -83,7 +83,15 @@ class ControlChannel:
         """The replay plan a restore left, or None."""
         from barrierflow.recovery.replay import ReplayPlan
 
+        path = self.directory / self.REPLAY
         try:
-            return ReplayPlan.from_json((self.directory / self.REPLAY).read_text(encoding="utf-8"))
+            return ReplayPlan.from_json(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            from barrierflow.errors import CheckpointCorruptError
+
+            raise CheckpointCorruptError(
+                f"the replay plan {path} is unreadable ({exc}); it was written by 'barrierflow restore': "
+                "stop the job and run the restore again (the same checkpoint) to rewrite it"
+            ) from None

@@ -341,6 +341,9 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.rounds < 1 or args.seconds <= 0 or args.keys < 1:
+        raise UserInputError(f"bench needs --rounds >= 1, --seconds > 0 and --keys >= 1 (got --rounds {args.rounds}, "
+                             f"--seconds {args.seconds}, --keys {args.keys})")
     if args.scenario == "restore":
         from barrierflow.bench.restore_time import run_restore_benchmark
 

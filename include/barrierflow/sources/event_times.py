@@ -9,20 +9,23 @@ known to the executor that reads a range. That executor records, per range it re
 checkpoint the driver asks :meth:`EventTimeIndex.max_event_time` for the newest event time
 of the records before the barrier offset ``E``: it folds every range ending at or before
 ``E`` into ``partition=<p>/_summary.json`` (``{"through", "max_event_time"}``) and deletes the
-folded files, so the directory stays small. Asked for an ``E`` below the summary's
-``through`` (after a restore to an older checkpoint) it answers None (unknown) rather than a
-value that includes newer records. Missing information is None, never a guess.
+folded files, so the directory stays small. Asked for an ``E`` below the summary's ``through``
+(after a restore to an older checkpoint) it answers None (unknown) rather than a value that
+includes newer records. An unreadable record is logged and also answers None: event times
+are report metadata and never stop the job. Missing information is None, never a guess.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from datetime import datetime
 from typing import Any
 
 from barrierflow.storage import ObjectNotFoundError, open_store
 
+log = logging.getLogger(__name__)
 _RANGE = re.compile(r"/(\d{20})-(\d{20})\.json$")
 
 
@@ -55,8 +58,13 @@ class EventTimeIndex:
         summary_key = f"{prefix}_summary.json"
         try:
             summary: dict[str, Any] = json.loads(self.store.get_bytes(summary_key))
+            int(summary["through"])
         except ObjectNotFoundError:
             summary = {"through": 0, "max_event_time": None}
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("event-time summary %s is unreadable (%s): event times of %s are unknown; delete it to "
+                        "start over", self.store.describe(summary_key), exc, partition)
+            return None
         if int(summary["through"]) > end:
             return None  # folded past this offset (a restore went back): not answerable exactly
         folded: list[str] = []
@@ -66,8 +74,12 @@ class EventTimeIndex:
             match = _RANGE.search(info.key)
             if match is None or int(match.group(2)) > end:
                 continue
-            body = json.loads(self.store.get_bytes(info.key))
-            newest = _newer(newest, body.get("max_event_time"))
+            try:
+                newest = _newer(newest, json.loads(self.store.get_bytes(info.key)).get("max_event_time"))
+            except (ValueError, AttributeError) as exc:
+                log.warning("event-time record %s is unreadable (%s): the event time of %s stays unknown",
+                            self.store.describe(info.key), exc, partition)
+                return None
             through = max(through, int(match.group(2)))
             folded.append(info.key)
         if folded:
