@@ -6,15 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.manifest import FailureReason
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import TolerableFailuresExceededError
-from barrierflow.sinks.committer import SinkCommitter
 from barrierflow.spec.models import CheckpointSpec
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.testing.faulty_store import FailingObjectStore
+from barrierflow.transactions.committer import SinkCommitter
 
 from tests.checkpointing.fake_spark import FakeSparkCheckpoint
 
@@ -25,7 +25,7 @@ class RecordingSink(SinkCommitter):
     def __init__(self) -> None:
         self.completed: list[tuple[int, int]] = []
 
-    def snapshot(self, checkpoint_id: int, barrier_batch: int) -> list[dict]:
+    def pre_commit_epoch(self, checkpoint_id: int, barrier_batch: int) -> list[dict]:
         return [{"sink": "rec", "upto": barrier_batch}]
 
     def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None:

@@ -12,7 +12,7 @@ from tests.recovery.test_restore_and_reconcile_cli import _pipeline
 
 MANIFEST_FIELDS = {
     "checkpoint_id", "status", "spark_batch_id", "barrier_offsets", "trigger_time", "completion_time",
-    "alignment_ms", "sync_ms", "async_ms", "full_bytes", "incremental_bytes", "files", "max_event_time",
+    "barrier_batch_ms", "sync_ms", "async_ms", "full_bytes", "incremental_bytes", "files", "max_event_time",
     "sink_handles", "attempt",
 }
 

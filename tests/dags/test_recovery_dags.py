@@ -32,12 +32,12 @@ from barrierflow.recovery.runbook import (
     first_checkpoint_of_attempt,
     validate_recovery_params,
 )
-from barrierflow.runtime.layout import JobLayout
-from barrierflow.runtime.lease import JobLease
 from barrierflow.sinks.factory import build_sink
 from barrierflow.spec import load_spec
 from barrierflow.testing.staging import stage_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
+from barrierflow.workdir.layout import JobLayout
+from barrierflow.workdir.lease import JobLease
 
 from tests.dags.conftest import parse_dags
 from tests.pipeline_specs import spec_dict, write_spec
@@ -106,7 +106,7 @@ def precommit_in_doubt(tmp_path: Path, spec_path: Path, store: CheckpointStore, 
     spec = load_spec(spec_path)
     sink = build_sink(spec, store, JobLayout.for_spec(spec), attempt=0)
     stage_batch(f"file://{tmp_path / 'out' / '_staging'}", epoch - 1, pa.table({"key": [epoch], "n": [epoch]}))
-    return str(sink.snapshot(epoch, epoch - 1)[0]["transaction_id"])
+    return str(sink.pre_commit_epoch(epoch, epoch - 1)[0]["transaction_id"])
 
 
 # -- fixtures -----------------------------------------------------------------------------

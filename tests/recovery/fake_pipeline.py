@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.runtime.layout import JobLayout
 from barrierflow.sinks.factory import build_sink
 from barrierflow.spec import PipelineSpec, load_spec
 from barrierflow.testing.staging import stage_batch
+from barrierflow.workdir.layout import JobLayout
 
 from tests.checkpointing.fake_spark import FakeSparkCheckpoint
 from tests.pipeline_specs import spec_dict, write_spec

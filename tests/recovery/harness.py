@@ -99,7 +99,7 @@ def assert_sub_multiset(rows: list[tuple[Any, ...]], reference: list[tuple[Any, 
 def crash_at_every_point(spec_path: Path, read_rows: Any, reference: list[tuple[Any, ...]]) -> list[str]:
     """Crash a driver at each named protocol point in turn (recovering after each) and check
     the committed output after every recovery. Returns how each recovery went."""
-    from barrierflow.testing.crash import POINTS
+    from barrierflow.faults import POINTS
 
     ways = []
     for point in POINTS:

@@ -11,8 +11,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from barrierflow.faults import POINTS
 from barrierflow.sinks.parquet import read_committed
-from barrierflow.testing.crash import POINTS
 
 from tests.recovery.harness import crashed_run, finish, recover, window_rows, windowed_spec
 from tests.recovery.test_exactly_once_postgres import _prepared, _reference, _rows

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from barrierflow.checkpointing.control import ControlChannel
-from barrierflow.recovery.replay import ReplayDivergedError, ReplayImpossibleError, ReplayPlan
+from barrierflow.barriers.control import ControlChannel, replay_end
+from barrierflow.barriers.offsets import SourceOffset
+from barrierflow.barriers.planner import PlanRequest, plan_batch
+from barrierflow.barriers.replay_plan import ReplayDivergedError, ReplayImpossibleError, ReplayPlan
 from barrierflow.sinks.parquet import ParquetFileSink, read_committed
-from barrierflow.sinks.staging import BatchStager, StagedBatches, write_staged_batch
-from barrierflow.sources.offsets import SourceOffset
-from barrierflow.sources.planner import PlanRequest, plan_batch, replay_end
+from barrierflow.sinks.staging import BatchStager, write_staged_batch
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.transactions.ledger import Transaction, TransactionLedger, TxnState
+from barrierflow.transactions.staged import StagedBatches
 
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
 
@@ -122,7 +123,7 @@ def test_replayed_batches_are_not_staged_and_new_ones_commit_under_new_names(tmp
     for batch, end, value in ((0, 5, "a"), (1, 9, "b")):
         _offset_log(spark_dir, batch, {"0": end})
         write_staged_batch(staging.uri, batch, pa.table({"v": [value]}))
-        sink(0).snapshot(batch + 1, batch)
+        sink(0).pre_commit_epoch(batch + 1, batch)
         sink(0).notify_checkpoint_complete(batch + 1, batch)
     assert ledger.get("out", 2).batch_ends == {1: {"0": 9}}
     # Restore checkpoint 1 (batch 0); epoch 2 (batch 1) is committed: replay it suppressed.
@@ -161,7 +162,7 @@ def test_replayed_batches_are_not_staged_and_new_ones_commit_under_new_names(tmp
     _offset_log(spark_dir, 2, {"0": 12})
     stager(Frame("c"), 2)  # new output
     assert stager.suppressed == [1] and staging.batches() == [2]
-    sink(1).snapshot(3, 2)
+    sink(1).pre_commit_epoch(3, 2)
     sink(1).notify_checkpoint_complete(3, 2)
     table = read_committed(f"file://{out}")
     assert table is not None and sorted(table.column("v").to_pylist()) == ["a", "b", "c"]

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 from barrierflow.checkpointing.store import CheckpointStore, shared_key
 from barrierflow.cli.main import main
-from barrierflow.runtime.layout import JobLayout
 from barrierflow.sinks.factory import build_sink
 from barrierflow.testing.staging import stage_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
+from barrierflow.workdir.layout import JobLayout
 
 from tests.recovery.fake_pipeline import parquet_pipeline
 
@@ -74,7 +74,7 @@ def test_reconcile_dry_run_lists_decisions_and_the_real_run_applies_exactly_them
     # A staged failure: epoch 3 pre-committed, then the driver died before manifest 3 …
     sink = build_sink(spec, store, layout, attempt=0)
     stage_batch(f"file://{tmp_path / 'out' / '_staging'}", 2, pa.table({"key": [2], "n": [20]}))
-    sink.snapshot(3, 2)
+    sink.pre_commit_epoch(3, 2)
     # … and epoch 2 was committed to the ledger as pre-committed only (crash before its commit).
     two = ledger.get("out", 2)
     ledger.put(two.model_copy(update={"state": TxnState.PRECOMMITTED}))

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from barrierflow.checkpointing.manifest import Manifest
+from barrierflow.checkpointing.store import manifest_key
 
 from tests.verification.checkpoint_factory import CheckpointFactory
 
@@ -23,7 +24,8 @@ def rewrite(factory: CheckpointFactory, manifest: Manifest, offsets: dict[str, i
     """Store ``manifest`` again with source ``events`` at ``offsets``/``times``, completed at ``completed``."""
     changed = manifest.model_copy(update={
         "barrier_offsets": {"events": offsets}, "max_event_time": {"events": times}, "completion_time": completed})
-    factory.store.write_manifest(changed)
+    key = manifest_key(changed.checkpoint_id)  # a deliberate rewrite: the store itself never overwrites
+    factory.store.objects.put_bytes(key, changed.model_dump_json(indent=2).encode())
     return changed
 
 

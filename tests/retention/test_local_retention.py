@@ -17,8 +17,8 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.cli.main import main
 from barrierflow.retention.local import apply_local_retention, min_batches_to_retain, plan_local_retention
 from barrierflow.retention.plan import retain
-from barrierflow.runtime.layout import JobLayout
 from barrierflow.storage.local import LocalObjectStore
+from barrierflow.workdir.layout import JobLayout
 
 from tests.pipeline_specs import make_spec, spec_dict, write_spec
 
@@ -103,7 +103,7 @@ def manifest(cid: int, batch: int, state_bases: dict[str, int], *, completed: da
         pipeline=pipeline, checkpoint_id=cid, attempt=attempt, spark_batch_id=batch, first_batch_id=batch - 9,
         state_version=batch + 1, barrier_offsets={"events": {"0": 10 * (batch + 1), "1": 10 * (batch + 1)}},
         max_event_time={"events": {"0": None, "1": None}}, trigger_time=completed - timedelta(seconds=2),
-        barrier_time=completed - timedelta(seconds=1), completion_time=completed, alignment_ms=1.0, sync_ms=1.0,
+        barrier_time=completed - timedelta(seconds=1), completion_time=completed, barrier_batch_ms=1.0, sync_ms=1.0,
         async_ms=1.0, total_ms=2000.0, full_bytes=0, incremental_bytes=0, files=[], state_bases=state_bases,
     )
 

@@ -171,7 +171,7 @@ def test_epoch_visible_only_after_checkpoint_complete(env: Env) -> None:
     env.stage(0, [1, 2])
     env.stage(1, [3])
     env.stage(2, [4, 5])
-    [handle] = sink.snapshot(1, barrier_batch=1)
+    [handle] = sink.pre_commit_epoch(1, barrier_batch=1)
     assert handle["batches"] == [0, 1]
     assert handle["transactional_id"] == transactional_id_for(env.pipeline, "out")
     assert env.ledger.get("out", 1).state is TxnState.PRECOMMITTED  # type: ignore[union-attr]
@@ -191,7 +191,7 @@ def test_epoch_visible_only_after_checkpoint_complete(env: Env) -> None:
     assert [(m.key, m.value["checkpoint_id"], m.value["records"]) for m in markers] == \
         [(txn.transaction_id.encode(), 1, 3)]
 
-    sink.snapshot(2, barrier_batch=2)
+    sink.pre_commit_epoch(2, barrier_batch=2)
     sink.notify_checkpoint_complete(2, barrier_batch=2)
     got = env.read()
     assert [r.value["id"] for r in got] == [1, 2, 3, 4, 5]
@@ -212,9 +212,9 @@ def test_epoch_visible_only_after_checkpoint_complete(env: Env) -> None:
 def test_keyless_and_empty_epoch(env: Env) -> None:
     sink = env.sink(key_column=None)
     env.stage(0, [7])
-    sink.snapshot(1, barrier_batch=0)
+    sink.pre_commit_epoch(1, barrier_batch=0)
     sink.notify_checkpoint_complete(1, barrier_batch=0)
-    sink.snapshot(2, barrier_batch=0)  # no new batch: an empty epoch still commits (marker only)
+    sink.pre_commit_epoch(2, barrier_batch=0)  # no new batch: an empty epoch still commits (marker only)
     sink.notify_checkpoint_complete(2, barrier_batch=0)
     got = env.read()
     assert [(r.key, r.value["id"]) for r in got] == [(None, 7)]
@@ -229,7 +229,7 @@ def test_retried_commit_after_crash_before_ledger_update_produces_no_duplicates(
     first = env.sink(attempt=0)
     env.stage(0, [1, 2])
     env.stage(1, [3])
-    first.snapshot(1, barrier_batch=1)
+    first.pre_commit_epoch(1, barrier_batch=1)
     txn = env.ledger.get("out", 1)
     assert txn is not None and txn.state is TxnState.PRECOMMITTED
     first.commit(txn)  # commit_transaction done; the "crash" comes before the ledger update
@@ -250,7 +250,7 @@ def test_retried_commit_after_crash_before_ledger_update_produces_no_duplicates(
 def test_sigkill_at_mid_sink_commit_then_restore(env: Env, tmp_path: Path) -> None:
     """A real second process: the first driver is SIGKILLed right after commit_transaction."""
     env.stage(0, [1, 2, 3])
-    env.sink().snapshot(1, barrier_batch=0)
+    env.sink().pre_commit_epoch(1, barrier_batch=0)
     script = textwrap.dedent(f"""
         from barrierflow.sinks.kafka import KafkaSink
         from barrierflow.spec.models import KafkaSinkSpec
@@ -283,7 +283,7 @@ def test_crash_before_commit_transaction_is_redone_exactly_once(env: Env) -> Non
     if env.endpoint.is_test_broker:
         pytest.skip(REAL_KAFKA_ONLY)
     env.stage(0, [1, 2])
-    env.sink().snapshot(1, barrier_batch=0)
+    env.sink().pre_commit_epoch(1, barrier_batch=0)
     txn = env.ledger.get("out", 1)
     assert txn is not None
     zombie = KafkaProducer(bootstrap_servers=env.endpoint.bootstrap_servers,
@@ -310,7 +310,7 @@ def test_restore_before_the_epoch_produces_nothing(env: Env) -> None:
     sink = env.sink()
     env.stage(0, [1])
     env.stage(1, [2])
-    sink.snapshot(1, barrier_batch=1)
+    sink.pre_commit_epoch(1, barrier_batch=1)
     decisions = env.sink(attempt=1).restore(None, None)
     assert [d.action for d in decisions] == ["ABORT"]
     assert env.ledger.get("out", 1).state is TxnState.ABORTED  # type: ignore[union-attr]
@@ -323,8 +323,8 @@ def test_restore_commits_covered_epoch_and_discards_newer_batches(env: Env) -> N
     sink = env.sink()
     for batch in range(4):
         env.stage(batch, [batch])
-    sink.snapshot(1, barrier_batch=1)
-    sink.snapshot(2, barrier_batch=3)
+    sink.pre_commit_epoch(1, barrier_batch=1)
+    sink.pre_commit_epoch(2, barrier_batch=3)
     decisions = env.sink(attempt=1).restore(1, barrier_batch=1)
     assert [(d.checkpoint_id, d.action) for d in decisions] == [(1, "COMMIT"), (2, "ABORT")]
     assert env.data_ids(isolation="read_uncommitted") == [0, 1]
@@ -339,7 +339,7 @@ def test_abort_keeps_staged_batches_for_the_next_epoch(env: Env) -> None:
                             attempt=0, batches=[0], handle={})  # pre-commit of checkpoint 1 never finished
     sink.abort(stale)
     assert sink.staging.batches() == [0, 1]
-    sink.snapshot(2, barrier_batch=1)  # aborts the stale OPEN transaction, takes over its batch
+    sink.pre_commit_epoch(2, barrier_batch=1)  # aborts the stale OPEN transaction, takes over its batch
     assert env.ledger.get("out", 1).state is TxnState.ABORTED  # type: ignore[union-attr]
     sink.notify_checkpoint_complete(2, barrier_batch=1)
     assert env.data_ids() == [1, 2]
@@ -352,16 +352,16 @@ def test_abort_keeps_staged_batches_for_the_next_epoch(env: Env) -> None:
 def test_zombie_sink_is_fenced_and_writes_nothing(env: Env) -> None:
     old = env.sink(attempt=0)
     env.stage(0, [1])
-    old.snapshot(1, barrier_batch=0)
+    old.pre_commit_epoch(1, barrier_batch=0)
     old.notify_checkpoint_complete(1, barrier_batch=0)  # old's producer is initialised
 
     new = env.sink(attempt=1)
     env.stage(1, [2])
-    new.snapshot(2, barrier_batch=1)
+    new.pre_commit_epoch(2, barrier_batch=1)
     new.notify_checkpoint_complete(2, barrier_batch=1)  # init_transactions fences old
 
     env.stage(2, [3])
-    old.snapshot(3, barrier_batch=2)
+    old.pre_commit_epoch(3, barrier_batch=2)
     with pytest.raises(SinkError, match="fenced"):
         old.notify_checkpoint_complete(3, barrier_batch=2)
     assert env.ledger.get("out", 3).state is TxnState.PRECOMMITTED  # type: ignore[union-attr]
@@ -380,7 +380,7 @@ def test_zombie_producer_mid_transaction_is_fenced(env: Env) -> None:
         zombie.send(env.topic, key=b"zombie", value=b'{"id": -1}').get(timeout=10)
         env.stage(0, [1])
         sink = env.sink()
-        sink.snapshot(1, barrier_batch=0)
+        sink.pre_commit_epoch(1, barrier_batch=0)
         sink.notify_checkpoint_complete(1, barrier_batch=0)
         # A real Kafka answers the zombie's EndTxn with a fencing error; tansu drops the connection.
         assert zombie_commit(zombie, wait=3.0) == ("stuck" if env.endpoint.is_test_broker else "fenced")
@@ -402,7 +402,7 @@ def test_dead_broker_gives_sink_error_naming_servers(tmp_path: Path) -> None:
     sink = KafkaSink(spec=spec, staging_uri=f"file://{tmp_path / 'staging'}", name="out", pipeline="dead",
                      ledger=ledger, timeout=2.0)
     stage_batch(sink.staging.uri, 0, rows([1]))
-    sink.snapshot(1, barrier_batch=0)  # pre-commit needs no broker
+    sink.pre_commit_epoch(1, barrier_batch=0)  # pre-commit needs no broker
     started = time.monotonic()
     with pytest.raises(SinkError, match=servers.replace(".", r"\.")):
         sink.notify_checkpoint_complete(1, barrier_batch=0)
@@ -416,7 +416,7 @@ def test_unknown_topic_gives_sink_error(env: Env, which: str) -> None:
     missing = f"missing-{uuid.uuid4().hex[:8]}"
     sink = env.sink(**{which: missing})
     env.stage(0, [1])
-    sink.snapshot(1, barrier_batch=0)
+    sink.pre_commit_epoch(1, barrier_batch=0)
     started = time.monotonic()
     with pytest.raises(SinkError, match=f"topic '{missing}' does not exist"):
         sink.notify_checkpoint_complete(1, barrier_batch=0)

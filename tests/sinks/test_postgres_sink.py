@@ -99,7 +99,7 @@ def test_insert_end_to_end(env: Env) -> None:
     env.stage(1, rows([3], ["c"]))
     env.stage(2, rows([4], ["d"]))  # after the barrier: belongs to the next epoch
 
-    handles = sink.snapshot(1, barrier_batch=1)
+    handles = sink.pre_commit_epoch(1, barrier_batch=1)
 
     gid = f"bf.{env.pipeline}.pg.e1.a0"
     assert handles[0]["transaction_id"] == gid and handles[0]["batches"] == [0, 1] and handles[0]["rows"] == 3
@@ -120,7 +120,7 @@ def test_insert_end_to_end(env: Env) -> None:
                                "WHERE transaction_id = %s", [gid]).fetchone()
     assert marker == (env.pipeline, "pg", 1)
 
-    sink.snapshot(2, barrier_batch=2)
+    sink.pre_commit_epoch(2, barrier_batch=2)
     sink.notify_checkpoint_complete(2, 2)
     assert env.visible() == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
 
@@ -130,12 +130,12 @@ def test_upsert_keeps_the_last_value_per_key(env: Env) -> None:
     sink = env.sink("upsert")
     env.stage(0, rows([1, 2, 1], ["a", "b", "a2"]))  # a key twice in one batch: the later row wins
     env.stage(1, rows([1], ["c"]))
-    sink.snapshot(1, 1)
+    sink.pre_commit_epoch(1, 1)
     sink.notify_checkpoint_complete(1, 1)
     assert env.visible() == [(1, "c"), (2, "b")]
 
     env.stage(2, rows([2, 3], ["d", "e"]))
-    sink.snapshot(2, 2)
+    sink.pre_commit_epoch(2, 2)
     assert env.visible() == [(1, "c"), (2, "b")]
     sink.notify_checkpoint_complete(2, 2)
     assert env.visible() == [(1, "c"), (2, "d"), (3, "e")]
@@ -148,12 +148,12 @@ def test_failed_checkpoint_releases_its_prepared_epoch_to_the_next(env: Env) -> 
     env.create_table(primary_key=True)
     sink = env.sink("upsert", lock_timeout=0.3)
     env.stage(0, rows([1], ["a"]))
-    sink.snapshot(1, 0)
+    sink.pre_commit_epoch(1, 0)
     sink.notify_checkpoint_aborted(1)
     assert env.prepared() == []
     assert env.ledger.get("pg", 1).state is TxnState.ABORTED
     env.stage(1, rows([1], ["b"]))
-    sink.snapshot(2, 1)
+    sink.pre_commit_epoch(2, 1)
     assert env.ledger.get("pg", 2).batches == [0, 1]
     sink.notify_checkpoint_complete(2, 1)
     assert env.visible() == [(1, "b")]
@@ -163,7 +163,7 @@ def test_commit_twice_is_a_no_op(env: Env) -> None:
     env.create_table()
     sink = env.sink()
     env.stage(0, rows([1], ["a"]))
-    sink.snapshot(1, 0)
+    sink.pre_commit_epoch(1, 0)
     txn = env.ledger.get("pg", 1)
     sink.commit(txn)
     sink.commit(txn)  # the prepared transaction is gone; the marker says committed
@@ -176,7 +176,7 @@ def test_commit_twice_is_a_no_op(env: Env) -> None:
 def test_restore_covering_the_epoch_commits_it_from_another_process(env: Env) -> None:
     env.create_table()
     env.stage(0, rows([1, 2], ["a", "b"]))
-    env.sink().snapshot(1, 0)  # the old process pre-committed, then died
+    env.sink().pre_commit_epoch(1, 0)  # the old process pre-committed, then died
 
     restarted = env.sink(attempt=1)
     decisions = restarted.restore(1, 0)
@@ -191,11 +191,11 @@ def test_restore_before_the_epoch_rolls_it_back_and_discards_newer_batches(env: 
     env.create_table()
     sink = env.sink()
     env.stage(0, rows([1], ["a"]))
-    sink.snapshot(1, 0)
+    sink.pre_commit_epoch(1, 0)
     sink.notify_checkpoint_complete(1, 0)
     env.stage(1, rows([2], ["b"]))
     env.stage(2, rows([3], ["c"]))
-    sink.snapshot(2, 2)  # pre-committed, but checkpoint 2 never completed
+    sink.pre_commit_epoch(2, 2)  # pre-committed, but checkpoint 2 never completed
     env.stage(3, rows([4], ["d"]))  # staged after the barrier
 
     restarted = env.sink(attempt=1)
@@ -220,7 +220,7 @@ def test_mid_commit_crash_then_restore_is_exactly_once(env: Env, tmp_path: Path)
         ledger = TransactionLedger(LocalObjectStore({str(tmp_path / 'store')!r}), {env.pipeline!r})
         sink = PostgresSink(spec=spec, staging_uri={env.staging_uri!r}, name="pg", pipeline={env.pipeline!r},
                             ledger=ledger)
-        sink.snapshot(1, 0)
+        sink.pre_commit_epoch(1, 0)
         sink.notify_checkpoint_complete(1, 0)
         raise SystemExit("not reached: the crash point should have killed this process")
     """)
@@ -264,14 +264,14 @@ def test_failed_pre_commit_leaves_nothing_prepared_and_keeps_the_batches(env: En
     sink = env.sink()
     env.stage(0, rows([1], ["a"]))
     with pytest.raises(SinkError, match="column"):
-        sink.snapshot(1, 0)
+        sink.pre_commit_epoch(1, 0)
     assert env.prepared() == []
     sink.notify_checkpoint_aborted(1)
     assert env.ledger.get("pg", 1).state is TxnState.ABORTED
 
     env.admin.execute(f"ALTER TABLE {env.table} ADD COLUMN x double precision, ADD COLUMN ok boolean, "
                       "ADD COLUMN ts timestamptz")
-    assert sink.snapshot(2, 0)[0]["batches"] == [0]  # the batch went to the next epoch
+    assert sink.pre_commit_epoch(2, 0)[0]["batches"] == [0]  # the batch went to the next epoch
     sink.notify_checkpoint_complete(2, 0)
     assert env.visible() == [(1, "a")]
 
@@ -280,7 +280,7 @@ def test_commit_of_a_transaction_rolled_back_behind_our_back_fails_clearly(env: 
     env.create_table()
     sink = env.sink()
     env.stage(0, rows([1], ["a"]))
-    sink.snapshot(1, 0)
+    sink.pre_commit_epoch(1, 0)
     env.admin.execute(f"ROLLBACK PREPARED 'bf.{env.pipeline}.pg.e1.a0'")
     with pytest.raises(SinkError, match="rolled back") as err:
         sink.notify_checkpoint_complete(1, 0)
@@ -293,7 +293,7 @@ def test_missing_table_names_it_and_the_fix(env: Env) -> None:
     sink = env.sink()
     env.stage(0, rows([1], ["a"]))
     with pytest.raises(SinkError, match=f"table {env.table} does not exist") as err:
-        sink.snapshot(1, 0)
+        sink.pre_commit_epoch(1, 0)
     assert "CREATE TABLE" in str(err.value)
     assert env.prepared() == []
 
@@ -303,7 +303,7 @@ def test_missing_dsn_variable_names_it(env: Env, monkeypatch: pytest.MonkeyPatch
     sink = env.sink()
     env.stage(0, rows([1], ["a"]))
     with pytest.raises(SinkError, match=DSN_ENV) as err:
-        sink.snapshot(1, 0)
+        sink.pre_commit_epoch(1, 0)
     assert "not set" in str(err.value)
 
 
@@ -317,7 +317,7 @@ def test_dead_server_error_names_host_and_port_but_not_the_password(env: Env,
     sink = env.sink()
     env.stage(0, rows([1], ["a"]))
     with pytest.raises(SinkError) as err:
-        sink.snapshot(1, 0)
+        sink.pre_commit_epoch(1, 0)
     text = str(err.value)
     assert f"127.0.0.1:{port}/nodb" in text and DSN_ENV in text
     assert password not in text and "bfuser:" not in text

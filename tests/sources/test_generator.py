@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.barriers.control import ControlChannel
 from barrierflow.sources.dead_letter import count_dead_letters, read_dead_letters
 from barrierflow.sources.generator import GeneratorModel, GeneratorStreamReader
 from barrierflow.spec.models import GeneratorSourceSpec

@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.barriers.control import ControlChannel
 from barrierflow.errors import SourceError
 from barrierflow.sources.dead_letter import count_dead_letters, read_dead_letters
 from barrierflow.sources.kafka import RAW_SCHEMA, KafkaDataSource, KafkaStreamReader, schema_for

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from barrierflow.sources.offsets import SourceOffset
-from barrierflow.sources.planner import PlanRequest, plan_batch
+from barrierflow.barriers.offsets import SourceOffset
+from barrierflow.barriers.planner import PlanRequest, plan_batch
 
 
 def _start(**parts: int) -> SourceOffset:

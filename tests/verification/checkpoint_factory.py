@@ -8,14 +8,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.store import CheckpointStore, shared_key
-from barrierflow.sinks.committer import SinkCommitter
 from barrierflow.spec.models import CheckpointSpec
 from barrierflow.storage import ObjectStore
 from barrierflow.storage.local import LocalObjectStore
+from barrierflow.transactions.committer import SinkCommitter
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 
 from tests.checkpointing.fake_spark import FakeSparkCheckpoint
@@ -29,7 +29,7 @@ class LedgerSink(SinkCommitter):
     def __init__(self, ledger: TransactionLedger) -> None:
         self.ledger = ledger
 
-    def snapshot(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]:
+    def pre_commit_epoch(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]:
         txn = self.ledger.open(sink=self.name, sink_type="test", transaction_id=f"t-{checkpoint_id}",
                                checkpoint_id=checkpoint_id, attempt=0, batches=[barrier_batch], handle={})
         self.ledger.transition(txn, TxnState.PRECOMMITTED)

@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from barrierflow.bench import emit_table
-from barrierflow.checkpointing import spark_log
 from barrierflow.recovery.restore import restore_pipeline
 from barrierflow.runtime.job import StreamingJob
-from barrierflow.runtime.layout import JobLayout
+from barrierflow.spark import commit_log
 from barrierflow.spec import load_spec, project_home
 from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec
+from barrierflow.workdir.layout import JobLayout
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def run_restore_benchmark(spec_path: str, *, keys: int, rounds: int, markdown: s
         report = restore_pipeline(small, None)
         restore_seconds = time.monotonic() - t0
         first_batch = _time_to_first_batch(small, spark, report.spark_batch_id)
-        local = spark_log.latest_committed(JobLayout.for_spec(small).spark_checkpoint)
+        local = commit_log.latest_committed(JobLayout.for_spec(small).spark_checkpoint)
         plain = _time_to_first_batch(small, spark, local if local is not None else -1)
         sample = RestoreSample(report.bytes, report.files, restore_seconds, first_batch, plain)
         samples.append(sample)
@@ -107,7 +107,7 @@ def _time_to_first_batch(spec: PipelineSpec, spark: Any, after_batch: int) -> fl
     first: list[float] = []
 
     def on_tick(job: StreamingJob) -> None:
-        committed = spark_log.latest_committed(job.layout.spark_checkpoint)
+        committed = commit_log.latest_committed(job.layout.spark_checkpoint)
         if not first and committed is not None and committed > after_batch:
             first.append(time.monotonic() - started)
 

@@ -1,5 +1,5 @@
-"""The checkpoint coordinator: triggers barriers, snapshots barrier batches, completes
-checkpoints and notifies sinks.
+"""The checkpoint coordinator: triggers barriers, drives each checkpoint through its
+lifecycle (:mod:`barrierflow.checkpointing.lifecycle`), completes it and tells the sinks.
 
 It runs in the driver's Python process and is driven by :meth:`CheckpointCoordinator.tick`,
 called every few milliseconds by the job loop. One tick does, in order:
@@ -19,64 +19,44 @@ Step 4. Trigger the next checkpoint when the interval elapsed, the min pause sin
 Step 5. If more than ``tolerable_failed_checkpoints`` consecutive checkpoints failed, raise
         :class:`TolerableFailuresExceededError` (the job loop stops the query).
 
-Sink calls (snapshot/pre-commit, commit, abort) all run on one ordered thread, so a
-commit of epoch n never races the pre-commit of epoch n+1 or the abort of a failed one.
-The clock is injected (``monotonic`` and ``now``) so the timing rules are unit-testable.
+Its helpers each own one concern: :class:`~barrierflow.checkpointing.stage.StageTracker`
+finds barrier batches in Spark's logs and takes the synchronous snapshot;
+:class:`~barrierflow.checkpointing.uploader.SnapshotUploader` stores the files;
+:class:`~barrierflow.checkpointing.sink_notifier.SinkNotifier` runs every sink call
+(pre-commit, commit, abort) on one ordered thread, so a commit of epoch n never races the
+pre-commit of epoch n+1 or the abort of a failed one. The clock is injected (``monotonic``
+and ``now``) so the timing rules are unit-testable.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from barrierflow.checkpointing import spark_log
-from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.barriers.control import ControlChannel
+from barrierflow.checkpointing.errors import SinkCommitFailedError, SinkPreCommitError
+from barrierflow.checkpointing.fence import release as release_reservation
+from barrierflow.checkpointing.lifecycle import ASYNC_PHASE, CheckpointState, PendingCheckpoint, ending_for
 from barrierflow.checkpointing.manifest import FailureReason, FailureRecord, Manifest
-from barrierflow.checkpointing.snapshot import LocalSnapshot, take_local_snapshot
+from barrierflow.checkpointing.sink_notifier import SinkNotifier
+from barrierflow.checkpointing.stage import BarrierBatch, StageTracker
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.checkpointing.uploader import SnapshotUploader, UploadResult
 from barrierflow.errors import BarrierflowError, TolerableFailuresExceededError
-from barrierflow.retention.fence import release as release_reservation
-from barrierflow.sinks.committer import SinkCommitter
-from barrierflow.sources.offsets import SourceOffset
+from barrierflow.faults import crash_point
 from barrierflow.spec.models import CheckpointSpec
-from barrierflow.testing.crash import crash_point
+from barrierflow.transactions.committer import SinkCommitter
 
 log = logging.getLogger(__name__)
 
-
-class _SinkPreCommitError(Exception):
-    """A sink's pre-commit failed inside the asynchronous phase."""
-
-
-class SinkCommitFailedError(BarrierflowError):
-    """A sink could not commit or abort an epoch's transaction after its checkpoint ended."""
-
-
-class PendingState(enum.Enum):
-    TRIGGERED = "TRIGGERED"  # barrier requested, not yet seen in a committed batch
-    UPLOADING = "UPLOADING"  # synchronous phase done, asynchronous phase running
-
-
-@dataclass
-class PendingCheckpoint:
-    checkpoint_id: int
-    trigger_time: datetime
-    trigger_mono: float
-    state: PendingState = PendingState.TRIGGERED
-    snapshot: LocalSnapshot | None = None
-    upload: Future[AsyncResult] | None = None
-    barrier_time: datetime | None = None
-    alignment_ms: float = 0.0
-    barrier_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
-    first_batch_id: int = 0
+__all__ = ["AsyncResult", "CheckpointCoordinator", "CheckpointEvent", "CheckpointState", "EventTimeFn",
+           "PendingCheckpoint", "SinkCommitFailedError"]
 
 
 @dataclass(frozen=True)
@@ -128,18 +108,15 @@ class CheckpointCoordinator:
         self.monotonic = monotonic
         self.now = now
         self.spark_version = spark_version
+        self.stage = StageTracker(self.spark_dir, self.staging_dir, source_names)
         self.uploader = SnapshotUploader(store)
+        self.notifier = SinkNotifier(self.sinks)
         self._async = ThreadPoolExecutor(max_workers=options.max_concurrent, thread_name_prefix="chk-async")
-        self._sink_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chk-sinks")
-        self._sink_futures: list[Future[object]] = []
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: list[Manifest] = []
         self.failed: list[FailureRecord] = []
         self.consecutive_failures = 0
         self._next_id = 1
-        self._last_barrier = 0
-        self._last_barrier_batch = -1
-        self._last_seen_batch = -1
         self._last_trigger_mono: float | None = None
         self._last_completion_mono: float | None = None
         self._previous_bases: dict[str, int] = {}
@@ -157,34 +134,20 @@ class CheckpointCoordinator:
             self._last_completion_mono = None
         ids = self.store.checkpoint_ids()
         failed = [f.checkpoint_id for f in self.store.failures()]
-        committed = spark_log.committed_batches(self.spark_dir)
-        for batch in committed:
-            barrier = self._barrier_of(batch)
-            if barrier > self._last_barrier:
-                self._last_barrier, self._last_barrier_batch = barrier, batch
-        self._last_seen_batch = committed[-1] if committed else -1
-        planned = spark_log.planned_batches(self.spark_dir)
-        max_planned_barrier = max((self._barrier_of(b) for b in planned[-2:]), default=0)
-        self._next_id = max([self._last_barrier, max_planned_barrier, *ids, *failed, self.store.highest_used_id()]) + 1
+        highest_in_log = self.stage.resume()
+        self._next_id = max([highest_in_log, *ids, *failed, self.store.highest_used_id()]) + 1
         self._last_trigger_mono = self.monotonic()
-
-    def _barrier_of(self, batch: int) -> int:
-        try:
-            offsets = spark_log.read_offsets(self.spark_dir, batch)
-        except FileNotFoundError:
-            return 0
-        return max((int(o.get("barrier", 0)) for o in offsets if o), default=0)
 
     @property
     def uploads_in_flight(self) -> int:
-        return sum(1 for p in self.pending.values() if p.state is PendingState.UPLOADING)
+        return sum(1 for p in self.pending.values() if p.state in ASYNC_PHASE)
 
     @property
     def last_completed(self) -> Manifest | None:
         return self.completed[-1] if self.completed else None
 
     def current_epoch(self) -> int:
-        return self._last_barrier + 1
+        return self.stage.last_barrier + 1
 
     # -- the tick -----------------------------------------------------------------------
     def tick(self) -> list[CheckpointEvent]:
@@ -206,7 +169,7 @@ class CheckpointCoordinator:
         mono = self.monotonic()
         if self.trigger_limit is not None and len(self.completed) + len(self.pending) >= self.trigger_limit:
             return
-        if any(p.state is PendingState.TRIGGERED for p in self.pending.values()):
+        if any(p.state is CheckpointState.TRIGGERED for p in self.pending.values()):
             return
         if len(self.pending) >= self.options.max_concurrent:
             return
@@ -223,77 +186,55 @@ class CheckpointCoordinator:
 
     def _scan_commits(self) -> list[CheckpointEvent]:
         events: list[CheckpointEvent] = []
-        for batch in spark_log.committed_batches(self.spark_dir):
-            if batch <= self._last_seen_batch:
-                continue
-            self._last_seen_batch = batch
-            barrier = self._barrier_of(batch)
-            if barrier <= self._last_barrier:
-                continue
-            first_batch = self._last_barrier_batch + 1
-            self._last_barrier, self._last_barrier_batch = barrier, batch
-            events += self._on_barrier_batch(barrier, batch, first_batch)
+        for barrier in self.stage.new_barrier_batches():
+            events += self._on_barrier_batch(barrier)
         return events
 
-    def _on_barrier_batch(self, cid: int, batch: int, first_batch: int) -> list[CheckpointEvent]:
+    def _on_barrier_batch(self, barrier: BarrierBatch) -> list[CheckpointEvent]:
+        cid, batch = barrier.checkpoint_id, barrier.batch_id
         pending = self.pending.get(cid)
         if pending is None:  # a barrier planned by an earlier run of the job, replayed now
             pending = PendingCheckpoint(cid, self.now(), self.monotonic())
             self.pending[cid] = pending
             self._next_id = max(self._next_id, cid + 1)
-        for stale in [p for p in self.pending.values() if p.checkpoint_id < cid and p.state is PendingState.TRIGGERED]:
-            self._fail(stale, FailureReason.EXPIRED, f"subsumed by the barrier of checkpoint {cid}")
+        for stale in [p for p in self.pending.values()
+                      if p.checkpoint_id < cid and p.state is CheckpointState.TRIGGERED]:
+            self._fail(stale, FailureReason.EXPIRED, f"subsumed by the barrier of checkpoint {cid}", subsumed=True)
+        pending.transition(CheckpointState.BARRIER_SEEN)
         pending.barrier_time = self.now()
-        pending.first_batch_id = first_batch
-        pending.alignment_ms = self._alignment_ms(batch)
+        pending.first_batch_id = barrier.first_batch_id
+        pending.barrier_batch_ms = self.stage.barrier_batch_ms(batch)
         try:
-            offsets = spark_log.read_offsets(self.spark_dir, batch)
-            pending.barrier_offsets = {
-                name: SourceOffset.from_json(o).partitions
-                for name, o in zip(self.source_names, offsets, strict=False) if o
-            }
-            pending.snapshot = take_local_snapshot(
-                self.spark_dir, self.staging_dir, cid, batch, first_batch, self._previous_bases
-            )
+            pending.barrier_offsets = self.stage.barrier_offsets(batch)
+            pending.snapshot = self.stage.snapshot(barrier, self._previous_bases)
         except (BarrierflowError, OSError) as exc:
             return [self._fail(pending, FailureReason.SNAPSHOT_FAILED, str(exc))]
-        pending.state = PendingState.UPLOADING
+        pending.transition(CheckpointState.SNAPSHOTTED)
+        pending.transition(CheckpointState.UPLOADING)
         if self.options.synchronous_upload:
             self.control.set_hold(True)
             done: Future[AsyncResult] = Future()
             try:
-                done.set_result(self._async_phase(pending.snapshot))
+                done.set_result(self._async_phase(pending))
             except Exception as exc:  # reported as the checkpoint's failure
                 done.set_exception(exc)
             pending.upload = done
             events = self._collect_uploads()
             self.control.set_hold(False)
             return events
-        pending.upload = self._async.submit(self._async_phase, pending.snapshot)
+        pending.upload = self._async.submit(self._async_phase, pending)
         return []
 
-    def _async_phase(self, snapshot: LocalSnapshot) -> AsyncResult:
+    def _async_phase(self, pending: PendingCheckpoint) -> AsyncResult:
         """Upload the snapshot's new files, then pre-commit every sink (ordered thread)."""
+        snapshot = pending.snapshot
+        assert snapshot is not None
         started = time.perf_counter()
         upload = self.uploader.upload(snapshot)
-        handles: list[dict[str, object]] = []
-        if self.sinks:
-            future = self._sink_thread.submit(
-                lambda: [h for sink in self.sinks for h in sink.snapshot(snapshot.checkpoint_id, snapshot.batch_id)])
-            try:
-                handles = future.result()
-            except Exception as exc:
-                raise _SinkPreCommitError(f"{type(exc).__name__}: {exc}") from exc
+        pending.advance(CheckpointState.PRECOMMITTING)
+        handles = self.notifier.pre_commit(snapshot.checkpoint_id, snapshot.batch_id)
         crash_point("after_precommit", checkpoint_id=snapshot.checkpoint_id)
         return AsyncResult(upload, handles, (time.perf_counter() - started) * 1000.0)
-
-    def _alignment_ms(self, batch: int) -> float:
-        try:
-            planned = (self.spark_dir / "offsets" / str(batch)).stat().st_mtime
-            committed = (self.spark_dir / "commits" / str(batch)).stat().st_mtime
-            return max(0.0, (committed - planned) * 1000.0)
-        except FileNotFoundError:
-            return 0.0
 
     def _collect_uploads(self) -> list[CheckpointEvent]:
         events: list[CheckpointEvent] = []
@@ -302,7 +243,7 @@ class CheckpointCoordinator:
                 continue
             try:
                 result = pending.upload.result()
-            except _SinkPreCommitError as exc:
+            except SinkPreCommitError as exc:
                 events.append(self._fail(pending, FailureReason.PRECOMMIT_FAILED, str(exc)))
                 continue
             except Exception as exc:  # any storage failure fails the checkpoint
@@ -331,7 +272,7 @@ class CheckpointCoordinator:
             trigger_time=pending.trigger_time,
             barrier_time=pending.barrier_time,
             completion_time=completion,
-            alignment_ms=round(pending.alignment_ms, 3),
+            barrier_batch_ms=round(pending.barrier_batch_ms, 3),
             sync_ms=round(snap.duration_ms, 3),
             async_ms=round(outcome.duration_ms, 3),
             total_ms=round((completion - pending.trigger_time).total_seconds() * 1000.0, 3),
@@ -346,6 +287,7 @@ class CheckpointCoordinator:
             self.store.write_manifest(manifest)
         except Exception as exc:
             return self._fail(pending, FailureReason.MANIFEST_FAILED, f"{type(exc).__name__}: {exc}")
+        pending.transition(CheckpointState.COMPLETED)
         release_reservation(self.store.objects, manifest.checkpoint_id)
         del self.pending[pending.checkpoint_id]
         self.completed.append(manifest)
@@ -356,8 +298,7 @@ class CheckpointCoordinator:
         log.info("checkpoint %d completed (batch %d, %d B new of %d B)", manifest.checkpoint_id,
                  snap.batch_id, result.incremental_bytes, result.full_bytes)
         crash_point("after_manifest", checkpoint_id=manifest.checkpoint_id)
-        for sink in self.sinks:
-            self._sink_call(sink.notify_checkpoint_complete, manifest.checkpoint_id, snap.batch_id)
+        self.notifier.notify_complete(manifest.checkpoint_id, snap.batch_id)
         return CheckpointEvent(manifest.checkpoint_id, True, manifest=manifest)
 
     def _expire(self) -> list[CheckpointEvent]:
@@ -369,7 +310,10 @@ class CheckpointCoordinator:
             if mono - p.trigger_mono > self.options.timeout
         ]
 
-    def _fail(self, pending: PendingCheckpoint, reason: FailureReason, message: str) -> CheckpointEvent:
+    def _fail(self, pending: PendingCheckpoint, reason: FailureReason, message: str, *,
+              subsumed: bool = False) -> CheckpointEvent:
+        state_before = pending.state
+        pending.transition(ending_for(reason, subsumed=subsumed))
         self.pending.pop(pending.checkpoint_id, None)
         if pending.upload is not None:
             pending.upload.cancel()
@@ -388,9 +332,9 @@ class CheckpointCoordinator:
         self._last_completion_mono = self.monotonic()
         if pending.snapshot is not None:
             shutil.rmtree(pending.snapshot.directory, ignore_errors=True)
-        log.warning("checkpoint %d failed: %s", pending.checkpoint_id, record.message)
-        for sink in self.sinks:
-            self._sink_call(sink.notify_checkpoint_aborted, pending.checkpoint_id)
+        log.warning("checkpoint %d failed (%s -> %s): %s", pending.checkpoint_id, state_before.value,
+                    pending.state.value, record.message)
+        self.notifier.notify_aborted(pending.checkpoint_id)
         try:
             self.store.record_failure(record)
         except Exception as exc:
@@ -399,21 +343,13 @@ class CheckpointCoordinator:
         release_reservation(self.store.objects, pending.checkpoint_id)
         return CheckpointEvent(pending.checkpoint_id, False, failure=record)
 
-    def _sink_call(self, fn: Callable[..., object], *args: object) -> None:
-        self._sink_futures = [f for f in self._sink_futures if not f.done() or f.exception() is not None]
-        self._sink_futures.append(self._sink_thread.submit(fn, *args))
-
     def flush_sinks(self, timeout: float = 60.0) -> None:
         """Wait until every queued sink call (commit, abort) finished; re-raise its error."""
-        for future in list(self._sink_futures):
-            future.result(timeout=timeout)
+        self.notifier.flush(timeout)
 
     def check_sinks(self) -> None:
         """Raise the first error of a finished sink commit/abort (the job then stops)."""
-        for future in self._sink_futures:
-            if future.done() and future.exception() is not None:
-                raise SinkCommitFailedError(f"a sink failed to finish a transaction: {future.exception()}") \
-                    from future.exception()
+        self.notifier.check()
 
     def drain(self, timeout: float) -> list[CheckpointEvent]:
         """After the query stopped: wait up to ``timeout`` s for in-flight uploads to finish
@@ -427,7 +363,7 @@ class CheckpointCoordinator:
         events += self._collect_uploads()
         for pending in list(self.pending.values()):
             events.append(self._fail(pending, FailureReason.JOB_STOPPED, "the job stopped first"))
-        self._sink_thread.shutdown(wait=True)
+        self.notifier.shutdown()
         self._async.shutdown(wait=False, cancel_futures=True)
         self.uploader.shutdown(wait=False)
         self.control.reset()

@@ -3,6 +3,14 @@
 Written last and atomically: a checkpoint directory without it is incomplete and is never
 restored. The format is documented in docs/manifest.md; ``format_version`` changes when a
 field changes meaning or disappears (adding optional fields keeps the version).
+
+Versions:
+
+* 1 — the time from planning to committing the barrier batch was called ``alignment_ms``.
+* 2 — that field is ``barrier_batch_ms`` (it is the barrier's time inside the stage, not an
+  alignment time; alignment of several inputs comes with pipelines of several stages).
+  Version-1 manifests are still read: they are upgraded in memory, the stored file is never
+  rewritten.
 """
 
 from __future__ import annotations
@@ -11,10 +19,12 @@ import enum
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 MANIFEST_FORMAT = "barrierflow-checkpoint"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+#: manifest format versions this barrierflow reads
+READABLE_VERSIONS = (1, 2)
 
 
 class CheckpointKind(enum.StrEnum):
@@ -37,7 +47,7 @@ class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     format: Literal["barrierflow-checkpoint"] = MANIFEST_FORMAT
-    format_version: Literal[1] = MANIFEST_VERSION
+    format_version: Literal[2] = MANIFEST_VERSION
     pipeline: str
     checkpoint_id: int
     kind: CheckpointKind = CheckpointKind.CHECKPOINT
@@ -55,7 +65,8 @@ class Manifest(BaseModel):
     trigger_time: AwareDatetime
     barrier_time: AwareDatetime = Field(description="when Spark committed the barrier batch")
     completion_time: AwareDatetime
-    alignment_ms: float = Field(description="barrier batch planned -> committed: the barrier's time in the stage")
+    barrier_batch_ms: float = Field(
+        description="barrier batch planned -> committed: the barrier's time in the stage")
     sync_ms: float
     async_ms: float
     total_ms: float = Field(description="trigger -> completion")
@@ -65,6 +76,15 @@ class Manifest(BaseModel):
     state_bases: dict[str, int] = Field(default_factory=dict)
     sink_handles: list[dict[str, Any]] = Field(default_factory=list)
     spark_version: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        """Read a version-1 manifest as version 2 (``alignment_ms`` -> ``barrier_batch_ms``)."""
+        if isinstance(data, dict) and data.get("format_version") == 1:
+            data = {k: v for k, v in data.items() if k != "alignment_ms"} | {
+                "format_version": MANIFEST_VERSION, "barrier_batch_ms": data.get("alignment_ms", 0.0)}
+        return data
 
     def file(self, path: str) -> ManifestFile | None:
         return next((f for f in self.files if f.path == path), None)

@@ -21,7 +21,6 @@ newest snapshot <= V+1 becomes the base.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -29,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from barrierflow.errors import CheckpointError
+from barrierflow.spark import state_files
 
 MAX_DELTA_CHAIN = 50
-_VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot)$")
 
 
 @dataclass(frozen=True)
@@ -52,21 +51,6 @@ class LocalSnapshot:
     duration_ms: float = 0.0
 
 
-def _versions(directory: Path) -> tuple[set[int], set[int], list[str]]:
-    deltas: set[int] = set()
-    snapshots: set[int] = set()
-    others: list[str] = []
-    for name in os.listdir(directory):
-        if name.startswith("."):
-            continue
-        match = _VERSIONED.match(name)
-        if match:
-            (deltas if match.group(2) == "delta" else snapshots).add(int(match.group(1)))
-        elif (directory / name).is_file():
-            others.append(name)
-    return deltas, snapshots, others
-
-
 def _choose_base(deltas: set[int], snapshots: set[int], target: int, previous: int | None,
                  size: Callable[[str], int] | None = None) -> int:
     """The version whose snapshot (0 = empty state) starts the chain to ``target``.
@@ -74,7 +58,7 @@ def _choose_base(deltas: set[int], snapshots: set[int], target: int, previous: i
     ``size(name)`` gives a file's size in bytes (``"<v>.delta"``, ``"<v>.snapshot"``); without
     it the previous base is kept whenever it still chains (see the module docstring)."""
     def chains(base: int) -> bool:
-        return (base == 0 or base in snapshots) and all(v in deltas for v in range(base + 1, target + 1))
+        return state_files.chains(base, target, deltas, snapshots)
 
     if previous is not None and previous <= target and target - previous <= MAX_DELTA_CHAIN and chains(previous):
         if size is not None:
@@ -126,7 +110,7 @@ def select_files(
             continue
         for dirpath, _dirs, _files in os.walk(base_dir):
             directory = Path(dirpath)
-            deltas, snapshots, others = _versions(directory)
+            deltas, snapshots, others = state_files.scan(directory)
             key = directory.relative_to(root).as_posix()
             rel += [f"{key}/{name}" for name in sorted(others)]
             if not deltas and not snapshots:
@@ -134,9 +118,7 @@ def select_files(
             base = _choose_base(deltas, snapshots, target, previous_bases.get(key),
                                 size=lambda name, d=directory: _size(d / name))
             bases[key] = base
-            if base:
-                rel.append(f"{key}/{base}.snapshot")
-            rel += [f"{key}/{v}.delta" for v in range(base + 1, target + 1)]
+            rel += [f"{key}/{name}" for name in state_files.chain_files(base, target)]
     return rel, bases
 
 

@@ -7,6 +7,11 @@ Layout under the store's root URI (``checkpoint.storage`` of the spec)::
     chk-<n>/_metadata.json             the manifest, written last (checkpoint completed)
     chk-<n>/_failed.json               why checkpoint n failed (best effort)
 
+Manifests are a log in the spirit of Spark's ``HDFSMetadataLog``: :meth:`CheckpointStore.add_manifest`
+adds ``chk-<n>/_metadata.json`` only if it is absent and never overwrites it (one job per
+pipeline writes, guarded by the job lease). The one change a manifest may see later is its
+promotion to a savepoint (:meth:`CheckpointStore.promote`), which rewrites ``kind`` only.
+
 A file is uploaded once: a checkpoint whose file's sha256 is already in ``shared/`` only
 references it (incremental checkpoints). Shared files are deleted only by retention, which
 counts references from retained manifests.
@@ -21,8 +26,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from barrierflow.checkpointing.manifest import FailureRecord, Manifest
-from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
+from barrierflow.checkpointing.manifest import CheckpointKind, FailureRecord, Manifest
+from barrierflow.errors import CheckpointCorruptError, CheckpointError, CheckpointNotFoundError
 from barrierflow.storage import ObjectNotFoundError, ObjectStore, open_store
 
 if TYPE_CHECKING:
@@ -67,10 +72,33 @@ class CheckpointStore:
         self.objects.put_file(shared_key(sha256), local_path)
 
     # -- manifests ----------------------------------------------------------------------
+    def add_manifest(self, manifest: Manifest) -> bool:
+        """Add the manifest of a checkpoint if it has none; False (nothing written) if it has.
+        The write itself is atomic (a reader sees the whole manifest or none)."""
+        key = manifest_key(manifest.checkpoint_id)
+        if self.objects.exists(key):
+            return False
+        self.objects.put_bytes(key, manifest.model_dump_json(indent=2).encode())
+        return True
+
     def write_manifest(self, manifest: Manifest) -> None:
-        """Complete a checkpoint: atomically write its manifest (the last step)."""
-        self.objects.put_bytes(manifest_key(manifest.checkpoint_id),
-                               manifest.model_dump_json(indent=2).encode())
+        """Complete a checkpoint: add its manifest (the last step).
+
+        Raises:
+            CheckpointError: checkpoint n already has a manifest; it is never overwritten.
+        """
+        if not self.add_manifest(manifest):
+            raise CheckpointError(
+                f"checkpoint {manifest.checkpoint_id} of pipeline {self.pipeline} already has a manifest at "
+                f"{self.objects.describe(manifest_key(manifest.checkpoint_id))}; manifests are never overwritten "
+                "(is a second job writing to this checkpoint store?)")
+
+    def promote(self, checkpoint_id: int, kind: CheckpointKind) -> Manifest:
+        """Rewrite the manifest of ``checkpoint_id`` with ``kind`` (savepoint promotion), the
+        only field that may change after completion. Returns the new manifest."""
+        promoted = self.get(checkpoint_id).model_copy(update={"kind": kind})
+        self.objects.put_bytes(manifest_key(checkpoint_id), promoted.model_dump_json(indent=2).encode())
+        return promoted
 
     def record_failure(self, record: FailureRecord) -> None:
         self.objects.put_bytes(failure_key(record.checkpoint_id), record.model_dump_json(indent=2).encode())

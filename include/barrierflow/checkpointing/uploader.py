@@ -9,7 +9,7 @@ at start, then tracked) is referenced, not uploaded. Hashes are cached per
 (device, inode, size, mtime) because hard-linked staged files share the inode of Spark's
 immutable state files, so an unchanged file is hashed once for the job's lifetime.
 
-Retention fence (barrierflow.retention.fence): before uploading, the upload reserves every
+Retention fence (barrierflow.checkpointing.fence): before uploading, the upload reserves every
 digest the checkpoint references (``_inflight/chk-<n>.json``), then crosses the fence (waits
 out a running retention run and re-lists ``shared/`` after one finished), so a shared file
 the checkpoint relies on is never deleted under it. The coordinator releases the
@@ -26,11 +26,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from barrierflow.checkpointing.fence import RetentionFence, reserve
 from barrierflow.checkpointing.manifest import ManifestFile
 from barrierflow.checkpointing.snapshot import LocalSnapshot
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.retention.fence import RetentionFence, reserve
-from barrierflow.testing.crash import crash_point
+from barrierflow.faults import crash_point
 
 log = logging.getLogger(__name__)
 

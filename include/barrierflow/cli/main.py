@@ -264,12 +264,13 @@ def _cmd_skew(args: argparse.Namespace) -> int:
     elif not report.checkpoints:
         print(f"pipeline {spec.name}: no completed checkpoints yet in {store.uri}")
     else:
-        print(f"{'id':>5} {'completed (UTC)':26} {'skew s':>9} {'max lag s':>10} {'align ms':>9}  unknown event time")
+        print(f"{'id':>5} {'completed (UTC)':26} {'skew s':>9} {'max lag s':>10} {'barrier ms':>10}  "
+              "unknown event time")
         for c in report.checkpoints:
             skew = "-" if c.skew_seconds is None else f"{c.skew_seconds:.3f}"
             lag = "-" if c.max_lag_seconds is None else f"{c.max_lag_seconds:.3f}"
             print(f"{c.checkpoint_id:>5} {c.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} "
-                  f"{skew:>9} {lag:>10} {c.alignment_ms:>9.1f}  {', '.join(c.unknown_event_time) or '-'}")
+                  f"{skew:>9} {lag:>10} {c.barrier_batch_ms:>10.1f}  {', '.join(c.unknown_event_time) or '-'}")
         print(f"idle partitions (last {report.settings.idle_checkpoints} checkpoints): "
               f"{', '.join(report.idle_partitions) or 'none'}")
         for check in report.checks:

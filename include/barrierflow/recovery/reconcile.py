@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.runtime.layout import JobLayout
-from barrierflow.runtime.lease import JobAlreadyRunningError, JobLease, describe, lease_holder
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.transactions.two_phase import Decision, TwoPhaseCommitSink
+from barrierflow.workdir.layout import JobLayout
+from barrierflow.workdir.lease import JobAlreadyRunningError, JobLease, describe, lease_holder
 
 
 @dataclass

@@ -5,7 +5,7 @@
     manifest <- the chosen checkpoint (an id, or the latest completed one)
     if a sink already committed batches beyond the manifest's barrier offsets and duplicates
         are not accepted: plan a faithful replay of them with the output suppressed
-        (barrierflow.recovery.replay); refuse if the ledger cannot tell their offsets
+        (barrierflow.barriers.replay_plan); refuse if the ledger cannot tell their offsets
     move the local Spark checkpoint aside (kept once, as spark-checkpoint.replaced)
     materialize the manifest's files into a fresh Spark checkpoint dir (sha256 checked)
     attempt <- attempt + 1; checkpoints newer than the manifest are abandoned
@@ -23,16 +23,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.barriers.control import ControlChannel
+from barrierflow.barriers.replay_plan import ReplayImpossibleError, ReplayPlan
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, UserInputError
 from barrierflow.recovery.materialize import materialize_checkpoint
-from barrierflow.recovery.replay import ReplayImpossibleError, ReplayPlan
-from barrierflow.runtime.layout import JobLayout
-from barrierflow.runtime.lease import JobLease
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.transactions.two_phase import Decision, TwoPhaseCommitSink
+from barrierflow.workdir.layout import JobLayout
+from barrierflow.workdir.lease import JobLease
 
 log = logging.getLogger(__name__)
 

@@ -188,7 +188,7 @@ def _read_lease(path: Path) -> dict[str, Any]:
 def ensure_job_stopped(spec_path: str | os.PathLike[str], *, launch_dag_id: str | None = None) -> str:
     """Check that the pipeline's job is not running (its run lease is not held).
 
-    The lease is ``<work_dir>/job.lease`` (see :mod:`barrierflow.runtime.lease`): held while a
+    The lease is ``<work_dir>/job.lease`` (see :mod:`barrierflow.workdir.lease`): held while a
     live process (same host) or any process on another host runs the job.
 
     Args:
@@ -203,9 +203,9 @@ def ensure_job_stopped(spec_path: str | os.PathLike[str], *, launch_dag_id: str 
         JobStillRunningError: the lease is held; the message says to stop the job first and
             how (fail the launch task in Airflow, or SIGTERM the process the lease names).
     """
-    from barrierflow.runtime.layout import JobLayout
-    from barrierflow.runtime.lease import job_running
     from barrierflow.spec.loader import load_spec
+    from barrierflow.workdir.layout import JobLayout
+    from barrierflow.workdir.lease import job_running
 
     spec = load_spec(spec_path)
     layout = JobLayout.for_spec(spec)

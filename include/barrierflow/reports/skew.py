@@ -13,7 +13,7 @@ partition ``p`` (``<source>/<partition>``):
 
 Per checkpoint: ``skew_seconds`` = newest minus oldest *known* partition max event time
 (``None`` with fewer than two known partitions), ``max_lag_seconds`` = the largest partition
-lag, ``alignment_ms`` (the barrier's time in the stage, from the manifest).
+lag, ``barrier_batch_ms`` (the barrier's time in the stage, from the manifest).
 
 Idle partitions: partitions whose offset did not advance (``advanced == 0``) in each of the
 newest ``reports.idle_checkpoints`` (K, default 3) checkpoints of the whole timeline.
@@ -27,10 +27,10 @@ The JSON document (``barrierflow skew SPEC --json``, format ``barrierflow-skew-r
 version 1) is also stored in the checkpoint store as ``reports/skew-latest.json`` (replaced by
 every run that found a completed checkpoint)::
 
-    {"format": "barrierflow-skew-report", "format_version": 1, "pipeline": "demo",
+    {"format": "barrierflow-skew-report", "format_version": 2, "pipeline": "demo",
      "storage": "file://...", "generated": "2026-...+00:00", "passed": true, "message": "...",
      "settings": {"max_skew_seconds": 60.0, "max_lag_seconds": null, "idle_checkpoints": 3, "last": null},
-     "checkpoints": [{"checkpoint_id": 7, "completion_time": "...", "alignment_ms": 3.2,
+     "checkpoints": [{"checkpoint_id": 7, "completion_time": "...", "barrier_batch_ms": 3.2,
                       "skew_seconds": 1.0, "max_lag_seconds": 12.5, "unknown_event_time": [],
                       "partitions": [{"partition": "events/0", "source": "events", "offset": 100,
                                       "advanced": 10, "max_event_time": "...", "lag_seconds": 12.5}]}],
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from barrierflow.spec.models import PipelineSpec
 
 SKEW_FORMAT = "barrierflow-skew-report"
-SKEW_VERSION = 1
+SKEW_VERSION = 2  # 2: "alignment_ms" renamed "barrier_batch_ms"
 #: Where the newest report is stored, relative to the checkpoint store's root.
 SKEW_REPORT_KEY = "reports/skew-latest.json"
 NO_CHECKPOINTS = "no completed checkpoints yet"
@@ -110,7 +110,7 @@ class CheckpointSkew:
 
     checkpoint_id: int
     completion_time: datetime
-    alignment_ms: float
+    barrier_batch_ms: float
     partitions: list[PartitionPoint]
 
     @property
@@ -130,7 +130,7 @@ class CheckpointSkew:
 
     def as_dict(self) -> dict[str, Any]:
         return {"checkpoint_id": self.checkpoint_id, "completion_time": self.completion_time.isoformat(),
-                "alignment_ms": self.alignment_ms, "skew_seconds": self.skew_seconds,
+                "barrier_batch_ms": self.barrier_batch_ms, "skew_seconds": self.skew_seconds,
                 "max_lag_seconds": self.max_lag_seconds, "unknown_event_time": self.unknown_event_time,
                 "partitions": [p.as_dict() for p in self.partitions]}
 
@@ -216,7 +216,7 @@ def checkpoint_rows(manifests: list[Manifest]) -> list[CheckpointSkew]:
                 lag = (m.completion_time - event_time).total_seconds() if event_time is not None else None
                 points.append(PartitionPoint(source, partition, None, None, event_time, lag))
         previous = {(p.source, p.partition): p.offset for p in points if p.offset is not None}
-        out.append(CheckpointSkew(m.checkpoint_id, m.completion_time, m.alignment_ms, points))
+        out.append(CheckpointSkew(m.checkpoint_id, m.completion_time, m.barrier_batch_ms, points))
     return out
 
 
@@ -413,7 +413,7 @@ def render_skew_html(report: SkewReport) -> str:
                          for c in report.checks) or "<li>no limits configured (reports.max_skew / max_lag)</li>"
         rows = "".join(
             f"<tr><td>{c.checkpoint_id}</td><td>{esc(c.completion_time.astimezone(UTC).isoformat(timespec='seconds'))}"
-            f"</td><td>{_fmt(c.skew_seconds)}</td><td>{_fmt(c.max_lag_seconds)}</td><td>{c.alignment_ms:g}</td>"
+            f"</td><td>{_fmt(c.skew_seconds)}</td><td>{_fmt(c.max_lag_seconds)}</td><td>{c.barrier_batch_ms:g}</td>"
             f"<td class='unknown'>{esc(', '.join(c.unknown_event_time))}</td></tr>" for c in report.checkpoints)
         newest = report.checkpoints[-1]
         parts = "".join(
@@ -428,7 +428,7 @@ def render_skew_html(report: SkewReport) -> str:
             f"<h2>Idle partitions (no new records in the last {report.settings.idle_checkpoints} checkpoints)</h2>"
             f"<p>{esc(', '.join(report.idle_partitions) or 'none')}</p>"
             "<h2>Checkpoints</h2><table><tr><th>checkpoint</th><th>completed (UTC)</th><th>skew (s)</th>"
-            f"<th>max lag (s)</th><th>alignment (ms)</th><th>unknown event time</th></tr>{rows}</table>"
+            f"<th>max lag (s)</th><th>barrier batch (ms)</th><th>unknown event time</th></tr>{rows}</table>"
             f"<h2>Partitions at checkpoint {newest.checkpoint_id}</h2><table><tr><th>partition</th><th>offset</th>"
             f"<th>advanced</th><th>max event time</th><th>lag (s)</th></tr>{parts}</table>")
     status = "passed" if report.passed else "failed"

@@ -1,4 +1,4 @@
-"""Retention of the job's local work directory (``<work_dir>``, see :mod:`barrierflow.runtime.layout`).
+"""Retention of the job's local work directory (``<work_dir>``, see :mod:`barrierflow.workdir.layout`).
 
 Restores never read the local Spark checkpoint (they materialize it from the checkpoint
 store), so only the running or restarting job needs it: retention may delete exactly what
@@ -70,10 +70,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from barrierflow.checkpointing import spark_log
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.errors import BarrierflowError
-from barrierflow.runtime.layout import JobLayout
+from barrierflow.spark import commit_log, offset_log
+from barrierflow.spark import state_files as spark_state
+from barrierflow.workdir.layout import JobLayout
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,6 @@ MIN_BATCHES_KEY = "spark.sql.streaming.minBatchesToRetain"
 #: Spark's default, and the value barrierflow's sessions always set (runtime/session.py).
 DEFAULT_MIN_BATCHES_TO_RETAIN = 100
 CATEGORIES = ("spark_logs", "spark_state", "replaced", "staging")
-_VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot)$")
 _STAGING = re.compile(r"^chk-(\d+)$")
 
 
@@ -194,8 +194,8 @@ def _with_sidecar(directory: Path, name: str) -> list[LocalFile]:
 def spark_log_files(spark_dir: Path, below: int) -> tuple[list[int], list[int], list[LocalFile]]:
     """Batch ids of ``commits/`` and ``offsets/`` entries ``< below`` and their files (with
     sidecars) in deletion order: per batch ascending, the commit before the offsets."""
-    commits = [b for b in spark_log.committed_batches(spark_dir) if b < below]
-    offsets = [b for b in spark_log.planned_batches(spark_dir) if b < below]
+    commits = [b for b in commit_log.committed_batches(spark_dir) if b < below]
+    offsets = [b for b in offset_log.planned_batches(spark_dir) if b < below]
     files: list[LocalFile] = []
     for batch in sorted(set(commits) | set(offsets)):
         if batch in commits:
@@ -210,11 +210,11 @@ def _state_versions(directory: Path) -> tuple[dict[int, list[str]], set[int], se
     deltas: set[int] = set()
     snapshots: set[int] = set()
     for name in os.listdir(directory):
-        match = _VERSIONED.match(name)
-        if match and (directory / name).is_file():
-            version = int(match.group(1))
+        found = spark_state.versioned(name)
+        if found is not None and (directory / name).is_file():
+            version, kind = found
             names.setdefault(version, []).append(name)
-            (deltas if match.group(2) == "delta" else snapshots).add(version)
+            (deltas if kind == "delta" else snapshots).add(version)
     return names, deltas, snapshots
 
 
@@ -245,7 +245,7 @@ def spark_state_files(spark_dir: Path, latest_committed: int, min_batches: int,
         if key not in bases:
             notes.append(f"{key}: no state base in the reference checkpoints; kept")
             continue
-        if not all(v in deltas for v in range(base_s + 1, loaded + 1)):
+        if not spark_state.chains(base_s, loaded, deltas, snapshots):
             notes.append(f"{key}: deltas {base_s + 1}..{loaded} are not all present; kept")
             continue
         limit = min(base_s, bases[key])
@@ -370,7 +370,7 @@ def _plan_spark_checkpoint(plan: LocalRetentionPlan, spark_dir: Path, references
     if min_batches is None:
         plan.notes.append(f"{MIN_BATCHES_KEY} in the spec is not a positive integer: Spark checkpoint kept")
         return
-    plan.latest_committed = spark_log.latest_committed(spark_dir)
+    plan.latest_committed = commit_log.latest_committed(spark_dir)
     if not references:
         plan.notes.append("no completed checkpoint to build on: Spark checkpoint kept")
         return

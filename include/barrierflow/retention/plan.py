@@ -2,7 +2,7 @@
 
 :func:`retain` is the one function that does it::
 
-    announce the run (_retention/running.json; see barrierflow.retention.fence)
+    announce the run (_retention/running.json; see barrierflow.checkpointing.fence)
     kept      <- savepoints + the completed checkpoints the policy keeps (policy.py)
     delete    every object under chk-<n>/ of the other completed checkpoints (abandoned
               ones included), the manifest first, so an interrupted run leaves an
@@ -16,7 +16,7 @@
               checkpoint older than the oldest kept non-savepoint checkpoint, except the
               savepoints' own, the newest committed one per sink, and committed ones whose
               output lies beyond a kept checkpoint's barrier offsets (a restore of it
-              replays their batches with the output suppressed: recovery/replay.py)
+              replays their batches with the output suppressed: barriers/replay_plan.py)
     delete    reservations of checkpoints that completed, failed or expired (older than
               checkpoint.timeout)
     record the finished run (last.json), withdraw running.json
@@ -43,10 +43,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from barrierflow.checkpointing.fence import begin_run, end_run, reservation_key, reservations
 from barrierflow.checkpointing.manifest import CheckpointKind, FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore, failure_key, manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
-from barrierflow.retention.fence import begin_run, end_run, reservation_key, reservations
 from barrierflow.retention.local import (
     LocalRetentionPlan,
     apply_local_retention,
@@ -54,11 +54,11 @@ from barrierflow.retention.local import (
     plan_local_retention,
 )
 from barrierflow.retention.policy import RetentionPolicy, choose_retained
-from barrierflow.runtime.layout import JobLayout
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.storage import ObjectInfo, ObjectNotFoundError
 from barrierflow.transactions.ledger import TransactionLedger, TxnState, transaction_key
 from barrierflow.verification.report import load_report
+from barrierflow.workdir.layout import JobLayout
 
 log = logging.getLogger(__name__)
 _DIR = re.compile(r"^chk-(\d+)/")
@@ -196,7 +196,7 @@ def _ledger_to_delete(store: CheckpointStore, kept: set[int], savepoints: set[in
     newest committed one per sink, the savepoints' own, and committed ones whose output lies
     beyond a kept checkpoint's barrier offsets (``restore_points``): a restore of that
     checkpoint replays their batches and needs them to suppress the output."""
-    from barrierflow.recovery.replay import output_beyond
+    from barrierflow.barriers.replay_plan import output_beyond
 
     if not kept:
         return []

@@ -52,8 +52,7 @@ def take_savepoint(spec: PipelineSpec, store: CheckpointStore | None = None,
     if not report.passed:
         raise CheckpointCorruptError(f"checkpoint {checkpoint_id} cannot become a savepoint: it fails "
                                      f"verification ({report.reason()})")
-    promoted = manifest.model_copy(update={"kind": CheckpointKind.SAVEPOINT})
-    store.write_manifest(promoted)
+    promoted = store.promote(checkpoint_id, CheckpointKind.SAVEPOINT)
     intact, why = structurally_intact(store, checkpoint_id)
     if not intact:
         raise CheckpointCorruptError(f"savepoint {checkpoint_id} lost files to a concurrent retention run "

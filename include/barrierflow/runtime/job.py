@@ -17,19 +17,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from barrierflow.checkpointing import spark_log
-from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.barriers.control import ControlChannel
+from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import JobFailedError, UserInputError
-from barrierflow.runtime.layout import JobLayout
-from barrierflow.runtime.lease import JobLease
-from barrierflow.sinks.committer import SinkCommitter
-from barrierflow.sources.offsets import SourceOffset
-from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec
+from barrierflow.sources.registry import source_kind
+from barrierflow.spark import commit_log, offset_log
+from barrierflow.spec.models import PipelineSpec
 from barrierflow.storage import ObjectStore
+from barrierflow.transactions.committer import SinkCommitter
 from barrierflow.transforms.context import TransformContext, load_transformation
+from barrierflow.workdir.layout import JobLayout
+from barrierflow.workdir.lease import JobLease
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -112,16 +113,8 @@ class StreamingJob:
                            attempt=self.store.attempt() if attempt is None else attempt)]
 
     def _event_times(self, source_name: str, partitions: dict[str, int]) -> dict[str, datetime | None]:
-        source = self.spec.source
-        if isinstance(source, GeneratorSourceSpec) and source.name == source_name:
-            from barrierflow.sources.generator import GeneratorModel
-
-            model = GeneratorModel(source)
-            return {p: model.max_event_time(int(p), end) for p, end in partitions.items()}
-        from barrierflow.sources.event_times import EventTimeIndex
-
-        index = EventTimeIndex(self.layout.event_time_uri, source_name)
-        return {p: index.max_event_time(p, end) for p, end in partitions.items()}
+        source = self.spec.source  # one source per pipeline: the coordinator asks for it only
+        return source_kind(source).event_times(source, self.layout.event_time_uri, partitions)
 
     def build_query(self) -> StreamingQuery:
         from barrierflow.runtime.session import register_data_sources
@@ -129,9 +122,8 @@ class StreamingJob:
         spark = self.spark
         register_data_sources(spark)
         source = self.spec.source
-        fmt = "barrierflow_generator" if source.type == "generator" else "barrierflow_kafka"
         df = (
-            spark.readStream.format(fmt)
+            spark.readStream.format(source_kind(source).format)
             .option("spec", source.model_dump_json())
             .option("control_dir", str(self.layout.control))
             .option("dead_letter_uri", self.layout.dead_letter_uri(self.spec))
@@ -215,8 +207,8 @@ class StreamingJob:
         self.coordinator = coordinator
         coordinator.start()
         coordinator.trigger_limit = checkpoints
-        start_batch = spark_log.latest_committed(self.layout.spark_checkpoint)
-        start_records = (_total(spark_log.read_offsets(self.layout.spark_checkpoint, start_batch))
+        start_batch = commit_log.latest_committed(self.layout.spark_checkpoint)
+        start_records = (_total(offset_log.read_offsets(self.layout.spark_checkpoint, start_batch))
                          if start_batch is not None else 0)
         started = time.monotonic()
         self.query = self.build_query()
@@ -232,10 +224,10 @@ class StreamingJob:
                 coordinator.tick()
                 if on_tick is not None:
                     on_tick(self)
-                committed = spark_log.latest_committed(self.layout.spark_checkpoint)
+                committed = commit_log.latest_committed(self.layout.spark_checkpoint)
                 if committed is not None and committed != latest_batch:
                     latest_batch = committed
-                    records = _total(spark_log.read_offsets(self.layout.spark_checkpoint, committed)) - start_records
+                    records = _total(offset_log.read_offsets(self.layout.spark_checkpoint, committed)) - start_records
                     last_commit_mono = time.monotonic()
                     if first_batch_mono is None:
                         first_batch_mono, first_batch_records = last_commit_mono, records
@@ -266,9 +258,9 @@ class StreamingJob:
             self._stop_query()
             coordinator.drain(timeout=min(self.spec.checkpoint.timeout, 60.0))
             ended = time.monotonic()
-            final = spark_log.latest_committed(self.layout.spark_checkpoint)
+            final = commit_log.latest_committed(self.layout.spark_checkpoint)
             if final is not None and final != start_batch:
-                final_records = _total(spark_log.read_offsets(self.layout.spark_checkpoint, final)) - start_records
+                final_records = _total(offset_log.read_offsets(self.layout.spark_checkpoint, final)) - start_records
                 if final_records != records:
                     records, last_commit_mono = final_records, ended
                 latest_batch = final
@@ -284,10 +276,10 @@ class StreamingJob:
         return result
 
     def _source_end(self) -> dict[str, int]:
-        source = self.spec.source
-        if not isinstance(source, GeneratorSourceSpec) or source.records_per_partition is None:
+        end = source_kind(self.spec.source).bounded_end(self.spec.source)
+        if end is None:
             raise UserInputError("--until-exhausted needs a bounded source: a generator with records_per_partition")
-        return {str(p): source.records_per_partition for p in range(source.partitions)}
+        return end
 
     def recover_sinks(self, sinks: list[SinkCommitter]) -> None:
         """Before starting: finish what a crashed run left in doubt. Pre-committed epochs
@@ -318,7 +310,7 @@ class StreamingJob:
         from barrierflow.verification.runner import candidate_ids
         from barrierflow.verification.selection import latest_valid
 
-        if spark_log.planned_batches(self.layout.spark_checkpoint):
+        if offset_log.planned_batches(self.layout.spark_checkpoint):
             return
         if not candidate_ids(self.store):
             return

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from barrierflow.sinks.committer import NoCommitter, SinkCommitter
 from barrierflow.spec.models import DiscardSinkSpec, KafkaSinkSpec, ParquetSinkSpec, PipelineSpec, PostgresSinkSpec
+from barrierflow.transactions.committer import NoCommitter, SinkCommitter
 from barrierflow.transactions.ledger import TransactionLedger
 
 if TYPE_CHECKING:
     from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.runtime.layout import JobLayout
+    from barrierflow.workdir.layout import JobLayout
 
 
 def staging_uri_for(spec: PipelineSpec, layout: JobLayout) -> str | None:

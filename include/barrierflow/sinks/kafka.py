@@ -63,9 +63,9 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import SinkError
-from barrierflow.sinks.staging import StagedBatches
 from barrierflow.spec.models import KafkaSinkSpec
 from barrierflow.transactions.ledger import Transaction
+from barrierflow.transactions.staged import StagedBatches
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_crash_point
 
 if TYPE_CHECKING:

@@ -21,9 +21,9 @@ import logging
 from typing import Any
 
 from barrierflow.errors import SinkError
-from barrierflow.sinks.staging import StagedBatches
 from barrierflow.storage import open_store
 from barrierflow.transactions.ledger import Transaction
+from barrierflow.transactions.staged import StagedBatches
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_crash_point
 
 log = logging.getLogger(__name__)

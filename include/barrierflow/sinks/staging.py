@@ -16,7 +16,9 @@ Protocol per micro-batch V:
    ``foreachBatch`` runs again with the same id when Spark replays V, which rewrites the list.
 3. ``abort(messages)`` removes the batch's prefix (failed tasks appear as None in messages).
 
-Sinks then turn staged batches into their external effect per epoch (two-phase commit,
+The layout's names and the driver-side reading of staged batches live in
+:mod:`barrierflow.transactions.staged`, below the sinks. Sinks then turn staged batches into
+their external effect per epoch (two-phase commit,
 :mod:`barrierflow.transactions.two_phase`): publish files, ``COMMIT PREPARED``, produce a Kafka
 transaction. Staged data is deleted only after the batch's transaction committed, or when a
 restore discards batches newer than the restored checkpoint (they will be replayed).
@@ -27,7 +29,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,17 +36,14 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceWriter, WriterCommitMessage
 
+from barrierflow.barriers.control import ControlChannel
 from barrierflow.errors import SinkError
-from barrierflow.storage import ObjectNotFoundError, ObjectStore, open_store
+from barrierflow.faults import crash_point
+from barrierflow.spark import offset_log
+from barrierflow.storage import open_store
+from barrierflow.transactions.staged import MARKER, batch_prefix
 
 log = logging.getLogger(__name__)
-MARKER = "_PRECOMMITTED.json"
-_MARKER = re.compile(r"^batch=(\d+)/_PRECOMMITTED\.json$")
-_BATCH = re.compile(r"^batch=(\d+)/")
-
-
-def batch_prefix(batch_id: int) -> str:
-    return f"batch={batch_id:012d}/"
 
 
 @dataclass
@@ -130,7 +128,7 @@ class BatchStager:
     aggregations). Both produce the same layout.
 
     With ``control_dir`` and ``spark_checkpoint`` given, a batch that replays output already
-    committed (the restore left a replay plan, see :mod:`barrierflow.recovery.replay`) is not
+    committed (the restore left a replay plan, see :mod:`barrierflow.barriers.replay_plan`) is not
     staged: it is evaluated into Spark's ``noop`` sink (the stateful operators must still run
     and commit their state for the batch) and its output is dropped; ``suppressed`` lists it."""
 
@@ -148,26 +146,17 @@ class BatchStager:
         """Whether batch ``batch_id`` re-produces output a sink already committed."""
         if self.control_dir is None or self.spark_checkpoint is None:
             return False
-        from barrierflow.checkpointing import spark_log
-        from barrierflow.checkpointing.control import ControlChannel
-
         plan = ControlChannel(self.control_dir).replay_plan()
         if plan is None:
             return False
+        spark_dir = self.spark_checkpoint
 
         def partitions(batch: int) -> dict[str, int]:
-            try:
-                offsets = spark_log.read_offsets(self.spark_checkpoint, batch)  # type: ignore[arg-type]
-            except FileNotFoundError:
-                return {}
-            first = offsets[0] if offsets else None
-            return {str(p): int(o) for p, o in (first or {}).get("partitions", {}).items()}
+            return offset_log.first_source_partitions(spark_dir, batch) or {}
 
         return plan.covers(partitions(batch_id - 1), partitions(batch_id))
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        from barrierflow.testing.crash import crash_point
-
         crash_point("mid_epoch", batch_id=batch_id)
         if self.replays_committed_output(batch_id):
             df.write.format("noop").mode("overwrite").save()
@@ -179,47 +168,3 @@ class BatchStager:
             return
         (df.write.format("barrierflow_staging").mode("append")
          .option("uri", self.uri).option("batch_id", str(batch_id)).save())
-
-
-class StagedBatches:
-    """Reading and discarding staged micro-batches (driver side)."""
-
-    def __init__(self, uri: str, store: ObjectStore | None = None) -> None:
-        self.uri = uri
-        self.store = store or open_store(uri)
-
-    def batches(self) -> list[int]:
-        """Ids of staged batches with a complete file list, ascending."""
-        return sorted(int(m.group(1)) for o in self.store.list("batch=") if (m := _MARKER.match(o.key)))
-
-    def listing(self, batch_id: int) -> dict[str, Any]:
-        try:
-            return json.loads(self.store.get_bytes(batch_prefix(batch_id) + MARKER))
-        except ObjectNotFoundError:
-            raise SinkError(
-                f"staged batch {batch_id} is gone from {self.store.describe(batch_prefix(batch_id))}; its output "
-                "cannot be produced: restore a checkpoint at or before it"
-            ) from None
-
-    def read(self, batch_id: int) -> Any:
-        """The rows of staged batch ``batch_id`` as a pyarrow Table (None when empty)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        files = self.listing(batch_id)["files"]
-        tables = [pq.read_table(io.BytesIO(self.store.get_bytes(f["key"]))) for f in files]
-        return pa.concat_tables(tables) if tables else None
-
-    def discard(self, batch_id: int) -> None:
-        """Delete a batch's staging prefix, the file list last."""
-        keys = [o.key for o in self.store.list(batch_prefix(batch_id))]
-        self.store.delete_many([k for k in keys if not k.endswith(MARKER)])
-        self.store.delete(batch_prefix(batch_id) + MARKER)
-
-    def discard_after(self, batch_id: int) -> list[int]:
-        """Delete every staged batch newer than ``batch_id``, complete or not; returns their ids."""
-        newer = sorted({int(m.group(1)) for o in self.store.list("batch=")
-                        if (m := _BATCH.match(o.key)) and int(m.group(1)) > batch_id})
-        for batch in newer:
-            self.discard(batch)
-        return newer

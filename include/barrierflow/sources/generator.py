@@ -26,9 +26,9 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from barrierflow.checkpointing.control import ControlChannel
-from barrierflow.sources.offsets import SourceOffset
-from barrierflow.sources.planner import PlanRequest, plan_batch, replay_end
+from barrierflow.barriers.control import ControlChannel, replay_end
+from barrierflow.barriers.offsets import SourceOffset
+from barrierflow.barriers.planner import PlanRequest, plan_batch
 from barrierflow.spec.models import GeneratorSourceSpec
 
 SCHEMA = "partition INT, offset BIGINT, key BIGINT, value BIGINT, event_time TIMESTAMP"

@@ -2,7 +2,7 @@
 
 Offsets. A source partition is the string ``"<topic>:<partition>"`` (Kafka topic names cannot
 contain ``:``); the offset JSON is the common barrierflow format of
-:mod:`barrierflow.sources.offsets`, e.g. ``{"partitions": {"orders:0": 120, "orders:1": 98},
+:mod:`barrierflow.barriers.offsets`, e.g. ``{"partitions": {"orders:0": 120, "orders:1": 98},
 "barrier": 3}``, where each value is the Kafka offset of the next record to read (exclusive
 end of the batch). A batch ``[start, end)`` of a partition holds every record with
 ``start <= offset < end`` that a ``read_committed`` consumer sees; with transactional
@@ -11,7 +11,7 @@ fewer than ``end - start`` rows.
 
 Barriers. ``latestOffset`` asks the broker for the end offsets (the last stable offset under
 ``read_committed``, so no batch is planned into an open transaction) of every partition of
-the spec's topics and hands them to the pure :func:`~barrierflow.sources.planner.plan_batch`
+the spec's topics and hands them to the pure :func:`~barrierflow.barriers.planner.plan_batch`
 with the barrier request and the hold flag of the :class:`ControlChannel`. A batch whose
 plan carries a newer barrier ``n`` closes epoch ``n``; the decision is written into Spark's
 offset log, so a replayed batch replays the same barrier at the same offsets.
@@ -55,10 +55,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from barrierflow.checkpointing.control import ControlChannel
+from barrierflow.barriers.control import ControlChannel, replay_end
+from barrierflow.barriers.offsets import SourceOffset
+from barrierflow.barriers.planner import PlanRequest, plan_batch
 from barrierflow.errors import SourceError, UserInputError
-from barrierflow.sources.offsets import SourceOffset
-from barrierflow.sources.planner import PlanRequest, plan_batch, replay_end
 from barrierflow.spec.models import KafkaSourceSpec
 
 if TYPE_CHECKING:

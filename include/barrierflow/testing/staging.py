@@ -7,8 +7,8 @@ import io
 import json
 from typing import Any
 
-from barrierflow.sinks.staging import MARKER, batch_prefix
 from barrierflow.storage import open_store
+from barrierflow.transactions.staged import MARKER, batch_prefix
 
 
 def stage_batch(uri: str, batch_id: int, table: Any, files: int = 1) -> None:

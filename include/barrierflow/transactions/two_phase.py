@@ -3,7 +3,7 @@
 Subclasses implement the external effect of one transaction; the fixed entry points below
 drive them and keep the ledger (:mod:`barrierflow.transactions.ledger`) in step:
 
-* :meth:`snapshot` — at the barrier of checkpoint n (asynchronous phase, before the
+* :meth:`pre_commit_epoch` — at the barrier of checkpoint n (asynchronous phase, before the
   manifest). Step 1: abort transactions of failed checkpoints still open, releasing their
   batches. Step 2: collect the staged batches <= V_n that no live transaction holds; record
   the transaction OPEN with each batch's end offsets (for a faithful replay after a restore
@@ -41,10 +41,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from barrierflow.sinks.committer import SinkCommitter
-from barrierflow.sinks.staging import StagedBatches
-from barrierflow.testing.crash import crash_point
+from barrierflow.faults import crash_point
+from barrierflow.spark import offset_log
+from barrierflow.transactions.committer import SinkCommitter
 from barrierflow.transactions.ledger import Transaction, TransactionLedger, TxnState
+from barrierflow.transactions.staged import StagedBatches
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
         return None
 
     # -- fixed entry points -------------------------------------------------------------
-    def snapshot(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]:
+    def pre_commit_epoch(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]:
         txns = self.ledger.list(self.name)
         for txn in txns:  # Step 1.
             if txn.state is TxnState.OPEN and txn.checkpoint_id < checkpoint_id:
@@ -137,16 +138,12 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
         """End offsets of ``batches`` from the local Spark offset log (the first source's)."""
         if self.spark_checkpoint is None:
             return {}
-        from barrierflow.checkpointing import spark_log
-
         ends: dict[int, dict[str, int]] = {}
         for batch in batches:
-            try:
-                offsets = spark_log.read_offsets(self.spark_checkpoint, batch)
-            except FileNotFoundError:
-                continue  # purged by Spark: the epoch can still commit, only not be replayed
-            if offsets and offsets[0] is not None:
-                ends[batch] = {str(p): int(o) for p, o in offsets[0].get("partitions", {}).items()}
+            # None: purged by Spark (the epoch can still commit, only not be replayed)
+            end = offset_log.first_source_partitions(self.spark_checkpoint, batch)
+            if end is not None:
+                ends[batch] = end
         return ends
 
     def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None:

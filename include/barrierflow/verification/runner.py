@@ -17,10 +17,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from barrierflow.checkpointing.fence import reservations
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.store import CheckpointStore, manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, SourceError, UserInputError
-from barrierflow.retention.fence import reservations
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.verification.report import VerificationReport, store_report
@@ -102,7 +102,7 @@ def verify_checkpoints(
     and a checkpoint that failed because a retention run deleted it meanwhile (its manifest
     was read but is gone now, or nothing of it is left) is left out (logged), not reported
     as damaged."""
-    from barrierflow.retention.fence import RetentionFence
+    from barrierflow.checkpointing.fence import RetentionFence
 
     RetentionFence(store.objects, poll=0.5).cross()
     starts: RetainedStarts | SourceError | None = None

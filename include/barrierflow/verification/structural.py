@@ -27,10 +27,10 @@ import json
 import logging
 from typing import Any
 
+from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.store import CheckpointStore, manifest_key, shared_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, SourceError
-from barrierflow.sources.offsets import SourceOffset
 from barrierflow.storage import ObjectNotFoundError
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.verification.report import CheckResult

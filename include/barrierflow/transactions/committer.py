@@ -3,9 +3,9 @@
 A sink's Spark writer stages each micro-batch durably but invisibly; its committer, living
 in the driver next to the checkpoint coordinator, is called on one ordered thread:
 
-* :meth:`SinkCommitter.snapshot` in the asynchronous phase of checkpoint n (barrier batch V),
-  before the manifest is written: pre-commit the epoch; returns the handles that let any
-  process finish it, stored in the manifest.
+* :meth:`SinkCommitter.pre_commit_epoch` in the asynchronous phase of checkpoint n (barrier
+  batch V), before the manifest is written: pre-commit the epoch (2PC phase one); returns the
+  handles that let any process finish it, stored in the manifest.
 * :meth:`SinkCommitter.notify_checkpoint_complete` after the manifest of n is stored: make
   every pre-committed epoch <= n visible. Must be idempotent (a repeat is a no-op).
 * :meth:`SinkCommitter.notify_checkpoint_aborted` when checkpoint n failed.
@@ -18,10 +18,12 @@ from typing import Any
 
 
 class SinkCommitter(abc.ABC):
+    """The interface the checkpoint coordinator calls; see the module docstring."""
+
     name: str
 
     @abc.abstractmethod
-    def snapshot(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]: ...
+    def pre_commit_epoch(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]: ...
 
     @abc.abstractmethod
     def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None: ...
@@ -36,7 +38,7 @@ class NoCommitter(SinkCommitter):
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def snapshot(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]:
+    def pre_commit_epoch(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]:
         return []
 
     def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None:

@@ -6,10 +6,10 @@ in a separate long-lived Python worker on the driver host. They share a director
 * ``barrier-request.json`` — ``{"checkpoint_id": n, "requested_at": ISO-8601}``, the newest
   checkpoint the coordinator wants a barrier for. Written atomically (temp + rename). The
   planner injects barrier n into the next batch if n is newer than the sticky barrier in the
-  batch's start offset (see :mod:`barrierflow.sources.offsets`).
+  batch's start offset (see :mod:`barrierflow.barriers.offsets`).
 * ``hold`` — while this file exists the planner admits no new data (used by the synchronous
   snapshot baseline, where processing waits for the upload).
-* ``replay.json`` — the :class:`~barrierflow.recovery.replay.ReplayPlan` a restore leaves when
+* ``replay.json`` — the :class:`~barrierflow.barriers.replay_plan.ReplayPlan` a restore leaves when
   committed epochs must be replayed with their output suppressed. Written by ``restore``
   only; :meth:`ControlChannel.reset` keeps it (it belongs to the restored state).
 
@@ -24,13 +24,15 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from barrierflow.recovery.replay import ReplayPlan
+from barrierflow.barriers.offsets import SourceOffset
+from barrierflow.barriers.replay_plan import ReplayPlan
+from barrierflow.errors import CheckpointCorruptError
 
 
 class ControlChannel:
+    """The shared directory between the coordinator and the planner; see the module docstring."""
+
     REQUEST = "barrier-request.json"
     HOLD = "hold"
     REPLAY = "replay.json"
@@ -81,17 +83,20 @@ class ControlChannel:
 
     def replay_plan(self) -> ReplayPlan | None:
         """The replay plan a restore left, or None."""
-        from barrierflow.recovery.replay import ReplayPlan
-
         path = self.directory / self.REPLAY
         try:
             return ReplayPlan.from_json(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            from barrierflow.errors import CheckpointCorruptError
-
             raise CheckpointCorruptError(
                 f"the replay plan {path} is unreadable ({exc}); it was written by 'barrierflow restore': "
                 "stop the job and run the restore again (the same checkpoint) to rewrite it"
             ) from None
+
+
+def replay_end(control: ControlChannel, start: SourceOffset) -> dict[str, int] | None:
+    """The recorded end of the batch beginning at ``start`` while a replay plan is active
+    (the planner's ``PlanRequest.replay_end``); None when there is no plan or it is over."""
+    plan = control.replay_plan()
+    return plan.next_end(start.partitions) if plan is not None else None

@@ -10,7 +10,7 @@ Rules, in order:
 2. **Advance**: each partition moves to ``min(available, start + max_records_per_partition)``
    and never backwards; paused partitions (watermark alignment) stay put.
    During a replay of committed epochs after a restore (``replay_end`` given; see
-   :mod:`barrierflow.recovery.replay`) the batch ends exactly at the recorded end offsets
+   :mod:`barrierflow.barriers.replay_plan`) the batch ends exactly at the recorded end offsets
    instead, whatever is available and whatever the batch size limit.
 3. **Barrier**: if a checkpoint ``n`` newer than the last injected barrier is requested, this
    batch closes epoch ``n``: the plan carries ``barrier = n``. A batch is never planned
@@ -23,8 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from barrierflow.checkpointing.control import ControlChannel
-from barrierflow.sources.offsets import SourceOffset
+from barrierflow.barriers.offsets import SourceOffset
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,3 @@ def _with_barrier(request: PlanRequest, end: dict[str, int]) -> BatchPlan:
     barrier = request.requested_barrier if inject else start.barrier
     return BatchPlan(SourceOffset(end, barrier, dict(start.extra)), injects_barrier=inject)
 
-
-def replay_end(control: ControlChannel, start: SourceOffset) -> dict[str, int] | None:
-    """The recorded end of the batch beginning at ``start`` while a replay plan is active."""
-    plan = control.replay_plan()
-    return plan.next_end(start.partitions) if plan is not None else None

@@ -1,0 +1,85 @@
+"""The source registry: what the job runtime needs to know about each kind of source.
+
+One :class:`SourceKind` per ``source.type`` of the spec: the Spark data source format that
+reads it, how to look up the newest event time up to an offset per partition (for the
+manifest's ``max_event_time``), and where a bounded source ends (for ``--until-exhausted``).
+The runtime asks :func:`source_kind` and never branches on the source type, so a new source
+(e.g. a Kafka barrier source for a downstream stage) is added here and in its own module.
+
+Every function imports its source module lazily: looking a kind up does not load pyspark or
+kafka-python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from barrierflow.errors import SpecError
+from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
+
+AnySourceSpec = GeneratorSourceSpec | KafkaSourceSpec
+#: (source spec, event-time store URI, partition -> end offset) -> partition -> newest event time
+EventTimeLookup = Callable[[AnySourceSpec, str, Mapping[str, int]], dict[str, datetime | None]]
+#: source spec -> partition -> end offset when the source is bounded, else None
+BoundedEnd = Callable[[AnySourceSpec], dict[str, int] | None]
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """How the runtime handles one ``source.type``."""
+
+    type: str
+    format: str
+    event_times: EventTimeLookup
+    bounded_end: BoundedEnd
+
+
+def _recorded_event_times(source: AnySourceSpec, event_time_uri: str,
+                          partitions: Mapping[str, int]) -> dict[str, datetime | None]:
+    """Event times the executors recorded per range read (see :mod:`.event_times`)."""
+    from barrierflow.sources.event_times import EventTimeIndex
+
+    index = EventTimeIndex(event_time_uri, source.name)
+    return {p: index.max_event_time(p, end) for p, end in partitions.items()}
+
+
+def _generator_event_times(source: AnySourceSpec, event_time_uri: str,
+                           partitions: Mapping[str, int]) -> dict[str, datetime | None]:
+    """The generator computes its event times from the offset (deterministic model)."""
+    from barrierflow.sources.generator import GeneratorModel
+
+    assert isinstance(source, GeneratorSourceSpec)
+    model = GeneratorModel(source)
+    return {p: model.max_event_time(int(p), end) for p, end in partitions.items()}
+
+
+def _generator_end(source: AnySourceSpec) -> dict[str, int] | None:
+    assert isinstance(source, GeneratorSourceSpec)
+    if source.records_per_partition is None:
+        return None
+    return {str(p): source.records_per_partition for p in range(source.partitions)}
+
+
+def _unbounded(source: AnySourceSpec) -> dict[str, int] | None:
+    return None
+
+
+_KINDS: dict[str, SourceKind] = {
+    "generator": SourceKind("generator", "barrierflow_generator", _generator_event_times, _generator_end),
+    "kafka": SourceKind("kafka", "barrierflow_kafka", _recorded_event_times, _unbounded),
+}
+
+
+def source_kind(source: AnySourceSpec) -> SourceKind:
+    """The registered kind of ``source`` (by its ``type``)."""
+    try:
+        return _KINDS[source.type]
+    except KeyError:
+        raise SpecError("<spec>", [("sources.type", f"unknown source type {source.type!r}; "
+                                                    f"known: {sorted(_KINDS)}")]) from None
+
+
+def registered_types() -> list[str]:
+    return sorted(_KINDS)

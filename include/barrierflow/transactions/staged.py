@@ -1,0 +1,75 @@
+"""Staged micro-batches as the two-phase-commit template sees them (driver side).
+
+The Spark side (:mod:`barrierflow.sinks.staging`) writes each micro-batch V under a staging
+URI, invisible to readers, the file list last::
+
+    batch=<V:012d>/<task:05d>-<uuid>.parquet   one file per task
+    batch=<V:012d>/_PRECOMMITTED.json          the batch's file list, written last
+
+A batch is *staged* exactly when its file list exists. :class:`StagedBatches` lists, reads
+and discards staged batches; a transaction (:mod:`barrierflow.transactions.two_phase`) takes
+the staged batches of an epoch and deletes them only after it committed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from typing import Any
+
+from barrierflow.errors import SinkError
+from barrierflow.storage import ObjectNotFoundError, ObjectStore, open_store
+
+MARKER = "_PRECOMMITTED.json"
+_MARKER = re.compile(r"^batch=(\d+)/_PRECOMMITTED\.json$")
+_BATCH = re.compile(r"^batch=(\d+)/")
+
+
+def batch_prefix(batch_id: int) -> str:
+    """The staging prefix of micro-batch ``batch_id``."""
+    return f"batch={batch_id:012d}/"
+
+
+class StagedBatches:
+    """Reading and discarding staged micro-batches (driver side)."""
+
+    def __init__(self, uri: str, store: ObjectStore | None = None) -> None:
+        self.uri = uri
+        self.store = store or open_store(uri)
+
+    def batches(self) -> list[int]:
+        """Ids of staged batches with a complete file list, ascending."""
+        return sorted(int(m.group(1)) for o in self.store.list("batch=") if (m := _MARKER.match(o.key)))
+
+    def listing(self, batch_id: int) -> dict[str, Any]:
+        try:
+            return json.loads(self.store.get_bytes(batch_prefix(batch_id) + MARKER))
+        except ObjectNotFoundError:
+            raise SinkError(
+                f"staged batch {batch_id} is gone from {self.store.describe(batch_prefix(batch_id))}; its output "
+                "cannot be produced: restore a checkpoint at or before it"
+            ) from None
+
+    def read(self, batch_id: int) -> Any:
+        """The rows of staged batch ``batch_id`` as a pyarrow Table (None when empty)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        files = self.listing(batch_id)["files"]
+        tables = [pq.read_table(io.BytesIO(self.store.get_bytes(f["key"]))) for f in files]
+        return pa.concat_tables(tables) if tables else None
+
+    def discard(self, batch_id: int) -> None:
+        """Delete a batch's staging prefix, the file list last."""
+        keys = [o.key for o in self.store.list(batch_prefix(batch_id))]
+        self.store.delete_many([k for k in keys if not k.endswith(MARKER)])
+        self.store.delete(batch_prefix(batch_id) + MARKER)
+
+    def discard_after(self, batch_id: int) -> list[int]:
+        """Delete every staged batch newer than ``batch_id``, complete or not; returns their ids."""
+        newer = sorted({int(m.group(1)) for o in self.store.list("batch=")
+                        if (m := _BATCH.match(o.key)) and int(m.group(1)) > batch_id})
+        for batch in newer:
+            self.discard(batch)
+        return newer
