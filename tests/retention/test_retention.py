@@ -10,9 +10,9 @@ from pathlib import Path
 
 from barrierflow.checkpointing.fence import RUNNING_KEY, RetentionFence, begin_run, end_run
 from barrierflow.checkpointing.manifest import CheckpointKind
+from barrierflow.checkpointing.materialize import materialize_checkpoint
 from barrierflow.checkpointing.store import shared_key
 from barrierflow.cli.main import main
-from barrierflow.recovery.materialize import materialize_checkpoint
 from barrierflow.retention.plan import retain
 from barrierflow.retention.policy import RetentionPolicy, choose_retained
 from barrierflow.retention.savepoint import take_savepoint

@@ -107,3 +107,23 @@ def test_cli_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(DEMO), "--checkpoints", "zero"]) == 2
     assert main(["run", str(DEMO), "--duration", "-4"]) == 2
     assert "--duration" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("mode", "unaligned", "'unaligned' is not implemented yet"),
+    ("alignment_timeout", "5s", "alignment timeout is not implemented yet"),
+])
+def test_settings_not_implemented_are_refused_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         field: str, value: str, says: str) -> None:
+    data = spec_dict(tmp_path)
+    data["checkpoint"][field] = value
+    err = _problems(tmp_path, data)
+    assert [f for f, _ in err.problems] == [f"checkpoint.{field}"] and says in str(err)
+    assert main(["checkpoints", "list", str(write_spec(tmp_path, data))]) == 2
+    assert f"checkpoint.{field}" in capsys.readouterr().err
+
+
+def test_the_implemented_values_are_accepted(tmp_path: Path) -> None:
+    data = spec_dict(tmp_path)
+    data["checkpoint"].update({"mode": "aligned", "alignment_timeout": "0s"})
+    assert load_spec(write_spec(tmp_path, data)).checkpoint.mode == "aligned"

@@ -69,5 +69,5 @@ def _with_barrier(request: PlanRequest, end: dict[str, int]) -> BatchPlan:
     start = request.start
     inject = request.requested_barrier > start.barrier
     barrier = request.requested_barrier if inject else start.barrier
-    return BatchPlan(SourceOffset(end, barrier, dict(start.extra)), injects_barrier=inject)
+    return BatchPlan(SourceOffset(end, barrier, dict(start.extra), start.attempt), injects_barrier=inject)
 

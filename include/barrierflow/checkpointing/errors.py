@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import enum
 
 from barrierflow.errors import BarrierflowError, CheckpointError
-
-if TYPE_CHECKING:
-    from barrierflow.checkpointing.lifecycle import CheckpointState
 
 
 class SinkCommitFailedError(BarrierflowError):
@@ -24,11 +21,11 @@ class CheckpointLifecycleError(CheckpointError):
 
     Attributes:
         checkpoint_id: the checkpoint.
-        current: its state.
+        current: its state (a :class:`~barrierflow.checkpointing.lifecycle.CheckpointState`).
         target: the state asked for.
     """
 
-    def __init__(self, checkpoint_id: int, current: CheckpointState, target: CheckpointState) -> None:
+    def __init__(self, checkpoint_id: int, current: enum.Enum, target: enum.Enum) -> None:
         self.checkpoint_id = checkpoint_id
         self.current = current
         self.target = target

@@ -25,9 +25,9 @@ from typing import Any
 
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.replay_plan import ReplayImpossibleError, ReplayPlan
+from barrierflow.checkpointing.materialize import materialize_checkpoint
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, UserInputError
-from barrierflow.recovery.materialize import materialize_checkpoint
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.transactions.two_phase import Decision, TwoPhaseCommitSink

@@ -79,7 +79,7 @@ from barrierflow.workdir.layout import JobLayout
 log = logging.getLogger(__name__)
 
 MIN_BATCHES_KEY = "spark.sql.streaming.minBatchesToRetain"
-#: Spark's default, and the value barrierflow's sessions always set (runtime/session.py).
+#: Spark's default, and the value barrierflow's sessions always set (barrierflow.spark.session).
 DEFAULT_MIN_BATCHES_TO_RETAIN = 100
 CATEGORIES = ("spark_logs", "spark_state", "replaced", "staging")
 _STAGING = re.compile(r"^chk-(\d+)$")

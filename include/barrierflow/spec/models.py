@@ -178,6 +178,25 @@ class CheckpointSpec(_Strict):
     def _durations(cls, value: Any) -> float:
         return parse_duration_seconds(value)
 
+    # Settings named after Flink's that barrierflow does not implement yet are refused rather
+    # than silently ignored; the issue that implements them (pipelines of several stages)
+    # lifts these checks.
+    @field_validator("mode")
+    @classmethod
+    def _implemented_mode(cls, value: CheckpointMode) -> CheckpointMode:
+        if value is not CheckpointMode.ALIGNED:
+            raise ValueError(f"{value.value!r} is not implemented yet: single-stage pipelines are always aligned "
+                             "(all partitions are cut at one batch boundary); remove the setting or use 'aligned'")
+        return value
+
+    @field_validator("alignment_timeout")
+    @classmethod
+    def _implemented_alignment_timeout(cls, value: float) -> float:
+        if value != 0.0:
+            raise ValueError("an alignment timeout is not implemented yet: single-stage pipelines never wait for "
+                             "alignment; remove the setting or set it to 0s")
+        return value
+
     @model_validator(mode="after")
     def _positive(self) -> CheckpointSpec:
         if self.interval <= 0:

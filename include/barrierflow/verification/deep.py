@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.checkpointing.manifest import Manifest
+from barrierflow.checkpointing.materialize import materialize_checkpoint
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, StorageError, UserInputError
-from barrierflow.recovery.materialize import materialize_checkpoint
 from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.verification.report import CheckResult
@@ -182,7 +182,7 @@ def deep_checks(spec: PipelineSpec, store: CheckpointStore, manifest: Manifest, 
             return [CheckResult.fail("materialize", str(exc))]
         checks = [CheckResult.ok("materialize", f"{done.files} files, {done.bytes} bytes restored into scratch")]
         if spark is None:
-            from barrierflow.runtime.session import build_session
+            from barrierflow.spark.session import build_session
 
             spark = build_session(spec.spark, app_name=f"barrierflow-verify-{spec.name}")
         try:  # Step 2.
