@@ -3,7 +3,8 @@
 * `barrierflow_pipeline__<name>` (triggered, no schedule): `launch` runs the long-running
   streaming job with `spark-submit jobs/run_pipeline.py --spec <spec>` on the `spark_default`
   connection, with the spec's `spark.conf`. When the job ends cleanly, `supervise` checks it
-  left a recent completed checkpoint. `max_active_runs=1`: a pipeline never runs twice.
+  left a recent completed checkpoint (3 checkpoint intervals plus a minute for the task to be
+  scheduled). `max_active_runs=1`: a pipeline never runs twice.
 * `barrierflow_supervise__<name>` (every 5 minutes): `supervise` fails with a clear message when
   the pipeline has no completed checkpoint or its latest one is older than the param
   `max_checkpoint_age_seconds` (default: 3 checkpoint intervals), i.e. the job is dead, stuck,
@@ -346,9 +347,14 @@ def _barrierflow_dag(
     )
 
 
-def _max_age_param(checkpoint_interval: float) -> Param:
+#: The launch DAG checks the checkpoint age after the job ended: allow this much for the check
+#: task to be scheduled once the job has stopped.
+AFTER_JOB_SCHEDULING_SLACK_SECONDS = 60.0
+
+
+def _max_age_param(checkpoint_interval: float, slack: float = 0.0) -> Param:
     return Param(
-        max(1.0, 3 * checkpoint_interval),
+        max(1.0, 3 * checkpoint_interval) + slack,
         type="number",
         minimum=1,
         description="Fail when the latest completed checkpoint is older than this many seconds.",
@@ -388,7 +394,8 @@ def _launch_params(entry: DiscoveredPipeline) -> dict[str, Param]:
     assert entry.spec is not None
     bounded = getattr(entry.spec.sources[0], "records_per_partition", None) is not None
     return {
-        "max_checkpoint_age_seconds": _max_age_param(entry.spec.checkpoint.interval),
+        "max_checkpoint_age_seconds": _max_age_param(entry.spec.checkpoint.interval,
+                                                     AFTER_JOB_SCHEDULING_SLACK_SECONDS),
         "until_exhausted": Param(
             bounded, type="boolean",
             description="Stop the job once a bounded source is exhausted and everything is committed "
