@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,14 @@ def failure_free_rows(spark: Any, tmp: Path) -> list[tuple[Any, ...]]:
 def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_once(
     spark: Any, tmp_path: Path
 ) -> None:
+    started = time.monotonic()
+    phases: list[tuple[str, float]] = []
+
+    def phase(name: str) -> None:
+        phases.append((name, time.monotonic() - started))
+
     reference = failure_free_rows(spark, tmp_path / "reference")
+    phase("failure-free reference")
 
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir()
@@ -76,12 +84,14 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
     with server:
         server.wait_for(lambda: server.api("GET", f"/dags/{RECOVER}").status_code == 200, 120,
                         "the pipeline's DAGs to be parsed")
+        phase("airflow up, DAGs parsed")
         assert server.api("GET", "/connections/spark_default").status_code == 404  # a fresh install
 
         # 1. Launch through the REST API; wait for two completed checkpoints.
         first = server.trigger(LAUNCH)
         server.wait_for(lambda: len(store.completed()) >= 2, 300, "two completed checkpoints of the first attempt")
         assert server.run_state(LAUNCH, first) == "running"
+        phase("launched, 2 checkpoints")
 
         # 2. Kill the driver (the lease names it).
         driver = int(yaml.safe_load(lease.read_text(encoding="utf-8"))["pid"])
@@ -90,10 +100,12 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
         killed = server.task_instance(LAUNCH, first, "launch")
         assert killed["state"] == "failed" and killed["try_number"] == 1  # not up_for_retry: never retried
         before = {m.checkpoint_id for m in store.completed()}
+        phase("driver killed, launch failed")
 
         # 3. Recover through the REST API.
         recovery = server.trigger(RECOVER, {"checkpoint": "latest-valid", "restart": True, "wait_seconds": 400})
         assert server.wait_for_run(RECOVER, recovery, 600) == "success", server.logs()
+        phase("recovery succeeded")
         report = server.xcom(RECOVER, recovery, "report")
         assert report["attempt"] == 1 and report["restarted"] is True
         assert report["checkpoint_id"] in before and report["first_checkpoint_id"] not in before
@@ -105,6 +117,8 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
 
         # 4. The restarted job runs to the end of the bounded source.
         assert server.wait_for_run(LAUNCH, restarts[0]["dag_run_id"], 600) == "success", server.logs()
+        phase("restarted job ran to the end")
+    print("REST recovery timeline (s): " + ", ".join(f"{name} {t:.1f}" for name, t in phases))
 
     new_attempt = [m for m in store.completed() if m.attempt == 1]
     assert new_attempt and new_attempt[0].checkpoint_id == report["first_checkpoint_id"]
