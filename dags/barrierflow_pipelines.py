@@ -3,7 +3,8 @@
 * `barrierflow_pipeline__<name>` (triggered, no schedule): `launch` runs the long-running
   streaming job with `spark-submit jobs/run_pipeline.py --spec <spec>` on the `spark_default`
   connection, with the spec's `spark.conf`. When the job ends cleanly, `supervise` checks it
-  left a recent completed checkpoint. `max_active_runs=1`: a pipeline never runs twice.
+  left a recent completed checkpoint (3 checkpoint intervals plus a minute for the task to be
+  scheduled). `max_active_runs=1`: a pipeline never runs twice.
 * `barrierflow_supervise__<name>` (every 5 minutes): `supervise` fails with a clear message when
   the pipeline has no completed checkpoint or its latest one is older than the param
   `max_checkpoint_age_seconds` (default: 3 checkpoint intervals), i.e. the job is dead, stuck,
@@ -69,9 +70,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, BaseSensorOperator, Param, PokeReturnValue, TriggerRule, dag, task
+from barrierflow.airflow_launch import PipelineSubmitOperator
 from barrierflow.airflow_support import DiscoveredPipeline, dag_id_for, discover_pipelines, verification_schedule
 from barrierflow.recovery.runbook import DEFAULT_PARAMS as RECOVER_DEFAULTS
 
@@ -88,8 +89,11 @@ SUPERVISE_SCHEDULE = timedelta(minutes=5)
 RETAIN_SCHEDULE = timedelta(minutes=15)
 RECONCILE_SCHEDULE = timedelta(minutes=30)
 SKEW_SCHEDULE = timedelta(hours=1)
-#: How often the recovery's sensor looks for the first checkpoint of the restarted job.
-FIRST_CHECKPOINT_POKE_SECONDS = 30
+#: How often the recovery's sensor looks for the first checkpoint of the restarted job
+#: (`BARRIERFLOW_RECOVERY_POKE_SECONDS`, default 30).
+FIRST_CHECKPOINT_POKE_SECONDS = float(os.environ.get("BARRIERFLOW_RECOVERY_POKE_SECONDS") or 30)
+#: The Airflow connection of the Spark master; without it the launch uses the spec's `spark.master`.
+SPARK_CONN_ID = os.environ.get("BARRIERFLOW_SPARK_CONN_ID") or "spark_default"
 
 log = logging.getLogger(__name__)
 
@@ -203,19 +207,25 @@ def check_params_and_job(spec_path: str, barrierflow_home: str, launch_dag_id: s
     Fails at once (AirflowFailException, no retry) on a bad param, naming it, its value and what
     is allowed, and while the job holds its lease, saying how to stop it."""
     from airflow.sdk import get_current_context
+    from barrierflow.recovery.restart_guard import mark_recovery
     from barrierflow.recovery.runbook import ensure_job_stopped, validate_recovery_params
 
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
+    context = get_current_context()
     with _fail_on_bad_input():
-        params = validate_recovery_params(get_current_context()["params"])
+        params = validate_recovery_params(context["params"])
         log.info("%s", ensure_job_stopped(spec_path, launch_dag_id=launch_dag_id))
+    # Names this run to a launch that the guard refuses while it is active (restart_guard.py).
+    marker = mark_recovery(spec_path, context["dag"].dag_id, context["run_id"])
+    log.info("recovery %s owns the restart of the job until it ends", marker.describe())
     log.info("recovery params: %s", json.dumps(params.as_dict()))
     return params.as_dict()
 
 
 @task(task_id="choose_checkpoint")
-def choose_checkpoint(spec_path: str, barrierflow_home: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Resolve the param `checkpoint` (validated `params`) to a checkpoint id; returns
+def choose_checkpoint(spec_path: str, barrierflow_home: str, recovery: dict[str, Any]) -> dict[str, Any]:
+    """Resolve the param `checkpoint` (`recovery`: the params `check_params_and_job` validated,
+    from XCom; not named `params`, which Airflow reserves for the context) to a checkpoint id; returns
     `{"requested", "checkpoint_id", "skipped": [{"checkpoint_id", "reason"}], "verification"}`.
 
     Fails at once, naming the checkpoint and each failed check, when "latest" or the id does
@@ -225,7 +235,7 @@ def choose_checkpoint(spec_path: str, barrierflow_home: str, params: dict[str, A
 
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
     with _fail_on_bad_input():
-        choice = choose(spec_path, validate_recovery_params(params).checkpoint)
+        choice = choose(spec_path, validate_recovery_params(recovery).checkpoint)
     for skipped, why in choice.skipped:
         log.warning("skipped checkpoint %d: %s", skipped, why)
     log.info("chose checkpoint %d (checkpoint=%r): %s", choice.checkpoint_id, choice.requested, choice.verification)
@@ -233,7 +243,7 @@ def choose_checkpoint(spec_path: str, barrierflow_home: str, params: dict[str, A
 
 
 @task(task_id="restore")
-def restore(spec_path: str, barrierflow_home: str, params: dict[str, Any], choice: dict[str, Any]
+def restore(spec_path: str, barrierflow_home: str, recovery: dict[str, Any], choice: dict[str, Any]
             ) -> dict[str, Any]:
     """Restore the chosen checkpoint (`barrierflow restore`, reconciling the sinks); returns the
     restore report (`attempt`: the new attempt). A DuplicateOutputError, a running job or a
@@ -246,7 +256,7 @@ def restore(spec_path: str, barrierflow_home: str, params: dict[str, Any], choic
     with _fail_on_bad_input():
         try:
             report = restore_checkpoint(spec_path, int(choice["checkpoint_id"]),
-                                        accept_duplicates=validate_recovery_params(params).accept_duplicates)
+                                        accept_duplicates=validate_recovery_params(recovery).accept_duplicates)
         except DuplicateOutputError as exc:
             raise AirflowFailException(f"{exc}. With this DAG: trigger it again with checkpoint='latest', or with "
                                        "accept_duplicates=true to write that output again") from exc
@@ -300,12 +310,12 @@ class FirstCheckpointSensor(BaseSensorOperator):
 
 
 @task(task_id="report", trigger_rule=TriggerRule.NONE_FAILED)
-def report(params: dict[str, Any], choice: dict[str, Any], restore_report: dict[str, Any],
+def report(recovery: dict[str, Any], choice: dict[str, Any], restore_report: dict[str, Any],
            first_checkpoint_id: int | None) -> dict[str, Any]:
     """Log and return the recovery summary (runs when restart and the wait were skipped too)."""
     from barrierflow.recovery.runbook import recovery_summary, validate_recovery_params
 
-    summary = recovery_summary(choice, restore_report, restarted=validate_recovery_params(params).restart,
+    summary = recovery_summary(choice, restore_report, restarted=validate_recovery_params(recovery).restart,
                                first_checkpoint_id=first_checkpoint_id)
     for line in summary["message"].splitlines():
         log.info("%s", line)
@@ -337,9 +347,14 @@ def _barrierflow_dag(
     )
 
 
-def _max_age_param(checkpoint_interval: float) -> Param:
+#: The launch DAG checks the checkpoint age after the job ended: allow this much for the check
+#: task to be scheduled once the job has stopped.
+AFTER_JOB_SCHEDULING_SLACK_SECONDS = 60.0
+
+
+def _max_age_param(checkpoint_interval: float, slack: float = 0.0) -> Param:
     return Param(
-        max(1.0, 3 * checkpoint_interval),
+        max(1.0, 3 * checkpoint_interval) + slack,
         type="number",
         minimum=1,
         description="Fail when the latest completed checkpoint is older than this many seconds.",
@@ -375,23 +390,41 @@ def _recover_params() -> dict[str, Param]:
     }
 
 
+def _launch_params(entry: DiscoveredPipeline) -> dict[str, Param]:
+    assert entry.spec is not None
+    bounded = getattr(entry.spec.sources[0], "records_per_partition", None) is not None
+    return {
+        "max_checkpoint_age_seconds": _max_age_param(entry.spec.checkpoint.interval,
+                                                     AFTER_JOB_SCHEDULING_SLACK_SECONDS),
+        "until_exhausted": Param(
+            bounded, type="boolean",
+            description="Stop the job once a bounded source is exhausted and everything is committed "
+                        "(default: true exactly when the spec's source is bounded)."),
+    }
+
+
 def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
     assert entry.spec is not None
     spec_path = str(entry.path.resolve())
     params = {"max_checkpoint_age_seconds": _max_age_param(entry.spec.checkpoint.interval)}
+    launch_dag_id = dag_id_for(entry.name, "pipeline")
+    recover_dag_id = dag_id_for(entry.name, "recover")
     verification = verification_schedule(entry.spec)
     summary = f"barrierflow pipeline {entry.name!r} ({spec_path})"
 
-    @_barrierflow_dag(dag_id_for(entry.name, "pipeline"), f"Run {summary}", schedule=None, params=params)
+    @_barrierflow_dag(launch_dag_id, f"Run {summary}", schedule=None, params=_launch_params(entry))
     def pipeline() -> None:
-        launch = SparkSubmitOperator(
+        launch = PipelineSubmitOperator(
             task_id="launch",
             application=str(JOB),
-            conn_id="spark_default",
+            conn_id=SPARK_CONN_ID,
             name=f"barrierflow-{entry.name}",
             application_args=["--spec", spec_path],
             conf=dict(entry.spec.spark.conf) or None,
             env_vars={"PYSPARK_PYTHON": sys.executable, "BARRIERFLOW_HOME": BARRIERFLOW_HOME},
+            spec_path=spec_path,
+            spec_master=entry.spec.spark.master,
+            recovery_dag_id=recover_dag_id,
         )
         launch >> supervise(spec_path, BARRIERFLOW_HOME)
 
@@ -417,9 +450,6 @@ def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
     def retention() -> None:
         retain(spec_path, BARRIERFLOW_HOME)
 
-    launch_dag_id = dag_id_for(entry.name, "pipeline")
-    recover_dag_id = dag_id_for(entry.name, "recover")
-
     @_barrierflow_dag(
         recover_dag_id,
         f"Recover {summary}: check the job is stopped, choose and verify a checkpoint, restore it (reconciling "
@@ -438,6 +468,9 @@ def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
             wait_for_completion=False,  # the job runs until stopped
             fail_when_dag_is_paused=True,
             note=f"restarted by {recover_dag_id} after a restore",
+            # Lets the launch guard tell this restart from a stray one (restart_guard.py).
+            conf={"recovery_run_id": "{{ run_id }}",
+                  "restored_attempt": "{{ ti.xcom_pull(task_ids='restore')['attempt'] }}"},
             pre_execute=skip_unless_restart,
         )
         waited = FirstCheckpointSensor(

@@ -1,11 +1,13 @@
 """spark-submit entry point: run one barrierflow pipeline spec.
 
     spark-submit jobs/run_pipeline.py --spec include/pipelines/demo.yaml [--duration S] [--checkpoints N]
+                                      [--until-exhausted]
 
 Only translates its arguments into ``barrierflow run SPEC ...`` (see
 ``barrierflow.cli.main``) and exits with the CLI's code: 0 ok, 2 bad input, 1 runtime
 failure. ``--duration`` stops the job after that many seconds and ``--checkpoints`` after
-that many completed checkpoints; without either it runs until stopped.
+that many completed checkpoints, and ``--until-exhausted`` once a bounded source was read to
+its end and everything is committed; without any of them it runs until stopped.
 
 When the ``barrierflow`` package is not installed in the interpreter spark-submit runs
 (``PYSPARK_PYTHON``), the project's ``include/`` folder next to ``jobs/`` is put on
@@ -29,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--spec", required=True, metavar="PATH", help="the pipeline spec YAML file")
     parser.add_argument("--duration", metavar="SECONDS", help="stop after this many seconds")
     parser.add_argument("--checkpoints", metavar="N", help="stop after N completed checkpoints")
+    parser.add_argument("--until-exhausted", action="store_true",
+                        help="stop once a bounded source is exhausted and everything is committed")
     return parser
 
 
@@ -39,6 +43,8 @@ def cli_args(args: argparse.Namespace) -> list[str]:
         argv += ["--duration", args.duration]
     if args.checkpoints is not None:
         argv += ["--checkpoints", args.checkpoints]
+    if args.until_exhausted:
+        argv.append("--until-exhausted")
     return argv
 
 

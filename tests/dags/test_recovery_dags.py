@@ -54,13 +54,15 @@ LAUNCH = "barrierflow_pipeline__t"
 
 def run_task(bag: Any, dag_id: str, task_id: str, monkeypatch: pytest.MonkeyPatch,
              xcoms: dict[str, Any] | None = None, **params: Any) -> Any:
-    """Call a TaskFlow task's callable as Airflow would: its XCom arguments resolved from
-    ``xcoms`` (upstream task id -> return value), params the DAG's defaults plus ``params``."""
+    """Call a TaskFlow task's callable (a unit test of the function; ``test_dag_runs.py`` runs the
+    DAGs through Airflow itself): its XCom arguments resolved from ``xcoms`` (upstream task id ->
+    return value), params the DAG's defaults plus ``params``."""
     import airflow.sdk
     from airflow.sdk import XComArg
 
     dag = bag.dags[dag_id]
-    context = {"params": {**{key: dag.params[key] for key in dag.params}, **params}}
+    context = {"params": {**{key: dag.params[key] for key in dag.params}, **params}, "dag": dag,
+               "run_id": "manual__unit-test"}
     monkeypatch.setattr(airflow.sdk, "get_current_context", lambda: context)
     task = dag.get_task(task_id)
 

@@ -1,0 +1,179 @@
+"""Who restarts a streaming job: the recovery DAG, never the launch task's retries.
+
+The rule (README, "Airflow"): a job whose driver died is brought back by one owner only,
+the pipeline's recovery DAG (``barrierflow_recover__<name>``): it restores a checkpoint and
+then triggers the launch DAG itself. The launch task is never retried by Airflow (its
+``retries`` is 0), and every start of the launch task, however it came about (a trigger, a
+"Clear" in the UI, a restart by the recovery DAG), first asks :func:`check_launch_allowed`,
+which refuses before Spark is started when
+
+1. the pipeline's lease is held: the job already runs, a restore rebuilds its checkpoint, or a
+   reconciliation finishes its transactions (:mod:`barrierflow.runtime.lease`);
+2. a run of the recovery DAG is active (queued or running) and did not start this launch
+   (the launch run's conf carries ``recovery_run_id`` when the recovery started it); the
+   message names the recovery run (from the marker below) so the operator knows what to wait for;
+3. the recovery run that started this launch restored attempt ``a`` (conf
+   ``restored_attempt``) but the checkpoint store is at a newer attempt: a later restore
+   superseded it, and starting now would run a stale restart next to the newer one.
+
+The recovery marker is ``<work_dir>/control/recovery.json``: ``{"dag_id", "run_id",
+"started_at"}``, written by the recovery DAG's first task. It is only a name: whether that
+run is still active is asked of Airflow (the caller passes the count of active recovery runs
+and, for the run that started this launch, whether it is active), so a marker left by a run
+that failed never blocks a launch.
+
+Nothing here imports Airflow; the launch operator (:mod:`barrierflow.airflow_launch`) feeds
+it what Airflow knows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from barrierflow.errors import UserInputError
+
+log = logging.getLogger(__name__)
+
+MARKER_NAME = "recovery.json"
+
+
+class LaunchRefusedError(UserInputError):
+    """The launch task must not start the job now (see the module docstring for when).
+
+    Attributes:
+        pipeline: the pipeline's name.
+        reason: ``"lease"``, ``"recovery-active"`` or ``"superseded"``.
+    """
+
+    def __init__(self, pipeline: str, reason: str, detail: str) -> None:
+        self.pipeline = pipeline
+        self.reason = reason
+        super().__init__(detail)
+
+
+@dataclass(frozen=True)
+class RecoveryMarker:
+    """The recovery run that last began on this pipeline (its name, not its state)."""
+
+    dag_id: str
+    run_id: str
+    started_at: str
+
+    def describe(self) -> str:
+        return f"run {self.run_id!r} of DAG {self.dag_id!r} (started {self.started_at})"
+
+
+def _marker_path(work_dir: Path) -> Path:
+    return work_dir / "control" / MARKER_NAME
+
+
+def _work_dir(spec_path: str | os.PathLike[str]) -> tuple[str, Path]:
+    from barrierflow.runtime.layout import JobLayout
+    from barrierflow.spec.loader import load_spec
+
+    spec = load_spec(spec_path)
+    return spec.name, JobLayout.for_spec(spec).work_dir
+
+
+def mark_recovery(spec_path: str | os.PathLike[str], dag_id: str, run_id: str) -> RecoveryMarker:
+    """Record that recovery run ``run_id`` of ``dag_id`` began (atomically replaces the marker)."""
+    _, work_dir = _work_dir(spec_path)
+    marker = RecoveryMarker(dag_id, run_id, datetime.now(UTC).isoformat())
+    path = _marker_path(work_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(marker.__dict__), encoding="utf-8")
+    os.replace(tmp, path)
+    return marker
+
+
+def read_recovery_marker(work_dir: Path) -> RecoveryMarker | None:
+    """The marker of ``work_dir``; None when there is none or it is unreadable (it only names)."""
+    try:
+        doc = json.loads(_marker_path(work_dir).read_text(encoding="utf-8"))
+        return RecoveryMarker(str(doc["dag_id"]), str(doc["run_id"]), str(doc.get("started_at", "?")))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        log.warning("unreadable recovery marker %s (%s): ignored", _marker_path(work_dir), exc)
+        return None
+
+
+def check_launch_allowed(
+    spec_path: str | os.PathLike[str],
+    *,
+    recovery_dag_id: str,
+    launch_conf: Mapping[str, Any],
+    active_recovery_runs: int,
+    starter_active: bool,
+) -> str:
+    """Decide whether the launch task may start the job now.
+
+    Args:
+        spec_path: the pipeline spec.
+        recovery_dag_id: the pipeline's recovery DAG.
+        launch_conf: the launch run's conf; a run the recovery DAG started carries
+            ``recovery_run_id`` and ``restored_attempt``.
+        active_recovery_runs: how many runs of ``recovery_dag_id`` are queued or running.
+        starter_active: whether the run named by ``launch_conf["recovery_run_id"]`` is one of
+            them (False when there is no such key).
+
+    Returns:
+        One line saying why the launch may go ahead.
+
+    Raises:
+        SpecError: the spec does not load.
+        LaunchRefusedError: the launch must not start (the message names the lease holder or
+            the recovery run, and what to do).
+    """
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.runtime.lease import describe, lease_holder
+    from barrierflow.spec.loader import load_spec
+
+    spec = load_spec(spec_path)
+    name, work_dir = _work_dir(spec_path)
+    marker = read_recovery_marker(work_dir)
+    recovery = marker.describe() if marker is not None else f"a run of DAG {recovery_dag_id!r}"
+
+    # Rule 1: the lease.
+    holder = lease_holder(work_dir)
+    if holder is not None:
+        purpose = str(holder.get("purpose", "run"))
+        what = {"run": "already runs", "restore": f"is being restored by {recovery}",
+                "reconcile": "is being reconciled"}.get(purpose, "is busy")
+        raise LaunchRefusedError(
+            name, "lease",
+            f"not starting pipeline {name!r}: it {what} ({describe(holder)}; lease {work_dir / 'job.lease'}). "
+            "Spark was not started. Wait for that process to end; after a crash, trigger "
+            f"{recovery_dag_id!r}, which restores and restarts the job.")
+
+    # Rule 2: an active recovery run that did not start this launch.
+    started_by = launch_conf.get("recovery_run_id")
+    others = active_recovery_runs - (1 if started_by and starter_active else 0)
+    if others > 0:
+        raise LaunchRefusedError(
+            name, "recovery-active",
+            f"not starting pipeline {name!r}: recovery {recovery} is in progress and owns the restart (it "
+            "restores a checkpoint, then triggers this DAG itself). Spark was not started. Wait for that recovery "
+            "run to finish; it restarts the job when its param restart is true.")
+
+    # Rule 3: a newer restore superseded the one that asked for this launch.
+    restored = launch_conf.get("restored_attempt")
+    if started_by and restored not in (None, ""):
+        current = CheckpointStore.for_spec(spec).attempt()
+        if current > int(restored):
+            raise LaunchRefusedError(
+                name, "superseded",
+                f"not starting pipeline {name!r}: recovery run {started_by!r} restored attempt {restored}, but a "
+                f"newer restore began attempt {current} since. Spark was not started. The newer recovery restarts "
+                "the job; trigger this DAG without conf to start it by hand.")
+    if started_by:
+        return f"pipeline {name!r}: restart requested by recovery run {started_by!r} (attempt {restored})"
+    return f"pipeline {name!r} is not running and no recovery is in progress"

@@ -1,0 +1,125 @@
+"""The path a user takes after a crash, through a real Airflow: scheduler, DAG processor and
+API server on 127.0.0.1 (temporary home, SQLite, LocalExecutor), driven only through the
+REST API.
+
+1. The launch DAG is triggered; the job (spark-submit on the spec's master: there is no Spark
+   connection) runs a bounded windowed pipeline into the Parquet sink.
+2. Once two checkpoints completed, the job's driver is SIGKILLed. The launch task fails and is
+   not retried (the recovery DAG owns restarts).
+3. The recovery DAG is triggered with ``{"checkpoint": "latest-valid", "restart": true}``: it
+   restores, restarts the job through the launch DAG and waits for the first checkpoint of the
+   new attempt.
+4. The restarted job runs to the end of the source. The committed Parquet output equals the
+   failure-free output: nothing lost, nothing twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.sinks.parquet import read_committed
+from barrierflow.spec import load_spec
+from barrierflow.testing.airflow_server import AirflowServer
+
+from tests.dags.conftest import DAGS_FOLDER
+from tests.recovery.harness import finish, window_rows, windowed_spec
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+RECORDS = 3000  # per partition
+LAUNCH = "barrierflow_pipeline__e2e"
+RECOVER = "barrierflow_recover__e2e"
+
+
+def committed_rows(out: Path) -> list[tuple[Any, ...]]:
+    table = read_committed(f"file://{out}")
+    return window_rows(table.to_pylist() if table is not None else [])
+
+
+def failure_free_rows(spark: Any, tmp: Path) -> list[tuple[Any, ...]]:
+    tmp.mkdir()
+    out = tmp / "out"
+    finish(spark, windowed_spec(tmp, {"name": "out", "type": "parquet", "path": f"file://{out}"}, records=RECORDS))
+    rows = committed_rows(out)
+    assert rows, "the failure-free run committed no window"
+    return rows
+
+
+def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    phases: list[tuple[str, float]] = []
+
+    def phase(name: str) -> None:
+        phases.append((name, time.monotonic() - started))
+
+    reference = failure_free_rows(spark, tmp_path / "reference")
+    phase("failure-free reference")
+
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    out = tmp_path / "out"
+    data = yaml.safe_load(windowed_spec(tmp_path, {"name": "out", "type": "parquet", "path": f"file://{out}"},
+                                        records=RECORDS, per_batch=60).read_text(encoding="utf-8"))
+    data["name"] = "e2e"
+    data["spark"]["master"] = "local[1]"
+    spec_path = pipelines / "e2e.yaml"
+    spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    store = CheckpointStore.for_spec(load_spec(spec_path))
+    lease = Path(data["work_dir"]) / "job.lease"
+
+    server = AirflowServer(tmp_path / "airflow-home", DAGS_FOLDER, env={
+        "BARRIERFLOW_PIPELINES_DIR": str(pipelines),
+        "BARRIERFLOW_RECOVERY_POKE_SECONDS": "2",
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", ""),
+    })
+    with server:
+        server.wait_for(lambda: server.api("GET", f"/dags/{RECOVER}").status_code == 200, 120,
+                        "the pipeline's DAGs to be parsed")
+        phase("airflow up, DAGs parsed")
+        assert server.api("GET", "/connections/spark_default").status_code == 404  # a fresh install
+
+        # 1. Launch through the REST API; wait for two completed checkpoints.
+        first = server.trigger(LAUNCH)
+        server.wait_for(lambda: len(store.completed()) >= 2, 300, "two completed checkpoints of the first attempt")
+        assert server.run_state(LAUNCH, first) == "running"
+        phase("launched, 2 checkpoints")
+
+        # 2. Kill the driver (the lease names it).
+        driver = int(yaml.safe_load(lease.read_text(encoding="utf-8"))["pid"])
+        os.kill(driver, signal.SIGKILL)
+        assert server.wait_for_run(LAUNCH, first, 120) == "failed"
+        killed = server.task_instance(LAUNCH, first, "launch")
+        assert killed["state"] == "failed" and killed["try_number"] == 1  # not up_for_retry: never retried
+        before = {m.checkpoint_id for m in store.completed()}
+        phase("driver killed, launch failed")
+
+        # 3. Recover through the REST API.
+        recovery = server.trigger(RECOVER, {"checkpoint": "latest-valid", "restart": True, "wait_seconds": 400})
+        assert server.wait_for_run(RECOVER, recovery, 600) == "success", server.logs()
+        phase("recovery succeeded")
+        report = server.xcom(RECOVER, recovery, "report")
+        assert report["attempt"] == 1 and report["restarted"] is True
+        assert report["checkpoint_id"] in before and report["first_checkpoint_id"] not in before
+
+        # The killed launch task stayed failed: the only restart is the recovery's own launch run.
+        assert server.task_instance(LAUNCH, first, "launch")["try_number"] == 1
+        restarts = [r for r in server.runs(LAUNCH) if r["dag_run_id"] != first]
+        assert len(restarts) == 1 and restarts[0]["conf"]["recovery_run_id"] == recovery
+
+        # 4. The restarted job runs to the end of the bounded source.
+        assert server.wait_for_run(LAUNCH, restarts[0]["dag_run_id"], 600) == "success", server.logs()
+        phase("restarted job ran to the end")
+    print("REST recovery timeline (s): " + ", ".join(f"{name} {t:.1f}" for name, t in phases))
+
+    new_attempt = [m for m in store.completed() if m.attempt == 1]
+    assert new_attempt and new_attempt[0].checkpoint_id == report["first_checkpoint_id"]
+    assert committed_rows(out) == reference
