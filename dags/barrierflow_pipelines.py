@@ -21,7 +21,7 @@
   preferred) and every savepoint, deletes the rest and unreferenced shared files, and
   returns the JSON summary (bytes freed).
 * `barrierflow_recover__<name>` (triggered, no schedule): failure recovery, one task per step,
-  logic in `barrierflow.recovery.runbook`. Params (checked by their JSON schema when triggered,
+  logic in `barrierflow.airflow.runbook`. Params (checked by their JSON schema when triggered,
   and again by the first task): `checkpoint` ("latest-valid" (default), "latest", or a
   checkpoint id), `accept_duplicates` (default false), `restart` (default true), `wait_seconds`
   (default 600).
@@ -72,9 +72,9 @@ from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, BaseSensorOperator, Param, PokeReturnValue, TriggerRule, dag, task
-from barrierflow.airflow_launch import PipelineSubmitOperator
-from barrierflow.airflow_support import DiscoveredPipeline, dag_id_for, discover_pipelines, verification_schedule
-from barrierflow.recovery.runbook import DEFAULT_PARAMS as RECOVER_DEFAULTS
+from barrierflow.airflow.launch import PipelineSubmitOperator
+from barrierflow.airflow.runbook import DEFAULT_PARAMS as RECOVER_DEFAULTS
+from barrierflow.airflow.support import DiscoveredPipeline, dag_id_for, discover_pipelines, verification_schedule
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PIPELINES_DIR = Path(os.environ.get("BARRIERFLOW_PIPELINES_DIR") or PROJECT_ROOT / "include" / "pipelines")
@@ -103,7 +103,7 @@ def supervise(spec_path: str, barrierflow_home: str) -> str:
     """Fail unless the pipeline's latest completed checkpoint is younger than the param."""
     from airflow.sdk import get_current_context
     from airflow.sdk.exceptions import AirflowFailException
-    from barrierflow.airflow_support import CheckpointStaleError, check_checkpoint_freshness
+    from barrierflow.airflow.support import CheckpointStaleError, check_checkpoint_freshness
 
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
     max_age = float(get_current_context()["params"]["max_checkpoint_age_seconds"])
@@ -123,7 +123,7 @@ def verify(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """
     from airflow.sdk import get_current_context
     from airflow.sdk.exceptions import AirflowFailException
-    from barrierflow.airflow_support import CheckpointVerificationError, verify_latest_checkpoints
+    from barrierflow.airflow.support import CheckpointVerificationError, verify_latest_checkpoints
 
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
     params = get_current_context()["params"]
@@ -140,7 +140,7 @@ def verify(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
 @task(task_id="retain")
 def retain(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """Run retention once; returns (and logs) the JSON summary of `barrierflow retain --json`."""
-    from barrierflow.airflow_support import retain_checkpoints
+    from barrierflow.airflow.support import retain_checkpoints
 
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
     summary = retain_checkpoints(spec_path)
@@ -152,7 +152,7 @@ def retain(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
 def reconcile(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """Reconcile the sinks' in-doubt transactions once; returns (and logs) the JSON document of
     `barrierflow reconcile SPEC --json`, with one log line per decision."""
-    from barrierflow.airflow_support import reconcile_transactions
+    from barrierflow.airflow.support import reconcile_transactions
 
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
     summary = reconcile_transactions(spec_path)
@@ -174,7 +174,7 @@ def skew(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     of `barrierflow skew SPEC --json`. Fails at once (no retry: the next hourly run looks again),
     naming each checkpoint and value, when an expectation (`reports.max_skew` / `max_lag`) fails."""
     from airflow.sdk.exceptions import AirflowFailException
-    from barrierflow.airflow_support import report_watermark_skew
+    from barrierflow.airflow.support import report_watermark_skew
     from barrierflow.reports.skew import SkewExpectationError
 
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
@@ -207,8 +207,8 @@ def check_params_and_job(spec_path: str, barrierflow_home: str, launch_dag_id: s
     Fails at once (AirflowFailException, no retry) on a bad param, naming it, its value and what
     is allowed, and while the job holds its lease, saying how to stop it."""
     from airflow.sdk import get_current_context
+    from barrierflow.airflow.runbook import ensure_job_stopped, validate_recovery_params
     from barrierflow.recovery.restart_guard import mark_recovery
-    from barrierflow.recovery.runbook import ensure_job_stopped, validate_recovery_params
 
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
     context = get_current_context()
@@ -230,8 +230,8 @@ def choose_checkpoint(spec_path: str, barrierflow_home: str, recovery: dict[str,
 
     Fails at once, naming the checkpoint and each failed check, when "latest" or the id does
     not pass structural verification, and when no checkpoint exists or passes."""
-    from barrierflow.recovery.runbook import choose_checkpoint as choose
-    from barrierflow.recovery.runbook import validate_recovery_params
+    from barrierflow.airflow.runbook import choose_checkpoint as choose
+    from barrierflow.airflow.runbook import validate_recovery_params
 
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
     with _fail_on_bad_input():
@@ -249,8 +249,8 @@ def restore(spec_path: str, barrierflow_home: str, recovery: dict[str, Any], cho
     restore report (`attempt`: the new attempt). A DuplicateOutputError, a running job or a
     damaged checkpoint fails the task at once with the library's message."""
     from airflow.sdk.exceptions import AirflowFailException
+    from barrierflow.airflow.runbook import restore_checkpoint, validate_recovery_params
     from barrierflow.recovery.restore import DuplicateOutputError
-    from barrierflow.recovery.runbook import restore_checkpoint, validate_recovery_params
 
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
     with _fail_on_bad_input():
@@ -268,7 +268,7 @@ def skip_unless_restart(context: Any) -> None:
     """`pre_execute` hook of the recovery's `restart` task (as `@task.run_if` does it): skip the
     task, and with it the wait for a new checkpoint, unless the run's param `restart` is true."""
     from airflow.sdk.exceptions import AirflowSkipException
-    from barrierflow.recovery.runbook import validate_recovery_params
+    from barrierflow.airflow.runbook import validate_recovery_params
 
     if not validate_recovery_params(context["params"]).restart:
         raise AirflowSkipException("param restart is false: the pipeline was restored but is not restarted; "
@@ -291,13 +291,13 @@ class FirstCheckpointSensor(BaseSensorOperator):
         self.restore_report = restore_report
 
     def execute(self, context: Any) -> Any:
-        from barrierflow.recovery.runbook import validate_recovery_params
+        from barrierflow.airflow.runbook import validate_recovery_params
 
         self.timeout = float(validate_recovery_params(context["params"]).wait_seconds)
         return super().execute(context)
 
     def poke(self, context: Any) -> PokeReturnValue | bool:
-        from barrierflow.recovery.runbook import first_checkpoint_of_attempt
+        from barrierflow.airflow.runbook import first_checkpoint_of_attempt
 
         os.environ.setdefault("BARRIERFLOW_HOME", self.barrierflow_home)
         attempt = int(self.restore_report["attempt"])
@@ -313,7 +313,7 @@ class FirstCheckpointSensor(BaseSensorOperator):
 def report(recovery: dict[str, Any], choice: dict[str, Any], restore_report: dict[str, Any],
            first_checkpoint_id: int | None) -> dict[str, Any]:
     """Log and return the recovery summary (runs when restart and the wait were skipped too)."""
-    from barrierflow.recovery.runbook import recovery_summary, validate_recovery_params
+    from barrierflow.airflow.runbook import recovery_summary, validate_recovery_params
 
     summary = recovery_summary(choice, restore_report, restarted=validate_recovery_params(recovery).restart,
                                first_checkpoint_id=first_checkpoint_id)

@@ -1,4 +1,4 @@
-"""barrierflow.airflow_support: spec discovery, DAG ids and the checkpoint freshness check."""
+"""barrierflow.airflow.support: spec discovery, DAG ids and the checkpoint freshness check."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from barrierflow.airflow_support import (
+from barrierflow.airflow.support import (
     CheckpointStaleError,
     CheckpointVerificationError,
     VerificationSchedule,

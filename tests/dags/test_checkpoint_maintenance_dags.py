@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.airflow_support import CheckpointVerificationError
+from barrierflow.airflow.support import CheckpointVerificationError
 from barrierflow.cli.main import main
 from barrierflow.verification.report import report_key
 
@@ -134,7 +134,7 @@ def test_verify_task_passes_with_no_checkpoint_yet(bag: Any, monkeypatch: pytest
 def test_verify_task_asks_for_deep_verification_when_the_param_says_so(
     bag: Any, spec_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import barrierflow.airflow_support as support
+    import barrierflow.airflow.support as support
 
     calls: list[tuple[str, int, bool]] = []
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.airflow_support import dag_id_for, discover_pipelines
+from barrierflow.airflow.support import dag_id_for, discover_pipelines
 from barrierflow.spec import load_spec
 
 from tests.dags.conftest import BROKEN_SPEC_YAML, PROJECT_ROOT, parse_dags, spec_yaml
@@ -312,7 +312,7 @@ def test_supervise_task_reports_the_checkpoint_age(
     tmp_dagbag: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import airflow.sdk
-    import barrierflow.airflow_support as support
+    import barrierflow.airflow.support as support
     from airflow.sdk.exceptions import AirflowFailException
 
     task = tmp_dagbag.dags["barrierflow_supervise__orders"].get_task("supervise")

@@ -20,13 +20,13 @@ import pytest
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.recovery.restart_guard import mark_recovery, read_recovery_marker
-from barrierflow.runtime.layout import JobLayout
-from barrierflow.runtime.lease import JobLease
 from barrierflow.sinks.factory import build_sink
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 from barrierflow.testing.staging import stage_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
+from barrierflow.workdir.layout import JobLayout
+from barrierflow.workdir.lease import JobLease
 
 from tests.dags.conftest import run_dag
 from tests.pipeline_specs import spec_dict, write_spec
@@ -114,7 +114,7 @@ def test_reconcile_dag_finishes_in_doubt_transactions(
     spec = load_spec(spec_path)
     sink = build_sink(spec, store, JobLayout.for_spec(spec), attempt=0)
     stage_batch(f"file://{tmp_path / 'out' / '_staging'}", 2, pa.table({"key": [3], "n": [3]}))
-    in_doubt = str(sink.snapshot(3, 2)[0]["transaction_id"])  # epoch 3: its checkpoint never completed
+    in_doubt = str(sink.pre_commit_epoch(3, 2)[0]["transaction_id"])  # epoch 3: its checkpoint never completed
 
     run = run_dag(monkeypatch, pipelines_dir, "barrierflow_reconcile__t")
 

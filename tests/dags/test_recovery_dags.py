@@ -19,12 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from barrierflow.checkpointing.manifest import Manifest
-from barrierflow.checkpointing.store import CheckpointStore, manifest_key
-from barrierflow.cli.main import main
-from barrierflow.errors import CheckpointNotFoundError, UserInputError
-from barrierflow.recovery.restore import DuplicateOutputError
-from barrierflow.recovery.runbook import (
+from barrierflow.airflow.runbook import (
     ChosenCheckpointInvalidError,
     JobStillRunningError,
     RecoveryParamError,
@@ -32,6 +27,11 @@ from barrierflow.recovery.runbook import (
     first_checkpoint_of_attempt,
     validate_recovery_params,
 )
+from barrierflow.checkpointing.manifest import Manifest
+from barrierflow.checkpointing.store import CheckpointStore, manifest_key
+from barrierflow.cli.main import main
+from barrierflow.errors import CheckpointNotFoundError, UserInputError
+from barrierflow.recovery.restore import DuplicateOutputError
 from barrierflow.sinks.factory import build_sink
 from barrierflow.spec import load_spec
 from barrierflow.testing.staging import stage_batch

@@ -1,6 +1,8 @@
 """``barrierflow`` — run pipelines and inspect their checkpoints.
 
 Exit codes: 0 success, 2 bad input (spec, arguments, checkpoint chosen), 1 runtime failure.
+Each command parses its arguments, calls one operation of :mod:`barrierflow.ops` and renders
+the result; no rule of its own lives here.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from barrierflow.errors import BarrierflowError, UserInputError
+
+if TYPE_CHECKING:
+    from barrierflow.runtime.job import Progress
 
 EXIT_OK, EXIT_RUNTIME, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -41,8 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     restore = sub.add_parser("restore", help="rebuild the job's Spark checkpoint from a completed checkpoint")
     restore.add_argument("spec")
     which = restore.add_mutually_exclusive_group()
-    which.add_argument("--checkpoint", type=int, help="checkpoint id")
-    which.add_argument("--latest", action="store_true", help="the latest completed checkpoint (default)")
+    which.add_argument("--checkpoint", type=int, help="checkpoint id (verified structurally first)")
+    which.add_argument("--latest", action="store_true",
+                       help="the latest completed checkpoint (default), verified structurally first")
     which.add_argument("--latest-valid", action="store_true",
                        help="the newest checkpoint that passes structural verification (skipped ones are listed)")
     restore.add_argument("--accept-duplicates", action="store_true",
@@ -101,10 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress_line(p: object) -> None:
-    from barrierflow.runtime.job import Progress
-
-    assert isinstance(p, Progress)
+def _progress_line(p: Progress) -> None:
     line = (f"batch={p.batch_id if p.batch_id is not None else '-'} records={p.records} "
             f"rec/s={p.records_per_second:,.0f} epoch={p.epoch} "
             f"last_checkpoint={p.last_completed if p.last_completed is not None else '-'} "
@@ -117,40 +121,28 @@ def _progress_line(p: object) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from barrierflow.runtime.job import StreamingJob
-    from barrierflow.sources.dead_letter import count_dead_letters
-    from barrierflow.spec import load_spec
+    from barrierflow.ops.run import run
 
-    if args.duration is not None and args.duration <= 0:
-        raise UserInputError("--duration must be a positive number of seconds")
-    if args.checkpoints is not None and args.checkpoints <= 0:
-        raise UserInputError("--checkpoints must be a positive whole number")
-    spec = load_spec(args.spec)
-    job = StreamingJob(spec, spec_path=args.spec)
-    result = job.run(duration=args.duration, checkpoints=args.checkpoints, until_exhausted=args.until_exhausted,
-                     progress=None if args.quiet else _progress_line,
-                     progress_every=1.0 if sys.stderr.isatty() else 30.0)
+    outcome = run(args.spec, duration=args.duration, checkpoints=args.checkpoints,
+                  until_exhausted=args.until_exhausted, progress=None if args.quiet else _progress_line,
+                  progress_every=1.0 if sys.stderr.isatty() else 30.0)
     if sys.stderr.isatty() and not args.quiet:
         sys.stderr.write("\n")
-    dlq_uri = job.layout.dead_letter_uri(spec)
-    dead = count_dead_letters(dlq_uri)
-    print(f"pipeline {spec.name}: {result.batches} batches, {result.records} records in "
+    result = outcome.result
+    print(f"pipeline {outcome.pipeline}: {result.batches} batches, {result.records} records in "
           f"{result.elapsed_seconds:.1f} s ({result.throughput:,.0f} rec/s after the first batch); "
           f"{len(result.completed)} checkpoints completed, {len(result.failed)} failed; "
-          f"dead letters: {dead} ({dlq_uri})")
+          f"dead letters: {outcome.dead_letters} ({outcome.dead_letter_uri})")
     for failure in result.failed:
         print(f"  checkpoint {failure.checkpoint_id} failed: {failure.reason.value}: {failure.message}")
     return EXIT_OK
 
 
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
-    from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.spec import load_spec
+    from barrierflow.ops.checkpoints import list_checkpoints, show_checkpoint
 
-    spec = load_spec(args.spec)
-    store = CheckpointStore.for_spec(spec)
     if args.action == "show":
-        manifest = store.get(args.id)
+        manifest = show_checkpoint(args.spec, args.id)
         if args.json:
             print(manifest.model_dump_json(indent=2))
         else:
@@ -162,51 +154,39 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
             for f in files:
                 print(f"  {f['path']:60} {f['size']:>10} {f['sha256'][:12]} {'new' if f['uploaded'] else 'shared'}")
         return EXIT_OK
-    manifests = store.completed()
-    failures = store.failures()
+    listing = list_checkpoints(args.spec)
     if args.json:
-        print(json.dumps({
-            "pipeline": spec.name,
-            "storage": store.uri,
-            "completed": [m.model_dump(mode="json") for m in manifests],
-            "failed": [f.model_dump(mode="json") for f in failures],
-        }, indent=2))
+        print(json.dumps(listing.as_dict(), indent=2))
         return EXIT_OK
     print(f"{'id':>5} {'kind':10} {'batch':>6} {'completed (UTC)':26} {'sync ms':>8} {'async ms':>9} "
           f"{'full B':>10} {'new B':>10}")
-    for m in manifests:
+    for m in listing.completed:
         print(f"{m.checkpoint_id:>5} {m.kind.value:10} {m.spark_batch_id:>6} "
               f"{m.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} {m.sync_ms:>8.1f} "
               f"{m.async_ms:>9.1f} {m.full_bytes:>10} {m.incremental_bytes:>10}")
-    for f in failures:
+    for f in listing.failed:
         print(f"{f.checkpoint_id:>5} FAILED     {f.reason.value}: {f.message}")
-    if not manifests and not failures:
-        print(f"no checkpoints in {store.uri} yet; run 'barrierflow run {args.spec}'")
+    if not listing.completed and not listing.failed:
+        print(f"no checkpoints in {listing.storage} yet; run 'barrierflow run {args.spec}'")
     return EXIT_OK
 
 
 def _cmd_restore(args: argparse.Namespace) -> int:
-    from barrierflow.recovery.restore import restore_pipeline
-    from barrierflow.spec import load_spec
+    from barrierflow.ops.restore import restore
+    from barrierflow.verification.choice import LATEST, LATEST_VALID, CheckpointRequest
 
-    spec = load_spec(args.spec)
-    checkpoint_id, skipped = args.checkpoint, []
-    if getattr(args, "latest_valid", False):
-        from barrierflow.checkpointing.store import CheckpointStore
-        from barrierflow.verification.selection import latest_valid
-
-        selection = latest_valid(spec, CheckpointStore.for_spec(spec))
-        checkpoint_id, skipped = selection.checkpoint_id, selection.skipped
-        if not args.json:
-            for cid, why in skipped:
-                print(f"skipped checkpoint {cid}: {why}")
-    report = restore_pipeline(spec, checkpoint_id, accept_duplicates=args.accept_duplicates)
+    requested: CheckpointRequest = (args.checkpoint if args.checkpoint is not None
+                                    else LATEST_VALID if args.latest_valid else LATEST)
+    outcome = restore(args.spec, requested, accept_duplicates=args.accept_duplicates)
+    report = outcome.report
     if args.json:
-        print(json.dumps({**report.as_dict(), "skipped": [{"checkpoint_id": c, "reason": w} for c, w in skipped]},
-                         indent=2))
+        print(json.dumps(outcome.as_dict(), indent=2))
         return EXIT_OK
-    print(f"restored checkpoint {report.checkpoint_id} of {spec.name} (batch {report.spark_batch_id}, "
-          f"{report.files} files, {report.bytes} bytes, sha256 checked); attempt {report.attempt}")
+    for cid, why in outcome.choice.skipped:
+        print(f"skipped checkpoint {cid}: {why}")
+    print(f"restored checkpoint {report.checkpoint_id} of {report.pipeline} (batch {report.spark_batch_id}, "
+          f"{report.files} files, {report.bytes} bytes, sha256 checked; {outcome.choice.verification}); "
+          f"attempt {report.attempt}")
     if report.abandoned:
         print(f"  abandoned newer checkpoints: {report.abandoned}")
     for d in report.decisions:
@@ -221,56 +201,46 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.spec import load_spec
+    from barrierflow.ops.verify import verify
     from barrierflow.verification.html import render_html
-    from barrierflow.verification.runner import select_ids, verification_summary, verify_checkpoints
 
-    spec = load_spec(args.spec)
-    store = CheckpointStore.for_spec(spec)
-    reports = verify_checkpoints(spec, store, select_ids(store, args.checkpoint, args.latest), deep=args.deep)
+    outcome = verify(args.spec, checkpoint_id=args.checkpoint, latest=args.latest, deep=args.deep)
     if args.html:
-        Path(args.html).write_text(render_html(spec.name, reports), encoding="utf-8")
-    failed = [r for r in reports if not r.passed]
+        Path(args.html).write_text(render_html(outcome.pipeline, outcome.reports), encoding="utf-8")
     if args.json:
-        print(json.dumps(verification_summary(spec.name, store.uri, reports), indent=2))
+        print(json.dumps(outcome.summary(), indent=2))
     else:
-        for r in reports:
+        for r in outcome.reports:
             print(f"checkpoint {r.checkpoint_id}: {'passed' if r.passed else 'FAILED'}"
                   f" ({sum(c.passed for c in r.checks)}/{len(r.checks)} checks{', deep' if r.deep else ''})")
             for c in r.failures:
                 print(f"  {c.name}: {c.message}" + (f" [{c.file}]" if c.file else ""))
-        if not reports:
-            print(f"no checkpoints in {store.uri} to verify")
-    return EXIT_RUNTIME if failed else EXIT_OK
+        if not outcome.reports:
+            print(f"no checkpoints in {outcome.storage} to verify")
+    return EXIT_RUNTIME if outcome.failed else EXIT_OK
 
 
 def _cmd_skew(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.reports.skew import render_skew_html, skew_report
-    from barrierflow.spec import load_spec
+    from barrierflow.ops.skew import skew
+    from barrierflow.reports.skew import render_skew_html
 
-    if args.last is not None and args.last < 1:
-        raise UserInputError("--last must be a positive whole number")
-    spec = load_spec(args.spec)
-    store = CheckpointStore.for_spec(spec)
-    report = skew_report(spec, store, last=args.last)
+    report = skew(args.spec, last=args.last)
     if args.html:
         Path(args.html).write_text(render_skew_html(report), encoding="utf-8")
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     elif not report.checkpoints:
-        print(f"pipeline {spec.name}: no completed checkpoints yet in {store.uri}")
+        print(f"pipeline {report.pipeline}: no completed checkpoints yet in {report.storage}")
     else:
         print(f"{'id':>5} {'completed (UTC)':26} {'skew s':>9} {'max lag s':>10} {'barrier ms':>10}  "
               "unknown event time")
         for c in report.checkpoints:
-            skew = "-" if c.skew_seconds is None else f"{c.skew_seconds:.3f}"
+            skew_s = "-" if c.skew_seconds is None else f"{c.skew_seconds:.3f}"
             lag = "-" if c.max_lag_seconds is None else f"{c.max_lag_seconds:.3f}"
             print(f"{c.checkpoint_id:>5} {c.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} "
-                  f"{skew:>9} {lag:>10} {c.barrier_batch_ms:>10.1f}  {', '.join(c.unknown_event_time) or '-'}")
+                  f"{skew_s:>9} {lag:>10} {c.barrier_batch_ms:>10.1f}  {', '.join(c.unknown_event_time) or '-'}")
         print(f"idle partitions (last {report.settings.idle_checkpoints} checkpoints): "
               f"{', '.join(report.idle_partitions) or 'none'}")
         for check in report.checks:
@@ -281,17 +251,15 @@ def _cmd_skew(args: argparse.Namespace) -> int:
 
 
 def _cmd_retain(args: argparse.Namespace) -> int:
-    from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.retention.plan import retain
-    from barrierflow.spec import load_spec
+    from barrierflow.ops.retain import retain
 
-    spec = load_spec(args.spec)
-    plan = retain(spec, CheckpointStore.for_spec(spec), dry_run=args.dry_run)
+    outcome = retain(args.spec, dry_run=args.dry_run)
+    plan = outcome.plan
     if args.json:
         print(json.dumps(plan.as_dict(), indent=2))
         return EXIT_OK
     verb = "would delete" if args.dry_run else "deleted"
-    print(f"pipeline {spec.name} ({plan.policy.value}, retained={spec.checkpoint.retained}): kept {plan.kept}, "
+    print(f"pipeline {plan.pipeline} ({plan.policy.value}, retained={outcome.retained}): kept {plan.kept}, "
           f"savepoints {plan.savepoints}")
     print(f"  {verb}: checkpoints {plan.checkpoints}, incomplete {plan.incomplete}, {len(plan.shared)} shared "
           f"files, {len(plan.ledger)} ledger entries, {len(plan.reservations)} stale reservations")
@@ -305,34 +273,29 @@ def _cmd_retain(args: argparse.Namespace) -> int:
 
 
 def _cmd_savepoint(args: argparse.Namespace) -> int:
-    from barrierflow.retention.savepoint import take_savepoint
-    from barrierflow.spec import load_spec
+    from barrierflow.ops.savepoint import savepoint
 
-    spec = load_spec(args.spec)
-    manifest = take_savepoint(spec, checkpoint_id=args.checkpoint)
+    manifest = savepoint(args.spec, checkpoint_id=args.checkpoint)
     if args.json:
-        print(json.dumps({"pipeline": spec.name, "savepoint": manifest.checkpoint_id,
+        print(json.dumps({"pipeline": manifest.pipeline, "savepoint": manifest.checkpoint_id,
                           "spark_batch_id": manifest.spark_batch_id}, indent=2))
     else:
-        print(f"checkpoint {manifest.checkpoint_id} of {spec.name} is a savepoint (batch "
+        print(f"checkpoint {manifest.checkpoint_id} of {manifest.pipeline} is a savepoint (batch "
               f"{manifest.spark_batch_id}); retention never deletes it. Restore it with "
               f"'barrierflow restore {args.spec} --checkpoint {manifest.checkpoint_id}'")
     return EXIT_OK
 
 
 def _cmd_reconcile(args: argparse.Namespace) -> int:
-    from barrierflow.recovery.reconcile import apply_reconciliation, plan_reconciliation
-    from barrierflow.spec import load_spec
+    from barrierflow.ops.reconcile import reconcile
 
-    spec = load_spec(args.spec)
-    plan = plan_reconciliation(spec)
-    if not args.dry_run:
-        apply_reconciliation(spec, plan)
+    outcome = reconcile(args.spec, dry_run=args.dry_run)
+    plan = outcome.plan
     if args.json:
-        print(json.dumps({**plan.as_dict(), "dry_run": args.dry_run}, indent=2))
+        print(json.dumps(outcome.as_dict(), indent=2))
         return EXIT_OK
     verb = "would" if args.dry_run else "did"
-    print(f"pipeline {spec.name}: latest completed checkpoint {plan.latest_completed}; "
+    print(f"pipeline {plan.pipeline}: latest completed checkpoint {plan.latest_completed}; "
           f"job {'running' if plan.job_running else 'not running'}")
     for d in plan.decisions:
         print(f"  {verb} {d.action:6} {d.sink} {d.transaction_id} (epoch {d.checkpoint_id}, {d.state}): {d.reason}")

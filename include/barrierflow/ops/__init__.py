@@ -1,8 +1,8 @@
 """Operations on a pipeline, one function each, returning a typed result.
 
 Every front door calls these and only renders what they return: the CLI
-(:mod:`barrierflow.cli.main`), the Airflow helpers (:mod:`barrierflow.airflow_support`) and
-the recovery runbook (:mod:`barrierflow.recovery.runbook`). So a rule, such as how a
+(:mod:`barrierflow.cli.main`), the Airflow helpers (:mod:`barrierflow.airflow.support`) and
+the recovery runbook (:mod:`barrierflow.airflow.runbook`). So a rule, such as how a
 checkpoint is chosen for a restore, is written once.
 
 ============================  =====================================================

@@ -8,7 +8,7 @@ then triggers the launch DAG itself. The launch task is never retried by Airflow
 which refuses before Spark is started when
 
 1. the pipeline's lease is held: the job already runs, a restore rebuilds its checkpoint, or a
-   reconciliation finishes its transactions (:mod:`barrierflow.runtime.lease`);
+   reconciliation finishes its transactions (:mod:`barrierflow.workdir.lease`);
 2. a run of the recovery DAG is active (queued or running) and did not start this launch
    (the launch run's conf carries ``recovery_run_id`` when the recovery started it); the
    message names the recovery run (from the marker below) so the operator knows what to wait for;
@@ -22,7 +22,7 @@ run is still active is asked of Airflow (the caller passes the count of active r
 and, for the run that started this launch, whether it is active), so a marker left by a run
 that failed never blocks a launch.
 
-Nothing here imports Airflow; the launch operator (:mod:`barrierflow.airflow_launch`) feeds
+Nothing here imports Airflow; the launch operator (:mod:`barrierflow.airflow.launch`) feeds
 it what Airflow knows.
 """
 
@@ -75,8 +75,8 @@ def _marker_path(work_dir: Path) -> Path:
 
 
 def _work_dir(spec_path: str | os.PathLike[str]) -> tuple[str, Path]:
-    from barrierflow.runtime.layout import JobLayout
     from barrierflow.spec.loader import load_spec
+    from barrierflow.workdir.layout import JobLayout
 
     spec = load_spec(spec_path)
     return spec.name, JobLayout.for_spec(spec).work_dir
@@ -134,8 +134,8 @@ def check_launch_allowed(
             the recovery run, and what to do).
     """
     from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.runtime.lease import describe, lease_holder
     from barrierflow.spec.loader import load_spec
+    from barrierflow.workdir.lease import describe, lease_holder
 
     spec = load_spec(spec_path)
     name, work_dir = _work_dir(spec_path)

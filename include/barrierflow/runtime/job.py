@@ -299,25 +299,27 @@ class StreamingJob:
 
     def restore_if_needed(self) -> None:
         """With no local Spark checkpoint, start from the newest checkpoint that passes
-        structural verification (if there is any), so that a job moved to a fresh machine
-        continues exactly once; corrupt newer ones are skipped with a warning naming why.
+        structural verification (if there is any; the rule of
+        :func:`barrierflow.verification.choice.choose_checkpoint` with ``latest-valid``), so
+        that a job moved to a fresh machine continues exactly once; corrupt newer ones are
+        skipped with a warning naming why.
 
         Raises:
             CheckpointNotFoundError: checkpoints exist but none passes verification (starting
                 from the beginning of the source would write committed output again).
         """
         from barrierflow.recovery.restore import restore_pipeline
+        from barrierflow.verification.choice import LATEST_VALID, choose_checkpoint
         from barrierflow.verification.runner import candidate_ids
-        from barrierflow.verification.selection import latest_valid
 
         if offset_log.planned_batches(self.layout.spark_checkpoint):
             return
         if not candidate_ids(self.store):
             return
-        selection = latest_valid(self.spec, self.store)
-        for checkpoint_id, why in selection.skipped:
+        choice = choose_checkpoint(self.spec, self.store, LATEST_VALID, spec_path=self.spec_path)
+        for checkpoint_id, why in choice.skipped:
             log.warning("not restoring checkpoint %d: %s", checkpoint_id, why)
-        report = restore_pipeline(self.spec, checkpoint_id=selection.checkpoint_id, store=self.store,
+        report = restore_pipeline(self.spec, checkpoint_id=choice.checkpoint_id, store=self.store,
                                   layout=self.layout, check_running=False)
         log.warning("no local Spark checkpoint: restored checkpoint %d (attempt %d)",
                     report.checkpoint_id, report.attempt)

@@ -46,8 +46,8 @@ def check_manifest(store: CheckpointStore, checkpoint_id: int) -> tuple[Manifest
     except CheckpointNotFoundError:
         present = [i.key for i in store.objects.list(f"chk-{checkpoint_id}/")]
         return None, CheckResult.fail(
-            "manifest", f"chk-{checkpoint_id}/ has {present or 'no files'} but no _metadata.json: the "
-            "manifest was deleted or never written, so the checkpoint cannot be restored", key)
+            "manifest", f"chk-{checkpoint_id}/ has {present or 'no files'} but no _metadata.json: no manifest (it "
+            "was deleted or never written), so the checkpoint cannot be restored", key)
     except CheckpointCorruptError as exc:
         return None, CheckResult.fail("manifest", f"unreadable manifest (truncated or not this schema): {exc}", key)
     if manifest.checkpoint_id != checkpoint_id or manifest.pipeline != store.pipeline:

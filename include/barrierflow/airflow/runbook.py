@@ -5,11 +5,14 @@ called (and tested) on its own::
 
     validate_recovery_params(params)        bad param -> RecoveryParamError (names param, value, allowed)
     ensure_job_stopped(spec_path)           lease held -> JobStillRunningError (says how to stop it)
-    choose_checkpoint(spec_path, wanted)    "latest-valid": newest that verifies (skipped ones listed)
-                                            "latest" / id:  that one, verified structurally first;
-                                                            fails -> ChosenCheckpointInvalidError
-    restore_checkpoint(spec_path, id, ...)  restore_pipeline: materialize, new attempt, reconcile the
-                                            sinks' in-doubt transactions, plan a suppressed replay
+    choose_checkpoint(spec_path, wanted)    ops.restore.choose, the rule every restore follows
+                                            (barrierflow.verification.choice): "latest-valid": newest
+                                            that verifies (skipped ones listed); "latest" / id: that
+                                            one, verified structurally first;
+                                            fails -> ChosenCheckpointInvalidError
+    restore_checkpoint(spec_path, id, ...)  ops.restore.restore_chosen: materialize, new attempt,
+                                            reconcile the sinks' in-doubt transactions, plan a
+                                            suppressed replay
     (the DAG triggers barrierflow_pipeline__<name> when the param restart is true)
     first_checkpoint_of_attempt(...)        the sensor's condition: a completed checkpoint written by
                                             the restored job (Manifest.attempt == the new attempt)
@@ -28,18 +31,28 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from barrierflow.errors import CheckpointError, CheckpointNotFoundError, UserInputError
+from barrierflow.errors import UserInputError
+from barrierflow.ops.checkpoints import list_checkpoints
+from barrierflow.ops.restore import choose, restore_chosen
+from barrierflow.verification.choice import (
+    CHECKPOINT_CHOICES,
+    LATEST,
+    LATEST_VALID,
+    CheckpointChoice,
+    CheckpointRequest,
+    ChosenCheckpointInvalidError,
+)
 
 log = logging.getLogger(__name__)
 
-LATEST_VALID = "latest-valid"
-LATEST = "latest"
-#: What the param ``checkpoint`` accepts besides a positive checkpoint id.
-CHECKPOINT_CHOICES = (LATEST_VALID, LATEST)
+__all__ = ["CHECKPOINT_CHOICES", "DEFAULT_PARAMS", "LATEST", "LATEST_VALID", "CheckpointChoice",
+           "CheckpointRequest", "ChosenCheckpointInvalidError", "JobStillRunningError", "RecoveryParamError",
+           "RecoveryParams", "choose_checkpoint", "describe_restore", "ensure_job_stopped",
+           "first_checkpoint_of_attempt", "recovery_summary", "restore_checkpoint", "validate_recovery_params"]
 
 #: The recovery DAG's params and their defaults (the DAG declares the same defaults).
 DEFAULT_PARAMS: dict[str, Any] = {
@@ -84,23 +97,6 @@ class JobStillRunningError(UserInputError):
         self.lease_path = lease_path
         self.lease = lease
         super().__init__(detail)
-
-
-class ChosenCheckpointInvalidError(CheckpointError, UserInputError):
-    """The checkpoint asked for (by id, or as ``latest``) fails structural verification.
-
-    Attributes:
-        checkpoint_id: the checkpoint verified.
-        failures: ``(check name, message)`` of every failed check.
-    """
-
-    def __init__(self, checkpoint_id: int, failures: list[tuple[str, str]], detail: str) -> None:
-        self.checkpoint_id = checkpoint_id
-        self.failures = failures
-        super().__init__(detail)
-
-
-CheckpointRequest = int | Literal["latest-valid", "latest"]
 
 
 @dataclass(frozen=True)
@@ -226,41 +222,10 @@ def ensure_job_stopped(spec_path: str | os.PathLike[str], *, launch_dag_id: str 
     )
 
 
-@dataclass
-class CheckpointChoice:
-    """The checkpoint recovery restores, and why.
-
-    Attributes:
-        requested: the ``checkpoint`` param (``"latest-valid"``, ``"latest"`` or an id).
-        checkpoint_id: the checkpoint chosen.
-        skipped: ``(checkpoint id, reason)`` of the newer checkpoints passed over, newest first
-            (only ``latest-valid`` skips any).
-        verification: the verdict on the chosen checkpoint, one line.
-    """
-
-    requested: CheckpointRequest
-    checkpoint_id: int
-    skipped: list[tuple[int, str]] = field(default_factory=list)
-    verification: str = "passed"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"requested": self.requested, "checkpoint_id": self.checkpoint_id,
-                "skipped": [{"checkpoint_id": cid, "reason": why} for cid, why in self.skipped],
-                "verification": self.verification}
-
-
 def choose_checkpoint(spec_path: str | os.PathLike[str], requested: CheckpointRequest) -> CheckpointChoice:
-    """Resolve the ``checkpoint`` param to the checkpoint to restore.
-
-    * ``"latest-valid"``: the newest checkpoint of the current timeline that passes structural
-      verification (:func:`barrierflow.verification.selection.latest_valid`, as ``barrierflow
-      restore --latest-valid``); the newer ones are returned in ``skipped`` with the reason.
-    * ``"latest"``: the newest checkpoint of the current timeline (a damaged one whose manifest
-      is gone or unreadable included, so damage is reported, not silently stepped over),
-      verified structurally first.
-    * an id: that checkpoint, verified structurally first.
-
-    Every verification result is stored beside its checkpoint (``chk-<n>/_verification.json``).
+    """Resolve the ``checkpoint`` param to the checkpoint to restore, with
+    :func:`barrierflow.ops.restore.choose`: the same rule and verification as ``barrierflow
+    restore`` (see :mod:`barrierflow.verification.choice`).
 
     Raises:
         SpecError: the spec does not load.
@@ -271,43 +236,7 @@ def choose_checkpoint(spec_path: str | os.PathLike[str], requested: CheckpointRe
             message names the checkpoint and each failed check and suggests ``latest-valid``.
         StorageError: the checkpoint store cannot be read.
     """
-    from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.spec.loader import load_spec
-    from barrierflow.verification.runner import candidate_ids, select_ids, verify_checkpoints
-    from barrierflow.verification.selection import latest_valid
-
-    spec = load_spec(spec_path)
-    store = CheckpointStore.for_spec(spec)
-    if requested == LATEST_VALID:
-        selection = latest_valid(spec, store)
-        return CheckpointChoice(requested, selection.checkpoint_id, list(selection.skipped),
-                                "the newest checkpoint that passes structural verification")
-    if requested == LATEST:
-        ids = candidate_ids(store)
-        if not ids:
-            raise CheckpointNotFoundError(f"pipeline {spec.name!r} has no completed checkpoint in {store.uri} "
-                                          "to restore; the job never completed one")
-        checkpoint_id = ids[-1]
-    else:
-        checkpoint_id = int(requested)
-        if checkpoint_id in store.abandoned():
-            raise CheckpointNotFoundError(
-                f"checkpoint {checkpoint_id} of pipeline {spec.name!r} was abandoned by an earlier restore (its "
-                f"timeline was discarded) and cannot be restored; use checkpoint={LATEST_VALID!r} or an id from "
-                f"'barrierflow checkpoints list {spec_path}'")
-        select_ids(store, checkpoint_id=checkpoint_id)  # CheckpointNotFoundError if there is no such checkpoint
-    report = verify_checkpoints(spec, store, [checkpoint_id])[0]
-    if not report.passed:
-        failures = [(c.name, c.message) for c in report.failures]
-        listed = "; ".join(f"the {name} check: {message}" for name, message in failures)
-        raise ChosenCheckpointInvalidError(
-            checkpoint_id, failures,
-            f"checkpoint {checkpoint_id} of pipeline {spec.name!r} (requested as checkpoint={requested!r}) fails "
-            f"structural verification, so restoring it would fail or resume from damaged state: failed {listed}. "
-            f"Use checkpoint={LATEST_VALID!r} to restore the newest checkpoint that passes (the damaged ones are "
-            "skipped and listed), or choose another id.",
-        )
-    return CheckpointChoice(requested, checkpoint_id, [], "passed structural verification")
+    return choose(spec_path, requested)
 
 
 def describe_restore(report: Mapping[str, Any]) -> list[str]:
@@ -333,8 +262,8 @@ def describe_restore(report: Mapping[str, Any]) -> list[str]:
 
 def restore_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
                        accept_duplicates: bool = False) -> dict[str, Any]:
-    """Restore the pipeline from ``checkpoint_id`` with
-    :func:`barrierflow.recovery.restore.restore_pipeline` and log what happened.
+    """Restore the pipeline from ``checkpoint_id`` (chosen by :func:`choose_checkpoint`) with
+    :func:`barrierflow.ops.restore.restore_chosen` and log what happened.
 
     The restore materializes the checkpoint into the job's local Spark checkpoint dir (the old
     one is kept as ``spark-checkpoint.replaced``), starts a new attempt (newer checkpoints are
@@ -356,11 +285,7 @@ def restore_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
         UserInputError: the job is running.
         StorageError: the checkpoint store cannot be read or written.
     """
-    from barrierflow.recovery.restore import restore_pipeline
-    from barrierflow.spec.loader import load_spec
-
-    spec = load_spec(spec_path)
-    report = restore_pipeline(spec, checkpoint_id, accept_duplicates=accept_duplicates).as_dict()
+    report = restore_chosen(spec_path, checkpoint_id, accept_duplicates=accept_duplicates).as_dict()
     lines = describe_restore(report)
     for line in lines[:-1] if report.get("replay") else lines:
         log.info("%s", line)
@@ -382,13 +307,9 @@ def first_checkpoint_of_attempt(spec_path: str | os.PathLike[str], attempt: int)
         SpecError: the spec does not load.
         StorageError: the checkpoint store cannot be read.
     """
-    from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.spec.loader import load_spec
-
     if attempt < 1:
         raise ValueError(f"attempt must be 1 or more (as returned by a restore), got {attempt}")
-    spec = load_spec(spec_path)
-    return next((m.checkpoint_id for m in CheckpointStore.for_spec(spec).completed() if m.attempt == attempt), None)
+    return next((m.checkpoint_id for m in list_checkpoints(spec_path).completed if m.attempt == attempt), None)
 
 
 def recovery_summary(choice: Mapping[str, Any], report: Mapping[str, Any], *, restarted: bool,

@@ -20,7 +20,10 @@
   --json``); it fails with :class:`barrierflow.reports.skew.SkewExpectationError` naming each
   checkpoint and value that broke ``reports.max_skew`` / ``reports.max_lag``.
 * The triggered failure recovery (``barrierflow_recover__<name>``) is a runbook of its own:
-  :mod:`barrierflow.recovery.runbook`.
+  :mod:`barrierflow.airflow.runbook`.
+
+Every operation is the one :mod:`barrierflow.ops` runs for the CLI; this module only turns
+its result into the JSON document (an XCom) and its failures into errors that name the fix.
 """
 
 from __future__ import annotations
@@ -308,22 +311,18 @@ def verify_latest_checkpoints(spec_path: str | os.PathLike[str], latest: int, *,
             failed checkpoint and check, ``summary`` holds the JSON document.
         StorageError: the checkpoint store cannot be read.
     """
-    from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.spec.loader import load_spec
-    from barrierflow.verification.runner import select_ids, verification_summary, verify_checkpoints
+    from barrierflow.ops.verify import verify
 
-    spec = load_spec(spec_path)
-    store = CheckpointStore.for_spec(spec)
-    reports = verify_checkpoints(spec, store, select_ids(store, latest=latest), deep=deep)
-    summary = verification_summary(spec.name, store.uri, reports)
-    failed = [(r.checkpoint_id, c.name, c.message, c.file) for r in reports for c in r.failures]
+    outcome = verify(spec_path, latest=latest, deep=deep)
+    summary = outcome.summary()
+    failed = [(r.checkpoint_id, c.name, c.message, c.file) for r in outcome.reports for c in r.failures]
     if failed:
         raise CheckpointVerificationError(
-            spec.name, [(cid, name, message) for cid, name, message, _ in failed], summary,
-            _failure_detail(spec.name, str(spec_path), store.uri, len(reports), failed),
+            outcome.pipeline, [(cid, name, message) for cid, name, message, _ in failed], summary,
+            _failure_detail(outcome.pipeline, str(spec_path), outcome.storage, len(outcome.reports), failed),
         )
-    log.info("pipeline %r: %d checkpoint(s) in %s passed verification%s", spec.name, len(reports), store.uri,
-             " (deep)" if deep else "")
+    log.info("pipeline %r: %d checkpoint(s) in %s passed verification%s", outcome.pipeline, len(outcome.reports),
+             outcome.storage, " (deep)" if deep else "")
     return summary
 
 
@@ -344,13 +343,9 @@ def retain_checkpoints(spec_path: str | os.PathLike[str], *, dry_run: bool = Fal
         SpecError: the spec does not load.
         StorageError: the checkpoint store cannot be read or written.
     """
-    from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.retention.plan import retain
-    from barrierflow.spec.loader import load_spec
+    from barrierflow.ops.retain import retain
 
-    spec = load_spec(spec_path)
-    plan = retain(spec, CheckpointStore.for_spec(spec), dry_run=dry_run)
-    return plan.as_dict()
+    return retain(spec_path, dry_run=dry_run).plan.as_dict()
 
 
 def reconcile_transactions(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> dict[str, Any]:
@@ -374,14 +369,9 @@ def reconcile_transactions(spec_path: str | os.PathLike[str], *, dry_run: bool =
         SinkError, StorageError: a sink or the checkpoint store failed; decisions applied
             before the failure stay applied; the next run plans the rest anew.
     """
-    from barrierflow.recovery.reconcile import apply_reconciliation, plan_reconciliation
-    from barrierflow.spec.loader import load_spec
+    from barrierflow.ops.reconcile import reconcile
 
-    spec = load_spec(spec_path)
-    plan = plan_reconciliation(spec)
-    if not dry_run:
-        apply_reconciliation(spec, plan)
-    return {**plan.as_dict(), "dry_run": dry_run}
+    return reconcile(spec_path, dry_run=dry_run).as_dict()
 
 
 def report_watermark_skew(spec_path: str | os.PathLike[str], *, last: int | None = None) -> dict[str, Any]:
@@ -401,12 +391,10 @@ def report_watermark_skew(spec_path: str | os.PathLike[str], *, last: int | None
             checkpoint and value, ``summary`` holds the JSON document.
         StorageError: the checkpoint store cannot be read or written.
     """
-    from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.reports.skew import raise_for_failures, skew_report
-    from barrierflow.spec.loader import load_spec
+    from barrierflow.ops.skew import skew
+    from barrierflow.reports.skew import raise_for_failures
 
-    spec = load_spec(spec_path)
-    report = skew_report(spec, CheckpointStore.for_spec(spec), last=last)
+    report = skew(spec_path, last=last)
     raise_for_failures(report, str(spec_path))
-    log.info("pipeline %r: %s", spec.name, report.message)
+    log.info("pipeline %r: %s", report.pipeline, report.message)
     return report.as_dict()
