@@ -49,7 +49,10 @@ def test_the_contracts_hold() -> None:
     # the 2PC template importing a concrete sink
     ("transactions/ledger.py", "\n\ndef _s() -> None:\n    import barrierflow.sinks.parquet  # noqa\n",
      "protocol-core-without-adapters"),
-    # a cycle: storage -> workdir -> spec -> storage
+    # a front door running an operation itself instead of calling ops/
+    ("cli/main.py", "\n\ndef _r() -> None:\n    from barrierflow.recovery.restore import restore_pipeline  # noqa\n",
+     "front-doors-call-ops"),
+    # a cycle: storage -> spec -> storage
     ("spec/durations.py", "\n\ndef _c() -> None:\n    import barrierflow.storage.uri  # noqa\n", "acyclic-packages"),
 ])
 def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, module: str, added: str, contract: str) -> None:

@@ -499,3 +499,56 @@ def test_reconcile_task_leaves_newer_transactions_alone_while_the_job_runs(
     assert summary["job_running"] is True
     assert [(d["transaction_id"], d["action"]) for d in summary["decisions"]] == [(in_doubt, "NONE")]
     assert TransactionLedger(store.objects, "t").get("out", 3).state is TxnState.PRECOMMITTED
+
+
+@pytest.mark.parametrize("damaged", [False, True], ids=["intact", "damaged"])
+def test_restore_latest_and_the_recovery_dag_choose_and_verify_alike(
+        bag: Any, factory: CheckpointFactory, spec_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], damaged: bool) -> None:
+    """One rule for choosing a checkpoint: ``barrierflow restore --latest`` and the recovery
+    DAG's choose task go through the same ops function, verify the same checkpoint the same
+    way, and come to the same verdict."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from barrierflow.ops import restore as ops_restore
+    from barrierflow.verification import choice as choice_rule
+
+    manifests = factory.take(4)
+    if damaged:
+        flip_byte(factory, manifests[-1])
+    chosen: list[tuple[str, Any]] = []  # (requested, checkpoint id or the refusal's message)
+    verified: list[list[int]] = []
+    real_choose, real_verify = ops_restore.choose_checkpoint, choice_rule.verify_checkpoints
+
+    def choose_spy(spec: Any, store: Any, requested: Any, **kwargs: Any) -> Any:
+        try:
+            result = real_choose(spec, store, requested, **kwargs)
+        except ChosenCheckpointInvalidError as exc:
+            chosen.append((requested, str(exc)))
+            raise
+        chosen.append((requested, result.checkpoint_id))
+        return result
+
+    def verify_spy(spec: Any, store: Any, ids: list[int], **kwargs: Any) -> Any:
+        verified.append(list(ids))
+        return real_verify(spec, store, ids, **kwargs)
+
+    monkeypatch.setattr(ops_restore, "choose_checkpoint", choose_spy)
+    monkeypatch.setattr(choice_rule, "verify_checkpoints", verify_spy)
+
+    checked = run_task(bag, RECOVER, "check_params_and_job", monkeypatch, checkpoint="latest")
+    if damaged:
+        with pytest.raises(AirflowFailException) as info:
+            run_task(bag, RECOVER, "choose_checkpoint", monkeypatch, {"check_params_and_job": checked})
+        dag_error = info.value.__cause__
+        assert isinstance(dag_error, ChosenCheckpointInvalidError) and dag_error.checkpoint_id == 4
+        assert main(["restore", str(spec_path), "--latest"]) == 2
+        assert str(dag_error) in capsys.readouterr().err  # the CLI refuses with the very same verdict
+    else:
+        dag_choice = run_task(bag, RECOVER, "choose_checkpoint", monkeypatch, {"check_params_and_job": checked})
+        assert main(["restore", str(spec_path), "--latest", "--json"]) == 0
+        restored = json.loads(capsys.readouterr().out)
+        assert restored["checkpoint_id"] == dag_choice["checkpoint_id"] == 4
+        assert restored["verification"] == dag_choice["verification"] == "passed structural verification"
+    assert [requested for requested, _ in chosen] == ["latest", "latest"]
+    assert chosen[0][1] == chosen[1][1]  # the same checkpoint, or the same refusal
+    assert verified == [[4], [4]]  # the same structural verification of the same checkpoint, before any restore

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from barrierflow.errors import BarrierflowError, UserInputError
 
 if TYPE_CHECKING:
-    from barrierflow.runtime.job import Progress
+    from barrierflow.ops.run import Progress
 
 EXIT_OK, EXIT_RUNTIME, EXIT_BAD_INPUT = 0, 1, 2
 

@@ -11,6 +11,8 @@ from barrierflow.ops.pipeline import open_pipeline
 from barrierflow.runtime.job import Progress, RunResult, StreamingJob
 from barrierflow.sources.dead_letter import count_dead_letters
 
+__all__ = ["Progress", "RunOutcome", "run"]
+
 
 @dataclass(frozen=True)
 class RunOutcome:
