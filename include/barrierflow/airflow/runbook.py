@@ -26,7 +26,6 @@ without retries. Every value returned is JSON-serializable (it becomes an XCom).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -174,13 +173,6 @@ def validate_recovery_params(params: Mapping[str, Any]) -> RecoveryParams:
     )
 
 
-def _read_lease(path: Path) -> dict[str, Any]:
-    try:
-        return dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError):
-        return {}
-
-
 def ensure_job_stopped(spec_path: str | os.PathLike[str], *, launch_dag_id: str | None = None) -> str:
     """Check that the pipeline's job is not running (its run lease is not held).
 
@@ -201,14 +193,15 @@ def ensure_job_stopped(spec_path: str | os.PathLike[str], *, launch_dag_id: str 
     """
     from barrierflow.spec.loader import load_spec
     from barrierflow.workdir.layout import JobLayout
-    from barrierflow.workdir.lease import job_running
+    from barrierflow.workdir.lease import lease_holder
 
     spec = load_spec(spec_path)
     layout = JobLayout.for_spec(spec)
     lease_path = layout.work_dir / "job.lease"
-    if not job_running(layout.work_dir):
+    holder = lease_holder(layout.work_dir)
+    if holder is None:
         return f"pipeline {spec.name!r} is not running (no live lease at {lease_path})"
-    lease = _read_lease(lease_path)
+    lease: dict[str, Any] = dict(holder)
     pid, host = lease.get("pid", "?"), lease.get("host", "?")
     launch = (f"mark the running 'launch' task of DAG {launch_dag_id!r} as failed in the Airflow UI (Airflow "
               "then stops spark-submit), or " if launch_dag_id else "")
