@@ -2,8 +2,9 @@
 
 * :func:`history_svg`: per completed checkpoint, the phase durations (barrier batch, sync,
   async, total; ms) and the sizes (full and incremental; bytes), failed checkpoints marked.
-* :func:`skew_svg`: from the stored skew report (``reports/skew-latest.json``), skew and
-  max lag per checkpoint, with the configured ``max_skew`` as a line.
+* :func:`skew_svg`: from the stored skew report (``reports/skew-latest.json``), the skew per
+  checkpoint, with the configured ``max_skew`` as a line (lags are in the report itself: they
+  can be orders of magnitude larger and would flatten the skew).
 
 Both return the SVG document as text; :func:`data_uri` turns it into an ``<img src>``.
 """
@@ -33,6 +34,12 @@ def data_uri(svg: str) -> str:
     return "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
 
 
+def _integer_ticks(axes: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def history_svg(rows: list[CheckpointRow]) -> str:
     """Durations and sizes over checkpoint ids (any order in, plotted ascending)."""
     from matplotlib.figure import Figure
@@ -56,6 +63,7 @@ def history_svg(rows: list[CheckpointRow]) -> str:
                label="incremental (uploaded)")
     sizes.set_ylabel("KiB")
     sizes.set_xlabel("checkpoint")
+    _integer_ticks(sizes)
     sizes.set_title("Checkpoint sizes")
     sizes.legend(fontsize="small")
     sizes.grid(alpha=0.3)
@@ -63,7 +71,7 @@ def history_svg(rows: list[CheckpointRow]) -> str:
 
 
 def skew_svg(report: dict[str, Any]) -> str | None:
-    """Skew and max lag per checkpoint of a stored skew report; None if it has no checkpoints."""
+    """Skew per checkpoint of a stored skew report; None if it has no checkpoints."""
     from matplotlib.figure import Figure
 
     points = report.get("checkpoints") or []
@@ -71,13 +79,13 @@ def skew_svg(report: dict[str, Any]) -> str | None:
         return None
     figure = Figure(figsize=(9, 3))
     axes = figure.add_subplot()
-    for key, label in (("skew_seconds", "skew"), ("max_lag_seconds", "max lag")):
-        known = [(p["checkpoint_id"], p[key]) for p in points if p.get(key) is not None]
-        axes.plot([c for c, _ in known], [v for _, v in known], marker="o", markersize=3, label=label)
+    known = [(p["checkpoint_id"], p["skew_seconds"]) for p in points if p.get("skew_seconds") is not None]
+    axes.plot([c for c, _ in known], [v for _, v in known], marker="o", markersize=3, label="skew (newest - oldest)")
     limit = (report.get("settings") or {}).get("max_skew_seconds")
     if limit is not None:
         axes.axhline(limit, color=_FAILED, linestyle="--", label=f"max_skew {limit:g}s")
     axes.set_xlabel("checkpoint")
+    _integer_ticks(axes)
     axes.set_ylabel("seconds")
     axes.set_title(f"Watermark skew (report generated {report.get('generated', '?')})")
     axes.legend(fontsize="small")
