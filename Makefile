@@ -9,6 +9,9 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt co
 DEMO_CHECKPOINTS ?= 6
 PYTEST_WORKERS ?= 2
 AIRFLOW_PORT ?= 8080
+# The scheduler's and triggerer's log servers (Airflow binds them to every interface).
+AIRFLOW_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 1 )))
+AIRFLOW_TRIGGER_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 2 )))
 AIRFLOW_HOME_DIR := $(CURDIR)/var/airflow
 
 .PHONY: demo test lint bench install clean airflow chromium
@@ -58,6 +61,8 @@ airflow: $(STAMP)
 	AIRFLOW__API__PORT=$(AIRFLOW_PORT) \
 	AIRFLOW__API__BASE_URL=http://127.0.0.1:$(AIRFLOW_PORT) \
 	AIRFLOW__CORE__EXECUTION_API_SERVER_URL=http://127.0.0.1:$(AIRFLOW_PORT)/execution/ \
+	AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=$(AIRFLOW_LOG_PORT) \
+	AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=$(AIRFLOW_TRIGGER_LOG_PORT) \
 	BARRIERFLOW_HOME=$(CURDIR) \
 	$(BIN)/airflow standalone
 
