@@ -151,19 +151,15 @@ def create_app(pipelines_dir: str, authenticate: Authenticator = airflow_session
 
     @app.get("/pipelines/{name}/checkpoints/{checkpoint_id}/verification", response_class=HTMLResponse)
     def verification_page(name: str, checkpoint_id: int) -> HTMLResponse:
-        from barrierflow.verification.html import render_html
-
-        return HTMLResponse(render_html(name, [_verification(name, checkpoint_id)]))
+        return HTMLResponse(store_reader.render_verification_html(name, [_verification(name, checkpoint_id)]))
 
     @app.get("/pipelines/{name}/verification", response_class=HTMLResponse)
     def verification_summary(name: str, limit: Limit = DEFAULT_LIMIT) -> HTMLResponse:
-        from barrierflow.verification.html import render_html
-
         spec = find_pipeline(pipelines_dir, name)
         store = store_reader.open_checkpoint_store(spec)
         ids = [row.checkpoint_id for row in pipeline_history(spec, store, limit=limit).rows]
         reports = [r for r in (store_reader.read_verification(store, cid) for cid in sorted(ids)) if r is not None]
-        return HTMLResponse(render_html(name, reports))
+        return HTMLResponse(store_reader.render_verification_html(name, reports))
 
     @app.get("/pipelines/{name}/reports/{path:path}")
     def report_file(name: str, path: str) -> Response:

@@ -19,6 +19,7 @@ from barrierflow.airflow_support import DiscoveredPipeline, discover_pipelines
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.storage import ObjectNotFoundError
+from barrierflow.verification.html import render_html
 from barrierflow.verification.report import VerificationReport, load_report
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ __all__ = [
     "read_manifests",
     "read_report_object",
     "read_verification",
+    "render_verification_html",
     "report_exists",
 ]
 
@@ -70,6 +72,11 @@ def read_attempt(store: CheckpointStore) -> int:
 def read_verification(store: CheckpointStore, checkpoint_id: int) -> VerificationReport | None:
     """The stored verification result of ``checkpoint_id``, or None if never verified."""
     return load_report(store.objects, checkpoint_id)
+
+
+def render_verification_html(pipeline: str, reports: list[VerificationReport]) -> str:
+    """The verification results as the self-contained HTML of ``barrierflow verify --html``."""
+    return render_html(pipeline, reports)
 
 
 def report_exists(store: CheckpointStore, key: str) -> bool:
