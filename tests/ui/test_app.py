@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from barrierflow.ui import create_app
 from barrierflow.ui.exceptions import NotAuthorizedError
+from barrierflow.ui.store_reader import barrier_batch_ms
 from fastapi import Request
 from fastapi.testclient import TestClient
 
@@ -79,7 +80,7 @@ def test_page_and_api_show_the_manifests(factory: CheckpointFactory, pipelines_d
         assert row["trigger_time"] == manifest.trigger_time.isoformat()
         assert row["completion_time"] == manifest.completion_time.isoformat()
         assert float(row["sync_ms"]) == manifest.sync_ms and float(row["async_ms"]) == manifest.async_ms
-        assert float(row["barrier_batch_ms"]) == manifest.alignment_ms
+        assert float(row["barrier_batch_ms"]) == barrier_batch_ms(manifest)
         assert int(row["full_bytes"]) == manifest.full_bytes
         assert int(row["incremental_bytes"]) == manifest.incremental_bytes
         assert row["verification"] == "not verified"
