@@ -1,14 +1,20 @@
-# The two commands of README.md. Both create .venv and install pinned requirements first.
-#   make demo   run the demo pipeline (local Spark, local storage, built-in generator)
-#   make test   lint + the whole test suite (what .ci/run calls)
+# The commands of README.md. Each creates .venv and installs pinned requirements first.
+#   make demo     run the demo pipeline (local Spark, local storage, built-in generator)
+#   make test     lint + the whole test suite (what .ci/run calls)
+#   make airflow  Airflow (standalone) on 127.0.0.1 with dags/ and plugins/, home var/airflow
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt pyproject.toml | sha256sum | cut -c1-16)
 DEMO_CHECKPOINTS ?= 6
 PYTEST_WORKERS ?= 2
+AIRFLOW_PORT ?= 8080
+# The scheduler's and triggerer's log servers (Airflow binds them to every interface).
+AIRFLOW_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 1 )))
+AIRFLOW_TRIGGER_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 2 )))
+AIRFLOW_HOME_DIR := $(CURDIR)/var/airflow
 
-.PHONY: demo test lint bench install clean
+.PHONY: demo test lint bench install clean airflow chromium
 
 $(STAMP):
 	@command -v java >/dev/null || { echo "error: Spark needs Java 17+ on PATH (apt-get install openjdk-17-jre-headless)"; exit 2; }
@@ -28,11 +34,38 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 
-test: lint
+# The Checkpoints page's acceptance test drives Debian's chromium (headless).
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null \
+	  || { echo "error: the UI tests need Chromium on PATH (apt-get install chromium)"; exit 2; }
+
+test: lint chromium
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -p no:cacheprovider
 
 bench: $(STAMP)
 	$(BIN)/barrierflow bench --markdown docs/benchmarks-latest.md
+
+# Local Airflow: scheduler, DAG processor, triggerer and API server (`airflow standalone`) on
+# 127.0.0.1:$(AIRFLOW_PORT), with this project's DAGs and plugins (the Checkpoints page),
+# SQLite metadata and its generated admin password in var/airflow (git-ignored). Ctrl-C stops it.
+airflow: $(STAMP)
+	@mkdir -p $(AIRFLOW_HOME_DIR)
+	@echo "Airflow UI: http://127.0.0.1:$(AIRFLOW_PORT)/  (checkpoints: Browse -> Checkpoints)"
+	@echo "Log in as 'admin'; the password is generated at the first start into"
+	@echo "  $(AIRFLOW_HOME_DIR)/simple_auth_manager_passwords.json.generated"
+	PATH="$(CURDIR)/$(BIN):$$PATH" \
+	AIRFLOW_HOME=$(AIRFLOW_HOME_DIR) \
+	AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	AIRFLOW__API__HOST=127.0.0.1 \
+	AIRFLOW__API__PORT=$(AIRFLOW_PORT) \
+	AIRFLOW__API__BASE_URL=http://127.0.0.1:$(AIRFLOW_PORT) \
+	AIRFLOW__CORE__EXECUTION_API_SERVER_URL=http://127.0.0.1:$(AIRFLOW_PORT)/execution/ \
+	AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=$(AIRFLOW_LOG_PORT) \
+	AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=$(AIRFLOW_TRIGGER_LOG_PORT) \
+	BARRIERFLOW_HOME=$(CURDIR) \
+	$(BIN)/airflow standalone
 
 clean:
 	rm -rf var .pytest_cache

@@ -9,6 +9,10 @@ and whatever they started (spark-submit and its driver).
 
 Readiness is asked of the API server (``/api/v2/monitor/health``: the scheduler and the DAG
 processor report heartbeats), never waited for by sleeping blindly.
+
+``components`` starts fewer processes (e.g. only ``("api-server",)`` for a UI test: ready when
+the API server answers and its metadata database is healthy); ``plugins_folder`` sets
+``AIRFLOW__CORE__PLUGINS_FOLDER`` (default: Airflow's, ``$AIRFLOW_HOME/plugins``).
 """
 
 from __future__ import annotations
@@ -33,8 +37,13 @@ class AirflowServer:
     """Start with :meth:`start`, stop with :meth:`stop` (also a context manager)."""
 
     def __init__(self, home: Path, dags_folder: Path, *, env: Mapping[str, str] | None = None,
-                 parallelism: int = 4) -> None:
+                 parallelism: int = 4, plugins_folder: Path | None = None,
+                 components: tuple[str, ...] = COMPONENTS) -> None:
+        unknown = set(components) - set(COMPONENTS)
+        if unknown or "api-server" not in components:
+            raise ValueError(f"components must include 'api-server' and be among {COMPONENTS}, got {components}")
         self.home = home
+        self.components = components
         self.dags_folder = dags_folder
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -62,6 +71,7 @@ class AirflowServer:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            **({"AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins_folder)} if plugins_folder else {}),
             **(env or {}),
         }
         self._token: str | None = None
@@ -76,11 +86,11 @@ class AirflowServer:
                                  timeout=300, check=False)
         if migrate.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed ({migrate.returncode}): {migrate.stderr[-3000:]}")
-        for name in COMPONENTS:
+        for name in self.components:
             with open(self.home / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
                 self.procs[name] = subprocess.Popen([airflow, name], env=self.env, stdout=log,
                                                     stderr=subprocess.STDOUT, start_new_session=True)
-        self.wait_for(self._healthy, timeout, "Airflow's scheduler, DAG processor and API server to be healthy")
+        self.wait_for(self._healthy, timeout, f"Airflow's {', '.join(self.components)} to be healthy")
         return self
 
     def stop(self, timeout: float = 30) -> None:
@@ -106,7 +116,7 @@ class AirflowServer:
         self.stop()
 
     def logs(self, limit: int = 3000) -> str:
-        return "\n".join(f"--- {name} ---\n{log_tail(self.home / f'{name}.log', limit)}" for name in COMPONENTS)
+        return "\n".join(f"--- {name} ---\n{log_tail(self.home / f'{name}.log', limit)}" for name in self.components)
 
     # -- waiting --------------------------------------------------------------------------
 
@@ -132,7 +142,8 @@ class AirflowServer:
             health = requests.get(f"{self.url}/api/v2/monitor/health", timeout=5).json()
         except (requests.RequestException, ValueError):
             return False
-        return all(health.get(part, {}).get("status") == "healthy" for part in ("metadatabase", "scheduler"))
+        parts = ("metadatabase", "scheduler") if "scheduler" in self.components else ("metadatabase",)
+        return all(health.get(part, {}).get("status") == "healthy" for part in parts)
 
     # -- the REST API -------------------------------------------------------------------------
 

@@ -1,0 +1,126 @@
+"""The Checkpoints page as HTML: self-contained (inline CSS, plots as data URIs, no scripts,
+no internet resources), so it renders the same inside Airflow's iframe and saved to a file.
+
+Every value cell carries the exact value in ``data-value`` (ISO times, ms and bytes as in the
+manifest) next to its formatted text, and every row its ``data-checkpoint-id``, so tools
+(and the acceptance test) can read the page without parsing formatted numbers.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import UTC, datetime
+from urllib.parse import quote
+
+from barrierflow.ui.history import CheckpointRow, PipelineEntry, PipelineHistory, Verdict
+from barrierflow.ui.plots import data_uri, history_svg, skew_svg
+
+_STYLE = """body{font-family:system-ui,sans-serif;margin:1em 1.5em;color:#1a1a1a}
+h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.1em;margin:1.2em 0 .4em}
+nav a{margin-right:1em}nav a.current{font-weight:bold;text-decoration:none;color:#1a1a1a}
+table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ddd;padding:3px 6px;text-align:right}
+th{background:#f4f4f4}td.text{text-align:left}.COMPLETED,.passed{color:#176f2c}
+.FAILED,.failed{color:#b00020;font-weight:bold}.muted,.not-verified{color:#777}img{max-width:100%}
+.meta span{margin-right:1.5em}.error{color:#b00020;white-space:pre-wrap}"""
+
+_COLUMNS = ("ID", "kind", "status", "attempt", "barrier batch", "trigger time (UTC)", "completion time (UTC)",
+            "barrier batch ms", "sync ms", "async ms", "total ms", "full bytes", "incremental bytes",
+            "verification")
+
+
+def _iso(moment: datetime | None) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds") if moment else ""
+
+
+def _cell(field: str, value: object, text: str, css: str = "") -> str:
+    raw = "" if value is None else (value.isoformat() if isinstance(value, datetime) else str(value))
+    klass = f" class='{css}'" if css else ""
+    return f"<td data-field='{field}' data-value='{html.escape(raw, quote=True)}'{klass}>{html.escape(text)}</td>"
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:,.1f}"
+
+
+def _bytes(value: int | None) -> str:
+    return "" if value is None else f"{value:,}"
+
+
+def _row(row: CheckpointRow, base: str, pipeline: str) -> str:
+    status_text = row.status if row.completed else f"{row.status}: {row.failure_reason}"
+    status = (f"<td data-field='status' data-value='{row.status}' class='text {row.status}'"
+              f" title='{html.escape(row.failure_message or '', quote=True)}'>{html.escape(status_text)}"
+              + (f"<br><span class='muted'>{html.escape(row.failure_message or '')}</span>" if not row.completed
+                 else "") + "</td>")
+    verdict = row.verification.verdict
+    if verdict is Verdict.NOT_VERIFIED:
+        verification = f"<td data-field='verification' data-value='{verdict.value}' class='text not-verified'>" \
+                       "not verified</td>"
+    else:
+        kind = "deep" if row.verification.deep else "structural"
+        href = f"{base}/pipelines/{pipeline}/checkpoints/{row.checkpoint_id}/verification"
+        verification = (f"<td data-field='verification' data-value='{verdict.value}' class='text {verdict.value}' "
+                        f"title='{html.escape(row.verification.reason, quote=True)}'><a href='{href}'>"
+                        f"{verdict.value}</a> ({kind})</td>")
+    return (
+        f"<tr data-checkpoint-id='{row.checkpoint_id}'>"
+        + _cell("checkpoint_id", row.checkpoint_id, str(row.checkpoint_id))
+        + _cell("kind", row.kind, row.kind, "text") + status
+        + _cell("attempt", row.attempt, "" if row.attempt is None else str(row.attempt))
+        + _cell("barrier_batch", row.barrier_batch, "" if row.barrier_batch is None else str(row.barrier_batch))
+        + _cell("trigger_time", row.trigger_time, _iso(row.trigger_time), "text")
+        + _cell("completion_time", row.completion_time, _iso(row.completion_time or row.failure_time), "text")
+        + _cell("barrier_batch_ms", row.barrier_batch_ms, _ms(row.barrier_batch_ms))
+        + _cell("sync_ms", row.sync_ms, _ms(row.sync_ms)) + _cell("async_ms", row.async_ms, _ms(row.async_ms))
+        + _cell("total_ms", row.total_ms, _ms(row.total_ms))
+        + _cell("full_bytes", row.full_bytes, _bytes(row.full_bytes))
+        + _cell("incremental_bytes", row.incremental_bytes, _bytes(row.incremental_bytes))
+        + verification + "</tr>")
+
+
+def _nav(pipelines: list[PipelineEntry], current: str | None, base: str) -> str:
+    links = []
+    for entry in pipelines:
+        if entry.spec is None:
+            continue
+        klass = " class='current'" if entry.name == current else ""
+        links.append(f"<a{klass} href='{base}/?pipeline={quote(entry.name)}'>{html.escape(entry.name)}</a>")
+    broken = "".join(f"<p class='error'>spec {html.escape(e.path)} does not load: {html.escape(e.error or '')}</p>"
+                     for e in pipelines if e.spec is None)
+    return f"<nav>Pipelines: {' '.join(links) or '<span class=muted>none</span>'}</nav>{broken}"
+
+
+def render_pipeline(history: PipelineHistory, base: str, skew_report: dict[str, object] | None) -> str:
+    """The section of one pipeline: summary, report links, plots and the checkpoint table."""
+    name = quote(history.pipeline)
+    links = [f"<a href='{base}/api/pipelines/{name}'>JSON API</a>"]
+    links += [f"<a href='{base}/pipelines/{name}/{r.key}'>{html.escape(r.title)}</a>" for r in history.reports]
+    if any(r.verification.verdict is not Verdict.NOT_VERIFIED for r in history.rows):
+        links.append(f"<a href='{base}/pipelines/{name}/verification'>Verification results</a>")
+    if history.rows:
+        table = ("<table id='checkpoints'><tr>" + "".join(f"<th>{c}</th>" for c in _COLUMNS) + "</tr>"
+                 + "".join(_row(r, base, name) for r in history.rows) + "</table>")
+        plot = (f"<h2>Duration and size history</h2><img id='history-plot' alt='checkpoint durations and sizes' "
+                f"src='{data_uri(history_svg(history.rows))}'>")
+    else:
+        table = f"<p class='muted'>no checkpoints yet in {html.escape(history.storage)}</p>"
+        plot = ""
+    skew = skew_svg(skew_report) if skew_report else None
+    skew_html = (f"<h2>Watermark skew (latest report)</h2><img id='skew-plot' alt='watermark skew per checkpoint' "
+                 f"src='{data_uri(skew)}'>") if skew else ""
+    return (
+        f"<section id='pipeline' data-pipeline='{html.escape(history.pipeline, quote=True)}'>"
+        f"<h1>Checkpoints: {html.escape(history.pipeline)}</h1>"
+        f"<p class='meta'><span>store <code>{html.escape(history.storage)}</code></span>"
+        f"<span>attempt {history.attempt}</span><span>{history.total_completed} completed</span>"
+        f"<span>{history.total_failed} failed</span><span>showing the newest {len(history.rows)}</span></p>"
+        f"<p>{' · '.join(links)}</p><h2>Recent checkpoints (newest first)</h2>{table}{plot}{skew_html}</section>")
+
+
+def render_page(pipelines: list[PipelineEntry], history: PipelineHistory | None, base: str,
+                skew_report: dict[str, object] | None = None, message: str = "") -> str:
+    """The whole page: pipeline navigation, then the selected pipeline (or ``message``)."""
+    body = render_pipeline(history, base, skew_report) if history else f"<p class='muted'>{html.escape(message)}</p>"
+    current = history.pipeline if history else None
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>barrierflow checkpoints</title>"
+            f"<style>{_STYLE}</style></head><body>{_nav(pipelines, current, base)}{body}</body></html>")

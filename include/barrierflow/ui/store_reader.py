@@ -1,0 +1,101 @@
+"""The one module of the Checkpoints page that reads library internals.
+
+Everything the page shows comes from the pipeline's checkpoint store, through the functions
+here: completed manifests of the current timeline, failure records, stored verification
+results and the reports under ``reports/``. Keeping these imports in one place keeps the page
+independent of where the library moves its modules.
+
+Manifests name the barrier batch's time in the stage ``alignment_ms`` (format version 1) or
+``barrier_batch_ms`` (after the rename): :func:`barrier_batch_ms` reads either.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from barrierflow.airflow.support import DiscoveredPipeline, discover_pipelines
+from barrierflow.checkpointing.manifest import FailureRecord, Manifest
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.storage import ObjectNotFoundError
+from barrierflow.verification.html import render_html
+from barrierflow.verification.report import VerificationReport, load_report
+
+if TYPE_CHECKING:
+    from barrierflow.spec.models import PipelineSpec
+
+__all__ = [
+    "CheckpointStore",
+    "DiscoveredPipeline",
+    "FailureRecord",
+    "Manifest",
+    "VerificationReport",
+    "barrier_batch_ms",
+    "find_pipelines",
+    "open_checkpoint_store",
+    "read_attempt",
+    "read_failures",
+    "read_manifests",
+    "read_report_object",
+    "read_verification",
+    "render_verification_html",
+    "report_exists",
+]
+
+
+def find_pipelines(folder: str | os.PathLike[str]) -> list[DiscoveredPipeline]:
+    """The pipeline specs in ``folder`` as the DAG file finds them (broken ones carry ``error``)."""
+    return discover_pipelines(Path(folder))
+
+
+def open_checkpoint_store(spec: PipelineSpec) -> CheckpointStore:
+    """The spec's checkpoint store (opening it reads nothing)."""
+    return CheckpointStore.for_spec(spec)
+
+
+def read_manifests(store: CheckpointStore) -> list[Manifest]:
+    """Completed manifests of the current timeline, ascending by id (corrupt ones skipped)."""
+    return store.completed()
+
+
+def read_failures(store: CheckpointStore) -> list[FailureRecord]:
+    """Every readable ``chk-<n>/_failed.json``, ascending by id."""
+    return store.failures()
+
+
+def read_attempt(store: CheckpointStore) -> int:
+    """How many times the pipeline was restored."""
+    return store.attempt()
+
+
+def read_verification(store: CheckpointStore, checkpoint_id: int) -> VerificationReport | None:
+    """The stored verification result of ``checkpoint_id``, or None if never verified."""
+    return load_report(store.objects, checkpoint_id)
+
+
+def render_verification_html(pipeline: str, reports: list[VerificationReport]) -> str:
+    """The verification results as the self-contained HTML of ``barrierflow verify --html``."""
+    return render_html(pipeline, reports)
+
+
+def report_exists(store: CheckpointStore, key: str) -> bool:
+    return store.objects.exists(key)
+
+
+def read_report_object(store: CheckpointStore, key: str) -> bytes | None:
+    """The bytes of the stored object ``key`` (a report under ``reports/``), or None if absent."""
+    try:
+        return store.objects.get_bytes(key)
+    except ObjectNotFoundError:
+        return None
+
+
+def barrier_batch_ms(manifest: Manifest) -> float:
+    """Barrier batch planned -> committed, in ms, whichever name the manifest uses."""
+    for name in ("barrier_batch_ms", "alignment_ms"):
+        value = getattr(manifest, name, None)
+        if value is not None:
+            return float(value)
+    raise AttributeError(f"manifest of checkpoint {manifest.checkpoint_id} has neither barrier_batch_ms nor "
+                         "alignment_ms; is the library newer than the Checkpoints page?")

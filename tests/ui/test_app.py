@@ -1,0 +1,150 @@
+"""The Checkpoints app in-process (FastAPI TestClient): page, JSON API, reports, and that every
+route refuses requests without an Airflow session (the real check, no Airflow server needed
+for the refusal; the signed-in path is covered by test_checkpoints_page_in_airflow.py)."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from barrierflow.ui import create_app
+from barrierflow.ui.exceptions import NotAuthorizedError
+from barrierflow.ui.store_reader import barrier_batch_ms
+from fastapi import Request
+from fastapi.testclient import TestClient
+
+from tests.pipeline_specs import spec_dict, write_spec
+from tests.verification.checkpoint_factory import CheckpointFactory
+
+ROUTES = ("/", "/?pipeline=t", "/api/pipelines", "/api/pipelines/t", "/api/pipelines/t/checkpoints/1/verification",
+          "/pipelines/t/verification", "/pipelines/t/checkpoints/1/verification",
+          "/pipelines/t/reports/skew-latest.json")
+
+
+class CellReader(HTMLParser):
+    """``{checkpoint id: {field: data-value}}`` of the page's checkpoint table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[int, dict[str, str]] = {}
+        self._row: dict[str, str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attr = dict(attrs)
+        if tag == "tr" and attr.get("data-checkpoint-id"):
+            self._row = self.rows.setdefault(int(attr["data-checkpoint-id"] or 0), {})
+        elif tag == "td" and self._row is not None and attr.get("data-field"):
+            self._row[attr["data-field"] or ""] = attr.get("data-value") or ""
+
+
+def read_cells(page: str) -> dict[int, dict[str, str]]:
+    reader = CellReader()
+    reader.feed(page)
+    return reader.rows
+
+
+async def signed_in_as_tester(request: Request) -> str:
+    return "tester"
+
+
+@pytest.fixture
+def factory(tmp_path: Path) -> CheckpointFactory:
+    factory = CheckpointFactory(tmp_path)
+    factory.take(3)
+    return factory
+
+
+@pytest.fixture
+def pipelines_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    write_spec(folder, spec_dict(tmp_path), "t.yaml")
+    (folder / "broken.yaml").write_text("version: 1\nname: [", encoding="utf-8")
+    return folder
+
+
+def test_page_and_api_show_the_manifests(factory: CheckpointFactory, pipelines_dir: Path) -> None:
+    client = TestClient(create_app(str(pipelines_dir), authenticate=signed_in_as_tester))
+    manifests = {m.checkpoint_id: m for m in factory.store.completed()}
+
+    page = client.get("/")
+    assert page.status_code == 200, page.text
+    cells = read_cells(page.text)
+    assert sorted(cells) == [1, 2, 3]
+    for cid, manifest in manifests.items():
+        row = cells[cid]
+        assert row["status"] == "COMPLETED"
+        assert row["barrier_batch"] == str(manifest.spark_batch_id)
+        assert row["trigger_time"] == manifest.trigger_time.isoformat()
+        assert row["completion_time"] == manifest.completion_time.isoformat()
+        assert float(row["sync_ms"]) == manifest.sync_ms and float(row["async_ms"]) == manifest.async_ms
+        assert float(row["barrier_batch_ms"]) == barrier_batch_ms(manifest)
+        assert int(row["full_bytes"]) == manifest.full_bytes
+        assert int(row["incremental_bytes"]) == manifest.incremental_bytes
+        assert row["verification"] == "not verified"
+    assert "id='history-plot'" in page.text and "data:image/svg+xml;base64," in page.text
+    assert "broken.yaml does not load" in page.text
+    assert "http://" not in page.text.replace("http://www.w3.org", "")  # no internet resources
+
+    api = client.get("/api/pipelines/t").json()
+    assert [c["checkpoint_id"] for c in api["checkpoints"]] == [3, 2, 1]
+    assert api["checkpoints"][0]["full_bytes"] == manifests[3].full_bytes
+    listing = client.get("/api/pipelines").json()["pipelines"]
+    assert {p["name"]: p["error"] is None for p in listing} == {"t": True, "broken": False}
+
+
+def test_report_links_appear_with_the_reports(factory: CheckpointFactory, pipelines_dir: Path) -> None:
+    client = TestClient(create_app(str(pipelines_dir), authenticate=signed_in_as_tester))
+    assert "quality" not in client.get("/").text.lower()
+    skew = {"generated": "2026-03-01T12:00:00+00:00", "settings": {"max_skew_seconds": 60.0},
+            "checkpoints": [{"checkpoint_id": c, "skew_seconds": 1.0 + c, "max_lag_seconds": 3.0} for c in (1, 2, 3)]}
+    factory.objects.put_bytes("reports/skew-latest.json", json.dumps(skew).encode())
+    factory.objects.put_bytes("reports/quality-latest.json", b'{"passed": true}')
+
+    page = client.get("/").text
+    assert "href='/pipelines/t/reports/skew-latest.json'" in page
+    assert "href='/pipelines/t/reports/quality-latest.json'" in page
+    assert "id='skew-plot'" in page
+    served = client.get("/pipelines/t/reports/skew-latest.json")
+    assert served.status_code == 200 and served.json() == skew
+    assert client.get("/pipelines/t/reports/../_pipeline.json").status_code == 404
+    assert client.get("/pipelines/t/reports/nothing.json").status_code == 404
+    assert client.get("/api/pipelines/nope").status_code == 404
+
+
+def test_verification_results_are_linked_and_served(factory: CheckpointFactory, pipelines_dir: Path) -> None:
+    from tests.ui.test_history import _verify
+
+    _verify(factory, 2, passed=False)
+    client = TestClient(create_app(str(pipelines_dir), authenticate=signed_in_as_tester))
+    page = client.get("/").text
+    assert read_cells(page)[2]["verification"] == "failed"
+    assert "href='/pipelines/t/checkpoints/2/verification'" in page
+    assert "sha256 differs" in client.get("/pipelines/t/checkpoints/2/verification").text
+    assert client.get("/api/pipelines/t/checkpoints/2/verification").json()["passed"] is False
+    assert client.get("/api/pipelines/t/checkpoints/1/verification").status_code == 404
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_every_route_answers_401_without_an_airflow_session(pipelines_dir: Path, route: str) -> None:
+    client = TestClient(create_app(str(pipelines_dir)))  # the real Airflow session check
+    response = client.get(route)
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert "not signed in" in response.text
+
+
+def test_a_user_who_may_not_read_dags_gets_403(pipelines_dir: Path) -> None:
+    async def refused(request: Request) -> str:
+        raise NotAuthorizedError("Airflow user 'viewer' may not read DAGs")
+
+    client = TestClient(create_app(str(pipelines_dir), authenticate=refused))
+    assert client.get("/api/pipelines").status_code == 403
+    assert client.get("/").status_code == 403
+
+
+def test_only_get_exists(pipelines_dir: Path) -> None:
+    client = TestClient(create_app(str(pipelines_dir), authenticate=signed_in_as_tester))
+    assert client.post("/api/pipelines/t").status_code == 405
