@@ -135,10 +135,11 @@ def check_launch_allowed(
     """
     from barrierflow.checkpointing.store import CheckpointStore
     from barrierflow.spec.loader import load_spec
+    from barrierflow.workdir.layout import JobLayout
     from barrierflow.workdir.lease import describe, lease_holder
 
     spec = load_spec(spec_path)
-    name, work_dir = _work_dir(spec_path)
+    name, work_dir = spec.name, JobLayout.for_spec(spec).work_dir
     marker = read_recovery_marker(work_dir)
     recovery = marker.describe() if marker is not None else f"a run of DAG {recovery_dag_id!r}"
 
