@@ -32,7 +32,7 @@
   -> `restore` restores it (`barrierflow restore`): new attempt, the sinks' in-doubt
   transactions committed or aborted, a suppressed replay planned when newer epochs were
   already committed; returns the report -> `restart` triggers `barrierflow_pipeline__<name>`
-  (skipped when `restart` is false) -> `wait_for_first_checkpoint` (sensor, reschedule mode,
+  (skipped when `restart` is false) -> `wait_for_first_checkpoint` (sensor, poke mode,
   every 30 s, timeout `wait_seconds`) waits for a completed checkpoint of the new attempt ->
   `report` logs and returns the summary (also when the restart was skipped).
 * `barrierflow_reconcile__<name>` (every 30 minutes): `reconcile` runs `barrierflow reconcile
@@ -478,7 +478,10 @@ def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
             spec_path=spec_path,
             barrierflow_home=BARRIERFLOW_HOME,
             restore_report=restored,
-            mode="reschedule",
+            # Poke mode holds one worker slot for at most `wait_seconds`. Reschedule mode with a short
+            # interval races Airflow's scheduler: a reschedule's "success" event can arrive after
+            # the task was queued again, and the scheduler then fails it as "changed externally".
+            mode="poke",
             poke_interval=FIRST_CHECKPOINT_POKE_SECONDS,
             timeout=float(RECOVER_DEFAULTS["wait_seconds"]),  # replaced by the param when it runs
         )

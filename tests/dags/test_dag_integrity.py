@@ -172,7 +172,7 @@ def test_recover_dag_is_triggered_with_params_and_runs_the_runbook_in_order(dagb
         assert restart.wait_for_completion is False and restart.fail_when_dag_is_paused is True
         sensor = dag.get_task("wait_for_first_checkpoint")
         assert isinstance(sensor, BaseSensorOperator)
-        assert sensor.mode == "reschedule" and sensor.poke_interval == 30 and sensor.timeout == 600
+        assert sensor.mode == "poke" and sensor.poke_interval == 30 and sensor.timeout == 600
         assert sensor.spec_path == str(spec_path.resolve())
         assert dag.get_task("report").trigger_rule == "none_failed"  # also after a skipped restart
 
@@ -208,7 +208,7 @@ def test_new_dags_serialize_for_the_scheduler(dagbag: Any) -> None:
         assert back.task_ids == dagbag.dags[dag_id].task_ids
     back = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags["barrierflow_recover__demo"]))
     assert back.get_task("report").trigger_rule == "none_failed"
-    assert back.get_task("wait_for_first_checkpoint").reschedule
+    assert back.get_task("wait_for_first_checkpoint").mode == "poke"
 
 
 def test_verify_dag_takes_schedule_count_and_depth_from_the_spec(

@@ -391,7 +391,7 @@ def test_sensor_times_out_after_the_param_wait_seconds(bag: Any, monkeypatch: py
     from airflow.sdk import BaseSensorOperator
 
     seen: list[float] = []
-    # Airflow's own sensor loop (reschedule, timeout) is not under test; it sees the param's timeout.
+    # Airflow's own sensor loop (poke, timeout) is not under test; it sees the param's timeout.
     monkeypatch.setattr(BaseSensorOperator, "execute", lambda self, context: seen.append(self.timeout))
     sensor = bag.dags[RECOVER].get_task("wait_for_first_checkpoint")
     sensor.execute(recover_context(bag, wait_seconds=42))
