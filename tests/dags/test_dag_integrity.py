@@ -208,7 +208,7 @@ def test_new_dags_serialize_for_the_scheduler(dagbag: Any) -> None:
         assert back.task_ids == dagbag.dags[dag_id].task_ids
     back = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags["barrierflow_recover__demo"]))
     assert back.get_task("report").trigger_rule == "none_failed"
-    assert back.get_task("wait_for_first_checkpoint").mode == "poke"
+    assert not back.get_task("wait_for_first_checkpoint").reschedule  # poke mode
 
 
 def test_verify_dag_takes_schedule_count_and_depth_from_the_spec(
