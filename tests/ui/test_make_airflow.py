@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,8 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_airflow_runs_standalone_on_localhost_with_the_projects_dags_and_plugins() -> None:
-    dry = subprocess.run(["make", "-n", "airflow", "AIRFLOW_PORT=8123"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+    # Run as a top-level make even under `make test` (no "Entering directory" lines, no inherited flags).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "airflow", "AIRFLOW_PORT=8123"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
     assert f"AIRFLOW_HOME={ROOT}/var/airflow" in dry
     assert f"AIRFLOW__CORE__DAGS_FOLDER={ROOT}/dags" in dry
     assert f"AIRFLOW__CORE__PLUGINS_FOLDER={ROOT}/plugins" in dry
