@@ -37,6 +37,8 @@ lint: $(STAMP)
 # The Checkpoints page's acceptance test drives Debian's chromium (headless).
 chromium:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null \
+	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo "installing Debian's chromium for the UI tests" \
+	       && apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
 	  || { echo "error: the UI tests need Chromium on PATH (apt-get install chromium)"; exit 2; }
 
 test: lint chromium

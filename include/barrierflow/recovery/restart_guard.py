@@ -49,7 +49,7 @@ class LaunchRefusedError(UserInputError):
 
     Attributes:
         pipeline: the pipeline's name.
-        reason: ``"lease"``, ``"recovery-active"`` or ``"superseded"``.
+        reason: ``"lease"``, ``"recovery-active"``, ``"superseded"`` or ``"bad-conf"``.
     """
 
     def __init__(self, pipeline: str, reason: str, detail: str) -> None:
@@ -168,8 +168,16 @@ def check_launch_allowed(
     # Rule 3: a newer restore superseded the one that asked for this launch.
     restored = launch_conf.get("restored_attempt")
     if started_by and restored not in (None, ""):
+        try:
+            restored_attempt = int(str(restored))
+        except ValueError:
+            raise LaunchRefusedError(
+                name, "bad-conf",
+                f"not starting pipeline {name!r}: the run's conf 'restored_attempt' is {restored!r}, not a whole "
+                "number. Spark was not started. Only the recovery DAG sets it; trigger the launch DAG without "
+                "'recovery_run_id'/'restored_attempt' to start the job by hand.") from None
         current = CheckpointStore.for_spec(spec).attempt()
-        if current > int(restored):
+        if current > restored_attempt:
             raise LaunchRefusedError(
                 name, "superseded",
                 f"not starting pipeline {name!r}: recovery run {started_by!r} restored attempt {restored}, but a "
