@@ -1,5 +1,6 @@
 # The commands of README.md. Each creates .venv and installs pinned requirements first.
 #   make demo     run the demo pipeline (local Spark, local storage, built-in generator)
+#   make demo-stages  the three-stage demo on the embedded Kafka-protocol broker (starts afresh)
 #   make test     lint + the whole test suite (what .ci/run calls)
 #   make airflow  Airflow (standalone) on 127.0.0.1 with dags/ and plugins/, home var/airflow
 PYTHON ?= python3.11
@@ -14,7 +15,7 @@ AIRFLOW_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 1 )))
 AIRFLOW_TRIGGER_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 2 )))
 AIRFLOW_HOME_DIR := $(CURDIR)/var/airflow
 
-.PHONY: demo test lint bench install clean airflow chromium
+.PHONY: demo demo-stages test lint bench install clean airflow chromium
 
 $(STAMP):
 	@command -v java >/dev/null || { echo "error: Spark needs Java 17+ on PATH (apt-get install openjdk-17-jre-headless)"; exit 2; }
@@ -29,6 +30,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/barrierflow run include/pipelines/demo.yaml --checkpoints $(DEMO_CHECKPOINTS)
 	$(BIN)/barrierflow checkpoints list include/pipelines/demo.yaml
+
+# The embedded broker's channels live for one run, so the demo starts from a clean var/stages-demo.
+demo-stages: $(STAMP)
+	rm -rf var/stages-demo
+	$(BIN)/barrierflow run include/pipelines/stages.yaml --until-exhausted --duration 600
+	$(BIN)/barrierflow checkpoints list include/pipelines/stages.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

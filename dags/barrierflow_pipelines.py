@@ -1,4 +1,6 @@
-"""barrierflow pipelines: seven DAGs per pipeline spec in `include/pipelines/*.yaml`.
+"""barrierflow pipelines: seven DAGs per pipeline spec in `include/pipelines/*.yaml`, three more
+(the batch side) for a pipeline with a Parquet sink. One builder makes them from a declarative
+table, `DAG_KINDS` (id part, description, schedule, params, tags, tasks, whether it applies).
 
 * `barrierflow_pipeline__<name>` (triggered, no schedule): `launch` runs the long-running
   streaming job with `spark-submit jobs/run_pipeline.py --spec <spec>` on the `spark_default`
@@ -9,7 +11,8 @@
   the pipeline has no completed checkpoint or its latest one is older than the param
   `max_checkpoint_age_seconds` (default: 3 checkpoint intervals), i.e. the job is dead, stuck,
   or cannot write its checkpoints.
-* `barrierflow_verify__<name>` (every `verification.interval`, default 10 minutes): `verify`
+* `barrierflow_verify__<name>` (on the asset `barrierflow/<name>/checkpoints`, i.e. on every
+  completed checkpoint, and every `verification.interval`, default 10 minutes): `verify`
   runs `barrierflow verify <spec> --latest N --json` (plus `--deep` when the spec's
   `verification.deep` is true) and returns the JSON summary (XCom `return_value`). N is the
   spec's `verification.latest`, default `checkpoint.retained`; params `latest` and `deep`
@@ -47,11 +50,32 @@
   `reports/skew-latest.json` in the checkpoint store and returns it (XCom). A failed expectation
   fails the task, not retried, naming the checkpoint and the value.
 
+* `barrierflow_rollup__<name>` (on the asset `barrierflow/<name>/output`, and daily at 00:30 UTC):
+  `rollup` spark-submits `jobs/batch_job.py rollup` (daily rollups of the committed output, Parquet
+  partitioned by day; param `day`, default: the days with new output) -> `rollup_report` returns
+  the report that run stored (XCom).
+* `barrierflow_recompute__<name>` (daily, 02:00 UTC): `recompute` spark-submits `jobs/batch_job.py
+  recompute` (the output of a closed event-time range recomputed from the source with Spark batch
+  and compared with what the stream committed; params `start`, `end`) -> `compare` fails, naming
+  every differing key and window, unless they are equal; returns the report (XCom).
+* `barrierflow_quality__<name>` (on the output asset, and daily at 01:30 UTC): `validate` runs the
+  Great Expectations suites of the committed output (newest `epochs` epochs) and the rollups,
+  stores the report and offline Data Docs with the reports, returns the summary (XCom), and fails
+  naming each failed expectation, its column and a sample of bad rows.
+
+The assets are updated by watchers in Airflow's triggerer (`barrierflow.airflow.assets`): the
+streaming job is not an Airflow task and knows nothing of Airflow.
+
 A spec that fails to load does not break the other pipelines: it gets a
 `barrierflow_pipeline__<file name>` DAG tagged `invalid-spec`, whose description shows the
 error and whose only task, `invalid_spec`, fails with it. This is chosen over logging and
 skipping the file because a skipped pipeline silently vanishes from the UI, while a failing
 DAG shows what is wrong where operators look.
+
+A valid multi-stage spec (`stages` and `channels`, e.g. `include/pipelines/stages.yaml`) gets
+no DAGs yet: discovery skips it with a warning in the DAG processor's log naming the file and
+saying to run it with `barrierflow run` (tests/dags/test_dag_integrity.py shows this). A
+multi-stage spec that does not load gets the failing DAG above like any other.
 
 Parsing reads only the spec files (folder: `$BARRIERFLOW_PIPELINES_DIR`, default
 `include/pipelines`): no database, no connection, no Spark. The library is imported inside
@@ -66,19 +90,34 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import DAG, BaseSensorOperator, Param, PokeReturnValue, TriggerRule, dag, task
-from barrierflow.airflow.launch import PipelineSubmitOperator
+from airflow.sdk import (
+    DAG,
+    Asset,
+    AssetOrTimeSchedule,
+    BaseSensorOperator,
+    CronTriggerTimetable,
+    DeltaTriggerTimetable,
+    Param,
+    PokeReturnValue,
+    TriggerRule,
+    task,
+)
+from barrierflow.airflow.assets import pipeline_asset, storage_asset_uri
+from barrierflow.airflow.launch import BatchSubmitOperator, PipelineSubmitOperator
 from barrierflow.airflow.runbook import DEFAULT_PARAMS as RECOVER_DEFAULTS
 from barrierflow.airflow.support import DiscoveredPipeline, dag_id_for, discover_pipelines, verification_schedule
+from barrierflow.spec.models import ParquetSinkSpec, PipelineSpec
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PIPELINES_DIR = Path(os.environ.get("BARRIERFLOW_PIPELINES_DIR") or PROJECT_ROOT / "include" / "pipelines")
 JOB = PROJECT_ROOT / "jobs" / "run_pipeline.py"
+BATCH_JOB = PROJECT_ROOT / "jobs" / "batch_job.py"
 #: Where relative paths in specs resolve, identically for the job and the checks.
 BARRIERFLOW_HOME = os.environ.get("BARRIERFLOW_HOME") or str(PROJECT_ROOT)
 
@@ -89,6 +128,13 @@ SUPERVISE_SCHEDULE = timedelta(minutes=5)
 RETAIN_SCHEDULE = timedelta(minutes=15)
 RECONCILE_SCHEDULE = timedelta(minutes=30)
 SKEW_SCHEDULE = timedelta(hours=1)
+#: Daily runs (UTC) of the batch side, besides the output asset: rollups, then data quality (which
+#: validates the rollups too), then the stream-vs-batch reconciliation.
+ROLLUP_CRON = "30 0 * * *"
+QUALITY_CRON = "30 1 * * *"
+RECOMPUTE_CRON = "0 2 * * *"
+#: How often the asset watchers look at the checkpoint store (`BARRIERFLOW_ASSET_POLL_SECONDS`, default 10).
+ASSET_POLL_SECONDS = float(os.environ.get("BARRIERFLOW_ASSET_POLL_SECONDS") or 10)
 #: How often the recovery's sensor looks for the first checkpoint of the restarted job
 #: (`BARRIERFLOW_RECOVERY_POKE_SECONDS`, default 30).
 FIRST_CHECKPOINT_POKE_SECONDS = float(os.environ.get("BARRIERFLOW_RECOVERY_POKE_SECONDS") or 30)
@@ -184,6 +230,59 @@ def skew(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
         log.error("skew report: %s", json.dumps(exc.summary))
         raise AirflowFailException(str(exc)) from exc
     log.info("skew report: %s", json.dumps(summary))
+    return summary
+
+
+@task(task_id="rollup_report", retries=0)
+def rollup_report(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
+    """The report the rollup job of this run stored (``reports/rollups-latest.json``; XCom)."""
+    return _own_report(spec_path, barrierflow_home, "rollups")
+
+
+@task(task_id="compare", retries=0)
+def compare(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
+    """Fail, naming every differing key and window, unless the stream's committed output equals the
+    batch recomputation of this run (``reports/reconciliation-latest.json``); returns its summary."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    summary = _own_report(spec_path, barrierflow_home, "reconciliation")
+    if not summary["passed"]:
+        # Not retried: the same output gives the same differences.
+        raise AirflowFailException(summary["message"])
+    return summary
+
+
+def _own_report(spec_path: str, barrierflow_home: str, name: str) -> dict[str, Any]:
+    from airflow.sdk import get_current_context
+    from airflow.sdk.exceptions import AirflowFailException
+    from barrierflow.airflow.support import BatchReportError, batch_report
+
+    os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
+    try:
+        summary = batch_report(spec_path, name, tag=str(get_current_context()["run_id"]))
+    except BatchReportError as exc:
+        raise AirflowFailException(str(exc)) from exc
+    log.info("%s report: %s", name, json.dumps(summary))
+    return summary
+
+
+@task(task_id="validate", retries=0)
+def validate(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
+    """Great Expectations on the newest committed epochs and the latest rollups; Data Docs stored
+    with the reports. Returns (and logs) the summary; fails, naming each expectation, column and a
+    sample of bad rows, when one fails (not retried: the next run looks again)."""
+    from airflow.sdk import get_current_context
+    from airflow.sdk.exceptions import AirflowFailException
+    from barrierflow.airflow.support import QualityExpectationError, check_output_quality
+
+    os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
+    epochs = get_current_context()["params"].get("epochs")
+    try:
+        summary = check_output_quality(spec_path, epochs=int(epochs) if epochs else None)
+    except QualityExpectationError as exc:
+        log.error("data-quality report: %s", json.dumps(exc.report.as_dict(), default=str))
+        raise AirflowFailException(str(exc)) from exc
+    log.info("data-quality report: %s", json.dumps(summary, default=str))
     return summary
 
 
@@ -322,18 +421,11 @@ def report(recovery: dict[str, Any], choice: dict[str, Any], restore_report: dic
     return summary
 
 
-def _barrierflow_dag(
-    dag_id: str,
-    description: str,
-    *,
-    schedule: timedelta | None,
-    params: dict[str, Param] | None = None,
-    doc_md: str = __doc__ or "",
-    extra_tags: tuple[str, ...] = (),
-) -> Callable[[Callable[[], None]], Callable[[], DAG]]:
-    """The `@dag` decorator with the settings every barrierflow DAG shares: the module docstring
-    as doc, UTC start date, no catchup, one run at a time, retries, the barrierflow tags."""
-    return dag(
+def _dag(dag_id: str, description: str, *, schedule: Any, params: dict[str, Param] | None = None,
+         doc_md: str = __doc__ or "", extra_tags: tuple[str, ...] = ()) -> DAG:
+    """A DAG with the settings every barrierflow DAG shares: the module docstring as doc, UTC
+    start date, no catchup, one run at a time, retries, the barrierflow tags."""
+    return DAG(
         dag_id=dag_id,
         description=description,
         doc_md=doc_md,
@@ -403,133 +495,251 @@ def _launch_params(entry: DiscoveredPipeline) -> dict[str, Param]:
     }
 
 
-def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
+def _day_param() -> dict[str, Param]:
+    return {"day": Param("", type="string", pattern=r"^(|[0-9]{4}-[0-9]{2}-[0-9]{2})$",
+                         description="Roll up this UTC day (YYYY-MM-DD). Empty: every day with output committed "
+                                     "since the last rollup (all days at the first run).")}
+
+
+def _range_params() -> dict[str, Param]:
+    iso = r"^(|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9]{2}:[0-9]{2}))$"
+    return {
+        "start": Param("", type="string", pattern=iso,
+                       description="First window start compared (ISO time with timezone). Empty: the source's first "
+                                   "record."),
+        "end": Param("", type="string", pattern=iso,
+                     description="Compare the windows ending before this (ISO time with timezone). Empty: the "
+                                 "watermark of the newest checkpoint whose output is committed."),
+    }
+
+
+def _epochs_param(default: int) -> dict[str, Param]:
+    return {"epochs": Param(default, type="integer", minimum=1,
+                            description="Validate the output of this many of the newest committed epochs.")}
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What the DAGs of one pipeline are built from."""
+
+    entry: DiscoveredPipeline
+    spec_path: str
+    checkpoints: Asset
+    output: Asset | None  # None: the sink is not Parquet (no batch side)
+
+    @property
+    def spec(self) -> PipelineSpec:
+        assert self.entry.spec is not None
+        return self.entry.spec
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def summary(self) -> str:
+        return f"barrierflow pipeline {self.name!r} ({self.spec_path})"
+
+    def dag_id(self, kind: str) -> str:
+        return dag_id_for(self.name, kind)
+
+
+def _storage_asset_uri(uri: str) -> str:
+    if uri.startswith("file://"):
+        path = Path(uri.removeprefix("file://"))
+        return storage_asset_uri(uri, str(path if path.is_absolute() else Path(BARRIERFLOW_HOME) / path))
+    return storage_asset_uri(uri)
+
+
+def _pipeline(entry: DiscoveredPipeline) -> Pipeline:
     assert entry.spec is not None
     spec_path = str(entry.path.resolve())
-    params = {"max_checkpoint_age_seconds": _max_age_param(entry.spec.checkpoint.interval)}
-    launch_dag_id = dag_id_for(entry.name, "pipeline")
-    recover_dag_id = dag_id_for(entry.name, "recover")
-    verification = verification_schedule(entry.spec)
-    summary = f"barrierflow pipeline {entry.name!r} ({spec_path})"
+    watch = {"spec_path": spec_path, "barrierflow_home": BARRIERFLOW_HOME, "poll_seconds": ASSET_POLL_SECONDS}
+    checkpoints = pipeline_asset(entry.name, "checkpoints", _storage_asset_uri(entry.spec.checkpoint.storage), **watch)
+    sink = entry.spec.sink
+    output = pipeline_asset(entry.name, "output", _storage_asset_uri(sink.path),
+                            min_interval_seconds=entry.spec.batch.output_event_interval,
+                            **watch) if isinstance(sink, ParquetSinkSpec) else None
+    return Pipeline(entry, spec_path, checkpoints, output)
 
-    @_barrierflow_dag(launch_dag_id, f"Run {summary}", schedule=None, params=_launch_params(entry))
-    def pipeline() -> None:
-        launch = PipelineSubmitOperator(
-            task_id="launch",
-            application=str(JOB),
-            conn_id=SPARK_CONN_ID,
-            name=f"barrierflow-{entry.name}",
-            application_args=["--spec", spec_path],
-            conf=dict(entry.spec.spark.conf) or None,
-            env_vars={"PYSPARK_PYTHON": sys.executable, "BARRIERFLOW_HOME": BARRIERFLOW_HOME},
-            spec_path=spec_path,
-            spec_master=entry.spec.spark.master,
-            recovery_dag_id=recover_dag_id,
-        )
-        launch >> supervise(spec_path, BARRIERFLOW_HOME)
 
-    @_barrierflow_dag(dag_id_for(entry.name, "supervise"), f"Check the latest completed checkpoint of {summary}",
-                      schedule=SUPERVISE_SCHEDULE, params=params)
-    def supervision() -> None:
-        supervise(spec_path, BARRIERFLOW_HOME)
+# -- the DAG kinds: what each DAG of a pipeline runs ---------------------------------------------
 
-    @_barrierflow_dag(
-        dag_id_for(entry.name, "verify"),
-        f"Verify the newest {verification.latest} checkpoints{' (deep)' if verification.deep else ''} of {summary}",
-        schedule=timedelta(seconds=verification.interval_seconds),
-        params=_verify_params(verification.latest, verification.deep),
+
+def _launch_body(p: Pipeline) -> None:
+    launch = PipelineSubmitOperator(
+        task_id="launch",
+        application=str(JOB),
+        conn_id=SPARK_CONN_ID,
+        name=f"barrierflow-{p.name}",
+        application_args=["--spec", p.spec_path],
+        conf=dict(p.spec.spark.conf) or None,
+        env_vars=_job_env(),
+        spec_path=p.spec_path,
+        spec_master=p.spec.spark.master,
+        recovery_dag_id=p.dag_id("recover"),
     )
-    def verification_dag() -> None:
-        verify(spec_path, BARRIERFLOW_HOME)
+    launch >> supervise(p.spec_path, BARRIERFLOW_HOME)
 
-    @_barrierflow_dag(
-        dag_id_for(entry.name, "retain"),
-        f"Keep the newest {entry.spec.checkpoint.retained} checkpoints and savepoints, delete the rest, of {summary}",
-        schedule=RETAIN_SCHEDULE,
+
+def _recovery_body(p: Pipeline) -> None:
+    checked = check_params_and_job(p.spec_path, BARRIERFLOW_HOME, p.dag_id("pipeline"))
+    chosen = choose_checkpoint(p.spec_path, BARRIERFLOW_HOME, checked)
+    restored = restore(p.spec_path, BARRIERFLOW_HOME, checked, chosen)
+    restart = TriggerDagRunOperator(
+        task_id="restart",
+        trigger_dag_id=p.dag_id("pipeline"),
+        wait_for_completion=False,  # the job runs until stopped
+        fail_when_dag_is_paused=True,
+        note=f"restarted by {p.dag_id('recover')} after a restore",
+        # Lets the launch guard tell this restart from a stray one (restart_guard.py).
+        conf={"recovery_run_id": "{{ run_id }}",
+              "restored_attempt": "{{ ti.xcom_pull(task_ids='restore')['attempt'] }}"},
+        pre_execute=skip_unless_restart,
     )
-    def retention() -> None:
-        retain(spec_path, BARRIERFLOW_HOME)
-
-    @_barrierflow_dag(
-        recover_dag_id,
-        f"Recover {summary}: check the job is stopped, choose and verify a checkpoint, restore it (reconciling "
-        "the sinks), restart, wait for the first new checkpoint, report",
-        schedule=None,
-        params=_recover_params(),
-        extra_tags=("recovery",),
+    waited = FirstCheckpointSensor(
+        task_id="wait_for_first_checkpoint",
+        spec_path=p.spec_path,
+        barrierflow_home=BARRIERFLOW_HOME,
+        restore_report=restored,
+        # Poke mode holds one worker slot for at most `wait_seconds`. Reschedule mode with a short
+        # interval races Airflow's scheduler: a reschedule's "success" event can arrive after
+        # the task was queued again, and the scheduler then fails it as "changed externally".
+        mode="poke",
+        poke_interval=FIRST_CHECKPOINT_POKE_SECONDS,
+        timeout=float(RECOVER_DEFAULTS["wait_seconds"]),  # replaced by the param when it runs
     )
-    def recovery() -> None:
-        checked = check_params_and_job(spec_path, BARRIERFLOW_HOME, launch_dag_id)
-        chosen = choose_checkpoint(spec_path, BARRIERFLOW_HOME, checked)
-        restored = restore(spec_path, BARRIERFLOW_HOME, checked, chosen)
-        restart = TriggerDagRunOperator(
-            task_id="restart",
-            trigger_dag_id=launch_dag_id,
-            wait_for_completion=False,  # the job runs until stopped
-            fail_when_dag_is_paused=True,
-            note=f"restarted by {recover_dag_id} after a restore",
-            # Lets the launch guard tell this restart from a stray one (restart_guard.py).
-            conf={"recovery_run_id": "{{ run_id }}",
-                  "restored_attempt": "{{ ti.xcom_pull(task_ids='restore')['attempt'] }}"},
-            pre_execute=skip_unless_restart,
-        )
-        waited = FirstCheckpointSensor(
-            task_id="wait_for_first_checkpoint",
-            spec_path=spec_path,
-            barrierflow_home=BARRIERFLOW_HOME,
-            restore_report=restored,
-            # Poke mode holds one worker slot for at most `wait_seconds`. Reschedule mode with a short
-            # interval races Airflow's scheduler: a reschedule's "success" event can arrive after
-            # the task was queued again, and the scheduler then fails it as "changed externally".
-            mode="poke",
-            poke_interval=FIRST_CHECKPOINT_POKE_SECONDS,
-            timeout=float(RECOVER_DEFAULTS["wait_seconds"]),  # replaced by the param when it runs
-        )
-        restored >> restart >> waited
-        report(checked, chosen, restored, waited.output)
+    restored >> restart >> waited
+    report(checked, chosen, restored, waited.output)
 
-    @_barrierflow_dag(
-        dag_id_for(entry.name, "reconcile"),
-        f"Finish the in-doubt sink transactions of {summary} against its latest completed checkpoint",
-        schedule=RECONCILE_SCHEDULE,
+
+def _job_env() -> dict[str, str]:
+    return {"PYSPARK_PYTHON": sys.executable, "BARRIERFLOW_HOME": BARRIERFLOW_HOME}
+
+
+def _batch_submit(p: Pipeline, task_id: str, job_args: list[str]) -> BatchSubmitOperator:
+    """spark-submit ``jobs/batch_job.py`` with ``job_args`` (templated) on the pipeline's master."""
+    return BatchSubmitOperator(
+        task_id=task_id,
+        application=str(BATCH_JOB),
+        conn_id=SPARK_CONN_ID,
+        name=f"barrierflow-{task_id}-{p.name}",
+        application_args=[*job_args, "--spec", p.spec_path, "--tag", "{{ run_id }}"],
+        conf=dict(p.spec.spark.conf) or None,
+        env_vars=_job_env(),
+        spec_master=p.spec.spark.master,
+        retries=0,  # a failed job fails the same way again; the next scheduled run tries anew
     )
-    def reconciliation() -> None:
-        reconcile(spec_path, BARRIERFLOW_HOME)
 
-    @_barrierflow_dag(
-        dag_id_for(entry.name, "skew"),
-        f"Watermark-skew report (event time, skew, lag, idle partitions; expectations) of {summary}",
-        schedule=SKEW_SCHEDULE,
-        extra_tags=("data-quality",),
-    )
-    def skew_report() -> None:
-        skew(spec_path, BARRIERFLOW_HOME)
 
-    return [pipeline(), supervision(), verification_dag(), retention(), recovery(), reconciliation(), skew_report()]
+def _rollup_body(p: Pipeline) -> None:
+    _batch_submit(p, "rollup", ["rollup", "--day", "{{ params.day }}"]) >> rollup_report(p.spec_path, BARRIERFLOW_HOME)
+
+
+def _recompute_body(p: Pipeline) -> None:
+    job = _batch_submit(p, "recompute", ["recompute", "--start", "{{ params.start }}", "--end", "{{ params.end }}"])
+    job >> compare(p.spec_path, BARRIERFLOW_HOME)
+
+
+def _has_output(p: Pipeline) -> bool:
+    return p.output is not None
+
+
+def _or_daily(p: Pipeline, cron: str, asset: Asset | None) -> AssetOrTimeSchedule:
+    assert asset is not None
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=asset)
+
+
+@dataclass(frozen=True)
+class DagKind:
+    """One kind of DAG made per pipeline: its id part, description, schedule, params, extra tags,
+    tasks (``body``, called inside the DAG) and whether the pipeline gets it (``applies``)."""
+
+    kind: str
+    description: Callable[[Pipeline], str]
+    schedule: Callable[[Pipeline], Any]
+    body: Callable[[Pipeline], None]
+    params: Callable[[Pipeline], dict[str, Param]] = lambda p: {}
+    tags: tuple[str, ...] = ()
+    applies: Callable[[Pipeline], bool] = lambda p: True
+
+
+DAG_KINDS: tuple[DagKind, ...] = (
+    DagKind("pipeline", lambda p: f"Run {p.summary}", lambda p: None, _launch_body,
+            params=lambda p: _launch_params(p.entry)),
+    DagKind("supervise", lambda p: f"Check the latest completed checkpoint of {p.summary}",
+            lambda p: SUPERVISE_SCHEDULE, lambda p: supervise(p.spec_path, BARRIERFLOW_HOME),
+            params=lambda p: {"max_checkpoint_age_seconds": _max_age_param(p.spec.checkpoint.interval)}),
+    DagKind("verify",
+            lambda p: (f"Verify the newest {verification_schedule(p.spec).latest} checkpoints"
+                       f"{' (deep)' if verification_schedule(p.spec).deep else ''} of {p.summary}, on every "
+                       "completed checkpoint (asset) and on schedule"),
+            lambda p: AssetOrTimeSchedule(
+                timetable=DeltaTriggerTimetable(timedelta(seconds=verification_schedule(p.spec).interval_seconds)),
+                assets=p.checkpoints),
+            lambda p: verify(p.spec_path, BARRIERFLOW_HOME),
+            params=lambda p: _verify_params(verification_schedule(p.spec).latest, verification_schedule(p.spec).deep)),
+    DagKind("retain",
+            lambda p: (f"Keep the newest {p.spec.checkpoint.retained} checkpoints and savepoints, delete the rest, "
+                       f"of {p.summary}"),
+            lambda p: RETAIN_SCHEDULE, lambda p: retain(p.spec_path, BARRIERFLOW_HOME)),
+    DagKind("recover",
+            lambda p: (f"Recover {p.summary}: check the job is stopped, choose and verify a checkpoint, restore it "
+                       "(reconciling the sinks), restart, wait for the first new checkpoint, report"),
+            lambda p: None, _recovery_body, params=lambda p: _recover_params(), tags=("recovery",)),
+    DagKind("reconcile",
+            lambda p: f"Finish the in-doubt sink transactions of {p.summary} against its latest completed checkpoint",
+            lambda p: RECONCILE_SCHEDULE, lambda p: reconcile(p.spec_path, BARRIERFLOW_HOME)),
+    DagKind("skew", lambda p: f"Watermark-skew report (event time, skew, lag, idle partitions; expectations) of "
+                              f"{p.summary}",
+            lambda p: SKEW_SCHEDULE, lambda p: skew(p.spec_path, BARRIERFLOW_HOME), tags=("data-quality",)),
+    DagKind("rollup", lambda p: f"Daily rollups (Spark batch) of the committed output of {p.summary}, on new output "
+                                "(asset) and daily",
+            lambda p: _or_daily(p, ROLLUP_CRON, p.output), _rollup_body, params=lambda p: _day_param(),
+            tags=("batch",), applies=_has_output),
+    DagKind("recompute", lambda p: (f"Stream-vs-batch reconciliation of {p.summary}: recompute the output of a closed "
+                                    "event-time range from the source (Spark batch) and compare it with what the "
+                                    "stream committed"),
+            lambda p: CronTriggerTimetable(RECOMPUTE_CRON, timezone="UTC"), _recompute_body,
+            params=lambda p: _range_params(), tags=("batch", "data-quality"), applies=_has_output),
+    DagKind("quality", lambda p: (f"Data quality (Great Expectations, Data Docs) of the committed output and rollups "
+                                  f"of {p.summary}, on new output (asset) and daily"),
+            lambda p: _or_daily(p, QUALITY_CRON, p.output), lambda p: validate(p.spec_path, BARRIERFLOW_HOME),
+            params=lambda p: _epochs_param(p.spec.verification.quality_epochs if p.spec.verification else 3),
+            tags=("data-quality",), applies=_has_output),
+)
+
+
+def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
+    """One DAG per kind in :data:`DAG_KINDS` that applies to the pipeline."""
+    pipeline = _pipeline(entry)
+    dags = []
+    for kind in DAG_KINDS:
+        if not kind.applies(pipeline):
+            continue
+        with _dag(pipeline.dag_id(kind.kind), kind.description(pipeline), schedule=kind.schedule(pipeline),
+                  params=kind.params(pipeline), extra_tags=kind.tags) as built:
+            kind.body(pipeline)
+        dags.append(built)
+    return dags
 
 
 def _invalid_spec_dag(entry: DiscoveredPipeline) -> DAG:
     error = entry.error or "unknown error"
 
-    @_barrierflow_dag(
-        dag_id_for(entry.name, "pipeline"),
-        f"INVALID SPEC {entry.path}: {error.splitlines()[-1].strip()}"[:1000],
-        schedule=None,
-        doc_md=f"{__doc__}\n## This spec does not load\n\n```\n{error}\n```\n",
-        extra_tags=("invalid-spec",),
-    )
-    def invalid() -> None:
-        @task(task_id="invalid_spec", retries=0)
-        def invalid_spec() -> None:
-            from airflow.sdk.exceptions import AirflowFailException
+    @task(task_id="invalid_spec", retries=0)
+    def invalid_spec() -> None:
+        from airflow.sdk.exceptions import AirflowFailException
 
-            raise AirflowFailException(error)
+        raise AirflowFailException(error)
 
+    with _dag(dag_id_for(entry.name, "pipeline"), f"INVALID SPEC {entry.path}: {error.splitlines()[-1].strip()}"[:1000],
+              schedule=None, doc_md=f"{__doc__}\n## This spec does not load\n\n```\n{error}\n```\n",
+              extra_tags=("invalid-spec",)) as invalid:
         invalid_spec()
-
-    return invalid()
+    return invalid
 
 
 for _entry in discover_pipelines(PIPELINES_DIR):
-    for _dag in _pipeline_dags(_entry) if _entry.spec is not None else [_invalid_spec_dag(_entry)]:
-        globals()[_dag.dag_id] = _dag
+    for _dag_object in _pipeline_dags(_entry) if _entry.spec is not None else [_invalid_spec_dag(_entry)]:
+        globals()[_dag_object.dag_id] = _dag_object

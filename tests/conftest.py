@@ -3,15 +3,41 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
 
+from tests.drivers import JVM_ARCHIVE_ROOT, driver_archive
+
 pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_kafka", "tests.fixtures_postgres"]
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+_archive_builder: subprocess.Popen[bytes] | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controlling process (not an xdist worker) starts writing the driver class archive
+    in the background; short-lived test drivers map it once it exists (never waiting)."""
+    global _archive_builder
+    if os.environ.get("PYTEST_XDIST_WORKER") or driver_archive().is_file():
+        return
+    JVM_ARCHIVE_ROOT.mkdir(parents=True, exist_ok=True)
+    with open(JVM_ARCHIVE_ROOT / "build.log", "wb") as log:
+        _archive_builder = subprocess.Popen([sys.executable, "-m", "barrierflow.testing.jvm_archive",
+                                             str(JVM_ARCHIVE_ROOT)], stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A builder still running when the suite ends is stopped with its driver."""
+    if _archive_builder is not None and _archive_builder.poll() is None:
+        os.killpg(_archive_builder.pid, signal.SIGKILL)
+        _archive_builder.wait(timeout=30)
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +49,15 @@ def spark() -> Iterator[object]:
     session = build_session(SparkSpec(master="local[2]", shuffle_partitions=4), app_name="barrierflow-tests")
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest tests first: tests marked ``slow(seconds)`` run before all others, longest
+    first, so the two xdist workers finish together instead of one of them starting a
+    three-minute test while the other has nothing left (the order of the rest is kept)."""
+
+    def expected_seconds(item: pytest.Item) -> float:
+        marker = item.get_closest_marker("slow")
+        return float(marker.args[0]) if marker and marker.args else 0.0
+
+    items.sort(key=expected_seconds, reverse=True)  # stable: unmarked tests keep their order

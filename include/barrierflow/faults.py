@@ -9,7 +9,8 @@ Set ``BARRIERFLOW_CRASH_AT`` in the job's environment:
 Points (in protocol order): ``mid_epoch`` (a micro-batch about to be staged),
 ``during_upload`` (a checkpoint's files partly stored), ``after_precommit`` (sinks
 pre-committed, manifest not yet written), ``after_manifest`` (checkpoint complete, sinks not
-yet told), ``mid_sink_commit`` (a sink commit half done). Production code calls
+yet told), ``mid_sink_commit`` (a sink commit half done); in multi-stage pipelines
+``after_global_manifest`` (global checkpoint complete, final stages' sinks not yet told). Production code calls
 :func:`crash_point`; with the variable unset it does nothing but a dictionary look-up.
 """
 
@@ -24,7 +25,11 @@ import threading
 from collections import Counter
 
 log = logging.getLogger(__name__)
-POINTS = ("mid_epoch", "during_upload", "after_precommit", "after_manifest", "mid_sink_commit")
+#: The protocol points of one stage (a single-stage job reaches every one of them).
+STAGE_POINTS = ("mid_epoch", "during_upload", "after_precommit", "after_manifest", "mid_sink_commit")
+#: Points only the coordinator of a multi-stage pipeline reaches.
+PIPELINE_POINTS = ("after_global_manifest",)
+POINTS = STAGE_POINTS + PIPELINE_POINTS
 ENV = "BARRIERFLOW_CRASH_AT"
 _hits: Counter[str] = Counter()
 _lock = threading.Lock()

@@ -199,3 +199,59 @@ def test_base_moves_to_a_newer_snapshot_once_the_deltas_outweigh_it() -> None:
     assert _choose_base(deltas, snapshots, 6, previous=0, size=sizes.__getitem__) == 3
     assert _choose_base(deltas, snapshots, 6, previous=0) == 0  # without sizes: keep the base
     assert _choose_base(deltas - {2}, snapshots, 6, previous=None, size=sizes.__getitem__) == 3
+
+
+def _stage_coordinator(tmp_path: Path, records: dict[int, dict], sink: RecordingSink, tolerable: int = 0):
+    """A stage of a multi-stage pipeline: alignment records come from ``records``, sink
+    commits wait for the pipeline coordinator."""
+    spark = FakeSparkCheckpoint(tmp_path / "spark")
+    store = CheckpointStore(LocalObjectStore(tmp_path / "store"), "p-z")
+    coordinator = CheckpointCoordinator(
+        pipeline="p-z", store=store,
+        options=CheckpointSpec(storage="file://unused", interval=1.0, timeout=10.0,
+                               tolerable_failed_checkpoints=tolerable),
+        spark_checkpoint_dir=spark.root, staging_dir=tmp_path / "staging",
+        control=ControlChannel(tmp_path / "control"), source_names=["channels"], sinks=[sink], monotonic=Clock(),
+        alignment=records.get, commit_on_completion=False)
+    coordinator.trigger_limit = 0
+    coordinator.start()
+    return coordinator, spark, store
+
+
+ALIGNED_RECORD = {"format_version": 1, "checkpoint_id": 1, "attempt": 0, "mode": "unaligned", "alignment_ms": 0.0,
+                  "snapshot_offsets": {"t:0": 5, "t:1": 3}, "barrier_offsets": {"t:0": 4, "t:1": 9},
+                  "channel_state": [{"partition": "t:1", "start": 3, "end": 9, "records": 6, "back_edge": False}],
+                  "channel_state_records": 6}
+
+
+def test_stage_snapshot_waits_for_its_alignment_record_and_defers_sink_commits(tmp_path: Path) -> None:
+    records: dict[int, dict] = {}
+    sink = RecordingSink()
+    coordinator, spark, store = _stage_coordinator(tmp_path, records, sink)
+    coordinator.tick()
+    assert ControlChannel(tmp_path / "control").requested_barrier() == 0  # a channel stage never triggers
+    spark.run_batch(0, {"t:0": 5, "t:1": 3}, barrier=1)  # the barrier arrived in-band
+    coordinator.tick()
+    _wait_uploads(coordinator)
+    assert coordinator.completed == [] and store.checkpoint_ids() == []  # channel state not known yet
+    records[1] = ALIGNED_RECORD
+    _wait_uploads(coordinator)
+    manifest = store.get(1)
+    assert manifest.alignment is not None and manifest.alignment.mode == "unaligned"
+    assert manifest.alignment.channel_state_records == 6 and manifest.alignment.channel_state[0].end == 9
+    assert sink.completed == []  # the stage's manifest alone commits nothing
+    assert coordinator.commit_sinks(1) and not coordinator.commit_sinks(2)
+    coordinator.flush_sinks()
+    assert sink.completed == [(1, 0)]
+
+
+def test_aborted_alignment_fails_the_stage_snapshot_at_once(tmp_path: Path) -> None:
+    records: dict[int, dict] = {1: {"format_version": 1, "checkpoint_id": 1, "aborted": True, "reason": "SUBSUMED",
+                                    "message": "a newer barrier arrived first: barrier 2 on t:0"}}
+    coordinator, spark, store = _stage_coordinator(tmp_path, records, RecordingSink(), tolerable=1)
+    spark.run_batch(0, {"t:0": 5}, barrier=1)
+    coordinator.tick()
+    events = _wait_uploads(coordinator)
+    assert [(e.checkpoint_id, e.completed) for e in events] == [(1, False)]
+    assert events[0].failure is not None and events[0].failure.reason is FailureReason.SNAPSHOT_FAILED
+    assert "barrier 2 on t:0" in events[0].failure.message and store.checkpoint_ids() == []

@@ -26,16 +26,18 @@ import yaml
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
-from barrierflow.testing.airflow_server import AirflowServer
+from barrierflow.testing.airflow_server import COMPONENTS, AirflowServer
 
 from tests.dags.conftest import DAGS_FOLDER
+from tests.drivers import short_lived_driver_java_options
 from tests.recovery.harness import finish, window_rows, windowed_spec
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900), pytest.mark.slow(180)]
 
 RECORDS = 3000  # per partition
 LAUNCH = "barrierflow_pipeline__e2e"
 RECOVER = "barrierflow_recover__e2e"
+VERIFY = "barrierflow_verify__e2e"
 
 
 def committed_rows(out: Path) -> list[tuple[Any, ...]]:
@@ -76,14 +78,19 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
     store = CheckpointStore.for_spec(load_spec(spec_path))
     lease = Path(data["work_dir"]) / "job.lease"
 
-    server = AirflowServer(tmp_path / "airflow-home", DAGS_FOLDER, env={
+    server = AirflowServer(tmp_path / "airflow-home", DAGS_FOLDER, components=(*COMPONENTS, "triggerer"), env={
         "BARRIERFLOW_PIPELINES_DIR": str(pipelines),
         "BARRIERFLOW_RECOVERY_POKE_SECONDS": "2",
+        "BARRIERFLOW_ASSET_POLL_SECONDS": "1",
         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", ""),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "_JAVA_OPTIONS": short_lived_driver_java_options(),  # the spark-submit drivers start faster
     })
     with server:
         server.wait_for(lambda: server.api("GET", f"/dags/{RECOVER}").status_code == 200, 120,
                         "the pipeline's DAGs to be parsed")
+        for driven in (LAUNCH, RECOVER, VERIFY):
+            assert server.api("PATCH", f"/dags/{driven}", json={"is_paused": False}).status_code == 200
         phase("airflow up, DAGs parsed")
         assert server.api("GET", "/connections/spark_default").status_code == 404  # a fresh install
 
@@ -92,6 +99,18 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
         server.wait_for(lambda: len(store.completed()) >= 2, 300, "two completed checkpoints of the first attempt")
         assert server.run_state(LAUNCH, first) == "running"
         phase("launched, 2 checkpoints")
+
+        # A completed checkpoint of the running job runs the verification DAG through its asset.
+        def asset_run() -> dict[str, Any] | None:
+            return next((r for r in server.runs(VERIFY) if r["run_type"] == "asset_triggered"), None)
+
+        by_asset = server.wait_for(asset_run, 120, "an asset-triggered run of the verification DAG")
+        assert server.wait_for_run(VERIFY, by_asset["dag_run_id"], 120) == "success", server.logs()
+        events = server.api("GET", f"/dags/{VERIFY}/dagRuns/{by_asset['dag_run_id']}/upstreamAssetEvents").json()
+        announced = {e["extra"]["payload"]["id"] for e in events["asset_events"]}
+        assert events["asset_events"][0]["uri"].endswith(str(tmp_path / "checkpoints"))
+        assert announced and announced <= {m.checkpoint_id for m in store.completed()}
+        phase("verification ran on the checkpoint asset")
 
         # 2. Kill the driver (the lease names it).
         driver = int(yaml.safe_load(lease.read_text(encoding="utf-8"))["pid"])

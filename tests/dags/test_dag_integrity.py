@@ -21,6 +21,11 @@ from tests.dags.conftest import BROKEN_SPEC_YAML, PROJECT_ROOT, parse_dags, spec
 REPO_PIPELINES = PROJECT_ROOT / "include" / "pipelines"
 
 
+def single_stage_specs() -> list[Path]:
+    """The repo's specs that get DAGs (multi-stage ones such as stages.yaml are skipped)."""
+    return [entry.path for entry in discover_pipelines(REPO_PIPELINES) if entry.spec is not None]
+
+
 @pytest.fixture(scope="module")
 def dagbag() -> Iterator[Any]:
     with pytest.MonkeyPatch.context() as monkeypatch:
@@ -62,9 +67,11 @@ def test_every_dag_follows_the_house_rules(dagbag: Any, tmp_dagbag: Any) -> None
 
 
 KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew")
+#: Only for a pipeline with a Parquet sink (a lake to read): rollups, reconciliation, data quality.
+BATCH_KINDS = ("rollup", "recompute", "quality")
 
 
-def test_seven_dags_per_spec_in_include_pipelines(dagbag: Any) -> None:
+def test_seven_dags_per_spec_and_three_batch_dags_per_lake_in_include_pipelines(dagbag: Any) -> None:
     entries = discover_pipelines(REPO_PIPELINES)
     expected = set()
     for entry in entries:
@@ -72,6 +79,9 @@ def test_seven_dags_per_spec_in_include_pipelines(dagbag: Any) -> None:
             expected.add(dag_id_for(entry.name, "pipeline"))
         else:
             expected |= {dag_id_for(entry.name, kind) for kind in KINDS}
+            if entry.spec.sink.type == "parquet":
+                expected |= {dag_id_for(entry.name, kind) for kind in BATCH_KINDS}
+    assert {f"barrierflow_{kind}__demo" for kind in BATCH_KINDS} <= expected  # demo writes Parquet, bench discards
     assert set(dagbag.dag_ids) == expected
     assert {f"barrierflow_{kind}__{name}" for kind in ("verify", "retain", "recover", "reconcile", "skew")
             for name in ("demo", "bench")} <= expected
@@ -81,7 +91,7 @@ def test_seven_dags_per_spec_in_include_pipelines(dagbag: Any) -> None:
 def test_pipeline_dag_launches_the_job_then_supervises(dagbag: Any) -> None:
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+    for spec_path in single_stage_specs():
         spec = load_spec(spec_path)
         dag = dagbag.dags[dag_id_for(spec.name, "pipeline")]
         assert dag.schedule is None and dag.max_active_runs == 1
@@ -101,7 +111,7 @@ def test_pipeline_dag_launches_the_job_then_supervises(dagbag: Any) -> None:
 
 
 def test_supervise_dag_runs_every_five_minutes(dagbag: Any) -> None:
-    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+    for spec_path in single_stage_specs():
         spec = load_spec(spec_path)
         dag = dagbag.dags[dag_id_for(spec.name, "supervise")]
         assert dag.task_ids == ["supervise"]
@@ -110,12 +120,14 @@ def test_supervise_dag_runs_every_five_minutes(dagbag: Any) -> None:
 
 
 def test_verify_dag_runs_on_the_spec_schedule_with_spec_defaults(dagbag: Any) -> None:
-    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+    for spec_path in single_stage_specs():
         spec = load_spec(spec_path)
         dag = dagbag.dags[dag_id_for(spec.name, "verify")]
         assert dag.task_ids == ["verify"]
-        # The shipped specs set no schedule: every 10 minutes, the newest checkpoint.retained, not deep.
-        assert dag.schedule == timedelta(minutes=10) and dag.max_active_runs == 1
+        # The shipped specs set no schedule: every 10 minutes, the newest checkpoint.retained, not deep;
+        # and on every completed checkpoint (the checkpoint store's asset).
+        assert verify_interval(dag) == timedelta(minutes=10) and dag.max_active_runs == 1
+        assert dag.schedule.asset_condition.name == f"barrierflow/{spec.name}/checkpoints"
         assert_verify_params(dag, latest=spec.checkpoint.retained, deep=False)
         assert "(deep)" not in dag.description
         task = dag.get_task("verify")
@@ -123,7 +135,7 @@ def test_verify_dag_runs_on_the_spec_schedule_with_spec_defaults(dagbag: Any) ->
 
 
 def test_retain_dag_runs_every_fifteen_minutes(dagbag: Any) -> None:
-    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+    for spec_path in single_stage_specs():
         spec = load_spec(spec_path)
         dag = dagbag.dags[dag_id_for(spec.name, "retain")]
         assert dag.task_ids == ["retain"]
@@ -140,7 +152,7 @@ def test_recover_dag_is_triggered_with_params_and_runs_the_runbook_in_order(dagb
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
     from airflow.sdk import BaseSensorOperator
 
-    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+    for spec_path in single_stage_specs():
         spec = load_spec(spec_path)
         dag = dagbag.dags[dag_id_for(spec.name, "recover")]
         assert dag.schedule is None and dag.max_active_runs == 1 and "recovery" in dag.tags
@@ -178,7 +190,7 @@ def test_recover_dag_is_triggered_with_params_and_runs_the_runbook_in_order(dagb
 
 
 def test_reconcile_dag_runs_every_thirty_minutes(dagbag: Any) -> None:
-    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+    for spec_path in single_stage_specs():
         spec = load_spec(spec_path)
         dag = dagbag.dags[dag_id_for(spec.name, "reconcile")]
         assert dag.task_ids == ["reconcile"]
@@ -187,7 +199,7 @@ def test_reconcile_dag_runs_every_thirty_minutes(dagbag: Any) -> None:
 
 
 def test_skew_dag_runs_hourly_without_retrying_its_task(dagbag: Any) -> None:
-    for spec_path in sorted(REPO_PIPELINES.glob("*.yaml")):
+    for spec_path in single_stage_specs():
         spec = load_spec(spec_path)
         dag = dagbag.dags[dag_id_for(spec.name, "skew")]
         assert dag.task_ids == ["skew"]
@@ -223,12 +235,20 @@ def test_verify_dag_takes_schedule_count_and_depth_from_the_spec(
 
     assert bag.import_errors == {}
     dag = bag.dags["barrierflow_verify__orders"]
-    assert dag.schedule == timedelta(minutes=30)
+    assert verify_interval(dag) == timedelta(minutes=30)
     assert_verify_params(dag, latest=2, deep=True)
     assert "newest 2 checkpoints (deep)" in dag.description
     # A schedule below a minute is a spec error, shown as a failing DAG like any other.
     assert "barrierflow_verify__fast" not in bag.dag_ids
     assert "at most once a minute" in bag.dags["barrierflow_pipeline__fast"].description
+
+
+def verify_interval(dag: Any) -> timedelta:
+    """The time part of the verification DAG's schedule (it also runs on its checkpoint asset)."""
+    from airflow.sdk import AssetOrTimeSchedule
+
+    assert isinstance(dag.schedule, AssetOrTimeSchedule), dag.schedule
+    return dag.schedule.timetable.delta
 
 
 def assert_verify_params(dag: Any, latest: int, deep: bool) -> None:
@@ -332,3 +352,70 @@ def test_supervise_task_reports_the_checkpoint_age(
 
     latest[0] = datetime.now(UTC) - timedelta(seconds=5)
     assert "limit 60s" in task.python_callable(*task.op_args, **task.op_kwargs)
+
+
+def test_batch_dags_read_the_lake_on_the_output_asset_and_daily(dagbag: Any) -> None:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable
+
+    spec_path = (REPO_PIPELINES / "demo.yaml").resolve()
+    for kind, tasks, job in (("rollup", ["rollup", "rollup_report"], "rollup"),
+                             ("recompute", ["compare", "recompute"], "recompute"),
+                             ("quality", ["validate"], None)):
+        dag = dagbag.dags[dag_id_for("demo", kind)]
+        assert sorted(dag.task_ids) == tasks and dag.max_active_runs == 1
+        if job is not None:
+            submit = dag.get_task(job)
+            assert isinstance(submit, SparkSubmitOperator) and submit.retries == 0
+            assert submit.application == str(PROJECT_ROOT / "jobs" / "batch_job.py")
+            assert submit.application_args[0] == job and str(spec_path) in submit.application_args
+            assert "{{ run_id }}" in submit.application_args  # the report names the run that wrote it
+        if kind == "recompute":
+            assert isinstance(dag.schedule, CronTriggerTimetable)  # daily: it reads the whole closed range
+        else:
+            assert isinstance(dag.schedule, AssetOrTimeSchedule)
+            assert dag.schedule.asset_condition.name == "barrierflow/demo/output"
+            assert isinstance(dag.schedule.timetable, CronTriggerTimetable)
+    assert dagbag.dags["barrierflow_rollup__demo"].params["day"] == ""
+    assert dagbag.dags["barrierflow_quality__demo"].params["epochs"] == 3
+
+
+def test_asset_scheduled_dags_serialize_with_their_watchers(dagbag: Any) -> None:
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    for kind in ("verify", "rollup", "quality", "recompute"):
+        dag = dagbag.dags[dag_id_for("demo", kind)]
+        back = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+        assert sorted(back.task_ids) == sorted(dag.task_ids)
+    watchers = dagbag.dags["barrierflow_verify__demo"].schedule.asset_condition.watchers
+    assert [w.trigger.serialize()[0] for w in watchers] == ["barrierflow.airflow.assets.PipelineProgressTrigger"]
+
+
+def test_multi_stage_specs_are_skipped_with_a_log_line_not_turned_into_error_dags(
+        monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The DAGs run single-stage jobs. A valid multi-stage spec (the repo's three-stage demo)
+    gets no DAG at all, and discovery logs a warning naming the file and how to run it; the
+    other specs in the folder keep their DAGs. A multi-stage spec that does not load still
+    gets the failing invalid-spec DAG with its error."""
+    import logging
+    import shutil
+
+    shutil.copy(REPO_PIPELINES / "stages.yaml", pipelines_dir / "stages.yaml")
+    (pipelines_dir / "orders.yaml").write_text(spec_yaml("orders"), encoding="utf-8")
+    broken = (REPO_PIPELINES / "stages.yaml").read_text(encoding="utf-8").replace(
+        "name: stages-demo", "name: stages-broken").replace(
+        "channel: payments\n        max", "channel: nowhere\n        max")
+    (pipelines_dir / "stages_broken.yaml").write_text(broken, encoding="utf-8")
+
+    with caplog.at_level(logging.WARNING, logger="barrierflow.airflow.support"):
+        entries = discover_pipelines(pipelines_dir)
+    assert [e.name for e in entries] == ["orders", "stages_broken"]
+    assert entries[1].error is not None and "nowhere" in entries[1].error
+    skipped = [r.getMessage() for r in caplog.records if "multi-stage" in r.getMessage()]
+    assert len(skipped) == 1 and "stages.yaml" in skipped[0] and "barrierflow run" in skipped[0], skipped
+
+    bag = parse_dags(monkeypatch, pipelines_dir)
+    assert bag.import_errors == {}
+    assert not [d for d in bag.dag_ids if "stages" in d and d != "barrierflow_pipeline__stages_broken"]
+    assert "invalid-spec" in bag.dags["barrierflow_pipeline__stages_broken"].tags
+    assert {dag_id_for("orders", kind) for kind in KINDS} <= set(bag.dag_ids)

@@ -22,6 +22,8 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.cli.main import main
 from barrierflow.spec import PipelineSpec, load_spec
 
+from tests.drivers import short_lived_driver_java_options
+
 FAST_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
@@ -53,8 +55,8 @@ def crashed_run(spec_path: Path, crash_at: str, *, timeout: float = 300, env: di
                 ) -> subprocess.CompletedProcess[str]:
     """Run the pipeline in a new driver process that crashes at ``crash_at``."""
     environment = {**os.environ, **(env or {}), "BARRIERFLOW_CRASH_AT": crash_at, "PYSPARK_PYTHON": sys.executable,
-                   # C1-only JIT: the short-lived driver JVMs start with about half the CPU.
-                   "_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+                   # C1-only JIT, serial GC and the suite's class archive: a faster driver start.
+                   "_JAVA_OPTIONS": short_lived_driver_java_options()}
     return subprocess.run(
         [sys.executable, "-m", "barrierflow.cli.main", "run", str(spec_path), "--until-exhausted", "--quiet"],
         env=environment, capture_output=True, text=True, timeout=timeout, check=False,
@@ -99,10 +101,10 @@ def assert_sub_multiset(rows: list[tuple[Any, ...]], reference: list[tuple[Any, 
 def crash_at_every_point(spec_path: Path, read_rows: Any, reference: list[tuple[Any, ...]]) -> list[str]:
     """Crash a driver at each named protocol point in turn (recovering after each) and check
     the committed output after every recovery. Returns how each recovery went."""
-    from barrierflow.faults import POINTS
+    from barrierflow.faults import STAGE_POINTS
 
     ways = []
-    for point in POINTS:
+    for point in STAGE_POINTS:
         crashed = crashed_run(spec_path, CRASH_AT[point])
         assert crashed.returncode == -9, f"{point}: exit {crashed.returncode}\n{crashed.stderr[-3000:]}"
         assert f"injected crash at {point}" in crashed.stderr

@@ -12,7 +12,7 @@ from barrierflow.sinks.parquet import read_committed
 
 from tests.recovery.harness import crash_at_every_point, finish, window_rows, windowed_spec
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900), pytest.mark.slow(200)]
 RECORDS = 6000
 
 

@@ -12,7 +12,7 @@ import pytest
 from tests.recovery.harness import crash_at_every_point, finish, window_rows, windowed_spec
 from tests.recovery.test_exactly_once_files import RECORDS
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.timeout(900), pytest.mark.slow(200)]
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from barrierflow.spec import load_spec
 
 from tests.recovery.harness import finish, window_rows, windowed_spec
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(60)]
 RECORDS = 6000
 
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from barrierflow.faults import POINTS
+from barrierflow.faults import STAGE_POINTS
 from barrierflow.sinks.parquet import read_committed
 
 from tests.recovery.harness import crashed_run, finish, recover, window_rows, windowed_spec
 from tests.recovery.test_exactly_once_postgres import _prepared, _reference, _rows
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.timeout(1500), pytest.mark.slow(480)]
 RECORDS = 12000
 CYCLES = 20
 
@@ -45,7 +45,7 @@ def test_twenty_random_crash_restore_cycles_file_and_postgres(
         if sum(crashes.values()) >= CYCLES:
             break
         sink = min(crashes, key=lambda k: crashes[k])  # alternate, so each sink gets half
-        point = rng.choice(POINTS)
+        point = rng.choice(STAGE_POINTS)
         crashed = crashed_run(pipelines[sink], f"{point}@{rng.randint(1, 3)}")
         if crashed.returncode == 0:
             continue  # the point was not reached before the bounded source ended

@@ -71,7 +71,8 @@ def test_unknown_event_times_are_reported_not_dropped(tmp_path: Path) -> None:
     doc = report.as_dict()
     newest = {p["partition"]: p for p in doc["checkpoints"][-1]["partitions"]}
     assert newest["events/2"] == {"partition": "events/2", "source": "events", "offset": 7, "advanced": 0,
-                                  "max_event_time": None, "lag_seconds": None}
+                                  "max_event_time": None, "lag_seconds": None, "watermark": None, "idle": False,
+                                  "paused": False, "pauses": 0, "paused_seconds": 0.0}
     assert "unknown event time: events/2" in doc["message"]
 
 
@@ -200,3 +201,69 @@ def test_html_embeds_the_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str
     empty = render_skew_html(skew_report(make_spec(tmp_path / "none"), CheckpointStore.for_spec(
         make_spec(tmp_path / "none"))))
     assert NO_CHECKPOINTS in empty and "<img" not in empty
+
+
+def _with_event_time(factory: CheckpointFactory, dropped: dict[int, int | None]) -> None:
+    """Give every manifest an ``event_time`` section: watermark = max event time - 5 s, partition
+    1 paused (pauses = checkpoint id), partition 2 idle, ``dropped[c]`` late rows."""
+    from barrierflow.checkpointing.manifest import EventTimeSummary, PartitionWatermark
+    from barrierflow.checkpointing.store import manifest_key
+
+    for m in factory.store.completed():
+        c = m.checkpoint_id
+        times = m.max_event_time["events"]
+        summary = EventTimeSummary(
+            watermark_delay_seconds=5.0, alignment_group="g", max_drift_seconds=2.0,
+            partitions={"events": {
+                p: PartitionWatermark(watermark=t - timedelta(seconds=5) if t else None, idle=p == "2",
+                                      paused=p == "1", pauses=c if p == "1" else 0,
+                                      paused_seconds=1.5 * c if p == "1" else 0.0)
+                for p, t in times.items()}},
+            rows_dropped_by_watermark=dropped.get(c, 0), rows_dropped_total=sum(v or 0 for v in dropped.values()))
+        changed = m.model_copy(update={"event_time": summary})
+        factory.store.objects.put_bytes(manifest_key(c), changed.model_dump_json(indent=2).encode())
+
+
+def test_watermarks_idleness_pauses_and_late_rows_are_reported(tmp_path: Path) -> None:
+    factory = healthy_store(tmp_path, count=2)
+    _with_event_time(factory, {1: 0, 2: None})
+    spec = make_spec(tmp_path, event_time={"watermark_delay": "5s", "alignment": {"max_drift": "2s"}},
+                     reports={"idle_checkpoints": 5})
+    report = build_skew_report(spec, factory.store)
+    assert report.passed, report.message
+    newest = {p.name: p for p in report.checkpoints[-1].partitions}
+    assert newest["events/0"].watermark == newest["events/0"].max_event_time - timedelta(seconds=5)
+    assert (newest["events/1"].paused, newest["events/1"].pauses, newest["events/1"].paused_seconds) == (True, 2, 3.0)
+    assert report.idle_partitions == ["events/2"]  # marked idle by the manifest, fewer than 5 checkpoints
+    assert [c.rows_dropped_by_watermark for c in report.checkpoints] == [0, None]
+    late = next(c for c in report.checks if c.name == "late_rows")
+    assert late.passed and "1 unknown" in late.message
+    doc = report.as_dict()
+    assert doc["settings"]["max_late_rows"] == 0 and doc["checkpoints"][0]["rows_dropped_by_watermark"] == 0
+    page = render_skew_html(report)
+    assert "rows dropped as late" in page and "paused" in page
+
+
+def test_late_rows_fail_the_suite_when_alignment_is_on_and_are_not_checked_without(tmp_path: Path) -> None:
+    factory = healthy_store(tmp_path, count=3)
+    _with_event_time(factory, {1: 0, 2: 42, 3: 0})
+    aligned = make_spec(tmp_path, event_time={"watermark_delay": "5s", "alignment": {"max_drift": "2s"}})
+    report = build_skew_report(aligned, factory.store)
+    assert not report.passed
+    assert [c.message for c in report.failures] == ["checkpoint 2: late_rows 42 rows > max_late_rows 0 rows"]
+    with pytest.raises(SkewExpectationError, match="max_drift below"):
+        raise_for_failures(report, "spec.yaml")
+    plain = make_spec(tmp_path, event_time={"watermark_delay": "5s"})
+    assert build_skew_report(plain, factory.store).passed
+    limited = make_spec(tmp_path, event_time={"watermark_delay": "5s"}, reports={"max_late_rows": 41})
+    assert not build_skew_report(limited, factory.store).passed
+
+
+def test_cli_shows_watermarks_pauses_and_late_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    factory = healthy_store(tmp_path, count=2)
+    _with_event_time(factory, {1: 3, 2: 0})
+    data = spec_dict(tmp_path, event_time={"watermark_delay": "5s"})
+    assert main(["skew", str(write_spec(tmp_path, data))]) == 0
+    out = capsys.readouterr().out
+    assert "late rows" in out and "events/1: watermark" in out and "alignment pauses 2 (3 s)" in out
+    assert "events/2: watermark unknown idle" in out

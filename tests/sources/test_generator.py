@@ -84,3 +84,21 @@ def test_rate_limited_availability_grows_with_time(tmp_path: Path, monkeypatch: 
     assert reader.latestOffset(start, None)["partitions"] == {"0": 0, "1": 0}
     clock[0] += 2.0
     assert reader.latestOffset(start, None)["partitions"] == {"0": 200, "1": 100}
+
+
+def test_offset_at_inverts_the_event_time_model() -> None:
+    from datetime import timedelta
+
+    from barrierflow.sources.generator import GeneratorModel
+    from barrierflow.spec.models import GeneratorSourceSpec
+
+    for step in (None, 100.0, 0.3):
+        model = GeneratorModel(GeneratorSourceSpec(type="generator", partitions=2, rows_per_second=0,
+                                                   event_time_step_ms=step, event_time_skew_ms=[0, -600_000]))
+        for p in (0, 1):
+            for end in (1, 2, 7, 1000, 12345):
+                last = model.max_event_time(p, end)
+                assert last is not None
+                assert model.offset_at(p, last) == end
+                assert model.offset_at(p, last - timedelta(microseconds=1)) == end - 1
+        assert model.offset_at(1, model.max_event_time(0, 1)) > 0

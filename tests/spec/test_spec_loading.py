@@ -127,3 +127,39 @@ def test_the_implemented_values_are_accepted(tmp_path: Path) -> None:
     data = spec_dict(tmp_path)
     data["checkpoint"].update({"mode": "aligned", "alignment_timeout": "0s"})
     assert load_spec(write_spec(tmp_path, data)).checkpoint.mode == "aligned"
+
+
+def test_event_time_alignment_idleness_and_batch_sizing_are_read(tmp_path: Path) -> None:
+    data = spec_dict(tmp_path)
+    data["event_time"] = {"watermark_delay": "5s", "idle_timeout": "3s",
+                          "alignment": {"group": "g", "max_drift": "2s", "update_interval": "500ms"}}
+    data["trigger"] = {"interval": "100ms", "target_batch_duration": "1s"}
+    spec = load_spec(write_spec(tmp_path, data))
+    assert spec.event_time is not None and spec.event_time.alignment is not None
+    assert (spec.event_time.idle_timeout, spec.event_time.alignment.max_drift,
+            spec.event_time.alignment.update_interval) == (3.0, 2.0, 0.5)
+    assert spec.trigger.target_batch_duration == 1.0
+
+
+@pytest.mark.parametrize(("section", "value", "field", "says"), [
+    ("event_time", {"alignment": {"max_drift": "0s"}}, "event_time.alignment", "max_drift must be greater than 0"),
+    ("event_time", {"alignment": {}}, "event_time.alignment.max_drift", "required"),
+    ("event_time", {"idle_timeout": "0s"}, "event_time.idle_timeout", "greater than 0"),
+    ("trigger", {"interval": "2s", "target_batch_duration": "1s"}, "trigger", "below trigger.interval"),
+])
+def test_bad_event_time_and_trigger_settings_exit_2_naming_the_field(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, value: dict, field: str, says: str) -> None:
+    data = spec_dict(tmp_path)
+    data[section] = value
+    err = _problems(tmp_path, data)
+    assert any(f == field and says in message for f, message in err.problems), err.problems
+    assert main(["checkpoints", "list", str(write_spec(tmp_path, data))]) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_alignment_on_a_kafka_source_is_refused(tmp_path: Path) -> None:
+    data = spec_dict(tmp_path)
+    data["sources"] = [{"name": "in", "type": "kafka", "bootstrap_servers": "127.0.0.1:1", "topics": ["t"]}]
+    data["event_time"] = {"alignment": {"max_drift": "2s"}}
+    err = _problems(tmp_path, data)
+    assert "event_time.alignment: not implemented yet for kafka sources" in str(err)

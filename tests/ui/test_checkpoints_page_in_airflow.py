@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -32,9 +33,10 @@ from barrierflow.testing.airflow_server import AirflowServer
 from barrierflow.testing.browser import HeadlessChromium, find_chromium
 from barrierflow.ui import URL_PREFIX, VIEW_ROUTE
 
+from tests.drivers import short_lived_driver_java_options
 from tests.ui.test_app import read_cells
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(150)]
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "var" / "test-artifacts"
@@ -68,7 +70,8 @@ def test_checkpoints_page_lists_the_demo_checkpoints_in_airflow(tmp_path: Path) 
     run_log = tmp_path / "run.log"
     with open(run_log, "wb") as log:
         run = subprocess.Popen([str(bin_dir / "barrierflow"), "run", str(spec_path), "--checkpoints",
-                                str(CHECKPOINTS), "--quiet"], stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+                                str(CHECKPOINTS), "--quiet"], stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+                               env={**os.environ, "_JAVA_OPTIONS": short_lived_driver_java_options()})
     (tmp_path / "dags").mkdir()
     server = AirflowServer(tmp_path / "airflow", tmp_path / "dags", plugins_folder=ROOT / "plugins",
                            components=("api-server",),

@@ -13,13 +13,17 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import yaml
 from barrierflow.spec import load_spec
 from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.stages import is_staged
 from barrierflow.verification.deep import expectations_path, flat_fields, load_suite_document, run_suite
 from pyspark.sql.types import DataType, IntegerType, LongType, StructField, StructType, TimestampType
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-SHIPPED_SPECS = sorted((PROJECT_ROOT / "include" / "pipelines").glob("*.yaml"))
+#: The shipped single-stage specs (multi-stage ones such as stages.yaml keep no state to verify yet).
+SHIPPED_SPECS = sorted(p for p in (PROJECT_ROOT / "include" / "pipelines").glob("*.yaml")
+                       if not is_staged(yaml.safe_load(p.read_text(encoding="utf-8"))))
 
 
 

@@ -53,7 +53,31 @@ def use_master(hook: SparkSubmitHook, master: str) -> None:
     hook._should_track_driver_status = hook._resolve_should_track_driver_status()
 
 
-class PipelineSubmitOperator(SparkSubmitOperator):
+class SpecMasterSubmitOperator(SparkSubmitOperator):
+    """``SparkSubmitOperator`` that submits to the spec's ``spark.master`` when ``conn_id`` does not
+    resolve (see the module docstring); ``master_used`` records the master of the last submit."""
+
+    def __init__(self, *, spec_master: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec_master = spec_master
+        self.master_used: str | None = None
+
+    def _get_hook(self) -> SparkSubmitHook:
+        hook = super()._get_hook()
+        if not spark_connection_exists(self._conn_id):
+            self.log.info("no Airflow connection %r: submitting to the spec's spark.master %r (create the "
+                          "connection to use a cluster)", self._conn_id, self.spec_master)
+            use_master(hook, self.spec_master)
+        self.master_used = str(hook._connection["master"])
+        return hook
+
+
+class BatchSubmitOperator(SpecMasterSubmitOperator):
+    """spark-submit of ``jobs/batch_job.py`` (rollups, stream-vs-batch reconciliation): a batch job,
+    bounded, with nothing to guard; arguments are templated (``{{ params.day }}``, ``{{ run_id }}``)."""
+
+
+class PipelineSubmitOperator(SpecMasterSubmitOperator):
     """spark-submit of ``jobs/run_pipeline.py --spec SPEC`` behind the restart guard.
 
     Args:
@@ -65,20 +89,9 @@ class PipelineSubmitOperator(SparkSubmitOperator):
 
     def __init__(self, *, spec_path: str, spec_master: str, recovery_dag_id: str, **kwargs: Any) -> None:
         kwargs["retries"] = 0  # the recovery DAG owns restarts (see barrierflow.recovery.restart_guard)
-        super().__init__(**kwargs)
+        super().__init__(spec_master=spec_master, **kwargs)
         self.spec_path = spec_path
-        self.spec_master = spec_master
         self.recovery_dag_id = recovery_dag_id
-        self.master_used: str | None = None
-
-    def _get_hook(self) -> SparkSubmitHook:
-        hook = super()._get_hook()
-        if not spark_connection_exists(self._conn_id):
-            self.log.info("no Airflow connection %r: submitting to the spec's spark.master %r (create the "
-                          "connection to use a cluster)", self._conn_id, self.spec_master)
-            use_master(hook, self.spec_master)
-        self.master_used = str(hook._connection["master"])
-        return hook
 
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowFailException

@@ -37,7 +37,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from barrierflow.errors import CheckpointError, SpecError
+from barrierflow.errors import BarrierflowError, CheckpointError, SpecError
+from barrierflow.reports.quality import QualityExpectationError
 from barrierflow.spec.models import VerificationSpec
 
 if TYPE_CHECKING:
@@ -45,10 +46,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+__all__ = ["QualityExpectationError"]  # raised by check_output_quality; the DAG file catches it from here
+
 #: The kinds of DAG made per pipeline: the triggered, long-running job, its scheduled
 #: supervision, the scheduled checkpoint verification and retention, the triggered failure
-#: recovery, the scheduled 2PC reconciliation and the scheduled watermark-skew report.
-DAG_KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew")
+#: recovery, the scheduled 2PC reconciliation, the scheduled watermark-skew report and, for a
+#: Parquet sink, the batch side: daily rollups, stream-vs-batch reconciliation, data quality.
+DAG_KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "rollup", "recompute",
+             "quality")
 
 #: How many failed checks the message of :class:`CheckpointVerificationError` lists.
 MAX_LISTED_FAILURES = 10
@@ -151,17 +156,27 @@ def _name_from_file(path: Path) -> str:
 def discover_pipelines(folder: str | os.PathLike[str]) -> list[DiscoveredPipeline]:
     """Load every spec in ``folder``; never raises for a bad spec.
 
+    A valid multi-stage spec is skipped with a warning naming it (the DAGs run single-stage
+    jobs; multi-stage pipelines run with ``barrierflow run`` for now); a multi-stage spec that
+    does not load comes back with its error like any other.
+
     A spec that fails to load, or whose ``name`` another file in the folder already uses,
     comes back with ``error`` set (the :class:`SpecError` message) so the caller can show it;
     of several valid specs with one name, the first file in name order keeps it.
     Names are unique in the result: a broken file whose name collides gets a suffix.
     """
-    from barrierflow.spec.loader import load_spec
+    from barrierflow.spec.loader import load_any_spec
+    from barrierflow.spec.stages import StagedPipelineSpec
 
     loaded: list[DiscoveredPipeline] = []
     for path in discover_specs(folder):
         try:
-            spec = load_spec(path)
+            spec = load_any_spec(path)
+            if isinstance(spec, StagedPipelineSpec):
+                log.warning("pipeline spec %s is a valid multi-stage pipeline (%s, %d stages); skipped: the Airflow "
+                            "DAGs for multi-stage pipelines are not built yet, run it with 'barrierflow run %s'",
+                            path, spec.name, len(spec.stages), path)
+                continue
         except SpecError as exc:
             log.error("pipeline spec %s is invalid, its DAG will only report the error: %s", path, exc)
             loaded.append(DiscoveredPipeline(path=path, name=_name_from_file(path), error=str(exc)))
@@ -397,4 +412,53 @@ def report_watermark_skew(spec_path: str | os.PathLike[str], *, last: int | None
     report = skew(spec_path, last=last)
     raise_for_failures(report, str(spec_path))
     log.info("pipeline %r: %s", report.pipeline, report.message)
+    return report.as_dict()
+
+
+class BatchReportError(BarrierflowError):
+    """The batch job of this DAG run left no report of its own (it did not run, or another run's
+    report is stored)."""
+
+
+#: How many differences the XCom of the reconciliation lists (the stored report lists more).
+XCOM_DIFFERENCES = 100
+
+
+def batch_report(spec_path: str | os.PathLike[str], name: str, *, tag: str) -> dict[str, Any]:
+    """The stored ``rollups`` or ``reconciliation`` report written by the batch job run with ``--tag
+    tag`` (the DAG run's id), its differences cut to :data:`XCOM_DIFFERENCES` for XCom.
+
+    Raises:
+        BatchReportError: no report, or one of another run (naming the run and where to look).
+    """
+    from barrierflow.ops.batch import REPORT_KEYS, stored_report
+
+    found = stored_report(spec_path, name)
+    if found is None or found.get("tag") != tag:
+        other = "no report" if found is None else f"the report of run {found.get('tag')!r}"
+        raise BatchReportError(
+            f"pipeline {spec_path}: the batch job of run {tag!r} left no {name} report ({other} is at "
+            f"{REPORT_KEYS[name]} in the checkpoint store): see the spark-submit task's log for why the job failed")
+    if len(found.get("differences") or []) > XCOM_DIFFERENCES:
+        found["differences"] = found["differences"][:XCOM_DIFFERENCES]
+    return found
+
+
+def check_output_quality(spec_path: str | os.PathLike[str], *, epochs: int | None = None) -> dict[str, Any]:
+    """One data-quality run, as ``barrierflow quality SPEC [--epochs N] --json``.
+
+    Returns:
+        The JSON document (also stored as ``reports/quality-latest.json``; Data Docs under
+        ``reports/quality/``), when every expectation passed or was skipped.
+
+    Raises:
+        SpecError, UserInputError, StorageError.
+        QualityExpectationError: an expectation failed; the message names each expectation, its
+            column(s) and a sample of the bad rows; ``report`` holds the document.
+    """
+    from barrierflow.ops.quality import quality
+    from barrierflow.reports.quality import raise_for_failures
+
+    report = quality(spec_path, epochs=epochs)
+    raise_for_failures(report, str(spec_path))
     return report.as_dict()

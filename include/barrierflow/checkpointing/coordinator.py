@@ -38,12 +38,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.errors import SinkCommitFailedError, SinkPreCommitError
 from barrierflow.checkpointing.fence import release as release_reservation
 from barrierflow.checkpointing.lifecycle import ASYNC_PHASE, CheckpointState, PendingCheckpoint, ending_for
-from barrierflow.checkpointing.manifest import FailureReason, FailureRecord, Manifest
+from barrierflow.checkpointing.manifest import (
+    AlignmentSummary,
+    EventTimeSummary,
+    FailureReason,
+    FailureRecord,
+    Manifest,
+)
 from barrierflow.checkpointing.sink_notifier import SinkNotifier
 from barrierflow.checkpointing.stage import BarrierBatch, StageTracker
 from barrierflow.checkpointing.store import CheckpointStore
@@ -56,6 +63,7 @@ from barrierflow.transactions.committer import SinkCommitter
 log = logging.getLogger(__name__)
 
 __all__ = ["AsyncResult", "CheckpointCoordinator", "CheckpointEvent", "CheckpointState", "EventTimeFn",
+           "EventTimeSummaryFn",
            "PendingCheckpoint", "SinkCommitFailedError"]
 
 
@@ -75,6 +83,10 @@ class CheckpointEvent:
 
 
 EventTimeFn = Callable[[str, dict[str, int]], dict[str, datetime | None]]
+AlignmentFn = Callable[[int], "dict[str, Any] | None"]
+#: (first batch of the epoch, barrier batch, barrier offsets, max event times) -> manifest's event_time
+EventTimeSummaryFn = Callable[[int, int, dict[str, dict[str, int]], dict[str, dict[str, datetime | None]]],
+                              EventTimeSummary | None]
 
 
 class CheckpointCoordinator:
@@ -90,10 +102,13 @@ class CheckpointCoordinator:
         source_names: list[str],
         sinks: list[SinkCommitter] | None = None,
         event_times: EventTimeFn | None = None,
+        event_time_summary: EventTimeSummaryFn | None = None,
         attempt: int = 0,
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         spark_version: str = "",
+        alignment: AlignmentFn | None = None,
+        commit_on_completion: bool = True,
     ) -> None:
         self.pipeline = pipeline
         self.options = options
@@ -104,10 +119,16 @@ class CheckpointCoordinator:
         self.source_names = source_names
         self.sinks = sinks or []
         self.event_times = event_times
+        self.event_time_summary = event_time_summary
         self.attempt = attempt
         self.monotonic = monotonic
         self.now = now
         self.spark_version = spark_version
+        #: stages fed by channels: the alignment record of checkpoint n (None until complete)
+        self.alignment = alignment
+        #: False in a stage of a multi-stage pipeline: the pipeline coordinator tells the sinks
+        #: to commit once the *global* checkpoint is complete (:meth:`commit_sinks`)
+        self.commit_on_completion = commit_on_completion
         self.stage = StageTracker(self.spark_dir, self.staging_dir, source_names)
         self.uploader = SnapshotUploader(store)
         self.notifier = SinkNotifier(self.sinks)
@@ -241,6 +262,14 @@ class CheckpointCoordinator:
         for pending in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
             if pending.upload is None or not pending.upload.done():
                 continue
+            if self.alignment is not None and pending.upload.exception() is None:
+                record = self.alignment(pending.checkpoint_id)
+                if record is None:
+                    continue  # channel state still incomplete: the last barrier has not arrived
+                if record.get("aborted"):
+                    events.append(self._fail(pending, FailureReason.SNAPSHOT_FAILED,
+                                             f"the alignment of the stage's input channels ended: {record['message']}"))
+                    continue
             try:
                 result = pending.upload.result()
             except SinkPreCommitError as exc:
@@ -282,6 +311,9 @@ class CheckpointCoordinator:
             state_bases=snap.state_bases,
             sink_handles=outcome.sink_handles,
             spark_version=self.spark_version,
+            alignment=(AlignmentSummary.from_record(record)
+                       if self.alignment is not None and (record := self.alignment(pending.checkpoint_id)) else None),
+            event_time=self._event_time_summary(pending, snap.batch_id, event_times),
         )
         try:
             self.store.write_manifest(manifest)
@@ -298,8 +330,21 @@ class CheckpointCoordinator:
         log.info("checkpoint %d completed (batch %d, %d B new of %d B)", manifest.checkpoint_id,
                  snap.batch_id, result.incremental_bytes, result.full_bytes)
         crash_point("after_manifest", checkpoint_id=manifest.checkpoint_id)
-        self.notifier.notify_complete(manifest.checkpoint_id, snap.batch_id)
+        if self.commit_on_completion:
+            self.notifier.notify_complete(manifest.checkpoint_id, snap.batch_id)
         return CheckpointEvent(manifest.checkpoint_id, True, manifest=manifest)
+
+    def _event_time_summary(self, pending: PendingCheckpoint, batch_id: int,
+                            event_times: dict[str, dict[str, datetime | None]]) -> EventTimeSummary | None:
+        """The manifest's ``event_time`` section; report metadata: a failure is logged, never fatal."""
+        if self.event_time_summary is None:
+            return None
+        try:
+            return self.event_time_summary(pending.first_batch_id, batch_id, pending.barrier_offsets, event_times)
+        except Exception as exc:
+            log.warning("checkpoint %d: the event-time summary could not be built (%s: %s); the manifest has none",
+                        pending.checkpoint_id, type(exc).__name__, exc)
+            return None
 
     def _expire(self) -> list[CheckpointEvent]:
         mono = self.monotonic()
@@ -342,6 +387,20 @@ class CheckpointCoordinator:
                         pending.checkpoint_id, exc)
         release_reservation(self.store.objects, pending.checkpoint_id)
         return CheckpointEvent(pending.checkpoint_id, False, failure=record)
+
+    def commit_sinks(self, checkpoint_id: int) -> bool:
+        """Tell every sink that checkpoint ``checkpoint_id`` is complete (the pipeline
+        coordinator calls it after the global checkpoint completed). False when this stage
+        has not completed that checkpoint (nothing is told)."""
+        manifest = next((m for m in self.completed if m.checkpoint_id == checkpoint_id), None)
+        if manifest is None:
+            return False
+        self.notifier.notify_complete(checkpoint_id, manifest.spark_batch_id)
+        return True
+
+    def abort_sinks(self, checkpoint_id: int) -> None:
+        """Tell every sink that checkpoint ``checkpoint_id`` failed (globally)."""
+        self.notifier.notify_aborted(checkpoint_id)
 
     def flush_sinks(self, timeout: float = 60.0) -> None:
         """Wait until every queued sink call (commit, abort) finished; re-raise its error."""

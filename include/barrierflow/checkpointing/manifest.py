@@ -41,6 +41,67 @@ class ManifestFile(BaseModel):
     uploaded: bool = Field(description="true if this checkpoint uploaded it (not shared with an earlier one)")
 
 
+class ChannelStateEntry(BaseModel):
+    """Records of ``partition`` in ``[start, end)`` are part of the checkpoint as channel
+    state (they arrived after the snapshot cut the partition, before its barrier); ``records``
+    counts data records. ``back_edge``: the partition belongs to a channel closing a cycle."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partition: str
+    start: int
+    end: int
+    records: int
+    back_edge: bool = False
+
+
+class AlignmentSummary(BaseModel):
+    """How a stage fed by channels aligned the barriers of this checkpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["aligned", "unaligned", "aligned-timed-out"]
+    alignment_ms: float = Field(description="first barrier to last barrier, or to the switch to unaligned")
+    barrier_offsets: dict[str, int] = Field(description="input partition -> offset of its barrier record")
+    channel_state: list[ChannelStateEntry] = Field(default_factory=list)
+    channel_state_records: int = 0
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> AlignmentSummary:
+        """From the alignment record the stage's source wrote (barriers/alignment/record.py)."""
+        return cls(mode=record["mode"], alignment_ms=record["alignment_ms"],
+                   barrier_offsets=record["barrier_offsets"],
+                   channel_state=[ChannelStateEntry(**r) for r in record["channel_state"]],
+                   channel_state_records=record["channel_state_records"])
+
+
+class PartitionWatermark(BaseModel):
+    """One source partition at a checkpoint's barrier (event time and watermark alignment)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    watermark: AwareDatetime | None = Field(
+        description="newest event time up to the barrier minus the watermark delay (None: unknown)")
+    idle: bool = Field(False, description="idle when the barrier batch was planned (event_time.idle_timeout)")
+    paused: bool = Field(False, description="paused by watermark alignment in the barrier batch")
+    pauses: int = Field(0, description="times paused by watermark alignment since the source reader started")
+    paused_seconds: float = Field(0.0, description="seconds paused since the source reader started")
+
+
+class EventTimeSummary(BaseModel):
+    """Per-partition watermarks, idleness and alignment at the barrier, and Spark's late rows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    watermark_delay_seconds: float
+    alignment_group: str | None = Field(None, description="event_time.alignment.group (None: alignment off)")
+    max_drift_seconds: float | None = None
+    partitions: dict[str, dict[str, PartitionWatermark]] = Field(description="source name -> partition -> state")
+    rows_dropped_by_watermark: int | None = Field(
+        description="Spark's numRowsDroppedByWatermark summed over the epoch's batches (None: not all known)")
+    rows_dropped_total: int = Field(0, description="summed over every batch of this run of the job so far")
+
+
 class Manifest(BaseModel):
     """One completed checkpoint. Every time is timezone-aware UTC."""
 
@@ -76,6 +137,10 @@ class Manifest(BaseModel):
     state_bases: dict[str, int] = Field(default_factory=dict)
     sink_handles: list[dict[str, Any]] = Field(default_factory=list)
     spark_version: str = ""
+    alignment: AlignmentSummary | None = Field(
+        None, description="stages of a multi-stage pipeline fed by channels: mode, alignment time, channel state")
+    event_time: EventTimeSummary | None = Field(
+        None, description="only for pipelines with event_time (added in barrierflow 0.x, format 2)")
 
     @model_validator(mode="before")
     @classmethod

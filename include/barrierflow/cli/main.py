@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from barrierflow.errors import BarrierflowError, UserInputError
 
 if TYPE_CHECKING:
-    from barrierflow.ops.run import Progress
+    from barrierflow.ops.run import PipelineProgress, Progress
 
 EXIT_OK, EXIT_RUNTIME, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -87,6 +87,32 @@ def _parser() -> argparse.ArgumentParser:
     skew.add_argument("--json", action="store_true")
     skew.add_argument("--html", metavar="PATH", help="also write an HTML report with plots to PATH")
 
+    rollup = sub.add_parser("rollup", help="daily rollups of the committed Parquet output (Spark batch)")
+    rollup.add_argument("spec")
+    rollup.add_argument("--day", metavar="YYYY-MM-DD",
+                        help="roll up this UTC day (default: the days with output committed since the last run)")
+    rollup.add_argument("--tag", default="", help="stored in the report (the DAG passes its run id)")
+    rollup.add_argument("--json", action="store_true")
+
+    recompute = sub.add_parser("recompute", help="stream-vs-batch reconciliation: recompute the output of a closed "
+                                                 "event-time range from the source and compare (exit 1: differences)")
+    recompute.add_argument("spec")
+    recompute.add_argument("--start", metavar="ISO", help="first window start (default: the source's first record)")
+    recompute.add_argument("--end", metavar="ISO",
+                           help="windows ending before this (default: the watermark of the newest checkpoint whose "
+                                "output is committed)")
+    recompute.add_argument("--tag", default="", help="stored in the report (the DAG passes its run id)")
+    recompute.add_argument("--report-only", action="store_true",
+                           help="exit 0 when the comparison ran, also with differences (the DAG's check task fails)")
+    recompute.add_argument("--json", action="store_true")
+
+    quality = sub.add_parser("quality", help="data quality of the committed output and rollups (Great Expectations, "
+                                             "Data Docs); exit 1 when an expectation fails")
+    quality.add_argument("spec")
+    quality.add_argument("--epochs", type=int, metavar="N",
+                         help="validate the newest N committed epochs (default: verification.quality_epochs)")
+    quality.add_argument("--json", action="store_true")
+
     retain = sub.add_parser("retain", help="delete checkpoints and files the retention policy does not keep")
     retain.add_argument("spec")
     retain.add_argument("--dry-run", action="store_true", help="report what would be deleted, change nothing")
@@ -97,22 +123,28 @@ def _parser() -> argparse.ArgumentParser:
     savepoint.add_argument("--checkpoint", type=int, help="checkpoint id (default: the latest completed)")
     savepoint.add_argument("--json", action="store_true")
 
+    validate = sub.add_parser("validate", help="validate a spec; for several stages show the graph and its cycles")
+    validate.add_argument("spec")
+    validate.add_argument("--json", action="store_true")
+
     bench = sub.add_parser("bench", help="throughput with and without ABS checkpoints (docs/benchmarks.md)")
     bench.add_argument("--spec", default="include/pipelines/bench.yaml")
     bench.add_argument("--seconds", type=float, default=30.0, help="measured seconds per mode and round")
     bench.add_argument("--rounds", type=int, default=1)
     bench.add_argument("--markdown", help="also write the table to this file")
-    bench.add_argument("--scenario", choices=("abs-overhead", "restore"), default="abs-overhead",
-                       help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time")
+    bench.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment"),
+                       default="abs-overhead",
+                       help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time; "
+                            "scale: bookkeeping cost per source partition (no Spark); "
+                            "batch-sizing: checkpoint completion over a 20 M backlog with/without "
+                            "trigger.target_batch_duration; alignment: skewed generator with alignment off/on")
+    bench.add_argument("--partitions", type=int, nargs="+", default=[100, 1_000, 10_000],
+                       help="scale scenario: the source partition counts to measure")
     bench.add_argument("--keys", type=int, default=2_000_000, help="restore scenario: distinct keys in the state")
     return parser
 
 
-def _progress_line(p: Progress) -> None:
-    line = (f"batch={p.batch_id if p.batch_id is not None else '-'} records={p.records} "
-            f"rec/s={p.records_per_second:,.0f} epoch={p.epoch} "
-            f"last_checkpoint={p.last_completed if p.last_completed is not None else '-'} "
-            f"uploads_in_flight={p.uploads_in_flight} failed={p.failed}")
+def _write_progress(line: str) -> None:
     if sys.stderr.isatty():
         sys.stderr.write("\r\x1b[2K" + line)
     else:
@@ -120,9 +152,52 @@ def _progress_line(p: Progress) -> None:
     sys.stderr.flush()
 
 
+def _stages_progress_line(p: PipelineProgress) -> None:
+    """The one progress display of a multi-stage run: per stage batch, rec/s and epoch, then
+    the last completed global checkpoint."""
+    stages = " | ".join(f"{s.stage}: batch={s.batch_id if s.batch_id is not None else '-'} "
+                        f"rec/s={s.records_per_second:,.0f} epoch={s.epoch}" for s in p.stages)
+    _write_progress(f"{stages} | global_checkpoint={p.last_completed if p.last_completed is not None else '-'} "
+                    f"failed={p.failed}")
+
+
+def _cmd_run_stages(args: argparse.Namespace) -> int:
+    from barrierflow.ops.run import run_stages
+
+    outcome = run_stages(args.spec, duration=args.duration, checkpoints=args.checkpoints,
+                         until_exhausted=args.until_exhausted, progress=None if args.quiet else _stages_progress_line,
+                         progress_every=1.0 if sys.stderr.isatty() else 30.0)
+    if sys.stderr.isatty() and not args.quiet:
+        sys.stderr.write("\n")
+    result = outcome.result
+    broker = f"; embedded broker {outcome.embedded_broker} (stopped)" if outcome.embedded_broker else ""
+    print(f"pipeline {outcome.pipeline} ({len(result.stage_manifests)} stages, attempt {outcome.attempt}): "
+          f"{len(result.completed)} global checkpoints completed, {result.failed} failed in "
+          f"{result.elapsed_seconds:.1f} s{broker}")
+    for manifest in result.completed:
+        print(f"  global checkpoint {manifest.checkpoint_id}: {manifest.total_ms:.0f} ms")
+    return EXIT_OK
+
+
+def _progress_line(p: Progress) -> None:
+    line = (f"batch={p.batch_id if p.batch_id is not None else '-'} records={p.records} "
+            f"rec/s={p.records_per_second:,.0f} epoch={p.epoch} "
+            f"last_checkpoint={p.last_completed if p.last_completed is not None else '-'} "
+            f"uploads_in_flight={p.uploads_in_flight} failed={p.failed}")
+    if p.event_time is not None:
+        e = p.event_time
+        line += (f" late_dropped={e.rows_dropped_late} paused={','.join(e.paused) or '-'} "
+                 f"idle={','.join(e.idle) or '-'} wm_skew="
+                 + (f"{e.watermark_skew_seconds:g}s" if e.watermark_skew_seconds is not None else "-"))
+    _write_progress(line)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.run import run
 
+    if is_multi_stage(args.spec):
+        return _cmd_run_stages(args)
     outcome = run(args.spec, duration=args.duration, checkpoints=args.checkpoints,
                   until_exhausted=args.until_exhausted, progress=None if args.quiet else _progress_line,
                   progress_every=1.0 if sys.stderr.isatty() else 30.0)
@@ -138,9 +213,36 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_global_checkpoints(args: argparse.Namespace) -> int:
+    from barrierflow.ops.checkpoints import list_global_checkpoints
+
+    listing = list_global_checkpoints(args.spec)
+    if args.json:
+        print(json.dumps(listing.as_dict(), indent=2))
+        return EXIT_OK
+    print(f"pipeline {listing.pipeline}: global checkpoints in {listing.storage} (attempt {listing.attempt})")
+    print(f"{'id':>5} {'attempt':>7} {'completed (UTC)':26} {'total ms':>9}  {'stage':12} {'mode':10} "
+          f"{'align ms':>9} {'sync ms':>8} {'async ms':>9} {'chan recs':>9}")
+    for m in listing.completed:
+        note = "  (abandoned)" if m.checkpoint_id in listing.abandoned else ""
+        completed = m.completion_time.astimezone(UTC).isoformat(timespec="seconds")
+        print(f"{m.checkpoint_id:>5} {m.attempt:>7} {completed:26} {m.total_ms:>9.1f}{note}")
+        for name, part in m.stages.items():
+            print(f"{'':>5} {'':>7} {'':26} {'':>9}  {name:12} {part.mode or '-':10} {part.alignment_ms:>9.1f} "
+                  f"{part.sync_ms:>8.1f} {part.async_ms:>9.1f} {part.channel_state_records:>9}")
+    for f in listing.failed:
+        print(f"{f.checkpoint_id:>5} FAILED  {f.reason}: {f.message}")
+    if not listing.completed and not listing.failed:
+        print(f"no global checkpoints in {listing.storage} yet; run 'barrierflow run {args.spec}'")
+    return EXIT_OK
+
+
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
     from barrierflow.ops.checkpoints import list_checkpoints, show_checkpoint
+    from barrierflow.ops.pipeline import is_multi_stage
 
+    if args.action == "list" and is_multi_stage(args.spec):
+        return _cmd_global_checkpoints(args)
     if args.action == "show":
         manifest = show_checkpoint(args.spec, args.id)
         if args.json:
@@ -234,13 +336,21 @@ def _cmd_skew(args: argparse.Namespace) -> int:
     elif not report.checkpoints:
         print(f"pipeline {report.pipeline}: no completed checkpoints yet in {report.storage}")
     else:
-        print(f"{'id':>5} {'completed (UTC)':26} {'skew s':>9} {'max lag s':>10} {'barrier ms':>10}  "
-              "unknown event time")
+        print(f"{'id':>5} {'completed (UTC)':26} {'skew s':>9} {'max lag s':>10} {'barrier ms':>10} "
+              f"{'late rows':>9}  unknown event time")
         for c in report.checkpoints:
             skew_s = "-" if c.skew_seconds is None else f"{c.skew_seconds:.3f}"
             lag = "-" if c.max_lag_seconds is None else f"{c.max_lag_seconds:.3f}"
+            late = "-" if c.rows_dropped_by_watermark is None else str(c.rows_dropped_by_watermark)
             print(f"{c.checkpoint_id:>5} {c.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} "
-                  f"{skew_s:>9} {lag:>10} {c.barrier_batch_ms:>10.1f}  {', '.join(c.unknown_event_time) or '-'}")
+                  f"{skew_s:>9} {lag:>10} {c.barrier_batch_ms:>10.1f} {late:>9}  "
+                  f"{', '.join(c.unknown_event_time) or '-'}")
+        newest = report.checkpoints[-1]
+        for p in newest.partitions:
+            if p.watermark is not None or p.pauses or p.idle:
+                print(f"  {p.name}: watermark {p.watermark.isoformat() if p.watermark else 'unknown'}"
+                      f"{' idle' if p.idle else ''}{' paused' if p.paused else ''}, "
+                      f"alignment pauses {p.pauses} ({p.paused_seconds:g} s)")
         print(f"idle partitions (last {report.settings.idle_checkpoints} checkpoints): "
               f"{', '.join(report.idle_partitions) or 'none'}")
         for check in report.checks:
@@ -304,14 +414,57 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from barrierflow.ops.validate import validate_spec
+
+    summary = validate_spec(args.spec)
+    if args.json:
+        print(json.dumps({
+            "pipeline": summary.pipeline, "stages": list(summary.stages), "channels": summary.channels,
+            "edges": [{"channel": e.channel, "writer": e.writer, "reader": e.reader} for e in summary.edges],
+            "cycles": [{"stages": list(c.stages), "back_edge": {"channel": c.back_edge.channel,
+                                                                "writer": c.back_edge.writer,
+                                                                "reader": c.back_edge.reader}}
+                       for c in summary.cycles],
+            "source_stages": list(summary.source_stages), "final_stages": list(summary.final_stages),
+            "mode": summary.mode, "alignment_timeout": summary.alignment_timeout}, indent=2))
+        return EXIT_OK
+    if not summary.multi_stage:
+        print(f"{args.spec}: valid single-stage pipeline {summary.pipeline}")
+        return EXIT_OK
+    timeout = f", alignment timeout {summary.alignment_timeout:g}s" if summary.alignment_timeout else ""
+    print(f"{args.spec}: valid pipeline {summary.pipeline} of {len(summary.stages)} stages "
+          f"({summary.mode} checkpoints{timeout})")
+    print(f"  source stages: {', '.join(summary.source_stages)}; final stages: "
+          f"{', '.join(summary.final_stages) or '(none)'}")
+    for edge in summary.edges:
+        back = "  (back-edge)" if any(c.back_edge == edge for c in summary.cycles) else ""
+        print(f"  {edge.writer} -> {edge.reader} via channel {edge.channel} "
+              f"(topic {summary.channels[edge.channel]}){back}")
+    for cycle in summary.cycles:
+        print(f"  cycle: {cycle}")
+    return EXIT_OK
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.rounds < 1 or args.seconds <= 0 or args.keys < 1:
         raise UserInputError(f"bench needs --rounds >= 1, --seconds > 0 and --keys >= 1 (got --rounds {args.rounds}, "
                              f"--seconds {args.seconds}, --keys {args.keys})")
+    if args.scenario == "scale":
+        from barrierflow.bench.scale import run_scale_benchmark
+
+        run_scale_benchmark(tuple(args.partitions), checkpoints=max(2, args.rounds), markdown=args.markdown)
+        return EXIT_OK
     if args.scenario == "restore":
         from barrierflow.bench.restore_time import run_restore_benchmark
 
         run_restore_benchmark(args.spec, keys=args.keys, rounds=args.rounds, markdown=args.markdown)
+        return EXIT_OK
+    if args.scenario in ("batch-sizing", "alignment"):
+        from barrierflow.bench.event_time import run_event_time_benchmark
+
+        run_event_time_benchmark(args.spec, args.scenario, seconds=args.seconds, rounds=args.rounds,
+                                 markdown=args.markdown)
         return EXIT_OK
     from barrierflow.bench.abs_overhead import run_benchmark
 
@@ -321,6 +474,46 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _moment(name: str, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise UserInputError(f"--{name} {value!r} is not an ISO time: give e.g. 2026-01-01T00:00:00+00:00") from None
+    if moment.tzinfo is None:
+        raise UserInputError(f"--{name} {value!r} has no timezone: give e.g. 2026-01-01T00:00:00+00:00")
+    return moment
+
+
+def _cmd_rollup(args: argparse.Namespace) -> int:
+    from barrierflow.ops.batch import parse_day, rollup
+
+    report = rollup(args.spec, day=parse_day(args.day) if args.day else None, tag=args.tag)
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.message())
+    return EXIT_OK
+
+
+def _cmd_recompute(args: argparse.Namespace) -> int:
+    from barrierflow.ops.batch import recompute
+
+    report = recompute(args.spec, start=_moment("start", args.start), end=_moment("end", args.end), tag=args.tag)
+    print(json.dumps(report.as_dict(), indent=2, default=str) if args.json else report.message())
+    if not report.passed:
+        print(f"error: {report.message()}", file=sys.stderr)
+    return EXIT_OK if report.passed or args.report_only else EXIT_RUNTIME
+
+
+def _cmd_quality(args: argparse.Namespace) -> int:
+    from barrierflow.ops.quality import quality
+
+    report = quality(args.spec, epochs=args.epochs)
+    print(json.dumps(report.as_dict(), indent=2, default=str) if args.json else report.message())
+    for failure in report.failures:
+        print(f"expectation failed: {failure.describe()}", file=sys.stderr)
+    return EXIT_OK if report.passed else EXIT_RUNTIME
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -333,13 +526,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # kafka-python warns whenever one of its event-loop tasks runs over 0.1 s, which a loaded
+    # driver does all the time; the line says nothing an operator can act on.
+    logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
     try:
         signal.signal(signal.SIGTERM, _raise_interrupt)
     except ValueError:  # not in the main thread (e.g. called from a test thread)
         pass
     handlers = {"run": _cmd_run, "checkpoints": _cmd_checkpoints, "bench": _cmd_bench,
                 "restore": _cmd_restore, "reconcile": _cmd_reconcile, "verify": _cmd_verify,
-                "retain": _cmd_retain, "savepoint": _cmd_savepoint, "skew": _cmd_skew}
+                "retain": _cmd_retain, "savepoint": _cmd_savepoint, "skew": _cmd_skew,
+                "rollup": _cmd_rollup, "recompute": _cmd_recompute, "quality": _cmd_quality,
+                "validate": _cmd_validate}
     try:
         return handlers[args.command](args)
     except UserInputError as exc:

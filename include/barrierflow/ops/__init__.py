@@ -6,14 +6,15 @@ the recovery runbook (:mod:`barrierflow.airflow.runbook`). So a rule, such as ho
 checkpoint is chosen for a restore, is written once.
 
 ============================  =====================================================
-:mod:`.run`                   run the streaming job (``barrierflow run``)
-:mod:`.checkpoints`           list or show checkpoints
+:mod:`.run`                   run the streaming job (``barrierflow run``; several stages: ``run_stages``)
+:mod:`.checkpoints`           list or show checkpoints (several stages: the global checkpoints)
 :mod:`.restore`               choose a checkpoint (verified first) and restore it
 :mod:`.reconcile`             finish in-doubt sink transactions
 :mod:`.verify`                verify checkpoints (structural, optionally deep)
 :mod:`.retain`                apply the retention policy
 :mod:`.savepoint`             promote a checkpoint to a savepoint
 :mod:`.skew`                  the watermark-skew report
+:mod:`.validate`              validate a spec (single- or multi-stage) and describe its graph
 ============================  =====================================================
 
 Each takes the spec file's path (and loads the spec itself: a bad spec raises

@@ -1,4 +1,8 @@
-"""List or show a pipeline's checkpoints (``barrierflow checkpoints list|show``)."""
+"""List or show a pipeline's checkpoints (``barrierflow checkpoints list|show``).
+
+For a multi-stage spec :func:`list_global_checkpoints` lists the global checkpoints (see
+:mod:`barrierflow.checkpointing.global_manifest`), each with its stages' parts.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,16 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from barrierflow.checkpointing.global_manifest import GlobalFailure, GlobalManifest
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.errors import CheckpointCorruptError, UserInputError
 from barrierflow.ops.pipeline import open_pipeline
+from barrierflow.spec.loader import load_any_spec
+from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.storage import open_store
 
 
 @dataclass(frozen=True)
@@ -34,3 +46,64 @@ def list_checkpoints(spec_path: str | os.PathLike[str]) -> CheckpointListing:
 def show_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int) -> Manifest:
     """The manifest of ``checkpoint_id``. Raises CheckpointNotFoundError, CheckpointCorruptError."""
     return open_pipeline(spec_path).store.get(checkpoint_id)
+
+
+@dataclass(frozen=True)
+class GlobalCheckpointListing:
+    """The global checkpoints of a multi-stage pipeline, ascending by id: completed ones
+    (their manifests carry each stage's mode, alignment, sync and async times and
+    channel-state records), failed ones, and the ids a restore abandoned (listed in
+    ``completed`` too if they had completed, flagged by ``abandoned``)."""
+
+    pipeline: str
+    storage: str
+    stages: tuple[str, ...]
+    completed: list[GlobalManifest]
+    failed: list[GlobalFailure]
+    abandoned: list[int]
+    attempt: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "storage": self.storage, "stages": list(self.stages),
+                "attempt": self.attempt, "abandoned": self.abandoned,
+                "completed": [m.model_dump(mode="json") for m in self.completed],
+                "failed": [f.model_dump(mode="json") for f in self.failed]}
+
+
+def list_global_checkpoints(spec_path: str | os.PathLike[str]) -> GlobalCheckpointListing:
+    """Read every global manifest and failure record of the multi-stage spec at ``spec_path``.
+
+    Raises:
+        SpecError: the spec does not load. UserInputError: the spec is single-stage (use
+            :func:`list_checkpoints`). CheckpointCorruptError: a global record does not parse.
+        StorageError: the store cannot be read.
+    """
+    spec = load_any_spec(spec_path)
+    if not isinstance(spec, StagedPipelineSpec):
+        raise UserInputError(f"{spec_path} is a single-stage spec; its checkpoints are listed by list_checkpoints")
+    objects = open_store(spec.checkpoint.storage)
+    root = CheckpointStore(objects, spec.name)
+    completed: list[GlobalManifest] = []
+    failed: list[GlobalFailure] = []
+    for info in sorted(objects.list("global/"), key=lambda i: i.key):
+        parts = info.key.split("/")
+        if len(parts) != 3 or not parts[1].startswith("chk-"):
+            continue
+        model: type[GlobalManifest] | type[GlobalFailure]
+        if parts[2] == "_metadata.json":
+            model = GlobalManifest
+        elif parts[2] == "_failed.json":
+            model = GlobalFailure
+        else:
+            continue
+        try:
+            record = model.model_validate_json(objects.get_bytes(info.key))
+        except ValidationError as exc:
+            raise CheckpointCorruptError(
+                f"{objects.uri}/{info.key} is not a valid {model.__name__} ({exc.error_count()} problems, first: "
+                f"{exc.errors()[0]['msg']}); move it aside to list the others") from None
+        (completed if isinstance(record, GlobalManifest) else failed).append(record)  # type: ignore[arg-type]
+    completed.sort(key=lambda m: m.checkpoint_id)
+    failed.sort(key=lambda f: f.checkpoint_id)
+    return GlobalCheckpointListing(spec.name, objects.uri, tuple(s.name for s in spec.stages), completed, failed,
+                                   root.abandoned(), root.attempt())

@@ -6,8 +6,9 @@ import os
 from dataclasses import dataclass
 
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.spec.loader import load_spec
+from barrierflow.spec.loader import load_any_spec, load_spec
 from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.stages import StagedPipelineSpec
 
 
 @dataclass(frozen=True)
@@ -26,3 +27,9 @@ def open_pipeline(spec_path: str | os.PathLike[str]) -> Pipeline:
     yet). Raises SpecError for a spec that does not load."""
     spec = load_spec(spec_path)
     return Pipeline(spec, str(spec_path), CheckpointStore.for_spec(spec))
+
+
+def is_multi_stage(spec_path: str | os.PathLike[str]) -> bool:
+    """Whether the spec at ``spec_path`` is a pipeline of several stages. Raises SpecError for
+    a spec that does not load (single- or multi-stage)."""
+    return isinstance(load_any_spec(spec_path), StagedPipelineSpec)

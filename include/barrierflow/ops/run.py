@@ -1,17 +1,29 @@
-"""Run a pipeline's streaming job (``barrierflow run``, the launch DAG's spark-submit job)."""
+"""Run a pipeline's streaming job (``barrierflow run``, the launch DAG's spark-submit job).
+
+:func:`run` runs a single-stage spec, :func:`run_stages` a multi-stage one (every stage's
+query and the pipeline coordinator in one process); :func:`barrierflow.ops.pipeline.is_multi_stage` tells them apart.
+A multi-stage run starts the embedded broker (:mod:`barrierflow.sources.embedded_broker`)
+for the run's duration when a channel's ``bootstrap`` is ``embedded``.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 from barrierflow.errors import UserInputError
-from barrierflow.ops.pipeline import open_pipeline
+from barrierflow.ops.pipeline import is_multi_stage, open_pipeline
 from barrierflow.runtime.job import Progress, RunResult, StreamingJob
+from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StagedPipelineJob, StageProgress
 from barrierflow.sources.dead_letter import count_dead_letters
+from barrierflow.sources.embedded_broker import embedded_broker
+from barrierflow.spec.loader import load_any_spec
+from barrierflow.spec.stages import StagedPipelineSpec
 
-__all__ = ["Progress", "RunOutcome", "run"]
+__all__ = ["PipelineProgress", "Progress", "RunOutcome", "StageProgress", "StagedRunOutcome", "is_multi_stage",
+           "run", "run_stages"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +34,65 @@ class RunOutcome:
     result: RunResult
     dead_letters: int
     dead_letter_uri: str
+
+
+@dataclass(frozen=True)
+class StagedRunOutcome:
+    """What a finished multi-stage run did; ``embedded_broker`` is the address of the broker
+    started for ``bootstrap: embedded`` channels (None if none was), gone once the run ended."""
+
+    pipeline: str
+    result: PipelineRunResult
+    attempt: int
+    embedded_broker: str | None
+
+
+def _check_limits(duration: float | None, checkpoints: int | None) -> None:
+    if duration is not None and duration <= 0:
+        raise UserInputError("--duration must be a positive number of seconds")
+    if checkpoints is not None and checkpoints <= 0:
+        raise UserInputError("--checkpoints must be a positive whole number")
+
+
+def run_stages(spec_path: str | os.PathLike[str], *, duration: float | None = None, checkpoints: int | None = None,
+               until_exhausted: bool = False, progress: Callable[[PipelineProgress], None] | None = None,
+               progress_every: float = 1.0) -> StagedRunOutcome:
+    """Run a multi-stage pipeline until ``checkpoints`` global checkpoints completed,
+    ``duration`` seconds passed or (``until_exhausted``) a global checkpoint covers every
+    record of the bounded source stages; a start after the first restores the latest global
+    checkpoint (see :meth:`barrierflow.runtime.pipeline.StagedPipelineJob.run`), except on an
+    embedded broker, whose channels do not outlive a run (refused). Without any of the three
+    limits it runs until interrupted.
+
+    Raises:
+        SpecError: the spec does not load.
+        UserInputError: a limit is not positive, the spec is single-stage, a stage cannot be
+            run yet, ``until_exhausted`` without bounded sources, or an earlier run's state
+            with embedded channels.
+        EmbeddedBrokerError: the embedded broker did not start.
+        JobFailedError: a stage's query died.
+    """
+    _check_limits(duration, checkpoints)
+    spec = load_any_spec(spec_path)
+    if not isinstance(spec, StagedPipelineSpec):
+        raise UserInputError(f"{spec_path} is a single-stage spec; run it with ops.run.run")
+    with ExitStack() as stack:
+        address = None
+        if any(c.is_embedded for c in spec.channels):
+            address = stack.enter_context(embedded_broker())
+        servers = {c.name: address for c in spec.channels if c.is_embedded and address is not None}
+        job = StagedPipelineJob(spec, spec_path=str(spec_path), channel_servers=servers)
+        if address is not None and job.has_earlier_run():
+            raise UserInputError(
+                f"pipeline {spec.name} ran before, but its channels were on an embedded broker, whose records are "
+                f"gone with that run, so its global checkpoints cannot be restored; remove {job.work_dir} and "
+                f"{spec.checkpoint.storage} to start afresh, or give the channels a lasting broker (an address or "
+                "'env:VAR')")
+        if until_exhausted:
+            job.check_bounded()
+        result = job.run(checkpoints=checkpoints, duration=duration, until_exhausted=until_exhausted,
+                         progress=progress, progress_every=progress_every)
+        return StagedRunOutcome(spec.name, result, job.attempt, address)
 
 
 def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, checkpoints: int | None = None,
@@ -35,10 +106,7 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
         UserInputError: ``duration`` or ``checkpoints`` is not positive; the job runs already.
         TolerableFailuresExceededError, JobFailedError: the job stopped on a failure.
     """
-    if duration is not None and duration <= 0:
-        raise UserInputError("--duration must be a positive number of seconds")
-    if checkpoints is not None and checkpoints <= 0:
-        raise UserInputError("--checkpoints must be a positive whole number")
+    _check_limits(duration, checkpoints)
     pipeline = open_pipeline(spec_path)
     job = StreamingJob(pipeline.spec, spec_path=pipeline.spec_path)
     result = job.run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,

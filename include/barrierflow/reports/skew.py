@@ -15,12 +15,21 @@ Per checkpoint: ``skew_seconds`` = newest minus oldest *known* partition max eve
 (``None`` with fewer than two known partitions), ``max_lag_seconds`` = the largest partition
 lag, ``barrier_batch_ms`` (the barrier's time in the stage, from the manifest).
 
+With ``event_time`` in the spec, the manifest's ``event_time`` section adds per partition its
+``watermark`` (max event time minus the delay), ``idle`` (``event_time.idle_timeout``),
+``paused`` (by watermark alignment in the barrier batch), ``pauses`` and ``paused_seconds``
+(since the source reader started), and per checkpoint ``rows_dropped_by_watermark`` (Spark's
+numRowsDroppedByWatermark over the epoch's batches; ``None`` = unknown or no event time).
+
 Idle partitions: partitions whose offset did not advance (``advanced == 0``) in each of the
-newest ``reports.idle_checkpoints`` (K, default 3) checkpoints of the whole timeline.
+newest ``reports.idle_checkpoints`` (K, default 3) checkpoints of the whole timeline, and those
+the newest checkpoint's manifest marks idle.
 
 Expectations (Great Expectations, run by :func:`barrierflow.verification.deep.run_suite` on the
 per-checkpoint table): ``skew_seconds <= reports.max_skew`` and ``max_lag_seconds <=
-reports.max_lag``; a limit that is ``null`` is not checked, unknown values are not checked.
+reports.max_lag``, and ``rows_dropped_by_watermark <= reports.max_late_rows`` (``auto``: 0 when
+``event_time.alignment`` is on, else not checked); a limit that is ``null`` is not checked,
+unknown values are not checked.
 A failed expectation names every offending checkpoint and its value.
 
 The JSON document (``barrierflow skew SPEC --json``, format ``barrierflow-skew-report``,
@@ -29,11 +38,15 @@ every run that found a completed checkpoint)::
 
     {"format": "barrierflow-skew-report", "format_version": 2, "pipeline": "demo",
      "storage": "file://...", "generated": "2026-...+00:00", "passed": true, "message": "...",
-     "settings": {"max_skew_seconds": 60.0, "max_lag_seconds": null, "idle_checkpoints": 3, "last": null},
+     "settings": {"max_skew_seconds": 60.0, "max_lag_seconds": null, "idle_checkpoints": 3, "last": null,
+                  "max_late_rows": 0},
      "checkpoints": [{"checkpoint_id": 7, "completion_time": "...", "barrier_batch_ms": 3.2,
                       "skew_seconds": 1.0, "max_lag_seconds": 12.5, "unknown_event_time": [],
                       "partitions": [{"partition": "events/0", "source": "events", "offset": 100,
-                                      "advanced": 10, "max_event_time": "...", "lag_seconds": 12.5}]}],
+                                      "advanced": 10, "max_event_time": "...", "lag_seconds": 12.5,
+                                      "watermark": "...", "idle": false, "paused": false, "pauses": 0,
+                                      "paused_seconds": 0.0}],
+                      "rows_dropped_by_watermark": 0}],
      "idle_partitions": [], "unknown_event_time_partitions": [],
      "checks": [{"name": "skew", "status": "passed", "passed": true, "message": "...", "file": null}],
      "failures": []}
@@ -93,6 +106,11 @@ class PartitionPoint:
     advanced: int | None
     max_event_time: datetime | None
     lag_seconds: float | None
+    watermark: datetime | None = None
+    idle: bool = False
+    paused: bool = False
+    pauses: int = 0
+    paused_seconds: float = 0.0
 
     @property
     def name(self) -> str:
@@ -101,7 +119,9 @@ class PartitionPoint:
     def as_dict(self) -> dict[str, Any]:
         return {"partition": self.name, "source": self.source, "offset": self.offset, "advanced": self.advanced,
                 "max_event_time": self.max_event_time.isoformat() if self.max_event_time else None,
-                "lag_seconds": self.lag_seconds}
+                "lag_seconds": self.lag_seconds,
+                "watermark": self.watermark.isoformat() if self.watermark else None, "idle": self.idle,
+                "paused": self.paused, "pauses": self.pauses, "paused_seconds": self.paused_seconds}
 
 
 @dataclass(frozen=True)
@@ -112,6 +132,7 @@ class CheckpointSkew:
     completion_time: datetime
     barrier_batch_ms: float
     partitions: list[PartitionPoint]
+    rows_dropped_by_watermark: int | None = None
 
     @property
     def unknown_event_time(self) -> list[str]:
@@ -132,7 +153,8 @@ class CheckpointSkew:
         return {"checkpoint_id": self.checkpoint_id, "completion_time": self.completion_time.isoformat(),
                 "barrier_batch_ms": self.barrier_batch_ms, "skew_seconds": self.skew_seconds,
                 "max_lag_seconds": self.max_lag_seconds, "unknown_event_time": self.unknown_event_time,
-                "partitions": [p.as_dict() for p in self.partitions]}
+                "partitions": [p.as_dict() for p in self.partitions],
+                "rows_dropped_by_watermark": self.rows_dropped_by_watermark}
 
 
 @dataclass(frozen=True)
@@ -184,7 +206,8 @@ class SkewReport:
             "storage": self.storage, "generated": self.generated.isoformat(), "passed": self.passed,
             "message": self.message,
             "settings": {"max_skew_seconds": self.settings.max_skew, "max_lag_seconds": self.settings.max_lag,
-                         "idle_checkpoints": self.settings.idle_checkpoints, "last": self.last},
+                         "idle_checkpoints": self.settings.idle_checkpoints, "last": self.last,
+                         "max_late_rows": self.settings.max_late_rows},
             "checkpoints": [c.as_dict() for c in self.checkpoints],
             "idle_partitions": self.idle_partitions,
             "unknown_event_time_partitions": self.unknown_event_time_partitions,
@@ -202,13 +225,16 @@ def checkpoint_rows(manifests: list[Manifest]) -> list[CheckpointSkew]:
         points = []
         for source in sorted(m.barrier_offsets):
             times = m.max_event_time.get(source, {})
+            marks = m.event_time.partitions.get(source, {}) if m.event_time else {}
             for partition in sorted(m.barrier_offsets[source], key=_partition_order):
                 offset = m.barrier_offsets[source][partition]
                 before = previous.get((source, partition))
                 event_time = times.get(partition)
                 lag = (m.completion_time - event_time).total_seconds() if event_time is not None else None
-                points.append(PartitionPoint(source, partition, offset, None if before is None else offset - before,
-                                             event_time, lag))
+                mark = marks.get(partition)
+                points.append(PartitionPoint(
+                    source, partition, offset, None if before is None else offset - before, event_time, lag,
+                    *((mark.watermark, mark.idle, mark.paused, mark.pauses, mark.paused_seconds) if mark else ())))
         # A partition with an event time but no offset is still reported (its event time known, offset not).
         for source, times in sorted(m.max_event_time.items()):
             for partition in sorted(set(times) - set(m.barrier_offsets.get(source, {})), key=_partition_order):
@@ -216,21 +242,24 @@ def checkpoint_rows(manifests: list[Manifest]) -> list[CheckpointSkew]:
                 lag = (m.completion_time - event_time).total_seconds() if event_time is not None else None
                 points.append(PartitionPoint(source, partition, None, None, event_time, lag))
         previous = {(p.source, p.partition): p.offset for p in points if p.offset is not None}
-        out.append(CheckpointSkew(m.checkpoint_id, m.completion_time, m.barrier_batch_ms, points))
+        out.append(CheckpointSkew(m.checkpoint_id, m.completion_time, m.barrier_batch_ms, points,
+                                  m.event_time.rows_dropped_by_watermark if m.event_time else None))
     return out
 
 
 def idle_partitions(rows: list[CheckpointSkew], idle_checkpoints: int) -> list[str]:
     """Partitions with ``advanced == 0`` in each of the newest ``idle_checkpoints`` rows (none
-    when there are fewer rows, or a partition's advance is unknown in one of them)."""
+    when there are fewer rows, or a partition's advance is unknown in one of them), and the
+    partitions the newest row marks idle (``event_time.idle_timeout``)."""
     if idle_checkpoints < 1:
         raise UserInputError(f"idle_checkpoints must be at least 1, got {idle_checkpoints}")
+    marked = {p.name for p in rows[-1].partitions if p.idle} if rows else set()
     if len(rows) < idle_checkpoints:
-        return []
+        return sorted(marked, key=_name_order)
     window = rows[-idle_checkpoints:]
     advanced = [{p.name: p.advanced for p in row.partitions} for row in window]
     names = sorted(set(advanced[-1]), key=_name_order)
-    return [n for n in names if all(step.get(n) == 0 for step in advanced)]
+    return [n for n in names if n in marked or all(step.get(n) == 0 for step in advanced)]
 
 
 def skew_table(rows: list[CheckpointSkew]) -> pd.DataFrame:
@@ -242,18 +271,36 @@ def skew_table(rows: list[CheckpointSkew]) -> pd.DataFrame:
         "skew_seconds": [_nan(r.skew_seconds) for r in rows],
         "max_lag_seconds": [_nan(r.max_lag_seconds) for r in rows],
         "unknown_partitions": [len(r.unknown_event_time) for r in rows],
-    }, columns=["checkpoint_id", "skew_seconds", "max_lag_seconds", "unknown_partitions"])
+        "rows_dropped_by_watermark": [_nan(r.rows_dropped_by_watermark) for r in rows],
+    }, columns=["checkpoint_id", "skew_seconds", "max_lag_seconds", "unknown_partitions",
+                "rows_dropped_by_watermark"])
 
 
-#: (check name, table column, settings attribute)
-_LIMITS = (("skew", "skew_seconds", "max_skew"), ("lag", "max_lag_seconds", "max_lag"))
+#: (check name, table column, settings attribute, unit)
+_LIMITS = (("skew", "skew_seconds", "max_skew", "s"), ("lag", "max_lag_seconds", "max_lag", "s"),
+           ("late_rows", "rows_dropped_by_watermark", "max_late_rows", " rows"))
+
+
+def effective_settings(spec: PipelineSpec) -> ReportsSpec:
+    """``spec.reports`` (defaults when absent) with ``max_late_rows: auto`` resolved: 0 when
+    ``event_time.alignment`` is on, else None (not checked)."""
+    settings = spec.reports or ReportsSpec()
+    if settings.max_late_rows == "auto":
+        aligned = spec.event_time is not None and spec.event_time.alignment is not None
+        settings = settings.model_copy(update={"max_late_rows": 0 if aligned else None})
+    return settings
+
+
+def _limit(settings: ReportsSpec, attr: str) -> float | None:
+    value = getattr(settings, attr)
+    return None if value is None or value == "auto" else float(value)
 
 
 def skew_suite(settings: ReportsSpec) -> dict[str, Any]:
     """The Great Expectations suite document of ``settings`` (limits that are None are left out)."""
     expectations = [
         {"type": "expect_column_values_to_be_between", "kwargs": {"column": column, "max_value": limit}}
-        for _, column, attr in _LIMITS if (limit := getattr(settings, attr)) is not None
+        for _, column, attr, _unit in _LIMITS if (limit := _limit(settings, attr)) is not None
     ]
     return {"name": "barrierflow-skew", "expectations": expectations}
 
@@ -261,7 +308,7 @@ def skew_suite(settings: ReportsSpec) -> dict[str, Any]:
 def run_expectations(rows: list[CheckpointSkew], settings: ReportsSpec) -> list[CheckResult]:
     """Check the per-checkpoint table with Great Expectations (deep verification's runner).
 
-    One check per configured limit, named ``skew`` or ``lag``. A failed check's message names
+    One check per configured limit, named ``skew``, ``lag`` or ``late_rows``. A failed check's message names
     each offending checkpoint and its value, e.g. ``checkpoint 4: skew 120s > max_skew 60s``."""
     from barrierflow.verification.deep import run_suite
 
@@ -271,23 +318,24 @@ def run_expectations(rows: list[CheckpointSkew], settings: ReportsSpec) -> list[
     table = skew_table(rows)
     results = run_suite(suite, table, _SUITE_FILE)
     checks = []
-    for name, column, attr in _LIMITS:
-        limit = getattr(settings, attr)
+    for name, column, attr, unit in _LIMITS:
+        limit = _limit(settings, attr)
         if limit is None:
             continue
         result = next((r for r in results if f"column={column!r}" in r.message), None)
         if result is None:  # GE returned no result for it: never pass silently
-            checks.append(CheckResult.fail(name, f"{column} <= {attr} {limit:g}s could not be evaluated"))
+            checks.append(CheckResult.fail(name, f"{column} <= {attr} {limit:g}{unit} could not be evaluated"))
             continue
         if result.passed:
             known = int(table[column].notna().sum())
-            checks.append(CheckResult.ok(name, f"{column} <= {attr} {limit:g}s at all {known} checkpoints with a "
-                                               f"known value ({len(rows) - known} unknown)"))
+            checks.append(CheckResult.ok(name, f"{column} <= {attr} {limit:g}{unit} at all {known} checkpoints "
+                                               f"with a known value ({len(rows) - known} unknown)"))
             continue
         offenders = [(int(cid), float(value)) for cid, value in zip(table["checkpoint_id"], table[column], strict=True)
                      if not math.isnan(value) and value > limit]
         if offenders:
-            listed = "; ".join(f"checkpoint {cid}: {name} {value:g}s > {attr} {limit:g}s" for cid, value in offenders)
+            listed = "; ".join(f"checkpoint {cid}: {name} {value:g}{unit} > {attr} {limit:g}{unit}"
+                               for cid, value in offenders)
             checks.append(CheckResult.fail(name, listed))
         else:  # GE could not evaluate it: keep its message
             checks.append(CheckResult.fail(name, result.message))
@@ -314,7 +362,7 @@ def build_skew_report(spec: PipelineSpec, store: CheckpointStore, *, last: int |
     generated = now or datetime.now(UTC)
     if generated.tzinfo is None:
         raise UserInputError("now must be timezone-aware (e.g. datetime.now(UTC))")
-    settings = spec.reports or ReportsSpec()
+    settings = effective_settings(spec)
     rows = checkpoint_rows(store.completed())
     reported = rows[-last:] if last is not None else rows
     return SkewReport(pipeline=spec.name, storage=store.uri, generated=generated, settings=settings, last=last,
@@ -344,8 +392,10 @@ def raise_for_failures(report: SkewReport, spec_path: str) -> None:
     raise SkewExpectationError(report.as_dict(), failures, (
         f"pipeline {report.pipeline!r}: the watermark-skew report failed its expectations:\n  "
         + "\n  ".join(failures)
-        + f"\nSee 'barrierflow skew {spec_path} --html PATH'; the limits are reports.max_skew / reports.max_lag "
-        "of the spec. A lasting skew usually means a slow or stalled source partition."))
+        + f"\nSee 'barrierflow skew {spec_path} --html PATH'; the limits are reports.max_skew / reports.max_lag / "
+        "reports.max_late_rows of the spec. A lasting skew usually means a slow or stalled source partition; "
+        "late rows are lost from event-time windows: set event_time.alignment with max_drift below "
+        "event_time.watermark_delay."))
 
 
 # -- HTML ---------------------------------------------------------------------------------------
@@ -410,16 +460,21 @@ def render_skew_html(report: SkewReport) -> str:
         body = f"<p>{esc(NO_CHECKPOINTS)} in {esc(report.storage)}</p>"
     else:
         checks = "".join(f"<li class='{c.status.value}'>{esc(c.name)}: {esc(c.message)}</li>"
-                         for c in report.checks) or "<li>no limits configured (reports.max_skew / max_lag)</li>"
+                         for c in report.checks) or (
+            "<li>no limits configured (reports.max_skew / max_lag / max_late_rows)</li>")
         rows = "".join(
             f"<tr><td>{c.checkpoint_id}</td><td>{esc(c.completion_time.astimezone(UTC).isoformat(timespec='seconds'))}"
             f"</td><td>{_fmt(c.skew_seconds)}</td><td>{_fmt(c.max_lag_seconds)}</td><td>{c.barrier_batch_ms:g}</td>"
+            f"<td>{_fmt(c.rows_dropped_by_watermark)}</td>"
             f"<td class='unknown'>{esc(', '.join(c.unknown_event_time))}</td></tr>" for c in report.checkpoints)
         newest = report.checkpoints[-1]
         parts = "".join(
             f"<tr><td>{esc(p.name)}</td><td>{_opt(p.offset)}</td><td>{_opt(p.advanced)}</td>"
             f"<td>{esc(p.max_event_time.isoformat()) if p.max_event_time else '<span class=unknown>unknown</span>'}"
-            f"</td><td>{_fmt(p.lag_seconds)}</td></tr>" for p in newest.partitions)
+            f"</td><td>{_fmt(p.lag_seconds)}</td>"
+            f"<td>{esc(p.watermark.isoformat()) if p.watermark else '<span class=unknown>unknown</span>'}</td>"
+            f"<td>{'idle' if p.idle else ''}</td><td>{'paused' if p.paused else ''}</td><td>{p.pauses}</td>"
+            f"<td>{p.paused_seconds:g}</td></tr>" for p in newest.partitions)
         body = (
             f"<p>{esc(report.message)}</p><h2>Expectations</h2><ul>{checks}</ul>"
             f"<h2>Event time per partition</h2><img alt='event time per partition' "
@@ -428,9 +483,11 @@ def render_skew_html(report: SkewReport) -> str:
             f"<h2>Idle partitions (no new records in the last {report.settings.idle_checkpoints} checkpoints)</h2>"
             f"<p>{esc(', '.join(report.idle_partitions) or 'none')}</p>"
             "<h2>Checkpoints</h2><table><tr><th>checkpoint</th><th>completed (UTC)</th><th>skew (s)</th>"
-            f"<th>max lag (s)</th><th>barrier batch (ms)</th><th>unknown event time</th></tr>{rows}</table>"
+            f"<th>max lag (s)</th><th>barrier batch (ms)</th><th>rows dropped as late</th>"
+            f"<th>unknown event time</th></tr>{rows}</table>"
             f"<h2>Partitions at checkpoint {newest.checkpoint_id}</h2><table><tr><th>partition</th><th>offset</th>"
-            f"<th>advanced</th><th>max event time</th><th>lag (s)</th></tr>{parts}</table>")
+            f"<th>advanced</th><th>max event time</th><th>lag (s)</th><th>watermark</th><th>idle</th>"
+            f"<th>alignment</th><th>pauses</th><th>paused (s)</th></tr>{parts}</table>")
     status = "passed" if report.passed else "failed"
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>barrierflow watermark skew: "
             f"{esc(report.pipeline)}</title><style>{_STYLE}</style></head><body>"

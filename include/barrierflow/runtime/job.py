@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
-from barrierflow.checkpointing.manifest import FailureRecord, Manifest
+from barrierflow.checkpointing.manifest import EventTimeSummary, FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import JobFailedError, UserInputError
+from barrierflow.runtime.event_time import EventTimeStatus, EventTimeTracker
+from barrierflow.sources.planning import PlanningOptions
 from barrierflow.sources.registry import source_kind
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spec.models import PipelineSpec
@@ -37,6 +39,10 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger(__name__)
+
+#: How often a query that died before its first batch (its Python worker did not connect
+#: back in time) is started again within one run.
+START_RETRIES = 2
 TICK_SECONDS = 0.01
 
 
@@ -49,6 +55,8 @@ class Progress:
     last_completed: int | None
     uploads_in_flight: int
     failed: int
+    #: with event_time: late rows, paused/idle partitions, watermark skew (None otherwise)
+    event_time: EventTimeStatus | None = None
 
 
 @dataclass
@@ -95,6 +103,10 @@ class StreamingJob:
         self.store = CheckpointStore.for_spec(spec, checkpoint_objects)
         self.query: StreamingQuery | None = None
         self.coordinator: CheckpointCoordinator | None = None
+        #: Query starts repeated in this run because a Python worker did not connect back.
+        self.start_retries = 0
+        self.event_time = (EventTimeTracker(spec, str(self.layout.control)) if spec.event_time is not None
+                           else None)
 
     @property
     def spark(self) -> SparkSession:
@@ -116,6 +128,11 @@ class StreamingJob:
         source = self.spec.source  # one source per pipeline: the coordinator asks for it only
         return source_kind(source).event_times(source, self.layout.event_time_uri, partitions)
 
+    def _event_time_summary(self, first_batch: int, batch: int, offsets: dict[str, dict[str, int]],
+                            times: dict[str, dict[str, datetime | None]]) -> EventTimeSummary:
+        assert self.event_time is not None
+        return self.event_time.summary(first_batch, batch, offsets, times, query=self.query)
+
     def build_query(self) -> StreamingQuery:
         from barrierflow.runtime.session import register_data_sources
 
@@ -129,6 +146,7 @@ class StreamingJob:
             .option("dead_letter_uri", self.layout.dead_letter_uri(self.spec))
             .option("event_time_uri", self.layout.event_time_uri)
             .option("event_time_column", self.spec.event_time.column if self.spec.event_time else "timestamp")
+            .option("planning", PlanningOptions.from_spec(self.spec).to_json())
             .load()
         )
         transform = load_transformation(self.spec, self.spec_path)
@@ -201,6 +219,7 @@ class StreamingJob:
             source_names=[self.spec.source.name],
             sinks=sinks,
             event_times=self._event_times,
+            event_time_summary=self._event_time_summary if self.event_time is not None else None,
             attempt=attempt,
             spark_version=self.spark.version,
         )
@@ -211,6 +230,8 @@ class StreamingJob:
         start_records = (_total(offset_log.read_offsets(self.layout.spark_checkpoint, start_batch))
                          if start_batch is not None else 0)
         started = time.monotonic()
+        planned_at_start = len(offset_log.planned_batches(self.layout.spark_checkpoint))
+        self.start_retries = 0
         self.query = self.build_query()
         result = RunResult(self.spec.name, 0, 0, 0.0)
         last_progress = started
@@ -231,6 +252,8 @@ class StreamingJob:
                     last_commit_mono = time.monotonic()
                     if first_batch_mono is None:
                         first_batch_mono, first_batch_records = last_commit_mono, records
+                    if self.event_time is not None:
+                        self.event_time.poll(self.query)
                 now = time.monotonic()
                 if progress is not None and now - last_progress >= progress_every:
                     last_progress = now
@@ -238,9 +261,12 @@ class StreamingJob:
                     progress(Progress(latest_batch, records, records / elapsed if elapsed else 0.0,
                                       coordinator.current_epoch(),
                                       coordinator.last_completed.checkpoint_id if coordinator.last_completed else None,
-                                      coordinator.uploads_in_flight, len(coordinator.failed)))
+                                      coordinator.uploads_in_flight, len(coordinator.failed),
+                                      self.event_time.status() if self.event_time is not None else None))
                 if not self.query.isActive:
                     exc = self.query.exception()
+                    if self._restart_failed_start(exc, planned_at_start):
+                        continue
                     raise JobFailedError(
                         f"the streaming query of pipeline {self.spec.name} stopped"
                         + (f": {str(exc).splitlines()[0] if str(exc) else exc!r}" if exc else "")
@@ -255,6 +281,8 @@ class StreamingJob:
                     break
                 time.sleep(TICK_SECONDS)
         finally:
+            if self.event_time is not None and self.query is not None:
+                self.event_time.poll(self.query)
             self._stop_query()
             coordinator.drain(timeout=min(self.spec.checkpoint.timeout, 60.0))
             ended = time.monotonic()
@@ -274,6 +302,21 @@ class StreamingJob:
             result.completed = list(coordinator.completed)
             result.failed = list(coordinator.failed)
         return result
+
+    def _restart_failed_start(self, exc: Exception | None, planned_at_start: int) -> bool:
+        """Start the query again when it died before planning any batch because Spark's Python
+        planner worker did not connect back in time (Spark gives it a fixed few seconds; seen on
+        overloaded machines). Safe only then: this run planned no batch, so nothing is replayed,
+        staged or written twice. At most :data:`START_RETRIES` times per run; False otherwise."""
+        planned = len(offset_log.planned_batches(self.layout.spark_checkpoint))
+        if exc is None or "connect back" not in str(exc) or planned != planned_at_start \
+                or self.start_retries >= START_RETRIES:
+            return False
+        self.start_retries += 1
+        log.warning("pipeline %s: the query's Python worker did not connect back before its first batch; starting "
+                    "the query again (%d/%d)", self.spec.name, self.start_retries, START_RETRIES)
+        self.query = self.build_query()
+        return True
 
     def _source_end(self) -> dict[str, int]:
         end = source_kind(self.spec.source).bounded_end(self.spec.source)

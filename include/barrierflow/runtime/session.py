@@ -24,8 +24,9 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSessio
 def register_data_sources(session: SparkSession) -> None:
     """Register barrierflow's Python data sources on ``session`` (idempotent)."""
     from barrierflow.sinks.staging import StagingDataSource
+    from barrierflow.sources.channel import ChannelDataSource
     from barrierflow.sources.generator import GeneratorDataSource
     from barrierflow.sources.kafka import KafkaDataSource
 
-    for source in (GeneratorDataSource, KafkaDataSource, StagingDataSource):
+    for source in (GeneratorDataSource, KafkaDataSource, ChannelDataSource, StagingDataSource):
         session.dataSource.register(source)

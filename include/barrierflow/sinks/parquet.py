@@ -18,13 +18,19 @@ from __future__ import annotations
 
 import io
 import logging
-from typing import Any
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from barrierflow.errors import SinkError
+from barrierflow.errors import SinkError, UserInputError
+from barrierflow.spec.models import ParquetSinkSpec
 from barrierflow.storage import open_store
 from barrierflow.transactions.ledger import Transaction
 from barrierflow.transactions.staged import StagedBatches
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_crash_point
+
+if TYPE_CHECKING:
+    from barrierflow.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
 STAGING = "_staging"
@@ -85,3 +91,47 @@ def read_committed(uri: str) -> Any:
     tables = [pq.read_table(io.BytesIO(store.get_bytes(o.key)))
               for o in store.list("part-") if o.key.endswith(".parquet")]
     return pa.concat_tables(tables) if tables else None
+
+
+_PART = re.compile(r"^part-(\d{12})-a(\d+)-(\d{5})\.parquet$")
+
+
+@dataclass(frozen=True)
+class CommittedPart:
+    """One published output file: its key in the sink's root, Spark batch id and attempt."""
+
+    key: str
+    batch_id: int
+    attempt: int
+
+
+def parquet_sink(spec: PipelineSpec) -> ParquetSinkSpec:
+    """The spec's Parquet sink. Raises UserInputError naming the sink type and the fix."""
+    sink = spec.sink
+    if not isinstance(sink, ParquetSinkSpec):
+        raise UserInputError(
+            f"pipeline {spec.name!r} writes to a {sink.type!r} sink: the batch side (rollups, stream-vs-batch "
+            "reconciliation, data quality of the output) reads a Parquet lake; give the pipeline a "
+            "'type: parquet' sink")
+    return sink
+
+
+def committed_parts(output_uri: str) -> list[CommittedPart]:
+    """The published output files under ``output_uri``, ascending by batch id, attempt and index."""
+    parts = []
+    for info in open_store(output_uri).list("part-"):
+        match = _PART.match(info.key)
+        if match:
+            parts.append(CommittedPart(info.key, int(match.group(1)), int(match.group(2))))
+    return sorted(parts, key=lambda p: (p.batch_id, p.attempt, p.key))
+
+
+def rollups_uri(spec: PipelineSpec) -> str:
+    """``batch.rollups``, else ``rollups`` beside the sink's folder."""
+    if spec.batch.rollups:
+        return spec.batch.rollups
+    path = parquet_sink(spec).path.rstrip("/")
+    parent, _, _ = path.rpartition("/")
+    if parent in ("file:/", "file:", "s3:/", "s3:") or not parent:
+        return f"{path}-rollups"
+    return f"{parent}/rollups"

@@ -5,7 +5,8 @@ range re-reads to identical rows (exact replays, exact expected outputs in tests
 
 * ``key   = (i * partitions + p) % keys``
 * ``value = ((i * partitions + p) * 2654435761) % 1000``
-* ``event_time = event_time_start + event_time_skew_ms[p] + i / (rows_per_second * factor[p])``
+* ``event_time = event_time_start + event_time_skew_ms[p] + i * step[p]`` with
+  ``step[p] = event_time_step_ms`` when set, else ``1 / (rows_per_second * factor[p])``
   (1 ms per record when ``rows_per_second`` is 0, i.e. unthrottled)
 * with ``malformed_every = k``, records with ``(i + 1) % k == 0`` are malformed: they go to
   the dead-letter output, not downstream.
@@ -24,11 +25,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from barrierflow.barriers.control import ControlChannel, replay_end
+from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
-from barrierflow.barriers.planner import PlanRequest, plan_batch
+from barrierflow.sources.planning import PlanningOptions, SourcePlanner
 from barrierflow.spec.models import GeneratorSourceSpec
 
 SCHEMA = "partition INT, offset BIGINT, key BIGINT, value BIGINT, event_time TIMESTAMP"
@@ -55,9 +56,28 @@ class GeneratorModel:
             raise ValueError("event_time_start needs a timezone, e.g. 2026-01-01T00:00:00+00:00")
         return int(start.timestamp() * 1_000_000)
 
-    def event_time_us(self, p: int, i: Any) -> Any:
+    def step_us(self, p: int) -> float:
+        """Event-time distance between consecutive records of partition ``p`` (microseconds)."""
+        if self.spec.event_time_step_ms is not None:
+            return self.spec.event_time_step_ms * 1000.0
         rate = self.rate(p)
-        step = (1_000_000.0 / rate) if rate > 0 else 1000.0
+        return (1_000_000.0 / rate) if rate > 0 else 1000.0
+
+    def offset_at(self, p: int, moment: datetime) -> int:
+        """End offset (exclusive) of the records of ``p`` with event time at or before ``moment``."""
+        base = self.start_us() + self.skew_us(p)
+        delta = (moment - _from_us(0)) // timedelta(microseconds=1) - base
+        if delta < 0:
+            return 0
+        i = int(delta // self.step_us(p))
+        while int((i + 1) * self.step_us(p)) <= delta:  # float rounding of event_time_us
+            i += 1
+        while i > 0 and int(i * self.step_us(p)) > delta:
+            i -= 1
+        return i + 1
+
+    def event_time_us(self, p: int, i: Any) -> Any:
+        step = self.step_us(p)
         base = self.start_us() + self.skew_us(p)
         if hasattr(i, "astype"):
             return base + (i * step).astype("int64")
@@ -125,7 +145,8 @@ def _from_us(us: int) -> datetime:
 
 
 class GeneratorDataSource(DataSource):
-    """Options: ``spec`` (GeneratorSourceSpec as JSON), ``control_dir``, ``dead_letter_uri``."""
+    """Options: ``spec`` (GeneratorSourceSpec as JSON), ``control_dir``, ``dead_letter_uri``,
+    ``planning`` (:class:`~barrierflow.sources.planning.PlanningOptions` as JSON, optional)."""
 
     @classmethod
     def name(cls) -> str:
@@ -145,6 +166,13 @@ class GeneratorStreamReader(DataSourceStreamReader):
         self.control = ControlChannel(options["control_dir"])
         self.dead_letter_uri = options.get("dead_letter_uri", "")
         self._clock_origin: tuple[float, dict[str, int]] | None = None
+        self.planner = SourcePlanner(PlanningOptions.from_json(options.get("planning")), self.control)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The reader is pickled to the executors; the planner's bookkeeping stays on the driver.
+        state = dict(self.__dict__)
+        state["planner"] = None
+        return state
 
     def initialOffset(self) -> dict:
         return SourceOffset({str(p): 0 for p in range(self.spec.partitions)}).to_json()
@@ -169,17 +197,14 @@ class GeneratorStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
         begin = SourceOffset.from_json(start)
-        plan = plan_batch(
-            PlanRequest(
-                start=begin,
-                available=self._available(begin),
-                max_records_per_partition=self.spec.max_records_per_batch,
-                requested_barrier=self.control.requested_barrier(),
-                hold=self.control.is_held(),
-                replay_end=replay_end(self.control, begin),
-            )
-        )
-        return plan.end.to_json()
+        end = self.planner.plan(begin, self._available(begin), self.spec.max_records_per_batch,
+                                self._event_times_at, lambda p, t: self.model.offset_at(int(p), t))
+        return end.to_json()
+
+    def _event_times_at(self, offsets: Any) -> dict[str, datetime | None]:
+        """Exact: each partition's next record's event time (the model is deterministic), so a
+        partition that has read nothing yet already has its place in event time."""
+        return {p: _from_us(self.model.event_time_us(int(p), o)) for p, o in offsets.items()}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         s, e = SourceOffset.from_json(start), SourceOffset.from_json(end)
@@ -200,3 +225,55 @@ class GeneratorStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the generator keeps no buffers."""
+
+
+class GeneratorBatchDataSource(DataSource):
+    """The generator's records as a *batch* source (``format("barrierflow_generator_batch")``),
+    for recomputing a pipeline's output from its input (stream-vs-batch reconciliation).
+
+    Options: ``spec`` (GeneratorSourceSpec as JSON) and ``ranges`` (JSON ``{partition: [start,
+    end]}``, offsets, end exclusive). Writes no dead letters: malformed records are skipped
+    exactly as the stream skips them."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "barrierflow_generator_batch"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return GeneratorBatchReader(dict(self.options))
+
+
+class GeneratorBatchReader(DataSourceReader):
+    """One Spark partition per generator partition's offset range."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.model = GeneratorModel(GeneratorSourceSpec.model_validate(json.loads(options["spec"])))
+        self.ranges = {int(p): (int(r[0]), int(r[1])) for p, r in json.loads(options["ranges"]).items()}
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition((p, start, end)) for p, (start, end) in sorted(self.ranges.items()) if end > start]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        p, start, end = partition.value
+        yield from self.model.batches(p, start, end)
+
+
+def first_offset_at_or_after(model: GeneratorModel, p: int, event_time_us: int, limit: int | None) -> int:
+    """The first offset of partition ``p`` whose event time is >= ``event_time_us`` (event time
+    grows with the offset); ``limit`` (records per partition, None: unbounded) caps it."""
+    hi = 1
+    while model.event_time_us(p, hi) < event_time_us and (limit is None or hi < limit):
+        hi *= 2
+    if limit is not None:
+        hi = min(hi, limit)
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if model.event_time_us(p, mid) < event_time_us:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

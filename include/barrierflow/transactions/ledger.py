@@ -21,14 +21,19 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
-from barrierflow.errors import BarrierflowError
+from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.storage import ObjectNotFoundError, ObjectStore
 
 
 class TransactionStateError(BarrierflowError):
     """A transaction was asked to move to a state it cannot reach from its current one."""
+
+
+class LedgerCorruptError(UserInputError):
+    """A ledger entry is not valid JSON or not the transaction schema (exit code 2): nothing
+    decides that transaction until an operator looked at the sink."""
 
 
 class TxnState(enum.StrEnum):
@@ -123,9 +128,28 @@ class TransactionLedger:
         self.put(updated)
         return updated
 
-    def get(self, sink: str, checkpoint_id: int) -> Transaction | None:
+    def _read(self, key: str) -> Transaction:
+        """The transaction stored at ``key``; :class:`LedgerCorruptError` naming it if unreadable."""
+        raw = self.objects.get_bytes(key)
         try:
-            return Transaction.model_validate_json(self.objects.get_bytes(transaction_key(sink, checkpoint_id)))
+            return Transaction.model_validate_json(raw)
+        except ValidationError as exc:
+            reason = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+            raise LedgerCorruptError(
+                f"ledger entry {self.objects.describe(key)} of pipeline {self.pipeline} is corrupt or truncated "
+                f"({reason}); its transaction cannot be decided from it: look the transaction up in the sink "
+                "(files under the staging prefix, pg_prepared_xacts, the Kafka commit markers), finish it by "
+                "hand, then delete the entry and run 'barrierflow reconcile SPEC' again"
+            ) from None
+
+    def get(self, sink: str, checkpoint_id: int) -> Transaction | None:
+        """The transaction of ``sink`` for ``checkpoint_id``; None if there is none.
+
+        Raises:
+            LedgerCorruptError: the entry exists but cannot be read.
+        """
+        try:
+            return self._read(transaction_key(sink, checkpoint_id))
         except ObjectNotFoundError:
             return None
 
@@ -134,7 +158,7 @@ class TransactionLedger:
         out = []
         for info in self.objects.list(prefix):
             if _KEY.match(info.key):
-                out.append(Transaction.model_validate_json(self.objects.get_bytes(info.key)))
+                out.append(self._read(info.key))
         return sorted(out, key=lambda t: (t.sink, t.checkpoint_id))
 
     def delete(self, txn: Transaction) -> None:

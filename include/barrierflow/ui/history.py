@@ -44,13 +44,16 @@ class KnownReport:
     key: str
 
 
-#: The reports the page links to when they exist, in display order. The data-quality report
-#: (issue 12, item 3) is expected at ``reports/quality-latest.json``; Data Docs under
-#: ``reports/quality/`` are served by the same report route.
+#: The reports the page links to when they exist, in display order: the skew report, the
+#: data-quality report and its Data Docs (``barrierflow.reports.quality``), the stream-vs-batch
+#: reconciliation and the rollups (``barrierflow.batch``). Data Docs pages under
+#: ``reports/quality/`` are served by the same report route (relative links work).
 KNOWN_REPORTS: tuple[KnownReport, ...] = (
     KnownReport("skew", "Watermark skew report (JSON)", "reports/skew-latest.json"),
     KnownReport("quality", "Data-quality report (JSON)", "reports/quality-latest.json"),
     KnownReport("quality-docs", "Data-quality Data Docs", "reports/quality/index.html"),
+    KnownReport("reconciliation", "Stream-vs-batch reconciliation (JSON)", "reports/reconciliation-latest.json"),
+    KnownReport("rollups", "Daily rollups (JSON)", "reports/rollups-latest.json"),
 )
 
 

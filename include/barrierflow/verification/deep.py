@@ -119,17 +119,25 @@ def read_state(spark: SparkSession, checkpoint_dir: Path, batch_id: int) -> pd.D
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def run_suite(suite_doc: dict[str, Any], rows: pd.DataFrame, suite_file: str) -> list[CheckResult]:
-    """Step 3: one check per expectation of the suite, run on ``rows``."""
+def ephemeral_context() -> Any:
+    """A Great Expectations context kept in memory: no analytics calls, no progress bars."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
-    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 
     context = gx.get_context(mode="ephemeral")
     try:
         context.variables.progress_bars = {"globally": False}  # type: ignore[assignment]
     except Exception:  # progress bars are cosmetic
         pass
+    return context
+
+
+def run_suite(suite_doc: dict[str, Any], rows: pd.DataFrame, suite_file: str) -> list[CheckResult]:
+    """Step 3: one check per expectation of the suite, run on ``rows``."""
+    import great_expectations as gx
+    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+    context = ephemeral_context()
     batch_definition = (context.data_sources.add_pandas("barrierflow-state")
                         .add_dataframe_asset("state").add_batch_definition_whole_dataframe("all"))
     suite = gx.ExpectationSuite(name=str(suite_doc.get("name") or "state"))
@@ -145,7 +153,7 @@ def run_suite(suite_doc: dict[str, Any], rows: pd.DataFrame, suite_file: str) ->
         what = f"{config.type}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
         if r.success:
             checks.append(CheckResult.ok("expectation", what, suite_file))
-        elif errors := _exception_messages(r.exception_info):
+        elif errors := exception_messages(r.exception_info):
             checks.append(CheckResult.fail(
                 "expectation", f"{what} could not be evaluated: {'; '.join(errors)}"[:2000], suite_file))
         else:
@@ -158,7 +166,7 @@ def run_suite(suite_doc: dict[str, Any], rows: pd.DataFrame, suite_file: str) ->
     return checks
 
 
-def _exception_messages(info: Any) -> list[str]:
+def exception_messages(info: Any) -> list[str]:
     """The messages of the exceptions GE caught while evaluating one expectation; its
     ``exception_info`` is either one ``{"raised_exception", "exception_message", ...}`` or a
     mapping of metric ids to such documents."""
@@ -167,7 +175,7 @@ def _exception_messages(info: Any) -> list[str]:
     if "raised_exception" in info or "exception_message" in info:
         message = info.get("exception_message")
         return [str(message)] if info.get("raised_exception") and message else []
-    return sorted({m for value in info.values() for m in _exception_messages(value)})
+    return sorted({m for value in info.values() for m in exception_messages(value)})
 
 
 def deep_checks(spec: PipelineSpec, store: CheckpointStore, manifest: Manifest, *,

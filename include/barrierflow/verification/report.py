@@ -103,9 +103,11 @@ class VerificationReport(BaseModel):
         import json
 
         data = json.loads(raw)
-        data.pop("passed", None)
-        for check in data.get("checks", []):
-            check.pop("passed", None)
+        if isinstance(data, dict):
+            data.pop("passed", None)
+            for check in data.get("checks", []) if isinstance(data.get("checks"), list) else []:
+                if isinstance(check, dict):
+                    check.pop("passed", None)
         return cls.model_validate(data)
 
 

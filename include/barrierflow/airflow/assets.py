@@ -1,0 +1,138 @@
+"""Scheduling that follows the data: the Airflow Assets of a pipeline and the watcher that
+updates them.
+
+A pipeline has two assets:
+
+* ``barrierflow/<name>/checkpoints`` (URI: the checkpoint store): updated once per newly
+  completed checkpoint. The verification DAG runs on it (and on its schedule).
+* ``barrierflow/<name>/output`` (URI: the Parquet sink's folder): updated when an epoch's
+  output was COMMITTED by the sink (2PC ledger), at most every ``batch.output_event_interval``.
+  The rollup and data-quality DAGs run on it (and daily).
+
+Who emits the events. The streaming job is one long-running spark-submit, not an Airflow task,
+so it has no ``outlets``; making the job call Airflow's REST API (``POST /api/v2/assets/events``)
+would put Airflow credentials and availability into the data path, and a periodic task with
+``outlets`` could emit one event per run at most and only as often as it is scheduled.
+Instead each asset has an :class:`~airflow.sdk.AssetWatcher` whose trigger,
+:class:`PipelineProgressTrigger`, runs in Airflow's triggerer: it polls the checkpoint store
+(a key listing, no manifest read) every ``BARRIERFLOW_ASSET_POLL_SECONDS`` (default 10 s) and
+yields one event per new checkpoint id (payload: pipeline, id, previous id), which Airflow
+turns into an asset event and the asset-scheduled DAG runs. The last announced id is kept in
+Airflow's asset state store, so a triggerer restart neither repeats nor loses an
+announcement; at the first start the newest existing checkpoint is announced once.
+The job stays unaware of Airflow, and the store it already writes is the single source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.sdk import Asset, AssetWatcher
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+
+#: What a watcher follows: completed checkpoints, or committed output epochs.
+WATCHED = ("checkpoints", "output")
+_STATE_KEY = "last_announced_id"
+
+
+def asset_name(pipeline: str, watched: str) -> str:
+    """``barrierflow/<pipeline>/<checkpoints|output>``."""
+    if watched not in WATCHED:
+        raise ValueError(f"unknown asset kind {watched!r}; expected one of {WATCHED}")
+    return f"barrierflow/{pipeline}/{watched}"
+
+
+def storage_asset_uri(uri: str, local_path: str | None = None) -> str:
+    """An asset URI for a storage URI: ``file://`` with the absolute local path, ``s3://`` unchanged."""
+    if uri.startswith("file://") and local_path is not None:
+        return "file://" + local_path
+    return uri
+
+
+class PipelineProgressTrigger(BaseEventTrigger):
+    """Yields an event whenever the pipeline's newest completed checkpoint (``watched="checkpoints"``)
+    or newest committed epoch (``"output"``) is newer than the last one announced.
+
+    Args:
+        spec_path: the pipeline spec (absolute).
+        barrierflow_home: where relative paths in the spec resolve.
+        watched: ``"checkpoints"`` or ``"output"``.
+        poll_seconds: time between two looks at the store.
+        min_interval_seconds: at least this long between two events (the output asset).
+    """
+
+    def __init__(self, *, spec_path: str, barrierflow_home: str, watched: str, poll_seconds: float = 10.0,
+                 min_interval_seconds: float = 0.0) -> None:
+        super().__init__()
+        if watched not in WATCHED:
+            raise ValueError(f"watched must be one of {WATCHED}, got {watched!r}")
+        self.spec_path = spec_path
+        self.barrierflow_home = barrierflow_home
+        self.watched = watched
+        self.poll_seconds = poll_seconds
+        self.min_interval_seconds = min_interval_seconds
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "spec_path": self.spec_path, "barrierflow_home": self.barrierflow_home, "watched": self.watched,
+            "poll_seconds": self.poll_seconds, "min_interval_seconds": self.min_interval_seconds})
+
+    def newest(self) -> int | None:
+        """The newest id in the store now (blocking I/O: run in a thread)."""
+        import os
+
+        os.environ.setdefault("BARRIERFLOW_HOME", self.barrierflow_home)
+        from barrierflow.ops.progress import newest_committed_epoch, newest_completed_checkpoint
+
+        look = newest_completed_checkpoint if self.watched == "checkpoints" else newest_committed_epoch
+        return look(self.spec_path)
+
+    async def _remembered(self) -> int | None:
+        state = getattr(self, "asset_state_store", None)
+        if state is None:
+            return None
+        try:
+            value = await state.aget(_STATE_KEY)
+        except Exception as exc:  # the state store is an optimisation: without it, announce from now on
+            self.log.warning("cannot read the asset state store: %s", exc)
+            return None
+        return int(value) if value is not None else None
+
+    async def _remember(self, announced: int) -> None:
+        state = getattr(self, "asset_state_store", None)
+        if state is not None:
+            try:
+                await state.aset(_STATE_KEY, announced)
+            except Exception as exc:
+                self.log.warning("cannot write the asset state store: %s", exc)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        last = await self._remembered()
+        last_event_at = float("-inf")
+        while True:
+            try:
+                newest = await asyncio.to_thread(self.newest)
+            except Exception as exc:  # a store that is briefly unreadable must not end the watch
+                self.log.warning("cannot read the %s of %s: %s", self.watched, self.spec_path, exc)
+                newest = None
+            now = time.monotonic()
+            if newest is not None and (last is None or newest > last) \
+                    and now - last_event_at >= self.min_interval_seconds:
+                self.log.info("%s: new %s id %d (previous %s)", self.spec_path, self.watched, newest, last)
+                yield TriggerEvent({"spec_path": self.spec_path, "watched": self.watched, "id": newest,
+                                    "previous": last})
+                last, last_event_at = newest, now
+                await self._remember(newest)
+            await asyncio.sleep(self.poll_seconds)
+
+
+def pipeline_asset(pipeline: str, watched: str, uri: str, *, spec_path: str, barrierflow_home: str,
+                   poll_seconds: float, min_interval_seconds: float = 0.0) -> Asset:
+    """The asset ``barrierflow/<pipeline>/<watched>`` at ``uri`` with its watcher."""
+    trigger = PipelineProgressTrigger(spec_path=spec_path, barrierflow_home=barrierflow_home, watched=watched,
+                                      poll_seconds=poll_seconds, min_interval_seconds=min_interval_seconds)
+    return Asset(name=asset_name(pipeline, watched), uri=uri, group="barrierflow",
+                 watchers=[AssetWatcher(name=f"barrierflow-{pipeline}-{watched}", trigger=trigger)])

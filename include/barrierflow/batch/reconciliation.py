@@ -1,0 +1,237 @@
+"""Stream-vs-batch reconciliation: recompute the pipeline's output for a closed event-time
+range from the source's records (Spark batch, the spec's own transformation) and compare it,
+row by row, with what the stream committed.
+
+The closed range. The stream's committed output is trusted up to the newest checkpoint whose
+sink transaction is COMMITTED (the 2PC ledger): its barrier batch V ran with the watermark
+``batchWatermarkMs`` recorded in Spark's offset log ``offsets/V`` (stored with the
+checkpoint), and a windowed aggregation in append mode has emitted every window whose end is
+at or before that watermark by batch V. So the default range is every window that ends
+before that watermark (``end``), from the source's first record (``start``); a narrower
+``[start, end)`` may be given, but never one past the watermark (those windows are still
+open). Both sides are restricted to the windows inside the range.
+
+The comparison joins on ``batch.window_columns`` + ``batch.keys`` (one output row each) and
+names every difference: ``changed`` (a measure differs), ``missing`` (the batch has the row,
+the stream committed none), ``extra`` (the stream committed a row the source does not
+produce) and ``duplicated`` (the stream committed the row more than once).
+
+Only committed files are read (:func:`barrierflow.batch.lake.committed_parts`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from barrierflow.batch.lake import committed_parts, parquet_sink, spark_path
+from barrierflow.batch.source_records import source_records
+from barrierflow.checkpointing.store import CheckpointStore, shared_key
+from barrierflow.errors import BarrierflowError, UserInputError
+from barrierflow.transactions.ledger import TransactionLedger, TxnState
+from barrierflow.transforms.context import TransformContext, load_transformation
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from barrierflow.checkpointing.manifest import Manifest
+    from barrierflow.spec.models import PipelineSpec
+
+log = logging.getLogger(__name__)
+
+RECONCILIATION_REPORT_KEY = "reports/reconciliation-latest.json"
+#: How many differences the report lists (the count is always exact).
+MAX_LISTED = 10_000
+#: How many differences an error message names.
+MAX_IN_MESSAGE = 20
+_ISO = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"
+
+
+class OutputMismatchError(BarrierflowError):
+    """The stream's committed output differs from the batch recomputation.
+
+    Attributes:
+        report: the :class:`ReconciliationReport` (its JSON document is stored too).
+    """
+
+    def __init__(self, report: ReconciliationReport) -> None:
+        self.report = report
+        super().__init__(report.message())
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One differing output row: ``kind`` (changed, missing, extra, duplicated), the window and
+    key columns that identify it, the stream's committed rows (measures; several when
+    duplicated, none when missing) and the batch's row (None when extra)."""
+
+    kind: str
+    window: dict[str, Any]
+    key: dict[str, Any]
+    stream: list[dict[str, Any]]
+    batch: dict[str, Any] | None
+
+    def describe(self) -> str:
+        window = ", ".join(f"{k}={v}" for k, v in self.window.items())
+        key = ", ".join(f"{k}={v}" for k, v in self.key.items())
+        return f"{self.kind}: window [{window}] key [{key}]: stream {self.stream}, batch {self.batch}"
+
+
+@dataclass
+class ReconciliationReport:
+    """The JSON document stored as ``reports/reconciliation-latest.json``."""
+
+    pipeline: str
+    checkpoint_id: int
+    watermark: str
+    start: str | None
+    end: str
+    stream_rows: int
+    batch_rows: int
+    differences: list[Difference] = field(default_factory=list)
+    difference_count: int = 0
+    tag: str = ""
+    generated_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+
+    @property
+    def passed(self) -> bool:
+        return self.difference_count == 0
+
+    def message(self) -> str:
+        span = f"[{self.start or 'first record'}, {self.end})"
+        if self.passed:
+            return (f"pipeline {self.pipeline!r}: the committed output equals the batch recomputation for windows in "
+                    f"{span} ({self.stream_rows} rows; checkpoint {self.checkpoint_id}, watermark {self.watermark})")
+        lines = [d.describe() for d in self.differences[:MAX_IN_MESSAGE]]
+        if self.difference_count > len(lines):
+            lines.append(f"... and {self.difference_count - len(lines)} more (see {RECONCILIATION_REPORT_KEY})")
+        return (f"pipeline {self.pipeline!r}: {self.difference_count} output rows differ from the batch "
+                f"recomputation for windows in {span} (stream {self.stream_rows} rows, batch {self.batch_rows}; "
+                f"checkpoint {self.checkpoint_id}):\n  " + "\n  ".join(lines))
+
+    def as_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["passed"] = self.passed
+        doc["message"] = self.message()
+        return doc
+
+
+def trusted_checkpoint(spec: PipelineSpec, store: CheckpointStore) -> Manifest:
+    """The newest completed checkpoint whose sink transaction is COMMITTED (its epoch's output
+    is in the lake). Raises UserInputError when there is none."""
+    sink = parquet_sink(spec)
+    committed = {t.checkpoint_id for t in TransactionLedger(store.objects, spec.name).list(sink.name)
+                 if t.state is TxnState.COMMITTED}
+    for manifest in reversed(store.completed()):
+        if manifest.checkpoint_id in committed:
+            return manifest
+    raise UserInputError(
+        f"pipeline {spec.name!r} has no completed checkpoint whose output is committed in {sink.path}: run the "
+        "pipeline until a checkpoint completes (or reconcile its in-doubt transactions: 'barrierflow reconcile SPEC')")
+
+
+def barrier_watermark(store: CheckpointStore, manifest: Manifest) -> datetime:
+    """The watermark its barrier batch ran with (``batchWatermarkMs`` of the stored ``offsets/V``)."""
+    wanted = f"offsets/{manifest.spark_batch_id}"
+    entry = next((f for f in manifest.files if f.path.endswith(wanted)), None)
+    if entry is None:
+        raise UserInputError(f"checkpoint {manifest.checkpoint_id} does not hold {wanted}; verify it with "
+                             "'barrierflow verify SPEC'")
+    first_line = store.objects.get_bytes(shared_key(entry.sha256)).decode().splitlines()[1]
+    millis = int(json.loads(first_line).get("batchWatermarkMs", 0))
+    return datetime.fromtimestamp(millis / 1000, tz=UTC)
+
+
+def closed_range(spec: PipelineSpec, store: CheckpointStore, start: datetime | None, end: datetime | None
+                 ) -> tuple[Manifest, datetime, datetime | None, datetime]:
+    """``(trusted checkpoint, its watermark, start, end)``; ``end`` defaults to the watermark.
+    Raises UserInputError for a naive datetime, an empty range or an end past the watermark."""
+    for name, value in (("start", start), ("end", end)):
+        if value is not None and value.tzinfo is None:
+            raise UserInputError(f"{name} {value.isoformat()} has no timezone: give e.g. 2026-01-01T00:00:00+00:00")
+    manifest = trusted_checkpoint(spec, store)
+    watermark = barrier_watermark(store, manifest)
+    end = watermark if end is None else end
+    if end > watermark:
+        raise UserInputError(
+            f"end {end.isoformat()} is after the watermark {watermark.isoformat()} of checkpoint "
+            f"{manifest.checkpoint_id} (the newest with committed output): windows ending after it are not closed "
+            "yet; leave end empty to use the watermark")
+    if start is not None and start >= end:
+        raise UserInputError(f"the range [{start.isoformat()}, {end.isoformat()}) is empty: start must be before end")
+    return manifest, watermark, start, end
+
+
+def _in_range(df: DataFrame, spec: PipelineSpec, start: datetime | None, end: datetime) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    first, last = spec.batch.window_columns[0], spec.batch.window_columns[-1]
+    out = df.filter(F.col(last) < F.lit(end))  # strictly before: a window ending at the watermark may be open
+    return out if start is None else out.filter(F.col(first) >= F.lit(start))
+
+
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items()}
+
+
+def reconcile_output(spark: SparkSession, spec: PipelineSpec, store: CheckpointStore, *,
+                     start: datetime | None = None, end: datetime | None = None, tag: str = "",
+                     spec_path: str = "<spec>") -> ReconciliationReport:
+    """Recompute and compare (module docstring); stores the report and returns it (differences
+    are in the report, not raised: see :class:`OutputMismatchError`)."""
+    from pyspark.sql import functions as F
+
+    sink = parquet_sink(spec)
+    manifest, watermark, start, end = closed_range(spec, store, start, end)
+    settings = spec.batch
+    ids = [*settings.window_columns, *settings.keys]
+    measures = list(settings.measures)
+
+    parts = committed_parts(sink.path)
+    if not parts:
+        raise UserInputError(f"pipeline {spec.name!r} has no committed output in {sink.path} although checkpoint "
+                             f"{manifest.checkpoint_id} committed; check the sink's folder")
+    stream = _in_range(spark.read.parquet(*[spark_path(sink.path, p.key) for p in parts]), spec, start, end)
+    transform = load_transformation(spec, spec_path)
+    batch = _in_range(transform(source_records(spark, spec, start, end),
+                                TransformContext(spec, dict(spec.transformation.options))), spec, start, end)
+    missing_columns = [c for c in ids + measures if c not in stream.columns or c not in batch.columns]
+    if missing_columns:
+        raise UserInputError(f"pipeline {spec.name!r}: output columns {missing_columns} (batch.window_columns, "
+                             "batch.keys, batch.measures of the spec) are not in the output; set them in the spec")
+
+    def shown(df: DataFrame) -> DataFrame:
+        return df.select(*[F.date_format(c, _ISO).alias(c) if dict(df.dtypes)[c].startswith("timestamp")
+                           else F.col(c) for c in ids], *measures)
+
+    # Each side is computed once (the batch side re-reads the source through a Python data source):
+    # the counts, the comparison and the listing below reuse it.
+    stream, batch = stream.cache(), batch.cache()
+    stream_rows, batch_rows = stream.count(), batch.count()
+    s = (shown(stream).groupBy(*ids)
+         .agg(F.count(F.lit(1)).alias("_n"), F.collect_list(F.struct(*measures)).alias("_stream")))
+    b = shown(batch).select(*ids, F.struct(*measures).alias("_batch"))
+    joined = s.join(b, ids, "full_outer")
+    differing = joined.filter(F.col("_n").isNull() | F.col("_batch").isNull() | (F.col("_n") > 1)
+                              | (F.to_json(F.col("_stream")[0]) != F.to_json(F.col("_batch"))))
+    differing = differing.cache()
+    total = differing.count()
+    listed = []
+    for row in differing.orderBy(*ids).limit(MAX_LISTED).collect():
+        record = row.asDict(recursive=True)
+        stream_values = [_plain(v) for v in (record["_stream"] or [])]
+        batch_value = _plain(record["_batch"]) if record["_batch"] is not None else None
+        kind = ("missing" if not stream_values else "extra" if batch_value is None
+                else "duplicated" if len(stream_values) > 1 else "changed")
+        listed.append(Difference(kind, {c: record[c] for c in settings.window_columns},
+                                 {c: record[c] for c in settings.keys}, stream_values, batch_value))
+    report = ReconciliationReport(
+        pipeline=spec.name, checkpoint_id=manifest.checkpoint_id, watermark=watermark.isoformat(),
+        start=start.isoformat() if start else None, end=end.isoformat(), stream_rows=stream_rows,
+        batch_rows=batch_rows, differences=listed, difference_count=total, tag=tag)
+    store.objects.put_bytes(RECONCILIATION_REPORT_KEY, json.dumps(report.as_dict(), indent=2, default=str).encode())
+    log.info("%s", report.message())
+    return report

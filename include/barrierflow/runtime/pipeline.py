@@ -1,0 +1,516 @@
+"""Running a pipeline of several stages: one streaming query per stage, one pipeline coordinator.
+
+:class:`StagedPipelineJob` turns each stage of a :class:`StagedPipelineSpec` into a stage job
+(a single-stage :class:`PipelineSpec` under the hood: name ``<pipeline>-<stage>``, work dir
+``<work_dir>/stages/<stage>``, checkpoint store ``<checkpoint.storage>/stages/<stage>``; a
+channel source becomes a Kafka source read through ``barrierflow_channel``, a channel sink is
+written by :class:`~barrierflow.sinks.channel.ChannelWriter`), starts every query in one
+SparkSession (tests share one; a deployment runs one application per stage), and drives each
+stage's checkpoint coordinator (never triggering, sink commits deferred) and the
+:class:`~barrierflow.checkpointing.pipeline_coordinator.PipelineCoordinator` from one loop.
+
+Every start after the first restores the latest global checkpoint (:meth:`StagedPipelineJob.restore`):
+a new attempt, whose channel sources skip what older attempts wrote after the restored barriers
+(:mod:`barrierflow.barriers.fences`); a stage never simply resumes its own Spark checkpoint,
+because a batch it replays would write its channel records a second time.
+
+Supported so far: one sink per stage, and one source or several channel sources (read as one
+source over their topics, so one planner aligns every input partition); channel
+``bootstrap`` given as an address or ``env:VAR``, or ``embedded`` resolved by the caller
+(``channel_servers``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from barrierflow.barriers.alignment.record import read_alignment
+from barrierflow.barriers.control import ControlChannel
+from barrierflow.checkpointing.coordinator import CheckpointCoordinator
+from barrierflow.checkpointing.global_manifest import GlobalManifest
+from barrierflow.checkpointing.manifest import Manifest
+from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
+from barrierflow.sources.registry import source_kind
+from barrierflow.spark import offset_log
+from barrierflow.spec.graph import StageGraph, build_graph
+from barrierflow.spec.loader import project_home
+from barrierflow.spec.models import CheckpointSpec, DiscardSinkSpec, KafkaSourceSpec, PipelineSpec
+from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec, StageSpec
+from barrierflow.storage import ObjectNotFoundError, open_store
+from barrierflow.transforms.context import TransformContext, load_transformation
+from barrierflow.workdir.layout import JobLayout
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from barrierflow.sinks.channel import ChannelWriter
+
+log = logging.getLogger(__name__)
+TICK_SECONDS = 0.02
+#: How often a stage's query is started again after its Python worker failed to connect back.
+START_RETRIES = 2
+
+
+@dataclass
+class StageJob:
+    """One stage: its derived single-stage spec, layout, store, query and coordinator."""
+
+    stage: StageSpec
+    spec: PipelineSpec
+    layout: JobLayout
+    store: CheckpointStore
+    channel_source: ChannelSourceSpec | None
+    channel_sink: ChannelSinkSpec | None
+    coordinator: CheckpointCoordinator | None = None
+    query: StreamingQuery | None = None
+    writer: ChannelWriter | None = None
+    planned_at_start: int = 0
+    start_retries: int = 0
+
+
+@dataclass(frozen=True)
+class GlobalRestoreReport:
+    pipeline: str
+    checkpoint_id: int
+    attempt: int
+    fences: dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class StageProgress:
+    """One stage's part of the progress display: its last batch, the rate Spark reported for
+    it (records/s processed), and the epoch it is in (the checkpoint its next barrier completes)."""
+
+    stage: str
+    batch_id: int | None
+    records_per_second: float
+    epoch: int
+
+
+@dataclass(frozen=True)
+class PipelineProgress:
+    """What the one progress display of a multi-stage run shows, every ``progress_every`` seconds."""
+
+    pipeline: str
+    stages: tuple[StageProgress, ...]
+    last_completed: int | None
+    failed: int
+
+
+@dataclass
+class PipelineRunResult:
+    pipeline: str
+    elapsed_seconds: float
+    completed: list[GlobalManifest] = field(default_factory=list)
+    stage_manifests: dict[str, list[Manifest]] = field(default_factory=dict)
+    failed: int = 0
+
+
+class StagedPipelineJob:
+    """See the module docstring. ``channel_servers`` maps channel name -> ``host:port`` list
+    for channels whose ``bootstrap`` is ``embedded``."""
+
+    def __init__(self, spec: StagedPipelineSpec, *, spec_path: str = "<spec>", spark: SparkSession | None = None,
+                 channel_servers: dict[str, str] | None = None) -> None:
+        graph, problems = build_graph(spec)
+        if graph is None:
+            raise UserInputError(f"pipeline {spec.name}: {problems}")
+        self.spec = spec
+        self.spec_path = spec_path
+        self.graph: StageGraph = graph
+        self._spark = spark
+        self.servers = {c.name: self._servers(c.name, channel_servers or {}) for c in spec.channels}
+        base = spec.work_dir or f"var/{spec.name}"
+        self.work_dir = base if base.startswith("/") else str(project_home() / base)
+        self.objects = open_store(spec.checkpoint.storage)
+        self.stages = [self._stage_job(stage) for stage in spec.stages]
+        self.attempt = 0
+        self.last_completed = 0
+        self.coordinator: PipelineCoordinator | None = None
+
+    def _servers(self, channel: str, given: dict[str, str]) -> str:
+        servers = self.spec.channel(channel).bootstrap_servers()
+        if servers is not None:
+            return servers
+        if channel in given:
+            return given[channel]
+        raise UserInputError(
+            f"channel {channel!r} has bootstrap 'embedded' but no broker address was given; run the pipeline "
+            "with 'barrierflow run' (which starts the embedded broker), or give the channel an address or 'env:VAR'")
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            from barrierflow.runtime.session import build_session
+
+            self._spark = build_session(self.spec.spark, app_name=f"barrierflow-{self.spec.name}")
+        return self._spark
+
+    # -- building -----------------------------------------------------------------------
+    def _stage_job(self, stage: StageSpec) -> StageJob:
+        channel_sources = [s for s in stage.sources if isinstance(s, ChannelSourceSpec)]
+        if len(stage.sinks) != 1 or (len(stage.sources) != 1 and len(channel_sources) != len(stage.sources)):
+            raise UserInputError(f"stage {stage.name!r}: running a stage with several sinks, or with several sources "
+                                 "that are not all channels, is not built yet; give it one sink and either one "
+                                 "source or only channel sources")
+        source, sink = stage.sources[0], stage.sinks[0]
+        channel_source = channel_sources[0] if channel_sources else None
+        channel_sink = sink if isinstance(sink, ChannelSinkSpec) else None
+        if channel_source is not None:
+            source = self._merged_channel_source(stage, channel_sources)
+        if channel_sink is not None:
+            sink = DiscardSinkSpec(name=channel_sink.sink_name, type="discard")
+        name = f"{self.spec.name}-{stage.name}"
+        if len(name) > 63:
+            raise UserInputError(f"stage {stage.name!r}: '{name}' (pipeline-stage) is longer than 63 characters; "
+                                 "shorten the pipeline or stage name")
+        options = self.spec.checkpoint
+        derived = PipelineSpec(
+            name=name, work_dir=f"{self.work_dir}/stages/{stage.name}", sources=[source],
+            transformation=stage.transformation, sinks=[sink], trigger=self.spec.trigger,
+            checkpoint=CheckpointSpec(storage=f"{options.storage.rstrip('/')}/stages/{stage.name}",
+                                      interval=options.interval, timeout=options.timeout,
+                                      max_concurrent=options.max_concurrent, retained=options.retained,
+                                      tolerable_failed_checkpoints=options.tolerable_failed_checkpoints),
+            event_time=self.spec.event_time, spark=self.spec.spark)
+        layout = JobLayout.for_spec(derived)
+        return StageJob(stage, derived, layout, CheckpointStore.for_spec(derived), channel_source, channel_sink)
+
+    def _merged_channel_source(self, stage: StageSpec, sources: list[ChannelSourceSpec]) -> KafkaSourceSpec:
+        """The channels a stage reads as one Kafka source over their topics, so that one planner
+        sees every input partition and aligns them all. They must share the brokers and the
+        ``json_fields`` (rows of every channel are decoded alike; the ``topic`` column tells
+        them apart)."""
+        servers = {self.servers[s.channel] for s in sources}
+        fields = {json.dumps(s.json_fields, sort_keys=True) for s in sources}
+        if len(servers) > 1 or len(fields) > 1:
+            raise UserInputError(
+                f"stage {stage.name!r} reads channels {[s.channel for s in sources]} on different brokers or with "
+                "different json_fields; reading them in one stage needs the same brokers and the same json_fields "
+                "for now (declare the union of the fields in each, and write them in every upstream stage)")
+        return KafkaSourceSpec(
+            name=sources[0].source_name if len(sources) == 1 else "channels", type="kafka",
+            bootstrap_servers=servers.pop(), topics=[self.spec.channel(s.channel).topic_for(self.spec.name)
+                                                     for s in sources],
+            format="json", json_fields=sources[0].json_fields,
+            max_records_per_batch=min(s.max_records_per_batch for s in sources))
+
+    def _alignment_options(self, job: StageJob) -> str:
+        assert job.channel_source is not None
+        back = [self.spec.channel(e.channel).topic_for(self.spec.name)
+                for e in self.graph.inputs(job.stage.name) if self.graph.is_back_edge(e.channel, job.stage.name)]
+        fences = [{"attempt": f["attempt"], "offsets": f["stages"][job.stage.name]}
+                  for f in self.fences() if job.stage.name in f["stages"]]
+        return json.dumps({"mode": self.spec.checkpoint.mode.value,
+                           "alignment_timeout": self.spec.checkpoint.alignment_timeout,
+                           "attempt": self.attempt, "last_completed": self.last_completed,
+                           "back_edge_topics": back, "fences": fences})
+
+    def _build_query(self, job: StageJob) -> StreamingQuery:
+        from barrierflow.runtime.session import register_data_sources
+        from barrierflow.sinks.factory import staging_uri_for
+
+        spark = self.spark
+        register_data_sources(spark)
+        source = job.spec.source
+        fmt = "barrierflow_channel" if job.channel_source is not None else source_kind(source).format
+        reader = (spark.readStream.format(fmt).option("spec", source.model_dump_json())
+                  .option("control_dir", str(job.layout.control))
+                  .option("dead_letter_uri", job.layout.dead_letter_uri(job.spec))
+                  .option("event_time_uri", job.layout.event_time_uri)
+                  .option("event_time_column", job.spec.event_time.column if job.spec.event_time else "timestamp"))
+        if job.channel_source is not None:
+            reader = reader.option("alignment", self._alignment_options(job))
+        df = reader.load()
+        transform = load_transformation(job.spec, self.spec_path)
+        out = transform(df, TransformContext(job.spec, dict(job.spec.transformation.options)))
+        writer = out.writeStream.outputMode(job.spec.transformation.output_mode)
+        if job.channel_sink is not None:
+            from barrierflow.sinks.channel import ChannelWriter
+
+            channel = self.spec.channel(job.channel_sink.channel)
+            topic = channel.topic_for(self.spec.name)
+            job.writer = ChannelWriter(servers=self.servers[channel.name], topic=topic, stage=job.stage.name,
+                                       attempt=self.attempt, spark_checkpoint=job.layout.spark_checkpoint,
+                                       key_column=job.channel_sink.key_column)
+            writer = writer.foreachBatch(job.writer)
+        else:
+            staging = staging_uri_for(job.spec, job.layout)
+            if staging is not None:
+                from barrierflow.sinks.staging import BatchStager
+
+                writer = writer.foreachBatch(BatchStager(staging, control_dir=str(job.layout.control),
+                                                         spark_checkpoint=str(job.layout.spark_checkpoint)))
+            else:
+                writer = writer.format("noop")
+        return (writer.option("checkpointLocation", str(job.layout.spark_checkpoint))
+                .queryName(f"barrierflow_{job.spec.name}_{int(time.time() * 1000)}")
+                .trigger(processingTime=f"{int(job.spec.trigger.interval * 1000)} milliseconds")
+                .start())
+
+    def _coordinator(self, job: StageJob) -> CheckpointCoordinator:
+        from barrierflow.sinks.factory import build_sink
+
+        control_dir = job.layout.control
+        alignment = (lambda n: read_alignment(control_dir, n)) if job.channel_source is not None else None
+        coordinator = CheckpointCoordinator(
+            pipeline=job.spec.name, options=job.spec.checkpoint, store=job.store,
+            spark_checkpoint_dir=job.layout.spark_checkpoint, staging_dir=job.layout.snapshots,
+            control=ControlChannel(control_dir), source_names=[job.spec.source.name],
+            sinks=[build_sink(job.spec, job.store, job.layout, attempt=self.attempt)], attempt=self.attempt,
+            spark_version=self.spark.version, alignment=alignment, commit_on_completion=False)
+        coordinator.trigger_limit = 0  # barriers come from the pipeline coordinator or in-band
+        return coordinator
+
+    # -- running ------------------------------------------------------------------------
+    # -- restoring ----------------------------------------------------------------------
+    @property
+    def root_store(self) -> CheckpointStore:
+        """The pipeline-level store: attempt and abandoned global ids (``_pipeline.json``)."""
+        return CheckpointStore(self.objects, self.spec.name)
+
+    def global_checkpoints(self) -> list[int]:
+        """Ids of completed global checkpoints, not abandoned by a restore, ascending."""
+        abandoned = set(self.root_store.abandoned())
+        ids = []
+        for info in self.objects.list("global/"):
+            parts = info.key.split("/")
+            if len(parts) == 3 and parts[2] == "_metadata.json" and parts[1].startswith("chk-"):
+                ids.append(int(parts[1][4:]))
+        return sorted(i for i in ids if i not in abandoned)
+
+    def fences(self) -> list[dict[str, Any]]:
+        try:
+            return list(json.loads(self.objects.get_bytes("_fences.json")))
+        except ObjectNotFoundError:
+            return []
+
+    def restore(self, checkpoint_id: int | None = None) -> GlobalRestoreReport:
+        """Restore every stage to global checkpoint ``checkpoint_id`` (None: the latest).
+
+        Steps: restore each stage from its manifest ``n`` (its 2PC sinks commit epochs <= n and
+        abort the rest); abandon newer global checkpoints and fail unfinished ones (ABANDONED);
+        increase the pipeline's attempt; record the attempt fence of every stage fed by
+        channels (the offsets of its barrier ``n`` records), so its source skips what the older
+        attempt wrote after them.
+
+        Raises:
+            CheckpointNotFoundError: no such completed global checkpoint.
+        """
+        from barrierflow.checkpointing.global_manifest import GlobalFailure, global_key
+        from barrierflow.recovery.restore import restore_pipeline
+
+        ids = self.global_checkpoints()
+        if checkpoint_id is None:
+            if not ids:
+                raise CheckpointNotFoundError(f"pipeline {self.spec.name} has no completed global checkpoint in "
+                                              f"{self.objects.uri}")
+            checkpoint_id = ids[-1]
+        elif checkpoint_id not in ids:
+            raise CheckpointNotFoundError(f"global checkpoint {checkpoint_id} of pipeline {self.spec.name} is not "
+                                          f"complete (or was abandoned); completed: {ids}")
+        for job in self.stages:
+            restore_pipeline(job.spec, checkpoint_id, store=job.store, layout=job.layout, check_running=False)
+        root = self.root_store
+        attempt = root.begin_attempt([i for i in ids if i > checkpoint_id])
+        triggered = {int(k.key.split("/")[1][4:]) for k in self.objects.list("global/")
+                     if k.key.endswith("/_triggered.json")}
+        done = {int(k.key.split("/")[1][4:]) for k in self.objects.list("global/")
+                if k.key.endswith(("/_metadata.json", "/_failed.json"))}
+        for cid in sorted(triggered - done):
+            failure = GlobalFailure(pipeline=self.spec.name, checkpoint_id=cid, reason="ABANDONED",
+                                    message=f"unfinished when the pipeline was restored to {checkpoint_id}",
+                                    failure_time=datetime.now(UTC))
+            self.objects.put_bytes(global_key(cid, "_failed"), failure.model_dump_json(indent=2).encode())
+        stages: dict[str, dict[str, int]] = {}
+        for job in self.stages:
+            alignment = job.store.get(checkpoint_id).alignment
+            if job.channel_source is not None and alignment is not None:
+                stages[job.stage.name] = dict(alignment.barrier_offsets)
+        fences = [*self.fences(), {"attempt": attempt, "restored": checkpoint_id, "stages": stages}]
+        self.objects.put_bytes("_fences.json", json.dumps(fences, indent=2).encode())
+        log.warning("pipeline %s restored to global checkpoint %d (attempt %d)", self.spec.name, checkpoint_id,
+                    attempt)
+        return GlobalRestoreReport(self.spec.name, checkpoint_id, attempt, stages)
+
+    def has_earlier_run(self) -> bool:
+        """Whether a run of this pipeline left local state or global checkpoints (so a new run
+        restores the latest global checkpoint and needs the channels' records of that run)."""
+        return any(job.layout.spark_checkpoint.exists() for job in self.stages) or bool(self.global_checkpoints())
+
+    def run(self, *, checkpoints: int | None = None, duration: float | None = None,
+            until_exhausted: bool = False, progress: Callable[[PipelineProgress], None] | None = None,
+            progress_every: float = 1.0) -> PipelineRunResult:
+        """Run until ``checkpoints`` global checkpoints completed, ``duration`` seconds passed,
+        or (``until_exhausted``, bounded sources) a global checkpoint covers every record of
+        every source stage. The queries are stopped and the final stages' sink commits
+        flushed in every case. ``progress`` (if given) is called with a
+        :class:`PipelineProgress` every ``progress_every`` seconds from the run loop, and once
+        more when the run's limit is reached.
+
+        Raises:
+            JobFailedError: a stage's query died.
+        """
+        if self.has_earlier_run():
+            if not self.global_checkpoints():
+                raise UserInputError(
+                    f"pipeline {self.spec.name} has local state from an earlier run but no completed global "
+                    "checkpoint to restore, so its channels may hold records that would be read twice; remove "
+                    f"{self.work_dir} and the channel topics, or use fresh ones")
+            self.restore()  # every later start is a new attempt from the latest global checkpoint
+        self.attempt = self.root_store.attempt()
+        self.last_completed = (self.global_checkpoints() or [0])[-1]
+        stages = []
+        for job in self.stages:
+            job.layout.work_dir.mkdir(parents=True, exist_ok=True)
+            job.coordinator = self._coordinator(job)
+            job.coordinator.start()
+            stages.append(StageHandle(job.stage.name, job.store, ControlChannel(job.layout.control),
+                                      job.coordinator, is_source=job.stage.name in self.graph.source_stages,
+                                      is_final=job.stage.name in self.graph.final_stages))
+        coordinator = PipelineCoordinator(self.spec.name, self.spec.checkpoint, self.objects, stages,
+                                          attempt=self.attempt)
+        self.coordinator = coordinator
+        coordinator.start()
+        coordinator.trigger_limit = checkpoints
+        ends = self._source_ends() if until_exhausted else None
+        from barrierflow.sinks.channel import ensure_topic
+
+        for channel in self.spec.channels:  # before any stage reads one
+            ensure_topic(self.servers[channel.name], channel.topic_for(self.spec.name), channel.partitions)
+        started = time.monotonic()
+        next_progress = started + progress_every
+        try:
+            for job in self.stages:
+                self._start_query(job)
+            while True:
+                for job in self.stages:
+                    assert job.coordinator is not None and job.query is not None
+                    job.coordinator.tick()
+                    if not job.query.isActive and not self._restart_failed_start(job):
+                        exc = job.query.exception()
+                        raise JobFailedError(f"the query of stage {job.stage.name} of pipeline {self.spec.name} "
+                                             f"stopped" + (f": {str(exc).splitlines()[0]}" if exc else ""))
+                coordinator.tick()
+                if progress is not None and time.monotonic() >= next_progress:
+                    next_progress = time.monotonic() + progress_every
+                    progress(self._progress(coordinator))
+                if checkpoints is not None and len(coordinator.completed) >= checkpoints:
+                    break
+                if ends is not None and self._covers(coordinator.completed, ends):
+                    break
+                if duration is not None and time.monotonic() - started >= duration:
+                    break
+                time.sleep(TICK_SECONDS)
+            if progress is not None:  # the final state, also when the run was shorter than progress_every
+                progress(self._progress(coordinator))
+            for job in self.stages:
+                if job.stage.name in self.graph.final_stages and job.coordinator is not None:
+                    job.coordinator.flush_sinks(timeout=min(self.spec.checkpoint.timeout, 60.0))
+        finally:
+            self._stop(min(self.spec.checkpoint.timeout, 60.0))
+        return PipelineRunResult(self.spec.name, time.monotonic() - started, list(coordinator.completed),
+                                 {j.stage.name: list(j.coordinator.completed) for j in self.stages if j.coordinator},
+                                 len(coordinator.failed))
+
+    def _progress(self, coordinator: PipelineCoordinator) -> PipelineProgress:
+        stages = []
+        for job in self.stages:
+            last = job.query.lastProgress if job.query is not None else None
+            epoch = job.coordinator.current_epoch() if job.coordinator is not None else self.last_completed + 1
+            stages.append(StageProgress(job.stage.name, int(last["batchId"]) if last else None,
+                                        float(last.get("processedRowsPerSecond") or 0.0) if last else 0.0, epoch))
+        completed = coordinator.completed
+        return PipelineProgress(self.spec.name, tuple(stages),
+                                completed[-1].checkpoint_id if completed else (self.last_completed or None),
+                                len(coordinator.failed))
+
+    def _start_query(self, job: StageJob) -> None:
+        if job.writer is not None:  # a restart: the dead query's producer is no longer needed
+            job.writer.close()
+        job.planned_at_start = len(offset_log.planned_batches(job.layout.spark_checkpoint))
+        job.query = self._build_query(job)
+        self._wait_started(job)
+
+    def _restart_failed_start(self, job: StageJob) -> bool:
+        """Start a stage's query again when it died before planning any batch because Spark's
+        Python planner worker did not connect back in time (seen on overloaded machines). Safe
+        only then: no batch of this run was planned, so none is replayed and no channel record
+        is written twice. At most :data:`START_RETRIES` times per stage; False otherwise."""
+        assert job.query is not None
+        exc = job.query.exception()
+        planned = len(offset_log.planned_batches(job.layout.spark_checkpoint))
+        if exc is None or "connect back" not in str(exc) or planned != job.planned_at_start \
+                or job.start_retries >= START_RETRIES:
+            return False
+        job.start_retries += 1
+        log.warning("stage %s: the query's Python worker did not connect back before its first batch; starting "
+                    "the query again (%d/%d)", job.stage.name, job.start_retries, START_RETRIES)
+        self._start_query(job)
+        return True
+
+    def _wait_started(self, job: StageJob, timeout: float = 120.0) -> None:
+        """Wait until the stage's query initialised its source (its planner's Python worker is
+        up), so stages do not start their Python workers all at once: on a loaded machine Spark
+        gives a worker only a few seconds to connect back. Returns early if the query died (the
+        run loop reports it) and after ``timeout`` seconds in any case."""
+        assert job.query is not None
+        deadline = time.monotonic() + timeout
+        while job.query.isActive and time.monotonic() < deadline:
+            if not str(job.query.status.get("message", "")).startswith("Initializing"):
+                return
+            time.sleep(TICK_SECONDS)
+
+    def check_bounded(self) -> None:
+        """Raise UserInputError unless every source stage reads a bounded source (what
+        ``until_exhausted`` needs), before anything is started."""
+        self._source_ends()
+
+    def _source_ends(self) -> dict[str, dict[str, int]]:
+        ends = {}
+        for job in self.stages:
+            if job.stage.name in self.graph.source_stages:
+                end = source_kind(job.spec.source).bounded_end(job.spec.source)
+                if end is None:
+                    raise UserInputError(f"--until-exhausted needs bounded sources, but stage {job.stage.name!r} "
+                                         "reads an unbounded one; give it an end (e.g. records_per_partition) or "
+                                         "use --checkpoints/--duration")
+                ends[job.stage.name] = end
+        return ends
+
+    def _covers(self, completed: list[GlobalManifest], ends: dict[str, dict[str, int]]) -> bool:
+        """Whether a completed global checkpoint reflects every source record in its final
+        stages' committed output: the source stages' barriers are at the sources' ends, and no
+        stage has channel state in it (records in flight at an unaligned snapshot are processed
+        in the next epoch, so their output is not covered by this checkpoint yet)."""
+        for manifest in reversed(completed):
+            at_end = all(self._stage(name).store.get(manifest.checkpoint_id).barrier_offsets.get(
+                self._stage(name).spec.source.name) == end for name, end in ends.items())
+            if at_end and all(part.channel_state_records == 0 for part in manifest.stages.values()):
+                return True
+        return False
+
+    def _stage(self, name: str) -> StageJob:
+        return next(j for j in self.stages if j.stage.name == name)
+
+    def _stop(self, timeout: float) -> None:
+        for job in self.stages:
+            if job.query is not None:
+                try:
+                    job.query.stop()
+                except Exception as exc:
+                    log.warning("stopping the query of stage %s raised %s", job.stage.name, exc)
+        for job in self.stages:
+            if job.coordinator is not None:
+                job.coordinator.drain(timeout=timeout)
+            if job.writer is not None:
+                job.writer.close()

@@ -1,0 +1,199 @@
+"""The channel source (``format("barrierflow_channel")``): a Kafka source that aligns barriers.
+
+A stage of a multi-stage pipeline reads the channels other stages write
+(:mod:`barrierflow.sinks.channel`). It is the Kafka source of :mod:`barrierflow.sources.kafka`
+(format ``json``, the same offsets, the same ``read`` of a range) plus:
+
+* ``read`` never emits barrier records (:mod:`barrierflow.barriers.records`);
+* ``latestOffset`` finds the barrier records in each partition's next range and feeds them to
+  the stage's :class:`~barrierflow.barriers.alignment.BarrierAligner`. It never plans a
+  partition across a barrier it has not delivered: the range ends just after the first new
+  barrier record. Under unaligned checkpoints (and once an aligned one timed out) it looks for
+  barriers up to the end of the log, beyond the next batch: a barrier there *overtakes* the
+  backlog before it, which becomes channel state (an offset range), so the checkpoint does not
+  wait for a slow partition to be processed; later batches pass such a delivered barrier. Aligned checkpoints
+  cap a partition that delivered barrier ``n`` there until
+  every forward partition did; the batch planned when the state machine decides to snapshot
+  ends exactly at the decision's offsets and carries ``barrier = n`` in its offset JSON, so
+  the stage's coordinator sees it as the barrier batch of ``n`` (like the source stages'
+  barriers injected on request). There is no barrier request: channel stages only follow
+  barriers that arrive in-band.
+* when an alignment completes, its record (mode, alignment time, channel state) is written to
+  the control directory (:mod:`barrierflow.barriers.alignment.record`) for the manifest.
+
+Options (besides the Kafka source's ``spec``, ``control_dir``, ...): ``alignment``, a JSON
+object ``{"mode": "aligned"|"unaligned", "alignment_timeout": seconds, "attempt": a,
+"last_completed": n, "back_edge_topics": [...], "fences": [{"attempt": a, "offsets": {...}}]}``;
+``fences`` (:mod:`barrierflow.barriers.fences`) make ``read`` and the barrier scan skip what an
+older attempt wrote after the restored barrier.
+
+Cost: the driver reads each new range once more to find barriers (with its one long-lived
+consumer; headers only matter); a range's barrier positions are not cached across restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+
+from barrierflow.barriers.alignment import AlignmentContext, BarrierAligner, InputPartitions, RecordingChannelState
+from barrierflow.barriers.alignment.record import write_aborted, write_alignment
+from barrierflow.barriers.fences import AttemptFence, StaleRecords
+from barrierflow.barriers.offsets import SourceOffset
+from barrierflow.barriers.records import BarrierMarker, decode_barrier, record_attempt
+from barrierflow.sources.kafka import KafkaStreamReader, parse_partition_id, read_range, schema_for
+from barrierflow.spec.models import CheckpointMode, KafkaSourceSpec
+
+log = logging.getLogger(__name__)
+
+
+class ChannelDataSource(DataSource):
+    """Options: those of the Kafka source plus ``alignment`` (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "barrierflow_channel"
+
+    def schema(self) -> str:
+        return schema_for(KafkaSourceSpec.model_validate(json.loads(self.options["spec"])))
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return ChannelStreamReader(dict(self.options))
+
+
+class ChannelStreamReader(KafkaStreamReader):
+    """See the module docstring."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        settings = json.loads(options.get("alignment", "{}"))
+        self.mode = CheckpointMode(settings.get("mode", "aligned"))
+        self.alignment_timeout = float(settings.get("alignment_timeout", 0.0))
+        self.attempt = int(settings.get("attempt", 0))
+        self.last_completed = int(settings.get("last_completed", 0))
+        self.back_edge_topics = frozenset(settings.get("back_edge_topics", []))
+        self.stale = StaleRecords(AttemptFence.from_json(f) for f in settings.get("fences", []))
+        self._aligner: BarrierAligner | None = None
+        self._found: dict[str, list[tuple[int, BarrierMarker]]] = {}
+        self._scanned_to: dict[str, int] = {}
+        self._delivered: set[tuple[str, int]] = set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_aligner"] = None
+        state["_found"], state["_scanned_to"], state["_delivered"] = {}, {}, set()
+        return state
+
+    # -- driver side ---------------------------------------------------------------------
+
+    def aligner(self, partitions: list[str]) -> BarrierAligner:
+        if self._aligner is None:
+            back = frozenset(p for p in partitions if parse_partition_id(p)[0] in self.back_edge_topics)
+            context = AlignmentContext(
+                InputPartitions(frozenset(partitions) - back, back), mode=self.mode,
+                alignment_timeout=self.alignment_timeout, attempt=self.attempt,
+                last_completed=self.last_completed, count_records=self._count_data_records)
+            self._aligner = BarrierAligner(context)
+        return self._aligner
+
+    def _count_data_records(self, partition: str, start: int, end: int) -> int:
+        topic, number = parse_partition_id(partition)
+        return sum(1 for r in read_range(self.spec, topic, number, start, end, self._driver_consumer())
+                   if decode_barrier(r.headers) is None
+                   and not self.stale.is_stale(partition, r.offset, record_attempt(r.headers)))
+
+    def _barriers(self, partition: str, start: int, end: int) -> Iterator[tuple[int, BarrierMarker]]:
+        topic, number = parse_partition_id(partition)
+        for record in read_range(self.spec, topic, number, start, end, self._driver_consumer()):
+            marker = decode_barrier(record.headers, where=f"{partition} offset {record.offset}")
+            if marker is not None:
+                yield record.offset, marker
+
+    def _look_ahead(self, aligner: BarrierAligner) -> bool:
+        """Whether barriers are looked for beyond the next batch, up to the end of the log:
+        unaligned checkpoints (and one switched to unaligned) let a barrier overtake the
+        records before it, which become channel state; aligned ones must process up to it."""
+        return self.mode is CheckpointMode.UNALIGNED or isinstance(aligner.state, RecordingChannelState)
+
+    def _known_barriers(self, partition: str, first: int, until: int) -> list[tuple[int, BarrierMarker]]:
+        """The barrier records of ``partition`` in ``[first, until)``, scanning each offset of
+        the log once (positions found are remembered; those before ``first`` are dropped)."""
+        scanned = max(first, self._scanned_to.get(partition, first))
+        known = [(o, m) for o, m in self._found.get(partition, []) if o >= first]
+        if until > scanned:
+            known += list(self._barriers(partition, scanned, until))
+            self._scanned_to[partition] = until
+        self._found[partition] = known
+        return [(o, m) for o, m in known if o < until]
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        """Plan the next batch: advance, stop just after new barriers, align; see the module
+        docstring."""
+        begin = SourceOffset.from_json(start)
+        available = self.available()
+        aligner = self.aligner(sorted(available))
+        now = time.monotonic()
+        # Step 1. How far each partition could go, never past its cap.
+        caps = aligner.caps
+        planned: dict[str, int] = {}
+        for partition in sorted(set(begin.partitions) | set(available)):
+            first = begin.partitions.get(partition, 0)
+            end = max(first, min(available.get(partition, first), first + self.spec.max_records_per_batch))
+            planned[partition] = min(end, max(first, caps.get(partition, end)))
+        # Step 2. Find the barriers (in the batch, or up to the log's end when looking ahead);
+        # a partition's batch stops just after the first one that counts and was not delivered.
+        ahead = self._look_ahead(aligner)
+        found: list[tuple[str, BarrierMarker, int]] = []
+        for partition, end in planned.items():
+            first = begin.partitions.get(partition, 0)
+            until = max(end, available.get(partition, end)) if ahead else end
+            for offset, marker in self._known_barriers(partition, first, until):
+                if (partition, offset) in self._delivered:
+                    continue  # seen ahead earlier; its snapshot is taken, the batch may pass it
+                found.append((partition, marker, offset))
+                if not aligner.is_older(marker):
+                    self._delivered.add((partition, offset))
+                    if offset < end:
+                        planned[partition] = offset + 1
+                    break
+        # Step 3. Feed the state machine.
+        aligner.observe(planned)
+        for partition, marker, offset in found:
+            aligner.barrier_received(partition, marker, offset, now)
+        aligner.tick(now)
+        out = aligner.drain()
+        # Step 4. Apply its decisions.
+        for partition, cap in aligner.caps.items():
+            planned[partition] = min(planned[partition], max(begin.partitions.get(partition, 0), cap))
+        barrier = begin.barrier
+        if out.snapshots:
+            decision = out.snapshots[-1]
+            planned = dict(decision.offsets)
+            barrier = decision.checkpoint_id
+            log.info("channel source %s: batch ending at %s is the snapshot of checkpoint %d (%s)", self.spec.name,
+                     planned, barrier, decision.mode.value)
+        for done in out.completed:
+            write_alignment(self.control.directory, done)
+        for aborted in out.aborted:
+            write_aborted(self.control.directory, aborted)
+            log.warning("channel source %s: alignment of checkpoint %d ended: %s: %s", self.spec.name,
+                        aborted.checkpoint_id, aborted.reason.explanation, aborted.message)
+        return SourceOffset(planned, barrier, dict(begin.extra), begin.attempt).to_json()
+
+    # -- executor side -------------------------------------------------------------------
+
+    def _records(self, topic: str, number: int, start: int, end: int) -> Iterator[Any]:
+        """The range's data records: barrier records and stale records of older attempts are
+        never handed to the transformation."""
+        partition = f"{topic}:{number}"
+        for record in read_range(self.spec, topic, number, start, end):
+            if decode_barrier(record.headers, where=f"{partition} offset {record.offset}") is not None:
+                continue
+            if self.stale.is_stale(partition, record.offset, record_attempt(record.headers)):
+                continue  # an older attempt wrote it after the restored barrier; re-produced since
+            yield record

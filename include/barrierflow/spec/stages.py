@@ -1,0 +1,222 @@
+"""Typed models of a pipeline of several stages (``stages`` + ``channels`` in the YAML).
+
+A multi-stage spec is a DAG (possibly with cycles) of stages, each one Spark query, connected
+by channels: Kafka topics. A stage reads a channel with a source ``{type: channel, channel:
+NAME}`` and writes one with a sink ``{type: channel, channel: NAME}``; every other source or
+sink type is the same as in a single-stage spec. Checkpointing is the pipeline's (one
+``checkpoint`` section), because a global checkpoint is one consistent cut over all stages.
+
+These models check each field; the graph rules (every channel written by exactly one stage
+and read by at least one, cycles and their back-edges) are in :mod:`barrierflow.spec.graph`,
+which the loader runs after them.
+
+Channel ``bootstrap``:
+
+* ``embedded`` (the default): the project's Kafka-protocol broker started on 127.0.0.1 for
+  local runs and the demo;
+* ``env:VAR``: the ``host:port`` list in environment variable ``VAR``, read when the pipeline
+  starts (:meth:`ChannelSpec.bootstrap_servers`), so a spec validates without it;
+* ``host:port[,host:port...]``: an address (``${VAR}`` in the YAML is expanded at load time
+  like anywhere in a spec).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from barrierflow.errors import UserInputError
+from barrierflow.spec.models import (
+    SPEC_VERSION,
+    CheckpointMode,
+    CheckpointSpec,
+    EventTimeSpec,
+    ReportsSpec,
+    SinkSpec,
+    SourceSpec,
+    SparkSpec,
+    TransformationSpec,
+    TriggerSpec,
+    VerificationSpec,
+    _Strict,
+)
+
+EMBEDDED = "embedded"
+_NAME = r"^[a-z][a-z0-9_-]{0,62}$"
+_ENV_REF = re.compile(r"^env:([A-Za-z_][A-Za-z0-9_]*)$")
+_ADDRESS = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
+
+
+class ChannelSpec(_Strict):
+    """A Kafka topic between stages. ``topic`` defaults to ``<pipeline>.<channel>``."""
+
+    name: str = Field(..., pattern=_NAME)
+    topic: str = Field("", pattern=r"^$|^[A-Za-z0-9._-]{1,249}$")
+    partitions: int = Field(2, ge=1, le=1024)
+    bootstrap: str = EMBEDDED
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _check_bootstrap(cls, value: str) -> str:
+        value = value.strip()
+        if value == EMBEDDED or _ENV_REF.match(value):
+            return value
+        servers = [s.strip() for s in value.split(",")]
+        bad = [s for s in servers if not _ADDRESS.match(s)]
+        if not servers or bad:
+            raise ValueError(
+                f"expected 'embedded', 'env:VARIABLE' or a 'host:port[,host:port]' list; {bad or [value]} "
+                "is none of these")
+        return ",".join(servers)
+
+    def topic_for(self, pipeline: str) -> str:
+        """The Kafka topic of this channel in pipeline ``pipeline``."""
+        return self.topic or f"{pipeline}.{self.name}"
+
+    @property
+    def is_embedded(self) -> bool:
+        return self.bootstrap == EMBEDDED
+
+    def bootstrap_servers(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The ``host:port`` list of the channel's brokers; None for ``embedded`` (the runtime
+        starts the broker and knows its address).
+
+        Raises:
+            UserInputError: ``env:VAR`` names a variable that is unset or empty.
+        """
+        if self.is_embedded:
+            return None
+        match = _ENV_REF.match(self.bootstrap)
+        if match is None:
+            return self.bootstrap
+        env = os.environ if environ is None else environ
+        value = env.get(match.group(1), "").strip()
+        if not value:
+            raise UserInputError(
+                f"channel {self.name!r}: bootstrap {self.bootstrap!r} names environment variable "
+                f"{match.group(1)}, which is not set; export it as the brokers' host:port list, or set "
+                "the channel's bootstrap to 'embedded' for a local run")
+        return value
+
+
+class ChannelSourceSpec(_Strict):
+    """Reads a channel written by another stage. Rows arrive as JSON objects (the writing
+    stage's output rows); ``json_fields`` names the fields this stage reads and their types
+    (as for a Kafka source with ``format: json``). Barrier records are never emitted."""
+
+    name: str = ""
+    type: Literal["channel"]
+    channel: str = Field(..., pattern=_NAME)
+    json_fields: dict[str, Literal["string", "long", "double", "timestamp", "boolean"]] = Field(
+        ..., min_length=1, description="field name -> type")
+    max_records_per_batch: int = Field(100_000, ge=1, description="per partition and batch")
+
+    @property
+    def source_name(self) -> str:
+        return self.name or self.channel
+
+
+class ChannelSinkSpec(_Strict):
+    """Writes the stage's output rows (as JSON objects) to a channel, followed by a barrier
+    record per partition when the stage's barrier batch of a checkpoint commits."""
+
+    name: str = ""
+    type: Literal["channel"]
+    channel: str = Field(..., pattern=_NAME)
+    key_column: str | None = None
+
+    @property
+    def sink_name(self) -> str:
+        return self.name or self.channel
+
+
+StageSourceSpec = Annotated[SourceSpec | ChannelSourceSpec, Field(discriminator="type")]
+StageSinkSpec = Annotated[SinkSpec | ChannelSinkSpec, Field(discriminator="type")]
+
+
+class StageSpec(_Strict):
+    """One stage: one Spark query reading ``sources`` and writing ``sinks``."""
+
+    name: str = Field(..., pattern=_NAME)
+    description: str = ""
+    sources: list[StageSourceSpec] = Field(..., min_length=1)
+    transformation: TransformationSpec
+    sinks: list[StageSinkSpec] = Field(..., min_length=1)
+
+    @property
+    def input_channels(self) -> list[str]:
+        return [s.channel for s in self.sources if isinstance(s, ChannelSourceSpec)]
+
+    @property
+    def output_channels(self) -> list[str]:
+        return [s.channel for s in self.sinks if isinstance(s, ChannelSinkSpec)]
+
+    @property
+    def has_external_source(self) -> bool:
+        """Whether the stage reads a source that is not a channel (the coordinator injects
+        barriers there)."""
+        return any(not isinstance(s, ChannelSourceSpec) for s in self.sources)
+
+
+class PipelineCheckpointSpec(CheckpointSpec):
+    """The checkpoint options of a multi-stage pipeline: like a single stage's, and
+    ``mode`` (``aligned`` / ``unaligned``) and ``alignment_timeout`` (aligned only: switch
+    to unaligned for a checkpoint whose alignment takes longer; ``0s`` = never) apply, since
+    a stage with several input partitions really aligns barriers that arrive in-band."""
+
+    @field_validator("mode")
+    @classmethod
+    def _implemented_mode(cls, value: CheckpointMode) -> CheckpointMode:
+        return value
+
+    @field_validator("alignment_timeout")
+    @classmethod
+    def _implemented_alignment_timeout(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError("alignment_timeout must be 0s (never switch) or a positive duration")
+        return value
+
+    @model_validator(mode="after")
+    def _timeout_needs_aligned(self) -> PipelineCheckpointSpec:
+        if self.mode is CheckpointMode.UNALIGNED and self.alignment_timeout > 0:
+            raise ValueError("alignment_timeout applies to mode 'aligned' only (unaligned checkpoints never "
+                             "wait for alignment); remove it or set mode: aligned")
+        return self
+
+
+class StagedPipelineSpec(_Strict):
+    """A pipeline of several stages connected by channels; see the module docstring."""
+
+    version: Literal[1] = SPEC_VERSION
+    name: str = Field(..., pattern=_NAME)
+    description: str = ""
+    work_dir: str = Field("", description="per-stage work dirs go below it; default var/<name>")
+    channels: list[ChannelSpec] = Field(..., min_length=1)
+    stages: list[StageSpec] = Field(..., min_length=1)
+    trigger: TriggerSpec = TriggerSpec()
+    checkpoint: PipelineCheckpointSpec
+    event_time: EventTimeSpec | None = None
+    spark: SparkSpec = SparkSpec()
+    verification: VerificationSpec | None = None
+    reports: ReportsSpec | None = None
+
+    def stage(self, name: str) -> StageSpec:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)
+
+    def channel(self, name: str) -> ChannelSpec:
+        for channel in self.channels:
+            if channel.name == name:
+                return channel
+        raise KeyError(name)
+
+
+def is_staged(data: Any) -> bool:
+    """Whether parsed YAML ``data`` is a multi-stage spec (it has ``stages``)."""
+    return isinstance(data, dict) and "stages" in data

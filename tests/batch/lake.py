@@ -1,0 +1,83 @@
+"""A real committed lake, produced once: the demo-style pipeline (generator -> per-key event-time
+window counts -> Parquet, 2PC) run to the end of a bounded source on the shared SparkSession.
+
+Its event time starts half a second before midnight, so the output spans two UTC days (the
+rollups' days); 200 ms windows give some hundred output rows from 3000 records.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from tests.recovery.harness import finish, windowed_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "lake"
+DAYS = ("2026-01-01", "2026-01-02")
+
+
+@dataclass(frozen=True)
+class Lake:
+    root: Path
+    pipelines: Path  # BARRIERFLOW_PIPELINES_DIR: holds lake.yaml only
+    spec_path: Path
+    output: Path
+    checkpoints: Path
+
+    def parts(self) -> list[Path]:
+        return sorted(self.output.glob("part-*.parquet"))
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [r for p in self.parts() for r in pq.read_table(p).to_pylist()]
+
+    @contextmanager
+    def altered(self) -> Iterator[None]:
+        """Restore every committed file as it was when the block ends."""
+        saved = self.root / "saved-output"
+        shutil.rmtree(saved, ignore_errors=True)
+        shutil.copytree(self.output, saved)
+        try:
+            yield
+        finally:
+            for part in self.parts():
+                part.unlink()
+            for part in saved.glob("part-*.parquet"):
+                shutil.copy2(part, self.output / part.name)
+
+    def rewrite(self, part: Path, rows: list[dict[str, Any]]) -> None:
+        """Replace a committed file's rows (same schema)."""
+        schema = pq.read_schema(part)
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), part)
+
+
+def make_lake(spark: Any, tmp: Path) -> Lake:
+    output = tmp / "out"
+    data = yaml.safe_load(windowed_spec(tmp, {"name": "out", "type": "parquet", "path": f"file://{output}"},
+                                        records=1500, per_batch=500).read_text(encoding="utf-8"))
+    data["name"] = NAME
+    data["sources"][0]["event_time_start"] = "2026-01-01T23:59:59.500000+00:00"
+    data["transformation"]["options"]["window"] = "200 milliseconds"
+    data["event_time"]["watermark_delay"] = "100ms"
+    data["spark"]["master"] = "local[1]"  # the batch jobs' spark-submit
+    data["verification"] = {
+        "output_expectations": str(ROOT / "include" / "expectations" / "demo-output.json"),
+        "rollup_expectations": str(ROOT / "include" / "expectations" / "demo-rollups.json"),
+    }
+    data["batch"] = {"output_event_interval": "0s"}
+    pipelines = tmp / "pipelines"
+    pipelines.mkdir()
+    spec_path = pipelines / f"{NAME}.yaml"
+    spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    finish(spark, spec_path)
+    lake = Lake(tmp, pipelines, spec_path, output, tmp / "checkpoints")
+    assert lake.parts(), "the run committed no output"
+    return lake

@@ -1,0 +1,92 @@
+"""The CLI on multi-stage specs without Spark: bad input to ``run`` (exit 2, before any broker
+or query starts) and ``checkpoints list`` over global records written here by hand.
+(The full run on the embedded broker is in tests/runtime/test_staged_pipeline.py.)"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from barrierflow.checkpointing.global_manifest import GlobalFailure, GlobalManifest, StageSnapshot, global_key
+from barrierflow.cli.main import main
+
+
+def _spec(tmp_path: Path, *, bounded: bool = True) -> Path:
+    generator: dict[str, Any] = {"name": "events", "type": "generator", "partitions": 1, "rows_per_second": 0}
+    if bounded:
+        generator["records_per_partition"] = 10
+    spec = {
+        "name": "flow", "work_dir": str(tmp_path / "work"),
+        "channels": [{"name": "ab", "bootstrap": "127.0.0.1:1"}],
+        "stages": [
+            {"name": "a", "sources": [generator],
+             "transformation": {"function": "barrierflow.transforms.projection:project",
+                                "options": {"columns": {"value": "value"}}},
+             "sinks": [{"type": "channel", "channel": "ab"}]},
+            {"name": "b", "sources": [{"type": "channel", "channel": "ab", "json_fields": {"value": "long"}}],
+             "transformation": {"function": "barrierflow.transforms.projection:project",
+                                "options": {"columns": {"value": "value"}}},
+             "sinks": [{"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}]},
+        ],
+        "checkpoint": {"storage": f"file://{tmp_path / 'chk'}"},
+    }
+    path = tmp_path / "flow.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    return path
+
+
+def test_run_refuses_bad_limits_and_until_exhausted_without_bounded_sources(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(_spec(tmp_path)), "--checkpoints", "0"]) == 2
+    assert "--checkpoints must be a positive whole number" in capsys.readouterr().err
+    assert main(["run", str(_spec(tmp_path)), "--duration", "-1"]) == 2
+    assert "--duration must be a positive" in capsys.readouterr().err
+    assert main(["run", str(_spec(tmp_path, bounded=False)), "--until-exhausted"]) == 2
+    err = capsys.readouterr().err
+    assert "stage 'a' reads an unbounded one" in err and "--checkpoints/--duration" in err
+    assert not (tmp_path / "work").exists()
+
+
+def test_checkpoints_list_shows_global_checkpoints_per_stage(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = _spec(tmp_path)
+    assert main(["checkpoints", "list", str(path)]) == 0
+    assert "no global checkpoints in" in capsys.readouterr().out
+
+    now = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+    store = tmp_path / "chk"
+    manifest = GlobalManifest(pipeline="flow", checkpoint_id=1, attempt=0, trigger_time=now, completion_time=now,
+                              total_ms=812.5, stages={
+                                  "a": StageSnapshot(manifest="stages/a/chk-1/_metadata.json", spark_batch_id=3,
+                                                     sync_ms=4.0, async_ms=30.0),
+                                  "b": StageSnapshot(manifest="stages/b/chk-1/_metadata.json", spark_batch_id=5,
+                                                     mode="unaligned", alignment_ms=0.0, sync_ms=6.5, async_ms=41.0,
+                                                     channel_state_records=17)})
+    failure = GlobalFailure(pipeline="flow", checkpoint_id=2, reason="EXPIRED", message="not completed in 60 s",
+                            failure_time=now)
+    for key, doc in ((global_key(1, "_metadata"), manifest), (global_key(2, "_failed"), failure)):
+        (store / key).parent.mkdir(parents=True, exist_ok=True)
+        (store / key).write_text(doc.model_dump_json(), encoding="utf-8")
+    (store / global_key(3, "_triggered")).parent.mkdir(parents=True)
+    (store / global_key(3, "_triggered")).write_text("{}", encoding="utf-8")  # pending: not listed
+
+    assert main(["checkpoints", "list", str(path), "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert [m["checkpoint_id"] for m in listing["completed"]] == [1]
+    assert listing["completed"][0]["stages"]["b"] == manifest.stages["b"].model_dump(mode="json")
+    assert [f["checkpoint_id"] for f in listing["failed"]] == [2] and listing["attempt"] == 0
+
+    assert main(["checkpoints", "list", str(path)]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert ["1", "0", "2026-11-23T12:00:00+00:00", "812.5"] in rows
+    assert ["a", "-", "0.0", "4.0", "30.0", "0"] in rows
+    assert ["b", "unaligned", "0.0", "6.5", "41.0", "17"] in rows
+    assert ["2", "FAILED", "EXPIRED:", "not", "completed", "in", "60", "s"] in rows
+
+    (store / global_key(1, "_metadata")).write_text('{"pipeline": "flow"}', encoding="utf-8")
+    assert main(["checkpoints", "list", str(path)]) == 2
+    assert "global/chk-1/_metadata.json is not a valid GlobalManifest" in capsys.readouterr().err

@@ -1,0 +1,277 @@
+"""Pipelines of several stages on a real Kafka-protocol broker and the shared SparkSession.
+
+Stage ``a`` reads a bounded generator and writes channel ``ab``; stage ``b`` reads ``ab`` and
+writes Parquet through the two-phase-commit sink. Barriers are requested by the pipeline
+coordinator at ``a`` only and reach ``b`` in-band, as barrier records on every partition of
+``ab``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from barrierflow.barriers.records import decode_barrier
+from barrierflow.checkpointing.global_manifest import global_key
+from barrierflow.runtime.pipeline import StagedPipelineJob
+from barrierflow.sinks.parquet import read_committed
+from barrierflow.spec import parse_staged_spec
+from barrierflow.testing.kafka_broker import KafkaEndpoint
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+PARTITIONS, RECORDS = 2, 150
+
+
+def two_stage_spec(tmp_path: Path, endpoint: KafkaEndpoint, mode: str = "aligned") -> dict[str, Any]:
+    topic = f"ab-{uuid.uuid4().hex[:8]}"
+    return {
+        "name": "two",
+        "work_dir": str(tmp_path / "work"),
+        "channels": [{"name": "ab", "topic": topic, "partitions": 2, "bootstrap": endpoint.bootstrap_servers}],
+        "stages": [
+            {"name": "a",
+             "sources": [{"name": "events", "type": "generator", "partitions": PARTITIONS, "rows_per_second": 0,
+                          "max_records_per_batch": 40, "keys": 7, "records_per_partition": RECORDS}],
+             "transformation": {"function": "barrierflow.transforms.projection:project",
+                                "options": {"columns": {"src_partition": "partition", "src_offset": "offset",
+                                                        "key": "key", "value": "value"}}},
+             "sinks": [{"type": "channel", "channel": "ab"}]},
+            {"name": "b",
+             "sources": [{"type": "channel", "channel": "ab", "max_records_per_batch": 50,
+                          "json_fields": {"src_partition": "long", "src_offset": "long", "key": "long",
+                                          "value": "long"}}],
+             "transformation": {"function": "barrierflow.transforms.projection:project",
+                                "options": {"columns": {"src_partition": "src_partition", "src_offset": "src_offset",
+                                                        "value": "value"}}},
+             "sinks": [{"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}]},
+        ],
+        "trigger": {"interval": "100ms"},
+        "checkpoint": {"storage": f"file://{tmp_path / 'chk'}", "interval": "700ms", "timeout": "120s",
+                       "mode": mode},
+    }
+
+
+def test_two_stage_pipeline_restores_a_global_checkpoint_exactly_once(
+        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run until one global checkpoint completed and stop (stage a has by then written records
+    after that barrier); start again with ``barrierflow run``: the pipeline restores the global
+    checkpoint as attempt 1, stage a writes those records again, stage b skips the attempt-0
+    copies; the committed output holds every record once, and ``checkpoints list --json`` shows
+    both runs' global checkpoints with each stage's part."""
+    data = two_stage_spec(tmp_path, kafka_endpoint)
+    spec = parse_staged_spec(data)
+    first = StagedPipelineJob(spec, spark=spark).run(checkpoints=1, duration=150)
+    assert len(first.completed) == 1
+    manifest = first.completed[0]
+    # The global manifest names a manifest of each stage with the same id.
+    assert set(manifest.stages) == {"a", "b"}
+    for name, part in manifest.stages.items():
+        assert part.manifest == f"stages/{name}/chk-{manifest.checkpoint_id}/_metadata.json"
+        assert (tmp_path / "chk" / part.manifest).is_file()
+    assert (tmp_path / "chk" / global_key(manifest.checkpoint_id, "_metadata")).is_file()
+    assert manifest.stages["b"].mode == "aligned" and manifest.stages["a"].mode is None
+    alignment = next(m for m in first.stage_manifests["b"] if m.checkpoint_id == manifest.checkpoint_id).alignment
+    assert alignment is not None and alignment.mode == "aligned" and alignment.channel_state == []
+    topic = spec.channels[0].topic
+    assert set(alignment.barrier_offsets) == {f"{topic}:0", f"{topic}:1"}
+    _check_channel(kafka_endpoint, topic, first.stage_manifests["a"])
+    stale = _records_after(kafka_endpoint, topic, alignment.barrier_offsets)
+
+    # The second start goes through the command line (the job gets the shared SparkSession,
+    # the active one): one progress display, then the global checkpoints as `checkpoints list`.
+    import yaml
+    from barrierflow.cli.main import main
+
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["run", str(path), "--until-exhausted", "--duration", "150"]) == 0
+    out, err = capsys.readouterr()
+    assert "pipeline two (2 stages, attempt 1):" in out and "embedded broker" not in out, out
+    progress = [line for line in err.splitlines() if line.startswith("a: batch=")]
+    assert progress and " | b: batch=" in progress[-1] and "global_checkpoint=" in progress[-1], err
+    assert main(["checkpoints", "list", str(path), "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing["attempt"] == 1 and listing["abandoned"] == [] and listing["stages"] == ["a", "b"]
+    assert listing["completed"][0]["checkpoint_id"] == manifest.checkpoint_id
+    second = listing["completed"][1:]
+    assert second and all(m["checkpoint_id"] > manifest.checkpoint_id and m["attempt"] == 1 for m in second)
+    for m in listing["completed"]:
+        assert m["stages"]["b"]["mode"] == "aligned" and m["stages"]["a"]["mode"] is None
+        assert {"alignment_ms", "sync_ms", "async_ms", "channel_state_records"} <= set(m["stages"]["b"])
+    table = read_committed(f"file://{tmp_path / 'out'}")
+    assert table is not None
+    seen = sorted(zip(table.column("src_partition").to_pylist(), table.column("src_offset").to_pylist(),
+                      strict=True))
+    assert seen == [(p, o) for p in range(PARTITIONS) for o in range(RECORDS)]
+    print(f"\ntwo stages: run 1: {first.elapsed_seconds:.1f}s, global total_ms {round(manifest.total_ms)}; "
+          f"{stale} attempt-0 records after the restored barrier skipped; run 2 (attempt 1, CLI): {out.strip()}")
+
+
+def _records_after(endpoint: KafkaEndpoint, topic: str, barriers: dict[str, int]) -> int:
+    """Data records on the channel after the given barrier offsets (what a restore must skip)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=endpoint.bootstrap_servers, group_id=None, enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(topic, n) for n in range(2)]
+        ends = consumer.end_offsets(tps)
+        return sum(max(0, ends[tp] - barriers[f"{topic}:{tp.partition}"] - 1) for tp in tps)
+    finally:
+        consumer.close()
+
+
+def _check_channel(endpoint: KafkaEndpoint, topic: str, a_manifests: list[Any]) -> None:
+    """The raw channel: every record carries attempt 0; each partition holds barriers 1..n in
+    order; the data records before barrier n are exactly those stage a read before its barrier
+    n (offsets from a's manifests), so no record crosses its epoch's barrier."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    cuts = {m.checkpoint_id: m.barrier_offsets["events"] for m in a_manifests}
+    consumer = KafkaConsumer(bootstrap_servers=endpoint.bootstrap_servers, group_id=None,
+                             enable_auto_commit=False, auto_offset_reset="earliest")
+    try:
+        for number in range(2):
+            tp = TopicPartition(topic, number)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            end = consumer.end_offsets([tp])[tp]
+            records: list[Any] = []
+            while len(records) < end:
+                records += consumer.poll(timeout_ms=1000).get(tp, [])
+            assert all(dict(r.headers)["bf-attempt"] == b"0" for r in records)
+            epoch = 1
+            barriers = []
+            for record in records:
+                marker = decode_barrier(record.headers)
+                if marker is not None:
+                    barriers.append(marker.checkpoint_id)
+                    epoch = marker.checkpoint_id + 1
+                    continue
+                row = json.loads(record.value)
+                cut_before = cuts.get(epoch - 1, {}).get(str(row["src_partition"]), 0)
+                cut = cuts.get(epoch, {}).get(str(row["src_partition"]))
+                assert row["src_offset"] >= cut_before and (cut is None or row["src_offset"] < cut), (epoch, row)
+            assert barriers == sorted(set(barriers)) and set(cuts) <= set(barriers), (barriers, sorted(cuts))
+    finally:
+        consumer.close()
+
+
+def three_stage_spec(tmp_path: Path, endpoint: KafkaEndpoint) -> dict[str, Any]:
+    """x and y read generators and write channels c1 and c2; z reads both and writes Parquet."""
+    suffix = uuid.uuid4().hex[:8]
+    columns = {"src_partition": "partition", "src_offset": "offset", "key": "key", "value": "value"}
+    fields = {"src_partition": "long", "src_offset": "long", "key": "long", "value": "long"}
+
+    def upstream(name: str, channel: str, batch: int) -> dict[str, Any]:
+        return {"name": name,
+                "sources": [{"name": "events", "type": "generator", "partitions": PARTITIONS, "rows_per_second": 0,
+                             "max_records_per_batch": batch, "keys": 7, "records_per_partition": RECORDS}],
+                "transformation": {"function": "barrierflow.transforms.projection:project",
+                                   "options": {"columns": columns}},
+                "sinks": [{"type": "channel", "channel": channel}]}
+
+    return {
+        "name": "three",
+        "work_dir": str(tmp_path / "work"),
+        "channels": [{"name": c, "topic": f"{c}-{suffix}", "partitions": 2, "bootstrap": endpoint.bootstrap_servers}
+                     for c in ("c1", "c2")],
+        "stages": [
+            upstream("x", "c1", 40), upstream("y", "c2", 15),
+            {"name": "z",
+             "sources": [{"type": "channel", "channel": c, "max_records_per_batch": 30, "json_fields": fields}
+                         for c in ("c1", "c2")],
+             "transformation": {"function": "barrierflow.transforms.projection:project",
+                                "options": {"columns": {"topic": "topic", "src_partition": "src_partition",
+                                                        "src_offset": "src_offset"}}},
+             "sinks": [{"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}]},
+        ],
+        "trigger": {"interval": "100ms"},
+        "checkpoint": {"storage": f"file://{tmp_path / 'chk'}", "interval": "700ms", "timeout": "120s",
+                       "mode": "unaligned"},
+    }
+
+
+def test_three_stages_one_reading_two_channels_unaligned_and_restored(
+        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    """z aligns four input partitions of two channels, unaligned: the snapshot is taken at the
+    first barrier and the records other partitions deliver before theirs are channel state.
+    The pipeline stops after one global checkpoint and restarts from it (attempt 1); the
+    committed output holds every record of both upstream stages once."""
+    spec = parse_staged_spec(three_stage_spec(tmp_path, kafka_endpoint))
+    first = StagedPipelineJob(spec, spark=spark).run(checkpoints=1, duration=170)
+    second = StagedPipelineJob(spec, spark=spark).run(until_exhausted=True, duration=170)
+
+    completed = first.completed + second.completed
+    assert first.completed and second.completed, "no global checkpoint completed"
+    z = {m.checkpoint_id: m for m in first.stage_manifests["z"] + second.stage_manifests["z"]}
+    for manifest in completed:
+        assert set(manifest.stages) == {"x", "y", "z"} and manifest.stages["z"].mode == "unaligned"
+        alignment = z[manifest.checkpoint_id].alignment
+        assert alignment is not None and alignment.alignment_ms == 0.0
+        assert len(alignment.barrier_offsets) == 4  # both partitions of both channels delivered
+        assert manifest.stages["z"].channel_state_records == alignment.channel_state_records
+        for entry in alignment.channel_state:
+            assert entry.end > entry.start and 0 < entry.records <= entry.end - entry.start
+    table = read_committed(f"file://{tmp_path / 'out'}")
+    assert table is not None
+    seen = sorted(zip(table.column("topic").to_pylist(), table.column("src_partition").to_pylist(),
+                      table.column("src_offset").to_pylist(), strict=True))
+    topics = sorted(c.topic for c in spec.channels)
+    assert seen == [(t, p, o) for t in topics for p in range(PARTITIONS) for o in range(RECORDS)]
+    print(f"\nthree stages, unaligned: run 1 {first.elapsed_seconds:.1f}s, run 2 {second.elapsed_seconds:.1f}s; "
+          f"global total_ms {[round(m.total_ms) for m in completed]}; channel-state records of z: "
+          f"{[z[m.checkpoint_id].alignment.channel_state_records for m in completed]}")  # type: ignore[union-attr]
+
+
+def test_cli_runs_a_two_stage_pipeline_on_the_embedded_broker_and_lists_its_global_checkpoints(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``barrierflow run SPEC --until-exhausted`` on a multi-stage spec whose channel has
+    ``bootstrap: embedded`` starts tansu on 127.0.0.1 for the run (the shared SparkSession is
+    reused: the job's builder gets the active one), shows one progress display with every stage
+    and the last global checkpoint, commits every record once; ``checkpoints list`` (text and
+    ``--json``) shows the global checkpoints with each stage's part. A second run is refused
+    (exit 2): the embedded broker's channel records are gone, so nothing can be restored."""
+    import yaml
+    from barrierflow.cli.main import main
+
+    spec = two_stage_spec(tmp_path, KafkaEndpoint("unused", True))
+    spec["channels"][0]["bootstrap"] = "embedded"
+    for stage in spec["stages"]:
+        if stage["sources"][0]["type"] == "generator":
+            stage["sources"][0]["records_per_partition"] = 60
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+
+    assert main(["run", str(path), "--until-exhausted", "--duration", "150"]) == 0
+    out, err = capsys.readouterr()
+    assert "pipeline two (2 stages, attempt 0):" in out and "embedded broker 127.0.0.1:" in out, out
+    progress = [line for line in err.splitlines() if line.startswith("a: batch=")]
+    assert progress and " | b: batch=" in progress[-1] and "global_checkpoint=" in progress[-1], err
+    assert "global_checkpoint=-" not in progress[-1]
+    table = read_committed(f"file://{tmp_path / 'out'}")
+    assert table is not None
+    assert sorted(zip(table.column("src_partition").to_pylist(), table.column("src_offset").to_pylist(),
+                      strict=True)) == [(p, o) for p in range(PARTITIONS) for o in range(60)]
+
+    assert main(["checkpoints", "list", str(path), "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing["pipeline"] == "two" and listing["stages"] == ["a", "b"] and listing["completed"]
+    for manifest in listing["completed"]:
+        assert set(manifest["stages"]) == {"a", "b"}
+        assert manifest["stages"]["b"]["mode"] == "aligned" and manifest["stages"]["a"]["mode"] is None
+        assert {"alignment_ms", "sync_ms", "async_ms", "channel_state_records"} <= set(manifest["stages"]["b"])
+    assert main(["checkpoints", "list", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "align ms" in text and "chan recs" in text
+    rows = [line.split() for line in text.splitlines()]
+    assert any(row[:2] == ["b", "aligned"] for row in rows), text
+    assert any(row[:2] == ["a", "-"] for row in rows), text
+
+    assert main(["run", str(path), "--checkpoints", "1"]) == 2
+    assert "embedded broker, whose records are gone" in capsys.readouterr().err
+    print(f"\nCLI run on the embedded broker:\n{out}{text}")

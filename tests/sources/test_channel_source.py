@@ -1,0 +1,183 @@
+"""The channel source's planning (``latestOffset``) and reading against a real broker, driven
+by hand (no Spark): barrier records are found, partitions are capped (aligned) or recorded as
+channel state (unaligned, timed out), barriers never reach the transformation."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from barrierflow.barriers.alignment.record import read_alignment
+from barrierflow.barriers.offsets import SourceOffset
+from barrierflow.barriers.records import BarrierMarker, data_headers
+from barrierflow.sources.channel import ChannelStreamReader
+from barrierflow.spec.models import KafkaSourceSpec
+from barrierflow.testing.kafka_broker import KafkaEndpoint, create_topic, produce
+from pyspark.sql.datasource import InputPartition
+
+pytestmark = pytest.mark.kafka
+
+
+def _row(i: int) -> tuple[None, bytes, list[tuple[str, bytes]]]:
+    return None, json.dumps({"n": i}).encode(), data_headers(0)
+
+
+def _barrier(n: int) -> tuple[None, bytes, list[tuple[str, bytes]]]:
+    marker = BarrierMarker(n, 0, "up")
+    return None, marker.value(), marker.headers()
+
+
+def channel(endpoint: KafkaEndpoint, layout: dict[int, list[Any]]) -> str:
+    """A 2-partition topic holding ``layout[p]``: ints are data rows, ``("B", n)`` barrier n."""
+    topic = f"ch-{uuid.uuid4().hex[:8]}"
+    create_topic(endpoint, topic, 2)
+    records = []
+    for partition, items in layout.items():
+        for item in items:
+            key, value, headers = _barrier(item[1]) if isinstance(item, tuple) else _row(item)
+            records.append((partition, key, value, headers))
+    produce(endpoint, topic, records)
+    return topic
+
+
+def reader(endpoint: KafkaEndpoint, topic: str, tmp_path: Path, mode: str = "aligned", timeout: float = 0.0,
+           max_records: int = 100) -> ChannelStreamReader:
+    spec = KafkaSourceSpec(name="in", type="kafka", bootstrap_servers=endpoint.bootstrap_servers, topics=[topic],
+                           format="json", json_fields={"n": "long"}, max_records_per_batch=max_records,
+                           poll_timeout=5)
+    return ChannelStreamReader({"spec": spec.model_dump_json(), "control_dir": str(tmp_path / "control"),
+                                "alignment": json.dumps({"mode": mode, "alignment_timeout": timeout})})
+
+
+def plan(source: ChannelStreamReader, start: dict[str, Any]) -> SourceOffset:
+    return SourceOffset.from_json(source.latestOffset(start, None))
+
+
+def test_aligned_caps_the_early_partition_until_the_late_one_delivers(
+        kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    # p0: 2 rows, barrier 1, 3 rows; p1: 6 rows, barrier 1.  Batches of at most 4 per partition.
+    topic = channel(kafka_endpoint, {0: [0, 1, ("B", 1), 2, 3, 4], 1: [0, 1, 2, 3, 4, 5, ("B", 1)]})
+    p0, p1 = f"{topic}:0", f"{topic}:1"
+    source = reader(kafka_endpoint, topic, tmp_path, max_records=4)
+    try:
+        start = source.initialOffset()
+        first = plan(source, start)
+        assert first.partitions == {p0: 3, p1: 4} and first.barrier == 0  # p0 stops just after its barrier
+        second = plan(source, first.to_json())
+        assert second.partitions == {p0: 3, p1: 7} and second.barrier == 1  # p0 capped; p1 reaches its barrier
+        record = read_alignment(tmp_path / "control", 1)
+        assert record is not None and record["mode"] == "aligned" and record["channel_state"] == []
+        assert record["barrier_offsets"] == {p0: 2, p1: 6}
+        third = plan(source, second.to_json())
+        assert third.partitions == {p0: 6, p1: 7} and third.barrier == 1  # released; sticky barrier
+        # read() never hands a barrier record to the transformation
+        rows = [r for batch in source.read(InputPartition((topic, 0, 0, 6))) for r in batch.to_pylist()]
+        assert [r["n"] for r in rows] == [0, 1, 2, 3, 4]
+    finally:
+        source.stop()
+
+
+def test_unaligned_snapshots_at_the_first_barrier_and_records_channel_state(
+        kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    topic = channel(kafka_endpoint, {0: [0, ("B", 1), 1], 1: [*range(9), ("B", 1), 9]})
+    p0, p1 = f"{topic}:0", f"{topic}:1"
+    source = reader(kafka_endpoint, topic, tmp_path, mode="unaligned", max_records=3)
+    try:
+        first = plan(source, source.initialOffset())
+        assert first.partitions == {p0: 2, p1: 3} and first.barrier == 1  # snapshot batch at once
+        # p1's barrier is already in the log, 6 records ahead: it overtakes them, so the
+        # checkpoint's channel state is known before p1 processed its backlog.
+        record = read_alignment(tmp_path / "control", 1)
+        offset = first
+        for _ in range(3):
+            offset = plan(source, offset.to_json())
+        assert offset.partitions == {p0: 3, p1: 11} and offset.barrier == 1  # passes the delivered barrier
+        assert record is not None and record["mode"] == "unaligned" and record["alignment_ms"] == 0.0
+        assert record["channel_state"] == [{"partition": p1, "start": 3, "end": 9, "records": 6, "back_edge": False}]
+    finally:
+        source.stop()
+
+
+def test_alignment_timeout_switches_a_checkpoint_to_unaligned(
+        kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    topic = channel(kafka_endpoint, {0: [("B", 1), 0], 1: [0, 1, 2, 3, 4, 5, ("B", 1)]})
+    p1 = f"{topic}:1"
+    source = reader(kafka_endpoint, topic, tmp_path, timeout=0.001, max_records=2)
+    try:
+        first = plan(source, source.initialOffset())  # p0 delivers and is capped; p1 is slow
+        assert first.partitions == {f"{topic}:0": 1, p1: 2} and first.barrier == 0
+        second = plan(source, first.to_json())  # the 1 ms timeout passed: snapshot where p1's batch ends
+        assert second.barrier == 1 and second.partitions == {f"{topic}:0": 1, p1: 4}
+        offset = second
+        while read_alignment(tmp_path / "control", 1) is None:
+            offset = plan(source, offset.to_json())
+        record = read_alignment(tmp_path / "control", 1)
+        assert record is not None and record["mode"] == "aligned-timed-out"
+        assert record["channel_state"] == [{"partition": p1, "start": 4, "end": 6, "records": 2, "back_edge": False}]
+        assert record["alignment_ms"] > 0  # first barrier to the switch
+    finally:
+        source.stop()
+
+
+def test_restored_attempt_skips_what_the_older_attempt_wrote_after_the_barrier(
+        kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    """Attempt 0 wrote rows 0-1, barrier 1, rows 2-3 (stale after a restore to checkpoint 1);
+    attempt 1 then wrote rows 2-3 again and barrier 2. Attempt 1's source reads 0, 1, 2, 3 once
+    and aligns on barrier 2, ignoring attempt 0's barrier."""
+    topic = f"ch-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_endpoint, topic, 1)
+
+    def row(i: int, attempt: int) -> tuple[int, None, bytes, list[tuple[str, bytes]]]:
+        return 0, None, json.dumps({"n": i}).encode(), data_headers(attempt)
+
+    def bar(n: int, attempt: int) -> tuple[int, None, bytes, list[tuple[str, bytes]]]:
+        marker = BarrierMarker(n, attempt, "up")
+        return 0, None, marker.value(), marker.headers()
+
+    produce(kafka_endpoint, topic, [row(0, 0), row(1, 0), bar(1, 0), row(2, 0), row(3, 0),
+                                    row(2, 1), row(3, 1), bar(2, 1)])
+    spec = KafkaSourceSpec(name="in", type="kafka", bootstrap_servers=kafka_endpoint.bootstrap_servers,
+                           topics=[topic], format="json", json_fields={"n": "long"}, poll_timeout=5)
+    source = ChannelStreamReader({"spec": spec.model_dump_json(), "control_dir": str(tmp_path / "control"),
+                                  "alignment": json.dumps({"attempt": 1, "last_completed": 1, "fences": [
+                                      {"attempt": 1, "offsets": {f"{topic}:0": 2}}]})})
+    try:
+        end = plan(source, {"partitions": {f"{topic}:0": 0}, "barrier": 1})
+        assert end.partitions == {f"{topic}:0": 8} and end.barrier == 2  # barrier 1 of attempt 0 ignored
+        rows = [r["n"] for batch in source.read(InputPartition((topic, 0, 0, 8))) for r in batch.to_pylist()]
+        assert rows == [0, 1, 2, 3]
+    finally:
+        source.stop()
+
+
+def test_slow_partition_aligned_waits_for_the_backlog_unaligned_does_not(
+        kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    """p1 has a backlog of 120 records before barrier 1 and is read 10 records per batch (the
+    slow partition); p0 delivers its barrier at once. Counted in planning rounds (one round =
+    one micro-batch) until the stage's alignment of checkpoint 1 is complete."""
+    topic = channel(kafka_endpoint, {0: [0, ("B", 1), 1], 1: [*range(120), ("B", 1), 120]})
+    rounds: dict[str, int] = {}
+    for mode, timeout in (("aligned", 0.0), ("unaligned", 0.0), ("aligned", 0.05)):
+        label = f"{mode}{f' timeout {timeout:g}s' if timeout else ''}"
+        control = tmp_path / label.replace(" ", "-")
+        source = reader(kafka_endpoint, topic, control, mode=mode, timeout=timeout, max_records=10)
+        try:
+            offset, count = plan(source, source.initialOffset()), 1
+            while read_alignment(control / "control", 1) is None and count < 50:
+                if timeout:
+                    time.sleep(timeout / 5)  # simulated: a micro-batch takes time between two rounds
+                offset, count = plan(source, offset.to_json()), count + 1
+            rounds[label] = count
+            record = read_alignment(control / "control", 1)
+            assert record is not None
+            if mode == "unaligned" or timeout:
+                assert record["channel_state_records"] > 0
+        finally:
+            source.stop()
+    print(f"\nrounds until checkpoint 1 aligned with a slow partition: {rounds}")
+    assert rounds["unaligned"] == 1 and rounds["aligned"] >= 12
+    assert rounds["aligned timeout 0.05s"] < rounds["aligned"]
