@@ -5,7 +5,11 @@ They delegate every call to the wrapped store and add one behaviour each:
 * :class:`SlowObjectStore` — sleeps before each write whose key matches, to widen the
   asynchronous phase; records when each write finished (``writes``), and, when a manifest
   is written, whether every shared file it references was already stored
-  (``manifest_violations`` stays empty when the completion protocol holds).
+  (``manifest_violations`` stays empty when the completion protocol holds). Given a
+  ``progress`` counter (e.g. Spark's committed micro-batches), the first matching write of
+  each checkpoint also waits until the counter moves: an upload that blocked processing
+  could then never finish, and fails with :class:`StorageError` after ``progress_timeout``
+  instead of passing or failing by timing.
 * :class:`FailingObjectStore` — raises :class:`StorageError` on writes whose key matches,
   for as long as ``failing`` is true.
 """
@@ -81,14 +85,33 @@ class SlowObjectStore(_Delegating):
     matches: KeyFilter = shared_files
     writes: list[WriteRecord] = field(default_factory=list)
     manifest_violations: list[str] = field(default_factory=list)
+    progress: Callable[[], int] | None = None
+    progress_timeout: float = 120.0
 
     def __post_init__(self) -> None:
         self.uri = self.inner.uri
         self._lock = threading.Lock()
+        self._gated = False  # this checkpoint's first matching write already waited
 
     def _before_write(self, key: str) -> None:
-        if self.matches(key):
-            time.sleep(self.delay)
+        if not self.matches(key):
+            return
+        time.sleep(self.delay)
+        with self._lock:
+            gate, self._gated = self.progress is not None and not self._gated, True
+        if gate:
+            assert self.progress is not None
+            self._wait_for_progress(key, self.progress)
+
+    def _wait_for_progress(self, key: str, progress: Callable[[], int]) -> None:
+        start = progress()
+        deadline = time.monotonic() + self.progress_timeout
+        while progress() <= start:
+            if time.monotonic() > deadline:
+                raise StorageError(
+                    f"no progress in {self.progress_timeout:.0f} s while uploading {self.describe(key)}: "
+                    "the upload blocks processing")
+            time.sleep(0.05)
 
     def _after_write(self, key: str, data: bytes | None) -> None:
         if key.endswith("/_metadata.json") and data is not None:
@@ -99,6 +122,8 @@ class SlowObjectStore(_Delegating):
                     self.manifest_violations.append(f"{key}: {entry['path']} not stored before the manifest")
         with self._lock:
             self.writes.append(WriteRecord(key, time.monotonic()))
+            if key.endswith("/_metadata.json"):
+                self._gated = False  # the next checkpoint's upload waits again
 
 
 @dataclass
