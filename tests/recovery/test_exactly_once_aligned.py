@@ -56,7 +56,7 @@ def test_crashes_over_an_aligned_skewed_pipeline_stay_exactly_once(spark, tmp_pa
     spec_path = aligned_spec(tmp_path)
     ways = []
     # One crash (each crashed run starts a driver JVM; the full matrix of points runs in
-    # test_exactly_once_files.py): after the pre-commit of the second checkpoint, so the restore
+    # test_random_crashes.py): after the pre-commit of the second checkpoint, so the restore
     # goes back to checkpoint 1 and the aligned pipeline replays from there.
     for point in ("after_precommit@2",):
         crashed = crashed_run(spec_path, point)

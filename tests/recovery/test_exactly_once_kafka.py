@@ -16,9 +16,9 @@ from barrierflow.testing.kafka_broker import create_topic
 from kafka import KafkaConsumer, TopicPartition
 
 from tests.recovery.harness import crash_at_every_point, finish, window_rows, windowed_spec
-from tests.recovery.test_exactly_once_files import RECORDS
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(200)]
+RECORDS = 6000
 
 
 def _read_all(bootstrap: str, topic: str, idle: float = 1.0, limit: float = 30.0) -> list[dict[str, Any]]:

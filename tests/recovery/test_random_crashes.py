@@ -1,64 +1,102 @@
-"""A randomized run: 20 crash/restore cycles over two pipelines, one writing Parquet files
-and one writing PostgreSQL, crashing alternately at random protocol points; both outputs
-must equal the failure-free output at the end."""
+"""Exactly-once into the Parquet file sink and PostgreSQL across SIGKILLed drivers: one
+randomized run of 20 crash/restore cycles over two pipelines, alternating between them.
+
+Each pipeline is crashed at every named protocol point twice, in a random order and at a
+random hit (1-3) of the point, so the run is both the randomized test (at least 20 cycles
+with the file and PostgreSQL sinks) and, per sink, the crash-at-every-point test. After
+every recovery the committed output must hold only failure-free rows, none twice (and no
+prepared PostgreSQL transaction may be left); after running both pipelines to the end of
+their bounded source, each output must equal the failure-free run's rows exactly.
+(Kafka's every-point test is tests/recovery/test_exactly_once_kafka.py.)"""
 
 from __future__ import annotations
 
 import random
-import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from barrierflow.faults import STAGE_POINTS
 from barrierflow.sinks.parquet import read_committed
 
-from tests.recovery.harness import crashed_run, finish, recover, window_rows, windowed_spec
-from tests.recovery.test_exactly_once_postgres import _prepared, _reference, _rows
+from tests.recovery.harness import assert_sub_multiset, crashed_run, finish, recover, window_rows, windowed_spec
+from tests.recovery.postgres_output import (
+    as_postgres_rows,
+    committed_rows,
+    create_window_table,
+    prepared_transactions,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.timeout(1500), pytest.mark.slow(480)]
-RECORDS = 12000
-CYCLES = 20
+#: Records per source partition: 60 micro-batches of 100, more than 10 crashes use up.
+RECORDS = 6000
+PER_BATCH = 100
+ROUNDS_PER_POINT = 2
+SEED = 20261123
+
+
+def crash_plan(rng: random.Random) -> list[tuple[str, str]]:
+    """(sink, crash spec) per cycle: every point ``ROUNDS_PER_POINT`` times per sink, shuffled,
+    at a random hit, the sinks alternating."""
+    per_sink = {sink: rng.sample(STAGE_POINTS * ROUNDS_PER_POINT, len(STAGE_POINTS) * ROUNDS_PER_POINT)
+                for sink in ("files", "postgres")}
+    return [(sink, f"{point}@{rng.randint(1, 3)}")
+            for pair in zip(per_sink["files"], per_sink["postgres"], strict=True)
+            for sink, point in zip(("files", "postgres"), pair, strict=True)]
+
+
+def test_crash_plan_covers_every_point_per_sink() -> None:
+    plan = crash_plan(random.Random(SEED))
+    assert len(plan) >= 20
+    for sink in ("files", "postgres"):
+        points = [spec.split("@")[0] for s, spec in plan if s == sink]
+        assert sorted(points) == sorted(STAGE_POINTS * ROUNDS_PER_POINT)
+    assert [s for s, _ in plan[:4]] == ["files", "postgres", "files", "postgres"]
 
 
 def test_twenty_random_crash_restore_cycles_file_and_postgres(
         spark, tmp_path: Path, reference_rows, postgres_endpoint: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    table = f"eo_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(postgres_endpoint.dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {table} (window_start timestamptz, window_end timestamptz, key bigint, "
-                     "count bigint, value_sum bigint)")
-    monkeypatch.setenv("BARRIERFLOW_POSTGRES_DSN", postgres_endpoint.dsn)
+    dsn = postgres_endpoint.dsn
+    table = create_window_table(dsn)
+    monkeypatch.setenv("BARRIERFLOW_POSTGRES_DSN", dsn)
     out = tmp_path / "files" / "out"
     (tmp_path / "files").mkdir()
     (tmp_path / "pg").mkdir()
     pipelines = {
         "files": windowed_spec(tmp_path / "files", {"name": "out", "type": "parquet", "path": f"file://{out}"},
-                               records=RECORDS, per_batch=200),
+                               records=RECORDS, per_batch=PER_BATCH),
         "postgres": windowed_spec(tmp_path / "pg", {"name": "pg", "type": "postgres", "table": table},
-                                  records=RECORDS, per_batch=200),
+                                  records=RECORDS, per_batch=PER_BATCH),
     }
-    rng = random.Random(20261122)
-    crashes: dict[str, int] = {"files": 0, "postgres": 0}
+    reference = reference_rows(RECORDS)
+
+    def committed_files() -> list[tuple[Any, ...]]:
+        table_out = read_committed(f"file://{out}")
+        return window_rows(table_out.to_pylist() if table_out is not None else [])
+
+    def committed_postgres() -> list[tuple[Any, ...]]:
+        assert prepared_transactions(dsn) == [], "recovery left prepared transactions"
+        return committed_rows(dsn, table)
+
+    outputs: dict[str, tuple[Callable[[], list[tuple[Any, ...]]], list[tuple[Any, ...]]]] = {
+        "files": (committed_files, reference), "postgres": (committed_postgres, as_postgres_rows(reference))}
     ways: list[str] = []
-    for _attempt in range(CYCLES + 10):
-        if sum(crashes.values()) >= CYCLES:
-            break
-        sink = min(crashes, key=lambda k: crashes[k])  # alternate, so each sink gets half
-        point = rng.choice(STAGE_POINTS)
-        crashed = crashed_run(pipelines[sink], f"{point}@{rng.randint(1, 3)}")
-        if crashed.returncode == 0:
-            continue  # the point was not reached before the bounded source ended
-        assert crashed.returncode == -9, crashed.stderr[-3000:]
-        crashes[sink] += 1
+    plan = crash_plan(random.Random(SEED))
+    for cycle, (sink, crash_at) in enumerate(plan, start=1):
+        point = crash_at.split("@")[0]
+        crashed = crashed_run(pipelines[sink], crash_at)
+        assert crashed.returncode == -9, f"cycle {cycle} ({sink}, {crash_at}): exit {crashed.returncode}\n" \
+                                         f"{crashed.stderr[-3000:]}"
+        assert f"injected crash at {point}" in crashed.stderr
         ways.append(recover(pipelines[sink]))
-        if sink == "postgres":
-            assert _prepared(postgres_endpoint.dsn) == []
-    assert sum(crashes.values()) >= CYCLES, crashes
+        read, expected = outputs[sink]
+        assert_sub_multiset(read(), expected, f"cycle {cycle}: {sink} crashed at {crash_at}, then {ways[-1]}")
+    assert len(ways) >= 20
     assert "restore" in ways
     for spec_path in pipelines.values():
         finish(spark, spec_path)
-    table_out = read_committed(f"file://{out}")
-    assert window_rows(table_out.to_pylist() if table_out is not None else []) == reference_rows(RECORDS)
-    assert _rows(postgres_endpoint.dsn, table) == _reference(reference_rows, RECORDS)
-    assert _prepared(postgres_endpoint.dsn) == []
+    assert committed_files() == reference
+    assert not list((out / "_staging").glob("batch=*/*.parquet")), "staged files left after the last commit"
+    assert committed_rows(dsn, table) == as_postgres_rows(reference)
+    assert prepared_transactions(dsn) == []
