@@ -61,3 +61,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return float(marker.args[0]) if marker and marker.args else 0.0
 
     items.sort(key=expected_seconds, reverse=True)  # stable: unmarked tests keep their order
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> dict[str, object]:
+    """Figures a test measured (outage tests: failed checkpoints, recovery time, rows lost):
+    filled in by the test, printed in the terminal summary (also from xdist workers)."""
+    measured: dict[str, object] = {}
+    request.node.user_properties.append(("figures", measured))
+    return measured
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print every test's ``figures`` (see the fixture) under one heading."""
+    lines = []
+    for report in terminalreporter.getreports("passed") + terminalreporter.getreports("failed"):
+        if report.when != "call":
+            continue
+        for name, value in report.user_properties:
+            if name == "figures" and value:
+                shown = ", ".join(f"{k} {v}" for k, v in value.items())
+                lines.append(f"{report.nodeid}: {shown}")
+    if lines:
+        terminalreporter.section("figures measured by tests")
+        for line in lines:
+            terminalreporter.write_line(line)

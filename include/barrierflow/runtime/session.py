@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 from barrierflow.spark import session as spark_session
@@ -11,6 +12,8 @@ if TYPE_CHECKING:
 
     from barrierflow.spec.models import SparkSpec
 
+#: Sessions that have barrierflow's data sources (registering costs a Python round trip each).
+_REGISTERED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 
 def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSession:
@@ -22,7 +25,9 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSessio
 
 
 def register_data_sources(session: SparkSession) -> None:
-    """Register barrierflow's Python data sources on ``session`` (idempotent)."""
+    """Register barrierflow's Python data sources on ``session`` (idempotent: once per session)."""
+    if session in _REGISTERED:
+        return
     from barrierflow.sinks.staging import StagingDataSource
     from barrierflow.sources.channel import ChannelDataSource
     from barrierflow.sources.generator import GeneratorDataSource
@@ -30,3 +35,4 @@ def register_data_sources(session: SparkSession) -> None:
 
     for source in (GeneratorDataSource, KafkaDataSource, ChannelDataSource, StagingDataSource):
         session.dataSource.register(source)
+    _REGISTERED.add(session)

@@ -47,12 +47,16 @@ class S3Endpoint:
         access_key_id / secret_access_key: fixed credentials for a started moto server, or
             None for an external endpoint (then the environment's credentials are used).
         region: the region to sign requests for.
+        pid: the process id of a started moto server (fault injection: SIGSTOP makes the
+            endpoint stop answering, SIGCONT brings it back with its data), or None for an
+            external endpoint.
     """
 
     url: str
     access_key_id: str | None = None
     secret_access_key: str | None = field(default=None, repr=False)
     region: str = TEST_REGION
+    pid: int | None = None
 
     def env(self) -> dict[str, str]:
         """Environment variables that point boto3 (and :class:`S3ObjectStore`) at this endpoint.
@@ -163,6 +167,7 @@ def _moto_server(startup_timeout: float, stop_timeout: float) -> Iterator[S3Endp
                     access_key_id=TEST_ACCESS_KEY_ID,
                     secret_access_key=TEST_SECRET_ACCESS_KEY,
                     region=TEST_REGION,
+                    pid=proc.pid,
                 )
                 return
             finally:
