@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from barrierflow.spec.models import DiscardSinkSpec, KafkaSinkSpec, ParquetSinkSpec, PipelineSpec, PostgresSinkSpec
 from barrierflow.transactions.committer import NoCommitter, SinkCommitter
 from barrierflow.transactions.ledger import TransactionLedger
+from barrierflow.transactions.retry import CommitRetry
 
 if TYPE_CHECKING:
     from barrierflow.checkpointing.store import CheckpointStore
@@ -31,8 +32,11 @@ def build_sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout, *,
     if isinstance(sink, DiscardSinkSpec):
         return NoCommitter(sink.name)
     ledger = TransactionLedger(store.objects, spec.name)
+    retry = CommitRetry(retries=spec.checkpoint.sink_commit_retries,
+                        initial=spec.checkpoint.sink_commit_backoff,
+                        maximum=max(30.0, spec.checkpoint.sink_commit_backoff))
     common = {"name": sink.name, "pipeline": spec.name, "ledger": ledger, "attempt": attempt,
-              "spark_checkpoint": layout.spark_checkpoint}
+              "spark_checkpoint": layout.spark_checkpoint, "commit_retry": retry}
     if isinstance(sink, ParquetSinkSpec):
         from barrierflow.sinks.parquet import ParquetFileSink
 

@@ -170,13 +170,17 @@ class CheckpointSpec(_Strict):
     synchronous_upload: bool = Field(
         False, description="wait for the upload before processing continues (paper's baseline)"
     )
+    sink_commit_retries: int = Field(
+        5, ge=0, le=30, description="retries of a completed checkpoint's sink commit before the job stops")
+    sink_commit_backoff: float = Field(
+        1.0, description="wait before the first commit retry; doubles per retry, at most 30 s")
 
     @field_validator("storage")
     @classmethod
     def _check_storage(cls, value: str) -> str:
         return _storage_uri(value)
 
-    @field_validator("interval", "timeout", "min_pause", "alignment_timeout", mode="before")
+    @field_validator("interval", "timeout", "min_pause", "alignment_timeout", "sink_commit_backoff", mode="before")
     @classmethod
     def _durations(cls, value: Any) -> float:
         return parse_duration_seconds(value)
@@ -206,6 +210,8 @@ class CheckpointSpec(_Strict):
             raise ValueError("interval must be greater than 0 seconds")
         if self.timeout <= 0:
             raise ValueError("timeout must be greater than 0 seconds")
+        if self.sink_commit_backoff <= 0:
+            raise ValueError("sink_commit_backoff must be greater than 0 seconds, e.g. '1s'")
         return self
 
 

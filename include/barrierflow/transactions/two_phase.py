@@ -11,6 +11,10 @@ drive them and keep the ledger (:mod:`barrierflow.transactions.ledger`) in step:
   PRECOMMITTED. Returns the handle stored in the manifest.
 * :meth:`notify_checkpoint_complete` — after manifest n is stored: :meth:`commit` every
   PRECOMMITTED transaction of a checkpoint <= n, record COMMITTED, delete its staged batches.
+  A commit that fails with a sink, storage or OS error is tried again (recovering) with
+  bounded exponential backoff (:mod:`barrierflow.transactions.retry`), never skipped; once the
+  retries are used up a :class:`SinkError` naming the sink, the transaction and the fix is
+  raised and the transaction stays PRECOMMITTED for ``reconcile`` or the next start.
 * :meth:`notify_checkpoint_aborted` — checkpoint n failed: :meth:`abort` its transaction
   (OPEN or PRECOMMITTED) and release its batches to the next epoch. Unlike Flink, which must
   keep a pre-committed transaction because the data lives only inside it, barrierflow can
@@ -36,15 +40,18 @@ from __future__ import annotations
 import abc
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from barrierflow.errors import SinkError, StorageError
 from barrierflow.faults import crash_point
 from barrierflow.spark import offset_log
 from barrierflow.transactions.committer import SinkCommitter
 from barrierflow.transactions.ledger import Transaction, TransactionLedger, TxnState
+from barrierflow.transactions.retry import NO_RETRY, CommitRetry
 from barrierflow.transactions.staged import StagedBatches
 
 log = logging.getLogger(__name__)
@@ -70,8 +77,10 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
 
     def __init__(self, *, name: str, pipeline: str, ledger: TransactionLedger, staging: StagedBatches,
                  attempt: int = 0, spark_checkpoint: str | os.PathLike[str] | None = None,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 commit_retry: CommitRetry = NO_RETRY) -> None:
         self.name = name
+        self.commit_retry = commit_retry
         self.spark_checkpoint = spark_checkpoint
         self.pipeline = pipeline
         self.ledger = ledger
@@ -149,7 +158,34 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
     def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None:
         for txn in self.ledger.list(self.name):
             if txn.state is TxnState.PRECOMMITTED and txn.checkpoint_id <= checkpoint_id:
-                self._commit(txn, recovering=False)
+                self._commit_with_retry(txn)
+
+    def _commit_with_retry(self, txn: Transaction) -> None:
+        """Commit ``txn``; on a sink, storage or OS error wait and commit it again (recovering,
+        which is idempotent) per :attr:`commit_retry`; raise :class:`SinkError` when used up."""
+        delays = self.commit_retry.delays()
+        started = time.monotonic()
+        for attempt in range(len(delays) + 1):
+            try:
+                self._commit(txn, recovering=attempt > 0)
+                if attempt:
+                    log.warning("sink %s: committed %s (checkpoint %d) on attempt %d", self.name,
+                                txn.transaction_id, txn.checkpoint_id, attempt + 1)
+                return
+            except (SinkError, StorageError, OSError) as exc:
+                if attempt == len(delays):
+                    raise SinkError(
+                        f"sink {self.name!r}: could not commit transaction {txn.transaction_id} (checkpoint "
+                        f"{txn.checkpoint_id}, completed) in {attempt + 1} attempt(s) over "
+                        f"{time.monotonic() - started:.0f} s; last error: {exc}. The transaction stays pre-committed "
+                        "and is never skipped: once the sink's system is reachable again run `barrierflow reconcile "
+                        "<spec>` (or start the job again, which commits it first); raise "
+                        "checkpoint.sink_commit_retries to ride out longer outages"
+                    ) from exc
+                log.warning("sink %s: commit of %s (checkpoint %d) failed (attempt %d of %d): %s; retrying in %.1f s",
+                            self.name, txn.transaction_id, txn.checkpoint_id, attempt + 1, len(delays) + 1, exc,
+                            delays[attempt])
+                self.commit_retry.sleep(delays[attempt])
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         txn = self.ledger.get(self.name, checkpoint_id)
