@@ -12,6 +12,9 @@ pre-committed, manifest not yet written), ``after_manifest`` (checkpoint complet
 yet told), ``mid_sink_commit`` (a sink commit half done); in multi-stage pipelines
 ``after_global_manifest`` (global checkpoint complete, final stages' sinks not yet told). Production code calls
 :func:`crash_point`; with the variable unset it does nothing but a dictionary look-up.
+
+In-process tests can instead run a function at a point (:func:`at_point`), e.g. to stop a
+database right after the sinks' pre-commit, between PREPARE and COMMIT PREPARED.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import signal
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 log = logging.getLogger(__name__)
 #: The protocol points of one stage (a single-stage job reaches every one of them).
@@ -34,10 +39,27 @@ ENV = "BARRIERFLOW_CRASH_AT"
 _hits: Counter[str] = Counter()
 _lock = threading.Lock()
 _random: random.Random | None = None
+_actions: dict[str, list[Callable[[dict[str, object]], None]]] = {}
+
+
+@contextmanager
+def at_point(name: str, action: Callable[[dict[str, object]], None]) -> Iterator[None]:
+    """While in the block, call ``action(context)`` each time point ``name`` is reached (in the
+    thread that reaches it, before any crash that ``BARRIERFLOW_CRASH_AT`` selects)."""
+    if name not in POINTS:
+        raise ValueError(f"unknown protocol point {name!r}; one of {', '.join(POINTS)}")
+    _actions.setdefault(name, []).append(action)
+    try:
+        yield
+    finally:
+        _actions[name].remove(action)
 
 
 def crash_point(name: str, **context: object) -> None:
-    """SIGKILL this process if ``BARRIERFLOW_CRASH_AT`` selects ``name`` now."""
+    """SIGKILL this process if ``BARRIERFLOW_CRASH_AT`` selects ``name`` now (first running
+    the actions :func:`at_point` registered for it)."""
+    for action in list(_actions.get(name, ())):
+        action(context)
     spec = os.environ.get(ENV)
     if not spec:
         return

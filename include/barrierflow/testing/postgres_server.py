@@ -137,75 +137,138 @@ def _check_prepared_transactions(dsn: str) -> None:
         )
 
 
-@contextlib.contextmanager
-def _started_server(startup_timeout: float) -> Iterator[PostgresEndpoint]:
-    import psycopg
+class ThrowawayPostgres:
+    """A PostgreSQL server of this process: ``initdb`` once, then started and stopped at will
+    on the same port and data directory (prepared transactions survive a stop, as on a real
+    server). :func:`running_postgres` uses it; outage tests call :meth:`stop` and
+    :meth:`start` themselves (see :func:`restartable_postgres`)."""
 
-    bindir = server_bindir()
-    prefix = _as_server_user()
     host = "127.0.0.1"
-    tmp = Path(tempfile.mkdtemp(prefix="barrierflow-pg-"))
-    data = tmp / "data"
-    log_path = tmp / "postgres.log"
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        if prefix:
-            shutil.chown(tmp, user=SERVER_USER)
-        tmp.chmod(0o700)
+
+    def __init__(self, startup_timeout: float = 60.0) -> None:
+        self.startup_timeout = startup_timeout
+        self.bindir = server_bindir()
+        self.prefix = _as_server_user()
+        self.tmp = Path(tempfile.mkdtemp(prefix="barrierflow-pg-"))
+        self.data = self.tmp / "data"
+        self.log_path = self.tmp / "postgres.log"
+        self.port: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> PostgresEndpoint:
+        assert self.port is not None, "start() the server first"
+        return PostgresEndpoint(dsn=f"postgresql://postgres@{self.host}:{self.port}/{DATABASE}", is_test_server=True,
+                                host=self.host, port=self.port)
+
+    def _initdb(self) -> None:
+        if self.prefix:
+            shutil.chown(self.tmp, user=SERVER_USER)
+        self.tmp.chmod(0o700)
         init = subprocess.run(
-            [*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+            [*self.prefix, str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
              "--no-sync", "-E", "UTF8", "--locale=C"],
             capture_output=True, text=True, check=False)
         if init.returncode != 0:
             raise PostgresServerError(f"initdb failed ({init.returncode}): {init.stderr.strip()[-2000:]}")
-        (data / "pg_hba.conf").write_text("host all all 127.0.0.1/32 trust\n")
+        (self.data / "pg_hba.conf").write_text("host all all 127.0.0.1/32 trust\n")
+
+    def _launch(self, port: int) -> str | None:
+        """Start ``postgres`` on ``port``; None once it accepts connections, else why not
+        (raises when it runs but never answers)."""
+        with open(self.log_path, "ab") as log:
+            if self.prefix:
+                shutil.chown(self.log_path, user=SERVER_USER)
+            self.proc = subprocess.Popen(
+                [*self.prefix, str(self.bindir / "postgres"), "-D", str(self.data), "-p", str(port),
+                 "-c", f"listen_addresses={self.host}", "-c", "unix_socket_directories=",
+                 "-c", "max_prepared_transactions=20", "-c", "max_connections=50",
+                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+                 "-c", "shared_buffers=32MB"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        admin = f"postgresql://postgres@{self.host}:{port}/postgres"
+        deadline = time.monotonic() + self.startup_timeout
+        problem: str | None = "not tried"
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            problem = _connectable(admin)
+            if problem is None:
+                return None
+            time.sleep(0.05)
+        if self.proc.poll() is None:
+            raise PostgresServerError(
+                f"the test PostgreSQL on {self.host}:{port} did not accept connections within "
+                f"{self.startup_timeout:.0f}s ({problem}); its log:\n{_tail(self.log_path)}")
+        return f"postgres exited with code {self.proc.returncode} on port {port}"
+
+    def start(self) -> PostgresEndpoint:
+        """Start the server (the first time: initdb, a free port, the test database); ready
+        (accepting connections) when this returns."""
+        import psycopg
+
+        if self.port is not None:
+            problem = self._launch(self.port)
+            if problem is not None:
+                raise PostgresServerError(f"{problem}; its log:\n{_tail(self.log_path)}")
+            logger.info("test PostgreSQL pid %s ready again on %s:%s", self.proc.pid if self.proc else None,
+                        self.host, self.port)
+            return self.endpoint
+        self._initdb()
         last_problem = ""
         for _attempt in range(3):  # the port may be taken between picking and binding it
-            port = _free_port(host)
-            with open(log_path, "ab") as log:
-                if prefix:
-                    shutil.chown(log_path, user=SERVER_USER)
-                proc = subprocess.Popen(
-                    [*prefix, str(bindir / "postgres"), "-D", str(data), "-p", str(port),
-                     "-c", f"listen_addresses={host}", "-c", "unix_socket_directories=",
-                     "-c", "max_prepared_transactions=20", "-c", "max_connections=50",
-                     "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                     "-c", "shared_buffers=32MB"],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-            admin = f"postgresql://postgres@{host}:{port}/postgres"
-            deadline = time.monotonic() + startup_timeout
-            problem: str | None = "not tried"
-            while time.monotonic() < deadline and proc.poll() is None:
-                problem = _connectable(admin)
-                if problem is None:
-                    break
-                time.sleep(0.05)
+            port = _free_port(self.host)
+            problem = self._launch(port)
             if problem is None:
+                self.port = port
                 break
-            if proc.poll() is None:
-                raise PostgresServerError(
-                    f"the test PostgreSQL on {host}:{port} did not accept connections within {startup_timeout:.0f}s "
-                    f"({problem}); its log:\n{_tail(log_path)}")
-            last_problem = f"postgres exited with code {proc.returncode} on port {port}"
+            last_problem = problem
             logger.info("%s; retrying on another port", last_problem)
         else:
-            raise PostgresServerError(f"{last_problem}; its log:\n{_tail(log_path)}")
-        with psycopg.connect(admin, autocommit=True) as conn:
+            raise PostgresServerError(f"{last_problem}; its log:\n{_tail(self.log_path)}")
+        with psycopg.connect(f"postgresql://postgres@{self.host}:{self.port}/postgres", autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {DATABASE}")
-        logger.info("test PostgreSQL pid %s ready on %s:%s", proc.pid, host, port)
-        yield PostgresEndpoint(dsn=f"postgresql://postgres@{host}:{port}/{DATABASE}", is_test_server=True,
-                               host=host, port=port)
+        logger.info("test PostgreSQL pid %s ready on %s:%s", self.proc.pid if self.proc else None, self.host, self.port)
+        return self.endpoint
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``pg_ctl stop -m MODE``; ``fast`` disconnects clients, prepared
+        transactions stay) and wait for it to exit."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        subprocess.run([*self.prefix, str(self.bindir / "pg_ctl"), "stop", "-D", str(self.data), "-m", mode, "-w"],
+                       capture_output=True, check=False, timeout=60)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            logger.warning("test PostgreSQL pid %s did not stop; killing it", self.proc.pid)
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def remove(self) -> None:
+        """Stop the server at once and delete its directory."""
+        self.stop("immediate")
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _started_server(startup_timeout: float) -> Iterator[PostgresEndpoint]:
+    server = ThrowawayPostgres(startup_timeout)
+    try:
+        yield server.start()
     finally:
-        if proc is not None and proc.poll() is None:
-            subprocess.run([*prefix, str(bindir / "pg_ctl"), "stop", "-D", str(data), "-m", "immediate", "-w"],
-                           capture_output=True, check=False, timeout=60)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                logger.warning("test PostgreSQL pid %s did not stop; killing it", proc.pid)
-                proc.kill()
-                proc.wait(timeout=30)
-        shutil.rmtree(tmp, ignore_errors=True)
+        server.remove()
+
+
+@contextlib.contextmanager
+def restartable_postgres(startup_timeout: float = 60.0) -> Iterator[ThrowawayPostgres]:
+    """A started throwaway server the caller may :meth:`~ThrowawayPostgres.stop` and
+    :meth:`~ThrowawayPostgres.start` again (outage tests); removed on exit. Never the server
+    of ``$BARRIERFLOW_TEST_POSTGRES_DSN``, which tests must not stop."""
+    server = ThrowawayPostgres(startup_timeout)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
 
 
 @contextlib.contextmanager
