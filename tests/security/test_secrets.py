@@ -235,6 +235,7 @@ def windowed_pipeline(tmp_path: Path, name: str, sink: dict[str, Any], storage: 
 
 
 def write_yaml(path: Path, data: dict[str, Any]) -> Path:
+    """Write ``data`` as YAML to ``path`` (creating its folder); returns ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path
