@@ -5,9 +5,8 @@ scanned for those secrets.
 The secrets: the password of a PostgreSQL role created for this test (in the DSN, URL-encoded,
 in ``BARRIERFLOW_POSTGRES_DSN``), and the AWS access key id and secret access key the moto S3
 server is used with (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``). Each contains a token
-``S3CR3T<hex>`` unique to the run and characters that URL encoding changes. (The throwaway
-server trusts 127.0.0.1, so it does not check the password; everything barrierflow does with
-the DSN still happens.)
+``S3CR3T<hex>`` unique to the run and characters that URL encoding changes. The throwaway
+PostgreSQL server checks the role's password (scram-sha-256); moto accepts any keys.
 
 What runs, each through its real path:
 
@@ -20,8 +19,8 @@ What runs, each through its real path:
 * Airflow's ``verify``, ``reconcile`` and ``skew`` DAGs of both pipelines; the CLI's reports of
   both (``checkpoints list``/``show``, ``verify`` with ``--json`` and ``--html``, ``skew`` with
   ``--json`` and ``--html``, ``reconcile --dry-run``, ``retain --dry-run``, ``restore --latest``);
-  and one failure (the DSN pointing at a closed port), where messages carrying connection
-  details are most likely.
+  and two failures (the DSN pointing at a closed port, and with a wrong password), where
+  messages carrying connection details are most likely.
 
 Scanned, for each secret in raw, URL-encoded, form-encoded and base64 form and for its token
 alone: every file under the test's directory (specs, work dirs with Spark's checkpoint and the
@@ -42,6 +41,7 @@ import logging
 import os
 import re
 import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -178,10 +178,19 @@ class SecretDatabase:
 @pytest.fixture
 def secret_database(postgres_endpoint: PostgresEndpoint, password: Secret) -> Iterator[SecretDatabase]:
     """A fresh role ``bf_secret_<hex>`` with ``password`` and its own database holding the
-    pipeline's table; dropped afterwards (the server is reached as the endpoint's superuser)."""
+    pipeline's table; dropped afterwards (the server is reached as the endpoint's superuser).
+
+    On the throwaway server, which trusts 127.0.0.1, the role alone must authenticate with its
+    password (scram-sha-256, a line put first in ``pg_hba.conf`` and taken out afterwards), so
+    the password really travels; the fixture waits until a wrong password is refused."""
     suffix = uuid.uuid4().hex[:10]
     role, database, table = f"bf_secret_{suffix}", f"bf_secret_{suffix}", "windows"
     admin = postgres_endpoint.dsn
+    params = conninfo_to_dict(admin)
+    host, port = params.get("host") or "127.0.0.1", params.get("port") or "5432"
+    dsn = f"postgresql://{role}:{quote(password.value, safe='')}@{host}:{port}/{database}"
+    hba: Path | None = None
+    original_hba = ""
     with psycopg.connect(admin, autocommit=True) as conn:
         try:
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role),
@@ -189,16 +198,40 @@ def secret_database(postgres_endpoint: PostgresEndpoint, password: Secret) -> It
         except psycopg.errors.InsufficientPrivilege:
             pytest.skip("the PostgreSQL test server's user may not create roles")
         conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(database), sql.Identifier(role)))
-    params = conninfo_to_dict(admin)
-    host, port = params.get("host") or "127.0.0.1", params.get("port") or "5432"
-    dsn = f"postgresql://{role}:{quote(password.value, safe='')}@{host}:{port}/{database}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {table} (window_start timestamptz, window_end timestamptz, key bigint, "
-                     "count bigint, value_sum bigint)")
-    yield SecretDatabase(dsn, role, database, table)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(database)))
-        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+        if postgres_endpoint.is_test_server:
+            found = conn.execute("SHOW hba_file").fetchone()
+            assert found is not None
+            hba = Path(str(found[0]))
+            original_hba = hba.read_text(encoding="utf-8")
+            hba.write_text(f"host all {role} {host}/32 scram-sha-256\n{original_hba}", encoding="utf-8")
+            conn.execute("SELECT pg_reload_conf()")
+            wait_until_refused(dsn.replace(quote(password.value, safe=""), "wrong"))
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE TABLE {table} (window_start timestamptz, window_end timestamptz, key bigint, "
+                         "count bigint, value_sum bigint)")
+        yield SecretDatabase(dsn, role, database, table)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            if hba is not None:
+                hba.write_text(original_hba, encoding="utf-8")
+                conn.execute("SELECT pg_reload_conf()")
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(database)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def wait_until_refused(dsn: str, timeout: float = 30.0) -> None:
+    """Return once the server refuses ``dsn`` for its password (it reloaded ``pg_hba.conf``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            psycopg.connect(dsn, connect_timeout=5).close()
+        except psycopg.OperationalError as exc:
+            if "password authentication failed" in str(exc):
+                return
+            raise
+        assert time.monotonic() < deadline, f"the server still accepts a wrong password after {timeout:.0f} s"
+        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -285,7 +318,8 @@ def test_the_scan_finds_a_secret_in_every_form_it_looks_for() -> None:
 @pytest.mark.timeout(600)
 def test_no_secret_in_any_log_manifest_ledger_report_progress_line_airflow_log_or_xcom(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
-    caplog: pytest.LogCaptureFixture, s3_endpoint: S3Endpoint, secret_database: SecretDatabase,
+    caplog: pytest.LogCaptureFixture, s3_endpoint: S3Endpoint, postgres_endpoint: PostgresEndpoint,
+    secret_database: SecretDatabase,
     password: Secret, aws_keys: tuple[Secret, Secret], airflow_home: Path,
 ) -> None:
     access_key, secret_key = aws_keys
@@ -360,11 +394,17 @@ def test_no_secret_in_any_log_manifest_ledger_report_progress_line_airflow_log_o
         cli(capfd, outputs, "retain", str(spec), "--dry-run", "--json")
         cli(capfd, outputs, "-v", "restore", str(spec), "--latest", "--json")
 
-    # 5. A failure with the connection details in play: the DSN points at a closed port.
+    # 5. Failures with the connection details in play: the DSN points at a closed port, or
+    # carries a wrong password (which contains the token too) when the server checks it.
     port = conninfo_to_dict(secret_database.dsn)["port"]
     monkeypatch.setenv(DSN_ENV, secret_database.dsn.replace(f":{port}/", f":{free_port()}/"))
     failed = cli(capfd, outputs, "-v", "reconcile", str(pg_spec), "--dry-run", expect=1)
     assert "error: postgres sink 'out'" in failed, failed
+    if postgres_endpoint.is_test_server:
+        encoded = quote(password.value, safe="")
+        monkeypatch.setenv(DSN_ENV, secret_database.dsn.replace(encoded, f"{encoded}-wrong"))
+        failed = cli(capfd, outputs, "-v", "reconcile", str(pg_spec), "--dry-run", expect=1)
+        assert "password authentication failed" in failed, failed
 
     # The scan.
     scan = Scan([password, access_key, secret_key])
