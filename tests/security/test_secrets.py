@@ -319,8 +319,7 @@ def test_the_scan_finds_a_secret_in_every_form_it_looks_for() -> None:
 def test_no_secret_in_any_log_manifest_ledger_report_progress_line_airflow_log_or_xcom(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture, s3_endpoint: S3Endpoint, postgres_endpoint: PostgresEndpoint,
-    secret_database: SecretDatabase,
-    password: Secret, aws_keys: tuple[Secret, Secret], airflow_home: Path,
+    secret_database: SecretDatabase, password: Secret, aws_keys: tuple[Secret, Secret], airflow_home: Path,
 ) -> None:
     access_key, secret_key = aws_keys
     caplog.set_level(logging.INFO)
@@ -416,6 +415,7 @@ def test_no_secret_in_any_log_manifest_ledger_report_progress_line_airflow_log_o
         scan.data("progress line", "the S3 pipeline's run", line)
     for record in caplog.records:
         scan.data("log record", f"{record.name}:{record.lineno}", record.getMessage())
+    scan.data("log record", "every record formatted, with tracebacks", caplog.text)
     for dag_run in dag_runs:
         scan.data("Airflow task log", f"{dag_run.dag_id}/{dag_run.run_id}", dag_run.log)
     for where, value in xcom_rows(dag_runs):
