@@ -67,8 +67,6 @@ from tests.dags.conftest import DagRunResult, run_dag
 from tests.drivers import short_lived_driver_java_options
 from tests.recovery.harness import FAST_JVM
 
-pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.postgres, pytest.mark.usefixtures("airflow_db")]
-
 PG_PIPELINE = "secretpg"
 S3_PIPELINE = "secrets3"
 DSN_ENV = "BARRIERFLOW_POSTGRES_DSN"
@@ -314,8 +312,12 @@ def test_the_scan_finds_a_secret_in_every_form_it_looks_for() -> None:
     assert clean.leaks == [] and clean.items["log record"] == 1
 
 
+@pytest.mark.spark
+@pytest.mark.s3
+@pytest.mark.postgres
 @pytest.mark.slow(90)
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("airflow_db")
 def test_no_secret_in_any_log_manifest_ledger_report_progress_line_airflow_log_or_xcom(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture, s3_endpoint: S3Endpoint, postgres_endpoint: PostgresEndpoint,
