@@ -132,15 +132,17 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--seconds", type=float, default=30.0, help="measured seconds per mode and round")
     bench.add_argument("--rounds", type=int, default=1)
     bench.add_argument("--markdown", help="also write the table to this file")
-    bench.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment"),
+    bench.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak"),
                        default="abs-overhead",
                        help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time; "
                             "scale: bookkeeping cost per source partition (no Spark); "
                             "batch-sizing: checkpoint completion over a 20 M backlog with/without "
-                            "trigger.target_batch_duration; alignment: skewed generator with alignment off/on")
+                            "trigger.target_batch_duration; alignment: skewed generator with alignment off/on; "
+                            "soak: --checkpoints checkpoints every 0.1 s with retention, store/memory/fds/threads")
     bench.add_argument("--partitions", type=int, nargs="+", default=[100, 1_000, 10_000],
                        help="scale scenario: the source partition counts to measure")
     bench.add_argument("--keys", type=int, default=2_000_000, help="restore scenario: distinct keys in the state")
+    bench.add_argument("--checkpoints", type=int, default=1000, help="soak scenario: checkpoints to run")
     return parser
 
 
@@ -460,6 +462,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
         run_restore_benchmark(args.spec, keys=args.keys, rounds=args.rounds, markdown=args.markdown)
         return EXIT_OK
+    if args.scenario == "soak":
+        from barrierflow.bench.soak import run_soak_benchmark
+
+        if args.checkpoints < 20:
+            raise UserInputError(f"bench --scenario soak needs --checkpoints >= 20 (got {args.checkpoints})")
+        report = run_soak_benchmark(args.spec, checkpoints=args.checkpoints,
+                                    sample_every=max(10, args.checkpoints // 10), markdown=args.markdown)
+        return EXIT_OK if not report.problems() else EXIT_RUNTIME
     if args.scenario in ("batch-sizing", "alignment"):
         from barrierflow.bench.event_time import run_event_time_benchmark
 

@@ -1,0 +1,171 @@
+"""The soak scenario (docs/benchmarks.md): many checkpoints at a short interval, retention on.
+
+The reference job (``bench.yaml``: running totals for 10,000 keys, so the state is bounded)
+with a throttled generator, checkpoints every ``interval`` seconds and ``retained: 3``.
+Retention runs inside the job every ``retain_every`` completed checkpoints, as the retention
+DAG would, telling the job's uploader which shared files it deleted. Right after a retention
+run, once ``sample_every`` more checkpoints completed, the scenario records the checkpoint
+store's size and file count, the work directory's size, and, for both driver processes (the
+Python driver and the JVM it talks to), resident memory, open file descriptors and threads.
+
+What a healthy run shows (:meth:`SoakReport.problems` checks it): the store stops growing
+once retention reaches steady state, resident memory stays within 10 % of its value at the
+first sample after warm-up, descriptors and threads do not grow.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from barrierflow.bench import emit_table
+from barrierflow.runtime.job import StreamingJob
+from barrierflow.spec import load_spec, project_home
+from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec, TriggerSpec
+
+#: Slack on "no growth": descriptors and threads come and go with Spark's own pools (the
+#: driver JVM runs about 300 threads; its pools grow on demand in the first minutes).
+FD_SLACK = 16
+THREAD_SLACK = 24
+MEMORY_TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class ProcessFigures:
+    """Resident memory (MiB), open descriptors and threads of one process (from /proc)."""
+
+    rss_mib: float
+    fds: int
+    threads: int
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessFigures:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        rss_kib = int(fields["VmRSS"].split()[0])
+        return cls(round(rss_kib / 1024, 1), len(os.listdir(f"/proc/{pid}/fd")), int(fields["Threads"]))
+
+
+@dataclass(frozen=True)
+class SoakSample:
+    checkpoints: int
+    elapsed_s: float
+    store_bytes: int
+    store_files: int
+    work_bytes: int
+    python: ProcessFigures
+    jvm: ProcessFigures
+
+
+@dataclass
+class SoakReport:
+    checkpoints: int
+    interval: float
+    samples: list[SoakSample] = field(default_factory=list)
+    failed: int = 0
+
+    def problems(self, warm_up: int = 1) -> list[str]:
+        """What contradicts a bounded run, comparing every sample after the ``warm_up``-th with
+        the ``warm_up``-th (store size: with the largest size seen up to it, plus 10 %)."""
+        if len(self.samples) <= warm_up:
+            return [f"too few samples ({len(self.samples)}) to judge growth"]
+        base, later = self.samples[warm_up], self.samples[warm_up + 1:]
+        ceiling = max(s.store_bytes for s in self.samples[:warm_up + 1]) * 1.10
+        out = []
+        for s in later:
+            if s.store_bytes > ceiling:
+                out.append(f"store grew to {s.store_bytes} B at checkpoint {s.checkpoints} (ceiling {ceiling:.0f} B)")
+            for name, now, then in (("python", s.python, base.python), ("jvm", s.jvm, base.jvm)):
+                if now.rss_mib > then.rss_mib * (1 + MEMORY_TOLERANCE):
+                    out.append(f"{name} resident memory {now.rss_mib} MiB at checkpoint {s.checkpoints}, more than "
+                               f"10 % over {then.rss_mib} MiB at checkpoint {base.checkpoints}")
+                if now.fds > then.fds + FD_SLACK:
+                    out.append(f"{name} descriptors grew {then.fds} -> {now.fds} by checkpoint {s.checkpoints}")
+                if now.threads > then.threads + THREAD_SLACK:
+                    out.append(f"{name} threads grew {then.threads} -> {now.threads} by checkpoint {s.checkpoints}")
+        return out
+
+
+def soak_spec(base: PipelineSpec, work: Path, interval: float) -> PipelineSpec:
+    """The reference job, throttled, checkpointing every ``interval`` s into ``work``."""
+    source = base.source
+    assert isinstance(source, GeneratorSourceSpec), "the bench spec needs a generator source"
+    source = source.model_copy(update={"rows_per_second": 5_000.0, "max_records_per_batch": 2_000,
+                                       "records_per_partition": None})
+    checkpoint = base.checkpoint.model_copy(update={"storage": f"file://{work / 'checkpoints'}",
+                                                    "interval": interval, "retained": 3, "timeout": 120.0})
+    return base.model_copy(update={"work_dir": str(work / "work"), "sources": [source],
+                                   "trigger": TriggerSpec(interval=0.0), "checkpoint": checkpoint})
+
+
+def _tree(path: Path) -> tuple[int, int]:
+    sizes = [p.stat().st_size for p in path.rglob("*") if p.is_file()] if path.exists() else []
+    return sum(sizes), len(sizes)
+
+
+def run_soak(spec: PipelineSpec, *, checkpoints: int, sample_every: int, retain_every: int = 10,
+             spark: Any = None) -> SoakReport:
+    """Run ``spec`` until ``checkpoints`` completed, retaining and sampling as the module says."""
+    from barrierflow.retention.plan import retain
+
+    job = StreamingJob(spec, spark=spark)
+    session = job.spark
+    jvm_pid = int(session._jvm.java.lang.ProcessHandle.current().pid())  # the py4j gateway
+    report = SoakReport(checkpoints, spec.checkpoint.interval)
+    store_root = Path(spec.checkpoint.storage.removeprefix("file://"))
+    started = time.monotonic()
+    state = {"retained_at": 0, "sampled_at": 0}
+
+    def on_tick(running: StreamingJob) -> None:
+        coordinator = running.coordinator
+        if coordinator is None:
+            return
+        done = len(coordinator.completed)
+        if done - state["retained_at"] < retain_every:
+            return
+        state["retained_at"] = done
+        retain(spec, running.store, forget=coordinator.uploader.forget, layout=running.layout)
+        if done - state["sampled_at"] >= sample_every:  # right after a retention run: comparable
+            state["sampled_at"] = done
+            store_bytes, store_files = _tree(store_root)
+            work_bytes, _ = _tree(Path(spec.work_dir))
+            report.samples.append(SoakSample(done, round(time.monotonic() - started, 1), store_bytes, store_files,
+                                             work_bytes, ProcessFigures.of(os.getpid()), ProcessFigures.of(jvm_pid)))
+
+    result = job.run(checkpoints=checkpoints, on_tick=on_tick)
+    report.failed = len(result.failed)
+    return report
+
+
+def render(report: SoakReport) -> str:
+    lines = [
+        f"Soak: {report.checkpoints} checkpoints every {report.interval:g} s, retained 3, retention every 10 "
+        f"checkpoints; {report.failed} failed checkpoints.",
+        "",
+        "| checkpoints | elapsed s | store MiB | store files | work dir MiB | python RSS MiB | JVM RSS MiB "
+        "| fds (py/jvm) | threads (py/jvm) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in report.samples:
+        lines.append(f"| {s.checkpoints} | {s.elapsed_s} | {s.store_bytes / 2**20:.2f} | {s.store_files} "
+                     f"| {s.work_bytes / 2**20:.1f} | {s.python.rss_mib} | {s.jvm.rss_mib} "
+                     f"| {s.python.fds}/{s.jvm.fds} | {s.python.threads}/{s.jvm.threads} |")
+    problems = report.problems()
+    lines += ["", "Bounded: " + ("yes (store, memory within 10 %, descriptors, threads)" if not problems
+                                  else "NO: " + "; ".join(problems))]
+    return "\n".join(lines)
+
+
+def run_soak_benchmark(spec_path: str, *, checkpoints: int = 1000, interval: float = 0.1,
+                       sample_every: int = 100, markdown: str | None = None) -> SoakReport:
+    """``barrierflow bench --scenario soak``: run, print the table (and write ``markdown``)."""
+    work = project_home() / "var" / "bench" / "soak"
+    shutil.rmtree(work, ignore_errors=True)
+    report = run_soak(soak_spec(load_spec(spec_path), work, interval), checkpoints=checkpoints,
+                      sample_every=sample_every)
+    emit_table(render(report), markdown)
+    return report

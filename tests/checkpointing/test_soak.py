@@ -1,0 +1,47 @@
+"""A shortened soak (the full one is ``barrierflow bench --scenario soak``, docs/benchmarks.md):
+checkpoints every 0.1 s with retention running in the job, as the retention DAG would.
+
+Retention must leave exactly the shared files the retained checkpoints reference (nothing
+unreferenced piles up, nothing referenced is lost: every retained checkpoint restores,
+because retention told the job's uploader what it deleted), and the driver's descriptors and
+threads must not grow. The store's size itself oscillates with Spark's state maintenance
+(each checkpoint references the delta files since the last state snapshot), so the short
+run reports it rather than bounding it; the 1,000-checkpoint bench judges it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from barrierflow.bench.soak import FD_SLACK, THREAD_SLACK, run_soak, soak_spec
+from barrierflow.checkpointing.materialize import materialize_checkpoint
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.retention.plan import retain
+from barrierflow.spec import load_spec, project_home
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+
+def test_forty_checkpoints_with_retention_keep_only_referenced_files_and_the_driver_bounded(
+        spark, tmp_path: Path, figures: dict[str, object]) -> None:
+    spec = soak_spec(load_spec(project_home() / "include" / "pipelines" / "bench.yaml"), tmp_path, 0.1)
+    report = run_soak(spec, checkpoints=40, sample_every=10, retain_every=5, spark=spark)
+    samples = report.samples
+    figures.update({"store files per sample": [s.store_files for s in samples],
+                    "store KiB per sample": [round(s.store_bytes / 1024) for s in samples],
+                    "failed checkpoints": report.failed})
+    assert report.failed == 0
+    assert len(samples) >= 3, samples
+    first, last = samples[0], samples[-1]
+    assert last.python.fds <= first.python.fds + FD_SLACK and last.jvm.fds <= first.jvm.fds + FD_SLACK
+    assert last.python.threads <= first.python.threads + THREAD_SLACK
+    assert last.jvm.threads <= first.jvm.threads + THREAD_SLACK
+    store = CheckpointStore.for_spec(spec)
+    retain(spec, store)
+    kept = store.checkpoint_ids()
+    assert 1 <= len(kept) <= 3 and kept[-1] >= 40
+    referenced = {f.sha256 for cid in kept for f in store.get(cid).files}
+    stored = {o.key.rsplit("/", 1)[-1] for o in store.objects.list("shared/")}
+    assert stored == referenced
+    for cid in kept:
+        materialize_checkpoint(store, store.get(cid), tmp_path / f"restore-{cid}")
