@@ -19,13 +19,14 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.retention.plan import retain
 from barrierflow.spec import load_spec, project_home
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300), pytest.mark.slow(45)]
 
 
-def test_forty_checkpoints_with_retention_keep_only_referenced_files_and_the_driver_bounded(
+def test_thirty_checkpoints_with_retention_keep_only_referenced_files_and_the_driver_bounded(
         spark, tmp_path: Path, figures: dict[str, object]) -> None:
-    spec = soak_spec(load_spec(project_home() / "include" / "pipelines" / "bench.yaml"), tmp_path, 0.1)
-    report = run_soak(spec, checkpoints=40, sample_every=10, retain_every=5, spark=spark)
+    spec = soak_spec(load_spec(project_home() / "include" / "pipelines" / "bench.yaml"), tmp_path, 0.1,
+                     keys=500)
+    report = run_soak(spec, checkpoints=30, sample_every=10, retain_every=5, spark=spark)
     samples = report.samples
     figures.update({"store files per sample": [s.store_files for s in samples],
                     "store KiB per sample": [round(s.store_bytes / 1024) for s in samples],
@@ -39,7 +40,7 @@ def test_forty_checkpoints_with_retention_keep_only_referenced_files_and_the_dri
     store = CheckpointStore.for_spec(spec)
     retain(spec, store)
     kept = store.checkpoint_ids()
-    assert 1 <= len(kept) <= 3 and kept[-1] >= 40
+    assert 1 <= len(kept) <= 3 and kept[-1] >= 30
     referenced = {f.sha256 for cid in kept for f in store.get(cid).files}
     stored = {o.key.rsplit("/", 1)[-1] for o in store.objects.list("shared/")}
     assert stored == referenced

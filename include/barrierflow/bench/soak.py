@@ -90,12 +90,13 @@ class SoakReport:
         return out
 
 
-def soak_spec(base: PipelineSpec, work: Path, interval: float) -> PipelineSpec:
-    """The reference job, throttled, checkpointing every ``interval`` s into ``work``."""
+def soak_spec(base: PipelineSpec, work: Path, interval: float, keys: int | None = None) -> PipelineSpec:
+    """The reference job, throttled, checkpointing every ``interval`` s into ``work`` (``keys``:
+    distinct keys in the state; default the spec's)."""
     source = base.source
     assert isinstance(source, GeneratorSourceSpec), "the bench spec needs a generator source"
     source = source.model_copy(update={"rows_per_second": 5_000.0, "max_records_per_batch": 2_000,
-                                       "records_per_partition": None})
+                                       "records_per_partition": None, "keys": keys or source.keys})
     checkpoint = base.checkpoint.model_copy(update={"storage": f"file://{work / 'checkpoints'}",
                                                     "interval": interval, "retained": 3, "timeout": 120.0})
     return base.model_copy(update={"work_dir": str(work / "work"), "sources": [source],
