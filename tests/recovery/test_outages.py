@@ -21,6 +21,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from barrierflow.faults import at_point
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
-from barrierflow.testing.postgres_server import restartable_postgres
+from barrierflow.testing.postgres_server import ThrowawayPostgres, restartable_postgres
 from barrierflow.testing.s3_server import running_s3_server
 from barrierflow.transactions.ledger import TransactionLedger
 
@@ -123,6 +124,15 @@ def _pg_pipeline(tmp_path: Path, dsn: str, monkeypatch: pytest.MonkeyPatch, **ch
     return spec_path, table
 
 
+@pytest.fixture
+def own_postgres() -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL server of this test alone, which it may stop and start."""
+    if os.environ.get("BARRIERFLOW_TEST_POSTGRES_DSN"):
+        pytest.skip("the outage test stops its own PostgreSQL; it never stops the server of the environment")
+    with restartable_postgres() as server:
+        yield server
+
+
 def _prepared_rows(spec_path: Path, checkpoint_id: object) -> int:
     """Rows the PostgreSQL sink prepared for ``checkpoint_id`` (from the ledger's handle)."""
     spec = load_spec(spec_path)
@@ -132,37 +142,35 @@ def _prepared_rows(spec_path: Path, checkpoint_id: object) -> int:
 
 def test_postgres_down_between_prepare_and_commit_prepared_commits_once_it_is_back(
         spark, tmp_path: Path, reference_rows, monkeypatch: pytest.MonkeyPatch, figures: dict[str, object],
-        caplog: pytest.LogCaptureFixture) -> None:
-    if os.environ.get("BARRIERFLOW_TEST_POSTGRES_DSN"):
-        pytest.skip("the outage test stops its own PostgreSQL; it never stops the server of the environment")
-    with restartable_postgres() as server:
-        dsn = server.endpoint.dsn
-        spec_path, table = _pg_pipeline(tmp_path, dsn, monkeypatch, sink_commit_retries=6,
-                                        sink_commit_backoff="500ms")
-        outage: dict[str, float] = {}
+        caplog: pytest.LogCaptureFixture, own_postgres: ThrowawayPostgres) -> None:
+    server = own_postgres
+    dsn = server.endpoint.dsn
+    spec_path, table = _pg_pipeline(tmp_path, dsn, monkeypatch, sink_commit_retries=6,
+                                    sink_commit_backoff="500ms")
+    outage: dict[str, float] = {}
 
-        def back_up() -> None:
-            server.start()
-            outage["end"] = time.time()
+    def back_up() -> None:
+        server.start()
+        outage["end"] = time.time()
 
-        restart = threading.Timer(PG_OUTAGE_SECONDS, back_up)
+    restart = threading.Timer(PG_OUTAGE_SECONDS, back_up)
 
-        def stop_after_prepare(context: dict[str, object]) -> None:  # the first epoch with rows prepared
-            if "start" not in outage and _prepared_rows(spec_path, context["checkpoint_id"]):
-                outage["start"] = time.time()
-                outage["checkpoint"] = float(context["checkpoint_id"])  # type: ignore[arg-type]
-                server.stop("fast")
-                restart.start()
+    def stop_after_prepare(context: dict[str, object]) -> None:  # the first epoch with rows prepared
+        if "start" not in outage and _prepared_rows(spec_path, context["checkpoint_id"]):
+            outage["start"] = time.time()
+            outage["checkpoint"] = float(context["checkpoint_id"])  # type: ignore[arg-type]
+            server.stop("fast")
+            restart.start()
 
-        caplog.set_level(logging.WARNING, logger="barrierflow.transactions.two_phase")
-        try:
-            with at_point("after_precommit", stop_after_prepare):
-                job = StreamingJob(load_spec(spec_path), spark=spark, spec_path=str(spec_path))
-                result = job.run(until_exhausted=True, duration=400)
-        finally:
-            restart.join(timeout=120)
-        rows = committed_rows(dsn, table)
-        left_prepared = prepared_transactions(dsn)
+    caplog.set_level(logging.WARNING, logger="barrierflow.transactions.two_phase")
+    try:
+        with at_point("after_precommit", stop_after_prepare):
+            job = StreamingJob(load_spec(spec_path), spark=spark, spec_path=str(spec_path))
+            result = job.run(until_exhausted=True, duration=400)
+    finally:
+        restart.join(timeout=120)
+    rows = committed_rows(dsn, table)
+    left_prepared = prepared_transactions(dsn)
     assert "start" in outage and "end" in outage, "the outage did not happen during the run"
     retries = [r for r in caplog.records if "retrying in" in r.getMessage()]
     after = [m for m in result.completed if m.completion_time.timestamp() > outage["end"]]
@@ -182,38 +190,37 @@ def test_postgres_down_between_prepare_and_commit_prepared_commits_once_it_is_ba
 
 
 def test_postgres_down_past_the_retry_limit_stops_the_job_and_reconcile_commits_once_it_is_back(
-        spark, tmp_path: Path, reference_rows, monkeypatch: pytest.MonkeyPatch, figures: dict[str, object]) -> None:
-    if os.environ.get("BARRIERFLOW_TEST_POSTGRES_DSN"):
-        pytest.skip("the outage test stops its own PostgreSQL; it never stops the server of the environment")
-    with restartable_postgres() as server:
-        dsn = server.endpoint.dsn
-        spec_path, table = _pg_pipeline(tmp_path, dsn, monkeypatch, sink_commit_retries=2,
-                                        sink_commit_backoff="200ms")
-        stopped: list[float] = []
+        spark, tmp_path: Path, reference_rows, monkeypatch: pytest.MonkeyPatch, figures: dict[str, object],
+        own_postgres: ThrowawayPostgres) -> None:
+    server = own_postgres
+    dsn = server.endpoint.dsn
+    spec_path, table = _pg_pipeline(tmp_path, dsn, monkeypatch, sink_commit_retries=2,
+                                    sink_commit_backoff="200ms")
+    stopped: list[float] = []
 
-        def stop_after_prepare(context: dict[str, object]) -> None:  # the first epoch with rows prepared
-            if not stopped and _prepared_rows(spec_path, context["checkpoint_id"]):
-                stopped.append(time.time())
-                server.stop("fast")
+    def stop_after_prepare(context: dict[str, object]) -> None:  # the first epoch with rows prepared
+        if not stopped and _prepared_rows(spec_path, context["checkpoint_id"]):
+            stopped.append(time.time())
+            server.stop("fast")
 
-        job = StreamingJob(load_spec(spec_path), spark=spark, spec_path=str(spec_path))
-        with at_point("after_precommit", stop_after_prepare), pytest.raises(SinkCommitFailedError) as info:
-            job.run(until_exhausted=True, duration=400)
-        message = str(info.value)
-        figures["job stopped after (s)"] = round(time.time() - stopped[0], 1)
-        assert "sink 'pg'" in message and "3 attempt(s)" in message and "barrierflow reconcile" in message
-        assert "cannot connect" in message
-        server.start()
-        in_doubt = prepared_transactions(dsn)
-        assert in_doubt, "the completed checkpoint's transaction should still be prepared"
-        assert main(["reconcile", str(spec_path)]) == 0
-        assert prepared_transactions(dsn) == []
-        committed_now = committed_rows(dsn, table)
-        expected = as_postgres_rows(reference_rows(RECORDS))
-        assert committed_now and not (Counter(committed_now) - Counter(expected))
-        finish(spark, spec_path)
-        rows = committed_rows(dsn, table)
-        assert prepared_transactions(dsn) == []
+    job = StreamingJob(load_spec(spec_path), spark=spark, spec_path=str(spec_path))
+    with at_point("after_precommit", stop_after_prepare), pytest.raises(SinkCommitFailedError) as info:
+        job.run(until_exhausted=True, duration=400)
+    message = str(info.value)
+    figures["job stopped after (s)"] = round(time.time() - stopped[0], 1)
+    assert "sink 'pg'" in message and "3 attempt(s)" in message and "barrierflow reconcile" in message
+    assert "cannot connect" in message
+    server.start()
+    in_doubt = prepared_transactions(dsn)
+    assert in_doubt, "the completed checkpoint's transaction should still be prepared"
+    assert main(["reconcile", str(spec_path)]) == 0
+    assert prepared_transactions(dsn) == []
+    committed_now = committed_rows(dsn, table)
+    expected = as_postgres_rows(reference_rows(RECORDS))
+    assert committed_now and not (Counter(committed_now) - Counter(expected))
+    finish(spark, spec_path)
+    rows = committed_rows(dsn, table)
+    assert prepared_transactions(dsn) == []
     lost, duplicated = _lost_and_duplicated(rows, expected)
     figures.update({"transactions reconcile committed": len(in_doubt), "rows lost": lost,
                     "rows duplicated": duplicated})
