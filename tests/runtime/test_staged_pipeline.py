@@ -216,7 +216,8 @@ def test_three_stages_one_reading_two_channels_unaligned_and_restored(
         assert len(alignment.barrier_offsets) == 4  # both partitions of both channels delivered
         assert manifest.stages["z"].channel_state_records == alignment.channel_state_records
         for entry in alignment.channel_state:
-            assert entry.end > entry.start and 0 < entry.records <= entry.end - entry.start
+            # A range may hold only barrier records (or an older attempt's): 0 data records.
+            assert entry.end > entry.start and 0 <= entry.records <= entry.end - entry.start
     table = read_committed(f"file://{tmp_path / 'out'}")
     assert table is not None
     seen = sorted(zip(table.column("topic").to_pylist(), table.column("src_partition").to_pylist(),
