@@ -255,3 +255,22 @@ def test_aborted_alignment_fails_the_stage_snapshot_at_once(tmp_path: Path) -> N
     assert [(e.checkpoint_id, e.completed) for e in events] == [(1, False)]
     assert events[0].failure is not None and events[0].failure.reason is FailureReason.SNAPSHOT_FAILED
     assert "barrier 2 on t:0" in events[0].failure.message and store.checkpoint_ids() == []
+
+
+def test_only_the_newest_completed_manifests_stay_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-running driver must not keep every manifest (each lists all its files)."""
+    import barrierflow.checkpointing.coordinator as coordinator_module
+
+    monkeypatch.setattr(coordinator_module, "KEEP_COMPLETED", 3)
+    clock = Clock()
+    coordinator, spark, store = _coordinator(tmp_path, clock=clock)
+    for n in range(1, 6):
+        clock.t += 1.0
+        coordinator.tick()
+        spark.run_batch(n - 1, {"0": 10 * n}, barrier=n)
+        coordinator.tick()
+        _wait_uploads(coordinator)
+    assert coordinator.completed_count == 5
+    assert [m.checkpoint_id for m in coordinator.completed] == [3, 4, 5]
+    assert coordinator.last_completed is not None and coordinator.last_completed.checkpoint_id == 5
+    assert store.checkpoint_ids() == [1, 2, 3, 4, 5]

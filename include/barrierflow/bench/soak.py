@@ -125,7 +125,7 @@ def run_soak(spec: PipelineSpec, *, checkpoints: int, sample_every: int, retain_
         coordinator = running.coordinator
         if coordinator is None:
             return
-        done = len(coordinator.completed)
+        done = coordinator.completed_count
         if done - state["retained_at"] < retain_every:
             return
         state["retained_at"] = done

@@ -61,6 +61,8 @@ from barrierflow.spec.models import CheckpointSpec
 from barrierflow.transactions.committer import SinkCommitter
 
 log = logging.getLogger(__name__)
+#: Completed manifests a coordinator keeps in memory (see ``CheckpointCoordinator.completed``).
+KEEP_COMPLETED = 100
 
 __all__ = ["AsyncResult", "CheckpointCoordinator", "CheckpointEvent", "CheckpointState", "EventTimeFn",
            "EventTimeSummaryFn",
@@ -134,7 +136,12 @@ class CheckpointCoordinator:
         self.notifier = SinkNotifier(self.sinks)
         self._async = ThreadPoolExecutor(max_workers=options.max_concurrent, thread_name_prefix="chk-async")
         self.pending: dict[int, PendingCheckpoint] = {}
+        #: The newest :data:`KEEP_COMPLETED` completed manifests (the store has them all): a
+        #: manifest lists every file of its snapshot (~150 KB in memory for 200 files), so
+        #: keeping all of them grew a long-running driver without bound (the soak benchmark).
         self.completed: list[Manifest] = []
+        #: Checkpoints completed in this run (``completed`` holds only the newest).
+        self.completed_count = 0
         self.failed: list[FailureRecord] = []
         self.consecutive_failures = 0
         self._next_id = 1
@@ -188,7 +195,7 @@ class CheckpointCoordinator:
 
     def _maybe_trigger(self) -> None:
         mono = self.monotonic()
-        if self.trigger_limit is not None and len(self.completed) + len(self.pending) >= self.trigger_limit:
+        if self.trigger_limit is not None and self.completed_count + len(self.pending) >= self.trigger_limit:
             return
         if any(p.state is CheckpointState.TRIGGERED for p in self.pending.values()):
             return
@@ -323,6 +330,8 @@ class CheckpointCoordinator:
         release_reservation(self.store.objects, manifest.checkpoint_id)
         del self.pending[pending.checkpoint_id]
         self.completed.append(manifest)
+        self.completed_count += 1
+        del self.completed[:-KEEP_COMPLETED]
         self.consecutive_failures = 0
         self._last_completion_mono = self.monotonic()
         self._previous_bases = dict(snap.state_bases)

@@ -67,7 +67,7 @@ class RunResult:
     elapsed_seconds: float
     steady_records: int = 0
     steady_seconds: float = 0.0
-    completed: list[Manifest] = field(default_factory=list)
+    completed: list[Manifest] = field(default_factory=list)  # the newest 100 (KEEP_COMPLETED) of the run
     failed: list[FailureRecord] = field(default_factory=list)
     dead_letters: int = 0
 
@@ -271,7 +271,7 @@ class StreamingJob:
                         f"the streaming query of pipeline {self.spec.name} stopped"
                         + (f": {str(exc).splitlines()[0] if str(exc) else exc!r}" if exc else "")
                     )
-                if checkpoints is not None and len(coordinator.completed) >= checkpoints:
+                if checkpoints is not None and coordinator.completed_count >= checkpoints:
                     break
                 if end_offsets is not None and sum(
                         1 for m in coordinator.completed
