@@ -35,7 +35,7 @@ from barrierflow.runtime.job import StreamingJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 from barrierflow.testing.postgres_server import ThrowawayPostgres, restartable_postgres
-from barrierflow.testing.s3_server import running_s3_server
+from barrierflow.testing.s3_server import own_s3_server
 from barrierflow.transactions.ledger import TransactionLedger
 
 from tests.recovery.harness import finish, window_rows, windowed_spec
@@ -60,9 +60,8 @@ def _lost_and_duplicated(rows: list[tuple[Any, ...]], reference: list[tuple[Any,
 
 def test_s3_store_outage_of_30_seconds_fails_checkpoints_but_loses_and_duplicates_nothing(
         spark, tmp_path: Path, reference_rows, monkeypatch: pytest.MonkeyPatch, figures: dict[str, object]) -> None:
-    with running_s3_server() as endpoint:
-        if endpoint.pid is None:
-            pytest.skip("the S3 outage test stops its own moto server; an external endpoint cannot be stopped")
+    with own_s3_server() as endpoint:
+        assert endpoint.pid is not None
         for name, value in endpoint.env().items():
             monkeypatch.setenv(name, value)
         endpoint.create_bucket("bf-outage")
@@ -126,9 +125,8 @@ def _pg_pipeline(tmp_path: Path, dsn: str, monkeypatch: pytest.MonkeyPatch, **ch
 
 @pytest.fixture
 def own_postgres() -> Iterator[ThrowawayPostgres]:
-    """A PostgreSQL server of this test alone, which it may stop and start."""
-    if os.environ.get("BARRIERFLOW_TEST_POSTGRES_DSN"):
-        pytest.skip("the outage test stops its own PostgreSQL; it never stops the server of the environment")
+    """A PostgreSQL server of this test alone (even when the environment gives one, which it
+    must never stop), which it may stop and start."""
     with restartable_postgres() as server:
         yield server
 

@@ -57,7 +57,7 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.cli.main import _progress_line, main
 from barrierflow.ops.run import run
 from barrierflow.spec import load_spec
-from barrierflow.testing.postgres_server import PostgresEndpoint
+from barrierflow.testing.postgres_server import PostgresEndpoint, restartable_postgres
 from barrierflow.testing.processes import free_port
 from barrierflow.testing.s3_server import S3Endpoint
 from psycopg import sql
@@ -174,7 +174,15 @@ class SecretDatabase:
 
 
 @pytest.fixture
-def secret_database(postgres_endpoint: PostgresEndpoint, password: Secret) -> Iterator[SecretDatabase]:
+def own_postgres() -> Iterator[PostgresEndpoint]:
+    """A throwaway server of this test, always: it is reached as superuser (to create the
+    role) and its ``pg_hba.conf`` is changed, which an environment's server must not be."""
+    with restartable_postgres() as server:
+        yield server.endpoint
+
+
+@pytest.fixture
+def secret_database(own_postgres: PostgresEndpoint, password: Secret) -> Iterator[SecretDatabase]:
     """A fresh role ``bf_secret_<hex>`` with ``password`` and its own database holding the
     pipeline's table; dropped afterwards (the server is reached as the endpoint's superuser).
 
@@ -183,27 +191,23 @@ def secret_database(postgres_endpoint: PostgresEndpoint, password: Secret) -> It
     the password really travels; the fixture waits until a wrong password is refused."""
     suffix = uuid.uuid4().hex[:10]
     role, database, table = f"bf_secret_{suffix}", f"bf_secret_{suffix}", "windows"
-    admin = postgres_endpoint.dsn
+    admin = own_postgres.dsn
     params = conninfo_to_dict(admin)
     host, port = params.get("host") or "127.0.0.1", params.get("port") or "5432"
     dsn = f"postgresql://{role}:{quote(password.value, safe='')}@{host}:{port}/{database}"
     hba: Path | None = None
     original_hba = ""
     with psycopg.connect(admin, autocommit=True) as conn:
-        try:
-            conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role),
-                                                                         sql.Literal(password.value)))
-        except psycopg.errors.InsufficientPrivilege:
-            pytest.skip("the PostgreSQL test server's user may not create roles")
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role),
+                                                                     sql.Literal(password.value)))
         conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(database), sql.Identifier(role)))
-        if postgres_endpoint.is_test_server:
-            found = conn.execute("SHOW hba_file").fetchone()
-            assert found is not None
-            hba = Path(str(found[0]))
-            original_hba = hba.read_text(encoding="utf-8")
-            hba.write_text(f"host all {role} {host}/32 scram-sha-256\n{original_hba}", encoding="utf-8")
-            conn.execute("SELECT pg_reload_conf()")
-            wait_until_refused(dsn.replace(quote(password.value, safe=""), "wrong"))
+        found = conn.execute("SHOW hba_file").fetchone()
+        assert found is not None
+        hba = Path(str(found[0]))
+        original_hba = hba.read_text(encoding="utf-8")
+        hba.write_text(f"host all {role} {host}/32 scram-sha-256\n{original_hba}", encoding="utf-8")
+        conn.execute("SELECT pg_reload_conf()")
+        wait_until_refused(dsn.replace(quote(password.value, safe=""), "wrong"))
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"CREATE TABLE {table} (window_start timestamptz, window_end timestamptz, key bigint, "
@@ -320,7 +324,7 @@ def test_the_scan_finds_a_secret_in_every_form_it_looks_for() -> None:
 @pytest.mark.usefixtures("airflow_db")
 def test_no_secret_in_any_log_manifest_ledger_report_progress_line_airflow_log_or_xcom(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
-    caplog: pytest.LogCaptureFixture, s3_endpoint: S3Endpoint, postgres_endpoint: PostgresEndpoint,
+    caplog: pytest.LogCaptureFixture, s3_endpoint: S3Endpoint,
     secret_database: SecretDatabase, password: Secret, aws_keys: tuple[Secret, Secret], airflow_home: Path,
 ) -> None:
     access_key, secret_key = aws_keys
@@ -401,11 +405,10 @@ def test_no_secret_in_any_log_manifest_ledger_report_progress_line_airflow_log_o
     monkeypatch.setenv(DSN_ENV, secret_database.dsn.replace(f":{port}/", f":{free_port()}/"))
     failed = cli(capfd, outputs, "-v", "reconcile", str(pg_spec), "--dry-run", expect=1)
     assert "error: postgres sink 'out'" in failed, failed
-    if postgres_endpoint.is_test_server:
-        encoded = quote(password.value, safe="")
-        monkeypatch.setenv(DSN_ENV, secret_database.dsn.replace(encoded, f"{encoded}-wrong"))
-        failed = cli(capfd, outputs, "-v", "reconcile", str(pg_spec), "--dry-run", expect=1)
-        assert "password authentication failed" in failed, failed
+    encoded = quote(password.value, safe="")
+    monkeypatch.setenv(DSN_ENV, secret_database.dsn.replace(encoded, f"{encoded}-wrong"))
+    failed = cli(capfd, outputs, "-v", "reconcile", str(pg_spec), "--dry-run", expect=1)
+    assert "password authentication failed" in failed, failed
 
     # The scan.
     scan = Scan([password, access_key, secret_key])

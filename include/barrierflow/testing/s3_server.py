@@ -191,3 +191,12 @@ def running_s3_server(startup_timeout: float = 30.0, stop_timeout: float = 10.0)
         return
     with _moto_server(startup_timeout, stop_timeout) as endpoint:
         yield endpoint
+
+
+@contextlib.contextmanager
+def own_s3_server(startup_timeout: float = 30.0, stop_timeout: float = 10.0) -> Iterator[S3Endpoint]:
+    """A fresh moto server for the caller alone, even when ``$BARRIERFLOW_TEST_S3_ENDPOINT`` is
+    set: outage tests stop it (SIGSTOP via :attr:`S3Endpoint.pid`), which an environment's
+    endpoint must never be. Otherwise as :func:`running_s3_server`."""
+    with _moto_server(startup_timeout, stop_timeout) as endpoint:
+        yield endpoint
