@@ -10,7 +10,10 @@ Points (in protocol order): ``mid_epoch`` (a micro-batch about to be staged),
 ``during_upload`` (a checkpoint's files partly stored), ``after_precommit`` (sinks
 pre-committed, manifest not yet written), ``after_manifest`` (checkpoint complete, sinks not
 yet told), ``mid_sink_commit`` (a sink commit half done); in multi-stage pipelines
-``after_global_manifest`` (global checkpoint complete, final stages' sinks not yet told). Production code calls
+``after_global_manifest`` (global checkpoint complete, final stages' sinks not yet told); inside
+the Kafka sink's transaction ``kafka_before_marker`` (the epoch's records acknowledged, marker
+not yet sent) and ``kafka_after_marker`` (marker acknowledged, ``commit_transaction`` not yet
+called): both leave an aborted Kafka transaction behind. Production code calls
 :func:`crash_point`; with the variable unset it does nothing but a dictionary look-up.
 
 In-process tests can instead run a function at a point (:func:`at_point`), e.g. to stop a
@@ -34,7 +37,9 @@ log = logging.getLogger(__name__)
 STAGE_POINTS = ("mid_epoch", "during_upload", "after_precommit", "after_manifest", "mid_sink_commit")
 #: Points only the coordinator of a multi-stage pipeline reaches.
 PIPELINE_POINTS = ("after_global_manifest",)
-POINTS = STAGE_POINTS + PIPELINE_POINTS
+#: Points inside one sink type's commit (reached only by pipelines with such a sink).
+SINK_POINTS = {"kafka": ("kafka_before_marker", "kafka_after_marker")}
+POINTS = STAGE_POINTS + PIPELINE_POINTS + tuple(p for points in SINK_POINTS.values() for p in points)
 ENV = "BARRIERFLOW_CRASH_AT"
 _hits: Counter[str] = Counter()
 _lock = threading.Lock()

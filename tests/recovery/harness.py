@@ -98,13 +98,15 @@ def assert_sub_multiset(rows: list[tuple[Any, ...]], reference: list[tuple[Any, 
     assert not extra, f"after {when}: rows not in the failure-free output or duplicated: {list(extra)[:5]}"
 
 
-def crash_at_every_point(spec_path: Path, read_rows: Any, reference: list[tuple[Any, ...]]) -> list[str]:
-    """Crash a driver at each named protocol point in turn (recovering after each) and check
-    the committed output after every recovery. Returns how each recovery went."""
+def crash_at_every_point(spec_path: Path, read_rows: Any, reference: list[tuple[Any, ...]],
+                         points: tuple[str, ...] | None = None) -> list[str]:
+    """Crash a driver at each named protocol point in turn (``points``, default every stage
+    point), recovering after each, and check the committed output after every recovery.
+    Returns how each recovery went."""
     from barrierflow.faults import STAGE_POINTS
 
     ways = []
-    for point in STAGE_POINTS:
+    for point in points or STAGE_POINTS:
         crashed = crashed_run(spec_path, CRASH_AT[point])
         assert crashed.returncode == -9, f"{point}: exit {crashed.returncode}\n{crashed.stderr[-3000:]}"
         assert f"injected crash at {point}" in crashed.stderr
@@ -115,4 +117,5 @@ def crash_at_every_point(spec_path: Path, read_rows: Any, reference: list[tuple[
 
 #: Which hit of each point to crash at, counted in the crashed process.
 CRASH_AT = {"mid_epoch": "mid_epoch@3", "during_upload": "during_upload@2", "after_precommit": "after_precommit@2",
-            "after_manifest": "after_manifest@2", "mid_sink_commit": "mid_sink_commit@1"}
+            "after_manifest": "after_manifest@2", "mid_sink_commit": "mid_sink_commit@1",
+            "kafka_before_marker": "kafka_before_marker@2", "kafka_after_marker": "kafka_after_marker@2"}

@@ -10,7 +10,18 @@ Python driver and the JVM it talks to), resident memory, open file descriptors a
 
 What a healthy run shows (:meth:`SoakReport.problems` checks it): the store stops growing
 once retention reaches steady state, resident memory stays within 10 % of its value at the
-first sample after warm-up, descriptors and threads do not grow.
+first sample (checkpoint ``sample_every``, 100 by default), descriptors and threads do not grow.
+
+Two settings a long-running job needs, and the soak uses (:data:`LONG_RUNNING_CONF`):
+
+* State maintenance every 5 s instead of Spark's 60 s. Each checkpoint references every state
+  delta file since the state store's last snapshot, and snapshots are written by maintenance;
+  at 60 s the retained checkpoints' files swing with the maintenance cycle (measured 0.5 to 13
+  MiB here), at 5 s they stay within a few deltas.
+* The driver JVM's heap committed and touched up front (``-Xms`` = the heap size,
+  ``-XX:+AlwaysPreTouch``), as production JVM services are run: otherwise resident memory
+  rises for minutes while the heap expands to its configured size (measured 700 -> 1,030 MiB
+  over the first 300 checkpoints), which says nothing about leaks.
 """
 
 from __future__ import annotations
@@ -32,6 +43,13 @@ from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec, TriggerSp
 FD_SLACK = 16
 THREAD_SLACK = 24
 MEMORY_TOLERANCE = 0.10
+#: Spark settings of a long-running job (module docstring): frequent state maintenance, a
+#: pre-sized driver heap (``spark.driver.memory`` stays Spark's default, 1g).
+LONG_RUNNING_CONF = {
+    "spark.sql.streaming.stateStore.maintenanceInterval": "5s",
+    "spark.driver.memory": "1g",
+    "spark.driver.extraJavaOptions": "-Xms1g -XX:+AlwaysPreTouch",
+}
 
 
 @dataclass(frozen=True)
@@ -68,9 +86,10 @@ class SoakReport:
     samples: list[SoakSample] = field(default_factory=list)
     failed: int = 0
 
-    def problems(self, warm_up: int = 1) -> list[str]:
-        """What contradicts a bounded run, comparing every sample after the ``warm_up``-th with
-        the ``warm_up``-th (store size: with the largest size seen up to it, plus 10 %)."""
+    def problems(self, warm_up: int = 0) -> list[str]:
+        """What contradicts a bounded run, comparing every sample after the ``warm_up``-th
+        (0-based; the default is the first) with it (store size: with the largest size seen up
+        to it, plus 10 %)."""
         if len(self.samples) <= warm_up:
             return [f"too few samples ({len(self.samples)}) to judge growth"]
         base, later = self.samples[warm_up], self.samples[warm_up + 1:]
@@ -99,7 +118,8 @@ def soak_spec(base: PipelineSpec, work: Path, interval: float, keys: int | None 
                                        "records_per_partition": None, "keys": keys or source.keys})
     checkpoint = base.checkpoint.model_copy(update={"storage": f"file://{work / 'checkpoints'}",
                                                     "interval": interval, "retained": 3, "timeout": 120.0})
-    return base.model_copy(update={"work_dir": str(work / "work"), "sources": [source],
+    spark = base.spark.model_copy(update={"conf": {**base.spark.conf, **LONG_RUNNING_CONF}})
+    return base.model_copy(update={"work_dir": str(work / "work"), "sources": [source], "spark": spark,
                                    "trigger": TriggerSpec(interval=0.0), "checkpoint": checkpoint})
 
 

@@ -63,6 +63,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import SinkError
+from barrierflow.faults import crash_point
 from barrierflow.spec.models import KafkaSinkSpec
 from barrierflow.transactions.ledger import Transaction
 from barrierflow.transactions.staged import StagedBatches
@@ -70,6 +71,7 @@ from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_cr
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, KafkaProducer
+    from kafka.consumer.fetcher import ConsumerRecord
     from kafka.producer.future import FutureRecordMetadata
 
 log = logging.getLogger(__name__)
@@ -220,7 +222,17 @@ def topic_partitions(servers: Sequence[str], topic: str, *, timeout: float = DEF
 def committed_markers(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pipeline: str | None = None,
                       sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
                       open_transaction_wait: float = 60.0) -> dict[str, dict[str, Any]]:
-    """The commit markers visible to a ``read_committed`` consumer, by transaction id.
+    """The commit markers visible to a ``read_committed`` consumer, by transaction id (the
+    last one of a transaction id when there are several); see :func:`marker_log`."""
+    return {m["transaction_id"]: m for m in marker_log(bootstrap_servers, marker_topic, pipeline=pipeline,
+                                                       sink=sink, timeout=timeout,
+                                                       open_transaction_wait=open_transaction_wait)}
+
+
+def marker_log(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pipeline: str | None = None,
+               sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+               open_transaction_wait: float = 60.0) -> list[dict[str, Any]]:
+    """Every commit marker visible to a ``read_committed`` consumer, in log order per partition.
 
     Reads every partition of ``marker_topic`` from its beginning up to the high watermark
     taken when the call starts, so a marker acknowledged before the call is always seen once
@@ -238,7 +250,7 @@ def committed_markers(bootstrap_servers: str | Sequence[str], marker_topic: str,
     from kafka.errors import KafkaError
 
     servers = split_servers(bootstrap_servers)
-    found: dict[str, dict[str, Any]] = {}
+    found: list[dict[str, Any]] = []
     committed = _consumer(servers, timeout, "read_committed")
     try:
         tps = [TopicPartition(marker_topic, p)
@@ -267,7 +279,7 @@ def committed_markers(bootstrap_servers: str | Sequence[str], marker_topic: str,
                             continue
                         if (pipeline is None or marker.get("pipeline") == pipeline) and \
                                 (sink is None or marker.get("sink") == sink):
-                            found[marker["transaction_id"]] = marker
+                            found.append(marker)
                 now = {tp: committed.position(tp, timeout_ms=int(timeout * 1000)) for tp in behind}
             except KafkaError as exc:
                 if _is_connectivity(exc):
@@ -291,6 +303,90 @@ def committed_markers(bootstrap_servers: str | Sequence[str], marker_topic: str,
     finally:
         committed.close()
     return found
+
+
+def committed_records(bootstrap_servers: str | Sequence[str], topic: str, marker_topic: str, *,
+                      pipeline: str | None = None, sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+                      open_transaction_wait: float = 60.0) -> list[ConsumerRecord]:
+    """The records of ``topic`` that belong to a committed epoch, found through the sink's own
+    commit markers, sorted by partition and offset.
+
+    Each marker lists the offset range, per partition, of the records produced in its Kafka
+    transaction. A record is returned once for every visible marker whose range holds it (and
+    whose epoch and attempt its headers carry, so another producer's records in between are not), so
+    records of an aborted transaction without a marker (a crash or an outage mid-commit) are
+    never returned, and an epoch committed twice would show twice. The records are read with
+    ``read_uncommitted`` (no wait for open transactions); the markers with ``read_committed``
+    (:func:`marker_log`).
+
+    On a real Kafka this equals what a ``read_committed`` consumer sees of the sink's output.
+    On the test broker tansu, whose ``read_committed`` also returns aborted records, it is the
+    output as the sink's protocol decided it: a marker produced before a crash stopped
+    ``commit_transaction`` is visible there, the sink's idempotence check takes that epoch as
+    committed and produces it no more, and this reader returns that one copy.
+
+    Raises:
+        SinkError: unreachable brokers, an unknown topic, no progress within ``timeout``, or a
+            marker without offset ranges (written by a barrierflow older than this reader).
+    """
+    from kafka import TopicPartition
+    from kafka.errors import KafkaError
+
+    servers = split_servers(bootstrap_servers)
+    wanted: dict[int, list[tuple[int, int, bytes, bytes]]] = {}
+    for marker in marker_log(servers, marker_topic, pipeline=pipeline, sink=sink, timeout=timeout,
+                             open_transaction_wait=open_transaction_wait):
+        if marker.get("topic", topic) != topic:
+            continue
+        ranges = marker.get("ranges")
+        if not isinstance(ranges, dict):
+            raise SinkError(
+                f"Kafka sink: commit marker of transaction {marker.get('transaction_id')!r} in {marker_topic!r} has "
+                "no offset ranges (written by an older barrierflow); read "
+                f"{topic!r} with a read_committed consumer on a real Kafka instead")
+        epoch, attempt = str(marker["checkpoint_id"]).encode(), str(marker["attempt"]).encode()
+        for partition, (first, last) in ranges.items():
+            wanted.setdefault(int(partition), []).append((int(first), int(last), epoch, attempt))
+    if not wanted:
+        return []
+    consumer = _consumer(servers, timeout, "read_uncommitted")
+    out: list[ConsumerRecord] = []
+    try:
+        tps = {p: TopicPartition(topic, p) for p in wanted}
+        consumer.assign(list(tps.values()))
+        for p, spans in wanted.items():
+            consumer.seek(tps[p], min(span[0] for span in spans))
+        until = {p: max(span[1] for span in spans) + 1 for p, spans in wanted.items()}
+        behind = set(wanted)
+        progressed_at = time.monotonic()
+        while behind:
+            try:
+                fetched = consumer.poll(timeout_ms=200)
+            except KafkaError as exc:
+                if _is_connectivity(exc):
+                    raise _unreachable(servers, f"reading {topic!r}", timeout, exc) from exc
+                raise SinkError(f"Kafka sink: reading {topic!r} on {','.join(servers)} failed: "
+                                f"{type(exc).__name__}: {exc}") from exc
+            for tp, records in fetched.items():
+                if records:
+                    progressed_at = time.monotonic()
+                spans = wanted[tp.partition]
+                for r in records:
+                    headers = dict(r.headers or [])
+                    out += [r for first, last, epoch, attempt in spans if first <= r.offset <= last
+                            and headers.get(EPOCH_HEADER) == epoch and headers.get(ATTEMPT_HEADER) == attempt]
+                if records and records[-1].offset + 1 >= until[tp.partition]:
+                    behind.discard(tp.partition)
+            if behind and time.monotonic() - progressed_at > timeout:
+                raise SinkError(f"Kafka sink: reading {topic!r} partitions {sorted(behind)} on {','.join(servers)} "
+                                f"made no progress for {timeout:g}s; the committed ranges end at "
+                                f"{ {p: until[p] for p in sorted(behind)} }: was the topic recreated or truncated?")
+            for p in list(behind):  # a position past the range's end (records compacted away)
+                if consumer.position(tps[p]) >= until[p]:
+                    behind.discard(p)
+    finally:
+        consumer.close()
+    return sorted(out, key=lambda r: (r.partition, r.offset))
 
 
 def _parse_marker(key: bytes | None, value: bytes | None) -> dict[str, Any] | None:
@@ -435,6 +531,7 @@ class KafkaSink(TwoPhaseCommitSink):
         producer.begin_transaction()
         self._open_transaction = txn.transaction_id
         pending: list[FutureRecordMetadata] = []
+        ranges: dict[str, list[int]] = {}
         records = 0
         for batch in txn.batches:
             table = self.staging.read(batch)
@@ -453,9 +550,10 @@ class KafkaSink(TwoPhaseCommitSink):
                                                  headers=headers))
                     records += 1
                     if len(pending) >= SETTLE_EVERY:
-                        self._settle(producer, pending)
+                        self._settle(producer, pending, ranges)
                         pending = []
-        self._settle(producer, pending)
+        self._settle(producer, pending, ranges)
+        crash_point("kafka_before_marker", sink=self.name, transaction=txn.transaction_id)
         marker = {
             "transaction_id": txn.transaction_id,
             "pipeline": self.pipeline,
@@ -466,23 +564,29 @@ class KafkaSink(TwoPhaseCommitSink):
             "batches": txn.batches,
             "topic": self.spec.topic,
             "records": records,
+            "ranges": ranges,
             "transactional_id": self.transactional_id,
             "produced_at": self.now().astimezone(UTC).isoformat(),
         }
         producer.send(self.spec.commit_marker_topic, key=txn.transaction_id.encode(),
                       value=json.dumps(marker, separators=(",", ":")).encode(),
                       headers=headers).get(timeout=self.timeout)
+        crash_point("kafka_after_marker", sink=self.name, transaction=txn.transaction_id)
         self._end_transaction(producer, commit=True)
         self._open_transaction = None
         return records
 
-    def _settle(self, producer: KafkaProducer, pending: list[FutureRecordMetadata]) -> None:
-        """Wait for ``pending`` sends; raise the first failure."""
+    def _settle(self, producer: KafkaProducer, pending: list[FutureRecordMetadata],
+                ranges: dict[str, list[int]]) -> None:
+        """Wait for ``pending`` sends (raising the first failure) and widen ``ranges``
+        (partition -> ``[first offset, last offset]``) by their acknowledged offsets."""
         if not pending:
             return
         producer.flush(timeout=self.timeout)
         for future in pending:
-            future.get(timeout=self.timeout)
+            meta = future.get(timeout=self.timeout)
+            span = ranges.setdefault(str(meta.partition), [meta.offset, meta.offset])
+            span[0], span[1] = min(span[0], meta.offset), max(span[1], meta.offset)
 
     def _end_transaction(self, producer: KafkaProducer, *, commit: bool) -> None:
         """``commit_transaction``/``abort_transaction`` bounded by ``timeout`` (kafka-python's
