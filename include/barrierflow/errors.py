@@ -68,6 +68,10 @@ class SourceError(BarrierflowError):
     """A source cannot be read (dead broker, unknown topic, offsets out of range)."""
 
 
+class SourceUnavailableError(SourceError):
+    """A source's brokers do not answer (possibly for a while: a restart, a network blip)."""
+
+
 class SinkError(BarrierflowError):
     """A sink could not stage, pre-commit, commit or abort its output."""
 

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from barrierflow.barriers.control import ControlChannel
-from barrierflow.errors import SourceError
+from barrierflow.errors import SourceError, SourceUnavailableError
 from barrierflow.sources.dead_letter import count_dead_letters, read_dead_letters
 from barrierflow.sources.kafka import RAW_SCHEMA, KafkaDataSource, KafkaStreamReader, schema_for
 from barrierflow.spec.models import KafkaSourceSpec
@@ -198,7 +198,8 @@ def test_read_past_the_end_raises_after_poll_timeout(kafka_endpoint: KafkaEndpoi
     topic = _topic()
     create_topic(kafka_endpoint, topic, 1)
     produce(kafka_endpoint, topic, [(0, None, b"a", None)] * 2)
-    reader = reader_factory(_spec(kafka_endpoint.bootstrap_servers, [topic], poll_timeout=1.0))
+    reader = reader_factory(_spec(kafka_endpoint.bootstrap_servers, [topic], poll_timeout=1.0,
+                                  unavailable_timeout=0))
     (part,) = reader.partitions({"partitions": {f"{topic}:0": 0}}, {"partitions": {f"{topic}:0": 5}})
     began = time.monotonic()
     with pytest.raises(SourceError, match=rf"{topic}:0 offsets \[0, 5\).*no progress"):
@@ -264,7 +265,7 @@ def test_schema_follows_the_format() -> None:
 
 def test_dead_broker_gives_a_source_error_naming_the_servers(reader_factory: ReaderFactory) -> None:
     servers = f"127.0.0.1:{free_port()}"  # nothing listens there
-    reader = reader_factory(_spec(servers, ["t"], poll_timeout=2.0))
+    reader = reader_factory(_spec(servers, ["t"], poll_timeout=2.0, unavailable_timeout=0))
     began = time.monotonic()
     with pytest.raises(SourceError, match=servers) as info:
         reader.initialOffset()
@@ -276,6 +277,20 @@ def test_dead_broker_gives_a_source_error_naming_the_servers(reader_factory: Rea
     with pytest.raises(SourceError, match=servers):
         list(reader.read(part))
     assert time.monotonic() - began < 8
+
+
+def test_planning_rides_out_unanswering_brokers_for_unavailable_timeout(reader_factory: ReaderFactory) -> None:
+    """While the brokers do not answer, latestOffset offers no new data (the start offsets);
+    past unavailable_timeout it raises a SourceError naming the brokers and the setting."""
+    servers = f"127.0.0.1:{free_port()}"  # nothing listens there
+    reader = reader_factory(_spec(servers, ["t"], poll_timeout=1.0, unavailable_timeout=2.5))
+    start = {"partitions": {"t:0": 7}, "barrier": 0}
+    began = time.monotonic()
+    assert reader.latestOffset(start, None) == start
+    with pytest.raises(SourceUnavailableError, match=rf"{servers}.*unavailable_timeout=2.5s") as info:
+        while time.monotonic() - began < 30:
+            assert reader.latestOffset(start, None) == start
+    assert "resumes from the last checkpoint" in str(info.value)
 
 
 # --------------------------------------------------------------------------- Spark

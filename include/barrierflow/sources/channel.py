@@ -135,7 +135,9 @@ class ChannelStreamReader(KafkaStreamReader):
         """Plan the next batch: advance, stop just after new barriers, align; see the module
         docstring."""
         begin = SourceOffset.from_json(start)
-        available = self.available()
+        available = self._available_riding_out_outages()
+        if available is None:
+            return start  # the channel's brokers do not answer (yet): no new data
         aligner = self.aligner(sorted(available))
         now = time.monotonic()
         # Step 1. How far each partition could go, never past its cap.

@@ -100,6 +100,16 @@ def _stop(proc: subprocess.Popen[bytes], timeout: float) -> None:
         proc.wait(timeout=timeout)
 
 
+#: ``host:port`` -> process id of each embedded broker this process runs (for outage tests,
+#: which pause the process).
+_RUNNING: dict[str, int] = {}
+
+
+def broker_pid(bootstrap: str) -> int | None:
+    """The process id of the embedded broker at ``bootstrap`` started by this process, if any."""
+    return _RUNNING.get(bootstrap)
+
+
 @contextlib.contextmanager
 def embedded_broker(startup_timeout: float = 30.0, stop_timeout: float = 10.0) -> Iterator[str]:
     """Start a tansu broker on 127.0.0.1 on a free port; yield ``host:port`` once it answers.
@@ -141,8 +151,10 @@ def embedded_broker(startup_timeout: float = 30.0, stop_timeout: float = 10.0) -
                     log.info("%s; retrying on another port", problem)
                     continue
                 log.info("embedded tansu broker pid %s ready at %s", proc.pid, bootstrap)
+                _RUNNING[bootstrap] = proc.pid
                 yield bootstrap
                 return
             finally:
+                _RUNNING.pop(f"{HOST}:{port}", None)
                 _stop(proc, stop_timeout)
         raise EmbeddedBrokerError(f"{problem}; its log:\n{_tail(log_path)}")

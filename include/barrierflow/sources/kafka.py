@@ -38,6 +38,15 @@ milliseconds).
 
 Failures never hang: every broker call is bounded by ``poll_timeout`` and a broker that cannot
 be reached gives a :class:`SourceError` naming the bootstrap servers and what to check.
+
+Outages. Brokers that stop answering for a while (a restart, a network blip) are ridden out
+for ``unavailable_timeout`` seconds (default 120): ``latestOffset`` offers no new data while
+they do not answer (Spark plans no batch; a checkpoint due meanwhile cannot close its epoch
+and counts against ``checkpoint.tolerable_failed_checkpoints`` if it times out), and reading
+a planned range waits up to ``poll_timeout + unavailable_timeout`` for progress. Nothing is
+skipped: planning resumes from the same offsets once the brokers answer. Past the bound the
+query fails with a :class:`SourceError` naming the brokers, and a restart resumes from the
+last checkpoint.
 """
 
 from __future__ import annotations
@@ -58,7 +67,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
-from barrierflow.errors import SourceError, UserInputError
+from barrierflow.errors import SourceError, SourceUnavailableError, UserInputError
 from barrierflow.sources.planning import PlanningOptions, SourcePlanner
 from barrierflow.spec.models import KafkaSourceSpec
 
@@ -174,8 +183,8 @@ def consumer_config(spec: KafkaSourceSpec) -> dict[str, Any]:
     }
 
 
-def _unreachable(spec: KafkaSourceSpec, what: str, exc: BaseException) -> SourceError:
-    return SourceError(
+def _unreachable(spec: KafkaSourceSpec, what: str, exc: BaseException) -> SourceUnavailableError:
+    return SourceUnavailableError(
         f"Kafka source {spec.name!r}: {what} failed: cannot reach the brokers "
         f"{','.join(bootstrap_servers(spec))} within poll_timeout={spec.poll_timeout:g}s "
         f"({type(exc).__name__}: {exc}). Check that the brokers are running and listening on "
@@ -251,7 +260,8 @@ def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, en
     (then it is re-assigned to the partition and left open). Reading stops when the
     consumer's position reaches ``end`` (not after ``end - start`` records: transaction
     markers leave gaps). Raises :class:`SourceError` when the position makes no progress for
-    ``poll_timeout`` seconds or when the range was deleted by retention.
+    ``poll_timeout + unavailable_timeout`` seconds (an outage is waited out) or when the range
+    was deleted by retention.
     """
     from kafka import TopicPartition
     from kafka.errors import KafkaError, OffsetOutOfRangeError
@@ -294,15 +304,15 @@ def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, en
             if reached > position:
                 position = reached
                 progressed_at = time.monotonic()
-            elif time.monotonic() - progressed_at > spec.poll_timeout:
+            elif time.monotonic() - progressed_at > spec.poll_timeout + spec.unavailable_timeout:
                 raise SourceError(
                     f"Kafka source {spec.name!r}: reading {where} from "
                     f"{','.join(bootstrap_servers(spec))} made no progress for "
-                    f"poll_timeout={spec.poll_timeout:g}s (stuck at offset {position}). Likely "
-                    "causes: the broker became unreachable, the partition's records up to the "
-                    "planned end were deleted or the topic recreated, or a transaction is still "
-                    "open (read_committed waits for it). Check the broker and the topic, or raise "
-                    "poll_timeout."
+                    f"poll_timeout + unavailable_timeout = {spec.poll_timeout + spec.unavailable_timeout:g}s "
+                    f"(stuck at offset {position}). Likely causes: the broker is unreachable, the "
+                    "partition's records up to the planned end were deleted or the topic recreated, "
+                    "or a transaction is still open (read_committed waits for it). Check the broker "
+                    "and the topic, or raise unavailable_timeout."
                 )
     finally:
         if own:
@@ -534,6 +544,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._consumer: KafkaConsumer | None = None
         self._available_now_target: dict[str, int] | None = None
         self._last_available: dict[str, int] | None = None
+        self._unavailable_since: float | None = None
         self.planner = SourcePlanner(PlanningOptions.from_json(options.get("planning")), self.control)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -567,6 +578,35 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if target is not None:
             found = {k: min(v, target[k]) for k, v in found.items() if k in target}
         self._last_available = found
+        return found
+
+    def _available_riding_out_outages(self) -> dict[str, int] | None:
+        """:meth:`available`, or None while the brokers have not answered for less than
+        ``unavailable_timeout`` seconds (the driver's consumer is rebuilt after each failure).
+
+        Raises:
+            SourceUnavailableError: the brokers have not answered for longer than that.
+        """
+        try:
+            found = self.available()
+        except SourceUnavailableError as exc:
+            self.stop()  # a fresh consumer next time, not one stuck in a broken state
+            now = time.monotonic()
+            if self._unavailable_since is None:
+                self._unavailable_since = now
+                log.warning("source %s: the brokers do not answer; riding it out for up to unavailable_timeout=%gs "
+                            "(no new batches meanwhile): %s", self.spec.name, self.spec.unavailable_timeout, exc)
+            if now - self._unavailable_since > self.spec.unavailable_timeout:
+                raise SourceUnavailableError(
+                    f"Kafka source {self.spec.name!r}: the brokers {','.join(bootstrap_servers(self.spec))} have not "
+                    f"answered for {now - self._unavailable_since:.0f}s, more than unavailable_timeout="
+                    f"{self.spec.unavailable_timeout:g}s; the query stops (a restart resumes from the last "
+                    f"checkpoint). Last error: {exc}") from exc
+            return None
+        if self._unavailable_since is not None:
+            log.warning("source %s: the brokers answer again after %.1fs", self.spec.name,
+                        time.monotonic() - self._unavailable_since)
+            self._unavailable_since = None
         return found
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -631,7 +671,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         sizing; event times are known only after a range was read, so the planner gets none and
         watermark alignment is refused for Kafka sources by the spec)."""
         begin = SourceOffset.from_json(start)
-        end = self.planner.plan(begin, self.available(), self.spec.max_records_per_batch,
+        available = self._available_riding_out_outages()
+        if available is None:
+            return start  # the brokers do not answer (yet): no new data, nothing skipped
+        end = self.planner.plan(begin, available, self.spec.max_records_per_batch,
                                 lambda offsets: dict.fromkeys(offsets))
         if end.barrier > begin.barrier:
             log.info("source %s: batch ending at %s closes epoch %d", self.spec.name, end.partitions, end.barrier)

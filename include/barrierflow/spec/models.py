@@ -80,6 +80,9 @@ class KafkaSourceSpec(_Strict):
         default_factory=dict, description="for format=json: field name -> type"
     )
     poll_timeout: Annotated[float, Field(gt=0)] = 10.0
+    unavailable_timeout: Annotated[float, Field(
+        ge=0, description="seconds the source rides out brokers that do not answer: planning offers no new "
+                          "data and reading a planned range keeps waiting; past it the query fails")] = 120.0
 
     @model_validator(mode="after")
     def _json_needs_fields(self) -> KafkaSourceSpec:

@@ -53,6 +53,7 @@ class KafkaEndpoint:
 
     bootstrap_servers: str
     is_test_broker: bool
+    pid: int | None = None
 
 
 def tansu_binary() -> Path:
@@ -98,7 +99,7 @@ def _tansu_broker(startup_timeout: float, stop_timeout: float) -> Iterator[Kafka
     except embedded.EmbeddedBrokerError as exc:
         raise KafkaBrokerError(str(exc)) from exc
     with stack:
-        yield KafkaEndpoint(bootstrap_servers=bootstrap, is_test_broker=True)
+        yield KafkaEndpoint(bootstrap_servers=bootstrap, is_test_broker=True, pid=embedded.broker_pid(bootstrap))
 
 
 @contextlib.contextmanager
@@ -116,6 +117,15 @@ def running_kafka_broker(
         logger.info("using the external Kafka broker from %s", EXTERNAL_BOOTSTRAP_ENV)
         yield KafkaEndpoint(bootstrap_servers=external, is_test_broker=False)
         return
+    with _tansu_broker(startup_timeout, stop_timeout) as endpoint:
+        yield endpoint
+
+
+@contextlib.contextmanager
+def own_kafka_broker(startup_timeout: float = 30.0, stop_timeout: float = 10.0) -> Iterator[KafkaEndpoint]:
+    """A fresh tansu broker for one test alone, even when ``$BARRIERFLOW_TEST_KAFKA_BOOTSTRAP``
+    names another: for tests that pause or stop the broker (``pid`` is set), which they must
+    never do to a shared one."""
     with _tansu_broker(startup_timeout, stop_timeout) as endpoint:
         yield endpoint
 
