@@ -290,6 +290,7 @@ def test_sigkill_at_mid_sink_commit_then_restore(env: Env, tmp_path: Path) -> No
     assert env.ledger.get("out", 1).state is TxnState.COMMITTED  # type: ignore[union-attr]
 
 
+@pytest.mark.real_kafka
 def test_crash_before_commit_transaction_is_redone_exactly_once(env: Env) -> None:
     """A driver died after producing the epoch and its marker but before commit_transaction:
     the restarted driver's init_transactions aborts that transaction and the marker check must

@@ -154,6 +154,37 @@ def test_restored_attempt_skips_what_the_older_attempt_wrote_after_the_barrier(
         source.stop()
 
 
+def test_stale_records_of_dead_attempts_do_not_count_against_the_batch_cap(
+        kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    """After restores, what dead attempts wrote after the restored barrier is skipped without
+    counting against max_records_per_batch (after many restores it can be far more than a
+    checkpoint interval's worth of capped batches): attempts 0 and 1 each left 6 stale rows;
+    attempt 2's first batch, capped at 3 records, reaches 3 of its own rows."""
+    topic = f"ch-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_endpoint, topic, 1)
+
+    def row(i: int, attempt: int) -> tuple[int, None, bytes, list[tuple[str, bytes]]]:
+        return 0, None, json.dumps({"n": i}).encode(), data_headers(attempt)
+
+    barrier = BarrierMarker(1, 0, "up")
+    produce(kafka_endpoint, topic, [row(0, 0), (0, None, barrier.value(), barrier.headers())]
+            + [row(i, 0) for i in range(1, 7)] + [row(i, 1) for i in range(1, 7)] + [row(i, 2) for i in range(1, 7)])
+    spec = KafkaSourceSpec(name="in", type="kafka", bootstrap_servers=kafka_endpoint.bootstrap_servers,
+                           topics=[topic], format="json", json_fields={"n": "long"}, poll_timeout=5,
+                           max_records_per_batch=3)
+    fences = [{"attempt": a, "offsets": {f"{topic}:0": 1}} for a in (1, 2)]
+    source = ChannelStreamReader({"spec": spec.model_dump_json(), "control_dir": str(tmp_path / "control"),
+                                  "alignment": json.dumps({"attempt": 2, "last_completed": 1, "fences": fences})})
+    try:
+        end = plan(source, {"partitions": {f"{topic}:0": 2}, "barrier": 1})
+        assert end.partitions == {f"{topic}:0": 17}  # 12 stale rows skipped, then 3 of attempt 2's
+        rows = [r["n"] for batch in source.read(InputPartition((topic, 0, 2, 17))) for r in batch.to_pylist()]
+        assert rows == [1, 2, 3]
+        assert plan(source, {"partitions": {f"{topic}:0": 17}, "barrier": 1}).partitions == {f"{topic}:0": 20}
+    finally:
+        source.stop()
+
+
 def test_slow_partition_aligned_waits_for_the_backlog_unaligned_does_not(
         kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
     """p1 has a backlog of 120 records before barrier 1 and is read 10 records per batch (the

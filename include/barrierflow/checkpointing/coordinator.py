@@ -261,7 +261,7 @@ class CheckpointCoordinator:
         upload = self.uploader.upload(snapshot)
         pending.advance(CheckpointState.PRECOMMITTING)
         handles = self.notifier.pre_commit(snapshot.checkpoint_id, snapshot.batch_id)
-        crash_point("after_precommit", checkpoint_id=snapshot.checkpoint_id)
+        crash_point("after_precommit", pipeline=self.pipeline, checkpoint_id=snapshot.checkpoint_id)
         return AsyncResult(upload, handles, (time.perf_counter() - started) * 1000.0)
 
     def _collect_uploads(self) -> list[CheckpointEvent]:
@@ -338,7 +338,7 @@ class CheckpointCoordinator:
         shutil.rmtree(snap.directory, ignore_errors=True)
         log.info("checkpoint %d completed (batch %d, %d B new of %d B)", manifest.checkpoint_id,
                  snap.batch_id, result.incremental_bytes, result.full_bytes)
-        crash_point("after_manifest", checkpoint_id=manifest.checkpoint_id)
+        crash_point("after_manifest", pipeline=self.pipeline, checkpoint_id=manifest.checkpoint_id)
         if self.commit_on_completion:
             self.notifier.notify_complete(manifest.checkpoint_id, snap.batch_id)
         return CheckpointEvent(manifest.checkpoint_id, True, manifest=manifest)

@@ -50,6 +50,8 @@ from barrierflow.sources.kafka import KafkaStreamReader, parse_partition_id, rea
 from barrierflow.spec.models import CheckpointMode, KafkaSourceSpec
 
 log = logging.getLogger(__name__)
+#: Records of older attempts skipped per partition and planning call at most (bounds its time).
+STALE_SCAN_LIMIT = 100_000
 
 
 class ChannelDataSource(DataSource):
@@ -82,11 +84,13 @@ class ChannelStreamReader(KafkaStreamReader):
         self._found: dict[str, list[tuple[int, BarrierMarker]]] = {}
         self._scanned_to: dict[str, int] = {}
         self._delivered: set[tuple[str, int]] = set()
+        self._current_from: dict[str, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_aligner"] = None
         state["_found"], state["_scanned_to"], state["_delivered"] = {}, {}, set()
+        state["_current_from"] = {}
         return state
 
     # -- driver side ---------------------------------------------------------------------
@@ -113,6 +117,26 @@ class ChannelStreamReader(KafkaStreamReader):
             marker = decode_barrier(record.headers, where=f"{partition} offset {record.offset}")
             if marker is not None:
                 yield record.offset, marker
+
+    def _past_stale(self, partition: str, first: int, available: int) -> int:
+        """The offset of the first record at or after ``first`` that is not stale (``first``
+        itself when there are no fences), so that what dead attempts wrote after the restored
+        barrier never counts against ``max_records_per_batch``: after many restores it can be
+        far more than a checkpoint interval's worth of batches. Stale records sit before the
+        current attempt's first record (their writers died before the restore), so once a
+        record of this attempt was seen, the partition is not scanned again. Scans at most
+        :data:`STALE_SCAN_LIMIT` records per call."""
+        if not self.stale.fences or first >= self._current_from.get(partition, available + 1) or first >= available:
+            return first
+        topic, number = parse_partition_id(partition)
+        limit = min(available, first + STALE_SCAN_LIMIT)
+        for record in read_range(self.spec, topic, number, first, limit, self._driver_consumer()):
+            attempt = record_attempt(record.headers)
+            if attempt is not None and attempt >= self.attempt:
+                self._current_from[partition] = record.offset
+            if not self.stale.is_stale(partition, record.offset, attempt):
+                return record.offset
+        return limit
 
     def _look_ahead(self, aligner: BarrierAligner) -> bool:
         """Whether barriers are looked for beyond the next batch, up to the end of the log:
@@ -145,7 +169,8 @@ class ChannelStreamReader(KafkaStreamReader):
         planned: dict[str, int] = {}
         for partition in sorted(set(begin.partitions) | set(available)):
             first = begin.partitions.get(partition, 0)
-            end = max(first, min(available.get(partition, first), first + self.spec.max_records_per_batch))
+            fresh = self._past_stale(partition, first, available.get(partition, first))
+            end = max(first, min(available.get(partition, first), fresh + self.spec.max_records_per_batch))
             planned[partition] = min(end, max(first, caps.get(partition, end)))
         # Step 2. Find the barriers (in the batch, or up to the log's end when looking ahead);
         # a partition's batch stops just after the first one that counts and was not delivered.
