@@ -28,3 +28,24 @@ def test_scale_scenario_measures_every_size_with_verified_synthetic_checkpoints(
     assert "| 10 |" in table and "| 300 |" in table
     assert main(["bench", "--scenario", "scale", "--partitions", "0"]) == 2
     assert "partition counts >= 1" in capsys.readouterr().err
+
+
+def test_stages_scenario_spec_is_valid_and_slows_one_partition(tmp_path: object) -> None:
+    """The stages benchmark's pipeline passes the spec's checks in each mode, and stage z reads
+    c1's partition 1 at a tenth of the others' rate (the numbers themselves are benchmarked,
+    not tested)."""
+    import json
+    from pathlib import Path
+
+    from barrierflow.bench.stages import MODES, stages_spec
+    from barrierflow.runtime.pipeline import StagedPipelineJob
+    from barrierflow.spec import parse_staged_spec
+
+    for _label, mode, timeout in MODES:
+        spec = parse_staged_spec(stages_spec(Path(str(tmp_path)), "127.0.0.1:9", mode=mode,
+                                             alignment_timeout=timeout, interval=1.0, rate=400.0))
+        assert spec.checkpoint.mode.value == mode and spec.checkpoint.alignment_timeout == timeout
+        job = StagedPipelineJob(spec)
+        z = next(j for j in job.stages if j.stage.name == "z")
+        rates = json.loads(job._alignment_options(z))["rate_factors"]
+        assert rates == {f"{spec.channels[0].topic_for(spec.name)}:1": 0.1}

@@ -212,3 +212,20 @@ def test_slow_partition_aligned_waits_for_the_backlog_unaligned_does_not(
     print(f"\nrounds until checkpoint 1 aligned with a slow partition: {rounds}")
     assert rounds["unaligned"] == 1 and rounds["aligned"] >= 12
     assert rounds["aligned timeout 0.05s"] < rounds["aligned"]
+
+
+def test_partition_rate_factors_slow_one_partition_down(kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    """``rate_factors`` (from ``partition_rate_factors``) scale one partition's cap: with 20 rows
+    each and a cap of 10, partition 1 at 0.2 advances 2 per batch while partition 0 takes 10."""
+    topic = channel(kafka_endpoint, {0: list(range(20)), 1: list(range(20))})
+    spec = KafkaSourceSpec(name="in", type="kafka", bootstrap_servers=kafka_endpoint.bootstrap_servers,
+                           topics=[topic], format="json", json_fields={"n": "long"}, max_records_per_batch=10,
+                           poll_timeout=5)
+    source = ChannelStreamReader({"spec": spec.model_dump_json(), "control_dir": str(tmp_path / "control"),
+                                  "alignment": json.dumps({"rate_factors": {f"{topic}:1": 0.2}})})
+    try:
+        first = plan(source, source.initialOffset())
+        assert first.partitions == {f"{topic}:0": 10, f"{topic}:1": 2}
+        assert plan(source, first.to_json()).partitions == {f"{topic}:0": 20, f"{topic}:1": 4}
+    finally:
+        source.stop()

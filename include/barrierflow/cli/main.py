@@ -132,13 +132,16 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--seconds", type=float, default=30.0, help="measured seconds per mode and round")
     bench.add_argument("--rounds", type=int, default=1)
     bench.add_argument("--markdown", help="also write the table to this file")
-    bench.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak"),
+    bench.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak",
+                                                    "stages"),
                        default="abs-overhead",
                        help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time; "
                             "scale: bookkeeping cost per source partition (no Spark); "
                             "batch-sizing: checkpoint completion over a 20 M backlog with/without "
                             "trigger.target_batch_duration; alignment: skewed generator with alignment off/on; "
-                            "soak: --checkpoints checkpoints every 0.1 s with retention, store/memory/fds/threads")
+                            "soak: --checkpoints checkpoints every 0.1 s with retention, store/memory/fds/threads; "
+                            "stages: three stages, one slow channel partition, aligned vs unaligned (--seconds "
+                            "per mode)")
     bench.add_argument("--partitions", type=int, nargs="+", default=[100, 1_000, 10_000],
                        help="scale scenario: the source partition counts to measure")
     bench.add_argument("--keys", type=int, default=2_000_000, help="restore scenario: distinct keys in the state")
@@ -470,6 +473,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         report = run_soak_benchmark(args.spec, checkpoints=args.checkpoints,
                                     sample_every=max(10, args.checkpoints // 10), markdown=args.markdown)
         return EXIT_OK if not report.problems() else EXIT_RUNTIME
+    if args.scenario == "stages":
+        from barrierflow.bench.stages import run_stages_benchmark
+
+        run_stages_benchmark(seconds=args.seconds, markdown=args.markdown)
+        return EXIT_OK
     if args.scenario in ("batch-sizing", "alignment"):
         from barrierflow.bench.event_time import run_event_time_benchmark
 

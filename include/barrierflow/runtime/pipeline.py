@@ -210,10 +210,13 @@ class StagedPipelineJob:
                 for e in self.graph.inputs(job.stage.name) if self.graph.is_back_edge(e.channel, job.stage.name)]
         fences = [{"attempt": f["attempt"], "offsets": f["stages"][job.stage.name]}
                   for f in self.fences() if job.stage.name in f["stages"]]
+        rates = {f"{self.spec.channel(s.channel).topic_for(self.spec.name)}:{number}": factor
+                 for s in job.stage.sources if isinstance(s, ChannelSourceSpec)
+                 for number, factor in enumerate(s.partition_rate_factors) if factor != 1}
         return json.dumps({"mode": self.spec.checkpoint.mode.value,
                            "alignment_timeout": self.spec.checkpoint.alignment_timeout,
                            "attempt": self.attempt, "last_completed": self.last_completed,
-                           "back_edge_topics": back, "fences": fences})
+                           "back_edge_topics": back, "fences": fences, "rate_factors": rates})
 
     def _build_query(self, job: StageJob) -> StreamingQuery:
         from barrierflow.runtime.session import register_data_sources

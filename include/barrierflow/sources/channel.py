@@ -23,7 +23,9 @@ A stage of a multi-stage pipeline reads the channels other stages write
 
 Options (besides the Kafka source's ``spec``, ``control_dir``, ...): ``alignment``, a JSON
 object ``{"mode": "aligned"|"unaligned", "alignment_timeout": seconds, "attempt": a,
-"last_completed": n, "back_edge_topics": [...], "fences": [{"attempt": a, "offsets": {...}}]}``;
+"last_completed": n, "back_edge_topics": [...], "fences": [{"attempt": a, "offsets": {...}}],
+"rate_factors": {"topic:p": factor}}`` (a partition's cap is ``max_records_per_batch`` times its
+factor: a slow consumer for tests and benchmarks);
 ``fences`` (:mod:`barrierflow.barriers.fences`) make ``read`` and the barrier scan skip what an
 older attempt wrote after the restored barrier.
 
@@ -80,6 +82,7 @@ class ChannelStreamReader(KafkaStreamReader):
         self.last_completed = int(settings.get("last_completed", 0))
         self.back_edge_topics = frozenset(settings.get("back_edge_topics", []))
         self.stale = StaleRecords(AttemptFence.from_json(f) for f in settings.get("fences", []))
+        self.rate_factors = {str(p): float(f) for p, f in settings.get("rate_factors", {}).items()}
         self._aligner: BarrierAligner | None = None
         self._found: dict[str, list[tuple[int, BarrierMarker]]] = {}
         self._scanned_to: dict[str, int] = {}
@@ -170,7 +173,8 @@ class ChannelStreamReader(KafkaStreamReader):
         for partition in sorted(set(begin.partitions) | set(available)):
             first = begin.partitions.get(partition, 0)
             fresh = self._past_stale(partition, first, available.get(partition, first))
-            end = max(first, min(available.get(partition, first), fresh + self.spec.max_records_per_batch))
+            cap = max(1, int(self.spec.max_records_per_batch * self.rate_factors.get(partition, 1.0)))
+            end = max(first, min(available.get(partition, first), fresh + cap))
             planned[partition] = min(end, max(first, caps.get(partition, end)))
         # Step 2. Find the barriers (in the batch, or up to the log's end when looking ahead);
         # a partition's batch stops just after the first one that counts and was not delivered.

@@ -114,6 +114,10 @@ class ChannelSourceSpec(_Strict):
     json_fields: dict[str, Literal["string", "long", "double", "timestamp", "boolean"]] = Field(
         ..., min_length=1, description="field name -> type")
     max_records_per_batch: int = Field(100_000, ge=1, description="per partition and batch")
+    partition_rate_factors: list[Annotated[float, Field(gt=0, le=1)]] = Field(
+        default_factory=list, description="per channel partition, a factor (0, 1] on max_records_per_batch: "
+                                          "[1, 0.1] reads partition 1 ten times slower (a slow consumer, for "
+                                          "backpressure tests and benchmarks); missing partitions read at 1")
 
     @property
     def source_name(self) -> str:
