@@ -1,0 +1,140 @@
+"""SIGKILLed drivers of a two-stage pipeline (generator -> stage a -> channel ab on the Kafka
+-protocol broker -> stage b -> Parquet through 2PC): nothing lost, nothing twice.
+
+Every crashed run is a separate driver process (``barrierflow run``) that SIGKILLs itself at
+a protocol point; the next ``barrierflow run`` restores the latest global checkpoint (a new
+attempt; stage b skips what the dead attempt wrote to the channel after the restored
+barriers). In this shape every stage and the pipeline coordinator share one driver process
+(a deployment runs one application per stage, and any stage's failure restores every stage
+from the same global checkpoint, so killing one stage leads to the same recovery); which
+component's protocol point the kill hit is printed with each crash.
+
+1. The kill between a stage's snapshot and its acknowledgement: at ``after_precommit`` (the
+   stage's snapshot taken and its sink pre-committed, its manifest not yet stored) and at
+   ``after_manifest`` (its manifest stored, the pipeline coordinator not yet told). The
+   global checkpoint must not be complete in the first case, and in both every complete
+   global checkpoint names stage manifests that exist.
+   Then the pipeline coordinator, right after a global checkpoint completed and before the
+   final stage's sink was told (``after_global_manifest``).
+2. Seven more kills at random moments (``random:SEED:P``: every protocol point of every
+   stage and of the coordinator fires with probability P), ten kills in all, checking after
+   each that the committed output holds no row twice and no row that should not be there.
+3. The final run to the end of the bounded source: the output equals the failure-free output.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from barrierflow.checkpointing.global_manifest import global_key
+from barrierflow.runtime.pipeline import StagedPipelineJob
+from barrierflow.sinks.parquet import read_committed
+from barrierflow.spec import parse_staged_spec
+from barrierflow.testing.kafka_broker import KafkaEndpoint
+
+from tests.recovery.harness import FAST_JVM, assert_sub_multiset, crashed_run
+from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(1500), pytest.mark.slow(380)]
+RECORDS = 1500
+RANDOM_KILLS = 7
+PROBABILITY = 0.12
+#: Who reaches a point whose context does not name the stage.
+WHERE = {"after_global_manifest": "pipeline coordinator", "mid_epoch": "stage b's staging",
+         "mid_sink_commit": "stage b's sink", "during_upload": "a stage's uploader"}
+CRASH = re.compile(r"injected crash at (\w+) \(hit (\d+)\) (\{.*\})")
+
+
+def _output(tmp_path: Path) -> list[tuple[int, int]]:
+    table = read_committed(f"file://{tmp_path / 'out'}")
+    if table is None:
+        return []
+    return sorted(zip(table.column("src_partition").to_pylist(), table.column("src_offset").to_pylist(), strict=True))
+
+
+def _completed_globals(chk: Path) -> list[int]:
+    return sorted(int(p.parent.name[4:]) for p in chk.glob("global/chk-*/_metadata.json"))
+
+
+def _check_globals_name_existing_stage_manifests(chk: Path) -> None:
+    """A global checkpoint is complete only with every stage's manifest in the store."""
+    for cid in _completed_globals(chk):
+        manifest = yaml.safe_load((chk / global_key(cid, "_metadata")).read_text())
+        assert set(manifest["stages"]) == {"a", "b"}, manifest
+        for name, part in manifest["stages"].items():
+            assert (chk / part["manifest"]).is_file(), f"global {cid} names a missing manifest of stage {name}"
+
+
+def _crash(spec_path: Path, crash_at: str) -> tuple[str, dict[str, Any]]:
+    run = crashed_run(spec_path, crash_at, timeout=400)
+    assert run.returncode in (0, -9), f"{crash_at}: exit {run.returncode}\n{run.stderr[-3000:]}"
+    if run.returncode == 0:
+        return "", {}
+    found = CRASH.search(run.stderr)
+    assert found, run.stderr[-3000:]
+    context = yaml.safe_load(found.group(3).replace("'", '"'))
+    return found.group(1), context
+
+
+def test_sigkilled_drivers_of_a_two_stage_pipeline_stay_exactly_once(
+        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path, figures: dict[str, object]) -> None:
+    data = two_stage_spec(tmp_path, kafka_endpoint)
+    data["stages"][0]["sources"][0]["records_per_partition"] = RECORDS
+    data["spark"] = {"master": "local[2]", "shuffle_partitions": 2, "conf": FAST_JVM}
+    spec_path = tmp_path / "two.yaml"
+    spec_path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    chk = tmp_path / "chk"
+    expected = [(p, o) for p in range(PARTITIONS) for o in range(RECORDS)]
+    # One global checkpoint first: a pipeline killed before its first one must be reset by hand.
+    StagedPipelineJob(parse_staged_spec(data), spark=spark, spec_path=str(spec_path)).run(checkpoints=1, duration=150)
+    kills: list[str] = []
+
+    # 1. Between a stage's snapshot and its acknowledgement.
+    point, context = _crash(spec_path, "after_precommit@2")
+    assert point == "after_precommit", "the run ended before its second pre-commit"
+    assert context["checkpoint_id"] not in _completed_globals(chk), \
+        "a global checkpoint is complete although a stage's snapshot was never stored"
+    kills.append(f"{point}[{context['pipeline']} chk {context['checkpoint_id']}]")
+    _check_globals_name_existing_stage_manifests(chk)
+    assert_sub_multiset(_output(tmp_path), expected, kills[-1])
+    point, context = _crash(spec_path, "after_manifest@2")
+    assert point == "after_manifest", "the run ended before its second stage manifest"
+    kills.append(f"{point}[{context['pipeline']} chk {context['checkpoint_id']}]")
+    _check_globals_name_existing_stage_manifests(chk)
+    assert_sub_multiset(_output(tmp_path), expected, kills[-1])
+    # The coordinator dies right after a global checkpoint completed, before the final stage's
+    # sink was told: the next run restores that checkpoint and its restore commits the epoch.
+    point, context = _crash(spec_path, "after_global_manifest@2")
+    assert point == "after_global_manifest", "the run ended before its second global checkpoint"
+    assert context["checkpoint_id"] == _completed_globals(chk)[-1]
+    kills.append(f"{point}[pipeline coordinator chk {context['checkpoint_id']}]")
+    assert_sub_multiset(_output(tmp_path), expected, kills[-1])
+
+    # 2. At random moments.
+    random_kills, seed, exhausted = 0, 0, False
+    while random_kills < RANDOM_KILLS and not exhausted:
+        seed += 1
+        point, context = _crash(spec_path, f"random:{seed}:{PROBABILITY}")
+        if not point:
+            exhausted = True  # the run reached the end of the source before any point fired
+            break
+        random_kills += 1
+        where = context.get("pipeline") or WHERE.get(point, str(context))
+        kills.append(f"{point}[{where}]")
+        _check_globals_name_existing_stage_manifests(chk)
+        assert_sub_multiset(_output(tmp_path), expected, kills[-1])
+    assert random_kills >= RANDOM_KILLS, f"only {random_kills} random kills before the source ended: raise RECORDS"
+
+    # 3. To the end.
+    final = StagedPipelineJob(parse_staged_spec(data), spark=spark, spec_path=str(spec_path)).run(
+        until_exhausted=True, duration=300)
+    assert final.completed
+    rows = _output(tmp_path)
+    figures.update({"kills": len(kills), "where": ", ".join(kills), "global checkpoints": len(_completed_globals(chk)),
+                    "rows": len(rows), "rows lost": len(set(expected) - set(rows)),
+                    "rows duplicated": len(rows) - len(set(rows))})
+    assert rows == expected
