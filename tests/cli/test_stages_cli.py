@@ -90,3 +90,21 @@ def test_checkpoints_list_shows_global_checkpoints_per_stage(tmp_path: Path,
     (store / global_key(1, "_metadata")).write_text('{"pipeline": "flow"}', encoding="utf-8")
     assert main(["checkpoints", "list", str(path)]) == 2
     assert "global/chk-1/_metadata.json is not a valid GlobalManifest" in capsys.readouterr().err
+
+
+def test_restore_of_a_multi_stage_spec_refuses_what_it_cannot_restore(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing completed yet, an unknown id, --accept-duplicates, embedded channels: exit 2 with
+    the reason (a real global restore runs in tests/recovery/test_staged_crashes.py)."""
+    path = _spec(tmp_path)
+    assert main(["restore", str(path), "--latest"]) == 2
+    assert "no completed global checkpoint" in capsys.readouterr().err
+    assert main(["restore", str(path), "--checkpoint", "3"]) == 2
+    assert "no completed global checkpoint" in capsys.readouterr().err
+    assert main(["restore", str(path), "--latest", "--accept-duplicates"]) == 2
+    assert "--accept-duplicates applies to single-stage pipelines only" in capsys.readouterr().err
+    data = yaml.safe_load(path.read_text())
+    data["channels"][0]["bootstrap"] = "embedded"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert main(["restore", str(path), "--latest"]) == 2
+    assert "embedded broker" in capsys.readouterr().err

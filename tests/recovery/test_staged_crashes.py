@@ -19,11 +19,14 @@ component's protocol point the kill hit is printed with each crash.
 2. Seven more kills at random moments (``random:SEED:P``: every protocol point of every
    stage and of the coordinator fires with probability P), ten kills in all, checking after
    each that the committed output holds no row twice and no row that should not be there.
-3. The final run to the end of the bounded source: the output equals the failure-free output.
+3. ``barrierflow restore --latest-valid`` on the multi-stage spec (every stage to one global
+   checkpoint, a new attempt), then the final run to the end of the bounded source: the
+   output equals the failure-free output.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from typing import Any
 import pytest
 import yaml
 from barrierflow.checkpointing.global_manifest import global_key
+from barrierflow.cli.main import main
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
@@ -81,7 +85,8 @@ def _crash(spec_path: Path, crash_at: str) -> tuple[str, dict[str, Any]]:
 
 
 def test_sigkilled_drivers_of_a_two_stage_pipeline_stay_exactly_once(
-        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path, figures: dict[str, object]) -> None:
+        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path, figures: dict[str, object],
+        capsys: pytest.CaptureFixture[str]) -> None:
     data = two_stage_spec(tmp_path, kafka_endpoint)
     data["stages"][0]["sources"][0]["records_per_partition"] = RECORDS
     data["spark"] = {"master": "local[2]", "shuffle_partitions": 2, "conf": FAST_JVM}
@@ -129,7 +134,17 @@ def test_sigkilled_drivers_of_a_two_stage_pipeline_stay_exactly_once(
         assert_sub_multiset(_output(tmp_path), expected, kills[-1])
     assert random_kills >= RANDOM_KILLS, f"only {random_kills} random kills before the source ended: raise RECORDS"
 
-    # 3. To the end.
+    # 3. `barrierflow restore` on the multi-stage spec: every stage to the newest global
+    # checkpoint whose stage manifests all pass verification; an unknown id is refused.
+    assert main(["restore", str(spec_path), "--checkpoint", "9999"]) == 2
+    attempt = json.loads((chk / "_pipeline.json").read_text())["attempt"]
+    capsys.readouterr()
+    assert main(["restore", str(spec_path), "--latest-valid", "--json"]) == 0
+    restored = json.loads(capsys.readouterr().out)
+    assert restored["checkpoint_id"] == _completed_globals(chk)[-1] and restored["attempt"] == attempt + 1
+    assert restored["fences"] and set(restored["fences"]) == {"b"}
+
+    # 4. To the end (the run restores the latest global checkpoint once more).
     final = StagedPipelineJob(parse_staged_spec(data), spark=spark, spec_path=str(spec_path)).run(
         until_exhausted=True, duration=300)
     assert final.completed

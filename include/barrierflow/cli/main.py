@@ -21,6 +21,7 @@ from barrierflow.errors import BarrierflowError, UserInputError
 
 if TYPE_CHECKING:
     from barrierflow.ops.run import PipelineProgress, Progress
+    from barrierflow.verification.choice import CheckpointRequest
 
 EXIT_OK, EXIT_RUNTIME, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -280,10 +281,14 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
 
 def _cmd_restore(args: argparse.Namespace) -> int:
     from barrierflow.ops.restore import restore
-    from barrierflow.verification.choice import LATEST, LATEST_VALID, CheckpointRequest
+    from barrierflow.verification.choice import LATEST, LATEST_VALID
 
     requested: CheckpointRequest = (args.checkpoint if args.checkpoint is not None
                                     else LATEST_VALID if args.latest_valid else LATEST)
+    from barrierflow.ops.pipeline import is_multi_stage
+
+    if is_multi_stage(args.spec):
+        return _restore_global(args, requested)
     outcome = restore(args.spec, requested, accept_duplicates=args.accept_duplicates)
     report = outcome.report
     if args.json:
@@ -302,6 +307,27 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         print(f"  epochs {report.replay['epochs']} were already committed: their {report.replay['batches']} batches "
               f"are replayed up to {report.replay['through']} with the output suppressed")
     print(f"ready: 'barrierflow run {args.spec}' resumes at batch {report.spark_batch_id + 1}")
+    return EXIT_OK
+
+
+def _restore_global(args: argparse.Namespace, requested: CheckpointRequest) -> int:
+    """``restore`` on a multi-stage spec: every stage to one global checkpoint."""
+    from barrierflow.ops.restore import restore_global
+
+    if args.accept_duplicates:
+        raise UserInputError("--accept-duplicates applies to single-stage pipelines only; a multi-stage pipeline "
+                             "restores only complete global checkpoints, whose final sinks are never ahead of them")
+    outcome = restore_global(args.spec, requested)
+    if args.json:
+        print(json.dumps(outcome.as_dict(), indent=2))
+        return EXIT_OK
+    for cid, why in outcome.skipped:
+        print(f"skipped global checkpoint {cid}: {why}")
+    print(f"restored global checkpoint {outcome.checkpoint_id} of {outcome.pipeline} in every stage (each stage's "
+          f"manifest verified); attempt {outcome.attempt}")
+    for stage, offsets in sorted(outcome.fences.items()):
+        print(f"  stage {stage}: skips what older attempts wrote after {offsets}")
+    print(f"ready: 'barrierflow run {args.spec}' continues from there")
     return EXIT_OK
 
 

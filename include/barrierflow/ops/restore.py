@@ -69,3 +69,94 @@ def restore_chosen(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
     file's sha256 while it materializes them). Takes the job's lease for the restore."""
     pipeline = open_pipeline(spec_path)
     return restore_pipeline(pipeline.spec, checkpoint_id, store=pipeline.store, accept_duplicates=accept_duplicates)
+
+
+@dataclass(frozen=True)
+class GlobalRestoreOutcome:
+    """A multi-stage pipeline restored to one global checkpoint: which, why, and the new attempt."""
+
+    pipeline: str
+    requested: CheckpointRequest
+    checkpoint_id: int
+    attempt: int
+    skipped: list[tuple[int, str]]
+    fences: dict[str, dict[str, int]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "requested": self.requested, "checkpoint_id": self.checkpoint_id,
+                "attempt": self.attempt, "skipped": [{"checkpoint_id": c, "reason": w} for c, w in self.skipped],
+                "fences": self.fences, "verification": "every stage's manifest passed structural verification"}
+
+
+def restore_global(spec_path: str | os.PathLike[str], requested: CheckpointRequest) -> GlobalRestoreOutcome:
+    """Restore every stage of the multi-stage pipeline at ``spec_path`` to one global checkpoint,
+    under the pipeline's lease (a run holds it too).
+
+    ``requested`` follows the single-stage rule, per global checkpoint: ``latest`` is the newest
+    completed one, an id that one, ``latest-valid`` the newest whose every stage manifest passes
+    structural verification (newer ones skipped, each with why); the chosen one is verified
+    before anything is restored. Then :meth:`StagedPipelineJob.restore`: each stage restores
+    its manifest, the attempt increases, fences make downstream stages skip what older
+    attempts wrote after the restored barriers; the next ``barrierflow run`` continues from there.
+
+    Raises:
+        UserInputError: the spec is single-stage, or its channels are on the embedded broker
+            (their records did not outlive the run).
+        CheckpointNotFoundError: no completed global checkpoint / the id is not one / none passes.
+        ChosenCheckpointInvalidError: the requested global checkpoint fails verification.
+        JobAlreadyRunningError: the pipeline runs, or another restore is under way.
+    """
+    from pathlib import Path
+
+    from barrierflow.errors import CheckpointNotFoundError, UserInputError
+    from barrierflow.runtime.pipeline import StagedPipelineJob
+    from barrierflow.spec.loader import load_any_spec
+    from barrierflow.spec.stages import StagedPipelineSpec
+    from barrierflow.verification.choice import LATEST_VALID, ChosenCheckpointInvalidError
+    from barrierflow.verification.runner import verify_checkpoints
+
+    spec = load_any_spec(spec_path)
+    if not isinstance(spec, StagedPipelineSpec):
+        raise UserInputError(f"{spec_path} is a single-stage spec; restore it with ops.restore.restore")
+    embedded = [c.name for c in spec.channels if c.is_embedded]
+    if embedded:
+        raise UserInputError(
+            f"pipeline {spec.name}: channels {embedded} are on the embedded broker, whose records are gone with the "
+            "run that started it, so a global checkpoint cannot be restored; give the channels a lasting broker "
+            "(an address or 'env:VAR'), or remove the work dir and checkpoint store to start afresh")
+    job = StagedPipelineJob(spec, spec_path=str(spec_path))
+    with JobLease(Path(job.work_dir), spec.name, "restore"):
+        ids = job.global_checkpoints()
+        if not ids:
+            raise CheckpointNotFoundError(f"pipeline {spec.name!r} has no completed global checkpoint in "
+                                          f"{spec.checkpoint.storage} to restore")
+        if requested == LATEST_VALID:
+            candidates = list(reversed(ids))
+        else:
+            wanted = ids[-1] if requested == "latest" else int(requested)
+            if wanted not in ids:
+                raise CheckpointNotFoundError(
+                    f"global checkpoint {wanted} of pipeline {spec.name!r} is not complete (or was abandoned by an "
+                    f"earlier restore); completed: {ids}")
+            candidates = [wanted]
+        skipped: list[tuple[int, str]] = []
+        chosen = None
+        for cid in candidates:
+            failures = [(f"{stage.stage.name}: {c.name}", c.message) for stage in job.stages
+                        for c in verify_checkpoints(stage.spec, stage.store, [cid])[0].failures]
+            if not failures:
+                chosen = cid
+                break
+            reason = "; ".join(f"{name}: {message}" for name, message in failures)
+            if requested != LATEST_VALID:
+                raise ChosenCheckpointInvalidError(
+                    cid, failures, f"global checkpoint {cid} of pipeline {spec.name!r} (requested as "
+                    f"checkpoint={requested!r}) fails structural verification: {reason}. Use "
+                    f"checkpoint={LATEST_VALID!r} to restore the newest one that passes, or choose another id.")
+            skipped.append((cid, reason))
+        if chosen is None:
+            raise CheckpointNotFoundError(
+                f"no global checkpoint of pipeline {spec.name!r} passes structural verification: "
+                + "; ".join(f"{cid}: {why}" for cid, why in skipped))
+        report = job.restore(chosen)
+    return GlobalRestoreOutcome(spec.name, requested, chosen, report.attempt, skipped, report.fences)

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 
 from barrierflow.errors import UserInputError
 from barrierflow.ops.pipeline import is_multi_stage, open_pipeline
@@ -21,6 +22,7 @@ from barrierflow.sources.dead_letter import count_dead_letters
 from barrierflow.sources.embedded_broker import embedded_broker
 from barrierflow.spec.loader import load_any_spec
 from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.workdir.lease import JobLease
 
 __all__ = ["PipelineProgress", "Progress", "RunOutcome", "StageProgress", "StagedRunOutcome", "is_multi_stage",
            "run", "run_stages"]
@@ -90,6 +92,8 @@ def run_stages(spec_path: str | os.PathLike[str], *, duration: float | None = No
                 "'env:VAR')")
         if until_exhausted:
             job.check_bounded()
+        # The pipeline's lease: no restore of it (or second run) while it runs.
+        stack.enter_context(JobLease(Path(job.work_dir), spec.name, "run"))
         result = job.run(checkpoints=checkpoints, duration=duration, until_exhausted=until_exhausted,
                          progress=progress, progress_every=progress_every)
         return StagedRunOutcome(spec.name, result, job.attempt, address)
