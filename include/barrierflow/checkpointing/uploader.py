@@ -70,20 +70,27 @@ class SnapshotUploader:
         """Store the snapshot's new files; raises the first storage error."""
         return self._upload(snapshot)
 
-    def _digest(self, path: str) -> str:
+    def _digest(self, path: str, seen: dict[tuple[int, int, int, int], str]) -> str:
+        """The file's sha256, from the cache when the same file (device, inode, size, mtime)
+        was hashed for the previous snapshot; recorded in ``seen``."""
         st = os.stat(path)
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         cached = self._hash_cache.get(key)
         if cached is None:
             cached = sha256_file(path)
-            self._hash_cache[key] = cached
+        seen[key] = cached
         return cached
 
     def _upload(self, snapshot: LocalSnapshot) -> UploadResult:
         started = time.perf_counter()
         entries: list[tuple[str, str, int, str]] = []
+        seen: dict[tuple[int, int, int, int], str] = {}
         for staged in snapshot.files:
-            entries.append((staged.relpath, self._digest(staged.staged_path), staged.size, staged.staged_path))
+            entries.append((staged.relpath, self._digest(staged.staged_path, seen), staged.size, staged.staged_path))
+        # Only this snapshot's files can be in the next one (a file that left a checkpoint's
+        # file list never comes back), so the cache holds just them: it grew by every new file
+        # before (about 8 KB per checkpoint, measured by the soak).
+        self._hash_cache = seen
         reserve(self.store.objects, self.store.pipeline, snapshot.checkpoint_id, (e[1] for e in entries))
         relist = self._fence.cross()
         with self._lock:
