@@ -49,7 +49,7 @@ chromium:
 	  || { echo "error: the UI tests need Chromium on PATH (apt-get install chromium)"; exit 2; }
 
 test: lint chromium
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -p no:cacheprovider
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -p no:cacheprovider --durations=30
 
 bench: $(STAMP)
 	$(BIN)/barrierflow bench --markdown docs/benchmarks-latest.md
