@@ -209,6 +209,21 @@ def open_consumer(spec: KafkaSourceSpec) -> KafkaConsumer:
         raise _unreachable(spec, "connecting", exc) from exc
 
 
+def _open_consumer_riding_out(spec: KafkaSourceSpec) -> KafkaConsumer:
+    """:func:`open_consumer`, retried while the brokers do not answer, for up to
+    ``unavailable_timeout`` seconds (a read that starts during an outage waits it out)."""
+    deadline = time.monotonic() + spec.unavailable_timeout
+    while True:
+        try:
+            return open_consumer(spec)
+        except SourceUnavailableError:
+            if time.monotonic() >= deadline:
+                raise
+            log.warning("source %s: the brokers do not answer; retrying for up to unavailable_timeout=%gs",
+                        spec.name, spec.unavailable_timeout)
+            time.sleep(1.0)  # back off between attempts; each attempt itself waits poll_timeout
+
+
 def _call(spec: KafkaSourceSpec, what: str, fn: Callable[[], _T]) -> _T:
     """Run a broker call, turning kafka-python's errors into a :class:`SourceError`."""
     from kafka.errors import (
@@ -271,7 +286,7 @@ def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, en
         return
     own = consumer is None
     if consumer is None:
-        consumer = open_consumer(spec)
+        consumer = _open_consumer_riding_out(spec)
     try:
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])
