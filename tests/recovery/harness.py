@@ -89,6 +89,14 @@ def window_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
                    int(r["value_sum"])) for r in rows)
 
 
+def lost_and_duplicated(rows: list[Any], reference: list[Any]) -> tuple[int, int]:
+    """Rows of ``reference`` missing from ``rows``, and rows in ``rows`` beyond ``reference``."""
+    from collections import Counter
+
+    got, want = Counter(rows), Counter(reference)
+    return sum((want - got).values()), sum((got - want).values())
+
+
 def assert_sub_multiset(rows: list[tuple[Any, ...]], reference: list[tuple[Any, ...]], when: str) -> None:
     """Committed rows so far must all be reference rows, none twice (duplicates show here,
     at the crash point that caused them; missing rows show at the end)."""

@@ -25,7 +25,6 @@ import signal
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 from barrierflow.testing.kafka_broker import KafkaEndpoint, create_topic, own_kafka_broker, produce
 
-from tests.recovery.harness import FAST_JVM, window_rows, windowed_spec
+from tests.recovery.harness import FAST_JVM, lost_and_duplicated, window_rows, windowed_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600), pytest.mark.slow(120)]
 OUTAGE_SECONDS = 30.0
@@ -88,11 +87,6 @@ def _figures(result_completed: list[Any], result_failed: list[Any], outage: Outa
     return {"checkpoints failed during the outage": len(during),
             "reasons": sorted({f.reason.value for f in during}),
             "first completed checkpoint after the broker came back (s)": round(back - outage.end, 1)}
-
-
-def _lost_and_duplicated(rows: list[Any], reference: list[Any]) -> tuple[int, int]:
-    got, want = Counter(rows), Counter(reference)
-    return sum((want - got).values()), sum((got - want).values())
 
 
 class _Done(Exception):
@@ -146,7 +140,7 @@ def test_broker_outage_while_the_source_reads_loses_and_duplicates_nothing(
     table = read_committed(f"file://{out}")
     rows = sorted((r["partition"], r["offset"], r["value"]) for r in (table.to_pylist() if table is not None else []))
     reference = sorted((i % 2, i // 2, f"r{i}") for i in range(2 * per_partition))
-    lost, duplicated = _lost_and_duplicated(rows, reference)
+    lost, duplicated = lost_and_duplicated(rows, reference)
     figures.update({**measured, "rows lost": lost, "rows duplicated": duplicated})
     assert (lost, duplicated) == (0, 0)
 
@@ -186,7 +180,7 @@ def test_broker_outage_while_the_sink_commits_retries_and_loses_and_duplicates_n
     rows = window_rows([json.loads(r.value) for r in committed_records(broker.bootstrap_servers, topic, markers)])
     # The sink writes timestamps as ISO-8601 ("T"); the reference has Spark's text form.
     reference = sorted((ws.replace(" ", "T"), we.replace(" ", "T"), *rest) for ws, we, *rest in reference_rows(records))
-    lost, duplicated = _lost_and_duplicated(rows, reference)
+    lost, duplicated = lost_and_duplicated(rows, reference)
     figures.update({**measured, "failed commit attempts": failed_commits, "rows lost": lost,
                     "rows duplicated": duplicated})
     assert failed_commits >= 1, "no commit attempt failed: the outage did not hit the commit"

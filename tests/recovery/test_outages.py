@@ -38,7 +38,7 @@ from barrierflow.testing.postgres_server import ThrowawayPostgres, restartable_p
 from barrierflow.testing.s3_server import own_s3_server
 from barrierflow.transactions.ledger import TransactionLedger
 
-from tests.recovery.harness import finish, window_rows, windowed_spec
+from tests.recovery.harness import finish, lost_and_duplicated, window_rows, windowed_spec
 from tests.recovery.postgres_output import (
     as_postgres_rows,
     committed_rows,
@@ -51,11 +51,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.postgres, pytest.ma
 RECORDS = 6000
 OUTAGE_SECONDS = 30.0
 PG_OUTAGE_SECONDS = 8.0
-
-
-def _lost_and_duplicated(rows: list[tuple[Any, ...]], reference: list[tuple[Any, ...]]) -> tuple[int, int]:
-    got, want = Counter(rows), Counter(reference)
-    return sum((want - got).values()), sum((got - want).values())
 
 
 def test_s3_store_outage_of_30_seconds_fails_checkpoints_but_loses_and_duplicates_nothing(
@@ -97,7 +92,7 @@ def test_s3_store_outage_of_30_seconds_fails_checkpoints_but_loses_and_duplicate
               if outage["start"] <= f.failure_time.timestamp() <= back and f.reason.value != "JOB_STOPPED"]
     table = read_committed(f"file://{out}")
     rows = window_rows(table.to_pylist() if table is not None else [])
-    lost, duplicated = _lost_and_duplicated(rows, reference_rows(RECORDS))
+    lost, duplicated = lost_and_duplicated(rows, reference_rows(RECORDS))
     figures.update({
         "checkpoints failed during the outage": len(during),
         "reasons": sorted({f.reason.value for f in during}),
@@ -176,7 +171,7 @@ def test_postgres_down_between_prepare_and_commit_prepared_commits_once_it_is_ba
     during = [f for f in result.failed if outage["start"] <= f.failure_time.timestamp() <= back
               and f.reason.value != "JOB_STOPPED"]
     expected = as_postgres_rows(reference_rows(RECORDS))
-    lost, duplicated = _lost_and_duplicated(rows, expected)
+    lost, duplicated = lost_and_duplicated(rows, expected)
     figures.update({"commit retries": len(retries), "checkpoints failed during the outage": len(during),
                     "first completed checkpoint after PostgreSQL came back (s)": round(back - outage["end"], 1),
                     "rows lost": lost, "rows duplicated": duplicated})
@@ -219,7 +214,7 @@ def test_postgres_down_past_the_retry_limit_stops_the_job_and_reconcile_commits_
     finish(spark, spec_path)
     rows = committed_rows(dsn, table)
     assert prepared_transactions(dsn) == []
-    lost, duplicated = _lost_and_duplicated(rows, expected)
+    lost, duplicated = lost_and_duplicated(rows, expected)
     figures.update({"transactions reconcile committed": len(in_doubt), "rows lost": lost,
                     "rows duplicated": duplicated})
     assert rows == expected

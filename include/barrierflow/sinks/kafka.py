@@ -151,6 +151,13 @@ def _unreachable(servers: Sequence[str], what: str, timeout: float, exc: BaseExc
     )
 
 
+def _read_failed(servers: Sequence[str], what: str, timeout: float, exc: BaseException) -> SinkError:
+    """The error for a failed read of a topic: unreachable brokers, or what the broker said."""
+    if _is_connectivity(exc):
+        return _unreachable(servers, what, timeout, exc)
+    return SinkError(f"Kafka sink: {what} on {','.join(servers)} failed: {type(exc).__name__}: {exc}")
+
+
 def _is_connectivity(exc: BaseException) -> bool:
     from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError
 
@@ -282,10 +289,7 @@ def marker_log(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pip
                             found.append(marker)
                 now = {tp: committed.position(tp, timeout_ms=int(timeout * 1000)) for tp in behind}
             except KafkaError as exc:
-                if _is_connectivity(exc):
-                    raise _unreachable(servers, f"reading the marker topic {marker_topic!r}", timeout, exc) from exc
-                raise SinkError(f"Kafka sink: reading the marker topic {marker_topic!r} on {','.join(servers)} "
-                                f"failed: {type(exc).__name__}: {exc}") from exc
+                raise _read_failed(servers, f"reading the marker topic {marker_topic!r}", timeout, exc) from exc
             for tp, position in now.items():
                 if position is not None and position > positions.get(tp, -1):
                     positions[tp] = position
@@ -363,10 +367,7 @@ def committed_records(bootstrap_servers: str | Sequence[str], topic: str, marker
             try:
                 fetched = consumer.poll(timeout_ms=200)
             except KafkaError as exc:
-                if _is_connectivity(exc):
-                    raise _unreachable(servers, f"reading {topic!r}", timeout, exc) from exc
-                raise SinkError(f"Kafka sink: reading {topic!r} on {','.join(servers)} failed: "
-                                f"{type(exc).__name__}: {exc}") from exc
+                raise _read_failed(servers, f"reading {topic!r}", timeout, exc) from exc
             for tp, records in fetched.items():
                 if records:
                     progressed_at = time.monotonic()
