@@ -243,12 +243,39 @@ def _cmd_global_checkpoints(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _show_global(args: argparse.Namespace) -> int:
+    """``checkpoints show`` on a multi-stage spec: the global manifest and each stage's part."""
+    from barrierflow.ops.global_checkpoints import show_global_checkpoint
+
+    view = show_global_checkpoint(args.spec, args.id)
+    if args.json:
+        print(json.dumps(view.as_dict(), indent=2))
+        return EXIT_OK
+    m = view.manifest
+    print(f"global checkpoint {m.checkpoint_id} of {m.pipeline} (attempt {m.attempt}): completed "
+          f"{m.completion_time.astimezone(UTC).isoformat(timespec='seconds')}, {m.total_ms:.1f} ms after its trigger")
+    for name, stage in view.stages.items():
+        kind = "" if stage.kind.value == "checkpoint" else f" [{stage.kind.value}]"
+        print(f"  stage {name}{kind}: batch {stage.spark_batch_id}, sync {stage.sync_ms:.1f} ms, async "
+              f"{stage.async_ms:.1f} ms, {len(stage.files)} files, {stage.full_bytes} bytes")
+        for source, offsets in stage.barrier_offsets.items():
+            print(f"    source {source} at the barrier: {json.dumps(offsets)}")
+        if stage.alignment is not None:
+            a = stage.alignment
+            print(f"    alignment {a.mode}, {a.alignment_ms:.1f} ms; barrier positions {json.dumps(a.barrier_offsets)}")
+            for entry in a.channel_state:
+                edge = " (back-edge)" if entry.back_edge else ""
+                print(f"    channel state {entry.partition} [{entry.start}, {entry.end}): {entry.records} "
+                      f"records{edge}")
+    return EXIT_OK
+
+
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
     from barrierflow.ops.checkpoints import list_checkpoints, show_checkpoint
     from barrierflow.ops.pipeline import is_multi_stage
 
-    if args.action == "list" and is_multi_stage(args.spec):
-        return _cmd_global_checkpoints(args)
+    if is_multi_stage(args.spec):
+        return _cmd_global_checkpoints(args) if args.action == "list" else _show_global(args)
     if args.action == "show":
         manifest = show_checkpoint(args.spec, args.id)
         if args.json:
@@ -334,9 +361,12 @@ def _restore_global(args: argparse.Namespace, requested: CheckpointRequest) -> i
 def _cmd_verify(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.verify import verify
     from barrierflow.verification.html import render_html
 
+    if is_multi_stage(args.spec):
+        return _verify_global(args)
     outcome = verify(args.spec, checkpoint_id=args.checkpoint, latest=args.latest, deep=args.deep)
     if args.html:
         Path(args.html).write_text(render_html(outcome.pipeline, outcome.reports), encoding="utf-8")
@@ -350,6 +380,31 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 print(f"  {c.name}: {c.message}" + (f" [{c.file}]" if c.file else ""))
         if not outcome.reports:
             print(f"no checkpoints in {outcome.storage} to verify")
+    return EXIT_RUNTIME if outcome.failed else EXIT_OK
+
+
+def _verify_global(args: argparse.Namespace) -> int:
+    """``verify`` on a multi-stage spec: each global checkpoint as one cut, stage by stage."""
+    from pathlib import Path
+
+    from barrierflow.ops.global_checkpoints import verify_global_checkpoints
+    from barrierflow.verification.html import render_html
+
+    outcome = verify_global_checkpoints(args.spec, checkpoint_id=args.checkpoint, latest=args.latest, deep=args.deep)
+    if args.html:
+        stage_reports = [r for g in outcome.reports for r in g.stages.values()]
+        Path(args.html).write_text(render_html(outcome.pipeline, stage_reports), encoding="utf-8")
+    if args.json:
+        print(json.dumps(outcome.summary(), indent=2))
+    else:
+        for g in outcome.reports:
+            checks = len(g.checks) + sum(len(r.checks) for r in g.stages.values())
+            print(f"global checkpoint {g.checkpoint_id}: {'passed' if g.passed else 'FAILED'} ({checks} checks over "
+                  f"{len(g.stages)} stages{', deep' if args.deep else ''})")
+            for c in g.failures:
+                print(f"  {c.name}: {c.message}" + (f" [{c.file}]" if c.file else ""))
+        if not outcome.reports:
+            print(f"no global checkpoints in {outcome.storage} to verify")
     return EXIT_RUNTIME if outcome.failed else EXIT_OK
 
 
@@ -392,8 +447,11 @@ def _cmd_skew(args: argparse.Namespace) -> int:
 
 
 def _cmd_retain(args: argparse.Namespace) -> int:
+    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.retain import retain
 
+    if is_multi_stage(args.spec):
+        return _retain_global(args)
     outcome = retain(args.spec, dry_run=args.dry_run)
     plan = outcome.plan
     if args.json:
@@ -413,8 +471,42 @@ def _cmd_retain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _retain_global(args: argparse.Namespace) -> int:
+    """``retain`` on a multi-stage spec: whole global checkpoints are kept or deleted."""
+    from barrierflow.ops.global_checkpoints import retain_global_checkpoints
+
+    plan = retain_global_checkpoints(args.spec, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps(plan.as_dict(), indent=2))
+        return EXIT_OK
+    verb = "would delete" if args.dry_run else "deleted"
+    print(f"pipeline {plan.pipeline} ({plan.policy.value}): kept global checkpoints {plan.kept}, savepoints "
+          f"{plan.savepoints}")
+    print(f"  {verb}: global checkpoints {plan.checkpoints}, unfinished {plan.incomplete}; bytes "
+          f"{'to free' if args.dry_run else 'freed'}: {plan.bytes_freed}")
+    for name, stage in plan.stages.items():
+        print(f"  stage {name}: {verb} checkpoints {stage.checkpoints}, incomplete {stage.incomplete}, "
+              f"{len(stage.shared)} shared files, {len(stage.ledger)} ledger entries")
+    return EXIT_OK
+
+
 def _cmd_savepoint(args: argparse.Namespace) -> int:
+    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.savepoint import savepoint
+
+    if is_multi_stage(args.spec):
+        from barrierflow.ops.global_checkpoints import savepoint_global
+
+        view = savepoint_global(args.spec, checkpoint_id=args.checkpoint)
+        cid = view.manifest.checkpoint_id
+        if args.json:
+            print(json.dumps({"pipeline": view.manifest.pipeline, "savepoint": cid,
+                              "stages": {n: m.spark_batch_id for n, m in view.stages.items()}}, indent=2))
+        else:
+            print(f"global checkpoint {cid} of {view.manifest.pipeline} is a savepoint in every stage "
+                  f"({', '.join(view.stages)}); retention never deletes it. Restore it with "
+                  f"'barrierflow restore {args.spec} --checkpoint {cid}'")
+        return EXIT_OK
 
     manifest = savepoint(args.spec, checkpoint_id=args.checkpoint)
     if args.json:

@@ -110,9 +110,12 @@ def policy_of(spec: PipelineSpec) -> RetentionPolicy:
 
 
 def plan_retention(spec: PipelineSpec, store: CheckpointStore, *, dry_run: bool = True,
-                   now: datetime | None = None, layout: JobLayout | None = None) -> RetentionPlan:
+                   now: datetime | None = None, layout: JobLayout | None = None,
+                   keep: set[int] | None = None) -> RetentionPlan:
     """Decide what to delete (see the module docstring); reads only. ``bytes``/``bytes_freed``
-    count the checkpoint store; the work directory's numbers are in ``local``."""
+    count the checkpoint store; the work directory's numbers are in ``local``. ``keep``: the
+    completed checkpoints to keep besides savepoints, decided by the caller instead of the
+    policy (a multi-stage pipeline keeps whole global checkpoints: retention/global_plan.py)."""
     moment = now or datetime.now(UTC)
     timeout = timedelta(seconds=spec.checkpoint.timeout)
     objects = store.objects
@@ -134,11 +137,12 @@ def plan_retention(spec: PipelineSpec, store: CheckpointStore, *, dry_run: bool 
     savepoints = sorted(c for c, m in manifests.items() if m.kind is CheckpointKind.SAVEPOINT)
     timeline = sorted(c for c in manifests if c not in abandoned and c not in savepoints)
     verdicts: dict[int, bool | None] = {}
-    if plan.policy is RetentionPolicy.PREFER_VERIFIED:
+    if plan.policy is RetentionPolicy.PREFER_VERIFIED and keep is None:
         for cid in timeline:
             report = load_report(objects, cid)
             verdicts[cid] = report.passed if report else None
-    kept = choose_retained(timeline, spec.checkpoint.retained, plan.policy, verdicts)
+    kept = (choose_retained(timeline, spec.checkpoint.retained, plan.policy, verdicts) if keep is None
+            else {c for c in timeline if c in keep})
     plan.kept, plan.savepoints = sorted(kept), savepoints
     keep_all = kept | set(savepoints)
     newest_completed = max(manifests, default=-1)
@@ -227,10 +231,12 @@ def apply_retention(store: CheckpointStore, plan: RetentionPlan) -> None:
 
 def retain(spec: PipelineSpec, store: CheckpointStore | None = None, *, dry_run: bool = False,
            now: Callable[[], datetime] = lambda: datetime.now(UTC),
-           forget: Callable[[set[str]], None] | None = None, layout: JobLayout | None = None) -> RetentionPlan:
+           forget: Callable[[set[str]], None] | None = None, layout: JobLayout | None = None,
+           keep: set[int] | None = None) -> RetentionPlan:
     """One retention run (module docstring). ``forget`` (e.g. an in-process uploader's
     :meth:`~barrierflow.checkpointing.uploader.SnapshotUploader.forget`) is told the
     deleted shared digests. ``layout``: the job's work directory (default: the spec's).
+    ``keep``: see :func:`plan_retention`.
 
     Raises:
         LocalRetentionError: planned files of the work directory could not be deleted
@@ -238,10 +244,10 @@ def retain(spec: PipelineSpec, store: CheckpointStore | None = None, *, dry_run:
     """
     store = store or CheckpointStore.for_spec(spec)
     if dry_run:
-        return plan_retention(spec, store, dry_run=True, now=now(), layout=layout)
+        return plan_retention(spec, store, dry_run=True, now=now(), layout=layout, keep=keep)
     run = begin_run(store.objects, now())
     try:
-        plan = plan_retention(spec, store, dry_run=False, now=now(), layout=layout)
+        plan = plan_retention(spec, store, dry_run=False, now=now(), layout=layout, keep=keep)
         apply_retention(store, plan)
     finally:
         end_run(store.objects, run, now())

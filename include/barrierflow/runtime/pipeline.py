@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 TICK_SECONDS = 0.02
 #: How often a stage's query is started again after its Python worker failed to connect back.
 START_RETRIES = 2
+#: The address an offline pipeline gives channels on the embedded broker (never connected to).
+OFFLINE_SERVERS = "embedded-broker-not-running:9"
 
 
 @dataclass
@@ -136,6 +138,14 @@ class StagedPipelineJob:
         self.attempt = 0
         self.last_completed = 0
         self.coordinator: PipelineCoordinator | None = None
+
+    @classmethod
+    def offline(cls, spec: StagedPipelineSpec, *, spec_path: str = "<spec>") -> StagedPipelineJob:
+        """The pipeline for operations that read and write only its checkpoint store and work
+        dirs (``checkpoints``, ``verify``, ``retain``, ``savepoint``): channels on the embedded
+        broker get no address (that broker runs only with its pipeline); :meth:`run` refuses."""
+        placeholders = {c.name: OFFLINE_SERVERS for c in spec.channels if c.is_embedded}
+        return cls(spec, spec_path=spec_path, channel_servers=placeholders)
 
     def _servers(self, channel: str, given: dict[str, str]) -> str:
         servers = self.spec.channel(channel).bootstrap_servers()
@@ -308,6 +318,8 @@ class StagedPipelineJob:
 
         Raises:
             CheckpointNotFoundError: no such completed global checkpoint.
+            DuplicateOutputError: a stage's sink already committed a newer epoch (nothing is
+                changed).
         """
         from barrierflow.checkpointing.global_manifest import GlobalFailure, global_key
         from barrierflow.recovery.restore import restore_pipeline
@@ -321,6 +333,7 @@ class StagedPipelineJob:
         elif checkpoint_id not in ids:
             raise CheckpointNotFoundError(f"global checkpoint {checkpoint_id} of pipeline {self.spec.name} is not "
                                           f"complete (or was abandoned); completed: {ids}")
+        self._refuse_output_ahead(checkpoint_id)
         for job in self.stages:
             restore_pipeline(job.spec, checkpoint_id, store=job.store, layout=job.layout, check_running=False)
         root = self.root_store
@@ -345,6 +358,28 @@ class StagedPipelineJob:
                     attempt)
         return GlobalRestoreReport(self.spec.name, checkpoint_id, attempt, stages)
 
+    def _refuse_output_ahead(self, checkpoint_id: int) -> None:
+        """Refuse to restore ``checkpoint_id`` when a sink committed a newer epoch: after the
+        restore the upstream stages write those epochs' records again as a new attempt, at new
+        channel offsets, so the single-stage replay with suppressed output (barriers/replay_plan.py)
+        cannot cut the downstream batches where they were cut, and the output would be
+        committed twice."""
+        from barrierflow.recovery.restore import DuplicateOutputError
+        from barrierflow.transactions.ledger import TransactionLedger, TxnState
+
+        ahead = {}
+        for job in self.stages:
+            newer = sorted(t.checkpoint_id for t in TransactionLedger(job.store.objects, job.spec.name).list()
+                           if t.state is TxnState.COMMITTED and t.checkpoint_id > checkpoint_id)
+            if newer:
+                ahead[job.stage.name] = newer
+        if ahead:
+            raise DuplicateOutputError(
+                f"global checkpoint {checkpoint_id} of pipeline {self.spec.name} is older than output already "
+                f"committed (epochs per stage: {ahead}); a pipeline of several stages cannot replay committed "
+                "epochs with their output suppressed, so restoring it would write that output twice. Restore the "
+                "latest global checkpoint (--latest or --latest-valid), or remove the newer output first")
+
     def has_earlier_run(self) -> bool:
         """Whether a run of this pipeline left local state or global checkpoints (so a new run
         restores the latest global checkpoint and needs the channels' records of that run)."""
@@ -363,6 +398,9 @@ class StagedPipelineJob:
         Raises:
             JobFailedError: a stage's query died.
         """
+        if OFFLINE_SERVERS in self.servers.values():
+            raise UserInputError(f"pipeline {self.spec.name} was opened offline (StagedPipelineJob.offline) and "
+                                 "cannot run; open it with its channels' broker addresses")
         if self.has_earlier_run():
             if not self.global_checkpoints():
                 raise UserInputError(

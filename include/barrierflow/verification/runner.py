@@ -94,6 +94,7 @@ def verify_checkpoints(
     spark: SparkSession | None = None,
     store_results: bool = True,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    starts: RetainedStarts | SourceError | None = None,
 ) -> list[VerificationReport]:
     """Verify ``ids`` (structural, plus deep when asked and the structure passed), store each
     result beside its checkpoint and return them in the order of ``ids``.
@@ -101,11 +102,11 @@ def verify_checkpoints(
     Concurrent retention: verification starts only when no retention run is in progress,
     and a checkpoint that failed because a retention run deleted it meanwhile (its manifest
     was read but is gone now, or nothing of it is left) is left out (logged), not reported
-    as damaged."""
+    as damaged. ``starts``: the sources' retained ranges, or why they cannot be asked (the
+    range check is then skipped); None asks the sources once."""
     from barrierflow.checkpointing.fence import RetentionFence
 
     RetentionFence(store.objects, poll=0.5).cross()
-    starts: RetainedStarts | SourceError | None = None
     cache: dict[int, Manifest | None] = {}
     reports = []
     for cid in ids:

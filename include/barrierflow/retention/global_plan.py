@@ -1,0 +1,143 @@
+"""Retention for a pipeline of several stages: global checkpoints are kept or deleted whole.
+
+:func:`retain_global` is one run::
+
+    savepoints   global checkpoints n any of whose stage checkpoints n is a savepoint (a
+                 savepoint interrupted half-way keeps every stage; ``savepoint`` again finishes it)
+    kept         the completed global checkpoints of the current timeline the policy keeps
+                 (checkpoint.retained; verification.prefer_verified, where a global checkpoint
+                 counts as verified when every stage's stored result passed and as failed when
+                 one failed or a stage's checkpoint is gone: retention/policy.py)
+    delete       global/chk-<n>/ of the other completed global checkpoints (abandoned ones
+                 included), the global manifest first, then of failed and never-finished ones
+                 older than the newest completed one: so no global manifest is ever left naming
+                 a stage checkpoint that is gone
+    per stage    the single-stage run (retention/plan.py) with its kept checkpoints forced to
+                 the kept and savepoint global ids plus every id above the newest completed
+                 global checkpoint (a stage snapshot of a global checkpoint still in flight);
+                 it deletes the rest of the stage's checkpoints, shared files, ledger entries
+                 and local files as for one stage
+
+A dry run only plans, and reports what a real run started then would delete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from barrierflow.checkpointing.manifest import CheckpointKind
+from barrierflow.checkpointing.store import CheckpointStore, manifest_key
+from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
+from barrierflow.retention.plan import RetentionPlan, policy_of, retain
+from barrierflow.retention.policy import RetentionPolicy, choose_retained
+from barrierflow.spec.models import PipelineSpec
+from barrierflow.storage import ObjectInfo, ObjectStore
+from barrierflow.verification.report import load_report
+
+
+@dataclass(frozen=True)
+class RetainedStage:
+    """A stage as retention sees it: its derived single-stage spec and its store."""
+
+    name: str
+    spec: PipelineSpec
+    store: CheckpointStore
+
+
+@dataclass
+class GlobalRetentionPlan:
+    """What one run deleted (or, dry, would delete): global records and each stage's plan."""
+
+    pipeline: str
+    policy: RetentionPolicy
+    dry_run: bool
+    kept: list[int] = field(default_factory=list)
+    savepoints: list[int] = field(default_factory=list)
+    checkpoints: list[int] = field(default_factory=list)
+    incomplete: list[int] = field(default_factory=list)
+    keys: list[ObjectInfo] = field(default_factory=list)
+    stages: dict[str, RetentionPlan] = field(default_factory=dict)
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(i.size for i in self.keys) + sum(p.bytes_freed for p in self.stages.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "policy": self.policy.value, "dry_run": self.dry_run,
+                "kept": self.kept, "savepoints": self.savepoints,
+                "deleted": {"global_checkpoints": self.checkpoints, "incomplete": self.incomplete},
+                "bytes_freed": self.bytes_freed,
+                "stages": {name: plan.as_dict() for name, plan in self.stages.items()}}
+
+
+def _global_dirs(objects: ObjectStore) -> dict[int, list[ObjectInfo]]:
+    dirs: dict[int, list[ObjectInfo]] = {}
+    for info in objects.list("global/chk-"):
+        name = info.key.split("/")[1]
+        if name[4:].isdigit():
+            dirs.setdefault(int(name[4:]), []).append(info)
+    return dirs
+
+
+def _stage_kind(stage: RetainedStage, cid: int) -> CheckpointKind | None:
+    try:
+        return stage.store.get(cid).kind
+    except (CheckpointNotFoundError, CheckpointCorruptError):
+        return None
+
+
+def _verdict(stages: Sequence[RetainedStage], cid: int) -> bool | None:
+    """Failed when a stage's checkpoint is gone or its stored result failed; verified when
+    every stage's passed; else never verified."""
+    if not all(s.store.objects.exists(manifest_key(cid)) for s in stages):
+        return False
+    results = [load_report(s.store.objects, cid) for s in stages]
+    if any(r is not None and not r.passed for r in results):
+        return False
+    return True if all(r is not None for r in results) else None
+
+
+def plan_global(objects: ObjectStore, root: CheckpointStore, stages: Sequence[RetainedStage], *,
+                retained: int, policy: RetentionPolicy) -> tuple[GlobalRetentionPlan, set[int]]:
+    """The global part of a run (reads only) and the ids every stage keeps."""
+    dirs = _global_dirs(objects)
+    completed = sorted(c for c, infos in dirs.items() if any(i.key.endswith("/_metadata.json") for i in infos))
+    abandoned = set(root.abandoned())
+    savepoints = sorted(c for c in completed
+                        if any(_stage_kind(s, c) is CheckpointKind.SAVEPOINT for s in stages))
+    timeline = [c for c in completed if c not in abandoned and c not in savepoints]
+    verdicts = {c: _verdict(stages, c) for c in timeline} if policy is RetentionPolicy.PREFER_VERIFIED else {}
+    kept = choose_retained(timeline, retained, policy, verdicts)
+    plan = GlobalRetentionPlan(root.pipeline, policy, True, sorted(kept), savepoints)
+    newest = max(completed, default=-1)
+    plan.checkpoints = [c for c in completed if c not in kept and c not in savepoints]
+    plan.incomplete = [c for c in sorted(dirs) if c not in completed and c < newest]
+
+    def ordered(cid: int) -> list[ObjectInfo]:  # the global manifest first
+        return sorted(dirs[cid], key=lambda i: (not i.key.endswith("/_metadata.json"), i.key))
+
+    plan.keys = [i for c in plan.checkpoints + plan.incomplete for i in ordered(c)]
+    return plan, kept | set(savepoints) | {c for c in dirs if c > newest}
+
+
+def retain_global(objects: ObjectStore, root: CheckpointStore, stages: Sequence[RetainedStage], *,
+                  retained: int, dry_run: bool = False) -> GlobalRetentionPlan:
+    """One retention run over a multi-stage pipeline (module docstring). ``root`` is the
+    pipeline-level store (attempt, abandoned ids), ``retained`` the spec's
+    ``checkpoint.retained``; the policy is the stages' (they share the spec's verification).
+
+    Raises:
+        StorageError: the store cannot be read or written.
+        LocalRetentionError: a stage's planned local files could not be deleted.
+    """
+    policy = policy_of(stages[0].spec) if stages else RetentionPolicy.NEWEST
+    plan, keep = plan_global(objects, root, stages, retained=retained, policy=policy)
+    plan.dry_run = dry_run
+    if not dry_run:
+        for info in plan.keys:
+            objects.delete(info.key)
+    for stage in stages:
+        plan.stages[stage.name] = retain(stage.spec, stage.store, dry_run=dry_run, keep=keep)
+    return plan
