@@ -54,13 +54,40 @@ def windowed_spec(tmp_path: Path, sink: dict[str, Any], *, records: int, per_bat
 def crashed_run(spec_path: Path, crash_at: str, *, timeout: float = 300, env: dict[str, str] | None = None
                 ) -> subprocess.CompletedProcess[str]:
     """Run the pipeline in a new driver process that crashes at ``crash_at``."""
-    environment = {**os.environ, **(env or {}), "BARRIERFLOW_CRASH_AT": crash_at, "PYSPARK_PYTHON": sys.executable,
+    return crashed_runs([(spec_path, crash_at)], timeout=timeout, env=env)[0]
+
+
+def crashed_runs(runs: list[tuple[Path, str]], *, timeout: float = 300, env: dict[str, str] | None = None
+                 ) -> list[subprocess.CompletedProcess[str]]:
+    """Run several pipelines at once, each in a new driver process that crashes at its
+    ``crash_at`` (drivers of different pipelines on one host, as in production); returns
+    when all ended, in the order given."""
+    import tempfile
+
+    environment = {**os.environ, **(env or {}), "PYSPARK_PYTHON": sys.executable,
                    # C1-only JIT, serial GC and the suite's class archive: a faster driver start.
                    "_JAVA_OPTIONS": short_lived_driver_java_options()}
-    return subprocess.run(
-        [sys.executable, "-m", "barrierflow.cli.main", "run", str(spec_path), "--until-exhausted", "--quiet"],
-        env=environment, capture_output=True, text=True, timeout=timeout, check=False,
-    )
+    started = []
+    for spec_path, crash_at in runs:
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        command = [sys.executable, "-m", "barrierflow.cli.main", "run", str(spec_path), "--until-exhausted", "--quiet"]
+        process = subprocess.Popen(command, env={**environment, "BARRIERFLOW_CRASH_AT": crash_at}, stdout=out,
+                                   stderr=err, text=True)
+        started.append((command, process, out, err))
+    results = []
+    for command, process, out, err in started:
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for _, other, _, _ in started:
+                other.kill()
+            raise
+        out.seek(0)
+        err.seek(0)
+        results.append(subprocess.CompletedProcess(command, process.returncode, out.read(), err.read()))
+        out.close()
+        err.close()
+    return results
 
 
 def recover(spec_path: Path) -> str:

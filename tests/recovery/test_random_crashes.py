@@ -1,10 +1,12 @@
 """Exactly-once into the Parquet file sink and PostgreSQL across SIGKILLed drivers: one
-randomized run of 20 crash/restore cycles over two pipelines, alternating between them.
+randomized run of 20 crash/restore cycles over two pipelines.
 
 Each pipeline is crashed at every named protocol point twice, in a random order and at a
 random hit (1-3) of the point, so the run is both the randomized test (at least 20 cycles
-with the file and PostgreSQL sinks) and, per sink, the crash-at-every-point test. After
-every recovery the committed output must hold only failure-free rows, none twice (and no
+with the file and PostgreSQL sinks) and, per sink, the crash-at-every-point test. The two
+pipelines' drivers run side by side, as two jobs on one host do: in each round both are
+started, each SIGKILLs itself at its own point, and both are recovered. After every
+recovery the committed output must hold only failure-free rows, none twice (and no
 prepared PostgreSQL transaction may be left); after running both pipelines to the end of
 their bounded source, each output must equal the failure-free run's rows exactly.
 (Kafka's every-point test is tests/recovery/test_exactly_once_kafka.py.)"""
@@ -20,7 +22,7 @@ import pytest
 from barrierflow.faults import STAGE_POINTS
 from barrierflow.sinks.parquet import read_committed
 
-from tests.recovery.harness import assert_sub_multiset, crashed_run, finish, recover, window_rows, windowed_spec
+from tests.recovery.harness import assert_sub_multiset, crashed_runs, finish, recover, window_rows, windowed_spec
 from tests.recovery.postgres_output import (
     as_postgres_rows,
     committed_rows,
@@ -83,15 +85,17 @@ def test_twenty_random_crash_restore_cycles_file_and_postgres(
         "files": (committed_files, reference), "postgres": (committed_postgres, as_postgres_rows(reference))}
     ways: list[str] = []
     plan = crash_plan(random.Random(SEED))
-    for cycle, (sink, crash_at) in enumerate(plan, start=1):
-        point = crash_at.split("@")[0]
-        crashed = crashed_run(pipelines[sink], crash_at)
-        assert crashed.returncode == -9, f"cycle {cycle} ({sink}, {crash_at}): exit {crashed.returncode}\n" \
-                                         f"{crashed.stderr[-3000:]}"
-        assert f"injected crash at {point}" in crashed.stderr
-        ways.append(recover(pipelines[sink]))
-        read, expected = outputs[sink]
-        assert_sub_multiset(read(), expected, f"cycle {cycle}: {sink} crashed at {crash_at}, then {ways[-1]}")
+    for first in range(0, len(plan), 2):  # a round: the two pipelines' cycles, drivers side by side
+        rounds = plan[first:first + 2]
+        crashed_all = crashed_runs([(pipelines[sink], crash_at) for sink, crash_at in rounds])
+        for cycle, (sink, crash_at), crashed in zip(range(first + 1, first + 3), rounds, crashed_all, strict=False):
+            point = crash_at.split("@")[0]
+            assert crashed.returncode == -9, f"cycle {cycle} ({sink}, {crash_at}): exit {crashed.returncode}\n" \
+                                             f"{crashed.stderr[-3000:]}"
+            assert f"injected crash at {point}" in crashed.stderr
+            ways.append(recover(pipelines[sink]))
+            read, expected = outputs[sink]
+            assert_sub_multiset(read(), expected, f"cycle {cycle}: {sink} crashed at {crash_at}, then {ways[-1]}")
     assert len(ways) >= 20
     assert "restore" in ways
     for spec_path in pipelines.values():
