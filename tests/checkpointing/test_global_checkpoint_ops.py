@@ -1,6 +1,8 @@
 """The checkpoint operations on a multi-stage pipeline's global checkpoints, through the CLI:
-``checkpoints show``, ``verify``, ``savepoint`` and ``retain`` on a two-stage pipeline run on
-the test broker and the shared SparkSession (generator -> a -> channel ab -> b -> Parquet 2PC).
+``checkpoints show``, ``verify``, ``skew``, ``reconcile``, ``savepoint`` and ``retain`` on a
+two-stage pipeline run on the test broker and the shared SparkSession (generator -> a ->
+channel ab -> b -> Parquet 2PC). Reconciliation of an epoch in doubt is in
+tests/recovery/test_staged_crashes.py.
 
 What could go wrong and is checked: a global checkpoint that passes although one stage's
 checkpoint lost a file or its manifest; retention deleting a stage checkpoint that a kept
@@ -69,6 +71,18 @@ def test_show_verify_savepoint_and_retain_work_on_whole_global_checkpoints(
     cut = [c for c in verified["reports"][0]["checks"] if c["name"] == "b: channel-cut"]
     assert cut and cut[0]["status"] == "passed" and "all 2 input partitions" in cut[0]["message"]
     assert set(verified["reports"][0]["stages"]) == {"a", "b"}
+
+    # skew: one report per stage over its part of the global checkpoints (stored in the stage's
+    # store); reconcile: nothing in doubt after a clean stop, against the latest global checkpoint.
+    skew = _json(capsys, "skew", str(path))
+    assert skew["passed"] and set(skew["stages"]) == {"a", "b"}
+    for stage in ("a", "b"):
+        assert [c["checkpoint_id"] for c in skew["stages"][stage]["checkpoints"]] == ids
+        assert (chk / "stages" / stage / "reports" / "skew-latest.json").is_file()
+    assert [c["checkpoint_id"] for c in _json(capsys, "skew", str(path), "--last", "2")["stages"]["b"]
+            ["checkpoints"]] == ids[-2:]
+    reconciled = _json(capsys, "reconcile", str(path), "--dry-run")
+    assert reconciled["latest_completed"] == ids[-1] and reconciled["decisions"] == [], reconciled
 
     # A stage checkpoint that lost a file, and one that lost its manifest: their global
     # checkpoints fail, naming the stage; the others still pass.

@@ -151,6 +151,6 @@ def crash_at_every_point(spec_path: Path, read_rows: Any, reference: list[tuple[
 
 
 #: Which hit of each point to crash at, counted in the crashed process.
-CRASH_AT = {"mid_epoch": "mid_epoch@3", "during_upload": "during_upload@2", "after_precommit": "after_precommit@2",
+CRASH_AT = {"mid_epoch": "mid_epoch@2", "during_upload": "during_upload@2", "after_precommit": "after_precommit@2",
             "after_manifest": "after_manifest@2", "mid_sink_commit": "mid_sink_commit@1",
             "kafka_before_marker": "kafka_before_marker@2", "kafka_after_marker": "kafka_after_marker@2"}

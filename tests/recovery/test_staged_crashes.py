@@ -10,12 +10,15 @@ from the same global checkpoint, so killing one stage leads to the same recovery
 component's protocol point the kill hit is printed with each crash.
 
 1. The kill between a stage's snapshot and its acknowledgement: at ``after_precommit`` (the
-   stage's snapshot taken and its sink pre-committed, its manifest not yet stored) and at
-   ``after_manifest`` (its manifest stored, the pipeline coordinator not yet told). The
-   global checkpoint must not be complete in the first case, and in both every complete
-   global checkpoint names stage manifests that exist.
+   stage's snapshot taken and its sink pre-committed, its manifest not yet stored) in the
+   first run, before any global checkpoint completed (the next run restores the initial cut:
+   every stage from the beginning as a new attempt), and at ``after_manifest`` (its manifest
+   stored, the pipeline coordinator not yet told). The global checkpoint must not be complete
+   in the first case, and in both every complete global checkpoint names stage manifests
+   that exist.
    Then the pipeline coordinator, right after a global checkpoint completed and before the
-   final stage's sink was told (``after_global_manifest``).
+   final stage's sink was told (``after_global_manifest``): ``barrierflow reconcile`` (dry
+   run first) commits that epoch against the latest global checkpoint.
 2. Seven more kills at random moments (``random:SEED:P``: every protocol point of every
    stage and of the coordinator fires with probability P), ten kills in all, checking after
    each that the committed output holds no row twice and no row that should not be there.
@@ -46,7 +49,7 @@ from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(1500), pytest.mark.slow(380)]
 RECORDS = 1500
 RANDOM_KILLS = 7
-PROBABILITY = 0.12
+PROBABILITY = 0.25
 #: Who reaches a point whose context does not name the stage.
 WHERE = {"after_global_manifest": "pipeline coordinator", "mid_epoch": "stage b's staging",
          "mid_sink_commit": "stage b's sink", "during_upload": "a stage's uploader"}
@@ -94,18 +97,16 @@ def test_sigkilled_drivers_of_a_two_stage_pipeline_stay_exactly_once(
     spec_path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     chk = tmp_path / "chk"
     expected = [(p, o) for p in range(PARTITIONS) for o in range(RECORDS)]
-    # One global checkpoint first: a pipeline killed before its first one must be reset by hand.
-    StagedPipelineJob(parse_staged_spec(data), spark=spark, spec_path=str(spec_path)).run(checkpoints=1, duration=150)
     kills: list[str] = []
 
-    # 1. Between a stage's snapshot and its acknowledgement.
-    point, context = _crash(spec_path, "after_precommit@2")
-    assert point == "after_precommit", "the run ended before its second pre-commit"
-    assert context["checkpoint_id"] not in _completed_globals(chk), \
-        "a global checkpoint is complete although a stage's snapshot was never stored"
-    kills.append(f"{point}[{context['pipeline']} chk {context['checkpoint_id']}]")
-    _check_globals_name_existing_stage_manifests(chk)
-    assert_sub_multiset(_output(tmp_path), expected, kills[-1])
+    # 1. Between a stage's snapshot and its acknowledgement, in the first run: no global
+    # checkpoint is complete, so the next run restores the initial cut (every stage from the
+    # beginning, a new attempt; b skips everything the dead attempt wrote to the channel).
+    point, context = _crash(spec_path, "after_precommit@1")
+    assert point == "after_precommit", "the run ended before its first pre-commit"
+    assert _completed_globals(chk) == [], "a global checkpoint is complete although a stage's snapshot was never stored"
+    kills.append(f"{point}[{context['pipeline']} chk {context['checkpoint_id']}, before the first global checkpoint]")
+    assert _output(tmp_path) == []
     point, context = _crash(spec_path, "after_manifest@2")
     assert point == "after_manifest", "the run ended before its second stage manifest"
     kills.append(f"{point}[{context['pipeline']} chk {context['checkpoint_id']}]")
@@ -118,6 +119,20 @@ def test_sigkilled_drivers_of_a_two_stage_pipeline_stay_exactly_once(
     assert context["checkpoint_id"] == _completed_globals(chk)[-1]
     kills.append(f"{point}[pipeline coordinator chk {context['checkpoint_id']}]")
     assert_sub_multiset(_output(tmp_path), expected, kills[-1])
+    # `reconcile` finishes that epoch against the latest global checkpoint (dry run first).
+    before = _output(tmp_path)
+    capsys.readouterr()
+    assert main(["reconcile", str(spec_path), "--dry-run", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["latest_completed"] == context["checkpoint_id"] and not planned["job_running"]
+    commits = [d for d in planned["stages"].get("b", []) if d["action"] == "COMMIT"]
+    assert [d["checkpoint_id"] for d in commits] == [context["checkpoint_id"]], planned
+    assert _output(tmp_path) == before, "a dry run committed something"
+    assert main(["reconcile", str(spec_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["decisions"] == planned["decisions"]
+    after = _output(tmp_path)
+    assert len(after) > len(before), "the reconciled epoch's output is not committed"
+    assert_sub_multiset(after, expected, f"{kills[-1]} and reconcile")
 
     # 2. At random moments.
     random_kills, seed, exhausted = 0, 0, False

@@ -21,6 +21,7 @@ from barrierflow.errors import BarrierflowError, UserInputError
 
 if TYPE_CHECKING:
     from barrierflow.ops.run import PipelineProgress, Progress
+    from barrierflow.reports.skew import SkewReport
     from barrierflow.verification.choice import CheckpointRequest
 
 EXIT_OK, EXIT_RUNTIME, EXIT_BAD_INPUT = 0, 1, 2
@@ -408,41 +409,75 @@ def _verify_global(args: argparse.Namespace) -> int:
     return EXIT_RUNTIME if outcome.failed else EXIT_OK
 
 
+def _print_skew(report: SkewReport) -> None:
+    if not report.checkpoints:
+        print(f"pipeline {report.pipeline}: no completed checkpoints yet in {report.storage}")
+        return
+    print(f"{'id':>5} {'completed (UTC)':26} {'skew s':>9} {'max lag s':>10} {'barrier ms':>10} "
+          f"{'late rows':>9}  unknown event time")
+    for c in report.checkpoints:
+        skew_s = "-" if c.skew_seconds is None else f"{c.skew_seconds:.3f}"
+        lag = "-" if c.max_lag_seconds is None else f"{c.max_lag_seconds:.3f}"
+        late = "-" if c.rows_dropped_by_watermark is None else str(c.rows_dropped_by_watermark)
+        print(f"{c.checkpoint_id:>5} {c.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} "
+              f"{skew_s:>9} {lag:>10} {c.barrier_batch_ms:>10.1f} {late:>9}  "
+              f"{', '.join(c.unknown_event_time) or '-'}")
+    newest = report.checkpoints[-1]
+    for p in newest.partitions:
+        if p.watermark is not None or p.pauses or p.idle:
+            print(f"  {p.name}: watermark {p.watermark.isoformat() if p.watermark else 'unknown'}"
+                  f"{' idle' if p.idle else ''}{' paused' if p.paused else ''}, "
+                  f"alignment pauses {p.pauses} ({p.paused_seconds:g} s)")
+    print(f"idle partitions (last {report.settings.idle_checkpoints} checkpoints): "
+          f"{', '.join(report.idle_partitions) or 'none'}")
+    for check in report.checks:
+        print(f"{check.name}: {check.status.value}: {check.message}")
+
+
 def _cmd_skew(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.skew import skew
     from barrierflow.reports.skew import render_skew_html
 
+    if is_multi_stage(args.spec):
+        return _skew_global(args)
     report = skew(args.spec, last=args.last)
     if args.html:
         Path(args.html).write_text(render_skew_html(report), encoding="utf-8")
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
-    elif not report.checkpoints:
-        print(f"pipeline {report.pipeline}: no completed checkpoints yet in {report.storage}")
     else:
-        print(f"{'id':>5} {'completed (UTC)':26} {'skew s':>9} {'max lag s':>10} {'barrier ms':>10} "
-              f"{'late rows':>9}  unknown event time")
-        for c in report.checkpoints:
-            skew_s = "-" if c.skew_seconds is None else f"{c.skew_seconds:.3f}"
-            lag = "-" if c.max_lag_seconds is None else f"{c.max_lag_seconds:.3f}"
-            late = "-" if c.rows_dropped_by_watermark is None else str(c.rows_dropped_by_watermark)
-            print(f"{c.checkpoint_id:>5} {c.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} "
-                  f"{skew_s:>9} {lag:>10} {c.barrier_batch_ms:>10.1f} {late:>9}  "
-                  f"{', '.join(c.unknown_event_time) or '-'}")
-        newest = report.checkpoints[-1]
-        for p in newest.partitions:
-            if p.watermark is not None or p.pauses or p.idle:
-                print(f"  {p.name}: watermark {p.watermark.isoformat() if p.watermark else 'unknown'}"
-                      f"{' idle' if p.idle else ''}{' paused' if p.paused else ''}, "
-                      f"alignment pauses {p.pauses} ({p.paused_seconds:g} s)")
-        print(f"idle partitions (last {report.settings.idle_checkpoints} checkpoints): "
-              f"{', '.join(report.idle_partitions) or 'none'}")
-        for check in report.checks:
-            print(f"{check.name}: {check.status.value}: {check.message}")
+        _print_skew(report)
     for failure in report.failures:
         print(f"expectation failed: {failure.name}: {failure.message}", file=sys.stderr)
+    return EXIT_OK if report.passed else EXIT_RUNTIME
+
+
+def _skew_global(args: argparse.Namespace) -> int:
+    """``skew`` on a multi-stage spec: each stage's report over its part of the global checkpoints;
+    ``--html PATH`` writes one page per stage, PATH with ``-<stage>`` before its suffix."""
+    from pathlib import Path
+
+    from barrierflow.ops.global_checkpoints import skew_global
+    from barrierflow.reports.skew import render_skew_html
+
+    report = skew_global(args.spec, last=args.last)
+    if args.html:
+        target = Path(args.html)
+        for name, stage in report.stages.items():
+            target.with_name(f"{target.stem}-{name}{target.suffix}").write_text(render_skew_html(stage),
+                                                                                 encoding="utf-8")
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        for name, stage in report.stages.items():
+            print(f"stage {name}:")
+            _print_skew(stage)
+    for name, stage in report.stages.items():
+        for failure in stage.failures:
+            print(f"expectation failed: stage {name}: {failure.name}: {failure.message}", file=sys.stderr)
     return EXIT_OK if report.passed else EXIT_RUNTIME
 
 
@@ -520,8 +555,11 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
 
 
 def _cmd_reconcile(args: argparse.Namespace) -> int:
+    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.reconcile import reconcile
 
+    if is_multi_stage(args.spec):
+        return _reconcile_global(args)
     outcome = reconcile(args.spec, dry_run=args.dry_run)
     plan = outcome.plan
     if args.json:
@@ -532,6 +570,26 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
           f"job {'running' if plan.job_running else 'not running'}")
     for d in plan.decisions:
         print(f"  {verb} {d.action:6} {d.sink} {d.transaction_id} (epoch {d.checkpoint_id}, {d.state}): {d.reason}")
+    if not plan.decisions:
+        print("  nothing in doubt")
+    return EXIT_OK
+
+
+def _reconcile_global(args: argparse.Namespace) -> int:
+    """``reconcile`` on a multi-stage spec: every stage's sink against the latest global checkpoint."""
+    from barrierflow.ops.global_checkpoints import reconcile_global
+
+    plan = reconcile_global(args.spec, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps({**plan.as_dict(), "dry_run": args.dry_run}, indent=2))
+        return EXIT_OK
+    verb = "would" if args.dry_run else "did"
+    print(f"pipeline {plan.pipeline}: latest completed global checkpoint {plan.latest_completed}; "
+          f"pipeline {'running' if plan.job_running else 'not running'}")
+    for stage, decisions in plan.stages.items():
+        for d in decisions:
+            print(f"  stage {stage}: {verb} {d.action:6} {d.sink} {d.transaction_id} (epoch {d.checkpoint_id}, "
+                  f"{d.state}): {d.reason}")
     if not plan.decisions:
         print("  nothing in doubt")
     return EXIT_OK

@@ -1,6 +1,6 @@
 """Operations on the global checkpoints of a multi-stage pipeline: ``checkpoints show``,
-``verify``, ``retain`` and ``savepoint`` (``checkpoints list`` and ``restore`` are in
-:mod:`.checkpoints` and :mod:`.restore`).
+``verify``, ``retain``, ``savepoint``, ``reconcile`` and ``skew`` (``checkpoints list`` and
+``restore`` are in :mod:`.checkpoints` and :mod:`.restore`).
 
 Each works on whole global checkpoints, through the stages' own stores: a global checkpoint is
 shown with every stage's part, verified as one cut (verification/global_cut.py), kept or
@@ -17,6 +17,13 @@ from typing import Any
 from barrierflow.checkpointing.global_manifest import GlobalManifest, global_key
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
+from barrierflow.recovery.reconcile import (
+    GlobalReconciliationPlan,
+    ReconciledStage,
+    apply_global_reconciliation,
+    plan_global_reconciliation,
+)
+from barrierflow.reports.skew import SkewReport, skew_report
 from barrierflow.retention.global_plan import GlobalRetentionPlan, RetainedStage, retain_global
 from barrierflow.retention.savepoint import take_savepoint
 from barrierflow.runtime.pipeline import StagedPipelineJob
@@ -167,3 +174,53 @@ def savepoint_global(spec_path: str | os.PathLike[str], checkpoint_id: int | Non
     for stage in job.stages:
         take_savepoint(stage.spec, stage.store, checkpoint_id)
     return show_global_checkpoint(spec_path, checkpoint_id)
+
+
+def reconcile_global(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> GlobalReconciliationPlan:
+    """Decide every in-doubt transaction of every stage's 2PC sink against the latest
+    completed global checkpoint and, unless ``dry_run``, apply the decisions (see
+    :func:`barrierflow.recovery.reconcile.plan_global_reconciliation`).
+
+    Raises:
+        SpecError, UserInputError (single-stage spec), JobAlreadyRunningError (a restore or
+        reconciliation is under way), SinkError or StorageError (decisions applied before stay).
+    """
+    from pathlib import Path
+
+    job = open_staged(spec_path)
+    ids = job.global_checkpoints()
+    stages = [ReconciledStage(s.stage.name, s.spec, s.store, s.layout) for s in job.stages]
+    plan = plan_global_reconciliation(job.spec.name, Path(job.work_dir), ids[-1] if ids else None, stages)
+    if not dry_run:
+        apply_global_reconciliation(plan, Path(job.work_dir), stages)
+    return plan
+
+
+@dataclass(frozen=True)
+class GlobalSkewReport:
+    """The watermark-skew report of each stage (each over its own checkpoints of the global
+    ones, stored in the stage's store)."""
+
+    pipeline: str
+    stages: dict[str, SkewReport]
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.stages.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "passed": self.passed,
+                "stages": {name: r.as_dict() for name, r in self.stages.items()}}
+
+
+def skew_global(spec_path: str | os.PathLike[str], *, last: int | None = None) -> GlobalSkewReport:
+    """Each stage's skew report over the stage checkpoints of the newest ``last`` completed
+    global checkpoints (None: all). Failed expectations are in the reports, not raised.
+
+    Raises SpecError, UserInputError (single-stage spec, ``last`` below 1), StorageError."""
+    if last is not None and last < 1:
+        raise UserInputError("--last must be a positive whole number")
+    job = open_staged(spec_path)
+    ids = set(job.global_checkpoints())
+    return GlobalSkewReport(job.spec.name, {s.stage.name: skew_report(s.spec, s.store, last=last, only=ids)
+                                            for s in job.stages})

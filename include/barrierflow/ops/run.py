@@ -63,14 +63,15 @@ def run_stages(spec_path: str | os.PathLike[str], *, duration: float | None = No
     ``duration`` seconds passed or (``until_exhausted``) a global checkpoint covers every
     record of the bounded source stages; a start after the first restores the latest global
     checkpoint (see :meth:`barrierflow.runtime.pipeline.StagedPipelineJob.run`), except on an
-    embedded broker, whose channels do not outlive a run (refused). Without any of the three
-    limits it runs until interrupted.
+    embedded broker, whose channels do not outlive a run (refused); a start after a run that
+    completed no global checkpoint starts every stage from the beginning as a new attempt.
+    Without any of the three limits it runs until interrupted.
 
     Raises:
         SpecError: the spec does not load.
         UserInputError: a limit is not positive, the spec is single-stage, a stage cannot be
-            run yet, ``until_exhausted`` without bounded sources, or an earlier run's state
-            with embedded channels.
+            run yet, ``until_exhausted`` without bounded sources, or an earlier run's global
+            checkpoints with embedded channels.
         EmbeddedBrokerError: the embedded broker did not start.
         JobFailedError: a stage's query died.
     """
@@ -84,7 +85,7 @@ def run_stages(spec_path: str | os.PathLike[str], *, duration: float | None = No
             address = stack.enter_context(embedded_broker())
         servers = {c.name: address for c in spec.channels if c.is_embedded and address is not None}
         job = StagedPipelineJob(spec, spec_path=str(spec_path), channel_servers=servers)
-        if address is not None and job.has_earlier_run():
+        if address is not None and job.global_checkpoints():  # (none completed: restarts from the beginning)
             raise UserInputError(
                 f"pipeline {spec.name} ran before, but its channels were on an embedded broker, whose records are "
                 f"gone with that run, so its global checkpoints cannot be restored; remove {job.work_dir} and "

@@ -13,7 +13,9 @@ it applies them, so neither a job nor a restore starts in the middle.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from barrierflow.checkpointing.store import CheckpointStore
@@ -72,3 +74,78 @@ def apply_reconciliation(spec: PipelineSpec, plan: ReconciliationPlan, *, store:
         return
     with JobLease(layout.work_dir, spec.name, "reconcile"):  # raises if a job or restore started since the plan
         sink.apply(plan.decisions)
+
+
+@dataclass(frozen=True)
+class ReconciledStage:
+    """A stage of a multi-stage pipeline as reconciliation sees it."""
+
+    name: str
+    spec: PipelineSpec
+    store: CheckpointStore
+    layout: JobLayout
+
+
+@dataclass
+class GlobalReconciliationPlan:
+    """The decisions for a multi-stage pipeline, per stage, against its latest completed
+    global checkpoint (a final stage's sink commits an epoch only once the global checkpoint
+    of that epoch is complete, so a stage's own newer checkpoints never count)."""
+
+    pipeline: str
+    latest_completed: int | None
+    job_running: bool
+    stages: dict[str, list[Decision]] = field(default_factory=dict)
+
+    @property
+    def decisions(self) -> list[Decision]:
+        return [d for decisions in self.stages.values() for d in decisions]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "latest_completed": self.latest_completed,
+                "job_running": self.job_running,
+                "stages": {name: [d.as_dict() for d in ds] for name, ds in self.stages.items()},
+                "decisions": [d.as_dict() for d in self.decisions]}
+
+
+def plan_global_reconciliation(pipeline: str, work_dir: Path, latest_global: int | None,
+                               stages: Sequence[ReconciledStage]) -> GlobalReconciliationPlan:
+    """Decide every unfinished transaction of every stage's 2PC sink against global checkpoint
+    ``latest_global`` (None: none completed), as :func:`plan_reconciliation` does for one
+    stage. ``work_dir`` holds the pipeline's lease (a multi-stage run and restore hold it).
+
+    Raises:
+        JobAlreadyRunningError: a restore or reconciliation of the pipeline is under way.
+    """
+    holder = lease_holder(work_dir)
+    if holder is not None and holder.get("purpose") in ("restore", "reconcile"):
+        raise JobAlreadyRunningError(
+            f"pipeline {pipeline} is being {'restored' if holder['purpose'] == 'restore' else 'reconciled'} "
+            f"({describe(holder)}); reconcile after it finished (a restore reconciles the sinks itself)")
+    running = holder is not None
+    plan = GlobalReconciliationPlan(pipeline, latest_global, running)
+    for stage in stages:
+        sink = _sink(stage.spec, stage.store, stage.layout)
+        if sink is not None:
+            plan.stages[stage.name] = sink.plan(latest_global, restoring=not running)
+    return plan
+
+
+def apply_global_reconciliation(plan: GlobalReconciliationPlan, work_dir: Path,
+                                stages: Sequence[ReconciledStage]) -> None:
+    """Apply exactly ``plan``'s decisions, each to its own stage's sink; for a stopped pipeline
+    under its lease (raises JobAlreadyRunningError if a run or restore started since the plan)."""
+    by_name = {s.name: s for s in stages}
+
+    def apply_all() -> None:
+        for name, decisions in plan.stages.items():
+            stage = by_name[name]
+            sink = _sink(stage.spec, stage.store, stage.layout)
+            if sink is not None:
+                sink.apply(decisions)
+
+    if plan.job_running:
+        apply_all()  # only COMMITs of covered epochs: the pipeline does the same, idempotently
+        return
+    with JobLease(work_dir, plan.pipeline, "reconcile"):
+        apply_all()

@@ -343,7 +343,7 @@ def run_expectations(rows: list[CheckpointSkew], settings: ReportsSpec) -> list[
 
 
 def build_skew_report(spec: PipelineSpec, store: CheckpointStore, *, last: int | None = None,
-                      now: datetime | None = None) -> SkewReport:
+                      now: datetime | None = None, only: set[int] | None = None) -> SkewReport:
     """The report over the pipeline's completed checkpoints (the newest ``last``, default all).
 
     Args:
@@ -352,6 +352,8 @@ def build_skew_report(spec: PipelineSpec, store: CheckpointStore, *, last: int |
         last: report only the newest N checkpoints (>= 1); offsets still advance against the
             checkpoint before them, idle partitions look at the whole timeline.
         now: the report's ``generated`` time (timezone-aware; default now, UTC).
+        only: count only these checkpoint ids (a stage of a multi-stage pipeline: the ids of
+            its complete global checkpoints); None: every completed one.
 
     Raises:
         UserInputError: ``last`` below 1, or ``now`` naive.
@@ -363,7 +365,7 @@ def build_skew_report(spec: PipelineSpec, store: CheckpointStore, *, last: int |
     if generated.tzinfo is None:
         raise UserInputError("now must be timezone-aware (e.g. datetime.now(UTC))")
     settings = effective_settings(spec)
-    rows = checkpoint_rows(store.completed())
+    rows = checkpoint_rows([m for m in store.completed() if only is None or m.checkpoint_id in only])
     reported = rows[-last:] if last is not None else rows
     return SkewReport(pipeline=spec.name, storage=store.uri, generated=generated, settings=settings, last=last,
                       checkpoints=reported, idle_partitions=idle_partitions(rows, settings.idle_checkpoints),
@@ -375,10 +377,11 @@ def store_skew_report(store: CheckpointStore, report: SkewReport) -> None:
     store.objects.put_bytes(SKEW_REPORT_KEY, json.dumps(report.as_dict(), indent=2).encode())
 
 
-def skew_report(spec: PipelineSpec, store: CheckpointStore, *, last: int | None = None) -> SkewReport:
+def skew_report(spec: PipelineSpec, store: CheckpointStore, *, last: int | None = None,
+                only: set[int] | None = None) -> SkewReport:
     """Build the report and, when there is a completed checkpoint, store it (see
     :func:`build_skew_report` and :func:`store_skew_report`)."""
-    report = build_skew_report(spec, store, last=last)
+    report = build_skew_report(spec, store, last=last, only=only)
     if report.checkpoints:
         store_skew_report(store, report)
     return report

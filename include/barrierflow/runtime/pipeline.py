@@ -191,7 +191,8 @@ class StagedPipelineJob:
                                       interval=options.interval, timeout=options.timeout,
                                       max_concurrent=options.max_concurrent, retained=options.retained,
                                       tolerable_failed_checkpoints=options.tolerable_failed_checkpoints),
-            event_time=self.spec.event_time, spark=self.spec.spark)
+            event_time=self.spec.event_time, spark=self.spec.spark, verification=self.spec.verification,
+            reports=self.spec.reports)
         layout = JobLayout.for_spec(derived)
         return StageJob(stage, derived, layout, CheckpointStore.for_spec(derived), channel_source, channel_sink)
 
@@ -321,7 +322,6 @@ class StagedPipelineJob:
             DuplicateOutputError: a stage's sink already committed a newer epoch (nothing is
                 changed).
         """
-        from barrierflow.checkpointing.global_manifest import GlobalFailure, global_key
         from barrierflow.recovery.restore import restore_pipeline
 
         ids = self.global_checkpoints()
@@ -336,27 +336,76 @@ class StagedPipelineJob:
         self._refuse_output_ahead(checkpoint_id)
         for job in self.stages:
             restore_pipeline(job.spec, checkpoint_id, store=job.store, layout=job.layout, check_running=False)
-        root = self.root_store
-        attempt = root.begin_attempt([i for i in ids if i > checkpoint_id])
+        attempt = self._begin_attempt([i for i in ids if i > checkpoint_id], checkpoint_id)
+        stages: dict[str, dict[str, int]] = {}
+        for job in self.stages:
+            alignment = job.store.get(checkpoint_id).alignment
+            if job.channel_source is not None and alignment is not None:
+                stages[job.stage.name] = dict(alignment.barrier_offsets)
+        self._add_fence(attempt, checkpoint_id, stages)
+        log.warning("pipeline %s restored to global checkpoint %d (attempt %d)", self.spec.name, checkpoint_id,
+                    attempt)
+        return GlobalRestoreReport(self.spec.name, checkpoint_id, attempt, stages)
+
+    def _begin_attempt(self, abandoned: list[int], restored: int) -> int:
+        """Increase the pipeline's attempt, abandon ``abandoned`` global checkpoints and fail
+        the unfinished ones (ABANDONED)."""
+        from barrierflow.checkpointing.global_manifest import GlobalFailure, global_key
+
+        attempt = self.root_store.begin_attempt(abandoned)
         triggered = {int(k.key.split("/")[1][4:]) for k in self.objects.list("global/")
                      if k.key.endswith("/_triggered.json")}
         done = {int(k.key.split("/")[1][4:]) for k in self.objects.list("global/")
                 if k.key.endswith(("/_metadata.json", "/_failed.json"))}
         for cid in sorted(triggered - done):
             failure = GlobalFailure(pipeline=self.spec.name, checkpoint_id=cid, reason="ABANDONED",
-                                    message=f"unfinished when the pipeline was restored to {checkpoint_id}",
+                                    message=f"unfinished when the pipeline was restored to {restored}",
                                     failure_time=datetime.now(UTC))
             self.objects.put_bytes(global_key(cid, "_failed"), failure.model_dump_json(indent=2).encode())
-        stages: dict[str, dict[str, int]] = {}
-        for job in self.stages:
-            alignment = job.store.get(checkpoint_id).alignment
-            if job.channel_source is not None and alignment is not None:
-                stages[job.stage.name] = dict(alignment.barrier_offsets)
-        fences = [*self.fences(), {"attempt": attempt, "restored": checkpoint_id, "stages": stages}]
+        return attempt
+
+    def _add_fence(self, attempt: int, restored: int, stages: dict[str, dict[str, int]]) -> None:
+        fences = [*self.fences(), {"attempt": attempt, "restored": restored, "stages": stages}]
         self.objects.put_bytes("_fences.json", json.dumps(fences, indent=2).encode())
-        log.warning("pipeline %s restored to global checkpoint %d (attempt %d)", self.spec.name, checkpoint_id,
-                    attempt)
-        return GlobalRestoreReport(self.spec.name, checkpoint_id, attempt, stages)
+
+    def restore_initial(self) -> GlobalRestoreReport:
+        """Restore the initial cut, for a pipeline that ran but completed no global checkpoint
+        (killed or stopped before its first one): every stage starts again from the beginning
+        of its sources as a new attempt.
+
+        Steps: each stage's local Spark checkpoint, snapshots and staged output are removed and
+        its own checkpoints (none belongs to a global one) abandoned; its 2PC sinks abort every
+        unfinished transaction (none can be committed: final sinks commit only epochs of
+        complete global checkpoints); unfinished global checkpoints fail (ABANDONED); the
+        attempt increases; every stage fed by channels gets a fence at offset -1 of each input
+        partition, so its source skips everything older attempts wrote. Idempotent: restoring
+        again after a crash meanwhile only adds an attempt.
+        """
+        import shutil
+
+        from barrierflow.sinks.factory import build_sink
+        from barrierflow.sources.kafka import partition_id
+        from barrierflow.transactions.two_phase import TwoPhaseCommitSink
+
+        for job in self.stages:
+            for path in (job.layout.spark_checkpoint, job.layout.snapshots):
+                shutil.rmtree(path, ignore_errors=True)
+            stage_attempt = job.store.begin_attempt(job.store.checkpoint_ids())
+            sink = build_sink(job.spec, job.store, job.layout, attempt=stage_attempt)
+            if isinstance(sink, TwoPhaseCommitSink):
+                sink.restore(None, None)
+            ControlChannel(job.layout.control).reset()
+        attempt = self._begin_attempt([], 0)
+        stages = {}
+        for job in self.stages:
+            partitions = {partition_id(self.spec.channel(name).topic_for(self.spec.name), p): -1
+                          for name in job.stage.input_channels for p in range(self.spec.channel(name).partitions)}
+            if partitions:
+                stages[job.stage.name] = partitions
+        self._add_fence(attempt, 0, stages)
+        log.warning("pipeline %s completed no global checkpoint before: every stage starts from the beginning as "
+                    "attempt %d", self.spec.name, attempt)
+        return GlobalRestoreReport(self.spec.name, 0, attempt, stages)
 
     def _refuse_output_ahead(self, checkpoint_id: int) -> None:
         """Refuse to restore ``checkpoint_id`` when a sink committed a newer epoch: after the
@@ -381,9 +430,11 @@ class StagedPipelineJob:
                 "latest global checkpoint (--latest or --latest-valid), or remove the newer output first")
 
     def has_earlier_run(self) -> bool:
-        """Whether a run of this pipeline left local state or global checkpoints (so a new run
-        restores the latest global checkpoint and needs the channels' records of that run)."""
-        return any(job.layout.spark_checkpoint.exists() for job in self.stages) or bool(self.global_checkpoints())
+        """Whether a run of this pipeline left local state, global records or an attempt (so a
+        new run restores the latest global checkpoint, or the initial cut, and needs the
+        channels' records of that run)."""
+        return (any(job.layout.spark_checkpoint.exists() for job in self.stages) or bool(self.objects.list("global/"))
+                or self.objects.exists("_fences.json"))
 
     def run(self, *, checkpoints: int | None = None, duration: float | None = None,
             until_exhausted: bool = False, progress: Callable[[PipelineProgress], None] | None = None,
@@ -401,13 +452,11 @@ class StagedPipelineJob:
         if OFFLINE_SERVERS in self.servers.values():
             raise UserInputError(f"pipeline {self.spec.name} was opened offline (StagedPipelineJob.offline) and "
                                  "cannot run; open it with its channels' broker addresses")
-        if self.has_earlier_run():
-            if not self.global_checkpoints():
-                raise UserInputError(
-                    f"pipeline {self.spec.name} has local state from an earlier run but no completed global "
-                    "checkpoint to restore, so its channels may hold records that would be read twice; remove "
-                    f"{self.work_dir} and the channel topics, or use fresh ones")
-            self.restore()  # every later start is a new attempt from the latest global checkpoint
+        if self.has_earlier_run():  # every later start is a new attempt from the latest global checkpoint
+            if self.global_checkpoints():
+                self.restore()
+            else:
+                self.restore_initial()
         self.attempt = self.root_store.attempt()
         self.last_completed = (self.global_checkpoints() or [0])[-1]
         stages = []
