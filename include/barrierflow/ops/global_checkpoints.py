@@ -158,15 +158,7 @@ def savepoint_global(spec_path: str | os.PathLike[str], checkpoint_id: int | Non
         CheckpointCorruptError: it fails verification (the message names the stage and check).
     """
     job = open_staged(spec_path)
-    ids = job.global_checkpoints()
-    if checkpoint_id is None:
-        if not ids:
-            raise CheckpointNotFoundError(f"pipeline {job.spec.name} has no completed global checkpoint in "
-                                          f"{job.objects.uri}; run it first")
-        checkpoint_id = ids[-1]
-    elif checkpoint_id not in ids:
-        raise CheckpointNotFoundError(f"global checkpoint {checkpoint_id} of pipeline {job.spec.name} is not "
-                                      f"complete (or was abandoned by a restore); completed: {ids}")
+    checkpoint_id = job.completed_global(checkpoint_id)
     report = verify_global(job.objects, job.spec.name, stage_parts(job), [checkpoint_id])[0]
     if not report.passed:
         raise CheckpointCorruptError(f"global checkpoint {checkpoint_id} cannot become a savepoint: it fails "

@@ -44,15 +44,22 @@ def _sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout) -> TwoP
     return sink if isinstance(sink, TwoPhaseCommitSink) else None
 
 
+def _holder_unless_busy(pipeline: str, work_dir: Path) -> dict[str, object] | None:
+    """The live lease of ``work_dir`` (None: nothing runs); raises JobAlreadyRunningError while a
+    restore or another reconciliation holds it."""
+    holder = lease_holder(work_dir)
+    if holder is not None and holder.get("purpose") in ("restore", "reconcile"):
+        raise JobAlreadyRunningError(
+            f"pipeline {pipeline} is being {'restored' if holder['purpose'] == 'restore' else 'reconciled'} "
+            f"({describe(holder)}); reconcile after it finished (a restore reconciles the sinks itself)")
+    return holder
+
+
 def plan_reconciliation(spec: PipelineSpec, *, store: CheckpointStore | None = None,
                         layout: JobLayout | None = None) -> ReconciliationPlan:
     store = store or CheckpointStore.for_spec(spec)
     layout = layout or JobLayout.for_spec(spec)
-    holder = lease_holder(layout.work_dir)
-    if holder is not None and holder.get("purpose") in ("restore", "reconcile"):
-        raise JobAlreadyRunningError(
-            f"pipeline {spec.name} is being {'restored' if holder['purpose'] == 'restore' else 'reconciled'} "
-            f"({describe(holder)}); reconcile after it finished (a restore reconciles the sinks itself)")
+    holder = _holder_unless_busy(spec.name, layout.work_dir)
     latest = store.latest()
     running = holder is not None
     plan = ReconciliationPlan(spec.name, latest.checkpoint_id if latest else None, running)
@@ -117,11 +124,7 @@ def plan_global_reconciliation(pipeline: str, work_dir: Path, latest_global: int
     Raises:
         JobAlreadyRunningError: a restore or reconciliation of the pipeline is under way.
     """
-    holder = lease_holder(work_dir)
-    if holder is not None and holder.get("purpose") in ("restore", "reconcile"):
-        raise JobAlreadyRunningError(
-            f"pipeline {pipeline} is being {'restored' if holder['purpose'] == 'restore' else 'reconciled'} "
-            f"({describe(holder)}); reconcile after it finished (a restore reconciles the sinks itself)")
+    holder = _holder_unless_busy(pipeline, work_dir)
     running = holder is not None
     plan = GlobalReconciliationPlan(pipeline, latest_global, running)
     for stage in stages:

@@ -302,6 +302,25 @@ class StagedPipelineJob:
                 ids.append(int(parts[1][4:]))
         return sorted(i for i in ids if i not in abandoned)
 
+    def completed_global(self, checkpoint_id: int | None = None) -> int:
+        """``checkpoint_id`` if it is a completed global checkpoint of the current timeline
+        (None: the latest one).
+
+        Raises:
+            CheckpointNotFoundError: none completed, or ``checkpoint_id`` did not (or was
+                abandoned by a restore); the message lists the completed ones.
+        """
+        ids = self.global_checkpoints()
+        if checkpoint_id is None:
+            if not ids:
+                raise CheckpointNotFoundError(f"pipeline {self.spec.name} has no completed global checkpoint in "
+                                              f"{self.objects.uri}; run it first")
+            return ids[-1]
+        if checkpoint_id not in ids:
+            raise CheckpointNotFoundError(f"global checkpoint {checkpoint_id} of pipeline {self.spec.name} is not "
+                                          f"complete (or was abandoned by a restore); completed: {ids}")
+        return checkpoint_id
+
     def fences(self) -> list[dict[str, Any]]:
         try:
             return list(json.loads(self.objects.get_bytes("_fences.json")))
@@ -325,14 +344,7 @@ class StagedPipelineJob:
         from barrierflow.recovery.restore import restore_pipeline
 
         ids = self.global_checkpoints()
-        if checkpoint_id is None:
-            if not ids:
-                raise CheckpointNotFoundError(f"pipeline {self.spec.name} has no completed global checkpoint in "
-                                              f"{self.objects.uri}")
-            checkpoint_id = ids[-1]
-        elif checkpoint_id not in ids:
-            raise CheckpointNotFoundError(f"global checkpoint {checkpoint_id} of pipeline {self.spec.name} is not "
-                                          f"complete (or was abandoned); completed: {ids}")
+        checkpoint_id = self.completed_global(checkpoint_id)
         self._refuse_output_ahead(checkpoint_id)
         for job in self.stages:
             restore_pipeline(job.spec, checkpoint_id, store=job.store, layout=job.layout, check_running=False)
