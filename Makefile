@@ -1,6 +1,7 @@
 # The commands of README.md. Each creates .venv and installs pinned requirements first.
 #   make demo     run the demo pipeline (local Spark, local storage, built-in generator)
 #   make demo-stages  the three-stage demo on the embedded Kafka-protocol broker (starts afresh)
+#   make demo-cycle   the demo with a feedback loop (a cycle), same broker (starts afresh)
 #   make test     lint + the whole test suite (what .ci/run calls)
 #   make airflow  Airflow (standalone) on 127.0.0.1 with dags/ and plugins/, home var/airflow
 PYTHON ?= python3.11
@@ -15,7 +16,7 @@ AIRFLOW_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 1 )))
 AIRFLOW_TRIGGER_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 2 )))
 AIRFLOW_HOME_DIR := $(CURDIR)/var/airflow
 
-.PHONY: demo demo-stages test lint bench install clean airflow chromium
+.PHONY: demo demo-stages demo-cycle test lint bench install clean airflow chromium
 
 $(STAMP):
 	@command -v java >/dev/null || { echo "error: Spark needs Java 17+ on PATH (apt-get install openjdk-17-jre-headless)"; exit 2; }
@@ -36,6 +37,11 @@ demo-stages: $(STAMP)
 	rm -rf var/stages-demo
 	$(BIN)/barrierflow run include/pipelines/stages.yaml --until-exhausted --duration 600
 	$(BIN)/barrierflow checkpoints list include/pipelines/stages.yaml
+
+demo-cycle: $(STAMP)
+	rm -rf var/cycle-demo
+	$(BIN)/barrierflow run include/pipelines/cycle.yaml --until-exhausted --duration 600
+	$(BIN)/barrierflow checkpoints list include/pipelines/cycle.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

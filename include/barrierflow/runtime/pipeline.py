@@ -17,7 +17,9 @@ because a batch it replays would write its channel records a second time.
 Supported so far: one sink per stage, and one source or several channel sources (read as one
 source over their topics, so one planner aligns every input partition); channel
 ``bootstrap`` given as an address or ``env:VAR``, or ``embedded`` resolved by the caller
-(``channel_servers``).
+(``channel_servers``). Cycles: a stage may read a back-edge channel (``spec.graph``) beside its
+forward channels; its source never waits for barriers on the back-edge and logs what arrives
+there between its snapshot and the barrier as channel state (include/pipelines/cycle.yaml).
 """
 
 from __future__ import annotations
