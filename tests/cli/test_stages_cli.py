@@ -48,7 +48,20 @@ def test_run_refuses_bad_limits_and_until_exhausted_without_bounded_sources(
     assert main(["run", str(_spec(tmp_path, bounded=False)), "--until-exhausted"]) == 2
     err = capsys.readouterr().err
     assert "stage 'a' reads an unbounded one" in err and "--checkpoints/--duration" in err
+    assert main(["run", str(_spec(tmp_path)), "--stage", "nope"]) == 2
+    assert "pipeline flow has no stage 'nope'; its stages: ['a', 'b']" in capsys.readouterr().err
     assert not (tmp_path / "work").exists()
+
+
+def test_processes_and_stage_are_refused_for_a_single_stage_spec(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.pipeline_specs import spec_dict
+
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(spec_dict(tmp_path)), encoding="utf-8")
+    for flag in (["--processes"], ["--stage", "a"]):
+        assert main(["run", str(path), *flag]) == 2
+        assert "has one stage; --processes and --stage are for specs with stages" in capsys.readouterr().err
 
 
 def test_checkpoints_list_shows_global_checkpoints_per_stage(tmp_path: Path,

@@ -45,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--until-exhausted", action="store_true",
                      help="bounded sources: stop once every record is covered by a completed checkpoint")
     run.add_argument("--quiet", action="store_true", help="no live progress line")
+    run.add_argument("--processes", action="store_true",
+                     help="several stages: run every stage in a process (Spark application) of its own, the pipeline "
+                          "coordinator in this one")
+    run.add_argument("--stage", metavar="NAME",
+                     help="several stages: run only this stage (what --processes starts for each stage)")
 
     restore = sub.add_parser("restore", help="rebuild the job's Spark checkpoint from a completed checkpoint")
     restore.add_argument("spec")
@@ -171,9 +176,14 @@ def _stages_progress_line(p: PipelineProgress) -> None:
 def _cmd_run_stages(args: argparse.Namespace) -> int:
     from barrierflow.ops.run import run_stages
 
+    if args.stage:
+        from barrierflow.ops.run import run_stage
+
+        run_stage(args.spec, args.stage)
+        return EXIT_OK
     outcome = run_stages(args.spec, duration=args.duration, checkpoints=args.checkpoints,
                          until_exhausted=args.until_exhausted, progress=None if args.quiet else _stages_progress_line,
-                         progress_every=1.0 if sys.stderr.isatty() else 30.0)
+                         progress_every=1.0 if sys.stderr.isatty() else 30.0, processes=args.processes)
     if sys.stderr.isatty() and not args.quiet:
         sys.stderr.write("\n")
     result = outcome.result
@@ -205,6 +215,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if is_multi_stage(args.spec):
         return _cmd_run_stages(args)
+    if args.processes or args.stage:
+        raise UserInputError(f"{args.spec} has one stage; --processes and --stage are for specs with stages")
     outcome = run(args.spec, duration=args.duration, checkpoints=args.checkpoints,
                   until_exhausted=args.until_exhausted, progress=None if args.quiet else _progress_line,
                   progress_every=1.0 if sys.stderr.isatty() else 30.0)

@@ -25,7 +25,7 @@ from barrierflow.spec.stages import StagedPipelineSpec
 from barrierflow.workdir.lease import JobLease
 
 __all__ = ["PipelineProgress", "Progress", "RunOutcome", "StageProgress", "StagedRunOutcome", "is_multi_stage",
-           "run", "run_stages"]
+           "run", "run_stage", "run_stages"]
 
 
 @dataclass(frozen=True)
@@ -58,14 +58,16 @@ def _check_limits(duration: float | None, checkpoints: int | None) -> None:
 
 def run_stages(spec_path: str | os.PathLike[str], *, duration: float | None = None, checkpoints: int | None = None,
                until_exhausted: bool = False, progress: Callable[[PipelineProgress], None] | None = None,
-               progress_every: float = 1.0) -> StagedRunOutcome:
+               progress_every: float = 1.0, processes: bool = False) -> StagedRunOutcome:
     """Run a multi-stage pipeline until ``checkpoints`` global checkpoints completed,
     ``duration`` seconds passed or (``until_exhausted``) a global checkpoint covers every
     record of the bounded source stages; a start after the first restores the latest global
     checkpoint (see :meth:`barrierflow.runtime.pipeline.StagedPipelineJob.run`), except on an
     embedded broker, whose channels do not outlive a run (refused); a start after a run that
     completed no global checkpoint starts every stage from the beginning as a new attempt.
-    Without any of the three limits it runs until interrupted.
+    Without any of the three limits it runs until interrupted. ``processes``: every stage in a
+    process (and Spark application) of its own, the pipeline coordinator in this one
+    (:mod:`barrierflow.runtime.stage_processes`).
 
     Raises:
         SpecError: the spec does not load.
@@ -73,7 +75,7 @@ def run_stages(spec_path: str | os.PathLike[str], *, duration: float | None = No
             run yet, ``until_exhausted`` without bounded sources, or an earlier run's global
             checkpoints with embedded channels.
         EmbeddedBrokerError: the embedded broker did not start.
-        JobFailedError: a stage's query died.
+        JobFailedError: a stage's query (or process) died.
     """
     _check_limits(duration, checkpoints)
     spec = load_any_spec(spec_path)
@@ -95,9 +97,38 @@ def run_stages(spec_path: str | os.PathLike[str], *, duration: float | None = No
             job.check_bounded()
         # The pipeline's lease: no restore of it (or second run) while it runs.
         stack.enter_context(JobLease(Path(job.work_dir), spec.name, "run"))
-        result = job.run(checkpoints=checkpoints, duration=duration, until_exhausted=until_exhausted,
-                         progress=progress, progress_every=progress_every)
+        if processes:
+            from barrierflow.runtime.stage_processes import StageProcessSupervisor
+
+            result = StageProcessSupervisor(job, servers=servers).run(
+                checkpoints=checkpoints, duration=duration, until_exhausted=until_exhausted, progress=progress,
+                progress_every=progress_every)
+        else:
+            result = job.run(checkpoints=checkpoints, duration=duration, until_exhausted=until_exhausted,
+                             progress=progress, progress_every=progress_every)
         return StagedRunOutcome(spec.name, result, job.attempt, address)
+
+
+def run_stage(spec_path: str | os.PathLike[str], stage: str) -> int:
+    """One stage of a multi-stage pipeline in this process, as started by ``run --processes``
+    (``barrierflow run SPEC --stage NAME``): runs until its supervisor asks it to stop or dies;
+    returns the number of stage checkpoints completed. The supervisor has restored the
+    pipeline and holds its lease; embedded channels' addresses come from the environment.
+
+    Raises:
+        UserInputError: the spec is single-stage or has no such stage.
+        JobFailedError: the stage's query died, or its supervisor is gone.
+    """
+    from barrierflow.runtime.stage_processes import run_stage_process, servers_from_env
+
+    spec = load_any_spec(spec_path)
+    if not isinstance(spec, StagedPipelineSpec):
+        raise UserInputError(f"{spec_path} is a single-stage spec; --stage is for specs with stages")
+    if stage not in {s.name for s in spec.stages}:
+        raise UserInputError(f"pipeline {spec.name} has no stage {stage!r}; its stages: "
+                             f"{[s.name for s in spec.stages]}")
+    job = StagedPipelineJob(spec, spec_path=str(spec_path), channel_servers=servers_from_env())
+    return run_stage_process(job, stage)
 
 
 def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, checkpoints: int | None = None,

@@ -5,7 +5,8 @@
 ``<work_dir>/stages/<stage>``, checkpoint store ``<checkpoint.storage>/stages/<stage>``; a
 channel source becomes a Kafka source read through ``barrierflow_channel``, a channel sink is
 written by :class:`~barrierflow.sinks.channel.ChannelWriter`), starts every query in one
-SparkSession (tests share one; a deployment runs one application per stage), and drives each
+SparkSession (tests share one; :mod:`barrierflow.runtime.stage_processes` runs one process and
+application per stage, :meth:`StagedPipelineJob.run_stage`), and drives each
 stage's checkpoint coordinator (never triggering, sink commits deferred) and the
 :class:`~barrierflow.checkpointing.pipeline_coordinator.PipelineCoordinator` from one loop.
 
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 0.02
+#: How often a stage run in its own process looks for newly decided global checkpoints (seconds).
+FOLLOW_SECONDS = 0.2
 #: How often a stage's query is started again after its Python worker failed to connect back.
 START_RETRIES = 2
 #: The address an offline pipeline gives channels on the embedded broker (never connected to).
@@ -450,6 +453,130 @@ class StagedPipelineJob:
         return (any(job.layout.spark_checkpoint.exists() for job in self.stages) or bool(self.objects.list("global/"))
                 or self.objects.exists("_fences.json"))
 
+    def prepare(self) -> None:
+        """What happens once per run, before any stage starts (by whoever runs the pipeline
+        coordinator): a start after an earlier run restores the latest global checkpoint (or,
+        when none completed, the initial cut) as a new attempt; the attempt and the last
+        completed global checkpoint are loaded; every channel's topic exists.
+
+        Raises:
+            UserInputError: the pipeline was opened offline.
+        """
+        if OFFLINE_SERVERS in self.servers.values():
+            raise UserInputError(f"pipeline {self.spec.name} was opened offline (StagedPipelineJob.offline) and "
+                                 "cannot run; open it with its channels' broker addresses")
+        if self.has_earlier_run():  # every later start is a new attempt from the latest global checkpoint
+            if self.global_checkpoints():
+                self.restore()
+            else:
+                self.restore_initial()
+        self.load_attempt()
+        from barrierflow.sinks.channel import ensure_topic
+
+        for channel in self.spec.channels:  # before any stage reads one
+            ensure_topic(self.servers[channel.name], channel.topic_for(self.spec.name), channel.partitions)
+
+    def load_attempt(self) -> None:
+        """The pipeline's current attempt and last completed global checkpoint, from the store."""
+        self.attempt = self.root_store.attempt()
+        self.last_completed = (self.global_checkpoints() or [0])[-1]
+
+    def _start_coordinator(self, job: StageJob) -> StageHandle:
+        """Start ``job``'s checkpoint coordinator; its handle for the pipeline coordinator."""
+        job.layout.work_dir.mkdir(parents=True, exist_ok=True)
+        job.coordinator = self._coordinator(job)
+        job.coordinator.start()
+        return self.handle(job, job.coordinator)
+
+    def handle(self, job: StageJob, coordinator: CheckpointCoordinator | None = None) -> StageHandle:
+        """What the pipeline coordinator knows of ``job`` (``coordinator`` None: the stage runs
+        in another process and follows the global checkpoints itself, :meth:`run_stage`)."""
+        return StageHandle(job.stage.name, job.store, ControlChannel(job.layout.control), coordinator,
+                           is_source=job.stage.name in self.graph.source_stages,
+                           is_final=job.stage.name in self.graph.final_stages)
+
+    def run_stage(self, name: str, *, stop_requested: Callable[[], int | None],
+                  started: Callable[[], None] = lambda: None,
+                  alive: Callable[[], bool] = lambda: True,
+                  progress: Callable[[StageProgress], None] | None = None,
+                  progress_every: float = 1.0) -> list[Manifest]:
+        """Run one stage in this process (one Spark application per stage): its query and its
+        checkpoint coordinator, while the pipeline coordinator runs elsewhere
+        (:mod:`barrierflow.runtime.stage_processes`) and has already called :meth:`prepare`.
+
+        A final stage follows the global checkpoints in the store itself: it commits its 2PC
+        sinks up to ``n`` once ``global/chk-<n>/_metadata.json`` exists and aborts ``n`` once
+        ``_failed.json`` does, in checkpoint order. ``started`` is called once the query runs;
+        the stage stops when ``stop_requested`` returns the last completed global checkpoint
+        (a final stage first commits up to it), or fails when ``alive`` turns False (its
+        supervisor is gone). Returns the stage manifests completed in this run.
+
+        Raises:
+            JobFailedError: the query died, or the supervisor is gone.
+        """
+        job = self.stage_job(name)
+        self.load_attempt()
+        self._start_coordinator(job)
+        assert job.coordinator is not None
+        final = name in self.graph.final_stages
+        decided = self.last_completed
+        next_progress = next_follow = time.monotonic()
+        try:
+            self._start_query(job)
+            started()
+            while True:
+                job.coordinator.tick()
+                assert job.query is not None
+                if not job.query.isActive and not self._restart_failed_start(job):
+                    exc = job.query.exception()
+                    raise JobFailedError(f"the query of stage {name} of pipeline {self.spec.name} stopped"
+                                         + (f": {str(exc).splitlines()[0]}" if exc else ""))
+                stop = stop_requested()
+                if final and (stop is not None or time.monotonic() >= next_follow):
+                    next_follow = time.monotonic() + FOLLOW_SECONDS
+                    decided = self._follow_globals(job, decided)
+                if stop is not None:
+                    if final:
+                        job.coordinator.flush_sinks(timeout=min(self.spec.checkpoint.timeout, 60.0))
+                    break
+                if not alive():
+                    raise JobFailedError(f"stage {name} of pipeline {self.spec.name}: its supervisor (the pipeline "
+                                         "coordinator) is gone; the pipeline restarts from its latest global "
+                                         "checkpoint when it is run again")
+                if progress is not None and time.monotonic() >= next_progress:
+                    next_progress = time.monotonic() + progress_every
+                    progress(self._stage_progress(job))
+                time.sleep(TICK_SECONDS)
+        finally:
+            self._stop(min(self.spec.checkpoint.timeout, 60.0), only=job)
+        return list(job.coordinator.completed)
+
+    def _follow_globals(self, job: StageJob, decided: int) -> int:
+        """Commit (complete) or abort (failed) ``job``'s sinks for the global checkpoints after
+        ``decided``, in order, stopping at the first one still undecided; returns the last
+        decided id."""
+        from barrierflow.checkpointing.global_manifest import global_key
+
+        assert job.coordinator is not None
+        highest = max([decided, *(m.checkpoint_id for m in job.coordinator.completed),
+                       *job.coordinator.pending.keys()])
+        for cid in range(decided + 1, highest + 1):
+            if self.objects.exists(global_key(cid, "_metadata")):
+                if not job.coordinator.commit_sinks(cid):
+                    log.warning("global checkpoint %d: stage %s did not complete it in this run; its sinks commit "
+                                "it when the stage recovers", cid, job.stage.name)
+            elif self.objects.exists(global_key(cid, "_failed")):
+                job.coordinator.abort_sinks(cid)
+            else:
+                return cid - 1
+        return highest
+
+    def _stage_progress(self, job: StageJob) -> StageProgress:
+        last = job.query.lastProgress if job.query is not None else None
+        epoch = job.coordinator.current_epoch() if job.coordinator is not None else self.last_completed + 1
+        return StageProgress(job.stage.name, int(last["batchId"]) if last else None,
+                             float(last.get("processedRowsPerSecond") or 0.0) if last else 0.0, epoch)
+
     def run(self, *, checkpoints: int | None = None, duration: float | None = None,
             until_exhausted: bool = False, progress: Callable[[PipelineProgress], None] | None = None,
             progress_every: float = 1.0) -> PipelineRunResult:
@@ -463,34 +590,14 @@ class StagedPipelineJob:
         Raises:
             JobFailedError: a stage's query died.
         """
-        if OFFLINE_SERVERS in self.servers.values():
-            raise UserInputError(f"pipeline {self.spec.name} was opened offline (StagedPipelineJob.offline) and "
-                                 "cannot run; open it with its channels' broker addresses")
-        if self.has_earlier_run():  # every later start is a new attempt from the latest global checkpoint
-            if self.global_checkpoints():
-                self.restore()
-            else:
-                self.restore_initial()
-        self.attempt = self.root_store.attempt()
-        self.last_completed = (self.global_checkpoints() or [0])[-1]
-        stages = []
-        for job in self.stages:
-            job.layout.work_dir.mkdir(parents=True, exist_ok=True)
-            job.coordinator = self._coordinator(job)
-            job.coordinator.start()
-            stages.append(StageHandle(job.stage.name, job.store, ControlChannel(job.layout.control),
-                                      job.coordinator, is_source=job.stage.name in self.graph.source_stages,
-                                      is_final=job.stage.name in self.graph.final_stages))
+        self.prepare()
+        stages = [self._start_coordinator(job) for job in self.stages]
         coordinator = PipelineCoordinator(self.spec.name, self.spec.checkpoint, self.objects, stages,
                                           attempt=self.attempt)
         self.coordinator = coordinator
         coordinator.start()
         coordinator.trigger_limit = checkpoints
-        ends = self._source_ends() if until_exhausted else None
-        from barrierflow.sinks.channel import ensure_topic
-
-        for channel in self.spec.channels:  # before any stage reads one
-            ensure_topic(self.servers[channel.name], channel.topic_for(self.spec.name), channel.partitions)
+        ends = self.source_ends() if until_exhausted else None
         started = time.monotonic()
         next_progress = started + progress_every
         try:
@@ -510,7 +617,7 @@ class StagedPipelineJob:
                     progress(self._progress(coordinator))
                 if checkpoints is not None and len(coordinator.completed) >= checkpoints:
                     break
-                if ends is not None and self._covers(coordinator.completed, ends):
+                if ends is not None and self.covers(coordinator.completed, ends):
                     break
                 if duration is not None and time.monotonic() - started >= duration:
                     break
@@ -527,12 +634,7 @@ class StagedPipelineJob:
                                  len(coordinator.failed))
 
     def _progress(self, coordinator: PipelineCoordinator) -> PipelineProgress:
-        stages = []
-        for job in self.stages:
-            last = job.query.lastProgress if job.query is not None else None
-            epoch = job.coordinator.current_epoch() if job.coordinator is not None else self.last_completed + 1
-            stages.append(StageProgress(job.stage.name, int(last["batchId"]) if last else None,
-                                        float(last.get("processedRowsPerSecond") or 0.0) if last else 0.0, epoch))
+        stages = [self._stage_progress(job) for job in self.stages]
         completed = coordinator.completed
         return PipelineProgress(self.spec.name, tuple(stages),
                                 completed[-1].checkpoint_id if completed else (self.last_completed or None),
@@ -577,9 +679,9 @@ class StagedPipelineJob:
     def check_bounded(self) -> None:
         """Raise UserInputError unless every source stage reads a bounded source (what
         ``until_exhausted`` needs), before anything is started."""
-        self._source_ends()
+        self.source_ends()
 
-    def _source_ends(self) -> dict[str, dict[str, int]]:
+    def source_ends(self) -> dict[str, dict[str, int]]:
         ends = {}
         for job in self.stages:
             if job.stage.name in self.graph.source_stages:
@@ -591,29 +693,30 @@ class StagedPipelineJob:
                 ends[job.stage.name] = end
         return ends
 
-    def _covers(self, completed: list[GlobalManifest], ends: dict[str, dict[str, int]]) -> bool:
+    def covers(self, completed: list[GlobalManifest], ends: dict[str, dict[str, int]]) -> bool:
         """Whether a completed global checkpoint reflects every source record in its final
         stages' committed output: the source stages' barriers are at the sources' ends, and no
         stage has channel state in it (records in flight at an unaligned snapshot are processed
         in the next epoch, so their output is not covered by this checkpoint yet)."""
         for manifest in reversed(completed):
-            at_end = all(self._stage(name).store.get(manifest.checkpoint_id).barrier_offsets.get(
-                self._stage(name).spec.source.name) == end for name, end in ends.items())
+            at_end = all(self.stage_job(name).store.get(manifest.checkpoint_id).barrier_offsets.get(
+                self.stage_job(name).spec.source.name) == end for name, end in ends.items())
             if at_end and all(part.channel_state_records == 0 for part in manifest.stages.values()):
                 return True
         return False
 
-    def _stage(self, name: str) -> StageJob:
+    def stage_job(self, name: str) -> StageJob:
         return next(j for j in self.stages if j.stage.name == name)
 
-    def _stop(self, timeout: float) -> None:
-        for job in self.stages:
+    def _stop(self, timeout: float, only: StageJob | None = None) -> None:
+        jobs = [only] if only is not None else self.stages
+        for job in jobs:
             if job.query is not None:
                 try:
                     job.query.stop()
                 except Exception as exc:
                     log.warning("stopping the query of stage %s raised %s", job.stage.name, exc)
-        for job in self.stages:
+        for job in jobs:
             if job.coordinator is not None:
                 job.coordinator.drain(timeout=timeout)
             if job.writer is not None:
