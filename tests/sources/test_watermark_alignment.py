@@ -174,3 +174,40 @@ def test_a_partition_without_records_is_marked_idle_and_stops_holding_back_align
     assert newest0 - t0 > timedelta(seconds=10)  # far beyond max_drift: no longer held back
     report = build_skew_report(spec, CheckpointStore.for_spec(spec))
     assert "events/1" in report.idle_partitions
+
+
+def test_a_silent_partition_goes_idle_and_resumes_cleanly(spark, tmp_path: Path) -> None:
+    """Partition 1 produces for 6 s, is silent from 6 s to 16 s (``silent_periods``: a producer
+    outage; late enough that the query's first slow batches are over), then produces again.
+    It is marked idle once silent for the 2 s timeout, and while
+    idle it does not hold partition 0 back; when its records come again it is active again (no
+    longer listed as idle) and, being far behind in event time, holds partition 0 back: the
+    planner pauses partition 0 until partition 1 is back within max_drift."""
+    data = spec_dict(tmp_path, name="resume")
+    data["sources"] = [{"name": "events", "type": "generator", "partitions": 2, "rows_per_second": 200,
+                        "event_time_step_ms": 100, "keys": 5,
+                        "silent_periods": [{"partition": 1, "start": 6, "end": 16}]}]
+    data["event_time"] = {"column": "event_time", "watermark_delay": "5s", "idle_timeout": "2s",
+                          "alignment": {"max_drift": "1s", "update_interval": "0s"}}
+    data["checkpoint"]["interval"] = "1s"
+    spec = parse_spec(data)
+    result = StreamingJob(spec, spark=spark).run(duration=30)
+    assert result.completed, result.failed
+    history = WatermarkHistory(tmp_path / "work" / "control").records()
+    went_idle = next((i for i, r in enumerate(history) if "1" in r.idle), None)
+    assert went_idle is not None, "partition 1 was never marked idle"
+    silent_at = history[went_idle].end["1"]
+    resumed = next((i for i, r in enumerate(history) if i > went_idle and "1" not in r.idle
+                    and r.end["1"] > silent_at), None)
+    assert resumed is not None, f"partition 1 did not resume after it went idle at offset {silent_at}"
+    # While idle, partition 0 ran on (it was not paused in every batch of the idle span).
+    assert any("0" not in r.paused and "1" in r.idle for r in history[went_idle:resumed])
+    # Back, far behind: partition 0 is paused for it.
+    assert any("0" in r.paused for r in history[resumed:]), "partition 0 was never paused after partition 1 resumed"
+    last = result.completed[-1]
+    assert last.event_time is not None
+    marks = last.event_time.partitions["events"]
+    assert not marks["1"].idle and last.barrier_offsets["events"]["1"] > silent_at
+    print(f"\nsilent partition: idle from batch {went_idle} (offset {silent_at}), active again from batch {resumed}; "
+          f"at checkpoint {last.checkpoint_id}: p0 pauses={marks['0'].pauses} "
+          f"paused_seconds={marks['0'].paused_seconds}, p1 at offset {last.barrier_offsets['events']['1']}")

@@ -163,3 +163,24 @@ def test_alignment_on_a_kafka_source_is_refused(tmp_path: Path) -> None:
     data["event_time"] = {"alignment": {"max_drift": "2s"}}
     err = _problems(tmp_path, data)
     assert "event_time.alignment: not implemented yet for kafka sources" in str(err)
+
+
+@pytest.mark.parametrize(("period", "source", "message"), [
+    ({"partition": 0, "start": 5, "end": 5}, {}, "end (5) must be after start (5)"),
+    ({"partition": 7, "start": 1, "end": 2}, {}, "partition 7 does not exist"),
+    ({"partition": 0, "start": 1, "end": 2}, {"rows_per_second": 0}, "need a throttled generator"),
+])
+def test_bad_silent_periods_are_named(tmp_path: Path, period: dict, source: dict, message: str) -> None:
+    data = spec_dict(tmp_path)
+    data["sources"][0].update(silent_periods=[period], **source)
+    err = _problems(tmp_path, data)
+    assert any(f.startswith("sources.0") and message in m for f, m in err.problems), err.problems
+
+
+def test_silent_seconds_count_only_the_elapsed_part_of_each_period(tmp_path: Path) -> None:
+    data = spec_dict(tmp_path)
+    data["sources"][0].update(rows_per_second=10, silent_periods=[{"partition": 1, "start": 2, "end": 5},
+                                                                  {"partition": 1, "start": 8, "end": 9}])
+    source = load_spec(write_spec(tmp_path, data)).source
+    assert [source.silent_seconds(1, t) for t in (1, 3, 6, 8.5, 20)] == [0, 1, 3, 3.5, 4]
+    assert source.silent_seconds(0, 20) == 0

@@ -12,8 +12,8 @@ range re-reads to identical rows (exact replays, exact expected outputs in tests
   the dead-letter output, not downstream.
 
 Availability: partition ``p`` has ``rows_per_second * factor[p]`` new records per wall-clock
-second since the reader started (unthrottled when 0); the batch planner caps each batch at
-``max_records_per_batch`` per partition.
+second since the reader started (unthrottled when 0), none during its ``silent_periods``; the
+batch planner caps each batch at ``max_records_per_batch`` per partition.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ class GeneratorStreamReader(DataSourceStreamReader):
         origin_t, origin = self._clock_origin
         elapsed = now - origin_t
         return {
-            str(p): origin.get(str(p), 0) + int(elapsed * self.model.rate(p))
+            str(p): origin.get(str(p), 0) + int((elapsed - self.spec.silent_seconds(p, elapsed)) * self.model.rate(p))
             for p in range(self.spec.partitions)
         }
 

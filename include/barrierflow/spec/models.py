@@ -36,6 +36,24 @@ def _storage_uri(value: str) -> str:
     return value
 
 
+class SilentPeriod(_Strict):
+    """A wall-clock span, counted from the moment the source's reader started, in which one
+    generator partition produces nothing (a producer outage): an idle partition for tests and
+    benchmarks of idleness. Afterwards it produces at its rate again from where it stopped
+    (the records it missed are never made up, so its event time falls behind)."""
+
+    partition: int = Field(..., ge=0)
+    start: Annotated[float, Field(ge=0, description="seconds after the reader started")]
+    end: Annotated[float, Field(gt=0, description="seconds after the reader started")]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SilentPeriod:
+        if self.end <= self.start:
+            raise ValueError(f"silent period of partition {self.partition}: end ({self.end:g}) must be after start "
+                             f"({self.start:g})")
+        return self
+
+
 class GeneratorSourceSpec(_Strict):
     """The built-in deterministic generator: record ``i`` of partition ``p`` is a pure
     function of ``(p, i)`` and these options, so any offset range re-reads identically."""
@@ -62,6 +80,24 @@ class GeneratorSourceSpec(_Strict):
     records_per_partition: int | None = Field(
         None, ge=0, description="bounded source: each partition ends after this many records"
     )
+    silent_periods: list[SilentPeriod] = Field(
+        default_factory=list, description="throttled generators only: spans in which a partition produces nothing")
+
+    @model_validator(mode="after")
+    def _silent_periods_fit(self) -> GeneratorSourceSpec:
+        for period in self.silent_periods:
+            if period.partition >= self.partitions:
+                raise ValueError(f"silent_periods: partition {period.partition} does not exist (the generator has "
+                                 f"{self.partitions})")
+        if self.silent_periods and self.rows_per_second <= 0:
+            raise ValueError("silent_periods need a throttled generator (rows_per_second > 0): an unthrottled one "
+                             "has no wall clock to be silent in")
+        return self
+
+    def silent_seconds(self, partition: int, elapsed: float) -> float:
+        """How many of the first ``elapsed`` seconds ``partition`` was silent."""
+        return sum(max(0.0, min(elapsed, p.end) - p.start) for p in self.silent_periods
+                   if p.partition == partition and elapsed > p.start)
 
 
 class KafkaSourceSpec(_Strict):
