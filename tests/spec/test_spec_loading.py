@@ -157,12 +157,12 @@ def test_bad_event_time_and_trigger_settings_exit_2_naming_the_field(
     assert field in capsys.readouterr().err
 
 
-def test_alignment_on_a_kafka_source_is_refused(tmp_path: Path) -> None:
+def test_alignment_on_a_kafka_source_is_accepted(tmp_path: Path) -> None:
     data = spec_dict(tmp_path)
     data["sources"] = [{"name": "in", "type": "kafka", "bootstrap_servers": "127.0.0.1:1", "topics": ["t"]}]
     data["event_time"] = {"alignment": {"max_drift": "2s"}}
-    err = _problems(tmp_path, data)
-    assert "event_time.alignment: not implemented yet for kafka sources" in str(err)
+    spec = load_spec(write_spec(tmp_path, data))
+    assert spec.event_time is not None and spec.event_time.alignment is not None
 
 
 @pytest.mark.parametrize(("period", "source", "message"), [

@@ -39,6 +39,15 @@ milliseconds).
 Failures never hang: every broker call is bounded by ``poll_timeout`` and a broker that cannot
 be reached gives a :class:`SourceError` naming the bootstrap servers and what to check.
 
+Event time and watermark alignment. Executors record the newest event time of every range
+they read (:mod:`barrierflow.sources.event_times`) for manifests and reports. With
+``event_time.alignment`` the driver also peeks at single records (its own consumer, cached):
+a partition's place in event time is the event time of its next record (of its last one once
+it has read everything), and the batch planner caps a partition at the last record not newer
+than the alignment ceiling (a binary search over such peeks), exactly as it does with the
+generator's computed event times. This assumes event times grow with offsets within a
+partition.
+
 Outages. Brokers that stop answering for a while (a restart, a network blip) are ridden out
 for ``unavailable_timeout`` seconds (default 120): ``latestOffset`` offers no new data while
 they do not answer (Spark plans no batch; a checkpoint due meanwhile cannot close its epoch
@@ -53,6 +62,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import itertools
 import json
 import logging
 import math
@@ -94,6 +104,10 @@ JSON_SPARK_TYPES = {
 }
 #: Rows per Arrow record batch yielded by ``read``.
 CHUNK_ROWS = 10_000
+#: Offsets the driver reads past one that holds no record (a transaction marker) when it peeks at event times.
+PEEK_RECORDS = 16
+#: Event times of single records the driver remembers (cleared when full).
+EVENT_TIME_CACHE = 100_000
 #: How often the driver's consumer refreshes topic metadata (new partitions), in ms.
 METADATA_MAX_AGE_MS = 30_000
 _EARLIEST, _LATEST = -2, -1
@@ -561,6 +575,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_available: dict[str, int] | None = None
         self._unavailable_since: float | None = None
         self.planner = SourcePlanner(PlanningOptions.from_json(options.get("planning")), self.control)
+        self._event_time_cache: dict[tuple[str, int], datetime | None] = {}
+        self._search: tuple[dict[str, int], dict[str, int]] = ({}, {})
 
     def __getstate__(self) -> dict[str, Any]:
         # The reader is pickled to the executors; a live consumer (and the planner's bookkeeping)
@@ -568,6 +584,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state = dict(self.__dict__)
         state["_consumer"] = None
         state["planner"] = None
+        state["_event_time_cache"] = {}
         return state
 
     # -- driver side ---------------------------------------------------------------------
@@ -682,18 +699,78 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
         """Plan the next batch's end from the brokers' end offsets and the control channel
-        (through :class:`~barrierflow.sources.planning.SourcePlanner`: idleness and adaptive batch
-        sizing; event times are known only after a range was read, so the planner gets none and
-        watermark alignment is refused for Kafka sources by the spec)."""
+        (through :class:`~barrierflow.sources.planning.SourcePlanner`: idleness, adaptive batch
+        sizing and, with ``event_time.alignment``, watermark alignment over event times the
+        driver peeks at: :meth:`_event_times_at`, :meth:`_offset_at`)."""
         begin = SourceOffset.from_json(start)
         available = self._available_riding_out_outages()
         if available is None:
             return start  # the brokers do not answer (yet): no new data, nothing skipped
-        end = self.planner.plan(begin, available, self.spec.max_records_per_batch,
-                                lambda offsets: dict.fromkeys(offsets))
+        if self.planner.options.max_drift is not None:
+            self._search = (dict(begin.partitions), dict(available))
+            end = self.planner.plan(begin, available, self.spec.max_records_per_batch,
+                                    self._event_times_at, self._offset_at)
+        else:
+            end = self.planner.plan(begin, available, self.spec.max_records_per_batch,
+                                    lambda offsets: dict.fromkeys(offsets))
         if end.barrier > begin.barrier:
             log.info("source %s: batch ending at %s closes epoch %d", self.spec.name, end.partitions, end.barrier)
         return end.to_json()
+
+    # -- event times the driver peeks at (watermark alignment) -----------------------------
+
+    def _event_time_of(self, partition: str, offset: int) -> datetime | None:
+        """The event time of the first record at or after ``offset`` of ``partition`` (a few
+        offsets on: transaction markers leave gaps), read by the driver's consumer and decoded
+        like :meth:`read` does (the spec's event-time column, else Kafka's timestamp); None when
+        there is no record there or it has no event time (malformed). Cached: a record's event
+        time never changes."""
+        key = (partition, offset)
+        if key in self._event_time_cache:
+            return self._event_time_cache[key]
+        topic, number = parse_partition_id(partition)
+        end = min(offset + PEEK_RECORDS, (self._last_available or {}).get(partition, offset + PEEK_RECORDS))
+        found: datetime | None = None
+        if end > offset:
+            records = list(itertools.islice(read_range(self.spec, topic, number, offset, end,
+                                                       self._driver_consumer()), 1))
+            decoder = RecordDecoder(self.spec)
+            for batch in decoder.batches(records):
+                found = _newest_event_time(batch, self.event_time_column, found)
+        if len(self._event_time_cache) >= EVENT_TIME_CACHE:
+            self._event_time_cache.clear()
+        self._event_time_cache[key] = found
+        return found
+
+    def _event_times_at(self, offsets: Mapping[str, int]) -> dict[str, datetime | None]:
+        """Each partition's place in event time at ``offsets``: the event time of its next
+        record, or of its last one when it has read everything (like the generator's exact
+        answer, but read from the log). Assumes event times grow with offsets within a
+        partition, as alignment does in general; a partition that goes back in time only
+        makes alignment pause it less."""
+        available = self._last_available or {}
+        out: dict[str, datetime | None] = {}
+        for partition, offset in offsets.items():
+            if offset < available.get(partition, 0):
+                out[partition] = self._event_time_of(partition, offset)
+            else:
+                out[partition] = self._event_time_of(partition, offset - 1) if offset > 0 else None
+        return out
+
+    def _offset_at(self, partition: str, newest: datetime) -> int:
+        """The end (exclusive) of the records of ``partition`` at or before ``newest``, between
+        the batch's start and the partition's end offset: a binary search over single-record
+        peeks (about log2 of the backlog reads, cached)."""
+        starts, available = self._search
+        lo, hi = starts.get(partition, 0), available.get(partition, 0)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            when = self._event_time_of(partition, mid)
+            if when is not None and when > newest:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """One input partition ``(topic, partition, start, end)`` per non-empty range."""

@@ -494,13 +494,6 @@ class PipelineSpec(_Strict):
     def _dlq(cls, value: str) -> str:
         return _storage_uri(value) if value else value
 
-    @model_validator(mode="after")
-    def _alignment_sources(self) -> PipelineSpec:
-        if self.event_time is not None and self.event_time.alignment is not None and self.source.type != "generator":
-            raise ValueError("event_time.alignment: not implemented yet for kafka sources (their event times are "
-                             "known only after a range was read); remove event_time.alignment")
-        return self
-
     @property
     def source(self) -> GeneratorSourceSpec | KafkaSourceSpec:
         return self.sources[0]
