@@ -3,11 +3,14 @@
 #   make demo-stages  the three-stage demo on the embedded Kafka-protocol broker (starts afresh)
 #   make demo-cycle   the demo with a feedback loop (a cycle), same broker (starts afresh)
 #   make test     lint + the whole test suite (what .ci/run calls)
+#   make bench-flink  barrierflow vs Flink SQL side by side (installs Flink into .venv-flink: make flink)
 #   make airflow  Airflow (standalone) on 127.0.0.1 with dags/ and plugins/, home var/airflow
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt pyproject.toml | sha256sum | cut -c1-16)
+FLINK_VENV := .venv-flink
+FLINK_STAMP := $(FLINK_VENV)/.installed-$(shell cat requirements-flink.txt | sha256sum | cut -c1-16)
 DEMO_CHECKPOINTS ?= 6
 PYTEST_WORKERS ?= 2
 AIRFLOW_PORT ?= 8080
@@ -16,7 +19,7 @@ AIRFLOW_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 1 )))
 AIRFLOW_TRIGGER_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 2 )))
 AIRFLOW_HOME_DIR := $(CURDIR)/var/airflow
 
-.PHONY: demo demo-stages demo-cycle test lint bench install clean airflow chromium
+.PHONY: demo demo-stages demo-cycle test lint bench install clean airflow chromium flink bench-flink
 
 $(STAMP):
 	@command -v java >/dev/null || { echo "error: Spark needs Java 17+ on PATH (apt-get install openjdk-17-jre-headless)"; exit 2; }
@@ -59,6 +62,19 @@ test: lint chromium
 
 bench: $(STAMP)
 	$(BIN)/barrierflow bench --markdown docs/benchmarks-latest.md
+
+# Flink in a virtual environment of its own (never in the main requirements), for
+# `barrierflow bench --compare flink-sql` (make bench-flink).
+$(FLINK_STAMP): requirements-flink.txt
+	@command -v java >/dev/null || { echo "error: Flink needs Java 17+ on PATH"; exit 2; }
+	@test -x $(FLINK_VENV)/bin/python || $(PYTHON) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/pip install --quiet -r requirements-flink.txt
+	@rm -f $(FLINK_VENV)/.installed-* && touch $(FLINK_STAMP)
+
+flink: $(FLINK_STAMP)
+
+bench-flink: $(STAMP) $(FLINK_STAMP)
+	$(BIN)/barrierflow bench --compare flink-sql --seconds 30 --rounds 2 --markdown docs/benchmarks-flink-latest.md
 
 # Local Airflow: scheduler, DAG processor, triggerer and API server (`airflow standalone`) on
 # 127.0.0.1:$(AIRFLOW_PORT), with this project's DAGs and plugins (the Checkpoints page),

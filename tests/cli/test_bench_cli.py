@@ -49,3 +49,25 @@ def test_stages_scenario_spec_is_valid_and_slows_one_partition(tmp_path: object)
         z = next(j for j in job.stages if j.stage.name == "z")
         rates = json.loads(job._alignment_options(z))["rate_factors"]
         assert rates == {f"{spec.channels[0].topic_for(spec.name)}:1": 0.1}
+
+
+def test_compare_flink_sql_without_flink_says_to_run_make_flink(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    from barrierflow.cli.main import main
+
+    monkeypatch.setenv("BARRIERFLOW_FLINK_PYTHON", f"{tmp_path}/no-such-python")
+    assert main(["bench", "--compare", "flink-sql"]) == 2
+    err = capsys.readouterr().err
+    assert "no-such-python does not exist: run `make flink`" in err and "BARRIERFLOW_FLINK_PYTHON" in err
+
+
+def test_compare_table_gives_per_round_ratios() -> None:
+    """The comparison's table: each system's 1 s / none ratio and barrierflow / Flink, per round."""
+    from barrierflow.bench.flink_compare import Runs, render
+
+    runs = Runs(barrierflow_none=[2.0e6, 2.2e6], barrierflow_1s=[1.9e6, 2.0e6], flink_none=[2.0e6, 2.5e6],
+                flink_1s=[1.6e6, 2.0e6], flink_version="2.3.0")
+    table = render(runs, "local[2]", 30, 2)
+    assert "| barrierflow (ABS) | 2,100,000 | 1,950,000 | 0.95 / 0.91 |" in table
+    assert "| Flink SQL | 2,250,000 | 1,800,000 | 0.80 / 0.80 |" in table
+    assert "no checkpoints 1.00 / 0.88; 1 s checkpoints 1.19 / 1.00" in table

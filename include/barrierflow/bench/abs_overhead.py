@@ -46,7 +46,8 @@ class Sample:
     incremental_bytes: list[int] = field(default_factory=list)
 
 
-def _mode_spec(base: PipelineSpec, mode: Mode, work: Path) -> PipelineSpec:
+def mode_spec(base: PipelineSpec, mode: Mode, work: Path) -> PipelineSpec:
+    """``base`` with ``mode``'s checkpoint settings and its directories under ``work``."""
     checkpoint = base.checkpoint.model_copy(update={
         "storage": f"file://{work / 'checkpoints'}",
         "interval": mode.interval or 3600.0,
@@ -64,14 +65,14 @@ def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str 
     spark = StreamingJob(base).spark
     warmup = max(seconds, 45.0)  # until the JIT has settled: throughput still climbs before that
     print(f"warm-up ({warmup:.0f} s) ...", file=sys.stderr)
-    StreamingJob(_mode_spec(base, MODES[0], root / "warmup"), spark=spark).run(duration=warmup)
+    StreamingJob(mode_spec(base, MODES[0], root / "warmup"), spark=spark).run(duration=warmup)
     for r in range(rounds):
         order = MODES[r % len(MODES):] + MODES[: r % len(MODES)]
         for mode in order:
             work = root / f"r{r}-{mode.name.replace(' ', '_')}"
-            job = StreamingJob(_mode_spec(base, mode, work), spark=spark)
+            job = StreamingJob(mode_spec(base, mode, work), spark=spark)
             if mode.interval is None:
-                job_run = job.run(duration=seconds, checkpoints=None, on_tick=_no_checkpoints)
+                job_run = job.run(duration=seconds, checkpoints=None, on_tick=no_checkpoints)
             else:
                 job_run = job.run(duration=seconds)
             s = samples[mode.name]
@@ -87,7 +88,8 @@ def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str 
     return samples
 
 
-def _no_checkpoints(job: StreamingJob) -> None:
+def no_checkpoints(job: StreamingJob) -> None:
+    """``on_tick`` of a run without barrierflow checkpoints: the coordinator never triggers."""
     if job.coordinator is not None:
         job.coordinator.trigger_limit = 0
 

@@ -153,6 +153,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="scale scenario: the source partition counts to measure")
     bench.add_argument("--keys", type=int, default=2_000_000, help="restore scenario: distinct keys in the state")
     bench.add_argument("--checkpoints", type=int, default=1000, help="soak scenario: checkpoints to run")
+    bench.add_argument("--compare", choices=("flink-sql",),
+                       help="instead of a scenario: the reference job on barrierflow and on Flink SQL side by side, "
+                            "without and with 1 s checkpoints, alternating (needs `make flink`)")
     return parser
 
 
@@ -643,6 +646,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.rounds < 1 or args.seconds <= 0 or args.keys < 1:
         raise UserInputError(f"bench needs --rounds >= 1, --seconds > 0 and --keys >= 1 (got --rounds {args.rounds}, "
                              f"--seconds {args.seconds}, --keys {args.keys})")
+    if args.compare == "flink-sql":
+        from barrierflow.bench.flink_compare import run_flink_comparison
+
+        run_flink_comparison(args.spec, seconds=args.seconds, rounds=args.rounds, markdown=args.markdown)
+        return EXIT_OK
     if args.scenario == "scale":
         from barrierflow.bench.scale import run_scale_benchmark
 

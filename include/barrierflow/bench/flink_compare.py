@@ -1,0 +1,154 @@
+"""``barrierflow bench --compare flink-sql``: the reference job on barrierflow and on Flink SQL,
+side by side in one command (issue 13, docs/benchmarks.md).
+
+Per round, four runs, alternating which system goes first (A B, then B A) so that drift of the
+shared machine falls on both: barrierflow's reference job (``include/pipelines/bench.yaml``:
+10,000 keys, running count and sum, discard sink, ``local[2]``) without checkpoints and with
+ABS every 1 s, each for ``seconds`` in this process's SparkSession (throughput after the first
+batch, as ``--scenario abs-overhead``); and the same logical job on Flink SQL
+(:mod:`barrierflow.bench.flink_sql_job`, run by the Python of the Flink virtual environment)
+without checkpoints and with checkpoints every 1 s, over as many rows as Flink processes in
+about ``seconds`` (sized from its previous run). Printed: records/s per run, each system's
+1 s-checkpoint ratio to its own no-checkpoint run, and barrierflow / Flink per round.
+
+Flink lives in its own virtual environment (``make flink``: ``.venv-flink`` with
+requirements-flink.txt), never in the main requirements; ``BARRIERFLOW_FLINK_PYTHON`` names
+another interpreter that has apache-flink.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from barrierflow.bench import emit_table
+from barrierflow.bench.abs_overhead import MODES, mode_spec, no_checkpoints
+from barrierflow.errors import UserInputError
+from barrierflow.runtime.job import StreamingJob
+from barrierflow.spec import load_spec, project_home
+
+FLINK_PYTHON_ENV = "BARRIERFLOW_FLINK_PYTHON"
+#: Rows of Flink's first run per measured second (later runs are sized from the one before).
+FLINK_FIRST_RATE = 2_000_000
+JOB_SCRIPT = Path(__file__).with_name("flink_sql_job.py")
+
+
+@dataclass
+class Runs:
+    """Records/s per round, one list per system and checkpoint setting."""
+
+    barrierflow_none: list[float] = field(default_factory=list)
+    barrierflow_1s: list[float] = field(default_factory=list)
+    flink_none: list[float] = field(default_factory=list)
+    flink_1s: list[float] = field(default_factory=list)
+    flink_version: str = "?"
+
+
+def flink_python() -> Path:
+    """The interpreter with apache-flink.
+
+    Raises:
+        UserInputError: there is none (the message says to run ``make flink``).
+    """
+    given = os.environ.get(FLINK_PYTHON_ENV)
+    path = Path(given) if given else project_home() / ".venv-flink" / "bin" / "python"
+    if not path.is_file():
+        raise UserInputError(f"bench --compare flink-sql needs Flink in its own virtual environment, but {path} "
+                             "does not exist: run `make flink` (installs requirements-flink.txt into .venv-flink), "
+                             f"or set {FLINK_PYTHON_ENV} to a Python that has apache-flink")
+    return path
+
+
+def run_flink_job(python: Path, rows: int, interval: float) -> dict[str, float | str]:
+    """One run of the Flink SQL job; its JSON result line.
+
+    Raises:
+        UserInputError: the job failed (the message holds the end of its output).
+    """
+    command = [str(python), str(JOB_SCRIPT), "--rows", str(rows), "--checkpoint-interval", str(interval)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        output = (done.stderr or done.stdout)[-2000:]
+        raise UserInputError(f"the Flink SQL job failed (exit {done.returncode}): {output}")
+    return dict(json.loads(lines[-1]))
+
+
+def run_flink_comparison(spec_path: str, *, seconds: float, rounds: int,
+                         markdown: str | None = None) -> Runs:
+    """Run the comparison (see the module docstring) and print its table."""
+    python = flink_python()
+    base = load_spec(spec_path)
+    root = project_home() / "var" / "bench"
+    shutil.rmtree(root, ignore_errors=True)
+    spark = StreamingJob(base).spark
+    runs = Runs()
+    warmup = max(seconds, 30.0)
+    print(f"barrierflow warm-up ({warmup:.0f} s) ...", file=sys.stderr)
+    StreamingJob(mode_spec(base, MODES[0], root / "warmup"), spark=spark).run(duration=warmup)
+    rate = float(FLINK_FIRST_RATE)
+
+    def barrierflow(r: int) -> None:
+        for mode, into in ((MODES[0], runs.barrierflow_none), (MODES[1], runs.barrierflow_1s)):
+            work = root / f"r{r}-{mode.name.replace(' ', '_')}"
+            job = StreamingJob(mode_spec(base, mode, work), spark=spark)
+            result = (job.run(duration=seconds, on_tick=no_checkpoints) if mode.interval is None
+                      else job.run(duration=seconds))
+            into.append(result.throughput)
+            print(f"round {r + 1} barrierflow {mode.name:16} {result.throughput:>12,.0f} rec/s  "
+                  f"{len(result.completed)} checkpoints", file=sys.stderr)
+            shutil.rmtree(work, ignore_errors=True)
+
+    def flink(r: int) -> None:
+        nonlocal rate
+        for interval, into in ((0.0, runs.flink_none), (1.0, runs.flink_1s)):
+            result = run_flink_job(python, max(1_000_000, int(rate * seconds)), interval)
+            into.append(float(result["records_per_second"]))
+            rate = float(result["records_per_second"])
+            runs.flink_version = str(result.get("flink_version", "?"))
+            label = "no checkpoints" if interval == 0 else "checkpoints 1 s"
+            print(f"round {r + 1} Flink SQL   {label:16} {rate:>12,.0f} rec/s  ({result['rows']:,} rows in "
+                  f"{result['seconds']} s)", file=sys.stderr)
+
+    for r in range(rounds):
+        for step in ((barrierflow, flink) if r % 2 == 0 else (flink, barrierflow)):
+            step(r)
+    emit_table(render(runs, base.spark.master, seconds, rounds), markdown)
+    return runs
+
+
+def _ratios(a: list[float], b: list[float]) -> list[float]:
+    return [x / y for x, y in zip(a, b, strict=True) if y > 0]
+
+
+def _fmt(values: list[float]) -> str:
+    return " / ".join(f"{v:.2f}" for v in values)
+
+
+def render(runs: Runs, master: str, seconds: float, rounds: int) -> str:
+    """The table: per system mean records/s without and with 1 s checkpoints, the
+    per-round ratio to its own no-checkpoint run, and barrierflow / Flink per round."""
+    lines = [
+        f"Comparison {datetime.now(UTC).isoformat(timespec='seconds')}: the reference job (10,000 keys, running "
+        f"count and sum), barrierflow on Spark {master} vs Flink SQL {runs.flink_version} (MiniCluster, "
+        f"parallelism 2, heap state), about {seconds:.0f} s per run, {rounds} round(s), alternating order",
+        "",
+        "| system | no checkpoints, records/s (mean) | 1 s checkpoints, records/s (mean) "
+        "| 1 s / none, per round |",
+        "|---|---|---|---|",
+        f"| barrierflow (ABS) | {statistics.mean(runs.barrierflow_none):,.0f} | "
+        f"{statistics.mean(runs.barrierflow_1s):,.0f} | {_fmt(_ratios(runs.barrierflow_1s, runs.barrierflow_none))} |",
+        f"| Flink SQL | {statistics.mean(runs.flink_none):,.0f} | {statistics.mean(runs.flink_1s):,.0f} | "
+        f"{_fmt(_ratios(runs.flink_1s, runs.flink_none))} |",
+        "",
+        f"barrierflow / Flink per round: no checkpoints {_fmt(_ratios(runs.barrierflow_none, runs.flink_none))}; "
+        f"1 s checkpoints {_fmt(_ratios(runs.barrierflow_1s, runs.flink_1s))}",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,95 @@
+"""The reference job on Flink SQL, for ``barrierflow bench --compare flink-sql``.
+
+A stand-alone script run by the Python of the Flink virtual environment (``make flink``:
+``.venv-flink``, apache-flink pinned in requirements-flink.txt, never in the main
+requirements); it imports nothing of barrierflow. It runs the logical job of
+shared/design/BENCHMARKS.md: ``keys`` keys (uniformly random instead of the generator's ``i %
+keys``, see :func:`_job_sql`) and values in 0..999, grouped by key with a running count and sum
+kept in Flink's heap state, into a discarding (blackhole) sink; Flink's local MiniCluster,
+parallelism 2 (the machine's cores).
+
+Usage::
+
+    .venv-flink/bin/python include/barrierflow/bench/flink_sql_job.py --rows N \\
+        [--checkpoint-interval SECONDS] [--keys 10000] [--warmup-rows M] [--parallelism 2]
+
+It first runs the same job over ``--warmup-rows`` rows (JIT warm-up, not measured), then over
+``--rows`` rows with checkpoints every ``--checkpoint-interval`` seconds (0: none, into a
+temporary directory otherwise), and prints one JSON line: ``{"rows", "seconds",
+"records_per_second", "checkpoint_interval", "parallelism", "flink_version"}``. ``seconds``
+runs from submitting the measured job to its end, so it includes the job's start (about a
+second on a warm MiniCluster); choose ``--rows`` so that the job runs 20-60 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+
+
+def _job_sql(rows: int, keys: int, suffix: str) -> list[str]:
+    # Random keys and values: datagen's 'sequence' kind keeps every value still to emit in its
+    # checkpointed state, which would make Flink's checkpoints the bottleneck; uniform random
+    # keys over the same key range give the same state size and update pattern.
+    return [
+        f"CREATE TEMPORARY TABLE src_{suffix} (k BIGINT, v BIGINT) WITH ('connector' = 'datagen', "
+        f"'number-of-rows' = '{rows}', 'rows-per-second' = '1000000000000', "
+        f"'fields.k.kind' = 'random', 'fields.k.min' = '0', 'fields.k.max' = '{keys - 1}', "
+        "'fields.v.kind' = 'random', 'fields.v.min' = '0', 'fields.v.max' = '999')",
+        f"CREATE TEMPORARY TABLE out_{suffix} (k BIGINT, c BIGINT, s BIGINT) WITH ('connector' = 'blackhole')",
+        f"INSERT INTO out_{suffix} SELECT k, COUNT(*), SUM(v) FROM src_{suffix} GROUP BY k",
+    ]
+
+
+def _run(rows: int, keys: int, interval: float, parallelism: int, suffix: str) -> float:
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+
+    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    conf = env.get_config()
+    conf.set("parallelism.default", str(parallelism))
+    conf.set("state.backend.type", "hashmap")
+    directory = None
+    if interval > 0:
+        directory = tempfile.mkdtemp(prefix="flink-checkpoints-")
+        conf.set("execution.checkpointing.interval", f"{int(interval * 1000)} ms")
+        conf.set("execution.checkpointing.dir", f"file://{directory}")
+    try:
+        *ddl, insert = _job_sql(rows, keys, suffix)
+        for statement in ddl:
+            env.execute_sql(statement)
+        started = time.perf_counter()
+        env.execute_sql(insert).wait()
+        return time.perf_counter() - started
+    finally:
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, required=True)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--checkpoint-interval", type=float, default=0.0)
+    parser.add_argument("--warmup-rows", type=int, default=5_000_000)
+    parser.add_argument("--parallelism", type=int, default=2)
+    args = parser.parse_args(argv)
+    if args.rows < 1 or args.keys < 1 or args.parallelism < 1 or args.checkpoint_interval < 0:
+        parser.error("--rows, --keys and --parallelism must be >= 1, --checkpoint-interval >= 0")
+    import pyflink
+
+    if args.warmup_rows > 0:
+        _run(args.warmup_rows, args.keys, 0.0, args.parallelism, "warmup")
+    seconds = _run(args.rows, args.keys, args.checkpoint_interval, args.parallelism, "measured")
+    print(json.dumps({"rows": args.rows, "seconds": round(seconds, 3),
+                      "records_per_second": round(args.rows / seconds, 1),
+                      "checkpoint_interval": args.checkpoint_interval, "parallelism": args.parallelism,
+                      "flink_version": getattr(pyflink, "__version__", "?")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
