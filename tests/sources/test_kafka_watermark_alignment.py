@@ -60,7 +60,13 @@ def test_alignment_on_a_kafka_source_keeps_a_lagging_partitions_records(
     spec = parse_spec(data)
     ends = {f"{topic}:{p}": RECORDS for p in (0, 1)}
 
-    result = StreamingJob(spec, spark=spark).run(duration=45)
+    def read_to_the_end(job: StreamingJob) -> bool:
+        """Two checkpoints at the topic's end (the second one after the batch that emits the
+        windows the final watermark closed), as --until-exhausted does for bounded sources."""
+        done = job.coordinator.completed if job.coordinator is not None else []
+        return sum(1 for m in done if m.barrier_offsets.get("in") == ends) >= 2
+
+    result = StreamingJob(spec, spark=spark).run(duration=120, until=read_to_the_end)
     assert result.completed, result.failed
     last = result.completed[-1]
     assert last.barrier_offsets["in"] == ends, f"not read to the end: {last.barrier_offsets}"

@@ -180,17 +180,20 @@ class StreamingJob:
         on_tick: Callable[[StreamingJob], None] | None = None,
         until_exhausted: bool = False,
         lease_check: bool = True,
+        until: Callable[[StreamingJob], bool] | None = None,
     ) -> RunResult:
-        """Run until ``duration`` seconds passed, ``checkpoints`` completed, or (with
+        """Run until ``duration`` seconds passed, ``checkpoints`` completed, (with
         ``until_exhausted``, bounded sources only) two checkpoints completed with every
-        partition at its end — whichever comes first; with none, until interrupted."""
+        partition at its end, or ``until`` (asked every tick, e.g. whether the last completed
+        checkpoint reached offsets known to the caller: the end of an unbounded source) is
+        true — whichever comes first; with none, until interrupted."""
         self.layout.work_dir.mkdir(parents=True, exist_ok=True)
         lease = JobLease(self.layout.work_dir, self.spec.name)
         if lease_check:
             lease.acquire()
         try:
             return self._run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
-                             progress=progress, progress_every=progress_every, on_tick=on_tick)
+                             progress=progress, progress_every=progress_every, on_tick=on_tick, until=until)
         finally:
             lease.release()
 
@@ -203,6 +206,7 @@ class StreamingJob:
         progress: Callable[[Progress], None] | None,
         progress_every: float,
         on_tick: Callable[[StreamingJob], None] | None,
+        until: Callable[[StreamingJob], bool] | None = None,
     ) -> RunResult:
         self.restore_if_needed()
         attempt = self.store.attempt()
@@ -278,6 +282,8 @@ class StreamingJob:
                         if m.barrier_offsets.get(self.spec.source.name) == end_offsets) >= 2:
                     break
                 if duration is not None and now - started >= duration:
+                    break
+                if until is not None and until(self):
                     break
                 time.sleep(TICK_SECONDS)
         finally:
