@@ -10,6 +10,8 @@ def test_bench_rejects_bad_numbers(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["bench", "--scenario", "restore", "--keys", "0"]) == 2
     assert "--keys >= 1" in capsys.readouterr().err
+    assert main(["bench", "--state-keys", "0"]) == 2
+    assert "--state-keys >= 1" in capsys.readouterr().err
 
 
 def test_scale_scenario_measures_every_size_with_verified_synthetic_checkpoints(

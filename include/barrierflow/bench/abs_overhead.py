@@ -17,9 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from barrierflow.bench import emit_table
+from barrierflow.errors import UserInputError
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec, project_home
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,12 @@ class Sample:
     incremental_bytes: list[int] = field(default_factory=list)
 
 
-def mode_spec(base: PipelineSpec, mode: Mode, work: Path) -> PipelineSpec:
-    """``base`` with ``mode``'s checkpoint settings and its directories under ``work``."""
+def mode_spec(base: PipelineSpec, mode: Mode, work: Path, store: str | None = None) -> PipelineSpec:
+    """``base`` with ``mode``'s checkpoint settings and its directories under ``work``; the
+    checkpoint store under ``store`` (a storage URI, e.g. ``s3://bucket/prefix``) when given,
+    else under ``work``."""
     checkpoint = base.checkpoint.model_copy(update={
-        "storage": f"file://{work / 'checkpoints'}",
+        "storage": f"{store.rstrip('/')}/{work.name}" if store else f"file://{work / 'checkpoints'}",
         "interval": mode.interval or 3600.0,
         "synchronous_upload": mode.synchronous,
         "timeout": 600.0,
@@ -57,20 +60,32 @@ def mode_spec(base: PipelineSpec, mode: Mode, work: Path) -> PipelineSpec:
     return base.model_copy(update={"work_dir": str(work / "work"), "checkpoint": checkpoint})
 
 
-def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str | None = None) -> dict[str, Sample]:
+def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str | None = None,
+                  store: str | None = None, keys: int | None = None) -> dict[str, Sample]:
+    """Run every mode ``rounds`` times (see the module docstring). ``store``: the checkpoint
+    store's URI (``s3://bucket/prefix`` against the endpoint of the standard AWS variables;
+    default a local directory); ``keys``: distinct keys of the state (default the spec's), to
+    make each checkpoint's upload large enough to matter."""
     base = load_spec(spec_path)
+    if keys is not None:
+        source = base.source
+        if not isinstance(source, GeneratorSourceSpec):
+            raise UserInputError(f"--state-keys needs a generator source; {spec_path} reads {source.type}")
+        # The state store keeps the loaded map (and recent versions) on the driver's heap.
+        spark = base.spark.model_copy(update={"conf": {"spark.driver.memory": "4g", **base.spark.conf}})
+        base = base.model_copy(update={"sources": [source.model_copy(update={"keys": keys})], "spark": spark})
     root = project_home() / "var" / "bench"
     shutil.rmtree(root, ignore_errors=True)
     samples = {m.name: Sample() for m in MODES}
     spark = StreamingJob(base).spark
     warmup = max(seconds, 45.0)  # until the JIT has settled: throughput still climbs before that
     print(f"warm-up ({warmup:.0f} s) ...", file=sys.stderr)
-    StreamingJob(mode_spec(base, MODES[0], root / "warmup"), spark=spark).run(duration=warmup)
+    StreamingJob(mode_spec(base, MODES[0], root / "warmup", store), spark=spark).run(duration=warmup)
     for r in range(rounds):
         order = MODES[r % len(MODES):] + MODES[: r % len(MODES)]
         for mode in order:
             work = root / f"r{r}-{mode.name.replace(' ', '_')}"
-            job = StreamingJob(mode_spec(base, mode, work), spark=spark)
+            job = StreamingJob(mode_spec(base, mode, work, store), spark=spark)
             if mode.interval is None:
                 job_run = job.run(duration=seconds, checkpoints=None, on_tick=no_checkpoints)
             else:
@@ -84,7 +99,7 @@ def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str 
             print(f"round {r + 1} {mode.name:18} {job_run.throughput:>12,.0f} rec/s  "
                   f"{len(job_run.completed)} checkpoints", file=sys.stderr)
             shutil.rmtree(work, ignore_errors=True)
-    emit_table(render(samples, base, seconds, rounds), markdown)
+    emit_table(render(samples, base, seconds, rounds, store), markdown)
     return samples
 
 
@@ -98,14 +113,17 @@ def _median(values: list[float]) -> str:
     return f"{statistics.median(values):.1f}" if values else "-"
 
 
-def render(samples: dict[str, Sample], spec: PipelineSpec, seconds: float, rounds: int) -> str:
+def render(samples: dict[str, Sample], spec: PipelineSpec, seconds: float, rounds: int,
+           store: str | None = None) -> str:
     """The table; ratios are per round (each mode against the no-checkpoint run of the same
     round, so drift between rounds cancels), then averaged."""
     baseline_runs = samples[MODES[0].name].throughput
+    keys = f"{spec.source.keys:,}" if isinstance(spec.source, GeneratorSourceSpec) else "?"
     lines = [
         f"Benchmark {datetime.now(UTC).isoformat(timespec='seconds')}: pipeline {spec.name}, "
-        f"{spec.spark.master}, {spec.spark.shuffle_partitions} shuffle partitions, {seconds:.0f} s per mode, "
-        f"{rounds} round(s)",
+        f"{spec.spark.master}, {spec.spark.shuffle_partitions} shuffle partitions, {keys} keys, "
+        f"checkpoint store {store or 'local directory'}, "
+        f"{seconds:.0f} s per mode, {rounds} round(s)",
         "",
         "| mode | records/s (mean) | ratio to no checkpoints (mean of per-round ratios) | checkpoints "
         "| sync phase median ms "

@@ -153,6 +153,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="scale scenario: the source partition counts to measure")
     bench.add_argument("--keys", type=int, default=2_000_000, help="restore scenario: distinct keys in the state")
     bench.add_argument("--checkpoints", type=int, default=1000, help="soak scenario: checkpoints to run")
+    bench.add_argument("--store", metavar="URI",
+                       help="abs-overhead scenario: the checkpoint store, e.g. s3://bucket/prefix (endpoint and "
+                            "credentials from the standard AWS variables); default a local directory")
+    bench.add_argument("--state-keys", type=int,
+                       help="abs-overhead scenario: distinct keys of the state (default the spec's), so that each "
+                            "checkpoint's upload is large")
     bench.add_argument("--compare", choices=("flink-sql",),
                        help="instead of a scenario: the reference job on barrierflow and on Flink SQL side by side, "
                             "without and with 1 s checkpoints, alternating (needs `make flink`)")
@@ -682,7 +688,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return EXIT_OK
     from barrierflow.bench.abs_overhead import run_benchmark
 
-    run_benchmark(args.spec, seconds=args.seconds, rounds=args.rounds, markdown=args.markdown)
+    if args.state_keys is not None and args.state_keys < 1:
+        raise UserInputError(f"bench needs --state-keys >= 1 (got {args.state_keys})")
+    run_benchmark(args.spec, seconds=args.seconds, rounds=args.rounds, markdown=args.markdown, store=args.store,
+                  keys=args.state_keys)
     return EXIT_OK
 
 
