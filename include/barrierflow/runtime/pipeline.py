@@ -526,11 +526,7 @@ class StagedPipelineJob:
             started()
             while True:
                 job.coordinator.tick()
-                assert job.query is not None
-                if not job.query.isActive and not self._restart_failed_start(job):
-                    exc = job.query.exception()
-                    raise JobFailedError(f"the query of stage {name} of pipeline {self.spec.name} stopped"
-                                         + (f": {str(exc).splitlines()[0]}" if exc else ""))
+                self._check_query(job)
                 stop = stop_requested()
                 if final and (stop is not None or time.monotonic() >= next_follow):
                     next_follow = time.monotonic() + FOLLOW_SECONDS
@@ -605,21 +601,15 @@ class StagedPipelineJob:
                 self._start_query(job)
             while True:
                 for job in self.stages:
-                    assert job.coordinator is not None and job.query is not None
+                    assert job.coordinator is not None
                     job.coordinator.tick()
-                    if not job.query.isActive and not self._restart_failed_start(job):
-                        exc = job.query.exception()
-                        raise JobFailedError(f"the query of stage {job.stage.name} of pipeline {self.spec.name} "
-                                             f"stopped" + (f": {str(exc).splitlines()[0]}" if exc else ""))
+                    self._check_query(job)
                 coordinator.tick()
                 if progress is not None and time.monotonic() >= next_progress:
                     next_progress = time.monotonic() + progress_every
                     progress(self._progress(coordinator))
-                if checkpoints is not None and len(coordinator.completed) >= checkpoints:
-                    break
-                if ends is not None and self.covers(coordinator.completed, ends):
-                    break
-                if duration is not None and time.monotonic() - started >= duration:
+                if self.limit_reached(coordinator, checkpoints=checkpoints, ends=ends,
+                                      deadline=started + duration if duration is not None else None):
                     break
                 time.sleep(TICK_SECONDS)
             if progress is not None:  # the final state, also when the run was shorter than progress_every
@@ -632,6 +622,15 @@ class StagedPipelineJob:
         return PipelineRunResult(self.spec.name, time.monotonic() - started, list(coordinator.completed),
                                  {j.stage.name: list(j.coordinator.completed) for j in self.stages if j.coordinator},
                                  len(coordinator.failed))
+
+    def limit_reached(self, coordinator: PipelineCoordinator, *, checkpoints: int | None,
+                      ends: dict[str, dict[str, int]] | None, deadline: float | None) -> bool:
+        """Whether a run's limit is reached: ``checkpoints`` global checkpoints completed, a
+        completed one covers the bounded sources' ``ends`` (:meth:`covers`), or the monotonic
+        ``deadline`` passed (None: no such limit)."""
+        return ((checkpoints is not None and len(coordinator.completed) >= checkpoints)
+                or (ends is not None and self.covers(coordinator.completed, ends))
+                or (deadline is not None and time.monotonic() >= deadline))
 
     def _progress(self, coordinator: PipelineCoordinator) -> PipelineProgress:
         stages = [self._stage_progress(job) for job in self.stages]
@@ -646,6 +645,15 @@ class StagedPipelineJob:
         job.planned_at_start = len(offset_log.planned_batches(job.layout.spark_checkpoint))
         job.query = self._build_query(job)
         self._wait_started(job)
+
+    def _check_query(self, job: StageJob) -> None:
+        """Raise JobFailedError when ``job``'s query stopped (unless it died before its first
+        batch and was started again, :meth:`_restart_failed_start`)."""
+        assert job.query is not None
+        if not job.query.isActive and not self._restart_failed_start(job):
+            exc = job.query.exception()
+            raise JobFailedError(f"the query of stage {job.stage.name} of pipeline {self.spec.name} stopped"
+                                 + (f": {str(exc).splitlines()[0]}" if exc else ""))
 
     def _restart_failed_start(self, job: StageJob) -> bool:
         """Start a stage's query again when it died before planning any batch because Spark's

@@ -176,11 +176,8 @@ class StageProcessSupervisor:
                 if progress is not None and time.monotonic() >= next_progress:
                     next_progress = time.monotonic() + progress_every
                     progress(self._progress(coordinator))
-                if checkpoints is not None and len(coordinator.completed) >= checkpoints:
-                    break
-                if ends is not None and job.covers(coordinator.completed, ends):
-                    break
-                if duration is not None and time.monotonic() - started >= duration:
+                if job.limit_reached(coordinator, checkpoints=checkpoints, ends=ends,
+                                     deadline=started + duration if duration is not None else None):
                     break
                 time.sleep(TICK_SECONDS)
             if progress is not None:
