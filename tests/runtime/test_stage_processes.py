@@ -36,7 +36,7 @@ from tests.drivers import short_lived_driver_java_options
 from tests.recovery.harness import FAST_JVM, assert_sub_multiset
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(130)]
 RECORDS = 400
 
 
