@@ -12,6 +12,8 @@ def test_bench_rejects_bad_numbers(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--keys >= 1" in capsys.readouterr().err
     assert main(["bench", "--state-keys", "0"]) == 2
     assert "--state-keys >= 1" in capsys.readouterr().err
+    assert main(["bench", "--store", "bucket/prefix"]) == 2
+    assert "--store needs a storage URI such as s3://bucket/prefix" in capsys.readouterr().err
 
 
 def test_scale_scenario_measures_every_size_with_verified_synthetic_checkpoints(

@@ -690,6 +690,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.state_keys is not None and args.state_keys < 1:
         raise UserInputError(f"bench needs --state-keys >= 1 (got {args.state_keys})")
+    if args.store is not None and not (args.store.startswith(("s3://", "file://")) and len(args.store) > 7):
+        raise UserInputError(f"bench --store needs a storage URI such as s3://bucket/prefix or file:///abs/path "
+                             f"(got {args.store!r})")
     run_benchmark(args.spec, seconds=args.seconds, rounds=args.rounds, markdown=args.markdown, store=args.store,
                   keys=args.state_keys)
     return EXIT_OK
