@@ -63,6 +63,8 @@ def test_compare_flink_sql_without_flink_says_to_run_make_flink(
     assert main(["bench", "--compare", "flink-sql"]) == 2
     err = capsys.readouterr().err
     assert "no-such-python does not exist: run `make flink`" in err and "BARRIERFLOW_FLINK_PYTHON" in err
+    assert main(["bench", "--compare", "flink-sql", "--scenario", "stages"]) == 2
+    assert "--compare flink-sql runs its own job; drop --scenario stages" in capsys.readouterr().err
 
 
 def test_compare_table_gives_per_round_ratios() -> None:

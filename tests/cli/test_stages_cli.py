@@ -50,6 +50,8 @@ def test_run_refuses_bad_limits_and_until_exhausted_without_bounded_sources(
     assert "stage 'a' reads an unbounded one" in err and "--checkpoints/--duration" in err
     assert main(["run", str(_spec(tmp_path)), "--stage", "nope"]) == 2
     assert "pipeline flow has no stage 'nope'; its stages: ['a', 'b']" in capsys.readouterr().err
+    assert main(["run", str(_spec(tmp_path)), "--stage", "a", "--processes"]) == 2
+    assert "--stage and --processes exclude each other" in capsys.readouterr().err
     assert not (tmp_path / "work").exists()
 
 

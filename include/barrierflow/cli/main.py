@@ -185,6 +185,9 @@ def _stages_progress_line(p: PipelineProgress) -> None:
 def _cmd_run_stages(args: argparse.Namespace) -> int:
     from barrierflow.ops.run import run_stages
 
+    if args.stage and args.processes:
+        raise UserInputError("--stage and --processes exclude each other: --processes starts one --stage process "
+                             "per stage itself; give one of them")
     if args.stage:
         from barrierflow.ops.run import run_stage
 
@@ -652,6 +655,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.rounds < 1 or args.seconds <= 0 or args.keys < 1:
         raise UserInputError(f"bench needs --rounds >= 1, --seconds > 0 and --keys >= 1 (got --rounds {args.rounds}, "
                              f"--seconds {args.seconds}, --keys {args.keys})")
+    if args.compare and args.scenario != "abs-overhead":
+        raise UserInputError(f"--compare {args.compare} runs its own job; drop --scenario {args.scenario}")
     if args.compare == "flink-sql":
         from barrierflow.bench.flink_compare import run_flink_comparison
 
