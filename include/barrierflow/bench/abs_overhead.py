@@ -5,22 +5,37 @@ cancels out: no barrierflow checkpoints; ABS every 1 s; ABS every 5 s; and the p
 synchronous baseline (every 1 s, processing held until the snapshot is uploaded).
 Throughput counts records after each run's first batch (start-up excluded). Each mode
 runs on fresh local directories under ``var/bench``.
+
+With ``bandwidths`` (MB/s; an S3 store only) the checkpoint store is reached through a
+:class:`~barrierflow.bench.throttled_link.ThrottledLink` in front of the S3 endpoint, to
+emulate an object store farther away than loopback, and the modes are: no checkpoints, then
+ABS every 1 s and the synchronous baseline every 1 s at each bandwidth. The paper's claim is
+then visible: the baseline holds processing for the upload, so its share of throughput lost
+grows as the upload takes longer, while ABS uploads beside processing.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from barrierflow.bench import emit_table
+from barrierflow.bench.throttled_link import ThrottledLink
 from barrierflow.errors import UserInputError
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec, project_home
 from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True)
@@ -28,6 +43,7 @@ class Mode:
     name: str
     interval: float | None  # None: no barrierflow checkpoints
     synchronous: bool = False
+    bandwidth: float | None = None  # MB/s of the link to the store; None: not throttled
 
 
 MODES = (
@@ -36,6 +52,39 @@ MODES = (
     Mode("ABS 5 s", 5.0),
     Mode("sync snapshot 1 s", 1.0, synchronous=True),
 )
+
+
+def modes_for(bandwidths: Sequence[float] | None) -> tuple[Mode, ...]:
+    """The modes a run compares: :data:`MODES`, or with ``bandwidths`` no checkpoints, then ABS
+    1 s and the synchronous baseline 1 s at each bandwidth (MB/s to the store)."""
+    if not bandwidths:
+        return MODES
+    paired = [Mode(f"{name} @ {bw:g} MB/s", 1.0, synchronous=sync, bandwidth=bw)
+              for bw in bandwidths for name, sync in (("ABS 1 s", False), ("sync snapshot 1 s", True))]
+    return (MODES[0], *paired)
+
+
+@contextmanager
+def throttled_store_endpoint(bandwidths: Sequence[float] | None) -> Iterator[ThrottledLink | None]:
+    """With ``bandwidths``: a throttled link in front of ``AWS_ENDPOINT_URL_S3``, which points at
+    the link while the benchmark runs (every store created meanwhile goes through it)."""
+    if not bandwidths:
+        yield None
+        return
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        raise UserInputError("--store-bandwidth throttles the S3 endpoint given by AWS_ENDPOINT_URL_S3; set it "
+                             "(e.g. a moto server: http://127.0.0.1:5056) or drop --store-bandwidth")
+    previous = os.environ.get("AWS_ENDPOINT_URL_S3")
+    with ThrottledLink(endpoint) as link:
+        os.environ["AWS_ENDPOINT_URL_S3"] = link.url
+        try:
+            yield link
+        finally:
+            if previous is None:
+                os.environ.pop("AWS_ENDPOINT_URL_S3", None)
+            else:
+                os.environ["AWS_ENDPOINT_URL_S3"] = previous
 
 
 @dataclass
@@ -61,11 +110,16 @@ def mode_spec(base: PipelineSpec, mode: Mode, work: Path, store: str | None = No
 
 
 def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str | None = None,
-                  store: str | None = None, keys: int | None = None) -> dict[str, Sample]:
+                  store: str | None = None, keys: int | None = None,
+                  bandwidths: Sequence[float] | None = None) -> dict[str, Sample]:
     """Run every mode ``rounds`` times (see the module docstring). ``store``: the checkpoint
     store's URI (``s3://bucket/prefix`` against the endpoint of the standard AWS variables;
     default a local directory); ``keys``: distinct keys of the state (default the spec's), to
-    make each checkpoint's upload large enough to matter."""
+    make each checkpoint's upload large enough to matter; ``bandwidths``: MB/s of a throttled
+    link to the S3 store, one pair of modes (ABS, synchronous) per value."""
+    if bandwidths and not (store or "").startswith("s3://"):
+        raise UserInputError("--store-bandwidth throttles the link to an S3 checkpoint store: give --store "
+                             "s3://bucket/prefix too")
     base = load_spec(spec_path)
     if keys is not None:
         source = base.source
@@ -76,15 +130,27 @@ def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str 
         base = base.model_copy(update={"sources": [source.model_copy(update={"keys": keys})], "spark": spark})
     root = project_home() / "var" / "bench"
     shutil.rmtree(root, ignore_errors=True)
-    samples = {m.name: Sample() for m in MODES}
+    modes = modes_for(bandwidths)
+    samples = {m.name: Sample() for m in modes}
     spark = StreamingJob(base).spark
     warmup = max(seconds, 45.0)  # until the JIT has settled: throughput still climbs before that
     print(f"warm-up ({warmup:.0f} s) ...", file=sys.stderr)
-    StreamingJob(mode_spec(base, MODES[0], root / "warmup", store), spark=spark).run(duration=warmup)
+    StreamingJob(mode_spec(base, modes[0], root / "warmup", store), spark=spark).run(duration=warmup)
+    with throttled_store_endpoint(bandwidths) as link:
+        _run_rounds(base, modes, samples, root, spark, seconds=seconds, rounds=rounds, store=store, link=link)
+    emit_table(render(samples, base, seconds, rounds, store, modes), markdown)
+    return samples
+
+
+def _run_rounds(base: PipelineSpec, modes: tuple[Mode, ...], samples: dict[str, Sample], root: Path,
+                spark: SparkSession, *, seconds: float, rounds: int, store: str | None,
+                link: ThrottledLink | None) -> None:
     for r in range(rounds):
-        order = MODES[r % len(MODES):] + MODES[: r % len(MODES)]
+        order = modes[r % len(modes):] + modes[: r % len(modes)]
         for mode in order:
-            work = root / f"r{r}-{mode.name.replace(' ', '_')}"
+            if link is not None:
+                link.set_rate(mode.bandwidth)
+            work = root / f"r{r}-{mode.name.replace(' ', '_').replace('/', '')}"
             job = StreamingJob(mode_spec(base, mode, work, store), spark=spark)
             if mode.interval is None:
                 job_run = job.run(duration=seconds, checkpoints=None, on_tick=no_checkpoints)
@@ -96,11 +162,9 @@ def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str 
             s.sync_ms += [m.sync_ms for m in job_run.completed]
             s.async_ms += [m.async_ms for m in job_run.completed]
             s.incremental_bytes += [m.incremental_bytes for m in job_run.completed]
-            print(f"round {r + 1} {mode.name:18} {job_run.throughput:>12,.0f} rec/s  "
+            print(f"round {r + 1} {mode.name:28} {job_run.throughput:>12,.0f} rec/s  "
                   f"{len(job_run.completed)} checkpoints", file=sys.stderr)
             shutil.rmtree(work, ignore_errors=True)
-    emit_table(render(samples, base, seconds, rounds, store), markdown)
-    return samples
 
 
 def no_checkpoints(job: StreamingJob) -> None:
@@ -114,10 +178,10 @@ def _median(values: list[float]) -> str:
 
 
 def render(samples: dict[str, Sample], spec: PipelineSpec, seconds: float, rounds: int,
-           store: str | None = None) -> str:
+           store: str | None = None, modes: tuple[Mode, ...] = MODES) -> str:
     """The table; ratios are per round (each mode against the no-checkpoint run of the same
-    round, so drift between rounds cancels), then averaged."""
-    baseline_runs = samples[MODES[0].name].throughput
+    round, so drift between rounds cancels), listed and then averaged."""
+    baseline_runs = samples[modes[0].name].throughput
     keys = f"{spec.source.keys:,}" if isinstance(spec.source, GeneratorSourceSpec) else "?"
     lines = [
         f"Benchmark {datetime.now(UTC).isoformat(timespec='seconds')}: pipeline {spec.name}, "
@@ -125,17 +189,18 @@ def render(samples: dict[str, Sample], spec: PipelineSpec, seconds: float, round
         f"checkpoint store {store or 'local directory'}, "
         f"{seconds:.0f} s per mode, {rounds} round(s)",
         "",
-        "| mode | records/s (mean) | ratio to no checkpoints (mean of per-round ratios) | checkpoints "
-        "| sync phase median ms "
+        "| mode | records/s (mean) | ratio to no checkpoints (mean of per-round ratios) | per-round ratios "
+        "| checkpoints | sync phase median ms "
         "| async phase median ms | uploaded bytes median |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for mode in MODES:
+    for mode in modes:
         s = samples[mode.name]
         mean = statistics.mean(s.throughput)
-        ratio = statistics.mean(t / b for t, b in zip(s.throughput, baseline_runs, strict=True))
+        ratios = [t / b for t, b in zip(s.throughput, baseline_runs, strict=True)]
         lines.append(
-            f"| {mode.name} | {mean:,.0f} | {ratio:.3f} | {sum(s.checkpoints)} | {_median(s.sync_ms)} "
+            f"| {mode.name} | {mean:,.0f} | {statistics.mean(ratios):.3f} | {', '.join(f'{x:.2f}' for x in ratios)} "
+            f"| {sum(s.checkpoints)} | {_median(s.sync_ms)} "
             f"| {_median(s.async_ms)} | {statistics.median(s.incremental_bytes) if s.incremental_bytes else '-'} |"
         )
     return "\n".join(lines)

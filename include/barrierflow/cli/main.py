@@ -156,6 +156,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--store", metavar="URI",
                        help="abs-overhead scenario: the checkpoint store, e.g. s3://bucket/prefix (endpoint and "
                             "credentials from the standard AWS variables); default a local directory")
+    bench.add_argument("--store-bandwidth", type=float, nargs="+", metavar="MB_PER_S",
+                       help="abs-overhead scenario with an s3:// --store: reach the store through a link limited to "
+                            "these MB/s (one ABS and one synchronous mode per value), to emulate a remote store")
     bench.add_argument("--state-keys", type=int,
                        help="abs-overhead scenario: distinct keys of the state (default the spec's), so that each "
                             "checkpoint's upload is large")
@@ -698,8 +701,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.store is not None and not (args.store.startswith(("s3://", "file://")) and len(args.store) > 7):
         raise UserInputError(f"bench --store needs a storage URI such as s3://bucket/prefix or file:///abs/path "
                              f"(got {args.store!r})")
+    if args.store_bandwidth is not None:
+        if any(bw <= 0 for bw in args.store_bandwidth):
+            raise UserInputError(f"bench --store-bandwidth needs positive MB/s values (got {args.store_bandwidth})")
+        if not (args.store or "").startswith("s3://"):
+            raise UserInputError("bench --store-bandwidth throttles the link to an S3 checkpoint store: give --store "
+                                 "s3://bucket/prefix too (endpoint from AWS_ENDPOINT_URL_S3)")
     run_benchmark(args.spec, seconds=args.seconds, rounds=args.rounds, markdown=args.markdown, store=args.store,
-                  keys=args.state_keys)
+                  keys=args.state_keys, bandwidths=args.store_bandwidth)
     return EXIT_OK
 
 
