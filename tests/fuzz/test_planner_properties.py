@@ -49,6 +49,11 @@ def test_the_planner_keeps_its_rules_for_any_request(request: PlanRequest) -> No
             if request.max_records_per_partition is not None:
                 assert stop - begin <= request.max_records_per_partition, "the batch size cap was exceeded"
             assert stop <= max(begin, request.available.get(partition, begin)), "planned past the available data"
+            if partition not in request.paused_partitions:  # and it goes exactly as far as it may
+                reach = request.available.get(partition, begin)
+                if request.max_records_per_partition is not None:
+                    reach = min(reach, begin + request.max_records_per_partition)
+                assert stop == max(begin, reach), "a partition stopped short of what it may read"
     # One barrier per batch at most, the barrier id never decreases, and it is the requested one.
     assert plan.injects_barrier == (request.requested_barrier > request.start.barrier)
     assert plan.end.barrier == max(request.start.barrier, request.requested_barrier)

@@ -21,6 +21,18 @@ def test_never_moves_backwards_and_picks_up_new_partitions() -> None:
     assert plan.end.partitions == {"0": 10, "1": 7}
 
 
+def test_the_plan_does_not_depend_on_the_order_or_completeness_of_available() -> None:
+    start = _start(p0=10, p1=20, p2=30)
+    in_order = plan_batch(PlanRequest(start, {"0": 15, "1": 40, "2": 31}, max_records_per_partition=10))
+    shuffled = plan_batch(PlanRequest(start, {"2": 31, "0": 15, "1": 40}, max_records_per_partition=10))
+    assert in_order.end.partitions == shuffled.end.partitions == {"0": 15, "1": 30, "2": 31}
+    assert list(shuffled.end.partitions) == ["0", "1", "2"]  # the start's order
+    unreported = plan_batch(PlanRequest(start, {"1": 40}))  # a partition not reported stays where it is
+    assert unreported.end.partitions == {"0": 10, "1": 40, "2": 30}
+    swapped = plan_batch(PlanRequest(start, {"1": 40, "3": 5}))  # as many partitions, one of them new
+    assert swapped.end.partitions == {"0": 10, "1": 40, "2": 30, "3": 5}
+
+
 def test_injects_a_newer_barrier_once() -> None:
     first = plan_batch(PlanRequest(_start(p0=0), {"0": 5}, requested_barrier=4))
     assert first.injects_barrier and first.end.barrier == 4
