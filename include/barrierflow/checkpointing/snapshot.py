@@ -4,12 +4,20 @@ After Spark wrote ``commits/V`` for barrier batch V, the files needed to restart
 at V+1 are immutable: ``metadata``, ``offsets``/``commits`` of the epoch's batches (always
 including V-1 and V, which Spark reads on restart), any ``sources/`` files, the state
 stores' metadata and schema files, and for every state partition the files that load state
-version V+1 (HDFSBackedStateStore: a ``<k>.snapshot`` plus ``<k+1..V+1>.delta``, or deltas
-from 1 when there is no snapshot). :func:`take_local_snapshot` hard-links exactly those
-into a staging directory. Cost: one ``link()`` per file, independent of state size.
+version V+1 (:mod:`barrierflow.spark.state_files`; HDFSBackedStateStore: a ``<k>.snapshot``
+plus ``<k+1..V+1>.delta``, or deltas from 1 when there is no snapshot; RocksDB: the newest
+``<k>.zip`` <= V+1 with the ``SSTs/``/``logs/`` files its metadata names, plus changelogs
+``<k+1..V+1>.changelog``, or only ``<V+1>.zip`` and its SSTs without changelog
+checkpointing). :func:`take_local_snapshot` hard-links exactly those into a staging
+directory. Cost: one ``link()`` per file, independent of state size.
 
-Incremental choice of the base: if the previous checkpoint's base version ``k`` of a state
-partition still chains to V+1 through local deltas (and the chain is at most
+RocksDB's SST files are immutable and shared by consecutive versions, so the uploader's
+content addressing uploads only the SSTs (and the small zip or changelogs) a checkpoint
+adds: the upload is proportional to the changed state. The base recorded for a RocksDB
+partition (``state_bases``) is the zip version it loads from (0: none).
+
+Incremental choice of the base (HDFS-backed provider): if the previous checkpoint's base
+version ``k`` of a state partition still chains to V+1 through local deltas (and the chain is at most
 :data:`MAX_DELTA_CHAIN` long), it is kept, so the already-uploaded snapshot is reused and
 only new deltas are uploaded — unless Spark wrote a newer snapshot ``s`` that chains to V+1
 and the deltas ``k+1..s`` it replaces are larger than it: then ``s`` becomes the base. A
@@ -108,11 +116,17 @@ def select_files(
         base_dir = root / sub
         if not base_dir.is_dir():
             continue
-        for dirpath, _dirs, _files in os.walk(base_dir):
+        for dirpath, dirs, _files in os.walk(base_dir):
             directory = Path(dirpath)
             deltas, snapshots, others = state_files.scan(directory)
             key = directory.relative_to(root).as_posix()
             rel += [f"{key}/{name}" for name in sorted(others)]
+            if sub == "state" and state_files.is_rocksdb_partition(directory):
+                dirs[:] = [d for d in dirs if d not in state_files.ROCKSDB_SHARED_DIRS]
+                base = state_files.rocksdb_base(state_files.rocksdb_scan(directory), target)
+                bases[key] = base
+                rel += [f"{key}/{name}" for name in state_files.rocksdb_chain_files(directory, base, target)]
+                continue
             if not deltas and not snapshots:
                 continue
             base = _choose_base(deltas, snapshots, target, previous_bases.get(key),

@@ -33,6 +33,10 @@ which the job's coordinator builds on, and the newest one this retention run kee
     there is no such snapshot, when a reference checkpoint has no base for it, or when the
     deltas ``S+1 .. L+1`` are not all present (the chain Spark loads would not be the one
     reasoned about). So every version ``>= min(S, R)`` stays loadable exactly as before.
+    RocksDB state directories (``spark.state_store: rocksdb``: ``<v>.zip``, ``<v>.changelog``,
+    ``SSTs/``) are left to Spark's own maintenance, which keeps the newest
+    ``minBatchesToRetain`` versions loadable and deletes SST files no kept version names;
+    the snapshot staging holds hard links, so a file Spark deletes stays readable there.
     Other files (``_metadata``, schemas, ``sources/``, ``metadata``, temporary files) are
     never touched.
 

@@ -27,6 +27,7 @@ from barrierflow.runtime.event_time import EventTimeStatus, EventTimeTracker
 from barrierflow.sources.planning import PlanningOptions
 from barrierflow.sources.registry import source_kind
 from barrierflow.spark import commit_log, offset_log
+from barrierflow.spark.session import apply_state_store
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.storage import ObjectStore
 from barrierflow.transactions.committer import SinkCommitter
@@ -138,6 +139,7 @@ class StreamingJob:
 
         spark = self.spark
         register_data_sources(spark)
+        apply_state_store(spark, self.spec.spark)
         source = self.spec.source
         df = (
             spark.readStream.format(source_kind(source).format)

@@ -43,6 +43,7 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
 from barrierflow.sources.registry import source_kind
 from barrierflow.spark import offset_log
+from barrierflow.spark.session import apply_state_store
 from barrierflow.spec.graph import StageGraph, build_graph
 from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import CheckpointSpec, DiscardSinkSpec, KafkaSourceSpec, PipelineSpec
@@ -240,6 +241,7 @@ class StagedPipelineJob:
 
         spark = self.spark
         register_data_sources(spark)
+        apply_state_store(spark, job.spec.spark)
         source = job.spec.source
         fmt = "barrierflow_channel" if job.channel_source is not None else source_kind(source).format
         reader = (spark.readStream.format(fmt).option("spec", source.model_dump_json())

@@ -18,11 +18,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+PROVIDER_CLASS = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+#: The state store provider class of each ``spark.state_store`` value.
+PROVIDERS = {
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+}
+
 #: Settings every barrierflow job needs, whatever the spec says.
 REQUIRED_CONF = {
-    # The snapshot logic reads HDFSBackedStateStore's <version>.delta/.snapshot files.
-    "spark.sql.streaming.stateStore.providerClass":
-        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
     "spark.sql.session.timeZone": "UTC",
     # Keep enough state versions locally that a snapshot's files outlive its async upload.
     "spark.sql.streaming.minBatchesToRetain": "100",
@@ -49,9 +54,31 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSessio
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
-    for key, value in {**spec.conf, **REQUIRED_CONF}.items():
+    for key, value in {**spec.conf, **REQUIRED_CONF, **state_store_conf(spec)}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    apply_state_store(session, spec)
     return session
+
+
+def state_store_conf(spec: SparkSpec) -> dict[str, str]:
+    """The SQL settings of the spec's state store provider (``spark.state_store``), which win
+    over ``spark.conf``: barrierflow's snapshot logic reads exactly these providers' files
+    (:mod:`barrierflow.spark.state_files`). RocksDB keeps checkpoint format version 1 (plain
+    ``<v>.zip``/``<v>.changelog`` names); changelog checkpointing is on unless ``spark.conf``
+    turns it off (``ROCKSDB_CHANGELOG``: see docs/pipeline-spec.md for why)."""
+    conf = {PROVIDER_CLASS: PROVIDERS[spec.state_store]}
+    if spec.state_store == "rocksdb":
+        conf["spark.sql.streaming.stateStore.checkpointFormatVersion"] = "1"
+        conf[ROCKSDB_CHANGELOG] = spec.conf.get(ROCKSDB_CHANGELOG, "true")
+    return conf
+
+
+def apply_state_store(session: SparkSession, spec: SparkSpec) -> None:
+    """Set the spec's state store settings on ``session`` (a shared session may have served
+    a job with the other provider); a query started afterwards uses them when its Spark
+    checkpoint is new."""
+    for key, value in state_store_conf(spec).items():
+        session.conf.set(key, value)
 

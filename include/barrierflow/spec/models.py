@@ -360,8 +360,15 @@ class TransformationSpec(_Strict):
 
 
 class SparkSpec(_Strict):
+    """Where and how Spark runs the job.
+
+    ``state_store``: Spark's state store provider, ``hdfs`` (HDFSBackedStateStoreProvider,
+    the default) or ``rocksdb`` (RocksDBStateStoreProvider; see docs/pipeline-spec.md). The
+    provider of an existing Spark checkpoint is recorded in it: Spark keeps using that one."""
+
     master: str = "local[2]"
     shuffle_partitions: int = Field(4, ge=1)
+    state_store: Literal["hdfs", "rocksdb"] = "hdfs"
     conf: dict[str, str] = Field(default_factory=dict)
 
 

@@ -43,6 +43,7 @@ from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.materialize import materialize_checkpoint
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, StorageError, UserInputError
+from barrierflow.spark.session import apply_state_store
 from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.verification.report import CheckResult
@@ -193,6 +194,7 @@ def deep_checks(spec: PipelineSpec, store: CheckpointStore, manifest: Manifest, 
             from barrierflow.spark.session import build_session
 
             spark = build_session(spec.spark, app_name=f"barrierflow-verify-{spec.name}")
+        apply_state_store(spark, spec.spark)
         try:  # Step 2.
             rows = read_state(spark, target, manifest.spark_batch_id)
         except Exception as exc:  # the reader's errors come from the JVM
