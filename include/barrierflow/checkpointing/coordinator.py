@@ -59,6 +59,7 @@ from barrierflow.errors import BarrierflowError, TolerableFailuresExceededError
 from barrierflow.faults import crash_point
 from barrierflow.spec.models import CheckpointSpec
 from barrierflow.transactions.committer import SinkCommitter
+from barrierflow.workdir.lease import FencedOffError
 
 log = logging.getLogger(__name__)
 #: Completed manifests a coordinator keeps in memory (see ``CheckpointCoordinator.completed``).
@@ -282,6 +283,8 @@ class CheckpointCoordinator:
             except SinkPreCommitError as exc:
                 events.append(self._fail(pending, FailureReason.PRECOMMIT_FAILED, str(exc)))
                 continue
+            except FencedOffError:
+                raise  # the lease was taken over: the job stops, writing nothing more
             except Exception as exc:  # any storage failure fails the checkpoint
                 events.append(self._fail(pending, FailureReason.UPLOAD_FAILED, f"{type(exc).__name__}: {exc}"))
                 continue
@@ -324,6 +327,8 @@ class CheckpointCoordinator:
         )
         try:
             self.store.write_manifest(manifest)
+        except FencedOffError:
+            raise
         except Exception as exc:
             return self._fail(pending, FailureReason.MANIFEST_FAILED, f"{type(exc).__name__}: {exc}")
         pending.transition(CheckpointState.COMPLETED)

@@ -19,6 +19,7 @@ from typing import Any
 
 from barrierflow.checkpointing.errors import SinkCommitFailedError, SinkPreCommitError
 from barrierflow.transactions.committer import SinkCommitter
+from barrierflow.workdir.lease import FencedOffError
 
 
 class SinkNotifier:
@@ -38,6 +39,8 @@ class SinkNotifier:
             lambda: [h for sink in self.sinks for h in sink.pre_commit_epoch(checkpoint_id, barrier_batch)])
         try:
             return future.result()
+        except FencedOffError:
+            raise  # the job stops: its lease was taken over
         except Exception as exc:
             raise SinkPreCommitError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -63,6 +66,8 @@ class SinkNotifier:
     def check(self) -> None:
         """Raise :class:`SinkCommitFailedError` for the first finished commit/abort that failed."""
         for future in self._queued:
+            if future.done() and isinstance(future.exception(), FencedOffError):
+                raise future.exception()  # type: ignore[misc]
             if future.done() and future.exception() is not None:
                 raise SinkCommitFailedError(f"a sink failed to finish a transaction: {future.exception()}") \
                     from future.exception()

@@ -6,11 +6,26 @@ Layout under the store's root URI (``checkpoint.storage`` of the spec)::
     shared/<sha256[:2]>/<sha256>       every file any checkpoint references, by content
     chk-<n>/_metadata.json             the manifest, written last (checkpoint completed)
     chk-<n>/_failed.json               why checkpoint n failed (best effort)
+    _writers/chk-<n>.fence-<F>         the fencing number of manifest n's writer (empty)
 
 Manifests are a log in the spirit of Spark's ``HDFSMetadataLog``: :meth:`CheckpointStore.add_manifest`
-adds ``chk-<n>/_metadata.json`` only if it is absent and never overwrites it (one job per
+adds ``chk-<n>/_metadata.json`` with ``put_if_absent`` and never overwrites it (one job per
 pipeline writes, guarded by the job lease). The one change a manifest may see later is its
 promotion to a savepoint (:meth:`CheckpointStore.promote`), which rewrites ``kind`` only.
+
+Fencing of checkpoint completion (see :mod:`barrierflow.workdir.lease`). A job's store carries
+its :class:`~barrierflow.workdir.lease.FenceToken` (``fence``). :meth:`CheckpointStore.write_manifest`
+(1) checks the fence, (2) writes ``_writers/chk-<n>.fence-<F>`` (the writer's fencing
+number; outside ``chk-<n>/``, so it is no evidence of a completed checkpoint), (3) adds the
+manifest. A restore records its own fence G and restored checkpoint T in ``_pipeline.json``
+(``restores``). Invariant: *a manifest n > T whose writer's fence is below G is never a
+completed checkpoint* (:meth:`CheckpointStore.checkpoint_ids` treats it as
+abandoned). Proof for the gap between check and write: a stale writer F < G whose check passed
+before G existed and whose manifest lands after the restore listed the store writes n > T
+(T was the latest the restore saw, or older) with marker F < G, which the reader rule
+abandons; its sinks' commits are refused separately by the ledger's decision records. A
+manifest written before the restore listed is an ordinary completed checkpoint the restore
+saw. The marker is written before the manifest, so a manifest is never visible without it.
 
 A file is uploaded once: a checkpoint whose file's sha256 is already in ``shared/`` only
 references it (incremental checkpoints). Shared files are deleted only by retention, which
@@ -32,11 +47,13 @@ from barrierflow.storage import ObjectNotFoundError, ObjectStore, open_store
 
 if TYPE_CHECKING:
     from barrierflow.spec.models import PipelineSpec
+    from barrierflow.workdir.lease import FenceToken
 
 log = logging.getLogger(__name__)
 _ANY_CHK = re.compile(r"^chk-(\d+)/")
 _LEDGER_TXN = re.compile(r"^ledger/[^/]+/txn-(\d+)\.json$")
 _CHK = re.compile(r"^chk-(\d+)/(_metadata|_failed)\.json$")
+_WRITER = re.compile(r"^_writers/chk-(\d+)\.fence-(\d+)$")
 
 
 def shared_key(sha256: str) -> str:
@@ -55,6 +72,8 @@ class CheckpointStore:
     def __init__(self, objects: ObjectStore, pipeline: str) -> None:
         self.objects = objects
         self.pipeline = pipeline
+        #: The lease holder's fencing token; None for readers and tools that write no manifest.
+        self.fence: FenceToken | None = None
 
     @classmethod
     def for_spec(cls, spec: PipelineSpec, objects: ObjectStore | None = None) -> CheckpointStore:
@@ -75,18 +94,19 @@ class CheckpointStore:
     def add_manifest(self, manifest: Manifest) -> bool:
         """Add the manifest of a checkpoint if it has none; False (nothing written) if it has.
         The write itself is atomic (a reader sees the whole manifest or none)."""
-        key = manifest_key(manifest.checkpoint_id)
-        if self.objects.exists(key):
-            return False
-        self.objects.put_bytes(key, manifest.model_dump_json(indent=2).encode())
-        return True
+        return self.objects.put_if_absent(manifest_key(manifest.checkpoint_id),
+                                          manifest.model_dump_json(indent=2).encode())
 
     def write_manifest(self, manifest: Manifest) -> None:
         """Complete a checkpoint: add its manifest (the last step).
 
         Raises:
+            FencedOffError: the job's lease was taken over; nothing was written.
             CheckpointError: checkpoint n already has a manifest; it is never overwritten.
         """
+        if self.fence is not None:
+            self.fence.check(f"completing checkpoint {manifest.checkpoint_id}")
+            self.objects.put_bytes(f"_writers/chk-{manifest.checkpoint_id}.fence-{self.fence.fence}", b"")
         if not self.add_manifest(manifest):
             raise CheckpointError(
                 f"checkpoint {manifest.checkpoint_id} of pipeline {self.pipeline} already has a manifest at "
@@ -109,7 +129,22 @@ class CheckpointStore:
             match = _CHK.match(info.key)
             if match:
                 (completed if match.group(2) == "_metadata" else failed).append(int(match.group(1)))
+        restores = self._restores()
+        if restores:  # only pipelines restored under a store lease have stale writers to rule out
+            writers = {int(m.group(1)): int(m.group(2)) for info in self.objects.list("_writers/")
+                       if (m := _WRITER.match(info.key))}
+            completed = [i for i in completed if not self._fenced_out(i, writers.get(i), restores)]
         return sorted(completed), sorted(failed)
+
+    @staticmethod
+    def _fenced_out(checkpoint_id: int, writer: int | None, restores: list[tuple[int, int]]) -> bool:
+        """Whether manifest ``checkpoint_id`` (written under fence ``writer``) lies beyond a
+        restore that a higher fence made: a stale driver's late write (module docstring)."""
+        return writer is not None and any(checkpoint_id > restored and writer < fence for fence, restored in restores)
+
+    def _restores(self) -> list[tuple[int, int]]:
+        raw = self._pipeline_doc().get("restores", [])
+        return [(int(r["fence"]), int(r["restored"])) for r in raw]  # type: ignore[union-attr]
 
     def highest_used_id(self) -> int:
         """The largest checkpoint id anything in the store uses (0 if none): any ``chk-<n>/``
@@ -197,11 +232,19 @@ class CheckpointStore:
     def abandoned(self) -> list[int]:
         return [int(i) for i in self._pipeline_doc().get("abandoned", [])]  # type: ignore[union-attr]
 
-    def begin_attempt(self, abandoned: list[int]) -> int:
-        """Record a restore: increase the attempt number and abandon the given checkpoints."""
+    def begin_attempt(self, abandoned: list[int], restored: int | None = None) -> int:
+        """Record a restore: increase the attempt number and abandon the given checkpoints.
+        With the restorer's fence (:attr:`fence`) and the ``restored`` checkpoint, manifests a
+        stale driver adds beyond it later are abandoned too (module docstring)."""
         doc = self._pipeline_doc()
         attempt = int(doc["attempt"]) + 1  # type: ignore[call-overload]
         gone = sorted(set(self.abandoned()) | set(abandoned))
-        self.objects.put_bytes("_pipeline.json", json.dumps(
-            {"pipeline": self.pipeline, "attempt": attempt, "abandoned": gone}).encode())
+        restores = list(doc.get("restores", []))  # type: ignore[call-overload]
+        if self.fence is not None and restored is not None:
+            self.fence.check(f"beginning attempt {attempt}")
+            restores.append({"fence": self.fence.fence, "restored": restored, "attempt": attempt})
+        body: dict[str, object] = {"pipeline": self.pipeline, "attempt": attempt, "abandoned": gone}
+        if restores:
+            body["restores"] = restores
+        self.objects.put_bytes("_pipeline.json", json.dumps(body).encode())
         return attempt

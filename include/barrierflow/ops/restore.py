@@ -56,10 +56,12 @@ def restore(spec_path: str | os.PathLike[str], requested: CheckpointRequest, *,
     """
     pipeline = open_pipeline(spec_path)
     layout = JobLayout.for_spec(pipeline.spec)
-    with JobLease(layout.work_dir, pipeline.name, "restore"):
+    with JobLease(layout.work_dir, pipeline.name, "restore", store=pipeline.store.objects) as lease:
+        pipeline.store.fence = lease.token  # the restore's decisions and attempt record carry its fence
         choice = choose_checkpoint(pipeline.spec, pipeline.store, requested, spec_path=pipeline.spec_path)
         report = restore_pipeline(pipeline.spec, choice.checkpoint_id, store=pipeline.store, layout=layout,
                                   accept_duplicates=accept_duplicates, check_running=False)
+        pipeline.store.fence = None
     return RestoreOutcome(choice, report)
 
 

@@ -44,10 +44,11 @@ def _sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout) -> TwoP
     return sink if isinstance(sink, TwoPhaseCommitSink) else None
 
 
-def _holder_unless_busy(pipeline: str, work_dir: Path) -> dict[str, object] | None:
-    """The live lease of ``work_dir`` (None: nothing runs); raises JobAlreadyRunningError while a
-    restore or another reconciliation holds it."""
-    holder = lease_holder(work_dir)
+def _holder_unless_busy(pipeline: str, work_dir: Path, store: CheckpointStore | None = None
+                        ) -> dict[str, object] | None:
+    """The live lease of ``work_dir`` / the checkpoint store (None: nothing runs); raises
+    JobAlreadyRunningError while a restore or another reconciliation holds it."""
+    holder = lease_holder(work_dir, store.objects if store is not None else None)
     if holder is not None and holder.get("purpose") in ("restore", "reconcile"):
         raise JobAlreadyRunningError(
             f"pipeline {pipeline} is being {'restored' if holder['purpose'] == 'restore' else 'reconciled'} "
@@ -59,7 +60,7 @@ def plan_reconciliation(spec: PipelineSpec, *, store: CheckpointStore | None = N
                         layout: JobLayout | None = None) -> ReconciliationPlan:
     store = store or CheckpointStore.for_spec(spec)
     layout = layout or JobLayout.for_spec(spec)
-    holder = _holder_unless_busy(spec.name, layout.work_dir)
+    holder = _holder_unless_busy(spec.name, layout.work_dir, store)
     latest = store.latest()
     running = holder is not None
     plan = ReconciliationPlan(spec.name, latest.checkpoint_id if latest else None, running)
@@ -79,7 +80,9 @@ def apply_reconciliation(spec: PipelineSpec, plan: ReconciliationPlan, *, store:
     if plan.job_running:
         sink.apply(plan.decisions)  # only COMMITs of covered epochs: the job does the same, idempotently
         return
-    with JobLease(layout.work_dir, spec.name, "reconcile"):  # raises if a job or restore started since the plan
+    # raises if a job or restore started since the plan
+    with JobLease(layout.work_dir, spec.name, "reconcile", store=store.objects) as lease:
+        sink.fence = lease.token
         sink.apply(plan.decisions)
 
 

@@ -144,7 +144,9 @@ def check_launch_allowed(
     recovery = marker.describe() if marker is not None else f"a run of DAG {recovery_dag_id!r}"
 
     # Rule 1: the lease.
-    holder = lease_holder(work_dir)
+    from barrierflow.storage import open_store
+
+    holder = lease_holder(work_dir, open_store(spec.checkpoint.storage))  # the checkpoint store's lease: any host
     if holder is not None:
         purpose = str(holder.get("purpose", "run"))
         what = {"run": "already runs", "restore": f"is being restored by {recovery}",

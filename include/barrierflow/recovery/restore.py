@@ -83,8 +83,12 @@ def restore_pipeline(
     layout = layout or JobLayout.for_spec(spec)
     if not check_running:  # the caller (the job itself) holds the lease
         return _restore(spec, checkpoint_id, store, layout, accept_duplicates)
-    with JobLease(layout.work_dir, spec.name, "restore"):
-        return _restore(spec, checkpoint_id, store, layout, accept_duplicates)
+    with JobLease(layout.work_dir, spec.name, "restore", store=store.objects) as lease:
+        store.fence = lease.token
+        try:
+            return _restore(spec, checkpoint_id, store, layout, accept_duplicates)
+        finally:
+            store.fence = None
 
 
 def _restore(spec: PipelineSpec, checkpoint_id: int | None, store: CheckpointStore, layout: JobLayout,
@@ -126,7 +130,7 @@ def _restore(spec: PipelineSpec, checkpoint_id: int | None, store: CheckpointSto
         replaced = str(aside)
     staging.rename(target)
     abandoned = [i for i in store.checkpoint_ids() if i > manifest.checkpoint_id]
-    attempt = store.begin_attempt(abandoned)
+    attempt = store.begin_attempt(abandoned, restored=manifest.checkpoint_id)
     sink = build_sink(spec, store, layout, attempt=attempt)
     decisions: list[Decision] = []
     if isinstance(sink, TwoPhaseCommitSink):

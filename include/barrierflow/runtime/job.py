@@ -104,6 +104,7 @@ class StreamingJob:
         self.store = CheckpointStore.for_spec(spec, checkpoint_objects)
         self.query: StreamingQuery | None = None
         self.coordinator: CheckpointCoordinator | None = None
+        self.lease: JobLease | None = None
         #: Query starts repeated in this run because a Python worker did not connect back.
         self.start_retries = 0
         self.event_time = (EventTimeTracker(spec, str(self.layout.control)) if spec.event_time is not None
@@ -161,7 +162,8 @@ class StreamingJob:
             from barrierflow.sinks.staging import BatchStager
 
             writer = writer.foreachBatch(BatchStager(staging, control_dir=str(self.layout.control),
-                                                     spark_checkpoint=str(self.layout.spark_checkpoint)))
+                                                     spark_checkpoint=str(self.layout.spark_checkpoint),
+                                                     fence=self.store.fence))
         else:
             writer = writer.format("noop")
         return (
@@ -190,14 +192,17 @@ class StreamingJob:
         checkpoint reached offsets known to the caller: the end of an unbounded source) is
         true — whichever comes first; with none, until interrupted."""
         self.layout.work_dir.mkdir(parents=True, exist_ok=True)
-        lease = JobLease(self.layout.work_dir, self.spec.name)
+        lease = JobLease(self.layout.work_dir, self.spec.name, store=self.store.objects)
         if lease_check:
             lease.acquire()
+            self.store.fence = lease.token  # every manifest, staged batch and sink decision checks it
+        self.lease = lease
         try:
             return self._run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
                              progress=progress, progress_every=progress_every, on_tick=on_tick, until=until)
         finally:
             lease.release()
+            self.store.fence = None
 
     def _run(
         self,
@@ -212,6 +217,8 @@ class StreamingJob:
     ) -> RunResult:
         self.restore_if_needed()
         attempt = self.store.attempt()
+        if self.store.fence is not None:
+            self.store.fence.attempt = attempt
         sinks = self.sink_committers(attempt)
         self.recover_sinks(sinks)
         end_offsets = self._source_end() if until_exhausted else None
@@ -248,6 +255,8 @@ class StreamingJob:
         records = 0
         try:
             while True:
+                if self.lease is not None and self.lease.lost is not None:
+                    self.lease.check("doing anything more")  # the heartbeat found the lease taken over
                 coordinator.tick()
                 if on_tick is not None:
                     on_tick(self)
@@ -270,6 +279,8 @@ class StreamingJob:
                                       coordinator.uploads_in_flight, len(coordinator.failed),
                                       self.event_time.status() if self.event_time is not None else None))
                 if not self.query.isActive:
+                    if self.lease is not None:
+                        self.lease.check("doing anything more")  # a fenced-off staging stopped the query
                     exc = self.query.exception()
                     if self._restart_failed_start(exc, planned_at_start):
                         continue

@@ -36,7 +36,8 @@ def build_sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout, *,
                         initial=spec.checkpoint.sink_commit_backoff,
                         maximum=max(30.0, spec.checkpoint.sink_commit_backoff))
     common = {"name": sink.name, "pipeline": spec.name, "ledger": ledger, "attempt": attempt,
-              "spark_checkpoint": layout.spark_checkpoint, "commit_retry": retry}
+              "spark_checkpoint": layout.spark_checkpoint, "commit_retry": retry,
+              "fence": store.fence}
     if isinstance(sink, ParquetSinkSpec):
         from barrierflow.sinks.parquet import ParquetFileSink
 

@@ -42,6 +42,7 @@ from barrierflow.faults import crash_point
 from barrierflow.spark import offset_log
 from barrierflow.storage import open_store
 from barrierflow.transactions.staged import MARKER, batch_prefix
+from barrierflow.workdir.lease import FenceToken
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ class BatchStager:
     and commit their state for the batch) and its output is dropped; ``suppressed`` lists it."""
 
     def __init__(self, uri: str, mode: str = "executors", *, control_dir: str | None = None,
-                 spark_checkpoint: str | None = None) -> None:
+                 spark_checkpoint: str | None = None, fence: FenceToken | None = None) -> None:
         if mode not in ("executors", "driver"):
             raise SinkError(f"staging mode must be 'executors' or 'driver', got {mode!r}")
         self.uri = uri
@@ -141,6 +142,8 @@ class BatchStager:
         self.control_dir = control_dir
         self.spark_checkpoint = spark_checkpoint
         self.suppressed: list[int] = []
+        #: The lease holder's fencing token: a driver whose lease was taken over stages nothing.
+        self.fence = fence
 
     def replays_committed_output(self, batch_id: int) -> bool:
         """Whether batch ``batch_id`` re-produces output a sink already committed."""
@@ -158,6 +161,8 @@ class BatchStager:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         crash_point("mid_epoch", batch_id=batch_id)
+        if self.fence is not None:
+            self.fence.check(f"staging micro-batch {batch_id}")
         if self.replays_committed_output(batch_id):
             df.write.format("noop").mode("overwrite").save()
             self.suppressed.append(batch_id)

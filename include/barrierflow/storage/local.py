@@ -47,6 +47,30 @@ class LocalObjectStore(ObjectStore):
     def put_file(self, key: str, local_path: str) -> None:
         self._atomic_write(key, lambda tmp: shutil.copyfile(local_path, tmp))
 
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Write ``data`` to a temporary file (fsynced), then hard-link it to the key's name:
+        ``link`` fails with EEXIST if the name exists, so the object appears whole, at most
+        once, and an existing one is never replaced (unlike ``rename``)."""
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f".tmp-{uuid.uuid4().hex}-{path.name}"
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    return False
+                return True
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+        except OSError as exc:
+            raise StorageError(f"cannot create {self.describe(key)}: {exc}") from exc
+
     def get_bytes(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()

@@ -7,6 +7,12 @@ Keys are ``/``-separated paths relative to the store's root URI. Contract of eve
 * ``get_bytes``/``download_file`` raise :class:`ObjectNotFoundError` for a missing key.
 * ``list`` returns every object under a prefix (recursively), sorted by key.
 * ``delete`` of a missing key is a no-op (idempotent).
+* ``put_if_absent`` creates a key only if no object has it, atomically (of two concurrent
+  callers exactly one gets True), and never overwrites: the primitive the job lease, the
+  fencing records, manifests and ledger decisions are built on
+  (:mod:`barrierflow.workdir.lease`). Local: a hard link of a fully written temporary file
+  (``link`` fails if the name exists); S3: ``PutObject`` with ``If-None-Match: *``. An endpoint
+  that cannot do it raises :class:`ConditionalWriteUnsupportedError`.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ class ObjectNotFoundError(StorageError):
     def __init__(self, uri: str) -> None:
         self.uri = uri
         super().__init__(f"{uri} does not exist")
+
+
+class ConditionalWriteUnsupportedError(StorageError):
+    """The store's endpoint cannot create an object only if it is absent (S3 ``If-None-Match``)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,17 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def put_file(self, key: str, local_path: str) -> None: ...
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` with ``data`` if no object has that key; True if this call created
+        it, False if it existed (nothing written). Atomic and never overwriting (see the
+        module docstring)."""
+
+    def check_conditional_writes(self, probe_key: str) -> None:
+        """Raise :class:`ConditionalWriteUnsupportedError` if :meth:`put_if_absent` cannot be
+        relied on at this store's endpoint (S3 probes it with ``probe_key``; local files always can)."""
+        return None
 
     @abc.abstractmethod
     def get_bytes(self, key: str) -> bytes: ...

@@ -35,7 +35,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from barrierflow.errors import StorageError, UserInputError
-from barrierflow.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore
+from barrierflow.storage.object_store import (
+    ConditionalWriteUnsupportedError,
+    ObjectInfo,
+    ObjectNotFoundError,
+    ObjectStore,
+)
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
@@ -49,6 +54,10 @@ DELETE_BATCH_SIZE = 1000
 _NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 _NO_BUCKET_CODES = frozenset({"NoSuchBucket"})
 _ACCESS_CODES = frozenset({"403", "AccessDenied", "Forbidden", "AllAccessDisabled"})
+#: The object exists (412), or a concurrent conditional write of the same key won (409).
+_EXISTS_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict", "409"})
+#: The endpoint does not implement conditional writes.
+_UNSUPPORTED_CODES = frozenset({"NotImplemented", "501"})
 _BAD_CREDENTIAL_CODES = frozenset(
     {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired"}
 )
@@ -290,6 +299,51 @@ class S3ObjectStore(ObjectStore):
             self.client.put_object(Bucket=self.bucket, Key=s3_key, Body=data)
         except (ClientError, BotoCoreError) as exc:
             self._raise(exc, "write", key)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """``PutObject`` with ``If-None-Match: *``: True if created, False if the key existed
+        (412 PreconditionFailed, or 409 ConditionalRequestConflict when a concurrent
+        conditional write of the key won). An endpoint answering NotImplemented/501 raises
+        :class:`ConditionalWriteUnsupportedError`; an endpoint that ignores the header and
+        overwrites is detected by :meth:`check_conditional_writes`, not here."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        s3_key = self._key(key)
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=s3_key, Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            code = self._error_code(exc)
+            status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            if code in _EXISTS_CODES or status in {"412", "409"}:
+                return False
+            if code in _UNSUPPORTED_CODES or status == "501":
+                raise self._unsupported(f"it answered {code or status} to PutObject with If-None-Match") from exc
+            self._raise(exc, "create", key)
+        except BotoCoreError as exc:
+            self._raise(exc, "create", key)
+        return True
+
+    def _unsupported(self, why: str) -> ConditionalWriteUnsupportedError:
+        return ConditionalWriteUnsupportedError(
+            f"the S3 endpoint {self._endpoint_for_messages()} of {self.uri} does not support conditional writes "
+            f"({why}), which the pipeline's lease and fencing need to exclude drivers on other hosts. Use an "
+            "endpoint that honours If-None-Match on PutObject (AWS S3, MinIO since 2024, recent Ceph RGW), or keep "
+            "the checkpoint store on a file:// path that every host mounts")
+
+    def check_conditional_writes(self, probe_key: str) -> None:
+        """Probe that the endpoint honours ``If-None-Match: *``: create ``probe_key``, create it
+        again (must be refused), delete it. Raises :class:`ConditionalWriteUnsupportedError`
+        naming the endpoint and the fix if the second write went through (the header was
+        ignored and the object overwritten)."""
+        if not self.put_if_absent(probe_key, b"1"):
+            self.delete(probe_key)  # a crashed earlier probe's leftover
+            if not self.put_if_absent(probe_key, b"1"):
+                raise self._unsupported(f"a probe object {self.describe(probe_key)} cannot be created")
+        try:
+            if self.put_if_absent(probe_key, b"2"):
+                raise self._unsupported("it overwrote an existing object despite If-None-Match: *")
+        finally:
+            self.delete(probe_key)
 
     def put_file(self, key: str, local_path: str) -> None:
         """Upload ``local_path`` to ``key`` (managed upload; visible only once complete)."""

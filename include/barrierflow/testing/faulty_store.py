@@ -53,6 +53,16 @@ class _Delegating(ObjectStore):
         self.inner.put_file(key, local_path)
         self._after_write(key, None)
 
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self._before_write(key)
+        created = self.inner.put_if_absent(key, data)
+        if created:
+            self._after_write(key, data)
+        return created
+
+    def check_conditional_writes(self, probe_key: str) -> None:
+        self.inner.check_conditional_writes(probe_key)
+
     def get_bytes(self, key: str) -> bytes:
         return self.inner.get_bytes(key)
 

@@ -12,11 +12,19 @@ checkpoint ``checkpoint_id`` and covers the staged micro-batches ``batches``. St
 transaction id, a Kafka transactional id, staged file keys). ``history`` records every
 transition with its time. Illegal transitions raise :class:`TransactionStateError`;
 repeating the current terminal state is a no-op (commit and abort are idempotent).
+
+An entry is created with ``put_if_absent`` (:meth:`TransactionLedger.open`): two writers
+never both open epoch n. Before anyone makes a transaction's outcome visible, its outcome is
+*decided* once: ``ledger/<sink>/txn-<checkpoint_id:012d>.decision.json``
+(``{"action": "COMMIT"|"ABORT", "fence", "at"}``), created with ``put_if_absent`` and never
+changed (:meth:`TransactionLedger.decide`), so a commit and an abort of one transaction exclude
+each other across processes and hosts; see :mod:`barrierflow.transactions.two_phase`.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import re
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -85,6 +93,10 @@ def transaction_key(sink: str, checkpoint_id: int) -> str:
     return f"ledger/{sink}/txn-{checkpoint_id:012d}.json"
 
 
+def decision_key(sink: str, checkpoint_id: int) -> str:
+    return f"ledger/{sink}/txn-{checkpoint_id:012d}.decision.json"
+
+
 _KEY = re.compile(r"^ledger/([^/]+)/txn-(\d+)\.json$")
 
 
@@ -102,8 +114,36 @@ class TransactionLedger:
                           state=TxnState.OPEN, created_at=moment, updated_at=moment, handle=handle,
                           batch_ends=batch_ends or {},
                           history=[Transition(state=TxnState.OPEN, at=moment)])
-        self.put(txn)
+        if not self.objects.put_if_absent(transaction_key(sink, checkpoint_id), txn.model_dump_json(indent=2).encode()):
+            raise TransactionStateError(
+                f"transaction of sink {sink} for checkpoint {checkpoint_id} already exists at "
+                f"{self.objects.describe(transaction_key(sink, checkpoint_id))}; a ledger entry is opened once "
+                "(is a second driver writing to this checkpoint store?)")
         return txn
+
+    def decide(self, txn: Transaction, action: Literal["COMMIT", "ABORT"], fence: int | None,
+               now: datetime | None = None) -> dict[str, Any]:
+        """Decide ``txn``'s outcome if nobody has; returns the decision that stands (this one or
+        an earlier one, which may differ: the caller must follow it)."""
+        key = decision_key(txn.sink, txn.checkpoint_id)
+        body = {"transaction_id": txn.transaction_id, "action": action, "fence": fence,
+                "at": (now or datetime.now(UTC)).isoformat()}
+        if self.objects.put_if_absent(key, json.dumps(body).encode()):
+            return body
+        try:
+            stored = dict(json.loads(self.objects.get_bytes(key)))
+        except (ObjectNotFoundError, ValueError) as exc:
+            raise LedgerCorruptError(
+                f"decision {self.objects.describe(key)} of transaction {txn.transaction_id} exists but cannot be "
+                f"read ({exc}); look the transaction up in the sink, finish it by hand, then fix or delete the "
+                "decision") from None
+        if stored.get("transaction_id") != txn.transaction_id:
+            # A decision about an earlier transaction of the same epoch id (a reused id after
+            # a crash of its opener): never the case for ids handed out by the coordinator.
+            raise TransactionStateError(
+                f"decision {self.objects.describe(key)} is about transaction {stored.get('transaction_id')}, not "
+                f"{txn.transaction_id}")
+        return stored
 
     def put(self, txn: Transaction) -> None:
         self.objects.put_bytes(transaction_key(txn.sink, txn.checkpoint_id), txn.model_dump_json(indent=2).encode())
@@ -166,3 +206,4 @@ class TransactionLedger:
         if not txn.finished:
             raise TransactionStateError(f"transaction {txn.transaction_id} is {txn.state.value}: not finished")
         self.objects.delete(transaction_key(txn.sink, txn.checkpoint_id))
+        self.objects.delete(decision_key(txn.sink, txn.checkpoint_id))

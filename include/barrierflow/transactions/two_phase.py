@@ -30,6 +30,32 @@ transaction again (a crash may leave them staged). After a restore (a new attemp
 are reused by the replay, so earlier attempts' committed batches no longer count; their
 output is kept out by the replay plan instead.
 
+Fencing (a stalled old driver that wakes up after a restore). Each sink carries the lease
+holder's :class:`~barrierflow.workdir.lease.FenceToken` (``fence``; None without a store
+lease). Protocol, for a transaction X of epoch n:
+
+* P (pre-commit): check the fence, then open X with ``put_if_absent`` (never two openers).
+* C (commit) / A (abort): check the fence, then *decide* X: create its decision record
+  (COMMIT or ABORT, with the fence) with ``put_if_absent``; only then touch the external
+  system (publish files, ``COMMIT PREPARED``/``ROLLBACK PREPARED``, the Kafka transaction).
+  If a decision already stands, follow it (a commit never follows an abort of the same X,
+  nor the reverse); a holder that is no longer current raises
+  :class:`~barrierflow.workdir.lease.FencedOffError` instead and does nothing.
+
+Invariant: *every transaction is committed or aborted in the external system only as its one
+decision says, and a driver whose lease was taken over decides nothing once the new holder's
+fence exists at its check.* Proof of the gap between check and decision: the only write that
+can pass a check and land after the new holder G took the lease is one decision record (the
+stale driver stops at its next check). If G (a restore) decided X first, the stale record
+collides and the stale driver raises without touching the sink. If the stale record came
+first, X was decided before G decided anything about it and G follows it: a COMMIT is only
+ever decided for an epoch whose manifest was stored, so a restore of the latest checkpoint
+commits X anyway (same outcome); a restore to an older checkpoint finds X committed and
+keeps it out of the replay like any epoch committed before the restore (the replay plan).
+PostgreSQL: a prepared transaction of X is only ever finished by its decision, so a stale
+``COMMIT PREPARED`` of an epoch the restore aborted cannot happen; Kafka: the producer's
+transactional id is fenced by the broker as well (a newer ``init_transactions``).
+
 ``commit`` and ``abort`` must be idempotent: they may run again after a crash mid-way.
 Subclasses may also list external in-doubt transactions the ledger does not know
 (:meth:`external_orphans`), e.g. prepared PostgreSQL transactions of a crashed pre-commit.
@@ -44,15 +70,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from barrierflow.errors import SinkError, StorageError
 from barrierflow.faults import crash_point
 from barrierflow.spark import offset_log
 from barrierflow.transactions.committer import SinkCommitter
-from barrierflow.transactions.ledger import Transaction, TransactionLedger, TxnState
+from barrierflow.transactions.ledger import Transaction, TransactionLedger, TransactionStateError, TxnState
 from barrierflow.transactions.retry import NO_RETRY, CommitRetry
 from barrierflow.transactions.staged import StagedBatches
+from barrierflow.workdir.lease import FenceToken
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +105,9 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
     def __init__(self, *, name: str, pipeline: str, ledger: TransactionLedger, staging: StagedBatches,
                  attempt: int = 0, spark_checkpoint: str | os.PathLike[str] | None = None,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 commit_retry: CommitRetry = NO_RETRY) -> None:
+                 commit_retry: CommitRetry = NO_RETRY, fence: FenceToken | None = None) -> None:
         self.name = name
+        self.fence = fence
         self.commit_retry = commit_retry
         self.spark_checkpoint = spark_checkpoint
         self.pipeline = pipeline
@@ -124,7 +152,12 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
         return None
 
     # -- fixed entry points -------------------------------------------------------------
+    def _check_fence(self, action: str) -> None:
+        if self.fence is not None:
+            self.fence.check(f"{action} (sink {self.name})")
+
     def pre_commit_epoch(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]:
+        self._check_fence(f"pre-committing epoch {checkpoint_id}")
         txns = self.ledger.list(self.name)
         for txn in txns:  # Step 1.
             if txn.state is TxnState.OPEN and txn.checkpoint_id < checkpoint_id:
@@ -192,7 +225,22 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
         if txn is not None and not txn.finished:
             self._abort(txn, f"checkpoint {checkpoint_id} failed; its batches go into the next epoch")
 
+    def _decide(self, txn: Transaction, action: Literal["COMMIT", "ABORT"]) -> str:
+        """Check the fence, then decide ``txn`` (module docstring); returns the decision that
+        stands, which the caller carries out."""
+        verb = "committing" if action == "COMMIT" else "aborting"
+        self._check_fence(f"{verb} transaction {txn.transaction_id}")
+        decided = self.ledger.decide(txn, action, self.fence.fence if self.fence else None, now=self.now())
+        if decided["action"] != action:
+            self._check_fence(f"{verb} transaction {txn.transaction_id}")  # a stale driver stops here
+            log.warning("sink %s: transaction %s was decided %s (fence %s) before; following that decision",
+                        self.name, txn.transaction_id, decided["action"], decided.get("fence"))
+        return str(decided["action"])
+
     def _commit(self, txn: Transaction, *, recovering: bool) -> None:
+        if self._decide(txn, "COMMIT") == "ABORT":
+            self._abort_decided(txn, "decided ABORT before this commit", recovering=True)
+            return
         (self.recover_and_commit if recovering else self.commit)(txn)
         self.ledger.transition(txn, TxnState.COMMITTED, now=self.now(),
                                note="recovered" if recovering else "")
@@ -200,6 +248,16 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
             self.staging.discard(batch)
 
     def _abort(self, txn: Transaction, note: str, *, recovering: bool = False) -> None:
+        if self._decide(txn, "ABORT") == "COMMIT":
+            if txn.state is TxnState.PRECOMMITTED:
+                self._commit(txn, recovering=True)
+                return
+            raise TransactionStateError(
+                f"transaction {txn.transaction_id} of sink {self.name} is {txn.state.value} but was decided COMMIT; "
+                "finish it by hand (see the ledger entry) and run 'barrierflow reconcile SPEC'")
+        self._abort_decided(txn, note, recovering=recovering)
+
+    def _abort_decided(self, txn: Transaction, note: str, *, recovering: bool) -> None:
         (self.recover_and_abort if recovering else self.abort)(txn)
         self.ledger.transition(txn, TxnState.ABORTED, note=note, now=self.now())
 

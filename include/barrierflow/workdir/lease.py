@@ -1,14 +1,48 @@
-"""A pipeline's lease: one process at a time runs, restores or reconciles a work directory.
+"""A pipeline's lease and fencing numbers: one process at a time runs, restores or reconciles
+a pipeline, on any host, and a process that lost the lease can no longer change anything.
 
-``<work_dir>/job.lease`` holds ``{"pid", "host", "purpose", "started_at"}`` while a job runs
-(purpose ``run``), a restore rebuilds its Spark checkpoint (``restore``) or a reconciliation
-finishes transactions of a stopped job (``reconcile``). Acquiring is atomic on one host (the
-check and the write happen under ``flock`` of ``job.lease.lock``); a lease whose process is
-gone (same host) is stale and is taken over; a lease of another host is taken as live,
-since its process cannot be checked from here.
+**Where.** With the checkpoint store given (every production caller), the lease lives in the
+store, under ``_lease/``, so drivers and Airflow tasks on different hosts see it::
 
-Reconciliation asks :func:`lease_holder` whether transactions may still be in flight (a
-job runs) or whether it must not touch the sinks at all (a restore is deciding them).
+    _lease/fence-<F:012d>.json       acquisition F (immutable): {"format", "pipeline", "fence",
+                                     "token", "pid", "host", "purpose", "started_at", "ttl_seconds"}
+    _lease/heartbeat-<F:012d>.json   {"fence", "token", "at"}: rewritten by holder F only
+    _lease/released-<F:012d>.json    holder F let go (written by F only)
+
+``<work_dir>/job.lease`` is kept as a same-host mirror of the holder (with its fence) for
+readers that know only the work directory. Without a store (legacy callers and tests) the
+lease is that file alone, under ``flock``: a lease of this host whose process is gone is
+stale, one of another host is taken as live.
+
+**Acquiring (atomic).** Read the highest fence record F. If its holder is live and is not this
+process, raise :class:`JobAlreadyRunningError` naming it. Otherwise create
+``fence-<F+1>`` with :meth:`~barrierflow.storage.ObjectStore.put_if_absent` (a hard link
+locally, ``If-None-Match: *`` on S3, probed once per store: an endpoint that ignores or
+rejects it is refused with :class:`~barrierflow.storage.ConditionalWriteUnsupportedError`). Of two
+contenders exactly one creates it; the other reads the winner and refuses. The fence number
+of every acquisition (run, restore, reconciliation) is therefore higher than any before it;
+the records are the counter, so it survives the release of the lease (only records far below
+the highest are ever deleted).
+
+**Liveness and takeover.** Holder F is *live* unless ``released-F`` exists, or its last
+heartbeat (``heartbeat-F``, else ``started_at``) is older than its own ``ttl_seconds`` (it
+heartbeats every third of it; default :data:`DEFAULT_TTL_SECONDS`, ``BARRIERFLOW_LEASE_TTL_SECONDS``),
+or it is a process of this host that is gone (a crash is taken over at once). A crashed holder
+on another host is thus taken over after at most one TTL. The rule cannot tell a crashed
+holder from a live but stalled one (a long GC pause, a suspended VM, SIGSTOP, a partition):
+both stop heartbeating, and the stalled one is taken over too. That is safe only because of
+fencing: the taker's fence is higher, and the stalled holder, when it wakes, fails its next
+fence check instead of acting on a lease it no longer has. (Heartbeat ages compare the
+holder's clock with the taker's: hosts' clocks must agree to well within a TTL, as NTP gives;
+a skew can only make a takeover early, which fencing again makes safe.)
+
+**Fencing.** :class:`FenceToken` is what a holder carries. :meth:`FenceToken.check` lists
+``_lease/fence-`` and raises :class:`FencedOffError` unless the highest record is its own
+(same number and token, so a wiped ``_lease/`` does not revive an old holder). Every
+externally visible step checks it first: a manifest write (checkpoint completion), a sink's
+pre-commit, commit and abort, staging a micro-batch. How the gap between a check and its write
+is closed is stated where the writes are: :mod:`barrierflow.transactions.two_phase` (decision
+records) and :mod:`barrierflow.checkpointing.store` (manifests).
 """
 
 from __future__ import annotations
@@ -16,21 +50,68 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
+import re
 import socket
+import threading
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from barrierflow.errors import UserInputError
+from barrierflow.errors import BarrierflowError, UserInputError
+from barrierflow.storage import ObjectNotFoundError, ObjectStore
+
+log = logging.getLogger(__name__)
 
 Purpose = Literal["run", "restore", "reconcile"]
 _WHAT = {"run": "is running", "restore": "is being restored", "reconcile": "is being reconciled"}
+_DID = {"run": "taken over to run", "restore": "restored", "reconcile": "reconciled"}
+LEASE_PREFIX = "_lease/"
+PROBE_KEY = "_lease/probe-conditional-write"
+TTL_ENV = "BARRIERFLOW_LEASE_TTL_SECONDS"
+DEFAULT_TTL_SECONDS = 30.0
+#: Fence, heartbeat and release records this far below the highest fence are deleted.
+KEEP_RECORDS = 20
+_RECORD = re.compile(r"^_lease/(fence|heartbeat|released)-(\d{12})\.json$")
+_probed: set[str] = set()
+_probe_lock = threading.Lock()
 
 
 class JobAlreadyRunningError(UserInputError):
-    """Another live process holds the pipeline's lease (same work directory)."""
+    """Another live process holds the pipeline's lease."""
+
+
+class FencedOffError(BarrierflowError):
+    """This process's lease was taken over (a restore, or a new run after its heartbeat
+    expired): a higher fencing number exists, so it must not change anything and stops."""
+
+
+def fence_key(fence: int) -> str:
+    return f"{LEASE_PREFIX}fence-{fence:012d}.json"
+
+
+def heartbeat_key(fence: int) -> str:
+    return f"{LEASE_PREFIX}heartbeat-{fence:012d}.json"
+
+
+def released_key(fence: int) -> str:
+    return f"{LEASE_PREFIX}released-{fence:012d}.json"
+
+
+def default_ttl() -> float:
+    raw = os.environ.get(TTL_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TTL_SECONDS
+    try:
+        ttl = float(raw)
+    except ValueError:
+        raise UserInputError(f"{TTL_ENV}={raw!r} is not a number of seconds (e.g. 30)") from None
+    if ttl <= 0:
+        raise UserInputError(f"{TTL_ENV}={raw!r} must be positive (seconds, e.g. 30)")
+    return ttl
 
 
 def _alive(pid: int) -> bool:
@@ -50,31 +131,133 @@ def _read(path: Path) -> dict[str, object] | None:
         return None
 
 
-def lease_holder(work_dir: Path) -> dict[str, object] | None:
-    """The live lease of ``work_dir`` (``pid``, ``host``, ``purpose``, ``started_at``), or None."""
-    lease = _read(work_dir / "job.lease")
-    if lease is None:
+def _get_json(objects: ObjectStore, key: str) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(objects.get_bytes(key)))
+    except (ObjectNotFoundError, ValueError):
         return None
-    lease.setdefault("purpose", "run")
-    if lease.get("host") != socket.gethostname():
-        return lease  # cannot check another host's process: assume it is alive
-    return lease if _alive(int(lease["pid"])) else None  # type: ignore[call-overload]
 
 
-def job_running(work_dir: Path) -> bool:
+def _records(objects: ObjectStore) -> dict[str, set[int]]:
+    found: dict[str, set[int]] = {"fence": set(), "heartbeat": set(), "released": set()}
+    for info in objects.list(LEASE_PREFIX):
+        match = _RECORD.match(info.key)
+        if match:
+            found[match.group(1)].add(int(match.group(2)))
+    return found
+
+
+def highest_fence(objects: ObjectStore) -> dict[str, Any] | None:
+    """The record of the newest acquisition (the current or last holder), or None."""
+    fences = _records(objects)["fence"]
+    return _get_json(objects, fence_key(max(fences))) if fences else None
+
+
+def _store_holder(objects: ObjectStore, now: datetime | None = None) -> dict[str, Any] | None:
+    """The live holder of the store's lease (the highest fence record, with ``heartbeat_at``),
+    or None; see the module docstring for the liveness rule."""
+    records = _records(objects)
+    if not records["fence"]:
+        return None
+    fence = max(records["fence"])
+    record = _get_json(objects, fence_key(fence))
+    if record is None or fence in records["released"]:
+        return None
+    record.setdefault("purpose", "run")
+    if record.get("host") == socket.gethostname() and not _alive(int(record["pid"])):
+        return None
+    beat = _get_json(objects, heartbeat_key(fence)) if fence in records["heartbeat"] else None
+    last = datetime.fromisoformat(str((beat or {}).get("at") or record["started_at"]))
+    age = ((now or datetime.now(UTC)) - last).total_seconds()
+    if age > float(record.get("ttl_seconds", DEFAULT_TTL_SECONDS)):
+        return None
+    return {**record, "heartbeat_at": last.isoformat()}
+
+
+def lease_holder(work_dir: Path, store: ObjectStore | None = None) -> dict[str, object] | None:
+    """The live lease (``pid``, ``host``, ``purpose``, ``started_at``; with a store also
+    ``fence`` and ``heartbeat_at``), or None. With ``store`` the checkpoint store's lease
+    counts (any host); a legacy lease file of this work dir without a fence still counts."""
+    local = _read(work_dir / "job.lease")
+    if store is not None:
+        holder = _store_holder(store)
+        if holder is not None:
+            return holder
+        if local is not None and "fence" in local:
+            return None  # the mirror of a store lease that is no longer live
+    if local is None:
+        return None
+    local.setdefault("purpose", "run")
+    if local.get("host") != socket.gethostname():
+        return local  # cannot check another host's process: assume it is alive
+    return local if _alive(int(local["pid"])) else None  # type: ignore[call-overload]
+
+
+def job_running(work_dir: Path, store: ObjectStore | None = None) -> bool:
     """Whether any live process holds the lease (a job, a restore or a reconciliation)."""
-    return lease_holder(work_dir) is not None
+    return lease_holder(work_dir, store) is not None
 
 
 def describe(lease: dict[str, object]) -> str:
-    return f"pid {lease.get('pid')} on {lease.get('host')}, since {lease.get('started_at')}"
+    fence = f", fence {lease['fence']}" if "fence" in lease else ""
+    return f"pid {lease.get('pid')} on {lease.get('host')}, since {lease.get('started_at')}{fence}"
+
+
+class FenceToken:
+    """A holder's fencing number on a checkpoint store; :meth:`check` before every write that
+    must not happen once the lease was taken over. ``attempt`` is filled in by the job (for
+    messages)."""
+
+    def __init__(self, objects: ObjectStore, pipeline: str, fence: int, token: str, purpose: str) -> None:
+        self.objects = objects
+        self.pipeline = pipeline
+        self.fence = fence
+        self.token = token
+        self.purpose = purpose
+        self.attempt: int | None = None
+
+    def __repr__(self) -> str:
+        return f"FenceToken({self.pipeline!r}, fence={self.fence})"
+
+    def check(self, action: str) -> None:
+        """Raise :class:`FencedOffError` unless this token's acquisition is still the newest.
+
+        ``action`` names what would have happened (for the message)."""
+        newest = highest_fence(self.objects)
+        if newest is not None and newest.get("fence") == self.fence and newest.get("token") == self.token:
+            return
+        raise self.fenced_off(action, newest)
+
+    def fenced_off(self, action: str, newest: dict[str, Any] | None) -> FencedOffError:
+        attempt = f"attempt {self.attempt}, " if self.attempt is not None else ""
+        if newest is None:
+            by = f"the lease records under {self.objects.describe(LEASE_PREFIX)} were deleted"
+        else:
+            by = (f"pipeline {self.pipeline} was {_DID.get(str(newest.get('purpose')), 'taken over')} at "
+                  f"{newest.get('started_at')} by pid {newest.get('pid')} on {newest.get('host')} "
+                  f"(fence {newest.get('fence')})")
+        return FencedOffError(
+            f"fenced off: {by}; this driver ({attempt}fence {self.fence}) lost its lease (its heartbeat "
+            f"stopped for longer than the lease TTL: a stall or a partition) and stops without {action}. "
+            "Nothing it would have written counts; the newer holder continues the pipeline")
 
 
 class JobLease:
-    def __init__(self, work_dir: Path, pipeline: str, purpose: Purpose = "run") -> None:
+    """The lease of ``pipeline``: on ``store`` (the checkpoint store) when given, else the
+    legacy file ``<work_dir>/job.lease``. A context manager; see the module docstring."""
+
+    def __init__(self, work_dir: Path, pipeline: str, purpose: Purpose = "run", *,
+                 store: ObjectStore | None = None, ttl: float | None = None) -> None:
         self.path = work_dir / "job.lease"
         self.pipeline = pipeline
         self.purpose = purpose
+        self.store = store
+        self.ttl = ttl if ttl is not None else default_ttl()
+        self.token: FenceToken | None = None
+        #: The newer holder's record once the heartbeat found this lease taken over.
+        self.lost: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -86,24 +269,107 @@ class JobLease:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
+    def _refuse(self, holder: dict[str, object], where: str) -> JobAlreadyRunningError:
+        purpose = str(holder.get("purpose", "run"))
+        return JobAlreadyRunningError(
+            f"pipeline {self.pipeline} {_WHAT.get(purpose, 'is busy')} ({describe(holder)}; lease {where}); wait "
+            f"for it or stop it first (a holder that stopped heartbeating is taken over after its TTL of "
+            f"{holder.get('ttl_seconds', self.ttl)} s)")
+
+    @staticmethod
+    def _mine(holder: dict[str, object]) -> bool:
+        return holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname()
+
     def acquire(self) -> None:
         """Take the lease; raises :class:`JobAlreadyRunningError` naming the holder and what it
-        does. The same process may take it again (tests run jobs one after another in-process)."""
+        does. The same process may take it again (tests run jobs one after another in-process);
+        each acquisition on a store gets a new, higher fencing number (:attr:`token`)."""
         with self._locked():
-            holder = lease_holder(self.path.parent)
-            if holder is not None and not (holder.get("pid") == os.getpid()
-                                           and holder.get("host") == socket.gethostname()):
-                purpose = str(holder.get("purpose", "run"))
-                raise JobAlreadyRunningError(
-                    f"pipeline {self.pipeline} {_WHAT.get(purpose, 'is busy')} ({describe(holder)}; lease "
-                    f"{self.path}); wait for it or stop it first, or delete the lease if that process is gone"
-                )
+            local = lease_holder(self.path.parent)
+            if local is not None and "fence" not in local and not self._mine(local):
+                raise self._refuse(local, str(self.path))  # a legacy (store-less) holder of this work dir
+            started = datetime.now(UTC).isoformat()
+            mirror: dict[str, object] = {"pid": os.getpid(), "host": socket.gethostname(), "purpose": self.purpose,
+                                         "started_at": started}
+            if self.store is not None:
+                self.token = self._acquire_on_store(self.store, started)
+                mirror.update(fence=self.token.fence, store=self.store.uri)
             tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "purpose": self.purpose,
-                                       "started_at": datetime.now(UTC).isoformat()}), encoding="utf-8")
+            tmp.write_text(json.dumps(mirror), encoding="utf-8")
             os.replace(tmp, self.path)
+        if self.token is not None:
+            self._stop.clear()
+            self._heartbeat = threading.Thread(target=self._beat, name=f"lease-{self.pipeline}", daemon=True)
+            self._heartbeat.start()
+
+    def _acquire_on_store(self, objects: ObjectStore, started: str) -> FenceToken:
+        with _probe_lock:
+            if objects.uri not in _probed:
+                objects.check_conditional_writes(PROBE_KEY)
+                _probed.add(objects.uri)
+        where = objects.describe(LEASE_PREFIX)
+        for _ in range(5):
+            holder = _store_holder(objects)
+            if holder is not None and not self._mine(holder):
+                raise self._refuse(holder, where)
+            fences = _records(objects)["fence"]
+            fence = max(fences, default=0) + 1
+            token = uuid.uuid4().hex
+            record = {"format": "barrierflow-lease", "pipeline": self.pipeline, "fence": fence, "token": token,
+                      "pid": os.getpid(), "host": socket.gethostname(), "purpose": self.purpose,
+                      "started_at": started, "ttl_seconds": self.ttl}
+            if objects.put_if_absent(fence_key(fence), json.dumps(record).encode()):
+                self._compact(objects, fence)
+                log.info("pipeline %s: lease taken for %s with fence %d (%s)", self.pipeline, self.purpose, fence,
+                         where)
+                return FenceToken(objects, self.pipeline, fence, token, self.purpose)
+        # Lost the race every time: someone else keeps acquiring.
+        holder = _store_holder(objects)
+        raise self._refuse(holder or {"purpose": "run"}, where)
+
+    @staticmethod
+    def _compact(objects: ObjectStore, fence: int) -> None:
+        old = [key for kind, numbers in _records(objects).items() for n in numbers if n < fence - KEEP_RECORDS
+               for key in [f"{LEASE_PREFIX}{kind}-{n:012d}.json"]]
+        if old:
+            with contextlib.suppress(Exception):
+                objects.delete_many(old)
+
+    def _beat(self) -> None:
+        token = self.token
+        assert token is not None
+        while not self._stop.wait(self.ttl / 3):
+            try:
+                newest = highest_fence(token.objects)
+                if newest is None or newest.get("token") != token.token:
+                    self.lost = newest or {}
+                    log.error("%s", token.fenced_off("anything more", newest))
+                    return
+                token.objects.put_bytes(heartbeat_key(token.fence), json.dumps(
+                    {"fence": token.fence, "token": token.token, "at": datetime.now(UTC).isoformat()}).encode())
+            except Exception as exc:  # a store outage: the next beat tries again; fencing stays safe
+                log.warning("pipeline %s: lease heartbeat failed: %s", self.pipeline, exc)
+
+    def check(self, action: str) -> None:
+        """:meth:`FenceToken.check` of this lease (a no-op for a store-less lease)."""
+        if self.token is not None:
+            self.token.check(action)
 
     def release(self) -> None:
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=5)
+            self._heartbeat = None
+        if self.token is not None:
+            token, self.token = self.token, None
+            try:
+                newest = highest_fence(token.objects)
+                if newest is not None and newest.get("token") == token.token:
+                    token.objects.put_bytes(released_key(token.fence), json.dumps(
+                        {"fence": token.fence, "at": datetime.now(UTC).isoformat()}).encode())
+            except Exception as exc:  # the TTL frees it then
+                log.warning("pipeline %s: could not release the lease (fence %d): %s; it expires after %.0f s",
+                            self.pipeline, token.fence, exc, self.ttl)
         with self._locked():
             lease = _read(self.path)
             if lease is not None and lease.get("pid") == os.getpid():
