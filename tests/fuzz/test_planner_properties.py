@@ -5,6 +5,10 @@ injects a barrier exactly when a newer checkpoint was requested."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+from barrierflow.barriers import planner
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.planner import PlanRequest, plan_batch
 from hypothesis import given, settings
@@ -28,9 +32,19 @@ def requests(draw: st.DrawFn) -> PlanRequest:
     )
 
 
+@pytest.fixture(params=["python", "arrays"], scope="module")
+def arithmetic(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Both ways the planner advances partitions: plain Python, and int64 arrays (used from
+    VECTOR_MIN_PARTITIONS on; lowered to 0 here so that four partitions take that path)."""
+    saved = planner.VECTOR_MIN_PARTITIONS
+    planner.VECTOR_MIN_PARTITIONS = 0 if request.param == "arrays" else saved
+    yield request.param
+    planner.VECTOR_MIN_PARTITIONS = saved
+
+
 @settings(max_examples=400, deadline=None)
 @given(request=requests())
-def test_the_planner_keeps_its_rules_for_any_request(request: PlanRequest) -> None:
+def test_the_planner_keeps_its_rules_for_any_request(arithmetic: str, request: PlanRequest) -> None:
     plan = plan_batch(request)
     start, end = request.start.partitions, plan.end.partitions
     if request.hold:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
+from barrierflow.barriers import planner
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.planner import PlanRequest, plan_batch
 
@@ -31,6 +35,39 @@ def test_the_plan_does_not_depend_on_the_order_or_completeness_of_available() ->
     assert unreported.end.partitions == {"0": 10, "1": 40, "2": 30}
     swapped = plan_batch(PlanRequest(start, {"1": 40, "3": 5}))  # as many partitions, one of them new
     assert swapped.end.partitions == {"0": 10, "1": 40, "2": 30, "3": 5}
+
+
+def _reference_end(start: dict[str, int], available: dict[str, int], cap: int | None) -> dict[str, int]:
+    """Rule 2 of the planner written out plainly (new partitions start at 0)."""
+    end = {}
+    for partition in sorted(start.keys() | available.keys()) if available.keys() - start.keys() else start:
+        begin = start.get(partition, 0)
+        reach = available.get(partition, begin)
+        end[partition] = max(begin, reach if cap is None else min(reach, begin + cap))
+    return end
+
+
+@pytest.mark.parametrize("case", ["same order", "spark's order", "some unreported", "a new partition", "huge offsets"])
+@pytest.mark.parametrize("cap", [None, 0, 7, 10**6])
+def test_many_partitions_plan_like_the_rule(case: str, cap: int | None) -> None:
+    """From VECTOR_MIN_PARTITIONS on the arithmetic runs on arrays; it must still be rule 2
+    exactly, whatever the order of the partitions and whatever is (not) reported."""
+    rng = random.Random(f"{case}-{cap}")
+    count = planner.VECTOR_MIN_PARTITIONS + 88
+    begins = {str(p): rng.randrange(0, 1_000) for p in range(count)}
+    available = {p: b + rng.randrange(-20, 40) for p, b in begins.items()}
+    if case == "spark's order":  # the start as Spark hands it back: through JSON, keys sorted as strings
+        begins = SourceOffset.from_json(SourceOffset(begins).to_json()).partitions
+    elif case == "some unreported":
+        available = {p: a for p, a in available.items() if rng.random() < 0.9}
+    elif case == "a new partition":
+        available[str(count)] = 5
+    elif case == "huge offsets":
+        begins["3"], available["3"] = 2**63 + 1, 2**63 + 9
+    plan = plan_batch(PlanRequest(SourceOffset(begins, barrier=1), available, max_records_per_partition=cap))
+    assert plan.end.partitions == _reference_end(begins, available, cap)
+    assert list(plan.end.partitions) == list(_reference_end(begins, available, cap))  # start's order
+    assert all(type(offset) is int for offset in plan.end.partitions.values())
 
 
 def test_injects_a_newer_barrier_once() -> None:

@@ -4,7 +4,9 @@ partition, without Spark.
 For each partition count (default 100, 1,000 and 10,000) over synthetic offsets:
 
 - **plan**: one call of the pure batch planner (:func:`barrierflow.barriers.planner.plan_batch`)
-  with every partition advancing and a barrier requested; median over many calls.
+  with every partition advancing and a barrier requested, the start offset parsed from JSON as
+  Spark hands it to ``latestOffset`` (so in another order than what is available); median over
+  many calls.
 - **checkpoint**: the real :class:`CheckpointCoordinator` on a synthetic Spark checkpoint
   directory (:mod:`barrierflow.spark.synthetic`) and a local store: from the committed barrier
   batch to the stored manifest (reading the offset log, the synchronous snapshot, the upload,
@@ -73,7 +75,9 @@ def _median_ms(samples: list[float]) -> float:
 
 def time_planner(partitions: int, calls: int) -> float:
     """Median milliseconds of one :func:`plan_batch` over ``partitions`` partitions."""
-    start = SourceOffset({str(p): 1_000 * p for p in range(partitions)}, 4, {}, 0)
+    # As a source's latestOffset gets them: the start offset back from Spark's offset log (JSON,
+    # partitions sorted as strings: "0", "1", "10", ...), what is available in the source's order.
+    start = SourceOffset.from_json(SourceOffset({str(p): 1_000 * p for p in range(partitions)}, 4, {}, 0).to_json())
     available = {str(p): 1_000 * p + 700 for p in range(partitions)}
     request = PlanRequest(start=start, available=available, max_records_per_partition=500, requested_barrier=5,
                           paused_partitions=frozenset({"0"}))
