@@ -6,7 +6,8 @@ For each partition count (default 100, 1,000 and 10,000) over synthetic offsets:
 - **plan**: one call of the pure batch planner (:func:`barrierflow.barriers.planner.plan_batch`)
   with every partition advancing and a barrier requested, the start offset parsed from JSON as
   Spark hands it to ``latestOffset`` (so in another order than what is available); median over
-  many calls.
+  many calls, wall-clock and CPU time of the calling thread (the latter barely moves with the
+  machine's load; the former does).
 - **checkpoint**: the real :class:`CheckpointCoordinator` on a synthetic Spark checkpoint
   directory (:mod:`barrierflow.spark.synthetic`) and a local store: from the committed barrier
   batch to the stored manifest (reading the offset log, the synchronous snapshot, the upload,
@@ -52,6 +53,7 @@ class ScaleResult:
 
     partitions: int
     plan_ms: float
+    plan_cpu_ms: float
     checkpoint_ms: float
     manifest_bytes: int
     verify_ms: float
@@ -73,20 +75,22 @@ def _median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000.0
 
 
-def time_planner(partitions: int, calls: int) -> float:
-    """Median milliseconds of one :func:`plan_batch` over ``partitions`` partitions."""
+def time_planner(partitions: int, calls: int) -> tuple[float, float]:
+    """Median milliseconds of one :func:`plan_batch` over ``partitions`` partitions: wall-clock,
+    and CPU time of this thread."""
     # As a source's latestOffset gets them: the start offset back from Spark's offset log (JSON,
     # partitions sorted as strings: "0", "1", "10", ...), what is available in the source's order.
     start = SourceOffset.from_json(SourceOffset({str(p): 1_000 * p for p in range(partitions)}, 4, {}, 0).to_json())
     available = {str(p): 1_000 * p + 700 for p in range(partitions)}
     request = PlanRequest(start=start, available=available, max_records_per_partition=500, requested_barrier=5,
                           paused_partitions=frozenset({"0"}))
-    samples = []
+    samples, cpu_samples = [], []
     for _ in range(calls):
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.thread_time()
         plan_batch(request)
         samples.append(time.perf_counter() - began)
-    return _median_ms(samples)
+        cpu_samples.append(time.thread_time() - began_cpu)
+    return _median_ms(samples), _median_ms(cpu_samples)
 
 
 def time_checkpoints(partitions: int, checkpoints: int, folder: Path) -> ScaleResult:
@@ -135,7 +139,7 @@ def time_checkpoints(partitions: int, checkpoints: int, folder: Path) -> ScaleRe
     began = time.perf_counter()
     build_skew_report(spec, store)
     skew = time.perf_counter() - began
-    return ScaleResult(partitions=partitions, plan_ms=0.0, checkpoint_ms=_median_ms(durations),
+    return ScaleResult(partitions=partitions, plan_ms=0.0, plan_cpu_ms=0.0, checkpoint_ms=_median_ms(durations),
                        manifest_bytes=len(objects.get_bytes(manifest_key(manifests[-1].checkpoint_id))),
                        verify_ms=_median_ms(verify_samples), skew_ms=skew * 1000.0, checkpoints=checkpoints)
 
@@ -150,11 +154,13 @@ def run_scale_benchmark(sizes: tuple[int, ...] = DEFAULT_SIZES, *, checkpoints: 
     for partitions in sizes:
         with tempfile.TemporaryDirectory(prefix="barrierflow-scale-") as tmp:
             measured = time_checkpoints(partitions, checkpoints, Path(tmp))
-        results.append(ScaleResult(**{**measured.__dict__, "plan_ms": time_planner(partitions, plan_calls)}))
-    lines = ["| partitions | plan a batch (ms) | checkpoint: barrier batch -> manifest (ms) | manifest (bytes) "
+        plan_ms, plan_cpu_ms = time_planner(partitions, plan_calls)
+        results.append(ScaleResult(**{**measured.__dict__, "plan_ms": plan_ms, "plan_cpu_ms": plan_cpu_ms}))
+    lines = ["| partitions | plan a batch (ms) | plan a batch, CPU (ms) "
+             "| checkpoint: barrier batch -> manifest (ms) | manifest (bytes) "
              "| structural verification (ms) | skew report over all (ms) | checkpoints |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r.partitions:,} | {r.plan_ms:.3f} | {r.checkpoint_ms:.1f} | {r.manifest_bytes:,} "
-              f"| {r.verify_ms:.1f} | {r.skew_ms:.1f} | {r.checkpoints} |" for r in results]
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r.partitions:,} | {r.plan_ms:.3f} | {r.plan_cpu_ms:.3f} | {r.checkpoint_ms:.1f} "
+              f"| {r.manifest_bytes:,} | {r.verify_ms:.1f} | {r.skew_ms:.1f} | {r.checkpoints} |" for r in results]
     emit_table("\n".join(lines), markdown)
     return results
