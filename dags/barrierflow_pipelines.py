@@ -72,10 +72,32 @@ error and whose only task, `invalid_spec`, fails with it. This is chosen over lo
 skipping the file because a skipped pipeline silently vanishes from the UI, while a failing
 DAG shows what is wrong where operators look.
 
-A valid multi-stage spec (`stages` and `channels`, e.g. `include/pipelines/stages.yaml`) gets
-no DAGs yet: discovery skips it with a warning in the DAG processor's log naming the file and
-saying to run it with `barrierflow run` (tests/dags/test_dag_integrity.py shows this). A
-multi-stage spec that does not load gets the failing DAG above like any other.
+A multi-stage spec (`stages` and `channels`, e.g. `include/pipelines/stages.yaml`) gets the
+seven streaming DAGs above, on its *global* checkpoints (`barrierflow.ops.pipeline.is_multi_stage`
+decides; each task calls what `barrierflow <command> SPEC` calls for such a spec):
+
+* `launch` spark-submits `jobs/run_pipeline.py --spec` as for one stage: one Spark application
+  runs the pipeline coordinator and every stage's query (`barrierflow run SPEC`); it holds the
+  pipeline's one lease (`<work_dir>/job.lease`), which the launch guard and the recovery check.
+  `until_exhausted` defaults to true when every source stage's source is bounded. A start after
+  an earlier run restores the latest global checkpoint as a new attempt. Channels on the
+  embedded broker live only as long as the job: fine for one demo run, but a later launch and
+  a restore refuse them (exit 2, naming the fix); give the channels a lasting broker.
+* `supervise` checks the age of the newest completed global checkpoint.
+* `verify`, `retain`, `reconcile`, `skew` run the global operations; their XComs are the JSON
+  documents of `barrierflow verify|retain|reconcile|skew SPEC --json`. A failed verification
+  names the global checkpoint, the stage and the check; a failed skew expectation the stage.
+* `recover` follows the same runbook: the lease is the pipeline's, `choose_checkpoint` resolves
+  latest-valid / latest / an id over the global checkpoints, each verified as one cut (every
+  stage's checks and the cut over the channels), `restore` restores every stage to it (new
+  attempt; `accept_duplicates` is refused: only complete global checkpoints are restored), and
+  the sensor waits for the first completed global checkpoint of the new attempt.
+* The checkpoints asset is updated on every completed global checkpoint.
+* No batch DAGs (rollup, recompute, quality): they read one pipeline's source and sink, while
+  the final stages' Parquet output of a multi-stage pipeline is derived through channels that
+  the batch recomputation cannot replay.
+
+A multi-stage spec that does not load gets the failing DAG above like any other.
 
 Parsing reads only the spec files (folder: `$BARRIERFLOW_PIPELINES_DIR`, default
 `include/pipelines`): no database, no connection, no Spark. The library is imported inside
@@ -111,8 +133,15 @@ from airflow.sdk import (
 from barrierflow.airflow.assets import pipeline_asset, storage_asset_uri
 from barrierflow.airflow.launch import BatchSubmitOperator, PipelineSubmitOperator
 from barrierflow.airflow.runbook import DEFAULT_PARAMS as RECOVER_DEFAULTS
-from barrierflow.airflow.support import DiscoveredPipeline, dag_id_for, discover_pipelines, verification_schedule
+from barrierflow.airflow.support import (
+    DiscoveredPipeline,
+    bounded_sources,
+    dag_id_for,
+    discover_pipelines,
+    verification_schedule,
+)
 from barrierflow.spec.models import ParquetSinkSpec, PipelineSpec
+from barrierflow.spec.stages import StagedPipelineSpec
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PIPELINES_DIR = Path(os.environ.get("BARRIERFLOW_PIPELINES_DIR") or PROJECT_ROOT / "include" / "pipelines")
@@ -203,11 +232,14 @@ def reconcile(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
     summary = reconcile_transactions(spec_path)
     running = "running" if summary["job_running"] else "not running"
-    log.info("pipeline %r: latest completed checkpoint %s; job %s", summary["pipeline"],
-             summary["latest_completed"], running)
-    for d in summary["decisions"]:
-        log.info("%s %s %s (epoch %s, %s): %s", d["action"], d["sink"], d["transaction_id"], d["checkpoint_id"],
-                 d["state"], d["reason"])
+    staged = "stages" in summary  # a multi-stage pipeline: decisions per stage, against a global checkpoint
+    log.info("pipeline %r: latest completed %scheckpoint %s; job %s", summary["pipeline"],
+             "global " if staged else "", summary["latest_completed"], running)
+    per_stage = summary["stages"].items() if staged else [("", summary["decisions"])]
+    for stage, decisions in per_stage:
+        for d in decisions:
+            log.info("%s%s %s %s (epoch %s, %s): %s", f"stage {stage}: " if stage else "", d["action"], d["sink"],
+                     d["transaction_id"], d["checkpoint_id"], d["state"], d["reason"])
     if not summary["decisions"]:
         log.info("nothing in doubt")
     log.info("reconciliation summary: %s", json.dumps(summary))
@@ -484,14 +516,15 @@ def _recover_params() -> dict[str, Param]:
 
 def _launch_params(entry: DiscoveredPipeline) -> dict[str, Param]:
     assert entry.spec is not None
-    bounded = getattr(entry.spec.sources[0], "records_per_partition", None) is not None
+    bounded = bounded_sources(entry.spec)
     return {
         "max_checkpoint_age_seconds": _max_age_param(entry.spec.checkpoint.interval,
                                                      AFTER_JOB_SCHEDULING_SLACK_SECONDS),
         "until_exhausted": Param(
             bounded, type="boolean",
             description="Stop the job once a bounded source is exhausted and everything is committed "
-                        "(default: true exactly when the spec's source is bounded)."),
+                        "(default: true exactly when the spec's source is bounded; with stages, every "
+                        "source stage's)."),
     }
 
 
@@ -525,10 +558,10 @@ class Pipeline:
     entry: DiscoveredPipeline
     spec_path: str
     checkpoints: Asset
-    output: Asset | None  # None: the sink is not Parquet (no batch side)
+    output: Asset | None  # None: the sink is not Parquet, or the spec has stages (no batch side)
 
     @property
-    def spec(self) -> PipelineSpec:
+    def spec(self) -> PipelineSpec | StagedPipelineSpec:
         assert self.entry.spec is not None
         return self.entry.spec
 
@@ -556,10 +589,11 @@ def _pipeline(entry: DiscoveredPipeline) -> Pipeline:
     spec_path = str(entry.path.resolve())
     watch = {"spec_path": spec_path, "barrierflow_home": BARRIERFLOW_HOME, "poll_seconds": ASSET_POLL_SECONDS}
     checkpoints = pipeline_asset(entry.name, "checkpoints", _storage_asset_uri(entry.spec.checkpoint.storage), **watch)
-    sink = entry.spec.sink
-    output = pipeline_asset(entry.name, "output", _storage_asset_uri(sink.path),
-                            min_interval_seconds=entry.spec.batch.output_event_interval,
-                            **watch) if isinstance(sink, ParquetSinkSpec) else None
+    spec = entry.spec
+    batch_side = isinstance(spec, PipelineSpec) and isinstance(spec.sink, ParquetSinkSpec)  # not with stages
+    output = pipeline_asset(entry.name, "output", _storage_asset_uri(spec.sink.path),  # type: ignore[union-attr]
+                            min_interval_seconds=spec.batch.output_event_interval,  # type: ignore[union-attr]
+                            **watch) if batch_side else None
     return Pipeline(entry, spec_path, checkpoints, output)
 
 

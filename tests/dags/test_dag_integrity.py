@@ -22,8 +22,10 @@ REPO_PIPELINES = PROJECT_ROOT / "include" / "pipelines"
 
 
 def single_stage_specs() -> list[Path]:
-    """The repo's specs that get DAGs (multi-stage ones such as stages.yaml are skipped)."""
-    return [entry.path for entry in discover_pipelines(REPO_PIPELINES) if entry.spec is not None]
+    """The repo's single-stage specs (multi-stage ones, such as stages.yaml, are checked in
+    test_multi_stage_specs_get_the_streaming_dags_on_global_checkpoints)."""
+    return [entry.path for entry in discover_pipelines(REPO_PIPELINES)
+            if entry.spec is not None and not entry.multi_stage]
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +81,13 @@ def test_seven_dags_per_spec_and_three_batch_dags_per_lake_in_include_pipelines(
             expected.add(dag_id_for(entry.name, "pipeline"))
         else:
             expected |= {dag_id_for(entry.name, kind) for kind in KINDS}
-            if entry.spec.sink.type == "parquet":
+            if not entry.multi_stage and entry.spec.sink.type == "parquet":  # type: ignore[union-attr]
                 expected |= {dag_id_for(entry.name, kind) for kind in BATCH_KINDS}
     assert {f"barrierflow_{kind}__demo" for kind in BATCH_KINDS} <= expected  # demo writes Parquet, bench discards
     assert set(dagbag.dag_ids) == expected
     assert {f"barrierflow_{kind}__{name}" for kind in ("verify", "retain", "recover", "reconcile", "skew")
-            for name in ("demo", "bench")} <= expected
+            for name in ("demo", "bench", "stages-demo", "cycle-demo")} <= expected
+    assert not {f"barrierflow_{kind}__stages-demo" for kind in BATCH_KINDS} & expected  # no batch side with stages
     assert all(entry.error is None for entry in entries), "a spec in include/pipelines does not load"
 
 
@@ -391,14 +394,16 @@ def test_asset_scheduled_dags_serialize_with_their_watchers(dagbag: Any) -> None
     assert [w.trigger.serialize()[0] for w in watchers] == ["barrierflow.airflow.assets.PipelineProgressTrigger"]
 
 
-def test_multi_stage_specs_are_skipped_with_a_log_line_not_turned_into_error_dags(
-        monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The DAGs run single-stage jobs. A valid multi-stage spec (the repo's three-stage demo)
-    gets no DAG at all, and discovery logs a warning naming the file and how to run it; the
-    other specs in the folder keep their DAGs. A multi-stage spec that does not load still
-    gets the failing invalid-spec DAG with its error."""
-    import logging
+def test_multi_stage_specs_get_the_streaming_dags_on_global_checkpoints(
+        monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path) -> None:
+    """A valid multi-stage spec (the repo's three-stage demo) gets the seven streaming DAGs, no
+    batch DAGs (see the DAG module's docstring); its launch runs the whole pipeline through
+    spark-submit of jobs/run_pipeline.py, until exhausted by default (every source stage is
+    bounded), and its verification runs on the checkpoints asset. A multi-stage spec that does
+    not load gets the failing invalid-spec DAG with its error; the other specs keep theirs."""
     import shutil
+
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     shutil.copy(REPO_PIPELINES / "stages.yaml", pipelines_dir / "stages.yaml")
     (pipelines_dir / "orders.yaml").write_text(spec_yaml("orders"), encoding="utf-8")
@@ -407,15 +412,29 @@ def test_multi_stage_specs_are_skipped_with_a_log_line_not_turned_into_error_dag
         "channel: payments\n        max", "channel: nowhere\n        max")
     (pipelines_dir / "stages_broken.yaml").write_text(broken, encoding="utf-8")
 
-    with caplog.at_level(logging.WARNING, logger="barrierflow.airflow.support"):
-        entries = discover_pipelines(pipelines_dir)
-    assert [e.name for e in entries] == ["orders", "stages_broken"]
-    assert entries[1].error is not None and "nowhere" in entries[1].error
-    skipped = [r.getMessage() for r in caplog.records if "multi-stage" in r.getMessage()]
-    assert len(skipped) == 1 and "stages.yaml" in skipped[0] and "barrierflow run" in skipped[0], skipped
+    entries = discover_pipelines(pipelines_dir)
+    assert [(e.name, e.multi_stage) for e in entries] == [("orders", False), ("stages-demo", True),
+                                                         ("stages_broken", False)]
+    assert entries[2].error is not None and "nowhere" in entries[2].error
 
     bag = parse_dags(monkeypatch, pipelines_dir)
     assert bag.import_errors == {}
-    assert not [d for d in bag.dag_ids if "stages" in d and d != "barrierflow_pipeline__stages_broken"]
+    staged = {d for d in bag.dag_ids if d.endswith("__stages-demo")}
+    assert staged == {dag_id_for("stages-demo", kind) for kind in KINDS}
     assert "invalid-spec" in bag.dags["barrierflow_pipeline__stages_broken"].tags
     assert {dag_id_for("orders", kind) for kind in KINDS} <= set(bag.dag_ids)
+
+    spec_path = str((pipelines_dir / "stages.yaml").resolve())
+    launch_dag = bag.dags[dag_id_for("stages-demo", "pipeline")]
+    launch = launch_dag.get_task("launch")
+    assert isinstance(launch, SparkSubmitOperator) and launch.retries == 0
+    assert launch.application == str(PROJECT_ROOT / "jobs" / "run_pipeline.py")
+    assert launch.application_args == ["--spec", spec_path]
+    assert launch_dag.params["until_exhausted"] is True  # both source stages read bounded generators
+    assert launch_dag.get_task("supervise").upstream_task_ids == {"launch"}
+    verify = bag.dags[dag_id_for("stages-demo", "verify")]
+    assert verify.schedule.asset_condition.name == "barrierflow/stages-demo/checkpoints"
+    assert [t.task_id for t in bag.dags[dag_id_for("stages-demo", "recover")].topological_sort()] == RECOVER_TASKS
+    for kind in ("supervise", "verify", "retain", "reconcile", "skew"):
+        assert bag.dags[dag_id_for("stages-demo", kind)].get_task(kind).op_args[0] == spec_path
+    assert "No batch DAGs" in launch_dag.doc_md

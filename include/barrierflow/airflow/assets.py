@@ -4,10 +4,13 @@ updates them.
 A pipeline has two assets:
 
 * ``barrierflow/<name>/checkpoints`` (URI: the checkpoint store): updated once per newly
-  completed checkpoint. The verification DAG runs on it (and on its schedule).
+  completed checkpoint; for a multi-stage pipeline, per newly completed *global* checkpoint
+  (its global manifest is stored, every stage's snapshot is in, no restore abandoned it). The
+  verification DAG runs on it (and on its schedule).
 * ``barrierflow/<name>/output`` (URI: the Parquet sink's folder): updated when an epoch's
   output was COMMITTED by the sink (2PC ledger), at most every ``batch.output_event_interval``.
-  The rollup and data-quality DAGs run on it (and daily).
+  The rollup and data-quality DAGs run on it (and daily). A multi-stage pipeline has none (no
+  batch side, see dags/barrierflow_pipelines.py).
 
 Who emits the events. The streaming job is one long-running spark-submit, not an Airflow task,
 so it has no ``outlets``; making the job call Airflow's REST API (``POST /api/v2/assets/events``)
@@ -15,7 +18,8 @@ would put Airflow credentials and availability into the data path, and a periodi
 ``outlets`` could emit one event per run at most and only as often as it is scheduled.
 Instead each asset has an :class:`~airflow.sdk.AssetWatcher` whose trigger,
 :class:`PipelineProgressTrigger`, runs in Airflow's triggerer: it polls the checkpoint store
-(a key listing, no manifest read) every ``BARRIERFLOW_ASSET_POLL_SECONDS`` (default 10 s) and
+(a key listing, no manifest read; :mod:`barrierflow.ops.progress` decides what a completed
+checkpoint is for single- and multi-stage specs) every ``BARRIERFLOW_ASSET_POLL_SECONDS`` (default 10 s) and
 yields one event per new checkpoint id (payload: pipeline, id, previous id), which Airflow
 turns into an asset event and the asset-scheduled DAG runs. The last announced id is kept in
 Airflow's asset state store, so a triggerer restart neither repeats nor loses an

@@ -18,6 +18,15 @@ called (and tested) on its own::
                                             the restored job (Manifest.attempt == the new attempt)
     recovery_summary(...)                   what the final report task logs and returns
 
+A multi-stage spec (``barrierflow.ops.pipeline.is_multi_stage``, the one place that decides)
+takes the same steps on its global checkpoints: the lease is the pipeline's one lease (its
+work dir; a run holds it however its stages run), the choice is
+:func:`barrierflow.ops.restore.choose_global` (the global checkpoint verified as one cut:
+every stage's checks and the cut over the channels), the restore
+:func:`barrierflow.ops.restore.restore_global` (every stage to that global checkpoint, a new
+attempt, fences so downstream stages skip what older attempts wrote), and the sensor waits
+for the first completed global checkpoint of the new attempt.
+
 Every error raised on purpose derives from :class:`barrierflow.errors.BarrierflowError`; those
 caused by the operator's input (params, a running job, a checkpoint that does not verify)
 derive from :class:`barrierflow.errors.UserInputError`, which the DAG turns into a failure
@@ -35,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from barrierflow.errors import UserInputError
-from barrierflow.ops.checkpoints import list_checkpoints
-from barrierflow.ops.restore import choose, restore_chosen
+from barrierflow.ops.checkpoints import list_checkpoints, list_global_checkpoints
+from barrierflow.ops.pipeline import is_multi_stage
+from barrierflow.ops.restore import GlobalCheckpointChoice, choose, choose_global, restore_chosen, restore_global
 from barrierflow.verification.choice import (
     CHECKPOINT_CHOICES,
     LATEST,
@@ -176,8 +186,10 @@ def validate_recovery_params(params: Mapping[str, Any]) -> RecoveryParams:
 def ensure_job_stopped(spec_path: str | os.PathLike[str], *, launch_dag_id: str | None = None) -> str:
     """Check that the pipeline's job is not running (its run lease is not held).
 
-    The lease is ``<work_dir>/job.lease`` (see :mod:`barrierflow.workdir.lease`): held while a
-    live process (same host) or any process on another host runs the job.
+    The lease is the one the launch guard asks about
+    (:func:`barrierflow.recovery.restart_guard.pipeline_lease_holder`): the checkpoint store's
+    lease (any host) or ``<work_dir>/job.lease``, which a multi-stage run holds (see
+    :mod:`barrierflow.workdir.lease`).
 
     Args:
         spec_path: the pipeline spec file.
@@ -191,23 +203,19 @@ def ensure_job_stopped(spec_path: str | os.PathLike[str], *, launch_dag_id: str 
         JobStillRunningError: the lease is held; the message says to stop the job first and
             how (fail the launch task in Airflow, or SIGTERM the process the lease names).
     """
-    from barrierflow.spec.loader import load_spec
-    from barrierflow.workdir.layout import JobLayout
-    from barrierflow.workdir.lease import lease_holder
+    from barrierflow.recovery.restart_guard import pipeline_lease_holder
 
-    spec = load_spec(spec_path)
-    layout = JobLayout.for_spec(spec)
-    lease_path = layout.work_dir / "job.lease"
-    holder = lease_holder(layout.work_dir)
+    name, work_dir, holder = pipeline_lease_holder(spec_path)
+    lease_path = work_dir / "job.lease"
     if holder is None:
-        return f"pipeline {spec.name!r} is not running (no live lease at {lease_path})"
+        return f"pipeline {name!r} is not running (no live lease at {lease_path})"
     lease: dict[str, Any] = dict(holder)
     pid, host = lease.get("pid", "?"), lease.get("host", "?")
     launch = (f"mark the running 'launch' task of DAG {launch_dag_id!r} as failed in the Airflow UI (Airflow "
               "then stops spark-submit), or " if launch_dag_id else "")
     raise JobStillRunningError(
-        spec.name, lease_path, lease,
-        f"pipeline {spec.name!r} is running (pid {pid} on host {host}, since {lease.get('started_at', '?')}; "
+        name, lease_path, lease,
+        f"pipeline {name!r} is running (pid {pid} on host {host}, since {lease.get('started_at', '?')}; "
         f"lease {lease_path}): stop it before recovering, or the restore would replace its checkpoint under it. "
         f"To stop it, {launch}send SIGTERM to that process on {host} ('kill {pid}'); the job releases its lease "
         "when it stops. If the process is already gone on another host, delete the lease file. Then trigger "
@@ -215,10 +223,13 @@ def ensure_job_stopped(spec_path: str | os.PathLike[str], *, launch_dag_id: str 
     )
 
 
-def choose_checkpoint(spec_path: str | os.PathLike[str], requested: CheckpointRequest) -> CheckpointChoice:
+def choose_checkpoint(spec_path: str | os.PathLike[str], requested: CheckpointRequest
+                      ) -> CheckpointChoice | GlobalCheckpointChoice:
     """Resolve the ``checkpoint`` param to the checkpoint to restore, with
     :func:`barrierflow.ops.restore.choose`: the same rule and verification as ``barrierflow
-    restore`` (see :mod:`barrierflow.verification.choice`).
+    restore`` (see :mod:`barrierflow.verification.choice`); for a multi-stage spec, to a global
+    checkpoint with :func:`barrierflow.ops.restore.choose_global` (verified as one cut; a
+    failed check is named ``<stage>: <check>``).
 
     Raises:
         SpecError: the spec does not load.
@@ -229,12 +240,22 @@ def choose_checkpoint(spec_path: str | os.PathLike[str], requested: CheckpointRe
             message names the checkpoint and each failed check and suggests ``latest-valid``.
         StorageError: the checkpoint store cannot be read.
     """
+    if is_multi_stage(spec_path):
+        return choose_global(spec_path, requested)
     return choose(spec_path, requested)
 
 
 def describe_restore(report: Mapping[str, Any]) -> list[str]:
     """Human-readable lines for a restore report (``RestoreReport.as_dict()``): what was
-    restored, the newer checkpoints abandoned, each sink decision, and the suppressed replay."""
+    restored, the newer checkpoints abandoned, each sink decision, and the suppressed replay;
+    for a global restore (``"global": true``), the global checkpoint, the new attempt and each
+    stage's fence."""
+    if report.get("global"):
+        lines = [f"restored global checkpoint {report['checkpoint_id']} of {report['pipeline']} in every stage "
+                 f"({report['verification']}); new attempt {report['attempt']}"]
+        lines += [f"stage {stage}: skips what older attempts wrote after {offsets}"
+                  for stage, offsets in sorted((report.get("fences") or {}).items())]
+        return lines
     lines = [f"restored checkpoint {report['checkpoint_id']} of {report['pipeline']} (batch "
              f"{report['spark_batch_id']}, {report['files']} files, {report['bytes']} bytes, sha256 checked); "
              f"new attempt {report['attempt']}; the job resumes at batch {report['spark_batch_id'] + 1}"]
@@ -269,6 +290,9 @@ def restore_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
         ``attempt`` (the new one, which the restarted job writes into its manifests), ``files``,
         ``bytes``, ``abandoned``, ``decisions``, ``replaced``, ``replay`` (None or the plan's
         summary).
+        For a multi-stage spec: :meth:`GlobalRestoreOutcome.as_dict` (``pipeline``,
+        ``checkpoint_id``, ``attempt``, ``skipped``, ``fences`` per stage, ``verification``) with
+        ``"global": true``; the global checkpoint is verified again under the pipeline's lease.
 
     Raises:
         SpecError: the spec does not load.
@@ -278,7 +302,15 @@ def restore_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
         UserInputError: the job is running.
         StorageError: the checkpoint store cannot be read or written.
     """
-    report = restore_chosen(spec_path, checkpoint_id, accept_duplicates=accept_duplicates).as_dict()
+    if is_multi_stage(spec_path):
+        if accept_duplicates:
+            raise UserInputError("accept_duplicates applies to single-stage pipelines only: a multi-stage pipeline "
+                                 "restores only complete global checkpoints, whose final sinks are never ahead of "
+                                 "them; trigger the recovery again with accept_duplicates=false")
+        # Re-verified under the pipeline's lease, as the CLI's restore does.
+        report = {**restore_global(spec_path, checkpoint_id).as_dict(), "global": True}
+    else:
+        report = restore_chosen(spec_path, checkpoint_id, accept_duplicates=accept_duplicates).as_dict()
     lines = describe_restore(report)
     for line in lines[:-1] if report.get("replay") else lines:
         log.info("%s", line)
@@ -293,7 +325,9 @@ def first_checkpoint_of_attempt(spec_path: str | os.PathLike[str], attempt: int)
     This is the recovery sensor's condition: after a restore returned attempt ``a``, the
     restarted job writes ``a`` into every manifest, so a completed checkpoint (readable
     manifest, current timeline) with ``Manifest.attempt == a`` shows the job is running again
-    and checkpointing.
+    and checkpointing. For a multi-stage spec: the first completed global checkpoint (global
+    manifest, not abandoned) of attempt ``a`` or later: a multi-stage run restores its latest
+    global checkpoint again when it starts, as attempt ``a + 1``.
 
     Raises:
         ValueError: ``attempt`` is below 1 (a restore always starts attempt 1 or later).
@@ -302,6 +336,12 @@ def first_checkpoint_of_attempt(spec_path: str | os.PathLike[str], attempt: int)
     """
     if attempt < 1:
         raise ValueError(f"attempt must be 1 or more (as returned by a restore), got {attempt}")
+    if is_multi_stage(spec_path):
+        # `>=`: every start of a multi-stage pipeline restores its latest global checkpoint (the
+        # one just restored) once more as a new attempt, so the restarted job writes a + 1.
+        listing = list_global_checkpoints(spec_path)
+        return next((m.checkpoint_id for m in listing.completed
+                     if m.attempt >= attempt and m.checkpoint_id not in listing.abandoned), None)
     return next((m.checkpoint_id for m in list_checkpoints(spec_path).completed if m.attempt == attempt), None)
 
 
@@ -321,16 +361,17 @@ def recovery_summary(choice: Mapping[str, Any], report: Mapping[str, Any], *, re
         the summary in words (several lines).
     """
     skipped = list(choice.get("skipped") or [])
-    lines = [f"recovery of pipeline {report['pipeline']!r}: checkpoint={choice['requested']!r} chose checkpoint "
+    what = "global checkpoint" if report.get("global") else "checkpoint"
+    lines = [f"recovery of pipeline {report['pipeline']!r}: checkpoint={choice['requested']!r} chose {what} "
              f"{choice['checkpoint_id']} ({choice.get('verification', 'passed')})"]
-    lines += [f"skipped checkpoint {s['checkpoint_id']}: {s['reason']}" for s in skipped]
+    lines += [f"skipped {what} {s['checkpoint_id']}: {s['reason']}" for s in skipped]
     lines += describe_restore(report)
     if not restarted:
         lines.append("not restarted (restart=false): start it with the pipeline's launch DAG; it resumes from here")
     elif first_checkpoint_id is None:
         lines.append("restarted; no new checkpoint was waited for")
     else:
-        lines.append(f"restarted; checkpoint {first_checkpoint_id} is the first completed checkpoint of attempt "
+        lines.append(f"restarted; {what} {first_checkpoint_id} is the first completed {what} of attempt "
                      f"{report['attempt']}: the pipeline runs and checkpoints again")
     return {
         "pipeline": report["pipeline"],

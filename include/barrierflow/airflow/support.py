@@ -22,6 +22,14 @@
 * The triggered failure recovery (``barrierflow_recover__<name>``) is a runbook of its own:
   :mod:`barrierflow.airflow.runbook`.
 
+A multi-stage spec (``stages`` and ``channels``) gets the same checks on its *global*
+checkpoints: :func:`barrierflow.ops.pipeline.is_multi_stage` is the one place that decides,
+and each function then calls the operation of :mod:`barrierflow.ops.global_checkpoints` that
+``barrierflow <command> SPEC --json`` calls for such a spec, so the XCom is the CLI's JSON
+document. Supervision looks at the newest completed global checkpoint; a failed verification
+names the global checkpoint, the stage and the check (``<stage>: <check>``); a failed skew
+expectation names the stage.
+
 Every operation is the one :mod:`barrierflow.ops` runs for the CLI; this module only turns
 its result into the JSON document (an XCom) and its failures into errors that name the fix.
 """
@@ -43,6 +51,7 @@ from barrierflow.spec.models import VerificationSpec
 
 if TYPE_CHECKING:
     from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.stages import StagedPipelineSpec
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +131,13 @@ class DiscoveredPipeline:
 
     path: Path
     name: str
-    spec: PipelineSpec | None = None
+    spec: PipelineSpec | StagedPipelineSpec | None = None
     error: str | None = None
+
+    @property
+    def multi_stage(self) -> bool:
+        """Whether the spec loaded and is a pipeline of several stages."""
+        return self.spec is not None and hasattr(self.spec, "stages")
 
 
 def discover_specs(folder: str | os.PathLike[str]) -> list[Path]:
@@ -154,11 +168,7 @@ def _name_from_file(path: Path) -> str:
 
 
 def discover_pipelines(folder: str | os.PathLike[str]) -> list[DiscoveredPipeline]:
-    """Load every spec in ``folder``; never raises for a bad spec.
-
-    A valid multi-stage spec is skipped with a warning naming it (the DAGs run single-stage
-    jobs; multi-stage pipelines run with ``barrierflow run`` for now); a multi-stage spec that
-    does not load comes back with its error like any other.
+    """Load every spec in ``folder``, single- or multi-stage; never raises for a bad spec.
 
     A spec that fails to load, or whose ``name`` another file in the folder already uses,
     comes back with ``error`` set (the :class:`SpecError` message) so the caller can show it;
@@ -166,17 +176,11 @@ def discover_pipelines(folder: str | os.PathLike[str]) -> list[DiscoveredPipelin
     Names are unique in the result: a broken file whose name collides gets a suffix.
     """
     from barrierflow.spec.loader import load_any_spec
-    from barrierflow.spec.stages import StagedPipelineSpec
 
     loaded: list[DiscoveredPipeline] = []
     for path in discover_specs(folder):
         try:
             spec = load_any_spec(path)
-            if isinstance(spec, StagedPipelineSpec):
-                log.warning("pipeline spec %s is a valid multi-stage pipeline (%s, %d stages); skipped: the Airflow "
-                            "DAGs for multi-stage pipelines are not built yet, run it with 'barrierflow run %s'",
-                            path, spec.name, len(spec.stages), path)
-                continue
         except SpecError as exc:
             log.error("pipeline spec %s is invalid, its DAG will only report the error: %s", path, exc)
             loaded.append(DiscoveredPipeline(path=path, name=_name_from_file(path), error=str(exc)))
@@ -204,11 +208,22 @@ def discover_pipelines(folder: str | os.PathLike[str]) -> list[DiscoveredPipelin
 
 
 def latest_completed_checkpoint_time(spec: PipelineSpec) -> datetime | None:
-    """Completion time of the newest completed checkpoint in the spec's checkpoint store."""
+    """Completion time of the newest completed checkpoint in the (single-stage) spec's
+    checkpoint store."""
     from barrierflow.checkpointing.store import CheckpointStore
 
     completed = CheckpointStore.for_spec(spec).completed()
     return completed[-1].completion_time if completed else None
+
+
+def bounded_sources(spec: PipelineSpec | StagedPipelineSpec) -> bool:
+    """Whether the job ends by itself: its source has an end (``records_per_partition``); for a
+    multi-stage spec, every source that is not a channel (those of the source stages). Reads
+    nothing but the spec; the launch DAG's ``until_exhausted`` defaults to it."""
+    stages = getattr(spec, "stages", None)
+    sources = [src for stage in stages for src in stage.sources] if stages is not None else list(spec.sources)
+    own = [src for src in sources if getattr(src, "type", None) != "channel"]
+    return bool(own) and all(getattr(src, "records_per_partition", None) is not None for src in own)
 
 
 def check_checkpoint_freshness(
@@ -217,7 +232,8 @@ def check_checkpoint_freshness(
     now: datetime | None = None,
     latest_completion: Callable[[PipelineSpec], datetime | None] | None = None,
 ) -> str:
-    """Check that the pipeline at ``spec_path`` completed a checkpoint recently.
+    """Check that the pipeline at ``spec_path`` completed a checkpoint recently (a multi-stage
+    pipeline: a global checkpoint, whose manifest is written once every stage's snapshot is in).
 
     Args:
         spec_path: the pipeline spec file.
@@ -234,21 +250,29 @@ def check_checkpoint_freshness(
         CheckpointStaleError: there is no completed checkpoint, or the latest is too old.
         ValueError: ``max_age_seconds`` is not positive, or a datetime is naive.
     """
-    from barrierflow.spec.loader import load_spec
+    from barrierflow.ops.pipeline import is_multi_stage
+    from barrierflow.ops.progress import newest_completion_time
+    from barrierflow.spec.loader import load_any_spec
 
     if max_age_seconds <= 0:
         raise ValueError(f"max_age_seconds must be greater than 0, got {max_age_seconds}")
     current = datetime.now(UTC) if now is None else now
     if current.tzinfo is None:
         raise ValueError("now must be timezone-aware (e.g. datetime.now(UTC))")
-    spec = load_spec(spec_path)
-    lookup = latest_completion or latest_completed_checkpoint_time
-    completed_at = lookup(spec)
+    spec = load_any_spec(spec_path)
+    multi = is_multi_stage(spec_path)
+    what = "global checkpoint" if multi else "checkpoint"
+    if latest_completion is not None:
+        completed_at = latest_completion(spec)  # type: ignore[arg-type]
+    elif multi:
+        completed_at = newest_completion_time(spec_path)
+    else:
+        completed_at = latest_completed_checkpoint_time(spec)  # type: ignore[arg-type]
     storage = spec.checkpoint.storage
     if completed_at is None:
         raise CheckpointStaleError(
             spec.name, None, max_age_seconds,
-            f"pipeline {spec.name!r} has no completed checkpoint in {storage}: the job never "
+            f"pipeline {spec.name!r} has no completed {what} in {storage}: the job never "
             f"completed one (not started, failing, or unable to write to the store). Check the "
             f"job's log, then the store.",
         )
@@ -258,18 +282,18 @@ def check_checkpoint_freshness(
     if age > max_age_seconds:
         raise CheckpointStaleError(
             spec.name, age, max_age_seconds,
-            f"pipeline {spec.name!r}: latest completed checkpoint in {storage} finished "
+            f"pipeline {spec.name!r}: latest completed {what} in {storage} finished "
             f"{age:.1f}s ago at {completed_at.astimezone(UTC).isoformat()}, older than the limit of "
             f"{max_age_seconds:g}s (checkpoint interval {spec.checkpoint.interval:g}s): the job is "
             f"dead, stuck, or cannot complete checkpoints.",
         )
     return (
-        f"pipeline {spec.name!r}: latest completed checkpoint finished {age:.1f}s ago "
+        f"pipeline {spec.name!r}: latest completed {what} finished {age:.1f}s ago "
         f"(limit {max_age_seconds:g}s, interval {spec.checkpoint.interval:g}s)"
     )
 
 
-def verification_schedule(spec: PipelineSpec) -> VerificationSchedule:
+def verification_schedule(spec: PipelineSpec | StagedPipelineSpec) -> VerificationSchedule:
     """The scheduled verification settings of ``spec`` (defaults when it has no
     ``verification`` section; see :class:`VerificationSchedule`). Reads nothing but the spec."""
     settings = spec.verification or VerificationSpec()
@@ -326,8 +350,11 @@ def verify_latest_checkpoints(spec_path: str | os.PathLike[str], latest: int, *,
             failed checkpoint and check, ``summary`` holds the JSON document.
         StorageError: the checkpoint store cannot be read.
     """
+    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.verify import verify
 
+    if is_multi_stage(spec_path):
+        return _verify_latest_global(spec_path, latest, deep=deep)
     outcome = verify(spec_path, latest=latest, deep=deep)
     summary = outcome.summary()
     failed = [(r.checkpoint_id, c.name, c.message, c.file) for r in outcome.reports for c in r.failures]
@@ -339,6 +366,43 @@ def verify_latest_checkpoints(spec_path: str | os.PathLike[str], latest: int, *,
     log.info("pipeline %r: %d checkpoint(s) in %s passed verification%s", outcome.pipeline, len(outcome.reports),
              outcome.storage, " (deep)" if deep else "")
     return summary
+
+
+def _describe_global_check(name: str) -> str:
+    """``"b: sha256"`` -> ``"stage b, check sha256"``; a check of the global checkpoint itself
+    (``global-manifest``, ``stages-complete``) -> ``"check global-manifest"``."""
+    stage, sep, check = name.partition(": ")
+    return f"stage {stage}, check {check}" if sep else f"check {name}"
+
+
+def _verify_latest_global(spec_path: str | os.PathLike[str], latest: int, *, deep: bool) -> dict[str, Any]:
+    """:func:`verify_latest_checkpoints` for a multi-stage spec: the newest ``latest`` global
+    checkpoints, each verified as one cut (``barrierflow verify SPEC --latest N --json``)."""
+    from barrierflow.ops.global_checkpoints import verify_global_checkpoints
+
+    outcome = verify_global_checkpoints(spec_path, latest=latest, deep=deep)
+    summary = outcome.summary()
+    failed = [(r.checkpoint_id, c.name, c.message, c.file) for r in outcome.reports for c in r.failures]
+    if not failed:
+        log.info("pipeline %r: %d global checkpoint(s) in %s passed verification%s", outcome.pipeline,
+                 len(outcome.reports), outcome.storage, " (deep)" if deep else "")
+        return summary
+    checkpoints = sorted({cid for cid, _, _, _ in failed})
+    lines = [f"global checkpoint {cid} failed ({_describe_global_check(name)}): {message}"
+             + (f" [{file}]" if file and file not in message else "")
+             for cid, name, message, file in failed[:MAX_LISTED_FAILURES]]
+    if len(failed) > MAX_LISTED_FAILURES:
+        lines.append(f"... and {len(failed) - MAX_LISTED_FAILURES} more failed checks (see the JSON summary)")
+    detail = (
+        f"pipeline {outcome.pipeline!r}: {len(checkpoints)} of {len(outcome.reports)} verified global checkpoints in "
+        f"{outcome.storage} failed verification ({', '.join(f'global checkpoint {cid}' for cid in checkpoints)}):\n  "
+        + "\n  ".join(lines)
+        + f"\nA failed global checkpoint cannot be trusted for a restore: 'barrierflow restore {spec_path} "
+        f"--latest-valid' (and the recovery DAG's default checkpoint='latest-valid') skips it and retention no longer "
+        f"keeps it. Look at it with 'barrierflow verify {spec_path} --checkpoint {checkpoints[-1]}'; the usual causes "
+        "are a damaged or partly deleted stage store, or channel records already deleted by the broker's retention.")
+    raise CheckpointVerificationError(outcome.pipeline, [(cid, name, message) for cid, name, message, _ in failed],
+                                      summary, detail)
 
 
 def retain_checkpoints(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> dict[str, Any]:
@@ -358,8 +422,13 @@ def retain_checkpoints(spec_path: str | os.PathLike[str], *, dry_run: bool = Fal
         SpecError: the spec does not load.
         StorageError: the checkpoint store cannot be read or written.
     """
+    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.retain import retain
 
+    if is_multi_stage(spec_path):
+        from barrierflow.ops.global_checkpoints import retain_global_checkpoints
+
+        return retain_global_checkpoints(spec_path, dry_run=dry_run).as_dict()
     return retain(spec_path, dry_run=dry_run).plan.as_dict()
 
 
@@ -384,8 +453,13 @@ def reconcile_transactions(spec_path: str | os.PathLike[str], *, dry_run: bool =
         SinkError, StorageError: a sink or the checkpoint store failed; decisions applied
             before the failure stay applied; the next run plans the rest anew.
     """
+    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.reconcile import reconcile
 
+    if is_multi_stage(spec_path):
+        from barrierflow.ops.global_checkpoints import reconcile_global
+
+        return {**reconcile_global(spec_path, dry_run=dry_run).as_dict(), "dry_run": dry_run}
     return reconcile(spec_path, dry_run=dry_run).as_dict()
 
 
@@ -406,13 +480,36 @@ def report_watermark_skew(spec_path: str | os.PathLike[str], *, last: int | None
             checkpoint and value, ``summary`` holds the JSON document.
         StorageError: the checkpoint store cannot be read or written.
     """
+    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.skew import skew
     from barrierflow.reports.skew import raise_for_failures
 
+    if is_multi_stage(spec_path):
+        return _skew_global(spec_path, last=last)
     report = skew(spec_path, last=last)
     raise_for_failures(report, str(spec_path))
     log.info("pipeline %r: %s", report.pipeline, report.message)
     return report.as_dict()
+
+
+def _skew_global(spec_path: str | os.PathLike[str], *, last: int | None) -> dict[str, Any]:
+    """:func:`report_watermark_skew` for a multi-stage spec: each stage's report over its part of
+    the global checkpoints (``barrierflow skew SPEC --json``); a failed expectation names the stage."""
+    from barrierflow.ops.global_checkpoints import skew_global
+    from barrierflow.reports.skew import SkewExpectationError
+
+    report = skew_global(spec_path, last=last)
+    summary = report.as_dict()
+    failures = [f"stage {name}: {c.message}" for name, stage in report.stages.items() for c in stage.failures]
+    if failures:
+        raise SkewExpectationError(summary, failures, (
+            f"pipeline {report.pipeline!r}: the watermark-skew report failed its expectations:\n  "
+            + "\n  ".join(failures)
+            + f"\nSee 'barrierflow skew {spec_path} --html PATH' (one page per stage); the limits are "
+            "reports.max_skew / reports.max_lag / reports.max_late_rows of the spec."))
+    for name, stage in report.stages.items():
+        log.info("pipeline %r, stage %s: %s", report.pipeline, name, stage.message)
+    return summary
 
 
 class BatchReportError(BarrierflowError):

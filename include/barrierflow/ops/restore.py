@@ -8,19 +8,28 @@ checkpoint is verified structurally first), whoever asks:
   can start in between);
 * the recovery DAG calls :func:`choose` in one task and :func:`restore_chosen` in the next
   (its first task made sure the job is stopped).
+
+A multi-stage pipeline restores whole global checkpoints: :func:`restore_global` (the CLI),
+:func:`choose_global` then :func:`restore_global` with the chosen id (the recovery DAG).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from barrierflow.ops.pipeline import open_pipeline
 from barrierflow.recovery.restore import RestoreReport, restore_pipeline
 from barrierflow.verification.choice import CheckpointChoice, CheckpointRequest, choose_checkpoint
 from barrierflow.workdir.layout import JobLayout
 from barrierflow.workdir.lease import JobLease
+
+if TYPE_CHECKING:
+    from barrierflow.runtime.pipeline import StagedPipelineJob
+
+#: What a chosen global checkpoint passed before it is restored.
+GLOBAL_VERIFICATION = "passed global verification (every stage's checks and the cut over its channels)"
 
 
 @dataclass(frozen=True)
@@ -87,19 +96,98 @@ class GlobalRestoreOutcome:
     def as_dict(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "requested": self.requested, "checkpoint_id": self.checkpoint_id,
                 "attempt": self.attempt, "skipped": [{"checkpoint_id": c, "reason": w} for c, w in self.skipped],
-                "fences": self.fences, "verification": "every stage's manifest passed structural verification"}
+                "fences": self.fences, "verification": GLOBAL_VERIFICATION}
+
+
+@dataclass(frozen=True)
+class GlobalCheckpointChoice:
+    """The global checkpoint a request resolves to, verified as one cut, and the newer ones
+    skipped (``latest-valid`` only), each with why."""
+
+    pipeline: str
+    requested: CheckpointRequest
+    checkpoint_id: int
+    skipped: list[tuple[int, str]]
+
+    @property
+    def verification(self) -> str:
+        return GLOBAL_VERIFICATION
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "requested": self.requested, "checkpoint_id": self.checkpoint_id,
+                "skipped": [{"checkpoint_id": c, "reason": w} for c, w in self.skipped],
+                "verification": self.verification}
+
+
+def _choose_global(job: StagedPipelineJob, requested: CheckpointRequest) -> GlobalCheckpointChoice:
+    """The rule of :func:`choose_global`, on an opened pipeline."""
+    from barrierflow.errors import CheckpointNotFoundError
+    from barrierflow.ops.global_checkpoints import stage_parts
+    from barrierflow.verification.choice import LATEST_VALID, ChosenCheckpointInvalidError
+    from barrierflow.verification.global_cut import verify_global
+
+    spec = job.spec
+    ids = job.global_checkpoints()
+    if not ids:
+        raise CheckpointNotFoundError(f"pipeline {spec.name!r} has no completed global checkpoint in "
+                                      f"{spec.checkpoint.storage} to restore")
+    if requested == LATEST_VALID:
+        candidates = list(reversed(ids))
+    else:
+        wanted = ids[-1] if requested == "latest" else int(requested)
+        if wanted not in ids:
+            raise CheckpointNotFoundError(
+                f"global checkpoint {wanted} of pipeline {spec.name!r} is not complete (or was abandoned by an "
+                f"earlier restore); completed: {ids}")
+        candidates = [wanted]
+    parts = stage_parts(job)
+    skipped: list[tuple[int, str]] = []
+    for cid in candidates:
+        report = verify_global(job.objects, spec.name, parts, [cid])[0]
+        if report.passed:
+            return GlobalCheckpointChoice(spec.name, requested, cid, skipped)
+        reason = report.reason()  # each failed check is named "<stage>: <check>"
+        if requested != LATEST_VALID:
+            raise ChosenCheckpointInvalidError(
+                cid, [(c.name, c.message) for c in report.failures],
+                f"global checkpoint {cid} of pipeline {spec.name!r} (requested as checkpoint={requested!r}) fails "
+                f"verification: {reason}. Use checkpoint={LATEST_VALID!r} to restore the newest one that passes, "
+                "or choose another id.")
+        skipped.append((cid, reason))
+    raise CheckpointNotFoundError(
+        f"no global checkpoint of pipeline {spec.name!r} passes verification: "
+        + "; ".join(f"{cid}: {why}" for cid, why in skipped))
+
+
+def choose_global(spec_path: str | os.PathLike[str], requested: CheckpointRequest) -> GlobalCheckpointChoice:
+    """The global checkpoint ``requested`` resolves to, by the rule every restore of a
+    multi-stage pipeline follows: ``latest`` is the newest completed one (of the current
+    timeline), an id that one, ``latest-valid`` the newest that passes global verification
+    (:mod:`barrierflow.verification.global_cut`: every stage's structural checks and the cut
+    over the channels; newer ones skipped, each with why). The chosen one is verified as one
+    cut first. Reads only the checkpoint store (and the channels' retention, as verification
+    does); restores nothing (the recovery DAG's ``choose_checkpoint``).
+
+    Raises:
+        SpecError, UserInputError: the spec does not load, or is single-stage.
+        CheckpointNotFoundError: no completed global checkpoint / the id is not one / none passes.
+        ChosenCheckpointInvalidError: the requested global checkpoint fails verification (the
+            message names each failed check as ``<stage>: <check>``).
+    """
+    from barrierflow.ops.global_checkpoints import open_staged
+
+    return _choose_global(open_staged(spec_path), requested)
 
 
 def restore_global(spec_path: str | os.PathLike[str], requested: CheckpointRequest) -> GlobalRestoreOutcome:
     """Restore every stage of the multi-stage pipeline at ``spec_path`` to one global checkpoint,
     under the pipeline's lease (a run holds it too).
 
-    ``requested`` follows the single-stage rule, per global checkpoint: ``latest`` is the newest
-    completed one, an id that one, ``latest-valid`` the newest whose every stage manifest passes
-    structural verification (newer ones skipped, each with why); the chosen one is verified
-    before anything is restored. Then :meth:`StagedPipelineJob.restore`: each stage restores
-    its manifest, the attempt increases, fences make downstream stages skip what older
-    attempts wrote after the restored barriers; the next ``barrierflow run`` continues from there.
+    ``requested`` resolves by the rule of :func:`choose_global` (the chosen global checkpoint
+    is verified as one cut before anything is restored). Then
+    :meth:`StagedPipelineJob.restore`: each stage restores its manifest, the attempt increases,
+    fences make downstream stages skip what older attempts wrote after the restored barriers;
+    the next ``barrierflow run`` continues from there.
 
     Raises:
         UserInputError: the spec is single-stage, or its channels are on the embedded broker
@@ -110,12 +198,10 @@ def restore_global(spec_path: str | os.PathLike[str], requested: CheckpointReque
     """
     from pathlib import Path
 
-    from barrierflow.errors import CheckpointNotFoundError, UserInputError
+    from barrierflow.errors import UserInputError
     from barrierflow.runtime.pipeline import StagedPipelineJob
     from barrierflow.spec.loader import load_any_spec
     from barrierflow.spec.stages import StagedPipelineSpec
-    from barrierflow.verification.choice import LATEST_VALID, ChosenCheckpointInvalidError
-    from barrierflow.verification.runner import verify_checkpoints
 
     spec = load_any_spec(spec_path)
     if not isinstance(spec, StagedPipelineSpec):
@@ -128,37 +214,7 @@ def restore_global(spec_path: str | os.PathLike[str], requested: CheckpointReque
             "(an address or 'env:VAR'), or remove the work dir and checkpoint store to start afresh")
     job = StagedPipelineJob(spec, spec_path=str(spec_path))
     with JobLease(Path(job.work_dir), spec.name, "restore"):
-        ids = job.global_checkpoints()
-        if not ids:
-            raise CheckpointNotFoundError(f"pipeline {spec.name!r} has no completed global checkpoint in "
-                                          f"{spec.checkpoint.storage} to restore")
-        if requested == LATEST_VALID:
-            candidates = list(reversed(ids))
-        else:
-            wanted = ids[-1] if requested == "latest" else int(requested)
-            if wanted not in ids:
-                raise CheckpointNotFoundError(
-                    f"global checkpoint {wanted} of pipeline {spec.name!r} is not complete (or was abandoned by an "
-                    f"earlier restore); completed: {ids}")
-            candidates = [wanted]
-        skipped: list[tuple[int, str]] = []
-        chosen = None
-        for cid in candidates:
-            failures = [(f"{stage.stage.name}: {c.name}", c.message) for stage in job.stages
-                        for c in verify_checkpoints(stage.spec, stage.store, [cid])[0].failures]
-            if not failures:
-                chosen = cid
-                break
-            reason = "; ".join(f"{name}: {message}" for name, message in failures)
-            if requested != LATEST_VALID:
-                raise ChosenCheckpointInvalidError(
-                    cid, failures, f"global checkpoint {cid} of pipeline {spec.name!r} (requested as "
-                    f"checkpoint={requested!r}) fails structural verification: {reason}. Use "
-                    f"checkpoint={LATEST_VALID!r} to restore the newest one that passes, or choose another id.")
-            skipped.append((cid, reason))
-        if chosen is None:
-            raise CheckpointNotFoundError(
-                f"no global checkpoint of pipeline {spec.name!r} passes structural verification: "
-                + "; ".join(f"{cid}: {why}" for cid, why in skipped))
-        report = job.restore(chosen)
-    return GlobalRestoreOutcome(spec.name, requested, chosen, report.attempt, skipped, report.fences)
+        choice = _choose_global(job, requested)
+        report = job.restore(choice.checkpoint_id)
+    return GlobalRestoreOutcome(spec.name, requested, choice.checkpoint_id, report.attempt, choice.skipped,
+                                report.fences)

@@ -74,17 +74,33 @@ def _marker_path(work_dir: Path) -> Path:
     return work_dir / "control" / MARKER_NAME
 
 
-def _work_dir(spec_path: str | os.PathLike[str]) -> tuple[str, Path]:
-    from barrierflow.spec.loader import load_spec
+def pipeline_work_dir(spec_path: str | os.PathLike[str]) -> tuple[str, Path]:
+    """The pipeline's name and the work dir that holds its lease and recovery marker, for a
+    single- or multi-stage spec (``work_dir``, default ``var/<name>``, under
+    ``$BARRIERFLOW_HOME``): a multi-stage run holds the pipeline's one lease there, whichever
+    way its stages run. Raises SpecError for a spec that does not load."""
+    from barrierflow.spec.loader import load_any_spec
     from barrierflow.workdir.layout import JobLayout
 
-    spec = load_spec(spec_path)
-    return spec.name, JobLayout.for_spec(spec).work_dir
+    spec = load_any_spec(spec_path)
+    return spec.name, JobLayout.for_spec(spec).work_dir  # type: ignore[arg-type]  # the same rule for both kinds
+
+
+def pipeline_lease_holder(spec_path: str | os.PathLike[str]) -> tuple[str, Path, dict[str, object] | None]:
+    """The pipeline's name, work dir and live lease holder (None: not held): the checkpoint
+    store's lease (any host) or the work dir's lease file, which a multi-stage run holds. What
+    the launch guard and the recovery's job check both ask. Raises SpecError for a bad spec."""
+    from barrierflow.spec.loader import load_any_spec
+    from barrierflow.storage import open_store
+    from barrierflow.workdir.lease import lease_holder
+
+    name, work_dir = pipeline_work_dir(spec_path)
+    return name, work_dir, lease_holder(work_dir, open_store(load_any_spec(spec_path).checkpoint.storage))
 
 
 def mark_recovery(spec_path: str | os.PathLike[str], dag_id: str, run_id: str) -> RecoveryMarker:
     """Record that recovery run ``run_id`` of ``dag_id`` began (atomically replaces the marker)."""
-    _, work_dir = _work_dir(spec_path)
+    _, work_dir = pipeline_work_dir(spec_path)
     marker = RecoveryMarker(dag_id, run_id, datetime.now(UTC).isoformat())
     path = _marker_path(work_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -134,19 +150,15 @@ def check_launch_allowed(
             the recovery run, and what to do).
     """
     from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.spec.loader import load_spec
-    from barrierflow.workdir.layout import JobLayout
-    from barrierflow.workdir.lease import describe, lease_holder
+    from barrierflow.spec.loader import load_any_spec
+    from barrierflow.workdir.lease import describe
 
-    spec = load_spec(spec_path)
-    name, work_dir = spec.name, JobLayout.for_spec(spec).work_dir
+    spec = load_any_spec(spec_path)
+    # Rule 1: the lease (the checkpoint store's lease: any host; a multi-stage run's lease file).
+    name, work_dir, holder = pipeline_lease_holder(spec_path)
     marker = read_recovery_marker(work_dir)
     recovery = marker.describe() if marker is not None else f"a run of DAG {recovery_dag_id!r}"
 
-    # Rule 1: the lease.
-    from barrierflow.storage import open_store
-
-    holder = lease_holder(work_dir, open_store(spec.checkpoint.storage))  # the checkpoint store's lease: any host
     if holder is not None:
         purpose = str(holder.get("purpose", "run"))
         what = {"run": "already runs", "restore": f"is being restored by {recovery}",
@@ -178,7 +190,8 @@ def check_launch_allowed(
                 f"not starting pipeline {name!r}: the run's conf 'restored_attempt' is {restored!r}, not a whole "
                 "number. Spark was not started. Only the recovery DAG sets it; trigger the launch DAG without "
                 "'recovery_run_id'/'restored_attempt' to start the job by hand.") from None
-        current = CheckpointStore.for_spec(spec).attempt()
+        # The attempt: the pipeline's (a multi-stage pipeline's root store holds it).
+        current = CheckpointStore.for_spec(spec).attempt()  # type: ignore[arg-type]
         if current > restored_attempt:
             raise LaunchRefusedError(
                 name, "superseded",
