@@ -93,9 +93,9 @@ decides; each task calls what `barrierflow <command> SPEC` calls for such a spec
   attempt; `accept_duplicates` is refused: only complete global checkpoints are restored), and
   the sensor waits for the first completed global checkpoint of the new attempt.
 * The checkpoints asset is updated on every completed global checkpoint.
-* No batch DAGs (rollup, recompute, quality): they read one pipeline's source and sink, while
-  the final stages' Parquet output of a multi-stage pipeline is derived through channels that
-  the batch recomputation cannot replay.
+* No batch DAGs (rollup, recompute, quality), not half-supported: they read a single-stage
+  spec's one sink and its 2PC ledger (a multi-stage spec has one per final stage, in the stage's
+  own store), and the recomputation would have to replay every stage through the channels.
 
 A multi-stage spec that does not load gets the failing DAG above like any other.
 
