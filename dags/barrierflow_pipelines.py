@@ -389,8 +389,12 @@ def restore(spec_path: str, barrierflow_home: str, recovery: dict[str, Any], cho
             report = restore_checkpoint(spec_path, int(choice["checkpoint_id"]),
                                         accept_duplicates=validate_recovery_params(recovery).accept_duplicates)
         except DuplicateOutputError as exc:
-            raise AirflowFailException(f"{exc}. With this DAG: trigger it again with checkpoint='latest', or with "
-                                       "accept_duplicates=true to write that output again") from exc
+            from barrierflow.ops.pipeline import is_multi_stage
+
+            hint = ("" if is_multi_stage(spec_path)  # only complete global checkpoints: no accept_duplicates
+                    else ", or with accept_duplicates=true to write that output again")
+            raise AirflowFailException(f"{exc}. With this DAG: trigger it again with checkpoint='latest'{hint}"
+                                       ) from exc
     log.info("restore report: %s", json.dumps(report))
     return report
 
