@@ -19,6 +19,7 @@ from barrierflow.spark import state_files
 from barrierflow.spark.session import ROCKSDB_CHANGELOG
 from barrierflow.spec import parse_spec
 from barrierflow.verification.deep import deep_checks, read_state
+from barrierflow.verification.structural import check_state_files
 
 from tests.pipeline_specs import make_spec, spec_dict
 
@@ -73,6 +74,12 @@ def test_rocksdb_checkpoint_files_load_the_barrier_version_in_a_fresh_directory(
     # Incremental by file: a file already in the store is referenced, not uploaded again.
     assert any(not f.uploaded for f in latest.files if "/SSTs/" in f.path or f.path.endswith(".changelog")), \
         "the newest checkpoint uploaded every state file again"
+    # Structural verification finds a file of that set missing from the manifest.
+    assert check_state_files(job.store, latest).passed
+    key = f"state/0/{partitions[0].name}"
+    dropped = f"{key}/{state_files.rocksdb_chain_files(local / key, latest.state_bases[key], version)[-1]}"
+    broken = latest.model_copy(update={"files": [f for f in latest.files if f.path != dropped]})
+    assert check_state_files(job.store, broken).file == dropped
     # Local retention leaves RocksDB directories to Spark's maintenance, even at its most eager.
     assert spark_state_files(local, latest.spark_batch_id, 1, latest.state_bases)[0] == []
     restored = tmp_path / "fresh"

@@ -13,7 +13,7 @@ from barrierflow.transactions.ledger import TxnState
 from barrierflow.verification.report import load_report, report_key
 from barrierflow.verification.runner import candidate_ids, verify_checkpoints
 from barrierflow.verification.selection import latest_valid
-from barrierflow.verification.structural import check_monotonic, check_source_retention
+from barrierflow.verification.structural import check_monotonic, check_source_retention, check_state_files
 
 from tests.pipeline_specs import make_spec, spec_dict, write_spec
 from tests.verification.checkpoint_factory import CheckpointFactory
@@ -67,7 +67,7 @@ def test_intact_checkpoints_pass_and_results_are_stored(tmp_path: Path) -> None:
     assert all(r.passed for r in reports), [r.reason() for r in reports]
     names = {c.name for c in reports[-1].checks}
     assert names == {"manifest", "required-files", "files", "offsets-log", "offsets-monotonic",
-                     "source-retention", "ledger"}
+                     "source-retention", "ledger", "state-files"}
     stored = json.loads((tmp_path / "checkpoints" / report_key(3)).read_text())
     assert stored["format"] == "barrierflow-verification" and stored["format_version"] == 1
     assert stored["passed"] is True and stored["started"] <= stored["finished"]
@@ -120,6 +120,16 @@ def test_latest_valid_trusts_a_stored_pass_only_while_intact(tmp_path: Path) -> 
     assert selection.checkpoint_id == 2
     assert selection.skipped[0][0] == 3 and "damaged since" in selection.skipped[0][1]
     assert load_report(f.store.objects, 3).passed is False  # the new verdict is stored
+
+
+def test_a_manifest_without_a_delta_of_the_state_chain_fails_state_files(tmp_path: Path) -> None:
+    f = CheckpointFactory(tmp_path)
+    manifest = f.take(2)[-1]
+    assert check_state_files(f.store, manifest).passed
+    dropped = f"state/0/0/{manifest.state_version}.delta"
+    broken = manifest.model_copy(update={"files": [e for e in manifest.files if e.path != dropped]})
+    check = check_state_files(f.store, broken)
+    assert not check.passed and check.file == dropped and f"version {manifest.state_version}" in check.message
 
 
 def test_ledger_must_hold_a_live_transaction_for_each_sink_handle(tmp_path: Path) -> None:

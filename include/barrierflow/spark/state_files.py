@@ -124,25 +124,34 @@ def rocksdb_base(files: RocksDBFiles, target: int) -> int:
     return base
 
 
-def rocksdb_immutable_files(zip_path: Path) -> list[str]:
+def rocksdb_immutable_files(zip_file: Path | bytes, name: str = "") -> list[str]:
     """The immutable files (``SSTs/…``, ``logs/…``) the zip's ``metadata`` names, relative to
-    the partition directory. Raises CheckpointError for a zip that is not Spark's format v1."""
+    the partition directory; ``zip_file`` is the zip's path or its bytes (``name`` names it
+    in errors). Raises CheckpointError for a zip that is not Spark's format v1."""
+    import io
+
+    name = name or str(zip_file if isinstance(zip_file, Path) else "zip")
     try:
-        with zipfile.ZipFile(zip_path) as archive:
+        with zipfile.ZipFile(io.BytesIO(zip_file) if isinstance(zip_file, bytes) else zip_file) as archive:
             text = archive.read("metadata").decode("utf-8")
     except (OSError, KeyError, zipfile.BadZipFile) as exc:
-        raise CheckpointError(f"{zip_path} is not a readable RocksDB checkpoint zip: {exc}") from exc
+        raise CheckpointError(f"{name} is not a readable RocksDB checkpoint zip: {exc}") from exc
     version, _, body = text.partition("\n")
     if version.strip() != "v1":
-        raise CheckpointError(f"{zip_path}: RocksDB checkpoint metadata {version.strip()!r} is not supported "
+        raise CheckpointError(f"{name}: RocksDB checkpoint metadata {version.strip()!r} is not supported "
                               "(expected v1; keep spark.sql.streaming.stateStore.checkpointFormatVersion at 1)")
     try:
         metadata = json.loads(body)
-    except ValueError as exc:
-        raise CheckpointError(f"{zip_path}: unreadable RocksDB checkpoint metadata: {exc}") from exc
-    names = [f"SSTs/{f['dfsSstFileName']}" for f in metadata.get("sstFiles") or []]
-    names += [f"logs/{f['dfsLogFileName']}" for f in metadata.get("logFiles") or []]
+        names = [f"SSTs/{f['dfsSstFileName']}" for f in metadata.get("sstFiles") or []]
+        names += [f"logs/{f['dfsLogFileName']}" for f in metadata.get("logFiles") or []]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CheckpointError(f"{name}: unreadable RocksDB checkpoint metadata: {exc}") from exc
     return names
+
+
+def is_rocksdb_listing(names: set[str]) -> bool:
+    """Whether a state partition's file names (relative to it) are RocksDB's."""
+    return any(rocksdb_versioned(n) is not None or n.startswith("SSTs/") for n in names)
 
 
 def rocksdb_chain_files(directory: Path, base: int, target: int) -> list[str]:

@@ -9,6 +9,12 @@ Checks, in order (names as they appear in the result document):
                     barrier batch V (Spark cannot resume at V+1 without them).
 ``file``            every listed file is in ``shared/`` with the manifest's size and sha256
                     (one failed check per bad file, naming it; one passed ``files`` check).
+``state-files``     per state store directory with a recorded base (``state_bases``,
+                    e.g. ``state/0/3``), the manifest lists every file Spark loads state
+                    version V+1 from (:mod:`barrierflow.spark.state_files`): HDFS-backed,
+                    ``<base>.snapshot`` and ``<base+1..V+1>.delta``; RocksDB, ``<base>.zip``,
+                    the ``SSTs/``/``logs/`` files its metadata names (read from the store)
+                    and ``<base+1..V+1>.changelog``.
 ``offsets-log``     the barrier offsets equal the source offsets in the stored ``offsets/V``.
 ``offsets-monotonic`` per source partition, no barrier offset is below the one of the
                     previous completed checkpoint of the same timeline.
@@ -30,7 +36,8 @@ from typing import Any
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.store import CheckpointStore, manifest_key, shared_key
-from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, SourceError
+from barrierflow.errors import CheckpointCorruptError, CheckpointError, CheckpointNotFoundError, SourceError
+from barrierflow.spark import state_files
 from barrierflow.storage import ObjectNotFoundError
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.verification.report import CheckResult
@@ -97,6 +104,37 @@ def check_files(store: CheckpointStore, manifest: Manifest, *, hash_contents: bo
         return problems
     what = "sizes and sha256 match" if hash_contents else "sizes match"
     return [CheckResult.ok("files", f"{len(manifest.files)} files present, {what}")]
+
+
+def check_state_files(store: CheckpointStore, manifest: Manifest) -> CheckResult:
+    """``state-files`` (module docstring): one failed check naming the first missing files."""
+    target = manifest.state_version
+    missing: list[str] = []
+    checked = 0
+    paths = [f.path for f in manifest.files]
+    for key, base in sorted(manifest.state_bases.items()):
+        names = {p[len(key) + 1:] for p in paths if p.startswith(key + "/")}
+        checked += 1
+        if state_files.is_rocksdb_listing(names):
+            need = [f"{v}.changelog" for v in range(base + 1, target + 1)]
+            if base:
+                need.insert(0, f"{base}.zip")
+                entry = manifest.file(f"{key}/{base}.zip")
+                if entry is not None:
+                    try:
+                        data = store.objects.get_bytes(shared_key(entry.sha256))
+                        need += state_files.rocksdb_immutable_files(data, f"{key}/{base}.zip")
+                    except ObjectNotFoundError:
+                        pass  # reported by the file checks
+                    except CheckpointError as exc:
+                        return CheckResult.fail("state-files", str(exc), f"{key}/{base}.zip")
+        else:
+            need = state_files.chain_files(base, target)
+        missing += [f"{key}/{n}" for n in need if n not in names]
+    if missing:
+        return CheckResult.fail("state-files", f"the manifest does not list {len(missing)} file(s) Spark needs to "
+                                f"load state version {target}: {', '.join(missing[:5])}", missing[0])
+    return CheckResult.ok("state-files", f"{checked} state partition(s) list every file that loads version {target}")
 
 
 def _offsets_in_log(store: CheckpointStore, manifest: Manifest) -> list[dict[str, Any] | None] | None:
@@ -191,6 +229,7 @@ def verify_structure(
         return None, [first]
     checks = [first, check_required_files(manifest)]
     checks += check_files(store, manifest)
+    checks.append(check_state_files(store, manifest))
     checks.append(check_offsets_log(store, manifest))
     checks.append(check_monotonic(manifest, previous))
     checks.append(check_source_retention(manifest, starts))
