@@ -182,9 +182,10 @@ def reconcile_global(spec_path: str | os.PathLike[str], *, dry_run: bool = False
     job = open_staged(spec_path)
     ids = job.global_checkpoints()
     stages = [ReconciledStage(s.stage.name, s.spec, s.store, s.layout) for s in job.stages]
-    plan = plan_global_reconciliation(job.spec.name, Path(job.work_dir), ids[-1] if ids else None, stages)
+    plan = plan_global_reconciliation(job.spec.name, Path(job.work_dir), ids[-1] if ids else None, stages,
+                                      store=job.root_store)
     if not dry_run:
-        apply_global_reconciliation(plan, Path(job.work_dir), stages)
+        apply_global_reconciliation(plan, Path(job.work_dir), stages, store=job.root_store)
     return plan
 
 

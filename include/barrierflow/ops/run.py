@@ -96,7 +96,7 @@ def run_stages(spec_path: str | os.PathLike[str], *, duration: float | None = No
         if until_exhausted:
             job.check_bounded()
         # The pipeline's lease: no restore of it (or second run) while it runs.
-        stack.enter_context(JobLease(Path(job.work_dir), spec.name, "run"))
+        stack.enter_context(JobLease(Path(job.work_dir), spec.name, "run", store=job.objects))
         if processes:
             from barrierflow.runtime.stage_processes import StageProcessSupervisor
 

@@ -119,15 +119,17 @@ class GlobalReconciliationPlan:
 
 
 def plan_global_reconciliation(pipeline: str, work_dir: Path, latest_global: int | None,
-                               stages: Sequence[ReconciledStage]) -> GlobalReconciliationPlan:
+                               stages: Sequence[ReconciledStage], store: CheckpointStore | None = None
+                               ) -> GlobalReconciliationPlan:
     """Decide every unfinished transaction of every stage's 2PC sink against global checkpoint
     ``latest_global`` (None: none completed), as :func:`plan_reconciliation` does for one
-    stage. ``work_dir`` holds the pipeline's lease (a multi-stage run and restore hold it).
+    stage. The pipeline's lease is on ``store`` (the pipeline's root checkpoint store), or in
+    ``work_dir`` without one (a multi-stage run and restore hold it).
 
     Raises:
         JobAlreadyRunningError: a restore or reconciliation of the pipeline is under way.
     """
-    holder = _holder_unless_busy(pipeline, work_dir)
+    holder = _holder_unless_busy(pipeline, work_dir, store)
     running = holder is not None
     plan = GlobalReconciliationPlan(pipeline, latest_global, running)
     for stage in stages:
@@ -138,7 +140,7 @@ def plan_global_reconciliation(pipeline: str, work_dir: Path, latest_global: int
 
 
 def apply_global_reconciliation(plan: GlobalReconciliationPlan, work_dir: Path,
-                                stages: Sequence[ReconciledStage]) -> None:
+                                stages: Sequence[ReconciledStage], store: CheckpointStore | None = None) -> None:
     """Apply exactly ``plan``'s decisions, each to its own stage's sink; for a stopped pipeline
     under its lease (raises JobAlreadyRunningError if a run or restore started since the plan)."""
     by_name = {s.name: s for s in stages}
@@ -153,5 +155,5 @@ def apply_global_reconciliation(plan: GlobalReconciliationPlan, work_dir: Path,
     if plan.job_running:
         apply_all()  # only COMMITs of covered epochs: the pipeline does the same, idempotently
         return
-    with JobLease(work_dir, plan.pipeline, "reconcile"):
+    with JobLease(work_dir, plan.pipeline, "reconcile", store=store.objects if store is not None else None):
         apply_all()
