@@ -123,3 +123,30 @@ def test_straddling_decisions_collide_and_the_first_one_stands(tmp_path: Path) -
     assert effects == [("abort", "bf.t.out.e3.a0"), ("commit", "bf.t.out.e5.a0")]
     assert ledger.get("out", 5).state is TxnState.COMMITTED  # type: ignore[union-attr]
     assert ledger.get("out", 3).state is TxnState.ABORTED  # type: ignore[union-attr]
+
+
+def test_a_batch_a_stale_driver_staged_after_the_restore_is_not_committed(tmp_path: Path) -> None:
+    import pyarrow as pa
+    from barrierflow.errors import SinkError
+    from barrierflow.sinks.staging import write_staged_batch
+
+    factory = CheckpointFactory(tmp_path)
+    objects = factory.store.objects
+    _stale, restorer = _takeover(tmp_path, objects)
+    restore = CheckpointStore(objects, "t")
+    restore.fence = restorer
+    attempt = restore.begin_attempt([], restored=0)
+    assert restore.attempt_fence() == 2
+    ledger = TransactionLedger(objects, "t")
+    staging = StagedBatches(f"file://{tmp_path / 'staging'}")
+    effects: list[tuple[str, str]] = []
+    sink = RecordingSink(ledger, staging, restorer, effects)
+    sink.attempt, sink.attempt_fence = attempt, restore.attempt_fence()
+    write_staged_batch(staging.uri, 0, pa.table({"v": [1]}), fence=2)  # this attempt's
+    write_staged_batch(staging.uri, 1, pa.table({"v": [2]}), fence=1)  # the stale driver's late write
+    with pytest.raises(SinkError, match=r"staged batch 1 .* was written under fence 1, by a driver fenced off by "
+                                        r"the restore \(fence 2\) that began attempt 1"):
+        sink.pre_commit_epoch(1, 1)
+    assert ledger.list("out") == [] and effects == []
+    staging.discard(1)
+    assert sink.pre_commit_epoch(2, 1)[0]["batches"] == [0]

@@ -229,6 +229,14 @@ class CheckpointStore:
         """How many times the pipeline was restored (0 before the first restore)."""
         return int(self._pipeline_doc()["attempt"])  # type: ignore[call-overload]
 
+    def attempt_fence(self) -> int | None:
+        """The fencing number of the restore that began the current attempt (None: no restore
+        under a store lease began it); staged batches of this attempt carry a fence >= it."""
+        doc = self._pipeline_doc()
+        fences = [int(r["fence"]) for r in doc.get("restores", [])  # type: ignore[union-attr]
+                  if int(r.get("attempt", -1)) == int(doc["attempt"])]  # type: ignore[call-overload]
+        return fences[-1] if fences else None
+
     def abandoned(self) -> list[int]:
         return [int(i) for i in self._pipeline_doc().get("abandoned", [])]  # type: ignore[union-attr]
 

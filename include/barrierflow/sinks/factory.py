@@ -37,7 +37,7 @@ def build_sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout, *,
                         maximum=max(30.0, spec.checkpoint.sink_commit_backoff))
     common = {"name": sink.name, "pipeline": spec.name, "ledger": ledger, "attempt": attempt,
               "spark_checkpoint": layout.spark_checkpoint, "commit_retry": retry,
-              "fence": store.fence}
+              "fence": store.fence, "attempt_fence": store.attempt_fence()}
     if isinstance(sink, ParquetSinkSpec):
         from barrierflow.sinks.parquet import ParquetFileSink
 

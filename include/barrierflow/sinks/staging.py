@@ -6,7 +6,8 @@ batch writer ``format("barrierflow_staging")``: one code path for append, update
 modes. Layout under a staging URI (local ``file://`` or ``s3://``)::
 
     batch=<batch:012d>/<task:05d>-<uuid>.parquet   one file per task (invisible to readers)
-    batch=<batch:012d>/_PRECOMMITTED.json          the batch's file list, written last
+    batch=<batch:012d>/_PRECOMMITTED.json          the batch's file list (and the writer's
+                                                   fencing number), written last
 
 Protocol per micro-batch V:
 
@@ -62,16 +63,19 @@ class StagingDataSource(DataSource):
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         try:
-            return StagingWriter(self.options["uri"], int(self.options["batch_id"]))
+            fence = self.options.get("fence")
+            return StagingWriter(self.options["uri"], int(self.options["batch_id"]),
+                                 int(fence) if fence else None)
         except (KeyError, ValueError) as exc:
             raise SinkError("barrierflow_staging needs the options 'uri' and 'batch_id'; it is driven by "
                             "BatchStager inside foreachBatch") from exc
 
 
 class StagingWriter(DataSourceArrowWriter):
-    def __init__(self, uri: str, batch_id: int) -> None:
+    def __init__(self, uri: str, batch_id: int, fence: int | None = None) -> None:
         self.uri = uri
         self.batch_id = batch_id
+        self.fence = fence
 
     def write(self, iterator: Iterator[Any]) -> StagedFile:
         import pyarrow as pa
@@ -95,7 +99,7 @@ class StagingWriter(DataSourceArrowWriter):
             ({"key": m.key, "rows": m.rows} for m in messages if isinstance(m, StagedFile) and m.key),
             key=lambda f: f["key"],
         )
-        body = {"batch_id": self.batch_id, "files": files, "rows": sum(f["rows"] for f in files)}
+        body = {"batch_id": self.batch_id, "files": files, "rows": sum(f["rows"] for f in files), "fence": self.fence}
         open_store(self.uri).put_bytes(batch_prefix(self.batch_id) + MARKER, json.dumps(body).encode())
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -103,9 +107,10 @@ class StagingWriter(DataSourceArrowWriter):
         store.delete_many([o.key for o in store.list(batch_prefix(self.batch_id))])
 
 
-def write_staged_batch(uri: str, batch_id: int, table: Any) -> None:
+def write_staged_batch(uri: str, batch_id: int, table: Any, fence: int | None = None) -> None:
     """Stage a pyarrow ``table`` as micro-batch ``batch_id`` from the driver (one file, then
-    the file list), in the same layout the executor-side writer produces."""
+    the file list, with the writer's fencing number), in the same layout the executor-side
+    writer produces."""
     import pyarrow.parquet as pq
 
     store = open_store(uri)
@@ -116,7 +121,7 @@ def write_staged_batch(uri: str, batch_id: int, table: Any) -> None:
         key = f"{batch_prefix(batch_id)}driver-{uuid.uuid4().hex}.parquet"
         store.put_bytes(key, buffer.getvalue())
         files.append({"key": key, "rows": table.num_rows})
-    body = {"batch_id": batch_id, "files": files, "rows": table.num_rows}
+    body = {"batch_id": batch_id, "files": files, "rows": table.num_rows, "fence": fence}
     store.put_bytes(batch_prefix(batch_id) + MARKER, json.dumps(body).encode())
 
 
@@ -168,8 +173,9 @@ class BatchStager:
             self.suppressed.append(batch_id)
             log.info("batch %d replays output already committed before the restore: not staged", batch_id)
             return
+        fence = self.fence.fence if self.fence is not None else None
         if self.mode == "driver":
-            write_staged_batch(self.uri, batch_id, df.toArrow())
+            write_staged_batch(self.uri, batch_id, df.toArrow(), fence)
             return
         (df.write.format("barrierflow_staging").mode("append")
-         .option("uri", self.uri).option("batch_id", str(batch_id)).save())
+         .option("uri", self.uri).option("batch_id", str(batch_id)).option("fence", str(fence or "")).save())

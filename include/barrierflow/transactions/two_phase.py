@@ -52,6 +52,12 @@ first, X was decided before G decided anything about it and G follows it: a COMM
 ever decided for an epoch whose manifest was stored, so a restore of the latest checkpoint
 commits X anyway (same outcome); a restore to an older checkpoint finds X committed and
 keeps it out of the replay like any epoch committed before the restore (the replay plan).
+Staged batches: the stager checks the fence before each micro-batch, and its file list records
+the writer's fence. A stale driver that stalled inside a staging write can still finish it after
+the takeover and replace a staged batch of the new attempt in the shared staging prefix; the
+pre-commit therefore refuses (:class:`SinkError`, the checkpoint fails) a batch whose file list
+was written under a fence below ``attempt_fence`` (the fence of the restore that began this
+attempt: no batch of this attempt is staged under a lower one), instead of committing it.
 PostgreSQL: a prepared transaction of X is only ever finished by its decision, so a stale
 ``COMMIT PREPARED`` of an epoch the restore aborted cannot happen; Kafka: the producer's
 transactional id is fenced by the broker as well (a newer ``init_transactions``).
@@ -105,9 +111,11 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
     def __init__(self, *, name: str, pipeline: str, ledger: TransactionLedger, staging: StagedBatches,
                  attempt: int = 0, spark_checkpoint: str | os.PathLike[str] | None = None,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 commit_retry: CommitRetry = NO_RETRY, fence: FenceToken | None = None) -> None:
+                 commit_retry: CommitRetry = NO_RETRY, fence: FenceToken | None = None,
+                 attempt_fence: int | None = None) -> None:
         self.name = name
         self.fence = fence
+        self.attempt_fence = attempt_fence
         self.commit_retry = commit_retry
         self.spark_checkpoint = spark_checkpoint
         self.pipeline = pipeline
@@ -166,6 +174,7 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
                 if t.state in (TxnState.OPEN, TxnState.PRECOMMITTED)
                 or (t.state is TxnState.COMMITTED and t.attempt == self.attempt)}
         batches = [b for b in self.staging.batches() if b <= barrier_batch and b not in held]  # Step 2.
+        self._check_staged_fences(batches)
         txn_id = self.transaction_id(checkpoint_id)
         txn = self.ledger.open(sink=self.name, sink_type=self.sink_type, transaction_id=txn_id,
                                checkpoint_id=checkpoint_id, attempt=self.attempt, batches=batches,
@@ -175,6 +184,20 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
         txn = self.ledger.transition(txn, TxnState.PRECOMMITTED, handle=added, now=self.now())  # Step 4.
         return [{"sink": self.name, "type": self.sink_type, "transaction_id": txn.transaction_id,
                  "checkpoint_id": checkpoint_id, "batches": batches, **txn.handle}]
+
+    def _check_staged_fences(self, batches: list[int]) -> None:
+        """Refuse staged batches a fenced-off driver wrote after this attempt began (module docstring)."""
+        if self.attempt_fence is None:
+            return
+        for batch in batches:
+            writer = self.staging.listing(batch).get("fence")
+            if writer is not None and int(writer) < self.attempt_fence:
+                raise SinkError(
+                    f"sink {self.name!r}: staged batch {batch} in {self.staging.uri} was written under fence {writer}, "
+                    f"by a driver fenced off by the restore (fence {self.attempt_fence}) that began attempt "
+                    f"{self.attempt}: it may have replaced this attempt's batch {batch}, so it is not committed. "
+                    "Restore the latest checkpoint ('barrierflow restore SPEC --latest'): the restore discards the "
+                    "staged batches after it and they are produced again")
 
     def _batch_ends(self, batches: list[int]) -> dict[int, dict[str, int]]:
         """End offsets of ``batches`` from the local Spark offset log (the first source's)."""
