@@ -7,6 +7,11 @@
     .venv/bin/python -m tests.recovery.driver_cost busy -- bash .ci/run
         runs the command, printing every 15 s how busy the machine's cores were (in %), and
         the mean at the end
+    .venv/bin/python -m tests.recovery.driver_cost cpu -- .venv/bin/pytest tests/x.py -n 0 -p no:cacheprovider
+        runs the command and prints the CPU time (core-seconds) of it and of every process under
+        it, including the JVMs a SIGKILLed driver leaves behind (this process is their child
+        subreaper and reaps them): the figure to compare before and after a change on a busy
+        machine, where wall times are noise
 
 Figures are the whole machine's: run it with nothing else running.
 """
@@ -66,12 +71,42 @@ def busy_while(command: list[str], every: float = 15.0) -> int:
     return code
 
 
+def cpu_of(command: list[str], linger: float = 60.0) -> int:
+    """Run ``command`` as this process's child, adopt its orphans (PR_SET_CHILD_SUBREAPER) and
+    wait for them (up to ``linger`` seconds after the command ended); print the CPU time of all."""
+    import ctypes
+    import resource
+
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER (Linux)
+    started = time.monotonic()
+    process = subprocess.Popen(command)
+    code, wall, deadline = 1, 0.0, None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0 if deadline is None else os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == process.pid:
+            code, wall = os.waitstatus_to_exitcode(status), time.monotonic() - started
+            deadline = time.monotonic() + linger
+        elif pid == 0:
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"[cpu] exit {code}, wall {wall:.1f} s, CPU {usage.ru_utime + usage.ru_stime:.1f} core-s "
+          f"(user {usage.ru_utime:.1f}, sys {usage.ru_stime:.1f})", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["crash"] and len(argv) > 1:
         crash_costs(argv[1:])
         return 0
     if argv[:2] == ["busy", "--"] and len(argv) > 2:
         return busy_while(argv[2:])
+    if argv[:2] == ["cpu", "--"] and len(argv) > 2:
+        return cpu_of(argv[2:])
     print(__doc__, file=sys.stderr)
     return 2
 
