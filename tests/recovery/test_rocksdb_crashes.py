@@ -1,22 +1,23 @@
 """Exactly-once with Spark's RocksDB state store provider (``spark.state_store: rocksdb``,
-changelog checkpointing on, as barrierflow sets it): SIGKILLed drivers, restores, and the
-committed output equals the failure-free run's (computed with the HDFS-backed provider: the
-output must not depend on the provider).
+barrierflow's default settings: one zip per version, no changelogs): SIGKILLed drivers,
+restores, and the committed output equals the failure-free run's (computed with the
+HDFS-backed provider: the output must not depend on the provider).
 
 Which crash tests run per provider: every crash test of tests/recovery/ runs with the
 HDFS-backed provider (the default). With RocksDB this one runs the two protocol points
 where the state store's files matter, on one pipeline, one driver each (about a minute of
-the suite's time instead of doubling its ~20 minutes):
+the suite's time on a quiet machine instead of doubling its ~20 minutes):
 
-- ``during_upload@2``: the driver dies while checkpoint 2 uploads its zip/changelog/SST
-  files; the restore must take checkpoint 1, whose files load its barrier version, and
-  ignore the partial upload (shared files of a checkpoint that never completed);
+- ``during_upload@2``: the driver dies while checkpoint 2 uploads its zip and SST files;
+  the restore must take checkpoint 1, whose files load its barrier version, and ignore the
+  partial upload (shared files of a checkpoint that never completed);
 - ``after_manifest@2``: the newest checkpoint is complete when the driver dies; the restore
   materializes its RocksDB files into a fresh Spark checkpoint and the job continues from
   the barrier version they load.
 
 The sink-side points (``mid_epoch``, ``after_precommit``, ``mid_sink_commit``) act on the
-sink's transactions, not on state files; they stay HDFS-only (test_random_crashes.py)."""
+sink's transactions, not on state files; they stay HDFS-only (test_random_crashes.py).
+Changelog checkpointing (off by default) is covered by tests/checkpointing/test_rocksdb_state.py."""
 
 from __future__ import annotations
 
@@ -63,6 +64,6 @@ def test_crashes_with_the_rocksdb_state_store_stay_exactly_once(
         assert_sub_multiset(committed(), reference, f"a crash at {point} and {ways[-1]}")
     assert ways == ["restore", "restore"]
     state = tmp_path / "work" / "spark-checkpoint" / "state" / "0"
-    assert any(state.rglob("*.changelog")), "the restored job has no RocksDB changelog files"
+    assert any(state.rglob("*.zip")), "the restored job has no RocksDB state files"
     finish(spark, spec_path)
     assert committed() == reference

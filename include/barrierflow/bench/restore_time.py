@@ -17,6 +17,10 @@ Per round, on the reference job with ``keys`` distinct keys:
 Reported: the checkpoint's full size (bytes of every file it references), both times and
 their sum. The SparkSession start (JVM, cold) is measured once and reported separately:
 a restarted driver pays it on top.
+
+``state_stores`` (``bench --state-store hdfs rocksdb``): the providers to measure
+(``spark.state_store``); each round runs every one of them in turn, on the same
+SparkSession, so that the figures of different providers come from the same moments.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from barrierflow.workdir.layout import JobLayout
 
 @dataclass(frozen=True)
 class RestoreSample:
+    state_store: str
     state_bytes: int
     files: int
     restore_seconds: float
@@ -52,22 +57,24 @@ class RestoreSample:
         return self.restore_seconds + self.first_batch_seconds
 
 
-def _spec(base: PipelineSpec, work: Path, keys: int, per_partition_batch: int) -> PipelineSpec:
+def _spec(base: PipelineSpec, work: Path, keys: int, per_partition_batch: int, state_store: str) -> PipelineSpec:
     source = base.source
     if not isinstance(source, GeneratorSourceSpec):
         raise ValueError("the restore benchmark needs a generator source")
     source = source.model_copy(update={"keys": keys, "max_records_per_batch": per_partition_batch})
     checkpoint = base.checkpoint.model_copy(update={"storage": f"file://{work / 'checkpoints'}", "interval": 1.0,
                                                     "timeout": 600.0})
-    return base.model_copy(update={"work_dir": str(work / "work"), "checkpoint": checkpoint, "sources": [source]})
+    spark = base.spark.model_copy(update={"state_store": state_store})
+    return base.model_copy(update={"work_dir": str(work / "work"), "checkpoint": checkpoint, "sources": [source],
+                                   "spark": spark})
 
 
-def run_restore_benchmark(spec_path: str, *, keys: int, rounds: int, markdown: str | None = None
-                          ) -> list[RestoreSample]:
+def run_restore_benchmark(spec_path: str, *, keys: int, rounds: int, markdown: str | None = None,
+                          state_stores: tuple[str, ...] = ("hdfs",)) -> list[RestoreSample]:
     base = load_spec(spec_path)
     if not isinstance(base.source, GeneratorSourceSpec):
         raise ValueError("the restore benchmark needs a generator source")
-    # The state store keeps the loaded map (and recent versions) on the driver's heap.
+    # The HDFS-backed state store keeps the loaded map (and recent versions) on the driver's heap.
     conf = {"spark.driver.memory": "4g", **base.spark.conf}
     base = base.model_copy(update={"spark": base.spark.model_copy(update={"conf": conf})})
     partitions = base.source.partitions
@@ -78,24 +85,25 @@ def run_restore_benchmark(spec_path: str, *, keys: int, rounds: int, markdown: s
     session_seconds = time.monotonic() - started
     samples = []
     for r in range(rounds):
-        work = root / f"r{r}"
-        build = _spec(base, work, keys, per_partition_batch=max(250_000, -(-keys // partitions)))
-        print(f"round {r + 1}: building the state of {keys:,} keys ...", file=sys.stderr)
-        StreamingJob(build, spark=spark).run(checkpoints=2, duration=600)
-        shutil.rmtree(JobLayout.for_spec(build).work_dir)  # the machine is gone
-        small = _spec(base, work, keys, per_partition_batch=2_500)
-        t0 = time.monotonic()
-        report = restore_pipeline(small, None)
-        restore_seconds = time.monotonic() - t0
-        first_batch = _time_to_first_batch(small, spark, report.spark_batch_id)
-        local = commit_log.latest_committed(JobLayout.for_spec(small).spark_checkpoint)
-        plain = _time_to_first_batch(small, spark, local if local is not None else -1)
-        sample = RestoreSample(report.bytes, report.files, restore_seconds, first_batch, plain)
-        samples.append(sample)
-        print(f"round {r + 1}: {sample.state_bytes / 1e6:.1f} MB in {sample.files} files: restore "
-              f"{sample.restore_seconds:.2f} s + first batch {sample.first_batch_seconds:.2f} s; plain restart "
-              f"{sample.plain_restart_seconds:.2f} s", file=sys.stderr)
-        shutil.rmtree(work, ignore_errors=True)
+        for state_store in state_stores:
+            work = root / f"r{r}-{state_store}"
+            build = _spec(base, work, keys, max(250_000, -(-keys // partitions)), state_store)
+            print(f"round {r + 1}, {state_store}: building the state of {keys:,} keys ...", file=sys.stderr)
+            StreamingJob(build, spark=spark).run(checkpoints=2, duration=600)
+            shutil.rmtree(JobLayout.for_spec(build).work_dir)  # the machine is gone
+            small = _spec(base, work, keys, 2_500, state_store)
+            t0 = time.monotonic()
+            report = restore_pipeline(small, None)
+            restore_seconds = time.monotonic() - t0
+            first_batch = _time_to_first_batch(small, spark, report.spark_batch_id)
+            local = commit_log.latest_committed(JobLayout.for_spec(small).spark_checkpoint)
+            plain = _time_to_first_batch(small, spark, local if local is not None else -1)
+            sample = RestoreSample(state_store, report.bytes, report.files, restore_seconds, first_batch, plain)
+            samples.append(sample)
+            print(f"round {r + 1}, {state_store}: {sample.state_bytes / 1e6:.1f} MB in {sample.files} files: restore "
+                  f"{sample.restore_seconds:.2f} s + first batch {sample.first_batch_seconds:.2f} s; plain restart "
+                  f"{sample.plain_restart_seconds:.2f} s", file=sys.stderr)
+            shutil.rmtree(work, ignore_errors=True)
     emit_table(render(samples, base, keys, session_seconds), markdown)
     return samples
 
@@ -121,17 +129,20 @@ def render(samples: list[RestoreSample], spec: PipelineSpec, keys: int, session_
         f"{spec.spark.master}, {spec.spark.shuffle_partitions} shuffle partitions, local checkpoint store; "
         f"SparkSession start (cold JVM, once): {session_seconds:.1f} s",
         "",
-        "| round | checkpoint size MB | files | restore s (materialize + sha256) | first batch after restart s "
-        "| restore + first batch s | plain Spark restart, first batch s (baseline) |",
-        "|---|---|---|---|---|---|---|",
+        "| state store | round | checkpoint size MB | files | restore s (materialize + sha256) "
+        "| first batch after restart s | restore + first batch s | plain Spark restart, first batch s (baseline) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for i, s in enumerate(samples, 1):
-        lines.append(f"| {i} | {s.state_bytes / 1e6:.1f} | {s.files} | {s.restore_seconds:.2f} "
-                     f"| {s.first_batch_seconds:.2f} | {s.total_seconds:.2f} | {s.plain_restart_seconds:.2f} |")
-    if len(samples) > 1:
-        lines.append(f"| median | {statistics.median(s.state_bytes for s in samples) / 1e6:.1f} | - "
-                     f"| {statistics.median(s.restore_seconds for s in samples):.2f} "
-                     f"| {statistics.median(s.first_batch_seconds for s in samples):.2f} "
-                     f"| {statistics.median(s.total_seconds for s in samples):.2f} "
-                     f"| {statistics.median(s.plain_restart_seconds for s in samples):.2f} |")
+    stores = list(dict.fromkeys(s.state_store for s in samples))
+    for store in stores:
+        mine = [s for s in samples if s.state_store == store]
+        for i, s in enumerate(mine, 1):
+            lines.append(f"| {store} | {i} | {s.state_bytes / 1e6:.1f} | {s.files} | {s.restore_seconds:.2f} "
+                         f"| {s.first_batch_seconds:.2f} | {s.total_seconds:.2f} | {s.plain_restart_seconds:.2f} |")
+        if len(mine) > 1:
+            lines.append(f"| {store} | median | {statistics.median(s.state_bytes for s in mine) / 1e6:.1f} | - "
+                         f"| {statistics.median(s.restore_seconds for s in mine):.2f} "
+                         f"| {statistics.median(s.first_batch_seconds for s in mine):.2f} "
+                         f"| {statistics.median(s.total_seconds for s in mine):.2f} "
+                         f"| {statistics.median(s.plain_restart_seconds for s in mine):.2f} |")
     return "\n".join(lines)

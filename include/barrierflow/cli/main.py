@@ -153,6 +153,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="scale scenario: the source partition counts to measure")
     bench.add_argument("--keys", type=int, default=2_000_000, help="restore scenario: distinct keys in the state")
     bench.add_argument("--checkpoints", type=int, default=1000, help="soak scenario: checkpoints to run")
+    bench.add_argument("--state-store", choices=("hdfs", "rocksdb"), nargs="+", default=["hdfs"],
+                       help="restore scenario: the state store providers to measure, alternating per round "
+                            "(spark.state_store)")
     bench.add_argument("--store", metavar="URI",
                        help="abs-overhead scenario: the checkpoint store, e.g. s3://bucket/prefix (endpoint and "
                             "credentials from the standard AWS variables); default a local directory")
@@ -673,7 +676,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.scenario == "restore":
         from barrierflow.bench.restore_time import run_restore_benchmark
 
-        run_restore_benchmark(args.spec, keys=args.keys, rounds=args.rounds, markdown=args.markdown)
+        run_restore_benchmark(args.spec, keys=args.keys, rounds=args.rounds, markdown=args.markdown,
+                              state_stores=tuple(dict.fromkeys(args.state_store)))
         return EXIT_OK
     if args.scenario == "soak":
         from barrierflow.bench.soak import run_soak_benchmark

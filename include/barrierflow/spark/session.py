@@ -66,12 +66,15 @@ def state_store_conf(spec: SparkSpec) -> dict[str, str]:
     """The SQL settings of the spec's state store provider (``spark.state_store``), which win
     over ``spark.conf``: barrierflow's snapshot logic reads exactly these providers' files
     (:mod:`barrierflow.spark.state_files`). RocksDB keeps checkpoint format version 1 (plain
-    ``<v>.zip``/``<v>.changelog`` names); changelog checkpointing is on unless ``spark.conf``
-    turns it off (``ROCKSDB_CHANGELOG``: see docs/pipeline-spec.md for why)."""
+    ``<v>.zip``/``<v>.changelog`` names); changelog checkpointing is off unless ``spark.conf``
+    turns it on (``ROCKSDB_CHANGELOG``): with it, a restore loads the newest zip Spark's
+    maintenance happened to write and replays every changelog after it (all of them before
+    the first zip), which made the first batch after a restore minutes long in the restore
+    benchmark (docs/benchmarks.md); without it every version is one zip and its SSTs."""
     conf = {PROVIDER_CLASS: PROVIDERS[spec.state_store]}
     if spec.state_store == "rocksdb":
         conf["spark.sql.streaming.stateStore.checkpointFormatVersion"] = "1"
-        conf[ROCKSDB_CHANGELOG] = spec.conf.get(ROCKSDB_CHANGELOG, "true")
+        conf[ROCKSDB_CHANGELOG] = spec.conf.get(ROCKSDB_CHANGELOG, "false")
     return conf
 
 
