@@ -97,7 +97,7 @@ def _other_host(spec_path: Path, tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.slow(200)
+@pytest.mark.slow(100)
 def test_stalled_driver_is_fenced_off_after_a_restore(
         spark: Any, tmp_path: Path, reference_rows: Callable[[int], list[tuple[Any, ...]]]) -> None:
     out = tmp_path / "out"

@@ -166,8 +166,8 @@ class BatchStager:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         crash_point("mid_epoch", batch_id=batch_id)
-        if self.fence is not None:
-            self.fence.check(f"staging micro-batch {batch_id}")
+        if self.fence is not None:  # no store request per batch while the heartbeat confirms the lease
+            self.fence.check_recent(f"staging micro-batch {batch_id}")
         if self.replays_committed_output(batch_id):
             df.write.format("noop").mode("overwrite").save()
             self.suppressed.append(batch_id)

@@ -40,9 +40,11 @@ a skew can only make a takeover early, which fencing again makes safe.)
 ``_lease/fence-`` and raises :class:`FencedOffError` unless the highest record is its own
 (same number and token, so a wiped ``_lease/`` does not revive an old holder). Every
 externally visible step checks it first: a manifest write (checkpoint completion), a sink's
-pre-commit, commit and abort, staging a micro-batch. How the gap between a check and its write
-is closed is stated where the writes are: :mod:`barrierflow.transactions.two_phase` (decision
-records) and :mod:`barrierflow.checkpointing.store` (manifests).
+pre-commit, commit and abort. Staging a micro-batch uses :meth:`FenceToken.check_recent`
+(no store request while the heartbeat confirms the lease), since it is on the data path. How
+the gap between a check and its write is closed is stated where the writes are:
+:mod:`barrierflow.transactions.two_phase` (decision records, staged batches) and
+:mod:`barrierflow.checkpointing.store` (manifests).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ import os
 import re
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -215,9 +218,34 @@ class FenceToken:
         self.token = token
         self.purpose = purpose
         self.attempt: int | None = None
+        #: Kept by the holder's heartbeat (monotonic seconds), for :meth:`check_recent`.
+        self.period: float | None = None
+        self.confirmed_at = time.monotonic()
+        self.beat_started: float | None = None
+        self.beat_failed = False
+        self.lost: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"FenceToken({self.pipeline!r}, fence={self.fence})"
+
+    def check_recent(self, action: str) -> None:
+        """The check for the data path (staging a micro-batch): no store request while the
+        heartbeat confirms the lease on schedule, or while the store is unreachable (a heartbeat
+        failed or hangs; writes made then are caught by the fence recorded with them); a full
+        :meth:`check` when the confirmation is overdue otherwise (the process was stalled: a
+        takeover may have happened meanwhile). Raises :class:`FencedOffError` once the heartbeat
+        saw a newer holder."""
+        if self.lost is not None:
+            raise self.fenced_off(action, self.lost or None)
+        if self.period is None:
+            self.check(action)
+            return
+        now = time.monotonic()
+        hanging = self.beat_started is not None and now - self.beat_started > 1.0
+        if now - self.confirmed_at <= 1.5 * self.period or self.beat_failed or hanging:
+            return
+        self.check(action)
+        self.confirmed_at = time.monotonic()
 
     def check(self, action: str) -> None:
         """Raise :class:`FencedOffError` unless this token's acquisition is still the newest.
@@ -298,6 +326,7 @@ class JobLease:
             tmp.write_text(json.dumps(mirror), encoding="utf-8")
             os.replace(tmp, self.path)
         if self.token is not None:
+            self.token.period = self.ttl / 3  # the heartbeat's period
             self._stop.clear()
             self._heartbeat = threading.Thread(target=self._beat, name=f"lease-{self.pipeline}", daemon=True)
             self._heartbeat.start()
@@ -339,16 +368,21 @@ class JobLease:
         token = self.token
         assert token is not None
         while not self._stop.wait(self.ttl / 3):
+            token.beat_started = time.monotonic()
             try:
                 newest = highest_fence(token.objects)
                 if newest is None or newest.get("token") != token.token:
-                    self.lost = newest or {}
+                    self.lost = token.lost = newest or {}
                     log.error("%s", token.fenced_off("anything more", newest))
                     return
                 token.objects.put_bytes(heartbeat_key(token.fence), json.dumps(
                     {"fence": token.fence, "token": token.token, "at": datetime.now(UTC).isoformat()}).encode())
+                token.confirmed_at, token.beat_failed = token.beat_started, False
             except Exception as exc:  # a store outage: the next beat tries again; fencing stays safe
+                token.beat_failed = True
                 log.warning("pipeline %s: lease heartbeat failed: %s", self.pipeline, exc)
+            finally:
+                token.beat_started = None
 
     def check(self, action: str) -> None:
         """:meth:`FenceToken.check` of this lease (a no-op for a store-less lease)."""
