@@ -14,18 +14,20 @@ from tests.recovery.harness import finish, window_rows, windowed_spec
 
 @pytest.fixture(scope="session")
 def reference_rows(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], list[tuple[Any, ...]]]:
-    """``reference_rows(records)``: the committed rows of a run without failures."""
-    cache: dict[int, list[tuple[Any, ...]]] = {}
+    """``reference_rows(records, event_time_step_ms=None)``: the committed rows of a run without
+    failures (of :func:`windowed_spec` with the same arguments)."""
+    cache: dict[tuple[int, float | None], list[tuple[Any, ...]]] = {}
 
-    def get(records: int) -> list[tuple[Any, ...]]:
-        if records not in cache:
+    def get(records: int, event_time_step_ms: float | None = None) -> list[tuple[Any, ...]]:
+        key = (records, event_time_step_ms)
+        if key not in cache:
             tmp: Path = tmp_path_factory.mktemp(f"reference-{records}")
             out = tmp / "out"
             finish(spark, windowed_spec(tmp, {"name": "out", "type": "parquet", "path": f"file://{out}"},
-                                        records=records))
+                                        records=records, event_time_step_ms=event_time_step_ms))
             table = read_committed(f"file://{out}")
-            cache[records] = window_rows(table.to_pylist() if table is not None else [])
-            assert cache[records], "the reference run produced no windows"
-        return cache[records]
+            cache[key] = window_rows(table.to_pylist() if table is not None else [])
+            assert cache[key], "the reference run produced no windows"
+        return cache[key]
 
     return get

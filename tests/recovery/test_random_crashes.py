@@ -31,9 +31,14 @@ from tests.recovery.postgres_output import (
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.timeout(1500), pytest.mark.slow(480)]
-#: Records per source partition: 60 micro-batches of 100, more than 10 crashes use up.
-RECORDS = 6000
+#: Records per source partition: 40 micro-batches of 100, more than 10 crashes use up.
+RECORDS = 4000
 PER_BATCH = 100
+#: Event time between records: 10 ms, so every 1 s window closes within a batch or two and
+#: nearly every epoch has output to commit. With the generator's default 1 ms a window closed
+#: every 10 batches, and a crash in the second sink commit with output came after ~25 batches
+#: of a new driver (measured: 26 batches, 43.5 core-seconds for one crashed driver).
+EVENT_TIME_STEP_MS = 10
 ROUNDS_PER_POINT = 2
 SEED = 20261123
 
@@ -67,11 +72,11 @@ def test_twenty_random_crash_restore_cycles_file_and_postgres(
     (tmp_path / "pg").mkdir()
     pipelines = {
         "files": windowed_spec(tmp_path / "files", {"name": "out", "type": "parquet", "path": f"file://{out}"},
-                               records=RECORDS, per_batch=PER_BATCH),
+                               records=RECORDS, per_batch=PER_BATCH, event_time_step_ms=EVENT_TIME_STEP_MS),
         "postgres": windowed_spec(tmp_path / "pg", {"name": "pg", "type": "postgres", "table": table},
-                                  records=RECORDS, per_batch=PER_BATCH),
+                                  records=RECORDS, per_batch=PER_BATCH, event_time_step_ms=EVENT_TIME_STEP_MS),
     }
-    reference = reference_rows(RECORDS)
+    reference = reference_rows(RECORDS, EVENT_TIME_STEP_MS)
 
     def committed_files() -> list[tuple[Any, ...]]:
         table_out = read_committed(f"file://{out}")
