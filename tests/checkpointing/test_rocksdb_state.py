@@ -71,9 +71,13 @@ def test_rocksdb_checkpoint_files_load_the_barrier_version_in_a_fresh_directory(
         ssts = partition / "SSTs"  # with changelogs only, Spark's maintenance may not have written a zip yet
         present = {f"SSTs/{p.name}" for p in ssts.iterdir() if not p.name.startswith(".")} if ssts.is_dir() else set()
         assert {n for n in mine if n.startswith("SSTs/")} <= present
-    # Incremental by file: a file already in the store is referenced, not uploaded again.
-    assert any(not f.uploaded for f in latest.files if "/SSTs/" in f.path or f.path.endswith(".changelog")), \
-        "the newest checkpoint uploaded every state file again"
+    # Incremental by file: a state file an earlier checkpoint already stored (same content) is
+    # referenced, not uploaded again. Which SSTs survive from one version to the next depends on
+    # RocksDB's compactions, so the test checks the rule on whatever is shared, not a count.
+    earlier = {f.sha256 for m in manifests[:-1] for f in m.files}
+    shared = [f for f in latest.files if f.path.startswith("state/") and f.sha256 in earlier]
+    assert shared, "no state file of the newest checkpoint was stored before (the state never carried over)"
+    assert not [f.path for f in shared if f.uploaded], "a state file already in the store was uploaded again"
     # Structural verification finds a file of that set missing from the manifest.
     assert check_state_files(job.store, latest).passed
     key = f"state/0/{partitions[0].name}"
