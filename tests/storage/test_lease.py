@@ -137,10 +137,11 @@ def test_same_process_may_take_it_again_and_the_counter_survives_release(tmp_pat
 def test_legacy_local_lease_still_excludes_a_store_lease(tmp_path: Path) -> None:
     """A store-less holder of the same work dir (older callers, tests) is still seen."""
     store = LocalObjectStore(tmp_path / "c")
-    code = ("import sys, time\nfrom pathlib import Path\nfrom barrierflow.workdir.lease import JobLease\n"
-            "JobLease(Path(sys.argv[1]), 'p').acquire()\nprint('held', flush=True)\ntime.sleep(600)\n")
-    process = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "work")], stdout=subprocess.PIPE,
-                               text=True)
+    # The holder keeps the lease until its stdin closes (the test ends), not for a fixed time.
+    code = ("import sys\nfrom pathlib import Path\nfrom barrierflow.workdir.lease import JobLease\n"
+            "JobLease(Path(sys.argv[1]), 'p').acquire()\nprint('held', flush=True)\nsys.stdin.read()\n")
+    process = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "work")], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None and process.stdout.readline().strip() == "held"
         with pytest.raises(JobAlreadyRunningError, match=f"pid {process.pid}"):
