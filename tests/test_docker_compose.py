@@ -67,6 +67,7 @@ OPTIONAL_VARIABLES = {
     "BARRIERFLOW_LEASE_TTL_SECONDS": "default in workdir/lease.py",
     "BARRIERFLOW_CHANNEL_SERVERS": "set by `run --processes` for the stage processes it starts",
     "BARRIERFLOW_SUPERVISOR_PID": "set by `run --processes` for the stage processes it starts",
+    "BARRIERFLOW_LEASE_FENCE": "set by `run --processes` for the stage processes it starts (its lease's fence)",
     "BARRIERFLOW_CRASH_AT": "fault injection of the crash tests only",
     "BARRIERFLOW_FLINK_PYTHON": "`bench --compare flink-sql` only",
     "GX_ANALYTICS_ENABLED": "set by the code itself (setdefault) before importing Great Expectations",

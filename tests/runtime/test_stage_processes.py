@@ -136,6 +136,10 @@ def test_one_process_per_stage_survives_a_killed_stage_and_a_killed_coordinator(
     out, err = run.communicate(timeout=600)
     assert run.returncode == 0, f"{run.returncode}\n{out}\n{err[-3000:]}"
     assert "pipeline two (2 stages, attempt 2)" in out, out
+    # The stage processes wrote their manifests under their supervisor's lease fence (3: one per run).
+    fences = {stage: sorted(int(p.name.rsplit("-", 1)[1]) for p in (chk / "stages" / stage / "_writers").iterdir())
+              for stage in ("a", "b")}
+    assert all(found and found[-1] == 3 for found in fences.values()), fences
     rows = _output(tmp_path)
     figures.update({"rows": len(rows), "rows lost": len(set(expected) - set(rows)),
                     "rows duplicated": len(rows) - len(set(rows)),

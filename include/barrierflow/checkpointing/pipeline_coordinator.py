@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ValidationError
 
@@ -47,6 +48,9 @@ from barrierflow.checkpointing.store import CheckpointStore, failure_key, manife
 from barrierflow.faults import crash_point
 from barrierflow.spec.models import CheckpointSpec
 from barrierflow.storage import ObjectNotFoundError, ObjectStore
+
+if TYPE_CHECKING:
+    from barrierflow.workdir.lease import FenceToken
 
 log = logging.getLogger(__name__)
 _GLOBAL = re.compile(r"^global/chk-(\d+)/(_metadata|_triggered|_failed)\.json$")
@@ -93,6 +97,8 @@ class PipelineCoordinator:
     failed: list[GlobalFailure] = field(default_factory=list)
     #: stop triggering once this many global checkpoints completed or are pending (None: no limit)
     trigger_limit: int | None = None
+    #: The pipeline lease's fencing token: checked before a global manifest is written (None: no lease).
+    fence: FenceToken | None = None
 
     def __post_init__(self) -> None:
         self._next_id = 1
@@ -174,6 +180,8 @@ class PipelineCoordinator:
             completion_time=completion,
             total_ms=round((completion - pending.trigger_time).total_seconds() * 1000.0, 3), stages=snapshots)
         key = global_key(cid, "_metadata")
+        if self.fence is not None:
+            self.fence.check(f"completing global checkpoint {cid}")
         if not self.objects.exists(key):
             self.objects.put_bytes(key, manifest.model_dump_json(indent=2).encode())
         del self.pending[cid]

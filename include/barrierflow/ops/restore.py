@@ -213,7 +213,8 @@ def restore_global(spec_path: str | os.PathLike[str], requested: CheckpointReque
             "run that started it, so a global checkpoint cannot be restored; give the channels a lasting broker "
             "(an address or 'env:VAR'), or remove the work dir and checkpoint store to start afresh")
     job = StagedPipelineJob(spec, spec_path=str(spec_path))
-    with JobLease(Path(job.work_dir), spec.name, "restore", store=job.objects):
+    with JobLease(Path(job.work_dir), spec.name, "restore", store=job.objects) as lease:
+        job.hold(lease)  # the stages' restores and 2PC decisions record the restore's fence
         choice = _choose_global(job, requested)
         report = job.restore(choice.checkpoint_id)
     return GlobalRestoreOutcome(spec.name, requested, choice.checkpoint_id, report.attempt, choice.skipped,

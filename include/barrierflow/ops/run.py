@@ -95,8 +95,9 @@ def run_stages(spec_path: str | os.PathLike[str], *, duration: float | None = No
                 "'env:VAR')")
         if until_exhausted:
             job.check_bounded()
-        # The pipeline's lease: no restore of it (or second run) while it runs.
-        stack.enter_context(JobLease(Path(job.work_dir), spec.name, "run", store=job.objects))
+        # The pipeline's lease: no restore of it (or second run) while it runs; its fencing number
+        # guards every commit of this run (a stalled driver that wakes up after a restore commits nothing).
+        job.hold(stack.enter_context(JobLease(Path(job.work_dir), spec.name, "run", store=job.objects)))
         if processes:
             from barrierflow.runtime.stage_processes import StageProcessSupervisor
 

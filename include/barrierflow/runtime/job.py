@@ -27,6 +27,7 @@ from barrierflow.runtime.event_time import EventTimeStatus, EventTimeTracker
 from barrierflow.sources.planning import PlanningOptions
 from barrierflow.sources.registry import source_kind
 from barrierflow.spark import commit_log, offset_log
+from barrierflow.spark.cluster import check_work_dir_shared
 from barrierflow.spark.session import apply_state_store
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.storage import ObjectStore
@@ -107,6 +108,8 @@ class StreamingJob:
         self.lease: JobLease | None = None
         #: Query starts repeated in this run because a Python worker did not connect back.
         self.start_retries = 0
+        #: Whether this job checked that a cluster's executors see the work dir (once per job).
+        self.work_dir_checked = False
         self.event_time = (EventTimeTracker(spec, str(self.layout.control)) if spec.event_time is not None
                            else None)
 
@@ -128,7 +131,7 @@ class StreamingJob:
 
     def _event_times(self, source_name: str, partitions: dict[str, int]) -> dict[str, datetime | None]:
         source = self.spec.source  # one source per pipeline: the coordinator asks for it only
-        return source_kind(source).event_times(source, self.layout.event_time_uri, partitions)
+        return source_kind(source).event_times(source, self.layout.event_time_uri(self.spec), partitions)
 
     def _event_time_summary(self, first_batch: int, batch: int, offsets: dict[str, dict[str, int]],
                             times: dict[str, dict[str, datetime | None]]) -> EventTimeSummary:
@@ -141,13 +144,16 @@ class StreamingJob:
         spark = self.spark
         register_data_sources(spark)
         apply_state_store(spark, self.spec.spark)
+        if not self.work_dir_checked:
+            check_work_dir_shared(spark, self.layout.work_dir)
+            self.work_dir_checked = True
         source = self.spec.source
         df = (
             spark.readStream.format(source_kind(source).format)
             .option("spec", source.model_dump_json())
             .option("control_dir", str(self.layout.control))
             .option("dead_letter_uri", self.layout.dead_letter_uri(self.spec))
-            .option("event_time_uri", self.layout.event_time_uri)
+            .option("event_time_uri", self.layout.event_time_uri(self.spec))
             .option("event_time_column", self.spec.event_time.column if self.spec.event_time else "timestamp")
             .option("planning", PlanningOptions.from_spec(self.spec).to_json())
             .load()

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.barriers.alignment.record import read_alignment
@@ -43,6 +44,7 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
 from barrierflow.sources.registry import source_kind
 from barrierflow.spark import offset_log
+from barrierflow.spark.cluster import check_work_dir_shared
 from barrierflow.spark.session import apply_state_store
 from barrierflow.spec.graph import StageGraph, build_graph
 from barrierflow.spec.loader import project_home
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from barrierflow.sinks.channel import ChannelWriter
+    from barrierflow.workdir.lease import FenceToken, JobLease
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 0.02
@@ -143,7 +146,35 @@ class StagedPipelineJob:
         self.stages = [self._stage_job(stage) for stage in spec.stages]
         self.attempt = 0
         self.last_completed = 0
+        #: Whether this run checked that a cluster's executors see the work dir (once per job).
+        self.work_dir_checked = False
         self.coordinator: PipelineCoordinator | None = None
+        #: The pipeline's lease on the checkpoint store while a run or restore holds it (:meth:`hold`).
+        self.lease: JobLease | None = None
+        self._fence: FenceToken | None = None
+
+    def hold(self, lease: JobLease | None, *, token: FenceToken | None = None) -> None:
+        """Write under ``lease`` (acquired by the caller, None: no lease) or, in a stage process
+        of ``run --processes``, under its supervisor's ``token``: the fencing number is checked
+        before every stage manifest, staged micro-batch of a final stage, 2PC decision and
+        global manifest, and recorded with them, exactly as for a single-stage job, so a
+        stalled driver that wakes up after a restore elsewhere commits nothing (raises
+        :class:`~barrierflow.workdir.lease.FencedOffError`). Call it before :meth:`run`,
+        :meth:`run_stage` or :meth:`restore`."""
+        self.lease = lease
+        self._fence = token if token is not None else (lease.token if lease is not None else None)
+        for job in self.stages:
+            job.store.fence = self._fence
+
+    @property
+    def fence(self) -> FenceToken | None:
+        """The fencing token writes are checked against (None: no lease held)."""
+        return self._fence
+
+    def check_lease(self) -> None:
+        """Raise FencedOffError once the lease's heartbeat found it taken over."""
+        if self.lease is not None and self.lease.lost is not None:
+            self.lease.check("doing anything more")
 
     @classmethod
     def offline(cls, spec: StagedPipelineSpec, *, spec_path: str = "<spec>") -> StagedPipelineJob:
@@ -198,7 +229,8 @@ class StagedPipelineJob:
                                       max_concurrent=options.max_concurrent, retained=options.retained,
                                       tolerable_failed_checkpoints=options.tolerable_failed_checkpoints),
             event_time=self.spec.event_time, spark=self.spec.spark, verification=self.spec.verification,
-            reports=self.spec.reports)
+            reports=self.spec.reports, dead_letter_path=self.spec.stage_path(self.spec.dead_letter_path, stage.name),
+            event_times_path=self.spec.stage_path(self.spec.event_times_path, stage.name))
         layout = JobLayout.for_spec(derived)
         return StageJob(stage, derived, layout, CheckpointStore.for_spec(derived), channel_source, channel_sink)
 
@@ -242,12 +274,15 @@ class StagedPipelineJob:
         spark = self.spark
         register_data_sources(spark)
         apply_state_store(spark, job.spec.spark)
+        if not self.work_dir_checked:  # every stage's work dir is below the pipeline's
+            check_work_dir_shared(spark, Path(self.work_dir))
+            self.work_dir_checked = True
         source = job.spec.source
         fmt = "barrierflow_channel" if job.channel_source is not None else source_kind(source).format
         reader = (spark.readStream.format(fmt).option("spec", source.model_dump_json())
                   .option("control_dir", str(job.layout.control))
                   .option("dead_letter_uri", job.layout.dead_letter_uri(job.spec))
-                  .option("event_time_uri", job.layout.event_time_uri)
+                  .option("event_time_uri", job.layout.event_time_uri(job.spec))
                   .option("event_time_column", job.spec.event_time.column if job.spec.event_time else "timestamp"))
         if job.channel_source is not None:
             reader = reader.option("alignment", self._alignment_options(job))
@@ -270,7 +305,8 @@ class StagedPipelineJob:
                 from barrierflow.sinks.staging import BatchStager
 
                 writer = writer.foreachBatch(BatchStager(staging, control_dir=str(job.layout.control),
-                                                         spark_checkpoint=str(job.layout.spark_checkpoint)))
+                                                         spark_checkpoint=str(job.layout.spark_checkpoint),
+                                                         fence=self.fence))
             else:
                 writer = writer.format("noop")
         return (writer.option("checkpointLocation", str(job.layout.spark_checkpoint))
@@ -518,6 +554,8 @@ class StagedPipelineJob:
         """
         job = self.stage_job(name)
         self.load_attempt()
+        if self.fence is not None:
+            self.fence.attempt = self.attempt
         self._start_coordinator(job)
         assert job.coordinator is not None
         final = name in self.graph.final_stages
@@ -591,7 +629,9 @@ class StagedPipelineJob:
         self.prepare()
         stages = [self._start_coordinator(job) for job in self.stages]
         coordinator = PipelineCoordinator(self.spec.name, self.spec.checkpoint, self.objects, stages,
-                                          attempt=self.attempt)
+                                          attempt=self.attempt, fence=self.fence)
+        if self.fence is not None:
+            self.fence.attempt = self.attempt
         self.coordinator = coordinator
         coordinator.start()
         coordinator.trigger_limit = checkpoints
@@ -602,6 +642,7 @@ class StagedPipelineJob:
             for job in self.stages:
                 self._start_query(job)
             while True:
+                self.check_lease()
                 for job in self.stages:
                     assert job.coordinator is not None
                     job.coordinator.tick()
@@ -653,6 +694,8 @@ class StagedPipelineJob:
         batch and was started again, :meth:`_restart_failed_start`)."""
         assert job.query is not None
         if not job.query.isActive and not self._restart_failed_start(job):
+            if self.fence is not None:
+                self.fence.check("doing anything more")  # a fenced-off staging stopped the query
             exc = job.query.exception()
             raise JobFailedError(f"the query of stage {job.stage.name} of pipeline {self.spec.name} stopped"
                                  + (f": {str(exc).splitlines()[0]}" if exc else ""))

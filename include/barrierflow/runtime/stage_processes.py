@@ -61,6 +61,9 @@ log = logging.getLogger(__name__)
 SERVERS_ENV = "BARRIERFLOW_CHANNEL_SERVERS"
 #: The environment variable naming the supervisor's pid to a stage process.
 SUPERVISOR_ENV = "BARRIERFLOW_SUPERVISOR_PID"
+#: The supervisor's lease fencing number and token (``<fence>:<token>``), handed to its stage
+#: processes so that their manifests, staged batches and 2PC decisions check it too.
+FENCE_ENV = "BARRIERFLOW_LEASE_FENCE"
 LOG_FILE = "stage-process.log"
 
 
@@ -165,12 +168,14 @@ class StageProcessSupervisor:
                 self.processes.append(self._spawn(stage))
             self._wait_ready()
             coordinator = PipelineCoordinator(job.spec.name, job.spec.checkpoint, job.objects,
-                                              [job.handle(stage) for stage in job.stages], attempt=job.attempt)
+                                              [job.handle(stage) for stage in job.stages], attempt=job.attempt,
+                                              fence=job.fence)  # the global manifests; the stage processes hold none
             job.coordinator = coordinator
             coordinator.start()
             coordinator.trigger_limit = checkpoints
             next_progress = time.monotonic() + progress_every
             while True:
+                job.check_lease()
                 coordinator.tick()
                 self._check_running()
                 if progress is not None and time.monotonic() >= next_progress:
@@ -199,6 +204,9 @@ class StageProcessSupervisor:
         command = [sys.executable, "-m", "barrierflow.cli.main", "run", self.job.spec_path, "--stage",
                    stage.stage.name, "--quiet"]
         env = {**os.environ, SERVERS_ENV: json.dumps(self.servers), SUPERVISOR_ENV: str(os.getpid())}
+        env.pop(FENCE_ENV, None)
+        if self.job.fence is not None:
+            env[FENCE_ENV] = f"{self.job.fence.fence}:{self.job.fence.token}"
         with log_path.open("ab") as out:
             process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL)
@@ -273,6 +281,12 @@ def run_stage_process(job: StagedPipelineJob, stage: str) -> int:
     parent changes (the supervisor died), the stage fails (JobFailedError)."""
     files = StageProcessFiles(job.stage_job(stage).layout.work_dir)
     supervisor = int(os.environ.get(SUPERVISOR_ENV, "0")) or os.getppid()
+    handed = os.environ.get(FENCE_ENV, "")
+    if handed:  # the supervisor's lease: this stage's commits check its fencing number
+        from barrierflow.workdir.lease import FenceToken
+
+        fence, _, token = handed.partition(":")
+        job.hold(None, token=FenceToken(job.objects, job.spec.name, int(fence), token, "run"))
     completed = job.run_stage(stage, stop_requested=files.stop_requested,
                               started=lambda: files.mark_ready(os.getpid()),
                               alive=lambda: os.getppid() == supervisor, progress=files.write_progress)

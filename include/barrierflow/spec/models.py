@@ -490,15 +490,21 @@ class PipelineSpec(_Strict):
     trigger: TriggerSpec = TriggerSpec()
     checkpoint: CheckpointSpec
     event_time: EventTimeSpec | None = None
-    dead_letter_path: str = Field("", description="storage URI; default <work_dir>/dead-letter")
+    dead_letter_path: str = Field(
+        "", description="storage URI of the malformed records (written by the executors); default "
+                        "<work_dir>/dead-letter. On a cluster: shared storage (s3://...)")
+    event_times_path: str = Field(
+        "", description="storage URI where the executors record the newest event time of each Kafka range "
+                        "they read (sources/event_times.py; the driver folds them into manifests); default "
+                        "<work_dir>/event-times. On a cluster: shared storage (s3://...)")
     spark: SparkSpec = SparkSpec()
     verification: VerificationSpec | None = None
     reports: ReportsSpec | None = None
     batch: BatchSpec = BatchSpec()
 
-    @field_validator("dead_letter_path")
+    @field_validator("dead_letter_path", "event_times_path")
     @classmethod
-    def _dlq(cls, value: str) -> str:
+    def _shared_paths(cls, value: str) -> str:
         return _storage_uri(value) if value else value
 
     @property

@@ -42,6 +42,7 @@ from barrierflow.spec.models import (
     TransformationSpec,
     TriggerSpec,
     VerificationSpec,
+    _storage_uri,
     _Strict,
 )
 
@@ -204,9 +205,24 @@ class StagedPipelineSpec(_Strict):
     trigger: TriggerSpec = TriggerSpec()
     checkpoint: PipelineCheckpointSpec
     event_time: EventTimeSpec | None = None
+    dead_letter_path: str = Field(
+        "", description="storage URI of the malformed records; each stage writes below <uri>/stages/<stage>; "
+                        "default <stage work dir>/dead-letter. On a cluster: shared storage (s3://...)")
+    event_times_path: str = Field(
+        "", description="storage URI where executors record Kafka (and channel) event times; each stage below "
+                        "<uri>/stages/<stage>; default <stage work dir>/event-times. On a cluster: shared storage")
     spark: SparkSpec = SparkSpec()
     verification: VerificationSpec | None = None
     reports: ReportsSpec | None = None
+
+    @field_validator("dead_letter_path", "event_times_path")
+    @classmethod
+    def _shared_paths(cls, value: str) -> str:
+        return _storage_uri(value) if value else value
+
+    def stage_path(self, uri: str, stage: str) -> str:
+        """Stage ``stage``'s part of a pipeline-level storage URI (``uri`` empty: '' = the default)."""
+        return f"{uri.rstrip('/')}/stages/{stage}" if uri else ""
 
     def stage(self, name: str) -> StageSpec:
         for stage in self.stages:

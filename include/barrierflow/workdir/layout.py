@@ -3,8 +3,14 @@
 ``<work_dir>/spark-checkpoint``  Spark's own checkpoint (offsets, commits, state) — local
 ``<work_dir>/control``           coordinator <-> planner control channel
 ``<work_dir>/snapshots``         hard-linked staging of the synchronous phase
-``<work_dir>/dead-letter``       default dead-letter output
-``<work_dir>/event-times``       newest event time per range read (Kafka; sources/event_times.py)
+``<work_dir>/dead-letter``       default dead-letter output (spec ``dead_letter_path`` moves it)
+``<work_dir>/event-times``       newest event time per range read (Kafka; sources/event_times.py);
+                                 spec ``event_times_path`` moves it
+
+Executors write the Spark checkpoint's state files, the dead letters and the event times: on a
+cluster the last two belong on shared storage (the spec fields, ``s3://...``), and the work dir
+on a file system mounted at the same path on the driver's and every worker's machine (the driver
+hard-links the state files the executors wrote; see docs/deployment.md).
 
 ``work_dir`` defaults to ``var/<pipeline name>`` under the project home (git-ignored).
 """
@@ -41,9 +47,12 @@ class JobLayout:
     def snapshots(self) -> Path:
         return self.work_dir / "snapshots"
 
-    @property
-    def event_time_uri(self) -> str:
-        return f"file://{self.work_dir / 'event-times'}"
+    def event_time_uri(self, spec: PipelineSpec) -> str:
+        """Where executors record the event times of the Kafka ranges they read: the spec's
+        ``event_times_path``, else ``<work_dir>/event-times`` (seen by executors on this host only)."""
+        return spec.event_times_path or f"file://{self.work_dir / 'event-times'}"
 
     def dead_letter_uri(self, spec: PipelineSpec) -> str:
+        """Where executors write malformed records: the spec's ``dead_letter_path``, else
+        ``<work_dir>/dead-letter`` (seen by executors on this host only)."""
         return spec.dead_letter_path or f"file://{self.work_dir / 'dead-letter'}"
