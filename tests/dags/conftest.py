@@ -121,9 +121,13 @@ def run_dag(monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path, dag_id: str, *
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
+    from tests.drivers import short_lived_driver_java_options
+
     bag = parse_dags(monkeypatch, pipelines_dir)
     assert bag.import_errors == {}
     dag = bag.dags[dag_id]
+    # The spark-submits a DAG starts are short-lived drivers: C1 only, serial GC, class archive.
+    monkeypatch.setenv("_JAVA_OPTIONS", short_lived_driver_java_options())
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         run = dag.test(run_conf=conf or None)

@@ -22,7 +22,9 @@ One two-stage pipeline (generator -> stage a -> channel ab on the test Kafka bro
 Two spark-submits in all. The channels are on the test broker (``kafka_endpoint``, or a real
 Kafka through ``BARRIERFLOW_TEST_KAFKA_BOOTSTRAP``), so their records outlive the crashed run.
 Not covered here: the recovery with restart=true (``dag.test()`` does not run the launch DAG
-it triggers, so its sensor would wait for nothing); the sensor's condition is checked directly.
+it triggers, so its sensor would wait for nothing); the sensor's condition is checked directly,
+and tests/dags/test_airflow_rest_recovery.py runs that path through a real scheduler and API
+server.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from barrierflow.testing.kafka_broker import KafkaEndpoint
 
 from tests.dags.conftest import run_dag
 from tests.dags.test_asset_watcher import MemoryState, events
+from tests.drivers import short_lived_driver_java_options
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.spark, pytest.mark.kafka,
@@ -91,6 +94,7 @@ def test_staged_pipeline_launch_checks_damage_recovery_and_run_to_the_end(
     chk, out = tmp_path / "chk", tmp_path / "out"
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # spark-submit
+    monkeypatch.setenv("_JAVA_OPTIONS", short_lived_driver_java_options())  # the spark-submit drivers start faster
 
     # 1. The launch runs the whole pipeline in one spark-submit; the driver dies after global manifest 2.
     monkeypatch.setenv("BARRIERFLOW_CRASH_AT", "after_global_manifest@2")

@@ -25,7 +25,13 @@ from kafka import KafkaConsumer, TopicPartition
 from tests.recovery.harness import crash_at_every_point, finish, window_rows, windowed_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(200)]
-RECORDS = 6000
+#: Records per source partition: 10 batches of 300, more than the 7 crashes (each at the first
+#: hit of its point, from the previous crash's restored state) use up.
+RECORDS = 3000
+#: Event time between records: 10 ms, so a 1 s window closes in every batch and every epoch has
+#: output to commit; with 1 ms a crash in the sink's commit came only after 4 batches of a new
+#: driver (see tests/recovery/test_random_crashes.py).
+EVENT_TIME_STEP_MS = 10
 
 
 def _read_all(bootstrap: str, topic: str, idle: float = 1.0, limit: float = 30.0) -> list[dict[str, Any]]:
@@ -47,7 +53,8 @@ def _read_all(bootstrap: str, topic: str, idle: float = 1.0, limit: float = 30.0
 
 
 def _reference(reference_rows: Any, records: int) -> list[tuple[Any, ...]]:
-    return sorted((ws.replace(" ", "T"), we.replace(" ", "T"), *rest) for ws, we, *rest in reference_rows(records))
+    return sorted((ws.replace(" ", "T"), we.replace(" ", "T"), *rest)
+                  for ws, we, *rest in reference_rows(records, EVENT_TIME_STEP_MS))
 
 
 def test_crash_at_every_point_restore_finish(spark, tmp_path: Path, reference_rows, kafka_endpoint,
@@ -57,7 +64,8 @@ def test_crash_at_every_point_restore_finish(spark, tmp_path: Path, reference_ro
     create_topic(kafka_endpoint, markers, 1)
     spec_path = windowed_spec(tmp_path, {"name": "k", "type": "kafka", "topic": topic, "key_column": "key",
                                          "bootstrap_servers": kafka_endpoint.bootstrap_servers,
-                                         "commit_marker_topic": markers}, records=RECORDS, per_batch=300)
+                                         "commit_marker_topic": markers}, records=RECORDS, per_batch=300,
+                              event_time_step_ms=EVENT_TIME_STEP_MS)
     reference = _reference(reference_rows, RECORDS)
 
     def produced() -> list[tuple[Any, ...]]:
