@@ -11,6 +11,12 @@ REST API.
    new attempt.
 4. The restarted job runs to the end of the source. The committed Parquet output equals the
    failure-free output: nothing lost, nothing twice.
+5. The same for a multi-stage pipeline (generator -> stage a -> channel on the test Kafka broker
+   -> stage b -> Parquet through 2PC; one spark-submit runs the coordinator and both stages):
+   launched through the REST API, its driver SIGKILLed after two global checkpoints, the
+   recovery DAG triggered with restart=true restores every stage from one global checkpoint
+   as a new attempt and restarts the launch DAG, which runs to the end: every source record is
+   in the output exactly once.
 """
 
 from __future__ import annotations
@@ -24,20 +30,46 @@ from typing import Any
 import pytest
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.ops.checkpoints import list_global_checkpoints
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 from barrierflow.testing.airflow_server import COMPONENTS, AirflowServer
+from barrierflow.testing.kafka_broker import KafkaEndpoint
 
 from tests.dags.conftest import DAGS_FOLDER
 from tests.drivers import short_lived_driver_java_options
 from tests.recovery.harness import finish, window_rows, windowed_spec
+from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900), pytest.mark.slow(180)]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(1200), pytest.mark.slow(240)]
 
 RECORDS = 3000  # per partition
 LAUNCH = "barrierflow_pipeline__e2e"
 RECOVER = "barrierflow_recover__e2e"
 VERIFY = "barrierflow_verify__e2e"
+#: The multi-stage pipeline: records per source partition, throttled so that the first run is
+#: still going when its second global checkpoint completes (the test kills it then).
+STAGED_RECORDS = 600
+STAGED_LAUNCH, STAGED_RECOVER = "barrierflow_pipeline__two", "barrierflow_recover__two"
+
+
+def staged_spec(tmp: Path, endpoint: KafkaEndpoint, pipelines: Path) -> tuple[Path, Path]:
+    """The two-stage pipeline's spec in ``pipelines`` (name ``two``) and its output folder."""
+    tmp.mkdir()
+    data = two_stage_spec(tmp, endpoint)
+    data["stages"][0]["sources"][0].update({"records_per_partition": STAGED_RECORDS, "rows_per_second": 100})
+    data["spark"] = {"master": "local[2]", "shuffle_partitions": 2}
+    path = pipelines / "two.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path, tmp / "out"
+
+
+def staged_output(out: Path) -> list[tuple[int, int]]:
+    table = read_committed(f"file://{out}")
+    if table is None:
+        return []
+    return sorted(zip(table.column("src_partition").to_pylist(), table.column("src_offset").to_pylist(),
+                      strict=True))
 
 
 def committed_rows(out: Path) -> list[tuple[Any, ...]]:
@@ -55,7 +87,7 @@ def failure_free_rows(spark: Any, tmp: Path) -> list[tuple[Any, ...]]:
 
 
 def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_once(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, kafka_endpoint: KafkaEndpoint
 ) -> None:
     started = time.monotonic()
     phases: list[tuple[str, float]] = []
@@ -77,6 +109,8 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
     spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
     store = CheckpointStore.for_spec(load_spec(spec_path))
     lease = Path(data["work_dir"]) / "job.lease"
+    staged_path, staged_out = staged_spec(tmp_path / "two", kafka_endpoint, pipelines)
+    staged_lease = tmp_path / "two" / "work" / "job.lease"
 
     server = AirflowServer(tmp_path / "airflow-home", DAGS_FOLDER, components=(*COMPONENTS, "triggerer"), env={
         "BARRIERFLOW_PIPELINES_DIR": str(pipelines),
@@ -89,7 +123,7 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
     with server:
         server.wait_for(lambda: server.api("GET", f"/dags/{RECOVER}").status_code == 200, 120,
                         "the pipeline's DAGs to be parsed")
-        for driven in (LAUNCH, RECOVER, VERIFY):
+        for driven in (LAUNCH, RECOVER, VERIFY, STAGED_LAUNCH, STAGED_RECOVER):
             assert server.api("PATCH", f"/dags/{driven}", json={"is_paused": False}).status_code == 200
         phase("airflow up, DAGs parsed")
         assert server.api("GET", "/connections/spark_default").status_code == 404  # a fresh install
@@ -137,8 +171,35 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
         # 4. The restarted job runs to the end of the bounded source.
         assert server.wait_for_run(LAUNCH, restarts[0]["dag_run_id"], 600) == "success", server.logs()
         phase("restarted job ran to the end")
+
+        # 5. A multi-stage pipeline: launch, kill after two global checkpoints, recover with a restart.
+        staged_first = server.trigger(STAGED_LAUNCH)
+        server.wait_for(lambda: len(list_global_checkpoints(staged_path).completed) >= 2, 300,
+                        "two completed global checkpoints of the multi-stage pipeline")
+        os.kill(int(yaml.safe_load(staged_lease.read_text(encoding="utf-8"))["pid"]), signal.SIGKILL)
+        assert server.wait_for_run(STAGED_LAUNCH, staged_first, 120) == "failed"
+        staged_before = {m.checkpoint_id for m in list_global_checkpoints(staged_path).completed}
+        assert len(staged_output(staged_out)) < PARTITIONS * STAGED_RECORDS, "the pipeline ended before the kill"
+        phase("multi-stage: launched, 2 global checkpoints, driver killed")
+        staged_recovery = server.trigger(STAGED_RECOVER, {"checkpoint": "latest-valid", "restart": True,
+                                                          "wait_seconds": 400})
+        assert server.wait_for_run(STAGED_RECOVER, staged_recovery, 600) == "success", server.logs()
+        staged_report = server.xcom(STAGED_RECOVER, staged_recovery, "report")
+        assert staged_report["attempt"] == 1 and staged_report["restarted"] is True, staged_report
+        assert staged_report["checkpoint_id"] in staged_before
+        assert staged_report["first_checkpoint_id"] not in staged_before
+        staged_restarts = [r for r in server.runs(STAGED_LAUNCH) if r["dag_run_id"] != staged_first]
+        assert len(staged_restarts) == 1 and staged_restarts[0]["conf"]["recovery_run_id"] == staged_recovery
+        phase("multi-stage: recovery succeeded")
+        assert server.wait_for_run(STAGED_LAUNCH, staged_restarts[0]["dag_run_id"], 600) == "success", \
+            server.logs()
+        phase("multi-stage: restarted pipeline ran to the end")
     print("REST recovery timeline (s): " + ", ".join(f"{name} {t:.1f}" for name, t in phases))
 
     new_attempt = [m for m in store.completed() if m.attempt == 1]
     assert new_attempt and new_attempt[0].checkpoint_id == report["first_checkpoint_id"]
     assert committed_rows(out) == reference
+    assert staged_output(staged_out) == [(p, o) for p in range(PARTITIONS) for o in range(STAGED_RECORDS)]
+    staged_after = list_global_checkpoints(staged_path).completed
+    assert staged_report["first_checkpoint_id"] in {m.checkpoint_id for m in staged_after}
+    assert staged_after[-1].attempt >= 1, "the restarted pipeline wrote no global checkpoint of a new attempt"
