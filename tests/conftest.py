@@ -63,6 +63,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=expected_seconds, reverse=True)  # stable: unmarked tests keep their order
 
 
+#: Variables that code under test sets in this process for good (the DAG tasks'
+#: ``os.environ.setdefault("BARRIERFLOW_HOME", ...)``, right in a task process of their own):
+#: under ``dag.test()`` they would outlive the test and point later tests' specs elsewhere.
+_PROCESS_WIDE_VARIABLES = ("BARRIERFLOW_HOME",)
+
+
+@pytest.fixture(autouse=True)
+def _restore_process_wide_variables() -> Iterator[None]:
+    """Each test leaves the variables in :data:`_PROCESS_WIDE_VARIABLES` as it found them."""
+    before = {name: os.environ.get(name) for name in _PROCESS_WIDE_VARIABLES}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture
 def figures(request: pytest.FixtureRequest) -> dict[str, object]:
     """Figures a test measured (outage tests: failed checkpoints, recovery time, rows lost):
