@@ -77,3 +77,22 @@ def test_compare_table_gives_per_round_ratios() -> None:
     assert "| barrierflow (ABS) | 2,100,000 | 1,950,000 | 0.95 / 0.91 |" in table
     assert "| Flink SQL | 2,250,000 | 1,800,000 | 0.80 / 0.80 |" in table
     assert "no checkpoints 1.00 / 0.88; 1 s checkpoints 1.19 / 1.00" in table
+
+
+def test_abs_overhead_table_compares_each_mode_with_both_baseline_runs_and_shows_the_aa_noise() -> None:
+    """Each mode's per-round ratio is against the mean of that round's two no-checkpoint runs; the
+    A/A line gives the second baseline run over the first."""
+    from barrierflow.bench.abs_overhead import BASELINE, BASELINE_AGAIN, Sample, modes_for, render
+    from barrierflow.spec import load_spec, project_home
+
+    modes = modes_for([20.0, 5.0])
+    assert [m.name for m in modes] == ["no checkpoints", "ABS 1 s @ 20 MB/s", "sync snapshot 1 s @ 20 MB/s",
+                                       "no checkpoints, again", "ABS 1 s @ 5 MB/s", "sync snapshot 1 s @ 5 MB/s"]
+    samples = {m.name: Sample(throughput=[400.0, 500.0]) for m in modes}
+    samples[BASELINE.name].throughput = [380.0, 500.0]
+    samples[BASELINE_AGAIN.name].throughput = [420.0, 450.0]
+    samples["ABS 1 s @ 20 MB/s"].throughput = [390.0, 380.0]
+    table = render(samples, load_spec(project_home() / "include" / "pipelines" / "bench.yaml"), 60, 2,
+                   "s3://bench/abs", modes)
+    assert "| ABS 1 s @ 20 MB/s | 385 | 0.887 | 0.97, 0.80 |" in table  # 390/400, 380/475
+    assert "A/A (the same job twice per round, second run / first): 1.11, 0.90" in table

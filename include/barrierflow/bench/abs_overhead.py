@@ -4,7 +4,10 @@ Modes, run in one process on one SparkSession, alternating order per round so dr
 cancels out: no barrierflow checkpoints; ABS every 1 s; ABS every 5 s; and the paper's
 synchronous baseline (every 1 s, processing held until the snapshot is uploaded).
 Throughput counts records after each run's first batch (start-up excluded). Each mode
-runs on fresh local directories under ``var/bench``.
+runs on fresh local directories under ``var/bench``, from a settled JVM (the previous run's
+state stores unloaded, a full collection: :func:`barrierflow.bench.jvm.settle`); each run also
+reports the seconds the JVM spent collecting and its records per JVM CPU-second, to tell a
+mode's cost from noise inside the JVM.
 
 With ``bandwidths`` (MB/s; an S3 store only) the checkpoint store is reached through a
 :class:`~barrierflow.bench.throttled_link.ThrottledLink` in front of the S3 endpoint, to
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from barrierflow.bench import emit_table
+from barrierflow.bench.jvm import JvmUsage, settle
 from barrierflow.bench.throttled_link import ThrottledLink
 from barrierflow.errors import UserInputError
 from barrierflow.runtime.job import StreamingJob
@@ -46,22 +50,31 @@ class Mode:
     bandwidth: float | None = None  # MB/s of the link to the store; None: not throttled
 
 
+#: The baseline is run twice per round, the second time half a round after the first: each mode
+#: is compared with the mean of both, and the two against each other (an A/A comparison) show how
+#: much two runs of the very same job differ on this machine, i.e. the noise of every ratio.
+BASELINE = Mode("no checkpoints", None)
+BASELINE_AGAIN = Mode("no checkpoints, again", None)
+
 MODES = (
-    Mode("no checkpoints", None),
+    BASELINE,
     Mode("ABS 1 s", 1.0),
     Mode("ABS 5 s", 5.0),
+    BASELINE_AGAIN,
     Mode("sync snapshot 1 s", 1.0, synchronous=True),
 )
 
 
 def modes_for(bandwidths: Sequence[float] | None) -> tuple[Mode, ...]:
-    """The modes a run compares: :data:`MODES`, or with ``bandwidths`` no checkpoints, then ABS
-    1 s and the synchronous baseline 1 s at each bandwidth (MB/s to the store)."""
+    """The modes a run compares: :data:`MODES`, or with ``bandwidths`` the baseline, then ABS 1 s
+    and the synchronous baseline 1 s at each bandwidth (MB/s to the store), with the baseline's
+    second run in the middle."""
     if not bandwidths:
         return MODES
     paired = [Mode(f"{name} @ {bw:g} MB/s", 1.0, synchronous=sync, bandwidth=bw)
               for bw in bandwidths for name, sync in (("ABS 1 s", False), ("sync snapshot 1 s", True))]
-    return (MODES[0], *paired)
+    half = len(paired) // 2
+    return (BASELINE, *paired[:half], BASELINE_AGAIN, *paired[half:])
 
 
 @contextmanager
@@ -94,6 +107,8 @@ class Sample:
     sync_ms: list[float] = field(default_factory=list)
     async_ms: list[float] = field(default_factory=list)
     incremental_bytes: list[int] = field(default_factory=list)
+    gc_seconds: list[float] = field(default_factory=list)
+    records_per_cpu_second: list[float] = field(default_factory=list)
 
 
 def mode_spec(base: PipelineSpec, mode: Mode, work: Path, store: str | None = None) -> PipelineSpec:
@@ -152,18 +167,25 @@ def _run_rounds(base: PipelineSpec, modes: tuple[Mode, ...], samples: dict[str, 
                 link.set_rate(mode.bandwidth)
             work = root / f"r{r}-{mode.name.replace(' ', '_').replace('/', '')}"
             job = StreamingJob(mode_spec(base, mode, work, store), spark=spark)
+            settle(spark)
+            before = JvmUsage.now(spark)
             if mode.interval is None:
                 job_run = job.run(duration=seconds, checkpoints=None, on_tick=no_checkpoints)
             else:
                 job_run = job.run(duration=seconds)
+            used = JvmUsage.now(spark).since(before)
             s = samples[mode.name]
+            s.gc_seconds.append(used.gc_seconds)
+            s.records_per_cpu_second.append(job_run.records / used.cpu_seconds if used.cpu_seconds else 0.0)
             s.throughput.append(job_run.throughput)
             s.checkpoints.append(len(job_run.completed))
             s.sync_ms += [m.sync_ms for m in job_run.completed]
             s.async_ms += [m.async_ms for m in job_run.completed]
             s.incremental_bytes += [m.incremental_bytes for m in job_run.completed]
             print(f"round {r + 1} {mode.name:28} {job_run.throughput:>12,.0f} rec/s  "
-                  f"{len(job_run.completed)} checkpoints", file=sys.stderr)
+                  f"{len(job_run.completed)} checkpoints  JVM {used.cpu_seconds:.1f} CPU-s, "
+                  f"GC {used.gc_seconds:.1f} s, {s.records_per_cpu_second[-1]:,.0f} records per CPU-s",
+                  file=sys.stderr)
             shutil.rmtree(work, ignore_errors=True)
 
 
@@ -179,9 +201,11 @@ def _median(values: list[float]) -> str:
 
 def render(samples: dict[str, Sample], spec: PipelineSpec, seconds: float, rounds: int,
            store: str | None = None, modes: tuple[Mode, ...] = MODES) -> str:
-    """The table; ratios are per round (each mode against the no-checkpoint run of the same
-    round, so drift between rounds cancels), listed and then averaged."""
-    baseline_runs = samples[modes[0].name].throughput
+    """The table; ratios are per round (each mode against the mean of the round's two
+    no-checkpoint runs, so drift between rounds cancels), listed and then averaged; below it the
+    A/A line: per round, the second no-checkpoint run over the first."""
+    first, again = samples[BASELINE.name].throughput, samples[BASELINE_AGAIN.name].throughput
+    baseline_runs = [(a + b) / 2 for a, b in zip(first, again, strict=True)]
     keys = f"{spec.source.keys:,}" if isinstance(spec.source, GeneratorSourceSpec) else "?"
     lines = [
         f"Benchmark {datetime.now(UTC).isoformat(timespec='seconds')}: pipeline {spec.name}, "
@@ -191,16 +215,21 @@ def render(samples: dict[str, Sample], spec: PipelineSpec, seconds: float, round
         "",
         "| mode | records/s (mean) | ratio to no checkpoints (mean of per-round ratios) | per-round ratios "
         "| checkpoints | sync phase median ms "
-        "| async phase median ms | uploaded bytes median |",
-        "|---|---|---|---|---|---|---|---|",
+        "| async phase median ms | uploaded bytes median | JVM GC s per run | records per JVM CPU-s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for mode in modes:
         s = samples[mode.name]
         mean = statistics.mean(s.throughput)
         ratios = [t / b for t, b in zip(s.throughput, baseline_runs, strict=True)]
+        per_cpu = f"{statistics.mean(s.records_per_cpu_second):,.0f}" if s.records_per_cpu_second else "-"
         lines.append(
             f"| {mode.name} | {mean:,.0f} | {statistics.mean(ratios):.3f} | {', '.join(f'{x:.2f}' for x in ratios)} "
             f"| {sum(s.checkpoints)} | {_median(s.sync_ms)} "
-            f"| {_median(s.async_ms)} | {statistics.median(s.incremental_bytes) if s.incremental_bytes else '-'} |"
+            f"| {_median(s.async_ms)} | {statistics.median(s.incremental_bytes) if s.incremental_bytes else '-'} "
+            f"| {', '.join(f'{x:.1f}' for x in s.gc_seconds) or '-'} | {per_cpu} |"
         )
+    aa = [b / a for a, b in zip(first, again, strict=True)]
+    lines += ["", f"A/A (the same job twice per round, second run / first): {', '.join(f'{x:.2f}' for x in aa)}: "
+                  "ratios closer to 1.00 than these differ by are within this machine's noise"]
     return "\n".join(lines)
