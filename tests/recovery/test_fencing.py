@@ -35,38 +35,11 @@ from barrierflow.workdir.lease import TTL_ENV, highest_fence, lease_holder
 
 from tests.drivers import short_lived_driver_java_options
 from tests.recovery.harness import window_rows, windowed_spec
+from tests.recovery.suspension import process_state, suspending_driver, wait_until
 
 RECORDS = 3000
 #: The old driver: suspend itself the 2nd time a checkpoint completes (manifest stored, sinks not told).
-SUSPENDING_DRIVER = """
-import os, signal, sys
-from barrierflow.faults import at_point
-from barrierflow.cli.main import main
-
-hits = []
-
-def suspend(context):
-    hits.append(context)
-    if len(hits) == 2:
-        sys.stderr.write(f"suspending after checkpoint {context['checkpoint_id']}\\n")
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGSTOP)
-
-with at_point("after_manifest", suspend):
-    sys.exit(main(["run", sys.argv[1], "--until-exhausted", "--quiet"]))
-"""
-
-
-def _state(pid: int) -> str:
-    """The process state letter from /proc (``T``: stopped)."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.05)
+SUSPENDING_DRIVER = suspending_driver("after_manifest", "checkpoint")
 
 
 def _committed_rows(out: Path) -> list[tuple[Any, ...]]:
@@ -115,7 +88,8 @@ def test_stalled_driver_is_fenced_off_after_a_restore(
     started = time.monotonic()
     resumed: dict[str, Any] = {}
     try:
-        _wait(lambda: old.poll() is not None or _state(old.pid) == "T", "the old driver to suspend itself", 180)
+        wait_until(lambda: old.poll() is not None or process_state(old.pid) == "T",
+                   "the old driver to suspend itself", 180)
         assert old.poll() is None, "the old driver ended instead of suspending itself"
         print(f"old driver suspended after {time.monotonic() - started:.1f} s")
         # Suspended with epoch 2 pre-committed but not committed, holding fence 1.
@@ -125,8 +99,8 @@ def test_stalled_driver_is_fenced_off_after_a_restore(
         assert highest_fence(store.objects)["fence"] == 1  # type: ignore[index]
 
         # Its heartbeat stopped: the lease expires (TTL 2 s), and another host restores.
-        _wait(lambda: lease_holder(tmp_path / "work-host-b", store.objects) is None, "the stalled lease to expire",
-              30)
+        wait_until(lambda: lease_holder(tmp_path / "work-host-b", store.objects) is None, "the stalled lease to expire",
+                   30)
         assert main(["restore", str(spec_b), "--latest"]) == 0  # fence 2, attempt 1: commits epoch 2 itself
         assert store.attempt() == 1
         decision = json.loads(store.objects.get_bytes("ledger/out/txn-000000000002.decision.json"))

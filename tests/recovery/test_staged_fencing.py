@@ -24,7 +24,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,41 +38,14 @@ from barrierflow.workdir.lease import TTL_ENV, JobLease, highest_fence, lease_ho
 
 from tests.drivers import short_lived_driver_java_options
 from tests.recovery.harness import FAST_JVM
+from tests.recovery.suspension import process_state, suspending_driver, wait_until
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600), pytest.mark.slow(90)]
 RECORDS = 1500
 #: The old driver: suspend itself the 2nd time a global checkpoint completes (manifest stored,
 #: the final stage's sink not told).
-SUSPENDING_DRIVER = """
-import os, signal, sys
-from barrierflow.faults import at_point
-from barrierflow.cli.main import main
-
-hits = []
-
-def suspend(context):
-    hits.append(context)
-    if len(hits) == 2:
-        sys.stderr.write(f"suspending after global checkpoint {context['checkpoint_id']}\\n")
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGSTOP)
-
-with at_point("after_global_manifest", suspend):
-    sys.exit(main(["run", sys.argv[1], "--until-exhausted", "--quiet"]))
-"""
-
-
-def _state(pid: int) -> str:
-    """The process state letter from /proc (``T``: stopped)."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.05)
+SUSPENDING_DRIVER = suspending_driver("after_global_manifest", "global checkpoint")
 
 
 def _output(out: Path) -> list[tuple[int, int]]:
@@ -123,7 +95,8 @@ def test_stalled_multi_stage_driver_is_fenced_off_after_a_restore(
     started = time.monotonic()
     resumed: dict[str, Any] = {}
     try:
-        _wait(lambda: old.poll() is not None or _state(old.pid) == "T", "the old driver to suspend itself", 240)
+        wait_until(lambda: old.poll() is not None or process_state(old.pid) == "T",
+                   "the old driver to suspend itself", 240)
         assert old.poll() is None, "the old driver ended instead of suspending itself"
         print(f"old driver suspended after {time.monotonic() - started:.1f} s")
         assert view.global_checkpoints() == [1, 2]
@@ -131,7 +104,8 @@ def test_stalled_multi_stage_driver_is_fenced_off_after_a_restore(
         committed_before_restore = _output(out)
 
         # Its heartbeat stopped: the lease expires (TTL 2 s); another host restores global checkpoint 2.
-        _wait(lambda: lease_holder(tmp_path / "work-host-b", view.objects) is None, "the stalled lease to expire", 30)
+        wait_until(lambda: lease_holder(tmp_path / "work-host-b", view.objects) is None,
+                   "the stalled lease to expire", 30)
         assert main(["restore", str(spec_b), "--latest"]) == 0  # fence 2, attempt 1: commits b's epoch 2 itself
         assert highest_fence(view.objects)["fence"] == 2  # type: ignore[index]
         assert len(_output(out)) > len(committed_before_restore), "the restore did not commit b's epoch 2"
@@ -139,7 +113,7 @@ def test_stalled_multi_stage_driver_is_fenced_off_after_a_restore(
         print(f"restored after {time.monotonic() - started:.1f} s")
 
         def resume_old_once_the_new_attempt_completed_a_global_checkpoint() -> None:
-            _wait(lambda: any(cid > 2 for cid in view.global_checkpoints()) or "ended" in resumed,
+            wait_until(lambda: any(cid > 2 for cid in view.global_checkpoints()) or "ended" in resumed,
                   "a global checkpoint of the new attempt", 300)
             resumed["fence"] = highest_fence(view.objects)["fence"]  # type: ignore[index]
             os.kill(old.pid, signal.SIGCONT)  # it goes on to commit b's epoch 2: refused by the fence
