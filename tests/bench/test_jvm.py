@@ -41,5 +41,4 @@ def test_settle_unloads_a_stopped_querys_state_stores_and_usage_counts_its_cpu(s
     assert not store.isMaintenanceRunning()
     used = JvmUsage.now(spark).since(before)
     assert used.cpu_seconds > 0.0
-    assert used.gc_seconds >= 0.0
 

@@ -1,11 +1,24 @@
-"""Helpers of the fencing tests: a driver that suspends itself (SIGSTOP) at a crash point, the
-state of a process, and waiting for a condition with a deadline (no fixed sleeps)."""
+"""Helpers of the fencing tests: a driver that suspends itself (SIGSTOP) at a crash point
+(:func:`suspended_driver` starts it and waits until it stopped), the state of a process, and
+waiting for a condition with a deadline (no fixed sleeps)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
+
+from barrierflow.workdir.lease import TTL_ENV
+
+from tests.drivers import short_lived_driver_java_options
 
 _SUSPENDING_DRIVER = """
 import os, signal, sys
@@ -43,3 +56,50 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float) -> None
     while not condition():
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
         time.sleep(0.05)
+
+
+@dataclass
+class SuspendedDriver:
+    """A driver process (``suspending_driver``) that has suspended itself."""
+
+    process: subprocess.Popen[str]
+    started: float
+    _stderr: IO[str]
+
+    def elapsed(self) -> float:
+        """Seconds since the driver was started."""
+        return time.monotonic() - self.started
+
+    def resume(self, timeout: float) -> int:
+        """SIGCONT the driver and wait for its exit code."""
+        os.kill(self.process.pid, signal.SIGCONT)
+        return self.process.wait(timeout=timeout)
+
+    def stderr(self) -> str:
+        """Everything the driver wrote to stderr so far."""
+        self._stderr.seek(0)
+        return self._stderr.read()
+
+
+@contextmanager
+def suspended_driver(spec_path: Path, point: str, what: str, timeout: float) -> Iterator[SuspendedDriver]:
+    """Start ``python -c suspending_driver(point, what) SPEC`` (short-lived-driver JVM options, lease
+    TTL 2 s) and yield it once it stopped itself; fail if it ended instead or took longer than
+    ``timeout`` s. On exit a driver still alive is resumed and killed."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "_JAVA_OPTIONS": short_lived_driver_java_options(),
+           TTL_ENV: "2"}
+    with tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen([sys.executable, "-c", suspending_driver(point, what), str(spec_path)], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=err, text=True)
+        driver = SuspendedDriver(process, time.monotonic(), err)
+        try:
+            wait_until(lambda: process.poll() is not None or process_state(process.pid) == "T",
+                       "the old driver to suspend itself", timeout)
+            assert process.poll() is None, f"the old driver ended instead of suspending itself:\n{driver.stderr()}"
+            print(f"old driver suspended after {driver.elapsed():.1f} s")
+            yield driver
+        finally:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGCONT)
+                process.kill()
+                process.wait()

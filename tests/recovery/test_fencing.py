@@ -13,12 +13,6 @@ the failure-free output.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,15 +25,12 @@ from barrierflow.runtime.job import StreamingJob
 from barrierflow.sinks.parquet import committed_parts, read_committed
 from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
-from barrierflow.workdir.lease import TTL_ENV, highest_fence, lease_holder
+from barrierflow.workdir.lease import highest_fence, lease_holder
 
-from tests.drivers import short_lived_driver_java_options
 from tests.recovery.harness import window_rows, windowed_spec
-from tests.recovery.suspension import process_state, suspending_driver, wait_until
+from tests.recovery.suspension import suspended_driver, wait_until
 
 RECORDS = 3000
-#: The old driver: suspend itself the 2nd time a checkpoint completes (manifest stored, sinks not told).
-SUSPENDING_DRIVER = suspending_driver("after_manifest", "checkpoint")
 
 
 def _committed_rows(out: Path) -> list[tuple[Any, ...]]:
@@ -80,18 +71,9 @@ def test_stalled_driver_is_fenced_off_after_a_restore(
     store = CheckpointStore.for_spec(spec)
     ledger = TransactionLedger(store.objects, spec.name)
 
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "_JAVA_OPTIONS": short_lived_driver_java_options(),
-           TTL_ENV: "2"}
-    err = tempfile.TemporaryFile("w+")
-    old = subprocess.Popen([sys.executable, "-c", SUSPENDING_DRIVER, str(spec_a)], env=env,
-                           stdout=subprocess.DEVNULL, stderr=err, text=True)
-    started = time.monotonic()
     resumed: dict[str, Any] = {}
-    try:
-        wait_until(lambda: old.poll() is not None or process_state(old.pid) == "T",
-                   "the old driver to suspend itself", 180)
-        assert old.poll() is None, "the old driver ended instead of suspending itself"
-        print(f"old driver suspended after {time.monotonic() - started:.1f} s")
+    # The old driver suspends itself the 2nd time a checkpoint completes (manifest stored, sinks not told).
+    with suspended_driver(spec_a, "after_manifest", "checkpoint", 180) as old:
         # Suspended with epoch 2 pre-committed but not committed, holding fence 1.
         assert [m.checkpoint_id for m in store.completed()] == [1, 2]
         epoch2 = ledger.get("out", 2)
@@ -105,7 +87,7 @@ def test_stalled_driver_is_fenced_off_after_a_restore(
         assert store.attempt() == 1
         decision = json.loads(store.objects.get_bytes("ledger/out/txn-000000000002.decision.json"))
         assert decision == {**decision, "action": "COMMIT", "fence": 2}
-        print(f"restored after {time.monotonic() - started:.1f} s")
+        print(f"restored after {old.elapsed():.1f} s")
         # What the old attempt (fence 1, attempt 0) has written, as of now.
         before = _old_attempt_writes(store, out)
 
@@ -113,24 +95,17 @@ def test_stalled_driver_is_fenced_off_after_a_restore(
             if "code" in resumed or job.coordinator is None or job.coordinator.completed_count < 1:
                 return
             assert highest_fence(store.objects)["fence"] == 3  # type: ignore[index]  # the new run's
-            print(f"new attempt at a further checkpoint after {time.monotonic() - started:.1f} s")
-            os.kill(old.pid, signal.SIGCONT)  # it goes on to commit epoch 2: refused by the fence
-            resumed["code"] = old.wait(timeout=120)
-            print(f"old driver ended after {time.monotonic() - started:.1f} s")
+            print(f"new attempt at a further checkpoint after {old.elapsed():.1f} s")
+            resumed["code"] = old.resume(timeout=120)  # it goes on to commit epoch 2: refused by the fence
+            print(f"old driver ended after {old.elapsed():.1f} s")
             resumed["writes"] = _old_attempt_writes(store, out)
 
         # The new attempt (fence 3) runs to the end; after its first checkpoint the old driver wakes.
         result = StreamingJob(load_spec(spec_b), spark=spark, spec_path=str(spec_b)).run(
             until_exhausted=True, duration=600, on_tick=resume_old_after_a_further_checkpoint)
         assert result.completed
-    finally:
-        if old.poll() is None:
-            os.kill(old.pid, signal.SIGCONT)
-            old.kill()
-            old.wait()
+        stderr = old.stderr()
 
-    err.seek(0)
-    stderr = err.read()
     assert resumed.get("code") == 1, f"the old driver exited {resumed.get('code')}:\n{stderr[-3000:]}"
     assert f"fenced off: pipeline {spec.name} was taken over to run at " in stderr, stderr[-3000:]
     assert "(fence 3); this driver (attempt 0, fence 1) lost its lease" in stderr

@@ -17,13 +17,7 @@ ran to the end, holds every source record exactly once.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +28,14 @@ from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
 from barrierflow.testing.kafka_broker import KafkaEndpoint
-from barrierflow.workdir.lease import TTL_ENV, JobLease, highest_fence, lease_holder
+from barrierflow.workdir.lease import JobLease, highest_fence, lease_holder
 
-from tests.drivers import short_lived_driver_java_options
 from tests.recovery.harness import FAST_JVM
-from tests.recovery.suspension import process_state, suspending_driver, wait_until
+from tests.recovery.suspension import suspended_driver, wait_until
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600), pytest.mark.slow(90)]
 RECORDS = 1500
-#: The old driver: suspend itself the 2nd time a global checkpoint completes (manifest stored,
-#: the final stage's sink not told).
-SUSPENDING_DRIVER = suspending_driver("after_global_manifest", "global checkpoint")
 
 
 def _output(out: Path) -> list[tuple[int, int]]:
@@ -87,18 +77,10 @@ def test_stalled_multi_stage_driver_is_fenced_off_after_a_restore(
     out = tmp_path / "out"
     view = StagedPipelineJob.offline(parse_staged_spec(data))
 
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "_JAVA_OPTIONS": short_lived_driver_java_options(),
-           TTL_ENV: "2"}
-    err = tempfile.TemporaryFile("w+")
-    old = subprocess.Popen([sys.executable, "-c", SUSPENDING_DRIVER, str(spec_a)], env=env,
-                           stdout=subprocess.DEVNULL, stderr=err, text=True)
-    started = time.monotonic()
     resumed: dict[str, Any] = {}
-    try:
-        wait_until(lambda: old.poll() is not None or process_state(old.pid) == "T",
-                   "the old driver to suspend itself", 240)
-        assert old.poll() is None, "the old driver ended instead of suspending itself"
-        print(f"old driver suspended after {time.monotonic() - started:.1f} s")
+    # The old driver suspends itself the 2nd time a global checkpoint completes (manifest stored,
+    # the final stage's sink not told).
+    with suspended_driver(spec_a, "after_global_manifest", "global checkpoint", 240) as old:
         assert view.global_checkpoints() == [1, 2]
         assert highest_fence(view.objects)["fence"] == 1  # type: ignore[index]
         committed_before_restore = _output(out)
@@ -110,16 +92,15 @@ def test_stalled_multi_stage_driver_is_fenced_off_after_a_restore(
         assert highest_fence(view.objects)["fence"] == 2  # type: ignore[index]
         assert len(_output(out)) > len(committed_before_restore), "the restore did not commit b's epoch 2"
         before = _old_attempt_writes(view)
-        print(f"restored after {time.monotonic() - started:.1f} s")
+        print(f"restored after {old.elapsed():.1f} s")
 
         def resume_old_once_the_new_attempt_completed_a_global_checkpoint() -> None:
             wait_until(lambda: any(cid > 2 for cid in view.global_checkpoints()) or "ended" in resumed,
                   "a global checkpoint of the new attempt", 300)
             resumed["fence"] = highest_fence(view.objects)["fence"]  # type: ignore[index]
-            os.kill(old.pid, signal.SIGCONT)  # it goes on to commit b's epoch 2: refused by the fence
-            resumed["code"] = old.wait(timeout=120)
+            resumed["code"] = old.resume(timeout=120)  # it goes on to commit b's epoch 2: refused by the fence
             resumed["writes"] = _old_attempt_writes(view)
-            print(f"old driver ended after {time.monotonic() - started:.1f} s")
+            print(f"old driver ended after {old.elapsed():.1f} s")
 
         waker = threading.Thread(target=resume_old_once_the_new_attempt_completed_a_global_checkpoint, daemon=True)
         waker.start()
@@ -131,14 +112,8 @@ def test_stalled_multi_stage_driver_is_fenced_off_after_a_restore(
         resumed["ended"] = True
         waker.join(timeout=180)
         assert result.completed
-    finally:
-        if old.poll() is None:
-            os.kill(old.pid, signal.SIGCONT)
-            old.kill()
-            old.wait()
+        stderr = old.stderr()
 
-    err.seek(0)
-    stderr = err.read()
     assert resumed.get("fence") == 3, resumed
     assert resumed.get("code") == 1, f"the old driver exited {resumed.get('code')}:\n{stderr[-3000:]}"
     assert f"fenced off: pipeline {data['name']} was taken over to run at " in stderr, stderr[-3000:]
