@@ -246,3 +246,23 @@ def test_local_list_stays_inside_its_root(tmp_path: Path) -> None:
     assert [o.key for o in store.list("")] == ["a/b.txt"]
     assert [o.key for o in store.list("a/")] == ["a/b.txt"]
     assert store.list("zzz/") == [] and store.list("zzz") == []
+
+
+@pytest.mark.s3
+def test_s3_put_file_above_the_single_put_size_is_a_multipart_upload(
+        s3_store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from barrierflow.storage import s3
+
+    monkeypatch.setattr(s3, "SINGLE_PUT_MAX_BYTES", 1024 * 1024)
+    monkeypatch.setattr(s3, "MULTIPART_PART_BYTES", 5 * 1024 * 1024)  # S3's smallest part
+    store = open_store(s3_store_uri)
+    assert isinstance(store, S3ObjectStore)
+    src = tmp_path / "big.bin"
+    payload = bytes(range(256)) * (11 * 1024 * 1024 // 256)  # 11 MiB: parts of 5, 5 and 1 MiB
+    src.write_bytes(payload)
+    store.put_file("files/big.bin", str(src))
+    head = store.client.head_object(Bucket=store.bucket, Key=store._key("files/big.bin"))
+    assert head["ETag"].strip('"').endswith("-3")  # three parts
+    dst = tmp_path / "dst.bin"
+    store.download_file("files/big.bin", str(dst))
+    assert dst.read_bytes() == payload

@@ -34,7 +34,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,6 +54,7 @@ from barrierflow.checkpointing.manifest import (
 from barrierflow.checkpointing.sink_notifier import SinkNotifier
 from barrierflow.checkpointing.stage import BarrierBatch, StageTracker
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.checkpointing.thread_priority import background_executor
 from barrierflow.checkpointing.uploader import SnapshotUploader, UploadResult
 from barrierflow.errors import BarrierflowError, TolerableFailuresExceededError
 from barrierflow.faults import crash_point
@@ -133,9 +134,9 @@ class CheckpointCoordinator:
         #: to commit once the *global* checkpoint is complete (:meth:`commit_sinks`)
         self.commit_on_completion = commit_on_completion
         self.stage = StageTracker(self.spark_dir, self.staging_dir, source_names)
-        self.uploader = SnapshotUploader(store)
+        self.uploader = SnapshotUploader(store, nice=options.async_nice)
         self.notifier = SinkNotifier(self.sinks)
-        self._async = ThreadPoolExecutor(max_workers=options.max_concurrent, thread_name_prefix="chk-async")
+        self._async = background_executor(options.max_concurrent, "chk-async", options.async_nice)
         self.pending: dict[int, PendingCheckpoint] = {}
         #: The newest :data:`KEEP_COMPLETED` completed manifests (the store has them all): a
         #: manifest lists every file of its snapshot (~150 KB in memory for 200 files), so

@@ -23,13 +23,13 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from barrierflow.checkpointing.fence import RetentionFence, reserve
 from barrierflow.checkpointing.manifest import ManifestFile
 from barrierflow.checkpointing.snapshot import LocalSnapshot
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.checkpointing.thread_priority import background_executor
 from barrierflow.faults import crash_point
 
 log = logging.getLogger(__name__)
@@ -52,9 +52,11 @@ def sha256_file(path: str) -> str:
 
 
 class SnapshotUploader:
-    def __init__(self, store: CheckpointStore, file_threads: int = 4) -> None:
+    def __init__(self, store: CheckpointStore, file_threads: int = 4, nice: int = 0) -> None:
+        """``nice``: CPU priority of the upload threads below the caller's
+        (:mod:`barrierflow.checkpointing.thread_priority`)."""
         self.store = store
-        self._files = ThreadPoolExecutor(max_workers=file_threads, thread_name_prefix="chk-file")
+        self._files = background_executor(file_threads, "chk-file", nice)
         self._lock = threading.Lock()
         self._known: set[str] | None = None
         self._hash_cache: dict[tuple[int, int, int, int], str] = {}

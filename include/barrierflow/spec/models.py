@@ -209,6 +209,10 @@ class CheckpointSpec(_Strict):
     synchronous_upload: bool = Field(
         False, description="wait for the upload before processing continues (paper's baseline)"
     )
+    async_nice: int = Field(
+        0, ge=0, le=19,
+        description="nice value (Linux) of the asynchronous phase's threads (hashing, upload, sink pre-commit): "
+                    "19 gives them only the CPU processing leaves, 0 the same priority as processing")
     sink_commit_retries: int = Field(
         5, ge=0, le=30, description="retries of a completed checkpoint's sink commit before the job stops")
     sink_commit_backoff: float = Field(

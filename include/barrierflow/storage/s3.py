@@ -50,6 +50,11 @@ logger = logging.getLogger(__name__)
 DEFAULT_REGION = "us-east-1"
 #: S3's DeleteObjects accepts at most this many keys per request.
 DELETE_BATCH_SIZE = 1000
+#: :meth:`S3ObjectStore.put_file` sends files up to this size in one PutObject (S3 allows 5 GB):
+#: no transfer manager and thread pool per file, and the request runs in the calling thread.
+SINGLE_PUT_MAX_BYTES = 64 * 1024 * 1024
+#: Part size of the multipart uploads of larger files.
+MULTIPART_PART_BYTES = 32 * 1024 * 1024
 
 _NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 _NO_BUCKET_CODES = frozenset({"NoSuchBucket"})
@@ -346,13 +351,23 @@ class S3ObjectStore(ObjectStore):
             self.delete(probe_key)
 
     def put_file(self, key: str, local_path: str) -> None:
-        """Upload ``local_path`` to ``key`` (managed upload; visible only once complete)."""
+        """Upload ``local_path`` to ``key``, visible only once complete, in the calling thread:
+        one PutObject up to :data:`SINGLE_PUT_MAX_BYTES`, a multipart upload above (parts one
+        after another). Callers that want parallel uploads upload several files at once; the
+        calling thread's CPU priority (``checkpoint.async_nice``) covers all the work."""
         from boto3.exceptions import Boto3Error
+        from boto3.s3.transfer import TransferConfig
         from botocore.exceptions import BotoCoreError, ClientError
 
         s3_key = self._key(key)
         try:
-            self.client.upload_file(os.fspath(local_path), self.bucket, s3_key)
+            if os.path.getsize(local_path) <= SINGLE_PUT_MAX_BYTES:
+                with open(local_path, "rb") as body:
+                    self.client.put_object(Bucket=self.bucket, Key=s3_key, Body=body)
+            else:
+                config = TransferConfig(multipart_threshold=SINGLE_PUT_MAX_BYTES,
+                                        multipart_chunksize=MULTIPART_PART_BYTES, use_threads=False)
+                self.client.upload_file(os.fspath(local_path), self.bucket, s3_key, Config=config)
         except (ClientError, BotoCoreError, Boto3Error, OSError) as exc:
             self._raise(exc, "write", key)
 
