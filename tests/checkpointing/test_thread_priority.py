@@ -27,8 +27,7 @@ def _nice() -> int:
 
 
 class PriorityRecordingStore(LocalObjectStore):
-    """Records the nice value of every thread that uploads a file, and of every thread that
-    writes a manifest."""
+    """Records the nice value of every thread that uploads a file."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
