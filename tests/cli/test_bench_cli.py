@@ -14,6 +14,10 @@ def test_bench_rejects_bad_numbers(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--state-keys >= 1" in capsys.readouterr().err
     assert main(["bench", "--store", "bucket/prefix"]) == 2
     assert "--store needs a storage URI such as s3://bucket/prefix" in capsys.readouterr().err
+    assert main(["bench", "--seconds", "30", "--interleave", "45"]) == 2
+    assert "--interleave needs segments of more than 0 s and at most --seconds (30); got 45" in capsys.readouterr().err
+    assert main(["bench", "--scenario", "restore", "--interleave", "10"]) == 2
+    assert "--interleave applies to --scenario abs-overhead only" in capsys.readouterr().err
 
 
 def test_scale_scenario_measures_every_size_with_verified_synthetic_checkpoints(
@@ -82,7 +86,8 @@ def test_compare_table_gives_per_round_ratios() -> None:
 def test_abs_overhead_table_compares_each_mode_with_both_baseline_runs_and_shows_the_aa_noise() -> None:
     """Each mode's per-round ratio is against the mean of that round's two no-checkpoint runs; the
     A/A line gives the second baseline run over the first."""
-    from barrierflow.bench.abs_overhead import BASELINE, BASELINE_AGAIN, Sample, modes_for, render
+    from barrierflow.bench.abs_overhead import render
+    from barrierflow.bench.modes import BASELINE, BASELINE_AGAIN, Sample, modes_for
     from barrierflow.spec import load_spec, project_home
 
     modes = modes_for([20.0, 5.0])

@@ -15,6 +15,10 @@ emulate an object store farther away than loopback, and the modes are: no checkp
 ABS every 1 s and the synchronous baseline every 1 s at each bandwidth. The paper's claim is
 then visible: the baseline holds processing for the upload, so its share of throughput lost
 grows as the upload takes longer, while ABS uploads beside processing.
+
+With ``interleave`` each round is one query whose mode changes every few seconds instead
+(:mod:`barrierflow.bench.interleaved`): separate runs of one job differ on this machine by more
+than ABS costs, and a shared query takes that noise out of the ratios.
 """
 
 from __future__ import annotations
@@ -25,13 +29,13 @@ import statistics
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from barrierflow.bench import emit_table
 from barrierflow.bench.jvm import JvmUsage, settle
+from barrierflow.bench.modes import BASELINE, BASELINE_AGAIN, MODES, Mode, Sample, mode_spec, modes_for
 from barrierflow.bench.throttled_link import ThrottledLink
 from barrierflow.errors import UserInputError
 from barrierflow.runtime.job import StreamingJob
@@ -40,41 +44,6 @@ from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-@dataclass(frozen=True)
-class Mode:
-    name: str
-    interval: float | None  # None: no barrierflow checkpoints
-    synchronous: bool = False
-    bandwidth: float | None = None  # MB/s of the link to the store; None: not throttled
-
-
-#: The baseline is run twice per round, the second time half a round after the first: each mode
-#: is compared with the mean of both, and the two against each other (an A/A comparison) show how
-#: much two runs of the very same job differ on this machine, i.e. the noise of every ratio.
-BASELINE = Mode("no checkpoints", None)
-BASELINE_AGAIN = Mode("no checkpoints, again", None)
-
-MODES = (
-    BASELINE,
-    Mode("ABS 1 s", 1.0),
-    Mode("ABS 5 s", 5.0),
-    BASELINE_AGAIN,
-    Mode("sync snapshot 1 s", 1.0, synchronous=True),
-)
-
-
-def modes_for(bandwidths: Sequence[float] | None) -> tuple[Mode, ...]:
-    """The modes a run compares: :data:`MODES`, or with ``bandwidths`` the baseline, then ABS 1 s
-    and the synchronous baseline 1 s at each bandwidth (MB/s to the store), with the baseline's
-    second run in the middle."""
-    if not bandwidths:
-        return MODES
-    paired = [Mode(f"{name} @ {bw:g} MB/s", 1.0, synchronous=sync, bandwidth=bw)
-              for bw in bandwidths for name, sync in (("ABS 1 s", False), ("sync snapshot 1 s", True))]
-    half = len(paired) // 2
-    return (BASELINE, *paired[:half], BASELINE_AGAIN, *paired[half:])
 
 
 @contextmanager
@@ -100,38 +69,16 @@ def throttled_store_endpoint(bandwidths: Sequence[float] | None) -> Iterator[Thr
                 os.environ["AWS_ENDPOINT_URL_S3"] = previous
 
 
-@dataclass
-class Sample:
-    throughput: list[float] = field(default_factory=list)
-    checkpoints: list[int] = field(default_factory=list)
-    sync_ms: list[float] = field(default_factory=list)
-    async_ms: list[float] = field(default_factory=list)
-    incremental_bytes: list[int] = field(default_factory=list)
-    gc_seconds: list[float] = field(default_factory=list)
-    records_per_cpu_second: list[float] = field(default_factory=list)
-
-
-def mode_spec(base: PipelineSpec, mode: Mode, work: Path, store: str | None = None) -> PipelineSpec:
-    """``base`` with ``mode``'s checkpoint settings and its directories under ``work``; the
-    checkpoint store under ``store`` (a storage URI, e.g. ``s3://bucket/prefix``) when given,
-    else under ``work``."""
-    checkpoint = base.checkpoint.model_copy(update={
-        "storage": f"{store.rstrip('/')}/{work.name}" if store else f"file://{work / 'checkpoints'}",
-        "interval": mode.interval or 3600.0,
-        "synchronous_upload": mode.synchronous,
-        "timeout": 600.0,
-    })
-    return base.model_copy(update={"work_dir": str(work / "work"), "checkpoint": checkpoint})
-
-
 def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str | None = None,
                   store: str | None = None, keys: int | None = None,
-                  bandwidths: Sequence[float] | None = None) -> dict[str, Sample]:
+                  bandwidths: Sequence[float] | None = None, interleave: float | None = None) -> dict[str, Sample]:
     """Run every mode ``rounds`` times (see the module docstring). ``store``: the checkpoint
     store's URI (``s3://bucket/prefix`` against the endpoint of the standard AWS variables;
     default a local directory); ``keys``: distinct keys of the state (default the spec's), to
     make each checkpoint's upload large enough to matter; ``bandwidths``: MB/s of a throttled
-    link to the S3 store, one pair of modes (ABS, synchronous) per value."""
+    link to the S3 store, one pair of modes (ABS, synchronous) per value; ``interleave``: run each
+    round as one query whose mode changes every ``interleave`` seconds
+    (:mod:`barrierflow.bench.interleaved`) instead of one query per mode and round."""
     if bandwidths and not (store or "").startswith("s3://"):
         raise UserInputError("--store-bandwidth throttles the link to an S3 checkpoint store: give --store "
                              "s3://bucket/prefix too")
@@ -152,8 +99,14 @@ def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str 
     print(f"warm-up ({warmup:.0f} s) ...", file=sys.stderr)
     StreamingJob(mode_spec(base, modes[0], root / "warmup", store), spark=spark).run(duration=warmup)
     with throttled_store_endpoint(bandwidths) as link:
-        _run_rounds(base, modes, samples, root, spark, seconds=seconds, rounds=rounds, store=store, link=link)
-    emit_table(render(samples, base, seconds, rounds, store, modes), markdown)
+        if interleave:
+            from barrierflow.bench.interleaved import run_interleaved_rounds
+
+            run_interleaved_rounds(base, modes, samples, root, spark, seconds=seconds, rounds=rounds, store=store,
+                                   link=link, segment=interleave)
+        else:
+            _run_rounds(base, modes, samples, root, spark, seconds=seconds, rounds=rounds, store=store, link=link)
+    emit_table(render(samples, base, seconds, rounds, store, modes, interleave), markdown)
     return samples
 
 
@@ -200,10 +153,11 @@ def _median(values: list[float]) -> str:
 
 
 def render(samples: dict[str, Sample], spec: PipelineSpec, seconds: float, rounds: int,
-           store: str | None = None, modes: tuple[Mode, ...] = MODES) -> str:
+           store: str | None = None, modes: tuple[Mode, ...] = MODES, interleave: float | None = None) -> str:
     """The table; ratios are per round (each mode against the mean of the round's two
     no-checkpoint runs, so drift between rounds cancels), listed and then averaged; below it the
-    A/A line: per round, the second no-checkpoint run over the first."""
+    A/A line: per round, the second no-checkpoint run over the first. ``interleave``: the rounds
+    ran interleaved in segments of that many seconds (said in the heading)."""
     first, again = samples[BASELINE.name].throughput, samples[BASELINE_AGAIN.name].throughput
     baseline_runs = [(a + b) / 2 for a, b in zip(first, again, strict=True)]
     keys = f"{spec.source.keys:,}" if isinstance(spec.source, GeneratorSourceSpec) else "?"
@@ -211,7 +165,10 @@ def render(samples: dict[str, Sample], spec: PipelineSpec, seconds: float, round
         f"Benchmark {datetime.now(UTC).isoformat(timespec='seconds')}: pipeline {spec.name}, "
         f"{spec.spark.master}, {spec.spark.shuffle_partitions} shuffle partitions, {keys} keys, "
         f"checkpoint store {store or 'local directory'}, "
-        f"{seconds:.0f} s per mode, {rounds} round(s)",
+        f"{seconds:.0f} s per mode, {rounds} round(s), "
+        + (f"interleaved: one query per round, modes alternating in {interleave:g} s segments (ABBA order), each "
+           "checkpointing segment ending after its last checkpoint completed" if interleave else
+           "one query per mode and round"),
         "",
         "| mode | records/s (mean) | ratio to no checkpoints (mean of per-round ratios) | per-round ratios "
         "| checkpoints | sync phase median ms "
@@ -230,6 +187,7 @@ def render(samples: dict[str, Sample], spec: PipelineSpec, seconds: float, round
             f"| {', '.join(f'{x:.1f}' for x in s.gc_seconds) or '-'} | {per_cpu} |"
         )
     aa = [b / a for a, b in zip(first, again, strict=True)]
-    lines += ["", f"A/A (the same job twice per round, second run / first): {', '.join(f'{x:.2f}' for x in aa)}: "
+    second = "mode" if interleave else "run"
+    lines += ["", f"A/A (the same job twice per round, second {second} / first): {', '.join(f'{x:.2f}' for x in aa)}: "
                   "ratios closer to 1.00 than these differ by are within this machine's noise"]
     return "\n".join(lines)

@@ -29,7 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from barrierflow.bench import emit_table
-from barrierflow.bench.abs_overhead import MODES, mode_spec, no_checkpoints
+from barrierflow.bench.abs_overhead import no_checkpoints
+from barrierflow.bench.modes import MODES, mode_spec
 from barrierflow.errors import UserInputError
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec, project_home

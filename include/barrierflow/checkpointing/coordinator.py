@@ -56,7 +56,7 @@ from barrierflow.checkpointing.stage import BarrierBatch, StageTracker
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.checkpointing.thread_priority import background_executor
 from barrierflow.checkpointing.uploader import SnapshotUploader, UploadResult
-from barrierflow.errors import BarrierflowError, TolerableFailuresExceededError
+from barrierflow.errors import BarrierflowError, CheckpointError, TolerableFailuresExceededError
 from barrierflow.faults import crash_point
 from barrierflow.spec.models import CheckpointSpec
 from barrierflow.transactions.committer import SinkCommitter
@@ -178,6 +178,20 @@ class CheckpointCoordinator:
 
     def current_epoch(self) -> int:
         return self.stage.last_barrier + 1
+
+    def retune(self, *, interval: float, synchronous_upload: bool) -> None:
+        """Change the checkpoint interval and the synchronous-upload baseline while the job runs
+        (benchmarks that alternate modes inside one query). Takes effect with the next trigger.
+
+        Raises :class:`CheckpointError` while a checkpoint is pending, so that no checkpoint runs
+        under two settings; the caller stops triggering (``trigger_limit``) and waits first."""
+        if self.pending:
+            raise CheckpointError(f"cannot retune the checkpoint coordinator while checkpoints {sorted(self.pending)} "
+                             "are pending: stop triggering and wait until they finished")
+        if interval <= 0:
+            raise CheckpointError(f"checkpoint interval must be positive (got {interval})")
+        self.options = self.options.model_copy(update={"interval": interval,
+                                                       "synchronous_upload": synchronous_upload})
 
     # -- the tick -----------------------------------------------------------------------
     def tick(self) -> list[CheckpointEvent]:

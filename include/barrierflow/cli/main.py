@@ -165,6 +165,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--state-keys", type=int,
                        help="abs-overhead scenario: distinct keys of the state (default the spec's), so that each "
                             "checkpoint's upload is large")
+    bench.add_argument("--interleave", type=float, metavar="SECONDS",
+                       help="abs-overhead scenario: run each round as one query whose mode changes every SECONDS "
+                            "(segments from commit to commit, each checkpointing segment ending after its last "
+                            "checkpoint completed), so every mode shares one JVM; default one query per mode and round")
     bench.add_argument("--compare", choices=("flink-sql",),
                        help="instead of a scenario: the reference job on barrierflow and on Flink SQL side by side, "
                             "without and with 1 s checkpoints, alternating (needs `make flink`)")
@@ -663,6 +667,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                              f"--seconds {args.seconds}, --keys {args.keys})")
     if args.compare and args.scenario != "abs-overhead":
         raise UserInputError(f"--compare {args.compare} runs its own job; drop --scenario {args.scenario}")
+    if args.interleave is not None and (args.scenario != "abs-overhead" or args.compare):
+        raise UserInputError("--interleave applies to --scenario abs-overhead only; drop it")
     if args.compare == "flink-sql":
         from barrierflow.bench.flink_compare import run_flink_comparison
 
@@ -711,8 +717,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         if not (args.store or "").startswith("s3://"):
             raise UserInputError("bench --store-bandwidth throttles the link to an S3 checkpoint store: give --store "
                                  "s3://bucket/prefix too (endpoint from AWS_ENDPOINT_URL_S3)")
+    if args.interleave is not None and not 0 < args.interleave <= args.seconds:
+        raise UserInputError(f"bench --interleave needs segments of more than 0 s and at most --seconds "
+                             f"({args.seconds:g}); got {args.interleave:g}")
     run_benchmark(args.spec, seconds=args.seconds, rounds=args.rounds, markdown=args.markdown, store=args.store,
-                  keys=args.state_keys, bandwidths=args.store_bandwidth)
+                  keys=args.state_keys, bandwidths=args.store_bandwidth, interleave=args.interleave)
     return EXIT_OK
 
 
