@@ -22,7 +22,7 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.cli.main import main
 from barrierflow.spec import PipelineSpec, load_spec
 
-from tests.drivers import short_lived_driver_java_options
+from tests.drivers import short_lived_driver_env
 
 FAST_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
@@ -68,9 +68,9 @@ def crashed_runs(runs: list[tuple[Path, str]], *, timeout: float = 300, env: dic
     when all ended, in the order given."""
     import tempfile
 
-    environment = {**os.environ, **(env or {}), "PYSPARK_PYTHON": sys.executable,
-                   # C1-only JIT, serial GC and the suite's class archive: a faster driver start.
-                   "_JAVA_OPTIONS": short_lived_driver_java_options()}
+    # C1-only JIT, serial GC and the suite's class archive: a faster driver start; workers that
+    # import pyspark from site-packages, not from Spark's zip (see tests/drivers.py).
+    environment = {**os.environ, **(env or {}), **short_lived_driver_env()}
     started = []
     for spec_path, crash_at in runs:
         out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
