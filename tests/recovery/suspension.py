@@ -18,7 +18,7 @@ from typing import IO
 
 from barrierflow.workdir.lease import TTL_ENV
 
-from tests.drivers import short_lived_driver_java_options
+from tests.drivers import short_lived_driver_env
 
 _SUSPENDING_DRIVER = """
 import os, signal, sys
@@ -86,8 +86,7 @@ def suspended_driver(spec_path: Path, point: str, what: str, timeout: float) -> 
     """Start ``python -c suspending_driver(point, what) SPEC`` (short-lived-driver JVM options, lease
     TTL 2 s) and yield it once it stopped itself; fail if it ended instead or took longer than
     ``timeout`` s. On exit a driver still alive is resumed and killed."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "_JAVA_OPTIONS": short_lived_driver_java_options(),
-           TTL_ENV: "2"}
+    env = {**os.environ, **short_lived_driver_env(), TTL_ENV: "2"}
     with tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen([sys.executable, "-c", suspending_driver(point, what), str(spec_path)], env=env,
                                    stdout=subprocess.DEVNULL, stderr=err, text=True)

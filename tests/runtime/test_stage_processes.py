@@ -32,7 +32,7 @@ from barrierflow.checkpointing.global_manifest import GlobalManifest, global_key
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.testing.kafka_broker import KafkaEndpoint
 
-from tests.drivers import short_lived_driver_java_options
+from tests.drivers import short_lived_driver_env
 from tests.recovery.harness import FAST_JVM, assert_sub_multiset
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 
@@ -41,7 +41,7 @@ RECORDS = 400
 
 
 def _supervisor(spec_path: Path, *extra: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "_JAVA_OPTIONS": short_lived_driver_java_options()}
+    env = {**os.environ, **short_lived_driver_env()}
     return subprocess.Popen([sys.executable, "-m", "barrierflow.cli.main", "run", str(spec_path), "--processes",
                              "--quiet", *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -55,7 +55,7 @@ def test_deep_verification_from_the_cli_in_a_fresh_process(spark, tmp_path: Path
 
     import yaml
 
-    from tests.drivers import short_lived_driver_java_options
+    from tests.drivers import short_lived_driver_env
     from tests.pipeline_specs import spec_dict
 
     data = spec_dict(tmp_path, source={"keys": 20, "max_records_per_batch": 200})
@@ -68,7 +68,7 @@ def test_deep_verification_from_the_cli_in_a_fresh_process(spark, tmp_path: Path
     result = subprocess.run(
         [sys.executable, "-m", "barrierflow.cli.main", "verify", str(spec_path), "--checkpoint",
          str(done.checkpoint_id), "--deep", "--json"],
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "_JAVA_OPTIONS": short_lived_driver_java_options()},
+        env={**os.environ, **short_lived_driver_env()},
         capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     checks = json.loads(result.stdout)["reports"][0]["checks"]

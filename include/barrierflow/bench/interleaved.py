@@ -273,6 +273,10 @@ def run_interleaved_rounds(base: PipelineSpec, modes: tuple[Mode, ...], samples:
         segments = interleave(job, segment_plan(order, cycles), segment, link)
         every += segments
         shutil.rmtree(work, ignore_errors=True)
+        for s in segments:
+            print(f"round {r + 1} cycle {s.cycle + 1} {s.mode:28} batches {s.first_batch}-{s.last_batch} "
+                  f"{s.throughput:>12,.0f} rec/s ({s.seconds:.1f} s)  {len(s.checkpoint_ids)} checkpoints  "
+                  f"JVM {s.jvm_cpu_seconds:.1f} CPU-s, GC {s.gc_seconds:.1f} s", file=sys.stderr)
         for line in fold_round(segments, modes, samples):
             print(f"round {r + 1} {line}", file=sys.stderr)
     return every
