@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from barrierflow.barriers.control import ControlChannel
-from barrierflow.bench.interleaved import Segment, fold_round, interleave, segment_plan
+from barrierflow.bench.interleaved import Segment, balanced_orders, fold_round, interleave, segment_plan
 from barrierflow.bench.modes import BASELINE, BASELINE_AGAIN, Mode, Sample, mode_spec
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.store import CheckpointStore
@@ -44,12 +45,25 @@ class HoldRecordingStore(LocalObjectStore):
         return super().put_if_absent(key, data)
 
 
-def test_segment_plan_alternates_the_order_every_other_cycle() -> None:
-    plan = segment_plan(MODES, 3)
-    assert [(c, m.name) for c, m in plan] == [
-        (0, BASELINE.name), (0, ABS.name), (0, SYNC.name), (0, BASELINE_AGAIN.name),
-        (1, BASELINE_AGAIN.name), (1, SYNC.name), (1, ABS.name), (1, BASELINE.name),
-        (2, BASELINE.name), (2, ABS.name), (2, SYNC.name), (2, BASELINE_AGAIN.name)]
+@pytest.mark.parametrize("n", [2, 3, 5, 6])
+def test_balanced_orders_put_every_mode_in_every_position_and_after_every_other_equally_often(n: int) -> None:
+    orders = balanced_orders(n)
+    assert len(orders) == (n if n % 2 == 0 else 2 * n)
+    assert all(sorted(o) == list(range(n)) for o in orders)
+    for position in range(n):
+        assert Counter(o[position] for o in orders) == {i: len(orders) // n for i in range(n)}
+    follows = Counter((a, b) for o in orders for a, b in itertools.pairwise(o))
+    assert set(follows) == {(a, b) for a in range(n) for b in range(n) if a != b}
+    assert set(follows.values()) == {1 if n % 2 == 0 else 2}
+
+
+def test_segment_plan_walks_the_balanced_orders_across_cycles_and_rounds() -> None:
+    names = [m.name for m in MODES]  # 4 modes: orders 0 1 3 2, 1 2 0 3, 2 3 1 0, 3 0 2 1
+    plan = segment_plan(MODES, 2)
+    assert [(c, m.name) for c, m in plan] == ([(0, names[i]) for i in (0, 1, 3, 2)]
+                                              + [(1, names[i]) for i in (1, 2, 0, 3)])
+    second_round = segment_plan(MODES, 2, start=2)
+    assert [m.name for _, m in second_round] == [names[i] for i in (2, 3, 1, 0, 3, 0, 2, 1)]
     with pytest.raises(BarrierflowError, match="at least one cycle"):
         segment_plan(MODES, 0)
 

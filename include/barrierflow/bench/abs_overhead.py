@@ -166,7 +166,8 @@ def render(samples: dict[str, Sample], spec: PipelineSpec, seconds: float, round
         f"{spec.spark.master}, {spec.spark.shuffle_partitions} shuffle partitions, {keys} keys, "
         f"checkpoint store {store or 'local directory'}, "
         f"{seconds:.0f} s per mode, {rounds} round(s), "
-        + (f"interleaved: one query per round, modes alternating in {interleave:g} s segments (ABBA order), each "
+        + (f"interleaved: one query per round, modes alternating in {interleave:g} s segments in orders "
+           "balanced for carry-over, each "
            "checkpointing segment ending after its last checkpoint completed" if interleave else
            "one query per mode and round"),
         "",

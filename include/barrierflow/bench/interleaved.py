@@ -4,10 +4,12 @@ Why: two separate runs of the very same job differ on this machine by more than 
 (abs_overhead's A/A line read 0.95, 0.90 and 0.91 in session 12). Each query's JVM settles at
 its own efficiency (about 250 k or about 228 k records per JVM CPU-second, whatever the mode), so
 a ratio of two runs mixes the mode's cost with the luck of the JVM. Here each round is one query
-whose checkpoint mode changes every ``segment`` seconds, cycling through the modes (every other
-cycle in reverse order, so drift inside the round is charged to every mode alike). Every mode then
-runs on the same JVM, the same state and the same moment of the machine, and the two
-no-checkpoint modes give the A/A noise of this method.
+whose checkpoint mode changes every ``segment`` seconds, cycling through the modes in orders
+balanced for carry-over (:func:`balanced_orders`: each mode in every position and after every
+other mode equally often, so neither drift inside the round nor what a segment leaves to the next
+is charged to one mode more than another). Every mode then runs on the same JVM, the same state
+and the same moment of the machine, and the two no-checkpoint modes give the A/A noise of this
+method.
 
 Contract of a segment (:class:`Interleaver`):
 
@@ -76,15 +78,31 @@ class Segment:
         return self.records / self.seconds if self.seconds > 0 else 0.0
 
 
-def segment_plan(modes: Sequence[Mode], cycles: int) -> list[tuple[int, Mode]]:
-    """(cycle, mode) of each segment: ``cycles`` passes through ``modes``, every other pass in
-    reverse order (A B C, C B A, ...), so that each mode sits as often early as late."""
+def balanced_orders(n: int) -> list[list[int]]:
+    """Orders of ``range(n)`` balanced for carry-over (a Williams design): over all of them each
+    index sits in every position equally often, and follows every other index equally often:
+    once in the ``n`` orders of an even ``n``, twice in the ``2 n`` orders of an odd ``n``. What one
+    segment leaves to the next (JIT, collections, page cache, the store) is then shared by every
+    mode alike."""
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        first.append(low if len(first) % 2 else high)
+        if len(first) % 2:
+            high -= 1
+        else:
+            low += 1
+    orders = [[(x + shift) % n for x in first] for shift in range(n)]
+    return orders + [list(reversed(o)) for o in orders] if n % 2 else orders
+
+
+def segment_plan(modes: Sequence[Mode], cycles: int, start: int = 0) -> list[tuple[int, Mode]]:
+    """(cycle, mode) of each segment: ``cycles`` passes through ``modes``, pass ``k`` in the order
+    :func:`balanced_orders` lists at ``start + k`` (cyclically). Passing ``start`` = rounds so far
+    times ``cycles`` continues the design from round to round."""
     if cycles < 1 or not modes:
         raise BarrierflowError(f"an interleaved round needs at least one cycle and one mode (got {cycles}, {modes})")
-    plan: list[tuple[int, Mode]] = []
-    for cycle in range(cycles):
-        plan += [(cycle, m) for m in (modes if cycle % 2 == 0 else list(reversed(modes)))]
-    return plan
+    orders = balanced_orders(len(modes))
+    return [(cycle, modes[i]) for cycle in range(cycles) for i in orders[(start + cycle) % len(orders)]]
 
 
 def _records_through(spark_checkpoint: Path, batch: int) -> int:
@@ -266,11 +284,10 @@ def run_interleaved_rounds(base: PipelineSpec, modes: tuple[Mode, ...], samples:
     cycles = max(1, round(seconds / segment))
     every: list[Segment] = []
     for r in range(rounds):
-        order = modes[r % len(modes):] + modes[: r % len(modes)]
         work = root / f"r{r}-interleaved"
         job = StreamingJob(mode_spec(base, BASELINE, work, store), spark=spark)
         settle(spark)
-        segments = interleave(job, segment_plan(order, cycles), segment, link)
+        segments = interleave(job, segment_plan(modes, cycles, start=r * cycles), segment, link)
         every += segments
         shutil.rmtree(work, ignore_errors=True)
         for s in segments:
