@@ -101,3 +101,15 @@ def test_abs_overhead_table_compares_each_mode_with_both_baseline_runs_and_shows
                    "s3://bench/abs", modes)
     assert "| ABS 1 s @ 20 MB/s | 385 | 0.887 | 0.97, 0.80 |" in table  # 390/400, 380/475
     assert "A/A (the same job twice per round, second run / first): 1.11, 0.90" in table
+
+
+def test_each_benchmark_run_writes_under_its_own_store_prefix() -> None:
+    """A run must not find an earlier run's checkpoints (its jobs would restore from them)."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from barrierflow.bench.abs_overhead import run_prefix
+
+    first = run_prefix("s3://bench/abs/", datetime(2026, 11, 24, 21, 5, 7, tzinfo=UTC))
+    assert first == "s3://bench/abs/20261124T210507Z"
+    later = datetime(2026, 11, 24, 22, 5, 8, tzinfo=timezone(timedelta(hours=1)))  # 21:05:08 UTC
+    assert run_prefix("s3://bench/abs", later) == "s3://bench/abs/20261124T210508Z" != first

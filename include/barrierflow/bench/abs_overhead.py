@@ -83,6 +83,7 @@ def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str 
         raise UserInputError("--store-bandwidth throttles the link to an S3 checkpoint store: give --store "
                              "s3://bucket/prefix too")
     base = load_spec(spec_path)
+    store = run_prefix(store, datetime.now(UTC)) if store else None
     if keys is not None:
         source = base.source
         if not isinstance(source, GeneratorSourceSpec):
@@ -108,6 +109,13 @@ def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str 
             _run_rounds(base, modes, samples, root, spark, seconds=seconds, rounds=rounds, store=store, link=link)
     emit_table(render(samples, base, seconds, rounds, store, modes, interleave), markdown)
     return samples
+
+
+def run_prefix(store: str, now: datetime) -> str:
+    """The store prefix of one benchmark run: ``store`` plus the run's UTC start time, so that
+    no run finds an earlier run's checkpoints under its modes' prefixes (a job restores from the
+    latest checkpoint it finds, which would start a mode from an earlier run's state)."""
+    return f"{store.rstrip('/')}/{now.astimezone(UTC):%Y%m%dT%H%M%SZ}"
 
 
 def _run_rounds(base: PipelineSpec, modes: tuple[Mode, ...], samples: dict[str, Sample], root: Path,
