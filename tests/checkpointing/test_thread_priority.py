@@ -33,9 +33,9 @@ class PriorityRecordingStore(LocalObjectStore):
         super().__init__(root)
         self.upload_nice: set[int] = set()
 
-    def put_file(self, key: str, local_path: str) -> None:
+    def put_file(self, key: str, local_path: str, sha256: str | None = None) -> None:
         self.upload_nice.add(_nice())
-        super().put_file(key, local_path)
+        super().put_file(key, local_path, sha256)
 
 
 class Clock:

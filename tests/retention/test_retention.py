@@ -113,8 +113,8 @@ class BlockingStore(LocalObjectStore):
         self.release = threading.Event()
         self.armed = False
 
-    def put_file(self, key: str, local_path: str) -> None:
-        super().put_file(key, local_path)
+    def put_file(self, key: str, local_path: str, sha256: str | None = None) -> None:
+        super().put_file(key, local_path, sha256)
         if self.armed and key.startswith("shared/") and not self.stored_one.is_set():
             self.stored_one.set()
             assert self.release.wait(10)

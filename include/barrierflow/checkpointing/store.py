@@ -88,7 +88,9 @@ class CheckpointStore:
         return {info.key.rsplit("/", 1)[-1] for info in self.objects.list("shared/")}
 
     def put_shared(self, sha256: str, local_path: str) -> None:
-        self.objects.put_file(shared_key(sha256), local_path)
+        """Store the file whose content hash is ``sha256`` under ``shared/``; the hash goes with
+        the upload, so a store that checks it (S3) refuses a file that changed since it was hashed."""
+        self.objects.put_file(shared_key(sha256), local_path, sha256=sha256)
 
     # -- manifests ----------------------------------------------------------------------
     def add_manifest(self, manifest: Manifest) -> bool:

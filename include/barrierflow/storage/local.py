@@ -44,7 +44,8 @@ class LocalObjectStore(ObjectStore):
     def put_bytes(self, key: str, data: bytes) -> None:
         self._atomic_write(key, lambda tmp: tmp.write_bytes(data))
 
-    def put_file(self, key: str, local_path: str) -> None:
+    def put_file(self, key: str, local_path: str, sha256: str | None = None) -> None:
+        """A local copy has no transport to check: ``sha256`` is not used."""
         self._atomic_write(key, lambda tmp: shutil.copyfile(local_path, tmp))
 
     def put_if_absent(self, key: str, data: bytes) -> bool:

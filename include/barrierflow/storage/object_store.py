@@ -54,7 +54,11 @@ class ObjectStore(abc.ABC):
     def put_bytes(self, key: str, data: bytes) -> None: ...
 
     @abc.abstractmethod
-    def put_file(self, key: str, local_path: str) -> None: ...
+    def put_file(self, key: str, local_path: str, sha256: str | None = None) -> None:
+        """Store the file at ``local_path`` as ``key``. ``sha256``: the file's content hash as
+        64 hex digits, when the caller already knows it (content-addressed checkpoint files): a
+        store that can have the receiving end check it does (S3: the PUT carries it and the
+        server refuses a body that does not match), one that cannot ignores it."""
 
     @abc.abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> bool:

@@ -21,6 +21,15 @@ misnamed bucket is not mistaken for "no checkpoint yet"). Every botocore/boto3 f
 re-raised as :class:`StorageError` naming the ``s3://`` URI and the likely fix; messages
 and logs never contain credentials.
 
+Content-checked uploads: ``put_file(key, path, sha256=...)`` of a file up to
+:data:`SINGLE_PUT_MAX_BYTES` sends the caller's sha256 as ``x-amz-checksum-sha256``, a signed
+header, and S3 refuses the PUT if the body does not match it (``BadDigest``). Those requests
+go through a second client that does not hash the body again for the signature
+(``payload_signing_enabled: False``, ``UNSIGNED-PAYLOAD``), which botocore otherwise does on
+``http://`` endpoints, nor compute its default CRC32: the one sha256 the checkpoint needs anyway
+covers integrity end to end, from the hashed local file to the stored object. Every other
+request keeps botocore's defaults.
+
 Instances are picklable (they are shipped to Spark executors inside closures): the boto3
 client is created lazily and dropped when pickling, so each process builds its own from its
 own environment.
@@ -28,6 +37,7 @@ own environment.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import threading
@@ -63,6 +73,8 @@ _ACCESS_CODES = frozenset({"403", "AccessDenied", "Forbidden", "AllAccessDisable
 _EXISTS_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict", "409"})
 #: The endpoint does not implement conditional writes.
 _UNSUPPORTED_CODES = frozenset({"NotImplemented", "501"})
+#: The server refused a body that did not match the request's checksum header.
+_CHECKSUM_MISMATCH_CODES = frozenset({"BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch"})
 _BAD_CREDENTIAL_CODES = frozenset(
     {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired"}
 )
@@ -73,6 +85,17 @@ def _env_endpoint() -> str | None:
     if os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").strip().lower() == "true":
         return None
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def _base64_digest(sha256: str) -> str:
+    """``x-amz-checksum-sha256``'s form of a hex sha256: the 32 bytes, base64."""
+    try:
+        raw = bytes.fromhex(sha256)
+    except ValueError:
+        raw = b""
+    if len(raw) != 32:
+        raise StorageError(f"not a sha256 (64 hex digits): {sha256!r}")
+    return base64.b64encode(raw).decode("ascii")
 
 
 def _redact_url(url: str) -> str:
@@ -104,6 +127,7 @@ class S3ObjectStore(ObjectStore):
         self.prefix = f"{prefix}/" if prefix else ""
         self.uri = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
         self._client: BaseClient | None = None
+        self._checked_upload_client: BaseClient | None = None
         self._bucket_checked = False
         self._lock = threading.Lock()
 
@@ -127,6 +151,7 @@ class S3ObjectStore(ObjectStore):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_client"] = None
+        state["_checked_upload_client"] = None
         state["_bucket_checked"] = False
         state.pop("_lock", None)
         return state
@@ -146,13 +171,26 @@ class S3ObjectStore(ObjectStore):
                     self._client = self._make_client()
         return self._client
 
-    def _make_client(self) -> BaseClient:
+    @property
+    def checked_upload_client(self) -> BaseClient:
+        """The client for PUTs that carry the body's sha256 (see the module docstring)."""
+        if self._checked_upload_client is None:
+            with self._lock:
+                if self._checked_upload_client is None:
+                    self._checked_upload_client = self._make_client(sign_payload=False)
+        return self._checked_upload_client
+
+    def _make_client(self, sign_payload: bool | None = None) -> BaseClient:
+        """``sign_payload`` False: no sha256 of the body for the signature (only for requests
+        that carry their own checksum header); None: botocore's default."""
         import boto3
         from botocore.config import Config
         from botocore.exceptions import BotoCoreError
 
         endpoint = _env_endpoint()
-        s3_options: dict[str, str] = {"addressing_style": "path"} if endpoint else {}
+        s3_options: dict[str, Any] = {"addressing_style": "path"} if endpoint else {}
+        if sign_payload is not None:
+            s3_options["payload_signing_enabled"] = sign_payload
         config = Config(
             retries={"max_attempts": 3, "mode": "standard"},
             connect_timeout=5,
@@ -236,6 +274,9 @@ class S3ObjectStore(ObjectStore):
                 "IllegalLocationConstraintException",
             }:
                 hint = "the bucket is in another region: set AWS_REGION to the bucket's region"
+            elif code in _CHECKSUM_MISMATCH_CODES:
+                hint = ("the stored bytes did not match the file's sha256: the local file changed while it was "
+                        "uploaded, or the transfer was corrupted; nothing was stored, so retrying re-reads the file")
             else:
                 hint = f"endpoint {endpoint}"
             message = f"cannot {action} {target}: {what}; {hint}"
@@ -350,20 +391,29 @@ class S3ObjectStore(ObjectStore):
         finally:
             self.delete(probe_key)
 
-    def put_file(self, key: str, local_path: str) -> None:
+    def put_file(self, key: str, local_path: str, sha256: str | None = None) -> None:
         """Upload ``local_path`` to ``key``, visible only once complete, in the calling thread:
         one PutObject up to :data:`SINGLE_PUT_MAX_BYTES`, a multipart upload above (parts one
         after another). Callers that want parallel uploads upload several files at once; the
-        calling thread's CPU priority (``checkpoint.async_nice``) covers all the work."""
+        calling thread's CPU priority (``checkpoint.async_nice``) covers all the work.
+
+        ``sha256`` (64 hex digits): the PutObject carries it and the server refuses a body that
+        does not match (:class:`StorageError` naming the object; see the module docstring).
+        Multipart uploads of larger files keep botocore's own per-request checksums."""
         from boto3.exceptions import Boto3Error
         from boto3.s3.transfer import TransferConfig
         from botocore.exceptions import BotoCoreError, ClientError
 
         s3_key = self._key(key)
+        checksum = None if sha256 is None else _base64_digest(sha256)
         try:
             if os.path.getsize(local_path) <= SINGLE_PUT_MAX_BYTES:
                 with open(local_path, "rb") as body:
-                    self.client.put_object(Bucket=self.bucket, Key=s3_key, Body=body)
+                    if checksum is None:
+                        self.client.put_object(Bucket=self.bucket, Key=s3_key, Body=body)
+                    else:
+                        self.checked_upload_client.put_object(Bucket=self.bucket, Key=s3_key, Body=body,
+                                                              ChecksumAlgorithm="SHA256", ChecksumSHA256=checksum)
             else:
                 config = TransferConfig(multipart_threshold=SINGLE_PUT_MAX_BYTES,
                                         multipart_chunksize=MULTIPART_PART_BYTES, use_threads=False)

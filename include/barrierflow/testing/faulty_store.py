@@ -48,9 +48,9 @@ class _Delegating(ObjectStore):
         self.inner.put_bytes(key, data)
         self._after_write(key, data)
 
-    def put_file(self, key: str, local_path: str) -> None:
+    def put_file(self, key: str, local_path: str, sha256: str | None = None) -> None:
         self._before_write(key)
-        self.inner.put_file(key, local_path)
+        self.inner.put_file(key, local_path, sha256)
         self._after_write(key, None)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
