@@ -54,3 +54,24 @@ def test_bench_refuses_a_store_bandwidth_without_an_s3_store(capsys: pytest.Capt
     assert "--store s3://" in capsys.readouterr().err
     assert main(["bench", "--store", "s3://b/p", "--store-bandwidth", "0"]) == 2
     assert "positive" in capsys.readouterr().err
+
+
+def test_relay_threads_run_at_the_links_lower_priority(s3_store_uri: str) -> None:
+    import socket
+    import threading
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    with ThrottledLink(os.environ["AWS_ENDPOINT_URL_S3"], None, nice=7) as link, \
+            socket.create_connection(("127.0.0.1", link.port)) as held:  # keeps its two pumps alive
+        mine = f"throttled-link-{link.port}-"
+        deadline = time.monotonic() + 30
+        while True:  # the acceptor starts the pumps once it connected upstream
+            relay = [t for t in threading.enumerate() if t.name.startswith(mine)]
+            if len(relay) >= 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        nice = {os.getpriority(os.PRIO_PROCESS, t.native_id) for t in relay if t.native_id is not None}
+        assert held.fileno() >= 0
+    assert len(relay) == 3  # the acceptor and the connection's two pumps
+    assert nice == {min(19, before + 7)}
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # the caller keeps its own

@@ -46,6 +46,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+#: The throttled link's relay threads run at this nice value: they stand for network hardware,
+#: which takes no CPU from processing on a real deployment (like moto, which the documented
+#: commands start at ``nice -n 19``). docs/benchmarks.md, session 14.
+LINK_NICE = 19
+
+
 @contextmanager
 def throttled_store_endpoint(bandwidths: Sequence[float] | None) -> Iterator[ThrottledLink | None]:
     """With ``bandwidths``: a throttled link in front of ``AWS_ENDPOINT_URL_S3``, which points at
@@ -58,7 +64,7 @@ def throttled_store_endpoint(bandwidths: Sequence[float] | None) -> Iterator[Thr
         raise UserInputError("--store-bandwidth throttles the S3 endpoint given by AWS_ENDPOINT_URL_S3; set it "
                              "(e.g. a moto server: http://127.0.0.1:5056) or drop --store-bandwidth")
     previous = os.environ.get("AWS_ENDPOINT_URL_S3")
-    with ThrottledLink(endpoint) as link:
+    with ThrottledLink(endpoint, nice=LINK_NICE) as link:
         os.environ["AWS_ENDPOINT_URL_S3"] = link.url
         try:
             yield link

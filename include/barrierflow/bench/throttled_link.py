@@ -15,6 +15,10 @@ Contract:
   (:class:`TokenBucket`); ``rate=None`` forwards as fast as the sockets go.
 * :meth:`ThrottledLink.set_rate` changes the limit for all connections at once (a benchmark
   runs several modes over one link).
+* ``nice`` > 0 runs the relay's threads that many steps below the creating thread's CPU
+  priority (:func:`~barrierflow.checkpointing.thread_priority.lower_calling_thread`): the link
+  stands for network hardware, which on a real deployment takes no CPU from processing, so the
+  benchmark gives it only what processing leaves, like the emulated store (moto at nice 19).
 
 Only for benchmarks and tests: it binds to 127.0.0.1 and logs nothing it relays.
 """
@@ -28,6 +32,7 @@ import time
 from types import TracebackType
 from urllib.parse import urlsplit
 
+from barrierflow.checkpointing.thread_priority import lower_calling_thread
 from barrierflow.errors import UserInputError
 
 log = logging.getLogger(__name__)
@@ -89,7 +94,7 @@ class ThrottledLink:
     upstream's.
     """
 
-    def __init__(self, upstream: str, megabytes_per_second: float | None = None) -> None:
+    def __init__(self, upstream: str, megabytes_per_second: float | None = None, nice: int = 0) -> None:
         parts = urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UserInputError(f"a throttled link needs an endpoint URL such as http://127.0.0.1:5000, got "
@@ -98,12 +103,14 @@ class ThrottledLink:
         self.upstream = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
         rate = _bytes_per_second(megabytes_per_second)
         self._buckets = (TokenBucket(rate), TokenBucket(rate))  # client -> upstream, upstream -> client
+        self.nice = nice
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = self._server.getsockname()[1]
         self._closed = threading.Event()
         self._sockets: set[socket.socket] = set()
         self._sockets_lock = threading.Lock()
-        self._acceptor = threading.Thread(target=self._accept, name="throttled-link-accept", daemon=True)
+        self._acceptor = threading.Thread(target=self._accept, name=f"throttled-link-{self.port}-accept",
+                                          daemon=True)
 
     @property
     def url(self) -> str:
@@ -135,6 +142,7 @@ class ThrottledLink:
         self.close()
 
     def _accept(self) -> None:
+        lower_calling_thread(self.nice)  # threads it starts inherit its nice value
         while not self._closed.is_set():
             try:
                 client, _ = self._server.accept()
@@ -152,7 +160,7 @@ class ThrottledLink:
             for source, target, bucket in ((client, upstream, self._buckets[0]),
                                            (upstream, client, self._buckets[1])):
                 threading.Thread(target=self._pump, args=(source, target, bucket), daemon=True,
-                                 name="throttled-link-pump").start()
+                                 name=f"throttled-link-{self.port}-pump").start()
 
     def _pump(self, source: socket.socket, target: socket.socket, bucket: TokenBucket) -> None:
         try:

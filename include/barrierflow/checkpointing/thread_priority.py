@@ -66,6 +66,12 @@ def _warn_once(why: str) -> None:
                     "processing", why)
 
 
+def lower_calling_thread(nice: int) -> None:
+    """Run the calling thread ``nice`` steps below its current CPU priority (at most 19), for a
+    thread that is not in a :func:`background_executor` pool; 0 changes nothing."""
+    _set_thread_nice(_target(nice))
+
+
 def background_executor(max_workers: int, thread_name_prefix: str, nice: int) -> ThreadPoolExecutor:
     """A thread pool whose threads run ``nice`` steps below the calling thread's CPU priority."""
     return ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name_prefix,
