@@ -140,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=1)
     bench.add_argument("--markdown", help="also write the table to this file")
     bench.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak",
-                                                    "stages"),
+                                                    "stages", "upload-cpu"),
                        default="abs-overhead",
                        help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time; "
                             "scale: bookkeeping cost per source partition (no Spark); "
@@ -148,7 +148,8 @@ def _parser() -> argparse.ArgumentParser:
                             "trigger.target_batch_duration; alignment: skewed generator with alignment off/on; "
                             "soak: --checkpoints checkpoints every 0.1 s with retention, store/memory/fds/threads; "
                             "stages: three stages, one slow channel partition, aligned vs unaligned (--seconds "
-                            "per mode)")
+                            "per mode); upload-cpu: CPU per MB of hashing and uploading checkpoint files to the "
+                            "--store s3:// endpoint, piece by piece (no Spark)")
     bench.add_argument("--partitions", type=int, nargs="+", default=[100, 1_000, 10_000],
                        help="scale scenario: the source partition counts to measure")
     bench.add_argument("--keys", type=int, default=2_000_000, help="restore scenario: distinct keys in the state")
@@ -169,6 +170,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="abs-overhead scenario: run each round as one query whose mode changes every SECONDS "
                             "(segments from commit to commit, each checkpointing segment ending after its last "
                             "checkpoint completed), so every mode shares one JVM; default one query per mode and round")
+    bench.add_argument("--upload-mb", type=float, default=40.0,
+                       help="upload-cpu scenario: megabytes uploaded per step and round")
+    bench.add_argument("--server-pid", type=int, metavar="PID",
+                       help="upload-cpu scenario: the S3 endpoint's process on this machine (e.g. moto), whose CPU "
+                            "is counted too")
     bench.add_argument("--compare", choices=("flink-sql",),
                        help="instead of a scenario: the reference job on barrierflow and on Flink SQL side by side, "
                             "without and with 1 s checkpoints, alternating (needs `make flink`)")
@@ -697,6 +703,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from barrierflow.bench.stages import run_stages_benchmark
 
         run_stages_benchmark(seconds=args.seconds, markdown=args.markdown)
+        return EXIT_OK
+    if args.scenario == "upload-cpu":
+        from barrierflow.bench.upload_cpu import run_upload_cpu_benchmark
+
+        run_upload_cpu_benchmark(args.store or "", upload_mb=args.upload_mb, rounds=args.rounds,
+                                 bandwidth=args.store_bandwidth[0] if args.store_bandwidth else None,
+                                 server_pid=args.server_pid, markdown=args.markdown)
         return EXIT_OK
     if args.scenario in ("batch-sizing", "alignment"):
         from barrierflow.bench.event_time import run_event_time_benchmark
