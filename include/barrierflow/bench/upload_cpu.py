@@ -26,7 +26,6 @@ accounted, so they barely move with the machine's load; wall times do.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import resource
 import statistics
@@ -40,6 +39,7 @@ from pathlib import Path
 
 from barrierflow.bench import emit_table
 from barrierflow.bench.abs_overhead import throttled_store_endpoint
+from barrierflow.checkpointing.uploader import sha256_file
 from barrierflow.errors import UserInputError
 from barrierflow.storage.s3 import S3ObjectStore
 
@@ -108,14 +108,6 @@ def write_files(directory: Path, total_bytes: int) -> list[Path]:
     return files
 
 
-def sha256_hex(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 @contextmanager
 def _fresh_store(uri: str) -> Iterator[S3ObjectStore]:
     """A new store (a new client, as a new job would make) under ``uri``/<random>, emptied afterwards."""
@@ -141,7 +133,7 @@ def run_round(uri: str, files: Sequence[Path], digests: dict[Path, str], *, band
 
     def hash_all() -> None:
         for path in files:
-            sha256_hex(path)
+            sha256_file(str(path))  # exactly what the uploader runs
 
     def upload(store: S3ObjectStore, with_digest: bool) -> Callable[[], None]:
         def run() -> None:
@@ -182,7 +174,7 @@ def run_upload_cpu_benchmark(uri: str, *, upload_mb: float, rounds: int, bandwid
     by_row: dict[str, list[UploadCpuSample]] = {row: [] for row in ROWS}
     with tempfile.TemporaryDirectory(prefix="barrierflow-upload-cpu-") as tmp:
         files = write_files(Path(tmp), int(upload_mb * MEGABYTE))
-        digests = {path: sha256_hex(path) for path in files}  # also brings them into the page cache
+        digests = {path: sha256_file(str(path)) for path in files}  # also brings them into the page cache
         for index in range(rounds):
             for sample in run_round(uri, files, digests, bandwidth=bandwidth or DEFAULT_BANDWIDTH,
                                     server_pid=server_pid, reverse=index % 2 == 1):
