@@ -331,22 +331,20 @@ def test_s3_put_file_refuses_a_malformed_sha256_before_any_request(tmp_path: Pat
     assert store._client is None and store._checked_upload_client is None
 
 
-@pytest.mark.s3
-def test_s3_put_file_with_a_wrong_sha256_is_refused_by_a_verifying_endpoint(
-        s3_store_uri: str, tmp_path: Path) -> None:
-    """S3 (and MinIO) check x-amz-checksum-sha256 against the body; moto stores it unchecked
-    (moto 5.2: "TODO: AWS computes the provided value and verifies"), so this runs only against
-    an external endpoint ($BARRIERFLOW_TEST_S3_ENDPOINT)."""
-    import os
+def test_s3_checksum_refusal_becomes_a_storage_error_naming_the_object_and_the_cause() -> None:
+    """What S3 answers when the body does not match x-amz-checksum-sha256 (``BadDigest``, HTTP
+    400) becomes a StorageError naming the object and what happened. The refusal itself is S3's:
+    moto 5.2 stores the checksum unchecked, so this checks barrierflow's translation of S3's
+    real error response, built as botocore builds it."""
+    from botocore.exceptions import ClientError
 
-    from barrierflow.testing.s3_server import EXTERNAL_ENDPOINT_ENV
-
-    if not os.environ.get(EXTERNAL_ENDPOINT_ENV):
-        pytest.skip(f"moto does not verify checksums; set {EXTERNAL_ENDPOINT_ENV} to a real S3 endpoint")
-    store = open_store(s3_store_uri)
-    src = tmp_path / "f"
-    src.write_bytes(b"what was hashed changed")
-    with pytest.raises(StorageError, match="did not match the file's sha256") as info:
-        store.put_file("shared/f", str(src), sha256=_sha256_hex(b"something else"))
-    assert store.describe("shared/f") in str(info.value)
-    assert not store.exists("shared/f")
+    store = S3ObjectStore.from_uri("s3://bucket/p")
+    refusal = ClientError({"Error": {"Code": "BadDigest", "Message": "The sha256 you specified did not match the "
+                                     "calculated checksum."}, "ResponseMetadata": {"HTTPStatusCode": 400}},
+                          "PutObject")
+    with pytest.raises(StorageError) as info:
+        store._raise(refusal, "write", "shared/ab/abcd")
+    message = str(info.value)
+    assert "s3://bucket/p/shared/ab/abcd" in message
+    assert "BadDigest" in message and "HTTP 400" in message
+    assert "did not match the file's sha256" in message and "nothing was stored" in message
