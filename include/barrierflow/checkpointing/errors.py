@@ -32,3 +32,8 @@ class CheckpointLifecycleError(CheckpointError):
         super().__init__(
             f"checkpoint {checkpoint_id} cannot go from {current.value} to {target.value}; "
             "this is a bug in the checkpoint coordinator (see barrierflow.checkpointing.lifecycle)")
+
+
+class GlobalManifestExistsError(CheckpointError):
+    """A global checkpoint already has a global manifest: it is never overwritten (a second
+    pipeline coordinator is writing to the same checkpoint store)."""

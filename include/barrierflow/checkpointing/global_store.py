@@ -1,0 +1,302 @@
+"""The global checkpoint store: the one owner of ``global/`` and ``_fences.json``.
+
+Layout (see :mod:`barrierflow.checkpointing.global_manifest`) under the pipeline's store root::
+
+    global/chk-<n>/_triggered.json     GlobalTrigger: the pipeline coordinator triggered n (first)
+    global/chk-<n>/_metadata.json      GlobalManifest: n is complete (last; add-if-absent)
+    global/chk-<n>/_failed.json        GlobalFailure: n failed, expired or was abandoned
+    _pipeline.json                     attempt and abandoned global ids (the root CheckpointStore)
+    _fences.json                       the attempt fences of the restores, a JSON list of AttemptFenceRecord
+
+A log in the style of Spark's ``HDFSMetadataLog``: :meth:`GlobalCheckpointStore.add_manifest`
+returns False when checkpoint ``n`` already has a global manifest (nothing is written, put-if-absent),
+and :meth:`GlobalCheckpointStore.write_manifest` refuses a second writer, as
+:meth:`barrierflow.checkpointing.store.CheckpointStore.write_manifest` does for stage manifests.
+Every read goes through typed models; no caller parses ``global/chk-<n>/...`` keys itself.
+
+A pipeline of one stage has no ``global/`` records: :class:`SingleStageCuts` derives the same read
+view from its stage store (a completed checkpoint ``n`` *is* the cut ``n``), so every operation
+over cuts works on both shapes and nothing on disk moves.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ValidationError
+
+from barrierflow.checkpointing.errors import GlobalManifestExistsError
+from barrierflow.checkpointing.global_manifest import (
+    GlobalFailure,
+    GlobalManifest,
+    GlobalTrigger,
+    StageSnapshot,
+    global_key,
+)
+from barrierflow.checkpointing.manifest import Manifest, manifest_key_for
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
+from barrierflow.storage import ObjectNotFoundError, ObjectStore
+
+_GLOBAL = re.compile(r"^global/chk-(\d+)/(_metadata|_triggered|_failed)\.json$")
+FENCES_KEY = "_fences.json"
+RecordKind = Literal["_metadata", "_triggered", "_failed"]
+CutStatus = Literal["completed", "failed", "in flight or abandoned", "unknown"]
+
+
+@dataclass(frozen=True)
+class AttemptFenceRecord:
+    """One restore's attempt fences: the new ``attempt``, the global checkpoint ``restored``
+    (0: the initial cut) and, per stage fed by channels, the offset of the restored barrier
+    record per input partition (see :mod:`barrierflow.barriers.fences`)."""
+
+    attempt: int
+    restored: int
+    stages: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "restored": self.restored,
+                "stages": {s: dict(sorted(o.items())) for s, o in sorted(self.stages.items())}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AttemptFenceRecord:
+        return cls(int(data["attempt"]), int(data.get("restored", 0)),
+                   {str(s): {str(p): int(o) for p, o in offsets.items()}
+                    for s, offsets in dict(data.get("stages", {})).items()})
+
+
+class CutLog(Protocol):
+    """What operations read of a pipeline's cuts (global checkpoints), whatever its shape."""
+
+    @property
+    def uri(self) -> str: ...
+
+    def completed_ids(self) -> list[int]: ...
+
+    def get(self, checkpoint_id: int) -> GlobalManifest: ...
+
+    def completed(self) -> list[GlobalManifest]: ...
+
+    def failures(self) -> list[GlobalFailure]: ...
+
+    def status(self, checkpoint_id: int) -> CutStatus: ...
+
+    def abandoned(self) -> list[int]: ...
+
+    def attempt(self) -> int: ...
+
+    def fences(self) -> list[AttemptFenceRecord]: ...
+
+
+class GlobalCheckpointStore:
+    """The global records of a pipeline of several stages; see the module docstring.
+
+    ``root`` is the pipeline-level :class:`CheckpointStore` on the same objects (``_pipeline.json``:
+    attempt, abandoned ids)."""
+
+    def __init__(self, objects: ObjectStore, pipeline: str) -> None:
+        self.objects = objects
+        self.pipeline = pipeline
+        self.root = CheckpointStore(objects, pipeline)
+
+    @property
+    def uri(self) -> str:
+        return self.objects.uri
+
+    # -- ids ------------------------------------------------------------------------------
+    def record_ids(self) -> dict[RecordKind, set[int]]:
+        """Every global id with a record of each kind (abandoned ones included)."""
+        ids: dict[RecordKind, set[int]] = {"_metadata": set(), "_triggered": set(), "_failed": set()}
+        for info in self.objects.list("global/"):
+            match = _GLOBAL.match(info.key)
+            if match:
+                ids[match.group(2)].add(int(match.group(1)))  # type: ignore[index]
+        return ids
+
+    def ids(self, kind: RecordKind) -> list[int]:
+        """Ids with a ``kind`` record, ascending (abandoned ones included)."""
+        return sorted(self.record_ids()[kind])
+
+    def completed_ids(self) -> list[int]:
+        """Completed global checkpoints of the current timeline (not abandoned by a restore), ascending."""
+        abandoned = set(self.abandoned())
+        return [i for i in self.ids("_metadata") if i not in abandoned]
+
+    def unfinished_ids(self) -> list[int]:
+        """Triggered global checkpoints with neither a manifest nor a failure record."""
+        ids = self.record_ids()
+        return sorted(ids["_triggered"] - ids["_metadata"] - ids["_failed"])
+
+    def highest_used_id(self) -> int:
+        ids = self.record_ids()
+        return max(ids["_metadata"] | ids["_triggered"] | ids["_failed"], default=0)
+
+    def has_records(self) -> bool:
+        """Whether any global record or attempt fence exists (the pipeline ran before)."""
+        return bool(self.objects.list("global/")) or self.objects.exists(FENCES_KEY)
+
+    # -- reading --------------------------------------------------------------------------
+    def _read(self, key: str, model: type[BaseModel]) -> Any:
+        try:
+            raw = self.objects.get_bytes(key)
+        except ObjectNotFoundError:
+            return None
+        try:
+            return model.model_validate_json(raw)
+        except (ValidationError, ValueError) as exc:
+            raise CheckpointCorruptError(
+                f"{self.objects.uri}/{key} is not a valid {model.__name__} ({str(exc).splitlines()[0]}); move it "
+                "aside (or restore it from a backup) to read the other global checkpoints") from None
+
+    def status(self, checkpoint_id: int) -> CutStatus:
+        if self.objects.exists(global_key(checkpoint_id, "_metadata")):
+            return "completed"
+        if self.objects.exists(global_key(checkpoint_id, "_failed")):
+            return "failed"
+        if self.objects.exists(global_key(checkpoint_id, "_triggered")):
+            return "in flight or abandoned"
+        return "unknown"
+
+    def get(self, checkpoint_id: int) -> GlobalManifest:
+        """The global manifest of ``checkpoint_id``.
+
+        Raises:
+            CheckpointNotFoundError: it has none (the message says whether it failed or is unfinished).
+            CheckpointCorruptError: it does not parse.
+        """
+        manifest = self._read(global_key(checkpoint_id, "_metadata"), GlobalManifest)
+        if manifest is None:
+            raise CheckpointNotFoundError(
+                f"global checkpoint {checkpoint_id} of pipeline {self.pipeline} is not complete "
+                f"({self.status(checkpoint_id)}); list the completed ones with 'barrierflow checkpoints list'")
+        return manifest  # type: ignore[no-any-return]
+
+    def completed(self) -> list[GlobalManifest]:
+        """Every completed global manifest of the current timeline, ascending."""
+        return [self.get(i) for i in self.completed_ids()]
+
+    def all_manifests(self) -> list[GlobalManifest]:
+        """Every global manifest, abandoned ones included, ascending."""
+        return [self.get(i) for i in self.ids("_metadata")]
+
+    def failures(self) -> list[GlobalFailure]:
+        return [f for i in self.ids("_failed") if (f := self._read(global_key(i, "_failed"), GlobalFailure))]
+
+    def trigger(self, checkpoint_id: int) -> GlobalTrigger | None:
+        return self._read(global_key(checkpoint_id, "_triggered"), GlobalTrigger)  # type: ignore[no-any-return]
+
+    def abandoned(self) -> list[int]:
+        return self.root.abandoned()
+
+    def attempt(self) -> int:
+        return self.root.attempt()
+
+    # -- writing --------------------------------------------------------------------------
+    def record_trigger(self, trigger: GlobalTrigger) -> None:
+        self.objects.put_bytes(global_key(trigger.checkpoint_id, "_triggered"), trigger.model_dump_json().encode())
+
+    def add_manifest(self, manifest: GlobalManifest) -> bool:
+        """Add the global manifest of a checkpoint if it has none; False (nothing written) if it has."""
+        return self.objects.put_if_absent(global_key(manifest.checkpoint_id, "_metadata"),
+                                          manifest.model_dump_json(indent=2).encode())
+
+    def write_manifest(self, manifest: GlobalManifest) -> None:
+        """Complete global checkpoint ``n`` (the last step).
+
+        Raises:
+            GlobalManifestExistsError: ``n`` already has a global manifest; it is never overwritten.
+        """
+        if not self.add_manifest(manifest):
+            raise GlobalManifestExistsError(
+                f"global checkpoint {manifest.checkpoint_id} of pipeline {self.pipeline} already has a manifest at "
+                f"{self.objects.describe(global_key(manifest.checkpoint_id, '_metadata'))}; global manifests are "
+                "never overwritten (is a second pipeline coordinator writing to this checkpoint store?)")
+
+    def record_failure(self, failure: GlobalFailure) -> None:
+        self.objects.put_bytes(global_key(failure.checkpoint_id, "_failed"), failure.model_dump_json(indent=2).encode())
+
+    # -- attempts and fences --------------------------------------------------------------
+    def fences(self) -> list[AttemptFenceRecord]:
+        """Every restore's attempt fences, oldest first."""
+        try:
+            raw = self.objects.get_bytes(FENCES_KEY)
+        except ObjectNotFoundError:
+            return []
+        try:
+            return [AttemptFenceRecord.from_json(item) for item in json.loads(raw)]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CheckpointCorruptError(
+                f"{self.objects.uri}/{FENCES_KEY} is not a list of attempt fences ({exc}); restore it from a backup: "
+                "without it a downstream stage cannot tell which channel records an older attempt wrote") from None
+
+    def add_fence(self, record: AttemptFenceRecord) -> None:
+        fences = [*self.fences(), record]
+        self.objects.put_bytes(FENCES_KEY, json.dumps([f.to_json() for f in fences], indent=2).encode())
+
+    def stage_fences(self, stage: str) -> list[dict[str, Any]]:
+        """The fences of ``stage`` as its channel source takes them (``{"attempt", "offsets"}``)."""
+        return [{"attempt": f.attempt, "offsets": f.stages[stage]} for f in self.fences() if stage in f.stages]
+
+
+def stage_snapshot(stage_prefix: str, manifest: Manifest) -> StageSnapshot:
+    """A stage's part of a cut, from its manifest (``stage_prefix``: where its store is below the root)."""
+    alignment = manifest.alignment
+    return StageSnapshot(
+        manifest=stage_prefix + manifest_key_for(manifest.checkpoint_id), spark_batch_id=manifest.spark_batch_id,
+        mode=alignment.mode if alignment else None, alignment_ms=alignment.alignment_ms if alignment else 0.0,
+        sync_ms=manifest.sync_ms, async_ms=manifest.async_ms,
+        channel_state_records=alignment.channel_state_records if alignment else 0)
+
+
+class SingleStageCuts:
+    """The cuts of a pipeline of one stage, derived from its stage store: checkpoint ``n`` is
+    cut ``n``. Read-only; the stage store stays the one place such a pipeline writes."""
+
+    def __init__(self, stage: str, store: CheckpointStore) -> None:
+        self.stage = stage
+        self.store = store
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri
+
+    def completed_ids(self) -> list[int]:
+        return self.store.checkpoint_ids()
+
+    def _cut(self, manifest: Manifest) -> GlobalManifest:
+        return GlobalManifest(pipeline=manifest.pipeline, checkpoint_id=manifest.checkpoint_id,
+                              attempt=manifest.attempt, trigger_time=manifest.trigger_time,
+                              completion_time=manifest.completion_time, total_ms=manifest.total_ms,
+                              stages={self.stage: stage_snapshot("", manifest)})
+
+    def get(self, checkpoint_id: int) -> GlobalManifest:
+        return self._cut(self.store.get(checkpoint_id))
+
+    def completed(self) -> list[GlobalManifest]:
+        return [self._cut(m) for m in self.store.completed()]
+
+    def failures(self) -> list[GlobalFailure]:
+        return [GlobalFailure(pipeline=f.pipeline, checkpoint_id=f.checkpoint_id, reason="STAGE_FAILED",
+                              message=f"{f.reason}: {f.message}" if getattr(f, "message", "") else str(f.reason),
+                              failure_time=f.failure_time)
+                for f in self.store.failures()]
+
+    def status(self, checkpoint_id: int) -> CutStatus:
+        if checkpoint_id in self.store.checkpoint_ids():
+            return "completed"
+        if any(f.checkpoint_id == checkpoint_id for f in self.store.failures()):
+            return "failed"
+        return "unknown"
+
+    def abandoned(self) -> list[int]:
+        return self.store.abandoned()
+
+    def attempt(self) -> int:
+        return self.store.attempt()
+
+    def fences(self) -> list[AttemptFenceRecord]:
+        return []  # one stage reads no channel: nothing to fence
