@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from barrierflow.barriers.offsets import SourceOffset
-from barrierflow.sources.registry import registered_types, source_kind
+from barrierflow.sources.registry import kind_named, registered_types, source_kind
 from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
 
 
 def test_each_source_type_has_a_kind() -> None:
     generator = GeneratorSourceSpec(type="generator", name="events", partitions=2, records_per_partition=10)
     kafka = KafkaSourceSpec(type="kafka", name="orders", bootstrap_servers="127.0.0.1:9", topics=["t"])
-    assert registered_types() == ["generator", "kafka"]
+    assert registered_types() == ["channel", "generator", "kafka"]
     assert source_kind(generator).format == "barrierflow_generator"
     assert source_kind(kafka).format == "barrierflow_kafka"
+    assert kind_named("channel").format == "barrierflow_channel"
     assert source_kind(generator).bounded_end(generator) == {"0": 10, "1": 10}
     assert source_kind(kafka).bounded_end(kafka) is None
+    assert kind_named("channel").bounded_end(kafka) is None  # channels never end; their sources do
     times = source_kind(generator).event_times(generator, "file:///unused", {"0": 5, "1": 0})
     assert set(times) == {"0", "1"} and times["0"] is not None
 
@@ -25,3 +27,4 @@ def test_offsets_carry_the_attempt_only_when_set() -> None:
     again = SourceOffset.from_json({"partitions": {"0": 3}, "barrier": 2, "attempt": 1, "x": 1})
     assert again.attempt == 1 and again.extra == {"x": 1}
     assert again.to_json() == {"partitions": {"0": 3}, "barrier": 2, "attempt": 1, "x": 1}
+

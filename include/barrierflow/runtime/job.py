@@ -24,15 +24,13 @@ from barrierflow.checkpointing.manifest import EventTimeSummary, FailureRecord, 
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.runtime.event_time import EventTimeStatus, EventTimeTracker
-from barrierflow.sources.planning import PlanningOptions
+from barrierflow.runtime.stage_query import start_stage_query
 from barrierflow.sources.registry import source_kind
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
-from barrierflow.spark.session import apply_state_store
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.storage import ObjectStore
 from barrierflow.transactions.committer import SinkCommitter
-from barrierflow.transforms.context import TransformContext, load_transformation
 from barrierflow.workdir.layout import JobLayout
 from barrierflow.workdir.lease import JobLease
 
@@ -139,45 +137,18 @@ class StreamingJob:
         return self.event_time.summary(first_batch, batch, offsets, times, query=self.query)
 
     def build_query(self) -> StreamingQuery:
+        """Start the pipeline's query (:func:`barrierflow.runtime.stage_query.start_stage_query`)."""
         from barrierflow.runtime.session import register_data_sources
+        from barrierflow.sinks.factory import micro_batch_writer
 
         spark = self.spark
         register_data_sources(spark)
-        apply_state_store(spark, self.spec.spark)
         if not self.work_dir_checked:
             check_work_dir_shared(spark, self.layout.work_dir)
             self.work_dir_checked = True
-        source = self.spec.source
-        df = (
-            spark.readStream.format(source_kind(source).format)
-            .option("spec", source.model_dump_json())
-            .option("control_dir", str(self.layout.control))
-            .option("dead_letter_uri", self.layout.dead_letter_uri(self.spec))
-            .option("event_time_uri", self.layout.event_time_uri(self.spec))
-            .option("event_time_column", self.spec.event_time.column if self.spec.event_time else "timestamp")
-            .option("planning", PlanningOptions.from_spec(self.spec).to_json())
-            .load()
-        )
-        transform = load_transformation(self.spec, self.spec_path)
-        out = transform(df, TransformContext(self.spec, dict(self.spec.transformation.options)))
-        from barrierflow.sinks.factory import staging_uri_for
-
-        writer = out.writeStream.outputMode(self.spec.transformation.output_mode)
-        staging = staging_uri_for(self.spec, self.layout)
-        if staging is not None:
-            from barrierflow.sinks.staging import BatchStager
-
-            writer = writer.foreachBatch(BatchStager(staging, control_dir=str(self.layout.control),
-                                                     spark_checkpoint=str(self.layout.spark_checkpoint),
-                                                     fence=self.store.fence))
-        else:
-            writer = writer.format("noop")
-        return (
-            writer.option("checkpointLocation", str(self.layout.spark_checkpoint))
-            .queryName(f"barrierflow_{self.spec.name}_{int(time.time() * 1000)}")
-            .trigger(processingTime=f"{int(self.spec.trigger.interval * 1000)} milliseconds")
-            .start()
-        )
+        return start_stage_query(spark, self.spec, self.layout, spec_path=self.spec_path,
+                                 source_format=source_kind(self.spec.source).format,
+                                 batch_writer=micro_batch_writer(self.spec, self.layout, fence=self.store.fence))
 
     # -- running ------------------------------------------------------------------------
     def run(

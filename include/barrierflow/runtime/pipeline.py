@@ -38,20 +38,21 @@ from barrierflow.barriers.alignment.record import read_alignment
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.global_manifest import GlobalManifest
-from barrierflow.checkpointing.manifest import Manifest
+from barrierflow.checkpointing.manifest import EventTimeSummary, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
-from barrierflow.sources.registry import source_kind
+from barrierflow.pipeline.stage_options import derive_stage_spec
+from barrierflow.runtime.event_time import EventTimeTracker
+from barrierflow.runtime.stage_query import start_stage_query
+from barrierflow.sources.registry import SourceKind, kind_named, source_kind
 from barrierflow.spark import offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
-from barrierflow.spark.session import apply_state_store
 from barrierflow.spec.graph import StageGraph, build_graph
 from barrierflow.spec.loader import project_home
-from barrierflow.spec.models import CheckpointSpec, DiscardSinkSpec, KafkaSourceSpec, PipelineSpec
+from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec, StageSpec
 from barrierflow.storage import ObjectNotFoundError, open_store
-from barrierflow.transforms.context import TransformContext, load_transformation
 from barrierflow.workdir.layout import JobLayout
 
 if TYPE_CHECKING:
@@ -86,6 +87,13 @@ class StageJob:
     writer: ChannelWriter | None = None
     planned_at_start: int = 0
     start_retries: int = 0
+    event_time: EventTimeTracker | None = None
+
+    @property
+    def source_kind(self) -> SourceKind:
+        """How the stage's input is read: the ``channel`` kind for a stage fed by channels,
+        else its external source's kind."""
+        return kind_named("channel") if self.channel_source is not None else source_kind(self.spec.source)
 
 
 @dataclass(frozen=True)
@@ -205,53 +213,12 @@ class StagedPipelineJob:
     # -- building -----------------------------------------------------------------------
     def _stage_job(self, stage: StageSpec) -> StageJob:
         channel_sources = [s for s in stage.sources if isinstance(s, ChannelSourceSpec)]
-        if len(stage.sinks) != 1 or (len(stage.sources) != 1 and len(channel_sources) != len(stage.sources)):
-            raise UserInputError(f"stage {stage.name!r}: running a stage with several sinks, or with several sources "
-                                 "that are not all channels, is not built yet; give it one sink and either one "
-                                 "source or only channel sources")
-        source, sink = stage.sources[0], stage.sinks[0]
-        channel_source = channel_sources[0] if channel_sources else None
-        channel_sink = sink if isinstance(sink, ChannelSinkSpec) else None
-        if channel_source is not None:
-            source = self._merged_channel_source(stage, channel_sources)
-        if channel_sink is not None:
-            sink = DiscardSinkSpec(name=channel_sink.sink_name, type="discard")
-        name = f"{self.spec.name}-{stage.name}"
-        if len(name) > 63:
-            raise UserInputError(f"stage {stage.name!r}: '{name}' (pipeline-stage) is longer than 63 characters; "
-                                 "shorten the pipeline or stage name")
-        options = self.spec.checkpoint
-        derived = PipelineSpec(
-            name=name, work_dir=f"{self.work_dir}/stages/{stage.name}", sources=[source],
-            transformation=stage.transformation, sinks=[sink], trigger=self.spec.trigger,
-            checkpoint=CheckpointSpec(storage=f"{options.storage.rstrip('/')}/stages/{stage.name}",
-                                      interval=options.interval, timeout=options.timeout,
-                                      max_concurrent=options.max_concurrent, retained=options.retained,
-                                      tolerable_failed_checkpoints=options.tolerable_failed_checkpoints),
-            event_time=self.spec.event_time, spark=self.spec.spark, verification=self.spec.verification,
-            reports=self.spec.reports, dead_letter_path=self.spec.stage_path(self.spec.dead_letter_path, stage.name),
-            event_times_path=self.spec.stage_path(self.spec.event_times_path, stage.name))
+        sink = stage.sinks[0]
+        derived = derive_stage_spec(self.spec, stage, work_dir=self.work_dir, servers=self.servers)
         layout = JobLayout.for_spec(derived)
-        return StageJob(stage, derived, layout, CheckpointStore.for_spec(derived), channel_source, channel_sink)
-
-    def _merged_channel_source(self, stage: StageSpec, sources: list[ChannelSourceSpec]) -> KafkaSourceSpec:
-        """The channels a stage reads as one Kafka source over their topics, so that one planner
-        sees every input partition and aligns them all. They must share the brokers and the
-        ``json_fields`` (rows of every channel are decoded alike; the ``topic`` column tells
-        them apart)."""
-        servers = {self.servers[s.channel] for s in sources}
-        fields = {json.dumps(s.json_fields, sort_keys=True) for s in sources}
-        if len(servers) > 1 or len(fields) > 1:
-            raise UserInputError(
-                f"stage {stage.name!r} reads channels {[s.channel for s in sources]} on different brokers or with "
-                "different json_fields; reading them in one stage needs the same brokers and the same json_fields "
-                "for now (declare the union of the fields in each, and write them in every upstream stage)")
-        return KafkaSourceSpec(
-            name=sources[0].source_name if len(sources) == 1 else "channels", type="kafka",
-            bootstrap_servers=servers.pop(), topics=[self.spec.channel(s.channel).topic_for(self.spec.name)
-                                                     for s in sources],
-            format="json", json_fields=sources[0].json_fields,
-            max_records_per_batch=min(s.max_records_per_batch for s in sources))
+        return StageJob(stage, derived, layout, CheckpointStore.for_spec(derived),
+                        channel_sources[0] if channel_sources else None,
+                        sink if isinstance(sink, ChannelSinkSpec) else None)
 
     def _alignment_options(self, job: StageJob) -> str:
         assert job.channel_source is not None
@@ -268,63 +235,56 @@ class StagedPipelineJob:
                            "back_edge_topics": back, "fences": fences, "rate_factors": rates})
 
     def _build_query(self, job: StageJob) -> StreamingQuery:
+        """Start ``job``'s query with the one query builder
+        (:func:`barrierflow.runtime.stage_query.start_stage_query`)."""
         from barrierflow.runtime.session import register_data_sources
-        from barrierflow.sinks.factory import staging_uri_for
+        from barrierflow.sinks.factory import ChannelTarget, micro_batch_writer
 
         spark = self.spark
         register_data_sources(spark)
-        apply_state_store(spark, job.spec.spark)
         if not self.work_dir_checked:  # every stage's work dir is below the pipeline's
             check_work_dir_shared(spark, Path(self.work_dir))
             self.work_dir_checked = True
-        source = job.spec.source
-        fmt = "barrierflow_channel" if job.channel_source is not None else source_kind(source).format
-        reader = (spark.readStream.format(fmt).option("spec", source.model_dump_json())
-                  .option("control_dir", str(job.layout.control))
-                  .option("dead_letter_uri", job.layout.dead_letter_uri(job.spec))
-                  .option("event_time_uri", job.layout.event_time_uri(job.spec))
-                  .option("event_time_column", job.spec.event_time.column if job.spec.event_time else "timestamp"))
-        if job.channel_source is not None:
-            reader = reader.option("alignment", self._alignment_options(job))
-        df = reader.load()
-        transform = load_transformation(job.spec, self.spec_path)
-        out = transform(df, TransformContext(job.spec, dict(job.spec.transformation.options)))
-        writer = out.writeStream.outputMode(job.spec.transformation.output_mode)
+        target = None
         if job.channel_sink is not None:
-            from barrierflow.sinks.channel import ChannelWriter
-
             channel = self.spec.channel(job.channel_sink.channel)
-            topic = channel.topic_for(self.spec.name)
-            job.writer = ChannelWriter(servers=self.servers[channel.name], topic=topic, stage=job.stage.name,
-                                       attempt=self.attempt, spark_checkpoint=job.layout.spark_checkpoint,
-                                       key_column=job.channel_sink.key_column)
-            writer = writer.foreachBatch(job.writer)
-        else:
-            staging = staging_uri_for(job.spec, job.layout)
-            if staging is not None:
-                from barrierflow.sinks.staging import BatchStager
-
-                writer = writer.foreachBatch(BatchStager(staging, control_dir=str(job.layout.control),
-                                                         spark_checkpoint=str(job.layout.spark_checkpoint),
-                                                         fence=self.fence))
-            else:
-                writer = writer.format("noop")
-        return (writer.option("checkpointLocation", str(job.layout.spark_checkpoint))
-                .queryName(f"barrierflow_{job.spec.name}_{int(time.time() * 1000)}")
-                .trigger(processingTime=f"{int(job.spec.trigger.interval * 1000)} milliseconds")
-                .start())
+            target = ChannelTarget(servers=self.servers[channel.name], topic=channel.topic_for(self.spec.name),
+                                   stage=job.stage.name, attempt=self.attempt, key_column=job.channel_sink.key_column)
+        writer = micro_batch_writer(job.spec, job.layout, fence=self.fence, channel=target)
+        if target is not None:
+            job.writer = writer  # type: ignore[assignment]  # a ChannelWriter: closed when the stage stops
+        extra = {"alignment": self._alignment_options(job)} if job.channel_source is not None else {}
+        return start_stage_query(spark, job.spec, job.layout, spec_path=self.spec_path,
+                                 source_format=job.source_kind.format, batch_writer=writer, extra_options=extra)
 
     def _coordinator(self, job: StageJob) -> CheckpointCoordinator:
+        """``job``'s checkpoint coordinator: it never triggers (barriers come from the pipeline
+        coordinator or in-band), defers its sink commits to the global checkpoint, and with
+        ``event_time`` records each partition's event time, watermark, idleness and pauses
+        in the stage's manifests (as a single-stage job does)."""
         from barrierflow.sinks.factory import build_sink
 
         control_dir = job.layout.control
         alignment = (lambda n: read_alignment(control_dir, n)) if job.channel_source is not None else None
+        kind, source, event_time_uri = job.source_kind, job.spec.source, job.layout.event_time_uri(job.spec)
+        job.event_time = EventTimeTracker(job.spec, str(control_dir)) if job.spec.event_time is not None else None
+        tracker = job.event_time
+
+        def event_times(_source_name: str, partitions: dict[str, int]) -> dict[str, datetime | None]:
+            return kind.event_times(source, event_time_uri, partitions)
+
+        def summary(first_batch: int, batch: int, offsets: dict[str, dict[str, int]],
+                    times: dict[str, dict[str, datetime | None]]) -> EventTimeSummary:
+            assert tracker is not None
+            return tracker.summary(first_batch, batch, offsets, times, query=job.query)
+
         coordinator = CheckpointCoordinator(
             pipeline=job.spec.name, options=job.spec.checkpoint, store=job.store,
             spark_checkpoint_dir=job.layout.spark_checkpoint, staging_dir=job.layout.snapshots,
             control=ControlChannel(control_dir), source_names=[job.spec.source.name],
             sinks=[build_sink(job.spec, job.store, job.layout, attempt=self.attempt)], attempt=self.attempt,
-            spark_version=self.spark.version, alignment=alignment, commit_on_completion=False)
+            spark_version=self.spark.version, alignment=alignment, commit_on_completion=False,
+            event_times=event_times, event_time_summary=summary if tracker is not None else None)
         coordinator.trigger_limit = 0  # barriers come from the pipeline coordinator or in-band
         return coordinator
 

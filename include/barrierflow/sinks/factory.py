@@ -1,8 +1,15 @@
-"""Building the driver-side sink of a spec, and where its micro-batches are staged."""
+"""Building the sinks of a stage: what writes each micro-batch of its query
+(:func:`micro_batch_writer`: a channel writer, the stager of a two-phase-commit sink, or
+nothing for ``discard``), where micro-batches are staged, and the driver-side committer.
+
+Every sink kind is resolved here, the ``channel`` kind included, so the runtime builds every
+stage's writer the same way and never branches on the sink type."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from barrierflow.spec.models import DiscardSinkSpec, KafkaSinkSpec, ParquetSinkSpec, PipelineSpec, PostgresSinkSpec
 from barrierflow.transactions.committer import NoCommitter, SinkCommitter
@@ -12,6 +19,40 @@ from barrierflow.transactions.retry import CommitRetry
 if TYPE_CHECKING:
     from barrierflow.checkpointing.store import CheckpointStore
     from barrierflow.workdir.layout import JobLayout
+    from barrierflow.workdir.lease import FenceToken
+
+
+@dataclass(frozen=True)
+class ChannelTarget:
+    """Where a stage that writes a channel writes it: the channel's brokers and topic, the
+    writing stage and the pipeline's attempt (stamped on every record), the key column."""
+
+    servers: str
+    topic: str
+    stage: str
+    attempt: int
+    key_column: str | None = None
+
+
+def micro_batch_writer(spec: PipelineSpec, layout: JobLayout, *, fence: FenceToken | None,
+                       channel: ChannelTarget | None = None) -> Callable[[Any, int], None] | None:
+    """The ``foreachBatch`` function of the stage whose derived spec is ``spec``: a
+    :class:`~barrierflow.sinks.channel.ChannelWriter` when it writes ``channel``, a
+    :class:`~barrierflow.sinks.staging.BatchStager` for a two-phase-commit sink (checking
+    ``fence`` before each staged batch), None for ``discard`` (Spark's noop sink)."""
+    if channel is not None:
+        from barrierflow.sinks.channel import ChannelWriter
+
+        return ChannelWriter(servers=channel.servers, topic=channel.topic, stage=channel.stage,
+                             attempt=channel.attempt, spark_checkpoint=layout.spark_checkpoint,
+                             key_column=channel.key_column)
+    staging = staging_uri_for(spec, layout)
+    if staging is None:
+        return None
+    from barrierflow.sinks.staging import BatchStager
+
+    return BatchStager(staging, control_dir=str(layout.control), spark_checkpoint=str(layout.spark_checkpoint),
+                       fence=fence)
 
 
 def staging_uri_for(spec: PipelineSpec, layout: JobLayout) -> str | None:

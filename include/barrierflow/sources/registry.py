@@ -66,18 +66,31 @@ def _unbounded(source: AnySourceSpec) -> dict[str, int] | None:
     return None
 
 
+
 _KINDS: dict[str, SourceKind] = {
     "generator": SourceKind("generator", "barrierflow_generator", _generator_event_times, _generator_end),
     "kafka": SourceKind("kafka", "barrierflow_kafka", _recorded_event_times, _unbounded),
+    # The channels a stage reads, as one Kafka source over their topics (sources/channel.py):
+    # Kafka's reader plus barrier alignment; event times recorded by the executors like Kafka's.
+    "channel": SourceKind("channel", "barrierflow_channel", _recorded_event_times, _unbounded),
 }
 
 
 def source_kind(source: AnySourceSpec) -> SourceKind:
     """The registered kind of ``source`` (by its ``type``)."""
+    return kind_named(source.type)
+
+
+def kind_named(type_name: str) -> SourceKind:
+    """The registered kind ``type_name`` (``generator``, ``kafka``, ``channel``).
+
+    Raises:
+        SpecError: no such kind (the message lists the known ones).
+    """
     try:
-        return _KINDS[source.type]
+        return _KINDS[type_name]
     except KeyError:
-        raise SpecError("<spec>", [("sources.type", f"unknown source type {source.type!r}; "
+        raise SpecError("<spec>", [("sources.type", f"unknown source type {type_name!r}; "
                                                     f"known: {sorted(_KINDS)}")]) from None
 
 

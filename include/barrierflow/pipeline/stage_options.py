@@ -1,0 +1,111 @@
+"""Every option of a stage, derived from its pipeline in one place (Spark-free).
+
+A stage of a multi-stage pipeline runs as a single-stage :class:`PipelineSpec` under the hood:
+name ``<pipeline>-<stage>``, work dir ``<work_dir>/stages/<stage>``, checkpoint store
+``<checkpoint.storage>/stages/<stage>``. Everything else the pipeline sets applies to every
+stage unchanged, and is copied here and nowhere else:
+
+* **checkpoint**: every field of the pipeline's ``checkpoint`` section (``interval``, ``timeout``,
+  ``min_pause``, ``max_concurrent``, ``retained``, ``tolerable_failed_checkpoints``, ``mode``,
+  ``alignment_timeout``, ``synchronous_upload``, ``async_nice``, ``sink_commit_retries``,
+  ``sink_commit_backoff``); only ``storage`` moves below ``stages/<stage>``;
+* **event time** (column, watermark delay, idleness, watermark alignment): the stage's reader
+  plans its batches with them (:class:`~barrierflow.sources.planning.PlanningOptions`), its
+  coordinator records event times in its manifests;
+* **trigger** (interval, adaptive batch sizing ``target_batch_duration``), **spark**,
+  **verification**, **reports**;
+* **dead letters and event-time records** below ``<uri>/stages/<stage>`` of the pipeline's
+  shared paths.
+
+A stage that reads channels reads them as one Kafka source over their topics
+(:func:`channel_input`), so one planner sees every input partition and aligns them all; a
+stage that writes a channel gets a ``discard`` placeholder sink in the derived spec (the
+channel writer is built by the runtime, :mod:`barrierflow.sinks.factory`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from barrierflow.errors import UserInputError
+from barrierflow.spec.models import DiscardSinkSpec, KafkaSourceSpec, PipelineSpec
+from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec, StageSpec
+
+#: The longest stage name a pipeline may derive (``<pipeline>-<stage>``), as for pipeline names.
+MAX_NAME = 63
+
+
+def stage_name(pipeline: StagedPipelineSpec, stage: StageSpec) -> str:
+    """The derived single-stage name of ``stage`` (``<pipeline>-<stage>``).
+
+    Raises:
+        UserInputError: it is longer than 63 characters.
+    """
+    name = f"{pipeline.name}-{stage.name}"
+    if len(name) > MAX_NAME:
+        raise UserInputError(f"stage {stage.name!r}: '{name}' (pipeline-stage) is longer than {MAX_NAME} "
+                             "characters; shorten the pipeline or stage name")
+    return name
+
+
+def check_runnable(stage: StageSpec) -> None:
+    """Raise UserInputError unless ``stage`` has one sink and either one source or only
+    channel sources (what the runtime builds today)."""
+    channels = [s for s in stage.sources if isinstance(s, ChannelSourceSpec)]
+    if len(stage.sinks) != 1 or (len(stage.sources) != 1 and len(channels) != len(stage.sources)):
+        raise UserInputError(f"stage {stage.name!r}: running a stage with several sinks, or with several sources "
+                             "that are not all channels, is not built yet; give it one sink and either one "
+                             "source or only channel sources")
+
+
+def channel_input(pipeline: StagedPipelineSpec, stage: StageSpec, servers: Mapping[str, str]) -> KafkaSourceSpec:
+    """The channels ``stage`` reads, as one Kafka source over their topics (``servers``: channel
+    name -> ``host:port`` list). They must share the brokers and the ``json_fields`` (rows of
+    every channel are decoded alike; the ``topic`` column tells them apart).
+
+    Raises:
+        UserInputError: the stage reads no channel, or its channels differ in brokers or fields.
+    """
+    sources = [s for s in stage.sources if isinstance(s, ChannelSourceSpec)]
+    if not sources:
+        raise UserInputError(f"stage {stage.name!r} reads no channel")
+    brokers = {servers[s.channel] for s in sources}
+    fields = {json.dumps(s.json_fields, sort_keys=True) for s in sources}
+    if len(brokers) > 1 or len(fields) > 1:
+        raise UserInputError(
+            f"stage {stage.name!r} reads channels {[s.channel for s in sources]} on different brokers or with "
+            "different json_fields; reading them in one stage needs the same brokers and the same json_fields "
+            "for now (declare the union of the fields in each, and write them in every upstream stage)")
+    return KafkaSourceSpec(
+        name=sources[0].source_name if len(sources) == 1 else "channels", type="kafka",
+        bootstrap_servers=brokers.pop(),
+        topics=[pipeline.channel(s.channel).topic_for(pipeline.name) for s in sources],
+        format="json", json_fields=sources[0].json_fields,
+        max_records_per_batch=min(s.max_records_per_batch for s in sources))
+
+
+def derive_stage_spec(pipeline: StagedPipelineSpec, stage: StageSpec, *, work_dir: str,
+                      servers: Mapping[str, str]) -> PipelineSpec:
+    """The single-stage spec ``stage`` runs as (see the module docstring). ``work_dir`` is the
+    pipeline's absolute work dir; ``servers`` maps channel name -> ``host:port`` list.
+
+    Raises:
+        UserInputError: the stage is not runnable (:func:`check_runnable`), its derived name is
+            too long, or its channels cannot be read as one source (:func:`channel_input`).
+    """
+    check_runnable(stage)
+    source = stage.sources[0]
+    if isinstance(source, ChannelSourceSpec):
+        source = channel_input(pipeline, stage, servers)
+    sink = stage.sinks[0]
+    if isinstance(sink, ChannelSinkSpec):
+        sink = DiscardSinkSpec(name=sink.sink_name, type="discard")
+    checkpoint = pipeline.checkpoint.model_copy(
+        update={"storage": f"{pipeline.checkpoint.storage.rstrip('/')}/stages/{stage.name}"})
+    return PipelineSpec(
+        name=stage_name(pipeline, stage), work_dir=f"{work_dir}/stages/{stage.name}", sources=[source],
+        transformation=stage.transformation, sinks=[sink], trigger=pipeline.trigger, checkpoint=checkpoint,
+        event_time=pipeline.event_time, spark=pipeline.spark, verification=pipeline.verification,
+        reports=pipeline.reports, dead_letter_path=pipeline.stage_path(pipeline.dead_letter_path, stage.name),
+        event_times_path=pipeline.stage_path(pipeline.event_times_path, stage.name))

@@ -1,0 +1,70 @@
+"""The one query builder: the Structured Streaming query of one stage, whatever the pipeline's shape.
+
+A single-stage pipeline is a stage of its own (:class:`~barrierflow.runtime.job.StreamingJob`);
+each stage of a multi-stage pipeline (:class:`~barrierflow.runtime.pipeline.StagedPipelineJob`)
+is built here the same way, so what the reader is told is told to every stage:
+
+* the source's spec, control dir (barrier requests, holds, replays), dead-letter and
+  event-time URIs, event-time column;
+* ``planning`` (:class:`~barrierflow.sources.planning.PlanningOptions` of the stage's derived
+  spec): per-partition watermarks, idleness, watermark alignment, adaptive batch sizing;
+* anything the source kind adds (``extra_options``: the channel source's ``alignment``).
+
+Each micro-batch goes to ``batch_writer`` (``foreachBatch``: a channel writer or the stager of a
+two-phase-commit sink, :func:`barrierflow.sinks.factory.micro_batch_writer`), or to Spark's
+``noop`` sink when there is none (``discard``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from barrierflow.sources.planning import PlanningOptions
+from barrierflow.spark.session import apply_state_store
+from barrierflow.spec.models import PipelineSpec
+from barrierflow.transforms.context import TransformContext, load_transformation
+from barrierflow.workdir.layout import JobLayout
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+
+def reader_options(spec: PipelineSpec, layout: JobLayout) -> dict[str, str]:
+    """The options every stage's reader gets (see the module docstring)."""
+    return {
+        "spec": spec.source.model_dump_json(),
+        "control_dir": str(layout.control),
+        "dead_letter_uri": layout.dead_letter_uri(spec),
+        "event_time_uri": layout.event_time_uri(spec),
+        "event_time_column": spec.event_time.column if spec.event_time else "timestamp",
+        "planning": PlanningOptions.from_spec(spec).to_json(),
+    }
+
+
+def start_stage_query(spark: SparkSession, spec: PipelineSpec, layout: JobLayout, *, spec_path: str,
+                      source_format: str, batch_writer: Callable[[Any, int], None] | None,
+                      extra_options: Mapping[str, str] | None = None) -> StreamingQuery:
+    """Start the query of the stage whose derived spec is ``spec``: read with Spark data source
+    ``source_format`` (registered by the caller), apply the spec's transformation, write each
+    micro-batch with ``batch_writer`` (None: the ``noop`` sink), checkpoint to
+    ``layout.spark_checkpoint``, trigger every ``spec.trigger.interval``.
+
+    Raises:
+        SpecError: the transformation cannot be loaded. Spark's errors for a query that does not start.
+    """
+    apply_state_store(spark, spec.spark)
+    reader = spark.readStream.format(source_format)
+    for key, value in {**reader_options(spec, layout), **(extra_options or {})}.items():
+        reader = reader.option(key, value)
+    df = reader.load()
+    transform = load_transformation(spec, spec_path)
+    out = transform(df, TransformContext(spec, dict(spec.transformation.options)))
+    writer = out.writeStream.outputMode(spec.transformation.output_mode)
+    writer = writer.foreachBatch(batch_writer) if batch_writer is not None else writer.format("noop")
+    return (writer.option("checkpointLocation", str(layout.spark_checkpoint))
+            .queryName(f"barrierflow_{spec.name}_{int(time.time() * 1000)}")
+            .trigger(processingTime=f"{int(spec.trigger.interval * 1000)} milliseconds")
+            .start())
