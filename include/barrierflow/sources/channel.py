@@ -170,12 +170,33 @@ class ChannelStreamReader(KafkaStreamReader):
         # Step 1. How far each partition could go, never past its cap.
         caps = aligner.caps
         planned: dict[str, int] = {}
+        reach: dict[str, int] = {}
         for partition in sorted(set(begin.partitions) | set(available)):
             first = begin.partitions.get(partition, 0)
             fresh = self._past_stale(partition, first, available.get(partition, first))
             cap = max(1, int(self.spec.max_records_per_batch * self.rate_factors.get(partition, 1.0)))
-            end = max(first, min(available.get(partition, first), fresh + cap))
+            reach[partition] = end = max(first, min(available.get(partition, first), fresh + cap))
             planned[partition] = min(end, max(first, caps.get(partition, end)))
+        # Step 1b. Flow control, as in every source (event_time: idleness, watermark alignment;
+        # trigger.target_batch_duration: adaptive batch sizing), never past the caps above. The
+        # planner is told how far each partition can reach in this batch (its rate cap and stale
+        # records applied), so alignment caps the others at what the slowest one will read; it
+        # measures and records the batch as Steps 2-4 cut it.
+        if self.planner.options.tracks_watermarks or self.planner.options.target_batch_duration is not None:
+            def cut(flow: SourceOffset) -> SourceOffset:
+                for partition in planned:
+                    first = begin.partitions.get(partition, 0)
+                    planned[partition] = min(planned[partition], max(first, flow.partitions.get(partition, first)))
+                return self._cut_at_barriers(begin, available, planned, aligner, now)
+
+            return self.flow_plan(SourceOffset(dict(begin.partitions), begin.barrier), reach, amend=cut).to_json()
+        return self._cut_at_barriers(begin, available, planned, aligner, now).to_json()
+
+    def _cut_at_barriers(self, begin: SourceOffset, available: dict[str, int], planned: dict[str, int],
+                         aligner: BarrierAligner, now: float) -> SourceOffset:
+        """Steps 2-4 of :meth:`latestOffset`: the batch from ``begin`` to ``planned`` (each
+        partition's end so far) cut just after new barriers, fed to the alignment state
+        machine, and capped or ended as it decides."""
         # Step 2. Find the barriers (in the batch, or up to the log's end when looking ahead);
         # a partition's batch stops just after the first one that counts and was not delivered.
         ahead = self._look_ahead(aligner)
@@ -214,7 +235,7 @@ class ChannelStreamReader(KafkaStreamReader):
             write_aborted(self.control.directory, aborted)
             log.warning("channel source %s: alignment of checkpoint %d ended: %s: %s", self.spec.name,
                         aborted.checkpoint_id, aborted.reason.explanation, aborted.message)
-        return SourceOffset(planned, barrier, dict(begin.extra), begin.attempt).to_json()
+        return SourceOffset(planned, barrier, dict(begin.extra), begin.attempt)
 
     # -- executor side -------------------------------------------------------------------
 

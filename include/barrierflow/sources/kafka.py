@@ -278,6 +278,24 @@ def topic_partitions(spec: KafkaSourceSpec, consumer: KafkaConsumer) -> list[Top
     return out
 
 
+def end_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
+    """The end offset (the last stable offset, as a ``read_committed`` reader sees it) of every
+    partition of the spec's topics now: where a bounded run (``--until-exhausted``) stops.
+
+    Raises:
+        SourceError: a topic does not exist, or the brokers cannot be reached within ``poll_timeout``.
+    """
+    consumer = open_consumer(spec)
+    try:
+        partitions = topic_partitions(spec, consumer)
+        timeout_ms = int(spec.poll_timeout * 1000)
+        found = _call(spec, f"fetching the end offsets of {spec.topics}",
+                      lambda: consumer.end_offsets(partitions, timeout_ms=timeout_ms))
+        return {partition_id(tp.topic, tp.partition): int(found[tp]) for tp in partitions}
+    finally:
+        consumer.close()
+
+
 # --------------------------------------------------------------------------- reading a range
 
 
@@ -706,16 +724,23 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         available = self._available_riding_out_outages()
         if available is None:
             return start  # the brokers do not answer (yet): no new data, nothing skipped
-        if self.planner.options.max_drift is not None:
-            self._search = (dict(begin.partitions), dict(available))
-            end = self.planner.plan(begin, available, self.spec.max_records_per_batch,
-                                    self._event_times_at, self._offset_at)
-        else:
-            end = self.planner.plan(begin, available, self.spec.max_records_per_batch,
-                                    lambda offsets: dict.fromkeys(offsets))
+        end = self.flow_plan(begin, available)
         if end.barrier > begin.barrier:
             log.info("source %s: batch ending at %s closes epoch %d", self.spec.name, end.partitions, end.barrier)
         return end.to_json()
+
+    def flow_plan(self, begin: SourceOffset, available: Mapping[str, int],
+                  amend: Callable[[SourceOffset], SourceOffset] | None = None) -> SourceOffset:
+        """The batch end the planner gives from ``begin`` with ``available`` records: capped at
+        ``max_records_per_batch`` (or the adaptive size), paused partitions held, and with
+        watermark alignment every partition capped at the alignment ceiling (event times
+        peeked at by the driver); ``amend`` as in :meth:`SourcePlanner.plan`."""
+        if self.planner.options.max_drift is not None:
+            self._search = (dict(begin.partitions), dict(available))
+            return self.planner.plan(begin, available, self.spec.max_records_per_batch,
+                                     self._event_times_at, self._offset_at, amend=amend)
+        return self.planner.plan(begin, available, self.spec.max_records_per_batch,
+                                 lambda offsets: dict.fromkeys(offsets), amend=amend)
 
     # -- event times the driver peeks at (watermark alignment) -----------------------------
 

@@ -88,9 +88,13 @@ class SourcePlanner:
         self._last_planned: tuple[float, int] | None = None
 
     def plan(self, begin: SourceOffset, available: Mapping[str, int], max_records_per_partition: int,
-             event_times_at: EventTimesAt, offset_at: OffsetAt | None = None) -> SourceOffset:
+             event_times_at: EventTimesAt, offset_at: OffsetAt | None = None,
+             amend: Callable[[SourceOffset], SourceOffset] | None = None) -> SourceOffset:
         """The next batch's end (see the module docstring). With ``offset_at`` every partition
-        is also capped at its alignment ceiling (no record newer than the ceiling plus the delay)."""
+        is also capped at its alignment ceiling (no record newer than the ceiling plus the delay).
+        ``amend`` (a source that cuts the batch further, e.g. at barrier records in a channel)
+        turns the planned end into the batch's real end, which is what is measured and recorded
+        in the watermark history."""
         now = self.clock()
         cap = self._size(now, begin, available, max_records_per_partition)
         decision = self._align(now, begin, available, cap, event_times_at, offset_at is not None)
@@ -108,7 +112,7 @@ class SourcePlanner:
             replay_end=replay_end(self.control, begin),
             partition_caps=caps,
         ))
-        end = plan.end
+        end = amend(plan.end) if amend is not None else plan.end
         if end.partitions != begin.partitions or end.barrier != begin.barrier:
             records = sum(end.partitions.get(p, 0) - begin.partitions.get(p, 0) for p in end.partitions)
             self._last_planned = (now, records)
