@@ -363,3 +363,55 @@ def test_streaming_query_sees_every_record_exactly_once(
     for p in (0, 1):
         newest = max(stamps[p]).astimezone(UTC)  # PySpark collects naive local-time datetimes
         assert index.max_event_time(f"{topic}:{p}", 75) == newest
+
+
+# --------------------------------------------------------------------------- a bounded topic
+
+
+def test_a_topics_bounded_end_is_its_end_offsets_when_asked(kafka_endpoint: KafkaEndpoint) -> None:
+    from barrierflow.sources.registry import source_kind
+
+    topic = _topic("ends")
+    create_topic(kafka_endpoint, topic, 2)
+    produce(kafka_endpoint, topic, [(i % 2, None, f"v{i}".encode(), None) for i in range(7)])
+    spec = _spec(kafka_endpoint.bootstrap_servers, [topic])
+    assert source_kind(spec).bounded_end(spec) == {f"{topic}:0": 4, f"{topic}:1": 3}
+
+
+def test_a_bounded_end_from_a_dead_broker_names_the_servers() -> None:
+    from barrierflow.sources.registry import source_kind
+
+    spec = _spec(f"127.0.0.1:{free_port()}", ["t"], poll_timeout=1.0)
+    with pytest.raises(SourceError, match=r"cannot reach the brokers 127\.0\.0\.1"):
+        source_kind(spec).bounded_end(spec)
+
+
+@pytest.mark.spark
+def test_until_exhausted_reads_a_kafka_topic_to_its_last_record_and_stops(
+        kafka_endpoint: KafkaEndpoint, spark: Any, tmp_path: Path) -> None:
+    """``run --until-exhausted`` on a Kafka source: the run reads to the end offsets seen when it
+    started, stops by itself after two checkpoints there, and the committed output holds every
+    record once (not a timed stop: ``duration`` is far longer than the run)."""
+    from barrierflow.runtime.job import StreamingJob
+    from barrierflow.sinks.parquet import read_committed
+    from barrierflow.spec import parse_spec
+
+    from tests.pipeline_specs import spec_dict
+
+    topic = _topic("bounded")
+    create_topic(kafka_endpoint, topic, 3)
+    records = [(i % 3, None, json.dumps({"key": i % 11, "value": i}).encode(), None) for i in range(600)]
+    produce(kafka_endpoint, topic, records)
+    data = spec_dict(tmp_path, name="bounded")
+    data["sources"] = [{"name": "orders", "type": "kafka", "bootstrap_servers": kafka_endpoint.bootstrap_servers,
+                        "topics": [topic], "format": "json", "json_fields": {"key": "long", "value": "long"},
+                        "max_records_per_batch": 70, "poll_timeout": "5s"}]
+    data["transformation"] = {"function": "barrierflow.transforms.projection:project",
+                              "options": {"columns": {"key": "key", "value": "value"}}}
+    data["sinks"] = [{"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}]
+    result = StreamingJob(parse_spec(data), spark=spark).run(until_exhausted=True, duration=300)
+    assert result.elapsed_seconds < 300
+    ends = {f"{topic}:{p}": 200 for p in range(3)}
+    assert result.completed[-1].barrier_offsets["orders"] == ends
+    table = read_committed(f"file://{tmp_path / 'out'}")
+    assert table is not None and sorted(table.column("value").to_pylist()) == list(range(600))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from barrierflow.barriers.offsets import SourceOffset
-from barrierflow.sources.registry import kind_named, registered_types, source_kind
+from barrierflow.sources.registry import kind_named, reached, registered_types, source_kind
 from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
 
 
@@ -15,8 +15,8 @@ def test_each_source_type_has_a_kind() -> None:
     assert source_kind(kafka).format == "barrierflow_kafka"
     assert kind_named("channel").format == "barrierflow_channel"
     assert source_kind(generator).bounded_end(generator) == {"0": 10, "1": 10}
-    assert source_kind(kafka).bounded_end(kafka) is None
     assert kind_named("channel").bounded_end(kafka) is None  # channels never end; their sources do
+    # (a Kafka topic's bounded end is its end offsets now: tests/sources/test_kafka_source.py)
     times = source_kind(generator).event_times(generator, "file:///unused", {"0": 5, "1": 0})
     assert set(times) == {"0", "1"} and times["0"] is not None
 
@@ -28,3 +28,9 @@ def test_offsets_carry_the_attempt_only_when_set() -> None:
     assert again.attempt == 1 and again.extra == {"x": 1}
     assert again.to_json() == {"partitions": {"0": 3}, "barrier": 2, "attempt": 1, "x": 1}
 
+
+def test_an_end_is_reached_when_every_partition_is_at_or_past_it() -> None:
+    assert reached({"a:0": 5, "a:1": 7}, {"a:0": 5, "a:1": 6})  # a topic may grow after the run started
+    assert not reached({"a:0": 5, "a:1": 5}, {"a:0": 5, "a:1": 6})
+    assert not reached({"a:0": 5}, {"a:0": 5, "a:1": 1}) and not reached(None, {"a:0": 0})
+    assert reached({}, {})

@@ -25,7 +25,7 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.runtime.event_time import EventTimeStatus, EventTimeTracker
 from barrierflow.runtime.stage_query import start_stage_query
-from barrierflow.sources.registry import source_kind
+from barrierflow.sources.registry import reached, source_kind
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
 from barrierflow.spec.models import PipelineSpec
@@ -269,7 +269,7 @@ class StreamingJob:
                     break
                 if end_offsets is not None and sum(
                         1 for m in coordinator.completed
-                        if m.barrier_offsets.get(self.spec.source.name) == end_offsets) >= 2:
+                        if reached(m.barrier_offsets.get(self.spec.source.name), end_offsets)) >= 2:
                     break
                 if duration is not None and now - started >= duration:
                     break
@@ -317,7 +317,8 @@ class StreamingJob:
     def _source_end(self) -> dict[str, int]:
         end = source_kind(self.spec.source).bounded_end(self.spec.source)
         if end is None:
-            raise UserInputError("--until-exhausted needs a bounded source: a generator with records_per_partition")
+            raise UserInputError("--until-exhausted needs a bounded source: a generator with records_per_partition, "
+                                 "or a Kafka topic (read to its end offsets when the run starts)")
         return end
 
     def recover_sinks(self, sinks: list[SinkCommitter]) -> None:

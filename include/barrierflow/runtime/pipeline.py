@@ -45,7 +45,7 @@ from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInpu
 from barrierflow.pipeline.stage_options import derive_stage_spec
 from barrierflow.runtime.event_time import EventTimeTracker
 from barrierflow.runtime.stage_query import start_stage_query
-from barrierflow.sources.registry import SourceKind, kind_named, source_kind
+from barrierflow.sources.registry import SourceKind, kind_named, reached, source_kind
 from barrierflow.spark import offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
 from barrierflow.spec.graph import StageGraph, build_graph
@@ -701,22 +701,26 @@ class StagedPipelineJob:
                 end = source_kind(job.spec.source).bounded_end(job.spec.source)
                 if end is None:
                     raise UserInputError(f"--until-exhausted needs bounded sources, but stage {job.stage.name!r} "
-                                         "reads an unbounded one; give it an end (e.g. records_per_partition) or "
+                                         "reads an unbounded one; give it an end (e.g. records_per_partition; "
+                                         "Kafka topics are read to their end offsets when the run starts) or "
                                          "use --checkpoints/--duration")
                 ends[job.stage.name] = end
         return ends
 
     def covers(self, completed: list[GlobalManifest], ends: dict[str, dict[str, int]]) -> bool:
-        """Whether a completed global checkpoint reflects every source record in its final
-        stages' committed output: the source stages' barriers are at the sources' ends, and no
-        stage has channel state in it (records in flight at an unaligned snapshot are processed
-        in the next epoch, so their output is not covered by this checkpoint yet)."""
-        for manifest in reversed(completed):
-            at_end = all(self.stage_job(name).store.get(manifest.checkpoint_id).barrier_offsets.get(
-                self.stage_job(name).spec.source.name) == end for name, end in ends.items())
+        """Whether the completed global checkpoints reflect every source record in the final
+        stages' committed output: two of them (as for a single stage: output that waits for the
+        watermark, such as event-time windows, is emitted by the batch after the last records,
+        so it is committed with the next epoch) have the source stages' barriers at the
+        sources' ends and no channel state in any stage (records in flight at an unaligned
+        snapshot are processed in the next epoch, so their output is not covered yet)."""
+        covering = 0
+        for manifest in completed:
+            at_end = all(reached(self.stage_job(name).store.get(manifest.checkpoint_id).barrier_offsets.get(
+                self.stage_job(name).spec.source.name), end) for name, end in ends.items())
             if at_end and all(part.channel_state_records == 0 for part in manifest.stages.values()):
-                return True
-        return False
+                covering += 1
+        return covering >= 2
 
     def stage_job(self, name: str) -> StageJob:
         return next(j for j in self.stages if j.stage.name == name)

@@ -2,7 +2,8 @@
 
 One :class:`SourceKind` per ``source.type`` of the spec: the Spark data source format that
 reads it, how to look up the newest event time up to an offset per partition (for the
-manifest's ``max_event_time``), and where a bounded source ends (for ``--until-exhausted``).
+manifest's ``max_event_time``), and where a bounded source ends (for ``--until-exhausted``:
+a generator's last record, a Kafka topic's end offsets when the run starts).
 The runtime asks :func:`source_kind` and never branches on the source type, so a new source
 (e.g. a Kafka barrier source for a downstream stage) is added here and in its own module.
 
@@ -22,7 +23,8 @@ from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
 AnySourceSpec = GeneratorSourceSpec | KafkaSourceSpec
 #: (source spec, event-time store URI, partition -> end offset) -> partition -> newest event time
 EventTimeLookup = Callable[[AnySourceSpec, str, Mapping[str, int]], dict[str, datetime | None]]
-#: source spec -> partition -> end offset when the source is bounded, else None
+#: source spec -> partition -> end offset when the source is bounded (a generator with
+#: ``records_per_partition``; a Kafka topic's end offsets when the run starts), else None
 BoundedEnd = Callable[[AnySourceSpec], dict[str, int] | None]
 
 
@@ -62,14 +64,28 @@ def _generator_end(source: AnySourceSpec) -> dict[str, int] | None:
     return {str(p): source.records_per_partition for p in range(source.partitions)}
 
 
+def _kafka_end(source: AnySourceSpec) -> dict[str, int] | None:
+    """A Kafka topic is bounded by its end offsets when the run starts (records produced later
+    are read too, but the run does not wait for them)."""
+    from barrierflow.sources.kafka import end_offsets
+
+    assert isinstance(source, KafkaSourceSpec)
+    return end_offsets(source)
+
+
 def _unbounded(source: AnySourceSpec) -> dict[str, int] | None:
     return None
 
 
+def reached(offsets: Mapping[str, int] | None, end: Mapping[str, int]) -> bool:
+    """Whether ``offsets`` (a checkpoint's barrier offsets of one source) are at or past ``end``
+    (its bounded end) in every partition of ``end``."""
+    return offsets is not None and all(offsets.get(p, 0) >= e for p, e in end.items())
+
 
 _KINDS: dict[str, SourceKind] = {
     "generator": SourceKind("generator", "barrierflow_generator", _generator_event_times, _generator_end),
-    "kafka": SourceKind("kafka", "barrierflow_kafka", _recorded_event_times, _unbounded),
+    "kafka": SourceKind("kafka", "barrierflow_kafka", _recorded_event_times, _kafka_end),
     # The channels a stage reads, as one Kafka source over their topics (sources/channel.py):
     # Kafka's reader plus barrier alignment; event times recorded by the executors like Kafka's.
     "channel": SourceKind("channel", "barrierflow_channel", _recorded_event_times, _unbounded),
