@@ -5,6 +5,10 @@ here: completed manifests of the current timeline, failure records, stored verif
 results and the reports under ``reports/``. Keeping these imports in one place keeps the page
 independent of where the library moves its modules.
 
+Spec discovery and the multi-stage reads go through :mod:`barrierflow.ops` (the page is a front
+door, under the ``front-doors-call-ops`` import contract); the single-stage reads use the
+checkpoint store's and the verification results' own readers, which run no operation.
+
 A multi-stage pipeline keeps no ``chk-<n>`` at its store's root: its global checkpoints, each
 with every stage's part, are read through the operation
 :func:`barrierflow.ops.global_history.global_checkpoint_history` (:func:`read_global_history`).
@@ -19,9 +23,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from barrierflow.airflow.support import DiscoveredPipeline, discover_pipelines
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.ops.discovery import DiscoveredPipeline, discover_pipelines
 from barrierflow.ops.global_history import GlobalCheckpointEntry, GlobalCheckpointHistory, StagePart
 from barrierflow.ops.global_history import global_checkpoint_history as _global_checkpoint_history
 from barrierflow.ops.global_history import stage_verifications as _stage_verifications
