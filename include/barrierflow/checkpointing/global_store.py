@@ -37,8 +37,8 @@ from barrierflow.checkpointing.global_manifest import (
     StageSnapshot,
     global_key,
 )
-from barrierflow.checkpointing.manifest import Manifest, manifest_key_for
-from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.checkpointing.manifest import Manifest
+from barrierflow.checkpointing.store import CheckpointStore, manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
 from barrierflow.storage import ObjectNotFoundError, ObjectStore
 
@@ -246,7 +246,7 @@ def stage_snapshot(stage_prefix: str, manifest: Manifest) -> StageSnapshot:
     """A stage's part of a cut, from its manifest (``stage_prefix``: where its store is below the root)."""
     alignment = manifest.alignment
     return StageSnapshot(
-        manifest=stage_prefix + manifest_key_for(manifest.checkpoint_id), spark_batch_id=manifest.spark_batch_id,
+        manifest=stage_prefix + manifest_key(manifest.checkpoint_id), spark_batch_id=manifest.spark_batch_id,
         mode=alignment.mode if alignment else None, alignment_ms=alignment.alignment_ms if alignment else 0.0,
         sync_ms=manifest.sync_ms, async_ms=manifest.async_ms,
         channel_state_records=alignment.channel_state_records if alignment else 0)

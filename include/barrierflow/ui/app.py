@@ -13,6 +13,11 @@ Routes (relative to the mount prefix; every one requires an Airflow session, see
 
 Only GET exists (read-only). Data come from the pipelines folder (``pipelines_dir``) and each
 pipeline's checkpoint store, read per request.
+
+For a multi-stage pipeline the page and ``/api/pipelines/{name}`` show its global checkpoints,
+one row per stage under each (see :mod:`barrierflow.ui.history`); a checkpoint's verification
+routes serve the stored result of every stage of that global checkpoint (the API: an object
+``{"checkpoint_id", "stages": {stage: result or null}}``, 404 if no stage was verified).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from barrierflow.ui.exceptions import (
     ReportNotFoundError,
     UnknownPipelineError,
 )
-from barrierflow.ui.history import DEFAULT_LIMIT, find_pipeline, list_pipelines, pipeline_history
+from barrierflow.ui.history import DEFAULT_LIMIT, PipelineEntry, find_entry, history_of, list_pipelines
 from barrierflow.ui.page import render_page
 
 log = logging.getLogger(__name__)
@@ -74,6 +79,11 @@ def _report_key(path: str) -> str:
     if not parts or any(p in ("..", ".", "") for p in parts) or path.startswith("/"):
         raise ReportNotFoundError(f"no report {path!r}: report paths are relative to reports/ of the store")
     return "reports/" + "/".join(parts)
+
+
+def _store(entry: PipelineEntry) -> store_reader.CheckpointStore:
+    """The store at the root of the spec's ``checkpoint.storage`` (reports live there)."""
+    return store_reader.open_checkpoint_store(entry.spec)  # type: ignore[arg-type]
 
 
 def create_app(pipelines_dir: str, authenticate: Authenticator = airflow_session) -> FastAPI:
@@ -124,9 +134,9 @@ def create_app(pipelines_dir: str, authenticate: Authenticator = airflow_session
         if not loadable:
             return HTMLResponse(render_page(pipelines, None, _base(request),
                                             message=f"no pipeline specs in {pipelines_dir}"))
-        spec = find_pipeline(pipelines_dir, pipeline or loadable[0].name)
-        store = store_reader.open_checkpoint_store(spec)
-        history = pipeline_history(spec, store, limit=limit)
+        entry = find_entry(pipelines_dir, pipeline or loadable[0].name)
+        store = _store(entry)
+        history = history_of(entry, store, limit=limit)
         return HTMLResponse(render_page(pipelines, history, _base(request), _skew_report(store)))
 
     @app.get("/api/pipelines")
@@ -135,37 +145,54 @@ def create_app(pipelines_dir: str, authenticate: Authenticator = airflow_session
 
     @app.get("/api/pipelines/{name}")
     def api_pipeline(name: str, limit: Limit = DEFAULT_LIMIT) -> dict[str, Any]:
-        return pipeline_history(find_pipeline(pipelines_dir, name), limit=limit).as_dict()
+        return history_of(find_entry(pipelines_dir, name), limit=limit).as_dict()
 
-    def _verification(name: str, checkpoint_id: int) -> store_reader.VerificationReport:
-        spec = find_pipeline(pipelines_dir, name)
-        report = store_reader.read_verification(store_reader.open_checkpoint_store(spec), checkpoint_id)
-        if report is None:
-            raise ReportNotFoundError(f"checkpoint {checkpoint_id} of pipeline {name!r} has no stored verification "
-                                      f"result; run 'barrierflow verify SPEC --checkpoint {checkpoint_id}'")
-        return report
+    def _not_verified(name: str, checkpoint_id: int) -> ReportNotFoundError:
+        return ReportNotFoundError(f"checkpoint {checkpoint_id} of pipeline {name!r} has no stored verification "
+                                   f"result; run 'barrierflow verify SPEC --checkpoint {checkpoint_id}'")
+
+    def _verifications(entry: PipelineEntry, checkpoint_id: int) -> dict[str, store_reader.VerificationReport]:
+        """The stored results of ``checkpoint_id``: its own, or each verified stage's (several stages)."""
+        if entry.multi_stage:
+            stages = store_reader.read_stage_verifications(entry.path, checkpoint_id)
+            return {stage: report for stage, report in stages.items() if report is not None}
+        report = store_reader.read_verification(_store(entry), checkpoint_id)
+        return {} if report is None else {entry.name: report}
 
     @app.get("/api/pipelines/{name}/checkpoints/{checkpoint_id}/verification")
     def api_verification(name: str, checkpoint_id: int) -> dict[str, Any]:
-        return dict(_verification(name, checkpoint_id).model_dump(mode="json"))
+        entry = find_entry(pipelines_dir, name)
+        reports = _verifications(entry, checkpoint_id)
+        if not reports:
+            raise _not_verified(name, checkpoint_id)
+        if entry.multi_stage:
+            stages = store_reader.read_stage_verifications(entry.path, checkpoint_id)
+            return {"checkpoint_id": checkpoint_id,
+                    "stages": {s: r.model_dump(mode="json") if r else None for s, r in stages.items()}}
+        return dict(reports[entry.name].model_dump(mode="json"))
 
     @app.get("/pipelines/{name}/checkpoints/{checkpoint_id}/verification", response_class=HTMLResponse)
     def verification_page(name: str, checkpoint_id: int) -> HTMLResponse:
-        return HTMLResponse(store_reader.render_verification_html(name, [_verification(name, checkpoint_id)]))
+        reports = _verifications(find_entry(pipelines_dir, name), checkpoint_id)
+        if not reports:
+            raise _not_verified(name, checkpoint_id)
+        return HTMLResponse(store_reader.render_verification_html(name, list(reports.values())))
 
     @app.get("/pipelines/{name}/verification", response_class=HTMLResponse)
     def verification_summary(name: str, limit: Limit = DEFAULT_LIMIT) -> HTMLResponse:
-        spec = find_pipeline(pipelines_dir, name)
-        store = store_reader.open_checkpoint_store(spec)
-        ids = [row.checkpoint_id for row in pipeline_history(spec, store, limit=limit).rows]
-        reports = [r for r in (store_reader.read_verification(store, cid) for cid in sorted(ids)) if r is not None]
+        entry = find_entry(pipelines_dir, name)
+        if entry.multi_stage:
+            checkpoints = store_reader.read_global_history(entry.path, limit).checkpoints
+            reports = [p.verification for c in reversed(checkpoints) for p in c.stages if p.verification is not None]
+        else:
+            ids = [row.checkpoint_id for row in history_of(entry, _store(entry), limit=limit).rows]
+            reports = [r for cid in sorted(ids) for r in _verifications(entry, cid).values()]
         return HTMLResponse(store_reader.render_verification_html(name, reports))
 
     @app.get("/pipelines/{name}/reports/{path:path}")
     def report_file(name: str, path: str) -> Response:
         key = _report_key(path)
-        spec = find_pipeline(pipelines_dir, name)
-        raw = store_reader.read_report_object(store_reader.open_checkpoint_store(spec), key)
+        raw = store_reader.read_report_object(_store(find_entry(pipelines_dir, name)), key)
         if raw is None:
             raise ReportNotFoundError(f"pipeline {name!r} has no {key} in its checkpoint store")
         media = mimetypes.guess_type(key)[0] or "application/octet-stream"

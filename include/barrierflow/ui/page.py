@@ -4,6 +4,13 @@ no internet resources), so it renders the same inside Airflow's iframe and saved
 Every value cell carries the exact value in ``data-value`` (ISO times, ms and bytes as in the
 manifest) next to its formatted text, and every row its ``data-checkpoint-id``, so tools
 (and the acceptance test) can read the page without parsing formatted numbers.
+
+A multi-stage pipeline's section has the table ``#global-checkpoints`` instead: per global
+checkpoint a row ``tr.global[data-global-id=N]`` (status, attempt, times, total ms, verdict),
+followed by one row per stage ``tr.stage[data-global-id=N][data-stage=NAME]`` (mode, barrier
+batch, alignment ms, sync and async ms, channel-state records, back-edge ranges as
+``partition [start, end) records`` joined by ``; ``, the stage's verdict). Cells carry
+``data-field``/``data-value`` as above. A single-stage pipeline's page is unchanged.
 """
 
 from __future__ import annotations
@@ -12,7 +19,16 @@ import html
 from datetime import UTC, datetime
 from urllib.parse import quote
 
-from barrierflow.ui.history import CheckpointRow, PipelineEntry, PipelineHistory, Verdict
+from barrierflow.ui.history import (
+    ChannelRange,
+    CheckpointRow,
+    GlobalCheckpointRow,
+    PipelineEntry,
+    PipelineHistory,
+    StageRow,
+    Verdict,
+    VerificationVerdict,
+)
 from barrierflow.ui.plots import data_uri, history_svg, skew_svg
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:1em 1.5em;color:#1a1a1a}
@@ -21,7 +37,9 @@ nav a{margin-right:1em}nav a.current{font-weight:bold;text-decoration:none;color
 table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ddd;padding:3px 6px;text-align:right}
 th{background:#f4f4f4}td.text{text-align:left}.COMPLETED,.passed{color:#176f2c}
 .FAILED,.failed{color:#b00020;font-weight:bold}.muted,.not-verified{color:#777}img{max-width:100%}
-.meta span{margin-right:1.5em}.error{color:#b00020;white-space:pre-wrap}"""
+.meta span{margin-right:1.5em}.error{color:#b00020;white-space:pre-wrap}
+tr.global td{border-top:2px solid #bbb;font-weight:600}tr.stage td{background:#fafafa}
+td.stage-name{padding-left:1.5em}"""
 
 _COLUMNS = ("ID", "kind", "status", "attempt", "barrier batch", "trigger time (UTC)", "completion time (UTC)",
             "barrier batch ms", "sync ms", "async ms", "total ms", "full bytes", "incremental bytes",
@@ -44,6 +62,65 @@ def _ms(value: float | None) -> str:
 
 def _bytes(value: int | None) -> str:
     return "" if value is None else f"{value:,}"
+
+
+_GLOBAL_COLUMNS = ("ID / stage", "status / mode", "attempt / barrier batch", "trigger time (UTC)",
+                  "completion time (UTC)", "total ms / alignment ms", "sync ms", "async ms", "channel-state records",
+                  "back-edge ranges", "verification")
+
+
+def _verification_cell(verdict_of: VerificationVerdict, href: str) -> str:
+    verdict = verdict_of.verdict
+    if verdict is Verdict.NOT_VERIFIED:
+        return (f"<td data-field='verification' data-value='{verdict.value}' class='text not-verified'>"
+                "not verified</td>")
+    kind = "deep" if verdict_of.deep else "structural"
+    return (f"<td data-field='verification' data-value='{verdict.value}' class='text {verdict.value}' "
+            f"title='{html.escape(verdict_of.reason, quote=True)}'><a href='{href}'>{verdict.value}</a> ({kind})</td>")
+
+
+def _ranges(ranges: list[ChannelRange]) -> str:
+    return "; ".join(f"{r.partition} [{r.start}, {r.end}) {r.records}" for r in ranges)
+
+
+def _global_row(row: GlobalCheckpointRow, href: str) -> str:
+    status_text = row.status if row.completed else f"{row.status}: {row.failure_reason}"
+    status = (f"<td data-field='status' data-value='{row.status}' class='text {row.status}'"
+              f" title='{html.escape(row.failure_message or '', quote=True)}'>{html.escape(status_text)}"
+              + (f"<br><span class='muted'>{html.escape(row.failure_message or '')}</span>" if not row.completed
+                 else "") + "</td>")
+    return (f"<tr class='global' data-global-id='{row.checkpoint_id}'>"
+            + _cell("checkpoint_id", row.checkpoint_id, str(row.checkpoint_id)) + status
+            + _cell("attempt", row.attempt, "" if row.attempt is None else str(row.attempt))
+            + _cell("trigger_time", row.trigger_time, _iso(row.trigger_time), "text")
+            + _cell("completion_time", row.completion_time, _iso(row.completion_time or row.failure_time), "text")
+            + _cell("total_ms", row.total_ms, _ms(row.total_ms)) + "<td></td><td></td><td></td><td></td>"
+            + _verification_cell(row.verification, href) + "</tr>")
+
+
+def _stage_row(checkpoint_id: int, row: StageRow, href: str) -> str:
+    absent = "" if row.present else " <span class='muted'>(no stage manifest)</span>"
+    ranges = _ranges(row.back_edge_ranges)
+    return (f"<tr class='stage' data-global-id='{checkpoint_id}' data-stage='{html.escape(row.stage, quote=True)}'>"
+            f"<td data-field='stage' data-value='{html.escape(row.stage, quote=True)}' class='text stage-name'>"
+            f"{html.escape(row.stage)}{absent}</td>"
+            + _cell("mode", row.mode, row.mode or "-", "text")
+            + _cell("barrier_batch", row.barrier_batch, "" if row.barrier_batch is None else str(row.barrier_batch))
+            + "<td></td><td></td>"
+            + _cell("alignment_ms", row.alignment_ms, _ms(row.alignment_ms))
+            + _cell("sync_ms", row.sync_ms, _ms(row.sync_ms)) + _cell("async_ms", row.async_ms, _ms(row.async_ms))
+            + _cell("channel_state_records", row.channel_state_records, _bytes(row.channel_state_records))
+            + _cell("back_edge_ranges", ranges, ranges, "text")
+            + _verification_cell(row.verification, href) + "</tr>")
+
+
+def _global_table(history: PipelineHistory, base: str, pipeline: str) -> str:
+    rows = []
+    for row in history.global_rows:
+        href = f"{base}/pipelines/{pipeline}/checkpoints/{row.checkpoint_id}/verification"
+        rows.append(_global_row(row, href) + "".join(_stage_row(row.checkpoint_id, s, href) for s in row.stages))
+    return ("<table id='global-checkpoints'><tr>" + "".join(f"<th>{c}</th>" for c in _GLOBAL_COLUMNS) + "</tr>"
+            + "".join(rows) + "</table>")
 
 
 def _row(row: CheckpointRow, base: str, pipeline: str) -> str:
@@ -95,9 +172,14 @@ def render_pipeline(history: PipelineHistory, base: str, skew_report: dict[str, 
     name = quote(history.pipeline)
     links = [f"<a href='{base}/api/pipelines/{name}'>JSON API</a>"]
     links += [f"<a href='{base}/pipelines/{name}/{r.key}'>{html.escape(r.title)}</a>" for r in history.reports]
-    if any(r.verification.verdict is not Verdict.NOT_VERIFIED for r in history.rows):
+    verdicts = [r.verification for r in history.rows] + [s.verification for g in history.global_rows
+                                                         for s in g.stages]
+    if any(v.verdict is not Verdict.NOT_VERIFIED for v in verdicts):
         links.append(f"<a href='{base}/pipelines/{name}/verification'>Verification results</a>")
-    if history.rows:
+    if history.multi_stage and history.global_rows:
+        table = _global_table(history, base, name)
+        plot = ""
+    elif history.rows:
         table = ("<table id='checkpoints'><tr>" + "".join(f"<th>{c}</th>" for c in _COLUMNS) + "</tr>"
                  + "".join(_row(r, base, name) for r in history.rows) + "</table>")
         plot = (f"<h2>Duration and size history</h2><img id='history-plot' alt='checkpoint durations and sizes' "
@@ -108,13 +190,16 @@ def render_pipeline(history: PipelineHistory, base: str, skew_report: dict[str, 
     skew = skew_svg(skew_report) if skew_report else None
     skew_html = (f"<h2>Watermark skew (latest report)</h2><img id='skew-plot' alt='watermark skew per checkpoint' "
                  f"src='{data_uri(skew)}'>") if skew else ""
+    stages = (f"<span>stages: {html.escape(', '.join(history.stages))}</span>" if history.multi_stage else "")
+    title = ("Recent global checkpoints (newest first; one row per stage under each)" if history.multi_stage
+             else "Recent checkpoints (newest first)")
     return (
         f"<section id='pipeline' data-pipeline='{html.escape(history.pipeline, quote=True)}'>"
         f"<h1>Checkpoints: {html.escape(history.pipeline)}</h1>"
         f"<p class='meta'><span>store <code>{html.escape(history.storage)}</code></span>"
         f"<span>attempt {history.attempt}</span><span>{history.total_completed} completed</span>"
-        f"<span>{history.total_failed} failed</span><span>showing the newest {len(history.rows)}</span></p>"
-        f"<p>{' · '.join(links)}</p><h2>Recent checkpoints (newest first)</h2>{table}{plot}{skew_html}</section>")
+        f"<span>{history.total_failed} failed</span><span>showing the newest {history.shown}</span>{stages}</p>"
+        f"<p>{' · '.join(links)}</p><h2>{title}</h2>{table}{plot}{skew_html}</section>")
 
 
 def render_page(pipelines: list[PipelineEntry], history: PipelineHistory | None, base: str,
