@@ -37,12 +37,13 @@ from barrierflow.checkpointing.global_manifest import (
     StageSnapshot,
     global_key,
 )
-from barrierflow.checkpointing.manifest import Manifest, manifest_key_for
-from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.checkpointing.manifest import Manifest
+from barrierflow.checkpointing.store import CheckpointStore, manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
-from barrierflow.storage import ObjectNotFoundError, ObjectStore
+from barrierflow.storage import ObjectInfo, ObjectNotFoundError, ObjectStore
 
 _GLOBAL = re.compile(r"^global/chk-(\d+)/(_metadata|_triggered|_failed)\.json$")
+_GLOBAL_DIR = re.compile(r"^global/chk-(\d+)/")
 FENCES_KEY = "_fences.json"
 RecordKind = Literal["_metadata", "_triggered", "_failed"]
 CutStatus = Literal["completed", "failed", "in flight or abandoned", "unknown"]
@@ -139,6 +140,26 @@ class GlobalCheckpointStore:
         """Whether any global record or attempt fence exists (the pipeline ran before)."""
         return bool(self.objects.list("global/")) or self.objects.exists(FENCES_KEY)
 
+    def exists(self, checkpoint_id: int) -> bool:
+        """Whether ``checkpoint_id`` has any object under ``global/chk-<n>/`` (it was triggered)."""
+        return bool(self.objects.list(f"global/chk-{checkpoint_id}/"))
+
+    def objects_by_id(self) -> dict[int, list[ObjectInfo]]:
+        """Every object under ``global/chk-<n>/`` (records of any kind), by global id; for
+        retention, which deletes a global checkpoint's directory whole."""
+        dirs: dict[int, list[ObjectInfo]] = {}
+        for info in self.objects.list("global/chk-"):
+            match = _GLOBAL_DIR.match(info.key)
+            if match:
+                dirs.setdefault(int(match.group(1)), []).append(info)
+        return dirs
+
+    @staticmethod
+    def is_manifest_key(key: str) -> bool:
+        """Whether ``key`` is the global manifest of some ``global/chk-<n>/``."""
+        match = _GLOBAL.match(key)
+        return match is not None and match.group(2) == "_metadata"
+
     # -- reading --------------------------------------------------------------------------
     def _read(self, key: str, model: type[BaseModel]) -> Any:
         try:
@@ -187,6 +208,7 @@ class GlobalCheckpointStore:
         return [f for i in self.ids("_failed") if (f := self._read(global_key(i, "_failed"), GlobalFailure))]
 
     def trigger(self, checkpoint_id: int) -> GlobalTrigger | None:
+        """The trigger record of ``checkpoint_id`` (None: none). Raises CheckpointCorruptError."""
         return self._read(global_key(checkpoint_id, "_triggered"), GlobalTrigger)  # type: ignore[no-any-return]
 
     def abandoned(self) -> list[int]:
@@ -246,7 +268,7 @@ def stage_snapshot(stage_prefix: str, manifest: Manifest) -> StageSnapshot:
     """A stage's part of a cut, from its manifest (``stage_prefix``: where its store is below the root)."""
     alignment = manifest.alignment
     return StageSnapshot(
-        manifest=stage_prefix + manifest_key_for(manifest.checkpoint_id), spark_batch_id=manifest.spark_batch_id,
+        manifest=stage_prefix + manifest_key(manifest.checkpoint_id), spark_batch_id=manifest.spark_batch_id,
         mode=alignment.mode if alignment else None, alignment_ms=alignment.alignment_ms if alignment else 0.0,
         sync_ms=manifest.sync_ms, async_ms=manifest.async_ms,
         channel_state_records=alignment.channel_state_records if alignment else 0)
@@ -281,7 +303,7 @@ class SingleStageCuts:
 
     def failures(self) -> list[GlobalFailure]:
         return [GlobalFailure(pipeline=f.pipeline, checkpoint_id=f.checkpoint_id, reason="STAGE_FAILED",
-                              message=f"{f.reason}: {f.message}" if getattr(f, "message", "") else str(f.reason),
+                              message=f"{f.reason.value}: {f.message}" if f.message else f.reason.value,
                               failure_time=f.failure_time)
                 for f in self.store.failures()]
 
