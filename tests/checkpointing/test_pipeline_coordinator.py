@@ -7,8 +7,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from barrierflow.barriers.control import ControlChannel
+from barrierflow.checkpointing.errors import GlobalManifestExistsError
 from barrierflow.checkpointing.global_manifest import GlobalManifest, global_key
+from barrierflow.checkpointing.global_store import GlobalCheckpointStore
 from barrierflow.checkpointing.manifest import FailureReason, FailureRecord, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
@@ -121,3 +124,24 @@ def test_a_restarted_coordinator_continues_where_it_stopped(tmp_path: Path) -> N
     clock.t = 3.0
     second.tick()
     assert list(second.pending) == [2]  # ids continue after the stored ones
+
+
+def test_a_global_manifest_already_there_is_never_overwritten(tmp_path: Path) -> None:
+    """A second writer (another pipeline coordinator on the same store) completed checkpoint 1
+    first: this coordinator refuses, leaves its manifest as it is and commits nothing."""
+    clock = Clock()
+    coordinator, stages, final = setup(tmp_path, clock)
+    coordinator.start()
+    clock.t = 1.0
+    coordinator.tick()  # triggers 1
+    stages["a"].store.write_manifest(stage_manifest("a", 1))
+    stages["b"].store.write_manifest(stage_manifest("b", 1))
+    other, _, _ = setup(tmp_path, clock)
+    other.start()
+    (theirs,) = other.tick()  # the other coordinator takes 1 up and completes it first
+    assert theirs.manifest is not None
+    with pytest.raises(GlobalManifestExistsError, match="global checkpoint 1 of pipeline p already has a manifest"):
+        coordinator.tick()
+    stored = GlobalCheckpointStore(open_store(f"file://{tmp_path / 'chk'}"), "p").get(1)
+    assert stored == theirs.manifest  # not rewritten
+    assert final.committed == [] and coordinator.completed == []  # this one commits nothing for 1

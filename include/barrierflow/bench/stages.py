@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from barrierflow.bench import emit_table
+from barrierflow.checkpointing.global_store import GlobalCheckpointStore
 from barrierflow.spec import parse_staged_spec, project_home
 
 MODES = (("aligned", "aligned", 0.0), ("aligned, 1 s timeout", "aligned", 1.0), ("unaligned", "unaligned", 0.0))
@@ -115,20 +116,16 @@ def run_mode(label: str, mode: str, alignment_timeout: float, *, servers: str, w
     measured = result.completed[1:]  # the first one includes the queries' start
     return ModeFigures(label, len(result.completed), result.failed, [m.total_ms for m in measured],
                        [m.stages["z"].alignment_ms for m in measured],
-                       [m.stages["z"].channel_state_records for m in measured], _in_flight_ms(job, ended))
+                       [m.stages["z"].channel_state_records for m in measured], _in_flight_ms(job.global_store, ended))
 
 
-def _in_flight_ms(job: Any, ended: datetime) -> float:
-    """Age at ``ended`` of the newest global checkpoint triggered but neither completed nor failed."""
-    from barrierflow.checkpointing.global_manifest import GlobalTrigger
-
-    keys = {info.key for info in job.objects.list("global/")}
-    open_ids = sorted(int(k.split("/")[1][4:]) for k in keys if k.endswith("/_triggered.json")
-                      and k.replace("_triggered", "_metadata") not in keys
-                      and k.replace("_triggered", "_failed") not in keys)
-    if not open_ids:
+def _in_flight_ms(store: GlobalCheckpointStore, ended: datetime) -> float:
+    """Age at ``ended`` of the newest global checkpoint triggered but neither completed nor failed
+    (0: none)."""
+    open_ids = store.unfinished_ids()
+    trigger = store.trigger(open_ids[-1]) if open_ids else None
+    if trigger is None:
         return 0.0
-    trigger = GlobalTrigger.model_validate_json(job.objects.get_bytes(f"global/chk-{open_ids[-1]}/_triggered.json"))
     return (ended - trigger.trigger_time).total_seconds() * 1000
 
 

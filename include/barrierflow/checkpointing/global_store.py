@@ -40,9 +40,10 @@ from barrierflow.checkpointing.global_manifest import (
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.store import CheckpointStore, manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
-from barrierflow.storage import ObjectNotFoundError, ObjectStore
+from barrierflow.storage import ObjectInfo, ObjectNotFoundError, ObjectStore
 
 _GLOBAL = re.compile(r"^global/chk-(\d+)/(_metadata|_triggered|_failed)\.json$")
+_GLOBAL_DIR = re.compile(r"^global/chk-(\d+)/")
 FENCES_KEY = "_fences.json"
 RecordKind = Literal["_metadata", "_triggered", "_failed"]
 CutStatus = Literal["completed", "failed", "in flight or abandoned", "unknown"]
@@ -132,6 +133,7 @@ class GlobalCheckpointStore:
         return sorted(ids["_triggered"] - ids["_metadata"] - ids["_failed"])
 
     def highest_used_id(self) -> int:
+        """The largest id any global record uses (0: none); a new global checkpoint id must be larger."""
         ids = self.record_ids()
         return max(ids["_metadata"] | ids["_triggered"] | ids["_failed"], default=0)
 
@@ -139,8 +141,29 @@ class GlobalCheckpointStore:
         """Whether any global record or attempt fence exists (the pipeline ran before)."""
         return bool(self.objects.list("global/")) or self.objects.exists(FENCES_KEY)
 
+    def exists(self, checkpoint_id: int) -> bool:
+        """Whether ``checkpoint_id`` has any object under ``global/chk-<n>/`` (it was triggered)."""
+        return bool(self.objects.list(f"global/chk-{checkpoint_id}/"))
+
+    def objects_by_id(self) -> dict[int, list[ObjectInfo]]:
+        """Every object under ``global/chk-<n>/`` (records of any kind), by global id; for
+        retention, which deletes a global checkpoint's directory whole."""
+        dirs: dict[int, list[ObjectInfo]] = {}
+        for info in self.objects.list("global/chk-"):
+            match = _GLOBAL_DIR.match(info.key)
+            if match:
+                dirs.setdefault(int(match.group(1)), []).append(info)
+        return dirs
+
+    @staticmethod
+    def is_manifest_key(key: str) -> bool:
+        """Whether ``key`` is the global manifest of some ``global/chk-<n>/``."""
+        match = _GLOBAL.match(key)
+        return match is not None and match.group(2) == "_metadata"
+
     # -- reading --------------------------------------------------------------------------
     def _read(self, key: str, model: type[BaseModel]) -> Any:
+        """``key`` parsed as ``model``; None if it does not exist. Raises CheckpointCorruptError naming it."""
         try:
             raw = self.objects.get_bytes(key)
         except ObjectNotFoundError:
@@ -153,6 +176,7 @@ class GlobalCheckpointStore:
                 "aside (or restore it from a backup) to read the other global checkpoints") from None
 
     def status(self, checkpoint_id: int) -> CutStatus:
+        """What became of ``checkpoint_id``, from which records exist (manifest first, then failure)."""
         if self.objects.exists(global_key(checkpoint_id, "_metadata")):
             return "completed"
         if self.objects.exists(global_key(checkpoint_id, "_failed")):
@@ -184,19 +208,24 @@ class GlobalCheckpointStore:
         return [self.get(i) for i in self.ids("_metadata")]
 
     def failures(self) -> list[GlobalFailure]:
+        """Every global failure record, ascending by id. Raises CheckpointCorruptError."""
         return [f for i in self.ids("_failed") if (f := self._read(global_key(i, "_failed"), GlobalFailure))]
 
     def trigger(self, checkpoint_id: int) -> GlobalTrigger | None:
+        """The trigger record of ``checkpoint_id`` (None: none). Raises CheckpointCorruptError."""
         return self._read(global_key(checkpoint_id, "_triggered"), GlobalTrigger)  # type: ignore[no-any-return]
 
     def abandoned(self) -> list[int]:
+        """Global ids a restore abandoned (``_pipeline.json``)."""
         return self.root.abandoned()
 
     def attempt(self) -> int:
+        """The pipeline's current attempt (0 before the first restore)."""
         return self.root.attempt()
 
     # -- writing --------------------------------------------------------------------------
     def record_trigger(self, trigger: GlobalTrigger) -> None:
+        """Record that the pipeline coordinator triggered ``trigger.checkpoint_id`` (the first record)."""
         self.objects.put_bytes(global_key(trigger.checkpoint_id, "_triggered"), trigger.model_dump_json().encode())
 
     def add_manifest(self, manifest: GlobalManifest) -> bool:
@@ -217,6 +246,7 @@ class GlobalCheckpointStore:
                 "never overwritten (is a second pipeline coordinator writing to this checkpoint store?)")
 
     def record_failure(self, failure: GlobalFailure) -> None:
+        """Record that ``failure.checkpoint_id`` failed, expired or was abandoned unfinished."""
         self.objects.put_bytes(global_key(failure.checkpoint_id, "_failed"), failure.model_dump_json(indent=2).encode())
 
     # -- attempts and fences --------------------------------------------------------------
@@ -234,6 +264,8 @@ class GlobalCheckpointStore:
                 "without it a downstream stage cannot tell which channel records an older attempt wrote") from None
 
     def add_fence(self, record: AttemptFenceRecord) -> None:
+        """Append ``record`` to ``_fences.json`` (read, then rewritten whole: one restore at a
+        time writes it, under the pipeline's lease). Raises CheckpointCorruptError (see :meth:`fences`)."""
         fences = [*self.fences(), record]
         self.objects.put_bytes(FENCES_KEY, json.dumps([f.to_json() for f in fences], indent=2).encode())
 
@@ -281,7 +313,7 @@ class SingleStageCuts:
 
     def failures(self) -> list[GlobalFailure]:
         return [GlobalFailure(pipeline=f.pipeline, checkpoint_id=f.checkpoint_id, reason="STAGE_FAILED",
-                              message=f"{f.reason}: {f.message}" if getattr(f, "message", "") else str(f.reason),
+                              message=f"{f.reason.value}: {f.message}" if f.message else f.reason.value,
                               failure_time=f.failure_time)
                 for f in self.store.failures()]
 

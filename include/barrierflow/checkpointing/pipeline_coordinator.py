@@ -6,9 +6,11 @@ Each stage runs its own :class:`~barrierflow.checkpointing.coordinator.Checkpoin
 does what only a global view can (layout in :mod:`barrierflow.checkpointing.global_manifest`):
 
 Step 1. Collect: a pending global checkpoint ``n`` whose every stage has its manifest ``n``
-        completes: write the global manifest naming each stage's manifest, then tell the final
-        stages (those writing no channel) to commit their 2PC sinks up to ``n``. A stage
-        manifest alone never commits anything.
+        completes: write the global manifest naming each stage's manifest (add-if-absent, after
+        the lease's fencing check: a manifest already there is never overwritten, the coordinator
+        raises :class:`~barrierflow.checkpointing.errors.GlobalManifestExistsError`), then tell
+        the final stages (those writing no channel) to commit their 2PC sinks up to ``n``. A
+        stage manifest alone never commits anything.
 Step 2. Fail: a stage recorded the failure of its snapshot ``n``, or ``checkpoint.timeout``
         passed: record ``global/chk-<n>/_failed.json`` and tell the final stages to abort ``n``.
 Step 3. Trigger: when the interval passed and fewer than ``max_concurrent`` global checkpoints
@@ -16,23 +18,21 @@ Step 3. Trigger: when the interval passed and fewer than ``max_concurrent`` glob
         the control channel of every source stage (stages with an external source). Barriers
         reach the other stages in-band, through the channels.
 
-Its state lives in the checkpoint store: :meth:`PipelineCoordinator.start` resumes ids after
-the highest one any global or stage object uses, and takes up every triggered checkpoint
-that has neither a global manifest nor a failure record, so a restarted coordinator
-completes (or expires) what it left.
+Its state lives in the checkpoint store, read and written only through
+:class:`~barrierflow.checkpointing.global_store.GlobalCheckpointStore`:
+:meth:`PipelineCoordinator.start` resumes ids after the highest one any global or stage
+object uses, and takes up every triggered checkpoint that has neither a global manifest nor
+a failure record, so a restarted coordinator completes (or expires) what it left.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
-
-from pydantic import BaseModel, ValidationError
 
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
@@ -41,19 +41,19 @@ from barrierflow.checkpointing.global_manifest import (
     GlobalManifest,
     GlobalTrigger,
     StageSnapshot,
-    global_key,
     stage_prefix,
 )
+from barrierflow.checkpointing.global_store import GlobalCheckpointStore, stage_snapshot
 from barrierflow.checkpointing.store import CheckpointStore, failure_key, manifest_key
+from barrierflow.errors import CheckpointCorruptError
 from barrierflow.faults import crash_point
 from barrierflow.spec.models import CheckpointSpec
-from barrierflow.storage import ObjectNotFoundError, ObjectStore
+from barrierflow.storage import ObjectStore
 
 if TYPE_CHECKING:
     from barrierflow.workdir.lease import FenceToken
 
 log = logging.getLogger(__name__)
-_GLOBAL = re.compile(r"^global/chk-(\d+)/(_metadata|_triggered|_failed)\.json$")
 
 
 @dataclass
@@ -103,44 +103,43 @@ class PipelineCoordinator:
     def __post_init__(self) -> None:
         self._next_id = 1
         self._last_trigger_mono: float | None = None
+        #: The global records (``global/chk-<n>/...``) of the pipeline: every read and write goes through it.
+        self.store = GlobalCheckpointStore(self.objects, self.pipeline)
 
     # -- state in the store ---------------------------------------------------------------
-    def _global_ids(self) -> dict[str, set[int]]:
-        found: dict[str, set[int]] = {"_metadata": set(), "_triggered": set(), "_failed": set()}
-        for info in self.objects.list("global/"):
-            match = _GLOBAL.match(info.key)
-            if match:
-                found[match.group(2)].add(int(match.group(1)))
-        return found
-
     def start(self) -> None:
         """Resume from the store; see the module docstring."""
-        ids = self._global_ids()
-        highest = max([0, *ids["_metadata"], *ids["_triggered"], *ids["_failed"],
-                       *(s.store.highest_used_id() for s in self.stages)])
+        highest = max([self.store.highest_used_id(), *(s.store.highest_used_id() for s in self.stages)])
         self._next_id = highest + 1
         mono = self.monotonic()
-        for cid in sorted(ids["_triggered"] - ids["_metadata"] - ids["_failed"]):
-            trigger = self._read(global_key(cid, "_triggered"), GlobalTrigger)
+        for cid in self.store.unfinished_ids():
+            try:
+                trigger = self.store.trigger(cid)
+            except CheckpointCorruptError as exc:
+                log.warning("global checkpoint %d: its trigger record is unreadable (%s); timing it from now",
+                            cid, exc)
+                trigger = None
             when = trigger.trigger_time if trigger is not None else self.now()
             self.pending[cid] = PendingGlobal(cid, when, mono)
             log.info("global checkpoint %d: taken up again after a restart", cid)
         self._last_trigger_mono = mono
 
-    def _read(self, key: str, model: type[BaseModel]) -> BaseModel | None:
-        try:
-            return model.model_validate_json(self.objects.get_bytes(key))
-        except (ObjectNotFoundError, ValidationError):
-            return None
-
     def completed_ids(self) -> list[int]:
-        return sorted(self._global_ids()["_metadata"])
+        """Ids with a global manifest, ascending (abandoned ones included)."""
+        return self.store.ids("_metadata")
 
     def get(self, checkpoint_id: int) -> GlobalManifest:
-        return GlobalManifest.model_validate_json(self.objects.get_bytes(global_key(checkpoint_id, "_metadata")))
+        """The global manifest of ``checkpoint_id`` (see :meth:`GlobalCheckpointStore.get`)."""
+        return self.store.get(checkpoint_id)
 
     # -- the tick -------------------------------------------------------------------------
     def tick(self) -> list[GlobalEvent]:
+        """Collect, fail and trigger once (module docstring); the global checkpoints decided in it.
+
+        Raises:
+            FencedOffError: the pipeline's lease was taken over; no global manifest was written.
+            GlobalManifestExistsError: another writer completed a pending checkpoint first.
+        """
         events: list[GlobalEvent] = []
         for pending in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
             event = self._collect(pending)  # Step 1 and Step 2.
@@ -165,25 +164,16 @@ class PipelineCoordinator:
 
     def _complete(self, pending: PendingGlobal) -> GlobalEvent:
         cid = pending.checkpoint_id
-        snapshots: dict[str, StageSnapshot] = {}
-        for stage in self.stages:
-            manifest = stage.store.get(cid)
-            alignment = manifest.alignment
-            snapshots[stage.name] = StageSnapshot(
-                manifest=stage_prefix(stage.name) + manifest_key(cid), spark_batch_id=manifest.spark_batch_id,
-                mode=alignment.mode if alignment else None, alignment_ms=alignment.alignment_ms if alignment else 0.0,
-                sync_ms=manifest.sync_ms, async_ms=manifest.async_ms,
-                channel_state_records=alignment.channel_state_records if alignment else 0)
+        snapshots: dict[str, StageSnapshot] = {
+            stage.name: stage_snapshot(stage_prefix(stage.name), stage.store.get(cid)) for stage in self.stages}
         completion = self.now()
         manifest = GlobalManifest(
             pipeline=self.pipeline, checkpoint_id=cid, attempt=self.attempt, trigger_time=pending.trigger_time,
             completion_time=completion,
             total_ms=round((completion - pending.trigger_time).total_seconds() * 1000.0, 3), stages=snapshots)
-        key = global_key(cid, "_metadata")
         if self.fence is not None:
             self.fence.check(f"completing global checkpoint {cid}")
-        if not self.objects.exists(key):
-            self.objects.put_bytes(key, manifest.model_dump_json(indent=2).encode())
+        self.store.write_manifest(manifest)  # add-if-absent: a second writer gets GlobalManifestExistsError
         del self.pending[cid]
         self.completed.append(manifest)
         log.info("global checkpoint %d completed (%d stages, %.0f ms)", cid, len(snapshots), manifest.total_ms)
@@ -199,7 +189,7 @@ class PipelineCoordinator:
         failure = GlobalFailure(pipeline=self.pipeline, checkpoint_id=cid, reason=reason,  # type: ignore[arg-type]
                                 message=message, failure_time=self.now())
         try:
-            self.objects.put_bytes(global_key(cid, "_failed"), failure.model_dump_json(indent=2).encode())
+            self.store.record_failure(failure)
         except Exception as exc:
             log.warning("could not record the failure of global checkpoint %d: %s", cid, exc)
         del self.pending[cid]
@@ -222,7 +212,7 @@ class PipelineCoordinator:
         self._next_id += 1
         trigger = GlobalTrigger(pipeline=self.pipeline, checkpoint_id=cid, attempt=self.attempt,
                                 trigger_time=self.now())
-        self.objects.put_bytes(global_key(cid, "_triggered"), trigger.model_dump_json().encode())
+        self.store.record_trigger(trigger)
         self.pending[cid] = PendingGlobal(cid, trigger.trigger_time, mono)
         self._last_trigger_mono = mono
         for stage in self.stages:

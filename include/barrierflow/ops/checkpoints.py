@@ -10,12 +10,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from barrierflow.checkpointing.global_manifest import GlobalFailure, GlobalManifest
+from barrierflow.checkpointing.global_store import GlobalCheckpointStore
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
-from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.errors import CheckpointCorruptError, UserInputError
+from barrierflow.errors import UserInputError
 from barrierflow.ops.pipeline import open_pipeline
 from barrierflow.spec.loader import load_any_spec
 from barrierflow.spec.stages import StagedPipelineSpec
@@ -81,29 +79,6 @@ def list_global_checkpoints(spec_path: str | os.PathLike[str]) -> GlobalCheckpoi
     spec = load_any_spec(spec_path)
     if not isinstance(spec, StagedPipelineSpec):
         raise UserInputError(f"{spec_path} is a single-stage spec; its checkpoints are listed by list_checkpoints")
-    objects = open_store(spec.checkpoint.storage)
-    root = CheckpointStore(objects, spec.name)
-    completed: list[GlobalManifest] = []
-    failed: list[GlobalFailure] = []
-    for info in sorted(objects.list("global/"), key=lambda i: i.key):
-        parts = info.key.split("/")
-        if len(parts) != 3 or not parts[1].startswith("chk-"):
-            continue
-        model: type[GlobalManifest] | type[GlobalFailure]
-        if parts[2] == "_metadata.json":
-            model = GlobalManifest
-        elif parts[2] == "_failed.json":
-            model = GlobalFailure
-        else:
-            continue
-        try:
-            record = model.model_validate_json(objects.get_bytes(info.key))
-        except ValidationError as exc:
-            raise CheckpointCorruptError(
-                f"{objects.uri}/{info.key} is not a valid {model.__name__} ({exc.error_count()} problems, first: "
-                f"{exc.errors()[0]['msg']}); move it aside to list the others") from None
-        (completed if isinstance(record, GlobalManifest) else failed).append(record)  # type: ignore[arg-type]
-    completed.sort(key=lambda m: m.checkpoint_id)
-    failed.sort(key=lambda f: f.checkpoint_id)
-    return GlobalCheckpointListing(spec.name, objects.uri, tuple(s.name for s in spec.stages), completed, failed,
-                                   root.abandoned(), root.attempt())
+    store = GlobalCheckpointStore(open_store(spec.checkpoint.storage), spec.name)
+    return GlobalCheckpointListing(spec.name, store.uri, tuple(s.name for s in spec.stages), store.all_manifests(),
+                                   store.failures(), store.abandoned(), store.attempt())

@@ -14,9 +14,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from barrierflow.checkpointing.global_manifest import GlobalManifest, global_key
+from barrierflow.checkpointing.global_manifest import GlobalManifest
 from barrierflow.checkpointing.manifest import Manifest
-from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
+from barrierflow.errors import CheckpointCorruptError, UserInputError
 from barrierflow.recovery.reconcile import (
     GlobalReconciliationPlan,
     ReconciledStage,
@@ -30,7 +30,6 @@ from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sources.kafka import partition_id
 from barrierflow.spec.loader import load_any_spec
 from barrierflow.spec.stages import StagedPipelineSpec
-from barrierflow.storage import ObjectNotFoundError
 from barrierflow.verification.global_cut import (
     GlobalVerificationReport,
     StagePart,
@@ -88,20 +87,7 @@ def show_global_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int
             which it was. CheckpointCorruptError: its global manifest does not parse.
     """
     job = open_staged(spec_path)
-    try:
-        raw = job.objects.get_bytes(global_key(checkpoint_id, "_metadata"))
-    except ObjectNotFoundError:
-        state = ("failed" if job.objects.exists(global_key(checkpoint_id, "_failed"))
-                 else "in flight or abandoned" if job.objects.exists(global_key(checkpoint_id, "_triggered"))
-                 else "unknown")
-        raise CheckpointNotFoundError(
-            f"global checkpoint {checkpoint_id} of pipeline {job.spec.name} is not complete ({state}); list them "
-            f"with 'barrierflow checkpoints list {spec_path}'") from None
-    try:
-        manifest = GlobalManifest.model_validate_json(raw)
-    except ValueError as exc:
-        raise CheckpointCorruptError(f"{job.objects.uri}/{global_key(checkpoint_id, '_metadata')} does not parse: "
-                                     f"{exc}") from None
+    manifest = job.global_store.get(checkpoint_id)
     return GlobalCheckpointView(manifest, {s.stage.name: s.store.get(checkpoint_id) for s in job.stages})
 
 
@@ -131,8 +117,8 @@ def verify_global_checkpoints(spec_path: str | os.PathLike[str], *, checkpoint_i
         CheckpointNotFoundError (``checkpoint_id`` never existed), StorageError.
     """
     job = open_staged(spec_path)
-    ids = select_global_ids(job.objects, job.root_store.abandoned(), checkpoint_id, latest)
-    reports = verify_global(job.objects, job.spec.name, stage_parts(job), ids, deep=deep)
+    ids = select_global_ids(job.global_store, checkpoint_id, latest)
+    reports = verify_global(job.global_store, stage_parts(job), ids, deep=deep)
     return GlobalVerifyOutcome(job.spec.name, job.objects.uri, reports)
 
 
@@ -143,8 +129,7 @@ def retain_global_checkpoints(spec_path: str | os.PathLike[str], *, dry_run: boo
     Raises SpecError, UserInputError (single-stage spec), StorageError, LocalRetentionError."""
     job = open_staged(spec_path)
     stages = [RetainedStage(s.stage.name, s.spec, s.store) for s in job.stages]
-    return retain_global(job.objects, job.root_store, stages, retained=job.spec.checkpoint.retained,
-                         dry_run=dry_run)
+    return retain_global(job.global_store, stages, retained=job.spec.checkpoint.retained, dry_run=dry_run)
 
 
 def savepoint_global(spec_path: str | os.PathLike[str], checkpoint_id: int | None = None) -> GlobalCheckpointView:
@@ -159,7 +144,7 @@ def savepoint_global(spec_path: str | os.PathLike[str], checkpoint_id: int | Non
     """
     job = open_staged(spec_path)
     checkpoint_id = job.completed_global(checkpoint_id)
-    report = verify_global(job.objects, job.spec.name, stage_parts(job), [checkpoint_id])[0]
+    report = verify_global(job.global_store, stage_parts(job), [checkpoint_id])[0]
     if not report.passed:
         raise CheckpointCorruptError(f"global checkpoint {checkpoint_id} cannot become a savepoint: it fails "
                                      f"verification ({report.reason()})")

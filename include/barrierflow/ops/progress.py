@@ -33,15 +33,11 @@ def newest_completion_time(spec_path: str | os.PathLike[str]) -> datetime | None
     multi-stage spec, of the newest completed global checkpoint (its global manifest's time:
     when the last stage's snapshot was collected)."""
     if is_multi_stage(spec_path):
-        from barrierflow.checkpointing.global_manifest import GlobalManifest, global_key
         from barrierflow.ops.global_checkpoints import open_staged
 
-        job = open_staged(spec_path)
-        ids = job.global_checkpoints()
-        if not ids:
-            return None
-        return GlobalManifest.model_validate_json(job.objects.get_bytes(global_key(ids[-1], "_metadata"))
-                                                  ).completion_time
+        store = open_staged(spec_path).global_store
+        ids = store.completed_ids()
+        return store.get(ids[-1]).completion_time if ids else None
     completed = open_pipeline(spec_path).store.completed()
     return completed[-1].completion_time if completed else None
 

@@ -143,7 +143,7 @@ def _choose_global(job: StagedPipelineJob, requested: CheckpointRequest) -> Glob
     parts = stage_parts(job)
     skipped: list[tuple[int, str]] = []
     for cid in candidates:
-        report = verify_global(job.objects, spec.name, parts, [cid])[0]
+        report = verify_global(job.global_store, parts, [cid])[0]
         if report.passed:
             return GlobalCheckpointChoice(spec.name, requested, cid, skipped)
         reason = report.reason()  # each failed check is named "<stage>: <check>"

@@ -27,13 +27,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from barrierflow.checkpointing.global_store import GlobalCheckpointStore
 from barrierflow.checkpointing.manifest import CheckpointKind
 from barrierflow.checkpointing.store import CheckpointStore, manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
 from barrierflow.retention.plan import RetentionPlan, policy_of, retain
 from barrierflow.retention.policy import RetentionPolicy, choose_retained
 from barrierflow.spec.models import PipelineSpec
-from barrierflow.storage import ObjectInfo, ObjectStore
+from barrierflow.storage import ObjectInfo
 from barrierflow.verification.report import load_report
 
 
@@ -72,15 +73,6 @@ class GlobalRetentionPlan:
                 "stages": {name: plan.as_dict() for name, plan in self.stages.items()}}
 
 
-def _global_dirs(objects: ObjectStore) -> dict[int, list[ObjectInfo]]:
-    dirs: dict[int, list[ObjectInfo]] = {}
-    for info in objects.list("global/chk-"):
-        name = info.key.split("/")[1]
-        if name[4:].isdigit():
-            dirs.setdefault(int(name[4:]), []).append(info)
-    return dirs
-
-
 def _stage_kind(stage: RetainedStage, cid: int) -> CheckpointKind | None:
     try:
         return stage.store.get(cid).kind
@@ -99,33 +91,33 @@ def _verdict(stages: Sequence[RetainedStage], cid: int) -> bool | None:
     return True if all(r is not None for r in results) else None
 
 
-def plan_global(objects: ObjectStore, root: CheckpointStore, stages: Sequence[RetainedStage], *,
+def plan_global(store: GlobalCheckpointStore, stages: Sequence[RetainedStage], *,
                 retained: int, policy: RetentionPolicy) -> tuple[GlobalRetentionPlan, set[int]]:
     """The global part of a run (reads only) and the ids every stage keeps."""
-    dirs = _global_dirs(objects)
-    completed = sorted(c for c, infos in dirs.items() if any(i.key.endswith("/_metadata.json") for i in infos))
-    abandoned = set(root.abandoned())
+    dirs = store.objects_by_id()
+    completed = sorted(c for c, infos in dirs.items() if any(store.is_manifest_key(i.key) for i in infos))
+    abandoned = set(store.abandoned())
     savepoints = sorted(c for c in completed
                         if any(_stage_kind(s, c) is CheckpointKind.SAVEPOINT for s in stages))
     timeline = [c for c in completed if c not in abandoned and c not in savepoints]
     verdicts = {c: _verdict(stages, c) for c in timeline} if policy is RetentionPolicy.PREFER_VERIFIED else {}
     kept = choose_retained(timeline, retained, policy, verdicts)
-    plan = GlobalRetentionPlan(root.pipeline, policy, True, sorted(kept), savepoints)
+    plan = GlobalRetentionPlan(store.pipeline, policy, True, sorted(kept), savepoints)
     newest = max(completed, default=-1)
     plan.checkpoints = [c for c in completed if c not in kept and c not in savepoints]
     plan.incomplete = [c for c in sorted(dirs) if c not in completed and c < newest]
 
     def ordered(cid: int) -> list[ObjectInfo]:  # the global manifest first
-        return sorted(dirs[cid], key=lambda i: (not i.key.endswith("/_metadata.json"), i.key))
+        return sorted(dirs[cid], key=lambda i: (not store.is_manifest_key(i.key), i.key))
 
     plan.keys = [i for c in plan.checkpoints + plan.incomplete for i in ordered(c)]
     return plan, kept | set(savepoints) | {c for c in dirs if c > newest}
 
 
-def retain_global(objects: ObjectStore, root: CheckpointStore, stages: Sequence[RetainedStage], *,
+def retain_global(store: GlobalCheckpointStore, stages: Sequence[RetainedStage], *,
                   retained: int, dry_run: bool = False) -> GlobalRetentionPlan:
-    """One retention run over a multi-stage pipeline (module docstring). ``root`` is the
-    pipeline-level store (attempt, abandoned ids), ``retained`` the spec's
+    """One retention run over a multi-stage pipeline (module docstring). ``store`` holds the
+    pipeline's global records (and, as its root, the attempt and abandoned ids), ``retained`` the spec's
     ``checkpoint.retained``; the policy is the stages' (they share the spec's verification).
 
     Raises:
@@ -133,11 +125,11 @@ def retain_global(objects: ObjectStore, root: CheckpointStore, stages: Sequence[
         LocalRetentionError: a stage's planned local files could not be deleted.
     """
     policy = policy_of(stages[0].spec) if stages else RetentionPolicy.NEWEST
-    plan, keep = plan_global(objects, root, stages, retained=retained, policy=policy)
+    plan, keep = plan_global(store, stages, retained=retained, policy=policy)
     plan.dry_run = dry_run
     if not dry_run:
         for info in plan.keys:
-            objects.delete(info.key)
+            store.objects.delete(info.key)
     for stage in stages:
         plan.stages[stage.name] = retain(stage.spec, stage.store, dry_run=dry_run, keep=keep)
     return plan

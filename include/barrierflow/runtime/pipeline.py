@@ -32,12 +32,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from barrierflow.barriers.alignment.record import read_alignment
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.global_manifest import GlobalManifest
+from barrierflow.checkpointing.global_store import AttemptFenceRecord, GlobalCheckpointStore
 from barrierflow.checkpointing.manifest import EventTimeSummary, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
@@ -52,7 +53,7 @@ from barrierflow.spec.graph import StageGraph, build_graph
 from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec, StageSpec
-from barrierflow.storage import ObjectNotFoundError, open_store
+from barrierflow.storage import open_store
 from barrierflow.workdir.layout import JobLayout
 
 if TYPE_CHECKING:
@@ -151,6 +152,8 @@ class StagedPipelineJob:
         base = spec.work_dir or f"var/{spec.name}"
         self.work_dir = base if base.startswith("/") else str(project_home() / base)
         self.objects = open_store(spec.checkpoint.storage)
+        #: The pipeline's global records (``global/``, ``_fences.json``, ``_pipeline.json``).
+        self.global_store = GlobalCheckpointStore(self.objects, spec.name)
         self.stages = [self._stage_job(stage) for stage in spec.stages]
         self.attempt = 0
         self.last_completed = 0
@@ -224,8 +227,7 @@ class StagedPipelineJob:
         assert job.channel_source is not None
         back = [self.spec.channel(e.channel).topic_for(self.spec.name)
                 for e in self.graph.inputs(job.stage.name) if self.graph.is_back_edge(e.channel, job.stage.name)]
-        fences = [{"attempt": f["attempt"], "offsets": f["stages"][job.stage.name]}
-                  for f in self.fences() if job.stage.name in f["stages"]]
+        fences = self.global_store.stage_fences(job.stage.name)
         rates = {f"{self.spec.channel(s.channel).topic_for(self.spec.name)}:{number}": factor
                  for s in job.stage.sources if isinstance(s, ChannelSourceSpec)
                  for number, factor in enumerate(s.partition_rate_factors) if factor != 1}
@@ -293,17 +295,11 @@ class StagedPipelineJob:
     @property
     def root_store(self) -> CheckpointStore:
         """The pipeline-level store: attempt and abandoned global ids (``_pipeline.json``)."""
-        return CheckpointStore(self.objects, self.spec.name)
+        return self.global_store.root
 
     def global_checkpoints(self) -> list[int]:
         """Ids of completed global checkpoints, not abandoned by a restore, ascending."""
-        abandoned = set(self.root_store.abandoned())
-        ids = []
-        for info in self.objects.list("global/"):
-            parts = info.key.split("/")
-            if len(parts) == 3 and parts[2] == "_metadata.json" and parts[1].startswith("chk-"):
-                ids.append(int(parts[1][4:]))
-        return sorted(i for i in ids if i not in abandoned)
+        return self.global_store.completed_ids()
 
     def completed_global(self, checkpoint_id: int | None = None) -> int:
         """``checkpoint_id`` if it is a completed global checkpoint of the current timeline
@@ -324,11 +320,13 @@ class StagedPipelineJob:
                                           f"complete (or was abandoned by a restore); completed: {ids}")
         return checkpoint_id
 
-    def fences(self) -> list[dict[str, Any]]:
-        try:
-            return list(json.loads(self.objects.get_bytes("_fences.json")))
-        except ObjectNotFoundError:
-            return []
+    def fences(self) -> list[AttemptFenceRecord]:
+        """Every restore's attempt fences, oldest first.
+
+        Raises:
+            CheckpointCorruptError: ``_fences.json`` does not parse.
+        """
+        return self.global_store.fences()
 
     def restore(self, checkpoint_id: int | None = None) -> GlobalRestoreReport:
         """Restore every stage to global checkpoint ``checkpoint_id`` (None: the latest).
@@ -365,23 +363,18 @@ class StagedPipelineJob:
     def _begin_attempt(self, abandoned: list[int], restored: int) -> int:
         """Increase the pipeline's attempt, abandon ``abandoned`` global checkpoints and fail
         the unfinished ones (ABANDONED)."""
-        from barrierflow.checkpointing.global_manifest import GlobalFailure, global_key
+        from barrierflow.checkpointing.global_manifest import GlobalFailure
 
         attempt = self.root_store.begin_attempt(abandoned)
-        triggered = {int(k.key.split("/")[1][4:]) for k in self.objects.list("global/")
-                     if k.key.endswith("/_triggered.json")}
-        done = {int(k.key.split("/")[1][4:]) for k in self.objects.list("global/")
-                if k.key.endswith(("/_metadata.json", "/_failed.json"))}
-        for cid in sorted(triggered - done):
-            failure = GlobalFailure(pipeline=self.spec.name, checkpoint_id=cid, reason="ABANDONED",
-                                    message=f"unfinished when the pipeline was restored to {restored}",
-                                    failure_time=datetime.now(UTC))
-            self.objects.put_bytes(global_key(cid, "_failed"), failure.model_dump_json(indent=2).encode())
+        for cid in self.global_store.unfinished_ids():
+            self.global_store.record_failure(GlobalFailure(
+                pipeline=self.spec.name, checkpoint_id=cid, reason="ABANDONED",
+                message=f"unfinished when the pipeline was restored to {restored}", failure_time=datetime.now(UTC)))
         return attempt
 
     def _add_fence(self, attempt: int, restored: int, stages: dict[str, dict[str, int]]) -> None:
-        fences = [*self.fences(), {"attempt": attempt, "restored": restored, "stages": stages}]
-        self.objects.put_bytes("_fences.json", json.dumps(fences, indent=2).encode())
+        """Append the attempt fences of the restore that began ``attempt`` to ``_fences.json``."""
+        self.global_store.add_fence(AttemptFenceRecord(attempt, restored, stages))
 
     def restore_initial(self) -> GlobalRestoreReport:
         """Restore the initial cut, for a pipeline that ran but completed no global checkpoint
@@ -448,8 +441,7 @@ class StagedPipelineJob:
         """Whether a run of this pipeline left local state, global records or an attempt (so a
         new run restores the latest global checkpoint, or the initial cut, and needs the
         channels' records of that run)."""
-        return (any(job.layout.spark_checkpoint.exists() for job in self.stages) or bool(self.objects.list("global/"))
-                or self.objects.exists("_fences.json"))
+        return any(job.layout.spark_checkpoint.exists() for job in self.stages) or self.global_store.has_records()
 
     def prepare(self) -> None:
         """What happens once per run, before any stage starts (by whoever runs the pipeline
@@ -551,17 +543,16 @@ class StagedPipelineJob:
         """Commit (complete) or abort (failed) ``job``'s sinks for the global checkpoints after
         ``decided``, in order, stopping at the first one still undecided; returns the last
         decided id."""
-        from barrierflow.checkpointing.global_manifest import global_key
-
         assert job.coordinator is not None
         highest = max([decided, *(m.checkpoint_id for m in job.coordinator.completed),
                        *job.coordinator.pending.keys()])
         for cid in range(decided + 1, highest + 1):
-            if self.objects.exists(global_key(cid, "_metadata")):
+            status = self.global_store.status(cid)
+            if status == "completed":
                 if not job.coordinator.commit_sinks(cid):
                     log.warning("global checkpoint %d: stage %s did not complete it in this run; its sinks commit "
                                 "it when the stage recovers", cid, job.stage.name)
-            elif self.objects.exists(global_key(cid, "_failed")):
+            elif status == "failed":
                 job.coordinator.abort_sinks(cid)
             else:
                 return cid - 1

@@ -26,14 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from barrierflow.checkpointing.global_manifest import GlobalManifest, global_key, stage_prefix
+from barrierflow.checkpointing.global_store import GlobalCheckpointStore
 from barrierflow.checkpointing.manifest import Manifest
-from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.errors import CheckpointNotFoundError, SourceError, UserInputError
+from barrierflow.checkpointing.store import CheckpointStore, manifest_key
+from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, SourceError, UserInputError
 from barrierflow.spec.models import PipelineSpec
-from barrierflow.storage import ObjectNotFoundError, ObjectStore
 from barrierflow.verification.report import CheckResult, VerificationReport
 from barrierflow.verification.runner import verify_checkpoints
 
@@ -83,17 +81,7 @@ class GlobalVerificationReport:
                 "stages": {name: r.model_dump(mode="json") for name, r in self.stages.items()}}
 
 
-def global_ids(objects: ObjectStore, suffix: str = "_metadata.json") -> list[int]:
-    """Ids of global checkpoints with a ``global/chk-<n>/<suffix>`` record, ascending."""
-    ids = set()
-    for info in objects.list("global/"):
-        parts = info.key.split("/")
-        if len(parts) == 3 and parts[2] == suffix and parts[1].startswith("chk-") and parts[1][4:].isdigit():
-            ids.add(int(parts[1][4:]))
-    return sorted(ids)
-
-
-def select_global_ids(objects: ObjectStore, abandoned: Sequence[int], checkpoint_id: int | None = None,
+def select_global_ids(store: GlobalCheckpointStore, checkpoint_id: int | None = None,
                       latest: int | None = None) -> list[int]:
     """What ``verify`` looks at: one id (any global checkpoint that was triggered or completed),
     the newest ``latest`` completed ones of the current timeline, or all of those.
@@ -102,13 +90,13 @@ def select_global_ids(objects: ObjectStore, abandoned: Sequence[int], checkpoint
         CheckpointNotFoundError: ``checkpoint_id`` was never a global checkpoint.
         UserInputError: ``latest`` is below 1.
     """
-    completed = [i for i in global_ids(objects) if i not in set(abandoned)]
     if checkpoint_id is not None:
-        if not objects.list(f"global/chk-{checkpoint_id}/"):
+        if not store.exists(checkpoint_id):
             raise CheckpointNotFoundError(
-                f"global checkpoint {checkpoint_id} does not exist in {objects.uri}; list them with "
+                f"global checkpoint {checkpoint_id} does not exist in {store.uri}; list them with "
                 "'barrierflow checkpoints list SPEC'")
         return [checkpoint_id]
+    completed = store.completed_ids()
     if latest is not None:
         if latest < 1:
             raise UserInputError("--latest must be a positive whole number")
@@ -116,13 +104,17 @@ def select_global_ids(objects: ObjectStore, abandoned: Sequence[int], checkpoint
     return completed
 
 
-def verify_global(objects: ObjectStore, pipeline: str, parts: Sequence[StagePart], ids: Sequence[int], *,
+def verify_global(store: GlobalCheckpointStore, parts: Sequence[StagePart], ids: Sequence[int], *,
                   deep: bool = False, spark: SparkSession | None = None) -> list[GlobalVerificationReport]:
-    """Verify global checkpoints ``ids`` of ``pipeline`` (module docstring), in that order.
-    A failed check is a result, not an error; each stage's result is stored beside the
-    stage's checkpoint."""
+    """Verify global checkpoints ``ids`` of the pipeline ``store`` belongs to (module docstring),
+    in that order. A failed check (an unreadable global manifest included) is a result, not an
+    error; each stage's result is stored beside the stage's checkpoint.
+
+    Raises:
+        StorageError: the store cannot be read.
+    """
     starts = {p.name: _embedded_starts(p) for p in parts}
-    return [_verify_one(objects, pipeline, parts, cid, deep=deep, spark=spark, starts=starts) for cid in ids]
+    return [_verify_one(store, parts, cid, deep=deep, spark=spark, starts=starts) for cid in ids]
 
 
 def _embedded_starts(part: StagePart) -> SourceError | None:
@@ -132,18 +124,17 @@ def _embedded_starts(part: StagePart) -> SourceError | None:
                        "pipeline: their retained ranges are not checked")
 
 
-def _verify_one(objects: ObjectStore, pipeline: str, parts: Sequence[StagePart], cid: int, *, deep: bool,
+def _verify_one(store: GlobalCheckpointStore, parts: Sequence[StagePart], cid: int, *, deep: bool,
                 spark: SparkSession | None, starts: dict[str, SourceError | None]) -> GlobalVerificationReport:
-    key = global_key(cid, "_metadata")
+    pipeline, key = store.pipeline, global_key(cid, "_metadata")
     try:
-        manifest = GlobalManifest.model_validate_json(objects.get_bytes(key))
-    except ObjectNotFoundError:
+        manifest: GlobalManifest = store.get(cid)
+    except CheckpointNotFoundError:
         return GlobalVerificationReport(pipeline, cid, [CheckResult.fail(
             "global-manifest", f"global checkpoint {cid} has no global manifest: it never completed", key)])
-    except ValidationError as exc:
+    except CheckpointCorruptError as exc:
         return GlobalVerificationReport(pipeline, cid, [CheckResult.fail(
-            "global-manifest", f"the global manifest does not parse ({exc.error_count()} problems, first: "
-                               f"{exc.errors()[0]['msg']})", key)])
+            "global-manifest", f"the global manifest does not parse: {exc}", key)])
     if manifest.pipeline != pipeline or manifest.checkpoint_id != cid:
         return GlobalVerificationReport(pipeline, cid, [CheckResult.fail(
             "global-manifest", f"the global manifest is of pipeline {manifest.pipeline!r}, checkpoint "
@@ -176,7 +167,7 @@ def _verify_one(objects: ObjectStore, pipeline: str, parts: Sequence[StagePart],
 
 def _stage_manifest_check(part: StagePart, cid: int, named_key: str, batch: int) -> CheckResult:
     name = f"{part.name}: manifest"
-    expected_key = f"{stage_prefix(part.name)}chk-{cid}/_metadata.json"
+    expected_key = stage_prefix(part.name) + manifest_key(cid)
     if named_key != expected_key:
         return CheckResult.fail(name, f"the global manifest names {named_key!r}, expected {expected_key!r}")
     try:
