@@ -145,3 +145,27 @@ def test_a_global_manifest_already_there_is_never_overwritten(tmp_path: Path) ->
     stored = GlobalCheckpointStore(open_store(f"file://{tmp_path / 'chk'}"), "p").get(1)
     assert stored == theirs.manifest  # not rewritten
     assert final.committed == [] and coordinator.completed == []  # this one commits nothing for 1
+
+
+def test_min_pause_spaces_a_completion_and_the_next_trigger(tmp_path: Path) -> None:
+    """``checkpoint.min_pause`` holds in a pipeline of several stages: after global checkpoint 1
+    completes at t=1.2, the next one is triggered only at t >= 1.2 + 3, though the 1 s interval
+    passed long before."""
+    clock = Clock()
+    coordinator, stages, _ = setup(tmp_path, clock)
+    coordinator.options = coordinator.options.model_copy(update={"min_pause": 3.0})
+    coordinator.start()
+    clock.t = 1.0
+    coordinator.tick()  # triggers 1
+    for name in ("a", "b"):
+        stages[name].store.write_manifest(stage_manifest(name, 1))
+    clock.t = 1.2
+    (event,) = coordinator.tick()
+    assert event.completed
+    for t in (2.5, 3.5, 4.1):
+        clock.t = t
+        coordinator.tick()
+        assert coordinator.pending == {}, f"triggered at t={t}, within min_pause of the completion"
+    clock.t = 4.3
+    coordinator.tick()
+    assert list(coordinator.pending) == [2] and stages["a"].control.requested_barrier() == 2

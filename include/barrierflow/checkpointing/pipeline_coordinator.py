@@ -103,6 +103,8 @@ class PipelineCoordinator:
     def __post_init__(self) -> None:
         self._next_id = 1
         self._last_trigger_mono: float | None = None
+        #: When the last global checkpoint completed (``checkpoint.min_pause`` counts from it).
+        self._last_completion_mono: float | None = None
         #: The global records (``global/chk-<n>/...``) of the pipeline: every read and write goes through it.
         self.store = GlobalCheckpointStore(self.objects, self.pipeline)
 
@@ -176,6 +178,7 @@ class PipelineCoordinator:
         self.store.write_manifest(manifest)  # add-if-absent: a second writer gets GlobalManifestExistsError
         del self.pending[cid]
         self.completed.append(manifest)
+        self._last_completion_mono = self.monotonic()
         log.info("global checkpoint %d completed (%d stages, %.0f ms)", cid, len(snapshots), manifest.total_ms)
         crash_point("after_global_manifest", checkpoint_id=cid)
         for stage in self.stages:
@@ -207,6 +210,8 @@ class PipelineCoordinator:
         if len(self.pending) >= self.options.max_concurrent:
             return
         if self._last_trigger_mono is not None and mono - self._last_trigger_mono < self.options.interval:
+            return
+        if self._last_completion_mono is not None and mono - self._last_completion_mono < self.options.min_pause:
             return
         cid = self._next_id
         self._next_id += 1
