@@ -405,7 +405,7 @@ def test_until_exhausted_reads_a_kafka_topic_to_its_last_record_and_stops(
     data = spec_dict(tmp_path, name="bounded")
     data["sources"] = [{"name": "orders", "type": "kafka", "bootstrap_servers": kafka_endpoint.bootstrap_servers,
                         "topics": [topic], "format": "json", "json_fields": {"key": "long", "value": "long"},
-                        "max_records_per_batch": 70, "poll_timeout": "5s"}]
+                        "max_records_per_batch": 70, "poll_timeout": 5.0}]
     data["transformation"] = {"function": "barrierflow.transforms.projection:project",
                               "options": {"columns": {"key": "key", "value": "value"}}}
     data["sinks"] = [{"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}]

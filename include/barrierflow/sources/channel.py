@@ -38,7 +38,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
@@ -48,12 +49,21 @@ from barrierflow.barriers.alignment.record import write_aborted, write_alignment
 from barrierflow.barriers.fences import AttemptFence, StaleRecords
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.records import BarrierMarker, decode_barrier, record_attempt
-from barrierflow.sources.kafka import KafkaStreamReader, parse_partition_id, read_range, schema_for
+from barrierflow.sources.kafka import (
+    KafkaStreamReader,
+    RecordDecoder,
+    newest_event_time,
+    parse_partition_id,
+    read_range,
+    schema_for,
+)
 from barrierflow.spec.models import CheckpointMode, KafkaSourceSpec
 
 log = logging.getLogger(__name__)
 #: Records of older attempts skipped per partition and planning call at most (bounds its time).
 STALE_SCAN_LIMIT = 100_000
+#: How far back (records) the driver looks for a partition's last data record behind barrier records.
+BARRIER_LOOK_BACK = 256
 
 
 class ChannelDataSource(DataSource):
@@ -236,6 +246,40 @@ class ChannelStreamReader(KafkaStreamReader):
             log.warning("channel source %s: alignment of checkpoint %d ended: %s: %s", self.spec.name,
                         aborted.checkpoint_id, aborted.reason.explanation, aborted.message)
         return SourceOffset(planned, barrier, dict(begin.extra), begin.attempt)
+
+    # -- event times the driver peeks at (watermark alignment) -----------------------------
+
+    def _peekable(self, topic: str, number: int, start: int, end: int) -> Iterator[Any]:
+        """Data records only: a barrier record has no event time."""
+        partition = f"{topic}:{number}"
+        return (r for r in super()._peekable(topic, number, start, end)
+                if decode_barrier(r.headers, where=f"{partition} offset {r.offset}") is None)
+
+    def _event_times_at(self, offsets: Mapping[str, int]) -> dict[str, datetime | None]:
+        """As the Kafka source's, but a channel partition often has only barrier records after
+        an offset (at its end, and in any stretch where the upstream stage wrote no data): its
+        place there is the event time of its last data record before the offset, so watermark
+        alignment keeps a ceiling instead of seeing an unknown watermark."""
+        out = super()._event_times_at(offsets)
+        for partition, offset in offsets.items():
+            if out.get(partition) is None and offset > 0:
+                out[partition] = self._last_event_time_before(partition, offset)
+        return out
+
+    def _last_event_time_before(self, partition: str, offset: int) -> datetime | None:
+        """The event time of the last data record in the :data:`BARRIER_LOOK_BACK` records
+        before ``offset`` (None: only barrier records there); cached like single peeks."""
+        key = (partition, -offset)  # negative: apart from the forward peeks' keys
+        if key in self._event_time_cache:
+            return self._event_time_cache[key]
+        topic, number = parse_partition_id(partition)
+        records = list(self._peekable(topic, number, max(0, offset - BARRIER_LOOK_BACK), offset))
+        found: datetime | None = None
+        if records:
+            for batch in RecordDecoder(self.spec).batches(records[-1:]):
+                found = newest_event_time(batch, self.event_time_column, found)
+        self._event_time_cache[key] = found
+        return found
 
     # -- executor side -------------------------------------------------------------------
 

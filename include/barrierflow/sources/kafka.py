@@ -421,7 +421,7 @@ def _payload(value: bytes | None) -> dict[str, Any]:
         return {"payload": base64.b64encode(value).decode("ascii"), "payload_encoding": "base64"}
 
 
-def _newest_event_time(batch: pa.RecordBatch, column: str, newest: datetime | None) -> datetime | None:
+def newest_event_time(batch: pa.RecordBatch, column: str, newest: datetime | None) -> datetime | None:
     """The newer of ``newest`` and the batch's largest ``column`` (Kafka's record ``timestamp``
     when the batch has no such timestamp column)."""
     import pyarrow as pa
@@ -757,15 +757,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = min(offset + PEEK_RECORDS, (self._last_available or {}).get(partition, offset + PEEK_RECORDS))
         found: datetime | None = None
         if end > offset:
-            records = list(itertools.islice(read_range(self.spec, topic, number, offset, end,
-                                                       self._driver_consumer()), 1))
+            records = list(itertools.islice(self._peekable(topic, number, offset, end), 1))
             decoder = RecordDecoder(self.spec)
             for batch in decoder.batches(records):
-                found = _newest_event_time(batch, self.event_time_column, found)
+                found = newest_event_time(batch, self.event_time_column, found)
         if len(self._event_time_cache) >= EVENT_TIME_CACHE:
             self._event_time_cache.clear()
         self._event_time_cache[key] = found
         return found
+
+    def _peekable(self, topic: str, number: int, start: int, end: int) -> Iterator[Any]:
+        """The records of ``[start, end)`` whose event time the driver may peek at (all of them;
+        the channel source leaves out its barrier records)."""
+        return read_range(self.spec, topic, number, start, end, self._driver_consumer())
 
     def _event_times_at(self, offsets: Mapping[str, int]) -> dict[str, datetime | None]:
         """Each partition's place in event time at ``offsets``: the event time of its next
@@ -829,7 +833,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         decoder = RecordDecoder(self.spec)
         newest, rows = None, 0
         for batch in decoder.batches(self._records(topic, number, start, end)):
-            newest, rows = _newest_event_time(batch, self.event_time_column, newest), rows + batch.num_rows
+            newest, rows = newest_event_time(batch, self.event_time_column, newest), rows + batch.num_rows
             yield batch
         if self.event_time_uri:
             from barrierflow.sources.event_times import record_range
