@@ -39,7 +39,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from barrierflow.errors import BarrierflowError
@@ -140,13 +140,20 @@ def _log_since(path: Path, start: int, limit: int = 4000) -> str:
         return ""
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask Linux to send the broker SIGTERM when the process that started it dies (also
-    on SIGKILL), so it saves its data and frees the data dir for the next run."""
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A function for ``preexec_fn`` that asks Linux to send the broker SIGTERM when the
+    process that started it dies (also on SIGKILL), so it saves its data and frees the data
+    dir for the next run; None where ``prctl`` is missing. libc is looked up here, in the
+    parent: between fork and exec the child calls only the resolved function."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+
+    def set_signal() -> None:  # pragma: no cover - runs in the child between fork and exec
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+    return set_signal
 
 
 def _stop(proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -200,6 +207,7 @@ def embedded_broker(data_dir: str | os.PathLike[str] | None = None, startup_time
             root = Path(data_dir)
             root.mkdir(parents=True, exist_ok=True)
         store, log_path = root / "data", root / "broker.log"
+        die_with_parent = _parent_death_signal()
         problem = ""
         for _attempt in range(START_ATTEMPTS):
             port = free_port()
@@ -208,7 +216,7 @@ def embedded_broker(data_dir: str | os.PathLike[str] | None = None, startup_time
                 proc = subprocess.Popen(
                     [str(binary), "start", "--data-dir", str(store), "--only", "kafka", "--kafka-port", str(port),
                      "--host", HOST],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
             bootstrap = f"{HOST}:{port}"
             try:
                 deadline = time.monotonic() + startup_timeout
