@@ -35,7 +35,10 @@ demo: $(STAMP)
 	$(BIN)/barrierflow run include/pipelines/demo.yaml --checkpoints $(DEMO_CHECKPOINTS)
 	$(BIN)/barrierflow checkpoints list include/pipelines/demo.yaml
 
-# The embedded broker's channels live for one run, so the demo starts from a clean var/stages-demo.
+# The embedded broker keeps its channels in the work dir (var/stages-demo/work/embedded-broker),
+# so a stopped or killed run restarts with the same `barrierflow run` command. The demo targets
+# still start afresh: a second `make demo-stages` would otherwise restore the finished run and
+# show nothing, and a demo must not depend on state an older version of the code left behind.
 demo-stages: $(STAMP)
 	rm -rf var/stages-demo
 	$(BIN)/barrierflow run include/pipelines/stages.yaml --until-exhausted --duration 600

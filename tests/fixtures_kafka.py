@@ -1,4 +1,4 @@
-"""Session-scoped Kafka broker for tests (tansu, or $BARRIERFLOW_TEST_KAFKA_BOOTSTRAP)."""
+"""Session-scoped Kafka broker for tests (noida-db, or $BARRIERFLOW_TEST_KAFKA_BOOTSTRAP)."""
 
 from __future__ import annotations
 

@@ -232,11 +232,13 @@ def test_three_stages_one_reading_two_channels_unaligned_and_restored(
 def test_cli_runs_a_two_stage_pipeline_on_the_embedded_broker_and_lists_its_global_checkpoints(
         spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``barrierflow run SPEC --until-exhausted`` on a multi-stage spec whose channel has
-    ``bootstrap: embedded`` starts tansu on 127.0.0.1 for the run (the shared SparkSession is
-    reused: the job's builder gets the active one), shows one progress display with every stage
-    and the last global checkpoint, commits every record once; ``checkpoints list`` (text and
-    ``--json``) shows the global checkpoints with each stage's part. A second run is refused
-    (exit 2): the embedded broker's channel records are gone, so nothing can be restored."""
+    ``bootstrap: embedded`` starts noida-db on 127.0.0.1 for the run with its data under the
+    pipeline's work dir (the shared SparkSession is reused: the job's builder gets the active
+    one), shows one progress display with every stage and the last global checkpoint, commits
+    every record once; ``checkpoints list`` (text and ``--json``) shows the global checkpoints
+    with each stage's part. A second run with the same command restores the latest global
+    checkpoint on the same broker data (the channels outlived the first run) and the output
+    stays exactly once."""
     import yaml
     from barrierflow.cli.main import main
 
@@ -273,6 +275,12 @@ def test_cli_runs_a_two_stage_pipeline_on_the_embedded_broker_and_lists_its_glob
     assert any(row[:2] == ["b", "aligned"] for row in rows), text
     assert any(row[:2] == ["a", "-"] for row in rows), text
 
-    assert main(["run", str(path), "--checkpoints", "1"]) == 2
-    assert "embedded broker, whose records are gone" in capsys.readouterr().err
+    assert (Path(spec["work_dir"]) / "embedded-broker" / "data").is_dir()
+    assert main(["run", str(path), "--checkpoints", "1", "--duration", "150"]) == 0
+    again = capsys.readouterr().out
+    assert "embedded broker 127.0.0.1:" in again and "attempt 0" not in again, again
+    table = read_committed(f"file://{tmp_path / 'out'}")
+    assert table is not None
+    assert sorted(zip(table.column("src_partition").to_pylist(), table.column("src_offset").to_pylist(),
+                      strict=True)) == [(p, o) for p in range(PARTITIONS) for o in range(60)]
     print(f"\nCLI run on the embedded broker:\n{out}{text}")

@@ -1,8 +1,49 @@
-"""The embedded broker of ``bootstrap: embedded`` channels: a real tansu on 127.0.0.1."""
+"""The embedded broker of ``bootstrap: embedded`` channels: a real noida-db on 127.0.0.1."""
 
 from __future__ import annotations
 
-from barrierflow.sources.embedded_broker import broker_answers, embedded_broker
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from barrierflow.sources import embedded_broker as embedded
+from barrierflow.sources.embedded_broker import EmbeddedBrokerError, broker_answers, embedded_broker
+
+pytestmark = pytest.mark.kafka
+
+
+def _end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    try:
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+    finally:
+        consumer.close()
+    return {tp.partition: o for tp, o in ends.items()}
+
+
+def _produce(bootstrap: str, topic: str, count: int) -> None:
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 2, 1)])
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    try:
+        for i in range(count):
+            producer.send(topic, value=f"r{i}".encode(), partition=i % 2)
+        producer.flush(timeout=30)
+    finally:
+        producer.close()
 
 
 def test_embedded_broker_answers_on_loopback_while_open_and_is_stopped_after() -> None:
@@ -10,4 +51,65 @@ def test_embedded_broker_answers_on_loopback_while_open_and_is_stopped_after() -
         host, port = address.split(":")
         assert host == "127.0.0.1" and int(port) > 0
         assert broker_answers(address, timeout=2.0)
+        pid = embedded.broker_pid(address)
+        assert pid is not None
     assert not broker_answers(address, timeout=1.0)
+    assert embedded.broker_pid(address) is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_records_survive_a_stop_and_start_of_the_data_dir(tmp_path: Path) -> None:
+    with embedded_broker(tmp_path / "broker") as address:
+        _produce(address, "kept", 1000)
+    with embedded_broker(tmp_path / "broker") as again:  # another port, same data
+        assert _end_offsets(again, "kept", 2) == {0: 500, 1: 500}
+
+
+def test_a_second_broker_on_the_same_data_dir_is_refused_with_the_reason(tmp_path: Path) -> None:
+    with embedded_broker(tmp_path / "broker"), pytest.raises(EmbeddedBrokerError, match="already runs on the data dir"):
+        with embedded_broker(tmp_path / "broker"):
+            pass
+
+
+def test_a_missing_package_names_the_package_and_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(_name: str) -> None:
+        raise ModuleNotFoundError("No module named 'noida_db'")
+
+    monkeypatch.setattr(embedded.importlib.resources, "files", missing)
+    with pytest.raises(EmbeddedBrokerError, match=r"need the 'noida-db' package.*make install"):
+        embedded.broker_binary()
+
+
+def test_the_broker_is_stopped_and_keeps_its_data_when_its_starter_is_killed(tmp_path: Path) -> None:
+    """The parent-death signal: a SIGKILLed ``barrierflow run`` leaves no broker behind and
+    loses nothing the broker acknowledged (it saves on SIGTERM), so the same command can start
+    it again on the same data dir."""
+    script = textwrap.dedent(f"""
+        import sys, time
+        from barrierflow.sources.embedded_broker import embedded_broker, broker_pid
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_embedded_broker import _produce
+        with embedded_broker({str(tmp_path / "broker")!r}) as address:
+            _produce(address, "kept", 400)
+            print(broker_pid(address), flush=True)
+            time.sleep(120)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert child.stdout is not None
+    broker = int(child.stdout.readline())
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(broker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(broker, signal.SIGKILL)
+        pytest.fail("the broker outlived the process that started it")
+    with embedded_broker(tmp_path / "broker") as again:
+        assert _end_offsets(again, "kept", 2) == {0: 200, 1: 200}

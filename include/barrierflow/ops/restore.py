@@ -187,32 +187,42 @@ def restore_global(spec_path: str | os.PathLike[str], requested: CheckpointReque
     is verified as one cut before anything is restored). Then
     :meth:`StagedPipelineJob.restore`: each stage restores its manifest, the attempt increases,
     fences make downstream stages skip what older attempts wrote after the restored barriers;
-    the next ``barrierflow run`` continues from there.
+    the next ``barrierflow run`` continues from there. Channels on the embedded broker: it is
+    started on the pipeline's data dir (``<work_dir>/embedded-broker``, where the runs keep the
+    channels' records) for the restore.
 
     Raises:
-        UserInputError: the spec is single-stage, or its channels are on the embedded broker
-            (their records did not outlive the run).
+        UserInputError: the spec is single-stage.
+        EmbeddedBrokerError: the embedded broker did not start (also: the pipeline runs and
+            holds its data dir).
         CheckpointNotFoundError: no completed global checkpoint / the id is not one / none passes.
         ChosenCheckpointInvalidError: the requested global checkpoint fails verification.
         JobAlreadyRunningError: the pipeline runs, or another restore is under way.
     """
-    from pathlib import Path
+    from contextlib import ExitStack
 
     from barrierflow.errors import UserInputError
-    from barrierflow.runtime.pipeline import StagedPipelineJob
+    from barrierflow.runtime.pipeline import StagedPipelineJob, pipeline_work_dir
+    from barrierflow.sources.embedded_broker import data_dir_for, embedded_broker
     from barrierflow.spec.loader import load_any_spec
     from barrierflow.spec.stages import StagedPipelineSpec
 
     spec = load_any_spec(spec_path)
     if not isinstance(spec, StagedPipelineSpec):
         raise UserInputError(f"{spec_path} is a single-stage spec; restore it with ops.restore.restore")
-    embedded = [c.name for c in spec.channels if c.is_embedded]
-    if embedded:
-        raise UserInputError(
-            f"pipeline {spec.name}: channels {embedded} are on the embedded broker, whose records are gone with the "
-            "run that started it, so a global checkpoint cannot be restored; give the channels a lasting broker "
-            "(an address or 'env:VAR'), or remove the work dir and checkpoint store to start afresh")
-    job = StagedPipelineJob(spec, spec_path=str(spec_path))
+    with ExitStack() as stack:
+        servers: dict[str, str] = {}
+        if any(c.is_embedded for c in spec.channels):
+            address = stack.enter_context(embedded_broker(data_dir_for(pipeline_work_dir(spec))))
+            servers = {c.name: address for c in spec.channels if c.is_embedded}
+        job = StagedPipelineJob(spec, spec_path=str(spec_path), channel_servers=servers)
+        return _restore_global_under_lease(job, requested)
+
+
+def _restore_global_under_lease(job: StagedPipelineJob, requested: CheckpointRequest) -> GlobalRestoreOutcome:
+    from pathlib import Path
+
+    spec = job.spec
     with JobLease(Path(job.work_dir), spec.name, "restore", store=job.objects) as lease:
         job.hold(lease)  # the stages' restores and 2PC decisions record the restore's fence
         choice = _choose_global(job, requested)

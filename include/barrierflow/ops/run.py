@@ -3,7 +3,8 @@
 :func:`run` runs a single-stage spec, :func:`run_stages` a multi-stage one (every stage's
 query and the pipeline coordinator in one process); :func:`barrierflow.ops.pipeline.is_multi_stage` tells them apart.
 A multi-stage run starts the embedded broker (:mod:`barrierflow.sources.embedded_broker`)
-for the run's duration when a channel's ``bootstrap`` is ``embedded``.
+for the run's duration when a channel's ``bootstrap`` is ``embedded``, with its data under
+the pipeline's work dir (``<work_dir>/embedded-broker``), so the channels outlive the run.
 """
 
 from __future__ import annotations
@@ -17,9 +18,15 @@ from pathlib import Path
 from barrierflow.errors import UserInputError
 from barrierflow.ops.pipeline import is_multi_stage, open_pipeline
 from barrierflow.runtime.job import Progress, RunResult, StreamingJob
-from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StagedPipelineJob, StageProgress
+from barrierflow.runtime.pipeline import (
+    PipelineProgress,
+    PipelineRunResult,
+    StagedPipelineJob,
+    StageProgress,
+    pipeline_work_dir,
+)
 from barrierflow.sources.dead_letter import count_dead_letters
-from barrierflow.sources.embedded_broker import embedded_broker
+from barrierflow.sources.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.spec.loader import load_any_spec
 from barrierflow.spec.stages import StagedPipelineSpec
 from barrierflow.workdir.lease import JobLease
@@ -41,7 +48,8 @@ class RunOutcome:
 @dataclass(frozen=True)
 class StagedRunOutcome:
     """What a finished multi-stage run did; ``embedded_broker`` is the address of the broker
-    started for ``bootstrap: embedded`` channels (None if none was), gone once the run ended."""
+    started for ``bootstrap: embedded`` channels (None if none was), stopped once the run
+    ended (its data stays in ``<work_dir>/embedded-broker`` for the next run)."""
 
     pipeline: str
     result: PipelineRunResult
@@ -62,9 +70,10 @@ def run_stages(spec_path: str | os.PathLike[str], *, duration: float | None = No
     """Run a multi-stage pipeline until ``checkpoints`` global checkpoints completed,
     ``duration`` seconds passed or (``until_exhausted``) a global checkpoint covers every
     record of the bounded source stages; a start after the first restores the latest global
-    checkpoint (see :meth:`barrierflow.runtime.pipeline.StagedPipelineJob.run`), except on an
-    embedded broker, whose channels do not outlive a run (refused); a start after a run that
-    completed no global checkpoint starts every stage from the beginning as a new attempt.
+    checkpoint (see :meth:`barrierflow.runtime.pipeline.StagedPipelineJob.run`), also on the
+    embedded broker, whose data dir under the work dir keeps the channels' records across runs
+    (a killed run restarts with the same command); a start after a run that completed no
+    global checkpoint starts every stage from the beginning as a new attempt.
     Without any of the three limits it runs until interrupted. ``processes``: every stage in a
     process (and Spark application) of its own, the pipeline coordinator in this one
     (:mod:`barrierflow.runtime.stage_processes`).
@@ -72,9 +81,9 @@ def run_stages(spec_path: str | os.PathLike[str], *, duration: float | None = No
     Raises:
         SpecError: the spec does not load.
         UserInputError: a limit is not positive, the spec is single-stage, a stage cannot be
-            run yet, ``until_exhausted`` without bounded sources, or an earlier run's global
-            checkpoints with embedded channels.
-        EmbeddedBrokerError: the embedded broker did not start.
+            run yet, or ``until_exhausted`` without bounded sources.
+        EmbeddedBrokerError: the embedded broker did not start (or another process runs it
+            on this pipeline's data dir).
         JobFailedError: a stage's query (or process) died.
     """
     _check_limits(duration, checkpoints)
@@ -84,15 +93,9 @@ def run_stages(spec_path: str | os.PathLike[str], *, duration: float | None = No
     with ExitStack() as stack:
         address = None
         if any(c.is_embedded for c in spec.channels):
-            address = stack.enter_context(embedded_broker())
+            address = stack.enter_context(embedded_broker(data_dir_for(pipeline_work_dir(spec))))
         servers = {c.name: address for c in spec.channels if c.is_embedded and address is not None}
         job = StagedPipelineJob(spec, spec_path=str(spec_path), channel_servers=servers)
-        if address is not None and job.global_checkpoints():  # (none completed: restarts from the beginning)
-            raise UserInputError(
-                f"pipeline {spec.name} ran before, but its channels were on an embedded broker, whose records are "
-                f"gone with that run, so its global checkpoints cannot be restored; remove {job.work_dir} and "
-                f"{spec.checkpoint.storage} to start afresh, or give the channels a lasting broker (an address or "
-                "'env:VAR')")
         if until_exhausted:
             job.check_bounded()
         # The pipeline's lease: no restore of it (or second run) while it runs; its fencing number

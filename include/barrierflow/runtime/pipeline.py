@@ -135,6 +135,13 @@ class PipelineRunResult:
     failed: int = 0
 
 
+def pipeline_work_dir(spec: StagedPipelineSpec) -> str:
+    """The pipeline's work dir: ``work_dir`` of the spec (relative to the project home), else
+    ``var/<name>``; the stages' work dirs and the embedded broker's data dir are under it."""
+    base = spec.work_dir or f"var/{spec.name}"
+    return base if base.startswith("/") else str(project_home() / base)
+
+
 class StagedPipelineJob:
     """See the module docstring. ``channel_servers`` maps channel name -> ``host:port`` list
     for channels whose ``bootstrap`` is ``embedded``."""
@@ -149,8 +156,7 @@ class StagedPipelineJob:
         self.graph: StageGraph = graph
         self._spark = spark
         self.servers = {c.name: self._servers(c.name, channel_servers or {}) for c in spec.channels}
-        base = spec.work_dir or f"var/{spec.name}"
-        self.work_dir = base if base.startswith("/") else str(project_home() / base)
+        self.work_dir = pipeline_work_dir(spec)
         self.objects = open_store(spec.checkpoint.storage)
         #: The pipeline's global records (``global/``, ``_fences.json``, ``_pipeline.json``).
         self.global_store = GlobalCheckpointStore(self.objects, spec.name)

