@@ -6,11 +6,13 @@ sources and sinks above it."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -111,8 +113,9 @@ def jvm_dies_with_driver() -> Iterator[None]:
     log and its predecessor is missing), and with the predecessor present it would replay a
     batch planned by the dead attempt. Seen once in the cycle pipeline's restore test
     (docs/benchmarks.md). PySpark sets its own ``preexec_fn`` (ignore SIGINT); this chains
-    ours after it. Does nothing when the gateway already runs (a reused session) or where the
-    kernel cannot do it."""
+    ours after it. A normal exit of the driver still lets the JVM shut down by itself
+    (:func:`_let_jvm_exit`). Does nothing when the gateway already runs (a reused session) or
+    where the kernel cannot do it."""
     from pyspark import SparkContext, java_gateway
 
     preexec = _die_with_parent() if SparkContext._gateway is None else None
@@ -137,6 +140,29 @@ def jvm_dies_with_driver() -> Iterator[None]:
         yield
     finally:
         java_gateway.Popen = original  # type: ignore[assignment]
+    process = getattr(SparkContext._gateway, "proc", None)
+    if process is not None:
+        atexit.register(_let_jvm_exit, process)
+
+
+#: How long a driver that exits normally waits for its JVM's own shutdown (seconds).
+JVM_EXIT_SECONDS = 30.0
+
+
+def _let_jvm_exit(process: subprocess.Popen[bytes]) -> None:
+    """At a normal exit of the driver, end its JVM as before: close its stdin (it exits on
+    EOF, running Spark's shutdown hooks: temporary directories removed, event log closed) and
+    wait for it, so the parent-death SIGKILL finds nothing left to kill. Only a JVM whose
+    shutdown takes longer than :data:`JVM_EXIT_SECONDS` is killed by it."""
+    try:
+        if process.stdin is not None:
+            process.stdin.close()
+        process.wait(timeout=JVM_EXIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        log.warning("the Spark JVM (pid %d) did not exit within %.0f s of the driver's normal exit; it is killed "
+                    "with the driver", process.pid, JVM_EXIT_SECONDS)
+    except OSError:
+        pass
 
 
 def state_store_conf(spec: SparkSpec) -> dict[str, str]:
