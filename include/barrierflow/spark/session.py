@@ -6,9 +6,16 @@ sources and sinks above it."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import ctypes
 import logging
 import os
+import signal
+import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -56,10 +63,106 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSessio
     )
     for key, value in {**spec.conf, **REQUIRED_CONF, **state_store_conf(spec)}.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with jvm_dies_with_driver():
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     apply_state_store(session, spec)
     return session
+
+
+#: prctl(2) option: the signal the kernel sends a process when the thread that forked it exits.
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel SIGKILL the child the moment this process dies
+    (Linux ``PR_SET_PDEATHSIG``), or None where that is not available. Only from the main
+    thread: the signal follows the *thread* that forked the child, and a session built in a
+    worker thread would lose its JVM when that thread ends."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the driver died before the request took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+@contextlib.contextmanager
+def jvm_dies_with_driver() -> Iterator[None]:
+    """While in the block, a JVM that PySpark launches for this driver (its py4j gateway, the
+    Spark driver JVM that runs the streaming queries) is SIGKILLed by the kernel as soon as
+    this Python process dies, however it dies (SIGKILL, OOM killer, a crash point).
+
+    Without it the JVM notices the death only when it reads EOF on its stdin and then runs
+    Spark's shutdown hooks: for a few hundred milliseconds to seconds after the driver is gone
+    its streaming queries keep planning batches and write ``offsets/<V>`` into the stages'
+    Spark checkpoint directories, by path. A restore that runs meanwhile (the next run of the
+    pipeline, on the same host) materializes a stage's directory from its manifest and then
+    finds a batch of the dead run in it: Spark 4.2 refuses to start such a query ("Previous
+    batch N not found in offset log", the offset log's latest batch is ahead of the commit
+    log and its predecessor is missing), and with the predecessor present it would replay a
+    batch planned by the dead attempt. Seen once in the cycle pipeline's restore test
+    (docs/benchmarks.md). PySpark sets its own ``preexec_fn`` (ignore SIGINT); this chains
+    ours after it. A normal exit of the driver still lets the JVM shut down by itself
+    (:func:`_let_jvm_exit`). Does nothing when the gateway already runs (a reused session) or
+    where the kernel cannot do it."""
+    from pyspark import SparkContext, java_gateway
+
+    preexec = _die_with_parent() if SparkContext._gateway is None else None
+    original = getattr(java_gateway, "Popen", None)
+    if preexec is None or original is None:
+        yield
+        return
+
+    def popen(*args: object, **kwargs: object) -> object:
+        theirs = kwargs.get("preexec_fn")
+
+        def both() -> None:
+            if callable(theirs):
+                theirs()
+            preexec()
+
+        kwargs["preexec_fn"] = both
+        return original(*args, **kwargs)
+
+    java_gateway.Popen = popen  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        java_gateway.Popen = original  # type: ignore[assignment]
+    process = getattr(SparkContext._gateway, "proc", None)
+    if process is not None:
+        atexit.register(_let_jvm_exit, process)
+
+
+#: How long a driver that exits normally waits for its JVM's own shutdown (seconds).
+JVM_EXIT_SECONDS = 30.0
+
+
+def _let_jvm_exit(process: subprocess.Popen[bytes]) -> None:
+    """At a normal exit of the driver, end its JVM as before: close its stdin (it exits on
+    EOF, running Spark's shutdown hooks: temporary directories removed, event log closed) and
+    wait for it, so the parent-death SIGKILL finds nothing left to kill. Only a JVM whose
+    shutdown takes longer than :data:`JVM_EXIT_SECONDS` is killed by it."""
+    try:
+        if process.stdin is not None:
+            process.stdin.close()
+        process.wait(timeout=JVM_EXIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        log.warning("the Spark JVM (pid %d) did not exit within %.0f s of the driver's normal exit; it is killed "
+                    "with the driver", process.pid, JVM_EXIT_SECONDS)
+    except OSError:
+        pass
 
 
 def state_store_conf(spec: SparkSpec) -> dict[str, str]:

@@ -1,0 +1,85 @@
+"""A killed driver takes its Spark JVM with it at once (barrierflow.spark.session.jvm_dies_with_driver).
+
+The regression: a driver SIGKILLed right after a global checkpoint left its JVM running for a
+moment; that JVM's streaming queries planned one more batch and wrote ``offsets/<V>`` into a
+stage's Spark checkpoint directory after the next run had restored it, and the restored query
+stopped with "Previous batch N not found in offset log" (docs/benchmarks.md, the cycle
+pipeline's restore test). The JVM is frozen (SIGSTOP) before the driver is killed, so it cannot
+notice the EOF on its stdin and exit on its own: only the kernel's parent-death signal ends it,
+and without that the test fails every time, not only when a batch happens to be planned in the
+window.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.drivers import short_lived_driver_env
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300), pytest.mark.slow(15)]
+
+DRIVER = """
+import time
+from barrierflow.spark.session import build_session
+from barrierflow.spec.models import SparkSpec
+
+session = build_session(SparkSpec(master="local[1]", shuffle_partitions=1), app_name="jvm-dies-with-driver")
+print(session._jvm.java.lang.ProcessHandle.current().pid(), flush=True)
+time.sleep(600)
+"""
+
+
+def _state(pid: int, started: str | None = None) -> tuple[str, str] | None:
+    """(state letter, start time) of ``pid`` from /proc, or None once it is gone or reaped (or
+    the pid now names another process than the one started at ``started``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    state, start = fields[0], fields[19]
+    if started is not None and start != started:
+        return None
+    return state, start
+
+
+def _alive(pid: int, started: str) -> bool:
+    state = _state(pid, started)
+    return state is not None and state[0] not in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_the_spark_jvm_of_a_sigkilled_driver_is_killed_with_it() -> None:
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, env={**os.environ, **short_lived_driver_env()})
+    jvm: int | None = None
+    started = ""
+    try:
+        assert driver.stdout is not None
+        line = driver.stdout.readline()
+        assert line.strip().isdigit(), f"the driver did not report its JVM's pid (exit {driver.poll()})"
+        jvm = int(line)
+        state = _state(jvm)
+        assert state is not None
+        started = state[1]
+        os.kill(jvm, signal.SIGSTOP)  # frozen: it cannot exit on its own when its stdin closes
+        driver.kill()
+        assert driver.wait(timeout=60) == -signal.SIGKILL
+        deadline = time.monotonic() + 10
+        while _alive(jvm, started) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(jvm, started), (
+            f"the JVM (pid {jvm}) of the SIGKILLed driver still exists 10 s later: it can go on writing "
+            "the streaming queries' offset logs after the next run restored them")
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        if jvm is not None and _alive(jvm, started):
+            os.kill(jvm, signal.SIGKILL)  # SIGKILL ends a stopped process too
