@@ -33,7 +33,8 @@ FIXTURE = Path(__file__).parent / "previous_release" / "store"
 
 def test_a_single_stage_store_of_the_previous_release_restores_exactly_once(spark: Any, tmp_path: Path) -> None:
     shutil.copytree(FIXTURE / "chk", tmp_path / "chk")
-    shutil.copytree(FIXTURE / "out", tmp_path / "out")
+    if (FIXTURE / "out").exists():  # the fixture's run committed no output file (git keeps no empty dirs)
+        shutil.copytree(FIXTURE / "out", tmp_path / "out")
     spec = parse_spec(spec_for(tmp_path))
     job = StreamingJob(spec, spark=spark)
     before = job.store.checkpoint_ids()
