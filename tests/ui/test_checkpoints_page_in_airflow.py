@@ -61,7 +61,8 @@ def demo_spec(tmp_path: Path) -> Path:
 def test_checkpoints_page_lists_the_demo_checkpoints_in_airflow(tmp_path: Path) -> None:
     chromium = find_chromium()
     if chromium is None:
-        pytest.skip("no chromium binary on PATH: install it (Debian: apt-get install chromium) to run this test")
+        pytest.fail("no chromium binary on PATH: install it (Debian: apt-get install chromium; `make test` does) "
+                    "- this test drives the page in a real browser and is not skipped")
     started = time.monotonic()
     spec_path = demo_spec(tmp_path)
     bin_dir = Path(sys.executable).parent

@@ -71,7 +71,8 @@ def test_checkpoints_page_shows_each_stage_of_a_real_two_stage_pipeline(
         spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
     chromium = find_chromium()
     if chromium is None:
-        pytest.skip("no chromium binary on PATH: install it (Debian: apt-get install chromium) to run this test")
+        pytest.fail("no chromium binary on PATH: install it (Debian: apt-get install chromium; `make test` does) "
+                    "- this test drives the page in a real browser and is not skipped")
     started = time.monotonic()
     data = two_stage_spec(tmp_path, kafka_endpoint, mode="unaligned")
     folder = tmp_path / "pipelines"
