@@ -3,6 +3,7 @@
 #   make demo-stages  the three-stage demo on the embedded Kafka-protocol broker (starts afresh)
 #   make demo-cycle   the demo with a feedback loop (a cycle), same broker (starts afresh)
 #   make test     lint + the whole test suite (what .ci/run calls)
+#   make bench    the benchmarks (bench/, not part of the library) -> docs/benchmarks-latest.md
 #   make bench-flink  barrierflow vs Flink SQL side by side (installs Flink into .venv-flink: make flink)
 #   make airflow  Airflow (standalone) on 127.0.0.1 with dags/ and plugins/, home var/airflow
 PYTHON ?= python3.11
@@ -64,10 +65,10 @@ test: lint chromium
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -p no:cacheprovider --durations=30
 
 bench: $(STAMP)
-	$(BIN)/barrierflow bench --markdown docs/benchmarks-latest.md
+	$(BIN)/python -m bench --markdown docs/benchmarks-latest.md
 
 # Flink in a virtual environment of its own (never in the main requirements), for
-# `barrierflow bench --compare flink-sql` (make bench-flink).
+# `python -m bench --compare flink-sql` (make bench-flink).
 $(FLINK_STAMP): requirements-flink.txt
 	@command -v java >/dev/null || { echo "error: Flink needs Java 17+ on PATH"; exit 2; }
 	@test -x $(FLINK_VENV)/bin/python || $(PYTHON) -m venv $(FLINK_VENV)
@@ -77,7 +78,7 @@ $(FLINK_STAMP): requirements-flink.txt
 flink: $(FLINK_STAMP)
 
 bench-flink: $(STAMP) $(FLINK_STAMP)
-	$(BIN)/barrierflow bench --compare flink-sql --seconds 30 --rounds 2 --markdown docs/benchmarks-flink-latest.md
+	$(BIN)/python -m bench --compare flink-sql --seconds 30 --rounds 2 --markdown docs/benchmarks-flink-latest.md
 
 # Local Airflow: scheduler, DAG processor, triggerer and API server (`airflow standalone`) on
 # 127.0.0.1:$(AIRFLOW_PORT), with this project's DAGs and plugins (the Checkpoints page),

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 _archive_builder: subprocess.Popen[bytes] | None = None
+#: The repository root, where ``tests`` (and ``tests.support``) is importable.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -28,9 +31,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     JVM_ARCHIVE_ROOT.mkdir(parents=True, exist_ok=True)
     with open(JVM_ARCHIVE_ROOT / "build.log", "wb") as log:
-        _archive_builder = subprocess.Popen([sys.executable, "-m", "barrierflow.testing.jvm_archive",
+        _archive_builder = subprocess.Popen([sys.executable, "-m", "tests.support.jvm_archive",
                                              str(JVM_ARCHIVE_ROOT)], stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+                                            cwd=PROJECT_ROOT, start_new_session=True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -6,7 +6,7 @@ import functools
 import sys
 from pathlib import Path
 
-from barrierflow.testing.jvm_archive import archive_path, java_options
+from tests.support.jvm_archive import archive_path, java_options
 
 #: The launcher of the short-lived drivers' Python workers (see the script): the same
 #: interpreter, without Spark's zipped copy of pyspark on the workers' PYTHONPATH.

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from barrierflow.testing.kafka_broker import KafkaEndpoint, running_kafka_broker
+
+from tests.support.kafka_broker import KafkaEndpoint, running_kafka_broker
 
 
 @pytest.fixture(scope="session")
 def kafka_endpoint() -> Iterator[KafkaEndpoint]:
     """One Kafka broker per test session (per xdist worker); tests create their own topics
-    with unique names (see :func:`barrierflow.testing.kafka_broker.create_topic`)."""
+    with unique names (see :func:`tests.support.kafka_broker.create_topic`)."""
     with running_kafka_broker() as endpoint:
         yield endpoint

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from barrierflow.testing.postgres_server import PostgresEndpoint, running_postgres
+
+from tests.support.postgres_server import PostgresEndpoint, running_postgres
 
 
 @pytest.fixture(scope="session")

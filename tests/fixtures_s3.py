@@ -6,7 +6,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from barrierflow.testing.s3_server import S3Endpoint, running_s3_server
+
+from tests.support.s3_server import S3Endpoint, running_s3_server
 
 # Variables that could point boto3 elsewhere or add credentials the test server does not know.
 _ISOLATE = (

@@ -1,4 +1,4 @@
-"""The interleaved ABS-overhead method (barrierflow.bench.interleaved) on a real query: segments
+"""The interleaved ABS-overhead method (bench.interleaved) on a real query: segments
 run from commit to commit without gaps, every checkpoint falls inside a segment of a checkpointing
 mode, and the synchronous baseline holds the planner only in its own segments. (The benchmark's
 figures are printed, never asserted.)"""
@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 from barrierflow.barriers.control import ControlChannel
-from barrierflow.bench.interleaved import Segment, balanced_orders, fold_round, interleave, segment_plan
-from barrierflow.bench.modes import BASELINE, BASELINE_AGAIN, Mode, Sample, mode_spec
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import BarrierflowError, CheckpointError
@@ -21,6 +19,8 @@ from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec.models import CheckpointSpec
 from barrierflow.storage.local import LocalObjectStore
 
+from bench.interleaved import Segment, balanced_orders, fold_round, interleave, segment_plan
+from bench.modes import BASELINE, BASELINE_AGAIN, Mode, Sample, mode_spec
 from tests.checkpointing.fake_spark import FakeSparkCheckpoint
 from tests.pipeline_specs import make_spec
 

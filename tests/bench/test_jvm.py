@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from barrierflow.bench.jvm import JvmUsage, settle
+
+from bench.jvm import JvmUsage, settle
 
 pytestmark = [pytest.mark.spark]
 

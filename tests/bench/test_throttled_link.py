@@ -11,10 +11,11 @@ import os
 import time
 
 import pytest
-from barrierflow.bench.throttled_link import BURST, MEGABYTE, ThrottledLink, TokenBucket
-from barrierflow.cli.main import main
 from barrierflow.errors import UserInputError
 from barrierflow.storage import open_store
+
+from bench.run import main
+from bench.throttled_link import BURST, MEGABYTE, ThrottledLink, TokenBucket
 
 
 def test_objects_pass_through_unchanged_and_no_faster_than_the_limit(s3_store_uri: str) -> None:
@@ -50,9 +51,9 @@ def test_bad_endpoints_and_bandwidths_are_refused() -> None:
 
 
 def test_bench_refuses_a_store_bandwidth_without_an_s3_store(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--store-bandwidth", "5"]) == 2
+    assert main(["--store-bandwidth", "5"]) == 2
     assert "--store s3://" in capsys.readouterr().err
-    assert main(["bench", "--store", "s3://b/p", "--store-bandwidth", "0"]) == 2
+    assert main(["--store", "s3://b/p", "--store-bandwidth", "0"]) == 2
     assert "positive" in capsys.readouterr().err
 
 

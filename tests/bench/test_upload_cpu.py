@@ -1,14 +1,15 @@
-"""``bench --scenario upload-cpu`` (bench/upload_cpu.py) against the test's S3 endpoint."""
+"""``python -m bench --scenario upload-cpu`` (bench/upload_cpu.py) against the test's S3 endpoint."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from barrierflow.bench.upload_cpu import ROWS
-from barrierflow.cli.main import main
 from barrierflow.storage import open_store
-from barrierflow.testing.s3_server import S3Endpoint
+
+from bench.run import main
+from bench.upload_cpu import ROWS
+from tests.support.s3_server import S3Endpoint
 
 
 @pytest.mark.s3
@@ -35,9 +36,9 @@ def test_every_step_is_measured_and_the_store_is_left_empty(s3_store_uri: str, s
 
 
 def test_bad_arguments_are_refused_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--scenario", "upload-cpu"]) == 2
+    assert main(["--scenario", "upload-cpu"]) == 2
     assert "--store s3://" in capsys.readouterr().err
-    assert main(["bench", "--scenario", "upload-cpu", "--store", "s3://b/p", "--upload-mb", "0"]) == 2
+    assert main(["--scenario", "upload-cpu", "--store", "s3://b/p", "--upload-mb", "0"]) == 2
     assert "--upload-mb" in capsys.readouterr().err
-    assert main(["bench", "--scenario", "upload-cpu", "--store", "s3://b/p", "--server-pid", "999999999"]) == 2
+    assert main(["--scenario", "upload-cpu", "--store", "s3://b/p", "--server-pid", "999999999"]) == 2
     assert "--server-pid 999999999" in capsys.readouterr().err

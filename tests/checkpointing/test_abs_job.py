@@ -17,7 +17,7 @@ from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spec import parse_spec
 from barrierflow.storage import open_store
 from barrierflow.storage.local import LocalObjectStore
-from barrierflow.testing.faulty_store import FailingObjectStore, SlowObjectStore
+from barrierflow.testing import FailingObjectStore, SlowObjectStore
 
 from tests.pipeline_specs import make_spec, spec_dict
 

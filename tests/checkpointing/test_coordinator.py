@@ -13,7 +13,7 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import TolerableFailuresExceededError
 from barrierflow.spec.models import CheckpointSpec
 from barrierflow.storage.local import LocalObjectStore
-from barrierflow.testing.faulty_store import FailingObjectStore
+from barrierflow.testing import FailingObjectStore
 from barrierflow.transactions.committer import SinkCommitter
 
 from tests.checkpointing.fake_spark import FakeSparkCheckpoint

@@ -23,9 +23,9 @@ from barrierflow.cli.main import main
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
-from barrierflow.testing.kafka_broker import KafkaEndpoint
 
 from tests.runtime.test_staged_pipeline import PARTITIONS, RECORDS, two_stage_spec
+from tests.support.kafka_broker import KafkaEndpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600)]
 

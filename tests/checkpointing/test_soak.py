@@ -1,4 +1,4 @@
-"""A shortened soak (the full one is ``barrierflow bench --scenario soak``, docs/benchmarks.md):
+"""A shortened soak (the full one is ``python -m bench --scenario soak``, docs/benchmarks.md):
 checkpoints every 0.1 s with retention running in the job, as the retention DAG would.
 
 Retention must leave exactly the shared files the retained checkpoints reference (nothing
@@ -14,11 +14,12 @@ import os
 from pathlib import Path
 
 import pytest
-from barrierflow.bench.soak import FD_SLACK, THREAD_SLACK, run_soak, soak_spec
 from barrierflow.checkpointing.materialize import materialize_checkpoint
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.retention.plan import retain
 from barrierflow.spec import load_spec, project_home
+
+from bench.soak import FD_SLACK, THREAD_SLACK, run_soak, soak_spec
 
 
 def _readlink(path: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from barrierflow.bench.soak import ProcessFigures, SoakReport, SoakSample
+from bench.soak import ProcessFigures, SoakReport, SoakSample
 
 #: Store MiB and Python RSS of the 1,000-checkpoint run in docs/benchmarks.md (2026-11-23).
 RECORDED = [(0.95, 154.7), (1.15, 155.6), (0.72, 157.8), (0.92, 158.3), (1.17, 159.0), (0.79, 159.4),

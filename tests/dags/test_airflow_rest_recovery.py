@@ -33,13 +33,13 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.checkpoints import list_global_checkpoints
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
-from barrierflow.testing.airflow_server import COMPONENTS, AirflowServer
-from barrierflow.testing.kafka_broker import KafkaEndpoint
 
 from tests.dags.conftest import DAGS_FOLDER
 from tests.drivers import short_lived_driver_java_options
 from tests.recovery.harness import finish, window_rows, windowed_spec
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
+from tests.support.airflow_server import COMPONENTS, AirflowServer
+from tests.support.kafka_broker import KafkaEndpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(1200), pytest.mark.slow(240)]
 

@@ -23,7 +23,7 @@ from barrierflow.recovery.restart_guard import mark_recovery, read_recovery_mark
 from barrierflow.sinks.factory import build_sink
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
-from barrierflow.testing.staging import stage_batch
+from barrierflow.testing import stage_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.workdir.layout import JobLayout
 from barrierflow.workdir.lease import JobLease

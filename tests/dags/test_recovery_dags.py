@@ -34,7 +34,7 @@ from barrierflow.errors import CheckpointNotFoundError, UserInputError
 from barrierflow.recovery.restore import DuplicateOutputError
 from barrierflow.sinks.factory import build_sink
 from barrierflow.spec import load_spec
-from barrierflow.testing.staging import stage_batch
+from barrierflow.testing import stage_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.workdir.layout import JobLayout
 from barrierflow.workdir.lease import JobLease

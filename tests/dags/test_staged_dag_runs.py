@@ -40,12 +40,12 @@ from barrierflow.airflow.runbook import first_checkpoint_of_attempt
 from barrierflow.ops.checkpoints import list_global_checkpoints
 from barrierflow.ops.global_checkpoints import show_global_checkpoint
 from barrierflow.sinks.parquet import read_committed
-from barrierflow.testing.kafka_broker import KafkaEndpoint
 
 from tests.dags.conftest import run_dag
 from tests.dags.test_asset_watcher import MemoryState, events
 from tests.drivers import short_lived_driver_java_options
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
+from tests.support.kafka_broker import KafkaEndpoint
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.timeout(900)]

@@ -1,7 +1,7 @@
 """Cluster mode: pipelines spark-submitted to a Spark standalone master with a separate worker.
 
 The module starts a master and one worker (2 cores, 1 GiB) from the installed PySpark on
-127.0.0.1 (:mod:`barrierflow.testing.spark_cluster`, no Docker) and submits
+127.0.0.1 (:mod:`tests.support.spark_cluster`, no Docker) and submits
 ``jobs/run_pipeline.py`` to it with ``spark-submit --master spark://...``, as the Airflow launch
 does. Every path the executors write is on the test S3 endpoint: the checkpoint store, the dead
 letters (``dead_letter_path``), the Kafka event times (``event_times_path``) and the sinks'
@@ -50,13 +50,13 @@ from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spec import load_spec
 from barrierflow.spec.models import GeneratorSourceSpec
 from barrierflow.storage import open_store
-from barrierflow.testing.kafka_broker import KafkaEndpoint
-from barrierflow.testing.s3_server import S3Endpoint
-from barrierflow.testing.spark_cluster import StandaloneCluster, running_standalone_cluster
 
 from tests.drivers import short_lived_driver_java_options
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 from tests.runtime.test_staged_pipeline import RECORDS as STAGED_RECORDS
+from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.s3_server import S3Endpoint
+from tests.support.spark_cluster import StandaloneCluster, running_standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.kafka, pytest.mark.slow(120),
               pytest.mark.timeout(900)]

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from barrierflow.testing.spark_cluster import running_standalone_cluster
 
 from tests.drivers import short_lived_driver_java_options
+from tests.support.spark_cluster import running_standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow(15), pytest.mark.timeout(300)]
 

@@ -11,7 +11,7 @@ from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.sinks.factory import build_sink
 from barrierflow.spec import PipelineSpec, load_spec
-from barrierflow.testing.staging import stage_batch
+from barrierflow.testing import stage_batch
 from barrierflow.workdir.layout import JobLayout
 
 from tests.checkpointing.fake_spark import FakeSparkCheckpoint

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from barrierflow.faults import SINK_POINTS, STAGE_POINTS
 from barrierflow.sinks.kafka import committed_records
-from barrierflow.testing.kafka_broker import create_topic
 from kafka import KafkaConsumer, TopicPartition
 
 from tests.recovery.harness import crash_at_every_point, finish, window_rows, windowed_spec
+from tests.support.kafka_broker import create_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(200)]
 #: Records per source partition: 10 batches of 300, more than the 7 crashes (each at the first

@@ -36,9 +36,9 @@ from barrierflow.runtime.job import StreamingJob
 from barrierflow.sinks.kafka import committed_records
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
-from barrierflow.testing.kafka_broker import KafkaEndpoint, create_topic, own_kafka_broker, produce
 
 from tests.recovery.harness import FAST_JVM, lost_and_duplicated, window_rows, windowed_spec
+from tests.support.kafka_broker import KafkaEndpoint, create_topic, own_kafka_broker, produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600), pytest.mark.slow(120)]
 OUTAGE_SECONDS = 30.0

@@ -34,8 +34,6 @@ from barrierflow.faults import at_point
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
-from barrierflow.testing.postgres_server import ThrowawayPostgres, restartable_postgres
-from barrierflow.testing.s3_server import own_s3_server
 from barrierflow.transactions.ledger import TransactionLedger
 
 from tests.recovery.harness import finish, lost_and_duplicated, window_rows, windowed_spec
@@ -45,6 +43,8 @@ from tests.recovery.postgres_output import (
     create_window_table,
     prepared_transactions,
 )
+from tests.support.postgres_server import ThrowawayPostgres, restartable_postgres
+from tests.support.s3_server import own_s3_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.postgres, pytest.mark.timeout(600),
               pytest.mark.slow(90)]

@@ -14,7 +14,7 @@ import pytest
 from barrierflow.checkpointing.store import CheckpointStore, shared_key
 from barrierflow.cli.main import main
 from barrierflow.sinks.factory import build_sink
-from barrierflow.testing.staging import stage_batch
+from barrierflow.testing import stage_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.workdir.layout import JobLayout
 

@@ -27,12 +27,12 @@ from barrierflow.cli.main import main
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
-from barrierflow.testing.kafka_broker import KafkaEndpoint
 from barrierflow.workdir.lease import JobLease, highest_fence, lease_holder
 
 from tests.recovery.harness import FAST_JVM
 from tests.recovery.suspension import suspended_driver, wait_until
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
+from tests.support.kafka_broker import KafkaEndpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600), pytest.mark.slow(90)]
 RECORDS = 1500

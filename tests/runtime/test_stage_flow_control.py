@@ -30,7 +30,8 @@ from barrierflow.runtime.pipeline import PipelineRunResult, StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spec import parse_staged_spec
-from barrierflow.testing.kafka_broker import KafkaEndpoint
+
+from tests.support.kafka_broker import KafkaEndpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow(70)]
 

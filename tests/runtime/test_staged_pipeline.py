@@ -19,7 +19,8 @@ from barrierflow.checkpointing.global_manifest import global_key
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
-from barrierflow.testing.kafka_broker import KafkaEndpoint
+
+from tests.support.kafka_broker import KafkaEndpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

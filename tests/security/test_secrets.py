@@ -57,15 +57,15 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.cli.main import _progress_line, main
 from barrierflow.ops.run import run
 from barrierflow.spec import load_spec
-from barrierflow.testing.postgres_server import PostgresEndpoint, restartable_postgres
-from barrierflow.testing.processes import free_port
-from barrierflow.testing.s3_server import S3Endpoint
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from tests.dags.conftest import DagRunResult, run_dag
 from tests.drivers import short_lived_driver_java_options
 from tests.recovery.harness import FAST_JVM
+from tests.support.postgres_server import PostgresEndpoint, restartable_postgres
+from tests.support.processes import free_port
+from tests.support.s3_server import S3Endpoint
 
 PG_PIPELINE = "secretpg"
 S3_PIPELINE = "secrets3"

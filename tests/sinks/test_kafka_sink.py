@@ -36,11 +36,12 @@ from barrierflow.sinks.kafka import (
 )
 from barrierflow.spec.models import KafkaSinkSpec
 from barrierflow.storage.local import LocalObjectStore
-from barrierflow.testing.kafka_broker import KafkaEndpoint, create_topic, free_port
-from barrierflow.testing.staging import stage_batch
+from barrierflow.testing import stage_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
+
+from tests.support.kafka_broker import KafkaEndpoint, create_topic, free_port
 
 pytestmark = pytest.mark.kafka
 

@@ -22,9 +22,10 @@ from barrierflow.errors import SinkError
 from barrierflow.sinks.postgres import PostgresSink
 from barrierflow.spec.models import PostgresSinkSpec
 from barrierflow.storage.local import LocalObjectStore
-from barrierflow.testing.postgres_server import PostgresEndpoint
-from barrierflow.testing.staging import stage_batch
+from barrierflow.testing import stage_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
+
+from tests.support.postgres_server import PostgresEndpoint
 
 pytestmark = pytest.mark.postgres
 

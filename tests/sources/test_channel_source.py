@@ -16,8 +16,9 @@ from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.records import BarrierMarker, data_headers
 from barrierflow.sources.channel import ChannelStreamReader
 from barrierflow.spec.models import KafkaSourceSpec
-from barrierflow.testing.kafka_broker import KafkaEndpoint, create_topic, produce
 from pyspark.sql.datasource import InputPartition
+
+from tests.support.kafka_broker import KafkaEndpoint, create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

@@ -23,9 +23,9 @@ import yaml
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
-from barrierflow.testing.kafka_broker import KafkaEndpoint, create_topic
 
 from tests.recovery.harness import FAST_JVM
+from tests.support.kafka_broker import KafkaEndpoint, create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(60)]
 

@@ -17,7 +17,8 @@ from barrierflow.errors import SourceError, SourceUnavailableError
 from barrierflow.sources.dead_letter import count_dead_letters, read_dead_letters
 from barrierflow.sources.kafka import RAW_SCHEMA, KafkaDataSource, KafkaStreamReader, schema_for
 from barrierflow.spec.models import KafkaSourceSpec
-from barrierflow.testing.kafka_broker import KafkaEndpoint, create_topic, free_port, produce
+
+from tests.support.kafka_broker import KafkaEndpoint, create_topic, free_port, produce
 
 pytestmark = pytest.mark.kafka
 

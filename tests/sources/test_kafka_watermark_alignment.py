@@ -25,9 +25,9 @@ from barrierflow.barriers.watermark_history import WatermarkHistory
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_spec
-from barrierflow.testing.kafka_broker import KafkaEndpoint, create_topic, produce
 
 from tests.pipeline_specs import spec_dict
+from tests.support.kafka_broker import KafkaEndpoint, create_topic, produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 RECORDS = 400  # per partition, 100 ms of event time apart

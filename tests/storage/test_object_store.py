@@ -11,7 +11,8 @@ from barrierflow.storage.local import LocalObjectStore
 from barrierflow.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore
 from barrierflow.storage.s3 import S3ObjectStore
 from barrierflow.storage.uri import open_store
-from barrierflow.testing.s3_server import free_port
+
+from tests.support.s3_server import free_port
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])

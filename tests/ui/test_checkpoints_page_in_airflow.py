@@ -29,11 +29,11 @@ import yaml
 from barrierflow.airflow.support import report_watermark_skew, verify_latest_checkpoints
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.spec import load_spec
-from barrierflow.testing.airflow_server import AirflowServer
-from barrierflow.testing.browser import HeadlessChromium, find_chromium
 from barrierflow.ui import URL_PREFIX, VIEW_ROUTE
 
 from tests.drivers import short_lived_driver_java_options
+from tests.support.airflow_server import AirflowServer
+from tests.support.browser import HeadlessChromium, find_chromium
 from tests.ui.test_app import read_cells
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(150)]

@@ -29,13 +29,13 @@ from barrierflow.ops.checkpoints import list_global_checkpoints
 from barrierflow.ops.global_checkpoints import show_global_checkpoint, verify_global_checkpoints
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.spec import parse_staged_spec
-from barrierflow.testing.browser import HeadlessChromium, find_chromium
-from barrierflow.testing.kafka_broker import KafkaEndpoint
 from barrierflow.ui import create_app
 from fastapi import FastAPI
 
 from tests.pipeline_specs import write_spec
 from tests.runtime.test_staged_pipeline import two_stage_spec
+from tests.support.browser import HeadlessChromium, find_chromium
+from tests.support.kafka_broker import KafkaEndpoint
 from tests.ui.test_app import signed_in_as_tester
 from tests.ui.test_global_history import read_global_table
 

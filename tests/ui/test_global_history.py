@@ -17,7 +17,6 @@ from barrierflow.checkpointing.manifest import AlignmentSummary, ChannelStateEnt
 from barrierflow.checkpointing.store import manifest_key
 from barrierflow.spec.loader import load_any_spec
 from barrierflow.storage.local import LocalObjectStore
-from barrierflow.testing.kafka_broker import KafkaEndpoint
 from barrierflow.ui import create_app
 from barrierflow.ui.history import Verdict, global_pipeline_history, history_of, list_pipelines
 from barrierflow.verification.report import CheckResult, VerificationReport, store_report
@@ -25,6 +24,7 @@ from fastapi.testclient import TestClient
 
 from tests.pipeline_specs import write_spec
 from tests.runtime.test_staged_pipeline import two_stage_spec
+from tests.support.kafka_broker import KafkaEndpoint
 from tests.ui.test_app import signed_in_as_tester
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -36,7 +36,8 @@ from pathlib import Path
 
 from barrierflow.errors import BarrierflowError
 from barrierflow.sources import embedded_broker as embedded
-from barrierflow.testing.processes import free_port as shared_free_port
+
+from tests.support.processes import free_port as shared_free_port
 
 logger = logging.getLogger(__name__)
 

@@ -34,13 +34,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from barrierflow.bench import emit_table
 from barrierflow.recovery.restore import restore_pipeline
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spark import commit_log
 from barrierflow.spec import load_spec, project_home
 from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec
 from barrierflow.workdir.layout import JobLayout
+
+from bench import emit_table
 
 
 @dataclass(frozen=True)

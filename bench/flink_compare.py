@@ -1,4 +1,4 @@
-"""``barrierflow bench --compare flink-sql``: the reference job on barrierflow and on Flink SQL,
+"""``python -m bench --compare flink-sql``: the reference job on barrierflow and on Flink SQL,
 side by side in one command (issue 13, docs/benchmarks.md).
 
 Per round, four runs, alternating which system goes first (A B, then B A) so that drift of the
@@ -6,7 +6,7 @@ shared machine falls on both: barrierflow's reference job (``include/pipelines/b
 10,000 keys, running count and sum, discard sink, ``local[2]``) without checkpoints and with
 ABS every 1 s, each for ``seconds`` in this process's SparkSession (throughput after the first
 batch, as ``--scenario abs-overhead``); and the same logical job on Flink SQL
-(:mod:`barrierflow.bench.flink_sql_job`, run by the Python of the Flink virtual environment)
+(:mod:`bench.flink_sql_job`, run by the Python of the Flink virtual environment)
 without checkpoints and with checkpoints every 1 s, over as many rows as Flink processes in
 about ``seconds`` (sized from its previous run). Printed: records/s per run, each system's
 1 s-checkpoint ratio to its own no-checkpoint run, and barrierflow / Flink per round.
@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from barrierflow.bench import emit_table
-from barrierflow.bench.abs_overhead import no_checkpoints
-from barrierflow.bench.modes import MODES, mode_spec
 from barrierflow.errors import UserInputError
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec, project_home
+
+from bench import emit_table
+from bench.abs_overhead import no_checkpoints
+from bench.modes import MODES, mode_spec
 
 FLINK_PYTHON_ENV = "BARRIERFLOW_FLINK_PYTHON"
 #: Rows of Flink's first run per measured second (later runs are sized from the one before).

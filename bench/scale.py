@@ -1,4 +1,4 @@
-"""``barrierflow bench --scenario scale``: what barrierflow's own bookkeeping costs per source
+"""``python -m bench --scenario scale``: what barrierflow's own bookkeeping costs per source
 partition, without Spark.
 
 For each partition count (default 100, 1,000 and 10,000) over synthetic offsets:
@@ -9,7 +9,7 @@ For each partition count (default 100, 1,000 and 10,000) over synthetic offsets:
   many calls, wall-clock and CPU time of the calling thread (the latter barely moves with the
   machine's load; the former does).
 - **checkpoint**: the real :class:`CheckpointCoordinator` on a synthetic Spark checkpoint
-  directory (:mod:`barrierflow.spark.synthetic`) and a local store: from the committed barrier
+  directory (:mod:`tests.support.synthetic_checkpoint`) and a local store: from the committed barrier
   batch to the stored manifest (reading the offset log, the synchronous snapshot, the upload,
   building and writing the manifest); median over the checkpoints taken.
 - **manifest**: the size of one manifest in bytes (it lists every partition's barrier offset).
@@ -32,17 +32,18 @@ from pathlib import Path
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.planner import PlanRequest, plan_batch
-from barrierflow.bench import emit_table
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.store import CheckpointStore, manifest_key
 from barrierflow.errors import UserInputError
 from barrierflow.reports.skew import build_skew_report
-from barrierflow.spark.synthetic import SyntheticSparkCheckpoint
 from barrierflow.spec import parse_spec
 from barrierflow.spec.models import CheckpointSpec
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.verification.structural import verify_structure
+
+from bench import emit_table
+from tests.support.synthetic_checkpoint import SyntheticSparkCheckpoint
 
 DEFAULT_SIZES = (100, 1_000, 10_000)
 

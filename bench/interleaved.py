@@ -40,17 +40,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from barrierflow.barriers.offsets import SourceOffset
-from barrierflow.bench.jvm import JvmUsage, settle
-from barrierflow.bench.modes import BASELINE, BASELINE_AGAIN, Mode, Sample, mode_spec
 from barrierflow.errors import BarrierflowError
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spark import commit_log, offset_log
 
+from bench.jvm import JvmUsage, settle
+from bench.modes import BASELINE, BASELINE_AGAIN, Mode, Sample, mode_spec
+
 if TYPE_CHECKING:
+    from barrierflow.spec.models import PipelineSpec
     from pyspark.sql import SparkSession
 
-    from barrierflow.bench.throttled_link import ThrottledLink
-    from barrierflow.spec.models import PipelineSpec
+    from bench.throttled_link import ThrottledLink
 
 
 @dataclass
@@ -221,7 +222,7 @@ def interleave(job: StreamingJob, plan: list[tuple[int, Mode]], segment_seconds:
                link: ThrottledLink | None = None) -> list[Segment]:
     """Run ``job`` through ``plan`` (one query) and return its segments. ``job``'s spec must not
     trigger checkpoints on its own before the first segment (a long interval, as
-    :func:`~barrierflow.bench.abs_overhead.mode_spec` gives the no-checkpoint mode). Raises
+    :func:`~bench.abs_overhead.mode_spec` gives the no-checkpoint mode). Raises
     :class:`BarrierflowError` if the plan did not finish within a generous bound (four times its
     planned time plus the checkpoint timeout)."""
     interleaver = Interleaver(plan, segment_seconds, job.spark, link)

@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from barrierflow.bench import emit_table
 from barrierflow.runtime.job import RunResult, StreamingJob
 from barrierflow.spark import offset_log
 from barrierflow.spec import load_spec, project_home
@@ -39,6 +38,8 @@ from barrierflow.spec.models import (
     TransformationSpec,
     TriggerSpec,
 )
+
+from bench import emit_table
 
 BACKLOG_PER_PARTITION = 5_000_000
 

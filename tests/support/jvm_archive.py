@@ -118,6 +118,6 @@ def build_archive(target: Path, *, timeout: float = 300) -> Path | None:
     return target
 
 
-if __name__ == "__main__":  # python -m barrierflow.testing.jvm_archive ROOT
+if __name__ == "__main__":  # python -m tests.support.jvm_archive ROOT
     built = build_archive(archive_path(Path(sys.argv[1])))
     sys.stdout.write(f"{built or 'no archive'}\n")

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from barrierflow.errors import BarrierflowError
-from barrierflow.testing.processes import free_port as shared_free_port
-from barrierflow.testing.processes import log_tail, stop_process
+
+from tests.support.processes import free_port as shared_free_port
+from tests.support.processes import log_tail, stop_process
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,13 @@
-"""Failure-injection doubles around a real :class:`ObjectStore` (local or S3).
+"""Test doubles for the tests of a barrierflow user's own pipelines and sinks.
 
-They delegate every call to the wrapped store and add one behaviour each:
+This is the one test module the library ships: what a user's tests need to exercise
+barrierflow's failure handling and a sink without Spark. barrierflow's own throwaway servers
+(S3, PostgreSQL, Kafka, Airflow, a Spark standalone cluster), its browser driver and its
+benchmarks are not shipped: they live in the repository's ``tests/support/`` and ``bench/``.
+Production code never imports this module (import-linter contract ``no-testing-in-production``).
+
+Failure-injection doubles around a real :class:`ObjectStore` (local or S3). They delegate every
+call to the wrapped store and add one behaviour each:
 
 * :class:`SlowObjectStore` — sleeps before each write whose key matches, to widen the
   asynchronous phase; records when each write finished (``writes``), and, when a manifest
@@ -12,27 +19,40 @@ They delegate every call to the wrapped store and add one behaviour each:
   instead of passing or failing by timing.
 * :class:`FailingObjectStore` — raises :class:`StorageError` on writes whose key matches,
   for as long as ``failing`` is true.
+
+The staged-batch writer:
+
+* :func:`stage_batch` — stages a micro-batch without Spark, in the exact layout the Spark-side
+  stager writes (:mod:`barrierflow.sinks.staging`), to drive a two-phase-commit sink in a test.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from barrierflow.errors import StorageError
+from barrierflow.storage import open_store
 from barrierflow.storage.object_store import ObjectInfo, ObjectStore
+from barrierflow.transactions.staged import MARKER, batch_prefix
 
+#: Which keys a double acts on.
 KeyFilter = Callable[[str], bool]
 
 
 def shared_files(key: str) -> bool:
+    """The default :data:`KeyFilter`: the checkpoint store's shared (content-addressed) files."""
     return key.startswith("shared/")
 
 
 class _Delegating(ObjectStore):
+    """Passes every call to ``inner``; subclasses hook in before and after each write."""
+
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
         self.uri = inner.uri
@@ -84,12 +104,16 @@ class _Delegating(ObjectStore):
 
 @dataclass(frozen=True)
 class WriteRecord:
+    """One write a :class:`SlowObjectStore` finished."""
+
     key: str
     finished: float  # time.monotonic()
 
 
 @dataclass
 class SlowObjectStore(_Delegating):
+    """Slow writes of matching keys, recorded; see the module docstring."""
+
     inner: ObjectStore
     delay: float = 0.2
     matches: KeyFilter = shared_files
@@ -138,6 +162,8 @@ class SlowObjectStore(_Delegating):
 
 @dataclass
 class FailingObjectStore(_Delegating):
+    """Writes of matching keys fail while ``failing`` is true; see the module docstring."""
+
     inner: ObjectStore
     matches: KeyFilter = shared_files
     failing: bool = True
@@ -150,3 +176,24 @@ class FailingObjectStore(_Delegating):
         if self.failing and self.matches(key):
             self.failures += 1
             raise StorageError(f"injected failure writing {self.describe(key)}")
+
+
+def stage_batch(uri: str, batch_id: int, table: Any, files: int = 1) -> None:
+    """Stage ``table`` (pyarrow) as micro-batch ``batch_id`` in ``files`` task files of the store at
+    ``uri``, then its marker, as the Spark-side stager does."""
+    import pyarrow.parquet as pq
+
+    store = open_store(uri)
+    listing = []
+    step = max(1, -(-table.num_rows // files)) if table.num_rows else 1
+    for task, lo in enumerate(range(0, max(table.num_rows, 1), step)):
+        part = table.slice(lo, step)
+        if part.num_rows == 0:
+            continue
+        buffer = io.BytesIO()
+        pq.write_table(part, buffer)
+        key = f"{batch_prefix(batch_id)}{task:05d}-test.parquet"
+        store.put_bytes(key, buffer.getvalue())
+        listing.append({"key": key, "rows": part.num_rows})
+    store.put_bytes(batch_prefix(batch_id) + MARKER,
+                    json.dumps({"batch_id": batch_id, "files": listing, "rows": table.num_rows}).encode())

@@ -5,19 +5,19 @@ cancels out: no barrierflow checkpoints; ABS every 1 s; ABS every 5 s; and the p
 synchronous baseline (every 1 s, processing held until the snapshot is uploaded).
 Throughput counts records after each run's first batch (start-up excluded). Each mode
 runs on fresh local directories under ``var/bench``, from a settled JVM (the previous run's
-state stores unloaded, a full collection: :func:`barrierflow.bench.jvm.settle`); each run also
+state stores unloaded, a full collection: :func:`bench.jvm.settle`); each run also
 reports the seconds the JVM spent collecting and its records per JVM CPU-second, to tell a
 mode's cost from noise inside the JVM.
 
 With ``bandwidths`` (MB/s; an S3 store only) the checkpoint store is reached through a
-:class:`~barrierflow.bench.throttled_link.ThrottledLink` in front of the S3 endpoint, to
+:class:`~bench.throttled_link.ThrottledLink` in front of the S3 endpoint, to
 emulate an object store farther away than loopback, and the modes are: no checkpoints, then
 ABS every 1 s and the synchronous baseline every 1 s at each bandwidth. The paper's claim is
 then visible: the baseline holds processing for the upload, so its share of throughput lost
 grows as the upload takes longer, while ABS uploads beside processing.
 
 With ``interleave`` each round is one query whose mode changes every few seconds instead
-(:mod:`barrierflow.bench.interleaved`): separate runs of one job differ on this machine by more
+(:mod:`bench.interleaved`): separate runs of one job differ on this machine by more
 than ABS costs, and a shared query takes that noise out of the ratios.
 """
 
@@ -33,14 +33,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from barrierflow.bench import emit_table
-from barrierflow.bench.jvm import JvmUsage, settle
-from barrierflow.bench.modes import BASELINE, BASELINE_AGAIN, MODES, Mode, Sample, mode_spec, modes_for
-from barrierflow.bench.throttled_link import ThrottledLink
 from barrierflow.errors import UserInputError
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec, project_home
 from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec
+
+from bench import emit_table
+from bench.jvm import JvmUsage, settle
+from bench.modes import BASELINE, BASELINE_AGAIN, MODES, Mode, Sample, mode_spec, modes_for
+from bench.throttled_link import ThrottledLink
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,7 +85,7 @@ def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str 
     make each checkpoint's upload large enough to matter; ``bandwidths``: MB/s of a throttled
     link to the S3 store, one pair of modes (ABS, synchronous) per value; ``interleave``: run each
     round as one query whose mode changes every ``interleave`` seconds
-    (:mod:`barrierflow.bench.interleaved`) instead of one query per mode and round."""
+    (:mod:`bench.interleaved`) instead of one query per mode and round."""
     if bandwidths and not (store or "").startswith("s3://"):
         raise UserInputError("--store-bandwidth throttles the link to an S3 checkpoint store: give --store "
                              "s3://bucket/prefix too")
@@ -107,7 +108,7 @@ def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str 
     StreamingJob(mode_spec(base, modes[0], root / "warmup", store), spark=spark).run(duration=warmup)
     with throttled_store_endpoint(bandwidths) as link:
         if interleave:
-            from barrierflow.bench.interleaved import run_interleaved_rounds
+            from bench.interleaved import run_interleaved_rounds
 
             run_interleaved_rounds(base, modes, samples, root, spark, seconds=seconds, rounds=rounds, store=store,
                                    link=link, segment=interleave)

@@ -1,4 +1,4 @@
-"""``barrierflow bench --scenario upload-cpu``: what the asynchronous phase's upload costs in CPU
+"""``python -m bench --scenario upload-cpu``: what the asynchronous phase's upload costs in CPU
 on the processing machine, per megabyte, piece by piece.
 
 ABS keeps processing going while a checkpoint uploads, so on a machine whose cores the job keeps
@@ -15,7 +15,7 @@ variables (``--store s3://bucket/prefix``), on ``--upload-mb`` of incompressible
   unsigned payload, see :mod:`barrierflow.storage.s3`);
 - **the same through a throttled link** (``--store-bandwidth``, the first value; default
   20 MB/s): adds the benchmark's emulated network, whose relay threads run at
-  :data:`~barrierflow.bench.abs_overhead.LINK_NICE`.
+  :data:`~bench.abs_overhead.LINK_NICE`.
 
 Per row: CPU milliseconds per MB of the calling thread (the client's own work), of this
 process's other threads (the relay), and, with ``--server-pid`` (a store process on this
@@ -37,11 +37,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from barrierflow.bench import emit_table
-from barrierflow.bench.abs_overhead import throttled_store_endpoint
 from barrierflow.checkpointing.uploader import sha256_file
 from barrierflow.errors import UserInputError
 from barrierflow.storage.s3 import S3ObjectStore
+
+from bench import emit_table
+from bench.abs_overhead import throttled_store_endpoint
 
 #: Size of each uploaded file: about one state partition's delta file of the reference job with a
 #: million keys (docs/benchmarks.md).

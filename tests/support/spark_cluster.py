@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from barrierflow.errors import BarrierflowError
-from barrierflow.testing.processes import free_port, log_tail
+
+from tests.support.processes import free_port, log_tail
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""`barrierflow bench` argument checks (the benchmarks themselves print numbers, never assert them)."""
+"""`python -m bench` argument checks (the benchmarks themselves print numbers, never assert them)."""
 
 from __future__ import annotations
 
@@ -6,17 +6,17 @@ import pytest
 
 
 def test_bench_rejects_bad_numbers(capsys: pytest.CaptureFixture[str]) -> None:
-    from barrierflow.cli.main import main
+    from bench.run import main
 
-    assert main(["bench", "--scenario", "restore", "--keys", "0"]) == 2
+    assert main(["--scenario", "restore", "--keys", "0"]) == 2
     assert "--keys >= 1" in capsys.readouterr().err
-    assert main(["bench", "--state-keys", "0"]) == 2
+    assert main(["--state-keys", "0"]) == 2
     assert "--state-keys >= 1" in capsys.readouterr().err
-    assert main(["bench", "--store", "bucket/prefix"]) == 2
+    assert main(["--store", "bucket/prefix"]) == 2
     assert "--store needs a storage URI such as s3://bucket/prefix" in capsys.readouterr().err
-    assert main(["bench", "--seconds", "30", "--interleave", "45"]) == 2
+    assert main(["--seconds", "30", "--interleave", "45"]) == 2
     assert "--interleave needs segments of more than 0 s and at most --seconds (30); got 45" in capsys.readouterr().err
-    assert main(["bench", "--scenario", "restore", "--interleave", "10"]) == 2
+    assert main(["--scenario", "restore", "--interleave", "10"]) == 2
     assert "--interleave applies to --scenario abs-overhead only" in capsys.readouterr().err
 
 
@@ -25,8 +25,8 @@ def test_scale_scenario_measures_every_size_with_verified_synthetic_checkpoints(
     """Small sizes in the suite (the large ones are in docs/benchmarks.md): every size gets a
     row, its checkpoints pass structural verification (the benchmark raises otherwise), and
     the manifest grows with the partition count."""
-    from barrierflow.bench.scale import run_scale_benchmark
-    from barrierflow.cli.main import main
+    from bench.run import main
+    from bench.scale import run_scale_benchmark
 
     results = run_scale_benchmark((10, 300), checkpoints=2, plan_calls=5)
     assert [r.partitions for r in results] == [10, 300]
@@ -34,7 +34,7 @@ def test_scale_scenario_measures_every_size_with_verified_synthetic_checkpoints(
     assert all(r.plan_ms > 0 and r.plan_cpu_ms >= 0 and r.checkpoint_ms > 0 and r.verify_ms > 0 for r in results)
     table = capsys.readouterr().out
     assert "| 10 |" in table and "| 300 |" in table
-    assert main(["bench", "--scenario", "scale", "--partitions", "0"]) == 2
+    assert main(["--scenario", "scale", "--partitions", "0"]) == 2
     assert "partition counts >= 1" in capsys.readouterr().err
 
 
@@ -45,9 +45,10 @@ def test_stages_scenario_spec_is_valid_and_slows_one_partition(tmp_path: object)
     import json
     from pathlib import Path
 
-    from barrierflow.bench.stages import MODES, stages_spec
     from barrierflow.runtime.pipeline import StagedPipelineJob
     from barrierflow.spec import parse_staged_spec
+
+    from bench.stages import MODES, stages_spec
 
     for _label, mode, timeout in MODES:
         spec = parse_staged_spec(stages_spec(Path(str(tmp_path)), "127.0.0.1:9", mode=mode,
@@ -61,19 +62,19 @@ def test_stages_scenario_spec_is_valid_and_slows_one_partition(tmp_path: object)
 
 def test_compare_flink_sql_without_flink_says_to_run_make_flink(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
-    from barrierflow.cli.main import main
+    from bench.run import main
 
     monkeypatch.setenv("BARRIERFLOW_FLINK_PYTHON", f"{tmp_path}/no-such-python")
-    assert main(["bench", "--compare", "flink-sql"]) == 2
+    assert main(["--compare", "flink-sql"]) == 2
     err = capsys.readouterr().err
     assert "no-such-python does not exist: run `make flink`" in err and "BARRIERFLOW_FLINK_PYTHON" in err
-    assert main(["bench", "--compare", "flink-sql", "--scenario", "stages"]) == 2
+    assert main(["--compare", "flink-sql", "--scenario", "stages"]) == 2
     assert "--compare flink-sql runs its own job; drop --scenario stages" in capsys.readouterr().err
 
 
 def test_compare_table_gives_per_round_ratios() -> None:
     """The comparison's table: each system's 1 s / none ratio and barrierflow / Flink, per round."""
-    from barrierflow.bench.flink_compare import Runs, render
+    from bench.flink_compare import Runs, render
 
     runs = Runs(barrierflow_none=[2.0e6, 2.2e6], barrierflow_1s=[1.9e6, 2.0e6], flink_none=[2.0e6, 2.5e6],
                 flink_1s=[1.6e6, 2.0e6], flink_version="2.3.0")
@@ -86,9 +87,10 @@ def test_compare_table_gives_per_round_ratios() -> None:
 def test_abs_overhead_table_compares_each_mode_with_both_baseline_runs_and_shows_the_aa_noise() -> None:
     """Each mode's per-round ratio is against the mean of that round's two no-checkpoint runs; the
     A/A line gives the second baseline run over the first."""
-    from barrierflow.bench.abs_overhead import render
-    from barrierflow.bench.modes import BASELINE, BASELINE_AGAIN, Sample, modes_for
     from barrierflow.spec import load_spec, project_home
+
+    from bench.abs_overhead import render
+    from bench.modes import BASELINE, BASELINE_AGAIN, Sample, modes_for
 
     modes = modes_for([20.0, 5.0])
     assert [m.name for m in modes] == ["no checkpoints", "ABS 1 s @ 20 MB/s", "sync snapshot 1 s @ 20 MB/s",
@@ -107,7 +109,7 @@ def test_each_benchmark_run_writes_under_its_own_store_prefix() -> None:
     """A run must not find an earlier run's checkpoints (its jobs would restore from them)."""
     from datetime import UTC, datetime, timedelta, timezone
 
-    from barrierflow.bench.abs_overhead import run_prefix
+    from bench.abs_overhead import run_prefix
 
     first = run_prefix("s3://bench/abs/", datetime(2026, 11, 24, 21, 5, 7, tzinfo=UTC))
     assert first == "s3://bench/abs/20261124T210507Z"

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from barrierflow.testing.processes import free_port, log_tail
+from tests.support.processes import free_port, log_tail
 
 COMPONENTS = ("scheduler", "dag-processor", "api-server")
 #: Started only when asked for: the triggerer runs the asset watchers (``barrierflow.airflow.assets``).

@@ -1,4 +1,4 @@
-"""The reference job on Flink SQL, for ``barrierflow bench --compare flink-sql``.
+"""The reference job on Flink SQL, for ``python -m bench --compare flink-sql``.
 
 A stand-alone script run by the Python of the Flink virtual environment (``make flink``:
 ``.venv-flink``, apache-flink pinned in requirements-flink.txt, never in the main
@@ -10,7 +10,7 @@ parallelism 2 (the machine's cores).
 
 Usage::
 
-    .venv-flink/bin/python include/barrierflow/bench/flink_sql_job.py --rows N \\
+    .venv-flink/bin/python bench/flink_sql_job.py --rows N \\
         [--checkpoint-interval SECONDS] [--keys 10000] [--warmup-rows M] [--parallelism 2]
 
 It first runs the same job over ``--warmup-rows`` rows (JIT warm-up, not measured), then over

@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from barrierflow.bench import emit_table
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec, project_home
 from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec, TriggerSpec
+
+from bench import emit_table
 
 #: Slack on "no growth": descriptors and threads come and go with Spark's own pools (the
 #: driver JVM runs about 300 threads; its pools grow on demand in the first minutes).
@@ -201,7 +202,7 @@ def render(report: SoakReport) -> str:
 
 def run_soak_benchmark(spec_path: str, *, checkpoints: int = 1000, interval: float = 0.1,
                        sample_every: int = 100, markdown: str | None = None) -> SoakReport:
-    """``barrierflow bench --scenario soak``: run, print the table (and write ``markdown``)."""
+    """``python -m bench --scenario soak``: run, print the table (and write ``markdown``)."""
     work = project_home() / "var" / "bench" / "soak"
     shutil.rmtree(work, ignore_errors=True)
     report = run_soak(soak_spec(load_spec(spec_path), work, interval), checkpoints=checkpoints,

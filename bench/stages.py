@@ -27,9 +27,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from barrierflow.bench import emit_table
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore
 from barrierflow.spec import parse_staged_spec, project_home
+
+from bench import emit_table
 
 MODES = (("aligned", "aligned", 0.0), ("aligned, 1 s timeout", "aligned", 1.0), ("unaligned", "unaligned", 0.0))
 SLOW_FACTOR = 0.1
@@ -155,7 +156,7 @@ def render(figures: list[ModeFigures], *, seconds: float, interval: float, rate:
 
 def run_stages_benchmark(*, seconds: float = 60.0, interval: float = 1.0, rate: float = 400.0,
                          markdown: str | None = None) -> list[ModeFigures]:
-    """``barrierflow bench --scenario stages``: every mode in turn, then the table."""
+    """``python -m bench --scenario stages``: every mode in turn, then the table."""
     from barrierflow.sources.embedded_broker import embedded_broker
 
     work_root = project_home() / "var" / "bench" / "stages"

@@ -1,0 +1,7 @@
+"""``python -m bench`` (from the repository root): see :mod:`bench.run`."""
+
+import sys
+
+from bench.run import main
+
+sys.exit(main())

@@ -1,0 +1,187 @@
+"""``python -m bench``: the benchmarks that print numbers (docs/benchmarks.md), run by ``make bench``.
+
+They live beside the library, never in it: the wheel ships ``include/barrierflow`` only. Run
+from the repository root (``include/pipelines/bench.yaml`` is the default spec), with the
+project's virtualenv: ``.venv/bin/python -m bench --seconds 20 --rounds 3 --markdown FILE``.
+
+Exit codes as the ``barrierflow`` CLI's: 0 done, 2 bad options, 1 a failure (or a soak that
+found a problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from types import FrameType
+
+from barrierflow.errors import BarrierflowError, UserInputError
+
+EXIT_OK, EXIT_RUNTIME, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        raise UserInputError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark options (those of the former ``barrierflow bench``)."""
+    parser = _ArgumentParser(prog="python -m bench",
+                             description="throughput with and without ABS checkpoints, and the other scenarios of "
+                                         "docs/benchmarks.md")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--spec", default="include/pipelines/bench.yaml")
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured seconds per mode and round")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--markdown", help="also write the table to this file")
+    parser.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak",
+                                               "stages", "upload-cpu"),
+                        default="abs-overhead",
+                        help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time; "
+                             "scale: bookkeeping cost per source partition (no Spark); "
+                             "batch-sizing: checkpoint completion over a 20 M backlog with/without "
+                             "trigger.target_batch_duration; alignment: skewed generator with alignment off/on; "
+                             "soak: --checkpoints checkpoints every 0.1 s with retention, store/memory/fds/threads; "
+                             "stages: three stages, one slow channel partition, aligned vs unaligned (--seconds "
+                             "per mode); upload-cpu: CPU per MB of hashing and uploading checkpoint files to the "
+                             "--store s3:// endpoint, piece by piece (no Spark)")
+    parser.add_argument("--partitions", type=int, nargs="+", default=[100, 1_000, 10_000],
+                        help="scale scenario: the source partition counts to measure")
+    parser.add_argument("--keys", type=int, default=2_000_000, help="restore scenario: distinct keys in the state")
+    parser.add_argument("--checkpoints", type=int, default=1000, help="soak scenario: checkpoints to run")
+    parser.add_argument("--state-store", choices=("hdfs", "rocksdb"), nargs="+", default=["hdfs"],
+                        help="restore scenario: the state store providers to measure, alternating per round "
+                             "(spark.state_store)")
+    parser.add_argument("--store", metavar="URI",
+                        help="abs-overhead scenario: the checkpoint store, e.g. s3://bucket/prefix (endpoint and "
+                             "credentials from the standard AWS variables); default a local directory")
+    parser.add_argument("--store-bandwidth", type=float, nargs="+", metavar="MB_PER_S",
+                        help="abs-overhead scenario with an s3:// --store: reach the store through a link limited to "
+                             "these MB/s (one ABS and one synchronous mode per value), to emulate a remote store")
+    parser.add_argument("--state-keys", type=int,
+                        help="abs-overhead scenario: distinct keys of the state (default the spec's), so that each "
+                             "checkpoint's upload is large")
+    parser.add_argument("--interleave", type=float, metavar="SECONDS",
+                        help="abs-overhead scenario: run each round as one query whose mode changes every SECONDS "
+                             "(segments from commit to commit, each checkpointing segment ending after its last "
+                             "checkpoint completed), so every mode shares one JVM; default one query per mode and "
+                             "round")
+    parser.add_argument("--upload-mb", type=float, default=40.0,
+                        help="upload-cpu scenario: megabytes uploaded per step and round")
+    parser.add_argument("--server-pid", type=int, metavar="PID",
+                        help="upload-cpu scenario: the S3 endpoint's process on this machine (e.g. moto), whose CPU "
+                             "is counted too")
+    parser.add_argument("--compare", choices=("flink-sql",),
+                        help="instead of a scenario: the reference job on barrierflow and on Flink SQL side by side, "
+                             "without and with 1 s checkpoints, alternating (needs `make flink`)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark that ``args`` names; return the exit code (0, or 1 when a soak found a problem).
+    Raises :class:`UserInputError` for options that do not fit together."""
+    if args.rounds < 1 or args.seconds <= 0 or args.keys < 1:
+        raise UserInputError(f"bench needs --rounds >= 1, --seconds > 0 and --keys >= 1 (got --rounds {args.rounds}, "
+                             f"--seconds {args.seconds}, --keys {args.keys})")
+    if args.compare and args.scenario != "abs-overhead":
+        raise UserInputError(f"--compare {args.compare} runs its own job; drop --scenario {args.scenario}")
+    if args.interleave is not None and (args.scenario != "abs-overhead" or args.compare):
+        raise UserInputError("--interleave applies to --scenario abs-overhead only; drop it")
+    if args.compare == "flink-sql":
+        from bench.flink_compare import run_flink_comparison
+
+        run_flink_comparison(args.spec, seconds=args.seconds, rounds=args.rounds, markdown=args.markdown)
+        return EXIT_OK
+    if args.scenario == "scale":
+        from bench.scale import run_scale_benchmark
+
+        run_scale_benchmark(tuple(args.partitions), checkpoints=max(2, args.rounds), markdown=args.markdown)
+        return EXIT_OK
+    if args.scenario == "restore":
+        from bench.restore_time import run_restore_benchmark
+
+        run_restore_benchmark(args.spec, keys=args.keys, rounds=args.rounds, markdown=args.markdown,
+                              state_stores=tuple(dict.fromkeys(args.state_store)))
+        return EXIT_OK
+    if args.scenario == "soak":
+        from bench.soak import run_soak_benchmark
+
+        if args.checkpoints < 20:
+            raise UserInputError(f"bench --scenario soak needs --checkpoints >= 20 (got {args.checkpoints})")
+        report = run_soak_benchmark(args.spec, checkpoints=args.checkpoints,
+                                    sample_every=max(10, args.checkpoints // 10), markdown=args.markdown)
+        return EXIT_OK if not report.problems() else EXIT_RUNTIME
+    if args.scenario == "stages":
+        from bench.stages import run_stages_benchmark
+
+        run_stages_benchmark(seconds=args.seconds, markdown=args.markdown)
+        return EXIT_OK
+    if args.scenario == "upload-cpu":
+        from bench.upload_cpu import run_upload_cpu_benchmark
+
+        run_upload_cpu_benchmark(args.store or "", upload_mb=args.upload_mb, rounds=args.rounds,
+                                 bandwidth=args.store_bandwidth[0] if args.store_bandwidth else None,
+                                 server_pid=args.server_pid, markdown=args.markdown)
+        return EXIT_OK
+    if args.scenario in ("batch-sizing", "alignment"):
+        from bench.event_time import run_event_time_benchmark
+
+        run_event_time_benchmark(args.spec, args.scenario, seconds=args.seconds, rounds=args.rounds,
+                                 markdown=args.markdown)
+        return EXIT_OK
+    from bench.abs_overhead import run_benchmark
+
+    if args.state_keys is not None and args.state_keys < 1:
+        raise UserInputError(f"bench needs --state-keys >= 1 (got {args.state_keys})")
+    if args.store is not None and not (args.store.startswith(("s3://", "file://")) and len(args.store) > 7):
+        raise UserInputError(f"bench --store needs a storage URI such as s3://bucket/prefix or file:///abs/path "
+                             f"(got {args.store!r})")
+    if args.store_bandwidth is not None:
+        if any(bw <= 0 for bw in args.store_bandwidth):
+            raise UserInputError(f"bench --store-bandwidth needs positive MB/s values (got {args.store_bandwidth})")
+        if not (args.store or "").startswith("s3://"):
+            raise UserInputError("bench --store-bandwidth throttles the link to an S3 checkpoint store: give --store "
+                                 "s3://bucket/prefix too (endpoint from AWS_ENDPOINT_URL_S3)")
+    if args.interleave is not None and not 0 < args.interleave <= args.seconds:
+        raise UserInputError(f"bench --interleave needs segments of more than 0 s and at most --seconds "
+                             f"({args.seconds:g}); got {args.interleave:g}")
+    run_benchmark(args.spec, seconds=args.seconds, rounds=args.rounds, markdown=args.markdown, store=args.store,
+                  keys=args.state_keys, bandwidths=args.store_bandwidth, interleave=args.interleave)
+    return EXIT_OK
+
+
+def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code (see the module docstring)."""
+    try:
+        args = build_parser().parse_args(list(argv) if argv is not None else None)
+    except UserInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
+    try:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+    except ValueError:  # not in the main thread (e.g. called from a test thread)
+        pass
+    try:
+        return run(args)
+    except UserInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BarrierflowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except KeyboardInterrupt:
+        print(f"interrupted at {datetime.now(UTC).isoformat(timespec='seconds')}", file=sys.stderr)
+        return EXIT_RUNTIME

@@ -1,1 +1,0 @@
-"""Test helpers shipped with the library: throwaway servers and failure-injection doubles."""
