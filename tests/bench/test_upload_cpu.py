@@ -16,7 +16,7 @@ from tests.support.s3_server import S3Endpoint
 def test_every_step_is_measured_and_the_store_is_left_empty(s3_store_uri: str, s3_endpoint: S3Endpoint,
                                                             tmp_path: Path) -> None:
     table = tmp_path / "upload-cpu.md"
-    args = ["bench", "--scenario", "upload-cpu", "--store", s3_store_uri, "--upload-mb", "3", "--rounds", "2",
+    args = ["--scenario", "upload-cpu", "--store", s3_store_uri, "--upload-mb", "3", "--rounds", "2",
             "--store-bandwidth", "50", "--markdown", str(table)]
     if s3_endpoint.pid is not None:
         args += ["--server-pid", str(s3_endpoint.pid)]
