@@ -41,6 +41,8 @@ from barrierflow.storage import open_store
 from barrierflow.storage.object_store import ObjectInfo, ObjectStore
 from barrierflow.transactions.staged import MARKER, batch_prefix
 
+__all__ = ["FailingObjectStore", "KeyFilter", "SlowObjectStore", "WriteRecord", "shared_files", "stage_batch"]
+
 #: Which keys a double acts on.
 KeyFilter = Callable[[str], bool]
 
