@@ -314,7 +314,7 @@ class EventTimeSpec(_Strict):
 class TriggerSpec(_Strict):
     """``interval``: the micro-batch trigger. ``target_batch_duration`` (adaptive batch sizing,
     the micro-batch analogue of Flink's buffer debloating): the planner sizes each batch from a
-    batch-time model fitted over recent batches (:mod:`barrierflow.barriers.batch_sizing`) so that
+    batch-time model fitted over recent batches (:mod:`barrierflow.flow_control.batch_sizing`) so that
     it takes about this long, bounded below by ``MIN_RECORDS_PER_PARTITION`` and above by the
     source's ``max_records_per_batch``;
     ``null`` = every batch takes up to ``max_records_per_batch`` per partition."""
