@@ -30,7 +30,7 @@ from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
 from barrierflow.testing.kafka_broker import KafkaEndpoint
 
-from tests.recovery.harness import FAST_JVM, assert_sub_multiset, crashed_run
+from tests.scenarios.harness import FAST_JVM, assert_sub_multiset, crashed_run
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(75)]
 REPO_SPEC = Path(__file__).resolve().parents[2] / "include" / "pipelines" / "cycle.yaml"

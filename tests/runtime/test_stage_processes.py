@@ -33,8 +33,8 @@ from barrierflow.sinks.parquet import read_committed
 from barrierflow.testing.kafka_broker import KafkaEndpoint
 
 from tests.drivers import short_lived_driver_env
-from tests.recovery.harness import FAST_JVM, assert_sub_multiset
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
+from tests.scenarios.harness import FAST_JVM, assert_sub_multiset
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(130)]
 RECORDS = 400

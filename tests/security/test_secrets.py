@@ -65,7 +65,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from tests.dags.conftest import DagRunResult, run_dag
 from tests.drivers import short_lived_driver_java_options
-from tests.recovery.harness import FAST_JVM
+from tests.scenarios.harness import FAST_JVM
 
 PG_PIPELINE = "secretpg"
 S3_PIPELINE = "secrets3"

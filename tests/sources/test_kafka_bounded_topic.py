@@ -25,7 +25,7 @@ from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 from barrierflow.testing.kafka_broker import KafkaEndpoint, create_topic
 
-from tests.recovery.harness import FAST_JVM
+from tests.scenarios.harness import FAST_JVM
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(60)]
 

@@ -43,8 +43,8 @@ from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
 from barrierflow.testing.kafka_broker import KafkaEndpoint
 
-from tests.recovery.harness import FAST_JVM, assert_sub_multiset, crashed_run
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
+from tests.scenarios.harness import FAST_JVM, assert_sub_multiset, crashed_run
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(1500), pytest.mark.slow(380)]
 RECORDS = 1500

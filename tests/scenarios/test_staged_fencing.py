@@ -30,9 +30,9 @@ from barrierflow.spec import parse_staged_spec
 from barrierflow.testing.kafka_broker import KafkaEndpoint
 from barrierflow.workdir.lease import JobLease, highest_fence, lease_holder
 
-from tests.recovery.harness import FAST_JVM
-from tests.recovery.suspension import suspended_driver, wait_until
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
+from tests.scenarios.harness import FAST_JVM
+from tests.scenarios.suspension import suspended_driver, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600), pytest.mark.slow(90)]
 RECORDS = 1500

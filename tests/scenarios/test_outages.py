@@ -38,8 +38,8 @@ from barrierflow.testing.postgres_server import ThrowawayPostgres, restartable_p
 from barrierflow.testing.s3_server import own_s3_server
 from barrierflow.transactions.ledger import TransactionLedger
 
-from tests.recovery.harness import finish, lost_and_duplicated, window_rows, windowed_spec
-from tests.recovery.postgres_output import (
+from tests.scenarios.harness import finish, lost_and_duplicated, window_rows, windowed_spec
+from tests.scenarios.postgres_output import (
     as_postgres_rows,
     committed_rows,
     create_window_table,

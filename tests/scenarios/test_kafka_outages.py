@@ -38,7 +38,7 @@ from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 from barrierflow.testing.kafka_broker import KafkaEndpoint, create_topic, own_kafka_broker, produce
 
-from tests.recovery.harness import FAST_JVM, lost_and_duplicated, window_rows, windowed_spec
+from tests.scenarios.harness import FAST_JVM, lost_and_duplicated, window_rows, windowed_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600), pytest.mark.slow(120)]
 OUTAGE_SECONDS = 30.0
