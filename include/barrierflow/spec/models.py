@@ -348,11 +348,17 @@ class TriggerSpec(_Strict):
 
 class TransformationSpec(_Strict):
     """``function`` is ``'package.module:callable'``; it receives ``(df, TransformContext)``
-    and returns the DataFrame to write. ``options`` are passed through untouched."""
+    and returns the DataFrame to write. ``options`` are passed through untouched.
+
+    ``deterministic``: whether the same input always gives the same output rows (no wall-clock
+    time, random numbers or lookups of changing data in the rows). ``barrierflow chaos``
+    compares a run under kills with a failure-free run row by row, so it refuses a
+    transformation declared ``false``."""
 
     function: str
     output_mode: Literal["append", "update", "complete"] = "append"
     options: dict[str, Any] = Field(default_factory=dict)
+    deterministic: bool = True
 
     @field_validator("function")
     @classmethod
