@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from tests.recovery.harness import finish, windowed_spec
+from tests.scenarios.harness import finish, windowed_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "lake"

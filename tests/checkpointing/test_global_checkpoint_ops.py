@@ -2,7 +2,7 @@
 ``checkpoints show``, ``verify``, ``skew``, ``reconcile``, ``savepoint`` and ``retain`` on a
 two-stage pipeline run on the test broker and the shared SparkSession (generator -> a ->
 channel ab -> b -> Parquet 2PC). Reconciliation of an epoch in doubt is in
-tests/recovery/test_staged_crashes.py.
+tests/scenarios/test_staged_crashes.py.
 
 What could go wrong and is checked: a global checkpoint that passes although one stage's
 checkpoint lost a file or its manifest; retention deleting a stage checkpoint that a kept

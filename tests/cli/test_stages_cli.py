@@ -111,7 +111,7 @@ def test_restore_of_a_multi_stage_spec_refuses_what_it_cannot_restore(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Nothing completed yet, an unknown id, --accept-duplicates: exit 2 with the reason; with
     embedded channels the restore starts the embedded broker on the pipeline's data dir and
-    gives the same reason (a real global restore runs in tests/recovery/test_staged_crashes.py)."""
+    gives the same reason (a real global restore runs in tests/scenarios/test_staged_crashes.py)."""
     path = _spec(tmp_path)
     assert main(["restore", str(path), "--latest"]) == 2
     assert "no completed global checkpoint" in capsys.readouterr().err

@@ -31,8 +31,8 @@ from barrierflow.workdir.lease import JobLease
 from tests.dags.conftest import run_dag
 from tests.pipeline_specs import spec_dict, write_spec
 from tests.recovery import fake_pipeline
-from tests.recovery.harness import windowed_spec
 from tests.reports.skew_store import healthy_store
+from tests.scenarios.harness import windowed_spec
 from tests.verification.checkpoint_factory import CheckpointFactory
 
 pytestmark = pytest.mark.usefixtures("airflow_db")

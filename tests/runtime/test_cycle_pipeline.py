@@ -29,7 +29,7 @@ from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
 
-from tests.recovery.harness import FAST_JVM, assert_sub_multiset, crashed_run
+from tests.scenarios.harness import FAST_JVM, assert_sub_multiset, crashed_run
 from tests.support.kafka_broker import KafkaEndpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(75)]

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
-from barrierflow.barriers.watermark_history import BatchRecord, WatermarkHistory
+from barrierflow.flow_control.watermark_history import BatchRecord, WatermarkHistory
 from barrierflow.runtime.event_time import EventTimeTracker
 
 from tests.pipeline_specs import make_spec

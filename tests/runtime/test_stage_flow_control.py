@@ -174,7 +174,7 @@ def test_adaptive_batch_sizing_caps_a_stage_reading_a_backlog(
     data["trigger"]["target_batch_duration"] = "500ms"
     result = run(spark, tmp_path, data)
     assert result.completed, "no global checkpoint completed"
-    from barrierflow.barriers.watermark_history import WatermarkHistory
+    from barrierflow.flow_control.watermark_history import WatermarkHistory
 
     history = [r for r in WatermarkHistory(tmp_path / "sized" / "work" / "stages" / "win" / "control").records()
                if r.end != r.start]

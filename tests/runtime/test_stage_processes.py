@@ -13,6 +13,11 @@ the pipeline coordinator in the supervisor process:
 3. A run to the end of the source: exit 0 (the stop protocol: the final stage commits up to
    the last global checkpoint, every process exits), and the committed output holds every
    record exactly once.
+
+The channel is on the embedded broker (``bootstrap: embedded``, issue 29): the supervisor runs
+it with its data in ``<work_dir>/embedded-broker``, the killed supervisor takes it down
+(parent-death signal: it saves its data), and every restart is the same command, restoring
+from channel records that are still there.
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ from barrierflow.checkpointing.global_manifest import GlobalManifest, global_key
 from barrierflow.sinks.parquet import read_committed
 
 from tests.drivers import short_lived_driver_env
-from tests.recovery.harness import FAST_JVM, assert_sub_multiset
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
+from tests.scenarios.harness import FAST_JVM, assert_sub_multiset
 from tests.support.kafka_broker import KafkaEndpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(130)]
@@ -89,8 +94,16 @@ def _alive(pid: int) -> bool:
 def _wait_gone(pids: list[int], timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while any(_alive(p) for p in pids):
-        assert time.monotonic() < deadline, f"stage processes {[p for p in pids if _alive(p)]} still run"
+        assert time.monotonic() < deadline, f"processes {[p for p in pids if _alive(p)]} still run"
         time.sleep(0.2)
+
+
+def _broker_pid(data: Path) -> int | None:
+    """The pid of the embedded broker running on ``data``, from its control file."""
+    try:
+        return int(json.loads((data / "noida.control.json").read_text(encoding="utf-8"))["pid"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _output(tmp_path: Path) -> list[tuple[int, int]]:
@@ -101,8 +114,9 @@ def _output(tmp_path: Path) -> list[tuple[int, int]]:
 
 
 def test_one_process_per_stage_survives_a_killed_stage_and_a_killed_coordinator(
-        kafka_endpoint: KafkaEndpoint, tmp_path: Path, figures: dict[str, object]) -> None:
-    data = two_stage_spec(tmp_path, kafka_endpoint)
+        tmp_path: Path, figures: dict[str, object]) -> None:
+    data = two_stage_spec(tmp_path, KafkaEndpoint("unused", True))
+    data["channels"][0]["bootstrap"] = "embedded"
     data["stages"][0]["sources"][0].update(records_per_partition=RECORDS, max_records_per_batch=20)
     data["spark"] = {"master": "local[1]", "shuffle_partitions": 1, "conf": FAST_JVM}
     spec_path = tmp_path / "two.yaml"
@@ -126,9 +140,12 @@ def test_one_process_per_stage_survives_a_killed_stage_and_a_killed_coordinator(
     run = _supervisor(spec_path, "--until-exhausted")
     _wait_for(lambda: _globals_of_attempt(chk, 1), "a global checkpoint of attempt 1", run)
     a, b = _stage_pid(tmp_path, "a"), _stage_pid(tmp_path, "b")
+    broker = _broker_pid(tmp_path / "work" / "embedded-broker" / "data")
+    assert broker is not None and broker not in (run.pid, a, b)
     run.kill()
     run.communicate(timeout=60)
     _wait_gone([a, b])  # no stage outlives its pipeline coordinator
+    _wait_gone([broker])  # nor the embedded broker (its data dir stays for the next run)
     assert_sub_multiset(_output(tmp_path), expected, "the kill of the supervisor")
 
     # 3. To the end: the stop protocol, exit 0, every record once.

@@ -62,7 +62,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from tests.dags.conftest import DagRunResult, run_dag
 from tests.drivers import short_lived_driver_java_options
-from tests.recovery.harness import FAST_JVM
+from tests.scenarios.harness import FAST_JVM
 from tests.support.postgres_server import PostgresEndpoint, restartable_postgres
 from tests.support.processes import free_port
 from tests.support.s3_server import S3Endpoint

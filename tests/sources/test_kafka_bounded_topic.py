@@ -24,7 +24,7 @@ from barrierflow.runtime.job import StreamingJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 
-from tests.recovery.harness import FAST_JVM
+from tests.scenarios.harness import FAST_JVM
 from tests.support.kafka_broker import KafkaEndpoint, create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(60)]

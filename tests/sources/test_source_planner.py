@@ -8,7 +8,7 @@ from pathlib import Path
 
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
-from barrierflow.barriers.watermark_history import WatermarkHistory
+from barrierflow.flow_control.watermark_history import WatermarkHistory
 from barrierflow.sources.generator import GeneratorModel, _from_us
 from barrierflow.sources.planning import PlanningOptions, SourcePlanner
 from barrierflow.spec.models import GeneratorSourceSpec

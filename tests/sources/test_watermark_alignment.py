@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.barriers.watermark_history import WatermarkHistory
+from barrierflow.flow_control.watermark_history import WatermarkHistory
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.sources.generator import GeneratorModel

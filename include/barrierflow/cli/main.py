@@ -120,6 +120,26 @@ def _parser() -> argparse.ArgumentParser:
                          help="validate the newest N committed epochs (default: verification.quality_epochs)")
     quality.add_argument("--json", action="store_true")
 
+    chaos = sub.add_parser("chaos", help="prove exactly-once on this pipeline: a failure-free run and a run under N "
+                                         "random kills in scratch copies, outputs compared row by row; exit 1 "
+                                         "unless nothing is missing, extra or duplicated")
+    chaos.add_argument("spec")
+    chaos.add_argument("--kills", type=int, required=True, metavar="N", help="how many kills")
+    chaos.add_argument("--seed", type=int, default=0, help="random seed: the same seed makes the same choices")
+    chaos.add_argument("--mode", choices=["group", "stage", "jvm", "mixed"], default="group",
+                       help="what a kill hits: the whole process group, one stage process (--processes), the "
+                            "driver's JVM alone, or any of them")
+    chaos.add_argument("--min-gap", type=float, default=5.0, metavar="S", help="shortest run before a kill (s)")
+    chaos.add_argument("--max-gap", type=float, default=30.0, metavar="S", help="longest run before a kill (s)")
+    chaos.add_argument("--point-share", type=float, default=0.25, metavar="P",
+                       help="share of the kills made by the pipeline itself at a protocol point of barrierflow.faults")
+    chaos.add_argument("--points", metavar="P1,P2",
+                       help="the protocol points those runs crash at (default: every point the pipeline reaches)")
+    chaos.add_argument("--processes", action="store_true", help="several stages: every stage in a process of its own")
+    chaos.add_argument("--scratch", metavar="DIR", help="where the copies, logs and report go "
+                                                        "(default: beside the pipeline's work dir)")
+    chaos.add_argument("--json", action="store_true")
+
     retain = sub.add_parser("retain", help="delete checkpoints and files the retention policy does not keep")
     retain.add_argument("spec")
     retain.add_argument("--dry-run", action="store_true", help="report what would be deleted, change nothing")
@@ -667,6 +687,25 @@ def _cmd_quality(args: argparse.Namespace) -> int:
     return EXIT_OK if report.passed else EXIT_RUNTIME
 
 
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from barrierflow.ops.chaos import ChaosOptions, chaos
+
+    points = tuple(p.strip() for p in args.points.split(",") if p.strip()) if args.points else None
+    options = ChaosOptions(kills=args.kills, seed=args.seed, mode=args.mode, min_gap=args.min_gap,
+                           max_gap=args.max_gap, point_share=args.point_share, processes=args.processes,
+                           scratch=Path(args.scratch).resolve() if args.scratch else None,
+                           points=points)
+    outcome = chaos(args.spec, options)
+    if args.json:
+        print(json.dumps(outcome.result.as_dict(), indent=2, default=str))
+    else:
+        print("\n".join(outcome.lines))
+        print(f"  report: {outcome.report_html} ({outcome.report_json})")
+    return EXIT_OK if outcome.result.passed else EXIT_RUNTIME
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (see the module docstring)."""
     try:
@@ -688,7 +727,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "restore": _cmd_restore, "reconcile": _cmd_reconcile, "verify": _cmd_verify,
                 "retain": _cmd_retain, "savepoint": _cmd_savepoint, "skew": _cmd_skew,
                 "rollup": _cmd_rollup, "recompute": _cmd_recompute, "quality": _cmd_quality,
-                "validate": _cmd_validate}
+                "validate": _cmd_validate, "chaos": _cmd_chaos}
     try:
         return handlers[args.command](args)
     except UserInputError as exc:

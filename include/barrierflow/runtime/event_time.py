@@ -10,7 +10,7 @@ rows dropped as late, and the manifest's ``event_time`` section built from both.
   :class:`~barrierflow.checkpointing.manifest.EventTimeSummary`: per partition the watermark at
   the barrier (its max event time minus the delay: generator exact, Kafka from the per-range
   event times), the idle/paused state and pause counters of the barrier batch's history record
-  (:mod:`barrierflow.barriers.watermark_history`), and the late rows of the epoch's batches
+  (:mod:`barrierflow.flow_control.watermark_history`), and the late rows of the epoch's batches
   (None when Spark has not reported one of them);
 * :meth:`EventTimeTracker.status` is what the progress line shows.
 """
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from barrierflow.barriers.watermark_history import WatermarkHistory
 from barrierflow.checkpointing.manifest import EventTimeSummary, PartitionWatermark
+from barrierflow.flow_control.watermark_history import WatermarkHistory
 from barrierflow.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)

@@ -3,9 +3,9 @@
 :class:`SourcePlanner` combines, per batch: the partitions' watermarks at the batch start
 (given by the source: the generator computes them exactly from its record model), the
 watermark-alignment and idleness component (:mod:`barrierflow.barriers.alignment`, the paused
-set), adaptive batch sizing (:mod:`barrierflow.barriers.batch_sizing`, the per-partition cap),
+set), adaptive batch sizing (:mod:`barrierflow.flow_control.batch_sizing`, the per-partition cap),
 the pure planner (:func:`barrierflow.barriers.planner.plan_batch`) and the bounded per-batch
-history in the work dir (:mod:`barrierflow.barriers.watermark_history`).
+history in the work dir (:mod:`barrierflow.flow_control.watermark_history`).
 
 The job passes the settings as the source option ``planning`` (:class:`PlanningOptions` as
 JSON). Without event time, alignment and sizing the planner behaves exactly as before and no
@@ -20,12 +20,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 
-from barrierflow.barriers.batch_sizing import BatchSizer
 from barrierflow.barriers.control import ControlChannel, replay_end
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.planner import PlanRequest, plan_batch
-from barrierflow.barriers.watermark_alignment import AlignmentDecision, AlignmentSettings, WatermarkAligner
-from barrierflow.barriers.watermark_history import BatchRecord, WatermarkHistory
+from barrierflow.flow_control.batch_sizing import BatchSizer
+from barrierflow.flow_control.watermark_alignment import AlignmentDecision, AlignmentSettings, WatermarkAligner
+from barrierflow.flow_control.watermark_history import BatchRecord, WatermarkHistory
 from barrierflow.spec.models import PipelineSpec
 
 #: partition -> start offset  ->  partition -> the partition's event-time position there (the

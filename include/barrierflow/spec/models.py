@@ -314,7 +314,7 @@ class EventTimeSpec(_Strict):
 class TriggerSpec(_Strict):
     """``interval``: the micro-batch trigger. ``target_batch_duration`` (adaptive batch sizing,
     the micro-batch analogue of Flink's buffer debloating): the planner sizes each batch from a
-    batch-time model fitted over recent batches (:mod:`barrierflow.barriers.batch_sizing`) so that
+    batch-time model fitted over recent batches (:mod:`barrierflow.flow_control.batch_sizing`) so that
     it takes about this long, bounded below by ``MIN_RECORDS_PER_PARTITION`` and above by the
     source's ``max_records_per_batch``;
     ``null`` = every batch takes up to ``max_records_per_batch`` per partition."""
@@ -348,11 +348,17 @@ class TriggerSpec(_Strict):
 
 class TransformationSpec(_Strict):
     """``function`` is ``'package.module:callable'``; it receives ``(df, TransformContext)``
-    and returns the DataFrame to write. ``options`` are passed through untouched."""
+    and returns the DataFrame to write. ``options`` are passed through untouched.
+
+    ``deterministic``: whether the same input always gives the same output rows (no wall-clock
+    time, random numbers or lookups of changing data in the rows). ``barrierflow chaos``
+    compares a run under kills with a failure-free run row by row, so it refuses a
+    transformation declared ``false``."""
 
     function: str
     output_mode: Literal["append", "update", "complete"] = "append"
     options: dict[str, Any] = Field(default_factory=dict)
+    deterministic: bool = True
 
     @field_validator("function")
     @classmethod

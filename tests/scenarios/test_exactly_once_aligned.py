@@ -17,7 +17,7 @@ from barrierflow.sinks.parquet import read_committed
 from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spec import load_spec
 
-from tests.recovery.harness import crashed_run, finish, recover, window_rows, windowed_spec
+from tests.scenarios.harness import crashed_run, finish, recover, window_rows, windowed_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 RECORDS = 3000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from barrierflow.barriers.batch_sizing import BatchSizer
+from barrierflow.flow_control.batch_sizing import BatchSizer
 
 
 def simulate(sizer: BatchSizer, fixed: float, per_record: float, partitions: int, batches: int) -> list[int]:

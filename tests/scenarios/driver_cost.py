@@ -1,13 +1,13 @@
 """What the crash tests' drivers cost, and whether a run is CPU-bound (a probe, not a test).
 
-    .venv/bin/python -m tests.recovery.driver_cost crash mid_epoch@1 mid_epoch@3 mid_sink_commit@3
+    .venv/bin/python -m tests.scenarios.driver_cost crash mid_epoch@1 mid_epoch@3 mid_sink_commit@3
         one crashed driver of the random crash test's Parquet pipeline per crash point (a new
         pipeline each), printing the machine's CPU time (core-seconds, all processes: the
         driver's Python, its JVM and Spark's Python workers) and the wall time it took
-    .venv/bin/python -m tests.recovery.driver_cost busy -- bash .ci/run
+    .venv/bin/python -m tests.scenarios.driver_cost busy -- bash .ci/run
         runs the command, printing every 15 s how busy the machine's cores were (in %), and
         the mean at the end
-    .venv/bin/python -m tests.recovery.driver_cost cpu -- .venv/bin/pytest tests/x.py -n 0 -p no:cacheprovider
+    .venv/bin/python -m tests.scenarios.driver_cost cpu -- .venv/bin/pytest tests/x.py -n 0 -p no:cacheprovider
         runs the command and prints the CPU time (core-seconds) of it and of every process under
         it, including the JVMs a SIGKILLed driver leaves behind (this process is their child
         subreaper and reaps them): the figure to compare before and after a change on a busy
@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.recovery.harness import crashed_run, windowed_spec
+from tests.scenarios.harness import crashed_run, windowed_spec
 
 
 def _busy_jiffies() -> tuple[int, int]:

@@ -30,7 +30,7 @@ import yaml
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 
-from tests.recovery.harness import assert_sub_multiset, crashed_run, finish, recover, window_rows, windowed_spec
+from tests.scenarios.harness import assert_sub_multiset, crashed_run, finish, recover, window_rows, windowed_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900), pytest.mark.slow(60)]
 RECORDS = 6000  # the size the other recovery tests use: the failure-free reference is shared

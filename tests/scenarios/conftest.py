@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from barrierflow.sinks.parquet import read_committed
 
-from tests.recovery.harness import finish, window_rows, windowed_spec
+from tests.scenarios.harness import finish, window_rows, windowed_spec
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ from barrierflow.sinks.kafka import committed_records
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 
-from tests.recovery.harness import FAST_JVM, lost_and_duplicated, window_rows, windowed_spec
+from tests.scenarios.harness import FAST_JVM, lost_and_duplicated, window_rows, windowed_spec
 from tests.support.kafka_broker import KafkaEndpoint, create_topic, own_kafka_broker, produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600), pytest.mark.slow(120)]

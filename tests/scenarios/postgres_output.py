@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from tests.recovery.harness import window_rows
+from tests.scenarios.harness import window_rows
 
 
 def create_window_table(dsn: str) -> str:

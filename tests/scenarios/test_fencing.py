@@ -27,8 +27,8 @@ from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.workdir.lease import highest_fence, lease_holder
 
-from tests.recovery.harness import window_rows, windowed_spec
-from tests.recovery.suspension import suspended_driver, wait_until
+from tests.scenarios.harness import window_rows, windowed_spec
+from tests.scenarios.suspension import suspended_driver, wait_until
 
 RECORDS = 3000
 

@@ -9,7 +9,7 @@ started, each SIGKILLs itself at its own point, and both are recovered. After ev
 recovery the committed output must hold only failure-free rows, none twice (and no
 prepared PostgreSQL transaction may be left); after running both pipelines to the end of
 their bounded source, each output must equal the failure-free run's rows exactly.
-(Kafka's every-point test is tests/recovery/test_exactly_once_kafka.py.)"""
+(Kafka's every-point test is tests/scenarios/test_exactly_once_kafka.py.)"""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ import pytest
 from barrierflow.faults import STAGE_POINTS
 from barrierflow.sinks.parquet import read_committed
 
-from tests.recovery.harness import assert_sub_multiset, crashed_runs, finish, recover, window_rows, windowed_spec
-from tests.recovery.postgres_output import (
+from tests.scenarios.harness import assert_sub_multiset, crashed_runs, finish, recover, window_rows, windowed_spec
+from tests.scenarios.postgres_output import (
     as_postgres_rows,
     committed_rows,
     create_window_table,

@@ -36,8 +36,8 @@ from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger
 
-from tests.recovery.harness import finish, lost_and_duplicated, window_rows, windowed_spec
-from tests.recovery.postgres_output import (
+from tests.scenarios.harness import finish, lost_and_duplicated, window_rows, windowed_spec
+from tests.scenarios.postgres_output import (
     as_postgres_rows,
     committed_rows,
     create_window_table,

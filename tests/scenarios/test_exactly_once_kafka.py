@@ -21,7 +21,7 @@ from barrierflow.faults import SINK_POINTS, STAGE_POINTS
 from barrierflow.sinks.kafka import committed_records
 from kafka import KafkaConsumer, TopicPartition
 
-from tests.recovery.harness import crash_at_every_point, finish, window_rows, windowed_spec
+from tests.scenarios.harness import crash_at_every_point, finish, window_rows, windowed_spec
 from tests.support.kafka_broker import create_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(200)]
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), py
 RECORDS = 3000
 #: Event time between records: 10 ms, so a 1 s window closes in every batch and every epoch has
 #: output to commit; with 1 ms a crash in the sink's commit came only after 4 batches of a new
-#: driver (see tests/recovery/test_random_crashes.py).
+#: driver (see tests/scenarios/test_random_crashes.py).
 EVENT_TIME_STEP_MS = 10
 
 

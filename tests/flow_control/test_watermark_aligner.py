@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.planner import PlanRequest, plan_batch
-from barrierflow.barriers.watermark_alignment import AlignmentSettings, WatermarkAligner
+from barrierflow.flow_control.watermark_alignment import AlignmentSettings, WatermarkAligner
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

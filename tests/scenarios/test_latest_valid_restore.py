@@ -18,7 +18,7 @@ from barrierflow.runtime.job import StreamingJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 
-from tests.recovery.harness import finish, window_rows, windowed_spec
+from tests.scenarios.harness import finish, window_rows, windowed_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(60)]
 RECORDS = 6000

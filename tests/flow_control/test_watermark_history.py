@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from barrierflow.barriers.watermark_history import HISTORY_FILE, BatchRecord, WatermarkHistory
+from barrierflow.flow_control.watermark_history import HISTORY_FILE, BatchRecord, WatermarkHistory
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,0 +1,185 @@
+"""The committed output of a chaos copy, read by readers that share nothing with the sinks.
+
+Each row becomes one canonical string (JSON with sorted keys; timestamps as ISO text), and an
+output is the multiset of its rows, so two runs compare without any order or key:
+
+* Parquet: pyarrow reads the committed ``part-*.parquet`` files under the sink's path (the
+  files the sink published; staged files live under ``_staging/`` and are not read);
+* PostgreSQL: ``SELECT *`` of the table (and no prepared transaction may be left behind);
+* Kafka: a ``read_committed`` consumer of confluent-kafka (the sink writes with kafka-python)
+  up to the end offsets, so records of aborted transactions are never counted.
+
+:func:`prepare_output` makes what a copy's sink needs before it runs: the PostgreSQL table
+(``LIKE`` the spec's table, which must exist) and the Kafka topic (as many partitions as the
+spec's topic).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections import Counter
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from barrierflow.chaos.scratch import ScratchOutput
+from barrierflow.errors import BarrierflowError, UserInputError
+
+Rows = Counter[str]
+
+
+class OutputReadError(BarrierflowError):
+    """A copy's output could not be read; the message names the output and the cause."""
+
+
+def canonical(row: dict[str, Any]) -> str:
+    """One row as text that is equal exactly when the rows are."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, datetime | date):
+            return value.isoformat()
+        if isinstance(value, Decimal):
+            return str(value)
+        if isinstance(value, bytes):
+            return value.hex()
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        return value
+    return json.dumps({k: plain(v) for k, v in row.items()}, sort_keys=True, default=str)
+
+
+def _dsn(sink: Any) -> str:
+    dsn = os.environ.get(sink.dsn_env, "")
+    if not dsn:
+        raise UserInputError(f"chaos: postgres sink {sink.name!r} needs its connection string in the environment "
+                             f"variable {sink.dsn_env} (spec field dsn_env), as the pipeline does")
+    return dsn
+
+
+def _parquet_rows(uri: str) -> Rows:
+    import pyarrow.parquet as pq
+
+    rows: Rows = Counter()
+    if uri.startswith("file://"):
+        from pathlib import Path
+
+        root = Path(uri.removeprefix("file://"))
+        files = sorted(root.glob("part-*.parquet")) if root.is_dir() else []
+        for path in files:
+            rows.update(canonical(r) for r in pq.read_table(path).to_pylist())
+        return rows
+    from barrierflow.storage import open_store  # S3: only the listing and the bytes, parsed by pyarrow here
+
+    store = open_store(uri)
+    for info in store.list("part-"):
+        if info.key.endswith(".parquet"):
+            rows.update(canonical(r) for r in pq.read_table(io.BytesIO(store.get_bytes(info.key))).to_pylist())
+    return rows
+
+
+def _postgres_rows(sink: Any, table: str, pipeline: str) -> Rows:
+    import psycopg
+    from psycopg import sql
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(_dsn(sink), row_factory=dict_row) as conn:
+        prepared = conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s",
+                                (f"bf.{pipeline}.%",)).fetchall()
+        if prepared:
+            raise OutputReadError(f"table {table}: prepared transactions left behind: {[p['gid'] for p in prepared]}")
+        parts = table.split(".")
+        rows = conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(*parts))).fetchall()
+    return Counter(canonical(dict(r)) for r in rows)
+
+
+def _kafka_rows(servers: str, topic: str) -> tuple[Rows, str]:
+    """The records of ``topic`` a read_committed reader sees, and the client that read them."""
+    try:
+        from confluent_kafka import Consumer, TopicPartition
+    except ImportError:  # pragma: no cover - confluent-kafka is in requirements.txt
+        raise OutputReadError("chaos reads Kafka outputs with confluent-kafka, which is not installed") from None
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"barrierflow-chaos-{topic}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "auto.offset.reset": "earliest"})
+    rows: Rows = Counter()
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        partitions = sorted(metadata.topics[topic].partitions)
+        ends = {}
+        for p in partitions:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends[p] = high
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        done = {p for p, end in ends.items() if end == 0}
+        while len(done) < len(partitions):
+            message = consumer.poll(5.0)
+            if message is None:
+                positions = consumer.position([TopicPartition(topic, p) for p in partitions])
+                done |= {tp.partition for tp in positions if tp.offset >= ends[tp.partition]}
+                continue
+            if message.error():
+                raise OutputReadError(f"reading topic {topic}: {message.error()}")
+            rows[canonical(json.loads(message.value()))] += 1
+            if message.offset() + 1 >= ends[message.partition()]:
+                done.add(message.partition())
+    finally:
+        consumer.close()
+    return rows, "confluent-kafka"
+
+
+def read_output(output: ScratchOutput, sink: Any, pipeline: str) -> Rows:
+    """The committed rows of ``output`` (``sink``: the copy's sink spec; ``pipeline``: the
+    copy's pipeline name, which names its PostgreSQL transactions).
+
+    Raises:
+        OutputReadError: the output cannot be read, or PostgreSQL holds prepared transactions.
+    """
+    try:
+        if output.kind == "parquet":
+            return _parquet_rows(output.target)
+        if output.kind == "postgres":
+            return _postgres_rows(sink, output.target, pipeline)
+        if output.kind == "kafka":
+            return _kafka_rows(sink.bootstrap_servers, output.target)[0]
+    except OutputReadError:
+        raise
+    except Exception as exc:  # any reader failure is reported with the output named
+        raise OutputReadError(f"reading the {output.kind} output {output.target} of sink {output.sink!r}: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    raise OutputReadError(f"chaos cannot read a {output.kind!r} output")
+
+
+def prepare_output(output: ScratchOutput, sink: Any) -> None:
+    """Create what the copy's sink writes into (a table like the spec's, a topic like the spec's).
+
+    Raises:
+        UserInputError: the spec's own table or topic does not exist (chaos copies its shape).
+    """
+    if output.kind == "postgres":
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(_dsn(sink), autocommit=True) as conn:
+            try:
+                conn.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(
+                    sql.Identifier(*output.target.split(".")), sql.Identifier(*output.original.split("."))))
+            except psycopg.errors.UndefinedTable as exc:
+                raise UserInputError(f"chaos: the postgres sink's table {output.original} does not exist; create "
+                                     "it first (chaos creates its scratch tables like it)") from exc
+    elif output.kind == "kafka":
+        from kafka import KafkaConsumer
+
+        from barrierflow.sinks.channel import ensure_topic
+
+        consumer = KafkaConsumer(bootstrap_servers=sink.bootstrap_servers.split(","), group_id=None)
+        try:
+            partitions = consumer.partitions_for_topic(output.original)
+        finally:
+            consumer.close()
+        if not partitions:
+            raise UserInputError(f"chaos: the kafka sink's topic {output.original} does not exist on "
+                                 f"{sink.bootstrap_servers}; chaos creates its scratch topics with as many partitions")
+        ensure_topic(sink.bootstrap_servers, output.target, len(partitions))

@@ -1,0 +1,88 @@
+"""The report of a chaos run: one summary line set, a JSON document and an HTML page with a
+plot of the kills and checkpoints over time (``<scratch>/chaos-report.json`` and ``.html``)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+from barrierflow.chaos.runner import ChaosResult
+
+REPORT_JSON = "chaos-report.json"
+REPORT_HTML = "chaos-report.html"
+
+
+def summary_lines(result: ChaosResult) -> list[str]:
+    """What ``barrierflow chaos`` prints: the verdict first, then the figures."""
+    kills = ", ".join(f"{kind} {n}" for kind, n in sorted(result.kills.items())) or "none"
+    lines = [f"chaos {'PASSED' if result.passed else 'FAILED'}: pipeline {result.pipeline}, seed {result.seed}, "
+             f"mode {result.mode}",
+             f"  kills: {sum(result.kills.values())} of {result.kills_asked} asked ({kills}); runs {result.runs} "
+             f"({result.restarts} restarts); checkpoints completed {result.checkpoints}",
+             f"  rows: expected {sum(o.rows_expected for o in result.outputs)}, "
+             f"committed {sum(o.rows for o in result.outputs)}; missing {result.missing}, extra {result.extra}, "
+             f"duplicated {result.duplicated}",
+             f"  time: reference {result.reference_seconds:.1f} s, under kills {result.seconds:.1f} s"]
+    for output in result.outputs:
+        lines.append(f"  output {output.stage}/{output.sink} ({output.kind} {output.chaos_target}): "
+                     f"{output.rows} rows of {output.rows_expected}; missing {output.missing}, extra {output.extra}, "
+                     f"duplicated {output.duplicated}")
+        for name, rows in output.examples.items():
+            lines.append(f"    {name}, e.g. {rows[0]}")
+    if result.problem:
+        lines.append(f"  problem: {result.problem}")
+    return lines
+
+
+def _plot(result: ChaosResult) -> str:
+    """The timeline as a base64 PNG: checkpoints as dots, kills as lines coloured by kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"kill": "tab:red", "point": "tab:orange", "start": "tab:gray"}
+    figure, axis = plt.subplots(figsize=(10, 2.8))
+    axis.scatter(result.checkpoint_times, [1] * len(result.checkpoint_times), marker="|", s=300,
+                 color="tab:green", label=f"checkpoint completed ({result.checkpoints})")
+    for kind, label in (("kill", "SIGKILL"), ("point", "crash at a protocol point"), ("start", "run started")):
+        times = [e.at for e in result.events if e.kind == kind]
+        for at in times:
+            axis.axvline(at, color=colours[kind], alpha=0.8 if kind != "start" else 0.25,
+                         linestyle="-" if kind != "start" else ":")
+        if times:
+            axis.plot([], [], color=colours[kind], label=f"{label} ({len(times)})")
+    axis.set_yticks([])
+    axis.set_xlabel("seconds since the first run under kills")
+    axis.set_title(f"chaos on {result.pipeline}: {'passed' if result.passed else 'FAILED'}")
+    axis.legend(loc="upper left", fontsize="small", ncol=2)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def write_report(result: ChaosResult, directory: Path) -> tuple[Path, Path]:
+    """Write the JSON document and the HTML page into ``directory``; returns their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    document = result.as_dict()
+    json_path, html_path = directory / REPORT_JSON, directory / REPORT_HTML
+    json_path.write_text(json.dumps(document, indent=2, default=str), encoding="utf-8")
+    rows = "".join(f"<tr><td>{html.escape(o.stage)}/{html.escape(o.sink)}</td><td>{o.kind}</td>"
+                   f"<td>{o.rows_expected}</td><td>{o.rows}</td><td>{o.missing}</td><td>{o.extra}</td>"
+                   f"<td>{o.duplicated}</td></tr>" for o in result.outputs)
+    lines = "\n".join(html.escape(line) for line in summary_lines(result))
+    html_path.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>chaos {html.escape(result.pipeline)}</title></head><body>"
+        f"<h1>barrierflow chaos: {html.escape(result.pipeline)} "
+        f"{'passed' if result.passed else 'FAILED'}</h1><pre>{lines}</pre>"
+        f"<img alt='kills and checkpoints over time' src='data:image/png;base64,{_plot(result)}'>"
+        "<table border='1'><tr><th>output</th><th>kind</th><th>expected</th><th>committed</th><th>missing</th>"
+        f"<th>extra</th><th>duplicated</th></tr>{rows}</table>"
+        f"<p>JSON: {html.escape(str(json_path))}</p></body></html>", encoding="utf-8")
+    return json_path, html_path

@@ -1,0 +1,436 @@
+"""The chaos run: a failure-free reference, then the same pipeline under N kills, then the
+comparison (see :mod:`barrierflow.chaos` for the method).
+
+Every run is ``barrierflow run COPY --until-exhausted --quiet`` (``--processes`` if asked) in a
+process group of its own, with its output in ``<scratch>/logs/``. A run is either
+
+* **timed**: after a random gap in ``[min_gap, max_gap]`` seconds one kill, by the mode:
+  ``group`` SIGKILLs the whole process group (driver, its JVM, stage processes, the embedded
+  broker's parent), ``stage`` one stage process of ``--processes`` (the supervisor then fails
+  the run by itself), ``jvm`` the driver's Spark JVM alone (the Python driver must notice);
+  ``mixed`` picks one of those at random for each kill; or
+* **armed**: ``BARRIERFLOW_CRASH_AT=POINT@HIT`` (:mod:`barrierflow.faults`), so the run
+  SIGKILLs itself at that protocol point; a share ``point_share`` of the kills.
+
+A run that ends without having been killed is either the end (exit 0: the copy's sources are
+exhausted and covered by a checkpoint) or a failure chaos reports as such (exit 1 with the
+run's log): a restart that cannot restart is a finding, not noise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from barrierflow.chaos.outputs import Rows, prepare_output, read_output
+from barrierflow.chaos.scratch import ScratchOutput, check_judgeable, scratch_copy, stages_of
+from barrierflow.errors import BarrierflowError, UserInputError
+from barrierflow.faults import ENV as CRASH_ENV
+from barrierflow.faults import PIPELINE_POINTS, POINTS, SINK_POINTS, STAGE_POINTS
+from barrierflow.spec.loader import load_any_spec
+from barrierflow.spec.stages import StagedPipelineSpec
+
+Mode = Literal["group", "stage", "jvm", "mixed"]
+#: Seconds a run may take to stop by itself after one of its processes was killed.
+AFTER_KILL_TIMEOUT = 120.0
+MODES: tuple[str, ...] = ("group", "stage", "jvm", "mixed")
+
+
+class ChaosRunError(BarrierflowError):
+    """A run of a chaos copy failed without being killed, or did not end in time; the message
+    names the run and ends with its log."""
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    """How to run chaos; see ``barrierflow chaos --help``."""
+
+    kills: int
+    seed: int = 0
+    mode: Mode = "group"
+    min_gap: float = 5.0
+    max_gap: float = 30.0
+    point_share: float = 0.25
+    processes: bool = False
+    scratch: Path | None = None
+    run_timeout: float = 1800.0
+    #: The protocol points armed runs crash at (None: every point this pipeline reaches).
+    points: tuple[str, ...] | None = None
+
+    def check(self, staged: bool) -> None:
+        """Raises UserInputError naming the option and the fix."""
+        if self.kills < 0:
+            raise UserInputError("--kills must be 0 or more")
+        if self.mode not in MODES:
+            raise UserInputError(f"--mode must be one of {', '.join(MODES)}")
+        if not 0 < self.min_gap <= self.max_gap:
+            raise UserInputError("--min-gap must be positive and at most --max-gap")
+        if not 0 <= self.point_share <= 1:
+            raise UserInputError("--point-share must be between 0 and 1")
+        if self.mode == "stage" and not self.processes:
+            raise UserInputError("--mode stage kills one stage process: it needs --processes")
+        if self.processes and not staged:
+            raise UserInputError("--processes is for pipelines of several stages")
+        unknown = sorted(set(self.points or ()) - set(POINTS))
+        if unknown:
+            raise UserInputError(f"--points: unknown protocol point(s) {', '.join(unknown)}; the points are "
+                                 f"{', '.join(POINTS)}")
+
+
+@dataclass(frozen=True)
+class ChaosEvent:
+    """Something that happened, ``at`` seconds after the chaos run started."""
+
+    at: float
+    kind: str  # start, kill, point, exit, end
+    run: int
+    detail: str = ""
+
+
+@dataclass
+class OutputComparison:
+    """One output of the pipeline, reference against the chaos copy."""
+
+    stage: str
+    sink: str
+    kind: str
+    reference_target: str
+    chaos_target: str
+    rows_expected: int = 0
+    rows: int = 0
+    missing: int = 0
+    extra: int = 0
+    duplicated: int = 0
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def compare(self, expected: Rows, got: Rows) -> None:
+        """Fill in the counts: missing rows, rows the reference never had, rows seen more often."""
+        self.rows_expected, self.rows = sum(expected.values()), sum(got.values())
+        missing = expected - got
+        extra = Counter({row: n for row, n in got.items() if row not in expected})
+        duplicated = Counter({row: n - expected[row] for row, n in got.items()
+                              if row in expected and n > expected[row]})
+        self.missing, self.extra, self.duplicated = (sum(missing.values()), sum(extra.values()),
+                                                     sum(duplicated.values()))
+        self.examples = {name: sorted(c)[:5] for name, c in
+                         (("missing", missing), ("extra", extra), ("duplicated", duplicated)) if c}
+
+
+@dataclass
+class ChaosResult:
+    """Everything one chaos run did and found; :attr:`passed` is the verdict."""
+
+    pipeline: str
+    spec_path: str
+    seed: int
+    mode: str
+    kills_asked: int
+    scratch: str
+    started: datetime
+    kills: Counter[str] = field(default_factory=Counter)
+    runs: int = 0
+    checkpoints: int = 0
+    checkpoint_times: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    reference_seconds: float = 0.0
+    outputs: list[OutputComparison] = field(default_factory=list)
+    events: list[ChaosEvent] = field(default_factory=list)
+    problem: str | None = None
+
+    @property
+    def restarts(self) -> int:
+        return max(self.runs - 1, 0)
+
+    @property
+    def missing(self) -> int:
+        return sum(o.missing for o in self.outputs)
+
+    @property
+    def extra(self) -> int:
+        return sum(o.extra for o in self.outputs)
+
+    @property
+    def duplicated(self) -> int:
+        return sum(o.duplicated for o in self.outputs)
+
+    @property
+    def passed(self) -> bool:
+        return self.problem is None and bool(self.outputs) and not (self.missing or self.extra or self.duplicated)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "spec": self.spec_path, "seed": self.seed, "mode": self.mode,
+                "passed": self.passed, "problem": self.problem, "started": self.started.isoformat(),
+                "kills_asked": self.kills_asked, "kills": dict(self.kills), "kills_total": sum(self.kills.values()),
+                "runs": self.runs, "restarts": self.restarts, "checkpoints": self.checkpoints,
+                "rows_expected": sum(o.rows_expected for o in self.outputs), "rows": sum(o.rows for o in self.outputs),
+                "missing": self.missing, "extra": self.extra, "duplicated": self.duplicated,
+                "seconds": round(self.seconds, 1), "reference_seconds": round(self.reference_seconds, 1),
+                "scratch": self.scratch,
+                "outputs": [o.__dict__ for o in self.outputs],
+                "checkpoint_times": [round(t, 2) for t in self.checkpoint_times],
+                "events": [e.__dict__ for e in self.events]}
+
+
+def _run_command(spec_path: Path, processes: bool) -> list[str]:
+    return [sys.executable, "-m", "barrierflow.cli.main", "run", str(spec_path), "--until-exhausted", "--quiet",
+            *(["--processes"] if processes else [])]
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc), children first."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text(encoding="ascii")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(") ", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _command_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text(encoding="ascii").strip()
+    except OSError:
+        return ""
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class _Copy:
+    """One scratch copy of the pipeline: its spec file, outputs and store."""
+
+    def __init__(self, raw: dict[str, Any], name: str, root: Path, stamp: str) -> None:
+        self.root = root
+        data, self.outputs = scratch_copy(raw, copy_name=name, root=root, stamp=stamp)
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "logs").mkdir(exist_ok=True)
+        self.spec_path = root / "pipeline.yaml"
+        self.spec_path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        self.spec = load_any_spec(self.spec_path)
+
+    def sink_of(self, output: ScratchOutput) -> Any:
+        for stage, part in stages_of(self.spec):
+            if stage == output.stage or not isinstance(self.spec, StagedPipelineSpec):
+                for sink in part.sinks:
+                    if getattr(sink, "name", sink.type) == output.sink:
+                        return sink
+        raise KeyError(output.sink)
+
+    def prepare(self) -> None:
+        for output in self.outputs:
+            prepare_output(output, self.sink_of(output))
+
+    def rows(self, output: ScratchOutput) -> Rows:
+        return read_output(output, self.sink_of(output), self.spec.name)
+
+    def checkpoint_times(self) -> list[datetime]:
+        """Completion times of the copy's completed checkpoints (global ones with stages)."""
+        from barrierflow.checkpointing.global_store import GlobalCheckpointStore
+        from barrierflow.checkpointing.store import CheckpointStore
+        from barrierflow.storage import open_store
+
+        objects = open_store(self.spec.checkpoint.storage)
+        if isinstance(self.spec, StagedPipelineSpec):
+            manifests: list[Any] = GlobalCheckpointStore(objects, self.spec.name).completed()
+        else:
+            manifests = CheckpointStore(objects, self.spec.name).completed()
+        return sorted(m.completion_time for m in manifests)
+
+
+def _log_tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+class ChaosRunner:
+    """Runs one chaos experiment; :meth:`run` returns the result (see the module docstring)."""
+
+    def __init__(self, spec_path: str | os.PathLike[str], options: ChaosOptions) -> None:
+        self.spec_path = Path(spec_path)
+        self.spec = load_any_spec(self.spec_path)
+        self.staged = isinstance(self.spec, StagedPipelineSpec)
+        options.check(self.staged)
+        self.options = options
+        self.kafka_sources = check_judgeable(self.spec)
+        self.rng = random.Random(options.seed)
+        self.started = datetime.now(UTC)
+        self.stamp = self.started.strftime("%Y%m%d%H%M%S")
+        self.scratch = options.scratch or (Path(self.spec.work_dir or f"var/{self.spec.name}").resolve().parent
+                                           / f"{self.spec.name}-chaos-{self.stamp}")
+        self.points = list(STAGE_POINTS) + (list(PIPELINE_POINTS) if self.staged else [])
+        if any(sink.type == "kafka" for _, part in stages_of(self.spec) for sink in part.sinks):
+            self.points += list(SINK_POINTS["kafka"])
+        if options.points:
+            self.points = [p for p in self.points if p in options.points] or list(options.points)
+        self._t0 = time.monotonic()
+
+    # -- the runs ---------------------------------------------------------------------------
+    def _start(self, copy: _Copy, number: int, crash_at: str | None) -> tuple[subprocess.Popen[bytes], Path]:
+        log = copy.root / "logs" / f"run-{number:03d}.log"
+        env = {**os.environ}
+        env.pop(CRASH_ENV, None)
+        if crash_at:
+            env[CRASH_ENV] = crash_at
+        with log.open("wb") as out:
+            process = subprocess.Popen(_run_command(copy.spec_path, self.options.processes), stdout=out,
+                                       stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return process, log
+
+    def _wait(self, process: subprocess.Popen[bytes], timeout: float, what: str, log: Path) -> int:
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            process.wait()
+            raise ChaosRunError(f"{what} did not end within {timeout:g} s (killed); its log {log}:\n"
+                                f"{_log_tail(log)}") from None
+
+    def _event(self, kind: str, run: int, detail: str = "") -> None:
+        self.result.events.append(ChaosEvent(round(time.monotonic() - self._t0, 2), kind, run, detail))
+
+    def _kill(self, process: subprocess.Popen[bytes], copy: _Copy) -> str:
+        """Kill by the mode; returns the kind of kill made."""
+        mode = self.options.mode
+        if mode == "mixed":
+            mode = self.rng.choice(["group", "jvm", *(["stage"] if self.options.processes else [])])
+        if mode == "stage":
+            stages = [s.name for s in self.spec.stages] if isinstance(self.spec, StagedPipelineSpec) else []
+            self.rng.shuffle(stages)
+            for stage in stages:
+                ready = copy.root / "work" / "stages" / stage / "_process_ready.json"
+                try:
+                    pid = int(json.loads(ready.read_text(encoding="utf-8"))["pid"])
+                    os.kill(pid, signal.SIGKILL)
+                    return f"stage:{stage}"
+                except (OSError, ValueError, KeyError):
+                    continue
+            mode = "group"  # no stage process up yet: the whole group instead
+        if mode == "jvm":
+            javas = [p for p in _descendants(process.pid) if _command_name(p) == "java"]
+            if javas:
+                os.kill(javas[0], signal.SIGKILL)
+                return "jvm"
+            mode = "group"  # no JVM yet
+        _kill_group(process)
+        return "group"
+
+    def _chaos_runs(self, copy: _Copy) -> None:
+        options, number, kills = self.options, 0, 0
+        while True:
+            number += 1
+            self.result.runs = number
+            armed = kills < options.kills and self.rng.random() < options.point_share
+            crash_at = f"{self.rng.choice(self.points)}@{self.rng.randint(1, 3)}" if armed else None
+            process, log = self._start(copy, number, crash_at)
+            self._event("start", number, crash_at or "")
+            if kills < options.kills and not armed:
+                gap = self.rng.uniform(options.min_gap, options.max_gap)
+                try:
+                    code = process.wait(timeout=gap)
+                except subprocess.TimeoutExpired:
+                    kind = self._kill(process, copy)
+                    try:  # after a stage or JVM kill the survivors must notice and stop by themselves
+                        process.wait(timeout=AFTER_KILL_TIMEOUT)
+                    except subprocess.TimeoutExpired:
+                        kind += f" (the run did not stop within {AFTER_KILL_TIMEOUT:g} s: group killed)"
+                    _kill_group(process)  # whatever the kill left behind
+                    process.wait()
+                    kills += 1
+                    self.result.kills[kind.split(":")[0]] += 1
+                    self._event("kill", number, kind)
+                    continue
+            else:
+                code = self._wait(process, options.run_timeout, f"run {number}", log)
+            _kill_group(process)
+            text = _log_tail(log, 200_000)
+            if armed and "injected crash at" in text:
+                kills += 1
+                self.result.kills["point"] += 1
+                self._event("point", number, crash_at or "")
+                continue
+            self._event("exit", number, f"exit {code}")
+            if code != 0:
+                raise ChaosRunError(f"run {number} of the chaos copy failed without being killed (exit {code}); "
+                                    f"its log {log}:\n{_log_tail(log)}")
+            if kills < options.kills:
+                self.result.problem = (f"the pipeline reached the end of its sources after {kills} of the "
+                                       f"{options.kills} kills asked for; give it more input "
+                                       "(records_per_partition) or lower --max-gap")
+            return
+
+    def run(self) -> ChaosResult:
+        """Reference, chaos runs, comparison. Raises ChaosRunError (a run failed by itself or
+        hung), UserInputError (a missing table/topic to copy, bad options), OutputReadError."""
+        raw = yaml.safe_load(self.spec_path.read_text(encoding="utf-8"))
+        self.result = ChaosResult(self.spec.name, str(self.spec_path), self.options.seed, self.options.mode,
+                                  self.options.kills, str(self.scratch), self.started)
+        ends_before = self._end_offsets()
+        reference, chaos = (_Copy(raw, "ref", self.scratch / "reference", self.stamp),
+                            _Copy(raw, "chaos", self.scratch / "chaos", self.stamp))
+        reference.prepare()
+        chaos.prepare()
+        begin = time.monotonic()
+        process, log = self._start(reference, 0, None)
+        code = self._wait(process, self.options.run_timeout, "the reference run", log)
+        if code != 0:
+            raise ChaosRunError(f"the failure-free reference run failed (exit {code}); its log {log}:\n"
+                                f"{_log_tail(log)}")
+        self.result.reference_seconds = time.monotonic() - begin
+        self._t0, t0_wall = time.monotonic(), time.time()
+        try:
+            self._chaos_runs(chaos)
+        finally:
+            self.result.seconds = time.monotonic() - self._t0
+        if self._end_offsets() != ends_before:
+            self.result.problem = ("the input Kafka topics grew while chaos ran: the two runs read different "
+                                   "input, so their outputs cannot be compared; run chaos on a topic nobody writes")
+        times = chaos.checkpoint_times()
+        self.result.checkpoints = len(times)
+        self.result.checkpoint_times = [max(t.timestamp() - t0_wall, 0.0) for t in times]
+        for ref_out, chaos_out in zip(reference.outputs, chaos.outputs, strict=True):
+            comparison = OutputComparison(ref_out.stage, ref_out.sink, ref_out.kind, ref_out.target, chaos_out.target)
+            comparison.compare(reference.rows(ref_out), chaos.rows(chaos_out))
+            self.result.outputs.append(comparison)
+        self._event("end", self.result.runs)
+        return self.result
+
+    def _end_offsets(self) -> dict[str, int]:
+        from barrierflow.sources.kafka import end_offsets
+
+        found: dict[str, int] = {}
+        for source in self.kafka_sources:
+            found.update(end_offsets(source))
+        return found
+
+
+def run_chaos(spec_path: str | os.PathLike[str], options: ChaosOptions) -> ChaosResult:
+    """Run chaos on the spec at ``spec_path`` (see :class:`ChaosRunner`)."""
+    return ChaosRunner(spec_path, options).run()

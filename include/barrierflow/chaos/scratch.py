@@ -1,0 +1,146 @@
+"""Which specs chaos can judge, and the scratch copies it runs.
+
+A copy is the user's YAML with everything a run writes moved aside: the pipeline name (and so
+every transaction id, marker and derived channel topic), ``work_dir``, the checkpoint storage,
+explicit channel topics, the outputs (a Parquet path, a PostgreSQL table, a Kafka topic) and
+explicit staging paths. Sources, the transformation and every other setting stay as written,
+so both copies read the same input and run the same code.
+
+Storage stays of the kind the spec uses: ``file://`` outputs move under the scratch dir,
+``s3://BUCKET/PREFIX`` ones to ``s3://BUCKET/PREFIX/chaos-<stamp>-<copy>`` (chaos checks the
+user's storage, not a local stand-in).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from barrierflow.errors import UserInputError
+from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec, PipelineSpec
+from barrierflow.spec.stages import StagedPipelineSpec
+
+AnySpec = PipelineSpec | StagedPipelineSpec
+
+
+class ChaosRefusedError(UserInputError):
+    """The spec cannot be judged by comparing runs: the message says why and what to change."""
+
+
+def stages_of(spec: AnySpec) -> list[tuple[str, Any]]:
+    """(stage name, stage-like object with ``sources``, ``sinks``, ``transformation``) pairs;
+    a single-stage spec is one stage named after the pipeline."""
+    if isinstance(spec, StagedPipelineSpec):
+        return [(s.name, s) for s in spec.stages]
+    return [(spec.name, spec)]
+
+
+def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
+    """Refuse what chaos cannot judge; return the Kafka sources (their end offsets must not move).
+
+    Raises:
+        ChaosRefusedError: an unbounded source (a generator without ``records_per_partition``,
+            a source kind chaos cannot bound), a transformation declared non-deterministic, or
+            no output to compare (only channel or discard sinks).
+    """
+    kafka: list[KafkaSourceSpec] = []
+    outputs = 0
+    for stage, part in stages_of(spec):
+        where = f"stage {stage!r}" if isinstance(spec, StagedPipelineSpec) else f"pipeline {spec.name!r}"
+        if not part.transformation.deterministic:
+            raise ChaosRefusedError(
+                f"{where}: its transformation {part.transformation.function} is declared 'deterministic: false'; "
+                "chaos compares rows with a failure-free run, which only means something when the same input "
+                "gives the same rows")
+        for source in part.sources:
+            if isinstance(source, GeneratorSourceSpec):
+                if source.records_per_partition is None:
+                    raise ChaosRefusedError(
+                        f"{where}: generator source {source.name!r} is unbounded; set records_per_partition so "
+                        "that the runs end (chaos compares the complete output of two runs)")
+            elif isinstance(source, KafkaSourceSpec):
+                kafka.append(source)
+            elif getattr(source, "type", None) != "channel":
+                raise ChaosRefusedError(f"{where}: source {getattr(source, 'name', '?')!r} of type "
+                                        f"{getattr(source, 'type', '?')!r} cannot be bounded by chaos")
+        outputs += sum(1 for sink in part.sinks if sink.type in ("parquet", "postgres", "kafka"))
+    if not outputs:
+        raise ChaosRefusedError(f"pipeline {spec.name!r} has no Parquet, PostgreSQL or Kafka sink: there is no "
+                                "committed output to compare")
+    return kafka
+
+
+@dataclass(frozen=True)
+class ScratchOutput:
+    """One output of a copy: the sink's kind, its name, and where the copy writes it."""
+
+    stage: str
+    sink: str
+    kind: str
+    target: str  # a storage URI, a table name or a topic
+    original: str
+
+
+def _name(name: str, copy_name: str, stamp: str) -> str:
+    suffix = f"-x{stamp[-6:]}-{copy_name}"
+    return name[:63 - len(suffix)] + suffix
+
+
+def _uri(uri: str, root: Path, label: str, stamp: str, copy_name: str) -> str:
+    if uri.startswith("s3://"):
+        return f"{uri.rstrip('/')}/chaos-{stamp}-{copy_name}"
+    return f"file://{root / label}"
+
+
+def _table(table: str, stamp: str, copy_name: str) -> str:
+    schema, _, name = table.rpartition(".")
+    new = re.sub(r"[^A-Za-z0-9_]", "_", f"{name}_chaos_{stamp[-6:]}_{copy_name}")[:63]
+    return f"{schema}.{new}" if schema else new
+
+
+def _sinks(raw_stage: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield from raw_stage.get("sinks") or []
+
+
+def scratch_copy(raw: dict[str, Any], *, copy_name: str, root: Path, stamp: str
+                 ) -> tuple[dict[str, Any], list[ScratchOutput]]:
+    """The YAML mapping of copy ``copy_name`` of the spec ``raw`` (as loaded from its file) and
+    its outputs. ``root`` is the copy's scratch dir; ``stamp`` tells chaos runs apart."""
+    data = copy.deepcopy(raw)
+    original_name = str(data["name"])
+    data["name"] = _name(original_name, copy_name, stamp)
+    data["work_dir"] = str(root / "work")
+    data.setdefault("checkpoint", {})
+    data["checkpoint"]["storage"] = _uri(str(data["checkpoint"].get("storage", "file://checkpoints")), root,
+                                         "checkpoints", stamp, copy_name)
+    for channel in data.get("channels") or []:
+        if channel.get("topic"):
+            channel["topic"] = f"{channel['topic']}.chaos-{stamp}-{copy_name}"
+    stages = data["stages"] if "stages" in data else [data]
+    outputs: list[ScratchOutput] = []
+    for index, stage in enumerate(stages):
+        stage_name = str(stage.get("name", original_name)) if "stages" in data else original_name
+        for number, sink in enumerate(_sinks(stage)):
+            kind = sink.get("type")
+            name = str(sink.get("name", kind))
+            label = f"out-{stage_name}-{number}-{name}"
+            if sink.get("staging_path"):
+                sink["staging_path"] = _uri(str(sink["staging_path"]), root, f"staging-{index}-{number}", stamp,
+                                            copy_name)
+            if kind == "parquet":
+                original = str(sink["path"])
+                sink["path"] = _uri(original, root, label, stamp, copy_name)
+                outputs.append(ScratchOutput(stage_name, name, "parquet", sink["path"], original))
+            elif kind == "postgres":
+                original = str(sink["table"])
+                sink["table"] = _table(original, stamp, copy_name)
+                outputs.append(ScratchOutput(stage_name, name, "postgres", sink["table"], original))
+            elif kind == "kafka":
+                original = str(sink["topic"])
+                sink["topic"] = f"{original}.chaos-{stamp}-{copy_name}"
+                outputs.append(ScratchOutput(stage_name, name, "kafka", sink["topic"], original))
+    return data, outputs

@@ -1,0 +1,107 @@
+"""What ``barrierflow chaos`` decides before and after the runs, without running a pipeline:
+which specs it refuses, the scratch copies, the comparison of outputs and the report."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from barrierflow.chaos.report import summary_lines, write_report
+from barrierflow.chaos.runner import ChaosEvent, ChaosOptions, ChaosResult, OutputComparison
+from barrierflow.chaos.scratch import ChaosRefusedError, check_judgeable, scratch_copy
+from barrierflow.errors import UserInputError
+from barrierflow.spec import parse_spec, parse_staged_spec
+
+
+def single(**source: Any) -> dict[str, Any]:
+    return {"version": 1, "name": "orders", "work_dir": "/data/orders/work",
+            "sources": [{"name": "events", "type": "generator", "records_per_partition": 100, **source}],
+            "transformation": {"function": "barrierflow.transforms.projection:project"},
+            "sinks": [{"name": "lake", "type": "parquet", "path": "s3://bucket/lake/orders"}],
+            "checkpoint": {"storage": "file:///data/orders/chk"}}
+
+
+def staged() -> dict[str, Any]:
+    return {"version": 1, "name": "two", "work_dir": "/data/two/work",
+            "channels": [{"name": "ab", "topic": "orders.ab"}],
+            "stages": [
+                {"name": "a", "sources": [{"name": "g", "type": "generator", "records_per_partition": 10}],
+                 "transformation": {"function": "barrierflow.transforms.projection:project"},
+                 "sinks": [{"type": "channel", "channel": "ab"}]},
+                {"name": "b", "sources": [{"type": "channel", "channel": "ab", "json_fields": {"key": "long"}}],
+                 "transformation": {"function": "barrierflow.transforms.projection:project"},
+                 "sinks": [{"name": "pg", "type": "postgres", "table": "public.totals"}]}],
+            "checkpoint": {"storage": "file:///data/two/chk"}}
+
+
+def test_an_unbounded_generator_and_a_non_deterministic_transformation_are_refused_with_the_reason() -> None:
+    data = single()
+    del data["sources"][0]["records_per_partition"]
+    with pytest.raises(ChaosRefusedError, match="generator source 'events' is unbounded; set records_per_partition"):
+        check_judgeable(parse_spec(data))
+    data = single()
+    data["transformation"]["deterministic"] = False
+    with pytest.raises(ChaosRefusedError, match="declared 'deterministic: false'"):
+        check_judgeable(parse_spec(data))
+    data = single()
+    data["sinks"] = [{"name": "nothing", "type": "discard"}]
+    with pytest.raises(ChaosRefusedError, match="no Parquet, PostgreSQL or Kafka sink"):
+        check_judgeable(parse_spec(data))
+    assert check_judgeable(parse_spec(single())) == []
+
+
+def test_a_scratch_copy_moves_everything_a_run_writes_and_keeps_what_it_reads(tmp_path: Path) -> None:
+    data, outputs = scratch_copy(single(), copy_name="ref", root=tmp_path / "ref", stamp="20261125194501")
+    spec = parse_spec(data)
+    assert spec.name != "orders" and spec.name.startswith("orders-") and spec.name.endswith("-ref")
+    assert spec.work_dir == str(tmp_path / "ref" / "work")
+    assert spec.checkpoint.storage == f"file://{tmp_path / 'ref' / 'checkpoints'}"
+    assert spec.sinks[0].path == "s3://bucket/lake/orders/chaos-20261125194501-ref"  # the user's storage kind
+    assert spec.sources[0].records_per_partition == 100 and spec.transformation.function.endswith(":project")
+    assert [(o.kind, o.original) for o in outputs] == [("parquet", "s3://bucket/lake/orders")]
+
+    data, outputs = scratch_copy(staged(), copy_name="chaos", root=tmp_path / "c", stamp="20261125194501")
+    spec = parse_staged_spec(data)
+    assert spec.channels[0].topic == "orders.ab.chaos-20261125194501-chaos"
+    assert spec.stage("b").sinks[0].table == "public.totals_chaos_194501_chaos"
+    assert [(o.stage, o.kind, o.target) for o in outputs] == [("b", "postgres", "public.totals_chaos_194501_chaos")]
+    assert staged()["channels"][0]["topic"] == "orders.ab"  # the input mapping is not changed
+
+
+def test_outputs_compare_as_multisets_of_rows() -> None:
+    comparison = OutputComparison("b", "out", "parquet", "ref", "chaos")
+    comparison.compare(Counter({"r1": 1, "r2": 2, "r3": 1}), Counter({"r1": 2, "r2": 1, "r4": 1}))
+    assert (comparison.rows_expected, comparison.rows) == (4, 4)
+    assert (comparison.missing, comparison.extra, comparison.duplicated) == (2, 1, 1)  # r2 once and r3; r4; r1
+    assert comparison.examples == {"missing": ["r2", "r3"], "extra": ["r4"], "duplicated": ["r1"]}
+
+
+def test_the_report_has_the_verdict_the_figures_and_a_plot(tmp_path: Path) -> None:
+    result = ChaosResult("orders", "orders.yaml", 7, "mixed", 3, str(tmp_path), datetime(2026, 11, 25, tzinfo=UTC))
+    result.kills.update({"group": 2, "point": 1})
+    result.runs, result.checkpoints, result.checkpoint_times = 4, 3, [1.0, 2.5, 9.0]
+    result.events = [ChaosEvent(0.0, "start", 1), ChaosEvent(3.0, "kill", 1, "group"), ChaosEvent(4.0, "point", 2)]
+    comparison = OutputComparison("orders", "lake", "parquet", "a", "b")
+    comparison.compare(Counter({"x": 1}), Counter({"x": 2}))
+    result.outputs.append(comparison)
+    lines = summary_lines(result)
+    assert lines[0].startswith("chaos FAILED") and "duplicated 1" in lines[2]
+    assert "kills: 3 of 3 asked (group 2, point 1); runs 4 (3 restarts)" in lines[1]
+    json_path, html_path = write_report(result, tmp_path)
+    assert '"duplicated": 1' in json_path.read_text()
+    assert "data:image/png;base64," in html_path.read_text()
+
+
+@pytest.mark.parametrize(("options", "staged_spec", "message"), [
+    (ChaosOptions(kills=-1), False, "--kills"),
+    (ChaosOptions(kills=1, min_gap=5, max_gap=1), False, "--min-gap"),
+    (ChaosOptions(kills=1, mode="stage"), True, "needs --processes"),
+    (ChaosOptions(kills=1, processes=True), False, "several stages"),
+    (ChaosOptions(kills=1, points=("nowhere",)), False, "unknown protocol point"),
+])
+def test_bad_options_are_refused_naming_the_option(options: ChaosOptions, staged_spec: bool, message: str) -> None:
+    with pytest.raises(UserInputError, match=message):
+        options.check(staged_spec)

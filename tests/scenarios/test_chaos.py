@@ -1,0 +1,109 @@
+"""``barrierflow chaos`` itself, short (a few kills, small data), through its command line.
+
+1. A two-stage pipeline (generator -> a -> channel on the embedded broker -> b -> Parquet
+   through 2PC) under kills of three kinds (the process group, the driver's JVM, a crash at a
+   protocol point): the command reports 0 missing, 0 extra and 0 duplicated rows and exits 0.
+2. Deliberately broken sinks (tests/scenarios/chaos_doubles/sitecustomize.py): on a pipeline
+   with two final stages, one sink commits every epoch twice after a restart and the other loses
+   the first epoch it commits after a restart. One kill at ``after_global_manifest`` (a global
+   checkpoint complete, the final stages' sinks not yet told) is enough: chaos must name the
+   duplicated rows of the first and the missing rows of the second, and exit 1.
+
+The recorded runs of 100 kills are in docs/chaos.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from barrierflow.cli.main import main
+
+from tests.drivers import short_lived_driver_env
+from tests.scenarios.harness import FAST_JVM
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(120)]
+DOUBLES = Path(__file__).resolve().with_name("chaos_doubles")
+
+
+def pipeline(tmp_path: Path, finals: list[str], *, records: int, rate: float) -> Path:
+    """gen -> channel c (embedded broker) -> one stage per name in ``finals``, each into a
+    Parquet sink of that name."""
+    data = {
+        "version": 1, "name": "chx", "work_dir": str(tmp_path / "work"),
+        "channels": [{"name": "c", "partitions": 2, "bootstrap": "embedded"}],
+        "stages": [
+            {"name": "gen",
+             "sources": [{"name": "events", "type": "generator", "partitions": 2, "rows_per_second": rate,
+                          "max_records_per_batch": 40, "keys": 7, "records_per_partition": records}],
+             "transformation": {"function": "barrierflow.transforms.projection:project",
+                                "options": {"columns": {"src_partition": "partition", "src_offset": "offset",
+                                                        "key": "key", "value": "value"}}},
+             "sinks": [{"type": "channel", "channel": "c"}]},
+            *({"name": name,
+               "sources": [{"type": "channel", "channel": "c", "max_records_per_batch": 50,
+                            "json_fields": {"src_partition": "long", "src_offset": "long", "key": "long",
+                                            "value": "long"}}],
+               "transformation": {"function": "barrierflow.transforms.projection:project",
+                                  "options": {"columns": {"src_partition": "src_partition",
+                                                          "src_offset": "src_offset", "value": "value"}}},
+               "sinks": [{"name": name, "type": "parquet", "path": f"file://{tmp_path / 'out' / name}"}]}
+              for name in finals),
+        ],
+        "trigger": {"interval": "100ms"},
+        "checkpoint": {"storage": f"file://{tmp_path / 'chk'}", "interval": "700ms", "timeout": "120s"},
+        "spark": {"master": "local[1]", "shuffle_partitions": 1, "conf": FAST_JVM},
+    }
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def chaos(spec: Path, scratch: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    code = main(["chaos", str(spec), "--scratch", str(scratch), "--json", *args])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+@pytest.fixture
+def driver_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in short_lived_driver_env().items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.usefixtures("driver_env")
+def test_chaos_passes_a_two_stage_pipeline_under_kills_of_every_kind(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: dict[str, Any]) -> None:
+    spec = pipeline(tmp_path, ["out"], records=700, rate=40)
+    code, report = chaos(spec, tmp_path / "scratch", capsys, "--kills", "3", "--seed", "11", "--mode", "mixed",
+                         "--min-gap", "8", "--max-gap", "14", "--point-share", "0.34")
+    figures.update({key: report[key] for key in ("kills", "runs", "checkpoints", "rows_expected", "rows", "missing",
+                                                 "extra", "duplicated", "seconds")})
+    assert report["problem"] is None, report["problem"]
+    assert report["kills_total"] == 3 and report["rows_expected"] == 1400
+    assert (report["missing"], report["extra"], report["duplicated"]) == (0, 0, 0)
+    assert code == 0 and report["passed"]
+    assert (tmp_path / "scratch" / "chaos-report.html").is_file()
+
+
+@pytest.mark.usefixtures("driver_env")
+def test_chaos_catches_a_sink_that_commits_twice_and_one_that_loses_an_epoch(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        figures: dict[str, Any]) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(DOUBLES), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("CHAOS_BROKEN_SINKS", "dup=twice,lose=lose")
+    monkeypatch.setenv("CHAOS_BROKEN_DIR", str(tmp_path / "broken"))
+    spec = pipeline(tmp_path, ["dup", "lose"], records=300, rate=0)
+    code, report = chaos(spec, tmp_path / "scratch", capsys, "--kills", "1", "--seed", "3", "--point-share", "1",
+                         "--points", "after_global_manifest")
+    outputs = {o["sink"]: o for o in report["outputs"]}
+    figures.update({f"{sink} missing/extra/duplicated": (o["missing"], o["extra"], o["duplicated"])
+                    for sink, o in outputs.items()})
+    assert report["kills"] == {"point": 1}
+    assert outputs["dup"]["duplicated"] > 0 and outputs["dup"]["missing"] == 0
+    assert outputs["lose"]["missing"] > 0 and outputs["lose"]["duplicated"] == 0
+    assert code == 1 and not report["passed"]
