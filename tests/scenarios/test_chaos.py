@@ -88,6 +88,9 @@ def test_chaos_passes_a_two_stage_pipeline_under_kills_of_every_kind(
     assert (report["missing"], report["extra"], report["duplicated"]) == (0, 0, 0)
     assert code == 0 and report["passed"]
     assert (tmp_path / "scratch" / "chaos-report.html").is_file()
+    # ... and in the pipeline's own store, where the Checkpoints page links to it
+    assert json.loads((tmp_path / "chk" / "reports" / "chaos-latest.json").read_text())["passed"] is True
+    assert "data:image/png;base64," in (tmp_path / "chk" / "reports" / "chaos-latest.html").read_text()
 
 
 @pytest.mark.usefixtures("driver_env")

@@ -702,7 +702,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         print(json.dumps(outcome.result.as_dict(), indent=2, default=str))
     else:
         print("\n".join(outcome.lines))
-        print(f"  report: {outcome.report_html} ({outcome.report_json})")
+        print(f"  report: {outcome.report_html} ({outcome.report_json}); also {outcome.stored[1]}")
     return EXIT_OK if outcome.result.passed else EXIT_RUNTIME
 
 

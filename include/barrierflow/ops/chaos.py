@@ -11,17 +11,25 @@ from pathlib import Path
 
 from barrierflow.chaos.report import summary_lines, write_report
 from barrierflow.chaos.runner import ChaosOptions, ChaosResult, run_chaos
+from barrierflow.spec.loader import load_any_spec
+from barrierflow.storage import open_store
+
+#: Where the latest chaos report is kept in the pipeline's own checkpoint store (the
+#: Checkpoints page links to both).
+STORED_JSON, STORED_HTML = "reports/chaos-latest.json", "reports/chaos-latest.html"
 
 __all__ = ["ChaosOptions", "ChaosOutcome", "chaos"]
 
 
 @dataclass(frozen=True)
 class ChaosOutcome:
-    """The result, its summary lines and where the JSON report and the HTML page are."""
+    """The result, its summary lines, where the JSON report and the HTML page are, and their
+    URIs in the pipeline's checkpoint store."""
 
     result: ChaosResult
     report_json: Path
     report_html: Path
+    stored: tuple[str, str]
 
     @property
     def lines(self) -> list[str]:
@@ -40,6 +48,10 @@ def chaos(spec_path: str | os.PathLike[str], options: ChaosOptions) -> ChaosOutc
         ChaosRunError: a run failed without being killed, or hung (its log is in the message).
         OutputReadError: an output could not be read.
     """
+    spec = load_any_spec(spec_path)
     result = run_chaos(spec_path, options)
     json_path, html_path = write_report(result, Path(result.scratch))
-    return ChaosOutcome(result, json_path, html_path)
+    objects = open_store(spec.checkpoint.storage)
+    objects.put_bytes(STORED_JSON, json_path.read_bytes())
+    objects.put_bytes(STORED_HTML, html_path.read_bytes())
+    return ChaosOutcome(result, json_path, html_path, (objects.describe(STORED_JSON), objects.describe(STORED_HTML)))

@@ -59,7 +59,8 @@ class KnownReport:
 
 #: The reports the page links to when they exist, in display order: the skew report, the
 #: data-quality report and its Data Docs (``barrierflow.reports.quality``), the stream-vs-batch
-#: reconciliation and the rollups (``barrierflow.batch``). Data Docs pages under
+#: reconciliation and the rollups (``barrierflow.batch``), the latest ``barrierflow chaos`` run
+#: (``barrierflow.ops.chaos``). Data Docs pages under
 #: ``reports/quality/`` are served by the same report route (relative links work).
 KNOWN_REPORTS: tuple[KnownReport, ...] = (
     KnownReport("skew", "Watermark skew report (JSON)", "reports/skew-latest.json"),
@@ -67,6 +68,8 @@ KNOWN_REPORTS: tuple[KnownReport, ...] = (
     KnownReport("quality-docs", "Data-quality Data Docs", "reports/quality/index.html"),
     KnownReport("reconciliation", "Stream-vs-batch reconciliation (JSON)", "reports/reconciliation-latest.json"),
     KnownReport("rollups", "Daily rollups (JSON)", "reports/rollups-latest.json"),
+    KnownReport("chaos", "Latest chaos run: kills and checkpoints over time (HTML)", "reports/chaos-latest.html"),
+    KnownReport("chaos-json", "Latest chaos run (JSON)", "reports/chaos-latest.json"),
 )
 
 
