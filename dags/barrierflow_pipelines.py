@@ -62,6 +62,13 @@ table, `DAG_KINDS` (id part, description, schedule, params, tags, tasks, whether
   Great Expectations suites of the committed output (newest `epochs` epochs) and the rollups,
   stores the report and offline Data Docs with the reports, returns the summary (XCom), and fails
   naming each failed expectation, its column and a sample of bad rows.
+* `barrierflow_chaos__<name>` (triggered, no schedule; every spec): `chaos` runs `barrierflow
+  chaos` on scratch copies of the pipeline (a staging copy: new name, work dir, storage, outputs;
+  the running pipeline is not touched) with the params `kills`, `seed`, `mode`, `min_gap`,
+  `max_gap`, `point_share`, `processes`; logs the summary (kills by kind, restarts, checkpoints,
+  rows, missing, extra, duplicated), stores `reports/chaos-latest.html` and `.json` in the
+  pipeline's checkpoint store (linked from the Checkpoints page), returns the JSON (XCom), and
+  fails, not retried, on any missing, extra or duplicated row, naming the counts.
 
 The assets are updated by watchers in Airflow's triggerer (`barrierflow.airflow.assets`): the
 streaming job is not an Airflow task and knows nothing of Airflow.
@@ -263,6 +270,23 @@ def skew(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
         raise AirflowFailException(str(exc)) from exc
     log.info("skew report: %s", json.dumps(summary))
     return summary
+
+
+@task(task_id="chaos", retries=0)
+def chaos_task(spec_path: str, barrierflow_home: str, **context: Any) -> dict[str, Any]:
+    """`barrierflow chaos` on scratch copies of the pipeline (the running pipeline is not touched)
+    with the run's params; logs the summary, returns the JSON document (XCom), stores the report
+    where the Checkpoints page links to it. Fails at once, not retried, on a bad param, a spec
+    chaos cannot judge, or any missing, extra or duplicated row."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from barrierflow.airflow.chaos import ChaosFailedError, chaos_params, run_chaos_check
+    from barrierflow.errors import UserInputError
+
+    os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
+    try:
+        return run_chaos_check(spec_path, chaos_params(context["params"]))
+    except (ChaosFailedError, UserInputError) as exc:
+        raise AirflowFailException(str(exc)) from exc
 
 
 @task(task_id="rollup_report", retries=0)
@@ -532,6 +556,24 @@ def _launch_params(entry: DiscoveredPipeline) -> dict[str, Param]:
     }
 
 
+def _chaos_params(p: Pipeline) -> dict[str, Param]:
+    staged = isinstance(p.spec, StagedPipelineSpec)
+    return {
+        "kills": Param(20, type="integer", minimum=1, description="How many times the copy under test is killed."),
+        "seed": Param(0, type="integer", description="Random seed: the same seed makes the same choices."),
+        "mode": Param("mixed" if staged else "group", type="string", enum=["group", "jvm", "stage", "mixed"],
+                      description="What a kill hits: the process group, the driver's JVM, one stage process "
+                                  "(with processes), or any of them."),
+        "min_gap": Param(5.0, type="number", exclusiveMinimum=0, description="Shortest run before a kill (s)."),
+        "max_gap": Param(30.0, type="number", exclusiveMinimum=0, description="Longest run before a kill (s)."),
+        "point_share": Param(0.25, type="number", minimum=0, maximum=1,
+                             description="Share of the kills made at a protocol point of barrierflow.faults."),
+        "processes": Param(False, type="boolean", description="Several stages: one process per stage."),
+        "scratch": Param("", type="string", description="Where the copies, logs and report go (empty: beside the "
+                                                         "pipeline's work dir)."),
+    }
+
+
 def _day_param() -> dict[str, Param]:
     return {"day": Param("", type="string", pattern=r"^(|[0-9]{4}-[0-9]{2}-[0-9]{2})$",
                          description="Roll up this UTC day (YYYY-MM-DD). Empty: every day with output committed "
@@ -745,6 +787,10 @@ DAG_KINDS: tuple[DagKind, ...] = (
             lambda p: _or_daily(p, QUALITY_CRON, p.output), lambda p: validate(p.spec_path, BARRIERFLOW_HOME),
             params=lambda p: _epochs_param(p.spec.verification.quality_epochs if p.spec.verification else 3),
             tags=("data-quality",), applies=_has_output),
+    DagKind("chaos", lambda p: (f"Prove exactly-once on {p.summary} under random kills: a failure-free run and a run "
+                                "under kills in scratch copies, outputs compared row by row (barrierflow chaos)"),
+            lambda p: None, lambda p: chaos_task(p.spec_path, BARRIERFLOW_HOME), params=_chaos_params,
+            tags=("chaos",)),
 )
 
 

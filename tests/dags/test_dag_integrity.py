@@ -68,7 +68,7 @@ def test_every_dag_follows_the_house_rules(dagbag: Any, tmp_dagbag: Any) -> None
     assert problems == []
 
 
-KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew")
+KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "chaos")
 #: Only for a pipeline with a Parquet sink (a lake to read): rollups, reconciliation, data quality.
 BATCH_KINDS = ("rollup", "recompute", "quality")
 
@@ -279,6 +279,7 @@ def test_broken_spec_yields_a_visible_failing_dag(tmp_dagbag: Any) -> None:
         "barrierflow_recover__orders",
         "barrierflow_reconcile__orders",
         "barrierflow_skew__orders",
+        "barrierflow_chaos__orders",
         "barrierflow_pipeline__broken",
         "barrierflow_pipeline__orders2",
     }

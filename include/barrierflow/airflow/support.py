@@ -64,7 +64,7 @@ __all__ = ["DiscoveredPipeline", "QualityExpectationError", "discover_pipelines"
 #: recovery, the scheduled 2PC reconciliation, the scheduled watermark-skew report and, for a
 #: Parquet sink, the batch side: daily rollups, stream-vs-batch reconciliation, data quality.
 DAG_KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "rollup", "recompute",
-             "quality")
+             "quality", "chaos")
 
 #: How many failed checks the message of :class:`CheckpointVerificationError` lists.
 MAX_LISTED_FAILURES = 10
