@@ -29,7 +29,9 @@ sink, the sources) turn it into their own error naming the stage, topic and serv
 
 from __future__ import annotations
 
+from barrierflow.kafka_io.consumer import ConsumerSettings, RangeReader, Record, shared_reader
 from barrierflow.kafka_io.errors import KafkaIOError
 from barrierflow.kafka_io.producer import BatchProducer, ProducerSettings, shared_producer
 
-__all__ = ["BatchProducer", "KafkaIOError", "ProducerSettings", "shared_producer"]
+__all__ = ["BatchProducer", "ConsumerSettings", "KafkaIOError", "ProducerSettings", "RangeReader", "Record",
+           "shared_producer", "shared_reader"]
