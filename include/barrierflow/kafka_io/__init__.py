@@ -1,24 +1,31 @@
 """The Kafka clients barrierflow uses, behind one small interface.
 
 Two Python Kafka clients are in the environment, and each is used where it is the better tool
-(figures measured on this 2-core machine against the embedded broker, noida-db 0.2.3, issue 29;
-``bench/channel_transport.py`` and docs/benchmarks.md have the commands and the latest run):
+(figures measured on this 2-core machine against the embedded broker, noida-db 0.2.3: the
+issue 29 run, and ``bench/channel_transport.py`` on 2026-11-25 in docs/benchmarks.md, "Channel
+transport"; JSON records of a channel's shape, 4 partitions, ``acks=all``):
 
 ==========================  ================  ===============================================
 what                        client            why
 ==========================  ================  ===============================================
-channel data records        confluent-kafka   librdkafka batches in C: 370,000 records/s
-(executors, :mod:`.producer`)                 produced single-threaded against 23,000/s with
-                                              kafka-python; idempotent, ``acks=all``
+channel data records        confluent-kafka   librdkafka batches in C: 961,000 records/s
+(executors, :mod:`.producer`)                 produced against 39,000/s with kafka-python
+                                              (issue 29: 370,000 against 23,000); idempotent,
+                                              ``acks=all``; the old one-record-per-request
+                                              writer failed at 100,000-record micro-batches
 channel barrier records     confluent-kafka   the same producer settings as the data path
 (driver)
-channel and Kafka source    confluent-kafka   consumed and JSON-decoded 361,000/s against
-range reads (:mod:`.consumer`)                44,000/s; one consumer per Python worker,
-                                              reused across ranges
+channel and Kafka source    confluent-kafka   consumed and JSON-decoded 273,000/s against
+range reads (:mod:`.consumer`)                58,000/s (issue 29: 361,000 against 44,000);
+                                              one reader per Python worker, reused across
+                                              ranges. The two-stage pipeline was not faster
+                                              with it in that run: its reading stage is
+                                              bound by per-record work in Spark's Python
+                                              data source, not by the client
 topic admin (create,        kafka-python      a few calls per run; kafka-python's admin and
-partition lists) and the                      transactional producer are what the sink's
-transactional Kafka sink                      exactly-once protocol and its crash tests were
-                                              built and proved on (pinning epochs, fencing);
+partition lists, begin and                    transactional producer are what the sink's
+end offsets) and the                          exactly-once protocol and its crash tests were
+transactional Kafka sink                      built and proved on (epochs, fencing);
                                               switching it is a change of its own
 ==========================  ================  ===============================================
 
