@@ -3,10 +3,11 @@
 :class:`RangeReader` reads ``[start, end)`` of a partition: it assigns the partition at
 ``start`` (no group membership, nothing committed; librdkafka needs a ``group.id`` but assign
 never joins it) and yields :class:`Record` values in offset order until its position passes
-``end``. It fetches in large chunks (``max.partition.fetch.bytes`` 16 MB) and is reused across
-ranges: :func:`shared_reader` keeps one per settings per process (a Spark Python worker is
-reused across tasks and micro-batches, so connecting and the first metadata request are paid
-once).
+``end``. It fetches 1 MB per partition and request and prefetches at most about one chunk
+(:data:`CHUNK` records) ahead, since what it fetched past a range's end is dropped when the
+next range is assigned. It is reused across ranges: :func:`shared_reader` keeps one per
+settings per process (a Spark Python worker is reused across tasks and micro-batches, so
+connecting and the first metadata request are paid once).
 
 Ending a range: ``read_committed`` readers do not see transaction markers and aborted records,
 so a range may hold fewer than ``end - start`` records. The read is over when a record at or
@@ -82,8 +83,11 @@ class ConsumerSettings:
             "enable.partition.eof": True,
             "allow.auto.create.topics": False,
             "fetch.wait.max.ms": 50,
-            "fetch.max.bytes": 64 * 1024 * 1024,
-            "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            # librdkafka prefetches past the range's end (by default up to 100,000 records or
+            # 64 MB per partition), discarded when the next range is assigned: bound the waste.
+            "max.partition.fetch.bytes": 1024 * 1024,
+            "queued.min.messages": CHUNK,
+            "queued.max.messages.kbytes": 16 * 1024,
             "socket.timeout.ms": timeout_ms,
             "reconnect.backoff.max.ms": 1000,
         }
