@@ -17,11 +17,14 @@ partitions) it runs:
   confluent-kafka; the driver writes the barriers once every task was acknowledged).
 
 Each run is a fresh Python process (one SparkSession each) against one broker started by this
-script. It prints, per run: the outcome, the wall time, the records/s end to end (records over
-wall time from the pipeline's start), the same from ``gen``'s first micro-batch on (without
-the queries' start), and the records the channel writer wrote. Before the pipelines it prints
-the raw client ceiling measured on the same broker in the same run: records/s produced by
-kafka-python and by confluent-kafka (JSON values like the channel's, 4 partitions, ``acks=all``).
+script. It prints, per run: the outcome, the wall time, the records/s end to end (records
+``totals`` committed, all of them when the run completed, over the wall time from the
+pipeline's start), the same from ``gen``'s first micro-batch on (without the queries' start),
+the records the channel writer wrote and those ``totals`` read (channel offsets, barrier
+records included), and per stage the seconds Spark spent in each phase of its micro-batches.
+Before the pipelines it prints the raw client ceiling measured on the same broker in the same
+run: records/s produced, and consumed and JSON-decoded, by kafka-python and by confluent-kafka
+(JSON values like the channel's, 4 partitions, ``acks=all``).
 
 Usage (from the repository root; docs/benchmarks.md has a run)::
 
@@ -37,6 +40,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,6 +125,7 @@ def run_pipeline(servers: str, records: int, batch: int, cap: float) -> dict[str
     phases = _phases(job)
     with contextlib.suppress(Exception):
         job.spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
     since_first = ended - first_batch[0] if first_batch else float("nan")
     return {"outcome": outcome, "error": error, "seconds": ended - began, "since_first_batch": since_first,
             "records": records if outcome == "ok" else consumed, "written": written, "consumed": consumed,
