@@ -2,49 +2,73 @@
 
 :class:`ChannelWriter` is the stage query's ``foreachBatch`` function. For micro-batch ``V``:
 
-Step 1. Produce every output row (a JSON object, as the Kafka sink encodes it) with header
-        ``bf-attempt`` = the pipeline attempt; with ``key_column`` the key's text picks the
-        partition (Kafka's partitioner), otherwise rows are spread round-robin by row index.
-Step 2. Wait for every acknowledgement.
+Step 1. In the executors (``df.mapInArrow`` with :class:`ChannelTask`; nothing is collected
+        to the driver but one count per task): each Spark task encodes its rows as JSON
+        objects (:mod:`barrierflow.sinks.json_rows`, equal in meaning to the Kafka sink's
+        encoding) and produces them in real producer batches (confluent-kafka: ``linger.ms``,
+        ``batch.size``, idempotent, ``acks=all``; :mod:`barrierflow.kafka_io.producer`) with
+        header ``bf-attempt`` = the pipeline attempt. With ``key_column`` the key's text picks
+        the partition (``crc32(key) % partitions``), otherwise (and for a null key) rows are
+        spread round-robin by row index within the task, starting at the task's partition id.
+Step 2. Each task returns only after every one of its records was acknowledged (or fails the
+        task); the driver sums the tasks' counts into :attr:`ChannelWriter.written`.
 Step 3. If ``V`` is the stage's barrier batch of checkpoint ``n`` (``offsets/V`` carries a newer
-        barrier than ``offsets/V-1``, see :mod:`barrierflow.barriers.offsets`), append one
-        barrier record (:mod:`barrierflow.barriers.records`) to every partition of the topic and
-        wait for them.
+        barrier than ``offsets/V-1``, see :mod:`barrierflow.barriers.offsets`), the driver appends
+        one barrier record (:mod:`barrierflow.barriers.records`) to every partition of the topic
+        and waits for the acknowledgements.
 
-Spark runs batch ``V + 1`` only after ``foreachBatch`` of ``V`` returned, so on every partition
-the barrier of ``n`` follows all records of epoch ``n`` and precedes every later record: the
-FIFO property the downstream alignment relies on.
+The driver reaches Step 3 only after the Spark job of Step 1 finished, i.e. after every task
+of ``V`` had all its records acknowledged, and Spark runs batch ``V + 1`` only after
+``foreachBatch`` of ``V`` returned, so on every partition the barrier of ``n`` follows all
+records of epoch ``n`` and precedes every later record: the FIFO property the downstream
+alignment relies on.
 
-Delivery is at-least-once per attempt: a batch replayed after a crash writes its rows (and
-its barrier) again. That is safe because a crash of any stage restores the whole pipeline to
-a global checkpoint with a new attempt, and downstream sources skip what an older attempt wrote
-after the restored barrier. Records are produced one per Kafka batch (``batch_size=0``). That
-was needed for correctness on the earlier embedded broker (tansu), which reported wrong end
-offsets after multi-record batches while downstream planning depends on end offsets; the
-embedded broker now (noida-db) and Kafka report them right, so it is no longer needed for
-correctness, only slow (issue 29 moves channel writing to the executors in real producer
-batches).
+Delivery is at-least-once per pipeline attempt: a batch replayed after a crash writes its rows
+(and its barrier) again. That is safe because a crash of any stage restores the whole pipeline
+to a global checkpoint with a new attempt, and downstream sources skip what an older attempt
+wrote after the restored barrier. Within an attempt a record is written once: the idempotent
+producer's retries do not duplicate, and a Spark task that is retried (attempt number > 0:
+a failure or speculation; it would write its rows a second time in the same attempt) fails
+with a :class:`SinkError` instead, so the stage stops and the pipeline restarts as a new attempt.
+
+Errors: brokers that do not answer are retried by the client for ``delivery_timeout`` seconds
+(default 30); then the task fails and the driver raises a :class:`SinkError` naming the stage,
+the topic, the servers and what to check. Nothing is lost silently: a task fails if any of its
+records failed or is unacknowledged.
+
+Until issue 29 the driver collected every micro-batch (``df.toArrow()``) and produced one
+record per Kafka request with kafka-python (``batch_size=0``, a workaround for the earlier
+embedded broker's wrong end offsets after multi-record batches): about 4,500 records/s end to
+end, and a 20,000-record micro-batch failed after about 60 s. docs/benchmarks.md compares both.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.records import BarrierMarker, data_headers
 from barrierflow.errors import SinkError
+from barrierflow.kafka_io import BatchProducer, KafkaIOError, ProducerSettings, shared_producer
 from barrierflow.spark import offset_log
 
 if TYPE_CHECKING:
-    from kafka import KafkaProducer
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
-#: Bound, in seconds, on connecting and on each acknowledgement.
+#: Bound, in seconds, on connecting when a topic is created (kafka-python admin).
 TIMEOUT = 10.0
+#: Seconds a record may take to be acknowledged, the client's retries included (the default).
+DELIVERY_TIMEOUT = 30.0
+#: The schema of what each task of Step 1 returns: its count of records written.
+COUNT_SCHEMA = "written long"
 
 
 def barrier_of(spark_checkpoint: str | Path, batch_id: int) -> int:
@@ -100,90 +124,151 @@ def ensure_topic(servers: str, topic: str, partitions: int) -> None:
                         "that the brokers run and are reachable") from exc
 
 
+def _advice(servers: str) -> str:
+    return (f"check that the brokers {servers} run and are reachable from the driver and from every executor "
+            "(the channel's bootstrap address must resolve there); the stage stops, and running the pipeline "
+            "again restores its last global checkpoint")
+
+
+@dataclass(frozen=True)
+class ChannelTask:
+    """Step 1 and 2 of the module docstring in one Spark task: the ``mapInArrow`` function
+    (pickled to the executors). Yields one row, the task's count of records written, after
+    every record was acknowledged.
+
+    Raises:
+        SinkError: the task is a retry (it would duplicate records within the attempt), or a
+            record failed or stayed unacknowledged for ``settings.delivery_timeout`` seconds.
+    """
+
+    topic: str
+    stage: str
+    attempt: int
+    batch_id: int
+    partitions: tuple[int, ...]
+    settings: ProducerSettings
+    key_column: str | None = None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        from barrierflow.sinks.json_rows import encode_keys, encode_values
+
+        context = TaskContext.get()
+        task = context.partitionId() if context is not None else 0
+        if context is not None and context.attemptNumber() > 0:
+            raise SinkError(
+                f"stage {self.stage!r}: writing to channel topic {self.topic!r}: task {task} of micro-batch "
+                f"{self.batch_id} is attempt {context.attemptNumber()}; a retried task would write its rows to the "
+                f"channel a second time in pipeline attempt {self.attempt}, so the stage fails instead. Running the "
+                "pipeline again restores its last global checkpoint as a new attempt (downstream stages skip what "
+                "this attempt wrote after it)")
+        headers = data_headers(self.attempt)
+        numbers, count = self.partitions, len(self.partitions)
+        producer = shared_producer(self.settings)
+        written = 0
+        try:
+            for batch in batches:
+                values = encode_values(batch)
+                first = task + written
+                if self.key_column is not None and self.key_column in batch.schema.names:
+                    keys: list[bytes | None] | None = encode_keys(batch.column(self.key_column))
+                    assert keys is not None
+                    targets = [numbers[(first + i) % count] if k is None else numbers[zlib.crc32(k) % count]
+                               for i, k in enumerate(keys)]
+                else:
+                    keys = None
+                    targets = [numbers[(first + i) % count] for i in range(len(values))]
+                producer.send_all(self.topic, values, targets, keys, headers)
+                written += len(values)
+            producer.settle()
+        except KafkaIOError as exc:
+            raise SinkError(f"stage {self.stage!r}: writing to channel topic {self.topic!r} on "
+                            f"{self.settings.servers} failed in task {task} of micro-batch {self.batch_id}: {exc}; "
+                            f"{_advice(self.settings.servers)}") from exc
+        yield pa.RecordBatch.from_pydict({"written": pa.array([written], type=pa.int64())})
+
+
+#: What the driver finds of a task's :class:`SinkError` in the exception Spark raises for the job.
+_TASK_ERROR = re.compile(r"SinkError: (stage .*?: writing to channel topic .*)")
+
+
 class ChannelWriter:
     """The ``foreachBatch`` function of a stage that writes channel ``topic``; see the module
-    docstring. ``written`` counts data rows, ``barriers`` lists the checkpoints forwarded."""
+    docstring. ``written`` counts data rows, ``barriers`` lists the checkpoints forwarded.
+    ``delivery_timeout`` bounds each record's acknowledgement, retries included."""
 
     def __init__(self, *, servers: str, topic: str, stage: str, attempt: int, spark_checkpoint: str | Path,
-                 key_column: str | None = None) -> None:
+                 key_column: str | None = None, delivery_timeout: float = DELIVERY_TIMEOUT) -> None:
         self.servers = servers
         self.topic = topic
         self.stage = stage
         self.attempt = attempt
         self.spark_checkpoint = Path(spark_checkpoint)
         self.key_column = key_column
+        self.settings = ProducerSettings(servers=servers, delivery_timeout=delivery_timeout,
+                                         client_id=f"barrierflow-{stage}")
         self.written = 0
         self.barriers: list[int] = []
-        self._producer: KafkaProducer | None = None
+        self._producer: BatchProducer | None = None
         self._partitions: list[int] | None = None
 
-    def _open(self) -> KafkaProducer:
-        if self._producer is None:
-            from kafka import KafkaProducer
-            from kafka.errors import KafkaError
+    def _failed(self, what: str, exc: BaseException) -> SinkError:
+        return SinkError(f"stage {self.stage!r}: {what} channel topic {self.topic!r} on {self.servers} failed: "
+                         f"{exc}; {_advice(self.servers)}")
 
+    def _open(self) -> BatchProducer:
+        """The driver's producer (barrier records) and the topic's partitions, once."""
+        if self._producer is None:
             try:
-                self._producer = KafkaProducer(
-                    bootstrap_servers=[s.strip() for s in self.servers.split(",") if s.strip()],
-                    linger_ms=0, batch_size=0, acks="all", bootstrap_timeout_ms=int(TIMEOUT * 1000))
-                numbers = self._producer.partitions_for(self.topic)
-            except KafkaError as exc:
-                raise SinkError(f"stage {self.stage!r}: connecting to channel topic {self.topic!r} on {self.servers} "
-                                f"failed: {type(exc).__name__}: {exc}") from exc
-            self._partitions = sorted(numbers)
+                producer = BatchProducer(self.settings)
+                self._partitions = producer.partitions(self.topic)
+            except KafkaIOError as exc:
+                raise self._failed("connecting to", exc) from exc
+            self._producer = producer
         return self._producer
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        from barrierflow.sinks.kafka import encode_key, encode_value
-
-        rows = df.toArrow().to_pylist()
-        producer = self._open()
+        self._open()
         assert self._partitions is not None
-        headers = data_headers(self.attempt)
-        # Step 1.
-        futures = []
-        for index, row in enumerate(rows):
-            key = encode_key(row.get(self.key_column)) if self.key_column else None
-            partition = None
-            if key is None:
-                partition = self._partitions[index % len(self._partitions)]
-            elif self.key_column:
-                partition = self._partitions[zlib.crc32(key) % len(self._partitions)]
-            futures.append(producer.send(self.topic, value=encode_value(row), key=key, partition=partition,
-                                         headers=headers))
-        # Step 2.
-        self._settle(futures)
-        self.written += len(rows)
+        task = ChannelTask(topic=self.topic, stage=self.stage, attempt=self.attempt, batch_id=batch_id,
+                           partitions=tuple(self._partitions), settings=self.settings, key_column=self.key_column)
+        # Steps 1 and 2: the job returns once every task's records were acknowledged.
+        try:
+            counts = df.mapInArrow(task, COUNT_SCHEMA).collect()
+        except Exception as exc:
+            found = _TASK_ERROR.search(str(exc))
+            if found is None:
+                raise  # not the channel's: the stage's transformation or source failed
+            raise SinkError(found.group(1).strip()) from exc
+        self.written += sum(int(row[0]) for row in counts)
         # Step 3.
         checkpoint_id = closes_epoch(self.spark_checkpoint, batch_id)
         if checkpoint_id is not None:
             self.write_barrier(BarrierMarker(checkpoint_id, self.attempt, self.stage))
 
     def write_barrier(self, marker: BarrierMarker) -> None:
-        """Append ``marker`` to every partition of the topic and wait for the acknowledgements."""
+        """Append ``marker`` to every partition of the topic and wait for the acknowledgements.
+
+        Raises:
+            SinkError: a barrier record was not acknowledged within ``delivery_timeout``.
+        """
         producer = self._open()
         assert self._partitions is not None
-        self._settle([producer.send(self.topic, value=marker.value(), partition=p, headers=marker.headers())
-                      for p in self._partitions])
+        try:
+            for number in self._partitions:
+                producer.send(self.topic, number, marker.value(), headers=marker.headers())
+            producer.settle()
+        except KafkaIOError as exc:
+            self._producer = None  # closed by the failure; a fresh one next time
+            raise self._failed(f"writing barrier {marker.checkpoint_id} to", exc) from exc
         self.barriers.append(marker.checkpoint_id)
         log.info("stage %s: barrier %d written to %d partitions of %s", self.stage, marker.checkpoint_id,
                  len(self._partitions), self.topic)
 
-    def _settle(self, futures: list[Any]) -> None:
-        from kafka.errors import KafkaError
-
-        if not futures:
-            return
-        producer = self._open()
-        try:
-            producer.flush(timeout=TIMEOUT)
-            for future in futures:
-                future.get(timeout=TIMEOUT)
-        except KafkaError as exc:
-            raise SinkError(f"stage {self.stage!r}: writing to channel topic {self.topic!r} on {self.servers} "
-                            f"failed: {type(exc).__name__}: {exc}") from exc
-
     def close(self) -> None:
+        """Close the driver's producer (every barrier written was acknowledged already)."""
         if self._producer is not None:
-            self._producer.close(timeout=TIMEOUT)
+            self._producer.close()
             self._producer = None

@@ -120,13 +120,13 @@ class ChannelStreamReader(KafkaStreamReader):
 
     def _count_data_records(self, partition: str, start: int, end: int) -> int:
         topic, number = parse_partition_id(partition)
-        return sum(1 for r in read_range(self.spec, topic, number, start, end, self._driver_consumer())
+        return sum(1 for r in read_range(self.spec, topic, number, start, end, self._driver_reader())
                    if decode_barrier(r.headers) is None
                    and not self.stale.is_stale(partition, r.offset, record_attempt(r.headers)))
 
     def _barriers(self, partition: str, start: int, end: int) -> Iterator[tuple[int, BarrierMarker]]:
         topic, number = parse_partition_id(partition)
-        for record in read_range(self.spec, topic, number, start, end, self._driver_consumer()):
+        for record in read_range(self.spec, topic, number, start, end, self._driver_reader()):
             marker = decode_barrier(record.headers, where=f"{partition} offset {record.offset}")
             if marker is not None:
                 yield record.offset, marker
@@ -143,7 +143,7 @@ class ChannelStreamReader(KafkaStreamReader):
             return first
         topic, number = parse_partition_id(partition)
         limit = min(available, first + STALE_SCAN_LIMIT)
-        for record in read_range(self.spec, topic, number, first, limit, self._driver_consumer()):
+        for record in read_range(self.spec, topic, number, first, limit, self._driver_reader()):
             attempt = record_attempt(record.headers)
             if attempt is not None and attempt >= self.attempt:
                 self._current_from[partition] = record.offset

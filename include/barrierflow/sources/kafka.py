@@ -1,4 +1,10 @@
-"""The barrier-aware Kafka source (``format("barrierflow_kafka")``), read with kafka-python.
+"""The barrier-aware Kafka source (``format("barrierflow_kafka")``).
+
+Clients (:mod:`barrierflow.kafka_io` says why): offset ranges are read with confluent-kafka
+(:class:`~barrierflow.kafka_io.consumer.RangeReader`: one per executor Python worker, reused
+across ranges and micro-batches; the driver has its own for barrier scans and event-time
+peeks); topic metadata and the begin and end offsets are asked with kafka-python (a few
+requests per micro-batch, on the driver).
 
 Offsets. A source partition is the string ``"<topic>:<partition>"`` (Kafka topic names cannot
 contain ``:``); the offset JSON is the common barrierflow format of
@@ -85,6 +91,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from kafka import KafkaConsumer, TopicPartition
     from kafka.consumer.fetcher import ConsumerRecord
+
+    from barrierflow.kafka_io.consumer import ConsumerSettings, RangeReader
 
 log = logging.getLogger(__name__)
 
@@ -223,21 +231,6 @@ def open_consumer(spec: KafkaSourceSpec) -> KafkaConsumer:
         raise _unreachable(spec, "connecting", exc) from exc
 
 
-def _open_consumer_riding_out(spec: KafkaSourceSpec) -> KafkaConsumer:
-    """:func:`open_consumer`, retried while the brokers do not answer, for up to
-    ``unavailable_timeout`` seconds (a read that starts during an outage waits it out)."""
-    deadline = time.monotonic() + spec.unavailable_timeout
-    while True:
-        try:
-            return open_consumer(spec)
-        except SourceUnavailableError:
-            if time.monotonic() >= deadline:
-                raise
-            log.warning("source %s: the brokers do not answer; retrying for up to unavailable_timeout=%gs",
-                        spec.name, spec.unavailable_timeout)
-            time.sleep(1.0)  # back off between attempts; each attempt itself waits poll_timeout
-
-
 def _call(spec: KafkaSourceSpec, what: str, fn: Callable[[], _T]) -> _T:
     """Run a broker call, turning kafka-python's errors into a :class:`SourceError`."""
     from kafka.errors import (
@@ -299,71 +292,55 @@ def end_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
 # --------------------------------------------------------------------------- reading a range
 
 
-def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int,
-               consumer: KafkaConsumer | None = None) -> Iterator[Any]:
-    """The ``read_committed`` records of ``topic``/``partition`` with ``start <= offset < end``.
+def reader_settings(spec: KafkaSourceSpec) -> ConsumerSettings:
+    """How ranges of ``spec``'s topics are read (confluent-kafka; see :mod:`barrierflow.kafka_io`)."""
+    from barrierflow.kafka_io.consumer import ConsumerSettings
 
-    Opens its own consumer (assign + seek, no group) and closes it, unless ``consumer`` is given
-    (then it is re-assigned to the partition and left open). Reading stops when the
-    consumer's position reaches ``end`` (not after ``end - start`` records: transaction
-    markers leave gaps). Raises :class:`SourceError` when the position makes no progress for
-    ``poll_timeout + unavailable_timeout`` seconds (an outage is waited out) or when the range
-    was deleted by retention.
+    return ConsumerSettings(servers=",".join(bootstrap_servers(spec)), timeout=max(spec.poll_timeout, 1.0),
+                            client_id=f"barrierflow-{spec.name}")
+
+
+def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int,
+               reader: RangeReader | None = None) -> Iterator[Any]:
+    """The ``read_committed`` records of ``topic``/``partition`` with ``start <= offset < end``
+    (:class:`~barrierflow.kafka_io.consumer.Record` values, with the attribute names of
+    kafka-python's ``ConsumerRecord``).
+
+    Read with ``reader`` (the driver's), else with this process's shared reader
+    (:func:`~barrierflow.kafka_io.consumer.shared_reader`: an executor's Python worker reuses
+    one consumer across ranges and micro-batches). Reading stops when the position passes
+    ``end`` (not after ``end - start`` records: transaction markers leave gaps). Raises
+    :class:`SourceError` when the position makes no progress for ``poll_timeout +
+    unavailable_timeout`` seconds (an outage is waited out) or when the range was deleted by
+    retention.
     """
-    from kafka import TopicPartition
-    from kafka.errors import KafkaError, OffsetOutOfRangeError
+    from barrierflow.kafka_io import KafkaIOError
+    from barrierflow.kafka_io.consumer import RangeGone, ReadStalled, shared_reader
 
     where = f"{topic}:{partition} offsets [{start}, {end})"
     if end <= start:
         return
-    own = consumer is None
-    if consumer is None:
-        consumer = _open_consumer_riding_out(spec)
+    stall = spec.poll_timeout + spec.unavailable_timeout
     try:
-        tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        consumer.seek(tp, start)
-        position = start
-        progressed_at = time.monotonic()
-        timeout_ms = int(spec.poll_timeout * 1000)
-        while position < end:
-            try:
-                fetched = consumer.poll(timeout_ms=min(500, timeout_ms), max_records=CHUNK_ROWS)
-                records = fetched.get(tp, [])
-                now_at = consumer.position(tp, timeout_ms=timeout_ms)
-            except OffsetOutOfRangeError as exc:
-                raise SourceError(
-                    f"Kafka source {spec.name!r}: {where} no longer exist on the broker (deleted by "
-                    "retention, or the topic was recreated). The checkpoint points at data that is "
-                    "gone: restore from a newer checkpoint, or raise the topic's retention."
-                ) from exc
-            except KafkaError as exc:
-                raise SourceError(
-                    f"Kafka source {spec.name!r}: reading {where} from "
-                    f"{','.join(bootstrap_servers(spec))} failed: {type(exc).__name__}: {exc}"
-                ) from exc
-            for record in records:
-                if record.offset >= end:
-                    break
-                if record.offset >= start:
-                    yield record
-            reached = max(position, now_at or position, records[-1].offset + 1 if records else position)
-            if reached > position:
-                position = reached
-                progressed_at = time.monotonic()
-            elif time.monotonic() - progressed_at > spec.poll_timeout + spec.unavailable_timeout:
-                raise SourceError(
-                    f"Kafka source {spec.name!r}: reading {where} from "
-                    f"{','.join(bootstrap_servers(spec))} made no progress for "
-                    f"poll_timeout + unavailable_timeout = {spec.poll_timeout + spec.unavailable_timeout:g}s "
-                    f"(stuck at offset {position}). Likely causes: the broker is unreachable, the "
-                    "partition's records up to the planned end were deleted or the topic recreated, "
-                    "or a transaction is still open (read_committed waits for it). Check the broker "
-                    "and the topic, or raise unavailable_timeout."
-                )
-    finally:
-        if own:
-            consumer.close()
+        yield from (reader or shared_reader(reader_settings(spec))).read(topic, partition, start, end, stall=stall)
+    except RangeGone as exc:
+        raise SourceError(
+            f"Kafka source {spec.name!r}: {where} no longer exist on the broker (deleted by "
+            "retention, or the topic was recreated). The checkpoint points at data that is "
+            f"gone: restore from a newer checkpoint, or raise the topic's retention. ({exc})"
+        ) from exc
+    except ReadStalled as exc:
+        raise SourceError(
+            f"Kafka source {spec.name!r}: reading {where} from "
+            f"{','.join(bootstrap_servers(spec))} made no progress for "
+            f"poll_timeout + unavailable_timeout = {stall:g}s. Likely causes: the broker is unreachable, the "
+            "partition's records up to the planned end were deleted or the topic recreated, "
+            "or a transaction is still open (read_committed waits for it). Check the broker "
+            f"and the topic, or raise unavailable_timeout. ({exc})"
+        ) from exc
+    except KafkaIOError as exc:
+        raise SourceError(f"Kafka source {spec.name!r}: reading {where} from "
+                          f"{','.join(bootstrap_servers(spec))} failed: {exc}") from exc
 
 
 # --------------------------------------------------------------------------- decoding
@@ -574,8 +551,9 @@ class KafkaDataSource(DataSource):
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The micro-batch reader; see the module docstring for the offset and barrier contract.
 
-    ``initialOffset``/``latestOffset`` run on the driver and share one long-lived consumer
-    (closed by ``stop``); ``read`` runs on executors with a consumer of its own per call.
+    ``initialOffset``/``latestOffset`` run on the driver and share one long-lived consumer and
+    range reader (closed by ``stop``); ``read`` runs on executors with their Python worker's
+    shared range reader.
     Spark's read ``limit`` is ignored: the per-partition cap ``max_records_per_batch`` applied
     by the batch planner is the source's admission control. With ``Trigger.AvailableNow`` the
     end offsets seen by :meth:`prepareForTriggerAvailableNow` bound every later batch, so the
@@ -589,6 +567,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.event_time_uri = options.get("event_time_uri", "")
         self.event_time_column = options.get("event_time_column", "timestamp")
         self._consumer: KafkaConsumer | None = None
+        self._reader: RangeReader | None = None
         self._available_now_target: dict[str, int] | None = None
         self._last_available: dict[str, int] | None = None
         self._unavailable_since: float | None = None
@@ -601,6 +580,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # must not travel with it.
         state = dict(self.__dict__)
         state["_consumer"] = None
+        state["_reader"] = None
         state["planner"] = None
         state["_event_time_cache"] = {}
         return state
@@ -608,9 +588,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver side ---------------------------------------------------------------------
 
     def _driver_consumer(self) -> KafkaConsumer:
+        """The driver's kafka-python consumer: topic metadata and offsets (a few calls per batch)."""
         if self._consumer is None:
             self._consumer = open_consumer(self.spec)
         return self._consumer
+
+    def _driver_reader(self) -> RangeReader:
+        """The driver's range reader (confluent-kafka): barrier scans and event-time peeks."""
+        if self._reader is None:
+            from barrierflow.kafka_io.consumer import RangeReader
+
+            self._reader = RangeReader(reader_settings(self.spec))
+        return self._reader
 
     def _offsets(self, which: str, partitions: list[TopicPartition]) -> dict[str, int]:
         consumer = self._driver_consumer()
@@ -769,7 +758,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _peekable(self, topic: str, number: int, start: int, end: int) -> Iterator[Any]:
         """The records of ``[start, end)`` whose event time the driver may peek at (all of them;
         the channel source leaves out its barrier records)."""
-        return read_range(self.spec, topic, number, start, end, self._driver_consumer())
+        return read_range(self.spec, topic, number, start, end, self._driver_reader())
 
     def _event_times_at(self, offsets: Mapping[str, int]) -> dict[str, datetime | None]:
         """Each partition's place in event time at ``offsets``: the event time of its next
@@ -816,10 +805,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to release: offsets live in Spark's log, not in a consumer group."""
 
     def stop(self) -> None:
-        """Close the driver-side consumer."""
+        """Close the driver-side consumer and range reader."""
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     # -- executor side -------------------------------------------------------------------
 

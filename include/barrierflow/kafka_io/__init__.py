@@ -1,0 +1,47 @@
+"""The Kafka clients barrierflow uses, behind one small interface.
+
+Two Python Kafka clients are in the environment, and each is used where it is the better tool
+(figures measured on this 2-core machine against the embedded broker, noida-db 0.2.3: the
+issue 29 run, and ``bench/channel_transport.py`` on 2026-11-25 in docs/benchmarks.md, "Channel
+transport"; JSON records of a channel's shape, 4 partitions, ``acks=all``):
+
+==========================  ================  ===============================================
+what                        client            why
+==========================  ================  ===============================================
+channel data records        confluent-kafka   librdkafka batches in C: 961,000 records/s
+(executors, :mod:`.producer`)                 produced against 39,000/s with kafka-python
+                                              (issue 29: 370,000 against 23,000); idempotent,
+                                              ``acks=all``; the old one-record-per-request
+                                              writer failed at 100,000-record micro-batches
+channel barrier records     confluent-kafka   the same producer settings as the data path
+(driver)
+channel and Kafka source    confluent-kafka   consumed and JSON-decoded 273,000/s against
+range reads (:mod:`.consumer`)                58,000/s (issue 29: 361,000 against 44,000);
+                                              one reader per Python worker, reused across
+                                              ranges. In the two-stage pipeline the reading
+                                              stage's driver planning took half the time at
+                                              100,000-record micro-batches (1.17x end to
+                                              end); at 20,000 it measured 0.82x in one run
+                                              (a new assignment per small range): the stage
+                                              is bound by re-reading records on the driver
+                                              and by decoding, not by the client
+topic admin (create,        kafka-python      a few calls per run; kafka-python's admin and
+partition lists, begin and                    transactional producer are what the sink's
+end offsets) and the                          exactly-once protocol and its crash tests were
+transactional Kafka sink                      built and proved on (epochs, fencing);
+                                              switching it is a change of its own
+==========================  ================  ===============================================
+
+Only this package imports ``confluent_kafka``; it raises :class:`KafkaIOError` (a
+:class:`~barrierflow.errors.BarrierflowError`) with what failed, and the callers (the channel
+sink, the sources) turn it into their own error naming the stage, topic and servers.
+"""
+
+from __future__ import annotations
+
+from barrierflow.kafka_io.consumer import ConsumerSettings, RangeReader, Record, shared_reader
+from barrierflow.kafka_io.errors import KafkaIOError
+from barrierflow.kafka_io.producer import BatchProducer, ProducerSettings, shared_producer
+
+__all__ = ["BatchProducer", "ConsumerSettings", "KafkaIOError", "ProducerSettings", "RangeReader", "Record",
+           "shared_producer", "shared_reader"]

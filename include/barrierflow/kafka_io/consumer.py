@@ -1,0 +1,187 @@
+"""Reading an offset range of one partition (confluent-kafka / librdkafka), ``read_committed``.
+
+:class:`RangeReader` reads ``[start, end)`` of a partition: it assigns the partition at
+``start`` (no group membership, nothing committed; librdkafka needs a ``group.id`` but assign
+never joins it) and yields :class:`Record` values in offset order until its position passes
+``end``. It fetches 1 MB per partition and request and prefetches at most about one chunk
+(:data:`CHUNK` records) ahead, since what it fetched past a range's end is dropped when the
+next range is assigned. It is reused across ranges: :func:`shared_reader` keeps one per
+settings per process (a Spark Python worker is reused across tasks and micro-batches, so
+connecting and the first metadata request are paid once).
+
+Ending a range: ``read_committed`` readers do not see transaction markers and aborted records,
+so a range may hold fewer than ``end - start`` records. The read is over when a record at or
+past ``end - 1`` arrived, or the broker reports the end of the partition (a partition-EOF event
+carrying the last stable offset) at or past ``end``. When neither happens for ``stall`` seconds
+the read fails with :class:`ReadStalled` (the brokers do not answer, or a transaction below
+``end`` is still open); a range that starts before the log start (deleted by retention, a
+recreated topic) fails with :class:`RangeGone`. Contract: one thread uses a reader at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from barrierflow.kafka_io.errors import KafkaIOError
+
+log = logging.getLogger(__name__)
+
+#: Records taken from the client per ``consume`` call.
+CHUNK = 10_000
+#: Seconds one ``consume`` call waits for its records at most.
+WAIT = 0.1
+
+
+class ReadStalled(KafkaIOError):
+    """A range read made no progress for its ``stall`` bound."""
+
+
+class RangeGone(KafkaIOError):
+    """The range's first offsets are no longer on the broker (retention, a recreated topic)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
+
+
+class Record(NamedTuple):
+    """One record, with the attribute names of kafka-python's ``ConsumerRecord`` that
+    barrierflow reads (``timestamp`` in epoch ms, None when the record has none)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]]
+
+
+@dataclass(frozen=True)
+class ConsumerSettings:
+    """How a :class:`RangeReader` connects: ``servers`` (comma separated), ``timeout`` (seconds,
+    each broker request), ``client_id``."""
+
+    servers: str
+    timeout: float = 10.0
+    client_id: str = "barrierflow"
+
+    def config(self) -> dict[str, Any]:
+        timeout_ms = max(1000, int(self.timeout * 1000))
+        return {
+            "bootstrap.servers": self.servers,
+            "client.id": self.client_id,
+            "group.id": f"{self.client_id}-range-reader",  # required by librdkafka; assign() never joins it
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+            "allow.auto.create.topics": False,
+            "fetch.wait.max.ms": 50,
+            # librdkafka prefetches past the range's end (by default up to 100,000 records or
+            # 64 MB per partition), discarded when the next range is assigned: bound the waste.
+            "max.partition.fetch.bytes": 1024 * 1024,
+            "queued.min.messages": CHUNK,
+            "queued.max.messages.kbytes": 16 * 1024,
+            "socket.timeout.ms": timeout_ms,
+            "reconnect.backoff.max.ms": 1000,
+        }
+
+
+class RangeReader:
+    """See the module docstring."""
+
+    def __init__(self, settings: ConsumerSettings) -> None:
+        from confluent_kafka import Consumer
+
+        self.settings = settings
+        self._broker_error = ""
+        config = settings.config()
+        config["error_cb"] = self._on_error
+        config["logger"] = log
+        try:
+            self._consumer = Consumer(config)
+        except Exception as exc:  # KafkaException: a setting the client refuses
+            raise KafkaIOError(f"creating a consumer for {settings.servers} failed: {exc}", retriable=False) from exc
+        self._closed = False
+
+    def _on_error(self, err: Any) -> None:
+        self._broker_error = err.str()
+
+    def read(self, topic: str, partition: int, start: int, end: int, *, stall: float) -> Iterator[Record]:
+        """The ``read_committed`` records of ``topic``/``partition`` with ``start <= offset < end``.
+
+        Raises:
+            ReadStalled: no progress for ``stall`` seconds.
+            RangeGone: the range starts before the partition's log start.
+            KafkaIOError: the broker refused the fetch.
+        """
+        from confluent_kafka import KafkaError, TopicPartition
+
+        if end <= start:
+            return
+        consumer = self._consumer
+        consumer.assign([TopicPartition(topic, partition, start)])
+        position, progressed_at = start, time.monotonic()
+        while position < end:
+            before = position
+            # librdkafka's batch consume returns once it has that many messages or after the
+            # timeout: never ask for more than the range still holds, and wait briefly (a range
+            # with transaction markers holds fewer records than offsets).
+            for message in consumer.consume(min(CHUNK, end - position), WAIT):
+                if message.topic() != topic or message.partition() != partition:
+                    continue  # fetched for an earlier assignment
+                error = message.error()
+                if error is not None:
+                    code = error.code()
+                    if code == KafkaError._PARTITION_EOF:
+                        position = max(position, message.offset())
+                    elif code in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
+                        raise RangeGone(f"{topic}:{partition} offsets [{start}, {end}): {error.str()}")
+                    elif error.fatal() or not (error.retriable() or code < 0):
+                        raise KafkaIOError(f"reading {topic}:{partition} from {self.settings.servers}: "
+                                           f"{error.str()}", retriable=False)
+                    continue  # a transient error (transport, all brokers down): the stall bound applies
+                offset = message.offset()
+                if offset >= end:
+                    position = end
+                    break
+                position = offset + 1
+                if offset >= start:
+                    kind, stamp = message.timestamp()
+                    yield Record(topic, partition, offset, stamp if kind else None, message.key(),
+                                 message.value(), message.headers() or ())
+            if position > before:
+                progressed_at = time.monotonic()
+            elif time.monotonic() - progressed_at > stall:
+                last = f"; last broker error: {self._broker_error}" if self._broker_error else ""
+                raise ReadStalled(f"reading {topic}:{partition} offsets [{start}, {end}) from {self.settings.servers} "
+                                  f"made no progress for {stall:g}s (stuck at offset {position}){last}")
+
+    def close(self) -> None:
+        """Close the consumer and forget it in the shared cache."""
+        if self._closed:
+            return
+        self._closed = True
+        _SHARED.pop((os.getpid(), self.settings), None)
+        try:
+            self._consumer.close()
+        except Exception:  # closing a consumer of dead brokers; nothing to keep
+            log.debug("closing a range reader", exc_info=True)
+
+
+_SHARED: dict[tuple[int, ConsumerSettings], RangeReader] = {}
+
+
+def shared_reader(settings: ConsumerSettings) -> RangeReader:
+    """This process's reader for ``settings`` (built on first use, reused across ranges)."""
+    key = (os.getpid(), settings)
+    reader = _SHARED.get(key)
+    if reader is None or reader._closed:
+        reader = _SHARED[key] = RangeReader(settings)
+    return reader
