@@ -17,8 +17,9 @@ from barrierflow.barriers.records import decode_barrier, record_attempt
 from barrierflow.sinks.channel import ChannelWriter
 from barrierflow.sources.channel import ChannelStreamReader
 from barrierflow.spec.models import KafkaSourceSpec
-from barrierflow.testing.kafka_broker import KafkaEndpoint, create_topic
 from pyspark.sql.datasource import InputPartition
+
+from tests.support.kafka_broker import KafkaEndpoint, create_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
