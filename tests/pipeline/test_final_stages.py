@@ -121,3 +121,17 @@ def test_recompute_refuses_a_final_stage_downstream_of_a_cycle_naming_it(
     assert main(["recompute", str(path)]) == 2
     err = capsys.readouterr().err
     assert "depends on the cycle" in err and "cannot be recomputed in batch" in err
+
+
+def test_the_batch_job_hands_the_stage_to_the_command_line() -> None:
+    import importlib.util
+
+    loaded = importlib.util.spec_from_file_location("batch_job", ROOT / "jobs" / "batch_job.py")
+    assert loaded is not None and loaded.loader is not None
+    job = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(job)
+
+    args = job.build_parser().parse_args(["recompute", "--spec", "p.yaml", "--stage", "b", "--tag", "run1"])
+    assert job.cli_args(args) == ["recompute", "p.yaml", "--json", "--tag", "run1", "--stage", "b", "--report-only"]
+    args = job.build_parser().parse_args(["rollup", "--spec", "p.yaml"])
+    assert job.cli_args(args) == ["rollup", "p.yaml", "--json"]  # single stage: no --stage
