@@ -1,7 +1,7 @@
 """The batch side of a pipeline of two stages, on its final stage's committed output.
 
 One real run, shared by the module: stage ``a`` reads a bounded generator (2 partitions, 1000
-records each, 1 ms of event time apart, starting half a second before midnight) and writes
+records each, 1 ms of event time apart, starting 300 ms before midnight) and writes
 channel ``ab`` on the test broker; stage ``b`` reads it, counts per key and 100 ms event-time
 window (append) and commits Parquet through the two-phase-commit sink. Then, through the
 operations (on the shared SparkSession) and through Airflow's test runner (``dag.test()``; the
@@ -75,7 +75,7 @@ def staged_spec(root: Path, bootstrap: str) -> dict[str, Any]:
             {"name": "a",
              "sources": [{"name": "events", "type": "generator", "partitions": 2, "rows_per_second": 0, "keys": 10,
                           "max_records_per_batch": 100, "records_per_partition": 1000,
-                          "event_time_start": "2026-01-01T23:59:59.500000+00:00"}],
+                          "event_time_start": "2026-01-01T23:59:59.700000+00:00"}],
              "transformation": {"function": "barrierflow.transforms.projection:project",
                                 "options": {"columns": {"key": "key", "value": "value", "event_time": "event_time"}}},
              "sinks": [{"type": "channel", "channel": "ab"}]},
@@ -203,7 +203,7 @@ def test_batch_dags_of_the_final_stage_run_on_its_output(monkeypatch: pytest.Mon
     summary = run.xcom("compare")
     assert summary["passed"] is True and summary["differences"] == [] and summary["stream_rows"] > 40
 
-    run = run_dag(monkeypatch, lake.pipelines, QUALITY)
+    run = run_dag(monkeypatch, lake.pipelines, QUALITY, epochs=100)  # every committed epoch
 
     assert run.state == "success", run.log[-6000:]
     summary = run.xcom("validate")
