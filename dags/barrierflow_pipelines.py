@@ -109,9 +109,10 @@ decides; each task calls what `barrierflow <command> SPEC` calls for such a spec
   `rollups/<stage>` beside the sink's folder). The recomputation replays, in Spark batch, every
   stage the final stage depends on, from the source stages' records, each stage's
   transformation on the previous stage's batch result instead of the channel
-  (`barrierflow.batch.stage_replay`). A final stage downstream of a cycle gets no recompute DAG
-  (what went around the feedback channel depends on the stream's timing; `barrierflow recompute`
-  refuses it, exit 2, naming the cycle); its rollup and quality DAGs are there.
+  (`barrierflow.batch.stage_replay`). A final stage downstream of a cycle, or of a stage whose
+  output mode is not append, gets no recompute DAG (what went through the channel depends on the
+  stream's timing; `barrierflow recompute` refuses it, exit 2, naming why); its rollup and
+  quality DAGs are there.
 
 A multi-stage spec that does not load gets the failing DAG above like any other.
 
@@ -156,7 +157,7 @@ from barrierflow.airflow.support import (
     discover_pipelines,
     verification_schedule,
 )
-from barrierflow.pipeline.final_stages import parquet_final_stages, upstream_cycle
+from barrierflow.pipeline.final_stages import parquet_final_stages, replay_obstacle
 from barrierflow.spec.models import ParquetSinkSpec, PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 
@@ -581,7 +582,8 @@ class Output:
 
     stage: str | None
     asset: Asset
-    #: Whether its output can be recomputed in batch (not when a cycle is upstream of the stage).
+    #: Whether its output can be recomputed in batch (not downstream of a cycle or of a stage whose
+    #: output mode is not append: `barrierflow.pipeline.final_stages.replay_obstacle`).
     recomputable: bool = True
 
     def dag_id(self, pipeline: Pipeline, kind: str) -> str:
@@ -642,7 +644,7 @@ def _pipeline(entry: DiscoveredPipeline) -> Pipeline:
             assert isinstance(sink, ParquetSinkSpec)
             asset = pipeline_asset(entry.name, "output", _storage_asset_uri(sink.path), stage=stage.name,
                                    min_interval_seconds=stage.batch.output_event_interval, **watch)
-            outputs.append(Output(stage.name, asset, recomputable=upstream_cycle(spec, stage.name) is None))
+            outputs.append(Output(stage.name, asset, recomputable=replay_obstacle(spec, stage.name) is None))
     return Pipeline(entry, spec_path, checkpoints, tuple(outputs))
 
 

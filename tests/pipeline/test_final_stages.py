@@ -135,3 +135,13 @@ def test_the_batch_job_hands_the_stage_to_the_command_line() -> None:
     assert job.cli_args(args) == ["recompute", "p.yaml", "--json", "--tag", "run1", "--stage", "b", "--report-only"]
     args = job.build_parser().parse_args(["rollup", "--spec", "p.yaml"])
     assert job.cli_args(args) == ["rollup", "p.yaml", "--json"]  # single stage: no --stage
+
+
+def test_recompute_refuses_a_final_stage_fed_by_a_stage_that_writes_updates(tmp_path: Path) -> None:
+    data = fan_out(tmp_path)
+    data["stages"][0]["transformation"] = {"function": "barrierflow.transforms.aggregations:keyed_running_totals",
+                                           "output_mode": "update"}
+    spec = parse_staged_spec(data)
+
+    with pytest.raises(StageReplayError, match="stage 'x' reads what stage 'a' wrote in output mode 'update'"):
+        replay_order(spec, "x")

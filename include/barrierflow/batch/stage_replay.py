@@ -20,6 +20,9 @@ approximated:
 
 * a cycle upstream of the final stage: what went around a feedback channel depends on when
   the stream's batches ran, which a batch replay does not know;
+* an upstream stage whose output mode is not ``append`` (``update``, ``complete``): the rows it
+  wrote to its channel depend on how the stream cut its micro-batches (see
+  :func:`barrierflow.pipeline.final_stages.replay_obstacle`);
 * a transformation that reads a channel's Kafka metadata ``partition``, ``offset`` or
   ``timestamp``: they depend on the broker (which partition a row went to, when it was
   appended), not on the rows; the replay does not make them up, so the transformation's
@@ -39,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from barrierflow.batch.source_records import source_records
 from barrierflow.errors import UserInputError
-from barrierflow.pipeline.final_stages import upstream_cycle, upstream_stages
+from barrierflow.pipeline.final_stages import replay_obstacle, upstream_stages
 from barrierflow.spec.graph import build_graph
 from barrierflow.spec.stages import ChannelSourceSpec, StagedPipelineSpec
 from barrierflow.transforms.context import TransformContext, load_transformation
@@ -58,20 +61,20 @@ BROKER_COLUMNS = ("partition", "offset", "timestamp")
 
 class StageReplayError(UserInputError):
     """The final stage's output cannot be recomputed by a batch replay of its stages (a cycle
-    upstream of it, or a transformation that reads a channel's broker metadata)."""
+    upstream of it, an upstream stage not in append mode, or a transformation that reads a
+    channel's broker metadata)."""
 
 
 def replay_order(pipeline: StagedPipelineSpec, final: str) -> list[str]:
     """The stages the output of ``final`` depends on, ``final`` last, each after every stage it
     reads. Raises StageReplayError for a cycle among them (naming it and its back-edge)."""
-    cycle = upstream_cycle(pipeline, final)
-    if cycle is not None:
+    obstacle = replay_obstacle(pipeline, final)
+    if obstacle is not None:
         raise StageReplayError(
-            f"pipeline {pipeline.name!r}: stage {final!r} depends on the cycle {cycle}: what went around the "
-            "feedback channel depends on when the stream's batches ran, which a batch replay cannot know, so its "
-            "output cannot be recomputed in batch; check it with the rollups and the data-quality report instead")
+            f"pipeline {pipeline.name!r}: {obstacle}, so its output cannot be recomputed in batch; check it with "
+            "the rollups and the data-quality report instead")
     graph, _ = build_graph(pipeline)
-    assert graph is not None  # upstream_cycle built it
+    assert graph is not None  # replay_obstacle built it
     needed = upstream_stages(pipeline, final)
     order: list[str] = []
     while len(order) < len(needed):

@@ -49,6 +49,28 @@ def upstream_cycle(spec: StagedPipelineSpec, stage: str) -> Cycle | None:
     return next((c for c in _graph(spec).cycles if needed & set(c.stages)), None)
 
 
+def replay_obstacle(spec: StagedPipelineSpec, stage: str) -> str | None:
+    """Why the output of ``stage`` cannot be recomputed by replaying its upstream stages in
+    batch (:mod:`barrierflow.batch.stage_replay`), or None when it can:
+
+    * a cycle among the stages it depends on: what went around the feedback channel depends on
+      when the stream's batches ran, which a batch replay cannot know;
+    * an upstream stage whose output mode is not ``append``: what it wrote to its channel (an
+      updated row per micro-batch, or the whole result every time) depends on how the stream
+      cut its micro-batches, while a batch run gives one final row.
+    """
+    cycle = upstream_cycle(spec, stage)
+    if cycle is not None:
+        return (f"stage {stage!r} depends on the cycle {cycle}: what went around the feedback channel depends on "
+                "when the stream's batches ran, which a batch replay cannot know")
+    for name in upstream_stages(spec, stage):
+        mode = spec.stage(name).transformation.output_mode
+        if name != stage and mode != "append":
+            return (f"stage {stage!r} reads what stage {name!r} wrote in output mode {mode!r}: those rows depend "
+                    "on how the stream cut its micro-batches, while a batch run gives one final result")
+    return None
+
+
 def parquet_final_stages(spec: StagedPipelineSpec) -> list[StageSpec]:
     """The final stages of ``spec`` whose sink is Parquet, in spec order."""
     final = set(_graph(spec).final_stages)
