@@ -35,7 +35,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from barrierflow.batch.stage_replay import StageReplayError, replay_final_stage
 from barrierflow.ops.batch import recompute, rollup
+from barrierflow.pipeline.stage_options import derive_stage_spec
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.spec import parse_staged_spec
 
@@ -142,6 +144,20 @@ def rollup_rows(folder: Path) -> dict[str, dict[int, tuple[int, int, int]]]:
         rows = [r for f in sorted(day.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
         out[day.name.removeprefix("day=")] = {int(r["key"]): (r["count"], r["value_sum"], r["windows"]) for r in rows}
     return out
+
+
+def test_recompute_refuses_a_stage_that_reads_the_channels_broker_columns(spark: Any, tmp_path: Path) -> None:
+    """A Kafka record's timestamp (when the broker appended it) is not in the rows a replay
+    recomputes: a transformation that reads it is refused, naming the stage and the column."""
+    data = staged_spec(tmp_path, "127.0.0.1:9")
+    data["stages"][1]["transformation"] = {"function": "barrierflow.transforms.projection:project",
+                                           "options": {"columns": {"key": "key", "appended": "`timestamp`"}}}
+    spec = parse_staged_spec(data)
+    specs = {s.name: derive_stage_spec(spec, s, work_dir=str(tmp_path), servers={"ab": "127.0.0.1:9"})
+             for s in spec.stages}
+
+    with pytest.raises(StageReplayError, match=r"stage 'b' reads the channel's broker column\(s\) \['timestamp'\]"):
+        replay_final_stage(spark, spec, specs, "b", None, datetime(2026, 1, 3, tzinfo=UTC))
 
 
 def test_rollups_of_the_final_stage_sum_its_committed_output_per_day(spark: Any, lake: StagedLake) -> None:
