@@ -32,7 +32,7 @@ from barrierflow.spec import parse_staged_spec
 
 from tests.runtime.test_staged_pipeline import PARTITIONS, RECORDS, two_stage_spec
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600), pytest.mark.slow(40)]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600)]
 
 
 class StoreOutage:
@@ -83,6 +83,7 @@ def committed_records(tmp_path: Path) -> list[tuple[int, int]]:
 EVERY_RECORD_ONCE = [(p, o) for p in range(PARTITIONS) for o in range(RECORDS)]
 
 
+@pytest.mark.slow(25)
 def test_a_final_stage_rides_out_a_store_outage_shorter_than_its_commit_retries(
         spark: Any, kafka_endpoint: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         commit_log: pytest.LogCaptureFixture) -> None:
@@ -102,6 +103,7 @@ def test_a_final_stage_rides_out_a_store_outage_shorter_than_its_commit_retries(
     assert committed_records(tmp_path) == EVERY_RECORD_ONCE
 
 
+@pytest.mark.slow(60)
 def test_a_final_stage_stops_past_its_commit_retries_and_a_restart_commits_exactly_once(
         spark: Any, kafka_endpoint: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     outage = StoreOutage(failures=None)
