@@ -223,26 +223,34 @@ def reconcile_output(spark: SparkSession, spec: PipelineSpec, store: CheckpointS
                            else F.col(c) for c in ids], *measures)
 
     # Each side is computed once (the batch side re-reads the source through a Python data source):
-    # the counts, the comparison and the listing below reuse it.
+    # the counts, the comparison and the listing below reuse it. The caches are dropped at the end:
+    # Spark reuses a cached plan for any later identical plan, so a second comparison in the same
+    # session (the output altered meanwhile) would otherwise compare the first one's rows.
     stream, batch = stream.cache(), batch.cache()
-    stream_rows, batch_rows = stream.count(), batch.count()
-    s = (shown(stream).groupBy(*ids)
-         .agg(F.count(F.lit(1)).alias("_n"), F.collect_list(F.struct(*measures)).alias("_stream")))
-    b = shown(batch).select(*ids, F.struct(*measures).alias("_batch"))
-    joined = s.join(b, ids, "full_outer")
-    differing = joined.filter(F.col("_n").isNull() | F.col("_batch").isNull() | (F.col("_n") > 1)
-                              | (F.to_json(F.col("_stream")[0]) != F.to_json(F.col("_batch"))))
-    differing = differing.cache()
-    total = differing.count()
-    listed = []
-    for row in differing.orderBy(*ids).limit(MAX_LISTED).collect():
-        record = row.asDict(recursive=True)
-        stream_values = [_plain(v) for v in (record["_stream"] or [])]
-        batch_value = _plain(record["_batch"]) if record["_batch"] is not None else None
-        kind = ("missing" if not stream_values else "extra" if batch_value is None
-                else "duplicated" if len(stream_values) > 1 else "changed")
-        listed.append(Difference(kind, {c: record[c] for c in settings.window_columns},
-                                 {c: record[c] for c in settings.keys}, stream_values, batch_value))
+    differing = None
+    try:
+        stream_rows, batch_rows = stream.count(), batch.count()
+        s = (shown(stream).groupBy(*ids)
+             .agg(F.count(F.lit(1)).alias("_n"), F.collect_list(F.struct(*measures)).alias("_stream")))
+        b = shown(batch).select(*ids, F.struct(*measures).alias("_batch"))
+        joined = s.join(b, ids, "full_outer")
+        differing = joined.filter(F.col("_n").isNull() | F.col("_batch").isNull() | (F.col("_n") > 1)
+                                  | (F.to_json(F.col("_stream")[0]) != F.to_json(F.col("_batch"))))
+        differing = differing.cache()
+        total = differing.count()
+        listed = []
+        for row in differing.orderBy(*ids).limit(MAX_LISTED).collect():
+            record = row.asDict(recursive=True)
+            stream_values = [_plain(v) for v in (record["_stream"] or [])]
+            batch_value = _plain(record["_batch"]) if record["_batch"] is not None else None
+            kind = ("missing" if not stream_values else "extra" if batch_value is None
+                    else "duplicated" if len(stream_values) > 1 else "changed")
+            listed.append(Difference(kind, {c: record[c] for c in settings.window_columns},
+                                     {c: record[c] for c in settings.keys}, stream_values, batch_value))
+    finally:
+        for cached in (stream, batch, differing):
+            if cached is not None:
+                cached.unpersist()
     report = ReconciliationReport(
         pipeline=spec.name, checkpoint_id=manifest.checkpoint_id, watermark=watermark.isoformat(),
         start=start.isoformat() if start else None, end=end.isoformat(), stream_rows=stream_rows,
