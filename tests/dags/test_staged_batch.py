@@ -45,7 +45,7 @@ from tests.dags.conftest import run_dag
 from tests.recovery.harness import FAST_JVM
 
 # One mark for the module (about 85 s in all alone under load) keeps its tests in file order: the
-# rollup DAG's test relies on the in-process rollup having run first.
+# in-process rollup test expects no earlier rollup report (the rollup DAG test comes after it).
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.usefixtures("airflow_db"),
               pytest.mark.timeout(900), pytest.mark.xdist_group("staged-lake"), pytest.mark.slow(20)]
 
