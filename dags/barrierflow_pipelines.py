@@ -1,6 +1,8 @@
 """barrierflow pipelines: seven DAGs per pipeline spec in `include/pipelines/*.yaml`, three more
-(the batch side) for a pipeline with a Parquet sink. One builder makes them from a declarative
-table, `DAG_KINDS` (id part, description, schedule, params, tags, tasks, whether it applies).
+(the batch side) per committed Parquet lake: a single-stage pipeline's Parquet sink, or each
+final stage with a Parquet sink of a pipeline of several. One builder makes them from two
+declarative tables, `DAG_KINDS` and `BATCH_DAG_KINDS` (id part, description, schedule, params,
+tags, tasks, whether it applies).
 
 * `barrierflow_pipeline__<name>` (triggered, no schedule): `launch` runs the long-running
   streaming job with `spark-submit jobs/run_pipeline.py --spec <spec>` on the `spark_default`
@@ -100,9 +102,24 @@ decides; each task calls what `barrierflow <command> SPEC` calls for such a spec
   attempt; `accept_duplicates` is refused: only complete global checkpoints are restored), and
   the sensor waits for the first completed global checkpoint of the new attempt.
 * The checkpoints asset is updated on every completed global checkpoint.
-* No batch DAGs (rollup, recompute, quality), not half-supported: they read a single-stage
-  spec's one sink and its 2PC ledger (a multi-stage spec has one per final stage, in the stage's
-  own store), and the recomputation would have to replay every stage through the channels.
+* The batch side works per *final stage with a Parquet sink* (a stage that writes no channel):
+  each gets the three batch DAGs above, with the stage in the id,
+  `barrierflow_rollup__<name>__<stage>`, `barrierflow_recompute__<name>__<stage>`,
+  `barrierflow_quality__<name>__<stage>` (one DAG per stage rather than one looping over the
+  stages: each has its own asset, params, runs and failures), and its own output asset
+  `barrierflow/<name>/<stage>/output` (URI: the stage's sink folder; watched on the COMMITTED
+  epochs of the stage's 2PC ledger). Each task passes `--stage <stage>` (`barrierflow rollup|
+  recompute|quality SPEC --stage NAME` does the same by hand): the stage's derived single-stage
+  spec (`barrierflow.pipeline.stage_options`) names its sink, ledger and store
+  (`<checkpoint.storage>/stages/<stage>`), where its reports, rollup report and Data Docs are
+  stored; its `batch` section is the stage's own (`stages[].batch`, default rollups
+  `rollups/<stage>` beside the sink's folder). The recomputation replays, in Spark batch, every
+  stage the final stage depends on, from the source stages' records, each stage's
+  transformation on the previous stage's batch result instead of the channel
+  (`barrierflow.batch.stage_replay`). A final stage downstream of a cycle, or of a stage whose
+  output mode is not append, gets no recompute DAG (what went through the channel depends on the
+  stream's timing; `barrierflow recompute` refuses it, exit 2, naming why); its rollup and
+  quality DAGs are there.
 
 A multi-stage spec that does not load gets the failing DAG above like any other.
 
@@ -147,6 +164,7 @@ from barrierflow.airflow.support import (
     discover_pipelines,
     verification_schedule,
 )
+from barrierflow.pipeline.final_stages import parquet_final_stages, replay_obstacle
 from barrierflow.spec.models import ParquetSinkSpec, PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 
@@ -290,32 +308,33 @@ def chaos_task(spec_path: str, barrierflow_home: str, **context: Any) -> dict[st
 
 
 @task(task_id="rollup_report", retries=0)
-def rollup_report(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
-    """The report the rollup job of this run stored (``reports/rollups-latest.json``; XCom)."""
-    return _own_report(spec_path, barrierflow_home, "rollups")
+def rollup_report(spec_path: str, barrierflow_home: str, stage: str | None = None) -> dict[str, Any]:
+    """The report the rollup job of this run stored (``reports/rollups-latest.json``, in the final
+    stage's store for ``stage``; XCom)."""
+    return _own_report(spec_path, barrierflow_home, "rollups", stage)
 
 
 @task(task_id="compare", retries=0)
-def compare(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
+def compare(spec_path: str, barrierflow_home: str, stage: str | None = None) -> dict[str, Any]:
     """Fail, naming every differing key and window, unless the stream's committed output equals the
     batch recomputation of this run (``reports/reconciliation-latest.json``); returns its summary."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    summary = _own_report(spec_path, barrierflow_home, "reconciliation")
+    summary = _own_report(spec_path, barrierflow_home, "reconciliation", stage)
     if not summary["passed"]:
         # Not retried: the same output gives the same differences.
         raise AirflowFailException(summary["message"])
     return summary
 
 
-def _own_report(spec_path: str, barrierflow_home: str, name: str) -> dict[str, Any]:
+def _own_report(spec_path: str, barrierflow_home: str, name: str, stage: str | None) -> dict[str, Any]:
     from airflow.sdk import get_current_context
     from airflow.sdk.exceptions import AirflowFailException
     from barrierflow.airflow.support import BatchReportError, batch_report
 
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
     try:
-        summary = batch_report(spec_path, name, tag=str(get_current_context()["run_id"]))
+        summary = batch_report(spec_path, name, tag=str(get_current_context()["run_id"]), stage=stage)
     except BatchReportError as exc:
         raise AirflowFailException(str(exc)) from exc
     log.info("%s report: %s", name, json.dumps(summary))
@@ -323,10 +342,11 @@ def _own_report(spec_path: str, barrierflow_home: str, name: str) -> dict[str, A
 
 
 @task(task_id="validate", retries=0)
-def validate(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
-    """Great Expectations on the newest committed epochs and the latest rollups; Data Docs stored
-    with the reports. Returns (and logs) the summary; fails, naming each expectation, column and a
-    sample of bad rows, when one fails (not retried: the next run looks again)."""
+def validate(spec_path: str, barrierflow_home: str, stage: str | None = None) -> dict[str, Any]:
+    """Great Expectations on the newest committed epochs and the latest rollups (of the final
+    stage ``stage`` for a pipeline of several); Data Docs stored with the reports. Returns (and
+    logs) the summary; fails, naming each expectation, column and a sample of bad rows, when one
+    fails (not retried: the next run looks again)."""
     from airflow.sdk import get_current_context
     from airflow.sdk.exceptions import AirflowFailException
     from barrierflow.airflow.support import QualityExpectationError, check_output_quality
@@ -334,7 +354,7 @@ def validate(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
     epochs = get_current_context()["params"].get("epochs")
     try:
-        summary = check_output_quality(spec_path, epochs=int(epochs) if epochs else None)
+        summary = check_output_quality(spec_path, epochs=int(epochs) if epochs else None, stage=stage)
     except QualityExpectationError as exc:
         log.error("data-quality report: %s", json.dumps(exc.report.as_dict(), default=str))
         raise AirflowFailException(str(exc)) from exc
@@ -598,13 +618,32 @@ def _epochs_param(default: int) -> dict[str, Param]:
 
 
 @dataclass(frozen=True)
+class Output:
+    """A committed Parquet lake of a pipeline and its asset: the sink of a single-stage pipeline
+    (``stage`` None), or that of a final stage of several. Its batch DAGs work on it."""
+
+    stage: str | None
+    asset: Asset
+    #: Whether its output can be recomputed in batch (not downstream of a cycle or of a stage whose
+    #: output mode is not append: `barrierflow.pipeline.final_stages.replay_obstacle`).
+    recomputable: bool = True
+
+    def dag_id(self, pipeline: Pipeline, kind: str) -> str:
+        """``barrierflow_<kind>__<pipeline>``, with ``__<stage>`` for a final stage."""
+        return pipeline.dag_id(kind) + (f"__{self.stage}" if self.stage else "")
+
+    def submit_args(self) -> list[str]:
+        return ["--stage", self.stage] if self.stage else []
+
+
+@dataclass(frozen=True)
 class Pipeline:
     """What the DAGs of one pipeline are built from."""
 
     entry: DiscoveredPipeline
     spec_path: str
     checkpoints: Asset
-    output: Asset | None  # None: the sink is not Parquet, or the spec has stages (no batch side)
+    outputs: tuple[Output, ...]  # none: no Parquet sink (single stage) or no final Parquet stage
 
     @property
     def spec(self) -> PipelineSpec | StagedPipelineSpec:
@@ -636,11 +675,19 @@ def _pipeline(entry: DiscoveredPipeline) -> Pipeline:
     watch = {"spec_path": spec_path, "barrierflow_home": BARRIERFLOW_HOME, "poll_seconds": ASSET_POLL_SECONDS}
     checkpoints = pipeline_asset(entry.name, "checkpoints", _storage_asset_uri(entry.spec.checkpoint.storage), **watch)
     spec = entry.spec
-    batch_side = isinstance(spec, PipelineSpec) and isinstance(spec.sink, ParquetSinkSpec)  # not with stages
-    output = pipeline_asset(entry.name, "output", _storage_asset_uri(spec.sink.path),  # type: ignore[union-attr]
-                            min_interval_seconds=spec.batch.output_event_interval,  # type: ignore[union-attr]
-                            **watch) if batch_side else None
-    return Pipeline(entry, spec_path, checkpoints, output)
+    outputs: list[Output] = []
+    if isinstance(spec, PipelineSpec):
+        if isinstance(spec.sink, ParquetSinkSpec):
+            outputs.append(Output(None, pipeline_asset(entry.name, "output", _storage_asset_uri(spec.sink.path),
+                                                       min_interval_seconds=spec.batch.output_event_interval, **watch)))
+    else:
+        for stage in parquet_final_stages(spec):
+            sink = stage.sinks[0]
+            assert isinstance(sink, ParquetSinkSpec)
+            asset = pipeline_asset(entry.name, "output", _storage_asset_uri(sink.path), stage=stage.name,
+                                   min_interval_seconds=stage.batch.output_event_interval, **watch)
+            outputs.append(Output(stage.name, asset, recomputable=replay_obstacle(spec, stage.name) is None))
+    return Pipeline(entry, spec_path, checkpoints, tuple(outputs))
 
 
 # -- the DAG kinds: what each DAG of a pipeline runs ---------------------------------------------
@@ -697,14 +744,15 @@ def _job_env() -> dict[str, str]:
     return {"PYSPARK_PYTHON": sys.executable, "BARRIERFLOW_HOME": BARRIERFLOW_HOME}
 
 
-def _batch_submit(p: Pipeline, task_id: str, job_args: list[str]) -> BatchSubmitOperator:
-    """spark-submit ``jobs/batch_job.py`` with ``job_args`` (templated) on the pipeline's master."""
+def _batch_submit(p: Pipeline, o: Output, task_id: str, job_args: list[str]) -> BatchSubmitOperator:
+    """spark-submit ``jobs/batch_job.py`` with ``job_args`` (templated) on the pipeline's master,
+    for output ``o`` (``--stage`` for a final stage)."""
     return BatchSubmitOperator(
         task_id=task_id,
         application=str(BATCH_JOB),
         conn_id=SPARK_CONN_ID,
-        name=f"barrierflow-{task_id}-{p.name}",
-        application_args=[*job_args, "--spec", p.spec_path, "--tag", "{{ run_id }}"],
+        name=f"barrierflow-{task_id}-{p.name}" + (f"-{o.stage}" if o.stage else ""),
+        application_args=[*job_args, "--spec", p.spec_path, *o.submit_args(), "--tag", "{{ run_id }}"],
         conf=dict(p.spec.spark.conf) or None,
         env_vars=_job_env(),
         spec_master=p.spec.spark.master,
@@ -712,22 +760,22 @@ def _batch_submit(p: Pipeline, task_id: str, job_args: list[str]) -> BatchSubmit
     )
 
 
-def _rollup_body(p: Pipeline) -> None:
-    _batch_submit(p, "rollup", ["rollup", "--day", "{{ params.day }}"]) >> rollup_report(p.spec_path, BARRIERFLOW_HOME)
+def _rollup_body(p: Pipeline, o: Output) -> None:
+    job = _batch_submit(p, o, "rollup", ["rollup", "--day", "{{ params.day }}"])
+    job >> rollup_report(p.spec_path, BARRIERFLOW_HOME, o.stage)
 
 
-def _recompute_body(p: Pipeline) -> None:
-    job = _batch_submit(p, "recompute", ["recompute", "--start", "{{ params.start }}", "--end", "{{ params.end }}"])
-    job >> compare(p.spec_path, BARRIERFLOW_HOME)
+def _recompute_body(p: Pipeline, o: Output) -> None:
+    job = _batch_submit(p, o, "recompute", ["recompute", "--start", "{{ params.start }}", "--end", "{{ params.end }}"])
+    job >> compare(p.spec_path, BARRIERFLOW_HOME, o.stage)
 
 
-def _has_output(p: Pipeline) -> bool:
-    return p.output is not None
+def _or_daily(cron: str, o: Output) -> AssetOrTimeSchedule:
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=o.asset)
 
 
-def _or_daily(p: Pipeline, cron: str, asset: Asset | None) -> AssetOrTimeSchedule:
-    assert asset is not None
-    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=asset)
+def _output_summary(p: Pipeline, o: Output) -> str:
+    return f"the committed output of {p.summary}" + (f", final stage {o.stage!r}" if o.stage else "")
 
 
 @dataclass(frozen=True)
@@ -773,20 +821,6 @@ DAG_KINDS: tuple[DagKind, ...] = (
     DagKind("skew", lambda p: f"Watermark-skew report (event time, skew, lag, idle partitions; expectations) of "
                               f"{p.summary}",
             lambda p: SKEW_SCHEDULE, lambda p: skew(p.spec_path, BARRIERFLOW_HOME), tags=("data-quality",)),
-    DagKind("rollup", lambda p: f"Daily rollups (Spark batch) of the committed output of {p.summary}, on new output "
-                                "(asset) and daily",
-            lambda p: _or_daily(p, ROLLUP_CRON, p.output), _rollup_body, params=lambda p: _day_param(),
-            tags=("batch",), applies=_has_output),
-    DagKind("recompute", lambda p: (f"Stream-vs-batch reconciliation of {p.summary}: recompute the output of a closed "
-                                    "event-time range from the source (Spark batch) and compare it with what the "
-                                    "stream committed"),
-            lambda p: CronTriggerTimetable(RECOMPUTE_CRON, timezone="UTC"), _recompute_body,
-            params=lambda p: _range_params(), tags=("batch", "data-quality"), applies=_has_output),
-    DagKind("quality", lambda p: (f"Data quality (Great Expectations, Data Docs) of the committed output and rollups "
-                                  f"of {p.summary}, on new output (asset) and daily"),
-            lambda p: _or_daily(p, QUALITY_CRON, p.output), lambda p: validate(p.spec_path, BARRIERFLOW_HOME),
-            params=lambda p: _epochs_param(p.spec.verification.quality_epochs if p.spec.verification else 3),
-            tags=("data-quality",), applies=_has_output),
     DagKind("chaos", lambda p: (f"Prove exactly-once on {p.summary} under random kills: a failure-free run and a run "
                                 "under kills in scratch copies, outputs compared row by row (barrierflow chaos)"),
             lambda p: None, lambda p: chaos_task(p.spec_path, BARRIERFLOW_HOME), params=_chaos_params,
@@ -794,8 +828,41 @@ DAG_KINDS: tuple[DagKind, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class BatchDagKind:
+    """One kind of batch DAG, made per committed Parquet lake (:class:`Output`) of a pipeline:
+    a single-stage pipeline's sink, or each final stage with a Parquet sink of several."""
+
+    kind: str
+    description: Callable[[Pipeline, Output], str]
+    schedule: Callable[[Pipeline, Output], Any]
+    body: Callable[[Pipeline, Output], None]
+    params: Callable[[Pipeline], dict[str, Param]]
+    tags: tuple[str, ...]
+    applies: Callable[[Output], bool] = lambda o: True
+
+
+BATCH_DAG_KINDS: tuple[BatchDagKind, ...] = (
+    BatchDagKind("rollup", lambda p, o: f"Daily rollups (Spark batch) of {_output_summary(p, o)}, on new output "
+                                        "(asset) and daily",
+                 lambda p, o: _or_daily(ROLLUP_CRON, o), _rollup_body, lambda p: _day_param(), ("batch",)),
+    BatchDagKind("recompute", lambda p, o: (f"Stream-vs-batch reconciliation of {_output_summary(p, o)}: recompute "
+                                            "the output of a closed event-time range from the source (Spark batch"
+                                            f"{', replaying every stage it depends on' if o.stage else ''}) and "
+                                            "compare it with what the stream committed"),
+                 lambda p, o: CronTriggerTimetable(RECOMPUTE_CRON, timezone="UTC"), _recompute_body,
+                 lambda p: _range_params(), ("batch", "data-quality"), applies=lambda o: o.recomputable),
+    BatchDagKind("quality", lambda p, o: (f"Data quality (Great Expectations, Data Docs) of {_output_summary(p, o)} "
+                                          "and its rollups, on new output (asset) and daily"),
+                 lambda p, o: _or_daily(QUALITY_CRON, o), lambda p, o: validate(p.spec_path, BARRIERFLOW_HOME, o.stage),
+                 lambda p: _epochs_param(p.spec.verification.quality_epochs if p.spec.verification else 3),
+                 ("data-quality",)),
+)
+
+
 def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
-    """One DAG per kind in :data:`DAG_KINDS` that applies to the pipeline."""
+    """One DAG per kind in :data:`DAG_KINDS` that applies to the pipeline, and one per kind in
+    :data:`BATCH_DAG_KINDS` (that applies) and committed Parquet lake of the pipeline."""
     pipeline = _pipeline(entry)
     dags = []
     for kind in DAG_KINDS:
@@ -805,6 +872,15 @@ def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
                   params=kind.params(pipeline), extra_tags=kind.tags) as built:
             kind.body(pipeline)
         dags.append(built)
+    for output in pipeline.outputs:
+        for batch_kind in BATCH_DAG_KINDS:
+            if not batch_kind.applies(output):
+                continue
+            with _dag(output.dag_id(pipeline, batch_kind.kind), batch_kind.description(pipeline, output),
+                      schedule=batch_kind.schedule(pipeline, output), params=batch_kind.params(pipeline),
+                      extra_tags=batch_kind.tags) as built:
+                batch_kind.body(pipeline, output)
+            dags.append(built)
     return dags
 
 

@@ -1,14 +1,15 @@
 """spark-submit entry point of the batch side: daily rollups and stream-vs-batch reconciliation.
 
-    spark-submit jobs/batch_job.py rollup --spec SPEC [--day YYYY-MM-DD] [--tag RUN_ID]
-    spark-submit jobs/batch_job.py recompute --spec SPEC [--start ISO] [--end ISO] [--tag RUN_ID]
+    spark-submit jobs/batch_job.py rollup --spec SPEC [--stage NAME] [--day YYYY-MM-DD] [--tag RUN_ID]
+    spark-submit jobs/batch_job.py recompute --spec SPEC [--stage NAME] [--start ISO] [--end ISO] [--tag RUN_ID]
 
 Only translates its arguments into ``barrierflow rollup SPEC ...`` / ``barrierflow recompute
 SPEC ... --report-only`` (see ``barrierflow.cli.main``) and exits with the CLI's code: 0 ok,
 2 bad input, 1 runtime failure. ``recompute`` exits 0 also when the output differs: the
 report is stored in the checkpoint store (``reports/reconciliation-latest.json``) and the
 DAG's ``check`` task fails naming every difference. ``--tag`` is stored in the report so
-that task reads the report of its own run.
+that task reads the report of its own run. ``--stage``: for a pipeline of several stages, the
+final stage (Parquet sink) whose output to work on (the DAGs of such a stage pass it).
 
 When the ``barrierflow`` package is not installed in the interpreter spark-submit runs
 (``PYSPARK_PYTHON``), the project's ``include/`` folder next to ``jobs/`` is put on ``sys.path``.
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     for job in (rollup, recompute):
         job.add_argument("--spec", required=True, metavar="PATH", help="the pipeline spec YAML file")
         job.add_argument("--tag", default="", help="stored in the report")
+        job.add_argument("--stage", default="", metavar="NAME", help="several stages: the final stage to work on")
     rollup.add_argument("--day", default="", metavar="YYYY-MM-DD", help="the UTC day (default: days with new output)")
     recompute.add_argument("--start", default="", metavar="ISO")
     recompute.add_argument("--end", default="", metavar="ISO")
@@ -43,6 +45,8 @@ def cli_args(args: argparse.Namespace) -> list[str]:
     argv = [args.job, args.spec, "--json"]
     if args.tag:
         argv += ["--tag", args.tag]
+    if args.stage:
+        argv += ["--stage", args.stage]
     if args.job == "rollup":
         return argv + (["--day", args.day] if args.day else [])
     argv.append("--report-only")

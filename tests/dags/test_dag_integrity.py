@@ -69,7 +69,8 @@ def test_every_dag_follows_the_house_rules(dagbag: Any, tmp_dagbag: Any) -> None
 
 
 KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "chaos")
-#: Only for a pipeline with a Parquet sink (a lake to read): rollups, reconciliation, data quality.
+#: Only for a pipeline with a Parquet sink (a lake to read): rollups, reconciliation, data quality;
+#: with stages, per final stage with a Parquet sink (its id ends in __<stage>).
 BATCH_KINDS = ("rollup", "recompute", "quality")
 
 
@@ -83,11 +84,14 @@ def test_seven_dags_per_spec_and_three_batch_dags_per_lake_in_include_pipelines(
             expected |= {dag_id_for(entry.name, kind) for kind in KINDS}
             if not entry.multi_stage and entry.spec.sink.type == "parquet":  # type: ignore[union-attr]
                 expected |= {dag_id_for(entry.name, kind) for kind in BATCH_KINDS}
+    # The multi-stage demos' final stages write Parquet; the cycle demo's is downstream of its cycle, so
+    # its output cannot be recomputed in batch: no recompute DAG there.
+    expected |= {f"barrierflow_{kind}__stages-demo__joined" for kind in BATCH_KINDS}
+    expected |= {f"barrierflow_{kind}__cycle-demo__store" for kind in ("rollup", "quality")}
     assert {f"barrierflow_{kind}__demo" for kind in BATCH_KINDS} <= expected  # demo writes Parquet, bench discards
     assert set(dagbag.dag_ids) == expected
     assert {f"barrierflow_{kind}__{name}" for kind in ("verify", "retain", "recover", "reconcile", "skew")
             for name in ("demo", "bench", "stages-demo", "cycle-demo")} <= expected
-    assert not {f"barrierflow_{kind}__stages-demo" for kind in BATCH_KINDS} & expected  # no batch side with stages
     assert all(entry.error is None for entry in entries), "a spec in include/pipelines does not load"
 
 
@@ -438,4 +442,39 @@ def test_multi_stage_specs_get_the_streaming_dags_on_global_checkpoints(
     assert [t.task_id for t in bag.dags[dag_id_for("stages-demo", "recover")].topological_sort()] == RECOVER_TASKS
     for kind in ("supervise", "verify", "retain", "reconcile", "skew"):
         assert bag.dags[dag_id_for("stages-demo", kind)].get_task(kind).op_args[0] == spec_path
-    assert "No batch DAGs" in launch_dag.doc_md
+    assert "per *final stage with a Parquet sink*" in launch_dag.doc_md
+
+
+def test_a_final_parquet_stage_gets_the_batch_dags_on_its_own_output_asset(
+        monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path) -> None:
+    """The three-stage demo's final stage ``joined`` writes Parquet: its rollup, recompute and
+    quality DAGs pass ``--stage joined`` (to the batch job and to the report and validation
+    tasks) and the rollup and quality DAGs run on the stage's own output asset."""
+    import shutil
+
+    from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable
+
+    shutil.copy(REPO_PIPELINES / "stages.yaml", pipelines_dir / "stages.yaml")
+    bag = parse_dags(monkeypatch, pipelines_dir)
+    assert bag.import_errors == {}
+    spec_path = str((pipelines_dir / "stages.yaml").resolve())
+    assert {d for d in bag.dag_ids if d.endswith("__joined")} == {
+        f"barrierflow_{kind}__stages-demo__joined" for kind in BATCH_KINDS}
+    for kind, job, report in (("rollup", "rollup", "rollup_report"), ("recompute", "recompute", "compare"),
+                              ("quality", None, "validate")):
+        dag = bag.dags[f"barrierflow_{kind}__stages-demo__joined"]
+        assert "final stage 'joined'" in dag.description and {"barrierflow", "pipeline"} <= set(dag.tags)
+        if job is not None:
+            args = dag.get_task(job).application_args
+            assert args[0] == job and args[args.index("--spec") + 1] == spec_path
+            assert args[args.index("--stage") + 1] == "joined"
+        assert list(dag.get_task(report).op_args) == [spec_path, str(PROJECT_ROOT), "joined"]
+        if kind == "recompute":
+            assert isinstance(dag.schedule, CronTriggerTimetable)
+        else:
+            assert isinstance(dag.schedule, AssetOrTimeSchedule)
+            asset = dag.schedule.asset_condition
+            assert asset.name == "barrierflow/stages-demo/joined/output"
+            assert asset.uri == f"file://{PROJECT_ROOT / 'var' / 'stages-demo' / 'output'}"
+            (watcher,) = asset.watchers
+            assert watcher.trigger.serialize()[1]["stage"] == "joined"

@@ -9,8 +9,9 @@ A pipeline has two assets:
   verification DAG runs on it (and on its schedule).
 * ``barrierflow/<name>/output`` (URI: the Parquet sink's folder): updated when an epoch's
   output was COMMITTED by the sink (2PC ledger), at most every ``batch.output_event_interval``.
-  The rollup and data-quality DAGs run on it (and daily). A multi-stage pipeline has none (no
-  batch side, see dags/barrierflow_pipelines.py).
+  The rollup and data-quality DAGs run on it (and daily). A multi-stage pipeline has one per
+  final stage with a Parquet sink, ``barrierflow/<name>/<stage>/output`` (URI: that stage's sink
+  folder), on the COMMITTED epochs of the stage's own 2PC ledger; that stage's batch DAGs run on it.
 
 Who emits the events. The streaming job is one long-running spark-submit, not an Airflow task,
 so it has no ``outlets``; making the job call Airflow's REST API (``POST /api/v2/assets/events``)
@@ -42,11 +43,14 @@ WATCHED = ("checkpoints", "output")
 _STATE_KEY = "last_announced_id"
 
 
-def asset_name(pipeline: str, watched: str) -> str:
-    """``barrierflow/<pipeline>/<checkpoints|output>``."""
+def asset_name(pipeline: str, watched: str, stage: str | None = None) -> str:
+    """``barrierflow/<pipeline>/<checkpoints|output>``; ``barrierflow/<pipeline>/<stage>/output``
+    for the output of a final stage of several."""
     if watched not in WATCHED:
         raise ValueError(f"unknown asset kind {watched!r}; expected one of {WATCHED}")
-    return f"barrierflow/{pipeline}/{watched}"
+    if stage is not None and watched != "output":
+        raise ValueError("only the output asset is per stage")
+    return f"barrierflow/{pipeline}/{stage}/{watched}" if stage else f"barrierflow/{pipeline}/{watched}"
 
 
 def storage_asset_uri(uri: str, local_path: str | None = None) -> str:
@@ -66,10 +70,11 @@ class PipelineProgressTrigger(BaseEventTrigger):
         watched: ``"checkpoints"`` or ``"output"``.
         poll_seconds: time between two looks at the store.
         min_interval_seconds: at least this long between two events (the output asset).
+        stage: the output of this final stage of a multi-stage pipeline (``watched="output"``).
     """
 
     def __init__(self, *, spec_path: str, barrierflow_home: str, watched: str, poll_seconds: float = 10.0,
-                 min_interval_seconds: float = 0.0) -> None:
+                 min_interval_seconds: float = 0.0, stage: str | None = None) -> None:
         super().__init__()
         if watched not in WATCHED:
             raise ValueError(f"watched must be one of {WATCHED}, got {watched!r}")
@@ -78,21 +83,26 @@ class PipelineProgressTrigger(BaseEventTrigger):
         self.watched = watched
         self.poll_seconds = poll_seconds
         self.min_interval_seconds = min_interval_seconds
+        self.stage = stage
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "spec_path": self.spec_path, "barrierflow_home": self.barrierflow_home, "watched": self.watched,
-            "poll_seconds": self.poll_seconds, "min_interval_seconds": self.min_interval_seconds})
+            "poll_seconds": self.poll_seconds, "min_interval_seconds": self.min_interval_seconds,
+            "stage": self.stage})
 
     def newest(self) -> int | None:
         """The newest id in the store now (blocking I/O: run in a thread)."""
         import os
 
         os.environ.setdefault("BARRIERFLOW_HOME", self.barrierflow_home)
-        from barrierflow.ops.progress import newest_committed_epoch, newest_completed_checkpoint
+        if self.watched == "output":
+            from barrierflow.ops.batch import newest_output_epoch
 
-        look = newest_completed_checkpoint if self.watched == "checkpoints" else newest_committed_epoch
-        return look(self.spec_path)
+            return newest_output_epoch(self.spec_path, self.stage)
+        from barrierflow.ops.progress import newest_completed_checkpoint
+
+        return newest_completed_checkpoint(self.spec_path)
 
     async def _remembered(self) -> int | None:
         state = getattr(self, "asset_state_store", None)
@@ -134,9 +144,12 @@ class PipelineProgressTrigger(BaseEventTrigger):
 
 
 def pipeline_asset(pipeline: str, watched: str, uri: str, *, spec_path: str, barrierflow_home: str,
-                   poll_seconds: float, min_interval_seconds: float = 0.0) -> Asset:
-    """The asset ``barrierflow/<pipeline>/<watched>`` at ``uri`` with its watcher."""
+                   poll_seconds: float, min_interval_seconds: float = 0.0, stage: str | None = None) -> Asset:
+    """The asset ``barrierflow/<pipeline>/<watched>`` (with ``stage``: the output of that final
+    stage, ``barrierflow/<pipeline>/<stage>/output``) at ``uri`` with its watcher."""
     trigger = PipelineProgressTrigger(spec_path=spec_path, barrierflow_home=barrierflow_home, watched=watched,
-                                      poll_seconds=poll_seconds, min_interval_seconds=min_interval_seconds)
-    return Asset(name=asset_name(pipeline, watched), uri=uri, group="barrierflow",
-                 watchers=[AssetWatcher(name=f"barrierflow-{pipeline}-{watched}", trigger=trigger)])
+                                      poll_seconds=poll_seconds, min_interval_seconds=min_interval_seconds,
+                                      stage=stage)
+    watcher = f"barrierflow-{pipeline}-{stage}-{watched}" if stage else f"barrierflow-{pipeline}-{watched}"
+    return Asset(name=asset_name(pipeline, watched, stage), uri=uri, group="barrierflow",
+                 watchers=[AssetWatcher(name=watcher, trigger=trigger)])

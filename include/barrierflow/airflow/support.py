@@ -443,28 +443,33 @@ class BatchReportError(BarrierflowError):
 XCOM_DIFFERENCES = 100
 
 
-def batch_report(spec_path: str | os.PathLike[str], name: str, *, tag: str) -> dict[str, Any]:
+def batch_report(spec_path: str | os.PathLike[str], name: str, *, tag: str, stage: str | None = None
+                 ) -> dict[str, Any]:
     """The stored ``rollups`` or ``reconciliation`` report written by the batch job run with ``--tag
-    tag`` (the DAG run's id), its differences cut to :data:`XCOM_DIFFERENCES` for XCom.
+    tag`` (the DAG run's id), its differences cut to :data:`XCOM_DIFFERENCES` for XCom. ``stage``:
+    for a pipeline of several stages, the final stage (its report is in the stage's own store).
 
     Raises:
         BatchReportError: no report, or one of another run (naming the run and where to look).
     """
     from barrierflow.ops.batch import REPORT_KEYS, stored_report
 
-    found = stored_report(spec_path, name)
+    found = stored_report(spec_path, name, stage)
     if found is None or found.get("tag") != tag:
         other = "no report" if found is None else f"the report of run {found.get('tag')!r}"
+        store = f"the checkpoint store of stage {stage!r}" if stage else "the checkpoint store"
         raise BatchReportError(
             f"pipeline {spec_path}: the batch job of run {tag!r} left no {name} report ({other} is at "
-            f"{REPORT_KEYS[name]} in the checkpoint store): see the spark-submit task's log for why the job failed")
+            f"{REPORT_KEYS[name]} in {store}): see the spark-submit task's log for why the job failed")
     if len(found.get("differences") or []) > XCOM_DIFFERENCES:
         found["differences"] = found["differences"][:XCOM_DIFFERENCES]
     return found
 
 
-def check_output_quality(spec_path: str | os.PathLike[str], *, epochs: int | None = None) -> dict[str, Any]:
-    """One data-quality run, as ``barrierflow quality SPEC [--epochs N] --json``.
+def check_output_quality(spec_path: str | os.PathLike[str], *, epochs: int | None = None,
+                         stage: str | None = None) -> dict[str, Any]:
+    """One data-quality run, as ``barrierflow quality SPEC [--epochs N] [--stage NAME] --json``
+    (``stage``: for a pipeline of several stages, the final stage whose output to validate).
 
     Returns:
         The JSON document (also stored as ``reports/quality-latest.json``; Data Docs under
@@ -478,6 +483,6 @@ def check_output_quality(spec_path: str | os.PathLike[str], *, epochs: int | Non
     from barrierflow.ops.quality import quality
     from barrierflow.reports.quality import raise_for_failures
 
-    report = quality(spec_path, epochs=epochs)
+    report = quality(spec_path, epochs=epochs, stage=stage)
     raise_for_failures(report, str(spec_path))
     return report.as_dict()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -177,11 +178,21 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items()}
 
 
+#: How the batch side of the comparison is computed: ``(start, end) -> output rows`` (the windows
+#: outside the range are dropped by the caller).
+Recomputation = Callable[[datetime | None, datetime], "DataFrame"]
+
+
 def reconcile_output(spark: SparkSession, spec: PipelineSpec, store: CheckpointStore, *,
                      start: datetime | None = None, end: datetime | None = None, tag: str = "",
-                     spec_path: str = "<spec>") -> ReconciliationReport:
+                     spec_path: str = "<spec>", recompute: Recomputation | None = None) -> ReconciliationReport:
     """Recompute and compare (module docstring); stores the report and returns it (differences
-    are in the report, not raised: see :class:`OutputMismatchError`)."""
+    are in the report, not raised: see :class:`OutputMismatchError`).
+
+    ``spec`` and ``store`` are the pipeline's, or a final stage's derived spec and its own store
+    (its sink, ledger and checkpoints). ``recompute``: how the batch side is computed; default
+    the spec's transformation over its source's records (one stage); a final stage of several
+    passes :func:`barrierflow.batch.stage_replay.replay_final_stage`."""
     from pyspark.sql import functions as F
 
     sink = parquet_sink(spec)
@@ -195,9 +206,13 @@ def reconcile_output(spark: SparkSession, spec: PipelineSpec, store: CheckpointS
         raise UserInputError(f"pipeline {spec.name!r} has no committed output in {sink.path} although checkpoint "
                              f"{manifest.checkpoint_id} committed; check the sink's folder")
     stream = _in_range(spark.read.parquet(*[spark_path(sink.path, p.key) for p in parts]), spec, start, end)
-    transform = load_transformation(spec, spec_path)
-    batch = _in_range(transform(source_records(spark, spec, start, end),
-                                TransformContext(spec, dict(spec.transformation.options))), spec, start, end)
+    if recompute is None:
+        transform = load_transformation(spec, spec_path)
+        recomputed = transform(source_records(spark, spec, start, end),
+                               TransformContext(spec, dict(spec.transformation.options)))
+    else:
+        recomputed = recompute(start, end)
+    batch = _in_range(recomputed, spec, start, end)
     missing_columns = [c for c in ids + measures if c not in stream.columns or c not in batch.columns]
     if missing_columns:
         raise UserInputError(f"pipeline {spec.name!r}: output columns {missing_columns} (batch.window_columns, "
@@ -208,26 +223,34 @@ def reconcile_output(spark: SparkSession, spec: PipelineSpec, store: CheckpointS
                            else F.col(c) for c in ids], *measures)
 
     # Each side is computed once (the batch side re-reads the source through a Python data source):
-    # the counts, the comparison and the listing below reuse it.
+    # the counts, the comparison and the listing below reuse it. The caches are dropped at the end:
+    # Spark reuses a cached plan for any later identical plan, so a second comparison in the same
+    # session (the output altered meanwhile) would otherwise compare the first one's rows.
     stream, batch = stream.cache(), batch.cache()
-    stream_rows, batch_rows = stream.count(), batch.count()
-    s = (shown(stream).groupBy(*ids)
-         .agg(F.count(F.lit(1)).alias("_n"), F.collect_list(F.struct(*measures)).alias("_stream")))
-    b = shown(batch).select(*ids, F.struct(*measures).alias("_batch"))
-    joined = s.join(b, ids, "full_outer")
-    differing = joined.filter(F.col("_n").isNull() | F.col("_batch").isNull() | (F.col("_n") > 1)
-                              | (F.to_json(F.col("_stream")[0]) != F.to_json(F.col("_batch"))))
-    differing = differing.cache()
-    total = differing.count()
-    listed = []
-    for row in differing.orderBy(*ids).limit(MAX_LISTED).collect():
-        record = row.asDict(recursive=True)
-        stream_values = [_plain(v) for v in (record["_stream"] or [])]
-        batch_value = _plain(record["_batch"]) if record["_batch"] is not None else None
-        kind = ("missing" if not stream_values else "extra" if batch_value is None
-                else "duplicated" if len(stream_values) > 1 else "changed")
-        listed.append(Difference(kind, {c: record[c] for c in settings.window_columns},
-                                 {c: record[c] for c in settings.keys}, stream_values, batch_value))
+    differing = None
+    try:
+        stream_rows, batch_rows = stream.count(), batch.count()
+        s = (shown(stream).groupBy(*ids)
+             .agg(F.count(F.lit(1)).alias("_n"), F.collect_list(F.struct(*measures)).alias("_stream")))
+        b = shown(batch).select(*ids, F.struct(*measures).alias("_batch"))
+        joined = s.join(b, ids, "full_outer")
+        differing = joined.filter(F.col("_n").isNull() | F.col("_batch").isNull() | (F.col("_n") > 1)
+                                  | (F.to_json(F.col("_stream")[0]) != F.to_json(F.col("_batch"))))
+        differing = differing.cache()
+        total = differing.count()
+        listed = []
+        for row in differing.orderBy(*ids).limit(MAX_LISTED).collect():
+            record = row.asDict(recursive=True)
+            stream_values = [_plain(v) for v in (record["_stream"] or [])]
+            batch_value = _plain(record["_batch"]) if record["_batch"] is not None else None
+            kind = ("missing" if not stream_values else "extra" if batch_value is None
+                    else "duplicated" if len(stream_values) > 1 else "changed")
+            listed.append(Difference(kind, {c: record[c] for c in settings.window_columns},
+                                     {c: record[c] for c in settings.keys}, stream_values, batch_value))
+    finally:
+        for cached in (stream, batch, differing):
+            if cached is not None:
+                cached.unpersist()
     report = ReconciliationReport(
         pipeline=spec.name, checkpoint_id=manifest.checkpoint_id, watermark=watermark.isoformat(),
         start=start.isoformat() if start else None, end=end.isoformat(), stream_rows=stream_rows,

@@ -120,10 +120,13 @@ def rollup(spark: SparkSession, spec: PipelineSpec, store: CheckpointStore, *, d
     daily = (with_day.filter(F.col("day").isin(days)).groupBy("day", *settings.keys)
              .agg(*[F.sum(m).alias(m) for m in settings.measures], F.count(F.lit(1)).alias("windows"))
              .cache())  # counted, then written: computed once
-    per_day = daily.groupBy("day").agg(F.count(F.lit(1)).alias("n")).collect()
-    counts = {r["day"].isoformat(): int(r["n"]) for r in per_day}
-    (daily.repartition("day").write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
-     .partitionBy("day").parquet(spark_path(target)))
+    try:
+        per_day = daily.groupBy("day").agg(F.count(F.lit(1)).alias("n")).collect()
+        counts = {r["day"].isoformat(): int(r["n"]) for r in per_day}
+        (daily.repartition("day").write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
+         .partitionBy("day").parquet(spark_path(target)))
+    finally:
+        daily.unpersist()  # a later rollup in this session must read the output again, not this cache
     for empty in [d for d in days if d.isoformat() not in counts]:
         _delete_day(target, empty)
     report.days = {d.isoformat(): counts.get(d.isoformat(), 0) for d in days}

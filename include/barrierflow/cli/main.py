@@ -119,6 +119,11 @@ def _parser() -> argparse.ArgumentParser:
     quality.add_argument("--epochs", type=int, metavar="N",
                          help="validate the newest N committed epochs (default: verification.quality_epochs)")
     quality.add_argument("--json", action="store_true")
+    for batch_command in (rollup, recompute, quality):
+        batch_command.add_argument(
+            "--stage", metavar="NAME",
+            help="several stages: the final stage (one with a Parquet sink) whose committed output to work on; "
+                 "optional when the pipeline has exactly one")
 
     chaos = sub.add_parser("chaos", help="prove exactly-once on this pipeline: a failure-free run and a run under N "
                                          "random kills in scratch copies, outputs compared row by row; exit 1 "
@@ -662,7 +667,7 @@ def _moment(name: str, value: str | None) -> datetime | None:
 def _cmd_rollup(args: argparse.Namespace) -> int:
     from barrierflow.ops.batch import parse_day, rollup
 
-    report = rollup(args.spec, day=parse_day(args.day) if args.day else None, tag=args.tag)
+    report = rollup(args.spec, day=parse_day(args.day) if args.day else None, tag=args.tag, stage=args.stage)
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.message())
     return EXIT_OK
 
@@ -670,7 +675,8 @@ def _cmd_rollup(args: argparse.Namespace) -> int:
 def _cmd_recompute(args: argparse.Namespace) -> int:
     from barrierflow.ops.batch import recompute
 
-    report = recompute(args.spec, start=_moment("start", args.start), end=_moment("end", args.end), tag=args.tag)
+    report = recompute(args.spec, start=_moment("start", args.start), end=_moment("end", args.end), tag=args.tag,
+                       stage=args.stage)
     print(json.dumps(report.as_dict(), indent=2, default=str) if args.json else report.message())
     if not report.passed:
         print(f"error: {report.message()}", file=sys.stderr)
@@ -680,7 +686,7 @@ def _cmd_recompute(args: argparse.Namespace) -> int:
 def _cmd_quality(args: argparse.Namespace) -> int:
     from barrierflow.ops.quality import quality
 
-    report = quality(args.spec, epochs=args.epochs)
+    report = quality(args.spec, epochs=args.epochs, stage=args.stage)
     print(json.dumps(report.as_dict(), indent=2, default=str) if args.json else report.message())
     for failure in report.failures:
         print(f"expectation failed: {failure.describe()}", file=sys.stderr)

@@ -1,65 +1,162 @@
 """The batch side of a pipeline (``barrierflow rollup``, ``barrierflow recompute``; the daily
-rollup and reconciliation DAGs run them through spark-submit ``jobs/batch_job.py``)."""
+rollup and reconciliation DAGs run them through spark-submit ``jobs/batch_job.py``).
+
+It works on a Parquet lake and its 2PC ledger (:class:`BatchTarget`): a single-stage pipeline's
+sink, or, for a pipeline of several stages, one final stage's (``stage``: ``--stage NAME``;
+optional when the pipeline has exactly one final stage with a Parquet sink, see
+:mod:`barrierflow.pipeline.final_stages`). A final stage is worked on through its derived
+single-stage spec and its own checkpoint store (``<checkpoint.storage>/stages/<stage>``), where
+its ledger, checkpoints and reports are; its recomputation replays every stage it depends on in
+batch (:mod:`barrierflow.batch.stage_replay`).
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from datetime import date, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.batch.lake import parquet_sink
-from barrierflow.batch.reconciliation import RECONCILIATION_REPORT_KEY, ReconciliationReport, reconcile_output
+from barrierflow.batch.reconciliation import (
+    RECONCILIATION_REPORT_KEY,
+    Recomputation,
+    ReconciliationReport,
+    reconcile_output,
+)
 from barrierflow.batch.rollups import ROLLUP_REPORT_KEY, RollupReport, parse_day
 from barrierflow.batch.rollups import rollup as rollup_days
-from barrierflow.ops.pipeline import open_pipeline
+from barrierflow.batch.stage_replay import replay_final_stage, replay_order
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.errors import UserInputError
+from barrierflow.pipeline.final_stages import choose_final_stage
+from barrierflow.pipeline.stage_options import derive_stage_spec
+from barrierflow.spec.loader import load_any_spec
+from barrierflow.spec.models import ParquetSinkSpec, PipelineSpec
+from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.transactions.ledger import TransactionLedger, TxnState
 
-__all__ = ["parse_day", "recompute", "rollup", "stored_report"]
+__all__ = ["BatchTarget", "batch_target", "newest_output_epoch", "parse_day", "recompute", "rollup",
+           "stored_report"]
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+#: The brokers given to channels when a stage's spec is derived for the batch side: it reads
+#: only the stores and the lake, never a channel.
+NO_BROKER = "batch-side-reads-no-channel:9"
 
-def _session(spark: SparkSession | None, spec_path: str | os.PathLike[str], purpose: str) -> SparkSession:
+
+@dataclass(frozen=True)
+class BatchTarget:
+    """What the batch side works on: ``spec`` and ``store`` are a single-stage pipeline's, or
+    a final stage's derived spec and its own store; then ``pipeline`` is the whole pipeline,
+    ``stage`` the final stage and ``stage_specs`` every stage's derived spec (for the replay)."""
+
+    spec: PipelineSpec
+    store: CheckpointStore
+    spec_path: str
+    pipeline: StagedPipelineSpec | None = None
+    stage: str | None = None
+    stage_specs: dict[str, PipelineSpec] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The pipeline's name, with ``/<stage>`` for a final stage (for messages)."""
+        return self.spec.name if self.pipeline is None else f"{self.pipeline.name}/{self.stage}"
+
+
+def batch_target(spec_path: str | os.PathLike[str], stage: str | None = None) -> BatchTarget:
+    """The lake the batch side of the spec at ``spec_path`` works on (nothing is read yet).
+
+    Raises:
+        SpecError: the spec does not load. UserInputError: ``stage`` given for a single-stage
+            spec; FinalStageError (a UserInputError): for several stages, ``stage`` is not a
+            final stage with a Parquet sink, or it is left out and there is not exactly one.
+    """
+    spec = load_any_spec(spec_path)
+    if isinstance(spec, StagedPipelineSpec):
+        from barrierflow.runtime.pipeline import pipeline_work_dir
+
+        chosen = choose_final_stage(spec, stage)
+        servers = {c.name: NO_BROKER for c in spec.channels}
+        work_dir = pipeline_work_dir(spec)
+        specs = {s.name: derive_stage_spec(spec, s, work_dir=work_dir, servers=servers) for s in spec.stages}
+        final = specs[chosen.name]
+        return BatchTarget(final, CheckpointStore.for_spec(final), str(spec_path), spec, chosen.name, specs)
+    if stage is not None:
+        raise UserInputError(f"{spec_path} is a single-stage spec: it has no stage {stage!r}; leave out --stage")
+    return BatchTarget(spec, CheckpointStore.for_spec(spec), str(spec_path))
+
+
+def _session(spark: SparkSession | None, target: BatchTarget, purpose: str) -> SparkSession:
     if spark is not None:
         return spark
     from barrierflow.spark.session import build_session
 
-    spec = open_pipeline(spec_path).spec
-    return build_session(spec.spark, app_name=f"barrierflow-{purpose}-{spec.name}")
+    return build_session(target.spec.spark, app_name=f"barrierflow-{purpose}-{target.spec.name}")
 
 
-def rollup(spec_path: str | os.PathLike[str], *, day: date | None = None, tag: str = "",
+def rollup(spec_path: str | os.PathLike[str], *, day: date | None = None, tag: str = "", stage: str | None = None,
            spark: SparkSession | None = None) -> RollupReport:
-    """Daily rollups of the committed output (:mod:`barrierflow.batch.rollups`); stored report.
+    """Daily rollups of the committed output (:mod:`barrierflow.batch.rollups`) of the pipeline
+    or of its final stage ``stage``; the report is stored in that store.
 
-    Raises SpecError, UserInputError (no Parquet sink, missing columns) or StorageError."""
-    pipeline = open_pipeline(spec_path)
-    parquet_sink(pipeline.spec)  # before Spark starts: a pipeline without a lake is refused at once
-    return rollup_days(_session(spark, spec_path, "rollup"), pipeline.spec, pipeline.store, day=day, tag=tag)
+    Raises SpecError, UserInputError (no Parquet sink, no such final stage, missing columns) or
+    StorageError."""
+    target = batch_target(spec_path, stage)
+    parquet_sink(target.spec)  # before Spark starts: a pipeline without a lake is refused at once
+    return rollup_days(_session(spark, target, "rollup"), target.spec, target.store, day=day, tag=tag)
 
 
 def recompute(spec_path: str | os.PathLike[str], *, start: datetime | None = None, end: datetime | None = None,
-              tag: str = "", spark: SparkSession | None = None) -> ReconciliationReport:
-    """Stream-vs-batch reconciliation (:mod:`barrierflow.batch.reconciliation`); differences are in
-    the stored report. Raises SpecError, UserInputError (bad range, nothing committed, a source
-    that cannot be re-read) or StorageError."""
-    pipeline = open_pipeline(spec_path)
-    parquet_sink(pipeline.spec)  # before Spark starts: a pipeline without a lake is refused at once
-    return reconcile_output(_session(spark, spec_path, "recompute"), pipeline.spec, pipeline.store,
-                            start=start, end=end, tag=tag, spec_path=str(spec_path))
+              tag: str = "", stage: str | None = None, spark: SparkSession | None = None) -> ReconciliationReport:
+    """Stream-vs-batch reconciliation (:mod:`barrierflow.batch.reconciliation`) of the pipeline
+    or of its final stage ``stage`` (recomputed by replaying its stages in batch,
+    :mod:`barrierflow.batch.stage_replay`); differences are in the stored report.
+
+    Raises SpecError, UserInputError (bad range, nothing committed, a source that cannot be
+    re-read, no such final stage; StageReplayError: a cycle upstream of the stage or a
+    transformation that reads a channel's broker columns) or StorageError."""
+    target = batch_target(spec_path, stage)
+    parquet_sink(target.spec)  # before Spark starts: a pipeline without a lake is refused at once
+    if target.pipeline is not None and target.stage is not None:
+        replay_order(target.pipeline, target.stage)  # a cycle upstream is refused before Spark starts too
+    session = _session(spark, target, "recompute")
+    replay: Recomputation | None = None
+    if target.pipeline is not None and target.stage is not None:
+        replay = partial(replay_final_stage, session, target.pipeline, target.stage_specs, target.stage,
+                         spec_path=str(spec_path))
+    return reconcile_output(session, target.spec, target.store, start=start, end=end, tag=tag,
+                            spec_path=str(spec_path), recompute=replay)
+
+
+def newest_output_epoch(spec_path: str | os.PathLike[str], stage: str | None = None) -> int | None:
+    """The checkpoint id of the newest epoch whose output the Parquet sink COMMITTED (2PC
+    ledger) of the pipeline or of its final stage ``stage``, or None (none yet, or the sink is
+    not Parquet). What the output asset's watcher polls: lists the ledger, reads no output."""
+    target = batch_target(spec_path, stage)
+    sink = target.spec.sink
+    if not isinstance(sink, ParquetSinkSpec):
+        return None
+    committed = [t.checkpoint_id for t in TransactionLedger(target.store.objects, target.spec.name).list(sink.name)
+                 if t.state is TxnState.COMMITTED]
+    return max(committed, default=None)
 
 
 #: The stored reports of the batch side, by name.
 REPORT_KEYS = {"rollups": ROLLUP_REPORT_KEY, "reconciliation": RECONCILIATION_REPORT_KEY}
 
 
-def stored_report(spec_path: str | os.PathLike[str], name: str) -> dict[str, Any] | None:
-    """The stored JSON document ``rollups`` or ``reconciliation`` of the pipeline, or None."""
+def stored_report(spec_path: str | os.PathLike[str], name: str, stage: str | None = None) -> dict[str, Any] | None:
+    """The stored JSON document ``rollups`` or ``reconciliation`` of the pipeline (or of its
+    final stage ``stage``, in the stage's store), or None."""
     import json
 
     from barrierflow.storage.object_store import ObjectNotFoundError
 
     try:
-        return json.loads(open_pipeline(spec_path).store.objects.get_bytes(REPORT_KEYS[name]))
+        return json.loads(batch_target(spec_path, stage).store.objects.get_bytes(REPORT_KEYS[name]))
     except ObjectNotFoundError:
         return None

@@ -1,5 +1,6 @@
-"""How far a pipeline got, cheaply enough to be polled (the asset watchers and the supervision
-of the Airflow side).
+"""How far a pipeline got, cheaply enough to be polled (the checkpoints asset's watcher and the
+supervision of the Airflow side; the output assets poll
+:func:`barrierflow.ops.batch.newest_output_epoch`).
 
 For a multi-stage spec the checkpoints are the global ones: a checkpoint is completed when its
 global manifest is stored (every stage's snapshot collected) and no restore abandoned it.
@@ -11,9 +12,6 @@ import os
 from datetime import datetime
 
 from barrierflow.ops.pipeline import is_multi_stage, open_pipeline
-from barrierflow.sinks.parquet import parquet_sink
-from barrierflow.spec.models import ParquetSinkSpec
-from barrierflow.transactions.ledger import TransactionLedger, TxnState
 
 
 def newest_completed_checkpoint(spec_path: str | os.PathLike[str]) -> int | None:
@@ -41,17 +39,3 @@ def newest_completion_time(spec_path: str | os.PathLike[str]) -> datetime | None
     completed = open_pipeline(spec_path).store.completed()
     return completed[-1].completion_time if completed else None
 
-
-def newest_committed_epoch(spec_path: str | os.PathLike[str]) -> int | None:
-    """The checkpoint id of the newest epoch whose output the Parquet sink COMMITTED (2PC
-    ledger), or None (none yet, the sink is not Parquet, or the spec is multi-stage: its batch
-    side is not built, see dags/barrierflow_pipelines.py)."""
-    if is_multi_stage(spec_path):
-        return None
-    pipeline = open_pipeline(spec_path)
-    if not isinstance(pipeline.spec.sink, ParquetSinkSpec):
-        return None
-    sink = parquet_sink(pipeline.spec)
-    committed = [t.checkpoint_id for t in TransactionLedger(pipeline.store.objects, pipeline.name).list(sink.name)
-                 if t.state is TxnState.COMMITTED]
-    return max(committed, default=None)

@@ -1,20 +1,25 @@
 """The data-quality report of a pipeline's committed output and rollups (``barrierflow quality``,
-the data-quality DAG)."""
+the data-quality DAG): of a single-stage pipeline's Parquet sink, or of one final stage of a
+pipeline of several (``stage``, as for :mod:`barrierflow.ops.batch`), whose output, 2PC ledger,
+rollup report and the quality report with its Data Docs are in the stage's own store."""
 
 from __future__ import annotations
 
 import os
 
 from barrierflow.batch.rollups import previous_report
-from barrierflow.ops.pipeline import open_pipeline
+from barrierflow.ops.batch import batch_target
 from barrierflow.reports.quality import QualityReport, quality_report
 
 
-def quality(spec_path: str | os.PathLike[str], *, epochs: int | None = None) -> QualityReport:
+def quality(spec_path: str | os.PathLike[str], *, epochs: int | None = None, stage: str | None = None
+            ) -> QualityReport:
     """Validate the newest ``epochs`` committed epochs (default: the spec's
     ``verification.quality_epochs``) and the days the latest rollup run wrote; the report and
-    the Data Docs are stored in the checkpoint store. Failed expectations are in the report,
-    not raised. Raises SpecError, UserInputError or StorageError."""
-    pipeline = open_pipeline(spec_path)
-    rollups = previous_report(pipeline.store) or {}
-    return quality_report(pipeline.spec, pipeline.store, epochs=epochs, rollup_days=sorted(rollups.get("days") or {}))
+    the Data Docs are stored in the checkpoint store (a final stage's own). Failed expectations
+    are in the report, not raised. The suites of a final stage default to
+    ``include/expectations/<pipeline>-<stage>-output.json`` / ``-rollups.json`` (its derived
+    name). Raises SpecError, UserInputError (also: no such final stage) or StorageError."""
+    target = batch_target(spec_path, stage)
+    rollups = previous_report(target.store) or {}
+    return quality_report(target.spec, target.store, epochs=epochs, rollup_days=sorted(rollups.get("days") or {}))

@@ -15,7 +15,10 @@ stage unchanged, and is copied here and nowhere else:
 * **trigger** (interval, adaptive batch sizing ``target_batch_duration``), **spark**,
   **verification**, **reports**;
 * **dead letters and event-time records** below ``<uri>/stages/<stage>`` of the pipeline's
-  shared paths.
+  shared paths;
+* **batch** is the stage's own (``stages[].batch``: its output's columns are its own); a stage
+  with a Parquet sink and no ``batch.rollups`` gets ``rollups/<stage>`` beside the sink's folder
+  (:func:`stage_batch`), so two final stages writing beside each other never share rollups.
 
 A stage that reads channels reads them as one Kafka source over their topics
 (:func:`channel_input`), so one planner sees every input partition and aligns them all; a
@@ -29,7 +32,8 @@ import json
 from collections.abc import Mapping
 
 from barrierflow.errors import UserInputError
-from barrierflow.spec.models import DiscardSinkSpec, KafkaSourceSpec, PipelineSpec
+from barrierflow.sinks.parquet import rollups_beside
+from barrierflow.spec.models import BatchSpec, DiscardSinkSpec, KafkaSourceSpec, ParquetSinkSpec, PipelineSpec
 from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec, StageSpec
 
 #: The longest stage name a pipeline may derive (``<pipeline>-<stage>``), as for pipeline names.
@@ -85,6 +89,15 @@ def channel_input(pipeline: StagedPipelineSpec, stage: StageSpec, servers: Mappi
         max_records_per_batch=min(s.max_records_per_batch for s in sources))
 
 
+def stage_batch(stage: StageSpec) -> BatchSpec:
+    """The ``batch`` section of the stage's derived spec: the stage's own, with
+    ``rollups`` defaulting to ``<sink folder's parent>/rollups/<stage>`` for a Parquet sink."""
+    sink = stage.sinks[0]
+    if stage.batch.rollups or not isinstance(sink, ParquetSinkSpec):
+        return stage.batch
+    return stage.batch.model_copy(update={"rollups": f"{rollups_beside(sink.path).rstrip('/')}/{stage.name}"})
+
+
 def derive_stage_spec(pipeline: StagedPipelineSpec, stage: StageSpec, *, work_dir: str,
                       servers: Mapping[str, str]) -> PipelineSpec:
     """The single-stage spec ``stage`` runs as (see the module docstring). ``work_dir`` is the
@@ -108,4 +121,5 @@ def derive_stage_spec(pipeline: StagedPipelineSpec, stage: StageSpec, *, work_di
         transformation=stage.transformation, sinks=[sink], trigger=pipeline.trigger, checkpoint=checkpoint,
         event_time=pipeline.event_time, spark=pipeline.spark, verification=pipeline.verification,
         reports=pipeline.reports, dead_letter_path=pipeline.stage_path(pipeline.dead_letter_path, stage.name),
-        event_times_path=pipeline.stage_path(pipeline.event_times_path, stage.name))
+        event_times_path=pipeline.stage_path(pipeline.event_times_path, stage.name),
+        batch=stage_batch(stage))

@@ -130,7 +130,12 @@ def rollups_uri(spec: PipelineSpec) -> str:
     """``batch.rollups``, else ``rollups`` beside the sink's folder."""
     if spec.batch.rollups:
         return spec.batch.rollups
-    path = parquet_sink(spec).path.rstrip("/")
+    return rollups_beside(parquet_sink(spec).path)
+
+
+def rollups_beside(output_uri: str) -> str:
+    """``rollups`` beside the folder ``output_uri`` (``<output>-rollups`` for a top-level folder)."""
+    path = output_uri.rstrip("/")
     parent, _, _ = path.rpartition("/")
     if parent in ("file:/", "file:", "s3:/", "s3:") or not parent:
         return f"{path}-rollups"

@@ -32,9 +32,11 @@ from pydantic import Field, field_validator, model_validator
 from barrierflow.errors import UserInputError
 from barrierflow.spec.models import (
     SPEC_VERSION,
+    BatchSpec,
     CheckpointMode,
     CheckpointSpec,
     EventTimeSpec,
+    ParquetSinkSpec,
     ReportsSpec,
     SinkSpec,
     SourceSpec,
@@ -144,13 +146,26 @@ StageSinkSpec = Annotated[SinkSpec | ChannelSinkSpec, Field(discriminator="type"
 
 
 class StageSpec(_Strict):
-    """One stage: one Spark query reading ``sources`` and writing ``sinks``."""
+    """One stage: one Spark query reading ``sources`` and writing ``sinks``.
+
+    ``batch``: the batch side over the stage's committed Parquet output (rollups, stream-vs-batch
+    reconciliation, data quality), as ``batch`` of a single-stage spec; only a stage with a
+    Parquet sink may set it (its default ``rollups`` folder is ``rollups/<stage>`` beside the
+    sink's folder, so the final stages of one pipeline never share one)."""
 
     name: str = Field(..., pattern=_NAME)
     description: str = ""
     sources: list[StageSourceSpec] = Field(..., min_length=1)
     transformation: TransformationSpec
     sinks: list[StageSinkSpec] = Field(..., min_length=1)
+    batch: BatchSpec = BatchSpec()
+
+    @model_validator(mode="after")
+    def _batch_needs_parquet(self) -> StageSpec:
+        if "batch" in self.model_fields_set and not any(isinstance(s, ParquetSinkSpec) for s in self.sinks):
+            raise ValueError("batch applies to a stage with a Parquet sink (its committed output is what the "
+                             "rollups, the reconciliation and the data-quality report read); remove it here")
+        return self
 
     @property
     def input_channels(self) -> list[str]:

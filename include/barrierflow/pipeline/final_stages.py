@@ -1,0 +1,108 @@
+"""The final stages of a pipeline of several stages whose output is a Parquet lake (Spark-free).
+
+A *final stage* writes no channel (:attr:`barrierflow.spec.graph.StageGraph.final_stages`): its
+sink is the pipeline's output, committed through two-phase commit in the stage's own checkpoint
+store. The batch side (rollups, stream-vs-batch reconciliation, data quality) works on one such
+stage whose sink is Parquet, through the stage's derived single-stage spec
+(:func:`barrierflow.pipeline.stage_options.derive_stage_spec`): its committed ``part-*`` files,
+its 2PC ledger and its reports are the stage's, in ``<checkpoint.storage>/stages/<stage>``.
+
+Which stage: the one named (``--stage NAME`` on the command line, one DAG per such stage in
+Airflow); it may be left out when the pipeline has exactly one final Parquet stage.
+"""
+
+from __future__ import annotations
+
+from barrierflow.errors import UserInputError
+from barrierflow.spec.graph import Cycle, StageGraph, build_graph
+from barrierflow.spec.models import ParquetSinkSpec
+from barrierflow.spec.stages import StagedPipelineSpec, StageSpec
+
+
+class FinalStageError(UserInputError):
+    """The stage named for the batch side is not a final stage with a Parquet sink, or no stage
+    was named and the pipeline does not have exactly one."""
+
+
+def _graph(spec: StagedPipelineSpec) -> StageGraph:
+    graph, problems = build_graph(spec)
+    if graph is None:  # a loaded spec's graph is valid: only a spec built in code gets here
+        raise UserInputError(f"pipeline {spec.name!r}: {problems}")
+    return graph
+
+
+def upstream_stages(spec: StagedPipelineSpec, stage: str) -> list[str]:
+    """The stages whose output reaches ``stage`` through channels, and ``stage``, in spec order."""
+    graph = _graph(spec)
+    needed, todo = {stage}, [stage]
+    while todo:
+        for edge in graph.inputs(todo.pop()):
+            if edge.writer not in needed:
+                needed.add(edge.writer)
+                todo.append(edge.writer)
+    return [s for s in graph.stages if s in needed]
+
+
+def upstream_cycle(spec: StagedPipelineSpec, stage: str) -> Cycle | None:
+    """A cycle among the stages ``stage`` depends on (:func:`upstream_stages`), or None."""
+    needed = set(upstream_stages(spec, stage))
+    return next((c for c in _graph(spec).cycles if needed & set(c.stages)), None)
+
+
+def replay_obstacle(spec: StagedPipelineSpec, stage: str) -> str | None:
+    """Why the output of ``stage`` cannot be recomputed by replaying its upstream stages in
+    batch (:mod:`barrierflow.batch.stage_replay`), or None when it can:
+
+    * a cycle among the stages it depends on: what went around the feedback channel depends on
+      when the stream's batches ran, which a batch replay cannot know;
+    * an upstream stage whose output mode is not ``append``: what it wrote to its channel (an
+      updated row per micro-batch, or the whole result every time) depends on how the stream
+      cut its micro-batches, while a batch run gives one final row.
+    """
+    cycle = upstream_cycle(spec, stage)
+    if cycle is not None:
+        return (f"stage {stage!r} depends on the cycle {cycle}: what went around the feedback channel depends on "
+                "when the stream's batches ran, which a batch replay cannot know")
+    for name in upstream_stages(spec, stage):
+        mode = spec.stage(name).transformation.output_mode
+        if name != stage and mode != "append":
+            return (f"stage {stage!r} reads what stage {name!r} wrote in output mode {mode!r}: those rows depend "
+                    "on how the stream cut its micro-batches, while a batch run gives one final result")
+    return None
+
+
+def parquet_final_stages(spec: StagedPipelineSpec) -> list[StageSpec]:
+    """The final stages of ``spec`` whose sink is Parquet, in spec order."""
+    final = set(_graph(spec).final_stages)
+    return [s for s in spec.stages if s.name in final and isinstance(s.sinks[0], ParquetSinkSpec)]
+
+
+def choose_final_stage(spec: StagedPipelineSpec, name: str | None) -> StageSpec:
+    """The final Parquet stage named ``name``; with ``name`` None, the pipeline's only one.
+
+    Raises:
+        FinalStageError: naming the stages that qualify and how to name one.
+    """
+    candidates = parquet_final_stages(spec)
+    listed = ", ".join(s.name for s in candidates) or "none"
+    if name is None:
+        if len(candidates) == 1:
+            return candidates[0]
+        if not candidates:
+            raise FinalStageError(
+                f"pipeline {spec.name!r} has no final stage with a Parquet sink: the batch side (rollups, "
+                "stream-vs-batch reconciliation, data quality of the output) reads the Parquet lake a final stage "
+                "(one that writes no channel) commits; give such a stage a 'type: parquet' sink")
+        raise FinalStageError(f"pipeline {spec.name!r} has several final stages with a Parquet sink ({listed}): "
+                              "name the one to work on with --stage NAME")
+    try:
+        stage = spec.stage(name)
+    except KeyError:
+        raise FinalStageError(f"pipeline {spec.name!r} has no stage {name!r}; final stages with a Parquet sink: "
+                              f"{listed}") from None
+    if stage not in candidates:
+        why = "writes a channel (its output goes on to other stages)" if stage.output_channels \
+            else f"writes a {stage.sinks[0].type!r} sink, not Parquet"
+        raise FinalStageError(f"pipeline {spec.name!r}: stage {name!r} {why}; the batch side reads the committed "
+                              f"Parquet output of a final stage: {listed}")
+    return stage
