@@ -43,6 +43,7 @@ from barrierflow.checkpointing.manifest import EventTimeSummary, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
+from barrierflow.pipeline.model import OFFLINE_SERVERS, pipeline_work_dir
 from barrierflow.pipeline.stage_options import derive_stage_spec
 from barrierflow.runtime.event_time import EventTimeTracker
 from barrierflow.runtime.stage_query import start_stage_query
@@ -50,7 +51,6 @@ from barrierflow.sources.registry import SourceKind, kind_named, reached, source
 from barrierflow.spark import offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
 from barrierflow.spec.graph import StageGraph, build_graph
-from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec, StageSpec
 from barrierflow.storage import open_store
@@ -69,8 +69,6 @@ TICK_SECONDS = 0.02
 FOLLOW_SECONDS = 0.2
 #: How often a stage's query is started again after its Python worker failed to connect back.
 START_RETRIES = 2
-#: The address an offline pipeline gives channels on the embedded broker (never connected to).
-OFFLINE_SERVERS = "embedded-broker-not-running:9"
 
 
 @dataclass
@@ -133,13 +131,6 @@ class PipelineRunResult:
     completed: list[GlobalManifest] = field(default_factory=list)
     stage_manifests: dict[str, list[Manifest]] = field(default_factory=dict)
     failed: int = 0
-
-
-def pipeline_work_dir(spec: StagedPipelineSpec) -> str:
-    """The pipeline's work dir: ``work_dir`` of the spec (relative to the project home), else
-    ``var/<name>``; the stages' work dirs and the embedded broker's data dir are under it."""
-    base = spec.work_dir or f"var/{spec.name}"
-    return base if base.startswith("/") else str(project_home() / base)
 
 
 class StagedPipelineJob:
@@ -307,7 +298,7 @@ class StagedPipelineJob:
         """Ids of completed global checkpoints, not abandoned by a restore, ascending."""
         return self.global_store.completed_ids()
 
-    def completed_global(self, checkpoint_id: int | None = None) -> int:
+    def completed_cut(self, checkpoint_id: int | None = None) -> int:
         """``checkpoint_id`` if it is a completed global checkpoint of the current timeline
         (None: the latest one).
 
@@ -351,7 +342,7 @@ class StagedPipelineJob:
         from barrierflow.recovery.restore import restore_pipeline
 
         ids = self.global_checkpoints()
-        checkpoint_id = self.completed_global(checkpoint_id)
+        checkpoint_id = self.completed_cut(checkpoint_id)
         self._refuse_output_ahead(checkpoint_id)
         for job in self.stages:
             restore_pipeline(job.spec, checkpoint_id, store=job.store, layout=job.layout, check_running=False)
