@@ -8,7 +8,7 @@ from barrierflow.errors import CheckpointCorruptError
 from barrierflow.ops.checkpoints import CheckpointView, view
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.retention.savepoint import take_savepoint
-from barrierflow.verification.global_cut import verify_cuts
+from barrierflow.verification.global_cut import unreachable_inputs, verify_cuts
 
 
 def savepoint(spec_path: str | os.PathLike[str], checkpoint_id: int | None = None) -> CheckpointView:
@@ -30,5 +30,5 @@ def savepoint(spec_path: str | os.PathLike[str], checkpoint_id: int | None = Non
             raise CheckpointCorruptError(f"global checkpoint {checkpoint_id} cannot become a savepoint: it fails "
                                          f"verification ({report.reason()})")
     for stage in pipeline.stages:
-        take_savepoint(stage.spec, stage.store, checkpoint_id)
+        take_savepoint(stage.spec, stage.store, checkpoint_id, starts=unreachable_inputs(stage))
     return view(pipeline, checkpoint_id)

@@ -124,11 +124,13 @@ def verify_cuts(cuts: GlobalCheckpointStore | SingleStageCuts, parts: Sequence[S
         return [CutVerificationReport(stage.spec.name, r.checkpoint_id, [], {stage.name: r}, single_stage=True)
                 for r in verify_checkpoints(stage.spec, stage.store, list(ids), deep=deep, spark=spark)]
     store = cuts
-    starts = {p.name: _embedded_starts(p) for p in parts}
+    starts = {p.name: unreachable_inputs(p) for p in parts}
     return [_verify_one(store, parts, cid, deep=deep, spark=spark, starts=starts) for cid in ids]
 
 
-def _embedded_starts(part: Stage) -> SourceError | None:
+def unreachable_inputs(part: Stage) -> SourceError | None:
+    """Why offline checks cannot ask ``part``'s inputs for their retained ranges (its channels
+    live on the embedded broker, which runs only with its pipeline), or None (ask them)."""
     if not part.embedded_inputs:
         return None  # asked by the stage's own verification
     return SourceError(f"stage {part.name} reads channels on the embedded broker, which runs only with its "
