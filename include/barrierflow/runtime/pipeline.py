@@ -186,9 +186,9 @@ class StagedPipelineJob:
 
     @classmethod
     def offline(cls, spec: StagedPipelineSpec, *, spec_path: str = "<spec>") -> StagedPipelineJob:
-        """The pipeline for operations that read and write only its checkpoint store and work
-        dirs (``checkpoints``, ``verify``, ``retain``, ``savepoint``): channels on the embedded
-        broker get no address (that broker runs only with its pipeline); :meth:`run` refuses."""
+        """The pipeline opened beside a run, to read its stores (tests, benchmarks): channels on
+        the embedded broker get no address (that broker runs only with its pipeline); :meth:`run`
+        refuses. Offline operations open :func:`barrierflow.pipeline.model.open_pipeline`."""
         placeholders = {c.name: OFFLINE_SERVERS for c in spec.channels if c.is_embedded}
         return cls(spec, spec_path=spec_path, channel_servers=placeholders)
 
