@@ -232,14 +232,12 @@ def reconcile(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
     summary = reconcile_transactions(spec_path)
     running = "running" if summary["job_running"] else "not running"
-    staged = "stages" in summary  # a multi-stage pipeline: decisions per stage, against a global checkpoint
-    log.info("pipeline %r: latest completed %scheckpoint %s; job %s", summary["pipeline"],
-             "global " if staged else "", summary["latest_completed"], running)
-    per_stage = summary["stages"].items() if staged else [("", summary["decisions"])]
-    for stage, decisions in per_stage:
+    log.info("pipeline %r: latest completed checkpoint %s; job %s", summary["pipeline"], summary["latest_completed"],
+             running)
+    for stage, decisions in summary["stages"].items():  # one stage: the pipeline's own
         for d in decisions:
-            log.info("%s%s %s %s (epoch %s, %s): %s", f"stage {stage}: " if stage else "", d["action"], d["sink"],
-                     d["transaction_id"], d["checkpoint_id"], d["state"], d["reason"])
+            log.info("stage %s: %s %s %s (epoch %s, %s): %s", stage, d["action"], d["sink"], d["transaction_id"],
+                     d["checkpoint_id"], d["state"], d["reason"])
     if not summary["decisions"]:
         log.info("nothing in doubt")
     log.info("reconciliation summary: %s", json.dumps(summary))
