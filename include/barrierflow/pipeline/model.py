@@ -27,6 +27,7 @@ its pipeline): an opened pipeline serves offline operations; running one starts 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,7 @@ from barrierflow.checkpointing.global_store import GlobalCheckpointStore, Single
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
 from barrierflow.pipeline.stage_options import derive_stage_spec
-from barrierflow.spec.graph import build_graph
+from barrierflow.spec.graph import StageGraph, build_graph
 from barrierflow.spec.loader import load_any_spec, project_home
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
@@ -188,13 +189,16 @@ def _servers(spec: StagedPipelineSpec) -> dict[str, str]:
     return {c.name: c.bootstrap_servers() or OFFLINE_SERVERS for c in spec.channels}
 
 
-def _staged(spec: StagedPipelineSpec, spec_path: str) -> OpenedPipeline:
-    graph, problems = build_graph(spec)
-    if graph is None:
-        raise UserInputError(f"pipeline {spec.name}: {problems}")
-    work_dir = pipeline_work_dir(spec)
-    servers = _servers(spec)
-    objects = open_store(spec.checkpoint.storage)
+def stages_of(spec: StagedPipelineSpec, graph: StageGraph, *, work_dir: str, servers: Mapping[str, str]
+              ) -> tuple[Stage, ...]:
+    """Every stage of ``spec`` (``graph`` its graph), in the spec's order, derived with
+    :func:`~barrierflow.pipeline.stage_options.derive_stage_spec` (``work_dir``: the pipeline's,
+    ``servers``: channel name -> ``host:port`` list); the running pipeline builds its stage jobs
+    on them too.
+
+    Raises:
+        UserInputError: a stage cannot be derived (see ``derive_stage_spec``).
+    """
     stages = []
     for stage in spec.stages:
         derived = derive_stage_spec(spec, stage, work_dir=work_dir, servers=servers)
@@ -210,8 +214,17 @@ def _staged(spec: StagedPipelineSpec, spec_path: str) -> OpenedPipeline:
                 back |= ids
         stages.append(Stage(stage.name, derived, CheckpointStore.for_spec(derived), JobLayout.for_spec(derived),
                             frozenset(inputs), frozenset(back), embedded))
-    cuts = GlobalCheckpointStore(objects, spec.name)
-    return OpenedPipeline(spec, spec_path, tuple(stages), cuts, cuts.root, work_dir)
+    return tuple(stages)
+
+
+def _staged(spec: StagedPipelineSpec, spec_path: str) -> OpenedPipeline:
+    graph, problems = build_graph(spec)
+    if graph is None:
+        raise UserInputError(f"pipeline {spec.name}: {problems}")
+    work_dir = pipeline_work_dir(spec)
+    stages = stages_of(spec, graph, work_dir=work_dir, servers=_servers(spec))
+    cuts = GlobalCheckpointStore(open_store(spec.checkpoint.storage), spec.name)
+    return OpenedPipeline(spec, spec_path, stages, cuts, cuts.root, work_dir)
 
 
 def open_pipeline(spec_path: str | os.PathLike[str]) -> OpenedPipeline:

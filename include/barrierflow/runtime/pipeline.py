@@ -43,8 +43,7 @@ from barrierflow.checkpointing.manifest import EventTimeSummary, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
-from barrierflow.pipeline.model import OFFLINE_SERVERS, pipeline_work_dir
-from barrierflow.pipeline.stage_options import derive_stage_spec
+from barrierflow.pipeline.model import OFFLINE_SERVERS, Stage, pipeline_work_dir, stages_of
 from barrierflow.runtime.event_time import EventTimeTracker
 from barrierflow.runtime.stage_query import start_stage_query
 from barrierflow.sources.registry import SourceKind, kind_named, reached, source_kind
@@ -151,7 +150,8 @@ class StagedPipelineJob:
         self.objects = open_store(spec.checkpoint.storage)
         #: The pipeline's global records (``global/``, ``_fences.json``, ``_pipeline.json``).
         self.global_store = GlobalCheckpointStore(self.objects, spec.name)
-        self.stages = [self._stage_job(stage) for stage in spec.stages]
+        parts = stages_of(spec, graph, work_dir=self.work_dir, servers=self.servers)
+        self.stages = [self._stage_job(stage, part) for stage, part in zip(spec.stages, parts, strict=True)]
         self.attempt = 0
         self.last_completed = 0
         #: Whether this run checked that a cluster's executors see the work dir (once per job).
@@ -211,13 +211,12 @@ class StagedPipelineJob:
         return self._spark
 
     # -- building -----------------------------------------------------------------------
-    def _stage_job(self, stage: StageSpec) -> StageJob:
+    @staticmethod
+    def _stage_job(stage: StageSpec, part: Stage) -> StageJob:
+        """``stage``'s job on its part of the pipeline model (derived spec, layout, store)."""
         channel_sources = [s for s in stage.sources if isinstance(s, ChannelSourceSpec)]
         sink = stage.sinks[0]
-        derived = derive_stage_spec(self.spec, stage, work_dir=self.work_dir, servers=self.servers)
-        layout = JobLayout.for_spec(derived)
-        return StageJob(stage, derived, layout, CheckpointStore.for_spec(derived),
-                        channel_sources[0] if channel_sources else None,
+        return StageJob(stage, part.spec, part.layout, part.store, channel_sources[0] if channel_sources else None,
                         sink if isinstance(sink, ChannelSinkSpec) else None)
 
     def _alignment_options(self, job: StageJob) -> str:
