@@ -273,7 +273,7 @@ def test_choose_an_explicit_or_latest_checkpoint_verifies_it_first(
 
     if check is None:
         choice = run_task(bag, RECOVER, "choose_checkpoint", monkeypatch, {"check_params_and_job": checked})
-        assert choice == {"requested": 3, "checkpoint_id": 3, "skipped": [],
+        assert choice == {"pipeline": "t", "requested": 3, "checkpoint_id": 3, "skipped": [],
                           "verification": "passed structural verification"}
         return
     with pytest.raises(AirflowFailException) as info:
