@@ -82,8 +82,8 @@ skipping the file because a skipped pipeline silently vanishes from the UI, whil
 DAG shows what is wrong where operators look.
 
 A multi-stage spec (`stages` and `channels`, e.g. `include/pipelines/stages.yaml`) gets the
-seven streaming DAGs above, on its *global* checkpoints (`barrierflow.ops.pipeline.is_multi_stage`
-decides; each task calls what `barrierflow <command> SPEC` calls for such a spec):
+seven streaming DAGs above, on its *global* checkpoints (each task calls the one operation that
+`barrierflow <command> SPEC` calls, which opens the pipeline and works on its cuts, for either shape):
 
 * `launch` spark-submits `jobs/run_pipeline.py --spec` as for one stage: one Spark application
   runs the pipeline coordinator and every stage's query (`barrierflow run SPEC`); it holds the
@@ -93,7 +93,7 @@ decides; each task calls what `barrierflow <command> SPEC` calls for such a spec
   embedded broker live only as long as the job: fine for one demo run, but a later launch and
   a restore refuse them (exit 2, naming the fix); give the channels a lasting broker.
 * `supervise` checks the age of the newest completed global checkpoint.
-* `verify`, `retain`, `reconcile`, `skew` run the global operations; their XComs are the JSON
+* `verify`, `retain`, `reconcile`, `skew` run the same operations on the global checkpoints; their XComs are the JSON
   documents of `barrierflow verify|retain|reconcile|skew SPEC --json`. A failed verification
   names the global checkpoint, the stage and the check; a failed skew expectation the stage.
 * `recover` follows the same runbook: the lease is the pipeline's, `choose_checkpoint` resolves
@@ -257,14 +257,12 @@ def reconcile(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
     summary = reconcile_transactions(spec_path)
     running = "running" if summary["job_running"] else "not running"
-    staged = "stages" in summary  # a multi-stage pipeline: decisions per stage, against a global checkpoint
-    log.info("pipeline %r: latest completed %scheckpoint %s; job %s", summary["pipeline"],
-             "global " if staged else "", summary["latest_completed"], running)
-    per_stage = summary["stages"].items() if staged else [("", summary["decisions"])]
-    for stage, decisions in per_stage:
+    log.info("pipeline %r: latest completed checkpoint %s; job %s", summary["pipeline"], summary["latest_completed"],
+             running)
+    for stage, decisions in summary["stages"].items():  # one stage: the pipeline's own
         for d in decisions:
-            log.info("%s%s %s %s (epoch %s, %s): %s", f"stage {stage}: " if stage else "", d["action"], d["sink"],
-                     d["transaction_id"], d["checkpoint_id"], d["state"], d["reason"])
+            log.info("stage %s: %s %s %s (epoch %s, %s): %s", stage, d["action"], d["sink"], d["transaction_id"],
+                     d["checkpoint_id"], d["state"], d["reason"])
     if not summary["decisions"]:
         log.info("nothing in doubt")
     log.info("reconciliation summary: %s", json.dumps(summary))
@@ -424,7 +422,7 @@ def restore(spec_path: str, barrierflow_home: str, recovery: dict[str, Any], cho
     restore report (`attempt`: the new attempt). A DuplicateOutputError, a running job or a
     damaged checkpoint fails the task at once with the library's message."""
     from airflow.sdk.exceptions import AirflowFailException
-    from barrierflow.airflow.runbook import restore_checkpoint, validate_recovery_params
+    from barrierflow.airflow.runbook import duplicate_output_hint, restore_checkpoint, validate_recovery_params
     from barrierflow.recovery.restore import DuplicateOutputError
 
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
@@ -433,12 +431,7 @@ def restore(spec_path: str, barrierflow_home: str, recovery: dict[str, Any], cho
             report = restore_checkpoint(spec_path, int(choice["checkpoint_id"]),
                                         accept_duplicates=validate_recovery_params(recovery).accept_duplicates)
         except DuplicateOutputError as exc:
-            from barrierflow.ops.pipeline import is_multi_stage
-
-            hint = ("" if is_multi_stage(spec_path)  # only complete global checkpoints: no accept_duplicates
-                    else ", or with accept_duplicates=true to write that output again")
-            raise AirflowFailException(f"{exc}. With this DAG: trigger it again with checkpoint='latest'{hint}"
-                                       ) from exc
+            raise AirflowFailException(f"{exc}. {duplicate_output_hint(spec_path)}") from exc
     log.info("restore report: %s", json.dumps(report))
     return report
 

@@ -124,3 +124,47 @@ def test_restore_of_a_multi_stage_spec_refuses_what_it_cannot_restore(
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     assert main(["restore", str(path), "--latest"]) == 2
     assert "no completed global checkpoint" in capsys.readouterr().err
+
+
+def test_each_command_has_one_handler_for_both_shapes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``checkpoints show``, ``verify``, ``savepoint``, ``retain`` and ``reconcile`` on global
+    checkpoints made without Spark (tests/verification/test_choice.py) and on one stage's
+    checkpoints: the same handler renders either, naming global checkpoints and stages for
+    several stages and keeping the single-stage wording and JSON for one."""
+    from tests.pipeline_specs import spec_dict, write_spec
+    from tests.verification.checkpoint_factory import CheckpointFactory
+    from tests.verification.test_choice import _two_stage_cuts
+
+    (tmp_path / "two").mkdir()
+    _two_stage_cuts(tmp_path / "two", 2)
+    two = str(tmp_path / "two" / "flow.yaml")
+    CheckpointFactory(tmp_path / "one").take(2)
+    one = str(write_spec(tmp_path / "one", spec_dict(tmp_path / "one")))
+    capsys.readouterr()
+
+    assert main(["verify", two]) == 0 and main(["verify", one]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == ["global checkpoint 1: passed (21 checks over 2 stages)",
+                       "global checkpoint 2: passed (21 checks over 2 stages)"]
+    assert out[2].startswith("checkpoint 1: passed (") and "stages" not in out[2]
+
+    assert main(["checkpoints", "show", two, "2"]) == 0
+    shown = capsys.readouterr().out
+    assert "global checkpoint 2 of flow" in shown and "stage b: batch" in shown
+    assert 'alignment aligned, 1.5 ms; barrier positions {"flow.ab:0": 20, "flow.ab:1": 20}' in shown
+
+    assert main(["savepoint", two, "--checkpoint", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"pipeline": "flow", "savepoint": 1, "stages": {"a": 0, "b": 0}}
+    assert main(["savepoint", one, "--checkpoint", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"pipeline": "t", "savepoint": 1, "stages": {"t": 0},
+                                                   "spark_batch_id": 0}
+
+    assert main(["retain", two, "--dry-run", "--json"]) == 0
+    retained = json.loads(capsys.readouterr().out)
+    assert retained["savepoints"] == [1] and set(retained["stages"]) == {"a", "b"}
+    assert main(["reconcile", two, "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "pipeline flow: latest completed global checkpoint 2; pipeline not running", "  nothing in doubt"]
+    assert main(["reconcile", one, "--dry-run", "--json"]) == 0
+    reconciled = json.loads(capsys.readouterr().out)
+    assert reconciled["latest_completed"] == 2 and reconciled["dry_run"] is True and set(reconciled["stages"]) <= {"t"}

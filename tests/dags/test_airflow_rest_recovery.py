@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.ops.checkpoints import list_global_checkpoints
+from barrierflow.ops.checkpoints import list_checkpoints
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 
@@ -174,11 +174,11 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
 
         # 5. A multi-stage pipeline: launch, kill after two global checkpoints, recover with a restart.
         staged_first = server.trigger(STAGED_LAUNCH)
-        server.wait_for(lambda: len(list_global_checkpoints(staged_path).completed) >= 2, 300,
+        server.wait_for(lambda: len(list_checkpoints(staged_path).cuts) >= 2, 300,
                         "two completed global checkpoints of the multi-stage pipeline")
         os.kill(int(yaml.safe_load(staged_lease.read_text(encoding="utf-8"))["pid"]), signal.SIGKILL)
         assert server.wait_for_run(STAGED_LAUNCH, staged_first, 120) == "failed"
-        staged_before = {m.checkpoint_id for m in list_global_checkpoints(staged_path).completed}
+        staged_before = {m.checkpoint_id for m in list_checkpoints(staged_path).cuts}
         assert len(staged_output(staged_out)) < PARTITIONS * STAGED_RECORDS, "the pipeline ended before the kill"
         phase("multi-stage: launched, 2 global checkpoints, driver killed")
         staged_recovery = server.trigger(STAGED_RECOVER, {"checkpoint": "latest-valid", "restart": True,
@@ -200,6 +200,6 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
     assert new_attempt and new_attempt[0].checkpoint_id == report["first_checkpoint_id"]
     assert committed_rows(out) == reference
     assert staged_output(staged_out) == [(p, o) for p in range(PARTITIONS) for o in range(STAGED_RECORDS)]
-    staged_after = list_global_checkpoints(staged_path).completed
+    staged_after = list_checkpoints(staged_path).cuts
     assert staged_report["first_checkpoint_id"] in {m.checkpoint_id for m in staged_after}
     assert staged_after[-1].attempt >= 1, "the restarted pipeline wrote no global checkpoint of a new attempt"

@@ -340,13 +340,13 @@ def test_supervise_task_reports_the_checkpoint_age(
     tmp_dagbag: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import airflow.sdk
-    import barrierflow.airflow.support as support
+    import barrierflow.ops.progress as progress
     from airflow.sdk.exceptions import AirflowFailException
 
     task = tmp_dagbag.dags["barrierflow_supervise__orders"].get_task("supervise")
     latest: list[datetime | None] = [None]
     context = {"params": {"max_checkpoint_age_seconds": 60}}
-    monkeypatch.setattr(support, "latest_completed_checkpoint_time", lambda spec: latest[0])
+    monkeypatch.setattr(progress, "newest_completion_time", lambda pipeline: latest[0])
     monkeypatch.setattr(airflow.sdk, "get_current_context", lambda: context)
     monkeypatch.setenv("BARRIERFLOW_HOME", str(PROJECT_ROOT))  # the task sets it if unset
 

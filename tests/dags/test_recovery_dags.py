@@ -273,7 +273,7 @@ def test_choose_an_explicit_or_latest_checkpoint_verifies_it_first(
 
     if check is None:
         choice = run_task(bag, RECOVER, "choose_checkpoint", monkeypatch, {"check_params_and_job": checked})
-        assert choice == {"requested": 3, "checkpoint_id": 3, "skipped": [],
+        assert choice == {"pipeline": "t", "requested": 3, "checkpoint_id": 3, "skipped": [],
                           "verification": "passed structural verification"}
         return
     with pytest.raises(AirflowFailException) as info:
@@ -510,18 +510,18 @@ def test_restore_latest_and_the_recovery_dag_choose_and_verify_alike(
     way, and come to the same verdict."""
     from airflow.sdk.exceptions import AirflowFailException
     from barrierflow.ops import restore as ops_restore
-    from barrierflow.verification import choice as choice_rule
+    from barrierflow.verification import global_cut as cut_rule
 
     manifests = factory.take(4)
     if damaged:
         flip_byte(factory, manifests[-1])
     chosen: list[tuple[str, Any]] = []  # (requested, checkpoint id or the refusal's message)
     verified: list[list[int]] = []
-    real_choose, real_verify = ops_restore.choose_checkpoint, choice_rule.verify_checkpoints
+    real_choose, real_verify = ops_restore.choose_checkpoint, cut_rule.verify_checkpoints
 
-    def choose_spy(spec: Any, store: Any, requested: Any, **kwargs: Any) -> Any:
+    def choose_spy(pipeline: Any, requested: Any) -> Any:
         try:
-            result = real_choose(spec, store, requested, **kwargs)
+            result = real_choose(pipeline, requested)
         except ChosenCheckpointInvalidError as exc:
             chosen.append((requested, str(exc)))
             raise
@@ -533,7 +533,7 @@ def test_restore_latest_and_the_recovery_dag_choose_and_verify_alike(
         return real_verify(spec, store, ids, **kwargs)
 
     monkeypatch.setattr(ops_restore, "choose_checkpoint", choose_spy)
-    monkeypatch.setattr(choice_rule, "verify_checkpoints", verify_spy)
+    monkeypatch.setattr(cut_rule, "verify_checkpoints", verify_spy)
 
     checked = run_task(bag, RECOVER, "check_params_and_job", monkeypatch, checkpoint="latest")
     if damaged:

@@ -37,8 +37,7 @@ import pytest
 import yaml
 from barrierflow.airflow.assets import PipelineProgressTrigger
 from barrierflow.airflow.runbook import first_checkpoint_of_attempt
-from barrierflow.ops.checkpoints import list_global_checkpoints
-from barrierflow.ops.global_checkpoints import show_global_checkpoint
+from barrierflow.ops.checkpoints import list_checkpoints, show_checkpoint
 from barrierflow.sinks.parquet import read_committed
 
 from tests.dags.conftest import run_dag
@@ -67,7 +66,7 @@ def _spec(tmp_path: Path, endpoint: KafkaEndpoint, pipelines_dir: Path) -> Path:
 def _damage_a_file_only_in(path: Path, chk: Path, checkpoint_id: int, older: int) -> tuple[str, Path]:
     """Flip one byte of a file that a stage's part of ``checkpoint_id`` stored and ``older``
     does not use (so ``older`` stays valid); returns the stage and the file."""
-    new, old = show_global_checkpoint(path, checkpoint_id), show_global_checkpoint(path, older)
+    new, old = show_checkpoint(path, checkpoint_id), show_checkpoint(path, older)
     for stage in ("a", "b"):
         kept = {f.sha256 for f in old.stages[stage].files}
         digests = sorted(f.sha256 for f in new.stages[stage].files if f.uploaded and f.sha256 not in kept)
@@ -102,9 +101,9 @@ def test_staged_pipeline_launch_checks_damage_recovery_and_run_to_the_end(
     monkeypatch.delenv("BARRIERFLOW_CRASH_AT")
     assert run.task_states == {"launch": "failed", "supervise": "upstream_failed"}, run.log[-6000:]
     assert "--until-exhausted" in run.log and "--master local[2]" in run.log  # every source stage is bounded
-    listing = list_global_checkpoints(path)
-    assert [m.checkpoint_id for m in listing.completed] == [1, 2], run.log[-6000:]
-    assert all(set(m.stages) == {"a", "b"} and m.attempt == 0 for m in listing.completed)
+    listing = list_checkpoints(path)
+    assert [m.checkpoint_id for m in listing.cuts] == [1, 2], run.log[-6000:]
+    assert all(set(m.stages) == {"a", "b"} and m.attempt == 0 for m in listing.cuts)
     state = MemoryState()
     announced = events(_watcher(path, tmp_path, state), polls=3)
     assert [(e["id"], e["previous"]) for e in announced] == [(2, None)]  # the newest global checkpoint, once
@@ -150,7 +149,7 @@ def test_staged_pipeline_launch_checks_damage_recovery_and_run_to_the_end(
     summary = run.xcom("report")
     assert summary["checkpoint_id"] == 1 and summary["restarted"] is False
     assert "skipped global checkpoint 2" in summary["message"]
-    listing = list_global_checkpoints(path)
+    listing = list_checkpoints(path)
     assert listing.attempt == 1 and listing.abandoned == [2]
     run = run_dag(monkeypatch, pipelines_dir, "barrierflow_reconcile__two")
     assert run.state == "success", run.log
@@ -168,7 +167,7 @@ def test_staged_pipeline_launch_checks_damage_recovery_and_run_to_the_end(
                       strict=True))
     assert seen == [(p, o) for p in range(PARTITIONS) for o in range(RECORDS)]
     first_new = first_checkpoint_of_attempt(path, 1)  # the recovery sensor's condition after a restart
-    newest = list_global_checkpoints(path).completed[-1]
+    newest = list_checkpoints(path).cuts[-1]
     assert first_new is not None and first_new > 2 and newest.attempt == 2
     announced = events(_watcher(path, tmp_path, state), polls=3)
     assert [(e["id"], e["previous"]) for e in announced] == [(newest.checkpoint_id, 2)]

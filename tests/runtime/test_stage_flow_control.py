@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from barrierflow.ops.global_checkpoints import skew_global
+from barrierflow.ops.skew import skew
 from barrierflow.runtime.pipeline import PipelineRunResult, StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.sources.generator import GeneratorModel
@@ -150,7 +150,7 @@ def test_watermark_alignment_in_a_stage_reading_a_skewed_channel_loses_no_late_r
         times = next(iter(manifest.max_event_time.values()))
         assert set(times) == partitions and all(t is not None for t in times.values()), (stage, times)
         assert manifest.event_time is not None and manifest.event_time.alignment_group == "g"
-    report = skew_global(tmp_path / "aligned.yaml")
+    report = skew(tmp_path / "aligned.yaml")
     assert set(report.stages) == {"gen", "win"}
     for stage, partitions in {"gen": {"0"}, "win": {f"{topic}:0", f"{topic}:1"}}.items():
         rows = report.stages[stage].checkpoints

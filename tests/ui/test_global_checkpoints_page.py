@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.ops.checkpoints import list_global_checkpoints
-from barrierflow.ops.global_checkpoints import show_global_checkpoint, verify_global_checkpoints
+from barrierflow.ops.checkpoints import list_checkpoints, show_checkpoint
+from barrierflow.ops.verify import verify
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.spec import parse_staged_spec
 from barrierflow.ui import create_app
@@ -83,10 +83,10 @@ def test_checkpoints_page_shows_each_stage_of_a_real_two_stage_pipeline(
     run = StagedPipelineJob(parse_staged_spec(data), spark=spark).run(checkpoints=GLOBAL_CHECKPOINTS, duration=150)
     assert len(run.completed) >= GLOBAL_CHECKPOINTS, "fewer global checkpoints than asked for completed"
     ran = time.monotonic() - started
-    verified = verify_global_checkpoints(spec_path)
+    verified = verify(spec_path)
     assert verified.reports and not verified.failed, [r.reason() for r in verified.failed]
-    listing = list_global_checkpoints(spec_path)
-    assert len(listing.completed) >= GLOBAL_CHECKPOINTS and listing.stages == ("a", "b")
+    listing = list_checkpoints(spec_path)
+    assert len(listing.cuts) >= GLOBAL_CHECKPOINTS and listing.stages == ("a", "b")
 
     # Steps 2 and 3: the page in Chromium.
     with serving(create_app(str(folder), authenticate=signed_in_as_tester)) as url, \
@@ -95,7 +95,7 @@ def test_checkpoints_page_shows_each_stage_of_a_real_two_stage_pipeline(
         table = read_global_table(browser.html())
         assert browser.evaluate("document.querySelectorAll('#global-checkpoints tr.stage').length") == \
             len(table.stage_order)
-    completed = {m.checkpoint_id: m for m in listing.completed}
+    completed = {m.checkpoint_id: m for m in listing.cuts}
     assert set(table.globals) == set(completed), (sorted(table.globals), sorted(completed))
     for cid, manifest in completed.items():
         row = table.globals[cid]
@@ -105,7 +105,7 @@ def test_checkpoints_page_shows_each_stage_of_a_real_two_stage_pipeline(
         assert float(row["total_ms"]) == manifest.total_ms
         assert row["verification"] == "passed"
         assert [stage for c, stage in table.stage_order if c == cid] == ["a", "b"]
-        stage_manifests = show_global_checkpoint(spec_path, cid).stages
+        stage_manifests = show_checkpoint(spec_path, cid).stages
         for stage, snapshot in manifest.stages.items():
             cells, stage_manifest = table.stages[(cid, stage)], stage_manifests[stage]
             assert cells["barrier_batch"] == str(snapshot.spark_batch_id) == str(stage_manifest.spark_batch_id)

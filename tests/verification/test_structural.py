@@ -7,16 +7,24 @@ import json
 from pathlib import Path
 
 import pytest
+from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.cli.main import main
 from barrierflow.errors import SourceError
+from barrierflow.pipeline.model import single_stage_pipeline
+from barrierflow.spec.models import PipelineSpec
 from barrierflow.transactions.ledger import TxnState
+from barrierflow.verification.choice import LATEST_VALID, CheckpointChoice, choose_checkpoint
 from barrierflow.verification.report import load_report, report_key
 from barrierflow.verification.runner import candidate_ids, verify_checkpoints
-from barrierflow.verification.selection import latest_valid
 from barrierflow.verification.structural import check_monotonic, check_source_retention, check_state_files
 
 from tests.pipeline_specs import make_spec, spec_dict, write_spec
 from tests.verification.checkpoint_factory import CheckpointFactory
+
+
+def _latest_valid(spec: PipelineSpec, store: CheckpointStore) -> CheckpointChoice:
+    """``restore --latest-valid``'s choice over the one-stage pipeline of ``spec`` on ``store``."""
+    return choose_checkpoint(single_stage_pipeline(spec, store=store), LATEST_VALID)
 
 
 def _delete_state_file(f: CheckpointFactory, m) -> tuple[str, str]:
@@ -114,9 +122,9 @@ def test_latest_valid_trusts_a_stored_pass_only_while_intact(tmp_path: Path) -> 
     manifests = f.take(3)
     spec = make_spec(tmp_path)
     verify_checkpoints(spec, f.store, [1, 2, 3])
-    assert latest_valid(spec, f.store).checkpoint_id == 3
+    assert _latest_valid(spec, f.store).checkpoint_id == 3
     _delete_state_file(f, manifests[-1])  # damaged after it was verified
-    selection = latest_valid(spec, f.store)
+    selection = _latest_valid(spec, f.store)
     assert selection.checkpoint_id == 2
     assert selection.skipped[0][0] == 3 and "damaged since" in selection.skipped[0][1]
     assert load_report(f.store.objects, 3).passed is False  # the new verdict is stored
@@ -195,6 +203,6 @@ def test_latest_valid_rehashes_a_checkpoint_verified_earlier(tmp_path: Path) -> 
     spec = make_spec(tmp_path)
     verify_checkpoints(spec, f.store, [1, 2, 3])
     _flip_byte(f, manifests[-1])
-    selection = latest_valid(spec, f.store)
+    selection = _latest_valid(spec, f.store)
     assert selection.checkpoint_id == 2
     assert selection.skipped[0][0] == 3 and "sha256 mismatch" in selection.skipped[0][1]

@@ -18,14 +18,12 @@ called (and tested) on its own::
                                             the restored job (Manifest.attempt == the new attempt)
     recovery_summary(...)                   what the final report task logs and returns
 
-A multi-stage spec (``barrierflow.ops.pipeline.is_multi_stage``, the one place that decides)
-takes the same steps on its global checkpoints: the lease is the pipeline's one lease (its
-work dir; a run holds it however its stages run), the choice is
-:func:`barrierflow.ops.restore.choose_global` (the global checkpoint verified as one cut:
-every stage's checks and the cut over the channels), the restore
-:func:`barrierflow.ops.restore.restore_global` (every stage to that global checkpoint, a new
-attempt, fences so downstream stages skip what older attempts wrote), and the sensor waits
-for the first completed global checkpoint of the new attempt.
+A multi-stage spec takes the same steps, through the same operations, on its global
+checkpoints: the lease is the pipeline's one lease (its work dir; a run holds it however its
+stages run), :func:`barrierflow.ops.restore.choose` verifies a global checkpoint as one cut
+(every stage's checks and the cut over the channels), :func:`barrierflow.ops.restore.restore_chosen`
+restores every stage to it (a new attempt, fences so downstream stages skip what older attempts
+wrote), and the sensor waits for the first completed global checkpoint of the new attempt.
 
 Every error raised on purpose derives from :class:`barrierflow.errors.BarrierflowError`; those
 caused by the operator's input (params, a running job, a checkpoint that does not verify)
@@ -44,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from barrierflow.errors import UserInputError
-from barrierflow.ops.checkpoints import list_checkpoints, list_global_checkpoints
-from barrierflow.ops.pipeline import is_multi_stage
-from barrierflow.ops.restore import GlobalCheckpointChoice, choose, choose_global, restore_chosen, restore_global
+from barrierflow.ops.checkpoints import list_checkpoints
+from barrierflow.ops.progress import open_pipeline
+from barrierflow.ops.restore import choose, restore_chosen
 from barrierflow.verification.choice import (
     CHECKPOINT_CHOICES,
     LATEST,
@@ -60,7 +58,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["CHECKPOINT_CHOICES", "DEFAULT_PARAMS", "LATEST", "LATEST_VALID", "CheckpointChoice",
            "CheckpointRequest", "ChosenCheckpointInvalidError", "JobStillRunningError", "RecoveryParamError",
-           "RecoveryParams", "choose_checkpoint", "describe_restore", "ensure_job_stopped",
+           "RecoveryParams", "choose_checkpoint", "describe_restore", "duplicate_output_hint", "ensure_job_stopped",
            "first_checkpoint_of_attempt", "recovery_summary", "restore_checkpoint", "validate_recovery_params"]
 
 #: The recovery DAG's params and their defaults (the DAG declares the same defaults).
@@ -223,13 +221,11 @@ def ensure_job_stopped(spec_path: str | os.PathLike[str], *, launch_dag_id: str 
     )
 
 
-def choose_checkpoint(spec_path: str | os.PathLike[str], requested: CheckpointRequest
-                      ) -> CheckpointChoice | GlobalCheckpointChoice:
+def choose_checkpoint(spec_path: str | os.PathLike[str], requested: CheckpointRequest) -> CheckpointChoice:
     """Resolve the ``checkpoint`` param to the checkpoint to restore, with
     :func:`barrierflow.ops.restore.choose`: the same rule and verification as ``barrierflow
-    restore`` (see :mod:`barrierflow.verification.choice`); for a multi-stage spec, to a global
-    checkpoint with :func:`barrierflow.ops.restore.choose_global` (verified as one cut; a
-    failed check is named ``<stage>: <check>``).
+    restore`` (see :mod:`barrierflow.verification.choice`); for a multi-stage spec, a global
+    checkpoint verified as one cut (a failed check is named ``<stage>: <check>``).
 
     Raises:
         SpecError: the spec does not load.
@@ -240,8 +236,6 @@ def choose_checkpoint(spec_path: str | os.PathLike[str], requested: CheckpointRe
             message names the checkpoint and each failed check and suggests ``latest-valid``.
         StorageError: the checkpoint store cannot be read.
     """
-    if is_multi_stage(spec_path):
-        return choose_global(spec_path, requested)
     return choose(spec_path, requested)
 
 
@@ -290,9 +284,9 @@ def restore_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
         ``attempt`` (the new one, which the restarted job writes into its manifests), ``files``,
         ``bytes``, ``abandoned``, ``decisions``, ``replaced``, ``replay`` (None or the plan's
         summary).
-        For a multi-stage spec: :meth:`GlobalRestoreOutcome.as_dict` (``pipeline``,
-        ``checkpoint_id``, ``attempt``, ``skipped``, ``fences`` per stage, ``verification``) with
-        ``"global": true``; the global checkpoint is verified again under the pipeline's lease.
+        For a multi-stage spec: ``pipeline``, ``checkpoint_id``, ``attempt``, ``skipped``,
+        ``fences`` per stage, ``verification`` and ``"global": true``; the global checkpoint is
+        verified again under the pipeline's lease (see :meth:`RestoreOutcome.as_dict`).
 
     Raises:
         SpecError: the spec does not load.
@@ -302,15 +296,7 @@ def restore_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
         UserInputError: the job is running.
         StorageError: the checkpoint store cannot be read or written.
     """
-    if is_multi_stage(spec_path):
-        if accept_duplicates:
-            raise UserInputError("accept_duplicates applies to single-stage pipelines only: a multi-stage pipeline "
-                                 "restores only complete global checkpoints, whose final sinks are never ahead of "
-                                 "them; trigger the recovery again with accept_duplicates=false")
-        # Re-verified under the pipeline's lease, as the CLI's restore does.
-        report = {**restore_global(spec_path, checkpoint_id).as_dict(), "global": True}
-    else:
-        report = restore_chosen(spec_path, checkpoint_id, accept_duplicates=accept_duplicates).as_dict()
+    report = restore_chosen(spec_path, checkpoint_id, accept_duplicates=accept_duplicates).as_dict()
     lines = describe_restore(report)
     for line in lines[:-1] if report.get("replay") else lines:
         log.info("%s", line)
@@ -320,7 +306,7 @@ def restore_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
 
 
 def first_checkpoint_of_attempt(spec_path: str | os.PathLike[str], attempt: int) -> int | None:
-    """The id of the first completed checkpoint the job wrote in ``attempt``, or None.
+    """The id of the first completed checkpoint the job wrote in ``attempt`` (or later), or None.
 
     This is the recovery sensor's condition: after a restore returned attempt ``a``, the
     restarted job writes ``a`` into every manifest, so a completed checkpoint (readable
@@ -336,13 +322,22 @@ def first_checkpoint_of_attempt(spec_path: str | os.PathLike[str], attempt: int)
     """
     if attempt < 1:
         raise ValueError(f"attempt must be 1 or more (as returned by a restore), got {attempt}")
-    if is_multi_stage(spec_path):
-        # `>=`: every start of a multi-stage pipeline restores its latest global checkpoint (the
-        # one just restored) once more as a new attempt, so the restarted job writes a + 1.
-        listing = list_global_checkpoints(spec_path)
-        return next((m.checkpoint_id for m in listing.completed
-                     if m.attempt >= attempt and m.checkpoint_id not in listing.abandoned), None)
-    return next((m.checkpoint_id for m in list_checkpoints(spec_path).completed if m.attempt == attempt), None)
+    # `>=`: every start of a multi-stage pipeline restores its latest global checkpoint (the one
+    # just restored) once more as a new attempt, so the restarted job writes a + 1; a single-stage
+    # job writes a itself, and a later attempt exists only after another restore.
+    listing = list_checkpoints(spec_path)
+    return next((c.checkpoint_id for c in listing.cuts
+                 if c.attempt >= attempt and c.checkpoint_id not in listing.abandoned), None)
+
+
+def duplicate_output_hint(spec_path: str | os.PathLike[str]) -> str:
+    """What the recovery DAG adds to a :class:`~barrierflow.recovery.restore.DuplicateOutputError`:
+    trigger again with ``checkpoint='latest'``, or (one stage, whose restore can write already
+    committed output again) with ``accept_duplicates=true``."""
+    hint = "With this DAG: trigger it again with checkpoint='latest'"
+    if open_pipeline(spec_path).single_stage:
+        hint += ", or with accept_duplicates=true to write that output again"
+    return hint
 
 
 def recovery_summary(choice: Mapping[str, Any], report: Mapping[str, Any], *, restarted: bool,

@@ -24,12 +24,12 @@
   :mod:`barrierflow.airflow.runbook`.
 
 A multi-stage spec (``stages`` and ``channels``) gets the same checks on its *global*
-checkpoints: :func:`barrierflow.ops.pipeline.is_multi_stage` is the one place that decides,
-and each function then calls the operation of :mod:`barrierflow.ops.global_checkpoints` that
-``barrierflow <command> SPEC --json`` calls for such a spec, so the XCom is the CLI's JSON
-document. Supervision looks at the newest completed global checkpoint; a failed verification
-names the global checkpoint, the stage and the check (``<stage>: <check>``); a failed skew
-expectation names the stage.
+checkpoints: each function calls the one operation of :mod:`barrierflow.ops` that
+``barrierflow <command> SPEC --json`` calls, for either shape (the operation opens the
+pipeline once and works on its cuts), so the XCom is the CLI's JSON document. Supervision
+looks at the newest completed global checkpoint; a failed verification names the global
+checkpoint, the stage and the check (``<stage>: <check>``); a failed skew expectation names
+the stage.
 
 Every operation is the one :mod:`barrierflow.ops` runs for the CLI; this module only turns
 its result into the JSON document (an XCom) and its failures into errors that name the fix.
@@ -66,8 +66,6 @@ __all__ = ["DiscoveredPipeline", "QualityExpectationError", "discover_pipelines"
 DAG_KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "rollup", "recompute",
              "quality", "chaos")
 
-#: How many failed checks the message of :class:`CheckpointVerificationError` lists.
-MAX_LISTED_FAILURES = 10
 
 class CheckpointStaleError(CheckpointError):
     """A pipeline has no completed checkpoint, or its latest one is older than allowed.
@@ -129,15 +127,6 @@ def dag_id_for(spec_name: str, kind: str) -> str:
     return f"barrierflow_{kind}__{spec_name}"
 
 
-def latest_completed_checkpoint_time(spec: PipelineSpec) -> datetime | None:
-    """Completion time of the newest completed checkpoint in the (single-stage) spec's
-    checkpoint store."""
-    from barrierflow.checkpointing.store import CheckpointStore
-
-    completed = CheckpointStore.for_spec(spec).completed()
-    return completed[-1].completion_time if completed else None
-
-
 def bounded_sources(spec: PipelineSpec | StagedPipelineSpec) -> bool:
     """Whether the job ends by itself: its source has an end (``records_per_partition``); for a
     multi-stage spec, every source that is not a channel (those of the source stages). Reads
@@ -152,7 +141,7 @@ def check_checkpoint_freshness(
     spec_path: str | os.PathLike[str],
     max_age_seconds: float,
     now: datetime | None = None,
-    latest_completion: Callable[[PipelineSpec], datetime | None] | None = None,
+    latest_completion: Callable[[PipelineSpec | StagedPipelineSpec], datetime | None] | None = None,
 ) -> str:
     """Check that the pipeline at ``spec_path`` completed a checkpoint recently (a multi-stage
     pipeline: a global checkpoint, whose manifest is written once every stage's snapshot is in).
@@ -172,24 +161,16 @@ def check_checkpoint_freshness(
         CheckpointStaleError: there is no completed checkpoint, or the latest is too old.
         ValueError: ``max_age_seconds`` is not positive, or a datetime is naive.
     """
-    from barrierflow.ops.pipeline import is_multi_stage
-    from barrierflow.ops.progress import newest_completion_time
-    from barrierflow.spec.loader import load_any_spec
+    from barrierflow.ops.progress import newest_completion_time, open_pipeline
 
     if max_age_seconds <= 0:
         raise ValueError(f"max_age_seconds must be greater than 0, got {max_age_seconds}")
     current = datetime.now(UTC) if now is None else now
     if current.tzinfo is None:
         raise ValueError("now must be timezone-aware (e.g. datetime.now(UTC))")
-    spec = load_any_spec(spec_path)
-    multi = is_multi_stage(spec_path)
-    what = "global checkpoint" if multi else "checkpoint"
-    if latest_completion is not None:
-        completed_at = latest_completion(spec)  # type: ignore[arg-type]
-    elif multi:
-        completed_at = newest_completion_time(spec_path)
-    else:
-        completed_at = latest_completed_checkpoint_time(spec)  # type: ignore[arg-type]
+    pipeline = open_pipeline(spec_path)
+    spec, what = pipeline.spec, pipeline.cut_noun
+    completed_at = latest_completion(spec) if latest_completion is not None else newest_completion_time(pipeline)
     storage = spec.checkpoint.storage
     if completed_at is None:
         raise CheckpointStaleError(
@@ -226,25 +207,6 @@ def verification_schedule(spec: PipelineSpec | StagedPipelineSpec) -> Verificati
     )
 
 
-def _failure_detail(spec_name: str, spec_path: str, storage: str, verified: int,
-                    failures: list[tuple[int, str, str, str | None]]) -> str:
-    checkpoints = sorted({cid for cid, _, _, _ in failures})
-    lines = [
-        f"checkpoint {cid} failed the {name} check: {message}" + (f" [{file}]" if file and file not in message else "")
-        for cid, name, message, file in failures[:MAX_LISTED_FAILURES]
-    ]
-    if len(failures) > MAX_LISTED_FAILURES:
-        lines.append(f"... and {len(failures) - MAX_LISTED_FAILURES} more failed checks (see the JSON summary)")
-    return (
-        f"pipeline {spec_name!r}: {len(checkpoints)} of {verified} verified checkpoints in {storage} failed "
-        f"verification ({', '.join(f'checkpoint {cid}' for cid in checkpoints)}):\n  " + "\n  ".join(lines)
-        + f"\nA failed checkpoint cannot be trusted for a restore: 'barrierflow restore {spec_path} --latest-valid' "
-        f"skips it and retention no longer keeps it. Look at it with 'barrierflow verify {spec_path} --checkpoint "
-        f"{checkpoints[-1]}'; the usual causes are a damaged or partly deleted checkpoint store, or source data "
-        "already deleted by the source's retention."
-    )
-
-
 def verify_latest_checkpoints(spec_path: str | os.PathLike[str], latest: int, *, deep: bool = False
                               ) -> dict[str, Any]:
     """Verify the pipeline's newest ``latest`` checkpoints, as
@@ -272,59 +234,17 @@ def verify_latest_checkpoints(spec_path: str | os.PathLike[str], latest: int, *,
             failed checkpoint and check, ``summary`` holds the JSON document.
         StorageError: the checkpoint store cannot be read.
     """
-    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.verify import verify
 
-    if is_multi_stage(spec_path):
-        return _verify_latest_global(spec_path, latest, deep=deep)
     outcome = verify(spec_path, latest=latest, deep=deep)
     summary = outcome.summary()
-    failed = [(r.checkpoint_id, c.name, c.message, c.file) for r in outcome.reports for c in r.failures]
+    failed = outcome.failures()
     if failed:
-        raise CheckpointVerificationError(
-            outcome.pipeline, [(cid, name, message) for cid, name, message, _ in failed], summary,
-            _failure_detail(outcome.pipeline, str(spec_path), outcome.storage, len(outcome.reports), failed),
-        )
-    log.info("pipeline %r: %d checkpoint(s) in %s passed verification%s", outcome.pipeline, len(outcome.reports),
-             outcome.storage, " (deep)" if deep else "")
+        raise CheckpointVerificationError(outcome.pipeline, [(cid, name, message) for cid, name, message, _ in failed],
+                                          summary, outcome.failure_message(str(spec_path)))
+    log.info("pipeline %r: %d %s(s) in %s passed verification%s", outcome.pipeline, len(outcome.reports),
+             outcome.noun, outcome.storage, " (deep)" if deep else "")
     return summary
-
-
-def _describe_global_check(name: str) -> str:
-    """``"b: sha256"`` -> ``"stage b, check sha256"``; a check of the global checkpoint itself
-    (``global-manifest``, ``stages-complete``) -> ``"check global-manifest"``."""
-    stage, sep, check = name.partition(": ")
-    return f"stage {stage}, check {check}" if sep else f"check {name}"
-
-
-def _verify_latest_global(spec_path: str | os.PathLike[str], latest: int, *, deep: bool) -> dict[str, Any]:
-    """:func:`verify_latest_checkpoints` for a multi-stage spec: the newest ``latest`` global
-    checkpoints, each verified as one cut (``barrierflow verify SPEC --latest N --json``)."""
-    from barrierflow.ops.global_checkpoints import verify_global_checkpoints
-
-    outcome = verify_global_checkpoints(spec_path, latest=latest, deep=deep)
-    summary = outcome.summary()
-    failed = [(r.checkpoint_id, c.name, c.message, c.file) for r in outcome.reports for c in r.failures]
-    if not failed:
-        log.info("pipeline %r: %d global checkpoint(s) in %s passed verification%s", outcome.pipeline,
-                 len(outcome.reports), outcome.storage, " (deep)" if deep else "")
-        return summary
-    checkpoints = sorted({cid for cid, _, _, _ in failed})
-    lines = [f"global checkpoint {cid} failed ({_describe_global_check(name)}): {message}"
-             + (f" [{file}]" if file and file not in message else "")
-             for cid, name, message, file in failed[:MAX_LISTED_FAILURES]]
-    if len(failed) > MAX_LISTED_FAILURES:
-        lines.append(f"... and {len(failed) - MAX_LISTED_FAILURES} more failed checks (see the JSON summary)")
-    detail = (
-        f"pipeline {outcome.pipeline!r}: {len(checkpoints)} of {len(outcome.reports)} verified global checkpoints in "
-        f"{outcome.storage} failed verification ({', '.join(f'global checkpoint {cid}' for cid in checkpoints)}):\n  "
-        + "\n  ".join(lines)
-        + f"\nA failed global checkpoint cannot be trusted for a restore: 'barrierflow restore {spec_path} "
-        f"--latest-valid' (and the recovery DAG's default checkpoint='latest-valid') skips it and retention no longer "
-        f"keeps it. Look at it with 'barrierflow verify {spec_path} --checkpoint {checkpoints[-1]}'; the usual causes "
-        "are a damaged or partly deleted stage store, or channel records already deleted by the broker's retention.")
-    raise CheckpointVerificationError(outcome.pipeline, [(cid, name, message) for cid, name, message, _ in failed],
-                                      summary, detail)
 
 
 def retain_checkpoints(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> dict[str, Any]:
@@ -344,14 +264,9 @@ def retain_checkpoints(spec_path: str | os.PathLike[str], *, dry_run: bool = Fal
         SpecError: the spec does not load.
         StorageError: the checkpoint store cannot be read or written.
     """
-    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.retain import retain
 
-    if is_multi_stage(spec_path):
-        from barrierflow.ops.global_checkpoints import retain_global_checkpoints
-
-        return retain_global_checkpoints(spec_path, dry_run=dry_run).as_dict()
-    return retain(spec_path, dry_run=dry_run).plan.as_dict()
+    return retain(spec_path, dry_run=dry_run).as_dict()
 
 
 def reconcile_transactions(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> dict[str, Any]:
@@ -375,13 +290,8 @@ def reconcile_transactions(spec_path: str | os.PathLike[str], *, dry_run: bool =
         SinkError, StorageError: a sink or the checkpoint store failed; decisions applied
             before the failure stay applied; the next run plans the rest anew.
     """
-    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.reconcile import reconcile
 
-    if is_multi_stage(spec_path):
-        from barrierflow.ops.global_checkpoints import reconcile_global
-
-        return {**reconcile_global(spec_path, dry_run=dry_run).as_dict(), "dry_run": dry_run}
     return reconcile(spec_path, dry_run=dry_run).as_dict()
 
 
@@ -402,36 +312,14 @@ def report_watermark_skew(spec_path: str | os.PathLike[str], *, last: int | None
             checkpoint and value, ``summary`` holds the JSON document.
         StorageError: the checkpoint store cannot be read or written.
     """
-    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.skew import skew
-    from barrierflow.reports.skew import raise_for_failures
 
-    if is_multi_stage(spec_path):
-        return _skew_global(spec_path, last=last)
-    report = skew(spec_path, last=last)
-    raise_for_failures(report, str(spec_path))
-    log.info("pipeline %r: %s", report.pipeline, report.message)
-    return report.as_dict()
-
-
-def _skew_global(spec_path: str | os.PathLike[str], *, last: int | None) -> dict[str, Any]:
-    """:func:`report_watermark_skew` for a multi-stage spec: each stage's report over its part of
-    the global checkpoints (``barrierflow skew SPEC --json``); a failed expectation names the stage."""
-    from barrierflow.ops.global_checkpoints import skew_global
-    from barrierflow.reports.skew import SkewExpectationError
-
-    report = skew_global(spec_path, last=last)
-    summary = report.as_dict()
-    failures = [f"stage {name}: {c.message}" for name, stage in report.stages.items() for c in stage.failures]
-    if failures:
-        raise SkewExpectationError(summary, failures, (
-            f"pipeline {report.pipeline!r}: the watermark-skew report failed its expectations:\n  "
-            + "\n  ".join(failures)
-            + f"\nSee 'barrierflow skew {spec_path} --html PATH' (one page per stage); the limits are "
-            "reports.max_skew / reports.max_lag / reports.max_late_rows of the spec."))
-    for name, stage in report.stages.items():
-        log.info("pipeline %r, stage %s: %s", report.pipeline, name, stage.message)
-    return summary
+    outcome = skew(spec_path, last=last)
+    outcome.raise_for_failures(str(spec_path))
+    for name, report in outcome.stages.items():
+        log.info("pipeline %r%s: %s", outcome.pipeline, "" if outcome.single_stage else f", stage {name}",
+                 report.message)
+    return outcome.as_dict()
 
 
 class BatchReportError(BarrierflowError):

@@ -293,23 +293,28 @@ class SingleStageCuts:
         self.store = store
 
     @property
+    def pipeline(self) -> str:
+        return self.store.pipeline
+
+    @property
     def uri(self) -> str:
         return self.store.uri
 
     def completed_ids(self) -> list[int]:
         return self.store.checkpoint_ids()
 
-    def _cut(self, manifest: Manifest) -> GlobalManifest:
+    def cut_of(self, manifest: Manifest) -> GlobalManifest:
+        """Cut ``n`` as a global manifest, derived from the stage's manifest ``n``."""
         return GlobalManifest(pipeline=manifest.pipeline, checkpoint_id=manifest.checkpoint_id,
                               attempt=manifest.attempt, trigger_time=manifest.trigger_time,
                               completion_time=manifest.completion_time, total_ms=manifest.total_ms,
                               stages={self.stage: stage_snapshot("", manifest)})
 
     def get(self, checkpoint_id: int) -> GlobalManifest:
-        return self._cut(self.store.get(checkpoint_id))
+        return self.cut_of(self.store.get(checkpoint_id))
 
     def completed(self) -> list[GlobalManifest]:
-        return [self._cut(m) for m in self.store.completed()]
+        return [self.cut_of(m) for m in self.store.completed()]
 
     def failures(self) -> list[GlobalFailure]:
         return [GlobalFailure(pipeline=f.pipeline, checkpoint_id=f.checkpoint_id, reason="STAGE_FAILED",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from barrierflow.errors import BarrierflowError, UserInputError
 
 if TYPE_CHECKING:
+    from barrierflow.ops.checkpoints import CheckpointListing, CheckpointView
     from barrierflow.ops.run import PipelineProgress, Progress
     from barrierflow.reports.skew import SkewReport
     from barrierflow.verification.choice import CheckpointRequest
@@ -170,42 +171,22 @@ def _write_progress(line: str) -> None:
     sys.stderr.flush()
 
 
-def _stages_progress_line(p: PipelineProgress) -> None:
-    """The one progress display of a multi-stage run: per stage batch, rec/s and epoch, then
-    the last completed global checkpoint."""
+def _stages_progress_line(p: PipelineProgress) -> str:
+    """The progress line of several stages: per stage batch, rec/s and epoch, then the last
+    completed global checkpoint."""
     stages = " | ".join(f"{s.stage}: batch={s.batch_id if s.batch_id is not None else '-'} "
                         f"rec/s={s.records_per_second:,.0f} epoch={s.epoch}" for s in p.stages)
-    _write_progress(f"{stages} | global_checkpoint={p.last_completed if p.last_completed is not None else '-'} "
-                    f"failed={p.failed}")
+    return (f"{stages} | global_checkpoint={p.last_completed if p.last_completed is not None else '-'} "
+            f"failed={p.failed}")
 
 
-def _cmd_run_stages(args: argparse.Namespace) -> int:
-    from barrierflow.ops.run import run_stages
+def _progress_line(p: Progress | PipelineProgress) -> None:
+    """The one live progress display of ``run``: one stage's job, or every stage of several."""
+    from barrierflow.ops.run import PipelineProgress
 
-    if args.stage and args.processes:
-        raise UserInputError("--stage and --processes exclude each other: --processes starts one --stage process "
-                             "per stage itself; give one of them")
-    if args.stage:
-        from barrierflow.ops.run import run_stage
-
-        run_stage(args.spec, args.stage)
-        return EXIT_OK
-    outcome = run_stages(args.spec, duration=args.duration, checkpoints=args.checkpoints,
-                         until_exhausted=args.until_exhausted, progress=None if args.quiet else _stages_progress_line,
-                         progress_every=1.0 if sys.stderr.isatty() else 30.0, processes=args.processes)
-    if sys.stderr.isatty() and not args.quiet:
-        sys.stderr.write("\n")
-    result = outcome.result
-    broker = f"; embedded broker {outcome.embedded_broker} (stopped)" if outcome.embedded_broker else ""
-    print(f"pipeline {outcome.pipeline} ({len(result.stage_manifests)} stages, attempt {outcome.attempt}): "
-          f"{len(result.completed)} global checkpoints completed, {result.failed} failed in "
-          f"{result.elapsed_seconds:.1f} s{broker}")
-    for manifest in result.completed:
-        print(f"  global checkpoint {manifest.checkpoint_id}: {manifest.total_ms:.0f} ms")
-    return EXIT_OK
-
-
-def _progress_line(p: Progress) -> None:
+    if isinstance(p, PipelineProgress):
+        _write_progress(_stages_progress_line(p))
+        return
     line = (f"batch={p.batch_id if p.batch_id is not None else '-'} records={p.records} "
             f"rec/s={p.records_per_second:,.0f} epoch={p.epoch} "
             f"last_checkpoint={p.last_completed if p.last_completed is not None else '-'} "
@@ -219,60 +200,77 @@ def _progress_line(p: Progress) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from barrierflow.ops.pipeline import is_multi_stage
-    from barrierflow.ops.run import run
+    from barrierflow.ops.run import RunResult, run, run_stage
 
-    if is_multi_stage(args.spec):
-        return _cmd_run_stages(args)
-    if args.processes or args.stage:
-        raise UserInputError(f"{args.spec} has one stage; --processes and --stage are for specs with stages")
+    if args.stage and args.processes:
+        raise UserInputError("--stage and --processes exclude each other: --processes starts one --stage process "
+                             "per stage itself; give one of them")
+    if args.stage:
+        run_stage(args.spec, args.stage)
+        return EXIT_OK
     outcome = run(args.spec, duration=args.duration, checkpoints=args.checkpoints,
                   until_exhausted=args.until_exhausted, progress=None if args.quiet else _progress_line,
-                  progress_every=1.0 if sys.stderr.isatty() else 30.0)
+                  progress_every=1.0 if sys.stderr.isatty() else 30.0, processes=args.processes)
     if sys.stderr.isatty() and not args.quiet:
         sys.stderr.write("\n")
     result = outcome.result
-    print(f"pipeline {outcome.pipeline}: {result.batches} batches, {result.records} records in "
-          f"{result.elapsed_seconds:.1f} s ({result.throughput:,.0f} rec/s after the first batch); "
-          f"{len(result.completed)} checkpoints completed, {len(result.failed)} failed; "
-          f"dead letters: {outcome.dead_letters} ({outcome.dead_letter_uri})")
-    for failure in result.failed:
-        print(f"  checkpoint {failure.checkpoint_id} failed: {failure.reason.value}: {failure.message}")
+    if isinstance(result, RunResult):
+        print(f"pipeline {outcome.pipeline}: {result.batches} batches, {result.records} records in "
+              f"{result.elapsed_seconds:.1f} s ({result.throughput:,.0f} rec/s after the first batch); "
+              f"{len(result.completed)} checkpoints completed, {len(result.failed)} failed; "
+              f"dead letters: {outcome.dead_letters} ({outcome.dead_letter_uri})")
+        for failure in result.failed:
+            print(f"  checkpoint {failure.checkpoint_id} failed: {failure.reason.value}: {failure.message}")
+        return EXIT_OK
+    broker = f"; embedded broker {outcome.embedded_broker} (stopped)" if outcome.embedded_broker else ""
+    print(f"pipeline {outcome.pipeline} ({len(outcome.stages)} stages, attempt {outcome.attempt}): "
+          f"{len(result.completed)} global checkpoints completed, {result.failed} failed in "
+          f"{result.elapsed_seconds:.1f} s{broker}")
+    for manifest in result.completed:
+        print(f"  global checkpoint {manifest.checkpoint_id}: {manifest.total_ms:.0f} ms")
     return EXIT_OK
 
 
-def _cmd_global_checkpoints(args: argparse.Namespace) -> int:
-    from barrierflow.ops.checkpoints import list_global_checkpoints
-
-    listing = list_global_checkpoints(args.spec)
-    if args.json:
-        print(json.dumps(listing.as_dict(), indent=2))
-        return EXIT_OK
+def _print_listing(listing: CheckpointListing, spec: str) -> None:
+    if listing.manifests is not None and listing.failures is not None:  # one stage: its checkpoints in full
+        print(f"{'id':>5} {'kind':10} {'batch':>6} {'completed (UTC)':26} {'sync ms':>8} {'async ms':>9} "
+              f"{'full B':>10} {'new B':>10}")
+        for m in listing.manifests:
+            print(f"{m.checkpoint_id:>5} {m.kind.value:10} {m.spark_batch_id:>6} "
+                  f"{m.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} {m.sync_ms:>8.1f} "
+                  f"{m.async_ms:>9.1f} {m.full_bytes:>10} {m.incremental_bytes:>10}")
+        for f in listing.failures:
+            print(f"{f.checkpoint_id:>5} FAILED     {f.reason.value}: {f.message}")
+        if not listing.manifests and not listing.failures:
+            print(f"no checkpoints in {listing.storage} yet; run 'barrierflow run {spec}'")
+        return
     print(f"pipeline {listing.pipeline}: global checkpoints in {listing.storage} (attempt {listing.attempt})")
     print(f"{'id':>5} {'attempt':>7} {'completed (UTC)':26} {'total ms':>9}  {'stage':12} {'mode':10} "
           f"{'align ms':>9} {'sync ms':>8} {'async ms':>9} {'chan recs':>9}")
-    for m in listing.completed:
-        note = "  (abandoned)" if m.checkpoint_id in listing.abandoned else ""
-        completed = m.completion_time.astimezone(UTC).isoformat(timespec="seconds")
-        print(f"{m.checkpoint_id:>5} {m.attempt:>7} {completed:26} {m.total_ms:>9.1f}{note}")
-        for name, part in m.stages.items():
+    for c in listing.cuts:
+        note = "  (abandoned)" if c.checkpoint_id in listing.abandoned else ""
+        completed = c.completion_time.astimezone(UTC).isoformat(timespec="seconds")
+        print(f"{c.checkpoint_id:>5} {c.attempt:>7} {completed:26} {c.total_ms:>9.1f}{note}")
+        for name, part in c.stages.items():
             print(f"{'':>5} {'':>7} {'':26} {'':>9}  {name:12} {part.mode or '-':10} {part.alignment_ms:>9.1f} "
                   f"{part.sync_ms:>8.1f} {part.async_ms:>9.1f} {part.channel_state_records:>9}")
-    for f in listing.failed:
-        print(f"{f.checkpoint_id:>5} FAILED  {f.reason}: {f.message}")
-    if not listing.completed and not listing.failed:
-        print(f"no global checkpoints in {listing.storage} yet; run 'barrierflow run {args.spec}'")
-    return EXIT_OK
+    for g in listing.failed_cuts:
+        print(f"{g.checkpoint_id:>5} FAILED  {g.reason}: {g.message}")
+    if not listing.cuts and not listing.failed_cuts:
+        print(f"no global checkpoints in {listing.storage} yet; run 'barrierflow run {spec}'")
 
 
-def _show_global(args: argparse.Namespace) -> int:
-    """``checkpoints show`` on a multi-stage spec: the global manifest and each stage's part."""
-    from barrierflow.ops.global_checkpoints import show_global_checkpoint
-
-    view = show_global_checkpoint(args.spec, args.id)
-    if args.json:
-        print(json.dumps(view.as_dict(), indent=2))
-        return EXIT_OK
+def _print_view(view: CheckpointView) -> None:
+    if view.single_stage:  # one stage: its manifest, field by field
+        [manifest] = view.stages.values()
+        data = manifest.model_dump(mode="json")
+        files = data.pop("files")
+        for key, value in data.items():
+            print(f"{key:18} {json.dumps(value) if isinstance(value, dict | list) else value}")
+        print(f"files ({len(files)}):")
+        for f in files:
+            print(f"  {f['path']:60} {f['size']:>10} {f['sha256'][:12]} {'new' if f['uploaded'] else 'shared'}")
+        return
     m = view.manifest
     print(f"global checkpoint {m.checkpoint_id} of {m.pipeline} (attempt {m.attempt}): completed "
           f"{m.completion_time.astimezone(UTC).isoformat(timespec='seconds')}, {m.total_ms:.1f} ms after its trigger")
@@ -289,42 +287,23 @@ def _show_global(args: argparse.Namespace) -> int:
                 edge = " (back-edge)" if entry.back_edge else ""
                 print(f"    channel state {entry.partition} [{entry.start}, {entry.end}): {entry.records} "
                       f"records{edge}")
-    return EXIT_OK
 
 
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
     from barrierflow.ops.checkpoints import list_checkpoints, show_checkpoint
-    from barrierflow.ops.pipeline import is_multi_stage
 
-    if is_multi_stage(args.spec):
-        return _cmd_global_checkpoints(args) if args.action == "list" else _show_global(args)
     if args.action == "show":
-        manifest = show_checkpoint(args.spec, args.id)
+        view = show_checkpoint(args.spec, args.id)
         if args.json:
-            print(manifest.model_dump_json(indent=2))
+            print(json.dumps(view.as_dict(), indent=2))
         else:
-            data = manifest.model_dump(mode="json")
-            files = data.pop("files")
-            for key, value in data.items():
-                print(f"{key:18} {json.dumps(value) if isinstance(value, dict | list) else value}")
-            print(f"files ({len(files)}):")
-            for f in files:
-                print(f"  {f['path']:60} {f['size']:>10} {f['sha256'][:12]} {'new' if f['uploaded'] else 'shared'}")
+            _print_view(view)
         return EXIT_OK
     listing = list_checkpoints(args.spec)
     if args.json:
         print(json.dumps(listing.as_dict(), indent=2))
-        return EXIT_OK
-    print(f"{'id':>5} {'kind':10} {'batch':>6} {'completed (UTC)':26} {'sync ms':>8} {'async ms':>9} "
-          f"{'full B':>10} {'new B':>10}")
-    for m in listing.completed:
-        print(f"{m.checkpoint_id:>5} {m.kind.value:10} {m.spark_batch_id:>6} "
-              f"{m.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} {m.sync_ms:>8.1f} "
-              f"{m.async_ms:>9.1f} {m.full_bytes:>10} {m.incremental_bytes:>10}")
-    for f in listing.failed:
-        print(f"{f.checkpoint_id:>5} FAILED     {f.reason.value}: {f.message}")
-    if not listing.completed and not listing.failed:
-        print(f"no checkpoints in {listing.storage} yet; run 'barrierflow run {args.spec}'")
+    else:
+        _print_listing(listing, args.spec)
     return EXIT_OK
 
 
@@ -334,17 +313,21 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 
     requested: CheckpointRequest = (args.checkpoint if args.checkpoint is not None
                                     else LATEST_VALID if args.latest_valid else LATEST)
-    from barrierflow.ops.pipeline import is_multi_stage
-
-    if is_multi_stage(args.spec):
-        return _restore_global(args, requested)
     outcome = restore(args.spec, requested, accept_duplicates=args.accept_duplicates)
-    report = outcome.report
     if args.json:
         print(json.dumps(outcome.as_dict(), indent=2))
         return EXIT_OK
+    report = outcome.report
+    what = "checkpoint" if report is not None else "global checkpoint"
     for cid, why in outcome.choice.skipped:
-        print(f"skipped checkpoint {cid}: {why}")
+        print(f"skipped {what} {cid}: {why}")
+    if report is None:
+        print(f"restored global checkpoint {outcome.checkpoint_id} of {outcome.pipeline} in every stage (each "
+              f"stage's manifest verified); attempt {outcome.attempt}")
+        for stage, offsets in sorted(outcome.fences.items()):
+            print(f"  stage {stage}: skips what older attempts wrote after {offsets}")
+        print(f"ready: 'barrierflow run {args.spec}' continues from there")
+        return EXIT_OK
     print(f"restored checkpoint {report.checkpoint_id} of {report.pipeline} (batch {report.spark_batch_id}, "
           f"{report.files} files, {report.bytes} bytes, sha256 checked; {outcome.choice.verification}); "
           f"attempt {report.attempt}")
@@ -359,74 +342,31 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _restore_global(args: argparse.Namespace, requested: CheckpointRequest) -> int:
-    """``restore`` on a multi-stage spec: every stage to one global checkpoint."""
-    from barrierflow.ops.restore import restore_global
-
-    if args.accept_duplicates:
-        raise UserInputError("--accept-duplicates applies to single-stage pipelines only; a multi-stage pipeline "
-                             "restores only complete global checkpoints, whose final sinks are never ahead of them")
-    outcome = restore_global(args.spec, requested)
-    if args.json:
-        print(json.dumps(outcome.as_dict(), indent=2))
-        return EXIT_OK
-    for cid, why in outcome.skipped:
-        print(f"skipped global checkpoint {cid}: {why}")
-    print(f"restored global checkpoint {outcome.checkpoint_id} of {outcome.pipeline} in every stage (each stage's "
-          f"manifest verified); attempt {outcome.attempt}")
-    for stage, offsets in sorted(outcome.fences.items()):
-        print(f"  stage {stage}: skips what older attempts wrote after {offsets}")
-    print(f"ready: 'barrierflow run {args.spec}' continues from there")
-    return EXIT_OK
-
-
 def _cmd_verify(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.verify import verify
     from barrierflow.verification.html import render_html
 
-    if is_multi_stage(args.spec):
-        return _verify_global(args)
     outcome = verify(args.spec, checkpoint_id=args.checkpoint, latest=args.latest, deep=args.deep)
     if args.html:
-        Path(args.html).write_text(render_html(outcome.pipeline, outcome.reports), encoding="utf-8")
+        Path(args.html).write_text(render_html(outcome.pipeline, outcome.stage_reports), encoding="utf-8")
     if args.json:
         print(json.dumps(outcome.summary(), indent=2))
-    else:
-        for r in outcome.reports:
-            print(f"checkpoint {r.checkpoint_id}: {'passed' if r.passed else 'FAILED'}"
-                  f" ({sum(c.passed for c in r.checks)}/{len(r.checks)} checks{', deep' if r.deep else ''})")
-            for c in r.failures:
-                print(f"  {c.name}: {c.message}" + (f" [{c.file}]" if c.file else ""))
-        if not outcome.reports:
-            print(f"no checkpoints in {outcome.storage} to verify")
-    return EXIT_RUNTIME if outcome.failed else EXIT_OK
-
-
-def _verify_global(args: argparse.Namespace) -> int:
-    """``verify`` on a multi-stage spec: each global checkpoint as one cut, stage by stage."""
-    from pathlib import Path
-
-    from barrierflow.ops.global_checkpoints import verify_global_checkpoints
-    from barrierflow.verification.html import render_html
-
-    outcome = verify_global_checkpoints(args.spec, checkpoint_id=args.checkpoint, latest=args.latest, deep=args.deep)
-    if args.html:
-        stage_reports = [r for g in outcome.reports for r in g.stages.values()]
-        Path(args.html).write_text(render_html(outcome.pipeline, stage_reports), encoding="utf-8")
-    if args.json:
-        print(json.dumps(outcome.summary(), indent=2))
-    else:
-        for g in outcome.reports:
-            checks = len(g.checks) + sum(len(r.checks) for r in g.stages.values())
-            print(f"global checkpoint {g.checkpoint_id}: {'passed' if g.passed else 'FAILED'} ({checks} checks over "
-                  f"{len(g.stages)} stages{', deep' if args.deep else ''})")
-            for c in g.failures:
-                print(f"  {c.name}: {c.message}" + (f" [{c.file}]" if c.file else ""))
-        if not outcome.reports:
-            print(f"no global checkpoints in {outcome.storage} to verify")
+        return EXIT_RUNTIME if outcome.failed else EXIT_OK
+    deep = ", deep" if args.deep else ""
+    for r in outcome.reports:
+        if outcome.single_stage:
+            [stage] = r.stages.values()
+            counts = f"{sum(c.passed for c in stage.checks)}/{len(stage.checks)} checks{', deep' if stage.deep else ''}"
+        else:
+            checks = len(r.checks) + sum(len(s.checks) for s in r.stages.values())
+            counts = f"{checks} checks over {len(r.stages)} stages{deep}"
+        print(f"{outcome.noun} {r.checkpoint_id}: {'passed' if r.passed else 'FAILED'} ({counts})")
+        for c in r.failures:
+            print(f"  {c.name}: {c.message}" + (f" [{c.file}]" if c.file else ""))
+    if not outcome.reports:
+        print(f"no {outcome.noun}s in {outcome.storage} to verify")
     return EXIT_RUNTIME if outcome.failed else EXIT_OK
 
 
@@ -456,64 +396,52 @@ def _print_skew(report: SkewReport) -> None:
 
 
 def _cmd_skew(args: argparse.Namespace) -> int:
+    """``skew``: each stage's report; ``--html PATH`` writes one page per stage (several
+    stages: PATH with ``-<stage>`` before its suffix)."""
     from pathlib import Path
 
-    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.skew import skew
     from barrierflow.reports.skew import render_skew_html
 
-    if is_multi_stage(args.spec):
-        return _skew_global(args)
-    report = skew(args.spec, last=args.last)
-    if args.html:
-        Path(args.html).write_text(render_skew_html(report), encoding="utf-8")
-    if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
-    else:
-        _print_skew(report)
-    for failure in report.failures:
-        print(f"expectation failed: {failure.name}: {failure.message}", file=sys.stderr)
-    return EXIT_OK if report.passed else EXIT_RUNTIME
-
-
-def _skew_global(args: argparse.Namespace) -> int:
-    """``skew`` on a multi-stage spec: each stage's report over its part of the global checkpoints;
-    ``--html PATH`` writes one page per stage, PATH with ``-<stage>`` before its suffix."""
-    from pathlib import Path
-
-    from barrierflow.ops.global_checkpoints import skew_global
-    from barrierflow.reports.skew import render_skew_html
-
-    report = skew_global(args.spec, last=args.last)
+    outcome = skew(args.spec, last=args.last)
     if args.html:
         target = Path(args.html)
-        for name, stage in report.stages.items():
-            target.with_name(f"{target.stem}-{name}{target.suffix}").write_text(render_skew_html(stage),
-                                                                                 encoding="utf-8")
+        for name, report in outcome.stages.items():
+            page = target if outcome.single_stage else target.with_name(f"{target.stem}-{name}{target.suffix}")
+            page.write_text(render_skew_html(report), encoding="utf-8")
     if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
+        print(json.dumps(outcome.as_dict(), indent=2))
     else:
-        for name, stage in report.stages.items():
-            print(f"stage {name}:")
-            _print_skew(stage)
-    for name, stage in report.stages.items():
-        for failure in stage.failures:
-            print(f"expectation failed: stage {name}: {failure.name}: {failure.message}", file=sys.stderr)
-    return EXIT_OK if report.passed else EXIT_RUNTIME
+        for name, report in outcome.stages.items():
+            if not outcome.single_stage:
+                print(f"stage {name}:")
+            _print_skew(report)
+    for name, report in outcome.stages.items():
+        for failure in report.failures:
+            stage = "" if outcome.single_stage else f"stage {name}: "
+            print(f"expectation failed: {stage}{failure.name}: {failure.message}", file=sys.stderr)
+    return EXIT_OK if outcome.passed else EXIT_RUNTIME
 
 
 def _cmd_retain(args: argparse.Namespace) -> int:
-    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.retain import retain
 
-    if is_multi_stage(args.spec):
-        return _retain_global(args)
     outcome = retain(args.spec, dry_run=args.dry_run)
-    plan = outcome.plan
     if args.json:
-        print(json.dumps(plan.as_dict(), indent=2))
+        print(json.dumps(outcome.as_dict(), indent=2))
         return EXIT_OK
     verb = "would delete" if args.dry_run else "deleted"
+    cuts = outcome.plan
+    if not outcome.single_stage:
+        print(f"pipeline {cuts.pipeline} ({cuts.policy.value}): kept global checkpoints {cuts.kept}, savepoints "
+              f"{cuts.savepoints}")
+        print(f"  {verb}: global checkpoints {cuts.checkpoints}, unfinished {cuts.incomplete}; bytes "
+              f"{'to free' if args.dry_run else 'freed'}: {cuts.bytes_freed}")
+        for name, stage in outcome.stages.items():
+            print(f"  stage {name}: {verb} checkpoints {stage.checkpoints}, incomplete {stage.incomplete}, "
+                  f"{len(stage.shared)} shared files, {len(stage.ledger)} ledger entries")
+        return EXIT_OK
+    [plan] = outcome.stages.values()
     print(f"pipeline {plan.pipeline} ({plan.policy.value}, retained={outcome.retained}): kept {plan.kept}, "
           f"savepoints {plan.savepoints}")
     print(f"  {verb}: checkpoints {plan.checkpoints}, incomplete {plan.incomplete}, {len(plan.shared)} shared "
@@ -527,89 +455,41 @@ def _cmd_retain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _retain_global(args: argparse.Namespace) -> int:
-    """``retain`` on a multi-stage spec: whole global checkpoints are kept or deleted."""
-    from barrierflow.ops.global_checkpoints import retain_global_checkpoints
-
-    plan = retain_global_checkpoints(args.spec, dry_run=args.dry_run)
-    if args.json:
-        print(json.dumps(plan.as_dict(), indent=2))
-        return EXIT_OK
-    verb = "would delete" if args.dry_run else "deleted"
-    print(f"pipeline {plan.pipeline} ({plan.policy.value}): kept global checkpoints {plan.kept}, savepoints "
-          f"{plan.savepoints}")
-    print(f"  {verb}: global checkpoints {plan.checkpoints}, unfinished {plan.incomplete}; bytes "
-          f"{'to free' if args.dry_run else 'freed'}: {plan.bytes_freed}")
-    for name, stage in plan.stages.items():
-        print(f"  stage {name}: {verb} checkpoints {stage.checkpoints}, incomplete {stage.incomplete}, "
-              f"{len(stage.shared)} shared files, {len(stage.ledger)} ledger entries")
-    return EXIT_OK
-
-
 def _cmd_savepoint(args: argparse.Namespace) -> int:
-    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.savepoint import savepoint
 
-    if is_multi_stage(args.spec):
-        from barrierflow.ops.global_checkpoints import savepoint_global
-
-        view = savepoint_global(args.spec, checkpoint_id=args.checkpoint)
-        cid = view.manifest.checkpoint_id
-        if args.json:
-            print(json.dumps({"pipeline": view.manifest.pipeline, "savepoint": cid,
-                              "stages": {n: m.spark_batch_id for n, m in view.stages.items()}}, indent=2))
-        else:
-            print(f"global checkpoint {cid} of {view.manifest.pipeline} is a savepoint in every stage "
-                  f"({', '.join(view.stages)}); retention never deletes it. Restore it with "
-                  f"'barrierflow restore {args.spec} --checkpoint {cid}'")
-        return EXIT_OK
-
-    manifest = savepoint(args.spec, checkpoint_id=args.checkpoint)
+    view = savepoint(args.spec, checkpoint_id=args.checkpoint)
+    cid, pipeline = view.checkpoint_id, view.manifest.pipeline
+    batches = {name: m.spark_batch_id for name, m in view.stages.items()}
     if args.json:
-        print(json.dumps({"pipeline": manifest.pipeline, "savepoint": manifest.checkpoint_id,
-                          "spark_batch_id": manifest.spark_batch_id}, indent=2))
-    else:
-        print(f"checkpoint {manifest.checkpoint_id} of {manifest.pipeline} is a savepoint (batch "
-              f"{manifest.spark_batch_id}); retention never deletes it. Restore it with "
-              f"'barrierflow restore {args.spec} --checkpoint {manifest.checkpoint_id}'")
+        document: dict[str, object] = {"pipeline": pipeline, "savepoint": cid, "stages": batches}
+        if view.single_stage:
+            [document["spark_batch_id"]] = batches.values()
+        print(json.dumps(document, indent=2))
+        return EXIT_OK
+    where = (f"(batch {next(iter(batches.values()))})" if view.single_stage
+             else f"in every stage ({', '.join(view.stages)})")
+    print(f"{'checkpoint' if view.single_stage else 'global checkpoint'} {cid} of {pipeline} is a savepoint {where}; "
+          f"retention never deletes it. Restore it with 'barrierflow restore {args.spec} --checkpoint {cid}'")
     return EXIT_OK
 
 
 def _cmd_reconcile(args: argparse.Namespace) -> int:
-    from barrierflow.ops.pipeline import is_multi_stage
     from barrierflow.ops.reconcile import reconcile
 
-    if is_multi_stage(args.spec):
-        return _reconcile_global(args)
     outcome = reconcile(args.spec, dry_run=args.dry_run)
     plan = outcome.plan
     if args.json:
         print(json.dumps(outcome.as_dict(), indent=2))
         return EXIT_OK
     verb = "would" if args.dry_run else "did"
-    print(f"pipeline {plan.pipeline}: latest completed checkpoint {plan.latest_completed}; "
-          f"job {'running' if plan.job_running else 'not running'}")
-    for d in plan.decisions:
-        print(f"  {verb} {d.action:6} {d.sink} {d.transaction_id} (epoch {d.checkpoint_id}, {d.state}): {d.reason}")
-    if not plan.decisions:
-        print("  nothing in doubt")
-    return EXIT_OK
-
-
-def _reconcile_global(args: argparse.Namespace) -> int:
-    """``reconcile`` on a multi-stage spec: every stage's sink against the latest global checkpoint."""
-    from barrierflow.ops.global_checkpoints import reconcile_global
-
-    plan = reconcile_global(args.spec, dry_run=args.dry_run)
-    if args.json:
-        print(json.dumps({**plan.as_dict(), "dry_run": args.dry_run}, indent=2))
-        return EXIT_OK
-    verb = "would" if args.dry_run else "did"
-    print(f"pipeline {plan.pipeline}: latest completed global checkpoint {plan.latest_completed}; "
-          f"pipeline {'running' if plan.job_running else 'not running'}")
-    for stage, decisions in plan.stages.items():
+    what, runs = ("checkpoint", "job") if outcome.single_stage else ("global checkpoint", "pipeline")
+    print(f"pipeline {plan.pipeline}: latest completed {what} {plan.latest_completed}; "
+          f"{runs} {'running' if plan.job_running else 'not running'}")
+    for stage, decisions in outcome.stages.items():
+        prefix = "" if outcome.single_stage else f"stage {stage}: "
         for d in decisions:
-            print(f"  stage {stage}: {verb} {d.action:6} {d.sink} {d.transaction_id} (epoch {d.checkpoint_id}, "
+            print(f"  {prefix}{verb} {d.action:6} {d.sink} {d.transaction_id} (epoch {d.checkpoint_id}, "
                   f"{d.state}): {d.reason}")
     if not plan.decisions:
         print("  nothing in doubt")

@@ -7,20 +7,28 @@ recovery runbook (:mod:`barrierflow.airflow.runbook`) and the Checkpoints page
 written once.
 
 ============================  =====================================================
-:mod:`.run`                   run the streaming job (``barrierflow run``; several stages: ``run_stages``)
-:mod:`.checkpoints`           list or show checkpoints (several stages: the global checkpoints)
-:mod:`.restore`               choose a checkpoint (verified first) and restore it
-:mod:`.reconcile`             finish in-doubt sink transactions
-:mod:`.verify`                verify checkpoints (structural, optionally deep)
-:mod:`.retain`                apply the retention policy
-:mod:`.savepoint`             promote a checkpoint to a savepoint
-:mod:`.skew`                  the watermark-skew report
+:mod:`.run`                   run a pipeline of any shape (``barrierflow run``; ``run_stage``: a stage process)
+:mod:`.checkpoints`           list or show cuts (one stage: its checkpoints; several: the global checkpoints)
+:mod:`.restore`               choose a cut (verified first) and restore every stage to it
+:mod:`.reconcile`             finish every stage's in-doubt sink transactions against the latest cut
+:mod:`.verify`                verify cuts (one stage: structural, optionally deep; several: also the cut)
+:mod:`.retain`                apply the retention policy, by cuts
+:mod:`.savepoint`             promote a cut to a savepoint in every stage
+:mod:`.skew`                  the watermark-skew report of every stage
+:mod:`.progress`              the newest cut / committed epoch (polled by the asset watchers)
 :mod:`.validate`              validate a spec (single- or multi-stage) and describe its graph
 :mod:`.global_history`        the recent global checkpoints with every stage's part (the Checkpoints page)
 :mod:`.discovery`             find the specs of a pipelines folder (the DAG file, the Checkpoints page)
+:mod:`.batch`                 rollups and stream-vs-batch reconciliation of a single-stage Parquet output
+:mod:`.quality`               data quality of that output
 ============================  =====================================================
 
-Each takes the spec file's path (and loads the spec itself: a bad spec raises
-:class:`~barrierflow.errors.SpecError`), raises :class:`~barrierflow.errors.BarrierflowError`
-subclasses on purpose, prints nothing and imports nothing of Airflow.
+Each takes the spec file's path and opens the pipeline once with
+:func:`barrierflow.pipeline.model.open_pipeline` (a bad spec raises
+:class:`~barrierflow.errors.SpecError`): a single-stage spec is one stage whose cuts are its
+checkpoints, so there is one function per operation for both shapes, returning one typed
+result with ``.stages`` (one entry for one stage); where the shapes must differ inside (the
+runtime ``run`` starts, how ``restore`` restores the stages) the operation decides once. Each
+raises :class:`~barrierflow.errors.BarrierflowError` subclasses on purpose, prints nothing and
+imports nothing of Airflow.
 """

@@ -34,6 +34,7 @@ from barrierflow.checkpointing.global_store import GlobalCheckpointStore
 from barrierflow.checkpointing.manifest import ChannelStateEntry, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
+from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.verification.report import VerificationReport, load_report
 
 
@@ -103,6 +104,15 @@ class GlobalCheckpointHistory:
     total_failed: int
 
 
+def _open_several(spec_path: str | os.PathLike[str]) -> OpenedPipeline:
+    """The pipeline at ``spec_path``; UserInputError for one stage, whose checkpoints the page
+    reads at its store's root (:mod:`barrierflow.ui.store_reader`)."""
+    pipeline = open_pipeline(spec_path)
+    if pipeline.single_stage:
+        raise UserInputError(f"{spec_path} is a single-stage spec: its checkpoints are at its store's root")
+    return pipeline
+
+
 def _stage_manifest(store: CheckpointStore, checkpoint_id: int) -> Manifest | None:
     try:
         return store.get(checkpoint_id)
@@ -121,18 +131,16 @@ def global_checkpoint_history(spec_path: str | os.PathLike[str], *, limit: int |
             ``limit`` is below 1. CheckpointCorruptError: a global record does not parse.
         StorageError: the checkpoint store cannot be read.
     """
-    # Imported here: it brings the runtime, which the page's process needs only for this call.
-    from barrierflow.ops.global_checkpoints import open_staged
-
     if limit is not None and limit < 1:
         raise UserInputError(f"limit must be at least 1, got {limit}")
-    job = open_staged(spec_path)
-    cuts = GlobalCheckpointStore(job.objects, job.spec.name)
+    pipeline = _open_several(spec_path)
+    cuts = pipeline.cuts
+    assert isinstance(cuts, GlobalCheckpointStore)
     completed = {m.checkpoint_id: m for m in cuts.completed()}
     failures = {f.checkpoint_id: f for f in cuts.failures() if f.checkpoint_id not in completed}
     newest = sorted(set(completed) | set(failures), reverse=True)
     shown = newest if limit is None else newest[:limit]
-    stage_stores = [(s.stage.name, s.store) for s in job.stages]
+    stage_stores = [(s.name, s.store) for s in pipeline.stages]
     entries = []
     for cid in shown:
         manifest = completed.get(cid)
@@ -142,7 +150,7 @@ def global_checkpoint_history(spec_path: str | os.PathLike[str], *, limit: int |
                            load_report(store.objects, cid))
                  for name, store in stage_stores]
         entries.append(GlobalCheckpointEntry(cid, manifest, failures.get(cid), trigger, parts))
-    return GlobalCheckpointHistory(job.spec.name, job.objects.uri, tuple(name for name, _ in stage_stores),
+    return GlobalCheckpointHistory(pipeline.name, pipeline.storage, tuple(name for name, _ in stage_stores),
                                    cuts.attempt(), entries, len(completed), len(failures))
 
 
@@ -154,7 +162,5 @@ def stage_verifications(spec_path: str | os.PathLike[str], checkpoint_id: int) -
         SpecError: the spec does not load. UserInputError: it is a single-stage spec.
         StorageError: a stage's store cannot be read.
     """
-    from barrierflow.ops.global_checkpoints import open_staged
-
-    job = open_staged(spec_path)
-    return {s.stage.name: load_report(s.store.objects, checkpoint_id) for s in job.stages}
+    pipeline = _open_several(spec_path)
+    return {s.name: load_report(s.store.objects, checkpoint_id) for s in pipeline.stages}

@@ -1,4 +1,8 @@
-"""Verify a pipeline's checkpoints (``barrierflow verify``, the scheduled verification DAG)."""
+"""Verify a pipeline's cuts (``barrierflow verify``, the scheduled verification DAG), whatever its shape.
+
+A cut of one stage is verified by the stage's structural (optionally deep) checks; a cut of
+several stages as one consistent cut over every stage (:mod:`barrierflow.verification.global_cut`).
+"""
 
 from __future__ import annotations
 
@@ -6,30 +10,87 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from barrierflow.ops.pipeline import open_pipeline
+from barrierflow.pipeline.model import open_pipeline
+from barrierflow.verification.global_cut import CutVerificationReport, select_cut_ids, verify_cuts
 from barrierflow.verification.report import VerificationReport
-from barrierflow.verification.runner import select_ids, verification_summary, verify_checkpoints
+from barrierflow.verification.runner import verification_summary
+
+#: How many failed checks the message of :meth:`VerifyOutcome.failure_message` lists.
+MAX_LISTED_FAILURES = 10
 
 
 @dataclass(frozen=True)
 class VerifyOutcome:
+    """Every cut verified, in order. ``single_stage``: the cuts are one stage's checkpoints."""
+
     pipeline: str
     storage: str
-    reports: list[VerificationReport]
+    reports: list[CutVerificationReport]
+    single_stage: bool = False
 
     @property
-    def failed(self) -> list[VerificationReport]:
+    def noun(self) -> str:
+        return "checkpoint" if self.single_stage else "global checkpoint"
+
+    @property
+    def failed(self) -> list[CutVerificationReport]:
         return [r for r in self.reports if not r.passed]
 
+    @property
+    def stage_reports(self) -> list[VerificationReport]:
+        """Every stage's report of every cut, in order (what the HTML report shows)."""
+        return [r for cut in self.reports for r in cut.stages.values()]
+
     def summary(self) -> dict[str, Any]:
-        """The JSON document of ``barrierflow verify --json``."""
-        return verification_summary(self.pipeline, self.storage, self.reports)
+        """The JSON document of ``barrierflow verify --json`` (also the scheduled verification's
+        XCom): ``pipeline``, ``storage``, ``verified``, ``failed`` (ids) and ``reports``: for
+        one stage each checkpoint's stored report, for several each cut's checks and stages."""
+        if self.single_stage:
+            return verification_summary(self.pipeline, self.storage, self.stage_reports)
+        return {"pipeline": self.pipeline, "storage": self.storage, "verified": len(self.reports),
+                "failed": [r.checkpoint_id for r in self.failed], "reports": [r.as_dict() for r in self.reports]}
+
+    def failures(self) -> list[tuple[int, str, str, str | None]]:
+        """``(cut id, check, message, file)`` of every failed check, oldest cut first (a
+        check of a stage of several is named ``<stage>: <check>``)."""
+        return [(r.checkpoint_id, c.name, c.message, c.file) for r in self.reports for c in r.failures]
+
+    def failure_message(self, spec_path: str) -> str:
+        """What the scheduled verification fails with (several lines): every failed cut and
+        check (up to :data:`MAX_LISTED_FAILURES`), and what to do."""
+        failed = self.failures()
+        ids = sorted({cid for cid, _, _, _ in failed})
+        lines = [f"{self.noun} {cid} failed {_describe(name, self.single_stage)}: {message}"
+                 + (f" [{file}]" if file and file not in message else "")
+                 for cid, name, message, file in failed[:MAX_LISTED_FAILURES]]
+        if len(failed) > MAX_LISTED_FAILURES:
+            lines.append(f"... and {len(failed) - MAX_LISTED_FAILURES} more failed checks (see the JSON summary)")
+        causes = ("a damaged or partly deleted checkpoint store, or source data already deleted by the source's "
+                  "retention" if self.single_stage else
+                  "a damaged or partly deleted stage store, or channel records already deleted by the broker's "
+                  "retention")
+        return (
+            f"pipeline {self.pipeline!r}: {len(ids)} of {len(self.reports)} verified {self.noun}s in {self.storage} "
+            f"failed verification ({', '.join(f'{self.noun} {cid}' for cid in ids)}):\n  " + "\n  ".join(lines)
+            + f"\nA failed {self.noun} cannot be trusted for a restore: 'barrierflow restore {spec_path} "
+            f"--latest-valid' (and the recovery DAG's default checkpoint='latest-valid') skips it and retention no "
+            f"longer keeps it. Look at it with 'barrierflow verify {spec_path} --checkpoint {ids[-1]}'; the usual "
+            f"causes are {causes}.")
+
+
+def _describe(name: str, single_stage: bool) -> str:
+    """``"sha256"`` -> ``"the sha256 check"``; of several stages ``"b: sha256"`` -> ``"(stage b,
+    check sha256)"``, a check of the cut itself (``global-manifest``) -> ``"(check global-manifest)"``."""
+    if single_stage:
+        return f"the {name} check"
+    stage, sep, check = name.partition(": ")
+    return f"(stage {stage}, check {check})" if sep else f"(check {name})"
 
 
 def verify(spec_path: str | os.PathLike[str], *, checkpoint_id: int | None = None, latest: int | None = None,
            deep: bool = False) -> VerifyOutcome:
-    """Verify one checkpoint, the newest ``latest``, or every candidate; each result is stored
-    beside its checkpoint. A failed check is a result, not an error.
+    """Verify one cut, the newest ``latest``, or every candidate; each stage's result is
+    stored beside its checkpoint. A failed check is a result, not an error.
 
     Raises:
         SpecError: the spec does not load.
@@ -38,6 +99,6 @@ def verify(spec_path: str | os.PathLike[str], *, checkpoint_id: int | None = Non
         StorageError: the checkpoint store cannot be read.
     """
     pipeline = open_pipeline(spec_path)
-    ids = select_ids(pipeline.store, checkpoint_id, latest)
-    reports = verify_checkpoints(pipeline.spec, pipeline.store, ids, deep=deep)
-    return VerifyOutcome(pipeline.name, pipeline.store.uri, reports)
+    ids = select_cut_ids(pipeline.cuts, checkpoint_id, latest)
+    reports = verify_cuts(pipeline.cuts, pipeline.stages, ids, deep=deep)
+    return VerifyOutcome(pipeline.name, pipeline.storage, reports, pipeline.single_stage)

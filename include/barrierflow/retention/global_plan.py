@@ -1,6 +1,8 @@
-"""Retention for a pipeline of several stages: global checkpoints are kept or deleted whole.
+"""Retention by cuts: a pipeline's cuts (global checkpoints) are kept or deleted whole.
 
-:func:`retain_global` is one run::
+:func:`retain_cuts` is one run. A pipeline of one stage has no global records: its cuts are its
+checkpoints, so the run is the stage's own (retention/plan.py: kept, savepoints, verified ones
+preferred, incomplete ones, shared files, ledger entries, local files). For several stages::
 
     savepoints   global checkpoints n any of whose stage checkpoints n is a savepoint (a
                  savepoint interrupted half-way keeps every stage; ``savepoint`` again finishes it)
@@ -27,29 +29,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from barrierflow.checkpointing.global_store import GlobalCheckpointStore
+from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts
 from barrierflow.checkpointing.manifest import CheckpointKind
-from barrierflow.checkpointing.store import CheckpointStore, manifest_key
+from barrierflow.checkpointing.store import manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
+from barrierflow.pipeline.model import Stage
 from barrierflow.retention.plan import RetentionPlan, policy_of, retain
 from barrierflow.retention.policy import RetentionPolicy, choose_retained
-from barrierflow.spec.models import PipelineSpec
 from barrierflow.storage import ObjectInfo
 from barrierflow.verification.report import load_report
 
 
-@dataclass(frozen=True)
-class RetainedStage:
-    """A stage as retention sees it: its derived single-stage spec and its store."""
-
-    name: str
-    spec: PipelineSpec
-    store: CheckpointStore
-
-
 @dataclass
-class GlobalRetentionPlan:
-    """What one run deleted (or, dry, would delete): global records and each stage's plan."""
+class CutRetentionPlan:
+    """What one run deleted (or, dry, would delete): global records and each stage's plan.
+
+    ``single_stage``: the run of a pipeline of one stage (no global records: ``checkpoints``,
+    ``incomplete`` and ``keys`` stay empty; its one stage plan says what was deleted)."""
 
     pipeline: str
     policy: RetentionPolicy
@@ -60,12 +56,18 @@ class GlobalRetentionPlan:
     incomplete: list[int] = field(default_factory=list)
     keys: list[ObjectInfo] = field(default_factory=list)
     stages: dict[str, RetentionPlan] = field(default_factory=dict)
+    single_stage: bool = False
 
     @property
     def bytes_freed(self) -> int:
         return sum(i.size for i in self.keys) + sum(p.bytes_freed for p in self.stages.values())
 
     def as_dict(self) -> dict[str, Any]:
+        """The JSON of ``retain``: one stage: its plan's (``deleted.checkpoints``, ``shared``,
+        ``ledger``, ...); several: the global records' part and each stage's plan."""
+        if self.single_stage:
+            [plan] = self.stages.values()
+            return plan.as_dict()
         return {"pipeline": self.pipeline, "policy": self.policy.value, "dry_run": self.dry_run,
                 "kept": self.kept, "savepoints": self.savepoints,
                 "deleted": {"global_checkpoints": self.checkpoints, "incomplete": self.incomplete},
@@ -73,14 +75,14 @@ class GlobalRetentionPlan:
                 "stages": {name: plan.as_dict() for name, plan in self.stages.items()}}
 
 
-def _stage_kind(stage: RetainedStage, cid: int) -> CheckpointKind | None:
+def _stage_kind(stage: Stage, cid: int) -> CheckpointKind | None:
     try:
         return stage.store.get(cid).kind
     except (CheckpointNotFoundError, CheckpointCorruptError):
         return None
 
 
-def _verdict(stages: Sequence[RetainedStage], cid: int) -> bool | None:
+def _verdict(stages: Sequence[Stage], cid: int) -> bool | None:
     """Failed when a stage's checkpoint is gone or its stored result failed; verified when
     every stage's passed; else never verified."""
     if not all(s.store.objects.exists(manifest_key(cid)) for s in stages):
@@ -91,8 +93,8 @@ def _verdict(stages: Sequence[RetainedStage], cid: int) -> bool | None:
     return True if all(r is not None for r in results) else None
 
 
-def plan_global(store: GlobalCheckpointStore, stages: Sequence[RetainedStage], *,
-                retained: int, policy: RetentionPolicy) -> tuple[GlobalRetentionPlan, set[int]]:
+def plan_cuts(store: GlobalCheckpointStore, stages: Sequence[Stage], *,
+                retained: int, policy: RetentionPolicy) -> tuple[CutRetentionPlan, set[int]]:
     """The global part of a run (reads only) and the ids every stage keeps."""
     dirs = store.objects_by_id()
     completed = sorted(c for c, infos in dirs.items() if any(store.is_manifest_key(i.key) for i in infos))
@@ -102,7 +104,7 @@ def plan_global(store: GlobalCheckpointStore, stages: Sequence[RetainedStage], *
     timeline = [c for c in completed if c not in abandoned and c not in savepoints]
     verdicts = {c: _verdict(stages, c) for c in timeline} if policy is RetentionPolicy.PREFER_VERIFIED else {}
     kept = choose_retained(timeline, retained, policy, verdicts)
-    plan = GlobalRetentionPlan(store.pipeline, policy, True, sorted(kept), savepoints)
+    plan = CutRetentionPlan(store.pipeline, policy, True, sorted(kept), savepoints)
     newest = max(completed, default=-1)
     plan.checkpoints = [c for c in completed if c not in kept and c not in savepoints]
     plan.incomplete = [c for c in sorted(dirs) if c not in completed and c < newest]
@@ -114,18 +116,25 @@ def plan_global(store: GlobalCheckpointStore, stages: Sequence[RetainedStage], *
     return plan, kept | set(savepoints) | {c for c in dirs if c > newest}
 
 
-def retain_global(store: GlobalCheckpointStore, stages: Sequence[RetainedStage], *,
-                  retained: int, dry_run: bool = False) -> GlobalRetentionPlan:
-    """One retention run over a multi-stage pipeline (module docstring). ``store`` holds the
-    pipeline's global records (and, as its root, the attempt and abandoned ids), ``retained`` the spec's
-    ``checkpoint.retained``; the policy is the stages' (they share the spec's verification).
+def retain_cuts(cuts: GlobalCheckpointStore | SingleStageCuts, stages: Sequence[Stage], *,
+                retained: int, dry_run: bool = False) -> CutRetentionPlan:
+    """One retention run over a pipeline's cuts (module docstring). ``cuts`` holds the
+    pipeline's global records (and, as its root, the attempt and abandoned ids) or, for one
+    stage, derives them from its store; ``retained`` is the spec's ``checkpoint.retained``; the
+    policy is the stages' (they share the spec's verification).
 
     Raises:
         StorageError: the store cannot be read or written.
         LocalRetentionError: a stage's planned local files could not be deleted.
     """
     policy = policy_of(stages[0].spec) if stages else RetentionPolicy.NEWEST
-    plan, keep = plan_global(store, stages, retained=retained, policy=policy)
+    if isinstance(cuts, SingleStageCuts):
+        [stage] = stages
+        own = retain(stage.spec, stage.store, dry_run=dry_run, layout=stage.layout)
+        return CutRetentionPlan(stage.spec.name, own.policy, dry_run, own.kept, own.savepoints,
+                                stages={stage.name: own}, single_stage=True)
+    store = cuts
+    plan, keep = plan_cuts(store, stages, retained=retained, policy=policy)
     plan.dry_run = dry_run
     if not dry_run:
         for info in plan.keys:

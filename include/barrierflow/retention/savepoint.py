@@ -21,18 +21,21 @@ import logging
 
 from barrierflow.checkpointing.manifest import CheckpointKind, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
+from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, SourceError
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.verification.runner import verify_checkpoints
+from barrierflow.verification.source_range import RetainedStarts
 from barrierflow.verification.structural import structurally_intact
 
 log = logging.getLogger(__name__)
 
 
 def take_savepoint(spec: PipelineSpec, store: CheckpointStore | None = None,
-                   checkpoint_id: int | None = None) -> Manifest:
+                   checkpoint_id: int | None = None, *, starts: RetainedStarts | SourceError | None = None
+                   ) -> Manifest:
     """Promote ``checkpoint_id`` (None: the latest completed) to a savepoint; returns the
-    new manifest.
+    new manifest. ``starts``: the sources' retained ranges, or why they cannot be asked (see
+    :func:`barrierflow.verification.runner.verify_checkpoints`; None asks the sources).
 
     Raises:
         CheckpointNotFoundError: no such (or no) completed checkpoint.
@@ -48,7 +51,7 @@ def take_savepoint(spec: PipelineSpec, store: CheckpointStore | None = None,
     manifest = store.get(checkpoint_id)
     if manifest.kind is CheckpointKind.SAVEPOINT:
         return manifest
-    report = verify_checkpoints(spec, store, [checkpoint_id])[0]
+    report = verify_checkpoints(spec, store, [checkpoint_id], starts=starts)[0]
     if not report.passed:
         raise CheckpointCorruptError(f"checkpoint {checkpoint_id} cannot become a savepoint: it fails "
                                      f"verification ({report.reason()})")

@@ -348,6 +348,7 @@ class StreamingJob:
             CheckpointNotFoundError: checkpoints exist but none passes verification (starting
                 from the beginning of the source would write committed output again).
         """
+        from barrierflow.pipeline.model import single_stage_pipeline
         from barrierflow.recovery.restore import restore_pipeline
         from barrierflow.verification.choice import LATEST_VALID, choose_checkpoint
         from barrierflow.verification.runner import candidate_ids
@@ -356,7 +357,8 @@ class StreamingJob:
             return
         if not candidate_ids(self.store):
             return
-        choice = choose_checkpoint(self.spec, self.store, LATEST_VALID, spec_path=self.spec_path)
+        pipeline = single_stage_pipeline(self.spec, store=self.store, layout=self.layout, spec_path=self.spec_path)
+        choice = choose_checkpoint(pipeline, LATEST_VALID)
         for checkpoint_id, why in choice.skipped:
             log.warning("not restoring checkpoint %d: %s", checkpoint_id, why)
         report = restore_pipeline(self.spec, checkpoint_id=choice.checkpoint_id, store=self.store,

@@ -43,14 +43,13 @@ from barrierflow.checkpointing.manifest import EventTimeSummary, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
-from barrierflow.pipeline.stage_options import derive_stage_spec
+from barrierflow.pipeline.model import OFFLINE_SERVERS, Stage, pipeline_work_dir, stages_of
 from barrierflow.runtime.event_time import EventTimeTracker
 from barrierflow.runtime.stage_query import start_stage_query
 from barrierflow.sources.registry import SourceKind, kind_named, reached, source_kind
 from barrierflow.spark import offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
 from barrierflow.spec.graph import StageGraph, build_graph
-from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec, StageSpec
 from barrierflow.storage import open_store
@@ -69,8 +68,6 @@ TICK_SECONDS = 0.02
 FOLLOW_SECONDS = 0.2
 #: How often a stage's query is started again after its Python worker failed to connect back.
 START_RETRIES = 2
-#: The address an offline pipeline gives channels on the embedded broker (never connected to).
-OFFLINE_SERVERS = "embedded-broker-not-running:9"
 
 
 @dataclass
@@ -135,13 +132,6 @@ class PipelineRunResult:
     failed: int = 0
 
 
-def pipeline_work_dir(spec: StagedPipelineSpec) -> str:
-    """The pipeline's work dir: ``work_dir`` of the spec (relative to the project home), else
-    ``var/<name>``; the stages' work dirs and the embedded broker's data dir are under it."""
-    base = spec.work_dir or f"var/{spec.name}"
-    return base if base.startswith("/") else str(project_home() / base)
-
-
 class StagedPipelineJob:
     """See the module docstring. ``channel_servers`` maps channel name -> ``host:port`` list
     for channels whose ``bootstrap`` is ``embedded``."""
@@ -160,7 +150,8 @@ class StagedPipelineJob:
         self.objects = open_store(spec.checkpoint.storage)
         #: The pipeline's global records (``global/``, ``_fences.json``, ``_pipeline.json``).
         self.global_store = GlobalCheckpointStore(self.objects, spec.name)
-        self.stages = [self._stage_job(stage) for stage in spec.stages]
+        parts = stages_of(spec, graph, work_dir=self.work_dir, servers=self.servers)
+        self.stages = [self._stage_job(stage, part) for stage, part in zip(spec.stages, parts, strict=True)]
         self.attempt = 0
         self.last_completed = 0
         #: Whether this run checked that a cluster's executors see the work dir (once per job).
@@ -195,9 +186,9 @@ class StagedPipelineJob:
 
     @classmethod
     def offline(cls, spec: StagedPipelineSpec, *, spec_path: str = "<spec>") -> StagedPipelineJob:
-        """The pipeline for operations that read and write only its checkpoint store and work
-        dirs (``checkpoints``, ``verify``, ``retain``, ``savepoint``): channels on the embedded
-        broker get no address (that broker runs only with its pipeline); :meth:`run` refuses."""
+        """The pipeline opened beside a run, to read its stores (tests, benchmarks): channels on
+        the embedded broker get no address (that broker runs only with its pipeline); :meth:`run`
+        refuses. Offline operations open :func:`barrierflow.pipeline.model.open_pipeline`."""
         placeholders = {c.name: OFFLINE_SERVERS for c in spec.channels if c.is_embedded}
         return cls(spec, spec_path=spec_path, channel_servers=placeholders)
 
@@ -220,13 +211,12 @@ class StagedPipelineJob:
         return self._spark
 
     # -- building -----------------------------------------------------------------------
-    def _stage_job(self, stage: StageSpec) -> StageJob:
+    @staticmethod
+    def _stage_job(stage: StageSpec, part: Stage) -> StageJob:
+        """``stage``'s job on its part of the pipeline model (derived spec, layout, store)."""
         channel_sources = [s for s in stage.sources if isinstance(s, ChannelSourceSpec)]
         sink = stage.sinks[0]
-        derived = derive_stage_spec(self.spec, stage, work_dir=self.work_dir, servers=self.servers)
-        layout = JobLayout.for_spec(derived)
-        return StageJob(stage, derived, layout, CheckpointStore.for_spec(derived),
-                        channel_sources[0] if channel_sources else None,
+        return StageJob(stage, part.spec, part.layout, part.store, channel_sources[0] if channel_sources else None,
                         sink if isinstance(sink, ChannelSinkSpec) else None)
 
     def _alignment_options(self, job: StageJob) -> str:
@@ -307,7 +297,7 @@ class StagedPipelineJob:
         """Ids of completed global checkpoints, not abandoned by a restore, ascending."""
         return self.global_store.completed_ids()
 
-    def completed_global(self, checkpoint_id: int | None = None) -> int:
+    def completed_cut(self, checkpoint_id: int | None = None) -> int:
         """``checkpoint_id`` if it is a completed global checkpoint of the current timeline
         (None: the latest one).
 
@@ -351,7 +341,7 @@ class StagedPipelineJob:
         from barrierflow.recovery.restore import restore_pipeline
 
         ids = self.global_checkpoints()
-        checkpoint_id = self.completed_global(checkpoint_id)
+        checkpoint_id = self.completed_cut(checkpoint_id)
         self._refuse_output_ahead(checkpoint_id)
         for job in self.stages:
             restore_pipeline(job.spec, checkpoint_id, store=job.store, layout=job.layout, check_running=False)

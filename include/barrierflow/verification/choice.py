@@ -1,18 +1,23 @@
-"""The one rule for choosing the checkpoint a restore starts from.
+"""The one rule for choosing the cut a restore starts from, whatever the pipeline's shape.
 
 Every caller uses :func:`choose_checkpoint`: ``barrierflow restore``, the recovery DAG (through
 :mod:`barrierflow.ops.restore`) and a job that starts without a local Spark checkpoint.
-The rule: *the chosen checkpoint is verified structurally before anything is restored*::
+The rule: *the chosen cut is verified before anything is restored*::
 
-    "latest-valid": the newest checkpoint of the current timeline that passes structural
-                    verification (latest_valid); the newer ones are skipped, each with why
-    "latest":       the newest checkpoint of the current timeline (a damaged one, whose
-                    manifest is gone or unreadable, included: damage is reported, never
-                    silently stepped over), then verified
-    an id:          that checkpoint (not abandoned by an earlier restore), then verified
+    "latest-valid": the newest cut of the current timeline that passes verification; the
+                    newer ones are skipped, each with why
+    "latest":       the newest cut of the current timeline (for one stage a damaged
+                    checkpoint, whose manifest is gone or unreadable, included: damage is
+                    reported, never silently stepped over), then verified
+    an id:          that cut (not abandoned by an earlier restore), then verified
     verification failed -> ChosenCheckpointInvalidError naming every failed check
 
-Every verification result is stored beside its checkpoint (``chk-<n>/_verification.json``).
+What "verified" means is the cut's verification (:mod:`barrierflow.verification.global_cut`):
+for a pipeline of one stage, whose cut ``n`` is its checkpoint ``n``, the stage's structural
+checks (``latest-valid`` trusts a stored passing result once the checkpoint is still intact:
+:func:`barrierflow.verification.selection.judge`); for several stages, every stage's checks
+and the cut over the channels. Every verification result is stored beside its checkpoint
+(``chk-<n>/_verification.json`` of the stage's store).
 """
 
 from __future__ import annotations
@@ -20,11 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointError, CheckpointNotFoundError, UserInputError
-from barrierflow.spec.models import PipelineSpec
-from barrierflow.verification.runner import candidate_ids, select_ids, verify_checkpoints
-from barrierflow.verification.selection import latest_valid
+from barrierflow.pipeline.model import OpenedPipeline
+from barrierflow.verification.global_cut import verify_cuts
+from barrierflow.verification.runner import candidate_ids, select_ids
+from barrierflow.verification.selection import judge
 
 LATEST_VALID = "latest-valid"
 LATEST = "latest"
@@ -32,6 +37,9 @@ LATEST = "latest"
 CHECKPOINT_CHOICES = (LATEST_VALID, LATEST)
 
 CheckpointRequest = int | Literal["latest-valid", "latest"]
+
+#: The verdict on a cut of several stages that was chosen.
+CUT_VERIFICATION = "passed global verification (every stage's checks and the cut over its channels)"
 
 
 class ChosenCheckpointInvalidError(CheckpointError, UserInputError):
@@ -50,68 +58,109 @@ class ChosenCheckpointInvalidError(CheckpointError, UserInputError):
 
 @dataclass
 class CheckpointChoice:
-    """The checkpoint to restore, and why.
+    """The cut to restore, and why.
 
     Attributes:
         requested: ``"latest-valid"``, ``"latest"`` or an id.
-        checkpoint_id: the checkpoint chosen.
-        skipped: ``(checkpoint id, reason)`` of the newer checkpoints passed over, newest first
+        checkpoint_id: the cut (checkpoint id) chosen.
+        skipped: ``(checkpoint id, reason)`` of the newer cuts passed over, newest first
             (only ``latest-valid`` skips any).
-        verification: the verdict on the chosen checkpoint, one line.
+        verification: the verdict on the chosen cut, one line.
+        pipeline: the pipeline's name.
     """
 
     requested: CheckpointRequest
     checkpoint_id: int
     skipped: list[tuple[int, str]] = field(default_factory=list)
     verification: str = "passed"
+    pipeline: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"requested": self.requested, "checkpoint_id": self.checkpoint_id,
+        return {"pipeline": self.pipeline, "requested": self.requested, "checkpoint_id": self.checkpoint_id,
                 "skipped": [{"checkpoint_id": cid, "reason": why} for cid, why in self.skipped],
                 "verification": self.verification}
 
 
-def choose_checkpoint(spec: PipelineSpec, store: CheckpointStore, requested: CheckpointRequest, *,
-                      spec_path: str = "SPEC") -> CheckpointChoice:
-    """Resolve ``requested`` to a verified checkpoint (module docstring).
+def _candidates(pipeline: OpenedPipeline) -> list[int]:
+    """The cuts ``latest`` and ``latest-valid`` pick from, ascending: for one stage its
+    candidates (damaged checkpoints too), else the completed cuts of the current timeline."""
+    if pipeline.single_stage:
+        return candidate_ids(pipeline.stages[0].store)
+    return pipeline.cuts.completed_ids()
+
+
+def _check_requested(pipeline: OpenedPipeline, checkpoint_id: int) -> None:
+    """Raise CheckpointNotFoundError unless cut ``checkpoint_id`` may be restored."""
+    noun, name = pipeline.cut_noun, pipeline.name
+    if checkpoint_id in pipeline.cuts.abandoned():
+        raise CheckpointNotFoundError(
+            f"{noun} {checkpoint_id} of pipeline {name!r} was abandoned by an earlier restore (its timeline was "
+            f"discarded) and cannot be restored; use checkpoint={LATEST_VALID!r} or an id from "
+            f"'barrierflow checkpoints list {pipeline.spec_path}'")
+    if pipeline.single_stage:
+        select_ids(pipeline.stages[0].store, checkpoint_id=checkpoint_id)  # CheckpointNotFoundError if absent
+        return
+    ids = pipeline.cuts.completed_ids()
+    if not ids:
+        raise CheckpointNotFoundError(f"pipeline {name!r} has no completed {noun} in {pipeline.storage} to restore")
+    if checkpoint_id not in ids:
+        raise CheckpointNotFoundError(f"{noun} {checkpoint_id} of pipeline {name!r} is not complete; completed: {ids}")
+
+
+def _skip_reason(pipeline: OpenedPipeline, checkpoint_id: int) -> str | None:
+    """None if ``latest-valid`` may take cut ``checkpoint_id``, else why it is skipped."""
+    if pipeline.single_stage:
+        stage = pipeline.stages[0]
+        return judge(stage.spec, stage.store, checkpoint_id)
+    report = verify_cuts(pipeline.cuts, pipeline.stages, [checkpoint_id])[0]
+    return None if report.passed else f"failed verification: {report.reason()}"
+
+
+def choose_checkpoint(pipeline: OpenedPipeline, requested: CheckpointRequest) -> CheckpointChoice:
+    """Resolve ``requested`` to a verified cut of ``pipeline`` (module docstring).
 
     Raises:
-        CheckpointNotFoundError: no checkpoint exists / none passes (``latest-valid``: the
-            message lists why each failed), or the id does not exist or was abandoned by an
-            earlier restore.
-        ChosenCheckpointInvalidError: the requested checkpoint fails a structural check; the
-            message names the checkpoint and each failed check and suggests ``latest-valid``.
+        CheckpointNotFoundError: no cut exists / none passes (``latest-valid``: the message
+            lists why each failed), or the id does not exist or was abandoned by an earlier
+            restore.
+        ChosenCheckpointInvalidError: the requested cut fails a check; the message names the
+            cut and each failed check (``<stage>: <check>`` for several stages) and suggests
+            ``latest-valid``.
         StorageError: the checkpoint store cannot be read.
     """
+    noun, name = pipeline.cut_noun, pipeline.name
+    passed = "passed structural verification" if pipeline.single_stage else CUT_VERIFICATION
     if requested == LATEST_VALID:
-        selection = latest_valid(spec, store)
-        return CheckpointChoice(requested, selection.checkpoint_id, list(selection.skipped),
-                                "the newest checkpoint that passes structural verification")
+        skipped: list[tuple[int, str]] = []
+        for cid in reversed(_candidates(pipeline)):
+            why = _skip_reason(pipeline, cid)
+            if why is None:
+                verdict = (f"the newest {noun} that passes structural verification" if pipeline.single_stage
+                           else passed)
+                return CheckpointChoice(requested, cid, skipped, verdict, name)
+            skipped.append((cid, why))
+        detail = "; ".join(f"{cid}: {why}" for cid, why in skipped) or f"there are no completed {noun}s"
+        raise CheckpointNotFoundError(f"pipeline {name} has no {noun} that passes verification in "
+                                      f"{pipeline.storage} ({detail})")
     if requested == LATEST:
-        ids = candidate_ids(store)
+        ids = _candidates(pipeline)
         if not ids:
-            raise CheckpointNotFoundError(f"pipeline {spec.name!r} has no completed checkpoint in {store.uri} "
+            raise CheckpointNotFoundError(f"pipeline {name!r} has no completed {noun} in {pipeline.storage} "
                                           "to restore; the job never completed one")
         checkpoint_id = ids[-1]
     else:
         checkpoint_id = int(requested)
-        if checkpoint_id in store.abandoned():
-            raise CheckpointNotFoundError(
-                f"checkpoint {checkpoint_id} of pipeline {spec.name!r} was abandoned by an earlier restore (its "
-                f"timeline was discarded) and cannot be restored; use checkpoint={LATEST_VALID!r} or an id from "
-                f"'barrierflow checkpoints list {spec_path}'")
-        select_ids(store, checkpoint_id=checkpoint_id)  # CheckpointNotFoundError if there is no such checkpoint
-    report = verify_checkpoints(spec, store, [checkpoint_id])[0]
+        _check_requested(pipeline, checkpoint_id)
+    report = verify_cuts(pipeline.cuts, pipeline.stages, [checkpoint_id])[0]
     if not report.passed:
-        failures = [(c.name, c.message) for c in report.failures]
         listed = "; ".join(f"the {c.name} check: {c.message}" + (f" [{c.file}]" if c.file and c.file not in c.message
                                                                  else "")
                            for c in report.failures)
         raise ChosenCheckpointInvalidError(
-            checkpoint_id, failures,
-            f"checkpoint {checkpoint_id} of pipeline {spec.name!r} (requested as checkpoint={requested!r}) fails "
-            f"structural verification, so restoring it would fail or resume from damaged state: failed {listed}. "
-            f"Use checkpoint={LATEST_VALID!r} to restore the newest checkpoint that passes (the damaged ones are "
+            checkpoint_id, [(c.name, c.message) for c in report.failures],
+            f"{noun} {checkpoint_id} of pipeline {name!r} (requested as checkpoint={requested!r}) fails "
+            f"verification, so restoring it would fail or resume from damaged state: failed {listed}. "
+            f"Use checkpoint={LATEST_VALID!r} to restore the newest {noun} that passes (the damaged ones are "
             "skipped and listed), or choose another id.",
         )
-    return CheckpointChoice(requested, checkpoint_id, [], "passed structural verification")
+    return CheckpointChoice(requested, checkpoint_id, [], passed, name)

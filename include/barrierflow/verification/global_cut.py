@@ -1,7 +1,10 @@
-"""Verifying global checkpoints of a multi-stage pipeline: one consistent cut over every stage.
+"""Verifying a pipeline's cuts (global checkpoints): one consistent cut over every stage.
 
-Global checkpoint ``n`` (see :mod:`barrierflow.checkpointing.global_manifest`) passes when
-every check below passes::
+The one verification of a cut, whatever the pipeline's shape. A pipeline of one stage has no
+cut checks: its cut ``n`` is its checkpoint ``n``, verified by the stage's own structural
+(and, asked for, deep) checks (:mod:`barrierflow.verification.runner`). A cut ``n`` of several
+stages (see :mod:`barrierflow.checkpointing.global_manifest`) passes when every check below
+passes::
 
     global-manifest     global/chk-<n>/_metadata.json parses, belongs to this pipeline and has id n
     stages-complete     it names exactly the spec's stages
@@ -27,45 +30,36 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.checkpointing.global_manifest import GlobalManifest, global_key, stage_prefix
-from barrierflow.checkpointing.global_store import GlobalCheckpointStore
+from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts
 from barrierflow.checkpointing.manifest import Manifest
-from barrierflow.checkpointing.store import CheckpointStore, manifest_key
+from barrierflow.checkpointing.store import manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, SourceError, UserInputError
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.pipeline.model import Stage
 from barrierflow.verification.report import CheckResult, VerificationReport
-from barrierflow.verification.runner import verify_checkpoints
+from barrierflow.verification.runner import select_ids, verify_checkpoints
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True)
-class StagePart:
-    """One stage as the global checks see it: its derived single-stage spec and store, the
-    input partitions (``topic:p``) of the channels it reads, which of them close a cycle,
-    and whether its channels live on the embedded broker (which runs only with its pipeline,
-    so offline checks cannot ask it for retained ranges)."""
+class CutVerificationReport:
+    """Every check of one cut: the cut's own checks and each stage's report.
 
-    name: str
-    spec: PipelineSpec
-    store: CheckpointStore
-    input_partitions: frozenset[str] = frozenset()
-    back_edge_partitions: frozenset[str] = frozenset()
-    embedded_inputs: bool = False
-
-
-@dataclass(frozen=True)
-class GlobalVerificationReport:
-    """Every check of one global checkpoint: the global ones and each stage's report."""
+    ``single_stage``: the cut of a pipeline of one stage, which has no cut checks; its one
+    stage report is the whole verdict, and failures keep the stage's check names."""
 
     pipeline: str
     checkpoint_id: int
     checks: list[CheckResult]
     stages: dict[str, VerificationReport] = field(default_factory=dict)
+    single_stage: bool = False
 
     @property
     def failures(self) -> list[CheckResult]:
         own = [c for c in self.checks if not c.passed]
+        if self.single_stage:
+            return own + [c for report in self.stages.values() for c in report.failures]
         return own + [c.model_copy(update={"name": f"{stage}: {c.name}"})
                       for stage, report in self.stages.items() for c in report.failures]
 
@@ -77,20 +71,29 @@ class GlobalVerificationReport:
         return "passed" if self.passed else "; ".join(f"{c.name}: {c.message}" for c in self.failures)
 
     def as_dict(self) -> dict[str, Any]:
+        """The JSON of ``verify``: one stage: the stage's report as it is stored
+        (``chk-<n>/_verification.json``); several: the cut's checks and each stage's report."""
+        if self.single_stage:
+            [report] = self.stages.values()
+            return report.model_dump(mode="json")
         return {"pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id, "passed": self.passed,
                 "checks": [c.model_dump(mode="json") for c in self.checks],
                 "stages": {name: r.model_dump(mode="json") for name, r in self.stages.items()}}
 
 
-def select_global_ids(store: GlobalCheckpointStore, checkpoint_id: int | None = None,
-                      latest: int | None = None) -> list[int]:
-    """What ``verify`` looks at: one id (any global checkpoint that was triggered or completed),
-    the newest ``latest`` completed ones of the current timeline, or all of those.
+def select_cut_ids(cuts: GlobalCheckpointStore | SingleStageCuts, checkpoint_id: int | None = None,
+                   latest: int | None = None) -> list[int]:
+    """What ``verify`` looks at: one id (any cut that was triggered or completed), the newest
+    ``latest`` completed ones of the current timeline, or all of those. One stage: its
+    candidates (:func:`barrierflow.verification.runner.select_ids`: damaged checkpoints too).
 
     Raises:
-        CheckpointNotFoundError: ``checkpoint_id`` was never a global checkpoint.
+        CheckpointNotFoundError: ``checkpoint_id`` was never a cut.
         UserInputError: ``latest`` is below 1.
     """
+    if isinstance(cuts, SingleStageCuts):
+        return select_ids(cuts.store, checkpoint_id, latest)
+    store = cuts
     if checkpoint_id is not None:
         if not store.exists(checkpoint_id):
             raise CheckpointNotFoundError(
@@ -105,39 +108,48 @@ def select_global_ids(store: GlobalCheckpointStore, checkpoint_id: int | None = 
     return completed
 
 
-def verify_global(store: GlobalCheckpointStore, parts: Sequence[StagePart], ids: Sequence[int], *,
-                  deep: bool = False, spark: SparkSession | None = None) -> list[GlobalVerificationReport]:
-    """Verify global checkpoints ``ids`` of the pipeline ``store`` belongs to (module docstring),
-    in that order. A failed check (an unreadable global manifest included) is a result, not an
-    error; each stage's result is stored beside the stage's checkpoint.
+def verify_cuts(cuts: GlobalCheckpointStore | SingleStageCuts, parts: Sequence[Stage], ids: Sequence[int], *,
+                deep: bool = False, spark: SparkSession | None = None) -> list[CutVerificationReport]:
+    """Verify cuts ``ids`` of the pipeline ``cuts`` belongs to (module docstring), in that
+    order; ``parts`` are its stages. A failed check (an unreadable global manifest included) is
+    a result, not an error; each stage's result is stored beside the stage's checkpoint. One
+    stage: its structural checks only (a checkpoint deleted by retention meanwhile is left out,
+    as :func:`barrierflow.verification.runner.verify_checkpoints` leaves it out).
 
     Raises:
         StorageError: the store cannot be read.
     """
-    starts = {p.name: _embedded_starts(p) for p in parts}
+    if isinstance(cuts, SingleStageCuts):
+        [stage] = parts
+        return [CutVerificationReport(stage.spec.name, r.checkpoint_id, [], {stage.name: r}, single_stage=True)
+                for r in verify_checkpoints(stage.spec, stage.store, list(ids), deep=deep, spark=spark)]
+    store = cuts
+    starts = {p.name: unreachable_inputs(p) for p in parts}
     return [_verify_one(store, parts, cid, deep=deep, spark=spark, starts=starts) for cid in ids]
 
 
-def _embedded_starts(part: StagePart) -> SourceError | None:
+def unreachable_inputs(part: Stage) -> SourceError | None:
+    """Why offline checks cannot ask ``part``'s inputs for their retained ranges (its channels
+    live on the embedded broker, which runs only with its pipeline), or None (ask them)."""
     if not part.embedded_inputs:
         return None  # asked by the stage's own verification
     return SourceError(f"stage {part.name} reads channels on the embedded broker, which runs only with its "
                        "pipeline: their retained ranges are not checked")
 
 
-def _verify_one(store: GlobalCheckpointStore, parts: Sequence[StagePart], cid: int, *, deep: bool,
-                spark: SparkSession | None, starts: dict[str, SourceError | None]) -> GlobalVerificationReport:
+def _verify_one(store: GlobalCheckpointStore, parts: Sequence[Stage], cid: int, *, deep: bool,
+                spark: SparkSession | None, starts: dict[str, SourceError | None]) -> CutVerificationReport:
     pipeline, key = store.pipeline, global_key(cid, "_metadata")
     try:
         manifest: GlobalManifest = store.get(cid)
     except CheckpointNotFoundError:
-        return GlobalVerificationReport(pipeline, cid, [CheckResult.fail(
+        return CutVerificationReport(pipeline, cid, [CheckResult.fail(
             "global-manifest", f"global checkpoint {cid} has no global manifest: it never completed", key)])
     except CheckpointCorruptError as exc:
-        return GlobalVerificationReport(pipeline, cid, [CheckResult.fail(
+        return CutVerificationReport(pipeline, cid, [CheckResult.fail(
             "global-manifest", f"the global manifest does not parse: {exc}", key)])
     if manifest.pipeline != pipeline or manifest.checkpoint_id != cid:
-        return GlobalVerificationReport(pipeline, cid, [CheckResult.fail(
+        return CutVerificationReport(pipeline, cid, [CheckResult.fail(
             "global-manifest", f"the global manifest is of pipeline {manifest.pipeline!r}, checkpoint "
                                f"{manifest.checkpoint_id}, expected {pipeline!r}, {cid}", key)])
     checks = [CheckResult.ok("global-manifest", f"complete since {manifest.completion_time.isoformat()}", key)]
@@ -163,10 +175,10 @@ def _verify_one(store: GlobalCheckpointStore, parts: Sequence[StagePart], cid: i
             stages[part.name] = report[0]
             if report[0].passed and part.input_partitions:
                 checks.append(_channel_cut_check(part, part.store.get(cid)))
-    return GlobalVerificationReport(pipeline, cid, checks, stages)
+    return CutVerificationReport(pipeline, cid, checks, stages)
 
 
-def _stage_manifest_check(part: StagePart, cid: int, named_key: str, batch: int) -> CheckResult:
+def _stage_manifest_check(part: Stage, cid: int, named_key: str, batch: int) -> CheckResult:
     name = f"{part.name}: manifest"
     expected_key = stage_prefix(part.name) + manifest_key(cid)
     if named_key != expected_key:
@@ -185,7 +197,7 @@ def _stage_manifest_check(part: StagePart, cid: int, named_key: str, batch: int)
     return CheckResult.ok(name, f"present, barrier batch {batch}", named_key)
 
 
-def _channel_cut_check(part: StagePart, manifest: Manifest) -> CheckResult:
+def _channel_cut_check(part: Stage, manifest: Manifest) -> CheckResult:
     name = f"{part.name}: channel-cut"
     alignment = manifest.alignment
     if alignment is None:

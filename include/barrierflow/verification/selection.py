@@ -1,6 +1,8 @@
-"""The newest checkpoint that verifies: what ``restore --latest-valid`` restores.
+"""Whether ``restore --latest-valid`` may take a checkpoint of one stage.
 
-:func:`latest_valid` walks the completed checkpoints of the current timeline, newest first::
+The rule of :func:`barrierflow.verification.choice.choose_checkpoint` walks the candidates of
+the current timeline, newest first, and asks :func:`judge` about each (a pipeline of one stage;
+a cut of several stages is verified whole)::
 
     for n in completed checkpoints, newest first:
         result <- chk-<n>/_verification.json
@@ -15,50 +17,25 @@
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field
-
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.errors import CheckpointNotFoundError
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.verification.report import load_report
-from barrierflow.verification.runner import candidate_ids, verify_checkpoints
+from barrierflow.verification.runner import verify_checkpoints
 from barrierflow.verification.structural import structurally_intact
 
-log = logging.getLogger(__name__)
 
-
-@dataclass
-class Selection:
-    checkpoint_id: int
-    skipped: list[tuple[int, str]] = field(default_factory=list)  # (id, why), newest first
-
-
-def latest_valid(spec: PipelineSpec, store: CheckpointStore) -> Selection:
-    """The newest checkpoint whose structural verification passes (module docstring).
-
-    Raises:
-        CheckpointNotFoundError: no checkpoint passes; the message lists why each failed.
-    """
-    skipped: list[tuple[int, str]] = []
-    for cid in reversed(candidate_ids(store)):
-        stored = load_report(store.objects, cid)
-        if stored is not None and stored.passed:
-            intact, why = structurally_intact(store, cid)
-            if intact:
-                return Selection(cid, skipped)
-            skipped.append((cid, f"verified earlier, but damaged since: {why}"))
-            verify_checkpoints(spec, store, [cid])  # record the new verdict
-            continue
-        if stored is not None:
-            skipped.append((cid, f"failed verification: {stored.reason()}"))
-            continue
-        report = verify_checkpoints(spec, store, [cid])[0]
-        if report.passed:
-            return Selection(cid, skipped)
-        skipped.append((cid, f"failed verification: {report.reason()}"))
-    for cid, why in skipped:
-        log.warning("skipping checkpoint %d: %s", cid, why)
-    detail = "; ".join(f"{cid}: {why}" for cid, why in skipped) or "there are no completed checkpoints"
-    raise CheckpointNotFoundError(f"pipeline {spec.name} has no checkpoint that passes verification in "
-                                  f"{store.uri} ({detail})")
+def judge(spec: PipelineSpec, store: CheckpointStore, checkpoint_id: int) -> str | None:
+    """Whether ``latest-valid`` may take ``checkpoint_id`` (module docstring): None if it may,
+    else why it is skipped. A stored passing result is trusted once the checkpoint is still
+    intact; a checkpoint never verified is verified now (and its result stored)."""
+    stored = load_report(store.objects, checkpoint_id)
+    if stored is not None and stored.passed:
+        intact, why = structurally_intact(store, checkpoint_id)
+        if intact:
+            return None
+        verify_checkpoints(spec, store, [checkpoint_id])  # record the new verdict
+        return f"verified earlier, but damaged since: {why}"
+    if stored is not None:
+        return f"failed verification: {stored.reason()}"
+    report = verify_checkpoints(spec, store, [checkpoint_id])[0]
+    return None if report.passed else f"failed verification: {report.reason()}"

@@ -1,0 +1,241 @@
+"""The opened pipeline: a pipeline is a graph of stages, and a single-stage spec is a graph of one.
+
+:func:`open_pipeline` loads a spec once, single- or multi-stage
+(:func:`barrierflow.spec.loader.load_any_spec`), and gives every offline operation what it
+works on, whatever the shape:
+
+* :attr:`OpenedPipeline.stages`: each stage's name, derived single-stage spec, checkpoint
+  store, work-dir layout, input partitions (``topic:p`` of the channels it reads), back-edge
+  partitions and whether its channels live on the embedded broker. A single-stage spec is one
+  stage named after the pipeline, with the spec itself, its store and its layout, and no
+  channels. A stage of several is derived by :func:`barrierflow.pipeline.stage_options.derive_stage_spec`
+  (store ``<checkpoint.storage>/stages/<stage>``, work dir ``<work_dir>/stages/<stage>``).
+* :attr:`OpenedPipeline.cuts`: the pipeline's cuts (its global checkpoints), read through one
+  protocol (:class:`~barrierflow.checkpointing.global_store.CutLog`): the
+  :class:`~barrierflow.checkpointing.global_store.GlobalCheckpointStore` of a pipeline of
+  several stages (``global/chk-<n>/``, ``_pipeline.json``, ``_fences.json``), or
+  :class:`~barrierflow.checkpointing.global_store.SingleStageCuts` for one stage, derived from
+  its stage store: its files stay where they always were (``chk-<n>`` at the store's root),
+  checkpoint ``n`` *is* cut ``n``, nothing on disk moves.
+
+Contract: Spark-free and read-only; opening reads only the spec file (no store object, no
+broker). Channels on the embedded broker get a placeholder address (that broker runs only with
+its pipeline): an opened pipeline serves offline operations; running one starts the broker
+(:mod:`barrierflow.ops.run`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
+from barrierflow.pipeline.stage_options import derive_stage_spec
+from barrierflow.spec.graph import StageGraph, build_graph
+from barrierflow.spec.loader import load_any_spec, project_home
+from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.storage import open_store
+from barrierflow.workdir.layout import JobLayout
+
+if TYPE_CHECKING:
+    from barrierflow.checkpointing.global_manifest import GlobalManifest
+    from barrierflow.storage import ObjectStore
+
+#: The address an offline pipeline gives channels on the embedded broker (never connected to).
+OFFLINE_SERVERS = "embedded-broker-not-running:9"
+
+
+def pipeline_work_dir(spec: StagedPipelineSpec) -> str:
+    """The work dir of a pipeline of several stages: ``work_dir`` of the spec (relative to the
+    project home), else ``var/<name>``; the stages' work dirs and the embedded broker's data
+    dir are under it."""
+    base = spec.work_dir or f"var/{spec.name}"
+    return base if base.startswith("/") else str(project_home() / base)
+
+
+def channel_partition(topic: str, partition: int) -> str:
+    """The key of one channel partition in barrier offsets (``topic:p``, as the Kafka source
+    spells it: :func:`barrierflow.sources.kafka.partition_id`)."""
+    return f"{topic}:{partition}"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage as every offline operation sees it.
+
+    Attributes:
+        name: the stage's name (a single-stage pipeline: the pipeline's name).
+        spec: the single-stage spec it runs as (a single-stage pipeline: its own spec).
+        store: its checkpoint store (``chk-<n>`` at its root).
+        layout: its work dir (local Spark checkpoint, control files, staging).
+        input_partitions: the partitions (``topic:p``) of the channels it reads.
+        back_edge_partitions: those of them that close a cycle.
+        embedded_inputs: whether a channel it reads is on the embedded broker (which runs only
+            with its pipeline, so offline checks cannot ask it for retained ranges).
+    """
+
+    name: str
+    spec: PipelineSpec
+    store: CheckpointStore
+    layout: JobLayout
+    input_partitions: frozenset[str] = frozenset()
+    back_edge_partitions: frozenset[str] = frozenset()
+    embedded_inputs: bool = False
+
+
+@dataclass(frozen=True)
+class OpenedPipeline:
+    """A loaded spec, its stages and its cuts (module docstring).
+
+    Attributes:
+        spec: the spec as loaded (single- or multi-stage).
+        spec_path: where it came from (named in messages).
+        stages: every stage, in the spec's order (one for a single-stage spec).
+        cuts: the pipeline's cuts: :class:`GlobalCheckpointStore` for several stages,
+            :class:`SingleStageCuts` for one.
+        root: the pipeline-level checkpoint store (attempt and abandoned ids in
+            ``_pipeline.json``; for one stage, the stage's store itself).
+        work_dir: the pipeline's work dir (its lease ``job.lease`` lives there).
+    """
+
+    spec: PipelineSpec | StagedPipelineSpec
+    spec_path: str
+    stages: tuple[Stage, ...]
+    cuts: GlobalCheckpointStore | SingleStageCuts
+    root: CheckpointStore
+    work_dir: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def objects(self) -> ObjectStore:
+        """The objects of the pipeline's checkpoint storage (``checkpoint.storage``)."""
+        return self.root.objects
+
+    @property
+    def storage(self) -> str:
+        """The URI of the pipeline's checkpoint storage."""
+        return self.root.uri
+
+    @property
+    def single_stage(self) -> bool:
+        """Whether the pipeline is one stage, whose cuts are its own checkpoints (no ``global/``
+        records, no channels, nothing to fence)."""
+        return isinstance(self.cuts, SingleStageCuts)
+
+    @property
+    def cut_noun(self) -> str:
+        """How messages name a cut: ``checkpoint`` (one stage) or ``global checkpoint``."""
+        return "checkpoint" if self.single_stage else "global checkpoint"
+
+    def stage(self, name: str) -> Stage:
+        """The stage called ``name``. Raises UserInputError naming the stages there are."""
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise UserInputError(f"pipeline {self.name} has no stage {name!r}; its stages: "
+                             f"{[s.name for s in self.stages]}")
+
+    def newest_cut(self) -> GlobalManifest | None:
+        """The newest completed cut of the current timeline whose manifest reads (an unreadable
+        newer one is stepped over: ``verify`` reports it), or None."""
+        for checkpoint_id in reversed(self.cuts.completed_ids()):
+            try:
+                return self.cuts.get(checkpoint_id)
+            except (CheckpointCorruptError, CheckpointNotFoundError):
+                continue
+        return None
+
+    def completed_cut(self, checkpoint_id: int | None = None) -> int:
+        """``checkpoint_id`` if it is a completed cut of the current timeline (None: the newest).
+
+        Raises:
+            CheckpointNotFoundError: none completed, or ``checkpoint_id`` did not (or was
+                abandoned by a restore); the message lists the completed ones.
+        """
+        ids = self.cuts.completed_ids()
+        if checkpoint_id is None:
+            if not ids:
+                raise CheckpointNotFoundError(f"pipeline {self.name} has no completed {self.cut_noun} in "
+                                              f"{self.storage}; run it first")
+            return ids[-1]
+        if checkpoint_id not in ids:
+            raise CheckpointNotFoundError(f"{self.cut_noun} {checkpoint_id} of pipeline {self.name} is not "
+                                          f"complete (or was abandoned by a restore); completed: {ids}")
+        return checkpoint_id
+
+
+def single_stage_pipeline(spec: PipelineSpec, *, store: CheckpointStore | None = None,
+                          layout: JobLayout | None = None, spec_path: str = "<spec>") -> OpenedPipeline:
+    """The pipeline of the single-stage ``spec``: one stage named after it, on ``store`` and
+    ``layout`` when given (a running job passes its own, whose writes carry its fence), else
+    the spec's."""
+    store = store if store is not None else CheckpointStore.for_spec(spec)
+    layout = layout if layout is not None else JobLayout.for_spec(spec)
+    stage = Stage(spec.name, spec, store, layout)
+    return OpenedPipeline(spec, spec_path, (stage,), SingleStageCuts(spec.name, store), store, str(layout.work_dir))
+
+
+def _servers(spec: StagedPipelineSpec) -> dict[str, str]:
+    """Each channel's ``host:port`` list; the embedded broker's channels get a placeholder.
+    Raises UserInputError for an ``env:VAR`` that is not set."""
+    return {c.name: c.bootstrap_servers() or OFFLINE_SERVERS for c in spec.channels}
+
+
+def stages_of(spec: StagedPipelineSpec, graph: StageGraph, *, work_dir: str, servers: Mapping[str, str]
+              ) -> tuple[Stage, ...]:
+    """Every stage of ``spec`` (``graph`` its graph), in the spec's order, derived with
+    :func:`~barrierflow.pipeline.stage_options.derive_stage_spec` (``work_dir``: the pipeline's,
+    ``servers``: channel name -> ``host:port`` list); the running pipeline builds its stage jobs
+    on them too.
+
+    Raises:
+        UserInputError: a stage cannot be derived (see ``derive_stage_spec``).
+    """
+    stages = []
+    for stage in spec.stages:
+        derived = derive_stage_spec(spec, stage, work_dir=work_dir, servers=servers)
+        inputs: set[str] = set()
+        back: set[str] = set()
+        embedded = False
+        for name in stage.input_channels:
+            channel = spec.channel(name)
+            ids = {channel_partition(channel.topic_for(spec.name), p) for p in range(channel.partitions)}
+            inputs |= ids
+            embedded = embedded or channel.is_embedded
+            if graph.is_back_edge(name, stage.name):
+                back |= ids
+        stages.append(Stage(stage.name, derived, CheckpointStore.for_spec(derived), JobLayout.for_spec(derived),
+                            frozenset(inputs), frozenset(back), embedded))
+    return tuple(stages)
+
+
+def _staged(spec: StagedPipelineSpec, spec_path: str) -> OpenedPipeline:
+    graph, problems = build_graph(spec)
+    if graph is None:
+        raise UserInputError(f"pipeline {spec.name}: {problems}")
+    work_dir = pipeline_work_dir(spec)
+    stages = stages_of(spec, graph, work_dir=work_dir, servers=_servers(spec))
+    cuts = GlobalCheckpointStore(open_store(spec.checkpoint.storage), spec.name)
+    return OpenedPipeline(spec, spec_path, stages, cuts, cuts.root, work_dir)
+
+
+def open_pipeline(spec_path: str | os.PathLike[str]) -> OpenedPipeline:
+    """Load the spec at ``spec_path`` once and open the pipeline (module docstring).
+
+    Raises:
+        SpecError: the spec does not load (single- or multi-stage).
+        UserInputError: a stage cannot be derived (its name is too long, its channels cannot
+            be read as one source), or a channel's ``env:VAR`` is not set.
+    """
+    spec = load_any_spec(spec_path)
+    if isinstance(spec, StagedPipelineSpec):
+        return _staged(spec, str(spec_path))
+    return single_stage_pipeline(spec, spec_path=str(spec_path))
