@@ -127,6 +127,16 @@ def check_make(argv: list[str]) -> None:
             assert re.search(rf"^{re.escape(target)}:", makefile, re.MULTILINE), f"make {target}: no such target"
 
 
+def check_bench(argv: list[str]) -> None:
+    """``python -m bench ...``: the benchmark runner at the repository root parses the arguments."""
+    from bench.run import build_parser
+
+    try:
+        build_parser().parse_args(argv[3:])
+    except SystemExit:
+        pytest.fail(f"{shlex.join(argv)}: python -m bench rejects its arguments")
+
+
 def test_the_extractor_reads_fenced_shell_blocks_only() -> None:
     text = "a\n```bash\nmake demo  # c\nx \\\n  y\n```\n```python\nprint(1)\n```\n"
     assert doc_commands(text) == [["make", "demo"], ["x", "y"]]
@@ -144,6 +154,8 @@ def test_every_command_is_supported(commands: list[list[str]], compose: dict[str
             check_spark_submit(argv, compose)
         elif program == "make":
             check_make(argv)
+        elif program.startswith("python") and argv[1:3] == ["-m", "bench"]:
+            check_bench(argv)
         elif program == "cp":
             assert len(argv) == 3 and (ROOT / argv[1]).is_file(), shlex.join(argv)
         elif program == "airflow":
