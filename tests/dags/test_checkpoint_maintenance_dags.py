@@ -20,6 +20,7 @@ from barrierflow.verification.report import report_key
 
 from tests.dags.conftest import parse_dags
 from tests.pipeline_specs import spec_dict, write_spec
+from tests.support.logs import logged_messages
 from tests.verification.checkpoint_factory import CheckpointFactory
 
 RETAINED = 2
@@ -56,13 +57,6 @@ def run_task(bag: Any, dag_id: str, task_id: str, monkeypatch: pytest.MonkeyPatc
     return task.python_callable(*task.op_args, **task.op_kwargs)
 
 
-def logged(document: str, text: str) -> bool:
-    """Whether ``document`` is in the captured log, as written or inside a JSON-formatted log
-    line (once Airflow's task logging has been configured in the worker, records reach the
-    capture as JSON lines, so the document appears escaped)."""
-    return document in text or json.dumps(document)[1:-1] in text
-
-
 def _flip_byte(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
@@ -88,7 +82,7 @@ def test_verify_task_passes_on_intact_checkpoints_like_the_cli(
     assert [r["checkpoint_id"] for r in summary["reports"]] == [3, 4]
     assert all(r["passed"] and not r["deep"] for r in summary["reports"])
     assert (tmp_path / "checkpoints" / report_key(4)).is_file()  # stored for restore and retention
-    assert logged(json.dumps(summary), caplog.text)  # logged; returned = XCom return_value
+    assert json.dumps(summary) in logged_messages(caplog)  # logged; returned = XCom return_value
     json.dumps(summary)  # XCom-serializable
 
     # The same document as `barrierflow verify SPEC --latest N --json`.
@@ -130,7 +124,7 @@ def test_verify_task_fails_naming_the_corrupted_checkpoint_and_check(
     assert isinstance(cause, CheckpointVerificationError)
     assert cause.summary["failed"] == [4] and cause.summary["verified"] == 2
     assert [(cid, name) for cid, name, _ in cause.failures] == [(4, "file")]
-    assert logged(json.dumps(cause.summary), caplog.text)  # the summary is logged even though the task fails
+    assert json.dumps(cause.summary) in logged_messages(caplog)  # the summary is logged even though the task fails
 
 
 def test_verify_task_passes_with_no_checkpoint_yet(bag: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,7 +161,7 @@ def test_retain_task_keeps_the_newest_verified_checkpoints(
     assert summary["pipeline"] == "t" and summary["policy"] == "prefer-verified" and not summary["dry_run"]
     assert summary["kept"] == [4, 5] and summary["deleted"]["checkpoints"] == [1, 2, 3]
     assert summary["bytes_freed"] > 0
-    assert logged(json.dumps(summary), caplog.text)
+    assert json.dumps(summary) in logged_messages(caplog)
     store = tmp_path / "checkpoints"
     assert not [f for c in (1, 2, 3) for f in (store / f"chk-{c}").rglob("*") if f.is_file()]
     assert (store / "chk-5" / "_metadata.json").is_file()

@@ -42,6 +42,7 @@ from barrierflow.workdir.lease import JobLease
 from tests.dags.conftest import parse_dags
 from tests.pipeline_specs import spec_dict, write_spec
 from tests.recovery import fake_pipeline
+from tests.support.logs import logged_messages
 from tests.verification.checkpoint_factory import CheckpointFactory
 
 RECOVER = "barrierflow_recover__t"
@@ -248,7 +249,7 @@ def test_choose_latest_valid_skips_a_corrupted_newest_checkpoint(
     [skipped] = choice["skipped"]
     assert skipped["checkpoint_id"] == 4
     assert "failed verification" in skipped["reason"] and f"{damaged}: sha256 mismatch" in skipped["reason"]
-    assert "skipped checkpoint 4" in caplog.text and "chose checkpoint 3" in caplog.text
+    assert "skipped checkpoint 4" in logged_messages(caplog) and "chose checkpoint 3" in logged_messages(caplog)
     json.dumps(choice)
 
 
@@ -332,7 +333,7 @@ def test_recovery_restores_the_chosen_checkpoint_restarts_and_waits_for_the_new_
     assert not (restored / "commits" / str(manifests[3].spark_batch_id)).exists()
     assert sorted(p.relative_to(restored).as_posix() for p in restored.rglob("*") if p.is_file()) == sorted(
         f.path for f in manifests[2].files)
-    assert "restored checkpoint 3 of t" in caplog.text and json.dumps(report) in caplog.text
+    assert "restored checkpoint 3 of t" in logged_messages(caplog) and json.dumps(report) in logged_messages(caplog)
     json.dumps(report)
 
     # restart: triggers the launch DAG (its pre_execute hook lets it run when restart is true).
@@ -361,7 +362,7 @@ def test_recovery_restores_the_chosen_checkpoint_restarts_and_waits_for_the_new_
         "decisions": [], "replay": None, "restarted": True, "first_checkpoint_id": 5}
     assert [s["checkpoint_id"] for s in summary["skipped"]] == [4]
     assert "checkpoint 5 is the first completed checkpoint of attempt 1" in summary["message"]
-    assert "skipped checkpoint 4" in caplog.text
+    assert "skipped checkpoint 4" in logged_messages(caplog)
     json.dumps(summary)
 
 
@@ -450,7 +451,7 @@ def test_restore_reconciles_sinks_and_plans_a_suppressed_replay(
     assert ledger.get("out", 4).state is TxnState.ABORTED and ledger.get("out", 3).state is TxnState.COMMITTED
     assert report["replay"] is not None and report["replay"]["epochs"] == [3]
     assert report["replay"]["through"] == {"0": 30, "1": 30}
-    assert "epochs [3] were already committed after checkpoint 2" in caplog.text
+    assert "epochs [3] were already committed after checkpoint 2" in logged_messages(caplog)
     assert any(r.levelno == logging.WARNING and "output suppressed" in r.getMessage() for r in caplog.records)
     summary = run_task(bag, RECOVER, "report", monkeypatch, {**xcoms, "restore": report,
                                                             "wait_for_first_checkpoint": None})
@@ -483,7 +484,7 @@ def test_reconcile_task_applies_the_decisions_like_the_cli(
         (two.transaction_id, "COMMIT"), (in_doubt, "ABORT")}
     assert summary["decisions"] == planned["decisions"]  # the CLI's dry run showed exactly this
     assert ledger.get("out", 2).state is TxnState.COMMITTED and ledger.get("out", 3).state is TxnState.ABORTED
-    assert json.dumps(summary) in caplog.text and f"ABORT out {in_doubt}" in caplog.text
+    assert json.dumps(summary) in logged_messages(caplog) and f"ABORT out {in_doubt}" in logged_messages(caplog)
     assert run_task(bag, RECONCILE, "reconcile", monkeypatch)["decisions"] == []  # nothing left in doubt
 
 

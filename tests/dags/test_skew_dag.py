@@ -14,6 +14,7 @@ from barrierflow.reports.skew import NO_CHECKPOINTS, SKEW_REPORT_KEY, SkewExpect
 from tests.dags.conftest import parse_dags
 from tests.pipeline_specs import spec_dict, write_spec
 from tests.reports.skew_store import healthy_store
+from tests.support.logs import logged_messages
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def test_skew_task_returns_the_json_summary(bag: Any, tmp_path: Path, caplog: py
     assert summary["pipeline"] == "t" and summary["passed"] is True
     assert [c["skew_seconds"] for c in summary["checkpoints"]] == [3.0, 3.0, 3.0, 3.0]
     assert summary["idle_partitions"] == ["events/2"]
-    assert json.dumps(summary) in caplog.text  # logged; returned = XCom return_value
+    assert json.dumps(summary) in logged_messages(caplog)  # logged; returned = XCom return_value
     assert (tmp_path / "checkpoints" / SKEW_REPORT_KEY).is_file()
 
 
@@ -59,4 +60,4 @@ def test_skew_task_fails_without_retry_on_a_skewed_store(
     cause = info.value.__cause__
     assert isinstance(cause, SkewExpectationError)
     assert cause.summary["passed"] is False and cause.failures == ["checkpoint 3: skew 123s > max_skew 60s"]
-    assert json.dumps(cause.summary) in caplog.text  # the report is logged even though the task fails
+    assert json.dumps(cause.summary) in logged_messages(caplog)  # the report is logged even though the task fails
