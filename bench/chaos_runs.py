@@ -65,11 +65,14 @@ def windowed(run_dir: Path, name: str, sink: dict[str, Any], records: int) -> di
 
 def from_example(run_dir: Path, example: str, name: str, records: int) -> dict[str, Any]:
     """include/pipelines/<example>.yaml with its paths under ``run_dir`` and every generator at
-    ``records`` per partition (the second generator of ``stages`` at half, as in the example)."""
+    ``records`` per partition (the second generator of ``stages`` at half, as in the example),
+    a 100 ms trigger and 1 s checkpoints."""
     data = yaml.safe_load((ROOT / "include" / "pipelines" / f"{example}.yaml").read_text(encoding="utf-8"))
     data["name"], data["work_dir"] = name, str(run_dir / "work")
     data["checkpoint"]["storage"] = f"file://{run_dir / 'checkpoints'}"
     data["spark"]["conf"] = {**data["spark"].get("conf", {}), **FAST_JVM}
+    data["trigger"] = {"interval": "100ms"}  # the demos' 500 ms leaves few checkpoints between kills
+    data["checkpoint"]["interval"] = "1s"
     generators = [s for stage in data["stages"] for s in stage["sources"] if s.get("type") == "generator"]
     base = max(s["records_per_partition"] for s in generators)
     for stage in data["stages"]:

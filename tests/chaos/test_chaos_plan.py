@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from barrierflow.chaos.outputs import canonical, with_aliases
 from barrierflow.chaos.report import summary_lines, write_report
-from barrierflow.chaos.runner import ChaosEvent, ChaosOptions, ChaosResult, OutputComparison
+from barrierflow.chaos.runner import ChaosEvent, ChaosOptions, ChaosResult, OutputComparison, _Copy
 from barrierflow.chaos.scratch import ChaosRefusedError, check_judgeable, scratch_copy
 from barrierflow.errors import UserInputError
 from barrierflow.spec import parse_spec, parse_staged_spec
@@ -77,6 +78,25 @@ def test_outputs_compare_as_multisets_of_rows() -> None:
     assert (comparison.rows_expected, comparison.rows) == (4, 4)
     assert (comparison.missing, comparison.extra, comparison.duplicated) == (2, 1, 1)  # r2 once and r3; r4; r1
     assert comparison.examples == {"missing": ["r2", "r3"], "extra": ["r4"], "duplicated": ["r1"]}
+
+
+def test_rows_naming_a_copys_channel_topic_compare_as_the_specs_topic(tmp_path: Path) -> None:
+    """A stage that writes the topic a record came from (the three-stage example's ``topic``
+    column) gives rows naming each copy's own derived topic; read through the copy's aliases,
+    the reference's and the chaos copy's rows are equal again (found by the first chaos run of
+    the three-stage example: 60,000 missing and 60,000 extra rows, all of them equal but the topic)."""
+    raw = staged()
+    del raw["channels"][0]["topic"]  # derived from the pipeline name, so each copy's differs
+    original = parse_staged_spec(raw)
+    copies = [_Copy(raw, name, tmp_path / name, "20261125230000", original) for name in ("ref", "chaos")]
+    topics = [copy.spec.channel("ab").topic_for(copy.spec.name) for copy in copies]
+    assert topics[0] != topics[1] and all(copy.topic_aliases == {t: "two.ab"} for copy, t in zip(copies, topics,
+                                                                                               strict=True))
+    read = [with_aliases(Counter({canonical({"topic": t, "key": 1, "nested": [t]}): 2}), copy.topic_aliases)
+            for copy, t in zip(copies, topics, strict=True)]
+    assert read[0] == read[1] == Counter({canonical({"topic": "two.ab", "key": 1, "nested": ["two.ab"]}): 2})
+    assert with_aliases(Counter({"{\"topic\": \"other\"}": 1}), copies[0].topic_aliases) == Counter(
+        {"{\"topic\": \"other\"}": 1})
 
 
 def test_the_report_has_the_verdict_the_figures_and_a_plot(tmp_path: Path) -> None:

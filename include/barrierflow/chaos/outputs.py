@@ -51,6 +51,32 @@ def canonical(row: dict[str, Any]) -> str:
     return json.dumps({k: plain(v) for k, v in row.items()}, sort_keys=True, default=str)
 
 
+def with_aliases(rows: Rows, aliases: dict[str, str]) -> Rows:
+    """``rows`` with every string value that is a key of ``aliases`` replaced by its value.
+
+    A scratch copy runs under its own pipeline name, so its derived channel topics have names
+    of their own; a transformation that writes the topic a record came from (a ``topic``
+    column) would make every row of the two copies differ. Both copies' rows are read with
+    their topic names mapped back to the spec's (``{copy topic: spec topic}``).
+    """
+    if not aliases:
+        return rows
+
+    def mapped(value: Any) -> Any:
+        if isinstance(value, str):
+            return aliases.get(value, value)
+        if isinstance(value, dict):
+            return {k: mapped(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [mapped(v) for v in value]
+        return value
+
+    out: Rows = Counter()
+    for row, count in rows.items():
+        out[json.dumps(mapped(json.loads(row)), sort_keys=True, default=str)] += count
+    return out
+
+
 def _dsn(sink: Any) -> str:
     dsn = os.environ.get(sink.dsn_env, "")
     if not dsn:

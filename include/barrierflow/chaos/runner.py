@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import yaml
 
-from barrierflow.chaos.outputs import Rows, prepare_output, read_output
+from barrierflow.chaos.outputs import Rows, prepare_output, read_output, with_aliases
 from barrierflow.chaos.scratch import ScratchOutput, check_judgeable, scratch_copy, stages_of
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.faults import ENV as CRASH_ENV
@@ -225,7 +225,8 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 class _Copy:
     """One scratch copy of the pipeline: its spec file, outputs and store."""
 
-    def __init__(self, raw: dict[str, Any], name: str, root: Path, stamp: str) -> None:
+    def __init__(self, raw: dict[str, Any], name: str, root: Path, stamp: str,
+                 original: Any = None) -> None:
         self.root = root
         data, self.outputs = scratch_copy(raw, copy_name=name, root=root, stamp=stamp)
         root.mkdir(parents=True, exist_ok=True)
@@ -233,6 +234,11 @@ class _Copy:
         self.spec_path = root / "pipeline.yaml"
         self.spec_path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         self.spec = load_any_spec(self.spec_path)
+        #: The copy's channel topics -> the spec's (rows naming a topic compare across copies).
+        self.topic_aliases: dict[str, str] = {}
+        if isinstance(self.spec, StagedPipelineSpec) and isinstance(original, StagedPipelineSpec):
+            self.topic_aliases = {channel.topic_for(self.spec.name): original.channel(channel.name).topic_for(
+                original.name) for channel in self.spec.channels}
 
     def sink_of(self, output: ScratchOutput) -> Any:
         for stage, part in stages_of(self.spec):
@@ -247,7 +253,7 @@ class _Copy:
             prepare_output(output, self.sink_of(output))
 
     def rows(self, output: ScratchOutput) -> Rows:
-        return read_output(output, self.sink_of(output), self.spec.name)
+        return with_aliases(read_output(output, self.sink_of(output), self.spec.name), self.topic_aliases)
 
     def checkpoint_times(self) -> list[datetime]:
         """Completion times of the copy's completed checkpoints (global ones with stages)."""
@@ -393,8 +399,8 @@ class ChaosRunner:
         self.result = ChaosResult(self.spec.name, str(self.spec_path), self.options.seed, self.options.mode,
                                   self.options.kills, str(self.scratch), self.started)
         ends_before = self._end_offsets()
-        reference, chaos = (_Copy(raw, "ref", self.scratch / "reference", self.stamp),
-                            _Copy(raw, "chaos", self.scratch / "chaos", self.stamp))
+        reference, chaos = (_Copy(raw, "ref", self.scratch / "reference", self.stamp, self.spec),
+                            _Copy(raw, "chaos", self.scratch / "chaos", self.stamp, self.spec))
         reference.prepare()
         chaos.prepare()
         begin = time.monotonic()
