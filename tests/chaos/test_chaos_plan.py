@@ -118,6 +118,7 @@ def test_the_report_has_the_verdict_the_figures_and_a_plot(tmp_path: Path) -> No
 @pytest.mark.parametrize(("options", "staged_spec", "message"), [
     (ChaosOptions(kills=-1), False, "--kills"),
     (ChaosOptions(kills=1, min_gap=5, max_gap=1), False, "--min-gap"),
+    (ChaosOptions(kills=1, run_timeout=0), False, "--run-timeout"),
     (ChaosOptions(kills=1, mode="stage"), True, "needs --processes"),
     (ChaosOptions(kills=1, processes=True), False, "several stages"),
     (ChaosOptions(kills=1, points=("nowhere",)), False, "unknown protocol point"),

@@ -79,6 +79,8 @@ class ChaosOptions:
             raise UserInputError("--min-gap must be positive and at most --max-gap")
         if not 0 <= self.point_share <= 1:
             raise UserInputError("--point-share must be between 0 and 1")
+        if not self.run_timeout > 0:
+            raise UserInputError("--run-timeout must be positive (seconds a run may take before chaos stops it)")
         if self.mode == "stage" and not self.processes:
             raise UserInputError("--mode stage kills one stage process: it needs --processes")
         if self.processes and not staged:

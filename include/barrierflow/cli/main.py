@@ -142,6 +142,9 @@ def _parser() -> argparse.ArgumentParser:
     chaos.add_argument("--points", metavar="P1,P2",
                        help="the protocol points those runs crash at (default: every point the pipeline reaches)")
     chaos.add_argument("--processes", action="store_true", help="several stages: every stage in a process of its own")
+    chaos.add_argument("--run-timeout", type=float, default=1800.0, metavar="S",
+                       help="longest a run that is not killed may take (the reference, armed runs, the last run) "
+                            "before chaos kills it and stops with its log (s)")
     chaos.add_argument("--scratch", metavar="DIR", help="where the copies, logs and report go "
                                                         "(default: beside the pipeline's work dir)")
     chaos.add_argument("--json", action="store_true")
@@ -582,7 +585,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     options = ChaosOptions(kills=args.kills, seed=args.seed, mode=args.mode, min_gap=args.min_gap,
                            max_gap=args.max_gap, point_share=args.point_share, processes=args.processes,
                            scratch=Path(args.scratch).resolve() if args.scratch else None,
-                           points=points)
+                           points=points, run_timeout=args.run_timeout)
     outcome = chaos(args.spec, options)
     if args.json:
         print(json.dumps(outcome.result.as_dict(), indent=2, default=str))
