@@ -132,26 +132,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, DeltaTriggerTimetable, Param
 from barrierflow.airflow import params as dag_params
-from barrierflow.airflow.dag_model import Output, Pipeline, pipeline_dags_model
+from barrierflow.airflow.dag_model import BatchDagKind, DagKind, Output, Pipeline, pipeline_dags_model
 from barrierflow.airflow.launch import BatchSubmitOperator, PipelineSubmitOperator
-from barrierflow.airflow.recovery_tasks import (
-    FirstCheckpointSensor,
-    check_params_and_job,
-    choose_checkpoint,
-    report,
-    restore,
-    skip_unless_restart,
-)
-from barrierflow.airflow.runbook import DEFAULT_PARAMS as RECOVER_DEFAULTS
+from barrierflow.airflow.recovery_tasks import recovery_tasks
 from barrierflow.airflow.support import DiscoveredPipeline, dag_id_for, discover_pipelines, verification_schedule
 from barrierflow.airflow.tasks import (
     chaos_task,
@@ -234,37 +223,6 @@ def _launch_body(p: Pipeline) -> None:
     launch >> supervise(p.spec_path, BARRIERFLOW_HOME)
 
 
-def _recovery_body(p: Pipeline) -> None:
-    checked = check_params_and_job(p.spec_path, BARRIERFLOW_HOME, p.dag_id("pipeline"))
-    chosen = choose_checkpoint(p.spec_path, BARRIERFLOW_HOME, checked)
-    restored = restore(p.spec_path, BARRIERFLOW_HOME, checked, chosen)
-    restart = TriggerDagRunOperator(
-        task_id="restart",
-        trigger_dag_id=p.dag_id("pipeline"),
-        wait_for_completion=False,  # the job runs until stopped
-        fail_when_dag_is_paused=True,
-        note=f"restarted by {p.dag_id('recover')} after a restore",
-        # Lets the launch guard tell this restart from a stray one (restart_guard.py).
-        conf={"recovery_run_id": "{{ run_id }}",
-              "restored_attempt": "{{ ti.xcom_pull(task_ids='restore')['attempt'] }}"},
-        pre_execute=skip_unless_restart,
-    )
-    waited = FirstCheckpointSensor(
-        task_id="wait_for_first_checkpoint",
-        spec_path=p.spec_path,
-        barrierflow_home=BARRIERFLOW_HOME,
-        restore_report=restored,
-        # Poke mode holds one worker slot for at most `wait_seconds`. Reschedule mode with a short
-        # interval races Airflow's scheduler: a reschedule's "success" event can arrive after
-        # the task was queued again, and the scheduler then fails it as "changed externally".
-        mode="poke",
-        poke_interval=FIRST_CHECKPOINT_POKE_SECONDS,
-        timeout=float(RECOVER_DEFAULTS["wait_seconds"]),  # replaced by the param when it runs
-    )
-    restored >> restart >> waited
-    report(checked, chosen, restored, waited.output)
-
-
 def _job_env() -> dict[str, str]:
     return {"PYSPARK_PYTHON": sys.executable, "BARRIERFLOW_HOME": BARRIERFLOW_HOME}
 
@@ -299,20 +257,6 @@ def _or_daily(cron: str, o: Output) -> AssetOrTimeSchedule:
     return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=o.asset)
 
 
-@dataclass(frozen=True)
-class DagKind:
-    """One kind of DAG made per pipeline: its id part, description, schedule, params, extra tags,
-    tasks (``body``, called inside the DAG) and whether the pipeline gets it (``applies``)."""
-
-    kind: str
-    description: Callable[[Pipeline], str]
-    schedule: Callable[[Pipeline], Any]
-    body: Callable[[Pipeline], None]
-    params: Callable[[Pipeline], dict[str, Param]] = lambda p: {}
-    tags: tuple[str, ...] = ()
-    applies: Callable[[Pipeline], bool] = lambda p: True
-
-
 DAG_KINDS: tuple[DagKind, ...] = (
     DagKind("pipeline", lambda p: f"Run {p.summary}", lambda p: None, _launch_body,
             params=lambda p: dag_params.launch_params(p.spec, AFTER_JOB_SCHEDULING_SLACK_SECONDS)),
@@ -336,7 +280,10 @@ DAG_KINDS: tuple[DagKind, ...] = (
     DagKind("recover",
             lambda p: (f"Recover {p.summary}: check the job is stopped, choose and verify a checkpoint, restore it "
                        "(reconciling the sinks), restart, wait for the first new checkpoint, report"),
-            lambda p: None, _recovery_body, params=lambda p: dag_params.recover_params(), tags=("recovery",)),
+            lambda p: None,
+            lambda p: recovery_tasks(p.spec_path, BARRIERFLOW_HOME, launch_dag_id=p.dag_id("pipeline"),
+                                     recover_dag_id=p.dag_id("recover"), poke_seconds=FIRST_CHECKPOINT_POKE_SECONDS),
+            params=lambda p: dag_params.recover_params(), tags=("recovery",)),
     DagKind("reconcile",
             lambda p: f"Finish the in-doubt sink transactions of {p.summary} against its latest completed checkpoint",
             lambda p: RECONCILE_SCHEDULE, lambda p: reconcile(p.spec_path, BARRIERFLOW_HOME)),
@@ -348,20 +295,6 @@ DAG_KINDS: tuple[DagKind, ...] = (
             lambda p: None, lambda p: chaos_task(p.spec_path, BARRIERFLOW_HOME),
             params=lambda p: dag_params.chaos_run_params(p.spec), tags=("chaos",)),
 )
-
-
-@dataclass(frozen=True)
-class BatchDagKind:
-    """One kind of batch DAG, made per committed Parquet lake (:class:`Output`) of a pipeline:
-    a single-stage pipeline's sink, or each final stage with a Parquet sink of several."""
-
-    kind: str
-    description: Callable[[Pipeline, Output], str]
-    schedule: Callable[[Pipeline, Output], Any]
-    body: Callable[[Pipeline, Output], None]
-    params: Callable[[Pipeline], dict[str, Param]]
-    tags: tuple[str, ...]
-    applies: Callable[[Output], bool] = lambda o: True
 
 
 BATCH_DAG_KINDS: tuple[BatchDagKind, ...] = (

@@ -5,14 +5,19 @@ loaded into a :class:`Pipeline`: its spec path, its checkpoints asset and its co
 lakes (:class:`Output`: the sink of a single-stage pipeline, or each final stage with a Parquet
 sink of a pipeline of several), each with its output asset. It reads nothing but the spec (no
 database, no connection, no Spark).
+
+:class:`DagKind` and :class:`BatchDagKind` are the rows of the DAG file's tables of DAG kinds
+(``DAG_KINDS``, made per pipeline; ``BATCH_DAG_KINDS``, made per :class:`Output`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from airflow.sdk import Asset
+from airflow.sdk import Asset, Param
 
 from barrierflow.airflow.assets import pipeline_asset, storage_asset_uri
 from barrierflow.airflow.support import DiscoveredPipeline, dag_id_for
@@ -103,3 +108,31 @@ def pipeline_dags_model(entry: DiscoveredPipeline, *, barrierflow_home: str, pol
                                    stage=stage.name, min_interval_seconds=stage.batch.output_event_interval, **watch)
             outputs.append(Output(stage.name, asset, recomputable=replay_obstacle(spec, stage.name) is None))
     return Pipeline(entry, spec_path, checkpoints, tuple(outputs))
+
+
+@dataclass(frozen=True)
+class DagKind:
+    """One kind of DAG made per pipeline: its id part, description, schedule, params, extra tags,
+    tasks (``body``, called inside the DAG) and whether the pipeline gets it (``applies``)."""
+
+    kind: str
+    description: Callable[[Pipeline], str]
+    schedule: Callable[[Pipeline], Any]
+    body: Callable[[Pipeline], None]
+    params: Callable[[Pipeline], dict[str, Param]] = lambda p: {}
+    tags: tuple[str, ...] = ()
+    applies: Callable[[Pipeline], bool] = lambda p: True
+
+
+@dataclass(frozen=True)
+class BatchDagKind:
+    """One kind of batch DAG, made per committed Parquet lake (:class:`Output`) of a pipeline:
+    a single-stage pipeline's sink, or each final stage with a Parquet sink of several."""
+
+    kind: str
+    description: Callable[[Pipeline, Output], str]
+    schedule: Callable[[Pipeline, Output], Any]
+    body: Callable[[Pipeline, Output], None]
+    params: Callable[[Pipeline], dict[str, Param]]
+    tags: tuple[str, ...]
+    applies: Callable[[Output], bool] = lambda o: True

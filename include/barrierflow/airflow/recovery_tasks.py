@@ -4,7 +4,7 @@ The steps themselves are the Airflow-free functions of :mod:`.runbook`; here the
 tasks, each task body wrapped in :func:`.task_body.task_body` (``BARRIERFLOW_HOME`` from the
 argument ``barrierflow_home``; a :class:`~barrierflow.errors.UserInputError` (bad param, running
 job, checkpoint that does not verify, duplicate output) fails the task at once: a retry cannot
-fix the input). ``dags/barrierflow_pipelines.py`` wires them in order::
+fix the input). :func:`recovery_tasks`, called inside the recovery DAG, wires them in order::
 
     check_params_and_job -> choose_checkpoint -> restore -> restart (TriggerDagRunOperator,
     pre_execute=skip_unless_restart) -> wait_for_first_checkpoint (FirstCheckpointSensor) -> report
@@ -17,18 +17,20 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, TriggerRule, task
 
 from barrierflow.airflow.runbook import (
-    choose_checkpoint as choose,
-)
-from barrierflow.airflow.runbook import (
+    DEFAULT_PARAMS,
     duplicate_output_hint,
     ensure_job_stopped,
     first_checkpoint_of_attempt,
     recovery_summary,
     restore_checkpoint,
     validate_recovery_params,
+)
+from barrierflow.airflow.runbook import (
+    choose_checkpoint as choose,
 )
 from barrierflow.airflow.task_body import task_body
 from barrierflow.airflow.tasks import current_context
@@ -147,3 +149,38 @@ def report(recovery: dict[str, Any], choice: dict[str, Any], restore_report: dic
     for line in summary["message"].splitlines():
         log.info("%s", line)
     return summary
+
+
+def recovery_tasks(spec_path: str, barrierflow_home: str, *, launch_dag_id: str, recover_dag_id: str,
+                   poke_seconds: float) -> None:
+    """The tasks of the recovery DAG ``recover_dag_id``, in order (call it inside the DAG): the
+    restart triggers ``launch_dag_id``; the sensor looks every ``poke_seconds`` for the first
+    checkpoint of the new attempt."""
+    checked = check_params_and_job(spec_path, barrierflow_home, launch_dag_id)
+    chosen = choose_checkpoint(spec_path, barrierflow_home, checked)
+    restored = restore(spec_path, barrierflow_home, checked, chosen)
+    restart = TriggerDagRunOperator(
+        task_id="restart",
+        trigger_dag_id=launch_dag_id,
+        wait_for_completion=False,  # the job runs until stopped
+        fail_when_dag_is_paused=True,
+        note=f"restarted by {recover_dag_id} after a restore",
+        # Lets the launch guard tell this restart from a stray one (restart_guard.py).
+        conf={"recovery_run_id": "{{ run_id }}",
+              "restored_attempt": "{{ ti.xcom_pull(task_ids='restore')['attempt'] }}"},
+        pre_execute=skip_unless_restart,
+    )
+    waited = FirstCheckpointSensor(
+        task_id="wait_for_first_checkpoint",
+        spec_path=spec_path,
+        barrierflow_home=barrierflow_home,
+        restore_report=restored,
+        # Poke mode holds one worker slot for at most `wait_seconds`. Reschedule mode with a short
+        # interval races Airflow's scheduler: a reschedule's "success" event can arrive after
+        # the task was queued again, and the scheduler then fails it as "changed externally".
+        mode="poke",
+        poke_interval=poke_seconds,
+        timeout=float(DEFAULT_PARAMS["wait_seconds"]),  # replaced by the param when it runs
+    )
+    restored >> restart >> waited
+    report(checked, chosen, restored, waited.output)
