@@ -23,8 +23,8 @@ Put it under Airflow's ``@task`` decorator::
 
 The wrapper keeps the body's name, docstring, annotations and signature (``functools.wraps``),
 so Airflow sees the same task: the same arguments (``op_args``), the docstring as the task's
-doc, ``multiple_outputs`` inferred from the same return annotation, and ``**context`` passed
-when the body asks for it. ``dag.get_task(id).python_callable`` is the wrapped body.
+doc, ``multiple_outputs`` inferred from the same return annotation (resolved in the body's
+module), and ``**context`` passed when the body asks for it. ``dag.get_task(id).python_callable`` is the wrapped body.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import inspect
 import json
 import logging
 import os
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -93,6 +94,10 @@ def task_body(*fail_on: type[BaseException], report_as: str | None = None, hint:
                 extra = hint(exc, arguments) if hint is not None else None
                 raise AirflowFailException(f"{exc}. {extra}" if extra else str(exc)) from exc
 
+        try:  # resolved in the body's module: Airflow evaluates a return annotation in the wrapper's
+            run.__annotations__ = typing.get_type_hints(body)
+        except (NameError, TypeError):  # a name only imported for type checking: left as written
+            pass
         return run  # type: ignore[return-value]
 
     return wrap
