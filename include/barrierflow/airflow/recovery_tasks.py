@@ -20,24 +20,16 @@ from typing import Any
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, TriggerRule, task
 
-from barrierflow.airflow.runbook import (
-    DEFAULT_PARAMS,
-    duplicate_output_hint,
-    ensure_job_stopped,
-    first_checkpoint_of_attempt,
-    recovery_summary,
-    restore_checkpoint,
-    validate_recovery_params,
-)
-from barrierflow.airflow.runbook import (
-    choose_checkpoint as choose,
-)
+from barrierflow.airflow import runbook
 from barrierflow.airflow.task_body import task_body
 from barrierflow.airflow.tasks import current_context
 from barrierflow.errors import UserInputError
 from barrierflow.ops.restore import DuplicateOutputError
 
 log = logging.getLogger(__name__)
+
+# The runbook's steps are looked up in their module when a task runs (``runbook.restore_checkpoint``),
+# not bound here: a test may replace one there.
 
 
 @task(task_id="check_params_and_job", retries=0)
@@ -50,8 +42,8 @@ def check_params_and_job(spec_path: str, barrierflow_home: str, launch_dag_id: s
     from barrierflow.recovery.restart_guard import mark_recovery
 
     context = current_context()
-    params = validate_recovery_params(context["params"])
-    log.info("%s", ensure_job_stopped(spec_path, launch_dag_id=launch_dag_id))
+    params = runbook.validate_recovery_params(context["params"])
+    log.info("%s", runbook.ensure_job_stopped(spec_path, launch_dag_id=launch_dag_id))
     # Names this run to a launch that the guard refuses while it is active (restart_guard.py).
     marker = mark_recovery(spec_path, context["dag"].dag_id, context["run_id"])
     log.info("recovery %s owns the restart of the job until it ends", marker.describe())
@@ -68,7 +60,7 @@ def choose_checkpoint(spec_path: str, barrierflow_home: str, recovery: dict[str,
 
     Fails at once, naming the checkpoint and each failed check, when "latest" or the id does
     not pass structural verification, and when no checkpoint exists or passes."""
-    choice = choose(spec_path, validate_recovery_params(recovery).checkpoint)
+    choice = runbook.choose_checkpoint(spec_path, runbook.validate_recovery_params(recovery).checkpoint)
     for skipped, why in choice.skipped:
         log.warning("skipped checkpoint %d: %s", skipped, why)
     log.info("chose checkpoint %d (checkpoint=%r): %s", choice.checkpoint_id, choice.requested, choice.verification)
@@ -77,7 +69,7 @@ def choose_checkpoint(spec_path: str, barrierflow_home: str, recovery: dict[str,
 
 def _duplicate_output_hint(exc: BaseException, arguments: Mapping[str, Any]) -> str | None:
     """How to go on with this DAG after a DuplicateOutputError (the library's message comes first)."""
-    return duplicate_output_hint(arguments["spec_path"]) if isinstance(exc, DuplicateOutputError) else None
+    return runbook.duplicate_output_hint(arguments["spec_path"]) if isinstance(exc, DuplicateOutputError) else None
 
 
 @task(task_id="restore")
@@ -87,8 +79,8 @@ def restore(spec_path: str, barrierflow_home: str, recovery: dict[str, Any], cho
     """Restore the chosen checkpoint (`barrierflow restore`, reconciling the sinks); returns the
     restore report (`attempt`: the new attempt). A DuplicateOutputError, a running job or a
     damaged checkpoint fails the task at once with the library's message."""
-    report = restore_checkpoint(spec_path, int(choice["checkpoint_id"]),
-                                accept_duplicates=validate_recovery_params(recovery).accept_duplicates)
+    report = runbook.restore_checkpoint(spec_path, int(choice["checkpoint_id"]),
+                                        accept_duplicates=runbook.validate_recovery_params(recovery).accept_duplicates)
     log.info("restore report: %s", json.dumps(report))
     return report
 
@@ -98,7 +90,7 @@ def skip_unless_restart(context: Any) -> None:
     task, and with it the wait for a new checkpoint, unless the run's param `restart` is true."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    if not validate_recovery_params(context["params"]).restart:
+    if not runbook.validate_recovery_params(context["params"]).restart:
         raise AirflowSkipException("param restart is false: the pipeline was restored but is not restarted; "
                                    "trigger its launch DAG to resume it")
 
@@ -107,7 +99,7 @@ def skip_unless_restart(context: Any) -> None:
 def first_checkpoint(spec_path: str, barrierflow_home: str, attempt: int) -> int | None:
     """The body of :class:`FirstCheckpointSensor`'s poke: the first completed checkpoint of
     ``attempt`` (or later), None if there is none yet."""
-    return first_checkpoint_of_attempt(spec_path, attempt)
+    return runbook.first_checkpoint_of_attempt(spec_path, attempt)
 
 
 class FirstCheckpointSensor(BaseSensorOperator):
@@ -126,7 +118,7 @@ class FirstCheckpointSensor(BaseSensorOperator):
         self.restore_report = restore_report
 
     def execute(self, context: Any) -> Any:
-        self.timeout = float(validate_recovery_params(context["params"]).wait_seconds)
+        self.timeout = float(runbook.validate_recovery_params(context["params"]).wait_seconds)
         return super().execute(context)
 
     def poke(self, context: Any) -> PokeReturnValue | bool:
@@ -144,8 +136,9 @@ class FirstCheckpointSensor(BaseSensorOperator):
 def report(recovery: dict[str, Any], choice: dict[str, Any], restore_report: dict[str, Any],
            first_checkpoint_id: int | None) -> dict[str, Any]:
     """Log and return the recovery summary (runs when restart and the wait were skipped too)."""
-    summary = recovery_summary(choice, restore_report, restarted=validate_recovery_params(recovery).restart,
-                               first_checkpoint_id=first_checkpoint_id)
+    summary = runbook.recovery_summary(choice, restore_report,
+                                       restarted=runbook.validate_recovery_params(recovery).restart,
+                                       first_checkpoint_id=first_checkpoint_id)
     for line in summary["message"].splitlines():
         log.info("%s", line)
     return summary
@@ -180,7 +173,7 @@ def recovery_tasks(spec_path: str, barrierflow_home: str, *, launch_dag_id: str,
         # the task was queued again, and the scheduler then fails it as "changed externally".
         mode="poke",
         poke_interval=poke_seconds,
-        timeout=float(DEFAULT_PARAMS["wait_seconds"]),  # replaced by the param when it runs
+        timeout=float(runbook.DEFAULT_PARAMS["wait_seconds"]),  # replaced by the param when it runs
     )
     restored >> restart >> waited
     report(checked, chosen, restored, waited.output)

@@ -25,25 +25,22 @@ from typing import Any
 
 from airflow.sdk import task
 
-from barrierflow.airflow.chaos import ChaosFailedError, chaos_params, run_chaos_check
+from barrierflow.airflow import chaos, support
+from barrierflow.airflow.chaos import ChaosFailedError
 from barrierflow.airflow.support import (
     BatchReportError,
     CheckpointStaleError,
     CheckpointVerificationError,
     QualityExpectationError,
-    batch_report,
-    check_checkpoint_freshness,
-    check_output_quality,
-    reconcile_transactions,
-    report_watermark_skew,
-    retain_checkpoints,
-    verify_latest_checkpoints,
 )
 from barrierflow.airflow.task_body import task_body
 from barrierflow.errors import UserInputError
 from barrierflow.reports.skew import SkewExpectationError
 
 log = logging.getLogger(__name__)
+
+# The operations are looked up in their modules when a task runs (``support.verify_latest_checkpoints``),
+# not bound here: a test may replace one there, as it could when the DAG file imported them in its tasks.
 
 
 def current_context() -> Any:
@@ -59,7 +56,7 @@ def current_context() -> Any:
 def supervise(spec_path: str, barrierflow_home: str) -> str:
     """Fail unless the pipeline's latest completed checkpoint is younger than the param."""
     max_age = float(current_context()["params"]["max_checkpoint_age_seconds"])
-    return check_checkpoint_freshness(spec_path, max_age)
+    return support.check_checkpoint_freshness(spec_path, max_age)
 
 
 @task(task_id="verify")
@@ -72,7 +69,7 @@ def verify(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     also when the task fails.
     """
     params = current_context()["params"]
-    summary = verify_latest_checkpoints(spec_path, int(params["latest"]), deep=bool(params["deep"]))
+    summary = support.verify_latest_checkpoints(spec_path, int(params["latest"]), deep=bool(params["deep"]))
     log.info("verification summary: %s", json.dumps(summary))
     return summary
 
@@ -81,7 +78,7 @@ def verify(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
 @task_body()
 def retain(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """Run retention once; returns (and logs) the JSON summary of `barrierflow retain --json`."""
-    summary = retain_checkpoints(spec_path)
+    summary = support.retain_checkpoints(spec_path)
     log.info("retention summary: %s", json.dumps(summary))
     return summary
 
@@ -91,7 +88,7 @@ def retain(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
 def reconcile(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """Reconcile the sinks' in-doubt transactions once; returns (and logs) the JSON document of
     `barrierflow reconcile SPEC --json`, with one log line per decision."""
-    summary = reconcile_transactions(spec_path)
+    summary = support.reconcile_transactions(spec_path)
     running = "running" if summary["job_running"] else "not running"
     log.info("pipeline %r: latest completed checkpoint %s; job %s", summary["pipeline"], summary["latest_completed"],
              running)
@@ -111,7 +108,7 @@ def skew(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """The watermark-skew report over the completed checkpoints; returns (and logs) the JSON document
     of `barrierflow skew SPEC --json`. Fails at once (no retry: the next hourly run looks again),
     naming each checkpoint and value, when an expectation (`reports.max_skew` / `max_lag`) fails."""
-    summary = report_watermark_skew(spec_path)
+    summary = support.report_watermark_skew(spec_path)
     log.info("skew report: %s", json.dumps(summary))
     return summary
 
@@ -123,7 +120,7 @@ def chaos_task(spec_path: str, barrierflow_home: str, **context: Any) -> dict[st
     with the run's params; logs the summary, returns the JSON document (XCom), stores the report
     where the Checkpoints page links to it. Fails at once, not retried, on a bad param, a spec
     chaos cannot judge, or any missing, extra or duplicated row."""
-    return run_chaos_check(spec_path, chaos_params(context["params"]))
+    return chaos.run_chaos_check(spec_path, chaos.chaos_params(context["params"]))
 
 
 @task(task_id="rollup_report", retries=0)
@@ -150,7 +147,7 @@ def compare(spec_path: str, barrierflow_home: str, stage: str | None = None) -> 
 
 def _own_report(spec_path: str, name: str, stage: str | None) -> dict[str, Any]:
     """The ``name`` report the batch job of this DAG run stored (logged); BatchReportError if none."""
-    summary = batch_report(spec_path, name, tag=str(current_context()["run_id"]), stage=stage)
+    summary = support.batch_report(spec_path, name, tag=str(current_context()["run_id"]), stage=stage)
     log.info("%s report: %s", name, json.dumps(summary))
     return summary
 
@@ -163,7 +160,7 @@ def validate(spec_path: str, barrierflow_home: str, stage: str | None = None) ->
     logs) the summary; fails, naming each expectation, column and a sample of bad rows, when one
     fails (not retried: the next run looks again)."""
     epochs = current_context()["params"].get("epochs")
-    summary = check_output_quality(spec_path, epochs=int(epochs) if epochs else None, stage=stage)
+    summary = support.check_output_quality(spec_path, epochs=int(epochs) if epochs else None, stage=stage)
     log.info("data-quality report: %s", json.dumps(summary, default=str))
     return summary
 
