@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: QualityExpectationError is raised by check_output_quality (the DAG file catches it from here);
+#: QualityExpectationError is raised by check_output_quality (the quality task fails on it, from here);
 #: the discovery helpers live in barrierflow.ops.discovery (the Checkpoints page uses them too).
 __all__ = ["DiscoveredPipeline", "QualityExpectationError", "discover_pipelines", "discover_specs"]
 

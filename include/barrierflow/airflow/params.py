@@ -1,0 +1,118 @@
+"""The params of the barrierflow DAGs (``airflow.sdk.Param``: defaults, JSON schema, description).
+
+Each function returns the params of one kind of DAG (``dags/barrierflow_pipelines.py`` names
+them in its table of DAG kinds). They read nothing but the spec: safe at DAG-parse time. The
+recovery's defaults are :data:`barrierflow.airflow.runbook.DEFAULT_PARAMS`, which its first
+task validates again.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Param
+
+from barrierflow.airflow.runbook import DEFAULT_PARAMS as RECOVER_DEFAULTS
+from barrierflow.airflow.support import bounded_sources
+from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.stages import StagedPipelineSpec
+
+
+def max_age_param(checkpoint_interval: float, slack: float = 0.0) -> Param:
+    """``max_checkpoint_age_seconds``: three checkpoint intervals (at least a second) plus ``slack``."""
+    return Param(
+        max(1.0, 3 * checkpoint_interval) + slack,
+        type="number",
+        minimum=1,
+        description="Fail when the latest completed checkpoint is older than this many seconds.",
+    )
+
+
+def verify_params(latest: int, deep: bool) -> dict[str, Param]:
+    """``latest`` and ``deep`` of the verification DAG, defaulting to the spec's settings."""
+    return {
+        "latest": Param(latest, type="integer", minimum=1,
+                        description="Verify this many of the newest checkpoints."),
+        "deep": Param(deep, type="boolean",
+                      description="Also restore each checkpoint, read its state with Spark and run the "
+                                  "expectation suite."),
+    }
+
+
+def recover_params() -> dict[str, Param]:
+    """The recovery DAG's params (checked by their schema when triggered, and by its first task)."""
+    return {
+        "checkpoint": Param(
+            RECOVER_DEFAULTS["checkpoint"], type=["string", "integer"], pattern=r"^(latest-valid|latest|[1-9][0-9]*)$",
+            minimum=1,
+            description='"latest-valid": the newest checkpoint that passes structural verification (newer ones are '
+                        'skipped and listed); "latest": the newest checkpoint, verified first; or a checkpoint id.'),
+        "accept_duplicates": Param(
+            RECOVER_DEFAULTS["accept_duplicates"], type="boolean",
+            description="Restore even if output already committed after the checkpoint would be written again, "
+                        "instead of failing when it cannot be replayed with the output suppressed."),
+        "restart": Param(RECOVER_DEFAULTS["restart"], type="boolean",
+                         description="Trigger the pipeline's launch DAG after the restore."),
+        "wait_seconds": Param(
+            RECOVER_DEFAULTS["wait_seconds"], type="integer", minimum=1,
+            description="After the restart, wait this many seconds for the first new completed checkpoint."),
+    }
+
+
+def launch_params(spec: PipelineSpec | StagedPipelineSpec, slack: float) -> dict[str, Param]:
+    """The launch DAG's params: the checkpoint age its ``supervise`` allows after the job ended
+    (plus ``slack`` for that task to be scheduled), and ``until_exhausted`` (default: whether the
+    sources are bounded)."""
+    bounded = bounded_sources(spec)
+    return {
+        "max_checkpoint_age_seconds": max_age_param(spec.checkpoint.interval, slack),
+        "until_exhausted": Param(
+            bounded, type="boolean",
+            description="Stop the job once a bounded source is exhausted and everything is committed "
+                        "(default: true exactly when the spec's source is bounded; with stages, every "
+                        "source stage's)."),
+    }
+
+
+def chaos_run_params(spec: PipelineSpec | StagedPipelineSpec) -> dict[str, Param]:
+    """The chaos DAG's params (checked again by :func:`barrierflow.airflow.chaos.chaos_params`);
+    ``mode`` defaults to ``mixed`` for a pipeline of several stages, ``group`` otherwise."""
+    staged = isinstance(spec, StagedPipelineSpec)
+    return {
+        "kills": Param(20, type="integer", minimum=1, description="How many times the copy under test is killed."),
+        "seed": Param(0, type="integer", description="Random seed: the same seed makes the same choices."),
+        "mode": Param("mixed" if staged else "group", type="string", enum=["group", "jvm", "stage", "mixed"],
+                      description="What a kill hits: the process group, the driver's JVM, one stage process "
+                                  "(with processes), or any of them."),
+        "min_gap": Param(5.0, type="number", exclusiveMinimum=0, description="Shortest run before a kill (s)."),
+        "max_gap": Param(30.0, type="number", exclusiveMinimum=0, description="Longest run before a kill (s)."),
+        "point_share": Param(0.25, type="number", minimum=0, maximum=1,
+                             description="Share of the kills made at a protocol point of barrierflow.faults."),
+        "processes": Param(False, type="boolean", description="Several stages: one process per stage."),
+        "scratch": Param("", type="string", description="Where the copies, logs and report go (empty: beside the "
+                                                         "pipeline's work dir)."),
+    }
+
+
+def day_param() -> dict[str, Param]:
+    """The rollup DAG's ``day`` (empty: every day with new output)."""
+    return {"day": Param("", type="string", pattern=r"^(|[0-9]{4}-[0-9]{2}-[0-9]{2})$",
+                         description="Roll up this UTC day (YYYY-MM-DD). Empty: every day with output committed "
+                                     "since the last rollup (all days at the first run).")}
+
+
+def range_params() -> dict[str, Param]:
+    """The recompute DAG's ``start`` and ``end`` (ISO times; empty: the whole closed range)."""
+    iso = r"^(|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9]{2}:[0-9]{2}))$"
+    return {
+        "start": Param("", type="string", pattern=iso,
+                       description="First window start compared (ISO time with timezone). Empty: the source's first "
+                                   "record."),
+        "end": Param("", type="string", pattern=iso,
+                     description="Compare the windows ending before this (ISO time with timezone). Empty: the "
+                                 "watermark of the newest checkpoint whose output is committed."),
+    }
+
+
+def epochs_param(default: int) -> dict[str, Param]:
+    """The quality DAG's ``epochs``: how many of the newest committed epochs to validate."""
+    return {"epochs": Param(default, type="integer", minimum=1,
+                            description="Validate the output of this many of the newest committed epochs.")}
