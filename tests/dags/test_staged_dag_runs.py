@@ -40,8 +40,8 @@ from barrierflow.airflow.runbook import first_checkpoint_of_attempt
 from barrierflow.ops.checkpoints import list_checkpoints, show_checkpoint
 from barrierflow.sinks.parquet import read_committed
 
+from tests.airflow.test_asset_watcher import MemoryState, events
 from tests.dags.conftest import run_dag
-from tests.dags.test_asset_watcher import MemoryState, events
 from tests.drivers import short_lived_driver_java_options
 from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 from tests.support.kafka_broker import KafkaEndpoint

@@ -122,18 +122,3 @@ def test_cycle_pipeline_logs_back_edge_ranges_and_restores_exactly_once(
     results = json.loads(capsys.readouterr().out)
     print(f"\ncycle: global checkpoints {job.global_checkpoints()}; back-edge ranges with records {with_records}; "
           f"verify: {json.dumps(results)[:300]}")
-
-
-def test_projection_where_keeps_only_matching_rows_and_rejects_an_empty_condition(spark: Any) -> None:
-    """``bounce``'s filter: ``where`` keeps the rows for which it is true; an empty condition is
-    a spec error naming the option."""
-    from barrierflow.errors import SpecError
-    from barrierflow.transforms.context import TransformContext
-    from barrierflow.transforms.projection import project
-
-    df = spark.createDataFrame([(1, 0), (2, 1), (3, 0)], "src_offset long, hops long")
-    context = TransformContext(None, {"columns": {"src_offset": "src_offset", "hops": "hops + 1"},  # type: ignore[arg-type]
-                                      "where": "hops < 1"})
-    assert sorted(tuple(r) for r in project(df, context).collect()) == [(1, 1), (3, 1)]
-    with pytest.raises(SpecError, match=r"transformation\.options\.where"):
-        project(df, TransformContext(None, {"columns": {"x": "src_offset"}, "where": " "}))  # type: ignore[arg-type]

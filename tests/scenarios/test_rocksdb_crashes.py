@@ -3,7 +3,7 @@ barrierflow's default settings: one zip per version, no changelogs): SIGKILLed d
 restores, and the committed output equals the failure-free run's (computed with the
 HDFS-backed provider: the output must not depend on the provider).
 
-Which crash tests run per provider: every crash test of tests/recovery/ runs with the
+Which crash tests run per provider: every crash test of tests/scenarios/ runs with the
 HDFS-backed provider (the default). With RocksDB this one runs the two protocol points
 where the state store's files matter, on one pipeline, one driver each (about a minute of
 the suite's time on a quiet machine instead of doubling its ~20 minutes):

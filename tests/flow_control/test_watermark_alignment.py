@@ -167,7 +167,7 @@ def test_a_partition_without_records_is_marked_idle_and_stops_holding_back_align
           f"({len(held)} batches planned before it); at checkpoint {last.checkpoint_id} {newest0 - t0}; "
           f"p0 pauses={marks['0'].pauses} paused_seconds={marks['0'].paused_seconds}")
     # While p1 was active it held p0 within max_drift (on a loaded machine the first batches may
-    # come after the timeout; tests/sources/test_alignment.py shows the rule without a clock).
+    # come after the timeout; tests/flow_control/test_watermark_aligner.py shows the rule without a clock).
     assert all(h <= timedelta(seconds=1.0) for h in held)
     assert marks["1"].idle and not marks["0"].idle
     assert last.barrier_offsets["events"]["1"] == 0

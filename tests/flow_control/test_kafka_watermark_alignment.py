@@ -3,7 +3,7 @@
 Partition 1 of the topic holds records ten minutes behind partition 0 in event time (JSON
 field ``event_time``). Keyed 10 s windows with a 5 s watermark delay: without alignment the
 first batch reads both partitions and Spark's one watermark jumps to partition 0's event
-time, so every later record of partition 1 is late and dropped (tests/sources/
+time, so every later record of partition 1 is late and dropped (tests/flow_control/
 test_watermark_alignment.py measures that on the generator). With ``max_drift`` 2 s the
 driver peeks at each partition's next record, pauses partition 0 while partition 1 is far
 behind, caps partition 1's batches at the alignment ceiling, and lets partition 0 go once

@@ -21,7 +21,7 @@ import jsonschema
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 COMPOSE_SCHEMA = ROOT / "deploy" / "compose-spec" / "compose-spec.json"
