@@ -105,7 +105,7 @@ def test_the_wrapped_body_looks_like_the_body_to_airflow() -> None:
 def test_multiple_outputs_follow_a_return_type_named_only_in_the_bodys_module() -> None:
     from airflow.sdk import task
 
-    from tests.dags import task_body_return_types as module
+    from tests.airflow import task_body_return_types as module
 
     assert task(task_id="t")(task_body()(module.returns_mapping_alias)).multiple_outputs is True
     assert task(task_id="t")(task_body()(module.returns_number)).multiple_outputs is False
