@@ -44,6 +44,8 @@ from tests.scenarios.harness import FAST_JVM
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = ("parquet", "postgres", "kafka", "stages", "stages-procs", "cycle")
+#: The Kafka sink's default commit-marker topic (spec field ``commit_marker_topic``).
+COMMIT_MARKERS = "__barrierflow_commits"
 
 
 def windowed(run_dir: Path, name: str, sink: dict[str, Any], records: int) -> dict[str, Any]:
@@ -109,6 +111,7 @@ def prepared(pipeline: str, run_dir: Path, records: int) -> Iterator[tuple[Path,
 
             broker = stack.enter_context(running_kafka_broker())
             create_topic(broker, "windows", 2)
+            create_topic(broker, COMMIT_MARKERS, 1)  # the sink's commit markers: it never creates topics
             data = windowed(run_dir, name, {"name": "k", "type": "kafka", "topic": "windows", "key_column": "key",
                                             "bootstrap_servers": broker.bootstrap_servers}, records)
         elif pipeline in ("stages", "stages-procs"):
@@ -155,7 +158,8 @@ def run_one(pipeline: str, args: argparse.Namespace) -> tuple[int, str]:
         report = json.loads(done.stdout)
         line = summary_line(report)
     except json.JSONDecodeError:
-        line = f"no report (exit {done.returncode}): {done.stderr.strip()[-2000:]}"
+        errors = [text for text in done.stderr.splitlines() if text.startswith(("error:", "barrierflow:"))]
+        line = f"no report (exit {done.returncode}): {(errors or done.stderr.strip().splitlines() or [''])[0][:600]}"
     print(f"{pipeline}: exit {done.returncode} after {(time.monotonic() - begin) / 60:.1f} min: {line}", flush=True)
     shown = " ".join(["barrierflow", *command[1:]]).replace(str(run_dir), "$RUN")
     row = f"| {pipeline} | `{shown}` | {started:%Y-%m-%d %H:%M} | {args.seed} | {line} |"
