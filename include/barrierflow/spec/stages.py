@@ -13,7 +13,8 @@ which the loader runs after them.
 Channel ``bootstrap``:
 
 * ``embedded`` (the default): the project's Kafka-protocol broker started on 127.0.0.1 for
-  local runs and the demo;
+  local runs and the demo (not durable against a SIGKILL of the run's process group, which it
+  belongs to: acknowledged records can be lost; see docs/chaos.md);
 * ``env:VAR``: the ``host:port`` list in environment variable ``VAR``, read when the pipeline
   starts (:meth:`ChannelSpec.bootstrap_servers`), so a spec validates without it;
 * ``host:port[,host:port...]``: an address (``${VAR}`` in the YAML is expanded at load time
