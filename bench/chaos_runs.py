@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from tests.drivers import short_lived_driver_env
-from tests.scenarios.harness import FAST_JVM
+from tests.scenarios.harness import FAST_JVM, windowed_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = ("parquet", "postgres", "kafka", "stages", "stages-procs", "cycle")
@@ -49,20 +49,14 @@ COMMIT_MARKERS = "__barrierflow_commits"
 
 
 def windowed(run_dir: Path, name: str, sink: dict[str, Any], records: int) -> dict[str, Any]:
-    """The windowed single-stage pipeline of the crash tests, at ``records`` per partition."""
-    return {
-        "version": 1, "name": name, "work_dir": str(run_dir / "work"),
-        "sources": [{"name": "events", "type": "generator", "partitions": 2, "rows_per_second": 0,
-                     "max_records_per_batch": 500, "records_per_partition": records, "keys": 10,
-                     "malformed_every": 101, "event_time_step_ms": 10}],
-        "transformation": {"function": "barrierflow.transforms.aggregations:keyed_window_counts",
-                           "output_mode": "append", "options": {"window": "1 second"}},
-        "event_time": {"column": "event_time", "watermark_delay": "200ms"},
-        "sinks": [sink],
-        "trigger": {"interval": "0s"},
-        "checkpoint": {"storage": f"file://{run_dir / 'checkpoints'}", "interval": "1s", "timeout": "120s"},
-        "spark": {"master": "local[2]", "shuffle_partitions": 2, "conf": FAST_JVM},
-    }
+    """The windowed single-stage pipeline of the crash tests (:func:`tests.scenarios.harness.windowed_spec`)
+    at ``records`` per partition, 500 records per partition and batch, 10 ms of event time between
+    records, and 1 s checkpoints (the tests' 300 ms would spend a 100-kill run on checkpoints)."""
+    data = yaml.safe_load(windowed_spec(run_dir, sink, records=records, per_batch=500,
+                                        event_time_step_ms=10).read_text(encoding="utf-8"))
+    data["name"] = name
+    data["checkpoint"]["interval"] = "1s"
+    return data
 
 
 def from_example(run_dir: Path, example: str, name: str, records: int) -> dict[str, Any]:
