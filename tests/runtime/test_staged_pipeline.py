@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.barriers.records import decode_barrier
+from barrierflow.barriers.records import data_headers, decode_barrier
 from barrierflow.checkpointing.global_manifest import global_key
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
 
-from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.kafka_broker import KafkaEndpoint, produce, recreate_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -109,6 +109,17 @@ def test_two_stage_pipeline_restores_a_global_checkpoint_exactly_once(
     seen = sorted(zip(table.column("src_partition").to_pylist(), table.column("src_offset").to_pylist(),
                       strict=True))
     assert seen == [(p, o) for p in range(PARTITIONS) for o in range(RECORDS)]
+
+    # The channel's broker loses its records (here: the topic is deleted and recreated, and
+    # new records take the old offsets): a restore is refused, naming the channel, and changes nothing.
+    recreate_topic(kafka_endpoint, topic, 2)
+    produce(kafka_endpoint, topic, [(n % 2, b"k", b"{}", data_headers(9)) for n in range(800)])
+    assert main(["restore", str(path)]) == 2
+    refused = capsys.readouterr().err
+    assert f"channel 'ab' (topic {topic}) partition 0 offset" in refused and "a data record written by attempt 9" \
+        in refused, refused
+    assert main(["checkpoints", "list", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["attempt"] == 1
     print(f"\ntwo stages: run 1: {first.elapsed_seconds:.1f}s, global total_ms {round(manifest.total_ms)}; "
           f"{stale} attempt-0 records after the restored barrier skipped; run 2 (attempt 1, CLI): {out.strip()}")
 

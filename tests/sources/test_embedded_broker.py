@@ -113,3 +113,31 @@ def test_the_broker_is_stopped_and_keeps_its_data_when_its_starter_is_killed(tmp
         pytest.fail("the broker outlived the process that started it")
     with embedded_broker(tmp_path / "broker") as again:
         assert _end_offsets(again, "kept", 2) == {0: 200, 1: 200}
+
+
+def test_a_sigkill_of_the_starters_process_group_loses_no_acknowledged_record(tmp_path: Path) -> None:
+    """The broker runs in a session of its own: a SIGKILL of the whole process group of the
+    run that started it (what ``barrierflow chaos`` does) does not reach it, and the
+    parent-death signal makes it save and exit. A new broker started on the same data dir at
+    once (the restarted run) waits for the old one and then has every acknowledged record,
+    including those produced in the last moment before the kill."""
+    script = textwrap.dedent(f"""
+        import sys, time
+        from barrierflow.sources.embedded_broker import embedded_broker, broker_pid
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_embedded_broker import _produce
+        with embedded_broker({str(tmp_path / "broker")!r}) as address:
+            _produce(address, "kept", 3000)
+            print(broker_pid(address), flush=True)
+            time.sleep(120)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert child.stdout is not None
+    broker = int(child.stdout.readline())
+    assert os.getpgid(broker) != child.pid  # not in the run's process group
+    os.killpg(child.pid, signal.SIGKILL)  # acknowledged writes were made within the last second
+    child.wait(timeout=10)
+    with embedded_broker(tmp_path / "broker") as again:  # started at once: waits for the old broker
+        assert _end_offsets(again, "kept", 2) == {0: 1500, 1: 1500}
+    assert not embedded.process_alive(broker)  # exited (a zombie until its new parent reaps it)

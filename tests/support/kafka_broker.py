@@ -181,6 +181,30 @@ def create_topic(endpoint: KafkaEndpoint, name: str, partitions: int, timeout: f
         consumer.close()
 
 
+def recreate_topic(endpoint: KafkaEndpoint, name: str, partitions: int, timeout: float = 30.0) -> None:
+    """Delete topic ``name`` and create it again, empty (what an operator's mistake or a
+    broker that lost its data looks like to a pipeline). A real cluster deletes in the
+    background: creating is retried until it succeeds or ``timeout`` passes."""
+    from kafka.errors import KafkaError
+
+    admin = _admin(_servers(endpoint))
+    try:
+        admin.delete_topics([name])  # type: ignore[attr-defined]
+    except KafkaError as exc:
+        raise KafkaBrokerError(f"deleting topic {name!r} on {endpoint.bootstrap_servers} failed: {exc}") from exc
+    finally:
+        admin.close()  # type: ignore[attr-defined]
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            create_topic(endpoint, name, partitions)
+            return
+        except KafkaBrokerError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def produce(
     endpoint: KafkaEndpoint, topic: str, records: Sequence[ProducedRecord], timeout: float = 10.0
 ) -> list[int]:

@@ -50,7 +50,7 @@ from barrierflow.sources.registry import SourceKind, kind_named, reached, source
 from barrierflow.spark import offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
 from barrierflow.spec.graph import StageGraph, build_graph
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import KafkaSourceSpec, PipelineSpec
 from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec, StageSpec
 from barrierflow.storage import open_store
 from barrierflow.workdir.layout import JobLayout
@@ -337,12 +337,16 @@ class StagedPipelineJob:
             CheckpointNotFoundError: no such completed global checkpoint.
             DuplicateOutputError: a stage's sink already committed a newer epoch (nothing is
                 changed).
+            ChannelRecordsLostError: a channel's broker no longer holds a barrier record of the
+                cut where a stage read it (nothing is changed;
+                :mod:`barrierflow.recovery.channel_barriers`).
         """
         from barrierflow.recovery.restore import restore_pipeline
 
         ids = self.global_checkpoints()
         checkpoint_id = self.completed_cut(checkpoint_id)
         self._refuse_output_ahead(checkpoint_id)
+        self._check_barrier_records(checkpoint_id)
         for job in self.stages:
             restore_pipeline(job.spec, checkpoint_id, store=job.store, layout=job.layout, check_running=False)
         attempt = self._begin_attempt([i for i in ids if i > checkpoint_id], checkpoint_id)
@@ -355,6 +359,19 @@ class StagedPipelineJob:
         log.warning("pipeline %s restored to global checkpoint %d (attempt %d)", self.spec.name, checkpoint_id,
                     attempt)
         return GlobalRestoreReport(self.spec.name, checkpoint_id, attempt, stages)
+
+    def _check_barrier_records(self, checkpoint_id: int) -> None:
+        """Refuse to restore ``checkpoint_id`` unless every stage fed by channels still finds
+        its barrier ``checkpoint_id`` records at the offsets its manifest recorded."""
+        from barrierflow.recovery.channel_barriers import check_barrier_records
+
+        channels = {c.topic_for(self.spec.name): c.name for c in self.spec.channels}
+        for job in self.stages:
+            alignment = job.store.get(checkpoint_id).alignment if job.channel_source is not None else None
+            if alignment is not None:
+                assert isinstance(job.spec.source, KafkaSourceSpec)  # a channel stage reads its channels' topics
+                check_barrier_records(job.spec.source, stage=job.stage.name, checkpoint_id=checkpoint_id,
+                                      barrier_offsets=alignment.barrier_offsets, channels=channels)
 
     def _begin_attempt(self, abandoned: list[int], restored: int) -> int:
         """Increase the pipeline's attempt, abandon ``abandoned`` global checkpoints and fail

@@ -13,10 +13,20 @@ multi-stage pipeline restarts from its latest global checkpoint with the same co
 a data dir (the tests) it uses a temporary one, removed on exit.
 
 noida-db keeps its data in memory and writes it to the data dir about once a second and on
-SIGTERM. The broker is started with a parent-death signal (SIGTERM, Linux), so a SIGKILLed
-``barrierflow run`` still stops it cleanly and nothing acknowledged is lost; only a SIGKILL
-of the broker process itself can lose the last second of writes. (The parent-death signal
-follows the thread that started the broker: start it from a thread that lives as long as it.)
+SIGTERM, so a SIGKILL of the broker itself loses the writes of its last second, acknowledged
+or not. Two things keep a killed ``barrierflow run`` from doing that:
+
+* the broker runs in a session (and process group) of its own, so a SIGKILL of the run's
+  process group (a supervisor's ``kill -9 -PGID``, ``barrierflow chaos``) does not
+  reach it;
+* it is started with a parent-death signal (SIGTERM, Linux): when the process that started it
+  dies, also by SIGKILL, the broker saves its data and exits. (The signal follows the thread
+  that started the broker: start it from a thread that lives as long as it.)
+
+The next run on the same data dir may start while that broker is still saving. Each broker
+writes ``broker.pid`` (its pid and its starter's) beside its data; a start that finds the data
+dir taken by a broker whose starter is dead waits for it to exit (``takeover_timeout``) and
+then starts; a broker whose starter is alive is another running pipeline and is refused at once.
 
 What noida-db does not model (measured for issue 29): it never aborts a transaction whose
 ``transaction.timeout.ms`` passed. barrierflow's Kafka sink does not rely on that: on restore
@@ -32,8 +42,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib.resources
+import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -54,6 +66,8 @@ START_ATTEMPTS = 3
 PACKAGE = "noida-db"
 #: The broker's directory under a pipeline's work dir (see :func:`data_dir_for`).
 WORK_DIR_ENTRY = "embedded-broker"
+#: The file beside the data that names the running broker: ``{"broker": pid, "starter": pid}``.
+PID_FILE = "broker.pid"
 
 _PR_SET_PDEATHSIG = 1
 
@@ -184,19 +198,69 @@ def _port_taken(log_text: str) -> bool:
     return "already in use" in log_text
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def _holder(log_text: str) -> int | None:
+    """The pid noida-db names when it refuses a data dir that another broker holds."""
+    found = re.search(r"already running for .*\(pid (\d+)\)", log_text)
+    return int(found.group(1)) if found else None
+
+
+def _orphaned(root: Path, holder: int | None) -> bool:
+    """Whether the broker ``holder`` that holds ``root``'s data dir is gone by now or is a
+    killed run's broker: ``root``'s pid file names it and its starter is dead (the broker is
+    saving its data on the parent-death signal). False for a broker of a live run, or one
+    barrierflow did not start."""
+    if holder is None or not process_alive(holder):
+        return True
+    try:
+        named = json.loads((root / PID_FILE).read_text())
+        broker, starter = int(named["broker"]), int(named["starter"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return broker == holder and not process_alive(starter)
+
+
+def _wait_for_exit(pid: int, timeout: float) -> bool:
+    """Poll until process ``pid`` is gone or ``timeout`` seconds passed; whether it is gone."""
+    deadline = time.monotonic() + timeout
+    while process_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @contextlib.contextmanager
 def embedded_broker(data_dir: str | os.PathLike[str] | None = None, startup_timeout: float = 30.0,
-                    stop_timeout: float = 10.0) -> Iterator[str]:
+                    stop_timeout: float = 10.0, takeover_timeout: float = 60.0) -> Iterator[str]:
     """Start noida-db's Kafka service on 127.0.0.1 on a free port with its data in
     ``data_dir`` (created if missing; a temporary dir, removed on exit, if None); yield
     ``host:port`` once it answers a metadata request.
 
-    The broker is stopped when the context exits, also on an exception or KeyboardInterrupt
-    (SIGTERM: it saves its data; SIGKILL after ``stop_timeout`` seconds).
+    The broker runs in a session of its own and stops when its starter dies (see the module
+    docstring). A killed run's broker that still holds ``data_dir`` is waited for, up to
+    ``takeover_timeout`` seconds. The broker is stopped when the context exits, also on an
+    exception or KeyboardInterrupt (SIGTERM: it saves its data; SIGKILL after
+    ``stop_timeout`` seconds).
 
     Raises:
-        EmbeddedBrokerError: noida-db is missing; another broker runs on ``data_dir``; the
-            broker exited early (the message carries its log); or it did not answer within
+        EmbeddedBrokerError: noida-db is missing; another running broker holds ``data_dir``
+            (or a killed run's broker did not exit within ``takeover_timeout``); the broker
+            exited early (the message carries its log); or it did not answer within
             ``startup_timeout`` seconds.
     """
     binary = broker_binary()
@@ -209,14 +273,18 @@ def embedded_broker(data_dir: str | os.PathLike[str] | None = None, startup_time
         store, log_path = root / "data", root / "broker.log"
         die_with_parent = _parent_death_signal()
         problem = ""
-        for _attempt in range(START_ATTEMPTS):
+        waited_for: set[int] = set()
+        attempts = 0
+        while attempts < START_ATTEMPTS:
+            attempts += 1
             port = free_port()
             start = log_path.stat().st_size if log_path.exists() else 0
             with open(log_path, "ab") as out:
                 proc = subprocess.Popen(
                     [str(binary), "start", "--data-dir", str(store), "--only", "kafka", "--kafka-port", str(port),
                      "--host", HOST],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+                    start_new_session=True)
             bootstrap = f"{HOST}:{port}"
             try:
                 deadline = time.monotonic() + startup_timeout
@@ -238,6 +306,20 @@ def embedded_broker(data_dir: str | os.PathLike[str] | None = None, startup_time
                         log.info("%s; retrying on another port", problem)
                         continue
                     if "already running" in text:
+                        holder = _holder(text)
+                        if _orphaned(root, holder) and (holder or 0) not in waited_for:
+                            waited_for.add(holder or 0)
+                            if holder is not None:
+                                log.warning("the embedded broker of a killed run (pid %s) still holds %s; waiting up "
+                                            "to %.0fs for it to save its data and exit", holder, store,
+                                            takeover_timeout)
+                                if not _wait_for_exit(holder, takeover_timeout):
+                                    raise EmbeddedBrokerError(
+                                        f"the embedded broker of a killed run (pid {holder}) still holds the data dir "
+                                        f"{store} after {takeover_timeout:.0f}s; it saves its data on SIGTERM: "
+                                        f"'kill {holder}', then run the pipeline again")
+                            attempts -= 1
+                            continue
                         raise EmbeddedBrokerError(
                             f"another embedded broker already runs on the data dir {store} (is this pipeline "
                             f"running in another process?); its log ({log_path}):\n{text}")
@@ -245,6 +327,7 @@ def embedded_broker(data_dir: str | os.PathLike[str] | None = None, startup_time
                         f"the embedded broker (noida-db) exited with code {proc.returncode} at start "
                         f"(data dir {store}, port {port}); its log ({log_path}):\n{text}")
                 log.info("embedded broker (noida-db) pid %s ready at %s, data dir %s", proc.pid, bootstrap, store)
+                (root / PID_FILE).write_text(json.dumps({"broker": proc.pid, "starter": os.getpid()}))
                 _RUNNING[bootstrap] = proc.pid
                 yield bootstrap
                 return

@@ -13,8 +13,10 @@ which the loader runs after them.
 Channel ``bootstrap``:
 
 * ``embedded`` (the default): the project's Kafka-protocol broker started on 127.0.0.1 for
-  local runs and the demo (not durable against a SIGKILL of the run's process group, which it
-  belongs to: acknowledged records can be lost; see docs/chaos.md);
+  local runs and the demo, with its data under the work dir. It runs outside the run's process
+  group and saves its data when the run dies, also by SIGKILL; a SIGKILL of the broker process
+  itself loses its last second of writes, which a restore then refuses to build on
+  (:mod:`barrierflow.recovery.channel_barriers`; docs/chaos.md). Use a real Kafka for anything kept;
 * ``env:VAR``: the ``host:port`` list in environment variable ``VAR``, read when the pipeline
   starts (:meth:`ChannelSpec.bootstrap_servers`), so a spec validates without it;
 * ``host:port[,host:port...]``: an address (``${VAR}`` in the YAML is expanded at load time
