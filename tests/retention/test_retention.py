@@ -1,4 +1,4 @@
-"""Retention: the kept set, reference counting, dry run, savepoints, the in-flight fence
+"""Retention: the kept set, reference counting, dry run, savepoints, in-flight reservations
 and bounded storage, on checkpoints built by the real coordinator (no Spark)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from barrierflow.checkpointing.fence import RUNNING_KEY, RetentionFence, begin_run, end_run
 from barrierflow.checkpointing.manifest import CheckpointKind
 from barrierflow.checkpointing.materialize import materialize_checkpoint
+from barrierflow.checkpointing.reservations import RUNNING_KEY, RetentionRunWatch, begin_run, end_run
 from barrierflow.checkpointing.store import shared_key
 from barrierflow.cli.main import main
 from barrierflow.retention.plan import retain
@@ -68,7 +68,7 @@ def test_retention_keeps_the_policy_set_and_deletes_every_unreferenced_file(tmp_
     after = _listing(store_root)
     deleted = set(before) - set(after)
     assert real["bytes_freed"] == sum(len(before[k]) for k in deleted) > 0
-    assert set(after) - set(before) == {"_retention/last.json"}  # the fence records the run
+    assert set(after) - set(before) == {"_retention/last.json"}  # the run is recorded
     assert f.store.checkpoint_ids() == [3, 13, 14, 15, 16]
     kept_digests = {e.sha256 for cid in (3, 13, 14, 15, 16) for e in f.store.get(cid).files}
     for digest in kept_digests:  # nothing a kept manifest references was deleted
@@ -142,21 +142,21 @@ def test_retention_during_an_upload_keeps_the_new_checkpoints_files(tmp_path: Pa
 
 def test_the_uploader_waits_for_a_running_retention_and_relists(tmp_path: Path) -> None:
     objects = LocalObjectStore(tmp_path / "s")
-    fence = RetentionFence(objects, poll=0.01)
-    assert fence.cross() is True  # first crossing: list shared/
-    assert fence.cross() is False
+    watch = RetentionRunWatch(objects, poll=0.01)
+    assert watch.wait_out_retention() is True  # the first call: list shared/
+    assert watch.wait_out_retention() is False
     run = begin_run(objects)
     crossed: list[bool] = []
-    waiter = threading.Thread(target=lambda: crossed.append(fence.cross()))
+    waiter = threading.Thread(target=lambda: crossed.append(watch.wait_out_retention()))
     waiter.start()
     waiter.join(0.2)
     assert waiter.is_alive() and not crossed  # still waiting for the retention run
     end_run(objects, run)
     waiter.join(5)
     assert crossed == [True] and not objects.exists(RUNNING_KEY)
-    stale = RetentionFence(objects, stale_after=0.0, poll=0.01)
+    stale = RetentionRunWatch(objects, stale_after=0.0, poll=0.01)
     begin_run(objects)  # a crashed run's flag is ignored once stale
-    assert stale.cross() is True
+    assert stale.wait_out_retention() is True
 
 
 def test_store_size_stays_bounded_over_60_checkpoints_with_retention(tmp_path: Path) -> None:

@@ -42,7 +42,6 @@ from typing import Any
 
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.errors import SinkCommitFailedError, SinkPreCommitError
-from barrierflow.checkpointing.fence import release as release_reservation
 from barrierflow.checkpointing.lifecycle import ASYNC_PHASE, CheckpointState, PendingCheckpoint, ending_for
 from barrierflow.checkpointing.manifest import (
     AlignmentSummary,
@@ -51,6 +50,7 @@ from barrierflow.checkpointing.manifest import (
     FailureRecord,
     Manifest,
 )
+from barrierflow.checkpointing.reservations import release as release_reservation
 from barrierflow.checkpointing.sink_notifier import SinkNotifier
 from barrierflow.checkpointing.stage import BarrierBatch, StageTracker
 from barrierflow.checkpointing.store import CheckpointStore

@@ -9,9 +9,9 @@ at start, then tracked) is referenced, not uploaded. Hashes are cached per
 (device, inode, size, mtime) because hard-linked staged files share the inode of Spark's
 immutable state files, so an unchanged file is hashed once for the job's lifetime.
 
-Retention fence (barrierflow.checkpointing.fence): before uploading, the upload reserves every
-digest the checkpoint references (``_inflight/chk-<n>.json``), then crosses the fence (waits
-out a running retention run and re-lists ``shared/`` after one finished), so a shared file
+Reservations (barrierflow.checkpointing.reservations): before uploading, the upload reserves
+every digest the checkpoint references (``_inflight/chk-<n>.json``), then waits out a running
+retention run (and re-lists ``shared/`` after one finished), so a shared file
 the checkpoint relies on is never deleted under it. The coordinator releases the
 reservation when the checkpoint completes or fails.
 """
@@ -25,8 +25,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from barrierflow.checkpointing.fence import RetentionFence, reserve
 from barrierflow.checkpointing.manifest import ManifestFile
+from barrierflow.checkpointing.reservations import RetentionRunWatch, reserve
 from barrierflow.checkpointing.snapshot import LocalSnapshot
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.checkpointing.thread_priority import background_executor
@@ -60,7 +60,7 @@ class SnapshotUploader:
         self._lock = threading.Lock()
         self._known: set[str] | None = None
         self._hash_cache: dict[tuple[int, int, int, int], str] = {}
-        self._fence = RetentionFence(store.objects)
+        self._retention = RetentionRunWatch(store.objects)
 
     def forget(self, digests: set[str]) -> None:
         """Tell the uploader these shared files were deleted (retention)."""
@@ -94,7 +94,7 @@ class SnapshotUploader:
         # before (about 8 KB per checkpoint, measured by the soak).
         self._hash_cache = seen
         reserve(self.store.objects, self.store.pipeline, snapshot.checkpoint_id, (e[1] for e in entries))
-        relist = self._fence.cross()
+        relist = self._retention.wait_out_retention()
         with self._lock:
             if self._known is None or relist:
                 self._known = self.store.shared_digests()

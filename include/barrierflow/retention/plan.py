@@ -2,7 +2,7 @@
 
 :func:`retain` is the one function that does it::
 
-    announce the run (_retention/running.json; see barrierflow.checkpointing.fence)
+    announce the run (_retention/running.json; see barrierflow.checkpointing.reservations)
     kept      <- savepoints + the completed checkpoints the policy keeps (policy.py)
     delete    every object under chk-<n>/ of the other completed checkpoints (abandoned
               ones included), the manifest first, so an interrupted run leaves an
@@ -24,10 +24,10 @@
               offsets/commits entries and state files of the local Spark checkpoint that
               Spark can never need again, the spark-checkpoint.replaced copy of a restore
               once the job has moved on, and stale snapshots/chk-<n> staging directories
-              (barrierflow.retention.local); done after the fence is withdrawn, so uploads
+              (barrierflow.retention.local); done after running.json is withdrawn, so uploads
               never wait for local deletions
 
-A dry run only plans: it changes nothing, not even the fence, and reports the same
+A dry run only plans: it changes nothing, not even running.json, and reports the same
 counts and bytes a real run started at that moment would.
 """
 
@@ -43,8 +43,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from barrierflow.checkpointing.fence import begin_run, end_run, reservation_key, reservations
 from barrierflow.checkpointing.manifest import CheckpointKind, FailureRecord, Manifest
+from barrierflow.checkpointing.reservations import begin_run, end_run, reservation_key, reservations
 from barrierflow.checkpointing.store import CheckpointStore, failure_key, manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
 from barrierflow.retention.local import (
@@ -120,7 +120,7 @@ def plan_retention(spec: PipelineSpec, store: CheckpointStore, *, dry_run: bool 
     timeout = timedelta(seconds=spec.checkpoint.timeout)
     objects = store.objects
     plan = RetentionPlan(spec.name, policy_of(spec), dry_run)
-    live_reservations = reservations(objects)  # read first: see fence.py, step R2
+    live_reservations = reservations(objects)  # read first: see reservations.py, step R2
     by_dir: dict[int, list[ObjectInfo]] = defaultdict(list)
     for info in objects.list("chk-"):
         match = _DIR.match(info.key)

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from barrierflow.checkpointing.fence import reservations
 from barrierflow.checkpointing.manifest import Manifest
+from barrierflow.checkpointing.reservations import reservations
 from barrierflow.checkpointing.store import CheckpointStore, manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, SourceError, UserInputError
 from barrierflow.spec.models import PipelineSpec
@@ -104,9 +104,9 @@ def verify_checkpoints(
     was read but is gone now, or nothing of it is left) is left out (logged), not reported
     as damaged. ``starts``: the sources' retained ranges, or why they cannot be asked (the
     range check is then skipped); None asks the sources once."""
-    from barrierflow.checkpointing.fence import RetentionFence
+    from barrierflow.checkpointing.reservations import RetentionRunWatch
 
-    RetentionFence(store.objects, poll=0.5).cross()
+    RetentionRunWatch(store.objects, poll=0.5).wait_out_retention()
     cache: dict[int, Manifest | None] = {}
     reports = []
     for cid in ids:

@@ -1,5 +1,7 @@
-"""The fence between retention and in-flight checkpoints: nothing an in-flight checkpoint
-uses is ever deleted.
+"""Upload reservations and retention runs: nothing an in-flight checkpoint uses is ever deleted.
+
+(Named for what it holds. "Fence" in barrierflow means one thing only: the lease's fencing
+number, :mod:`barrierflow.workdir.lease`.)
 
 Two small documents in the checkpoint store carry the protocol:
 
@@ -104,7 +106,7 @@ def release(objects: ObjectStore, checkpoint_id: int) -> None:
 
 def reservations(objects: ObjectStore) -> list[Reservation]:
     """Every readable reservation (an unreadable one is being written: ignored, because
-    its writer re-checks the fence after writing it)."""
+    its writer checks for a retention run after writing it: step U3)."""
     out = []
     for info in objects.list(INFLIGHT_PREFIX):
         try:
@@ -135,8 +137,8 @@ def end_run(objects: ObjectStore, run: RetentionRun, now: datetime | None = None
     objects.delete(RUNNING_KEY)
 
 
-class RetentionFence:
-    """The uploader's side of the fence (step U3)."""
+class RetentionRunWatch:
+    """The uploader's side of the protocol (step U3)."""
 
     def __init__(self, objects: ObjectStore, *, stale_after: float = STALE_RUN_SECONDS, poll: float = 0.05,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
@@ -146,7 +148,7 @@ class RetentionFence:
         self.now = now
         self._seen: str | None = None
 
-    def cross(self) -> bool:
+    def wait_out_retention(self) -> bool:
         """Wait while a retention run is in progress; True if a run finished since the last
         call (the first call returns True): the caller must then re-list ``shared/``."""
         while (running := _read_run(self.objects, RUNNING_KEY)) is not None:
