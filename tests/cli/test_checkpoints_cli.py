@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from barrierflow.cli.main import main
 
-from tests.recovery.test_restore_and_reconcile_cli import _pipeline
+from tests.recovery.fake_pipeline import parquet_pipeline as _pipeline
 
 MANIFEST_FIELDS = {
     "checkpoint_id", "status", "spark_batch_id", "barrier_offsets", "trigger_time", "completion_time",

@@ -36,10 +36,10 @@ from barrierflow.spec import load_spec
 
 from tests.dags.conftest import DAGS_FOLDER
 from tests.drivers import short_lived_driver_java_options
-from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 from tests.scenarios.harness import finish, window_rows, windowed_spec
 from tests.support.airflow_server import COMPONENTS, AirflowServer
 from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.staged_specs import PARTITIONS, two_stage_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(1200), pytest.mark.slow(240)]
 

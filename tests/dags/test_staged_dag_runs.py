@@ -43,8 +43,8 @@ from barrierflow.sinks.parquet import read_committed
 from tests.airflow.test_asset_watcher import MemoryState, events
 from tests.dags.conftest import run_dag
 from tests.drivers import short_lived_driver_java_options
-from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.staged_specs import PARTITIONS, two_stage_spec
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.timeout(900)]

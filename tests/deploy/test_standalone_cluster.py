@@ -52,11 +52,11 @@ from barrierflow.spec.models import GeneratorSourceSpec
 from barrierflow.storage import open_store
 
 from tests.drivers import short_lived_driver_java_options
-from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
-from tests.runtime.test_staged_pipeline import RECORDS as STAGED_RECORDS
 from tests.support.kafka_broker import KafkaEndpoint
 from tests.support.s3_server import S3Endpoint
 from tests.support.spark_cluster import StandaloneCluster, running_standalone_cluster
+from tests.support.staged_specs import PARTITIONS, two_stage_spec
+from tests.support.staged_specs import RECORDS as STAGED_RECORDS
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.kafka, pytest.mark.slow(120),
               pytest.mark.timeout(900)]

@@ -1,6 +1,6 @@
 """One process per stage (``barrierflow run SPEC --processes``): the deployment shape.
 
-The two-stage pipeline of tests/runtime/test_staged_pipeline.py (generator -> a -> channel ab
+The two-stage pipeline of tests/support/staged_specs.py (generator -> a -> channel ab
 -> b -> Parquet through 2PC), every stage in a process (and Spark application) of its own and
 the pipeline coordinator in the supervisor process:
 
@@ -37,9 +37,9 @@ from barrierflow.checkpointing.global_manifest import GlobalManifest, global_key
 from barrierflow.sinks.parquet import read_committed
 
 from tests.drivers import short_lived_driver_env
-from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 from tests.scenarios.harness import FAST_JVM, assert_sub_multiset
 from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.staged_specs import PARTITIONS, two_stage_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(130)]
 RECORDS = 400

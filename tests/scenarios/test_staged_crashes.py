@@ -42,9 +42,9 @@ from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
 
-from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 from tests.scenarios.harness import FAST_JVM, assert_sub_multiset, crashed_run
 from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.staged_specs import PARTITIONS, two_stage_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(1500), pytest.mark.slow(380)]
 RECORDS = 1500

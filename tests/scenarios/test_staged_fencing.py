@@ -29,10 +29,10 @@ from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
 from barrierflow.workdir.lease import JobLease, highest_fence, lease_holder
 
-from tests.runtime.test_staged_pipeline import PARTITIONS, two_stage_spec
 from tests.scenarios.harness import FAST_JVM
 from tests.scenarios.suspension import suspended_driver, wait_until
 from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.staged_specs import PARTITIONS, two_stage_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600), pytest.mark.slow(90)]
 RECORDS = 1500

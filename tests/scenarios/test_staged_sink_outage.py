@@ -30,7 +30,7 @@ from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import ParquetFileSink, read_committed
 from barrierflow.spec import parse_staged_spec
 
-from tests.runtime.test_staged_pipeline import PARTITIONS, RECORDS, two_stage_spec
+from tests.support.staged_specs import PARTITIONS, RECORDS, two_stage_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600)]
 

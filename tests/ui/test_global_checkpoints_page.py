@@ -1,6 +1,6 @@
 """The Checkpoints page of a real two-stage pipeline, rendered in headless Chromium.
 
-1. The two-stage pipeline of tests/runtime/test_staged_pipeline.py (stage ``a``: bounded
+1. The two-stage pipeline of tests/support/staged_specs.py (stage ``a``: bounded
    generator -> channel ``ab``; stage ``b``: ``ab`` -> Parquet through 2PC), unaligned, runs on
    the session's Kafka-protocol broker and SparkSession until two global checkpoints
    completed; ``verify`` (the operation) then stores each stage's verification result.
@@ -33,9 +33,9 @@ from barrierflow.ui import create_app
 from fastapi import FastAPI
 
 from tests.pipeline_specs import write_spec
-from tests.runtime.test_staged_pipeline import two_stage_spec
 from tests.support.browser import HeadlessChromium, find_chromium
 from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.staged_specs import two_stage_spec
 from tests.ui.test_app import signed_in_as_tester
 from tests.ui.test_global_history import read_global_table
 

@@ -23,8 +23,8 @@ from barrierflow.verification.report import CheckResult, VerificationReport, sto
 from fastapi.testclient import TestClient
 
 from tests.pipeline_specs import write_spec
-from tests.runtime.test_staged_pipeline import two_stage_spec
 from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.staged_specs import two_stage_spec
 from tests.ui.test_app import signed_in_as_tester
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
