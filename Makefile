@@ -6,6 +6,7 @@
 #   make bench    the benchmarks (bench/, not part of the library) -> docs/benchmarks-latest.md
 #   make bench-flink  barrierflow vs Flink SQL side by side (installs Flink into .venv-flink: make flink)
 #   make bench-channels  the transport between stages, before and after issue 29 (bench/channel_transport.py)
+#   make bench-kafka  Kafka -> keyed totals -> discard beside the raw client ceiling (bench/kafka_source.py)
 #   make airflow  Airflow (standalone) on 127.0.0.1 with dags/ and plugins/, home var/airflow
 PYTHON ?= python3.11
 VENV := .venv
@@ -21,7 +22,7 @@ AIRFLOW_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 1 )))
 AIRFLOW_TRIGGER_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 2 )))
 AIRFLOW_HOME_DIR := $(CURDIR)/var/airflow
 
-.PHONY: demo demo-stages demo-cycle test lint bench install clean airflow chromium flink bench-flink bench-channels
+.PHONY: demo demo-stages demo-cycle test lint bench install clean airflow chromium flink bench-flink bench-channels bench-kafka
 
 $(STAMP):
 	@command -v java >/dev/null || { echo "error: Spark needs Java 17+ on PATH (apt-get install openjdk-17-jre-headless)"; exit 2; }
@@ -72,6 +73,11 @@ bench: $(STAMP)
 # (docs/benchmarks.md, "Channel transport"); prints a table, asserts nothing.
 bench-channels: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/channel_transport.py
+
+# The Kafka source against the raw client ceiling measured in the same run (docs/benchmarks.md,
+# "Kafka source"); prints a table, asserts nothing.
+bench-kafka: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m bench.kafka_source
 
 # Flink in a virtual environment of its own (never in the main requirements), for
 # `python -m bench --compare flink-sql` (make bench-flink).

@@ -1,0 +1,214 @@
+"""Kafka source benchmark (issue 29 item 7): Kafka -> keyed running totals -> discard, beside the
+raw client ceiling measured in the same run on the same broker.
+
+Steps, all in one run (ratios are what count on a shared 2-core machine):
+
+1. A broker: the embedded one (noida-db, started here) or ``--bootstrap`` (a real Kafka).
+2. ``--records`` JSON records ``{"key", "value", "event_time"}`` (1,000 keys) produced with
+   confluent-kafka to a fresh topic of ``--partitions`` partitions: the **produce ceiling**.
+3. The topic read back with barrierflow's range reader (confluent-kafka) and ``json.loads`` per
+   record: the **consume+decode ceiling**; and read and decoded into Arrow record batches with
+   the Kafka source's own decoder (:class:`barrierflow.sources.kafka.RecordDecoder`): the
+   **source's decode ceiling** (what the source's tasks could reach with no Spark around them).
+4. The single-stage pipeline: the Kafka source (``format: json``, ``max_records_per_batch``
+   ``--batch`` per partition) -> ``keyed_running_totals`` (update mode) -> ``discard``,
+   ``local[2]``, 1 s checkpoints, ``--until-exhausted``; records/s over the whole run and after
+   the first micro-batch (the query's start left out).
+5. The same pipeline from the built-in generator with the same record count, keys and batch
+   size: what the rest of the job costs without Kafka.
+
+It prints each figure and the ratios pipeline / consume+decode ceiling and Kafka pipeline /
+generator pipeline. Usage (from the repository root; docs/benchmarks.md has a run)::
+
+    PYTHONPATH=include:. .venv/bin/python -m bench.kafka_source [--records 2000000] [--batch 100000]
+        [--partitions 4] [--bootstrap HOST:PORT] [--markdown FILE]
+
+The numbers are printed, never asserted: a benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+KEYS = 1000
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def _values(count: int) -> list[bytes]:
+    return [json.dumps({"key": i % KEYS, "value": i, "event_time": "2026-01-01T00:00:00.001000Z"},
+                       separators=(",", ":")).encode() for i in range(count)]
+
+
+def produce(servers: str, topic: str, records: int, partitions: int) -> float:
+    """Create ``topic`` and produce ``records`` records to it; records/s (acks=all, batched)."""
+    from barrierflow.kafka_io import KafkaIOError, ProducerSettings, shared_producer
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=servers)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        admin.close()
+    producer = shared_producer(ProducerSettings(servers=servers))
+    deadline = time.monotonic() + 30
+    while True:  # ready: the broker's metadata shows the new topic's partitions
+        try:
+            producer.partitions(topic)
+            break
+        except KafkaIOError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    values = _values(records)
+    began = time.monotonic()
+    producer.send_all(topic, values, [i % partitions for i in range(records)])
+    producer.settle()
+    return records / (time.monotonic() - began)
+
+
+def read_ceilings(servers: str, topic: str, records: int, partitions: int) -> dict[str, float]:
+    """Records/s read with the range reader and decoded by ``json.loads``, and read and decoded
+    into Arrow record batches by the Kafka source's decoder."""
+    from barrierflow.kafka_io.consumer import ConsumerSettings, RangeReader
+    from barrierflow.sources.kafka import RecordDecoder
+    from barrierflow.spec.models import KafkaSourceSpec
+
+    out: dict[str, float] = {}
+    reader = RangeReader(ConsumerSettings(servers=servers))
+    share = records // partitions
+    try:
+        began, count = time.monotonic(), 0
+        for partition in range(partitions):
+            for record in reader.read(topic, partition, 0, share, stall=30.0):
+                json.loads(record.value)
+                count += 1
+        out["consume + json.loads"] = count / (time.monotonic() - began)
+        spec = KafkaSourceSpec.model_validate({"type": "kafka", "bootstrap_servers": servers, "topics": [topic],
+                                               "format": "json",
+                                               "json_fields": {"key": "long", "value": "long"}})
+        decoder = RecordDecoder(spec)
+        began, rows = time.monotonic(), 0
+        for partition in range(partitions):
+            rows += sum(b.num_rows for b in decoder.batches(reader.read(topic, partition, 0, share, stall=30.0)))
+        out["consume + decode to Arrow (the source's decoder)"] = rows / (time.monotonic() - began)
+    finally:
+        reader.close()
+    return out
+
+
+def pipeline_spec(work: Path, source: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "version": 1, "name": f"kbench-{uuid.uuid4().hex[:8]}", "work_dir": str(work / "work"),
+        "sources": [source],
+        "transformation": {"function": "barrierflow.transforms.aggregations:keyed_running_totals",
+                           "output_mode": "update"},
+        "sinks": [{"name": "out", "type": "discard"}],
+        "trigger": {"interval": 0.1},
+        "checkpoint": {"storage": f"file://{work / 'checkpoints'}", "interval": 1.0, "timeout": 120.0,
+                       "tolerable_failed_checkpoints": 1000},
+        "spark": {"master": "local[2]", "shuffle_partitions": 2},
+    }
+
+
+def run_pipeline(spark: Any, source: dict[str, Any], cap: float) -> dict[str, Any]:
+    """One bounded run of the pipeline over ``source`` in the shared SparkSession."""
+    from barrierflow.runtime.job import StreamingJob
+    from barrierflow.spec import parse_spec
+
+    work = Path(tempfile.mkdtemp(prefix="bf-kbench-"))
+    try:
+        job = StreamingJob(parse_spec(pipeline_spec(work, source)), spark=spark)
+        began = time.monotonic()
+        result = job.run(until_exhausted=True, duration=cap)
+        seconds = time.monotonic() - began
+        outcome = "ok" if seconds < cap else f"not done within {cap:g}s"
+        steady = result.steady_records / result.steady_seconds if result.steady_records else float("nan")
+        return {"outcome": outcome, "records": result.records, "seconds": seconds,
+                "rate": result.records / seconds if seconds else 0.0, "steady": steady,
+                "batches": result.batches, "checkpoints": len(result.completed)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _ratio(a: float, b: float) -> str:
+    """``a / b`` to two places; "n/a" when either is unknown (a run of one micro-batch has no
+    rate after its first batch) or ``b`` is 0."""
+    return f"{a / b:.2f}" if a == a and b == b and b else "n/a"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=2_000_000, help="records in the topic (and generated)")
+    parser.add_argument("--batch", type=int, default=100_000, help="max records per partition and micro-batch")
+    parser.add_argument("--partitions", type=int, default=4, help="the topic's partitions")
+    parser.add_argument("--bootstrap", help="a Kafka cluster's host:port list (default: the embedded broker)")
+    parser.add_argument("--cap", type=float, default=300.0, help="seconds a pipeline run may take at most")
+    parser.add_argument("--markdown", help="append the results as a markdown table to this file")
+    args = parser.parse_args(argv)
+    if args.records < args.partitions or args.batch < 1 or args.cap <= 0:
+        parser.error("--records must be at least --partitions, --batch and --cap positive")
+    records = args.records - args.records % args.partitions
+
+    from barrierflow.runtime.session import build_session
+    from barrierflow.sources.embedded_broker import embedded_broker
+    from barrierflow.spec.models import SparkSpec
+
+    started = datetime.now(UTC)
+    say(f"Kafka source benchmark, {started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, load average "
+        f"{os.getloadavg()[0]:.1f}; {records:,} records, {args.partitions} partitions, {args.batch:,} per "
+        "partition and batch")
+    lines: list[str] = []
+    with ExitStack() as stack:
+        servers = args.bootstrap or stack.enter_context(embedded_broker(None, 30.0, 10.0))
+        topic = f"kbench-{uuid.uuid4().hex[:8]}"
+        ceilings = {"produce (confluent-kafka, acks=all)": produce(servers, topic, records, args.partitions)}
+        ceilings.update(read_ceilings(servers, topic, records, args.partitions))
+        spark = build_session(SparkSpec.model_validate({"master": "local[2]", "shuffle_partitions": 2}),
+                              app_name="barrierflow-kafka-bench")
+        kafka = run_pipeline(spark, {"name": "events", "type": "kafka", "bootstrap_servers": servers,
+                                     "topics": [topic], "format": "json", "max_records_per_batch": args.batch,
+                                     "json_fields": {"key": "long", "value": "long"}}, args.cap)
+        generator = run_pipeline(spark, {"name": "events", "type": "generator", "partitions": args.partitions,
+                                         "rows_per_second": 0, "keys": KEYS, "max_records_per_batch": args.batch,
+                                         "records_per_partition": records // args.partitions}, args.cap)
+        spark.stop()
+    lines.append("| figure | records/s |")
+    lines.append("|---|---:|")
+    for name, rate in ceilings.items():
+        lines.append(f"| ceiling: {name} | {rate:,.0f} |")
+    for label, r in (("Kafka", kafka), ("generator", generator)):
+        lines.append(f"| pipeline from the {label} source ({r['outcome']}, {r['batches']} batches, "
+                     f"{r['checkpoints']} checkpoints kept): whole run / after the first batch "
+                     f"| {r['rate']:,.0f} / {r['steady']:,.0f} |")
+    lines.append(f"| ratio: Kafka pipeline after the first batch / consume + json.loads ceiling "
+                 f"| {_ratio(kafka['steady'], ceilings['consume + json.loads'])} |")
+    lines.append(f"| ratio: Kafka pipeline / generator pipeline, after the first batch "
+                 f"| {_ratio(kafka['steady'], generator['steady'])} |")
+    say()
+    for line in lines:
+        say(line)
+    if args.markdown:
+        with open(args.markdown, "a", encoding="utf-8") as out:
+            out.write(f"\n`python -m bench.kafka_source --records {args.records} --batch {args.batch} --partitions "
+                      f"{args.partitions}`, {started:%Y-%m-%d %H:%M} UTC, load average at start "
+                      f"{os.getloadavg()[0]:.1f}:\n\n" + "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
