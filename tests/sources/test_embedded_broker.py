@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from barrierflow.sources import embedded_broker as embedded
 from barrierflow.sources.embedded_broker import EmbeddedBrokerError, broker_answers, embedded_broker
+from barrierflow.workdir.processes import process_alive
 
 pytestmark = pytest.mark.kafka
 
@@ -44,6 +45,31 @@ def _produce(bootstrap: str, topic: str, count: int) -> None:
         producer.flush(timeout=30)
     finally:
         producer.close()
+
+
+def _run_holding_a_broker(data_dir: Path, records: int, *, own_session: bool = False
+                          ) -> tuple[subprocess.Popen[str], int]:
+    """A child process that starts the embedded broker on ``data_dir``, produces ``records``
+    acknowledged records to topic ``kept`` (2 partitions) and then holds the broker until it is
+    killed (it blocks reading its stdin: no timer). Returns the child and the broker's pid,
+    once the records are acknowledged."""
+    script = textwrap.dedent(f"""
+        import sys
+        from barrierflow.sources.embedded_broker import embedded_broker, broker_pid
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_embedded_broker import _produce
+        with embedded_broker({str(data_dir)!r}) as address:
+            _produce(address, "kept", {records})
+            print(broker_pid(address), flush=True)
+            sys.stdin.read()  # held until the test kills this process (or closes stdin)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, start_new_session=own_session,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    assert line.strip().isdigit(), f"the child did not start its broker (exit {child.poll()})"
+    return child, int(line)
 
 
 def test_embedded_broker_answers_on_loopback_while_open_and_is_stopped_after() -> None:
@@ -85,20 +111,7 @@ def test_the_broker_is_stopped_and_keeps_its_data_when_its_starter_is_killed(tmp
     """The parent-death signal: a SIGKILLed ``barrierflow run`` leaves no broker behind and
     loses nothing the broker acknowledged (it saves on SIGTERM), so the same command can start
     it again on the same data dir."""
-    script = textwrap.dedent(f"""
-        import sys, time
-        from barrierflow.sources.embedded_broker import embedded_broker, broker_pid
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_embedded_broker import _produce
-        with embedded_broker({str(tmp_path / "broker")!r}) as address:
-            _produce(address, "kept", 400)
-            print(broker_pid(address), flush=True)
-            time.sleep(120)
-    """)
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert child.stdout is not None
-    broker = int(child.stdout.readline())
+    child, broker = _run_holding_a_broker(tmp_path / "broker", 400)
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=10)
     deadline = time.monotonic() + 10
@@ -121,23 +134,10 @@ def test_a_sigkill_of_the_starters_process_group_loses_no_acknowledged_record(tm
     parent-death signal makes it save and exit. A new broker started on the same data dir at
     once (the restarted run) waits for the old one and then has every acknowledged record,
     including those produced in the last moment before the kill."""
-    script = textwrap.dedent(f"""
-        import sys, time
-        from barrierflow.sources.embedded_broker import embedded_broker, broker_pid
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_embedded_broker import _produce
-        with embedded_broker({str(tmp_path / "broker")!r}) as address:
-            _produce(address, "kept", 3000)
-            print(broker_pid(address), flush=True)
-            time.sleep(120)
-    """)
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                             start_new_session=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert child.stdout is not None
-    broker = int(child.stdout.readline())
+    child, broker = _run_holding_a_broker(tmp_path / "broker", 3000, own_session=True)
     assert os.getpgid(broker) != child.pid  # not in the run's process group
     os.killpg(child.pid, signal.SIGKILL)  # acknowledged writes were made within the last second
     child.wait(timeout=10)
     with embedded_broker(tmp_path / "broker") as again:  # started at once: waits for the old broker
         assert _end_offsets(again, "kept", 2) == {0: 1500, 1: 1500}
-    assert not embedded.process_alive(broker)  # exited (a zombie until its new parent reaps it)
+    assert not process_alive(broker)  # exited (a zombie until its new parent reaps it)

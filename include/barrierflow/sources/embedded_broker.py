@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from barrierflow.errors import BarrierflowError
+from barrierflow.workdir.processes import process_alive
 
 log = logging.getLogger(__name__)
 
@@ -196,21 +197,6 @@ def broker_pid(bootstrap: str) -> int | None:
 
 def _port_taken(log_text: str) -> bool:
     return "already in use" in log_text
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
 
 
 def _holder(log_text: str) -> int | None:

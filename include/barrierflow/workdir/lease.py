@@ -66,6 +66,7 @@ from typing import Any, Literal
 
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.storage import ObjectNotFoundError, ObjectStore
+from barrierflow.workdir.processes import process_alive
 
 log = logging.getLogger(__name__)
 
@@ -117,16 +118,6 @@ def default_ttl() -> float:
     return ttl
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _read(path: Path) -> dict[str, object] | None:
     try:
         return dict(json.loads(path.read_text(encoding="utf-8")))
@@ -167,7 +158,7 @@ def _store_holder(objects: ObjectStore, now: datetime | None = None) -> dict[str
     if record is None or fence in records["released"]:
         return None
     record.setdefault("purpose", "run")
-    if record.get("host") == socket.gethostname() and not _alive(int(record["pid"])):
+    if record.get("host") == socket.gethostname() and not process_alive(int(record["pid"])):
         return None
     beat = _get_json(objects, heartbeat_key(fence)) if fence in records["heartbeat"] else None
     last = datetime.fromisoformat(str((beat or {}).get("at") or record["started_at"]))
@@ -193,7 +184,7 @@ def lease_holder(work_dir: Path, store: ObjectStore | None = None) -> dict[str, 
     local.setdefault("purpose", "run")
     if local.get("host") != socket.gethostname():
         return local  # cannot check another host's process: assume it is alive
-    return local if _alive(int(local["pid"])) else None  # type: ignore[call-overload]
+    return local if process_alive(int(local["pid"])) else None  # type: ignore[call-overload]
 
 
 def job_running(work_dir: Path, store: ObjectStore | None = None) -> bool:

@@ -1,0 +1,23 @@
+"""Whether a local process still runs: the one check the lease and the embedded broker share."""
+
+from __future__ import annotations
+
+import os
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine and has not exited. A zombie (exited, not
+    yet reaped by its parent) counts as gone; a process of another user counts as running."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):  # no /proc (not Linux): ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
