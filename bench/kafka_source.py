@@ -6,10 +6,12 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
 1. A broker: the embedded one (noida-db, started here) or ``--bootstrap`` (a real Kafka).
 2. ``--records`` JSON records ``{"key", "value", "event_time"}`` (1,000 keys) produced with
    confluent-kafka to a fresh topic of ``--partitions`` partitions: the **produce ceiling**.
-3. The topic read back with barrierflow's range reader (confluent-kafka) and ``json.loads`` per
-   record: the **consume+decode ceiling**; and read and decoded into Arrow record batches with
-   the Kafka source's own decoder (:class:`barrierflow.sources.kafka.RecordDecoder`): the
-   **source's decode ceiling** (what the source's tasks could reach with no Spark around them).
+3. The topic read back with barrierflow's range reader (confluent-kafka): alone (the **consume
+   ceiling**), with ``json.loads`` per record (the **consume+decode ceiling**), and read and
+   decoded into Arrow record batches with the Kafka source's own decoder
+   (:class:`barrierflow.sources.kafka.RecordDecoder`), per record and vectorized
+   (:mod:`barrierflow.sources.json_columns`): the **source's decode ceiling** (what the
+   source's tasks could reach with no Spark around them).
 4. The single-stage pipeline: the Kafka source (``format: json``, ``max_records_per_batch``
    ``--batch`` per partition) -> ``keyed_running_totals`` (update mode) -> ``discard``,
    ``local[2]``, 1 s checkpoints, ``--until-exhausted``; records/s over the whole run and after
@@ -42,6 +44,10 @@ from pathlib import Path
 from typing import Any
 
 KEYS = 1000
+#: The fields the Kafka source decodes (the pipeline's and the decoder ceilings').
+JSON_FIELDS = {"key": "long", "value": "long", "event_time": "timestamp"}
+PER_RECORD = "consume + decode to Arrow (the source's decoder, per record)"
+VECTORIZED = "consume + decode to Arrow (the source's decoder, vectorized)"
 
 
 def say(line: str = "") -> None:
@@ -94,18 +100,23 @@ def read_ceilings(servers: str, topic: str, records: int, partitions: int) -> di
     try:
         began, count = time.monotonic(), 0
         for partition in range(partitions):
+            for _record in reader.read(topic, partition, 0, share, stall=30.0):
+                count += 1
+        out["consume only (no decoding)"] = count / (time.monotonic() - began)
+        began, count = time.monotonic(), 0
+        for partition in range(partitions):
             for record in reader.read(topic, partition, 0, share, stall=30.0):
                 json.loads(record.value)
                 count += 1
         out["consume + json.loads"] = count / (time.monotonic() - began)
         spec = KafkaSourceSpec.model_validate({"type": "kafka", "bootstrap_servers": servers, "topics": [topic],
-                                               "format": "json",
-                                               "json_fields": {"key": "long", "value": "long"}})
-        decoder = RecordDecoder(spec)
-        began, rows = time.monotonic(), 0
-        for partition in range(partitions):
-            rows += sum(b.num_rows for b in decoder.batches(reader.read(topic, partition, 0, share, stall=30.0)))
-        out["consume + decode to Arrow (the source's decoder)"] = rows / (time.monotonic() - began)
+                                               "format": "json", "json_fields": JSON_FIELDS})
+        for vectorized in (False, True):
+            decoder = RecordDecoder(spec, vectorized=vectorized)
+            began, rows = time.monotonic(), 0
+            for partition in range(partitions):
+                rows += sum(b.num_rows for b in decoder.batches(reader.read(topic, partition, 0, share, stall=30.0)))
+            out[VECTORIZED if vectorized else PER_RECORD] = rows / (time.monotonic() - began)
     finally:
         reader.close()
     return out
@@ -182,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                               app_name="barrierflow-kafka-bench")
         kafka = run_pipeline(spark, {"name": "events", "type": "kafka", "bootstrap_servers": servers,
                                      "topics": [topic], "format": "json", "max_records_per_batch": args.batch,
-                                     "json_fields": {"key": "long", "value": "long"}}, args.cap)
+                                     "json_fields": JSON_FIELDS}, args.cap)
         generator = run_pipeline(spark, {"name": "events", "type": "generator", "partitions": args.partitions,
                                          "rows_per_second": 0, "keys": KEYS, "max_records_per_batch": args.batch,
                                          "records_per_partition": records // args.partitions}, args.cap)
@@ -197,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"| {r['rate']:,.0f} / {r['steady']:,.0f} |")
     lines.append(f"| ratio: Kafka pipeline after the first batch / consume + json.loads ceiling "
                  f"| {_ratio(kafka['steady'], ceilings['consume + json.loads'])} |")
+    lines.append(f"| ratio: the source's decoder, vectorized / per record "
+                 f"| {_ratio(ceilings[VECTORIZED], ceilings[PER_RECORD])} |")
     lines.append(f"| ratio: Kafka pipeline / generator pipeline, after the first batch "
                  f"| {_ratio(kafka['steady'], generator['steady'])} |")
     say()

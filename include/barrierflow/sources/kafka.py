@@ -84,6 +84,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.errors import SourceError, SourceUnavailableError, UserInputError
+from barrierflow.sources.json_columns import MAX_EPOCH_MS, arrow_type, decode_columns, iso_timestamp_us
 from barrierflow.sources.planning import PlanningOptions, SourcePlanner
 from barrierflow.spec.models import KafkaSourceSpec
 
@@ -120,7 +121,6 @@ EVENT_TIME_CACHE = 100_000
 METADATA_MAX_AGE_MS = 30_000
 _EARLIEST, _LATEST = -2, -1
 _INT64 = (-(2**63), 2**63 - 1)
-_MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 _T = TypeVar("_T")
 
@@ -375,15 +375,11 @@ def _coerce(name: str, kind: str, value: Any) -> Any:
     elif kind == "timestamp":
         if isinstance(value, str):
             try:
-                parsed = datetime.fromisoformat(value)
+                return iso_timestamp_us(value)
             except ValueError as exc:
                 raise _Invalid(f"field {name!r} is not an ISO-8601 timestamp: {value[:60]!r}") from exc
-            if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=UTC)
-            delta = parsed - datetime(1970, 1, 1, tzinfo=UTC)
-            return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            if abs(value) > _MAX_EPOCH_MS:
+            if abs(value) > MAX_EPOCH_MS:
                 raise _Invalid(f"field {name!r} is out of the timestamp range: {value} ms")
             return int(value * 1000)
     raise _Invalid(f"field {name!r} should be {kind}, got {type(value).__name__} {json.dumps(value)[:60]}")
@@ -427,6 +423,9 @@ class RecordDecoder:
     """
 
     spec: KafkaSourceSpec
+    #: Decode chunks with Arrow's JSON reader where it gives the same rows
+    #: (:mod:`barrierflow.sources.json_columns`); False only to measure the per-record path.
+    vectorized: bool = True
 
     def __post_init__(self) -> None:
         self.dead_letters: list[dict[str, Any]] = []
@@ -496,6 +495,10 @@ class RecordDecoder:
     def _json(self, records: list[ConsumerRecord]) -> pa.RecordBatch | None:
         import pyarrow as pa
 
+        names = [*METADATA_COLUMNS, *self.spec.json_fields]
+        columns = decode_columns([r.value for r in records], self.spec.json_fields) if self.vectorized else None
+        if columns is not None:
+            return pa.RecordBatch.from_arrays([*self._metadata(records), *columns], names=names)
         kept: list[ConsumerRecord] = []
         rows: list[list[Any]] = []
         for record in records:
@@ -515,20 +518,9 @@ class RecordDecoder:
             kept.append(record)
         if not kept:
             return None
-        arrow_types = {
-            "string": pa.string(),
-            "long": pa.int64(),
-            "double": pa.float64(),
-            "boolean": pa.bool_(),
-            "timestamp": pa.timestamp("us", tz="UTC"),
-        }
-        fields = list(self.spec.json_fields.items())
-        columns = [
-            pa.array([row[i] for row in rows], type=arrow_types[kind]) for i, (_, kind) in enumerate(fields)
-        ]
-        return pa.RecordBatch.from_arrays(
-            [*self._metadata(kept), *columns], names=[*METADATA_COLUMNS, *(n for n, _ in fields)]
-        )
+        columns = [pa.array([row[i] for row in rows], type=arrow_type(kind))
+                   for i, kind in enumerate(self.spec.json_fields.values())]
+        return pa.RecordBatch.from_arrays([*self._metadata(kept), *columns], names=names)
 
 
 # --------------------------------------------------------------------------- Spark source
