@@ -93,6 +93,26 @@ class CutLog(Protocol):
     def fences(self) -> list[AttemptFenceRecord]: ...
 
 
+def completed_cut(cuts: CutLog, pipeline: str, checkpoint_id: int | None, *, noun: str = "global checkpoint") -> int:
+    """``checkpoint_id`` if it is a completed cut of ``cuts``'s current timeline (None: the newest).
+
+    Raises:
+        CheckpointNotFoundError: none completed, or ``checkpoint_id`` did not (or was abandoned
+            by a restore); the message names the pipeline, the store and the completed ones.
+    """
+    from barrierflow.errors import CheckpointNotFoundError
+
+    ids = cuts.completed_ids()
+    if checkpoint_id is None:
+        if not ids:
+            raise CheckpointNotFoundError(f"pipeline {pipeline} has no completed {noun} in {cuts.uri}; run it first")
+        return ids[-1]
+    if checkpoint_id not in ids:
+        raise CheckpointNotFoundError(f"{noun} {checkpoint_id} of pipeline {pipeline} is not complete (or was "
+                                      f"abandoned by a restore); completed: {ids}")
+    return checkpoint_id
+
+
 class GlobalCheckpointStore:
     """The global records of a pipeline of several stages; see the module docstring.
 

@@ -13,7 +13,7 @@ How the stages are restored is the one place where the shapes differ inside: a s
 pipeline restores its checkpoint with :func:`barrierflow.recovery.restore.restore_pipeline`
 (sinks reconciled, newer committed epochs replayed with their output suppressed, or with
 ``accept_duplicates`` written again); a pipeline of several stages restores every stage to one
-global checkpoint with :meth:`barrierflow.runtime.pipeline.StagedPipelineJob.restore` (a new
+global checkpoint with :func:`barrierflow.recovery.cut_restore.restore_cut` (a new
 attempt, fences so downstream stages skip what older attempts wrote), starting the embedded
 broker on the pipeline's data dir for channels that live there.
 """
@@ -101,22 +101,23 @@ def _restore_stage(pipeline: OpenedPipeline, requested: CheckpointRequest, accep
 
 
 def _restore_stages(pipeline: OpenedPipeline, requested: CheckpointRequest) -> RestoreOutcome:
-    from barrierflow.runtime.pipeline import StagedPipelineJob
+    from barrierflow.checkpointing.global_store import GlobalCheckpointStore
+    from barrierflow.recovery.cut_restore import restore_cut
     from barrierflow.sources.embedded_broker import data_dir_for, embedded_broker
     from barrierflow.spec.stages import StagedPipelineSpec
 
-    spec = pipeline.spec
-    assert isinstance(spec, StagedPipelineSpec)  # several stages
+    spec, cuts = pipeline.spec, pipeline.cuts
+    assert isinstance(spec, StagedPipelineSpec) and isinstance(cuts, GlobalCheckpointStore)  # several stages
     with ExitStack() as stack:
-        servers: dict[str, str] = {}
+        address = None
         if any(c.is_embedded for c in spec.channels):
             address = stack.enter_context(embedded_broker(data_dir_for(pipeline.work_dir)))
-            servers = {c.name: address for c in spec.channels if c.is_embedded}
-        job = StagedPipelineJob(spec, spec_path=pipeline.spec_path, channel_servers=servers)
-        with JobLease(Path(job.work_dir), spec.name, "restore", store=job.objects) as lease:
-            job.hold(lease)  # the stages' restores and 2PC decisions record the restore's fence
+        stages = pipeline.connected_stages(address)
+        with JobLease(Path(pipeline.work_dir), spec.name, "restore", store=pipeline.objects) as lease:
+            for stage in stages:  # the stages' restores and 2PC decisions record the restore's fence
+                stage.store.fence = lease.token
             choice = choose_checkpoint(pipeline, requested)
-            report = job.restore(choice.checkpoint_id)
+            report = restore_cut(spec, stages, cuts, choice.checkpoint_id)
     return RestoreOutcome(spec.name, choice, report.attempt, tuple(s.name for s in pipeline.stages),
                           fences=report.fences)
 
@@ -133,7 +134,7 @@ def restore(spec_path: str | os.PathLike[str], requested: CheckpointRequest, *,
         CheckpointNotFoundError, ChosenCheckpointInvalidError: see :func:`choose`.
         CheckpointCorruptError, DuplicateOutputError: see
             :func:`barrierflow.recovery.restore.restore_pipeline` (and, several stages,
-            :meth:`StagedPipelineJob.restore`).
+            :func:`barrierflow.recovery.cut_restore.restore_cut`, also ChannelRecordsLostError).
         EmbeddedBrokerError: several stages: the embedded broker did not start (also: the
             pipeline runs and holds its data dir).
     """

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts
+from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts, completed_cut
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
 from barrierflow.pipeline.stage_options import derive_stage_spec
@@ -135,6 +135,21 @@ class OpenedPipeline:
         """How messages name a cut: ``checkpoint`` (one stage) or ``global checkpoint``."""
         return "checkpoint" if self.single_stage else "global checkpoint"
 
+    def connected_stages(self, embedded: str | None) -> tuple[Stage, ...]:
+        """The stages as a run derives them, with ``embedded`` (the running embedded broker's
+        ``host:port``) for the channels that live on it instead of the offline placeholder:
+        what a restore needs, whose barrier check reads the channels. :attr:`stages` itself
+        when nothing changes (one stage, no embedded channel, or ``embedded`` None)."""
+        spec = self.spec
+        if embedded is None or not isinstance(spec, StagedPipelineSpec) or \
+                not any(c.is_embedded for c in spec.channels):
+            return self.stages
+        graph, problems = build_graph(spec)
+        if graph is None:  # pragma: no cover - opening built the same graph
+            raise UserInputError(f"pipeline {spec.name}: {problems}")
+        servers = {c.name: c.bootstrap_servers() or embedded for c in spec.channels}
+        return stages_of(spec, graph, work_dir=self.work_dir, servers=servers)
+
     def stage(self, name: str) -> Stage:
         """The stage called ``name``. Raises UserInputError naming the stages there are."""
         for stage in self.stages:
@@ -160,16 +175,7 @@ class OpenedPipeline:
             CheckpointNotFoundError: none completed, or ``checkpoint_id`` did not (or was
                 abandoned by a restore); the message lists the completed ones.
         """
-        ids = self.cuts.completed_ids()
-        if checkpoint_id is None:
-            if not ids:
-                raise CheckpointNotFoundError(f"pipeline {self.name} has no completed {self.cut_noun} in "
-                                              f"{self.storage}; run it first")
-            return ids[-1]
-        if checkpoint_id not in ids:
-            raise CheckpointNotFoundError(f"{self.cut_noun} {checkpoint_id} of pipeline {self.name} is not "
-                                          f"complete (or was abandoned by a restore); completed: {ids}")
-        return checkpoint_id
+        return completed_cut(self.cuts, self.name, checkpoint_id, noun=self.cut_noun)
 
 
 def single_stage_pipeline(spec: PipelineSpec, *, store: CheckpointStore | None = None,

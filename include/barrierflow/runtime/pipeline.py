@@ -10,7 +10,8 @@ application per stage, :meth:`StagedPipelineJob.run_stage`), and drives each
 stage's checkpoint coordinator (never triggering, sink commits deferred) and the
 :class:`~barrierflow.checkpointing.pipeline_coordinator.PipelineCoordinator` from one loop.
 
-Every start after the first restores the latest global checkpoint (:meth:`StagedPipelineJob.restore`):
+Every start after the first restores the latest global checkpoint
+(:func:`barrierflow.recovery.cut_restore.restore_cut`, through :meth:`StagedPipelineJob.restore`):
 a new attempt, whose channel sources skip what older attempts wrote after the restored barriers
 (:mod:`barrierflow.barriers.fences`); a stage never simply resumes its own Spark checkpoint,
 because a batch it replays would write its channel records a second time.
@@ -30,7 +31,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,7 +43,7 @@ from barrierflow.checkpointing.global_store import AttemptFenceRecord, GlobalChe
 from barrierflow.checkpointing.manifest import EventTimeSummary, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
+from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.pipeline.model import OFFLINE_SERVERS, Stage, pipeline_work_dir, stages_of
 from barrierflow.runtime.event_time import EventTimeTracker
 from barrierflow.runtime.stage_query import start_stage_query
@@ -50,7 +51,7 @@ from barrierflow.sources.registry import SourceKind, kind_named, reached, source
 from barrierflow.spark import offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
 from barrierflow.spec.graph import StageGraph, build_graph
-from barrierflow.spec.models import KafkaSourceSpec, PipelineSpec
+from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec, StageSpec
 from barrierflow.storage import open_store
 from barrierflow.workdir.layout import JobLayout
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from barrierflow.recovery.cut_restore import CutRestoreReport
     from barrierflow.sinks.channel import ChannelWriter
     from barrierflow.workdir.lease import FenceToken, JobLease
 
@@ -92,14 +94,6 @@ class StageJob:
         """How the stage's input is read: the ``channel`` kind for a stage fed by channels,
         else its external source's kind."""
         return kind_named("channel") if self.channel_source is not None else source_kind(self.spec.source)
-
-
-@dataclass(frozen=True)
-class GlobalRestoreReport:
-    pipeline: str
-    checkpoint_id: int
-    attempt: int
-    fences: dict[str, dict[str, int]]
 
 
 @dataclass(frozen=True)
@@ -150,8 +144,9 @@ class StagedPipelineJob:
         self.objects = open_store(spec.checkpoint.storage)
         #: The pipeline's global records (``global/``, ``_fences.json``, ``_pipeline.json``).
         self.global_store = GlobalCheckpointStore(self.objects, spec.name)
-        parts = stages_of(spec, graph, work_dir=self.work_dir, servers=self.servers)
-        self.stages = [self._stage_job(stage, part) for stage, part in zip(spec.stages, parts, strict=True)]
+        #: Every stage as :mod:`barrierflow.pipeline.model` opens it, with the channels' real addresses.
+        self.parts = stages_of(spec, graph, work_dir=self.work_dir, servers=self.servers)
+        self.stages = [self._stage_job(stage, part) for stage, part in zip(spec.stages, self.parts, strict=True)]
         self.attempt = 0
         self.last_completed = 0
         #: Whether this run checked that a cluster's executors see the work dir (once per job).
@@ -297,25 +292,6 @@ class StagedPipelineJob:
         """Ids of completed global checkpoints, not abandoned by a restore, ascending."""
         return self.global_store.completed_ids()
 
-    def completed_cut(self, checkpoint_id: int | None = None) -> int:
-        """``checkpoint_id`` if it is a completed global checkpoint of the current timeline
-        (None: the latest one).
-
-        Raises:
-            CheckpointNotFoundError: none completed, or ``checkpoint_id`` did not (or was
-                abandoned by a restore); the message lists the completed ones.
-        """
-        ids = self.global_checkpoints()
-        if checkpoint_id is None:
-            if not ids:
-                raise CheckpointNotFoundError(f"pipeline {self.spec.name} has no completed global checkpoint in "
-                                              f"{self.objects.uri}; run it first")
-            return ids[-1]
-        if checkpoint_id not in ids:
-            raise CheckpointNotFoundError(f"global checkpoint {checkpoint_id} of pipeline {self.spec.name} is not "
-                                          f"complete (or was abandoned by a restore); completed: {ids}")
-        return checkpoint_id
-
     def fences(self) -> list[AttemptFenceRecord]:
         """Every restore's attempt fences, oldest first.
 
@@ -324,131 +300,19 @@ class StagedPipelineJob:
         """
         return self.global_store.fences()
 
-    def restore(self, checkpoint_id: int | None = None) -> GlobalRestoreReport:
-        """Restore every stage to global checkpoint ``checkpoint_id`` (None: the latest).
+    def restore(self, checkpoint_id: int | None = None) -> CutRestoreReport:
+        """Restore every stage to global checkpoint ``checkpoint_id`` (None: the latest):
+        :func:`barrierflow.recovery.cut_restore.restore_cut` (its errors) over this job's stages."""
+        from barrierflow.recovery.cut_restore import restore_cut
 
-        Steps: restore each stage from its manifest ``n`` (its 2PC sinks commit epochs <= n and
-        abort the rest); abandon newer global checkpoints and fail unfinished ones (ABANDONED);
-        increase the pipeline's attempt; record the attempt fence of every stage fed by
-        channels (the offsets of its barrier ``n`` records), so its source skips what the older
-        attempt wrote after them.
+        return restore_cut(self.spec, self.parts, self.global_store, checkpoint_id)
 
-        Raises:
-            CheckpointNotFoundError: no such completed global checkpoint.
-            DuplicateOutputError: a stage's sink already committed a newer epoch (nothing is
-                changed).
-            ChannelRecordsLostError: a channel's broker no longer holds a barrier record of the
-                cut where a stage read it (nothing is changed;
-                :mod:`barrierflow.recovery.channel_barriers`).
-        """
-        from barrierflow.recovery.restore import restore_pipeline
+    def restore_initial(self) -> CutRestoreReport:
+        """Restore the initial cut (the pipeline completed no global checkpoint):
+        :func:`barrierflow.recovery.cut_restore.restore_initial_cut` over this job's stages."""
+        from barrierflow.recovery.cut_restore import restore_initial_cut
 
-        ids = self.global_checkpoints()
-        checkpoint_id = self.completed_cut(checkpoint_id)
-        self._refuse_output_ahead(checkpoint_id)
-        self._check_barrier_records(checkpoint_id)
-        for job in self.stages:
-            restore_pipeline(job.spec, checkpoint_id, store=job.store, layout=job.layout, check_running=False)
-        attempt = self._begin_attempt([i for i in ids if i > checkpoint_id], checkpoint_id)
-        stages: dict[str, dict[str, int]] = {}
-        for job in self.stages:
-            alignment = job.store.get(checkpoint_id).alignment
-            if job.channel_source is not None and alignment is not None:
-                stages[job.stage.name] = dict(alignment.barrier_offsets)
-        self._add_fence(attempt, checkpoint_id, stages)
-        log.warning("pipeline %s restored to global checkpoint %d (attempt %d)", self.spec.name, checkpoint_id,
-                    attempt)
-        return GlobalRestoreReport(self.spec.name, checkpoint_id, attempt, stages)
-
-    def _check_barrier_records(self, checkpoint_id: int) -> None:
-        """Refuse to restore ``checkpoint_id`` unless every stage fed by channels still finds
-        its barrier ``checkpoint_id`` records at the offsets its manifest recorded."""
-        from barrierflow.recovery.channel_barriers import check_barrier_records
-
-        channels = {c.topic_for(self.spec.name): c.name for c in self.spec.channels}
-        for job in self.stages:
-            alignment = job.store.get(checkpoint_id).alignment if job.channel_source is not None else None
-            if alignment is not None:
-                assert isinstance(job.spec.source, KafkaSourceSpec)  # a channel stage reads its channels' topics
-                check_barrier_records(job.spec.source, stage=job.stage.name, checkpoint_id=checkpoint_id,
-                                      barrier_offsets=alignment.barrier_offsets, channels=channels)
-
-    def _begin_attempt(self, abandoned: list[int], restored: int) -> int:
-        """Increase the pipeline's attempt, abandon ``abandoned`` global checkpoints and fail
-        the unfinished ones (ABANDONED)."""
-        from barrierflow.checkpointing.global_manifest import GlobalFailure
-
-        attempt = self.root_store.begin_attempt(abandoned)
-        for cid in self.global_store.unfinished_ids():
-            self.global_store.record_failure(GlobalFailure(
-                pipeline=self.spec.name, checkpoint_id=cid, reason="ABANDONED",
-                message=f"unfinished when the pipeline was restored to {restored}", failure_time=datetime.now(UTC)))
-        return attempt
-
-    def _add_fence(self, attempt: int, restored: int, stages: dict[str, dict[str, int]]) -> None:
-        """Append the attempt fences of the restore that began ``attempt`` to ``_fences.json``."""
-        self.global_store.add_fence(AttemptFenceRecord(attempt, restored, stages))
-
-    def restore_initial(self) -> GlobalRestoreReport:
-        """Restore the initial cut, for a pipeline that ran but completed no global checkpoint
-        (killed or stopped before its first one): every stage starts again from the beginning
-        of its sources as a new attempt.
-
-        Steps: each stage's local Spark checkpoint, snapshots and staged output are removed and
-        its own checkpoints (none belongs to a global one) abandoned; its 2PC sinks abort every
-        unfinished transaction (none can be committed: final sinks commit only epochs of
-        complete global checkpoints); unfinished global checkpoints fail (ABANDONED); the
-        attempt increases; every stage fed by channels gets a fence at offset -1 of each input
-        partition, so its source skips everything older attempts wrote. Idempotent: restoring
-        again after a crash meanwhile only adds an attempt.
-        """
-        import shutil
-
-        from barrierflow.sinks.factory import build_sink
-        from barrierflow.sources.kafka import partition_id
-        from barrierflow.transactions.two_phase import TwoPhaseCommitSink
-
-        for job in self.stages:
-            for path in (job.layout.spark_checkpoint, job.layout.snapshots):
-                shutil.rmtree(path, ignore_errors=True)
-            stage_attempt = job.store.begin_attempt(job.store.checkpoint_ids())
-            sink = build_sink(job.spec, job.store, job.layout, attempt=stage_attempt)
-            if isinstance(sink, TwoPhaseCommitSink):
-                sink.restore(None, None)
-            ControlChannel(job.layout.control).reset()
-        attempt = self._begin_attempt([], 0)
-        stages = {}
-        for job in self.stages:
-            partitions = {partition_id(self.spec.channel(name).topic_for(self.spec.name), p): -1
-                          for name in job.stage.input_channels for p in range(self.spec.channel(name).partitions)}
-            if partitions:
-                stages[job.stage.name] = partitions
-        self._add_fence(attempt, 0, stages)
-        log.warning("pipeline %s completed no global checkpoint before: every stage starts from the beginning as "
-                    "attempt %d", self.spec.name, attempt)
-        return GlobalRestoreReport(self.spec.name, 0, attempt, stages)
-
-    def _refuse_output_ahead(self, checkpoint_id: int) -> None:
-        """Refuse to restore ``checkpoint_id`` when a sink committed a newer epoch: after the
-        restore the upstream stages write those epochs' records again as a new attempt, at new
-        channel offsets, so the single-stage replay with suppressed output (barriers/replay_plan.py)
-        cannot cut the downstream batches where they were cut, and the output would be
-        committed twice."""
-        from barrierflow.recovery.restore import DuplicateOutputError
-        from barrierflow.transactions.ledger import TransactionLedger, TxnState
-
-        ahead = {}
-        for job in self.stages:
-            newer = sorted(t.checkpoint_id for t in TransactionLedger(job.store.objects, job.spec.name).list()
-                           if t.state is TxnState.COMMITTED and t.checkpoint_id > checkpoint_id)
-            if newer:
-                ahead[job.stage.name] = newer
-        if ahead:
-            raise DuplicateOutputError(
-                f"global checkpoint {checkpoint_id} of pipeline {self.spec.name} is older than output already "
-                f"committed (epochs per stage: {ahead}); a pipeline of several stages cannot replay committed "
-                "epochs with their output suppressed, so restoring it would write that output twice. Restore the "
-                "latest global checkpoint (--latest or --latest-valid), or remove the newer output first")
+        return restore_initial_cut(self.spec, self.parts, self.global_store)
 
     def has_earlier_run(self) -> bool:
         """Whether a run of this pipeline left local state, global records or an attempt (so a
