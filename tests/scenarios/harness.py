@@ -28,18 +28,18 @@ FAST_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSe
 
 
 def windowed_spec(tmp_path: Path, sink: dict[str, Any], *, records: int, per_batch: int = 400,
-                  event_time_step_ms: float | None = None) -> Path:
+                  event_time_step_ms: float | None = None, keys: int = 10) -> Path:
     """The demo-style pipeline: generator -> 1 s event-time windows per key (append) -> sink.
     The pipeline name is unique per test, so shared external systems never see a reused
     transaction id. Records are 1 ms of event time apart unless ``event_time_step_ms`` says
     otherwise: with 1 ms a window closes (and an epoch has output to commit) every 1,000
-    records of a partition."""
+    records of a partition. Each closed window has a row per key (``keys``)."""
     data = {
         "version": 1,
         "name": f"eo{uuid.uuid4().hex[:8]}",
         "work_dir": str(tmp_path / "work"),
         "sources": [{"name": "events", "type": "generator", "partitions": 2, "rows_per_second": 0,
-                     "max_records_per_batch": per_batch, "records_per_partition": records, "keys": 10,
+                     "max_records_per_batch": per_batch, "records_per_partition": records, "keys": keys,
                      "malformed_every": 101,
                      **({"event_time_step_ms": event_time_step_ms} if event_time_step_ms is not None else {})}],
         "transformation": {"function": "barrierflow.transforms.aggregations:keyed_window_counts",

@@ -25,9 +25,13 @@ from tests.scenarios.harness import crash_at_every_point, finish, window_rows, w
 from tests.support.kafka_broker import create_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(200)]
-#: Records per source partition: 10 batches of 300, more than the 7 crashes (each at the first
+#: Records per source partition: 10 batches of 520, more than the 7 crashes (each at the first
 #: hit of its point, from the previous crash's restored state) use up.
-RECORDS = 3000
+RECORDS = 5200
+PER_BATCH = 520
+#: Keys: every closed 1 s window has a row per key, so the output is about 10,000 rows
+#: (52 s of event time x 200 keys).
+KEYS = 200
 #: Event time between records: 10 ms, so a 1 s window closes in every batch and every epoch has
 #: output to commit; with 1 ms a crash in the sink's commit came only after 4 batches of a new
 #: driver (see tests/scenarios/test_random_crashes.py).
@@ -52,9 +56,9 @@ def _read_all(bootstrap: str, topic: str, idle: float = 1.0, limit: float = 30.0
         consumer.close()
 
 
-def _reference(reference_rows: Any, records: int) -> list[tuple[Any, ...]]:
+def _reference(reference_rows: Any) -> list[tuple[Any, ...]]:
     return sorted((ws.replace(" ", "T"), we.replace(" ", "T"), *rest)
-                  for ws, we, *rest in reference_rows(records, EVENT_TIME_STEP_MS))
+                  for ws, we, *rest in reference_rows(RECORDS, EVENT_TIME_STEP_MS, keys=KEYS, per_batch=PER_BATCH))
 
 
 def test_crash_at_every_point_restore_finish(spark, tmp_path: Path, reference_rows, kafka_endpoint,
@@ -64,9 +68,10 @@ def test_crash_at_every_point_restore_finish(spark, tmp_path: Path, reference_ro
     create_topic(kafka_endpoint, markers, 1)
     spec_path = windowed_spec(tmp_path, {"name": "k", "type": "kafka", "topic": topic, "key_column": "key",
                                          "bootstrap_servers": kafka_endpoint.bootstrap_servers,
-                                         "commit_marker_topic": markers}, records=RECORDS, per_batch=300,
-                              event_time_step_ms=EVENT_TIME_STEP_MS)
-    reference = _reference(reference_rows, RECORDS)
+                                         "commit_marker_topic": markers}, records=RECORDS, per_batch=PER_BATCH,
+                              event_time_step_ms=EVENT_TIME_STEP_MS, keys=KEYS)
+    reference = _reference(reference_rows)
+    assert len(reference) >= 10_000
 
     def produced() -> list[tuple[Any, ...]]:
         records = committed_records(kafka_endpoint.bootstrap_servers, topic, markers, timeout=10.0)

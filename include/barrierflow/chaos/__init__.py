@@ -18,7 +18,7 @@ The method, in order (:func:`barrierflow.chaos.runner.run_chaos`):
    :mod:`barrierflow.faults`. After the N kills the copy runs to the end.
 5. **Compare** (:mod:`.outputs`) the committed output of both copies as multisets of rows,
    each sink read by a reader of its own (Parquet: pyarrow over the committed files;
-   PostgreSQL: SQL; Kafka: a ``read_committed`` consumer of confluent-kafka, not the client
+   PostgreSQL: SQL; Kafka: a ``read_committed`` consumer of kafka-python, not the client
    the sink writes with), and write the report (:mod:`.report`): kills by kind, restarts,
    checkpoints, rows, missing, extra, duplicated, time; JSON and an HTML page with a plot.
 

@@ -6,8 +6,8 @@ output is the multiset of its rows, so two runs compare without any order or key
 * Parquet: pyarrow reads the committed ``part-*.parquet`` files under the sink's path (the
   files the sink published; staged files live under ``_staging/`` and are not read);
 * PostgreSQL: ``SELECT *`` of the table (and no prepared transaction may be left behind);
-* Kafka: a ``read_committed`` consumer of confluent-kafka (the sink writes with kafka-python)
-  up to the end offsets, so records of aborted transactions are never counted.
+* Kafka: a ``read_committed`` consumer of kafka-python (the sink writes with confluent-kafka)
+  up to the last stable offsets, so records of aborted transactions are never counted.
 
 :func:`prepare_output` makes what a copy's sink needs before it runs: the PostgreSQL table
 (``LIKE`` the spec's table, which must exist) and the Kafka topic (as many partitions as the
@@ -20,7 +20,7 @@ import io
 import json
 import os
 from collections import Counter
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -122,38 +122,42 @@ def _postgres_rows(sink: Any, table: str, pipeline: str) -> Rows:
 
 
 def _kafka_rows(servers: str, topic: str) -> tuple[Rows, str]:
-    """The records of ``topic`` a read_committed reader sees, and the client that read them."""
-    try:
-        from confluent_kafka import Consumer, TopicPartition
-    except ImportError:  # pragma: no cover - confluent-kafka is in requirements.txt
-        raise OutputReadError("chaos reads Kafka outputs with confluent-kafka, which is not installed") from None
-    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"barrierflow-chaos-{topic}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "auto.offset.reset": "earliest"})
+    """The records of ``topic`` a read_committed reader sees, and the client that read them
+    (kafka-python: the sink produces with confluent-kafka, so the check does not share a client
+    with what it checks)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=servers.split(","), group_id=None, enable_auto_commit=False,
+                             isolation_level="read_committed", auto_offset_reset="earliest",
+                             request_timeout_ms=30_000)
     rows: Rows = Counter()
     try:
-        metadata = consumer.list_topics(topic, timeout=10)
-        partitions = sorted(metadata.topics[topic].partitions)
-        ends = {}
-        for p in partitions:
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            ends[p] = high
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        done = {p for p, end in ends.items() if end == 0}
-        while len(done) < len(partitions):
-            message = consumer.poll(5.0)
-            if message is None:
-                positions = consumer.position([TopicPartition(topic, p) for p in partitions])
-                done |= {tp.partition for tp in positions if tp.offset >= ends[tp.partition]}
-                continue
-            if message.error():
-                raise OutputReadError(f"reading topic {topic}: {message.error()}")
-            rows[canonical(json.loads(message.value()))] += 1
-            if message.offset() + 1 >= ends[message.partition()]:
-                done.add(message.partition())
+        partitions = sorted(consumer.partitions_for_topic(topic) or ())
+        if not partitions:
+            raise OutputReadError(f"topic {topic} does not exist on {servers}")
+        tps = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)  # under read_committed: the last stable offsets
+        behind = {tp for tp in tps if ends[tp] > 0}
+        idle_since = None
+        while behind:
+            fetched = consumer.poll(timeout_ms=1000)
+            for records in fetched.values():
+                for record in records:
+                    rows[canonical(json.loads(record.value))] += 1
+            behind = {tp for tp in behind if consumer.position(tp) < ends[tp]}
+            if fetched:
+                idle_since = None
+            elif behind:
+                idle_since = idle_since or datetime.now(UTC)
+                if (datetime.now(UTC) - idle_since).total_seconds() > 60:
+                    stuck = {f"{tp.topic}:{tp.partition}": (consumer.position(tp), ends[tp]) for tp in behind}
+                    raise OutputReadError(f"reading topic {topic} on {servers} made no progress for 60s "
+                                          f"(position, end offset): {stuck}")
     finally:
         consumer.close()
-    return rows, "confluent-kafka"
+    return rows, "kafka-python"
 
 
 def read_output(output: ScratchOutput, sink: Any, pipeline: str) -> Rows:

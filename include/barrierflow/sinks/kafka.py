@@ -1,8 +1,14 @@
-"""The Kafka sink (kafka-python): exactly-once through a write-ahead two-phase commit.
+"""The Kafka sink: exactly-once through a write-ahead two-phase commit.
+
+Clients: records and markers are produced with confluent-kafka's transactional producer
+(:class:`barrierflow.kafka_io.transactions.TransactionalProducer`: real producer batches,
+keys placed by the Java client's murmur2 partitioner); the marker topic and the committed
+output are read with kafka-python (a few requests per commit; and a second client reading
+what the first wrote is what the exactly-once tests want).
 
 Design: write-ahead, not Flink's resume-the-open-transaction design. Flink keeps epoch n's
 Kafka transaction open from pre-commit to commit and, after a crash, resumes it from another
-process with the recorded producer id and epoch. kafka-python cannot resume another
+process with the recorded producer id and epoch. Neither Python client can resume another
 producer's id/epoch, so a Kafka transaction cannot outlive the driver process that opened it.
 The staged micro-batches (:mod:`barrierflow.sinks.staging`) already make epoch n durable and
 invisible, i.e. they are a write-ahead log; so the whole epoch is produced in one short
@@ -39,11 +45,9 @@ Caveats:
   ``init_transactions`` (same transactional id) fences the dead producer and aborts it
   before anything is produced (tests/sinks/test_kafka_sink.py shows it on noida-db).
   Meanwhile a ``read_committed`` reader of the topic waits at that transaction.
-* Records are produced with ``linger_ms=0`` and one request in flight, and the marker record
-  is sent and acknowledged on its own. That kept end offsets exact on tansu (wrong after
-  multi-record batches outside transactions); it is no longer needed for correctness on
-  Kafka or noida-db, only slow, and is left as is here (issue 29 rewrites this path around
-  a faster client).
+* Records travel in producer batches (``linger.ms`` 5, idempotent, ``acks=all``); the marker is
+  sent after every record of the epoch was acknowledged, carrying each partition's
+  acknowledged offset span (what :func:`committed_records` reads).
 * The marker topic must exist (it is never auto-created), and its retention must be longer
   than the longest time a pre-committed epoch may wait for a retried commit (the default
   7 days is ample). Each commit reads it from the beginning, filtered to this pipeline/sink.
@@ -76,16 +80,15 @@ from barrierflow.transactions.staged import StagedBatches
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_crash_point
 
 if TYPE_CHECKING:
-    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import KafkaConsumer
     from kafka.consumer.fetcher import ConsumerRecord
-    from kafka.producer.future import FutureRecordMetadata
+
+    from barrierflow.kafka_io.transactions import TransactionalProducer
 
 log = logging.getLogger(__name__)
 
 #: Default bound, in seconds, on connecting to the brokers and on each broker request.
 DEFAULT_TIMEOUT = 10.0
-#: Records sent before waiting for their acknowledgements (bounds memory held by futures).
-SETTLE_EVERY = 10_000
 EPOCH_HEADER = "bf-epoch"
 ATTEMPT_HEADER = "bf-attempt"
 
@@ -434,7 +437,7 @@ class KafkaSink(TwoPhaseCommitSink):
             raise SinkError(f"Kafka sink {self.name!r}: bootstrap_servers is empty")
         self.timeout = timeout
         self.transactional_id = transactional_id_for(self.pipeline, self.name)
-        self._producer: KafkaProducer | None = None
+        self._producer: TransactionalProducer | None = None
         self._open_transaction: str | None = None
         self._topics_checked = False
 
@@ -494,50 +497,28 @@ class KafkaSink(TwoPhaseCommitSink):
         self._discard_producer(abort=True)
 
     # -- producing ------------------------------------------------------------------------
-    def _transactional_producer(self) -> KafkaProducer:
+    def _transactional_producer(self) -> TransactionalProducer:
         """The sink's transactional producer, connected and initialised (fencing zombies)."""
         if self._producer is not None:
             return self._producer
-        from kafka import KafkaProducer
-        from kafka.errors import KafkaError
+        from barrierflow.kafka_io.transactions import TransactionalProducer, TransactionalSettings
 
-        timeout_ms = max(int(self.timeout * 1000), 1000)
+        settings = TransactionalSettings(servers=",".join(self.servers), transactional_id=self.transactional_id,
+                                         transaction_timeout_ms=self.spec.transaction_timeout_ms,
+                                         timeout=self.timeout, client_id=f"barrierflow-{self.pipeline}-{self.name}")
         try:
-            producer = KafkaProducer(
-                bootstrap_servers=self.servers,
-                client_id=f"barrierflow-{self.pipeline}-{self.name}",
-                transactional_id=self.transactional_id,
-                transaction_timeout_ms=self.spec.transaction_timeout_ms,
-                enable_idempotence=True,
-                acks="all",
-                linger_ms=0,
-                max_in_flight_requests_per_connection=1,
-                allow_auto_create_topics=False,
-                bootstrap_timeout_ms=timeout_ms,
-                max_block_ms=timeout_ms,
-                request_timeout_ms=timeout_ms,
-                delivery_timeout_ms=2 * timeout_ms,
-                reconnect_backoff_max_ms=1000,
-                metrics_enabled=False,
-            )
-        except KafkaError as exc:
-            raise self._error("connecting the transactional producer", exc) from exc
-        try:
-            producer.init_transactions()
+            producer = TransactionalProducer(settings)
         except Exception as exc:
-            producer.close(timeout=0)
             raise self._error(f"initialising transactional id {self.transactional_id!r}", exc) from exc
         log.info("Kafka sink %s: transactional producer %r ready on %s", self.name, self.transactional_id,
                  ",".join(self.servers))
         self._producer = producer
         return producer
 
-    def _produce_transaction(self, producer: KafkaProducer, txn: Transaction) -> int:
+    def _produce_transaction(self, producer: TransactionalProducer, txn: Transaction) -> int:
         headers = [(EPOCH_HEADER, str(txn.checkpoint_id).encode()), (ATTEMPT_HEADER, str(txn.attempt).encode())]
-        producer.begin_transaction()
+        producer.begin()
         self._open_transaction = txn.transaction_id
-        pending: list[FutureRecordMetadata] = []
-        ranges: dict[str, list[int]] = {}
         records = 0
         for batch in txn.batches:
             table = self.staging.read(batch)
@@ -552,13 +533,9 @@ class KafkaSink(TwoPhaseCommitSink):
             for chunk in table.to_batches():
                 for row in chunk.to_pylist():
                     key = encode_key(row[key_column]) if key_column is not None else None
-                    pending.append(producer.send(self.spec.topic, key=key, value=encode_value(row),
-                                                 headers=headers))
+                    producer.send(self.spec.topic, encode_value(row), key=key, headers=headers)
                     records += 1
-                    if len(pending) >= SETTLE_EVERY:
-                        self._settle(producer, pending, ranges)
-                        pending = []
-        self._settle(producer, pending, ranges)
+        ranges = {str(p): [first, last] for p, (first, last) in sorted(producer.settle().items())}
         crash_point("kafka_before_marker", sink=self.name, transaction=txn.transaction_id)
         marker = {
             "transaction_id": txn.transaction_id,
@@ -574,41 +551,13 @@ class KafkaSink(TwoPhaseCommitSink):
             "transactional_id": self.transactional_id,
             "produced_at": self.now().astimezone(UTC).isoformat(),
         }
-        producer.send(self.spec.commit_marker_topic, key=txn.transaction_id.encode(),
-                      value=json.dumps(marker, separators=(",", ":")).encode(),
-                      headers=headers).get(timeout=self.timeout)
+        producer.send(self.spec.commit_marker_topic, json.dumps(marker, separators=(",", ":")).encode(),
+                      key=txn.transaction_id.encode(), headers=headers)
+        producer.settle()
         crash_point("kafka_after_marker", sink=self.name, transaction=txn.transaction_id)
-        self._end_transaction(producer, commit=True)
+        producer.commit()
         self._open_transaction = None
         return records
-
-    def _settle(self, producer: KafkaProducer, pending: list[FutureRecordMetadata],
-                ranges: dict[str, list[int]]) -> None:
-        """Wait for ``pending`` sends (raising the first failure) and widen ``ranges``
-        (partition -> ``[first offset, last offset]``) by their acknowledged offsets."""
-        if not pending:
-            return
-        producer.flush(timeout=self.timeout)
-        for future in pending:
-            meta = future.get(timeout=self.timeout)
-            span = ranges.setdefault(str(meta.partition), [meta.offset, meta.offset])
-            span[0], span[1] = min(span[0], meta.offset), max(span[1], meta.offset)
-
-    def _end_transaction(self, producer: KafkaProducer, *, commit: bool) -> None:
-        """``commit_transaction``/``abort_transaction`` bounded by ``timeout`` (kafka-python's
-        public calls wait without a bound, so its transaction manager is driven directly)."""
-        from kafka.errors import KafkaTimeoutError
-
-        manager = getattr(producer, "_transaction_manager", None)
-        sender = getattr(producer, "_sender", None)
-        if manager is None or sender is None:  # pragma: no cover - another kafka-python version
-            (producer.commit_transaction if commit else producer.abort_transaction)()
-            return
-        result = manager.begin_commit() if commit else manager.begin_abort()
-        sender.wakeup()
-        if not result.wait(timeout_ms=int(self.timeout * 1000)):
-            raise KafkaTimeoutError(f"{'committing' if commit else 'aborting'} the transaction took more than "
-                                    f"{self.timeout:g}s")
 
     def _discard_producer(self, *, abort: bool) -> None:
         """Abort the open transaction (best effort) and close the producer; the next commit
@@ -619,25 +568,25 @@ class KafkaSink(TwoPhaseCommitSink):
             return
         if abort and open_txn is not None:
             try:
-                self._end_transaction(producer, commit=False)
+                producer.abort()
             except Exception as exc:
                 log.warning("Kafka sink %s: aborting the producer transaction of %s failed (%s: %s); it ends "
                             "when the transactional id is next initialised or after transaction_timeout_ms",
                             self.name, open_txn, type(exc).__name__, exc)
-        try:
-            producer.close(timeout=min(self.timeout, 5.0))
-        except Exception as exc:  # pragma: no cover - closing is best effort
-            log.warning("Kafka sink %s: closing the producer failed: %s", self.name, exc)
+        producer.close()
 
     def _error(self, what: str, exc: BaseException) -> SinkError:
-        if _is_fenced(exc):
+        from barrierflow.kafka_io.transactions import TransactionError
+
+        kind = exc.kind if isinstance(exc, TransactionError) else None
+        if kind == "fenced" or (kind is None and _is_fenced(exc)):
             return SinkError(
                 f"Kafka sink {self.name!r}: {what} failed: the producer was fenced: another process "
                 f"initialised transactional id {self.transactional_id!r} on {','.join(self.servers)} (a newer "
                 "driver of this pipeline, or a reconcile run). Nothing of this attempt's transaction becomes "
                 "visible; make sure only one driver runs the pipeline. The next commit starts a new producer."
             )
-        if _is_connectivity(exc):
+        if kind == "unreachable" or (kind is None and _is_connectivity(exc)):
             err = _unreachable(self.servers, what, self.timeout, exc)
             return SinkError(f"Kafka sink {self.name!r}: {str(err).removeprefix('Kafka sink: ')}")
         return SinkError(f"Kafka sink {self.name!r}: {what} on {','.join(self.servers)} failed: "
