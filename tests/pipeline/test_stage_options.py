@@ -12,7 +12,7 @@ from barrierflow.pipeline.stage_options import derive_stage_spec
 from barrierflow.sinks.factory import build_sink
 from barrierflow.sources.planning import PlanningOptions
 from barrierflow.spec import parse_staged_spec
-from barrierflow.spec.models import CheckpointMode
+from barrierflow.spec.models import CheckpointMode, KafkaSourceSpec
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink
 from barrierflow.workdir.layout import JobLayout
 
@@ -85,11 +85,24 @@ def test_a_final_stages_sink_retries_commits_as_the_pipeline_says(tmp_path: Path
     assert sink.commit_retry.retries == 9 and sink.commit_retry.initial == 0.25
 
 
-def test_channels_with_different_fields_are_refused_naming_the_stage(tmp_path: Path) -> None:
+def test_channels_with_different_fields_are_read_as_their_union(tmp_path: Path) -> None:
     data = pipeline(tmp_path)
-    data["stages"][2]["sources"][1]["json_fields"] = {"key": "long"}
+    data["stages"][2]["sources"][1]["json_fields"] = {"key": "long", "amount": "double"}
     spec = parse_staged_spec(data)
-    with pytest.raises(UserInputError, match="stage 'b' reads channels \\['ab', 'cb'\\]"):
+    source = derive_stage_spec(spec, spec.stage("b"), work_dir="/w", servers=SERVERS).source
+    assert isinstance(source, KafkaSourceSpec)
+    assert source.json_fields == {**CHANNEL_FIELDS, "amount": "double"}
+    ab, cb = (spec.channel(c).topic_for(spec.name) for c in ("ab", "cb"))
+    assert source.topic_fields == {ab: list(CHANNEL_FIELDS), cb: ["key", "amount"]}
+    assert source.fields_of(cb) == {"key": "long", "amount": "double"}
+
+
+def test_a_field_typed_differently_by_two_channels_is_refused_naming_both(tmp_path: Path) -> None:
+    data = pipeline(tmp_path)
+    data["stages"][2]["sources"][1]["json_fields"] = {"key": "string"}
+    spec = parse_staged_spec(data)
+    with pytest.raises(UserInputError, match="stage 'b': field 'key' has different types in the json_fields of "
+                                             "channels \\['ab', 'cb'\\]"):
         derive_stage_spec(spec, spec.stage("b"), work_dir="/w", servers=SERVERS)
 
 

@@ -143,12 +143,12 @@ def _check_channel(endpoint: KafkaEndpoint, topic: str, a_manifests: list[Any]) 
 
 
 def three_stage_spec(tmp_path: Path, endpoint: KafkaEndpoint) -> dict[str, Any]:
-    """x and y read generators and write channels c1 and c2; z reads both and writes Parquet."""
+    """x and y read generators and write channels c1 and c2; z reads both and writes Parquet.
+    The channels carry different fields (c1 ``value``, c2 ``amount``): z reads their union."""
     suffix = uuid.uuid4().hex[:8]
-    columns = {"src_partition": "partition", "src_offset": "offset", "key": "key", "value": "value"}
-    fields = {"src_partition": "long", "src_offset": "long", "key": "long", "value": "long"}
 
-    def upstream(name: str, channel: str, batch: int) -> dict[str, Any]:
+    def upstream(name: str, channel: str, batch: int, value_as: str) -> dict[str, Any]:
+        columns = {"src_partition": "partition", "src_offset": "offset", "key": "key", value_as: "value"}
         return {"name": name,
                 "sources": [{"name": "events", "type": "generator", "partitions": PARTITIONS, "rows_per_second": 0,
                              "max_records_per_batch": batch, "keys": 7, "records_per_partition": RECORDS}],
@@ -156,19 +156,23 @@ def three_stage_spec(tmp_path: Path, endpoint: KafkaEndpoint) -> dict[str, Any]:
                                    "options": {"columns": columns}},
                 "sinks": [{"type": "channel", "channel": channel}]}
 
+    def fields(value_as: str) -> dict[str, str]:
+        return {"src_partition": "long", "src_offset": "long", "key": "long", value_as: "long"}
+
     return {
         "name": "three",
         "work_dir": str(tmp_path / "work"),
         "channels": [{"name": c, "topic": f"{c}-{suffix}", "partitions": 2, "bootstrap": endpoint.bootstrap_servers}
                      for c in ("c1", "c2")],
         "stages": [
-            upstream("x", "c1", 40), upstream("y", "c2", 15),
+            upstream("x", "c1", 40, "value"), upstream("y", "c2", 15, "amount"),
             {"name": "z",
-             "sources": [{"type": "channel", "channel": c, "max_records_per_batch": 30, "json_fields": fields}
-                         for c in ("c1", "c2")],
+             "sources": [{"type": "channel", "channel": c, "max_records_per_batch": 30, "json_fields": fields(v)}
+                         for c, v in (("c1", "value"), ("c2", "amount"))],
              "transformation": {"function": "barrierflow.transforms.projection:project",
                                 "options": {"columns": {"topic": "topic", "src_partition": "src_partition",
-                                                        "src_offset": "src_offset"}}},
+                                                        "src_offset": "src_offset", "value": "value",
+                                                        "amount": "amount"}}},
              "sinks": [{"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}]},
         ],
         "trigger": {"interval": "100ms"},
@@ -182,7 +186,8 @@ def test_three_stages_one_reading_two_channels_unaligned_and_restored(
     """z aligns four input partitions of two channels, unaligned: the snapshot is taken at the
     first barrier and the records other partitions deliver before theirs are channel state.
     The pipeline stops after one global checkpoint and restarts from it (attempt 1); the
-    committed output holds every record of both upstream stages once."""
+    committed output holds every record of both upstream stages once. The two channels carry
+    different fields: z's rows have c1's ``value`` or c2's ``amount``, null for the other."""
     spec = parse_staged_spec(three_stage_spec(tmp_path, kafka_endpoint))
     first = StagedPipelineJob(spec, spark=spark).run(checkpoints=1, duration=170)
     second = StagedPipelineJob(spec, spark=spark).run(until_exhausted=True, duration=170)
@@ -205,6 +210,11 @@ def test_three_stages_one_reading_two_channels_unaligned_and_restored(
                       table.column("src_offset").to_pylist(), strict=True))
     topics = sorted(c.topic for c in spec.channels)
     assert seen == [(t, p, o) for t in topics for p in range(PARTITIONS) for o in range(RECORDS)]
+    c1 = spec.channel("c1").topic
+    carried = {(topic == c1, value is not None, amount is not None) for topic, value, amount in zip(
+        table.column("topic").to_pylist(), table.column("value").to_pylist(), table.column("amount").to_pylist(),
+        strict=True)}
+    assert carried == {(True, True, False), (False, False, True)}  # each channel's own field, nulls for the other
     print(f"\nthree stages, unaligned: run 1 {first.elapsed_seconds:.1f}s, run 2 {second.elapsed_seconds:.1f}s; "
           f"global total_ms {[round(m.total_ms) for m in completed]}; channel-state records of z: "
           f"{[z[m.checkpoint_id].alignment.channel_state_records for m in completed]}")  # type: ignore[union-attr]

@@ -182,3 +182,23 @@ def test_iso_timestamps_read_by_arrow_agree_with_fromisoformat(
         assert fast == _per_record(values, {"at": "timestamp"})
     elif all(zone == "" for *_, zone, _ in parts) or all(zone != "" for *_, zone, _ in parts):
         assert _per_record(values, {"at": "timestamp"}) is None
+
+
+def test_records_of_a_topic_carrying_fewer_fields_get_nulls_for_the_others() -> None:
+    """A stage reading channels with different fields: each topic's records must carry its own
+    fields (a missing one is a dead letter), the others are null in its rows."""
+    spec = KafkaSourceSpec.model_validate(
+        {"type": "kafka", "bootstrap_servers": "127.0.0.1:1", "topics": ["a", "b"], "format": "json",
+         "json_fields": {"key": "long", "value": "long", "amount": "double"},
+         "topic_fields": {"a": ["key", "value"], "b": ["key", "amount"]}})
+    records = [Record(b'{"key": 1, "value": 10}', topic="a", offset=0),
+               Record(b'{"key": 2, "amount": 2.5}', topic="b", offset=0),
+               Record(b'{"key": 3, "value": 30, "amount": 9.5}', topic="b", offset=1),
+               Record(b'{"key": 4, "amount": 4.5}', topic="a", offset=1)]
+    for vectorized in (True, False):
+        decoder = RecordDecoder(spec, vectorized=vectorized)
+        rows = [r for batch in decoder.batches(records) for r in batch.to_pylist()]
+        assert [(r["topic"], r["key"], r["value"], r["amount"]) for r in rows] == [
+            ("a", 1, 10, None), ("b", 2, None, 2.5), ("b", 3, None, 9.5)]
+        assert [(d["partition"], d["offset"]) for d in decoder.dead_letters] == [("a:0", 1)]
+        assert "field 'value' is missing" in decoder.dead_letters[0]["reason"]

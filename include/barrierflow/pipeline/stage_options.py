@@ -28,7 +28,6 @@ channel writer is built by the runtime, :mod:`barrierflow.sinks.factory`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 from barrierflow.errors import UserInputError
@@ -65,28 +64,39 @@ def check_runnable(stage: StageSpec) -> None:
 
 def channel_input(pipeline: StagedPipelineSpec, stage: StageSpec, servers: Mapping[str, str]) -> KafkaSourceSpec:
     """The channels ``stage`` reads, as one Kafka source over their topics (``servers``: channel
-    name -> ``host:port`` list). They must share the brokers and the ``json_fields`` (rows of
-    every channel are decoded alike; the ``topic`` column tells them apart).
+    name -> ``host:port`` list). Its ``json_fields`` are the union of the channels' fields; when
+    the channels carry different fields, ``topic_fields`` says which each channel's records must
+    carry, and the others are null in its rows (the ``topic`` column tells the channels apart).
 
     Raises:
-        UserInputError: the stage reads no channel, or its channels differ in brokers or fields.
+        UserInputError: the stage reads no channel, its channels are on different brokers, or
+            two channels give one field different types.
     """
     sources = [s for s in stage.sources if isinstance(s, ChannelSourceSpec)]
     if not sources:
         raise UserInputError(f"stage {stage.name!r} reads no channel")
     brokers = {servers[s.channel] for s in sources}
-    fields = {json.dumps(s.json_fields, sort_keys=True) for s in sources}
-    if len(brokers) > 1 or len(fields) > 1:
+    if len(brokers) > 1:
         raise UserInputError(
-            f"stage {stage.name!r} reads channels {[s.channel for s in sources]} on different brokers or with "
-            "different json_fields; reading them in one stage needs the same brokers and the same json_fields "
-            "for now (declare the union of the fields in each, and write them in every upstream stage)")
+            f"stage {stage.name!r} reads channels {[s.channel for s in sources]} on different brokers "
+            f"({sorted(brokers)}); a stage reads its channels as one source, so they must share the brokers: put "
+            "the channels on one cluster (the same bootstrap)")
+    union: dict[str, str] = {}
+    for source in sources:
+        for name, kind in source.json_fields.items():
+            if union.setdefault(name, kind) != kind:
+                givers = [s.channel for s in sources if name in s.json_fields]
+                raise UserInputError(
+                    f"stage {stage.name!r}: field {name!r} has different types in the json_fields of channels "
+                    f"{givers}; a stage's rows have one type per column: give it one type in every channel (or "
+                    "rename it in the upstream stage's transformation)")
+    topics = [pipeline.channel(s.channel).topic_for(pipeline.name) for s in sources]
+    topic_fields = {topic: list(s.json_fields) for topic, s in zip(topics, sources, strict=True)
+                    if set(s.json_fields) != set(union)}
     return KafkaSourceSpec(
         name=sources[0].source_name if len(sources) == 1 else "channels", type="kafka",
-        bootstrap_servers=brokers.pop(),
-        topics=[pipeline.channel(s.channel).topic_for(pipeline.name) for s in sources],
-        format="json", json_fields=sources[0].json_fields,
-        max_records_per_batch=min(s.max_records_per_batch for s in sources))
+        bootstrap_servers=brokers.pop(), topics=topics, format="json", json_fields=union,
+        topic_fields=topic_fields, max_records_per_batch=min(s.max_records_per_batch for s in sources))
 
 
 def stage_batch(stage: StageSpec) -> BatchSpec:

@@ -431,9 +431,14 @@ class RecordDecoder:
         self.dead_letters: list[dict[str, Any]] = []
 
     def batches(self, records: Iterable[Any]) -> Iterator[pa.RecordBatch]:
-        """Arrow batches of at most :data:`CHUNK_ROWS` rows, in record order."""
+        """Arrow batches of at most :data:`CHUNK_ROWS` rows of one topic each, in record order."""
         chunk: list[Any] = []
         for record in records:
+            if chunk and record.topic != chunk[0].topic:
+                batch = self._batch(chunk)
+                chunk = []
+                if batch is not None:
+                    yield batch
             chunk.append(record)
             if len(chunk) >= CHUNK_ROWS:
                 batch = self._batch(chunk)
@@ -476,7 +481,9 @@ class RecordDecoder:
             names=["topic", "partition", "offset", "timestamp", "key", "value", "headers"],
         )
 
-    def _decode(self, record: ConsumerRecord) -> list[Any]:
+    def _decode(self, record: ConsumerRecord, fields: Mapping[str, str] | None = None) -> list[Any]:
+        """The values of ``fields`` (default: every json field) in ``record``'s JSON object, or
+        :class:`_Invalid` naming what is wrong."""
         if record.value is None:
             raise _Invalid("value is null (a tombstone), expected a JSON object")
         try:
@@ -486,7 +493,7 @@ class RecordDecoder:
         if not isinstance(obj, dict):
             raise _Invalid(f"value is a JSON {type(obj).__name__}, expected an object")
         row = []
-        for name, kind in self.spec.json_fields.items():
+        for name, kind in (self.spec.json_fields if fields is None else fields).items():
             if name not in obj:
                 raise _Invalid(f"field {name!r} is missing")
             row.append(_coerce(name, kind, obj[name]))
@@ -496,14 +503,17 @@ class RecordDecoder:
         import pyarrow as pa
 
         names = [*METADATA_COLUMNS, *self.spec.json_fields]
-        columns = decode_columns([r.value for r in records], self.spec.json_fields) if self.vectorized else None
+        carried = self.spec.fields_of(records[0].topic)  # a chunk is one topic's (batches)
+        columns = decode_columns([r.value for r in records], carried) if self.vectorized else None
         if columns is not None:
-            return pa.RecordBatch.from_arrays([*self._metadata(records), *columns], names=names)
+            return pa.RecordBatch.from_arrays([*self._metadata(records), *self._all_fields(columns, carried,
+                                                                                           len(records))],
+                                              names=names)
         kept: list[ConsumerRecord] = []
         rows: list[list[Any]] = []
         for record in records:
             try:
-                rows.append(self._decode(record))
+                rows.append(self._decode(record, carried))
             except _Invalid as exc:
                 self.dead_letters.append(
                     {
@@ -519,8 +529,20 @@ class RecordDecoder:
         if not kept:
             return None
         columns = [pa.array([row[i] for row in rows], type=arrow_type(kind))
-                   for i, kind in enumerate(self.spec.json_fields.values())]
-        return pa.RecordBatch.from_arrays([*self._metadata(kept), *columns], names=names)
+                   for i, kind in enumerate(carried.values())]
+        return pa.RecordBatch.from_arrays([*self._metadata(kept), *self._all_fields(columns, carried, len(kept))],
+                                          names=names)
+
+    def _all_fields(self, columns: list[pa.Array], carried: Mapping[str, str], rows: int) -> list[pa.Array]:
+        """A column per json field in the spec's order: ``columns`` (of the ``carried`` fields)
+        and nulls for the fields this topic's records do not carry (``topic_fields``)."""
+        import pyarrow as pa
+
+        if len(carried) == len(self.spec.json_fields):
+            return columns
+        given = dict(zip(carried, columns, strict=True))
+        return [given[name] if name in given else pa.nulls(rows, type=arrow_type(kind))
+                for name, kind in self.spec.json_fields.items()]
 
 
 # --------------------------------------------------------------------------- Spark source

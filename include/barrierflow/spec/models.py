@@ -115,6 +115,11 @@ class KafkaSourceSpec(_Strict):
     json_fields: dict[str, Literal["string", "long", "double", "timestamp", "boolean"]] = Field(
         default_factory=dict, description="for format=json: field name -> type"
     )
+    topic_fields: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="for format=json over topics whose records carry different fields (a stage reading channels "
+                    "with different json_fields): topic -> the json_fields its records must carry; the others are "
+                    "null in its rows. A topic not named carries every field")
     poll_timeout: Annotated[float, Field(gt=0)] = 10.0
     unavailable_timeout: Annotated[float, Field(
         ge=0, description="seconds the source rides out brokers that do not answer: planning offers no new "
@@ -124,7 +129,21 @@ class KafkaSourceSpec(_Strict):
     def _json_needs_fields(self) -> KafkaSourceSpec:
         if self.format == "json" and not self.json_fields:
             raise ValueError("format 'json' needs json_fields (field name -> type)")
+        for topic, names in self.topic_fields.items():
+            if topic not in self.topics:
+                raise ValueError(f"topic_fields names topic {topic!r}, which is not in topics {self.topics}")
+            unknown = sorted(set(names) - set(self.json_fields))
+            if unknown:
+                raise ValueError(f"topic_fields of {topic!r} names {unknown}, which are not in json_fields")
         return self
+
+    def fields_of(self, topic: str) -> dict[str, str]:
+        """The ``json_fields`` the records of ``topic`` must carry (all, unless ``topic_fields``
+        names the topic)."""
+        names = self.topic_fields.get(topic)
+        if names is None:
+            return dict(self.json_fields)
+        return {name: kind for name, kind in self.json_fields.items() if name in names}
 
 
 SourceSpec = Annotated[GeneratorSourceSpec | KafkaSourceSpec, Field(discriminator="type")]
