@@ -49,14 +49,15 @@ def test_precedes_orders_by_attempt_then_checkpoint() -> None:
     assert not BarrierMarker(2, 1, "a").precedes(BarrierMarker(2, 1, "b"))
 
 
-def test_attempt_fences_mark_what_an_older_attempt_wrote_after_the_restored_barrier() -> None:
-    from barrierflow.barriers.fences import AttemptFence, StaleRecords
+def test_attempt_cutoffs_mark_what_an_older_attempt_wrote_after_the_restored_barrier() -> None:
+    from barrierflow.barriers.cutoffs import AttemptCutoff, StaleRecords
 
     # restore 1 (attempt 1): barrier at offset 10; restore 2 (attempt 2): barrier at offset 30
-    stale = StaleRecords([AttemptFence(1, {"t:0": 10}), AttemptFence.from_json({"attempt": 2, "offsets": {"t:0": 30}})])
+    stale = StaleRecords([AttemptCutoff(1, {"t:0": 10}),
+                          AttemptCutoff.from_json({"attempt": 2, "offsets": {"t:0": 30}})])
     assert not stale.is_stale("t:0", 9, 0)  # before the restored barrier (e.g. channel state)
     assert stale.is_stale("t:0", 11, 0)  # attempt 0 after barrier: re-produced by attempt 1
     assert not stale.is_stale("t:0", 20, 1)  # attempt 1 before the second restore's barrier
     assert stale.is_stale("t:0", 31, 1) and stale.is_stale("t:0", 31, 0)
     assert not stale.is_stale("t:0", 31, 2) and not stale.is_stale("t:0", 99, None)
-    assert not stale.is_stale("t:1", 99, 0)  # no fence for that partition
+    assert not stale.is_stale("t:1", 99, 0)  # no cutoff for that partition

@@ -1,10 +1,12 @@
-"""GlobalCheckpointStore, the one owner of ``global/`` and ``_fences.json``, on a real local
-store (one test on S3): add-if-absent global manifests, ids, typed attempt fences, corrupt
-records, and the one-stage view over a stage store (no Spark)."""
+"""GlobalCheckpointStore, the one owner of ``global/`` and ``_cutoffs.json``, on a real local
+store (one test on S3): add-if-absent global manifests, ids, typed attempt cutoffs (and the
+legacy ``_fences.json`` of earlier releases), corrupt records, and the one-stage view over a
+stage store (no Spark)."""
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,8 +20,9 @@ from barrierflow.checkpointing.global_manifest import (
     global_key,
 )
 from barrierflow.checkpointing.global_store import (
-    FENCES_KEY,
-    AttemptFenceRecord,
+    CUTOFFS_KEY,
+    LEGACY_CUTOFFS_KEY,
+    AttemptCutoffRecord,
     GlobalCheckpointStore,
     SingleStageCuts,
 )
@@ -92,32 +95,55 @@ def test_ids_completed_unfinished_and_abandoned(store: GlobalCheckpointStore) ->
         store.get(5)
 
 
-def test_fences_round_trip_typed_and_keep_the_on_disk_format(store: GlobalCheckpointStore, tmp_path: Path) -> None:
-    assert store.fences() == [] and not store.has_records()
-    # a store written before GlobalCheckpointStore: a JSON list of {"attempt", "restored", "stages"}
-    legacy = [{"attempt": 1, "restored": 0, "stages": {"z": {"c1:0": -1, "c1:1": -1}}}]
-    (tmp_path / "chk").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "chk" / FENCES_KEY).write_text(json.dumps(legacy, indent=2), encoding="utf-8")
-    assert store.fences() == [AttemptFenceRecord(1, 0, {"z": {"c1:0": -1, "c1:1": -1}})]
-    store.add_fence(AttemptFenceRecord(2, 3, {"z": {"c1:1": 40, "c1:0": 17}, "y": {"c0:0": 5}}))
-    fences = store.fences()
-    assert fences[1] == AttemptFenceRecord(2, 3, {"y": {"c0:0": 5}, "z": {"c1:0": 17, "c1:1": 40}})
-    assert isinstance(fences[1].stages["z"]["c1:0"], int)
-    raw = json.loads((tmp_path / "chk" / FENCES_KEY).read_text(encoding="utf-8"))
-    assert raw == [legacy[0], {"attempt": 2, "restored": 3, "stages": {"y": {"c0:0": 5},
-                                                                        "z": {"c1:0": 17, "c1:1": 40}}}]
-    assert store.stage_fences("z") == [{"attempt": 1, "offsets": {"c1:0": -1, "c1:1": -1}},
-                                       {"attempt": 2, "offsets": {"c1:0": 17, "c1:1": 40}}]
-    assert store.stage_fences("y") == [{"attempt": 2, "offsets": {"c0:0": 5}}]
+def test_cutoffs_round_trip_typed_in_the_on_disk_format(store: GlobalCheckpointStore, tmp_path: Path) -> None:
+    assert CUTOFFS_KEY == "_cutoffs.json"
+    assert store.cutoffs() == [] and not store.has_records()
+    store.add_cutoff(AttemptCutoffRecord(1, 0, {"z": {"c1:0": -1, "c1:1": -1}}))
+    store.add_cutoff(AttemptCutoffRecord(2, 3, {"z": {"c1:1": 40, "c1:0": 17}, "y": {"c0:0": 5}}))
+    cutoffs = store.cutoffs()
+    assert cutoffs == [AttemptCutoffRecord(1, 0, {"z": {"c1:0": -1, "c1:1": -1}}),
+                       AttemptCutoffRecord(2, 3, {"y": {"c0:0": 5}, "z": {"c1:0": 17, "c1:1": 40}})]
+    assert isinstance(cutoffs[1].stages["z"]["c1:0"], int)
+    # the on-disk format: a JSON list of {"attempt", "restored", "stages"}, keys sorted
+    raw = json.loads((tmp_path / "chk" / CUTOFFS_KEY).read_text(encoding="utf-8"))
+    assert raw == [{"attempt": 1, "restored": 0, "stages": {"z": {"c1:0": -1, "c1:1": -1}}},
+                   {"attempt": 2, "restored": 3, "stages": {"y": {"c0:0": 5}, "z": {"c1:0": 17, "c1:1": 40}}}]
+    assert not (tmp_path / "chk" / LEGACY_CUTOFFS_KEY).exists()
+    assert store.stage_cutoffs("z") == [{"attempt": 1, "offsets": {"c1:0": -1, "c1:1": -1}},
+                                        {"attempt": 2, "offsets": {"c1:0": 17, "c1:1": 40}}]
+    assert store.stage_cutoffs("y") == [{"attempt": 2, "offsets": {"c0:0": 5}}]
     assert store.has_records()
 
 
+def test_a_store_of_an_earlier_release_keeps_its_cutoffs_in_the_legacy_fences_file(
+        store: GlobalCheckpointStore, tmp_path: Path) -> None:
+    # a store written by a release before the rename: the same JSON list, as _fences.json
+    assert LEGACY_CUTOFFS_KEY == "_fences.json"
+    legacy = [{"attempt": 1, "restored": 0, "stages": {"z": {"c1:0": -1, "c1:1": -1}}}]
+    (tmp_path / "chk").mkdir(parents=True, exist_ok=True)
+    legacy_bytes = json.dumps(legacy, indent=2).encode()
+    (tmp_path / "chk" / LEGACY_CUTOFFS_KEY).write_bytes(legacy_bytes)
+    assert store.has_records()  # the pipeline ran before, though it has no _cutoffs.json yet
+    assert store.cutoffs() == [AttemptCutoffRecord(1, 0, {"z": {"c1:0": -1, "c1:1": -1}})]
+    assert store.stage_cutoffs("z") == [{"attempt": 1, "offsets": {"c1:0": -1, "c1:1": -1}}]
+    # the next restore appends to what the legacy file held and writes _cutoffs.json only
+    store.add_cutoff(AttemptCutoffRecord(2, 3, {"z": {"c1:0": 17, "c1:1": 40}}))
+    raw = json.loads((tmp_path / "chk" / CUTOFFS_KEY).read_text(encoding="utf-8"))
+    assert raw == [legacy[0], {"attempt": 2, "restored": 3, "stages": {"z": {"c1:0": 17, "c1:1": 40}}}]
+    assert (tmp_path / "chk" / LEGACY_CUTOFFS_KEY).read_bytes() == legacy_bytes  # left untouched
+    # from then on _cutoffs.json is the one read, even if the legacy file says something else
+    (tmp_path / "chk" / LEGACY_CUTOFFS_KEY).write_text("[]", encoding="utf-8")
+    assert [c.attempt for c in store.cutoffs()] == [1, 2]
+    assert store.stage_cutoffs("z")[-1] == {"attempt": 2, "offsets": {"c1:0": 17, "c1:1": 40}}
+
+
+@pytest.mark.parametrize("key", [CUTOFFS_KEY, LEGACY_CUTOFFS_KEY])
 @pytest.mark.parametrize("body", [b"{not json", b'{"attempt": 1}', b'[{"restored": 0}]', b'[{"attempt": 1, '
                                   b'"stages": {"z": {"c1:0": "x"}}}]'])
-def test_a_corrupt_fences_file_names_the_object(store: GlobalCheckpointStore, body: bytes) -> None:
-    store.objects.put_bytes(FENCES_KEY, body)
-    with pytest.raises(CheckpointCorruptError, match=r"/_fences\.json is not a list of attempt fences"):
-        store.fences()
+def test_a_corrupt_cutoffs_file_names_the_object(store: GlobalCheckpointStore, key: str, body: bytes) -> None:
+    store.objects.put_bytes(key, body)
+    with pytest.raises(CheckpointCorruptError, match=rf"/{re.escape(key)} is not a list of attempt cutoffs"):
+        store.cutoffs()
 
 
 def test_a_corrupt_global_manifest_names_the_object(store: GlobalCheckpointStore) -> None:
@@ -150,7 +176,7 @@ def test_single_stage_cuts_are_the_stage_checkpoints(tmp_path: Path) -> None:
     (failure,) = cuts.failures()
     assert failure.checkpoint_id == 3 and failure.reason == "STAGE_FAILED" and failure.message == "EXPIRED: too slow"
     assert cuts.status(2) == "completed" and cuts.status(3) == "failed" and cuts.status(4) == "unknown"
-    assert cuts.fences() == [] and cuts.attempt() == 0 and cuts.abandoned() == []
+    assert cuts.cutoffs() == [] and cuts.attempt() == 0 and cuts.abandoned() == []
 
 
 def test_add_if_absent_on_s3(s3_store_uri: str) -> None:
@@ -160,5 +186,5 @@ def test_add_if_absent_on_s3(s3_store_uri: str) -> None:
     with pytest.raises(GlobalManifestExistsError):
         store.write_manifest(global_manifest(1, total_ms=6.0))
     assert store.get(1).total_ms == 5.0 and store.completed_ids() == [1] and store.unfinished_ids() == []
-    store.add_fence(AttemptFenceRecord(1, 1, {"b": {"c:0": 3}}))
-    assert store.fences() == [AttemptFenceRecord(1, 1, {"b": {"c:0": 3}})]
+    store.add_cutoff(AttemptCutoffRecord(1, 1, {"b": {"c:0": 3}}))
+    assert store.cutoffs() == [AttemptCutoffRecord(1, 1, {"b": {"c:0": 3}})]

@@ -145,7 +145,7 @@ def test_staged_pipeline_launch_checks_damage_recovery_and_run_to_the_end(
     assert f"{stage}: file: " in choice["skipped"][0]["reason"] and "sha256 mismatch" in choice["skipped"][0]["reason"]
     restored = run.xcom("restore")
     assert restored["global"] is True and restored["checkpoint_id"] == 1 and restored["attempt"] == 1
-    assert set(restored["fences"]) == {"b"}
+    assert set(restored["cutoffs"]) == {"b"}
     summary = run.xcom("report")
     assert summary["checkpoint_id"] == 1 and summary["restarted"] is False
     assert "skipped global checkpoint 2" in summary["message"]

@@ -144,7 +144,7 @@ def test_restored_attempt_skips_what_the_older_attempt_wrote_after_the_barrier(
     spec = KafkaSourceSpec(name="in", type="kafka", bootstrap_servers=kafka_endpoint.bootstrap_servers,
                            topics=[topic], format="json", json_fields={"n": "long"}, poll_timeout=5)
     source = ChannelStreamReader({"spec": spec.model_dump_json(), "control_dir": str(tmp_path / "control"),
-                                  "alignment": json.dumps({"attempt": 1, "last_completed": 1, "fences": [
+                                  "alignment": json.dumps({"attempt": 1, "last_completed": 1, "cutoffs": [
                                       {"attempt": 1, "offsets": {f"{topic}:0": 2}}]})})
     try:
         end = plan(source, {"partitions": {f"{topic}:0": 0}, "barrier": 1})
@@ -173,9 +173,9 @@ def test_stale_records_of_dead_attempts_do_not_count_against_the_batch_cap(
     spec = KafkaSourceSpec(name="in", type="kafka", bootstrap_servers=kafka_endpoint.bootstrap_servers,
                            topics=[topic], format="json", json_fields={"n": "long"}, poll_timeout=5,
                            max_records_per_batch=3)
-    fences = [{"attempt": a, "offsets": {f"{topic}:0": 1}} for a in (1, 2)]
+    cutoffs = [{"attempt": a, "offsets": {f"{topic}:0": 1}} for a in (1, 2)]
     source = ChannelStreamReader({"spec": spec.model_dump_json(), "control_dir": str(tmp_path / "control"),
-                                  "alignment": json.dumps({"attempt": 2, "last_completed": 1, "fences": fences})})
+                                  "alignment": json.dumps({"attempt": 2, "last_completed": 1, "cutoffs": cutoffs})})
     try:
         end = plan(source, {"partitions": {f"{topic}:0": 2}, "barrier": 1})
         assert end.partitions == {f"{topic}:0": 17}  # 12 stale rows skipped, then 3 of attempt 2's

@@ -22,8 +22,8 @@ A multi-stage spec takes the same steps, through the same operations, on its glo
 checkpoints: the lease is the pipeline's one lease (its work dir; a run holds it however its
 stages run), :func:`barrierflow.ops.restore.choose` verifies a global checkpoint as one cut
 (every stage's checks and the cut over the channels), :func:`barrierflow.ops.restore.restore_chosen`
-restores every stage to it (a new attempt, fences so downstream stages skip what older attempts
-wrote), and the sensor waits for the first completed global checkpoint of the new attempt.
+restores every stage to it (a new attempt, attempt cutoffs so downstream stages skip what older
+attempts wrote), and the sensor waits for the first completed global checkpoint of the new attempt.
 
 Every error raised on purpose derives from :class:`barrierflow.errors.BarrierflowError`; those
 caused by the operator's input (params, a running job, a checkpoint that does not verify)
@@ -243,12 +243,12 @@ def describe_restore(report: Mapping[str, Any]) -> list[str]:
     """Human-readable lines for a restore report (``RestoreReport.as_dict()``): what was
     restored, the newer checkpoints abandoned, each sink decision, and the suppressed replay;
     for a global restore (``"global": true``), the global checkpoint, the new attempt and each
-    stage's fence."""
+    stage's attempt cutoff (``cutoffs``)."""
     if report.get("global"):
         lines = [f"restored global checkpoint {report['checkpoint_id']} of {report['pipeline']} in every stage "
                  f"({report['verification']}); new attempt {report['attempt']}"]
         lines += [f"stage {stage}: skips what older attempts wrote after {offsets}"
-                  for stage, offsets in sorted((report.get("fences") or {}).items())]
+                  for stage, offsets in sorted((report.get("cutoffs") or {}).items())]
         return lines
     lines = [f"restored checkpoint {report['checkpoint_id']} of {report['pipeline']} (batch "
              f"{report['spark_batch_id']}, {report['files']} files, {report['bytes']} bytes, sha256 checked); "
@@ -285,7 +285,7 @@ def restore_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
         ``bytes``, ``abandoned``, ``decisions``, ``replaced``, ``replay`` (None or the plan's
         summary).
         For a multi-stage spec: ``pipeline``, ``checkpoint_id``, ``attempt``, ``skipped``,
-        ``fences`` per stage, ``verification`` and ``"global": true``; the global checkpoint is
+        ``cutoffs`` per stage, ``verification`` and ``"global": true``; the global checkpoint is
         verified again under the pipeline's lease (see :meth:`RestoreOutcome.as_dict`).
 
     Raises:

@@ -8,7 +8,8 @@ Layout under the pipeline's checkpoint store (``checkpoint.storage``)::
     global/chk-<n>/_failed.json            n failed (a stage's snapshot failed, n expired, or a restore
                                            abandoned it unfinished)
     _pipeline.json                         the pipeline's attempt and abandoned global ids (as for one stage)
-    _fences.json                           attempt fences of the restores (barriers/fences.py)
+    _cutoffs.json                          attempt cutoffs of the restores (barriers/cutoffs.py; stores of
+                                           earlier releases: _fences.json, still read, see global_store.py)
 
 Global checkpoint ``n`` is complete exactly when its global manifest exists; the coordinator
 writes it only after every stage's manifest ``n`` exists, and names each one. A stage manifest

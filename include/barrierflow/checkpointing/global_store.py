@@ -1,4 +1,4 @@
-"""The global checkpoint store: the one owner of ``global/`` and ``_fences.json``.
+"""The global checkpoint store: the one owner of ``global/`` and ``_cutoffs.json``.
 
 Layout (see :mod:`barrierflow.checkpointing.global_manifest`) under the pipeline's store root::
 
@@ -6,7 +6,7 @@ Layout (see :mod:`barrierflow.checkpointing.global_manifest`) under the pipeline
     global/chk-<n>/_metadata.json      GlobalManifest: n is complete (last; add-if-absent)
     global/chk-<n>/_failed.json        GlobalFailure: n failed, expired or was abandoned
     _pipeline.json                     attempt and abandoned global ids (the root CheckpointStore)
-    _fences.json                       the attempt fences of the restores, a JSON list of AttemptFenceRecord
+    _cutoffs.json                      the attempt cutoffs of the restores, a JSON list of AttemptCutoffRecord
 
 A log in the style of Spark's ``HDFSMetadataLog``: :meth:`GlobalCheckpointStore.add_manifest`
 returns False when checkpoint ``n`` already has a global manifest (nothing is written, put-if-absent),
@@ -17,6 +17,12 @@ Every read goes through typed models; no caller parses ``global/chk-<n>/...`` ke
 A pipeline of one stage has no ``global/`` records: :class:`SingleStageCuts` derives the same read
 view from its stage store (a completed checkpoint ``n`` *is* the cut ``n``), so every operation
 over cuts works on both shapes and nothing on disk moves.
+
+Stores written by earlier releases (compatibility): they kept the attempt cutoffs as
+``_fences.json`` (same JSON list). :meth:`GlobalCheckpointStore.cutoffs` reads ``_cutoffs.json``
+if it exists, else ``_fences.json``; :meth:`GlobalCheckpointStore.add_cutoff` always writes
+``_cutoffs.json`` (the legacy list with the new record appended), which from then on is the one
+read. The legacy file is left in place, never written and never deleted.
 """
 
 from __future__ import annotations
@@ -44,16 +50,18 @@ from barrierflow.storage import ObjectInfo, ObjectNotFoundError, ObjectStore
 
 _GLOBAL = re.compile(r"^global/chk-(\d+)/(_metadata|_triggered|_failed)\.json$")
 _GLOBAL_DIR = re.compile(r"^global/chk-(\d+)/")
-FENCES_KEY = "_fences.json"
+CUTOFFS_KEY = "_cutoffs.json"
+#: Where releases before the rename kept the attempt cutoffs; read when ``_cutoffs.json`` is absent.
+LEGACY_CUTOFFS_KEY = "_fences.json"
 RecordKind = Literal["_metadata", "_triggered", "_failed"]
 CutStatus = Literal["completed", "failed", "in flight or abandoned", "unknown"]
 
 
 @dataclass(frozen=True)
-class AttemptFenceRecord:
-    """One restore's attempt fences: the new ``attempt``, the global checkpoint ``restored``
+class AttemptCutoffRecord:
+    """One restore's attempt cutoffs: the new ``attempt``, the global checkpoint ``restored``
     (0: the initial cut) and, per stage fed by channels, the offset of the restored barrier
-    record per input partition (see :mod:`barrierflow.barriers.fences`)."""
+    record per input partition (see :mod:`barrierflow.barriers.cutoffs`)."""
 
     attempt: int
     restored: int
@@ -64,7 +72,7 @@ class AttemptFenceRecord:
                 "stages": {s: dict(sorted(o.items())) for s, o in sorted(self.stages.items())}}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AttemptFenceRecord:
+    def from_json(cls, data: Mapping[str, Any]) -> AttemptCutoffRecord:
         return cls(int(data["attempt"]), int(data.get("restored", 0)),
                    {str(s): {str(p): int(o) for p, o in offsets.items()}
                     for s, offsets in dict(data.get("stages", {})).items()})
@@ -90,7 +98,7 @@ class CutLog(Protocol):
 
     def attempt(self) -> int: ...
 
-    def fences(self) -> list[AttemptFenceRecord]: ...
+    def cutoffs(self) -> list[AttemptCutoffRecord]: ...
 
 
 def completed_cut(cuts: CutLog, pipeline: str, checkpoint_id: int | None, *, noun: str = "global checkpoint") -> int:
@@ -158,8 +166,9 @@ class GlobalCheckpointStore:
         return max(ids["_metadata"] | ids["_triggered"] | ids["_failed"], default=0)
 
     def has_records(self) -> bool:
-        """Whether any global record or attempt fence exists (the pipeline ran before)."""
-        return bool(self.objects.list("global/")) or self.objects.exists(FENCES_KEY)
+        """Whether any global record or attempt cutoff (either file name) exists (the pipeline ran before)."""
+        return (bool(self.objects.list("global/")) or self.objects.exists(CUTOFFS_KEY)
+                or self.objects.exists(LEGACY_CUTOFFS_KEY))
 
     def exists(self, checkpoint_id: int) -> bool:
         """Whether ``checkpoint_id`` has any object under ``global/chk-<n>/`` (it was triggered)."""
@@ -269,29 +278,37 @@ class GlobalCheckpointStore:
         """Record that ``failure.checkpoint_id`` failed, expired or was abandoned unfinished."""
         self.objects.put_bytes(global_key(failure.checkpoint_id, "_failed"), failure.model_dump_json(indent=2).encode())
 
-    # -- attempts and fences --------------------------------------------------------------
-    def fences(self) -> list[AttemptFenceRecord]:
-        """Every restore's attempt fences, oldest first."""
-        try:
-            raw = self.objects.get_bytes(FENCES_KEY)
-        except ObjectNotFoundError:
-            return []
-        try:
-            return [AttemptFenceRecord.from_json(item) for item in json.loads(raw)]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise CheckpointCorruptError(
-                f"{self.objects.uri}/{FENCES_KEY} is not a list of attempt fences ({exc}); restore it from a backup: "
-                "without it a downstream stage cannot tell which channel records an older attempt wrote") from None
+    # -- attempts and cutoffs -------------------------------------------------------------
+    def cutoffs(self) -> list[AttemptCutoffRecord]:
+        """Every restore's attempt cutoffs, oldest first: ``_cutoffs.json`` if it exists, else
+        the legacy ``_fences.json`` of an earlier release, else none (module docstring).
 
-    def add_fence(self, record: AttemptFenceRecord) -> None:
-        """Append ``record`` to ``_fences.json`` (read, then rewritten whole: one restore at a
-        time writes it, under the pipeline's lease). Raises CheckpointCorruptError (see :meth:`fences`)."""
-        fences = [*self.fences(), record]
-        self.objects.put_bytes(FENCES_KEY, json.dumps([f.to_json() for f in fences], indent=2).encode())
+        Raises:
+            CheckpointCorruptError: the file read does not parse (the message names it).
+        """
+        for key in (CUTOFFS_KEY, LEGACY_CUTOFFS_KEY):
+            try:
+                raw = self.objects.get_bytes(key)
+            except ObjectNotFoundError:
+                continue
+            try:
+                return [AttemptCutoffRecord.from_json(item) for item in json.loads(raw)]
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise CheckpointCorruptError(
+                    f"{self.objects.uri}/{key} is not a list of attempt cutoffs ({exc}); restore it from a backup: "
+                    "without it a downstream stage cannot tell which channel records an older attempt wrote") from None
+        return []
 
-    def stage_fences(self, stage: str) -> list[dict[str, Any]]:
-        """The fences of ``stage`` as its channel source takes them (``{"attempt", "offsets"}``)."""
-        return [{"attempt": f.attempt, "offsets": f.stages[stage]} for f in self.fences() if stage in f.stages]
+    def add_cutoff(self, record: AttemptCutoffRecord) -> None:
+        """Append ``record`` to the attempt cutoffs and write them whole to ``_cutoffs.json``
+        (read as :meth:`cutoffs` does, legacy file included, then rewritten: one restore at a
+        time writes it, under the pipeline's lease). Raises CheckpointCorruptError (see :meth:`cutoffs`)."""
+        cutoffs = [*self.cutoffs(), record]
+        self.objects.put_bytes(CUTOFFS_KEY, json.dumps([c.to_json() for c in cutoffs], indent=2).encode())
+
+    def stage_cutoffs(self, stage: str) -> list[dict[str, Any]]:
+        """The cutoffs of ``stage`` as its channel source takes them (``{"attempt", "offsets"}``)."""
+        return [{"attempt": c.attempt, "offsets": c.stages[stage]} for c in self.cutoffs() if stage in c.stages]
 
 
 def stage_snapshot(stage_prefix: str, manifest: Manifest) -> StageSnapshot:
@@ -355,5 +372,5 @@ class SingleStageCuts:
     def attempt(self) -> int:
         return self.store.attempt()
 
-    def fences(self) -> list[AttemptFenceRecord]:
-        return []  # one stage reads no channel: nothing to fence
+    def cutoffs(self) -> list[AttemptCutoffRecord]:
+        return []  # one stage reads no channel: no attempt cutoffs

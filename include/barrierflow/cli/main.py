@@ -327,7 +327,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     if report is None:
         print(f"restored global checkpoint {outcome.checkpoint_id} of {outcome.pipeline} in every stage (each "
               f"stage's manifest verified); attempt {outcome.attempt}")
-        for stage, offsets in sorted(outcome.fences.items()):
+        for stage, offsets in sorted(outcome.cutoffs.items()):
             print(f"  stage {stage}: skips what older attempts wrote after {offsets}")
         print(f"ready: 'barrierflow run {args.spec}' continues from there")
         return EXIT_OK

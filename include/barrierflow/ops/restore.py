@@ -14,7 +14,7 @@ pipeline restores its checkpoint with :func:`barrierflow.recovery.restore.restor
 (sinks reconciled, newer committed epochs replayed with their output suppressed, or with
 ``accept_duplicates`` written again); a pipeline of several stages restores every stage to one
 global checkpoint with :func:`barrierflow.recovery.cut_restore.restore_cut` (a new
-attempt, fences so downstream stages skip what older attempts wrote), starting the embedded
+attempt, attempt cutoffs so downstream stages skip what older attempts wrote), starting the embedded
 broker on the pipeline's data dir for channels that live there.
 """
 
@@ -43,8 +43,8 @@ class RestoreOutcome:
     Attributes:
         stages: the stages restored (one: the pipeline's).
         report: one stage: what its restore did (files, sink decisions, replay); else None.
-        fences: several stages: per stage fed by channels, the offsets after which it skips
-            what older attempts wrote.
+        cutoffs: several stages: per stage fed by channels, its attempt cutoff: the offsets
+            after which it skips what older attempts wrote.
     """
 
     pipeline: str
@@ -52,7 +52,7 @@ class RestoreOutcome:
     attempt: int
     stages: tuple[str, ...]
     report: RestoreReport | None = None
-    fences: dict[str, dict[str, int]] = field(default_factory=dict)
+    cutoffs: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def checkpoint_id(self) -> int:
@@ -61,7 +61,7 @@ class RestoreOutcome:
     def as_dict(self) -> dict[str, Any]:
         """The JSON of ``barrierflow restore --json`` (the recovery DAG's restore report): one
         stage: :meth:`RestoreReport.as_dict` with ``requested``, ``skipped``, ``verification``;
-        several: ``pipeline``, ``checkpoint_id``, ``attempt``, ``fences``, the same three and
+        several: ``pipeline``, ``checkpoint_id``, ``attempt``, ``cutoffs``, the same three and
         ``"global": true``. Both carry ``stages``."""
         choice = {"requested": self.choice.requested, "verification": self.choice.verification,
                   "skipped": [{"checkpoint_id": c, "reason": w} for c, w in self.choice.skipped],
@@ -69,7 +69,7 @@ class RestoreOutcome:
         if self.report is not None:
             return {**self.report.as_dict(), **choice}
         return {"pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id, "attempt": self.attempt,
-                "fences": self.fences, "global": True, **choice}
+                "cutoffs": self.cutoffs, "global": True, **choice}
 
 
 def choose(spec_path: str | os.PathLike[str], requested: CheckpointRequest) -> CheckpointChoice:
@@ -119,7 +119,7 @@ def _restore_stages(pipeline: OpenedPipeline, requested: CheckpointRequest) -> R
             choice = choose_checkpoint(pipeline, requested)
             report = restore_cut(spec, stages, cuts, choice.checkpoint_id)
     return RestoreOutcome(spec.name, choice, report.attempt, tuple(s.name for s in pipeline.stages),
-                          fences=report.fences)
+                          cutoffs=report.cutoffs)
 
 
 def restore(spec_path: str | os.PathLike[str], requested: CheckpointRequest, *,

@@ -13,7 +13,7 @@ works on, whatever the shape:
 * :attr:`OpenedPipeline.cuts`: the pipeline's cuts (its global checkpoints), read through one
   protocol (:class:`~barrierflow.checkpointing.global_store.CutLog`): the
   :class:`~barrierflow.checkpointing.global_store.GlobalCheckpointStore` of a pipeline of
-  several stages (``global/chk-<n>/``, ``_pipeline.json``, ``_fences.json``), or
+  several stages (``global/chk-<n>/``, ``_pipeline.json``, ``_cutoffs.json``), or
   :class:`~barrierflow.checkpointing.global_store.SingleStageCuts` for one stage, derived from
   its stage store: its files stay where they always were (``chk-<n>`` at the store's root),
   checkpoint ``n`` *is* cut ``n``, nothing on disk moves.
@@ -127,7 +127,7 @@ class OpenedPipeline:
     @property
     def single_stage(self) -> bool:
         """Whether the pipeline is one stage, whose cuts are its own checkpoints (no ``global/``
-        records, no channels, nothing to fence)."""
+        records, no channels, no attempt cutoffs)."""
         return isinstance(self.cuts, SingleStageCuts)
 
     @property

@@ -2,8 +2,8 @@
 
 A stage fed by channels records, in its manifest of checkpoint ``n``, the offset of the
 barrier ``n`` record in each input partition (``AlignmentSummary.barrier_offsets``). Restoring
-``n`` resumes the stage just after those offsets and fences off what older attempts wrote
-after them (:mod:`barrierflow.barriers.fences`). That is only right while the records are
+``n`` resumes the stage just after those offsets and cuts off what older attempts wrote
+after them (:mod:`barrierflow.barriers.cutoffs`). That is only right while the records are
 still there: a broker that lost acknowledged records (the embedded broker killed with SIGKILL
 before it saved them, a topic deleted and recreated, unclean leader election on a real
 cluster) hands their offsets to new records, and a restore would take those for the lost
@@ -60,7 +60,7 @@ def check_barrier_records(spec: KafkaSourceSpec, *, stage: str, checkpoint_id: i
     """Check that each ``barrier_offsets`` entry (``topic:partition`` -> offset) of ``stage``'s
     manifest of ``checkpoint_id`` holds barrier ``checkpoint_id``, reading ``spec``'s topics.
     ``channels`` maps a topic to its channel's name, for the message. Negative offsets (the
-    fence of a restore to the beginning) are not barriers and are skipped.
+    attempt cutoff of a restore to the beginning) are not barriers and are skipped.
 
     Raises:
         ChannelRecordsLostError: some partition holds something else there (every such

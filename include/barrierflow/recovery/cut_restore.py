@@ -9,8 +9,8 @@ its cut being its checkpoint)::
     refuse if a channel no longer holds a barrier n record where a stage read it (check_cut_barriers)
     restore_pipeline(stage, n) for every stage (its 2PC sinks commit epochs <= n, abort the rest)
     attempt <- attempt + 1; newer global checkpoints are abandoned, unfinished ones fail (ABANDONED)
-    record the attempt fence of every stage fed by channels: the offsets of its barrier n
-        records, so its source skips what older attempts wrote after them (barriers/fences.py)
+    record the attempt cutoff of every stage fed by channels: the offsets of its barrier n
+        records, so its source skips what older attempts wrote after them (barriers/cutoffs.py)
 
 :func:`restore_initial_cut` is the restart of a pipeline that ran but completed no global
 checkpoint: every stage starts again from the beginning of its inputs as a new attempt.
@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.global_manifest import GlobalFailure
-from barrierflow.checkpointing.global_store import AttemptFenceRecord, GlobalCheckpointStore, completed_cut
+from barrierflow.checkpointing.global_store import AttemptCutoffRecord, GlobalCheckpointStore, completed_cut
 from barrierflow.pipeline.model import Stage
 from barrierflow.spec.models import KafkaSourceSpec
 from barrierflow.spec.stages import StagedPipelineSpec
@@ -42,12 +42,13 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class CutRestoreReport:
     """What a restore did: the cut restored (0: the initial cut), the new attempt, and the
-    attempt fence of each stage fed by channels (input partition -> offset of its barrier)."""
+    attempt cutoff of each stage fed by channels (input partition -> offset of its barrier)
+    under ``cutoffs``."""
 
     pipeline: str
     checkpoint_id: int
     attempt: int
-    fences: dict[str, dict[str, int]]
+    cutoffs: dict[str, dict[str, int]]
 
 
 def restore_cut(spec: StagedPipelineSpec, stages: Sequence[Stage], cuts: GlobalCheckpointStore,
@@ -71,14 +72,14 @@ def restore_cut(spec: StagedPipelineSpec, stages: Sequence[Stage], cuts: GlobalC
     for stage in stages:
         restore_pipeline(stage.spec, checkpoint_id, store=stage.store, layout=stage.layout, check_running=False)
     attempt = _begin_attempt(spec.name, cuts, [i for i in ids if i > checkpoint_id], checkpoint_id)
-    fences: dict[str, dict[str, int]] = {}
+    cutoffs: dict[str, dict[str, int]] = {}
     for stage in stages:
         alignment = stage.store.get(checkpoint_id).alignment if stage.input_partitions else None
         if alignment is not None:
-            fences[stage.name] = dict(alignment.barrier_offsets)
-    cuts.add_fence(AttemptFenceRecord(attempt, checkpoint_id, fences))
+            cutoffs[stage.name] = dict(alignment.barrier_offsets)
+    cuts.add_cutoff(AttemptCutoffRecord(attempt, checkpoint_id, cutoffs))
     log.warning("pipeline %s restored to global checkpoint %d (attempt %d)", spec.name, checkpoint_id, attempt)
-    return CutRestoreReport(spec.name, checkpoint_id, attempt, fences)
+    return CutRestoreReport(spec.name, checkpoint_id, attempt, cutoffs)
 
 
 def restore_initial_cut(spec: StagedPipelineSpec, stages: Sequence[Stage],
@@ -91,7 +92,7 @@ def restore_initial_cut(spec: StagedPipelineSpec, stages: Sequence[Stage],
     own checkpoints (none belongs to a global one) abandoned; its 2PC sinks abort every
     unfinished transaction (none can be committed: final sinks commit only epochs of complete
     global checkpoints); unfinished global checkpoints fail (ABANDONED); the attempt increases;
-    every stage fed by channels gets a fence at offset -1 of each input partition, so its source
+    every stage fed by channels gets a cutoff at offset -1 of each input partition, so its source
     skips everything older attempts wrote. Idempotent: restoring again after a crash meanwhile
     only adds an attempt.
     """
@@ -107,12 +108,12 @@ def restore_initial_cut(spec: StagedPipelineSpec, stages: Sequence[Stage],
             sink.restore(None, None)
         ControlChannel(stage.layout.control).reset()
     attempt = _begin_attempt(spec.name, cuts, [], 0)
-    fences = {stage.name: dict.fromkeys(sorted(stage.input_partitions), -1) for stage in stages
-              if stage.input_partitions}
-    cuts.add_fence(AttemptFenceRecord(attempt, 0, fences))
+    cutoffs = {stage.name: dict.fromkeys(sorted(stage.input_partitions), -1) for stage in stages
+               if stage.input_partitions}
+    cuts.add_cutoff(AttemptCutoffRecord(attempt, 0, cutoffs))
     log.warning("pipeline %s completed no global checkpoint before: every stage starts from the beginning as "
                 "attempt %d", spec.name, attempt)
-    return CutRestoreReport(spec.name, 0, attempt, fences)
+    return CutRestoreReport(spec.name, 0, attempt, cutoffs)
 
 
 def refuse_output_ahead(pipeline: str, stages: Sequence[Stage], checkpoint_id: int) -> None:

@@ -13,7 +13,7 @@ stage's checkpoint coordinator (never triggering, sink commits deferred) and the
 Every start after the first restores the latest global checkpoint
 (:func:`barrierflow.recovery.cut_restore.restore_cut`, through :meth:`StagedPipelineJob.restore`):
 a new attempt, whose channel sources skip what older attempts wrote after the restored barriers
-(:mod:`barrierflow.barriers.fences`); a stage never simply resumes its own Spark checkpoint,
+(:mod:`barrierflow.barriers.cutoffs`); a stage never simply resumes its own Spark checkpoint,
 because a batch it replays would write its channel records a second time.
 
 Supported so far: one sink per stage, and one source or several channel sources (read as one
@@ -39,7 +39,7 @@ from barrierflow.barriers.alignment.record import read_alignment
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.global_manifest import GlobalManifest
-from barrierflow.checkpointing.global_store import AttemptFenceRecord, GlobalCheckpointStore
+from barrierflow.checkpointing.global_store import AttemptCutoffRecord, GlobalCheckpointStore
 from barrierflow.checkpointing.manifest import EventTimeSummary, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
@@ -142,7 +142,7 @@ class StagedPipelineJob:
         self.servers = {c.name: self._servers(c.name, channel_servers or {}) for c in spec.channels}
         self.work_dir = pipeline_work_dir(spec)
         self.objects = open_store(spec.checkpoint.storage)
-        #: The pipeline's global records (``global/``, ``_fences.json``, ``_pipeline.json``).
+        #: The pipeline's global records (``global/``, ``_cutoffs.json``, ``_pipeline.json``).
         self.global_store = GlobalCheckpointStore(self.objects, spec.name)
         #: Every stage as :mod:`barrierflow.pipeline.model` opens it, with the channels' real addresses.
         self.parts = stages_of(spec, graph, work_dir=self.work_dir, servers=self.servers)
@@ -218,14 +218,14 @@ class StagedPipelineJob:
         assert job.channel_source is not None
         back = [self.spec.channel(e.channel).topic_for(self.spec.name)
                 for e in self.graph.inputs(job.stage.name) if self.graph.is_back_edge(e.channel, job.stage.name)]
-        fences = self.global_store.stage_fences(job.stage.name)
+        cutoffs = self.global_store.stage_cutoffs(job.stage.name)
         rates = {f"{self.spec.channel(s.channel).topic_for(self.spec.name)}:{number}": factor
                  for s in job.stage.sources if isinstance(s, ChannelSourceSpec)
                  for number, factor in enumerate(s.partition_rate_factors) if factor != 1}
         return json.dumps({"mode": self.spec.checkpoint.mode.value,
                            "alignment_timeout": self.spec.checkpoint.alignment_timeout,
                            "attempt": self.attempt, "last_completed": self.last_completed,
-                           "back_edge_topics": back, "fences": fences, "rate_factors": rates})
+                           "back_edge_topics": back, "cutoffs": cutoffs, "rate_factors": rates})
 
     def _build_query(self, job: StageJob) -> StreamingQuery:
         """Start ``job``'s query with the one query builder
@@ -292,13 +292,14 @@ class StagedPipelineJob:
         """Ids of completed global checkpoints, not abandoned by a restore, ascending."""
         return self.global_store.completed_ids()
 
-    def fences(self) -> list[AttemptFenceRecord]:
-        """Every restore's attempt fences, oldest first.
+    def cutoffs(self) -> list[AttemptCutoffRecord]:
+        """Every restore's attempt cutoffs, oldest first (:meth:`GlobalCheckpointStore.cutoffs`,
+        which reads a legacy ``_fences.json`` too).
 
         Raises:
-            CheckpointCorruptError: ``_fences.json`` does not parse.
+            CheckpointCorruptError: the cutoffs file does not parse.
         """
-        return self.global_store.fences()
+        return self.global_store.cutoffs()
 
     def restore(self, checkpoint_id: int | None = None) -> CutRestoreReport:
         """Restore every stage to global checkpoint ``checkpoint_id`` (None: the latest):

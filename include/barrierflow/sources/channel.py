@@ -23,10 +23,10 @@ A stage of a multi-stage pipeline reads the channels other stages write
 
 Options (besides the Kafka source's ``spec``, ``control_dir``, ...): ``alignment``, a JSON
 object ``{"mode": "aligned"|"unaligned", "alignment_timeout": seconds, "attempt": a,
-"last_completed": n, "back_edge_topics": [...], "fences": [{"attempt": a, "offsets": {...}}],
+"last_completed": n, "back_edge_topics": [...], "cutoffs": [{"attempt": a, "offsets": {...}}],
 "rate_factors": {"topic:p": factor}}`` (a partition's cap is ``max_records_per_batch`` times its
 factor: a slow consumer for tests and benchmarks);
-``fences`` (:mod:`barrierflow.barriers.fences`) make ``read`` and the barrier scan skip what an
+``cutoffs`` (:mod:`barrierflow.barriers.cutoffs`) make ``read`` and the barrier scan skip what an
 older attempt wrote after the restored barrier.
 
 Cost: the driver reads each new range once more to find barriers (with its one long-lived
@@ -46,7 +46,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
 from barrierflow.barriers.alignment import AlignmentContext, BarrierAligner, InputPartitions, RecordingChannelState
 from barrierflow.barriers.alignment.record import write_aborted, write_alignment
-from barrierflow.barriers.fences import AttemptFence, StaleRecords
+from barrierflow.barriers.cutoffs import AttemptCutoff, StaleRecords
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.records import BarrierMarker, decode_barrier, record_attempt
 from barrierflow.sources.kafka import (
@@ -91,7 +91,7 @@ class ChannelStreamReader(KafkaStreamReader):
         self.attempt = int(settings.get("attempt", 0))
         self.last_completed = int(settings.get("last_completed", 0))
         self.back_edge_topics = frozenset(settings.get("back_edge_topics", []))
-        self.stale = StaleRecords(AttemptFence.from_json(f) for f in settings.get("fences", []))
+        self.stale = StaleRecords(AttemptCutoff.from_json(c) for c in settings.get("cutoffs", []))
         self.rate_factors = {str(p): float(f) for p, f in settings.get("rate_factors", {}).items()}
         self._aligner: BarrierAligner | None = None
         self._found: dict[str, list[tuple[int, BarrierMarker]]] = {}
@@ -133,13 +133,13 @@ class ChannelStreamReader(KafkaStreamReader):
 
     def _past_stale(self, partition: str, first: int, available: int) -> int:
         """The offset of the first record at or after ``first`` that is not stale (``first``
-        itself when there are no fences), so that what dead attempts wrote after the restored
+        itself when there are no cutoffs), so that what dead attempts wrote after the restored
         barrier never counts against ``max_records_per_batch``: after many restores it can be
         far more than a checkpoint interval's worth of batches. Stale records sit before the
         current attempt's first record (their writers died before the restore), so once a
         record of this attempt was seen, the partition is not scanned again. Scans at most
         :data:`STALE_SCAN_LIMIT` records per call."""
-        if not self.stale.fences or first >= self._current_from.get(partition, available + 1) or first >= available:
+        if not self.stale.cutoffs or first >= self._current_from.get(partition, available + 1) or first >= available:
             return first
         topic, number = parse_partition_id(partition)
         limit = min(available, first + STALE_SCAN_LIMIT)
