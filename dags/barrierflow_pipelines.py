@@ -170,7 +170,7 @@ RETAIN_SCHEDULE = timedelta(minutes=15)
 RECONCILE_SCHEDULE = timedelta(minutes=30)
 SKEW_SCHEDULE = timedelta(hours=1)
 #: Daily runs (UTC) of the batch side, besides the output asset: rollups, then data quality (which
-#: validates the rollups too), then the stream-vs-batch reconciliation.
+#: validates the rollups too), then the stream-vs-batch comparison.
 ROLLUP_CRON = "30 0 * * *"
 QUALITY_CRON = "30 1 * * *"
 RECOMPUTE_CRON = "0 2 * * *"
@@ -301,7 +301,7 @@ BATCH_DAG_KINDS: tuple[BatchDagKind, ...] = (
     BatchDagKind("rollup", lambda p, o: f"Daily rollups (Spark batch) of {o.summary(p)}, on new output "
                                         "(asset) and daily",
                  lambda p, o: _or_daily(ROLLUP_CRON, o), _rollup_body, lambda p: dag_params.day_param(), ("batch",)),
-    BatchDagKind("recompute", lambda p, o: (f"Stream-vs-batch reconciliation of {o.summary(p)}: recompute "
+    BatchDagKind("recompute", lambda p, o: (f"Stream-vs-batch comparison of {o.summary(p)}: recompute "
                                             "the output of a closed event-time range from the source (Spark batch"
                                             f"{', replaying every stage it depends on' if o.stage else ''}) and "
                                             "compare it with what the stream committed"),

@@ -1,4 +1,4 @@
-"""spark-submit entry point of the batch side: daily rollups and stream-vs-batch reconciliation.
+"""spark-submit entry point of the batch side: daily rollups and the stream-vs-batch comparison.
 
     spark-submit jobs/batch_job.py rollup --spec SPEC [--stage NAME] [--day YYYY-MM-DD] [--tag RUN_ID]
     spark-submit jobs/batch_job.py recompute --spec SPEC [--stage NAME] [--start ISO] [--end ISO] [--tag RUN_ID]
@@ -6,8 +6,8 @@
 Only translates its arguments into ``barrierflow rollup SPEC ...`` / ``barrierflow recompute
 SPEC ... --report-only`` (see ``barrierflow.cli.main``) and exits with the CLI's code: 0 ok,
 2 bad input, 1 runtime failure. ``recompute`` exits 0 also when the output differs: the
-report is stored in the checkpoint store (``reports/reconciliation-latest.json``) and the
-DAG's ``check`` task fails naming every difference. ``--tag`` is stored in the report so
+report is stored in the checkpoint store (``reports/recompute-latest.json``) and the
+DAG's ``compare`` task fails naming every difference. ``--tag`` is stored in the report so
 that task reads the report of its own run. ``--stage``: for a pipeline of several stages, the
 final stage (Parquet sink) whose output to work on (the DAGs of such a stage pass it).
 

@@ -14,8 +14,8 @@ from tests.pipeline_specs import spec_dict, write_spec
     (["rollup", "{spec}", "--day", "yesterday"], "day 'yesterday' is not a date: give it as YYYY-MM-DD"),
     (["recompute", "{spec}", "--end", "2026-01-01T00:00:00"], "--end '2026-01-01T00:00:00' has no timezone"),
     (["recompute", "{spec}", "--start", "soon"], "--start 'soon' is not an ISO time"),
-    (["rollup", "{spec}"], "writes to a 'discard' sink: the batch side (rollups, stream-vs-batch "
-                           "reconciliation, data quality of the output) reads a Parquet lake; give the pipeline a "
+    (["rollup", "{spec}"], "writes to a 'discard' sink: the batch side (rollups, the stream-vs-batch "
+                           "comparison, data quality of the output) reads a Parquet lake; give the pipeline a "
                            "'type: parquet' sink"),
     (["recompute", "{spec}"], "'type: parquet' sink"),
     (["quality", "{spec}"], "'type: parquet' sink"),

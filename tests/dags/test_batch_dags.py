@@ -1,10 +1,10 @@
 """The batch side, end to end with Airflow's test runner (``dag.test()``) on a real lake.
 
 The lake (:mod:`tests.batch.lake`) is produced once for the module by a real run of the
-demo-style pipeline; every DAG then runs the way Airflow runs it: the rollup and reconciliation
-DAGs spark-submit ``jobs/batch_job.py`` (local[1], no Spark connection) and read back the report
-their own run stored; the data-quality DAG runs Great Expectations in its task. Tests that alter
-the committed output put it back when they end.
+demo-style pipeline; every DAG then runs the way Airflow runs it: the rollup and recompute
+(stream-vs-batch comparison) DAGs spark-submit ``jobs/batch_job.py`` (local[1], no Spark
+connection) and read back the report their own run stored; the data-quality DAG runs Great
+Expectations in its task. Tests that alter the committed output put it back when they end.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def test_rollup_dag_refuses_a_bad_day_at_trigger_time(monkeypatch: pytest.Monkey
         run_dag(monkeypatch, lake.pipelines, ROLLUP, day="yesterday")
 
 
-def test_reconciliation_dag_passes_on_the_real_output_and_names_each_altered_row(
+def test_recompute_dag_passes_on_the_real_output_and_names_each_altered_row(
     monkeypatch: pytest.MonkeyPatch, lake: Lake, submit_env: None
 ) -> None:
     run = run_dag(monkeypatch, lake.pipelines, RECOMPUTE)
@@ -109,6 +109,8 @@ def test_reconciliation_dag_passes_on_the_real_output_and_names_each_altered_row
     summary = run.xcom("compare")
     assert summary["passed"] is True and summary["differences"] == []
     assert summary["stream_rows"] == summary["batch_rows"] > 20
+    reports = lake.checkpoints / "reports"
+    assert (reports / "recompute-latest.json").is_file() and not (reports / "reconciliation-latest.json").exists()
 
     with lake.altered():
         # One row changed, one removed, one duplicated: in three different committed files.

@@ -69,7 +69,7 @@ def test_every_dag_follows_the_house_rules(dagbag: Any, tmp_dagbag: Any) -> None
 
 
 KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "chaos")
-#: Only for a pipeline with a Parquet sink (a lake to read): rollups, reconciliation, data quality;
+#: Only for a pipeline with a Parquet sink (a lake to read): rollups, the stream-vs-batch comparison, data quality;
 #: with stages, per final stage with a Parquet sink (its id ends in __<stage>).
 BATCH_KINDS = ("rollup", "recompute", "quality")
 

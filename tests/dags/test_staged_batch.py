@@ -179,7 +179,7 @@ def test_recompute_replays_both_stages_and_finds_the_committed_output_equal_then
 
     assert report.passed and report.difference_count == 0, report.message()
     assert report.stream_rows == report.batch_rows > 40
-    assert (lake.stage_store / "reports" / "reconciliation-latest.json").is_file()
+    assert (lake.stage_store / "reports" / "recompute-latest.json").is_file()
 
     saved = lake.root / "saved-output"
     shutil.copytree(lake.output, saved)

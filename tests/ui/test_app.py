@@ -109,6 +109,10 @@ def test_report_links_appear_with_the_reports(factory: CheckpointFactory, pipeli
     assert "id='skew-plot'" in page
     served = client.get("/pipelines/t/reports/skew-latest.json")
     assert served.status_code == 200 and served.json() == skew
+    # The stream-vs-batch comparison's report stored under its name before the rename is linked and served.
+    factory.objects.put_bytes("reports/reconciliation-latest.json", b'{"passed": true}')
+    assert "href='/pipelines/t/reports/reconciliation-latest.json'" in client.get("/").text
+    assert client.get("/pipelines/t/reports/reconciliation-latest.json").json() == {"passed": True}
     assert client.get("/pipelines/t/reports/../_pipeline.json").status_code == 404
     assert client.get("/pipelines/t/reports/nothing.json").status_code == 404
     assert client.get("/api/pipelines/nope").status_code == 404

@@ -92,6 +92,26 @@ def test_reports_are_listed_only_when_stored(tmp_path: Path) -> None:
     assert [r.name for r in pipeline_history(spec, factory.store).reports] == ["skew", "quality"]
 
 
+def test_the_comparison_report_is_linked_under_its_name_before_the_rename_until_a_new_one_exists(
+        tmp_path: Path) -> None:
+    """The stream-vs-batch comparison was stored as ``reports/reconciliation-latest.json`` before
+    it was named "recompute": that file is linked as the ``recompute`` report while no
+    ``reports/recompute-latest.json`` exists, and not once one does."""
+    factory = CheckpointFactory(tmp_path)
+    factory.take(1)
+    spec = make_spec(tmp_path)
+
+    factory.objects.put_bytes("reports/reconciliation-latest.json", b"{}")
+    history = pipeline_history(spec, factory.store)
+    assert [(r.name, r.key) for r in history.reports] == [("recompute", "reports/reconciliation-latest.json")]
+    assert history.as_dict()["reports"] == [{"name": "recompute", "title": "Stream-vs-batch comparison (JSON)",
+                                             "key": "reports/reconciliation-latest.json"}]
+
+    factory.objects.put_bytes("reports/recompute-latest.json", b"{}")
+    assert [(r.name, r.key) for r in pipeline_history(spec, factory.store).reports] == [
+        ("recompute", "reports/recompute-latest.json")]
+
+
 def test_barrier_batch_time_is_read_under_either_name() -> None:
     assert store_reader.barrier_batch_ms(SimpleNamespace(barrier_batch_ms=4.5, checkpoint_id=1)) == 4.5  # type: ignore[arg-type]
     assert store_reader.barrier_batch_ms(SimpleNamespace(alignment_ms=2.0, checkpoint_id=1)) == 2.0  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ pipelines; everything its DAGs run is here:
   (:class:`~.dag_model.Pipeline`, its Parquet :class:`~.dag_model.Output` lakes, the rows of
   the tables of DAG kinds);
 * :mod:`.support` — spec discovery, DAG ids, schedules, and the scheduled operations
-  (supervision, verification, retention, reconciliation, skew, batch reports, data quality)
+  (supervision, verification, retention, 2PC reconciliation, skew, batch reports, data quality)
   as the tasks need them; :mod:`.chaos` — the chaos run's params and check;
 * :mod:`.runbook` — the triggered failure recovery, step by step;
 * :mod:`.launch` — the launch operator (spark-submit with the restart guard) and the batch

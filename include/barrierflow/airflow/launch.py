@@ -73,7 +73,7 @@ class SpecMasterSubmitOperator(SparkSubmitOperator):
 
 
 class BatchSubmitOperator(SpecMasterSubmitOperator):
-    """spark-submit of ``jobs/batch_job.py`` (rollups, stream-vs-batch reconciliation): a batch job,
+    """spark-submit of ``jobs/batch_job.py`` (rollups, the stream-vs-batch comparison): a batch job,
     bounded, with nothing to guard; arguments are templated (``{{ params.day }}``, ``{{ run_id }}``)."""
 
 

@@ -62,7 +62,7 @@ __all__ = ["DiscoveredPipeline", "QualityExpectationError", "discover_pipelines"
 #: The kinds of DAG made per pipeline: the triggered, long-running job, its scheduled
 #: supervision, the scheduled checkpoint verification and retention, the triggered failure
 #: recovery, the scheduled 2PC reconciliation, the scheduled watermark-skew report and, for a
-#: Parquet sink, the batch side: daily rollups, stream-vs-batch reconciliation, data quality.
+#: Parquet sink, the batch side: daily rollups, the stream-vs-batch comparison, data quality.
 DAG_KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "rollup", "recompute",
              "quality", "chaos")
 
@@ -327,31 +327,36 @@ class BatchReportError(BarrierflowError):
     report is stored)."""
 
 
-#: How many differences the XCom of the reconciliation lists (the stored report lists more).
+#: How many differences the XCom of the stream-vs-batch comparison lists (the stored report lists more).
 XCOM_DIFFERENCES = 100
 
 
 def batch_report(spec_path: str | os.PathLike[str], name: str, *, tag: str, stage: str | None = None
                  ) -> dict[str, Any]:
-    """The stored ``rollups`` or ``reconciliation`` report written by the batch job run with ``--tag
+    """The stored ``rollups`` or ``recompute`` report written by the batch job run with ``--tag
     tag`` (the DAG run's id), its differences cut to :data:`XCOM_DIFFERENCES` for XCom. ``stage``:
     for a pipeline of several stages, the final stage (its report is in the stage's own store).
+    A report only under its legacy key (``reports/reconciliation-latest.json``, see
+    :func:`barrierflow.ops.batch.stored_report`) is read too; it was written before the rename,
+    so it is another run's and its run is named.
 
     Raises:
-        BatchReportError: no report, or one of another run (naming the run and where to look).
+        BatchReportError: no report, or one of another run (naming the run and where it is).
     """
     from barrierflow.ops.batch import REPORT_KEYS, stored_report
 
     found = stored_report(spec_path, name, stage)
-    if found is None or found.get("tag") != tag:
-        other = "no report" if found is None else f"the report of run {found.get('tag')!r}"
+    if found is None or found.document.get("tag") != tag:
         store = f"the checkpoint store of stage {stage!r}" if stage else "the checkpoint store"
+        where = (f"no report is at {REPORT_KEYS[name]}" if found is None
+                 else f"the report of run {found.document.get('tag')!r} is at {found.key}")
         raise BatchReportError(
-            f"pipeline {spec_path}: the batch job of run {tag!r} left no {name} report ({other} is at "
-            f"{REPORT_KEYS[name]} in {store}): see the spark-submit task's log for why the job failed")
-    if len(found.get("differences") or []) > XCOM_DIFFERENCES:
-        found["differences"] = found["differences"][:XCOM_DIFFERENCES]
-    return found
+            f"pipeline {spec_path}: the batch job of run {tag!r} left no {name} report ({where} in {store}): "
+            "see the spark-submit task's log for why the job failed")
+    document = found.document
+    if len(document.get("differences") or []) > XCOM_DIFFERENCES:
+        document["differences"] = document["differences"][:XCOM_DIFFERENCES]
+    return document
 
 
 def check_output_quality(spec_path: str | os.PathLike[str], *, epochs: int | None = None,

@@ -135,10 +135,11 @@ def rollup_report(spec_path: str, barrierflow_home: str, stage: str | None = Non
 @task_body(BatchReportError)
 def compare(spec_path: str, barrierflow_home: str, stage: str | None = None) -> dict[str, Any]:
     """Fail, naming every differing key and window, unless the stream's committed output equals the
-    batch recomputation of this run (``reports/reconciliation-latest.json``); returns its summary."""
+    batch recomputation of this run (the stream-vs-batch comparison's report,
+    ``reports/recompute-latest.json``); returns its summary."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    summary = _own_report(spec_path, "reconciliation", stage)
+    summary = _own_report(spec_path, "recompute", stage)
     if not summary["passed"]:
         # Not retried: the same output gives the same differences.
         raise AirflowFailException(summary["message"])

@@ -6,8 +6,9 @@
   that day only).
 * :mod:`.source_records`: the source's records of an event-time range as a batch DataFrame
   (the generator is deterministic per offset).
-* :mod:`.reconciliation`: recompute the pipeline's aggregates from the source records with
-  Spark batch and compare them, row by row, with what the stream committed.
+* :mod:`.recompute`: the stream-vs-batch comparison: recompute the pipeline's aggregates from
+  the source records with Spark batch and compare them, row by row, with what the stream
+  committed.
 
 Reports are stored in the checkpoint store under ``reports/`` (as the skew report is), so
 Airflow tasks, the CLI and the Checkpoints page read one document.

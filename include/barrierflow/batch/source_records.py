@@ -42,8 +42,8 @@ def source_records(spark: SparkSession, spec: PipelineSpec, start: datetime | No
     if not isinstance(source, GeneratorSourceSpec):
         raise UserInputError(
             f"pipeline {spec.name!r}: recomputing from a {source.type!r} source is not supported yet (only the "
-            "built-in generator, which is deterministic per offset); for Kafka, reconcile the retained range "
-            "of the topic with a batch read (planned)")
+            "built-in generator, which is deterministic per offset); for Kafka, recomputing from the retained "
+            "range of the topic with a batch read is planned")
     ranges = offset_ranges(source, start, end)
     spark.dataSource.register(GeneratorBatchDataSource)
     return (spark.read.format(GeneratorBatchDataSource.name())

@@ -30,7 +30,7 @@ approximated:
 
 The event-time range is applied as for one stage: each source stage reads the records of
 ``[start, end)`` and the comparison keeps the final output's windows inside the range. This
-assumes, as the single-stage reconciliation does, that the stages carry the source's event time
+assumes, as the single-stage comparison does, that the stages carry the source's event time
 through (a stage that shifts event times would be reported as differing, never as equal).
 """
 

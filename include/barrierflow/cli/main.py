@@ -102,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     rollup.add_argument("--tag", default="", help="stored in the report (the DAG passes its run id)")
     rollup.add_argument("--json", action="store_true")
 
-    recompute = sub.add_parser("recompute", help="stream-vs-batch reconciliation: recompute the output of a closed "
+    recompute = sub.add_parser("recompute", help="stream-vs-batch comparison: recompute the output of a closed "
                                                  "event-time range from the source and compare (exit 1: differences)")
     recompute.add_argument("spec")
     recompute.add_argument("--start", metavar="ISO", help="first window start (default: the source's first record)")

@@ -19,7 +19,7 @@ written once.
 :mod:`.validate`              validate a spec (single- or multi-stage) and describe its graph
 :mod:`.global_history`        the recent global checkpoints with every stage's part (the Checkpoints page)
 :mod:`.discovery`             find the specs of a pipelines folder (the DAG file, the Checkpoints page)
-:mod:`.batch`                 rollups and stream-vs-batch reconciliation of a single-stage Parquet output
+:mod:`.batch`                 rollups and the stream-vs-batch comparison of a single-stage Parquet output
 :mod:`.quality`               data quality of that output
 ============================  =====================================================
 

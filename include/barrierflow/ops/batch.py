@@ -1,5 +1,6 @@
 """The batch side of a pipeline (``barrierflow rollup``, ``barrierflow recompute``; the daily
-rollup and reconciliation DAGs run them through spark-submit ``jobs/batch_job.py``).
+rollup and recompute DAGs run them through spark-submit ``jobs/batch_job.py``), and the
+reports they store (:func:`stored_report`).
 
 It works on a Parquet lake and its 2PC ledger (:class:`BatchTarget`): a single-stage pipeline's
 sink, or, for a pipeline of several stages, one final stage's (``stage``: ``--stage NAME``;
@@ -19,11 +20,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.batch.lake import parquet_sink
-from barrierflow.batch.reconciliation import (
-    RECONCILIATION_REPORT_KEY,
+from barrierflow.batch.recompute import (
+    LEGACY_RECOMPUTE_REPORT_KEY,
+    RECOMPUTE_REPORT_KEY,
     Recomputation,
-    ReconciliationReport,
-    reconcile_output,
+    RecomputeReport,
+    recompute_and_compare,
 )
 from barrierflow.batch.rollups import ROLLUP_REPORT_KEY, RollupReport, parse_day
 from barrierflow.batch.rollups import rollup as rollup_days
@@ -37,8 +39,8 @@ from barrierflow.spec.models import ParquetSinkSpec, PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 
-__all__ = ["BatchTarget", "batch_target", "newest_output_epoch", "parse_day", "recompute", "rollup",
-           "stored_report"]
+__all__ = ["REPORT_KEYS", "BatchTarget", "StoredReport", "batch_target", "newest_output_epoch", "parse_day",
+           "recompute", "report_keys", "rollup", "stored_report"]
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -111,10 +113,11 @@ def rollup(spec_path: str | os.PathLike[str], *, day: date | None = None, tag: s
 
 
 def recompute(spec_path: str | os.PathLike[str], *, start: datetime | None = None, end: datetime | None = None,
-              tag: str = "", stage: str | None = None, spark: SparkSession | None = None) -> ReconciliationReport:
-    """Stream-vs-batch reconciliation (:mod:`barrierflow.batch.reconciliation`) of the pipeline
-    or of its final stage ``stage`` (recomputed by replaying its stages in batch,
-    :mod:`barrierflow.batch.stage_replay`); differences are in the stored report.
+              tag: str = "", stage: str | None = None, spark: SparkSession | None = None) -> RecomputeReport:
+    """The stream-vs-batch comparison (:mod:`barrierflow.batch.recompute`) of the pipeline or of
+    its final stage ``stage`` (recomputed by replaying its stages in batch,
+    :mod:`barrierflow.batch.stage_replay`); differences are in the report, stored at
+    ``reports/recompute-latest.json`` of the pipeline's (or the stage's) store.
 
     Raises SpecError, UserInputError (bad range, nothing committed, a source that cannot be
     re-read, no such final stage; StageReplayError: a cycle upstream of the stage or a
@@ -128,8 +131,8 @@ def recompute(spec_path: str | os.PathLike[str], *, start: datetime | None = Non
     if target.pipeline is not None and target.stage is not None:
         replay = partial(replay_final_stage, session, target.pipeline, target.stage_specs, target.stage,
                          spec_path=str(spec_path))
-    return reconcile_output(session, target.spec, target.store, start=start, end=end, tag=tag,
-                            spec_path=str(spec_path), recompute=replay)
+    return recompute_and_compare(session, target.spec, target.store, start=start, end=end, tag=tag,
+                                 spec_path=str(spec_path), recompute=replay)
 
 
 def newest_output_epoch(spec_path: str | os.PathLike[str], stage: str | None = None) -> int | None:
@@ -145,18 +148,57 @@ def newest_output_epoch(spec_path: str | os.PathLike[str], stage: str | None = N
     return max(committed, default=None)
 
 
-#: The stored reports of the batch side, by name.
-REPORT_KEYS = {"rollups": ROLLUP_REPORT_KEY, "reconciliation": RECONCILIATION_REPORT_KEY}
+#: The stored reports of the batch side, by name: where each is written.
+REPORT_KEYS = {"rollups": ROLLUP_REPORT_KEY, "recompute": RECOMPUTE_REPORT_KEY}
+#: Where a report was written under an earlier name: read, after :data:`REPORT_KEYS`, when the
+#: current key holds nothing (the comparison's report was ``reports/reconciliation-latest.json``).
+LEGACY_REPORT_KEYS: dict[str, tuple[str, ...]] = {"recompute": (LEGACY_RECOMPUTE_REPORT_KEY,)}
 
 
-def stored_report(spec_path: str | os.PathLike[str], name: str, stage: str | None = None) -> dict[str, Any] | None:
-    """The stored JSON document ``rollups`` or ``reconciliation`` of the pipeline (or of its
-    final stage ``stage``, in the stage's store), or None."""
+@dataclass(frozen=True)
+class StoredReport:
+    """A stored report of the batch side: its JSON ``document`` and the ``key`` it was read from
+    (a legacy key, see :data:`LEGACY_REPORT_KEYS`, when ``legacy``)."""
+
+    key: str
+    document: dict[str, Any]
+
+    @property
+    def legacy(self) -> bool:
+        return self.key not in REPORT_KEYS.values()
+
+
+def report_keys(name: str) -> tuple[str, ...]:
+    """The keys the report ``name`` (``rollups`` or ``recompute``) is looked for at, in order:
+    the one it is written to, then its legacy ones.
+
+    Raises:
+        ValueError: ``name`` is not a report of the batch side (the message names the known ones).
+    """
+    if name not in REPORT_KEYS:
+        raise ValueError(f"no batch report named {name!r}; the batch reports are {sorted(REPORT_KEYS)}")
+    return (REPORT_KEYS[name], *LEGACY_REPORT_KEYS.get(name, ()))
+
+
+def stored_report(spec_path: str | os.PathLike[str], name: str, stage: str | None = None) -> StoredReport | None:
+    """The stored report ``name`` (``rollups`` or ``recompute``) of the pipeline (or of its final
+    stage ``stage``, in the stage's store): the document at the report's key, else at its first
+    legacy key that holds one (:func:`report_keys`), else None. A legacy report is read as
+    stored (it has the same fields).
+
+    Raises:
+        ValueError: an unknown ``name``. SpecError, UserInputError: as :func:`batch_target`.
+        StorageError: the store cannot be read.
+    """
     import json
 
     from barrierflow.storage.object_store import ObjectNotFoundError
 
-    try:
-        return json.loads(batch_target(spec_path, stage).store.objects.get_bytes(REPORT_KEYS[name]))
-    except ObjectNotFoundError:
-        return None
+    keys = report_keys(name)
+    objects = batch_target(spec_path, stage).store.objects
+    for key in keys:
+        try:
+            return StoredReport(key, json.loads(objects.get_bytes(key)))
+        except ObjectNotFoundError:
+            continue
+    return None

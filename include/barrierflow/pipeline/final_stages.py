@@ -2,7 +2,7 @@
 
 A *final stage* writes no channel (:attr:`barrierflow.spec.graph.StageGraph.final_stages`): its
 sink is the pipeline's output, committed through two-phase commit in the stage's own checkpoint
-store. The batch side (rollups, stream-vs-batch reconciliation, data quality) works on one such
+store. The batch side (rollups, the stream-vs-batch comparison, data quality) works on one such
 stage whose sink is Parquet, through the stage's derived single-stage spec
 (:func:`barrierflow.pipeline.stage_options.derive_stage_spec`): its committed ``part-*`` files,
 its 2PC ledger and its reports are the stage's, in ``<checkpoint.storage>/stages/<stage>``.
@@ -91,7 +91,7 @@ def choose_final_stage(spec: StagedPipelineSpec, name: str | None) -> StageSpec:
         if not candidates:
             raise FinalStageError(
                 f"pipeline {spec.name!r} has no final stage with a Parquet sink: the batch side (rollups, "
-                "stream-vs-batch reconciliation, data quality of the output) reads the Parquet lake a final stage "
+                "the stream-vs-batch comparison, data quality of the output) reads the Parquet lake a final stage "
                 "(one that writes no channel) commits; give such a stage a 'type: parquet' sink")
         raise FinalStageError(f"pipeline {spec.name!r} has several final stages with a Parquet sink ({listed}): "
                               "name the one to work on with --stage NAME")

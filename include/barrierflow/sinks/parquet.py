@@ -110,8 +110,8 @@ def parquet_sink(spec: PipelineSpec) -> ParquetSinkSpec:
     sink = spec.sink
     if not isinstance(sink, ParquetSinkSpec):
         raise UserInputError(
-            f"pipeline {spec.name!r} writes to a {sink.type!r} sink: the batch side (rollups, stream-vs-batch "
-            "reconciliation, data quality of the output) reads a Parquet lake; give the pipeline a "
+            f"pipeline {spec.name!r} writes to a {sink.type!r} sink: the batch side (rollups, the stream-vs-batch "
+            "comparison, data quality of the output) reads a Parquet lake; give the pipeline a "
             "'type: parquet' sink")
     return sink
 

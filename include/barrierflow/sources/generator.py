@@ -229,7 +229,7 @@ class GeneratorStreamReader(DataSourceStreamReader):
 
 class GeneratorBatchDataSource(DataSource):
     """The generator's records as a *batch* source (``format("barrierflow_generator_batch")``),
-    for recomputing a pipeline's output from its input (stream-vs-batch reconciliation).
+    for recomputing a pipeline's output from its input (the stream-vs-batch comparison).
 
     Options: ``spec`` (GeneratorSourceSpec as JSON) and ``ranges`` (JSON ``{partition: [start,
     end]}``, offsets, end exclusive). Writes no dead letters: malformed records are skipped

@@ -481,7 +481,7 @@ class BatchSpec(_Strict):
     ``time_column``: the output column whose UTC date is the rollup day (``window_start``).
     ``keys``: the columns a rollup row is per (besides the day); ``measures``: the columns
     summed. ``window_columns``: the columns that, with ``keys``, identify one output row
-    (the stream-vs-batch reconciliation compares row by row on them). The defaults fit
+    (the stream-vs-batch comparison compares row by row on them). The defaults fit
     ``keyed_window_counts``. ``output_event_interval``: the Airflow asset of the output (on
     which the rollup and data-quality DAGs run) is updated at most this often, although epochs
     commit every checkpoint interval."""

@@ -151,8 +151,8 @@ StageSinkSpec = Annotated[SinkSpec | ChannelSinkSpec, Field(discriminator="type"
 class StageSpec(_Strict):
     """One stage: one Spark query reading ``sources`` and writing ``sinks``.
 
-    ``batch``: the batch side over the stage's committed Parquet output (rollups, stream-vs-batch
-    reconciliation, data quality), as ``batch`` of a single-stage spec; only a stage with a
+    ``batch``: the batch side over the stage's committed Parquet output (rollups, the stream-vs-batch
+    comparison, data quality), as ``batch`` of a single-stage spec; only a stage with a
     Parquet sink may set it (its default ``rollups`` folder is ``rollups/<stage>`` beside the
     sink's folder, so the final stages of one pipeline never share one)."""
 
@@ -167,7 +167,8 @@ class StageSpec(_Strict):
     def _batch_needs_parquet(self) -> StageSpec:
         if "batch" in self.model_fields_set and not any(isinstance(s, ParquetSinkSpec) for s in self.sinks):
             raise ValueError("batch applies to a stage with a Parquet sink (its committed output is what the "
-                             "rollups, the reconciliation and the data-quality report read); remove it here")
+                             "rollups, the stream-vs-batch comparison and the data-quality report read); "
+                             "remove it here")
         return self
 
     @property

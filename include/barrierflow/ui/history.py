@@ -25,7 +25,7 @@ and JSON are unchanged.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -50,27 +50,45 @@ class Verdict(enum.StrEnum):
 
 @dataclass(frozen=True)
 class KnownReport:
-    """A report a pipeline's checkpoint store may hold, linked from the page when present."""
+    """A report a pipeline's checkpoint store may hold, linked from the page when present.
+
+    ``key``: where the report is written; ``legacy_keys``: where it was written under an
+    earlier name, linked (first present one) only when nothing is stored at ``key``."""
 
     name: str
     title: str
     key: str
+    legacy_keys: tuple[str, ...] = ()
 
 
 #: The reports the page links to when they exist, in display order: the skew report, the
 #: data-quality report and its Data Docs (``barrierflow.reports.quality``), the stream-vs-batch
-#: reconciliation and the rollups (``barrierflow.batch``), the latest ``barrierflow chaos`` run
-#: (``barrierflow.ops.chaos``). Data Docs pages under
+#: comparison (``barrierflow recompute``; written as ``reports/reconciliation-latest.json``
+#: before it was named so) and the rollups (``barrierflow.batch``), the latest
+#: ``barrierflow chaos`` run (``barrierflow.ops.chaos``). Data Docs pages under
 #: ``reports/quality/`` are served by the same report route (relative links work).
 KNOWN_REPORTS: tuple[KnownReport, ...] = (
     KnownReport("skew", "Watermark skew report (JSON)", "reports/skew-latest.json"),
     KnownReport("quality", "Data-quality report (JSON)", "reports/quality-latest.json"),
     KnownReport("quality-docs", "Data-quality Data Docs", "reports/quality/index.html"),
-    KnownReport("reconciliation", "Stream-vs-batch reconciliation (JSON)", "reports/reconciliation-latest.json"),
+    KnownReport("recompute", "Stream-vs-batch comparison (JSON)", "reports/recompute-latest.json",
+                legacy_keys=("reports/reconciliation-latest.json",)),
     KnownReport("rollups", "Daily rollups (JSON)", "reports/rollups-latest.json"),
     KnownReport("chaos", "Latest chaos run: kills and checkpoints over time (HTML)", "reports/chaos-latest.html"),
     KnownReport("chaos-json", "Latest chaos run (JSON)", "reports/chaos-latest.json"),
 )
+
+
+def present_reports(store: store_reader.CheckpointStore) -> list[KnownReport]:
+    """The :data:`KNOWN_REPORTS` ``store`` holds, in display order, each with ``key`` the object
+    to link: its own key when present, else its first present legacy key (then the returned
+    report has that key and no ``legacy_keys``); a report with neither is left out."""
+    present = []
+    for report in KNOWN_REPORTS:
+        key = next((k for k in (report.key, *report.legacy_keys) if store_reader.report_exists(store, k)), None)
+        if key is not None:
+            present.append(report if key == report.key else replace(report, key=key, legacy_keys=()))
+    return present
 
 
 @dataclass(frozen=True)
@@ -295,7 +313,7 @@ def pipeline_history(spec: PipelineSpec, store: store_reader.CheckpointStore | N
             for m in manifests if m.checkpoint_id in shown]
     rows += [failed_row(f) for f in failures if f.checkpoint_id in shown]
     rows.sort(key=lambda row: row.checkpoint_id, reverse=True)
-    reports = [r for r in KNOWN_REPORTS if store_reader.report_exists(store, r.key)]
+    reports = present_reports(store)
     return PipelineHistory(pipeline=spec.name, storage=store.uri, attempt=store_reader.read_attempt(store),
                            rows=rows, reports=reports, total_completed=len(manifests), total_failed=len(failures))
 
@@ -370,7 +388,7 @@ def global_pipeline_history(spec_path: str | os.PathLike[str], spec: StagedPipel
         raise ValueError(f"limit must be at least 1, got {limit}")
     store = store or store_reader.open_checkpoint_store(spec)  # type: ignore[arg-type]
     history = store_reader.read_global_history(spec_path, limit)
-    reports = [r for r in KNOWN_REPORTS if store_reader.report_exists(store, r.key)]
+    reports = present_reports(store)
     return PipelineHistory(pipeline=history.pipeline, storage=history.storage, attempt=history.attempt, rows=[],
                            reports=reports, total_completed=history.total_completed,
                            total_failed=history.total_failed, stages=history.stages,

@@ -1,6 +1,6 @@
-"""Stream-vs-batch reconciliation: recompute the pipeline's output for a closed event-time
+"""The stream-vs-batch comparison: recompute the pipeline's output for a closed event-time
 range from the source's records (Spark batch, the spec's own transformation) and compare it,
-row by row, with what the stream committed.
+row by row, with what the stream committed (``barrierflow recompute``, the ``recompute`` DAG).
 
 The closed range. The stream's committed output is trusted up to the newest checkpoint whose
 sink transaction is COMMITTED (the 2PC ledger): its barrier batch V ran with the watermark
@@ -17,6 +17,13 @@ the stream committed none), ``extra`` (the stream committed a row the source doe
 produce) and ``duplicated`` (the stream committed the row more than once).
 
 Only committed files are read (:func:`barrierflow.batch.lake.committed_parts`).
+
+The report is stored at :data:`RECOMPUTE_REPORT_KEY` (``reports/recompute-latest.json``).
+Before this comparison was named "recompute" everywhere, the same document was stored at
+:data:`LEGACY_RECOMPUTE_REPORT_KEY` (``reports/reconciliation-latest.json``); nothing writes
+that key any more, but the readers of the stored report (``barrierflow.ops.batch``, the
+Checkpoints page) fall back to it when no report exists under the new key. ("Reconcile" names
+only the 2PC in-doubt resolution, :mod:`barrierflow.recovery.reconcile`.)
 """
 
 from __future__ import annotations
@@ -43,7 +50,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RECONCILIATION_REPORT_KEY = "reports/reconciliation-latest.json"
+#: Where :func:`recompute_and_compare` stores its report (the latest one; each run replaces it).
+RECOMPUTE_REPORT_KEY = "reports/recompute-latest.json"
+#: Where the same report was stored before the rename: read (when no report is stored under
+#: :data:`RECOMPUTE_REPORT_KEY`), never written.
+LEGACY_RECOMPUTE_REPORT_KEY = "reports/reconciliation-latest.json"
 #: How many differences the report lists (the count is always exact).
 MAX_LISTED = 10_000
 #: How many differences an error message names.
@@ -55,10 +66,10 @@ class OutputMismatchError(BarrierflowError):
     """The stream's committed output differs from the batch recomputation.
 
     Attributes:
-        report: the :class:`ReconciliationReport` (its JSON document is stored too).
+        report: the :class:`RecomputeReport` (its JSON document is stored too).
     """
 
-    def __init__(self, report: ReconciliationReport) -> None:
+    def __init__(self, report: RecomputeReport) -> None:
         self.report = report
         super().__init__(report.message())
 
@@ -82,8 +93,10 @@ class Difference:
 
 
 @dataclass
-class ReconciliationReport:
-    """The JSON document stored as ``reports/reconciliation-latest.json``."""
+class RecomputeReport:
+    """The outcome of one stream-vs-batch comparison; :meth:`as_dict` is the JSON document stored
+    at :data:`RECOMPUTE_REPORT_KEY`. ``passed``: no differing row (``difference_count`` is
+    exact; ``differences`` lists at most :data:`MAX_LISTED`)."""
 
     pipeline: str
     checkpoint_id: int
@@ -108,7 +121,7 @@ class ReconciliationReport:
                     f"{span} ({self.stream_rows} rows; checkpoint {self.checkpoint_id}, watermark {self.watermark})")
         lines = [d.describe() for d in self.differences[:MAX_IN_MESSAGE]]
         if self.difference_count > len(lines):
-            lines.append(f"... and {self.difference_count - len(lines)} more (see {RECONCILIATION_REPORT_KEY})")
+            lines.append(f"... and {self.difference_count - len(lines)} more (see {RECOMPUTE_REPORT_KEY})")
         return (f"pipeline {self.pipeline!r}: {self.difference_count} output rows differ from the batch "
                 f"recomputation for windows in {span} (stream {self.stream_rows} rows, batch {self.batch_rows}; "
                 f"checkpoint {self.checkpoint_id}):\n  " + "\n  ".join(lines))
@@ -183,11 +196,12 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
 Recomputation = Callable[[datetime | None, datetime], "DataFrame"]
 
 
-def reconcile_output(spark: SparkSession, spec: PipelineSpec, store: CheckpointStore, *,
-                     start: datetime | None = None, end: datetime | None = None, tag: str = "",
-                     spec_path: str = "<spec>", recompute: Recomputation | None = None) -> ReconciliationReport:
-    """Recompute and compare (module docstring); stores the report and returns it (differences
-    are in the report, not raised: see :class:`OutputMismatchError`).
+def recompute_and_compare(spark: SparkSession, spec: PipelineSpec, store: CheckpointStore, *,
+                          start: datetime | None = None, end: datetime | None = None, tag: str = "",
+                          spec_path: str = "<spec>", recompute: Recomputation | None = None) -> RecomputeReport:
+    """Recompute and compare (module docstring); stores the report at :data:`RECOMPUTE_REPORT_KEY`
+    of ``store`` and returns it (differences are in the report, not raised: see
+    :class:`OutputMismatchError`).
 
     ``spec`` and ``store`` are the pipeline's, or a final stage's derived spec and its own store
     (its sink, ledger and checkpoints). ``recompute``: how the batch side is computed; default
@@ -251,10 +265,10 @@ def reconcile_output(spark: SparkSession, spec: PipelineSpec, store: CheckpointS
         for cached in (stream, batch, differing):
             if cached is not None:
                 cached.unpersist()
-    report = ReconciliationReport(
+    report = RecomputeReport(
         pipeline=spec.name, checkpoint_id=manifest.checkpoint_id, watermark=watermark.isoformat(),
         start=start.isoformat() if start else None, end=end.isoformat(), stream_rows=stream_rows,
         batch_rows=batch_rows, differences=listed, difference_count=total, tag=tag)
-    store.objects.put_bytes(RECONCILIATION_REPORT_KEY, json.dumps(report.as_dict(), indent=2, default=str).encode())
+    store.objects.put_bytes(RECOMPUTE_REPORT_KEY, json.dumps(report.as_dict(), indent=2, default=str).encode())
     log.info("%s", report.message())
     return report
