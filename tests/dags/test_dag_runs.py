@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.lease import JobLease
 from barrierflow.recovery.restart_guard import mark_recovery, read_recovery_marker
 from barrierflow.sinks.factory import build_sink
 from barrierflow.sinks.parquet import read_committed
@@ -26,7 +27,6 @@ from barrierflow.spec import load_spec
 from barrierflow.testing import stage_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.workdir.layout import JobLayout
-from barrierflow.workdir.lease import JobLease
 
 from tests.dags.conftest import run_dag
 from tests.pipeline_specs import spec_dict, write_spec

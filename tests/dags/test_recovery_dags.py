@@ -31,13 +31,13 @@ from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.store import CheckpointStore, manifest_key
 from barrierflow.cli.main import main
 from barrierflow.errors import CheckpointNotFoundError, UserInputError
+from barrierflow.lease import JobLease
 from barrierflow.recovery.restore import DuplicateOutputError
 from barrierflow.sinks.factory import build_sink
 from barrierflow.spec import load_spec
 from barrierflow.testing import stage_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.workdir.layout import JobLayout
-from barrierflow.workdir.lease import JobLease
 
 from tests.dags.conftest import parse_dags
 from tests.pipeline_specs import spec_dict, write_spec

@@ -64,7 +64,7 @@ OPTIONAL_VARIABLES = {
     "BARRIERFLOW_ASSET_POLL_SECONDS": "default 10",
     "BARRIERFLOW_RECOVERY_POKE_SECONDS": "default 30",
     "BARRIERFLOW_SPARK_CONN_ID": "default spark_default (AIRFLOW_CONN_SPARK_DEFAULT is set)",
-    "BARRIERFLOW_LEASE_TTL_SECONDS": "default in workdir/lease.py",
+    "BARRIERFLOW_LEASE_TTL_SECONDS": "default in barrierflow/lease",
     "BARRIERFLOW_CHANNEL_SERVERS": "set by `run --processes` for the stage processes it starts",
     "BARRIERFLOW_SUPERVISOR_PID": "set by `run --processes` for the stage processes it starts",
     "BARRIERFLOW_LEASE_FENCE": "set by `run --processes` for the stage processes it starts (its lease's fence)",

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import UserInputError
+from barrierflow.lease import JobLease
 from barrierflow.recovery.restart_guard import LaunchRefusedError, check_launch_allowed, mark_recovery
 from barrierflow.spec import load_spec
-from barrierflow.workdir.lease import JobLease
 
 from tests.pipeline_specs import spec_dict, write_spec
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from barrierflow.workdir.lease import TTL_ENV
+from barrierflow.lease import TTL_ENV
 
 from tests.drivers import short_lived_driver_env
 

@@ -21,11 +21,11 @@ import pytest
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.cli.main import main
+from barrierflow.lease import highest_fence, lease_holder
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.sinks.parquet import committed_parts, read_committed
 from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
-from barrierflow.workdir.lease import highest_fence, lease_holder
 
 from tests.scenarios.harness import window_rows, windowed_spec
 from tests.scenarios.suspension import suspended_driver, wait_until

@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 import yaml
 from barrierflow.cli.main import main
+from barrierflow.lease import JobLease, highest_fence, lease_holder
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
-from barrierflow.workdir.lease import JobLease, highest_fence, lease_holder
 
 from tests.scenarios.harness import FAST_JVM
 from tests.scenarios.suspension import suspended_driver, wait_until

@@ -187,7 +187,7 @@ def ensure_job_stopped(spec_path: str | os.PathLike[str], *, launch_dag_id: str 
     The lease is the one the launch guard asks about
     (:func:`barrierflow.recovery.restart_guard.pipeline_lease_holder`): the checkpoint store's
     lease (any host) or ``<work_dir>/job.lease``, which a multi-stage run holds (see
-    :mod:`barrierflow.workdir.lease`).
+    :mod:`barrierflow.lease`).
 
     Args:
         spec_path: the pipeline spec file.

@@ -20,7 +20,7 @@ releases have the same list as ``_fences.json``, see :mod:`barrierflow.checkpoin
 and handed to each channel source as its stage's list of ``{"attempt", "offsets"}``.
 
 (Named for what it is: an offset past which an older attempt's records are cut off. "Fence" in
-barrierflow means one thing only: the lease's fencing number, :mod:`barrierflow.workdir.lease`.)
+barrierflow means one thing only: the lease's fencing number, :mod:`barrierflow.lease`.)
 """
 
 from __future__ import annotations

@@ -58,9 +58,9 @@ from barrierflow.checkpointing.thread_priority import background_executor
 from barrierflow.checkpointing.uploader import SnapshotUploader, UploadResult
 from barrierflow.errors import BarrierflowError, CheckpointError, TolerableFailuresExceededError
 from barrierflow.faults import crash_point
+from barrierflow.lease import FencedOffError
 from barrierflow.spec.models import CheckpointSpec
 from barrierflow.transactions.committer import SinkCommitter
-from barrierflow.workdir.lease import FencedOffError
 
 log = logging.getLogger(__name__)
 #: Completed manifests a coordinator keeps in memory (see ``CheckpointCoordinator.completed``).

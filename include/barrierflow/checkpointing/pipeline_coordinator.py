@@ -51,7 +51,7 @@ from barrierflow.spec.models import CheckpointSpec
 from barrierflow.storage import ObjectStore
 
 if TYPE_CHECKING:
-    from barrierflow.workdir.lease import FenceToken
+    from barrierflow.lease import FenceToken
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Upload reservations and retention runs: nothing an in-flight checkpoint uses is ever deleted.
 
 (Named for what it holds. "Fence" in barrierflow means one thing only: the lease's fencing
-number, :mod:`barrierflow.workdir.lease`.)
+number, :mod:`barrierflow.lease`.)
 
 Two small documents in the checkpoint store carry the protocol:
 

@@ -18,8 +18,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from barrierflow.checkpointing.errors import SinkCommitFailedError, SinkPreCommitError
+from barrierflow.lease import FencedOffError
 from barrierflow.transactions.committer import SinkCommitter
-from barrierflow.workdir.lease import FencedOffError
 
 
 class SinkNotifier:

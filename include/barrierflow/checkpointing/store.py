@@ -13,8 +13,8 @@ adds ``chk-<n>/_metadata.json`` with ``put_if_absent`` and never overwrites it (
 pipeline writes, guarded by the job lease). The one change a manifest may see later is its
 promotion to a savepoint (:meth:`CheckpointStore.promote`), which rewrites ``kind`` only.
 
-Fencing of checkpoint completion (see :mod:`barrierflow.workdir.lease`). A job's store carries
-its :class:`~barrierflow.workdir.lease.FenceToken` (``fence``). :meth:`CheckpointStore.write_manifest`
+Fencing of checkpoint completion (see :mod:`barrierflow.lease`). A job's store carries
+its :class:`~barrierflow.lease.FenceToken` (``fence``). :meth:`CheckpointStore.write_manifest`
 (1) checks the fence, (2) writes ``_writers/chk-<n>.fence-<F>`` (the writer's fencing
 number; outside ``chk-<n>/``, so it is no evidence of a completed checkpoint), (3) adds the
 manifest. A restore records its own fence G and restored checkpoint T in ``_pipeline.json``
@@ -46,8 +46,8 @@ from barrierflow.errors import CheckpointCorruptError, CheckpointError, Checkpoi
 from barrierflow.storage import ObjectNotFoundError, ObjectStore, open_store
 
 if TYPE_CHECKING:
+    from barrierflow.lease import FenceToken
     from barrierflow.spec.models import PipelineSpec
-    from barrierflow.workdir.lease import FenceToken
 
 log = logging.getLogger(__name__)
 _ANY_CHK = re.compile(r"^chk-(\d+)/")

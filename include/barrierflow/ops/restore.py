@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from barrierflow.errors import UserInputError
+from barrierflow.lease import JobLease
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.recovery.restore import DuplicateOutputError, RestoreReport, restore_pipeline
 from barrierflow.verification.choice import CheckpointChoice, CheckpointRequest, choose_checkpoint
-from barrierflow.workdir.lease import JobLease
 
 #: DuplicateOutputError is part of what :func:`restore_chosen` raises: the front doors catch it from here.
 __all__ = ["DuplicateOutputError", "RestoreOutcome", "choose", "restore", "restore_chosen"]

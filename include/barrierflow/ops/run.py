@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from barrierflow.errors import UserInputError
+from barrierflow.lease import JobLease
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.runtime.job import Progress, RunResult, StreamingJob
 from barrierflow.runtime.pipeline import (
@@ -31,7 +32,6 @@ from barrierflow.sources.dead_letter import count_dead_letters
 from barrierflow.sources.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
-from barrierflow.workdir.lease import JobLease
 
 __all__ = ["AnyProgress", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome", "RunResult",
            "StageProgress", "run", "run_stage"]

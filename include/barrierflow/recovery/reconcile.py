@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from barrierflow.lease import JobAlreadyRunningError, JobLease, describe, lease_holder
 from barrierflow.pipeline.model import OpenedPipeline, Stage
 from barrierflow.transactions.two_phase import Decision, TwoPhaseCommitSink
-from barrierflow.workdir.lease import JobAlreadyRunningError, JobLease, describe, lease_holder
 
 
 @dataclass

@@ -8,7 +8,7 @@ then triggers the launch DAG itself. The launch task is never retried by Airflow
 which refuses before Spark is started when
 
 1. the pipeline's lease is held: the job already runs, a restore rebuilds its checkpoint, or a
-   reconciliation finishes its transactions (:mod:`barrierflow.workdir.lease`);
+   reconciliation finishes its transactions (:mod:`barrierflow.lease`);
 2. a run of the recovery DAG is active (queued or running) and did not start this launch
    (the launch run's conf carries ``recovery_run_id`` when the recovery started it); the
    message names the recovery run (from the marker below) so the operator knows what to wait for;
@@ -90,9 +90,9 @@ def pipeline_lease_holder(spec_path: str | os.PathLike[str]) -> tuple[str, Path,
     """The pipeline's name, work dir and live lease holder (None: not held): the checkpoint
     store's lease (any host) or the work dir's lease file, which a multi-stage run holds. What
     the launch guard and the recovery's job check both ask. Raises SpecError for a bad spec."""
+    from barrierflow.lease import lease_holder
     from barrierflow.spec.loader import load_any_spec
     from barrierflow.storage import open_store
-    from barrierflow.workdir.lease import lease_holder
 
     name, work_dir = pipeline_work_dir(spec_path)
     return name, work_dir, lease_holder(work_dir, open_store(load_any_spec(spec_path).checkpoint.storage))
@@ -150,8 +150,8 @@ def check_launch_allowed(
             the recovery run, and what to do).
     """
     from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.lease import describe
     from barrierflow.spec.loader import load_any_spec
-    from barrierflow.workdir.lease import describe
 
     spec = load_any_spec(spec_path)
     # Rule 1: the lease (the checkpoint store's lease: any host; a multi-stage run's lease file).

@@ -28,11 +28,11 @@ from barrierflow.barriers.replay_plan import ReplayImpossibleError, ReplayPlan
 from barrierflow.checkpointing.materialize import materialize_checkpoint
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, UserInputError
+from barrierflow.lease import JobLease
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.transactions.two_phase import Decision, TwoPhaseCommitSink
 from barrierflow.workdir.layout import JobLayout
-from barrierflow.workdir.lease import JobLease
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.manifest import EventTimeSummary, FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import JobFailedError, UserInputError
+from barrierflow.lease import JobLease
 from barrierflow.runtime.event_time import EventTimeStatus, EventTimeTracker
 from barrierflow.runtime.stage_query import start_stage_query
 from barrierflow.sources.registry import reached, source_kind
@@ -32,7 +33,6 @@ from barrierflow.spec.models import PipelineSpec
 from barrierflow.storage import ObjectStore
 from barrierflow.transactions.committer import SinkCommitter
 from barrierflow.workdir.layout import JobLayout
-from barrierflow.workdir.lease import JobLease
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -60,9 +60,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from barrierflow.lease import FenceToken, JobLease
     from barrierflow.recovery.cut_restore import CutRestoreReport
     from barrierflow.sinks.channel import ChannelWriter
-    from barrierflow.workdir.lease import FenceToken, JobLease
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 0.02
@@ -162,7 +162,7 @@ class StagedPipelineJob:
         before every stage manifest, staged micro-batch of a final stage, 2PC decision and
         global manifest, and recorded with them, exactly as for a single-stage job, so a
         stalled driver that wakes up after a restore elsewhere commits nothing (raises
-        :class:`~barrierflow.workdir.lease.FencedOffError`). Call it before :meth:`run`,
+        :class:`~barrierflow.lease.FencedOffError`). Call it before :meth:`run`,
         :meth:`run_stage` or :meth:`restore`."""
         self.lease = lease
         self._fence = token if token is not None else (lease.token if lease is not None else None)

@@ -283,7 +283,7 @@ def run_stage_process(job: StagedPipelineJob, stage: str) -> int:
     supervisor = int(os.environ.get(SUPERVISOR_ENV, "0")) or os.getppid()
     handed = os.environ.get(FENCE_ENV, "")
     if handed:  # the supervisor's lease: this stage's commits check its fencing number
-        from barrierflow.workdir.lease import FenceToken
+        from barrierflow.lease import FenceToken
 
         fence, _, token = handed.partition(":")
         job.hold(None, token=FenceToken(job.objects, job.spec.name, int(fence), token, "run"))

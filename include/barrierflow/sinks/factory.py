@@ -18,8 +18,8 @@ from barrierflow.transactions.retry import CommitRetry
 
 if TYPE_CHECKING:
     from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.lease import FenceToken
     from barrierflow.workdir.layout import JobLayout
-    from barrierflow.workdir.lease import FenceToken
 
 
 @dataclass(frozen=True)

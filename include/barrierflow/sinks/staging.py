@@ -40,10 +40,10 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSource
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.errors import SinkError
 from barrierflow.faults import crash_point
+from barrierflow.lease import FenceToken
 from barrierflow.spark import offset_log
 from barrierflow.storage import open_store
 from barrierflow.transactions.staged import MARKER, batch_prefix
-from barrierflow.workdir.lease import FenceToken
 
 log = logging.getLogger(__name__)
 

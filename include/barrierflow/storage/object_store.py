@@ -10,7 +10,7 @@ Keys are ``/``-separated paths relative to the store's root URI. Contract of eve
 * ``put_if_absent`` creates a key only if no object has it, atomically (of two concurrent
   callers exactly one gets True), and never overwrites: the primitive the job lease, the
   fencing records, manifests and ledger decisions are built on
-  (:mod:`barrierflow.workdir.lease`). Local: a hard link of a fully written temporary file
+  (:mod:`barrierflow.lease`). Local: a hard link of a fully written temporary file
   (``link`` fails if the name exists); S3: ``PutObject`` with ``If-None-Match: *``. An endpoint
   that cannot do it raises :class:`ConditionalWriteUnsupportedError`.
 """

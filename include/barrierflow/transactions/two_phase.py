@@ -31,7 +31,7 @@ are reused by the replay, so earlier attempts' committed batches no longer count
 output is kept out by the replay plan instead.
 
 Fencing (a stalled old driver that wakes up after a restore). Each sink carries the lease
-holder's :class:`~barrierflow.workdir.lease.FenceToken` (``fence``; None without a store
+holder's :class:`~barrierflow.lease.FenceToken` (``fence``; None without a store
 lease). Protocol, for a transaction X of epoch n:
 
 * P (pre-commit): check the fence, then open X with ``put_if_absent`` (never two openers).
@@ -40,7 +40,7 @@ lease). Protocol, for a transaction X of epoch n:
   system (publish files, ``COMMIT PREPARED``/``ROLLBACK PREPARED``, the Kafka transaction).
   If a decision already stands, follow it (a commit never follows an abort of the same X,
   nor the reverse); a holder that is no longer current raises
-  :class:`~barrierflow.workdir.lease.FencedOffError` instead and does nothing.
+  :class:`~barrierflow.lease.FencedOffError` instead and does nothing.
 
 Invariant: *every transaction is committed or aborted in the external system only as its one
 decision says, and a driver whose lease was taken over decides nothing once the new holder's
@@ -80,12 +80,12 @@ from typing import Any, Literal
 
 from barrierflow.errors import SinkError, StorageError
 from barrierflow.faults import crash_point
+from barrierflow.lease import FenceToken
 from barrierflow.spark import offset_log
 from barrierflow.transactions.committer import SinkCommitter
 from barrierflow.transactions.ledger import Transaction, TransactionLedger, TransactionStateError, TxnState
 from barrierflow.transactions.retry import NO_RETRY, CommitRetry
 from barrierflow.transactions.staged import StagedBatches
-from barrierflow.workdir.lease import FenceToken
 
 log = logging.getLogger(__name__)
 

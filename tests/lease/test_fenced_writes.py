@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.lease import FencedOffError, FenceToken, JobLease
 from barrierflow.transactions.ledger import Transaction, TransactionLedger, TxnState, decision_key
 from barrierflow.transactions.staged import StagedBatches
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink
-from barrierflow.workdir.lease import FencedOffError, FenceToken, JobLease
 
 from tests.verification.checkpoint_factory import CheckpointFactory
 

@@ -14,10 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from barrierflow.storage.local import LocalObjectStore
-from barrierflow.storage.object_store import ObjectStore
-from barrierflow.storage.uri import open_store
-from barrierflow.workdir.lease import (
+from barrierflow.lease import (
     FencedOffError,
     JobAlreadyRunningError,
     JobLease,
@@ -25,12 +22,15 @@ from barrierflow.workdir.lease import (
     highest_fence,
     lease_holder,
 )
+from barrierflow.storage.local import LocalObjectStore
+from barrierflow.storage.object_store import ObjectStore
+from barrierflow.storage.uri import open_store
 
 HOLDER = """
 import sys, time
 from pathlib import Path
 from barrierflow.storage.uri import open_store
-from barrierflow.workdir.lease import JobLease
+from barrierflow.lease import JobLease
 lease = JobLease(Path(sys.argv[1]), "p", "run", store=open_store(sys.argv[2]), ttl=float(sys.argv[3]))
 lease.acquire()
 print(lease.token.fence, flush=True)
@@ -148,7 +148,7 @@ def test_legacy_local_lease_still_excludes_a_store_lease(tmp_path: Path) -> None
     """A store-less holder of the same work dir (older callers, tests) is still seen."""
     store = LocalObjectStore(tmp_path / "c")
     # The holder keeps the lease until its stdin closes (the test ends), not for a fixed time.
-    code = ("import sys\nfrom pathlib import Path\nfrom barrierflow.workdir.lease import JobLease\n"
+    code = ("import sys\nfrom pathlib import Path\nfrom barrierflow.lease import JobLease\n"
             "JobLease(Path(sys.argv[1]), 'p').acquire()\nprint('held', flush=True)\nsys.stdin.read()\n")
     process = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "work")], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True)
