@@ -202,3 +202,28 @@ def test_records_of_a_topic_carrying_fewer_fields_get_nulls_for_the_others() -> 
             ("a", 1, 10, None), ("b", 2, None, 2.5), ("b", 3, None, 9.5)]
         assert [(d["partition"], d["offset"]) for d in decoder.dead_letters] == [("a:0", 1)]
         assert "field 'value' is missing" in decoder.dead_letters[0]["reason"]
+
+
+def test_records_read_as_columns_decode_to_the_same_batches_and_dead_letters() -> None:
+    """The Kafka source reads ``json`` ranges as columns (offsets, timestamps, values): the
+    batches and dead letters equal those of the record-by-record path, malformed values and
+    records without a timestamp included."""
+    from barrierflow.kafka_io.consumer import Columns
+
+    values = [json.dumps({"key": f"k{i}", "n": i, "x": 0.5, "ok": True, "at": i}).encode() for i in range(30)]
+    stamps: list[int | None] = [1_700_000_000_000 + i for i in range(30)]
+    stamps[3], stamps[4] = None, -1
+    for odd in (None, b"{bad"):
+        chunk = list(values)
+        if odd is not None:
+            chunk[7] = odd
+        records = [Record(v, topic="t", partition=2, offset=10 + i, timestamp=stamps[i])  # type: ignore[arg-type]
+                   for i, v in enumerate(chunk)]
+        by_record, by_column = _decoder(), _decoder()
+        expected = [b.to_pylist() for b in by_record.batches(records)]
+        columns = [Columns([10 + i for i in range(15)], stamps[:15], chunk[:15]),
+                   Columns([10 + i for i in range(15, 30)], stamps[15:], chunk[15:])]
+        got = [b.to_pylist() for b in by_column.column_batches("t", 2, columns)]
+        assert got == expected
+        assert by_column.dead_letters == by_record.dead_letters
+        assert got[0][3]["timestamp"] is None and got[0][4]["timestamp"] is None

@@ -40,7 +40,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
@@ -58,6 +58,9 @@ from barrierflow.sources.kafka import (
     schema_for,
 )
 from barrierflow.spec.models import CheckpointMode, KafkaSourceSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 #: Records of older attempts skipped per partition and planning call at most (bounds its time).
@@ -282,6 +285,12 @@ class ChannelStreamReader(KafkaStreamReader):
         return found
 
     # -- executor side -------------------------------------------------------------------
+
+    def _batches(self, decoder: RecordDecoder, topic: str, number: int, start: int, end: int
+                 ) -> Iterator[pa.RecordBatch]:
+        """Record by record: every record's headers decide whether it is data (barrier records
+        and stale records of older attempts are left out)."""
+        return decoder.batches(self._records(topic, number, start, end))
 
     def _records(self, topic: str, number: int, start: int, end: int) -> Iterator[Any]:
         """The range's data records: barrier records and stale records of older attempts are
