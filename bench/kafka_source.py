@@ -10,8 +10,9 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
    ceiling**), with ``json.loads`` per record (the **consume+decode ceiling**), and read and
    decoded into Arrow record batches with the Kafka source's own decoder
    (:class:`barrierflow.sources.kafka.RecordDecoder`), per record and vectorized
-   (:mod:`barrierflow.sources.json_columns`): the **source's decode ceiling** (what the
-   source's tasks could reach with no Spark around them).
+   (:mod:`barrierflow.sources.json_columns`); and read as columns (offsets, timestamps,
+   values per fetch) and decoded vectorized, as the source's tasks do: the **source's decode
+   ceiling** (what they could reach with no Spark around them).
 4. The single-stage pipeline: the Kafka source (``format: json``, ``max_records_per_batch``
    ``--batch`` per partition) -> ``keyed_running_totals`` (update mode) -> ``discard``,
    ``local[2]``, 1 s checkpoints, ``--until-exhausted``; records/s over the whole run and after
@@ -48,6 +49,8 @@ KEYS = 1000
 JSON_FIELDS = {"key": "long", "value": "long", "event_time": "timestamp"}
 PER_RECORD = "consume + decode to Arrow (the source's decoder, per record)"
 VECTORIZED = "consume + decode to Arrow (the source's decoder, vectorized)"
+COLUMNS = "consume as columns (no decoding)"
+SOURCE = "consume as columns + vectorized decode (what the source's tasks do)"
 
 
 def say(line: str = "") -> None:
@@ -105,6 +108,11 @@ def read_ceilings(servers: str, topic: str, records: int, partitions: int) -> di
         out["consume only (no decoding)"] = count / (time.monotonic() - began)
         began, count = time.monotonic(), 0
         for partition in range(partitions):
+            for chunk in reader.read_columns(topic, partition, 0, share, stall=30.0):
+                count += len(chunk.offsets)
+        out[COLUMNS] = count / (time.monotonic() - began)
+        began, count = time.monotonic(), 0
+        for partition in range(partitions):
             for record in reader.read(topic, partition, 0, share, stall=30.0):
                 json.loads(record.value)
                 count += 1
@@ -117,6 +125,12 @@ def read_ceilings(servers: str, topic: str, records: int, partitions: int) -> di
             for partition in range(partitions):
                 rows += sum(b.num_rows for b in decoder.batches(reader.read(topic, partition, 0, share, stall=30.0)))
             out[VECTORIZED if vectorized else PER_RECORD] = rows / (time.monotonic() - began)
+        decoder = RecordDecoder(spec)
+        began, rows = time.monotonic(), 0
+        for partition in range(partitions):
+            chunks = reader.read_columns(topic, partition, 0, share, stall=30.0)
+            rows += sum(b.num_rows for b in decoder.column_batches(topic, partition, chunks))
+        out[SOURCE] = rows / (time.monotonic() - began)
     finally:
         reader.close()
     return out
@@ -210,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"| {_ratio(kafka['steady'], ceilings['consume + json.loads'])} |")
     lines.append(f"| ratio: the source's decoder, vectorized / per record "
                  f"| {_ratio(ceilings[VECTORIZED], ceilings[PER_RECORD])} |")
+    lines.append(f"| ratio: Kafka pipeline after the first batch / what the source's tasks do "
+                 f"| {_ratio(kafka['steady'], ceilings[SOURCE])} |")
     lines.append(f"| ratio: Kafka pipeline / generator pipeline, after the first batch "
                  f"| {_ratio(kafka['steady'], generator['steady'])} |")
     say()
