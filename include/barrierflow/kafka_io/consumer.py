@@ -164,6 +164,26 @@ class RangeReader:
         finally:
             consumer.unassign()
 
+    def read_marked(self, topic: str, partition: int, start: int, end: int, header: str, *, stall: float
+                    ) -> Iterator[tuple[int, Sequence[tuple[str, bytes]]]]:
+        """``(offset, headers)`` of the records of :meth:`read` that carry a header named
+        ``header``, in offset order: a scan for marker records (a channel's barriers) that
+        builds nothing for the others. Same errors as :meth:`read`."""
+        from confluent_kafka import TopicPartition
+
+        if end <= start:
+            return
+        consumer = self._consumer
+        consumer.assign([TopicPartition(topic, partition, start)])
+        try:
+            for messages in self._fetches(consumer, topic, partition, start, end, stall=stall):
+                for message in messages:
+                    headers = message.headers()
+                    if headers and any(name == header for name, _ in headers):
+                        yield message.offset(), headers
+        finally:
+            consumer.unassign()
+
     def _records(self, consumer: Any, topic: str, partition: int, start: int, end: int, *,
                  stall: float) -> Iterator[Record]:
         for messages in self._fetches(consumer, topic, partition, start, end, stall=stall):

@@ -30,7 +30,9 @@ factor: a slow consumer for tests and benchmarks);
 older attempt wrote after the restored barrier.
 
 Cost: the driver reads each new range once more to find barriers (with its one long-lived
-consumer; headers only matter); a range's barrier positions are not cached across restarts.
+consumer, looking only at each record's headers and building nothing for data records:
+:meth:`~barrierflow.kafka_io.consumer.RangeReader.read_marked`); a range's barrier positions
+are not cached across restarts.
 """
 
 from __future__ import annotations
@@ -48,13 +50,14 @@ from barrierflow.barriers.alignment import AlignmentContext, BarrierAligner, Inp
 from barrierflow.barriers.alignment.record import write_aborted, write_alignment
 from barrierflow.barriers.cutoffs import AttemptCutoff, StaleRecords
 from barrierflow.barriers.offsets import SourceOffset
-from barrierflow.barriers.records import BarrierMarker, decode_barrier, record_attempt
+from barrierflow.barriers.records import BARRIER_HEADER, BarrierMarker, decode_barrier, record_attempt
 from barrierflow.sources.kafka import (
     KafkaStreamReader,
     RecordDecoder,
     newest_event_time,
     parse_partition_id,
     read_range,
+    read_range_marked,
     schema_for,
 )
 from barrierflow.spec.models import CheckpointMode, KafkaSourceSpec
@@ -128,11 +131,14 @@ class ChannelStreamReader(KafkaStreamReader):
                    and not self.stale.is_stale(partition, r.offset, record_attempt(r.headers)))
 
     def _barriers(self, partition: str, start: int, end: int) -> Iterator[tuple[int, BarrierMarker]]:
+        """The barrier records of ``[start, end)`` (the driver reads the range, building
+        nothing for data records: :meth:`RangeReader.read_marked`)."""
         topic, number = parse_partition_id(partition)
-        for record in read_range(self.spec, topic, number, start, end, self._driver_reader()):
-            marker = decode_barrier(record.headers, where=f"{partition} offset {record.offset}")
+        for offset, headers in read_range_marked(self.spec, topic, number, start, end, BARRIER_HEADER,
+                                                 self._driver_reader()):
+            marker = decode_barrier(headers, where=f"{partition} offset {offset}")
             if marker is not None:
-                yield record.offset, marker
+                yield offset, marker
 
     def _past_stale(self, partition: str, first: int, available: int) -> int:
         """The offset of the first record at or after ``first`` that is not stale (``first``

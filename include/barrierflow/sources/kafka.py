@@ -324,8 +324,15 @@ def read_range_columns(spec: KafkaSourceSpec, topic: str, partition: int, start:
     return _read(spec, topic, partition, start, end, reader, columns=True)
 
 
+def read_range_marked(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int, header: str,
+                      reader: RangeReader | None = None) -> Iterator[tuple[int, Any]]:
+    """``(offset, headers)`` of the records of :func:`read_range` carrying a header named
+    ``header`` (the channel source's barrier scan); same reader and errors."""
+    return _read(spec, topic, partition, start, end, reader, columns=False, marked=header)
+
+
 def _read(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int, reader: RangeReader | None,
-          *, columns: bool) -> Iterator[Any]:
+          *, columns: bool, marked: str | None = None) -> Iterator[Any]:
     from barrierflow.kafka_io import KafkaIOError
     from barrierflow.kafka_io.consumer import RangeGone, ReadStalled, shared_reader
 
@@ -335,7 +342,9 @@ def _read(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: in
     stall = spec.poll_timeout + spec.unavailable_timeout
     chosen = reader or shared_reader(reader_settings(spec))
     try:
-        if columns:
+        if marked is not None:
+            yield from chosen.read_marked(topic, partition, start, end, marked, stall=stall)
+        elif columns:
             yield from chosen.read_columns(topic, partition, start, end, stall=stall)
         else:
             yield from chosen.read(topic, partition, start, end, stall=stall)
