@@ -130,19 +130,11 @@ class RangeReader:
             RangeGone: the range starts before the partition's log start.
             KafkaIOError: the broker refused the fetch.
         """
-        from confluent_kafka import TopicPartition
-
-        if end <= start:
-            return
-        consumer = self._consumer
-        consumer.assign([TopicPartition(topic, partition, start)])
-        try:
-            yield from self._records(consumer, topic, partition, start, end, stall=stall)
-        finally:
-            # An assigned partition keeps librdkafka fetching in the background (a request every
-            # fetch.wait.max.ms): measured as about 20 % of a core per idle Python worker, and the
-            # broker's CPU with it. Unassigned, the reader costs nothing between ranges.
-            consumer.unassign()
+        for messages in self._assigned_fetches(topic, partition, start, end, stall=stall):
+            for message in messages:
+                kind, stamp = message.timestamp()
+                yield Record(topic, partition, message.offset(), stamp if kind else None, message.key(),
+                             message.value(), message.headers() or ())
 
     def read_columns(self, topic: str, partition: int, start: int, end: int, *, stall: float
                      ) -> Iterator[Columns]:
@@ -150,25 +142,25 @@ class RangeReader:
         :data:`CHUNK` records): what a reader that needs only offsets, timestamps and values
         (the Kafka source's ``json`` format) takes without a Python object per record.
         Same errors as :meth:`read`."""
-        from confluent_kafka import TopicPartition
-
-        if end <= start:
-            return
-        consumer = self._consumer
-        consumer.assign([TopicPartition(topic, partition, start)])
-        try:
-            for messages in self._fetches(consumer, topic, partition, start, end, stall=stall):
-                stamps = [m.timestamp() for m in messages]
-                yield Columns([m.offset() for m in messages], [t[1] if t[0] else None for t in stamps],
-                              [m.value() for m in messages])
-        finally:
-            consumer.unassign()
+        for messages in self._assigned_fetches(topic, partition, start, end, stall=stall):
+            stamps = [m.timestamp() for m in messages]
+            yield Columns([m.offset() for m in messages], [t[1] if t[0] else None for t in stamps],
+                          [m.value() for m in messages])
 
     def read_marked(self, topic: str, partition: int, start: int, end: int, header: str, *, stall: float
                     ) -> Iterator[tuple[int, Sequence[tuple[str, bytes]]]]:
         """``(offset, headers)`` of the records of :meth:`read` that carry a header named
         ``header``, in offset order: a scan for marker records (a channel's barriers) that
         builds nothing for the others. Same errors as :meth:`read`."""
+        for messages in self._assigned_fetches(topic, partition, start, end, stall=stall):
+            for message in messages:
+                headers = message.headers()
+                if headers and any(name == header for name, _ in headers):
+                    yield message.offset(), headers
+
+    def _assigned_fetches(self, topic: str, partition: int, start: int, end: int, *, stall: float
+                          ) -> Iterator[list[Any]]:
+        """:meth:`_fetches` of the range with the partition assigned for the read only."""
         from confluent_kafka import TopicPartition
 
         if end <= start:
@@ -176,21 +168,12 @@ class RangeReader:
         consumer = self._consumer
         consumer.assign([TopicPartition(topic, partition, start)])
         try:
-            for messages in self._fetches(consumer, topic, partition, start, end, stall=stall):
-                for message in messages:
-                    headers = message.headers()
-                    if headers and any(name == header for name, _ in headers):
-                        yield message.offset(), headers
+            yield from self._fetches(consumer, topic, partition, start, end, stall=stall)
         finally:
+            # An assigned partition keeps librdkafka fetching in the background (a request every
+            # fetch.wait.max.ms): measured as about 20 % of a core per idle Python worker, and the
+            # broker's CPU with it. Unassigned, the reader costs nothing between ranges.
             consumer.unassign()
-
-    def _records(self, consumer: Any, topic: str, partition: int, start: int, end: int, *,
-                 stall: float) -> Iterator[Record]:
-        for messages in self._fetches(consumer, topic, partition, start, end, stall=stall):
-            for message in messages:
-                kind, stamp = message.timestamp()
-                yield Record(topic, partition, message.offset(), stamp if kind else None, message.key(),
-                             message.value(), message.headers() or ())
 
     def _fetches(self, consumer: Any, topic: str, partition: int, start: int, end: int, *,
                  stall: float) -> Iterator[list[Any]]:
