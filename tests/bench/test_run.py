@@ -55,8 +55,8 @@ def test_stages_scenario_spec_is_valid_and_slows_one_partition(tmp_path: object)
                                              alignment_timeout=timeout, interval=1.0, rate=400.0))
         assert spec.checkpoint.mode.value == mode and spec.checkpoint.alignment_timeout == timeout
         job = StagedPipelineJob(spec)
-        z = next(j for j in job.stages if j.stage.name == "z")
-        rates = json.loads(job._alignment_options(z))["rate_factors"]
+        z = next(j for j in job.stages if j.name == "z")
+        rates = json.loads(z.kind.run_options(z.spec, job.stage_run(z))["alignment"])["rate_factors"]
         assert rates == {f"{spec.channels[0].topic_for(spec.name)}:1": 0.1}
 
 

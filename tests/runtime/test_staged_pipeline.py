@@ -9,6 +9,8 @@ coordinator at ``a`` only and reach ``b`` in-band, as barrier records on every p
 from __future__ import annotations
 
 import json
+import os
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,8 @@ from typing import Any
 import pytest
 from barrierflow.barriers.records import data_headers, decode_barrier
 from barrierflow.checkpointing.global_manifest import global_key
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.checkpointing.uploader import SnapshotUploader
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
@@ -24,17 +28,65 @@ from tests.support.kafka_broker import KafkaEndpoint, produce, recreate_topic
 from tests.support.staged_specs import PARTITIONS, RECORDS, two_stage_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+ASYNC_NICE = 6
+
+
+class UploadThreads:
+    """Where each stage's asynchronous phase ran: per stage store, the (thread name, thread
+    nice value) of each snapshot upload and of each shared file's write."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.uploads: dict[str, set[tuple[str, int]]] = {}
+        self.files: dict[str, set[tuple[str, int]]] = {}
+        upload, put_shared = SnapshotUploader.upload, CheckpointStore.put_shared
+
+        def recorded_upload(uploader: SnapshotUploader, snapshot: Any) -> Any:
+            self._record(self.uploads, uploader.store.uri)
+            return upload(uploader, snapshot)
+
+        def recorded_put(store: CheckpointStore, sha256: str, local_path: str) -> None:
+            self._record(self.files, store.uri)
+            put_shared(store, sha256, local_path)
+
+        monkeypatch.setattr(SnapshotUploader, "upload", recorded_upload)
+        monkeypatch.setattr(CheckpointStore, "put_shared", recorded_put)
+
+    @staticmethod
+    def _record(into: dict[str, set[tuple[str, int]]], uri: str) -> None:
+        stage = uri.rstrip("/").rsplit("/", 1)[-1]
+        into.setdefault(stage, set()).add(
+            (threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+
+    def clear(self) -> None:
+        self.uploads.clear()
+        self.files.clear()
+
 
 def test_two_stage_pipeline_restores_a_global_checkpoint_exactly_once(
-        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Run until one global checkpoint completed and stop (stage a has by then written records
     after that barrier); start again with ``barrierflow run``: the pipeline restores the global
     checkpoint as attempt 1, stage a writes those records again, stage b skips the attempt-0
     copies; the committed output holds every record once, and ``checkpoints list --json`` shows
-    both runs' global checkpoints with each stage's part."""
+    both runs' global checkpoints with each stage's part.
+
+    Both stages honour the upload settings: in the first run (``async_nice: 6``) each stage's
+    asynchronous phase and its file writes run on background threads 6 steps below the
+    driver's CPU priority; in the second (``synchronous_upload: true``) each stage uploads
+    on the thread that drives it, holding processing meanwhile."""
     data = two_stage_spec(tmp_path, kafka_endpoint)
+    data["checkpoint"]["async_nice"] = ASYNC_NICE
     spec = parse_staged_spec(data)
+    threads = UploadThreads(monkeypatch)
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     first = StagedPipelineJob(spec, spark=spark).run(checkpoints=1, duration=150)
+    lowered = min(19, base + ASYNC_NICE)
+    for stage in ("a", "b"):
+        assert threads.uploads.get(stage) and threads.files.get(stage), f"stage {stage} uploaded nothing"
+        assert {(name.split("_")[0], nice) for name, nice in threads.uploads[stage]} == {("chk-async", lowered)}, \
+            (stage, threads.uploads[stage])
+        assert {nice for _name, nice in threads.files[stage]} == {lowered}, (stage, threads.files[stage])
     assert len(first.completed) == 1
     manifest = first.completed[0]
     # The global manifest names a manifest of each stage with the same id.
@@ -57,10 +109,15 @@ def test_two_stage_pipeline_restores_a_global_checkpoint_exactly_once(
     from barrierflow.cli.main import main
 
     path = tmp_path / "two.yaml"
+    data["checkpoint"].update({"async_nice": 0, "synchronous_upload": True})
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     capsys.readouterr()
+    threads.clear()
     assert main(["run", str(path), "--until-exhausted", "--duration", "150"]) == 0
     out, err = capsys.readouterr()
+    driver = threading.current_thread().name
+    for stage in ("a", "b"):
+        assert threads.uploads.get(stage) == {(driver, base)}, (stage, threads.uploads.get(stage))
     assert "pipeline two (2 stages, attempt 1):" in out and "embedded broker" not in out, out
     progress = [line for line in err.splitlines() if line.startswith("a: batch=")]
     assert progress and " | b: batch=" in progress[-1] and "global_checkpoint=" in progress[-1], err

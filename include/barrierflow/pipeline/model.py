@@ -28,17 +28,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts, completed_cut
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
 from barrierflow.pipeline.stage_options import derive_stage_spec
+from barrierflow.sinks.factory import ChannelOutput
 from barrierflow.spec.graph import StageGraph, build_graph
 from barrierflow.spec.loader import load_any_spec, project_home
 from barrierflow.spec.models import PipelineSpec
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec
 from barrierflow.storage import open_store
 from barrierflow.workdir.layout import JobLayout
 
@@ -77,6 +78,9 @@ class Stage:
         back_edge_partitions: those of them that close a cycle.
         embedded_inputs: whether a channel it reads is on the embedded broker (which runs only
             with its pipeline, so offline checks cannot ask it for retained ranges).
+        rate_factors: ``topic:p`` -> how many times slower that input partition is read (the
+            channel sources' ``partition_rate_factors``; benchmarks of a slow partition).
+        output: the channel it writes (None: its sink is the derived spec's sink).
     """
 
     name: str
@@ -86,6 +90,20 @@ class Stage:
     input_partitions: frozenset[str] = frozenset()
     back_edge_partitions: frozenset[str] = frozenset()
     embedded_inputs: bool = False
+    rate_factors: Mapping[str, float] = field(default_factory=dict)
+    output: ChannelOutput | None = None
+
+    @property
+    def source_type(self) -> str:
+        """The registered source kind its input is read with
+        (:func:`barrierflow.sources.registry.kind_named`): ``channel`` for a stage fed by
+        channels, else its source's ``type``."""
+        return "channel" if self.input_partitions else self.spec.source.type
+
+    @property
+    def back_edge_topics(self) -> tuple[str, ...]:
+        """The topics of the back-edge channels it reads (a cycle), sorted."""
+        return tuple(sorted({p.rsplit(":", 1)[0] for p in self.back_edge_partitions}))
 
 
 @dataclass(frozen=True)
@@ -218,8 +236,17 @@ def stages_of(spec: StagedPipelineSpec, graph: StageGraph, *, work_dir: str, ser
             embedded = embedded or channel.is_embedded
             if graph.is_back_edge(name, stage.name):
                 back |= ids
+        rates = {channel_partition(spec.channel(s.channel).topic_for(spec.name), number): factor
+                 for s in stage.sources if isinstance(s, ChannelSourceSpec)
+                 for number, factor in enumerate(s.partition_rate_factors) if factor != 1}
+        sink = stage.sinks[0]
+        output = None
+        if isinstance(sink, ChannelSinkSpec):
+            written = spec.channel(sink.channel)
+            output = ChannelOutput(servers=servers[written.name], topic=written.topic_for(spec.name),
+                                   stage=stage.name, key_column=sink.key_column)
         stages.append(Stage(stage.name, derived, CheckpointStore.for_spec(derived), JobLayout.for_spec(derived),
-                            frozenset(inputs), frozenset(back), embedded))
+                            frozenset(inputs), frozenset(back), embedded, rates, output))
     return tuple(stages)
 
 

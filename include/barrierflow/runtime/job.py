@@ -14,21 +14,19 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
-from barrierflow.checkpointing.manifest import EventTimeSummary, FailureRecord, Manifest
+from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.errors import JobFailedError, UserInputError
+from barrierflow.errors import UserInputError
 from barrierflow.lease import JobLease
-from barrierflow.runtime.event_time import EventTimeStatus, EventTimeTracker
-from barrierflow.runtime.stage_query import start_stage_query
-from barrierflow.sources.registry import reached, source_kind
+from barrierflow.pipeline.model import Stage
+from barrierflow.runtime.event_time import EventTimeStatus
+from barrierflow.runtime.stage_runner import StageRunner
+from barrierflow.sources.registry import StageRun, reached, source_kind
 from barrierflow.spark import commit_log, offset_log
-from barrierflow.spark.cluster import check_work_dir_shared
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.storage import ObjectStore
 from barrierflow.transactions.committer import SinkCommitter
@@ -40,9 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: How often a query that died before its first batch (its Python worker did not connect
-#: back in time) is started again within one run.
-START_RETRIES = 2
 TICK_SECONDS = 0.01
 
 
@@ -101,15 +96,22 @@ class StreamingJob:
         self._spark = spark
         self.layout = layout or JobLayout.for_spec(spec)
         self.store = CheckpointStore.for_spec(spec, checkpoint_objects)
-        self.query: StreamingQuery | None = None
-        self.coordinator: CheckpointCoordinator | None = None
+        #: The pipeline's one stage, run by :class:`~barrierflow.runtime.stage_runner.StageRunner`.
+        self.runner = StageRunner(Stage(spec.name, spec, self.store, self.layout), label=f"pipeline {spec.name}")
         self.lease: JobLease | None = None
-        #: Query starts repeated in this run because a Python worker did not connect back.
-        self.start_retries = 0
         #: Whether this job checked that a cluster's executors see the work dir (once per job).
         self.work_dir_checked = False
-        self.event_time = (EventTimeTracker(spec, str(self.layout.control)) if spec.event_time is not None
-                           else None)
+        self.event_time = self.runner.event_time
+
+    @property
+    def query(self) -> StreamingQuery | None:
+        """The running query (None before the run starts it)."""
+        return self.runner.query
+
+    @property
+    def coordinator(self) -> CheckpointCoordinator | None:
+        """The run's checkpoint coordinator (None before the run starts it)."""
+        return self.runner.coordinator
 
     @property
     def spark(self) -> SparkSession:
@@ -127,28 +129,14 @@ class StreamingJob:
         return [build_sink(self.spec, self.store, self.layout,
                            attempt=self.store.attempt() if attempt is None else attempt)]
 
-    def _event_times(self, source_name: str, partitions: dict[str, int]) -> dict[str, datetime | None]:
-        source = self.spec.source  # one source per pipeline: the coordinator asks for it only
-        return source_kind(source).event_times(source, self.layout.event_time_uri(self.spec), partitions)
-
-    def _event_time_summary(self, first_batch: int, batch: int, offsets: dict[str, dict[str, int]],
-                            times: dict[str, dict[str, datetime | None]]) -> EventTimeSummary:
-        assert self.event_time is not None
-        return self.event_time.summary(first_batch, batch, offsets, times, query=self.query)
-
     def build_query(self) -> StreamingQuery:
-        """Start the pipeline's query (:func:`barrierflow.runtime.stage_query.start_stage_query`)."""
-        from barrierflow.runtime.session import register_data_sources
-        from barrierflow.sinks.factory import micro_batch_writer
-
-        spark = self.spark
-        register_data_sources(spark)
-        if not self.work_dir_checked:
-            check_work_dir_shared(spark, self.layout.work_dir)
-            self.work_dir_checked = True
-        return start_stage_query(spark, self.spec, self.layout, spec_path=self.spec_path,
-                                 source_format=source_kind(self.spec.source).format,
-                                 batch_writer=micro_batch_writer(self.spec, self.layout, fence=self.store.fence))
+        """Start the pipeline's query through its stage runner (the one query builder,
+        :func:`barrierflow.runtime.stage_query.start_stage_query`)."""
+        run = StageRun(attempt=self.store.attempt())
+        query = self.runner.start_query(self.spark, spec_path=self.spec_path, run=run, fence=self.store.fence,
+                                        check_work_dir=not self.work_dir_checked, wait=False)
+        self.work_dir_checked = True
+        return query
 
     # -- running ------------------------------------------------------------------------
     def run(
@@ -199,30 +187,15 @@ class StreamingJob:
         sinks = self.sink_committers(attempt)
         self.recover_sinks(sinks)
         end_offsets = self._source_end() if until_exhausted else None
-        coordinator = CheckpointCoordinator(
-            pipeline=self.spec.name,
-            options=self.spec.checkpoint,
-            store=self.store,
-            spark_checkpoint_dir=self.layout.spark_checkpoint,
-            staging_dir=self.layout.snapshots,
-            control=ControlChannel(self.layout.control),
-            source_names=[self.spec.source.name],
-            sinks=sinks,
-            event_times=self._event_times,
-            event_time_summary=self._event_time_summary if self.event_time is not None else None,
-            attempt=attempt,
-            spark_version=self.spark.version,
-        )
-        self.coordinator = coordinator
-        coordinator.start()
+        runner = self.runner
+        coordinator = runner.start_coordinator(sinks=sinks, attempt=attempt, spark_version=self.spark.version)
         coordinator.trigger_limit = checkpoints
         start_batch = commit_log.latest_committed(self.layout.spark_checkpoint)
+        runner.latest_batch = start_batch
         start_records = (_total(offset_log.read_offsets(self.layout.spark_checkpoint, start_batch))
                          if start_batch is not None else 0)
         started = time.monotonic()
-        planned_at_start = len(offset_log.planned_batches(self.layout.spark_checkpoint))
-        self.start_retries = 0
-        self.query = self.build_query()
+        self.build_query()
         result = RunResult(self.spec.name, 0, 0, 0.0)
         last_progress = started
         first_batch_mono: float | None = None
@@ -234,18 +207,16 @@ class StreamingJob:
             while True:
                 if self.lease is not None and self.lease.lost is not None:
                     self.lease.check("doing anything more")  # the heartbeat found the lease taken over
-                coordinator.tick()
-                if on_tick is not None:
-                    on_tick(self)
-                committed = commit_log.latest_committed(self.layout.spark_checkpoint)
-                if committed is not None and committed != latest_batch:
-                    latest_batch = committed
-                    records = _total(offset_log.read_offsets(self.layout.spark_checkpoint, committed)) - start_records
+                if runner.tick():
+                    latest_batch = runner.latest_batch
+                    assert latest_batch is not None
+                    committed_offsets = offset_log.read_offsets(self.layout.spark_checkpoint, latest_batch)
+                    records = _total(committed_offsets) - start_records
                     last_commit_mono = time.monotonic()
                     if first_batch_mono is None:
                         first_batch_mono, first_batch_records = last_commit_mono, records
-                    if self.event_time is not None:
-                        self.event_time.poll(self.query)
+                if on_tick is not None:
+                    on_tick(self)
                 now = time.monotonic()
                 if progress is not None and now - last_progress >= progress_every:
                     last_progress = now
@@ -255,16 +226,7 @@ class StreamingJob:
                                       coordinator.last_completed.checkpoint_id if coordinator.last_completed else None,
                                       coordinator.uploads_in_flight, len(coordinator.failed),
                                       self.event_time.status() if self.event_time is not None else None))
-                if not self.query.isActive:
-                    if self.lease is not None:
-                        self.lease.check("doing anything more")  # a fenced-off staging stopped the query
-                    exc = self.query.exception()
-                    if self._restart_failed_start(exc, planned_at_start):
-                        continue
-                    raise JobFailedError(
-                        f"the streaming query of pipeline {self.spec.name} stopped"
-                        + (f": {str(exc).splitlines()[0] if str(exc) else exc!r}" if exc else "")
-                    )
+                runner.check(self.store.fence)  # a fenced-off staging stopped the query: FencedOffError
                 if checkpoints is not None and coordinator.completed_count >= checkpoints:
                     break
                 if end_offsets is not None and sum(
@@ -277,10 +239,7 @@ class StreamingJob:
                     break
                 time.sleep(TICK_SECONDS)
         finally:
-            if self.event_time is not None and self.query is not None:
-                self.event_time.poll(self.query)
-            self._stop_query()
-            coordinator.drain(timeout=min(self.spec.checkpoint.timeout, 60.0))
+            runner.stop(min(self.spec.checkpoint.timeout, 60.0))
             ended = time.monotonic()
             final = commit_log.latest_committed(self.layout.spark_checkpoint)
             if final is not None and final != start_batch:
@@ -298,21 +257,6 @@ class StreamingJob:
             result.completed = list(coordinator.completed)
             result.failed = list(coordinator.failed)
         return result
-
-    def _restart_failed_start(self, exc: Exception | None, planned_at_start: int) -> bool:
-        """Start the query again when it died before planning any batch because Spark's Python
-        planner worker did not connect back in time (Spark gives it a fixed few seconds; seen on
-        overloaded machines). Safe only then: this run planned no batch, so nothing is replayed,
-        staged or written twice. At most :data:`START_RETRIES` times per run; False otherwise."""
-        planned = len(offset_log.planned_batches(self.layout.spark_checkpoint))
-        if exc is None or "connect back" not in str(exc) or planned != planned_at_start \
-                or self.start_retries >= START_RETRIES:
-            return False
-        self.start_retries += 1
-        log.warning("pipeline %s: the query's Python worker did not connect back before its first batch; starting "
-                    "the query again (%d/%d)", self.spec.name, self.start_retries, START_RETRIES)
-        self.query = self.build_query()
-        return True
 
     def _source_end(self) -> dict[str, int]:
         end = source_kind(self.spec.source).bounded_end(self.spec.source)
@@ -365,11 +309,3 @@ class StreamingJob:
                                   layout=self.layout, check_running=False)
         log.warning("no local Spark checkpoint: restored checkpoint %d (attempt %d)",
                     report.checkpoint_id, report.attempt)
-
-    def _stop_query(self) -> None:
-        if self.query is None:
-            return
-        try:
-            self.query.stop()
-        except Exception as exc:
-            log.warning("stopping the query raised %s", exc)

@@ -26,74 +26,41 @@ there between its snapshot and the barrier as channel state (include/pipelines/c
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from barrierflow.barriers.alignment.record import read_alignment
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.global_manifest import GlobalManifest
 from barrierflow.checkpointing.global_store import AttemptCutoffRecord, GlobalCheckpointStore
-from barrierflow.checkpointing.manifest import EventTimeSummary, Manifest
+from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import JobFailedError, UserInputError
-from barrierflow.pipeline.model import OFFLINE_SERVERS, Stage, pipeline_work_dir, stages_of
-from barrierflow.runtime.event_time import EventTimeTracker
-from barrierflow.runtime.stage_query import start_stage_query
-from barrierflow.sources.registry import SourceKind, kind_named, reached, source_kind
-from barrierflow.spark import offset_log
-from barrierflow.spark.cluster import check_work_dir_shared
+from barrierflow.pipeline.model import OFFLINE_SERVERS, pipeline_work_dir, stages_of
+from barrierflow.runtime.stage_runner import StageRunner
+from barrierflow.sources.registry import StageRun, reached, source_kind
 from barrierflow.spec.graph import StageGraph, build_graph
-from barrierflow.spec.models import PipelineSpec
-from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec, StageSpec
+from barrierflow.spec.stages import StagedPipelineSpec
 from barrierflow.storage import open_store
-from barrierflow.workdir.layout import JobLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
     from barrierflow.lease import FenceToken, JobLease
     from barrierflow.recovery.cut_restore import CutRestoreReport
-    from barrierflow.sinks.channel import ChannelWriter
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 0.02
 #: How often a stage run in its own process looks for newly decided global checkpoints (seconds).
 FOLLOW_SECONDS = 0.2
-#: How often a stage's query is started again after its Python worker failed to connect back.
-START_RETRIES = 2
 
 
-@dataclass
-class StageJob:
-    """One stage: its derived single-stage spec, layout, store, query and coordinator."""
-
-    stage: StageSpec
-    spec: PipelineSpec
-    layout: JobLayout
-    store: CheckpointStore
-    channel_source: ChannelSourceSpec | None
-    channel_sink: ChannelSinkSpec | None
-    coordinator: CheckpointCoordinator | None = None
-    query: StreamingQuery | None = None
-    writer: ChannelWriter | None = None
-    planned_at_start: int = 0
-    start_retries: int = 0
-    event_time: EventTimeTracker | None = None
-
-    @property
-    def source_kind(self) -> SourceKind:
-        """How the stage's input is read: the ``channel`` kind for a stage fed by channels,
-        else its external source's kind."""
-        return kind_named("channel") if self.channel_source is not None else source_kind(self.spec.source)
+#: A stage of the run: the one stage runner (:mod:`barrierflow.runtime.stage_runner`).
+StageJob = StageRunner
 
 
 @dataclass(frozen=True)
@@ -146,7 +113,7 @@ class StagedPipelineJob:
         self.global_store = GlobalCheckpointStore(self.objects, spec.name)
         #: Every stage as :mod:`barrierflow.pipeline.model` opens it, with the channels' real addresses.
         self.parts = stages_of(spec, graph, work_dir=self.work_dir, servers=self.servers)
-        self.stages = [self._stage_job(stage, part) for stage, part in zip(spec.stages, self.parts, strict=True)]
+        self.stages = [StageRunner(part, label=f"stage {part.name} of pipeline {spec.name}") for part in self.parts]
         self.attempt = 0
         self.last_completed = 0
         #: Whether this run checked that a cluster's executors see the work dir (once per job).
@@ -206,80 +173,18 @@ class StagedPipelineJob:
         return self._spark
 
     # -- building -----------------------------------------------------------------------
-    @staticmethod
-    def _stage_job(stage: StageSpec, part: Stage) -> StageJob:
-        """``stage``'s job on its part of the pipeline model (derived spec, layout, store)."""
-        channel_sources = [s for s in stage.sources if isinstance(s, ChannelSourceSpec)]
-        sink = stage.sinks[0]
-        return StageJob(stage, part.spec, part.layout, part.store, channel_sources[0] if channel_sources else None,
-                        sink if isinstance(sink, ChannelSinkSpec) else None)
+    def stage_run(self, job: StageJob) -> StageRun:
+        """What ``job``'s reader is told beyond its spec in this run: the attempt, the last
+        completed global checkpoint, its back-edge topics, cutoffs and slow partitions."""
+        return StageRun(attempt=self.attempt, last_completed=self.last_completed,
+                        back_edge_topics=job.stage.back_edge_topics,
+                        cutoffs=self.global_store.stage_cutoffs(job.name), rate_factors=job.stage.rate_factors)
 
-    def _alignment_options(self, job: StageJob) -> str:
-        assert job.channel_source is not None
-        back = [self.spec.channel(e.channel).topic_for(self.spec.name)
-                for e in self.graph.inputs(job.stage.name) if self.graph.is_back_edge(e.channel, job.stage.name)]
-        cutoffs = self.global_store.stage_cutoffs(job.stage.name)
-        rates = {f"{self.spec.channel(s.channel).topic_for(self.spec.name)}:{number}": factor
-                 for s in job.stage.sources if isinstance(s, ChannelSourceSpec)
-                 for number, factor in enumerate(s.partition_rate_factors) if factor != 1}
-        return json.dumps({"mode": self.spec.checkpoint.mode.value,
-                           "alignment_timeout": self.spec.checkpoint.alignment_timeout,
-                           "attempt": self.attempt, "last_completed": self.last_completed,
-                           "back_edge_topics": back, "cutoffs": cutoffs, "rate_factors": rates})
-
-    def _build_query(self, job: StageJob) -> StreamingQuery:
-        """Start ``job``'s query with the one query builder
-        (:func:`barrierflow.runtime.stage_query.start_stage_query`)."""
-        from barrierflow.runtime.session import register_data_sources
-        from barrierflow.sinks.factory import ChannelTarget, micro_batch_writer
-
-        spark = self.spark
-        register_data_sources(spark)
-        if not self.work_dir_checked:  # every stage's work dir is below the pipeline's
-            check_work_dir_shared(spark, Path(self.work_dir))
-            self.work_dir_checked = True
-        target = None
-        if job.channel_sink is not None:
-            channel = self.spec.channel(job.channel_sink.channel)
-            target = ChannelTarget(servers=self.servers[channel.name], topic=channel.topic_for(self.spec.name),
-                                   stage=job.stage.name, attempt=self.attempt, key_column=job.channel_sink.key_column)
-        writer = micro_batch_writer(job.spec, job.layout, fence=self.fence, channel=target)
-        if target is not None:
-            job.writer = writer  # type: ignore[assignment]  # a ChannelWriter: closed when the stage stops
-        extra = {"alignment": self._alignment_options(job)} if job.channel_source is not None else {}
-        return start_stage_query(spark, job.spec, job.layout, spec_path=self.spec_path,
-                                 source_format=job.source_kind.format, batch_writer=writer, extra_options=extra)
-
-    def _coordinator(self, job: StageJob) -> CheckpointCoordinator:
-        """``job``'s checkpoint coordinator: it never triggers (barriers come from the pipeline
-        coordinator or in-band), defers its sink commits to the global checkpoint, and with
-        ``event_time`` records each partition's event time, watermark, idleness and pauses
-        in the stage's manifests (as a single-stage job does)."""
-        from barrierflow.sinks.factory import build_sink
-
-        control_dir = job.layout.control
-        alignment = (lambda n: read_alignment(control_dir, n)) if job.channel_source is not None else None
-        kind, source, event_time_uri = job.source_kind, job.spec.source, job.layout.event_time_uri(job.spec)
-        job.event_time = EventTimeTracker(job.spec, str(control_dir)) if job.spec.event_time is not None else None
-        tracker = job.event_time
-
-        def event_times(_source_name: str, partitions: dict[str, int]) -> dict[str, datetime | None]:
-            return kind.event_times(source, event_time_uri, partitions)
-
-        def summary(first_batch: int, batch: int, offsets: dict[str, dict[str, int]],
-                    times: dict[str, dict[str, datetime | None]]) -> EventTimeSummary:
-            assert tracker is not None
-            return tracker.summary(first_batch, batch, offsets, times, query=job.query)
-
-        coordinator = CheckpointCoordinator(
-            pipeline=job.spec.name, options=job.spec.checkpoint, store=job.store,
-            spark_checkpoint_dir=job.layout.spark_checkpoint, staging_dir=job.layout.snapshots,
-            control=ControlChannel(control_dir), source_names=[job.spec.source.name],
-            sinks=[build_sink(job.spec, job.store, job.layout, attempt=self.attempt)], attempt=self.attempt,
-            spark_version=self.spark.version, alignment=alignment, commit_on_completion=False,
-            event_times=event_times, event_time_summary=summary if tracker is not None else None)
-        coordinator.trigger_limit = 0  # barriers come from the pipeline coordinator or in-band
-        return coordinator
+    def _start_query(self, job: StageJob) -> None:
+        """Start ``job``'s query through its stage runner and wait until it initialised its source."""
+        job.start_query(self.spark, spec_path=self.spec_path, run=self.stage_run(job), fence=self.fence,
+                        check_work_dir=not self.work_dir_checked)
+        self.work_dir_checked = True  # every stage's work dir is below the pipeline's
 
     # -- running ------------------------------------------------------------------------
     # -- restoring ----------------------------------------------------------------------
@@ -350,18 +255,23 @@ class StagedPipelineJob:
         self.last_completed = (self.global_checkpoints() or [0])[-1]
 
     def _start_coordinator(self, job: StageJob) -> StageHandle:
-        """Start ``job``'s checkpoint coordinator; its handle for the pipeline coordinator."""
-        job.layout.work_dir.mkdir(parents=True, exist_ok=True)
-        job.coordinator = self._coordinator(job)
-        job.coordinator.start()
-        return self.handle(job, job.coordinator)
+        """Start ``job``'s checkpoint coordinator (it never triggers: barriers come from the
+        pipeline coordinator or in-band; its sink commits wait for the global checkpoint); its
+        handle for the pipeline coordinator."""
+        from barrierflow.sinks.factory import build_sink
+
+        coordinator = job.start_coordinator(
+            sinks=[build_sink(job.spec, job.store, job.layout, attempt=self.attempt)], attempt=self.attempt,
+            spark_version=self.spark.version, commit_on_completion=False)
+        coordinator.trigger_limit = 0
+        return self.handle(job, coordinator)
 
     def handle(self, job: StageJob, coordinator: CheckpointCoordinator | None = None) -> StageHandle:
         """What the pipeline coordinator knows of ``job`` (``coordinator`` None: the stage runs
         in another process and follows the global checkpoints itself, :meth:`run_stage`)."""
-        return StageHandle(job.stage.name, job.store, ControlChannel(job.layout.control), coordinator,
-                           is_source=job.stage.name in self.graph.source_stages,
-                           is_final=job.stage.name in self.graph.final_stages)
+        return StageHandle(job.name, job.store, ControlChannel(job.layout.control), coordinator,
+                           is_source=job.name in self.graph.source_stages,
+                           is_final=job.name in self.graph.final_stages)
 
     def run_stage(self, name: str, *, stop_requested: Callable[[], int | None],
                   started: Callable[[], None] = lambda: None,
@@ -395,8 +305,8 @@ class StagedPipelineJob:
             self._start_query(job)
             started()
             while True:
-                job.coordinator.tick()
-                self._check_query(job)
+                job.tick()
+                job.check(self.fence)
                 stop = stop_requested()
                 if final and (stop is not None or time.monotonic() >= next_follow):
                     next_follow = time.monotonic() + FOLLOW_SECONDS
@@ -429,7 +339,7 @@ class StagedPipelineJob:
             if status == "completed":
                 if not job.coordinator.commit_sinks(cid):
                     log.warning("global checkpoint %d: stage %s did not complete it in this run; its sinks commit "
-                                "it when the stage recovers", cid, job.stage.name)
+                                "it when the stage recovers", cid, job.name)
             elif status == "failed":
                 job.coordinator.abort_sinks(cid)
             else:
@@ -439,7 +349,7 @@ class StagedPipelineJob:
     def _stage_progress(self, job: StageJob) -> StageProgress:
         last = job.query.lastProgress if job.query is not None else None
         epoch = job.coordinator.current_epoch() if job.coordinator is not None else self.last_completed + 1
-        return StageProgress(job.stage.name, int(last["batchId"]) if last else None,
+        return StageProgress(job.name, int(last["batchId"]) if last else None,
                              float(last.get("processedRowsPerSecond") or 0.0) if last else 0.0, epoch)
 
     def run(self, *, checkpoints: int | None = None, duration: float | None = None,
@@ -473,9 +383,8 @@ class StagedPipelineJob:
             while True:
                 self.check_lease()
                 for job in self.stages:
-                    assert job.coordinator is not None
-                    job.coordinator.tick()
-                    self._check_query(job)
+                    job.tick()
+                    job.check(self.fence)
                 coordinator.tick()
                 if progress is not None and time.monotonic() >= next_progress:
                     next_progress = time.monotonic() + progress_every
@@ -487,7 +396,7 @@ class StagedPipelineJob:
             if progress is not None:  # the final state, also when the run was shorter than progress_every
                 progress(self._progress(coordinator))
             for job in self.stages:
-                if job.stage.name in self.graph.final_stages and job.coordinator is not None:
+                if job.name in self.graph.final_stages and job.coordinator is not None:
                     job.coordinator.flush_sinks(timeout=min(self.spec.checkpoint.timeout, 60.0))
         finally:
             self._stop(min(self.spec.checkpoint.timeout, 60.0))
@@ -511,53 +420,6 @@ class StagedPipelineJob:
                                 completed[-1].checkpoint_id if completed else (self.last_completed or None),
                                 len(coordinator.failed))
 
-    def _start_query(self, job: StageJob) -> None:
-        if job.writer is not None:  # a restart: the dead query's producer is no longer needed
-            job.writer.close()
-        job.planned_at_start = len(offset_log.planned_batches(job.layout.spark_checkpoint))
-        job.query = self._build_query(job)
-        self._wait_started(job)
-
-    def _check_query(self, job: StageJob) -> None:
-        """Raise JobFailedError when ``job``'s query stopped (unless it died before its first
-        batch and was started again, :meth:`_restart_failed_start`)."""
-        assert job.query is not None
-        if not job.query.isActive and not self._restart_failed_start(job):
-            if self.fence is not None:
-                self.fence.check("doing anything more")  # a fenced-off staging stopped the query
-            exc = job.query.exception()
-            raise JobFailedError(f"the query of stage {job.stage.name} of pipeline {self.spec.name} stopped"
-                                 + (f": {str(exc).splitlines()[0]}" if exc else ""))
-
-    def _restart_failed_start(self, job: StageJob) -> bool:
-        """Start a stage's query again when it died before planning any batch because Spark's
-        Python planner worker did not connect back in time (seen on overloaded machines). Safe
-        only then: no batch of this run was planned, so none is replayed and no channel record
-        is written twice. At most :data:`START_RETRIES` times per stage; False otherwise."""
-        assert job.query is not None
-        exc = job.query.exception()
-        planned = len(offset_log.planned_batches(job.layout.spark_checkpoint))
-        if exc is None or "connect back" not in str(exc) or planned != job.planned_at_start \
-                or job.start_retries >= START_RETRIES:
-            return False
-        job.start_retries += 1
-        log.warning("stage %s: the query's Python worker did not connect back before its first batch; starting "
-                    "the query again (%d/%d)", job.stage.name, job.start_retries, START_RETRIES)
-        self._start_query(job)
-        return True
-
-    def _wait_started(self, job: StageJob, timeout: float = 120.0) -> None:
-        """Wait until the stage's query initialised its source (its planner's Python worker is
-        up), so stages do not start their Python workers all at once: on a loaded machine Spark
-        gives a worker only a few seconds to connect back. Returns early if the query died (the
-        run loop reports it) and after ``timeout`` seconds in any case."""
-        assert job.query is not None
-        deadline = time.monotonic() + timeout
-        while job.query.isActive and time.monotonic() < deadline:
-            if not str(job.query.status.get("message", "")).startswith("Initializing"):
-                return
-            time.sleep(TICK_SECONDS)
-
     def check_bounded(self) -> None:
         """Raise UserInputError unless every source stage reads a bounded source (what
         ``until_exhausted`` needs), before anything is started."""
@@ -566,14 +428,14 @@ class StagedPipelineJob:
     def source_ends(self) -> dict[str, dict[str, int]]:
         ends = {}
         for job in self.stages:
-            if job.stage.name in self.graph.source_stages:
+            if job.name in self.graph.source_stages:
                 end = source_kind(job.spec.source).bounded_end(job.spec.source)
                 if end is None:
-                    raise UserInputError(f"--until-exhausted needs bounded sources, but stage {job.stage.name!r} "
+                    raise UserInputError(f"--until-exhausted needs bounded sources, but stage {job.name!r} "
                                          "reads an unbounded one; give it an end (e.g. records_per_partition; "
                                          "Kafka topics are read to their end offsets when the run starts) or "
                                          "use --checkpoints/--duration")
-                ends[job.stage.name] = end
+                ends[job.name] = end
         return ends
 
     def covers(self, completed: list[GlobalManifest], ends: dict[str, dict[str, int]]) -> bool:
@@ -595,15 +457,10 @@ class StagedPipelineJob:
         return next(j for j in self.stages if j.stage.name == name)
 
     def _stop(self, timeout: float, only: StageJob | None = None) -> None:
+        """Stop the queries first (every stage's), then drain each stage's uploads and close its writer."""
         jobs = [only] if only is not None else self.stages
         for job in jobs:
-            if job.query is not None:
-                try:
-                    job.query.stop()
-                except Exception as exc:
-                    log.warning("stopping the query of stage %s raised %s", job.stage.name, exc)
+            job.stop_query()
         for job in jobs:
-            if job.coordinator is not None:
-                job.coordinator.drain(timeout=timeout)
-            if job.writer is not None:
-                job.writer.close()
+            job.drain(timeout)
+            job.close_writer()

@@ -23,28 +23,29 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class ChannelTarget:
-    """Where a stage that writes a channel writes it: the channel's brokers and topic, the
-    writing stage and the pipeline's attempt (stamped on every record), the key column."""
+class ChannelOutput:
+    """The channel a stage writes: the channel's brokers and topic, the writing stage (stamped
+    on every record with the pipeline's attempt), the key column (None: keyless)."""
 
     servers: str
     topic: str
     stage: str
-    attempt: int
     key_column: str | None = None
 
 
 def micro_batch_writer(spec: PipelineSpec, layout: JobLayout, *, fence: FenceToken | None,
-                       channel: ChannelTarget | None = None) -> Callable[[Any, int], None] | None:
+                       channel: ChannelOutput | None = None, attempt: int = 0) -> Callable[[Any, int], None] | None:
     """The ``foreachBatch`` function of the stage whose derived spec is ``spec``: a
-    :class:`~barrierflow.sinks.channel.ChannelWriter` when it writes ``channel``, a
-    :class:`~barrierflow.sinks.staging.BatchStager` for a two-phase-commit sink (checking
-    ``fence`` before each staged batch), None for ``discard`` (Spark's noop sink)."""
+    :class:`~barrierflow.sinks.channel.ChannelWriter` when it writes ``channel`` (its records
+    stamped with ``attempt``), a :class:`~barrierflow.sinks.staging.BatchStager` for a
+    two-phase-commit sink (checking ``fence`` before each staged batch), None for ``discard``
+    (Spark's noop sink). A channel writer holds a producer: the caller closes it when the
+    stage stops."""
     if channel is not None:
         from barrierflow.sinks.channel import ChannelWriter
 
         return ChannelWriter(servers=channel.servers, topic=channel.topic, stage=channel.stage,
-                             attempt=channel.attempt, spark_checkpoint=layout.spark_checkpoint,
+                             attempt=attempt, spark_checkpoint=layout.spark_checkpoint,
                              key_column=channel.key_column)
     staging = staging_uri_for(spec, layout)
     if staging is None:

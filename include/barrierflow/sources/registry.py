@@ -3,9 +3,12 @@
 One :class:`SourceKind` per ``source.type`` of the spec: the Spark data source format that
 reads it, how to look up the newest event time up to an offset per partition (for the
 manifest's ``max_event_time``), and where a bounded source ends (for ``--until-exhausted``:
-a generator's last record, a Kafka topic's end offsets when the run starts).
-The runtime asks :func:`source_kind` and never branches on the source type, so a new source
-(e.g. a Kafka barrier source for a downstream stage) is added here and in its own module.
+a generator's last record, a Kafka topic's end offsets when the run starts), what the reader
+is told at run time beyond the spec (:attr:`SourceKind.run_options`: the channel source's
+``alignment``), and whether the stage's checkpoints wait for an alignment record
+(:attr:`SourceKind.aligned`: a stage fed by channels).
+The runtime asks :func:`kind_named` (with :attr:`barrierflow.pipeline.model.Stage.source_type`)
+and never branches on the source type, so a new source is added here and in its own module.
 
 Every function imports its source module lazily: looking a kind up does not load pyspark or
 kafka-python.
@@ -13,12 +16,14 @@ kafka-python.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from barrierflow.errors import SpecError
-from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
+from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec, PipelineSpec
 
 AnySourceSpec = GeneratorSourceSpec | KafkaSourceSpec
 #: (source spec, event-time store URI, partition -> end offset) -> partition -> newest event time
@@ -29,6 +34,41 @@ BoundedEnd = Callable[[AnySourceSpec], dict[str, int] | None]
 
 
 @dataclass(frozen=True)
+class StageRun:
+    """What a stage's run knows beyond its derived spec, for its reader's options.
+
+    Attributes:
+        attempt: the pipeline's attempt (a restore starts a new one).
+        last_completed: the last completed cut (global checkpoint) when the run started.
+        back_edge_topics: the topics of the back-edge channels the stage reads (a cycle).
+        cutoffs: every restore's cutoffs of the stage's input (``{"attempt", "offsets"}``).
+        rate_factors: ``topic:p`` -> read-rate factor of a deliberately slow input partition.
+    """
+
+    attempt: int = 0
+    last_completed: int = 0
+    back_edge_topics: tuple[str, ...] = ()
+    cutoffs: list[dict[str, Any]] = field(default_factory=list)
+    rate_factors: Mapping[str, float] = field(default_factory=dict)
+
+
+#: (the stage's derived spec, its run) -> extra reader options
+RunOptions = Callable[[PipelineSpec, StageRun], dict[str, str]]
+
+
+def _no_run_options(spec: PipelineSpec, run: StageRun) -> dict[str, str]:
+    return {}
+
+
+def _alignment_options(spec: PipelineSpec, run: StageRun) -> dict[str, str]:
+    """The channel source's ``alignment`` option (:mod:`barrierflow.sources.channel`)."""
+    return {"alignment": json.dumps({
+        "mode": spec.checkpoint.mode.value, "alignment_timeout": spec.checkpoint.alignment_timeout,
+        "attempt": run.attempt, "last_completed": run.last_completed, "back_edge_topics": list(run.back_edge_topics),
+        "cutoffs": run.cutoffs, "rate_factors": dict(run.rate_factors)})}
+
+
+@dataclass(frozen=True)
 class SourceKind:
     """How the runtime handles one ``source.type``."""
 
@@ -36,6 +76,9 @@ class SourceKind:
     format: str
     event_times: EventTimeLookup
     bounded_end: BoundedEnd
+    run_options: RunOptions = _no_run_options
+    #: whether a checkpoint completes only with the stage's alignment record (channel inputs)
+    aligned: bool = False
 
 
 def _recorded_event_times(source: AnySourceSpec, event_time_uri: str,
@@ -88,7 +131,8 @@ _KINDS: dict[str, SourceKind] = {
     "kafka": SourceKind("kafka", "barrierflow_kafka", _recorded_event_times, _kafka_end),
     # The channels a stage reads, as one Kafka source over their topics (sources/channel.py):
     # Kafka's reader plus barrier alignment; event times recorded by the executors like Kafka's.
-    "channel": SourceKind("channel", "barrierflow_channel", _recorded_event_times, _unbounded),
+    "channel": SourceKind("channel", "barrierflow_channel", _recorded_event_times, _unbounded,
+                          run_options=_alignment_options, aligned=True),
 }
 
 

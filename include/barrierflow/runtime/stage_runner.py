@@ -1,0 +1,254 @@
+"""The one stage runner: one stage's Structured Streaming query and checkpoint coordinator,
+driven a tick at a time, whatever the pipeline's shape.
+
+A single-stage run (:class:`~barrierflow.runtime.job.StreamingJob`), every stage of a
+multi-stage run in one driver (:meth:`~barrierflow.runtime.pipeline.StagedPipelineJob.run`) and
+a stage in a process of its own (``run --processes``,
+:meth:`~barrierflow.runtime.pipeline.StagedPipelineJob.run_stage`) each drive a
+:class:`StageRunner` on a :class:`~barrierflow.pipeline.model.Stage`, so what a stage does at
+run time is written once:
+
+* its coordinator (:meth:`StageRunner.start_coordinator`): the stage's checkpoint settings,
+  per-partition event times and the event-time summary in its manifests (with
+  ``event_time``), the alignment records of a source kind that aligns (channel inputs);
+* its query (:meth:`StageRunner.start_query`), built by the one query builder
+  (:func:`~barrierflow.runtime.stage_query.start_stage_query`) with the source kind's run-time
+  options and the stage's micro-batch writer (:func:`~barrierflow.sinks.factory.micro_batch_writer`:
+  a channel writer, a two-phase-commit stager, or none); started again, at most
+  :data:`START_RETRIES` times, when it died before planning a batch because Spark's Python
+  worker did not connect back (:meth:`StageRunner.restart_failed_start`);
+* each tick (:meth:`StageRunner.tick`): the coordinator's tick and, for each newly committed
+  micro-batch, the late-row counts of the event-time tracker;
+* its end (:meth:`StageRunner.stop`): the query stopped, in-flight uploads given a timeout, the
+  channel writer's producer closed.
+
+What differs between shapes stays with the caller: a single-stage run's coordinator triggers
+barriers and commits its sinks on completion; a stage of several never triggers (barriers come
+from the pipeline coordinator or in-band) and commits when the global checkpoint completes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from barrierflow.barriers.alignment.record import read_alignment
+from barrierflow.barriers.control import ControlChannel
+from barrierflow.checkpointing.coordinator import CheckpointCoordinator
+from barrierflow.checkpointing.manifest import EventTimeSummary
+from barrierflow.errors import JobFailedError
+from barrierflow.runtime.event_time import EventTimeTracker
+from barrierflow.runtime.stage_query import start_stage_query
+from barrierflow.sources.registry import SourceKind, StageRun, kind_named
+from barrierflow.spark import commit_log, offset_log
+from barrierflow.spark.cluster import check_work_dir_shared
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.lease import FenceToken
+    from barrierflow.pipeline.model import Stage
+    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.transactions.committer import SinkCommitter
+    from barrierflow.workdir.layout import JobLayout
+
+log = logging.getLogger(__name__)
+
+#: How often a query that died before its first batch (its Python worker did not connect
+#: back in time) is started again within one run.
+START_RETRIES = 2
+#: How long :meth:`StageRunner.start_query` waits for the query to initialise its source.
+START_WAIT_SECONDS = 120.0
+
+
+class StageRunner:
+    """One stage of a run (module docstring). ``label`` names the stage in messages (``pipeline
+    demo``, ``stage b of pipeline shop``)."""
+
+    def __init__(self, stage: Stage, *, label: str) -> None:
+        self.stage = stage
+        self.label = label
+        self.kind: SourceKind = kind_named(stage.source_type)
+        self.coordinator: CheckpointCoordinator | None = None
+        self.query: StreamingQuery | None = None
+        #: The micro-batch writer of the running query (a channel writer is closed by :meth:`stop`).
+        self.writer: Callable[[Any, int], None] | None = None
+        self.event_time = (EventTimeTracker(stage.spec, str(stage.layout.control))
+                           if stage.spec.event_time is not None else None)
+        #: Query starts repeated in this run because a Python worker did not connect back.
+        self.start_retries = 0
+        self.planned_at_start = 0
+        #: The newest micro-batch whose commit this runner has seen (None: none yet).
+        self.latest_batch: int | None = None
+        self._start: Callable[[], StreamingQuery] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.stage.name
+
+    @property
+    def spec(self) -> PipelineSpec:
+        """The stage's derived single-stage spec."""
+        return self.stage.spec
+
+    @property
+    def layout(self) -> JobLayout:
+        return self.stage.layout
+
+    @property
+    def store(self) -> CheckpointStore:
+        return self.stage.store
+
+    # -- the coordinator -------------------------------------------------------------------
+    def start_coordinator(self, *, sinks: list[SinkCommitter], attempt: int, spark_version: str,
+                          commit_on_completion: bool = True) -> CheckpointCoordinator:
+        """Build and start the stage's checkpoint coordinator over ``sinks`` (see the module
+        docstring; ``commit_on_completion`` False: sinks commit when the caller says so, for
+        a stage of several when the global checkpoint completes)."""
+        spec, layout = self.stage.spec, self.stage.layout
+        self.stage.layout.work_dir.mkdir(parents=True, exist_ok=True)
+        control_dir = layout.control
+        alignment = (lambda n: read_alignment(control_dir, n)) if self.kind.aligned else None
+        coordinator = CheckpointCoordinator(
+            pipeline=spec.name, options=spec.checkpoint, store=self.stage.store,
+            spark_checkpoint_dir=layout.spark_checkpoint, staging_dir=layout.snapshots,
+            control=ControlChannel(control_dir), source_names=[spec.source.name], sinks=sinks,
+            attempt=attempt, spark_version=spark_version, alignment=alignment,
+            commit_on_completion=commit_on_completion, event_times=self._event_times,
+            event_time_summary=self._event_time_summary if self.event_time is not None else None)
+        self.coordinator = coordinator
+        coordinator.start()
+        return coordinator
+
+    def _event_times(self, _source_name: str, partitions: dict[str, int]) -> dict[str, datetime | None]:
+        spec = self.stage.spec
+        return self.kind.event_times(spec.source, self.stage.layout.event_time_uri(spec), partitions)
+
+    def _event_time_summary(self, first_batch: int, batch: int, offsets: dict[str, dict[str, int]],
+                            times: dict[str, dict[str, datetime | None]]) -> EventTimeSummary:
+        assert self.event_time is not None
+        return self.event_time.summary(first_batch, batch, offsets, times, query=self.query)
+
+    # -- the query -------------------------------------------------------------------------
+    def start_query(self, spark: SparkSession, *, spec_path: str, run: StageRun, fence: FenceToken | None,
+                    check_work_dir: bool = True, wait: bool = True) -> StreamingQuery:
+        """Start the stage's query (module docstring): the reader gets the source kind's
+        options for ``run``, each micro-batch goes to the stage's writer (two-phase-commit
+        stagers check ``fence``). With ``check_work_dir``, first check that a cluster's
+        executors see the work dir; with ``wait``, return once the query initialised its
+        source (:meth:`wait_started`)."""
+        from barrierflow.runtime.session import register_data_sources
+        from barrierflow.sinks.factory import micro_batch_writer
+
+        register_data_sources(spark)
+        if check_work_dir:
+            check_work_dir_shared(spark, self.stage.layout.work_dir)
+        stage, extra = self.stage, self.kind.run_options(self.stage.spec, run)
+
+        def start() -> StreamingQuery:
+            self.close_writer()  # a restart: the dead query's producer is no longer needed
+            self.writer = micro_batch_writer(stage.spec, stage.layout, fence=fence, channel=stage.output,
+                                             attempt=run.attempt)
+            return start_stage_query(spark, stage.spec, stage.layout, spec_path=spec_path,
+                                     source_format=self.kind.format, batch_writer=self.writer, extra_options=extra)
+
+        self._start = start
+        self.planned_at_start = len(offset_log.planned_batches(stage.layout.spark_checkpoint))
+        self.start_retries = 0
+        self.query = start()
+        if wait:
+            self.wait_started()
+        return self.query
+
+    def wait_started(self, timeout: float = START_WAIT_SECONDS) -> None:
+        """Wait until the query initialised its source (its planner's Python worker is up), so
+        stages do not start their Python workers all at once: on a loaded machine Spark gives a
+        worker only a few seconds to connect back. Returns early if the query died (the next
+        :meth:`check` reports it) and after ``timeout`` seconds in any case."""
+        assert self.query is not None
+        deadline = time.monotonic() + timeout
+        while self.query.isActive and time.monotonic() < deadline:
+            if not str(self.query.status.get("message", "")).startswith("Initializing"):
+                return
+            time.sleep(0.02)
+
+    def restart_failed_start(self, exc: BaseException | None) -> bool:
+        """Start the query again when it died before planning any batch because Spark's Python
+        planner worker did not connect back in time (Spark gives it a fixed few seconds; seen
+        on overloaded machines). Safe only then: this run planned no batch, so nothing is
+        replayed, staged or written twice. At most :data:`START_RETRIES` times per run; False
+        otherwise."""
+        planned = len(offset_log.planned_batches(self.stage.layout.spark_checkpoint))
+        if exc is None or "connect back" not in str(exc) or planned != self.planned_at_start \
+                or self.start_retries >= START_RETRIES or self._start is None:
+            return False
+        self.start_retries += 1
+        log.warning("%s: the query's Python worker did not connect back before its first batch; starting the "
+                    "query again (%d/%d)", self.label, self.start_retries, START_RETRIES)
+        self.query = self._start()
+        return True
+
+    def check(self, fence: FenceToken | None = None) -> None:
+        """Return while the query runs (or was started again, :meth:`restart_failed_start`).
+
+        Raises:
+            FencedOffError: ``fence`` was taken over (a fenced-off staging stopped the query).
+            JobFailedError: the query stopped, naming its first error line.
+        """
+        assert self.query is not None
+        if self.query.isActive:
+            return
+        exc = self.query.exception()
+        if self.restart_failed_start(exc):
+            return
+        if fence is not None:
+            fence.check("doing anything more")
+        first = str(exc).splitlines()[0] if exc is not None and str(exc) else (repr(exc) if exc else "")
+        raise JobFailedError(f"the streaming query of {self.label} stopped" + (f": {first}" if first else ""))
+
+    # -- each tick -------------------------------------------------------------------------
+    def tick(self) -> bool:
+        """The coordinator's tick; then, when a new micro-batch committed, the event-time
+        tracker folds in its late-row count. Returns whether a new micro-batch committed
+        (:attr:`latest_batch`)."""
+        assert self.coordinator is not None
+        self.coordinator.tick()
+        committed = commit_log.latest_committed(self.stage.layout.spark_checkpoint)
+        if committed is None or committed == self.latest_batch:
+            return False
+        self.latest_batch = committed
+        if self.event_time is not None and self.query is not None:
+            self.event_time.poll(self.query)
+        return True
+
+    # -- the end ---------------------------------------------------------------------------
+    def stop_query(self) -> None:
+        """Stop the query (its last late-row counts folded in first); a failure to stop is logged."""
+        if self.query is None:
+            return
+        if self.event_time is not None:
+            self.event_time.poll(self.query)
+        try:
+            self.query.stop()
+        except Exception as exc:
+            log.warning("%s: stopping the query raised %s", self.label, exc)
+
+    def close_writer(self) -> None:
+        close = getattr(self.writer, "close", None)
+        if close is not None:
+            close()
+
+    def stop(self, timeout: float) -> None:
+        """Stop the query, give in-flight uploads ``timeout`` seconds (:meth:`drain`), close the writer."""
+        self.stop_query()
+        self.drain(timeout)
+        self.close_writer()
+
+    def drain(self, timeout: float) -> None:
+        if self.coordinator is not None:
+            self.coordinator.drain(timeout=timeout)
