@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from barrierflow.barriers.alignment.record import read_alignment
 from barrierflow.barriers.offsets import SourceOffset
-from barrierflow.barriers.records import BarrierMarker, data_headers
+from barrierflow.barriers.records import BarrierMarker, BarrierRecordError, data_headers
 from barrierflow.sources.channel import ChannelStreamReader
 from barrierflow.spec.models import KafkaSourceSpec
 from pyspark.sql.datasource import InputPartition
@@ -228,5 +228,33 @@ def test_partition_rate_factors_slow_one_partition_down(kafka_endpoint: KafkaEnd
         first = plan(source, source.initialOffset())
         assert first.partitions == {f"{topic}:0": 10, f"{topic}:1": 2}
         assert plan(source, first.to_json()).partitions == {f"{topic}:0": 20, f"{topic}:1": 4}
+    finally:
+        source.stop()
+
+
+def test_executor_reads_data_records_as_columns_and_names_a_malformed_barrier(
+        kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    """The executor reads a channel range as columns (the Kafka source's json path), leaving
+    out barrier records by their headers: rows, offsets and event times are those of the data
+    records only, also for a range holding nothing but barriers. A record marked as a barrier
+    whose headers do not decode stops the read with an error naming the partition and offset
+    (as the record-by-record path did), never passing it on as data."""
+    topic = channel(kafka_endpoint, {0: [0, 1, ("B", 1), 2, ("B", 2), ("B", 3)], 1: [10]})
+    source = reader(kafka_endpoint, topic, tmp_path)
+    try:
+        batches = list(source.read(InputPartition((topic, 0, 0, 6))))
+        rows = [(r["n"], r["offset"]) for batch in batches for r in batch.to_pylist()]
+        assert rows == [(0, 0), (1, 1), (2, 3)]
+        assert [r for b in source.read(InputPartition((topic, 0, 4, 6))) for r in b.to_pylist()] == []
+    finally:
+        source.stop()
+    broken = f"ch-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_endpoint, broken, 1)
+    produce(kafka_endpoint, broken, [(0, None, b'{"n": 1}', data_headers(0)),
+                                     (0, None, b"{}", [("bf-barrier", b"not-a-number")])])
+    source = reader(kafka_endpoint, broken, tmp_path)
+    try:
+        with pytest.raises(BarrierRecordError, match=rf"{broken}:0 offset 1 is marked as a barrier"):
+            list(source.read(InputPartition((broken, 0, 0, 2))))
     finally:
         source.stop()

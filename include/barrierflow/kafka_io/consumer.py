@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -46,6 +46,10 @@ class RangeGone(KafkaIOError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retriable=False)
+
+
+#: ``(offset, headers or None) -> whether to leave the record out`` (:meth:`RangeReader.read_columns`)
+HeaderFilter = Callable[[int, Sequence[tuple[str, bytes]] | None], bool]
 
 
 class Record(NamedTuple):
@@ -136,13 +140,19 @@ class RangeReader:
                 yield Record(topic, partition, message.offset(), stamp if kind else None, message.key(),
                              message.value(), message.headers() or ())
 
-    def read_columns(self, topic: str, partition: int, start: int, end: int, *, stall: float
-                     ) -> Iterator[Columns]:
+    def read_columns(self, topic: str, partition: int, start: int, end: int, *, stall: float,
+                     drop: HeaderFilter | None = None) -> Iterator[Columns]:
         """The records of :meth:`read` as columns, a :class:`Columns` per fetch (up to
         :data:`CHUNK` records): what a reader that needs only offsets, timestamps and values
         (the Kafka source's ``json`` format) takes without a Python object per record.
-        Same errors as :meth:`read`."""
+        With ``drop``, a record for which ``drop(offset, headers)`` is true is left out (a
+        channel's barrier records and stale records; ``headers`` None when it has none); a
+        fetch whose records are all dropped yields nothing. Same errors as :meth:`read`."""
         for messages in self._assigned_fetches(topic, partition, start, end, stall=stall):
+            if drop is not None:
+                messages = [m for m in messages if not drop(m.offset(), m.headers())]
+                if not messages:
+                    continue
             stamps = [m.timestamp() for m in messages]
             yield Columns([m.offset() for m in messages], [t[1] if t[0] else None for t in stamps],
                           [m.value() for m in messages])

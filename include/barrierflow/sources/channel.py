@@ -57,6 +57,7 @@ from barrierflow.sources.kafka import (
     newest_event_time,
     parse_partition_id,
     read_range,
+    read_range_columns,
     read_range_marked,
     schema_for,
 )
@@ -294,9 +295,28 @@ class ChannelStreamReader(KafkaStreamReader):
 
     def _batches(self, decoder: RecordDecoder, topic: str, number: int, start: int, end: int
                  ) -> Iterator[pa.RecordBatch]:
-        """Record by record: every record's headers decide whether it is data (barrier records
-        and stale records of older attempts are left out)."""
-        return decoder.batches(self._records(topic, number, start, end))
+        """The range's data records as columns, as the Kafka source reads ``json``; each
+        record's headers decide whether it is data (:meth:`_not_data`: barrier records and
+        stale records of older attempts are left out)."""
+        if self.spec.format != "json":  # pragma: no cover - a stage reads its channels as json
+            return decoder.batches(self._records(topic, number, start, end))
+        partition = f"{topic}:{number}"
+
+        def drop(offset: int, headers: Any) -> bool:
+            return self._not_data(partition, offset, headers)
+
+        columns = read_range_columns(self.spec, topic, number, start, end, drop=drop)
+        return decoder.column_batches(topic, number, columns)
+
+    def _not_data(self, partition: str, offset: int, headers: Any) -> bool:
+        """Whether the record at ``offset`` is left out of the stage's rows: a barrier record
+        (a malformed one raises SourceError, naming it), or a record an older attempt wrote
+        after the restored barrier (re-produced since)."""
+        if not headers:
+            return False
+        if any(name == BARRIER_HEADER for name, _ in headers):
+            return decode_barrier(headers, where=f"{partition} offset {offset}") is not None
+        return bool(self.stale.cutoffs) and self.stale.is_stale(partition, offset, record_attempt(headers))
 
     def _records(self, topic: str, number: int, start: int, end: int) -> Iterator[Any]:
         """The range's data records: barrier records and stale records of older attempts are

@@ -93,7 +93,7 @@ if TYPE_CHECKING:
     from kafka import KafkaConsumer, TopicPartition
     from kafka.consumer.fetcher import ConsumerRecord
 
-    from barrierflow.kafka_io.consumer import Columns, ConsumerSettings, RangeReader
+    from barrierflow.kafka_io.consumer import Columns, ConsumerSettings, HeaderFilter, RangeReader
 
 log = logging.getLogger(__name__)
 
@@ -318,10 +318,11 @@ def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, en
 
 
 def read_range_columns(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int,
-                       reader: RangeReader | None = None) -> Iterator[Columns]:
+                       reader: RangeReader | None = None, *, drop: HeaderFilter | None = None) -> Iterator[Columns]:
     """The records of :func:`read_range` as :class:`~barrierflow.kafka_io.consumer.Columns`
-    (offsets, timestamps, values), a chunk per fetch; same reader and errors."""
-    return _read(spec, topic, partition, start, end, reader, columns=True)
+    (offsets, timestamps, values), a chunk per fetch, without those ``drop`` picks by their
+    headers (:meth:`~barrierflow.kafka_io.consumer.RangeReader.read_columns`); same reader and errors."""
+    return _read(spec, topic, partition, start, end, reader, columns=True, drop=drop)
 
 
 def read_range_marked(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int, header: str,
@@ -332,7 +333,7 @@ def read_range_marked(spec: KafkaSourceSpec, topic: str, partition: int, start: 
 
 
 def _read(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int, reader: RangeReader | None,
-          *, columns: bool, marked: str | None = None) -> Iterator[Any]:
+          *, columns: bool, marked: str | None = None, drop: HeaderFilter | None = None) -> Iterator[Any]:
     from barrierflow.kafka_io import KafkaIOError
     from barrierflow.kafka_io.consumer import RangeGone, ReadStalled, shared_reader
 
@@ -345,7 +346,7 @@ def _read(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: in
         if marked is not None:
             yield from chosen.read_marked(topic, partition, start, end, marked, stall=stall)
         elif columns:
-            yield from chosen.read_columns(topic, partition, start, end, stall=stall)
+            yield from chosen.read_columns(topic, partition, start, end, stall=stall, drop=drop)
         else:
             yield from chosen.read(topic, partition, start, end, stall=stall)
     except RangeGone as exc:
