@@ -19,12 +19,19 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
    the first micro-batch (the query's start left out).
 5. The same pipeline from the built-in generator with the same record count, keys and batch
    size: what the rest of the job costs without Kafka.
+6. The same job as a pipeline of two stages (``ingest``: the Kafka source projected to ``key,
+   value`` -> channel ``c1`` keyed by ``key`` -> ``totals``: keyed running totals -> discard)
+   and of three (``ingest`` -> ``c1`` -> ``mid``: projection -> ``c2`` -> ``totals``), the
+   channels on the same broker with ``--partitions`` partitions, aligned 1 s global
+   checkpoints, every stage in the one SparkSession (``--stages`` picks which of 1, 2, 3 run).
 
 It prints each figure and the ratios pipeline / consume+decode ceiling and Kafka pipeline /
 generator pipeline. Usage (from the repository root; docs/benchmarks.md has a run)::
 
     PYTHONPATH=include:. .venv/bin/python -m bench.kafka_source [--records 2000000] [--batch 100000]
-        [--partitions 4] [--bootstrap HOST:PORT] [--markdown FILE]
+        [--partitions 4] [--stages 1,2,3] [--bootstrap HOST:PORT] [--markdown FILE]
+
+``python -m bench --scenario kafka`` runs it with its defaults.
 
 The numbers are printed, never asserted: a benchmark, not a test.
 """
@@ -32,6 +39,7 @@ The numbers are printed, never asserted: a benchmark, not a test.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -170,6 +178,78 @@ def run_pipeline(spark: Any, source: dict[str, Any], cap: float) -> dict[str, An
         shutil.rmtree(work, ignore_errors=True)
 
 
+def staged_spec(work: Path, servers: str, topic: str, *, stages: int, batch: int, partitions: int
+                ) -> dict[str, Any]:
+    """The job as a pipeline of ``stages`` (2 or 3) stages (module docstring, step 6)."""
+    suffix = uuid.uuid4().hex[:8]
+    names = [f"c{n}" for n in range(1, stages)]
+    fields = {"key": "long", "value": "long"}
+    projection = {"function": "barrierflow.transforms.projection:project",
+                  "options": {"columns": {"key": "key", "value": "value"}}}
+
+    def channel_source(name: str) -> dict[str, Any]:
+        return {"type": "channel", "channel": name, "max_records_per_batch": batch, "json_fields": fields}
+
+    chain: list[dict[str, Any]] = [
+        {"name": "ingest",
+         "sources": [{"name": "events", "type": "kafka", "bootstrap_servers": servers, "topics": [topic],
+                      "format": "json", "max_records_per_batch": batch, "json_fields": JSON_FIELDS}],
+         "transformation": projection, "sinks": [{"type": "channel", "channel": names[0], "key_column": "key"}]}]
+    for before, after in itertools.pairwise(names):
+        chain.append({"name": "mid", "sources": [channel_source(before)], "transformation": projection,
+                      "sinks": [{"type": "channel", "channel": after, "key_column": "key"}]})
+    chain.append({"name": "totals", "sources": [channel_source(names[-1])],
+                  "transformation": {"function": "barrierflow.transforms.aggregations:keyed_running_totals",
+                                     "output_mode": "update"},
+                  "sinks": [{"name": "out", "type": "discard"}]})
+    return {
+        "version": 1, "name": f"kbench{stages}-{suffix}", "work_dir": str(work / "work"),
+        "channels": [{"name": n, "topic": f"kbench-{n}-{suffix}", "partitions": partitions, "bootstrap": servers}
+                     for n in names],
+        "stages": chain,
+        "trigger": {"interval": 0.1},
+        "checkpoint": {"storage": f"file://{work / 'checkpoints'}", "interval": 1.0, "timeout": 120.0,
+                       "mode": "aligned", "tolerable_failed_checkpoints": 1000},
+        "spark": {"master": "local[2]", "shuffle_partitions": 2},
+    }
+
+
+def run_staged(spark: Any, servers: str, topic: str, *, stages: int, records: int, batch: int, partitions: int,
+               cap: float) -> dict[str, Any]:
+    """One bounded run of the job as ``stages`` stages in the shared SparkSession: until a
+    global checkpoint covers every record of the topic, ``cap`` seconds, or a failure (the
+    failure is the figure then)."""
+    from barrierflow.runtime.pipeline import StagedPipelineJob
+    from barrierflow.spec import parse_staged_spec
+
+    work = Path(tempfile.mkdtemp(prefix="bf-kbench-"))
+    first_batch: list[float] = []
+
+    def progress(p: Any) -> None:
+        if not first_batch and any(s.stage == "ingest" and s.batch_id is not None for s in p.stages):
+            first_batch.append(time.monotonic())
+
+    try:
+        job = StagedPipelineJob(parse_staged_spec(staged_spec(work, servers, topic, stages=stages, batch=batch,
+                                                              partitions=partitions)), spark=spark)
+        began = time.monotonic()
+        try:
+            result = job.run(until_exhausted=True, duration=cap, progress=progress, progress_every=0.2)
+            seconds = time.monotonic() - began
+            outcome = "ok" if seconds < cap else f"not done within {cap:g}s"
+            checkpoints = len(result.completed)
+        except Exception as exc:  # the figure to report is the failure itself
+            seconds, outcome, checkpoints = time.monotonic() - began, f"FAILED: {type(exc).__name__}", 0
+        ended = time.monotonic()
+        steady = (records / (ended - first_batch[0]) if first_batch and outcome == "ok" and ended > first_batch[0]
+                  else float("nan"))
+        done = records if outcome == "ok" else 0
+        return {"outcome": outcome, "records": done, "seconds": seconds, "rate": done / seconds if seconds else 0.0,
+                "steady": steady, "batches": "-", "checkpoints": checkpoints}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def _ratio(a: float, b: float) -> str:
     """``a / b`` to two places; "n/a" when either is unknown (a run of one micro-batch has no
     rate after its first batch) or ``b`` is 0."""
@@ -183,10 +263,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4, help="the topic's partitions")
     parser.add_argument("--bootstrap", help="a Kafka cluster's host:port list (default: the embedded broker)")
     parser.add_argument("--cap", type=float, default=300.0, help="seconds a pipeline run may take at most")
+    parser.add_argument("--stages", default="1,2,3", help="pipeline shapes to run: 1 (with the generator run), "
+                                                           "2 and/or 3 stages, comma separated")
     parser.add_argument("--markdown", help="append the results as a markdown table to this file")
     args = parser.parse_args(argv)
     if args.records < args.partitions or args.batch < 1 or args.cap <= 0:
         parser.error("--records must be at least --partitions, --batch and --cap positive")
+    try:
+        shapes = sorted({int(n) for n in args.stages.split(",") if n.strip()})
+    except ValueError:
+        shapes = []
+    if not shapes or not set(shapes) <= {1, 2, 3}:
+        parser.error(f"--stages takes 1, 2 and/or 3, comma separated (got {args.stages!r})")
     records = args.records - args.records % args.partitions
 
     from barrierflow.runtime.session import build_session
@@ -205,36 +293,48 @@ def main(argv: list[str] | None = None) -> int:
         ceilings.update(read_ceilings(servers, topic, records, args.partitions))
         spark = build_session(SparkSpec.model_validate({"master": "local[2]", "shuffle_partitions": 2}),
                               app_name="barrierflow-kafka-bench")
-        kafka = run_pipeline(spark, {"name": "events", "type": "kafka", "bootstrap_servers": servers,
-                                     "topics": [topic], "format": "json", "max_records_per_batch": args.batch,
-                                     "json_fields": JSON_FIELDS}, args.cap)
-        generator = run_pipeline(spark, {"name": "events", "type": "generator", "partitions": args.partitions,
-                                         "rows_per_second": 0, "keys": KEYS, "max_records_per_batch": args.batch,
-                                         "records_per_partition": records // args.partitions}, args.cap)
+        runs: dict[str, dict[str, Any]] = {}
+        if 1 in shapes:
+            runs["Kafka"] = run_pipeline(spark, {"name": "events", "type": "kafka", "bootstrap_servers": servers,
+                                                 "topics": [topic], "format": "json",
+                                                 "max_records_per_batch": args.batch, "json_fields": JSON_FIELDS},
+                                         args.cap)
+            runs["generator"] = run_pipeline(
+                spark, {"name": "events", "type": "generator", "partitions": args.partitions, "rows_per_second": 0,
+                        "keys": KEYS, "max_records_per_batch": args.batch,
+                        "records_per_partition": records // args.partitions}, args.cap)
+        for stages in (n for n in shapes if n > 1):
+            runs[f"{stages} stages"] = run_staged(spark, servers, topic, stages=stages, records=records,
+                                                  batch=args.batch, partitions=args.partitions, cap=args.cap)
         spark.stop()
+    decode = ceilings["consume + json.loads"]
     lines.append("| figure | records/s |")
     lines.append("|---|---:|")
     for name, rate in ceilings.items():
         lines.append(f"| ceiling: {name} | {rate:,.0f} |")
-    for label, r in (("Kafka", kafka), ("generator", generator)):
-        lines.append(f"| pipeline from the {label} source ({r['outcome']}, {r['batches']} batches, "
-                     f"{r['checkpoints']} checkpoints kept): whole run / after the first batch "
-                     f"| {r['rate']:,.0f} / {r['steady']:,.0f} |")
-    lines.append(f"| ratio: Kafka pipeline after the first batch / consume + json.loads ceiling "
-                 f"| {_ratio(kafka['steady'], ceilings['consume + json.loads'])} |")
+    for label, r in runs.items():
+        source = f"pipeline from the {label} source" if label in ("Kafka", "generator") else \
+            f"Kafka pipeline of {label}"
+        lines.append(f"| {source} ({r['outcome']}, {r['batches']} batches, {r['checkpoints']} checkpoints): "
+                     f"whole run / after the first batch | {r['rate']:,.0f} / {r['steady']:,.0f} |")
+    for label, r in runs.items():
+        if label != "generator":
+            lines.append(f"| ratio: {label if label != 'Kafka' else '1 stage'} after the first batch / consume + "
+                         f"json.loads ceiling | {_ratio(r['steady'], decode)} |")
     lines.append(f"| ratio: the source's decoder, vectorized / per record "
                  f"| {_ratio(ceilings[VECTORIZED], ceilings[PER_RECORD])} |")
-    lines.append(f"| ratio: Kafka pipeline after the first batch / what the source's tasks do "
-                 f"| {_ratio(kafka['steady'], ceilings[SOURCE])} |")
-    lines.append(f"| ratio: Kafka pipeline / generator pipeline, after the first batch "
-                 f"| {_ratio(kafka['steady'], generator['steady'])} |")
+    if "Kafka" in runs:
+        lines.append(f"| ratio: Kafka pipeline after the first batch / what the source's tasks do "
+                     f"| {_ratio(runs['Kafka']['steady'], ceilings[SOURCE])} |")
+        lines.append(f"| ratio: Kafka pipeline / generator pipeline, after the first batch "
+                     f"| {_ratio(runs['Kafka']['steady'], runs['generator']['steady'])} |")
     say()
     for line in lines:
         say(line)
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as out:
             out.write(f"\n`python -m bench.kafka_source --records {args.records} --batch {args.batch} --partitions "
-                      f"{args.partitions}`, {started:%Y-%m-%d %H:%M} UTC, load average at start "
+                      f"{args.partitions} --stages {args.stages}`, {started:%Y-%m-%d %H:%M} UTC, load average at start "
                       f"{os.getloadavg()[0]:.1f}:\n\n" + "\n".join(lines) + "\n")
     return 0
 

@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak",
-                                               "stages", "upload-cpu"),
+                                               "stages", "upload-cpu", "kafka"),
                         default="abs-overhead",
                         help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time; "
                              "scale: bookkeeping cost per source partition (no Spark); "
@@ -49,7 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "soak: --checkpoints checkpoints every 0.1 s with retention, store/memory/fds/threads; "
                              "stages: three stages, one slow channel partition, aligned vs unaligned (--seconds "
                              "per mode); upload-cpu: CPU per MB of hashing and uploading checkpoint files to the "
-                             "--store s3:// endpoint, piece by piece (no Spark)")
+                             "--store s3:// endpoint, piece by piece (no Spark); kafka: Kafka -> keyed totals as 1, 2 "
+                             "and 3 stages beside the raw client ceiling (bench/kafka_source.py)")
+    parser.add_argument("--rate", type=float, default=20_000.0,
+                        help="stages scenario: records/s per source partition")
+    parser.add_argument("--processes", action="store_true",
+                        help="stages scenario: every stage in a process of its own (as run --processes)")
     parser.add_argument("--partitions", type=int, nargs="+", default=[100, 1_000, 10_000],
                         help="scale scenario: the source partition counts to measure")
     parser.add_argument("--keys", type=int, default=2_000_000, help="restore scenario: distinct keys in the state")
@@ -119,8 +124,12 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario == "stages":
         from bench.stages import run_stages_benchmark
 
-        run_stages_benchmark(seconds=args.seconds, markdown=args.markdown)
+        run_stages_benchmark(seconds=args.seconds, markdown=args.markdown, rate=args.rate, processes=args.processes)
         return EXIT_OK
+    if args.scenario == "kafka":
+        from bench.kafka_source import main as run_kafka_benchmark
+
+        return run_kafka_benchmark(["--markdown", args.markdown] if args.markdown else [])
     if args.scenario == "upload-cpu":
         from bench.upload_cpu import run_upload_cpu_benchmark
 

@@ -115,3 +115,26 @@ def test_each_benchmark_run_writes_under_its_own_store_prefix() -> None:
     assert first == "s3://bench/abs/20261124T210507Z"
     later = datetime(2026, 11, 24, 22, 5, 8, tzinfo=timezone(timedelta(hours=1)))  # 21:05:08 UTC
     assert run_prefix("s3://bench/abs", later) == "s3://bench/abs/20261124T210508Z" != first
+
+
+def test_kafka_scenario_pipelines_of_two_and_three_stages_are_valid(tmp_path: object) -> None:
+    """The Kafka benchmark's multi-stage pipelines pass the spec's checks and open as a chain
+    ingest -> (mid ->) totals whose first stage reads Kafka and last keeps keyed totals; a
+    shape it does not have is refused before anything starts."""
+    from pathlib import Path
+
+    from barrierflow.runtime.pipeline import StagedPipelineJob
+    from barrierflow.spec import parse_staged_spec
+
+    from bench.kafka_source import main as kafka_main
+    from bench.kafka_source import staged_spec
+
+    for stages, names in ((2, ["ingest", "totals"]), (3, ["ingest", "mid", "totals"])):
+        spec = parse_staged_spec(staged_spec(Path(str(tmp_path)), "127.0.0.1:9", "events", stages=stages,
+                                             batch=1000, partitions=4))
+        job = StagedPipelineJob(spec)
+        assert [j.name for j in job.stages] == names
+        assert [j.stage.source_type for j in job.stages] == ["kafka"] + ["channel"] * (stages - 1)
+        assert list(job.graph.source_stages) == ["ingest"] and list(job.graph.final_stages) == ["totals"]
+    with pytest.raises(SystemExit):
+        kafka_main(["--stages", "4"])
