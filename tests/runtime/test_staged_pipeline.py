@@ -8,6 +8,7 @@ coordinator at ``a`` only and reach ``b`` in-band, as barrier records on every p
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -18,17 +19,21 @@ from typing import Any
 import pytest
 from barrierflow.barriers.records import data_headers, decode_barrier
 from barrierflow.checkpointing.global_manifest import global_key
+from barrierflow.checkpointing.global_store import GlobalCheckpointStore
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.checkpointing.uploader import SnapshotUploader
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
+from barrierflow.storage import open_store
 
 from tests.support.kafka_broker import KafkaEndpoint, produce, recreate_topic
 from tests.support.staged_specs import PARTITIONS, RECORDS, two_stage_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 ASYNC_NICE = 6
+#: The second run's ``checkpoint.min_pause`` (seconds), longer than the 700 ms interval.
+MIN_PAUSE = 1.2
 
 
 class UploadThreads:
@@ -74,7 +79,8 @@ def test_two_stage_pipeline_restores_a_global_checkpoint_exactly_once(
     Both stages honour the upload settings: in the first run (``async_nice: 6``) each stage's
     asynchronous phase and its file writes run on background threads 6 steps below the
     driver's CPU priority; in the second (``synchronous_upload: true``) each stage uploads
-    on the thread that drives it, holding processing meanwhile."""
+    on the thread that drives it, holding processing meanwhile, and (``min_pause: 1.2s``)
+    no global checkpoint is triggered sooner than that after the previous one completed."""
     data = two_stage_spec(tmp_path, kafka_endpoint)
     data["checkpoint"]["async_nice"] = ASYNC_NICE
     spec = parse_staged_spec(data)
@@ -109,7 +115,7 @@ def test_two_stage_pipeline_restores_a_global_checkpoint_exactly_once(
     from barrierflow.cli.main import main
 
     path = tmp_path / "two.yaml"
-    data["checkpoint"].update({"async_nice": 0, "synchronous_upload": True})
+    data["checkpoint"].update({"async_nice": 0, "synchronous_upload": True, "min_pause": MIN_PAUSE})
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     capsys.readouterr()
     threads.clear()
@@ -118,6 +124,15 @@ def test_two_stage_pipeline_restores_a_global_checkpoint_exactly_once(
     driver = threading.current_thread().name
     for stage in ("a", "b"):
         assert threads.uploads.get(stage) == {(driver, base)}, (stage, threads.uploads.get(stage))
+    # min_pause: no global checkpoint of the second run was triggered sooner than MIN_PAUSE
+    # after the one before it completed (the 700 ms interval alone would trigger sooner).
+    rerun = [m for m in GlobalCheckpointStore(open_store(f"file://{tmp_path / 'chk'}"), spec.name).completed()
+             if m.attempt == 1]
+    assert len(rerun) >= 2, rerun
+    for before, after in itertools.pairwise(rerun):
+        gap = (after.trigger_time - before.completion_time).total_seconds()
+        assert gap >= MIN_PAUSE - 0.05, f"global checkpoint {after.checkpoint_id} triggered {gap:.2f}s after " \
+                                        f"{before.checkpoint_id} completed (min_pause {MIN_PAUSE}s)"
     assert "pipeline two (2 stages, attempt 1):" in out and "embedded broker" not in out, out
     progress = [line for line in err.splitlines() if line.startswith("a: batch=")]
     assert progress and " | b: batch=" in progress[-1] and "global_checkpoint=" in progress[-1], err
