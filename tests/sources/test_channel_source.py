@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from barrierflow.barriers.alignment.record import read_alignment
 from barrierflow.barriers.offsets import SourceOffset
-from barrierflow.barriers.records import BarrierMarker, BarrierRecordError, data_headers
+from barrierflow.barriers.records import BarrierMarker, BarrierRecordError, data_headers, decode_barrier
 from barrierflow.sources.channel import ChannelStreamReader
+from barrierflow.sources.kafka import read_range
 from barrierflow.spec.models import KafkaSourceSpec
 from pyspark.sql.datasource import InputPartition
 
@@ -256,5 +257,29 @@ def test_executor_reads_data_records_as_columns_and_names_a_malformed_barrier(
     try:
         with pytest.raises(BarrierRecordError, match=rf"{broken}:0 offset 1 is marked as a barrier"):
             list(source.read(InputPartition((broken, 0, 0, 2))))
+    finally:
+        source.stop()
+
+
+def test_channel_state_is_counted_from_the_barrier_scan_as_reading_would_count_it(
+        kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    """Once the barrier scan covered a range, its data records are counted without reading it
+    (the range's length less the barrier records found): for every sub-range the count equals
+    the count of a read record by record; a range the scan did not cover is read."""
+    topic = channel(kafka_endpoint, {0: [0, ("B", 1), 1, 2, ("B", 2), 3, 4], 1: [*range(9), ("B", 1), 9]})
+    source = reader(kafka_endpoint, topic, tmp_path, mode="unaligned", max_records=3)
+    try:
+        plan(source, source.initialOffset())  # unaligned: the scan looks ahead to each log's end
+        for partition, length in ((f"{topic}:0", 7), (f"{topic}:1", 11)):
+            assert source._scanned_to[partition] == length and source._found_from[partition] == 0
+            number = int(partition.rsplit(":", 1)[1])
+            data = [r.offset for r in read_range(source.spec, topic, number, 0, length)
+                    if decode_barrier(r.headers) is None]
+            for start in range(length):
+                for end in range(start + 1, length + 1):
+                    expected = sum(1 for o in data if start <= o < end)
+                    assert source._count_data_records(partition, start, end) == expected, (partition, start, end)
+        source._scanned_to[f"{topic}:0"] = 3  # as if the scan had stopped at offset 3: read instead
+        assert source._count_data_records(f"{topic}:0", 0, 7) == 5
     finally:
         source.stop()

@@ -103,6 +103,8 @@ class ChannelStreamReader(KafkaStreamReader):
         self._aligner: BarrierAligner | None = None
         self._found: dict[str, list[tuple[int, BarrierMarker]]] = {}
         self._scanned_to: dict[str, int] = {}
+        #: Per partition, the offset from which every barrier record up to _scanned_to is in _found.
+        self._found_from: dict[str, int] = {}
         self._delivered: set[tuple[str, int]] = set()
         self._current_from: dict[str, int] = {}
 
@@ -110,6 +112,7 @@ class ChannelStreamReader(KafkaStreamReader):
         state = super().__getstate__()
         state["_aligner"] = None
         state["_found"], state["_scanned_to"], state["_delivered"] = {}, {}, set()
+        state["_found_from"] = {}
         state["_current_from"] = {}
         return state
 
@@ -126,6 +129,17 @@ class ChannelStreamReader(KafkaStreamReader):
         return self._aligner
 
     def _count_data_records(self, partition: str, start: int, end: int) -> int:
+        """The data records in ``[start, end)`` of ``partition`` (a range of channel state).
+
+        Without a cutoff on the partition, and when the barrier scan already covered the range
+        (an unaligned checkpoint's look-ahead scans to the log's end), it is the range's length
+        less the barrier records found there, without reading a record: a channel is written
+        without transactions, so each offset holds one record. Otherwise the range is read
+        and its records are judged one by one (barrier records and stale records left out)."""
+        found_from = self._found_from.get(partition)
+        if (found_from is not None and found_from <= start and end <= self._scanned_to.get(partition, 0)
+                and not any(partition in c.offsets for c in self.stale.cutoffs)):
+            return end - start - sum(1 for o, _ in self._found.get(partition, []) if start <= o < end)
         topic, number = parse_partition_id(partition)
         return sum(1 for r in read_range(self.spec, topic, number, start, end, self._driver_reader())
                    if decode_barrier(r.headers) is None
@@ -176,6 +190,8 @@ class ChannelStreamReader(KafkaStreamReader):
             known += list(self._barriers(partition, scanned, until))
             self._scanned_to[partition] = until
         self._found[partition] = known
+        # Every barrier record of [_found_from, _scanned_to) is in _found (those before first were dropped).
+        self._found_from[partition] = max(self._found_from.get(partition, first), first)
         return [(o, m) for o, m in known if o < until]
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
