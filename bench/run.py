@@ -97,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError(f"--compare {args.compare} runs its own job; drop --scenario {args.scenario}")
     if args.interleave is not None and (args.scenario != "abs-overhead" or args.compare):
         raise UserInputError("--interleave applies to --scenario abs-overhead only; drop it")
+    if args.processes and (args.scenario != "stages" or args.compare):
+        raise UserInputError("--processes applies to --scenario stages only; drop it")
     if args.compare == "flink-sql":
         from bench.flink_compare import run_flink_comparison
 
@@ -123,6 +125,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK if not report.problems() else EXIT_RUNTIME
     if args.scenario == "stages":
         from bench.stages import run_stages_benchmark
+
+        if args.rate < 1:
+            raise UserInputError("bench --scenario stages needs --rate >= 1 record/s per partition "
+                                 f"(got {args.rate:g})")
 
         run_stages_benchmark(seconds=args.seconds, markdown=args.markdown, rate=args.rate, processes=args.processes)
         return EXIT_OK

@@ -138,3 +138,14 @@ def test_kafka_scenario_pipelines_of_two_and_three_stages_are_valid(tmp_path: ob
         assert list(job.graph.source_stages) == ["ingest"] and list(job.graph.final_stages) == ["totals"]
     with pytest.raises(SystemExit):
         kafka_main(["--stages", "4"])
+
+
+def test_stages_options_are_checked_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    """A rate below one record per second, or --processes for another scenario, is refused
+    with exit 2 and a message naming the option and the fix (nothing is started)."""
+    from bench.run import main
+
+    assert main(["--scenario", "stages", "--rate", "0.5"]) == 2
+    assert "needs --rate >= 1 record/s per partition (got 0.5)" in capsys.readouterr().err
+    assert main(["--scenario", "scale", "--processes"]) == 2
+    assert "--processes applies to --scenario stages only; drop it" in capsys.readouterr().err
