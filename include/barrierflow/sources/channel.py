@@ -134,7 +134,8 @@ class ChannelStreamReader(KafkaStreamReader):
         Without a cutoff on the partition, and when the barrier scan already covered the range
         (an unaligned checkpoint's look-ahead scans to the log's end), it is the range's length
         less the barrier records found there, without reading a record: a channel is written
-        without transactions, so each offset holds one record. Otherwise the range is read
+        without transactions, so each offset holds one record (a compacted channel topic, which
+        barrierflow never creates, would break this). Otherwise the range is read
         and its records are judged one by one (barrier records and stale records left out)."""
         found_from = self._found_from.get(partition)
         if (found_from is not None and found_from <= start and end <= self._scanned_to.get(partition, 0)
