@@ -1,9 +1,11 @@
 """Flow control in a stage fed by a channel: per-partition watermarks, idleness and watermark
 alignment on a skewed channel, and adaptive batch sizing under a backlog.
 
-Stage ``gen`` reads one generator partition (records 100 ms apart in event time) and writes
-them round-robin to channel ``ab`` (2 partitions, each in event-time order). Stage ``win``
-reads ``ab`` with partition 1 four times slower than partition 0 (``partition_rate_factors``),
+Stage ``gen`` reads one generator partition (records 100 ms apart in event time, 100 per
+micro-batch) and writes them round-robin to channel ``ab`` (2 partitions, each in event-time
+order; a row-batch record of 50 rows per partition and micro-batch). Stage ``win`` reads ``ab``
+200 rows per partition and batch, with partition 1 four times slower than partition 0
+(``partition_rate_factors``: 50 rows, one record),
 and counts records per key in 10-second event-time windows (watermark delay 5 s), committed
 to Parquet through the two-phase-commit sink. Checkpoints are unaligned, so barrier alignment
 never holds the fast partition back: only watermark alignment can.
@@ -31,7 +33,7 @@ from barrierflow.sinks.parquet import read_committed
 from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spec import parse_staged_spec
 
-from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.kafka_broker import KafkaEndpoint, channel_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow(70)]
 
@@ -49,7 +51,7 @@ def spec_data(tmp_path: Path, endpoint: KafkaEndpoint, name: str, event_time: di
         "stages": [
             {"name": "gen",
              "sources": [{"name": "events", "type": "generator", "partitions": 1, "rows_per_second": 0, "keys": 5,
-                          "max_records_per_batch": 600, "event_time_step_ms": 100,
+                          "max_records_per_batch": 100, "event_time_step_ms": 100,
                           "records_per_partition": RECORDS}],
              "transformation": {"function": "barrierflow.transforms.projection:project",
                                 "options": {"columns": {"key": "key", "value": "value", "event_time": "event_time"}}},
@@ -162,12 +164,13 @@ def test_watermark_alignment_in_a_stage_reading_a_skewed_channel_loses_no_late_r
 def test_adaptive_batch_sizing_caps_a_stage_reading_a_backlog(
         spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
     """``trigger.target_batch_duration`` in a stage fed by a channel: the stage's reader sizes
-    its batches (the first at the sizer's minimum, 1,000 records per partition, then by measured
+    its batches (the first at the sizer's minimum, 1,000 rows per partition, then by measured
     throughput) instead of taking the whole backlog (``max_records_per_batch`` 100,000); every
-    planned batch stays within the cap the planner recorded, and every record arrives."""
+    planned batch stays within the cap (in rows) the planner recorded, and every record
+    arrives. ``gen`` writes row-batch records of 200 rows, so a batch of 1,000 rows is 5 records."""
     data = spec_data(tmp_path, kafka_endpoint, "sized", {})
     gen, win = data["stages"]
-    gen["sources"][0].update({"partitions": 2, "max_records_per_batch": 4000, "records_per_partition": 4000})
+    gen["sources"][0].update({"partitions": 2, "max_records_per_batch": 400, "records_per_partition": 4000})
     win["sources"][0].update({"max_records_per_batch": 100_000, "partition_rate_factors": []})
     win["transformation"] = {"function": "barrierflow.transforms.projection:project",
                              "options": {"columns": {"key": "key", "value": "value"}}}
@@ -178,11 +181,12 @@ def test_adaptive_batch_sizing_caps_a_stage_reading_a_backlog(
 
     history = [r for r in WatermarkHistory(tmp_path / "sized" / "work" / "stages" / "win" / "control").records()
                if r.end != r.start]
-    sizes = [{p: r.end[p] - r.start.get(p, 0) for p in r.end} for r in history]
-    print(f"\nstage win's batches under a backlog of 8,000 records (per partition, cap): "
+    sizes = [{p: channel_rows(kafka_endpoint, p, r.start.get(p, 0), r.end[p]) for p in r.end} for r in history]
+    print(f"\nstage win's batches under a backlog of 8,000 rows (rows per partition, cap): "
           f"{[(max(s.values()), r.cap) for s, r in zip(sizes, history, strict=True)]}")
     assert history and all(r.cap is not None for r in history), "stage win planned without the batch sizer"
     assert history[0].cap == 1000
     assert all(max(s.values()) <= r.cap for s, r in zip(sizes, history, strict=True) if r.cap is not None)
+    assert len(history) > 2 and any(max(s.values()) > 0 for s in sizes[1:])
     table = read_committed(win["sinks"][0]["path"])
     assert table is not None and table.num_rows == 8000

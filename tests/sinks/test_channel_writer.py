@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from barrierflow.barriers.records import decode_barrier, record_attempt
+from barrierflow.kafka_io.row_batches import decode, is_row_batch, rows_in
 from barrierflow.sinks.channel import ChannelWriter
 from barrierflow.sources.channel import ChannelStreamReader
 from barrierflow.spec.models import KafkaSourceSpec
@@ -54,8 +55,9 @@ def test_a_barrier_batch_written_by_four_tasks_puts_the_barrier_after_every_reco
         spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
     """Three micro-batches of 4 Spark partitions each (the tasks produce concurrently, keyed):
     batch 0 closes epoch 1, batch 1 is in epoch 2, batch 2 closes epoch 2. On both channel
-    partitions: every record of epoch 1 before barrier 1, every record of epoch 2 between
-    barriers 1 and 2; each row once, on partition crc32(key) % 2, with its attempt header."""
+    partitions: every row of epoch 1 before barrier 1, every row of epoch 2 between barriers 1
+    and 2; each row once, on partition crc32(key) % 2, in row-batch records with their attempt
+    header and their row count."""
     from pyspark.sql import functions as F
 
     topic = f"ch-{uuid.uuid4().hex[:8]}"
@@ -82,10 +84,13 @@ def test_a_barrier_batch_written_by_four_tasks_puts_the_barrier_after_every_reco
                 assert (marker.checkpoint_id, marker.attempt, marker.stage) == (epoch, 3, "up")
                 epoch += 1
                 continue
-            row = json.loads(record.value)
-            assert epoch == (1 if row["n"] < 400 else 2), (partition, row, epoch)  # never past its barrier
-            assert record.key == str(row["key"]).encode() and zlib.crc32(record.key) % 2 == partition
-            seen.append(row["n"])
+            assert is_row_batch(record.value)
+            rows = decode(record.value).to_pylist()
+            assert rows_in(record.headers) == len(rows) > 0
+            for row in rows:
+                assert epoch == (1 if row["n"] < 400 else 2), (partition, row, epoch)  # never past its barrier
+                assert zlib.crc32(str(row["key"]).encode()) % 2 == partition
+                seen.append(row["n"])
         assert epoch == 3, f"partition {partition} lacks a barrier"
     assert sorted(seen) == list(range(1200))
 

@@ -245,3 +245,27 @@ def produce(
     finally:
         producer.close(timeout=timeout)
     return offsets
+
+
+def channel_rows(endpoint: KafkaEndpoint, partition: str, start: int, end: int) -> int:
+    """The data rows the records of ``partition`` (``topic:p``) in ``[start, end)`` hold
+    (barrier records hold none; an independent reader, kafka-python)."""
+    from barrierflow.barriers.records import decode_barrier
+    from barrierflow.kafka_io.row_batches import rows_in
+    from kafka import KafkaConsumer, TopicPartition
+
+    topic, number = partition.rsplit(":", 1)
+    tp = TopicPartition(topic, int(number))
+    consumer = KafkaConsumer(bootstrap_servers=endpoint.bootstrap_servers, group_id=None, enable_auto_commit=False)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        rows, position = 0, start
+        while position < end:
+            for record in consumer.poll(timeout_ms=1000).get(tp, []):
+                if record.offset < end and decode_barrier(record.headers) is None:
+                    rows += rows_in(record.headers)
+                position = max(position, record.offset + 1)
+        return rows
+    finally:
+        consumer.close()

@@ -157,15 +157,17 @@ class RangeReader:
             yield Columns([m.offset() for m in messages], [t[1] if t[0] else None for t in stamps],
                           [m.value() for m in messages])
 
-    def read_marked(self, topic: str, partition: int, start: int, end: int, header: str, *, stall: float
-                    ) -> Iterator[tuple[int, Sequence[tuple[str, bytes]]]]:
+    def read_marked(self, topic: str, partition: int, start: int, end: int, header: str | frozenset[str], *,
+                    stall: float) -> Iterator[tuple[int, Sequence[tuple[str, bytes]]]]:
         """``(offset, headers)`` of the records of :meth:`read` that carry a header named
-        ``header``, in offset order: a scan for marker records (a channel's barriers) that
-        builds nothing for the others. Same errors as :meth:`read`."""
+        ``header`` (or any of a set of names), in offset order: a scan for marker records (a
+        channel's barriers and row batches) that builds nothing for the others. Same errors as
+        :meth:`read`."""
+        names = frozenset([header]) if isinstance(header, str) else header
         for messages in self._assigned_fetches(topic, partition, start, end, stall=stall):
             for message in messages:
                 headers = message.headers()
-                if headers and any(name == header for name, _ in headers):
+                if headers and any(name in names for name, _ in headers):
                     yield message.offset(), headers
 
     def _assigned_fetches(self, topic: str, partition: int, start: int, end: int, *, stall: float

@@ -3,13 +3,15 @@
 :class:`ChannelWriter` is the stage query's ``foreachBatch`` function. For micro-batch ``V``:
 
 Step 1. In the executors (``df.mapInArrow`` with :class:`ChannelTask`; nothing is collected
-        to the driver but one count per task): each Spark task encodes its rows as JSON
-        objects (:mod:`barrierflow.sinks.json_rows`, equal in meaning to the Kafka sink's
-        encoding) and produces them in real producer batches (confluent-kafka: ``linger.ms``,
-        ``batch.size``, idempotent, ``acks=all``; :mod:`barrierflow.kafka_io.producer`) with
-        header ``bf-attempt`` = the pipeline attempt. With ``key_column`` the key's text picks
-        the partition (``crc32(key) % partitions``), otherwise (and for a null key) rows are
-        spread round-robin by row index within the task, starting at the task's partition id.
+        to the driver but one count per task): each Spark task cuts its rows by target
+        partition into Arrow record batches of a few thousand rows and produces each as one
+        Kafka record (:mod:`barrierflow.kafka_io.row_batches`: an Arrow IPC stream, header
+        ``bf-rows`` = its row count, header ``bf-attempt`` = the pipeline attempt), in real
+        producer batches (confluent-kafka: ``linger.ms``, ``batch.size``, idempotent,
+        ``acks=all``; :mod:`barrierflow.kafka_io.producer`). With ``key_column`` the key's
+        text (the Kafka sink's key) picks the partition (``crc32(key) % partitions``), otherwise
+        (and for a null key) rows are spread round-robin by row index within the task,
+        starting at the task's partition id.
 Step 2. Each task returns only after every one of its records was acknowledged (or fails the
         task); the driver sums the tasks' counts into :attr:`ChannelWriter.written`.
 Step 3. If ``V`` is the stage's barrier batch of checkpoint ``n`` (``offsets/V`` carries a newer
@@ -39,7 +41,9 @@ records failed or is unacknowledged.
 Until issue 29 the driver collected every micro-batch (``df.toArrow()``) and produced one
 record per Kafka request with kafka-python (``batch_size=0``, a workaround for the earlier
 embedded broker's wrong end offsets after multi-record batches): about 4,500 records/s end to
-end, and a 20,000-record micro-batch failed after about 60 s. docs/benchmarks.md compares both.
+end, and a 20,000-record micro-batch failed after about 60 s. Then the executors produced one
+JSON record per row (30,000-45,000 rows/s end to end for two stages). docs/benchmarks.md
+compares them with row batches.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.records import BarrierMarker, data_headers
 from barrierflow.errors import SinkError
 from barrierflow.kafka_io import BatchProducer, KafkaIOError, ProducerSettings, shared_producer
+from barrierflow.kafka_io.row_batches import by_partition, encode, rows_header, split
 from barrierflow.spark import offset_log
 
 if TYPE_CHECKING:
@@ -153,8 +158,6 @@ class ChannelTask:
         import pyarrow as pa
         from pyspark import TaskContext
 
-        from barrierflow.sinks.json_rows import encode_keys, encode_values
-
         context = TaskContext.get()
         task = context.partitionId() if context is not None else 0
         if context is not None and context.attemptNumber() > 0:
@@ -165,29 +168,51 @@ class ChannelTask:
                 "pipeline again restores its last global checkpoint as a new attempt (downstream stages skip what "
                 "this attempt wrote after it)")
         headers = data_headers(self.attempt)
-        numbers, count = self.partitions, len(self.partitions)
         producer = shared_producer(self.settings)
         written = 0
         try:
             for batch in batches:
-                values = encode_values(batch)
-                first = task + written
-                if self.key_column is not None and self.key_column in batch.schema.names:
-                    keys: list[bytes | None] | None = encode_keys(batch.column(self.key_column))
-                    assert keys is not None
-                    targets = [numbers[(first + i) % count] if k is None else numbers[zlib.crc32(k) % count]
-                               for i, k in enumerate(keys)]
-                else:
-                    keys = None
-                    targets = [numbers[(first + i) % count] for i in range(len(values))]
-                producer.send_all(self.topic, values, targets, keys, headers)
-                written += len(values)
+                targets = partition_targets(batch, self.partitions, self.key_column, task + written)
+                for number, rows in by_partition(batch, targets):
+                    for piece in split(rows):
+                        producer.send(self.topic, number, encode(piece),
+                                      headers=[*headers, rows_header(piece.num_rows)])
+                written += batch.num_rows
             producer.settle()
         except KafkaIOError as exc:
             raise SinkError(f"stage {self.stage!r}: writing to channel topic {self.topic!r} on "
                             f"{self.settings.servers} failed in task {task} of micro-batch {self.batch_id}: {exc}; "
                             f"{_advice(self.settings.servers)}") from exc
         yield pa.RecordBatch.from_pydict({"written": pa.array([written], type=pa.int64())})
+
+
+def partition_targets(batch: pa.RecordBatch, partitions: tuple[int, ...], key_column: str | None,
+                      first: int) -> Any:
+    """The channel partition of each row of ``batch`` (a NumPy array): with ``key_column``,
+    ``partitions[crc32(key text) % len(partitions)]`` (the Kafka sink's key text,
+    :func:`~barrierflow.sinks.json_rows.encode_keys`; computed once per distinct key), else and
+    for a null key round-robin by row index, starting at ``first``."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from barrierflow.sinks.json_rows import encode_keys
+
+    numbers = np.asarray(partitions, dtype=np.int64)
+    count, rows = len(numbers), batch.num_rows
+    spread = numbers[(first + np.arange(rows)) % count]
+    if key_column is None or key_column not in batch.schema.names or rows == 0:
+        return spread
+    column = batch.column(key_column)
+    if column.null_count == rows:
+        return spread
+    encoded = pc.dictionary_encode(column)
+    keys = encode_keys(encoded.dictionary)
+    per_key = np.asarray([0 if k is None else numbers[zlib.crc32(k) % count] for k in keys], dtype=np.int64)
+    indices = encoded.indices
+    if indices.null_count:
+        index = pc.fill_null(indices, 0).to_numpy()
+        return np.where(pc.is_null(indices).to_numpy(zero_copy_only=False), spread, per_key[index])
+    return per_key[indices.to_numpy()]
 
 
 #: What the driver finds of a task's :class:`SinkError` in the exception Spark raises for the job.

@@ -51,6 +51,8 @@ from barrierflow.barriers.alignment.record import write_aborted, write_alignment
 from barrierflow.barriers.cutoffs import AttemptCutoff, StaleRecords
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.records import BARRIER_HEADER, BarrierMarker, decode_barrier, record_attempt
+from barrierflow.kafka_io.row_batches import ROWS_HEADER, rows_in
+from barrierflow.sources.channel_rows import ChannelDecoder
 from barrierflow.sources.kafka import (
     KafkaStreamReader,
     RecordDecoder,
@@ -61,6 +63,7 @@ from barrierflow.sources.kafka import (
     read_range_marked,
     schema_for,
 )
+from barrierflow.sources.planning import RowMeasure
 from barrierflow.spec.models import CheckpointMode, KafkaSourceSpec
 
 if TYPE_CHECKING:
@@ -71,6 +74,8 @@ log = logging.getLogger(__name__)
 STALE_SCAN_LIMIT = 100_000
 #: How far back (records) the driver looks for a partition's last data record behind barrier records.
 BARRIER_LOOK_BACK = 256
+#: The headers the driver's scan looks at: barrier records and row-batch records (row counts).
+SCANNED_HEADERS = frozenset({BARRIER_HEADER, ROWS_HEADER})
 
 
 class ChannelDataSource(DataSource):
@@ -102,6 +107,8 @@ class ChannelStreamReader(KafkaStreamReader):
         self.rate_factors = {str(p): float(f) for p, f in settings.get("rate_factors", {}).items()}
         self._aligner: BarrierAligner | None = None
         self._found: dict[str, list[tuple[int, BarrierMarker]]] = {}
+        #: Per partition, (offset, rows) of the row-batch records scanned (the others hold one row).
+        self._batched: dict[str, list[tuple[int, int]]] = {}
         self._scanned_to: dict[str, int] = {}
         #: Per partition, the offset from which every barrier record up to _scanned_to is in _found.
         self._found_from: dict[str, int] = {}
@@ -112,6 +119,7 @@ class ChannelStreamReader(KafkaStreamReader):
         state = super().__getstate__()
         state["_aligner"] = None
         state["_found"], state["_scanned_to"], state["_delivered"] = {}, {}, set()
+        state["_batched"] = {}
         state["_found_from"] = {}
         state["_current_from"] = {}
         return state
@@ -129,32 +137,61 @@ class ChannelStreamReader(KafkaStreamReader):
         return self._aligner
 
     def _count_data_records(self, partition: str, start: int, end: int) -> int:
-        """The data records in ``[start, end)`` of ``partition`` (a range of channel state).
+        """The data rows in ``[start, end)`` of ``partition`` (a range of channel state).
 
-        Without a cutoff on the partition, and when the barrier scan already covered the range
-        (an unaligned checkpoint's look-ahead scans to the log's end), it is the range's length
-        less the barrier records found there, without reading a record: a channel is written
-        without transactions, so each offset holds one record (a compacted channel topic, which
-        barrierflow never creates, would break this). Otherwise the range is read
-        and its records are judged one by one (barrier records and stale records left out)."""
-        found_from = self._found_from.get(partition)
-        if (found_from is not None and found_from <= start and end <= self._scanned_to.get(partition, 0)
-                and not any(partition in c.offsets for c in self.stale.cutoffs)):
-            return end - start - sum(1 for o, _ in self._found.get(partition, []) if start <= o < end)
+        Without a cutoff on the partition, and when the driver's scan already covered the range
+        (an unaligned checkpoint's look-ahead scans to the log's end), it is counted from what
+        the scan found: every offset holds one record (a channel is written without
+        transactions; a compacted channel topic, which barrierflow never creates, would break
+        this), a barrier record holds no row, a row-batch record its ``bf-rows``, any other
+        record one row. Otherwise the range is read and its records judged one by one
+        (barrier records and stale records left out)."""
+        if self._covered(partition, start, end) and not any(partition in c.offsets for c in self.stale.cutoffs):
+            return self._rows_between(partition, start, end)
         topic, number = parse_partition_id(partition)
-        return sum(1 for r in read_range(self.spec, topic, number, start, end, self._driver_reader())
+        return sum(rows_in(r.headers) for r in read_range(self.spec, topic, number, start, end, self._driver_reader())
                    if decode_barrier(r.headers) is None
                    and not self.stale.is_stale(partition, r.offset, record_attempt(r.headers)))
 
-    def _barriers(self, partition: str, start: int, end: int) -> Iterator[tuple[int, BarrierMarker]]:
-        """The barrier records of ``[start, end)`` (the driver reads the range, building
-        nothing for data records: :meth:`RangeReader.read_marked`)."""
-        topic, number = parse_partition_id(partition)
-        for offset, headers in read_range_marked(self.spec, topic, number, start, end, BARRIER_HEADER,
-                                                 self._driver_reader()):
-            marker = decode_barrier(headers, where=f"{partition} offset {offset}")
-            if marker is not None:
-                yield offset, marker
+    def _covered(self, partition: str, start: int, end: int) -> bool:
+        """Whether the driver's scan saw every record of ``[start, end)`` (and remembers them)."""
+        found_from = self._found_from.get(partition)
+        return found_from is not None and found_from <= start and end <= self._scanned_to.get(partition, 0)
+
+    def _rows_between(self, partition: str, start: int, end: int) -> int:
+        """The rows in ``[start, end)``, a range the scan covered (:meth:`_covered`)."""
+        barriers = sum(1 for o, _ in self._found.get(partition, []) if start <= o < end)
+        extra = sum(rows - 1 for o, rows in self._batched.get(partition, []) if start <= o < end)
+        return end - start - barriers + extra
+
+    def _planned_rows(self, partition: str, start: int, end: int) -> int:
+        """The rows of a planned range (its offsets when the scan did not cover it)."""
+        return self._rows_between(partition, start, end) if self._covered(partition, start, end) else end - start
+
+    def _rows_reach(self, partition: str, first: int, limit: int, rows: int) -> int:
+        """The end of the longest range from ``first`` holding at most ``rows`` data rows, up
+        to ``limit`` (the partition's end, or ``first`` plus the cap when every record held
+        one row). Ranges end on record boundaries: a row-batch record that would take the
+        range past ``rows`` is left for the next batch, unless it is the range's first data
+        record (a batch always moves on). The scan goes only as far as it needs."""
+        if limit <= first:
+            return first
+        self._scan(partition, first, limit, rows_wanted=rows)
+        scanned = min(limit, self._scanned_to.get(partition, first))
+        special = sorted([(o, 0) for o, _ in self._found.get(partition, []) if first <= o < scanned]
+                         + [(o, n) for o, n in self._batched.get(partition, []) if first <= o < scanned])
+        have, position = 0, first
+        for offset, held in special:
+            if have + (offset - position) >= rows:
+                return position + (rows - have)  # records of one row each up to the cap
+            have += offset - position
+            if have > 0 and have + held > rows:
+                return offset
+            have += held
+            position = offset + 1
+            if have >= rows:
+                return position
+        return min(scanned, position + max(0, rows - have))
 
     def _past_stale(self, partition: str, first: int, available: int) -> int:
         """The offset of the first record at or after ``first`` that is not stale (``first``
@@ -182,18 +219,48 @@ class ChannelStreamReader(KafkaStreamReader):
         records before it, which become channel state; aligned ones must process up to it."""
         return self.mode is CheckpointMode.UNALIGNED or isinstance(aligner.state, RecordingChannelState)
 
+    def _scan(self, partition: str, first: int, until: int, rows_wanted: int | None = None) -> None:
+        """Scan ``partition`` from where the last scan ended (at least ``first``) towards
+        ``until``, remembering its barrier records and row-batch sizes; with ``rows_wanted``,
+        stop once ``[first, scanned)`` holds that many rows. Each offset is scanned once; what
+        lies before ``first`` is forgotten. The driver reads headers only
+        (:meth:`~barrierflow.kafka_io.consumer.RangeReader.read_marked`)."""
+        previous = self._scanned_to.get(partition, first)
+        scanned = max(first, previous)
+        found = [(o, m) for o, m in self._found.get(partition, []) if o >= first]
+        batched = [(o, n) for o, n in self._batched.get(partition, []) if o >= first]
+        # Every barrier and row-batch record of [_found_from, _scanned_to) is remembered.
+        self._found_from[partition] = first if previous < first else max(self._found_from.get(partition, first), first)
+        self._found[partition], self._batched[partition] = found, batched
+        if until <= scanned:
+            return
+        have = self._rows_between(partition, first, scanned) if rows_wanted is not None else 0
+        position = scanned
+        topic, number = parse_partition_id(partition)
+        records = read_range_marked(self.spec, topic, number, scanned, until, SCANNED_HEADERS, self._driver_reader())
+        try:
+            for offset, headers in records:
+                have += offset - position  # records with neither header: one JSON row each
+                marker = decode_barrier(headers, where=f"{partition} offset {offset}")
+                if marker is not None:
+                    found.append((offset, marker))
+                else:
+                    held = rows_in(headers)
+                    batched.append((offset, held))
+                    have += held
+                position = offset + 1
+                if rows_wanted is not None and have >= rows_wanted:
+                    break
+            else:
+                position = until
+        finally:
+            records.close()
+        self._scanned_to[partition] = position
+
     def _known_barriers(self, partition: str, first: int, until: int) -> list[tuple[int, BarrierMarker]]:
-        """The barrier records of ``partition`` in ``[first, until)``, scanning each offset of
-        the log once (positions found are remembered; those before ``first`` are dropped)."""
-        scanned = max(first, self._scanned_to.get(partition, first))
-        known = [(o, m) for o, m in self._found.get(partition, []) if o >= first]
-        if until > scanned:
-            known += list(self._barriers(partition, scanned, until))
-            self._scanned_to[partition] = until
-        self._found[partition] = known
-        # Every barrier record of [_found_from, _scanned_to) is in _found (those before first were dropped).
-        self._found_from[partition] = max(self._found_from.get(partition, first), first)
-        return [(o, m) for o, m in known if o < until]
+        """The barrier records of ``partition`` in ``[first, until)`` (:meth:`_scan`)."""
+        self._scan(partition, first, until)
+        return [(o, m) for o, m in self._found.get(partition, []) if first <= o < until]
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
         """Plan the next batch: advance, stop just after new barriers, align; see the module
@@ -212,7 +279,8 @@ class ChannelStreamReader(KafkaStreamReader):
             first = begin.partitions.get(partition, 0)
             fresh = self._past_stale(partition, first, available.get(partition, first))
             cap = max(1, int(self.spec.max_records_per_batch * self.rate_factors.get(partition, 1.0)))
-            reach[partition] = end = max(first, min(available.get(partition, first), fresh + cap))
+            limit = min(available.get(partition, first), fresh + cap)
+            reach[partition] = end = max(first, self._rows_reach(partition, fresh, limit, cap))
             planned[partition] = min(end, max(first, caps.get(partition, end)))
         # Step 1b. Flow control, as in every source (event_time: idleness, watermark alignment;
         # trigger.target_batch_duration: adaptive batch sizing), never past the caps above. The
@@ -226,7 +294,10 @@ class ChannelStreamReader(KafkaStreamReader):
                     planned[partition] = min(planned[partition], max(first, flow.partitions.get(partition, first)))
                 return self._cut_at_barriers(begin, available, planned, aligner, now)
 
-            return self.flow_plan(SourceOffset(dict(begin.partitions), begin.barrier), reach, amend=cut).to_json()
+            measure = RowMeasure(advance=lambda p, s, rows: self._rows_reach(p, s, reach.get(p, s), rows),
+                                 rows=self._planned_rows)
+            return self.flow_plan(SourceOffset(dict(begin.partitions), begin.barrier), reach, amend=cut,
+                                  measure=measure).to_json()
         return self._cut_at_barriers(begin, available, planned, aligner, now).to_json()
 
     def _cut_at_barriers(self, begin: SourceOffset, available: dict[str, int], planned: dict[str, int],
@@ -303,10 +374,15 @@ class ChannelStreamReader(KafkaStreamReader):
         records = list(self._peekable(topic, number, max(0, offset - BARRIER_LOOK_BACK), offset))
         found: datetime | None = None
         if records:
-            for batch in RecordDecoder(self.spec).batches(records[-1:]):
+            for batch in self._decoder().batches(records[-1:]):
                 found = newest_event_time(batch, self.event_time_column, found)
         self._event_time_cache[key] = found
         return found
+
+    def _decoder(self, *, peek: bool = False) -> RecordDecoder:
+        """Row batches and JSON rows (:class:`~barrierflow.sources.channel_rows.ChannelDecoder`);
+        a peeked row batch's event time is its first row's."""
+        return ChannelDecoder(self.spec, first_rows=peek)
 
     # -- executor side -------------------------------------------------------------------
 

@@ -85,7 +85,7 @@ from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.errors import SourceError, SourceUnavailableError, UserInputError
 from barrierflow.sources.json_columns import MAX_EPOCH_MS, arrow_type, decode_columns, iso_timestamp_us
-from barrierflow.sources.planning import PlanningOptions, SourcePlanner
+from barrierflow.sources.planning import PlanningOptions, RowMeasure, SourcePlanner
 from barrierflow.spec.models import KafkaSourceSpec
 
 if TYPE_CHECKING:
@@ -325,15 +325,17 @@ def read_range_columns(spec: KafkaSourceSpec, topic: str, partition: int, start:
     return _read(spec, topic, partition, start, end, reader, columns=True, drop=drop)
 
 
-def read_range_marked(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int, header: str,
-                      reader: RangeReader | None = None) -> Iterator[tuple[int, Any]]:
+def read_range_marked(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int,
+                      header: str | frozenset[str], reader: RangeReader | None = None) -> Iterator[tuple[int, Any]]:
     """``(offset, headers)`` of the records of :func:`read_range` carrying a header named
-    ``header`` (the channel source's barrier scan); same reader and errors."""
+    ``header`` (or one of several names: the channel source's scan for barrier and row-batch
+    records); same reader and errors."""
     return _read(spec, topic, partition, start, end, reader, columns=False, marked=header)
 
 
 def _read(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int, reader: RangeReader | None,
-          *, columns: bool, marked: str | None = None, drop: HeaderFilter | None = None) -> Iterator[Any]:
+          *, columns: bool, marked: str | frozenset[str] | None = None,
+          drop: HeaderFilter | None = None) -> Iterator[Any]:
     from barrierflow.kafka_io import KafkaIOError
     from barrierflow.kafka_io.consumer import RangeGone, ReadStalled, shared_reader
 
@@ -809,7 +811,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end.to_json()
 
     def flow_plan(self, begin: SourceOffset, available: Mapping[str, int],
-                  amend: Callable[[SourceOffset], SourceOffset] | None = None) -> SourceOffset:
+                  amend: Callable[[SourceOffset], SourceOffset] | None = None,
+                  measure: RowMeasure | None = None) -> SourceOffset:
         """The batch end the planner gives from ``begin`` with ``available`` records: capped at
         ``max_records_per_batch`` (or the adaptive size), paused partitions held, and with
         watermark alignment every partition capped at the alignment ceiling (event times
@@ -817,9 +820,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.planner.options.max_drift is not None:
             self._search = (dict(begin.partitions), dict(available))
             return self.planner.plan(begin, available, self.spec.max_records_per_batch,
-                                     self._event_times_at, self._offset_at, amend=amend)
+                                     self._event_times_at, self._offset_at, amend=amend, measure=measure)
         return self.planner.plan(begin, available, self.spec.max_records_per_batch,
-                                 lambda offsets: dict.fromkeys(offsets), amend=amend)
+                                 lambda offsets: dict.fromkeys(offsets), amend=amend, measure=measure)
 
     # -- event times the driver peeks at (watermark alignment) -----------------------------
 
@@ -837,13 +840,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         found: datetime | None = None
         if end > offset:
             records = list(itertools.islice(self._peekable(topic, number, offset, end), 1))
-            decoder = RecordDecoder(self.spec)
+            decoder = self._decoder(peek=True)
             for batch in decoder.batches(records):
                 found = newest_event_time(batch, self.event_time_column, found)
         if len(self._event_time_cache) >= EVENT_TIME_CACHE:
             self._event_time_cache.clear()
         self._event_time_cache[key] = found
         return found
+
+    def _decoder(self, *, peek: bool = False) -> RecordDecoder:
+        """The decoder of this source's records (``peek``: for the driver's event-time peeks,
+        where a record's event time is that of its first row)."""
+        return RecordDecoder(self.spec)
 
     def _peekable(self, topic: str, number: int, start: int, end: int) -> Iterator[Any]:
         """The records of ``[start, end)`` whose event time the driver may peek at (all of them;
@@ -919,7 +927,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Arrow batches of the range; malformed records go to the dead-letter output."""
         topic, number, start, end = partition.value
-        decoder = RecordDecoder(self.spec)
+        decoder = self._decoder()
         newest, rows = None, 0
         for batch in self._batches(decoder, topic, number, start, end):
             newest, rows = newest_event_time(batch, self.event_time_column, newest), rows + batch.num_rows

@@ -36,6 +36,17 @@ OffsetAt = Callable[[str, datetime], int]
 
 
 @dataclass(frozen=True)
+class RowMeasure:
+    """How a source whose records hold several rows each (a channel's row batches) is
+    planned in rows: ``advance(partition, start, rows)`` is the end offset of the range from
+    ``start`` holding at most ``rows`` rows (at least one record), ``rows(partition, start,
+    end)`` the rows of a planned range. Without it a record is a row and offsets count."""
+
+    advance: Callable[[str, int, int], int]
+    rows: Callable[[str, int, int], int]
+
+
+@dataclass(frozen=True)
 class PlanningOptions:
     """Seconds; None = off. ``watermark_delay`` None: the pipeline has no event time."""
 
@@ -89,9 +100,11 @@ class SourcePlanner:
 
     def plan(self, begin: SourceOffset, available: Mapping[str, int], max_records_per_partition: int,
              event_times_at: EventTimesAt, offset_at: OffsetAt | None = None,
-             amend: Callable[[SourceOffset], SourceOffset] | None = None) -> SourceOffset:
+             amend: Callable[[SourceOffset], SourceOffset] | None = None,
+             measure: RowMeasure | None = None) -> SourceOffset:
         """The next batch's end (see the module docstring). With ``offset_at`` every partition
         is also capped at its alignment ceiling (no record newer than the ceiling plus the delay).
+        With ``measure`` the per-partition cap and the measured batch size are in rows.
         ``amend`` (a source that cuts the batch further, e.g. at barrier records in a channel)
         turns the planned end into the batch's real end, which is what is measured and recorded
         in the watermark history."""
@@ -102,10 +115,14 @@ class SourcePlanner:
         if decision is not None and decision.ceiling is not None and offset_at is not None:
             newest = decision.ceiling + timedelta(seconds=self.options.watermark_delay or 0.0)
             caps = {p: offset_at(p, newest) for p in available if p not in decision.idle}
+        if measure is not None:
+            for partition in available:
+                bound = measure.advance(partition, begin.partitions.get(partition, 0), cap)
+                caps[partition] = min(caps.get(partition, bound), bound)
         plan = plan_batch(PlanRequest(
             start=begin,
             available=available,
-            max_records_per_partition=cap,
+            max_records_per_partition=cap if measure is None else None,
             requested_barrier=self.control.requested_barrier(),
             hold=self.control.is_held(),
             paused_partitions=decision.paused if decision else frozenset(),
@@ -114,7 +131,11 @@ class SourcePlanner:
         ))
         end = amend(plan.end) if amend is not None else plan.end
         if end.partitions != begin.partitions or end.barrier != begin.barrier:
-            records = sum(end.partitions.get(p, 0) - begin.partitions.get(p, 0) for p in end.partitions)
+            if measure is None:
+                records = sum(end.partitions.get(p, 0) - begin.partitions.get(p, 0) for p in end.partitions)
+            else:
+                records = sum(measure.rows(p, begin.partitions.get(p, 0), end.partitions.get(p, 0))
+                              for p in end.partitions)
             self._last_planned = (now, records)
             if self.history is not None and decision is not None:
                 self.history.append(BatchRecord(
