@@ -10,10 +10,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from barrierflow.barriers.alignment.record import read_alignment
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.records import BarrierMarker, BarrierRecordError, data_headers, decode_barrier
+from barrierflow.kafka_io.row_batches import encode, rows_header, rows_in
 from barrierflow.sources.channel import ChannelStreamReader
 from barrierflow.sources.kafka import read_range
 from barrierflow.spec.models import KafkaSourceSpec
@@ -283,3 +285,79 @@ def test_channel_state_is_counted_from_the_barrier_scan_as_reading_would_count_i
         assert source._count_data_records(f"{topic}:0", 0, 7) == 5
     finally:
         source.stop()
+
+
+def _row_batch(first: int, rows: int) -> tuple[None, bytes, list[tuple[str, bytes]]]:
+    """A row-batch record of ``rows`` rows ``n = first, first + 1, ...`` (as the channel writer's tasks write)."""
+    batch = pa.RecordBatch.from_pydict({"n": list(range(first, first + rows))})
+    return None, encode(batch), [*data_headers(0), rows_header(rows)]
+
+
+def batched_channel(endpoint: KafkaEndpoint, layout: dict[int, list[Any]]) -> str:
+    """As :func:`channel`, but an int is a row-batch record of that many rows."""
+    topic = f"ch-{uuid.uuid4().hex[:8]}"
+    create_topic(endpoint, topic, 2)
+    records, first = [], 0
+    for partition, items in layout.items():
+        for item in items:
+            if isinstance(item, tuple):
+                records.append((partition, *_barrier(item[1])))
+            else:
+                records.append((partition, *_row_batch(first, item)))
+                first += item
+    produce(endpoint, topic, records)
+    return topic
+
+
+def test_row_batches_are_planned_and_counted_in_rows(kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    """A batch takes the records holding at most ``max_records_per_batch`` rows (at least one
+    record: a record above the cap is read alone), channel state is counted in rows for every
+    sub-range as a read would count them, and the executors give each row once."""
+    topic = batched_channel(kafka_endpoint, {0: [5, 2, ("B", 1), 7, 12, 3], 1: [1, 1, 1]})
+    source = reader(kafka_endpoint, topic, tmp_path, mode="unaligned", max_records=8)
+    p0, p1 = f"{topic}:0", f"{topic}:1"
+    try:
+        start = source.initialOffset()
+        first = plan(source, start)
+        # Partition 0: 5 + 2 rows, then barrier 1 (unaligned: the batch ends just after it).
+        assert first.partitions == {p0: 3, p1: 3}
+        rows = sorted(r["n"] for part in source.partitions(start, first.to_json())
+                      for b in source.read(part) for r in b.to_pylist())
+        assert rows == [*range(7), 29, 30, 31]
+        length = 6  # unaligned: the first plan scanned both logs to their ends
+        data = {r.offset: rows_in(r.headers) for r in read_range(source.spec, topic, 0, 0, length)
+                if decode_barrier(r.headers) is None}
+        assert source._scanned_to[p0] == length and source._found_from[p0] == 0
+        for begin in range(length):
+            for end in range(begin + 1, length + 1):
+                expected = sum(n for o, n in data.items() if begin <= o < end)
+                assert source._count_data_records(p0, begin, end) == expected, (begin, end)
+        second = plan(source, first.to_json())
+        assert second.partitions[p0] == 4  # 7 rows; the 12-row record would pass the cap of 8
+        third = plan(source, second.to_json())
+        assert third.partitions[p0] == 5  # the 12-row record alone (a batch always moves on)
+    finally:
+        source.stop()
+
+
+def test_a_slow_partition_reads_its_rate_in_rows_however_large_its_records(
+        kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    """With records of 10 rows and a cap of 10, a partition at rate factor 0.2 may read 2 rows
+    per batch: it reads one record every 5 batches (credit builds up), not one per batch."""
+    topic = batched_channel(kafka_endpoint, {0: [10] * 10, 1: [10] * 10})
+    spec = KafkaSourceSpec(name="in", type="kafka", bootstrap_servers=kafka_endpoint.bootstrap_servers,
+                           topics=[topic], format="json", json_fields={"n": "long"}, max_records_per_batch=10,
+                           poll_timeout=5)
+    source = ChannelStreamReader({"spec": spec.model_dump_json(), "control_dir": str(tmp_path / "control"),
+                                  "alignment": json.dumps({"rate_factors": {f"{topic}:1": 0.2}})})
+    ends = []
+    try:
+        offset = source.initialOffset()
+        for _ in range(10):
+            planned = plan(source, offset)
+            ends.append((planned.partitions[f"{topic}:0"], planned.partitions.get(f"{topic}:1", 0)))
+            offset = planned.to_json()
+    finally:
+        source.stop()
+    assert [fast for fast, _ in ends] == list(range(1, 11))
+    assert [slow for _, slow in ends] == [0, 0, 0, 0, 1, 1, 1, 1, 1, 2]

@@ -24,15 +24,22 @@ A stage of a multi-stage pipeline reads the channels other stages write
 Options (besides the Kafka source's ``spec``, ``control_dir``, ...): ``alignment``, a JSON
 object ``{"mode": "aligned"|"unaligned", "alignment_timeout": seconds, "attempt": a,
 "last_completed": n, "back_edge_topics": [...], "cutoffs": [{"attempt": a, "offsets": {...}}],
-"rate_factors": {"topic:p": factor}}`` (a partition's cap is ``max_records_per_batch`` times its
-factor: a slow consumer for tests and benchmarks);
+"rate_factors": {"topic:p": factor}}`` (a slow consumer for tests and benchmarks: the partition
+reads on average ``max_records_per_batch`` times its factor rows per batch, a record only once
+enough credit built up for all its rows);
 ``cutoffs`` (:mod:`barrierflow.barriers.cutoffs`) make ``read`` and the barrier scan skip what an
 older attempt wrote after the restored barrier.
 
-Cost: the driver reads each new range once more to find barriers (with its one long-lived
-consumer, looking only at each record's headers and building nothing for data records:
-:meth:`~barrierflow.kafka_io.consumer.RangeReader.read_marked`); a range's barrier positions
-are not cached across restarts.
+Rows: a channel's data records are row batches (:mod:`barrierflow.kafka_io.row_batches`, many
+rows per record; older channels hold one JSON row per record), decoded by
+:class:`~barrierflow.sources.channel_rows.ChannelDecoder`. ``max_records_per_batch`` counts
+rows: a partition's batch takes the records holding at most that many rows, and at least one
+record (a record above the cap is read alone). Channel state is counted in rows.
+
+Cost: the driver reads each new range once more, headers only, to find barriers and row counts
+(with its one long-lived consumer, building nothing for the records:
+:meth:`~barrierflow.kafka_io.consumer.RangeReader.read_marked`); with row batches that is a
+record per few thousand rows. A range's barrier positions are not cached across restarts.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from barrierflow.barriers.alignment.record import write_aborted, write_alignment
 from barrierflow.barriers.cutoffs import AttemptCutoff, StaleRecords
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.records import BARRIER_HEADER, BarrierMarker, decode_barrier, record_attempt
-from barrierflow.kafka_io.row_batches import ROWS_HEADER, rows_in
+from barrierflow.kafka_io.row_batches import MAX_ROWS, ROWS_HEADER, rows_in
 from barrierflow.sources.channel_rows import ChannelDecoder
 from barrierflow.sources.kafka import (
     KafkaStreamReader,
@@ -114,6 +121,8 @@ class ChannelStreamReader(KafkaStreamReader):
         self._found_from: dict[str, int] = {}
         self._delivered: set[tuple[str, int]] = set()
         self._current_from: dict[str, int] = {}
+        #: Per slow partition (rate factor below 1), rows it may still read (see latestOffset).
+        self._credit: dict[str, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -122,6 +131,7 @@ class ChannelStreamReader(KafkaStreamReader):
         state["_batched"] = {}
         state["_found_from"] = {}
         state["_current_from"] = {}
+        state["_credit"] = {}
         return state
 
     # -- driver side ---------------------------------------------------------------------
@@ -168,12 +178,13 @@ class ChannelStreamReader(KafkaStreamReader):
         """The rows of a planned range (its offsets when the scan did not cover it)."""
         return self._rows_between(partition, start, end) if self._covered(partition, start, end) else end - start
 
-    def _rows_reach(self, partition: str, first: int, limit: int, rows: int) -> int:
+    def _rows_reach(self, partition: str, first: int, limit: int, rows: int, *, at_least_one: bool = True) -> int:
         """The end of the longest range from ``first`` holding at most ``rows`` data rows, up
         to ``limit`` (the partition's end, or ``first`` plus the cap when every record held
         one row). Ranges end on record boundaries: a row-batch record that would take the
         range past ``rows`` is left for the next batch, unless it is the range's first data
-        record (a batch always moves on). The scan goes only as far as it needs."""
+        record and ``at_least_one`` (a batch always moves on). The scan goes only as far as
+        it needs."""
         if limit <= first:
             return first
         self._scan(partition, first, limit, rows_wanted=rows)
@@ -185,7 +196,7 @@ class ChannelStreamReader(KafkaStreamReader):
             if have + (offset - position) >= rows:
                 return position + (rows - have)  # records of one row each up to the cap
             have += offset - position
-            if have > 0 and have + held > rows:
+            if (have > 0 or not at_least_one) and have + held > rows:
                 return offset
             have += held
             position = offset + 1
@@ -275,12 +286,20 @@ class ChannelStreamReader(KafkaStreamReader):
         caps = aligner.caps
         planned: dict[str, int] = {}
         reach: dict[str, int] = {}
+        credits: dict[str, int] = {}
         for partition in sorted(set(begin.partitions) | set(available)):
             first = begin.partitions.get(partition, 0)
             fresh = self._past_stale(partition, first, available.get(partition, first))
-            cap = max(1, int(self.spec.max_records_per_batch * self.rate_factors.get(partition, 1.0)))
+            factor = self.rate_factors.get(partition, 1.0)
+            cap = max(1, int(self.spec.max_records_per_batch * factor))
+            whole = True  # a batch takes at least one record, however many rows it holds
+            if factor < 1.0:
+                # A slow consumer (tests, benchmarks): on average ``cap`` rows per batch, whatever
+                # the records' sizes, so a record larger than the cap waits for enough credit.
+                cap = credits[partition] = min(self._credit.get(partition, 0) + cap, cap + MAX_ROWS)
+                whole = False
             limit = min(available.get(partition, first), fresh + cap)
-            reach[partition] = end = max(first, self._rows_reach(partition, fresh, limit, cap))
+            reach[partition] = end = max(first, self._rows_reach(partition, fresh, limit, cap, at_least_one=whole))
             planned[partition] = min(end, max(first, caps.get(partition, end)))
         # Step 1b. Flow control, as in every source (event_time: idleness, watermark alignment;
         # trigger.target_batch_duration: adaptive batch sizing), never past the caps above. The
@@ -296,9 +315,15 @@ class ChannelStreamReader(KafkaStreamReader):
 
             measure = RowMeasure(advance=lambda p, s, rows: self._rows_reach(p, s, reach.get(p, s), rows),
                                  rows=self._planned_rows)
-            return self.flow_plan(SourceOffset(dict(begin.partitions), begin.barrier), reach, amend=cut,
-                                  measure=measure).to_json()
-        return self._cut_at_barriers(begin, available, planned, aligner, now).to_json()
+            end = self.flow_plan(SourceOffset(dict(begin.partitions), begin.barrier), reach, amend=cut,
+                                 measure=measure)
+        else:
+            end = self._cut_at_barriers(begin, available, planned, aligner, now)
+        for partition, credit in credits.items():
+            first = begin.partitions.get(partition, 0)
+            used = self._planned_rows(partition, first, end.partitions.get(partition, first))
+            self._credit[partition] = max(0, credit - used)
+        return end.to_json()
 
     def _cut_at_barriers(self, begin: SourceOffset, available: dict[str, int], planned: dict[str, int],
                          aligner: BarrierAligner, now: float) -> SourceOffset:
