@@ -4,7 +4,9 @@ Pipeline: stage ``gen`` (the built-in generator, 2 partitions, unthrottled, boun
 ``--records`` records) projects ``key, value, event_time`` and writes channel ``ab`` (4
 partitions, keyed by ``key``, on the embedded Kafka-protocol broker, noida-db); stage
 ``totals`` reads ``ab`` and keeps a running count and sum per key (output mode update) into
-``discard``. Aligned checkpoints every 2 s, ``local[2]``, both stages in one process. A run ends
+``discard``. With ``--stages 3`` a stage ``mid`` (a projection) reads ``ab`` and writes channel
+``bc`` (4 partitions, keyed), which ``totals`` reads. Aligned checkpoints every 2 s,
+``local[2]``, every stage in one process. A run ends
 when a global checkpoint covers every generated record (``until_exhausted``), or fails.
 
 For each micro-batch size (``--batches``, records per ``gen`` micro-batch, split over its 2
@@ -29,7 +31,7 @@ run: records/s produced, and consumed and JSON-decoded, by kafka-python and by c
 Usage (from the repository root; docs/benchmarks.md has a run)::
 
     PYTHONPATH=include .venv/bin/python bench/channel_transport.py \\
-        [--records 2000000] [--batches 20000,100000] [--baseline REV] [--no-baseline] [--cap 180]
+        [--records 2000000] [--batches 20000,100000] [--stages 2,3] [--baseline REV] [--no-baseline] [--cap 180]
 
 The numbers are printed, never asserted: a benchmark, not a test.
 """
@@ -65,11 +67,12 @@ def say(line: str = "") -> None:
 # --------------------------------------------------------------------------- one pipeline run
 
 
-def pipeline_spec(work: Path, servers: str, *, records: int, batch: int) -> dict[str, Any]:
-    """The two-stage spec: gen -> channel ab (4 partitions, keyed) -> keyed running totals."""
+def pipeline_spec(work: Path, servers: str, *, records: int, batch: int, stages: int = 2) -> dict[str, Any]:
+    """The two-stage spec: gen -> channel ab (4 partitions, keyed) -> keyed running totals;
+    with ``stages=3``, gen -> ab -> ``mid`` (a projection) -> channel bc (keyed) -> totals."""
     suffix = uuid.uuid4().hex[:8]
     per_partition = batch // 2
-    return {
+    data: dict[str, Any] = {
         "version": 1, "name": f"chbench-{suffix}", "work_dir": str(work / "work"),
         "channels": [{"name": "ab", "topic": f"ab-{suffix}", "partitions": 4, "bootstrap": servers}],
         "stages": [
@@ -93,15 +96,26 @@ def pipeline_spec(work: Path, servers: str, *, records: int, batch: int) -> dict
                        "mode": "aligned", "tolerable_failed_checkpoints": 1000},
         "spark": {"master": "local[2]", "shuffle_partitions": 2},
     }
+    if stages == 3:
+        data["channels"].append({"name": "bc", "topic": f"bc-{suffix}", "partitions": 4, "bootstrap": servers})
+        data["stages"].insert(1, {
+            "name": "mid",
+            "sources": [{"type": "channel", "channel": "ab", "max_records_per_batch": batch,
+                         "json_fields": {"key": "long", "value": "long"}}],
+            "transformation": {"function": "barrierflow.transforms.projection:project",
+                               "options": {"columns": {"key": "key", "value": "value"}}},
+            "sinks": [{"type": "channel", "channel": "bc", "key_column": "key"}]})
+        data["stages"][2]["sources"][0]["channel"] = "bc"
+    return data
 
 
-def run_pipeline(servers: str, records: int, batch: int, cap: float) -> dict[str, Any]:
+def run_pipeline(servers: str, records: int, batch: int, cap: float, stages: int = 2) -> dict[str, Any]:
     """Run the pipeline once in this process (whichever barrierflow is on the path)."""
     from barrierflow.runtime.pipeline import StagedPipelineJob
     from barrierflow.spec import parse_staged_spec
 
     work = Path(tempfile.mkdtemp(prefix="bf-chbench-"))
-    spec = parse_staged_spec(pipeline_spec(work, servers, records=records, batch=batch))
+    spec = parse_staged_spec(pipeline_spec(work, servers, records=records, batch=batch, stages=stages))
     job = StagedPipelineJob(spec)
     first_batch: list[float] = []
 
@@ -255,11 +269,12 @@ def baseline_tree(rev: str, into: Path) -> Path:
     return into / "include"
 
 
-def run_variant(include: Path, servers: str, records: int, batch: int, cap: float) -> dict[str, Any]:
+def run_variant(include: Path, servers: str, records: int, batch: int, cap: float, stages: int = 2
+                ) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(include), "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable}
     args = [sys.executable, __file__, "--one", "--servers", servers, "--records", str(records),
-            "--batches", str(batch), "--cap", str(cap)]
+            "--batches", str(batch), "--cap", str(cap), "--stages", str(stages)]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=cap + 300, check=False)
     for line in done.stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
@@ -279,12 +294,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap", type=float, default=180.0, help="seconds a run may take at most")
     parser.add_argument("--after", default=str(ROOT / "include"), help="the 'after' tree's include/ directory "
                         "(default: this checkout's)")
+    parser.add_argument("--stages", default="2", help="pipeline shapes, comma separated: 2 (gen -> totals) and/or "
+                        "3 (gen -> mid -> totals)")
     parser.add_argument("--servers", help=argparse.SUPPRESS)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
+    shapes = [int(n) for n in args.stages.split(",")]
+    if not shapes or any(n not in (2, 3) for n in shapes):
+        parser.error(f"--stages takes 2 and/or 3, comma separated (got {args.stages!r})")
     if args.one:  # a child: one pipeline run against --servers
-        say(RESULT_PREFIX + json.dumps(run_pipeline(args.servers, args.records, batches[0], args.cap)))
+        say(RESULT_PREFIX + json.dumps(run_pipeline(args.servers, args.records, batches[0], args.cap, shapes[0])))
         return 0
 
     from barrierflow.sources.embedded_broker import embedded_broker
@@ -300,21 +320,20 @@ def main(argv: list[str] | None = None) -> int:
         variants.append(("after", Path(args.after)))
         if not args.no_baseline:
             variants.insert(0, (f"before ({args.baseline})", baseline_tree(args.baseline, Path(tmp))))
-        say("\n| micro-batch | writer | outcome | wall s | records/s end to end | records/s after first batch "
+        say("\n| stages | micro-batch | writer | outcome | wall s | records/s end to end | records/s after first batch "
               "| written to channel | read by totals | global checkpoints |")
-        say("|---:|---|---|---:|---:|---:|---:|---:|---:|")
-        for batch in batches:
-            for label, include in variants:
-                r = run_variant(include, servers, args.records, batch, args.cap)
-                rate = r["records"] / r["seconds"] if r["seconds"] == r["seconds"] and r["seconds"] else 0.0
-                steady = r["records"] / r["since_first_batch"] if r["since_first_batch"] == r["since_first_batch"] \
-                    else float("nan")
-                say(f"| {batch:,} | {label} | {r['outcome']} | {r['seconds']:.1f} | {rate:,.0f} | {steady:,.0f} "
-                      f"| {r['written']:,} | {r.get('consumed', 0):,} | {r['checkpoints']} |")
-                for stage, figures in (r.get("phases") or {}).items():
-                    say(f"|   | {stage}: " + ", ".join(f"{k} {v:g}" for k, v in figures.items()) + " ||||||||")
-                if r["error"]:
-                    say(f"|   | error: {r['error'].splitlines()[0]} ||||||||")
+        say("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|")
+        for shape, batch, (label, include) in ((n, b, v) for n in shapes for b in batches for v in variants):
+            r = run_variant(include, servers, args.records, batch, args.cap, shape)
+            rate = r["records"] / r["seconds"] if r["seconds"] == r["seconds"] and r["seconds"] else 0.0
+            steady = r["records"] / r["since_first_batch"] if r["since_first_batch"] == r["since_first_batch"] \
+                else float("nan")
+            say(f"| {shape} | {batch:,} | {label} | {r['outcome']} | {r['seconds']:.1f} | {rate:,.0f} "
+                f"| {steady:,.0f} | {r['written']:,} | {r.get('consumed', 0):,} | {r['checkpoints']} |")
+            for stage, figures in (r.get("phases") or {}).items():
+                say(f"|   |   | {stage}: " + ", ".join(f"{k} {v:g}" for k, v in figures.items()) + " ||||||||")
+            if r["error"]:
+                say(f"|   |   | error: {r['error'].splitlines()[0]} ||||||||")
     return 0
 
 
