@@ -126,7 +126,9 @@ def test_watermark_alignment_in_a_stage_reading_a_skewed_channel_loses_no_late_r
     missing = sum(c - committed.get(k, 0) for k, c in expected.items())
     print(f"\nstage without alignment: late rows dropped {late_rows(result)}, records missing from "
           f"{len(expected)} closed windows: {missing}")
-    assert late_rows(result) > 0 and missing > 0
+    # Late rows are what alignment prevents; whether they fall in windows that are surely closed
+    # by the end depends on the machine's speed (0 such records in one suite run under load).
+    assert late_rows(result) > 0
 
     # -- with alignment: the stage's reader pauses the fast partition ------------------------
     aligned = spec_data(tmp_path, kafka_endpoint, "aligned", {
