@@ -116,3 +116,12 @@ def test_an_unreadable_row_batch_is_one_dead_letter_naming_the_record() -> None:
 def test_a_peek_sees_the_first_row_of_a_row_batch() -> None:
     decoder = ChannelDecoder(_spec({"key": "long"}), first_rows=True)
     assert [r["key"] for r in _rows(decoder, [encode(_batch())])] == [1]
+
+
+def test_a_corrupt_row_count_header_is_an_error_naming_the_record() -> None:
+    from barrierflow.errors import SourceError
+    from barrierflow.kafka_io.row_batches import rows_header, rows_in
+
+    assert rows_in([rows_header(12)]) == 12 and rows_in([("bf-attempt", b"0")]) == 1
+    with pytest.raises(SourceError, match=r"ch:0 offset 7: header 'bf-rows' is b'x1'"):
+        rows_in([("bf-rows", b"x1")], "ch:0 offset 7")

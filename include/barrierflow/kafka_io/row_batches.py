@@ -28,7 +28,9 @@ cutoffs keep their meaning; a row's ``offset`` column is the offset of the recor
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from barrierflow.errors import SourceError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -89,19 +91,29 @@ def rows_header(rows: int) -> tuple[str, bytes]:
     return ROWS_HEADER, str(rows).encode("ascii")
 
 
-def rows_in(headers: Iterable[tuple[str, bytes]] | None) -> int:
+def rows_in(headers: Iterable[tuple[str, bytes]] | None, where: str = "a channel record") -> int:
     """The rows a channel data record holds: its :data:`ROWS_HEADER` (a row batch), else 1
-    (one JSON row). Barrier records are not data records; callers leave them out first."""
+    (one JSON row). Barrier records are not data records; callers leave them out first.
+
+    Raises:
+        SourceError: the header is not a non-negative integer (a record barrierflow did not
+            write, or a corrupted one), naming ``where``: counting it as anything would plan
+            batches and count channel state wrongly.
+    """
     for name, raw in headers or ():
         if name == ROWS_HEADER:
             try:
-                return int(raw.decode("ascii"))
+                rows = int(raw.decode("ascii"))
             except (ValueError, UnicodeDecodeError):
-                return 1
+                rows = -1
+            if rows < 0:
+                raise SourceError(f"{where}: header {ROWS_HEADER!r} is {raw[:40]!r}, not a row count; only barrierflow "
+                                  "stages may write to a channel topic (check what else produces to it)")
+            return rows
     return 1
 
 
-def by_partition(batch: pa.RecordBatch, targets: Sequence[int] | object) -> Iterator[tuple[int, pa.RecordBatch]]:
+def by_partition(batch: pa.RecordBatch, targets: Sequence[int] | Any) -> Iterator[tuple[int, pa.RecordBatch]]:
     """``(partition, rows of batch for it)`` for every partition in ``targets`` (a partition
     number per row, a sequence or a NumPy array), rows of each partition in batch order."""
     import numpy as np

@@ -159,7 +159,8 @@ class ChannelStreamReader(KafkaStreamReader):
         if self._covered(partition, start, end) and not any(partition in c.offsets for c in self.stale.cutoffs):
             return self._rows_between(partition, start, end)
         topic, number = parse_partition_id(partition)
-        return sum(rows_in(r.headers) for r in read_range(self.spec, topic, number, start, end, self._driver_reader())
+        records = read_range(self.spec, topic, number, start, end, self._driver_reader())
+        return sum(rows_in(r.headers, f"{partition} offset {r.offset}") for r in records
                    if decode_barrier(r.headers) is None
                    and not self.stale.is_stale(partition, r.offset, record_attempt(r.headers)))
 
@@ -256,7 +257,7 @@ class ChannelStreamReader(KafkaStreamReader):
                 if marker is not None:
                     found.append((offset, marker))
                 else:
-                    held = rows_in(headers)
+                    held = rows_in(headers, f"{partition} offset {offset}")
                     batched.append((offset, held))
                     have += held
                 position = offset + 1

@@ -88,7 +88,7 @@ class ChannelDecoder(RecordDecoder):
         """The stage's rows of one row-batch record (None: none kept)."""
         import pyarrow as pa
 
-        from barrierflow.sources.kafka import _timestamps_us
+        from barrierflow.sources.kafka import timestamps_us
 
         try:
             batch = decode(value)
@@ -108,7 +108,7 @@ class ChannelDecoder(RecordDecoder):
         if columns is None:
             return self._json(_as_json_records(batch, topic, partition, offset, stamp), vectorized=False)
         metadata = [pa.array([topic] * rows, type=pa.string()), pa.array([partition] * rows, type=pa.int32()),
-                    pa.array([offset] * rows, type=pa.int64()), _timestamps_us([stamp] * rows)]
+                    pa.array([offset] * rows, type=pa.int64()), timestamps_us([stamp] * rows)]
         return pa.RecordBatch.from_arrays([*metadata, *self._all_fields(columns, carried, rows)],
                                           names=[*METADATA_COLUMNS, *self.spec.json_fields])
 

@@ -378,7 +378,7 @@ def _timestamp_us(ms: int | None) -> int | None:
     return None if ms is None or ms < 0 else ms * 1000
 
 
-def _timestamps_us(millis: list[int | None]) -> pa.Array:
+def timestamps_us(millis: list[int | None]) -> pa.Array:
     """The ``timestamp`` column of records' epoch-ms timestamps (None or negative: null)."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -523,7 +523,7 @@ class RecordDecoder:
                                for o, t, v in zip(offsets, stamps, values, strict=True)], vectorized=False)
         rows = len(offsets)
         metadata = [pa.array([topic] * rows, type=pa.string()), pa.array([partition] * rows, type=pa.int32()),
-                    pa.array(offsets, type=pa.int64()), _timestamps_us(stamps)]
+                    pa.array(offsets, type=pa.int64()), timestamps_us(stamps)]
         return pa.RecordBatch.from_arrays([*metadata, *self._all_fields(columns, carried, rows)],
                                           names=[*METADATA_COLUMNS, *self.spec.json_fields])
 
