@@ -101,6 +101,12 @@ class ConsumerSettings:
             "max.partition.fetch.bytes": 1024 * 1024,
             "queued.min.messages": CHUNK,
             "queued.max.messages.kbytes": 16 * 1024,
+            # Once the local queue holds queued.min.messages, librdkafka postpones the next
+            # fetch by this much (default 1000 ms) instead of fetching again as soon as the
+            # queue drains: a range reader that takes CHUNK records per consume would then
+            # wait for the broker after every chunk. Measured on a 100,000-record range with
+            # 1.5 us of work per record: 91,000 records/s at the default, 330,000 at 1 ms.
+            "fetch.queue.backoff.ms": 1,
             "socket.timeout.ms": timeout_ms,
             "reconnect.backoff.max.ms": 1000,
         }
