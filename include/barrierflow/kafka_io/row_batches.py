@@ -41,6 +41,11 @@ ROWS_HEADER = "bf-rows"
 MAX_ROWS = 16_384
 #: Bytes of Arrow buffers per Kafka record, about (a row wider than this travels alone).
 MAX_BYTES = 512 * 1024
+#: The codec of a row batch's buffers. The broker's work grows with the bytes it stores and
+#: serves (the embedded broker's CPU more than the pipeline's stages, at 150,000 rows/s);
+#: zstd cut a 16,384-row batch of three int64/timestamp columns from 394 KB to 50 KB for about
+#: 0.5 ms to encode and 0.4 ms to decode (lz4: 153 KB, 0.3 + 0.2 ms), on this 2-core machine.
+COMPRESSION = "zstd"
 #: The first bytes of every Arrow IPC stream (the continuation marker).
 _IPC_MAGIC = b"\xff\xff\xff\xff"
 
@@ -57,11 +62,14 @@ def split(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
 
 
 def encode(batch: pa.RecordBatch) -> bytes:
-    """One Arrow IPC stream (schema, ``batch``, end marker) as bytes: a Kafka record's value."""
+    """One Arrow IPC stream (schema, ``batch``, end marker) as bytes: a Kafka record's value.
+    Its buffers are compressed with :data:`COMPRESSION` (readers need nothing to know it: the
+    IPC stream names its codec, and uncompressed streams read the same)."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
+    options = pa.ipc.IpcWriteOptions(compression=COMPRESSION)
+    with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
         writer.write_batch(batch)
     return bytes(sink.getvalue())
 

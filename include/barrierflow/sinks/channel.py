@@ -158,6 +158,9 @@ class ChannelTask:
         import pyarrow as pa
         from pyspark import TaskContext
 
+        from barrierflow.spark.worker_heap import freeze_long_lived
+
+        freeze_long_lived()
         context = TaskContext.get()
         task = context.partitionId() if context is not None else 0
         if context is not None and context.attemptNumber() > 0:

@@ -82,6 +82,9 @@ class StagingWriter(DataSourceArrowWriter):
         import pyarrow.parquet as pq
         from pyspark import TaskContext
 
+        from barrierflow.spark.worker_heap import freeze_long_lived
+
+        freeze_long_lived()
         batches = [b for b in iterator if b.num_rows]
         if not batches:
             return StagedFile(None, 0)

@@ -215,6 +215,9 @@ class GeneratorStreamReader(DataSourceStreamReader):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        from barrierflow.spark.worker_heap import freeze_long_lived
+
+        freeze_long_lived()
         p, start, end = partition.value
         if self.spec.malformed_every and self.dead_letter_uri:
             from barrierflow.sources.dead_letter import write_dead_letters
@@ -257,6 +260,9 @@ class GeneratorBatchReader(DataSourceReader):
         return [InputPartition((p, start, end)) for p, (start, end) in sorted(self.ranges.items()) if end > start]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        from barrierflow.spark.worker_heap import freeze_long_lived
+
+        freeze_long_lived()
         p, start, end = partition.value
         yield from self.model.batches(p, start, end)
 

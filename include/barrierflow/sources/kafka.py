@@ -926,6 +926,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Arrow batches of the range; malformed records go to the dead-letter output."""
+        from barrierflow.spark.worker_heap import freeze_long_lived
+
+        freeze_long_lived()
         topic, number, start, end = partition.value
         decoder = self._decoder()
         newest, rows = None, 0
