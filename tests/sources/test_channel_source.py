@@ -127,6 +127,38 @@ def test_alignment_timeout_switches_a_checkpoint_to_unaligned(
         source.stop()
 
 
+def test_alignment_timeout_counts_from_when_a_barrier_is_first_seen_ahead_of_the_batch(
+        kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    """Both partitions hold a backlog of 40 rows before barrier 1 and a batch reads 2 rows of
+    each: in-band, the barrier would be reached after 20 batches. With a 0.2 s alignment
+    timeout the planner sees the barriers ahead of the batch, and the first plan after the
+    timeout passed snapshots checkpoint 1 where the batch ends, the backlog before each
+    barrier becoming channel state (Flink: the timeout is compared with the checkpoint's start
+    delay, not with the time since the barrier was processed)."""
+    backlog = 40
+    topic = channel(kafka_endpoint, {0: [*range(backlog), ("B", 1)], 1: [*range(backlog), ("B", 1)]})
+    p0, p1 = f"{topic}:0", f"{topic}:1"
+    timeout = 0.2
+    source = reader(kafka_endpoint, topic, tmp_path, timeout=timeout, max_records=2)
+    try:
+        first = plan(source, source.initialOffset())  # the barriers are seen, not reached
+        seen = time.monotonic()
+        assert first.barrier == 0 and first.partitions == {p0: 2, p1: 2}
+        time.sleep(timeout)  # the timeout elapsing is the behaviour under test, not a readiness wait
+        second = plan(source, first.to_json())
+        assert time.monotonic() - seen < 10 * timeout  # not 20 batches later
+        assert second.barrier == 1 and second.partitions == {p0: 4, p1: 4}
+        record = read_alignment(tmp_path / "control", 1)
+        assert record is not None and record["mode"] == "aligned-timed-out"
+        assert record["channel_state"] == [
+            {"partition": p, "start": 4, "end": backlog, "records": backlog - 4, "back_edge": False} for p in (p0, p1)]
+        assert record["alignment_ms"] >= timeout * 1000  # from when the first barrier was seen
+        third = plan(source, second.to_json())  # the delivered barriers no longer stop the batches
+        assert third.barrier == 1 and third.partitions == {p0: 6, p1: 6}
+    finally:
+        source.stop()
+
+
 def test_restored_attempt_skips_what_the_older_attempt_wrote_after_the_barrier(
         kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
     """Attempt 0 wrote rows 0-1, barrier 1, rows 2-3 (stale after a restore to checkpoint 1);

@@ -11,7 +11,14 @@ A stage of a multi-stage pipeline reads the channels other stages write
   barrier record. Under unaligned checkpoints (and once an aligned one timed out) it looks for
   barriers up to the end of the log, beyond the next batch: a barrier there *overtakes* the
   backlog before it, which becomes channel state (an offset range), so the checkpoint does not
-  wait for a slow partition to be processed; later batches pass such a delivered barrier. Aligned checkpoints
+  wait for a slow partition to be processed; later batches pass such a delivered barrier.
+  Aligned checkpoints with an ``alignment_timeout`` look ahead too, to see barriers early:
+  the timeout counts from the moment a barrier of the checkpoint is first seen in any input
+  partition, whether or not the stage has read up to it (Flink compares the timeout with the
+  checkpoint's start delay in the same way). Once it passed, every barrier of that checkpoint
+  seen so far is delivered where it stands and the checkpoint switches to unaligned: a
+  backlog on a fast partition delays an aligned checkpoint by the timeout at most, not by the
+  time to read the backlog. Aligned checkpoints
   cap a partition that delivered barrier ``n`` there until
   every forward partition did; the batch planned when the state machine decides to snapshot
   ends exactly at the decision's offsets and carries ``barrier = n`` in its offset JSON, so
@@ -83,6 +90,8 @@ STALE_SCAN_LIMIT = 100_000
 BARRIER_LOOK_BACK = 256
 #: The headers the driver's scan looks at: barrier records and row-batch records (row counts).
 SCANNED_HEADERS = frozenset({BARRIER_HEADER, ROWS_HEADER})
+#: Checkpoints whose first-seen time the driver keeps (aligned with a timeout; the newest).
+FIRST_SEEN_KEPT = 64
 
 
 class ChannelDataSource(DataSource):
@@ -123,6 +132,8 @@ class ChannelStreamReader(KafkaStreamReader):
         self._current_from: dict[str, int] = {}
         #: Per slow partition (rate factor below 1), rows it may still read (see latestOffset).
         self._credit: dict[str, int] = {}
+        #: (attempt, checkpoint id) -> when a barrier of it was first seen (aligned with a timeout).
+        self._first_seen: dict[tuple[int, int], float] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -132,6 +143,7 @@ class ChannelStreamReader(KafkaStreamReader):
         state["_found_from"] = {}
         state["_current_from"] = {}
         state["_credit"] = {}
+        state["_first_seen"] = {}
         return state
 
     # -- driver side ---------------------------------------------------------------------
@@ -229,7 +241,26 @@ class ChannelStreamReader(KafkaStreamReader):
         """Whether barriers are looked for beyond the next batch, up to the end of the log:
         unaligned checkpoints (and one switched to unaligned) let a barrier overtake the
         records before it, which become channel state; aligned ones must process up to it."""
-        return self.mode is CheckpointMode.UNALIGNED or isinstance(aligner.state, RecordingChannelState)
+        return (self.mode is CheckpointMode.UNALIGNED or isinstance(aligner.state, RecordingChannelState)
+                or self.alignment_timeout > 0)
+
+    def _overdue(self, aligner: BarrierAligner, ahead: list[tuple[str, BarrierMarker, int]], now: float
+                 ) -> BarrierMarker | None:
+        """Aligned with a timeout: the checkpoint whose barrier was first seen (in ``ahead``, the
+        barriers beyond the next batch, or earlier) at least ``alignment_timeout`` ago; None
+        when none is. Barriers of older checkpoints and attempts do not count."""
+        if self.mode is not CheckpointMode.ALIGNED or self.alignment_timeout <= 0:
+            return None
+        overdue = None
+        for _partition, marker, _offset in ahead:
+            if aligner.is_older(marker):
+                continue
+            seen = self._first_seen.setdefault((marker.attempt, marker.checkpoint_id), now)
+            if now - seen >= self.alignment_timeout and (overdue is None or marker.precedes(overdue)):
+                overdue = marker
+        for key in sorted(self._first_seen)[:-FIRST_SEEN_KEPT]:
+            del self._first_seen[key]  # long past checkpoints
+        return overdue
 
     def _scan(self, partition: str, first: int, until: int, rows_wanted: int | None = None) -> None:
         """Scan ``partition`` from where the last scan ended (at least ``first``) towards
@@ -333,24 +364,43 @@ class ChannelStreamReader(KafkaStreamReader):
         machine, and capped or ended as it decides."""
         # Step 2. Find the barriers (in the batch, or up to the log's end when looking ahead);
         # a partition's batch stops just after the first one that counts and was not delivered.
+        # Aligned with a timeout: barriers beyond the batch are only looked at (for when each
+        # checkpoint's first barrier arrived) until the timeout of their checkpoint passed.
         ahead = self._look_ahead(aligner)
+        overtaking = self.mode is CheckpointMode.UNALIGNED or isinstance(aligner.state, RecordingChannelState)
         found: list[tuple[str, BarrierMarker, int]] = []
+        beyond: list[tuple[str, BarrierMarker, int]] = []
         for partition, end in planned.items():
             first = begin.partitions.get(partition, 0)
             until = max(end, available.get(partition, end)) if ahead else end
             for offset, marker in self._known_barriers(partition, first, until):
                 if (partition, offset) in self._delivered:
                     continue  # seen ahead earlier; its snapshot is taken, the batch may pass it
+                if offset >= end and not overtaking:
+                    beyond.append((partition, marker, offset))
+                    break
                 found.append((partition, marker, offset))
                 if not aligner.is_older(marker):
                     self._delivered.add((partition, offset))
                     if offset < end:
                         planned[partition] = offset + 1
                     break
+        timed_out = self._overdue(aligner, beyond + found, now)
+        if timed_out is not None:
+            for partition, marker, offset in beyond:
+                if (marker.attempt, marker.checkpoint_id) == (timed_out.attempt, timed_out.checkpoint_id):
+                    found.append((partition, marker, offset))
+                    self._delivered.add((partition, offset))
         # Step 3. Feed the state machine.
         aligner.observe(planned)
-        for partition, marker, offset in found:
-            aligner.barrier_received(partition, marker, offset, now)
+        if timed_out is None:
+            for partition, marker, offset in found:
+                aligner.barrier_received(partition, marker, offset, now)
+        else:
+            since = self._first_seen.get((timed_out.attempt, timed_out.checkpoint_id), now)
+            log.info("channel source %s: checkpoint %d's first barrier was seen %.1fs ago, past the alignment "
+                     "timeout: switching to unaligned", self.spec.name, timed_out.checkpoint_id, now - since)
+            aligner.barriers_overdue(found, now, since)
         aligner.tick(now)
         out = aligner.drain()
         # Step 4. Apply its decisions.

@@ -89,6 +89,21 @@ class BarrierAligner:
     def alignment_timeout(self, now: float) -> None:
         self.state = self.state.alignment_timeout(self.context, now)
 
+    def barriers_overdue(self, barriers: list[tuple[str, BarrierMarker, int]], now: float, since: float) -> None:
+        """Aligned with a timeout, when a checkpoint's barrier was first seen (``since``) at
+        least ``alignment_timeout`` ago: feed this round's ``barriers`` (``(partition, marker,
+        offset)``, those beyond the next batch included) and switch the checkpoint to
+        unaligned now if it is still collecting. Its alignment time counts from ``since``."""
+        ctx = self.context
+        ctx.overdue_since = since
+        try:
+            for partition, marker, offset in barriers:
+                self.barrier_received(partition, marker, offset, now)
+            if isinstance(self.state, CollectingBarriers):
+                self.state = self.state.alignment_timeout(ctx, now)
+        finally:
+            ctx.overdue_since = None
+
     def abort(self, checkpoint_id: int, now: float) -> None:
         self.state = self.state.abort(self.context, checkpoint_id, now)
 

@@ -72,6 +72,9 @@ class AlignmentContext:
     #: aligned: partition -> offset it may not pass (just after its barrier record)
     caps: dict[str, int] = field(default_factory=dict)
     first_barrier_at: float | None = None
+    #: set while barriers of a checkpoint past its alignment timeout are fed: when its first
+    #: barrier was seen (ahead of the batch), where its alignment time starts
+    overdue_since: float | None = None
     snapshot: SnapshotDecision | None = None
     #: channel state of partitions whose barrier was seen ahead of their cut at the snapshot
     snapshot_ranges: list[ChannelStateRange] = field(default_factory=list)
@@ -90,7 +93,7 @@ class AlignmentContext:
         self.delivered.clear()
         self.caps.clear()
         self.snapshot = None
-        self.first_barrier_at = now
+        self.first_barrier_at = now if self.overdue_since is None else min(now, self.overdue_since)
 
     def deliver(self, partition: str, offset: int) -> None:
         self.delivered[partition] = offset
@@ -121,6 +124,10 @@ class AlignmentContext:
         offsets = {p: (min(self.delivered[p] + 1, self.positions.get(p, self.delivered[p] + 1))
                        if p in self.delivered else self.positions[p])
                    for p in sorted(self.partitions.all)}
+        if mode is AlignmentMode.ALIGNED and any(offsets[p] <= b for p, b in self.delivered.items()):
+            # an aligned checkpoint never cuts before a delivered barrier unless it was
+            # delivered ahead of the batch: past its alignment timeout
+            mode = AlignmentMode.ALIGNED_TIMED_OUT
         decision = SnapshotDecision(checkpoint_id, attempt, mode, offsets, round(alignment_ms, 3))
         self.snapshot = decision
         self.snapshots.append(decision)
