@@ -31,7 +31,7 @@ run: records/s produced, and consumed and JSON-decoded, by kafka-python and by c
 Usage (from the repository root; docs/benchmarks.md has a run)::
 
     PYTHONPATH=include .venv/bin/python bench/channel_transport.py \\
-        [--records 2000000] [--batches 20000,100000] [--stages 2,3] [--baseline REV] [--no-baseline] [--cap 180]
+        [--records 6000000] [--batches 20000,100000] [--stages 2,3] [--baseline REV] [--no-baseline] [--cap 180]
 
 The numbers are printed, never asserted: a benchmark, not a test.
 """
@@ -285,7 +285,9 @@ def run_variant(include: Path, servers: str, records: int, batch: int, cap: floa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=2_000_000, help="records generated per run")
+    parser.add_argument("--records", type=int, default=6_000_000,
+                        help="records generated per run (the default runs each pipeline past the JVM's warm-up: "
+                             "its JIT compiles Spark's code for about the first minute, 30-45 %% of a core)")
     parser.add_argument("--batches", default="20000,100000", help="gen micro-batch sizes, comma separated")
     parser.add_argument("--baseline", default=BASELINE, help="git revision of the 'before' channel writer")
     parser.add_argument("--no-baseline", action="store_true", help="only the 'after' runs")
