@@ -116,6 +116,18 @@ def late_rows(result: PipelineRunResult) -> int:
     return last.rows_dropped_total
 
 
+def max_lead(result: PipelineRunResult) -> float:
+    """The largest lead, in seconds, of one ``win`` input partition's newest event time over the
+    other's at any of ``win``'s checkpoints (how far the skew went)."""
+    lead = 0.0
+    for manifest in result.stage_manifests["win"]:
+        for times in manifest.max_event_time.values():
+            known = [t for t in times.values() if t is not None]
+            if len(known) == 2:
+                lead = max(lead, (max(known) - min(known)).total_seconds())
+    return lead
+
+
 def test_watermark_alignment_in_a_stage_reading_a_skewed_channel_loses_no_late_rows(
         spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
     # -- without alignment: the fast channel partition drives the watermark -----------------
@@ -124,11 +136,16 @@ def test_watermark_alignment_in_a_stage_reading_a_skewed_channel_loses_no_late_r
     expected = surely_closed(direct_counts(plain))
     committed = committed_counts(plain)
     missing = sum(c - committed.get(k, 0) for k, c in expected.items())
-    print(f"\nstage without alignment: late rows dropped {late_rows(result)}, records missing from "
-          f"{len(expected)} closed windows: {missing}")
-    # Late rows are what alignment prevents; whether they fall in windows that are surely closed
-    # by the end depends on the machine's speed (0 such records in one suite run under load).
-    assert late_rows(result) > 0
+    lead = max_lead(result)
+    print(f"\nstage without alignment: fast partition ahead by up to {lead:.1f}s, late rows dropped "
+          f"{late_rows(result)}, records missing from {len(expected)} closed windows: {missing}")
+    # Late rows are what alignment prevents. How far the fast partition gets ahead depends on
+    # the machine: when ``win`` keeps up with ``gen``, the slow partition reads each record as it
+    # arrives and nothing is late (seen once in a suite run). Whenever it got ahead by more
+    # than the delay, rows were dropped. (That the aligned run below really aligned, whatever the
+    # machine, is shown by the fast partition's pauses.)
+    if lead > DELAY:
+        assert late_rows(result) > 0
 
     # -- with alignment: the stage's reader pauses the fast partition ------------------------
     aligned = spec_data(tmp_path, kafka_endpoint, "aligned", {
