@@ -49,7 +49,11 @@ def test_async_upload_to_s3_does_not_block_processing(spark, tmp_path: Path, s3_
         for m in result.completed
     ]
     assert all(m.async_ms >= 500 for m in result.completed)
-    assert all(len(d) >= 1 for d in during), during
+    # One checkpoint may miss: the store's progress gate (first write only) can be passed by the
+    # barrier batch's own commit file when Spark writes it just after the upload started (seen
+    # once in three suite runs, on the first checkpoint). Blocked processing would leave every
+    # checkpoint without a batch during its upload, and the gated one failing after 120 s.
+    assert sum(len(d) >= 1 for d in during) >= len(during) - 1, during
     listed = CheckpointStore(open_store(s3_store_uri), spec.name).checkpoint_ids()
     assert listed == [m.checkpoint_id for m in result.completed]
 
