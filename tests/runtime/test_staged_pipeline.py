@@ -107,7 +107,8 @@ def test_two_stage_pipeline_restores_a_global_checkpoint_exactly_once(
     assert alignment is not None and alignment.mode == "aligned" and alignment.channel_state == []
     topic = spec.channels[0].topic
     assert set(alignment.barrier_offsets) == {f"{topic}:0", f"{topic}:1"}
-    _check_channel(kafka_endpoint, topic, first.stage_manifests["a"])
+    triggers = {m.checkpoint_id: round(m.trigger_time.timestamp() * 1000) for m in first.completed}
+    _check_channel(kafka_endpoint, topic, first.stage_manifests["a"], triggers)
     stale = _records_after(kafka_endpoint, topic, alignment.barrier_offsets)
 
     # The second start goes through the command line (the job gets the shared SparkSession,
@@ -179,10 +180,11 @@ def _records_after(endpoint: KafkaEndpoint, topic: str, barriers: dict[str, int]
         consumer.close()
 
 
-def _check_channel(endpoint: KafkaEndpoint, topic: str, a_manifests: list[Any]) -> None:
+def _check_channel(endpoint: KafkaEndpoint, topic: str, a_manifests: list[Any], triggers: dict[int, int]) -> None:
     """The raw channel: every record carries attempt 0; each partition holds barriers 1..n in
-    order; the data records before barrier n are exactly those stage a read before its barrier
-    n (offsets from a's manifests), so no record crosses its epoch's barrier."""
+    order, each carrying its global checkpoint's trigger time (``triggers``: id -> epoch ms);
+    the data records before barrier n are exactly those stage a read before its barrier n
+    (offsets from a's manifests), so no record crosses its epoch's barrier."""
     from kafka import KafkaConsumer, TopicPartition
 
     cuts = {m.checkpoint_id: m.barrier_offsets["events"] for m in a_manifests}
@@ -205,6 +207,8 @@ def _check_channel(endpoint: KafkaEndpoint, topic: str, a_manifests: list[Any]) 
                 if marker is not None:
                     barriers.append(marker.checkpoint_id)
                     epoch = marker.checkpoint_id + 1
+                    if marker.checkpoint_id in triggers:
+                        assert marker.triggered_ms == triggers[marker.checkpoint_id], marker
                     continue
                 for row in decode(record.value).to_pylist():  # a row batch
                     cut_before = cuts.get(epoch - 1, {}).get(str(row["src_partition"]), 0)

@@ -25,11 +25,17 @@ from tests.support.kafka_broker import KafkaEndpoint, create_topic
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 
+#: Checkpoint -> its trigger time (epoch ms) in the offsets _plan writes.
+TRIGGERED_MS = {1: 1_795_000_000_000, 2: 1_795_000_001_000}
+
+
 def _plan(spark_checkpoint: Path, batch_id: int, barrier: int) -> None:
-    """``offsets/<batch_id>`` as a source stage's planner writes it, carrying ``barrier``."""
+    """``offsets/<batch_id>`` as a source stage's planner writes it, carrying ``barrier`` and
+    its trigger time."""
     path = spark_checkpoint / "offsets" / str(batch_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"v1\n{{}}\n{json.dumps({'partitions': {'g:0': batch_id}, 'barrier': barrier})}\n")
+    offset = {'partitions': {'g:0': batch_id}, 'barrier': barrier, 'barrier_triggered_ms': TRIGGERED_MS[barrier]}
+    path.write_text(f"v1\n{{}}\n{json.dumps(offset)}\n")
 
 
 def _records(endpoint: KafkaEndpoint, topic: str, partition: int) -> list[Any]:
@@ -82,6 +88,7 @@ def test_a_barrier_batch_written_by_four_tasks_puts_the_barrier_after_every_reco
             marker = decode_barrier(record.headers)
             if marker is not None:
                 assert (marker.checkpoint_id, marker.attempt, marker.stage) == (epoch, 3, "up")
+                assert marker.triggered_ms == TRIGGERED_MS[epoch]  # from the barrier batch's offsets
                 epoch += 1
                 continue
             assert is_row_batch(record.value)

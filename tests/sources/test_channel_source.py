@@ -30,19 +30,20 @@ def _row(i: int) -> tuple[None, bytes, list[tuple[str, bytes]]]:
     return None, json.dumps({"n": i}).encode(), data_headers(0)
 
 
-def _barrier(n: int) -> tuple[None, bytes, list[tuple[str, bytes]]]:
-    marker = BarrierMarker(n, 0, "up")
+def _barrier(n: int, triggered_ms: int | None = None) -> tuple[None, bytes, list[tuple[str, bytes]]]:
+    marker = BarrierMarker(n, 0, "up", triggered_ms)
     return None, marker.value(), marker.headers()
 
 
 def channel(endpoint: KafkaEndpoint, layout: dict[int, list[Any]]) -> str:
-    """A 2-partition topic holding ``layout[p]``: ints are data rows, ``("B", n)`` barrier n."""
+    """A 2-partition topic holding ``layout[p]``: ints are data rows, ``("B", n)`` barrier n
+    (``("B", n, ms)``: triggered at epoch ``ms``)."""
     topic = f"ch-{uuid.uuid4().hex[:8]}"
     create_topic(endpoint, topic, 2)
     records = []
     for partition, items in layout.items():
         for item in items:
-            key, value, headers = _barrier(item[1]) if isinstance(item, tuple) else _row(item)
+            key, value, headers = _barrier(*item[1:]) if isinstance(item, tuple) else _row(item)
             records.append((partition, key, value, headers))
     produce(endpoint, topic, records)
     return topic
@@ -155,6 +156,36 @@ def test_alignment_timeout_counts_from_when_a_barrier_is_first_seen_ahead_of_the
         assert record["alignment_ms"] >= timeout * 1000  # from when the first barrier was seen
         third = plan(source, second.to_json())  # the delivered barriers no longer stop the batches
         assert third.barrier == 1 and third.partitions == {p0: 6, p1: 6}
+    finally:
+        source.stop()
+
+
+@pytest.mark.parametrize("age", [5.0, 0.0])
+def test_alignment_timeout_counts_from_the_trigger_time_the_barriers_carry(
+        kafka_endpoint: KafkaEndpoint, tmp_path: Path, age: float) -> None:
+    """Barrier records carry their checkpoint's trigger time (``bf-triggered-ms``), and the
+    timeout counts from it, as Flink's counts from the barrier's timestamp: barriers of a
+    checkpoint triggered 5 s ago, seen for the first time with a 1 s timeout, switch it to
+    unaligned in the very plan that sees them; barriers triggered just now do not. The
+    snapshot batch's offsets carry the trigger time on (for the barriers this stage writes)."""
+    backlog = 40
+    triggered_ms = round((time.time() - age) * 1000)
+    topic = channel(kafka_endpoint, {p: [*range(backlog), ("B", 1, triggered_ms)] for p in (0, 1)})
+    p0, p1 = f"{topic}:0", f"{topic}:1"
+    source = reader(kafka_endpoint, topic, tmp_path, timeout=1.0, max_records=2)
+    try:
+        first = plan(source, source.initialOffset())
+        assert first.partitions == {p0: 2, p1: 2}
+        if age == 0.0:
+            assert first.barrier == 0 and first.barrier_triggered_ms is None  # 1 s not passed: aligned so far
+            return
+        assert first.barrier == 1 and first.barrier_triggered_ms == triggered_ms
+        record = read_alignment(tmp_path / "control", 1)
+        assert record is not None and record["mode"] == "aligned-timed-out"
+        assert record["channel_state"] == [
+            {"partition": p, "start": 2, "end": backlog, "records": backlog - 2, "back_edge": False} for p in (p0, p1)]
+        second = plan(source, first.to_json())
+        assert second.barrier == 1 and second.barrier_triggered_ms == triggered_ms  # sticky, like the barrier
     finally:
         source.stop()
 

@@ -56,9 +56,10 @@ def test_barrier_request_is_written_into_the_offset(tmp_path: Path) -> None:
     control.reset()
     start = reader.initialOffset()
     assert reader.latestOffset(start, None) == {"partitions": {"0": 10}, "barrier": 0}
-    control.request_barrier(1)
+    triggered = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+    control.request_barrier(1, triggered)
     end = reader.latestOffset(start, None)
-    assert end == {"partitions": {"0": 10}, "barrier": 1}
+    assert end == {"partitions": {"0": 10}, "barrier": 1, "barrier_triggered_ms": round(triggered.timestamp() * 1000)}
     assert reader.latestOffset(end, None)["barrier"] == 1  # sticky, injected once
     control.set_hold(True)
     assert reader.latestOffset(end, None) == end

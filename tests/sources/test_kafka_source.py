@@ -114,14 +114,17 @@ def test_latest_offset_caps_per_partition_and_injects_requested_barriers(
     first = reader.latestOffset(start, None)
     assert first == {"partitions": _offsets(topic, p0=3, p1=2), "barrier": 0}
 
-    # A request newer than start's barrier: this batch closes epoch 1.
-    control.request_barrier(1)
+    # A request newer than start's barrier: this batch closes epoch 1 and records when
+    # checkpoint 1 was triggered (for the barrier records a channel writer appends).
+    triggered = datetime(2026, 11, 26, 12, 0, 0, 250000, tzinfo=UTC)
+    control.request_barrier(1, triggered)
     second = reader.latestOffset(first, None)
-    assert second == {"partitions": _offsets(topic, p0=6, p1=2), "barrier": 1}
+    triggered_ms = round(triggered.timestamp() * 1000)
+    assert second == {"partitions": _offsets(topic, p0=6, p1=2), "barrier": 1, "barrier_triggered_ms": triggered_ms}
 
     # The same request again (start already carries barrier 1): sticky, no new barrier.
     third = reader.latestOffset(second, None)
-    assert third == {"partitions": _offsets(topic, p0=7, p1=2), "barrier": 1}
+    assert third == {"partitions": _offsets(topic, p0=7, p1=2), "barrier": 1, "barrier_triggered_ms": triggered_ms}
 
     # Held: nothing advances, no barrier even if a newer one is requested.
     produce(kafka_endpoint, topic, [(1, None, b"z", None)])
@@ -129,7 +132,9 @@ def test_latest_offset_caps_per_partition_and_injects_requested_barriers(
     control.set_hold(True)
     assert reader.latestOffset(third, None) == third
     control.set_hold(False)
-    assert reader.latestOffset(third, None) == {"partitions": _offsets(topic, p0=7, p1=3), "barrier": 2}
+    fourth = reader.latestOffset(third, None)
+    assert (fourth["partitions"], fourth["barrier"]) == (_offsets(topic, p0=7, p1=3), 2)
+    assert fourth["barrier_triggered_ms"] > triggered_ms  # request_barrier's default: now
 
 
 # --------------------------------------------------------------------------- read

@@ -3,8 +3,9 @@
 The coordinator runs in the driver's Python process; a Python source's ``latestOffset`` runs
 in a separate long-lived Python worker on the driver host. They share a directory:
 
-* ``barrier-request.json`` — ``{"checkpoint_id": n, "requested_at": ISO-8601}``, the newest
-  checkpoint the coordinator wants a barrier for. Written atomically (temp + rename). The
+* ``barrier-request.json`` — ``{"checkpoint_id": n, "requested_at": ISO-8601, "triggered_at":
+  ISO-8601}``, the newest checkpoint the coordinator wants a barrier for and when it was
+  triggered (the planner records it in the barrier batch's offsets). Written atomically (temp + rename). The
   planner injects barrier n into the next batch if n is newer than the sticky barrier in the
   batch's start offset (see :mod:`barrierflow.barriers.offsets`).
 * ``hold`` — while this file exists the planner admits no new data (used by the synchronous
@@ -22,12 +23,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.replay_plan import ReplayPlan
 from barrierflow.errors import CheckpointCorruptError
+
+
+@dataclass(frozen=True)
+class BarrierRequest:
+    """A barrier request: checkpoint ``checkpoint_id`` (0: none), triggered at
+    ``triggered_ms`` (Unix epoch, ms; None: not recorded)."""
+
+    checkpoint_id: int
+    triggered_ms: int | None
 
 
 class ControlChannel:
@@ -46,17 +57,31 @@ class ControlChannel:
             with contextlib.suppress(FileNotFoundError):
                 (self.directory / name).unlink()
 
-    def request_barrier(self, checkpoint_id: int) -> None:
-        body = json.dumps({"checkpoint_id": checkpoint_id, "requested_at": datetime.now(UTC).isoformat()})
+    def request_barrier(self, checkpoint_id: int, triggered_at: datetime | None = None) -> None:
+        """Ask for barrier ``checkpoint_id``, triggered at ``triggered_at`` (default: now)."""
+        now = datetime.now(UTC)
+        body = json.dumps({"checkpoint_id": checkpoint_id, "requested_at": now.isoformat(),
+                           "triggered_at": (triggered_at or now).isoformat()})
         tmp = self.directory / f".{self.REQUEST}.{os.getpid()}.tmp"
         tmp.write_text(body, encoding="utf-8")
         os.replace(tmp, self.directory / self.REQUEST)
 
     def requested_barrier(self) -> int:
+        return self.barrier_request().checkpoint_id
+
+    def barrier_request(self) -> BarrierRequest:
+        """The newest request (checkpoint 0: none, or unreadable)."""
         try:
-            return int(json.loads((self.directory / self.REQUEST).read_text(encoding="utf-8"))["checkpoint_id"])
-        except (FileNotFoundError, ValueError, KeyError):
-            return 0
+            body = json.loads((self.directory / self.REQUEST).read_text(encoding="utf-8"))
+            checkpoint_id = int(body["checkpoint_id"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return BarrierRequest(0, None)
+        try:
+            triggered = datetime.fromisoformat(body["triggered_at"])
+            triggered_ms = round(triggered.timestamp() * 1000) if triggered.tzinfo is not None else None
+        except (KeyError, TypeError, ValueError):
+            triggered_ms = None  # a request written before it carried the trigger time
+        return BarrierRequest(checkpoint_id, triggered_ms)
 
     def set_hold(self, hold: bool) -> None:
         path = self.directory / self.HOLD

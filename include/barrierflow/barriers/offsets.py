@@ -17,6 +17,11 @@ only when not 0, so offsets of attempt 0 look exactly as before it existed. Like
 it is carried forward by every later batch. Single-stage jobs leave it 0; downstream stages of
 a multi-stage pipeline use it to skip records an older attempt produced after the restored
 barrier.
+
+``barrier_triggered_ms`` (optional) is when checkpoint ``barrier`` was triggered (Unix epoch,
+ms), written by the batch that injects or forwards it and carried forward with it; a stage
+writing channels puts it on its barrier records (:mod:`barrierflow.barriers.records`), so a
+downstream stage counts its alignment timeout from the checkpoint's start.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ from typing import Any
 
 from barrierflow.errors import SourceError
 
+#: The key of :attr:`SourceOffset.extra` holding the trigger time of the sticky barrier.
+BARRIER_TRIGGERED = "barrier_triggered_ms"
+
 
 @dataclass(frozen=True)
 class SourceOffset:
@@ -33,6 +41,19 @@ class SourceOffset:
     barrier: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     attempt: int = 0
+
+    @property
+    def barrier_triggered_ms(self) -> int | None:
+        """When checkpoint :attr:`barrier` was triggered (Unix epoch, ms), if recorded."""
+        value = self.extra.get(BARRIER_TRIGGERED)
+        return int(value) if isinstance(value, int | float) else None
+
+    def with_barrier(self, barrier: int, triggered_ms: int | None) -> SourceOffset:
+        """This offset carrying ``barrier`` (triggered at ``triggered_ms``, if known) instead."""
+        extra = {k: v for k, v in self.extra.items() if k != BARRIER_TRIGGERED}
+        if triggered_ms is not None:
+            extra[BARRIER_TRIGGERED] = int(triggered_ms)
+        return SourceOffset(dict(self.partitions), barrier, extra, self.attempt)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"partitions": dict(sorted(self.partitions.items())), "barrier": self.barrier}

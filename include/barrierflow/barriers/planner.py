@@ -34,6 +34,8 @@ class PlanRequest:
     available: Mapping[str, int]
     max_records_per_partition: int | None = None
     requested_barrier: int = 0
+    #: When the requested checkpoint was triggered (Unix epoch, ms; None: not known).
+    barrier_triggered_ms: int | None = None
     hold: bool = False
     paused_partitions: frozenset[str] = field(default_factory=frozenset)
     replay_end: Mapping[str, int] | None = None
@@ -125,5 +127,8 @@ def _with_barrier(request: PlanRequest, end: dict[str, int]) -> BatchPlan:
     start = request.start
     inject = request.requested_barrier > start.barrier
     barrier = request.requested_barrier if inject else start.barrier
-    return BatchPlan(SourceOffset(end, barrier, dict(start.extra), start.attempt), injects_barrier=inject)
+    planned = SourceOffset(end, barrier, dict(start.extra), start.attempt)
+    if inject:
+        planned = planned.with_barrier(barrier, request.barrier_triggered_ms)
+    return BatchPlan(planned, injects_barrier=inject)
 

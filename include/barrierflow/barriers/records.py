@@ -8,6 +8,9 @@ barrier record is a Kafka record marked by headers (all values ASCII):
 ``bf-barrier``           the checkpoint id ``n`` (decimal); its presence marks the record
 ``bf-attempt``           the pipeline attempt (restores so far) that wrote it (decimal)
 ``bf-stage``             the name of the producing stage
+``bf-triggered-ms``      optional: when checkpoint ``n`` was triggered (Unix epoch, ms), so a
+                         downstream stage counts its ``alignment_timeout`` from the
+                         checkpoint's start, as Flink does with a barrier's timestamp
 =======================  ==================================================================
 
 Its key is empty and its value a small JSON object with the same three fields, for people
@@ -15,7 +18,8 @@ reading the topic with other tools; the headers are what counts. Data records a 
 to a channel carry ``bf-attempt`` too (no ``bf-barrier``), so a downstream source can skip
 records that an older attempt wrote after the restored barrier.
 
-Wire format version 1. A record with a ``bf-barrier`` header whose values do not parse is a
+Wire format version 1 (``bf-triggered-ms`` was added later; barriers without it still read,
+and readers that predate it ignore it). A record with a ``bf-barrier`` header whose values do not parse is a
 :class:`BarrierRecordError` (never silently treated as data).
 """
 
@@ -23,13 +27,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from barrierflow.errors import SourceError
 
 BARRIER_HEADER = "bf-barrier"
 ATTEMPT_HEADER = "bf-attempt"
 STAGE_HEADER = "bf-stage"
+TRIGGERED_HEADER = "bf-triggered-ms"
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -40,11 +45,14 @@ class BarrierRecordError(SourceError):
 
 @dataclass(frozen=True)
 class BarrierMarker:
-    """Barrier ``checkpoint_id`` of ``attempt``, written by stage ``stage``."""
+    """Barrier ``checkpoint_id`` of ``attempt``, written by stage ``stage``; ``triggered_ms``:
+    when the checkpoint was triggered (Unix epoch, ms; None when unknown). Two markers are
+    the same barrier whatever their ``triggered_ms``."""
 
     checkpoint_id: int
     attempt: int
     stage: str
+    triggered_ms: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.checkpoint_id < 1 or self.attempt < 0 or not self.stage:
@@ -52,12 +60,17 @@ class BarrierMarker:
                              f"(>= 0), stage {self.stage!r} (non-empty)")
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return [(BARRIER_HEADER, str(self.checkpoint_id).encode()), (ATTEMPT_HEADER, str(self.attempt).encode()),
-                (STAGE_HEADER, self.stage.encode())]
+        out = [(BARRIER_HEADER, str(self.checkpoint_id).encode()), (ATTEMPT_HEADER, str(self.attempt).encode()),
+               (STAGE_HEADER, self.stage.encode())]
+        if self.triggered_ms is not None:
+            out.append((TRIGGERED_HEADER, str(self.triggered_ms).encode()))
+        return out
 
     def value(self) -> bytes:
-        return json.dumps({"barrier": self.checkpoint_id, "attempt": self.attempt, "stage": self.stage},
-                          separators=(",", ":")).encode()
+        body: dict[str, object] = {"barrier": self.checkpoint_id, "attempt": self.attempt, "stage": self.stage}
+        if self.triggered_ms is not None:
+            body["triggered_ms"] = self.triggered_ms
+        return json.dumps(body, separators=(",", ":")).encode()
 
     def precedes(self, other: BarrierMarker) -> bool:
         """Whether this barrier belongs to an older attempt, or to an older checkpoint of
@@ -84,14 +97,16 @@ def decode_barrier(headers: Iterable[tuple[str, bytes]] | None, where: str = "a 
     if raw is None:
         return None
     attempt, stage = _header(items, ATTEMPT_HEADER), _header(items, STAGE_HEADER)
+    triggered = _header(items, TRIGGERED_HEADER)
     try:
         return BarrierMarker(int(raw.decode("ascii")), int((attempt or b"").decode("ascii")),
-                             (stage or b"").decode("utf-8"))
+                             (stage or b"").decode("utf-8"),
+                             int(triggered.decode("ascii")) if triggered is not None else None)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BarrierRecordError(
             f"{where} is marked as a barrier ({BARRIER_HEADER}={raw!r}) but its headers are malformed "
-            f"({ATTEMPT_HEADER}={attempt!r}, {STAGE_HEADER}={stage!r}: {exc}); only barrierflow stages may write "
-            f"records with a {BARRIER_HEADER} header to a channel") from None
+            f"({ATTEMPT_HEADER}={attempt!r}, {STAGE_HEADER}={stage!r}, {TRIGGERED_HEADER}={triggered!r}: {exc}); "
+            f"only barrierflow stages may write records with a {BARRIER_HEADER} header to a channel") from None
 
 
 def data_headers(attempt: int) -> list[tuple[str, bytes]]:

@@ -223,9 +223,9 @@ class CheckpointCoordinator:
             return
         cid = self._next_id
         self._next_id += 1
-        self.pending[cid] = PendingCheckpoint(cid, self.now(), mono)
+        self.pending[cid] = pending = PendingCheckpoint(cid, self.now(), mono)
         self._last_trigger_mono = mono
-        self.control.request_barrier(cid)
+        self.control.request_barrier(cid, pending.trigger_time)
         log.info("checkpoint %d triggered", cid)
 
     def _scan_commits(self) -> list[CheckpointEvent]:

@@ -222,5 +222,5 @@ class PipelineCoordinator:
         self._last_trigger_mono = mono
         for stage in self.stages:
             if stage.is_source:
-                stage.control.request_barrier(cid)
+                stage.control.request_barrier(cid, trigger.trigger_time)
         log.info("global checkpoint %d triggered", cid)

@@ -76,21 +76,37 @@ DELIVERY_TIMEOUT = 30.0
 COUNT_SCHEMA = "written long"
 
 
-def barrier_of(spark_checkpoint: str | Path, batch_id: int) -> int:
-    """The (sticky) barrier id in ``offsets/<batch_id>``; 0 when the batch is not in the log."""
+def _sticky_barrier(spark_checkpoint: str | Path, batch_id: int) -> SourceOffset | None:
+    """The source offset of ``offsets/<batch_id>`` carrying the newest (sticky) barrier; None
+    when the batch is not in the log."""
     if batch_id < 0:
-        return 0
+        return None
     try:
         offsets = offset_log.read_offsets(spark_checkpoint, batch_id)
     except FileNotFoundError:
-        return 0
-    return max((SourceOffset.from_json(o).barrier for o in offsets if o), default=0)
+        return None
+    return max((SourceOffset.from_json(o) for o in offsets if o), key=lambda o: o.barrier, default=None)
+
+
+def barrier_of(spark_checkpoint: str | Path, batch_id: int) -> int:
+    """The (sticky) barrier id in ``offsets/<batch_id>``; 0 when the batch is not in the log."""
+    offset = _sticky_barrier(spark_checkpoint, batch_id)
+    return offset.barrier if offset is not None else 0
+
+
+def closing_barrier(spark_checkpoint: str | Path, batch_id: int) -> tuple[int, int | None] | None:
+    """``(checkpoint id, trigger time in epoch ms or None)`` of the checkpoint whose barrier
+    batch ``batch_id`` is, or None."""
+    offset = _sticky_barrier(spark_checkpoint, batch_id)
+    if offset is None or offset.barrier <= barrier_of(spark_checkpoint, batch_id - 1):
+        return None
+    return offset.barrier, offset.barrier_triggered_ms
 
 
 def closes_epoch(spark_checkpoint: str | Path, batch_id: int) -> int | None:
     """The checkpoint whose barrier batch ``batch_id`` is, or None."""
-    barrier = barrier_of(spark_checkpoint, batch_id)
-    return barrier if barrier > barrier_of(spark_checkpoint, batch_id - 1) else None
+    closing = closing_barrier(spark_checkpoint, batch_id)
+    return closing[0] if closing is not None else None
 
 
 def ensure_topic(servers: str, topic: str, partitions: int) -> None:
@@ -272,9 +288,10 @@ class ChannelWriter:
             raise SinkError(found.group(1).strip()) from exc
         self.written += sum(int(row[0]) for row in counts)
         # Step 3.
-        checkpoint_id = closes_epoch(self.spark_checkpoint, batch_id)
-        if checkpoint_id is not None:
-            self.write_barrier(BarrierMarker(checkpoint_id, self.attempt, self.stage))
+        closing = closing_barrier(self.spark_checkpoint, batch_id)
+        if closing is not None:
+            checkpoint_id, triggered_ms = closing
+            self.write_barrier(BarrierMarker(checkpoint_id, self.attempt, self.stage, triggered_ms))
 
     def write_barrier(self, marker: BarrierMarker) -> None:
         """Append ``marker`` to every partition of the topic and wait for the acknowledgements.

@@ -13,12 +13,14 @@ A stage of a multi-stage pipeline reads the channels other stages write
   backlog before it, which becomes channel state (an offset range), so the checkpoint does not
   wait for a slow partition to be processed; later batches pass such a delivered barrier.
   Aligned checkpoints with an ``alignment_timeout`` look ahead too, to see barriers early:
-  the timeout counts from the moment a barrier of the checkpoint is first seen in any input
-  partition, whether or not the stage has read up to it (Flink compares the timeout with the
-  checkpoint's start delay in the same way). Once it passed, every barrier of that checkpoint
-  seen so far is delivered where it stands and the checkpoint switches to unaligned: a
-  backlog on a fast partition delays an aligned checkpoint by the timeout at most, not by the
-  time to read the backlog. Aligned checkpoints
+  the timeout counts from the checkpoint's trigger time, which its barrier records carry
+  (``bf-triggered-ms``; as Flink's timer counts from the barrier's timestamp), or, for a
+  barrier written without it, from the moment a barrier of the checkpoint is first seen in
+  any input partition, whether or not the stage has read up to it. Once it passed, every
+  barrier of that checkpoint seen so far is delivered where it stands and the checkpoint
+  switches to unaligned: a backlog on a fast partition delays an aligned checkpoint by the
+  timeout at most, not by the time to read the backlog. The barrier batch's offsets carry
+  the trigger time on, for the barriers this stage writes. Aligned checkpoints
   cap a partition that delivered barrier ``n`` there until
   every forward partition did; the batch planned when the state machine decides to snapshot
   ends exactly at the decision's offsets and carries ``barrier = n`` in its offset JSON, so
@@ -54,13 +56,19 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
-from barrierflow.barriers.alignment import AlignmentContext, BarrierAligner, InputPartitions, RecordingChannelState
+from barrierflow.barriers.alignment import (
+    AlignmentContext,
+    BarrierAligner,
+    CollectingBarriers,
+    InputPartitions,
+    RecordingChannelState,
+)
 from barrierflow.barriers.alignment.record import write_aborted, write_alignment
 from barrierflow.barriers.cutoffs import AttemptCutoff, StaleRecords
 from barrierflow.barriers.offsets import SourceOffset
@@ -132,8 +140,12 @@ class ChannelStreamReader(KafkaStreamReader):
         self._current_from: dict[str, int] = {}
         #: Per slow partition (rate factor below 1), rows it may still read (see latestOffset).
         self._credit: dict[str, int] = {}
-        #: (attempt, checkpoint id) -> when a barrier of it was first seen (aligned with a timeout).
+        #: (attempt, checkpoint id) -> when a barrier of it was first seen (monotonic seconds).
         self._first_seen: dict[tuple[int, int], float] = {}
+        #: (attempt, checkpoint id) -> when it was triggered, on the monotonic clock (aligned
+        #: with a timeout: the timeout counts from it), and in epoch ms as its barriers said.
+        self._started: dict[tuple[int, int], float] = {}
+        self._triggered_ms: dict[tuple[int, int], int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -143,7 +155,7 @@ class ChannelStreamReader(KafkaStreamReader):
         state["_found_from"] = {}
         state["_current_from"] = {}
         state["_credit"] = {}
-        state["_first_seen"] = {}
+        state["_first_seen"], state["_started"], state["_triggered_ms"] = {}, {}, {}
         return state
 
     # -- driver side ---------------------------------------------------------------------
@@ -244,23 +256,39 @@ class ChannelStreamReader(KafkaStreamReader):
         return (self.mode is CheckpointMode.UNALIGNED or isinstance(aligner.state, RecordingChannelState)
                 or self.alignment_timeout > 0)
 
+    def _sighted(self, markers: Iterable[BarrierMarker], now: float) -> None:
+        """Remember, per checkpoint of ``markers`` (barriers seen this round), when it was first
+        seen and when it started: its trigger time if a barrier carries one (converted to the
+        monotonic clock; a trigger time ahead of this host's clock counts as now), else the
+        first sighting."""
+        wall = time.time()
+        for marker in markers:
+            key = (marker.attempt, marker.checkpoint_id)
+            self._first_seen.setdefault(key, now)
+            started = now
+            if marker.triggered_ms is not None:
+                self._triggered_ms.setdefault(key, marker.triggered_ms)
+                started = now - max(0.0, wall - marker.triggered_ms / 1000.0)
+            self._started[key] = min(self._started.get(key, started), started)
+        for seen in (self._first_seen, self._started, self._triggered_ms):
+            for key in sorted(seen)[:-FIRST_SEEN_KEPT]:
+                del seen[key]  # long past checkpoints
+
     def _overdue(self, aligner: BarrierAligner, ahead: list[tuple[str, BarrierMarker, int]], now: float
-                 ) -> BarrierMarker | None:
-        """Aligned with a timeout: the checkpoint whose barrier was first seen (in ``ahead``, the
-        barriers beyond the next batch, or earlier) at least ``alignment_timeout`` ago; None
-        when none is. Barriers of older checkpoints and attempts do not count."""
+                 ) -> tuple[int, int] | None:
+        """Aligned with a timeout: ``(attempt, checkpoint id)`` of the oldest checkpoint that
+        started (:meth:`_sighted`) at least ``alignment_timeout`` ago and is still to be
+        snapshotted: one with a barrier in ``ahead`` (this round's barriers, those beyond the
+        next batch included) or the one the aligner is collecting; None when none is. Barriers
+        of older checkpoints and attempts do not count."""
         if self.mode is not CheckpointMode.ALIGNED or self.alignment_timeout <= 0:
             return None
-        overdue = None
-        for _partition, marker, _offset in ahead:
-            if aligner.is_older(marker):
-                continue
-            seen = self._first_seen.setdefault((marker.attempt, marker.checkpoint_id), now)
-            if now - seen >= self.alignment_timeout and (overdue is None or marker.precedes(overdue)):
-                overdue = marker
-        for key in sorted(self._first_seen)[:-FIRST_SEEN_KEPT]:
-            del self._first_seen[key]  # long past checkpoints
-        return overdue
+        candidates = {(m.attempt, m.checkpoint_id) for _p, m, _o in ahead if not aligner.is_older(m)}
+        state = aligner.state
+        if isinstance(state, CollectingBarriers):
+            candidates.add((state.attempt, state.checkpoint_id))
+        due = [key for key in candidates if key in self._started and now - self._started[key] >= self.alignment_timeout]
+        return min(due) if due else None
 
     def _scan(self, partition: str, first: int, until: int, rows_wanted: int | None = None) -> None:
         """Scan ``partition`` from where the last scan ended (at least ``first``) towards
@@ -374,6 +402,7 @@ class ChannelStreamReader(KafkaStreamReader):
             first = begin.partitions.get(partition, 0)
             until = max(end, available.get(partition, end)) if ahead else end
             for offset, marker in self._known_barriers(partition, first, until):
+                self._sighted((marker,), now)
                 if (partition, offset) in self._delivered:
                     continue  # seen ahead earlier; its snapshot is taken, the batch may pass it
                 if offset >= end and not overtaking:
@@ -388,7 +417,7 @@ class ChannelStreamReader(KafkaStreamReader):
         timed_out = self._overdue(aligner, beyond + found, now)
         if timed_out is not None:
             for partition, marker, offset in beyond:
-                if (marker.attempt, marker.checkpoint_id) == (timed_out.attempt, timed_out.checkpoint_id):
+                if (marker.attempt, marker.checkpoint_id) == timed_out:
                     found.append((partition, marker, offset))
                     self._delivered.add((partition, offset))
         # Step 3. Feed the state machine.
@@ -397,9 +426,10 @@ class ChannelStreamReader(KafkaStreamReader):
             for partition, marker, offset in found:
                 aligner.barrier_received(partition, marker, offset, now)
         else:
-            since = self._first_seen.get((timed_out.attempt, timed_out.checkpoint_id), now)
-            log.info("channel source %s: checkpoint %d's first barrier was seen %.1fs ago, past the alignment "
-                     "timeout: switching to unaligned", self.spec.name, timed_out.checkpoint_id, now - since)
+            since = self._first_seen.get(timed_out, now)
+            log.info("channel source %s: checkpoint %d started %.1fs ago (its first barrier seen %.1fs ago), past "
+                     "the alignment timeout: switching to unaligned", self.spec.name, timed_out[1],
+                     now - self._started.get(timed_out, now), now - since)
             aligner.barriers_overdue(found, now, since)
         aligner.tick(now)
         out = aligner.drain()
@@ -407,10 +437,12 @@ class ChannelStreamReader(KafkaStreamReader):
         for partition, cap in aligner.caps.items():
             planned[partition] = min(planned[partition], max(begin.partitions.get(partition, 0), cap))
         barrier = begin.barrier
+        triggered_ms = begin.barrier_triggered_ms
         if out.snapshots:
             decision = out.snapshots[-1]
             planned = dict(decision.offsets)
             barrier = decision.checkpoint_id
+            triggered_ms = self._triggered_ms.get((decision.attempt, barrier))
             log.info("channel source %s: batch ending at %s is the snapshot of checkpoint %d (%s)", self.spec.name,
                      planned, barrier, decision.mode.value)
         for done in out.completed:
@@ -419,7 +451,8 @@ class ChannelStreamReader(KafkaStreamReader):
             write_aborted(self.control.directory, aborted)
             log.warning("channel source %s: alignment of checkpoint %d ended: %s: %s", self.spec.name,
                         aborted.checkpoint_id, aborted.reason.explanation, aborted.message)
-        return SourceOffset(planned, barrier, dict(begin.extra), begin.attempt)
+        end = SourceOffset(planned, begin.barrier, dict(begin.extra), begin.attempt)
+        return end.with_barrier(barrier, triggered_ms)
 
     # -- event times the driver peeks at (watermark alignment) -----------------------------
 

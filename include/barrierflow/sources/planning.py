@@ -119,11 +119,13 @@ class SourcePlanner:
             for partition in available:
                 bound = measure.advance(partition, begin.partitions.get(partition, 0), cap)
                 caps[partition] = min(caps.get(partition, bound), bound)
+        request = self.control.barrier_request()
         plan = plan_batch(PlanRequest(
             start=begin,
             available=available,
             max_records_per_partition=cap if measure is None else None,
-            requested_barrier=self.control.requested_barrier(),
+            requested_barrier=request.checkpoint_id,
+            barrier_triggered_ms=request.triggered_ms,
             hold=self.control.is_held(),
             paused_partitions=decision.paused if decision else frozenset(),
             replay_end=replay_end(self.control, begin),

@@ -97,6 +97,9 @@ class BarrierAligner:
         ctx = self.context
         ctx.overdue_since = since
         try:
+            if isinstance(self.state, CollectingBarriers) and ctx.first_barrier_at is not None:
+                # collecting since a barrier was received; it was seen (ahead) before that
+                ctx.first_barrier_at = min(ctx.first_barrier_at, since)
             for partition, marker, offset in barriers:
                 self.barrier_received(partition, marker, offset, now)
             if isinstance(self.state, CollectingBarriers):
