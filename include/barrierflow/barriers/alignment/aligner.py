@@ -90,10 +90,11 @@ class BarrierAligner:
         self.state = self.state.alignment_timeout(self.context, now)
 
     def barriers_overdue(self, barriers: list[tuple[str, BarrierMarker, int]], now: float, since: float) -> None:
-        """Aligned with a timeout, when a checkpoint's barrier was first seen (``since``) at
-        least ``alignment_timeout`` ago: feed this round's ``barriers`` (``(partition, marker,
-        offset)``, those beyond the next batch included) and switch the checkpoint to
-        unaligned now if it is still collecting. Its alignment time counts from ``since``."""
+        """Aligned with a timeout, when a checkpoint started (was triggered, or first seen when
+        its barriers do not say) at least ``alignment_timeout`` ago: feed this round's
+        ``barriers`` (``(partition, marker, offset)``, those beyond the next batch included)
+        and switch the checkpoint to unaligned now if it is still collecting. Its alignment
+        time counts from ``since``, when this stage first saw one of its barriers."""
         ctx = self.context
         ctx.overdue_since = since
         try:
