@@ -376,7 +376,7 @@ class ChannelStreamReader(KafkaStreamReader):
             measure = RowMeasure(advance=lambda p, s, rows: self._rows_reach(p, s, reach.get(p, s), rows),
                                  rows=self._planned_rows)
             end = self.flow_plan(SourceOffset(dict(begin.partitions), begin.barrier), reach, amend=cut,
-                                 measure=measure)
+                                 measure=measure, offered=available)
         else:
             end = self._cut_at_barriers(begin, available, planned, aligner, now)
         for partition, credit in credits.items():
@@ -462,6 +462,17 @@ class ChannelStreamReader(KafkaStreamReader):
         return (r for r in super()._peekable(topic, number, start, end)
                 if decode_barrier(r.headers, where=f"{partition} offset {r.offset}") is None)
 
+    def _event_time_of(self, partition: str, offset: int, *, newest_row: bool = False) -> datetime | None:
+        """As the Kafka source's; for the alignment cap's search (``newest_row``), a stretch
+        holding barrier records only (an upstream stage checkpointing while it wrote no data)
+        has the event time of the last data record before it. Unknown there, the search
+        would step over it and past data records newer than the ceiling (measured: a fast
+        partition 20 s ahead with a 2 s ``max_drift``)."""
+        found = super()._event_time_of(partition, offset, newest_row=newest_row)
+        if found is None and newest_row and offset > 0:
+            found = self._last_event_time_before(partition, offset)
+        return found
+
     def _event_times_at(self, offsets: Mapping[str, int]) -> dict[str, datetime | None]:
         """As the Kafka source's, but a channel partition often has only barrier records after
         an offset (at its end, and in any stretch where the upstream stage wrote no data): its
@@ -476,7 +487,7 @@ class ChannelStreamReader(KafkaStreamReader):
     def _last_event_time_before(self, partition: str, offset: int) -> datetime | None:
         """The event time of the last data record in the :data:`BARRIER_LOOK_BACK` records
         before ``offset`` (None: only barrier records there); cached like single peeks."""
-        key = (partition, -offset)  # negative: apart from the forward peeks' keys
+        key = (partition, -offset, True)  # negative: apart from the forward peeks' keys
         if key in self._event_time_cache:
             return self._event_time_cache[key]
         topic, number = parse_partition_id(partition)

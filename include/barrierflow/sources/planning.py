@@ -101,16 +101,19 @@ class SourcePlanner:
     def plan(self, begin: SourceOffset, available: Mapping[str, int], max_records_per_partition: int,
              event_times_at: EventTimesAt, offset_at: OffsetAt | None = None,
              amend: Callable[[SourceOffset], SourceOffset] | None = None,
-             measure: RowMeasure | None = None) -> SourceOffset:
+             measure: RowMeasure | None = None, offered: Mapping[str, int] | None = None) -> SourceOffset:
         """The next batch's end (see the module docstring). With ``offset_at`` every partition
         is also capped at its alignment ceiling (no record newer than the ceiling plus the delay).
         With ``measure`` the per-partition cap and the measured batch size are in rows.
         ``amend`` (a source that cuts the batch further, e.g. at barrier records in a channel)
         turns the planned end into the batch's real end, which is what is measured and recorded
-        in the watermark history."""
+        in the watermark history. ``offered``: where each partition's log ends, when
+        ``available`` is less (how far the source lets each partition go in this batch, e.g.
+        a slow consumer's rate); idleness looks at it, so a partition held back with records
+        left to read is never idle."""
         now = self.clock()
         cap = self._size(now, begin, available, max_records_per_partition)
-        decision = self._align(now, begin, available, cap, event_times_at, offset_at is not None)
+        decision = self._align(now, begin, available, cap, event_times_at, offset_at is not None, offered)
         caps: dict[str, int] = {}
         if decision is not None and decision.ceiling is not None and offset_at is not None:
             newest = decision.ceiling + timedelta(seconds=self.options.watermark_delay or 0.0)
@@ -151,7 +154,8 @@ class SourcePlanner:
         return end
 
     def _align(self, now: float, begin: SourceOffset, available: Mapping[str, int], cap: int,
-               event_times_at: EventTimesAt, with_reach: bool) -> AlignmentDecision | None:
+               event_times_at: EventTimesAt, with_reach: bool,
+               offered: Mapping[str, int] | None = None) -> AlignmentDecision | None:
         if self.aligner is None or self.options.watermark_delay is None:
             return None
         delay = timedelta(seconds=self.options.watermark_delay)
@@ -163,7 +167,8 @@ class SourcePlanner:
         if with_reach and self.options.max_drift is not None:
             uncapped = {p: max(o, min(available.get(p, o), o + cap)) for p, o in begin.partitions.items()}
             reach = watermarks_at(uncapped)
-        return self.aligner.decide(now, begin.partitions, available, watermarks_at(begin.partitions), reach)
+        return self.aligner.decide(now, begin.partitions, offered if offered is not None else available,
+                                   watermarks_at(begin.partitions), reach)
 
     def _size(self, now: float, begin: SourceOffset, available: Mapping[str, int], maximum: int) -> int:
         target = self.options.target_batch_duration
