@@ -72,3 +72,21 @@ def test_generator_alignment_caps_and_pauses_and_records_history(tmp_path: Path)
     records = WatermarkHistory(tmp_path).records()
     assert [r.paused for r in records] == [["0"], ["1"]]
     assert records[1].pauses == {"0": 1, "1": 1} and records[1].end == end.partitions
+
+
+def test_a_partition_held_back_with_records_left_is_never_idle(tmp_path: Path) -> None:
+    """A source may let a partition advance less than its log holds (the channel source's slow
+    consumer waits for credit): ``available`` then ends where the partition starts, but
+    ``offered`` (the log's end) is further on. Idleness looks at ``offered``: without it the
+    partition would count as idle after ``idle_timeout`` and stop holding back alignment."""
+    planner, clock = _planner(tmp_path, PlanningOptions(watermark_delay=5.0, idle_timeout=1.0))
+    begin = SourceOffset({"0": 10, "1": 10})
+    for now in (0.0, 2.0, 4.0):  # partition 1 reaches nothing in any batch: it waits for credit
+        clock.now = now
+        begin = planner.plan(begin, {"0": begin.partitions["0"] + 5, "1": 10}, 5, lambda o: dict.fromkeys(o),
+                             offered={"0": 100, "1": 100})
+    assert [r.idle for r in WatermarkHistory(tmp_path).records()] == [[], [], []]
+    clock.now = 6.0  # the same with its log drained: idle once the timeout passed
+    planner.plan(begin, {"0": begin.partitions["0"] + 5, "1": 10}, 5, lambda o: dict.fromkeys(o),
+                 offered={"0": 100, "1": 10})
+    assert WatermarkHistory(tmp_path).records()[-1].idle == ["1"]
