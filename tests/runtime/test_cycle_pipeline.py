@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,33 @@ def _output(tmp_path: Path) -> list[tuple[int, int, int]]:
                       table.column("hops").to_pylist(), strict=True))
 
 
+def _barrier_triggers(endpoint: KafkaEndpoint, topic: str) -> dict[tuple[int, int], set[int | None]]:
+    """(attempt, checkpoint id) -> the trigger times the barrier records of ``topic`` (2
+    partitions) carry."""
+    from barrierflow.barriers.records import decode_barrier
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=endpoint.bootstrap_servers, group_id=None,
+                             enable_auto_commit=False, auto_offset_reset="earliest")
+    found: dict[tuple[int, int], set[int | None]] = {}
+    try:
+        for number in range(2):
+            tp = TopicPartition(topic, number)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            end = consumer.end_offsets([tp])[tp]
+            records: list[Any] = []
+            while len(records) < end:
+                records += consumer.poll(timeout_ms=1000).get(tp, [])
+            for record in records:
+                marker = decode_barrier(record.headers)
+                if marker is not None:
+                    found.setdefault((marker.attempt, marker.checkpoint_id), set()).add(marker.triggered_ms)
+    finally:
+        consumer.close()
+    return found
+
+
 def test_cycle_pipeline_logs_back_edge_ranges_and_restores_exactly_once(
         spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         figures: dict[str, object]) -> None:
@@ -93,6 +121,14 @@ def test_cycle_pipeline_logs_back_edge_ranges_and_restores_exactly_once(
     figures.update({"rows": len(rows), "rows lost": len(set(expected) - set(rows)),
                     "rows duplicated": len(rows) - len(set(rows))})
     assert rows == expected
+
+    # Barriers forwarded by loop (on ``forward``) carry their global checkpoint's trigger time,
+    # which loop's barrier batches took from the barriers ingest wrote on ``input``.
+    forwarded = _barrier_triggers(kafka_endpoint, spec.channel("forward").topic_for(spec.name))
+    for path in chk.glob("global/chk-*/_metadata.json"):
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        triggered_ms = round(datetime.fromisoformat(manifest["trigger_time"]).timestamp() * 1000)
+        assert forwarded[(manifest["attempt"], manifest["checkpoint_id"])] == {triggered_ms}, manifest
 
     # Back-edge logging in loop's manifests of every completed global checkpoint.
     job = StagedPipelineJob.offline(spec, spec_path=str(spec_path))
