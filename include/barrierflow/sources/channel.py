@@ -398,11 +398,12 @@ class ChannelStreamReader(KafkaStreamReader):
         overtaking = self.mode is CheckpointMode.UNALIGNED or isinstance(aligner.state, RecordingChannelState)
         found: list[tuple[str, BarrierMarker, int]] = []
         beyond: list[tuple[str, BarrierMarker, int]] = []
+        sighted: list[BarrierMarker] = []
         for partition, end in planned.items():
             first = begin.partitions.get(partition, 0)
             until = max(end, available.get(partition, end)) if ahead else end
             for offset, marker in self._known_barriers(partition, first, until):
-                self._sighted((marker,), now)
+                sighted.append(marker)
                 if (partition, offset) in self._delivered:
                     continue  # seen ahead earlier; its snapshot is taken, the batch may pass it
                 if offset >= end and not overtaking:
@@ -414,6 +415,7 @@ class ChannelStreamReader(KafkaStreamReader):
                     if offset < end:
                         planned[partition] = offset + 1
                     break
+        self._sighted(sighted, now)
         timed_out = self._overdue(aligner, beyond + found, now)
         if timed_out is not None:
             for partition, marker, offset in beyond:
