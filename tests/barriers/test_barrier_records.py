@@ -21,6 +21,12 @@ def test_round_trip_through_headers_and_value() -> None:
     assert json.loads(marker.value()) == {"barrier": 7, "attempt": 2, "stage": "enrich"}
     # other headers around the barrier's do not matter
     assert decode_barrier([("trace", b"x"), *reversed(marker.headers())]) == marker
+    # with the checkpoint's trigger time (optional; not part of which barrier it is)
+    timed = BarrierMarker(7, 2, "enrich", 1_795_000_000_123)
+    assert timed.headers()[-1] == ("bf-triggered-ms", b"1795000000123")
+    decoded = decode_barrier(timed.headers())
+    assert decoded == marker and decoded is not None and decoded.triggered_ms == 1_795_000_000_123
+    assert json.loads(timed.value())["triggered_ms"] == 1_795_000_000_123
 
 
 def test_data_records_are_not_barriers() -> None:
@@ -37,6 +43,7 @@ def test_data_records_are_not_barriers() -> None:
     [("bf-barrier", b"7"), ("bf-stage", b"s")],
     [("bf-barrier", b"7"), ("bf-attempt", b"0")],
     [("bf-barrier", b"0"), ("bf-attempt", b"0"), ("bf-stage", b"s")],
+    [("bf-barrier", b"7"), ("bf-attempt", b"0"), ("bf-stage", b"s"), ("bf-triggered-ms", b"soon")],
 ])
 def test_malformed_barrier_is_an_error_naming_the_record(headers: list[tuple[str, bytes]]) -> None:
     with pytest.raises(BarrierRecordError, match=r"flow\.ab:1 offset 42 is marked as a barrier"):

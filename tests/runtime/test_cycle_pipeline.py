@@ -31,7 +31,7 @@ from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
 
 from tests.scenarios.harness import FAST_JVM, assert_sub_multiset, crashed_run
-from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.kafka_broker import KafkaEndpoint, partition_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(75)]
 REPO_SPEC = Path(__file__).resolve().parents[2] / "include" / "pipelines" / "cycle.yaml"
@@ -70,26 +70,13 @@ def _barrier_triggers(endpoint: KafkaEndpoint, topic: str) -> dict[tuple[int, in
     """(attempt, checkpoint id) -> the trigger times the barrier records of ``topic`` (2
     partitions) carry."""
     from barrierflow.barriers.records import decode_barrier
-    from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=endpoint.bootstrap_servers, group_id=None,
-                             enable_auto_commit=False, auto_offset_reset="earliest")
     found: dict[tuple[int, int], set[int | None]] = {}
-    try:
-        for number in range(2):
-            tp = TopicPartition(topic, number)
-            consumer.assign([tp])
-            consumer.seek_to_beginning(tp)
-            end = consumer.end_offsets([tp])[tp]
-            records: list[Any] = []
-            while len(records) < end:
-                records += consumer.poll(timeout_ms=1000).get(tp, [])
-            for record in records:
-                marker = decode_barrier(record.headers)
-                if marker is not None:
-                    found.setdefault((marker.attempt, marker.checkpoint_id), set()).add(marker.triggered_ms)
-    finally:
-        consumer.close()
+    for number in range(2):
+        for record in partition_records(endpoint, topic, number):
+            marker = decode_barrier(record.headers)
+            if marker is not None:
+                found.setdefault((marker.attempt, marker.checkpoint_id), set()).add(marker.triggered_ms)
     return found
 
 

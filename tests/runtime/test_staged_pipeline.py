@@ -28,7 +28,7 @@ from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
 from barrierflow.storage import open_store
 
-from tests.support.kafka_broker import KafkaEndpoint, channel_rows, produce, recreate_topic
+from tests.support.kafka_broker import KafkaEndpoint, channel_rows, partition_records, produce, recreate_topic
 from tests.support.staged_specs import PARTITIONS, RECORDS, two_stage_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -185,38 +185,25 @@ def _check_channel(endpoint: KafkaEndpoint, topic: str, a_manifests: list[Any], 
     order, each carrying its global checkpoint's trigger time (``triggers``: id -> epoch ms);
     the data records before barrier n are exactly those stage a read before its barrier n
     (offsets from a's manifests), so no record crosses its epoch's barrier."""
-    from kafka import KafkaConsumer, TopicPartition
-
     cuts = {m.checkpoint_id: m.barrier_offsets["events"] for m in a_manifests}
-    consumer = KafkaConsumer(bootstrap_servers=endpoint.bootstrap_servers, group_id=None,
-                             enable_auto_commit=False, auto_offset_reset="earliest")
-    try:
-        for number in range(2):
-            tp = TopicPartition(topic, number)
-            consumer.assign([tp])
-            consumer.seek_to_beginning(tp)
-            end = consumer.end_offsets([tp])[tp]
-            records: list[Any] = []
-            while len(records) < end:
-                records += consumer.poll(timeout_ms=1000).get(tp, [])
-            assert all(dict(r.headers)["bf-attempt"] == b"0" for r in records)
-            epoch = 1
-            barriers = []
-            for record in records:
-                marker = decode_barrier(record.headers)
-                if marker is not None:
-                    barriers.append(marker.checkpoint_id)
-                    epoch = marker.checkpoint_id + 1
-                    if marker.checkpoint_id in triggers:
-                        assert marker.triggered_ms == triggers[marker.checkpoint_id], marker
-                    continue
-                for row in decode(record.value).to_pylist():  # a row batch
-                    cut_before = cuts.get(epoch - 1, {}).get(str(row["src_partition"]), 0)
-                    cut = cuts.get(epoch, {}).get(str(row["src_partition"]))
-                    assert row["src_offset"] >= cut_before and (cut is None or row["src_offset"] < cut), (epoch, row)
-            assert barriers == sorted(set(barriers)) and set(cuts) <= set(barriers), (barriers, sorted(cuts))
-    finally:
-        consumer.close()
+    for number in range(2):
+        records = partition_records(endpoint, topic, number)
+        assert all(dict(r.headers)["bf-attempt"] == b"0" for r in records)
+        epoch = 1
+        barriers = []
+        for record in records:
+            marker = decode_barrier(record.headers)
+            if marker is not None:
+                barriers.append(marker.checkpoint_id)
+                epoch = marker.checkpoint_id + 1
+                if marker.checkpoint_id in triggers:
+                    assert marker.triggered_ms == triggers[marker.checkpoint_id], marker
+                continue
+            for row in decode(record.value).to_pylist():  # a row batch
+                cut_before = cuts.get(epoch - 1, {}).get(str(row["src_partition"]), 0)
+                cut = cuts.get(epoch, {}).get(str(row["src_partition"]))
+                assert row["src_offset"] >= cut_before and (cut is None or row["src_offset"] < cut), (epoch, row)
+        assert barriers == sorted(set(barriers)) and set(cuts) <= set(barriers), (barriers, sorted(cuts))
 
 
 def three_stage_spec(tmp_path: Path, endpoint: KafkaEndpoint) -> dict[str, Any]:

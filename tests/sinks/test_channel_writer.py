@@ -20,7 +20,7 @@ from barrierflow.sources.channel import ChannelStreamReader
 from barrierflow.spec.models import KafkaSourceSpec
 from pyspark.sql.datasource import InputPartition
 
-from tests.support.kafka_broker import KafkaEndpoint, create_topic
+from tests.support.kafka_broker import KafkaEndpoint, create_topic, partition_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -36,25 +36,6 @@ def _plan(spark_checkpoint: Path, batch_id: int, barrier: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     offset = {'partitions': {'g:0': batch_id}, 'barrier': barrier, 'barrier_triggered_ms': TRIGGERED_MS[barrier]}
     path.write_text(f"v1\n{{}}\n{json.dumps(offset)}\n")
-
-
-def _records(endpoint: KafkaEndpoint, topic: str, partition: int) -> list[Any]:
-    """Every record of ``topic``/``partition``, in offset order (kafka-python: an independent reader)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=endpoint.bootstrap_servers, group_id=None,
-                             enable_auto_commit=False, auto_offset_reset="earliest")
-    try:
-        tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        end = consumer.end_offsets([tp])[tp]
-        records: list[Any] = []
-        while not records or records[-1].offset < end - 1:
-            records += consumer.poll(timeout_ms=1000, max_records=50_000).get(tp, [])
-        return records
-    finally:
-        consumer.close()
 
 
 def test_a_barrier_batch_written_by_four_tasks_puts_the_barrier_after_every_record_of_its_epoch(
@@ -83,7 +64,7 @@ def test_a_barrier_batch_written_by_four_tasks_puts_the_barrier_after_every_reco
     seen: list[int] = []
     for partition in range(2):
         epoch = 1
-        for record in _records(kafka_endpoint, topic, partition):
+        for record in partition_records(kafka_endpoint, topic, partition):
             assert record_attempt(record.headers) == 3
             marker = decode_barrier(record.headers)
             if marker is not None:

@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from barrierflow.errors import BarrierflowError
 from barrierflow.sources import embedded_broker as embedded
@@ -267,5 +268,30 @@ def channel_rows(endpoint: KafkaEndpoint, partition: str, start: int, end: int) 
                     rows += rows_in(record.headers)
                 position = max(position, record.offset + 1)
         return rows
+    finally:
+        consumer.close()
+
+
+def partition_records(endpoint: KafkaEndpoint, topic: str, partition: int, timeout: float = 60.0) -> list[Any]:
+    """Every record of ``topic``/``partition`` up to its end offset when called, in offset order
+    (kafka-python: a reader independent of barrierflow's). Offsets may have gaps (transaction
+    markers). Raises :class:`KafkaBrokerError` when the records do not arrive within ``timeout``."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    tp = TopicPartition(topic, partition)
+    consumer = KafkaConsumer(bootstrap_servers=endpoint.bootstrap_servers, group_id=None,
+                             enable_auto_commit=False, auto_offset_reset="earliest")
+    try:
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        end = consumer.end_offsets([tp])[tp]
+        records: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while consumer.position(tp) < end:
+            if time.monotonic() > deadline:
+                raise KafkaBrokerError(f"{topic}/{partition}: read up to offset {consumer.position(tp)} of {end} "
+                                       f"within {timeout:g}s")
+            records += consumer.poll(timeout_ms=1000, max_records=50_000).get(tp, [])
+        return [r for r in records if r.offset < end]
     finally:
         consumer.close()
