@@ -14,9 +14,11 @@ call to the wrapped store and add one behaviour each:
   is written, whether every shared file it references was already stored
   (``manifest_violations`` stays empty when the completion protocol holds). Given a
   ``progress`` counter (e.g. Spark's committed micro-batches), the first matching write of
-  each checkpoint also waits until the counter moves: an upload that blocked processing
-  could then never finish, and fails with :class:`StorageError` after ``progress_timeout``
-  instead of passing or failing by timing.
+  each checkpoint also waits until the counter moved ``progress_steps`` times: an upload
+  that blocked processing could then never finish, and fails with :class:`StorageError`
+  after ``progress_timeout`` instead of passing or failing by timing. Each wait is recorded
+  (``progress_waits``). Two steps prove that work *after* the checkpoint's own batch went
+  on: the first may be that batch's own commit.
 * :class:`FailingObjectStore` — raises :class:`StorageError` on writes whose key matches,
   for as long as ``failing`` is true.
 
@@ -41,7 +43,8 @@ from barrierflow.storage import open_store
 from barrierflow.storage.object_store import ObjectInfo, ObjectStore
 from barrierflow.transactions.staged import MARKER, batch_prefix
 
-__all__ = ["FailingObjectStore", "KeyFilter", "SlowObjectStore", "WriteRecord", "shared_files", "stage_batch"]
+__all__ = ["FailingObjectStore", "KeyFilter", "ProgressWait", "SlowObjectStore", "WriteRecord", "shared_files",
+           "stage_batch"]
 
 #: Which keys a double acts on.
 KeyFilter = Callable[[str], bool]
@@ -120,8 +123,10 @@ class SlowObjectStore(_Delegating):
     delay: float = 0.2
     matches: KeyFilter = shared_files
     writes: list[WriteRecord] = field(default_factory=list)
+    progress_waits: list[ProgressWait] = field(default_factory=list)
     manifest_violations: list[str] = field(default_factory=list)
     progress: Callable[[], int] | None = None
+    progress_steps: int = 1
     progress_timeout: float = 120.0
 
     def __post_init__(self) -> None:
@@ -142,12 +147,14 @@ class SlowObjectStore(_Delegating):
     def _wait_for_progress(self, key: str, progress: Callable[[], int]) -> None:
         start = progress()
         deadline = time.monotonic() + self.progress_timeout
-        while progress() <= start:
+        while (reached := progress()) < start + self.progress_steps:
             if time.monotonic() > deadline:
                 raise StorageError(
-                    f"no progress in {self.progress_timeout:.0f} s while uploading {self.describe(key)}: "
+                    f"no progress in {self.progress_timeout:g} s while uploading {self.describe(key)}: "
                     "the upload blocks processing")
             time.sleep(0.05)
+        with self._lock:
+            self.progress_waits.append(ProgressWait(key, start, reached))
 
     def _after_write(self, key: str, data: bytes | None) -> None:
         if key.endswith("/_metadata.json") and data is not None:
@@ -160,6 +167,16 @@ class SlowObjectStore(_Delegating):
             self.writes.append(WriteRecord(key, time.monotonic()))
             if key.endswith("/_metadata.json"):
                 self._gated = False  # the next checkpoint's upload waits again
+
+
+@dataclass(frozen=True)
+class ProgressWait:
+    """One upload a :class:`SlowObjectStore` held until the ``progress`` counter moved from
+    ``start`` to ``reached`` (at least ``start + progress_steps``)."""
+
+    key: str
+    start: int
+    reached: int
 
 
 @dataclass
