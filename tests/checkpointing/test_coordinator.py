@@ -3,6 +3,8 @@ a real local checkpoint store, with an injected clock (no Spark needed)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -201,7 +203,8 @@ def test_base_moves_to_a_newer_snapshot_once_the_deltas_outweigh_it() -> None:
     assert _choose_base(deltas - {2}, snapshots, 6, previous=None, size=sizes.__getitem__) == 3
 
 
-def _stage_coordinator(tmp_path: Path, records: dict[int, dict], sink: RecordingSink, tolerable: int = 0):
+def _stage_coordinator(tmp_path: Path, records: dict[int, dict], sink: RecordingSink, tolerable: int = 0,
+                       now: Callable[[], datetime] = lambda: datetime.now(UTC)):
     """A stage of a multi-stage pipeline: alignment records come from ``records``, sink
     commits wait for the pipeline coordinator."""
     spark = FakeSparkCheckpoint(tmp_path / "spark")
@@ -212,7 +215,7 @@ def _stage_coordinator(tmp_path: Path, records: dict[int, dict], sink: Recording
                                tolerable_failed_checkpoints=tolerable),
         spark_checkpoint_dir=spark.root, staging_dir=tmp_path / "staging",
         control=ControlChannel(tmp_path / "control"), source_names=["channels"], sinks=[sink], monotonic=Clock(),
-        alignment=records.get, commit_on_completion=False)
+        alignment=records.get, commit_on_completion=False, now=now)
     coordinator.trigger_limit = 0
     coordinator.start()
     return coordinator, spark, store
@@ -243,6 +246,30 @@ def test_stage_snapshot_waits_for_its_alignment_record_and_defers_sink_commits(t
     assert coordinator.commit_sinks(1) and not coordinator.commit_sinks(2)
     coordinator.flush_sinks()
     assert sink.completed == [(1, 0)]
+
+
+def test_a_stage_times_a_checkpoint_it_did_not_trigger_from_the_trigger_its_barrier_carried(tmp_path: Path) -> None:
+    start = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+    clock = [start]
+    records = {1: {**ALIGNED_RECORD, "mode": "aligned", "channel_state": [], "channel_state_records": 0},
+               2: {**ALIGNED_RECORD, "checkpoint_id": 2, "mode": "aligned", "channel_state": [],
+                   "channel_state_records": 0}}
+    coordinator, spark, store = _stage_coordinator(tmp_path, records, RecordingSink(), now=lambda: clock[0])
+    ms = lambda t: round(t.timestamp() * 1000)  # noqa: E731
+    # Checkpoint 1 was triggered (upstream) 1 s after this run started; the stage sees it at 3 s.
+    spark.run_batch(0, {"t:0": 5}, barrier=1, extra={"barrier_triggered_ms": ms(start + timedelta(seconds=1))})
+    clock[0] = start + timedelta(seconds=3)
+    coordinator.tick()
+    _wait_uploads(coordinator)
+    first = store.get(1)
+    assert first.trigger_time == start + timedelta(seconds=1) and first.total_ms == 2000.0
+    # A trigger time from before this run (a barrier batch replayed after a restart) is not this
+    # run's trigger: the stage times it from when it saw the barrier.
+    spark.run_batch(1, {"t:0": 9}, barrier=2, extra={"barrier_triggered_ms": ms(start - timedelta(minutes=5))})
+    clock[0] = start + timedelta(seconds=4)
+    coordinator.tick()
+    _wait_uploads(coordinator)
+    assert store.get(2).trigger_time == start + timedelta(seconds=4)
 
 
 def test_aborted_alignment_fails_the_stage_snapshot_at_once(tmp_path: Path) -> None:

@@ -109,6 +109,11 @@ def test_two_stage_pipeline_restores_a_global_checkpoint_exactly_once(
     assert set(alignment.barrier_offsets) == {f"{topic}:0", f"{topic}:1"}
     triggers = {m.checkpoint_id: round(m.trigger_time.timestamp() * 1000) for m in first.completed}
     _check_channel(kafka_endpoint, topic, first.stage_manifests["a"], triggers)
+    # b did not trigger its checkpoints: its manifests time them from the global trigger the
+    # barriers carried (so total_ms is from the same start as the pipeline's).
+    for m in first.stage_manifests["b"]:
+        if m.checkpoint_id in triggers:
+            assert round(m.trigger_time.timestamp() * 1000) == triggers[m.checkpoint_id], m.checkpoint_id
     stale = _records_after(kafka_endpoint, topic, alignment.barrier_offsets)
 
     # The second start goes through the command line (the job gets the shared SparkSession,

@@ -29,9 +29,11 @@ class SyntheticSparkCheckpoint:
         (root / "state" / "0" / "_metadata").mkdir(parents=True, exist_ok=True)
         (root / "state" / "0" / "_metadata" / "metadata").write_text("{}")
 
-    def run_batch(self, batch: int, offsets: dict[str, int], barrier: int, delta_bytes: int = 100) -> None:
-        """Plan and commit batch ``batch``: its offsets, state version ``batch + 1``, its commit."""
-        body = {"partitions": offsets, "barrier": barrier}
+    def run_batch(self, batch: int, offsets: dict[str, int], barrier: int, delta_bytes: int = 100,
+                  extra: dict[str, object] | None = None) -> None:
+        """Plan and commit batch ``batch``: its offsets (with the keys of ``extra``), state
+        version ``batch + 1``, its commit."""
+        body = {"partitions": offsets, "barrier": barrier, **(extra or {})}
         (self.root / "offsets" / str(batch)).write_text(
             "v1\n" + json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}}) + "\n" + json.dumps(body)
         )

@@ -150,6 +150,9 @@ class CheckpointCoordinator:
         self._last_trigger_mono: float | None = None
         self._last_completion_mono: float | None = None
         self._previous_bases: dict[str, int] = {}
+        #: When this coordinator was made: a barrier's recorded trigger time older than this
+        #: belongs to an earlier run (a replayed barrier batch) and is not this run's trigger.
+        self._created = now()
         #: Stop triggering once this many checkpoints completed or are pending (None: no limit).
         self.trigger_limit: int | None = None
 
@@ -234,11 +237,23 @@ class CheckpointCoordinator:
             events += self._on_barrier_batch(barrier)
         return events
 
+    def _trigger_time_of(self, barrier: BarrierBatch) -> datetime:
+        """The trigger time of a checkpoint this coordinator did not trigger: the global
+        checkpoint's trigger as the barrier carried it (so a downstream stage's manifest times
+        its checkpoint from the same start as the pipeline's), else now (barriers of older
+        releases, or one triggered before this run started: the timeout clock always starts
+        now)."""
+        now = self.now()
+        if barrier.triggered_ms is None:
+            return now
+        triggered = datetime.fromtimestamp(barrier.triggered_ms / 1000.0, UTC)
+        return triggered if self._created <= triggered <= now else now
+
     def _on_barrier_batch(self, barrier: BarrierBatch) -> list[CheckpointEvent]:
         cid, batch = barrier.checkpoint_id, barrier.batch_id
         pending = self.pending.get(cid)
-        if pending is None:  # a barrier planned by an earlier run of the job, replayed now
-            pending = PendingCheckpoint(cid, self.now(), self.monotonic())
+        if pending is None:  # a barrier from upstream (a channel), or replayed from an earlier run
+            pending = PendingCheckpoint(cid, self._trigger_time_of(barrier), self.monotonic())
             self.pending[cid] = pending
             self._next_id = max(self._next_id, cid + 1)
         for stale in [p for p in self.pending.values()

@@ -28,11 +28,14 @@ from barrierflow.spark import commit_log, offset_log
 @dataclass(frozen=True)
 class BarrierBatch:
     """Spark committed batch ``batch_id``, the barrier batch of ``checkpoint_id``; the epoch
-    it closes began at ``first_batch_id``."""
+    it closes began at ``first_batch_id``. ``triggered_ms`` is when the checkpoint was triggered
+    (Unix epoch, ms) as the batch's offsets record it (``barrier_triggered_ms``; the earliest
+    over its sources), None where no source recorded it."""
 
     checkpoint_id: int
     batch_id: int
     first_batch_id: int
+    triggered_ms: int | None = None
 
 
 class StageTracker:
@@ -83,7 +86,19 @@ class StageTracker:
                 continue
             first_batch = self.last_barrier_batch + 1
             self.last_barrier, self.last_barrier_batch = barrier, batch
-            yield BarrierBatch(barrier, batch, first_batch)
+            yield BarrierBatch(barrier, batch, first_batch, self.triggered_ms_of(batch, barrier))
+
+    def triggered_ms_of(self, batch: int, barrier: int) -> int | None:
+        """When checkpoint ``barrier`` was triggered, as ``offsets/<batch>`` records it: the
+        earliest ``barrier_triggered_ms`` of the sources carrying that barrier; None when none
+        does (older offsets, or the batch left the log)."""
+        try:
+            offsets = offset_log.read_offsets(self.spark_dir, batch)
+        except FileNotFoundError:
+            return None
+        times = [t for o in offsets if o and int(o.get("barrier", 0)) == barrier
+                 and (t := SourceOffset.from_json(o).barrier_triggered_ms) is not None]
+        return min(times, default=None)
 
     def barrier_offsets(self, batch: int) -> dict[str, dict[str, int]]:
         """Source name -> partition -> end offset of ``batch``. Raises FileNotFoundError if
