@@ -3,6 +3,8 @@
 1. A two-stage pipeline (generator -> a -> channel on the embedded broker -> b -> Parquet
    through 2PC) under kills of three kinds (the process group, the driver's JVM, a crash at a
    protocol point): the command reports 0 missing, 0 extra and 0 duplicated rows and exits 0.
+   b reads one channel partition four times slower, aligned with a 1 ms timeout: its
+   checkpoints go timed-out with channel state, so the restores replay channel state.
 2. Deliberately broken sinks (tests/scenarios/chaos_doubles/sitecustomize.py): on a pipeline
    with two final stages, one sink commits every epoch twice after a restart and the other loses
    the first epoch it commits after a restart. One kill at ``after_global_manifest`` (a global
@@ -30,9 +32,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), py
 DOUBLES = Path(__file__).resolve().with_name("chaos_doubles")
 
 
-def pipeline(tmp_path: Path, finals: list[str], *, records: int, rate: float) -> Path:
+def pipeline(tmp_path: Path, finals: list[str], *, records: int, rate: float, alignment_timeout: str = "0s",
+             slow_factor: float = 1.0) -> Path:
     """gen -> channel c (embedded broker) -> one stage per name in ``finals``, each into a
-    Parquet sink of that name."""
+    Parquet sink of that name; aligned checkpoints, switching to unaligned after
+    ``alignment_timeout`` (0s: never). The final stages read c's partition 1 at
+    ``slow_factor`` times partition 0's credit."""
     data = {
         "version": 1, "name": "chx", "work_dir": str(tmp_path / "work"),
         "channels": [{"name": "c", "partitions": 2, "bootstrap": "embedded"}],
@@ -46,6 +51,7 @@ def pipeline(tmp_path: Path, finals: list[str], *, records: int, rate: float) ->
              "sinks": [{"type": "channel", "channel": "c"}]},
             *({"name": name,
                "sources": [{"type": "channel", "channel": "c", "max_records_per_batch": 50,
+                            "partition_rate_factors": [1, slow_factor],
                             "json_fields": {"src_partition": "long", "src_offset": "long", "key": "long",
                                             "value": "long"}}],
                "transformation": {"function": "barrierflow.transforms.projection:project",
@@ -55,7 +61,8 @@ def pipeline(tmp_path: Path, finals: list[str], *, records: int, rate: float) ->
               for name in finals),
         ],
         "trigger": {"interval": "100ms"},
-        "checkpoint": {"storage": f"file://{tmp_path / 'chk'}", "interval": "700ms", "timeout": "120s"},
+        "checkpoint": {"storage": f"file://{tmp_path / 'chk'}", "interval": "700ms", "timeout": "120s",
+                       "alignment_timeout": alignment_timeout},
         "spark": {"master": "local[1]", "shuffle_partitions": 1, "conf": FAST_JVM},
     }
     path = tmp_path / "pipeline.yaml"
@@ -78,7 +85,12 @@ def driver_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("driver_env")
 def test_chaos_passes_a_two_stage_pipeline_under_kills_of_every_kind(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: dict[str, Any]) -> None:
-    spec = pipeline(tmp_path, ["out"], records=700, rate=40)
+    # ``out`` reads c's partition 1 at a quarter of partition 0's credit, with a 1 ms alignment
+    # timeout: a checkpoint is overdue when ``out`` first sees its barrier, and where the two
+    # barriers are not read in one plan it goes timed-out (cut where ``out`` stands, the slow
+    # partition's records before its barrier being channel state), so the kills land on restores
+    # of channel state. (Kills over aligned checkpoints: tests/scenarios/test_staged_crashes.py.)
+    spec = pipeline(tmp_path, ["out"], records=700, rate=40, alignment_timeout="1ms", slow_factor=0.25)
     code, report = chaos(spec, tmp_path / "scratch", capsys, "--kills", "3", "--seed", "11", "--mode", "mixed",
                          "--min-gap", "8", "--max-gap", "14", "--point-share", "0.34")
     figures.update({key: report[key] for key in ("kills", "runs", "checkpoints", "rows_expected", "rows", "missing",
@@ -87,6 +99,12 @@ def test_chaos_passes_a_two_stage_pipeline_under_kills_of_every_kind(
     assert report["kills_total"] == 3 and report["rows_expected"] == 1400
     assert (report["missing"], report["extra"], report["duplicated"]) == (0, 0, 0)
     assert code == 0 and report["passed"]
+    store = tmp_path / "scratch" / "chaos" / "checkpoints"  # chaos runs on a copy of the pipeline
+    modes = [json.loads(p.read_text())["alignment"] for p in store.glob("stages/out/chk-*/_metadata.json")]
+    figures["out's checkpoints: mode, channel-state records"] = sorted(
+        (m["mode"], m["channel_state_records"]) for m in modes if m)
+    assert {m["mode"] for m in modes if m} <= {"aligned", "aligned-timed-out"}, modes
+    assert any(m and m["mode"] == "aligned-timed-out" and m["channel_state_records"] > 0 for m in modes), modes
     assert (tmp_path / "scratch" / "chaos-report.html").is_file()
     # ... and in the pipeline's own store, where the Checkpoints page links to it
     assert json.loads((tmp_path / "chk" / "reports" / "chaos-latest.json").read_text())["passed"] is True
