@@ -134,7 +134,10 @@ def test_retune_is_refused_while_a_checkpoint_is_pending(tmp_path: Path) -> None
         coordinator.retune(interval=0.0, synchronous_upload=False)
     coordinator.retune(interval=5.0, synchronous_upload=True)
     assert (coordinator.options.interval, coordinator.options.synchronous_upload) == (5.0, True)
-    clock[0] += 5.0
+    clock[0] += 4.0
+    coordinator.tick()
+    assert not coordinator.pending  # the new interval (5 s) is the one triggering goes by
+    clock[0] += 1.0
     coordinator.tick()
     assert coordinator.pending
     with pytest.raises(CheckpointError, match="while checkpoints \\[1\\] are pending"):

@@ -51,7 +51,8 @@ def stage_manifest(stage: str, checkpoint_id: int) -> Manifest:
                     async_ms=3.0, total_ms=4.0, full_bytes=0, incremental_bytes=0, files=[])
 
 
-def setup(tmp_path: Path, clock: Clock) -> tuple[PipelineCoordinator, dict[str, StageHandle], RecordingStage]:
+def setup(tmp_path: Path, clock: Clock, **options: float) -> tuple[PipelineCoordinator, dict[str, StageHandle],
+                                                                   RecordingStage]:
     root = f"file://{tmp_path / 'chk'}"
     final = RecordingStage()
     stages = {}
@@ -61,8 +62,8 @@ def setup(tmp_path: Path, clock: Clock) -> tuple[PipelineCoordinator, dict[str, 
         stages[name] = StageHandle(name, CheckpointStore(open_store(f"{root}/stages/{name}"), f"p-{name}"), control,
                                    coordinator=final if name == "b" else None,  # type: ignore[arg-type]
                                    is_source=name == "a", is_final=name == "b")
-    options = CheckpointSpec(storage=root, interval=1.0, timeout=10.0)
-    coordinator = PipelineCoordinator("p", options, open_store(root), list(stages.values()), monotonic=clock)
+    spec = CheckpointSpec(storage=root, **{"interval": 1.0, "timeout": 10.0, **options})
+    coordinator = PipelineCoordinator("p", spec, open_store(root), list(stages.values()), monotonic=clock)
     return coordinator, stages, final
 
 
@@ -150,10 +151,10 @@ def test_a_global_manifest_already_there_is_never_overwritten(tmp_path: Path) ->
 def test_min_pause_spaces_a_completion_and_the_next_trigger(tmp_path: Path) -> None:
     """``checkpoint.min_pause`` holds in a pipeline of several stages: after global checkpoint 1
     completes at t=1.2, the next one is triggered only at t >= 1.2 + 3, though the 1 s interval
-    passed long before."""
+    passed long before; after global checkpoint 2 fails at t=5, the next one waits as long (the
+    pause counts from a checkpoint's end, completed or failed, as in a single-stage pipeline)."""
     clock = Clock()
-    coordinator, stages, _ = setup(tmp_path, clock)
-    coordinator.options = coordinator.options.model_copy(update={"min_pause": 3.0})
+    coordinator, stages, _ = setup(tmp_path, clock, min_pause=3.0)
     coordinator.start()
     clock.t = 1.0
     coordinator.tick()  # triggers 1
@@ -169,3 +170,15 @@ def test_min_pause_spaces_a_completion_and_the_next_trigger(tmp_path: Path) -> N
     clock.t = 4.3
     coordinator.tick()
     assert list(coordinator.pending) == [2] and stages["a"].control.requested_barrier() == 2
+    stages["b"].store.record_failure(FailureRecord(pipeline="p-b", checkpoint_id=2, reason=FailureReason.UPLOAD_FAILED,
+                                                   message="disk full", trigger_time=T0, failure_time=T0))
+    clock.t = 5.0
+    (event,) = coordinator.tick()
+    assert not event.completed and coordinator.pending == {}
+    for t in (6.5, 7.9):
+        clock.t = t
+        coordinator.tick()
+        assert coordinator.pending == {}, f"triggered at t={t}, within min_pause of the failure"
+    clock.t = 8.1
+    coordinator.tick()
+    assert list(coordinator.pending) == [3]

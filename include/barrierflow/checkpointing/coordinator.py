@@ -55,6 +55,7 @@ from barrierflow.checkpointing.sink_notifier import SinkNotifier
 from barrierflow.checkpointing.stage import BarrierBatch, StageTracker
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.checkpointing.thread_priority import background_executor
+from barrierflow.checkpointing.trigger_rule import TriggerRule
 from barrierflow.checkpointing.uploader import SnapshotUploader, UploadResult
 from barrierflow.errors import BarrierflowError, CheckpointError, TolerableFailuresExceededError
 from barrierflow.faults import crash_point
@@ -147,8 +148,7 @@ class CheckpointCoordinator:
         self.failed: list[FailureRecord] = []
         self.consecutive_failures = 0
         self._next_id = 1
-        self._last_trigger_mono: float | None = None
-        self._last_completion_mono: float | None = None
+        self.trigger_rule = TriggerRule(options)
         self._previous_bases: dict[str, int] = {}
         #: When this coordinator was made: a barrier's recorded trigger time older than this
         #: belongs to an earlier run (a replayed barrier batch) and is not this run's trigger.
@@ -164,12 +164,11 @@ class CheckpointCoordinator:
         latest = self.store.latest()
         if latest is not None:
             self._previous_bases = dict(latest.state_bases)
-            self._last_completion_mono = None
         ids = self.store.checkpoint_ids()
         failed = [f.checkpoint_id for f in self.store.failures()]
         highest_in_log = self.stage.resume()
         self._next_id = max([highest_in_log, *ids, *failed, self.store.highest_used_id()]) + 1
-        self._last_trigger_mono = self.monotonic()
+        self.trigger_rule.started(self.monotonic())
 
     @property
     def uploads_in_flight(self) -> int:
@@ -195,6 +194,7 @@ class CheckpointCoordinator:
             raise CheckpointError(f"checkpoint interval must be positive (got {interval})")
         self.options = self.options.model_copy(update={"interval": interval,
                                                        "synchronous_upload": synchronous_upload})
+        self.trigger_rule.options = self.options
 
     # -- the tick -----------------------------------------------------------------------
     def tick(self) -> list[CheckpointEvent]:
@@ -214,20 +214,15 @@ class CheckpointCoordinator:
 
     def _maybe_trigger(self) -> None:
         mono = self.monotonic()
-        if self.trigger_limit is not None and self.completed_count + len(self.pending) >= self.trigger_limit:
-            return
         if any(p.state is CheckpointState.TRIGGERED for p in self.pending.values()):
-            return
-        if len(self.pending) >= self.options.max_concurrent:
-            return
-        if self._last_trigger_mono is not None and mono - self._last_trigger_mono < self.options.interval:
-            return
-        if self._last_completion_mono is not None and mono - self._last_completion_mono < self.options.min_pause:
+            return  # one barrier in flight: the offsets' barrier is sticky, a newer one would subsume it
+        if not self.trigger_rule.due(mono, pending=len(self.pending), done=self.completed_count,
+                                     limit=self.trigger_limit):
             return
         cid = self._next_id
         self._next_id += 1
         self.pending[cid] = pending = PendingCheckpoint(cid, self.now(), mono)
-        self._last_trigger_mono = mono
+        self.trigger_rule.triggered(mono)
         self.control.request_barrier(cid, pending.trigger_time)
         log.info("checkpoint %d triggered", cid)
 
@@ -368,7 +363,7 @@ class CheckpointCoordinator:
         self.completed_count += 1
         del self.completed[:-KEEP_COMPLETED]
         self.consecutive_failures = 0
-        self._last_completion_mono = self.monotonic()
+        self.trigger_rule.ended(self.monotonic())
         self._previous_bases = dict(snap.state_bases)
         shutil.rmtree(snap.directory, ignore_errors=True)
         log.info("checkpoint %d completed (batch %d, %d B new of %d B)", manifest.checkpoint_id,
@@ -418,7 +413,7 @@ class CheckpointCoordinator:
         self.failed.append(record)
         if reason is not FailureReason.JOB_STOPPED:
             self.consecutive_failures += 1
-        self._last_completion_mono = self.monotonic()
+        self.trigger_rule.ended(self.monotonic())
         if pending.snapshot is not None:
             shutil.rmtree(pending.snapshot.directory, ignore_errors=True)
         log.warning("checkpoint %d failed (%s -> %s): %s", pending.checkpoint_id, state_before.value,

@@ -13,8 +13,9 @@ Step 1. Collect: a pending global checkpoint ``n`` whose every stage has its man
         stage manifest alone never commits anything.
 Step 2. Fail: a stage recorded the failure of its snapshot ``n``, or ``checkpoint.timeout``
         passed: record ``global/chk-<n>/_failed.json`` and tell the final stages to abort ``n``.
-Step 3. Trigger: when the interval passed and fewer than ``max_concurrent`` global checkpoints
-        are pending, record ``_triggered.json`` for the next id, then request barrier ``n`` on
+Step 3. Trigger: when :mod:`barrierflow.checkpointing.trigger_rule` allows (the interval and
+        ``min_pause`` passed, fewer than ``max_concurrent`` pending; the rule a single-stage
+        pipeline's coordinator triggers by), record ``_triggered.json`` for the next id, then request barrier ``n`` on
         the control channel of every source stage (stages with an external source). Barriers
         reach the other stages in-band, through the channels.
 
@@ -45,6 +46,7 @@ from barrierflow.checkpointing.global_manifest import (
 )
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore, stage_snapshot
 from barrierflow.checkpointing.store import CheckpointStore, failure_key, manifest_key
+from barrierflow.checkpointing.trigger_rule import TriggerRule
 from barrierflow.errors import CheckpointCorruptError
 from barrierflow.faults import crash_point
 from barrierflow.spec.models import CheckpointSpec
@@ -102,9 +104,7 @@ class PipelineCoordinator:
 
     def __post_init__(self) -> None:
         self._next_id = 1
-        self._last_trigger_mono: float | None = None
-        #: When the last global checkpoint completed (``checkpoint.min_pause`` counts from it).
-        self._last_completion_mono: float | None = None
+        self.trigger_rule = TriggerRule(self.options)
         #: The global records (``global/chk-<n>/...``) of the pipeline: every read and write goes through it.
         self.store = GlobalCheckpointStore(self.objects, self.pipeline)
 
@@ -124,7 +124,7 @@ class PipelineCoordinator:
             when = trigger.trigger_time if trigger is not None else self.now()
             self.pending[cid] = PendingGlobal(cid, when, mono)
             log.info("global checkpoint %d: taken up again after a restart", cid)
-        self._last_trigger_mono = mono
+        self.trigger_rule.started(mono)
 
     def completed_ids(self) -> list[int]:
         """Ids with a global manifest, ascending (abandoned ones included)."""
@@ -178,7 +178,7 @@ class PipelineCoordinator:
         self.store.write_manifest(manifest)  # add-if-absent: a second writer gets GlobalManifestExistsError
         del self.pending[cid]
         self.completed.append(manifest)
-        self._last_completion_mono = self.monotonic()
+        self.trigger_rule.ended(self.monotonic())
         log.info("global checkpoint %d completed (%d stages, %.0f ms)", cid, len(snapshots), manifest.total_ms)
         crash_point("after_global_manifest", checkpoint_id=cid)
         for stage in self.stages:
@@ -197,6 +197,7 @@ class PipelineCoordinator:
             log.warning("could not record the failure of global checkpoint %d: %s", cid, exc)
         del self.pending[cid]
         self.failed.append(failure)
+        self.trigger_rule.ended(self.monotonic())
         log.warning("global checkpoint %d failed: %s", cid, message)
         for stage in self.stages:
             if stage.is_final and stage.coordinator is not None:
@@ -205,13 +206,8 @@ class PipelineCoordinator:
 
     def _maybe_trigger(self) -> None:
         mono = self.monotonic()
-        if self.trigger_limit is not None and len(self.completed) + len(self.pending) >= self.trigger_limit:
-            return
-        if len(self.pending) >= self.options.max_concurrent:
-            return
-        if self._last_trigger_mono is not None and mono - self._last_trigger_mono < self.options.interval:
-            return
-        if self._last_completion_mono is not None and mono - self._last_completion_mono < self.options.min_pause:
+        if not self.trigger_rule.due(mono, pending=len(self.pending), done=len(self.completed),
+                                     limit=self.trigger_limit):
             return
         cid = self._next_id
         self._next_id += 1
@@ -219,7 +215,7 @@ class PipelineCoordinator:
                                 trigger_time=self.now())
         self.store.record_trigger(trigger)
         self.pending[cid] = PendingGlobal(cid, trigger.trigger_time, mono)
-        self._last_trigger_mono = mono
+        self.trigger_rule.triggered(mono)
         for stage in self.stages:
             if stage.is_source:
                 stage.control.request_barrier(cid, trigger.trigger_time)
