@@ -29,6 +29,22 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise UserInputError(f"{self.prog}: {message}")
 
 
+#: Seconds per mode and round unless ``--seconds`` says otherwise.
+DEFAULT_SECONDS = 30.0
+#: The stages scenario's default: 60 s per mode measured mostly the JVM's warm-up (session 24,
+#: side by side: 6 global checkpoints completed, medians 3.0 s timed-out and 2.6x unaligned,
+#: against 40-51 and 1.75 s / 1.28x in 120 s runs of the same code).
+STAGES_SECONDS = 120.0
+
+
+def seconds_per_mode(given: float | None, scenario: str, compare: str | None = None) -> float:
+    """``--seconds`` if given, else the scenario's default (:data:`STAGES_SECONDS` for the
+    stages scenario, :data:`DEFAULT_SECONDS` otherwise)."""
+    if given is not None:
+        return given
+    return STAGES_SECONDS if scenario == "stages" and not compare else DEFAULT_SECONDS
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The benchmark options (those of the former ``barrierflow bench``)."""
     parser = _ArgumentParser(prog="python -m bench",
@@ -36,7 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                                          "docs/benchmarks.md")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     parser.add_argument("--spec", default="include/pipelines/bench.yaml")
-    parser.add_argument("--seconds", type=float, default=30.0, help="measured seconds per mode and round")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help=f"measured seconds per mode and round (default {DEFAULT_SECONDS:g}; the stages scenario "
+                             f"{STAGES_SECONDS:g}: its applications take about 30 s to start and the JVM's JIT about "
+                             "a minute to warm up, so shorter runs measure the warm-up)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak",
@@ -90,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark that ``args`` names; return the exit code (0, or 1 when a soak found a problem).
     Raises :class:`UserInputError` for options that do not fit together."""
+    args.seconds = seconds_per_mode(args.seconds, args.scenario, args.compare)
     if args.rounds < 1 or args.seconds <= 0 or args.keys < 1:
         raise UserInputError(f"bench needs --rounds >= 1, --seconds > 0 and --keys >= 1 (got --rounds {args.rounds}, "
                              f"--seconds {args.seconds}, --keys {args.keys})")

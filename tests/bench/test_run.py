@@ -20,6 +20,15 @@ def test_bench_rejects_bad_numbers(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--interleave applies to --scenario abs-overhead only" in capsys.readouterr().err
 
 
+def test_the_stages_scenario_measures_past_the_warm_up_unless_told_otherwise() -> None:
+    from bench.run import DEFAULT_SECONDS, STAGES_SECONDS, build_parser, seconds_per_mode
+
+    assert build_parser().parse_args(["--scenario", "stages"]).seconds is None
+    assert seconds_per_mode(None, "stages") == STAGES_SECONDS == 120.0
+    assert seconds_per_mode(None, "abs-overhead") == seconds_per_mode(None, "stages", "flink-sql") == DEFAULT_SECONDS
+    assert seconds_per_mode(45.0, "stages") == 45.0
+
+
 def test_scale_scenario_measures_every_size_with_verified_synthetic_checkpoints(
         capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
     """Small sizes in the suite (the large ones are in docs/benchmarks.md): every size gets a
