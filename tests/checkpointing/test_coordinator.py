@@ -270,6 +270,13 @@ def test_a_stage_times_a_checkpoint_it_did_not_trigger_from_the_trigger_its_barr
     coordinator.tick()
     _wait_uploads(coordinator)
     assert store.get(2).trigger_time == start + timedelta(seconds=4)
+    # A value that is no time (a foreign or damaged offset) is not recorded: timed from now.
+    records[3] = {**records[2], "checkpoint_id": 3}
+    spark.run_batch(2, {"t:0": 12}, barrier=3, extra={"barrier_triggered_ms": "soon"})
+    clock[0] = start + timedelta(seconds=6)
+    coordinator.tick()
+    _wait_uploads(coordinator)
+    assert store.get(3).trigger_time == start + timedelta(seconds=6)
 
 
 def test_aborted_alignment_fails_the_stage_snapshot_at_once(tmp_path: Path) -> None:

@@ -19,8 +19,9 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from barrierflow.barriers.offsets import SourceOffset
+from barrierflow.barriers.offsets import BARRIER_TRIGGERED, SourceOffset
 from barrierflow.checkpointing.snapshot import LocalSnapshot, take_local_snapshot
 from barrierflow.spark import commit_log, offset_log
 
@@ -68,11 +69,14 @@ class StageTracker:
 
     def barrier_of(self, batch: int) -> int:
         """The (sticky) barrier id in ``offsets/<batch>``; 0 when the batch is not in the log."""
+        return _barrier_in(self._offsets(batch))
+
+    def _offsets(self, batch: int) -> list[dict | None]:
+        """``offsets/<batch>``'s source offsets; empty when the batch is not in the log."""
         try:
-            offsets = offset_log.read_offsets(self.spark_dir, batch)
+            return offset_log.read_offsets(self.spark_dir, batch)
         except FileNotFoundError:
-            return 0
-        return max((int(o.get("barrier", 0)) for o in offsets if o), default=0)
+            return []
 
     def new_barrier_batches(self) -> Iterator[BarrierBatch]:
         """The barrier batches committed since the last call, in batch order. Lazy: the
@@ -81,24 +85,13 @@ class StageTracker:
             if batch <= self.last_seen_batch:
                 continue
             self.last_seen_batch = batch
-            barrier = self.barrier_of(batch)
+            offsets = self._offsets(batch)
+            barrier = _barrier_in(offsets)
             if barrier <= self.last_barrier:
                 continue
             first_batch = self.last_barrier_batch + 1
             self.last_barrier, self.last_barrier_batch = barrier, batch
-            yield BarrierBatch(barrier, batch, first_batch, self.triggered_ms_of(batch, barrier))
-
-    def triggered_ms_of(self, batch: int, barrier: int) -> int | None:
-        """When checkpoint ``barrier`` was triggered, as ``offsets/<batch>`` records it: the
-        earliest ``barrier_triggered_ms`` of the sources carrying that barrier; None when none
-        does (older offsets, or the batch left the log)."""
-        try:
-            offsets = offset_log.read_offsets(self.spark_dir, batch)
-        except FileNotFoundError:
-            return None
-        times = [t for o in offsets if o and int(o.get("barrier", 0)) == barrier
-                 and (t := SourceOffset.from_json(o).barrier_triggered_ms) is not None]
-        return min(times, default=None)
+            yield BarrierBatch(barrier, batch, first_batch, _triggered_ms_in(offsets, barrier))
 
     def barrier_offsets(self, batch: int) -> dict[str, dict[str, int]]:
         """Source name -> partition -> end offset of ``batch``. Raises FileNotFoundError if
@@ -120,3 +113,18 @@ class StageTracker:
         """The synchronous phase for ``barrier``: hard-link its files into staging."""
         return take_local_snapshot(self.spark_dir, self.staging_dir, barrier.checkpoint_id, barrier.batch_id,
                                    barrier.first_batch_id, dict(previous_bases))
+
+
+def _barrier_in(offsets: Sequence[Mapping[str, Any] | None]) -> int:
+    """The newest (sticky) barrier id among a batch's source offsets; 0 for none."""
+    return max((int(o.get("barrier", 0)) for o in offsets if o), default=0)
+
+
+def _triggered_ms_in(offsets: Sequence[Mapping[str, Any] | None], barrier: int) -> int | None:
+    """When checkpoint ``barrier`` was triggered, as a batch's offsets record it: the earliest
+    ``barrier_triggered_ms`` of the sources carrying that barrier; None when none does (older
+    offsets). A value that is not a number counts as not recorded: it only times a manifest."""
+    times = [int(t) for o in offsets
+             if o and int(o.get("barrier", 0)) == barrier
+             and isinstance(t := o.get(BARRIER_TRIGGERED), int | float) and not isinstance(t, bool)]
+    return min(times, default=None)
