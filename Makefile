@@ -2,7 +2,10 @@
 #   make demo     run the demo pipeline (local Spark, local storage, built-in generator)
 #   make demo-stages  the three-stage demo on the embedded Kafka-protocol broker (starts afresh)
 #   make demo-cycle   the demo with a feedback loop (a cycle), same broker (starts afresh)
-#   make test     lint + the whole test suite (what .ci/run calls)
+#   make install  .venv with the pinned Python requirements, and the pinned JVM artifacts (Apache Kafka)
+#                 from Maven Central, each verified against its sha256 in barrierflow/jvm/artifacts.lock
+#   make test     lint + the whole test suite (what .ci/run calls); installs PostgreSQL and Chromium
+#                 from Debian when they are missing
 #   make bench    the benchmarks (bench/, not part of the library) -> docs/benchmarks-latest.md
 #   make bench-flink  barrierflow vs Flink SQL side by side (installs Flink into .venv-flink: make flink)
 #   make bench-channels  the transport between stages, before and after issue 29 (bench/channel_transport.py)
@@ -22,7 +25,7 @@ AIRFLOW_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 1 )))
 AIRFLOW_TRIGGER_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 2 )))
 AIRFLOW_HOME_DIR := $(CURDIR)/var/airflow
 
-.PHONY: demo demo-stages demo-cycle test lint bench install clean airflow chromium flink bench-flink bench-channels bench-kafka
+.PHONY: demo demo-stages demo-cycle test lint bench install jvm clean airflow chromium postgres flink bench-flink bench-channels bench-kafka
 
 $(STAMP):
 	@command -v java >/dev/null || { echo "error: Spark needs Java 17+ on PATH (apt-get install openjdk-17-jre-headless)"; exit 2; }
@@ -32,9 +35,14 @@ $(STAMP):
 	$(BIN)/pip install --quiet --no-deps -e .
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-install: $(STAMP)
+# The JVM artifacts: fetched into ~/.cache/barrierflow/maven (or $$BARRIERFLOW_JVM_CACHE) once, every jar
+# verified against the lock on every run (a quarter of a second); a changed jar fails naming it.
+jvm: $(STAMP)
+	$(BIN)/python -m barrierflow.jvm install
 
-demo: $(STAMP)
+install: $(STAMP) jvm
+
+demo: install
 	$(BIN)/barrierflow run include/pipelines/demo.yaml --checkpoints $(DEMO_CHECKPOINTS)
 	$(BIN)/barrierflow checkpoints list include/pipelines/demo.yaml
 
@@ -42,17 +50,17 @@ demo: $(STAMP)
 # so a stopped or killed run restarts with the same `barrierflow run` command. The demo targets
 # still start afresh: a second `make demo-stages` would otherwise restore the finished run and
 # show nothing, and a demo must not depend on state an older version of the code left behind.
-demo-stages: $(STAMP)
+demo-stages: install
 	rm -rf var/stages-demo
 	$(BIN)/barrierflow run include/pipelines/stages.yaml --until-exhausted --duration 600
 	$(BIN)/barrierflow checkpoints list include/pipelines/stages.yaml
 
-demo-cycle: $(STAMP)
+demo-cycle: install
 	rm -rf var/cycle-demo
 	$(BIN)/barrierflow run include/pipelines/cycle.yaml --until-exhausted --duration 600
 	$(BIN)/barrierflow checkpoints list include/pipelines/cycle.yaml
 
-lint: $(STAMP)
+lint: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 
@@ -63,20 +71,29 @@ chromium:
 	       && apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
 	  || { echo "error: the UI tests need Chromium on PATH (apt-get install chromium)"; exit 2; }
 
-test: lint chromium
+# PostgreSQL's server for the sink and outage tests (they start their own on 127.0.0.1), unless
+# BARRIERFLOW_TEST_POSTGRES_DSN names an external one.
+postgres:
+	@[ -n "$$BARRIERFLOW_TEST_POSTGRES_DSN" ] || command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo "installing Debian's PostgreSQL server for the tests" \
+	       && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } \
+	  || { echo "error: the PostgreSQL tests need its server (initdb, postgres, pg_ctl): apt-get install postgresql," \
+	            "or set BARRIERFLOW_TEST_POSTGRES_DSN to a server with max_prepared_transactions > 0"; exit 2; }
+
+test: lint chromium postgres
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -p no:cacheprovider --durations=30
 
-bench: $(STAMP)
+bench: install
 	$(BIN)/python -m bench --markdown docs/benchmarks-latest.md
 
 # Generator stage -> channel -> keyed-totals stage, the old channel writer against this one
 # (docs/benchmarks.md, "Channel transport"); prints a table, asserts nothing.
-bench-channels: $(STAMP)
+bench-channels: install
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/channel_transport.py
 
 # The Kafka source against the raw client ceiling measured in the same run (docs/benchmarks.md,
 # "Kafka source"); prints a table, asserts nothing.
-bench-kafka: $(STAMP)
+bench-kafka: install
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m bench.kafka_source
 
 # Flink in a virtual environment of its own (never in the main requirements), for
@@ -89,13 +106,13 @@ $(FLINK_STAMP): requirements-flink.txt
 
 flink: $(FLINK_STAMP)
 
-bench-flink: $(STAMP) $(FLINK_STAMP)
+bench-flink: install $(FLINK_STAMP)
 	$(BIN)/python -m bench --compare flink-sql --seconds 30 --rounds 2 --markdown docs/benchmarks-flink-latest.md
 
 # Local Airflow: scheduler, DAG processor, triggerer and API server (`airflow standalone`) on
 # 127.0.0.1:$(AIRFLOW_PORT), with this project's DAGs and plugins (the Checkpoints page),
 # SQLite metadata and its generated admin password in var/airflow (git-ignored). Ctrl-C stops it.
-airflow: $(STAMP)
+airflow: install
 	@mkdir -p $(AIRFLOW_HOME_DIR)
 	@echo "Airflow UI: http://127.0.0.1:$(AIRFLOW_PORT)/  (checkpoints: Browse -> Checkpoints)"
 	@echo "Log in as 'admin'; the password is generated at the first start into"

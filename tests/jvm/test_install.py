@@ -1,0 +1,108 @@
+"""The JVM artifact cache: pinned jars fetched once, verified every time, a changed jar refused.
+
+The repository here is a folder served through ``file://`` (urllib reads it as it reads Maven
+Central over HTTPS), so these tests download nothing from the network."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from barrierflow.jvm.classpath import set_jars
+from barrierflow.jvm.errors import JvmArtifactError
+from barrierflow.jvm.install import REPOSITORY_ENV, install
+from barrierflow.jvm.lockfile import DEFAULT_LOCK, LockedArtifact, read_lock, render_lock
+
+
+def _publish(repo: Path, group: str, artifact: str, version: str, content: bytes) -> LockedArtifact:
+    pinned = LockedArtifact("demo", group, artifact, version, "", hashlib.sha256(content).hexdigest())
+    path = repo / pinned.repository_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return pinned
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "repo"
+    monkeypatch.setenv(REPOSITORY_ENV, folder.as_uri())
+    return folder
+
+
+def test_a_second_install_downloads_nothing_and_verifies_every_jar(repo: Path, tmp_path: Path) -> None:
+    jars = [_publish(repo, "org.example", "a", "1.0", b"jar a"), _publish(repo, "org.example.b", "b", "2.1", b"jar b")]
+    cache = tmp_path / "cache"
+    first = install(jars, cache)
+    assert [a.artifact for a in first.downloaded] == ["a", "b"] and first.verified == []
+    assert (cache / "org/example/b/b/2.1/b-2.1.jar").read_bytes() == b"jar b"
+    second = install(jars, cache)
+    assert second.downloaded == [] and [a.artifact for a in second.verified] == ["a", "b"]
+
+
+def test_a_tampered_cached_jar_fails_naming_it_and_is_left_for_inspection(repo: Path, tmp_path: Path) -> None:
+    jar = _publish(repo, "org.example", "a", "1.0", b"jar a")
+    cache = tmp_path / "cache"
+    install([jar], cache)
+    cached = cache / jar.repository_path
+    cached.write_bytes(b"jar a, changed")
+    changed = r"org\.example:a:1\.0 at .*a-1\.0\.jar does not match its pinned sha256"
+    with pytest.raises(JvmArtifactError, match=changed):
+        install([jar], cache)
+    assert cached.read_bytes() == b"jar a, changed"  # never silently replaced
+
+
+def test_a_download_that_does_not_match_its_pin_is_refused_and_not_cached(repo: Path, tmp_path: Path) -> None:
+    jar = _publish(repo, "org.example", "a", "1.0", b"jar a")
+    (repo / jar.repository_path).write_bytes(b"something else")
+    cache = tmp_path / "cache"
+    with pytest.raises(JvmArtifactError, match=r"downloaded org\.example:a:1\.0 .* does not match its pinned sha256"):
+        install([jar], cache)
+    assert not (cache / jar.repository_path).exists()
+    assert list((cache / jar.repository_path).parent.iterdir()) == []  # no partial file left
+
+
+def test_an_unreachable_repository_names_the_artifact_and_the_repository(repo: Path, tmp_path: Path) -> None:
+    missing = LockedArtifact("demo", "org.example", "gone", "1.0", "", "0" * 64)
+    with pytest.raises(JvmArtifactError, match=r"cannot download JVM artifact org\.example:gone:1\.0 from file:"):
+        install([missing], tmp_path / "cache")
+
+
+def test_the_command_line_install_exits_1_naming_the_tampered_jar(repo: Path, tmp_path: Path) -> None:
+    jar = _publish(repo, "org.example", "a", "1.0", b"jar a")
+    lock = tmp_path / "artifacts.lock"
+    lock.write_text(render_lock([jar], "# test lock"), encoding="utf-8")
+    cache = tmp_path / "cache"
+    command = [sys.executable, "-m", "barrierflow.jvm", "--lock", str(lock), "--cache", str(cache), "install"]
+    first = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert first.returncode == 0 and "1 downloaded" in first.stdout
+    second = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert second.returncode == 0, second.stderr
+    assert "0 downloaded" in second.stdout and "1 already present and verified" in second.stdout
+    (cache / jar.repository_path).write_bytes(b"evil")
+    third = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert third.returncode == 1
+    assert "org.example:a:1.0" in third.stderr and "does not match its pinned sha256" in third.stderr
+
+
+def test_a_malformed_lock_line_is_named(tmp_path: Path) -> None:
+    lock = tmp_path / "artifacts.lock"
+    lock.write_text("# ok\nkafka-broker org.apache.kafka:kafka_2.13 deadbeef\n", encoding="utf-8")
+    with pytest.raises(JvmArtifactError, match=r"artifacts\.lock:2: expected"):
+        read_lock(lock)
+
+
+def test_the_shipped_lock_pins_every_jar_exactly_and_the_installed_broker_set_verifies() -> None:
+    """What ``make install`` left in the cache matches the lock (verified, not downloaded)."""
+    artifacts = read_lock(DEFAULT_LOCK)
+    assert {a.set_name for a in artifacts} == {"kafka-broker"}
+    assert all(len(a.sha256) == 64 and "SNAPSHOT" not in a.version and "[" not in a.version for a in artifacts)
+    jars = set_jars("kafka-broker", verify=True)
+    assert any(j.name.startswith("kafka_2.13-") for j in jars)
+
+
+def test_an_unknown_set_names_the_sets_there_are() -> None:
+    with pytest.raises(JvmArtifactError, match=r"no JVM artifact set 'flink' .* sets: kafka-broker"):
+        set_jars("flink")
