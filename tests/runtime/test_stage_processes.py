@@ -99,9 +99,9 @@ def _wait_gone(pids: list[int], timeout: float = 90.0) -> None:
 
 
 def _broker_pid(data: Path) -> int | None:
-    """The pid of the embedded broker running on ``data``, from its control file."""
+    """The pid of the embedded broker whose directory is ``data``, from its pid file."""
     try:
-        return int(json.loads((data / "noida.control.json").read_text(encoding="utf-8"))["pid"])
+        return int(json.loads((data / "broker.pid").read_text(encoding="utf-8"))["broker"])
     except (OSError, ValueError, KeyError):
         return None
 
@@ -140,7 +140,7 @@ def test_one_process_per_stage_survives_a_killed_stage_and_a_killed_coordinator(
     run = _supervisor(spec_path, "--until-exhausted")
     _wait_for(lambda: _globals_of_attempt(chk, 1), "a global checkpoint of attempt 1", run)
     a, b = _stage_pid(tmp_path, "a"), _stage_pid(tmp_path, "b")
-    broker = _broker_pid(tmp_path / "work" / "embedded-broker" / "data")
+    broker = _broker_pid(tmp_path / "work" / "embedded-broker")
     assert broker is not None and broker not in (run.pid, a, b)
     run.kill()
     run.communicate(timeout=60)

@@ -1,11 +1,9 @@
 """The Kafka sink driven through the 2PC template (no Spark): staged batches, a ledger on a
-local store, a Kafka-protocol broker (noida-db, or $BARRIERFLOW_TEST_KAFKA_BOOTSTRAP).
+local store, Apache Kafka (started by the tests, or $BARRIERFLOW_TEST_KAFKA_BOOTSTRAP).
 
-Records are read back from offset 0 with a consumer polling until it goes idle. Every test
-runs on both brokers with the same assertions: noida-db hides aborted records from
-``read_committed`` consumers and fences zombie producers as Kafka does. What it does not
-model, a transaction left open past its timeout, is shown with barrierflow's own path
-(:func:`test_a_transaction_left_open_past_its_timeout_is_aborted_by_the_restore`)."""
+Records are read back from offset 0 with a consumer polling until it goes idle. A crashed
+driver's transaction left open past its timeout is aborted by Kafka itself
+(:func:`test_kafka_aborts_a_transaction_left_open_past_its_timeout_and_the_restore_commits_once`)."""
 
 from __future__ import annotations
 
@@ -332,16 +330,16 @@ def _last_stable_offset(env: Env) -> tuple[int, int]:
     return ends[0], ends[1]
 
 
-def test_a_transaction_left_open_past_its_timeout_is_aborted_by_the_restore(env: Env) -> None:
-    """What the test broker does not model, handled by barrierflow's own path: a driver process
-    is SIGKILLed with its Kafka transaction open (the epoch's records and its marker produced,
-    no commit_transaction). A real Kafka aborts that transaction once its
-    ``transaction.timeout.ms`` passed; noida-db never does, so its last stable offset stays at
-    the transaction's first record and a ``read_committed`` reader sees nothing after it. The
-    restarted driver does not wait for the broker: its ``init_transactions`` (same
-    transactional id, ``bf.<pipeline>.<sink>``) fences the dead producer and aborts its
-    transaction, then the epoch is committed once. read_committed readers never see the dead
-    transaction's records."""
+def test_kafka_aborts_a_transaction_left_open_past_its_timeout_and_the_restore_commits_once(env: Env) -> None:
+    """A driver process is SIGKILLed with its Kafka transaction open (the epoch's records and
+    its marker produced, no commit_transaction). Until the broker acts, the partition's last
+    stable offset stays at the transaction's first record. Kafka itself aborts the transaction
+    once its ``transaction.timeout.ms`` (1 s here) passed: an abort marker follows the dead
+    records and the last stable offset reaches the high watermark, with no barrierflow process
+    running. The restarted driver then commits the epoch once (its ``init_transactions`` with
+    the same transactional id, ``bf.<pipeline>.<sink>``, would also have fenced and aborted
+    the dead producer had the broker not done so yet). read_committed readers never see the
+    dead transaction's records."""
     env.stage(0, [1, 2])
     env.sink().pre_commit_epoch(1, barrier_batch=0)
     txn = env.ledger.get("out", 1)
@@ -370,11 +368,13 @@ def test_a_transaction_left_open_past_its_timeout_is_aborted_by_the_restore(env:
     finally:
         dead.kill()
         dead.wait(timeout=10)
-    time.sleep(3 * timeout_ms / 1000)  # well past the transaction's timeout
     stable, high = _last_stable_offset(env)
-    assert high == 2  # the dead transaction's two records
-    if env.endpoint.is_test_broker:  # not modelled: the timed-out transaction is still open
-        assert stable == 0
+    assert (stable, high) == (0, 2)  # the dead transaction's two records, still open
+    deadline = time.monotonic() + 90  # the broker's abort timer: 1 s on the test broker, 10 s by default
+    while (stable, high) != (3, 3):  # the broker aborted it: an abort marker at offset 2
+        assert time.monotonic() < deadline, f"Kafka did not abort the timed-out transaction: {(stable, high)}"
+        time.sleep(0.2)
+        stable, high = _last_stable_offset(env)
     assert env.data_ids() == []
 
     decisions = env.sink(attempt=1).restore(1, barrier_batch=0)

@@ -1,4 +1,4 @@
-"""The embedded broker of ``bootstrap: embedded`` channels: a real noida-db on 127.0.0.1."""
+"""The embedded broker of ``bootstrap: embedded`` channels: Apache Kafka (KRaft) on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -98,18 +98,17 @@ def test_a_second_broker_on_the_same_data_dir_is_refused_with_the_reason(tmp_pat
             pass
 
 
-def test_a_missing_package_names_the_package_and_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    def missing(_name: str) -> None:
-        raise ModuleNotFoundError("No module named 'noida_db'")
-
-    monkeypatch.setattr(embedded.importlib.resources, "files", missing)
-    with pytest.raises(EmbeddedBrokerError, match=r"need the 'noida-db' package.*make install"):
-        embedded.broker_binary()
+def test_missing_kafka_jars_name_the_artifact_and_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BARRIERFLOW_JVM_CACHE", str(tmp_path / "empty-cache"))
+    missing = r"JVM artifact .* of set .kafka-broker. is not installed .*make install"
+    with pytest.raises(EmbeddedBrokerError, match=missing):
+        with embedded_broker():
+            pass
 
 
 def test_the_broker_is_stopped_and_keeps_its_data_when_its_starter_is_killed(tmp_path: Path) -> None:
     """The parent-death signal: a SIGKILLed ``barrierflow run`` leaves no broker behind and
-    loses nothing the broker acknowledged (it saves on SIGTERM), so the same command can start
+    loses nothing the broker acknowledged, so the same command can start
     it again on the same data dir."""
     child, broker = _run_holding_a_broker(tmp_path / "broker", 400)
     child.send_signal(signal.SIGKILL)
@@ -131,7 +130,7 @@ def test_the_broker_is_stopped_and_keeps_its_data_when_its_starter_is_killed(tmp
 def test_a_sigkill_of_the_starters_process_group_loses_no_acknowledged_record(tmp_path: Path) -> None:
     """The broker runs in a session of its own: a SIGKILL of the whole process group of the
     run that started it (what ``barrierflow chaos`` does) does not reach it, and the
-    parent-death signal makes it save and exit. A new broker started on the same data dir at
+    parent-death signal makes it shut down. A new broker started on the same data dir at
     once (the restarted run) waits for the old one and then has every acknowledged record,
     including those produced in the last moment before the kill."""
     child, broker = _run_holding_a_broker(tmp_path / "broker", 3000, own_session=True)

@@ -1,27 +1,18 @@
-"""A throwaway Kafka-protocol broker for tests: noida-db, shipped as a binary by ``noida-db``.
+"""A throwaway Apache Kafka broker for tests (single-node KRaft, from the pinned jars).
 
-``running_kafka_broker()`` starts noida-db's Kafka service (through the production launcher
-:mod:`barrierflow.sources.embedded_broker`, which ``bootstrap: embedded`` channels use too)
-with its data in a temporary dir on 127.0.0.1 on a free port, waits until kafka-python can
-actually bootstrap from it and list topics, yields a :class:`KafkaEndpoint` and stops the
-broker afterwards (SIGTERM, then SIGKILL; the data dir is removed). If
-``BARRIERFLOW_TEST_KAFKA_BOOTSTRAP`` is set, that broker (a real cluster) is used instead and
-nothing is started (``is_test_broker`` is then False).
+``running_kafka_broker()`` starts Apache Kafka through the production launcher
+(:func:`barrierflow.kafka_io.kraft_broker.kraft_broker`, which ``bootstrap: embedded`` channels
+use too) with its data in a temporary dir on 127.0.0.1 on free ports, waits until kafka-python
+can bootstrap from it and list topics, yields a :class:`KafkaEndpoint` and stops it afterwards
+(the data dir is removed). Besides its PLAINTEXT listener it offers a SASL_SSL one (SCRAM-SHA-256
+and -512 over TLS) with a throwaway CA (:mod:`tests.support.tls`) and one SCRAM user, so secured
+clients are tested against the real thing.
 
-noida-db gets right what the earlier test broker (tansu) got wrong, measured for issue 29:
-end offsets after batched (multi-record) produce requests, ``read_committed`` skipping
-aborted records, the last stable offset with a transaction open, fencing of a zombie
-producer, and keeping its records across a stop and start of its data dir. So tests run the
-same assertions on it as on a real Kafka. What it does not model (known gaps):
-
-* a transaction left open past its ``transaction.timeout.ms`` is never aborted by the broker
-  (a real Kafka aborts it); barrierflow's sink aborts its own in-doubt transactions on
-  restore, which tests/sinks/test_kafka_sink.py shows;
-* it is single-node: no replication, ISR, leader election or ``acks`` semantics beyond one
-  broker, so ``min.insync.replicas`` and broker failover are not tested here;
-* it writes its data to disk about once a second (and on SIGTERM): a SIGKILL of the broker
-  process itself can lose the last second of acknowledged writes, which a real Kafka with
-  ``acks=all`` on several replicas would not.
+If ``BARRIERFLOW_TEST_KAFKA_BOOTSTRAP`` is set, that broker (a real cluster) is used instead and
+nothing is started (``is_test_broker`` is then False); its SASL_SSL listener, if any, comes from
+``BARRIERFLOW_TEST_KAFKA_SASL_SSL_BOOTSTRAP``, ``..._CA`` (a PEM file), ``..._USERNAME`` and
+``..._PASSWORD`` (the SCRAM mechanism is ``BARRIERFLOW_TEST_KAFKA_SASL_MECHANISM``,
+SCRAM-SHA-256 by default).
 """
 
 from __future__ import annotations
@@ -29,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -36,13 +29,20 @@ from pathlib import Path
 from typing import Any
 
 from barrierflow.errors import BarrierflowError
-from barrierflow.sources import embedded_broker as embedded
+from barrierflow.jvm.lockfile import DEFAULT_LOCK, read_lock
+from barrierflow.kafka_io import kraft_broker as kraft
 
 from tests.support.processes import free_port as shared_free_port
+from tests.support.tls import make_ca_and_server_cert
 
 logger = logging.getLogger(__name__)
 
 EXTERNAL_BOOTSTRAP_ENV = "BARRIERFLOW_TEST_KAFKA_BOOTSTRAP"
+EXTERNAL_SECURE_PREFIX = "BARRIERFLOW_TEST_KAFKA_SASL_SSL_"
+#: The test broker's JVM: C1 only (a short-lived broker spends its CPU starting), serial GC.
+TEST_JVM_OPTIONS = ("-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                    "-Djava.awt.headless=true")
+SCRAM_USER = "barrierflow-test"
 
 #: ``(partition, key, value, headers)`` of one record to produce.
 ProducedRecord = tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes]] | None]
@@ -53,27 +53,45 @@ class KafkaBrokerError(BarrierflowError):
 
 
 @dataclass(frozen=True)
+class SecureListener:
+    """A SASL_SSL listener: where, what to trust, and a SCRAM user of it."""
+
+    bootstrap_servers: str
+    ca_pem: Path
+    username: str
+    password: str
+    mechanism: str = "SCRAM-SHA-256"
+
+    def kafka_python_options(self) -> dict[str, Any]:
+        """Connection options for kafka-python clients."""
+        return {"bootstrap_servers": self.bootstrap_servers, "security_protocol": "SASL_SSL",
+                "sasl_mechanism": self.mechanism, "sasl_plain_username": self.username,
+                "sasl_plain_password": self.password, "ssl_cafile": str(self.ca_pem)}
+
+
+@dataclass(frozen=True)
 class KafkaEndpoint:
     """A Kafka broker for tests.
 
     Attributes:
-        bootstrap_servers: ``host:port`` (comma-separated list for an external cluster).
-        is_test_broker: True for a broker these helpers started (noida-db; see the module
-            docstring for what it does not model), False for the external broker of
-            ``$BARRIERFLOW_TEST_KAFKA_BOOTSTRAP``.
+        bootstrap_servers: ``host:port`` of the PLAINTEXT listener (a list for an external cluster).
+        is_test_broker: True for a broker these helpers started, False for the external broker
+            of ``$BARRIERFLOW_TEST_KAFKA_BOOTSTRAP``.
+        pid: the started broker's process id (outage tests pause it).
+        broker: what broker this is ("Apache Kafka 4.3.1", or "external ...").
+        secure: its SASL_SSL listener, if it has one.
     """
 
     bootstrap_servers: str
     is_test_broker: bool
     pid: int | None = None
+    broker: str = ""
+    secure: SecureListener | None = None
 
 
-def broker_binary() -> Path:
-    """Path of the ``noida-db`` binary shipped in the ``noida-db`` package."""
-    try:
-        return embedded.broker_binary()
-    except embedded.EmbeddedBrokerError as exc:
-        raise KafkaBrokerError(f"{exc} (or set {EXTERNAL_BOOTSTRAP_ENV} to a running broker)") from exc
+def kafka_version() -> str:
+    """The Apache Kafka version of the pinned jars (the ``kafka_2.13`` artifact of the lock)."""
+    return next(a.version for a in read_lock(DEFAULT_LOCK) if a.artifact == "kafka_2.13")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -97,46 +115,65 @@ def _admin(bootstrap_servers: str | list[str], timeout_ms: int = 5000) -> object
 
 def _answers(bootstrap_servers: str, timeout: float) -> bool:
     """Whether kafka-python can bootstrap from the broker and list its topics."""
-    return embedded.broker_answers(bootstrap_servers, timeout)
+    return kraft.broker_answers(bootstrap_servers, timeout)
 
 
 @contextlib.contextmanager
 def _started_broker(startup_timeout: float, stop_timeout: float) -> Iterator[KafkaEndpoint]:
-    """The production launcher (:func:`barrierflow.sources.embedded_broker.embedded_broker`)
-    on a temporary data dir, its errors raised as :class:`KafkaBrokerError`."""
-    broker_binary()  # the hint about the external broker if noida-db is missing
-    stack = contextlib.ExitStack()
-    try:
-        bootstrap = stack.enter_context(embedded.embedded_broker(None, startup_timeout, stop_timeout))
-    except embedded.EmbeddedBrokerError as exc:
-        raise KafkaBrokerError(str(exc)) from exc
-    with stack:
-        yield KafkaEndpoint(bootstrap_servers=bootstrap, is_test_broker=True, pid=embedded.broker_pid(bootstrap))
+    """Apache Kafka through the production launcher on a temporary data dir, with a SASL_SSL
+    listener (a fresh CA and SCRAM password each time); its errors raised as :class:`KafkaBrokerError`."""
+    with tempfile.TemporaryDirectory(prefix="bf-test-kafka-tls-") as tls_dir:
+        tls = make_ca_and_server_cert(Path(tls_dir))
+        password = secrets.token_urlsafe(16)
+        security = kraft.BrokerSecurity(users={SCRAM_USER: password}, key_and_certificate_pem=tls.server_pem)
+        stack = contextlib.ExitStack()
+        try:
+            broker = stack.enter_context(kraft.kraft_broker(
+                None, startup_timeout=startup_timeout, stop_timeout=stop_timeout, security=security,
+                jvm_options=TEST_JVM_OPTIONS))
+        except kraft.KafkaBrokerStartError as exc:
+            raise KafkaBrokerError(f"{exc} (or set {EXTERNAL_BOOTSTRAP_ENV} to a running broker)") from exc
+        with stack:
+            assert broker.secure_bootstrap_servers is not None
+            yield KafkaEndpoint(
+                bootstrap_servers=broker.bootstrap_servers, is_test_broker=True, pid=broker.pid,
+                broker=f"Apache Kafka {kafka_version()} (KRaft, single node, pid {broker.pid})",
+                secure=SecureListener(broker.secure_bootstrap_servers, tls.ca_pem, SCRAM_USER, password))
+
+
+def _external_endpoint(bootstrap: str) -> KafkaEndpoint:
+    env = {k[len(EXTERNAL_SECURE_PREFIX):]: v for k, v in os.environ.items() if k.startswith(EXTERNAL_SECURE_PREFIX)}
+    secure = None
+    if all(env.get(k) for k in ("BOOTSTRAP", "CA", "USERNAME", "PASSWORD")):
+        secure = SecureListener(env["BOOTSTRAP"], Path(env["CA"]), env["USERNAME"], env["PASSWORD"],
+                                os.environ.get("BARRIERFLOW_TEST_KAFKA_SASL_MECHANISM", "SCRAM-SHA-256"))
+    return KafkaEndpoint(bootstrap_servers=bootstrap, is_test_broker=False, broker=f"external Kafka at {bootstrap}",
+                         secure=secure)
 
 
 @contextlib.contextmanager
 def running_kafka_broker(
-    startup_timeout: float = 30.0, stop_timeout: float = 10.0
+    startup_timeout: float = 90.0, stop_timeout: float = 15.0
 ) -> Iterator[KafkaEndpoint]:
-    """Yield a Kafka broker: ``$BARRIERFLOW_TEST_KAFKA_BOOTSTRAP`` if set, else a fresh noida-db.
+    """Yield a Kafka broker: ``$BARRIERFLOW_TEST_KAFKA_BOOTSTRAP`` if set, else a fresh Apache Kafka.
 
     The started broker keeps its data in a temporary dir (removed afterwards), listens on
-    127.0.0.1 on a free port, answers kafka-python's metadata requests when this yields and is
-    stopped on exit. Raises
-    :class:`KafkaBrokerError` if it cannot be started within ``startup_timeout`` seconds.
+    127.0.0.1 on free ports, answers kafka-python's metadata requests when this yields and is
+    stopped on exit. Raises :class:`KafkaBrokerError` if it cannot be started within
+    ``startup_timeout`` seconds.
     """
     external = os.environ.get(EXTERNAL_BOOTSTRAP_ENV)
     if external:
         logger.info("using the external Kafka broker from %s", EXTERNAL_BOOTSTRAP_ENV)
-        yield KafkaEndpoint(bootstrap_servers=external, is_test_broker=False)
+        yield _external_endpoint(external)
         return
     with _started_broker(startup_timeout, stop_timeout) as endpoint:
         yield endpoint
 
 
 @contextlib.contextmanager
-def own_kafka_broker(startup_timeout: float = 30.0, stop_timeout: float = 10.0) -> Iterator[KafkaEndpoint]:
-    """A fresh noida-db broker for one test alone, even when ``$BARRIERFLOW_TEST_KAFKA_BOOTSTRAP``
+def own_kafka_broker(startup_timeout: float = 90.0, stop_timeout: float = 15.0) -> Iterator[KafkaEndpoint]:
+    """A fresh Apache Kafka broker for one test alone, even when ``$BARRIERFLOW_TEST_KAFKA_BOOTSTRAP``
     names another: for tests that pause or stop the broker (``pid`` is set), which they must
     never do to a shared one."""
     with _started_broker(startup_timeout, stop_timeout) as endpoint:
@@ -213,9 +250,8 @@ def produce(
 
     Each record is sent in a request of its own and acknowledged before the next is sent
     (``linger_ms=0``, wait on every send), so the returned offsets follow the order of
-    ``records`` exactly even across partitions. (The earlier test broker, tansu, also needed
-    it for correct end offsets; noida-db does not: tests that want real producer batches
-    produce them themselves, see tests/sources/test_kafka_bounded_topic.py.)
+    ``records`` exactly even across partitions. Tests that want real producer batches produce
+    them themselves (see tests/sources/test_kafka_bounded_topic.py).
     """
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
