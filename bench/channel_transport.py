@@ -2,7 +2,7 @@
 
 Pipeline: stage ``gen`` (the built-in generator, 2 partitions, unthrottled, bounded to
 ``--records`` records) projects ``key, value, event_time`` and writes channel ``ab`` (4
-partitions, keyed by ``key``, on the embedded Kafka-protocol broker, noida-db); stage
+partitions, keyed by ``key``, on the embedded broker, Apache Kafka); stage
 ``totals`` reads ``ab`` and keeps a running count and sum per key (output mode update) into
 ``discard``. With ``--stages 3`` a stage ``mid`` (a projection) reads ``ab`` and writes channel
 ``bc`` (4 partitions, keyed), which ``totals`` reads. Aligned checkpoints every 2 s,

@@ -13,7 +13,7 @@ least 100 each):
 =================  =========================================================================
 
 The servers a pipeline needs are started here on 127.0.0.1 and stopped afterwards: a throwaway
-PostgreSQL, a noida-db Kafka broker (channels use the embedded broker ``barrierflow run``
+PostgreSQL, an Apache Kafka broker (channels use the embedded broker ``barrierflow run``
 starts itself). Drivers start with the test suite's short-lived-driver JVM options, as chaos
 restarts them a hundred times. Each run prints chaos's summary; ``--markdown FILE`` appends one
 table row per run (command, date, seed, summary) for docs/chaos.md.

@@ -3,7 +3,7 @@ raw client ceiling measured in the same run on the same broker.
 
 Steps, all in one run (ratios are what count on a shared 2-core machine):
 
-1. A broker: the embedded one (noida-db, started here) or ``--bootstrap`` (a real Kafka).
+1. A broker: the embedded one (Apache Kafka, started here) or ``--bootstrap`` (a real Kafka).
 2. ``--records`` JSON records ``{"key", "value", "event_time"}`` (1,000 keys) produced with
    confluent-kafka to a fresh topic of ``--partitions`` partitions: the **produce ceiling**.
 3. The topic read back with barrierflow's range reader (confluent-kafka): alone (the **consume

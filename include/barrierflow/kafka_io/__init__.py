@@ -1,7 +1,7 @@
 """The Kafka clients barrierflow uses, behind one small interface.
 
 Two Python Kafka clients are in the environment, and each is used where it is the better tool
-(figures measured on this 2-core machine against the embedded broker, noida-db 0.2.3: the
+(figures measured on this 2-core machine against the embedded broker of the time, noida-db 0.2.3: the
 issue 29 run, and ``bench/channel_transport.py`` on 2026-11-25 in docs/benchmarks.md, "Channel
 transport"; JSON records of a channel's shape, 4 partitions, ``acks=all``):
 

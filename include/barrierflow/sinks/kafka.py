@@ -37,13 +37,13 @@ Staged data is never deleted here; the template deletes it after the ledger says
 Caveats:
 
 * The marker check needs a broker that hides aborted transactional records from
-  ``read_committed`` consumers, as Kafka and the embedded/test broker (noida-db) do; on one
-  that does not (the earlier test broker, tansu) an aborted marker (a driver that crashed
+  ``read_committed`` consumers, as Kafka does; on one that does not (some Kafka-protocol
+  imitations) an aborted marker (a driver that crashed
   after producing the marker but before ``commit_transaction``) would be taken as committed.
-* A transaction left open by a dead driver: Kafka aborts it after ``transaction_timeout_ms``;
-  noida-db never does. The sink does not rely on either: the restarted driver's
-  ``init_transactions`` (same transactional id) fences the dead producer and aborts it
-  before anything is produced (tests/sinks/test_kafka_sink.py shows it on noida-db).
+* A transaction left open by a dead driver: Kafka aborts it after ``transaction_timeout_ms``
+  (tests/sinks/test_kafka_sink.py shows it). The sink does not wait for that: the restarted
+  driver's ``init_transactions`` (same transactional id) fences the dead producer and aborts
+  it before anything is produced.
   Meanwhile a ``read_committed`` reader of the topic waits at that transaction.
 * Records travel in producer batches (``linger.ms`` 5, idempotent, ``acks=all``); the marker is
   sent after every record of the epoch was acknowledged, carrying each partition's
@@ -257,7 +257,7 @@ def marker_log(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pip
     progress for it to end. Markers are filtered to ``pipeline``/``sink`` when given; records
     that are not barrierflow markers are skipped.
 
-    Needs a broker whose ``read_committed`` hides aborted records (Kafka, noida-db).
+    Needs a broker whose ``read_committed`` hides aborted records (Kafka does).
 
     Raises:
         SinkError: unknown topic, unreachable brokers, or no progress within the bound.
@@ -332,10 +332,10 @@ def committed_records(bootstrap_servers: str | Sequence[str], topic: str, marker
     ``read_uncommitted`` (no wait for open transactions); the markers with ``read_committed``
     (:func:`marker_log`).
 
-    On Kafka and on the embedded/test broker (noida-db) this equals what a ``read_committed``
-    consumer sees of the sink's output (the tests check both). It predates that broker: on the
-    earlier test broker (tansu), whose ``read_committed`` also returned aborted records, it was
-    the only exact reader of the output.
+    On Kafka this equals what a ``read_committed`` consumer sees of the sink's output (the tests
+    check both). It predates the tests' use of Apache Kafka: on an earlier test broker (tansu),
+    whose ``read_committed`` also returned aborted records, it was the only exact reader of the
+    output.
 
     Raises:
         SinkError: unreachable brokers, an unknown topic, no progress within ``timeout``, or a
