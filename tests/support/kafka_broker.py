@@ -24,7 +24,7 @@ import secrets
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,7 @@ class SecureListener:
     bootstrap_servers: str
     ca_pem: Path
     username: str
-    password: str
+    password: str = field(repr=False)  # never in a test report
     mechanism: str = "SCRAM-SHA-256"
 
     def kafka_python_options(self) -> dict[str, Any]:
