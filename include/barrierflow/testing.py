@@ -22,6 +22,13 @@ call to the wrapped store and add one behaviour each:
 * :class:`FailingObjectStore` — raises :class:`StorageError` on writes whose key matches,
   for as long as ``failing`` is true.
 
+A sink double:
+
+* :class:`FailingCommitter` — wraps a sink's :class:`SinkCommitter`; from its ``fail_from``-th
+  commit on (``notify_checkpoint_complete``, counted from 1) it raises :class:`SinkError`
+  without telling the wrapped sink, so the epoch stays pre-committed, as when the sink's
+  system stays unreachable past its commit retries. Pre-commits and aborts pass through.
+
 The staged-batch writer:
 
 * :func:`stage_batch` — stages a micro-batch without Spark, in the exact layout the Spark-side
@@ -38,13 +45,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from barrierflow.errors import StorageError
+from barrierflow.errors import SinkError, StorageError
 from barrierflow.storage import open_store
 from barrierflow.storage.object_store import ObjectInfo, ObjectStore
+from barrierflow.transactions.committer import SinkCommitter
 from barrierflow.transactions.staged import MARKER, batch_prefix
 
-__all__ = ["FailingObjectStore", "KeyFilter", "ProgressWait", "SlowObjectStore", "WriteRecord", "shared_files",
-           "stage_batch"]
+__all__ = ["FailingCommitter", "FailingObjectStore", "KeyFilter", "ProgressWait", "SlowObjectStore", "WriteRecord",
+           "shared_files", "stage_batch"]
 
 #: Which keys a double acts on.
 KeyFilter = Callable[[str], bool]
@@ -195,6 +203,37 @@ class FailingObjectStore(_Delegating):
         if self.failing and self.matches(key):
             self.failures += 1
             raise StorageError(f"injected failure writing {self.describe(key)}")
+
+
+class FailingCommitter(SinkCommitter):
+    """A sink whose commits fail from the ``fail_from``-th on; see the module docstring.
+
+    Attributes:
+        inner: the wrapped sink (its ``name`` is this double's).
+        fail_from: the first commit call (counted from 1) that fails.
+        committed: checkpoint ids whose commit was passed on to ``inner``, in call order.
+        failed: checkpoint ids whose commit failed, in call order.
+    """
+
+    def __init__(self, inner: SinkCommitter, *, fail_from: int = 1) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.fail_from = fail_from
+        self.committed: list[int] = []
+        self.failed: list[int] = []
+
+    def pre_commit_epoch(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]:
+        return self.inner.pre_commit_epoch(checkpoint_id, barrier_batch)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None:
+        if len(self.committed) + len(self.failed) + 1 >= self.fail_from:
+            self.failed.append(checkpoint_id)
+            raise SinkError(f"sink {self.name!r}: injected failure committing checkpoint {checkpoint_id}")
+        self.inner.notify_checkpoint_complete(checkpoint_id, barrier_batch)
+        self.committed.append(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self.inner.notify_checkpoint_aborted(checkpoint_id)
 
 
 def stage_batch(uri: str, batch_id: int, table: Any, files: int = 1) -> None:

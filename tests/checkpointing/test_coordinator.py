@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
+from barrierflow.checkpointing.errors import SinkCommitFailedError
 from barrierflow.checkpointing.manifest import FailureReason
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import TolerableFailuresExceededError
 from barrierflow.spec.models import CheckpointSpec
 from barrierflow.storage.local import LocalObjectStore
-from barrierflow.testing import FailingObjectStore
+from barrierflow.testing import FailingCommitter, FailingObjectStore
 from barrierflow.transactions.committer import SinkCommitter
 
 from tests.checkpointing.fake_spark import FakeSparkCheckpoint
@@ -170,6 +171,47 @@ def test_failed_uploads_are_never_completed_and_stop_the_job(tmp_path: Path) -> 
     assert "UPLOAD_FAILED" in str(info.value) and "tolerable_failed_checkpoints" in str(info.value)
     assert store.checkpoint_ids() == []
     assert {f.reason for f in store.failures()} == {FailureReason.UPLOAD_FAILED}
+
+
+def _complete_one_checkpoint(coordinator: CheckpointCoordinator, spark: FakeSparkCheckpoint, clock: Clock) -> None:
+    """Trigger checkpoint 1, run its barrier batch, and complete it on the last tick (which
+    queues the sink commit and returns: the end of a run loop)."""
+    clock.t += 1.0
+    coordinator.tick()
+    spark.run_batch(0, {"0": 10}, barrier=1)
+    coordinator.tick()
+    for pending in list(coordinator.pending.values()):
+        assert pending.upload is not None
+        pending.upload.exception(timeout=10)
+    assert [e.checkpoint_id for e in coordinator.tick() if e.completed] == [1]
+
+
+def test_a_failed_commit_of_the_last_checkpoint_is_raised_when_the_coordinator_drains(tmp_path: Path) -> None:
+    """No tick runs after the one that queued the last commit: drain reports its failure,
+    naming the pipeline, the sink, the epoch and the fix, after the rest of the shutdown."""
+    clock = Clock()
+    sink = FailingCommitter(RecordingSink(), fail_from=1)
+    coordinator, spark, _store = _coordinator(tmp_path, clock=clock, sinks=[sink])
+    _complete_one_checkpoint(coordinator, spark, clock)
+    with pytest.raises(SinkCommitFailedError) as raised:
+        coordinator.drain(timeout=10)
+    error = raised.value
+    assert (error.sink, error.checkpoint_id, error.action) == ("rec", 1, "commit") and sink.failed == [1]
+    message = str(error)
+    assert message.startswith("pipeline p: sink 'rec': the commit of epoch 1 (checkpoint 1, completed) failed")
+    assert "barrierflow reconcile" in message and "injected failure committing checkpoint 1" in message
+    assert ControlChannel(tmp_path / "control").requested_barrier() == 0  # the shutdown finished first
+
+
+def test_a_sink_failure_is_reported_once(tmp_path: Path) -> None:
+    """A failed commit that a tick (or flush) already raised is not raised again by drain."""
+    clock = Clock()
+    coordinator, spark, _store = _coordinator(tmp_path, clock=clock,
+                                              sinks=[FailingCommitter(RecordingSink(), fail_from=1)])
+    _complete_one_checkpoint(coordinator, spark, clock)
+    with pytest.raises(SinkCommitFailedError):
+        coordinator.flush_sinks()
+    coordinator.drain(timeout=10)
 
 
 def test_restart_resumes_ids_after_the_offset_log_and_store(tmp_path: Path) -> None:

@@ -114,8 +114,11 @@ class CheckpointCoordinator:
         spark_version: str = "",
         alignment: AlignmentFn | None = None,
         commit_on_completion: bool = True,
+        label: str | None = None,
     ) -> None:
         self.pipeline = pipeline
+        #: How messages name the pipeline or stage (default ``pipeline <pipeline>``).
+        self.label = label or f"pipeline {pipeline}"
         self.options = options
         self.store = store
         self.spark_dir = Path(spark_checkpoint_dir)
@@ -136,7 +139,7 @@ class CheckpointCoordinator:
         self.commit_on_completion = commit_on_completion
         self.stage = StageTracker(self.spark_dir, self.staging_dir, source_names)
         self.uploader = SnapshotUploader(store, nice=options.async_nice)
-        self.notifier = SinkNotifier(self.sinks)
+        self.notifier = SinkNotifier(self.sinks, label=self.label)
         self._async = background_executor(options.max_concurrent, "chk-async", options.async_nice)
         self.pending: dict[int, PendingCheckpoint] = {}
         #: The newest :data:`KEEP_COMPLETED` completed manifests (the store has them all): a
@@ -442,7 +445,8 @@ class CheckpointCoordinator:
         self.notifier.notify_aborted(checkpoint_id)
 
     def flush_sinks(self, timeout: float = 60.0) -> None:
-        """Wait until every queued sink call (commit, abort) finished; re-raise its error."""
+        """Wait until every queued sink call (commit, abort) finished; raise the first error
+        (:meth:`SinkNotifier.flush`: :class:`SinkCommitFailedError` or ``FencedOffError``)."""
         self.notifier.flush(timeout)
 
     def check_sinks(self) -> None:
@@ -451,7 +455,16 @@ class CheckpointCoordinator:
 
     def drain(self, timeout: float) -> list[CheckpointEvent]:
         """After the query stopped: wait up to ``timeout`` s for in-flight uploads to finish
-        and complete their checkpoints; whatever is still pending then fails (JOB_STOPPED)."""
+        and complete their checkpoints; whatever is still pending then fails (JOB_STOPPED).
+        Then every queued sink call runs and the coordinator's threads stop.
+
+        Raises:
+            SinkCommitFailedError: a sink commit or abort queued in this run failed and no tick
+                reported it (:meth:`SinkNotifier.shutdown`), such as the commit of the run's last
+                checkpoint, queued by the tick that ended the run loop. Raised after everything
+                above is done.
+            FencedOffError: likewise, a sink call found the lease taken over.
+        """
         deadline = self.monotonic() + timeout
         events: list[CheckpointEvent] = []
         events += self._scan_commits()
@@ -461,8 +474,10 @@ class CheckpointCoordinator:
         events += self._collect_uploads()
         for pending in list(self.pending.values()):
             events.append(self._fail(pending, FailureReason.JOB_STOPPED, "the job stopped first"))
-        self.notifier.shutdown()
-        self._async.shutdown(wait=False, cancel_futures=True)
-        self.uploader.shutdown(wait=False)
-        self.control.reset()
+        try:
+            self.notifier.shutdown()
+        finally:
+            self._async.shutdown(wait=False, cancel_futures=True)
+            self.uploader.shutdown(wait=False)
+            self.control.reset()
         return events

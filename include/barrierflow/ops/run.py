@@ -141,6 +141,10 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
             on this pipeline's data dir).
         TolerableFailuresExceededError, JobFailedError: the job (a stage's query or process)
             stopped on a failure.
+        SinkCommitFailedError: a sink could not commit (or abort) an epoch, in either shape
+            also the run's last one (waited for once the queries stopped); it names the sink,
+            the epoch and the fix (``barrierflow reconcile``, or the next run). With
+            ``processes`` the final stage's process exits 1 on it: JobFailedError quoting it.
     """
     _check_limits(duration, checkpoints)
     pipeline = open_pipeline(spec_path)

@@ -2,10 +2,13 @@
 coordinator next to it, stop on a condition, report.
 
 Contract of :meth:`StreamingJob.run`: returns a :class:`RunResult` when the stop condition
-(duration or number of completed checkpoints) is met; raises
-:class:`TolerableFailuresExceededError` after stopping the query when too many consecutive
-checkpoints failed, and :class:`JobFailedError` when the query itself died. In every case
-the query is stopped and in-flight uploads are given ``checkpoint.timeout`` to finish.
+(duration or number of completed checkpoints) is met and every sink commit of the run
+succeeded; raises :class:`TolerableFailuresExceededError` after stopping the query when too
+many consecutive checkpoints failed, :class:`JobFailedError` when the query itself died, and
+:class:`~barrierflow.checkpointing.errors.SinkCommitFailedError` when a sink could not commit
+(or abort) an epoch, also the run's last one, whose commit is queued by the tick that ends the
+run and waited for once the query stopped. In every case the query is stopped, in-flight
+uploads are given ``checkpoint.timeout`` to finish and the queued sink calls run.
 """
 
 from __future__ import annotations
@@ -203,6 +206,7 @@ class StreamingJob:
         last_commit_mono = started
         latest_batch = start_batch
         records = 0
+        ended = False  # the loop reached a stop condition (no error is on its way out)
         try:
             while True:
                 if self.lease is not None and self.lease.lost is not None:
@@ -238,19 +242,22 @@ class StreamingJob:
                 if until is not None and until(self):
                     break
                 time.sleep(TICK_SECONDS)
+            ended = True
         finally:
-            runner.stop(min(self.spec.checkpoint.timeout, 60.0))
-            ended = time.monotonic()
+            # Raises the failure of a sink commit no tick reported (the last checkpoint's) unless
+            # the loop is already raising another error.
+            runner.stop(min(self.spec.checkpoint.timeout, 60.0), failing=not ended)
+            stopped = time.monotonic()
             final = commit_log.latest_committed(self.layout.spark_checkpoint)
             if final is not None and final != start_batch:
                 final_records = _total(offset_log.read_offsets(self.layout.spark_checkpoint, final)) - start_records
                 if final_records != records:
-                    records, last_commit_mono = final_records, ended
+                    records, last_commit_mono = final_records, stopped
                 latest_batch = final
             result.batches = (latest_batch - start_batch if start_batch is not None else
                               (latest_batch + 1 if latest_batch is not None else 0))
             result.records = records
-            result.elapsed_seconds = ended - started
+            result.elapsed_seconds = stopped - started
             if first_batch_mono is not None:
                 result.steady_records = records - first_batch_records
                 result.steady_seconds = last_commit_mono - first_batch_mono

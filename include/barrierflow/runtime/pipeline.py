@@ -34,12 +34,14 @@ from typing import TYPE_CHECKING
 
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
+from barrierflow.checkpointing.errors import SinkCommitFailedError
 from barrierflow.checkpointing.global_manifest import GlobalManifest
 from barrierflow.checkpointing.global_store import AttemptCutoffRecord, GlobalCheckpointStore
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import JobFailedError, UserInputError
+from barrierflow.lease import FencedOffError
 from barrierflow.pipeline.model import OFFLINE_SERVERS, pipeline_work_dir, stages_of
 from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.sources.registry import StageRun, reached, source_kind
@@ -286,11 +288,13 @@ class StagedPipelineJob:
         sinks up to ``n`` once ``global/chk-<n>/_metadata.json`` exists and aborts ``n`` once
         ``_failed.json`` does, in checkpoint order. ``started`` is called once the query runs;
         the stage stops when ``stop_requested`` returns the last completed global checkpoint
-        (a final stage first commits up to it), or fails when ``alive`` turns False (its
-        supervisor is gone). Returns the stage manifests completed in this run.
+        (a final stage first commits up to it, waited for as the stage stops), or fails when
+        ``alive`` turns False (its supervisor is gone). Returns the stage manifests completed in
+        this run.
 
         Raises:
             JobFailedError: the query died, or the supervisor is gone.
+            SinkCommitFailedError: a sink commit (or abort) failed, also the last one.
         """
         job = self.stage_job(name)
         self.load_attempt()
@@ -301,6 +305,7 @@ class StagedPipelineJob:
         final = name in self.graph.final_stages
         decided = self.last_completed
         next_progress = next_follow = time.monotonic()
+        ended = False  # stopped as asked (no error is on its way out)
         try:
             self._start_query(job)
             started()
@@ -312,8 +317,6 @@ class StagedPipelineJob:
                     next_follow = time.monotonic() + FOLLOW_SECONDS
                     decided = self._follow_globals(job, decided)
                 if stop is not None:
-                    if final:
-                        job.coordinator.flush_sinks(timeout=min(self.spec.checkpoint.timeout, 60.0))
                     break
                 if not alive():
                     raise JobFailedError(f"stage {name} of pipeline {self.spec.name}: its supervisor (the pipeline "
@@ -323,8 +326,9 @@ class StagedPipelineJob:
                     next_progress = time.monotonic() + progress_every
                     progress(self._stage_progress(job))
                 time.sleep(TICK_SECONDS)
+            ended = True
         finally:
-            self._stop(min(self.spec.checkpoint.timeout, 60.0), only=job)
+            self._stop(min(self.spec.checkpoint.timeout, 60.0), only=job, failing=not ended)
         return list(job.coordinator.completed)
 
     def _follow_globals(self, job: StageJob, decided: int) -> int:
@@ -357,13 +361,16 @@ class StagedPipelineJob:
             progress_every: float = 1.0) -> PipelineRunResult:
         """Run until ``checkpoints`` global checkpoints completed, ``duration`` seconds passed,
         or (``until_exhausted``, bounded sources) a global checkpoint covers every record of
-        every source stage. The queries are stopped and the final stages' sink commits
-        flushed in every case. ``progress`` (if given) is called with a
-        :class:`PipelineProgress` every ``progress_every`` seconds from the run loop, and once
-        more when the run's limit is reached.
+        every source stage. The queries are stopped and the stages' queued sink commits and
+        aborts waited for in every case (:meth:`StageRunner.drain`, as for a single stage).
+        ``progress`` (if given) is called with a :class:`PipelineProgress` every
+        ``progress_every`` seconds from the run loop, and once more when the run's limit is
+        reached.
 
         Raises:
             JobFailedError: a stage's query died.
+            SinkCommitFailedError: a final stage's sink could not commit (or abort) an epoch,
+                also the run's last one, whose commit the loop's last tick queued.
         """
         self.prepare()
         stages = [self._start_coordinator(job) for job in self.stages]
@@ -377,6 +384,7 @@ class StagedPipelineJob:
         ends = self.source_ends() if until_exhausted else None
         started = time.monotonic()
         next_progress = started + progress_every
+        ended = False  # the loop reached its limit (no error is on its way out)
         try:
             for job in self.stages:
                 self._start_query(job)
@@ -395,11 +403,9 @@ class StagedPipelineJob:
                 time.sleep(TICK_SECONDS)
             if progress is not None:  # the final state, also when the run was shorter than progress_every
                 progress(self._progress(coordinator))
-            for job in self.stages:
-                if job.name in self.graph.final_stages and job.coordinator is not None:
-                    job.coordinator.flush_sinks(timeout=min(self.spec.checkpoint.timeout, 60.0))
+            ended = True
         finally:
-            self._stop(min(self.spec.checkpoint.timeout, 60.0))
+            self._stop(min(self.spec.checkpoint.timeout, 60.0), failing=not ended)
         return PipelineRunResult(self.spec.name, time.monotonic() - started, list(coordinator.completed),
                                  {j.stage.name: list(j.coordinator.completed) for j in self.stages if j.coordinator},
                                  len(coordinator.failed))
@@ -456,11 +462,25 @@ class StagedPipelineJob:
     def stage_job(self, name: str) -> StageJob:
         return next(j for j in self.stages if j.stage.name == name)
 
-    def _stop(self, timeout: float, only: StageJob | None = None) -> None:
-        """Stop the queries first (every stage's), then drain each stage's uploads and close its writer."""
+    def _stop(self, timeout: float, only: StageJob | None = None, *, failing: bool = False) -> None:
+        """Stop the queries first (every stage's), then drain each stage (its uploads, then its
+        sinks' queued commits and aborts: :meth:`StageRunner.drain`) and close its writer.
+
+        Raises:
+            SinkCommitFailedError, FencedOffError: the first stage whose drain raised (after
+                every stage was drained; the others' are logged), unless ``failing`` (the run
+                is already ending on another error; then every one is logged).
+        """
         jobs = [only] if only is not None else self.stages
         for job in jobs:
             job.stop_query()
+        first: SinkCommitFailedError | FencedOffError | None = None
         for job in jobs:
-            job.drain(timeout)
-            job.close_writer()
+            try:
+                job.drain(timeout, failing=failing or first is not None)
+            except (SinkCommitFailedError, FencedOffError) as exc:
+                first = exc
+            finally:
+                job.close_writer()
+        if first is not None:
+            raise first

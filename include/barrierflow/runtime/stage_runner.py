@@ -20,7 +20,8 @@ run time is written once:
 * each tick (:meth:`StageRunner.tick`): the coordinator's tick and, for each newly committed
   micro-batch, the late-row counts of the event-time tracker;
 * its end (:meth:`StageRunner.stop`): the query stopped, in-flight uploads given a timeout, the
-  channel writer's producer closed.
+  sinks' queued commits and aborts run, a failure among them that no tick reported raised (the
+  commit of the run's last checkpoint), the channel writer's producer closed.
 
 What differs between shapes stays with the caller: a single-stage run's coordinator triggers
 barriers and commits its sinks on completion; a stage of several never triggers (barriers come
@@ -38,8 +39,10 @@ from typing import TYPE_CHECKING, Any
 from barrierflow.barriers.alignment.record import read_alignment
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
+from barrierflow.checkpointing.errors import SinkCommitFailedError
 from barrierflow.checkpointing.manifest import EventTimeSummary
 from barrierflow.errors import JobFailedError
+from barrierflow.lease import FencedOffError
 from barrierflow.runtime.event_time import EventTimeTracker
 from barrierflow.runtime.stage_query import start_stage_query
 from barrierflow.sources.registry import SourceKind, StageRun, kind_named
@@ -119,7 +122,7 @@ class StageRunner:
             spark_checkpoint_dir=layout.spark_checkpoint, staging_dir=layout.snapshots,
             control=ControlChannel(control_dir), source_names=[spec.source.name], sinks=sinks,
             attempt=attempt, spark_version=spark_version, alignment=alignment,
-            commit_on_completion=commit_on_completion, event_times=self._event_times,
+            commit_on_completion=commit_on_completion, label=self.label, event_times=self._event_times,
             event_time_summary=self._event_time_summary if self.event_time is not None else None)
         self.coordinator = coordinator
         coordinator.start()
@@ -243,12 +246,32 @@ class StageRunner:
         if close is not None:
             close()
 
-    def stop(self, timeout: float) -> None:
-        """Stop the query, give in-flight uploads ``timeout`` seconds (:meth:`drain`), close the writer."""
+    def stop(self, timeout: float, *, failing: bool = False) -> None:
+        """Stop the query, drain the coordinator (:meth:`drain`, which raises what it raises),
+        close the writer (in every case)."""
         self.stop_query()
-        self.drain(timeout)
-        self.close_writer()
+        try:
+            self.drain(timeout, failing=failing)
+        finally:
+            self.close_writer()
 
-    def drain(self, timeout: float) -> None:
-        if self.coordinator is not None:
+    def drain(self, timeout: float, *, failing: bool = False) -> None:
+        """After the query stopped: give in-flight uploads ``timeout`` seconds to complete their
+        checkpoints, then let the sinks finish every commit and abort queued
+        (:meth:`CheckpointCoordinator.drain`). The same in every pipeline shape.
+
+        Raises:
+            SinkCommitFailedError: a sink's commit or abort failed and no tick reported it (the
+                commit of the run's last checkpoint: the tick that queued it ended the run
+                loop), naming the sink, the epoch and the fix. Not when ``failing``: the run is
+                already ending on another error, which the caller raises; this one is logged.
+            FencedOffError: likewise, a sink call found the lease taken over.
+        """
+        if self.coordinator is None:
+            return
+        try:
             self.coordinator.drain(timeout=timeout)
+        except (SinkCommitFailedError, FencedOffError) as exc:
+            if not failing:
+                raise
+            log.error("%s (not raised: the run stops on an earlier error)", exc)
