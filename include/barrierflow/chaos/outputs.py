@@ -182,6 +182,28 @@ def read_output(output: ScratchOutput, sink: Any, pipeline: str) -> Rows:
     raise OutputReadError(f"chaos cannot read a {output.kind!r} output")
 
 
+def unread_output(output: ScratchOutput) -> str | None:
+    """What the location of ``output`` holds that :func:`read_output` does not read, as a
+    phrase for a message (None: nothing unread, or an output kind the reader reads in full).
+
+    Only Parquet outputs can hold what the reader skips: it reads the committed
+    ``part-*.parquet`` files at the top of the sink's path and nothing else (not sub-folders,
+    not ``_staging/``). A PostgreSQL table and a Kafka topic are read in full.
+    """
+    if output.kind != "parquet":
+        return None
+    from barrierflow.storage import open_store
+
+    keys = [info.key for info in open_store(output.target).list("")]
+    read = [key for key in keys if "/" not in key and key.startswith("part-") and key.endswith(".parquet")]
+    if read or not keys:
+        return None
+    staged = sum(1 for key in keys if key.startswith("_staging/"))
+    examples = ", ".join(sorted(keys)[:3])
+    return (f"{output.target} holds {len(keys)} object(s) but no committed part-*.parquet at its top "
+            f"({staged} of them staged under _staging/, never committed); e.g. {examples}")
+
+
 def prepare_output(output: ScratchOutput, sink: Any) -> None:
     """Create what the copy's sink writes into (a table like the spec's, a topic like the spec's).
 

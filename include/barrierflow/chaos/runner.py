@@ -34,12 +34,21 @@ from typing import Any, Literal
 
 import yaml
 
-from barrierflow.chaos.outputs import Rows, prepare_output, read_output, with_aliases
-from barrierflow.chaos.scratch import ScratchOutput, check_judgeable, scratch_copy, stages_of
+from barrierflow.chaos.outputs import Rows, prepare_output, read_output, unread_output, with_aliases
+from barrierflow.chaos.scratch import (
+    ChaosRefusedError,
+    InputCount,
+    ScratchOutput,
+    check_judgeable,
+    nothing_to_compare,
+    scratch_copy,
+    stages_of,
+)
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.faults import ENV as CRASH_ENV
 from barrierflow.faults import PIPELINE_POINTS, POINTS, SINK_POINTS, STAGE_POINTS
 from barrierflow.spec.loader import load_any_spec
+from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 
 Mode = Literal["group", "stage", "jvm", "mixed"]
@@ -71,8 +80,9 @@ class ChaosOptions:
 
     def check(self, staged: bool) -> None:
         """Raises UserInputError naming the option and the fix."""
-        if self.kills < 0:
-            raise UserInputError("--kills must be 0 or more")
+        if self.kills < 1:
+            raise UserInputError(f"--kills must be at least 1 (got {self.kills}): without a kill chaos compares two "
+                                 "failure-free runs, which proves nothing about recovery")
         if self.mode not in MODES:
             raise UserInputError(f"--mode must be one of {', '.join(MODES)}")
         if not 0 < self.min_gap <= self.max_gap:
@@ -257,6 +267,26 @@ class _Copy:
     def rows(self, output: ScratchOutput) -> Rows:
         return with_aliases(read_output(output, self.sink_of(output), self.spec.name), self.topic_aliases)
 
+    def dead_letter_uris(self) -> list[str]:
+        """Where the copy's runs write malformed records: ``dead_letter_path`` (one stage) or
+        its ``stages/<stage>`` part (several), else the default under the (stage) work dir."""
+        from barrierflow.workdir.layout import JobLayout
+
+        if isinstance(self.spec, StagedPipelineSpec):
+            from barrierflow.pipeline.model import pipeline_work_dir
+
+            base = pipeline_work_dir(self.spec)
+            return [self.spec.stage_path(self.spec.dead_letter_path, stage.name)
+                    or f"file://{base}/stages/{stage.name}/dead-letter" for stage in self.spec.stages]
+        return [JobLayout.for_spec(self.spec).dead_letter_uri(self.spec)]
+
+    def dead_letters(self) -> int:
+        """How many malformed records the copy's runs left in its dead letters, each counted
+        once (per stage: de-duplicated on source, partition and offset, as replays rewrite them)."""
+        from barrierflow.sources.dead_letter import count_dead_letters
+
+        return sum(count_dead_letters(uri) for uri in self.dead_letter_uris())
+
     def checkpoint_times(self) -> list[datetime]:
         """Completion times of the copy's completed checkpoints (global ones with stages)."""
         from barrierflow.checkpointing.global_store import GlobalCheckpointStore
@@ -395,8 +425,16 @@ class ChaosRunner:
             return
 
     def run(self) -> ChaosResult:
-        """Reference, chaos runs, comparison. Raises ChaosRunError (a run failed by itself or
-        hung), UserInputError (a missing table/topic to copy, bad options), OutputReadError."""
+        """Reference, chaos runs, comparison.
+
+        Raises:
+            ChaosRefusedError: the reference run committed no row (nothing to compare; the
+                message says why: no input, an output not found, or a transformation that kept
+                nothing); no run under kills is made then.
+            ChaosRunError: a run failed by itself or hung.
+            UserInputError: a missing table/topic to copy, bad options.
+            OutputReadError: an output could not be read.
+        """
         raw = yaml.safe_load(self.spec_path.read_text(encoding="utf-8"))
         self.result = ChaosResult(self.spec.name, str(self.spec_path), self.options.seed, self.options.mode,
                                   self.options.kills, str(self.scratch), self.started)
@@ -412,6 +450,12 @@ class ChaosRunner:
             raise ChaosRunError(f"the failure-free reference run failed (exit {code}); its log {log}:\n"
                                 f"{_log_tail(log)}")
         self.result.reference_seconds = time.monotonic() - begin
+        expected = [reference.rows(output) for output in reference.outputs]
+        if not any(expected):
+            unread = {f"{o.stage}/{o.sink}": what for o in reference.outputs if (what := unread_output(o))}
+            raise ChaosRefusedError(nothing_to_compare(self._input_counts(ends_before), unread,
+                                                       reference.dead_letters())
+                                    + f" (The reference copy and its log: {reference.root}.)")
         self._t0, t0_wall = time.monotonic(), time.time()
         try:
             self._chaos_runs(chaos)
@@ -423,12 +467,40 @@ class ChaosRunner:
         times = chaos.checkpoint_times()
         self.result.checkpoints = len(times)
         self.result.checkpoint_times = [max(t.timestamp() - t0_wall, 0.0) for t in times]
-        for ref_out, chaos_out in zip(reference.outputs, chaos.outputs, strict=True):
+        for ref_out, chaos_out, rows in zip(reference.outputs, chaos.outputs, expected, strict=True):
             comparison = OutputComparison(ref_out.stage, ref_out.sink, ref_out.kind, ref_out.target, chaos_out.target)
-            comparison.compare(reference.rows(ref_out), chaos.rows(chaos_out))
+            comparison.compare(rows, chaos.rows(chaos_out))
             self.result.outputs.append(comparison)
         self._event("end", self.result.runs)
         return self.result
+
+    def _input_counts(self, ends: dict[str, int]) -> list[InputCount]:
+        """The records each external source of the spec holds for a run: a generator's
+        partitions x ``records_per_partition``; a Kafka source's records from its starting
+        offsets to ``ends`` (the end offsets seen before the reference run)."""
+        from barrierflow.sources.kafka import beginning_offsets, partition_id
+
+        counts: list[InputCount] = []
+        for _, part in stages_of(self.spec):
+            for source in part.sources:
+                if isinstance(source, GeneratorSourceSpec):
+                    per = source.records_per_partition or 0
+                    counts.append(InputCount(f"generator {source.name}", source.partitions * per,
+                                             f"{source.partitions} partitions x {per} records"))
+                elif isinstance(source, KafkaSourceSpec):
+                    starts = beginning_offsets(source)
+                    wanted = source.starting_offsets
+                    if isinstance(wanted, dict):
+                        for topic, by_partition in wanted.items():
+                            for partition, offset in by_partition.items():
+                                if int(offset) >= 0:
+                                    starts[partition_id(topic, int(partition))] = int(offset)
+                    spans = {key: (first, ends.get(key, first)) for key, first in sorted(starts.items())}
+                    counts.append(InputCount(f"Kafka {source.name}", sum(max(end - first, 0) for first, end in
+                                                                         spans.values()),
+                                             ", ".join(f"{key} offsets {first}-{end}"
+                                                       for key, (first, end) in spans.items())))
+        return counts
 
     def _end_offsets(self) -> dict[str, int]:
         from barrierflow.sources.kafka import end_offsets

@@ -44,8 +44,9 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
 
     Raises:
         ChaosRefusedError: an unbounded source (a generator without ``records_per_partition``,
-            a source kind chaos cannot bound), a transformation declared non-deterministic, or
-            no output to compare (only channel or discard sinks).
+            a source kind chaos cannot bound), a Kafka source that starts at ``latest`` (as a
+            whole or for one partition: ``-1``), a transformation declared non-deterministic,
+            or no output to compare (only channel or discard sinks).
     """
     kafka: list[KafkaSourceSpec] = []
     outputs = 0
@@ -63,6 +64,7 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
                         f"{where}: generator source {source.name!r} is unbounded; set records_per_partition so "
                         "that the runs end (chaos compares the complete output of two runs)")
             elif isinstance(source, KafkaSourceSpec):
+                _check_start(where, source)
                 kafka.append(source)
             elif getattr(source, "type", None) != "channel":
                 raise ChaosRefusedError(f"{where}: source {getattr(source, 'name', '?')!r} of type "
@@ -72,6 +74,72 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
         raise ChaosRefusedError(f"pipeline {spec.name!r} has no Parquet, PostgreSQL or Kafka sink: there is no "
                                 "committed output to compare")
     return kafka
+
+
+def _check_start(where: str, source: KafkaSourceSpec) -> None:
+    """Refuse a Kafka source that starts at the end of a topic: each copy resolves ``latest``
+    when its own run starts, so the reference and the run under kills would read different
+    input, and a topic nobody writes to while chaos runs (which chaos requires) gives both
+    nothing to read."""
+    wanted = source.starting_offsets
+    at_end: list[str] = [] if isinstance(wanted, str) else sorted(
+        f"{topic}:{partition}" for topic, by_partition in wanted.items()
+        for partition, offset in by_partition.items() if int(offset) == -1)
+    if wanted == "latest" or at_end:
+        at = f" for partition(s) {', '.join(at_end)} (offset -1)" if at_end else ""
+        raise ChaosRefusedError(
+            f"{where}: Kafka source {source.name!r} starts at 'latest'{at}: each copy would start at the end of "
+            "its topics when it runs, so there is no fixed input for both to read (and with a topic nobody writes, "
+            "nothing at all); set starting_offsets to 'earliest' or to fixed offsets {topic: {partition: offset}}")
+
+
+@dataclass(frozen=True)
+class InputCount:
+    """How many records one source of the spec holds for a run: ``records`` from its start
+    to its end (for Kafka: the end offsets chaos saw before the reference run)."""
+
+    source: str
+    records: int
+    how: str  # e.g. "2 partitions x 700 records", "topic orders: offsets 0-0"
+
+
+def nothing_to_compare(inputs: list[InputCount], unread: dict[str, str], dead_letters: int) -> str:
+    """Why a failure-free reference run committed no row at all, as the message of the refusal.
+
+    A run under kills of such a pipeline could lose or duplicate nothing, so its verdict would
+    be a pass on nothing. The reason, first match wins:
+
+    * **no input**: every source holds 0 records from its start to its end (an empty topic,
+      fixed offsets at the end, ``records_per_partition: 0``);
+    * **output not found**: ``unread`` names outputs whose location holds objects the reader
+      does not read (``{output: what is there}``, see
+      :func:`barrierflow.chaos.outputs.unread_output`);
+    * **the transformation kept nothing**: there was input, but no row reached an output (a
+      filter that drops every row, a window that never closes in append mode, or every record
+      malformed: ``dead_letters`` says how many went to the dead letters).
+
+    Args:
+        inputs: the sources' record counts (external sources only, not channels).
+        unread: output name -> what its location holds that the reader does not read.
+        dead_letters: how many malformed records the reference run wrote to its dead letters.
+    """
+    head = ("nothing to compare: the failure-free reference run committed 0 rows, so a run under kills could "
+            "lose or duplicate nothing and would pass on nothing. ")
+    held = ", ".join(f"{i.source}: {i.records:,} ({i.how})" for i in inputs)
+    if inputs and not any(i.records for i in inputs):
+        return (head + f"Why: the sources held no records to read ({held}). Give chaos input: write records to "
+                "the topics first (or start the Kafka source at 'earliest' or earlier fixed offsets), or raise "
+                "records_per_partition.")
+    if unread:
+        found = "; ".join(f"output {name}: {what}" for name, what in sorted(unread.items()))
+        return (head + f"Why: an output was not found where chaos reads it ({found}). chaos reads a Parquet sink's "
+                      "committed part-*.parquet files at the top of its path; point the sink's path at the folder "
+                      "the pipeline commits into.")
+    malformed = (f"; {dead_letters:,} records went to the dead letters (malformed for the json_fields read)"
+                 if dead_letters else "")
+    return (head + f"Why: the transformation kept no rows: the sources held records ({held}) but none reached "
+                   f"an output{malformed}. Give chaos input the transformation keeps rows of (a filter that drops "
+                   "every row, or a window that never closes in append mode, commits nothing).")
 
 
 @dataclass(frozen=True)
