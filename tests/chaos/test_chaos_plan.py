@@ -12,7 +12,7 @@ import pytest
 from barrierflow.chaos.outputs import canonical, with_aliases
 from barrierflow.chaos.report import summary_lines, write_report
 from barrierflow.chaos.runner import ChaosEvent, ChaosOptions, ChaosResult, OutputComparison, _Copy
-from barrierflow.chaos.scratch import ChaosRefusedError, check_judgeable, scratch_copy
+from barrierflow.chaos.scratch import ChaosRefusedError, _overlap, _stores, check_judgeable, scratch_copy
 from barrierflow.errors import UserInputError
 from barrierflow.spec import parse_spec, parse_staged_spec
 
@@ -60,7 +60,8 @@ def test_a_scratch_copy_moves_everything_a_run_writes_and_keeps_what_it_reads(tm
     assert spec.name != "orders" and spec.name.startswith("orders-") and spec.name.endswith("-ref")
     assert spec.work_dir == str(tmp_path / "ref" / "work")
     assert spec.checkpoint.storage == f"file://{tmp_path / 'ref' / 'checkpoints'}"
-    assert spec.sinks[0].path == "s3://bucket/lake/orders/chaos-20261125194501-ref"  # the user's storage kind
+    # the user's storage kind, beside the spec's prefixes (never inside one of them)
+    assert spec.sinks[0].path == "s3://bucket/barrierflow-chaos/orders-20261125194501/ref/out-orders-0-lake"
     assert spec.sources[0].records_per_partition == 100 and spec.transformation.function.endswith(":project")
     assert [(o.kind, o.original) for o in outputs] == [("parquet", "s3://bucket/lake/orders")]
 
@@ -70,6 +71,63 @@ def test_a_scratch_copy_moves_everything_a_run_writes_and_keeps_what_it_reads(tm
     assert spec.stage("b").sinks[0].table == "public.totals_chaos_194501_chaos"
     assert [(o.stage, o.kind, o.target) for o in outputs] == [("b", "postgres", "public.totals_chaos_194501_chaos")]
     assert staged()["channels"][0]["topic"] == "orders.ab"  # the input mapping is not changed
+
+
+def every_store() -> dict[str, Any]:
+    """A two-stage spec that names every store a run writes, on local storage and on S3, and
+    reads a file:// value in its transformation's options."""
+    raw = staged()
+    raw.update({"dead_letter_path": "s3://bucket/two/dead-letter", "event_times_path": "file:///data/two/event-times"})
+    raw["checkpoint"]["storage"] = "s3://bucket/two"  # the dead letters' prefix lies in it
+    raw["stages"][1]["sinks"] = [
+        {"name": "pg", "type": "postgres", "table": "public.totals", "staging_path": "file:///data/two/pg-staging"},
+        {"name": "lake", "type": "parquet", "path": "file:///data/two/lake"},
+        {"name": "out", "type": "kafka", "bootstrap_servers": "127.0.0.1:9", "topic": "totals",
+         "commit_marker_topic": "two_commits", "staging_path": "s3://bucket/two-staging"},
+        {"name": "out2", "type": "kafka", "bootstrap_servers": "127.0.0.1:9", "topic": "totals2"}]
+    raw["stages"][1]["batch"] = {"rollups": "file:///data/two/rollups"}
+    raw["stages"][1]["transformation"]["options"] = {"lookup": "file:///data/two/reference-table"}
+    return raw
+
+
+def test_a_scratch_copy_moves_every_store_the_spec_names(tmp_path: Path) -> None:
+    """Every storage URI a run writes moves under the scratch dir (file://) or the bucket's
+    chaos prefix (s3://), and lies in none of the spec's stores; what the transformation reads stays."""
+    raw = every_store()
+    data, outputs = scratch_copy(raw, copy_name="ref", root=tmp_path / "ref", stamp="20261125194501")
+    assert raw == every_store()  # the input mapping is not changed
+    spec, original = parse_staged_spec(data), parse_staged_spec(raw)
+    assert spec.dead_letter_path == "s3://bucket/barrierflow-chaos/two-20261125194501/ref/dead_letter_path"
+    assert spec.event_times_path == f"file://{tmp_path / 'ref' / 'event_times_path'}"
+    assert spec.checkpoint.storage == "s3://bucket/barrierflow-chaos/two-20261125194501/ref/checkpoints"
+    sinks = {sink.name: sink for sink in spec.stage("b").sinks}
+    assert sinks["pg"].staging_path == f"file://{tmp_path / 'ref' / 'stages.1.sinks.0.staging_path'}"
+    assert sinks["lake"].path == f"file://{tmp_path / 'ref' / 'out-b-1-lake'}"
+    assert spec.stage("b").batch.rollups == f"file://{tmp_path / 'ref' / 'stages.1.batch.rollups'}"
+    assert (sinks["out"].commit_marker_topic, sinks["out2"].commit_marker_topic) == (
+        "two_commits.chaos-20261125194501-ref", "__barrierflow_commits.chaos-20261125194501-ref")
+    assert [o.marker_topics for o in outputs if o.kind == "kafka"] == [
+        ("two_commits", "two_commits.chaos-20261125194501-ref"),
+        ("__barrierflow_commits", "__barrierflow_commits.chaos-20261125194501-ref")]
+    assert spec.stage("b").transformation.options == {"lookup": "file:///data/two/reference-table"}
+    copied, spec_stores = _stores(data), _stores(raw)
+    assert len(copied) == len(spec_stores) == 8  # work_dir, checkpoint, 2 shared paths, 2 staging, lake, rollups
+    assert not [(mine, theirs) for _, mine in copied for _, theirs in spec_stores if _overlap(mine, theirs)]
+    assert all(getattr(spec, f) != getattr(original, f) for f in ("dead_letter_path", "event_times_path", "work_dir"))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda raw, tmp: raw.update(work_dir=str(tmp)), r"the ref copy's work_dir \(.*\) and the spec's work_dir"),
+    (lambda raw, tmp: raw.update(dead_letter_path="s3://bucket"),
+     r"the ref copy's .* \(s3://bucket/barrierflow-chaos/.*\) and the spec's dead_letter_path \(s3://bucket\) "
+     r"overlap: .* not a whole bucket"),
+])
+def test_a_copy_that_would_write_into_one_of_the_specs_stores_is_refused(
+        tmp_path: Path, change: Any, message: str) -> None:
+    raw = single()
+    change(raw, tmp_path)  # the scratch dir inside the work dir; a store that is a whole bucket
+    with pytest.raises(ChaosRefusedError, match=message):
+        scratch_copy(raw, copy_name="ref", root=tmp_path / "scratch" / "ref", stamp="20261125194501")
 
 
 def test_outputs_compare_as_multisets_of_rows() -> None:

@@ -205,10 +205,12 @@ def unread_output(output: ScratchOutput) -> str | None:
 
 
 def prepare_output(output: ScratchOutput, sink: Any) -> None:
-    """Create what the copy's sink writes into (a table like the spec's, a topic like the spec's).
+    """Create what the copy's sink writes into: a table like the spec's; a topic and a
+    commit-marker topic with as many partitions as the spec's.
 
     Raises:
-        UserInputError: the spec's own table or topic does not exist (chaos copies its shape).
+        UserInputError: the spec's own table or topic (or commit-marker topic) does not exist
+            (chaos copies its shape).
     """
     if output.kind == "postgres":
         import psycopg
@@ -226,12 +228,17 @@ def prepare_output(output: ScratchOutput, sink: Any) -> None:
 
         from barrierflow.sinks.channel import ensure_topic
 
+        pairs = [("topic", output.original, output.target)]
+        if output.marker_topics is not None:
+            pairs.append(("commit-marker topic", *output.marker_topics))
         consumer = KafkaConsumer(bootstrap_servers=sink.bootstrap_servers.split(","), group_id=None)
         try:
-            partitions = consumer.partitions_for_topic(output.original)
+            counts = [len(consumer.partitions_for_topic(original) or ()) for _, original, _ in pairs]
         finally:
             consumer.close()
-        if not partitions:
-            raise UserInputError(f"chaos: the kafka sink's topic {output.original} does not exist on "
-                                 f"{sink.bootstrap_servers}; chaos creates its scratch topics with as many partitions")
-        ensure_topic(sink.bootstrap_servers, output.target, len(partitions))
+        for (what, original, target), partitions in zip(pairs, counts, strict=True):
+            if not partitions:
+                raise UserInputError(f"chaos: the kafka sink's {what} {original} does not exist on "
+                                     f"{sink.bootstrap_servers}; create it first (the pipeline needs it too): chaos "
+                                     "creates its scratch topics with as many partitions")
+            ensure_topic(sink.bootstrap_servers, target, partitions)
