@@ -167,7 +167,13 @@ def test_the_report_has_the_verdict_the_figures_and_a_plot(tmp_path: Path) -> No
     result.outputs.append(comparison)
     lines = summary_lines(result)
     assert lines[0].startswith("chaos FAILED") and "duplicated 1" in lines[2]
-    assert "kills: 3 of 3 asked (group 2, point 1); runs 4 (3 restarts)" in lines[1]
+    assert "kills landed: 3 of 3 asked (group 2, point 1); runs 4 (3 restarts)" in lines[1]
+    # every kind the options could make is listed, 0 when none landed; picks that landed as
+    # another kind are shown as picked
+    result.kill_kinds, result.picked = ["group", "jvm", "point", "stage"], Counter({"jvm": 2, "point": 1})
+    lines = summary_lines(result)
+    assert "kills landed: 3 of 3 asked (group 2, jvm 0, point 1, stage 0)" in lines[1]
+    assert lines[2] == "  kills picked: jvm 2, point 1 (a JVM kill before the run had a JVM landed as a group kill)"
     json_path, html_path = write_report(result, tmp_path)
     assert '"duplicated": 1' in json_path.read_text()
     assert "data:image/png;base64," in html_path.read_text()
