@@ -3,13 +3,14 @@ which specs it refuses, the scratch copies, the comparison of outputs and the re
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.chaos.outputs import canonical, with_aliases
+from barrierflow.chaos.outputs import canonical, kafka_row, with_aliases
 from barrierflow.chaos.report import summary_lines, write_report
 from barrierflow.chaos.runner import ChaosEvent, ChaosOptions, ChaosResult, OutputComparison, _Copy
 from barrierflow.chaos.scratch import ChaosRefusedError, _overlap, _stores, check_judgeable, scratch_copy
@@ -136,6 +137,32 @@ def test_outputs_compare_as_multisets_of_rows() -> None:
     assert (comparison.rows_expected, comparison.rows) == (4, 4)
     assert (comparison.missing, comparison.extra, comparison.duplicated) == (2, 1, 1)  # r2 once and r3; r4; r1
     assert comparison.examples == {"missing": ["r2", "r3"], "extra": ["r4"], "duplicated": ["r1"]}
+
+
+def test_kafka_rows_compare_keys_and_the_partitions_of_keyed_records() -> None:
+    value = b'{"n": 1, "k": "a"}'
+    assert kafka_row(b"a", 0, value) != kafka_row(b"b", 0, value)  # another key
+    assert kafka_row(b"a", 0, value) != kafka_row(b"a", 1, value)  # a keyed record in another partition
+    assert kafka_row(None, 0, value) == kafka_row(None, 1, value)  # unkeyed: placed by the moment, not compared
+    assert kafka_row(None, 0, value) != kafka_row(b"", 0, value)  # no key is not an empty key
+    assert json.loads(kafka_row(b"\xff\x00", 2, value)) == {"key": "ff00", "partition": 2,
+                                                           "value": {"k": "a", "n": 1}}
+    comparison = OutputComparison("b", "out", "kafka", "ref", "chaos")
+    comparison.compare(Counter({kafka_row(b"a", 0, value): 1}), Counter({kafka_row(b"a", 1, value): 1}))
+    assert (comparison.missing, comparison.extra) == (1, 1)
+
+
+def test_a_different_dead_letter_count_fails_the_verdict() -> None:
+    result = ChaosResult("orders", "orders.yaml", 7, "group", 1, "/s", datetime(2026, 11, 25, tzinfo=UTC))
+    comparison = OutputComparison("orders", "lake", "parquet", "a", "b")
+    comparison.compare(Counter({"x": 1}), Counter({"x": 1}))
+    result.outputs.append(comparison)
+    result.kills["group"] = 1
+    result.dead_letters_expected, result.dead_letters = 14, 14
+    assert result.passed and "  dead letters: expected 14, written 14" in summary_lines(result)
+    result.dead_letters = 15
+    assert not result.passed and "  dead letters: expected 14, written 15 (they differ)" in summary_lines(result)
+    assert result.as_dict()["dead_letters_expected"] == 14
 
 
 def test_rows_naming_a_copys_channel_topic_compare_as_the_specs_topic(tmp_path: Path) -> None:

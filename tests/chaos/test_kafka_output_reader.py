@@ -1,10 +1,12 @@
 """chaos reads a Kafka sink's output with kafka-python (the sink produces with confluent-kafka):
-committed records count, records of aborted transactions never do."""
+committed records count, records of aborted transactions never do; a row is the record's key,
+partition and value."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 
 import pytest
 from barrierflow.chaos.outputs import canonical, read_output
@@ -35,5 +37,10 @@ def test_the_reader_counts_committed_records_and_skips_aborted_ones(kafka_endpoi
                                          "bootstrap_servers": kafka_endpoint.bootstrap_servers,
                                          "commit_marker_topic": "unused"})
     rows = read_output(ScratchOutput(stage="main", sink="k", kind="kafka", target=topic, original=topic), sink, "p")
-    expected = {canonical({"k": i % 7, "n": i}): 2 if i < 50 else 1 for i in range(300)}
-    assert dict(rows) == expected
+    read = [(json.loads(row), n) for row, n in rows.items()]
+    # each row is the record's key, partition and value; a key's records share one partition
+    assert Counter({canonical(r["value"]): n for r, n in read}) == Counter(
+        {canonical({"k": i % 7, "n": i}): 2 if i < 50 else 1 for i in range(300)})
+    assert all(r["key"] == str(r["value"]["k"]) for r, _ in read)
+    partitions = {(r["key"], r["partition"]) for r, _ in read}
+    assert len(partitions) == 7 and {p for _, p in partitions} <= {0, 1}

@@ -7,7 +7,8 @@ output is the multiset of its rows, so two runs compare without any order or key
   files the sink published; staged files live under ``_staging/`` and are not read);
 * PostgreSQL: ``SELECT *`` of the table (and no prepared transaction may be left behind);
 * Kafka: a ``read_committed`` consumer of kafka-python (the sink writes with confluent-kafka)
-  up to the last stable offsets, so records of aborted transactions are never counted.
+  up to the last stable offsets, so records of aborted transactions are never counted; a row
+  is the record's key, partition (keyed records only) and value (:func:`kafka_row`).
 
 :func:`prepare_output` makes what a copy's sink needs before it runs: the PostgreSQL table
 (``LIKE`` the spec's table, which must exist) and the Kafka topic (as many partitions as the
@@ -121,6 +122,24 @@ def _postgres_rows(sink: Any, table: str, pipeline: str) -> Rows:
     return Counter(canonical(dict(r)) for r in rows)
 
 
+def kafka_row(key: bytes | None, partition: int, value: bytes) -> str:
+    """One Kafka record as a row: its key, its partition and its value (a JSON object).
+
+    The key is compared as UTF-8 text (hex when it is not UTF-8). The partition is compared
+    for keyed records only: the sink places them by key (murmur2), the same in both copies,
+    whose topics have the same partition count; an unkeyed record goes to the producer's
+    sticky partition of the moment, which differs between any two runs, so its partition says
+    nothing about exactly-once and is left out (null).
+    """
+    text: str | None = None
+    if key is not None:
+        try:
+            text = key.decode("utf-8")
+        except UnicodeDecodeError:
+            text = key.hex()
+    return canonical({"key": text, "partition": partition if key is not None else None, "value": json.loads(value)})
+
+
 def _kafka_rows(servers: str, topic: str) -> tuple[Rows, str]:
     """The records of ``topic`` a read_committed reader sees, and the client that read them
     (kafka-python: the sink produces with confluent-kafka, so the check does not share a client
@@ -145,7 +164,7 @@ def _kafka_rows(servers: str, topic: str) -> tuple[Rows, str]:
             fetched = consumer.poll(timeout_ms=1000)
             for records in fetched.values():
                 for record in records:
-                    rows[canonical(json.loads(record.value))] += 1
+                    rows[kafka_row(record.key, record.partition, record.value)] += 1
             behind = {tp for tp in behind if consumer.position(tp) < ends[tp]}
             if fetched:
                 idle_since = None

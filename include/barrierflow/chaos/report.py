@@ -15,6 +15,10 @@ REPORT_JSON = "chaos-report.json"
 REPORT_HTML = "chaos-report.html"
 
 
+def _count(n: int | None) -> str:
+    return "-" if n is None else str(n)
+
+
 def summary_lines(result: ChaosResult) -> list[str]:
     """What ``barrierflow chaos`` prints: the verdict first, then the figures. The kills line
     counts the kills that landed, by kind, every kind the options could make included (0 when
@@ -31,6 +35,9 @@ def summary_lines(result: ChaosResult) -> list[str]:
     lines += [f"  rows: expected {sum(o.rows_expected for o in result.outputs)}, "
               f"committed {sum(o.rows for o in result.outputs)}; missing {result.missing}, extra {result.extra}, "
               f"duplicated {result.duplicated}",
+              f"  dead letters: expected {_count(result.dead_letters_expected)}, written "
+              f"{_count(result.dead_letters)}"
+              + ("" if result.dead_letters == result.dead_letters_expected else " (they differ)"),
               f"  time: reference {result.reference_seconds:.1f} s, under kills {result.seconds:.1f} s"]
     for output in result.outputs:
         lines.append(f"  output {output.stage}/{output.sink} ({output.kind} {output.chaos_target}): "
@@ -88,6 +95,7 @@ def write_report(result: ChaosResult, directory: Path) -> tuple[Path, Path]:
         f"<h1>barrierflow chaos: {html.escape(result.pipeline)} "
         f"{'passed' if result.passed else 'FAILED'}</h1><pre>{lines}</pre>"
         f"<img alt='kills and checkpoints over time' src='data:image/png;base64,{_plot(result)}'>"
+        f"<p>dead letters: expected {_count(result.dead_letters_expected)}, written {_count(result.dead_letters)}</p>"
         "<table border='1'><tr><th>output</th><th>kind</th><th>expected</th><th>committed</th><th>missing</th>"
         f"<th>extra</th><th>duplicated</th></tr>{rows}</table>"
         f"<p>JSON: {html.escape(str(json_path))}</p></body></html>", encoding="utf-8")

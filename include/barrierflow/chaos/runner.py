@@ -171,6 +171,10 @@ class ChaosResult:
     outputs: list[OutputComparison] = field(default_factory=list)
     events: list[ChaosEvent] = field(default_factory=list)
     problem: str | None = None
+    #: Malformed records in the dead letters of the reference and of the copy under kills,
+    #: each counted once (None: not counted yet).
+    dead_letters_expected: int | None = None
+    dead_letters: int | None = None
 
     @property
     def restarts(self) -> int:
@@ -190,7 +194,10 @@ class ChaosResult:
 
     @property
     def passed(self) -> bool:
-        return self.problem is None and bool(self.outputs) and not (self.missing or self.extra or self.duplicated)
+        """No problem, some output compared, no row missing, extra or duplicated, and as many
+        dead letters as the reference."""
+        return (self.problem is None and bool(self.outputs) and not (self.missing or self.extra or self.duplicated)
+                and self.dead_letters == self.dead_letters_expected)
 
     def as_dict(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "spec": self.spec_path, "seed": self.seed, "mode": self.mode,
@@ -200,6 +207,7 @@ class ChaosResult:
                 "runs": self.runs, "restarts": self.restarts, "checkpoints": self.checkpoints,
                 "rows_expected": sum(o.rows_expected for o in self.outputs), "rows": sum(o.rows for o in self.outputs),
                 "missing": self.missing, "extra": self.extra, "duplicated": self.duplicated,
+                "dead_letters_expected": self.dead_letters_expected, "dead_letters": self.dead_letters,
                 "seconds": round(self.seconds, 1), "reference_seconds": round(self.reference_seconds, 1),
                 "scratch": self.scratch,
                 "outputs": [o.__dict__ for o in self.outputs],
@@ -524,10 +532,11 @@ class ChaosRunner:
                                 f"{_log_tail(log)}")
         self.result.reference_seconds = time.monotonic() - begin
         expected = [reference.rows(output) for output in reference.outputs]
+        self.result.dead_letters_expected = reference.dead_letters()
         if not any(expected):
             unread = {f"{o.stage}/{o.sink}": what for o in reference.outputs if (what := unread_output(o))}
             raise ChaosRefusedError(nothing_to_compare(self._input_counts(ends_before), unread,
-                                                       reference.dead_letters())
+                                                       self.result.dead_letters_expected)
                                     + f" (The reference copy and its log: {reference.root}.)")
         self._t0, t0_wall = time.monotonic(), time.time()
         try:
@@ -537,6 +546,7 @@ class ChaosRunner:
         if self._end_offsets() != ends_before:
             self.result.problem = ("the input Kafka topics grew while chaos ran: the two runs read different "
                                    "input, so their outputs cannot be compared; run chaos on a topic nobody writes")
+        self.result.dead_letters = chaos.dead_letters()
         times = chaos.checkpoint_times()
         self.result.checkpoints = len(times)
         self.result.checkpoint_times = [max(t.timestamp() - t0_wall, 0.0) for t in times]
