@@ -5,7 +5,11 @@
    protocol point): the command reports 0 missing, 0 extra and 0 duplicated rows and exits 0.
    b reads one channel partition four times slower, aligned with a 1 ms timeout: its
    checkpoints go timed-out with channel state, so the restores replay channel state.
-2. Deliberately broken sinks (tests/scenarios/chaos_doubles/sitecustomize.py): on a pipeline
+2. With every stage in a process of its own (``--processes``), a stage kill: it waits until a
+   stage process reported ready, so it lands as a stage kill; the dead letters are compared,
+   and the stores the spec names (dead letters and event times too) are listed before and
+   after: chaos's copies wrote none of them.
+3. Deliberately broken sinks (tests/scenarios/chaos_doubles/sitecustomize.py): on a pipeline
    with two final stages, one sink commits every epoch twice after a restart and the other loses
    the first epoch it commits after a restart. One kill at ``after_global_manifest`` (a global
    checkpoint complete, the final stages' sinks not yet told) is enough: chaos must name the
@@ -33,18 +37,21 @@ DOUBLES = Path(__file__).resolve().with_name("chaos_doubles")
 
 
 def pipeline(tmp_path: Path, finals: list[str], *, records: int, rate: float, alignment_timeout: str = "0s",
-             slow_factor: float = 1.0) -> Path:
+             slow_factor: float = 1.0, malformed_every: int = 0, shared_paths: bool = False) -> Path:
     """gen -> channel c (embedded broker) -> one stage per name in ``finals``, each into a
     Parquet sink of that name; aligned checkpoints, switching to unaligned after
     ``alignment_timeout`` (0s: never). The final stages read c's partition 1 at
-    ``slow_factor`` times partition 0's credit."""
+    ``slow_factor`` times partition 0's credit. ``malformed_every``: every k-th generated
+    record goes to the dead letters; ``shared_paths``: explicit ``dead_letter_path`` and
+    ``event_times_path`` (``dead-letter``, ``event-times`` under ``tmp_path``)."""
     data = {
         "version": 1, "name": "chx", "work_dir": str(tmp_path / "work"),
         "channels": [{"name": "c", "partitions": 2, "bootstrap": "embedded"}],
         "stages": [
             {"name": "gen",
              "sources": [{"name": "events", "type": "generator", "partitions": 2, "rows_per_second": rate,
-                          "max_records_per_batch": 40, "keys": 7, "records_per_partition": records}],
+                          "max_records_per_batch": 40, "keys": 7, "records_per_partition": records,
+                          "malformed_every": malformed_every}],
              "transformation": {"function": "barrierflow.transforms.projection:project",
                                 "options": {"columns": {"src_partition": "partition", "src_offset": "offset",
                                                         "key": "key", "value": "value"}}},
@@ -65,6 +72,9 @@ def pipeline(tmp_path: Path, finals: list[str], *, records: int, rate: float, al
                        "alignment_timeout": alignment_timeout},
         "spark": {"master": "local[1]", "shuffle_partitions": 1, "conf": FAST_JVM},
     }
+    if shared_paths:
+        data.update(dead_letter_path=f"file://{tmp_path / 'dead-letter'}",
+                    event_times_path=f"file://{tmp_path / 'event-times'}")
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
@@ -109,6 +119,44 @@ def test_chaos_passes_a_two_stage_pipeline_under_kills_of_every_kind(
     # ... and in the pipeline's own store, where the Checkpoints page links to it
     assert json.loads((tmp_path / "chk" / "reports" / "chaos-latest.json").read_text())["passed"] is True
     assert "data:image/png;base64," in (tmp_path / "chk" / "reports" / "chaos-latest.html").read_text()
+
+
+def stores(tmp_path: Path) -> dict[str, str]:
+    """Every file under the pipeline's own stores (work dir, checkpoints, output, dead letters,
+    event times) with its size, as a listing to compare."""
+    return {str(p.relative_to(tmp_path)): str(p.stat().st_size)
+            for store in ("work", "chk", "out", "dead-letter", "event-times")
+            for p in sorted((tmp_path / store).rglob("*")) if p.is_file()}
+
+
+@pytest.mark.usefixtures("driver_env")
+def test_chaos_kills_a_stage_process_and_writes_none_of_the_pipelines_stores(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: dict[str, Any]) -> None:
+    """``--processes --mode stage``: the kill waits for a stage process that reported ready, so it
+    lands as a stage kill; the dead letters (every 25th record malformed) are compared; and the
+    stores the spec names, dead letters and event times included, hold after chaos what they
+    held before (only chaos's own latest report is added to the checkpoint store)."""
+    spec = pipeline(tmp_path, ["out"], records=500, rate=40, malformed_every=25, shared_paths=True)
+    for store in ("work", "chk", "out", "dead-letter", "event-times"):
+        (tmp_path / store).mkdir(exist_ok=True)
+        (tmp_path / store / "the-pipelines-own").write_text(store)
+    before = stores(tmp_path)
+    code, report = chaos(spec, tmp_path / "scratch", capsys, "--processes", "--mode", "stage", "--kills", "1",
+                         "--point-share", "0", "--seed", "5", "--min-gap", "5", "--max-gap", "8")
+    figures.update({key: report[key] for key in ("kills", "kills_picked", "runs", "rows_expected", "rows", "missing",
+                                                 "extra", "duplicated", "dead_letters_expected", "dead_letters",
+                                                 "seconds")})
+    assert report["problem"] is None, report["problem"]
+    assert report["kills"] == {"stage": 1} and report["kills_picked"] == {"stage": 1}
+    kills = [e["detail"].split(" ")[0] for e in report["events"] if e["kind"] == "kill"]
+    assert len(kills) == 1 and kills[0] in ("stage:gen", "stage:out"), kills
+    assert report["dead_letters_expected"] == report["dead_letters"] == 2 * 500 // 25
+    assert report["rows_expected"] == 2 * (500 - 500 // 25)
+    assert (report["missing"], report["extra"], report["duplicated"]) == (0, 0, 0)
+    assert code == 0 and report["passed"]
+    after = stores(tmp_path)
+    assert sorted(set(after) - set(before)) == ["chk/reports/chaos-latest.html", "chk/reports/chaos-latest.json"]
+    assert {key: after[key] for key in before} == before
 
 
 @pytest.mark.usefixtures("driver_env")

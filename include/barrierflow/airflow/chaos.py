@@ -60,7 +60,8 @@ def run_chaos_check(spec_path: str | os.PathLike[str], options: ChaosOptions) ->
     duplicated.
 
     Raises:
-        ChaosFailedError: a difference, or fewer kills than asked (the message has the counts).
+        ChaosFailedError: a difference (rows or dead-letter counts), or fewer kills than asked
+            (the message has the counts).
         ChaosRefusedError, UserInputError: the spec cannot be judged, or a bad option.
         ChaosRunError: a run failed without being killed (its log is in the message).
     """
@@ -76,5 +77,7 @@ def run_chaos_check(spec_path: str | os.PathLike[str], options: ChaosOptions) ->
         raise ChaosFailedError(
             f"chaos on pipeline {result.pipeline} (seed {result.seed}) FAILED: missing {result.missing}, extra "
             f"{result.extra}, duplicated {result.duplicated}"
+            + (f"; dead letters {result.dead_letters} of {result.dead_letters_expected} expected"
+               if result.dead_letters != result.dead_letters_expected else "")
             + (f"; {result.problem}" if result.problem else "") + f". Report: {outcome.stored[1]}", summary)
     return summary

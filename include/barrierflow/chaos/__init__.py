@@ -3,14 +3,17 @@
 The method, in order (:func:`barrierflow.chaos.runner.run_chaos`):
 
 1. **Judge the spec** (:mod:`.scratch`): every source must be bounded (a generator with
-   ``records_per_partition``; Kafka, read to the end offsets seen at the start, which must not
-   move while chaos runs) and the transformation must not be declared non-deterministic
-   (``transformation.deterministic: false``). Otherwise the spec is refused with the reason.
+   ``records_per_partition``; Kafka, from ``earliest`` or fixed offsets to the end offsets
+   seen at the start, which must not move while chaos runs) and the transformation must not
+   be declared non-deterministic (``transformation.deterministic: false``). Otherwise the
+   spec is refused with the reason.
 2. **Two scratch copies** of the pipeline (:mod:`.scratch`): the same sources and
    transformation, but a new pipeline name, work dir, checkpoint storage, channel topics and
    outputs (Parquet paths, PostgreSQL tables created like the spec's, Kafka topics) under a
    scratch dir or prefix. Nothing the spec's own pipeline owns is touched.
 3. **The reference**: the first copy runs once, without failures, to the end of its sources.
+   If it committed no row there is nothing to compare: refused, naming why
+   (:func:`.scratch.nothing_to_compare`), before any kill.
 4. **The chaos run** (:mod:`.runner`): the second copy runs with the same command again and
    again (``barrierflow run COPY --until-exhausted``, ``--processes`` if asked); N times it is
    killed with SIGKILL: the whole process group, one stage process (``--processes``), or the

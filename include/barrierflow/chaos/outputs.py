@@ -7,7 +7,8 @@ output is the multiset of its rows, so two runs compare without any order or key
   files the sink published; staged files live under ``_staging/`` and are not read);
 * PostgreSQL: ``SELECT *`` of the table (and no prepared transaction may be left behind);
 * Kafka: a ``read_committed`` consumer of kafka-python (the sink writes with confluent-kafka)
-  up to the last stable offsets, so records of aborted transactions are never counted.
+  up to the last stable offsets, so records of aborted transactions are never counted; a row
+  is the record's key, partition (keyed records only) and value (:func:`kafka_row`).
 
 :func:`prepare_output` makes what a copy's sink needs before it runs: the PostgreSQL table
 (``LIKE`` the spec's table, which must exist) and the Kafka topic (as many partitions as the
@@ -121,6 +122,24 @@ def _postgres_rows(sink: Any, table: str, pipeline: str) -> Rows:
     return Counter(canonical(dict(r)) for r in rows)
 
 
+def kafka_row(key: bytes | None, partition: int, value: bytes) -> str:
+    """One Kafka record as a row: its key, its partition and its value (a JSON object).
+
+    The key is compared as UTF-8 text (hex when it is not UTF-8). The partition is compared
+    for keyed records only: the sink places them by key (murmur2), the same in both copies,
+    whose topics have the same partition count; an unkeyed record goes to the producer's
+    sticky partition of the moment, which differs between any two runs, so its partition says
+    nothing about exactly-once and is left out (null).
+    """
+    text: str | None = None
+    if key is not None:
+        try:
+            text = key.decode("utf-8")
+        except UnicodeDecodeError:
+            text = key.hex()
+    return canonical({"key": text, "partition": partition if key is not None else None, "value": json.loads(value)})
+
+
 def _kafka_rows(servers: str, topic: str) -> tuple[Rows, str]:
     """The records of ``topic`` a read_committed reader sees, and the client that read them
     (kafka-python: the sink produces with confluent-kafka, so the check does not share a client
@@ -145,7 +164,7 @@ def _kafka_rows(servers: str, topic: str) -> tuple[Rows, str]:
             fetched = consumer.poll(timeout_ms=1000)
             for records in fetched.values():
                 for record in records:
-                    rows[canonical(json.loads(record.value))] += 1
+                    rows[kafka_row(record.key, record.partition, record.value)] += 1
             behind = {tp for tp in behind if consumer.position(tp) < ends[tp]}
             if fetched:
                 idle_since = None
@@ -182,11 +201,35 @@ def read_output(output: ScratchOutput, sink: Any, pipeline: str) -> Rows:
     raise OutputReadError(f"chaos cannot read a {output.kind!r} output")
 
 
+def unread_output(output: ScratchOutput) -> str | None:
+    """What the location of ``output`` holds that :func:`read_output` does not read, as a
+    phrase for a message (None: nothing unread, or an output kind the reader reads in full).
+
+    Only Parquet outputs can hold what the reader skips: it reads the committed
+    ``part-*.parquet`` files at the top of the sink's path and nothing else (not sub-folders,
+    not ``_staging/``). A PostgreSQL table and a Kafka topic are read in full.
+    """
+    if output.kind != "parquet":
+        return None
+    from barrierflow.storage import open_store
+
+    keys = [info.key for info in open_store(output.target).list("")]
+    read = [key for key in keys if "/" not in key and key.startswith("part-") and key.endswith(".parquet")]
+    if read or not keys:
+        return None
+    staged = sum(1 for key in keys if key.startswith("_staging/"))
+    examples = ", ".join(sorted(keys)[:3])
+    return (f"{output.target} holds {len(keys)} object(s) but no committed part-*.parquet at its top "
+            f"({staged} of them staged under _staging/, never committed); e.g. {examples}")
+
+
 def prepare_output(output: ScratchOutput, sink: Any) -> None:
-    """Create what the copy's sink writes into (a table like the spec's, a topic like the spec's).
+    """Create what the copy's sink writes into: a table like the spec's; a topic and a
+    commit-marker topic with as many partitions as the spec's.
 
     Raises:
-        UserInputError: the spec's own table or topic does not exist (chaos copies its shape).
+        UserInputError: the spec's own table or topic (or commit-marker topic) does not exist
+            (chaos copies its shape).
     """
     if output.kind == "postgres":
         import psycopg
@@ -204,12 +247,17 @@ def prepare_output(output: ScratchOutput, sink: Any) -> None:
 
         from barrierflow.sinks.channel import ensure_topic
 
+        pairs = [("topic", output.original, output.target)]
+        if output.marker_topics is not None:
+            pairs.append(("commit-marker topic", *output.marker_topics))
         consumer = KafkaConsumer(bootstrap_servers=sink.bootstrap_servers.split(","), group_id=None)
         try:
-            partitions = consumer.partitions_for_topic(output.original)
+            counts = [len(consumer.partitions_for_topic(original) or ()) for _, original, _ in pairs]
         finally:
             consumer.close()
-        if not partitions:
-            raise UserInputError(f"chaos: the kafka sink's topic {output.original} does not exist on "
-                                 f"{sink.bootstrap_servers}; chaos creates its scratch topics with as many partitions")
-        ensure_topic(sink.bootstrap_servers, output.target, len(partitions))
+        for (what, original, target), partitions in zip(pairs, counts, strict=True):
+            if not partitions:
+                raise UserInputError(f"chaos: the kafka sink's {what} {original} does not exist on "
+                                     f"{sink.bootstrap_servers}; create it first (the pipeline needs it too): chaos "
+                                     "creates its scratch topics with as many partitions")
+            ensure_topic(sink.bootstrap_servers, target, partitions)

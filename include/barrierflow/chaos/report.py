@@ -15,17 +15,30 @@ REPORT_JSON = "chaos-report.json"
 REPORT_HTML = "chaos-report.html"
 
 
+def _count(n: int | None) -> str:
+    return "-" if n is None else str(n)
+
+
 def summary_lines(result: ChaosResult) -> list[str]:
-    """What ``barrierflow chaos`` prints: the verdict first, then the figures."""
-    kills = ", ".join(f"{kind} {n}" for kind, n in sorted(result.kills.items())) or "none"
+    """What ``barrierflow chaos`` prints: the verdict first, then the figures. The kills line
+    counts the kills that landed, by kind, every kind the options could make included (0 when
+    none landed); a second line gives the kinds as picked when a pick landed as another kind."""
+    kinds = sorted({*result.kill_kinds, *result.kills})
+    kills = ", ".join(f"{kind} {result.kills[kind]}" for kind in kinds) or "none"
     lines = [f"chaos {'PASSED' if result.passed else 'FAILED'}: pipeline {result.pipeline}, seed {result.seed}, "
              f"mode {result.mode}",
-             f"  kills: {sum(result.kills.values())} of {result.kills_asked} asked ({kills}); runs {result.runs} "
-             f"({result.restarts} restarts); checkpoints completed {result.checkpoints}",
-             f"  rows: expected {sum(o.rows_expected for o in result.outputs)}, "
-             f"committed {sum(o.rows for o in result.outputs)}; missing {result.missing}, extra {result.extra}, "
-             f"duplicated {result.duplicated}",
-             f"  time: reference {result.reference_seconds:.1f} s, under kills {result.seconds:.1f} s"]
+             f"  kills landed: {sum(result.kills.values())} of {result.kills_asked} asked ({kills}); runs "
+             f"{result.runs} ({result.restarts} restarts); checkpoints completed {result.checkpoints}"]
+    if result.picked and +result.picked != +result.kills:
+        picked = ", ".join(f"{kind} {n}" for kind, n in sorted(result.picked.items()))
+        lines.append(f"  kills picked: {picked} (a JVM kill before the run had a JVM landed as a group kill)")
+    lines += [f"  rows: expected {sum(o.rows_expected for o in result.outputs)}, "
+              f"committed {sum(o.rows for o in result.outputs)}; missing {result.missing}, extra {result.extra}, "
+              f"duplicated {result.duplicated}",
+              f"  dead letters: expected {_count(result.dead_letters_expected)}, written "
+              f"{_count(result.dead_letters)}"
+              + ("" if result.dead_letters == result.dead_letters_expected else " (they differ)"),
+              f"  time: reference {result.reference_seconds:.1f} s, under kills {result.seconds:.1f} s"]
     for output in result.outputs:
         lines.append(f"  output {output.stage}/{output.sink} ({output.kind} {output.chaos_target}): "
                      f"{output.rows} rows of {output.rows_expected}; missing {output.missing}, extra {output.extra}, "
@@ -82,6 +95,7 @@ def write_report(result: ChaosResult, directory: Path) -> tuple[Path, Path]:
         f"<h1>barrierflow chaos: {html.escape(result.pipeline)} "
         f"{'passed' if result.passed else 'FAILED'}</h1><pre>{lines}</pre>"
         f"<img alt='kills and checkpoints over time' src='data:image/png;base64,{_plot(result)}'>"
+        f"<p>dead letters: expected {_count(result.dead_letters_expected)}, written {_count(result.dead_letters)}</p>"
         "<table border='1'><tr><th>output</th><th>kind</th><th>expected</th><th>committed</th><th>missing</th>"
         f"<th>extra</th><th>duplicated</th></tr>{rows}</table>"
         f"<p>JSON: {html.escape(str(json_path))}</p></body></html>", encoding="utf-8")

@@ -6,9 +6,11 @@ process group of its own, with its output in ``<scratch>/logs/``. A run is eithe
 
 * **timed**: after a random gap in ``[min_gap, max_gap]`` seconds one kill, by the mode:
   ``group`` SIGKILLs the whole process group (driver, its JVM, stage processes, the embedded
-  broker's parent), ``stage`` one stage process of ``--processes`` (the supervisor then fails
-  the run by itself), ``jvm`` the driver's Spark JVM alone (the Python driver must notice);
-  ``mixed`` picks one of those at random for each kill; or
+  broker's parent), ``stage`` one stage process of ``--processes`` once one has reported
+  its query running (chaos waits for that if the gap ends earlier; the supervisor then fails
+  the run by itself), ``jvm`` the driver's Spark JVM alone (the Python driver must notice; a
+  group kill if the run has no JVM yet); ``mixed`` picks one of those at random for each
+  kill; or
 * **armed**: ``BARRIERFLOW_CRASH_AT=POINT@HIT`` (:mod:`barrierflow.faults`), so the run
   SIGKILLs itself at that protocol point; a share ``point_share`` of the kills.
 
@@ -19,7 +21,6 @@ run's log): a restart that cannot restart is a finding, not noise.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -34,17 +35,29 @@ from typing import Any, Literal
 
 import yaml
 
-from barrierflow.chaos.outputs import Rows, prepare_output, read_output, with_aliases
-from barrierflow.chaos.scratch import ScratchOutput, check_judgeable, scratch_copy, stages_of
+from barrierflow.chaos.outputs import Rows, prepare_output, read_output, unread_output, with_aliases
+from barrierflow.chaos.scratch import (
+    ChaosRefusedError,
+    InputCount,
+    ScratchOutput,
+    check_judgeable,
+    nothing_to_compare,
+    scratch_copy,
+    stages_of,
+)
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.faults import ENV as CRASH_ENV
 from barrierflow.faults import PIPELINE_POINTS, POINTS, SINK_POINTS, STAGE_POINTS
 from barrierflow.spec.loader import load_any_spec
+from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 
 Mode = Literal["group", "stage", "jvm", "mixed"]
 #: Seconds a run may take to stop by itself after one of its processes was killed.
 AFTER_KILL_TIMEOUT = 120.0
+#: Seconds between two looks for a ready stage process while a stage kill waits for one (the
+#: run is watched meanwhile: its end stops the wait at once).
+READY_POLL = 0.2
 MODES: tuple[str, ...] = ("group", "stage", "jvm", "mixed")
 
 
@@ -71,8 +84,9 @@ class ChaosOptions:
 
     def check(self, staged: bool) -> None:
         """Raises UserInputError naming the option and the fix."""
-        if self.kills < 0:
-            raise UserInputError("--kills must be 0 or more")
+        if self.kills < 1:
+            raise UserInputError(f"--kills must be at least 1 (got {self.kills}): without a kill chaos compares two "
+                                 "failure-free runs, which proves nothing about recovery")
         if self.mode not in MODES:
             raise UserInputError(f"--mode must be one of {', '.join(MODES)}")
         if not 0 < self.min_gap <= self.max_gap:
@@ -141,7 +155,14 @@ class ChaosResult:
     kills_asked: int
     scratch: str
     started: datetime
+    #: The kills that landed, by kind: group, jvm, stage (a timed kill) and point (a run that
+    #: crashed itself at a protocol point).
     kills: Counter[str] = field(default_factory=Counter)
+    #: The kills as picked, by kind; a pick whose target was not up landed as another kind (a
+    #: JVM kill before the run had a JVM as a group kill).
+    picked: Counter[str] = field(default_factory=Counter)
+    #: The kinds of kill the options could make (listed in the summary even when 0 landed).
+    kill_kinds: list[str] = field(default_factory=list)
     runs: int = 0
     checkpoints: int = 0
     checkpoint_times: list[float] = field(default_factory=list)
@@ -150,6 +171,10 @@ class ChaosResult:
     outputs: list[OutputComparison] = field(default_factory=list)
     events: list[ChaosEvent] = field(default_factory=list)
     problem: str | None = None
+    #: Malformed records in the dead letters of the reference and of the copy under kills,
+    #: each counted once (None: not counted yet).
+    dead_letters_expected: int | None = None
+    dead_letters: int | None = None
 
     @property
     def restarts(self) -> int:
@@ -169,15 +194,20 @@ class ChaosResult:
 
     @property
     def passed(self) -> bool:
-        return self.problem is None and bool(self.outputs) and not (self.missing or self.extra or self.duplicated)
+        """No problem, some output compared, no row missing, extra or duplicated, and as many
+        dead letters as the reference."""
+        return (self.problem is None and bool(self.outputs) and not (self.missing or self.extra or self.duplicated)
+                and self.dead_letters == self.dead_letters_expected)
 
     def as_dict(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "spec": self.spec_path, "seed": self.seed, "mode": self.mode,
                 "passed": self.passed, "problem": self.problem, "started": self.started.isoformat(),
-                "kills_asked": self.kills_asked, "kills": dict(self.kills), "kills_total": sum(self.kills.values()),
+                "kills_asked": self.kills_asked, "kills": dict(self.kills), "kills_picked": dict(self.picked),
+                "kill_kinds": self.kill_kinds, "kills_total": sum(self.kills.values()),
                 "runs": self.runs, "restarts": self.restarts, "checkpoints": self.checkpoints,
                 "rows_expected": sum(o.rows_expected for o in self.outputs), "rows": sum(o.rows for o in self.outputs),
                 "missing": self.missing, "extra": self.extra, "duplicated": self.duplicated,
+                "dead_letters_expected": self.dead_letters_expected, "dead_letters": self.dead_letters,
                 "seconds": round(self.seconds, 1), "reference_seconds": round(self.reference_seconds, 1),
                 "scratch": self.scratch,
                 "outputs": [o.__dict__ for o in self.outputs],
@@ -257,6 +287,26 @@ class _Copy:
     def rows(self, output: ScratchOutput) -> Rows:
         return with_aliases(read_output(output, self.sink_of(output), self.spec.name), self.topic_aliases)
 
+    def dead_letter_uris(self) -> list[str]:
+        """Where the copy's runs write malformed records: ``dead_letter_path`` (one stage) or
+        its ``stages/<stage>`` part (several), else the default under the (stage) work dir."""
+        from barrierflow.workdir.layout import JobLayout
+
+        if isinstance(self.spec, StagedPipelineSpec):
+            from barrierflow.pipeline.model import pipeline_work_dir
+
+            base = pipeline_work_dir(self.spec)
+            return [self.spec.stage_path(self.spec.dead_letter_path, stage.name)
+                    or f"file://{base}/stages/{stage.name}/dead-letter" for stage in self.spec.stages]
+        return [JobLayout.for_spec(self.spec).dead_letter_uri(self.spec)]
+
+    def dead_letters(self) -> int:
+        """How many malformed records the copy's runs left in its dead letters, each counted
+        once (per stage: de-duplicated on source, partition and offset, as replays rewrite them)."""
+        from barrierflow.sources.dead_letter import count_dead_letters
+
+        return sum(count_dead_letters(uri) for uri in self.dead_letter_uris())
+
     def checkpoint_times(self) -> list[datetime]:
         """Completion times of the copy's completed checkpoints (global ones with stages)."""
         from barrierflow.checkpointing.global_store import GlobalCheckpointStore
@@ -300,6 +350,15 @@ class ChaosRunner:
             self.points = [p for p in self.points if p in options.points] or list(options.points)
         self._t0 = time.monotonic()
 
+    def kill_kinds(self) -> list[str]:
+        """The kinds of kill these options can make, sorted: the timed kinds of the mode
+        (group for jvm too: a JVM kill before the run has a JVM lands as a group kill) and
+        point when ``point_share`` is above 0."""
+        timed = {"group": ["group"], "jvm": ["jvm", "group"], "stage": ["stage"],
+                 "mixed": ["group", "jvm", *(["stage"] if self.options.processes else [])]}[self.options.mode]
+        return sorted({*(timed if self.options.point_share < 1 else []),
+                       *(["point"] if self.options.point_share > 0 else [])})
+
     # -- the runs ---------------------------------------------------------------------------
     def _start(self, copy: _Copy, number: int, crash_at: str | None) -> tuple[subprocess.Popen[bytes], Path]:
         log = copy.root / "logs" / f"run-{number:03d}.log"
@@ -324,29 +383,71 @@ class ChaosRunner:
     def _event(self, kind: str, run: int, detail: str = "") -> None:
         self.result.events.append(ChaosEvent(round(time.monotonic() - self._t0, 2), kind, run, detail))
 
-    def _kill(self, process: subprocess.Popen[bytes], copy: _Copy) -> str:
-        """Kill by the mode; returns the kind of kill made."""
-        mode = self.options.mode
-        if mode == "mixed":
-            mode = self.rng.choice(["group", "jvm", *(["stage"] if self.options.processes else [])])
-        if mode == "stage":
-            stages = [s.name for s in self.spec.stages] if isinstance(self.spec, StagedPipelineSpec) else []
-            self.rng.shuffle(stages)
-            for stage in stages:
-                ready = copy.root / "work" / "stages" / stage / "_process_ready.json"
+    def _timed_kind(self) -> str:
+        """The kind of the next timed kill: the mode, or for ``mixed`` one of group, jvm and
+        (``--processes``) stage, chosen by the seed."""
+        if self.options.mode == "mixed":
+            return self.rng.choice(["group", "jvm", *(["stage"] if self.options.processes else [])])
+        return self.options.mode
+
+    def _ready_stages(self, process: subprocess.Popen[bytes], copy: _Copy) -> dict[str, int]:
+        """The stage processes of run ``process`` that reported their query running: stage ->
+        pid. A ready file counts only when it names a live process of this run, so the file a
+        killed run left behind (or its pid, reused since) never does."""
+        if not isinstance(copy.spec, StagedPipelineSpec):
+            return {}
+        from barrierflow.pipeline.model import pipeline_work_dir
+        from barrierflow.runtime.stage_processes import StageProcessFiles
+
+        ours = set(_descendants(process.pid))
+        found: dict[str, int] = {}
+        for stage in copy.spec.stages:
+            try:
+                pid = StageProcessFiles(Path(pipeline_work_dir(copy.spec)) / "stages" / stage.name).ready_pid()
+            except (KeyError, ValueError):  # written atomically; unreadable only if not ours
+                continue
+            if pid in ours:
+                found[stage.name] = pid
+        return found
+
+    def _kill_stage(self, process: subprocess.Popen[bytes], copy: _Copy, deadline: float, log: Path) -> str | None:
+        """SIGKILL one stage process of the run once one is ready (it reported its query
+        running, :meth:`_ready_stages`), waiting for that while the run goes on; which one, when
+        several are, is chosen by the seed. Returns ``stage:<name>``, or None when the run
+        ended by itself before any stage was ready.
+
+        Raises:
+            ChaosRunError: no stage process was ready by ``deadline`` (the run is killed).
+        """
+        order = [stage.name for stage in copy.spec.stages] if isinstance(copy.spec, StagedPipelineSpec) else []
+        self.rng.shuffle(order)
+        while True:
+            ready = self._ready_stages(process, copy)
+            for stage in (name for name in order if name in ready):
                 try:
-                    pid = int(json.loads(ready.read_text(encoding="utf-8"))["pid"])
-                    os.kill(pid, signal.SIGKILL)
-                    return f"stage:{stage}"
-                except (OSError, ValueError, KeyError):
+                    os.kill(ready[stage], signal.SIGKILL)
+                except ProcessLookupError:  # it ended since: another, or wait for the next
                     continue
-            mode = "group"  # no stage process up yet: the whole group instead
-        if mode == "jvm":
+                return f"stage:{stage}"
+            if time.monotonic() > deadline:
+                _kill_group(process)
+                process.wait()
+                raise ChaosRunError(f"no stage process of run {self.result.runs} reported ready within --run-timeout "
+                                    f"({self.options.run_timeout:g} s; killed); its log {log}:\n{_log_tail(log)}")
+            try:
+                process.wait(timeout=READY_POLL)
+            except subprocess.TimeoutExpired:
+                continue
+            return None
+
+    def _kill(self, process: subprocess.Popen[bytes], kind: str) -> str:
+        """A timed kill of ``kind`` group or jvm; returns the kind that landed: a JVM kill
+        before the run has a JVM lands as a group kill."""
+        if kind == "jvm":
             javas = [p for p in _descendants(process.pid) if _command_name(p) == "java"]
             if javas:
                 os.kill(javas[0], signal.SIGKILL)
                 return "jvm"
-            mode = "group"  # no JVM yet
         _kill_group(process)
         return "group"
 
@@ -358,29 +459,39 @@ class ChaosRunner:
             armed = kills < options.kills and self.rng.random() < options.point_share
             crash_at = f"{self.rng.choice(self.points)}@{self.rng.randint(1, 3)}" if armed else None
             process, log = self._start(copy, number, crash_at)
+            started = time.monotonic()
             self._event("start", number, crash_at or "")
             if kills < options.kills and not armed:
                 gap = self.rng.uniform(options.min_gap, options.max_gap)
+                picked = self._timed_kind()
                 try:
-                    code = process.wait(timeout=gap)
+                    code: int | None = process.wait(timeout=gap)
                 except subprocess.TimeoutExpired:
-                    kind = self._kill(process, copy)
+                    code = None
+                landed = None
+                if code is None:
+                    landed = (self._kill_stage(process, copy, started + options.run_timeout, log)
+                              if picked == "stage" else self._kill(process, picked))
+                if landed is not None:
                     try:  # after a stage or JVM kill the survivors must notice and stop by themselves
                         process.wait(timeout=AFTER_KILL_TIMEOUT)
                     except subprocess.TimeoutExpired:
-                        kind += f" (the run did not stop within {AFTER_KILL_TIMEOUT:g} s: group killed)"
+                        landed += f" (the run did not stop within {AFTER_KILL_TIMEOUT:g} s: group killed)"
                     _kill_group(process)  # whatever the kill left behind
                     process.wait()
                     kills += 1
-                    self.result.kills[kind.split(":")[0]] += 1
-                    self._event("kill", number, kind)
+                    self.result.picked[picked] += 1
+                    self.result.kills[landed.split(":")[0].split(" ")[0]] += 1
+                    self._event("kill", number, landed)
                     continue
+                code = process.wait()  # the run ended before a stage process was ready
             else:
                 code = self._wait(process, options.run_timeout, f"run {number}", log)
             _kill_group(process)
             text = _log_tail(log, 200_000)
             if armed and "injected crash at" in text:
                 kills += 1
+                self.result.picked["point"] += 1
                 self.result.kills["point"] += 1
                 self._event("point", number, crash_at or "")
                 continue
@@ -395,11 +506,19 @@ class ChaosRunner:
             return
 
     def run(self) -> ChaosResult:
-        """Reference, chaos runs, comparison. Raises ChaosRunError (a run failed by itself or
-        hung), UserInputError (a missing table/topic to copy, bad options), OutputReadError."""
+        """Reference, chaos runs, comparison.
+
+        Raises:
+            ChaosRefusedError: the reference run committed no row (nothing to compare; the
+                message says why: no input, an output not found, or a transformation that kept
+                nothing); no run under kills is made then.
+            ChaosRunError: a run failed by itself or hung.
+            UserInputError: a missing table/topic to copy, bad options.
+            OutputReadError: an output could not be read.
+        """
         raw = yaml.safe_load(self.spec_path.read_text(encoding="utf-8"))
         self.result = ChaosResult(self.spec.name, str(self.spec_path), self.options.seed, self.options.mode,
-                                  self.options.kills, str(self.scratch), self.started)
+                                  self.options.kills, str(self.scratch), self.started, kill_kinds=self.kill_kinds())
         ends_before = self._end_offsets()
         reference, chaos = (_Copy(raw, "ref", self.scratch / "reference", self.stamp, self.spec),
                             _Copy(raw, "chaos", self.scratch / "chaos", self.stamp, self.spec))
@@ -412,6 +531,13 @@ class ChaosRunner:
             raise ChaosRunError(f"the failure-free reference run failed (exit {code}); its log {log}:\n"
                                 f"{_log_tail(log)}")
         self.result.reference_seconds = time.monotonic() - begin
+        expected = [reference.rows(output) for output in reference.outputs]
+        self.result.dead_letters_expected = reference.dead_letters()
+        if not any(expected):
+            unread = {f"{o.stage}/{o.sink}": what for o in reference.outputs if (what := unread_output(o))}
+            raise ChaosRefusedError(nothing_to_compare(self._input_counts(ends_before), unread,
+                                                       self.result.dead_letters_expected)
+                                    + f" (The reference copy and its log: {reference.root}.)")
         self._t0, t0_wall = time.monotonic(), time.time()
         try:
             self._chaos_runs(chaos)
@@ -420,15 +546,44 @@ class ChaosRunner:
         if self._end_offsets() != ends_before:
             self.result.problem = ("the input Kafka topics grew while chaos ran: the two runs read different "
                                    "input, so their outputs cannot be compared; run chaos on a topic nobody writes")
+        self.result.dead_letters = chaos.dead_letters()
         times = chaos.checkpoint_times()
         self.result.checkpoints = len(times)
         self.result.checkpoint_times = [max(t.timestamp() - t0_wall, 0.0) for t in times]
-        for ref_out, chaos_out in zip(reference.outputs, chaos.outputs, strict=True):
+        for ref_out, chaos_out, rows in zip(reference.outputs, chaos.outputs, expected, strict=True):
             comparison = OutputComparison(ref_out.stage, ref_out.sink, ref_out.kind, ref_out.target, chaos_out.target)
-            comparison.compare(reference.rows(ref_out), chaos.rows(chaos_out))
+            comparison.compare(rows, chaos.rows(chaos_out))
             self.result.outputs.append(comparison)
         self._event("end", self.result.runs)
         return self.result
+
+    def _input_counts(self, ends: dict[str, int]) -> list[InputCount]:
+        """The records each external source of the spec holds for a run: a generator's
+        partitions x ``records_per_partition``; a Kafka source's records from its starting
+        offsets to ``ends`` (the end offsets seen before the reference run)."""
+        from barrierflow.sources.kafka import beginning_offsets, partition_id
+
+        counts: list[InputCount] = []
+        for _, part in stages_of(self.spec):
+            for source in part.sources:
+                if isinstance(source, GeneratorSourceSpec):
+                    per = source.records_per_partition or 0
+                    counts.append(InputCount(f"generator {source.name}", source.partitions * per,
+                                             f"{source.partitions} partitions x {per} records"))
+                elif isinstance(source, KafkaSourceSpec):
+                    starts = beginning_offsets(source)
+                    wanted = source.starting_offsets
+                    if isinstance(wanted, dict):
+                        for topic, by_partition in wanted.items():
+                            for partition, offset in by_partition.items():
+                                if int(offset) >= 0:
+                                    starts[partition_id(topic, int(partition))] = int(offset)
+                    spans = {key: (first, ends.get(key, first)) for key, first in sorted(starts.items())}
+                    counts.append(InputCount(f"Kafka {source.name}", sum(max(end - first, 0) for first, end in
+                                                                         spans.values()),
+                                             ", ".join(f"{key} offsets {first}-{end}"
+                                                       for key, (first, end) in spans.items())))
+        return counts
 
     def _end_offsets(self) -> dict[str, int]:
         from barrierflow.sources.kafka import end_offsets

@@ -1,14 +1,21 @@
 """Which specs chaos can judge, and the scratch copies it runs.
 
 A copy is the user's YAML with everything a run writes moved aside: the pipeline name (and so
-every transaction id, marker and derived channel topic), ``work_dir``, the checkpoint storage,
-explicit channel topics, the outputs (a Parquet path, a PostgreSQL table, a Kafka topic) and
-explicit staging paths. Sources, the transformation and every other setting stay as written,
-so both copies read the same input and run the same code.
+every transaction id, marker and derived channel topic), ``work_dir``, every storage URI
+outside the sources and the transformation (the checkpoint storage, ``dead_letter_path``,
+``event_times_path``, Parquet paths, staging paths, rollups), explicit channel topics, the
+PostgreSQL tables, the Kafka topics and their commit-marker topics. Sources, the
+transformation and every other setting stay as written, so both copies read the same input and
+run the same code. No store of a copy may lie in one of the spec's (or the other way round):
+a copy never writes what the spec's own pipeline keeps.
 
-Storage stays of the kind the spec uses: ``file://`` outputs move under the scratch dir,
-``s3://BUCKET/PREFIX`` ones to ``s3://BUCKET/PREFIX/chaos-<stamp>-<copy>`` (chaos checks the
-user's storage, not a local stand-in).
+Storage stays of the kind the spec uses: ``file://`` stores move under the scratch dir,
+``s3://BUCKET/...`` ones to ``s3://BUCKET/barrierflow-chaos/<pipeline>-<stamp>/<copy>/<field>``
+(chaos checks the user's storage, not a local stand-in).
+
+Not moved, because the spec does not name it: a PostgreSQL sink's commit-marker table
+``barrierflow_commits`` (the copies' rows there carry the copies' pipeline names, which the
+pipeline never reads).
 """
 
 from __future__ import annotations
@@ -21,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from barrierflow.errors import UserInputError
-from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec, PipelineSpec
+from barrierflow.spec.models import GeneratorSourceSpec, KafkaSinkSpec, KafkaSourceSpec, PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 
 AnySpec = PipelineSpec | StagedPipelineSpec
+#: A Kafka sink's ``commit_marker_topic`` when the spec does not set it.
+DEFAULT_MARKER_TOPIC: str = KafkaSinkSpec.model_fields["commit_marker_topic"].default
 
 
 class ChaosRefusedError(UserInputError):
@@ -44,8 +53,9 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
 
     Raises:
         ChaosRefusedError: an unbounded source (a generator without ``records_per_partition``,
-            a source kind chaos cannot bound), a transformation declared non-deterministic, or
-            no output to compare (only channel or discard sinks).
+            a source kind chaos cannot bound), a Kafka source that starts at ``latest`` (as a
+            whole or for one partition: ``-1``), a transformation declared non-deterministic,
+            or no output to compare (only channel or discard sinks).
     """
     kafka: list[KafkaSourceSpec] = []
     outputs = 0
@@ -63,6 +73,7 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
                         f"{where}: generator source {source.name!r} is unbounded; set records_per_partition so "
                         "that the runs end (chaos compares the complete output of two runs)")
             elif isinstance(source, KafkaSourceSpec):
+                _check_start(where, source)
                 kafka.append(source)
             elif getattr(source, "type", None) != "channel":
                 raise ChaosRefusedError(f"{where}: source {getattr(source, 'name', '?')!r} of type "
@@ -74,6 +85,72 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
     return kafka
 
 
+def _check_start(where: str, source: KafkaSourceSpec) -> None:
+    """Refuse a Kafka source that starts at the end of a topic: each copy resolves ``latest``
+    when its own run starts, so the reference and the run under kills would read different
+    input, and a topic nobody writes to while chaos runs (which chaos requires) gives both
+    nothing to read."""
+    wanted = source.starting_offsets
+    at_end: list[str] = [] if isinstance(wanted, str) else sorted(
+        f"{topic}:{partition}" for topic, by_partition in wanted.items()
+        for partition, offset in by_partition.items() if int(offset) == -1)
+    if wanted == "latest" or at_end:
+        at = f" for partition(s) {', '.join(at_end)} (offset -1)" if at_end else ""
+        raise ChaosRefusedError(
+            f"{where}: Kafka source {source.name!r} starts at 'latest'{at}: each copy would start at the end of "
+            "its topics when it runs, so there is no fixed input for both to read (and with a topic nobody writes, "
+            "nothing at all); set starting_offsets to 'earliest' or to fixed offsets {topic: {partition: offset}}")
+
+
+@dataclass(frozen=True)
+class InputCount:
+    """How many records one source of the spec holds for a run: ``records`` from its start
+    to its end (for Kafka: the end offsets chaos saw before the reference run)."""
+
+    source: str
+    records: int
+    how: str  # e.g. "2 partitions x 700 records", "topic orders: offsets 0-0"
+
+
+def nothing_to_compare(inputs: list[InputCount], unread: dict[str, str], dead_letters: int) -> str:
+    """Why a failure-free reference run committed no row at all, as the message of the refusal.
+
+    A run under kills of such a pipeline could lose or duplicate nothing, so its verdict would
+    be a pass on nothing. The reason, first match wins:
+
+    * **no input**: every source holds 0 records from its start to its end (an empty topic,
+      fixed offsets at the end, ``records_per_partition: 0``);
+    * **output not found**: ``unread`` names outputs whose location holds objects the reader
+      does not read (``{output: what is there}``, see
+      :func:`barrierflow.chaos.outputs.unread_output`);
+    * **the transformation kept nothing**: there was input, but no row reached an output (a
+      filter that drops every row, a window that never closes in append mode, or every record
+      malformed: ``dead_letters`` says how many went to the dead letters).
+
+    Args:
+        inputs: the sources' record counts (external sources only, not channels).
+        unread: output name -> what its location holds that the reader does not read.
+        dead_letters: how many malformed records the reference run wrote to its dead letters.
+    """
+    head = ("nothing to compare: the failure-free reference run committed 0 rows, so a run under kills could "
+            "lose or duplicate nothing and would pass on nothing. ")
+    held = ", ".join(f"{i.source}: {i.records:,} ({i.how})" for i in inputs)
+    if inputs and not any(i.records for i in inputs):
+        return (head + f"Why: the sources held no records to read ({held}). Give chaos input: write records to "
+                "the topics first (or start the Kafka source at 'earliest' or earlier fixed offsets), or raise "
+                "records_per_partition.")
+    if unread:
+        found = "; ".join(f"output {name}: {what}" for name, what in sorted(unread.items()))
+        return (head + f"Why: an output was not found where chaos reads it ({found}). chaos reads a Parquet sink's "
+                      "committed part-*.parquet files at the top of its path; point the sink's path at the folder "
+                      "the pipeline commits into.")
+    malformed = (f"; {dead_letters:,} records went to the dead letters (malformed for the json_fields read)"
+                 if dead_letters else "")
+    return (head + f"Why: the transformation kept no rows: the sources held records ({held}) but none reached "
+                   f"an output{malformed}. Give chaos input the transformation keeps rows of (a filter that drops "
+                   "every row, or a window that never closes in append mode, commits nothing).")
+
+
 @dataclass(frozen=True)
 class ScratchOutput:
     """One output of a copy: the sink's kind, its name, and where the copy writes it."""
@@ -83,6 +160,8 @@ class ScratchOutput:
     kind: str
     target: str  # a storage URI, a table name or a topic
     original: str
+    #: A Kafka sink's commit-marker topic: (the spec's, the copy's); None for other kinds.
+    marker_topics: tuple[str, str] | None = None
 
 
 def _name(name: str, copy_name: str, stamp: str) -> str:
@@ -90,10 +169,71 @@ def _name(name: str, copy_name: str, stamp: str) -> str:
     return name[:63 - len(suffix)] + suffix
 
 
-def _uri(uri: str, root: Path, label: str, stamp: str, copy_name: str) -> str:
+#: The parts of a spec a run only reads (its input and code): never moved.
+_READ_ONLY = frozenset({"sources", "transformation"})
+#: The S3 prefix of a bucket under which chaos keeps its copies' objects.
+S3_PREFIX = "barrierflow-chaos"
+
+Where = tuple[str | int, ...]
+
+
+def _storage_leaves(node: Any, where: Where = ()) -> Iterator[tuple[Where, str]]:
+    """Every ``file://`` or ``s3://`` value of a YAML mapping with its location, outside the
+    parts a run only reads (:data:`_READ_ONLY`)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key not in _READ_ONLY:
+                yield from _storage_leaves(value, (*where, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _storage_leaves(value, (*where, index))
+    elif isinstance(node, str) and node.startswith(("file://", "s3://")):
+        yield where, node
+
+
+def _put(data: Any, where: Where, value: str) -> None:
+    for step in where[:-1]:
+        data = data[step]
+    data[where[-1]] = value
+
+
+def _field(where: Where) -> str:
+    return ".".join(str(step) for step in where)
+
+
+def _uri(uri: str, root: Path, label: str, stamp: str, copy_name: str, pipeline: str) -> str:
+    """Where the copy keeps what the spec keeps at ``uri``: ``file://`` under the copy's
+    scratch dir ``root``, ``s3://BUCKET/...`` in the same bucket under
+    ``barrierflow-chaos/<pipeline>-<stamp>/<copy>/`` (never inside a prefix of the spec)."""
     if uri.startswith("s3://"):
-        return f"{uri.rstrip('/')}/chaos-{stamp}-{copy_name}"
+        bucket = uri.removeprefix("s3://").partition("/")[0]
+        return f"s3://{bucket}/{S3_PREFIX}/{pipeline}-{stamp}/{copy_name}/{label}"
     return f"file://{root / label}"
+
+
+def _location(value: str) -> tuple[str, tuple[str, ...]]:
+    """A store as (scheme and bucket, path parts), so that containment is a prefix test."""
+    if value.startswith("s3://"):
+        bucket, _, prefix = value.removeprefix("s3://").partition("/")
+        return f"s3:{bucket}", tuple(part for part in prefix.split("/") if part)
+    from barrierflow.storage.uri import local_path_of
+
+    return "file", local_path_of(value if value.startswith("file://") else f"file://{value}").resolve().parts
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether one of the stores ``a`` and ``b`` lies in the other (or they are one)."""
+    (kind_a, parts_a), (kind_b, parts_b) = _location(a), _location(b)
+    shorter = min(len(parts_a), len(parts_b))
+    return kind_a == kind_b and parts_a[:shorter] == parts_b[:shorter]
+
+
+def _stores(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, location) of every store a run of the spec ``data`` writes that the spec names:
+    its work dir (default ``var/<name>``: the default dead letters, event times, staging and
+    the embedded broker's data live under it) and every storage URI outside its input and code."""
+    work_dir = str(data.get("work_dir") or f"var/{data['name']}")
+    return [("work_dir", work_dir), *((_field(where), uri) for where, uri in _storage_leaves(data))]
 
 
 def _table(table: str, stamp: str, copy_name: str) -> str:
@@ -109,38 +249,63 @@ def _sinks(raw_stage: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def scratch_copy(raw: dict[str, Any], *, copy_name: str, root: Path, stamp: str
                  ) -> tuple[dict[str, Any], list[ScratchOutput]]:
     """The YAML mapping of copy ``copy_name`` of the spec ``raw`` (as loaded from its file) and
-    its outputs. ``root`` is the copy's scratch dir; ``stamp`` tells chaos runs apart."""
+    its outputs. ``root`` is the copy's scratch dir; ``stamp`` tells chaos runs apart.
+
+    Contract: a run of the copy writes nothing the spec's own pipeline keeps. Moved are the
+    name, ``work_dir``, every ``file://`` / ``s3://`` value outside ``sources`` and
+    ``transformation`` (the checkpoint storage, ``dead_letter_path``, ``event_times_path``,
+    Parquet paths, staging paths, rollups, and any such field a spec gains), explicit channel
+    topics, PostgreSQL tables, Kafka sink topics and their ``commit_marker_topic``. ``raw`` is
+    not changed.
+
+    Raises:
+        ChaosRefusedError: a store of the copy would lie in one of the spec's, or one of the
+            spec's in the copy's (a scratch dir inside the pipeline's work dir, an ``s3://``
+            store that is a whole bucket): the message names both and the fix.
+    """
     data = copy.deepcopy(raw)
     original_name = str(data["name"])
     data["name"] = _name(original_name, copy_name, stamp)
     data["work_dir"] = str(root / "work")
     data.setdefault("checkpoint", {})
-    data["checkpoint"]["storage"] = _uri(str(data["checkpoint"].get("storage", "file://checkpoints")), root,
-                                         "checkpoints", stamp, copy_name)
+    data["checkpoint"].setdefault("storage", "file://checkpoints")
     for channel in data.get("channels") or []:
         if channel.get("topic"):
             channel["topic"] = f"{channel['topic']}.chaos-{stamp}-{copy_name}"
-    stages = data["stages"] if "stages" in data else [data]
-    outputs: list[ScratchOutput] = []
+    staged = "stages" in data
+    stages = data["stages"] if staged else [data]
+    labels: dict[Where, str] = {("checkpoint", "storage"): "checkpoints"}
     for index, stage in enumerate(stages):
-        stage_name = str(stage.get("name", original_name)) if "stages" in data else original_name
+        stage_name = str(stage.get("name", original_name)) if staged else original_name
         for number, sink in enumerate(_sinks(stage)):
-            kind = sink.get("type")
+            where: Where = ("stages", index, "sinks", number) if staged else ("sinks", number)
+            labels[(*where, "path")] = f"out-{stage_name}-{number}-{sink.get('name', sink.get('type'))}"
+            if sink.get("type") == "postgres":
+                sink["table"] = _table(str(sink["table"]), stamp, copy_name)
+            elif sink.get("type") == "kafka":
+                sink["topic"] = f"{sink['topic']}.chaos-{stamp}-{copy_name}"
+                marker = str(sink.get("commit_marker_topic") or DEFAULT_MARKER_TOPIC)
+                sink["commit_marker_topic"] = f"{marker}.chaos-{stamp}-{copy_name}"
+    for where, uri in list(_storage_leaves(data)):
+        label = labels.get(where) or re.sub(r"[^A-Za-z0-9_.-]", "_", _field(where))
+        _put(data, where, _uri(uri, root, label, stamp, copy_name, original_name))
+    for (field, mine), (their_field, theirs) in ((m, t) for m in _stores(data) for t in _stores(raw)):
+        if _overlap(mine, theirs):
+            raise ChaosRefusedError(
+                f"the {copy_name} copy's {field} ({mine}) and the spec's {their_field} ({theirs}) overlap: the copy "
+                "would write into (or clean up) the pipeline's own store; give --scratch a dir outside the "
+                "pipeline's stores, and an s3:// store a prefix (s3://BUCKET/PREFIX), not a whole bucket")
+    outputs: list[ScratchOutput] = []
+    original_stages = raw["stages"] if staged else [raw]
+    for stage, original_stage in zip(stages, original_stages, strict=True):
+        stage_name = str(stage.get("name", original_name)) if staged else original_name
+        for sink, original in zip(_sinks(stage), _sinks(original_stage), strict=True):
+            kind = str(sink.get("type"))
             name = str(sink.get("name", kind))
-            label = f"out-{stage_name}-{number}-{name}"
-            if sink.get("staging_path"):
-                sink["staging_path"] = _uri(str(sink["staging_path"]), root, f"staging-{index}-{number}", stamp,
-                                            copy_name)
-            if kind == "parquet":
-                original = str(sink["path"])
-                sink["path"] = _uri(original, root, label, stamp, copy_name)
-                outputs.append(ScratchOutput(stage_name, name, "parquet", sink["path"], original))
-            elif kind == "postgres":
-                original = str(sink["table"])
-                sink["table"] = _table(original, stamp, copy_name)
-                outputs.append(ScratchOutput(stage_name, name, "postgres", sink["table"], original))
-            elif kind == "kafka":
-                original = str(sink["topic"])
-                sink["topic"] = f"{original}.chaos-{stamp}-{copy_name}"
-                outputs.append(ScratchOutput(stage_name, name, "kafka", sink["topic"], original))
+            if kind in ("parquet", "postgres", "kafka"):
+                field = {"parquet": "path", "postgres": "table", "kafka": "topic"}[kind]
+                marker = ((str(original.get("commit_marker_topic") or DEFAULT_MARKER_TOPIC),
+                           str(sink["commit_marker_topic"])) if kind == "kafka" else None)
+                outputs.append(ScratchOutput(stage_name, name, kind, str(sink[field]), str(original[field]),
+                                             marker))
     return data, outputs

@@ -130,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
                                          "random kills in scratch copies, outputs compared row by row; exit 1 "
                                          "unless nothing is missing, extra or duplicated")
     chaos.add_argument("spec")
-    chaos.add_argument("--kills", type=int, required=True, metavar="N", help="how many kills")
+    chaos.add_argument("--kills", type=int, required=True, metavar="N", help="how many kills (at least 1)")
     chaos.add_argument("--seed", type=int, default=0, help="random seed: the same seed makes the same choices")
     chaos.add_argument("--mode", choices=["group", "stage", "jvm", "mixed"], default="group",
                        help="what a kill hits: the whole process group, one stage process (--processes), the "

@@ -43,7 +43,9 @@ def chaos(spec_path: str | os.PathLike[str], options: ChaosOptions) -> ChaosOutc
 
     Raises:
         SpecError: the spec does not load.
-        ChaosRefusedError: an unbounded source or a transformation declared non-deterministic.
+        ChaosRefusedError: an unbounded source, a Kafka source starting at ``latest``, a
+            transformation declared non-deterministic, or a reference run that committed no
+            row (nothing to compare); the message says why and what to change.
         UserInputError: bad options; a sink's table or topic to copy does not exist.
         ChaosRunError: a run failed without being killed, or hung (its log is in the message).
         OutputReadError: an output could not be read.

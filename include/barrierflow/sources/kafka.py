@@ -289,6 +289,24 @@ def end_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
         consumer.close()
 
 
+def beginning_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
+    """The log start offset of every partition of the spec's topics now (where ``earliest``
+    starts), keyed like :func:`end_offsets`.
+
+    Raises:
+        SourceError: a topic does not exist, or the brokers cannot be reached within ``poll_timeout``.
+    """
+    consumer = open_consumer(spec)
+    try:
+        partitions = topic_partitions(spec, consumer)
+        timeout_ms = int(spec.poll_timeout * 1000)
+        found = _call(spec, f"fetching the beginning offsets of {spec.topics}",
+                      lambda: consumer.beginning_offsets(partitions, timeout_ms=timeout_ms))
+        return {partition_id(tp.topic, tp.partition): int(found[tp]) for tp in partitions}
+    finally:
+        consumer.close()
+
+
 # --------------------------------------------------------------------------- reading a range
 
 
