@@ -397,15 +397,12 @@ class ChaosRunner:
         if not isinstance(copy.spec, StagedPipelineSpec):
             return {}
         from barrierflow.pipeline.model import pipeline_work_dir
-        from barrierflow.runtime.stage_processes import StageProcessFiles
+        from barrierflow.workdir.stage_ready import ready_pid
 
         ours = set(_descendants(process.pid))
         found: dict[str, int] = {}
         for stage in copy.spec.stages:
-            try:
-                pid = StageProcessFiles(Path(pipeline_work_dir(copy.spec)) / "stages" / stage.name).ready_pid()
-            except (KeyError, ValueError):  # written atomically; unreadable only if not ours
-                continue
+            pid = ready_pid(Path(pipeline_work_dir(copy.spec)) / "stages" / stage.name)
             if pid in ours:
                 found[stage.name] = pid
         return found

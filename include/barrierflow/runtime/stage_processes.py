@@ -55,6 +55,7 @@ from barrierflow.runtime.pipeline import (
     StageJob,
     StageProgress,
 )
+from barrierflow.workdir.stage_ready import READY_FILE, ready_pid
 
 log = logging.getLogger(__name__)
 #: The environment variable that hands a stage process the addresses of embedded channels.
@@ -74,7 +75,7 @@ class StageProcessFiles:
 
     directory: Path
 
-    READY = "_process_ready.json"
+    READY = READY_FILE
     STOP = "_process_stop.json"
     PROGRESS = "_process_progress.json"
 
@@ -101,8 +102,7 @@ class StageProcessFiles:
 
     def ready_pid(self) -> int | None:
         """The stage process's pid once its query runs (None before)."""
-        body = self._read(self.READY)
-        return int(str(body["pid"])) if body is not None else None
+        return ready_pid(self.directory)
 
     def request_stop(self, last_completed: int) -> None:
         self._write(self.STOP, {"last_completed": last_completed})
