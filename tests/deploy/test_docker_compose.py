@@ -69,6 +69,9 @@ OPTIONAL_VARIABLES = {
     "BARRIERFLOW_SUPERVISOR_PID": "set by `run --processes` for the stage processes it starts",
     "BARRIERFLOW_LEASE_FENCE": "set by `run --processes` for the stage processes it starts (its lease's fence)",
     "BARRIERFLOW_CRASH_AT": "fault injection of the crash tests only",
+    "BARRIERFLOW_JVM_CACHE": "default ~/.cache/barrierflow/maven; only the embedded Kafka broker reads the jars, "
+                             "and the stack runs its own Kafka service",
+    "BARRIERFLOW_MAVEN_REPOSITORY": "default Maven Central; read by `python -m barrierflow.jvm install` only",
     "GX_ANALYTICS_ENABLED": "set by the code itself (setdefault) before importing Great Expectations",
     "PGHOST": "only describes a DSN without a host; BARRIERFLOW_SINK_DSN names it",
     "PGPORT": "only describes a DSN without a port; BARRIERFLOW_SINK_DSN names it",
