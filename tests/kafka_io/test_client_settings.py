@@ -6,6 +6,7 @@ and the setting but never a secret."""
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -143,3 +144,23 @@ def test_other_failures_are_not_taken_for_security(tls_files: dict[str, str]) ->
     assert security_failure(client, SERVERS, "Connect to ipv4#10.0.0.1:9093 failed: Connection refused") is None
     assert describe(None) == "security_protocol PLAINTEXT"
     assert "password" not in describe(client)
+
+
+def test_a_resolved_secret_is_concealed_in_every_log_record(monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    secret = "pl'ain-S3CR3T-log"  # a quote: the repr of bytes escapes it
+    monkeypatch.setenv("BF_TEST_KAFKA_PASSWORD", secret)
+    client = KafkaClientSpec(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN", username="u",
+                             password="env:BF_TEST_KAFKA_PASSWORD")
+    librdkafka_config(client)
+    caplog.set_level(logging.DEBUG)
+    # What kafka-python logs at DEBUG: its admin client's configuration, a SASL/PLAIN request's bytes.
+    logging.getLogger("kafka.admin.client").debug("Starting KafkaAdminClient with configuration: %s",
+                                                  {"sasl_plain_password": secret})
+    logging.getLogger("kafka.protocol.parser").debug("Send: %r", bytearray(b"\x00u\x00" + secret.encode()))
+    try:
+        raise ValueError(f"Unrecognized configs: {{'sasl_plain_password': {secret!r}}}")
+    except ValueError:
+        logging.getLogger("kafka.producer").exception("failed")
+    assert caplog.text.count("***") >= 3
+    assert "S3CR3T" not in caplog.text

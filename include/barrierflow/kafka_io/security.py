@@ -19,7 +19,10 @@ and the setting to check; :func:`diagnose` asks the brokers once more with librd
 kafka-python failure, to find out whether security was the cause.
 
 Contract: the dicts these functions return hold secrets. Pass them to a client constructor and
-nowhere else (no logging, no repr, no error message).
+nowhere else (no logging, no repr, no error message). A client library may still log them
+(kafka-python logs its admin client's configuration, and the bytes of a SASL/PLAIN login, at
+DEBUG): every secret resolved here is concealed in every log record of the process from then on
+(:func:`conceal`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,57 @@ KafkaPythonKind = Literal["consumer", "producer", "admin"]
 #: librdkafka's error codes of a failed authentication and of no broker answering
 #: (``KafkaError._AUTHENTICATION``, ``KafkaError._ALL_BROKERS_DOWN``).
 _AUTHENTICATION, _ALL_BROKERS_DOWN = -169, -187
+
+
+# --------------------------------------------------------------------------- secrets in logs
+
+#: The resolved secrets of this process, in the forms a log line may carry them (as they are, and
+#: as they show inside the repr of bytes: kafka-python logs its admin client's configuration and
+#: the bytes of its requests, a SASL/PLAIN login included, at DEBUG).
+_CONCEALED: set[str] = set()
+#: Shorter secrets are not concealed (replacing every occurrence of a few letters would garble logs).
+MIN_CONCEALED = 4
+_MASK = "***"
+
+
+def _conceal_text(text: str) -> str:
+    for secret in sorted(_CONCEALED, key=len, reverse=True):
+        text = text.replace(secret, _MASK)
+    return text
+
+
+def _concealing_factory(previous: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a record whose arguments do not format: the handler reports it
+            return record
+        if any(secret in message for secret in _CONCEALED):
+            record.msg, record.args = _conceal_text(message), ()
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            text = logging.Formatter().formatException(record.exc_info)
+            if any(secret in text for secret in _CONCEALED):
+                record.exc_text = _conceal_text(text)
+        return record
+
+    factory.barrierflow_conceals = True  # type: ignore[attr-defined]
+    return factory
+
+
+def conceal(secret: str) -> None:
+    """Keep ``secret`` out of every log record this process makes from now on (any logger, the
+    Kafka clients' included): it is replaced by ``***`` in the message and in a logged exception."""
+    if len(secret) < MIN_CONCEALED:
+        return
+    raw = secret.encode()
+    # As they are, and as the reprs of str, bytes and bytearray show them (quotes and backslashes
+    # escaped, other bytes as \x..): kafka-python logs request bytes with %r.
+    _CONCEALED.update({secret, repr(raw)[2:-1], repr(bytearray(raw))[12:-2],
+                       secret.replace("\\", "\\\\").replace("'", "\\'")})
+    current = logging.getLogRecordFactory()
+    if not getattr(current, "barrierflow_conceals", False):
+        logging.setLogRecordFactory(_concealing_factory(current))
 
 
 # --------------------------------------------------------------------------- secrets
@@ -89,6 +143,8 @@ def resolve_secret(reference: str, *, field: str, login: bool = False) -> str:
                 f"{field} 'env:{name}': environment variable {name} is not set (or empty) where this Kafka client "
                 f"runs (pid {os.getpid()}). Export it before the pipeline starts; on a Spark cluster every executor "
                 "needs it too (e.g. spark.executorEnv or the cluster's secret mechanism)")
+        if not login:
+            conceal(value)
         return value
     if sep and kind == "airflow":
         connection = _airflow_connection(name, field)
@@ -96,6 +152,8 @@ def resolve_secret(reference: str, *, field: str, login: bool = False) -> str:
         if not value:
             raise KafkaSecurityError(f"{field} 'airflow:{name}': Airflow connection {name!r} has no "
                                      f"{'login' if login else 'password'}")
+        if not login:
+            conceal(str(value))
         return str(value)
     if login:
         return reference
