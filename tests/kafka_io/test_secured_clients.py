@@ -93,6 +93,8 @@ def test_source_channel_and_sink_clients_read_and_write_over_sasl_scram_and_tls(
         sink.close()
     assert topic_partitions([secure.bootstrap_servers], out, client=client) == [0]  # the sink's marker reader
     assert [r.value for r in read_range(_source(secure, out, client), out, 0, 0, 2)] == [b'{"done": true}']
+    # kafka-python's admin client logs its configuration at DEBUG: the password is concealed there.
+    assert "'sasl_plain_password': '***'" in caplog.text
     _without_secrets(caplog.text, secure.password)
 
 
