@@ -54,6 +54,13 @@ than the alignment ceiling (a binary search over such peeks), exactly as it does
 generator's computed event times. This assumes event times grow with offsets within a
 partition.
 
+Security. The spec's ``client`` block (SASL, TLS, allowed client options) reaches every client
+the source builds, the executors' range readers included, through
+:mod:`barrierflow.kafka_io.security`; secrets travel as references (``env:VAR``), resolved by
+each process that builds a client. A refused login or an untrusted certificate is a
+:class:`SourceError` naming the brokers and the setting, raised at once (not ridden out as an
+outage).
+
 Outages. Brokers that stop answering for a while (a restart, a network blip) are ridden out
 for ``unavailable_timeout`` seconds (default 120): ``latestOffset`` offers no new data while
 they do not answer (Spark plans no batch; a checkpoint due meanwhile cannot close its epoch
