@@ -125,7 +125,7 @@ def test_a_wrong_password_fails_at_once_naming_the_brokers_the_user_and_the_vari
     messages.append(str(caught.value))
     with pytest.raises(TransactionSecurityError) as caught:  # librdkafka: the Kafka sink
         TransactionalProducer(TransactionalSettings(servers=secure.bootstrap_servers, transactional_id="bf.sec.pw",
-                                                    timeout=3.0, client=client))
+                                                    timeout=5.0, client=client))
     messages.append(str(caught.value))
     with pytest.raises(SinkError) as caught:  # kafka-python: the channel's topic creation
         ensure_topic(secure.bootstrap_servers, topic, 1, client)

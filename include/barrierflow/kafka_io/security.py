@@ -379,5 +379,6 @@ def kafka_python_failure(client: KafkaClientSpec | None, servers: str, exc: Base
         return found
     name = type(exc).__name__
     if name in ("KafkaTimeoutError", "NoBrokersAvailable", "KafkaConnectionError") or "bootstrap" in str(exc).lower():
-        return diagnose(client, servers, min(timeout, 10.0))
+        # At least 5 s: a loaded host may take seconds for the TLS handshake and the SCRAM exchange.
+        return diagnose(client, servers, min(max(timeout, 5.0), 10.0))
     return None
