@@ -140,15 +140,17 @@ def kafka_row(key: bytes | None, partition: int, value: bytes) -> str:
     return canonical({"key": text, "partition": partition if key is not None else None, "value": json.loads(value)})
 
 
-def _kafka_rows(servers: str, topic: str) -> tuple[Rows, str]:
+def _kafka_rows(servers: str, topic: str, client: Any = None) -> tuple[Rows, str]:
     """The records of ``topic`` a read_committed reader sees, and the client that read them
     (kafka-python: the sink produces with confluent-kafka, so the check does not share a client
-    with what it checks)."""
+    with what it checks); ``client``: the sink's ``client`` settings."""
     from kafka import KafkaConsumer, TopicPartition
+
+    from barrierflow.kafka_io.security import kafka_python_config
 
     consumer = KafkaConsumer(bootstrap_servers=servers.split(","), group_id=None, enable_auto_commit=False,
                              isolation_level="read_committed", auto_offset_reset="earliest",
-                             request_timeout_ms=30_000)
+                             request_timeout_ms=30_000, **kafka_python_config(client, "consumer"))
     rows: Rows = Counter()
     try:
         partitions = sorted(consumer.partitions_for_topic(topic) or ())
@@ -192,7 +194,7 @@ def read_output(output: ScratchOutput, sink: Any, pipeline: str) -> Rows:
         if output.kind == "postgres":
             return _postgres_rows(sink, output.target, pipeline)
         if output.kind == "kafka":
-            return _kafka_rows(sink.bootstrap_servers, output.target)[0]
+            return _kafka_rows(sink.bootstrap_servers, output.target, getattr(sink, "client", None))[0]
     except OutputReadError:
         raise
     except Exception as exc:  # any reader failure is reported with the output named
@@ -245,12 +247,15 @@ def prepare_output(output: ScratchOutput, sink: Any) -> None:
     elif output.kind == "kafka":
         from kafka import KafkaConsumer
 
+        from barrierflow.kafka_io.security import kafka_python_config
         from barrierflow.sinks.channel import ensure_topic
 
         pairs = [("topic", output.original, output.target)]
         if output.marker_topics is not None:
             pairs.append(("commit-marker topic", *output.marker_topics))
-        consumer = KafkaConsumer(bootstrap_servers=sink.bootstrap_servers.split(","), group_id=None)
+        client = getattr(sink, "client", None)
+        consumer = KafkaConsumer(bootstrap_servers=sink.bootstrap_servers.split(","), group_id=None,
+                                 **kafka_python_config(client, "consumer"))
         try:
             counts = [len(consumer.partitions_for_topic(original) or ()) for _, original, _ in pairs]
         finally:
@@ -260,4 +265,4 @@ def prepare_output(output: ScratchOutput, sink: Any) -> None:
                 raise UserInputError(f"chaos: the kafka sink's {what} {original} does not exist on "
                                      f"{sink.bootstrap_servers}; create it first (the pipeline needs it too): chaos "
                                      "creates its scratch topics with as many partitions")
-            ensure_topic(sink.bootstrap_servers, target, partitions)
+            ensure_topic(sink.bootstrap_servers, target, partitions, client)

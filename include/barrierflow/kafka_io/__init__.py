@@ -41,13 +41,18 @@ output reader                                 reader, chaos)
 Only this package imports ``confluent_kafka``; it raises :class:`KafkaIOError` (a
 :class:`~barrierflow.errors.BarrierflowError`) with what failed, and the callers (the channel
 sink, the sources) turn it into their own error naming the stage, topic and servers.
+
+Security: every client, of either library, gets its security settings and allowed client
+options from one mapping of the spec's ``client`` block (:mod:`.security`), which resolves the
+secret references in the process that builds the client; a refused login or an untrusted
+certificate raises :class:`KafkaSecurityError` naming the brokers and the setting.
 """
 
 from __future__ import annotations
 
 from barrierflow.kafka_io.consumer import ConsumerSettings, RangeReader, Record, shared_reader
-from barrierflow.kafka_io.errors import KafkaIOError
+from barrierflow.kafka_io.errors import KafkaIOError, KafkaSecurityError
 from barrierflow.kafka_io.producer import BatchProducer, ProducerSettings, shared_producer
 
-__all__ = ["BatchProducer", "ConsumerSettings", "KafkaIOError", "ProducerSettings", "RangeReader", "Record",
-           "shared_producer", "shared_reader"]
+__all__ = ["BatchProducer", "ConsumerSettings", "KafkaIOError", "KafkaSecurityError", "ProducerSettings",
+           "RangeReader", "Record", "shared_producer", "shared_reader"]

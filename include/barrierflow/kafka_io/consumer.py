@@ -27,7 +27,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from barrierflow.kafka_io.errors import KafkaIOError
+from barrierflow.kafka_io.errors import KafkaIOError, KafkaSecurityError
+from barrierflow.kafka_io.security import librdkafka_config, librdkafka_failure
+from barrierflow.spec.kafka_client import KafkaClientSpec
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +79,13 @@ class Columns(NamedTuple):
 @dataclass(frozen=True)
 class ConsumerSettings:
     """How a :class:`RangeReader` connects: ``servers`` (comma separated), ``timeout`` (seconds,
-    each broker request), ``client_id``."""
+    each broker request), ``client_id``, ``client`` (security and client options; secrets as
+    references, resolved by :meth:`config` in the process that builds the reader)."""
 
     servers: str
     timeout: float = 10.0
     client_id: str = "barrierflow"
+    client: KafkaClientSpec | None = None
 
     def config(self) -> dict[str, Any]:
         timeout_ms = max(1000, int(self.timeout * 1000))
@@ -109,6 +113,7 @@ class ConsumerSettings:
             "fetch.queue.backoff.ms": 1,
             "socket.timeout.ms": timeout_ms,
             "reconnect.backoff.max.ms": 1000,
+            **librdkafka_config(self.client),
         }
 
 
@@ -120,17 +125,25 @@ class RangeReader:
 
         self.settings = settings
         self._broker_error = ""
-        config = settings.config()
+        #: The brokers refused this client's credentials or certificate (or it theirs): reads fail at once.
+        self._security: KafkaSecurityError | None = None
+        config = settings.config()  # raises KafkaSecurityError: a secret or TLS file that does not resolve
         config["error_cb"] = self._on_error
         config["logger"] = log
         try:
             self._consumer = Consumer(config)
         except Exception as exc:  # KafkaException: a setting the client refuses
+            found = librdkafka_failure(settings.client, settings.servers, exc.args[0]) \
+                if exc.args and hasattr(exc.args[0], "code") else None
+            if found is not None:
+                raise found from exc
             raise KafkaIOError(f"creating a consumer for {settings.servers} failed: {exc}", retriable=False) from exc
         self._closed = False
 
     def _on_error(self, err: Any) -> None:
         self._broker_error = err.str()
+        if self._security is None:
+            self._security = librdkafka_failure(self.settings.client, self.settings.servers, err)
 
     def read(self, topic: str, partition: int, start: int, end: int, *, stall: float) -> Iterator[Record]:
         """The ``read_committed`` records of ``topic``/``partition`` with ``start <= offset < end``.
@@ -138,6 +151,8 @@ class RangeReader:
         Raises:
             ReadStalled: no progress for ``stall`` seconds.
             RangeGone: the range starts before the partition's log start.
+            KafkaSecurityError: the brokers refused this client's credentials or certificate, or
+                it does not trust theirs.
             KafkaIOError: the broker refused the fetch.
         """
         for messages in self._assigned_fetches(topic, partition, start, end, stall=stall):
@@ -205,7 +220,10 @@ class RangeReader:
             # timeout: never ask for more than the range still holds, and wait briefly (a range
             # with transaction markers holds fewer records than offsets).
             kept: list[Any] = []
-            for message in consumer.consume(min(CHUNK, end - position), WAIT):
+            fetched = consumer.consume(min(CHUNK, end - position), WAIT)
+            if self._security is not None:  # served by consume: credentials or certificates refused
+                raise self._security
+            for message in fetched:
                 if message.partition() != partition or message.topic() != topic:
                     continue  # fetched for an earlier assignment
                 error = message.error()

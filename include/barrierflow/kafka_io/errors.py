@@ -16,3 +16,14 @@ class KafkaIOError(BarrierflowError):
     def __init__(self, message: str, *, retriable: bool = True) -> None:
         super().__init__(message)
         self.retriable = retriable
+
+
+class KafkaSecurityError(KafkaIOError):
+    """The client could not connect securely: the brokers refused its credentials or its
+    certificate, it does not trust theirs, they do not speak the configured protocol or
+    mechanism, or a secret reference or TLS file of its ``client`` settings does not resolve
+    where it runs. Never retriable: retrying does not help until the setting is fixed. The
+    message names the brokers and the setting, never a secret."""
+
+    def __init__(self, message: str, *, retriable: bool = False) -> None:
+        super().__init__(message, retriable=False)

@@ -146,7 +146,13 @@ def broker_answers(bootstrap_servers: str, timeout: float) -> bool:
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id (Kafka's base64 form of a UUID). Like Kafka's ``Uuid.randomUuid``, never
+    one that starts with ``-``: ``kafka-storage format -t -abc...`` takes it for an option and fails
+    (one start in 64 did)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
 
 
 def _properties(root: Path, ports: Mapping[str, int], security: BrokerSecurity | None,

@@ -24,7 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from barrierflow.kafka_io.errors import KafkaIOError
+from barrierflow.kafka_io.errors import KafkaIOError, KafkaSecurityError
+from barrierflow.kafka_io.security import librdkafka_config, librdkafka_failure
+from barrierflow.spec.kafka_client import KafkaClientSpec
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,8 @@ class ProducerSettings:
             (``message.timeout.ms``); also bounds connecting and metadata requests.
         queue_records: records buffered in the client at most; ``send`` waits when it is full.
         client_id: the Kafka client id.
+        client: security and client options (secrets as references, resolved by :meth:`config`
+            in the process that builds the producer: a Spark executor's for the channel writer).
     """
 
     servers: str
@@ -59,6 +63,7 @@ class ProducerSettings:
     delivery_timeout: float = 30.0
     queue_records: int = 500_000
     client_id: str = "barrierflow"
+    client: KafkaClientSpec | None = None
 
     def config(self) -> dict[str, Any]:
         """The librdkafka configuration."""
@@ -79,6 +84,7 @@ class ProducerSettings:
             "reconnect.backoff.max.ms": 1000,
             "delivery.report.only.error": True,
             "allow.auto.create.topics": False,
+            **librdkafka_config(self.client),
         }
 
 
@@ -93,13 +99,19 @@ class BatchProducer:
         self._failed = 0
         self._failures: list[str] = []
         self._broker_error = ""
-        config = settings.config()
+        #: The brokers refused this client's credentials or certificate (or it theirs).
+        self._security: KafkaSecurityError | None = None
+        config = settings.config()  # raises KafkaSecurityError: a secret or TLS file that does not resolve
         config["error_cb"] = self._on_error
         config["on_delivery"] = self._on_delivery
         config["logger"] = log
         try:
             self._producer = Producer(config)
         except Exception as exc:  # confluent_kafka.KafkaException: a setting the client refuses
+            found = librdkafka_failure(settings.client, settings.servers, exc.args[0]) \
+                if exc.args and hasattr(exc.args[0], "code") else None
+            if found is not None:
+                raise found from exc
             raise KafkaIOError(f"creating a producer for {settings.servers} failed: {exc}", retriable=False) from exc
         self._closed = False
 
@@ -113,6 +125,8 @@ class BatchProducer:
 
     def _on_error(self, err: Any) -> None:
         self._broker_error = err.str()
+        if self._security is None:
+            self._security = librdkafka_failure(self.settings.client, self.settings.servers, err)
         if err.fatal():
             self._failed += 1
             self._failures.append(f"fatal: {err.str()}")
@@ -128,14 +142,25 @@ class BatchProducer:
         """The partition numbers of ``topic``, sorted.
 
         Raises:
+            KafkaSecurityError: the brokers refused this client's credentials or certificate, or
+                it does not trust theirs (found within a second or so, not after the timeout).
             KafkaIOError: the brokers did not answer within ``delivery_timeout``, or the topic
                 does not exist.
         """
-        try:
-            metadata = self._producer.list_topics(topic, timeout=self.settings.delivery_timeout)
-        except Exception as exc:  # KafkaException
-            raise KafkaIOError(f"listing the partitions of {topic!r} failed: {exc}"
-                               f"{self._last_broker_error()}") from exc
+        deadline = time.monotonic() + self.settings.delivery_timeout
+        while True:
+            # Asked in short steps: librdkafka reports a refused login through the error callback,
+            # which only poll serves, while list_topics would wait for its whole timeout.
+            try:
+                metadata = self._producer.list_topics(topic, timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+                break
+            except Exception as exc:  # KafkaException
+                self._producer.poll(0)
+                if self._security is not None:
+                    raise self._security from exc
+                if time.monotonic() >= deadline:
+                    raise KafkaIOError(f"listing the partitions of {topic!r} failed: {exc}"
+                                       f"{self._last_broker_error()}") from exc
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
             reason = found.error.str() if found is not None and found.error is not None else "no such topic"
@@ -213,6 +238,10 @@ class BatchProducer:
         return f"; last broker error: {self._broker_error}" if self._broker_error else ""
 
     def _raise(self, what: str) -> None:
+        if self._security is not None:
+            security = self._security
+            self.close()
+            raise security
         failures = "; ".join(self._failures)
         self._failures = []
         retriable = not failures.startswith("fatal")

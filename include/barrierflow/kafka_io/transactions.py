@@ -31,7 +31,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from barrierflow.kafka_io.errors import KafkaIOError
+from barrierflow.kafka_io.errors import KafkaIOError, KafkaSecurityError
+from barrierflow.kafka_io.security import librdkafka_config, librdkafka_failure
+from barrierflow.spec.kafka_client import KafkaClientSpec
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,14 @@ class TransactionError(KafkaIOError):
         self.kind: Kind = kind
 
 
+class TransactionSecurityError(TransactionError, KafkaSecurityError):
+    """A transactional call failed because the brokers refused the producer's credentials or
+    certificate, or it does not trust theirs (``kind`` ``refused``; the message says which setting)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="refused")
+
+
 @dataclass(frozen=True)
 class TransactionalSettings:
     """How a :class:`TransactionalProducer` connects.
@@ -59,6 +69,7 @@ class TransactionalSettings:
         timeout: seconds each call (connect, init, send, settle, commit, abort) may take.
         client_id: the Kafka client id.
         linger_ms: how long a partition's batch waits for more records.
+        client: security and client options (secrets as references, resolved by :meth:`config`).
     """
 
     servers: str
@@ -67,6 +78,7 @@ class TransactionalSettings:
     timeout: float = 10.0
     client_id: str = "barrierflow"
     linger_ms: int = 5
+    client: KafkaClientSpec | None = None
 
     def config(self) -> dict[str, Any]:
         """The librdkafka configuration."""
@@ -88,6 +100,7 @@ class TransactionalSettings:
             "request.timeout.ms": timeout_ms,
             "reconnect.backoff.max.ms": 1000,
             "allow.auto.create.topics": False,
+            **librdkafka_config(self.client),
         }
 
 
@@ -133,15 +146,24 @@ class TransactionalProducer:
         self._failures: list[Any] = []
         self._ranges: dict[int, list[int]] = {}
         self._unsettled = 0
-        config = settings.config()
+        try:
+            config = settings.config()
+        except KafkaSecurityError as exc:  # a secret or TLS file that does not resolve
+            raise TransactionSecurityError(str(exc)) from exc
         config["error_cb"] = self._on_error
         config["logger"] = log
         self._last_error = ""
         #: The fatal error librdkafka reported (fenced, ...): the producer can do nothing more.
         self._fatal: Any | None = None
+        #: The brokers refused the producer's credentials or certificate (or it theirs).
+        self._security: KafkaSecurityError | None = None
         try:
             self._producer = Producer(config)
         except Exception as exc:  # KafkaException: a setting the client refuses
+            found = librdkafka_failure(settings.client, settings.servers, exc.args[0]) \
+                if exc.args and hasattr(exc.args[0], "code") else None
+            if found is not None:
+                raise TransactionSecurityError(str(found)) from exc
             raise TransactionError(f"creating a transactional producer for {settings.servers} failed: {exc}",
                                    kind="refused") from exc
         self._call("initialising the transactional id", lambda: self._producer.init_transactions(settings.timeout))
@@ -220,6 +242,8 @@ class TransactionalProducer:
 
     def _on_error(self, error: Any) -> None:
         self._last_error = error.str()
+        if self._security is None:
+            self._security = librdkafka_failure(self.settings.client, self.settings.servers, error)
         if error.fatal():
             self._fatal = error
 
@@ -246,6 +270,12 @@ class TransactionalProducer:
         return None
 
     def _error(self, what: str, exc: BaseException) -> TransactionError:
+        try:
+            self._producer.poll(0)  # serves the error callback, which hears why a login failed
+        except Exception:  # the producer is failing; what poll raises adds nothing
+            log.debug("polling a failed producer", exc_info=True)
+        if self._security is not None:
+            return TransactionSecurityError(f"{what}: {self._security}")
         # After a fatal error (a newer producer fenced this one) a call may fail with a bare
         # SystemError ("returned NULL without setting an exception", confluent-kafka 2.16):
         # the fatal error the error callback got is then the cause.

@@ -244,7 +244,7 @@ def stages_of(spec: StagedPipelineSpec, graph: StageGraph, *, work_dir: str, ser
         if isinstance(sink, ChannelSinkSpec):
             written = spec.channel(sink.channel)
             output = ChannelOutput(servers=servers[written.name], topic=written.topic_for(spec.name),
-                                   stage=stage.name, key_column=sink.key_column)
+                                   stage=stage.name, key_column=sink.key_column, client=written.client)
         stages.append(Stage(stage.name, derived, CheckpointStore.for_spec(derived), JobLayout.for_spec(derived),
                             frozenset(inputs), frozenset(back), embedded, rates, output))
     return tuple(stages)

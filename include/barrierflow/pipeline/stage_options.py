@@ -69,8 +69,8 @@ def channel_input(pipeline: StagedPipelineSpec, stage: StageSpec, servers: Mappi
     carry, and the others are null in its rows (the ``topic`` column tells the channels apart).
 
     Raises:
-        UserInputError: the stage reads no channel, its channels are on different brokers, or
-            two channels give one field different types.
+        UserInputError: the stage reads no channel, its channels are on different brokers or have
+            different ``client`` settings, or two channels give one field different types.
     """
     sources = [s for s in stage.sources if isinstance(s, ChannelSourceSpec)]
     if not sources:
@@ -81,6 +81,11 @@ def channel_input(pipeline: StagedPipelineSpec, stage: StageSpec, servers: Mappi
             f"stage {stage.name!r} reads channels {[s.channel for s in sources]} on different brokers "
             f"({sorted(brokers)}); a stage reads its channels as one source, so they must share the brokers: put "
             "the channels on one cluster (the same bootstrap)")
+    clients = {pipeline.channel(s.channel).client for s in sources}
+    if len(clients) > 1:
+        raise UserInputError(
+            f"stage {stage.name!r} reads channels {[s.channel for s in sources]} with different 'client' settings; a "
+            "stage reads its channels as one source with one client: give the channels the same 'client' block")
     union: dict[str, str] = {}
     for source in sources:
         for name, kind in source.json_fields.items():
@@ -96,7 +101,8 @@ def channel_input(pipeline: StagedPipelineSpec, stage: StageSpec, servers: Mappi
     return KafkaSourceSpec(
         name=sources[0].source_name if len(sources) == 1 else "channels", type="kafka",
         bootstrap_servers=brokers.pop(), topics=topics, format="json", json_fields=union,
-        topic_fields=topic_fields, max_records_per_batch=min(s.max_records_per_batch for s in sources))
+        topic_fields=topic_fields, max_records_per_batch=min(s.max_records_per_batch for s in sources),
+        client=clients.pop())
 
 
 def stage_batch(stage: StageSpec) -> BatchSpec:

@@ -249,7 +249,8 @@ class StagedPipelineJob:
         from barrierflow.sinks.channel import ensure_topic
 
         for channel in self.spec.channels:  # before any stage reads one
-            ensure_topic(self.servers[channel.name], channel.topic_for(self.spec.name), channel.partitions)
+            ensure_topic(self.servers[channel.name], channel.topic_for(self.spec.name), channel.partitions,
+                         channel.client)
 
     def load_attempt(self) -> None:
         """The pipeline's current attempt and last completed global checkpoint, from the store."""

@@ -59,12 +59,14 @@ from typing import TYPE_CHECKING, Any
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.records import BarrierMarker, data_headers
 from barrierflow.errors import SinkError
-from barrierflow.kafka_io import BatchProducer, KafkaIOError, ProducerSettings, shared_producer
+from barrierflow.kafka_io import BatchProducer, KafkaIOError, KafkaSecurityError, ProducerSettings, shared_producer
 from barrierflow.kafka_io.row_batches import by_partition, encode, rows_header, split
 from barrierflow.spark import offset_log
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from barrierflow.spec.kafka_client import KafkaClientSpec
 
 log = logging.getLogger(__name__)
 
@@ -109,21 +111,25 @@ def closes_epoch(spark_checkpoint: str | Path, batch_id: int) -> int | None:
     return closing[0] if closing is not None else None
 
 
-def ensure_topic(servers: str, topic: str, partitions: int) -> None:
+def ensure_topic(servers: str, topic: str, partitions: int, client: KafkaClientSpec | None = None) -> None:
     """Create ``topic`` with ``partitions`` partitions unless it exists (replication 1 on a
-    single broker, the cluster's default otherwise is not guessed: create it yourself there).
+    single broker, the cluster's default otherwise is not guessed: create it yourself there),
+    connecting with ``client``'s security settings and options.
 
     Raises:
-        SinkError: the brokers cannot be reached, or the topic exists with fewer partitions.
+        SinkError: the brokers cannot be reached or refused the client's credentials or
+            certificate (naming the setting), or the topic exists with fewer partitions.
     """
     from kafka import KafkaAdminClient, KafkaConsumer
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError, TopicAlreadyExistsError
 
+    from barrierflow.kafka_io.security import kafka_python_config, kafka_python_failure
+
     listed = [s.strip() for s in servers.split(",") if s.strip()]
     try:
         consumer = KafkaConsumer(bootstrap_servers=listed, group_id=None, enable_auto_commit=False,
-                                 bootstrap_timeout_ms=int(TIMEOUT * 1000))
+                                 bootstrap_timeout_ms=int(TIMEOUT * 1000), **kafka_python_config(client, "consumer"))
         try:
             existing = consumer.partitions_for_topic(topic)
         finally:
@@ -133,19 +139,26 @@ def ensure_topic(servers: str, topic: str, partitions: int) -> None:
                 raise SinkError(f"channel topic {topic!r} on {servers} has {len(existing)} partitions, fewer than "
                                 f"the {partitions} the spec asks for; raise them or fix 'partitions'")
             return
-        admin = KafkaAdminClient(bootstrap_servers=listed, request_timeout_ms=int(TIMEOUT * 1000))
+        admin = KafkaAdminClient(bootstrap_servers=listed, request_timeout_ms=int(TIMEOUT * 1000),
+                                 **kafka_python_config(client, "admin"))
         try:
             admin.create_topics([NewTopic(topic, partitions, 1)])
         except TopicAlreadyExistsError:
             pass
         finally:
             admin.close()
-    except KafkaError as exc:
+    except (KafkaError, KafkaSecurityError) as exc:
+        insecure = kafka_python_failure(client, servers, exc, TIMEOUT)
+        if insecure is not None:
+            raise SinkError(f"creating channel topic {topic!r} failed: {insecure}") from None
         raise SinkError(f"creating channel topic {topic!r} on {servers} failed: {type(exc).__name__}: {exc}; check "
                         "that the brokers run and are reachable") from exc
 
 
-def _advice(servers: str) -> str:
+def _advice(servers: str, exc: BaseException | None = None) -> str:
+    if isinstance(exc, KafkaSecurityError):  # the message names the setting to fix
+        return ("fix the channel's 'client' setting; the stage stops, and running the pipeline again restores its last "
+                "global checkpoint")
     return (f"check that the brokers {servers} run and are reachable from the driver and from every executor "
             "(the channel's bootstrap address must resolve there); the stage stops, and running the pipeline "
             "again restores its last global checkpoint")
@@ -187,9 +200,9 @@ class ChannelTask:
                 "pipeline again restores its last global checkpoint as a new attempt (downstream stages skip what "
                 "this attempt wrote after it)")
         headers = data_headers(self.attempt)
-        producer = shared_producer(self.settings)
         written = 0
         try:
+            producer = shared_producer(self.settings)  # resolves the client's secrets in this executor
             for batch in batches:
                 targets = partition_targets(batch, self.partitions, self.key_column, task + written)
                 for number, rows in by_partition(batch, targets):
@@ -201,7 +214,7 @@ class ChannelTask:
         except KafkaIOError as exc:
             raise SinkError(f"stage {self.stage!r}: writing to channel topic {self.topic!r} on "
                             f"{self.settings.servers} failed in task {task} of micro-batch {self.batch_id}: {exc}; "
-                            f"{_advice(self.settings.servers)}") from exc
+                            f"{_advice(self.settings.servers, exc)}") from exc
         yield pa.RecordBatch.from_pydict({"written": pa.array([written], type=pa.int64())})
 
 
@@ -244,15 +257,18 @@ class ChannelWriter:
     ``delivery_timeout`` bounds each record's acknowledgement, retries included."""
 
     def __init__(self, *, servers: str, topic: str, stage: str, attempt: int, spark_checkpoint: str | Path,
-                 key_column: str | None = None, delivery_timeout: float = DELIVERY_TIMEOUT) -> None:
+                 key_column: str | None = None, delivery_timeout: float = DELIVERY_TIMEOUT,
+                 client: KafkaClientSpec | None = None) -> None:
         self.servers = servers
         self.topic = topic
         self.stage = stage
         self.attempt = attempt
         self.spark_checkpoint = Path(spark_checkpoint)
         self.key_column = key_column
+        # The settings travel to the executors (ChannelTask) with the client's secret references,
+        # which each executor resolves itself: no secret is pickled.
         self.settings = ProducerSettings(servers=servers, delivery_timeout=delivery_timeout,
-                                         client_id=f"barrierflow-{stage}")
+                                         client_id=f"barrierflow-{stage}", client=client)
         self.written = 0
         self.barriers: list[int] = []
         self._producer: BatchProducer | None = None
@@ -260,7 +276,7 @@ class ChannelWriter:
 
     def _failed(self, what: str, exc: BaseException) -> SinkError:
         return SinkError(f"stage {self.stage!r}: {what} channel topic {self.topic!r} on {self.servers} failed: "
-                         f"{exc}; {_advice(self.servers)}")
+                         f"{exc}; {_advice(self.servers, exc)}")
 
     def _open(self) -> BatchProducer:
         """The driver's producer (barrier records) and the topic's partitions, once."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from barrierflow.spec.kafka_client import KafkaClientSpec
 from barrierflow.spec.models import DiscardSinkSpec, KafkaSinkSpec, ParquetSinkSpec, PipelineSpec, PostgresSinkSpec
 from barrierflow.transactions.committer import NoCommitter, SinkCommitter
 from barrierflow.transactions.ledger import TransactionLedger
@@ -25,12 +26,14 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ChannelOutput:
     """The channel a stage writes: the channel's brokers and topic, the writing stage (stamped
-    on every record with the pipeline's attempt), the key column (None: keyless)."""
+    on every record with the pipeline's attempt), the key column (None: keyless), and the
+    channel's ``client`` settings (security, client options; None: PLAINTEXT)."""
 
     servers: str
     topic: str
     stage: str
     key_column: str | None = None
+    client: KafkaClientSpec | None = None
 
 
 def micro_batch_writer(spec: PipelineSpec, layout: JobLayout, *, fence: FenceToken | None,
@@ -46,7 +49,7 @@ def micro_batch_writer(spec: PipelineSpec, layout: JobLayout, *, fence: FenceTok
 
         return ChannelWriter(servers=channel.servers, topic=channel.topic, stage=channel.stage,
                              attempt=attempt, spark_checkpoint=layout.spark_checkpoint,
-                             key_column=channel.key_column)
+                             key_column=channel.key_column, client=channel.client)
     staging = staging_uri_for(spec, layout)
     if staging is None:
         return None

@@ -84,6 +84,7 @@ if TYPE_CHECKING:
     from kafka.consumer.fetcher import ConsumerRecord
 
     from barrierflow.kafka_io.transactions import TransactionalProducer
+    from barrierflow.spec.kafka_client import KafkaClientSpec
 
 log = logging.getLogger(__name__)
 
@@ -181,10 +182,25 @@ def _is_fenced(exc: BaseException) -> bool:
     return isinstance(exc, ProducerFencedError | InvalidProducerEpochError) or "ProducerFenced" in str(exc)
 
 
-def _consumer(servers: Sequence[str], timeout: float, isolation_level: str) -> KafkaConsumer:
-    """A group-less, non-committing consumer that never auto-creates topics (caller closes)."""
+def _insecure(servers: Sequence[str], what: str, timeout: float, exc: BaseException,
+              client: KafkaClientSpec | None) -> SinkError | None:
+    """A :class:`SinkError` naming the setting when ``exc`` was a security failure (a refused
+    login, an untrusted certificate, a secret that does not resolve), else None."""
+    from barrierflow.kafka_io.security import kafka_python_failure
+
+    found = kafka_python_failure(client, ",".join(servers), exc, timeout)
+    return None if found is None else SinkError(f"Kafka sink: {what} failed: {found}")
+
+
+def _consumer(servers: Sequence[str], timeout: float, isolation_level: str,
+              client: KafkaClientSpec | None = None) -> KafkaConsumer:
+    """A group-less, non-committing consumer that never auto-creates topics (caller closes),
+    with ``client``'s security and options."""
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
+
+    from barrierflow.kafka_io.errors import KafkaSecurityError
+    from barrierflow.kafka_io.security import kafka_python_config
 
     timeout_ms = max(int(timeout * 1000), 1000)
     try:
@@ -200,13 +216,17 @@ def _consumer(servers: Sequence[str], timeout: float, isolation_level: str) -> K
             request_timeout_ms=timeout_ms,
             reconnect_backoff_max_ms=1000,
             metrics_enabled=False,
+            **kafka_python_config(client, "consumer"),
         )
-    except KafkaError as exc:
+    except (KafkaError, KafkaSecurityError) as exc:
+        insecure = _insecure(servers, "connecting a consumer", timeout, exc, client)
+        if insecure is not None:
+            raise insecure from None
         raise _unreachable(servers, "connecting a consumer", timeout, exc) from exc
 
 
 def topic_partitions(servers: Sequence[str], topic: str, *, timeout: float = DEFAULT_TIMEOUT,
-                     consumer: KafkaConsumer | None = None) -> list[int]:
+                     consumer: KafkaConsumer | None = None, client: KafkaClientSpec | None = None) -> list[int]:
     """The partition numbers of ``topic``, sorted.
 
     Raises:
@@ -215,17 +235,20 @@ def topic_partitions(servers: Sequence[str], topic: str, *, timeout: float = DEF
     from kafka.errors import KafkaError
 
     own = consumer is None
-    client = consumer if consumer is not None else _consumer(servers, timeout, "read_committed")
+    reader = consumer if consumer is not None else _consumer(servers, timeout, "read_committed", client)
     try:
-        numbers = client.partitions_for_topic(topic)
+        numbers = reader.partitions_for_topic(topic)
     except KafkaError as exc:
+        insecure = _insecure(servers, f"describing topic {topic!r}", timeout, exc, client)
+        if insecure is not None:
+            raise insecure from None
         if _is_connectivity(exc):
             raise _unreachable(servers, f"describing topic {topic!r}", timeout, exc) from exc
         raise SinkError(f"Kafka sink: describing topic {topic!r} on {','.join(servers)} failed: "
                         f"{type(exc).__name__}: {exc}") from exc
     finally:
         if own:
-            client.close()
+            reader.close()
     if not numbers:
         raise SinkError(
             f"Kafka sink: topic {topic!r} does not exist on {','.join(servers)} (or this client may not "
@@ -237,17 +260,18 @@ def topic_partitions(servers: Sequence[str], topic: str, *, timeout: float = DEF
 
 def committed_markers(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pipeline: str | None = None,
                       sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                      open_transaction_wait: float = 60.0) -> dict[str, dict[str, Any]]:
+                      open_transaction_wait: float = 60.0,
+                      client: KafkaClientSpec | None = None) -> dict[str, dict[str, Any]]:
     """The commit markers visible to a ``read_committed`` consumer, by transaction id (the
     last one of a transaction id when there are several); see :func:`marker_log`."""
     return {m["transaction_id"]: m for m in marker_log(bootstrap_servers, marker_topic, pipeline=pipeline,
                                                        sink=sink, timeout=timeout,
-                                                       open_transaction_wait=open_transaction_wait)}
+                                                       open_transaction_wait=open_transaction_wait, client=client)}
 
 
 def marker_log(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pipeline: str | None = None,
                sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-               open_transaction_wait: float = 60.0) -> list[dict[str, Any]]:
+               open_transaction_wait: float = 60.0, client: KafkaClientSpec | None = None) -> list[dict[str, Any]]:
     """Every commit marker visible to a ``read_committed`` consumer, in log order per partition.
 
     Reads every partition of ``marker_topic`` from its beginning up to the high watermark
@@ -255,7 +279,8 @@ def marker_log(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pip
     committed. Under ``read_committed`` the position stops at another producer's open
     transaction; the call waits up to ``timeout + open_transaction_wait`` seconds without
     progress for it to end. Markers are filtered to ``pipeline``/``sink`` when given; records
-    that are not barrierflow markers are skipped.
+    that are not barrierflow markers are skipped. ``client``: the security settings and client
+    options of the sink's ``client`` block.
 
     Needs a broker whose ``read_committed`` hides aborted records (Kafka does).
 
@@ -267,11 +292,11 @@ def marker_log(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pip
 
     servers = split_servers(bootstrap_servers)
     found: list[dict[str, Any]] = []
-    committed = _consumer(servers, timeout, "read_committed")
+    committed = _consumer(servers, timeout, "read_committed", client)
     try:
         tps = [TopicPartition(marker_topic, p)
-               for p in topic_partitions(servers, marker_topic, timeout=timeout, consumer=committed)]
-        probe = _consumer(servers, timeout, "read_uncommitted")
+               for p in topic_partitions(servers, marker_topic, timeout=timeout, consumer=committed, client=client)]
+        probe = _consumer(servers, timeout, "read_uncommitted", client)
         try:
             targets: dict[Any, int] = probe.end_offsets(tps)
         except KafkaError as exc:
@@ -320,7 +345,8 @@ def marker_log(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pip
 
 def committed_records(bootstrap_servers: str | Sequence[str], topic: str, marker_topic: str, *,
                       pipeline: str | None = None, sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                      open_transaction_wait: float = 60.0) -> list[ConsumerRecord]:
+                      open_transaction_wait: float = 60.0,
+                      client: KafkaClientSpec | None = None) -> list[ConsumerRecord]:
     """The records of ``topic`` that belong to a committed epoch, found through the sink's own
     commit markers, sorted by partition and offset.
 
@@ -347,7 +373,7 @@ def committed_records(bootstrap_servers: str | Sequence[str], topic: str, marker
     servers = split_servers(bootstrap_servers)
     wanted: dict[int, list[tuple[int, int, bytes, bytes]]] = {}
     for marker in marker_log(servers, marker_topic, pipeline=pipeline, sink=sink, timeout=timeout,
-                             open_transaction_wait=open_transaction_wait):
+                             open_transaction_wait=open_transaction_wait, client=client):
         if marker.get("topic", topic) != topic:
             continue
         ranges = marker.get("ranges")
@@ -361,7 +387,7 @@ def committed_records(bootstrap_servers: str | Sequence[str], topic: str, marker
             wanted.setdefault(int(partition), []).append((int(first), int(last), epoch, attempt))
     if not wanted:
         return []
-    consumer = _consumer(servers, timeout, "read_uncommitted")
+    consumer = _consumer(servers, timeout, "read_uncommitted", client)
     out: list[ConsumerRecord] = []
     try:
         tps = {p: TopicPartition(topic, p) for p in wanted}
@@ -462,11 +488,12 @@ class KafkaSink(TwoPhaseCommitSink):
         """
         producer = self._transactional_producer()
         if not self._topics_checked:
-            topic_partitions(self.servers, self.spec.topic, timeout=self.timeout)
+            topic_partitions(self.servers, self.spec.topic, timeout=self.timeout, client=self.spec.client)
             self._topics_checked = True
         markers = committed_markers(self.servers, self.spec.commit_marker_topic, pipeline=self.pipeline,
                                     sink=self.name, timeout=self.timeout,
-                                    open_transaction_wait=self.spec.transaction_timeout_ms / 1000)
+                                    open_transaction_wait=self.spec.transaction_timeout_ms / 1000,
+                                    client=self.spec.client)
         if txn.transaction_id in markers:
             log.info("Kafka sink %s: transaction %s (epoch %d) already committed to %s; nothing to produce",
                      self.name, txn.transaction_id, txn.checkpoint_id, self.spec.topic)
@@ -505,7 +532,8 @@ class KafkaSink(TwoPhaseCommitSink):
 
         settings = TransactionalSettings(servers=",".join(self.servers), transactional_id=self.transactional_id,
                                          transaction_timeout_ms=self.spec.transaction_timeout_ms,
-                                         timeout=self.timeout, client_id=f"barrierflow-{self.pipeline}-{self.name}")
+                                         timeout=self.timeout, client_id=f"barrierflow-{self.pipeline}-{self.name}",
+                                         client=self.spec.client)
         try:
             producer = TransactionalProducer(settings)
         except Exception as exc:
@@ -576,8 +604,12 @@ class KafkaSink(TwoPhaseCommitSink):
         producer.close()
 
     def _error(self, what: str, exc: BaseException) -> SinkError:
+        from barrierflow.kafka_io.errors import KafkaSecurityError
         from barrierflow.kafka_io.transactions import TransactionError
 
+        if isinstance(exc, KafkaSecurityError):
+            return SinkError(f"Kafka sink {self.name!r}: {what} failed: {exc}. The epoch stays staged and "
+                             "pre-committed; it is committed once the setting is fixed (the next run or a restore)")
         kind = exc.kind if isinstance(exc, TransactionError) else None
         if kind == "fenced" or (kind is None and _is_fenced(exc)):
             return SinkError(

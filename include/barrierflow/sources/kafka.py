@@ -54,6 +54,13 @@ than the alignment ceiling (a binary search over such peeks), exactly as it does
 generator's computed event times. This assumes event times grow with offsets within a
 partition.
 
+Security. The spec's ``client`` block (SASL, TLS, allowed client options) reaches every client
+the source builds, the executors' range readers included, through
+:mod:`barrierflow.kafka_io.security`; secrets travel as references (``env:VAR``), resolved by
+each process that builds a client. A refused login or an untrusted certificate is a
+:class:`SourceError` naming the brokers and the setting, raised at once (not ridden out as an
+outage).
+
 Outages. Brokers that stop answering for a while (a restart, a network blip) are ridden out
 for ``unavailable_timeout`` seconds (default 120): ``latestOffset`` offers no new data while
 they do not answer (Spark plans no batch; a checkpoint due meanwhile cannot close its epoch
@@ -185,8 +192,15 @@ def consumer_config(spec: KafkaSourceSpec) -> dict[str, Any]:
 
     ``bootstrap_timeout_ms`` and ``request_timeout_ms`` follow ``poll_timeout`` so a dead
     broker fails fast; ``auto_offset_reset='none'`` makes a deleted range an error instead of
-    a silent jump; topics are never auto-created by reading them.
+    a silent jump; topics are never auto-created by reading them. The spec's ``client`` block
+    adds security and client options (:func:`~barrierflow.kafka_io.security.kafka_python_config`):
+    the result holds resolved secrets, for the client constructor only.
+
+    Raises:
+        KafkaSecurityError: a secret reference or TLS file of ``client`` does not resolve here.
     """
+    from barrierflow.kafka_io.security import kafka_python_config
+
     timeout_ms = max(int(spec.poll_timeout * 1000), 1000)
     return {
         "bootstrap_servers": bootstrap_servers(spec),
@@ -202,6 +216,7 @@ def consumer_config(spec: KafkaSourceSpec) -> dict[str, Any]:
         "metadata_max_age_ms": METADATA_MAX_AGE_MS,
         "max_poll_records": CHUNK_ROWS,
         "metrics_enabled": False,
+        **kafka_python_config(spec.client, "consumer"),
     }
 
 
@@ -216,18 +231,38 @@ def _unreachable(spec: KafkaSourceSpec, what: str, exc: BaseException) -> Source
     )
 
 
+def _insecure(spec: KafkaSourceSpec, what: str, exc: BaseException) -> SourceError | None:
+    """A :class:`SourceError` (not one to ride out) when ``exc`` of a kafka-python call was a
+    security failure (a refused login, an untrusted certificate: :mod:`barrierflow.kafka_io.security`)."""
+    from barrierflow.kafka_io.security import kafka_python_failure
+
+    found = kafka_python_failure(spec.client, ",".join(bootstrap_servers(spec)), exc, spec.poll_timeout)
+    if found is None:
+        return None
+    return SourceError(f"Kafka source {spec.name!r}: {what} failed: {found}")
+
+
 def open_consumer(spec: KafkaSourceSpec) -> KafkaConsumer:
     """A connected consumer for ``spec``; the caller closes it.
 
     Raises:
-        SourceError: the brokers cannot be reached within ``poll_timeout``.
+        SourceError: the brokers refused the client's credentials or certificate (or it theirs),
+            or a secret of its ``client`` block does not resolve: at once, naming the setting.
+        SourceUnavailableError: the brokers cannot be reached within ``poll_timeout``.
     """
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
 
+    from barrierflow.kafka_io.errors import KafkaSecurityError
+
     try:
         return KafkaConsumer(**consumer_config(spec))
+    except KafkaSecurityError as exc:
+        raise SourceError(f"Kafka source {spec.name!r}: connecting failed: {exc}") from None
     except KafkaError as exc:
+        insecure = _insecure(spec, "connecting", exc)
+        if insecure is not None:
+            raise insecure from None
         raise _unreachable(spec, "connecting", exc) from exc
 
 
@@ -244,8 +279,14 @@ def _call(spec: KafkaSourceSpec, what: str, fn: Callable[[], _T]) -> _T:
     try:
         return fn()
     except (KafkaTimeoutError, KafkaConnectionError, NodeNotReadyError, RequestTimedOutError) as exc:
+        insecure = _insecure(spec, what, exc)
+        if insecure is not None:
+            raise insecure from None
         raise _unreachable(spec, what, exc) from exc
     except KafkaError as exc:
+        insecure = _insecure(spec, what, exc)
+        if insecure is not None:
+            raise insecure from None
         raise SourceError(f"Kafka source {spec.name!r}: {what} failed: {type(exc).__name__}: {exc}") from exc
 
 
@@ -315,7 +356,7 @@ def reader_settings(spec: KafkaSourceSpec) -> ConsumerSettings:
     from barrierflow.kafka_io.consumer import ConsumerSettings
 
     return ConsumerSettings(servers=",".join(bootstrap_servers(spec)), timeout=max(spec.poll_timeout, 1.0),
-                            client_id=f"barrierflow-{spec.name}")
+                            client_id=f"barrierflow-{spec.name}", client=spec.client)
 
 
 def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int,
@@ -354,14 +395,20 @@ def read_range_marked(spec: KafkaSourceSpec, topic: str, partition: int, start: 
 def _read(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int, reader: RangeReader | None,
           *, columns: bool, marked: str | frozenset[str] | None = None,
           drop: HeaderFilter | None = None) -> Iterator[Any]:
-    from barrierflow.kafka_io import KafkaIOError
+    from barrierflow.kafka_io import KafkaIOError, KafkaSecurityError
     from barrierflow.kafka_io.consumer import RangeGone, ReadStalled, shared_reader
 
     where = f"{topic}:{partition} offsets [{start}, {end})"
     if end <= start:
         return
     stall = spec.poll_timeout + spec.unavailable_timeout
-    chosen = reader or shared_reader(reader_settings(spec))
+    try:
+        chosen = reader or shared_reader(reader_settings(spec))
+    except KafkaSecurityError as exc:
+        raise SourceError(f"Kafka source {spec.name!r}: reading {where}: {exc}") from None
+    except KafkaIOError as exc:
+        raise SourceError(f"Kafka source {spec.name!r}: reading {where} from {','.join(bootstrap_servers(spec))} "
+                          f"failed: {exc}") from exc
     try:
         if marked is not None:
             yield from chosen.read_marked(topic, partition, start, end, marked, stall=stall)
@@ -384,6 +431,8 @@ def _read(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: in
             "or a transaction is still open (read_committed waits for it). Check the broker "
             f"and the topic, or raise unavailable_timeout. ({exc})"
         ) from exc
+    except KafkaSecurityError as exc:
+        raise SourceError(f"Kafka source {spec.name!r}: reading {where}: {exc}") from None
     except KafkaIOError as exc:
         raise SourceError(f"Kafka source {spec.name!r}: reading {where} from "
                           f"{','.join(bootstrap_servers(spec))} failed: {exc}") from exc
@@ -706,9 +755,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _driver_reader(self) -> RangeReader:
         """The driver's range reader (confluent-kafka): barrier scans and event-time peeks."""
         if self._reader is None:
+            from barrierflow.kafka_io import KafkaSecurityError
             from barrierflow.kafka_io.consumer import RangeReader
 
-            self._reader = RangeReader(reader_settings(self.spec))
+            try:
+                self._reader = RangeReader(reader_settings(self.spec))
+            except KafkaSecurityError as exc:
+                raise SourceError(f"Kafka source {self.spec.name!r}: {exc}") from None
         return self._reader
 
     def _offsets(self, which: str, partitions: list[TopicPartition]) -> dict[str, int]:

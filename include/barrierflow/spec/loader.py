@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from barrierflow.errors import SpecError
 from barrierflow.spec.graph import build_graph
+from barrierflow.spec.kafka_client import SECRET_FIELDS
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec, is_staged
 
@@ -59,7 +60,8 @@ def _format_error(err: Any) -> tuple[str, str]:
     if kind == "missing":
         return field, "required field is missing"
     message = err["msg"].removeprefix("Value error, ")
-    if "input" in err and kind not in ("union_tag_invalid",):
+    secret = any(p in SECRET_FIELDS for p in loc)  # a password given literally is never repeated
+    if "input" in err and kind not in ("union_tag_invalid",) and not secret:
         message += f" (got {err['input']!r})" if not isinstance(err["input"], dict | list) else ""
     return field, message
 

@@ -16,12 +16,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from barrierflow.spec.durations import parse_duration_seconds
+from barrierflow.spec.kafka_client import KafkaClientSpec, refuse_flat_client_fields
 
 SPEC_VERSION = 1
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # hide_input_in_errors: a ValidationError's text never repeats what was given (a password given
+    # literally is refused without being shown; the loader's messages say what is wrong).
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
 def _storage_uri(value: str) -> str:
@@ -101,7 +104,8 @@ class GeneratorSourceSpec(_Strict):
 
 
 class KafkaSourceSpec(_Strict):
-    """Kafka topics read with kafka-python (no Spark connector jar needed)."""
+    """Kafka topics read without a Spark connector jar (ranges with confluent-kafka, topic metadata
+    and offsets with kafka-python; :mod:`barrierflow.kafka_io`)."""
 
     name: str = "kafka"
     type: Literal["kafka"]
@@ -124,6 +128,14 @@ class KafkaSourceSpec(_Strict):
     unavailable_timeout: Annotated[float, Field(
         ge=0, description="seconds the source rides out brokers that do not answer: planning offers no new "
                           "data and reading a planned range keeps waiting; past it the query fails")] = 120.0
+    client: KafkaClientSpec | None = Field(
+        None, description="security (SASL, TLS; secrets as env:VAR or airflow:CONN_ID) and allowed client options; "
+                          "none = PLAINTEXT")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _client_fields_nested(cls, data: Any) -> Any:
+        return refuse_flat_client_fields(data, "Kafka source")
 
     @model_validator(mode="after")
     def _json_needs_fields(self) -> KafkaSourceSpec:
@@ -191,7 +203,8 @@ class PostgresSinkSpec(_Strict):
 
 
 class KafkaSinkSpec(_Strict):
-    """Records into a Kafka topic, exactly once through Kafka transactions (kafka-python)."""
+    """Records into a Kafka topic, exactly once through Kafka transactions (confluent-kafka's
+    transactional producer; the commit markers are read with kafka-python)."""
 
     name: str = "kafka"
     type: Literal["kafka"]
@@ -201,6 +214,14 @@ class KafkaSinkSpec(_Strict):
     commit_marker_topic: str = "__barrierflow_commits"
     staging_path: str = Field("", description="storage URI of the write-ahead staging; default in work_dir")
     transaction_timeout_ms: int = Field(60_000, ge=1000)
+    client: KafkaClientSpec | None = Field(
+        None, description="security (SASL, TLS; secrets as env:VAR or airflow:CONN_ID) and allowed client options; "
+                          "none = PLAINTEXT")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _client_fields_nested(cls, data: Any) -> Any:
+        return refuse_flat_client_fields(data, "Kafka sink")
 
 
 SinkSpec = Annotated[

@@ -33,6 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from barrierflow.errors import UserInputError
+from barrierflow.spec.kafka_client import KafkaClientSpec, refuse_flat_client_fields
 from barrierflow.spec.models import (
     SPEC_VERSION,
     BatchSpec,
@@ -64,6 +65,21 @@ class ChannelSpec(_Strict):
     topic: str = Field("", pattern=r"^$|^[A-Za-z0-9._-]{1,249}$")
     partitions: int = Field(2, ge=1, le=1024)
     bootstrap: str = EMBEDDED
+    client: KafkaClientSpec | None = Field(
+        None, description="security (SASL, TLS; secrets as env:VAR or airflow:CONN_ID) and allowed client options "
+                          "of the channel's brokers; not for 'embedded'")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _client_fields_nested(cls, data: Any) -> Any:
+        return refuse_flat_client_fields(data, "channel")
+
+    @model_validator(mode="after")
+    def _embedded_is_plaintext(self) -> ChannelSpec:
+        if self.is_embedded and self.client is not None and self.client != KafkaClientSpec():
+            raise ValueError("the embedded broker speaks PLAINTEXT on 127.0.0.1 only: a 'client' block applies to a "
+                             "channel on a real cluster (bootstrap: 'host:port,...' or 'env:VAR')")
+        return self
 
     @field_validator("bootstrap")
     @classmethod

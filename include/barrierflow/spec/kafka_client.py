@@ -1,0 +1,224 @@
+"""How a Kafka client connects: the ``client`` block of a Kafka source, a Kafka sink and a channel.
+
+:class:`KafkaClientSpec` holds the security settings (``security_protocol``, ``sasl_mechanism``,
+the SASL user and password, the TLS files) and ``options``, other client settings from the
+allow-list :data:`CLIENT_OPTIONS`. :mod:`barrierflow.kafka_io.security` turns it into the
+settings of both Kafka clients barrierflow uses (kafka-python and librdkafka).
+
+Secrets never appear in a spec. ``password`` and ``ssl_key_password`` are references, resolved
+when a client is built, in the process that builds it (a Spark executor too):
+
+* ``env:VARIABLE``: the value of environment variable ``VARIABLE``;
+* ``airflow:CONNECTION_ID``: the password of Airflow connection ``CONNECTION_ID`` (found through
+  Airflow's secrets backends: ``AIRFLOW_CONN_<ID>`` in the environment, a configured backend such
+  as Vault, or the metadata database inside an Airflow task).
+
+A literal password is refused, and so is one that ``${VAR}`` put into the spec when it loaded.
+``username`` may be literal, ``env:VARIABLE``, or ``airflow:CONNECTION_ID`` (the connection's
+login); with an ``airflow:`` password and no username, the connection's login is the username.
+A validation error never repeats the value of a secret field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+#: ``env:VARIABLE`` or ``airflow:CONNECTION_ID``.
+SECRET_REFERENCE = re.compile(r"^(env:[A-Za-z_][A-Za-z0-9_]*|airflow:[A-Za-z0-9_.\-]+)$")
+#: Fields whose values are secrets (references): validation errors never show what was given.
+SECRET_FIELDS = frozenset({"password", "ssl_key_password"})
+SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
+
+
+@dataclass(frozen=True)
+class ClientOption:
+    """One client setting of the allow-list: its Kafka name (what the spec says), its value kind
+    (``int``: a whole number >= 0, ``bool``, ``str``, or one of ``choices``), and its name in each
+    client (None: that client has no such setting and goes without it)."""
+
+    name: str
+    kind: Literal["int", "bool", "str", "choice"]
+    kafka_python: str | None
+    librdkafka: str | None
+    choices: tuple[str, ...] = ()
+    help: str = ""
+
+
+#: The client settings ``options`` may give (Kafka's names, as in the Java client and librdkafka).
+CLIENT_OPTIONS: dict[str, ClientOption] = {o.name: o for o in (
+    ClientOption("client.rack", "str", "client_rack", "client.rack",
+                 help="rack of the client (fetch from the nearest replica where the brokers allow it)"),
+    ClientOption("connections.max.idle.ms", "int", "connections_max_idle_ms", "connections.max.idle.ms",
+                 help="close connections idle this long (below a load balancer's idle timeout)"),
+    ClientOption("metadata.max.age.ms", "int", "metadata_max_age_ms", "metadata.max.age.ms",
+                 help="refresh topic metadata at least this often"),
+    ClientOption("reconnect.backoff.ms", "int", "reconnect_backoff_ms", "reconnect.backoff.ms",
+                 help="first wait before reconnecting to a broker"),
+    ClientOption("reconnect.backoff.max.ms", "int", "reconnect_backoff_max_ms", "reconnect.backoff.max.ms",
+                 help="longest wait before reconnecting to a broker (barrierflow's default: 1000)"),
+    ClientOption("receive.buffer.bytes", "int", "receive_buffer_bytes", "socket.receive.buffer.bytes",
+                 help="socket receive buffer"),
+    ClientOption("send.buffer.bytes", "int", "send_buffer_bytes", "socket.send.buffer.bytes",
+                 help="socket send buffer"),
+    ClientOption("socket.keepalive.enable", "bool", None, "socket.keepalive.enable",
+                 help="TCP keep-alive on broker connections (librdkafka only)"),
+    ClientOption("socket.connection.setup.timeout.ms", "int", None, "socket.connection.setup.timeout.ms",
+                 help="bound on connecting to a broker, TLS and SASL included (librdkafka only)"),
+    ClientOption("broker.address.family", "choice", None, "broker.address.family", ("any", "v4", "v6"),
+                 help="IP family of broker addresses (librdkafka only)"),
+    ClientOption("client.dns.lookup", "choice", None, "client.dns.lookup",
+                 ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"),
+                 help="how bootstrap host names resolve (librdkafka only)"),
+    ClientOption("ssl.cipher.suites", "str", "ssl_ciphers", "ssl.cipher.suites",
+                 help="TLS cipher list (OpenSSL syntax)"),
+    ClientOption("ssl.endpoint.identification.algorithm", "choice", "ssl_check_hostname",
+                 "ssl.endpoint.identification.algorithm", ("https", "none"),
+                 help="'https' (the default) checks that the brokers' certificate names the host connected "
+                      "to; 'none' does not"),
+)}
+
+#: Settings barrierflow sets itself, and why ``options`` may not: what a refusal says.
+RESERVED_OPTIONS: dict[str, str] = {
+    **dict.fromkeys(("bootstrap.servers",), "give the brokers in bootstrap_servers (or a channel's bootstrap)"),
+    **dict.fromkeys(("security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+                     "sasl.jaas.config", "ssl.ca.location", "ssl.truststore.location", "ssl.certificate.location",
+                     "ssl.keystore.location", "ssl.key.location", "ssl.key.password", "ssl.keystore.password",
+                     "ssl.truststore.password"),
+                    "use the client fields security_protocol, sasl_mechanism, username, password, ssl_cafile, "
+                    "ssl_certfile, ssl_keyfile and ssl_key_password (secrets as env:VAR or airflow:CONN_ID)"),
+    **dict.fromkeys(("group.id", "enable.auto.commit", "isolation.level", "auto.offset.reset", "enable.idempotence",
+                     "acks", "transactional.id", "transaction.timeout.ms", "partitioner", "client.id",
+                     "enable.partition.eof", "allow.auto.create.topics"),
+                    "barrierflow sets it itself: exactly-once reading and writing depend on it"),
+    **dict.fromkeys(("debug",), "client debug logs are not passed through (they could carry connection details)"),
+}
+
+
+def _check_option(name: str, value: Any) -> Any:
+    option = CLIENT_OPTIONS.get(name)
+    if option is None:
+        reason = RESERVED_OPTIONS.get(name)
+        if reason is not None:
+            raise ValueError(f"client option {name!r} cannot be set here: {reason}")
+        raise ValueError(f"client option {name!r} is not in the allow-list; allowed: {sorted(CLIENT_OPTIONS)} "
+                         "(see docs/pipeline-spec.md, 'Kafka client settings')")
+    if option.kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"client option {name!r} takes a whole number >= 0, got a {type(value).__name__}")
+    elif option.kind == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"client option {name!r} takes true or false, got a {type(value).__name__}")
+    elif option.kind == "choice":
+        if value not in option.choices:
+            raise ValueError(f"client option {name!r} takes one of {list(option.choices)}, got {value!r}")
+    elif not isinstance(value, str) or not value:
+        raise ValueError(f"client option {name!r} takes a non-empty string")
+    return value
+
+
+def _check_reference(field: str, value: str) -> str:
+    if not SECRET_REFERENCE.match(value):
+        raise ValueError(
+            f"{field} is never written in the spec: give 'env:VARIABLE' (the environment variable that holds it) "
+            "or 'airflow:CONNECTION_ID' (an Airflow connection whose password it is). A '${VAR}' in the spec is "
+            "expanded when the spec loads, which would put the secret into it: write 'env:VAR' instead")
+    return value
+
+
+class KafkaClientSpec(BaseModel):
+    """See the module docstring. ``security_protocol`` defaults to ``PLAINTEXT``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    username: str | None = Field(None, min_length=1, description="literal, env:VAR or airflow:CONN_ID (its login)")
+    password: str | None = Field(None, description="env:VAR or airflow:CONN_ID; never a literal")
+    ssl_cafile: str | None = Field(None, min_length=1,
+                                   description="PEM file of the CA(s) that signed the brokers' certificates; "
+                                               "default: the system's CA certificates")
+    ssl_certfile: str | None = Field(None, min_length=1, description="PEM file of the client's certificate")
+    ssl_keyfile: str | None = Field(None, min_length=1, description="PEM file of the client's private key")
+    ssl_key_password: str | None = Field(None, description="env:VAR or airflow:CONN_ID, for an encrypted key")
+    options: dict[str, str | int | bool] = Field(default_factory=dict,
+                                                 description="other client settings, from the allow-list")
+
+    def __hash__(self) -> int:  # usable as (part of) a cache key: options is a dict
+        return hash(self.model_dump_json())
+
+    @field_validator("password", "ssl_key_password")
+    @classmethod
+    def _reference(cls, value: str | None, info: Any) -> str | None:
+        return None if value is None else _check_reference(info.field_name, value)
+
+    @field_validator("options")
+    @classmethod
+    def _allowed(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name, given in value.items():
+            _check_option(name, given)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaClientSpec:
+        protocol = self.security_protocol
+        if protocol in SASL_PROTOCOLS:
+            if self.sasl_mechanism is None:
+                raise ValueError(f"security_protocol {protocol} needs sasl_mechanism (PLAIN, SCRAM-SHA-256 or "
+                                 "SCRAM-SHA-512)")
+            if self.password is None:
+                raise ValueError(f"security_protocol {protocol} needs password (env:VAR or airflow:CONN_ID)")
+            if self.username is None and not self.password.startswith("airflow:"):
+                raise ValueError(f"security_protocol {protocol} needs username (with an airflow: password it "
+                                 "defaults to the connection's login)")
+        else:
+            given = [f for f in ("sasl_mechanism", "username", "password") if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{given} apply to security_protocol SASL_PLAINTEXT or SASL_SSL only, not "
+                                 f"{protocol}")
+        if protocol not in TLS_PROTOCOLS:
+            given = [f for f in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_key_password")
+                     if getattr(self, f) is not None]
+            given += [n for n in self.options if n.startswith("ssl.")]
+            if given:
+                raise ValueError(f"{given} apply to security_protocol SSL or SASL_SSL only, not {protocol}")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("a client certificate needs both ssl_certfile and ssl_keyfile")
+        if self.ssl_key_password is not None and self.ssl_keyfile is None:
+            raise ValueError("ssl_key_password applies to an ssl_keyfile")
+        return self
+
+    @property
+    def is_plaintext(self) -> bool:
+        """No TLS and no SASL (the default)."""
+        return self.security_protocol == "PLAINTEXT"
+
+    @property
+    def effective_username(self) -> str | None:
+        """``username``, or the ``airflow:`` reference of the password (the connection's login)."""
+        if self.username is not None:
+            return self.username
+        if self.password is not None and self.password.startswith("airflow:"):
+            return self.password
+        return None
+
+
+#: The client fields, refused at the top of a Kafka source or sink with a pointer to ``client``.
+CLIENT_FIELDS = frozenset(KafkaClientSpec.model_fields) | {"ssl_check_hostname", "sasl_plain_username",
+                                                           "sasl_plain_password", "kafka_options"}
+
+
+def refuse_flat_client_fields(data: Any, where: str) -> Any:
+    """Raise when ``data`` (a Kafka source, sink or channel before validation) has client fields
+    at its top level instead of in its ``client`` block (the message never shows their values)."""
+    if isinstance(data, dict):
+        flat = sorted(k for k in data if k in CLIENT_FIELDS)
+        if flat:
+            raise ValueError(f"{flat} belong in the {where}'s 'client' block (client: {{security_protocol: ..., "
+                             "sasl_mechanism: ..., username: ..., password: env:VAR, ssl_cafile: ...}); see "
+                             "docs/pipeline-spec.md, 'Kafka client settings'")
+    return data
