@@ -146,7 +146,12 @@ def broker_answers(bootstrap_servers: str, timeout: float) -> bool:
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id as Kafka makes one (``Uuid.randomUuid``: URL-safe base64 of 16
+    random bytes), never starting with ``-``: Kafka skips those, and the storage tool's
+    argument parser takes ``-t -...`` for an option, so formatting failed for 1 id in 64."""
+    while (cluster := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return cluster
 
 
 def _properties(root: Path, ports: Mapping[str, int], security: BrokerSecurity | None,
