@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import TolerableFailuresExceededError
 from barrierflow.runtime.job import StreamingJob
+from barrierflow.spark import commit_log
 from barrierflow.storage import open_store
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.testing import FailingObjectStore, SlowObjectStore
@@ -18,21 +18,30 @@ from tests.pipeline_specs import make_spec
 pytestmark = pytest.mark.spark
 
 
-def _commit_times(work: Path) -> dict[int, float]:
-    commits = work / "spark-checkpoint" / "commits"
-    return {int(n): (commits / n).stat().st_mtime for n in os.listdir(commits) if n.isdigit()}
+def _committed_batches(work: Path) -> int:
+    """Micro-batches Spark committed so far: the newest ``commits/<V>`` plus one (0 before the
+    first). Not the number of commit files: Spark deletes all but the newest
+    ``minBatchesToRetain`` (100), so their count stops growing once a run is that long, and a
+    file listed may be gone before it is looked at."""
+    newest = commit_log.latest_committed(work / "spark-checkpoint")
+    return 0 if newest is None else newest + 1
 
 
 @pytest.mark.s3
 def test_async_upload_to_s3_does_not_block_processing(spark, tmp_path: Path, s3_store_uri: str) -> None:
-    spec = make_spec(tmp_path, checkpoint={"storage": s3_store_uri, "interval": "300ms"})
-    commits = tmp_path / "work" / "spark-checkpoint" / "commits"
     # Each checkpoint's upload waits until Spark commits two more micro-batches (the first may be
     # the barrier batch's own commit, written just after the upload started): if uploading held
-    # processing up, no checkpoint could complete (the store fails it after 120 s).
+    # processing up, no checkpoint could complete. The bounds are there only to end such a
+    # deadlock, never to time a healthy run: the gate fails the upload, naming it, when two
+    # micro-batches took 120 s; the checkpoint's own timeout is later, so the gate's message
+    # is what a blocking upload fails with; and the run has no duration limit (it ends after
+    # its 3 checkpoints, or on the first failed one: none is tolerated).
+    progress_timeout = 120.0
+    spec = make_spec(tmp_path, checkpoint={"storage": s3_store_uri, "interval": "300ms",
+                                           "timeout": f"{progress_timeout + 60:g}s"})
     slow = SlowObjectStore(open_store(s3_store_uri), delay=0.5, progress_steps=2,
-                           progress=lambda: len(_commit_times(tmp_path / "work")) if commits.is_dir() else 0)
-    result = StreamingJob(spec, spark=spark, checkpoint_objects=slow).run(checkpoints=3, duration=240)
+                           progress=lambda: _committed_batches(tmp_path / "work"), progress_timeout=progress_timeout)
+    result = StreamingJob(spec, spark=spark, checkpoint_objects=slow).run(checkpoints=3)
     assert len(result.completed) == 3, result.failed
     assert slow.manifest_violations == []
     # The manifest is the last write of its checkpoint: every shared file was stored before it.

@@ -1,24 +1,33 @@
 """Flow control in a stage fed by a channel: per-partition watermarks, idleness and watermark
 alignment on a skewed channel, and adaptive batch sizing under a backlog.
 
-Stage ``gen`` reads one generator partition (records 100 ms apart in event time, 100 per
-micro-batch) and writes them round-robin to channel ``ab`` (2 partitions, each in event-time
-order; a row-batch record of 50 rows per partition and micro-batch). Stage ``win`` reads ``ab``
-200 rows per partition and batch, with partition 1 four times slower than partition 0
-(``partition_rate_factors``: 50 rows, one record),
-and counts records per key in 10-second event-time windows (watermark delay 5 s), committed
-to Parquet through the two-phase-commit sink. Checkpoints are unaligned, so barrier alignment
-never holds the fast partition back: only watermark alignment can.
+Watermark alignment (the first test). Channel ``ab`` (2 partitions) already holds its data when
+the pipeline starts: 1,200 generator records 100 ms apart in event time (120 s), cut as stage
+``gen`` cuts them (round-robin, a row-batch record of 50 rows per partition for every 100
+records), so each partition holds 12 records of 10 s of event time each, in order. Stage
+``gen`` then reads the same generator but writes no rows: it only drives the checkpoints, and
+its barrier records follow all the data on both partitions. Stage ``win`` reads ``ab`` 200 rows
+per partition and batch, partition 1 at a tenth of that (``partition_rate_factors``: 20 rows of
+credit per batch, a 50-row record every second or third planning call), and counts records
+per key in 10-second event-time windows (watermark delay 5 s), committed to Parquet through the
+two-phase-commit sink. Checkpoints are unaligned, so barrier alignment never holds the fast
+partition back: only watermark alignment can.
 
-Without alignment Spark's one watermark in ``win`` runs with the fast partition and the slow
-partition's records are dropped as late; with ``max_drift`` (2 s) below the delay the stage's
-reader holds the fast partition back, nothing is dropped and the committed window counts equal
-the counts computed directly from the generator. The aligned run makes partition 1 ten times
-slower still (20 rows of credit per batch: a 50-row record every third batch), which three
-planner bugs turned into late rows (5-15 per run): the throttled partition counted as idle
-while it waited for credit, a row-batch record (10 s of event time) was cut by its first row's
-event time, and the cap's search stepped over stretches of barrier records. Either way, every stage's manifests carry
-each input partition's event time, and the skew report has a row per stage and partition.
+So the skew is a property of the input and of the reader's planned pace, not of how fast the
+machine runs the stages: every record is there from the first batch, and what each batch of
+``win`` reads follows from the offsets alone. Without alignment partition 0 reads its whole
+120 s in the first three batches while partition 1 has read at most one record, and Spark's
+one watermark drops partition 1's later records as late, in every run. The aligned run is the
+same run with ``max_drift`` (2 s) below the delay: the reader holds partition 0 to partition 1's
+pace, so no row is late, the committed window counts equal the counts computed directly from the
+generator, and after every planned batch (the watermark history, not a sample at checkpoints)
+the two partitions' newest event times are within ``max_drift``. Session 23 fixed three planner
+bugs this run turned into late rows: the throttled partition counted as idle while it waited
+for credit (the 1 ms ``idle_timeout`` makes that show at the first wait, whatever the machine's
+speed), a row-batch record (10 s of event time) was cut by its first row's event time, and the
+cap's search stepped over stretches of barrier records (not exercised here: the barrier records
+all follow the data). Either way, every stage's manifests carry each input partition's event
+time, and the skew report has a row per stage and partition.
 """
 
 from __future__ import annotations
@@ -29,21 +38,27 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import yaml
+from barrierflow.barriers.records import data_headers
+from barrierflow.flow_control.watermark_history import WatermarkHistory
+from barrierflow.kafka_io.row_batches import encode, rows_header
 from barrierflow.ops.skew import skew
 from barrierflow.runtime.pipeline import PipelineRunResult, StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spec import parse_staged_spec
 
-from tests.support.kafka_broker import KafkaEndpoint, channel_rows
+from tests.support.kafka_broker import KafkaEndpoint, channel_rows, create_topic, produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow(70)]
 
-RECORDS = 1200  # one generator partition, 100 ms apart: 120 s of event time, 60 s per channel partition
+RECORDS = 1200  # one generator partition, 100 ms apart: 120 s of event time, on both channel partitions
 DELAY = 5.0
 WINDOW = timedelta(seconds=10)
+MAX_DRIFT = 2.0
+GEN_BATCH = 100  # generator records per row-batch record pair: 50 rows (10 s of event time) per partition
 
 
 def spec_data(tmp_path: Path, endpoint: KafkaEndpoint, name: str, event_time: dict[str, Any]) -> dict[str, Any]:
@@ -62,7 +77,6 @@ def spec_data(tmp_path: Path, endpoint: KafkaEndpoint, name: str, event_time: di
              "sinks": [{"type": "channel", "channel": "ab"}]},
             {"name": "win",
              "sources": [{"type": "channel", "channel": "ab", "max_records_per_batch": 200,
-                          "partition_rate_factors": [1, 0.25],
                           "json_fields": {"key": "long", "value": "long", "event_time": "timestamp"}}],
              "transformation": {"function": "barrierflow.transforms.aggregations:keyed_window_counts",
                                 "output_mode": "append", "options": {"window": "10 seconds"}},
@@ -120,59 +134,98 @@ def late_rows(result: PipelineRunResult) -> int:
     return last.rows_dropped_total
 
 
-def max_lead(result: PipelineRunResult) -> float:
-    """The largest lead, in seconds, of one ``win`` input partition's newest event time over the
-    other's at any of ``win``'s checkpoints (how far the skew went)."""
-    lead = 0.0
-    for manifest in result.stage_manifests["win"]:
-        for times in manifest.max_event_time.values():
-            known = [t for t in times.values() if t is not None]
-            if len(known) == 2:
-                lead = max(lead, (max(known) - min(known)).total_seconds())
-    return lead
+def fill_channel(endpoint: KafkaEndpoint, data: dict[str, Any]) -> dict[int, list[datetime]]:
+    """Write channel ``ab``'s data records before the run, as stage ``gen`` writes its batches of
+    :data:`GEN_BATCH` generator records (round-robin: even records to partition 0, odd ones to
+    partition 1; one row-batch record per partition and batch, with the headers a stage of
+    attempt 0 writes). Returns, per partition, the newest event time of the record at each
+    offset (offsets 0.. hold the data; every barrier record comes after it)."""
+    spec = parse_staged_spec(data)
+    model = GeneratorModel(spec.stage("gen").sources[0])  # type: ignore[arg-type]
+    rows = model.rows(0, 0, RECORDS)
+    topic = data["channels"][0]["topic"]
+    create_topic(endpoint, topic, 2)
+    records: list[tuple[int, None, bytes, list[tuple[str, bytes]]]] = []
+    newest: dict[int, list[datetime]] = {0: [], 1: []}
+    for first in range(0, RECORDS, GEN_BATCH):
+        for partition in (0, 1):
+            part = rows[first + partition:first + GEN_BATCH:2]
+            batch = pa.RecordBatch.from_pydict({
+                "key": pa.array([r[2] for r in part], pa.int64()),
+                "value": pa.array([r[3] for r in part], pa.int64()),
+                "event_time": pa.array([r[4] for r in part], pa.timestamp("us", tz="UTC"))})
+            records.append((partition, None, encode(batch),
+                            [*data_headers(0), rows_header(batch.num_rows)]))
+            newest[partition].append(max(r[4] for r in part))
+    produce(endpoint, topic, records)
+    return newest
+
+
+def batch_leads(data: dict[str, Any], newest: dict[int, list[datetime]]) -> list[float]:
+    """After every batch stage ``win`` planned (its watermark history, in planning order) in
+    which both input partitions had read something: how far, in seconds, one partition's
+    newest event time read was ahead of the other's (from the offsets the batch ended at and
+    the records :func:`fill_channel` wrote there). Every batch, not a sample at checkpoints."""
+    topic = data["channels"][0]["topic"]
+    history = WatermarkHistory(Path(data["work_dir"]) / "stages" / "win" / "control").records()
+    assert history, "stage win planned no batch (or wrote no watermark history)"
+    leads = []
+    for record in history:
+        ends = [min(record.end.get(f"{topic}:{p}", 0), len(newest[p])) for p in (0, 1)]
+        if all(ends):
+            times = [newest[p][end - 1] for p, end in enumerate(ends)]
+            leads.append((max(times) - min(times)).total_seconds())
+    return leads
+
+
+def skewed_channel_spec(tmp_path: Path, endpoint: KafkaEndpoint, name: str,
+                        event_time: dict[str, Any]) -> tuple[dict[str, Any], dict[int, list[datetime]]]:
+    """The alignment test's pipeline (see the module docstring) and its channel, filled: ``gen``
+    writes no rows (its barrier records follow the data), ``win`` reads partition 1 at 0.1x."""
+    data = spec_data(tmp_path, endpoint, name, {"idle_timeout": "1ms", **event_time})
+    gen, win = data["stages"]
+    gen["sources"][0]["max_records_per_batch"] = RECORDS  # its reading paces nothing now
+    gen["transformation"]["options"]["where"] = "false"
+    win["sources"][0]["partition_rate_factors"] = [1, 0.1]
+    return data, fill_channel(endpoint, data)
 
 
 def test_watermark_alignment_in_a_stage_reading_a_skewed_channel_loses_no_late_rows(
         spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
     # -- without alignment: the fast channel partition drives the watermark -----------------
-    plain = spec_data(tmp_path, kafka_endpoint, "plain", {})
+    # Partition 0 reads 4 records (40 s) per batch and is at its end after the third batch,
+    # when partition 1 (20 rows of credit per batch) reads its first record: the watermark is
+    # then 75 s and later 115 s, past the windows of partition 1's next records. Nothing here
+    # depends on the machine's speed, so the rows are lost in every run.
+    plain, newest = skewed_channel_spec(tmp_path, kafka_endpoint, "plain", {})
     result = run(spark, tmp_path, plain)
     expected = surely_closed(direct_counts(plain))
     committed = committed_counts(plain)
     missing = sum(c - committed.get(k, 0) for k, c in expected.items())
-    lead = max_lead(result)
-    print(f"\nstage without alignment: fast partition ahead by up to {lead:.1f}s, late rows dropped "
-          f"{late_rows(result)}, records missing from {len(expected)} closed windows: {missing}")
-    # Late rows are what alignment prevents. How far the fast partition gets ahead depends on
-    # the machine: when ``win`` keeps up with ``gen``, the slow partition reads each record as it
-    # arrives and nothing is late (seen in suite runs). A lead does not drop rows by itself: a
-    # record's 50 rows span one 10 s window, Spark drops a row only when its window ended at or
-    # before the watermark (newest - 5 s), and it filters late rows with the watermark of the
-    # batch before (a CI run led by 9.9 s, one record, and dropped none). Once the fast partition
-    # is at its end, the slow one reads a record per batch while the watermark catches up within
-    # two batches, so a lead of 3 windows plus the delay surely drops rows (session 23: a 39.9 s
-    # lead, 5-15 late rows). That the aligned run below really aligned, whatever the machine,
-    # is shown by the fast partition's lead staying within max_drift.
-    if lead > DELAY + 3 * WINDOW.total_seconds():
-        assert late_rows(result) > 0
+    leads = batch_leads(plain, newest)
+    print(f"\nstage without alignment: a partition ahead by up to {max(leads, default=0):.1f}s after a batch, "
+          f"late rows dropped {late_rows(result)}, records missing from {len(expected)} closed windows: {missing}")
+    assert late_rows(result) > 0, "without alignment the slow partition's records should have been late"
+    assert missing > 0, "without alignment the committed windows should lack the slow partition's late records"
+    assert max(leads, default=0) > DELAY + WINDOW.total_seconds()
 
     # -- with alignment: the stage's reader holds the fast partition back -------------------
-    aligned = spec_data(tmp_path, kafka_endpoint, "aligned", {
-        "idle_timeout": "1s", "alignment": {"group": "g", "max_drift": "2s", "update_interval": "0s"}})
-    aligned["stages"][1]["sources"][0]["partition_rate_factors"] = [1, 0.1]
+    aligned, newest = skewed_channel_spec(tmp_path, kafka_endpoint, "aligned", {
+        "alignment": {"group": "g", "max_drift": f"{MAX_DRIFT:g}s", "update_interval": "0s"}})
     result = run(spark, tmp_path, aligned)
     expected = surely_closed(direct_counts(aligned))
     committed = committed_counts(aligned)
-    print(f"stage with alignment (max_drift 2s < delay {DELAY:g}s, slow partition at 0.1x): fast partition ahead "
-          f"by up to {max_lead(result):.1f}s, late rows dropped {late_rows(result)}, "
+    leads = batch_leads(aligned, newest)
+    print(f"stage with alignment (max_drift {MAX_DRIFT:g}s < delay {DELAY:g}s): a partition ahead by up to "
+          f"{max(leads, default=0):.1f}s after any of {len(leads)} batches, late rows dropped {late_rows(result)}, "
           f"{len(expected)} closed windows equal to the direct counts: "
           f"{all(committed.get(k) == c for k, c in expected.items())}")
     assert late_rows(result) == 0
     assert {k: committed.get(k) for k in expected} == dict(expected)
     assert set(committed) <= set(direct_counts(aligned))
-    # That it aligned: at every checkpoint of win the fast partition was at most max_drift ahead
-    # (without alignment, ten times slower, the slow partition falls tens of seconds behind).
-    assert max_lead(result) <= 2.0, f"the fast channel partition got {max_lead(result):.1f}s ahead"
+    # That it aligned: after every batch both partitions had read up to within max_drift of
+    # each other (without alignment: 110 s apart after the third batch, above).
+    assert leads and max(leads) <= MAX_DRIFT, f"a channel partition got {max(leads):.1f}s ahead: {leads}"
 
     # -- event times in every stage's manifests, and a skew report row per stage and partition
     topic = aligned["channels"][0]["topic"]
