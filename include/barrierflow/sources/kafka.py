@@ -312,6 +312,20 @@ def topic_partitions(spec: KafkaSourceSpec, consumer: KafkaConsumer) -> list[Top
     return out
 
 
+def _offsets_now(spec: KafkaSourceSpec, what: str, fetch: Callable[..., Any]) -> dict[str, int]:
+    """``fetch(partitions, timeout_ms=...)`` (a consumer's ``end_offsets`` or ``beginning_offsets``)
+    over every partition of the spec's topics, keyed by :func:`partition_id`."""
+    consumer = open_consumer(spec)
+    try:
+        partitions = topic_partitions(spec, consumer)
+        timeout_ms = int(spec.poll_timeout * 1000)
+        found = _call(spec, f"fetching the {what} offsets of {spec.topics}",
+                      lambda: fetch(consumer)(partitions, timeout_ms=timeout_ms))
+        return {partition_id(tp.topic, tp.partition): int(found[tp]) for tp in partitions}
+    finally:
+        consumer.close()
+
+
 def end_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
     """The end offset (the last stable offset, as a ``read_committed`` reader sees it) of every
     partition of the spec's topics now: where a bounded run (``--until-exhausted``) stops.
@@ -319,15 +333,7 @@ def end_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
     Raises:
         SourceError: a topic does not exist, or the brokers cannot be reached within ``poll_timeout``.
     """
-    consumer = open_consumer(spec)
-    try:
-        partitions = topic_partitions(spec, consumer)
-        timeout_ms = int(spec.poll_timeout * 1000)
-        found = _call(spec, f"fetching the end offsets of {spec.topics}",
-                      lambda: consumer.end_offsets(partitions, timeout_ms=timeout_ms))
-        return {partition_id(tp.topic, tp.partition): int(found[tp]) for tp in partitions}
-    finally:
-        consumer.close()
+    return _offsets_now(spec, "end", lambda consumer: consumer.end_offsets)
 
 
 def beginning_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
@@ -337,15 +343,7 @@ def beginning_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
     Raises:
         SourceError: a topic does not exist, or the brokers cannot be reached within ``poll_timeout``.
     """
-    consumer = open_consumer(spec)
-    try:
-        partitions = topic_partitions(spec, consumer)
-        timeout_ms = int(spec.poll_timeout * 1000)
-        found = _call(spec, f"fetching the beginning offsets of {spec.topics}",
-                      lambda: consumer.beginning_offsets(partitions, timeout_ms=timeout_ms))
-        return {partition_id(tp.topic, tp.partition): int(found[tp]) for tp in partitions}
-    finally:
-        consumer.close()
+    return _offsets_now(spec, "beginning", lambda consumer: consumer.beginning_offsets)
 
 
 # --------------------------------------------------------------------------- reading a range
