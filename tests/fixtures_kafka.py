@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support.kafka_broker import KafkaEndpoint, running_kafka_broker
+from tests.support.kafka_broker import EXTERNAL_BOOTSTRAP_ENV, KafkaEndpoint, kafka_version, running_kafka_broker
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """The first lines of every run say which Kafka the Kafka tests use."""
+    external = os.environ.get(EXTERNAL_BOOTSTRAP_ENV)
+    if external:
+        return f"kafka: the external cluster at {external} (${EXTERNAL_BOOTSTRAP_ENV})"
+    return f"kafka: Apache Kafka {kafka_version()} (KRaft, one node per test worker, started by the tests)"
 
 
 @pytest.fixture(scope="session")
