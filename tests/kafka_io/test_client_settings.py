@@ -164,3 +164,46 @@ def test_a_resolved_secret_is_concealed_in_every_log_record(monkeypatch: pytest.
         logging.getLogger("kafka.producer").exception("failed")
     assert caplog.text.count("***") >= 3
     assert "S3CR3T" not in caplog.text
+
+
+class _ExceptionObjectFormatter(logging.Formatter):
+    """A structured formatter's way with exceptions: it renders the exception object (its str and
+    its cause), not the record's formatted traceback text."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        rendered = {"msg": record.getMessage()}
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            rendered["exception"] = f"{error} (cause: {error.__cause__})"
+        return json.dumps(rendered)
+
+
+def test_a_secret_in_a_logged_exception_is_concealed_for_formatters_that_render_the_exception_object(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "pl'ain-S3CR3T-json"
+    monkeypatch.setenv("BF_TEST_KAFKA_PASSWORD", secret)
+    librdkafka_config(KafkaClientSpec(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN", username="u",
+                                      password="env:BF_TEST_KAFKA_PASSWORD"))
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    handler = Collect()
+    handler.setFormatter(_ExceptionObjectFormatter())
+    logger = logging.getLogger("kafka.producer.structured-test")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        try:
+            try:
+                raise KeyError(secret)
+            except KeyError as inner:
+                raise ValueError(f"Unrecognized configs: {{'sasl_plain_password': {secret!r}}}") from inner
+        except ValueError:
+            logger.exception("failed")
+    finally:
+        logger.removeHandler(handler)
+    assert len(lines) == 1 and "***" in lines[0]
+    assert "S3CR3T" not in lines[0]

@@ -61,6 +61,22 @@ def _conceal_text(text: str) -> str:
     return text
 
 
+def _conceal_exception(exc: BaseException | None) -> None:
+    """Replace the secrets in the string arguments of ``exc`` and of the exceptions it chains."""
+    seen: set[int] = set()
+    pending = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        try:
+            current.args = tuple(_conceal_text(a) if isinstance(a, str) else a for a in current.args)
+        except (AttributeError, TypeError):  # an exception type whose args cannot be set
+            pass
+        pending += [current.__cause__, current.__context__]
+
+
 def _concealing_factory(previous: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
@@ -74,6 +90,12 @@ def _concealing_factory(previous: Callable[..., logging.LogRecord]) -> Callable[
             text = logging.Formatter().formatException(record.exc_info)
             if any(secret in text for secret in _CONCEALED):
                 record.exc_text = _conceal_text(text)
+                # Formatters that render the exception object themselves (structured/JSON ones)
+                # read exc_info, not exc_text: conceal the exception's own arguments, and where
+                # that is not enough, leave only the concealed text.
+                _conceal_exception(record.exc_info[1])
+                if any(secret in logging.Formatter().formatException(record.exc_info) for secret in _CONCEALED):
+                    record.exc_info = None
         return record
 
     factory.barrierflow_conceals = True  # type: ignore[attr-defined]
