@@ -8,7 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.kafka_broker import EXTERNAL_BOOTSTRAP_ENV, KafkaEndpoint, kafka_version, running_kafka_broker
+from tests.support.kafka_broker import (
+    EXTERNAL_BOOTSTRAP_ENV,
+    KafkaEndpoint,
+    kafka_version,
+    own_kafka_broker,
+    running_kafka_broker,
+)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -25,4 +31,16 @@ def kafka_endpoint() -> Iterator[KafkaEndpoint]:
     with unique names (see :func:`tests.support.kafka_broker.create_topic`)."""
     with running_kafka_broker() as endpoint:
         logging.getLogger(__name__).warning("Kafka tests run against %s", endpoint.broker)
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def secured_kafka_endpoint(kafka_endpoint: KafkaEndpoint) -> Iterator[KafkaEndpoint]:
+    """A Kafka broker with a SASL_SSL listener: the session's broker when it has one (always, for
+    the broker the tests start; an external cluster when its ``BARRIERFLOW_TEST_KAFKA_SASL_SSL_*``
+    variables name one), else an Apache Kafka of its own started for the secured tests, never a skip."""
+    if kafka_endpoint.secure is not None:
+        yield kafka_endpoint
+        return
+    with own_kafka_broker() as endpoint:
         yield endpoint

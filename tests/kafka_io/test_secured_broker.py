@@ -17,10 +17,9 @@ pytestmark = pytest.mark.kafka
 
 
 @pytest.fixture
-def secure(kafka_endpoint: KafkaEndpoint) -> SecureListener:
-    if kafka_endpoint.secure is None:  # only an external cluster without its SASL_SSL variables
-        pytest.skip("the external Kafka has no BARRIERFLOW_TEST_KAFKA_SASL_SSL_* listener configured")
-    return kafka_endpoint.secure
+def secure(secured_kafka_endpoint: KafkaEndpoint) -> SecureListener:
+    assert secured_kafka_endpoint.secure is not None
+    return secured_kafka_endpoint.secure
 
 
 def test_kafka_python_produces_and_reads_over_sasl_scram_and_tls(secure: SecureListener) -> None:

@@ -9,7 +9,6 @@ an error or a log record."""
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from pathlib import Path
 
@@ -29,16 +28,10 @@ pytestmark = pytest.mark.kafka
 
 PASSWORD_ENV = "BF_TEST_KAFKA_PASSWORD"
 WRONG = "wrong-S3CR3T-9f8e7d"
-#: A refused login or certificate must fail well within this (the source rides out outages for
-#: poll_timeout + unavailable_timeout = 122 s here).
-FAST = 30.0
-
-
 @pytest.fixture
-def secure(kafka_endpoint: KafkaEndpoint) -> SecureListener:
-    if kafka_endpoint.secure is None:
-        pytest.skip("the external Kafka has no BARRIERFLOW_TEST_KAFKA_SASL_SSL_* listener configured")
-    return kafka_endpoint.secure
+def secure(secured_kafka_endpoint: KafkaEndpoint) -> SecureListener:
+    assert secured_kafka_endpoint.secure is not None
+    return secured_kafka_endpoint.secure
 
 
 def _client(secure: SecureListener, ca: Path | None = None) -> KafkaClientSpec:
@@ -112,13 +105,13 @@ def test_a_wrong_password_fails_at_once_naming_the_brokers_the_user_and_the_vari
     hint = f"check the password in environment variable {PASSWORD_ENV}"
     messages = []
 
-    started = time.monotonic()
     with pytest.raises(SourceError) as caught:  # kafka-python: the source's metadata and offsets
         open_consumer(spec)
     assert not isinstance(caught.value, SourceUnavailableError), "a refused login is not an outage to ride out"
     messages.append(str(caught.value))
     with pytest.raises(SourceError) as caught:  # librdkafka: the source's range reads, on the executors
         list(read_range(spec, topic, 0, 0, 1))
+    assert not isinstance(caught.value, SourceUnavailableError), "a refused login is not an outage to ride out"
     messages.append(str(caught.value))
     with pytest.raises(KafkaSecurityError) as caught:  # librdkafka: the channel writer
         BatchProducer(ProducerSettings(servers=secure.bootstrap_servers, client=client)).partitions(topic)
@@ -130,11 +123,9 @@ def test_a_wrong_password_fails_at_once_naming_the_brokers_the_user_and_the_vari
     with pytest.raises(SinkError) as caught:  # kafka-python: the channel's topic creation
         ensure_topic(secure.bootstrap_servers, topic, 1, client)
     messages.append(str(caught.value))
-    elapsed = time.monotonic() - started
     for message in messages:
         assert expected in message and hint in message, message
         _without_secrets(message, WRONG, secure.password)
-    assert elapsed < 5 * FAST
     _without_secrets(caplog.text, WRONG, secure.password)
 
 
@@ -153,20 +144,18 @@ def test_an_untrusted_ca_fails_at_once_naming_the_brokers_and_ssl_cafile(
     expected = f"the TLS certificate of brokers {secure.bootstrap_servers} is not trusted: ssl_cafile {other_ca}"
     messages = []
 
-    started = time.monotonic()
     with pytest.raises(SourceError) as caught:
         open_consumer(spec)
     assert not isinstance(caught.value, SourceUnavailableError)
     messages.append(str(caught.value))
     with pytest.raises(SourceError) as caught:
         list(read_range(spec, topic, 0, 0, 1))
+    assert not isinstance(caught.value, SourceUnavailableError), "a refused login is not an outage to ride out"
     messages.append(str(caught.value))
     with pytest.raises(KafkaSecurityError) as caught:
         BatchProducer(ProducerSettings(servers=secure.bootstrap_servers, client=client)).partitions(topic)
     messages.append(str(caught.value))
-    elapsed = time.monotonic() - started
     for message in messages:
         assert expected in message, message
         _without_secrets(message, secure.password)
-    assert elapsed < 3 * FAST
     _without_secrets(caplog.text, secure.password)

@@ -82,11 +82,11 @@ def _run_and_scan(spec: dict[str, object], tmp_path: Path, password: str) -> tup
 
 
 def test_a_pipeline_reads_and_writes_over_sasl_scram_and_tls_and_the_password_is_nowhere(
-        kafka_endpoint: KafkaEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        secured_kafka_endpoint: KafkaEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         figures: dict[str, object]) -> None:
+    kafka_endpoint = secured_kafka_endpoint
     secure = kafka_endpoint.secure
-    if secure is None:
-        pytest.skip("the external Kafka has no BARRIERFLOW_TEST_KAFKA_SASL_SSL_* listener configured")
+    assert secure is not None
     assert len(secure.password) >= 16
     source, out, markers = (f"sec-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("in", "out", "markers"))
     for topic, partitions in ((source, 2), (out, 1), (markers, 1)):
@@ -128,13 +128,13 @@ def test_a_pipeline_reads_and_writes_over_sasl_scram_and_tls_and_the_password_is
 
 
 def test_a_two_stage_pipeline_whose_channel_enforces_sasl_scram_and_tls_and_the_password_is_nowhere(
-        kafka_endpoint: KafkaEndpoint, tmp_path: Path, figures: dict[str, object]) -> None:
+        secured_kafka_endpoint: KafkaEndpoint, tmp_path: Path, figures: dict[str, object]) -> None:
     """Stage ``a`` writes channel ``ab`` (its topic created by the run, through the admin client),
     stage ``b`` reads it: the channel writer's producers run on the executors, the channel source's
     readers on the driver and the executors, all over SASL_SSL."""
+    kafka_endpoint = secured_kafka_endpoint
     secure = kafka_endpoint.secure
-    if secure is None:
-        pytest.skip("the external Kafka has no BARRIERFLOW_TEST_KAFKA_SASL_SSL_* listener configured")
+    assert secure is not None
     spec = two_stage_spec(tmp_path, kafka_endpoint)
     spec["name"] = f"sc{uuid.uuid4().hex[:8]}"
     spec["channels"][0].update({"bootstrap": secure.bootstrap_servers, "client": {

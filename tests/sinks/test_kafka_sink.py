@@ -369,7 +369,9 @@ def test_kafka_aborts_a_transaction_left_open_past_its_timeout_and_the_restore_c
         dead.kill()
         dead.wait(timeout=10)
     stable, high = _last_stable_offset(env)
-    assert (stable, high) == (0, 2)  # the dead transaction's two records, still open
+    # Open (its two records, nothing stable), or already aborted by the broker (an abort marker at
+    # offset 2): which one a reader sees first depends on how soon it looks, not on the code.
+    assert (stable, high) in ((0, 2), (3, 3)), (stable, high)
     deadline = time.monotonic() + 90  # the broker's abort timer: 1 s on the test broker, 10 s by default
     while (stable, high) != (3, 3):  # the broker aborted it: an abort marker at offset 2
         assert time.monotonic() < deadline, f"Kafka did not abort the timed-out transaction: {(stable, high)}"
