@@ -121,7 +121,7 @@ def prepared(pipeline: str, run_dir: Path, records: int) -> Iterator[tuple[Path,
 
 def chaos_command(spec: Path, pipeline: str, args: argparse.Namespace, scratch: Path) -> list[str]:
     command = [str(Path(sys.executable).with_name("barrierflow")), "chaos", str(spec), "--kills", str(args.kills),
-               "--seed", str(args.seed), "--mode", "mixed", "--min-gap", str(args.min_gap),
+               "--seed", str(args.seed), "--mode", args.mode, "--min-gap", str(args.min_gap),
                "--max-gap", str(args.max_gap), "--point-share", str(args.point_share), "--scratch", str(scratch),
                "--json"]
     return [*command, "--processes"] if pipeline == "stages-procs" else command
@@ -169,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--min-gap", type=float, default=4.0)
     parser.add_argument("--max-gap", type=float, default=14.0)
     parser.add_argument("--point-share", type=float, default=0.25)
+    parser.add_argument("--mode", choices=["group", "stage", "jvm", "mixed"], default="mixed")
     parser.add_argument("--dir", default="var/chaos-runs", help="where runs keep specs, scratch copies and logs")
     parser.add_argument("--markdown", help="append one table row per run to this file")
     args = parser.parse_args(argv)

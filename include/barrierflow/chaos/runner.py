@@ -10,7 +10,7 @@ process group of its own, with its output in ``<scratch>/logs/``. A run is eithe
   its query running (chaos waits for that if the gap ends earlier; the supervisor then fails
   the run by itself), ``jvm`` the driver's Spark JVM alone (the Python driver must notice; a
   group kill if the run has no JVM yet); ``mixed`` picks one of those at random for each
-  kill; or
+  kill (with ``--processes`` half of them stage kills); or
 * **armed**: ``BARRIERFLOW_CRASH_AT=POINT@HIT`` (:mod:`barrierflow.faults`), so the run
   SIGKILLs itself at that protocol point; a share ``point_share`` of the kills.
 
@@ -384,10 +384,13 @@ class ChaosRunner:
         self.result.events.append(ChaosEvent(round(time.monotonic() - self._t0, 2), kind, run, detail))
 
     def _timed_kind(self) -> str:
-        """The kind of the next timed kill: the mode, or for ``mixed`` one of group, jvm and
-        (``--processes``) stage, chosen by the seed."""
+        """The kind of the next timed kill: the mode, or for ``mixed`` one chosen by the seed:
+        group or jvm at even odds; with ``--processes`` half the picks are a stage kill (the kind
+        only ``--processes`` has), the other half group or jvm."""
         if self.options.mode == "mixed":
-            return self.rng.choice(["group", "jvm", *(["stage"] if self.options.processes else [])])
+            if self.options.processes and self.rng.random() < 0.5:
+                return "stage"
+            return self.rng.choice(["group", "jvm"])
         return self.options.mode
 
     def _ready_stages(self, process: subprocess.Popen[bytes], copy: _Copy) -> dict[str, int]:
