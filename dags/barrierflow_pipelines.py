@@ -138,10 +138,10 @@ from typing import Any
 
 from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, DeltaTriggerTimetable, Param
 from barrierflow.airflow import params as dag_params
+from barrierflow.airflow.dag_ids import dag_id_for
 from barrierflow.airflow.dag_model import BatchDagKind, DagKind, Output, Pipeline, pipeline_dags_model
 from barrierflow.airflow.launch import BatchSubmitOperator, PipelineSubmitOperator
 from barrierflow.airflow.recovery_tasks import recovery_tasks
-from barrierflow.airflow.support import DiscoveredPipeline, dag_id_for, discover_pipelines, verification_schedule
 from barrierflow.airflow.tasks import (
     chaos_task,
     compare,
@@ -154,6 +154,8 @@ from barrierflow.airflow.tasks import (
     validate,
     verify,
 )
+from barrierflow.airflow.verification import verification_schedule
+from barrierflow.ops.discovery import DiscoveredPipeline, discover_pipelines
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PIPELINES_DIR = Path(os.environ.get("BARRIERFLOW_PIPELINES_DIR") or PROJECT_ROOT / "include" / "pipelines")

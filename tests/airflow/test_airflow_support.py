@@ -1,4 +1,5 @@
-"""barrierflow.airflow.support: spec discovery, DAG ids and the checkpoint freshness check."""
+"""The Airflow side's helpers: spec discovery, DAG ids (airflow.dag_ids), the checkpoint freshness check
+(airflow.freshness) and the verification schedule (airflow.verification)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from barrierflow.airflow.support import (
-    CheckpointStaleError,
-    CheckpointVerificationError,
-    VerificationSchedule,
-    check_checkpoint_freshness,
-    dag_id_for,
-    discover_pipelines,
-    discover_specs,
-    verification_schedule,
-)
+from barrierflow.airflow.dag_ids import dag_id_for
+from barrierflow.airflow.errors import CheckpointStaleError, CheckpointVerificationError
+from barrierflow.airflow.freshness import check_checkpoint_freshness
+from barrierflow.airflow.verification import VerificationSchedule, verification_schedule
 from barrierflow.errors import BarrierflowError, CheckpointError, SpecError
+from barrierflow.ops.discovery import discover_pipelines, discover_specs
 from barrierflow.spec.models import PipelineSpec
 
 from tests.dags.conftest import BROKEN_SPEC_YAML, spec_yaml

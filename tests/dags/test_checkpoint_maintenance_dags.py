@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.airflow.support import CheckpointVerificationError
+from barrierflow.airflow.errors import CheckpointVerificationError
 from barrierflow.cli.main import main
 from barrierflow.verification.report import report_key
 
@@ -135,7 +135,7 @@ def test_verify_task_passes_with_no_checkpoint_yet(bag: Any, monkeypatch: pytest
 def test_verify_task_asks_for_deep_verification_when_the_param_says_so(
     bag: Any, spec_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import barrierflow.airflow.support as support
+    import barrierflow.airflow.verification as verification
 
     calls: list[tuple[str, int, bool]] = []
 
@@ -143,7 +143,7 @@ def test_verify_task_asks_for_deep_verification_when_the_param_says_so(
         calls.append((path, latest, deep))
         return {"verified": 0}
 
-    monkeypatch.setattr(support, "verify_latest_checkpoints", fake)
+    monkeypatch.setattr(verification, "verify_latest_checkpoints", fake)
     run_task(bag, "barrierflow_verify__t", "verify", monkeypatch, deep=True, latest=7)
     assert calls == [(str(spec_path.resolve()), 7, True)]
 

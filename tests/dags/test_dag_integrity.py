@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.airflow.support import dag_id_for, discover_pipelines
+from barrierflow.airflow.dag_ids import dag_id_for
+from barrierflow.ops.discovery import discover_pipelines
 from barrierflow.spec import load_spec
 
 from tests.dags.conftest import BROKEN_SPEC_YAML, PROJECT_ROOT, parse_dags, spec_yaml

@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from barrierflow.airflow.support import report_watermark_skew, verify_latest_checkpoints
+from barrierflow.airflow.verification import verify_latest_checkpoints
+from barrierflow.airflow.watermark_skew import report_watermark_skew
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.spec import load_spec
 from barrierflow.ui import URL_PREFIX, VIEW_ROUTE

@@ -20,7 +20,8 @@ from typing import Any
 from airflow.sdk import Asset, Param
 
 from barrierflow.airflow.assets import pipeline_asset, storage_asset_uri
-from barrierflow.airflow.support import DiscoveredPipeline, dag_id_for
+from barrierflow.airflow.dag_ids import dag_id_for
+from barrierflow.ops.discovery import DiscoveredPipeline
 from barrierflow.pipeline.final_stages import parquet_final_stages, replay_obstacle
 from barrierflow.spec.models import ParquetSinkSpec, PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from airflow.sdk import Param
 
+from barrierflow.airflow.launch_defaults import bounded_sources
 from barrierflow.airflow.runbook import DEFAULT_PARAMS as RECOVER_DEFAULTS
-from barrierflow.airflow.support import bounded_sources
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 

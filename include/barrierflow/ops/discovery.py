@@ -3,7 +3,7 @@
 :func:`discover_specs` and :func:`discover_pipelines` read only the spec files (no database,
 no connection, no Spark), so they are safe at DAG-parse time and per page request; a spec
 that fails to load is returned with its error instead of raising, so one bad file never
-hides the other pipelines. Re-exported by :mod:`barrierflow.airflow.support`.
+hides the other pipelines. The DAG file imports them from here.
 """
 
 from __future__ import annotations
