@@ -33,6 +33,5 @@ def report_watermark_skew(spec_path: str | os.PathLike[str], *, last: int | None
     outcome = skew(spec_path, last=last)
     outcome.raise_for_failures(str(spec_path))
     for name, report in outcome.stages.items():
-        log.info("pipeline %r%s: %s", outcome.pipeline, "" if outcome.single_stage else f", stage {name}",
-                 report.message)
+        log.info("pipeline %r, stage %s: %s", outcome.pipeline, name, report.message)
     return outcome.as_dict()

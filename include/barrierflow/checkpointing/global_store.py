@@ -90,6 +90,8 @@ class CutLog(Protocol):
 
     def completed(self) -> list[GlobalManifest]: ...
 
+    def all_manifests(self) -> list[GlobalManifest]: ...
+
     def failures(self) -> list[GlobalFailure]: ...
 
     def status(self, checkpoint_id: int) -> CutStatus: ...
@@ -352,6 +354,10 @@ class SingleStageCuts:
 
     def completed(self) -> list[GlobalManifest]:
         return [self.cut_of(m) for m in self.store.completed()]
+
+    def all_manifests(self) -> list[GlobalManifest]:
+        """Every cut with a manifest (the store lists abandoned checkpoints too), ascending."""
+        return self.completed()
 
     def failures(self) -> list[GlobalFailure]:
         return [GlobalFailure(pipeline=f.pipeline, checkpoint_id=f.checkpoint_id, reason="STAGE_FAILED",

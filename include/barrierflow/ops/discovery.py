@@ -39,11 +39,6 @@ class DiscoveredPipeline:
     spec: PipelineSpec | StagedPipelineSpec | None = None
     error: str | None = None
 
-    @property
-    def multi_stage(self) -> bool:
-        """Whether the spec loaded and is a pipeline of several stages."""
-        return self.spec is not None and hasattr(self.spec, "stages")
-
 
 def discover_specs(folder: str | os.PathLike[str]) -> list[Path]:
     """The pipeline spec files (``*.yaml``, not hidden) directly in ``folder``, sorted by name.

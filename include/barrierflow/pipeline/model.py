@@ -153,6 +153,40 @@ class OpenedPipeline:
         """How messages name a cut: ``checkpoint`` (one stage) or ``global checkpoint``."""
         return "checkpoint" if self.single_stage else "global checkpoint"
 
+    @property
+    def failure_causes(self) -> str:
+        """The usual causes of a failed verification, as messages name them: one stage's store
+        and source, or the stage stores and the channels of several."""
+        if self.single_stage:
+            return ("a damaged or partly deleted checkpoint store, or source data already deleted by the source's "
+                    "retention")
+        return "a damaged or partly deleted stage store, or channel records already deleted by the broker's retention"
+
+    @property
+    def runner_noun(self) -> str:
+        """How messages name what runs: ``job`` (one stage, one Spark query) or ``pipeline``."""
+        return "job" if self.single_stage else "pipeline"
+
+    def stage_file_suffix(self, stage: str) -> str:
+        """What a per-stage output file (``skew --html PATH``) adds to its name before the
+        suffix: nothing for one stage (the pipeline's file is its stage's), else ``-<stage>``."""
+        return "" if self.single_stage else f"-{stage}"
+
+    @property
+    def restore_can_accept_duplicates(self) -> bool:
+        """Whether a restore may write already committed output again (``accept_duplicates``):
+        only one stage's restore replays committed epochs; a pipeline of several restores only
+        complete global checkpoints, whose final sinks are never ahead of them."""
+        return self.single_stage
+
+    def refuse_accept_duplicates(self, accept_duplicates: bool) -> None:
+        """Raise UserInputError when ``accept_duplicates`` is asked of a pipeline whose restore
+        cannot write committed output again (:attr:`restore_can_accept_duplicates`)."""
+        if accept_duplicates and not self.restore_can_accept_duplicates:
+            raise UserInputError("--accept-duplicates applies to single-stage pipelines only (the recovery DAG's "
+                                 "accept_duplicates too): a pipeline of several stages restores only complete "
+                                 "global checkpoints, whose final sinks are never ahead of them; restore without it")
+
     def connected_stages(self, embedded: str | None) -> tuple[Stage, ...]:
         """The stages as a run derives them, with ``embedded`` (the running embedded broker's
         ``host:port``) for the channels that live on it instead of the offline placeholder:
@@ -194,6 +228,13 @@ class OpenedPipeline:
                 abandoned by a restore); the message lists the completed ones.
         """
         return completed_cut(self.cuts, self.name, checkpoint_id, noun=self.cut_noun)
+
+
+def default_kill_mode(spec: PipelineSpec | StagedPipelineSpec) -> str:
+    """What a chaos run kills by default (``barrierflow chaos --mode``, the chaos DAG's
+    ``mode``): ``mixed`` for a pipeline of several stages (its stage processes too), ``group``
+    for one (the whole process group)."""
+    return "mixed" if isinstance(spec, StagedPipelineSpec) else "group"
 
 
 def single_stage_pipeline(spec: PipelineSpec, *, store: CheckpointStore | None = None,
