@@ -21,8 +21,11 @@ def test_list_json_has_every_manifest_field(tmp_path: Path, capsys: pytest.Captu
     spec_path, _spec, _store = _pipeline(tmp_path, 3)
     assert main(["checkpoints", "list", str(spec_path), "--json"]) == 0
     listing = json.loads(capsys.readouterr().out)
-    assert [c["checkpoint_id"] for c in listing["completed"]] == [1, 2, 3]
-    for chk in listing["completed"]:
+    assert [c["checkpoint_id"] for c in listing["completed"]] == [1, 2, 3] and listing["noun"] == "checkpoint"
+    [name] = listing["stages"]  # one stage: its own checkpoints in full
+    assert [c["stages"][name]["spark_batch_id"] for c in listing["completed"]] == \
+        [c["spark_batch_id"] for c in listing["stages"][name]["completed"]]
+    for chk in listing["stages"][name]["completed"]:
         assert MANIFEST_FIELDS <= set(chk)
         assert chk["status"] == "COMPLETED"
         assert chk["barrier_offsets"] == {"events": {"0": chk["spark_batch_id"] * 10 + 10,
@@ -34,9 +37,15 @@ def test_list_json_has_every_manifest_field(tmp_path: Path, capsys: pytest.Captu
 def test_show_and_table_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec_path, _spec, _store = _pipeline(tmp_path, 1)
     assert main(["checkpoints", "show", str(spec_path), "1", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["checkpoint_id"] == 1
+    shown = json.loads(capsys.readouterr().out)
+    [stage] = shown["stages"].values()
+    assert shown["checkpoint_id"] == stage["manifest"]["checkpoint_id"] == 1
+    assert MANIFEST_FIELDS <= set(stage["manifest"])
     assert main(["checkpoints", "show", str(spec_path), "1"]) == 0
-    assert "state/0/0/1.delta" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "state/0/0/1.delta" in text and text.startswith("checkpoint 1 of ")
+    assert "    spark_batch_id     " in text  # the stage's manifest, field by field
     assert main(["checkpoints", "list", str(spec_path)]) == 0
-    assert "sync ms" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "sync ms" in text and "full B" in text and "checkpoints in " in text
     assert main(["checkpoints", "show", str(spec_path), "9"]) == 2

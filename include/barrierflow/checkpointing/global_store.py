@@ -31,6 +31,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
@@ -91,6 +92,8 @@ class CutLog(Protocol):
     def completed(self) -> list[GlobalManifest]: ...
 
     def all_manifests(self) -> list[GlobalManifest]: ...
+
+    def trigger_time(self, checkpoint_id: int) -> datetime | None: ...
 
     def failures(self) -> list[GlobalFailure]: ...
 
@@ -246,6 +249,11 @@ class GlobalCheckpointStore:
         """The trigger record of ``checkpoint_id`` (None: none). Raises CheckpointCorruptError."""
         return self._read(global_key(checkpoint_id, "_triggered"), GlobalTrigger)  # type: ignore[no-any-return]
 
+    def trigger_time(self, checkpoint_id: int) -> datetime | None:
+        """When cut ``checkpoint_id`` was triggered (its trigger record; None: none)."""
+        record = self.trigger(checkpoint_id)
+        return record.trigger_time if record is not None else None
+
     def abandoned(self) -> list[int]:
         """Global ids a restore abandoned (``_pipeline.json``)."""
         return self.root.abandoned()
@@ -358,6 +366,10 @@ class SingleStageCuts:
     def all_manifests(self) -> list[GlobalManifest]:
         """Every cut with a manifest (the store lists abandoned checkpoints too), ascending."""
         return self.completed()
+
+    def trigger_time(self, checkpoint_id: int) -> datetime | None:
+        """When checkpoint ``checkpoint_id`` was triggered: its failure record's time (None: none)."""
+        return next((f.trigger_time for f in self.store.failures() if f.checkpoint_id == checkpoint_id), None)
 
     def failures(self) -> list[GlobalFailure]:
         return [GlobalFailure(pipeline=f.pipeline, checkpoint_id=f.checkpoint_id, reason="STAGE_FAILED",

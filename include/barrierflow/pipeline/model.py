@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts, completed_cut
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
+from barrierflow.faults import PIPELINE_POINTS, STAGE_POINTS
 from barrierflow.pipeline.stage_options import derive_stage_spec
 from barrierflow.sinks.factory import ChannelOutput
 from barrierflow.spec.graph import StageGraph, build_graph
@@ -166,6 +167,18 @@ class OpenedPipeline:
     def runner_noun(self) -> str:
         """How messages name what runs: ``job`` (one stage, one Spark query) or ``pipeline``."""
         return "job" if self.single_stage else "pipeline"
+
+    @property
+    def protocol_points(self) -> tuple[str, ...]:
+        """The protocol points of :mod:`barrierflow.faults` a run of it reaches before its
+        sinks': every stage's, and for several stages the coordinator's (the global manifest)."""
+        return STAGE_POINTS + (() if self.single_stage else PIPELINE_POINTS)
+
+    def refuse_stage_processes(self, flag: str) -> None:
+        """Raise UserInputError naming ``flag`` (``--processes``) when the pipeline is one
+        stage: only a pipeline of several runs a process per stage."""
+        if self.single_stage:
+            raise UserInputError(f"{flag} is for pipelines of several stages")
 
     def stage_file_suffix(self, stage: str) -> str:
         """What a per-stage output file (``skew --html PATH``) adds to its name before the
