@@ -149,4 +149,4 @@ def test_show_verify_savepoint_and_retain_work_on_whole_global_checkpoints(
     assert rows == [(p, o) for p in range(PARTITIONS) for o in range(RECORDS)]
     assert (chk / global_key(savepoint, "_metadata")).is_file()
     print(f"\nglobal ops: {len(ids)} global checkpoints in {first.elapsed_seconds:.1f} s; kept {kept}, deleted "
-          f"{done['deleted']['global_checkpoints']}, {done['bytes_freed']} bytes freed")
+          f"{done['deleted']['checkpoints']}, {done['bytes_freed']} bytes freed")

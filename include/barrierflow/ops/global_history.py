@@ -96,6 +96,7 @@ class GlobalCheckpointHistory:
 
     pipeline: str
     storage: str
+    noun: str
     stages: tuple[str, ...]
     attempt: int
     checkpoints: list[GlobalCheckpointEntry]
@@ -138,7 +139,8 @@ def global_checkpoint_history(spec_path: str | os.PathLike[str], *, limit: int |
                            load_report(store.objects, cid))
                  for name, store in stage_stores]
         entries.append(GlobalCheckpointEntry(cid, manifest, failures.get(cid), trigger, parts))
-    return GlobalCheckpointHistory(pipeline.name, pipeline.storage, tuple(name for name, _ in stage_stores),
+    return GlobalCheckpointHistory(pipeline.name, pipeline.storage, pipeline.cut_noun,
+                                   tuple(name for name, _ in stage_stores),
                                    cuts.attempt(), entries, len(completed), len(failures))
 
 

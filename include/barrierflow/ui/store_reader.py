@@ -5,13 +5,12 @@ here: completed manifests of the current timeline, failure records, stored verif
 results and the reports under ``reports/``. Keeping these imports in one place keeps the page
 independent of where the library moves its modules.
 
-Spec discovery and the multi-stage reads go through :mod:`barrierflow.ops` (the page is a front
-door, under the ``front-doors-call-ops`` import contract); the single-stage reads use the
-checkpoint store's and the verification results' own readers, which run no operation.
-
-A multi-stage pipeline keeps no ``chk-<n>`` at its store's root: its global checkpoints, each
-with every stage's part, are read through the operation
-:func:`barrierflow.ops.global_history.global_checkpoint_history` (:func:`read_global_history`).
+Spec discovery and the cuts go through :mod:`barrierflow.ops` (the page is a front door, under
+the ``front-doors-call-ops`` import contract): every pipeline's cuts (its checkpoints; of
+several stages: its global checkpoints), each with every stage's part, are read through the
+operation :func:`barrierflow.ops.global_history.global_checkpoint_history`
+(:func:`read_global_history`), whatever its shape. The reports are read from the store at the
+root of ``checkpoint.storage``.
 
 Manifests name the barrier batch's time in the stage ``alignment_ms`` (format version 1) or
 ``barrier_batch_ms`` (after the rename): :func:`barrier_batch_ms` reads either.
@@ -35,6 +34,7 @@ from barrierflow.verification.report import VerificationReport, load_report
 
 if TYPE_CHECKING:
     from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.stages import StagedPipelineSpec
 
 __all__ = [
     "CheckpointStore",
@@ -65,14 +65,15 @@ def find_pipelines(folder: str | os.PathLike[str]) -> list[DiscoveredPipeline]:
     return discover_pipelines(Path(folder))
 
 
-def open_checkpoint_store(spec: PipelineSpec) -> CheckpointStore:
-    """The spec's checkpoint store (opening it reads nothing)."""
-    return CheckpointStore.for_spec(spec)
+def open_checkpoint_store(spec: PipelineSpec | StagedPipelineSpec) -> CheckpointStore:
+    """The checkpoint store at the root of the spec's ``checkpoint.storage`` (opening it reads
+    nothing): where the pipeline-level reports are."""
+    return CheckpointStore.for_spec(spec)  # type: ignore[arg-type]
 
 
 def read_global_history(spec_path: str | os.PathLike[str], limit: int) -> GlobalCheckpointHistory:
-    """The newest ``limit`` global checkpoints of the multi-stage spec at ``spec_path``, each
-    with every stage's part (newest first); see :mod:`barrierflow.ops.global_history`."""
+    """The newest ``limit`` cuts of the spec at ``spec_path``, each with every stage's part
+    (newest first); see :mod:`barrierflow.ops.global_history`."""
     return _global_checkpoint_history(spec_path, limit=limit)
 
 
@@ -98,8 +99,8 @@ def read_verification(store: CheckpointStore, checkpoint_id: int) -> Verificatio
 
 def read_stage_verifications(spec_path: str | os.PathLike[str], checkpoint_id: int
                              ) -> dict[str, VerificationReport | None]:
-    """Each stage's stored verification result of global checkpoint ``checkpoint_id`` (None:
-    not verified), in stage order, for the multi-stage spec at ``spec_path``."""
+    """Each stage's stored verification result of cut ``checkpoint_id`` (None: not verified),
+    in stage order, for the spec at ``spec_path``."""
     return _stage_verifications(spec_path, checkpoint_id)
 
 
