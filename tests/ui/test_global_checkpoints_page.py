@@ -93,7 +93,7 @@ def test_checkpoints_page_shows_each_stage_of_a_real_two_stage_pipeline(
             HeadlessChromium(chromium) as browser:
         browser.open(f"{url}/?pipeline=two")
         table = read_global_table(browser.html())
-        assert browser.evaluate("document.querySelectorAll('#global-checkpoints tr.stage').length") == \
+        assert browser.evaluate("document.querySelectorAll('#checkpoints tr.stage').length") == \
             len(table.stage_order)
     completed = {m.checkpoint_id: m for m in listing.cuts}
     assert set(table.globals) == set(completed), (sorted(table.globals), sorted(completed))

@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from barrierflow.checkpointing.global_manifest import GlobalFailure, GlobalManifest, StageSnapshot
-from barrierflow.checkpointing.manifest import ChannelStateEntry, Manifest
+from barrierflow.checkpointing.manifest import ChannelStateEntry, FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
 from barrierflow.pipeline.model import open_pipeline
@@ -47,12 +47,14 @@ class StagePart:
             checkpoint did not complete).
         manifest: the stage's own manifest ``n`` (None: absent or unreadable).
         verification: the stage's stored verification result of ``n`` (None: never verified).
+        failure: the stage's own failure record of ``n`` (None: none).
     """
 
     stage: str
     snapshot: StageSnapshot | None
     manifest: Manifest | None
     verification: VerificationReport | None
+    failure: FailureRecord | None = None
 
     @property
     def channel_state(self) -> list[ChannelStateEntry]:
@@ -69,7 +71,8 @@ class StagePart:
         return {"stage": self.stage,
                 "snapshot": self.snapshot.model_dump(mode="json") if self.snapshot else None,
                 "manifest": self.manifest.model_dump(mode="json") if self.manifest else None,
-                "verification": self.verification.model_dump(mode="json") if self.verification else None}
+                "verification": self.verification.model_dump(mode="json") if self.verification else None,
+                "failure": self.failure.model_dump(mode="json") if self.failure else None}
 
 
 @dataclass(frozen=True)
@@ -131,12 +134,15 @@ def global_checkpoint_history(spec_path: str | os.PathLike[str], *, limit: int |
     newest = sorted(set(completed) | set(failures), reverse=True)
     shown = newest if limit is None else newest[:limit]
     stage_stores = [(s.name, s.store) for s in pipeline.stages]
+    shown_ids = set(shown)
+    stage_failures = {name: {f.checkpoint_id: f for f in store.failures() if f.checkpoint_id in shown_ids}
+                      for name, store in stage_stores}
     entries = []
     for cid in shown:
         manifest = completed.get(cid)
         trigger = manifest.trigger_time if manifest else cuts.trigger_time(cid)
         parts = [StagePart(name, manifest.stages.get(name) if manifest else None, _stage_manifest(store, cid),
-                           load_report(store.objects, cid))
+                           load_report(store.objects, cid), stage_failures[name].get(cid))
                  for name, store in stage_stores]
         entries.append(GlobalCheckpointEntry(cid, manifest, failures.get(cid), trigger, parts))
     return GlobalCheckpointHistory(pipeline.name, pipeline.storage, pipeline.cut_noun,

@@ -145,6 +145,7 @@ class StageRow:
     barrier_batch_ms: float | None = None
     full_bytes: int | None = None
     incremental_bytes: int | None = None
+    failure: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "present": self.present, "kind": self.kind, "mode": self.mode,
@@ -153,7 +154,7 @@ class StageRow:
                 "full_bytes": self.full_bytes, "incremental_bytes": self.incremental_bytes,
                 "channel_state_records": self.channel_state_records,
                 "back_edge_ranges": [r.as_dict() for r in self.back_edge_ranges],
-                "verification": self.verification.as_dict()}
+                "verification": self.verification.as_dict(), "failure": self.failure}
 
 
 @dataclass(frozen=True)
@@ -243,9 +244,11 @@ def combined_verdict(verdicts: list[VerificationVerdict]) -> VerificationVerdict
 
 
 def stage_row(part: store_reader.StagePart) -> StageRow:
-    """A stage's row from its part: values from its manifest, else what the global manifest recorded."""
-    manifest, snapshot = part.manifest, part.snapshot
+    """A stage's row from its part: values from its manifest, else what the global manifest
+    recorded, else what its own failure record says (its barrier batch, why it failed)."""
+    manifest, snapshot, record = part.manifest, part.snapshot, part.failure
     verification = verdict_of(part.verification)
+    failure = (f"{record.reason.value}: {record.reason.explanation}: {record.message}" if record is not None else None)
     if manifest is not None:
         alignment = manifest.alignment
         return StageRow(
@@ -255,14 +258,17 @@ def stage_row(part: store_reader.StagePart) -> StageRow:
             channel_state_records=alignment.channel_state_records if alignment else 0,
             back_edge_ranges=[ChannelRange(e.partition, e.start, e.end, e.records) for e in part.back_edge_ranges],
             verification=verification, kind=str(manifest.kind),
-            barrier_batch_ms=store_reader.barrier_batch_ms(manifest), full_bytes=manifest.full_bytes, incremental_bytes=manifest.incremental_bytes)
+            barrier_batch_ms=store_reader.barrier_batch_ms(manifest), full_bytes=manifest.full_bytes,
+            incremental_bytes=manifest.incremental_bytes)
     if snapshot is not None:
         return StageRow(stage=part.stage, present=False, mode=snapshot.mode, barrier_batch=snapshot.spark_batch_id,
                         alignment_ms=snapshot.alignment_ms if snapshot.mode else None, sync_ms=snapshot.sync_ms,
                         async_ms=snapshot.async_ms, channel_state_records=snapshot.channel_state_records,
-                        verification=verification)
-    return StageRow(stage=part.stage, present=False, mode=None, barrier_batch=None, alignment_ms=None, sync_ms=None,
-                    async_ms=None, channel_state_records=None, verification=verification)
+                        verification=verification, failure=failure)
+    return StageRow(stage=part.stage, present=False, mode=None,
+                    barrier_batch=record.spark_batch_id if record is not None else None, alignment_ms=None,
+                    sync_ms=None, async_ms=None, channel_state_records=None, verification=verification,
+                    failure=failure)
 
 
 def cut_row(entry: store_reader.GlobalCheckpointEntry) -> CutRow:

@@ -30,7 +30,7 @@ from barrierflow.ops.global_history import global_checkpoint_history as _global_
 from barrierflow.ops.global_history import stage_verifications as _stage_verifications
 from barrierflow.storage import ObjectNotFoundError
 from barrierflow.verification.html import render_html
-from barrierflow.verification.report import VerificationReport, load_report
+from barrierflow.verification.report import VerificationReport
 
 if TYPE_CHECKING:
     from barrierflow.spec.models import PipelineSpec
@@ -48,13 +48,9 @@ __all__ = [
     "barrier_batch_ms",
     "find_pipelines",
     "open_checkpoint_store",
-    "read_attempt",
-    "read_failures",
     "read_global_history",
-    "read_manifests",
     "read_report_object",
     "read_stage_verifications",
-    "read_verification",
     "render_verification_html",
     "report_exists",
 ]
@@ -75,26 +71,6 @@ def read_global_history(spec_path: str | os.PathLike[str], limit: int) -> Global
     """The newest ``limit`` cuts of the spec at ``spec_path``, each with every stage's part
     (newest first); see :mod:`barrierflow.ops.global_history`."""
     return _global_checkpoint_history(spec_path, limit=limit)
-
-
-def read_manifests(store: CheckpointStore) -> list[Manifest]:
-    """Completed manifests of the current timeline, ascending by id (corrupt ones skipped)."""
-    return store.completed()
-
-
-def read_failures(store: CheckpointStore) -> list[FailureRecord]:
-    """Every readable ``chk-<n>/_failed.json``, ascending by id."""
-    return store.failures()
-
-
-def read_attempt(store: CheckpointStore) -> int:
-    """How many times the pipeline was restored."""
-    return store.attempt()
-
-
-def read_verification(store: CheckpointStore, checkpoint_id: int) -> VerificationReport | None:
-    """The stored verification result of ``checkpoint_id``, or None if never verified."""
-    return load_report(store.objects, checkpoint_id)
 
 
 def read_stage_verifications(spec_path: str | os.PathLike[str], checkpoint_id: int
