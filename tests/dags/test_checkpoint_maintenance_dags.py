@@ -64,7 +64,10 @@ def _flip_byte(path: Path) -> None:
 
 
 def _without_times(summary: dict[str, Any]) -> dict[str, Any]:
-    return {**summary, "reports": [{k: v for k, v in r.items() if k not in ("started", "finished")}
+    """The summary without each stage report's ``started`` and ``finished``."""
+    return {**summary, "reports": [{**r, "stages": {name: {k: v for k, v in stage.items()
+                                                           if k not in ("started", "finished")}
+                                                    for name, stage in r["stages"].items()}}
                                    for r in summary["reports"]]}
 
 
@@ -80,7 +83,7 @@ def test_verify_task_passes_on_intact_checkpoints_like_the_cli(
     # The newest checkpoint.retained checkpoints (the param default), all passed.
     assert summary["pipeline"] == "t" and summary["verified"] == RETAINED and summary["failed"] == []
     assert [r["checkpoint_id"] for r in summary["reports"]] == [3, 4]
-    assert all(r["passed"] and not r["deep"] for r in summary["reports"])
+    assert all(r["passed"] and not r["deep"] and list(r["stages"]) == ["t"] for r in summary["reports"])
     assert (tmp_path / "checkpoints" / report_key(4)).is_file()  # stored for restore and retention
     assert json.dumps(summary) in logged_messages(caplog)  # logged; returned = XCom return_value
     json.dumps(summary)  # XCom-serializable
