@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     records = args.records - args.records % args.partitions
 
     from barrierflow.runtime.session import build_session
-    from barrierflow.sources.embedded_broker import embedded_broker
+    from barrierflow.kafka_io.embedded_broker import embedded_broker
     from barrierflow.spec.models import SparkSpec
 
     started = datetime.now(UTC)
