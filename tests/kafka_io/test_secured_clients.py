@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from barrierflow.errors import SinkError, SourceError, SourceUnavailableError
 from barrierflow.kafka_io import BatchProducer, KafkaSecurityError, ProducerSettings
+from barrierflow.kafka_io.admin import end_offsets, open_consumer
+from barrierflow.kafka_io.range_reads import read_range
 from barrierflow.kafka_io.transactions import TransactionalProducer, TransactionalSettings, TransactionSecurityError
 from barrierflow.sinks.channel import ensure_topic
 from barrierflow.sinks.kafka import topic_partitions
-from barrierflow.sources.kafka import end_offsets, open_consumer, read_range
 from barrierflow.spec.kafka_client import KafkaClientSpec
 from barrierflow.spec.models import KafkaSourceSpec
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from barrierflow.errors import UserInputError
+from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.lease import JobLease
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.runtime.job import Progress, RunResult, StreamingJob
@@ -29,7 +30,6 @@ from barrierflow.runtime.pipeline import (
     StageProgress,
 )
 from barrierflow.sources.dead_letter import count_dead_letters
-from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 

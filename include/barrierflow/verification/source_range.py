@@ -25,12 +25,13 @@ def kafka_beginning_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
     Raises:
         SourceError: the brokers cannot be reached or a topic does not exist.
     """
-    from barrierflow.sources.kafka import _call, open_consumer, partition_id, topic_partitions
+    from barrierflow.kafka_io.admin import broker_call, open_consumer, topic_partitions
+    from barrierflow.kafka_io.partition_ids import partition_id
 
     consumer = open_consumer(spec)
     try:
         partitions = topic_partitions(spec, consumer)
-        found = _call(spec, f"fetching the beginning offsets of {spec.topics}",
+        found = broker_call(spec, f"fetching the beginning offsets of {spec.topics}",
                       lambda: consumer.beginning_offsets(partitions, timeout_ms=int(spec.poll_timeout * 1000)))
         return {partition_id(tp.topic, tp.partition): int(found[tp]) for tp in partitions}
     finally:
