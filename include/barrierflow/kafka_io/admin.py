@@ -1,4 +1,4 @@
-"""Topic metadata and offsets of a Kafka source's topics, asked with kafka-python.
+"""Topic metadata, offsets and topic creation, asked with kafka-python.
 
 What the driver asks the brokers about a :class:`~barrierflow.spec.models.KafkaSourceSpec`'s
 topics, a few requests per micro-batch or run: the partitions of each topic
@@ -7,6 +7,10 @@ topics, a few requests per micro-batch or run: the partitions of each topic
 ``read_committed`` reader sees it, so no batch is planned into an open transaction). The
 records themselves are read with confluent-kafka (:mod:`barrierflow.kafka_io.range_reads`);
 :mod:`barrierflow.kafka_io` says why each client is used where.
+
+For any client (a channel's, a sink's): :func:`ensure_topic` creates a topic unless it exists
+(a :class:`~barrierflow.errors.SinkError` when it cannot, naming the setting or the brokers),
+and :func:`partition_counts` counts the partitions of topics.
 
 Contract: every call is bounded by the spec's ``poll_timeout``. Brokers that cannot be reached
 give a :class:`~barrierflow.errors.SourceUnavailableError` (the source rides it out for
@@ -20,19 +24,23 @@ source and the call.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from barrierflow.errors import SourceError, SourceUnavailableError, UserInputError
+from barrierflow.errors import SinkError, SourceError, SourceUnavailableError, UserInputError
 from barrierflow.kafka_io.decoding import CHUNK_ROWS
 from barrierflow.kafka_io.partition_ids import partition_id
 from barrierflow.spec.models import KafkaSourceSpec
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # kafka-python's types, also for the annotations of this module's callers
     from kafka import KafkaConsumer, TopicPartition
+
+    from barrierflow.spec.kafka_client import KafkaClientSpec
 
 #: How often the driver's consumer refreshes topic metadata (new partitions), in ms.
 METADATA_MAX_AGE_MS = 30_000
+#: Bound, in seconds, on each request of :func:`ensure_topic`.
+TOPIC_TIMEOUT = 10.0
 
 _T = TypeVar("_T")
 
@@ -202,3 +210,68 @@ def beginning_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
         SourceError: a topic does not exist, or the brokers cannot be reached within ``poll_timeout``.
     """
     return _offsets_now(spec, "beginning", lambda consumer: consumer.beginning_offsets)
+
+
+# --------------------------------------------------------------------------- topics of any client
+
+
+def partition_counts(servers: str, topics: Sequence[str], client: KafkaClientSpec | None = None) -> list[int]:
+    """The number of partitions of each of ``topics`` (0 for a topic that does not exist), asked
+    with one consumer connected with ``client``'s security settings and options."""
+    from kafka import KafkaConsumer
+
+    from barrierflow.kafka_io.security import kafka_python_config
+
+    consumer = KafkaConsumer(bootstrap_servers=servers.split(","), group_id=None,
+                             **kafka_python_config(client, "consumer"))
+    try:
+        return [len(consumer.partitions_for_topic(topic) or ()) for topic in topics]
+    finally:
+        consumer.close()
+
+
+def ensure_topic(servers: str, topic: str, partitions: int, client: KafkaClientSpec | None = None, *,
+                 timeout: float = TOPIC_TIMEOUT) -> None:
+    """Create ``topic`` with ``partitions`` partitions unless it exists (replication 1 on a
+    single broker, the cluster's default otherwise is not guessed: create it yourself there),
+    connecting with ``client``'s security settings and options; each request is bounded by
+    ``timeout`` seconds.
+
+    Raises:
+        SinkError: the brokers cannot be reached or refused the client's credentials or
+            certificate (naming the setting), or the topic exists with fewer partitions.
+    """
+    from kafka import KafkaAdminClient, KafkaConsumer
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+    from barrierflow.kafka_io.errors import KafkaSecurityError
+    from barrierflow.kafka_io.security import kafka_python_config, kafka_python_failure
+
+    listed = [s.strip() for s in servers.split(",") if s.strip()]
+    try:
+        consumer = KafkaConsumer(bootstrap_servers=listed, group_id=None, enable_auto_commit=False,
+                                 bootstrap_timeout_ms=int(timeout * 1000), **kafka_python_config(client, "consumer"))
+        try:
+            existing = consumer.partitions_for_topic(topic)
+        finally:
+            consumer.close()
+        if existing:
+            if len(existing) < partitions:
+                raise SinkError(f"channel topic {topic!r} on {servers} has {len(existing)} partitions, fewer than "
+                                f"the {partitions} the spec asks for; raise them or fix 'partitions'")
+            return
+        admin = KafkaAdminClient(bootstrap_servers=listed, request_timeout_ms=int(timeout * 1000),
+                                 **kafka_python_config(client, "admin"))
+        try:
+            admin.create_topics([NewTopic(topic, partitions, 1)])
+        except TopicAlreadyExistsError:
+            pass
+        finally:
+            admin.close()
+    except (KafkaError, KafkaSecurityError) as exc:
+        insecure = kafka_python_failure(client, servers, exc, timeout)
+        if insecure is not None:
+            raise SinkError(f"creating channel topic {topic!r} failed: {insecure}") from None
+        raise SinkError(f"creating channel topic {topic!r} on {servers} failed: {type(exc).__name__}: {exc}; check "
+                        "that the brokers run and are reachable") from exc

@@ -100,8 +100,8 @@ from barrierflow.spec.models import KafkaSourceSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from kafka import KafkaConsumer, TopicPartition
 
+    from barrierflow.kafka_io.admin import KafkaConsumer, TopicPartition  # kafka-python's, for annotations
     from barrierflow.kafka_io.consumer import RangeReader
 
 log = logging.getLogger(__name__)
