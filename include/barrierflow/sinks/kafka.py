@@ -86,8 +86,8 @@ from barrierflow.kafka_io.committed_output import (
 from barrierflow.kafka_io.errors import is_connectivity, is_fenced
 from barrierflow.spec.models import KafkaSinkSpec
 from barrierflow.transactions.ledger import Transaction
-from barrierflow.transactions.staged import StagedBatches
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_crash_point
+from barrierflow.transactions.write_ahead import WriteAheadBatches
 
 if TYPE_CHECKING:
     from barrierflow.kafka_io.transactions import TransactionalProducer
@@ -168,7 +168,7 @@ class KafkaSink(TwoPhaseCommitSink):
         """``template_kwargs`` are those of :class:`TwoPhaseCommitSink` (name, pipeline, ledger,
         attempt, now); ``timeout`` bounds connecting and every broker request, in seconds.
         Nothing connects to the brokers until the first commit."""
-        super().__init__(staging=StagedBatches(staging_uri), **template_kwargs)
+        super().__init__(staging=WriteAheadBatches(staging_uri), **template_kwargs)
         self.spec = spec
         self.servers = split_servers(spec.bootstrap_servers)
         if not self.servers:
