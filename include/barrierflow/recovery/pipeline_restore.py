@@ -69,8 +69,8 @@ def _restore_stage(pipeline: OpenedPipeline, requested: CheckpointRequest, accep
 
 def _restore_stages(pipeline: OpenedPipeline, cuts: GlobalCheckpointStore, requested: CheckpointRequest
                     ) -> PipelineRestore:
+    from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
     from barrierflow.recovery.cut_restore import restore_cut
-    from barrierflow.sources.embedded_broker import data_dir_for, embedded_broker
     from barrierflow.spec.stages import StagedPipelineSpec
 
     spec = pipeline.spec
