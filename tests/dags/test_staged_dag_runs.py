@@ -120,7 +120,7 @@ def test_staged_pipeline_launch_checks_damage_recovery_and_run_to_the_end(
     assert any(c["name"] == "b: channel-cut" and c["status"] == "passed" for c in verified["reports"][0]["checks"])
     run = run_dag(monkeypatch, pipelines_dir, "barrierflow_retain__two")
     assert run.state == "success", run.log
-    assert run.xcom("retain")["kept"] == [1, 2] and run.xcom("retain")["deleted"]["global_checkpoints"] == []
+    assert run.xcom("retain")["kept"] == [1, 2] and run.xcom("retain")["deleted"]["checkpoints"] == []
     run = run_dag(monkeypatch, pipelines_dir, "barrierflow_skew__two")
     assert run.state == "success", run.log
     skew = run.xcom("skew")
