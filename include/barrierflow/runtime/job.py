@@ -135,6 +135,9 @@ class StageCuts(CutKeeper):
     def stage_run(self, runner: StageRunner) -> StageRun:
         return StageRun(attempt=self._attempt)
 
+    def queries_started(self) -> None:
+        """Nothing: the stage's coordinator started before its query."""
+
     def tick(self) -> None:
         """Nothing beyond the stage's own tick: its coordinator is the cut coordinator."""
 

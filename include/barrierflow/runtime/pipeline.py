@@ -36,7 +36,7 @@ from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.global_manifest import GlobalFailure, GlobalManifest
 from barrierflow.checkpointing.global_store import AttemptCutoffRecord, GlobalCheckpointStore
-from barrierflow.checkpointing.manifest import Manifest
+from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import JobFailedError, UserInputError
@@ -112,8 +112,6 @@ class StagedPipelineJob:
         self.stages = [StageRunner(part, label=f"stage {part.name} of pipeline {spec.name}") for part in self.parts]
         self.attempt = 0
         self.last_completed = 0
-        #: Whether this run checked that a cluster's executors see the work dir (once per job).
-        self.work_dir_checked = False
         self.coordinator: PipelineCoordinator | None = None
         #: The pipeline's lease on the checkpoint store while a run or restore holds it (:meth:`hold`).
         self.lease: JobLease | None = None
@@ -178,13 +176,6 @@ class StagedPipelineJob:
                         back_edge_topics=job.stage.back_edge_topics,
                         cutoffs=self.global_store.stage_cutoffs(job.name), rate_factors=job.stage.rate_factors)
 
-    def _start_query(self, job: StageJob) -> None:
-        """Start ``job``'s query through its stage runner and wait until it initialised its source."""
-        job.start_query(self.spark, spec_path=self.spec_path, run=self.stage_run(job), fence=self.fence,
-                        check_work_dir=not self.work_dir_checked)
-        self.work_dir_checked = True  # every stage's work dir is below the pipeline's
-
-    # -- running ------------------------------------------------------------------------
     # -- restoring ----------------------------------------------------------------------
     @property
     def root_store(self) -> CheckpointStore:
@@ -293,40 +284,10 @@ class StagedPipelineJob:
             JobFailedError: the query died, or the supervisor is gone.
             SinkCommitFailedError: a sink commit (or abort) failed, also the last one.
         """
-        job = self.stage_job(name)
-        self.load_attempt()
-        if self.fence is not None:
-            self.fence.attempt = self.attempt
-        self._start_coordinator(job)
-        assert job.coordinator is not None
-        final = name in self.graph.final_stages
-        decided = self.last_completed
-        next_progress = next_follow = time.monotonic()
-        ended = False  # stopped as asked (no error is on its way out)
-        try:
-            self._start_query(job)
-            started()
-            while True:
-                job.tick()
-                job.check(self.fence)
-                stop = stop_requested()
-                if final and (stop is not None or time.monotonic() >= next_follow):
-                    next_follow = time.monotonic() + FOLLOW_SECONDS
-                    decided = self._follow_globals(job, decided)
-                if stop is not None:
-                    break
-                if not alive():
-                    raise JobFailedError(f"stage {name} of pipeline {self.spec.name}: its supervisor (the pipeline "
-                                         "coordinator) is gone; the pipeline restarts from its latest global "
-                                         "checkpoint when it is run again")
-                if progress is not None and time.monotonic() >= next_progress:
-                    next_progress = time.monotonic() + progress_every
-                    progress(self._stage_progress(job))
-                time.sleep(TICK_SECONDS)
-            ended = True
-        finally:
-            self._stop(job, failing=not ended)
-        return list(job.coordinator.completed)
+        keeper = FollowedCuts(self, name, stop_requested=stop_requested, started=started, alive=alive)
+        result = PipelineRunner(keeper).run(progress=progress, progress_every=progress_every,
+                                            until=lambda: keeper.stop is not None)
+        return result.stages[name].completed
 
     def _follow_globals(self, job: StageJob, decided: int) -> int:
         """Commit (complete) or abort (failed) ``job``'s sinks for the global checkpoints after
@@ -419,10 +380,6 @@ class StagedPipelineJob:
     def stage_job(self, name: str) -> StageJob:
         return next(j for j in self.stages if j.stage.name == name)
 
-    def _stop(self, only: StageJob, *, failing: bool = False) -> None:
-        """Stop ``only``'s query, drain it and close its writer (:meth:`PipelineRunner.stop`)."""
-        self.driver.stop(only=only, failing=failing)
-
 
 class GlobalCuts(CutKeeper):
     """Who cuts a pipeline of several stages: the pipeline coordinator, whose global checkpoints
@@ -501,6 +458,111 @@ class GlobalCuts(CutKeeper):
     def at_end(self, cut: GlobalManifest, ends: dict[str, dict[str, int]]) -> bool:
         return self.job.cut_at_end(cut, ends)
 
+    def queries_started(self) -> None:
+        """Nothing: the pipeline coordinator started before the queries."""
+
     def progress(self, stats: dict[str, StageStats], elapsed: float) -> PipelineProgress:
         assert self.job.coordinator is not None
         return self.job._progress(self.job.coordinator)
+
+
+class FollowedCuts(CutKeeper):
+    """One stage of several in a process of its own (``run --processes``,
+    :meth:`StagedPipelineJob.run_stage`): the supervisor's pipeline coordinator cuts; this stage
+    follows its global checkpoints. A final stage commits its sinks up to each completed one and
+    aborts each failed one, in order (:meth:`StagedPipelineJob._follow_globals`), every
+    :data:`FOLLOW_SECONDS` and once more when the stop is requested; the run stops when
+    ``stop_requested`` returns the last completed global checkpoint (:attr:`stop`) and fails
+    when ``alive`` turns False."""
+
+    tick_seconds = TICK_SECONDS
+    final_progress = False
+
+    def __init__(self, job: StagedPipelineJob, stage: str, *, stop_requested: Callable[[], int | None],
+                 started: Callable[[], None], alive: Callable[[], bool]) -> None:
+        self.job = job
+        self.name = job.spec.name
+        self.spec_path = job.spec_path
+        self.runner = job.stage_job(stage)
+        self.runners = [self.runner]
+        self.final = stage in job.graph.final_stages
+        self._stop_requested, self._started, self._alive = stop_requested, started, alive
+        self.decided = 0
+        self.next_follow = 0.0
+        #: The last completed global checkpoint once the supervisor asked the stage to stop.
+        self.stop: int | None = None
+
+    @property
+    def spark(self) -> SparkSession:
+        return self.job.spark
+
+    @property
+    def work_dir(self) -> str:
+        return self.job.work_dir
+
+    @property
+    def objects(self) -> ObjectStore:
+        return self.job.objects
+
+    @property
+    def fence(self) -> FenceToken | None:
+        return self.job.fence
+
+    @property
+    def lease(self) -> JobLease | None:
+        return self.job.lease
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+    def hold(self, lease: JobLease | None) -> None:
+        self.job.hold(lease)
+
+    def is_source(self, runner: StageRunner) -> bool:
+        return runner.name in self.job.graph.source_stages
+
+    def source_ends(self) -> dict[str, dict[str, int]]:
+        raise UserInputError("a stage process runs until its supervisor stops it; --until-exhausted is the "
+                             "supervisor's ('barrierflow run SPEC --processes --until-exhausted')")
+
+    def prepare(self) -> None:
+        """The supervisor restored the pipeline; this stage loads the attempt it made."""
+        self.job.load_attempt()
+        if self.job.fence is not None:
+            self.job.fence.attempt = self.job.attempt
+        self.decided = self.job.last_completed
+
+    def start(self, *, checkpoints: int | None) -> None:
+        self.job._start_coordinator(self.runner)
+
+    def stage_run(self, runner: StageRunner) -> StageRun:
+        return self.job.stage_run(runner)
+
+    def queries_started(self) -> None:
+        self._started()
+
+    def tick(self) -> None:
+        stop = self._stop_requested()
+        if self.final and (stop is not None or time.monotonic() >= self.next_follow):
+            self.next_follow = time.monotonic() + FOLLOW_SECONDS
+            self.decided = self.job._follow_globals(self.runner, self.decided)
+        self.stop = stop
+        if stop is None and not self._alive():
+            raise JobFailedError(f"stage {self.runner.name} of pipeline {self.name}: its supervisor (the pipeline "
+                                 "coordinator) is gone; the pipeline restarts from its latest global checkpoint "
+                                 "when it is run again")
+
+    @property
+    def completed(self) -> list[Manifest]:
+        return self.runner.coordinator.completed if self.runner.coordinator is not None else []
+
+    @property
+    def failed(self) -> list[FailureRecord]:
+        return self.runner.coordinator.failed if self.runner.coordinator is not None else []
+
+    def at_end(self, cut: Manifest, ends: dict[str, dict[str, int]]) -> bool:
+        return False  # never asked: source_ends refuses
+
+    def progress(self, stats: dict[str, StageStats], elapsed: float) -> StageProgress:
+        return self.job._stage_progress(self.runner)

@@ -11,7 +11,11 @@ A run drives one :class:`~barrierflow.runtime.stage_runner.StageRunner` per stag
 * several stages (:class:`~barrierflow.runtime.pipeline.GlobalCuts`): a cut is a global
   checkpoint of the :class:`~barrierflow.checkpointing.pipeline_coordinator.PipelineCoordinator`;
   the stages' coordinators never trigger and their sinks commit when the global checkpoint
-  completes.
+  completes;
+* one stage of several in a process of its own (``run --processes``,
+  :class:`~barrierflow.runtime.pipeline.FollowedCuts`): the supervisor's pipeline coordinator
+  cuts (:mod:`barrierflow.runtime.stage_processes`); the stage follows its global checkpoints
+  and stops when the supervisor asks.
 
 :meth:`PipelineRunner.run`, step by step (mirrored by ``# Step N.`` in its body):
 
@@ -277,6 +281,10 @@ class CutKeeper(ABC):
         """What ``runner``'s reader is told beyond its spec in this run."""
 
     @abstractmethod
+    def queries_started(self) -> None:
+        """Every stage's query was started (a stage process reports that it is ready)."""
+
+    @abstractmethod
     def tick(self) -> None:
         """The cut coordinator's tick, after every stage's."""
 
@@ -367,6 +375,7 @@ class PipelineRunner:
                                    fence=keeper.fence, check_work_dir=not self.work_dir_checked,
                                    wait=keeper.wait_started)
                 self.work_dir_checked = True  # every stage's work dir is below the pipeline's
+            keeper.queries_started()
             next_progress = started + progress_every
             while True:
                 # Step 3. One tick.
