@@ -4,7 +4,9 @@ The generated test runs in a subprocess, from the project's folder, with this in
 user runs it (``cd NAME && python -m pytest``): with the project's own pytest configuration
 (its folder on ``sys.path``, its conftest), without this suite's ``sys.path`` (the repository
 root, ``tests``) or fixtures, so that a scaffold whose imports only work inside the repository
-fails here. It starts a local Spark of its own: one JVM start, on a bounded input of 120 records.
+fails here. It starts a local Spark of its own: one JVM start, on a bounded input of 120 records,
+with the JVM options and worker Python of the suite's other short-lived drivers
+(:func:`tests.drivers.short_lived_driver_env`: less CPU, the same behaviour).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import yaml
 from barrierflow.cli.main import main
 from barrierflow.scaffold import TEST_COMMAND, package_name
 from barrierflow.spec import load_spec
+
+from tests.drivers import short_lived_driver_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,6 +101,7 @@ def test_the_generated_test_passes_in_the_new_project(tmp_path: Path, monkeypatc
     kept = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep)
             if entry and Path(entry).resolve() != ROOT]  # the repository root (tests, bench) is not the user's
     env["PYTHONPATH"] = os.pathsep.join(kept)
+    env.update(short_lived_driver_env())
     command = [sys.executable, *TEST_COMMAND.split()[1:], "-p", "no:cacheprovider", "-q"]
     done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
