@@ -61,7 +61,7 @@ from barrierflow.spec.models import PipelineSpec
 from barrierflow.storage import open_store
 from barrierflow.storage.object_store import ObjectInfo, ObjectStore
 from barrierflow.transactions.committer import SinkCommitter
-from barrierflow.transactions.staged import MARKER, batch_prefix
+from barrierflow.transactions.write_ahead import MARKER, batch_prefix
 
 __all__ = ["BoundedRun", "FailingCommitter", "FailingObjectStore", "KeyFilter", "ProgressWait", "SlowObjectStore",
            "WriteRecord", "run_bounded", "shared_files", "stage_batch"]
