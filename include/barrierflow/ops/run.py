@@ -4,7 +4,7 @@
 (:func:`barrierflow.runtime.run_driver.open_driver`: every stage's query and coordinator and the
 pipeline's cut keeper in one loop; one stage is the case N = 1, cut by its own checkpoints), or
 with ``processes`` a process per stage (:mod:`barrierflow.runtime.stage_processes`), under the
-pipeline's lease. A run starts the embedded broker (:mod:`barrierflow.sources.embedded_broker`)
+pipeline's lease. A run starts the embedded broker (:mod:`barrierflow.kafka_io.embedded_broker`)
 for its duration when a channel's ``bootstrap`` is ``embedded``, with its data under the
 pipeline's work dir (``<work_dir>/embedded-broker``), so the channels outlive the run.
 """
@@ -23,7 +23,7 @@ from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, St
 from barrierflow.runtime.pipeline_runner import RunResult
 from barrierflow.runtime.run_driver import open_driver
 from barrierflow.sources.dead_letter import count_dead_letters
-from barrierflow.sources.embedded_broker import data_dir_for, embedded_broker
+from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.spec.stages import StagedPipelineSpec
 
 __all__ = ["AnyProgress", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome", "RunResult",
