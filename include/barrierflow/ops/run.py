@@ -17,13 +17,13 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from barrierflow.errors import UserInputError
+from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime.job import Progress
 from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StagedPipelineJob, StageProgress
 from barrierflow.runtime.pipeline_runner import RunResult
 from barrierflow.runtime.run_driver import open_driver
 from barrierflow.sources.dead_letter import count_dead_letters
-from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.spec.stages import StagedPipelineSpec
 
 __all__ = ["AnyProgress", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome", "RunResult",
