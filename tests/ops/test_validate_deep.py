@@ -158,14 +158,17 @@ def test_windowed_aggregation_without_watermark_in_append_mode(spark: object, tm
     assert main(["validate", "--deep", str(spec)]) == 0, capsys.readouterr().err
 
 
-def test_a_json_field_named_like_a_kafka_column(spark: object, tmp_path: Path, user_package: str,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_json_field_named_like_a_kafka_column_is_refused_without_deep(
+        tmp_path: Path, user_package: str, capsys: pytest.CaptureFixture[str]) -> None:
     spec = _kafka_spec(tmp_path, f"{user_package}:minute_sums",
                        json_fields={"user": "string", "amount": "double", "timestamp": "timestamp"},
                        event_column="timestamp")
-    err = _refused(spec, capsys)
-    assert "- sources.json_fields: Kafka source 'kafka': json_fields ['timestamp'] collide with the metadata " \
-           "columns ['topic', 'partition', 'offset', 'timestamp']" in err
+    assert main(["validate", str(spec)]) == 2
+    assert "- sources.0.kafka.json_fields: json_fields ['timestamp'] collide with the columns every Kafka and " \
+           "channel row has ['topic', 'partition', 'offset', 'timestamp']" in capsys.readouterr().err
+    channel = _two_stages(tmp_path, f"{user_package}:identity", fields={"key": "long", "offset": "long"})
+    assert main(["validate", str(channel)]) == 2
+    assert "- stages.1.sources.0.channel.json_fields: json_fields ['offset'] collide" in capsys.readouterr().err
 
 
 def test_an_upsert_key_the_output_does_not_have(spark: object, tmp_path: Path, user_package: str,

@@ -93,7 +93,7 @@ from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.errors import SourceError, SourceUnavailableError, UserInputError
 from barrierflow.sources.json_columns import MAX_EPOCH_MS, arrow_type, decode_columns, iso_timestamp_us
 from barrierflow.sources.planning import PlanningOptions, RowMeasure, SourcePlanner
-from barrierflow.spec.models import KafkaSourceSpec
+from barrierflow.spec.models import KAFKA_METADATA_COLUMNS, KafkaSourceSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -109,7 +109,7 @@ RAW_SCHEMA = (
     "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 )
 #: The columns every format starts with.
-METADATA_COLUMNS = ("topic", "partition", "offset", "timestamp")
+METADATA_COLUMNS = KAFKA_METADATA_COLUMNS
 #: Spark SQL type of each ``json_fields`` type.
 JSON_SPARK_TYPES = {
     "string": "STRING",
