@@ -117,6 +117,7 @@ def test_large_payments_runs_as_documented(spark: object, kafka_endpoint: KafkaE
                        LARGE_PAYMENTS_HOME=str(tmp_path), PAYMENTS_TOPIC=source, LARGE_PAYMENTS_TOPIC=target)
     spec = EXAMPLES / "large-payments" / "pipeline.yaml"
     _command(env, "-m", "user_totals.produce", kafka_endpoint.bootstrap_servers, source, "--records", "60")
+    _command(env, "-m", "large_payments.topics", kafka_endpoint.bootstrap_servers, target, "__barrierflow_commits")
     assert "(user_id string, amount double, amount_cents bigint, event_time timestamp)" in _validate_deep(spec, capsys)
     _command(env, "-m", "barrierflow.cli.main", "run", str(spec), "--until-exhausted", "--quiet")
 
