@@ -27,7 +27,9 @@ from tests.drivers import short_lived_driver_env
 from tests.support.kafka_broker import KafkaEndpoint, partition_records
 from tests.support.postgres_server import PostgresEndpoint
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600)]
+#: Each test starts one driver (a Spark JVM) as the README's `barrierflow run` does: about
+#: 25-40 s each on an idle two-core machine, 70-145 s on a saturated one.
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600), pytest.mark.slow(40)]
 
 EXAMPLES = PROJECT_ROOT / "examples"
 RECORDS = 200

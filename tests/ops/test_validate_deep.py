@@ -96,6 +96,27 @@ def _two_stages(tmp_path: Path, second: str, *, fields: dict[str, str] | None = 
     return path
 
 
+def test_the_checked_input_has_the_columns_the_spark_data_sources_report() -> None:
+    """validate --deep builds each stage's input from the registry's row schema: the same
+    schema each source's Spark data source reports to a run."""
+    import json
+
+    from barrierflow.sources.channel import ChannelDataSource
+    from barrierflow.sources.generator import GeneratorDataSource
+    from barrierflow.sources.kafka import KafkaDataSource
+    from barrierflow.sources.registry import kind_named
+    from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
+
+    generator = GeneratorSourceSpec(type="generator")
+    kafka = KafkaSourceSpec(type="kafka", bootstrap_servers="127.0.0.1:9", topics=["t"], format="json",
+                            json_fields={"user": "string", "amount": "double"})
+    raw = kafka.model_copy(update={"format": "raw", "json_fields": {}})
+    for kind, source, data_source in [("generator", generator, GeneratorDataSource), ("kafka", kafka, KafkaDataSource),
+                                      ("kafka", raw, KafkaDataSource), ("channel", kafka, ChannelDataSource)]:
+        reported = data_source({"spec": json.dumps(source.model_dump(mode="json"))}).schema()
+        assert kind_named(kind).row_schema(source) == reported
+
+
 def _refused(spec: Path, capsys: pytest.CaptureFixture[str]) -> str:
     code = main(["validate", "--deep", str(spec)])
     err = capsys.readouterr().err
