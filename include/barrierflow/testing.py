@@ -49,7 +49,7 @@ from barrierflow.errors import SinkError, StorageError
 from barrierflow.storage import open_store
 from barrierflow.storage.object_store import ObjectInfo, ObjectStore
 from barrierflow.transactions.committer import SinkCommitter
-from barrierflow.transactions.staged import MARKER, batch_prefix
+from barrierflow.transactions.write_ahead import MARKER, batch_prefix
 
 __all__ = ["FailingCommitter", "FailingObjectStore", "KeyFilter", "ProgressWait", "SlowObjectStore", "WriteRecord",
            "shared_files", "stage_batch"]

@@ -111,7 +111,7 @@ def test_user_totals_runs_as_documented(spark: object, kafka_endpoint: KafkaEndp
 def test_large_payments_runs_as_documented(spark: object, kafka_endpoint: KafkaEndpoint, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    from barrierflow.sinks.kafka import committed_records
+    from barrierflow.kafka_io.committed_output import committed_records
 
     suffix = uuid.uuid4().hex[:8]
     source, target = f"payments-{suffix}", f"large-payments-{suffix}"

@@ -114,7 +114,7 @@ def _generator_end(source: AnySourceSpec) -> dict[str, int] | None:
 def _kafka_end(source: AnySourceSpec) -> dict[str, int] | None:
     """A Kafka topic is bounded by its end offsets when the run starts (records produced later
     are read too, but the run does not wait for them)."""
-    from barrierflow.sources.kafka import end_offsets
+    from barrierflow.kafka_io.admin import end_offsets
 
     assert isinstance(source, KafkaSourceSpec)
     return end_offsets(source)
