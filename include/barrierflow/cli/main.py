@@ -167,6 +167,9 @@ def _parser() -> argparse.ArgumentParser:
                           help="also import every stage's transformation and check it on its source's columns in "
                                "a local Spark session (output mode, watermark, columns, sink keys; no data read)")
 
+    init = sub.add_parser("init", help="create a project in ./NAME: a pipeline spec, its package, a test, Airflow DAGs")
+    init.add_argument("name", help="the pipeline's name; its package is the name with '-' as '_'")
+
     return parser
 
 
@@ -614,6 +617,19 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     return EXIT_OK if outcome.result.passed else EXIT_RUNTIME
 
 
+def _cmd_init(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from barrierflow.ops.new_project import TEST_COMMAND, init_project
+
+    project = init_project(args.name, Path.cwd())
+    print(f"created {project.folder}: {', '.join(project.files)}")
+    print(f"test it:  cd {project.name} && {TEST_COMMAND}")
+    print(f"run it:   cd {project.name} && barrierflow run {project.spec_path} --checkpoints 5")
+    print(f"(with the Python barrierflow is installed in, {sys.executable}; deploying: {project.name}/README.md)")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (see the module docstring)."""
     try:
@@ -635,7 +651,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "restore": _cmd_restore, "reconcile": _cmd_reconcile, "verify": _cmd_verify,
                 "retain": _cmd_retain, "savepoint": _cmd_savepoint, "skew": _cmd_skew,
                 "rollup": _cmd_rollup, "recompute": _cmd_recompute, "quality": _cmd_quality,
-                "validate": _cmd_validate, "chaos": _cmd_chaos}
+                "validate": _cmd_validate, "chaos": _cmd_chaos, "init": _cmd_init}
     try:
         return handlers[args.command](args)
     except UserInputError as exc:

@@ -433,12 +433,31 @@ class SparkSpec(_Strict):
 
     ``state_store``: Spark's state store provider, ``hdfs`` (HDFSBackedStateStoreProvider,
     the default) or ``rocksdb`` (RocksDBStateStoreProvider; see docs/pipeline-spec.md). The
-    provider of an existing Spark checkpoint is recorded in it: Spark keeps using that one."""
+    provider of an existing Spark checkpoint is recorded in it: Spark keeps using that one.
+
+    ``py_packages``: the user's own code, shipped with every job (see
+    :mod:`barrierflow.spark.user_code`); checked to exist when a job builds its session."""
 
     master: str = "local[2]"
     shuffle_partitions: int = Field(4, ge=1)
     state_store: Literal["hdfs", "rocksdb"] = "hdfs"
     conf: dict[str, str] = Field(default_factory=dict)
+    py_packages: list[str] = Field(
+        default_factory=list,
+        description="local directories of Python packages (each with an __init__.py) the transformation imports; "
+                    "every job zips each one and ships it to its driver and executors (barrierflow.spark.user_code). "
+                    "A relative path is taken relative to $BARRIERFLOW_HOME, else the working directory")
+
+    @field_validator("py_packages")
+    @classmethod
+    def _package_paths(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if not entry.strip():
+                raise ValueError("an empty path: give the directory of a Python package, e.g. 'my_pkg'")
+            if "://" in entry:
+                raise ValueError(f"{entry!r} is a URI; py_packages are local directories the driver zips, e.g. "
+                                 "'my_pkg' or '/srv/project/my_pkg'")
+        return value
 
 
 class VerificationSpec(_Strict):
