@@ -64,7 +64,8 @@ class StageShape:
 def validate_deep(spec_path: str | os.PathLike[str]) -> tuple[SpecSummary, list[StageShape]]:
     """:func:`validate_spec`, then every stage's transformation checked in a local Spark session
     (:func:`barrierflow.runtime.transform_check.check_transformation`: imported, called on an
-    empty streaming input with its source's columns, its result checked by Spark's analysis of
+    empty streaming input with its source's columns (``spark.py_packages`` shipped first, as a run
+    does), its result checked by Spark's analysis of
     streaming plans for the output mode), in spec order; for several stages also that each
     channel's ``json_fields`` are among the columns of the stage writing it. Reads no data and
     connects to no broker or database; a single-stage spec is one stage named after it.
@@ -85,7 +86,9 @@ def validate_deep(spec_path: str | os.PathLike[str]) -> tuple[SpecSummary, list[
     summary = validate_spec(spec_path)
     spec = load_any_spec(spec_path)
     path = str(spec_path)
-    spark = build_session(SparkSpec(master="local[1]", shuffle_partitions=1), app_name="barrierflow-validate")
+    # a small local session; the spec's own py_packages, so the functions import as in a run
+    spark = build_session(SparkSpec(master="local[1]", shuffle_partitions=1, py_packages=spec.spark.py_packages),
+                          app_name="barrierflow-validate")
     shapes: list[StageShape] = []
     with tempfile.TemporaryDirectory(prefix="barrierflow-validate-") as scratch:
         if not isinstance(spec, StagedPipelineSpec):
