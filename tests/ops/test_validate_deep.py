@@ -215,3 +215,18 @@ def test_a_nondeterministic_function_declared_deterministic(spark: object, tmp_p
     err = _refused(_two_stages(tmp_path, f"{user_package}:noisy"), capsys)
     assert "- stages[1].transformation.deterministic: stage 'second':" in err
     assert "nondeterministic expression" in err
+
+
+def test_a_package_shipped_by_py_packages_imports_as_in_a_run(spark: object, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A package that is only listed in spark.py_packages (not installed, not on sys.path)."""
+    name = f"shipped_{tmp_path.name.replace('-', '_')}"
+    package = tmp_path / "code" / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "transform.py").write_text(USER_MODULE, encoding="utf-8")
+    spec = _kafka_spec(tmp_path, f"{name}.transform:minute_sums")
+    data = yaml.safe_load(spec.read_text())
+    data["spark"] = {"py_packages": [str(package)]}
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert main(["validate", "--deep", str(spec)]) == 0, capsys.readouterr().err
