@@ -103,6 +103,20 @@ class GeneratorSourceSpec(_Strict):
                    if p.partition == partition and elapsed > p.start)
 
 
+#: The columns a Kafka (or channel) source gives before its ``json_fields``; a field may not be named like one.
+KAFKA_METADATA_COLUMNS = ("topic", "partition", "offset", "timestamp")
+
+
+def refuse_metadata_names(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` (``json_fields``) unless one is named like a Kafka metadata column (ValueError)."""
+    clash = [name for name in fields if name in KAFKA_METADATA_COLUMNS]
+    if clash:
+        raise ValueError(f"json_fields {clash} collide with the columns every Kafka and channel row has "
+                         f"{list(KAFKA_METADATA_COLUMNS)}; rename the field in the records (or, for a channel, in "
+                         "the writing stage's transformation)")
+    return fields
+
+
 class KafkaSourceSpec(_Strict):
     """Kafka topics read without a Spark connector jar (ranges with confluent-kafka, topic metadata
     and offsets with kafka-python; :mod:`barrierflow.kafka_io`)."""
@@ -136,6 +150,11 @@ class KafkaSourceSpec(_Strict):
     @classmethod
     def _client_fields_nested(cls, data: Any) -> Any:
         return refuse_flat_client_fields(data, "Kafka source")
+
+    @field_validator("json_fields")
+    @classmethod
+    def _no_metadata_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return refuse_metadata_names(value)
 
     @model_validator(mode="after")
     def _json_needs_fields(self) -> KafkaSourceSpec:
