@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.kafka_io.json_columns import MAX_EPOCH_MS, arrow_type, decode_columns, iso_timestamp_us
 from barrierflow.kafka_io.partition_ids import partition_id
-from barrierflow.spec.models import KafkaSourceSpec
+from barrierflow.spec.models import KAFKA_METADATA_COLUMNS, KafkaSourceSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
     from barrierflow.kafka_io.consumer import Columns
 
-#: The columns every format starts with.
-METADATA_COLUMNS = ("topic", "partition", "offset", "timestamp")
+#: The columns every format starts with (a json field may not be named like one: the spec refuses it).
+METADATA_COLUMNS = KAFKA_METADATA_COLUMNS
 #: Rows per Arrow record batch a decoder yields.
 CHUNK_ROWS = 10_000
 _INT64 = (-(2**63), 2**63 - 1)

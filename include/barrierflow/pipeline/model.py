@@ -40,7 +40,7 @@ from barrierflow.sinks.factory import ChannelOutput
 from barrierflow.spec.graph import StageGraph, build_graph
 from barrierflow.spec.loader import load_any_spec, project_home
 from barrierflow.spec.models import PipelineSpec
-from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec
+from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, ChannelSpec, StagedPipelineSpec
 from barrierflow.storage import open_store
 from barrierflow.workdir.layout import JobLayout
 
@@ -150,6 +150,11 @@ class OpenedPipeline:
         return isinstance(self.cuts, SingleStageCuts)
 
     @property
+    def channels(self) -> tuple[ChannelSpec, ...]:
+        """The channels between the stages (none for one stage)."""
+        return tuple(self.spec.channels) if isinstance(self.spec, StagedPipelineSpec) else ()
+
+    @property
     def cut_noun(self) -> str:
         """How messages name a cut: ``checkpoint`` (one stage) or ``global checkpoint``."""
         return "checkpoint" if self.single_stage else "global checkpoint"
@@ -179,6 +184,11 @@ class OpenedPipeline:
         stage: only a pipeline of several runs a process per stage."""
         if self.single_stage:
             raise UserInputError(f"{flag} is for pipelines of several stages")
+
+    def stage_field_prefix(self, index: int) -> str:
+        """How spec errors name a field of stage number ``index``: ``stages[<index>].`` in a
+        spec of several stages, nothing in a single-stage spec (its fields are top-level)."""
+        return "" if self.single_stage else f"stages[{index}]."
 
     def stage_file_suffix(self, stage: str) -> str:
         """What a per-stage output file (``skew --html PATH``) adds to its name before the
