@@ -34,9 +34,34 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise UserInputError(f"{self.prog}: {message}")
 
 
+def _version() -> str:
+    """The installed distribution's version (package metadata, as pip shows it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("barrierflow")
+    except PackageNotFoundError:
+        raise UserInputError("barrierflow is not installed as a distribution, so it has no version: install it "
+                             "(pip install -e . in the repository) and run again") from None
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the version is read only when asked for (a source checkout without the
+    distribution installed still runs every other command)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:  # noqa: A002
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(f"{parser.prog} {_version()}")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="barrierflow", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--version", action=_VersionAction, help="print the installed barrierflow's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
 
     run = sub.add_parser("run", help="run a pipeline with ABS checkpoints")
