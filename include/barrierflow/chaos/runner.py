@@ -50,6 +50,7 @@ from barrierflow.faults import ENV as CRASH_ENV
 from barrierflow.faults import PIPELINE_POINTS, POINTS, SINK_POINTS, STAGE_POINTS
 from barrierflow.spec.loader import load_any_spec
 from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
+from barrierflow.spec.paths import resolve_spec_paths, spec_home
 from barrierflow.spec.stages import StagedPipelineSpec
 
 Mode = Literal["group", "stage", "jvm", "mixed"]
@@ -516,7 +517,9 @@ class ChaosRunner:
             UserInputError: a missing table/topic to copy, bad options.
             OutputReadError: an output could not be read.
         """
-        raw = yaml.safe_load(self.spec_path.read_text(encoding="utf-8"))
+        # The copies live in scratch dirs: what they keep of the spec (sources, suites, TLS files)
+        # must point where the spec's own relative paths do.
+        raw = resolve_spec_paths(yaml.safe_load(self.spec_path.read_text(encoding="utf-8")), spec_home(self.spec_path))
         self.result = ChaosResult(self.spec.name, str(self.spec_path), self.options.seed, self.options.mode,
                                   self.options.kills, str(self.scratch), self.started, kill_kinds=self.kill_kinds())
         ends_before = self._end_offsets()
