@@ -161,6 +161,9 @@ JOB = PROJECT_ROOT / "jobs" / "run_pipeline.py"
 BATCH_JOB = PROJECT_ROOT / "jobs" / "batch_job.py"
 #: Where relative paths in specs resolve, identically for the job and the checks.
 BARRIERFLOW_HOME = os.environ.get("BARRIERFLOW_HOME") or str(PROJECT_ROOT)
+# ... and for the specs this file loads to build the DAGs (their output assets' URIs): without it
+# they would resolve against the spec files' folder, as a spec file's paths do by default.
+os.environ.setdefault("BARRIERFLOW_HOME", BARRIERFLOW_HOME)
 
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 DEFAULT_ARGS = {"owner": "barrierflow", "retries": 1, "retry_delay": timedelta(minutes=1)}

@@ -49,7 +49,7 @@ class _VersionAction(argparse.Action):
     """``--version``: the version is read only when asked for (a source checkout without the
     distribution installed still runs every other command)."""
 
-    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:  # noqa: A002
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,

@@ -195,7 +195,7 @@ def _stop_spark_context() -> None:
         return
     try:
         context.stop()
-    except Exception as exc:  # noqa: BLE001 - the process is exiting; the JVM is ended below either way
+    except Exception as exc:  # the process is exiting; the JVM is ended below either way
         log.warning("the SparkContext did not stop cleanly at the driver's exit (%s); its JVM is ended anyway", exc)
 
 
