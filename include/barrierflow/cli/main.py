@@ -256,6 +256,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
           f"{result.elapsed_seconds:.1f} s{broker}")
     for manifest in result.completed:
         print(f"  global checkpoint {manifest.checkpoint_id}: {manifest.total_ms:.0f} ms")
+    for stage, letters in outcome.stage_dead_letters.items():
+        print(f"  stage {stage}: dead letters: {letters.count} ({letters.uri})")
     return EXIT_OK
 
 
@@ -520,7 +522,7 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
             print(f"  {prefix}{verb} {d.action:6} {d.sink} {d.transaction_id} (epoch {d.checkpoint_id}, "
                   f"{d.state}): {d.reason}")
     if not plan.decisions:
-        print("  nothing in doubt")
+        print(f"  nothing in doubt (transaction ledgers in {outcome.storage})")
     return EXIT_OK
 
 

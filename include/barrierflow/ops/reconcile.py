@@ -18,6 +18,8 @@ class ReconcileOutcome:
     plan: ReconciliationPlan
     dry_run: bool
     single_stage: bool = False
+    #: the checkpoint store whose transaction ledgers were read (named when nothing is in doubt)
+    storage: str = ""
 
     @property
     def stages(self) -> dict[str, list[Decision]]:
@@ -43,4 +45,4 @@ def reconcile(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> Re
     plan = plan_reconciliation(pipeline)
     if not dry_run:
         apply_reconciliation(pipeline, plan)
-    return ReconcileOutcome(plan, dry_run, pipeline.single_stage)
+    return ReconcileOutcome(plan, dry_run, pipeline.single_stage, pipeline.storage)

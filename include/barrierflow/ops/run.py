@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from barrierflow.errors import UserInputError
@@ -33,12 +33,30 @@ from barrierflow.sources.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 
-__all__ = ["AnyProgress", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome", "RunResult",
-           "StageProgress", "run", "run_stage"]
+__all__ = ["AnyProgress", "DeadLetters", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome",
+           "RunResult", "StageProgress", "dead_letters", "run", "run_stage"]
 
 #: What the live progress display is given every ``progress_every`` seconds: one stage's
 #: :class:`Progress`, or every stage's :class:`PipelineProgress`.
 AnyProgress = Progress | PipelineProgress
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """The malformed records a stage's dead-letter output holds (every run's so far), and where."""
+
+    count: int
+    uri: str
+
+
+def dead_letters(pipeline: OpenedPipeline) -> dict[str, DeadLetters]:
+    """Each stage's dead letters (one stage: the pipeline's), read from the dead-letter output
+    its executors write (``dead_letter_path``, else ``<stage work dir>/dead-letter``)."""
+    found = {}
+    for stage in pipeline.stages:
+        uri = stage.layout.dead_letter_uri(stage.spec)
+        found[stage.name] = DeadLetters(count_dead_letters(uri), uri)
+    return found
 
 
 @dataclass(frozen=True)
@@ -52,6 +70,8 @@ class RunOutcome:
         attempt: the attempt the run wrote (several stages: a start after the first restores
             the latest global checkpoint as a new attempt).
         dead_letters, dead_letter_uri: one stage: the dead letters it left and where.
+        stage_dead_letters: every stage's dead letters (:func:`dead_letters`; one stage: the
+            same count and place as ``dead_letters`` and ``dead_letter_uri``).
         embedded_broker: several stages: the address of the broker started for ``bootstrap:
             embedded`` channels (None if none was), stopped once the run ended (its data stays
             in ``<work_dir>/embedded-broker`` for the next run).
@@ -64,6 +84,7 @@ class RunOutcome:
     dead_letters: int = 0
     dead_letter_uri: str = ""
     embedded_broker: str | None = None
+    stage_dead_letters: dict[str, DeadLetters] = field(default_factory=dict)
 
 
 def _check_limits(duration: float | None, checkpoints: int | None) -> None:
@@ -100,7 +121,7 @@ def _run_stages(pipeline: OpenedPipeline, *, duration: float | None, checkpoints
             result = job.run(checkpoints=checkpoints, duration=duration, until_exhausted=until_exhausted,
                              progress=progress, progress_every=progress_every)
         return RunOutcome(spec.name, tuple(s.name for s in pipeline.stages), result, job.attempt,
-                          embedded_broker=address)
+                          embedded_broker=address, stage_dead_letters=dead_letters(pipeline))
 
 
 def _run_one(pipeline: OpenedPipeline, *, duration: float | None, checkpoints: int | None, until_exhausted: bool,
@@ -110,9 +131,10 @@ def _run_one(pipeline: OpenedPipeline, *, duration: float | None, checkpoints: i
     job = StreamingJob(spec, spec_path=pipeline.spec_path)
     result = job.run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
                      progress=progress, progress_every=progress_every)
-    dead_letter_uri = job.layout.dead_letter_uri(spec)
-    return RunOutcome(spec.name, (spec.name,), result, job.store.attempt(), count_dead_letters(dead_letter_uri),
-                      dead_letter_uri)
+    found = dead_letters(pipeline)
+    [mine] = found.values()
+    return RunOutcome(spec.name, (spec.name,), result, job.store.attempt(), mine.count, mine.uri,
+                      stage_dead_letters=found)
 
 
 def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, checkpoints: int | None = None,
