@@ -261,32 +261,53 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _verified(listing: CheckpointListing, checkpoint_id: int) -> str:
+    verdict = listing.verdicts.get(checkpoint_id)
+    return verdict.label if verdict is not None else "-"
+
+
+def _print_verdict_reason(listing: CheckpointListing, checkpoint_id: int) -> None:
+    verdict = listing.verdicts.get(checkpoint_id)
+    if verdict is not None and not verdict.passed:
+        print(f"{'':>5} verification: {verdict.reason}")
+
+
 def _print_listing(listing: CheckpointListing, spec: str) -> None:
+    """Every cut with its status, duration (trigger to completion) and stored verification
+    verdict (``-``: never verified); an unreadable manifest is named on stderr."""
+    for skipped in listing.skipped:
+        print(f"skipped {skipped.file}, which cannot be read: {skipped.reason}", file=sys.stderr)
+    nothing = not listing.cuts and not listing.failed_cuts and not listing.skipped
     if listing.manifests is not None and listing.failures is not None:  # one stage: its checkpoints in full
-        print(f"{'id':>5} {'kind':10} {'batch':>6} {'completed (UTC)':26} {'sync ms':>8} {'async ms':>9} "
-              f"{'full B':>10} {'new B':>10}")
+        print(f"{'id':>5} {'kind':10} {'status':10} {'batch':>6} {'completed (UTC)':26} {'total ms':>9} "
+              f"{'sync ms':>8} {'async ms':>9} {'full B':>10} {'new B':>10} {'verified':14}")
         for m in listing.manifests:
-            print(f"{m.checkpoint_id:>5} {m.kind.value:10} {m.spark_batch_id:>6} "
-                  f"{m.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} {m.sync_ms:>8.1f} "
-                  f"{m.async_ms:>9.1f} {m.full_bytes:>10} {m.incremental_bytes:>10}")
+            print(f"{m.checkpoint_id:>5} {m.kind.value:10} {m.status:10} {m.spark_batch_id:>6} "
+                  f"{m.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} {m.total_ms:>9.1f} "
+                  f"{m.sync_ms:>8.1f} {m.async_ms:>9.1f} {m.full_bytes:>10} {m.incremental_bytes:>10} "
+                  f"{_verified(listing, m.checkpoint_id):14}")
+            _print_verdict_reason(listing, m.checkpoint_id)
         for f in listing.failures:
-            print(f"{f.checkpoint_id:>5} FAILED     {f.reason.value}: {f.message}")
-        if not listing.manifests and not listing.failures:
+            print(f"{f.checkpoint_id:>5} {'-':10} {f.status:10} {f.reason.value}: {f.message}")
+        if nothing:
             print(f"no checkpoints in {listing.storage} yet; run 'barrierflow run {spec}'")
         return
     print(f"pipeline {listing.pipeline}: global checkpoints in {listing.storage} (attempt {listing.attempt})")
-    print(f"{'id':>5} {'attempt':>7} {'completed (UTC)':26} {'total ms':>9}  {'stage':12} {'mode':10} "
-          f"{'align ms':>9} {'sync ms':>8} {'async ms':>9} {'chan recs':>9}")
+    print(f"{'id':>5} {'attempt':>7} {'status':10} {'completed (UTC)':26} {'total ms':>9} {'verified':14} "
+          f"{'stage':12} {'mode':10} {'align ms':>9} {'sync ms':>8} {'async ms':>9} {'chan recs':>9}")
     for c in listing.cuts:
-        note = "  (abandoned)" if c.checkpoint_id in listing.abandoned else ""
+        status = "ABANDONED" if c.checkpoint_id in listing.abandoned else "COMPLETED"
         completed = c.completion_time.astimezone(UTC).isoformat(timespec="seconds")
-        print(f"{c.checkpoint_id:>5} {c.attempt:>7} {completed:26} {c.total_ms:>9.1f}{note}")
+        print(f"{c.checkpoint_id:>5} {c.attempt:>7} {status:10} {completed:26} {c.total_ms:>9.1f} "
+              f"{_verified(listing, c.checkpoint_id):14}")
         for name, part in c.stages.items():
-            print(f"{'':>5} {'':>7} {'':26} {'':>9}  {name:12} {part.mode or '-':10} {part.alignment_ms:>9.1f} "
-                  f"{part.sync_ms:>8.1f} {part.async_ms:>9.1f} {part.channel_state_records:>9}")
+            print(f"{'':>5} {'':>7} {'':10} {'':26} {'':>9} {'':14} {name:12} {part.mode or '-':10} "
+                  f"{part.alignment_ms:>9.1f} {part.sync_ms:>8.1f} {part.async_ms:>9.1f} "
+                  f"{part.channel_state_records:>9}")
+        _print_verdict_reason(listing, c.checkpoint_id)
     for g in listing.failed_cuts:
-        print(f"{g.checkpoint_id:>5} FAILED  {g.reason}: {g.message}")
-    if not listing.cuts and not listing.failed_cuts:
+        print(f"{g.checkpoint_id:>5} {'-':>7} {'FAILED':10} {g.reason}: {g.message}")
+    if nothing:
         print(f"no global checkpoints in {listing.storage} yet; run 'barrierflow run {spec}'")
 
 
