@@ -161,9 +161,6 @@ JOB = PROJECT_ROOT / "jobs" / "run_pipeline.py"
 BATCH_JOB = PROJECT_ROOT / "jobs" / "batch_job.py"
 #: Where relative paths in specs resolve, identically for the job and the checks.
 BARRIERFLOW_HOME = os.environ.get("BARRIERFLOW_HOME") or str(PROJECT_ROOT)
-# ... and for the specs this file loads to build the DAGs (their output assets' URIs): without it
-# they would resolve against the spec files' folder, as a spec file's paths do by default.
-os.environ.setdefault("BARRIERFLOW_HOME", BARRIERFLOW_HOME)
 
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 DEFAULT_ARGS = {"owner": "barrierflow", "retries": 1, "retry_delay": timedelta(minutes=1)}
@@ -351,6 +348,8 @@ def _invalid_spec_dag(entry: DiscoveredPipeline) -> DAG:
     return invalid
 
 
-for _entry in discover_pipelines(PIPELINES_DIR):
+# The specs are loaded with the same home as the tasks (their output assets' URIs), not against
+# the spec files' folder, where a spec file's relative paths resolve when BARRIERFLOW_HOME is unset.
+for _entry in discover_pipelines(PIPELINES_DIR, home=BARRIERFLOW_HOME):
     for _dag_object in _pipeline_dags(_entry) if _entry.spec is not None else [_invalid_spec_dag(_entry)]:
         globals()[_dag_object.dag_id] = _dag_object

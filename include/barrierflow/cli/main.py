@@ -279,18 +279,22 @@ def _print_listing(listing: CheckpointListing, spec: str) -> None:
         print(f"skipped {skipped.file}, which cannot be read: {skipped.reason}", file=sys.stderr)
     nothing = not listing.cuts and not listing.failed_cuts and not listing.skipped
     if listing.manifests is not None and listing.failures is not None:  # one stage: its checkpoints in full
+        if nothing:
+            print(f"no checkpoints in {listing.storage} yet; run 'barrierflow run {spec}'")
+            return
         print(f"{'id':>5} {'kind':10} {'status':10} {'batch':>6} {'completed (UTC)':26} {'total ms':>9} "
-              f"{'sync ms':>8} {'async ms':>9} {'full B':>10} {'new B':>10} {'verified':14}")
+              f"{'sync ms':>8} {'async ms':>9} {'full B':>10} {'new B':>10} verified")
         for m in listing.manifests:
             print(f"{m.checkpoint_id:>5} {m.kind.value:10} {m.status:10} {m.spark_batch_id:>6} "
                   f"{m.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} {m.total_ms:>9.1f} "
                   f"{m.sync_ms:>8.1f} {m.async_ms:>9.1f} {m.full_bytes:>10} {m.incremental_bytes:>10} "
-                  f"{_verified(listing, m.checkpoint_id):14}")
+                  f"{_verified(listing, m.checkpoint_id)}")
             _print_verdict_reason(listing, m.checkpoint_id)
         for f in listing.failures:
             print(f"{f.checkpoint_id:>5} {'-':10} {f.status:10} {f.reason.value}: {f.message}")
-        if nothing:
-            print(f"no checkpoints in {listing.storage} yet; run 'barrierflow run {spec}'")
+        return
+    if nothing:
+        print(f"no global checkpoints in {listing.storage} yet; run 'barrierflow run {spec}'")
         return
     print(f"pipeline {listing.pipeline}: global checkpoints in {listing.storage} (attempt {listing.attempt})")
     print(f"{'id':>5} {'attempt':>7} {'status':10} {'completed (UTC)':26} {'total ms':>9} {'verified':14} "
@@ -299,7 +303,7 @@ def _print_listing(listing: CheckpointListing, spec: str) -> None:
         status = "ABANDONED" if c.checkpoint_id in listing.abandoned else "COMPLETED"
         completed = c.completion_time.astimezone(UTC).isoformat(timespec="seconds")
         print(f"{c.checkpoint_id:>5} {c.attempt:>7} {status:10} {completed:26} {c.total_ms:>9.1f} "
-              f"{_verified(listing, c.checkpoint_id):14}")
+              f"{_verified(listing, c.checkpoint_id)}")
         for name, part in c.stages.items():
             print(f"{'':>5} {'':>7} {'':10} {'':26} {'':>9} {'':14} {name:12} {part.mode or '-':10} "
                   f"{part.alignment_ms:>9.1f} {part.sync_ms:>8.1f} {part.async_ms:>9.1f} "
@@ -307,8 +311,6 @@ def _print_listing(listing: CheckpointListing, spec: str) -> None:
         _print_verdict_reason(listing, c.checkpoint_id)
     for g in listing.failed_cuts:
         print(f"{g.checkpoint_id:>5} {'-':>7} {'FAILED':10} {g.reason}: {g.message}")
-    if nothing:
-        print(f"no global checkpoints in {listing.storage} yet; run 'barrierflow run {spec}'")
 
 
 def _print_view(view: CheckpointView) -> None:

@@ -135,22 +135,29 @@ def _read_yaml(path: str | os.PathLike[str]) -> Any:
         raise SpecError(str(path), [("(file)", f"is not valid YAML: {exc}")]) from None
 
 
-def load_spec(path: str | os.PathLike[str]) -> PipelineSpec:
+def _home(path: str | os.PathLike[str], home: str | os.PathLike[str] | None) -> Path:
+    return Path(home).resolve() if home is not None else spec_home(path)
+
+
+def load_spec(path: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None) -> PipelineSpec:
     """Read and validate the single-stage YAML spec at ``path``.
 
-    Relative paths resolve against :func:`~barrierflow.spec.paths.spec_home`.
+    Relative paths resolve against ``home``, by default
+    :func:`~barrierflow.spec.paths.spec_home` (``$BARRIERFLOW_HOME``, else the file's folder).
 
     Raises:
         SpecError: the file is missing, is not YAML, is a multi-stage spec, or a field is wrong.
     """
-    return parse_spec(_read_yaml(path), str(path), home=spec_home(path))
+    return parse_spec(_read_yaml(path), str(path), home=_home(path, home))
 
 
-def load_any_spec(path: str | os.PathLike[str]) -> PipelineSpec | StagedPipelineSpec:
-    """Read and validate the YAML spec at ``path``, single-stage or multi-stage.
+def load_any_spec(path: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None
+                  ) -> PipelineSpec | StagedPipelineSpec:
+    """Read and validate the YAML spec at ``path``, single-stage or multi-stage; relative
+    paths resolve as for :func:`load_spec`.
 
     Raises:
         SpecError: the file is missing, is not YAML, a field is wrong, or (multi-stage) the
             graph breaks a rule of :mod:`barrierflow.spec.graph`.
     """
-    return parse_any_spec(_read_yaml(path), str(path), home=spec_home(path))
+    return parse_any_spec(_read_yaml(path), str(path), home=_home(path, home))
