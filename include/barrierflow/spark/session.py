@@ -177,8 +177,14 @@ def _let_jvm_exit(process: subprocess.Popen[bytes]) -> None:
         pass
 
 
+#: How long a driver that exits normally waits for its SparkContext to stop (seconds); a
+#: context that takes longer (a JVM busy or wedged) is left to the JVM's own shutdown.
+CONTEXT_STOP_SECONDS = 20.0
+
+
 def _stop_spark_context() -> None:
-    """Stop the driver's SparkContext, if one is active, while its JVM still runs.
+    """Stop the driver's SparkContext, if one is active, while its JVM still runs; waits at
+    most :data:`CONTEXT_STOP_SECONDS`.
 
     Without it the JVM exits under a live context: PySpark's accumulator server (a daemon
     thread of this process, connected to by the JVM once a Python task reported accumulator
@@ -186,17 +192,28 @@ def _stop_spark_context() -> None:
     ``EOFError`` traceback after the run's output, and py4j calls still in flight fail with
     network errors. ``SparkContext.stop`` stops the context in the JVM and then that server
     (it leaves its connection within its one-second poll), so the JVM's exit closes a
-    connection nobody reads. A JVM that is already unreachable (killed) is left to the
-    caller: PySpark warns that it could not stop it cleanly."""
+    connection nobody reads. The stop runs in a daemon thread so that a JVM that does not
+    answer cannot hold the exit: past the limit the JVM is ended as before, and a JVM that
+    is already gone (killed) only makes PySpark warn that it could not stop it cleanly."""
     from pyspark import SparkContext
 
     context = SparkContext._active_spark_context
     if context is None:
         return
-    try:
-        context.stop()
-    except Exception as exc:  # the process is exiting; the JVM is ended below either way
-        log.warning("the SparkContext did not stop cleanly at the driver's exit (%s); its JVM is ended anyway", exc)
+
+    def stop() -> None:
+        try:
+            context.stop()
+        except Exception as exc:  # the process is exiting; the JVM is ended after this either way
+            log.warning("the SparkContext did not stop cleanly at the driver's exit (%s); its JVM is ended anyway",
+                        exc)
+
+    stopper = threading.Thread(target=stop, name="barrierflow-spark-context-stop", daemon=True)
+    stopper.start()
+    stopper.join(CONTEXT_STOP_SECONDS)
+    if stopper.is_alive():
+        log.warning("the SparkContext did not stop within %.0f s of the driver's exit; its JVM is ended without "
+                    "waiting for it", CONTEXT_STOP_SECONDS)
 
 
 def state_store_conf(spec: SparkSpec) -> dict[str, str]:
