@@ -9,8 +9,8 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
 3. The topic read back with barrierflow's range reader (confluent-kafka): alone (the **consume
    ceiling**), with ``json.loads`` per record (the **consume+decode ceiling**), and read and
    decoded into Arrow record batches with the Kafka source's own decoder
-   (:class:`barrierflow.sources.kafka.RecordDecoder`), per record and vectorized
-   (:mod:`barrierflow.sources.json_columns`); and read as columns (offsets, timestamps,
+   (:class:`barrierflow.kafka_io.decoding.RecordDecoder`), per record and vectorized
+   (:mod:`barrierflow.kafka_io.json_columns`); and read as columns (offsets, timestamps,
    values per fetch) and decoded vectorized, as the source's tasks do: the **source's decode
    ceiling** (what they could reach with no Spark around them).
 4. The single-stage pipeline: the Kafka source (``format: json``, ``max_records_per_batch``
@@ -102,7 +102,7 @@ def read_ceilings(servers: str, topic: str, records: int, partitions: int) -> di
     """Records/s read with the range reader and decoded by ``json.loads``, and read and decoded
     into Arrow record batches by the Kafka source's decoder."""
     from barrierflow.kafka_io.consumer import ConsumerSettings, RangeReader
-    from barrierflow.sources.kafka import RecordDecoder
+    from barrierflow.kafka_io.decoding import RecordDecoder
     from barrierflow.spec.models import KafkaSourceSpec
 
     out: dict[str, float] = {}
@@ -277,8 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--stages takes 1, 2 and/or 3, comma separated (got {args.stages!r})")
     records = args.records - args.records % args.partitions
 
+    from barrierflow.kafka_io.embedded_broker import embedded_broker
     from barrierflow.runtime.session import build_session
-    from barrierflow.sources.embedded_broker import embedded_broker
     from barrierflow.spec.models import SparkSpec
 
     started = datetime.now(UTC)
