@@ -30,6 +30,7 @@ def _relative_spec(folder: Path) -> Path:
     data["batch"] = {"rollups": "s3://bucket/rollups"}
     data["verification"] = {"expectations": "suites/t.json", "output_expectations": "/abs/out.json"}
     data["transformation"]["options"] = {"path": "file://keep/as/written"}
+    data["spark"] = {"py_packages": ["../my_pkg", "~/pkgs/other", "/abs/pkg"]}
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "t.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
@@ -59,6 +60,7 @@ def test_relative_paths_resolve_against_the_spec_files_folder(tmp_path: Path, el
     assert spec.verification.output_expectations == "/abs/out.json"
     assert spec.batch.rollups == "s3://bucket/rollups"
     assert spec.transformation.options == {"path": "file://keep/as/written"}  # the user's, untouched
+    assert spec.spark.py_packages == [str(tmp_path / "project" / "my_pkg"), "~/pkgs/other", "/abs/pkg"]
     assert not any(elsewhere.iterdir())
 
 

@@ -447,7 +447,7 @@ class SparkSpec(_Strict):
         default_factory=list,
         description="local directories of Python packages (each with an __init__.py) the transformation imports; "
                     "every job zips each one and ships it to its driver and executors (barrierflow.spark.user_code). "
-                    "A relative path is taken relative to $BARRIERFLOW_HOME, else the working directory")
+                    "A relative path is taken relative to $BARRIERFLOW_HOME, else the spec file's folder")
 
     @field_validator("py_packages")
     @classmethod

@@ -12,7 +12,8 @@ runs. :func:`resolve_spec_paths` rewrites every path-like field of the parsed YA
   fields of the same names) become ``file:///HOME/RELATIVE``; ``s3://`` URIs stay;
 * plain paths (``work_dir``, ``verification.expectations`` / ``output_expectations`` /
   ``rollup_expectations``, a Kafka client's ``ssl_cafile`` / ``ssl_certfile`` /
-  ``ssl_keyfile``) become ``HOME/RELATIVE``;
+  ``ssl_keyfile``, every entry of ``spark.py_packages`` but ``~/...``) become
+  ``HOME/RELATIVE``;
 * an absent ``work_dir`` becomes ``HOME/var/<name>``, where it defaulted to before.
 
 What the user's transformation or Spark gets (``transformation``, ``options``, ``spark.conf``)
@@ -31,6 +32,8 @@ URI_FIELDS = frozenset({"storage", "path", "staging_path", "rollups", "dead_lett
 #: Fields holding a plain file or directory path.
 FILE_FIELDS = frozenset({"work_dir", "expectations", "output_expectations", "rollup_expectations",
                          "ssl_cafile", "ssl_certfile", "ssl_keyfile"})
+#: The list of package directories the jobs ship (``spark.py_packages``).
+PACKAGES_FIELD = "py_packages"
 #: Subtrees that belong to the user's code or to Spark, never rewritten.
 OPAQUE_FIELDS = frozenset({"transformation", "options", "conf"})
 
@@ -64,9 +67,18 @@ def _resolved(field: str, value: Any, home: Path) -> Any:
     return value
 
 
+def _packages(value: Any, home: Path) -> Any:
+    if not isinstance(value, list):
+        return value
+    return [_absolute(entry, home) if isinstance(entry, str) and entry.strip() and "://" not in entry
+            and "${" not in entry and not entry.startswith("~") else entry for entry in value]
+
+
 def _walk(value: Any, home: Path) -> Any:
     if isinstance(value, dict):
-        return {key: value[key] if key in OPAQUE_FIELDS else _resolved(str(key), _walk(value[key], home), home)
+        return {key: value[key] if key in OPAQUE_FIELDS
+                else _packages(value[key], home) if key == PACKAGES_FIELD
+                else _resolved(str(key), _walk(value[key], home), home)
                 for key in value}
     if isinstance(value, list):
         return [_walk(item, home) for item in value]
