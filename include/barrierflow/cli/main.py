@@ -235,7 +235,7 @@ def _progress_line(p: Progress | PipelineProgress) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from barrierflow.ops.run import RunResult, run, run_stage
+    from barrierflow.ops.run import run, run_stage
 
     if args.stage and args.processes:
         raise UserInputError("--stage and --processes exclude each other: --processes starts one --stage process "
@@ -249,7 +249,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if sys.stderr.isatty() and not args.quiet:
         sys.stderr.write("\n")
     result = outcome.result
-    if isinstance(result, RunResult):
+    if len(outcome.stages) == 1:  # the cuts are the stage's checkpoints
         print(f"pipeline {outcome.pipeline}: {result.batches} batches, {result.records} records in "
               f"{result.elapsed_seconds:.1f} s ({result.throughput:,.0f} rec/s after the first batch); "
               f"{len(result.completed)} checkpoints completed, {len(result.failed)} failed; "
@@ -259,7 +259,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     broker = f"; embedded broker {outcome.embedded_broker} (stopped)" if outcome.embedded_broker else ""
     print(f"pipeline {outcome.pipeline} ({len(outcome.stages)} stages, attempt {outcome.attempt}): "
-          f"{len(result.completed)} global checkpoints completed, {result.failed} failed in "
+          f"{len(result.completed)} global checkpoints completed, {len(result.failed)} failed in "
           f"{result.elapsed_seconds:.1f} s{broker}")
     for manifest in result.completed:
         print(f"  global checkpoint {manifest.checkpoint_id}: {manifest.total_ms:.0f} ms")

@@ -39,7 +39,7 @@ from barrierflow.sinks.factory import ChannelOutput
 from barrierflow.spec.graph import StageGraph, build_graph
 from barrierflow.spec.loader import load_any_spec, project_home
 from barrierflow.spec.models import PipelineSpec
-from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec
+from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, ChannelSpec, StagedPipelineSpec
 from barrierflow.storage import open_store
 from barrierflow.workdir.layout import JobLayout
 
@@ -147,6 +147,11 @@ class OpenedPipeline:
         """Whether the pipeline is one stage, whose cuts are its own checkpoints (no ``global/``
         records, no channels, no attempt cutoffs)."""
         return isinstance(self.cuts, SingleStageCuts)
+
+    @property
+    def channels(self) -> tuple[ChannelSpec, ...]:
+        """The channels between the stages (none for one stage)."""
+        return tuple(self.spec.channels) if isinstance(self.spec, StagedPipelineSpec) else ()
 
     @property
     def cut_noun(self) -> str:
