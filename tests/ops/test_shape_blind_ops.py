@@ -48,7 +48,7 @@ def test_list_show_and_progress_of_one_stage_and_of_a_cut(one: Path, two: Path) 
     assert single.manifests is not None and [m.checkpoint_id for m in single.manifests] == [1, 2, 3]
     assert staged.manifests is None and staged.as_dict()["attempt"] == 0
     document = single.as_dict()  # the single-stage JSON users read, plus "stages"
-    assert set(document) == {"pipeline", "storage", "stages", "completed", "failed"}
+    assert set(document) == {"pipeline", "storage", "stages", "completed", "failed", "verification", "skipped"}
     assert document["completed"][0]["spark_batch_id"] == single.manifests[0].spark_batch_id
 
     shown, cut = show_checkpoint(one, 2), show_checkpoint(two, 2)
