@@ -350,6 +350,8 @@ def _invalid_spec_dag(entry: DiscoveredPipeline) -> DAG:
     return invalid
 
 
-for _entry in discover_pipelines(PIPELINES_DIR):
+# The specs are loaded with the same home as the tasks (their output assets' URIs), not against
+# the spec files' folder, where a spec file's relative paths resolve when BARRIERFLOW_HOME is unset.
+for _entry in discover_pipelines(PIPELINES_DIR, home=BARRIERFLOW_HOME):
     for _dag_object in _pipeline_dags(_entry) if _entry.spec is not None else [_invalid_spec_dag(_entry)]:
         globals()[_dag_object.dag_id] = _dag_object

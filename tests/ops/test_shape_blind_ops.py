@@ -50,7 +50,7 @@ def test_list_show_and_progress_of_one_stage_and_of_a_cut(one: Path, two: Path) 
     assert [m.checkpoint_id for m in staged.stages["b"].completed] == [1, 2, 3]
     document, documents = single.as_dict(), staged.as_dict()  # one shape: the cuts, and each stage's own
     assert set(document) == set(documents) == {"pipeline", "storage", "noun", "attempt", "abandoned", "completed",
-                                              "failed", "stages"}
+                                              "failed", "verification", "skipped", "stages"}
     assert (document["noun"], documents["noun"]) == ("checkpoint", "global checkpoint")
     assert document["stages"]["t"]["completed"][0]["spark_batch_id"] == single.stages["t"].completed[0].spark_batch_id
     assert document["completed"][0]["stages"]["t"]["spark_batch_id"] == single.stages["t"].completed[0].spark_batch_id

@@ -327,6 +327,8 @@ def test_cli_runs_a_two_stage_pipeline_on_the_embedded_broker_and_lists_its_glob
     assert main(["run", str(path), "--until-exhausted", "--duration", "150"]) == 0
     out, err = capsys.readouterr()
     assert "pipeline two (2 stages, attempt 0):" in out and "embedded broker 127.0.0.1:" in out, out
+    for stage in ("a", "b"):  # every stage's dead letters, as one stage's run prints them
+        assert f"  stage {stage}: dead letters: 0 (file://{tmp_path / 'work'}/stages/{stage}/dead-letter)" in out, out
     progress = [line for line in err.splitlines() if line.startswith("a: batch=")]
     assert progress and " | b: batch=" in progress[-1] and "global_checkpoint=" in progress[-1], err
     assert "global_checkpoint=-" not in progress[-1]

@@ -81,6 +81,10 @@ def test_checkpoints_page_lists_the_demo_checkpoints_in_airflow(tmp_path: Path) 
     try:
         server.start()
         assert run.wait(timeout=300) == 0, run_log.read_text(errors="replace")[-4000:]
+        logged = run_log.read_text(errors="replace")
+        # A successful run ends with its summary: no traceback of PySpark's accumulator server
+        # (EOFError) or of py4j when the driver and its JVM exit.
+        assert "Traceback" not in logged and "EOFError" not in logged, logged[-4000:]
         ran = time.monotonic() - started
         verify_latest_checkpoints(spec_path, CHECKPOINTS)
         report_watermark_skew(spec_path)

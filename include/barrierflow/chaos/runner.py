@@ -52,6 +52,7 @@ from barrierflow.pipeline.model import open_pipeline
 from barrierflow.spec.loader import load_any_spec
 from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
 from barrierflow.spec.parts import channel_topics, raw_parts, spec_parts
+from barrierflow.spec.paths import resolve_spec_paths, spec_home
 
 Mode = Literal["group", "stage", "jvm", "mixed"]
 #: Seconds a run may take to stop by itself after one of its processes was killed.
@@ -501,7 +502,9 @@ class ChaosRunner:
             UserInputError: a missing table/topic to copy, bad options.
             OutputReadError: an output could not be read.
         """
-        raw = yaml.safe_load(self.spec_path.read_text(encoding="utf-8"))
+        # The copies live in scratch dirs: what they keep of the spec (sources, suites, TLS files)
+        # must point where the spec's own relative paths do.
+        raw = resolve_spec_paths(yaml.safe_load(self.spec_path.read_text(encoding="utf-8")), spec_home(self.spec_path))
         self.result = ChaosResult(self.spec.name, str(self.spec_path), self.options.seed, self.options.mode,
                                   self.options.kills, str(self.scratch), self.started, kill_kinds=self.kill_kinds())
         ends_before = self._end_offsets()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -92,6 +92,8 @@ class CutLog(Protocol):
     def completed(self) -> list[GlobalManifest]: ...
 
     def all_manifests(self) -> list[GlobalManifest]: ...
+
+    def readable_manifests(self) -> tuple[list[GlobalManifest], list[tuple[str, str]]]: ...
 
     def trigger_time(self, checkpoint_id: int) -> datetime | None: ...
 
@@ -241,6 +243,12 @@ class GlobalCheckpointStore:
         """Every global manifest, abandoned ones included, ascending."""
         return [self.get(i) for i in self.ids("_metadata")]
 
+    def readable_manifests(self) -> tuple[list[GlobalManifest], list[tuple[str, str]]]:
+        """Every global manifest that reads, abandoned ones included, ascending, and ``(file
+        URI, why)`` of each one that does not (one deleted meanwhile is left out silently)."""
+        return _readable(self.ids("_metadata"), self.get,
+                         lambda cid: self.objects.describe(global_key(cid, "_metadata")))
+
     def failures(self) -> list[GlobalFailure]:
         """Every global failure record, ascending by id. Raises CheckpointCorruptError."""
         return [f for i in self.ids("_failed") if (f := self._read(global_key(i, "_failed"), GlobalFailure))]
@@ -367,6 +375,11 @@ class SingleStageCuts:
         """Every cut with a manifest (the store lists abandoned checkpoints too), ascending."""
         return self.completed()
 
+    def readable_manifests(self) -> tuple[list[GlobalManifest], list[tuple[str, str]]]:
+        """As :meth:`GlobalCheckpointStore.readable_manifests`, over the stage's ``chk-<n>``."""
+        return _readable(self.store.checkpoint_ids(), self.get,
+                         lambda cid: self.store.objects.describe(manifest_key(cid)))
+
     def trigger_time(self, checkpoint_id: int) -> datetime | None:
         """When checkpoint ``checkpoint_id`` was triggered: its failure record's time (None: none)."""
         return next((f.trigger_time for f in self.store.failures() if f.checkpoint_id == checkpoint_id), None)
@@ -392,3 +405,17 @@ class SingleStageCuts:
 
     def cutoffs(self) -> list[AttemptCutoffRecord]:
         return []  # one stage reads no channel: no attempt cutoffs
+
+
+def _readable(ids: list[int], get: Callable[[int], GlobalManifest], file: Callable[[int], str]
+              ) -> tuple[list[GlobalManifest], list[tuple[str, str]]]:
+    manifests: list[GlobalManifest] = []
+    unreadable: list[tuple[str, str]] = []
+    for cid in ids:
+        try:
+            manifests.append(get(cid))
+        except CheckpointCorruptError as exc:
+            unreadable.append((file(cid), str(exc)))
+        except CheckpointNotFoundError:  # deleted since it was listed (retention)
+            continue
+    return manifests, unreadable

@@ -35,9 +35,34 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise UserInputError(f"{self.prog}: {message}")
 
 
+def _version() -> str:
+    """The installed distribution's version (package metadata, as pip shows it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("barrierflow")
+    except PackageNotFoundError:
+        raise UserInputError("barrierflow is not installed as a distribution, so it has no version: install it "
+                             "(pip install -e . in the repository) and run again") from None
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the version is read only when asked for (a source checkout without the
+    distribution installed still runs every other command)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(f"{parser.prog} {_version()}")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="barrierflow", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--version", action=_VersionAction, help="print the installed barrierflow's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
 
     run = sub.add_parser("run", help="run a pipeline with ABS checkpoints")
@@ -238,31 +263,51 @@ def _cmd_run(args: argparse.Namespace) -> int:
           f"{result.elapsed_seconds:.1f} s{broker}")
     for manifest in result.completed:
         print(f"  global checkpoint {manifest.checkpoint_id}: {manifest.total_ms:.0f} ms")
+    for stage, letters in outcome.stage_dead_letters.items():
+        print(f"  stage {stage}: dead letters: {letters.count} ({letters.uri})")
     return EXIT_OK
 
 
+def _verified(listing: CheckpointListing, checkpoint_id: int) -> str:
+    verdict = listing.verdicts.get(checkpoint_id)
+    return verdict.label if verdict is not None else "-"
+
+
+def _print_verdict_reason(listing: CheckpointListing, checkpoint_id: int) -> None:
+    verdict = listing.verdicts.get(checkpoint_id)
+    if verdict is not None and not verdict.passed:
+        print(f"{'':>5} verification: {verdict.reason}")
+
+
 def _print_listing(listing: CheckpointListing, spec: str) -> None:
-    """The cuts, one row each, and under each the row of every stage's part (its own
-    checkpoint: kind, barrier batch, mode, alignment, sync and async times, channel-state
-    records, bytes)."""
+    """Every cut, one row each, with its status, duration (trigger to completion) and stored
+    verification verdict (``-``: never verified), and under it the row of every stage's part
+    (its own checkpoint: kind, barrier batch, mode, alignment, sync and async times,
+    channel-state records, bytes); an unreadable manifest is named on stderr."""
     noun = listing.noun
+    for skipped in listing.skipped:
+        print(f"skipped {skipped.file}, which cannot be read: {skipped.reason}", file=sys.stderr)
+    if not listing.cuts and not listing.failed_cuts and not listing.skipped:
+        print(f"no {noun}s in {listing.storage} yet; run 'barrierflow run {spec}'")
+        return
     print(f"pipeline {listing.pipeline}: {noun}s in {listing.storage} (attempt {listing.attempt})")
-    print(f"{'id':>5} {'attempt':>7} {'completed (UTC)':26} {'total ms':>9}  {'stage':12} {'kind':10} {'batch':>6} "
-          f"{'mode':10} {'align ms':>9} {'sync ms':>8} {'async ms':>9} {'chan recs':>9} {'full B':>10} {'new B':>10}")
+    print(f"{'id':>5} {'attempt':>7} {'status':10} {'completed (UTC)':26} {'total ms':>9} {'verified':14} "
+          f"{'stage':12} {'kind':10} {'batch':>6} {'mode':10} {'align ms':>9} {'sync ms':>8} {'async ms':>9} "
+          f"{'chan recs':>9} {'full B':>10} {'new B':>10}")
     for c in listing.cuts:
-        note = "  (abandoned)" if c.checkpoint_id in listing.abandoned else ""
+        status = "ABANDONED" if c.checkpoint_id in listing.abandoned else "COMPLETED"
         completed = c.completion_time.astimezone(UTC).isoformat(timespec="seconds")
-        print(f"{c.checkpoint_id:>5} {c.attempt:>7} {completed:26} {c.total_ms:>9.1f}{note}")
+        print(f"{c.checkpoint_id:>5} {c.attempt:>7} {status:10} {completed:26} {c.total_ms:>9.1f} "
+              f"{_verified(listing, c.checkpoint_id)}")
         for name, part in c.stages.items():
             own = listing.stages[name].manifest(c.checkpoint_id) if name in listing.stages else None
             kind, full, new = (own.kind.value, own.full_bytes, own.incremental_bytes) if own else ("-", "-", "-")
-            print(f"{'':>5} {'':>7} {'':26} {'':>9}  {name:12} {kind:10} {part.spark_batch_id:>6} "
+            print(f"{'':>5} {'':>7} {'':10} {'':26} {'':>9} {'':14} {name:12} {kind:10} {part.spark_batch_id:>6} "
                   f"{part.mode or '-':10} {part.alignment_ms:>9.1f} {part.sync_ms:>8.1f} {part.async_ms:>9.1f} "
                   f"{part.channel_state_records:>9} {full:>10} {new:>10}")
+        _print_verdict_reason(listing, c.checkpoint_id)
     for g in listing.failed_cuts:
-        print(f"{g.checkpoint_id:>5} FAILED  {g.reason}: {g.message}")
-    if not listing.cuts and not listing.failed_cuts:
-        print(f"no {noun}s in {listing.storage} yet; run 'barrierflow run {spec}'")
+        print(f"{g.checkpoint_id:>5} {'-':>7} {'FAILED':10} {g.reason}: {g.message}")
 
 
 def _print_view(view: CheckpointView) -> None:
@@ -472,7 +517,7 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
             print(f"  stage {stage}: {verb} {d.action:6} {d.sink} {d.transaction_id} (epoch {d.checkpoint_id}, "
                   f"{d.state}): {d.reason}")
     if not plan.decisions:
-        print("  nothing in doubt")
+        print(f"  nothing in doubt (transaction ledgers in {outcome.storage})")
     return EXIT_OK
 
 

@@ -22,6 +22,8 @@ class ReconcileOutcome:
     dry_run: bool
     noun: str
     runner: str
+    #: the checkpoint store whose transaction ledgers were read (named when nothing is in doubt)
+    storage: str = ""
 
     @property
     def stages(self) -> dict[str, list[Decision]]:
@@ -48,4 +50,4 @@ def reconcile(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> Re
     plan = plan_reconciliation(pipeline)
     if not dry_run:
         apply_reconciliation(pipeline, plan)
-    return ReconcileOutcome(plan, dry_run, pipeline.cut_noun, pipeline.runner_noun)
+    return ReconcileOutcome(plan, dry_run, pipeline.cut_noun, pipeline.runner_noun, pipeline.storage)
