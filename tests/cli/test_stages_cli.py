@@ -178,7 +178,8 @@ def test_each_command_has_one_handler_for_both_shapes(tmp_path: Path, capsys: py
     assert main(["reconcile", one, "--dry-run"]) == 0
     first, second = capsys.readouterr().out.splitlines()
     assert first == "pipeline t: latest completed checkpoint 2; job not running"
-    assert second.startswith("  nothing in doubt (transaction ledgers in file://")    assert main(["reconcile", one, "--dry-run", "--json"]) == 0
+    assert second.startswith("  nothing in doubt (transaction ledgers in file://")
+    assert main(["reconcile", one, "--dry-run", "--json"]) == 0
     reconciled = json.loads(capsys.readouterr().out)
     assert reconciled["latest_completed"] == 2 and reconciled["dry_run"] is True and set(reconciled["stages"]) <= {"t"}
     assert reconciled["noun"] == "checkpoint"
