@@ -63,7 +63,7 @@ def test_processes_and_stage_are_refused_for_a_single_stage_spec(
     path.write_text(yaml.safe_dump(spec_dict(tmp_path)), encoding="utf-8")
     for flag in (["--processes"], ["--stage", "a"]):
         assert main(["run", str(path), *flag]) == 2
-        assert "has one stage; --processes and --stage are for specs with stages" in capsys.readouterr().err
+        assert "is for pipelines of several stages" in capsys.readouterr().err
 
 
 def test_checkpoints_list_shows_global_checkpoints_per_stage(tmp_path: Path,

@@ -249,20 +249,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if sys.stderr.isatty() and not args.quiet:
         sys.stderr.write("\n")
     result = outcome.result
-    if len(outcome.stages) == 1:  # the cuts are the stage's checkpoints
-        print(f"pipeline {outcome.pipeline}: {result.batches} batches, {result.records} records in "
-              f"{result.elapsed_seconds:.1f} s ({result.throughput:,.0f} rec/s after the first batch); "
-              f"{len(result.completed)} checkpoints completed, {len(result.failed)} failed; "
-              f"dead letters: {outcome.dead_letters} ({outcome.dead_letter_uri})")
-        for failure in result.failed:
-            print(f"  checkpoint {failure.checkpoint_id} failed: {failure.reason.value}: {failure.message}")
-        return EXIT_OK
+    count = len(outcome.stages)
     broker = f"; embedded broker {outcome.embedded_broker} (stopped)" if outcome.embedded_broker else ""
-    print(f"pipeline {outcome.pipeline} ({len(outcome.stages)} stages, attempt {outcome.attempt}): "
-          f"{len(result.completed)} global checkpoints completed, {len(result.failed)} failed in "
-          f"{result.elapsed_seconds:.1f} s{broker}")
+    print(f"pipeline {outcome.pipeline} ({count} stage{'s' if count > 1 else ''}, attempt {outcome.attempt}): "
+          f"{result.batches} batches, {result.records} records in {result.elapsed_seconds:.1f} s "
+          f"({result.throughput:,.0f} rec/s after the first batch); {len(result.completed)} {outcome.noun}s "
+          f"completed, {len(result.failed)} failed; dead letters: {outcome.dead_letters}{broker}")
     for manifest in result.completed:
-        print(f"  global checkpoint {manifest.checkpoint_id}: {manifest.total_ms:.0f} ms")
+        print(f"  {outcome.noun} {manifest.checkpoint_id}: {manifest.total_ms:.0f} ms")
+    for failure in result.failed:
+        reason = getattr(failure.reason, "value", failure.reason)
+        print(f"  {outcome.noun} {failure.checkpoint_id} failed: {reason}: {failure.message}")
     for stage, letters in outcome.stage_dead_letters.items():
         print(f"  stage {stage}: dead letters: {letters.count} ({letters.uri})")
     return EXIT_OK

@@ -20,11 +20,10 @@ from barrierflow.errors import UserInputError
 from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.runtime.job import Progress
-from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StagedPipelineJob, StageProgress
+from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StageProgress
 from barrierflow.runtime.pipeline_runner import RunResult
-from barrierflow.runtime.run_driver import open_driver
+from barrierflow.runtime.run_driver import open_driver, open_stage_process_driver
 from barrierflow.sources.dead_letter import count_dead_letters
-from barrierflow.spec.stages import StagedPipelineSpec
 
 __all__ = ["AnyProgress", "DeadLetters", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome",
            "RunResult", "StageProgress", "dead_letters", "run", "run_stage"]
@@ -66,6 +65,7 @@ class RunOutcome:
         dead_letters, dead_letter_uri: the dead letters the stages left (all of them) and
             where (each stage's URI, comma-separated).
         stage_dead_letters: each stage's own (:func:`dead_letters`), which those two sum up.
+        noun: what the run's cuts are called (``checkpoint``, ``global checkpoint``).
         embedded_broker: several stages: the address of the broker started for ``bootstrap:
             embedded`` channels (None if none was), stopped once the run ended (its data stays
             in ``<work_dir>/embedded-broker`` for the next run).
@@ -79,6 +79,7 @@ class RunOutcome:
     dead_letter_uri: str = ""
     embedded_broker: str | None = None
     stage_dead_letters: dict[str, DeadLetters] = field(default_factory=dict)
+    noun: str = "checkpoint"
 
 
 def _check_limits(duration: float | None, checkpoints: int | None) -> None:
@@ -122,8 +123,8 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     """
     _check_limits(duration, checkpoints)
     pipeline = open_pipeline(spec_path)
-    if processes and pipeline.single_stage:
-        raise UserInputError(f"{spec_path} has one stage; --processes and --stage are for specs with stages")
+    if processes:
+        pipeline.refuse_stage_processes("--processes")
     with ExitStack() as stack:
         address = None
         if any(c.is_embedded for c in pipeline.channels):
@@ -148,7 +149,7 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
         found = dead_letters(pipeline)
         return RunOutcome(pipeline.name, tuple(s.name for s in pipeline.stages), result, driver.attempt,
                           sum(d.count for d in found.values()), ", ".join(d.uri for d in found.values()),
-                          embedded_broker=address, stage_dead_letters=found)
+                          embedded_broker=address, stage_dead_letters=found, noun=pipeline.cut_noun)
 
 
 def run_stage(spec_path: str | os.PathLike[str], stage: str) -> int:
@@ -163,10 +164,5 @@ def run_stage(spec_path: str | os.PathLike[str], stage: str) -> int:
     """
     from barrierflow.runtime.stage_processes import run_stage_process, servers_from_env
 
-    pipeline = open_pipeline(spec_path)
-    if pipeline.single_stage:
-        raise UserInputError(f"{spec_path} has one stage; --processes and --stage are for specs with stages")
-    pipeline.stage(stage)  # UserInputError naming the stages
-    assert isinstance(pipeline.spec, StagedPipelineSpec)
-    job = StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path, channel_servers=servers_from_env())
+    job = open_stage_process_driver(open_pipeline(spec_path), stage, channel_servers=servers_from_env())
     return run_stage_process(job, stage)

@@ -180,10 +180,11 @@ class OpenedPipeline:
         return STAGE_POINTS + (() if self.single_stage else PIPELINE_POINTS)
 
     def refuse_stage_processes(self, flag: str) -> None:
-        """Raise UserInputError naming ``flag`` (``--processes``) when the pipeline is one
-        stage: only a pipeline of several runs a process per stage."""
+        """Raise UserInputError naming ``flag`` (``--processes``, ``--stage``) when the pipeline
+        is one stage: only a pipeline of several runs a process per stage."""
         if self.single_stage:
-            raise UserInputError(f"{flag} is for pipelines of several stages")
+            raise UserInputError(f"{flag} is for pipelines of several stages; {self.spec_path} has one stage "
+                                 "(run it without the flag)")
 
     def stage_field_prefix(self, index: int) -> str:
         """How spec errors name a field of stage number ``index``: ``stages[<index>].`` in a
