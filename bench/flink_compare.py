@@ -35,6 +35,7 @@ from barrierflow.spec import load_spec, project_home
 from bench import emit_table
 from bench.abs_overhead import no_checkpoints
 from bench.modes import MODES, mode_spec
+from bench.rates import job_rate
 
 FLINK_PYTHON_ENV = "BARRIERFLOW_FLINK_PYTHON"
 #: Rows of Flink's first run per measured second (later runs are sized from the one before).
@@ -103,8 +104,8 @@ def run_flink_comparison(spec_path: str, *, seconds: float, rounds: int,
             job = StreamingJob(mode_spec(base, mode, work), spark=spark)
             result = (job.run(duration=seconds, on_tick=no_checkpoints) if mode.interval is None
                       else job.run(duration=seconds))
-            into.append(result.throughput)
-            print(f"round {r + 1} barrierflow {mode.name:16} {result.throughput:>12,.0f} rec/s  "
+            into.append(job_rate(result))
+            print(f"round {r + 1} barrierflow {mode.name:16} {into[-1]:>12,.0f} rec/s  "
                   f"{len(result.completed)} checkpoints", file=sys.stderr)
             shutil.rmtree(work, ignore_errors=True)
 
