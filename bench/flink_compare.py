@@ -60,6 +60,8 @@ class Runs:
     flink_version: str = "?"
     #: The settings of each Flink configuration beyond parallelism, state backend and checkpoints.
     flink_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: The machine's 1-minute load average when the comparison started and ended.
+    load: tuple[float, float] | None = None
 
 
 def flink_python() -> Path:
@@ -102,6 +104,7 @@ def run_flink_comparison(spec_path: str, *, seconds: float, rounds: int,
     shutil.rmtree(root, ignore_errors=True)
     spark = StreamingJob(base).spark
     runs = Runs()
+    load_at_start = os.getloadavg()[0]
     warmup = max(seconds, 30.0)
     print(f"barrierflow warm-up ({warmup:.0f} s) ...", file=sys.stderr)
     StreamingJob(mode_spec(base, MODES[0], root / "warmup"), spark=spark).run(duration=warmup)
@@ -135,6 +138,7 @@ def run_flink_comparison(spec_path: str, *, seconds: float, rounds: int,
     for r in range(rounds):
         for step in ((barrierflow, flink) if r % 2 == 0 else (flink, barrierflow)):
             step(r)
+    runs.load = (load_at_start, os.getloadavg()[0])
     emit_table(render(runs, base.spark.master, seconds, rounds), markdown)
     return runs
 
@@ -158,7 +162,9 @@ def render(runs: Runs, master: str, seconds: float, rounds: int) -> str:
     lines = [
         f"Comparison {datetime.now(UTC).isoformat(timespec='seconds')}: the reference job (10,000 keys, running "
         f"count and sum), barrierflow on Spark {master} vs Flink SQL {runs.flink_version} (MiniCluster, "
-        f"parallelism 2, heap state), about {seconds:.0f} s per run, {rounds} round(s), alternating order",
+        f"parallelism 2, heap state), about {seconds:.0f} s per run, {rounds} round(s), alternating order"
+        + (f"; load average (1 min) {runs.load[0]:.1f} at the start, {runs.load[1]:.1f} at the end"
+           if runs.load else ""),
         "",
         f"Flink untuned: {_config(runs.flink_config.get('untuned', {}))}. "
         f"Flink tuned: {_config(runs.flink_config.get('tuned', {}))}.",

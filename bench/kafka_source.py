@@ -332,9 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     from barrierflow.sources.embedded_broker import embedded_broker
     from barrierflow.spec.models import SparkSpec
 
-    started = datetime.now(UTC)
+    started, load = datetime.now(UTC), os.getloadavg()[0]
     say(f"Kafka source benchmark, {started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, load average "
-        f"{os.getloadavg()[0]:.1f}; {records:,} records, {args.partitions} partitions, {args.batch:,} per "
+        f"{load:.1f}; {records:,} records, {args.partitions} partitions, {args.batch:,} per "
         "partition and batch")
     lines: list[str] = []
     with ExitStack() as stack:
@@ -385,8 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as out:
             out.write(f"\n`python -m bench.kafka_source --records {args.records} --batch {args.batch} --partitions "
-                      f"{args.partitions} --stages {args.stages}`, {started:%Y-%m-%d %H:%M} UTC, load average at start "
-                      f"{os.getloadavg()[0]:.1f}:\n\n" + "\n".join(lines) + "\n")
+                      f"{args.partitions} --stages {args.stages}`, {started:%Y-%m-%d %H:%M} UTC, "
+                      f"load average (1 min) at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f}:\n\n"
+                      + "\n".join(lines) + "\n")
     return 0
 
 
