@@ -6,13 +6,14 @@ shared machine falls on both: barrierflow's reference job (``include/pipelines/b
 10,000 keys, running count and sum, discard sink, ``local[2]``) without checkpoints and with
 ABS every 1 s, each for ``seconds`` in this process's SparkSession (records/s after the first
 batch, :mod:`bench.rates`); and the same logical job on Flink SQL (:mod:`bench.flink_sql_job`,
-run by the Python of the Flink virtual environment) in two configurations, **untuned** (Flink's
-defaults) and **tuned** as Flink's performance-tuning guide prescribes for a group aggregation
-(mini-batch and two-phase aggregation, :data:`bench.flink_sql_job.TUNED`), each without
-checkpoints and with checkpoints every 1 s, over as many rows as that configuration processes
-in about ``seconds`` (sized from its previous run). Printed: both Flink configurations, records/s
-per run, each system's 1 s-checkpoint ratio to its own no-checkpoint run, and barrierflow /
-Flink tuned per round (the comparison to cite), with barrierflow / Flink untuned beside it.
+run by the Python of the Flink virtual environment) in two configurations, alternating which
+goes first as the systems do: **untuned** (Flink's defaults) and **tuned** as Flink's
+performance-tuning guide prescribes for a group aggregation (mini-batch and two-phase
+aggregation, :data:`bench.flink_sql_job.TUNED`), each without checkpoints and with checkpoints
+every 1 s, over as many rows as that configuration processes in about ``seconds`` (sized from
+its previous run). Printed: both Flink configurations, records/s per run, each system's 1
+s-checkpoint ratio to its own no-checkpoint run, and barrierflow / Flink tuned per round (the
+comparison to cite), with barrierflow / Flink untuned beside it.
 
 Flink lives in its own virtual environment (``make flink``: ``.venv-flink`` with
 requirements-flink.txt), never in the main requirements; ``BARRIERFLOW_FLINK_PYTHON`` names
@@ -122,8 +123,8 @@ def run_flink_comparison(spec_path: str, *, seconds: float, rounds: int,
             shutil.rmtree(work, ignore_errors=True)
 
     def flink(r: int) -> None:
-        for tuned, none, checkpointed in ((False, runs.flink_none, runs.flink_1s),
-                                          (True, runs.flink_tuned_none, runs.flink_tuned_1s)):
+        configurations = ((False, runs.flink_none, runs.flink_1s), (True, runs.flink_tuned_none, runs.flink_tuned_1s))
+        for tuned, none, checkpointed in configurations if r % 2 == 0 else reversed(configurations):
             name = "tuned" if tuned else "untuned"
             for interval, into in ((0.0, none), (1.0, checkpointed)):
                 result = run_flink_job(python, max(1_000_000, int(rates[tuned] * seconds)), interval, tuned=tuned)
