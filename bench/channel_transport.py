@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         say(RESULT_PREFIX + json.dumps(run_pipeline(args.servers, args.records, batches[0], args.cap, shapes[0])))
         return 0
 
-    from barrierflow.sources.embedded_broker import embedded_broker
+    from barrierflow.kafka_io.embedded_broker import embedded_broker
 
     say(f"channel transport benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}; {args.records:,} records per run")

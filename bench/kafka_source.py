@@ -9,8 +9,8 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
 3. The topic read back with barrierflow's range reader (confluent-kafka): alone (the **consume
    ceiling**), with ``json.loads`` per record (the **consume+decode ceiling**), and read and
    decoded into Arrow record batches with the Kafka source's own decoder
-   (:class:`barrierflow.sources.kafka.RecordDecoder`), per record and vectorized
-   (:mod:`barrierflow.sources.json_columns`); and read as columns (offsets, timestamps,
+   (:class:`barrierflow.kafka_io.decoding.RecordDecoder`), per record and vectorized
+   (:mod:`barrierflow.kafka_io.json_columns`); and read as columns (offsets, timestamps,
    values per fetch) and decoded vectorized, as the source's tasks do: the **source's decode
    ceiling** (what they could reach with no Spark around them). Each in one Python thread
    (named so), and the consume+decode and source's decode ceilings also in as many processes
@@ -114,7 +114,7 @@ def _read(kind: str, servers: str, topic: str, partitions: list[int], share: int
     """Read (and decode, per ``kind``) ``share`` records of each of ``partitions``; the records
     or rows done. One Python thread."""
     from barrierflow.kafka_io.consumer import ConsumerSettings, RangeReader
-    from barrierflow.sources.kafka import RecordDecoder
+    from barrierflow.kafka_io.decoding import RecordDecoder
     from barrierflow.spec.models import KafkaSourceSpec
 
     spec = KafkaSourceSpec.model_validate({"type": "kafka", "bootstrap_servers": servers, "topics": [topic],
@@ -328,8 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--stages takes 1, 2 and/or 3, comma separated (got {args.stages!r})")
     records = args.records - args.records % args.partitions
 
+    from barrierflow.kafka_io.embedded_broker import embedded_broker
     from barrierflow.runtime.session import build_session
-    from barrierflow.sources.embedded_broker import embedded_broker
     from barrierflow.spec.models import SparkSpec
 
     started, load = datetime.now(UTC), os.getloadavg()[0]

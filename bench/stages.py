@@ -184,7 +184,7 @@ def run_stages_benchmark(*, seconds: float = 60.0, interval: float = 1.0, rate: 
                          markdown: str | None = None, processes: bool = False) -> list[ModeFigures]:
     """``python -m bench --scenario stages``: every mode in turn, then the table (``rate``:
     records/s per source partition; issue 29 asks for 20,000)."""
-    from barrierflow.sources.embedded_broker import embedded_broker
+    from barrierflow.kafka_io.embedded_broker import embedded_broker
 
     work_root = project_home() / "var" / "bench" / "stages"
     figures = []

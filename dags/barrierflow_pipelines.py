@@ -1,4 +1,4 @@
-"""barrierflow pipelines: seven DAGs per pipeline spec in `include/pipelines/*.yaml`, three more
+"""barrierflow pipelines: eight DAGs per pipeline spec in `include/pipelines/*.yaml`, three more
 (the batch side) per committed Parquet lake: a single-stage pipeline's Parquet sink, or each
 final stage with a Parquet sink of a pipeline of several. One builder makes them from two
 declarative tables, `DAG_KINDS` and `BATCH_DAG_KINDS` (id part, description, schedule, params,
@@ -82,7 +82,7 @@ skipping the file because a skipped pipeline silently vanishes from the UI, whil
 DAG shows what is wrong where operators look.
 
 A multi-stage spec (`stages` and `channels`, e.g. `include/pipelines/stages.yaml`) gets the
-seven streaming DAGs above, on its *global* checkpoints (each task calls the one operation that
+eight streaming DAGs above, on its *global* checkpoints (each task calls the one operation that
 `barrierflow <command> SPEC` calls, which opens the pipeline and works on its cuts, for either shape):
 
 * `launch` spark-submits `jobs/run_pipeline.py --spec` as for one stage: one Spark application
@@ -90,8 +90,8 @@ seven streaming DAGs above, on its *global* checkpoints (each task calls the one
   pipeline's one lease (`<work_dir>/job.lease`), which the launch guard and the recovery check.
   `until_exhausted` defaults to true when every source stage's source is bounded. A start after
   an earlier run restores the latest global checkpoint as a new attempt. Channels on the
-  embedded broker live only as long as the job: fine for one demo run, but a later launch and
-  a restore refuse them (exit 2, naming the fix); give the channels a lasting broker.
+  embedded broker keep their data in the pipeline's work dir: a later launch or a restore
+  starts the broker again on the same data (production channels want a lasting cluster).
 * `supervise` checks the age of the newest completed global checkpoint.
 * `verify`, `retain`, `reconcile`, `skew` run the same operations on the global checkpoints; their XComs are the JSON
   documents of `barrierflow verify|retain|reconcile|skew SPEC --json`. A failed verification

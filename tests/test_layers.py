@@ -57,6 +57,9 @@ def test_the_contracts_hold() -> None:
     # a front door running an operation itself instead of calling ops/
     ("cli/main.py", "\n\ndef _r() -> None:\n    from barrierflow.recovery.restore import restore_pipeline  # noqa\n",
      "front-doors-call-ops"),
+    # a Kafka client imported outside kafka_io (a function-local import counts too)
+    ("sinks/kafka.py", "\n\ndef _k() -> None:\n    from kafka import KafkaConsumer  # noqa\n", "kafka-has-one-home"),
+    ("sources/generator.py", "\nimport confluent_kafka  # noqa\n", "kafka-has-one-home"),
     # a cycle: storage -> spec -> storage
     ("spec/durations.py", "\n\ndef _c() -> None:\n    import barrierflow.storage.uri  # noqa\n", "acyclic-packages"),
 ])

@@ -29,6 +29,12 @@ A sink double:
   without telling the wrapped sink, so the epoch stays pre-committed, as when the sink's
   system stays unreachable past its commit retries. Pre-commits and aborts pass through.
 
+A pipeline runner:
+
+* :func:`run_bounded` — runs a single-stage spec (built-in generator, Parquet sink) in a local
+  Spark on a bounded input with every path in a folder of the test's, until everything is
+  committed, and returns the generated records and the committed output (:class:`BoundedRun`).
+
 The staged-batch writer:
 
 * :func:`stage_batch` — stages a micro-batch without Spark, in the exact layout the Spark-side
@@ -39,20 +45,26 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from barrierflow.errors import SinkError, StorageError
+import yaml
+
+from barrierflow.errors import SinkError, StorageError, UserInputError
+from barrierflow.spec.models import PipelineSpec
 from barrierflow.storage import open_store
 from barrierflow.storage.object_store import ObjectInfo, ObjectStore
 from barrierflow.transactions.committer import SinkCommitter
-from barrierflow.transactions.staged import MARKER, batch_prefix
+from barrierflow.transactions.write_ahead import MARKER, batch_prefix
 
-__all__ = ["FailingCommitter", "FailingObjectStore", "KeyFilter", "ProgressWait", "SlowObjectStore", "WriteRecord",
-           "shared_files", "stage_batch"]
+__all__ = ["BoundedRun", "FailingCommitter", "FailingObjectStore", "KeyFilter", "ProgressWait", "SlowObjectStore",
+           "WriteRecord", "run_bounded", "shared_files", "stage_batch"]
 
 #: Which keys a double acts on.
 KeyFilter = Callable[[str], bool]
@@ -255,3 +267,86 @@ def stage_batch(uri: str, batch_id: int, table: Any, files: int = 1) -> None:
         listing.append({"key": key, "rows": part.num_rows})
     store.put_bytes(batch_prefix(batch_id) + MARKER,
                     json.dumps({"batch_id": batch_id, "files": listing, "rows": table.num_rows}).encode())
+
+
+@dataclass(frozen=True)
+class BoundedRun:
+    """What :func:`run_bounded` ran and what came out.
+
+    Attributes:
+        spec: the spec that ran (the given one with the test's paths and the bounded input).
+        spec_path: where that spec was written (in the test's folder).
+        source_records: every valid record the generator produced (malformed ones go to the dead
+            letters), as dicts: partition, offset, key, value, event_time (UTC).
+        output: every committed row of the Parquet sink, as dicts; timestamps in UTC.
+    """
+
+    spec: PipelineSpec
+    spec_path: Path
+    source_records: list[dict[str, Any]]
+    output: list[dict[str, Any]]
+
+
+def run_bounded(spec_path: str | os.PathLike[str], folder: str | os.PathLike[str], *, records_per_partition: int,
+                home: str | os.PathLike[str] | None = None, master: str = "local[2]") -> BoundedRun:
+    """Run the single-stage spec at ``spec_path`` to the end of a bounded input and return its
+    input and committed output (:class:`BoundedRun`).
+
+    The spec is copied to ``folder`` with: the generator bounded to ``records_per_partition``
+    records per partition, unthrottled; the checkpoint store, the Parquet sink, the work dir and
+    the dead letters under ``folder``; a 0 s trigger, a 200 ms checkpoint interval;
+    ``spark.master`` = ``master``; relative ``spark.py_packages`` taken relative to ``home``
+    (default: ``$BARRIERFLOW_HOME``, else the working directory). Then it runs as ``barrierflow
+    run SPEC --until-exhausted`` does, in this process's SparkSession (created or reused).
+
+    Raises:
+        UserInputError: the spec has several stages, its source is not the generator or its sink
+            not Parquet (naming the field); SpecError: it does not load. The run's errors.
+    """
+    from barrierflow.ops.run import run
+    from barrierflow.sinks.parquet import read_committed
+    from barrierflow.sources.generator import GeneratorModel
+    from barrierflow.spec import load_spec
+    from barrierflow.spec.loader import project_home
+    from barrierflow.spec.models import GeneratorSourceSpec
+
+    original = load_spec(spec_path)
+    if original.source.type != "generator":
+        raise UserInputError(f"{spec_path}: run_bounded needs the built-in generator as sources[0] (type "
+                             f"'generator'), not {original.source.type!r}")
+    if original.sink.type != "parquet":
+        raise UserInputError(f"{spec_path}: run_bounded reads the committed output of a Parquet sink (sinks[0] type "
+                             f"'parquet'), not {original.sink.type!r}")
+    base = Path(folder).resolve()
+    root = Path(home).resolve() if home is not None else project_home()
+    data = original.model_dump(mode="json")
+    data["sources"][0].update(records_per_partition=records_per_partition, rows_per_second=0)
+    data["sinks"][0]["path"] = f"file://{base / 'output'}"
+    data["checkpoint"].update(storage=f"file://{base / 'checkpoints'}", interval=0.2)
+    data["trigger"]["interval"] = 0.0
+    data["work_dir"] = str(base / "work")
+    data["dead_letter_path"] = f"file://{base / 'dead-letter'}"
+    data["event_times_path"] = ""
+    data["spark"].update(master=master, py_packages=[str(root / p) for p in original.spark.py_packages])
+    derived = base / f"{original.name}.yaml"
+    derived.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    spec = load_spec(derived)
+
+    run(derived, until_exhausted=True)
+
+    source = spec.source
+    assert isinstance(source, GeneratorSourceSpec)
+    model = GeneratorModel(source)
+    names = ("partition", "offset", "key", "value", "event_time")
+    records = [dict(zip(names, row, strict=True)) for p in range(source.partitions)
+               for row in model.rows(p, 0, records_per_partition)]
+    table = read_committed(spec.sink.path)  # type: ignore[union-attr]
+    output = [{k: _utc(v) for k, v in row.items()} for row in (table.to_pylist() if table is not None else [])]
+    return BoundedRun(spec, derived, records, output)
+
+
+def _utc(value: Any) -> Any:
+    """A timestamp read back from Parquet in UTC (Spark writes them without a zone)."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value

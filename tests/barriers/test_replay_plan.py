@@ -13,10 +13,10 @@ from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.planner import PlanRequest, plan_batch
 from barrierflow.barriers.replay_plan import ReplayDivergedError, ReplayImpossibleError, ReplayPlan
 from barrierflow.sinks.parquet import ParquetFileSink, read_committed
-from barrierflow.sinks.staging import BatchStager, write_staged_batch
+from barrierflow.sinks.staging import BatchStager, write_ahead_batch
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.transactions.ledger import Transaction, TransactionLedger, TxnState
-from barrierflow.transactions.staged import StagedBatches
+from barrierflow.transactions.write_ahead import WriteAheadBatches
 
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
 
@@ -113,7 +113,7 @@ def test_replayed_batches_are_not_staged_and_new_ones_commit_under_new_names(tmp
     replayed batch is dropped, the new batch reusing an old batch id does not overwrite it."""
     out, spark_dir, control = tmp_path / "out", tmp_path / "spark", tmp_path / "control"
     ledger = TransactionLedger(LocalObjectStore(tmp_path / "store"), "p")
-    staging = StagedBatches(f"file://{out}/_staging")
+    staging = WriteAheadBatches(f"file://{out}/_staging")
 
     def sink(attempt: int) -> ParquetFileSink:
         return ParquetFileSink(path=f"file://{out}", name="out", pipeline="p", ledger=ledger, attempt=attempt,
@@ -122,7 +122,7 @@ def test_replayed_batches_are_not_staged_and_new_ones_commit_under_new_names(tmp
     # First timeline: batches 0 and 1 committed in epoch 1 and 2.
     for batch, end, value in ((0, 5, "a"), (1, 9, "b")):
         _offset_log(spark_dir, batch, {"0": end})
-        write_staged_batch(staging.uri, batch, pa.table({"v": [value]}))
+        write_ahead_batch(staging.uri, batch, pa.table({"v": [value]}))
         sink(0).pre_commit_epoch(batch + 1, batch)
         sink(0).notify_checkpoint_complete(batch + 1, batch)
     assert ledger.get("out", 2).batch_ends == {1: {"0": 9}}

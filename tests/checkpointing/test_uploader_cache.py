@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from barrierflow.checkpointing.snapshot import LocalSnapshot, StagedFile
+from barrierflow.checkpointing.snapshot import LocalSnapshot, SnapshotFile
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.checkpointing.uploader import SnapshotUploader
 from barrierflow.storage.local import LocalObjectStore
@@ -21,11 +21,11 @@ def test_hash_cache_keeps_only_the_last_snapshots_files_and_reuses_them(tmp_path
     for n in range(1, 31):
         delta = staged / f"{n}.delta"
         delta.write_bytes(f"delta {n}".encode())
-        files = [StagedFile("state/0/0/base.snapshot", str(base), base.stat().st_size),
-                 StagedFile(f"state/0/0/{n}.delta", str(delta), delta.stat().st_size)]
+        files = [SnapshotFile("state/0/0/base.snapshot", str(base), base.stat().st_size),
+                 SnapshotFile(f"state/0/0/{n}.delta", str(delta), delta.stat().st_size)]
         if n > 1:  # the previous delta is still referenced
             previous = staged / f"{n - 1}.delta"
-            files.append(StagedFile(f"state/0/0/{n - 1}.delta", str(previous), previous.stat().st_size))
+            files.append(SnapshotFile(f"state/0/0/{n - 1}.delta", str(previous), previous.stat().st_size))
         uploader.upload(LocalSnapshot(n, n, n, str(staged), files))
         assert len(uploader._hash_cache) == len(files)
     uploader.shutdown()

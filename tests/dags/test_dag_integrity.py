@@ -401,7 +401,7 @@ def test_asset_scheduled_dags_serialize_with_their_watchers(dagbag: Any) -> None
 
 def test_multi_stage_specs_get_the_streaming_dags_on_global_checkpoints(
         monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path) -> None:
-    """A valid multi-stage spec (the repo's three-stage demo) gets the seven streaming DAGs, no
+    """A valid multi-stage spec (the repo's three-stage demo) gets the eight streaming DAGs, no
     batch DAGs (see the DAG module's docstring); its launch runs the whole pipeline through
     spark-submit of jobs/run_pipeline.py, until exhausted by default (every source stage is
     bounded), and its verification runs on the checkpoints asset. A multi-stage spec that does

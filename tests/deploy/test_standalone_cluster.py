@@ -15,8 +15,11 @@ the barrierflow package installed. The secret (a fresh value per module for the 
 which accepts any) must not appear in any driver's output, any daemon or executor log, or the
 specs.
 
-1. Single stage (generator -> 1 s event-time windows per key, stateful -> Parquet via 2PC):
-   the driver SIGKILLs itself right after its second completed checkpoint
+1. Single stage (generator -> 1 s event-time windows per key, stateful -> Parquet via 2PC),
+   whose transformation is the user's own: a package in the test's folder, outside the
+   repository, installed nowhere and on no path of the driver or the worker, that reaches them
+   only as the zip ``spark.py_packages`` ships (every value goes through a Python function of
+   it on the executors): the driver SIGKILLs itself right after its second completed checkpoint
    (``BARRIERFLOW_CRASH_AT=after_manifest@2``: manifest stored, sink not yet told), then
    ``barrierflow restore --latest``, then a second spark-submit runs to the end; the committed
    windows equal the ones computed from the generator's record function, each once, and the
@@ -216,16 +219,47 @@ def _executor_logs(cluster: StandaloneCluster) -> set[str]:
 # PythonRunner), so barrierflow's own messages (the injected crash, the progress) are there.
 
 
+#: The user's package of the single-stage test: its transformation passes every value through a
+#: Python function, which the executors' Python workers import by name (a module-level function
+#: is pickled by reference), then counts the windows as ``keyed_window_counts`` does.
+USER_TRANSFORM = """\
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType
+
+from barrierflow.transforms.aggregations import keyed_window_counts
+
+
+def same_value(value):
+    return value
+
+
+def checked_window_counts(df, ctx):
+    return keyed_window_counts(df.withColumn("value", F.udf(same_value, LongType())("value")), ctx)
+"""
+
+
+def _user_package(folder: Path) -> Path:
+    """A package of the user's own, outside the repository and on no path of the cluster's."""
+    package = folder / f"bf_user_{uuid.uuid4().hex[:8]}"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "windows.py").write_text(USER_TRANSFORM)
+    return package
+
+
 def test_single_stage_pipeline_on_the_cluster_crash_restore_exactly_once(
         runs: ClusterRuns, s3_endpoint: S3Endpoint, tmp_path: Path) -> None:
     base = f"s3://{_bucket(s3_endpoint)}/single"
+    package = _user_package(tmp_path / "user-code")
+    not_installed = runs.run([PYTHON, "-c", f"import {package.name}"], timeout=60)
+    assert not_installed.returncode != 0 and "ModuleNotFoundError" in not_installed.stderr
     source = {"name": "events", "type": "generator", "partitions": 2, "rows_per_second": 0,
               "max_records_per_batch": 500, "records_per_partition": RECORDS, "keys": KEYS,
               "malformed_every": MALFORMED_EVERY}
     data = {
         "version": 1, "name": f"cluster{uuid.uuid4().hex[:8]}", "work_dir": str(tmp_path / "work"),
         "sources": [source],
-        "transformation": {"function": "barrierflow.transforms.aggregations:keyed_window_counts",
+        "transformation": {"function": f"{package.name}.windows:checked_window_counts",
                            "output_mode": "append", "options": {"window": "1 second"}},
         "event_time": {"column": "event_time", "watermark_delay": "200ms"},
         "sinks": [{"name": "out", "type": "parquet", "path": f"{base}/out"}],
@@ -233,7 +267,7 @@ def test_single_stage_pipeline_on_the_cluster_crash_restore_exactly_once(
         "checkpoint": {"storage": f"{base}/checkpoints", "interval": "300ms", "timeout": "120s"},
         "dead_letter_path": f"{base}/dead-letter",
         "event_times_path": f"{base}/event-times",
-        "spark": {"master": runs.cluster.master_url, "shuffle_partitions": 2},
+        "spark": {"master": runs.cluster.master_url, "shuffle_partitions": 2, "py_packages": [str(package)]},
     }
     spec_path = _write_spec(tmp_path, data)
     apps_before = _executor_logs(runs.cluster)

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from barrierflow.errors import SinkError, SourceError, SourceUnavailableError
 from barrierflow.kafka_io import BatchProducer, KafkaSecurityError, ProducerSettings
+from barrierflow.kafka_io.admin import end_offsets, ensure_topic, open_consumer
+from barrierflow.kafka_io.committed_output import partition_numbers
+from barrierflow.kafka_io.range_reads import read_range
 from barrierflow.kafka_io.transactions import TransactionalProducer, TransactionalSettings, TransactionSecurityError
-from barrierflow.sinks.channel import ensure_topic
-from barrierflow.sinks.kafka import topic_partitions
-from barrierflow.sources.kafka import end_offsets, open_consumer, read_range
 from barrierflow.spec.kafka_client import KafkaClientSpec
 from barrierflow.spec.models import KafkaSourceSpec
 
@@ -84,7 +84,7 @@ def test_source_channel_and_sink_clients_read_and_write_over_sasl_scram_and_tls(
         sink.commit()
     finally:
         sink.close()
-    assert topic_partitions([secure.bootstrap_servers], out, client=client) == [0]  # the sink's marker reader
+    assert partition_numbers([secure.bootstrap_servers], out, client=client) == [0]  # the sink's marker reader
     assert [r.value for r in read_range(_source(secure, out, client), out, 0, 0, 2)] == [b'{"done": true}']
     # kafka-python's admin client logs its configuration at DEBUG: the password is concealed there.
     assert "'sasl_plain_password': '***'" in caplog.text

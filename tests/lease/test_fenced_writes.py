@@ -13,8 +13,8 @@ import pytest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.lease import FencedOffError, FenceToken, JobLease
 from barrierflow.transactions.ledger import Transaction, TransactionLedger, TxnState, decision_key
-from barrierflow.transactions.staged import StagedBatches
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink
+from barrierflow.transactions.write_ahead import WriteAheadBatches
 
 from tests.verification.checkpoint_factory import CheckpointFactory
 
@@ -24,7 +24,7 @@ class RecordingSink(TwoPhaseCommitSink):
 
     sink_type = "recording"
 
-    def __init__(self, ledger: TransactionLedger, staging: StagedBatches, fence: FenceToken | None,
+    def __init__(self, ledger: TransactionLedger, staging: WriteAheadBatches, fence: FenceToken | None,
                  effects: list[tuple[str, str]]) -> None:
         super().__init__(name="out", pipeline="t", ledger=ledger, staging=staging, fence=fence)
         self.effects = effects
@@ -81,7 +81,7 @@ def _sinks(tmp_path: Path) -> tuple[RecordingSink, RecordingSink, TransactionLed
     factory = CheckpointFactory(tmp_path)
     objects = factory.store.objects
     ledger = TransactionLedger(objects, "t")
-    staging = StagedBatches(f"file://{tmp_path / 'staging'}")
+    staging = WriteAheadBatches(f"file://{tmp_path / 'staging'}")
     stale, restorer = _takeover(tmp_path, objects)
     effects: list[tuple[str, str]] = []
     return (RecordingSink(ledger, staging, stale, effects), RecordingSink(ledger, staging, restorer, effects),
@@ -128,7 +128,7 @@ def test_straddling_decisions_collide_and_the_first_one_stands(tmp_path: Path) -
 def test_a_batch_a_stale_driver_staged_after_the_restore_is_not_committed(tmp_path: Path) -> None:
     import pyarrow as pa
     from barrierflow.errors import SinkError
-    from barrierflow.sinks.staging import write_staged_batch
+    from barrierflow.sinks.staging import write_ahead_batch
 
     factory = CheckpointFactory(tmp_path)
     objects = factory.store.objects
@@ -138,12 +138,12 @@ def test_a_batch_a_stale_driver_staged_after_the_restore_is_not_committed(tmp_pa
     attempt = restore.begin_attempt([], restored=0)
     assert restore.attempt_fence() == 2
     ledger = TransactionLedger(objects, "t")
-    staging = StagedBatches(f"file://{tmp_path / 'staging'}")
+    staging = WriteAheadBatches(f"file://{tmp_path / 'staging'}")
     effects: list[tuple[str, str]] = []
     sink = RecordingSink(ledger, staging, restorer, effects)
     sink.attempt, sink.attempt_fence = attempt, restore.attempt_fence()
-    write_staged_batch(staging.uri, 0, pa.table({"v": [1]}), fence=2)  # this attempt's
-    write_staged_batch(staging.uri, 1, pa.table({"v": [2]}), fence=1)  # the stale driver's late write
+    write_ahead_batch(staging.uri, 0, pa.table({"v": [1]}), fence=2)  # this attempt's
+    write_ahead_batch(staging.uri, 1, pa.table({"v": [2]}), fence=1)  # the stale driver's late write
     with pytest.raises(SinkError, match=r"staged batch 1 .* was written under fence 1, by a driver fenced off by "
                                         r"the restore \(fence 2\) that began attempt 1"):
         sink.pre_commit_epoch(1, 1)

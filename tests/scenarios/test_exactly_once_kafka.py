@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from barrierflow.faults import SINK_POINTS, STAGE_POINTS
-from barrierflow.sinks.kafka import committed_records
+from barrierflow.kafka_io.committed_output import committed_records
 from kafka import KafkaConsumer, TopicPartition
 
 from tests.scenarios.harness import crash_at_every_point, finish, window_rows, windowed_spec

@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 import yaml
 from barrierflow.faults import at_point
+from barrierflow.kafka_io.committed_output import committed_records
 from barrierflow.runtime.job import StreamingJob
-from barrierflow.sinks.kafka import committed_records
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 

@@ -6,7 +6,7 @@ stops naming the sink and ``barrierflow reconcile`` commits the transaction once
 
 The S3 checkpoint store stops answering for 30 s in the middle of a run (its server is
 SIGSTOPped: connections hang, as in a network partition, and it comes back with its data).
-Documented behaviour (README, "Outages"): processing goes on; checkpoints that cannot be
+Documented behaviour (docs/exactly-once.md, "Outages"): processing goes on; checkpoints that cannot be
 stored fail (``EXPIRED`` after ``checkpoint.timeout``, or ``UPLOAD_FAILED``) and count against
 ``tolerable_failed_checkpoints``; nothing is committed to the sinks meanwhile (their output
 waits in staging); once the store answers again the next checkpoint completes and commits

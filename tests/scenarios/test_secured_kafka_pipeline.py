@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 from barrierflow.kafka_io import BatchProducer, ProducerSettings
-from barrierflow.sinks.kafka import committed_records
+from barrierflow.kafka_io.committed_output import committed_records
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec.kafka_client import KafkaClientSpec
 

@@ -24,14 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from barrierflow.errors import SinkError
-from barrierflow.sinks.kafka import (
-    KafkaSink,
-    committed_markers,
-    committed_records,
-    encode_key,
-    encode_value,
-    transactional_id_for,
-)
+from barrierflow.kafka_io.committed_output import committed_markers, committed_records
+from barrierflow.sinks.kafka import KafkaSink, encode_key, encode_value, transactional_id_for
 from barrierflow.spec.models import KafkaSinkSpec
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.testing import stage_batch

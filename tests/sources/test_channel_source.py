@@ -15,9 +15,9 @@ import pytest
 from barrierflow.barriers.alignment.record import read_alignment
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.records import BarrierMarker, BarrierRecordError, data_headers, decode_barrier
+from barrierflow.kafka_io.range_reads import read_range
 from barrierflow.kafka_io.row_batches import encode, rows_header, rows_in
 from barrierflow.sources.channel import ChannelStreamReader
-from barrierflow.sources.kafka import read_range
 from barrierflow.spec.models import KafkaSourceSpec
 from pyspark.sql.datasource import InputPartition
 

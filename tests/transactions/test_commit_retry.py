@@ -10,8 +10,8 @@ from barrierflow.errors import SinkError
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.transactions.ledger import Transaction, TransactionLedger, TxnState
 from barrierflow.transactions.retry import CommitRetry
-from barrierflow.transactions.staged import StagedBatches
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink
+from barrierflow.transactions.write_ahead import WriteAheadBatches
 
 
 class FlakySink(TwoPhaseCommitSink):
@@ -49,7 +49,7 @@ class FlakySink(TwoPhaseCommitSink):
 
 def _sink(tmp_path: Path, down: int, retry: CommitRetry) -> tuple[FlakySink, TransactionLedger]:
     ledger = TransactionLedger(LocalObjectStore(tmp_path / "store"), "p")
-    staging = StagedBatches(f"file://{tmp_path / 'staging'}")
+    staging = WriteAheadBatches(f"file://{tmp_path / 'staging'}")
     return FlakySink(down, name="db", pipeline="p", ledger=ledger, staging=staging, commit_retry=retry), ledger
 
 

@@ -1,5 +1,5 @@
 """``make airflow`` starts Airflow on 127.0.0.1 with the project's DAGs and plugins in var/airflow
-(checked on the command make would run: ``make -n``; starting it for real is in the README)."""
+(checked on the command make would run: ``make -n``; starting it for real is in docs/airflow.md)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,10 @@
   the provider would submit to ``yarn``, which fails on a fresh install; this operator submits
   to the spec's ``spark.master`` instead (``local[2]`` for the demo) and logs that it did.
 
+The user's own code is not passed with ``--py-files``: the job ships the spec's
+``spark.py_packages`` itself when it builds its session (:mod:`barrierflow.spark.user_code`),
+so every job of the pipeline gets it, also those Airflow does not submit.
+
 The job's arguments follow the run's params: ``--until-exhausted`` when ``until_exhausted``
 is true (a bounded source: the job stops once everything was read and committed).
 """

@@ -21,7 +21,7 @@ import io
 import json
 import os
 from collections import Counter
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -144,40 +144,15 @@ def _kafka_rows(servers: str, topic: str, client: Any = None) -> tuple[Rows, str
     """The records of ``topic`` a read_committed reader sees, and the client that read them
     (kafka-python: the sink produces with confluent-kafka, so the check does not share a client
     with what it checks); ``client``: the sink's ``client`` settings."""
-    from kafka import KafkaConsumer, TopicPartition
+    from barrierflow.kafka_io.committed_output import read_committed_topic
+    from barrierflow.kafka_io.errors import KafkaIOError
 
-    from barrierflow.kafka_io.security import kafka_python_config
-
-    consumer = KafkaConsumer(bootstrap_servers=servers.split(","), group_id=None, enable_auto_commit=False,
-                             isolation_level="read_committed", auto_offset_reset="earliest",
-                             request_timeout_ms=30_000, **kafka_python_config(client, "consumer"))
     rows: Rows = Counter()
     try:
-        partitions = sorted(consumer.partitions_for_topic(topic) or ())
-        if not partitions:
-            raise OutputReadError(f"topic {topic} does not exist on {servers}")
-        tps = [TopicPartition(topic, p) for p in partitions]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)  # under read_committed: the last stable offsets
-        behind = {tp for tp in tps if ends[tp] > 0}
-        idle_since = None
-        while behind:
-            fetched = consumer.poll(timeout_ms=1000)
-            for records in fetched.values():
-                for record in records:
-                    rows[kafka_row(record.key, record.partition, record.value)] += 1
-            behind = {tp for tp in behind if consumer.position(tp) < ends[tp]}
-            if fetched:
-                idle_since = None
-            elif behind:
-                idle_since = idle_since or datetime.now(UTC)
-                if (datetime.now(UTC) - idle_since).total_seconds() > 60:
-                    stuck = {f"{tp.topic}:{tp.partition}": (consumer.position(tp), ends[tp]) for tp in behind}
-                    raise OutputReadError(f"reading topic {topic} on {servers} made no progress for 60s "
-                                          f"(position, end offset): {stuck}")
-    finally:
-        consumer.close()
+        for record in read_committed_topic(servers, topic, client):
+            rows[kafka_row(record.key, record.partition, record.value)] += 1
+    except KafkaIOError as exc:  # the topic is missing, or the read made no progress
+        raise OutputReadError(str(exc)) from exc
     return rows, "kafka-python"
 
 
@@ -245,21 +220,13 @@ def prepare_output(output: ScratchOutput, sink: Any) -> None:
                 raise UserInputError(f"chaos: the postgres sink's table {output.original} does not exist; create "
                                      "it first (chaos creates its scratch tables like it)") from exc
     elif output.kind == "kafka":
-        from kafka import KafkaConsumer
-
-        from barrierflow.kafka_io.security import kafka_python_config
-        from barrierflow.sinks.channel import ensure_topic
+        from barrierflow.kafka_io.admin import ensure_topic, partition_counts
 
         pairs = [("topic", output.original, output.target)]
         if output.marker_topics is not None:
             pairs.append(("commit-marker topic", *output.marker_topics))
         client = getattr(sink, "client", None)
-        consumer = KafkaConsumer(bootstrap_servers=sink.bootstrap_servers.split(","), group_id=None,
-                                 **kafka_python_config(client, "consumer"))
-        try:
-            counts = [len(consumer.partitions_for_topic(original) or ()) for _, original, _ in pairs]
-        finally:
-            consumer.close()
+        counts = partition_counts(sink.bootstrap_servers, [original for _, original, _ in pairs], client)
         for (what, original, target), partitions in zip(pairs, counts, strict=True):
             if not partitions:
                 raise UserInputError(f"chaos: the kafka sink's {what} {original} does not exist on "

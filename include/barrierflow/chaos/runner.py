@@ -561,7 +561,8 @@ class ChaosRunner:
         """The records each external source of the spec holds for a run: a generator's
         partitions x ``records_per_partition``; a Kafka source's records from its starting
         offsets to ``ends`` (the end offsets seen before the reference run)."""
-        from barrierflow.sources.kafka import beginning_offsets, partition_id
+        from barrierflow.kafka_io.admin import beginning_offsets
+        from barrierflow.kafka_io.partition_ids import partition_id
 
         counts: list[InputCount] = []
         for _, part in stages_of(self.spec):
@@ -586,7 +587,7 @@ class ChaosRunner:
         return counts
 
     def _end_offsets(self) -> dict[str, int]:
-        from barrierflow.sources.kafka import end_offsets
+        from barrierflow.kafka_io.admin import end_offsets
 
         found: dict[str, int] = {}
         for source in self.kafka_sources:

@@ -42,9 +42,13 @@ MAX_DELTA_CHAIN = 50
 
 
 @dataclass(frozen=True)
-class StagedFile:
-    relpath: str  # path inside the Spark checkpoint directory, '/'-separated
-    staged_path: str
+class SnapshotFile:
+    """A file of a local snapshot: where it is in the Spark checkpoint (``relpath``,
+    '/'-separated), its hard link (or copy) in the snapshot directory (``linked_path``, what the
+    uploader reads) and its size in bytes."""
+
+    relpath: str
+    linked_path: str
     size: int
 
 
@@ -54,7 +58,7 @@ class LocalSnapshot:
     batch_id: int
     state_version: int
     directory: str
-    files: list[StagedFile]
+    files: list[SnapshotFile]
     state_bases: dict[str, int] = field(default_factory=dict)
     duration_ms: float = 0.0
 
@@ -152,7 +156,7 @@ def take_local_snapshot(
     if target.exists():
         shutil.rmtree(target)
     rel, bases = select_files(root, batch_id, first_batch_id, previous_bases)
-    staged: list[StagedFile] = []
+    linked: list[SnapshotFile] = []
     for relpath in rel:
         src = root / relpath
         dst = target / relpath
@@ -164,7 +168,7 @@ def take_local_snapshot(
                 if isinstance(exc, FileNotFoundError):
                     raise
                 shutil.copy2(src, dst)
-            staged.append(StagedFile(relpath, str(dst), dst.stat().st_size))
+            linked.append(SnapshotFile(relpath, str(dst), dst.stat().st_size))
         except FileNotFoundError as exc:
             raise CheckpointError(f"{relpath} disappeared before it was snapshotted: {exc}") from exc
     return LocalSnapshot(
@@ -172,7 +176,7 @@ def take_local_snapshot(
         batch_id=batch_id,
         state_version=batch_id + 1,
         directory=str(target),
-        files=staged,
+        files=linked,
         state_bases=bases,
         duration_ms=(time.perf_counter() - started) * 1000.0,
     )

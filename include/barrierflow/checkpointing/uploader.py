@@ -87,8 +87,8 @@ class SnapshotUploader:
         started = time.perf_counter()
         entries: list[tuple[str, str, int, str]] = []
         seen: dict[tuple[int, int, int, int], str] = {}
-        for staged in snapshot.files:
-            entries.append((staged.relpath, self._digest(staged.staged_path, seen), staged.size, staged.staged_path))
+        for file in snapshot.files:
+            entries.append((file.relpath, self._digest(file.linked_path, seen), file.size, file.linked_path))
         # Only this snapshot's files can be in the next one (a file that left a checkpoint's
         # file list never comes back), so the cache holds just them: it grew by every new file
         # before (about 8 KB per checkpoint, measured by the soak).

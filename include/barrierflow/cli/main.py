@@ -22,6 +22,7 @@ from barrierflow.errors import BarrierflowError, UserInputError
 if TYPE_CHECKING:
     from barrierflow.ops.checkpoints import CheckpointListing, CheckpointView
     from barrierflow.ops.run import PipelineProgress, Progress
+    from barrierflow.ops.validate import StageShape
     from barrierflow.reports.skew import SkewReport
     from barrierflow.verification.choice import CheckpointRequest
 
@@ -162,6 +163,12 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="validate a spec; for several stages show the graph and its cycles")
     validate.add_argument("spec")
     validate.add_argument("--json", action="store_true")
+    validate.add_argument("--deep", action="store_true",
+                          help="also import every stage's transformation and check it on its source's columns in "
+                               "a local Spark session (output mode, watermark, columns, sink keys; no data read)")
+
+    init = sub.add_parser("init", help="create a project in ./NAME: a pipeline spec, its package, a test, Airflow DAGs")
+    init.add_argument("name", help="the pipeline's name; its package is the name with '-' as '_'")
 
     return parser
 
@@ -500,9 +507,13 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from barrierflow.ops.validate import validate_spec
+    from barrierflow.ops.validate import validate_deep, validate_spec
 
-    summary = validate_spec(args.spec)
+    shapes = None
+    if args.deep:
+        summary, shapes = validate_deep(args.spec)
+    else:
+        summary = validate_spec(args.spec)
     if args.json:
         print(json.dumps({
             "pipeline": summary.pipeline, "stages": list(summary.stages), "channels": summary.channels,
@@ -512,10 +523,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                                                                 "reader": c.back_edge.reader}}
                        for c in summary.cycles],
             "source_stages": list(summary.source_stages), "final_stages": list(summary.final_stages),
-            "mode": summary.mode, "alignment_timeout": summary.alignment_timeout}, indent=2))
+            "mode": summary.mode, "alignment_timeout": summary.alignment_timeout,
+            **({"transformations": [{"stage": s.stage, "input": s.input_columns, "output": s.output_columns}
+                                    for s in shapes]} if shapes is not None else {})}, indent=2))
         return EXIT_OK
     if not summary.multi_stage:
         print(f"{args.spec}: valid single-stage pipeline {summary.pipeline}")
+        _print_shapes(shapes)
         return EXIT_OK
     timeout = f", alignment timeout {summary.alignment_timeout:g}s" if summary.alignment_timeout else ""
     print(f"{args.spec}: valid pipeline {summary.pipeline} of {len(summary.stages)} stages "
@@ -528,7 +542,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
               f"(topic {summary.channels[edge.channel]}){back}")
     for cycle in summary.cycles:
         print(f"  cycle: {cycle}")
+    _print_shapes(shapes)
     return EXIT_OK
+
+
+def _print_shapes(shapes: list[StageShape] | None) -> None:
+    """``validate --deep``: each stage's transformation as input columns -> output columns."""
+    for shape in shapes or []:
+        print(f"  transformation of {shape.stage} (checked): ({', '.join(shape.input_columns)}) -> "
+              f"({', '.join(f'{n} {t}' for n, t in shape.output_columns.items())})")
 
 
 def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
@@ -595,6 +617,19 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     return EXIT_OK if outcome.result.passed else EXIT_RUNTIME
 
 
+def _cmd_init(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from barrierflow.ops.new_project import TEST_COMMAND, init_project
+
+    project = init_project(args.name, Path.cwd())
+    print(f"created {project.folder}: {', '.join(project.files)}")
+    print(f"test it:  cd {project.name} && {TEST_COMMAND}")
+    print(f"run it:   cd {project.name} && barrierflow run {project.spec_path} --checkpoints 5")
+    print(f"(with the Python barrierflow is installed in, {sys.executable}; deploying: {project.name}/README.md)")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (see the module docstring)."""
     try:
@@ -616,7 +651,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "restore": _cmd_restore, "reconcile": _cmd_reconcile, "verify": _cmd_verify,
                 "retain": _cmd_retain, "savepoint": _cmd_savepoint, "skew": _cmd_skew,
                 "rollup": _cmd_rollup, "recompute": _cmd_recompute, "quality": _cmd_quality,
-                "validate": _cmd_validate, "chaos": _cmd_chaos}
+                "validate": _cmd_validate, "chaos": _cmd_chaos, "init": _cmd_init}
     try:
         return handlers[args.command](args)
     except UserInputError as exc:

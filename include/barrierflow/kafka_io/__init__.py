@@ -33,14 +33,26 @@ transactional Kafka sink    confluent-kafka   one epoch's records in one transac
                                               one run); fencing and aborts as Kafka's
 topic admin (create,        kafka-python      a few calls per run or commit; and reading what
 partition lists, begin and                    confluent-kafka wrote with the other client is
-end offsets), the sink's                      what the exactly-once checks want (the sink's
-marker reads, chaos's                         ``committed_records``, the crash tests' second
-output reader                                 reader, chaos)
+end offsets: :mod:`.admin`),                  what the exactly-once checks want (the sink's
+the sink's marker reads and                   ``committed_records``, the crash tests' second
+chaos's output reader                         reader, chaos)
+(:mod:`.committed_output`)
 ==========================  ================  ===============================================
 
-Only this package imports ``confluent_kafka``; it raises :class:`KafkaIOError` (a
-:class:`~barrierflow.errors.BarrierflowError`) with what failed, and the callers (the channel
-sink, the sources) turn it into their own error naming the stage, topic and servers.
+The modules, one concept each: :mod:`.admin` (topic metadata, begin and end offsets, topic
+creation), :mod:`.range_reads` (a source's offset ranges, over :mod:`.consumer`),
+:mod:`.decoding` (records into Arrow batches and dead letters, with :mod:`.json_columns`),
+:mod:`.partition_ids` (``"topic:partition"`` keys), :mod:`.row_batches` (a channel's records),
+:mod:`.producer` and :mod:`.transactions` (producing), :mod:`.committed_output` (reading back
+what the Kafka sink committed), :mod:`.security` (the ``client`` block), :mod:`.kraft_broker`
+and :mod:`.embedded_broker` (the broker of ``bootstrap: embedded`` channels and the tests).
+
+Only this package imports ``kafka`` (kafka-python) and ``confluent_kafka``. Its clients raise
+:class:`KafkaIOError` (a :class:`~barrierflow.errors.BarrierflowError`) with what failed, and
+the callers (the channel sink, the sources) turn it into their own error naming the stage,
+topic and servers; the functions that take a source spec (:mod:`.admin`, :mod:`.range_reads`)
+or read the sink's output (:mod:`.committed_output`) raise that source's or sink's error
+themselves (:class:`~barrierflow.errors.SourceError`, :class:`~barrierflow.errors.SinkError`).
 
 Security: every client, of either library, gets its security settings and allowed client
 options from one mapping of the spec's ``client`` block (:mod:`.security`), which resolves the

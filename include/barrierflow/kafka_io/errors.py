@@ -1,4 +1,5 @@
-"""The error of the Kafka client layer."""
+"""The errors of the Kafka client layer, and what a kafka-python error says (:func:`is_connectivity`,
+:func:`is_fenced`)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,19 @@ class KafkaSecurityError(KafkaIOError):
 
     def __init__(self, message: str, *, retriable: bool = False) -> None:
         super().__init__(message, retriable=False)
+
+
+def is_connectivity(exc: BaseException) -> bool:
+    """Whether ``exc`` of a kafka-python call says the brokers could not be reached (not that they refused)."""
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError
+
+    # kafka-python 3 reports a failed bootstrap as KafkaTimeoutError (2.x: NoBrokersAvailable).
+    return isinstance(exc, KafkaTimeoutError | KafkaConnectionError | NodeNotReadyError | RequestTimedOutError) \
+        or type(exc).__name__ == "NoBrokersAvailable"
+
+
+def is_fenced(exc: BaseException) -> bool:
+    """Whether ``exc`` says another producer of the same transactional id fenced this one."""
+    from kafka.errors import InvalidProducerEpochError, ProducerFencedError
+
+    return isinstance(exc, ProducerFencedError | InvalidProducerEpochError) or "ProducerFenced" in str(exc)

@@ -102,8 +102,8 @@ def _restore_stage(pipeline: OpenedPipeline, requested: CheckpointRequest, accep
 
 def _restore_stages(pipeline: OpenedPipeline, requested: CheckpointRequest) -> RestoreOutcome:
     from barrierflow.checkpointing.global_store import GlobalCheckpointStore
+    from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
     from barrierflow.recovery.cut_restore import restore_cut
-    from barrierflow.sources.embedded_broker import data_dir_for, embedded_broker
     from barrierflow.spec.stages import StagedPipelineSpec
 
     spec, cuts = pipeline.spec, pipeline.cuts

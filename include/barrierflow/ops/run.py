@@ -5,7 +5,7 @@
 query and the pipeline coordinator in one process
 (:class:`barrierflow.runtime.pipeline.StagedPipelineJob`; ``processes``: a process per stage).
 The two runtimes are separate; :func:`run` is the one place that picks one.
-A multi-stage run starts the embedded broker (:mod:`barrierflow.sources.embedded_broker`)
+A multi-stage run starts the embedded broker (:mod:`barrierflow.kafka_io.embedded_broker`)
 for the run's duration when a channel's ``bootstrap`` is ``embedded``, with its data under
 the pipeline's work dir (``<work_dir>/embedded-broker``), so the channels outlive the run.
 """
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from barrierflow.errors import UserInputError
+from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.lease import JobLease
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.runtime.job import Progress, RunResult, StreamingJob
@@ -29,7 +30,6 @@ from barrierflow.runtime.pipeline import (
     StageProgress,
 )
 from barrierflow.sources.dead_letter import count_dead_letters
-from barrierflow.sources.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 

@@ -61,7 +61,7 @@ def pipeline_work_dir(spec: StagedPipelineSpec) -> str:
 
 def channel_partition(topic: str, partition: int) -> str:
     """The key of one channel partition in barrier offsets (``topic:p``, as the Kafka source
-    spells it: :func:`barrierflow.sources.kafka.partition_id`)."""
+    spells it: :func:`barrierflow.kafka_io.partition_ids.partition_id`)."""
     return f"{topic}:{partition}"
 
 

@@ -37,7 +37,8 @@ def _record_at(spec: KafkaSourceSpec, partition: str, offset: int, end: int | No
                reader: RangeReader) -> BarrierMarker | str:
     """The barrier at ``offset`` of ``partition`` (whose log ends at ``end``), or what stands
     there instead, in words."""
-    from barrierflow.sources.kafka import parse_partition_id, read_range
+    from barrierflow.kafka_io.partition_ids import parse_partition_id
+    from barrierflow.kafka_io.range_reads import read_range
 
     if end is None:
         return "nothing: the partition does not exist"
@@ -67,8 +68,10 @@ def check_barrier_records(spec: KafkaSourceSpec, *, stage: str, checkpoint_id: i
             partition is named, with what it holds and what to do).
         SourceError: the broker cannot be reached or refuses the read.
     """
+    from barrierflow.kafka_io.admin import end_offsets
     from barrierflow.kafka_io.consumer import RangeReader
-    from barrierflow.sources.kafka import end_offsets, parse_partition_id, reader_settings
+    from barrierflow.kafka_io.partition_ids import parse_partition_id
+    from barrierflow.kafka_io.range_reads import reader_settings
 
     wanted = {p: o for p, o in barrier_offsets.items() if o >= 0}
     if not wanted:

@@ -1,6 +1,6 @@
 """Who restarts a streaming job: the recovery DAG, never the launch task's retries.
 
-The rule (README, "Airflow"): a job whose driver died is brought back by one owner only,
+The rule (docs/airflow.md, "Launch and recovery"): a job whose driver died is brought back by one owner only,
 the pipeline's recovery DAG (``barrierflow_recover__<name>``): it restores a checkpoint and
 then triggers the launch DAG itself. The launch task is never retried by Airflow (its
 ``retries`` is 0), and every start of the launch task, however it came about (a trigger, a

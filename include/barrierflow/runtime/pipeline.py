@@ -246,7 +246,7 @@ class StagedPipelineJob:
             else:
                 self.restore_initial()
         self.load_attempt()
-        from barrierflow.sinks.channel import ensure_topic
+        from barrierflow.kafka_io.admin import ensure_topic
 
         for channel in self.spec.channels:  # before any stage reads one
             ensure_topic(self.servers[channel.name], channel.topic_for(self.spec.name), channel.partitions,

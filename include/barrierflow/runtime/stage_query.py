@@ -28,7 +28,7 @@ from barrierflow.transforms.context import TransformContext, load_transformation
 from barrierflow.workdir.layout import JobLayout
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 
@@ -42,6 +42,17 @@ def reader_options(spec: PipelineSpec, layout: JobLayout) -> dict[str, str]:
         "event_time_column": spec.event_time.column if spec.event_time else "timestamp",
         "planning": PlanningOptions.from_spec(spec).to_json(),
     }
+
+
+def apply_transformation(df: DataFrame, spec: PipelineSpec, spec_path: str) -> DataFrame:
+    """The spec's transformation applied to ``df``, the stage's input rows: how every run,
+    and ``barrierflow validate --deep`` (:mod:`barrierflow.runtime.transform_check`), calls it.
+
+    Raises:
+        SpecError: the transformation cannot be loaded. Whatever the transformation raises.
+    """
+    transform = load_transformation(spec, spec_path)
+    return transform(df, TransformContext(spec, dict(spec.transformation.options)))
 
 
 def start_stage_query(spark: SparkSession, spec: PipelineSpec, layout: JobLayout, *, spec_path: str,
@@ -59,9 +70,7 @@ def start_stage_query(spark: SparkSession, spec: PipelineSpec, layout: JobLayout
     reader = spark.readStream.format(source_format)
     for key, value in {**reader_options(spec, layout), **(extra_options or {})}.items():
         reader = reader.option(key, value)
-    df = reader.load()
-    transform = load_transformation(spec, spec_path)
-    out = transform(df, TransformContext(spec, dict(spec.transformation.options)))
+    out = apply_transformation(reader.load(), spec, spec_path)
     writer = out.writeStream.outputMode(spec.transformation.output_mode)
     writer = writer.foreachBatch(batch_writer) if batch_writer is not None else writer.format("noop")
     return (writer.option("checkpointLocation", str(layout.spark_checkpoint))

@@ -70,8 +70,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Bound, in seconds, on connecting when a topic is created (kafka-python admin).
-TIMEOUT = 10.0
 #: Seconds a record may take to be acknowledged, the client's retries included (the default).
 DELIVERY_TIMEOUT = 30.0
 #: The schema of what each task of Step 1 returns: its count of records written.
@@ -109,50 +107,6 @@ def closes_epoch(spark_checkpoint: str | Path, batch_id: int) -> int | None:
     """The checkpoint whose barrier batch ``batch_id`` is, or None."""
     closing = closing_barrier(spark_checkpoint, batch_id)
     return closing[0] if closing is not None else None
-
-
-def ensure_topic(servers: str, topic: str, partitions: int, client: KafkaClientSpec | None = None) -> None:
-    """Create ``topic`` with ``partitions`` partitions unless it exists (replication 1 on a
-    single broker, the cluster's default otherwise is not guessed: create it yourself there),
-    connecting with ``client``'s security settings and options.
-
-    Raises:
-        SinkError: the brokers cannot be reached or refused the client's credentials or
-            certificate (naming the setting), or the topic exists with fewer partitions.
-    """
-    from kafka import KafkaAdminClient, KafkaConsumer
-    from kafka.admin import NewTopic
-    from kafka.errors import KafkaError, TopicAlreadyExistsError
-
-    from barrierflow.kafka_io.security import kafka_python_config, kafka_python_failure
-
-    listed = [s.strip() for s in servers.split(",") if s.strip()]
-    try:
-        consumer = KafkaConsumer(bootstrap_servers=listed, group_id=None, enable_auto_commit=False,
-                                 bootstrap_timeout_ms=int(TIMEOUT * 1000), **kafka_python_config(client, "consumer"))
-        try:
-            existing = consumer.partitions_for_topic(topic)
-        finally:
-            consumer.close()
-        if existing:
-            if len(existing) < partitions:
-                raise SinkError(f"channel topic {topic!r} on {servers} has {len(existing)} partitions, fewer than "
-                                f"the {partitions} the spec asks for; raise them or fix 'partitions'")
-            return
-        admin = KafkaAdminClient(bootstrap_servers=listed, request_timeout_ms=int(TIMEOUT * 1000),
-                                 **kafka_python_config(client, "admin"))
-        try:
-            admin.create_topics([NewTopic(topic, partitions, 1)])
-        except TopicAlreadyExistsError:
-            pass
-        finally:
-            admin.close()
-    except (KafkaError, KafkaSecurityError) as exc:
-        insecure = kafka_python_failure(client, servers, exc, TIMEOUT)
-        if insecure is not None:
-            raise SinkError(f"creating channel topic {topic!r} failed: {insecure}") from None
-        raise SinkError(f"creating channel topic {topic!r} on {servers} failed: {type(exc).__name__}: {exc}; check "
-                        "that the brokers run and are reachable") from exc
 
 
 def _advice(servers: str, exc: BaseException | None = None) -> str:

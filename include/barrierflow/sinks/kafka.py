@@ -3,8 +3,9 @@
 Clients: records and markers are produced with confluent-kafka's transactional producer
 (:class:`barrierflow.kafka_io.transactions.TransactionalProducer`: real producer batches,
 keys placed by the Java client's murmur2 partitioner); the marker topic and the committed
-output are read with kafka-python (a few requests per commit; and a second client reading
-what the first wrote is what the exactly-once tests want).
+output are read with kafka-python (:mod:`barrierflow.kafka_io.committed_output`: a few
+requests per commit; and a second client reading what the first wrote is what the
+exactly-once tests want).
 
 Design: write-ahead, not Flink's resume-the-open-transaction design. Flink keeps epoch n's
 Kafka transaction open from pre-commit to commit and, after a crash, resumes it from another
@@ -47,7 +48,8 @@ Caveats:
   Meanwhile a ``read_committed`` reader of the topic waits at that transaction.
 * Records travel in producer batches (``linger.ms`` 5, idempotent, ``acks=all``); the marker is
   sent after every record of the epoch was acknowledged, carrying each partition's
-  acknowledged offset span (what :func:`committed_records` reads).
+  acknowledged offset span (what
+  :func:`~barrierflow.kafka_io.committed_output.committed_records` reads).
 * The marker topic must exist (it is never auto-created), and its retention must be longer
   than the longest time a pre-committed epoch may wait for a retried commit (the default
   7 days is ample). Each commit reads it from the beginning, filtered to this pipeline/sink.
@@ -65,8 +67,6 @@ import base64
 import json
 import logging
 import math
-import time
-from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as dtime
 from decimal import Decimal
@@ -74,33 +74,28 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import SinkError
 from barrierflow.faults import crash_point
+from barrierflow.kafka_io.committed_output import (
+    ATTEMPT_HEADER,
+    DEFAULT_TIMEOUT,
+    EPOCH_HEADER,
+    committed_markers,
+    partition_numbers,
+    split_servers,
+    unreachable_error,
+)
+from barrierflow.kafka_io.errors import is_connectivity, is_fenced
 from barrierflow.spec.models import KafkaSinkSpec
 from barrierflow.transactions.ledger import Transaction
-from barrierflow.transactions.staged import StagedBatches
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_crash_point
+from barrierflow.transactions.write_ahead import WriteAheadBatches
 
 if TYPE_CHECKING:
-    from kafka import KafkaConsumer
-    from kafka.consumer.fetcher import ConsumerRecord
-
     from barrierflow.kafka_io.transactions import TransactionalProducer
-    from barrierflow.spec.kafka_client import KafkaClientSpec
 
 log = logging.getLogger(__name__)
 
-#: Default bound, in seconds, on connecting to the brokers and on each broker request.
-DEFAULT_TIMEOUT = 10.0
-EPOCH_HEADER = "bf-epoch"
-ATTEMPT_HEADER = "bf-attempt"
-
 
 # --------------------------------------------------------------------------- helpers
-
-
-def split_servers(bootstrap_servers: str | Sequence[str]) -> list[str]:
-    """The ``host:port`` list of a comma-separated string (or list)."""
-    items = bootstrap_servers.split(",") if isinstance(bootstrap_servers, str) else list(bootstrap_servers)
-    return [s.strip() for s in items if s.strip()]
 
 
 def transactional_id_for(pipeline: str, sink: str) -> str:
@@ -151,289 +146,6 @@ def encode_key(value: Any) -> bytes | None:
     return (text if isinstance(text, str) else json.dumps(text, separators=(",", ":"))).encode()
 
 
-def _unreachable(servers: Sequence[str], what: str, timeout: float, exc: BaseException) -> SinkError:
-    return SinkError(
-        f"Kafka sink: {what} failed: cannot reach the brokers {','.join(servers)} within {timeout:g}s "
-        f"({type(exc).__name__}: {exc}). Check that the brokers are running and listening on those "
-        "addresses, that bootstrap_servers is right, that the advertised listeners resolve and are "
-        "reachable from the driver, and that no firewall blocks the port. The epoch stays staged and "
-        "pre-committed; it is committed by the next completed checkpoint or by a restore."
-    )
-
-
-def _read_failed(servers: Sequence[str], what: str, timeout: float, exc: BaseException) -> SinkError:
-    """The error for a failed read of a topic: unreachable brokers, or what the broker said."""
-    if _is_connectivity(exc):
-        return _unreachable(servers, what, timeout, exc)
-    return SinkError(f"Kafka sink: {what} on {','.join(servers)} failed: {type(exc).__name__}: {exc}")
-
-
-def _is_connectivity(exc: BaseException) -> bool:
-    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError
-
-    # kafka-python 3 reports a failed bootstrap as KafkaTimeoutError (2.x: NoBrokersAvailable).
-    return isinstance(exc, KafkaTimeoutError | KafkaConnectionError | NodeNotReadyError | RequestTimedOutError) \
-        or type(exc).__name__ == "NoBrokersAvailable"
-
-
-def _is_fenced(exc: BaseException) -> bool:
-    from kafka.errors import InvalidProducerEpochError, ProducerFencedError
-
-    return isinstance(exc, ProducerFencedError | InvalidProducerEpochError) or "ProducerFenced" in str(exc)
-
-
-def _insecure(servers: Sequence[str], what: str, timeout: float, exc: BaseException,
-              client: KafkaClientSpec | None) -> SinkError | None:
-    """A :class:`SinkError` naming the setting when ``exc`` was a security failure (a refused
-    login, an untrusted certificate, a secret that does not resolve), else None."""
-    from barrierflow.kafka_io.security import kafka_python_failure
-
-    found = kafka_python_failure(client, ",".join(servers), exc, timeout)
-    return None if found is None else SinkError(f"Kafka sink: {what} failed: {found}")
-
-
-def _consumer(servers: Sequence[str], timeout: float, isolation_level: str,
-              client: KafkaClientSpec | None = None) -> KafkaConsumer:
-    """A group-less, non-committing consumer that never auto-creates topics (caller closes),
-    with ``client``'s security and options."""
-    from kafka import KafkaConsumer
-    from kafka.errors import KafkaError
-
-    from barrierflow.kafka_io.errors import KafkaSecurityError
-    from barrierflow.kafka_io.security import kafka_python_config
-
-    timeout_ms = max(int(timeout * 1000), 1000)
-    try:
-        return KafkaConsumer(
-            bootstrap_servers=list(servers),
-            client_id="barrierflow-kafka-sink",
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level=isolation_level,
-            auto_offset_reset="earliest",
-            allow_auto_create_topics=False,
-            bootstrap_timeout_ms=timeout_ms,
-            request_timeout_ms=timeout_ms,
-            reconnect_backoff_max_ms=1000,
-            metrics_enabled=False,
-            **kafka_python_config(client, "consumer"),
-        )
-    except (KafkaError, KafkaSecurityError) as exc:
-        insecure = _insecure(servers, "connecting a consumer", timeout, exc, client)
-        if insecure is not None:
-            raise insecure from None
-        raise _unreachable(servers, "connecting a consumer", timeout, exc) from exc
-
-
-def topic_partitions(servers: Sequence[str], topic: str, *, timeout: float = DEFAULT_TIMEOUT,
-                     consumer: KafkaConsumer | None = None, client: KafkaClientSpec | None = None) -> list[int]:
-    """The partition numbers of ``topic``, sorted.
-
-    Raises:
-        SinkError: the topic does not exist, or the brokers cannot be reached within ``timeout``.
-    """
-    from kafka.errors import KafkaError
-
-    own = consumer is None
-    reader = consumer if consumer is not None else _consumer(servers, timeout, "read_committed", client)
-    try:
-        numbers = reader.partitions_for_topic(topic)
-    except KafkaError as exc:
-        insecure = _insecure(servers, f"describing topic {topic!r}", timeout, exc, client)
-        if insecure is not None:
-            raise insecure from None
-        if _is_connectivity(exc):
-            raise _unreachable(servers, f"describing topic {topic!r}", timeout, exc) from exc
-        raise SinkError(f"Kafka sink: describing topic {topic!r} on {','.join(servers)} failed: "
-                        f"{type(exc).__name__}: {exc}") from exc
-    finally:
-        if own:
-            reader.close()
-    if not numbers:
-        raise SinkError(
-            f"Kafka sink: topic {topic!r} does not exist on {','.join(servers)} (or this client may not "
-            "describe it); create it (the sink never auto-creates topics), or fix 'topic' / "
-            "'commit_marker_topic' in the pipeline spec"
-        )
-    return sorted(numbers)
-
-
-def committed_markers(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pipeline: str | None = None,
-                      sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                      open_transaction_wait: float = 60.0,
-                      client: KafkaClientSpec | None = None) -> dict[str, dict[str, Any]]:
-    """The commit markers visible to a ``read_committed`` consumer, by transaction id (the
-    last one of a transaction id when there are several); see :func:`marker_log`."""
-    return {m["transaction_id"]: m for m in marker_log(bootstrap_servers, marker_topic, pipeline=pipeline,
-                                                       sink=sink, timeout=timeout,
-                                                       open_transaction_wait=open_transaction_wait, client=client)}
-
-
-def marker_log(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pipeline: str | None = None,
-               sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-               open_transaction_wait: float = 60.0, client: KafkaClientSpec | None = None) -> list[dict[str, Any]]:
-    """Every commit marker visible to a ``read_committed`` consumer, in log order per partition.
-
-    Reads every partition of ``marker_topic`` from its beginning up to the high watermark
-    taken when the call starts, so a marker acknowledged before the call is always seen once
-    committed. Under ``read_committed`` the position stops at another producer's open
-    transaction; the call waits up to ``timeout + open_transaction_wait`` seconds without
-    progress for it to end. Markers are filtered to ``pipeline``/``sink`` when given; records
-    that are not barrierflow markers are skipped. ``client``: the security settings and client
-    options of the sink's ``client`` block.
-
-    Needs a broker whose ``read_committed`` hides aborted records (Kafka does).
-
-    Raises:
-        SinkError: unknown topic, unreachable brokers, or no progress within the bound.
-    """
-    from kafka import TopicPartition
-    from kafka.errors import KafkaError
-
-    servers = split_servers(bootstrap_servers)
-    found: list[dict[str, Any]] = []
-    committed = _consumer(servers, timeout, "read_committed", client)
-    try:
-        tps = [TopicPartition(marker_topic, p)
-               for p in topic_partitions(servers, marker_topic, timeout=timeout, consumer=committed, client=client)]
-        probe = _consumer(servers, timeout, "read_uncommitted", client)
-        try:
-            targets: dict[Any, int] = probe.end_offsets(tps)
-        except KafkaError as exc:
-            raise _unreachable(servers, f"reading the end offsets of {marker_topic!r}", timeout, exc) from exc
-        finally:
-            probe.close()
-        behind = {tp for tp in tps if targets.get(tp, 0) > 0}
-        if not behind:
-            return found
-        committed.assign(sorted(behind, key=lambda tp: tp.partition))
-        committed.seek_to_beginning(*behind)
-        progressed_at = time.monotonic()
-        positions: dict[Any, int] = {}
-        while behind:
-            try:
-                fetched = committed.poll(timeout_ms=200)
-                for records in fetched.values():
-                    for record in records:
-                        marker = _parse_marker(record.key, record.value)
-                        if marker is None:
-                            continue
-                        if (pipeline is None or marker.get("pipeline") == pipeline) and \
-                                (sink is None or marker.get("sink") == sink):
-                            found.append(marker)
-                now = {tp: committed.position(tp, timeout_ms=int(timeout * 1000)) for tp in behind}
-            except KafkaError as exc:
-                raise _read_failed(servers, f"reading the marker topic {marker_topic!r}", timeout, exc) from exc
-            for tp, position in now.items():
-                if position is not None and position > positions.get(tp, -1):
-                    positions[tp] = position
-                    progressed_at = time.monotonic()
-            behind = {tp for tp in behind if positions.get(tp, 0) < targets[tp]}
-            if behind and time.monotonic() - progressed_at > timeout + open_transaction_wait:
-                stuck = ", ".join(f"{tp.topic}:{tp.partition} at {positions.get(tp, 0)} < {targets[tp]}"
-                                  for tp in sorted(behind, key=lambda tp: tp.partition))
-                raise SinkError(
-                    f"Kafka sink: reading the marker topic {marker_topic!r} on {','.join(servers)} made no "
-                    f"progress for {timeout + open_transaction_wait:g}s ({stuck}). Likely an open transaction "
-                    "of another producer holds the read_committed position (it ends at its "
-                    "transaction_timeout_ms), or the broker became unreachable; the commit is retried later"
-                )
-    finally:
-        committed.close()
-    return found
-
-
-def committed_records(bootstrap_servers: str | Sequence[str], topic: str, marker_topic: str, *,
-                      pipeline: str | None = None, sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                      open_transaction_wait: float = 60.0,
-                      client: KafkaClientSpec | None = None) -> list[ConsumerRecord]:
-    """The records of ``topic`` that belong to a committed epoch, found through the sink's own
-    commit markers, sorted by partition and offset.
-
-    Each marker lists the offset range, per partition, of the records produced in its Kafka
-    transaction. A record is returned once for every visible marker whose range holds it (and
-    whose epoch and attempt its headers carry, so another producer's records in between are not), so
-    records of an aborted transaction without a marker (a crash or an outage mid-commit) are
-    never returned, and an epoch committed twice would show twice. The records are read with
-    ``read_uncommitted`` (no wait for open transactions); the markers with ``read_committed``
-    (:func:`marker_log`).
-
-    On Kafka this equals what a ``read_committed`` consumer sees of the sink's output (the tests
-    check both). It predates the tests' use of Apache Kafka: on an earlier test broker (tansu),
-    whose ``read_committed`` also returned aborted records, it was the only exact reader of the
-    output.
-
-    Raises:
-        SinkError: unreachable brokers, an unknown topic, no progress within ``timeout``, or a
-            marker without offset ranges (written by a barrierflow older than this reader).
-    """
-    from kafka import TopicPartition
-    from kafka.errors import KafkaError
-
-    servers = split_servers(bootstrap_servers)
-    wanted: dict[int, list[tuple[int, int, bytes, bytes]]] = {}
-    for marker in marker_log(servers, marker_topic, pipeline=pipeline, sink=sink, timeout=timeout,
-                             open_transaction_wait=open_transaction_wait, client=client):
-        if marker.get("topic", topic) != topic:
-            continue
-        ranges = marker.get("ranges")
-        if not isinstance(ranges, dict):
-            raise SinkError(
-                f"Kafka sink: commit marker of transaction {marker.get('transaction_id')!r} in {marker_topic!r} has "
-                "no offset ranges (written by an older barrierflow); read "
-                f"{topic!r} with a read_committed consumer on a real Kafka instead")
-        epoch, attempt = str(marker["checkpoint_id"]).encode(), str(marker["attempt"]).encode()
-        for partition, (first, last) in ranges.items():
-            wanted.setdefault(int(partition), []).append((int(first), int(last), epoch, attempt))
-    if not wanted:
-        return []
-    consumer = _consumer(servers, timeout, "read_uncommitted", client)
-    out: list[ConsumerRecord] = []
-    try:
-        tps = {p: TopicPartition(topic, p) for p in wanted}
-        consumer.assign(list(tps.values()))
-        for p, spans in wanted.items():
-            consumer.seek(tps[p], min(span[0] for span in spans))
-        until = {p: max(span[1] for span in spans) + 1 for p, spans in wanted.items()}
-        behind = set(wanted)
-        progressed_at = time.monotonic()
-        while behind:
-            try:
-                fetched = consumer.poll(timeout_ms=200)
-            except KafkaError as exc:
-                raise _read_failed(servers, f"reading {topic!r}", timeout, exc) from exc
-            for tp, records in fetched.items():
-                if records:
-                    progressed_at = time.monotonic()
-                spans = wanted[tp.partition]
-                for r in records:
-                    headers = dict(r.headers or [])
-                    out += [r for first, last, epoch, attempt in spans if first <= r.offset <= last
-                            and headers.get(EPOCH_HEADER) == epoch and headers.get(ATTEMPT_HEADER) == attempt]
-                if records and records[-1].offset + 1 >= until[tp.partition]:
-                    behind.discard(tp.partition)
-            if behind and time.monotonic() - progressed_at > timeout:
-                raise SinkError(f"Kafka sink: reading {topic!r} partitions {sorted(behind)} on {','.join(servers)} "
-                                f"made no progress for {timeout:g}s; the committed ranges end at "
-                                f"{ {p: until[p] for p in sorted(behind)} }: was the topic recreated or truncated?")
-            for p in list(behind):  # a position past the range's end (records compacted away)
-                if consumer.position(tps[p]) >= until[p]:
-                    behind.discard(p)
-    finally:
-        consumer.close()
-    return sorted(out, key=lambda r: (r.partition, r.offset))
-
-
-def _parse_marker(key: bytes | None, value: bytes | None) -> dict[str, Any] | None:
-    if key is None or value is None:
-        return None
-    try:
-        marker = json.loads(value)
-    except ValueError:
-        return None
-    if not isinstance(marker, dict) or marker.get("transaction_id") != key.decode("utf-8", "replace"):
-        return None
-    return marker
 
 
 # --------------------------------------------------------------------------- the sink
@@ -456,7 +168,7 @@ class KafkaSink(TwoPhaseCommitSink):
         """``template_kwargs`` are those of :class:`TwoPhaseCommitSink` (name, pipeline, ledger,
         attempt, now); ``timeout`` bounds connecting and every broker request, in seconds.
         Nothing connects to the brokers until the first commit."""
-        super().__init__(staging=StagedBatches(staging_uri), **template_kwargs)
+        super().__init__(staging=WriteAheadBatches(staging_uri), **template_kwargs)
         self.spec = spec
         self.servers = split_servers(spec.bootstrap_servers)
         if not self.servers:
@@ -488,7 +200,7 @@ class KafkaSink(TwoPhaseCommitSink):
         """
         producer = self._transactional_producer()
         if not self._topics_checked:
-            topic_partitions(self.servers, self.spec.topic, timeout=self.timeout, client=self.spec.client)
+            partition_numbers(self.servers, self.spec.topic, timeout=self.timeout, client=self.spec.client)
             self._topics_checked = True
         markers = committed_markers(self.servers, self.spec.commit_marker_topic, pipeline=self.pipeline,
                                     sink=self.name, timeout=self.timeout,
@@ -611,15 +323,15 @@ class KafkaSink(TwoPhaseCommitSink):
             return SinkError(f"Kafka sink {self.name!r}: {what} failed: {exc}. The epoch stays staged and "
                              "pre-committed; it is committed once the setting is fixed (the next run or a restore)")
         kind = exc.kind if isinstance(exc, TransactionError) else None
-        if kind == "fenced" or (kind is None and _is_fenced(exc)):
+        if kind == "fenced" or (kind is None and is_fenced(exc)):
             return SinkError(
                 f"Kafka sink {self.name!r}: {what} failed: the producer was fenced: another process "
                 f"initialised transactional id {self.transactional_id!r} on {','.join(self.servers)} (a newer "
                 "driver of this pipeline, or a reconcile run). Nothing of this attempt's transaction becomes "
                 "visible; make sure only one driver runs the pipeline. The next commit starts a new producer."
             )
-        if kind == "unreachable" or (kind is None and _is_connectivity(exc)):
-            err = _unreachable(self.servers, what, self.timeout, exc)
+        if kind == "unreachable" or (kind is None and is_connectivity(exc)):
+            err = unreachable_error(self.servers, what, self.timeout, exc)
             return SinkError(f"Kafka sink {self.name!r}: {str(err).removeprefix('Kafka sink: ')}")
         return SinkError(f"Kafka sink {self.name!r}: {what} on {','.join(self.servers)} failed: "
                          f"{type(exc).__name__}: {exc}")

@@ -26,8 +26,8 @@ from barrierflow.errors import SinkError, UserInputError
 from barrierflow.spec.models import ParquetSinkSpec
 from barrierflow.storage import open_store
 from barrierflow.transactions.ledger import Transaction
-from barrierflow.transactions.staged import StagedBatches
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_crash_point
+from barrierflow.transactions.write_ahead import WriteAheadBatches
 
 if TYPE_CHECKING:
     from barrierflow.spec.models import PipelineSpec
@@ -48,7 +48,7 @@ class ParquetFileSink(TwoPhaseCommitSink):
     sink_type = "parquet"
 
     def __init__(self, *, path: str, **kwargs: Any) -> None:
-        super().__init__(staging=StagedBatches(staging_uri(path)), **kwargs)
+        super().__init__(staging=WriteAheadBatches(staging_uri(path)), **kwargs)
         self.path = path
         self.output = open_store(path)
 

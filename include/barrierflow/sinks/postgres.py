@@ -65,8 +65,8 @@ from typing import TYPE_CHECKING, Any
 from barrierflow.errors import SinkError
 from barrierflow.spec.models import PostgresSinkSpec
 from barrierflow.transactions.ledger import Transaction
-from barrierflow.transactions.staged import StagedBatches
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_crash_point
+from barrierflow.transactions.write_ahead import WriteAheadBatches
 
 if TYPE_CHECKING:
     import psycopg
@@ -141,7 +141,7 @@ class PostgresSink(TwoPhaseCommitSink):
         """``lock_timeout`` (seconds) bounds a pre-commit's wait for rows locked by another
         prepared transaction (see the module docstring); ``connect_timeout`` (seconds, >= 2)
         bounds every connection attempt. ``template_kwargs`` go to :class:`TwoPhaseCommitSink`."""
-        super().__init__(staging=StagedBatches(staging_uri), **template_kwargs)
+        super().__init__(staging=WriteAheadBatches(staging_uri), **template_kwargs)
         self.spec = spec
         self.lock_timeout = lock_timeout
         self.connect_timeout = max(2, int(connect_timeout))

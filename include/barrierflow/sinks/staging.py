@@ -17,11 +17,11 @@ Protocol per micro-batch V:
    ``foreachBatch`` runs again with the same id when Spark replays V, which rewrites the list.
 3. ``abort(messages)`` removes the batch's prefix (failed tasks appear as None in messages).
 
-The layout's names and the driver-side reading of staged batches live in
-:mod:`barrierflow.transactions.staged`, below the sinks. Sinks then turn staged batches into
+The layout's names and the driver-side reading of write-ahead batches live in
+:mod:`barrierflow.transactions.write_ahead`, below the sinks. Sinks then turn write-ahead batches into
 their external effect per epoch (two-phase commit,
 :mod:`barrierflow.transactions.two_phase`): publish files, ``COMMIT PREPARED``, produce a Kafka
-transaction. Staged data is deleted only after the batch's transaction committed, or when a
+transaction. Write-ahead data is deleted only after the batch's transaction committed, or when a
 restore discards batches newer than the restored checkpoint (they will be replayed).
 """
 
@@ -43,13 +43,17 @@ from barrierflow.faults import crash_point
 from barrierflow.lease import FenceToken
 from barrierflow.spark import offset_log
 from barrierflow.storage import open_store
-from barrierflow.transactions.staged import MARKER, batch_prefix
+from barrierflow.transactions.write_ahead import MARKER, batch_prefix
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class StagedFile(WriterCommitMessage):
+class WriteAheadFile(WriterCommitMessage):
+    """What a task's ``write`` reports to the driver's ``commit``: the key of the Parquet file it
+    wrote under the staging URI (None when the task had no rows) and its row count. The file is
+    invisible until ``commit`` lists it in the batch's ``_PRECOMMITTED.json``."""
+
     key: str | None
     rows: int
 
@@ -77,7 +81,7 @@ class StagingWriter(DataSourceArrowWriter):
         self.batch_id = batch_id
         self.fence = fence
 
-    def write(self, iterator: Iterator[Any]) -> StagedFile:
+    def write(self, iterator: Iterator[Any]) -> WriteAheadFile:
         import pyarrow as pa
         import pyarrow.parquet as pq
         from pyspark import TaskContext
@@ -87,7 +91,7 @@ class StagingWriter(DataSourceArrowWriter):
         freeze_long_lived()
         batches = [b for b in iterator if b.num_rows]
         if not batches:
-            return StagedFile(None, 0)
+            return WriteAheadFile(None, 0)
         table = pa.Table.from_batches(batches)
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression="zstd")
@@ -95,11 +99,11 @@ class StagingWriter(DataSourceArrowWriter):
         task = ctx.partitionId() if ctx else 0
         key = f"{batch_prefix(self.batch_id)}{task:05d}-{uuid.uuid4().hex}.parquet"
         open_store(self.uri).put_bytes(key, buffer.getvalue())
-        return StagedFile(key, table.num_rows)
+        return WriteAheadFile(key, table.num_rows)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         files = sorted(
-            ({"key": m.key, "rows": m.rows} for m in messages if isinstance(m, StagedFile) and m.key),
+            ({"key": m.key, "rows": m.rows} for m in messages if isinstance(m, WriteAheadFile) and m.key),
             key=lambda f: f["key"],
         )
         body = {"batch_id": self.batch_id, "files": files, "rows": sum(f["rows"] for f in files), "fence": self.fence}
@@ -110,7 +114,7 @@ class StagingWriter(DataSourceArrowWriter):
         store.delete_many([o.key for o in store.list(batch_prefix(self.batch_id))])
 
 
-def write_staged_batch(uri: str, batch_id: int, table: Any, fence: int | None = None) -> None:
+def write_ahead_batch(uri: str, batch_id: int, table: Any, fence: int | None = None) -> None:
     """Stage a pyarrow ``table`` as micro-batch ``batch_id`` from the driver (one file, then
     the file list, with the writer's fencing number), in the same layout the executor-side
     writer produces."""
@@ -178,7 +182,7 @@ class BatchStager:
             return
         fence = self.fence.fence if self.fence is not None else None
         if self.mode == "driver":
-            write_staged_batch(self.uri, batch_id, df.toArrow(), fence)
+            write_ahead_batch(self.uri, batch_id, df.toArrow(), fence)
             return
         (df.write.format("barrierflow_staging").mode("append")
          .option("uri", self.uri).option("batch_id", str(batch_id)).option("fence", str(fence or "")).save())

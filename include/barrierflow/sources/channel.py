@@ -73,18 +73,12 @@ from barrierflow.barriers.alignment.record import write_aborted, write_alignment
 from barrierflow.barriers.cutoffs import AttemptCutoff, StaleRecords
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.records import BARRIER_HEADER, BarrierMarker, decode_barrier, record_attempt
+from barrierflow.kafka_io.decoding import RecordDecoder, newest_event_time
+from barrierflow.kafka_io.partition_ids import parse_partition_id
+from barrierflow.kafka_io.range_reads import read_range, read_range_columns, read_range_marked
 from barrierflow.kafka_io.row_batches import MAX_ROWS, ROWS_HEADER, rows_in
 from barrierflow.sources.channel_rows import ChannelDecoder
-from barrierflow.sources.kafka import (
-    KafkaStreamReader,
-    RecordDecoder,
-    newest_event_time,
-    parse_partition_id,
-    read_range,
-    read_range_columns,
-    read_range_marked,
-    schema_for,
-)
+from barrierflow.sources.kafka import KafkaStreamReader, schema_for
 from barrierflow.sources.planning import RowMeasure
 from barrierflow.spec.models import CheckpointMode, KafkaSourceSpec
 

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.kafka_io.consumer import Columns, Record
+from barrierflow.kafka_io.decoding import METADATA_COLUMNS, RecordDecoder
+from barrierflow.kafka_io.partition_ids import partition_id
 from barrierflow.kafka_io.row_batches import decode, is_row_batch
-from barrierflow.sources.kafka import METADATA_COLUMNS, RecordDecoder, partition_id
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -88,7 +89,7 @@ class ChannelDecoder(RecordDecoder):
         """The stage's rows of one row-batch record (None: none kept)."""
         import pyarrow as pa
 
-        from barrierflow.sources.kafka import timestamps_us
+        from barrierflow.kafka_io.decoding import timestamps_us
 
         try:
             batch = decode(value)

@@ -31,6 +31,8 @@ EventTimeLookup = Callable[[AnySourceSpec, str, Mapping[str, int]], dict[str, da
 #: source spec -> partition -> end offset when the source is bounded (a generator with
 #: ``records_per_partition``; a Kafka topic's end offsets when the run starts), else None
 BoundedEnd = Callable[[AnySourceSpec], dict[str, int] | None]
+#: source spec -> the Spark DDL schema of the rows the source hands the transformation
+RowSchema = Callable[[AnySourceSpec], str]
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ class SourceKind:
     format: str
     event_times: EventTimeLookup
     bounded_end: BoundedEnd
+    #: the schema its Spark data source reports (``DataSource.schema``), without Spark
+    row_schema: RowSchema
     run_options: RunOptions = _no_run_options
     #: whether a checkpoint completes only with the stage's alignment record (channel inputs)
     aligned: bool = False
@@ -110,10 +114,24 @@ def _generator_end(source: AnySourceSpec) -> dict[str, int] | None:
 def _kafka_end(source: AnySourceSpec) -> dict[str, int] | None:
     """A Kafka topic is bounded by its end offsets when the run starts (records produced later
     are read too, but the run does not wait for them)."""
-    from barrierflow.sources.kafka import end_offsets
+    from barrierflow.kafka_io.admin import end_offsets
 
     assert isinstance(source, KafkaSourceSpec)
     return end_offsets(source)
+
+
+def _generator_schema(source: AnySourceSpec) -> str:
+    from barrierflow.sources.generator import SCHEMA
+
+    return SCHEMA
+
+
+def _kafka_schema(source: AnySourceSpec) -> str:
+    """Raises UserInputError: a ``json_fields`` name collides with a metadata column."""
+    from barrierflow.sources.kafka import schema_for
+
+    assert isinstance(source, KafkaSourceSpec)
+    return schema_for(source)
 
 
 def _unbounded(source: AnySourceSpec) -> dict[str, int] | None:
@@ -127,11 +145,12 @@ def reached(offsets: Mapping[str, int] | None, end: Mapping[str, int]) -> bool:
 
 
 _KINDS: dict[str, SourceKind] = {
-    "generator": SourceKind("generator", "barrierflow_generator", _generator_event_times, _generator_end),
-    "kafka": SourceKind("kafka", "barrierflow_kafka", _recorded_event_times, _kafka_end),
+    "generator": SourceKind("generator", "barrierflow_generator", _generator_event_times, _generator_end,
+                            _generator_schema),
+    "kafka": SourceKind("kafka", "barrierflow_kafka", _recorded_event_times, _kafka_end, _kafka_schema),
     # The channels a stage reads, as one Kafka source over their topics (sources/channel.py):
     # Kafka's reader plus barrier alignment; event times recorded by the executors like Kafka's.
-    "channel": SourceKind("channel", "barrierflow_channel", _recorded_event_times, _unbounded,
+    "channel": SourceKind("channel", "barrierflow_channel", _recorded_event_times, _unbounded, _kafka_schema,
                           run_options=_alignment_options, aligned=True),
 }
 

@@ -51,7 +51,12 @@ REQUIRED_CONF = {
 
 
 def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSession:
-    """Return a SparkSession configured for barrierflow (creating or reusing one)."""
+    """Return a SparkSession configured for barrierflow (creating or reusing one), with the
+    spec's ``py_packages`` shipped to its driver and executors (:mod:`barrierflow.spark.user_code`).
+
+    Raises:
+        UserInputError: an entry of ``spark.py_packages`` is not a package directory.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -76,6 +81,10 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSessio
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     apply_state_store(session, spec)
+    if spec.py_packages:
+        from barrierflow.spark.user_code import ship_py_packages
+
+        ship_py_packages(session, spec.py_packages)
     return session
 
 

@@ -103,6 +103,20 @@ class GeneratorSourceSpec(_Strict):
                    if p.partition == partition and elapsed > p.start)
 
 
+#: The columns a Kafka (or channel) source gives before its ``json_fields``; a field may not be named like one.
+KAFKA_METADATA_COLUMNS = ("topic", "partition", "offset", "timestamp")
+
+
+def refuse_metadata_names(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` (``json_fields``) unless one is named like a Kafka metadata column (ValueError)."""
+    clash = [name for name in fields if name in KAFKA_METADATA_COLUMNS]
+    if clash:
+        raise ValueError(f"json_fields {clash} collide with the columns every Kafka and channel row has "
+                         f"{list(KAFKA_METADATA_COLUMNS)}; rename the field in the records (or, for a channel, in "
+                         "the writing stage's transformation)")
+    return fields
+
+
 class KafkaSourceSpec(_Strict):
     """Kafka topics read without a Spark connector jar (ranges with confluent-kafka, topic metadata
     and offsets with kafka-python; :mod:`barrierflow.kafka_io`)."""
@@ -136,6 +150,11 @@ class KafkaSourceSpec(_Strict):
     @classmethod
     def _client_fields_nested(cls, data: Any) -> Any:
         return refuse_flat_client_fields(data, "Kafka source")
+
+    @field_validator("json_fields")
+    @classmethod
+    def _no_metadata_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return refuse_metadata_names(value)
 
     @model_validator(mode="after")
     def _json_needs_fields(self) -> KafkaSourceSpec:
@@ -414,12 +433,31 @@ class SparkSpec(_Strict):
 
     ``state_store``: Spark's state store provider, ``hdfs`` (HDFSBackedStateStoreProvider,
     the default) or ``rocksdb`` (RocksDBStateStoreProvider; see docs/pipeline-spec.md). The
-    provider of an existing Spark checkpoint is recorded in it: Spark keeps using that one."""
+    provider of an existing Spark checkpoint is recorded in it: Spark keeps using that one.
+
+    ``py_packages``: the user's own code, shipped with every job (see
+    :mod:`barrierflow.spark.user_code`); checked to exist when a job builds its session."""
 
     master: str = "local[2]"
     shuffle_partitions: int = Field(4, ge=1)
     state_store: Literal["hdfs", "rocksdb"] = "hdfs"
     conf: dict[str, str] = Field(default_factory=dict)
+    py_packages: list[str] = Field(
+        default_factory=list,
+        description="local directories of Python packages (each with an __init__.py) the transformation imports; "
+                    "every job zips each one and ships it to its driver and executors (barrierflow.spark.user_code). "
+                    "A relative path is taken relative to $BARRIERFLOW_HOME, else the working directory")
+
+    @field_validator("py_packages")
+    @classmethod
+    def _package_paths(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if not entry.strip():
+                raise ValueError("an empty path: give the directory of a Python package, e.g. 'my_pkg'")
+            if "://" in entry:
+                raise ValueError(f"{entry!r} is a URI; py_packages are local directories the driver zips, e.g. "
+                                 "'my_pkg' or '/srv/project/my_pkg'")
+        return value
 
 
 class VerificationSpec(_Strict):

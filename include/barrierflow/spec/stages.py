@@ -50,6 +50,7 @@ from barrierflow.spec.models import (
     VerificationSpec,
     _storage_uri,
     _Strict,
+    refuse_metadata_names,
 )
 
 EMBEDDED = "embedded"
@@ -140,6 +141,11 @@ class ChannelSourceSpec(_Strict):
         default_factory=list, description="per channel partition, a factor (0, 1] on max_records_per_batch: "
                                           "[1, 0.1] reads partition 1 ten times slower (a slow consumer, for "
                                           "backpressure tests and benchmarks); missing partitions read at 1")
+
+    @field_validator("json_fields")
+    @classmethod
+    def _no_metadata_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return refuse_metadata_names(value)
 
     @property
     def source_name(self) -> str:

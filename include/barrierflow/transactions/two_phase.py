@@ -85,7 +85,7 @@ from barrierflow.spark import offset_log
 from barrierflow.transactions.committer import SinkCommitter
 from barrierflow.transactions.ledger import Transaction, TransactionLedger, TransactionStateError, TxnState
 from barrierflow.transactions.retry import NO_RETRY, CommitRetry
-from barrierflow.transactions.staged import StagedBatches
+from barrierflow.transactions.write_ahead import WriteAheadBatches
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class Decision:
 class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
     sink_type: str = "abstract"
 
-    def __init__(self, *, name: str, pipeline: str, ledger: TransactionLedger, staging: StagedBatches,
+    def __init__(self, *, name: str, pipeline: str, ledger: TransactionLedger, staging: WriteAheadBatches,
                  attempt: int = 0, spark_checkpoint: str | os.PathLike[str] | None = None,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
                  commit_retry: CommitRetry = NO_RETRY, fence: FenceToken | None = None,

@@ -22,9 +22,8 @@ def keyed_window_counts(df: DataFrame, ctx: TransformContext) -> DataFrame:
         raise SpecError("<spec>", [("event_time", "keyed_window_counts needs event_time.column and "
                                                   "event_time.watermark_delay")])
     window = str(ctx.options.get("window", "10 seconds"))
-    delay = f"{int(ctx.watermark_delay_seconds * 1000)} milliseconds"
     return (
-        df.withWatermark(column, delay)
+        ctx.with_watermark(df)
         .groupBy(F.window(column, window).alias("w"), F.col("key"))
         .agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("value_sum"))
         .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"),

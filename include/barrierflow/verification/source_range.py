@@ -25,16 +25,9 @@ def kafka_beginning_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
     Raises:
         SourceError: the brokers cannot be reached or a topic does not exist.
     """
-    from barrierflow.sources.kafka import _call, open_consumer, partition_id, topic_partitions
+    from barrierflow.kafka_io.admin import beginning_offsets
 
-    consumer = open_consumer(spec)
-    try:
-        partitions = topic_partitions(spec, consumer)
-        found = _call(spec, f"fetching the beginning offsets of {spec.topics}",
-                      lambda: consumer.beginning_offsets(partitions, timeout_ms=int(spec.poll_timeout * 1000)))
-        return {partition_id(tp.topic, tp.partition): int(found[tp]) for tp in partitions}
-    finally:
-        consumer.close()
+    return beginning_offsets(spec)
 
 
 def retained_starts(spec: PipelineSpec) -> RetainedStarts:

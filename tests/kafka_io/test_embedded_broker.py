@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from barrierflow.sources import embedded_broker as embedded
-from barrierflow.sources.embedded_broker import EmbeddedBrokerError, broker_answers, embedded_broker
+from barrierflow.kafka_io import embedded_broker as embedded
+from barrierflow.kafka_io.embedded_broker import EmbeddedBrokerError, broker_answers, embedded_broker
 from barrierflow.workdir.processes import process_alive
 
 pytestmark = pytest.mark.kafka
@@ -55,7 +55,7 @@ def _run_holding_a_broker(data_dir: Path, records: int, *, own_session: bool = F
     once the records are acknowledged."""
     script = textwrap.dedent(f"""
         import sys
-        from barrierflow.sources.embedded_broker import embedded_broker, broker_pid
+        from barrierflow.kafka_io.embedded_broker import embedded_broker, broker_pid
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_embedded_broker import _produce
         with embedded_broker({str(data_dir)!r}) as address:

@@ -1,7 +1,7 @@
 """Vectorized decoding of JSON record values into Arrow columns.
 
 The Kafka and channel sources decode a record's value as a JSON object and keep the spec's
-``json_fields`` (:class:`barrierflow.sources.kafka.RecordDecoder`). Decoding record by record
+``json_fields`` (:class:`barrierflow.kafka_io.decoding.RecordDecoder`). Decoding record by record
 with :func:`json.loads` costs a few microseconds each and is the slowest step of a Kafka read;
 :func:`decode_columns` decodes a whole chunk of values with Arrow's JSON reader instead (C++,
 one pass, about 9x faster on this machine; ``make bench-kafka`` prints both side by side).
@@ -10,7 +10,7 @@ Contract: :func:`decode_columns` returns columns only when every value of the ch
 per-record decoder accepts, with exactly the values it would produce; for anything else it
 returns None and the caller decodes the chunk record by record (which sends the bad records
 to the dead-letter output with their reasons). So the fast path changes speed, never output.
-What sends a chunk to the per-record path (tests/sources/test_json_columns.py shows each):
+What sends a chunk to the per-record path (tests/kafka_io/test_json_columns.py shows each):
 
 - a value that is null (a tombstone), does not start with ``{`` (a BOM, leading
   whitespace, an array, a scalar) or holds a line break (pretty-printed JSON: values are

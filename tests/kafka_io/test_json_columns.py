@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from barrierflow.sources.json_columns import decode_columns
-from barrierflow.sources.kafka import RecordDecoder, _Invalid
+from barrierflow.kafka_io.decoding import RecordDecoder, _Invalid
+from barrierflow.kafka_io.json_columns import decode_columns
 from barrierflow.spec.models import KafkaSourceSpec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

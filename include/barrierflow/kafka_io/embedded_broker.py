@@ -18,7 +18,8 @@ SIGTERM when the process that started it dies (start it from a thread that lives
 it). A start that finds the data dir held by a killed run's broker waits for it to exit; one
 held by a live run's broker is refused.
 
-This lives beside the Kafka source because the runtime and ``ops`` may import it.
+It lives in :mod:`barrierflow.kafka_io`, the home of everything that talks to Kafka, below the
+sources, sinks, runtime and ``ops`` that start it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Staged micro-batches as the two-phase-commit template sees them (driver side).
+"""Write-ahead micro-batches as the two-phase-commit template sees them (driver side).
 
 The Spark side (:mod:`barrierflow.sinks.staging`) writes each micro-batch V under a staging
 URI, invisible to readers, the file list last::
@@ -6,9 +6,13 @@ URI, invisible to readers, the file list last::
     batch=<V:012d>/<task:05d>-<uuid>.parquet   one file per task
     batch=<V:012d>/_PRECOMMITTED.json          the batch's file list, written last
 
-A batch is *staged* exactly when its file list exists. :class:`StagedBatches` lists, reads
-and discards staged batches; a transaction (:mod:`barrierflow.transactions.two_phase`) takes
-the staged batches of an epoch and deletes them only after it committed.
+A batch is *written ahead* exactly when its file list exists. :class:`WriteAheadBatches`
+lists, reads and discards write-ahead batches; a transaction
+(:mod:`barrierflow.transactions.two_phase`) takes the write-ahead batches of an epoch and
+deletes them only after it committed.
+
+Words: 2PC says "write-ahead" for these batches and "staging" for the area they are written
+to (the sink's ``staging_path``); "staged" names only a pipeline of several stages.
 """
 
 from __future__ import annotations
@@ -31,15 +35,15 @@ def batch_prefix(batch_id: int) -> str:
     return f"batch={batch_id:012d}/"
 
 
-class StagedBatches:
-    """Reading and discarding staged micro-batches (driver side)."""
+class WriteAheadBatches:
+    """Reading and discarding write-ahead micro-batches (driver side)."""
 
     def __init__(self, uri: str, store: ObjectStore | None = None) -> None:
         self.uri = uri
         self.store = store or open_store(uri)
 
     def batches(self) -> list[int]:
-        """Ids of staged batches with a complete file list, ascending."""
+        """Ids of write-ahead batches with a complete file list, ascending."""
         return sorted(int(m.group(1)) for o in self.store.list("batch=") if (m := _MARKER.match(o.key)))
 
     def listing(self, batch_id: int) -> dict[str, Any]:
@@ -52,7 +56,7 @@ class StagedBatches:
             ) from None
 
     def read(self, batch_id: int) -> Any:
-        """The rows of staged batch ``batch_id`` as a pyarrow Table (None when empty)."""
+        """The rows of write-ahead batch ``batch_id`` as a pyarrow Table (None when empty)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -67,7 +71,7 @@ class StagedBatches:
         self.store.delete(batch_prefix(batch_id) + MARKER)
 
     def discard_after(self, batch_id: int) -> list[int]:
-        """Delete every staged batch newer than ``batch_id``, complete or not; returns their ids."""
+        """Delete every write-ahead batch newer than ``batch_id``, complete or not; returns their ids."""
         newer = sorted({int(m.group(1)) for o in self.store.list("batch=")
                         if (m := _BATCH.match(o.key)) and int(m.group(1)) > batch_id})
         for batch in newer:

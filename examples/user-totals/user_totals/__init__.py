@@ -1,0 +1,1 @@
+"""Example user package: payments summed per user and event-time minute (see ../README.md)."""
