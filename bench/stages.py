@@ -132,7 +132,7 @@ def run_mode(label: str, mode: str, alignment_timeout: float, *, servers: str, w
     measured = result.completed[1:]  # the first one includes the queries' start
     batches = tuple(float(json.loads(job.objects.get_bytes(m.stages["z"].manifest)).get("barrier_batch_ms", 0.0))
                     for m in measured)
-    return ModeFigures(label, len(result.completed), result.failed, [m.total_ms for m in measured],
+    return ModeFigures(label, len(result.completed), len(result.failed), [m.total_ms for m in measured],
                        [m.stages["z"].alignment_ms for m in measured],
                        [m.stages["z"].channel_state_records for m in measured], _in_flight_ms(job.global_store, ended),
                        batches)

@@ -1,13 +1,12 @@
 """Run a pipeline (``barrierflow run``, the launch DAG's spark-submit job), whatever its shape.
 
-:func:`run` opens the pipeline once and runs it: a single-stage pipeline as one streaming job
-(:class:`barrierflow.runtime.job.StreamingJob`), a pipeline of several stages as every stage's
-query and the pipeline coordinator in one process
-(:class:`barrierflow.runtime.pipeline.StagedPipelineJob`; ``processes``: a process per stage).
-The two runtimes are separate; :func:`run` is the one place that picks one.
-A multi-stage run starts the embedded broker (:mod:`barrierflow.kafka_io.embedded_broker`)
-for the run's duration when a channel's ``bootstrap`` is ``embedded``, with its data under
-the pipeline's work dir (``<work_dir>/embedded-broker``), so the channels outlive the run.
+:func:`run` opens the pipeline once and runs it through the one run driver
+(:func:`barrierflow.runtime.run_driver.open_driver`: every stage's query and coordinator and the
+pipeline's cut keeper in one loop; one stage is the case N = 1, cut by its own checkpoints), or
+with ``processes`` a process per stage (:mod:`barrierflow.runtime.stage_processes`), under the
+pipeline's lease. A run starts the embedded broker (:mod:`barrierflow.kafka_io.embedded_broker`)
+for its duration when a channel's ``bootstrap`` is ``embedded``, with its data under the
+pipeline's work dir (``<work_dir>/embedded-broker``), so the channels outlive the run.
 """
 
 from __future__ import annotations
@@ -15,30 +14,42 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
 from barrierflow.errors import UserInputError
 from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
-from barrierflow.lease import JobLease
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
-from barrierflow.runtime.job import Progress, RunResult, StreamingJob
-from barrierflow.runtime.pipeline import (
-    PipelineProgress,
-    PipelineRunResult,
-    StagedPipelineJob,
-    StageProgress,
-)
+from barrierflow.runtime.job import Progress
+from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StagedPipelineJob, StageProgress
+from barrierflow.runtime.pipeline_runner import RunResult
+from barrierflow.runtime.run_driver import open_driver
 from barrierflow.sources.dead_letter import count_dead_letters
-from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 
-__all__ = ["AnyProgress", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome", "RunResult",
-           "StageProgress", "run", "run_stage"]
+__all__ = ["AnyProgress", "DeadLetters", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome",
+           "RunResult", "StageProgress", "dead_letters", "run", "run_stage"]
 
 #: What the live progress display is given every ``progress_every`` seconds: one stage's
 #: :class:`Progress`, or every stage's :class:`PipelineProgress`.
 AnyProgress = Progress | PipelineProgress
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """The malformed records a stage's dead-letter output holds (every run's so far), and where."""
+
+    count: int
+    uri: str
+
+
+def dead_letters(pipeline: OpenedPipeline) -> dict[str, DeadLetters]:
+    """Each stage's dead letters (one stage: the pipeline's), read from the dead-letter output
+    its executors write (``dead_letter_path``, else ``<stage work dir>/dead-letter``)."""
+    found = {}
+    for stage in pipeline.stages:
+        uri = stage.layout.dead_letter_uri(stage.spec)
+        found[stage.name] = DeadLetters(count_dead_letters(uri), uri)
+    return found
 
 
 @dataclass(frozen=True)
@@ -47,11 +58,14 @@ class RunOutcome:
 
     Attributes:
         stages: the stages run (one: the pipeline's).
-        result: one stage: the job's :class:`RunResult` (batches, records, checkpoints);
-            several: the :class:`PipelineRunResult` (global checkpoints, each stage's manifests).
+        result: the :class:`RunResult`: the cuts completed and failed (one stage: its
+            checkpoints; several: global checkpoints), each stage's batches, records and
+            manifests.
         attempt: the attempt the run wrote (several stages: a start after the first restores
             the latest global checkpoint as a new attempt).
-        dead_letters, dead_letter_uri: one stage: the dead letters it left and where.
+        dead_letters, dead_letter_uri: the dead letters the stages left (all of them) and
+            where (each stage's URI, comma-separated).
+        stage_dead_letters: each stage's own (:func:`dead_letters`), which those two sum up.
         embedded_broker: several stages: the address of the broker started for ``bootstrap:
             embedded`` channels (None if none was), stopped once the run ended (its data stays
             in ``<work_dir>/embedded-broker`` for the next run).
@@ -64,6 +78,7 @@ class RunOutcome:
     dead_letters: int = 0
     dead_letter_uri: str = ""
     embedded_broker: str | None = None
+    stage_dead_letters: dict[str, DeadLetters] = field(default_factory=dict)
 
 
 def _check_limits(duration: float | None, checkpoints: int | None) -> None:
@@ -71,48 +86,6 @@ def _check_limits(duration: float | None, checkpoints: int | None) -> None:
         raise UserInputError("--duration must be a positive number of seconds")
     if checkpoints is not None and checkpoints <= 0:
         raise UserInputError("--checkpoints must be a positive whole number")
-
-
-def _run_stages(pipeline: OpenedPipeline, *, duration: float | None, checkpoints: int | None,
-                until_exhausted: bool, progress: Callable[[PipelineProgress], None] | None, progress_every: float,
-                processes: bool) -> RunOutcome:
-    spec = pipeline.spec
-    assert isinstance(spec, StagedPipelineSpec)  # several stages
-    with ExitStack() as stack:
-        address = None
-        if any(c.is_embedded for c in spec.channels):
-            address = stack.enter_context(embedded_broker(data_dir_for(pipeline.work_dir)))
-        servers = {c.name: address for c in spec.channels if c.is_embedded and address is not None}
-        job = StagedPipelineJob(spec, spec_path=pipeline.spec_path, channel_servers=servers)
-        if until_exhausted:
-            job.check_bounded()
-        # The pipeline's lease: no restore of it (or second run) while it runs; its fencing number
-        # guards every commit of this run (a stalled driver that wakes up after a restore commits nothing).
-        job.hold(stack.enter_context(JobLease(Path(job.work_dir), spec.name, "run", store=job.objects)))
-        result: PipelineRunResult
-        if processes:
-            from barrierflow.runtime.stage_processes import StageProcessSupervisor
-
-            result = StageProcessSupervisor(job, servers=servers).run(
-                checkpoints=checkpoints, duration=duration, until_exhausted=until_exhausted, progress=progress,
-                progress_every=progress_every)
-        else:
-            result = job.run(checkpoints=checkpoints, duration=duration, until_exhausted=until_exhausted,
-                             progress=progress, progress_every=progress_every)
-        return RunOutcome(spec.name, tuple(s.name for s in pipeline.stages), result, job.attempt,
-                          embedded_broker=address)
-
-
-def _run_one(pipeline: OpenedPipeline, *, duration: float | None, checkpoints: int | None, until_exhausted: bool,
-             progress: Callable[[Progress], None] | None, progress_every: float) -> RunOutcome:
-    spec = pipeline.spec
-    assert isinstance(spec, PipelineSpec)  # one stage
-    job = StreamingJob(spec, spec_path=pipeline.spec_path)
-    result = job.run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
-                     progress=progress, progress_every=progress_every)
-    dead_letter_uri = job.layout.dead_letter_uri(spec)
-    return RunOutcome(spec.name, (spec.name,), result, job.store.attempt(), count_dead_letters(dead_letter_uri),
-                      dead_letter_uri)
 
 
 def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, checkpoints: int | None = None,
@@ -123,9 +96,10 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     without any of the three limits until interrupted. ``progress`` is called every
     ``progress_every`` seconds (:data:`AnyProgress`).
 
-    One stage: see :meth:`barrierflow.runtime.job.StreamingJob.run` for the contract. Several
-    stages: a start after the first restores the latest global checkpoint (see
-    :meth:`barrierflow.runtime.pipeline.StagedPipelineJob.run`), also on the embedded broker,
+    The run loop and its contract: :meth:`barrierflow.runtime.pipeline_runner.PipelineRunner.run`.
+    One stage restores its newest valid checkpoint when it has no local Spark checkpoint.
+    Several stages: a start after the first restores the latest global checkpoint (see
+    :meth:`barrierflow.runtime.pipeline.StagedPipelineJob.prepare`), also on the embedded broker,
     whose data dir under the work dir keeps the channels' records across runs (a killed run
     restarts with the same command); a start after a run that completed no global checkpoint
     starts every stage from the beginning as a new attempt. ``processes``: every stage in a
@@ -135,8 +109,8 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     Raises:
         SpecError: the spec does not load.
         UserInputError: a limit is not positive; the job runs already; ``processes`` for one
-            stage; several stages: a stage cannot be run yet, or ``until_exhausted`` without
-            bounded sources.
+            stage; ``until_exhausted`` without bounded sources; several stages: a stage cannot
+            be run yet.
         EmbeddedBrokerError: the embedded broker did not start (or another process runs it
             on this pipeline's data dir).
         TolerableFailuresExceededError, JobFailedError: the job (a stage's query or process)
@@ -148,13 +122,33 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     """
     _check_limits(duration, checkpoints)
     pipeline = open_pipeline(spec_path)
-    if pipeline.single_stage:
+    if processes and pipeline.single_stage:
+        raise UserInputError(f"{spec_path} has one stage; --processes and --stage are for specs with stages")
+    with ExitStack() as stack:
+        address = None
+        if any(c.is_embedded for c in pipeline.channels):
+            address = stack.enter_context(embedded_broker(data_dir_for(pipeline.work_dir)))
+        servers = {c.name: address for c in pipeline.channels if c.is_embedded and address is not None}
+        driver = open_driver(pipeline, channel_servers=servers)
+        if until_exhausted:
+            driver.check_bounded()
+        # The pipeline's lease: no restore of it (or second run) while it runs; its fencing number
+        # guards every commit of this run (a stalled driver that wakes up after a restore commits nothing).
+        driver.hold(stack.enter_context(driver.lease()))
+        result: RunResult
         if processes:
-            raise UserInputError(f"{spec_path} has one stage; --processes and --stage are for specs with stages")
-        return _run_one(pipeline, duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
-                        progress=progress, progress_every=progress_every)
-    return _run_stages(pipeline, duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
-                       progress=progress, progress_every=progress_every, processes=processes)
+            from barrierflow.runtime.stage_processes import run_in_processes
+
+            result = run_in_processes(driver, servers=servers, checkpoints=checkpoints, duration=duration,
+                                      until_exhausted=until_exhausted, progress=progress,
+                                      progress_every=progress_every)
+        else:
+            result = driver.run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
+                                progress=progress, progress_every=progress_every)
+        found = dead_letters(pipeline)
+        return RunOutcome(pipeline.name, tuple(s.name for s in pipeline.stages), result, driver.attempt,
+                          sum(d.count for d in found.values()), ", ".join(d.uri for d in found.values()),
+                          embedded_broker=address, stage_dead_letters=found)
 
 
 def run_stage(spec_path: str | os.PathLike[str], stage: str) -> int:

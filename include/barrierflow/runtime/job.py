@@ -1,10 +1,19 @@
-"""Running a pipeline: build the Structured Streaming query, drive the checkpoint
-coordinator next to it, stop on a condition, report.
+"""A single-stage pipeline: the general run driver with one stage whose checkpoint is the cut.
 
-Contract of :meth:`StreamingJob.run`: returns a :class:`RunResult` when the stop condition
-(duration or number of completed checkpoints) is met and every sink commit of the run
-succeeded; raises :class:`TolerableFailuresExceededError` after stopping the query when too
-many consecutive checkpoints failed, :class:`JobFailedError` when the query itself died, and
+:class:`StageCuts` is the cut keeper of one stage (:mod:`barrierflow.runtime.pipeline_runner`):
+the stage's coordinator triggers the barriers and its sinks commit when the checkpoint
+completes; the store keeps the single-stage layout (``<checkpoint.storage>/<pipeline>``). Its
+restore at start (:meth:`StreamingJob.restore_if_needed`) restores the newest valid checkpoint
+when there is no local Spark checkpoint, and its sinks first finish what a crashed run left in
+doubt (:meth:`StreamingJob.recover_sinks`).
+
+:class:`StreamingJob` opens one stage for the tests and benchmarks (``on_tick``/``until``
+hooks, an injected SparkSession or checkpoint store) and runs it through the one run loop,
+:meth:`~barrierflow.runtime.pipeline_runner.PipelineRunner.run`. Contract of
+:meth:`StreamingJob.run`: returns a :class:`RunResult` when the stop condition (duration or
+number of completed checkpoints) is met and every sink commit of the run succeeded; raises
+:class:`TolerableFailuresExceededError` after stopping the query when too many consecutive
+checkpoints failed, :class:`JobFailedError` when the query itself died, and
 :class:`~barrierflow.checkpointing.errors.SinkCommitFailedError` when a sink could not commit
 (or abort) an epoch, also the run's last one, whose commit is queued by the tick that ends the
 run and waited for once the query stopped. In every case the query is stopped, in-flight
@@ -14,12 +23,10 @@ uploads are given ``checkpoint.timeout`` to finish and the queued sink calls run
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
@@ -27,9 +34,10 @@ from barrierflow.errors import UserInputError
 from barrierflow.lease import JobLease
 from barrierflow.pipeline.model import Stage
 from barrierflow.runtime.event_time import EventTimeStatus
+from barrierflow.runtime.pipeline_runner import CutKeeper, PipelineRunner, RunResult, StageStats
 from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.sources.registry import StageRun, reached, source_kind
-from barrierflow.spark import commit_log, offset_log
+from barrierflow.spark import offset_log
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.storage import ObjectStore
 from barrierflow.transactions.committer import SinkCommitter
@@ -38,6 +46,10 @@ from barrierflow.workdir.layout import JobLayout
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+    from barrierflow.lease import FenceToken
+
+__all__ = ["Progress", "RunResult", "StageCuts", "StreamingJob"]
 
 log = logging.getLogger(__name__)
 
@@ -57,33 +69,114 @@ class Progress:
     event_time: EventTimeStatus | None = None
 
 
-@dataclass
-class RunResult:
-    pipeline: str
-    batches: int
-    records: int
-    elapsed_seconds: float
-    steady_records: int = 0
-    steady_seconds: float = 0.0
-    completed: list[Manifest] = field(default_factory=list)  # the newest 100 (KEEP_COMPLETED) of the run
-    failed: list[FailureRecord] = field(default_factory=list)
-    dead_letters: int = 0
+class StageCuts(CutKeeper):
+    """Who cuts a single-stage pipeline: the stage itself (module docstring)."""
+
+    tick_seconds = TICK_SECONDS
+    wait_started = False  # one query: nothing to stagger
+    final_progress = False
+
+    def __init__(self, job: StreamingJob) -> None:
+        self.job = job
+        self.name = job.spec.name
+        self.spec_path = job.spec_path
+        self.runners = [job.runner]
+        self._attempt = 0
 
     @property
-    def throughput(self) -> float:
-        """Records per second after the first batch (excludes JVM and worker start-up)."""
-        if self.steady_seconds > 0:
-            return self.steady_records / self.steady_seconds
-        return self.records / self.elapsed_seconds if self.elapsed_seconds else 0.0
+    def spark(self) -> SparkSession:
+        return self.job.spark
 
+    @property
+    def work_dir(self) -> str:
+        return str(self.job.layout.work_dir)
 
-def _total(offsets: list[dict[str, Any] | None]) -> int:
-    return sum(sum(SourceOffset.from_json(o).partitions.values()) for o in offsets if o)
+    @property
+    def objects(self) -> ObjectStore:
+        return self.job.store.objects
+
+    @property
+    def fence(self) -> FenceToken | None:
+        return self.job.store.fence
+
+    @property
+    def attempt(self) -> int:
+        return self._attempt
+
+    @property
+    def lease(self) -> JobLease | None:
+        return self.job.lease
+
+    def hold(self, lease: JobLease | None) -> None:
+        self.job.lease = lease
+        self.job.store.fence = lease.token if lease is not None else None
+
+    def is_source(self, runner: StageRunner) -> bool:
+        return True
+
+    def source_ends(self) -> dict[str, dict[str, int]]:
+        return {self.name: self.job.source_end()}
+
+    def prepare(self) -> None:
+        job = self.job
+        job.layout.work_dir.mkdir(parents=True, exist_ok=True)
+        job.restore_if_needed()
+        self._attempt = job.store.attempt()
+        if job.store.fence is not None:
+            job.store.fence.attempt = self._attempt
+
+    def start(self, *, checkpoints: int | None) -> None:
+        sinks = self.job.sink_committers(self._attempt)
+        self.job.recover_sinks(sinks)
+        coordinator = self.job.runner.start_coordinator(sinks=sinks, attempt=self._attempt,
+                                                        spark_version=self.spark.version)
+        coordinator.trigger_limit = checkpoints
+
+    def stage_run(self, runner: StageRunner) -> StageRun:
+        return StageRun(attempt=self._attempt)
+
+    def queries_started(self) -> None:
+        """Nothing: the stage's coordinator started before its query."""
+
+    def tick(self) -> None:
+        """Nothing beyond the stage's own tick: its coordinator is the cut coordinator."""
+
+    @property
+    def _coordinator(self) -> CheckpointCoordinator | None:
+        return self.job.runner.coordinator
+
+    @property
+    def completed(self) -> list[Manifest]:
+        return self._coordinator.completed if self._coordinator is not None else []
+
+    @property
+    def completed_count(self) -> int:
+        return self._coordinator.completed_count if self._coordinator is not None else 0
+
+    @property
+    def failed(self) -> list[FailureRecord]:
+        return self._coordinator.failed if self._coordinator is not None else []
+
+    def at_end(self, cut: Manifest, ends: dict[str, dict[str, int]]) -> bool:
+        channel_state = cut.alignment.channel_state_records if cut.alignment is not None else 0
+        return reached(cut.barrier_offsets.get(self.job.spec.source.name), ends[self.name]) and channel_state == 0
+
+    def progress(self, stats: dict[str, StageStats], elapsed: float) -> Progress:
+        coordinator = self._coordinator
+        assert coordinator is not None
+        stage = stats[self.name]
+        event_time = self.job.runner.event_time
+        return Progress(stage.latest_batch, stage.records, stage.records / elapsed if elapsed else 0.0,
+                        coordinator.current_epoch(),
+                        coordinator.last_completed.checkpoint_id if coordinator.last_completed else None,
+                        coordinator.uploads_in_flight, len(coordinator.failed),
+                        event_time.status() if event_time is not None else None)
 
 
 class StreamingJob:
-    """One pipeline run. ``spark`` and ``checkpoint_objects`` can be injected (tests share
-    one SparkSession; failure-injection tests wrap the checkpoint store)."""
+    """One single-stage pipeline run through the one run driver (module docstring). ``spark``
+    and ``checkpoint_objects`` can be injected (tests share one SparkSession; failure-injection
+    tests wrap the checkpoint store)."""
 
     def __init__(
         self,
@@ -102,9 +195,9 @@ class StreamingJob:
         #: The pipeline's one stage, run by :class:`~barrierflow.runtime.stage_runner.StageRunner`.
         self.runner = StageRunner(Stage(spec.name, spec, self.store, self.layout), label=f"pipeline {spec.name}")
         self.lease: JobLease | None = None
-        #: Whether this job checked that a cluster's executors see the work dir (once per job).
-        self.work_dir_checked = False
         self.event_time = self.runner.event_time
+        #: The one run driver, with this stage as its cut keeper.
+        self.driver = PipelineRunner(StageCuts(self))
 
     @property
     def query(self) -> StreamingQuery | None:
@@ -124,22 +217,12 @@ class StreamingJob:
             self._spark = build_session(self.spec.spark, app_name=f"barrierflow-{self.spec.name}")
         return self._spark
 
-    # -- building -----------------------------------------------------------------------
     def sink_committers(self, attempt: int | None = None) -> list[SinkCommitter]:
         """The driver-side sink of the spec (a two-phase-commit sink, or none)."""
         from barrierflow.sinks.factory import build_sink
 
         return [build_sink(self.spec, self.store, self.layout,
                            attempt=self.store.attempt() if attempt is None else attempt)]
-
-    def build_query(self) -> StreamingQuery:
-        """Start the pipeline's query through its stage runner (the one query builder,
-        :func:`barrierflow.runtime.stage_query.start_stage_query`)."""
-        run = StageRun(attempt=self.store.attempt())
-        query = self.runner.start_query(self.spark, spec_path=self.spec_path, run=run, fence=self.store.fence,
-                                        check_work_dir=not self.work_dir_checked, wait=False)
-        self.work_dir_checked = True
-        return query
 
     # -- running ------------------------------------------------------------------------
     def run(
@@ -158,114 +241,24 @@ class StreamingJob:
         ``until_exhausted``, bounded sources only) two checkpoints completed with every
         partition at its end, or ``until`` (asked every tick, e.g. whether the last completed
         checkpoint reached offsets known to the caller: the end of an unbounded source) is
-        true — whichever comes first; with none, until interrupted."""
+        true — whichever comes first; with none, until interrupted. With ``lease_check`` the
+        job takes the pipeline's lease for the run (``barrierflow run`` takes it itself)."""
         self.layout.work_dir.mkdir(parents=True, exist_ok=True)
-        lease = JobLease(self.layout.work_dir, self.spec.name, store=self.store.objects)
+        lease = self.driver.lease()
         if lease_check:
             lease.acquire()
-            self.store.fence = lease.token  # every manifest, staged batch and sink decision checks it
-        self.lease = lease
+            self.driver.hold(lease)  # every manifest, staged batch and sink decision checks it
         try:
-            return self._run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
-                             progress=progress, progress_every=progress_every, on_tick=on_tick, until=until)
+            return self.driver.run(
+                duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted, progress=progress,
+                progress_every=progress_every, on_tick=(lambda: on_tick(self)) if on_tick is not None else None,
+                until=(lambda: until(self)) if until is not None else None)
         finally:
             lease.release()
-            self.store.fence = None
+            self.driver.hold(None)
 
-    def _run(
-        self,
-        *,
-        duration: float | None,
-        checkpoints: int | None,
-        until_exhausted: bool,
-        progress: Callable[[Progress], None] | None,
-        progress_every: float,
-        on_tick: Callable[[StreamingJob], None] | None,
-        until: Callable[[StreamingJob], bool] | None = None,
-    ) -> RunResult:
-        self.restore_if_needed()
-        attempt = self.store.attempt()
-        if self.store.fence is not None:
-            self.store.fence.attempt = attempt
-        sinks = self.sink_committers(attempt)
-        self.recover_sinks(sinks)
-        end_offsets = self._source_end() if until_exhausted else None
-        runner = self.runner
-        coordinator = runner.start_coordinator(sinks=sinks, attempt=attempt, spark_version=self.spark.version)
-        coordinator.trigger_limit = checkpoints
-        start_batch = commit_log.latest_committed(self.layout.spark_checkpoint)
-        runner.latest_batch = start_batch
-        start_records = (_total(offset_log.read_offsets(self.layout.spark_checkpoint, start_batch))
-                         if start_batch is not None else 0)
-        started = time.monotonic()
-        self.build_query()
-        result = RunResult(self.spec.name, 0, 0, 0.0)
-        last_progress = started
-        first_batch_mono: float | None = None
-        first_batch_records = 0
-        last_commit_mono = started
-        latest_batch = start_batch
-        records = 0
-        ended = False  # the loop reached a stop condition (no error is on its way out)
-        try:
-            while True:
-                if self.lease is not None and self.lease.lost is not None:
-                    self.lease.check("doing anything more")  # the heartbeat found the lease taken over
-                if runner.tick():
-                    latest_batch = runner.latest_batch
-                    assert latest_batch is not None
-                    committed_offsets = offset_log.read_offsets(self.layout.spark_checkpoint, latest_batch)
-                    records = _total(committed_offsets) - start_records
-                    last_commit_mono = time.monotonic()
-                    if first_batch_mono is None:
-                        first_batch_mono, first_batch_records = last_commit_mono, records
-                if on_tick is not None:
-                    on_tick(self)
-                now = time.monotonic()
-                if progress is not None and now - last_progress >= progress_every:
-                    last_progress = now
-                    elapsed = now - started
-                    progress(Progress(latest_batch, records, records / elapsed if elapsed else 0.0,
-                                      coordinator.current_epoch(),
-                                      coordinator.last_completed.checkpoint_id if coordinator.last_completed else None,
-                                      coordinator.uploads_in_flight, len(coordinator.failed),
-                                      self.event_time.status() if self.event_time is not None else None))
-                runner.check(self.store.fence)  # a fenced-off staging stopped the query: FencedOffError
-                if checkpoints is not None and coordinator.completed_count >= checkpoints:
-                    break
-                if end_offsets is not None and sum(
-                        1 for m in coordinator.completed
-                        if reached(m.barrier_offsets.get(self.spec.source.name), end_offsets)) >= 2:
-                    break
-                if duration is not None and now - started >= duration:
-                    break
-                if until is not None and until(self):
-                    break
-                time.sleep(TICK_SECONDS)
-            ended = True
-        finally:
-            # Raises the failure of a sink commit no tick reported (the last checkpoint's) unless
-            # the loop is already raising another error.
-            runner.stop(min(self.spec.checkpoint.timeout, 60.0), failing=not ended)
-            stopped = time.monotonic()
-            final = commit_log.latest_committed(self.layout.spark_checkpoint)
-            if final is not None and final != start_batch:
-                final_records = _total(offset_log.read_offsets(self.layout.spark_checkpoint, final)) - start_records
-                if final_records != records:
-                    records, last_commit_mono = final_records, stopped
-                latest_batch = final
-            result.batches = (latest_batch - start_batch if start_batch is not None else
-                              (latest_batch + 1 if latest_batch is not None else 0))
-            result.records = records
-            result.elapsed_seconds = stopped - started
-            if first_batch_mono is not None:
-                result.steady_records = records - first_batch_records
-                result.steady_seconds = last_commit_mono - first_batch_mono
-            result.completed = list(coordinator.completed)
-            result.failed = list(coordinator.failed)
-        return result
-
-    def _source_end(self) -> dict[str, int]:
+    def source_end(self) -> dict[str, int]:
+        """The end of the spec's bounded source. Raises UserInputError for an unbounded one."""
         end = source_kind(self.spec.source).bounded_end(self.spec.source)
         if end is None:
             raise UserInputError("--until-exhausted needs a bounded source: a generator with records_per_partition, "

@@ -29,25 +29,24 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
-from barrierflow.checkpointing.errors import SinkCommitFailedError
-from barrierflow.checkpointing.global_manifest import GlobalManifest
+from barrierflow.checkpointing.global_manifest import GlobalFailure, GlobalManifest
 from barrierflow.checkpointing.global_store import AttemptCutoffRecord, GlobalCheckpointStore
-from barrierflow.checkpointing.manifest import Manifest
+from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import JobFailedError, UserInputError
-from barrierflow.lease import FencedOffError
 from barrierflow.pipeline.model import OFFLINE_SERVERS, pipeline_work_dir, stages_of
+from barrierflow.runtime.pipeline_runner import CutKeeper, PipelineRunner, RunResult, StageStats, covered
 from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.sources.registry import StageRun, reached, source_kind
 from barrierflow.spec.graph import StageGraph, build_graph
 from barrierflow.spec.stages import StagedPipelineSpec
-from barrierflow.storage import open_store
+from barrierflow.storage import ObjectStore, open_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -86,13 +85,8 @@ class PipelineProgress:
     failed: int
 
 
-@dataclass
-class PipelineRunResult:
-    pipeline: str
-    elapsed_seconds: float
-    completed: list[GlobalManifest] = field(default_factory=list)
-    stage_manifests: dict[str, list[Manifest]] = field(default_factory=dict)
-    failed: int = 0
+#: The result of a run of several stages: the one :class:`RunResult` (kept under this name).
+PipelineRunResult = RunResult
 
 
 class StagedPipelineJob:
@@ -118,12 +112,12 @@ class StagedPipelineJob:
         self.stages = [StageRunner(part, label=f"stage {part.name} of pipeline {spec.name}") for part in self.parts]
         self.attempt = 0
         self.last_completed = 0
-        #: Whether this run checked that a cluster's executors see the work dir (once per job).
-        self.work_dir_checked = False
         self.coordinator: PipelineCoordinator | None = None
         #: The pipeline's lease on the checkpoint store while a run or restore holds it (:meth:`hold`).
         self.lease: JobLease | None = None
         self._fence: FenceToken | None = None
+        #: The one run driver, with the pipeline coordinator as its cut keeper.
+        self.driver = PipelineRunner(GlobalCuts(self))
 
     def hold(self, lease: JobLease | None, *, token: FenceToken | None = None) -> None:
         """Write under ``lease`` (acquired by the caller, None: no lease) or, in a stage process
@@ -182,13 +176,6 @@ class StagedPipelineJob:
                         back_edge_topics=job.stage.back_edge_topics,
                         cutoffs=self.global_store.stage_cutoffs(job.name), rate_factors=job.stage.rate_factors)
 
-    def _start_query(self, job: StageJob) -> None:
-        """Start ``job``'s query through its stage runner and wait until it initialised its source."""
-        job.start_query(self.spark, spec_path=self.spec_path, run=self.stage_run(job), fence=self.fence,
-                        check_work_dir=not self.work_dir_checked)
-        self.work_dir_checked = True  # every stage's work dir is below the pipeline's
-
-    # -- running ------------------------------------------------------------------------
     # -- restoring ----------------------------------------------------------------------
     @property
     def root_store(self) -> CheckpointStore:
@@ -297,40 +284,10 @@ class StagedPipelineJob:
             JobFailedError: the query died, or the supervisor is gone.
             SinkCommitFailedError: a sink commit (or abort) failed, also the last one.
         """
-        job = self.stage_job(name)
-        self.load_attempt()
-        if self.fence is not None:
-            self.fence.attempt = self.attempt
-        self._start_coordinator(job)
-        assert job.coordinator is not None
-        final = name in self.graph.final_stages
-        decided = self.last_completed
-        next_progress = next_follow = time.monotonic()
-        ended = False  # stopped as asked (no error is on its way out)
-        try:
-            self._start_query(job)
-            started()
-            while True:
-                job.tick()
-                job.check(self.fence)
-                stop = stop_requested()
-                if final and (stop is not None or time.monotonic() >= next_follow):
-                    next_follow = time.monotonic() + FOLLOW_SECONDS
-                    decided = self._follow_globals(job, decided)
-                if stop is not None:
-                    break
-                if not alive():
-                    raise JobFailedError(f"stage {name} of pipeline {self.spec.name}: its supervisor (the pipeline "
-                                         "coordinator) is gone; the pipeline restarts from its latest global "
-                                         "checkpoint when it is run again")
-                if progress is not None and time.monotonic() >= next_progress:
-                    next_progress = time.monotonic() + progress_every
-                    progress(self._stage_progress(job))
-                time.sleep(TICK_SECONDS)
-            ended = True
-        finally:
-            self._stop(min(self.spec.checkpoint.timeout, 60.0), only=job, failing=not ended)
-        return list(job.coordinator.completed)
+        keeper = FollowedCuts(self, name, stop_requested=stop_requested, started=started, alive=alive)
+        result = PipelineRunner(keeper).run(progress=progress, progress_every=progress_every,
+                                            until=lambda: keeper.stop is not None)
+        return result.stages[name].completed
 
     def _follow_globals(self, job: StageJob, decided: int) -> int:
         """Commit (complete) or abort (failed) ``job``'s sinks for the global checkpoints after
@@ -359,10 +316,11 @@ class StagedPipelineJob:
 
     def run(self, *, checkpoints: int | None = None, duration: float | None = None,
             until_exhausted: bool = False, progress: Callable[[PipelineProgress], None] | None = None,
-            progress_every: float = 1.0) -> PipelineRunResult:
+            progress_every: float = 1.0) -> RunResult:
         """Run until ``checkpoints`` global checkpoints completed, ``duration`` seconds passed,
-        or (``until_exhausted``, bounded sources) a global checkpoint covers every record of
-        every source stage. The queries are stopped and the stages' queued sink commits and
+        or (``until_exhausted``, bounded sources) two global checkpoints cover every record of
+        every source stage: the one run loop (:meth:`PipelineRunner.run`) with this pipeline's
+        :class:`GlobalCuts`. The queries are stopped and the stages' queued sink commits and
         aborts waited for in every case (:meth:`StageRunner.drain`, as for a single stage).
         ``progress`` (if given) is called with a :class:`PipelineProgress` every
         ``progress_every`` seconds from the run loop, and once more when the run's limit is
@@ -373,43 +331,8 @@ class StagedPipelineJob:
             SinkCommitFailedError: a final stage's sink could not commit (or abort) an epoch,
                 also the run's last one, whose commit the loop's last tick queued.
         """
-        self.prepare()
-        stages = [self._start_coordinator(job) for job in self.stages]
-        coordinator = PipelineCoordinator(self.spec.name, self.spec.checkpoint, self.objects, stages,
-                                          attempt=self.attempt, fence=self.fence)
-        if self.fence is not None:
-            self.fence.attempt = self.attempt
-        self.coordinator = coordinator
-        coordinator.start()
-        coordinator.trigger_limit = checkpoints
-        ends = self.source_ends() if until_exhausted else None
-        started = time.monotonic()
-        next_progress = started + progress_every
-        ended = False  # the loop reached its limit (no error is on its way out)
-        try:
-            for job in self.stages:
-                self._start_query(job)
-            while True:
-                self.check_lease()
-                for job in self.stages:
-                    job.tick()
-                    job.check(self.fence)
-                coordinator.tick()
-                if progress is not None and time.monotonic() >= next_progress:
-                    next_progress = time.monotonic() + progress_every
-                    progress(self._progress(coordinator))
-                if self.limit_reached(coordinator, checkpoints=checkpoints, ends=ends,
-                                      deadline=started + duration if duration is not None else None):
-                    break
-                time.sleep(TICK_SECONDS)
-            if progress is not None:  # the final state, also when the run was shorter than progress_every
-                progress(self._progress(coordinator))
-            ended = True
-        finally:
-            self._stop(min(self.spec.checkpoint.timeout, 60.0), failing=not ended)
-        return PipelineRunResult(self.spec.name, time.monotonic() - started, list(coordinator.completed),
-                                 {j.stage.name: list(j.coordinator.completed) for j in self.stages if j.coordinator},
-                                 len(coordinator.failed))
+        return self.driver.run(checkpoints=checkpoints, duration=duration, until_exhausted=until_exhausted,
+                               progress=progress, progress_every=progress_every)
 
     def limit_reached(self, coordinator: PipelineCoordinator, *, checkpoints: int | None,
                       ends: dict[str, dict[str, int]] | None, deadline: float | None) -> bool:
@@ -417,7 +340,7 @@ class StagedPipelineJob:
         completed one covers the bounded sources' ``ends`` (:meth:`covers`), or the monotonic
         ``deadline`` passed (None: no such limit)."""
         return ((checkpoints is not None and len(coordinator.completed) >= checkpoints)
-                or (ends is not None and self.covers(coordinator.completed, ends))
+                or (ends is not None and covered(coordinator.completed, lambda cut: self.cut_at_end(cut, ends)))
                 or (deadline is not None and time.monotonic() >= deadline))
 
     def _progress(self, coordinator: PipelineCoordinator) -> PipelineProgress:
@@ -445,43 +368,201 @@ class StagedPipelineJob:
                 ends[job.name] = end
         return ends
 
-    def covers(self, completed: list[GlobalManifest], ends: dict[str, dict[str, int]]) -> bool:
-        """Whether the completed global checkpoints reflect every source record in the final
-        stages' committed output: two of them (as for a single stage: output that waits for the
-        watermark, such as event-time windows, is emitted by the batch after the last records,
-        so it is committed with the next epoch) have the source stages' barriers at the
-        sources' ends and no channel state in any stage (records in flight at an unaligned
-        snapshot are processed in the next epoch, so their output is not covered yet)."""
-        covering = 0
-        for manifest in completed:
-            at_end = all(reached(self.stage_job(name).store.get(manifest.checkpoint_id).barrier_offsets.get(
-                self.stage_job(name).spec.source.name), end) for name, end in ends.items())
-            if at_end and all(part.channel_state_records == 0 for part in manifest.stages.values()):
-                covering += 1
-        return covering >= 2
+    def cut_at_end(self, manifest: GlobalManifest, ends: dict[str, dict[str, int]]) -> bool:
+        """Whether global checkpoint ``manifest`` has the source stages' barriers at their
+        sources' ``ends`` and no channel state in any stage (records in flight at an unaligned
+        snapshot are processed in the next epoch, so their output is not covered yet); two such
+        cut end a run with ``until_exhausted`` (:func:`~barrierflow.runtime.pipeline_runner.covered`)."""
+        at_end = all(reached(self.stage_job(name).store.get(manifest.checkpoint_id).barrier_offsets.get(
+            self.stage_job(name).spec.source.name), end) for name, end in ends.items())
+        return at_end and all(part.channel_state_records == 0 for part in manifest.stages.values())
 
     def stage_job(self, name: str) -> StageJob:
         return next(j for j in self.stages if j.stage.name == name)
 
-    def _stop(self, timeout: float, only: StageJob | None = None, *, failing: bool = False) -> None:
-        """Stop the queries first (every stage's), then drain each stage (its uploads, then its
-        sinks' queued commits and aborts: :meth:`StageRunner.drain`) and close its writer.
 
-        Raises:
-            SinkCommitFailedError, FencedOffError: the first stage whose drain raised (after
-                every stage was drained; the others' are logged), unless ``failing`` (the run
-                is already ending on another error; then every one is logged).
-        """
-        jobs = [only] if only is not None else self.stages
-        for job in jobs:
-            job.stop_query()
-        first: SinkCommitFailedError | FencedOffError | None = None
-        for job in jobs:
-            try:
-                job.drain(timeout, failing=failing or first is not None)
-            except (SinkCommitFailedError, FencedOffError) as exc:
-                first = exc
-            finally:
-                job.close_writer()
-        if first is not None:
-            raise first
+class GlobalCuts(CutKeeper):
+    """Who cuts a pipeline of several stages: the pipeline coordinator, whose global checkpoints
+    are the cuts (module docstring of :mod:`barrierflow.runtime.pipeline_runner`)."""
+
+    tick_seconds = TICK_SECONDS
+
+    def __init__(self, job: StagedPipelineJob) -> None:
+        self.job = job
+        self.name = job.spec.name
+        self.spec_path = job.spec_path
+        self.runners = job.stages
+
+    @property
+    def spark(self) -> SparkSession:
+        return self.job.spark
+
+    @property
+    def work_dir(self) -> str:
+        return self.job.work_dir
+
+    @property
+    def objects(self) -> ObjectStore:
+        return self.job.objects
+
+    @property
+    def fence(self) -> FenceToken | None:
+        return self.job.fence
+
+    @property
+    def lease(self) -> JobLease | None:
+        return self.job.lease
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+    def hold(self, lease: JobLease | None) -> None:
+        self.job.hold(lease)
+
+    def is_source(self, runner: StageRunner) -> bool:
+        return runner.name in self.job.graph.source_stages
+
+    def source_ends(self) -> dict[str, dict[str, int]]:
+        return self.job.source_ends()
+
+    def prepare(self) -> None:
+        self.job.prepare()
+
+    def start(self, *, checkpoints: int | None) -> None:
+        job = self.job
+        stages = [job._start_coordinator(runner) for runner in job.stages]
+        coordinator = PipelineCoordinator(job.spec.name, job.spec.checkpoint, job.objects, stages,
+                                          attempt=job.attempt, fence=job.fence)
+        if job.fence is not None:
+            job.fence.attempt = job.attempt
+        job.coordinator = coordinator
+        coordinator.start()
+        coordinator.trigger_limit = checkpoints
+
+    def stage_run(self, runner: StageRunner) -> StageRun:
+        return self.job.stage_run(runner)
+
+    def tick(self) -> None:
+        assert self.job.coordinator is not None
+        self.job.coordinator.tick()
+
+    @property
+    def completed(self) -> list[GlobalManifest]:
+        return self.job.coordinator.completed if self.job.coordinator is not None else []
+
+    @property
+    def failed(self) -> list[GlobalFailure]:
+        return self.job.coordinator.failed if self.job.coordinator is not None else []
+
+    def at_end(self, cut: GlobalManifest, ends: dict[str, dict[str, int]]) -> bool:
+        return self.job.cut_at_end(cut, ends)
+
+    def queries_started(self) -> None:
+        """Nothing: the pipeline coordinator started before the queries."""
+
+    def progress(self, stats: dict[str, StageStats], elapsed: float) -> PipelineProgress:
+        assert self.job.coordinator is not None
+        return self.job._progress(self.job.coordinator)
+
+
+class FollowedCuts(CutKeeper):
+    """One stage of several in a process of its own (``run --processes``,
+    :meth:`StagedPipelineJob.run_stage`): the supervisor's pipeline coordinator cuts; this stage
+    follows its global checkpoints. A final stage commits its sinks up to each completed one and
+    aborts each failed one, in order (:meth:`StagedPipelineJob._follow_globals`), every
+    :data:`FOLLOW_SECONDS` and once more when the stop is requested; the run stops when
+    ``stop_requested`` returns the last completed global checkpoint (:attr:`stop`) and fails
+    when ``alive`` turns False."""
+
+    tick_seconds = TICK_SECONDS
+    final_progress = False
+
+    def __init__(self, job: StagedPipelineJob, stage: str, *, stop_requested: Callable[[], int | None],
+                 started: Callable[[], None], alive: Callable[[], bool]) -> None:
+        self.job = job
+        self.name = job.spec.name
+        self.spec_path = job.spec_path
+        self.runner = job.stage_job(stage)
+        self.runners = [self.runner]
+        self.final = stage in job.graph.final_stages
+        self._stop_requested, self._started, self._alive = stop_requested, started, alive
+        self.decided = 0
+        self.next_follow = 0.0
+        #: The last completed global checkpoint once the supervisor asked the stage to stop.
+        self.stop: int | None = None
+
+    @property
+    def spark(self) -> SparkSession:
+        return self.job.spark
+
+    @property
+    def work_dir(self) -> str:
+        return self.job.work_dir
+
+    @property
+    def objects(self) -> ObjectStore:
+        return self.job.objects
+
+    @property
+    def fence(self) -> FenceToken | None:
+        return self.job.fence
+
+    @property
+    def lease(self) -> JobLease | None:
+        return self.job.lease
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+    def hold(self, lease: JobLease | None) -> None:
+        self.job.hold(lease)
+
+    def is_source(self, runner: StageRunner) -> bool:
+        return runner.name in self.job.graph.source_stages
+
+    def source_ends(self) -> dict[str, dict[str, int]]:
+        raise UserInputError("a stage process runs until its supervisor stops it; --until-exhausted is the "
+                             "supervisor's ('barrierflow run SPEC --processes --until-exhausted')")
+
+    def prepare(self) -> None:
+        """The supervisor restored the pipeline; this stage loads the attempt it made."""
+        self.job.load_attempt()
+        if self.job.fence is not None:
+            self.job.fence.attempt = self.job.attempt
+        self.decided = self.job.last_completed
+
+    def start(self, *, checkpoints: int | None) -> None:
+        self.job._start_coordinator(self.runner)
+
+    def stage_run(self, runner: StageRunner) -> StageRun:
+        return self.job.stage_run(runner)
+
+    def queries_started(self) -> None:
+        self._started()
+
+    def tick(self) -> None:
+        stop = self._stop_requested()
+        if self.final and (stop is not None or time.monotonic() >= self.next_follow):
+            self.next_follow = time.monotonic() + FOLLOW_SECONDS
+            self.decided = self.job._follow_globals(self.runner, self.decided)
+        self.stop = stop
+        if stop is None and not self._alive():
+            raise JobFailedError(f"stage {self.runner.name} of pipeline {self.name}: its supervisor (the pipeline "
+                                 "coordinator) is gone; the pipeline restarts from its latest global checkpoint "
+                                 "when it is run again")
+
+    @property
+    def completed(self) -> list[Manifest]:
+        return self.runner.coordinator.completed if self.runner.coordinator is not None else []
+
+    @property
+    def failed(self) -> list[FailureRecord]:
+        return self.runner.coordinator.failed if self.runner.coordinator is not None else []
+
+    def at_end(self, cut: Manifest, ends: dict[str, dict[str, int]]) -> bool:
+        return False  # never asked: source_ends refuses
+
+    def progress(self, stats: dict[str, StageStats], elapsed: float) -> StageProgress:
+        return self.job._stage_progress(self.runner)

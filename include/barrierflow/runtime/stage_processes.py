@@ -46,15 +46,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator
-from barrierflow.errors import JobFailedError
+from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.runtime.pipeline import (
     TICK_SECONDS,
+    GlobalCuts,
     PipelineProgress,
-    PipelineRunResult,
     StagedPipelineJob,
     StageJob,
     StageProgress,
 )
+from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult, StageResult
 from barrierflow.workdir.stage_ready import READY_FILE, ready_pid
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ class StageProcessSupervisor:
 
     def run(self, *, checkpoints: int | None = None, duration: float | None = None, until_exhausted: bool = False,
             progress: Callable[[PipelineProgress], None] | None = None,
-            progress_every: float = 1.0) -> PipelineRunResult:
+            progress_every: float = 1.0) -> RunResult:
         """As :meth:`StagedPipelineJob.run`, with every stage in its own process.
 
         Raises:
@@ -191,10 +192,10 @@ class StageProcessSupervisor:
                             else job.last_completed)
         finally:
             self._kill_remaining()
-        manifests = {stage.stage.name: [stage.store.get(m.checkpoint_id) for m in coordinator.completed]
-                     for stage in job.stages}
-        return PipelineRunResult(job.spec.name, time.monotonic() - started, list(coordinator.completed), manifests,
-                                 len(coordinator.failed))
+        stages = {stage.name: StageResult(completed=[stage.store.get(m.checkpoint_id) for m in coordinator.completed])
+                  for stage in job.stages}
+        return RunResult(job.spec.name, time.monotonic() - started, list(coordinator.completed),
+                         list(coordinator.failed), stages, tuple(job.graph.source_stages))
 
     # -- the stage processes --------------------------------------------------------------
     def _spawn(self, stage: StageJob) -> _StageProcess:
@@ -272,6 +273,26 @@ def _status(code: int) -> str:
         with suppress(ValueError):
             return f"killed by {signal.Signals(-code).name}"
     return f"exit status {code}"
+
+
+def run_in_processes(driver: PipelineRunner, *, servers: dict[str, str] | None = None, checkpoints: int | None = None,
+                     duration: float | None = None, until_exhausted: bool = False,
+                     progress: Callable[[PipelineProgress], None] | None = None,
+                     progress_every: float = 1.0) -> RunResult:
+    """Run ``driver``'s pipeline with every stage in a process of its own
+    (:class:`StageProcessSupervisor`), under the lease ``driver`` holds.
+
+    Raises:
+        UserInputError: the pipeline is one stage (its checkpoints are its cuts: there is no
+            pipeline coordinator to supervise stage processes).
+        JobFailedError: a stage process failed to start, exited early or non-zero.
+    """
+    keeper = driver.keeper
+    if not isinstance(keeper, GlobalCuts):
+        raise UserInputError(f"{keeper.spec_path} has one stage; --processes and --stage are for specs with stages")
+    return StageProcessSupervisor(keeper.job, servers=servers).run(
+        checkpoints=checkpoints, duration=duration, until_exhausted=until_exhausted, progress=progress,
+        progress_every=progress_every)
 
 
 def run_stage_process(job: StagedPipelineJob, stage: str) -> int:

@@ -1,10 +1,9 @@
 """The one stage runner: one stage's Structured Streaming query and checkpoint coordinator,
 driven a tick at a time, whatever the pipeline's shape.
 
-A single-stage run (:class:`~barrierflow.runtime.job.StreamingJob`), every stage of a
-multi-stage run in one driver (:meth:`~barrierflow.runtime.pipeline.StagedPipelineJob.run`) and
-a stage in a process of its own (``run --processes``,
-:meth:`~barrierflow.runtime.pipeline.StagedPipelineJob.run_stage`) each drive a
+The one run loop (:meth:`~barrierflow.runtime.pipeline_runner.PipelineRunner.run`, every stage
+of a run in one driver, one stage included) and a stage in a process of its own (``run
+--processes``, :meth:`~barrierflow.runtime.pipeline.StagedPipelineJob.run_stage`) each drive a
 :class:`StageRunner` on a :class:`~barrierflow.pipeline.model.Stage`, so what a stage does at
 run time is written once:
 
@@ -23,9 +22,11 @@ run time is written once:
   sinks' queued commits and aborts run, a failure among them that no tick reported raised (the
   commit of the run's last checkpoint), the channel writer's producer closed.
 
-What differs between shapes stays with the caller: a single-stage run's coordinator triggers
-barriers and commits its sinks on completion; a stage of several never triggers (barriers come
-from the pipeline coordinator or in-band) and commits when the global checkpoint completes.
+What differs between shapes is the run's cut keeper
+(:class:`~barrierflow.runtime.pipeline_runner.CutKeeper`): a single-stage run's coordinator
+triggers barriers and commits its sinks on completion; a stage of several never triggers
+(barriers come from the pipeline coordinator or in-band) and commits when the global checkpoint
+completes.
 """
 
 from __future__ import annotations

@@ -1,0 +1,443 @@
+"""The one run driver: a pipeline of any shape runs through :meth:`PipelineRunner.run`.
+
+A run drives one :class:`~barrierflow.runtime.stage_runner.StageRunner` per stage and one
+:class:`CutKeeper`, the part that says who cuts, chosen once for the pipeline
+(:func:`barrierflow.runtime.run_driver.open_driver`). As in Flink's
+``SingleCheckpointBarrierHandler``, one stage is the general case with N = 1:
+
+* one stage (:class:`~barrierflow.runtime.job.StageCuts`): a cut is the stage's own checkpoint;
+  its coordinator triggers the barriers and its sinks commit when the checkpoint completes;
+  the store keeps the single-stage layout;
+* several stages (:class:`~barrierflow.runtime.pipeline.GlobalCuts`): a cut is a global
+  checkpoint of the :class:`~barrierflow.checkpointing.pipeline_coordinator.PipelineCoordinator`;
+  the stages' coordinators never trigger and their sinks commit when the global checkpoint
+  completes;
+* one stage of several in a process of its own (``run --processes``,
+  :class:`~barrierflow.runtime.pipeline.FollowedCuts`): the supervisor's pipeline coordinator
+  cuts (:mod:`barrierflow.runtime.stage_processes`); the stage follows its global checkpoints
+  and stops when the supervisor asks.
+
+:meth:`PipelineRunner.run`, step by step (mirrored by ``# Step N.`` in its body):
+
+1. Restore at start (:meth:`CutKeeper.prepare`): one stage without a local Spark checkpoint
+   restores its newest valid checkpoint; several stages restore the latest global checkpoint
+   (or the initial cut) as a new attempt whenever an earlier run left anything.
+2. Start every stage's coordinator and the keeper's (:meth:`CutKeeper.start`), then every
+   stage's query.
+3. Each tick: the lease, every stage's tick (its committed batches and records), the keeper's
+   tick, ``on_tick``, the progress report every ``progress_every`` seconds, every stage's query.
+4. The stop rule, whichever comes first: ``checkpoints`` cuts completed; with
+   ``until_exhausted``, :data:`COVERING_CUTS` completed cuts have every source stage at its
+   source's end (:meth:`CutKeeper.at_end`); ``duration`` seconds passed; ``until`` is true.
+5. The end, in every case: every stage's query stopped, then each stage drained (in-flight
+   uploads, then its sinks' queued commits and aborts) and its writer closed; the first
+   commit failure no tick reported (the run's last checkpoint's) is raised unless another
+   error is already on its way out.
+6. The result (:class:`RunResult`): the completed and failed cuts, each stage's batches,
+   records and manifests.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from barrierflow.barriers.offsets import SourceOffset
+from barrierflow.checkpointing.errors import SinkCommitFailedError
+from barrierflow.lease import FencedOffError, JobLease
+from barrierflow.spark import commit_log, offset_log
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from barrierflow.checkpointing.manifest import Manifest
+    from barrierflow.lease import FenceToken
+    from barrierflow.runtime.stage_runner import StageRunner
+    from barrierflow.sources.registry import StageRun
+    from barrierflow.storage import ObjectStore
+
+__all__ = ["COVERING_CUTS", "CutKeeper", "PipelineRunner", "RunResult", "StageResult", "StageStats", "covered"]
+
+#: How many completed cuts must have every source stage at its end before a run with
+#: ``until_exhausted`` stops: output that waits for the watermark (event-time windows) is
+#: emitted by the batch after the last records, so it is committed with the next epoch.
+COVERING_CUTS = 2
+#: How long the end of a run gives in-flight uploads at most (seconds; ``checkpoint.timeout`` if shorter).
+DRAIN_SECONDS = 60.0
+
+
+def covered(cuts: Sequence[Any], at_end: Callable[[Any], bool]) -> bool:
+    """Whether :data:`COVERING_CUTS` of the completed ``cuts`` are ``at_end`` (the exhaustion rule)."""
+    return sum(1 for cut in cuts if at_end(cut)) >= COVERING_CUTS
+
+
+def records_at(offsets: list[dict[str, Any] | None]) -> int:
+    """The records a Spark offset-log entry says were read: the sum of its partitions' offsets."""
+    return sum(sum(SourceOffset.from_json(o).partitions.values()) for o in offsets if o)
+
+
+@dataclass
+class StageStats:
+    """What the run loop counts for one stage: its committed batches and the records they read
+    since the run started (from the stage's Spark offset log)."""
+
+    start_batch: int | None = None
+    start_records: int = 0
+    latest_batch: int | None = None
+    records: int = 0
+    first_batch_mono: float | None = None
+    first_batch_records: int = 0
+    last_commit_mono: float = 0.0
+
+    @classmethod
+    def at_start(cls, runner: StageRunner, now: float) -> StageStats:
+        checkpoint = runner.layout.spark_checkpoint
+        start = commit_log.latest_committed(checkpoint)
+        runner.latest_batch = start
+        return cls(start, records_at(offset_log.read_offsets(checkpoint, start)) if start is not None else 0,
+                   start, last_commit_mono=now)
+
+    def committed(self, runner: StageRunner) -> None:
+        """Count the batch ``runner`` just saw committed."""
+        self.latest_batch = runner.latest_batch
+        assert self.latest_batch is not None
+        self.records = records_at(offset_log.read_offsets(runner.layout.spark_checkpoint, self.latest_batch)) \
+            - self.start_records
+        self.last_commit_mono = time.monotonic()
+        if self.first_batch_mono is None:
+            self.first_batch_mono, self.first_batch_records = self.last_commit_mono, self.records
+
+    def result(self, runner: StageRunner, stopped: float) -> StageResult:
+        """The stage's part of the result, once its query stopped (a batch committed after the last
+        tick is counted)."""
+        final = commit_log.latest_committed(runner.layout.spark_checkpoint)
+        records, last_commit, latest = self.records, self.last_commit_mono, self.latest_batch
+        if final is not None and final != self.start_batch:
+            final_records = records_at(offset_log.read_offsets(runner.layout.spark_checkpoint, final)) \
+                - self.start_records
+            if final_records != records:
+                records, last_commit = final_records, stopped
+            latest = final
+        out = StageResult(
+            batches=(latest - self.start_batch if self.start_batch is not None and latest is not None else
+                     (latest + 1 if latest is not None else 0)),
+            records=records)
+        if self.first_batch_mono is not None:
+            out.steady_records = records - self.first_batch_records
+            out.steady_seconds = last_commit - self.first_batch_mono
+        if runner.coordinator is not None:
+            out.completed = list(runner.coordinator.completed)
+        return out
+
+
+@dataclass
+class StageResult:
+    """One stage's part of a run: batches committed and records read in the run, the same after
+    the first batch (``steady_*``), and the stage checkpoints it completed (the newest 100)."""
+
+    batches: int = 0
+    records: int = 0
+    steady_records: int = 0
+    steady_seconds: float = 0.0
+    completed: list[Manifest] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"batches": self.batches, "records": self.records, "steady_records": self.steady_records,
+                "steady_seconds": round(self.steady_seconds, 3),
+                "completed": [m.checkpoint_id for m in self.completed]}
+
+
+@dataclass
+class RunResult:
+    """What a run did, in every shape.
+
+    Attributes:
+        completed: the cuts completed in the run: one stage's checkpoint manifests (the newest
+            100), or the global manifests of several stages.
+        failed: the cuts that failed: ``FailureRecord`` or ``GlobalFailure``.
+        stages: each stage's part, by name.
+        source_stages: the stages reading a source (whose records :attr:`records` counts).
+    """
+
+    pipeline: str
+    elapsed_seconds: float
+    completed: list[Any] = field(default_factory=list)
+    failed: list[Any] = field(default_factory=list)
+    stages: dict[str, StageResult] = field(default_factory=dict)
+    source_stages: tuple[str, ...] = ()
+    dead_letters: int = 0
+
+    def _sources(self) -> list[StageResult]:
+        return [s for name, s in self.stages.items() if name in self.source_stages]
+
+    @property
+    def batches(self) -> int:
+        """Batches the source stages committed in the run."""
+        return sum(s.batches for s in self._sources())
+
+    @property
+    def records(self) -> int:
+        """Records the source stages read in the run."""
+        return sum(s.records for s in self._sources())
+
+    @property
+    def steady_records(self) -> int:
+        return sum(s.steady_records for s in self._sources())
+
+    @property
+    def steady_seconds(self) -> float:
+        return max((s.steady_seconds for s in self._sources()), default=0.0)
+
+    @property
+    def throughput(self) -> float:
+        """Records per second after the first batch (excludes JVM and worker start-up)."""
+        if self.steady_seconds > 0:
+            return self.steady_records / self.steady_seconds
+        return self.records / self.elapsed_seconds if self.elapsed_seconds else 0.0
+
+    @property
+    def stage_manifests(self) -> dict[str, list[Manifest]]:
+        """Each stage's checkpoint manifests completed in the run."""
+        return {name: s.completed for name, s in self.stages.items()}
+
+    def as_dict(self) -> dict[str, Any]:
+        """One JSON document for every shape: the run's figures, its cuts and ``stages``."""
+        return {"pipeline": self.pipeline, "elapsed_seconds": round(self.elapsed_seconds, 3),
+                "batches": self.batches, "records": self.records, "throughput": round(self.throughput, 1),
+                "completed": [c.checkpoint_id for c in self.completed],
+                "failed": [f.checkpoint_id for f in self.failed],
+                "stages": {name: s.as_dict() for name, s in self.stages.items()}}
+
+
+class CutKeeper(ABC):
+    """Who cuts a run's checkpoints: the one part of the run loop that depends on the
+    pipeline's shape (module docstring). A keeper holds the run's stage runners and the
+    pipeline's lease (:meth:`hold`)."""
+
+    #: Seconds between ticks of the run loop.
+    tick_seconds: float = 0.02
+    #: Whether a stage's query must initialise its source before the next stage's starts
+    #: (stages do not start their Python workers all at once).
+    wait_started: bool = True
+    #: Whether progress is reported once more when the run reaches its limit.
+    final_progress: bool = True
+
+    name: str
+    spec_path: str
+    runners: list[StageRunner]
+
+    @property
+    @abstractmethod
+    def lease(self) -> JobLease | None:
+        """The pipeline's lease while the run holds it (:meth:`hold`)."""
+
+    @property
+    @abstractmethod
+    def spark(self) -> SparkSession: ...
+
+    @property
+    @abstractmethod
+    def work_dir(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def objects(self) -> ObjectStore:
+        """The objects of the pipeline's checkpoint storage (its lease lives there)."""
+
+    @property
+    @abstractmethod
+    def fence(self) -> FenceToken | None: ...
+
+    @property
+    @abstractmethod
+    def attempt(self) -> int: ...
+
+    @abstractmethod
+    def hold(self, lease: JobLease | None) -> None:
+        """Write under ``lease`` (None: no lease): every store of the run checks its fencing number."""
+
+    @abstractmethod
+    def is_source(self, runner: StageRunner) -> bool: ...
+
+    @abstractmethod
+    def source_ends(self) -> dict[str, dict[str, int]]:
+        """Each source stage's bounded source end. Raises UserInputError for an unbounded one."""
+
+    @abstractmethod
+    def prepare(self) -> None:
+        """Step 1: restore at start; the attempt is known afterwards."""
+
+    @abstractmethod
+    def start(self, *, checkpoints: int | None) -> None:
+        """Step 2: start every stage's coordinator and the cut coordinator (at most
+        ``checkpoints`` triggers; None: no limit)."""
+
+    @abstractmethod
+    def stage_run(self, runner: StageRunner) -> StageRun:
+        """What ``runner``'s reader is told beyond its spec in this run."""
+
+    @abstractmethod
+    def queries_started(self) -> None:
+        """Every stage's query was started (a stage process reports that it is ready)."""
+
+    @abstractmethod
+    def tick(self) -> None:
+        """The cut coordinator's tick, after every stage's."""
+
+    @property
+    @abstractmethod
+    def completed(self) -> Sequence[Any]:
+        """The cuts completed in this run, oldest first."""
+
+    @property
+    def completed_count(self) -> int:
+        """How many cuts completed in this run (:attr:`completed` may keep only the newest)."""
+        return len(self.completed)
+
+    @property
+    @abstractmethod
+    def failed(self) -> Sequence[Any]:
+        """The cuts that failed in this run."""
+
+    @abstractmethod
+    def at_end(self, cut: Any, ends: dict[str, dict[str, int]]) -> bool:
+        """Whether ``cut`` has every source stage at its end (``ends``, by stage) and no channel
+        state (records in flight at an unaligned snapshot are processed in the next epoch)."""
+
+    @abstractmethod
+    def progress(self, stats: dict[str, StageStats], elapsed: float) -> Any:
+        """What the progress display is given (``Progress`` or ``PipelineProgress``)."""
+
+
+class PipelineRunner:
+    """The one run loop (module docstring) over ``keeper``'s stages."""
+
+    def __init__(self, keeper: CutKeeper) -> None:
+        self.keeper = keeper
+        #: Whether this driver checked that a cluster's executors see the work dir (once per driver).
+        self.work_dir_checked = False
+
+    @property
+    def runners(self) -> list[StageRunner]:
+        return self.keeper.runners
+
+    @property
+    def attempt(self) -> int:
+        return self.keeper.attempt
+
+    def lease(self) -> JobLease:
+        """The pipeline's lease (``<work_dir>/job.lease`` and the store's), not yet acquired."""
+        return JobLease(Path(self.keeper.work_dir), self.keeper.name, "run", store=self.keeper.objects)
+
+    def hold(self, lease: JobLease | None) -> None:
+        """Run under ``lease`` (acquired by the caller): :meth:`CutKeeper.hold`."""
+        self.keeper.hold(lease)
+
+    def check_bounded(self) -> None:
+        """Raise UserInputError unless every source stage reads a bounded source (what
+        ``until_exhausted`` needs), before anything is started."""
+        self.keeper.source_ends()
+
+    def check_lease(self) -> None:
+        """Raise FencedOffError once the lease's heartbeat found it taken over."""
+        lease = self.keeper.lease
+        if lease is not None and lease.lost is not None:
+            lease.check("doing anything more")
+
+    def run(self, *, duration: float | None = None, checkpoints: int | None = None, until_exhausted: bool = False,
+            progress: Callable[[Any], None] | None = None, progress_every: float = 1.0,
+            on_tick: Callable[[], None] | None = None, until: Callable[[], bool] | None = None) -> RunResult:
+        """Run until the stop rule holds (module docstring, step 4); with no limit, until interrupted.
+
+        Raises:
+            TolerableFailuresExceededError: too many consecutive checkpoints failed (one stage).
+            JobFailedError: a stage's query died.
+            FencedOffError: the lease was taken over.
+            SinkCommitFailedError: a sink could not commit (or abort) an epoch, also the run's last one.
+            UserInputError: ``until_exhausted`` with an unbounded source.
+        """
+        keeper = self.keeper
+        # Step 1. Restore at start.
+        keeper.prepare()
+        ends = keeper.source_ends() if until_exhausted else None
+        # Step 2. The coordinators, then the queries.
+        keeper.start(checkpoints=checkpoints)
+        started = time.monotonic()
+        stats = {r.name: StageStats.at_start(r, started) for r in self.runners}
+        ended = False  # the loop reached a stop condition (no error is on its way out)
+        try:
+            for runner in self.runners:
+                runner.start_query(keeper.spark, spec_path=keeper.spec_path, run=keeper.stage_run(runner),
+                                   fence=keeper.fence, check_work_dir=not self.work_dir_checked,
+                                   wait=keeper.wait_started)
+                self.work_dir_checked = True  # every stage's work dir is below the pipeline's
+            keeper.queries_started()
+            next_progress = started + progress_every
+            while True:
+                # Step 3. One tick.
+                self.check_lease()  # the heartbeat found the lease taken over
+                for runner in self.runners:
+                    if runner.tick():
+                        stats[runner.name].committed(runner)
+                keeper.tick()
+                if on_tick is not None:
+                    on_tick()
+                now = time.monotonic()
+                if progress is not None and now >= next_progress:
+                    next_progress = now + progress_every
+                    progress(keeper.progress(stats, now - started))
+                for runner in self.runners:
+                    runner.check(keeper.fence)  # a fenced-off staging stopped the query: FencedOffError
+                # Step 4. The stop rule.
+                if self._limit_reached(checkpoints=checkpoints, ends=ends,
+                                       deadline=started + duration if duration is not None else None, until=until):
+                    break
+                time.sleep(keeper.tick_seconds)
+            if progress is not None and keeper.final_progress:
+                progress(keeper.progress(stats, time.monotonic() - started))
+            ended = True
+        finally:
+            # Step 5. Raises the failure of a sink commit no tick reported (the last checkpoint's)
+            # unless the loop is already raising another error.
+            self.stop(failing=not ended)
+        # Step 6. The result.
+        stopped = time.monotonic()
+        return RunResult(keeper.name, stopped - started, list(keeper.completed), list(keeper.failed),
+                         {r.name: stats[r.name].result(r, stopped) for r in self.runners},
+                         tuple(r.name for r in self.runners if keeper.is_source(r)))
+
+    def _limit_reached(self, *, checkpoints: int | None, ends: dict[str, dict[str, int]] | None,
+                       deadline: float | None, until: Callable[[], bool] | None) -> bool:
+        keeper = self.keeper
+        return ((checkpoints is not None and keeper.completed_count >= checkpoints)
+                or (ends is not None and covered(keeper.completed, lambda cut: keeper.at_end(cut, ends)))
+                or (deadline is not None and time.monotonic() >= deadline)
+                or (until is not None and until()))
+
+    def stop(self, *, only: StageRunner | None = None, failing: bool = False) -> None:
+        """Stop the queries first (every stage's, or ``only``'s), then drain each stage (its
+        uploads, then its sinks' queued commits and aborts: :meth:`StageRunner.drain`, given
+        ``checkpoint.timeout``, at most :data:`DRAIN_SECONDS`) and close its writer.
+
+        Raises:
+            SinkCommitFailedError, FencedOffError: the first stage whose drain raised (after
+                every stage was drained; the others' are logged), unless ``failing`` (the run
+                is already ending on another error; then every one is logged).
+        """
+        runners = [only] if only is not None else self.runners
+        for runner in runners:
+            runner.stop_query()
+        first: SinkCommitFailedError | FencedOffError | None = None
+        for runner in runners:
+            try:
+                runner.drain(min(runner.spec.checkpoint.timeout, DRAIN_SECONDS), failing=failing or first is not None)
+            except (SinkCommitFailedError, FencedOffError) as exc:
+                first = exc
+            finally:
+                runner.close_writer()
+        if first is not None:
+            raise first
