@@ -41,6 +41,7 @@ from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec
 from bench import emit_table
 from bench.jvm import JvmUsage, settle
 from bench.modes import BASELINE, BASELINE_AGAIN, MODES, Mode, Sample, mode_spec, modes_for
+from bench.rates import job_rate
 from bench.throttled_link import ThrottledLink
 
 if TYPE_CHECKING:
@@ -145,12 +146,12 @@ def _run_rounds(base: PipelineSpec, modes: tuple[Mode, ...], samples: dict[str, 
             s = samples[mode.name]
             s.gc_seconds.append(used.gc_seconds)
             s.records_per_cpu_second.append(job_run.records / used.cpu_seconds if used.cpu_seconds else 0.0)
-            s.throughput.append(job_run.throughput)
+            s.throughput.append(job_rate(job_run))
             s.checkpoints.append(len(job_run.completed))
             s.sync_ms += [m.sync_ms for m in job_run.completed]
             s.async_ms += [m.async_ms for m in job_run.completed]
             s.incremental_bytes += [m.incremental_bytes for m in job_run.completed]
-            print(f"round {r + 1} {mode.name:28} {job_run.throughput:>12,.0f} rec/s  "
+            print(f"round {r + 1} {mode.name:28} {s.throughput[-1]:>12,.0f} rec/s  "
                   f"{len(job_run.completed)} checkpoints  JVM {used.cpu_seconds:.1f} CPU-s, "
                   f"GC {used.gc_seconds:.1f} s, {s.records_per_cpu_second[-1]:,.0f} records per CPU-s",
                   file=sys.stderr)

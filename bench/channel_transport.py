@@ -1,4 +1,4 @@
-"""Channel transport benchmark (issue 29): the transport between stages, before and after.
+"""Channel transport benchmark: the transport between stages, before and after.
 
 Pipeline: stage ``gen`` (the built-in generator, 2 partitions, unthrottled, bounded to
 ``--records`` records) projects ``key, value, event_time`` and writes channel ``ab`` (4
@@ -21,10 +21,12 @@ partitions) it runs:
 Each run is a fresh Python process (one SparkSession each) against one broker started by this
 script. It prints, per run: the outcome, the wall time, the records/s end to end (records
 ``totals`` committed, all of them when the run completed, over the wall time from the
-pipeline's start), the same from ``gen``'s first micro-batch on (without the queries' start),
+pipeline's start), the records/s after the first batch as :mod:`bench.rates` defines it (from
+the end of ``gen``'s first micro-batch to the end of ``totals``' last one),
 the records the channel writer wrote and those ``totals`` read (channel offsets, barrier
 records included), and per stage the seconds Spark spent in each phase of its micro-batches.
-Before the pipelines it prints the raw client ceiling measured on the same broker in the same
+Before the pipelines it prints the raw client ceiling (one Python thread, named so: no ceiling
+for a pipeline on 2 cores, and no ratio is taken to it) measured on the same broker in the same
 run: records/s produced, and consumed and JSON-decoded, by kafka-python and by confluent-kafka
 (JSON values like the channel's, 4 partitions, ``acks=all``).
 
@@ -53,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The last commit whose channel writer collects to the driver (the issue's "before").
+#: The last commit whose channel writer collects to the driver (the "before" writer).
 BASELINE = "1e1e59b"
 RESULT_PREFIX = "RESULT "
 
@@ -114,25 +116,26 @@ def run_pipeline(servers: str, records: int, batch: int, cap: float, stages: int
     from barrierflow.runtime.pipeline import StagedPipelineJob
     from barrierflow.spec import parse_staged_spec
 
+    from bench.rates import StageBatchClock, records_through
+
     work = Path(tempfile.mkdtemp(prefix="bf-chbench-"))
     spec = parse_staged_spec(pipeline_spec(work, servers, records=records, batch=batch, stages=stages))
     job = StagedPipelineJob(spec)
-    first_batch: list[float] = []
-
-    def progress(p: Any) -> None:
-        if not first_batch and any(s.stage == "gen" and s.batch_id is not None for s in p.stages):
-            first_batch.append(time.monotonic())
-
+    clock = StageBatchClock("gen", "totals")
     began = time.monotonic()
     outcome, error = "ok", ""
     try:
-        result = job.run(until_exhausted=True, duration=cap, progress=progress, progress_every=0.2)
+        result = job.run(until_exhausted=True, duration=cap, progress=clock, progress_every=0.2)
         if time.monotonic() - began >= cap:
             outcome = f"not done within {cap:g}s"
         completed = len(result.completed)
     except Exception as exc:  # the figure to report is the failure itself
         outcome, error, completed = "FAILED", f"{type(exc).__name__}: {exc}"[:400], 0
     ended = time.monotonic()
+    steady = float("nan")
+    if outcome == "ok" and clock.first_batch is not None:
+        gen = next(s for s in job.stages if s.stage.name == "gen")
+        steady = clock.rate(records_through(gen.layout.spark_checkpoint, clock.first_batch[0]), records)
     writer = next((s.writer for s in job.stages if s.writer is not None), None)
     written = int(writer.written) if writer is not None else 0
     consumed = _consumed(job)
@@ -140,8 +143,7 @@ def run_pipeline(servers: str, records: int, batch: int, cap: float, stages: int
     with contextlib.suppress(Exception):
         job.spark.stop()
     shutil.rmtree(work, ignore_errors=True)
-    since_first = ended - first_batch[0] if first_batch else float("nan")
-    return {"outcome": outcome, "error": error, "seconds": ended - began, "since_first_batch": since_first,
+    return {"outcome": outcome, "error": error, "seconds": ended - began, "steady": steady,
             "records": records if outcome == "ok" else consumed, "written": written, "consumed": consumed,
             "checkpoints": completed, "phases": phases}
 
@@ -271,7 +273,7 @@ def baseline_tree(rev: str, into: Path) -> Path:
 
 def run_variant(include: Path, servers: str, records: int, batch: int, cap: float, stages: int = 2
                 ) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(include), "PYSPARK_PYTHON": sys.executable,
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(include), str(ROOT))), "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable}
     args = [sys.executable, __file__, "--one", "--servers", servers, "--records", str(records),
             "--batches", str(batch), "--cap", str(cap), "--stages", str(stages)]
@@ -280,7 +282,7 @@ def run_variant(include: Path, servers: str, records: int, batch: int, cap: floa
         if line.startswith(RESULT_PREFIX):
             return json.loads(line[len(RESULT_PREFIX):])
     return {"outcome": "CRASHED", "error": (done.stderr or done.stdout)[-400:], "seconds": float("nan"),
-            "since_first_batch": float("nan"), "records": 0, "written": 0, "checkpoints": 0}
+            "steady": float("nan"), "records": 0, "written": 0, "checkpoints": 0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.1f}; {args.records:,} records per run")
     with tempfile.TemporaryDirectory(prefix="bf-chbench-") as tmp, embedded_broker(None, 30.0, 10.0) as servers:
         ceilings = client_ceilings(servers, min(args.records, 500_000))
-        say("\nraw client ceiling (same broker, same run):")
+        say("\nraw client ceiling (same broker, same run; each figure one Python thread, not the pipeline's 2 cores):")
         for name, rate in ceilings.items():
             say(f"  {name}: {rate:,.0f} records/s")
         variants = [(label, Path(path)) for label, _, path in (e.partition("=") for e in args.extra)]
@@ -328,8 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         for shape, batch, (label, include) in ((n, b, v) for n in shapes for b in batches for v in variants):
             r = run_variant(include, servers, args.records, batch, args.cap, shape)
             rate = r["records"] / r["seconds"] if r["seconds"] == r["seconds"] and r["seconds"] else 0.0
-            steady = r["records"] / r["since_first_batch"] if r["since_first_batch"] == r["since_first_batch"] \
-                else float("nan")
+            steady = r["steady"]
             say(f"| {shape} | {batch:,} | {label} | {r['outcome']} | {r['seconds']:.1f} | {rate:,.0f} "
                 f"| {steady:,.0f} | {r['written']:,} | {r.get('consumed', 0):,} | {r['checkpoints']} |")
             for stage, figures in (r.get("phases") or {}).items():

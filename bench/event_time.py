@@ -40,6 +40,7 @@ from barrierflow.spec.models import (
 )
 
 from bench import emit_table
+from bench.rates import job_rate
 
 BACKLOG_PER_PARTITION = 5_000_000
 
@@ -104,7 +105,7 @@ def run_event_time_benchmark(spec_path: str, scenario: str, *, seconds: float, r
             _record(samples[name], result, BACKLOG_PER_PARTITION * 4 if scenario == "batch-sizing" else None)
             print(f"round {r + 1} {name}: records per batch {_batch_sizes(job.layout.spark_checkpoint)}",
                   file=sys.stderr)
-            print(f"round {r + 1} {name:32} {result.throughput:>12,.0f} rec/s  {len(result.completed)} checkpoints  "
+            print(f"round {r + 1} {name:32} {job_rate(result):>12,.0f} rec/s  {len(result.completed)} checkpoints  "
                   f"completion ms {[round(m.total_ms) for m in result.completed]}", file=sys.stderr)
             shutil.rmtree(work, ignore_errors=True)
     emit_table(render(scenario, samples, base, seconds, rounds), markdown)
@@ -114,7 +115,7 @@ def run_event_time_benchmark(spec_path: str, scenario: str, *, seconds: float, r
 def _record(sample: ModeSample, result: RunResult, backlog: int | None) -> None:
     """Throughput of the run; checkpoint times only of checkpoints taken while records of the
     backlog remained (``backlog``: total records; None = every checkpoint)."""
-    sample.throughput.append(result.throughput)
+    sample.throughput.append(job_rate(result))
     during = [m for m in result.completed
               if backlog is None or sum(sum(p.values()) for p in m.barrier_offsets.values()) < backlog]
     sample.checkpoints.append(len(during))

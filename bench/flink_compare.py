@@ -1,15 +1,19 @@
 """``python -m bench --compare flink-sql``: the reference job on barrierflow and on Flink SQL,
-side by side in one command (issue 13, docs/benchmarks.md).
+side by side in one command (docs/benchmarks.md).
 
-Per round, four runs, alternating which system goes first (A B, then B A) so that drift of the
+Per round, six runs, alternating which system goes first (A B, then B A) so that drift of the
 shared machine falls on both: barrierflow's reference job (``include/pipelines/bench.yaml``:
 10,000 keys, running count and sum, discard sink, ``local[2]``) without checkpoints and with
-ABS every 1 s, each for ``seconds`` in this process's SparkSession (throughput after the first
-batch, as ``--scenario abs-overhead``); and the same logical job on Flink SQL
-(:mod:`bench.flink_sql_job`, run by the Python of the Flink virtual environment)
-without checkpoints and with checkpoints every 1 s, over as many rows as Flink processes in
-about ``seconds`` (sized from its previous run). Printed: records/s per run, each system's
-1 s-checkpoint ratio to its own no-checkpoint run, and barrierflow / Flink per round.
+ABS every 1 s, each for ``seconds`` in this process's SparkSession (records/s after the first
+batch, :mod:`bench.rates`); and the same logical job on Flink SQL (:mod:`bench.flink_sql_job`,
+run by the Python of the Flink virtual environment) in two configurations, alternating which
+goes first as the systems do: **untuned** (Flink's defaults) and **tuned** as Flink's
+performance-tuning guide prescribes for a group aggregation (mini-batch and two-phase
+aggregation, :data:`bench.flink_sql_job.TUNED`), each without checkpoints and with checkpoints
+every 1 s, over as many rows as that configuration processes in about ``seconds`` (sized from
+its previous run). Printed: both Flink configurations, records/s per run, each system's 1
+s-checkpoint ratio to its own no-checkpoint run, and barrierflow / Flink tuned per round (the
+comparison to cite), with barrierflow / Flink untuned beside it.
 
 Flink lives in its own virtual environment (``make flink``: ``.venv-flink`` with
 requirements-flink.txt), never in the main requirements; ``BARRIERFLOW_FLINK_PYTHON`` names
@@ -27,6 +31,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from barrierflow.errors import UserInputError
 from barrierflow.runtime.job import StreamingJob
@@ -35,6 +40,7 @@ from barrierflow.spec import load_spec, project_home
 from bench import emit_table
 from bench.abs_overhead import no_checkpoints
 from bench.modes import MODES, mode_spec
+from bench.rates import job_rate
 
 FLINK_PYTHON_ENV = "BARRIERFLOW_FLINK_PYTHON"
 #: Rows of Flink's first run per measured second (later runs are sized from the one before).
@@ -50,7 +56,13 @@ class Runs:
     barrierflow_1s: list[float] = field(default_factory=list)
     flink_none: list[float] = field(default_factory=list)
     flink_1s: list[float] = field(default_factory=list)
+    flink_tuned_none: list[float] = field(default_factory=list)
+    flink_tuned_1s: list[float] = field(default_factory=list)
     flink_version: str = "?"
+    #: The settings of each Flink configuration beyond parallelism, state backend and checkpoints.
+    flink_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: The machine's 1-minute load average when the comparison started and ended.
+    load: tuple[float, float] | None = None
 
 
 def flink_python() -> Path:
@@ -68,13 +80,14 @@ def flink_python() -> Path:
     return path
 
 
-def run_flink_job(python: Path, rows: int, interval: float) -> dict[str, float | str]:
-    """One run of the Flink SQL job; its JSON result line.
+def run_flink_job(python: Path, rows: int, interval: float, *, tuned: bool) -> dict[str, Any]:
+    """One run of the Flink SQL job (``tuned``: with Flink's documented tuning); its JSON result line.
 
     Raises:
         UserInputError: the job failed (the message holds the end of its output).
     """
-    command = [str(python), str(JOB_SCRIPT), "--rows", str(rows), "--checkpoint-interval", str(interval)]
+    command = [str(python), str(JOB_SCRIPT), "--rows", str(rows), "--checkpoint-interval", str(interval),
+               *(["--tuned"] if tuned else [])]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -92,10 +105,11 @@ def run_flink_comparison(spec_path: str, *, seconds: float, rounds: int,
     shutil.rmtree(root, ignore_errors=True)
     spark = StreamingJob(base).spark
     runs = Runs()
+    load_at_start = os.getloadavg()[0]
     warmup = max(seconds, 30.0)
     print(f"barrierflow warm-up ({warmup:.0f} s) ...", file=sys.stderr)
     StreamingJob(mode_spec(base, MODES[0], root / "warmup"), spark=spark).run(duration=warmup)
-    rate = float(FLINK_FIRST_RATE)
+    rates = {False: float(FLINK_FIRST_RATE), True: float(FLINK_FIRST_RATE)}  # per configuration: tuned?
 
     def barrierflow(r: int) -> None:
         for mode, into in ((MODES[0], runs.barrierflow_none), (MODES[1], runs.barrierflow_1s)):
@@ -103,25 +117,29 @@ def run_flink_comparison(spec_path: str, *, seconds: float, rounds: int,
             job = StreamingJob(mode_spec(base, mode, work), spark=spark)
             result = (job.run(duration=seconds, on_tick=no_checkpoints) if mode.interval is None
                       else job.run(duration=seconds))
-            into.append(result.throughput)
-            print(f"round {r + 1} barrierflow {mode.name:16} {result.throughput:>12,.0f} rec/s  "
+            into.append(job_rate(result))
+            print(f"round {r + 1} barrierflow {mode.name:16} {into[-1]:>12,.0f} rec/s  "
                   f"{len(result.completed)} checkpoints", file=sys.stderr)
             shutil.rmtree(work, ignore_errors=True)
 
     def flink(r: int) -> None:
-        nonlocal rate
-        for interval, into in ((0.0, runs.flink_none), (1.0, runs.flink_1s)):
-            result = run_flink_job(python, max(1_000_000, int(rate * seconds)), interval)
-            into.append(float(result["records_per_second"]))
-            rate = float(result["records_per_second"])
-            runs.flink_version = str(result.get("flink_version", "?"))
-            label = "no checkpoints" if interval == 0 else "checkpoints 1 s"
-            print(f"round {r + 1} Flink SQL   {label:16} {rate:>12,.0f} rec/s  ({result['rows']:,} rows in "
-                  f"{result['seconds']} s)", file=sys.stderr)
+        configurations = ((False, runs.flink_none, runs.flink_1s), (True, runs.flink_tuned_none, runs.flink_tuned_1s))
+        for tuned, none, checkpointed in configurations if r % 2 == 0 else reversed(configurations):
+            name = "tuned" if tuned else "untuned"
+            for interval, into in ((0.0, none), (1.0, checkpointed)):
+                result = run_flink_job(python, max(1_000_000, int(rates[tuned] * seconds)), interval, tuned=tuned)
+                rates[tuned] = float(result["records_per_second"])
+                into.append(rates[tuned])
+                runs.flink_version = str(result.get("flink_version", "?"))
+                runs.flink_config[name] = dict(result.get("config") or {})
+                label = "no checkpoints" if interval == 0 else "checkpoints 1 s"
+                print(f"round {r + 1} Flink SQL {name:7} {label:16} {rates[tuned]:>12,.0f} rec/s  "
+                      f"({result['rows']:,} rows in {result['seconds']} s)", file=sys.stderr)
 
     for r in range(rounds):
         for step in ((barrierflow, flink) if r % 2 == 0 else (flink, barrierflow)):
             step(r)
+    runs.load = (load_at_start, os.getloadavg()[0])
     emit_table(render(runs, base.spark.master, seconds, rounds), markdown)
     return runs
 
@@ -134,23 +152,39 @@ def _fmt(values: list[float]) -> str:
     return " / ".join(f"{v:.2f}" for v in values)
 
 
+def _config(settings: dict[str, str]) -> str:
+    return ", ".join(f"`{k}={v}`" for k, v in settings.items()) or "Flink's defaults"
+
+
 def render(runs: Runs, master: str, seconds: float, rounds: int) -> str:
-    """The table: per system mean records/s without and with 1 s checkpoints, the
-    per-round ratio to its own no-checkpoint run, and barrierflow / Flink per round."""
+    """The table: per system and configuration mean records/s without and with 1 s checkpoints,
+    the per-round ratio to its own no-checkpoint run, and barrierflow / Flink (tuned, then
+    untuned) per round; above it, the settings of both Flink configurations."""
     lines = [
         f"Comparison {datetime.now(UTC).isoformat(timespec='seconds')}: the reference job (10,000 keys, running "
         f"count and sum), barrierflow on Spark {master} vs Flink SQL {runs.flink_version} (MiniCluster, "
-        f"parallelism 2, heap state), about {seconds:.0f} s per run, {rounds} round(s), alternating order",
+        f"parallelism 2, heap state), about {seconds:.0f} s per run, {rounds} round(s), alternating order"
+        + (f"; load average (1 min) {runs.load[0]:.1f} at the start, {runs.load[1]:.1f} at the end"
+           if runs.load else ""),
+        "",
+        f"Flink untuned: {_config(runs.flink_config.get('untuned', {}))}. "
+        f"Flink tuned: {_config(runs.flink_config.get('tuned', {}))}.",
         "",
         "| system | no checkpoints, records/s (mean) | 1 s checkpoints, records/s (mean) "
         "| 1 s / none, per round |",
         "|---|---|---|---|",
         f"| barrierflow (ABS) | {statistics.mean(runs.barrierflow_none):,.0f} | "
         f"{statistics.mean(runs.barrierflow_1s):,.0f} | {_fmt(_ratios(runs.barrierflow_1s, runs.barrierflow_none))} |",
-        f"| Flink SQL | {statistics.mean(runs.flink_none):,.0f} | {statistics.mean(runs.flink_1s):,.0f} | "
+        f"| Flink SQL, tuned | {statistics.mean(runs.flink_tuned_none):,.0f} | "
+        f"{statistics.mean(runs.flink_tuned_1s):,.0f} | {_fmt(_ratios(runs.flink_tuned_1s, runs.flink_tuned_none))} |",
+        f"| Flink SQL, untuned | {statistics.mean(runs.flink_none):,.0f} | {statistics.mean(runs.flink_1s):,.0f} | "
         f"{_fmt(_ratios(runs.flink_1s, runs.flink_none))} |",
         "",
-        f"barrierflow / Flink per round: no checkpoints {_fmt(_ratios(runs.barrierflow_none, runs.flink_none))}; "
-        f"1 s checkpoints {_fmt(_ratios(runs.barrierflow_1s, runs.flink_1s))}",
+        f"barrierflow / Flink tuned per round: no checkpoints "
+        f"{_fmt(_ratios(runs.barrierflow_none, runs.flink_tuned_none))}; 1 s checkpoints "
+        f"{_fmt(_ratios(runs.barrierflow_1s, runs.flink_tuned_1s))}",
+        f"barrierflow / Flink untuned per round: no checkpoints "
+        f"{_fmt(_ratios(runs.barrierflow_none, runs.flink_none))}; 1 s checkpoints "
+        f"{_fmt(_ratios(runs.barrierflow_1s, runs.flink_1s))}",
     ]
     return "\n".join(lines)

@@ -46,6 +46,7 @@ from barrierflow.spark import commit_log, offset_log
 
 from bench.jvm import JvmUsage, settle
 from bench.modes import BASELINE, BASELINE_AGAIN, Mode, Sample, mode_spec
+from bench.rates import BatchEnd, rate_after_first_batch
 
 if TYPE_CHECKING:
     from barrierflow.spec.models import PipelineSpec
@@ -76,7 +77,9 @@ class Segment:
 
     @property
     def throughput(self) -> float:
-        return self.records / self.seconds if self.seconds > 0 else 0.0
+        """Records/s from the batch that opens the segment to the one that closes it, counted as
+        :mod:`bench.rates` counts records after the first batch (NaN for an empty segment)."""
+        return rate_after_first_batch(BatchEnd(0.0, 0), BatchEnd(self.seconds, self.records))
 
 
 def balanced_orders(n: int) -> list[list[int]]:

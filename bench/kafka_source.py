@@ -1,4 +1,4 @@
-"""Kafka source benchmark (issue 29 item 7): Kafka -> keyed running totals -> discard, beside the
+"""Kafka source benchmark: Kafka -> keyed running totals -> discard, beside the
 raw client ceiling measured in the same run on the same broker.
 
 Steps, all in one run (ratios are what count on a shared 2-core machine):
@@ -12,11 +12,14 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
    (:class:`barrierflow.kafka_io.decoding.RecordDecoder`), per record and vectorized
    (:mod:`barrierflow.kafka_io.json_columns`); and read as columns (offsets, timestamps,
    values per fetch) and decoded vectorized, as the source's tasks do: the **source's decode
-   ceiling** (what they could reach with no Spark around them).
+   ceiling** (what they could reach with no Spark around them). Each in one Python thread
+   (named so), and the consume+decode and source's decode ceilings also in as many processes
+   as the pipeline has cores (2, ``local[2]``), each reading its share of the partitions: the
+   ceilings the pipelines are compared with.
 4. The single-stage pipeline: the Kafka source (``format: json``, ``max_records_per_batch``
    ``--batch`` per partition) -> ``keyed_running_totals`` (update mode) -> ``discard``,
    ``local[2]``, 1 s checkpoints, ``--until-exhausted``; records/s over the whole run and after
-   the first micro-batch (the query's start left out).
+   the first micro-batch, counted as :mod:`bench.rates` defines it (the query's start left out).
 5. The same pipeline from the built-in generator with the same record count, keys and batch
    size: what the rest of the job costs without Kafka.
 6. The same job as a pipeline of two stages (``ingest``: the Kafka source projected to ``key,
@@ -25,8 +28,8 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
    channels on the same broker with ``--partitions`` partitions, aligned 1 s global
    checkpoints, every stage in the one SparkSession (``--stages`` picks which of 1, 2, 3 run).
 
-It prints each figure and the ratios pipeline / consume+decode ceiling and Kafka pipeline /
-generator pipeline. Usage (from the repository root; docs/benchmarks.md has a run)::
+It prints each figure and the ratios pipeline / consume+decode ceiling in 2 processes and Kafka
+pipeline / generator pipeline. Usage (from the repository root; docs/benchmarks.md has a run)::
 
     PYTHONPATH=include:. .venv/bin/python -m bench.kafka_source [--records 2000000] [--batch 100000]
         [--partitions 4] [--stages 1,2,3] [--bootstrap HOST:PORT] [--markdown FILE]
@@ -51,6 +54,8 @@ from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from bench.rates import StageBatchClock, job_rate, records_through
 
 KEYS = 1000
 #: The fields the Kafka source decodes (the pipeline's and the decoder ceilings').
@@ -98,50 +103,100 @@ def produce(servers: str, topic: str, records: int, partitions: int) -> float:
     return records / (time.monotonic() - began)
 
 
-def read_ceilings(servers: str, topic: str, records: int, partitions: int) -> dict[str, float]:
-    """Records/s read with the range reader and decoded by ``json.loads``, and read and decoded
-    into Arrow record batches by the Kafka source's decoder."""
+#: The ceilings a pipeline is compared with: also measured with as many processes as the
+#: pipeline has cores (:data:`CORES`), since one Python thread is no ceiling for two cores.
+PARALLEL = ("consume + json.loads", SOURCE)
+#: The pipelines' cores (``local[2]``): the parallel ceilings run this many processes.
+CORES = 2
+
+
+def _read(kind: str, servers: str, topic: str, partitions: list[int], share: int) -> int:
+    """Read (and decode, per ``kind``) ``share`` records of each of ``partitions``; the records
+    or rows done. One Python thread."""
     from barrierflow.kafka_io.consumer import ConsumerSettings, RangeReader
     from barrierflow.kafka_io.decoding import RecordDecoder
     from barrierflow.spec.models import KafkaSourceSpec
 
-    out: dict[str, float] = {}
+    spec = KafkaSourceSpec.model_validate({"type": "kafka", "bootstrap_servers": servers, "topics": [topic],
+                                           "format": "json", "json_fields": JSON_FIELDS})
     reader = RangeReader(ConsumerSettings(servers=servers))
-    share = records // partitions
+    count = 0
     try:
-        began, count = time.monotonic(), 0
-        for partition in range(partitions):
-            for _record in reader.read(topic, partition, 0, share, stall=30.0):
-                count += 1
-        out["consume only (no decoding)"] = count / (time.monotonic() - began)
-        began, count = time.monotonic(), 0
-        for partition in range(partitions):
-            for chunk in reader.read_columns(topic, partition, 0, share, stall=30.0):
-                count += len(chunk.offsets)
-        out[COLUMNS] = count / (time.monotonic() - began)
-        began, count = time.monotonic(), 0
-        for partition in range(partitions):
-            for record in reader.read(topic, partition, 0, share, stall=30.0):
-                json.loads(record.value)
-                count += 1
-        out["consume + json.loads"] = count / (time.monotonic() - began)
-        spec = KafkaSourceSpec.model_validate({"type": "kafka", "bootstrap_servers": servers, "topics": [topic],
-                                               "format": "json", "json_fields": JSON_FIELDS})
-        for vectorized in (False, True):
-            decoder = RecordDecoder(spec, vectorized=vectorized)
-            began, rows = time.monotonic(), 0
-            for partition in range(partitions):
-                rows += sum(b.num_rows for b in decoder.batches(reader.read(topic, partition, 0, share, stall=30.0)))
-            out[VECTORIZED if vectorized else PER_RECORD] = rows / (time.monotonic() - began)
-        decoder = RecordDecoder(spec)
-        began, rows = time.monotonic(), 0
-        for partition in range(partitions):
-            chunks = reader.read_columns(topic, partition, 0, share, stall=30.0)
-            rows += sum(b.num_rows for b in decoder.column_batches(topic, partition, chunks))
-        out[SOURCE] = rows / (time.monotonic() - began)
+        for partition in partitions:
+            if kind == "consume only (no decoding)":
+                count += sum(1 for _ in reader.read(topic, partition, 0, share, stall=30.0))
+            elif kind == COLUMNS:
+                count += sum(len(c.offsets) for c in reader.read_columns(topic, partition, 0, share, stall=30.0))
+            elif kind == "consume + json.loads":
+                for record in reader.read(topic, partition, 0, share, stall=30.0):
+                    json.loads(record.value)
+                    count += 1
+            elif kind in (PER_RECORD, VECTORIZED):
+                decoder = RecordDecoder(spec, vectorized=kind == VECTORIZED)
+                count += sum(b.num_rows for b in decoder.batches(reader.read(topic, partition, 0, share, stall=30.0)))
+            elif kind == SOURCE:
+                chunks = reader.read_columns(topic, partition, 0, share, stall=30.0)
+                count += sum(b.num_rows for b in RecordDecoder(spec).column_batches(topic, partition, chunks))
+            else:
+                raise ValueError(f"unknown ceiling {kind!r}")
     finally:
         reader.close()
+    return count
+
+
+def _read_worker(kind: str, servers: str, topic: str, partitions: list[int], share: int, start: Any,
+                 out: Any) -> None:
+    """One process of a parallel ceiling: waits at ``start`` (every process ready), then reads;
+    puts ``(records, began, ended)`` (monotonic seconds, one clock for the whole machine) on ``out``."""
+    start.wait()
+    began = time.monotonic()
+    count = _read(kind, servers, topic, partitions, share)
+    out.put((count, began, time.monotonic()))
+
+
+def parallel_ceiling(kind: str, servers: str, topic: str, records: int, partitions: int, processes: int) -> float:
+    """Records/s of ceiling ``kind`` read by ``processes`` processes at once, partition ``p`` by
+    process ``p % processes``: all records over the time from the first process's start to the
+    last one's end (the processes start together, after their imports)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    start, out = context.Barrier(processes), context.Queue()
+    share = records // partitions
+    workers = [context.Process(target=_read_worker, args=(kind, servers, topic, list(range(i, partitions, processes)),
+                                                          share, start, out)) for i in range(processes)]
+    for w in workers:
+        w.start()
+    try:
+        done = [out.get(timeout=600) for _ in workers]
+    finally:
+        for w in workers:
+            w.join(timeout=60)
+    count = sum(d[0] for d in done)
+    return count / (max(d[2] for d in done) - min(d[1] for d in done))
+
+
+def read_ceilings(servers: str, topic: str, records: int, partitions: int) -> dict[str, float]:
+    """Records/s read with the range reader alone, decoded by ``json.loads``, and read and decoded
+    into Arrow record batches by the Kafka source's decoder: each in one Python thread, and
+    those of :data:`PARALLEL` also in :data:`CORES` processes (the pipeline's cores)."""
+    out: dict[str, float] = {}
+    share = records // partitions
+    for kind in ("consume only (no decoding)", COLUMNS, "consume + json.loads", PER_RECORD, VECTORIZED, SOURCE):
+        began = time.monotonic()
+        count = _read(kind, servers, topic, list(range(partitions)), share)
+        out[one_thread(kind)] = count / (time.monotonic() - began)
+    for kind in PARALLEL:
+        out[in_processes(kind)] = parallel_ceiling(kind, servers, topic, records, partitions, CORES)
     return out
+
+
+def one_thread(kind: str) -> str:
+    return f"{kind}, one Python thread"
+
+
+def in_processes(kind: str) -> str:
+    return f"{kind}, {CORES} processes (the pipeline's {CORES} cores)"
 
 
 def pipeline_spec(work: Path, source: dict[str, Any]) -> dict[str, Any]:
@@ -170,7 +225,7 @@ def run_pipeline(spark: Any, source: dict[str, Any], cap: float) -> dict[str, An
         result = job.run(until_exhausted=True, duration=cap)
         seconds = time.monotonic() - began
         outcome = "ok" if seconds < cap else f"not done within {cap:g}s"
-        steady = result.steady_records / result.steady_seconds if result.steady_records else float("nan")
+        steady = job_rate(result)
         return {"outcome": outcome, "records": result.records, "seconds": seconds,
                 "rate": result.records / seconds if seconds else 0.0, "steady": steady,
                 "batches": result.batches, "checkpoints": len(result.completed)}
@@ -223,26 +278,22 @@ def run_staged(spark: Any, servers: str, topic: str, *, stages: int, records: in
     from barrierflow.spec import parse_staged_spec
 
     work = Path(tempfile.mkdtemp(prefix="bf-kbench-"))
-    first_batch: list[float] = []
-
-    def progress(p: Any) -> None:
-        if not first_batch and any(s.stage == "ingest" and s.batch_id is not None for s in p.stages):
-            first_batch.append(time.monotonic())
-
+    clock = StageBatchClock("ingest", "totals")
     try:
         job = StagedPipelineJob(parse_staged_spec(staged_spec(work, servers, topic, stages=stages, batch=batch,
                                                               partitions=partitions)), spark=spark)
         began = time.monotonic()
         try:
-            result = job.run(until_exhausted=True, duration=cap, progress=progress, progress_every=0.2)
+            result = job.run(until_exhausted=True, duration=cap, progress=clock, progress_every=0.2)
             seconds = time.monotonic() - began
             outcome = "ok" if seconds < cap else f"not done within {cap:g}s"
             checkpoints = len(result.completed)
         except Exception as exc:  # the figure to report is the failure itself
             seconds, outcome, checkpoints = time.monotonic() - began, f"FAILED: {type(exc).__name__}", 0
-        ended = time.monotonic()
-        steady = (records / (ended - first_batch[0]) if first_batch and outcome == "ok" and ended > first_batch[0]
-                  else float("nan"))
+        steady = float("nan")
+        if outcome == "ok" and clock.first_batch is not None:
+            first = records_through(job.stage_job("ingest").layout.spark_checkpoint, clock.first_batch[0])
+            steady = clock.rate(first, records)
         done = records if outcome == "ok" else 0
         return {"outcome": outcome, "records": done, "seconds": seconds, "rate": done / seconds if seconds else 0.0,
                 "steady": steady, "batches": "-", "checkpoints": checkpoints}
@@ -281,9 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     from barrierflow.runtime.session import build_session
     from barrierflow.spec.models import SparkSpec
 
-    started = datetime.now(UTC)
+    started, load = datetime.now(UTC), os.getloadavg()[0]
     say(f"Kafka source benchmark, {started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, load average "
-        f"{os.getloadavg()[0]:.1f}; {records:,} records, {args.partitions} partitions, {args.batch:,} per "
+        f"{load:.1f}; {records:,} records, {args.partitions} partitions, {args.batch:,} per "
         "partition and batch")
     lines: list[str] = []
     with ExitStack() as stack:
@@ -307,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             runs[f"{stages} stages"] = run_staged(spark, servers, topic, stages=stages, records=records,
                                                   batch=args.batch, partitions=args.partitions, cap=args.cap)
         spark.stop()
-    decode = ceilings["consume + json.loads"]
+    decode = ceilings[in_processes("consume + json.loads")]
     lines.append("| figure | records/s |")
     lines.append("|---|---:|")
     for name, rate in ceilings.items():
@@ -319,13 +370,13 @@ def main(argv: list[str] | None = None) -> int:
                      f"whole run / after the first batch | {r['rate']:,.0f} / {r['steady']:,.0f} |")
     for label, r in runs.items():
         if label != "generator":
-            lines.append(f"| ratio: {label if label != 'Kafka' else '1 stage'} after the first batch / consume + "
-                         f"json.loads ceiling | {_ratio(r['steady'], decode)} |")
-    lines.append(f"| ratio: the source's decoder, vectorized / per record "
-                 f"| {_ratio(ceilings[VECTORIZED], ceilings[PER_RECORD])} |")
+            lines.append(f"| ratio: {label if label != 'Kafka' else '1 stage'} after the first batch / "
+                         f"{in_processes('consume + json.loads')} | {_ratio(r['steady'], decode)} |")
+    lines.append(f"| ratio: the source's decoder, vectorized / per record (one Python thread each) "
+                 f"| {_ratio(ceilings[one_thread(VECTORIZED)], ceilings[one_thread(PER_RECORD)])} |")
     if "Kafka" in runs:
-        lines.append(f"| ratio: Kafka pipeline after the first batch / what the source's tasks do "
-                     f"| {_ratio(runs['Kafka']['steady'], ceilings[SOURCE])} |")
+        lines.append(f"| ratio: Kafka pipeline after the first batch / what the source's tasks do, "
+                     f"{CORES} processes | {_ratio(runs['Kafka']['steady'], ceilings[in_processes(SOURCE)])} |")
         lines.append(f"| ratio: Kafka pipeline / generator pipeline, after the first batch "
                      f"| {_ratio(runs['Kafka']['steady'], runs['generator']['steady'])} |")
     say()
@@ -334,8 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as out:
             out.write(f"\n`python -m bench.kafka_source --records {args.records} --batch {args.batch} --partitions "
-                      f"{args.partitions} --stages {args.stages}`, {started:%Y-%m-%d %H:%M} UTC, load average at start "
-                      f"{os.getloadavg()[0]:.1f}:\n\n" + "\n".join(lines) + "\n")
+                      f"{args.partitions} --stages {args.stages}`, {started:%Y-%m-%d %H:%M} UTC, "
+                      f"load average (1 min) at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f}:\n\n"
+                      + "\n".join(lines) + "\n")
     return 0
 
 

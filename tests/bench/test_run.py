@@ -81,16 +81,24 @@ def test_compare_flink_sql_without_flink_says_to_run_make_flink(
     assert "--compare flink-sql runs its own job; drop --scenario stages" in capsys.readouterr().err
 
 
-def test_compare_table_gives_per_round_ratios() -> None:
-    """The comparison's table: each system's 1 s / none ratio and barrierflow / Flink, per round."""
+def test_compare_table_names_both_flink_configurations_and_compares_with_the_tuned_one() -> None:
+    """The comparison's table: both Flink configurations' settings, each system's 1 s / none ratio,
+    and barrierflow / Flink per round, tuned first (the figure to cite), untuned beside it."""
     from bench.flink_compare import Runs, render
 
     runs = Runs(barrierflow_none=[2.0e6, 2.2e6], barrierflow_1s=[1.9e6, 2.0e6], flink_none=[2.0e6, 2.5e6],
-                flink_1s=[1.6e6, 2.0e6], flink_version="2.3.0")
+                flink_1s=[1.6e6, 2.0e6], flink_tuned_none=[2.5e6, 2.75e6], flink_tuned_1s=[1.9e6, 2.5e6],
+                flink_version="2.3.0",
+                flink_config={"untuned": {}, "tuned": {"table.exec.mini-batch.enabled": "true",
+                                                       "table.optimizer.agg-phase-strategy": "TWO_PHASE"}})
     table = render(runs, "local[2]", 30, 2)
+    assert ("Flink untuned: Flink's defaults. Flink tuned: `table.exec.mini-batch.enabled=true`, "
+            "`table.optimizer.agg-phase-strategy=TWO_PHASE`.") in table
     assert "| barrierflow (ABS) | 2,100,000 | 1,950,000 | 0.95 / 0.91 |" in table
-    assert "| Flink SQL | 2,250,000 | 1,800,000 | 0.80 / 0.80 |" in table
-    assert "no checkpoints 1.00 / 0.88; 1 s checkpoints 1.19 / 1.00" in table
+    assert "| Flink SQL, tuned | 2,625,000 | 2,200,000 | 0.76 / 0.91 |" in table
+    assert "| Flink SQL, untuned | 2,250,000 | 1,800,000 | 0.80 / 0.80 |" in table
+    assert "barrierflow / Flink tuned per round: no checkpoints 0.80 / 0.80; 1 s checkpoints 1.00 / 0.80" in table
+    assert "barrierflow / Flink untuned per round: no checkpoints 1.00 / 0.88; 1 s checkpoints 1.19 / 1.00" in table
 
 
 def test_abs_overhead_table_compares_each_mode_with_both_baseline_runs_and_shows_the_aa_noise() -> None:
