@@ -160,9 +160,12 @@ class _Child:
                 stderr.flush()
 
     def wait(self) -> int:
-        code = self.process.wait()
+        return self.process.wait()
+
+    def finish(self) -> None:
+        """After the child's end: the rest of its stderr passed through (what is left of its
+        process group may hold the pipe open: at most a few seconds)."""
         self._relay.join(timeout=5.0)
-        return code
 
     def cause(self, code: int) -> str:
         """Why the attempt ended (exit ``code``): its last ``error:`` line, else how it ended."""
@@ -193,6 +196,7 @@ class _Child:
             with suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
             time.sleep(POLL_SECONDS)
+        self.finish()
         if left:
             raise JobFailedError(f"processes {left} of the failed run (process group {pgid}) did not end within "
                                  f"{GROUP_GONE_TIMEOUT:g} s of SIGKILL; not restarting over them")
@@ -227,13 +231,14 @@ def supervise(command: Sequence[str], strategy: RestartStrategy, *, lease_free: 
             child.stop()
             raise
         if code == 0:
+            child.finish()
             return run
+        failed_at = monotonic()
+        child.bury()
         cause = child.cause(code)
         if code == 2:
             raise UserInputError(f"pipeline {name}: {cause}; not restarted (bad input does not heal by restarting)")
-        failed_at = monotonic()
         log.warning("pipeline %s: attempt %d failed: %s", name, run.attempts, cause)
-        child.bury()
         _wait_for_lease(name, lease_free, lease_wait, sleep, monotonic)
         delay = strategy.next_delay(failed_at)
         if delay is None:
