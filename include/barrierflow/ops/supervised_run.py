@@ -11,10 +11,16 @@ The options across attempts: ``--duration`` bounds the supervised run as a whole
 restarted attempt gets what is left of it); ``--checkpoints N`` is counted per attempt (a
 restarted attempt runs until N more cuts completed); ``--until-exhausted`` ends the attempt
 that saw the bounded sources covered.
+
+Under spark-submit (the Airflow launch DAG, ``jobs/run_pipeline.py``) the strategy is not
+applied, with a warning: an attempt in a child process would share spark-submit's JVM, which
+holds one SparkContext, and would not know its ``--master``; there the recovery DAG owns
+restarts (docs/airflow.md, "Launch and recovery").
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -26,10 +32,14 @@ from barrierflow.runtime.restart_strategy import strategy_for
 from barrierflow.runtime.restart_supervisor import Restart, RestartsExhaustedError, supervise
 from barrierflow.spec.loader import load_any_spec
 
+log = logging.getLogger(__name__)
+
 __all__ = ["ATTEMPT_FLAG", "Restart", "RestartsExhaustedError", "SupervisedOutcome", "run_supervised"]
 
 #: The flag that marks a run as one attempt of a supervisor (value: the supervisor's pid).
 ATTEMPT_FLAG = "--attempt-of-supervisor"
+#: Set by spark-submit for the Python driver it starts (the py4j gateway of its JVM).
+SPARK_SUBMIT_ENV = "PYSPARK_GATEWAY_PORT"
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,12 @@ def run_supervised(spec_path: str | os.PathLike[str], *, duration: float | None 
     """
     spec = load_any_spec(spec_path)
     if spec.restart is None:
+        return None
+    if SPARK_SUBMIT_ENV in os.environ:
+        # A child would share spark-submit's JVM (one SparkContext per JVM) and lose its --master.
+        log.warning("pipeline %s: its restart strategy is not applied under spark-submit (the launch DAG); there the "
+                    "recovery DAG barrierflow_recover__%s restarts it. 'barrierflow run %s' runs it under its restart "
+                    "strategy", spec.name, spec.name, spec_path)
         return None
     pipeline = open_pipeline(spec_path)
     work_dir, objects = Path(pipeline.work_dir), pipeline.objects
