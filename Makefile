@@ -42,6 +42,11 @@ jvm: $(STAMP)
 
 install: $(STAMP) jvm
 
+# The shipped specs (include/pipelines/*.yaml) name their paths relative to the repository root
+# (var/<pipeline>, include/expectations/...): a spec file's relative paths resolve against
+# $$BARRIERFLOW_HOME when it is set, else the spec file's folder (docs/pipeline-spec.md).
+demo demo-stages demo-cycle bench bench-flink bench-channels bench-kafka: export BARRIERFLOW_HOME ?= $(CURDIR)
+
 demo: install
 	$(BIN)/barrierflow run include/pipelines/demo.yaml --checkpoints $(DEMO_CHECKPOINTS)
 	$(BIN)/barrierflow checkpoints list include/pipelines/demo.yaml

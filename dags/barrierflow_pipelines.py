@@ -138,10 +138,10 @@ from typing import Any
 
 from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, DeltaTriggerTimetable, Param
 from barrierflow.airflow import params as dag_params
+from barrierflow.airflow.dag_ids import dag_id_for
 from barrierflow.airflow.dag_model import BatchDagKind, DagKind, Output, Pipeline, pipeline_dags_model
 from barrierflow.airflow.launch import BatchSubmitOperator, PipelineSubmitOperator
 from barrierflow.airflow.recovery_tasks import recovery_tasks
-from barrierflow.airflow.support import DiscoveredPipeline, dag_id_for, discover_pipelines, verification_schedule
 from barrierflow.airflow.tasks import (
     chaos_task,
     compare,
@@ -154,6 +154,8 @@ from barrierflow.airflow.tasks import (
     validate,
     verify,
 )
+from barrierflow.airflow.verification import verification_schedule
+from barrierflow.ops.discovery import DiscoveredPipeline, discover_pipelines
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PIPELINES_DIR = Path(os.environ.get("BARRIERFLOW_PIPELINES_DIR") or PROJECT_ROOT / "include" / "pipelines")
@@ -348,6 +350,8 @@ def _invalid_spec_dag(entry: DiscoveredPipeline) -> DAG:
     return invalid
 
 
-for _entry in discover_pipelines(PIPELINES_DIR):
+# The specs are loaded with the same home as the tasks (their output assets' URIs), not against
+# the spec files' folder, where a spec file's relative paths resolve when BARRIERFLOW_HOME is unset.
+for _entry in discover_pipelines(PIPELINES_DIR, home=BARRIERFLOW_HOME):
     for _dag_object in _pipeline_dags(_entry) if _entry.spec is not None else [_invalid_spec_dag(_entry)]:
         globals()[_dag_object.dag_id] = _dag_object

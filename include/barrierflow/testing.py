@@ -295,8 +295,9 @@ def run_bounded(spec_path: str | os.PathLike[str], folder: str | os.PathLike[str
     The spec is copied to ``folder`` with: the generator bounded to ``records_per_partition``
     records per partition, unthrottled; the checkpoint store, the Parquet sink, the work dir and
     the dead letters under ``folder``; a 0 s trigger, a 200 ms checkpoint interval;
-    ``spark.master`` = ``master``; relative ``spark.py_packages`` taken relative to ``home``
-    (default: ``$BARRIERFLOW_HOME``, else the working directory). Then it runs as ``barrierflow
+    ``spark.master`` = ``master``; the spec's relative paths (``spark.py_packages``) taken
+    relative to ``home`` (default: ``$BARRIERFLOW_HOME``, else the spec file's folder:
+    :mod:`barrierflow.spec.paths`). Then it runs as ``barrierflow
     run SPEC --until-exhausted`` does, in this process's SparkSession (created or reused).
 
     Raises:
@@ -307,10 +308,9 @@ def run_bounded(spec_path: str | os.PathLike[str], folder: str | os.PathLike[str
     from barrierflow.sinks.parquet import read_committed
     from barrierflow.sources.generator import GeneratorModel
     from barrierflow.spec import load_spec
-    from barrierflow.spec.loader import project_home
     from barrierflow.spec.models import GeneratorSourceSpec
 
-    original = load_spec(spec_path)
+    original = load_spec(spec_path, home=home)
     if original.source.type != "generator":
         raise UserInputError(f"{spec_path}: run_bounded needs the built-in generator as sources[0] (type "
                              f"'generator'), not {original.source.type!r}")
@@ -318,7 +318,6 @@ def run_bounded(spec_path: str | os.PathLike[str], folder: str | os.PathLike[str
         raise UserInputError(f"{spec_path}: run_bounded reads the committed output of a Parquet sink (sinks[0] type "
                              f"'parquet'), not {original.sink.type!r}")
     base = Path(folder).resolve()
-    root = Path(home).resolve() if home is not None else project_home()
     data = original.model_dump(mode="json")
     data["sources"][0].update(records_per_partition=records_per_partition, rows_per_second=0)
     data["sinks"][0]["path"] = f"file://{base / 'output'}"
@@ -327,7 +326,7 @@ def run_bounded(spec_path: str | os.PathLike[str], folder: str | os.PathLike[str
     data["work_dir"] = str(base / "work")
     data["dead_letter_path"] = f"file://{base / 'dead-letter'}"
     data["event_times_path"] = ""
-    data["spark"].update(master=master, py_packages=[str(root / p) for p in original.spark.py_packages])
+    data["spark"].update(master=master)  # py_packages: made absolute by load_spec
     derived = base / f"{original.name}.yaml"
     derived.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     spec = load_spec(derived)

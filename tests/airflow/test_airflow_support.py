@@ -1,22 +1,19 @@
-"""barrierflow.airflow.support: spec discovery, DAG ids and the checkpoint freshness check."""
+"""The Airflow side's helpers: spec discovery, DAG ids (airflow.dag_ids), the checkpoint freshness check
+(airflow.freshness) and the verification schedule (airflow.verification)."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from barrierflow.airflow.support import (
-    CheckpointStaleError,
-    CheckpointVerificationError,
-    VerificationSchedule,
-    check_checkpoint_freshness,
-    dag_id_for,
-    discover_pipelines,
-    discover_specs,
-    verification_schedule,
-)
+from barrierflow.airflow.dag_ids import dag_id_for
+from barrierflow.airflow.errors import CheckpointStaleError, CheckpointVerificationError
+from barrierflow.airflow.freshness import check_checkpoint_freshness
+from barrierflow.airflow.verification import VerificationSchedule, verification_schedule
 from barrierflow.errors import BarrierflowError, CheckpointError, SpecError
+from barrierflow.ops.discovery import discover_pipelines, discover_specs
 from barrierflow.spec.models import PipelineSpec
 
 from tests.dags.conftest import BROKEN_SPEC_YAML, spec_yaml
@@ -102,7 +99,9 @@ def test_stale_checkpoint_raises(spec_file: Path) -> None:
 
 
 def test_missing_checkpoint_raises(spec_file: Path) -> None:
-    with pytest.raises(CheckpointStaleError, match="no completed checkpoint in file://var/orders") as info:
+    # The spec's relative storage URI resolves against the spec file's folder, and the message names it.
+    where = re.escape(f"no completed checkpoint in file://{spec_file.parent / 'var' / 'orders'}")
+    with pytest.raises(CheckpointStaleError, match=where) as info:
         check_checkpoint_freshness(spec_file, 30, now=NOW, latest_completion=completed_at(None))
     assert info.value.age_seconds is None
 

@@ -70,6 +70,14 @@ def test_kills_below_one_are_refused_with_exit_2(tmp_path: Path, capsys: pytest.
     assert not (tmp_path / "scratch").exists()
 
 
+def test_processes_for_one_stage_is_refused_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["chaos", str(generator_spec(tmp_path)), "--kills", "1", "--processes",
+                 "--scratch", str(tmp_path / "scratch")])
+    assert code == 2
+    assert "--processes is for pipelines of several stages" in capsys.readouterr().err
+    assert not (tmp_path / "scratch").exists()
+
+
 @pytest.mark.parametrize(("starting_offsets", "message"), [
     ("latest", "Kafka source 'in' starts at 'latest': each copy"),
     ({"orders": {"0": 5, "1": -1}}, "starts at 'latest' for partition(s) orders:1 (offset -1)"),

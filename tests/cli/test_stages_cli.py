@@ -63,7 +63,7 @@ def test_processes_and_stage_are_refused_for_a_single_stage_spec(
     path.write_text(yaml.safe_dump(spec_dict(tmp_path)), encoding="utf-8")
     for flag in (["--processes"], ["--stage", "a"]):
         assert main(["run", str(path), *flag]) == 2
-        assert "has one stage; --processes and --stage are for specs with stages" in capsys.readouterr().err
+        assert "is for pipelines of several stages" in capsys.readouterr().err
 
 
 def test_checkpoints_list_shows_global_checkpoints_per_stage(tmp_path: Path,
@@ -94,17 +94,23 @@ def test_checkpoints_list_shows_global_checkpoints_per_stage(tmp_path: Path,
     assert [m["checkpoint_id"] for m in listing["completed"]] == [1]
     assert listing["completed"][0]["stages"]["b"] == manifest.stages["b"].model_dump(mode="json")
     assert [f["checkpoint_id"] for f in listing["failed"]] == [2] and listing["attempt"] == 0
+    assert listing["noun"] == "global checkpoint" and set(listing["stages"]) == {"a", "b"}
 
     assert main(["checkpoints", "list", str(path)]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
-    assert ["1", "0", "2026-11-23T12:00:00+00:00", "812.5"] in rows
-    assert ["a", "-", "0.0", "4.0", "30.0", "0"] in rows
-    assert ["b", "unaligned", "0.0", "6.5", "41.0", "17"] in rows
-    assert ["2", "FAILED", "EXPIRED:", "not", "completed", "in", "60", "s"] in rows
+    assert ["1", "0", "COMPLETED", "2026-11-23T12:00:00+00:00", "812.5", "-"] in rows  # "-": never verified
+    # no stage manifests were written here: kind and bytes unknown ("-")
+    assert ["a", "-", "3", "-", "0.0", "4.0", "30.0", "0", "-", "-"] in rows
+    assert ["b", "-", "5", "unaligned", "0.0", "6.5", "41.0", "17", "-", "-"] in rows
+    assert ["2", "-", "FAILED", "EXPIRED:", "not", "completed", "in", "60", "s"] in rows
 
+    # An unreadable global manifest is left out and named; the other records are still listed.
     (store / global_key(1, "_metadata")).write_text('{"pipeline": "flow"}', encoding="utf-8")
-    assert main(["checkpoints", "list", str(path)]) == 2
-    assert "global/chk-1/_metadata.json is not a valid GlobalManifest" in capsys.readouterr().err
+    assert main(["checkpoints", "list", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert f"skipped file://{store / global_key(1, '_metadata')}, which cannot be read" in err, err
+    assert "is not a valid GlobalManifest" in err and "no global checkpoints" not in out
+    assert [line.split()[:3] for line in out.splitlines()[2:]] == [["2", "-", "FAILED"]]
 
 
 def test_restore_of_a_multi_stage_spec_refuses_what_it_cannot_restore(
@@ -144,9 +150,9 @@ def test_each_command_has_one_handler_for_both_shapes(tmp_path: Path, capsys: py
 
     assert main(["verify", two]) == 0 and main(["verify", one]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[:2] == ["global checkpoint 1: passed (21 checks over 2 stages)",
-                       "global checkpoint 2: passed (21 checks over 2 stages)"]
-    assert out[2].startswith("checkpoint 1: passed (") and "stages" not in out[2]
+    assert out[:2] == ["global checkpoint 1: passed (21/21 checks; stages: a, b)",
+                       "global checkpoint 2: passed (21/21 checks; stages: a, b)"]
+    assert out[2].startswith("checkpoint 1: passed (") and out[2].endswith(" checks; stages: t)")
 
     assert main(["checkpoints", "show", two, "2"]) == 0
     shown = capsys.readouterr().out
@@ -154,17 +160,26 @@ def test_each_command_has_one_handler_for_both_shapes(tmp_path: Path, capsys: py
     assert 'alignment aligned, 1.5 ms; barrier positions {"flow.ab:0": 20, "flow.ab:1": 20}' in shown
 
     assert main(["savepoint", two, "--checkpoint", "1", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"pipeline": "flow", "savepoint": 1, "stages": {"a": 0, "b": 0}}
+    assert json.loads(capsys.readouterr().out) == {"pipeline": "flow", "noun": "global checkpoint", "savepoint": 1,
+                                                   "stages": {"a": 0, "b": 0}}
     assert main(["savepoint", one, "--checkpoint", "1", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"pipeline": "t", "savepoint": 1, "stages": {"t": 0},
-                                                   "spark_batch_id": 0}
+    assert json.loads(capsys.readouterr().out) == {"pipeline": "t", "noun": "checkpoint", "savepoint": 1,
+                                                   "stages": {"t": 0}}
+    assert main(["savepoint", one, "--checkpoint", "1"]) == 0
+    assert capsys.readouterr().out.startswith("checkpoint 1 of t is a savepoint in every stage (stage t: batch 0)")
 
     assert main(["retain", two, "--dry-run", "--json"]) == 0
     retained = json.loads(capsys.readouterr().out)
     assert retained["savepoints"] == [1] and set(retained["stages"]) == {"a", "b"}
     assert main(["reconcile", two, "--dry-run"]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "pipeline flow: latest completed global checkpoint 2; pipeline not running", "  nothing in doubt"]
+        "pipeline flow: latest completed global checkpoint 2; pipeline not running",
+        f"  nothing in doubt (transaction ledgers in file://{tmp_path / 'two' / 'chk'})"]
+    assert main(["reconcile", one, "--dry-run"]) == 0
+    first, second = capsys.readouterr().out.splitlines()
+    assert first == "pipeline t: latest completed checkpoint 2; job not running"
+    assert second.startswith("  nothing in doubt (transaction ledgers in file://")
     assert main(["reconcile", one, "--dry-run", "--json"]) == 0
     reconciled = json.loads(capsys.readouterr().out)
     assert reconciled["latest_completed"] == 2 and reconciled["dry_run"] is True and set(reconciled["stages"]) <= {"t"}
+    assert reconciled["noun"] == "checkpoint"

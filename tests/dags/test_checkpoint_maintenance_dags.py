@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.airflow.support import CheckpointVerificationError
+from barrierflow.airflow.errors import CheckpointVerificationError
 from barrierflow.cli.main import main
 from barrierflow.verification.report import report_key
 
@@ -64,7 +64,10 @@ def _flip_byte(path: Path) -> None:
 
 
 def _without_times(summary: dict[str, Any]) -> dict[str, Any]:
-    return {**summary, "reports": [{k: v for k, v in r.items() if k not in ("started", "finished")}
+    """The summary without each stage report's ``started`` and ``finished``."""
+    return {**summary, "reports": [{**r, "stages": {name: {k: v for k, v in stage.items()
+                                                           if k not in ("started", "finished")}
+                                                    for name, stage in r["stages"].items()}}
                                    for r in summary["reports"]]}
 
 
@@ -80,7 +83,7 @@ def test_verify_task_passes_on_intact_checkpoints_like_the_cli(
     # The newest checkpoint.retained checkpoints (the param default), all passed.
     assert summary["pipeline"] == "t" and summary["verified"] == RETAINED and summary["failed"] == []
     assert [r["checkpoint_id"] for r in summary["reports"]] == [3, 4]
-    assert all(r["passed"] and not r["deep"] for r in summary["reports"])
+    assert all(r["passed"] and not r["deep"] and list(r["stages"]) == ["t"] for r in summary["reports"])
     assert (tmp_path / "checkpoints" / report_key(4)).is_file()  # stored for restore and retention
     assert json.dumps(summary) in logged_messages(caplog)  # logged; returned = XCom return_value
     json.dumps(summary)  # XCom-serializable
@@ -135,7 +138,7 @@ def test_verify_task_passes_with_no_checkpoint_yet(bag: Any, monkeypatch: pytest
 def test_verify_task_asks_for_deep_verification_when_the_param_says_so(
     bag: Any, spec_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import barrierflow.airflow.support as support
+    import barrierflow.airflow.verification as verification
 
     calls: list[tuple[str, int, bool]] = []
 
@@ -143,7 +146,7 @@ def test_verify_task_asks_for_deep_verification_when_the_param_says_so(
         calls.append((path, latest, deep))
         return {"verified": 0}
 
-    monkeypatch.setattr(support, "verify_latest_checkpoints", fake)
+    monkeypatch.setattr(verification, "verify_latest_checkpoints", fake)
     run_task(bag, "barrierflow_verify__t", "verify", monkeypatch, deep=True, latest=7)
     assert calls == [(str(spec_path.resolve()), 7, True)]
 

@@ -170,7 +170,7 @@ def test_skew_dag_reports_on_the_store(monkeypatch: pytest.MonkeyPatch, pipeline
     run = run_dag(monkeypatch, pipelines_dir, "barrierflow_skew__t")
 
     assert run.state == "success", run.log
-    assert run.xcom("skew")["passed"] is True and run.xcom("skew")["idle_partitions"] == ["events/2"]
+    assert run.xcom("skew")["passed"] is True and run.xcom("skew")["stages"]["t"]["idle_partitions"] == ["events/2"]
 
 
 # -- the launch DAG: the restart guard and the master -------------------------------------------

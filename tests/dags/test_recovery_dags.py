@@ -507,10 +507,12 @@ def test_restore_latest_and_the_recovery_dag_choose_and_verify_alike(
         bag: Any, factory: CheckpointFactory, spec_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str], damaged: bool) -> None:
     """One rule for choosing a checkpoint: ``barrierflow restore --latest`` and the recovery
-    DAG's choose task go through the same ops function, verify the same checkpoint the same
-    way, and come to the same verdict."""
+    DAG's choose task go through the same rule (``verification.choice.choose_checkpoint``, from
+    ``ops.restore`` and, under the restore's lease, ``recovery.pipeline_restore``), verify the same
+    checkpoint the same way, and come to the same verdict."""
     from airflow.sdk.exceptions import AirflowFailException
     from barrierflow.ops import restore as ops_restore
+    from barrierflow.recovery import pipeline_restore
     from barrierflow.verification import global_cut as cut_rule
 
     manifests = factory.take(4)
@@ -533,7 +535,8 @@ def test_restore_latest_and_the_recovery_dag_choose_and_verify_alike(
         verified.append(list(ids))
         return real_verify(spec, store, ids, **kwargs)
 
-    monkeypatch.setattr(ops_restore, "choose_checkpoint", choose_spy)
+    monkeypatch.setattr(ops_restore, "choose_checkpoint", choose_spy)  # the DAG's choice
+    monkeypatch.setattr(pipeline_restore, "choose_checkpoint", choose_spy)  # the CLI's, under the lease
     monkeypatch.setattr(cut_rule, "verify_checkpoints", verify_spy)
 
     checked = run_task(bag, RECOVER, "check_params_and_job", monkeypatch, checkpoint="latest")

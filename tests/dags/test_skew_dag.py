@@ -31,15 +31,16 @@ def run_skew(bag: Any) -> Any:
 
 
 def test_skew_task_returns_the_json_summary(bag: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    assert run_skew(bag)["message"] == NO_CHECKPOINTS  # nothing yet: not a failure
+    assert run_skew(bag)["stages"]["t"]["message"] == NO_CHECKPOINTS  # nothing yet: not a failure
 
     healthy_store(tmp_path)
     with caplog.at_level(logging.INFO):
         summary = run_skew(bag)
 
-    assert summary["pipeline"] == "t" and summary["passed"] is True
-    assert [c["skew_seconds"] for c in summary["checkpoints"]] == [3.0, 3.0, 3.0, 3.0]
-    assert summary["idle_partitions"] == ["events/2"]
+    assert summary["pipeline"] == "t" and summary["passed"] is True and list(summary["stages"]) == ["t"]
+    report = summary["stages"]["t"]
+    assert [c["skew_seconds"] for c in report["checkpoints"]] == [3.0, 3.0, 3.0, 3.0]
+    assert report["idle_partitions"] == ["events/2"]
     assert json.dumps(summary) in logged_messages(caplog)  # logged; returned = XCom return_value
     assert (tmp_path / "checkpoints" / SKEW_REPORT_KEY).is_file()
 
@@ -59,5 +60,5 @@ def test_skew_task_fails_without_retry_on_a_skewed_store(
     assert "pipeline 't'" in str(info.value)
     cause = info.value.__cause__
     assert isinstance(cause, SkewExpectationError)
-    assert cause.summary["passed"] is False and cause.failures == ["checkpoint 3: skew 123s > max_skew 60s"]
+    assert cause.summary["passed"] is False and cause.failures == ["stage t: checkpoint 3: skew 123s > max_skew 60s"]
     assert json.dumps(cause.summary) in logged_messages(caplog)  # the report is logged even though the task fails

@@ -120,7 +120,7 @@ def test_staged_pipeline_launch_checks_damage_recovery_and_run_to_the_end(
     assert any(c["name"] == "b: channel-cut" and c["status"] == "passed" for c in verified["reports"][0]["checks"])
     run = run_dag(monkeypatch, pipelines_dir, "barrierflow_retain__two")
     assert run.state == "success", run.log
-    assert run.xcom("retain")["kept"] == [1, 2] and run.xcom("retain")["deleted"]["global_checkpoints"] == []
+    assert run.xcom("retain")["kept"] == [1, 2] and run.xcom("retain")["deleted"]["checkpoints"] == []
     run = run_dag(monkeypatch, pipelines_dir, "barrierflow_skew__two")
     assert run.state == "success", run.log
     skew = run.xcom("skew")
@@ -144,8 +144,8 @@ def test_staged_pipeline_launch_checks_damage_recovery_and_run_to_the_end(
     assert choice["checkpoint_id"] == 1 and [s["checkpoint_id"] for s in choice["skipped"]] == [2]
     assert f"{stage}: file: " in choice["skipped"][0]["reason"] and "sha256 mismatch" in choice["skipped"][0]["reason"]
     restored = run.xcom("restore")
-    assert restored["global"] is True and restored["checkpoint_id"] == 1 and restored["attempt"] == 1
-    assert set(restored["cutoffs"]) == {"b"}
+    assert restored["noun"] == "global checkpoint" and restored["checkpoint_id"] == 1 and restored["attempt"] == 1
+    assert [name for name, stage in restored["stages"].items() if stage["cutoff"]] == ["b"]
     summary = run.xcom("report")
     assert summary["checkpoint_id"] == 1 and summary["restarted"] is False
     assert "skipped global checkpoint 2" in summary["message"]

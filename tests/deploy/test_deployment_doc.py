@@ -174,7 +174,8 @@ def test_airflow_commands_parse_and_name_real_dags(commands: list[list[str]], tm
     script = """
 import json, sys
 from airflow.cli.cli_parser import get_parser
-from barrierflow.airflow.support import DAG_KINDS, dag_id_for, discover_pipelines
+from barrierflow.airflow.dag_ids import DAG_KINDS, dag_id_for
+from barrierflow.ops.discovery import discover_pipelines
 
 parsed = []
 for argv in json.loads(sys.argv[1]):

@@ -55,8 +55,9 @@ def test_show_verify_savepoint_and_retain_work_on_whole_global_checkpoints(
 
     # show: the global manifest with each stage's manifest; b's barrier positions cover the channel.
     shown = _json(capsys, "checkpoints", "show", str(path), str(ids[0]))
-    assert shown["checkpoint_id"] == ids[0] and set(shown["stage_manifests"]) == {"a", "b"}
-    b = shown["stage_manifests"]["b"]
+    assert shown["checkpoint_id"] == ids[0] and set(shown["stages"]) == {"a", "b"}
+    assert shown["noun"] == "global checkpoint" and shown["stages"]["a"]["part"]["spark_batch_id"] >= 0
+    b = shown["stages"]["b"]["manifest"]
     assert set(b["alignment"]["barrier_offsets"]) == {f"{topic}:0", f"{topic}:1"}
     capsys.readouterr()
     assert main(["checkpoints", "show", str(path), str(ids[0])]) == 0
@@ -87,9 +88,9 @@ def test_show_verify_savepoint_and_retain_work_on_whole_global_checkpoints(
     # A stage checkpoint that lost a file, and one that lost its manifest: their global
     # checkpoints fail, naming the stage; the others still pass.
     a_files = {cid: {f["sha256"] for f in _json(capsys, "checkpoints", "show", str(path), str(cid))
-                     ["stage_manifests"]["a"]["files"]} for cid in ids}
+                     ["stages"]["a"]["manifest"]["files"]} for cid in ids}
     new_in_1 = {f["sha256"] for f in _json(capsys, "checkpoints", "show", str(path), str(ids[1]))
-                ["stage_manifests"]["a"]["files"] if f["uploaded"]}
+                ["stages"]["a"]["manifest"]["files"] if f["uploaded"]}
     digest = min(new_in_1, key=lambda d: sum(d in files for files in a_files.values()))
     lost = chk / "stages" / "a" / "shared" / digest[:2] / digest
     moved = lost.with_suffix(".moved")
@@ -124,11 +125,11 @@ def test_show_verify_savepoint_and_retain_work_on_whole_global_checkpoints(
     done = _json(capsys, "retain", str(path))
     kept = sorted(done["kept"] + done["savepoints"])
     assert done["kept"] == dry["kept"] and kept == _globals(chk)
-    assert set(done["deleted"]["global_checkpoints"]) == set(ids) - set(kept)
+    assert set(done["deleted"]["checkpoints"]) == set(ids) - set(kept) and done["deleted"]["global_records"] > 0
     for stage in ("a", "b"):
         left = sorted(int(p.name[4:]) for p in (chk / "stages" / stage).glob("chk-*")
                       if (p / "_metadata.json").exists())
-        assert set(kept) <= set(left) and not set(left) & set(done["deleted"]["global_checkpoints"]), (stage, left)
+        assert set(kept) <= set(left) and not set(left) & set(done["deleted"]["checkpoints"]), (stage, left)
     after = _json(capsys, "verify", str(path))
     assert after["failed"] == [] and sorted(r["checkpoint_id"] for r in after["reports"]) == kept
 
@@ -148,4 +149,4 @@ def test_show_verify_savepoint_and_retain_work_on_whole_global_checkpoints(
     assert rows == [(p, o) for p in range(PARTITIONS) for o in range(RECORDS)]
     assert (chk / global_key(savepoint, "_metadata")).is_file()
     print(f"\nglobal ops: {len(ids)} global checkpoints in {first.elapsed_seconds:.1f} s; kept {kept}, deleted "
-          f"{done['deleted']['global_checkpoints']}, {done['bytes_freed']} bytes freed")
+          f"{done['deleted']['checkpoints']}, {done['bytes_freed']} bytes freed")

@@ -5,7 +5,8 @@ result has ``.stages``: one entry for one stage.
 
 What could go wrong and is checked: an operation that still only knows one shape, a result that
 loses a stage, a one-stage pipeline that suddenly writes ``global/`` records, a savepoint that
-reaches only some stages of a cut, and the single-stage JSON documents changing under users.
+reaches only some stages of a cut, and a JSON document whose shape depends on the pipeline's
+(every one has the same top-level keys for both, and ``stages`` with one entry per stage).
 """
 
 from __future__ import annotations
@@ -43,18 +44,22 @@ def two(tmp_path: Path) -> Path:
 
 def test_list_show_and_progress_of_one_stage_and_of_a_cut(one: Path, two: Path) -> None:
     single, staged = list_checkpoints(one), list_checkpoints(two)
-    assert single.stages == ("t",) and staged.stages == ("a", "b")
+    assert list(single.stages) == ["t"] and list(staged.stages) == ["a", "b"]
     assert [c.checkpoint_id for c in single.cuts] == [c.checkpoint_id for c in staged.cuts] == [1, 2, 3]
-    assert single.manifests is not None and [m.checkpoint_id for m in single.manifests] == [1, 2, 3]
-    assert staged.manifests is None and staged.as_dict()["attempt"] == 0
-    document = single.as_dict()  # the single-stage JSON users read, plus "stages"
-    assert set(document) == {"pipeline", "storage", "stages", "completed", "failed"}
-    assert document["completed"][0]["spark_batch_id"] == single.manifests[0].spark_batch_id
+    assert [m.checkpoint_id for m in single.stages["t"].completed] == [1, 2, 3]
+    assert [m.checkpoint_id for m in staged.stages["b"].completed] == [1, 2, 3]
+    document, documents = single.as_dict(), staged.as_dict()  # one shape: the cuts, and each stage's own
+    assert set(document) == set(documents) == {"pipeline", "storage", "noun", "attempt", "abandoned", "completed",
+                                              "failed", "verification", "skipped", "stages"}
+    assert (document["noun"], documents["noun"]) == ("checkpoint", "global checkpoint")
+    assert document["stages"]["t"]["completed"][0]["spark_batch_id"] == single.stages["t"].completed[0].spark_batch_id
+    assert document["completed"][0]["stages"]["t"]["spark_batch_id"] == single.stages["t"].completed[0].spark_batch_id
+    assert documents["attempt"] == 0 and set(documents["stages"]) == {"a", "b"}
 
     shown, cut = show_checkpoint(one, 2), show_checkpoint(two, 2)
     assert set(shown.stages) == {"t"} and set(cut.stages) == {"a", "b"}
-    assert shown.as_dict() == shown.stages["t"].model_dump(mode="json")  # the manifest, as before
-    assert set(cut.as_dict()["stage_manifests"]) == {"a", "b"}
+    assert shown.as_dict()["stages"]["t"]["manifest"] == shown.stages["t"].model_dump(mode="json")  # in full
+    assert set(shown.as_dict()) == set(cut.as_dict()) and set(cut.as_dict()["stages"]) == {"a", "b"}
     for spec in (one, two):
         assert newest_completed_checkpoint(spec) == 3 and newest_completion_time(spec) is not None
 
@@ -64,8 +69,10 @@ def test_verify_savepoint_retain_and_skew_take_every_stage(one: Path, two: Path)
     assert [r.checkpoint_id for r in single.reports] == [r.checkpoint_id for r in staged.reports] == [1, 2, 3]
     assert not single.failed and not staged.failed
     assert [set(r.stages) for r in staged.reports] == [{"a", "b"}] * 3 and set(single.reports[0].stages) == {"t"}
-    assert single.summary()["reports"][0]["checks"] and "stages" not in single.summary()["reports"][0]
-    assert any(c["name"] == "b: channel-cut" for c in staged.summary()["reports"][0]["checks"])
+    one_cut, two_cut = single.summary()["reports"][0], staged.summary()["reports"][0]
+    assert set(one_cut) == set(two_cut) and set(single.summary()) == set(staged.summary())
+    assert one_cut["checks"] == [] and one_cut["stages"]["t"]["checks"]  # a cut of one stage has no cut checks
+    assert any(c["name"] == "b: channel-cut" for c in two_cut["checks"]) and set(two_cut["stages"]) == {"a", "b"}
 
     for spec, names in ((one, {"t"}), (two, {"a", "b"})):
         view = savepoint(spec, 1)
@@ -75,5 +82,10 @@ def test_verify_savepoint_retain_and_skew_take_every_stage(one: Path, two: Path)
         report = skew(spec)
         assert set(report.stages) == names
         assert all([c.checkpoint_id for c in r.checkpoints] == [1, 2, 3] for r in report.stages.values())
-    assert "deleted" in retain(one, dry_run=True).as_dict() and "stages" not in retain(one, dry_run=True).as_dict()
+    retained, retained_two = retain(one, dry_run=True).as_dict(), retain(two, dry_run=True).as_dict()
+    assert set(retained) == set(retained_two) and set(retained["stages"]) == {"t"}
+    assert retained["deleted"]["checkpoints"] == retained["stages"]["t"]["deleted"]["checkpoints"]
+    assert retained["savepoints"] == [1] and retained["kept"] == [2, 3]
+    assert retained["deleted"]["global_records"] == 0
+    assert set(skew(one).as_dict()) == set(skew(two).as_dict()) == {"pipeline", "passed", "stages"}
     assert not (one.parent / "checkpoints" / "global").exists()  # one stage never writes cut records

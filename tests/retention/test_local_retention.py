@@ -164,11 +164,11 @@ def test_deletes_exactly_what_spark_can_never_need_and_dry_run_reports_the_same(
     before = _listing(work)
 
     assert main(["retain", str(spec_path), "--dry-run", "--json"]) == 0
-    dry = json.loads(capsys.readouterr().out)["local"]
+    dry = json.loads(capsys.readouterr().out)["stages"]["t"]["local"]
     assert _listing(work) == before  # the dry run deleted nothing
 
     assert main(["retain", str(spec_path), "--json"]) == 0
-    real = json.loads(capsys.readouterr().out)["local"]
+    real = json.loads(capsys.readouterr().out)["stages"]["t"]["local"]
     assert real == dry
     after = _listing(work)
     deleted = set(before) - set(after)
@@ -211,7 +211,7 @@ def test_deletes_exactly_what_spark_can_never_need_and_dry_run_reports_the_same(
     assert (work / "job.lease").is_file()
 
     assert main(["retain", str(spec_path), "--json"]) == 0  # a second run has nothing left to do
-    again = json.loads(capsys.readouterr().out)["local"]
+    again = json.loads(capsys.readouterr().out)["stages"]["t"]["local"]
     assert again["files"] == 0 and again["bytes_freed"] == 0
 
     assert main(["retain", str(spec_path)]) == 0  # the text output names the work dir's numbers
@@ -297,7 +297,7 @@ def test_missing_work_dir_or_spark_checkpoint_is_a_note(tmp_path: Path, capsys) 
     store.write_manifest(manifest(1, 10, {}, completed=datetime.now(UTC)))
     spec_path = write_spec(tmp_path, spec_dict(tmp_path))  # work dir tmp_path/work does not exist
     assert main(["retain", str(spec_path), "--json"]) == 0
-    local = json.loads(capsys.readouterr().out)["local"]
+    local = json.loads(capsys.readouterr().out)["stages"]["t"]["local"]
     assert local["skipped"] == f"work directory {tmp_path / 'work'} does not exist on this machine"
     assert local["files"] == 0 and local["bytes_freed"] == 0
     assert main(["retain", str(spec_path)]) == 0

@@ -62,7 +62,12 @@ def test_retention_keeps_the_policy_set_and_deletes_every_unreferenced_file(tmp_
 
     assert main(["retain", str(spec_path), "--json"]) == 0
     real = json.loads(capsys.readouterr().out)
-    assert {k: v for k, v in real.items() if k != "dry_run"} == {k: v for k, v in dry.items() if k != "dry_run"}
+    def planned(document: dict) -> dict:  # the document without the dry-run flags (the pipeline's, the stage's)
+        return {k: v if k != "stages" else {n: {**s, "dry_run": None} for n, s in v.items()}
+                for k, v in document.items() if k != "dry_run"}
+
+    assert planned(real) == planned(dry)
+    assert real["deleted"]["checkpoints"] == real["stages"]["t"]["deleted"]["checkpoints"]
     assert real["kept"] == [13, 14, 15, 16] and real["savepoints"] == [3]
     assert real["deleted"]["checkpoints"] == [1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12]
     after = _listing(store_root)
@@ -186,8 +191,9 @@ def test_savepoints_are_listed_and_survive_retention(tmp_path: Path, capsys) -> 
     assert main(["retain", str(spec_path)]) == 0
     capsys.readouterr()
     assert main(["checkpoints", "list", str(spec_path)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[:2] for line in lines[1:]] == [["2", "savepoint"], ["5", "checkpoint"]]
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [row[0] for row in rows if row[0].isdigit()] == ["2", "5"]  # the cuts, each with its stage's row
+    assert [row[1] for row in rows if row[0] == "t"] == ["savepoint", "checkpoint"]
     f.shared_path(f.store.get(5), "metadata").unlink()  # a broken checkpoint cannot become a savepoint
     assert main(["savepoint", str(spec_path), "--checkpoint", "5"]) == 2
     assert "fails verification" in capsys.readouterr().err

@@ -145,7 +145,7 @@ def test_two_stage_pipeline_restores_a_global_checkpoint_exactly_once(
     assert progress and " | b: batch=" in progress[-1] and "global_checkpoint=" in progress[-1], err
     assert main(["checkpoints", "list", str(path), "--json"]) == 0
     listing = json.loads(capsys.readouterr().out)
-    assert listing["attempt"] == 1 and listing["abandoned"] == [] and listing["stages"] == ["a", "b"]
+    assert listing["attempt"] == 1 and listing["abandoned"] == [] and list(listing["stages"]) == ["a", "b"]
     assert listing["completed"][0]["checkpoint_id"] == manifest.checkpoint_id
     second = listing["completed"][1:]
     assert second and all(m["checkpoint_id"] > manifest.checkpoint_id and m["attempt"] == 1 for m in second)
@@ -327,6 +327,8 @@ def test_cli_runs_a_two_stage_pipeline_on_the_embedded_broker_and_lists_its_glob
     assert main(["run", str(path), "--until-exhausted", "--duration", "150"]) == 0
     out, err = capsys.readouterr()
     assert "pipeline two (2 stages, attempt 0):" in out and "embedded broker 127.0.0.1:" in out, out
+    for stage in ("a", "b"):  # every stage's dead letters, as one stage's run prints them
+        assert f"  stage {stage}: dead letters: 0 (file://{tmp_path / 'work'}/stages/{stage}/dead-letter)" in out, out
     progress = [line for line in err.splitlines() if line.startswith("a: batch=")]
     assert progress and " | b: batch=" in progress[-1] and "global_checkpoint=" in progress[-1], err
     assert "global_checkpoint=-" not in progress[-1]
@@ -337,7 +339,7 @@ def test_cli_runs_a_two_stage_pipeline_on_the_embedded_broker_and_lists_its_glob
 
     assert main(["checkpoints", "list", str(path), "--json"]) == 0
     listing = json.loads(capsys.readouterr().out)
-    assert listing["pipeline"] == "two" and listing["stages"] == ["a", "b"] and listing["completed"]
+    assert listing["pipeline"] == "two" and list(listing["stages"]) == ["a", "b"] and listing["completed"]
     for manifest in listing["completed"]:
         assert set(manifest["stages"]) == {"a", "b"}
         assert manifest["stages"]["b"]["mode"] == "aligned" and manifest["stages"]["a"]["mode"] is None
@@ -346,8 +348,8 @@ def test_cli_runs_a_two_stage_pipeline_on_the_embedded_broker_and_lists_its_glob
     text = capsys.readouterr().out
     assert "align ms" in text and "chan recs" in text
     rows = [line.split() for line in text.splitlines()]
-    assert any(row[:2] == ["b", "aligned"] for row in rows), text
-    assert any(row[:2] == ["a", "-"] for row in rows), text
+    assert any(row[:2] == ["b", "checkpoint"] and row[3] == "aligned" for row in rows), text
+    assert any(row[:2] == ["a", "checkpoint"] and row[3] == "-" for row in rows), text
 
     assert (Path(spec["work_dir"]) / "embedded-broker" / "data").is_dir()
     assert main(["run", str(path), "--checkpoints", "1", "--duration", "150"]) == 0

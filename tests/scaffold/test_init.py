@@ -47,11 +47,13 @@ def test_init_writes_the_project_and_says_how_to_test_it(tmp_path: Path, monkeyp
     assert f"cd click-counts && {TEST_COMMAND}" in out
     readme = (project / "README.md").read_text()
     assert f"    {TEST_COMMAND}\n" in readme and "barrierflow run pipelines/click-counts.yaml" in readme
-    monkeypatch.chdir(project)
+    monkeypatch.setenv("BARRIERFLOW_HOME", str(project))  # as its README says
     spec = load_spec(project / "pipelines" / "click-counts.yaml")
     assert spec.name == "click-counts"
     assert spec.transformation.function == "click_counts.transform:label_values"
-    assert spec.spark.py_packages == ["click_counts"]
+    assert spec.spark.py_packages == [str(project / "click_counts")]
+    assert spec.checkpoint.storage == f"file://{project}/var/click-counts/checkpoints"
+    assert "export BARRIERFLOW_HOME=$PWD" in readme
     for source in project.rglob("*.py"):
         compile(source.read_text(), str(source), "exec")
 

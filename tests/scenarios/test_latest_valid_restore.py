@@ -98,7 +98,7 @@ def test_restore_latest_valid_skips_corrupt_committed_checkpoints_exactly_once(
     assert sorted(report["failed"]) == sorted(expected)
     for checkpoint_id, (file, reason) in expected.items():
         bad = next(r for r in report["reports"] if r["checkpoint_id"] == checkpoint_id)
-        failures = [c for c in bad["checks"] if not c["passed"]]
+        failures = [c for stage in bad["stages"].values() for c in stage["checks"] if not c["passed"]]
         assert any(c["file"] == file and reason in c["message"] for c in failures), (checkpoint_id, failures)
     assert all(r["passed"] for r in report["reports"] if r["checkpoint_id"] <= intact.checkpoint_id)
 

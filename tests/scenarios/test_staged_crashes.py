@@ -160,7 +160,7 @@ def test_sigkilled_drivers_of_a_two_stage_pipeline_stay_exactly_once(
     assert main(["restore", str(spec_path), "--latest-valid", "--json"]) == 0
     restored = json.loads(capsys.readouterr().out)
     assert restored["checkpoint_id"] == _completed_globals(chk)[-1] and restored["attempt"] == attempt + 1
-    assert restored["cutoffs"] and set(restored["cutoffs"]) == {"b"}
+    assert [name for name, stage in restored["stages"].items() if stage["cutoff"]] == ["b"]
 
     # 4. To the end (the run restores the latest global checkpoint once more).
     final = StagedPipelineJob(parse_staged_spec(data), spark=spark, spec_path=str(spec_path)).run(

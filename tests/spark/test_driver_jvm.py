@@ -83,3 +83,29 @@ def test_the_spark_jvm_of_a_sigkilled_driver_is_killed_with_it() -> None:
             driver.wait()
         if jvm is not None and _alive(jvm, started):
             os.kill(jvm, signal.SIGKILL)  # SIGKILL ends a stopped process too
+
+
+#: A driver that feeds PySpark's accumulator server (the JVM connects to it when the first
+#: Python task's accumulator updates arrive) and then exits normally, as ``barrierflow run``
+#: does after its summary.
+ACCUMULATING_DRIVER = """
+from barrierflow.spark.session import build_session
+from barrierflow.spec.models import SparkSpec
+
+session = build_session(SparkSpec(master="local[1]", shuffle_partitions=1), app_name="driver-exits-cleanly")
+seen = session.sparkContext.accumulator(0)
+session.sparkContext.parallelize(range(4), 2).foreach(lambda _: seen.add(1))
+print(seen.value, flush=True)
+"""
+
+
+def test_a_driver_that_exits_normally_prints_no_traceback() -> None:
+    """At a normal exit the driver stops its SparkContext before its JVM goes: PySpark's
+    accumulator server stops serving the JVM's connection first, so the connection closing
+    when the JVM exits is no ``EOFError`` traceback printed after the run's summary."""
+    done = subprocess.run([sys.executable, "-c", ACCUMULATING_DRIVER], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, **short_lived_driver_env()}, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "4\n"
+    for trace in ("Traceback", "EOFError", "Error"):
+        assert trace not in done.stderr, done.stderr[-3000:]

@@ -24,7 +24,8 @@ ROUTES = ("/", "/?pipeline=t", "/api/pipelines", "/api/pipelines/t", "/api/pipel
 
 
 class CellReader(HTMLParser):
-    """``{checkpoint id: {field: data-value}}`` of the page's checkpoint table."""
+    """``{checkpoint id: {field: data-value}}`` of the page's checkpoint table: the cut's row and
+    its stages' rows (one stage: its checkpoint's values) read into one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -90,7 +91,9 @@ def test_page_and_api_show_the_manifests(factory: CheckpointFactory, pipelines_d
 
     api = client.get("/api/pipelines/t").json()
     assert [c["checkpoint_id"] for c in api["checkpoints"]] == [3, 2, 1]
-    assert api["checkpoints"][0]["full_bytes"] == manifests[3].full_bytes
+    assert api["checkpoints"][0]["stages"]["t"]["full_bytes"] == manifests[3].full_bytes
+    assert api["noun"] == "checkpoint" and api["stages"] == ["t"]
+    assert "Recent checkpoints (newest first; one row per stage under each)" in page.text
     listing = client.get("/api/pipelines").json()["pipelines"]
     assert {p["name"]: p["error"] is None for p in listing} == {"t": True, "broken": False}
 
@@ -127,7 +130,7 @@ def test_verification_results_are_linked_and_served(factory: CheckpointFactory, 
     assert read_cells(page)[2]["verification"] == "failed"
     assert "href='/pipelines/t/checkpoints/2/verification'" in page
     assert "sha256 differs" in client.get("/pipelines/t/checkpoints/2/verification").text
-    assert client.get("/api/pipelines/t/checkpoints/2/verification").json()["passed"] is False
+    assert client.get("/api/pipelines/t/checkpoints/2/verification").json()["stages"]["t"]["passed"] is False
     assert client.get("/api/pipelines/t/checkpoints/1/verification").status_code == 404
 
 

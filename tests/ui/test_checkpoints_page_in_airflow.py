@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from barrierflow.airflow.support import report_watermark_skew, verify_latest_checkpoints
+from barrierflow.airflow.verification import verify_latest_checkpoints
+from barrierflow.airflow.watermark_skew import report_watermark_skew
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.spec import load_spec
 from barrierflow.ui import URL_PREFIX, VIEW_ROUTE
@@ -80,6 +81,10 @@ def test_checkpoints_page_lists_the_demo_checkpoints_in_airflow(tmp_path: Path) 
     try:
         server.start()
         assert run.wait(timeout=300) == 0, run_log.read_text(errors="replace")[-4000:]
+        logged = run_log.read_text(errors="replace")
+        # A successful run ends with its summary: no traceback of PySpark's accumulator server
+        # (EOFError) or of py4j when the driver and its JVM exit.
+        assert "Traceback" not in logged and "EOFError" not in logged, logged[-4000:]
         ran = time.monotonic() - started
         verify_latest_checkpoints(spec_path, CHECKPOINTS)
         report_watermark_skew(spec_path)
@@ -108,17 +113,19 @@ def test_checkpoints_page_lists_the_demo_checkpoints_in_airflow(tmp_path: Path) 
             cells = read_cells(browser.html())
             assert set(manifests) <= set(cells), (sorted(manifests), sorted(cells))
             for cid, manifest in manifests.items():
-                row, api_row = cells[cid], api_rows[cid]
+                row, api_row = cells[cid], api_rows[cid]  # the page's cut and stage rows, read into one
+                [api_stage] = api_row["stages"].values()  # one stage: its checkpoint is the cut
                 assert row["status"] == api_row["status"] == "COMPLETED"
-                assert row["kind"] == manifest.kind.value
-                assert row["barrier_batch"] == str(manifest.spark_batch_id) == str(api_row["barrier_batch"])
+                assert row["kind"] == manifest.kind.value == api_stage["kind"]
+                assert row["barrier_batch"] == str(manifest.spark_batch_id) == str(api_stage["barrier_batch"])
                 assert row["trigger_time"] == manifest.trigger_time.isoformat() == api_row["trigger_time"]
                 assert row["completion_time"] == manifest.completion_time.isoformat() == api_row["completion_time"]
-                for field in ("sync_ms", "async_ms", "total_ms"):
-                    assert float(row[field]) == getattr(manifest, field) == api_row[field], field
-                assert float(row["barrier_batch_ms"]) == api_row["barrier_batch_ms"]
-                assert int(row["full_bytes"]) == manifest.full_bytes == api_row["full_bytes"]
-                assert int(row["incremental_bytes"]) == manifest.incremental_bytes == api_row["incremental_bytes"]
+                for field in ("sync_ms", "async_ms"):
+                    assert float(row[field]) == getattr(manifest, field) == api_stage[field], field
+                assert float(row["total_ms"]) == manifest.total_ms == api_row["total_ms"]
+                assert float(row["barrier_batch_ms"]) == api_stage["barrier_batch_ms"]
+                assert int(row["full_bytes"]) == manifest.full_bytes == api_stage["full_bytes"]
+                assert int(row["incremental_bytes"]) == manifest.incremental_bytes == api_stage["incremental_bytes"]
                 assert row["verification"] == "passed"
             assert browser.evaluate("document.getElementById('history-plot').naturalWidth > 0")
             assert browser.evaluate("document.getElementById('skew-plot').naturalWidth > 0")

@@ -86,14 +86,14 @@ def test_checkpoints_page_shows_each_stage_of_a_real_two_stage_pipeline(
     verified = verify(spec_path)
     assert verified.reports and not verified.failed, [r.reason() for r in verified.failed]
     listing = list_checkpoints(spec_path)
-    assert len(listing.cuts) >= GLOBAL_CHECKPOINTS and listing.stages == ("a", "b")
+    assert len(listing.cuts) >= GLOBAL_CHECKPOINTS and list(listing.stages) == ["a", "b"]
 
     # Steps 2 and 3: the page in Chromium.
     with serving(create_app(str(folder), authenticate=signed_in_as_tester)) as url, \
             HeadlessChromium(chromium) as browser:
         browser.open(f"{url}/?pipeline=two")
         table = read_global_table(browser.html())
-        assert browser.evaluate("document.querySelectorAll('#global-checkpoints tr.stage').length") == \
+        assert browser.evaluate("document.querySelectorAll('#checkpoints tr.stage').length") == \
             len(table.stage_order)
     completed = {m.checkpoint_id: m for m in listing.cuts}
     assert set(table.globals) == set(completed), (sorted(table.globals), sorted(completed))

@@ -18,7 +18,7 @@ from barrierflow.checkpointing.store import manifest_key
 from barrierflow.spec.loader import load_any_spec
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.ui import create_app
-from barrierflow.ui.history import Verdict, global_pipeline_history, history_of, list_pipelines
+from barrierflow.ui.history import Verdict, cut_history, history_of, list_pipelines
 from barrierflow.verification.report import CheckResult, VerificationReport, store_report
 from fastapi.testclient import TestClient
 
@@ -31,8 +31,8 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 class GlobalTableReader(HTMLParser):
-    """``{global id: {field: data-value}}`` and ``{(global id, stage): {field: data-value}}`` of
-    the page's ``#global-checkpoints`` table (rows ``tr.global`` and ``tr.stage``)."""
+    """``{cut id: {field: data-value}}`` and ``{(cut id, stage): {field: data-value}}`` of the
+    page's ``#checkpoints`` table (rows ``tr.cut`` and ``tr.stage``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -43,8 +43,8 @@ class GlobalTableReader(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attr = dict(attrs)
-        if tag == "tr" and attr.get("data-global-id"):
-            cid = int(attr["data-global-id"] or 0)
+        if tag == "tr" and attr.get("data-checkpoint-id"):
+            cid = int(attr["data-checkpoint-id"] or 0)
             if attr.get("data-stage"):
                 key = (cid, attr["data-stage"] or "")
                 self.stage_order.append(key)
@@ -114,12 +114,12 @@ def staged(tmp_path: Path) -> tuple[Path, dict[str, dict[int, Manifest]]]:
 def test_global_rows_carry_each_stages_alignment_and_channel_state(
         staged: tuple[Path, dict[str, dict[int, Manifest]]]) -> None:
     spec_path, manifests = staged
-    history = global_pipeline_history(spec_path, load_any_spec(spec_path))  # type: ignore[arg-type]
+    history = cut_history(spec_path, load_any_spec(spec_path))
 
-    assert history.multi_stage and history.stages == ("a", "b") and history.rows == []
+    assert history.stages == ("a", "b") and history.noun == "global checkpoint"
     assert (history.total_completed, history.total_failed, history.shown) == (2, 1, 3)
-    assert [g.checkpoint_id for g in history.global_rows] == [3, 2, 1]
-    failed, second, first = history.global_rows
+    assert [g.checkpoint_id for g in history.rows] == [3, 2, 1]
+    failed, second, first = history.rows
     assert failed.status == "FAILED" and failed.failure_reason == "EXPIRED" and failed.total_ms is None
     assert failed.trigger_time == T0 + timedelta(seconds=3) and failed.failure_message == "b never answered"
     assert [(s.stage, s.present) for s in failed.stages] == [("a", True), ("b", False)]
@@ -136,6 +136,7 @@ def test_global_rows_carry_each_stages_alignment_and_channel_state(
         assert (b.stage, b.mode, b.alignment_ms) == ("b", "unaligned", alignment.alignment_ms)
         assert b.channel_state_records == alignment.channel_state_records
         assert b.barrier_batch == manifests["b"][cid].spark_batch_id and b.sync_ms == manifests["b"][cid].sync_ms
+        assert (b.kind, b.full_bytes) == (manifests["b"][cid].kind.value, manifests["b"][cid].full_bytes)
         assert [(r.partition, r.start, r.end, r.records) for r in b.back_edge_ranges] == [
             (e.partition, e.start, e.end, e.records) for e in alignment.channel_state if e.back_edge]
     assert second.verification.verdict is Verdict.PASSED
@@ -144,8 +145,8 @@ def test_global_rows_carry_each_stages_alignment_and_channel_state(
     assert failed.verification.verdict is Verdict.NOT_VERIFIED
 
     document = history.as_dict()
-    assert document["stages"] == ["a", "b"] and document["checkpoints"] == []
-    assert document["global_checkpoints"][1]["stages"][1]["back_edge_ranges"] == [
+    assert document["stages"] == ["a", "b"] and document["noun"] == "global checkpoint"
+    assert document["checkpoints"][1]["stages"]["b"]["back_edge_ranges"] == [
         {"partition": "ba:1", "start": 5, "end": 7, "records": 2}]
     assert history_of(list_pipelines(str(spec_path.parent))[0], limit=1).shown == 1
 
@@ -170,7 +171,7 @@ def test_the_page_and_api_show_a_multi_stage_pipeline(staged: tuple[Path, dict[s
     assert "href='/pipelines/two/checkpoints/1/verification'" in page.text
 
     api = client.get("/api/pipelines/two").json()
-    assert [g["checkpoint_id"] for g in api["global_checkpoints"]] == [3, 2, 1]
+    assert [g["checkpoint_id"] for g in api["checkpoints"]] == [3, 2, 1]
     verification = client.get("/api/pipelines/two/checkpoints/1/verification").json()
     assert verification["stages"]["b"]["passed"] is False and verification["stages"]["a"]["passed"] is True
     assert "1.delta missing" in client.get("/pipelines/two/checkpoints/1/verification").text

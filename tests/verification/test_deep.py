@@ -71,6 +71,7 @@ def test_deep_verification_from_the_cli_in_a_fresh_process(spark, tmp_path: Path
         env={**os.environ, **short_lived_driver_env()},
         capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
-    checks = json.loads(result.stdout)["reports"][0]["checks"]
+    [stage] = json.loads(result.stdout)["reports"][0]["stages"].values()
+    checks = stage["checks"]
     read = next(c for c in checks if c["name"] == "state-read")
     assert read["passed"] and "20 state rows" in read["message"], read

@@ -95,7 +95,9 @@ def test_verify_reports_each_corruption_and_latest_valid_skips_it(tmp_path: Path
     out = json.loads(capsys.readouterr().out)
     assert code == 1 and out["failed"] == [4]
     bad = next(r for r in out["reports"] if r["checkpoint_id"] == 4)
-    failures = [c for c in bad["checks"] if not c["passed"]]
+    [stage] = bad["stages"].values()  # one stage: the cut has no checks of its own
+    failures = [c for c in stage["checks"] if not c["passed"]]
+    assert bad["checks"] == [] and not bad["passed"]
     assert any(c["file"] == file and reason in c["message"] for c in failures), failures
     assert all(r["passed"] for r in out["reports"] if r["checkpoint_id"] != 4)
     assert "failed" in (tmp_path / "report.html").read_text() and file in (tmp_path / "report.html").read_text()

@@ -11,14 +11,18 @@ pipelines; everything its DAGs run is here:
 * :mod:`.params` — the DAGs' params; :mod:`.dag_model` — what a pipeline's DAGs are built from
   (:class:`~.dag_model.Pipeline`, its Parquet :class:`~.dag_model.Output` lakes, the rows of
   the tables of DAG kinds);
-* :mod:`.support` — spec discovery, DAG ids, schedules, and the scheduled operations
-  (supervision, verification, retention, 2PC reconciliation, skew, batch reports, data quality)
-  as the tasks need them; :mod:`.chaos` — the chaos run's params and check;
+* the scheduled operations as the tasks need them, one module per concept:
+  :mod:`.freshness` (supervision), :mod:`.verification` (its schedule and one run),
+  :mod:`.retention`, :mod:`.reconciliation` (2PC), :mod:`.watermark_skew`,
+  :mod:`.batch_reports`, :mod:`.quality`, :mod:`.chaos` (the chaos run's params and check);
+  :mod:`.dag_ids` — DAG ids; :mod:`.launch_defaults` — what the launch DAG derives from a
+  spec; :mod:`.errors` — the errors of the Airflow side (spec discovery is
+  :mod:`barrierflow.ops.discovery`);
 * :mod:`.runbook` — the triggered failure recovery, step by step;
 * :mod:`.launch` — the launch operator (spark-submit with the restart guard) and the batch
   jobs' operator; :mod:`.assets` — the pipeline's assets and their watcher in the triggerer.
 
 Like the CLI these only check arguments, call :mod:`barrierflow.ops` and shape the result
-(an XCom, an Airflow failure); :mod:`.support`, :mod:`.chaos` and :mod:`.runbook` import
-nothing of Airflow, so they are testable without it.
+(an XCom, an Airflow failure); the modules of the scheduled operations and :mod:`.runbook`
+import nothing of Airflow, so they are testable without it.
 """

@@ -20,9 +20,10 @@ from typing import Any
 from airflow.sdk import Asset, Param
 
 from barrierflow.airflow.assets import pipeline_asset, storage_asset_uri
-from barrierflow.airflow.support import DiscoveredPipeline, dag_id_for
-from barrierflow.pipeline.final_stages import parquet_final_stages, replay_obstacle
-from barrierflow.spec.models import ParquetSinkSpec, PipelineSpec
+from barrierflow.airflow.dag_ids import dag_id_for
+from barrierflow.ops.discovery import DiscoveredPipeline
+from barrierflow.pipeline.final_stages import parquet_outputs
+from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 
 
@@ -95,18 +96,10 @@ def pipeline_dags_model(entry: DiscoveredPipeline, *, barrierflow_home: str, pol
                                  _storage_asset_uri(entry.spec.checkpoint.storage, barrierflow_home), **watch)
     spec = entry.spec
     outputs: list[Output] = []
-    if isinstance(spec, PipelineSpec):
-        if isinstance(spec.sink, ParquetSinkSpec):
-            outputs.append(Output(None, pipeline_asset(entry.name, "output",
-                                                       _storage_asset_uri(spec.sink.path, barrierflow_home),
-                                                       min_interval_seconds=spec.batch.output_event_interval, **watch)))
-    else:
-        for stage in parquet_final_stages(spec):
-            sink = stage.sinks[0]
-            assert isinstance(sink, ParquetSinkSpec)
-            asset = pipeline_asset(entry.name, "output", _storage_asset_uri(sink.path, barrierflow_home),
-                                   stage=stage.name, min_interval_seconds=stage.batch.output_event_interval, **watch)
-            outputs.append(Output(stage.name, asset, recomputable=replay_obstacle(spec, stage.name) is None))
+    for lake in parquet_outputs(spec):
+        asset = pipeline_asset(entry.name, "output", _storage_asset_uri(lake.sink.path, barrierflow_home),
+                               stage=lake.stage, min_interval_seconds=lake.output_event_interval, **watch)
+        outputs.append(Output(lake.stage, asset, recomputable=lake.recomputable))
     return Pipeline(entry, spec_path, checkpoints, tuple(outputs))
 
 

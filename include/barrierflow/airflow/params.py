@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from airflow.sdk import Param
 
+from barrierflow.airflow.launch_defaults import bounded_sources
 from barrierflow.airflow.runbook import DEFAULT_PARAMS as RECOVER_DEFAULTS
-from barrierflow.airflow.support import bounded_sources
+from barrierflow.pipeline.model import default_kill_mode
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 
@@ -75,11 +76,10 @@ def launch_params(spec: PipelineSpec | StagedPipelineSpec, slack: float) -> dict
 def chaos_run_params(spec: PipelineSpec | StagedPipelineSpec) -> dict[str, Param]:
     """The chaos DAG's params (checked again by :func:`barrierflow.airflow.chaos.chaos_params`);
     ``mode`` defaults to ``mixed`` for a pipeline of several stages, ``group`` otherwise."""
-    staged = isinstance(spec, StagedPipelineSpec)
     return {
         "kills": Param(20, type="integer", minimum=1, description="How many times the copy under test is killed."),
         "seed": Param(0, type="integer", description="Random seed: the same seed makes the same choices."),
-        "mode": Param("mixed" if staged else "group", type="string", enum=["group", "jvm", "stage", "mixed"],
+        "mode": Param(default_kill_mode(spec), type="string", enum=["group", "jvm", "stage", "mixed"],
                       description="What a kill hits: the process group, the driver's JVM, one stage process "
                                   "(with processes), or any of them."),
         "min_gap": Param(5.0, type="number", exclusiveMinimum=0, description="Shortest run before a kill (s)."),

@@ -240,21 +240,21 @@ def choose_checkpoint(spec_path: str | os.PathLike[str], requested: CheckpointRe
 
 
 def describe_restore(report: Mapping[str, Any]) -> list[str]:
-    """Human-readable lines for a restore report (``RestoreReport.as_dict()``): what was
-    restored, the newer checkpoints abandoned, each sink decision, and the suppressed replay;
-    for a global restore (``"global": true``), the global checkpoint, the new attempt and each
-    stage's attempt cutoff (``cutoffs``)."""
-    if report.get("global"):
-        lines = [f"restored global checkpoint {report['checkpoint_id']} of {report['pipeline']} in every stage "
-                 f"({report['verification']}); new attempt {report['attempt']}"]
-        lines += [f"stage {stage}: skips what older attempts wrote after {offsets}"
-                  for stage, offsets in sorted((report.get("cutoffs") or {}).items())]
-        return lines
-    lines = [f"restored checkpoint {report['checkpoint_id']} of {report['pipeline']} (batch "
-             f"{report['spark_batch_id']}, {report['files']} files, {report['bytes']} bytes, sha256 checked); "
-             f"new attempt {report['attempt']}; the job resumes at batch {report['spark_batch_id'] + 1}"]
+    """Human-readable lines for a restore report (:meth:`RestoreOutcome.as_dict`): the cut
+    restored (``noun`` names it) and the new attempt, what each stage's restore did (its
+    checkpoint's batch, files and bytes, its attempt cutoff), the newer cuts abandoned, each
+    sink decision, and last the suppressed replay."""
+    noun = report["noun"]
+    lines = [f"restored {noun} {report['checkpoint_id']} of {report['pipeline']} in every stage "
+             f"({report['verification']}); new attempt {report['attempt']}"]
+    for name, stage in report["stages"].items():
+        if "spark_batch_id" in stage:
+            lines.append(f"stage {name}: batch {stage['spark_batch_id']}, {stage['files']} files, {stage['bytes']} "
+                         f"bytes, sha256 checked; it resumes at batch {stage['spark_batch_id'] + 1}")
+        if stage.get("cutoff"):
+            lines.append(f"stage {name}: skips what older attempts wrote after {stage['cutoff']}")
     if report.get("abandoned"):
-        lines.append(f"abandoned newer checkpoints: {report['abandoned']}")
+        lines.append(f"abandoned newer {noun}s: {report['abandoned']}")
     for d in report.get("decisions") or []:
         lines.append(f"sink {d['sink']}: {d['action']} {d['transaction_id']} (epoch {d['checkpoint_id']}, "
                      f"{d['state']}): {d['reason']}")
@@ -280,13 +280,12 @@ def restore_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
     suppresses their output. It refuses to run while the job holds its lease.
 
     Returns:
-        ``RestoreReport.as_dict()``: ``pipeline``, ``checkpoint_id``, ``spark_batch_id``,
-        ``attempt`` (the new one, which the restarted job writes into its manifests), ``files``,
-        ``bytes``, ``abandoned``, ``decisions``, ``replaced``, ``replay`` (None or the plan's
-        summary).
-        For a multi-stage spec: ``pipeline``, ``checkpoint_id``, ``attempt``, ``skipped``,
-        ``cutoffs`` per stage, ``verification`` and ``"global": true``; the global checkpoint is
-        verified again under the pipeline's lease (see :meth:`RestoreOutcome.as_dict`).
+        :meth:`RestoreOutcome.as_dict`, one shape for every pipeline: ``pipeline``, ``noun``,
+        ``checkpoint_id``, ``attempt`` (the new one, which the restarted job writes into its
+        manifests), ``abandoned``, ``decisions``, ``replay`` (None or the plan's summary) and
+        under ``stages`` each stage's report (``spark_batch_id``, ``files``, ``bytes``,
+        ``replaced``, ... when its checkpoint was restored by itself) and ``cutoff``. A global
+        checkpoint is verified again under the pipeline's lease.
 
     Raises:
         SpecError: the spec does not load.
@@ -335,7 +334,7 @@ def duplicate_output_hint(spec_path: str | os.PathLike[str]) -> str:
     trigger again with ``checkpoint='latest'``, or (one stage, whose restore can write already
     committed output again) with ``accept_duplicates=true``."""
     hint = "With this DAG: trigger it again with checkpoint='latest'"
-    if open_pipeline(spec_path).single_stage:
+    if open_pipeline(spec_path).restore_can_accept_duplicates:
         hint += ", or with accept_duplicates=true to write that output again"
     return hint
 
@@ -356,7 +355,7 @@ def recovery_summary(choice: Mapping[str, Any], report: Mapping[str, Any], *, re
         the summary in words (several lines).
     """
     skipped = list(choice.get("skipped") or [])
-    what = "global checkpoint" if report.get("global") else "checkpoint"
+    what = report["noun"]
     lines = [f"recovery of pipeline {report['pipeline']!r}: checkpoint={choice['requested']!r} chose {what} "
              f"{choice['checkpoint_id']} ({choice.get('verification', 'passed')})"]
     lines += [f"skipped {what} {s['checkpoint_id']}: {s['reason']}" for s in skipped]

@@ -1,6 +1,7 @@
 """The TaskFlow tasks of the scheduled and batch DAGs, and of a spec that does not load.
 
-Each is a thin task body around one function of :mod:`.support` or :mod:`.chaos` (which call
+Each is a thin task body around one function of a module of :mod:`barrierflow.airflow` named after
+its concept (:mod:`.freshness`, :mod:`.verification`, :mod:`.retention`, ...) (which call
 :mod:`barrierflow.ops`), wrapped in :func:`.task_body.task_body` (``BARRIERFLOW_HOME`` from the
 argument ``barrierflow_home``; the errors a retry cannot fix fail the task at once, naming the
 thing and the fix). ``dags/barrierflow_pipelines.py`` calls them inside its DAGs:
@@ -25,21 +26,26 @@ from typing import Any
 
 from airflow.sdk import task
 
-from barrierflow.airflow import chaos, support
-from barrierflow.airflow.chaos import ChaosFailedError
-from barrierflow.airflow.support import (
-    BatchReportError,
-    CheckpointStaleError,
-    CheckpointVerificationError,
-    QualityExpectationError,
+from barrierflow.airflow import (
+    batch_reports,
+    chaos,
+    freshness,
+    quality,
+    reconciliation,
+    retention,
+    verification,
+    watermark_skew,
 )
+from barrierflow.airflow.chaos import ChaosFailedError
+from barrierflow.airflow.errors import BatchReportError, CheckpointStaleError, CheckpointVerificationError
 from barrierflow.airflow.task_body import task_body
 from barrierflow.errors import UserInputError
+from barrierflow.reports.quality import QualityExpectationError
 from barrierflow.reports.skew import SkewExpectationError
 
 log = logging.getLogger(__name__)
 
-# The operations are looked up in their modules when a task runs (``support.verify_latest_checkpoints``),
+# The operations are looked up in their modules when a task runs (``verification.verify_latest_checkpoints``),
 # not bound here: a test may replace one there, as it could when the DAG file imported them in its tasks.
 
 
@@ -56,7 +62,7 @@ def current_context() -> Any:
 def supervise(spec_path: str, barrierflow_home: str) -> str:
     """Fail unless the pipeline's latest completed checkpoint is younger than the param."""
     max_age = float(current_context()["params"]["max_checkpoint_age_seconds"])
-    return support.check_checkpoint_freshness(spec_path, max_age)
+    return freshness.check_checkpoint_freshness(spec_path, max_age)
 
 
 @task(task_id="verify")
@@ -69,7 +75,7 @@ def verify(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     also when the task fails.
     """
     params = current_context()["params"]
-    summary = support.verify_latest_checkpoints(spec_path, int(params["latest"]), deep=bool(params["deep"]))
+    summary = verification.verify_latest_checkpoints(spec_path, int(params["latest"]), deep=bool(params["deep"]))
     log.info("verification summary: %s", json.dumps(summary))
     return summary
 
@@ -78,7 +84,7 @@ def verify(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
 @task_body()
 def retain(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """Run retention once; returns (and logs) the JSON summary of `barrierflow retain --json`."""
-    summary = support.retain_checkpoints(spec_path)
+    summary = retention.retain_checkpoints(spec_path)
     log.info("retention summary: %s", json.dumps(summary))
     return summary
 
@@ -88,7 +94,7 @@ def retain(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
 def reconcile(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """Reconcile the sinks' in-doubt transactions once; returns (and logs) the JSON document of
     `barrierflow reconcile SPEC --json`, with one log line per decision."""
-    summary = support.reconcile_transactions(spec_path)
+    summary = reconciliation.reconcile_transactions(spec_path)
     running = "running" if summary["job_running"] else "not running"
     log.info("pipeline %r: latest completed checkpoint %s; job %s", summary["pipeline"], summary["latest_completed"],
              running)
@@ -108,7 +114,7 @@ def skew(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """The watermark-skew report over the completed checkpoints; returns (and logs) the JSON document
     of `barrierflow skew SPEC --json`. Fails at once (no retry: the next hourly run looks again),
     naming each checkpoint and value, when an expectation (`reports.max_skew` / `max_lag`) fails."""
-    summary = support.report_watermark_skew(spec_path)
+    summary = watermark_skew.report_watermark_skew(spec_path)
     log.info("skew report: %s", json.dumps(summary))
     return summary
 
@@ -148,7 +154,7 @@ def compare(spec_path: str, barrierflow_home: str, stage: str | None = None) -> 
 
 def _own_report(spec_path: str, name: str, stage: str | None) -> dict[str, Any]:
     """The ``name`` report the batch job of this DAG run stored (logged); BatchReportError if none."""
-    summary = support.batch_report(spec_path, name, tag=str(current_context()["run_id"]), stage=stage)
+    summary = batch_reports.batch_report(spec_path, name, tag=str(current_context()["run_id"]), stage=stage)
     log.info("%s report: %s", name, json.dumps(summary))
     return summary
 
@@ -161,7 +167,7 @@ def validate(spec_path: str, barrierflow_home: str, stage: str | None = None) ->
     logs) the summary; fails, naming each expectation, column and a sample of bad rows, when one
     fails (not retried: the next run looks again)."""
     epochs = current_context()["params"].get("epochs")
-    summary = support.check_output_quality(spec_path, epochs=int(epochs) if epochs else None, stage=stage)
+    summary = quality.check_output_quality(spec_path, epochs=int(epochs) if epochs else None, stage=stage)
     log.info("data-quality report: %s", json.dumps(summary, default=str))
     return summary
 

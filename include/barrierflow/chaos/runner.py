@@ -47,10 +47,12 @@ from barrierflow.chaos.scratch import (
 )
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.faults import ENV as CRASH_ENV
-from barrierflow.faults import PIPELINE_POINTS, POINTS, SINK_POINTS, STAGE_POINTS
+from barrierflow.faults import POINTS, SINK_POINTS
+from barrierflow.pipeline.model import open_pipeline
 from barrierflow.spec.loader import load_any_spec
 from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.parts import channel_topics, raw_parts, spec_parts
+from barrierflow.spec.paths import resolve_spec_paths, spec_home
 
 Mode = Literal["group", "stage", "jvm", "mixed"]
 #: Seconds a run may take to stop by itself after one of its processes was killed.
@@ -82,8 +84,9 @@ class ChaosOptions:
     #: The protocol points armed runs crash at (None: every point this pipeline reaches).
     points: tuple[str, ...] | None = None
 
-    def check(self, staged: bool) -> None:
-        """Raises UserInputError naming the option and the fix."""
+    def check(self) -> None:
+        """Raises UserInputError naming the option and the fix (``processes`` for a pipeline
+        of one stage: :meth:`OpenedPipeline.refuse_stage_processes`, by the runner)."""
         if self.kills < 1:
             raise UserInputError(f"--kills must be at least 1 (got {self.kills}): without a kill chaos compares two "
                                  "failure-free runs, which proves nothing about recovery")
@@ -97,8 +100,6 @@ class ChaosOptions:
             raise UserInputError("--run-timeout must be positive (seconds a run may take before chaos stops it)")
         if self.mode == "stage" and not self.processes:
             raise UserInputError("--mode stage kills one stage process: it needs --processes")
-        if self.processes and not staged:
-            raise UserInputError("--processes is for pipelines of several stages")
         unknown = sorted(set(self.points or ()) - set(POINTS))
         if unknown:
             raise UserInputError(f"--points: unknown protocol point(s) {', '.join(unknown)}; the points are "
@@ -266,18 +267,19 @@ class _Copy:
         self.spec_path = root / "pipeline.yaml"
         self.spec_path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         self.spec = load_any_spec(self.spec_path)
+        self.pipeline = open_pipeline(self.spec_path)
         #: The copy's channel topics -> the spec's (rows naming a topic compare across copies).
-        self.topic_aliases: dict[str, str] = {}
-        if isinstance(self.spec, StagedPipelineSpec) and isinstance(original, StagedPipelineSpec):
-            self.topic_aliases = {channel.topic_for(self.spec.name): original.channel(channel.name).topic_for(
-                original.name) for channel in self.spec.channels}
+        theirs = channel_topics(original) if original is not None else {}
+        self.topic_aliases: dict[str, str] = {topic: theirs[name] for name, topic in channel_topics(self.spec).items()
+                                              if name in theirs}
+        #: The copy's stages by the spec's stage names (the outputs name those; one stage: the pipeline's).
+        self.parts = dict(zip((p.name for p in raw_parts(raw)), (p.part for p in spec_parts(self.spec)),
+                              strict=True))
 
     def sink_of(self, output: ScratchOutput) -> Any:
-        for stage, part in stages_of(self.spec):
-            if stage == output.stage or not isinstance(self.spec, StagedPipelineSpec):
-                for sink in part.sinks:
-                    if getattr(sink, "name", sink.type) == output.sink:
-                        return sink
+        for sink in self.parts[output.stage].sinks:
+            if getattr(sink, "name", sink.type) == output.sink:
+                return sink
         raise KeyError(output.sink)
 
     def prepare(self) -> None:
@@ -288,17 +290,10 @@ class _Copy:
         return with_aliases(read_output(output, self.sink_of(output), self.spec.name), self.topic_aliases)
 
     def dead_letter_uris(self) -> list[str]:
-        """Where the copy's runs write malformed records: ``dead_letter_path`` (one stage) or
-        its ``stages/<stage>`` part (several), else the default under the (stage) work dir."""
-        from barrierflow.workdir.layout import JobLayout
-
-        if isinstance(self.spec, StagedPipelineSpec):
-            from barrierflow.pipeline.model import pipeline_work_dir
-
-            base = pipeline_work_dir(self.spec)
-            return [self.spec.stage_path(self.spec.dead_letter_path, stage.name)
-                    or f"file://{base}/stages/{stage.name}/dead-letter" for stage in self.spec.stages]
-        return [JobLayout.for_spec(self.spec).dead_letter_uri(self.spec)]
+        """Where the copy's runs write malformed records: each stage's ``dead_letter_path`` (of
+        several stages: the ``stages/<stage>`` part of the pipeline's), else the default under
+        the stage's work dir."""
+        return [stage.layout.dead_letter_uri(stage.spec) for stage in self.pipeline.stages]
 
     def dead_letters(self) -> int:
         """How many malformed records the copy's runs left in its dead letters, each counted
@@ -308,17 +303,9 @@ class _Copy:
         return sum(count_dead_letters(uri) for uri in self.dead_letter_uris())
 
     def checkpoint_times(self) -> list[datetime]:
-        """Completion times of the copy's completed checkpoints (global ones with stages)."""
-        from barrierflow.checkpointing.global_store import GlobalCheckpointStore
-        from barrierflow.checkpointing.store import CheckpointStore
-        from barrierflow.storage import open_store
-
-        objects = open_store(self.spec.checkpoint.storage)
-        if isinstance(self.spec, StagedPipelineSpec):
-            manifests: list[Any] = GlobalCheckpointStore(objects, self.spec.name).completed()
-        else:
-            manifests = CheckpointStore(objects, self.spec.name).completed()
-        return sorted(m.completion_time for m in manifests)
+        """Completion times of the copy's completed cuts (its checkpoints; of several stages:
+        its global checkpoints)."""
+        return sorted(m.completion_time for m in self.pipeline.cuts.completed())
 
 
 def _log_tail(path: Path, chars: int = 3000) -> str:
@@ -334,8 +321,10 @@ class ChaosRunner:
     def __init__(self, spec_path: str | os.PathLike[str], options: ChaosOptions) -> None:
         self.spec_path = Path(spec_path)
         self.spec = load_any_spec(self.spec_path)
-        self.staged = isinstance(self.spec, StagedPipelineSpec)
-        options.check(self.staged)
+        pipeline = open_pipeline(self.spec_path)
+        options.check()
+        if options.processes:
+            pipeline.refuse_stage_processes("--processes")
         self.options = options
         self.kafka_sources = check_judgeable(self.spec)
         self.rng = random.Random(options.seed)
@@ -343,7 +332,7 @@ class ChaosRunner:
         self.stamp = self.started.strftime("%Y%m%d%H%M%S")
         self.scratch = options.scratch or (Path(self.spec.work_dir or f"var/{self.spec.name}").resolve().parent
                                            / f"{self.spec.name}-chaos-{self.stamp}")
-        self.points = list(STAGE_POINTS) + (list(PIPELINE_POINTS) if self.staged else [])
+        self.points = list(pipeline.protocol_points)
         if any(sink.type == "kafka" for _, part in stages_of(self.spec) for sink in part.sinks):
             self.points += list(SINK_POINTS["kafka"])
         if options.points:
@@ -397,15 +386,12 @@ class ChaosRunner:
         """The stage processes of run ``process`` that reported their query running: stage ->
         pid. A ready file counts only when it names a live process of this run, so the file a
         killed run left behind (or its pid, reused since) never does."""
-        if not isinstance(copy.spec, StagedPipelineSpec):
-            return {}
-        from barrierflow.pipeline.model import pipeline_work_dir
         from barrierflow.workdir.stage_ready import ready_pid
 
         ours = set(_descendants(process.pid))
         found: dict[str, int] = {}
-        for stage in copy.spec.stages:
-            pid = ready_pid(Path(pipeline_work_dir(copy.spec)) / "stages" / stage.name)
+        for stage in copy.pipeline.stages:  # one stage: its run has no stage process, its file none of ours
+            pid = ready_pid(stage.layout.work_dir)
             if pid in ours:
                 found[stage.name] = pid
         return found
@@ -419,7 +405,7 @@ class ChaosRunner:
         Raises:
             ChaosRunError: no stage process was ready by ``deadline`` (the run is killed).
         """
-        order = [stage.name for stage in copy.spec.stages] if isinstance(copy.spec, StagedPipelineSpec) else []
+        order = [stage.name for stage in copy.pipeline.stages]
         self.rng.shuffle(order)
         while True:
             ready = self._ready_stages(process, copy)
@@ -516,7 +502,9 @@ class ChaosRunner:
             UserInputError: a missing table/topic to copy, bad options.
             OutputReadError: an output could not be read.
         """
-        raw = yaml.safe_load(self.spec_path.read_text(encoding="utf-8"))
+        # The copies live in scratch dirs: what they keep of the spec (sources, suites, TLS files)
+        # must point where the spec's own relative paths do.
+        raw = resolve_spec_paths(yaml.safe_load(self.spec_path.read_text(encoding="utf-8")), spec_home(self.spec_path))
         self.result = ChaosResult(self.spec.name, str(self.spec_path), self.options.seed, self.options.mode,
                                   self.options.kills, str(self.scratch), self.started, kill_kinds=self.kill_kinds())
         ends_before = self._end_offsets()

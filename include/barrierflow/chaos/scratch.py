@@ -29,6 +29,7 @@ from typing import Any
 
 from barrierflow.errors import UserInputError
 from barrierflow.spec.models import GeneratorSourceSpec, KafkaSinkSpec, KafkaSourceSpec, PipelineSpec
+from barrierflow.spec.parts import raw_parts, spec_parts
 from barrierflow.spec.stages import StagedPipelineSpec
 
 AnySpec = PipelineSpec | StagedPipelineSpec
@@ -42,10 +43,8 @@ class ChaosRefusedError(UserInputError):
 
 def stages_of(spec: AnySpec) -> list[tuple[str, Any]]:
     """(stage name, stage-like object with ``sources``, ``sinks``, ``transformation``) pairs;
-    a single-stage spec is one stage named after the pipeline."""
-    if isinstance(spec, StagedPipelineSpec):
-        return [(s.name, s) for s in spec.stages]
-    return [(spec.name, spec)]
+    a single-stage spec is one stage named after the pipeline (:func:`barrierflow.spec.parts.spec_parts`)."""
+    return [(p.name, p.part) for p in spec_parts(spec)]
 
 
 def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
@@ -59,8 +58,8 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
     """
     kafka: list[KafkaSourceSpec] = []
     outputs = 0
-    for stage, part in stages_of(spec):
-        where = f"stage {stage!r}" if isinstance(spec, StagedPipelineSpec) else f"pipeline {spec.name!r}"
+    for each in spec_parts(spec):
+        part, where = each.part, each.label
         if not part.transformation.deterministic:
             raise ChaosRefusedError(
                 f"{where}: its transformation {part.transformation.function} is declared 'deterministic: false'; "
@@ -272,13 +271,12 @@ def scratch_copy(raw: dict[str, Any], *, copy_name: str, root: Path, stamp: str
     for channel in data.get("channels") or []:
         if channel.get("topic"):
             channel["topic"] = f"{channel['topic']}.chaos-{stamp}-{copy_name}"
-    staged = "stages" in data
-    stages = data["stages"] if staged else [data]
+    stages, originals = raw_parts(data), raw_parts(raw)  # the names are the original spec's
     labels: dict[Where, str] = {("checkpoint", "storage"): "checkpoints"}
-    for index, stage in enumerate(stages):
-        stage_name = str(stage.get("name", original_name)) if staged else original_name
-        for number, sink in enumerate(_sinks(stage)):
-            where: Where = ("stages", index, "sinks", number) if staged else ("sinks", number)
+    for stage, original_stage in zip(stages, originals, strict=True):
+        stage_name = original_stage.name
+        for number, sink in enumerate(_sinks(stage.data)):
+            where: Where = (*stage.where, "sinks", number)
             labels[(*where, "path")] = f"out-{stage_name}-{number}-{sink.get('name', sink.get('type'))}"
             if sink.get("type") == "postgres":
                 sink["table"] = _table(str(sink["table"]), stamp, copy_name)
@@ -296,10 +294,9 @@ def scratch_copy(raw: dict[str, Any], *, copy_name: str, root: Path, stamp: str
                 "would write into (or clean up) the pipeline's own store; give --scratch a dir outside the "
                 "pipeline's stores, and an s3:// store a prefix (s3://BUCKET/PREFIX), not a whole bucket")
     outputs: list[ScratchOutput] = []
-    original_stages = raw["stages"] if staged else [raw]
-    for stage, original_stage in zip(stages, original_stages, strict=True):
-        stage_name = str(stage.get("name", original_name)) if staged else original_name
-        for sink, original in zip(_sinks(stage), _sinks(original_stage), strict=True):
+    for stage, original_stage in zip(stages, originals, strict=True):
+        stage_name = original_stage.name
+        for sink, original in zip(_sinks(stage.data), _sinks(original_stage.data), strict=True):
             kind = str(sink.get("type"))
             name = str(sink.get("name", kind))
             if kind in ("parquet", "postgres", "kafka"):

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
@@ -89,6 +90,12 @@ class CutLog(Protocol):
     def get(self, checkpoint_id: int) -> GlobalManifest: ...
 
     def completed(self) -> list[GlobalManifest]: ...
+
+    def all_manifests(self) -> list[GlobalManifest]: ...
+
+    def readable_manifests(self) -> tuple[list[GlobalManifest], list[tuple[str, str]]]: ...
+
+    def trigger_time(self, checkpoint_id: int) -> datetime | None: ...
 
     def failures(self) -> list[GlobalFailure]: ...
 
@@ -236,6 +243,12 @@ class GlobalCheckpointStore:
         """Every global manifest, abandoned ones included, ascending."""
         return [self.get(i) for i in self.ids("_metadata")]
 
+    def readable_manifests(self) -> tuple[list[GlobalManifest], list[tuple[str, str]]]:
+        """Every global manifest that reads, abandoned ones included, ascending, and ``(file
+        URI, why)`` of each one that does not (one deleted meanwhile is left out silently)."""
+        return _readable(self.ids("_metadata"), self.get,
+                         lambda cid: self.objects.describe(global_key(cid, "_metadata")))
+
     def failures(self) -> list[GlobalFailure]:
         """Every global failure record, ascending by id. Raises CheckpointCorruptError."""
         return [f for i in self.ids("_failed") if (f := self._read(global_key(i, "_failed"), GlobalFailure))]
@@ -243,6 +256,11 @@ class GlobalCheckpointStore:
     def trigger(self, checkpoint_id: int) -> GlobalTrigger | None:
         """The trigger record of ``checkpoint_id`` (None: none). Raises CheckpointCorruptError."""
         return self._read(global_key(checkpoint_id, "_triggered"), GlobalTrigger)  # type: ignore[no-any-return]
+
+    def trigger_time(self, checkpoint_id: int) -> datetime | None:
+        """When cut ``checkpoint_id`` was triggered (its trigger record; None: none)."""
+        record = self.trigger(checkpoint_id)
+        return record.trigger_time if record is not None else None
 
     def abandoned(self) -> list[int]:
         """Global ids a restore abandoned (``_pipeline.json``)."""
@@ -353,6 +371,19 @@ class SingleStageCuts:
     def completed(self) -> list[GlobalManifest]:
         return [self.cut_of(m) for m in self.store.completed()]
 
+    def all_manifests(self) -> list[GlobalManifest]:
+        """Every cut with a manifest (the store lists abandoned checkpoints too), ascending."""
+        return self.completed()
+
+    def readable_manifests(self) -> tuple[list[GlobalManifest], list[tuple[str, str]]]:
+        """As :meth:`GlobalCheckpointStore.readable_manifests`, over the stage's ``chk-<n>``."""
+        return _readable(self.store.checkpoint_ids(), self.get,
+                         lambda cid: self.store.objects.describe(manifest_key(cid)))
+
+    def trigger_time(self, checkpoint_id: int) -> datetime | None:
+        """When checkpoint ``checkpoint_id`` was triggered: its failure record's time (None: none)."""
+        return next((f.trigger_time for f in self.store.failures() if f.checkpoint_id == checkpoint_id), None)
+
     def failures(self) -> list[GlobalFailure]:
         return [GlobalFailure(pipeline=f.pipeline, checkpoint_id=f.checkpoint_id, reason="STAGE_FAILED",
                               message=f"{f.reason.value}: {f.message}" if f.message else f.reason.value,
@@ -374,3 +405,17 @@ class SingleStageCuts:
 
     def cutoffs(self) -> list[AttemptCutoffRecord]:
         return []  # one stage reads no channel: no attempt cutoffs
+
+
+def _readable(ids: list[int], get: Callable[[int], GlobalManifest], file: Callable[[int], str]
+              ) -> tuple[list[GlobalManifest], list[tuple[str, str]]]:
+    manifests: list[GlobalManifest] = []
+    unreadable: list[tuple[str, str]] = []
+    for cid in ids:
+        try:
+            manifests.append(get(cid))
+        except CheckpointCorruptError as exc:
+            unreadable.append((file(cid), str(exc)))
+        except CheckpointNotFoundError:  # deleted since it was listed (retention)
+            continue
+    return manifests, unreadable

@@ -35,9 +35,34 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise UserInputError(f"{self.prog}: {message}")
 
 
+def _version() -> str:
+    """The installed distribution's version (package metadata, as pip shows it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("barrierflow")
+    except PackageNotFoundError:
+        raise UserInputError("barrierflow is not installed as a distribution, so it has no version: install it "
+                             "(pip install -e . in the repository) and run again") from None
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the version is read only when asked for (a source checkout without the
+    distribution installed still runs every other command)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(f"{parser.prog} {_version()}")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="barrierflow", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--version", action=_VersionAction, help="print the installed barrierflow's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
 
     run = sub.add_parser("run", help="run a pipeline with ABS checkpoints")
@@ -234,65 +259,68 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if sys.stderr.isatty() and not args.quiet:
         sys.stderr.write("\n")
     result = outcome.result
-    if len(outcome.stages) == 1:  # the cuts are the stage's checkpoints
-        print(f"pipeline {outcome.pipeline}: {result.batches} batches, {result.records} records in "
-              f"{result.elapsed_seconds:.1f} s ({result.throughput:,.0f} rec/s after the first batch); "
-              f"{len(result.completed)} checkpoints completed, {len(result.failed)} failed; "
-              f"dead letters: {outcome.dead_letters} ({outcome.dead_letter_uri})")
-        for failure in result.failed:
-            print(f"  checkpoint {failure.checkpoint_id} failed: {failure.reason.value}: {failure.message}")
-        return EXIT_OK
+    count = len(outcome.stages)
     broker = f"; embedded broker {outcome.embedded_broker} (stopped)" if outcome.embedded_broker else ""
-    print(f"pipeline {outcome.pipeline} ({len(outcome.stages)} stages, attempt {outcome.attempt}): "
-          f"{len(result.completed)} global checkpoints completed, {len(result.failed)} failed in "
-          f"{result.elapsed_seconds:.1f} s{broker}")
+    print(f"pipeline {outcome.pipeline} ({count} stage{'s' if count > 1 else ''}, attempt {outcome.attempt}): "
+          f"{result.batches} batches, {result.records} records in {result.elapsed_seconds:.1f} s "
+          f"({result.throughput:,.0f} rec/s after the first batch); {len(result.completed)} {outcome.noun}s "
+          f"completed, {len(result.failed)} failed; dead letters: {outcome.dead_letters}{broker}")
     for manifest in result.completed:
-        print(f"  global checkpoint {manifest.checkpoint_id}: {manifest.total_ms:.0f} ms")
+        print(f"  {outcome.noun} {manifest.checkpoint_id}: {manifest.total_ms:.0f} ms")
+    for failure in result.failed:
+        reason = getattr(failure.reason, "value", failure.reason)
+        print(f"  {outcome.noun} {failure.checkpoint_id} failed: {reason}: {failure.message}")
+    for stage, letters in outcome.stage_dead_letters.items():
+        print(f"  stage {stage}: dead letters: {letters.count} ({letters.uri})")
     return EXIT_OK
 
 
+def _verified(listing: CheckpointListing, checkpoint_id: int) -> str:
+    verdict = listing.verdicts.get(checkpoint_id)
+    return verdict.label if verdict is not None else "-"
+
+
+def _print_verdict_reason(listing: CheckpointListing, checkpoint_id: int) -> None:
+    verdict = listing.verdicts.get(checkpoint_id)
+    if verdict is not None and not verdict.passed:
+        print(f"{'':>5} verification: {verdict.reason}")
+
+
 def _print_listing(listing: CheckpointListing, spec: str) -> None:
-    if listing.manifests is not None and listing.failures is not None:  # one stage: its checkpoints in full
-        print(f"{'id':>5} {'kind':10} {'batch':>6} {'completed (UTC)':26} {'sync ms':>8} {'async ms':>9} "
-              f"{'full B':>10} {'new B':>10}")
-        for m in listing.manifests:
-            print(f"{m.checkpoint_id:>5} {m.kind.value:10} {m.spark_batch_id:>6} "
-                  f"{m.completion_time.astimezone(UTC).isoformat(timespec='seconds'):26} {m.sync_ms:>8.1f} "
-                  f"{m.async_ms:>9.1f} {m.full_bytes:>10} {m.incremental_bytes:>10}")
-        for f in listing.failures:
-            print(f"{f.checkpoint_id:>5} FAILED     {f.reason.value}: {f.message}")
-        if not listing.manifests and not listing.failures:
-            print(f"no checkpoints in {listing.storage} yet; run 'barrierflow run {spec}'")
+    """Every cut, one row each, with its status, duration (trigger to completion) and stored
+    verification verdict (``-``: never verified), and under it the row of every stage's part
+    (its own checkpoint: kind, barrier batch, mode, alignment, sync and async times,
+    channel-state records, bytes); an unreadable manifest is named on stderr."""
+    noun = listing.noun
+    for skipped in listing.skipped:
+        print(f"skipped {skipped.file}, which cannot be read: {skipped.reason}", file=sys.stderr)
+    if not listing.cuts and not listing.failed_cuts and not listing.skipped:
+        print(f"no {noun}s in {listing.storage} yet; run 'barrierflow run {spec}'")
         return
-    print(f"pipeline {listing.pipeline}: global checkpoints in {listing.storage} (attempt {listing.attempt})")
-    print(f"{'id':>5} {'attempt':>7} {'completed (UTC)':26} {'total ms':>9}  {'stage':12} {'mode':10} "
-          f"{'align ms':>9} {'sync ms':>8} {'async ms':>9} {'chan recs':>9}")
+    print(f"pipeline {listing.pipeline}: {noun}s in {listing.storage} (attempt {listing.attempt})")
+    print(f"{'id':>5} {'attempt':>7} {'status':10} {'completed (UTC)':26} {'total ms':>9} {'verified':14} "
+          f"{'stage':12} {'kind':10} {'batch':>6} {'mode':10} {'align ms':>9} {'sync ms':>8} {'async ms':>9} "
+          f"{'chan recs':>9} {'full B':>10} {'new B':>10}")
     for c in listing.cuts:
-        note = "  (abandoned)" if c.checkpoint_id in listing.abandoned else ""
+        status = "ABANDONED" if c.checkpoint_id in listing.abandoned else "COMPLETED"
         completed = c.completion_time.astimezone(UTC).isoformat(timespec="seconds")
-        print(f"{c.checkpoint_id:>5} {c.attempt:>7} {completed:26} {c.total_ms:>9.1f}{note}")
+        print(f"{c.checkpoint_id:>5} {c.attempt:>7} {status:10} {completed:26} {c.total_ms:>9.1f} "
+              f"{_verified(listing, c.checkpoint_id)}")
         for name, part in c.stages.items():
-            print(f"{'':>5} {'':>7} {'':26} {'':>9}  {name:12} {part.mode or '-':10} {part.alignment_ms:>9.1f} "
-                  f"{part.sync_ms:>8.1f} {part.async_ms:>9.1f} {part.channel_state_records:>9}")
+            own = listing.stages[name].manifest(c.checkpoint_id) if name in listing.stages else None
+            kind, full, new = (own.kind.value, own.full_bytes, own.incremental_bytes) if own else ("-", "-", "-")
+            print(f"{'':>5} {'':>7} {'':10} {'':26} {'':>9} {'':14} {name:12} {kind:10} {part.spark_batch_id:>6} "
+                  f"{part.mode or '-':10} {part.alignment_ms:>9.1f} {part.sync_ms:>8.1f} {part.async_ms:>9.1f} "
+                  f"{part.channel_state_records:>9} {full:>10} {new:>10}")
+        _print_verdict_reason(listing, c.checkpoint_id)
     for g in listing.failed_cuts:
-        print(f"{g.checkpoint_id:>5} FAILED  {g.reason}: {g.message}")
-    if not listing.cuts and not listing.failed_cuts:
-        print(f"no global checkpoints in {listing.storage} yet; run 'barrierflow run {spec}'")
+        print(f"{g.checkpoint_id:>5} {'-':>7} {'FAILED':10} {g.reason}: {g.message}")
 
 
 def _print_view(view: CheckpointView) -> None:
-    if view.single_stage:  # one stage: its manifest, field by field
-        [manifest] = view.stages.values()
-        data = manifest.model_dump(mode="json")
-        files = data.pop("files")
-        for key, value in data.items():
-            print(f"{key:18} {json.dumps(value) if isinstance(value, dict | list) else value}")
-        print(f"files ({len(files)}):")
-        for f in files:
-            print(f"  {f['path']:60} {f['size']:>10} {f['sha256'][:12]} {'new' if f['uploaded'] else 'shared'}")
-        return
+    """The cut, then each stage's part and its manifest field by field with its files."""
     m = view.manifest
-    print(f"global checkpoint {m.checkpoint_id} of {m.pipeline} (attempt {m.attempt}): completed "
+    print(f"{view.noun} {m.checkpoint_id} of {m.pipeline} (attempt {m.attempt}): completed "
           f"{m.completion_time.astimezone(UTC).isoformat(timespec='seconds')}, {m.total_ms:.1f} ms after its trigger")
     for name, stage in view.stages.items():
         kind = "" if stage.kind.value == "checkpoint" else f" [{stage.kind.value}]"
@@ -307,6 +335,13 @@ def _print_view(view: CheckpointView) -> None:
                 edge = " (back-edge)" if entry.back_edge else ""
                 print(f"    channel state {entry.partition} [{entry.start}, {entry.end}): {entry.records} "
                       f"records{edge}")
+        data = stage.model_dump(mode="json")
+        files = data.pop("files")
+        for key, value in data.items():
+            print(f"    {key:18} {json.dumps(value) if isinstance(value, dict | list) else value}")
+        print(f"    files ({len(files)}):")
+        for f in files:
+            print(f"      {f['path']:60} {f['size']:>10} {f['sha256'][:12]} {'new' if f['uploaded'] else 'shared'}")
 
 
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
@@ -337,28 +372,26 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(outcome.as_dict(), indent=2))
         return EXIT_OK
-    report = outcome.report
-    what = "checkpoint" if report is not None else "global checkpoint"
     for cid, why in outcome.choice.skipped:
-        print(f"skipped {what} {cid}: {why}")
-    if report is None:
-        print(f"restored global checkpoint {outcome.checkpoint_id} of {outcome.pipeline} in every stage (each "
-              f"stage's manifest verified); attempt {outcome.attempt}")
-        for stage, offsets in sorted(outcome.cutoffs.items()):
-            print(f"  stage {stage}: skips what older attempts wrote after {offsets}")
-        print(f"ready: 'barrierflow run {args.spec}' continues from there")
-        return EXIT_OK
-    print(f"restored checkpoint {report.checkpoint_id} of {report.pipeline} (batch {report.spark_batch_id}, "
-          f"{report.files} files, {report.bytes} bytes, sha256 checked; {outcome.choice.verification}); "
-          f"attempt {report.attempt}")
-    if report.abandoned:
-        print(f"  abandoned newer checkpoints: {report.abandoned}")
-    for d in report.decisions:
-        print(f"  {d.action:6} {d.sink} {d.transaction_id}: {d.reason}")
-    if report.replay:
-        print(f"  epochs {report.replay['epochs']} were already committed: their {report.replay['batches']} batches "
-              f"are replayed up to {report.replay['through']} with the output suppressed")
-    print(f"ready: 'barrierflow run {args.spec}' resumes at batch {report.spark_batch_id + 1}")
+        print(f"skipped {outcome.noun} {cid}: {why}")
+    print(f"restored {outcome.noun} {outcome.checkpoint_id} of {outcome.pipeline} in every stage "
+          f"({outcome.choice.verification}); attempt {outcome.attempt}")
+    for name, stage in outcome.stages.items():
+        report = stage.report
+        if report is not None:
+            print(f"  stage {name}: batch {report.spark_batch_id}, {report.files} files, {report.bytes} bytes, sha256 "
+                  f"checked; resumes at batch {report.spark_batch_id + 1}")
+            for d in report.decisions:
+                print(f"  stage {name}: {d.action:6} {d.sink} {d.transaction_id}: {d.reason}")
+            if report.replay:
+                print(f"  stage {name}: epochs {report.replay['epochs']} were already committed: their "
+                      f"{report.replay['batches']} batches are replayed up to {report.replay['through']} with the "
+                      f"output suppressed")
+        if stage.cutoff:
+            print(f"  stage {name}: skips what older attempts wrote after {stage.cutoff}")
+    if outcome.abandoned:
+        print(f"  abandoned newer {outcome.noun}s: {outcome.abandoned}")
+    print(f"ready: 'barrierflow run {args.spec}' continues from there")
     return EXIT_OK
 
 
@@ -374,14 +407,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(outcome.summary(), indent=2))
         return EXIT_RUNTIME if outcome.failed else EXIT_OK
-    deep = ", deep" if args.deep else ""
     for r in outcome.reports:
-        if outcome.single_stage:
-            [stage] = r.stages.values()
-            counts = f"{sum(c.passed for c in stage.checks)}/{len(stage.checks)} checks{', deep' if stage.deep else ''}"
-        else:
-            checks = len(r.checks) + sum(len(s.checks) for s in r.stages.values())
-            counts = f"{checks} checks over {len(r.stages)} stages{deep}"
+        counts = (f"{r.passed_count}/{r.check_count} checks{', deep' if r.deep else ''}; "
+                  f"stages: {', '.join(r.stages)}")
         print(f"{outcome.noun} {r.checkpoint_id}: {'passed' if r.passed else 'FAILED'} ({counts})")
         for c in r.failures:
             print(f"  {c.name}: {c.message}" + (f" [{c.file}]" if c.file else ""))
@@ -427,19 +455,16 @@ def _cmd_skew(args: argparse.Namespace) -> int:
     if args.html:
         target = Path(args.html)
         for name, report in outcome.stages.items():
-            page = target if outcome.single_stage else target.with_name(f"{target.stem}-{name}{target.suffix}")
+            page = target.with_name(f"{target.stem}{outcome.page_suffixes[name]}{target.suffix}")
             page.write_text(render_skew_html(report), encoding="utf-8")
     if args.json:
         print(json.dumps(outcome.as_dict(), indent=2))
     else:
         for name, report in outcome.stages.items():
-            if not outcome.single_stage:
-                print(f"stage {name}:")
+            print(f"stage {name}:")
             _print_skew(report)
-    for name, report in outcome.stages.items():
-        for failure in report.failures:
-            stage = "" if outcome.single_stage else f"stage {name}: "
-            print(f"expectation failed: {stage}{failure.name}: {failure.message}", file=sys.stderr)
+    for failure in outcome.failures:
+        print(f"expectation failed: {failure}", file=sys.stderr)
     return EXIT_OK if outcome.passed else EXIT_RUNTIME
 
 
@@ -451,27 +476,20 @@ def _cmd_retain(args: argparse.Namespace) -> int:
         print(json.dumps(outcome.as_dict(), indent=2))
         return EXIT_OK
     verb = "would delete" if args.dry_run else "deleted"
-    cuts = outcome.plan
-    if not outcome.single_stage:
-        print(f"pipeline {cuts.pipeline} ({cuts.policy.value}): kept global checkpoints {cuts.kept}, savepoints "
-              f"{cuts.savepoints}")
-        print(f"  {verb}: global checkpoints {cuts.checkpoints}, unfinished {cuts.incomplete}; bytes "
-              f"{'to free' if args.dry_run else 'freed'}: {cuts.bytes_freed}")
-        for name, stage in outcome.stages.items():
-            print(f"  stage {name}: {verb} checkpoints {stage.checkpoints}, incomplete {stage.incomplete}, "
-                  f"{len(stage.shared)} shared files, {len(stage.ledger)} ledger entries")
-        return EXIT_OK
-    [plan] = outcome.stages.values()
-    print(f"pipeline {plan.pipeline} ({plan.policy.value}, retained={outcome.retained}): kept {plan.kept}, "
-          f"savepoints {plan.savepoints}")
-    print(f"  {verb}: checkpoints {plan.checkpoints}, incomplete {plan.incomplete}, {len(plan.shared)} shared "
-          f"files, {len(plan.ledger)} ledger entries, {len(plan.reservations)} stale reservations")
-    print(f"  bytes {'to free' if args.dry_run else 'freed'}: {plan.bytes_freed} {plan.bytes}")
-    local = plan.local
-    if local is not None:
-        print(f"  work dir {local.work_dir}: {local.summary() if local.skipped else f'{verb} {local.summary()}'}")
-        for note in local.notes:
-            print(f"    note: {note}")
+    cuts, noun = outcome.plan, outcome.noun
+    print(f"pipeline {cuts.pipeline} ({cuts.policy.value}, retained={outcome.retained}): kept {noun}s {cuts.kept}, "
+          f"savepoints {cuts.savepoints}")
+    print(f"  {verb}: {noun}s {cuts.checkpoints}, unfinished {cuts.incomplete}; bytes "
+          f"{'to free' if args.dry_run else 'freed'}: {cuts.bytes_freed}")
+    for name, plan in outcome.stages.items():
+        print(f"  stage {name}: {verb} checkpoints {plan.checkpoints}, incomplete {plan.incomplete}, "
+              f"{len(plan.shared)} shared files, {len(plan.ledger)} ledger entries, {len(plan.reservations)} stale "
+              f"reservations; bytes {plan.bytes_freed} {plan.bytes}")
+        local = plan.local
+        if local is not None:
+            print(f"    work dir {local.work_dir}: {local.summary() if local.skipped else f'{verb} {local.summary()}'}")
+            for note in local.notes:
+                print(f"      note: {note}")
     return EXIT_OK
 
 
@@ -482,15 +500,11 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
     cid, pipeline = view.checkpoint_id, view.manifest.pipeline
     batches = {name: m.spark_batch_id for name, m in view.stages.items()}
     if args.json:
-        document: dict[str, object] = {"pipeline": pipeline, "savepoint": cid, "stages": batches}
-        if view.single_stage:
-            [document["spark_batch_id"]] = batches.values()
-        print(json.dumps(document, indent=2))
+        print(json.dumps({"pipeline": pipeline, "noun": view.noun, "savepoint": cid, "stages": batches}, indent=2))
         return EXIT_OK
-    where = (f"(batch {next(iter(batches.values()))})" if view.single_stage
-             else f"in every stage ({', '.join(view.stages)})")
-    print(f"{'checkpoint' if view.single_stage else 'global checkpoint'} {cid} of {pipeline} is a savepoint {where}; "
-          f"retention never deletes it. Restore it with 'barrierflow restore {args.spec} --checkpoint {cid}'")
+    where = ", ".join(f"stage {name}: batch {batch}" for name, batch in batches.items())
+    print(f"{view.noun} {cid} of {pipeline} is a savepoint in every stage ({where}); retention never deletes it. "
+          f"Restore it with 'barrierflow restore {args.spec} --checkpoint {cid}'")
     return EXIT_OK
 
 
@@ -503,16 +517,14 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
         print(json.dumps(outcome.as_dict(), indent=2))
         return EXIT_OK
     verb = "would" if args.dry_run else "did"
-    what, runs = ("checkpoint", "job") if outcome.single_stage else ("global checkpoint", "pipeline")
-    print(f"pipeline {plan.pipeline}: latest completed {what} {plan.latest_completed}; "
-          f"{runs} {'running' if plan.job_running else 'not running'}")
+    print(f"pipeline {plan.pipeline}: latest completed {outcome.noun} {plan.latest_completed}; "
+          f"{outcome.runner} {'running' if plan.job_running else 'not running'}")
     for stage, decisions in outcome.stages.items():
-        prefix = "" if outcome.single_stage else f"stage {stage}: "
         for d in decisions:
-            print(f"  {prefix}{verb} {d.action:6} {d.sink} {d.transaction_id} (epoch {d.checkpoint_id}, "
+            print(f"  stage {stage}: {verb} {d.action:6} {d.sink} {d.transaction_id} (epoch {d.checkpoint_id}, "
                   f"{d.state}): {d.reason}")
     if not plan.decisions:
-        print("  nothing in doubt")
+        print(f"  nothing in doubt (transaction ledgers in {outcome.storage})")
     return EXIT_OK
 
 
@@ -537,13 +549,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             **({"transformations": [{"stage": s.stage, "input": s.input_columns, "output": s.output_columns}
                                     for s in shapes]} if shapes is not None else {})}, indent=2))
         return EXIT_OK
-    if not summary.multi_stage:
-        print(f"{args.spec}: valid single-stage pipeline {summary.pipeline}")
-        _print_shapes(shapes)
-        return EXIT_OK
     timeout = f", alignment timeout {summary.alignment_timeout:g}s" if summary.alignment_timeout else ""
-    print(f"{args.spec}: valid pipeline {summary.pipeline} of {len(summary.stages)} stages "
-          f"({summary.mode} checkpoints{timeout})")
+    print(f"{args.spec}: valid {summary.title} ({summary.mode} checkpoints{timeout})")
     print(f"  source stages: {', '.join(summary.source_stages)}; final stages: "
           f"{', '.join(summary.final_stages) or '(none)'}")
     for edge in summary.edges:

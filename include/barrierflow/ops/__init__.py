@@ -1,7 +1,7 @@
 """Operations on a pipeline, one function each, returning a typed result.
 
 Every front door calls these and only renders what they return: the CLI
-(:mod:`barrierflow.cli.main`), the Airflow helpers (:mod:`barrierflow.airflow.support`), the
+(:mod:`barrierflow.cli.main`), the Airflow tasks (:mod:`barrierflow.airflow`), the
 recovery runbook (:mod:`barrierflow.airflow.runbook`) and the Checkpoints page
 (:mod:`barrierflow.ui`). So a rule, such as how a checkpoint is chosen for a restore, is
 written once.

@@ -31,9 +31,7 @@ from barrierflow.batch.rollups import ROLLUP_REPORT_KEY, RollupReport, parse_day
 from barrierflow.batch.rollups import rollup as rollup_days
 from barrierflow.batch.stage_replay import replay_final_stage, replay_order
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.errors import UserInputError
-from barrierflow.pipeline.final_stages import choose_final_stage
-from barrierflow.pipeline.stage_options import derive_stage_spec
+from barrierflow.pipeline.final_stages import batch_side
 from barrierflow.spec.loader import load_any_spec
 from barrierflow.spec.models import ParquetSinkSpec, PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
@@ -45,9 +43,6 @@ __all__ = ["REPORT_KEYS", "BatchTarget", "StoredReport", "batch_target", "newest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-#: The brokers given to channels when a stage's spec is derived for the batch side: it reads
-#: only the stores and the lake, never a channel.
-NO_BROKER = "batch-side-reads-no-channel:9"
 
 
 @dataclass(frozen=True)
@@ -77,19 +72,9 @@ def batch_target(spec_path: str | os.PathLike[str], stage: str | None = None) ->
             spec; FinalStageError (a UserInputError): for several stages, ``stage`` is not a
             final stage with a Parquet sink, or it is left out and there is not exactly one.
     """
-    spec = load_any_spec(spec_path)
-    if isinstance(spec, StagedPipelineSpec):
-        from barrierflow.runtime.pipeline import pipeline_work_dir
-
-        chosen = choose_final_stage(spec, stage)
-        servers = {c.name: NO_BROKER for c in spec.channels}
-        work_dir = pipeline_work_dir(spec)
-        specs = {s.name: derive_stage_spec(spec, s, work_dir=work_dir, servers=servers) for s in spec.stages}
-        final = specs[chosen.name]
-        return BatchTarget(final, CheckpointStore.for_spec(final), str(spec_path), spec, chosen.name, specs)
-    if stage is not None:
-        raise UserInputError(f"{spec_path} is a single-stage spec: it has no stage {stage!r}; leave out --stage")
-    return BatchTarget(spec, CheckpointStore.for_spec(spec), str(spec_path))
+    side = batch_side(load_any_spec(spec_path), stage, str(spec_path))
+    return BatchTarget(side.spec, CheckpointStore.for_spec(side.spec), str(spec_path), side.pipeline, side.stage,
+                       side.stage_specs)
 
 
 def _session(spark: SparkSession | None, target: BatchTarget, purpose: str) -> SparkSession:

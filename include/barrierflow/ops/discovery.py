@@ -3,7 +3,7 @@
 :func:`discover_specs` and :func:`discover_pipelines` read only the spec files (no database,
 no connection, no Spark), so they are safe at DAG-parse time and per page request; a spec
 that fails to load is returned with its error instead of raising, so one bad file never
-hides the other pipelines. Re-exported by :mod:`barrierflow.airflow.support`.
+hides the other pipelines. The DAG file imports them from here.
 """
 
 from __future__ import annotations
@@ -39,11 +39,6 @@ class DiscoveredPipeline:
     spec: PipelineSpec | StagedPipelineSpec | None = None
     error: str | None = None
 
-    @property
-    def multi_stage(self) -> bool:
-        """Whether the spec loaded and is a pipeline of several stages."""
-        return self.spec is not None and hasattr(self.spec, "stages")
-
 
 def discover_specs(folder: str | os.PathLike[str]) -> list[Path]:
     """The pipeline spec files (``*.yaml``, not hidden) directly in ``folder``, sorted by name.
@@ -63,8 +58,10 @@ def _name_from_file(path: Path) -> str:
     return _DAG_ID_PART.sub("_", path.stem) or "unnamed"
 
 
-def discover_pipelines(folder: str | os.PathLike[str]) -> list[DiscoveredPipeline]:
+def discover_pipelines(folder: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None
+                       ) -> list[DiscoveredPipeline]:
     """Load every spec in ``folder``, single- or multi-stage; never raises for a bad spec.
+    ``home``: where their relative paths resolve (default: :func:`barrierflow.spec.spec_home`).
 
     A spec that fails to load, or whose ``name`` another file in the folder already uses,
     comes back with ``error`` set (the :class:`SpecError` message) so the caller can show it;
@@ -76,7 +73,7 @@ def discover_pipelines(folder: str | os.PathLike[str]) -> list[DiscoveredPipelin
     loaded: list[DiscoveredPipeline] = []
     for path in discover_specs(folder):
         try:
-            spec = load_any_spec(path)
+            spec = load_any_spec(path, home=home)
         except SpecError as exc:
             log.error("pipeline spec %s is invalid, its DAG will only report the error: %s", path, exc)
             loaded.append(DiscoveredPipeline(path=path, name=_name_from_file(path), error=str(exc)))

@@ -1,5 +1,5 @@
-"""The recent global checkpoints of a multi-stage pipeline, each with every stage's part, as
-the Checkpoints page (:mod:`barrierflow.ui`) shows them.
+"""The recent cuts of a pipeline (its global checkpoints; of one stage: its checkpoints), each
+with every stage's part, as the Checkpoints page (:mod:`barrierflow.ui`) shows them.
 
 One call reads, for the newest ``limit`` global checkpoints of the current timeline:
 
@@ -30,11 +30,10 @@ from datetime import datetime
 from typing import Any
 
 from barrierflow.checkpointing.global_manifest import GlobalFailure, GlobalManifest, StageSnapshot
-from barrierflow.checkpointing.global_store import GlobalCheckpointStore
-from barrierflow.checkpointing.manifest import ChannelStateEntry, Manifest
+from barrierflow.checkpointing.manifest import ChannelStateEntry, FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
-from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
+from barrierflow.pipeline.model import open_pipeline
 from barrierflow.verification.report import VerificationReport, load_report
 
 
@@ -48,12 +47,14 @@ class StagePart:
             checkpoint did not complete).
         manifest: the stage's own manifest ``n`` (None: absent or unreadable).
         verification: the stage's stored verification result of ``n`` (None: never verified).
+        failure: the stage's own failure record of ``n`` (None: none).
     """
 
     stage: str
     snapshot: StageSnapshot | None
     manifest: Manifest | None
     verification: VerificationReport | None
+    failure: FailureRecord | None = None
 
     @property
     def channel_state(self) -> list[ChannelStateEntry]:
@@ -70,7 +71,8 @@ class StagePart:
         return {"stage": self.stage,
                 "snapshot": self.snapshot.model_dump(mode="json") if self.snapshot else None,
                 "manifest": self.manifest.model_dump(mode="json") if self.manifest else None,
-                "verification": self.verification.model_dump(mode="json") if self.verification else None}
+                "verification": self.verification.model_dump(mode="json") if self.verification else None,
+                "failure": self.failure.model_dump(mode="json") if self.failure else None}
 
 
 @dataclass(frozen=True)
@@ -90,27 +92,19 @@ class GlobalCheckpointEntry:
 
 @dataclass(frozen=True)
 class GlobalCheckpointHistory:
-    """The newest global checkpoints of a multi-stage pipeline, newest first.
+    """The newest cuts of a pipeline, newest first.
 
     ``total_completed`` and ``total_failed`` count every one of the current timeline, not only
     the ones in ``checkpoints``."""
 
     pipeline: str
     storage: str
+    noun: str
     stages: tuple[str, ...]
     attempt: int
     checkpoints: list[GlobalCheckpointEntry]
     total_completed: int
     total_failed: int
-
-
-def _open_several(spec_path: str | os.PathLike[str]) -> OpenedPipeline:
-    """The pipeline at ``spec_path``; UserInputError for one stage, whose checkpoints the page
-    reads at its store's root (:mod:`barrierflow.ui.store_reader`)."""
-    pipeline = open_pipeline(spec_path)
-    if pipeline.single_stage:
-        raise UserInputError(f"{spec_path} is a single-stage spec: its checkpoints are at its store's root")
-    return pipeline
 
 
 def _stage_manifest(store: CheckpointStore, checkpoint_id: int) -> Manifest | None:
@@ -122,35 +116,37 @@ def _stage_manifest(store: CheckpointStore, checkpoint_id: int) -> Manifest | No
 
 def global_checkpoint_history(spec_path: str | os.PathLike[str], *, limit: int | None = None
                               ) -> GlobalCheckpointHistory:
-    """The newest ``limit`` (None: all) global checkpoints of the multi-stage spec at
+    """The newest ``limit`` (None: all) cuts of the spec at
     ``spec_path``, completed and failed, newest first, each with every stage's part (see the
     module docstring).
 
     Raises:
-        SpecError: the spec does not load. UserInputError: it is a single-stage spec, or
-            ``limit`` is below 1. CheckpointCorruptError: a global record does not parse.
+        SpecError: the spec does not load. UserInputError: ``limit`` is below 1.
+        CheckpointCorruptError: a global record does not parse.
         StorageError: the checkpoint store cannot be read.
     """
     if limit is not None and limit < 1:
         raise UserInputError(f"limit must be at least 1, got {limit}")
-    pipeline = _open_several(spec_path)
+    pipeline = open_pipeline(spec_path)
     cuts = pipeline.cuts
-    assert isinstance(cuts, GlobalCheckpointStore)
     completed = {m.checkpoint_id: m for m in cuts.completed()}
     failures = {f.checkpoint_id: f for f in cuts.failures() if f.checkpoint_id not in completed}
     newest = sorted(set(completed) | set(failures), reverse=True)
     shown = newest if limit is None else newest[:limit]
     stage_stores = [(s.name, s.store) for s in pipeline.stages]
+    shown_ids = set(shown)
+    stage_failures = {name: {f.checkpoint_id: f for f in store.failures() if f.checkpoint_id in shown_ids}
+                      for name, store in stage_stores}
     entries = []
     for cid in shown:
         manifest = completed.get(cid)
-        record = None if manifest else cuts.trigger(cid)
-        trigger = manifest.trigger_time if manifest else (record.trigger_time if record else None)
+        trigger = manifest.trigger_time if manifest else cuts.trigger_time(cid)
         parts = [StagePart(name, manifest.stages.get(name) if manifest else None, _stage_manifest(store, cid),
-                           load_report(store.objects, cid))
+                           load_report(store.objects, cid), stage_failures[name].get(cid))
                  for name, store in stage_stores]
         entries.append(GlobalCheckpointEntry(cid, manifest, failures.get(cid), trigger, parts))
-    return GlobalCheckpointHistory(pipeline.name, pipeline.storage, tuple(name for name, _ in stage_stores),
+    return GlobalCheckpointHistory(pipeline.name, pipeline.storage, pipeline.cut_noun,
+                                   tuple(name for name, _ in stage_stores),
                                    cuts.attempt(), entries, len(completed), len(failures))
 
 
@@ -159,8 +155,8 @@ def stage_verifications(spec_path: str | os.PathLike[str], checkpoint_id: int) -
     that stage's checkpoint was never verified), in the spec's stage order. Read-only.
 
     Raises:
-        SpecError: the spec does not load. UserInputError: it is a single-stage spec.
+        SpecError: the spec does not load.
         StorageError: a stage's store cannot be read.
     """
-    pipeline = _open_several(spec_path)
+    pipeline = open_pipeline(spec_path)
     return {s.name: load_report(s.store.objects, checkpoint_id) for s in pipeline.stages}

@@ -15,9 +15,15 @@ from barrierflow.transactions.two_phase import Decision
 
 @dataclass(frozen=True)
 class ReconcileOutcome:
+    """The plan (applied unless ``dry_run``); ``noun`` names a cut, ``runner`` what runs (a
+    ``job`` of one stage, a ``pipeline`` of several: :class:`OpenedPipeline`)."""
+
     plan: ReconciliationPlan
     dry_run: bool
-    single_stage: bool = False
+    noun: str
+    runner: str
+    #: the checkpoint store whose transaction ledgers were read (named when nothing is in doubt)
+    storage: str = ""
 
     @property
     def stages(self) -> dict[str, list[Decision]]:
@@ -26,8 +32,9 @@ class ReconcileOutcome:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON of ``barrierflow reconcile --json``: ``pipeline``, ``latest_completed``,
-        ``job_running``, ``decisions`` (every stage's), ``stages`` (per stage) and ``dry_run``."""
-        return {**self.plan.as_dict(), "dry_run": self.dry_run}
+        ``job_running``, ``decisions`` (every stage's), ``stages`` (per stage: its decisions),
+        ``noun`` and ``dry_run``; one shape for every pipeline."""
+        return {**self.plan.as_dict(), "noun": self.noun, "dry_run": self.dry_run}
 
 
 def reconcile(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> ReconcileOutcome:
@@ -43,4 +50,4 @@ def reconcile(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> Re
     plan = plan_reconciliation(pipeline)
     if not dry_run:
         apply_reconciliation(pipeline, plan)
-    return ReconcileOutcome(plan, dry_run, pipeline.single_stage)
+    return ReconcileOutcome(plan, dry_run, pipeline.cut_noun, pipeline.runner_noun, pipeline.storage)

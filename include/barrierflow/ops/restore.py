@@ -9,67 +9,76 @@ verified first), whoever asks:
 * the recovery DAG calls :func:`choose` in one task and :func:`restore_chosen` in the next
   (its first task made sure the pipeline is stopped).
 
-How the stages are restored is the one place where the shapes differ inside: a single-stage
-pipeline restores its checkpoint with :func:`barrierflow.recovery.restore.restore_pipeline`
-(sinks reconciled, newer committed epochs replayed with their output suppressed, or with
-``accept_duplicates`` written again); a pipeline of several stages restores every stage to one
-global checkpoint with :func:`barrierflow.recovery.cut_restore.restore_cut` (a new
-attempt, attempt cutoffs so downstream stages skip what older attempts wrote), starting the embedded
-broker on the pipeline's data dir for channels that live there.
+How each stage is restored is :mod:`barrierflow.recovery.pipeline_restore`'s (the one place
+where a restore differs by the pipeline's shape); the outcome is one document for every
+pipeline (:meth:`RestoreOutcome.as_dict`).
 """
 
 from __future__ import annotations
 
 import os
-from contextlib import ExitStack
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from barrierflow.errors import UserInputError
-from barrierflow.lease import JobLease
-from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
-from barrierflow.recovery.restore import DuplicateOutputError, RestoreReport, restore_pipeline
+from barrierflow.pipeline.model import open_pipeline
+from barrierflow.recovery.pipeline_restore import PipelineRestore, StageRestore, restore_to_cut
+from barrierflow.recovery.restore import DuplicateOutputError
 from barrierflow.verification.choice import CheckpointChoice, CheckpointRequest, choose_checkpoint
 
 #: DuplicateOutputError is part of what :func:`restore_chosen` raises: the front doors catch it from here.
-__all__ = ["DuplicateOutputError", "RestoreOutcome", "choose", "restore", "restore_chosen"]
+__all__ = ["DuplicateOutputError", "RestoreOutcome", "StageRestore", "choose", "restore", "restore_chosen"]
 
 
 @dataclass(frozen=True)
 class RestoreOutcome:
-    """The cut chosen (and why) and what the restore did.
+    """The cut chosen (and why) and what the restore did to each stage.
 
     Attributes:
-        stages: the stages restored (one: the pipeline's).
-        report: one stage: what its restore did (files, sink decisions, replay); else None.
-        cutoffs: several stages: per stage fed by channels, its attempt cutoff: the offsets
-            after which it skips what older attempts wrote.
+        noun: how messages name the cut (:attr:`OpenedPipeline.cut_noun`).
+        stages: each stage's :class:`StageRestore`: its checkpoint's restore report (files,
+            sink decisions, replay) and its attempt cutoff.
     """
 
     pipeline: str
+    noun: str
     choice: CheckpointChoice
     attempt: int
-    stages: tuple[str, ...]
-    report: RestoreReport | None = None
-    cutoffs: dict[str, dict[str, int]] = field(default_factory=dict)
+    stages: dict[str, StageRestore]
 
     @property
     def checkpoint_id(self) -> int:
         return self.choice.checkpoint_id
 
+    @property
+    def abandoned(self) -> list[int]:
+        """The newer cuts the restore abandoned (as the stages' restores report them)."""
+        return sorted({c for s in self.stages.values() if s.report is not None for c in s.report.abandoned})
+
+    @property
+    def replay(self) -> dict[str, Any] | None:
+        """The suppressed replay of already committed epochs, if a stage's restore planned one."""
+        return next((s.report.replay for s in self.stages.values() if s.report is not None and s.report.replay), None)
+
     def as_dict(self) -> dict[str, Any]:
-        """The JSON of ``barrierflow restore --json`` (the recovery DAG's restore report): one
-        stage: :meth:`RestoreReport.as_dict` with ``requested``, ``skipped``, ``verification``;
-        several: ``pipeline``, ``checkpoint_id``, ``attempt``, ``cutoffs``, the same three and
-        ``"global": true``. Both carry ``stages``."""
-        choice = {"requested": self.choice.requested, "verification": self.choice.verification,
-                  "skipped": [{"checkpoint_id": c, "reason": w} for c, w in self.choice.skipped],
-                  "stages": list(self.stages)}
-        if self.report is not None:
-            return {**self.report.as_dict(), **choice}
-        return {"pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id, "attempt": self.attempt,
-                "cutoffs": self.cutoffs, "global": True, **choice}
+        """The JSON of ``barrierflow restore --json`` (the recovery DAG's restore report), one
+        shape for every pipeline: ``pipeline``, ``noun``, ``checkpoint_id``, ``attempt``,
+        ``requested``, ``verification``, ``skipped``, ``abandoned``, ``decisions`` (every
+        stage's sink decisions), ``replay`` (None or the replay plan's summary) and under
+        ``stages`` each stage's restore report (``spark_batch_id``, ``files``, ``bytes``, ...,
+        when its checkpoint was restored by itself) and ``cutoff``."""
+        return {"pipeline": self.pipeline, "noun": self.noun, "checkpoint_id": self.checkpoint_id,
+                "attempt": self.attempt, "requested": self.choice.requested,
+                "verification": self.choice.verification,
+                "skipped": [{"checkpoint_id": c, "reason": w} for c, w in self.choice.skipped],
+                "abandoned": self.abandoned,
+                "decisions": [d.as_dict() for s in self.stages.values() if s.report is not None
+                              for d in s.report.decisions],
+                "replay": self.replay,
+                "stages": {name: s.as_dict() for name, s in self.stages.items()}}
+
+
+def _outcome(name: str, noun: str, done: PipelineRestore) -> RestoreOutcome:
+    return RestoreOutcome(name, noun, done.choice, done.attempt, done.stages)
 
 
 def choose(spec_path: str | os.PathLike[str], requested: CheckpointRequest) -> CheckpointChoice:
@@ -77,49 +86,6 @@ def choose(spec_path: str | os.PathLike[str], requested: CheckpointRequest) -> C
     :func:`barrierflow.verification.choice.choose_checkpoint` for the rule and errors). Reads
     only the checkpoint store; restores nothing (the recovery DAG's ``choose_checkpoint``)."""
     return choose_checkpoint(open_pipeline(spec_path), requested)
-
-
-def _refuse_duplicates(pipeline: OpenedPipeline, accept_duplicates: bool) -> None:
-    if accept_duplicates and not pipeline.single_stage:
-        raise UserInputError("--accept-duplicates applies to single-stage pipelines only (the recovery DAG's "
-                             "accept_duplicates too): a pipeline of several stages restores only complete global "
-                             "checkpoints, whose final sinks are never ahead of them; restore without it")
-
-
-def _restore_stage(pipeline: OpenedPipeline, requested: CheckpointRequest, accept_duplicates: bool
-                   ) -> RestoreOutcome:
-    stage = pipeline.stages[0]
-    with JobLease(stage.layout.work_dir, pipeline.name, "restore", store=stage.store.objects) as lease:
-        stage.store.fence = lease.token  # the restore's decisions and attempt record carry its fence
-        try:
-            choice = choose_checkpoint(pipeline, requested)
-            report = restore_pipeline(stage.spec, choice.checkpoint_id, store=stage.store, layout=stage.layout,
-                                      accept_duplicates=accept_duplicates, check_running=False)
-        finally:
-            stage.store.fence = None
-    return RestoreOutcome(pipeline.name, choice, report.attempt, (stage.name,), report=report)
-
-
-def _restore_stages(pipeline: OpenedPipeline, requested: CheckpointRequest) -> RestoreOutcome:
-    from barrierflow.checkpointing.global_store import GlobalCheckpointStore
-    from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
-    from barrierflow.recovery.cut_restore import restore_cut
-    from barrierflow.spec.stages import StagedPipelineSpec
-
-    spec, cuts = pipeline.spec, pipeline.cuts
-    assert isinstance(spec, StagedPipelineSpec) and isinstance(cuts, GlobalCheckpointStore)  # several stages
-    with ExitStack() as stack:
-        address = None
-        if any(c.is_embedded for c in spec.channels):
-            address = stack.enter_context(embedded_broker(data_dir_for(pipeline.work_dir)))
-        stages = pipeline.connected_stages(address)
-        with JobLease(Path(pipeline.work_dir), spec.name, "restore", store=pipeline.objects) as lease:
-            for stage in stages:  # the stages' restores and 2PC decisions record the restore's fence
-                stage.store.fence = lease.token
-            choice = choose_checkpoint(pipeline, requested)
-            report = restore_cut(spec, stages, cuts, choice.checkpoint_id)
-    return RestoreOutcome(spec.name, choice, report.attempt, tuple(s.name for s in pipeline.stages),
-                          cutoffs=report.cutoffs)
 
 
 def restore(spec_path: str | os.PathLike[str], requested: CheckpointRequest, *,
@@ -139,10 +105,9 @@ def restore(spec_path: str | os.PathLike[str], requested: CheckpointRequest, *,
             pipeline runs and holds its data dir).
     """
     pipeline = open_pipeline(spec_path)
-    _refuse_duplicates(pipeline, accept_duplicates)
-    if pipeline.single_stage:
-        return _restore_stage(pipeline, requested, accept_duplicates)
-    return _restore_stages(pipeline, requested)
+    pipeline.refuse_accept_duplicates(accept_duplicates)
+    return _outcome(pipeline.name, pipeline.cut_noun,
+                    restore_to_cut(pipeline, requested, accept_duplicates=accept_duplicates))
 
 
 def restore_chosen(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
@@ -151,11 +116,6 @@ def restore_chosen(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
     re-checks every file's sha256 while it materializes them, under the job's lease; several:
     the cut is verified again under the pipeline's lease. Raises as :func:`restore`."""
     pipeline = open_pipeline(spec_path)
-    _refuse_duplicates(pipeline, accept_duplicates)
-    if not pipeline.single_stage:
-        return _restore_stages(pipeline, checkpoint_id)
-    stage = pipeline.stages[0]
-    report = restore_pipeline(stage.spec, checkpoint_id, store=stage.store, layout=stage.layout,
-                              accept_duplicates=accept_duplicates)
-    choice = CheckpointChoice(checkpoint_id, checkpoint_id, [], "verified when it was chosen", pipeline.name)
-    return RestoreOutcome(pipeline.name, choice, report.attempt, (stage.name,), report=report)
+    pipeline.refuse_accept_duplicates(accept_duplicates)
+    return _outcome(pipeline.name, pipeline.cut_noun,
+                    restore_to_cut(pipeline, checkpoint_id, accept_duplicates=accept_duplicates, chosen=True))

@@ -21,19 +21,17 @@ class RetentionOutcome:
 
     plan: CutRetentionPlan
     retained: int
+    noun: str
 
     @property
     def stages(self) -> dict[str, RetentionPlan]:
         """Each stage's plan (one stage: the whole run)."""
         return self.plan.stages
 
-    @property
-    def single_stage(self) -> bool:
-        return self.plan.single_stage
-
     def as_dict(self) -> dict[str, Any]:
-        """The JSON of ``barrierflow retain --json`` (see :meth:`CutRetentionPlan.as_dict`)."""
-        return self.plan.as_dict()
+        """The JSON of ``barrierflow retain --json`` (:meth:`CutRetentionPlan.as_dict` with
+        ``retained`` and ``noun``)."""
+        return {**self.plan.as_dict(), "retained": self.retained, "noun": self.noun}
 
 
 def retain(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> RetentionOutcome:
@@ -45,4 +43,5 @@ def retain(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> Reten
     LocalRetentionError (planned local files could not be deleted)."""
     pipeline = open_pipeline(spec_path)
     retained = pipeline.spec.checkpoint.retained
-    return RetentionOutcome(retain_cuts(pipeline.cuts, pipeline.stages, retained=retained, dry_run=dry_run), retained)
+    return RetentionOutcome(retain_cuts(pipeline.cuts, pipeline.stages, retained=retained, dry_run=dry_run), retained,
+                            pipeline.cut_noun)

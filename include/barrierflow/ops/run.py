@@ -14,24 +14,41 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from barrierflow.errors import UserInputError
 from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
-from barrierflow.pipeline.model import open_pipeline
+from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.runtime.job import Progress
-from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StagedPipelineJob, StageProgress
+from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StageProgress
 from barrierflow.runtime.pipeline_runner import RunResult
-from barrierflow.runtime.run_driver import open_driver
+from barrierflow.runtime.run_driver import open_driver, open_stage_process_driver
 from barrierflow.sources.dead_letter import count_dead_letters
-from barrierflow.spec.stages import StagedPipelineSpec
 
-__all__ = ["AnyProgress", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome", "RunResult",
-           "StageProgress", "run", "run_stage"]
+__all__ = ["AnyProgress", "DeadLetters", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome",
+           "RunResult", "StageProgress", "dead_letters", "run", "run_stage"]
 
 #: What the live progress display is given every ``progress_every`` seconds: one stage's
 #: :class:`Progress`, or every stage's :class:`PipelineProgress`.
 AnyProgress = Progress | PipelineProgress
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """The malformed records a stage's dead-letter output holds (every run's so far), and where."""
+
+    count: int
+    uri: str
+
+
+def dead_letters(pipeline: OpenedPipeline) -> dict[str, DeadLetters]:
+    """Each stage's dead letters (one stage: the pipeline's), read from the dead-letter output
+    its executors write (``dead_letter_path``, else ``<stage work dir>/dead-letter``)."""
+    found = {}
+    for stage in pipeline.stages:
+        uri = stage.layout.dead_letter_uri(stage.spec)
+        found[stage.name] = DeadLetters(count_dead_letters(uri), uri)
+    return found
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,8 @@ class RunOutcome:
             the latest global checkpoint as a new attempt).
         dead_letters, dead_letter_uri: the dead letters the stages left (all of them) and
             where (each stage's URI, comma-separated).
+        stage_dead_letters: each stage's own (:func:`dead_letters`), which those two sum up.
+        noun: what the run's cuts are called (``checkpoint``, ``global checkpoint``).
         embedded_broker: several stages: the address of the broker started for ``bootstrap:
             embedded`` channels (None if none was), stopped once the run ended (its data stays
             in ``<work_dir>/embedded-broker`` for the next run).
@@ -59,6 +78,8 @@ class RunOutcome:
     dead_letters: int = 0
     dead_letter_uri: str = ""
     embedded_broker: str | None = None
+    stage_dead_letters: dict[str, DeadLetters] = field(default_factory=dict)
+    noun: str = "checkpoint"
 
 
 def _check_limits(duration: float | None, checkpoints: int | None) -> None:
@@ -102,8 +123,8 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     """
     _check_limits(duration, checkpoints)
     pipeline = open_pipeline(spec_path)
-    if processes and pipeline.single_stage:
-        raise UserInputError(f"{spec_path} has one stage; --processes and --stage are for specs with stages")
+    if processes:
+        pipeline.refuse_stage_processes("--processes")
     with ExitStack() as stack:
         address = None
         if any(c.is_embedded for c in pipeline.channels):
@@ -125,9 +146,10 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
         else:
             result = driver.run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
                                 progress=progress, progress_every=progress_every)
-        uris = [runner.layout.dead_letter_uri(runner.spec) for runner in driver.runners]
+        found = dead_letters(pipeline)
         return RunOutcome(pipeline.name, tuple(s.name for s in pipeline.stages), result, driver.attempt,
-                          sum(count_dead_letters(uri) for uri in uris), ", ".join(uris), embedded_broker=address)
+                          sum(d.count for d in found.values()), ", ".join(d.uri for d in found.values()),
+                          embedded_broker=address, stage_dead_letters=found, noun=pipeline.cut_noun)
 
 
 def run_stage(spec_path: str | os.PathLike[str], stage: str) -> int:
@@ -142,10 +164,5 @@ def run_stage(spec_path: str | os.PathLike[str], stage: str) -> int:
     """
     from barrierflow.runtime.stage_processes import run_stage_process, servers_from_env
 
-    pipeline = open_pipeline(spec_path)
-    if pipeline.single_stage:
-        raise UserInputError(f"{spec_path} has one stage; --processes and --stage are for specs with stages")
-    pipeline.stage(stage)  # UserInputError naming the stages
-    assert isinstance(pipeline.spec, StagedPipelineSpec)
-    job = StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path, channel_servers=servers_from_env())
+    job = open_stage_process_driver(open_pipeline(spec_path), stage, channel_servers=servers_from_env())
     return run_stage_process(job, stage)

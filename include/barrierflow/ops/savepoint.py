@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 
-from barrierflow.errors import CheckpointCorruptError
 from barrierflow.ops.checkpoints import CheckpointView, view
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.retention.savepoint import take_savepoint
-from barrierflow.verification.global_cut import unreachable_inputs, verify_cuts
+from barrierflow.verification.global_cut import refuse_unverifiable_cut, unreachable_inputs
 
 
 def savepoint(spec_path: str | os.PathLike[str], checkpoint_id: int | None = None) -> CheckpointView:
@@ -24,11 +23,8 @@ def savepoint(spec_path: str | os.PathLike[str], checkpoint_id: int | None = Non
     """
     pipeline = open_pipeline(spec_path)
     checkpoint_id = pipeline.completed_cut(checkpoint_id)
-    if not pipeline.single_stage:  # the cut's own checks; each stage's are the promotion's (take_savepoint)
-        report = verify_cuts(pipeline.cuts, pipeline.stages, [checkpoint_id])[0]
-        if not report.passed:
-            raise CheckpointCorruptError(f"global checkpoint {checkpoint_id} cannot become a savepoint: it fails "
-                                         f"verification ({report.reason()})")
+    # the cut's own checks; each stage's are the promotion's (take_savepoint)
+    refuse_unverifiable_cut(pipeline.cuts, pipeline.stages, checkpoint_id, "become a savepoint")
     for stage in pipeline.stages:
         take_savepoint(stage.spec, stage.store, checkpoint_id, starts=unreachable_inputs(stage))
     return view(pipeline, checkpoint_id)

@@ -3,53 +3,22 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from barrierflow.spec.graph import Cycle, Edge, build_graph
+from barrierflow.pipeline.spec_summary import SpecSummary, summarize
 from barrierflow.spec.loader import load_any_spec
-from barrierflow.spec.stages import StagedPipelineSpec
 
+if TYPE_CHECKING:
+    from barrierflow.pipeline.model import OpenedPipeline
 
-@dataclass(frozen=True)
-class SpecSummary:
-    """What a valid spec describes. A single-stage spec has one stage named after the
-    pipeline and no channels."""
-
-    pipeline: str
-    stages: tuple[str, ...]
-    channels: dict[str, str] = field(default_factory=dict)
-    edges: tuple[Edge, ...] = ()
-    cycles: tuple[Cycle, ...] = ()
-    source_stages: tuple[str, ...] = ()
-    final_stages: tuple[str, ...] = ()
-    mode: str = "aligned"
-    alignment_timeout: float = 0.0
-
-    @property
-    def multi_stage(self) -> bool:
-        return bool(self.channels)
+__all__ = ["SpecSummary", "StageShape", "validate_deep", "validate_spec"]
 
 
 def validate_spec(spec_path: str | os.PathLike[str]) -> SpecSummary:
-    """Load the spec at ``spec_path`` (raises SpecError naming every problem) and summarise it."""
-    spec = load_any_spec(spec_path)
-    mode, timeout = spec.checkpoint.mode.value, spec.checkpoint.alignment_timeout
-    if not isinstance(spec, StagedPipelineSpec):
-        return SpecSummary(spec.name, (spec.name,), source_stages=(spec.name,), final_stages=(spec.name,),
-                           mode=mode, alignment_timeout=timeout)
-    graph, _problems = build_graph(spec)
-    assert graph is not None  # the loader raised otherwise
-    return SpecSummary(
-        pipeline=spec.name,
-        stages=graph.stages,
-        channels={c.name: c.topic_for(spec.name) for c in spec.channels},
-        edges=graph.edges,
-        cycles=graph.cycles,
-        source_stages=graph.source_stages,
-        final_stages=graph.final_stages,
-        mode=mode,
-        alignment_timeout=timeout,
-    )
+    """Load the spec at ``spec_path`` (raises SpecError naming every problem) and summarise it
+    (:func:`barrierflow.pipeline.spec_summary.summarize`)."""
+    return summarize(load_any_spec(spec_path))
 
 
 @dataclass(frozen=True)
@@ -68,63 +37,55 @@ def validate_deep(spec_path: str | os.PathLike[str]) -> tuple[SpecSummary, list[
     does), its result checked by Spark's analysis of
     streaming plans for the output mode), in spec order; for several stages also that each
     channel's ``json_fields`` are among the columns of the stage writing it. Reads no data and
-    connects to no broker or database; a single-stage spec is one stage named after it.
+    connects to no broker or database; a single-stage spec is one stage named after it (the
+    stages are the opened pipeline's, :func:`barrierflow.pipeline.model.open_pipeline`).
 
     Raises:
-        SpecError: the first problem, naming the spec field (``stages[i].`` for a stage).
+        SpecError: the first problem, naming the spec field (``stages[i].`` for a stage of several).
         UserInputError: a stage cannot be derived (see ``derive_stage_spec``).
     """
     import tempfile
 
-    from barrierflow.pipeline.model import OFFLINE_SERVERS, pipeline_work_dir
-    from barrierflow.pipeline.stage_options import derive_stage_spec
+    from barrierflow.pipeline.model import open_pipeline
     from barrierflow.runtime.session import build_session
     from barrierflow.runtime.transform_check import check_transformation
     from barrierflow.spec.models import SparkSpec
-    from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec
 
     summary = validate_spec(spec_path)
-    spec = load_any_spec(spec_path)
+    pipeline = open_pipeline(spec_path)
     path = str(spec_path)
     # a small local session; the spec's own py_packages, so the functions import as in a run
-    spark = build_session(SparkSpec(master="local[1]", shuffle_partitions=1, py_packages=spec.spark.py_packages),
-                          app_name="barrierflow-validate")
+    spark = build_session(SparkSpec(master="local[1]", shuffle_partitions=1,
+                                    py_packages=pipeline.spec.spark.py_packages), app_name="barrierflow-validate")
     shapes: list[StageShape] = []
     with tempfile.TemporaryDirectory(prefix="barrierflow-validate-") as scratch:
-        if not isinstance(spec, StagedPipelineSpec):
-            shape = check_transformation(spark, spec, spec_path=path, source_type=spec.source.type,
-                                         scratch_dir=scratch)
-            return summary, [StageShape(shape.stage, shape.input_columns, shape.output_columns)]
-        servers = {c.name: OFFLINE_SERVERS for c in spec.channels}
-        work_dir = pipeline_work_dir(spec)
-        for index, stage in enumerate(spec.stages):
-            derived = derive_stage_spec(spec, stage, work_dir=work_dir, servers=servers)
-            sink = stage.sinks[0]
-            channels_read = any(isinstance(s, ChannelSourceSpec) for s in stage.sources)
+        for index, stage in enumerate(pipeline.stages):
             shape = check_transformation(
-                spark, derived, spec_path=path, source_type="channel" if channels_read else derived.source.type,
-                scratch_dir=scratch, prefix=f"stages[{index}].", stage=stage.name,
-                channel_key_column=sink.key_column if isinstance(sink, ChannelSinkSpec) else None)
+                spark, stage.spec, spec_path=path, source_type=stage.source_type, scratch_dir=scratch,
+                prefix=pipeline.stage_field_prefix(index), stage=stage.name,
+                channel_key_column=stage.output.key_column if stage.output is not None else None)
             shapes.append(StageShape(stage.name, shape.input_columns, shape.output_columns))
-    _check_channel_fields(spec, path, {s.stage: s for s in shapes})
+    _check_channel_fields(pipeline, path, {s.stage: s for s in shapes})
     return summary, shapes
 
 
-def _check_channel_fields(spec: StagedPipelineSpec, spec_path: str, shapes: dict[str, StageShape]) -> None:
+def _check_channel_fields(pipeline: OpenedPipeline, spec_path: str, shapes: dict[str, StageShape]) -> None:
     """Each channel source's ``json_fields`` are columns of the stage that writes the channel
-    (a missing one would make every record a dead letter)."""
+    (a missing one would make every record a dead letter). One stage reads no channel."""
     from barrierflow.errors import SpecError
+    from barrierflow.spec.parts import spec_parts
     from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec
 
-    writers = {s.sinks[0].channel: s.name for s in spec.stages if isinstance(s.sinks[0], ChannelSinkSpec)}
-    for index, stage in enumerate(spec.stages):
-        for number, source in enumerate(stage.sources):
+    parts = spec_parts(pipeline.spec)
+    writers = {p.part.sinks[0].channel: p.name for p in parts if isinstance(p.part.sinks[0], ChannelSinkSpec)}
+    for index, part in enumerate(parts):
+        for number, source in enumerate(part.part.sources):
             if not isinstance(source, ChannelSourceSpec) or source.channel not in writers:
                 continue
             writer = shapes[writers[source.channel]]
             missing = [name for name in source.json_fields if name not in writer.output_columns]
             if missing:
                 listing = ", ".join(f"{n} {t}" for n, t in writer.output_columns.items())
-                raise SpecError(spec_path, [(f"stages[{index}].sources[{number}].json_fields", (
-                    f"stage {stage.name!r} reads fields {missing} from channel {source.channel!r}, but stage "
+                raise SpecError(spec_path, [(f"{pipeline.stage_field_prefix(index)}sources[{number}].json_fields", (
+                    f"stage {part.name!r} reads fields {missing} from channel {source.channel!r}, but stage "
                     f"{writer.stage!r} writes only the columns {listing}; every record would be a dead letter"))])

@@ -13,7 +13,6 @@ from typing import Any
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.verification.global_cut import CutVerificationReport, select_cut_ids, verify_cuts
 from barrierflow.verification.report import VerificationReport
-from barrierflow.verification.runner import verification_summary
 
 #: How many failed checks the message of :meth:`VerifyOutcome.failure_message` lists.
 MAX_LISTED_FAILURES = 10
@@ -21,16 +20,15 @@ MAX_LISTED_FAILURES = 10
 
 @dataclass(frozen=True)
 class VerifyOutcome:
-    """Every cut verified, in order. ``single_stage``: the cuts are one stage's checkpoints."""
+    """Every cut verified, in order. ``noun``: how messages name a cut (``checkpoint`` of one
+    stage, ``global checkpoint`` of several: :attr:`OpenedPipeline.cut_noun`); ``causes``: the
+    usual causes of a failure, as the pipeline's stores and inputs make them."""
 
     pipeline: str
     storage: str
     reports: list[CutVerificationReport]
-    single_stage: bool = False
-
-    @property
-    def noun(self) -> str:
-        return "checkpoint" if self.single_stage else "global checkpoint"
+    noun: str
+    causes: str
 
     @property
     def failed(self) -> list[CutVerificationReport]:
@@ -43,11 +41,10 @@ class VerifyOutcome:
 
     def summary(self) -> dict[str, Any]:
         """The JSON document of ``barrierflow verify --json`` (also the scheduled verification's
-        XCom): ``pipeline``, ``storage``, ``verified``, ``failed`` (ids) and ``reports``: for
-        one stage each checkpoint's stored report, for several each cut's checks and stages."""
-        if self.single_stage:
-            return verification_summary(self.pipeline, self.storage, self.stage_reports)
-        return {"pipeline": self.pipeline, "storage": self.storage, "verified": len(self.reports),
+        XCom), one shape for every pipeline: ``pipeline``, ``storage``, ``noun``, ``verified``,
+        ``failed`` (ids) and ``reports``: each cut's (:meth:`CutVerificationReport.as_dict`:
+        its own checks and each stage's stored report under ``stages``)."""
+        return {"pipeline": self.pipeline, "storage": self.storage, "noun": self.noun, "verified": len(self.reports),
                 "failed": [r.checkpoint_id for r in self.failed], "reports": [r.as_dict() for r in self.reports]}
 
     def failures(self) -> list[tuple[int, str, str, str | None]]:
@@ -58,33 +55,32 @@ class VerifyOutcome:
     def failure_message(self, spec_path: str) -> str:
         """What the scheduled verification fails with (several lines): every failed cut and
         check (up to :data:`MAX_LISTED_FAILURES`), and what to do."""
-        failed = self.failures()
+        failed = [(r.checkpoint_id, _describe(c.name, {own.name for own in r.checks}), c.message, c.file)
+                  for r in self.reports for c in r.failures]
         ids = sorted({cid for cid, _, _, _ in failed})
-        lines = [f"{self.noun} {cid} failed {_describe(name, self.single_stage)}: {message}"
+        lines = [f"{self.noun} {cid} failed {described}: {message}"
                  + (f" [{file}]" if file and file not in message else "")
-                 for cid, name, message, file in failed[:MAX_LISTED_FAILURES]]
+                 for cid, described, message, file in failed[:MAX_LISTED_FAILURES]]
         if len(failed) > MAX_LISTED_FAILURES:
             lines.append(f"... and {len(failed) - MAX_LISTED_FAILURES} more failed checks (see the JSON summary)")
-        causes = ("a damaged or partly deleted checkpoint store, or source data already deleted by the source's "
-                  "retention" if self.single_stage else
-                  "a damaged or partly deleted stage store, or channel records already deleted by the broker's "
-                  "retention")
         return (
             f"pipeline {self.pipeline!r}: {len(ids)} of {len(self.reports)} verified {self.noun}s in {self.storage} "
             f"failed verification ({', '.join(f'{self.noun} {cid}' for cid in ids)}):\n  " + "\n  ".join(lines)
             + f"\nA failed {self.noun} cannot be trusted for a restore: 'barrierflow restore {spec_path} "
             f"--latest-valid' (and the recovery DAG's default checkpoint='latest-valid') skips it and retention no "
             f"longer keeps it. Look at it with 'barrierflow verify {spec_path} --checkpoint {ids[-1]}'; the usual "
-            f"causes are {causes}.")
+            f"causes are {self.causes}.")
 
 
-def _describe(name: str, single_stage: bool) -> str:
-    """``"sha256"`` -> ``"the sha256 check"``; of several stages ``"b: sha256"`` -> ``"(stage b,
-    check sha256)"``, a check of the cut itself (``global-manifest``) -> ``"(check global-manifest)"``."""
-    if single_stage:
-        return f"the {name} check"
+def _describe(name: str, own: set[str]) -> str:
+    """A check of the cut itself (``own``, e.g. ``global-manifest``) -> ``"(check
+    global-manifest)"``; a stage's check named by its stage (``"b: sha256"``, several stages) ->
+    ``"(stage b, check sha256)"``; else (one stage, whose checks keep their names) ``"the
+    sha256 check"``. The names are :attr:`CutVerificationReport.failures`'."""
+    if name in own:
+        return f"(check {name})"
     stage, sep, check = name.partition(": ")
-    return f"(stage {stage}, check {check})" if sep else f"(check {name})"
+    return f"(stage {stage}, check {check})" if sep else f"the {name} check"
 
 
 def verify(spec_path: str | os.PathLike[str], *, checkpoint_id: int | None = None, latest: int | None = None,
@@ -101,4 +97,4 @@ def verify(spec_path: str | os.PathLike[str], *, checkpoint_id: int | None = Non
     pipeline = open_pipeline(spec_path)
     ids = select_cut_ids(pipeline.cuts, checkpoint_id, latest)
     reports = verify_cuts(pipeline.cuts, pipeline.stages, ids, deep=deep)
-    return VerifyOutcome(pipeline.name, pipeline.storage, reports, pipeline.single_stage)
+    return VerifyOutcome(pipeline.name, pipeline.storage, reports, pipeline.cut_noun, pipeline.failure_causes)

@@ -13,10 +13,16 @@ Airflow); it may be left out when the pipeline has exactly one final Parquet sta
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from barrierflow.errors import UserInputError
 from barrierflow.spec.graph import Cycle, StageGraph, build_graph
-from barrierflow.spec.models import ParquetSinkSpec
+from barrierflow.spec.models import ParquetSinkSpec, PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec, StageSpec
+
+#: The brokers given to channels when a stage's spec is derived for the batch side: it reads
+#: only the stores and the lake, never a channel.
+NO_BROKER = "batch-side-reads-no-channel:9"
 
 
 class FinalStageError(UserInputError):
@@ -106,3 +112,64 @@ def choose_final_stage(spec: StagedPipelineSpec, name: str | None) -> StageSpec:
         raise FinalStageError(f"pipeline {spec.name!r}: stage {name!r} {why}; the batch side reads the committed "
                               f"Parquet output of a final stage: {listed}")
     return stage
+
+
+@dataclass(frozen=True)
+class ParquetOutput:
+    """A committed Parquet lake of a pipeline: the sink of a single-stage pipeline (``stage``
+    None) or that of a final stage of several; ``recomputable``: its output can be recomputed
+    in batch (:func:`replay_obstacle` finds nothing)."""
+
+    stage: str | None
+    sink: ParquetSinkSpec
+    output_event_interval: float
+    recomputable: bool = True
+
+
+def parquet_outputs(spec: PipelineSpec | StagedPipelineSpec) -> list[ParquetOutput]:
+    """Every committed Parquet lake of ``spec`` (none when it writes no Parquet), in spec order."""
+    if isinstance(spec, PipelineSpec):
+        sink = spec.sink
+        return ([ParquetOutput(None, sink, spec.batch.output_event_interval)]
+                if isinstance(sink, ParquetSinkSpec) else [])
+    outputs = []
+    for stage in parquet_final_stages(spec):
+        sink = stage.sinks[0]
+        assert isinstance(sink, ParquetSinkSpec)
+        outputs.append(ParquetOutput(stage.name, sink, stage.batch.output_event_interval,
+                                     recomputable=replay_obstacle(spec, stage.name) is None))
+    return outputs
+
+
+@dataclass(frozen=True)
+class BatchSide:
+    """What the batch side of a spec works on: ``spec`` is a single-stage pipeline's own, or the
+    derived spec of the final stage ``stage`` of ``pipeline``; ``stage_specs``: then every
+    stage's derived spec (for the replay)."""
+
+    spec: PipelineSpec
+    pipeline: StagedPipelineSpec | None = None
+    stage: str | None = None
+    stage_specs: dict[str, PipelineSpec] = field(default_factory=dict)
+
+
+def batch_side(spec: PipelineSpec | StagedPipelineSpec, stage: str | None, spec_path: str) -> BatchSide:
+    """The spec the batch side of ``spec`` works on (``stage``: the final stage named, see
+    :func:`choose_final_stage`).
+
+    Raises:
+        UserInputError: ``stage`` given for a single-stage spec. FinalStageError: see
+            :func:`choose_final_stage`.
+    """
+    if isinstance(spec, StagedPipelineSpec):
+        from barrierflow.pipeline.model import pipeline_work_dir
+        from barrierflow.pipeline.stage_options import derive_stage_spec
+
+        chosen = choose_final_stage(spec, stage)
+        servers = {c.name: NO_BROKER for c in spec.channels}
+        work_dir = pipeline_work_dir(spec)
+        specs = {s.name: derive_stage_spec(spec, s, work_dir=work_dir, servers=servers) for s in spec.stages}
+        return BatchSide(specs[chosen.name], spec, chosen.name, specs)
+    if stage is not None:
+        raise UserInputError(f"{spec_path} is a single-stage spec: it has no stage {stage!r}; leave out --stage")
+    return BatchSide(spec)

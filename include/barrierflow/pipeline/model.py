@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts, completed_cut
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
+from barrierflow.faults import PIPELINE_POINTS, STAGE_POINTS
 from barrierflow.pipeline.stage_options import derive_stage_spec
 from barrierflow.sinks.factory import ChannelOutput
 from barrierflow.spec.graph import StageGraph, build_graph
@@ -158,6 +159,58 @@ class OpenedPipeline:
         """How messages name a cut: ``checkpoint`` (one stage) or ``global checkpoint``."""
         return "checkpoint" if self.single_stage else "global checkpoint"
 
+    @property
+    def failure_causes(self) -> str:
+        """The usual causes of a failed verification, as messages name them: one stage's store
+        and source, or the stage stores and the channels of several."""
+        if self.single_stage:
+            return ("a damaged or partly deleted checkpoint store, or source data already deleted by the source's "
+                    "retention")
+        return "a damaged or partly deleted stage store, or channel records already deleted by the broker's retention"
+
+    @property
+    def runner_noun(self) -> str:
+        """How messages name what runs: ``job`` (one stage, one Spark query) or ``pipeline``."""
+        return "job" if self.single_stage else "pipeline"
+
+    @property
+    def protocol_points(self) -> tuple[str, ...]:
+        """The protocol points of :mod:`barrierflow.faults` a run of it reaches before its
+        sinks': every stage's, and for several stages the coordinator's (the global manifest)."""
+        return STAGE_POINTS + (() if self.single_stage else PIPELINE_POINTS)
+
+    def refuse_stage_processes(self, flag: str) -> None:
+        """Raise UserInputError naming ``flag`` (``--processes``, ``--stage``) when the pipeline
+        is one stage: only a pipeline of several runs a process per stage."""
+        if self.single_stage:
+            raise UserInputError(f"{flag} is for pipelines of several stages; {self.spec_path} has one stage "
+                                 "(run it without the flag)")
+
+    def stage_field_prefix(self, index: int) -> str:
+        """How spec errors name a field of stage number ``index``: ``stages[<index>].`` in a
+        spec of several stages, nothing in a single-stage spec (its fields are top-level)."""
+        return "" if self.single_stage else f"stages[{index}]."
+
+    def stage_file_suffix(self, stage: str) -> str:
+        """What a per-stage output file (``skew --html PATH``) adds to its name before the
+        suffix: nothing for one stage (the pipeline's file is its stage's), else ``-<stage>``."""
+        return "" if self.single_stage else f"-{stage}"
+
+    @property
+    def restore_can_accept_duplicates(self) -> bool:
+        """Whether a restore may write already committed output again (``accept_duplicates``):
+        only one stage's restore replays committed epochs; a pipeline of several restores only
+        complete global checkpoints, whose final sinks are never ahead of them."""
+        return self.single_stage
+
+    def refuse_accept_duplicates(self, accept_duplicates: bool) -> None:
+        """Raise UserInputError when ``accept_duplicates`` is asked of a pipeline whose restore
+        cannot write committed output again (:attr:`restore_can_accept_duplicates`)."""
+        if accept_duplicates and not self.restore_can_accept_duplicates:
+            raise UserInputError("--accept-duplicates applies to single-stage pipelines only (the recovery DAG's "
+                                 "accept_duplicates too): a pipeline of several stages restores only complete "
+                                 "global checkpoints, whose final sinks are never ahead of them; restore without it")
+
     def connected_stages(self, embedded: str | None) -> tuple[Stage, ...]:
         """The stages as a run derives them, with ``embedded`` (the running embedded broker's
         ``host:port``) for the channels that live on it instead of the offline placeholder:
@@ -199,6 +252,13 @@ class OpenedPipeline:
                 abandoned by a restore); the message lists the completed ones.
         """
         return completed_cut(self.cuts, self.name, checkpoint_id, noun=self.cut_noun)
+
+
+def default_kill_mode(spec: PipelineSpec | StagedPipelineSpec) -> str:
+    """What a chaos run kills by default (``barrierflow chaos --mode``, the chaos DAG's
+    ``mode``): ``mixed`` for a pipeline of several stages (its stage processes too), ``group``
+    for one (the whole process group)."""
+    return "mixed" if isinstance(spec, StagedPipelineSpec) else "group"
 
 
 def single_stage_pipeline(spec: PipelineSpec, *, store: CheckpointStore | None = None,

@@ -294,8 +294,8 @@ def quality_report(spec: PipelineSpec, store: CheckpointStore, *, epochs: int | 
     outcomes: list[SuiteOutcome] = []
     targets: list[tuple[str, pd.DataFrame, dict[str, Any], str]] = []
     for target, rows, empty_reason in (
-            ("output", output, "no committed epoch yet"),
-            ("rollups", rollups, "no rollups yet (the rollup DAG has not written a day)")):
+            ("output", output, f"no committed epoch in {sink.path} yet"),
+            ("rollups", rollups, f"no rollups in {rollups_uri(spec)} yet (the rollup DAG has not written a day)")):
         path = suite_path(spec, target)
         outcome = SuiteOutcome(target, str(path), 0 if rows is None else len(rows))
         outcomes.append(outcome)

@@ -44,8 +44,8 @@ from barrierflow.verification.report import load_report
 class CutRetentionPlan:
     """What one run deleted (or, dry, would delete): global records and each stage's plan.
 
-    ``single_stage``: the run of a pipeline of one stage (no global records: ``checkpoints``,
-    ``incomplete`` and ``keys`` stay empty; its one stage plan says what was deleted)."""
+    A pipeline of one stage has no global records (``keys`` stays empty): its cuts'
+    ``checkpoints`` and ``incomplete`` are its stage plan's."""
 
     pipeline: str
     policy: RetentionPolicy
@@ -56,21 +56,21 @@ class CutRetentionPlan:
     incomplete: list[int] = field(default_factory=list)
     keys: list[ObjectInfo] = field(default_factory=list)
     stages: dict[str, RetentionPlan] = field(default_factory=dict)
-    single_stage: bool = False
 
     @property
     def bytes_freed(self) -> int:
         return sum(i.size for i in self.keys) + sum(p.bytes_freed for p in self.stages.values())
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON of ``retain``: one stage: its plan's (``deleted.checkpoints``, ``shared``,
-        ``ledger``, ...); several: the global records' part and each stage's plan."""
-        if self.single_stage:
-            [plan] = self.stages.values()
-            return plan.as_dict()
+        """The JSON of ``retain``, one shape for every pipeline: the cuts' part (``kept``,
+        ``savepoints``, ``deleted.checkpoints`` and ``deleted.incomplete``: cut ids;
+        ``deleted.global_records``: how many ``global/`` objects, none for one stage),
+        ``bytes_freed`` (everything) and each stage's plan under ``stages`` (its checkpoints,
+        shared files, ledger entries, reservations, bytes, local files)."""
         return {"pipeline": self.pipeline, "policy": self.policy.value, "dry_run": self.dry_run,
                 "kept": self.kept, "savepoints": self.savepoints,
-                "deleted": {"global_checkpoints": self.checkpoints, "incomplete": self.incomplete},
+                "deleted": {"checkpoints": self.checkpoints, "incomplete": self.incomplete,
+                            "global_records": len(self.keys)},
                 "bytes_freed": self.bytes_freed,
                 "stages": {name: plan.as_dict() for name, plan in self.stages.items()}}
 
@@ -132,7 +132,7 @@ def retain_cuts(cuts: GlobalCheckpointStore | SingleStageCuts, stages: Sequence[
         [stage] = stages
         own = retain(stage.spec, stage.store, dry_run=dry_run, layout=stage.layout)
         return CutRetentionPlan(stage.spec.name, own.policy, dry_run, own.kept, own.savepoints,
-                                stages={stage.name: own}, single_stage=True)
+                                own.checkpoints, own.incomplete, stages={stage.name: own})
     store = cuts
     plan, keep = plan_cuts(store, stages, retained=retained, policy=policy)
     plan.dry_run = dry_run

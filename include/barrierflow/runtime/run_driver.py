@@ -17,7 +17,7 @@ from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.runtime.pipeline_runner import PipelineRunner
 from barrierflow.spec.models import PipelineSpec
 
-__all__ = ["open_driver"]
+__all__ = ["open_driver", "open_stage_process_driver"]
 
 
 def open_driver(pipeline: OpenedPipeline, *, channel_servers: Mapping[str, str] | None = None) -> PipelineRunner:
@@ -31,3 +31,17 @@ def open_driver(pipeline: OpenedPipeline, *, channel_servers: Mapping[str, str] 
         return StreamingJob(pipeline.spec, spec_path=pipeline.spec_path).driver
     return StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path,
                              channel_servers=dict(channel_servers or {})).driver
+
+
+def open_stage_process_driver(pipeline: OpenedPipeline, stage: str, *,
+                              channel_servers: Mapping[str, str] | None = None) -> StagedPipelineJob:
+    """The job of one stage process of ``run --processes`` (``run SPEC --stage NAME``): the
+    pipeline's stages, of which the process runs ``stage`` following its supervisor's cuts.
+
+    Raises:
+        UserInputError: the pipeline is one stage (no stage processes), or has no such stage.
+    """
+    pipeline.refuse_stage_processes("--stage")
+    pipeline.stage(stage)  # UserInputError naming the stages
+    assert not isinstance(pipeline.spec, PipelineSpec)  # refused above
+    return StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path, channel_servers=dict(channel_servers or {}))

@@ -10,8 +10,8 @@ from string import Template
 
 SPEC = Template("""\
 # The $name pipeline: the built-in generator -> $package.transform:label_values -> Parquet files,
-# with exactly-once checkpoints. Relative paths (var/..., $package) are taken relative to
-# $$BARRIERFLOW_HOME, else the working directory: run barrierflow from this folder.
+# with exactly-once checkpoints. Relative paths (var/..., $package) are the project folder's:
+# run barrierflow with BARRIERFLOW_HOME set to it (unset, a spec's paths are taken from its folder).
 # Fields: barrierflow's docs/pipeline-spec.md.
 version: 1
 name: $name
@@ -194,7 +194,9 @@ and writes Parquet files under `var/$name/output`, with exactly-once checkpoints
 `var/$name/checkpoints`.
 
 Run every command from this folder, with the Python environment barrierflow is installed in
-(for a clone of barrierflow: its `.venv`, e.g. `source ../barrierflow/.venv/bin/activate`).
+(for a clone of barrierflow: its `.venv`, e.g. `source ../barrierflow/.venv/bin/activate`) and
+`export BARRIERFLOW_HOME=$$PWD`: the spec's relative paths (`var/`, the package) are this folder's
+(without it they would be taken from `pipelines/`, the spec's own folder).
 
 ## Test
 

@@ -168,10 +168,13 @@ JVM_EXIT_SECONDS = 30.0
 
 
 def _let_jvm_exit(process: subprocess.Popen[bytes]) -> None:
-    """At a normal exit of the driver, end its JVM as before: close its stdin (it exits on
-    EOF, running Spark's shutdown hooks: temporary directories removed, event log closed) and
-    wait for it, so the parent-death SIGKILL finds nothing left to kill. Only a JVM whose
-    shutdown takes longer than :data:`JVM_EXIT_SECONDS` is killed by it."""
+    """At a normal exit of the driver, end its JVM as before: stop the SparkContext
+    (:func:`_stop_spark_context`), close the JVM's stdin (it exits on EOF, running Spark's
+    shutdown hooks: temporary directories removed, event log closed) and wait for it, so the
+    parent-death SIGKILL finds nothing left to kill. Only a JVM whose shutdown takes longer
+    than :data:`JVM_EXIT_SECONDS` is killed by it."""
+    if process.poll() is None:
+        _stop_spark_context()
     try:
         if process.stdin is not None:
             process.stdin.close()
@@ -181,6 +184,45 @@ def _let_jvm_exit(process: subprocess.Popen[bytes]) -> None:
                     "with the driver", process.pid, JVM_EXIT_SECONDS)
     except OSError:
         pass
+
+
+#: How long a driver that exits normally waits for its SparkContext to stop (seconds); a
+#: context that takes longer (a JVM busy or wedged) is left to the JVM's own shutdown.
+CONTEXT_STOP_SECONDS = 20.0
+
+
+def _stop_spark_context() -> None:
+    """Stop the driver's SparkContext, if one is active, while its JVM still runs; waits at
+    most :data:`CONTEXT_STOP_SECONDS`.
+
+    Without it the JVM exits under a live context: PySpark's accumulator server (a daemon
+    thread of this process, connected to by the JVM once a Python task reported accumulator
+    updates) reads EOF when the JVM's end of that connection closes and prints an
+    ``EOFError`` traceback after the run's output, and py4j calls still in flight fail with
+    network errors. ``SparkContext.stop`` stops the context in the JVM and then that server
+    (it leaves its connection within its one-second poll), so the JVM's exit closes a
+    connection nobody reads. The stop runs in a daemon thread so that a JVM that does not
+    answer cannot hold the exit: past the limit the JVM is ended as before, and a JVM that
+    is already gone (killed) only makes PySpark warn that it could not stop it cleanly."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is None:
+        return
+
+    def stop() -> None:
+        try:
+            context.stop()
+        except Exception as exc:  # the process is exiting; the JVM is ended after this either way
+            log.warning("the SparkContext did not stop cleanly at the driver's exit (%s); its JVM is ended anyway",
+                        exc)
+
+    stopper = threading.Thread(target=stop, name="barrierflow-spark-context-stop", daemon=True)
+    stopper.start()
+    stopper.join(CONTEXT_STOP_SECONDS)
+    if stopper.is_alive():
+        log.warning("the SparkContext did not stop within %.0f s of the driver's exit; its JVM is ended without "
+                    "waiting for it", CONTEXT_STOP_SECONDS)
 
 
 def state_store_conf(spec: SparkSpec) -> dict[str, str]:

@@ -64,8 +64,8 @@ def package_dir(entry: str) -> Path:
     path = path.resolve()
     if not path.is_dir():
         raise UserInputError(f"spark.py_packages: {entry!r} ({path}) is not a directory; give the directory of a "
-                             "Python package (relative paths are taken relative to $BARRIERFLOW_HOME, else the "
-                             "working directory)")
+                             "Python package (a spec file's relative paths are taken relative to $BARRIERFLOW_HOME, "
+                             "else its folder)")
     if not (path / "__init__.py").is_file():
         raise UserInputError(f"spark.py_packages: {path} has no __init__.py; name the package's own directory "
                              "(the one with __init__.py), not the folder around it")

@@ -8,6 +8,7 @@ from barrierflow.spec.loader import (
     parse_spec,
     parse_staged_spec,
     project_home,
+    spec_home,
 )
 from barrierflow.spec.models import (
     CheckpointSpec,
@@ -47,4 +48,5 @@ __all__ = [
     "parse_spec",
     "parse_staged_spec",
     "project_home",
+    "spec_home",
 ]

@@ -3,7 +3,9 @@
 Contract: :func:`load_spec` (single-stage) and :func:`load_any_spec` (single- or
 multi-stage) either return a valid spec or raise :class:`SpecError` whose message names the
 file, each offending field (dotted path; for a multi-stage graph also the stage or channel)
-and what is allowed.
+and what is allowed. A spec they return has every relative path made absolute against the
+spec file's home (:mod:`barrierflow.spec.paths`: ``$BARRIERFLOW_HOME``, else the spec file's
+folder).
 """
 
 from __future__ import annotations
@@ -20,14 +22,13 @@ from barrierflow.errors import SpecError
 from barrierflow.spec.graph import build_graph
 from barrierflow.spec.kafka_client import SECRET_FIELDS
 from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.paths import project_home, resolve_spec_paths, spec_home
 from barrierflow.spec.stages import StagedPipelineSpec, is_staged
 
+__all__ = ["load_any_spec", "load_spec", "parse_any_spec", "parse_spec", "parse_staged_spec", "project_home",
+           "spec_home"]
+
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def project_home() -> Path:
-    """Where relative paths in specs resolve: ``$BARRIERFLOW_HOME`` or the working directory."""
-    return Path(os.environ.get("BARRIERFLOW_HOME") or os.getcwd()).resolve()
 
 
 def _expand_env(value: Any, path: str, problems: list[tuple[str, str]]) -> Any:
@@ -66,20 +67,22 @@ def _format_error(err: Any) -> tuple[str, str]:
     return field, message
 
 
-def _prepared(data: Any, path: str) -> dict[str, Any]:
-    """``data`` checked to be a mapping, with ``${VAR}`` expanded; raises SpecError."""
+def _prepared(data: Any, path: str, home: Path | None) -> dict[str, Any]:
+    """``data`` checked to be a mapping, with ``${VAR}`` expanded and (``home`` given) its
+    relative paths resolved against ``home``; raises SpecError."""
     if not isinstance(data, dict):
         raise SpecError(path, [("(top level)", "a spec is a YAML mapping of fields to values")])
     problems: list[tuple[str, str]] = []
     expanded = _expand_env(data, "", problems)
     if problems:
         raise SpecError(path, problems)
-    return expanded
+    return expanded if home is None else resolve_spec_paths(expanded, home)
 
 
-def parse_spec(data: Any, path: str = "<spec>") -> PipelineSpec:
-    """Validate already-parsed YAML ``data`` of a single-stage spec; see :func:`load_spec`."""
-    data = _prepared(data, path)
+def parse_spec(data: Any, path: str = "<spec>", *, home: Path | None = None) -> PipelineSpec:
+    """Validate already-parsed YAML ``data`` of a single-stage spec; see :func:`load_spec`.
+    ``home``: resolve its relative paths against it (None: they stay relative)."""
+    data = _prepared(data, path, home)
     if is_staged(data):
         raise SpecError(path, [("stages", "this is a pipeline of several stages; this command takes a "
                                 "single-stage spec (sources, transformation, sinks at the top level). Multi-stage "
@@ -91,10 +94,11 @@ def parse_spec(data: Any, path: str = "<spec>") -> PipelineSpec:
         raise SpecError(path, [_format_error(e) for e in exc.errors()]) from None
 
 
-def parse_staged_spec(data: Any, path: str = "<spec>") -> StagedPipelineSpec:
+def parse_staged_spec(data: Any, path: str = "<spec>", *, home: Path | None = None) -> StagedPipelineSpec:
     """Validate already-parsed YAML ``data`` of a multi-stage spec: its fields, then its
-    graph (:func:`barrierflow.spec.graph.build_graph`). Raises SpecError naming every problem."""
-    data = _prepared(data, path)
+    graph (:func:`barrierflow.spec.graph.build_graph`). Raises SpecError naming every problem.
+    ``home`` as for :func:`parse_spec`."""
+    data = _prepared(data, path, home)
     try:
         spec = StagedPipelineSpec.model_validate(data)
     except ValidationError as exc:
@@ -105,11 +109,12 @@ def parse_staged_spec(data: Any, path: str = "<spec>") -> StagedPipelineSpec:
     return spec
 
 
-def parse_any_spec(data: Any, path: str = "<spec>") -> PipelineSpec | StagedPipelineSpec:
+def parse_any_spec(data: Any, path: str = "<spec>", *, home: Path | None = None
+                   ) -> PipelineSpec | StagedPipelineSpec:
     """A single-stage or a multi-stage spec, told apart by the ``stages`` field."""
     if is_staged(data):
-        return parse_staged_spec(data, path)
-    return parse_spec(data, path)
+        return parse_staged_spec(data, path, home=home)
+    return parse_spec(data, path, home=home)
 
 
 def _read_yaml(path: str | os.PathLike[str]) -> Any:
@@ -130,20 +135,29 @@ def _read_yaml(path: str | os.PathLike[str]) -> Any:
         raise SpecError(str(path), [("(file)", f"is not valid YAML: {exc}")]) from None
 
 
-def load_spec(path: str | os.PathLike[str]) -> PipelineSpec:
+def _home(path: str | os.PathLike[str], home: str | os.PathLike[str] | None) -> Path:
+    return Path(home).resolve() if home is not None else spec_home(path)
+
+
+def load_spec(path: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None) -> PipelineSpec:
     """Read and validate the single-stage YAML spec at ``path``.
+
+    Relative paths resolve against ``home``, by default
+    :func:`~barrierflow.spec.paths.spec_home` (``$BARRIERFLOW_HOME``, else the file's folder).
 
     Raises:
         SpecError: the file is missing, is not YAML, is a multi-stage spec, or a field is wrong.
     """
-    return parse_spec(_read_yaml(path), str(path))
+    return parse_spec(_read_yaml(path), str(path), home=_home(path, home))
 
 
-def load_any_spec(path: str | os.PathLike[str]) -> PipelineSpec | StagedPipelineSpec:
-    """Read and validate the YAML spec at ``path``, single-stage or multi-stage.
+def load_any_spec(path: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None
+                  ) -> PipelineSpec | StagedPipelineSpec:
+    """Read and validate the YAML spec at ``path``, single-stage or multi-stage; relative
+    paths resolve as for :func:`load_spec`.
 
     Raises:
         SpecError: the file is missing, is not YAML, a field is wrong, or (multi-stage) the
             graph breaks a rule of :mod:`barrierflow.spec.graph`.
     """
-    return parse_any_spec(_read_yaml(path), str(path))
+    return parse_any_spec(_read_yaml(path), str(path), home=_home(path, home))

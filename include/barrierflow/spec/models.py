@@ -2,10 +2,11 @@
 
 Every model forbids unknown fields, so a typo is an error naming the field rather than a
 silently ignored setting. Durations accept ``"500ms"``, ``"5s"``, ``"2 minutes"`` or a
-number of seconds. Storage URIs are ``file://PATH`` (a relative PATH is taken relative to
-``$BARRIERFLOW_HOME``, else the working directory) or ``s3://BUCKET/PREFIX`` (endpoint,
-region and credentials come from the standard AWS environment: ``AWS_ENDPOINT_URL_S3``,
-``AWS_REGION``, ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``; never from the spec).
+number of seconds. Storage URIs are ``file://PATH`` (a relative PATH of a spec file is taken
+relative to ``$BARRIERFLOW_HOME``, else the spec file's folder: :mod:`barrierflow.spec.paths`)
+or ``s3://BUCKET/PREFIX`` (endpoint, region and credentials come from the standard AWS
+environment: ``AWS_ENDPOINT_URL_S3``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``;
+never from the spec).
 """
 
 from __future__ import annotations
@@ -447,7 +448,7 @@ class SparkSpec(_Strict):
         default_factory=list,
         description="local directories of Python packages (each with an __init__.py) the transformation imports; "
                     "every job zips each one and ships it to its driver and executors (barrierflow.spark.user_code). "
-                    "A relative path is taken relative to $BARRIERFLOW_HOME, else the working directory")
+                    "A relative path is taken relative to $BARRIERFLOW_HOME, else the spec file's folder")
 
     @field_validator("py_packages")
     @classmethod
@@ -571,7 +572,7 @@ class PipelineSpec(_Strict):
     name: str = Field(..., pattern=r"^[a-z][a-z0-9_-]{0,62}$")
     description: str = ""
     work_dir: str = Field(
-        "", description="local Spark checkpoint + staging; default var/<name> under BARRIERFLOW_HOME"
+        "", description="local Spark checkpoint + staging; default var/<name> (see barrierflow.spec.paths)"
     )
     sources: list[SourceSpec] = Field(..., min_length=1, max_length=1)
     transformation: TransformationSpec

@@ -2,7 +2,8 @@
 
 A read-only FastAPI app (:func:`create_app`) that the Airflow plugin in ``plugins/`` mounts
 under :data:`URL_PREFIX` and shows under Browse -> Checkpoints (``/plugin/checkpoints``). Per
-pipeline: recent checkpoints with their manifests' values, failure reasons and verification
+pipeline (whatever its shape): recent cuts (checkpoints; of several stages: global
+checkpoints) with one row per stage under each, the manifests' values, failure reasons and verification
 verdicts, a duration/size history plot, the latest skew plot, links to the stored reports,
 and a JSON API. Every request needs an Airflow session (:mod:`barrierflow.ui.auth`).
 
@@ -12,6 +13,6 @@ Modules: :mod:`~barrierflow.ui.history` (the data layer), :mod:`~barrierflow.ui.
 """
 
 from barrierflow.ui.app import URL_PREFIX, VIEW_ROUTE, create_app
-from barrierflow.ui.history import CheckpointRow, PipelineHistory, pipeline_history
+from barrierflow.ui.history import CutRow, PipelineHistory, cut_history
 
-__all__ = ["URL_PREFIX", "VIEW_ROUTE", "CheckpointRow", "PipelineHistory", "create_app", "pipeline_history"]
+__all__ = ["URL_PREFIX", "VIEW_ROUTE", "CutRow", "PipelineHistory", "create_app", "cut_history"]

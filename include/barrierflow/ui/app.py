@@ -14,10 +14,11 @@ Routes (relative to the mount prefix; every one requires an Airflow session, see
 Only GET exists (read-only). Data come from the pipelines folder (``pipelines_dir``) and each
 pipeline's checkpoint store, read per request.
 
-For a multi-stage pipeline the page and ``/api/pipelines/{name}`` show its global checkpoints,
-one row per stage under each (see :mod:`barrierflow.ui.history`); a checkpoint's verification
-routes serve the stored result of every stage of that global checkpoint (the API: an object
-``{"checkpoint_id", "stages": {stage: result or null}}``, 404 if no stage was verified).
+The page and ``/api/pipelines/{name}`` show a pipeline's cuts (its checkpoints; of several
+stages: its global checkpoints), one row per stage under each, whatever its shape (see
+:mod:`barrierflow.ui.history`); a cut's verification routes serve the stored result of every
+stage of that cut (the API: an object ``{"checkpoint_id", "stages": {stage: result or null}}``,
+404 if no stage was verified).
 """
 
 from __future__ import annotations
@@ -152,12 +153,9 @@ def create_app(pipelines_dir: str, authenticate: Authenticator = airflow_session
                                    f"result; run 'barrierflow verify SPEC --checkpoint {checkpoint_id}'")
 
     def _verifications(entry: PipelineEntry, checkpoint_id: int) -> dict[str, store_reader.VerificationReport]:
-        """The stored results of ``checkpoint_id``: its own, or each verified stage's (several stages)."""
-        if entry.multi_stage:
-            stages = store_reader.read_stage_verifications(entry.path, checkpoint_id)
-            return {stage: report for stage, report in stages.items() if report is not None}
-        report = store_reader.read_verification(_store(entry), checkpoint_id)
-        return {} if report is None else {entry.name: report}
+        """The stored results of cut ``checkpoint_id``: each verified stage's."""
+        stages = store_reader.read_stage_verifications(entry.path, checkpoint_id)
+        return {stage: report for stage, report in stages.items() if report is not None}
 
     @app.get("/api/pipelines/{name}/checkpoints/{checkpoint_id}/verification")
     def api_verification(name: str, checkpoint_id: int) -> dict[str, Any]:
@@ -165,11 +163,9 @@ def create_app(pipelines_dir: str, authenticate: Authenticator = airflow_session
         reports = _verifications(entry, checkpoint_id)
         if not reports:
             raise _not_verified(name, checkpoint_id)
-        if entry.multi_stage:
-            stages = store_reader.read_stage_verifications(entry.path, checkpoint_id)
-            return {"checkpoint_id": checkpoint_id,
-                    "stages": {s: r.model_dump(mode="json") if r else None for s, r in stages.items()}}
-        return dict(reports[entry.name].model_dump(mode="json"))
+        stages = store_reader.read_stage_verifications(entry.path, checkpoint_id)
+        return {"checkpoint_id": checkpoint_id,
+                "stages": {s: r.model_dump(mode="json") if r else None for s, r in stages.items()}}
 
     @app.get("/pipelines/{name}/checkpoints/{checkpoint_id}/verification", response_class=HTMLResponse)
     def verification_page(name: str, checkpoint_id: int) -> HTMLResponse:
@@ -181,12 +177,8 @@ def create_app(pipelines_dir: str, authenticate: Authenticator = airflow_session
     @app.get("/pipelines/{name}/verification", response_class=HTMLResponse)
     def verification_summary(name: str, limit: Limit = DEFAULT_LIMIT) -> HTMLResponse:
         entry = find_entry(pipelines_dir, name)
-        if entry.multi_stage:
-            checkpoints = store_reader.read_global_history(entry.path, limit).checkpoints
-            reports = [p.verification for c in reversed(checkpoints) for p in c.stages if p.verification is not None]
-        else:
-            ids = [row.checkpoint_id for row in history_of(entry, _store(entry), limit=limit).rows]
-            reports = [r for cid in sorted(ids) for r in _verifications(entry, cid).values()]
+        checkpoints = store_reader.read_global_history(entry.path, limit).checkpoints
+        reports = [p.verification for c in reversed(checkpoints) for p in c.stages if p.verification is not None]
         return HTMLResponse(store_reader.render_verification_html(name, reports))
 
     @app.get("/pipelines/{name}/reports/{path:path}")

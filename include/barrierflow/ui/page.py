@@ -1,16 +1,15 @@
 """The Checkpoints page as HTML: self-contained (inline CSS, plots as data URIs, no scripts,
 no internet resources), so it renders the same inside Airflow's iframe and saved to a file.
 
-Every value cell carries the exact value in ``data-value`` (ISO times, ms and bytes as in the
-manifest) next to its formatted text, and every row its ``data-checkpoint-id``, so tools
-(and the acceptance test) can read the page without parsing formatted numbers.
-
-A multi-stage pipeline's section has the table ``#global-checkpoints`` instead: per global
-checkpoint a row ``tr.global[data-global-id=N]`` (status, attempt, times, total ms, verdict),
-followed by one row per stage ``tr.stage[data-global-id=N][data-stage=NAME]`` (mode, barrier
-batch, alignment ms, sync and async ms, channel-state records, back-edge ranges as
-``partition [start, end) records`` joined by ``; ``, the stage's verdict). Cells carry
-``data-field``/``data-value`` as above. A single-stage pipeline's page is unchanged.
+Every pipeline's section has one table, ``#checkpoints``, whatever its shape: per cut (a
+checkpoint; of several stages: a global checkpoint) a row ``tr.cut[data-checkpoint-id=N]``
+(status, attempt, times, total ms, verdict), followed by one row per stage
+``tr.stage[data-checkpoint-id=N][data-stage=NAME]`` (kind, barrier batch, alignment ms, barrier
+batch ms, sync and async ms, full and incremental bytes, mode, channel-state records, back-edge
+ranges as ``partition [start, end) records`` joined by ``; ``, the stage's verdict). Every value
+cell carries the exact value in ``data-value`` (ISO times, ms and bytes as in the manifest) next
+to its formatted text, and its field in ``data-field``, so tools (and the acceptance test) can
+read the page without parsing formatted numbers.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ from urllib.parse import quote
 
 from barrierflow.ui.history import (
     ChannelRange,
-    CheckpointRow,
-    GlobalCheckpointRow,
+    CutRow,
     PipelineEntry,
     PipelineHistory,
     StageRow,
@@ -38,13 +36,8 @@ table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ddd;paddi
 th{background:#f4f4f4}td.text{text-align:left}.COMPLETED,.passed{color:#176f2c}
 .FAILED,.failed{color:#b00020;font-weight:bold}.muted,.not-verified{color:#777}img{max-width:100%}
 .meta span{margin-right:1.5em}.error{color:#b00020;white-space:pre-wrap}
-tr.global td{border-top:2px solid #bbb;font-weight:600}tr.stage td{background:#fafafa}
+tr.cut td{border-top:2px solid #bbb;font-weight:600}tr.stage td{background:#fafafa}
 td.stage-name{padding-left:1.5em}"""
-
-_COLUMNS = ("ID", "kind", "status", "attempt", "barrier batch", "trigger time (UTC)", "completion time (UTC)",
-            "barrier batch ms", "sync ms", "async ms", "total ms", "full bytes", "incremental bytes",
-            "verification")
-
 
 def _iso(moment: datetime | None) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds") if moment else ""
@@ -64,9 +57,9 @@ def _bytes(value: int | None) -> str:
     return "" if value is None else f"{value:,}"
 
 
-_GLOBAL_COLUMNS = ("ID / stage", "status / mode", "attempt / barrier batch", "trigger time (UTC)",
-                  "completion time (UTC)", "total ms / alignment ms", "sync ms", "async ms", "channel-state records",
-                  "back-edge ranges", "verification")
+_COLUMNS = ("ID / stage", "status / kind", "attempt / barrier batch", "trigger time (UTC)", "completion time (UTC)",
+            "total ms / alignment ms", "barrier batch ms", "sync ms", "async ms", "full bytes", "incremental bytes",
+            "mode", "channel-state records", "back-edge ranges", "verification")
 
 
 def _verification_cell(verdict_of: VerificationVerdict, href: str) -> str:
@@ -83,76 +76,51 @@ def _ranges(ranges: list[ChannelRange]) -> str:
     return "; ".join(f"{r.partition} [{r.start}, {r.end}) {r.records}" for r in ranges)
 
 
-def _global_row(row: GlobalCheckpointRow, href: str) -> str:
+def _cut_row(row: CutRow, href: str) -> str:
     status_text = row.status if row.completed else f"{row.status}: {row.failure_reason}"
     status = (f"<td data-field='status' data-value='{row.status}' class='text {row.status}'"
               f" title='{html.escape(row.failure_message or '', quote=True)}'>{html.escape(status_text)}"
               + (f"<br><span class='muted'>{html.escape(row.failure_message or '')}</span>" if not row.completed
                  else "") + "</td>")
-    return (f"<tr class='global' data-global-id='{row.checkpoint_id}'>"
+    return (f"<tr class='cut' data-checkpoint-id='{row.checkpoint_id}'>"
             + _cell("checkpoint_id", row.checkpoint_id, str(row.checkpoint_id)) + status
             + _cell("attempt", row.attempt, "" if row.attempt is None else str(row.attempt))
             + _cell("trigger_time", row.trigger_time, _iso(row.trigger_time), "text")
             + _cell("completion_time", row.completion_time, _iso(row.completion_time or row.failure_time), "text")
-            + _cell("total_ms", row.total_ms, _ms(row.total_ms)) + "<td></td><td></td><td></td><td></td>"
+            + _cell("total_ms", row.total_ms, _ms(row.total_ms)) + "<td></td>" * 8
             + _verification_cell(row.verification, href) + "</tr>")
 
 
 def _stage_row(checkpoint_id: int, row: StageRow, href: str) -> str:
     absent = "" if row.present else " <span class='muted'>(no stage manifest)</span>"
+    if row.failure:
+        absent += f"<br><span class='muted'>{html.escape(row.failure)}</span>"
     ranges = _ranges(row.back_edge_ranges)
-    return (f"<tr class='stage' data-global-id='{checkpoint_id}' data-stage='{html.escape(row.stage, quote=True)}'>"
+    return (f"<tr class='stage' data-checkpoint-id='{checkpoint_id}' "
+            f"data-stage='{html.escape(row.stage, quote=True)}'>"
             f"<td data-field='stage' data-value='{html.escape(row.stage, quote=True)}' class='text stage-name'>"
             f"{html.escape(row.stage)}{absent}</td>"
-            + _cell("mode", row.mode, row.mode or "-", "text")
+            + _cell("kind", row.kind, row.kind or "-", "text")
             + _cell("barrier_batch", row.barrier_batch, "" if row.barrier_batch is None else str(row.barrier_batch))
             + "<td></td><td></td>"
             + _cell("alignment_ms", row.alignment_ms, _ms(row.alignment_ms))
+            + _cell("barrier_batch_ms", row.barrier_batch_ms, _ms(row.barrier_batch_ms))
             + _cell("sync_ms", row.sync_ms, _ms(row.sync_ms)) + _cell("async_ms", row.async_ms, _ms(row.async_ms))
+            + _cell("full_bytes", row.full_bytes, _bytes(row.full_bytes))
+            + _cell("incremental_bytes", row.incremental_bytes, _bytes(row.incremental_bytes))
+            + _cell("mode", row.mode, row.mode or "-", "text")
             + _cell("channel_state_records", row.channel_state_records, _bytes(row.channel_state_records))
             + _cell("back_edge_ranges", ranges, ranges, "text")
             + _verification_cell(row.verification, href) + "</tr>")
 
 
-def _global_table(history: PipelineHistory, base: str, pipeline: str) -> str:
+def _table(history: PipelineHistory, base: str, pipeline: str) -> str:
     rows = []
-    for row in history.global_rows:
+    for row in history.rows:
         href = f"{base}/pipelines/{pipeline}/checkpoints/{row.checkpoint_id}/verification"
-        rows.append(_global_row(row, href) + "".join(_stage_row(row.checkpoint_id, s, href) for s in row.stages))
-    return ("<table id='global-checkpoints'><tr>" + "".join(f"<th>{c}</th>" for c in _GLOBAL_COLUMNS) + "</tr>"
+        rows.append(_cut_row(row, href) + "".join(_stage_row(row.checkpoint_id, s, href) for s in row.stages))
+    return ("<table id='checkpoints'><tr>" + "".join(f"<th>{c}</th>" for c in _COLUMNS) + "</tr>"
             + "".join(rows) + "</table>")
-
-
-def _row(row: CheckpointRow, base: str, pipeline: str) -> str:
-    status_text = row.status if row.completed else f"{row.status}: {row.failure_reason}"
-    status = (f"<td data-field='status' data-value='{row.status}' class='text {row.status}'"
-              f" title='{html.escape(row.failure_message or '', quote=True)}'>{html.escape(status_text)}"
-              + (f"<br><span class='muted'>{html.escape(row.failure_message or '')}</span>" if not row.completed
-                 else "") + "</td>")
-    verdict = row.verification.verdict
-    if verdict is Verdict.NOT_VERIFIED:
-        verification = f"<td data-field='verification' data-value='{verdict.value}' class='text not-verified'>" \
-                       "not verified</td>"
-    else:
-        kind = "deep" if row.verification.deep else "structural"
-        href = f"{base}/pipelines/{pipeline}/checkpoints/{row.checkpoint_id}/verification"
-        verification = (f"<td data-field='verification' data-value='{verdict.value}' class='text {verdict.value}' "
-                        f"title='{html.escape(row.verification.reason, quote=True)}'><a href='{href}'>"
-                        f"{verdict.value}</a> ({kind})</td>")
-    return (
-        f"<tr data-checkpoint-id='{row.checkpoint_id}'>"
-        + _cell("checkpoint_id", row.checkpoint_id, str(row.checkpoint_id))
-        + _cell("kind", row.kind, row.kind, "text") + status
-        + _cell("attempt", row.attempt, "" if row.attempt is None else str(row.attempt))
-        + _cell("barrier_batch", row.barrier_batch, "" if row.barrier_batch is None else str(row.barrier_batch))
-        + _cell("trigger_time", row.trigger_time, _iso(row.trigger_time), "text")
-        + _cell("completion_time", row.completion_time, _iso(row.completion_time or row.failure_time), "text")
-        + _cell("barrier_batch_ms", row.barrier_batch_ms, _ms(row.barrier_batch_ms))
-        + _cell("sync_ms", row.sync_ms, _ms(row.sync_ms)) + _cell("async_ms", row.async_ms, _ms(row.async_ms))
-        + _cell("total_ms", row.total_ms, _ms(row.total_ms))
-        + _cell("full_bytes", row.full_bytes, _bytes(row.full_bytes))
-        + _cell("incremental_bytes", row.incremental_bytes, _bytes(row.incremental_bytes))
-        + verification + "</tr>")
 
 
 def _nav(pipelines: list[PipelineEntry], current: str | None, base: str) -> str:
@@ -172,27 +140,21 @@ def render_pipeline(history: PipelineHistory, base: str, skew_report: dict[str, 
     name = quote(history.pipeline)
     links = [f"<a href='{base}/api/pipelines/{name}'>JSON API</a>"]
     links += [f"<a href='{base}/pipelines/{name}/{r.key}'>{html.escape(r.title)}</a>" for r in history.reports]
-    verdicts = [r.verification for r in history.rows] + [s.verification for g in history.global_rows
-                                                         for s in g.stages]
+    verdicts = [s.verification for row in history.rows for s in row.stages]
     if any(v.verdict is not Verdict.NOT_VERIFIED for v in verdicts):
         links.append(f"<a href='{base}/pipelines/{name}/verification'>Verification results</a>")
-    if history.multi_stage and history.global_rows:
-        table = _global_table(history, base, name)
-        plot = ""
-    elif history.rows:
-        table = ("<table id='checkpoints'><tr>" + "".join(f"<th>{c}</th>" for c in _COLUMNS) + "</tr>"
-                 + "".join(_row(r, base, name) for r in history.rows) + "</table>")
+    if history.rows:
+        table = _table(history, base, name)
         plot = (f"<h2>Duration and size history</h2><img id='history-plot' alt='checkpoint durations and sizes' "
                 f"src='{data_uri(history_svg(history.rows))}'>")
     else:
-        table = f"<p class='muted'>no checkpoints yet in {html.escape(history.storage)}</p>"
+        table = f"<p class='muted'>no {html.escape(history.noun)}s yet in {html.escape(history.storage)}</p>"
         plot = ""
     skew = skew_svg(skew_report) if skew_report else None
     skew_html = (f"<h2>Watermark skew (latest report)</h2><img id='skew-plot' alt='watermark skew per checkpoint' "
                  f"src='{data_uri(skew)}'>") if skew else ""
-    stages = (f"<span>stages: {html.escape(', '.join(history.stages))}</span>" if history.multi_stage else "")
-    title = ("Recent global checkpoints (newest first; one row per stage under each)" if history.multi_stage
-             else "Recent checkpoints (newest first)")
+    stages = f"<span>stages: {html.escape(', '.join(history.stages))}</span>"
+    title = f"Recent {html.escape(history.noun)}s (newest first; one row per stage under each)"
     return (
         f"<section id='pipeline' data-pipeline='{html.escape(history.pipeline, quote=True)}'>"
         f"<h1>Checkpoints: {html.escape(history.pipeline)}</h1>"

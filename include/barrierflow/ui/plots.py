@@ -16,7 +16,7 @@ import io
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from barrierflow.ui.history import CheckpointRow
+    from barrierflow.ui.history import CutRow
 
 _FAILED = "#b00020"
 
@@ -40,17 +40,23 @@ def _integer_ticks(axes: Any) -> None:
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def history_svg(rows: list[CheckpointRow]) -> str:
-    """Durations and sizes over checkpoint ids (any order in, plotted ascending)."""
+def history_svg(rows: list[CutRow]) -> str:
+    """Durations and sizes over cut ids (any order in, plotted ascending): the cut's total ms
+    and, summed over its stages, barrier batch, sync and async ms and full and incremental bytes."""
     from matplotlib.figure import Figure
 
     done = sorted((r for r in rows if r.completed), key=lambda r: r.checkpoint_id)
     failed = sorted(r.checkpoint_id for r in rows if not r.completed)
     ids = [r.checkpoint_id for r in done]
+
+    def total(row: CutRow, field: str) -> float:
+        return float(sum(getattr(s, field) or 0 for s in row.stages))
+
     figure = Figure(figsize=(9, 5.5))
     durations, sizes = figure.subplots(2, 1, sharex=True)
-    for label, values in (("barrier batch", [r.barrier_batch_ms for r in done]), ("sync", [r.sync_ms for r in done]),
-                          ("async", [r.async_ms for r in done]), ("total", [r.total_ms for r in done])):
+    for label, values in (("barrier batch", [total(r, "barrier_batch_ms") for r in done]),
+                          ("sync", [total(r, "sync_ms") for r in done]),
+                          ("async", [total(r, "async_ms") for r in done]), ("total", [r.total_ms for r in done])):
         durations.plot(ids, values, marker="o", markersize=3, label=label)
     if failed:
         durations.scatter(failed, [0] * len(failed), marker="x", color=_FAILED, label="failed", zorder=3)
@@ -58,8 +64,8 @@ def history_svg(rows: list[CheckpointRow]) -> str:
     durations.set_title("Checkpoint durations")
     durations.legend(fontsize="small", ncol=5)
     durations.grid(alpha=0.3)
-    sizes.plot(ids, [(r.full_bytes or 0) / 1024 for r in done], marker="o", markersize=3, label="full")
-    sizes.plot(ids, [(r.incremental_bytes or 0) / 1024 for r in done], marker="o", markersize=3,
+    sizes.plot(ids, [total(r, "full_bytes") / 1024 for r in done], marker="o", markersize=3, label="full")
+    sizes.plot(ids, [total(r, "incremental_bytes") / 1024 for r in done], marker="o", markersize=3,
                label="incremental (uploaded)")
     sizes.set_ylabel("KiB")
     sizes.set_xlabel("checkpoint")

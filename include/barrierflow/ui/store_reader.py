@@ -5,13 +5,12 @@ here: completed manifests of the current timeline, failure records, stored verif
 results and the reports under ``reports/``. Keeping these imports in one place keeps the page
 independent of where the library moves its modules.
 
-Spec discovery and the multi-stage reads go through :mod:`barrierflow.ops` (the page is a front
-door, under the ``front-doors-call-ops`` import contract); the single-stage reads use the
-checkpoint store's and the verification results' own readers, which run no operation.
-
-A multi-stage pipeline keeps no ``chk-<n>`` at its store's root: its global checkpoints, each
-with every stage's part, are read through the operation
-:func:`barrierflow.ops.global_history.global_checkpoint_history` (:func:`read_global_history`).
+Spec discovery and the cuts go through :mod:`barrierflow.ops` (the page is a front door, under
+the ``front-doors-call-ops`` import contract): every pipeline's cuts (its checkpoints; of
+several stages: its global checkpoints), each with every stage's part, are read through the
+operation :func:`barrierflow.ops.global_history.global_checkpoint_history`
+(:func:`read_global_history`), whatever its shape. The reports are read from the store at the
+root of ``checkpoint.storage``.
 
 Manifests name the barrier batch's time in the stage ``alignment_ms`` (format version 1) or
 ``barrier_batch_ms`` (after the rename): :func:`barrier_batch_ms` reads either.
@@ -31,10 +30,11 @@ from barrierflow.ops.global_history import global_checkpoint_history as _global_
 from barrierflow.ops.global_history import stage_verifications as _stage_verifications
 from barrierflow.storage import ObjectNotFoundError
 from barrierflow.verification.html import render_html
-from barrierflow.verification.report import VerificationReport, load_report
+from barrierflow.verification.report import VerificationReport
 
 if TYPE_CHECKING:
     from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.stages import StagedPipelineSpec
 
 __all__ = [
     "CheckpointStore",
@@ -48,13 +48,9 @@ __all__ = [
     "barrier_batch_ms",
     "find_pipelines",
     "open_checkpoint_store",
-    "read_attempt",
-    "read_failures",
     "read_global_history",
-    "read_manifests",
     "read_report_object",
     "read_stage_verifications",
-    "read_verification",
     "render_verification_html",
     "report_exists",
 ]
@@ -65,41 +61,22 @@ def find_pipelines(folder: str | os.PathLike[str]) -> list[DiscoveredPipeline]:
     return discover_pipelines(Path(folder))
 
 
-def open_checkpoint_store(spec: PipelineSpec) -> CheckpointStore:
-    """The spec's checkpoint store (opening it reads nothing)."""
-    return CheckpointStore.for_spec(spec)
+def open_checkpoint_store(spec: PipelineSpec | StagedPipelineSpec) -> CheckpointStore:
+    """The checkpoint store at the root of the spec's ``checkpoint.storage`` (opening it reads
+    nothing): where the pipeline-level reports are."""
+    return CheckpointStore.for_spec(spec)  # type: ignore[arg-type]
 
 
 def read_global_history(spec_path: str | os.PathLike[str], limit: int) -> GlobalCheckpointHistory:
-    """The newest ``limit`` global checkpoints of the multi-stage spec at ``spec_path``, each
-    with every stage's part (newest first); see :mod:`barrierflow.ops.global_history`."""
+    """The newest ``limit`` cuts of the spec at ``spec_path``, each with every stage's part
+    (newest first); see :mod:`barrierflow.ops.global_history`."""
     return _global_checkpoint_history(spec_path, limit=limit)
-
-
-def read_manifests(store: CheckpointStore) -> list[Manifest]:
-    """Completed manifests of the current timeline, ascending by id (corrupt ones skipped)."""
-    return store.completed()
-
-
-def read_failures(store: CheckpointStore) -> list[FailureRecord]:
-    """Every readable ``chk-<n>/_failed.json``, ascending by id."""
-    return store.failures()
-
-
-def read_attempt(store: CheckpointStore) -> int:
-    """How many times the pipeline was restored."""
-    return store.attempt()
-
-
-def read_verification(store: CheckpointStore, checkpoint_id: int) -> VerificationReport | None:
-    """The stored verification result of ``checkpoint_id``, or None if never verified."""
-    return load_report(store.objects, checkpoint_id)
 
 
 def read_stage_verifications(spec_path: str | os.PathLike[str], checkpoint_id: int
                              ) -> dict[str, VerificationReport | None]:
-    """Each stage's stored verification result of global checkpoint ``checkpoint_id`` (None:
-    not verified), in stage order, for the multi-stage spec at ``spec_path``."""
+    """Each stage's stored verification result of cut ``checkpoint_id`` (None: not verified),
+    in stage order, for the spec at ``spec_path``."""
     return _stage_verifications(spec_path, checkpoint_id)
 
 

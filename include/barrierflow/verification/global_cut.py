@@ -70,14 +70,27 @@ class CutVerificationReport:
     def reason(self) -> str:
         return "passed" if self.passed else "; ".join(f"{c.name}: {c.message}" for c in self.failures)
 
+    @property
+    def deep(self) -> bool:
+        """Whether every stage's checks were deep (state read, expectations run)."""
+        return bool(self.stages) and all(r.deep for r in self.stages.values())
+
+    @property
+    def check_count(self) -> int:
+        """How many checks ran: the cut's own and every stage's."""
+        return len(self.checks) + sum(len(r.checks) for r in self.stages.values())
+
+    @property
+    def passed_count(self) -> int:
+        """How many of them passed."""
+        return sum(c.passed for c in self.checks) + sum(c.passed for r in self.stages.values() for c in r.checks)
+
     def as_dict(self) -> dict[str, Any]:
-        """The JSON of ``verify``: one stage: the stage's report as it is stored
-        (``chk-<n>/_verification.json``); several: the cut's checks and each stage's report."""
-        if self.single_stage:
-            [report] = self.stages.values()
-            return report.model_dump(mode="json")
+        """The JSON of ``verify``, one shape for every pipeline: ``pipeline``, ``checkpoint_id``,
+        ``passed``, ``deep``, ``checks`` (the cut's own; none for one stage) and ``stages``:
+        each stage's report as it is stored (``chk-<n>/_verification.json``)."""
         return {"pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id, "passed": self.passed,
-                "checks": [c.model_dump(mode="json") for c in self.checks],
+                "deep": self.deep, "checks": [c.model_dump(mode="json") for c in self.checks],
                 "stages": {name: r.model_dump(mode="json") for name, r in self.stages.items()}}
 
 
@@ -221,3 +234,17 @@ def _channel_cut_check(part: Stage, manifest: Manifest) -> CheckResult:
         return CheckResult.fail(name, "; ".join(problems))
     return CheckResult.ok(name, f"{alignment.mode}: barrier positions in all {len(part.input_partitions)} input "
                                 f"partitions, {alignment.channel_state_records} channel-state records")
+
+
+def refuse_unverifiable_cut(cuts: GlobalCheckpointStore | SingleStageCuts, parts: Sequence[Stage],
+                            checkpoint_id: int, purpose: str) -> None:
+    """Raise CheckpointCorruptError when cut ``checkpoint_id`` fails the checks of the cut as
+    one (several stages: :func:`verify_cuts`), naming the stage and check, ``purpose`` saying
+    what it cannot become. A cut of one stage has no cut checks: its stage's own checks are
+    the caller's (a savepoint's promotion makes them)."""
+    if isinstance(cuts, SingleStageCuts):
+        return
+    report = verify_cuts(cuts, parts, [checkpoint_id])[0]
+    if not report.passed:
+        raise CheckpointCorruptError(f"global checkpoint {checkpoint_id} cannot {purpose}: it fails "
+                                     f"verification ({report.reason()})")
