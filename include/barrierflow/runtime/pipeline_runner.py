@@ -56,8 +56,10 @@ if TYPE_CHECKING:
 
     from barrierflow.checkpointing.manifest import Manifest
     from barrierflow.lease import FenceToken
+    from barrierflow.metrics.feed import MetricsFeed
     from barrierflow.runtime.stage_runner import StageRunner
     from barrierflow.sources.registry import StageRun
+    from barrierflow.spec.metrics import MetricsSpec
     from barrierflow.storage import ObjectStore
 
 __all__ = ["COVERING_CUTS", "CutKeeper", "PipelineRunner", "RunResult", "StageResult", "StageStats", "covered"]
@@ -92,6 +94,13 @@ class StageStats:
     first_batch_mono: float | None = None
     first_batch_records: int = 0
     last_commit_mono: float = 0.0
+
+    @property
+    def batches(self) -> int:
+        """Batches committed since the run started (all of them for a stage that had none before)."""
+        if self.latest_batch is None:
+            return 0
+        return self.latest_batch - self.start_batch if self.start_batch is not None else self.latest_batch + 1
 
     @classmethod
     def at_start(cls, runner: StageRunner, now: float) -> StageStats:
@@ -350,15 +359,19 @@ class PipelineRunner:
 
     def run(self, *, duration: float | None = None, checkpoints: int | None = None, until_exhausted: bool = False,
             progress: Callable[[Any], None] | None = None, progress_every: float = 1.0,
-            on_tick: Callable[[], None] | None = None, until: Callable[[], bool] | None = None) -> RunResult:
+            on_tick: Callable[[], None] | None = None, until: Callable[[], bool] | None = None,
+            metrics: MetricsSpec | None = None) -> RunResult:
         """Run until the stop rule holds (module docstring, step 4); with no limit, until interrupted.
+        With ``metrics``, serve the run's Prometheus metrics at its address from step 2 to step 5
+        (:mod:`barrierflow.metrics`), fed every tick before ``on_tick``.
 
         Raises:
             TolerableFailuresExceededError: too many consecutive checkpoints failed (one stage).
             JobFailedError: a stage's query died.
             FencedOffError: the lease was taken over.
             SinkCommitFailedError: a sink could not commit (or abort) an epoch, also the run's last one.
-            UserInputError: ``until_exhausted`` with an unbounded source.
+            UserInputError: ``until_exhausted`` with an unbounded source; the metrics address
+                cannot be bound.
         """
         keeper = self.keeper
         # Step 1. Restore at start.
@@ -369,7 +382,10 @@ class PipelineRunner:
         started = time.monotonic()
         stats = {r.name: StageStats.at_start(r, started) for r in self.runners}
         ended = False  # the loop reached a stop condition (no error is on its way out)
+        feed: MetricsFeed | None = None
         try:
+            if metrics is not None:
+                feed = self._metrics_feed(metrics).start()
             for runner in self.runners:
                 runner.start_query(keeper.spark, spec_path=keeper.spec_path, run=keeper.stage_run(runner),
                                    fence=keeper.fence, check_work_dir=not self.work_dir_checked,
@@ -384,6 +400,10 @@ class PipelineRunner:
                     if runner.tick():
                         stats[runner.name].committed(runner)
                 keeper.tick()
+                if feed is not None:
+                    elapsed = time.monotonic() - started
+                    for runner in self.runners:
+                        feed.observe(runner.name, stats[runner.name], runner.coordinator, elapsed)
                 if on_tick is not None:
                     on_tick()
                 now = time.monotonic()
@@ -403,12 +423,20 @@ class PipelineRunner:
         finally:
             # Step 5. Raises the failure of a sink commit no tick reported (the last checkpoint's)
             # unless the loop is already raising another error.
+            if feed is not None:
+                feed.stop()
             self.stop(failing=not ended)
         # Step 6. The result.
         stopped = time.monotonic()
         return RunResult(keeper.name, stopped - started, list(keeper.completed), list(keeper.failed),
                          {r.name: stats[r.name].result(r, stopped) for r in self.runners},
                          tuple(r.name for r in self.runners if keeper.is_source(r)))
+
+    def _metrics_feed(self, spec: MetricsSpec) -> MetricsFeed:
+        from barrierflow.metrics.feed import MetricsFeed
+
+        return MetricsFeed(spec, pipeline=self.keeper.name, attempt=self.keeper.attempt, work_dir=self.keeper.work_dir,
+                           dead_letter_uris={r.name: r.layout.dead_letter_uri(r.spec) for r in self.runners})
 
     def _limit_reached(self, *, checkpoints: int | None, ends: dict[str, dict[str, int]] | None,
                        deadline: float | None, until: Callable[[], bool] | None) -> bool:

@@ -53,3 +53,27 @@ def read_dead_letters(uri: str) -> list[dict[str, Any]]:
 
 def count_dead_letters(uri: str) -> int:
     return len(read_dead_letters(uri))
+
+
+class DeadLetterTally:
+    """Counts the dead letters under ``uri`` as :func:`count_dead_letters` does, reading only
+    the files it has not read yet (a file's name is a function of its range, so a file once
+    read is only ever overwritten with the same records). For a running pipeline's metrics:
+    :meth:`count` lists the store and reads the new files; it keeps the identities it saw."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self._read: set[str] = set()
+        self._seen: set[tuple[str, str, int]] = set()
+
+    def count(self) -> int:
+        store = open_store(self.uri)
+        for info in store.list(""):
+            if not info.key.endswith(".jsonl") or info.key in self._read:
+                continue
+            for line in store.get_bytes(info.key).decode().splitlines():
+                if line.strip():
+                    rec = json.loads(line)
+                    self._seen.add((rec["source"], str(rec["partition"]), int(rec["offset"])))
+            self._read.add(info.key)
+        return len(self._seen)

@@ -34,6 +34,7 @@ from pydantic import Field, field_validator, model_validator
 
 from barrierflow.errors import UserInputError
 from barrierflow.spec.kafka_client import KafkaClientSpec, refuse_flat_client_fields
+from barrierflow.spec.metrics import MetricsSpec
 from barrierflow.spec.models import (
     SPEC_VERSION,
     BatchSpec,
@@ -259,6 +260,8 @@ class StagedPipelineSpec(_Strict):
     restart: RestartSpec | None = Field(
         None, description="restart strategy of 'barrierflow run' (fixed-delay, exponential-delay, failure-rate); "
                           "none = a failure ends the run")
+    metrics: MetricsSpec | None = Field(
+        None, description="serve Prometheus metrics while 'barrierflow run' runs; none = not served")
 
     @field_validator("dead_letter_path", "event_times_path")
     @classmethod
