@@ -26,13 +26,13 @@ from tests.pipeline_specs import spec_dict, write_spec
 
 pytestmark = pytest.mark.spark
 
-PARTITIONS, PER_PARTITION = 2, 300
+PARTITIONS, PER_PARTITION = 2, 200
 
 
 def test_a_running_pipeline_serves_its_figures_at_the_address_in_its_work_dir(spark: Any, tmp_path: Path) -> None:
     path = write_spec(tmp_path, spec_dict(
         tmp_path, source={"partitions": PARTITIONS, "records_per_partition": PER_PARTITION,
-                          "max_records_per_batch": 60, "malformed_every": 50},
+                          "max_records_per_batch": 100, "malformed_every": 50},
         metrics={"port": 0}))
     pipeline = open_pipeline(path)
     store = pipeline.stages[0].store
