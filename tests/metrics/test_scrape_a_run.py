@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.metrics import read_address
 from barrierflow.metrics.exposition import CONTENT_TYPE
 from barrierflow.ops.run import AnyProgress, dead_letters, run
@@ -48,7 +47,7 @@ def test_a_running_pipeline_serves_its_figures_at_the_address_in_its_work_dir(sp
         body, content_type = scrape(str(address["url"]))
         assert content_type == CONTENT_TYPE
         samples, _ = parse(body)
-        scrapes.append((last, samples, CheckpointStore.checkpoint_ids(store)))
+        scrapes.append((last, samples, store.checkpoint_ids()))
 
     outcome = run(path, until_exhausted=True, progress=at_each_checkpoint, progress_every=0.0)
 
