@@ -23,7 +23,7 @@
     delete    in the job's local work directory (if it exists on this machine): old
               offsets/commits entries and state files of the local Spark checkpoint that
               Spark can never need again, the spark-checkpoint.replaced copy of a restore
-              once the job has moved on, and stale snapshots/chk-<n> staging directories
+              once the job has moved on, and stale snapshots/chk-<n> snapshot directories
               (barrierflow.retention.local); done after running.json is withdrawn, so uploads
               never wait for local deletions
 

@@ -182,7 +182,7 @@ SourceSpec = Annotated[GeneratorSourceSpec | KafkaSourceSpec, Field(discriminato
 
 
 class ParquetSinkSpec(_Strict):
-    """Parquet files, staged per epoch and published when the epoch's checkpoint completes."""
+    """Parquet files, written ahead per micro-batch and published when the epoch's checkpoint completes."""
 
     name: str = "parquet"
     type: Literal["parquet"]
@@ -213,7 +213,7 @@ class PostgresSinkSpec(_Strict):
     table: str = Field(..., pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
     mode: Literal["insert", "upsert"] = "insert"
     key_columns: list[str] = Field(default_factory=list, description="conflict target for upsert")
-    staging_path: str = Field("", description="storage URI of the write-ahead staging; default in work_dir")
+    staging_path: str = Field("", description="storage URI of the write-ahead area; default in work_dir")
 
     @model_validator(mode="after")
     def _upsert_needs_keys(self) -> PostgresSinkSpec:
@@ -232,7 +232,7 @@ class KafkaSinkSpec(_Strict):
     topic: str
     key_column: str | None = None
     commit_marker_topic: str = "__barrierflow_commits"
-    staging_path: str = Field("", description="storage URI of the write-ahead staging; default in work_dir")
+    staging_path: str = Field("", description="storage URI of the write-ahead area; default in work_dir")
     transaction_timeout_ms: int = Field(60_000, ge=1000)
     client: KafkaClientSpec | None = Field(
         None, description="security (SASL, TLS; secrets as env:VAR or airflow:CONN_ID) and allowed client options; "
@@ -571,7 +571,9 @@ class PipelineSpec(_Strict):
     name: str = Field(..., pattern=r"^[a-z][a-z0-9_-]{0,62}$")
     description: str = ""
     work_dir: str = Field(
-        "", description="local Spark checkpoint + staging; default var/<name> (see barrierflow.spec.paths)"
+        "",
+        description=("local Spark checkpoint, snapshots, write-ahead batches; default var/<name> "
+                     "(see barrierflow.spec.paths)"),
     )
     sources: list[SourceSpec] = Field(..., min_length=1, max_length=1)
     transformation: TransformationSpec
