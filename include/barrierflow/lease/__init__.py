@@ -65,8 +65,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from barrierflow.errors import BarrierflowError, UserInputError
+from barrierflow.processes import process_alive
 from barrierflow.storage import ObjectNotFoundError, ObjectStore
-from barrierflow.workdir.processes import process_alive
 
 log = logging.getLogger(__name__)
 
