@@ -77,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
                           "coordinator in this one")
     run.add_argument("--stage", metavar="NAME",
                      help="several stages: run only this stage (what --processes starts for each stage)")
+    run.add_argument("--attempt-of-supervisor", metavar="PID", type=int, help=argparse.SUPPRESS)
 
     restore = sub.add_parser("restore", help="rebuild the job's Spark checkpoint from a completed checkpoint")
     restore.add_argument("spec")
@@ -243,6 +244,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.stage:
         run_stage(args.spec, args.stage)
         return EXIT_OK
+    if args.attempt_of_supervisor is None:  # a spec with a restart strategy runs under its supervisor
+        from barrierflow.ops.supervised_run import run_supervised
+
+        supervised = run_supervised(args.spec, duration=args.duration, checkpoints=args.checkpoints,
+                                    until_exhausted=args.until_exhausted, quiet=args.quiet,
+                                    processes=args.processes, verbose=args.verbose)
+        if supervised is not None:
+            print(supervised.summary())
+            return EXIT_OK
     outcome = run(args.spec, duration=args.duration, checkpoints=args.checkpoints,
                   until_exhausted=args.until_exhausted, progress=None if args.quiet else _progress_line,
                   progress_every=1.0 if sys.stderr.isatty() else 30.0, processes=args.processes)

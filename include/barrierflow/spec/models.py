@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from barrierflow.spec.durations import parse_duration_seconds
 from barrierflow.spec.kafka_client import KafkaClientField, NestedClientFields
+from barrierflow.spec.restart import RestartSpec
 
 SPEC_VERSION = 1
 
@@ -585,6 +586,9 @@ class PipelineSpec(_Strict):
     verification: VerificationSpec | None = None
     reports: ReportsSpec | None = None
     batch: BatchSpec = BatchSpec()
+    restart: RestartSpec | None = Field(
+        None, description="restart strategy of 'barrierflow run' (fixed-delay, exponential-delay, failure-rate); "
+                          "none = a failure ends the run")
 
     @field_validator("dead_letter_path", "event_times_path")
     @classmethod

@@ -52,6 +52,7 @@ from barrierflow.spec.models import (
     _Strict,
     refuse_metadata_names,
 )
+from barrierflow.spec.restart import RestartSpec
 
 EMBEDDED = "embedded"
 _NAME = r"^[a-z][a-z0-9_-]{0,62}$"
@@ -250,6 +251,9 @@ class StagedPipelineSpec(_Strict):
     spark: SparkSpec = SparkSpec()
     verification: VerificationSpec | None = None
     reports: ReportsSpec | None = None
+    restart: RestartSpec | None = Field(
+        None, description="restart strategy of 'barrierflow run' (fixed-delay, exponential-delay, failure-rate); "
+                          "none = a failure ends the run")
 
     @field_validator("dead_letter_path", "event_times_path")
     @classmethod
