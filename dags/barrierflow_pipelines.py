@@ -65,7 +65,7 @@ tags, tasks, whether it applies).
   stores the report and offline Data Docs with the reports, returns the summary (XCom), and fails
   naming each failed expectation, its column and a sample of bad rows.
 * `barrierflow_chaos__<name>` (triggered, no schedule; every spec): `chaos` runs `barrierflow
-  chaos` on scratch copies of the pipeline (a staging copy: new name, work dir, storage, outputs;
+  chaos` on scratch copies of the pipeline (a scratch copy: new name, work dir, storage, outputs;
   the running pipeline is not touched) with the params `kills`, `seed`, `mode`, `min_gap`,
   `max_gap`, `point_share`, `processes`; logs the summary (kills by kind, restarts, checkpoints,
   rows, missing, extra, duplicated), stores `reports/chaos-latest.html` and `.json` in the

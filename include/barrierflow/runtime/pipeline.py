@@ -123,7 +123,7 @@ class StagedPipelineJob:
     def hold(self, lease: JobLease | None, *, token: FenceToken | None = None) -> None:
         """Write under ``lease`` (acquired by the caller, None: no lease) or, in a stage process
         of ``run --processes``, under its supervisor's ``token``: the fencing number is checked
-        before every stage manifest, staged micro-batch of a final stage, 2PC decision and
+        before every stage manifest, write-ahead micro-batch of a final stage, 2PC decision and
         global manifest, and recorded with them, exactly as for a single-stage job, so a
         stalled driver that wakes up after a restore elsewhere commits nothing (raises
         :class:`~barrierflow.lease.FencedOffError`). Call it before :meth:`run`,

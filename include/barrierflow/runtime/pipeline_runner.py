@@ -370,7 +370,7 @@ class StageHost(ABC):
 
         Raises:
             JobFailedError: a stage's query (or process) died.
-            FencedOffError: the lease was taken over (a fenced-off staging stopped a query).
+            FencedOffError: the lease was taken over (a fenced-off write-ahead write stopped a query).
         """
 
     @abstractmethod
@@ -414,7 +414,7 @@ class LocalStages(StageHost):
 
     def check(self) -> None:
         for runner in self.driver.keeper.runners:
-            runner.check(self.driver.keeper.fence)  # a fenced-off staging stopped the query: FencedOffError
+            runner.check(self.driver.keeper.fence)  # a fenced-off write-ahead write stopped the query: FencedOffError
 
     def stop(self, *, failing: bool) -> None:
         """Stop the queries first, then drain each stage (its uploads, then its sinks' queued

@@ -67,7 +67,7 @@ SERVERS_ENV = "BARRIERFLOW_CHANNEL_SERVERS"
 #: The environment variable naming the supervisor's pid to a stage process.
 SUPERVISOR_ENV = "BARRIERFLOW_SUPERVISOR_PID"
 #: The supervisor's lease fencing number and token (``<fence>:<token>``), handed to its stage
-#: processes so that their manifests, staged batches and 2PC decisions check it too.
+#: processes so that their manifests, write-ahead batches and 2PC decisions check it too.
 FENCE_ENV = "BARRIERFLOW_LEASE_FENCE"
 LOG_FILE = "stage-process.log"
 
