@@ -48,14 +48,14 @@ def test_the_chaos_dag_without_scratch_servers_is_refused_naming_each_sink_and_t
     assert "chaos.postgres_dsn_env" in message and "stage 'b' sink 'pg'" in message
     assert "chaos.kafka_bootstrap_servers" in message and "stage 'b' sink 'out'" in message
     assert "channel 'ab'" in message and "remove chaos.dag" in message
-    with pytest.raises(SpecError, match="chaos.postgres_dsn_env"):
+    with pytest.raises(SpecError, match=r"chaos\.postgres_dsn_env"):
         parse_spec(single_postgres(dag=True))
 
 
 def test_a_scratch_server_that_is_the_pipelines_own_is_refused() -> None:
     with pytest.raises(SpecError, match="the sink's own dsn_env ORDERS_DSN"):
         parse_spec(single_postgres(dag=True, postgres_dsn_env="ORDERS_DSN"))
-    with pytest.raises(SpecError, match="chaos.kafka_bootstrap_servers is the sink's own cluster"):
+    with pytest.raises(SpecError, match=r"chaos\.kafka_bootstrap_servers is the sink's own cluster"):
         parse_staged_spec(staged(dag=True, postgres_dsn_env="CHAOS_DSN", kafka_bootstrap_servers="prod-kafka:9092"))
 
 
