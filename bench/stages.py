@@ -118,13 +118,13 @@ def run_mode(label: str, mode: str, alignment_timeout: float, *, servers: str, w
     data = stages_spec(work, servers, mode=mode, alignment_timeout=alignment_timeout, interval=interval, rate=rate)
     spec = parse_staged_spec(data)
     if processes:
-        from barrierflow.runtime.stage_processes import StageProcessSupervisor
+        from barrierflow.runtime.stage_processes import process_driver
 
         work.mkdir(parents=True, exist_ok=True)
         path = work / "stages.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         job = StagedPipelineJob(spec, spec_path=str(path))
-        result = StageProcessSupervisor(job).run(duration=seconds)
+        result = process_driver(job).run(duration=seconds)
     else:
         job = StagedPipelineJob(spec, spark=spark)
         result = job.run(duration=seconds)

@@ -68,7 +68,7 @@ tags, tasks, whether it applies).
 * `barrierflow_chaos__<name>` (triggered, no schedule; only for a spec with `chaos: {dag: true}`,
   whose PostgreSQL / Kafka sinks then need scratch servers, `chaos.postgres_dsn_env` /
   `chaos.kafka_bootstrap_servers`, or the spec does not load): `chaos` runs `barrierflow
-  chaos` on scratch copies of the pipeline (a staging copy: new name, work dir, storage, outputs;
+  chaos` on scratch copies of the pipeline (a scratch copy: new name, work dir, storage, outputs;
   the running pipeline is not touched) with the params `kills`, `seed`, `mode`, `min_gap`,
   `max_gap`, `point_share`, `processes`; logs the summary (kills by kind, restarts, checkpoints,
   rows, missing, extra, duplicated), stores `reports/chaos-latest.html` and `.json` in the

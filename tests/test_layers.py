@@ -45,7 +45,7 @@ def test_the_contracts_hold() -> None:
     # a function-local import from a low layer up to the runtime
     ("barriers/planner.py", "\n\ndef _up() -> None:\n    from barrierflow.runtime import job  # noqa\n", "layers"),
     # production code reaching for the test helpers
-    ("checkpointing/uploader.py", "\nfrom barrierflow.testing import stage_batch  # noqa\n",
+    ("checkpointing/uploader.py", "\nfrom barrierflow.testing import write_ahead_batch  # noqa\n",
      "no-testing-in-production"),
     # the library reaching for the repository's test servers or benchmarks (neither is shipped)
     ("ops/run.py", "\n\ndef _t() -> None:\n    from tests.support.s3_server import S3Endpoint  # noqa\n",

@@ -6,7 +6,7 @@ Set ``BARRIERFLOW_CRASH_AT`` in the job's environment:
 * ``POINT@N`` — crash the N-th time POINT is reached (1-based, counted in this process);
 * ``random:SEED:P`` — at every point, crash with probability P (seeded, reproducible).
 
-Points (in protocol order): ``mid_epoch`` (a micro-batch about to be staged),
+Points (in protocol order): ``mid_epoch`` (a micro-batch about to be written ahead),
 ``during_upload`` (a checkpoint's files partly stored), ``after_precommit`` (sinks
 pre-committed, manifest not yet written), ``after_manifest`` (checkpoint complete, sinks not
 yet told), ``mid_sink_commit`` (a sink commit half done); in multi-stage pipelines

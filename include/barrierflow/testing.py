@@ -35,10 +35,12 @@ A pipeline runner:
   Spark on a bounded input with every path in a folder of the test's, until everything is
   committed, and returns the generated records and the committed output (:class:`BoundedRun`).
 
-The staged-batch writer:
+The write-ahead batch writer:
 
-* :func:`stage_batch` — stages a micro-batch without Spark, in the exact layout the Spark-side
-  stager writes (:mod:`barrierflow.sinks.staging`), to drive a two-phase-commit sink in a test.
+* :func:`write_ahead_batch` — writes a micro-batch ahead without Spark, in the exact layout the
+  Spark-side write-ahead writer produces (:mod:`barrierflow.sinks.staging`), to drive a
+  two-phase-commit sink in a test. :func:`stage_batch` is its deprecated former name: it warns
+  (:class:`DeprecationWarning`) and does the same.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import json
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -64,7 +67,7 @@ from barrierflow.transactions.committer import SinkCommitter
 from barrierflow.transactions.write_ahead import MARKER, batch_prefix
 
 __all__ = ["BoundedRun", "FailingCommitter", "FailingObjectStore", "KeyFilter", "ProgressWait", "SlowObjectStore",
-           "WriteRecord", "run_bounded", "shared_files", "stage_batch"]
+           "WriteRecord", "run_bounded", "shared_files", "stage_batch", "write_ahead_batch"]
 
 #: Which keys a double acts on.
 KeyFilter = Callable[[str], bool]
@@ -248,9 +251,10 @@ class FailingCommitter(SinkCommitter):
         self.inner.notify_checkpoint_aborted(checkpoint_id)
 
 
-def stage_batch(uri: str, batch_id: int, table: Any, files: int = 1) -> None:
-    """Stage ``table`` (pyarrow) as micro-batch ``batch_id`` in ``files`` task files of the store at
-    ``uri``, then its marker, as the Spark-side stager does."""
+def write_ahead_batch(uri: str, batch_id: int, table: Any, files: int = 1) -> None:
+    """Write ``table`` (pyarrow) ahead as micro-batch ``batch_id`` in ``files`` task files of the
+    store at ``uri`` (a sink's write-ahead area), then its file list, as the Spark-side write-ahead
+    writer does."""
     import pyarrow.parquet as pq
 
     store = open_store(uri)
@@ -267,6 +271,14 @@ def stage_batch(uri: str, batch_id: int, table: Any, files: int = 1) -> None:
         listing.append({"key": key, "rows": part.num_rows})
     store.put_bytes(batch_prefix(batch_id) + MARKER,
                     json.dumps({"batch_id": batch_id, "files": listing, "rows": table.num_rows}).encode())
+
+
+def stage_batch(uri: str, batch_id: int, table: Any, files: int = 1) -> None:
+    """Deprecated former name of :func:`write_ahead_batch` ("staged" now names only a pipeline of
+    several stages): warns with :class:`DeprecationWarning`, then does exactly what it does."""
+    warnings.warn("barrierflow.testing.stage_batch is deprecated: call barrierflow.testing.write_ahead_batch "
+                  "(same arguments)", DeprecationWarning, stacklevel=2)
+    write_ahead_batch(uri, batch_id, table, files)
 
 
 @dataclass(frozen=True)

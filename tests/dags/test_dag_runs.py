@@ -24,7 +24,7 @@ from barrierflow.recovery.restart_guard import mark_recovery, read_recovery_mark
 from barrierflow.sinks.factory import build_sink
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
-from barrierflow.testing import stage_batch
+from barrierflow.testing import write_ahead_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.workdir.layout import JobLayout
 
@@ -113,7 +113,7 @@ def test_reconcile_dag_finishes_in_doubt_transactions(
     spec_path, _spec, store = fake_pipeline.parquet_pipeline(tmp_path, 2, pipelines_dir)
     spec = load_spec(spec_path)
     sink = build_sink(spec, store, JobLayout.for_spec(spec), attempt=0)
-    stage_batch(f"file://{tmp_path / 'out' / '_staging'}", 2, pa.table({"key": [3], "n": [3]}))
+    write_ahead_batch(f"file://{tmp_path / 'out' / '_staging'}", 2, pa.table({"key": [3], "n": [3]}))
     in_doubt = str(sink.pre_commit_epoch(3, 2)[0]["transaction_id"])  # epoch 3: its checkpoint never completed
 
     run = run_dag(monkeypatch, pipelines_dir, "barrierflow_reconcile__t")

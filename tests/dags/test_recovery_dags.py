@@ -35,7 +35,7 @@ from barrierflow.lease import JobLease
 from barrierflow.recovery.restore import DuplicateOutputError
 from barrierflow.sinks.factory import build_sink
 from barrierflow.spec import load_spec
-from barrierflow.testing import stage_batch
+from barrierflow.testing import write_ahead_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.workdir.layout import JobLayout
 
@@ -108,7 +108,7 @@ def precommit_in_doubt(tmp_path: Path, spec_path: Path, store: CheckpointStore, 
     completes (the driver died before its manifest). Returns the transaction id."""
     spec = load_spec(spec_path)
     sink = build_sink(spec, store, JobLayout.for_spec(spec), attempt=0)
-    stage_batch(f"file://{tmp_path / 'out' / '_staging'}", epoch - 1, pa.table({"key": [epoch], "n": [epoch]}))
+    write_ahead_batch(f"file://{tmp_path / 'out' / '_staging'}", epoch - 1, pa.table({"key": [epoch], "n": [epoch]}))
     return str(sink.pre_commit_epoch(epoch, epoch - 1)[0]["transaction_id"])
 
 

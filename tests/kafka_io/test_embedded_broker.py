@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from barrierflow.kafka_io import embedded_broker as embedded
 from barrierflow.kafka_io.embedded_broker import EmbeddedBrokerError, broker_answers, embedded_broker
-from barrierflow.workdir.processes import process_alive
+from barrierflow.processes import process_alive
 
 pytestmark = pytest.mark.kafka
 

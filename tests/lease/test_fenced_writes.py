@@ -144,7 +144,7 @@ def test_a_batch_a_stale_driver_staged_after_the_restore_is_not_committed(tmp_pa
     sink.attempt, sink.attempt_fence = attempt, restore.attempt_fence()
     write_ahead_batch(staging.uri, 0, pa.table({"v": [1]}), fence=2)  # this attempt's
     write_ahead_batch(staging.uri, 1, pa.table({"v": [2]}), fence=1)  # the stale driver's late write
-    with pytest.raises(SinkError, match=r"staged batch 1 .* was written under fence 1, by a driver fenced off by "
+    with pytest.raises(SinkError, match=r"write-ahead batch 1 .* was written under fence 1, by a driver fenced off by "
                                         r"the restore \(fence 2\) that began attempt 1"):
         sink.pre_commit_epoch(1, 1)
     assert ledger.list("out") == [] and effects == []

@@ -168,10 +168,10 @@ def test_staging_check_asks_the_store_only_when_the_heartbeat_is_overdue(tmp_pat
     token = old.token
     assert token is not None and token.period == 200
     JobLease(tmp_path / "b", "p", "restore", store=store).acquire()  # taken over (fence 2)
-    token.check_recent("staging micro-batch 7")  # confirmed on schedule: no store request, passes
+    token.check_recent("writing ahead micro-batch 7")  # confirmed on schedule: no store request, passes
     token.confirmed_at = time.monotonic() - 301  # as after a stall longer than 1.5 heartbeat periods
-    with pytest.raises(FencedOffError, match="stops without staging micro-batch 7"):
-        token.check_recent("staging micro-batch 7")
+    with pytest.raises(FencedOffError, match="stops without writing ahead micro-batch 7"):
+        token.check_recent("writing ahead micro-batch 7")
     token.confirmed_at, token.beat_failed = time.monotonic() - 301, True  # the store is unreachable
     token.check_recent("staging micro-batch 8")  # no store request: the batch's recorded fence guards it
     old.release()

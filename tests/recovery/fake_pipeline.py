@@ -11,7 +11,7 @@ from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.sinks.factory import build_sink
 from barrierflow.spec import PipelineSpec, load_spec
-from barrierflow.testing import stage_batch
+from barrierflow.testing import write_ahead_batch
 from barrierflow.workdir.layout import JobLayout
 
 from tests.checkpointing.fake_spark import FakeSparkCheckpoint
@@ -49,7 +49,8 @@ def parquet_pipeline(tmp_path: Path, checkpoints: int, spec_dir: Path | None = N
     for batch in range(checkpoints):
         clock.t += 1.0
         coordinator.tick()
-        stage_batch(f"file://{tmp_path / 'out' / '_staging'}", batch, pa.table({"key": [batch], "n": [batch * 10]}))
+        write_ahead_batch(f"file://{tmp_path / 'out' / '_staging'}", batch,
+                          pa.table({"key": [batch], "n": [batch * 10]}))
         spark.run_batch(batch, {"0": (batch + 1) * 10, "1": (batch + 1) * 10}, barrier=batch + 1)
         coordinator.tick()
         for pending in list(coordinator.pending.values()):

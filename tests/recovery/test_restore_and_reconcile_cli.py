@@ -14,7 +14,7 @@ import pytest
 from barrierflow.checkpointing.store import CheckpointStore, shared_key
 from barrierflow.cli.main import main
 from barrierflow.sinks.factory import build_sink
-from barrierflow.testing import stage_batch
+from barrierflow.testing import write_ahead_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.workdir.layout import JobLayout
 
@@ -73,7 +73,7 @@ def test_reconcile_dry_run_lists_decisions_and_the_real_run_applies_exactly_them
     layout = JobLayout.for_spec(spec)
     # A staged failure: epoch 3 pre-committed, then the driver died before manifest 3 …
     sink = build_sink(spec, store, layout, attempt=0)
-    stage_batch(f"file://{tmp_path / 'out' / '_staging'}", 2, pa.table({"key": [2], "n": [20]}))
+    write_ahead_batch(f"file://{tmp_path / 'out' / '_staging'}", 2, pa.table({"key": [2], "n": [20]}))
     sink.pre_commit_epoch(3, 2)
     # … and epoch 2 was committed to the ledger as pre-committed only (crash before its commit).
     two = ledger.get("out", 2)

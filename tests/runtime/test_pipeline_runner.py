@@ -1,22 +1,33 @@
 """The one run driver, without Spark: every shape gets the same :class:`PipelineRunner` and only
-who cuts differs (:func:`open_driver` is the one place that says so); the exhaustion rule and
-the result are the same for both.
+who cuts and where the stages run differ (:func:`open_driver` is the one place that says so);
+the exhaustion rule and the result are the same for every shape.
 
-What could go wrong and is checked: a shape that gets a driver of its own again, a one-stage
-driver whose lease moved (stores and runs of earlier releases hold it there), an exhaustion rule
-that stops on the first covering cut, and a result that counts records of stages reading
-channels as records read by the pipeline.
+What could go wrong and is checked: a shape that gets a driver of its own again (``run
+--processes`` included), a one-stage driver whose lease moved (stores and runs of earlier
+releases hold it there), an exhaustion rule that stops on the first covering cut, a result that
+counts records of stages reading channels as records read by the pipeline, a ``--duration``
+clock of ``run --processes`` that no longer counts the stage processes' start-up, and stage
+processes (stand-ins that report ready and obey the stop file the way a stage does) whose death
+or failed stop the loop lets pass, or that outlive a failed run.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
+from barrierflow.checkpointing.global_manifest import GlobalManifest, global_key
+from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.runtime import pipeline_runner
 from barrierflow.runtime.job import StageCuts
-from barrierflow.runtime.pipeline import GlobalCuts
-from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult, StageResult, covered
+from barrierflow.runtime.pipeline import GlobalCuts, StagedPipelineJob, StageJob
+from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult, StageResult, StageStats, covered
 from barrierflow.runtime.run_driver import open_driver
+from barrierflow.runtime.stage_processes import StageProcesses, StageProcessFiles, SupervisedCuts
+from barrierflow.spec.stages import StagedPipelineSpec
 
 from tests.pipeline_specs import spec_dict, write_spec
 from tests.verification.test_choice import _two_stage_cuts
@@ -37,6 +48,14 @@ def test_every_shape_gets_the_one_driver_and_only_who_cuts_differs(tmp_path: Pat
     assert staged.lease().path == Path(two.work_dir) / "job.lease"
     assert single.keeper.is_source(single.runners[0])
     assert [staged.keeper.is_source(r) for r in staged.runners] == [True, False]
+    # run --processes: the same loop, cut by the supervisor's coordinator, stages in processes.
+    processes = open_driver(two, processes=True)
+    assert type(processes) is PipelineRunner
+    assert isinstance(processes.keeper, SupervisedCuts) and isinstance(processes.host, StageProcesses)
+    assert [r.name for r in processes.runners] == ["a", "b"]
+    assert processes.lease().path == Path(two.work_dir) / "job.lease"
+    with pytest.raises(UserInputError, match="--processes is for pipelines of several stages"):
+        open_driver(one, processes=True)
 
 
 def test_a_run_with_until_exhausted_stops_at_the_second_covering_cut() -> None:
@@ -53,3 +72,161 @@ def test_one_result_counts_what_the_source_stages_read_and_lists_every_stage() -
     assert document["pipeline"] == "p" and document["records"] == 300
     assert document["stages"]["b"] == {"batches": 5, "records": 999, "steady_records": 900, "steady_seconds": 4.0,
                                        "completed": []}
+
+
+#: A stand-in for ``barrierflow run SPEC --stage NAME``: reports its query running the way a stage
+#: does (the ready file), then, by its third argument: ``die`` exits 3 at once; ``ok`` waits for
+#: the stop file and exits 0; ``sink`` waits for it and exits 1 naming a failed sink commit (what a
+#: final stage does when its last commit fails).
+STAGE = """
+import json, os, sys, time
+work, how = sys.argv[1], sys.argv[2]
+with open(os.path.join(work, ".ready.tmp"), "w") as out:
+    json.dump({"pid": os.getpid()}, out)
+os.replace(os.path.join(work, ".ready.tmp"), os.path.join(work, "_process_ready.json"))
+if how == "die":
+    print("stage lost its executor", flush=True)
+    sys.exit(3)
+while not os.path.exists(os.path.join(work, "_process_stop.json")):
+    time.sleep(0.02)
+if how == "sink":
+    print("SinkCommitFailedError: sink out could not commit epoch 1", flush=True)
+    sys.exit(1)
+"""
+
+
+class StandInProcesses(StageProcesses):
+    """Stage processes that run :data:`STAGE` (``how``: by stage name) instead of a Spark stage."""
+
+    def __init__(self, keeper: GlobalCuts, how: dict[str, str]) -> None:
+        super().__init__(keeper, start_timeout=120.0, stop_timeout=120.0)
+        self.how = how
+
+    def command(self, stage: StageJob) -> list[str]:
+        return [sys.executable, "-c", STAGE, str(stage.layout.work_dir), self.how[stage.name]]
+
+
+class StoredCuts(GlobalCuts):
+    """Who cuts, without Kafka or stage processes that snapshot: the global checkpoints already
+    in the store complete one per tick (``done``: how many ticks before cuts complete; None: never)."""
+
+    def __init__(self, job: StagedPipelineJob, done: int | None) -> None:
+        super().__init__(job)
+        self.done, self.ticks, self.events = done, 0, list[str]()
+        self.stored = sorted(job.global_checkpoints())
+
+    def prepare(self) -> None:
+        self.job.load_attempt()
+
+    def start(self, *, checkpoints: int | None) -> None:
+        self.events.append("start")
+
+    def queries_started(self) -> None:
+        # The pipeline coordinator starts only once every stage process reported ready.
+        assert all(StageProcessFiles(s.layout.work_dir).ready_pid() for s in self.job.stages)
+        self.events.append("queries started")
+
+    def tick(self) -> None:
+        self.ticks += 1
+
+    @property
+    def completed(self) -> list[GlobalManifest]:
+        if self.done is None or self.ticks < self.done:
+            return []
+        return [GlobalManifest.model_validate_json(self.job.objects.get_bytes(global_key(c, "_metadata")))
+                for c in self.stored]
+
+    def progress(self, stats: dict[str, StageStats], elapsed: float) -> str:
+        return f"tick {self.ticks}"
+
+
+class FakeClock:
+    """The run loop's ``time``: :meth:`sleep` moves :meth:`monotonic` on, nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class SlowStart(StandInProcesses):
+    """Stage processes whose start-up takes 500 s of ``clock`` (the run loop's)."""
+
+    def __init__(self, keeper: GlobalCuts, how: dict[str, str], clock: FakeClock) -> None:
+        super().__init__(keeper, how)
+        self.clock = clock
+
+    def start(self, started: float) -> None:
+        super().start(started)
+        self.clock.now += 500.0
+
+
+def _staged_job(tmp_path: Path) -> StagedPipelineJob:
+    pipeline, _ = _two_stage_cuts(tmp_path, 1, bootstrap="localhost:9092")
+    assert isinstance(pipeline.spec, StagedPipelineSpec)
+    return StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path)
+
+
+def test_run_processes_goes_through_the_one_loop_and_stops_its_stage_processes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(pipeline_runner, "time", clock)  # the run loop's clock only
+    job = _staged_job(tmp_path)
+    keeper = StoredCuts(job, done=3)
+    host = SlowStart(keeper, {"a": "ok", "b": "ok"}, clock)
+    lines: list[Any] = []
+    result = PipelineRunner(keeper, host).run(checkpoints=1, progress=lines.append, progress_every=60)
+
+    assert keeper.events == ["start", "queries started"] and keeper.ticks == 3
+    # The stop protocol: every stage was asked to stop at the last completed cut and exited 0.
+    assert [p.files.stop_requested() for p in host.processes] == [1, 1]
+    assert [p.process.returncode for p in host.processes] == [0, 0]
+    # One line, at the limit: the first is due a minute after the stages run, not on the first
+    # tick after their 500 s start-up.
+    assert lines == ["tick 3"]
+    assert [c.checkpoint_id for c in result.completed] == [1] and result.source_stages == ("a",)
+    assert {name: [m.checkpoint_id for m in s.completed] for name, s in result.stages.items()} == {"a": [1], "b": [1]}
+
+
+def test_a_dead_stage_process_fails_the_run_and_the_others_are_killed(tmp_path: Path) -> None:
+    job = _staged_job(tmp_path)
+    keeper = StoredCuts(job, done=None)
+    host = StandInProcesses(keeper, {"a": "ok", "b": "die"})
+    with pytest.raises(JobFailedError) as failed:
+        PipelineRunner(keeper, host).run()
+    message = str(failed.value)
+    assert "stage b of pipeline flow exited before the run ended (exit status 3)" in message
+    assert "stage lost its executor" in message  # the last lines of its log
+    assert host.processes[0].process.poll() is not None  # stage a was killed, not asked to stop
+    assert host.processes[0].files.stop_requested() is None
+
+
+def test_a_final_stage_that_stops_on_a_failed_sink_commit_fails_the_run_quoting_it(tmp_path: Path) -> None:
+    job = _staged_job(tmp_path)
+    keeper = StoredCuts(job, done=1)
+    host = StandInProcesses(keeper, {"a": "ok", "b": "sink"})
+    with pytest.raises(JobFailedError) as failed:
+        PipelineRunner(keeper, host).run(checkpoints=1)
+    message = str(failed.value)
+    assert "stage b of pipeline flow stopped with exit status 1" in message
+    assert "SinkCommitFailedError: sink out could not commit epoch 1" in message
+    assert all(p.process.poll() is not None for p in host.processes)
+
+
+def test_the_duration_clock_of_a_run_counts_the_start_of_its_stages(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--duration`` starts after the restore at start and before the stages (their queries,
+    or their processes) start, in every shape: a start-up longer than the duration ends the run
+    on its first tick."""
+    clock = FakeClock()
+    monkeypatch.setattr(pipeline_runner, "time", clock)  # the run loop's clock only
+    job = _staged_job(tmp_path)
+    keeper = StoredCuts(job, done=None)
+    host = SlowStart(keeper, {"a": "ok", "b": "ok"}, clock)
+    result = PipelineRunner(keeper, host).run(duration=60)
+    assert keeper.ticks == 1 and result.elapsed_seconds == 500.0
+    assert [p.process.returncode for p in host.processes] == [0, 0]

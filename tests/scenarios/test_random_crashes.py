@@ -106,6 +106,6 @@ def test_twenty_random_crash_restore_cycles_file_and_postgres(
     for spec_path in pipelines.values():
         finish(spark, spec_path)
     assert committed_files() == reference
-    assert not list((out / "_staging").glob("batch=*/*.parquet")), "staged files left after the last commit"
+    assert not list((out / "_staging").glob("batch=*/*.parquet")), "write-ahead files left after the last commit"
     assert committed_rows(dsn, table) == as_postgres_rows(reference)
     assert prepared_transactions(dsn) == []

@@ -3,7 +3,7 @@
 Stage ``a`` (bounded generator) writes channel ``ab``; stage ``b`` projects it and commits
 Parquet through the two-phase-commit sink, in its own process-local coordinator whose commits
 run only after the global checkpoint completed. The output store "goes away" by making the
-Parquet sink's publish (the move of a staged file to its final name) raise
+Parquet sink's publish (the move of a write-ahead file to its final name) raise
 :class:`~barrierflow.errors.StorageError`, as an unreachable store does:
 
 * for fewer attempts than ``checkpoint.sink_commit_retries``: the commit is retried with the

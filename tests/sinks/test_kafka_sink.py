@@ -1,4 +1,4 @@
-"""The Kafka sink driven through the 2PC template (no Spark): staged batches, a ledger on a
+"""The Kafka sink driven through the 2PC template (no Spark): write-ahead batches, a ledger on a
 local store, Apache Kafka (started by the tests, or $BARRIERFLOW_TEST_KAFKA_BOOTSTRAP).
 
 Records are read back from offset 0 with a consumer polling until it goes idle. A crashed
@@ -28,7 +28,7 @@ from barrierflow.kafka_io.committed_output import committed_markers, committed_r
 from barrierflow.sinks.kafka import KafkaSink, encode_key, encode_value, transactional_id_for
 from barrierflow.spec.models import KafkaSinkSpec
 from barrierflow.storage.local import LocalObjectStore
-from barrierflow.testing import stage_batch
+from barrierflow.testing import write_ahead_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
@@ -86,7 +86,7 @@ class Env:
         return sink
 
     def stage(self, batch: int, ids: list[int]) -> None:
-        stage_batch(self.staging_uri, batch, rows(ids))
+        write_ahead_batch(self.staging_uri, batch, rows(ids))
 
     def read(self, topic: str | None = None, isolation: str = "read_committed") -> list[Record]:
         return read_topic(self.endpoint, topic or self.topic, isolation)
@@ -512,7 +512,7 @@ def test_dead_broker_gives_sink_error_naming_servers(tmp_path: Path) -> None:
     ledger = TransactionLedger(LocalObjectStore(tmp_path / "checkpoints"), "dead")
     sink = KafkaSink(spec=spec, staging_uri=f"file://{tmp_path / 'staging'}", name="out", pipeline="dead",
                      ledger=ledger, timeout=2.0)
-    stage_batch(sink.staging.uri, 0, rows([1]))
+    write_ahead_batch(sink.staging.uri, 0, rows([1]))
     sink.pre_commit_epoch(1, barrier_batch=0)  # pre-commit needs no broker
     started = time.monotonic()
     with pytest.raises(SinkError, match=servers.replace(".", r"\.")):

@@ -1,4 +1,4 @@
-"""The PostgreSQL 2PC sink driven through the template (no Spark): staged batches, a ledger
+"""The PostgreSQL 2PC sink driven through the template (no Spark): write-ahead batches, a ledger
 on a local store, a throwaway PostgreSQL (or $BARRIERFLOW_TEST_POSTGRES_DSN)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from barrierflow.errors import SinkError
 from barrierflow.sinks.postgres import PostgresSink
 from barrierflow.spec.models import PostgresSinkSpec
 from barrierflow.storage.local import LocalObjectStore
-from barrierflow.testing import stage_batch
+from barrierflow.testing import write_ahead_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 
 from tests.support.postgres_server import PostgresEndpoint
@@ -74,7 +74,7 @@ class Env:
                 if r[0].startswith(prefix)]
 
     def stage(self, batch: int, table: pa.Table, files: int = 1) -> None:
-        stage_batch(self.staging_uri, batch, table, files=files)
+        write_ahead_batch(self.staging_uri, batch, table, files=files)
 
 
 @pytest.fixture
@@ -144,7 +144,7 @@ def test_upsert_keeps_the_last_value_per_key(env: Env) -> None:
 
 def test_failed_checkpoint_releases_its_prepared_epoch_to_the_next(env: Env) -> None:
     """Checkpoint 1 failed after its pre-commit: its prepared transaction is rolled back at
-    once (no row locks held while waiting) and its staged batch goes into epoch 2, applied
+    once (no row locks held while waiting) and its write-ahead batch goes into epoch 2, applied
     in batch order, so the upsert ends with the newest value."""
     env.create_table(primary_key=True)
     sink = env.sink("upsert", lock_timeout=0.3)

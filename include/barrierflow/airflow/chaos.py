@@ -2,7 +2,7 @@
 
 :func:`chaos_params` checks the trigger's params (a bad one fails the task at once, naming it
 and what is allowed); :func:`run_chaos_check` runs ``barrierflow chaos`` on scratch copies of
-the pipeline (a staging copy: nothing of the running pipeline is touched), logs the summary
+the pipeline (a scratch copy: nothing of the running pipeline is touched), logs the summary
 lines in the task log, leaves the report in the pipeline's checkpoint store (the Checkpoints
 page links to it) and returns the JSON document (XCom). A difference in the outputs fails the
 task with :class:`ChaosFailedError` naming the counts.

@@ -2,7 +2,7 @@
 
 Only files the Parquet sink *published* count: ``part-<batch>-a<attempt>-<n>.parquet`` in the
 sink's root (listed by :func:`barrierflow.sinks.parquet.committed_parts`, which owns that
-layout). Staged micro-batches (``_staging/``) are invisible here by construction: the listing is
+layout). Write-ahead micro-batches (``_staging/``) are invisible here by construction: the listing is
 of the root's ``part-`` prefix, never a directory scan that could pick up another folder.
 """
 

@@ -4,7 +4,7 @@ Each row becomes one canonical string (JSON with sorted keys; timestamps as ISO 
 output is the multiset of its rows, so two runs compare without any order or key:
 
 * Parquet: pyarrow reads the committed ``part-*.parquet`` files under the sink's path (the
-  files the sink published; staged files live under ``_staging/`` and are not read);
+  files the sink published; write-ahead files live under ``_staging/`` and are not read);
 * PostgreSQL: ``SELECT *`` of the table (and no prepared transaction may be left behind);
 * Kafka: a ``read_committed`` consumer of kafka-python (the sink writes with confluent-kafka)
   up to the last stable offsets, so records of aborted transactions are never counted; a row
@@ -194,10 +194,10 @@ def unread_output(output: ScratchOutput) -> str | None:
     read = [key for key in keys if "/" not in key and key.startswith("part-") and key.endswith(".parquet")]
     if read or not keys:
         return None
-    staged = sum(1 for key in keys if key.startswith("_staging/"))
+    written_ahead = sum(1 for key in keys if key.startswith("_staging/"))
     examples = ", ".join(sorted(keys)[:3])
     return (f"{output.target} holds {len(keys)} object(s) but no committed part-*.parquet at its top "
-            f"({staged} of them staged under _staging/, never committed); e.g. {examples}")
+            f"({written_ahead} of them write-ahead files under _staging/, never committed); e.g. {examples}")
 
 
 def prepare_output(output: ScratchOutput, sink: Any) -> None:

@@ -3,7 +3,7 @@
 A copy is the user's YAML with everything a run writes moved aside: the pipeline name (and so
 every transaction id, marker and derived channel topic), ``work_dir``, every storage URI
 outside the sources and the transformation (the checkpoint storage, ``dead_letter_path``,
-``event_times_path``, Parquet paths, staging paths, rollups), explicit channel topics, the
+``event_times_path``, Parquet paths, write-ahead paths, rollups), explicit channel topics, the
 PostgreSQL tables, the Kafka topics and their commit-marker topics. Sources, the
 transformation and every other setting stay as written, so both copies read the same input and
 run the same code. No store of a copy may lie in one of the spec's (or the other way round):
@@ -235,7 +235,7 @@ def _overlap(a: str, b: str) -> bool:
 
 def _stores(data: dict[str, Any]) -> list[tuple[str, str]]:
     """(field, location) of every store a run of the spec ``data`` writes that the spec names:
-    its work dir (default ``var/<name>``: the default dead letters, event times, staging and
+    its work dir (default ``var/<name>``: the default dead letters, event times, write-ahead batches and
     the embedded broker's data live under it) and every storage URI outside its input and code."""
     work_dir = str(data.get("work_dir") or f"var/{data['name']}")
     return [("work_dir", work_dir), *((_field(where), uri) for where, uri in _storage_leaves(data))]
@@ -276,7 +276,7 @@ def scratch_copy(raw: dict[str, Any], *, copy_name: str, root: Path, stamp: str
     Contract: a run of the copy writes nothing the spec's own pipeline keeps. Moved are the
     name, ``work_dir``, every ``file://`` / ``s3://`` value outside ``sources`` and
     ``transformation`` (the checkpoint storage, ``dead_letter_path``, ``event_times_path``,
-    Parquet paths, staging paths, rollups, and any such field a spec gains), explicit channel
+    Parquet paths, write-ahead paths, rollups, and any such field a spec gains), explicit channel
     topics, PostgreSQL tables, Kafka sink topics and their ``commit_marker_topic``; the sinks'
     (and real-cluster channels') servers when the ``chaos`` block names scratch ones. ``raw``
     is not changed.

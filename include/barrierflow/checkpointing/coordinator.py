@@ -5,7 +5,7 @@ It runs in the driver's Python process and is driven by :meth:`CheckpointCoordin
 called every few milliseconds by the job loop. One tick does, in order:
 
 Step 1. Collect finished asynchronous phases: write the manifest (the checkpoint is then
-        complete), tell every sink (commit), clean the staging directory. A failed upload or
+        complete), tell every sink (commit), clean the snapshot directory. A failed upload or
         sink pre-commit fails the checkpoint; it is never listed as completed.
 Step 2. Scan Spark's ``commits/`` for newly committed batches; a batch whose offsets carry a
         newer barrier than the previous one is barrier batch V of checkpoint n: run the
@@ -122,7 +122,7 @@ class CheckpointCoordinator:
         self.options = options
         self.store = store
         self.spark_dir = Path(spark_checkpoint_dir)
-        self.staging_dir = Path(staging_dir)
+        self.snapshot_dir = Path(staging_dir)
         self.control = control
         self.source_names = source_names
         self.sinks = sinks or []
@@ -137,7 +137,7 @@ class CheckpointCoordinator:
         #: False in a stage of a multi-stage pipeline: the pipeline coordinator tells the sinks
         #: to commit once the *global* checkpoint is complete (:meth:`commit_sinks`)
         self.commit_on_completion = commit_on_completion
-        self.stage = StageTracker(self.spark_dir, self.staging_dir, source_names)
+        self.stage = StageTracker(self.spark_dir, self.snapshot_dir, source_names)
         self.uploader = SnapshotUploader(store, nice=options.async_nice)
         self.notifier = SinkNotifier(self.sinks, label=self.label)
         self._async = background_executor(options.max_concurrent, "chk-async", options.async_nice)
@@ -163,7 +163,7 @@ class CheckpointCoordinator:
     def start(self) -> None:
         """Prepare before the query starts: clear stale requests, find where ids resume."""
         self.control.reset()
-        self.staging_dir.mkdir(parents=True, exist_ok=True)
+        self.snapshot_dir.mkdir(parents=True, exist_ok=True)
         latest = self.store.latest()
         if latest is not None:
             self._previous_bases = dict(latest.state_bases)

@@ -37,7 +37,7 @@ class SinkCommitFailedError(BarrierflowError):
                     "pipeline again, which commits it before it starts)")
         else:
             what = (f"the abort of epoch {checkpoint_id} (checkpoint {checkpoint_id}, failed) failed: its "
-                    "transaction stays open, holding its staged batches, until `barrierflow reconcile <spec>` or "
+                    "transaction stays open, holding its write-ahead batches, until `barrierflow reconcile <spec>` or "
                     "the next run of the pipeline aborts it; the batches then go into a later epoch")
         super().__init__(f"{owner}: sink {sink!r}: {what}. The sink's error: {type(cause).__name__}: {cause}")
 

@@ -13,7 +13,7 @@
 
 * ``TRIGGERED`` — the coordinator asked the sources' planner for barrier n.
 * ``BARRIER_SEEN`` — Spark committed the batch that carries barrier n (barrier batch V).
-* ``SNAPSHOTTED`` — the synchronous phase linked the files of batch V into staging.
+* ``SNAPSHOTTED`` — the synchronous phase linked the files of batch V into its snapshot directory.
 * ``UPLOADING`` — the asynchronous phase stores the new files in the checkpoint store.
 * ``PRECOMMITTING`` — the files are stored; the sinks pre-commit epoch n (2PC phase one).
 * ``COMPLETED`` — the manifest is stored: the checkpoint is restorable; sinks may commit.

@@ -18,7 +18,7 @@ Two small documents in the checkpoint store carry the protocol:
 Protocol (a Dekker-style handshake over a strongly consistent store: local files, S3)::
 
     uploader (async phase of checkpoint n)        retention run R
-    U1. hash the staged files                     R1. write _retention/running.json
+    U1. hash the snapshot's files                 R1. write _retention/running.json
     U2. write _inflight/chk-<n>.json (all)        R2. read every reservation, list manifests
     U3. read _retention/: wait while running.json R3. delete what neither a kept manifest
         exists; if last.json names a run not          nor a reservation references

@@ -8,7 +8,7 @@ version V+1 (:mod:`barrierflow.spark.state_files`; HDFSBackedStateStore: a ``<k>
 plus ``<k+1..V+1>.delta``, or deltas from 1 when there is no snapshot; RocksDB: the newest
 ``<k>.zip`` <= V+1 with the ``SSTs/``/``logs/`` files its metadata names, plus changelogs
 ``<k+1..V+1>.changelog``, or only ``<V+1>.zip`` and its SSTs without changelog
-checkpointing). :func:`take_local_snapshot` hard-links exactly those into a staging
+checkpointing). :func:`take_local_snapshot` hard-links exactly those into a snapshot
 directory. Cost: one ``link()`` per file, independent of state size.
 
 RocksDB's SST files are immutable and shared by consecutive versions, so the uploader's
@@ -142,17 +142,17 @@ def select_files(
 
 def take_local_snapshot(
     checkpoint_dir: str | os.PathLike[str],
-    staging_root: str | os.PathLike[str],
+    snapshot_root: str | os.PathLike[str],
     checkpoint_id: int,
     batch_id: int,
     first_batch_id: int,
     previous_bases: dict[str, int] | None = None,
 ) -> LocalSnapshot:
     """Hard-link (copy where links are impossible) the files of batch ``batch_id`` into
-    ``staging_root/chk-<id>``. Raises CheckpointError if a needed file is gone."""
+    ``snapshot_root/chk-<id>``. Raises CheckpointError if a needed file is gone."""
     started = time.perf_counter()
     root = Path(checkpoint_dir)
-    target = Path(staging_root) / f"chk-{checkpoint_id}"
+    target = Path(snapshot_root) / f"chk-{checkpoint_id}"
     if target.exists():
         shutil.rmtree(target)
     rel, bases = select_files(root, batch_id, first_batch_id, previous_bases)

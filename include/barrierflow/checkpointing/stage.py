@@ -9,7 +9,7 @@ what the manifest needs about that batch (barrier offsets per source, the time f
 to committing it) and takes the synchronous snapshot.
 
 It only reads the Spark checkpoint (through :mod:`barrierflow.spark`) and writes into its
-own staging directory; deciding what a barrier batch means for a checkpoint's lifecycle is
+own snapshot directory; deciding what a barrier batch means for a checkpoint's lifecycle is
 the coordinator's job.
 """
 
@@ -42,10 +42,10 @@ class BarrierBatch:
 class StageTracker:
     """Follows ``commits/`` of one stage's Spark checkpoint; see the module docstring."""
 
-    def __init__(self, spark_checkpoint_dir: str | os.PathLike[str], staging_dir: str | os.PathLike[str],
+    def __init__(self, spark_checkpoint_dir: str | os.PathLike[str], snapshot_dir: str | os.PathLike[str],
                  source_names: Sequence[str]) -> None:
         self.spark_dir = Path(spark_checkpoint_dir)
-        self.staging_dir = Path(staging_dir)
+        self.snapshot_dir = Path(snapshot_dir)
         self.source_names = list(source_names)
         self.last_barrier = 0
         self.last_barrier_batch = -1
@@ -56,7 +56,7 @@ class StageTracker:
         committed batch becomes the last one seen. Returns the highest barrier id the log
         used, including the last planned batches (a batch planned but not committed may
         carry a barrier that must not be reused)."""
-        self.staging_dir.mkdir(parents=True, exist_ok=True)
+        self.snapshot_dir.mkdir(parents=True, exist_ok=True)
         committed = commit_log.committed_batches(self.spark_dir)
         for batch in committed:
             barrier = self.barrier_of(batch)
@@ -110,8 +110,8 @@ class StageTracker:
         return max(0.0, (committed - planned) * 1000.0)
 
     def snapshot(self, barrier: BarrierBatch, previous_bases: Mapping[str, int]) -> LocalSnapshot:
-        """The synchronous phase for ``barrier``: hard-link its files into staging."""
-        return take_local_snapshot(self.spark_dir, self.staging_dir, barrier.checkpoint_id, barrier.batch_id,
+        """The synchronous phase for ``barrier``: hard-link its files into its snapshot directory."""
+        return take_local_snapshot(self.spark_dir, self.snapshot_dir, barrier.checkpoint_id, barrier.batch_id,
                                    barrier.first_batch_id, dict(previous_bases))
 
 

@@ -233,7 +233,7 @@ class CheckpointStore:
 
     def attempt_fence(self) -> int | None:
         """The fencing number of the restore that began the current attempt (None: no restore
-        under a store lease began it); staged batches of this attempt carry a fence >= it."""
+        under a store lease began it); write-ahead batches of this attempt carry a fence >= it."""
         doc = self._pipeline_doc()
         fences = [int(r["fence"]) for r in doc.get("restores", [])  # type: ignore[union-attr]
                   if int(r.get("attempt", -1)) == int(doc["attempt"])]  # type: ignore[call-overload]

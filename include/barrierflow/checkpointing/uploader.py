@@ -1,4 +1,4 @@
-"""The asynchronous phase's upload: hash staged files and store the new ones.
+"""The asynchronous phase's upload: hash the snapshot's files and store the new ones.
 
 :meth:`SnapshotUploader.upload` runs in the coordinator's async-phase thread and uploads up
 to ``file_threads`` files in parallel; it returns the manifest's file list and byte counts.
@@ -6,7 +6,7 @@ It never writes a manifest: completing a checkpoint is the coordinator's decisio
 
 Incremental: a file whose sha256 is already in the store's ``shared/`` area (listed once
 at start, then tracked) is referenced, not uploaded. Hashes are cached per
-(device, inode, size, mtime) because hard-linked staged files share the inode of Spark's
+(device, inode, size, mtime) because hard-linked snapshot files share the inode of Spark's
 immutable state files, so an unchanged file is hashed once for the job's lifetime.
 
 Reservations (barrierflow.checkpointing.reservations): before uploading, the upload reserves

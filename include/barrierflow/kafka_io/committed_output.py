@@ -55,7 +55,7 @@ def unreachable_error(servers: Sequence[str], what: str, timeout: float, exc: Ba
         f"Kafka sink: {what} failed: cannot reach the brokers {','.join(servers)} within {timeout:g}s "
         f"({type(exc).__name__}: {exc}). Check that the brokers are running and listening on those "
         "addresses, that bootstrap_servers is right, that the advertised listeners resolve and are "
-        "reachable from the driver, and that no firewall blocks the port. The epoch stays staged and "
+        "reachable from the driver, and that no firewall blocks the port. The epoch stays in the write-ahead log and "
         "pre-committed; it is committed by the next completed checkpoint or by a restore."
     )
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from barrierflow.kafka_io.errors import KafkaIOError, KafkaSecurityError
-from barrierflow.kafka_io.security import librdkafka_config, librdkafka_failure
+from barrierflow.kafka_io.security import librdkafka_client_config, librdkafka_failure
 from barrierflow.spec.kafka_client import KafkaClientSpec
 
 log = logging.getLogger(__name__)
@@ -89,16 +89,13 @@ class ConsumerSettings:
 
     def config(self) -> dict[str, Any]:
         timeout_ms = max(1000, int(self.timeout * 1000))
-        return {
-            "bootstrap.servers": self.servers,
-            "client.id": self.client_id,
+        return librdkafka_client_config(self.servers, self.client_id, self.client, {
             "group.id": f"{self.client_id}-range-reader",  # required by librdkafka; assign() never joins it
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
             "auto.offset.reset": "error",
             "enable.partition.eof": True,
-            "allow.auto.create.topics": False,
             "fetch.wait.max.ms": 50,
             # librdkafka prefetches past the range's end (by default up to 100,000 records or
             # 64 MB per partition), discarded when the next range is assigned: bound the waste.
@@ -112,9 +109,7 @@ class ConsumerSettings:
             # 1.5 us of work per record: 91,000 records/s at the default, 330,000 at 1 ms.
             "fetch.queue.backoff.ms": 1,
             "socket.timeout.ms": timeout_ms,
-            "reconnect.backoff.max.ms": 1000,
-            **librdkafka_config(self.client),
-        }
+        })
 
 
 class RangeReader:

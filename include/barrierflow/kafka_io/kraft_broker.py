@@ -47,6 +47,7 @@ from pathlib import Path
 from barrierflow.errors import BarrierflowError
 from barrierflow.jvm.classpath import class_path
 from barrierflow.jvm.errors import JvmArtifactError
+from barrierflow.processes import process_alive
 
 log = logging.getLogger(__name__)
 
@@ -266,19 +267,6 @@ def _log_since(path: Path, start: int, limit: int = 4000) -> str:
         return ""
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _holder(root: Path) -> tuple[int, int] | None:
     """``(broker, starter)`` pids named by ``root``'s pid file, if it names a live broker."""
     try:
@@ -286,12 +274,12 @@ def _holder(root: Path) -> tuple[int, int] | None:
         broker, starter = int(named["broker"]), int(named["starter"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return (broker, starter) if _process_alive(broker) else None
+    return (broker, starter) if process_alive(broker) else None
 
 
 def _wait_for_exit(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _process_alive(pid):
+    while process_alive(pid):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
@@ -304,7 +292,7 @@ def _take_data_dir(root: Path, takeover_timeout: float) -> None:
     if holder is None:
         return
     broker, starter = holder
-    if _process_alive(starter):
+    if process_alive(starter):
         raise KafkaBrokerStartError(
             f"another Kafka broker (pid {broker}, started by pid {starter}) already runs on the data dir "
             f"{root / 'data'}: is this pipeline running in another process? Stop that one first")

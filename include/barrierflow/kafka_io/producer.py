@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from barrierflow.kafka_io.errors import KafkaIOError, KafkaSecurityError
-from barrierflow.kafka_io.security import librdkafka_config, librdkafka_failure
+from barrierflow.kafka_io.security import librdkafka_client_config, librdkafka_failure
 from barrierflow.spec.kafka_client import KafkaClientSpec
 
 log = logging.getLogger(__name__)
@@ -68,9 +68,7 @@ class ProducerSettings:
     def config(self) -> dict[str, Any]:
         """The librdkafka configuration."""
         timeout_ms = max(1000, int(self.delivery_timeout * 1000))
-        return {
-            "bootstrap.servers": self.servers,
-            "client.id": self.client_id,
+        return librdkafka_client_config(self.servers, self.client_id, self.client, {
             "acks": "all",
             "enable.idempotence": self.idempotence,
             "linger.ms": self.linger_ms,
@@ -81,11 +79,8 @@ class ProducerSettings:
             "message.timeout.ms": timeout_ms,
             "socket.timeout.ms": min(timeout_ms, 60_000),
             "request.timeout.ms": min(timeout_ms, 30_000),
-            "reconnect.backoff.max.ms": 1000,
             "delivery.report.only.error": True,
-            "allow.auto.create.topics": False,
-            **librdkafka_config(self.client),
-        }
+        })
 
 
 class BatchProducer:

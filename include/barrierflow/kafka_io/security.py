@@ -31,6 +31,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from barrierflow.kafka_io.errors import KafkaSecurityError
@@ -198,6 +199,55 @@ def _tls_file(path: str, field: str) -> str:
 # --------------------------------------------------------------------------- client settings
 
 
+@dataclass(frozen=True)
+class _SecurityNames:
+    """What one Kafka client calls each security setting of a :class:`KafkaClientSpec`."""
+
+    security_protocol: str
+    sasl_mechanism: str
+    sasl_username: str
+    sasl_password: str
+    ssl_cafile: str
+    ssl_certfile: str
+    ssl_keyfile: str
+    ssl_key_password: str
+
+
+_LIBRDKAFKA = _SecurityNames("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",
+                             "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password")
+_KAFKA_PYTHON = _SecurityNames("security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
+                               "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
+
+
+def _security_settings(client: KafkaClientSpec, names: _SecurityNames, *, protocol: str,
+                       system_cas: str | None) -> dict[str, Any]:
+    """The security settings of ``client`` under one client's ``names``, secrets resolved:
+    ``protocol`` as that client spells it; the SASL mechanism, user and password with SASL; with
+    TLS the CA file (``system_cas`` without ``ssl_cafile``; None: that client's own default), the
+    client certificate and key when both are given, and the key's password.
+
+    Raises:
+        KafkaSecurityError: a secret reference does not resolve, or a TLS file is missing.
+    """
+    config: dict[str, Any] = {names.security_protocol: protocol}
+    if client.sasl_mechanism is not None:
+        config[names.sasl_mechanism] = client.sasl_mechanism
+        config[names.sasl_username] = username(client)
+        assert client.password is not None  # the spec requires it with SASL
+        config[names.sasl_password] = resolve_secret(client.password, field="password")
+    if client.security_protocol in TLS_PROTOCOLS:
+        if client.ssl_cafile is not None:
+            config[names.ssl_cafile] = _tls_file(client.ssl_cafile, "ssl_cafile")
+        elif system_cas is not None:
+            config[names.ssl_cafile] = system_cas
+        if client.ssl_certfile is not None and client.ssl_keyfile is not None:
+            config[names.ssl_certfile] = _tls_file(client.ssl_certfile, "ssl_certfile")
+            config[names.ssl_keyfile] = _tls_file(client.ssl_keyfile, "ssl_keyfile")
+        if client.ssl_key_password is not None:
+            config[names.ssl_key_password] = resolve_secret(client.ssl_key_password, field="ssl_key_password")
+    return config
+
+
 def librdkafka_config(client: KafkaClientSpec | None) -> dict[str, Any]:
     """The librdkafka (confluent-kafka) settings of ``client``, secrets resolved; empty for None.
 
@@ -206,26 +256,29 @@ def librdkafka_config(client: KafkaClientSpec | None) -> dict[str, Any]:
     """
     if client is None:
         return {}
-    config: dict[str, Any] = {"security.protocol": client.security_protocol.lower()}
-    if client.sasl_mechanism is not None:
-        config["sasl.mechanism"] = client.sasl_mechanism
-        config["sasl.username"] = username(client)
-        assert client.password is not None  # the spec requires it with SASL
-        config["sasl.password"] = resolve_secret(client.password, field="password")
-    if client.security_protocol in TLS_PROTOCOLS:
-        # Without ssl_cafile, the system's CA certificates ('probe' finds them where the bundled
-        # OpenSSL would not look).
-        config["ssl.ca.location"] = _tls_file(client.ssl_cafile, "ssl_cafile") if client.ssl_cafile else "probe"
-        if client.ssl_certfile is not None and client.ssl_keyfile is not None:
-            config["ssl.certificate.location"] = _tls_file(client.ssl_certfile, "ssl_certfile")
-            config["ssl.key.location"] = _tls_file(client.ssl_keyfile, "ssl_keyfile")
-        if client.ssl_key_password is not None:
-            config["ssl.key.password"] = resolve_secret(client.ssl_key_password, field="ssl_key_password")
+    # Without ssl_cafile, the system's CA certificates ('probe' finds them where the bundled
+    # OpenSSL would not look).
+    config = _security_settings(client, _LIBRDKAFKA, protocol=client.security_protocol.lower(), system_cas="probe")
     for name, value in client.options.items():
         target = CLIENT_OPTIONS[name].librdkafka
         if target is not None:
             config[target] = value
     return config
+
+
+def librdkafka_client_config(servers: str, client_id: str, client: KafkaClientSpec | None,
+                             settings: dict[str, Any]) -> dict[str, Any]:
+    """The whole configuration of one librdkafka client: the brokers ``servers`` and ``client_id``,
+    the client kind's own ``settings`` (librdkafka names), what every barrierflow client sets
+    (a reconnect backoff of at most 1 s, topics never created by the client), then the ``client``
+    block's settings (:func:`librdkafka_config`) last, so an allowed option such as
+    ``reconnect.backoff.max.ms`` overrides barrierflow's default.
+
+    Raises:
+        KafkaSecurityError: a secret reference does not resolve, or a TLS file is missing.
+    """
+    return {"bootstrap.servers": servers, "client.id": client_id, **settings,
+            "reconnect.backoff.max.ms": 1000, "allow.auto.create.topics": False, **librdkafka_config(client)}
 
 
 def _kafka_python_keys(kind: KafkaPythonKind) -> frozenset[str]:
@@ -245,20 +298,8 @@ def kafka_python_config(client: KafkaClientSpec | None, kind: KafkaPythonKind = 
     """
     if client is None:
         return {}
-    config: dict[str, Any] = {"security_protocol": client.security_protocol}
-    if client.sasl_mechanism is not None:
-        config["sasl_mechanism"] = client.sasl_mechanism
-        config["sasl_plain_username"] = username(client)
-        assert client.password is not None
-        config["sasl_plain_password"] = resolve_secret(client.password, field="password")
-    if client.security_protocol in TLS_PROTOCOLS:
-        if client.ssl_cafile is not None:
-            config["ssl_cafile"] = _tls_file(client.ssl_cafile, "ssl_cafile")
-        if client.ssl_certfile is not None and client.ssl_keyfile is not None:
-            config["ssl_certfile"] = _tls_file(client.ssl_certfile, "ssl_certfile")
-            config["ssl_keyfile"] = _tls_file(client.ssl_keyfile, "ssl_keyfile")
-        if client.ssl_key_password is not None:
-            config["ssl_password"] = resolve_secret(client.ssl_key_password, field="ssl_key_password")
+    # Without ssl_cafile, kafka-python's default (the system's CA certificates).
+    config = _security_settings(client, _KAFKA_PYTHON, protocol=client.security_protocol, system_cas=None)
     for name, value in client.options.items():
         target = CLIENT_OPTIONS[name].kafka_python
         if target == "ssl_check_hostname":

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from barrierflow.kafka_io.errors import KafkaIOError, KafkaSecurityError
-from barrierflow.kafka_io.security import librdkafka_config, librdkafka_failure
+from barrierflow.kafka_io.security import librdkafka_client_config, librdkafka_failure
 from barrierflow.spec.kafka_client import KafkaClientSpec
 
 log = logging.getLogger(__name__)
@@ -83,9 +83,7 @@ class TransactionalSettings:
     def config(self) -> dict[str, Any]:
         """The librdkafka configuration."""
         timeout_ms = max(1000, int(self.timeout * 1000))
-        return {
-            "bootstrap.servers": self.servers,
-            "client.id": self.client_id,
+        return librdkafka_client_config(self.servers, self.client_id, self.client, {
             "transactional.id": self.transactional_id,
             "transaction.timeout.ms": self.transaction_timeout_ms,
             "enable.idempotence": True,
@@ -98,10 +96,7 @@ class TransactionalSettings:
             "message.timeout.ms": min(2 * timeout_ms, self.transaction_timeout_ms),
             "socket.timeout.ms": timeout_ms,
             "request.timeout.ms": timeout_ms,
-            "reconnect.backoff.max.ms": 1000,
-            "allow.auto.create.topics": False,
-            **librdkafka_config(self.client),
-        }
+        })
 
 
 def _kind(error: Any) -> Kind:

@@ -40,10 +40,10 @@ a skew can only make a takeover early, which fencing again makes safe.)
 ``_lease/fence-`` and raises :class:`FencedOffError` unless the highest record is its own
 (same number and token, so a wiped ``_lease/`` does not revive an old holder). Every
 externally visible step checks it first: a manifest write (checkpoint completion), a sink's
-pre-commit, commit and abort. Staging a micro-batch uses :meth:`FenceToken.check_recent`
+pre-commit, commit and abort. Writing a micro-batch ahead uses :meth:`FenceToken.check_recent`
 (no store request while the heartbeat confirms the lease), since it is on the data path. How
 the gap between a check and its write is closed is stated where the writes are:
-:mod:`barrierflow.transactions.two_phase` (decision records, staged batches) and
+:mod:`barrierflow.transactions.two_phase` (decision records, write-ahead batches) and
 :mod:`barrierflow.checkpointing.store` (manifests).
 """
 
@@ -65,8 +65,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from barrierflow.errors import BarrierflowError, UserInputError
+from barrierflow.processes import process_alive
 from barrierflow.storage import ObjectNotFoundError, ObjectStore
-from barrierflow.workdir.processes import process_alive
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ class FenceToken:
         return f"FenceToken({self.pipeline!r}, fence={self.fence})"
 
     def check_recent(self, action: str) -> None:
-        """The check for the data path (staging a micro-batch): no store request while the
+        """The check for the data path (writing a micro-batch ahead): no store request while the
         heartbeat confirms the lease on schedule, or while the store is unreachable (a heartbeat
         failed or hangs; writes made then are caught by the fence recorded with them); a full
         :meth:`check` when the confirmation is overdue otherwise (the process was stalled: a

@@ -130,22 +130,14 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
         if any(c.is_embedded for c in pipeline.channels):
             address = stack.enter_context(embedded_broker(data_dir_for(pipeline.work_dir)))
         servers = {c.name: address for c in pipeline.channels if c.is_embedded and address is not None}
-        driver = open_driver(pipeline, channel_servers=servers)
+        driver = open_driver(pipeline, channel_servers=servers, processes=processes)
         if until_exhausted:
             driver.check_bounded()
         # The pipeline's lease: no restore of it (or second run) while it runs; its fencing number
         # guards every commit of this run (a stalled driver that wakes up after a restore commits nothing).
         driver.hold(stack.enter_context(driver.lease()))
-        result: RunResult
-        if processes:
-            from barrierflow.runtime.stage_processes import run_in_processes
-
-            result = run_in_processes(driver, servers=servers, checkpoints=checkpoints, duration=duration,
-                                      until_exhausted=until_exhausted, progress=progress,
-                                      progress_every=progress_every)
-        else:
-            result = driver.run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
-                                progress=progress, progress_every=progress_every)
+        result = driver.run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
+                            progress=progress, progress_every=progress_every)
         found = dead_letters(pipeline)
         return RunOutcome(pipeline.name, tuple(s.name for s in pipeline.stages), result, driver.attempt,
                           sum(d.count for d in found.values()), ", ".join(d.uri for d in found.values()),

@@ -74,7 +74,7 @@ class Stage:
         name: the stage's name (a single-stage pipeline: the pipeline's name).
         spec: the single-stage spec it runs as (a single-stage pipeline: its own spec).
         store: its checkpoint store (``chk-<n>`` at its root).
-        layout: its work dir (local Spark checkpoint, control files, staging).
+        layout: its work dir (local Spark checkpoint, control files, snapshots, write-ahead batches).
         input_partitions: the partitions (``topic:p``) of the channels it reads.
         back_edge_partitions: those of them that close a cycle.
         embedded_inputs: whether a channel it reads is on the embedded broker (which runs only

@@ -88,7 +88,7 @@ def restore_initial_cut(spec: StagedPipelineSpec, stages: Sequence[Stage],
     (killed or stopped before its first one): every stage starts again from the beginning of
     its sources as a new attempt.
 
-    Steps: each stage's local Spark checkpoint, snapshots and staged output are removed and its
+    Steps: each stage's local Spark checkpoint, snapshots and write-ahead output are removed and its
     own checkpoints (none belongs to a global one) abandoned; its 2PC sinks abort every
     unfinished transaction (none can be committed: final sinks commit only epochs of complete
     global checkpoints); unfinished global checkpoints fail (ABANDONED); the attempt increases;

@@ -1,11 +1,11 @@
 """Reconciliation of a pipeline's sink transactions with its completed checkpoints.
 
 :func:`plan_reconciliation` compares, for every stage of the pipeline (one for a single-stage
-spec), the ledger and the external system (prepared PostgreSQL transactions, staged batches)
+spec), the ledger and the external system (prepared PostgreSQL transactions, write-ahead batches)
 with the pipeline's latest completed cut T (its checkpoint; several stages: its global
 checkpoint) and decides,
 per unfinished transaction: COMMIT if T covers its epoch; ABORT otherwise when the job is
-not running (its staged batches stay, so the epoch's data is re-committed with a later
+not running (its write-ahead batches stay, so the epoch's data is re-committed with a later
 checkpoint); NONE (left alone, reported) while the job runs, because it may be in flight. While a restore
 holds the job's lease, reconciliation refuses: the restore decides the same transactions
 against an older checkpoint. :func:`apply_reconciliation` applies exactly a plan's decisions,

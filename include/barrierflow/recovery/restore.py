@@ -10,8 +10,8 @@
     materialize the manifest's files into a fresh Spark checkpoint dir (sha256 checked)
     attempt <- attempt + 1; checkpoints newer than the manifest are abandoned
     for each sink: commit pre-committed epochs <= n, abort the rest (and external orphans),
-        discard staged batches after the barrier batch V (Spark replays them)
-    clear the control channel and snapshot staging, store the replay plan (or remove an old
+        discard write-ahead batches after the barrier batch V (Spark replays them)
+    clear the control channel and the snapshot directories, store the replay plan (or remove an old
         one); the job is ready: `run` resumes at V+1
 """
 
@@ -119,16 +119,16 @@ def _restore(spec: PipelineSpec, checkpoint_id: int | None, store: CheckpointSto
                 "you want"
             ) from None
     target = layout.spark_checkpoint
-    staging = target.parent / f"{target.name}.restoring"
-    shutil.rmtree(staging, ignore_errors=True)
-    materialized = materialize_checkpoint(store, manifest, staging)  # verifies every file first
+    restoring = target.parent / f"{target.name}.restoring"
+    shutil.rmtree(restoring, ignore_errors=True)
+    materialized = materialize_checkpoint(store, manifest, restoring)  # verifies every file first
     replaced = None
     if target.exists():
         aside = target.parent / f"{target.name}.replaced"
         shutil.rmtree(aside, ignore_errors=True)
         target.rename(aside)
         replaced = str(aside)
-    staging.rename(target)
+    restoring.rename(target)
     abandoned = [i for i in store.checkpoint_ids() if i > manifest.checkpoint_id]
     attempt = store.begin_attempt(abandoned, restored=manifest.checkpoint_id)
     sink = build_sink(spec, store, layout, attempt=attempt)

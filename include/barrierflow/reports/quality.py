@@ -7,7 +7,7 @@ and ``<name>-rollups.json``; same document format as the state suite, see
 
 * **output**: the rows the Parquet sink published for the newest ``verification.quality_epochs``
   epochs, i.e. the newest COMMITTED transactions of the sink's 2PC ledger (their batches'
-  ``part-*`` files; staged files are never read);
+  ``part-*`` files; write-ahead files are never read);
 * **rollups**: the days the latest rollup run wrote (``reports/rollups-latest.json``).
 
 Both are validated by one GE Checkpoint whose ``UpdateDataDocsAction`` builds Data Docs in a

@@ -34,26 +34,19 @@ from barrierflow.checkpointing.manifest import CheckpointKind
 from barrierflow.checkpointing.store import manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError
 from barrierflow.pipeline.model import Stage
-from barrierflow.retention.plan import RetentionPlan, policy_of, retain
+from barrierflow.retention.plan import RetainedIds, RetentionPlan, policy_of, retain
 from barrierflow.retention.policy import RetentionPolicy, choose_retained
 from barrierflow.storage import ObjectInfo
 from barrierflow.verification.report import load_report
 
 
 @dataclass
-class CutRetentionPlan:
+class CutRetentionPlan(RetainedIds):
     """What one run deleted (or, dry, would delete): global records and each stage's plan.
 
     A pipeline of one stage has no global records (``keys`` stays empty): its cuts'
     ``checkpoints`` and ``incomplete`` are its stage plan's."""
 
-    pipeline: str
-    policy: RetentionPolicy
-    dry_run: bool
-    kept: list[int] = field(default_factory=list)
-    savepoints: list[int] = field(default_factory=list)
-    checkpoints: list[int] = field(default_factory=list)
-    incomplete: list[int] = field(default_factory=list)
     keys: list[ObjectInfo] = field(default_factory=list)
     stages: dict[str, RetentionPlan] = field(default_factory=dict)
 
@@ -67,10 +60,7 @@ class CutRetentionPlan:
         ``deleted.global_records``: how many ``global/`` objects, none for one stage),
         ``bytes_freed`` (everything) and each stage's plan under ``stages`` (its checkpoints,
         shared files, ledger entries, reservations, bytes, local files)."""
-        return {"pipeline": self.pipeline, "policy": self.policy.value, "dry_run": self.dry_run,
-                "kept": self.kept, "savepoints": self.savepoints,
-                "deleted": {"checkpoints": self.checkpoints, "incomplete": self.incomplete,
-                            "global_records": len(self.keys)},
+        return {**self.ids_dict(global_records=len(self.keys)),
                 "bytes_freed": self.bytes_freed,
                 "stages": {name: plan.as_dict() for name, plan in self.stages.items()}}
 

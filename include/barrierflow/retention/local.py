@@ -36,7 +36,7 @@ which the job's coordinator builds on, and the newest one this retention run kee
     RocksDB state directories (``spark.state_store: rocksdb``: ``<v>.zip``, ``<v>.changelog``,
     ``SSTs/``) are left to Spark's own maintenance, which keeps the newest
     ``minBatchesToRetain`` versions loadable and deletes SST files no kept version names;
-    the snapshot staging holds hard links, so a file Spark deletes stays readable there.
+    the snapshot directories hold hard links, so a file Spark deletes stays readable there.
     Other files (``_metadata``, schemas, ``sources/``, ``metadata``, temporary files) are
     never touched.
 
@@ -46,10 +46,10 @@ which the job's coordinator builds on, and the newest one this retention run kee
     changed (newest mtime/ctime of any entry), i.e. the restored job has moved on.
 
 ``snapshots/chk-<n>`` (category ``staging``)
-    synchronous-phase staging of checkpoint ``n``: deleted when the store has a manifest or
+    the synchronous-phase snapshot of checkpoint ``n``: deleted when the store has a manifest or
     a failure record for ``n`` and ``n`` is older than the newest such id, or the tree last
     changed more than ``checkpoint.timeout`` ago (a checkpoint replayed by a restarted job
-    reuses its id, which may be the newest recorded one). The staging of an in-flight
+    reuses its id, which may be the newest recorded one). The snapshot of an in-flight
     checkpoint (id newer than every recorded one) is always kept.
 
 Directories are deleted by first renaming them to a unique name and checking that the
@@ -86,7 +86,7 @@ MIN_BATCHES_KEY = "spark.sql.streaming.minBatchesToRetain"
 #: Spark's default, and the value barrierflow's sessions always set (barrierflow.spark.session).
 DEFAULT_MIN_BATCHES_TO_RETAIN = 100
 CATEGORIES = ("spark_logs", "spark_state", "replaced", "staging")
-_STAGING = re.compile(r"^chk-(\d+)$")
+_SNAPSHOT_DIR = re.compile(r"^chk-(\d+)$")
 
 
 class LocalRetentionError(BarrierflowError):
@@ -353,8 +353,8 @@ def _plan_work_dir(plan: LocalRetentionPlan, layout: JobLayout, references: Sequ
         names = os.listdir(layout.snapshots)
     except FileNotFoundError:
         names = []
-    staged = sorted((int(m.group(1)), m.group(0)) for m in map(_STAGING.match, names) if m)
-    for cid, name in staged:
+    snapshots = sorted((int(m.group(1)), m.group(0)) for m in map(_SNAPSHOT_DIR.match, names) if m)
+    for cid, name in snapshots:
         if cid not in recorded_ids:
             continue  # in flight: kept
         found = _tree(layout.snapshots / name) if _real_dir(layout.snapshots / name) else None

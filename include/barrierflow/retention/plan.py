@@ -23,7 +23,7 @@
     delete    in the job's local work directory (if it exists on this machine): old
               offsets/commits entries and state files of the local Spark checkpoint that
               Spark can never need again, the spark-checkpoint.replaced copy of a restore
-              once the job has moved on, and stale snapshots/chk-<n> staging directories
+              once the job has moved on, and stale snapshots/chk-<n> snapshot directories
               (barrierflow.retention.local); done after running.json is withdrawn, so uploads
               never wait for local deletions
 
@@ -65,8 +65,10 @@ _DIR = re.compile(r"^chk-(\d+)/")
 
 
 @dataclass
-class RetentionPlan:
-    """What a retention run deletes (or, in a dry run, would delete)."""
+class RetainedIds:
+    """What every retention run decides about checkpoint ids, a stage's run
+    (:class:`RetentionPlan`) and a pipeline's cuts alike: the ids ``kept`` by the policy, the
+    ``savepoints`` (always kept), and the ``checkpoints`` and ``incomplete`` ones it deletes."""
 
     pipeline: str
     policy: RetentionPolicy
@@ -75,6 +77,19 @@ class RetentionPlan:
     savepoints: list[int] = field(default_factory=list)
     checkpoints: list[int] = field(default_factory=list)
     incomplete: list[int] = field(default_factory=list)
+
+    def ids_dict(self, **deleted: Any) -> dict[str, Any]:
+        """The head of ``retain``'s JSON: pipeline, policy, dry run, kept, savepoints and the
+        deleted ids; the keyword arguments are what the run adds to its ``deleted`` part."""
+        return {"pipeline": self.pipeline, "policy": self.policy.value, "dry_run": self.dry_run,
+                "kept": self.kept, "savepoints": self.savepoints,
+                "deleted": {"checkpoints": self.checkpoints, "incomplete": self.incomplete, **deleted}}
+
+
+@dataclass
+class RetentionPlan(RetainedIds):
+    """What a retention run deletes (or, in a dry run, would delete)."""
+
     shared: list[str] = field(default_factory=list)
     ledger: list[str] = field(default_factory=list)
     reservations: list[int] = field(default_factory=list)
@@ -93,11 +108,8 @@ class RetentionPlan:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "pipeline": self.pipeline, "policy": self.policy.value, "dry_run": self.dry_run,
-            "kept": self.kept, "savepoints": self.savepoints,
-            "deleted": {"checkpoints": self.checkpoints, "incomplete": self.incomplete,
-                        "shared_files": len(self.shared), "ledger_entries": len(self.ledger),
-                        "reservations": self.reservations},
+            **self.ids_dict(shared_files=len(self.shared), ledger_entries=len(self.ledger),
+                            reservations=self.reservations),
             "objects": sum(len(v) for v in self.keys.values()),
             "bytes": self.bytes, "bytes_freed": self.bytes_freed,
             "local": self.local.as_dict() if self.local is not None else None,

@@ -247,7 +247,7 @@ class StreamingJob:
         lease = self.driver.lease()
         if lease_check:
             lease.acquire()
-            self.driver.hold(lease)  # every manifest, staged batch and sink decision checks it
+            self.driver.hold(lease)  # every manifest, write-ahead batch and sink decision checks it
         try:
             return self.driver.run(
                 duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted, progress=progress,
@@ -268,8 +268,8 @@ class StreamingJob:
     def recover_sinks(self, sinks: list[SinkCommitter]) -> None:
         """Before starting: finish what a crashed run left in doubt. Pre-committed epochs
         that a completed checkpoint covers are committed; other unfinished ones are aborted
-        and their staged batches go into the next epoch (Spark resumes from its local
-        checkpoint, so nothing staged is discarded here)."""
+        and their write-ahead batches go into the next epoch (Spark resumes from its local
+        checkpoint, so no write-ahead batch is discarded here)."""
         from barrierflow.transactions.two_phase import TwoPhaseCommitSink
 
         latest = self.store.latest()

@@ -8,7 +8,8 @@ written by :class:`~barrierflow.sinks.channel.ChannelWriter`), starts every quer
 SparkSession (tests share one; :mod:`barrierflow.runtime.stage_processes` runs one process and
 application per stage, :meth:`StagedPipelineJob.run_stage`), and drives each
 stage's checkpoint coordinator (never triggering, sink commits deferred) and the
-:class:`~barrierflow.checkpointing.pipeline_coordinator.PipelineCoordinator` from one loop.
+:class:`~barrierflow.checkpointing.pipeline_coordinator.PipelineCoordinator` from the one run
+loop (:meth:`~barrierflow.runtime.pipeline_runner.PipelineRunner.run`).
 
 Every start after the first restores the latest global checkpoint
 (:func:`barrierflow.recovery.cut_restore.restore_cut`, through :meth:`StagedPipelineJob.restore`):
@@ -41,7 +42,7 @@ from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, 
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.pipeline.model import OFFLINE_SERVERS, pipeline_work_dir, stages_of
-from barrierflow.runtime.pipeline_runner import CutKeeper, PipelineRunner, RunResult, StageStats, covered
+from barrierflow.runtime.pipeline_runner import CutKeeper, PipelineRunner, RunResult, StageStats
 from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.sources.registry import StageRun, reached, source_kind
 from barrierflow.spec.graph import StageGraph, build_graph
@@ -122,7 +123,7 @@ class StagedPipelineJob:
     def hold(self, lease: JobLease | None, *, token: FenceToken | None = None) -> None:
         """Write under ``lease`` (acquired by the caller, None: no lease) or, in a stage process
         of ``run --processes``, under its supervisor's ``token``: the fencing number is checked
-        before every stage manifest, staged micro-batch of a final stage, 2PC decision and
+        before every stage manifest, write-ahead micro-batch of a final stage, 2PC decision and
         global manifest, and recorded with them, exactly as for a single-stage job, so a
         stalled driver that wakes up after a restore elsewhere commits nothing (raises
         :class:`~barrierflow.lease.FencedOffError`). Call it before :meth:`run`,
@@ -333,15 +334,6 @@ class StagedPipelineJob:
         """
         return self.driver.run(checkpoints=checkpoints, duration=duration, until_exhausted=until_exhausted,
                                progress=progress, progress_every=progress_every)
-
-    def limit_reached(self, coordinator: PipelineCoordinator, *, checkpoints: int | None,
-                      ends: dict[str, dict[str, int]] | None, deadline: float | None) -> bool:
-        """Whether a run's limit is reached: ``checkpoints`` global checkpoints completed, a
-        completed one covers the bounded sources' ``ends`` (:meth:`covers`), or the monotonic
-        ``deadline`` passed (None: no such limit)."""
-        return ((checkpoints is not None and len(coordinator.completed) >= checkpoints)
-                or (ends is not None and covered(coordinator.completed, lambda cut: self.cut_at_end(cut, ends)))
-                or (deadline is not None and time.monotonic() >= deadline))
 
     def _progress(self, coordinator: PipelineCoordinator) -> PipelineProgress:
         stages = [self._stage_progress(job) for job in self.stages]

@@ -1,7 +1,7 @@
 """The one run driver: a pipeline of any shape runs through :meth:`PipelineRunner.run`.
 
-A run drives one :class:`~barrierflow.runtime.stage_runner.StageRunner` per stage and one
-:class:`CutKeeper`, the part that says who cuts, chosen once for the pipeline
+A run drives the stages of one :class:`CutKeeper`, the part that says who cuts, where one
+:class:`StageHost` says they run; both are chosen once for the pipeline
 (:func:`barrierflow.runtime.run_driver.open_driver`). As in Flink's
 ``SingleCheckpointBarrierHandler``, one stage is the general case with N = 1:
 
@@ -12,29 +12,44 @@ A run drives one :class:`~barrierflow.runtime.stage_runner.StageRunner` per stag
   checkpoint of the :class:`~barrierflow.checkpointing.pipeline_coordinator.PipelineCoordinator`;
   the stages' coordinators never trigger and their sinks commit when the global checkpoint
   completes;
-* one stage of several in a process of its own (``run --processes``,
-  :class:`~barrierflow.runtime.pipeline.FollowedCuts`): the supervisor's pipeline coordinator
-  cuts (:mod:`barrierflow.runtime.stage_processes`); the stage follows its global checkpoints
-  and stops when the supervisor asks.
+* several stages, each in a process of its own (``run --processes``): the supervisor's pipeline
+  coordinator cuts (:class:`~barrierflow.runtime.stage_processes.SupervisedCuts`, started once
+  every stage process runs its query) and the stages run in
+  :class:`~barrierflow.runtime.stage_processes.StageProcesses`;
+* one stage of several in such a process (``run --stage``,
+  :class:`~barrierflow.runtime.pipeline.FollowedCuts`): the stage follows the supervisor's
+  global checkpoints and stops when the supervisor asks.
+
+Where the stages run (:class:`StageHost`): in this process (:class:`LocalStages`: each
+stage's :class:`~barrierflow.runtime.stage_runner.StageRunner`, its query in this driver's
+SparkSession), or one process per stage (``StageProcesses``: spawned and waited for until
+ready, a stage process that exits fails the run, asked to stop at the end or killed).
 
 :meth:`PipelineRunner.run`, step by step (mirrored by ``# Step N.`` in its body):
 
 1. Restore at start (:meth:`CutKeeper.prepare`): one stage without a local Spark checkpoint
    restores its newest valid checkpoint; several stages restore the latest global checkpoint
    (or the initial cut) as a new attempt whenever an earlier run left anything.
-2. Start every stage's coordinator and the keeper's (:meth:`CutKeeper.start`), then every
-   stage's query.
+2. Start every stage's coordinator and the keeper's (:meth:`CutKeeper.start`); the run's
+   clock (``duration``, the result's elapsed seconds) starts; then every stage's query
+   (:meth:`StageHost.start`; stage processes: spawned and waited for until each runs its
+   query), then :meth:`CutKeeper.queries_started` (``run --processes``: the pipeline
+   coordinator starts).
 3. Each tick: the lease, every stage's tick (its committed batches and records), the keeper's
-   tick, ``on_tick``, the progress report every ``progress_every`` seconds, every stage's query.
+   tick, ``on_tick``, the progress report every ``progress_every`` seconds (the first one
+   ``progress_every`` seconds after the clock started, or, with stage processes, after every
+   stage runs), every stage alive (:meth:`StageHost.check`: its query, or its process).
 4. The stop rule, whichever comes first: ``checkpoints`` cuts completed; with
    ``until_exhausted``, :data:`COVERING_CUTS` completed cuts have every source stage at its
    source's end (:meth:`CutKeeper.at_end`); ``duration`` seconds passed; ``until`` is true.
-5. The end, in every case: every stage's query stopped, then each stage drained (in-flight
-   uploads, then its sinks' queued commits and aborts) and its writer closed; the first
-   commit failure no tick reported (the run's last checkpoint's) is raised unless another
-   error is already on its way out.
+5. The end, in every case (:meth:`StageHost.stop`): every stage's query stopped, then each
+   stage drained (in-flight uploads, then its sinks' queued commits and aborts) and its writer
+   closed; the first commit failure no tick reported (the run's last checkpoint's) is raised
+   unless another error is already on its way out. Stage processes are asked to stop at the
+   last completed cut and waited for (one that exits non-zero, e.g. a final stage whose last
+   sink commit failed, fails the run), unless the run is failing; any still running is killed.
 6. The result (:class:`RunResult`): the completed and failed cuts, each stage's batches,
-   records and manifests.
+   records and manifests (stage processes: each stage's manifests of the completed cuts).
 """
 
 from __future__ import annotations
@@ -60,7 +75,8 @@ if TYPE_CHECKING:
     from barrierflow.sources.registry import StageRun
     from barrierflow.storage import ObjectStore
 
-__all__ = ["COVERING_CUTS", "CutKeeper", "PipelineRunner", "RunResult", "StageResult", "StageStats", "covered"]
+__all__ = ["COVERING_CUTS", "CutKeeper", "LocalStages", "PipelineRunner", "RunResult", "StageHost", "StageResult",
+           "StageStats", "covered"]
 
 #: How many completed cuts must have every source stage at its end before a run with
 #: ``until_exhausted`` stops: output that waits for the watermark (event-time windows) is
@@ -313,11 +329,119 @@ class CutKeeper(ABC):
         """What the progress display is given (``Progress`` or ``PipelineProgress``)."""
 
 
-class PipelineRunner:
-    """The one run loop (module docstring) over ``keeper``'s stages."""
+class StageHost(ABC):
+    """Where a run's stages run: the other part of the run loop that depends on how the
+    pipeline is deployed, beside who cuts (:class:`CutKeeper`). :class:`LocalStages` runs the
+    keeper's stages in this process (their queries in this driver's SparkSession);
+    :class:`~barrierflow.runtime.stage_processes.StageProcesses` runs each in a process of its
+    own (``run --processes``)."""
 
-    def __init__(self, keeper: CutKeeper) -> None:
+    #: When the first progress line is due: ``progress_every`` seconds after the run started
+    #: (True), or after every stage runs (False: a run whose start-up takes long, as stage
+    #: processes do, would otherwise report progress on its first tick).
+    progress_from_start: bool = True
+
+    @property
+    def stats(self) -> dict[str, StageStats]:
+        """What the loop counts for each stage it ticks (empty: nothing counted here)."""
+        return {}
+
+    @abstractmethod
+    def start(self, started: float) -> None:
+        """Step 2: start every stage's query (``started``: when the run's clock started);
+        return once each runs."""
+
+    @abstractmethod
+    def tick(self) -> None:
+        """Step 3: every stage's tick, before the keeper's."""
+
+    @abstractmethod
+    def check(self) -> None:
+        """Step 3: return while every stage runs.
+
+        Raises:
+            JobFailedError: a stage's query (or process) died.
+            FencedOffError: the lease was taken over (a fenced-off write-ahead write stopped a query).
+        """
+
+    @abstractmethod
+    def stop(self, *, failing: bool) -> None:
+        """Step 5: stop every stage, in every case (``failing``: the run is already ending on
+        another error, which the caller raises; nothing else is raised then)."""
+
+    @abstractmethod
+    def results(self, stopped: float) -> dict[str, StageResult]:
+        """Step 6: each stage's part of the result, by name (``stopped``: when the stages stopped)."""
+
+
+class LocalStages(StageHost):
+    """The stages of ``driver``'s keeper in this process: their queries in the keeper's
+    SparkSession, ticked, checked and stopped by the run loop."""
+
+    def __init__(self, driver: PipelineRunner) -> None:
+        self.driver = driver
+        self._stats: dict[str, StageStats] = {}
+
+    @property
+    def stats(self) -> dict[str, StageStats]:
+        return self._stats
+
+    def start(self, started: float) -> None:
+        """Each stage's query, in stage order (one waits for the previous one's source when
+        :attr:`CutKeeper.wait_started`); a cluster's executors are checked to see the work dir
+        once per driver."""
+        driver, keeper = self.driver, self.driver.keeper
+        self._stats = {r.name: StageStats.at_start(r, started) for r in keeper.runners}
+        for runner in keeper.runners:
+            runner.start_query(keeper.spark, spec_path=keeper.spec_path, run=keeper.stage_run(runner),
+                               fence=keeper.fence, check_work_dir=not driver.work_dir_checked,
+                               wait=keeper.wait_started)
+            driver.work_dir_checked = True  # every stage's work dir is below the pipeline's
+
+    def tick(self) -> None:
+        for runner in self.driver.keeper.runners:
+            if runner.tick():
+                self._stats[runner.name].committed(runner)
+
+    def check(self) -> None:
+        for runner in self.driver.keeper.runners:
+            runner.check(self.driver.keeper.fence)  # a fenced-off write-ahead write stopped the query: FencedOffError
+
+    def stop(self, *, failing: bool) -> None:
+        """Stop the queries first, then drain each stage (its uploads, then its sinks' queued
+        commits and aborts: :meth:`StageRunner.drain`, given ``checkpoint.timeout``, at most
+        :data:`DRAIN_SECONDS`) and close its writer.
+
+        Raises:
+            SinkCommitFailedError, FencedOffError: the first stage whose drain raised (after
+                every stage was drained; the others' are logged), unless ``failing`` (the run
+                is already ending on another error; then every one is logged).
+        """
+        runners = self.driver.keeper.runners
+        for runner in runners:
+            runner.stop_query()
+        first: SinkCommitFailedError | FencedOffError | None = None
+        for runner in runners:
+            try:
+                runner.drain(min(runner.spec.checkpoint.timeout, DRAIN_SECONDS), failing=failing or first is not None)
+            except (SinkCommitFailedError, FencedOffError) as exc:
+                first = exc
+            finally:
+                runner.close_writer()
+        if first is not None:
+            raise first
+
+    def results(self, stopped: float) -> dict[str, StageResult]:
+        return {r.name: self._stats[r.name].result(r, stopped) for r in self.driver.keeper.runners}
+
+
+class PipelineRunner:
+    """The one run loop (module docstring) over ``keeper``'s stages, run where ``host`` says
+    (None: in this process, :class:`LocalStages`)."""
+
+    def __init__(self, keeper: CutKeeper, host: StageHost | None = None) -> None:
         self.keeper = keeper
+        self.host: StageHost = host if host is not None else LocalStages(self)
         #: Whether this driver checked that a cluster's executors see the work dir (once per driver).
         self.work_dir_checked = False
 
@@ -353,52 +477,47 @@ class PipelineRunner:
             on_tick: Callable[[], None] | None = None, until: Callable[[], bool] | None = None) -> RunResult:
         """Run until the stop rule holds (module docstring, step 4); with no limit, until interrupted.
 
+        ``duration`` counts from the start of the stages (after the restore at start): it
+        includes their queries' (or processes') start-up.
+
         Raises:
             TolerableFailuresExceededError: too many consecutive checkpoints failed (one stage).
-            JobFailedError: a stage's query died.
+            JobFailedError: a stage's query (or process) died.
             FencedOffError: the lease was taken over.
             SinkCommitFailedError: a sink could not commit (or abort) an epoch, also the run's last one.
             UserInputError: ``until_exhausted`` with an unbounded source.
         """
-        keeper = self.keeper
+        keeper, host = self.keeper, self.host
         # Step 1. Restore at start.
         keeper.prepare()
         ends = keeper.source_ends() if until_exhausted else None
-        # Step 2. The coordinators, then the queries.
+        # Step 2. The coordinators, then the stages' queries.
         keeper.start(checkpoints=checkpoints)
         started = time.monotonic()
-        stats = {r.name: StageStats.at_start(r, started) for r in self.runners}
         ended = False  # the loop reached a stop condition (no error is on its way out)
         try:
-            for runner in self.runners:
-                runner.start_query(keeper.spark, spec_path=keeper.spec_path, run=keeper.stage_run(runner),
-                                   fence=keeper.fence, check_work_dir=not self.work_dir_checked,
-                                   wait=keeper.wait_started)
-                self.work_dir_checked = True  # every stage's work dir is below the pipeline's
+            host.start(started)
             keeper.queries_started()
-            next_progress = started + progress_every
+            next_progress = (started if host.progress_from_start else time.monotonic()) + progress_every
             while True:
                 # Step 3. One tick.
                 self.check_lease()  # the heartbeat found the lease taken over
-                for runner in self.runners:
-                    if runner.tick():
-                        stats[runner.name].committed(runner)
+                host.tick()
                 keeper.tick()
                 if on_tick is not None:
                     on_tick()
                 now = time.monotonic()
                 if progress is not None and now >= next_progress:
                     next_progress = now + progress_every
-                    progress(keeper.progress(stats, now - started))
-                for runner in self.runners:
-                    runner.check(keeper.fence)  # a fenced-off staging stopped the query: FencedOffError
+                    progress(keeper.progress(host.stats, now - started))
+                host.check()
                 # Step 4. The stop rule.
                 if self._limit_reached(checkpoints=checkpoints, ends=ends,
                                        deadline=started + duration if duration is not None else None, until=until):
                     break
                 time.sleep(keeper.tick_seconds)
             if progress is not None and keeper.final_progress:
-                progress(keeper.progress(stats, time.monotonic() - started))
+                progress(keeper.progress(host.stats, time.monotonic() - started))
             ended = True
         finally:
             # Step 5. Raises the failure of a sink commit no tick reported (the last checkpoint's)
@@ -407,8 +526,7 @@ class PipelineRunner:
         # Step 6. The result.
         stopped = time.monotonic()
         return RunResult(keeper.name, stopped - started, list(keeper.completed), list(keeper.failed),
-                         {r.name: stats[r.name].result(r, stopped) for r in self.runners},
-                         tuple(r.name for r in self.runners if keeper.is_source(r)))
+                         host.results(stopped), tuple(r.name for r in self.runners if keeper.is_source(r)))
 
     def _limit_reached(self, *, checkpoints: int | None, ends: dict[str, dict[str, int]] | None,
                        deadline: float | None, until: Callable[[], bool] | None) -> bool:
@@ -418,26 +536,6 @@ class PipelineRunner:
                 or (deadline is not None and time.monotonic() >= deadline)
                 or (until is not None and until()))
 
-    def stop(self, *, only: StageRunner | None = None, failing: bool = False) -> None:
-        """Stop the queries first (every stage's, or ``only``'s), then drain each stage (its
-        uploads, then its sinks' queued commits and aborts: :meth:`StageRunner.drain`, given
-        ``checkpoint.timeout``, at most :data:`DRAIN_SECONDS`) and close its writer.
-
-        Raises:
-            SinkCommitFailedError, FencedOffError: the first stage whose drain raised (after
-                every stage was drained; the others' are logged), unless ``failing`` (the run
-                is already ending on another error; then every one is logged).
-        """
-        runners = [only] if only is not None else self.runners
-        for runner in runners:
-            runner.stop_query()
-        first: SinkCommitFailedError | FencedOffError | None = None
-        for runner in runners:
-            try:
-                runner.drain(min(runner.spec.checkpoint.timeout, DRAIN_SECONDS), failing=failing or first is not None)
-            except (SinkCommitFailedError, FencedOffError) as exc:
-                first = exc
-            finally:
-                runner.close_writer()
-        if first is not None:
-            raise first
+    def stop(self, *, failing: bool = False) -> None:
+        """Stop every stage: :meth:`StageHost.stop` (what it raises)."""
+        self.host.stop(failing=failing)

@@ -2,9 +2,14 @@
 
 :func:`open_driver` gives every pipeline the one run loop
 (:class:`~barrierflow.runtime.pipeline_runner.PipelineRunner`) over its stages; only the cut
-keeper depends on the shape: one stage is cut by its own checkpoints
+keeper and where the stages run depend on the shape: one stage is cut by its own checkpoints
 (:class:`~barrierflow.runtime.job.StageCuts`), several by the pipeline coordinator's global
-checkpoints (:class:`~barrierflow.runtime.pipeline.GlobalCuts`).
+checkpoints (:class:`~barrierflow.runtime.pipeline.GlobalCuts`), every stage in this process
+(:class:`~barrierflow.runtime.pipeline_runner.LocalStages`); with ``run --processes`` the
+pipeline coordinator of this process cuts (:class:`~barrierflow.runtime.stage_processes.SupervisedCuts`)
+and every stage runs in a process of its own
+(:class:`~barrierflow.runtime.stage_processes.StageProcesses`), each following those cuts
+(:class:`~barrierflow.runtime.pipeline.FollowedCuts`, :func:`open_stage_process_driver`).
 """
 
 from __future__ import annotations
@@ -15,22 +20,29 @@ from barrierflow.pipeline.model import OpenedPipeline
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.runtime.pipeline_runner import PipelineRunner
+from barrierflow.runtime.stage_processes import process_driver
 from barrierflow.spec.models import PipelineSpec
 
 __all__ = ["open_driver", "open_stage_process_driver"]
 
 
-def open_driver(pipeline: OpenedPipeline, *, channel_servers: Mapping[str, str] | None = None) -> PipelineRunner:
+def open_driver(pipeline: OpenedPipeline, *, channel_servers: Mapping[str, str] | None = None,
+                processes: bool = False) -> PipelineRunner:
     """The run driver of ``pipeline`` (``channel_servers``: the addresses of channels whose
-    ``bootstrap`` is ``embedded``).
+    ``bootstrap`` is ``embedded``); with ``processes`` (``run --processes``), every stage in a
+    process of its own (:func:`barrierflow.runtime.stage_processes.process_driver`).
 
     Raises:
-        UserInputError: a stage cannot be derived, or an embedded channel has no address.
+        UserInputError: a stage cannot be derived, or an embedded channel has no address;
+            ``processes`` for a pipeline of one stage.
     """
+    if processes:
+        pipeline.refuse_stage_processes("--processes")
     if isinstance(pipeline.spec, PipelineSpec):
         return StreamingJob(pipeline.spec, spec_path=pipeline.spec_path).driver
-    return StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path,
-                             channel_servers=dict(channel_servers or {})).driver
+    servers = dict(channel_servers or {})
+    job = StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path, channel_servers=servers)
+    return process_driver(job, servers=servers) if processes else job.driver
 
 
 def open_stage_process_driver(pipeline: OpenedPipeline, stage: str, *,

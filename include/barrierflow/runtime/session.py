@@ -18,7 +18,7 @@ _REGISTERED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSession:
     """Return a SparkSession configured for barrierflow (creating or reusing one), with the
-    generator, Kafka and staging data sources registered."""
+    generator, Kafka, channel and write-ahead (staging area) data sources registered."""
     session = spark_session.build_session(spec, app_name)
     register_data_sources(session)
     return session

@@ -5,11 +5,15 @@
 ``barrierflow run SPEC --stage NAME``). They share nothing but the checkpoint store, the
 channels, and each stage's work dir:
 
-* the supervisor calls :meth:`~barrierflow.runtime.pipeline.StagedPipelineJob.prepare` once
-  (restore of the latest global checkpoint as a new attempt, topics), then starts the stage
-  processes and waits until each reports its query running (``_process_ready.json``); only
-  then does it trigger checkpoints, so no barrier request is written before a source stage's
-  coordinator reset its control channel;
+* the supervisor is the one run loop
+  (:meth:`~barrierflow.runtime.pipeline_runner.PipelineRunner.run`) with
+  :class:`SupervisedCuts` (who cuts) and :class:`StageProcesses` (where the stages run): it
+  calls :meth:`~barrierflow.runtime.pipeline.StagedPipelineJob.prepare` once (restore of the
+  latest global checkpoint as a new attempt, topics), then starts the stage processes and
+  waits until each reports its query running (``_process_ready.json``); only then does the
+  pipeline coordinator start and trigger checkpoints, so no barrier request is written before
+  a source stage's coordinator reset its control channel. ``--duration`` counts from before
+  the stage processes start (their start-up included), as in one process;
 * barrier requests go to the source stages' control channels (files in their work dirs), as
   in one process; every stage writes its manifests to the store, where the pipeline
   coordinator collects them; a final stage commits its 2PC sinks when it finds the global
@@ -40,13 +44,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator
-from barrierflow.errors import JobFailedError, UserInputError
+from barrierflow.errors import JobFailedError
 from barrierflow.runtime.pipeline import (
     TICK_SECONDS,
     GlobalCuts,
@@ -55,7 +58,7 @@ from barrierflow.runtime.pipeline import (
     StageJob,
     StageProgress,
 )
-from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult, StageResult
+from barrierflow.runtime.pipeline_runner import PipelineRunner, StageHost, StageResult, StageStats
 from barrierflow.workdir.stage_ready import READY_FILE, ready_pid
 
 log = logging.getLogger(__name__)
@@ -64,7 +67,7 @@ SERVERS_ENV = "BARRIERFLOW_CHANNEL_SERVERS"
 #: The environment variable naming the supervisor's pid to a stage process.
 SUPERVISOR_ENV = "BARRIERFLOW_SUPERVISOR_PID"
 #: The supervisor's lease fencing number and token (``<fence>:<token>``), handed to its stage
-#: processes so that their manifests, staged batches and 2PC decisions check it too.
+#: processes so that their manifests, write-ahead batches and 2PC decisions check it too.
 FENCE_ENV = "BARRIERFLOW_LEASE_FENCE"
 LOG_FILE = "stage-process.log"
 
@@ -140,70 +143,106 @@ class _StageProcess:
         return "\n".join(wanted)
 
 
-class StageProcessSupervisor:
-    """Runs ``job`` with one process per stage; see the module docstring. ``servers`` are the
-    addresses of channels on the embedded broker (handed to the stage processes)."""
+class SupervisedCuts(GlobalCuts):
+    """Who cuts ``run --processes``: the pipeline coordinator in this process (the supervisor,
+    no Spark in it) over stages that run in processes of their own (:class:`StageProcesses`).
+    It holds no stage coordinator (each stage process has its own, :class:`~barrierflow.runtime.pipeline.FollowedCuts`)
+    and starts only once every stage process reports its query running
+    (:meth:`queries_started`), so no barrier request is written before a source stage's
+    coordinator reset its control channel. Progress comes from each stage's progress file."""
 
-    def __init__(self, job: StagedPipelineJob, *, servers: dict[str, str] | None = None,
+    def __init__(self, job: StagedPipelineJob) -> None:
+        super().__init__(job)
+        self.checkpoints: int | None = None
+
+    def start(self, *, checkpoints: int | None) -> None:
+        """Nothing yet (the stage processes start next): the limit is kept for :meth:`queries_started`."""
+        self.checkpoints = checkpoints
+
+    def queries_started(self) -> None:
+        """Every stage process runs its query: the pipeline coordinator starts (at most
+        :attr:`checkpoints` triggers)."""
+        job = self.job
+        coordinator = PipelineCoordinator(job.spec.name, job.spec.checkpoint, job.objects,
+                                          [job.handle(stage) for stage in job.stages], attempt=job.attempt,
+                                          fence=job.fence)  # the global manifests; the stage processes hold none
+        job.coordinator = coordinator
+        coordinator.start()
+        coordinator.trigger_limit = self.checkpoints
+
+    def progress(self, stats: dict[str, StageStats], elapsed: float) -> PipelineProgress:
+        job = self.job
+        completed, failed = self.completed, self.failed
+        return PipelineProgress(job.spec.name,
+                                tuple(StageProcessFiles(stage.layout.work_dir).progress(stage.name)
+                                      for stage in job.stages),
+                                completed[-1].checkpoint_id if completed else (job.last_completed or None),
+                                len(failed))
+
+
+class StageProcesses(StageHost):
+    """Where the stages of ``run --processes`` run: one process each (``barrierflow run SPEC
+    --stage NAME``); see the module docstring. ``servers`` are the addresses of channels on the
+    embedded broker (handed to the stage processes).
+
+    * :meth:`start`: spawn every stage process, then wait until each reports its query running
+      (at most ``start_timeout`` seconds);
+    * :meth:`check`: a stage process that exited fails the run;
+    * :meth:`stop`: ask every stage process to stop at the last completed global checkpoint and
+      wait (at most ``stop_timeout`` seconds) for each to exit 0, unless the run is failing;
+      then, in every case, kill what still runs;
+    * :meth:`results`: each stage's manifests of the completed global checkpoints, from the store.
+    """
+
+    progress_from_start = False
+
+    def __init__(self, keeper: GlobalCuts, *, servers: dict[str, str] | None = None,
                  start_timeout: float = 180.0, stop_timeout: float = 120.0) -> None:
-        self.job = job
+        self.keeper = keeper
+        self.job = keeper.job
         self.servers = dict(servers or {})
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.processes: list[_StageProcess] = []
 
-    def run(self, *, checkpoints: int | None = None, duration: float | None = None, until_exhausted: bool = False,
-            progress: Callable[[PipelineProgress], None] | None = None,
-            progress_every: float = 1.0) -> RunResult:
-        """As :meth:`StagedPipelineJob.run`, with every stage in its own process.
+    def start(self, started: float) -> None:
+        """Raises JobFailedError: a stage process exited, or did not start its query in time."""
+        for stage in self.job.stages:
+            self.processes.append(self._spawn(stage))
+        self._wait_ready()
 
-        Raises:
-            JobFailedError: a stage process failed to start, exited early or non-zero.
-        """
-        job = self.job
-        job.prepare()
-        ends = job.source_ends() if until_exhausted else None
-        started = time.monotonic()
+    def tick(self) -> None:
+        """Nothing: each stage process ticks its stage."""
+
+    def check(self) -> None:
+        self._check_running()
+
+    def stop(self, *, failing: bool) -> None:
+        """Raises JobFailedError (unless ``failing``): a stage process did not stop in time, or
+        stopped with a non-zero status (a final stage's last sink commit failed: its log says so)."""
         try:
-            for stage in job.stages:
-                self.processes.append(self._spawn(stage))
-            self._wait_ready()
-            coordinator = PipelineCoordinator(job.spec.name, job.spec.checkpoint, job.objects,
-                                              [job.handle(stage) for stage in job.stages], attempt=job.attempt,
-                                              fence=job.fence)  # the global manifests; the stage processes hold none
-            job.coordinator = coordinator
-            coordinator.start()
-            coordinator.trigger_limit = checkpoints
-            next_progress = time.monotonic() + progress_every
-            while True:
-                job.check_lease()
-                coordinator.tick()
-                self._check_running()
-                if progress is not None and time.monotonic() >= next_progress:
-                    next_progress = time.monotonic() + progress_every
-                    progress(self._progress(coordinator))
-                if job.limit_reached(coordinator, checkpoints=checkpoints, ends=ends,
-                                     deadline=started + duration if duration is not None else None):
-                    break
-                time.sleep(TICK_SECONDS)
-            if progress is not None:
-                progress(self._progress(coordinator))
-            self._stop_all(coordinator.completed[-1].checkpoint_id if coordinator.completed
-                            else job.last_completed)
+            if not failing:
+                completed = self.keeper.completed
+                self._stop_all(completed[-1].checkpoint_id if completed else self.job.last_completed)
         finally:
             self._kill_remaining()
-        stages = {stage.name: StageResult(completed=[stage.store.get(m.checkpoint_id) for m in coordinator.completed])
-                  for stage in job.stages}
-        return RunResult(job.spec.name, time.monotonic() - started, list(coordinator.completed),
-                         list(coordinator.failed), stages, tuple(job.graph.source_stages))
+
+    def results(self, stopped: float) -> dict[str, StageResult]:
+        completed = self.keeper.completed
+        return {stage.name: StageResult(completed=[stage.store.get(m.checkpoint_id) for m in completed])
+                for stage in self.job.stages}
 
     # -- the stage processes --------------------------------------------------------------
+    def command(self, stage: StageJob) -> list[str]:
+        """What runs ``stage`` in a process of its own: ``barrierflow run SPEC --stage NAME``."""
+        return [sys.executable, "-m", "barrierflow.cli.main", "run", self.job.spec_path, "--stage",
+                stage.stage.name, "--quiet"]
+
     def _spawn(self, stage: StageJob) -> _StageProcess:
         files = StageProcessFiles(stage.layout.work_dir)
         files.clear()
         log_path = stage.layout.work_dir / LOG_FILE
-        command = [sys.executable, "-m", "barrierflow.cli.main", "run", self.job.spec_path, "--stage",
-                   stage.stage.name, "--quiet"]
+        command = self.command(stage)
         env = {**os.environ, SERVERS_ENV: json.dumps(self.servers), SUPERVISOR_ENV: str(os.getpid())}
         env.pop(FENCE_ENV, None)
         if self.job.fence is not None:
@@ -260,13 +299,6 @@ class StageProcessSupervisor:
                 with suppress(subprocess.TimeoutExpired):
                     p.process.wait(timeout=30)
 
-    def _progress(self, coordinator: PipelineCoordinator) -> PipelineProgress:
-        completed = coordinator.completed
-        return PipelineProgress(self.job.spec.name,
-                                tuple(p.files.progress(p.job.stage.name) for p in self.processes),
-                                completed[-1].checkpoint_id if completed else (self.job.last_completed or None),
-                                len(coordinator.failed))
-
 
 def _status(code: int) -> str:
     if code < 0:
@@ -275,24 +307,14 @@ def _status(code: int) -> str:
     return f"exit status {code}"
 
 
-def run_in_processes(driver: PipelineRunner, *, servers: dict[str, str] | None = None, checkpoints: int | None = None,
-                     duration: float | None = None, until_exhausted: bool = False,
-                     progress: Callable[[PipelineProgress], None] | None = None,
-                     progress_every: float = 1.0) -> RunResult:
-    """Run ``driver``'s pipeline with every stage in a process of its own
-    (:class:`StageProcessSupervisor`), under the lease ``driver`` holds.
-
-    Raises:
-        UserInputError: the pipeline is one stage (its checkpoints are its cuts: there is no
-            pipeline coordinator to supervise stage processes).
-        JobFailedError: a stage process failed to start, exited early or non-zero.
-    """
-    keeper = driver.keeper
-    if not isinstance(keeper, GlobalCuts):
-        raise UserInputError(f"{keeper.spec_path} has one stage; --processes and --stage are for specs with stages")
-    return StageProcessSupervisor(keeper.job, servers=servers).run(
-        checkpoints=checkpoints, duration=duration, until_exhausted=until_exhausted, progress=progress,
-        progress_every=progress_every)
+def process_driver(job: StagedPipelineJob, *, servers: dict[str, str] | None = None,
+                   start_timeout: float = 180.0, stop_timeout: float = 120.0) -> PipelineRunner:
+    """The one run loop (:class:`~barrierflow.runtime.pipeline_runner.PipelineRunner`) over
+    ``job``'s stages with every stage in a process of its own: cut by :class:`SupervisedCuts`,
+    run by :class:`StageProcesses` (``servers``, ``start_timeout``, ``stop_timeout``: its)."""
+    keeper = SupervisedCuts(job)
+    return PipelineRunner(keeper, StageProcesses(keeper, servers=servers, start_timeout=start_timeout,
+                                                 stop_timeout=stop_timeout))
 
 
 def run_stage_process(job: StagedPipelineJob, stage: str) -> int:

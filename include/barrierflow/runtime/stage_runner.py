@@ -185,7 +185,7 @@ class StageRunner:
         """Start the query again when it died before planning any batch because Spark's Python
         planner worker did not connect back in time (Spark gives it a fixed few seconds; seen
         on overloaded machines). Safe only then: this run planned no batch, so nothing is
-        replayed, staged or written twice. At most :data:`START_RETRIES` times per run; False
+        replayed, written ahead or written twice. At most :data:`START_RETRIES` times per run; False
         otherwise."""
         planned = len(offset_log.planned_batches(self.stage.layout.spark_checkpoint))
         if exc is None or "connect back" not in str(exc) or planned != self.planned_at_start \
@@ -201,7 +201,7 @@ class StageRunner:
         """Return while the query runs (or was started again, :meth:`restart_failed_start`).
 
         Raises:
-            FencedOffError: ``fence`` was taken over (a fenced-off staging stopped the query).
+            FencedOffError: ``fence`` was taken over (a fenced-off write-ahead write stopped the query).
             JobFailedError: the query stopped, naming its first error line.
         """
         assert self.query is not None

@@ -1,6 +1,6 @@
 """Building the sinks of a stage: what writes each micro-batch of its query
-(:func:`micro_batch_writer`: a channel writer, the stager of a two-phase-commit sink, or
-nothing for ``discard``), where micro-batches are staged, and the driver-side committer.
+(:func:`micro_batch_writer`: a channel writer, the write-ahead writer of a two-phase-commit sink, or
+nothing for ``discard``), where micro-batches are written ahead, and the driver-side committer.
 
 Every sink kind is resolved here, the ``channel`` kind included, so the runtime builds every
 stage's writer the same way and never branches on the sink type."""
@@ -41,7 +41,7 @@ def micro_batch_writer(spec: PipelineSpec, layout: JobLayout, *, fence: FenceTok
     """The ``foreachBatch`` function of the stage whose derived spec is ``spec``: a
     :class:`~barrierflow.sinks.channel.ChannelWriter` when it writes ``channel`` (its records
     stamped with ``attempt``), a :class:`~barrierflow.sinks.staging.BatchStager` for a
-    two-phase-commit sink (checking ``fence`` before each staged batch), None for ``discard``
+    two-phase-commit sink (checking ``fence`` before each write-ahead batch), None for ``discard``
     (Spark's noop sink). A channel writer holds a producer: the caller closes it when the
     stage stops."""
     if channel is not None:
@@ -60,7 +60,7 @@ def micro_batch_writer(spec: PipelineSpec, layout: JobLayout, *, fence: FenceTok
 
 
 def staging_uri_for(spec: PipelineSpec, layout: JobLayout) -> str | None:
-    """The staging URI of the spec's sink, or None for sinks that stage nothing (discard)."""
+    """The write-ahead URI of the spec's sink, or None for sinks that write nothing ahead (discard)."""
     sink = spec.sink
     if isinstance(sink, DiscardSinkSpec):
         return None

@@ -11,7 +11,7 @@ Design: write-ahead, not Flink's resume-the-open-transaction design. Flink keeps
 Kafka transaction open from pre-commit to commit and, after a crash, resumes it from another
 process with the recorded producer id and epoch. Neither Python client can resume another
 producer's id/epoch, so a Kafka transaction cannot outlive the driver process that opened it.
-The staged micro-batches (:mod:`barrierflow.sinks.staging`) already make epoch n durable and
+The write-ahead micro-batches (:mod:`barrierflow.sinks.staging`) already make epoch n durable and
 invisible, i.e. they are a write-ahead log; so the whole epoch is produced in one short
 transaction at commit time:
 
@@ -20,7 +20,7 @@ transaction at commit time:
 * ``commit(txn)``: with a producer whose ``transactional_id`` is stable per pipeline and sink
   (``bf.<pipeline>.<sink>``; ``init_transactions()`` of a restarted driver therefore fences
   the zombie and aborts its lingering transaction), once per sink object ``init_transactions``;
-  then ``begin_transaction``, every row of the transaction's staged batches in batch order
+  then ``begin_transaction``, every row of the transaction's write-ahead batches in batch order
   (value: the row as a JSON object, timestamps as ISO-8601 strings; key: the ``key_column``'s
   value as UTF-8 text when set; headers ``bf-epoch`` = checkpoint id and ``bf-attempt`` =
   attempt that opened the transaction), then one commit-marker record to
@@ -33,7 +33,7 @@ transaction at commit time:
 * ``abort(txn)``: nothing at the broker (no open transaction survives a process); if this
   sink object has an open producer transaction for ``txn``, it is aborted.
 
-Staged data is never deleted here; the template deletes it after the ledger says COMMITTED.
+Write-ahead data is never deleted here; the template deletes it after the ledger says COMMITTED.
 
 Caveats:
 
@@ -157,7 +157,7 @@ class KafkaSink(TwoPhaseCommitSink):
     Contracts: records of epoch n are produced, in one Kafka transaction with their commit
     marker, only by :meth:`commit` (after checkpoint n completed), so ``read_committed``
     consumers see them then and only then; a repeated :meth:`commit` of a committed epoch
-    produces nothing (marker check; exact on a real Kafka); :meth:`abort` never touches staged
+    produces nothing (marker check; exact on a real Kafka); :meth:`abort` never touches write-ahead
     data. Not thread-safe: the checkpoint coordinator calls it on one thread.
     """
 
@@ -184,7 +184,7 @@ class KafkaSink(TwoPhaseCommitSink):
         return {"batches": batches, "staging": self.staging.uri}
 
     def pre_commit(self, txn: Transaction) -> dict[str, Any]:
-        """Nothing at the broker: the staged batches are the durable, invisible epoch."""
+        """Nothing at the broker: the write-ahead batches are the durable, invisible epoch."""
         return {"topic": self.spec.topic, "commit_marker_topic": self.spec.commit_marker_topic,
                 "transactional_id": self.transactional_id}
 
@@ -193,10 +193,10 @@ class KafkaSink(TwoPhaseCommitSink):
         already committed.
 
         Raises:
-            SinkError: brokers unreachable, unknown topic, staged batch missing or unreadable,
+            SinkError: brokers unreachable, unknown topic, write-ahead batch missing or unreadable,
                 producer fenced by another process with the same transactional id. Nothing of
                 the epoch is visible then (the Kafka transaction is aborted or times out) and
-                the staged batches stay, so the commit can be retried.
+                the write-ahead batches stay, so the commit can be retried.
         """
         producer = self._transactional_producer()
         if not self._topics_checked:
@@ -225,7 +225,7 @@ class KafkaSink(TwoPhaseCommitSink):
     def abort(self, txn: Transaction) -> None:
         """Nothing at the broker: no Kafka transaction outlives the process that opened it (a
         restarted driver's ``init_transactions`` aborts a crashed one's). Aborts this object's
-        open producer transaction for ``txn``, if any. Never deletes staged data."""
+        open producer transaction for ``txn``, if any. Never deletes write-ahead data."""
         if self._open_transaction == txn.transaction_id and self._producer is not None:
             log.info("Kafka sink %s: aborting the open producer transaction of %s", self.name,
                      txn.transaction_id)
@@ -267,7 +267,7 @@ class KafkaSink(TwoPhaseCommitSink):
             key_column = self.spec.key_column
             if key_column is not None and key_column not in table.column_names:
                 raise SinkError(
-                    f"Kafka sink {self.name!r}: key_column {key_column!r} is not a column of staged batch {batch} "
+                    f"Kafka sink {self.name!r}: key_column {key_column!r} is not a column of write-ahead batch {batch} "
                     f"(columns: {table.column_names}); fix key_column in the pipeline spec or the query"
                 )
             for chunk in table.to_batches():
@@ -320,8 +320,9 @@ class KafkaSink(TwoPhaseCommitSink):
         from barrierflow.kafka_io.transactions import TransactionError
 
         if isinstance(exc, KafkaSecurityError):
-            return SinkError(f"Kafka sink {self.name!r}: {what} failed: {exc}. The epoch stays staged and "
-                             "pre-committed; it is committed once the setting is fixed (the next run or a restore)")
+            return SinkError(f"Kafka sink {self.name!r}: {what} failed: {exc}. The epoch stays in the write-ahead "
+                             "log and pre-committed; it is committed once the setting is fixed (the next run or a "
+                             "restore)")
         kind = exc.kind if isinstance(exc, TransactionError) else None
         if kind == "fenced" or (kind is None and is_fenced(exc)):
             return SinkError(

@@ -3,14 +3,14 @@
 Layout under the sink's ``path``::
 
     part-<batch:012d>-a<attempt>-<n:05d>.parquet    committed output (what readers see)
-    _staging/batch=<batch>/...           staged micro-batches (see :mod:`barrierflow.sinks.staging`)
+    _staging/batch=<batch>/...           write-ahead micro-batches (see :mod:`barrierflow.sinks.staging`)
 
 Per epoch n (two-phase commit, :class:`~barrierflow.transactions.two_phase.TwoPhaseCommitSink`):
-pre-commit has nothing to do externally (the staged batches are already durable and
-invisible); commit moves each staged file of the epoch's batches to its deterministic final
+pre-commit has nothing to do externally (the write-ahead batches are already durable and
+invisible); commit moves each write-ahead file of the epoch's batches to its deterministic final
 name, so a repeated or resumed commit is a no-op (the name holds the transaction's attempt:
 after a restore, batch ids are reused and must not overwrite earlier committed output);
-abort leaves staged data to the next epoch or to the restore that discards it. Readers only
+abort leaves write-ahead data to the next epoch or to the restore that discards it. Readers only
 ever see ``part-*.parquet`` in the root; names starting with ``_`` are ignored by Spark and pyarrow.
 """
 
@@ -70,12 +70,12 @@ class ParquetFileSink(TwoPhaseCommitSink):
                     mid_commit_crash_point(self.name, step)
                 elif not self.output.exists(target):
                     raise SinkError(
-                        f"staged file {self.staging.store.describe(key)} of batch {batch} is missing and was never "
-                        f"published to {self.output.describe(target)}; restore a checkpoint before batch {batch}"
+                        f"write-ahead file {self.staging.store.describe(key)} of batch {batch} is missing and was "
+                        f"never published to {self.output.describe(target)}; restore a checkpoint before batch {batch}"
                     )
 
-    def _publish(self, staged_key: str, target: str) -> None:
-        src = f"{STAGING}/{staged_key}"
+    def _publish(self, key: str, target: str) -> None:
+        src = f"{STAGING}/{key}"
         self.output.move(src, target)
 
     def abort(self, txn: Transaction) -> None:
@@ -83,7 +83,7 @@ class ParquetFileSink(TwoPhaseCommitSink):
 
 
 def read_committed(uri: str) -> Any:
-    """The committed output as one pyarrow Table, or None (readers never see staged files)."""
+    """The committed output as one pyarrow Table, or None (readers never see write-ahead files)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

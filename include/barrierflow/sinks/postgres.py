@@ -1,10 +1,10 @@
 """The PostgreSQL sink: exactly-once rows through ``PREPARE TRANSACTION`` per epoch.
 
 Protocol per epoch n (two-phase commit, :class:`~barrierflow.transactions.two_phase.TwoPhaseCommitSink`;
-the staged micro-batches of :mod:`barrierflow.sinks.staging` are the write-ahead log):
+the write-ahead micro-batches of :mod:`barrierflow.sinks.staging` are the write-ahead log):
 
 * **pre-commit** (at the barrier of checkpoint n): on one connection ``BEGIN``; apply every
-  staged batch of the epoch in ascending batch order (``insert``: ``COPY``; ``upsert``:
+  write-ahead batch of the epoch in ascending batch order (``insert``: ``COPY``; ``upsert``:
   ``INSERT ... ON CONFLICT (key_columns) DO UPDATE SET <every other column> = EXCLUDED.<column>``,
   one statement per row, so a later row or batch overwrites an earlier one); insert the
   epoch's row into the marker table ``barrierflow_commits``; ``PREPARE TRANSACTION '<gid>'``.
@@ -14,10 +14,10 @@ the staged micro-batches of :mod:`barrierflow.sinks.staging` are the write-ahead
   data, so present means the epoch already committed (no-op); absent means the prepared
   transaction was rolled back (by an operator or another process) and the epoch's rows were
   never written: :class:`SinkError`. The sink does not silently re-apply the epoch in that
-  case: the staged batches are still there and the job would repeat them after a restore
+  case: the write-ahead batches are still there and the job would repeat them after a restore
   from a checkpoint older than n, which is the fix the message names. Re-applying behind
   the operator's back would hide whoever rolled the transaction back.
-* **abort**: ``ROLLBACK PREPARED '<gid>'`` if it is prepared, else a no-op. The staged
+* **abort**: ``ROLLBACK PREPARED '<gid>'`` if it is prepared, else a no-op. The write-ahead
   batches are never touched here: the template hands them to the next epoch or the restore
   discards them.
 * **reconciliation**: ``pg_prepared_xacts`` is the source of truth. Every prepared
@@ -129,7 +129,7 @@ class PostgresSink(TwoPhaseCommitSink):
 
     Contracts (beyond the template's): :meth:`pre_commit` leaves exactly one prepared
     transaction named :meth:`transaction_id` holding the epoch's rows and marker row, or
-    none; :meth:`commit` and :meth:`abort` are idempotent and never touch staged data; every
+    none; :meth:`commit` and :meth:`abort` are idempotent and never touch write-ahead data; every
     error raised on purpose is a :class:`SinkError` whose message names the server as
     ``host:port/database`` only (never the connection string or password) and the fix.
     """
@@ -279,7 +279,7 @@ class PostgresSink(TwoPhaseCommitSink):
         return {"batches": batches, "gid": txn_id, "table": self.spec.table, "mode": self.spec.mode}
 
     def pre_commit(self, txn: Transaction) -> dict[str, Any]:
-        """Apply the epoch's staged batches and marker row in one transaction and PREPARE it.
+        """Apply the epoch's write-ahead batches and marker row in one transaction and PREPARE it.
 
         On any failure nothing stays prepared (the transaction is rolled back). A prepared
         transaction of the same gid left by an earlier try of this very transaction (the
@@ -337,7 +337,7 @@ class PostgresSink(TwoPhaseCommitSink):
         )
 
     def _apply(self, conn: psycopg.Connection[Any], table: pa.Table, batch: int) -> int:
-        """Write one staged batch inside the open transaction; returns its row count."""
+        """Write one write-ahead batch inside the open transaction; returns its row count."""
         from psycopg import errors, sql
 
         columns = list(table.column_names)
@@ -366,7 +366,7 @@ class PostgresSink(TwoPhaseCommitSink):
                     cur.executemany(stmt, list(_rows(table)))
         except errors.UndefinedColumn as exc:
             raise SinkError(
-                f"postgres sink {self.name!r}: staged batch {batch} has a column table {self.spec.table} lacks "
+                f"postgres sink {self.name!r}: write-ahead batch {batch} has a column table {self.spec.table} lacks "
                 f"({exc.diag.message_primary}); add it to the table or drop it from the query"
             ) from None
         except errors.InvalidColumnReference as exc:
@@ -417,7 +417,7 @@ class PostgresSink(TwoPhaseCommitSink):
                 raise SinkError(
                     f"postgres sink {self.name!r}: prepared transaction {gid} (epoch {txn.checkpoint_id}, batches "
                     f"{txn.batches}) is gone from {self.server()} without having committed: it was rolled back "
-                    "(by an operator or another process), so the epoch's rows were never written. Its staged "
+                    "(by an operator or another process), so the epoch's rows were never written. Its write-ahead "
                     f"batches are kept: restore the job from a checkpoint older than {txn.checkpoint_id} so the "
                     "epoch is produced again"
                 ) from None
@@ -430,7 +430,7 @@ class PostgresSink(TwoPhaseCommitSink):
             mid_commit_crash_point(self.name, 1)
 
     def abort(self, txn: Transaction) -> None:
-        """``ROLLBACK PREPARED`` if ``<gid>`` is prepared, else a no-op (staged data is kept)."""
+        """``ROLLBACK PREPARED`` if ``<gid>`` is prepared, else a no-op (write-ahead data is kept)."""
         gid = txn.transaction_id
         with self._connect(f"abort epoch {txn.checkpoint_id} ({gid})") as conn:
             if gid in self._prepared(conn):

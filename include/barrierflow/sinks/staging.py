@@ -1,9 +1,9 @@
-"""Write-ahead staging of micro-batches: the Spark side of every barrierflow sink.
+"""Writing micro-batches ahead: the Spark side of every barrierflow sink.
 
 Spark 4.2's Python streaming writers accept only append mode, so queries write through
 ``foreachBatch`` (:class:`BatchStager`), which hands each micro-batch, with its id, to the
 batch writer ``format("barrierflow_staging")``: one code path for append, update and complete
-modes. Layout under a staging URI (local ``file://`` or ``s3://``)::
+modes. Layout under a write-ahead URI (the sink's write-ahead area; local ``file://`` or ``s3://``)::
 
     batch=<batch:012d>/<task:05d>-<uuid>.parquet   one file per task (invisible to readers)
     batch=<batch:012d>/_PRECOMMITTED.json          the batch's file list (and the writer's
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class WriteAheadFile(WriterCommitMessage):
     """What a task's ``write`` reports to the driver's ``commit``: the key of the Parquet file it
-    wrote under the staging URI (None when the task had no rows) and its row count. The file is
+    wrote under the write-ahead URI (None when the task had no rows) and its row count. The file is
     invisible until ``commit`` lists it in the batch's ``_PRECOMMITTED.json``."""
 
     key: str | None
@@ -59,7 +59,7 @@ class WriteAheadFile(WriterCommitMessage):
 
 
 class StagingDataSource(DataSource):
-    """Batch writer; options ``uri`` (staging URI) and ``batch_id`` (the micro-batch)."""
+    """Batch writer; options ``uri`` (write-ahead URI) and ``batch_id`` (the micro-batch)."""
 
     @classmethod
     def name(cls) -> str:
@@ -133,7 +133,7 @@ def write_ahead_batch(uri: str, batch_id: int, table: Any, fence: int | None = N
 
 
 class BatchStager:
-    """The ``foreachBatch`` function: stage micro-batch ``batch_id`` of ``df`` under ``uri``.
+    """The ``foreachBatch`` function: write micro-batch ``batch_id`` of ``df`` ahead under ``uri``.
 
     ``mode="executors"`` writes one Parquet file per task through ``barrierflow_staging``
     (scales with the cluster); ``mode="driver"`` collects the batch to the driver as Arrow
@@ -142,19 +142,19 @@ class BatchStager:
 
     With ``control_dir`` and ``spark_checkpoint`` given, a batch that replays output already
     committed (the restore left a replay plan, see :mod:`barrierflow.barriers.replay_plan`) is not
-    staged: it is evaluated into Spark's ``noop`` sink (the stateful operators must still run
+    written ahead: it is evaluated into Spark's ``noop`` sink (the stateful operators must still run
     and commit their state for the batch) and its output is dropped; ``suppressed`` lists it."""
 
     def __init__(self, uri: str, mode: str = "executors", *, control_dir: str | None = None,
                  spark_checkpoint: str | None = None, fence: FenceToken | None = None) -> None:
         if mode not in ("executors", "driver"):
-            raise SinkError(f"staging mode must be 'executors' or 'driver', got {mode!r}")
+            raise SinkError(f"write-ahead mode must be 'executors' or 'driver', got {mode!r}")
         self.uri = uri
         self.mode = mode
         self.control_dir = control_dir
         self.spark_checkpoint = spark_checkpoint
         self.suppressed: list[int] = []
-        #: The lease holder's fencing token: a driver whose lease was taken over stages nothing.
+        #: The lease holder's fencing token: a driver whose lease was taken over writes nothing ahead.
         self.fence = fence
 
     def replays_committed_output(self, batch_id: int) -> bool:
@@ -174,11 +174,11 @@ class BatchStager:
     def __call__(self, df: Any, batch_id: int) -> None:
         crash_point("mid_epoch", batch_id=batch_id)
         if self.fence is not None:  # no store request per batch while the heartbeat confirms the lease
-            self.fence.check_recent(f"staging micro-batch {batch_id}")
+            self.fence.check_recent(f"writing ahead micro-batch {batch_id}")
         if self.replays_committed_output(batch_id):
             df.write.format("noop").mode("overwrite").save()
             self.suppressed.append(batch_id)
-            log.info("batch %d replays output already committed before the restore: not staged", batch_id)
+            log.info("batch %d replays output already committed before the restore: not written ahead", batch_id)
             return
         fence = self.fence.fence if self.fence is not None else None
         if self.mode == "driver":

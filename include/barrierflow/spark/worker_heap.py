@@ -9,7 +9,7 @@ Python tasks a second), those collections were 76 % of the Python workers' CPU.
 :func:`freeze_long_lived` moves the objects alive at a task's start into the interpreter's
 permanent generation (:func:`gc.freeze`, O(1)): the collection after the task then walks only
 what the task itself created. It is called at the start of every function Spark runs in a
-Python worker for barrierflow (data source ``read``, the channel writer's task, the staging
+Python worker for barrierflow (data source ``read``, the channel writer's task, the write-ahead
 writer). At a task's start the previous task's garbage has already been collected, so what is
 frozen is live (imported modules, cached clients and readers); what it costs is that a cycle
 among those objects that dies later is not reclaimed. Contract: call it only in an executor's

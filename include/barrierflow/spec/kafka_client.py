@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -210,6 +210,32 @@ class KafkaClientSpec(BaseModel):
 #: The client fields, refused at the top of a Kafka source or sink with a pointer to ``client``.
 CLIENT_FIELDS = frozenset(KafkaClientSpec.model_fields) | {"ssl_check_hostname", "sasl_plain_username",
                                                            "sasl_plain_password", "kafka_options"}
+
+
+#: What every ``client`` field says of itself (the JSON schema's description, with a tail per owner).
+CLIENT_DESCRIPTION = "security (SASL, TLS; secrets as env:VAR or airflow:CONN_ID) and allowed client options"
+
+#: The ``client`` field of a Kafka source and a Kafka sink (``client: KafkaClientField = None``):
+#: no block means PLAINTEXT.
+KafkaClientField = Annotated[KafkaClientSpec | None, Field(description=f"{CLIENT_DESCRIPTION}; none = PLAINTEXT")]
+
+#: The ``client`` field of a channel: its brokers' settings; the embedded broker takes none.
+ChannelClientField = Annotated[KafkaClientSpec | None, Field(
+    description=f"{CLIENT_DESCRIPTION} of the channel's brokers; not for 'embedded'")]
+
+
+class NestedClientFields(BaseModel):
+    """Mixin of every spec model with a ``client`` block (Kafka source, Kafka sink, channel): it
+    refuses client fields given at the model's top level (:func:`refuse_flat_client_fields`),
+    naming the block's owner ``client_owner``. It adds no field, so the subclass's field order
+    (the JSON schema's and the docs') is its own."""
+
+    client_owner: ClassVar[str]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _client_fields_nested(cls, data: Any) -> Any:
+        return refuse_flat_client_fields(data, cls.client_owner)
 
 
 def refuse_flat_client_fields(data: Any, where: str) -> Any:

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from barrierflow.spec.durations import parse_duration_seconds
-from barrierflow.spec.kafka_client import KafkaClientSpec, refuse_flat_client_fields
+from barrierflow.spec.kafka_client import KafkaClientField, NestedClientFields
 from barrierflow.spec.restart import RestartSpec
 
 SPEC_VERSION = 1
@@ -39,6 +39,17 @@ def _storage_uri(value: str) -> str:
     if value.startswith("file://") and len(value) <= len("file://"):
         raise ValueError("a file:// URI needs a path: 'file://var/checkpoints' or 'file:///abs/path'")
     return value
+
+
+def _positive_seconds_or_null(value: Any, refusal: str) -> float | None:
+    """``value`` as seconds (a number or a duration like ``'10s'``), None for null; ``refusal``
+    is the error when it is not above 0 seconds."""
+    if value is None:
+        return None
+    seconds = parse_duration_seconds(value)
+    if seconds <= 0:
+        raise ValueError(refusal)
+    return seconds
 
 
 class SilentPeriod(_Strict):
@@ -119,9 +130,11 @@ def refuse_metadata_names(fields: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-class KafkaSourceSpec(_Strict):
+class KafkaSourceSpec(_Strict, NestedClientFields):
     """Kafka topics read without a Spark connector jar (ranges with confluent-kafka, topic metadata
     and offsets with kafka-python; :mod:`barrierflow.kafka_io`)."""
+
+    client_owner = "Kafka source"
 
     name: str = "kafka"
     type: Literal["kafka"]
@@ -144,14 +157,7 @@ class KafkaSourceSpec(_Strict):
     unavailable_timeout: Annotated[float, Field(
         ge=0, description="seconds the source rides out brokers that do not answer: planning offers no new "
                           "data and reading a planned range keeps waiting; past it the query fails")] = 120.0
-    client: KafkaClientSpec | None = Field(
-        None, description="security (SASL, TLS; secrets as env:VAR or airflow:CONN_ID) and allowed client options; "
-                          "none = PLAINTEXT")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _client_fields_nested(cls, data: Any) -> Any:
-        return refuse_flat_client_fields(data, "Kafka source")
+    client: KafkaClientField = None
 
     @field_validator("json_fields")
     @classmethod
@@ -183,7 +189,7 @@ SourceSpec = Annotated[GeneratorSourceSpec | KafkaSourceSpec, Field(discriminato
 
 
 class ParquetSinkSpec(_Strict):
-    """Parquet files, staged per epoch and published when the epoch's checkpoint completes."""
+    """Parquet files, written ahead per micro-batch and published when the epoch's checkpoint completes."""
 
     name: str = "parquet"
     type: Literal["parquet"]
@@ -214,7 +220,7 @@ class PostgresSinkSpec(_Strict):
     table: str = Field(..., pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
     mode: Literal["insert", "upsert"] = "insert"
     key_columns: list[str] = Field(default_factory=list, description="conflict target for upsert")
-    staging_path: str = Field("", description="storage URI of the write-ahead staging; default in work_dir")
+    staging_path: str = Field("", description="storage URI of the write-ahead area; default in work_dir")
 
     @model_validator(mode="after")
     def _upsert_needs_keys(self) -> PostgresSinkSpec:
@@ -223,9 +229,11 @@ class PostgresSinkSpec(_Strict):
         return self
 
 
-class KafkaSinkSpec(_Strict):
+class KafkaSinkSpec(_Strict, NestedClientFields):
     """Records into a Kafka topic, exactly once through Kafka transactions (confluent-kafka's
     transactional producer; the commit markers are read with kafka-python)."""
+
+    client_owner = "Kafka sink"
 
     name: str = "kafka"
     type: Literal["kafka"]
@@ -233,16 +241,9 @@ class KafkaSinkSpec(_Strict):
     topic: str
     key_column: str | None = None
     commit_marker_topic: str = "__barrierflow_commits"
-    staging_path: str = Field("", description="storage URI of the write-ahead staging; default in work_dir")
+    staging_path: str = Field("", description="storage URI of the write-ahead area; default in work_dir")
     transaction_timeout_ms: int = Field(60_000, ge=1000)
-    client: KafkaClientSpec | None = Field(
-        None, description="security (SASL, TLS; secrets as env:VAR or airflow:CONN_ID) and allowed client options; "
-                          "none = PLAINTEXT")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _client_fields_nested(cls, data: Any) -> Any:
-        return refuse_flat_client_fields(data, "Kafka sink")
+    client: KafkaClientField = None
 
 
 SinkSpec = Annotated[
@@ -364,12 +365,8 @@ class EventTimeSpec(_Strict):
     @field_validator("idle_timeout", mode="before")
     @classmethod
     def _idle(cls, value: Any) -> float | None:
-        if value is None:
-            return None
-        seconds = parse_duration_seconds(value)
-        if seconds <= 0:
-            raise ValueError("idle_timeout must be greater than 0 seconds (or null: partitions are never idle)")
-        return seconds
+        return _positive_seconds_or_null(
+            value, "idle_timeout must be greater than 0 seconds (or null: partitions are never idle)")
 
 
 class TriggerSpec(_Strict):
@@ -391,12 +388,8 @@ class TriggerSpec(_Strict):
     @field_validator("target_batch_duration", mode="before")
     @classmethod
     def _target(cls, value: Any) -> float | None:
-        if value is None:
-            return None
-        seconds = parse_duration_seconds(value)
-        if seconds <= 0:
-            raise ValueError("target_batch_duration must be greater than 0 seconds, e.g. '1s' (or null: off)")
-        return seconds
+        return _positive_seconds_or_null(
+            value, "target_batch_duration must be greater than 0 seconds, e.g. '1s' (or null: off)")
 
     @model_validator(mode="after")
     def _target_not_below_interval(self) -> TriggerSpec:
@@ -628,7 +621,9 @@ class PipelineSpec(_Strict):
     name: str = Field(..., pattern=r"^[a-z][a-z0-9_-]{0,62}$")
     description: str = ""
     work_dir: str = Field(
-        "", description="local Spark checkpoint + staging; default var/<name> (see barrierflow.spec.paths)"
+        "",
+        description=("local Spark checkpoint, snapshots, write-ahead batches; default var/<name> "
+                     "(see barrierflow.spec.paths)"),
     )
     sources: list[SourceSpec] = Field(..., min_length=1, max_length=1)
     transformation: TransformationSpec

@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from barrierflow.errors import UserInputError
-from barrierflow.spec.kafka_client import KafkaClientSpec, refuse_flat_client_fields
+from barrierflow.spec.kafka_client import ChannelClientField, KafkaClientSpec, NestedClientFields
 from barrierflow.spec.models import (
     SPEC_VERSION,
     BatchSpec,
@@ -62,21 +62,16 @@ _ENV_REF = re.compile(r"^env:([A-Za-z_][A-Za-z0-9_]*)$")
 _ADDRESS = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 
 
-class ChannelSpec(_Strict):
+class ChannelSpec(_Strict, NestedClientFields):
     """A Kafka topic between stages. ``topic`` defaults to ``<pipeline>.<channel>``."""
+
+    client_owner = "channel"
 
     name: str = Field(..., pattern=_NAME)
     topic: str = Field("", pattern=r"^$|^[A-Za-z0-9._-]{1,249}$")
     partitions: int = Field(2, ge=1, le=1024)
     bootstrap: str = EMBEDDED
-    client: KafkaClientSpec | None = Field(
-        None, description="security (SASL, TLS; secrets as env:VAR or airflow:CONN_ID) and allowed client options "
-                          "of the channel's brokers; not for 'embedded'")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _client_fields_nested(cls, data: Any) -> Any:
-        return refuse_flat_client_fields(data, "channel")
+    client: ChannelClientField = None
 
     @model_validator(mode="after")
     def _embedded_is_plaintext(self) -> ChannelSpec:

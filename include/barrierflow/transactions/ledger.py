@@ -2,14 +2,14 @@
 
 One JSON document per sink transaction, ``ledger/<sink>/txn-<checkpoint_id:012d>.json``,
 rewritten atomically at every state change. A transaction belongs to the epoch closed by
-checkpoint ``checkpoint_id`` and covers the staged micro-batches ``batches``. States::
+checkpoint ``checkpoint_id`` and covers the write-ahead micro-batches ``batches``. States::
 
     OPEN --pre_commit--> PRECOMMITTED --commit--> COMMITTED
       \\                       \\
        +------abort------------+--abort--> ABORTED
 
 ``handle`` holds what another process needs to finish the transaction (a PostgreSQL global
-transaction id, a Kafka transactional id, staged file keys). ``history`` records every
+transaction id, a Kafka transactional id, write-ahead file keys). ``history`` records every
 transition with its time. Illegal transitions raise :class:`TransactionStateError`;
 repeating the current terminal state is a no-op (commit and abort are idempotent).
 
@@ -178,7 +178,7 @@ class TransactionLedger:
             raise LedgerCorruptError(
                 f"ledger entry {self.objects.describe(key)} of pipeline {self.pipeline} is corrupt or truncated "
                 f"({reason}); its transaction cannot be decided from it: look the transaction up in the sink "
-                "(files under the staging prefix, pg_prepared_xacts, the Kafka commit markers), finish it by "
+                "(files under the write-ahead prefix, pg_prepared_xacts, the Kafka commit markers), finish it by "
                 "hand, then delete the entry and run 'barrierflow reconcile SPEC' again"
             ) from None
 

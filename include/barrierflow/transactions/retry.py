@@ -1,7 +1,7 @@
 """Bounded exponential backoff for committing a completed checkpoint's transactions.
 
 A completed checkpoint's sink commit must never be skipped: its epoch's output exists only as
-a pre-committed transaction (and staged batches) until it commits. So a commit that fails on
+a pre-committed transaction (and write-ahead batches) until it commits. So a commit that fails on
 an unreachable system (PostgreSQL down, S3 not answering, a broker gone) is tried again after
 ``initial`` seconds, then twice as long each time up to ``maximum``, ``retries`` times in all
 (Flink retries its committers the same way). The commit of a two-phase-commit sink is

@@ -5,12 +5,12 @@ drive them and keep the ledger (:mod:`barrierflow.transactions.ledger`) in step:
 
 * :meth:`pre_commit_epoch` — at the barrier of checkpoint n (asynchronous phase, before the
   manifest). Step 1: abort transactions of failed checkpoints still open, releasing their
-  batches. Step 2: collect the staged batches <= V_n that no live transaction holds; record
+  batches. Step 2: collect the write-ahead batches <= V_n that no live transaction holds; record
   the transaction OPEN with each batch's end offsets (for a faithful replay after a restore
   to an older checkpoint). Step 3: :meth:`pre_commit` it (durable, invisible). Step 4: record it
   PRECOMMITTED. Returns the handle stored in the manifest.
 * :meth:`notify_checkpoint_complete` — after manifest n is stored: :meth:`commit` every
-  PRECOMMITTED transaction of a checkpoint <= n, record COMMITTED, delete its staged batches.
+  PRECOMMITTED transaction of a checkpoint <= n, record COMMITTED, delete its write-ahead batches.
   A commit that fails with a sink, storage or OS error is tried again (recovering) with
   bounded exponential backoff (:mod:`barrierflow.transactions.retry`), never skipped; once the
   retries are used up a :class:`SinkError` naming the sink, the transaction and the fix is
@@ -18,15 +18,15 @@ drive them and keep the ledger (:mod:`barrierflow.transactions.ledger`) in step:
 * :meth:`notify_checkpoint_aborted` — checkpoint n failed: :meth:`abort` its transaction
   (OPEN or PRECOMMITTED) and release its batches to the next epoch. Unlike Flink, which must
   keep a pre-committed transaction because the data lives only inside it, barrierflow can
-  redo the epoch from its staged batches, so it never keeps an external transaction (and
+  redo the epoch from its write-ahead batches, so it never keeps an external transaction (and
   its locks, for PostgreSQL) open waiting for a later checkpoint.
 * :meth:`restore` — the job restarts from checkpoint T (batch V_T): recover-and-commit every
   PRECOMMITTED transaction of a checkpoint <= T, recover-and-abort every other unfinished one,
-  abort orphans the external system still holds, discard staged batches > V_T and whatever
-  a committed transaction left staged (a crash between its commit and the clean-up).
+  abort orphans the external system still holds, discard write-ahead batches > V_T and whatever
+  a committed transaction left in the write-ahead area (a crash between its commit and the clean-up).
 
 Batches of committed transactions of the current attempt are never taken into a new
-transaction again (a crash may leave them staged). After a restore (a new attempt) batch ids
+transaction again (a crash may leave them in the write-ahead area). After a restore (a new attempt) batch ids
 are reused by the replay, so earlier attempts' committed batches no longer count; their
 output is kept out by the replay plan instead.
 
@@ -52,12 +52,12 @@ first, X was decided before G decided anything about it and G follows it: a COMM
 ever decided for an epoch whose manifest was stored, so a restore of the latest checkpoint
 commits X anyway (same outcome); a restore to an older checkpoint finds X committed and
 keeps it out of the replay like any epoch committed before the restore (the replay plan).
-Staged batches: the stager checks the fence before each micro-batch, and its file list records
-the writer's fence. A stale driver that stalled inside a staging write can still finish it after
-the takeover and replace a staged batch of the new attempt in the shared staging prefix; the
+Write-ahead batches: the write-ahead writer checks the fence before each micro-batch, and its file list records
+the writer's fence. A stale driver that stalled inside a write-ahead write can still finish it after
+the takeover and replace a write-ahead batch of the new attempt in the shared write-ahead prefix; the
 pre-commit therefore refuses (:class:`SinkError`, the checkpoint fails) a batch whose file list
 was written under a fence below ``attempt_fence`` (the fence of the restore that began this
-attempt: no batch of this attempt is staged under a lower one), instead of committing it.
+attempt: no batch of this attempt is written ahead under a lower one), instead of committing it.
 PostgreSQL: a prepared transaction of X is only ever finished by its decision, so a stale
 ``COMMIT PREPARED`` of an epoch the restore aborted cannot happen; Kafka: the producer's
 transactional id is fenced by the broker as well (a newer ``init_transactions``).
@@ -143,7 +143,7 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
 
     @abc.abstractmethod
     def abort(self, txn: Transaction) -> None:
-        """Discard the external transaction (not the staged batches). Idempotent."""
+        """Discard the external transaction (not the write-ahead batches). Idempotent."""
 
     def recover_and_commit(self, txn: Transaction) -> None:
         self.commit(txn)
@@ -174,7 +174,7 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
                 if t.state in (TxnState.OPEN, TxnState.PRECOMMITTED)
                 or (t.state is TxnState.COMMITTED and t.attempt == self.attempt)}
         batches = [b for b in self.staging.batches() if b <= barrier_batch and b not in held]  # Step 2.
-        self._check_staged_fences(batches)
+        self._check_write_ahead_fences(batches)
         txn_id = self.transaction_id(checkpoint_id)
         txn = self.ledger.open(sink=self.name, sink_type=self.sink_type, transaction_id=txn_id,
                                checkpoint_id=checkpoint_id, attempt=self.attempt, batches=batches,
@@ -185,19 +185,19 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
         return [{"sink": self.name, "type": self.sink_type, "transaction_id": txn.transaction_id,
                  "checkpoint_id": checkpoint_id, "batches": batches, **txn.handle}]
 
-    def _check_staged_fences(self, batches: list[int]) -> None:
-        """Refuse staged batches a fenced-off driver wrote after this attempt began (module docstring)."""
+    def _check_write_ahead_fences(self, batches: list[int]) -> None:
+        """Refuse write-ahead batches a fenced-off driver wrote after this attempt began (module docstring)."""
         if self.attempt_fence is None:
             return
         for batch in batches:
             writer = self.staging.listing(batch).get("fence")
             if writer is not None and int(writer) < self.attempt_fence:
                 raise SinkError(
-                    f"sink {self.name!r}: staged batch {batch} in {self.staging.uri} was written under fence {writer}, "
-                    f"by a driver fenced off by the restore (fence {self.attempt_fence}) that began attempt "
+                    f"sink {self.name!r}: write-ahead batch {batch} in {self.staging.uri} was written under fence "
+                    f"{writer}, by a driver fenced off by the restore (fence {self.attempt_fence}) that began attempt "
                     f"{self.attempt}: it may have replaced this attempt's batch {batch}, so it is not committed. "
                     "Restore the latest checkpoint ('barrierflow restore SPEC --latest'): the restore discards the "
-                    "staged batches after it and they are produced again")
+                    "write-ahead batches after it and they are produced again")
 
     def _batch_ends(self, batches: list[int]) -> dict[int, dict[str, int]]:
         """End offsets of ``batches`` from the local Spark offset log (the first source's)."""
@@ -332,7 +332,7 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
 
     def restore(self, target_checkpoint: int | None, barrier_batch: int | None) -> list[Decision]:
         """Finish every unfinished transaction for a restart from ``target_checkpoint``;
-        discard staged batches after ``barrier_batch`` (they will be replayed)."""
+        discard write-ahead batches after ``barrier_batch`` (they will be replayed)."""
         decisions = self.plan(target_checkpoint, restoring=True)
         self.apply(decisions)
         for txn in self.ledger.list(self.name):
@@ -342,7 +342,7 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
                         self.staging.discard(batch)
         discarded = self.staging.discard_after(barrier_batch if barrier_batch is not None else -1)
         if discarded:
-            log.info("sink %s: discarded staged batches %s (they will be replayed)", self.name, discarded)
+            log.info("sink %s: discarded write-ahead batches %s (they will be replayed)", self.name, discarded)
         return decisions
 
 

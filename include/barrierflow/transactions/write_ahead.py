@@ -1,7 +1,7 @@
 """Write-ahead micro-batches as the two-phase-commit template sees them (driver side).
 
-The Spark side (:mod:`barrierflow.sinks.staging`) writes each micro-batch V under a staging
-URI, invisible to readers, the file list last::
+The Spark side (:mod:`barrierflow.sinks.staging`) writes each micro-batch V under a write-ahead
+URI (the sink's write-ahead area), invisible to readers, the file list last::
 
     batch=<V:012d>/<task:05d>-<uuid>.parquet   one file per task
     batch=<V:012d>/_PRECOMMITTED.json          the batch's file list, written last
@@ -11,8 +11,10 @@ lists, reads and discards write-ahead batches; a transaction
 (:mod:`barrierflow.transactions.two_phase`) takes the write-ahead batches of an epoch and
 deletes them only after it committed.
 
-Words: 2PC says "write-ahead" for these batches and "staging" for the area they are written
-to (the sink's ``staging_path``); "staged" names only a pipeline of several stages.
+Words: 2PC says "write-ahead" for these batches and for the area they are written to (the
+write-ahead area: a sink's ``staging_path``, or ``_staging/`` below a Parquet sink's path;
+those names, the ``barrierflow_staging`` writer and :mod:`barrierflow.sinks.staging` keep
+"staging" as names only). "staged" names only a pipeline of several stages.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ _BATCH = re.compile(r"^batch=(\d+)/")
 
 
 def batch_prefix(batch_id: int) -> str:
-    """The staging prefix of micro-batch ``batch_id``."""
+    """The write-ahead prefix of micro-batch ``batch_id``."""
     return f"batch={batch_id:012d}/"
 
 
@@ -51,7 +53,7 @@ class WriteAheadBatches:
             return json.loads(self.store.get_bytes(batch_prefix(batch_id) + MARKER))
         except ObjectNotFoundError:
             raise SinkError(
-                f"staged batch {batch_id} is gone from {self.store.describe(batch_prefix(batch_id))}; its output "
+                f"write-ahead batch {batch_id} is gone from {self.store.describe(batch_prefix(batch_id))}; its output "
                 "cannot be produced: restore a checkpoint at or before it"
             ) from None
 
@@ -65,7 +67,7 @@ class WriteAheadBatches:
         return pa.concat_tables(tables) if tables else None
 
     def discard(self, batch_id: int) -> None:
-        """Delete a batch's staging prefix, the file list last."""
+        """Delete a batch's write-ahead prefix, the file list last."""
         keys = [o.key for o in self.store.list(batch_prefix(batch_id))]
         self.store.delete_many([k for k in keys if not k.endswith(MARKER)])
         self.store.delete(batch_prefix(batch_id) + MARKER)

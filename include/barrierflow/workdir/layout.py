@@ -2,7 +2,7 @@
 
 ``<work_dir>/spark-checkpoint``  Spark's own checkpoint (offsets, commits, state) — local
 ``<work_dir>/control``           coordinator <-> planner control channel
-``<work_dir>/snapshots``         hard-linked staging of the synchronous phase
+``<work_dir>/snapshots``         hard-linked snapshots of the synchronous phase
 ``<work_dir>/dead-letter``       default dead-letter output (spec ``dead_letter_path`` moves it)
 ``<work_dir>/event-times``       newest event time per range read (Kafka; sources/event_times.py);
                                  spec ``event_times_path`` moves it

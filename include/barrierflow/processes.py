@@ -1,4 +1,6 @@
-"""Whether a local process still runs: the one check the lease and the embedded broker share."""
+"""Whether a local process still runs: the one check the job lease and the embedded Kafka broker
+(:mod:`barrierflow.kafka_io.kraft_broker`) share. It imports nothing of barrierflow, so every
+layer may use it."""
 
 from __future__ import annotations
 
