@@ -24,6 +24,9 @@ AIRFLOW_PORT ?= 8080
 AIRFLOW_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 1 )))
 AIRFLOW_TRIGGER_LOG_PORT ?= $(shell echo $$(( $(AIRFLOW_PORT) + 2 )))
 AIRFLOW_HOME_DIR := $(CURDIR)/var/airflow
+# The specs `make airflow` serves: the repository's demo specs; `make airflow AIRFLOW_PIPELINES_DIR=DIR`
+# serves yours (Airflow elsewhere reads $BARRIERFLOW_PIPELINES_DIR, default $BARRIERFLOW_HOME/pipelines).
+AIRFLOW_PIPELINES_DIR ?= $(CURDIR)/include/pipelines
 
 .PHONY: demo demo-stages demo-cycle test lint bench install jvm clean airflow chromium postgres flink bench-flink bench-channels bench-kafka
 
@@ -115,7 +118,8 @@ bench-flink: install $(FLINK_STAMP)
 	$(BIN)/python -m bench --compare flink-sql --seconds 30 --rounds 2 --markdown docs/benchmarks-flink-latest.md
 
 # Local Airflow: scheduler, DAG processor, triggerer and API server (`airflow standalone`) on
-# 127.0.0.1:$(AIRFLOW_PORT), with this project's DAGs and plugins (the Checkpoints page),
+# 127.0.0.1:$(AIRFLOW_PORT), with this project's DAGs (of the specs in $(AIRFLOW_PIPELINES_DIR))
+# and plugins (the Checkpoints page),
 # SQLite metadata and its generated admin password in var/airflow (git-ignored). Ctrl-C stops it.
 airflow: install
 	@mkdir -p $(AIRFLOW_HOME_DIR)
@@ -134,6 +138,7 @@ airflow: install
 	AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=$(AIRFLOW_LOG_PORT) \
 	AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=$(AIRFLOW_TRIGGER_LOG_PORT) \
 	BARRIERFLOW_HOME=$(CURDIR) \
+	BARRIERFLOW_PIPELINES_DIR=$(AIRFLOW_PIPELINES_DIR) \
 	$(BIN)/airflow standalone
 
 clean:

@@ -1,4 +1,5 @@
-"""barrierflow pipelines: eight DAGs per pipeline spec in `include/pipelines/*.yaml`, three more
+"""barrierflow pipelines: seven DAGs per pipeline spec in `$BARRIERFLOW_PIPELINES_DIR/*.yaml`
+(default `$BARRIERFLOW_HOME/pipelines`), an eighth (chaos) for a spec that opts in, three more
 (the batch side) per committed Parquet lake: a single-stage pipeline's Parquet sink, or each
 final stage with a Parquet sink of a pipeline of several. One builder makes them from two
 declarative tables, `DAG_KINDS` and `BATCH_DAG_KINDS` (id part, description, schedule, params,
@@ -64,7 +65,9 @@ tags, tasks, whether it applies).
   Great Expectations suites of the committed output (newest `epochs` epochs) and the rollups,
   stores the report and offline Data Docs with the reports, returns the summary (XCom), and fails
   naming each failed expectation, its column and a sample of bad rows.
-* `barrierflow_chaos__<name>` (triggered, no schedule; every spec): `chaos` runs `barrierflow
+* `barrierflow_chaos__<name>` (triggered, no schedule; only for a spec with `chaos: {dag: true}`,
+  whose PostgreSQL / Kafka sinks then need scratch servers, `chaos.postgres_dsn_env` /
+  `chaos.kafka_bootstrap_servers`, or the spec does not load): `chaos` runs `barrierflow
   chaos` on scratch copies of the pipeline (a scratch copy: new name, work dir, storage, outputs;
   the running pipeline is not touched) with the params `kills`, `seed`, `mode`, `min_gap`,
   `max_gap`, `point_share`, `processes`; logs the summary (kills by kind, restarts, checkpoints,
@@ -82,8 +85,9 @@ skipping the file because a skipped pipeline silently vanishes from the UI, whil
 DAG shows what is wrong where operators look.
 
 A multi-stage spec (`stages` and `channels`, e.g. `include/pipelines/stages.yaml`) gets the
-eight streaming DAGs above, on its *global* checkpoints (each task calls the one operation that
-`barrierflow <command> SPEC` calls, which opens the pipeline and works on its cuts, for either shape):
+streaming DAGs above (chaos when it opts in), on its *global* checkpoints (each task calls the
+one operation that `barrierflow <command> SPEC` calls, which opens the pipeline and works on
+its cuts, for either shape):
 
 * `launch` spark-submits `jobs/run_pipeline.py --spec` as for one stage: one Spark application
   runs the pipeline coordinator and every stage's query (`barrierflow run SPEC`); it holds the
@@ -124,7 +128,9 @@ eight streaming DAGs above, on its *global* checkpoints (each task calls the one
 A multi-stage spec that does not load gets the failing DAG above like any other.
 
 Parsing reads only the spec files (folder: `$BARRIERFLOW_PIPELINES_DIR`, default
-`include/pipelines`): no database, no connection, no Spark. The library is imported inside
+`$BARRIERFLOW_HOME/pipelines`, the user's own; the repository's example and benchmark specs in
+`include/pipelines` are served only where the variable names them: `make airflow`, the compose
+stack): no database, no connection, no Spark. The library is imported inside
 the tasks.
 """
 
@@ -155,14 +161,15 @@ from barrierflow.airflow.tasks import (
     verify,
 )
 from barrierflow.airflow.verification import verification_schedule
-from barrierflow.ops.discovery import DiscoveredPipeline, discover_pipelines
+from barrierflow.ops.discovery import DiscoveredPipeline, discover_pipelines, pipelines_folder
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-PIPELINES_DIR = Path(os.environ.get("BARRIERFLOW_PIPELINES_DIR") or PROJECT_ROOT / "include" / "pipelines")
 JOB = PROJECT_ROOT / "jobs" / "run_pipeline.py"
 BATCH_JOB = PROJECT_ROOT / "jobs" / "batch_job.py"
 #: Where relative paths in specs resolve, identically for the job and the checks.
 BARRIERFLOW_HOME = os.environ.get("BARRIERFLOW_HOME") or str(PROJECT_ROOT)
+#: `$BARRIERFLOW_PIPELINES_DIR`, default `$BARRIERFLOW_HOME/pipelines` (not the repository's examples).
+PIPELINES_DIR = pipelines_folder(BARRIERFLOW_HOME)
 
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 DEFAULT_ARGS = {"owner": "barrierflow", "retries": 1, "retry_delay": timedelta(minutes=1)}
@@ -295,7 +302,8 @@ DAG_KINDS: tuple[DagKind, ...] = (
     DagKind("chaos", lambda p: (f"Prove exactly-once on {p.summary} under random kills: a failure-free run and a run "
                                 "under kills in scratch copies, outputs compared row by row (barrierflow chaos)"),
             lambda p: None, lambda p: chaos_task(p.spec_path, BARRIERFLOW_HOME),
-            params=lambda p: dag_params.chaos_run_params(p.spec), tags=("chaos",)),
+            params=lambda p: dag_params.chaos_run_params(p.spec), tags=("chaos",),
+            applies=lambda p: p.wants_chaos_dag),
 )
 
 

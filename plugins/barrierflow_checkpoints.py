@@ -2,7 +2,7 @@
 
 Mounts the read-only app of :mod:`barrierflow.ui` under ``/barrierflow`` and shows it in the
 UI under Browse -> Checkpoints (``/plugin/checkpoints``). The page lists the pipelines of
-``$BARRIERFLOW_PIPELINES_DIR`` (default ``include/pipelines``, as the DAG file); relative paths
+``$BARRIERFLOW_PIPELINES_DIR`` (default ``$BARRIERFLOW_HOME/pipelines``, as the DAG file); relative paths
 in specs resolve against ``$BARRIERFLOW_HOME`` (default: the project root). Every request needs
 an Airflow session: 401 without one.
 """
@@ -13,11 +13,12 @@ import os
 from pathlib import Path
 
 from airflow.plugins_manager import AirflowPlugin
+from barrierflow.ops.discovery import pipelines_folder
 from barrierflow.ui import URL_PREFIX, VIEW_ROUTE, create_app
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-PIPELINES_DIR = os.environ.get("BARRIERFLOW_PIPELINES_DIR") or str(PROJECT_ROOT / "include" / "pipelines")
 os.environ.setdefault("BARRIERFLOW_HOME", str(PROJECT_ROOT))  # as the DAG file's tasks do
+PIPELINES_DIR = str(pipelines_folder(os.environ["BARRIERFLOW_HOME"]))  # as the DAG file
 
 
 class BarrierflowCheckpointsPlugin(AirflowPlugin):

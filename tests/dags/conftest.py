@@ -78,14 +78,16 @@ def pipelines_dir(tmp_path: Path) -> Path:
     return folder
 
 
+#: The repository's example and benchmark specs, which `make airflow` and the compose stack serve.
+REPO_PIPELINES = PROJECT_ROOT / "include" / "pipelines"
+
+
 def parse_dags(monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path | None = None) -> Any:
-    """Parse dags/ into a fresh DagBag, reading specs from ``pipelines_dir`` (default: the repo's)."""
+    """Parse dags/ into a fresh DagBag, reading specs from ``pipelines_dir`` (default: the repo's
+    example specs in include/pipelines, named in BARRIERFLOW_PIPELINES_DIR as `make airflow` does)."""
     from airflow.dag_processing.dagbag import DagBag
 
-    if pipelines_dir is None:
-        monkeypatch.delenv("BARRIERFLOW_PIPELINES_DIR", raising=False)
-    else:
-        monkeypatch.setenv("BARRIERFLOW_PIPELINES_DIR", str(pipelines_dir))
+    monkeypatch.setenv("BARRIERFLOW_PIPELINES_DIR", str(REPO_PIPELINES if pipelines_dir is None else pipelines_dir))
     return DagBag(dag_folder=DAGS_FOLDER, safe_mode=False)
 
 

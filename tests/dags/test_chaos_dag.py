@@ -24,6 +24,7 @@ def _spec(tmp_path: Path, pipelines_dir: Path, **source: object) -> str:
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     data["sources"][0].update(source)
     data["sources"][0] = {k: v for k, v in data["sources"][0].items() if v is not None}
+    data["chaos"] = {"dag": True}  # the chaos DAG is made for a spec that opts in only
     (pipelines_dir / "p.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
     shutil.rmtree(tmp_path / "work", ignore_errors=True)
     return str(data["name"])

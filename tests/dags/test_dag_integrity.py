@@ -42,8 +42,10 @@ def dagbag() -> Iterator[Any]:
 
 @pytest.fixture
 def tmp_dagbag(monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path) -> Any:
-    """dags/ parsed against a folder with a valid spec, a broken one and a duplicate name."""
-    (pipelines_dir / "orders.yaml").write_text(spec_yaml("orders", interval="0.2s"), encoding="utf-8")
+    """dags/ parsed against a folder with a valid spec (opting into the chaos DAG), a broken one and
+    a duplicate name."""
+    (pipelines_dir / "orders.yaml").write_text(spec_yaml("orders", interval="0.2s") + "chaos:\n  dag: true\n",
+                                               encoding="utf-8")
     (pipelines_dir / "broken.yaml").write_text(BROKEN_SPEC_YAML, encoding="utf-8")
     (pipelines_dir / "orders2.yaml").write_text(spec_yaml("orders"), encoding="utf-8")
     return parse_dags(monkeypatch, pipelines_dir)
@@ -74,7 +76,9 @@ def test_every_dag_follows_the_house_rules(dagbag: Any, tmp_dagbag: Any) -> None
     assert problems == []
 
 
-KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "chaos")
+KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew")
+#: Only for a spec that opts in (`chaos: {dag: true}`): the multi-stage demos do, demo and bench do not.
+CHAOS_DEMOS = ("stages-demo", "cycle-demo")
 #: Only for a pipeline with a Parquet sink (a lake to read): rollups, the stream-vs-batch comparison, data quality;
 #: with stages, per final stage with a Parquet sink (its id ends in __<stage>).
 BATCH_KINDS = ("rollup", "recompute", "quality")
@@ -88,6 +92,8 @@ def test_seven_dags_per_spec_and_three_batch_dags_per_lake_in_include_pipelines(
             expected.add(dag_id_for(entry.name, "pipeline"))
         else:
             expected |= {dag_id_for(entry.name, kind) for kind in KINDS}
+            if entry.spec.chaos is not None and entry.spec.chaos.dag:
+                expected.add(dag_id_for(entry.name, "chaos"))
             if not _staged(entry) and entry.spec.sink.type == "parquet":  # type: ignore[union-attr]
                 expected |= {dag_id_for(entry.name, kind) for kind in BATCH_KINDS}
     # The multi-stage demos' final stages write Parquet; the cycle demo's is downstream of its cycle, so
@@ -98,6 +104,8 @@ def test_seven_dags_per_spec_and_three_batch_dags_per_lake_in_include_pipelines(
     assert set(dagbag.dag_ids) == expected
     assert {f"barrierflow_{kind}__{name}" for kind in ("verify", "retain", "recover", "reconcile", "skew")
             for name in ("demo", "bench", "stages-demo", "cycle-demo")} <= expected
+    assert {f"barrierflow_chaos__{name}" for name in CHAOS_DEMOS} <= expected
+    assert not {"barrierflow_chaos__demo", "barrierflow_chaos__bench"} & expected
     assert all(entry.error is None for entry in entries), "a spec in include/pipelines does not load"
 
 
@@ -431,9 +439,10 @@ def test_multi_stage_specs_get_the_streaming_dags_on_global_checkpoints(
     bag = parse_dags(monkeypatch, pipelines_dir)
     assert bag.import_errors == {}
     staged = {d for d in bag.dag_ids if d.endswith("__stages-demo")}
-    assert staged == {dag_id_for("stages-demo", kind) for kind in KINDS}
+    assert staged == {dag_id_for("stages-demo", kind) for kind in (*KINDS, "chaos")}  # stages.yaml opts into chaos
     assert "invalid-spec" in bag.dags["barrierflow_pipeline__stages_broken"].tags
     assert {dag_id_for("orders", kind) for kind in KINDS} <= set(bag.dag_ids)
+    assert dag_id_for("orders", "chaos") not in bag.dag_ids
 
     spec_path = str((pipelines_dir / "stages.yaml").resolve())
     launch_dag = bag.dags[dag_id_for("stages-demo", "pipeline")]

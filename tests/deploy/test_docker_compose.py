@@ -60,7 +60,8 @@ REQUIRED_VARIABLES = {
 OPTIONAL_VARIABLES = {
     "AWS_ENDPOINT_URL": "the endpoint of every AWS service; AWS_ENDPOINT_URL_S3 is set instead",
     "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "unset: the configured endpoint is used",
-    "BARRIERFLOW_PIPELINES_DIR": "default include/pipelines beside dags/ (in the image)",
+    "BARRIERFLOW_PIPELINES_DIR": "default $BARRIERFLOW_HOME/pipelines; the Airflow services set it to the image's "
+                                 "demo specs (include/pipelines), the executors never read it",
     "BARRIERFLOW_ASSET_POLL_SECONDS": "default 10",
     "BARRIERFLOW_RECOVERY_POKE_SECONDS": "default 30",
     "BARRIERFLOW_SPARK_CONN_ID": "default spark_default (AIRFLOW_CONN_SPARK_DEFAULT is set)",
@@ -338,6 +339,11 @@ def test_airflow_services_get_the_cluster_and_the_store(services: dict[str, Any]
         assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor", name
         assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False", name
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].endswith("@airflow-db:5432/airflow"), name
+        # The stack shows the demo DAGs: it names the image's copy of the repository's example specs
+        # (the DAG file's default is the user's $BARRIERFLOW_HOME/pipelines).
+        assert env["BARRIERFLOW_PIPELINES_DIR"] == "/opt/airflow/include/pipelines", name
+    dockerfile = (ROOT / "deploy" / "image" / "Dockerfile").read_text(encoding="utf-8")
+    assert "COPY --chown=barrierflow:0 include/pipelines /opt/airflow/include/pipelines" in dockerfile
 
 
 def test_the_spark_connection_names_the_standalone_master(services: dict[str, Any], tmp_path: Path) -> None:

@@ -22,6 +22,9 @@ def test_make_airflow_runs_standalone_on_localhost_with_the_projects_dags_and_pl
     assert f"AIRFLOW_HOME={ROOT}/var/airflow" in dry
     assert f"AIRFLOW__CORE__DAGS_FOLDER={ROOT}/dags" in dry
     assert f"AIRFLOW__CORE__PLUGINS_FOLDER={ROOT}/plugins" in dry
+    # The demo DAGs: the repository's example specs, named explicitly (the DAG file's default is
+    # $BARRIERFLOW_HOME/pipelines, the user's own).
+    assert f"BARRIERFLOW_PIPELINES_DIR={ROOT}/include/pipelines" in dry
     assert "AIRFLOW__API__HOST=127.0.0.1" in dry and "AIRFLOW__API__PORT=8123" in dry
     assert "http://127.0.0.1:8123/" in dry and "simple_auth_manager_passwords.json.generated" in dry
     assert dry.rstrip().endswith(".venv/bin/airflow standalone")

@@ -76,6 +76,12 @@ class Pipeline:
     def dag_id(self, kind: str) -> str:
         return dag_id_for(self.name, kind)
 
+    @property
+    def wants_chaos_dag(self) -> bool:
+        """Whether the spec opts into the chaos DAG (``chaos.dag: true``; its scratch servers are
+        checked when the spec loads)."""
+        return self.spec.chaos is not None and self.spec.chaos.dag
+
 
 def _storage_asset_uri(uri: str, barrierflow_home: str) -> str:
     """The asset URI of a storage URI; a relative ``file://`` path resolves under ``barrierflow_home``."""

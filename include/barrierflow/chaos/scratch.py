@@ -16,6 +16,12 @@ Storage stays of the kind the spec uses: ``file://`` stores move under the scrat
 Not moved, because the spec does not name it: a PostgreSQL sink's commit-marker table
 ``barrierflow_commits`` (the copies' rows there carry the copies' pipeline names, which the
 pipeline never reads).
+
+Servers: the copies' tables and topics live on the servers the spec names, unless its ``chaos``
+block names scratch ones (:class:`barrierflow.spec.models.ChaosSpec`): ``postgres_dsn_env``
+replaces every PostgreSQL sink's ``dsn_env`` (so ``barrierflow_commits`` moves too),
+``kafka_bootstrap_servers`` every Kafka sink's ``bootstrap_servers`` and the ``bootstrap`` of
+every channel on a real cluster. Sources keep theirs: a copy only reads them.
 """
 
 from __future__ import annotations
@@ -245,6 +251,23 @@ def _sinks(raw_stage: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield from raw_stage.get("sinks") or []
 
 
+def _to_scratch_servers(data: dict[str, Any]) -> None:
+    """Point the sinks and real-cluster channels of the copy ``data`` at the scratch servers its
+    ``chaos`` block names (none named: left as they are). The block itself is dropped: the copy
+    is no pipeline of a chaos DAG, and its servers are the scratch ones already."""
+    settings = data.pop("chaos", None) or {}
+    dsn_env, bootstrap = settings.get("postgres_dsn_env"), settings.get("kafka_bootstrap_servers")
+    for part in raw_parts(data):
+        for sink in _sinks(part.data):
+            if dsn_env and sink.get("type") == "postgres":
+                sink["dsn_env"] = dsn_env
+            elif bootstrap and sink.get("type") == "kafka":
+                sink["bootstrap_servers"] = bootstrap
+    for channel in data.get("channels") or []:
+        if bootstrap and str(channel.get("bootstrap") or "embedded").strip() != "embedded":
+            channel["bootstrap"] = bootstrap
+
+
 def scratch_copy(raw: dict[str, Any], *, copy_name: str, root: Path, stamp: str
                  ) -> tuple[dict[str, Any], list[ScratchOutput]]:
     """The YAML mapping of copy ``copy_name`` of the spec ``raw`` (as loaded from its file) and
@@ -254,8 +277,9 @@ def scratch_copy(raw: dict[str, Any], *, copy_name: str, root: Path, stamp: str
     name, ``work_dir``, every ``file://`` / ``s3://`` value outside ``sources`` and
     ``transformation`` (the checkpoint storage, ``dead_letter_path``, ``event_times_path``,
     Parquet paths, write-ahead paths, rollups, and any such field a spec gains), explicit channel
-    topics, PostgreSQL tables, Kafka sink topics and their ``commit_marker_topic``. ``raw`` is
-    not changed.
+    topics, PostgreSQL tables, Kafka sink topics and their ``commit_marker_topic``; the sinks'
+    (and real-cluster channels') servers when the ``chaos`` block names scratch ones. ``raw``
+    is not changed.
 
     Raises:
         ChaosRefusedError: a store of the copy would lie in one of the spec's, or one of the
@@ -273,6 +297,7 @@ def scratch_copy(raw: dict[str, Any], *, copy_name: str, root: Path, stamp: str
             channel["topic"] = f"{channel['topic']}.chaos-{stamp}-{copy_name}"
     stages, originals = raw_parts(data), raw_parts(raw)  # the names are the original spec's
     labels: dict[Where, str] = {("checkpoint", "storage"): "checkpoints"}
+    _to_scratch_servers(data)
     for stage, original_stage in zip(stages, originals, strict=True):
         stage_name = original_stage.name
         for number, sink in enumerate(_sinks(stage.data)):

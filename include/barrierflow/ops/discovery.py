@@ -40,6 +40,14 @@ class DiscoveredPipeline:
     error: str | None = None
 
 
+def pipelines_folder(home: str | os.PathLike[str]) -> Path:
+    """The folder of the pipeline specs Airflow serves: ``$BARRIERFLOW_PIPELINES_DIR``, default
+    ``<home>/pipelines`` (``home``: ``$BARRIERFLOW_HOME``, the user's project). Never the repository's
+    example and benchmark specs (``include/pipelines``) unless the variable names them, as
+    ``make airflow`` and the compose stack do: an install lists the pipelines its user configured."""
+    return Path(os.environ.get("BARRIERFLOW_PIPELINES_DIR") or Path(home) / "pipelines")
+
+
 def discover_specs(folder: str | os.PathLike[str]) -> list[Path]:
     """The pipeline spec files (``*.yaml``, not hidden) directly in ``folder``, sorted by name.
 

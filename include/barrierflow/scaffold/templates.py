@@ -166,12 +166,12 @@ DAGS = Template('''\
 """Airflow DAGs of this project: barrierflow's DAG factory over its pipelines/ folder.
 
 Every spec in pipelines/ gets barrierflow's DAGs (barrierflow_pipeline__<name> launches it with
-spark-submit; supervise, verify, retain, recover, reconcile, skew, chaos; the batch DAGs of its
-Parquet output), with this folder as BARRIERFLOW_HOME (where the specs' relative paths, var/
-and $package, are taken from). Put this file in Airflow's dags folder: point
-``dags_folder`` at this project's airflow/ folder, or link the file there (the link is
-followed to find the project). The Airflow connection ``spark_default`` chooses the cluster
-(without it: the spec's spark.master).
+spark-submit; supervise, verify, retain, recover, reconcile, skew; chaos when the spec opts in
+with ``chaos: {dag: true}``; the batch DAGs of its Parquet output), with this folder as
+BARRIERFLOW_HOME (where the specs' relative paths, var/ and $package, are taken from). Put
+this file in Airflow's dags folder: point ``dags_folder`` at this project's airflow/ folder,
+or link the file there (the link is followed to find the project). The Airflow connection
+``spark_default`` chooses the cluster (without it: the spec's spark.master).
 """
 
 from __future__ import annotations

@@ -491,6 +491,62 @@ class VerificationSpec(_Strict):
         return seconds
 
 
+class ChaosSpec(_Strict):
+    """Chaos runs of the pipeline (``barrierflow chaos``) and its Airflow DAG.
+
+    ``dag``: make the triggered DAG ``barrierflow_chaos__<name>`` (default false: a pipeline
+    gets no chaos DAG unless its spec asks for one, so nobody triggers scratch runs against
+    production servers by a click).
+
+    A chaos run works on scratch copies of the pipeline; files and object stores move under the
+    scratch dir or prefix, but the copies' PostgreSQL tables and Kafka topics are created on the
+    servers the spec names unless these send them elsewhere:
+
+    * ``postgres_dsn_env``: the environment variable holding the connection string of a scratch
+      database; every PostgreSQL sink of a copy writes there (its table and its
+      ``barrierflow_commits`` rows). The scratch database must hold a table of each sink's name
+      (chaos creates its scratch tables like it).
+    * ``kafka_bootstrap_servers``: a scratch Kafka cluster; every Kafka sink of a copy writes its
+      topic and commit-marker topic there, and every channel on a real cluster its topic. It must
+      hold each sink's topic and commit-marker topic (chaos copies their partition counts). Kafka
+      sources are read where they are: a copy only reads them.
+
+    With ``dag: true`` a spec with a PostgreSQL sink needs ``postgres_dsn_env`` (another variable
+    than its sinks'), one with a Kafka sink or a channel on a real cluster
+    ``kafka_bootstrap_servers`` (not its sinks'): :func:`chaos_dag_problems`."""
+
+    dag: bool = False
+    postgres_dsn_env: str = Field("", pattern=r"^$|^[A-Z_][A-Z0-9_]*$")
+    kafka_bootstrap_servers: str = ""
+
+
+def chaos_dag_problems(chaos: ChaosSpec | None, sinks: list[tuple[str, Any]], external_channels: list[str]) -> str:
+    """Why the chaos DAG the spec asks for (``chaos.dag``) would write on the pipeline's own
+    servers, as one message naming each sink and the field to set; '' when it would not (or no
+    DAG is asked for). ``sinks``: (where, sink spec) of every sink; ``external_channels``: the
+    names of the channels on a real Kafka cluster."""
+    if chaos is None or not chaos.dag:
+        return ""
+    problems: list[str] = []
+    postgres = [(where, s) for where, s in sinks if isinstance(s, PostgresSinkSpec)]
+    if postgres and not chaos.postgres_dsn_env:
+        problems.append(f"PostgreSQL sink(s) {', '.join(w for w, _ in postgres)}: set chaos.postgres_dsn_env to the "
+                        "variable holding the DSN of a scratch database (the copies create their tables there)")
+    problems += [f"{where}: chaos.postgres_dsn_env is the sink's own dsn_env {sink.dsn_env}; name a scratch "
+                 "database's variable" for where, sink in postgres if sink.dsn_env == chaos.postgres_dsn_env]
+    kafka = [(where, s) for where, s in sinks if isinstance(s, KafkaSinkSpec)]
+    if (kafka or external_channels) and not chaos.kafka_bootstrap_servers:
+        named = [w for w, _ in kafka] + [f"channel {c!r}" for c in external_channels]
+        problems.append(f"Kafka sink(s) or channel(s) {', '.join(named)}: set chaos.kafka_bootstrap_servers to a "
+                        "scratch Kafka cluster (the copies create their topics there)")
+    problems += [f"{where}: chaos.kafka_bootstrap_servers is the sink's own cluster; name a scratch cluster"
+                 for where, sink in kafka if sink.bootstrap_servers == chaos.kafka_bootstrap_servers]
+    if not problems:
+        return ""
+    return ("chaos.dag: true would let the chaos DAG create scratch tables and topics on the pipeline's own servers; "
+            + "; ".join(problems) + " (or remove chaos.dag)")
+
+
 class ReportsSpec(_Strict):
     """Data-quality reports over the completed checkpoints (``barrierflow skew``, Airflow DAG
     ``barrierflow_skew__<name>``, hourly).
@@ -592,11 +648,19 @@ class PipelineSpec(_Strict):
                           "none = a failure ends the run")
     metrics: MetricsSpec | None = Field(
         None, description="serve Prometheus metrics while 'barrierflow run' runs; none = not served")
+    chaos: ChaosSpec | None = None
 
     @field_validator("dead_letter_path", "event_times_path")
     @classmethod
     def _shared_paths(cls, value: str) -> str:
         return _storage_uri(value) if value else value
+
+    @model_validator(mode="after")
+    def _chaos_dag_on_scratch_servers(self) -> PipelineSpec:
+        problem = chaos_dag_problems(self.chaos, [(f"sink {s.name!r}", s) for s in self.sinks], [])
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @property
     def source(self) -> GeneratorSourceSpec | KafkaSourceSpec:

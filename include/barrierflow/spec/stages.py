@@ -38,6 +38,7 @@ from barrierflow.spec.metrics import MetricsSpec
 from barrierflow.spec.models import (
     SPEC_VERSION,
     BatchSpec,
+    ChaosSpec,
     CheckpointMode,
     CheckpointSpec,
     EventTimeSpec,
@@ -51,6 +52,7 @@ from barrierflow.spec.models import (
     VerificationSpec,
     _storage_uri,
     _Strict,
+    chaos_dag_problems,
     refuse_metadata_names,
 )
 from barrierflow.spec.restart import RestartSpec
@@ -257,11 +259,21 @@ class StagedPipelineSpec(_Strict):
                           "none = a failure ends the run")
     metrics: MetricsSpec | None = Field(
         None, description="serve Prometheus metrics while 'barrierflow run' runs; none = not served")
+    chaos: ChaosSpec | None = None
 
     @field_validator("dead_letter_path", "event_times_path")
     @classmethod
     def _shared_paths(cls, value: str) -> str:
         return _storage_uri(value) if value else value
+
+    @model_validator(mode="after")
+    def _chaos_dag_on_scratch_servers(self) -> StagedPipelineSpec:
+        sinks = [(f"stage {stage.name!r} sink {sink.name or sink.type!r}", sink)
+                 for stage in self.stages for sink in stage.sinks]
+        problem = chaos_dag_problems(self.chaos, sinks, [c.name for c in self.channels if not c.is_embedded])
+        if problem:
+            raise ValueError(problem)
+        return self
 
     def stage_path(self, uri: str, stage: str) -> str:
         """Stage ``stage``'s part of a pipeline-level storage URI (``uri`` empty: '' = the default)."""
