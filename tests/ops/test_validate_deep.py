@@ -230,3 +230,26 @@ def test_a_package_shipped_by_py_packages_imports_as_in_a_run(spark: object, tmp
     data["spark"] = {"py_packages": [str(package)]}
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     assert main(["validate", "--deep", str(spec)]) == 0, capsys.readouterr().err
+
+
+def test_the_deep_check_leaves_pysparks_query_context_loggers_working() -> None:
+    """Silencing PySpark's query-context loggers must not create them as standard loggers: PySpark
+    logs every later AnalysisException on them with keywords only its own logger class takes
+    (a standard one turned each such error into a TypeError). In a fresh interpreter, where the
+    check is the first to ask for them."""
+    import subprocess
+    import sys
+
+    script = (
+        "import logging\n"
+        "from pyspark.logger import PySparkLogger\n"
+        "from barrierflow.runtime.transform_check import _QUERY_CONTEXT_LOGGERS, _quiet_query_context\n"
+        "with _quiet_query_context():\n"
+        "    pass\n"
+        "for name in _QUERY_CONTEXT_LOGGERS:\n"
+        "    logger = logging.getLogger(name)\n"
+        "    assert isinstance(logger, PySparkLogger) and not logger.disabled, (name, type(logger))\n"
+        "    logger.error('checked', errorClass='X')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

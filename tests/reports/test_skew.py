@@ -7,6 +7,7 @@ import base64
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from barrierflow.checkpointing.store import CheckpointStore
@@ -138,6 +139,12 @@ def test_reports_spec_is_optional_and_validated(tmp_path: Path) -> None:
             load_spec(path)
 
 
+def only_stage(outcome: dict[str, Any]) -> dict[str, Any]:
+    """The one stage's report of a single-stage pipeline's ``skew --json`` document."""
+    assert list(outcome) == ["pipeline", "passed", "stages"] and len(outcome["stages"]) == 1, outcome
+    return next(iter(outcome["stages"].values()))
+
+
 def test_cli_json_exit_codes_and_stored_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec_path = write_spec(tmp_path, spec_dict(tmp_path))
 
@@ -145,11 +152,13 @@ def test_cli_json_exit_codes_and_stored_report(tmp_path: Path, capsys: pytest.Ca
     assert main(["skew", str(spec_path)]) == 0
     assert NO_CHECKPOINTS in capsys.readouterr().out
     assert main(["skew", str(spec_path), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["message"] == NO_CHECKPOINTS
+    assert only_stage(json.loads(capsys.readouterr().out))["message"] == NO_CHECKPOINTS
 
     factory = healthy_store(tmp_path)
     assert main(["skew", str(spec_path), "--json", "--last", "3"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    outcome = json.loads(capsys.readouterr().out)
+    doc = only_stage(outcome)
+    assert outcome["passed"] is True
     assert doc["format"] == "barrierflow-skew-report" and doc["passed"] is True
     assert [c["checkpoint_id"] for c in doc["checkpoints"]] == [2, 3, 4]
     assert [c["skew_seconds"] for c in doc["checkpoints"]] == [3.0, 3.0, 3.0]
@@ -176,7 +185,9 @@ def test_cli_exits_1_naming_the_skewed_checkpoint(tmp_path: Path, capsys: pytest
 
     assert main(["skew", str(spec_path), "--json"]) == 1
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["failures"] == ["checkpoint 3: skew 123s > max_skew 60s"]
+    outcome = json.loads(captured.out)
+    assert outcome["passed"] is False
+    assert only_stage(outcome)["failures"] == ["checkpoint 3: skew 123s > max_skew 60s"]
     assert "checkpoint 3: skew 123s > max_skew 60s" in captured.err
     stored = json.loads((tmp_path / "checkpoints" / SKEW_REPORT_KEY).read_text())
     assert stored["passed"] is False  # the failing report is stored too

@@ -370,7 +370,8 @@ def test_no_secret_in_any_log_manifest_ledger_report_progress_line_airflow_log_o
                         max_checkpoint_age_seconds=3600)]
     assert dag_runs[0].state == "success", dag_runs[0].log[-5000:]
     assert dag_runs[0].task_states == {"launch": "success", "supervise": "success"}
-    assert f"pipeline {PG_PIPELINE}: " in dag_runs[0].log, "the driver's output is not in the launch task's log"
+    assert f"pipeline {PG_PIPELINE} (1 stage, attempt " in dag_runs[0].log, (
+        "the driver's output is not in the launch task's log")
     with psycopg.connect(secret_database.dsn) as conn:
         committed = conn.execute(f"SELECT count(*) FROM {secret_database.table}").fetchone()
     assert committed is not None and committed[0] > 0, "the PostgreSQL sink committed no rows"

@@ -26,7 +26,6 @@ Fields are prefixed with ``stages[i].`` for a stage of a multi-stage pipeline.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -56,7 +55,13 @@ _QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger"
 
 @contextlib.contextmanager
 def _quiet_query_context() -> Iterator[None]:
-    loggers = [logging.getLogger(name) for name in _QUERY_CONTEXT_LOGGERS]
+    """Silence PySpark's query-context loggers for the block. They are taken through
+    ``PySparkLogger.getLogger``: a plain ``logging.getLogger`` would create them as standard
+    loggers first, and PySpark's own logging call (keyword ``errorClass``) would then fail
+    with a TypeError for every later AnalysisException of the process."""
+    from pyspark.logger import PySparkLogger
+
+    loggers = [PySparkLogger.getLogger(name) for name in _QUERY_CONTEXT_LOGGERS]
     before = [logger.disabled for logger in loggers]
     for logger in loggers:
         logger.disabled = True
