@@ -373,17 +373,11 @@ class StagedPipelineJob:
         return next(j for j in self.stages if j.stage.name == name)
 
 
-class GlobalCuts(CutKeeper):
-    """Who cuts a pipeline of several stages: the pipeline coordinator, whose global checkpoints
-    are the cuts (module docstring of :mod:`barrierflow.runtime.pipeline_runner`)."""
+class _PipelineJobCuts(CutKeeper):
+    """A cut keeper over a :class:`StagedPipelineJob`: its session, stores, lease and attempt
+    are the job's (the part :class:`GlobalCuts` and :class:`FollowedCuts` share)."""
 
-    tick_seconds = TICK_SECONDS
-
-    def __init__(self, job: StagedPipelineJob) -> None:
-        self.job = job
-        self.name = job.spec.name
-        self.spec_path = job.spec_path
-        self.runners = job.stages
+    job: StagedPipelineJob
 
     @property
     def spark(self) -> SparkSession:
@@ -414,6 +408,19 @@ class GlobalCuts(CutKeeper):
 
     def is_source(self, runner: StageRunner) -> bool:
         return runner.name in self.job.graph.source_stages
+
+
+class GlobalCuts(_PipelineJobCuts):
+    """Who cuts a pipeline of several stages: the pipeline coordinator, whose global checkpoints
+    are the cuts (module docstring of :mod:`barrierflow.runtime.pipeline_runner`)."""
+
+    tick_seconds = TICK_SECONDS
+
+    def __init__(self, job: StagedPipelineJob) -> None:
+        self.job = job
+        self.name = job.spec.name
+        self.spec_path = job.spec_path
+        self.runners = job.stages
 
     def source_ends(self) -> dict[str, dict[str, int]]:
         return self.job.source_ends()
@@ -458,7 +465,7 @@ class GlobalCuts(CutKeeper):
         return self.job._progress(self.job.coordinator)
 
 
-class FollowedCuts(CutKeeper):
+class FollowedCuts(_PipelineJobCuts):
     """One stage of several in a process of its own (``run --processes``,
     :meth:`StagedPipelineJob.run_stage`): the supervisor's pipeline coordinator cuts; this stage
     follows its global checkpoints. A final stage commits its sinks up to each completed one and
@@ -483,36 +490,6 @@ class FollowedCuts(CutKeeper):
         self.next_follow = 0.0
         #: The last completed global checkpoint once the supervisor asked the stage to stop.
         self.stop: int | None = None
-
-    @property
-    def spark(self) -> SparkSession:
-        return self.job.spark
-
-    @property
-    def work_dir(self) -> str:
-        return self.job.work_dir
-
-    @property
-    def objects(self) -> ObjectStore:
-        return self.job.objects
-
-    @property
-    def fence(self) -> FenceToken | None:
-        return self.job.fence
-
-    @property
-    def lease(self) -> JobLease | None:
-        return self.job.lease
-
-    @property
-    def attempt(self) -> int:
-        return self.job.attempt
-
-    def hold(self, lease: JobLease | None) -> None:
-        self.job.hold(lease)
-
-    def is_source(self, runner: StageRunner) -> bool:
-        return runner.name in self.job.graph.source_stages
 
     def source_ends(self) -> dict[str, dict[str, int]]:
         raise UserInputError("a stage process runs until its supervisor stops it; --until-exhausted is the "
