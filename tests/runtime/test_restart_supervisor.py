@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from barrierflow.errors import UserInputError
+from barrierflow.processes import process_alive
 from barrierflow.runtime.restart_strategy import ExponentialDelay, FailureRate, FixedDelay
 from barrierflow.runtime.restart_supervisor import RestartsExhaustedError, supervise
-from barrierflow.workdir.processes import process_alive
 
 #: A stand-in run: attempt k (counted in a file) behaves as ``plan[k]``: "kill" SIGKILLs itself,
 #: "fail" prints an error line and exits 1, "bad" exits 2, "orphan" starts a grandchild in its
