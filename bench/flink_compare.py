@@ -23,6 +23,7 @@ another interpreter that has apache-flink.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import statistics
@@ -40,7 +41,7 @@ from barrierflow.spec import load_spec, project_home
 from bench import emit_table
 from bench.abs_overhead import no_checkpoints
 from bench.modes import MODES, mode_spec
-from bench.rates import job_rate
+from bench.rates import BatchEnd, job_rate, rate_after_first_batch
 
 FLINK_PYTHON_ENV = "BARRIERFLOW_FLINK_PYTHON"
 #: Rows of Flink's first run per measured second (later runs are sized from the one before).
@@ -96,6 +97,14 @@ def run_flink_job(python: Path, rows: int, interval: float, *, tuned: bool) -> d
     return dict(json.loads(lines[-1]))
 
 
+def flink_rate(result: dict[str, Any]) -> float:
+    """Records/s of one Flink SQL run counted as :mod:`bench.rates` counts barrierflow's: the short
+    run (``first_rows`` in ``first_seconds``) takes the place of the first batch, so the job's
+    start is left out (see :mod:`bench.flink_sql_job`)."""
+    return rate_after_first_batch(BatchEnd(float(result["first_seconds"]), int(result["first_rows"])),
+                                  BatchEnd(float(result["seconds"]), int(result["rows"])))
+
+
 def run_flink_comparison(spec_path: str, *, seconds: float, rounds: int,
                          markdown: str | None = None) -> Runs:
     """Run the comparison (see the module docstring) and print its table."""
@@ -128,13 +137,15 @@ def run_flink_comparison(spec_path: str, *, seconds: float, rounds: int,
             name = "tuned" if tuned else "untuned"
             for interval, into in ((0.0, none), (1.0, checkpointed)):
                 result = run_flink_job(python, max(1_000_000, int(rates[tuned] * seconds)), interval, tuned=tuned)
-                rates[tuned] = float(result["records_per_second"])
-                into.append(rates[tuned])
+                into.append(flink_rate(result))
+                if math.isfinite(into[-1]) and into[-1] > 0:  # sizes the next run of this configuration
+                    rates[tuned] = into[-1]
                 runs.flink_version = str(result.get("flink_version", "?"))
                 runs.flink_config[name] = dict(result.get("config") or {})
                 label = "no checkpoints" if interval == 0 else "checkpoints 1 s"
-                print(f"round {r + 1} Flink SQL {name:7} {label:16} {rates[tuned]:>12,.0f} rec/s  "
-                      f"({result['rows']:,} rows in {result['seconds']} s)", file=sys.stderr)
+                print(f"round {r + 1} Flink SQL {name:7} {label:16} {into[-1]:>12,.0f} rec/s  "
+                      f"({result['rows']:,} rows in {result['seconds']} s, the first "
+                      f"{result['first_rows']:,} in {result['first_seconds']} s)", file=sys.stderr)
 
     for r in range(rounds):
         for step in ((barrierflow, flink) if r % 2 == 0 else (flink, barrierflow)):

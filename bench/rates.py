@@ -20,7 +20,8 @@ batch: :func:`rate_after_first_batch` returns NaN for it (printed as ``nan``/``n
 figure counted another way.
 
 The interleaved method (:mod:`bench.interleaved`) counts each segment the same way, the batch
-that opens the segment taking the place of the first batch.
+that opens the segment taking the place of the first batch. Flink SQL, which has no batches, is
+counted from two runs: a short run takes the first batch's place (:func:`bench.flink_compare.flink_rate`).
 
 The arithmetic is pure (no Spark, no barrierflow: only :func:`records_through` reads a query's
 offset log) so that it has a fast unit test

@@ -83,3 +83,14 @@ def test_a_run_whose_last_stage_never_committed_has_no_rate() -> None:
     clock.now = 10.0
     batches(_Progress((_Stage("ingest", 0), _Stage("totals", None))))
     assert math.isnan(batches.rate(first_batch_records=1_000, records=5_000))
+
+
+def test_flink_runs_are_counted_after_their_start_as_barrierflow_runs_after_their_first_batch() -> None:
+    from bench.flink_compare import flink_rate
+
+    # The short run (50,000 rows in 1.5 s) takes the first batch's place: the 1 s start common
+    # to both runs drops out, so 950,000 more rows in 9.5 more seconds is 100,000 records/s
+    # (rows / seconds of the measured run alone would say 90,476).
+    result = {"rows": 1_000_000, "seconds": 11.0, "first_rows": 50_000, "first_seconds": 1.5}
+    assert flink_rate(result) == pytest.approx(100_000.0)
+    assert math.isnan(flink_rate({**result, "first_seconds": 11.0}))
