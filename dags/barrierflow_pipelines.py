@@ -7,7 +7,14 @@ tags, tasks, whether it applies).
 
 * `barrierflow_pipeline__<name>` (triggered, no schedule): `launch` runs the long-running
   streaming job with `spark-submit jobs/run_pipeline.py --spec <spec>` on the `spark_default`
-  connection, with the spec's `spark.conf`. When the job ends cleanly, `supervise` checks it
+  connection, with the spec's `spark.conf`, started detached from the task (its own session,
+  log and exit status in `<work_dir>/launches/`, the spec's restart strategy applied between
+  attempts), then defers to a trigger that watches the launch, the lease's heartbeat and the
+  checkpoints (no worker slot held; the pipeline outlives restarts of Airflow): success when the
+  job ends with exit 0, failure naming the cause, the exit code, the log and the restart
+  strategy's outcome, or failure as stalled when no checkpoint completed for the param
+  `stall_after_seconds` (default: 10 checkpoint intervals, at least 600 s), looking every
+  `BARRIERFLOW_LAUNCH_WATCH_SECONDS` (default 10). When the job ends cleanly, `supervise` checks it
   left a recent completed checkpoint (3 checkpoint intervals plus a minute for the task to be
   scheduled). `max_active_runs=1`: a pipeline never runs twice.
 * `barrierflow_supervise__<name>` (every 5 minutes): `supervise` fails with a clear message when
@@ -38,8 +45,8 @@ tags, tasks, whether it applies).
   -> `restore` restores it (`barrierflow restore`): new attempt, the sinks' in-doubt
   transactions committed or aborted, a suppressed replay planned when newer epochs were
   already committed; returns the report -> `restart` triggers `barrierflow_pipeline__<name>`
-  (skipped when `restart` is false) -> `wait_for_first_checkpoint` (sensor, poke mode,
-  every 30 s, timeout `wait_seconds`) waits for a completed checkpoint of the new attempt ->
+  (skipped when `restart` is false) -> `wait_for_first_checkpoint` (sensor, deferred to
+  the triggerer, looking every 30 s, timeout `wait_seconds`) waits for a completed checkpoint of the new attempt ->
   `report` logs and returns the summary (also when the restart was skipped).
 * `barrierflow_reconcile__<name>` (every 30 minutes): `reconcile` runs `barrierflow reconcile
   <spec> --json`: commits the in-doubt sink transactions the latest completed checkpoint
@@ -188,6 +195,8 @@ ASSET_POLL_SECONDS = float(os.environ.get("BARRIERFLOW_ASSET_POLL_SECONDS") or 1
 #: How often the recovery's sensor looks for the first checkpoint of the restarted job
 #: (`BARRIERFLOW_RECOVERY_POKE_SECONDS`, default 30).
 FIRST_CHECKPOINT_POKE_SECONDS = float(os.environ.get("BARRIERFLOW_RECOVERY_POKE_SECONDS") or 30)
+#: How often the launch's trigger looks at the running pipeline (`BARRIERFLOW_LAUNCH_WATCH_SECONDS`, default 10).
+LAUNCH_WATCH_POLL_SECONDS = float(os.environ.get("BARRIERFLOW_LAUNCH_WATCH_SECONDS") or 10)
 #: The Airflow connection of the Spark master; without it the launch uses the spec's `spark.master`.
 SPARK_CONN_ID = os.environ.get("BARRIERFLOW_SPARK_CONN_ID") or "spark_default"
 #: The launch DAG checks the checkpoint age after the job ended: allow this much for the check
@@ -228,6 +237,7 @@ def _launch_body(p: Pipeline) -> None:
         spec_path=p.spec_path,
         spec_master=p.spec.spark.master,
         recovery_dag_id=p.dag_id("recover"),
+        watch_poll_seconds=LAUNCH_WATCH_POLL_SECONDS,
     )
     launch >> supervise(p.spec_path, BARRIERFLOW_HOME)
 

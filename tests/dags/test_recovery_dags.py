@@ -388,16 +388,38 @@ def test_restart_false_skips_the_restart_and_the_report_says_so(
     assert "not restarted (restart=false)" in summary["message"]
 
 
-def test_sensor_times_out_after_the_param_wait_seconds(bag: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow.sdk import BaseSensorOperator
+def test_sensor_defers_to_the_triggerer_with_the_param_wait_seconds_as_timeout(
+    bag: Any, factory: CheckpointFactory, spec_path: Path
+) -> None:
+    import asyncio
+    from datetime import timedelta
 
-    seen: list[float] = []
-    # Airflow's own sensor loop (poke, timeout) is not under test; it sees the param's timeout.
-    monkeypatch.setattr(BaseSensorOperator, "execute", lambda self, context: seen.append(self.timeout))
+    from airflow.sdk.exceptions import TaskDeferred
+    from barrierflow.airflow.supervision import FirstCheckpointTrigger
+
+    factory.take(1)  # attempt 0 only
     sensor = bag.dags[RECOVER].get_task("wait_for_first_checkpoint")
-    sensor.execute(recover_context(bag, wait_seconds=42))
-    sensor.execute(recover_context(bag))
-    assert seen == [42.0, 600.0]
+    sensor.restore_report = {"attempt": 1}
+    for params, timeout in (({"wait_seconds": 42}, 42.0), ({}, 600.0)):
+        with pytest.raises(TaskDeferred) as deferred:
+            sensor.execute(recover_context(bag, **params))
+        trigger = deferred.value.trigger
+        assert isinstance(trigger, FirstCheckpointTrigger) and trigger.attempt == 1
+        assert deferred.value.timeout == timedelta(seconds=timeout)
+        assert deferred.value.method_name == "execute_complete"
+
+    # The trigger (rebuilt from its serialized form, as the triggerer does) fires once attempt 1 completed one.
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "barrierflow.airflow.supervision.FirstCheckpointTrigger"
+    rebuilt = FirstCheckpointTrigger(**kwargs)
+    assert rebuilt.check() is None
+    factory.coordinator.attempt = 1
+    [new] = factory.take(1)
+    event = asyncio.run(anext(rebuilt.run()))
+    assert event.payload == {"checkpoint_id": new.checkpoint_id}
+    assert sensor.execute_complete(recover_context(bag), event.payload) == new.checkpoint_id
+    # Once there, a new run of the sensor does not defer at all.
+    assert sensor.execute(recover_context(bag)) == new.checkpoint_id
 
 
 def test_restore_refuses_duplicate_output_unless_accepted(

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from barrierflow.ops.supervised_run import ATTEMPT_FLAG, SPARK_SUBMIT_ENV, _command, run_supervised
+from barrierflow.ops.supervised_run import ATTEMPT_FLAG, SPARK_SUBMIT_ENV, SUPERVISOR_ENV, _command, run_supervised
 
 from tests.pipeline_specs import spec_dict, write_spec
 
@@ -25,8 +25,20 @@ def test_under_spark_submit_the_strategy_is_not_applied_and_says_so(
     monkeypatch.setenv(SPARK_SUBMIT_ENV, "40000")
     with caplog.at_level(logging.WARNING):
         assert run_supervised(write_spec(tmp_path, data)) is None
-    assert "restart strategy is not applied under spark-submit" in caplog.text
+    assert "restart strategy is not applied under a spark-submit of your own" in caplog.text
     assert "barrierflow_recover__t" in caplog.text
+
+
+def test_an_attempt_of_the_airflow_launcher_runs_as_is_without_a_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    data = spec_dict(tmp_path)
+    data["restart"] = {"type": "fixed-delay", "attempts": 3}
+    monkeypatch.setenv(SPARK_SUBMIT_ENV, "40000")
+    monkeypatch.setenv(SUPERVISOR_ENV, "4242")  # the launcher applies the strategy around spark-submit
+    with caplog.at_level(logging.INFO):
+        assert run_supervised(write_spec(tmp_path, data)) is None
+    assert "an attempt of the launcher pid 4242" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_each_attempt_runs_the_same_command_marked_as_an_attempt() -> None:

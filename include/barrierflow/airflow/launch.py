@@ -19,10 +19,28 @@ so every job of the pipeline gets it, also those Airflow does not submit.
 
 The job's arguments follow the run's params: ``--until-exhausted`` when ``until_exhausted``
 is true (a bounded source: the job stops once everything was read and committed).
+
+**Detached, then deferred (client deploy mode, the default: local and standalone masters).**
+:class:`PipelineSubmitOperator` does not run spark-submit as its child: it starts it through
+the detached launcher (:mod:`barrierflow.ops.detached_launch`: its own session, output to
+``<work_dir>/launches/<launch_id>.log``, the spec's restart strategy applied between
+attempts, the exit status recorded beside the log) and defers to
+:class:`~barrierflow.airflow.supervision.PipelineWatchTrigger`, which watches the launch, the
+lease's heartbeat and the checkpoints from the triggerer. The task holds no worker slot while
+the pipeline runs, and a restart of the worker, the scheduler, the triggerer or the API server
+does not stop the pipeline (the trigger is rebuilt from the metadata database and looks
+again). The task ends with the trigger's verdict: success when the job ended with exit 0;
+failed (not retried) naming the cause, the exit code, the log file and the restart strategy's
+outcome; failed as *stalled* when no checkpoint completed for the run's param
+``stall_after_seconds``. Clearing or killing the task instance does not stop the pipeline
+(stop it with ``kill <launcher pid>``, SIGTERM: the pid is in the launch record and in the
+task log); a second launch meanwhile is refused by the lease. In cluster deploy mode (YARN,
+Kubernetes) the provider's own submit-and-track path runs, as before.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -30,6 +48,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 #: States of a DAG run that count as "in progress" for the guard.
 ACTIVE_RUN_STATES = ["queued", "running"]
+#: The launch's ``stall_after_seconds`` when the run's params have none.
+DEFAULT_STALL_AFTER_SECONDS = 600.0
 
 
 def spark_connection_exists(conn_id: str) -> bool:
@@ -88,14 +108,17 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
         spec_path: the pipeline spec (absolute).
         spec_master: the spec's ``spark.master``, used when ``conn_id`` does not resolve.
         recovery_dag_id: the pipeline's recovery DAG, which owns restarts.
+        watch_poll_seconds: how often the trigger looks at the running pipeline.
         **kwargs: as ``SparkSubmitOperator`` (``retries`` is forced to 0).
     """
 
-    def __init__(self, *, spec_path: str, spec_master: str, recovery_dag_id: str, **kwargs: Any) -> None:
+    def __init__(self, *, spec_path: str, spec_master: str, recovery_dag_id: str, watch_poll_seconds: float = 10.0,
+                 **kwargs: Any) -> None:
         kwargs["retries"] = 0  # the recovery DAG owns restarts (see barrierflow.recovery.restart_guard)
         super().__init__(spec_master=spec_master, **kwargs)
         self.spec_path = spec_path
         self.recovery_dag_id = recovery_dag_id
+        self.watch_poll_seconds = watch_poll_seconds
 
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowFailException
@@ -119,4 +142,51 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
             args.append("--until-exhausted")
         self.application_args = args
         self._hook = None  # built anew with these arguments
-        super().execute(context)
+        hook = self._get_hook()
+        if hook._connection["deploy_mode"] == "cluster":
+            self.log.info("cluster deploy mode: the cluster manager hosts the driver; submitting and tracking it as "
+                          "the Spark provider does (this task runs until the job ends)")
+            super().execute(context)
+            return
+        self._start_and_defer(hook, context)
+
+    def _start_and_defer(self, hook: SparkSubmitHook, context: Any) -> None:
+        from barrierflow.airflow.supervision import PipelineWatchTrigger
+        from barrierflow.lease import default_ttl
+        from barrierflow.ops.detached_launch import start_detached
+
+        home = str((self._env_vars or {}).get("BARRIERFLOW_HOME") or os.environ.get("BARRIERFLOW_HOME") or "")
+        if home:
+            os.environ.setdefault("BARRIERFLOW_HOME", home)
+        command = hook._build_spark_submit_command(self.application)  # also resolves hook._env
+        env = {**os.environ, **{k: str(v) for k, v in (hook._env or {}).items()}}
+        record = start_detached(self.spec_path, command, env=env)
+        stall_after = float(context["params"].get("stall_after_seconds") or DEFAULT_STALL_AFTER_SECONDS)
+        self.log.info("started the pipeline detached: launcher pid %d on %s (stop it with `kill %d`), log %s, "
+                      "launch record %s; spark-submit cmd: %s", record.pid, record.host, record.pid, record.log,
+                      record.path, hook._mask_cmd(command))
+        self.log.info("deferring to the triggerer: success when the job ends with exit 0, failure when it fails or "
+                      "no checkpoint completes for %g s", stall_after)
+        self.defer(trigger=PipelineWatchTrigger(record_path=str(record.path), barrierflow_home=home,
+                                                stall_after_seconds=stall_after,
+                                                lost_after_seconds=max(stall_after, 3 * default_ttl()),
+                                                poll_seconds=self.watch_poll_seconds),
+                   method_name="execute_complete")
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The trigger's verdict: returned (XCom) when the job finished, else the task fails with
+        its message, not retried."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        if not event or event.get("outcome") != "finished":
+            raise AirflowFailException(str((event or {}).get("message") or f"no verdict from the watch: {event!r}"))
+        self.log.info("%s", event["message"])
+        return event
+
+    def on_kill(self) -> None:
+        """Nothing to kill here: the pipeline runs detached and outlives this task (see the
+        module docstring); in cluster deploy mode the provider's own on_kill."""
+        if self._hook is not None and self._hook._connection["deploy_mode"] == "cluster":
+            super().on_kill()
+            return
+        self.log.info("the pipeline runs detached from this task and keeps running; stop its launcher with SIGTERM")

@@ -27,6 +27,18 @@ def max_age_param(checkpoint_interval: float, slack: float = 0.0) -> Param:
     )
 
 
+def stall_after_param(checkpoint_interval: float) -> Param:
+    """``stall_after_seconds`` of the launch: ten checkpoint intervals, at least ten minutes."""
+    return Param(
+        max(600.0, 10 * checkpoint_interval),
+        type="number",
+        minimum=1,
+        description="While the pipeline runs, fail the launch as stalled when no checkpoint completed for this "
+                    "many seconds (counted from the launch or the newest completed checkpoint, whichever is later). "
+                    "The pipeline itself is not stopped.",
+    )
+
+
 def verify_params(latest: int, deep: bool) -> dict[str, Param]:
     """``latest`` and ``deep`` of the verification DAG, defaulting to the spec's settings."""
     return {
@@ -60,11 +72,13 @@ def recover_params() -> dict[str, Param]:
 
 def launch_params(spec: PipelineSpec | StagedPipelineSpec, slack: float) -> dict[str, Param]:
     """The launch DAG's params: the checkpoint age its ``supervise`` allows after the job ended
-    (plus ``slack`` for that task to be scheduled), and ``until_exhausted`` (default: whether the
+    (plus ``slack`` for that task to be scheduled), the time without a completed checkpoint after
+    which the running pipeline is reported stalled, and ``until_exhausted`` (default: whether the
     sources are bounded)."""
     bounded = bounded_sources(spec)
     return {
         "max_checkpoint_age_seconds": max_age_param(spec.checkpoint.interval, slack),
+        "stall_after_seconds": stall_after_param(spec.checkpoint.interval),
         "until_exhausted": Param(
             bounded, type="boolean",
             description="Stop the job once a bounded source is exhausted and everything is committed "

@@ -7,7 +7,8 @@ job, checkpoint that does not verify, duplicate output) fails the task at once: 
 fix the input). :func:`recovery_tasks`, called inside the recovery DAG, wires them in order::
 
     check_params_and_job -> choose_checkpoint -> restore -> restart (TriggerDagRunOperator,
-    pre_execute=skip_unless_restart) -> wait_for_first_checkpoint (FirstCheckpointSensor) -> report
+    pre_execute=skip_unless_restart) -> wait_for_first_checkpoint (FirstCheckpointSensor, deferred to
+    the triggerer) -> report
 """
 
 from __future__ import annotations
@@ -106,8 +107,11 @@ class FirstCheckpointSensor(BaseSensorOperator):
     """Succeeds once the checkpoint store holds a completed checkpoint of the attempt the
     restore started (`restore_report["attempt"]`); pushes its id (XCom `return_value`).
 
-    The timeout is the run's param `wait_seconds`, read when the sensor runs (the `timeout`
-    given at parse time is only the default)."""
+    Deferrable: it looks once when it runs, and while there is none it defers to
+    :class:`~barrierflow.airflow.supervision.FirstCheckpointTrigger` in the triggerer (looking every
+    ``poke_interval``), holding no worker slot. The timeout is the run's param `wait_seconds`, read
+    when the sensor runs (the `timeout` given at parse time is only the default); past it the
+    task fails (AirflowSensorTimeout) naming the attempt."""
 
     template_fields = ("restore_report",)
 
@@ -118,8 +122,27 @@ class FirstCheckpointSensor(BaseSensorOperator):
         self.restore_report = restore_report
 
     def execute(self, context: Any) -> Any:
+        from datetime import timedelta
+
+        from barrierflow.airflow.supervision import FirstCheckpointTrigger
+
         self.timeout = float(runbook.validate_recovery_params(context["params"]).wait_seconds)
-        return super().execute(context)
+        poked = self.poke(context)
+        if isinstance(poked, PokeReturnValue):
+            return poked.xcom_value
+        attempt = int(self.restore_report["attempt"])
+        self.log.info("deferring: the triggerer looks every %g s for the first checkpoint of attempt %d, for at most "
+                      "%g s", self.poke_interval, attempt, self.timeout)
+        self.defer(trigger=FirstCheckpointTrigger(spec_path=self.spec_path, barrierflow_home=self.barrierflow_home,
+                                                  attempt=attempt, poll_seconds=float(self.poke_interval)),
+                   method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> int:
+        """The trigger found the checkpoint: its id (XCom `return_value`)."""
+        found = int((event or {})["checkpoint_id"])
+        self.log.info("checkpoint %d is the first completed checkpoint of attempt %d", found,
+                      int(self.restore_report["attempt"]))
+        return found
 
     def poke(self, context: Any) -> PokeReturnValue | bool:
         attempt = int(self.restore_report["attempt"])
@@ -168,10 +191,9 @@ def recovery_tasks(spec_path: str, barrierflow_home: str, *, launch_dag_id: str,
         spec_path=spec_path,
         barrierflow_home=barrierflow_home,
         restore_report=restored,
-        # Poke mode holds one worker slot for at most `wait_seconds`. Reschedule mode with a short
-        # interval races Airflow's scheduler: a reschedule's "success" event can arrive after
-        # the task was queued again, and the scheduler then fails it as "changed externally".
-        mode="poke",
+        # Deferred to the triggerer (no worker slot held). Not reschedule mode: with a short
+        # interval it races Airflow's scheduler (a reschedule's "success" event can arrive after
+        # the task was queued again, and the scheduler then fails it as "changed externally").
         poke_interval=poke_seconds,
         timeout=float(runbook.DEFAULT_PARAMS["wait_seconds"]),  # replaced by the param when it runs
     )

@@ -147,25 +147,37 @@ def highest_fence(objects: ObjectStore) -> dict[str, Any] | None:
     return _get_json(objects, fence_key(max(fences))) if fences else None
 
 
-def _store_holder(objects: ObjectStore, now: datetime | None = None) -> dict[str, Any] | None:
-    """The live holder of the store's lease (the highest fence record, with ``heartbeat_at``),
-    or None; see the module docstring for the liveness rule."""
+def lease_state(objects: ObjectStore, now: datetime | None = None) -> dict[str, Any] | None:
+    """The newest acquisition's record (the current or last holder), or None when there never
+    was one, with what a watcher needs to judge it: ``heartbeat_at`` (its last heartbeat, else
+    ``started_at``), ``heartbeat_age`` (seconds before ``now``, default the current UTC time),
+    ``released``, ``process_gone`` (a process of this host that no longer runs) and ``live``
+    (the liveness rule of the module docstring)."""
     records = _records(objects)
     if not records["fence"]:
         return None
     fence = max(records["fence"])
     record = _get_json(objects, fence_key(fence))
-    if record is None or fence in records["released"]:
+    if record is None:
         return None
     record.setdefault("purpose", "run")
-    if record.get("host") == socket.gethostname() and not process_alive(int(record["pid"])):
-        return None
+    released = fence in records["released"]
+    gone = record.get("host") == socket.gethostname() and not process_alive(int(record["pid"]))
     beat = _get_json(objects, heartbeat_key(fence)) if fence in records["heartbeat"] else None
     last = datetime.fromisoformat(str((beat or {}).get("at") or record["started_at"]))
     age = ((now or datetime.now(UTC)) - last).total_seconds()
-    if age > float(record.get("ttl_seconds", DEFAULT_TTL_SECONDS)):
+    stale = age > float(record.get("ttl_seconds", DEFAULT_TTL_SECONDS))
+    return {**record, "heartbeat_at": last.isoformat(), "heartbeat_age": age, "released": released,
+            "process_gone": gone, "live": not (released or gone or stale)}
+
+
+def _store_holder(objects: ObjectStore, now: datetime | None = None) -> dict[str, Any] | None:
+    """The live holder of the store's lease (the highest fence record, with ``heartbeat_at``),
+    or None; see the module docstring for the liveness rule."""
+    state = lease_state(objects, now)
+    if state is None or not state["live"]:
         return None
-    return {**record, "heartbeat_at": last.isoformat()}
+    return {k: v for k, v in state.items() if k not in ("heartbeat_age", "released", "process_gone", "live")}
 
 
 def lease_holder(work_dir: Path, store: ObjectStore | None = None) -> dict[str, object] | None:

@@ -12,10 +12,12 @@ restarted attempt gets what is left of it); ``--checkpoints N`` is counted per a
 restarted attempt runs until N more cuts completed); ``--until-exhausted`` ends the attempt
 that saw the bounded sources covered.
 
-Under spark-submit (the Airflow launch DAG, ``jobs/run_pipeline.py``) the strategy is not
-applied, with a warning: an attempt in a child process would share spark-submit's JVM, which
-holds one SparkContext, and would not know its ``--master``; there the recovery DAG owns
-restarts (docs/airflow.md, "Launch and recovery").
+Under spark-submit (``jobs/run_pipeline.py``) this process cannot be the supervisor: an
+attempt in a child process would share spark-submit's JVM, which holds one SparkContext, and
+would not know its ``--master``. The Airflow launch therefore applies the strategy one level
+up: its detached launcher (:mod:`barrierflow.ops.detached_launch`) supervises whole
+spark-submits and marks them with ``BARRIERFLOW_SUPERVISED_BY``; such an attempt runs as is.
+A spark-submit that no launcher started logs a warning that the strategy is not applied.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ __all__ = ["ATTEMPT_FLAG", "Restart", "RestartsExhaustedError", "SupervisedOutco
 ATTEMPT_FLAG = "--attempt-of-supervisor"
 #: Set by spark-submit for the Python driver it starts (the py4j gateway of its JVM).
 SPARK_SUBMIT_ENV = "PYSPARK_GATEWAY_PORT"
+#: Set by the Airflow launch's detached launcher for each attempt (see the module docstring).
+SUPERVISOR_ENV = "BARRIERFLOW_SUPERVISED_BY"
 
 
 @dataclass(frozen=True)
@@ -91,11 +95,16 @@ def run_supervised(spec_path: str | os.PathLike[str], *, duration: float | None 
     spec = load_any_spec(spec_path)
     if spec.restart is None:
         return None
+    if os.environ.get(SUPERVISOR_ENV):
+        log.info("pipeline %s: an attempt of the launcher pid %s, which applies the restart strategy", spec.name,
+                 os.environ[SUPERVISOR_ENV])
+        return None
     if SPARK_SUBMIT_ENV in os.environ:
         # A child would share spark-submit's JVM (one SparkContext per JVM) and lose its --master.
-        log.warning("pipeline %s: its restart strategy is not applied under spark-submit (the launch DAG); there the "
-                    "recovery DAG barrierflow_recover__%s restarts it. 'barrierflow run %s' runs it under its restart "
-                    "strategy", spec.name, spec.name, spec_path)
+        log.warning("pipeline %s: its restart strategy is not applied under a spark-submit of your own (the Airflow "
+                    "launch applies it around spark-submit; otherwise the recovery DAG barrierflow_recover__%s "
+                    "restarts it). 'barrierflow run %s' runs it under its restart strategy", spec.name, spec.name,
+                    spec_path)
         return None
     pipeline = open_pipeline(spec_path)
     work_dir, objects = Path(pipeline.work_dir), pipeline.objects

@@ -68,6 +68,27 @@ class RestartStrategy(ABC):
         """The strategy and its settings, for messages (``fixed-delay: 3 attempts, 1 s apart``)."""
 
 
+class NoRestart(RestartStrategy):
+    """No restart at all: the first failure stops the job (a spec without ``restart:`` run by a
+    supervisor that applies strategies anyway, the Airflow launch's detached launcher)."""
+
+    name = "none"
+
+    def next_delay(self, failure_time: float) -> float | None:
+        return None
+
+    @property
+    def restarts(self) -> int:
+        return 0
+
+    @property
+    def limit(self) -> str:
+        return "0"
+
+    def describe(self) -> str:
+        return "none (the spec has no restart: block)"
+
+
 class FixedDelay(RestartStrategy):
     """Flink's ``fixed-delay``: see the module docstring."""
 

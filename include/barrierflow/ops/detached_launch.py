@@ -1,0 +1,216 @@
+"""A pipeline started detached from whoever started it: the Airflow launch task submits, records,
+and leaves; the job goes on without it.
+
+:func:`start_detached` starts the *launcher* (``python -m barrierflow.ops.detached_launch``) in a
+session of its own (``setsid``: no process group or terminal shared with the caller, so a
+``killpg`` of the Airflow task, of its worker or of the scheduler does not reach it), with
+stdin from ``/dev/null`` and stdout and stderr appended to a log file in the pipeline's work
+dir, and returns at once. Files, per launch, under ``<work_dir>/launches/``::
+
+    <launch_id>.json        written by the starter: launch_id, spec_path, pid (the launcher),
+                            host, started_at, log, exit_file, command
+    <launch_id>.log         the launcher's and every attempt's stdout and stderr
+    <launch_id>.exit.json   written by the launcher as it ends: exit_code (0 finished as asked,
+                            1 failed, 2 bad input, 143 stopped by SIGTERM), message, strategy,
+                            restarts [{number, cause, delay}], finished_at
+
+The launcher is the pipeline's restart supervisor (:func:`barrierflow.runtime.restart_supervisor.supervise`):
+every attempt is the given command (spark-submit of ``jobs/run_pipeline.py``, on the master the
+caller chose), restarted after a failure as the spec's ``restart:`` strategy allows (none
+without one), each attempt a new spark-submit and so a new driver JVM. An attempt dies with the
+launcher (the kernel's parent-death signal), so a SIGKILLed launcher leaves no orphan driver
+behind, only its lease, which a dead process of this host no longer holds. The attempts see
+:data:`SUPERVISOR_ENV`, so ``barrierflow run`` inside spark-submit does not try to apply the
+strategy a second time.
+
+A launcher outlives the Airflow task, worker, scheduler and triggerer that started or watch it;
+it does not outlive its host or container (nothing of this host survives that): there the
+watcher finds no launcher and no exit file and reports the pipeline failed
+(:mod:`barrierflow.ops.pipeline_watch`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from barrierflow.errors import UserInputError
+from barrierflow.lease import default_ttl, job_running
+from barrierflow.pipeline.model import open_pipeline
+from barrierflow.runtime.restart_strategy import NoRestart, strategy_for
+from barrierflow.runtime.restart_supervisor import RestartsExhaustedError, SupervisedRun, supervise
+from barrierflow.ops.supervised_run import SUPERVISOR_ENV
+from barrierflow.spec.loader import load_any_spec
+
+#: The launcher's exit code when it was asked to stop (SIGTERM), as a shell reports it.
+STOPPED_EXIT = 128 + int(signal.SIGTERM)
+LAUNCHES = "launches"
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """What :func:`start_detached` wrote (``<work_dir>/launches/<launch_id>.json``)."""
+
+    launch_id: str
+    spec_path: str
+    pid: int
+    host: str
+    started_at: str
+    log: str
+    exit_file: str
+    command: list[str]
+    #: The launcher's identity on its host (:func:`process_identity`): a pid reused after a
+    #: restart of the host or container is not taken for the launcher.
+    identity: str | None = None
+
+    @property
+    def path(self) -> Path:
+        return Path(self.exit_file).with_name(f"{self.launch_id}.json")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> LaunchRecord:
+        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def process_identity(pid: int) -> str | None:
+    """``<boot id>:<start time>`` of process ``pid`` of this host (Linux ``/proc``), or None
+    when it does not run or cannot be read: two processes with the same pid differ in it."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace").rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return f"{boot}:{fields[19]}" if len(fields) > 19 and fields[0] != "Z" else None
+
+
+def launcher_alive(record: LaunchRecord) -> bool | None:
+    """Whether the launcher of ``record`` still runs: None when it ran on another host (this
+    host cannot see it), else whether its pid runs as the same process that was started."""
+    if record.host != socket.gethostname():
+        return None
+    current = process_identity(record.pid)
+    if current is None:
+        return False
+    return record.identity is None or current == record.identity
+
+
+def _write_json(path: Path, document: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(document, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_exit(record: LaunchRecord) -> dict[str, Any] | None:
+    """The launcher's exit record, or None while it has not written one."""
+    try:
+        return dict(json.loads(Path(record.exit_file).read_text(encoding="utf-8")))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def start_detached(spec_path: str | os.PathLike[str], command: Sequence[str], *, env: Mapping[str, str],
+                   launch_id: str | None = None) -> LaunchRecord:
+    """Start the launcher of ``command`` (one attempt of the pipeline at ``spec_path``) detached,
+    see the module docstring; returns once it was started, with its record written.
+
+    Raises:
+        SpecError: the spec does not load. OSError: the work dir cannot be written or the
+        launcher cannot be started.
+    """
+    pipeline = open_pipeline(spec_path)
+    folder = Path(pipeline.work_dir) / LAUNCHES
+    folder.mkdir(parents=True, exist_ok=True)
+    launch_id = launch_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    log, exit_file = folder / f"{launch_id}.log", folder / f"{launch_id}.exit.json"
+    launcher = [sys.executable, "-m", "barrierflow.ops.detached_launch", "--spec", str(spec_path), "--exit-file",
+                str(exit_file), "--log", str(log), "--", *command]
+    with open(log, "ab") as out:
+        process = subprocess.Popen(launcher, env=dict(env), stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                   cwd=os.getcwd())
+    record = LaunchRecord(launch_id, str(spec_path), process.pid, socket.gethostname(),
+                          datetime.now(UTC).isoformat(), str(log), str(exit_file), list(command),
+                          process_identity(process.pid))
+    _write_json(record.path, record.as_dict())
+    # Not waited for: the launcher is reparented to init when this process ends; until then a
+    # zombie of it would only show if it ended first, which the watcher reads from the exit file.
+    return record
+
+
+def _exit_document(code: int, message: str, strategy: str, run: SupervisedRun | None) -> dict[str, Any]:
+    return {"exit_code": code, "message": message, "strategy": strategy,
+            "restarts": [asdict(r) for r in (run.restarts if run is not None else [])],
+            "finished_at": datetime.now(UTC).isoformat()}
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def run_launcher(spec_path: str, command: Sequence[str], exit_file: Path, log: str) -> int:
+    """The launcher's body: supervise ``command`` under the spec's restart strategy and write
+    the exit record; returns the exit code it recorded."""
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    strategy_name = "none"
+    run: SupervisedRun | None = None
+    try:
+        spec = load_any_spec(spec_path)
+        strategy = strategy_for(spec.restart) if spec.restart is not None else NoRestart()
+        strategy_name = strategy.describe()
+        pipeline = open_pipeline(spec_path)
+        work_dir, objects = Path(pipeline.work_dir), pipeline.objects
+        env = {**os.environ, SUPERVISOR_ENV: str(os.getpid())}
+        print(f"launcher pid {os.getpid()}: pipeline {spec.name}, restart strategy {strategy_name}; log {log}",
+              file=sys.stderr, flush=True)
+        run = supervise(command, strategy, name=spec.name, env=env,
+                        lease_free=lambda: not job_running(work_dir, objects), lease_wait=2 * default_ttl())
+    except KeyboardInterrupt:
+        document = _exit_document(STOPPED_EXIT, "the launcher was stopped (SIGTERM); the job was stopped with it",
+                                  strategy_name, run)
+    except RestartsExhaustedError as exc:
+        document = _exit_document(1, str(exc), strategy_name, run)
+    except UserInputError as exc:
+        document = _exit_document(2, str(exc), strategy_name, run)
+    except Exception as exc:  # the launcher must leave a record whatever went wrong
+        document = _exit_document(1, f"{type(exc).__name__}: {exc}", strategy_name, run)
+    else:
+        restarts = f" after {len(run.restarts)} restart(s)" if run.restarts else ""
+        document = _exit_document(0, f"the job ended as asked{restarts}", strategy_name, run)
+        document["restarts"] = [asdict(r) for r in run.restarts]
+    print(f"launcher pid {os.getpid()}: exit {document['exit_code']}: {document['message']}", file=sys.stderr,
+          flush=True)
+    _write_json(exit_file, document)
+    return int(document["exit_code"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m barrierflow.ops.detached_launch",
+                                     description="Run one pipeline's attempts under its restart strategy and "
+                                                 "record how it ended (started by the Airflow launch).")
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--exit-file", required=True)
+    parser.add_argument("--log", required=True)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command to run after --")
+    return run_launcher(args.spec, command, Path(args.exit_file), args.log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
