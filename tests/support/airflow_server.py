@@ -10,7 +10,8 @@ and whatever they started (spark-submit and its driver).
 Readiness is asked of the API server (``/api/v2/monitor/health``: the scheduler and the DAG
 processor report heartbeats), never waited for by sleeping blindly.
 
-``components`` starts fewer processes (e.g. only ``("api-server",)`` for a UI test: ready when
+:meth:`stop` then :meth:`start` restarts every component on the same home, port and secrets
+(a restart of all of Airflow). ``components`` starts fewer processes (e.g. only ``("api-server",)`` for a UI test: ready when
 the API server answers and its metadata database is healthy) or adds the triggerer (asset
 watchers); ``plugins_folder`` sets
 ``AIRFLOW__CORE__PLUGINS_FOLDER`` (default: Airflow's, ``$AIRFLOW_HOME/plugins``).
@@ -82,14 +83,17 @@ class AirflowServer:
 
     # -- life cycle ---------------------------------------------------------------------
 
-    def start(self, timeout: float = 180) -> AirflowServer:
+    def start(self, timeout: float = 180, *, migrate: bool = True) -> AirflowServer:
+        """Start the components and wait until they are healthy. ``migrate=False`` skips ``airflow
+        db migrate`` (a restart on a home this server already migrated)."""
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "passwords.json").write_text(json.dumps({"admin": self.password}), encoding="utf-8")
         airflow = str(Path(sys.executable).parent / "airflow")
-        migrate = subprocess.run([airflow, "db", "migrate"], env=self.env, capture_output=True, text=True,
-                                 timeout=300, check=False)
-        if migrate.returncode != 0:
-            raise RuntimeError(f"airflow db migrate failed ({migrate.returncode}): {migrate.stderr[-3000:]}")
+        if migrate:
+            migrated = subprocess.run([airflow, "db", "migrate"], env=self.env, capture_output=True, text=True,
+                                      timeout=300, check=False)
+            if migrated.returncode != 0:
+                raise RuntimeError(f"airflow db migrate failed ({migrated.returncode}): {migrated.stderr[-3000:]}")
         for name in self.components:
             with open(self.home / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
                 self.procs[name] = subprocess.Popen([airflow, name], env=self.env, stdout=log,

@@ -155,7 +155,7 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
         from barrierflow.lease import default_ttl
         from barrierflow.ops.detached_launch import start_detached
 
-        home = str((self._env_vars or {}).get("BARRIERFLOW_HOME") or os.environ.get("BARRIERFLOW_HOME") or "")
+        home = str((self.env_vars or {}).get("BARRIERFLOW_HOME") or os.environ.get("BARRIERFLOW_HOME") or "")
         if home:
             os.environ.setdefault("BARRIERFLOW_HOME", home)
         command = hook._build_spark_submit_command(self.application)  # also resolves hook._env
