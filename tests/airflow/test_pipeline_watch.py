@@ -238,3 +238,16 @@ def test_a_launch_that_ends_as_asked_is_finished(tmp_path: Path, spec_path: Path
     record = start_detached(spec_path, [sys.executable, "-c", "pass"], env=dict(os.environ))
     assert wait_for_exit(record)["exit_code"] == 0
     assert decide(observe(record), stall_after=STALL, lost_after=LOST).outcome == "finished"
+
+
+def test_a_running_launcher_is_listed_as_live_until_it_recorded_its_exit(tmp_path: Path, spec_path: Path) -> None:
+    from barrierflow.ops.detached_launch import live_launches
+
+    started = datetime.now(UTC)
+    record = launch_record(tmp_path, spec_path, started)  # this live process as the launcher
+    assert [r.launch_id for r in live_launches(spec_path)] == ["L1"]
+    write_exit(record, 0, "the job ended as asked")
+    assert live_launches(spec_path) == []
+    Path(record.exit_file).unlink()
+    gone = launch_record(tmp_path, spec_path, started, pid=dead_pid())
+    assert read_exit(gone) is None and live_launches(spec_path) == []

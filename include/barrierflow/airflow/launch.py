@@ -153,11 +153,19 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
     def _start_and_defer(self, hook: SparkSubmitHook, context: Any) -> None:
         from barrierflow.airflow.supervision import PipelineWatchTrigger
         from barrierflow.lease import default_ttl
-        from barrierflow.ops.detached_launch import start_detached
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from barrierflow.ops.detached_launch import live_launches, start_detached
 
         home = str((self.env_vars or {}).get("BARRIERFLOW_HOME") or os.environ.get("BARRIERFLOW_HOME") or "")
         if home:
             os.environ.setdefault("BARRIERFLOW_HOME", home)
+        running = live_launches(self.spec_path)
+        if running:
+            raise AirflowFailException(
+                f"not launching {self.spec_path}: its launcher pid {running[0].pid} on {running[0].host} still runs "
+                f"(launch {running[0].launch_id}, log {running[0].log}; between two restarts it holds no lease); "
+                f"wait for it or stop it first (kill {running[0].pid})")
         command = hook._build_spark_submit_command(self.application)  # also resolves hook._env
         env = {**os.environ, **{k: str(v) for k, v in (hook._env or {}).items()}}
         record = start_detached(self.spec_path, command, env=env)

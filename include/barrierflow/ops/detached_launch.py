@@ -108,6 +108,24 @@ def launcher_alive(record: LaunchRecord) -> bool | None:
     return record.identity is None or current == record.identity
 
 
+def live_launches(spec_path: str | os.PathLike[str]) -> list[LaunchRecord]:
+    """The launches of the pipeline at ``spec_path`` whose launcher still runs on this host
+    without an exit record (one between two restarts holds no lease, yet will start the job
+    again)."""
+    folder = Path(open_pipeline(spec_path).work_dir) / LAUNCHES
+    found = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if path.name.endswith(".exit.json"):
+            continue
+        try:
+            record = LaunchRecord.read(path)
+        except (OSError, ValueError, TypeError):
+            continue
+        if read_exit(record) is None and launcher_alive(record):
+            found.append(record)
+    return found
+
+
 def _write_json(path: Path, document: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(document, indent=2), encoding="utf-8")
