@@ -11,10 +11,11 @@ Readiness is asked of the API server (``/api/v2/monitor/health``: the scheduler 
 processor report heartbeats), never waited for by sleeping blindly.
 
 :meth:`stop` then :meth:`start` restarts every component on the same home, port and secrets
-(a restart of all of Airflow). ``components`` starts fewer processes (e.g. only ``("api-server",)`` for a UI test: ready when
-the API server answers and its metadata database is healthy) or adds the triggerer (asset
-watchers); ``plugins_folder`` sets
-``AIRFLOW__CORE__PLUGINS_FOLDER`` (default: Airflow's, ``$AIRFLOW_HOME/plugins``).
+(a restart of all of Airflow). ``components`` starts fewer processes (e.g. only
+``("api-server",)`` for a UI test: ready when the API server answers and its metadata
+database is healthy) or adds the triggerer (asset watchers, deferred tasks);
+``plugins_folder`` sets ``AIRFLOW__CORE__PLUGINS_FOLDER`` (default: Airflow's,
+``$AIRFLOW_HOME/plugins``).
 """
 
 from __future__ import annotations

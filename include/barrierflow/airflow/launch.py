@@ -151,10 +151,10 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
         self._start_and_defer(hook, context)
 
     def _start_and_defer(self, hook: SparkSubmitHook, context: Any) -> None:
-        from barrierflow.airflow.supervision import PipelineWatchTrigger
-        from barrierflow.lease import default_ttl
         from airflow.sdk.exceptions import AirflowFailException
 
+        from barrierflow.airflow.supervision import PipelineWatchTrigger
+        from barrierflow.lease import default_ttl
         from barrierflow.ops.detached_launch import live_launches, start_detached
 
         home = str((self.env_vars or {}).get("BARRIERFLOW_HOME") or os.environ.get("BARRIERFLOW_HOME") or "")

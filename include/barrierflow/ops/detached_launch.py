@@ -47,10 +47,10 @@ from typing import Any
 
 from barrierflow.errors import UserInputError
 from barrierflow.lease import default_ttl, job_running
+from barrierflow.ops.supervised_run import SUPERVISOR_ENV
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime.restart_strategy import NoRestart, strategy_for
 from barrierflow.runtime.restart_supervisor import RestartsExhaustedError, SupervisedRun, supervise
-from barrierflow.ops.supervised_run import SUPERVISOR_ENV
 from barrierflow.spec.loader import load_any_spec
 
 #: The launcher's exit code when it was asked to stop (SIGTERM), as a shell reports it.
@@ -175,6 +175,12 @@ def _exit_document(code: int, message: str, strategy: str, run: SupervisedRun | 
             "finished_at": datetime.now(UTC).isoformat()}
 
 
+def _say(line: str) -> None:
+    """One line on stderr (the launch's log)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def _stop_on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -192,8 +198,7 @@ def run_launcher(spec_path: str, command: Sequence[str], exit_file: Path, log: s
         pipeline = open_pipeline(spec_path)
         work_dir, objects = Path(pipeline.work_dir), pipeline.objects
         env = {**os.environ, SUPERVISOR_ENV: str(os.getpid())}
-        print(f"launcher pid {os.getpid()}: pipeline {spec.name}, restart strategy {strategy_name}; log {log}",
-              file=sys.stderr, flush=True)
+        _say(f"launcher pid {os.getpid()}: pipeline {spec.name}, restart strategy {strategy_name}; log {log}")
         run = supervise(command, strategy, name=spec.name, env=env,
                         lease_free=lambda: not job_running(work_dir, objects), lease_wait=2 * default_ttl())
     except KeyboardInterrupt:
@@ -209,8 +214,7 @@ def run_launcher(spec_path: str, command: Sequence[str], exit_file: Path, log: s
         restarts = f" after {len(run.restarts)} restart(s)" if run.restarts else ""
         document = _exit_document(0, f"the job ended as asked{restarts}", strategy_name, run)
         document["restarts"] = [asdict(r) for r in run.restarts]
-    print(f"launcher pid {os.getpid()}: exit {document['exit_code']}: {document['message']}", file=sys.stderr,
-          flush=True)
+    _say(f"launcher pid {os.getpid()}: exit {document['exit_code']}: {document['message']}")
     _write_json(exit_file, document)
     return int(document["exit_code"])
 

@@ -85,7 +85,8 @@ def _heartbeat(obs: Observation) -> str:
     if lease.get("process_gone"):
         return f"its lease holder is gone ({who})"
     state = "alive" if lease.get("live") else "stale"
-    return f"its lease heartbeat is {state}: last at {lease.get('heartbeat_at')}, {lease['heartbeat_age']:.0f} s ago ({who})"
+    return (f"its lease heartbeat is {state}: last at {lease.get('heartbeat_at')}, {lease['heartbeat_age']:.0f} s ago "
+            f"({who})")
 
 
 def _newest(obs: Observation) -> str:
