@@ -42,7 +42,7 @@ def launch_record(tmp_path: Path, spec_path: Path, started: datetime, *, pid: in
     pid = os.getpid() if pid is None else pid
     record = LaunchRecord("L1", str(spec_path), pid, host or socket.gethostname(), started.isoformat(),
                           str(folder / "L1.log"), str(folder / "L1.exit.json"), ["spark-submit"],
-                          process_identity(pid))
+                          process_identity(pid), "t")
     record.path.write_text(json.dumps(record.as_dict()), encoding="utf-8")
     return record
 
@@ -104,6 +104,7 @@ def test_a_heartbeating_pipeline_without_a_new_checkpoint_is_stalled_naming_the_
     write_lease(spec_path, at - timedelta(seconds=90), now - timedelta(seconds=5))
     result = verdict(record, now)
     assert result.outcome == "stalled", result.message
+    assert result.message.startswith("pipeline t stalled: ")
     assert f"newest completed checkpoint {cid} at {at.astimezone(UTC).isoformat()}, 120 s ago" in result.message
     assert "no checkpoint completed for 120 s (limit stall_after_seconds=60" in result.message
     assert "heartbeat is alive" in result.message and record.log in result.message
@@ -190,6 +191,7 @@ def test_a_starting_pipeline_without_lease_or_checkpoint_is_running_until_stall_
 def test_the_trigger_fires_once_with_the_verdict_and_survives_serialization(
         tmp_path: Path, spec_path: Path, checkpoint_time: tuple[int, datetime],
         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BARRIERFLOW_HOME", str(tmp_path))  # what the trigger sets in the triggerer, undone here
     cid, at = checkpoint_time
     record = launch_record(tmp_path, spec_path, at - timedelta(seconds=100))
     write_lease(spec_path, at - timedelta(seconds=90), at + timedelta(seconds=200))
@@ -251,3 +253,38 @@ def test_a_running_launcher_is_listed_as_live_until_it_recorded_its_exit(tmp_pat
     Path(record.exit_file).unlink()
     gone = launch_record(tmp_path, spec_path, started, pid=dead_pid())
     assert read_exit(gone) is None and live_launches(spec_path) == []
+
+
+def flaky_command(marker: Path, failures: int) -> list[str]:
+    """An attempt that fails (exit 1) ``failures`` times, then succeeds; counts in ``marker``."""
+    code = (f"import pathlib, sys; p = pathlib.Path({str(marker)!r}); n = int(p.read_text()) if p.exists() else 0; "
+            f"p.write_text(str(n + 1)); print('error: attempt', n, 'failed', file=sys.stderr) if n < {failures} "
+            f"else None; sys.exit(1 if n < {failures} else 0)")
+    return [sys.executable, "-c", code]
+
+
+def test_the_launcher_applies_the_spec_restart_strategy_between_attempts(tmp_path: Path) -> None:
+    data = spec_dict(tmp_path)
+    data["restart"] = {"type": "fixed-delay", "attempts": 2, "delay": "0s"}
+    spec = write_spec(tmp_path, data, "t.yaml")
+    record = start_detached(spec, flaky_command(tmp_path / "n", failures=2), env=dict(os.environ))
+    document = wait_for_exit(record)
+    assert document["exit_code"] == 0, document
+    assert [r["number"] for r in document["restarts"]] == [1, 2]
+    assert "attempt 0 failed" in document["restarts"][0]["cause"]
+    assert (tmp_path / "n").read_text() == "3"
+    finished = decide(observe(record), stall_after=STALL, lost_after=LOST)
+    assert finished.outcome == "finished" and "2 restart(s)" in finished.message
+
+
+def test_past_the_strategy_limit_the_watch_fails_naming_the_strategy_and_its_restarts(tmp_path: Path) -> None:
+    data = spec_dict(tmp_path)
+    data["restart"] = {"type": "fixed-delay", "attempts": 1, "delay": "0s"}
+    spec = write_spec(tmp_path, data, "t.yaml")
+    record = start_detached(spec, flaky_command(tmp_path / "n", failures=5), env=dict(os.environ))
+    assert wait_for_exit(record)["exit_code"] == 1
+    failed = decide(observe(record), stall_after=STALL, lost_after=LOST)
+    assert failed.outcome == "failed"
+    assert "exit status 1: pipeline t stopped after 2 attempt(s): attempt 1 failed" in failed.message
+    assert "restart strategy fixed-delay: 1 attempts, 0 s apart: 1 restart(s) (delays 0.0 s)" in failed.message
+    assert record.log in failed.message

@@ -389,7 +389,7 @@ def test_restart_false_skips_the_restart_and_the_report_says_so(
 
 
 def test_sensor_defers_to_the_triggerer_with_the_param_wait_seconds_as_timeout(
-    bag: Any, factory: CheckpointFactory, spec_path: Path
+    bag: Any, factory: CheckpointFactory, spec_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import asyncio
     from datetime import timedelta
@@ -412,6 +412,7 @@ def test_sensor_defers_to_the_triggerer_with_the_param_wait_seconds_as_timeout(
     classpath, kwargs = trigger.serialize()
     assert classpath == "barrierflow.airflow.supervision.FirstCheckpointTrigger"
     rebuilt = FirstCheckpointTrigger(**kwargs)
+    monkeypatch.setenv("BARRIERFLOW_HOME", kwargs["barrierflow_home"])  # what the trigger sets, undone after
     assert rebuilt.check() is None
     factory.coordinator.attempt = 1
     [new] = factory.take(1)

@@ -28,6 +28,10 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
+#: How often the watch logs that the pipeline still runs (a verdict is logged at once).
+RUNNING_LOG_SECONDS = 600.0
+
+
 def _home(barrierflow_home: str) -> None:
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
 
@@ -66,16 +70,24 @@ class PipelineWatchTrigger(BaseTrigger):
 
     def check(self) -> dict[str, Any] | None:
         """One look (blocking I/O: run in a thread): the event's payload, or None while the
-        pipeline runs as it should."""
+        pipeline runs as it should. The running state is logged on the first look and then at
+        most every :data:`RUNNING_LOG_SECONDS`; a verdict always."""
         from barrierflow.ops.detached_launch import LaunchRecord
         from barrierflow.ops.pipeline_watch import decide, observe
 
         _home(self.barrierflow_home)
         record = LaunchRecord.read(self.record_path)
-        verdict = decide(observe(record, self.now()), stall_after=self.stall_after_seconds,
+        now = self.now()
+        verdict = decide(observe(record, now), stall_after=self.stall_after_seconds,
                          lost_after=self.lost_after_seconds)
-        self.log.info("%s: %s", verdict.outcome, verdict.message)
-        return None if verdict.outcome == "running" else verdict.as_event(record)
+        if verdict.outcome != "running":
+            self.log.info("%s: %s", verdict.outcome, verdict.message)
+            return verdict.as_event(record)
+        logged = getattr(self, "_running_logged_at", None)
+        if logged is None or (now - logged).total_seconds() >= RUNNING_LOG_SECONDS:
+            self.log.info("running: %s", verdict.message)
+            self._running_logged_at = now
+        return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:

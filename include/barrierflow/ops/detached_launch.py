@@ -73,6 +73,8 @@ class LaunchRecord:
     #: The launcher's identity on its host (:func:`process_identity`): a pid reused after a
     #: restart of the host or container is not taken for the launcher.
     identity: str | None = None
+    #: The pipeline's name (the spec's ``name``).
+    pipeline: str = ""
 
     @property
     def path(self) -> Path:
@@ -162,7 +164,7 @@ def start_detached(spec_path: str | os.PathLike[str], command: Sequence[str], *,
                                    cwd=os.getcwd())
     record = LaunchRecord(launch_id, str(spec_path), process.pid, socket.gethostname(),
                           datetime.now(UTC).isoformat(), str(log), str(exit_file), list(command),
-                          process_identity(process.pid))
+                          process_identity(process.pid), pipeline.spec.name)
     _write_json(record.path, record.as_dict())
     # Not waited for: the launcher is reparented to init when this process ends; until then a
     # zombie of it would only show if it ended first, which the watcher reads from the exit file.
@@ -205,7 +207,7 @@ def run_launcher(spec_path: str, command: Sequence[str], exit_file: Path, log: s
         document = _exit_document(STOPPED_EXIT, "the launcher was stopped (SIGTERM); the job was stopped with it",
                                   strategy_name, run)
     except RestartsExhaustedError as exc:
-        document = _exit_document(1, str(exc), strategy_name, run)
+        document = _exit_document(1, str(exc), strategy_name, exc.run)
     except UserInputError as exc:
         document = _exit_document(2, str(exc), strategy_name, run)
     except Exception as exc:  # the launcher must leave a record whatever went wrong

@@ -105,7 +105,7 @@ def _strategy(exit_record: dict[str, Any]) -> str:
 
 def decide(obs: Observation, *, stall_after: float, lost_after: float) -> Verdict:
     """The verdict on ``obs`` (see the module docstring); ``stall_after`` and ``lost_after`` in seconds."""
-    launch, name = obs.launch, os.path.basename(obs.launch.spec_path)
+    launch, name = obs.launch, obs.launch.pipeline or os.path.basename(obs.launch.spec_path)
     if obs.exit is not None:
         code = int(obs.exit.get("exit_code", 1))
         if code == 0:

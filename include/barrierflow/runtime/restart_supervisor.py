@@ -67,7 +67,10 @@ TAIL_LINES = 20
 
 
 class RestartsExhaustedError(JobFailedError):
-    """The job failed and its restart strategy allows no further restart."""
+    """The job failed and its restart strategy allows no further restart; :attr:`run` is what
+    the supervisor did until then (its restarts)."""
+
+    run: SupervisedRun | None = None
 
 
 @dataclass(frozen=True)
@@ -242,7 +245,9 @@ def supervise(command: Sequence[str], strategy: RestartStrategy, *, lease_free: 
         _wait_for_lease(name, lease_free, lease_wait, sleep, monotonic)
         delay = strategy.next_delay(failed_at)
         if delay is None:
-            raise RestartsExhaustedError(_exhausted(name, cause, strategy, run))
+            exhausted = RestartsExhaustedError(_exhausted(name, cause, strategy, run))
+            exhausted.run = run
+            raise exhausted
         restart = Restart(len(run.restarts) + 1, cause, delay)
         run.restarts.append(restart)
         with suppress(OSError, ValueError):
