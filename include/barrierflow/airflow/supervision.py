@@ -27,7 +27,6 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-
 #: How often the watch logs that the pipeline still runs (a verdict is logged at once).
 RUNNING_LOG_SECONDS = 600.0
 
