@@ -10,6 +10,10 @@ is built here the same way, so what the reader is told is told to every stage:
   spec): per-partition watermarks, idleness, watermark alignment, adaptive batch sizing;
 * anything the source kind adds (``extra_options``: the channel source's ``alignment``).
 
+Before the query starts, ``before_start`` sees the stage's streaming DataFrame (the stage
+runner refuses changes its saved state cannot honour there,
+:mod:`barrierflow.runtime.state_compat`).
+
 Each micro-batch goes to ``batch_writer`` (``foreachBatch``: a channel writer or the stager of a
 two-phase-commit sink, :func:`barrierflow.sinks.factory.micro_batch_writer`), or to Spark's
 ``noop`` sink when there is none (``discard``).
@@ -57,20 +61,25 @@ def apply_transformation(df: DataFrame, spec: PipelineSpec, spec_path: str) -> D
 
 def start_stage_query(spark: SparkSession, spec: PipelineSpec, layout: JobLayout, *, spec_path: str,
                       source_format: str, batch_writer: Callable[[Any, int], None] | None,
-                      extra_options: Mapping[str, str] | None = None) -> StreamingQuery:
+                      extra_options: Mapping[str, str] | None = None,
+                      before_start: Callable[[DataFrame], None] | None = None) -> StreamingQuery:
     """Start the query of the stage whose derived spec is ``spec``: read with Spark data source
     ``source_format`` (registered by the caller), apply the spec's transformation, write each
     micro-batch with ``batch_writer`` (None: the ``noop`` sink), checkpoint to
-    ``layout.spark_checkpoint``, trigger every ``spec.trigger.interval``.
+    ``layout.spark_checkpoint``, trigger every ``spec.trigger.interval``. ``before_start`` is
+    called with the query's DataFrame before anything is started.
 
     Raises:
-        SpecError: the transformation cannot be loaded. Spark's errors for a query that does not start.
+        SpecError: the transformation cannot be loaded. Whatever ``before_start`` raises (then
+            nothing was started). Spark's errors for a query that does not start.
     """
     apply_state_store(spark, spec.spark)
     reader = spark.readStream.format(source_format)
     for key, value in {**reader_options(spec, layout), **(extra_options or {})}.items():
         reader = reader.option(key, value)
     out = apply_transformation(reader.load(), spec, spec_path)
+    if before_start is not None:
+        before_start(out)
     writer = out.writeStream.outputMode(spec.transformation.output_mode)
     writer = writer.foreachBatch(batch_writer) if batch_writer is not None else writer.format("noop")
     return (writer.option("checkpointLocation", str(layout.spark_checkpoint))

@@ -15,7 +15,9 @@ run time is written once:
   options and the stage's micro-batch writer (:func:`~barrierflow.sinks.factory.micro_batch_writer`:
   a channel writer, a two-phase-commit stager, or none); started again, at most
   :data:`START_RETRIES` times, when it died before planning a batch because Spark's Python
-  worker did not connect back (:meth:`StageRunner.restart_failed_start`);
+  worker did not connect back (:meth:`StageRunner.restart_failed_start`); refused before it
+  starts when the spec changed what the stage's saved state was built with
+  (:func:`~barrierflow.runtime.state_compat.check_state_compatible`);
 * each tick (:meth:`StageRunner.tick`): the coordinator's tick and, for each newly committed
   micro-batch, the late-row counts of the event-time tracker;
 * its end (:meth:`StageRunner.stop`): the query stopped, in-flight uploads given a timeout, the
@@ -46,12 +48,14 @@ from barrierflow.errors import JobFailedError
 from barrierflow.lease import FencedOffError
 from barrierflow.runtime.event_time import EventTimeTracker
 from barrierflow.runtime.stage_query import start_stage_query
+from barrierflow.runtime.state_compat import check_state_compatible
 from barrierflow.sources.registry import SourceKind, StageRun, kind_named
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
+from barrierflow.spark.session import shuffle_partitions
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from barrierflow.checkpointing.store import CheckpointStore
@@ -74,9 +78,11 @@ class StageRunner:
     """One stage of a run (module docstring). ``label`` names the stage in messages (``pipeline
     demo``, ``stage b of pipeline shop``)."""
 
-    def __init__(self, stage: Stage, *, label: str) -> None:
+    def __init__(self, stage: Stage, *, label: str, pipeline: str | None = None) -> None:
         self.stage = stage
         self.label = label
+        #: The pipeline's name (messages name it with the stage's; default: the stage's spec's name).
+        self.pipeline = pipeline if pipeline is not None else stage.spec.name
         self.kind: SourceKind = kind_named(stage.source_type)
         self.coordinator: CheckpointCoordinator | None = None
         self.query: StreamingQuery | None = None
@@ -159,7 +165,12 @@ class StageRunner:
             self.writer = micro_batch_writer(stage.spec, stage.layout, fence=fence, channel=stage.output,
                                              attempt=run.attempt)
             return start_stage_query(spark, stage.spec, stage.layout, spec_path=spec_path,
-                                     source_format=self.kind.format, batch_writer=self.writer, extra_options=extra)
+                                     source_format=self.kind.format, batch_writer=self.writer, extra_options=extra,
+                                     before_start=check_state)
+
+        def check_state(frame: DataFrame) -> None:
+            check_state_compatible(frame, stage.layout.spark_checkpoint, pipeline=self.pipeline, stage=stage.name,
+                                   shuffle_partitions=shuffle_partitions(stage.spec.spark))
 
         self._start = start
         self.planned_at_start = len(offset_log.planned_batches(stage.layout.spark_checkpoint))

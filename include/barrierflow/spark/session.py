@@ -50,6 +50,15 @@ REQUIRED_CONF = {
 }
 
 
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def shuffle_partitions(spec: SparkSpec) -> str:
+    """The shuffle partitions a session built from ``spec`` has (:func:`build_session`):
+    ``spark.conf``'s ``spark.sql.shuffle.partitions`` if it sets one, else ``shuffle_partitions``."""
+    return str(spec.conf.get(SHUFFLE_PARTITIONS, spec.shuffle_partitions))
+
+
 def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSession:
     """Return a SparkSession configured for barrierflow (creating or reusing one), with the
     spec's ``py_packages`` shipped to its driver and executors (:mod:`barrierflow.spark.user_code`).
@@ -70,7 +79,7 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSessio
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     builder = (
-        builder.config("spark.sql.shuffle.partitions", str(spec.shuffle_partitions))
+        builder.config(SHUFFLE_PARTITIONS, str(spec.shuffle_partitions))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
