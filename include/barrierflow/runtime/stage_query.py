@@ -59,25 +59,40 @@ def apply_transformation(df: DataFrame, spec: PipelineSpec, spec_path: str) -> D
     return transform(df, TransformContext(spec, dict(spec.transformation.options)))
 
 
+def build_stage_frame(spark: SparkSession, spec: PipelineSpec, layout: JobLayout, *, spec_path: str,
+                      source_format: str, extra_options: Mapping[str, str] | None = None) -> DataFrame:
+    """The streaming DataFrame of the stage whose derived spec is ``spec``, not started: read
+    with Spark data source ``source_format`` (registered by the caller) and the reader options
+    (module docstring), the spec's transformation applied.
+
+    Raises:
+        SpecError: the transformation cannot be loaded. Whatever the transformation raises.
+    """
+    apply_state_store(spark, spec.spark)
+    reader = spark.readStream.format(source_format)
+    for key, value in {**reader_options(spec, layout), **(extra_options or {})}.items():
+        reader = reader.option(key, value)
+    return apply_transformation(reader.load(), spec, spec_path)
+
+
 def start_stage_query(spark: SparkSession, spec: PipelineSpec, layout: JobLayout, *, spec_path: str,
                       source_format: str, batch_writer: Callable[[Any, int], None] | None,
-                      extra_options: Mapping[str, str] | None = None,
+                      extra_options: Mapping[str, str] | None = None, frame: DataFrame | None = None,
                       before_start: Callable[[DataFrame], None] | None = None) -> StreamingQuery:
-    """Start the query of the stage whose derived spec is ``spec``: read with Spark data source
-    ``source_format`` (registered by the caller), apply the spec's transformation, write each
-    micro-batch with ``batch_writer`` (None: the ``noop`` sink), checkpoint to
-    ``layout.spark_checkpoint``, trigger every ``spec.trigger.interval``. ``before_start`` is
-    called with the query's DataFrame before anything is started.
+    """Start the query of the stage whose derived spec is ``spec``: its DataFrame (``frame``,
+    else :func:`build_stage_frame`), each micro-batch written with ``batch_writer`` (None: the
+    ``noop`` sink), checkpointed to ``layout.spark_checkpoint``, triggered every
+    ``spec.trigger.interval``. ``before_start`` is called with the DataFrame before anything is
+    started.
 
     Raises:
         SpecError: the transformation cannot be loaded. Whatever ``before_start`` raises (then
             nothing was started). Spark's errors for a query that does not start.
     """
     apply_state_store(spark, spec.spark)
-    reader = spark.readStream.format(source_format)
-    for key, value in {**reader_options(spec, layout), **(extra_options or {})}.items():
-        reader = reader.option(key, value)
-    out = apply_transformation(reader.load(), spec, spec_path)
+    out = frame if frame is not None else build_stage_frame(spark, spec, layout, spec_path=spec_path,
+                                                            source_format=source_format,
+                                                            extra_options=extra_options)
     if before_start is not None:
         before_start(out)
     writer = out.writeStream.outputMode(spec.transformation.output_mode)
