@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.sources.planning import PlanningOptions
-from barrierflow.spark.session import apply_state_store
+from barrierflow.spark.session import apply_query_conf
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.transforms.context import TransformContext, load_transformation
 from barrierflow.workdir.layout import JobLayout
@@ -68,7 +68,7 @@ def build_stage_frame(spark: SparkSession, spec: PipelineSpec, layout: JobLayout
     Raises:
         SpecError: the transformation cannot be loaded. Whatever the transformation raises.
     """
-    apply_state_store(spark, spec.spark)
+    apply_query_conf(spark, spec.spark)
     reader = spark.readStream.format(source_format)
     for key, value in {**reader_options(spec, layout), **(extra_options or {})}.items():
         reader = reader.option(key, value)
@@ -89,7 +89,7 @@ def start_stage_query(spark: SparkSession, spec: PipelineSpec, layout: JobLayout
         SpecError: the transformation cannot be loaded. Whatever ``before_start`` raises (then
             nothing was started). Spark's errors for a query that does not start.
     """
-    apply_state_store(spark, spec.spark)
+    apply_query_conf(spark, spec.spark)
     out = frame if frame is not None else build_stage_frame(spark, spec, layout, spec_path=spec_path,
                                                             source_format=source_format,
                                                             extra_options=extra_options)

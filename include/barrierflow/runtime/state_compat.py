@@ -20,8 +20,8 @@ What is compared:
 * shuffle partitions: the ``conf`` of the newest ``offsets/<n>`` entry (any planned batch:
   Spark re-plans an uncommitted one with the conf it was planned with) against what the
   spec's ``spark`` block now gives (:func:`~barrierflow.spark.session.shuffle_partitions`:
-  what :func:`~barrierflow.spark.session.build_session` sets on the run's session; a session
-  shared by tests may differ, the spec is what the user changes);
+  what the session has when a stage's query starts,
+  :func:`~barrierflow.spark.session.apply_query_conf`);
 * the stateful operators: a fingerprint (:func:`stateful_fingerprint`) of the DataFrame's
   analyzed plan: in plan order, each stateful operator's kind and what defines its state
   (an aggregation's grouping keys, with a key computed right below it such as a time window

@@ -250,6 +250,16 @@ def state_store_conf(spec: SparkSpec) -> dict[str, str]:
     return conf
 
 
+def apply_query_conf(session: SparkSession, spec: SparkSpec) -> None:
+    """Set what a query started afterwards takes from ``spec`` on ``session`` (a shared
+    session may have served a job of another spec): the shuffle partitions
+    (:func:`shuffle_partitions`) and the state store (:func:`apply_state_store`). Both count
+    only for a new Spark checkpoint: a restarted query takes them from its checkpoint, which is
+    why :mod:`barrierflow.runtime.state_compat` refuses a spec that changed them."""
+    session.conf.set(SHUFFLE_PARTITIONS, shuffle_partitions(spec))
+    apply_state_store(session, spec)
+
+
 def apply_state_store(session: SparkSession, spec: SparkSpec) -> None:
     """Set the spec's state store settings on ``session`` (a shared session may have served
     a job with the other provider); a query started afterwards uses them when its Spark
