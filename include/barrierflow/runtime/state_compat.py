@@ -70,7 +70,7 @@ OTHER_STATEFUL = frozenset({
     "Window", "SessionWindowStateStoreRestore",
 })
 
-_ID = re.compile(r"#\d+")
+_ID = re.compile(r"#\d+L?")  # an expression id and the type suffix of a long attribute
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _ADDRESS = re.compile(r"@[0-9a-f]{4,}")
 _ATTRIBUTE = re.compile(r"#(\d+)")
@@ -132,18 +132,20 @@ def _describe(node: Any) -> dict[str, Any] | None:
         return None
     if kind == "Aggregate":
         aliases = _aliases_below(node)
-        keys = [_expanded(e, aliases) for e in _seq(node.groupingExpressions())]
+        keys = [f"{_expanded(e, aliases)}: {e.dataType().simpleString()}" for e in _seq(node.groupingExpressions())]
         windows = [w for w in (_window(k) for k in keys) if w is not None]
         entry: dict[str, Any] = {"operator": kind}
         if windows:
             entry["window"] = "; ".join(windows)
         entry["grouping keys"] = keys
-        entry["aggregates"] = [_normalized(str(e.toString())) for e in _seq(node.aggregateExpressions())]
+        entry["aggregates"] = [f"{_normalized(str(e.toString()))}: {e.dataType().simpleString()}"
+                               for e in _seq(node.aggregateExpressions())]
         return entry
     if kind == "EventTimeWatermark":
         return {"operator": kind, "watermark": f"{node.eventTime().name()} delayed by {node.delay().toString()}"}
     if kind == "Deduplicate":
-        return {"operator": kind, "keys": [_normalized(str(k.toString())) for k in _seq(node.keys())]}
+        return {"operator": kind, "keys": [f"{_normalized(str(k.toString()))}: {k.dataType().simpleString()}"
+                                           for k in _seq(node.keys())]}
     if kind == "Join":
         if not all(child.isStreaming() for child in _seq(node.children())):
             return None
@@ -169,17 +171,35 @@ def stateful_fingerprint(frame: DataFrame) -> list[dict[str, Any]]:
     return entries
 
 
+#: The order in which the fields of an operator are compared (the first difference is reported).
+FIELDS = ("window", "watermark", "grouping keys", "keys", "aggregates", "join", "description")
+#: How much of one value a message shows.
+SHOWN = 240
+
+
+def _shown(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= SHOWN else text[:SHOWN] + "..."
+
+
 def _difference(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> str | None:
-    """The first difference between two fingerprints, ``what: old -> new``, or None."""
+    """The first difference between two fingerprints, ``what: old -> new``, or None. Of two
+    lists of equal length, only the elements that differ are shown."""
     if old == new:
         return None
-    if [e.get("operator") for e in old] != [e.get("operator") for e in new]:
-        return (f"stateful operators: {[e.get('operator') for e in old]} -> {[e.get('operator') for e in new]}")
+    kinds_before, kinds_after = [e.get("operator") for e in old], [e.get("operator") for e in new]
+    if kinds_before != kinds_after:
+        return f"stateful operators: {kinds_before} -> {kinds_after}"
     for before, after in zip(old, new, strict=True):
-        for key in dict.fromkeys([*before, *after]):
-            if before.get(key) != after.get(key):
-                return f"{before['operator']} {key}: {before.get(key)} -> {after.get(key)}"
-    return "stateful operators changed"  # pragma: no cover - equal keys and values are equal entries
+        for key in dict.fromkeys([*FIELDS, *sorted(before), *sorted(after)]):
+            was, now = before.get(key), after.get(key)
+            if was == now:
+                continue
+            if isinstance(was, list) and isinstance(now, list) and len(was) == len(now):
+                pairs = [f"{_shown(a)} -> {_shown(b)}" for a, b in zip(was, now, strict=True) if a != b]
+                return f"{before['operator']} {key}: " + "; ".join(pairs)
+            return f"{before['operator']} {key}: {_shown(was)} -> {_shown(now)}"
+    return "stateful operators changed"  # pragma: no cover - entries with equal fields are equal
 
 
 def _write_fingerprint(path: Path, fingerprint: list[dict[str, Any]]) -> None:
