@@ -91,17 +91,21 @@ def _seq(scala_seq: Any) -> list[Any]:
 
 
 def _aliases_below(node: Any) -> dict[str, str]:
-    """Expression id -> the aliased expression, for the aliases that the ``Project``s (and
-    through ``Filter``s) right below ``node`` define: how a key computed for the operator
-    (a time window) is computed."""
+    """Expression id -> its definition, for the columns that the ``Project``s and ``Expand``s
+    right below ``node`` (and through ``Filter``s) compute: how a key computed for the operator
+    (a tumbling window: a ``Project``; a sliding one: an ``Expand``) is computed."""
     out: dict[str, str] = {}
     children = _seq(node.children())
-    while len(children) == 1 and children[0].nodeName() in ("Project", "Filter"):
+    while len(children) == 1 and children[0].nodeName() in ("Project", "Filter", "Expand"):
         child = children[0]
         if child.nodeName() == "Project":
             for expression in _seq(child.projectList()):
                 if expression.nodeName() == "Alias":
                     out[str(expression.exprId().id())] = expression.child().toString()
+        elif child.nodeName() == "Expand":
+            projections = [_seq(p) for p in _seq(child.projections())]
+            for index, attribute in enumerate(_seq(child.output())):
+                out.setdefault(str(attribute.exprId().id()), " | ".join(str(p[index].toString()) for p in projections))
         children = _seq(child.children())
     return out
 
