@@ -75,6 +75,11 @@ tags, tasks, whether it applies).
   pipeline's checkpoint store (linked from the Checkpoints page), returns the JSON (XCom), and
   fails, not retried, on any missing, extra or duplicated row, naming the counts.
 
+A spec with an `alerts` block gets `barrierflow.airflow.notifier.BarrierflowNotifier` as the
+`on_failure_callback` of every task of its DAGs (through `default_args`): a task that fails for
+good sends a `task_failure`, `checkpoint_age` (supervise) or `verification` (verify) alert to the
+spec's destinations (docs/operations.md, "Alerts").
+
 The assets are updated by watchers in Airflow's triggerer (`barrierflow.airflow.assets`): the
 streaming job is not an Airflow task and knows nothing of Airflow.
 

@@ -185,3 +185,10 @@ def test_the_timeout_is_bounded(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="at most 60 s"):
         parse_spec(spec_dict(tmp_path, alerts={"timeout": "5 minutes",
                                                "destinations": [{"type": "callable", "function": "a.b:c"}]}))
+
+
+def test_every_kind_links_a_section_of_the_operations_runbook() -> None:
+    from tests.docs.test_readme import ROOT, anchors
+
+    sections = anchors(ROOT / "docs" / "operations.md")
+    assert {kind: kind.anchor in sections for kind in AlertKind} == {kind: True for kind in AlertKind}
