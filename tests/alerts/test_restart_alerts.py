@@ -1,5 +1,5 @@
 """The restart supervisor's alerts, wired from a spec's ``alerts`` block as ``barrierflow run``
-wires them (:func:`barrierflow.ops.supervised_run._alert_observers`), around the stand-in runs of
+wires them (:func:`barrierflow.ops.supervised_run.restart_alert_observers`), around the stand-in runs of
 the supervisor's own tests (no Spark): a ``restart`` alert before each restart, a ``gave_up``
 alert when the strategy allows no more, and an endpoint that is down changes nothing else."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.ops.supervised_run import _alert_observers
+from barrierflow.ops.supervised_run import restart_alert_observers
 from barrierflow.runtime.restart_strategy import FixedDelay
 from barrierflow.runtime.restart_supervisor import RestartsExhaustedError, SupervisedRun, supervise
 
@@ -27,7 +27,7 @@ def _supervise(tmp_path: Path, plan: str, strategy: FixedDelay) -> tuple[Supervi
         "timeout": "2s", "destinations": [{"type": "webhook", "url_env": URL_ENV}]})
     slept: list[float] = []
     command = [sys.executable, "-c", SCRIPT, str(tmp_path / "attempts"), plan]
-    observers: dict[str, Any] = _alert_observers(spec)
+    observers: dict[str, Any] = restart_alert_observers(spec)
     try:
         return supervise(command, strategy, lease_free=lambda: True, name="orders", sleep=slept.append,
                          stderr=io.StringIO(), **observers), slept

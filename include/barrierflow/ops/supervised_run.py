@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ATTEMPT_FLAG", "Restart", "RestartsExhaustedError", "SupervisedOutcome", "run_supervised"]
+__all__ = ["ATTEMPT_FLAG", "Restart", "RestartsExhaustedError", "SupervisedOutcome", "restart_alert_observers",
+           "run_supervised"]
 
 #: The flag that marks a run as one attempt of a supervisor (value: the supervisor's pid).
 ATTEMPT_FLAG = "--attempt-of-supervisor"
@@ -88,7 +89,7 @@ def _command(spec_path: str, *, duration: float | None, checkpoints: int | None,
     return command
 
 
-def _alert_observers(spec: PipelineSpec | StagedPipelineSpec) -> dict[str, Any]:
+def restart_alert_observers(spec: PipelineSpec | StagedPipelineSpec) -> dict[str, Any]:
     """The supervisor's ``on_restart`` and ``on_give_up`` for the spec's ``alerts`` block (none: {})."""
     alerts = spec.alerts
     if alerts is None:
@@ -145,5 +146,5 @@ def run_supervised(spec_path: str | os.PathLike[str], *, duration: float | None 
 
     run = supervise(_command(path, duration=duration, **options),  # type: ignore[arg-type]
                     strategy_for(spec.restart), name=spec.name, lease_free=lambda: not job_running(work_dir, objects),
-                    lease_wait=2 * default_ttl(), command_for_attempt=later_attempt, **_alert_observers(spec))
+                    lease_wait=2 * default_ttl(), command_for_attempt=later_attempt, **restart_alert_observers(spec))
     return SupervisedOutcome(spec.name, run.strategy, tuple(run.restarts))
