@@ -15,7 +15,7 @@ from barrierflow.ops.supervised_run import restart_alert_observers
 from barrierflow.runtime.restart_strategy import FixedDelay
 from barrierflow.runtime.restart_supervisor import RestartsExhaustedError, SupervisedRun, supervise
 
-from tests.pipeline_specs import make_spec
+from tests.pipeline_specs import make_spec, spec_dict, write_spec
 from tests.runtime.test_restart_supervisor import SCRIPT
 from tests.support.webhook_receiver import WebhookReceiver, closed_port_url
 
@@ -69,3 +69,22 @@ def test_an_observer_that_raises_is_logged_and_ignored(tmp_path: Path) -> None:
     run = supervise(command, FixedDelay(1, 2.0), lease_free=lambda: True, name="orders", sleep=lambda s: None,
                     stderr=io.StringIO(), on_restart=broken, on_give_up=broken)
     assert run.attempts == 2 and [r.delay for r in run.restarts] == [2.0]
+
+
+def test_barrierflow_run_under_its_strategy_sends_the_alerts_of_its_spec(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    from barrierflow.ops import supervised_run
+
+    data = spec_dict(tmp_path, name="orders")
+    data["restart"] = {"type": "fixed-delay", "attempts": 1, "delay": "0s"}
+    data["alerts"] = {"destinations": [{"type": "webhook", "url_env": URL_ENV, "events": ["restart"]}]}
+    stand_in = [sys.executable, "-c", SCRIPT, str(tmp_path / "attempts"), "kill,ok"]
+    monkeypatch.setattr(supervised_run, "_command", lambda *args, **kwargs: stand_in)  # no Spark: the stand-in run
+    with WebhookReceiver() as receiver:
+        monkeypatch.setenv(URL_ENV, receiver.url)
+        outcome = supervised_run.run_supervised(write_spec(tmp_path, data))
+        [request] = receiver.wait_for(1)
+
+    assert outcome is not None and outcome.attempts == 2
+    assert request.body["kind"] == "restart" and request.body["pipeline"] == "orders"
+    assert "was killed by SIGKILL" in request.body["details"]["cause"]
