@@ -9,11 +9,15 @@ mixes incompatible state. :func:`check_state_compatible` compares, per stage, wh
 was built with against what the spec now builds and raises
 :class:`~barrierflow.errors.IncompatibleStateError` (exit code 2) for a difference.
 
-When: :func:`~barrierflow.runtime.stage_query.start_stage_query` calls it after building the
-stage's streaming DataFrame and before ``start()``, in every pipeline shape (one stage, several
-stages in one driver, a stage process), after the restore at start materialized the Spark
-checkpoint. Nothing is started, planned or written when the check refuses: no offset log
-entry, no state version, no sink output; the Spark checkpoint is exactly as before.
+When: on the stage's streaming DataFrame, built but not started (planning a query is analysis
+only), after the restore at start materialized the Spark checkpoint, in every pipeline shape
+through :class:`~barrierflow.runtime.stage_runner.StageRunner`: the one run loop checks every
+stage of a driver before it starts any (:meth:`StageRunner.check_state`), a stage process
+(``run --processes``) checks its stage before its query starts, and its refusal (exit 2) fails
+the run before the pipeline coordinator cuts. Checking before ``start()`` rather than right
+after it is what guarantees that a refusal changes nothing: a started query may run a batch
+(re-run one planned before a crash) at once, while nothing here plans a batch or writes an
+offset log entry, a state version or sink output.
 
 What is compared:
 
