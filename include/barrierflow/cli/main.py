@@ -1,6 +1,7 @@
 """``barrierflow`` — run pipelines and inspect their checkpoints.
 
-Exit codes: 0 success, 2 bad input (spec, arguments, checkpoint chosen), 1 runtime failure.
+Exit codes: 0 success, 2 bad input (spec, arguments, checkpoint chosen), 1 runtime failure,
+141 when the reader of the output went away (``| head``: a shell's code for SIGPIPE).
 Each command parses its arguments, calls one operation of :mod:`barrierflow.ops` and renders
 the result; no rule of its own lives here.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from barrierflow.verification.choice import CheckpointRequest
 
 EXIT_OK, EXIT_RUNTIME, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -680,6 +683,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"interrupted at {datetime.now(UTC).isoformat(timespec='seconds')}", file=sys.stderr)
         return EXIT_RUNTIME
+    except BrokenPipeError:
+        # The reader of stdout went away (``barrierflow checkpoints SPEC | head``): what was left
+        # to print has no reader. Point stdout at /dev/null so that the interpreter's final flush
+        # does not raise again, and exit as a shell's pipeline expects (no traceback).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ dir, and returns at once. Files, per launch, under ``<work_dir>/launches/``::
 The launcher is the pipeline's restart supervisor (:func:`barrierflow.runtime.restart_supervisor.supervise`):
 every attempt is the given command (spark-submit of ``jobs/run_pipeline.py``, on the master the
 caller chose), restarted after a failure as the spec's ``restart:`` strategy allows (none
-without one), each attempt a new spark-submit and so a new driver JVM. An attempt dies with the
+without one), each attempt a new spark-submit and so a new driver JVM; with an ``alerts`` block
+its ``restart`` and ``gave_up`` alerts are sent as ``barrierflow run`` sends them. An attempt dies with the
 launcher (the kernel's parent-death signal), so a SIGKILLed launcher leaves no orphan driver
 behind, only its lease, which a dead process of this host no longer holds. The attempts see
 :data:`SUPERVISOR_ENV`, so ``barrierflow run`` inside spark-submit does not try to apply the
@@ -47,7 +48,7 @@ from typing import Any
 
 from barrierflow.errors import UserInputError
 from barrierflow.lease import default_ttl, job_running
-from barrierflow.ops.supervised_run import SUPERVISOR_ENV
+from barrierflow.ops.supervised_run import SUPERVISOR_ENV, restart_alert_observers
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime.restart_strategy import NoRestart, strategy_for
 from barrierflow.runtime.restart_supervisor import RestartsExhaustedError, SupervisedRun, supervise
@@ -202,7 +203,8 @@ def run_launcher(spec_path: str, command: Sequence[str], exit_file: Path, log: s
         env = {**os.environ, SUPERVISOR_ENV: str(os.getpid())}
         _say(f"launcher pid {os.getpid()}: pipeline {spec.name}, restart strategy {strategy_name}; log {log}")
         run = supervise(command, strategy, name=spec.name, env=env,
-                        lease_free=lambda: not job_running(work_dir, objects), lease_wait=2 * default_ttl())
+                        lease_free=lambda: not job_running(work_dir, objects), lease_wait=2 * default_ttl(),
+                        **(restart_alert_observers(spec) if spec.restart is not None else {}))
     except KeyboardInterrupt:
         document = _exit_document(STOPPED_EXIT, "the launcher was stopped (SIGTERM); the job was stopped with it",
                                   strategy_name, run)
