@@ -13,8 +13,8 @@ driven only through the REST API.
 4. The trigger sees the job end with exit 0 and the task succeeds (then ``supervise``). The
    committed output holds every source record exactly once; one launch, one run lease.
 
-Prints the bound: how long the pipeline ran without Airflow and how many checkpoints completed
-meanwhile.
+Prints the bound: how long the pipeline ran without a working Airflow (from the stop until all
+components are healthy again) and how many checkpoints completed meanwhile; nothing lost.
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ from tests.dags.conftest import DAGS_FOLDER
 from tests.drivers import short_lived_driver_java_options
 from tests.support.airflow_server import COMPONENTS, AirflowServer
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(120)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(180)]  # 156-172 s measured at load average 13 on 2 cores
 
 LAUNCH = "barrierflow_pipeline__outlive"
-PARTITIONS, RECORDS, RATE = 2, 700, 10.0  # per partition: the source lasts RECORDS / RATE = 70 s
+#: Per partition: the source lasts RECORDS / RATE = 80 s, enough to outlast a stop and a start of
+#: Airflow (44 s measured at load average 13) after its first checkpoint.
+PARTITIONS, RECORDS, RATE = 2, 800, 10.0
 
 
 def write_spec(tmp_path: Path, pipelines: Path) -> Path:
@@ -110,6 +112,7 @@ def test_a_deferred_pipeline_outlives_a_restart_of_all_of_airflow_exactly_once(t
         assert os.getsid(record.pid) != os.getsid(0) and os.getsid(record.pid) == record.pid  # its own session
 
         # 2. All of Airflow stopped; the pipeline keeps checkpointing without it.
+        stopping_at, before_stop = time.monotonic(), set(completed())
         server.stop()
         phase("airflow stopped")
         down_at, before_down = time.monotonic(), set(completed())
@@ -126,7 +129,7 @@ def test_a_deferred_pipeline_outlives_a_restart_of_all_of_airflow_exactly_once(t
         server.start(migrate=False)
         up_at = time.monotonic()
         phase("airflow up again")
-        during = sorted(set(completed()) - before_down)
+        during = sorted(set(completed()) - before_stop)
         assert read_exit(record) is None, f"the pipeline ended before Airflow was back (source too short): {phases}"
         launch = server.task_instance(LAUNCH, run_id, "launch")
         assert launch["state"] == "deferred" and launch["try_number"] == 1, launch
@@ -148,8 +151,9 @@ def test_a_deferred_pipeline_outlives_a_restart_of_all_of_airflow_exactly_once(t
     assert len(fences) == 1, fences  # one run lease: no second driver
     assert committed(tmp_path / "out") == [(p, o) for p in range(PARTITIONS) for o in range(RECORDS)]
     print(json.dumps({
+        "pipeline_without_airflow_seconds": round(up_at - stopping_at, 1),
         "airflow_down_seconds": round(up_at - down_at, 1),
-        "checkpoints_completed_while_down_or_restarting": len(during),
+        "checkpoints_completed_without_airflow": len(during),
         "pipeline_after_restart_seconds": round(ended - up_at, 1),
         "test_seconds": round(ended - started, 1),
         "records": PARTITIONS * RECORDS, "lost": 0, "duplicated": 0,
