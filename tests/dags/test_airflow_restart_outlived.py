@@ -35,7 +35,8 @@ from tests.dags.conftest import DAGS_FOLDER
 from tests.drivers import short_lived_driver_java_options
 from tests.support.airflow_server import COMPONENTS, AirflowServer
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(180)]  # 156-172 s measured at load average 13 on 2 cores
+# Measured 115 s at load average 11 on 2 cores, about 180 s at 13-16.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(180)]
 
 LAUNCH = "barrierflow_pipeline__outlive"
 #: Per partition: the source lasts RECORDS / RATE = 80 s, enough to outlast a stop and a start of
