@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +62,40 @@ def _single_spec(tmp_path: Path) -> Path:
 
 
 def _driver(spec_path: Path, *extra: str) -> subprocess.Popen[str]:
+    """``barrierflow -v run SPEC``, its output in files beside the spec (read by :func:`_ended`)."""
     env = {**os.environ, **short_lived_driver_env()}
-    return subprocess.Popen([sys.executable, "-m", "barrierflow.cli.main", "run", str(spec_path), "--quiet", *extra],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = len(list(spec_path.parent.glob("driver-*.out")))
+    with open(spec_path.parent / f"driver-{runs}.out", "w") as out, \
+            open(spec_path.parent / f"driver-{runs}.err", "w") as err:
+        process = subprocess.Popen([sys.executable, "-m", "barrierflow.cli.main", "-v", "run", str(spec_path),
+                                    "--quiet", *extra], env=env, stdout=out, stderr=err, text=True)
+    process.args = [*process.args, spec_path.parent / f"driver-{runs}"]  # where its output goes
+    return process
+
+
+def _ended(process: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
+    """Wait for ``process`` (killed after ``timeout`` s); its exit code, stdout and stderr."""
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    base = Path(process.args[-1])
+    out = base.with_suffix(".out").read_text(encoding="utf-8")
+    err = "\n".join(line for line in base.with_suffix(".err").read_text(encoding="utf-8").splitlines()
+                    if " DEBUG " not in line)
+    return process.returncode, out, err
+
+
+@pytest.fixture
+def drivers() -> Iterator[list[subprocess.Popen[str]]]:
+    """Drivers a test starts: killed at its end if still running."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def _wait_for(condition: Any, what: str, process: subprocess.Popen[str], timeout: float = 300.0) -> Any:
@@ -74,8 +106,8 @@ def _wait_for(condition: Any, what: str, process: subprocess.Popen[str], timeout
         if value:
             return value
         if process.poll() is not None:
-            out, err = process.communicate()
-            pytest.fail(f"the driver exited ({process.returncode}) before {what}:\n{out}\n{err[-3000:]}")
+            code, out, err = _ended(process, 0)
+            pytest.fail(f"the driver exited ({code}) before {what}:\n{out}\n{err[-3000:]}")
         time.sleep(0.2)
     process.kill()
     pytest.fail(f"no {what} within {timeout:g} s")
@@ -137,19 +169,24 @@ def test_stop_that_no_run_takes_up_times_out_and_withdraws_the_request(
 @pytest.mark.slow(90)
 @pytest.mark.timeout(900)
 def test_stop_with_a_savepoint_then_restore_from_it_twice(
-        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        drivers: list[subprocess.Popen[str]]) -> None:
     from barrierflow.runtime.job import StreamingJob
 
     spec_path = _single_spec(tmp_path)
     spec = load_spec(spec_path)
     store = CheckpointStore.for_spec(spec)
     driver = _driver(spec_path)
+    drivers.append(driver)
     _wait_for(lambda: (tmp_path / "chk" / manifest_key(1)).is_file(), "the first checkpoint", driver)
 
-    assert main(["stop", str(spec_path), "--savepoint", "--timeout", "3m"]) == 0
-    said = capsys.readouterr().out
-    out, err = driver.communicate(timeout=120)
-    assert driver.returncode == 0, f"{driver.returncode}\n{out}\n{err[-3000:]}"
+    stopped = main(["stop", str(spec_path), "--savepoint", "--timeout", "3m"])
+    said, why = capsys.readouterr()
+    if stopped != 0:
+        code, out, err = _ended(driver, 1)
+        pytest.fail(f"stop exited {stopped}: {why}\ndriver ({code}):\n{out}\n{err[-5000:]}")
+    code, out, err = _ended(driver, 120)
+    assert code == 0, f"{code}\n{out}\n{err[-3000:]}"
     savepoint = max(store.checkpoint_ids())
     assert f"stopped with savepoint {savepoint} " in said, said
     assert f"stopped with savepoint {savepoint} " in out, out
@@ -178,7 +215,8 @@ def test_stop_with_a_savepoint_then_restore_from_it_twice(
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("processes", [False, True], ids=["one-process", "processes"])
 def test_stop_a_two_stage_pipeline_with_a_savepoint(
-        tmp_path: Path, processes: bool, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, processes: bool, capsys: pytest.CaptureFixture[str],
+        drivers: list[subprocess.Popen[str]]) -> None:
     records = 400
     data = two_stage_spec(tmp_path, KafkaEndpoint("unused", True))
     data["channels"][0]["bootstrap"] = "embedded"
@@ -191,11 +229,15 @@ def test_stop_a_two_stage_pipeline_with_a_savepoint(
     extra = ("--processes",) if processes else ()
 
     driver = _driver(spec_path, *extra)
+    drivers.append(driver)
     _wait_for(lambda: (chk / global_key(1, "_metadata")).is_file(), "the first global checkpoint", driver)
-    assert main(["stop", str(spec_path), "--savepoint", "--timeout", "5m"]) == 0
-    said = capsys.readouterr().out
-    out, err = driver.communicate(timeout=180)
-    assert driver.returncode == 0, f"{driver.returncode}\n{out}\n{err[-3000:]}"
+    stopped = main(["stop", str(spec_path), "--savepoint", "--timeout", "5m"])
+    said, why = capsys.readouterr()
+    if stopped != 0:
+        code, out, err = _ended(driver, 1)
+        pytest.fail(f"stop exited {stopped}: {why}\ndriver ({code}):\n{out}\n{err[-5000:]}")
+    code, out, err = _ended(driver, 180)
+    assert code == 0, f"{code}\n{out}\n{err[-3000:]}"
     ids = sorted(int(p.parent.name.removeprefix("chk-")) for p in chk.glob("global/chk-*/_metadata.json"))
     savepoint = ids[-1]
     assert f"stopped with savepoint {savepoint} (global checkpoint {savepoint}" in said, said
@@ -212,6 +254,7 @@ def test_stop_a_two_stage_pipeline_with_a_savepoint(
 
     # The next run continues from the savepoint, exactly once, to the end of the source.
     rest = _driver(spec_path, "--until-exhausted", *extra)
-    out, err = rest.communicate(timeout=600)
-    assert rest.returncode == 0, f"{rest.returncode}\n{out}\n{err[-3000:]}"
+    drivers.append(rest)
+    code, out, err = _ended(rest, 600)
+    assert code == 0, f"{code}\n{out}\n{err[-3000:]}"
     assert _output(tmp_path / "out") == [(p, o) for p in range(PARTITIONS) for o in range(records)]
