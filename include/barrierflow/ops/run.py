@@ -118,8 +118,8 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
 
     A stop request (``barrierflow stop``, :mod:`barrierflow.ops.stop`) ends the run too: once the
     run loop is done with it and every stage stopped, the savepoint's cut (if one was asked)
-    becomes a savepoint in every stage, under the lease; the outcome is recorded for ``stop``
-    once the lease is released (:attr:`RunOutcome.stop`). A run that fails while stopping
+    becomes a savepoint in every stage, under the lease, and the outcome is recorded for
+    ``stop``, which returns once the lease is released (:attr:`RunOutcome.stop`). A run that fails while stopping
     records the failure (naming the sink and epoch of a failed commit) before it raises.
 
     Raises:
@@ -151,8 +151,6 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
                 stopping.request.id, stopping.request.fence, "failed", stopping.savepoint, noun=pipeline.cut_noun,
                 message=f"the run failed while stopping: {exc}"))
         raise
-    if outcome.stop is not None:
-        record_outcome(pipeline, outcome.stop)  # the lease is released: the stop is complete
     return outcome
 
 
@@ -180,6 +178,8 @@ def _run(pipeline: OpenedPipeline, *, duration: float | None, checkpoints: int |
         result = driver.run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
                             progress=progress, progress_every=progress_every, metrics=metrics)
         stopped = finish_stop(pipeline, result.stopped_by, result.savepoint) if result.stopped_by else None
+        if stopped is not None:
+            record_outcome(pipeline, stopped)  # 'stop' returns once the lease is released, just below
         found = dead_letters(pipeline)
         return RunOutcome(pipeline.name, tuple(s.name for s in pipeline.stages), result, driver.attempt,
                           sum(d.count for d in found.values()), ", ".join(d.uri for d in found.values()),

@@ -37,6 +37,9 @@ __all__ = ["NothingToStopError", "StopFailedError", "StopOutcome", "StopResult",
 
 #: How often ``stop`` reads the run's outcome and lease (seconds).
 WAIT_SECONDS = 0.2
+#: How long ``stop`` waits for the outcome of a run whose lease it saw released (a run that
+#: fails while stopping records its failure after its lease is released).
+OUTCOME_GRACE_SECONDS = 10.0
 
 
 class NothingToStopError(UserInputError):
@@ -121,22 +124,27 @@ def stop(spec_path: str | os.PathLike[str], *, savepoint: bool = False, timeout:
     log.info("pipeline %s: stop requested of %s", pipeline.name, who)
     started = time.monotonic()
     deadline = started + timeout
+    gone: float | None = None  # when the run's lease was first seen released
     while True:
         outcome = read_outcome(objects, fence)
         mine = outcome if outcome is not None and outcome.request == request.id else None
-        if mine is not None and mine.status == "stopped":
+        live = lease_holder(Path(pipeline.work_dir), objects)
+        released = live is None or live.get("fence") != fence
+        if mine is not None and mine.status == "stopped" and released:
             return StopResult(pipeline.name, mine, who, time.monotonic() - started)
         if mine is not None and mine.status == "failed":
             raise StopFailedError(f"pipeline {pipeline.name}: the stop did not complete: {mine.message}")
-        live = lease_holder(Path(pipeline.work_dir), objects)
-        if live is None or live.get("fence") != fence:
-            again = read_outcome(objects, fence)  # written once the lease is released
-            if again is not None and again.request == request.id and again.status != "stopping":
-                continue
-            raise StopFailedError(
-                f"pipeline {pipeline.name}: the run ({who}) ended without completing the stop (it stopped on its own "
-                "or failed: see its log); nothing is running now")
+        if released and (mine is None or mine.status == "stopping"):
+            gone = gone if gone is not None else time.monotonic()
+            if time.monotonic() - gone > OUTCOME_GRACE_SECONDS:  # a failing run records its outcome after release
+                raise StopFailedError(
+                    f"pipeline {pipeline.name}: the run ({who}) ended without completing the stop (it stopped on its "
+                    "own or failed: see its log); nothing is running now")
         if time.monotonic() >= deadline:
+            if mine is not None and mine.status == "stopped":
+                raise StopTimeoutError(
+                    f"pipeline {pipeline.name}: the run ({who}) stopped ({mine.message}) but had not released its "
+                    f"lease within {timeout:g} s; it is released when the driver exits (or after the lease TTL)")
             if mine is None:
                 withdraw_request(objects, fence)
                 late = read_outcome(objects, fence)
