@@ -207,6 +207,11 @@ def test_stop_with_a_savepoint_then_restore_from_it_twice(
         assert _output(tmp_path / "out") == _through(last.barrier_offsets["events"])
     assert _savepoint_digest(store, savepoint) == before
     assert store.get(savepoint).kind is CheckpointKind.SAVEPOINT
+    # Retention deletes the checkpoints around it, never the savepoint, which still restores.
+    assert main(["retain", str(spec_path)]) == 0
+    assert savepoint > 1 and not store.objects.exists(manifest_key(1))
+    assert _savepoint_digest(store, savepoint) == before
+    assert main(["restore", str(spec_path), "--checkpoint", str(savepoint)]) == 0
 
 
 @pytest.mark.spark
