@@ -208,13 +208,17 @@ class PipelineCoordinator:
         return GlobalEvent(cid, False, failure=failure)
 
     def trigger_now(self) -> None:
-        """Trigger one global checkpoint at the next tick whatever the interval, ``min_pause``,
-        ``max_concurrent`` and ``trigger_limit`` say (a stop with a savepoint). Its id is
-        :attr:`forced_id` once triggered."""
+        """Trigger one global checkpoint whatever the interval, ``min_pause``, ``max_concurrent``
+        and ``trigger_limit`` say (a stop with a savepoint): at the next tick with none pending,
+        else once the pending ones ended (a final stage in a process of its own commits global
+        checkpoints in order, stopping at the first undecided one, and a barrier that overtakes
+        an earlier one leaves that one to expire). Its id is :attr:`forced_id` once triggered."""
         self._forced, self.forced_id = True, None
 
     def _maybe_trigger(self) -> None:
         mono = self.monotonic()
+        if self._forced and self.pending:
+            return
         if not self._forced and not self.trigger_rule.due(mono, pending=len(self.pending), done=len(self.completed),
                                                           limit=self.trigger_limit):
             return
