@@ -76,7 +76,7 @@ def test_every_dag_follows_the_house_rules(dagbag: Any, tmp_dagbag: Any) -> None
     assert problems == []
 
 
-KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew")
+KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "stop")
 #: Only for a spec that opts in (`chaos: {dag: true}`): the multi-stage demos do, demo and bench do not.
 CHAOS_DEMOS = ("stages-demo", "cycle-demo")
 #: Only for a pipeline with a Parquet sink (a lake to read): rollups, the stream-vs-batch comparison, data quality;
