@@ -84,7 +84,7 @@ CHAOS_DEMOS = ("stages-demo", "cycle-demo")
 BATCH_KINDS = ("rollup", "recompute", "quality")
 
 
-def test_seven_dags_per_spec_and_three_batch_dags_per_lake_in_include_pipelines(dagbag: Any) -> None:
+def test_eight_dags_per_spec_and_three_batch_dags_per_lake_in_include_pipelines(dagbag: Any) -> None:
     entries = discover_pipelines(REPO_PIPELINES)
     expected = set()
     for entry in entries:

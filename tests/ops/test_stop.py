@@ -40,7 +40,8 @@ from tests.support.kafka_broker import KafkaEndpoint
 from tests.support.staged_specs import PARTITIONS, two_stage_spec
 
 
-def _single_spec(tmp_path: Path) -> Path:
+def _single_spec(tmp_path: Path, folder: Path | None = None) -> Path:
+    """A single-stage spec (data under ``tmp_path``, the file in ``folder``, default ``tmp_path``)."""
     data = {
         "version": 1,
         "name": "stoppable",
@@ -56,7 +57,7 @@ def _single_spec(tmp_path: Path) -> Path:
         "checkpoint": {"storage": f"file://{tmp_path / 'chk'}", "interval": "500ms", "timeout": "120s"},
         "spark": {"master": "local[1]", "shuffle_partitions": 1, "conf": FAST_JVM},
     }
-    path = tmp_path / "stoppable.yaml"
+    path = (folder or tmp_path) / "stoppable.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
 
