@@ -297,6 +297,7 @@ def test_broken_spec_yields_a_visible_failing_dag(tmp_dagbag: Any) -> None:
         "barrierflow_recover__orders",
         "barrierflow_reconcile__orders",
         "barrierflow_skew__orders",
+        "barrierflow_stop__orders",
         "barrierflow_chaos__orders",
         "barrierflow_pipeline__broken",
         "barrierflow_pipeline__orders2",
