@@ -80,6 +80,11 @@ tags, tasks, whether it applies).
   pipeline's checkpoint store (linked from the Checkpoints page), returns the JSON (XCom), and
   fails, not retried, on any missing, extra or duplicated row, naming the counts.
 
+A spec with an `alerts` block gets `barrierflow.airflow.notifier.BarrierflowNotifier` as the
+`on_failure_callback` of every task of its DAGs (through `default_args`): a task that fails for
+good sends a `task_failure`, `checkpoint_age` (supervise) or `verification` (verify) alert to the
+spec's destinations (docs/operations.md, "Alerts").
+
 The assets are updated by watchers in Airflow's triggerer (`barrierflow.airflow.assets`): the
 streaming job is not an Airflow task and knows nothing of Airflow.
 
@@ -152,6 +157,7 @@ from barrierflow.airflow import params as dag_params
 from barrierflow.airflow.dag_ids import dag_id_for
 from barrierflow.airflow.dag_model import BatchDagKind, DagKind, Output, Pipeline, pipeline_dags_model
 from barrierflow.airflow.launch import BatchSubmitOperator, PipelineSubmitOperator
+from barrierflow.airflow.notifier import BarrierflowNotifier
 from barrierflow.airflow.recovery_tasks import recovery_tasks
 from barrierflow.airflow.tasks import (
     chaos_task,
@@ -202,9 +208,10 @@ AFTER_JOB_SCHEDULING_SLACK_SECONDS = 60.0
 
 
 def _dag(dag_id: str, description: str, *, schedule: Any, params: dict[str, Param] | None = None,
-         doc_md: str = __doc__ or "", extra_tags: tuple[str, ...] = ()) -> DAG:
+         doc_md: str = __doc__ or "", extra_tags: tuple[str, ...] = (), on_failure: Any = None) -> DAG:
     """A DAG with the settings every barrierflow DAG shares: the module docstring as doc, UTC
-    start date, no catchup, one run at a time, retries, the barrierflow tags."""
+    start date, no catchup, one run at a time, retries, the barrierflow tags; ``on_failure``
+    (the pipeline's alert notifier) becomes every task's ``on_failure_callback``."""
     return DAG(
         dag_id=dag_id,
         description=description,
@@ -213,7 +220,7 @@ def _dag(dag_id: str, description: str, *, schedule: Any, params: dict[str, Para
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        default_args=DEFAULT_ARGS,
+        default_args={**DEFAULT_ARGS, "on_failure_callback": on_failure} if on_failure is not None else DEFAULT_ARGS,
         params=params or {},
         tags=[*TAGS, *extra_tags],
     )
@@ -338,12 +345,14 @@ def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
     """One DAG per kind in :data:`DAG_KINDS` that applies to the pipeline, and one per kind in
     :data:`BATCH_DAG_KINDS` (that applies) and committed Parquet lake of the pipeline."""
     pipeline = pipeline_dags_model(entry, barrierflow_home=BARRIERFLOW_HOME, poll_seconds=ASSET_POLL_SECONDS)
+    # A spec with an `alerts` block: every task of its DAGs alerts when it fails for good.
+    notifier = BarrierflowNotifier(pipeline.spec_path, BARRIERFLOW_HOME) if pipeline.spec.alerts else None
     dags = []
     for kind in DAG_KINDS:
         if not kind.applies(pipeline):
             continue
         with _dag(pipeline.dag_id(kind.kind), kind.description(pipeline), schedule=kind.schedule(pipeline),
-                  params=kind.params(pipeline), extra_tags=kind.tags) as built:
+                  params=kind.params(pipeline), extra_tags=kind.tags, on_failure=notifier) as built:
             kind.body(pipeline)
         dags.append(built)
     for output in pipeline.outputs:
@@ -352,7 +361,7 @@ def _pipeline_dags(entry: DiscoveredPipeline) -> list[DAG]:
                 continue
             with _dag(output.dag_id(pipeline, batch_kind.kind), batch_kind.description(pipeline, output),
                       schedule=batch_kind.schedule(pipeline, output), params=batch_kind.params(pipeline),
-                      extra_tags=batch_kind.tags) as built:
+                      extra_tags=batch_kind.tags, on_failure=notifier) as built:
                 batch_kind.body(pipeline, output)
             dags.append(built)
     return dags

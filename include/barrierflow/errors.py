@@ -78,3 +78,28 @@ class SinkError(BarrierflowError):
 
 class JobFailedError(BarrierflowError):
     """The streaming query stopped with an exception."""
+
+
+class IncompatibleStateError(UserInputError):
+    """A stage's spec changed in a way its saved state cannot honour (shuffle partitions, the
+    stateful operators); the run is refused before the stage's query starts
+    (:mod:`barrierflow.runtime.state_compat`).
+
+    Attributes:
+        pipeline: the pipeline's name.
+        stage: the stage's name.
+        change: what changed, ``old -> new``.
+    """
+
+    def __init__(self, *, pipeline: str, stage: str, change: str, state: str) -> None:
+        self.pipeline = pipeline
+        self.stage = stage
+        self.change = change
+        super().__init__(
+            f"stage {stage} of pipeline {pipeline}: the spec changed what its saved state was built with "
+            f"({change}); the state in {state} cannot honour that, so the run was refused before the stage "
+            "processed anything. Either revert the change to keep the state, or start the pipeline from empty "
+            "state: give it a new `work_dir` and a new `checkpoint.storage` in the spec (or delete both, "
+            "losing every checkpoint) and run again. State-rewriting upgrades (a future `barrierflow upgrade`) "
+            "are not supported yet."
+        )

@@ -81,6 +81,9 @@ def test_one_result_counts_what_the_source_stages_read_and_lists_every_stage() -
 STAGE = """
 import json, os, sys, time
 work, how = sys.argv[1], sys.argv[2]
+if how == "refuse":
+    print("error: stage b of pipeline flow: the spec changed what its saved state was built with", flush=True)
+    sys.exit(2)
 with open(os.path.join(work, ".ready.tmp"), "w") as out:
     json.dump({"pid": os.getpid()}, out)
 os.replace(os.path.join(work, ".ready.tmp"), os.path.join(work, "_process_ready.json"))
@@ -203,6 +206,20 @@ def test_a_dead_stage_process_fails_the_run_and_the_others_are_killed(tmp_path: 
     assert "stage lost its executor" in message  # the last lines of its log
     assert host.processes[0].process.poll() is not None  # stage a was killed, not asked to stop
     assert host.processes[0].files.stop_requested() is None
+
+
+def test_a_stage_process_that_refuses_its_input_fails_the_run_as_bad_input_before_any_cut(tmp_path: Path) -> None:
+    """A stage process exits 2 before its query starts (its saved state cannot honour the spec):
+    the run fails with UserInputError (exit 2) quoting it, the pipeline coordinator never started."""
+    job = _staged_job(tmp_path)
+    keeper = StoredCuts(job, done=1)
+    host = StandInProcesses(keeper, {"a": "ok", "b": "refuse"})
+    with pytest.raises(UserInputError) as refused:
+        PipelineRunner(keeper, host).run()
+    message = str(refused.value)
+    assert "stage b of pipeline flow refused its input and exited (exit status 2)" in message, message
+    assert "the spec changed what its saved state was built with" in message, message
+    assert keeper.events == ["start"] and keeper.ticks == 0
 
 
 def test_a_final_stage_that_stops_on_a_failed_sink_commit_fails_the_run_quoting_it(tmp_path: Path) -> None:

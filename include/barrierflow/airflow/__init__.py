@@ -19,6 +19,8 @@ pipelines; everything its DAGs run is here:
   spec; :mod:`.errors` — the errors of the Airflow side (spec discovery is
   :mod:`barrierflow.ops.discovery`);
 * :mod:`.runbook` — the triggered failure recovery, step by step;
+* :mod:`.notifier` — the alerts of a failed task (an Airflow ``BaseNotifier``, every task's
+  ``on_failure_callback`` when the spec has an ``alerts`` block);
 * :mod:`.launch` — the launch operator (spark-submit with the restart guard) and the batch
   jobs' operator; :mod:`.assets` — the pipeline's assets and their watcher in the triggerer.
 

@@ -1,11 +1,12 @@
 """The synchronous phase of a checkpoint: a local, consistent snapshot of batch V.
 
 After Spark wrote ``commits/V`` for barrier batch V, the files needed to restart the query
-at V+1 are immutable: ``metadata``, ``offsets``/``commits`` of the epoch's batches (always
-including V-1 and V, which Spark reads on restart), any ``sources/`` files, the state
-stores' metadata and schema files, and for every state partition the files that load state
-version V+1 (:mod:`barrierflow.spark.state_files`; HDFSBackedStateStore: a ``<k>.snapshot``
-plus ``<k+1..V+1>.delta``, or deltas from 1 when there is no snapshot; RocksDB: the newest
+at V+1 are immutable: ``metadata`` (and barrierflow's :data:`STATE_FINGERPRINT`),
+``offsets``/``commits`` of the epoch's batches (always including V-1 and V, which Spark
+reads on restart), any ``sources/`` files, the state stores' metadata and schema files, and
+for every state partition the files that load state version V+1
+(:mod:`barrierflow.spark.state_files`; HDFSBackedStateStore: a ``<k>.snapshot`` plus
+``<k+1..V+1>.delta``, or deltas from 1 when there is no snapshot; RocksDB: the newest
 ``<k>.zip`` <= V+1 with the ``SSTs/``/``logs/`` files its metadata names, plus changelogs
 ``<k+1..V+1>.changelog``, or only ``<V+1>.zip`` and its SSTs without changelog
 checkpointing). :func:`take_local_snapshot` hard-links exactly those into a snapshot
@@ -39,6 +40,10 @@ from barrierflow.errors import CheckpointError
 from barrierflow.spark import state_files
 
 MAX_DELTA_CHAIN = 50
+#: barrierflow's record of what a stage's state was built with, in the root of its Spark
+#: checkpoint (:mod:`barrierflow.runtime.state_compat`); carried by every checkpoint like
+#: ``metadata``, so a restore compares against the restored state's own record.
+STATE_FINGERPRINT = "barrierflow-state.json"
 
 
 @dataclass(frozen=True)
@@ -109,8 +114,7 @@ def select_files(
     target = batch_id + 1
     previous_bases = previous_bases or {}
     rel: list[str] = []
-    if (root / "metadata").is_file():
-        rel.append("metadata")
+    rel += [name for name in ("metadata", STATE_FINGERPRINT) if (root / name).is_file()]
     for log in ("offsets", "commits"):
         for b in range(min(first_batch_id, max(batch_id - 1, 0)), batch_id + 1):
             if (root / log / str(b)).is_file():

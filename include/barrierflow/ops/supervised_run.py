@@ -12,6 +12,11 @@ restarted attempt gets what is left of it); ``--checkpoints N`` is counted per a
 restarted attempt runs until N more cuts completed); ``--until-exhausted`` ends the attempt
 that saw the bounded sources covered.
 
+With an ``alerts`` block in the spec, the supervisor's observers send a ``restart`` alert before
+each restart (the cause, the delay, restart N of M) and a ``gave_up`` alert when the strategy
+allows no more (the message of :class:`RestartsExhaustedError`), each within ``alerts.timeout``
+(:mod:`barrierflow.alerts`); an alert that cannot be sent is logged and changes nothing else.
+
 Under spark-submit (the Airflow launch DAG, ``jobs/run_pipeline.py``) the strategy is not
 applied, with a warning: an attempt in a child process would share spark-submit's JVM, which
 holds one SparkContext, and would not know its ``--master``; there the recovery DAG owns
@@ -22,19 +27,27 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from barrierflow.lease import default_ttl, job_running
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime.restart_strategy import strategy_for
-from barrierflow.runtime.restart_supervisor import Restart, RestartsExhaustedError, supervise
+from barrierflow.runtime.restart_supervisor import Restart, RestartsExhaustedError, SupervisedRun, supervise
 from barrierflow.spec.loader import load_any_spec
+
+if TYPE_CHECKING:
+    from barrierflow.runtime.restart_strategy import RestartStrategy
+    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.stages import StagedPipelineSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ATTEMPT_FLAG", "Restart", "RestartsExhaustedError", "SupervisedOutcome", "run_supervised"]
+__all__ = ["ATTEMPT_FLAG", "Restart", "RestartsExhaustedError", "SupervisedOutcome", "restart_alert_observers",
+           "run_supervised"]
 
 #: The flag that marks a run as one attempt of a supervisor (value: the supervisor's pid).
 ATTEMPT_FLAG = "--attempt-of-supervisor"
@@ -76,6 +89,30 @@ def _command(spec_path: str, *, duration: float | None, checkpoints: int | None,
     return command
 
 
+def restart_alert_observers(spec: PipelineSpec | StagedPipelineSpec) -> dict[str, Any]:
+    """The supervisor's ``on_restart`` and ``on_give_up`` for the spec's ``alerts`` block (none: {})."""
+    alerts = spec.alerts
+    if alerts is None:
+        return {}
+    from barrierflow.alerts import AlertKind, send_alert
+
+    host = socket.gethostname()
+
+    def on_restart(restart: Restart, strategy: RestartStrategy) -> None:
+        message = (f"pipeline {spec.name} failed and is restarted in {restart.delay:.1f} s (restart "
+                   f"{strategy.restarts} of {strategy.limit}, strategy {strategy.describe()}): {restart.cause}")
+        send_alert(spec.name, alerts, AlertKind.RESTART, message, details={
+            "restart": strategy.restarts, "limit": strategy.limit, "delay_seconds": restart.delay,
+            "strategy": strategy.describe(), "cause": restart.cause, "host": host})
+
+    def on_give_up(message: str, run: SupervisedRun) -> None:
+        send_alert(spec.name, alerts, AlertKind.GAVE_UP, message, details={
+            "attempts": run.attempts, "delays_seconds": [r.delay for r in run.restarts], "strategy": run.strategy,
+            "host": host})
+
+    return {"on_restart": on_restart, "on_give_up": on_give_up}
+
+
 def run_supervised(spec_path: str | os.PathLike[str], *, duration: float | None = None,
                    checkpoints: int | None = None, until_exhausted: bool = False, quiet: bool = False,
                    processes: bool = False, verbose: bool = False) -> SupervisedOutcome | None:
@@ -109,5 +146,5 @@ def run_supervised(spec_path: str | os.PathLike[str], *, duration: float | None 
 
     run = supervise(_command(path, duration=duration, **options),  # type: ignore[arg-type]
                     strategy_for(spec.restart), name=spec.name, lease_free=lambda: not job_running(work_dir, objects),
-                    lease_wait=2 * default_ttl(), command_for_attempt=later_attempt)
+                    lease_wait=2 * default_ttl(), command_for_attempt=later_attempt, **restart_alert_observers(spec))
     return SupervisedOutcome(spec.name, run.strategy, tuple(run.restarts))

@@ -110,7 +110,8 @@ class StagedPipelineJob:
         self.global_store = GlobalCheckpointStore(self.objects, spec.name)
         #: Every stage as :mod:`barrierflow.pipeline.model` opens it, with the channels' real addresses.
         self.parts = stages_of(spec, graph, work_dir=self.work_dir, servers=self.servers)
-        self.stages = [StageRunner(part, label=f"stage {part.name} of pipeline {spec.name}") for part in self.parts]
+        self.stages = [StageRunner(part, label=f"stage {part.name} of pipeline {spec.name}", pipeline=spec.name)
+                       for part in self.parts]
         self.attempt = 0
         self.last_completed = 0
         self.coordinator: PipelineCoordinator | None = None

@@ -448,9 +448,16 @@ class LocalStages(StageHost):
     def start(self, started: float) -> None:
         """Each stage's query, in stage order (one waits for the previous one's source when
         :attr:`CutKeeper.wait_started`); a cluster's executors are checked to see the work dir
-        once per driver."""
+        once per driver. First every stage is checked against its saved state
+        (:meth:`StageRunner.check_state`), so a refused stage leaves every stage unstarted.
+
+        Raises:
+            IncompatibleStateError: a stage's spec changed what its saved state was built with.
+        """
         driver, keeper = self.driver, self.driver.keeper
         self._stats = {r.name: StageStats.at_start(r, started) for r in keeper.runners}
+        for runner in keeper.runners:
+            runner.check_state(keeper.spark, spec_path=keeper.spec_path, run=keeper.stage_run(runner))
         for runner in keeper.runners:
             runner.start_query(keeper.spark, spec_path=keeper.spec_path, run=keeper.stage_run(runner),
                                fence=keeper.fence, check_work_dir=not driver.work_dir_checked,

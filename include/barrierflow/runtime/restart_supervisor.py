@@ -28,6 +28,12 @@ restarts as across any crash and rerun. Contract, step by step:
    most), then asks the strategy: a delay restarts the child after it (one line on stderr:
    ``restart N of M after X s (strategy S): CAUSE``); None stops the supervisor with
    :class:`RestartsExhaustedError` naming the cause, the strategy and the delays it granted.
+5. The caller's observers hear of both (the alerts of ``barrierflow run``,
+   :mod:`barrierflow.ops.supervised_run`): ``on_restart(restart, strategy)`` once the delay is
+   known, before the wait; ``on_give_up(message, run)`` before :class:`RestartsExhaustedError` is
+   raised with that message. An observer that raises is logged and ignored: it cannot stop a
+   restart or change how the supervisor ends. Its time counts against the delay (the wait is
+   what is left of it), so a bounded observer does not slow restarts that wait at least as long.
 
 The clock (``monotonic``) and the wait (``sleep``) are injectable; the strategy is pure.
 """
@@ -206,11 +212,14 @@ def supervise(command: Sequence[str], strategy: RestartStrategy, *, lease_free: 
               name: str, env: dict[str, str] | None = None, lease_wait: float = 60.0,
               monotonic: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
               stderr: IO[str] | None = None,
-              command_for_attempt: Callable[[int, float], Sequence[str]] | None = None) -> SupervisedRun:
+              command_for_attempt: Callable[[int, float], Sequence[str]] | None = None,
+              on_restart: Callable[[Restart, RestartStrategy], None] | None = None,
+              on_give_up: Callable[[str, SupervisedRun], None] | None = None) -> SupervisedRun:
     """Run ``command`` (``barrierflow run ...`` of pipeline ``name``) under ``strategy``; see the
     module docstring for the contract. ``lease_free``: whether the pipeline's lease may be
     taken; ``command_for_attempt(attempt, elapsed)``: the command of attempt 2, 3, ... given the
-    seconds since the first started (the caller shortens ``--duration``); default ``command``.
+    seconds since the first started (the caller shortens ``--duration``); default ``command``;
+    ``on_restart``, ``on_give_up``: observers (step 5).
 
     Raises:
         UserInputError: an attempt exited 2 (bad input); not restarted.
@@ -242,16 +251,34 @@ def supervise(command: Sequence[str], strategy: RestartStrategy, *, lease_free: 
         _wait_for_lease(name, lease_free, lease_wait, sleep, monotonic)
         delay = strategy.next_delay(failed_at)
         if delay is None:
-            raise RestartsExhaustedError(_exhausted(name, cause, strategy, run))
+            message = _exhausted(name, cause, strategy, run)
+            _observe(name, "on_give_up", on_give_up, message, run)
+            raise RestartsExhaustedError(message)
         restart = Restart(len(run.restarts) + 1, cause, delay)
         run.restarts.append(restart)
         with suppress(OSError, ValueError):
             out.write(f"restart {strategy.restarts} of {strategy.limit} after {delay:.1f} s (strategy "
                       f"{strategy.name}): {cause}\n")
             out.flush()
-        sleep(delay)
+        spent = _observe(name, "on_restart", on_restart, restart, strategy, monotonic=monotonic)
+        sleep(max(0.0, delay - spent) if spent else delay)
         attempt_command = (command_for_attempt(run.attempts, monotonic() - started)
                            if command_for_attempt is not None else command)
+
+
+def _observe(name: str, what: str, observer: Callable[..., None] | None, *args: object,
+             monotonic: Callable[[], float] = time.monotonic) -> float:
+    """Call ``observer(*args)``; log what it raises and go on (step 5). Returns the seconds it
+    took (0 without an observer)."""
+    if observer is None:
+        return 0.0
+    started = monotonic()
+    try:
+        observer(*args)
+    except Exception as exc:  # an observer must not change what the supervisor does
+        log.warning("pipeline %s: the %s observer failed (%s: %s); the supervisor goes on", name, what,
+                    type(exc).__name__, exc)
+    return monotonic() - started
 
 
 def _wait_for_lease(name: str, lease_free: Callable[[], bool], timeout: float, sleep: Callable[[float], None],

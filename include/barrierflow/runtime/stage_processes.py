@@ -24,8 +24,12 @@ channels, and each stage's work dir:
 
 Failure: any stage process that exits before it was asked to, or exits non-zero, fails the
 run (:class:`~barrierflow.errors.JobFailedError` naming the stage, its exit status and the
-last lines of its log, ``<stage work dir>/stage-process.log``); the supervisor then kills the
-other stages. A stage whose supervisor died stops by itself (it checks its parent). Either way
+last lines of its log, ``<stage work dir>/stage-process.log``; a stage that exits with
+status 2, its input refused, e.g. a spec change its saved state cannot honour, fails it with
+a :class:`~barrierflow.errors.UserInputError`, exit 2 too); the supervisor then kills the
+other stages. A stage refuses such a change before its query starts, and the pipeline
+coordinator cuts only once every stage runs its query, so no global checkpoint (and no sink
+commit) follows a refusal. A stage whose supervisor died stops by itself (it checks its parent). Either way
 the next run restores every stage from the latest global checkpoint, as a new attempt; this
 is the ABS recovery rule (one failed task restarts the whole dataflow from the last
 snapshot), not a weakness of this shape.
@@ -49,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator
-from barrierflow.errors import JobFailedError
+from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.runtime.pipeline import (
     TICK_SECONDS,
     GlobalCuts,
@@ -271,6 +275,10 @@ class StageProcesses(StageHost):
     def _check_running(self) -> None:
         for p in self.processes:
             code = p.process.poll()
+            if code == USER_INPUT_EXIT:
+                raise UserInputError(
+                    f"stage {p.job.stage.name} of pipeline {self.job.spec.name} refused its input and exited "
+                    f"({_status(code)}). Last lines of {p.log_path}:\n{p.log_tail()}")
             if code is not None:
                 raise JobFailedError(
                     f"stage {p.job.stage.name} of pipeline {self.job.spec.name} exited before the run ended "
@@ -298,6 +306,11 @@ class StageProcesses(StageHost):
                 p.process.kill()
                 with suppress(subprocess.TimeoutExpired):
                     p.process.wait(timeout=30)
+
+
+#: The exit status of a stage process whose input was refused (the CLI's for a UserInputError:
+#: a stage that cannot honour its saved state, a bad spec).
+USER_INPUT_EXIT = 2
 
 
 def _status(code: int) -> str:

@@ -10,6 +10,10 @@ is built here the same way, so what the reader is told is told to every stage:
   spec): per-partition watermarks, idleness, watermark alignment, adaptive batch sizing;
 * anything the source kind adds (``extra_options``: the channel source's ``alignment``).
 
+Before the query starts, ``before_start`` sees the stage's streaming DataFrame (the stage
+runner refuses changes its saved state cannot honour there,
+:mod:`barrierflow.runtime.state_compat`).
+
 Each micro-batch goes to ``batch_writer`` (``foreachBatch``: a channel writer or the stager of a
 two-phase-commit sink, :func:`barrierflow.sinks.factory.micro_batch_writer`), or to Spark's
 ``noop`` sink when there is none (``discard``).
@@ -22,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.sources.planning import PlanningOptions
-from barrierflow.spark.session import apply_state_store
+from barrierflow.spark.session import apply_query_conf
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.transforms.context import TransformContext, load_transformation
 from barrierflow.workdir.layout import JobLayout
@@ -55,22 +59,42 @@ def apply_transformation(df: DataFrame, spec: PipelineSpec, spec_path: str) -> D
     return transform(df, TransformContext(spec, dict(spec.transformation.options)))
 
 
-def start_stage_query(spark: SparkSession, spec: PipelineSpec, layout: JobLayout, *, spec_path: str,
-                      source_format: str, batch_writer: Callable[[Any, int], None] | None,
-                      extra_options: Mapping[str, str] | None = None) -> StreamingQuery:
-    """Start the query of the stage whose derived spec is ``spec``: read with Spark data source
-    ``source_format`` (registered by the caller), apply the spec's transformation, write each
-    micro-batch with ``batch_writer`` (None: the ``noop`` sink), checkpoint to
-    ``layout.spark_checkpoint``, trigger every ``spec.trigger.interval``.
+def build_stage_frame(spark: SparkSession, spec: PipelineSpec, layout: JobLayout, *, spec_path: str,
+                      source_format: str, extra_options: Mapping[str, str] | None = None) -> DataFrame:
+    """The streaming DataFrame of the stage whose derived spec is ``spec``, not started: read
+    with Spark data source ``source_format`` (registered by the caller) and the reader options
+    (module docstring), the spec's transformation applied.
 
     Raises:
-        SpecError: the transformation cannot be loaded. Spark's errors for a query that does not start.
+        SpecError: the transformation cannot be loaded. Whatever the transformation raises.
     """
-    apply_state_store(spark, spec.spark)
+    apply_query_conf(spark, spec.spark)
     reader = spark.readStream.format(source_format)
     for key, value in {**reader_options(spec, layout), **(extra_options or {})}.items():
         reader = reader.option(key, value)
-    out = apply_transformation(reader.load(), spec, spec_path)
+    return apply_transformation(reader.load(), spec, spec_path)
+
+
+def start_stage_query(spark: SparkSession, spec: PipelineSpec, layout: JobLayout, *, spec_path: str,
+                      source_format: str, batch_writer: Callable[[Any, int], None] | None,
+                      extra_options: Mapping[str, str] | None = None, frame: DataFrame | None = None,
+                      before_start: Callable[[DataFrame], None] | None = None) -> StreamingQuery:
+    """Start the query of the stage whose derived spec is ``spec``: its DataFrame (``frame``,
+    else :func:`build_stage_frame`), each micro-batch written with ``batch_writer`` (None: the
+    ``noop`` sink), checkpointed to ``layout.spark_checkpoint``, triggered every
+    ``spec.trigger.interval``. ``before_start`` is called with the DataFrame before anything is
+    started.
+
+    Raises:
+        SpecError: the transformation cannot be loaded. Whatever ``before_start`` raises (then
+            nothing was started). Spark's errors for a query that does not start.
+    """
+    apply_query_conf(spark, spec.spark)
+    out = frame if frame is not None else build_stage_frame(spark, spec, layout, spec_path=spec_path,
+                                                            source_format=source_format,
+                                                            extra_options=extra_options)
+    if before_start is not None:
+        before_start(out)
     writer = out.writeStream.outputMode(spec.transformation.output_mode)
     writer = writer.foreachBatch(batch_writer) if batch_writer is not None else writer.format("noop")
     return (writer.option("checkpointLocation", str(layout.spark_checkpoint))

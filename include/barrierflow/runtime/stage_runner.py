@@ -15,7 +15,9 @@ run time is written once:
   options and the stage's micro-batch writer (:func:`~barrierflow.sinks.factory.micro_batch_writer`:
   a channel writer, a two-phase-commit stager, or none); started again, at most
   :data:`START_RETRIES` times, when it died before planning a batch because Spark's Python
-  worker did not connect back (:meth:`StageRunner.restart_failed_start`);
+  worker did not connect back (:meth:`StageRunner.restart_failed_start`); refused before it
+  starts when the spec changed what the stage's saved state was built with
+  (:func:`~barrierflow.runtime.state_compat.check_state_compatible`);
 * each tick (:meth:`StageRunner.tick`): the coordinator's tick and, for each newly committed
   micro-batch, the late-row counts of the event-time tracker;
 * its end (:meth:`StageRunner.stop`): the query stopped, in-flight uploads given a timeout, the
@@ -45,13 +47,15 @@ from barrierflow.checkpointing.manifest import EventTimeSummary
 from barrierflow.errors import JobFailedError
 from barrierflow.lease import FencedOffError
 from barrierflow.runtime.event_time import EventTimeTracker
-from barrierflow.runtime.stage_query import start_stage_query
+from barrierflow.runtime.stage_query import build_stage_frame, start_stage_query
+from barrierflow.runtime.state_compat import check_state_compatible
 from barrierflow.sources.registry import SourceKind, StageRun, kind_named
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
+from barrierflow.spark.session import shuffle_partitions
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from barrierflow.checkpointing.store import CheckpointStore
@@ -74,9 +78,11 @@ class StageRunner:
     """One stage of a run (module docstring). ``label`` names the stage in messages (``pipeline
     demo``, ``stage b of pipeline shop``)."""
 
-    def __init__(self, stage: Stage, *, label: str) -> None:
+    def __init__(self, stage: Stage, *, label: str, pipeline: str | None = None) -> None:
         self.stage = stage
         self.label = label
+        #: The pipeline's name (messages name it with the stage's; default: the stage's spec's name).
+        self.pipeline = pipeline if pipeline is not None else stage.spec.name
         self.kind: SourceKind = kind_named(stage.source_type)
         self.coordinator: CheckpointCoordinator | None = None
         self.query: StreamingQuery | None = None
@@ -90,6 +96,8 @@ class StageRunner:
         #: The newest micro-batch whose commit this runner has seen (None: none yet).
         self.latest_batch: int | None = None
         self._start: Callable[[], StreamingQuery] | None = None
+        #: The query DataFrame :meth:`check_state` checked, for the next :meth:`start_query`.
+        self._checked: DataFrame | None = None
 
     @property
     def name(self) -> str:
@@ -139,32 +147,69 @@ class StageRunner:
         return self.event_time.summary(first_batch, batch, offsets, times, query=self.query)
 
     # -- the query -------------------------------------------------------------------------
+    def check_state(self, spark: SparkSession, *, spec_path: str, run: StageRun) -> None:
+        """Build the stage's query DataFrame without starting it and refuse it over saved state
+        it cannot honour (:func:`~barrierflow.runtime.state_compat.check_state_compatible`); the
+        next :meth:`start_query` starts that DataFrame. A run with several stages in this
+        driver checks every stage before it starts any.
+
+        Raises:
+            IncompatibleStateError: the spec changed what the stage's state was built with.
+            SpecError: the transformation cannot be loaded.
+        """
+        from barrierflow.runtime.session import register_data_sources
+
+        register_data_sources(spark)
+        stage = self.stage
+        frame = build_stage_frame(spark, stage.spec, stage.layout, spec_path=spec_path, source_format=self.kind.format,
+                                  extra_options=self.kind.run_options(stage.spec, run))
+        self._refuse_incompatible(frame)
+        self._checked = frame
+
+    def _refuse_incompatible(self, frame: DataFrame) -> None:
+        stage = self.stage
+        check_state_compatible(frame, stage.layout.spark_checkpoint, pipeline=self.pipeline, stage=stage.name,
+                               shuffle_partitions=shuffle_partitions(stage.spec.spark))
+
     def start_query(self, spark: SparkSession, *, spec_path: str, run: StageRun, fence: FenceToken | None,
                     check_work_dir: bool = True, wait: bool = True) -> StreamingQuery:
         """Start the stage's query (module docstring): the reader gets the source kind's
         options for ``run``, each micro-batch goes to the stage's writer (two-phase-commit
-        stagers check ``fence``). With ``check_work_dir``, first check that a cluster's
-        executors see the work dir; with ``wait``, return once the query initialised its
-        source (:meth:`wait_started`)."""
+        stagers check ``fence``). The DataFrame :meth:`check_state` checked, else one built and
+        checked now, before anything starts. With ``check_work_dir``, first check that a
+        cluster's executors see the work dir; with ``wait``, return once the query initialised
+        its source (:meth:`wait_started`).
+
+        Raises:
+            IncompatibleStateError: the spec changed what the stage's state was built with.
+        """
         from barrierflow.runtime.session import register_data_sources
         from barrierflow.sinks.factory import micro_batch_writer
 
         register_data_sources(spark)
+        stage, extra = self.stage, self.kind.run_options(self.stage.spec, run)
+        checked, self._checked = self._checked, None
+        if checked is None:
+            frame = build_stage_frame(spark, stage.spec, stage.layout, spec_path=spec_path,
+                                      source_format=self.kind.format, extra_options=extra)
+            self._refuse_incompatible(frame)
+        else:
+            frame = checked
         if check_work_dir:
             check_work_dir_shared(spark, self.stage.layout.work_dir)
-        stage, extra = self.stage, self.kind.run_options(self.stage.spec, run)
 
-        def start() -> StreamingQuery:
+        def start(first: DataFrame | None = None) -> StreamingQuery:
             self.close_writer()  # a restart: the dead query's producer is no longer needed
             self.writer = micro_batch_writer(stage.spec, stage.layout, fence=fence, channel=stage.output,
                                              attempt=run.attempt)
             return start_stage_query(spark, stage.spec, stage.layout, spec_path=spec_path,
-                                     source_format=self.kind.format, batch_writer=self.writer, extra_options=extra)
+                                     source_format=self.kind.format, batch_writer=self.writer, extra_options=extra,
+                                     frame=first)
 
         self._start = start
         self.planned_at_start = len(offset_log.planned_batches(stage.layout.spark_checkpoint))
         self.start_retries = 0
-        self.query = start()
+        self.query = start(frame)
         if wait:
             self.wait_started()
         return self.query

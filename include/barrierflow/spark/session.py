@@ -50,6 +50,15 @@ REQUIRED_CONF = {
 }
 
 
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def shuffle_partitions(spec: SparkSpec) -> str:
+    """The shuffle partitions a session built from ``spec`` has (:func:`build_session`):
+    ``spark.conf``'s ``spark.sql.shuffle.partitions`` if it sets one, else ``shuffle_partitions``."""
+    return str(spec.conf.get(SHUFFLE_PARTITIONS, spec.shuffle_partitions))
+
+
 def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSession:
     """Return a SparkSession configured for barrierflow (creating or reusing one), with the
     spec's ``py_packages`` shipped to its driver and executors (:mod:`barrierflow.spark.user_code`).
@@ -70,7 +79,7 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSessio
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     builder = (
-        builder.config("spark.sql.shuffle.partitions", str(spec.shuffle_partitions))
+        builder.config(SHUFFLE_PARTITIONS, str(spec.shuffle_partitions))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
@@ -239,6 +248,16 @@ def state_store_conf(spec: SparkSpec) -> dict[str, str]:
         conf["spark.sql.streaming.stateStore.checkpointFormatVersion"] = "1"
         conf[ROCKSDB_CHANGELOG] = spec.conf.get(ROCKSDB_CHANGELOG, "false")
     return conf
+
+
+def apply_query_conf(session: SparkSession, spec: SparkSpec) -> None:
+    """Set what a query started afterwards takes from ``spec`` on ``session`` (a shared
+    session may have served a job of another spec): the shuffle partitions
+    (:func:`shuffle_partitions`) and the state store (:func:`apply_state_store`). Both count
+    only for a new Spark checkpoint: a restarted query takes them from its checkpoint, which is
+    why :mod:`barrierflow.runtime.state_compat` refuses a spec that changed them."""
+    session.conf.set(SHUFFLE_PARTITIONS, shuffle_partitions(spec))
+    apply_state_store(session, spec)
 
 
 def apply_state_store(session: SparkSession, spec: SparkSpec) -> None:

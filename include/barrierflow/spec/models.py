@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from barrierflow.spec.alerts import AlertsSpec
 from barrierflow.spec.durations import parse_duration_seconds
 from barrierflow.spec.kafka_client import KafkaClientField, NestedClientFields
 from barrierflow.spec.metrics import MetricsSpec
@@ -648,6 +649,8 @@ class PipelineSpec(_Strict):
                           "none = a failure ends the run")
     metrics: MetricsSpec | None = Field(
         None, description="serve Prometheus metrics while 'barrierflow run' runs; none = not served")
+    alerts: AlertsSpec | None = Field(
+        None, description="where alerts go (failed tasks, checkpoint age, verification, restarts); none = no alerts")
     chaos: ChaosSpec | None = None
 
     @field_validator("dead_letter_path", "event_times_path")

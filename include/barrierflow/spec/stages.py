@@ -33,6 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from barrierflow.errors import UserInputError
+from barrierflow.spec.alerts import AlertsSpec
 from barrierflow.spec.kafka_client import ChannelClientField, KafkaClientSpec, NestedClientFields
 from barrierflow.spec.metrics import MetricsSpec
 from barrierflow.spec.models import (
@@ -259,6 +260,8 @@ class StagedPipelineSpec(_Strict):
                           "none = a failure ends the run")
     metrics: MetricsSpec | None = Field(
         None, description="serve Prometheus metrics while 'barrierflow run' runs; none = not served")
+    alerts: AlertsSpec | None = Field(
+        None, description="where alerts go (failed tasks, checkpoint age, verification, restarts); none = no alerts")
     chaos: ChaosSpec | None = None
 
     @field_validator("dead_letter_path", "event_times_path")

@@ -1,0 +1,266 @@
+"""Changes the saved state cannot honour are refused before a stage's query starts.
+
+Spark restarts a streaming query over its checkpoint with what that checkpoint was built
+with, whatever the spec now says: the offset log's ``conf`` wins for
+``spark.sql.shuffle.partitions`` (the state is partitioned that way), and the state store
+holds keys of the stateful operators as they were (a 10-second window's keys stay 10-second
+windows when the transformation now asks for 20). Run silently, such a change is ignored or
+mixes incompatible state. :func:`check_state_compatible` compares, per stage, what the state
+was built with against what the spec now builds and raises
+:class:`~barrierflow.errors.IncompatibleStateError` (exit code 2) for a difference.
+
+When: on the stage's streaming DataFrame, built but not started (planning a query is analysis
+only), after the restore at start materialized the Spark checkpoint, in every pipeline shape
+through :class:`~barrierflow.runtime.stage_runner.StageRunner`: the one run loop checks every
+stage of a driver before it starts any (:meth:`StageRunner.check_state`), a stage process
+(``run --processes``) checks its stage before its query starts, and its refusal (exit 2) fails
+the run before the pipeline coordinator cuts. Checking before ``start()`` rather than right
+after it is what guarantees that a refusal changes nothing: a started query may run a batch
+(re-run one planned before a crash) at once, while nothing here plans a batch or writes an
+offset log entry, a state version or sink output.
+
+What is compared:
+
+* shuffle partitions: the ``conf`` of the newest ``offsets/<n>`` entry (any planned batch:
+  Spark re-plans an uncommitted one with the conf it was planned with) against what the
+  spec's ``spark`` block now gives (:func:`~barrierflow.spark.session.shuffle_partitions`:
+  what the session has when a stage's query starts,
+  :func:`~barrierflow.spark.session.apply_query_conf`);
+* the stateful operators: a fingerprint (:func:`stateful_fingerprint`) of the DataFrame's
+  analyzed plan: in plan order, each stateful operator's kind and what defines its state
+  (an aggregation's grouping keys, with a key computed right below it such as a time window
+  expanded to its expression, and its aggregate expressions; a watermark's column and delay;
+  deduplication keys; a stream-stream join's type and condition; any other stateful
+  operator's description), expression ids, UUIDs and object addresses removed. How the
+  operators' inputs are computed further upstream is not part of it.
+
+Where the fingerprint lives: :data:`FINGERPRINT_FILE` in the root of the stage's Spark
+checkpoint, written when the stage starts on empty state (no committed batch). Every
+barrierflow checkpoint carries it like Spark's ``metadata`` file
+(:func:`~barrierflow.checkpointing.snapshot.select_files`), so a restore of an older
+checkpoint or a savepoint compares against the fingerprint of the state it restored. A Spark
+checkpoint with committed batches but no readable fingerprint (state written before barrierflow
+recorded one) gets the current fingerprint recorded, and is not refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from barrierflow.checkpointing.snapshot import STATE_FINGERPRINT
+from barrierflow.errors import IncompatibleStateError
+from barrierflow.spark import commit_log, offset_log
+from barrierflow.spark.session import SHUFFLE_PARTITIONS
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["FINGERPRINT_FILE", "check_state_compatible", "stateful_fingerprint"]
+
+log = logging.getLogger(__name__)
+
+#: The stateful-operator fingerprint's file in the root of a stage's Spark checkpoint.
+FINGERPRINT_FILE = STATE_FINGERPRINT
+#: Logical plan nodes that keep state in a streaming query (besides ``Aggregate``,
+#: ``EventTimeWatermark``, ``Deduplicate`` and stream-stream ``Join``, described field by field).
+OTHER_STATEFUL = frozenset({
+    "DeduplicateWithinWatermark", "FlatMapGroupsWithState", "FlatMapGroupsInPandasWithState",
+    "TransformWithState", "TransformWithStateInPySpark", "TransformWithStateInPandas", "GlobalLimit",
+    "Window", "SessionWindowStateStoreRestore",
+})
+
+_ID = re.compile(r"#\d+L?")  # an expression id and the type suffix of a long attribute
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_ADDRESS = re.compile(r"@[0-9a-f]{4,}")
+_ATTRIBUTE = re.compile(r"#(\d+)")
+
+
+def _normalized(text: str) -> str:
+    """``text`` without what differs between runs of the same query (expression ids, UUIDs,
+    object addresses)."""
+    return _ADDRESS.sub("", _UUID.sub("", _ID.sub("", text)))
+
+
+def _seq(scala_seq: Any) -> list[Any]:
+    out = []
+    iterator = scala_seq.iterator()
+    while iterator.hasNext():
+        out.append(iterator.next())
+    return out
+
+
+def _aliases_below(node: Any) -> dict[str, str]:
+    """Expression id -> its definition, for the columns that the ``Project``s and ``Expand``s
+    right below ``node`` (and through ``Filter``s) compute: how a key computed for the operator
+    (a tumbling window: a ``Project``; a sliding one: an ``Expand``) is computed."""
+    out: dict[str, str] = {}
+    children = _seq(node.children())
+    while len(children) == 1 and children[0].nodeName() in ("Project", "Filter", "Expand"):
+        child = children[0]
+        if child.nodeName() == "Project":
+            for expression in _seq(child.projectList()):
+                if expression.nodeName() == "Alias":
+                    out[str(expression.exprId().id())] = expression.child().toString()
+        elif child.nodeName() == "Expand":
+            projections = [_seq(p) for p in _seq(child.projections())]
+            for index, attribute in enumerate(_seq(child.output())):
+                out.setdefault(str(attribute.exprId().id()), " | ".join(str(p[index].toString()) for p in projections))
+        children = _seq(child.children())
+    return out
+
+
+def _expanded(expression: Any, aliases: dict[str, str]) -> str:
+    """``expression`` as text with attributes that ``aliases`` defines replaced by their definition."""
+    text = str(expression.toString())
+
+    def definition(match: re.Match[str]) -> str:
+        return match.group(0) if match.group(1) not in aliases else f"#{match.group(1)}:=({aliases[match.group(1)]})"
+
+    return _normalized(_ATTRIBUTE.sub(definition, text))
+
+
+def _window(expanded: str) -> str | None:
+    """A readable summary of a time window's sizes in an expanded grouping key (the
+    microsecond literals Spark computes a window with), or None for a key that is no window."""
+    if "precisetimestampconversion" not in expanded:
+        return None
+    sizes = sorted({int(n) for n in re.findall(r"[%+] (\d+)\)", expanded) if int(n) > 0})
+    return ", ".join(f"{n / 1_000_000:g} s" for n in sizes) or None
+
+
+def _describe(node: Any) -> dict[str, Any] | None:
+    """The fingerprint entry of one logical plan node, or None for a stateless one."""
+    kind = str(node.nodeName())
+    if not node.isStreaming():
+        return None
+    if kind == "Aggregate":
+        aliases = _aliases_below(node)
+        keys = [f"{_expanded(e, aliases)}: {e.dataType().simpleString()}" for e in _seq(node.groupingExpressions())]
+        windows = [w for w in (_window(k) for k in keys) if w is not None]
+        entry: dict[str, Any] = {"operator": kind}
+        if windows:
+            entry["window"] = "; ".join(windows)
+        entry["grouping keys"] = keys
+        entry["aggregates"] = [f"{_normalized(str(e.toString()))}: {e.dataType().simpleString()}"
+                               for e in _seq(node.aggregateExpressions())]
+        return entry
+    if kind == "EventTimeWatermark":
+        return {"operator": kind, "watermark": f"{node.eventTime().name()} delayed by {node.delay().toString()}"}
+    if kind == "Deduplicate":
+        return {"operator": kind, "keys": [f"{_normalized(str(k.toString()))}: {k.dataType().simpleString()}"
+                                           for k in _seq(node.keys())]}
+    if kind == "Join":
+        if not all(child.isStreaming() for child in _seq(node.children())):
+            return None
+        return {"operator": kind, "join": _normalized(f"{node.joinType().toString()} {node.condition().toString()}")}
+    if kind in OTHER_STATEFUL:
+        return {"operator": kind, "description": _normalized(str(node.simpleString(1000)))}
+    return None
+
+
+def stateful_fingerprint(frame: DataFrame) -> list[dict[str, Any]]:
+    """The stateful operators of streaming DataFrame ``frame`` as its analyzed plan has them
+    (module docstring), in plan order (inputs first). Only plans, never runs, the query."""
+    entries: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        for child in _seq(node.children()):
+            walk(child)
+        entry = _describe(node)
+        if entry is not None:
+            entries.append(entry)
+
+    walk(frame._jdf.queryExecution().analyzed())
+    return entries
+
+
+#: The order in which the fields of an operator are compared (the first difference is reported).
+FIELDS = ("window", "watermark", "grouping keys", "keys", "aggregates", "join", "description")
+#: How much of one value a message shows.
+SHOWN = 240
+
+
+def _shown(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= SHOWN else text[:SHOWN] + "..."
+
+
+def _difference(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> str | None:
+    """The first difference between two fingerprints, ``what: old -> new``, or None. Of two
+    lists of equal length, only the elements that differ are shown."""
+    if old == new:
+        return None
+    kinds_before, kinds_after = [e.get("operator") for e in old], [e.get("operator") for e in new]
+    if kinds_before != kinds_after:
+        return f"stateful operators: {kinds_before} -> {kinds_after}"
+    for before, after in zip(old, new, strict=True):
+        for key in dict.fromkeys([*FIELDS, *sorted(before), *sorted(after)]):
+            was, now = before.get(key), after.get(key)
+            if was == now:
+                continue
+            if isinstance(was, list) and isinstance(now, list) and len(was) == len(now):
+                pairs = [f"{_shown(a)} -> {_shown(b)}" for a, b in zip(was, now, strict=True) if a != b]
+                return f"{before['operator']} {key}: " + "; ".join(pairs)
+            return f"{before['operator']} {key}: {_shown(was)} -> {_shown(now)}"
+    return "stateful operators changed"  # pragma: no cover - entries with equal fields are equal
+
+
+def _write_fingerprint(path: Path, fingerprint: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({"version": 1, "stateful_operators": fingerprint}, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _read_fingerprint(path: Path) -> list[dict[str, Any]] | None:
+    try:
+        document = json.loads(path.read_text())
+        operators = document["stateful_operators"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return operators if isinstance(operators, list) else None
+
+
+def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str], *, shuffle_partitions: str,
+                           pipeline: str, stage: str) -> None:
+    """Refuse a stage's query over state it cannot honour (module docstring); record the
+    stage's fingerprint when it starts on empty state (or state without one).
+
+    Args:
+        shuffle_partitions: what the spec now gives (:func:`~barrierflow.spark.session.shuffle_partitions`).
+        frame: the stage's streaming DataFrame, not yet started.
+        checkpoint: the stage's Spark checkpoint directory.
+        pipeline, stage: the names the error gives.
+
+    Raises:
+        IncompatibleStateError: the shuffle partitions or the stateful operators differ from
+            the state's, naming the pipeline, the stage, ``old -> new`` and the fix.
+    """
+    root = Path(checkpoint)
+    planned = offset_log.planned_batches(root)
+    if planned:
+        recorded = offset_log.read_offset_metadata(root, planned[-1]).get("conf", {}).get(SHUFFLE_PARTITIONS)
+        now = shuffle_partitions
+        if recorded is not None and str(recorded) != now:
+            raise IncompatibleStateError(
+                pipeline=pipeline, stage=stage, state=str(root),
+                change=f"spark.shuffle_partitions: {recorded} -> {now}; Spark would keep {recorded}")
+    fingerprint = stateful_fingerprint(frame)
+    path = root / FINGERPRINT_FILE
+    if commit_log.latest_committed(root) is None:
+        _write_fingerprint(path, fingerprint)
+        return
+    old = _read_fingerprint(path)
+    if old is None:
+        log.info("stage %s of pipeline %s: its state has no readable %s; recording the current one", stage,
+                 pipeline, FINGERPRINT_FILE)
+        _write_fingerprint(path, fingerprint)
+        return
+    change = _difference(old, fingerprint)
+    if change is not None:
+        raise IncompatibleStateError(pipeline=pipeline, stage=stage, state=str(root), change=change)
