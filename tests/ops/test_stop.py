@@ -15,6 +15,7 @@ cut kept as a savepoint, in every shape.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -264,3 +265,24 @@ def test_stop_a_two_stage_pipeline_with_a_savepoint(
     code, out, err = _ended(rest, 600)
     assert code == 0, f"{code}\n{out}\n{err[-3000:]}"
     assert _output(tmp_path / "out") == [(p, o) for p in range(PARTITIONS) for o in range(records)]
+
+
+@pytest.mark.spark
+@pytest.mark.slow(60)
+@pytest.mark.timeout(900)
+def test_stop_without_a_savepoint_names_the_latest_checkpoint(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], drivers: list[subprocess.Popen[str]]) -> None:
+    spec_path = _single_spec(tmp_path)
+    store = CheckpointStore.for_spec(load_spec(spec_path))
+    driver = _driver(spec_path)
+    drivers.append(driver)
+    _wait_for(lambda: (tmp_path / "chk" / manifest_key(1)).is_file(), "the first checkpoint", driver)
+    assert main(["stop", str(spec_path), "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    code, out, err = _ended(driver, 120)
+    assert code == 0, f"{code}\n{out}\n{err[-3000:]}"
+    latest = max(store.checkpoint_ids())
+    assert said["status"] == "stopped" and said["savepoint"] is None and said["latest"] == latest, said
+    assert f"the latest completed checkpoint is {latest}" in said["message"]
+    assert all(store.get(c).kind is CheckpointKind.CHECKPOINT for c in store.checkpoint_ids())
+    assert _output(tmp_path / "out") == _through(store.get(latest).barrier_offsets["events"])
