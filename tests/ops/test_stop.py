@@ -9,7 +9,10 @@ cut kept as a savepoint, in every shape.
   files, its sink transactions) are identical after two restores from it, each followed by a
   run, and the output stays exactly once;
 * two stages (one process, and one process per stage): the same stop, and the next
-  ``barrierflow run --until-exhausted`` continues from the savepoint exactly once.
+  ``barrierflow run --until-exhausted`` continues from the savepoint exactly once;
+* without ``--savepoint``: the latest completed checkpoint is named, the output runs through it;
+* a savepoint whose upload fails: the stop fails, saying the pipeline keeps running, and it does
+  (also with ``tolerable_failed_checkpoints: 0``), triggering checkpoints again.
 """
 
 from __future__ import annotations
@@ -30,10 +33,13 @@ from barrierflow.checkpointing.global_manifest import GlobalManifest, global_key
 from barrierflow.checkpointing.manifest import CheckpointKind, Manifest
 from barrierflow.checkpointing.store import CheckpointStore, manifest_key, shared_key
 from barrierflow.cli.main import main
+from barrierflow.errors import StorageError
 from barrierflow.lease import JobLease, lease_holder
+from barrierflow.runtime.stop_request import StopRequest, read_outcome, write_request
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 from barrierflow.storage import open_store
+from barrierflow.storage.local import LocalObjectStore
 
 from tests.drivers import short_lived_driver_env
 from tests.scenarios.harness import FAST_JVM
@@ -286,3 +292,52 @@ def test_stop_without_a_savepoint_names_the_latest_checkpoint(
     assert f"the latest completed checkpoint is {latest}" in said["message"]
     assert all(store.get(c).kind is CheckpointKind.CHECKPOINT for c in store.checkpoint_ids())
     assert _output(tmp_path / "out") == _through(store.get(latest).barrier_offsets["events"])
+
+
+class _FlakyStore(LocalObjectStore):
+    """Uploads of checkpoint files fail while :attr:`failing`."""
+
+    failing = False
+
+    def put_file(self, key: str, local_path: str, sha256: str | None = None) -> None:
+        if self.failing and key.startswith("shared/"):
+            raise StorageError(f"injected: cannot write {key}")
+        super().put_file(key, local_path, sha256)
+
+
+@pytest.mark.spark
+@pytest.mark.slow(60)
+def test_a_savepoint_that_fails_fails_the_stop_and_the_pipeline_keeps_running(spark: Any, tmp_path: Path) -> None:
+    from barrierflow.runtime.job import StreamingJob
+
+    spec_path = _single_spec(tmp_path)
+    data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    data["checkpoint"]["interval"] = "5s"  # no checkpoint of its own in flight when the savepoint's starts
+    spec_path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    spec = load_spec(spec_path)
+    store = _FlakyStore(tmp_path / "chk")
+    job = StreamingJob(spec, spark=spark, spec_path=str(spec_path), checkpoint_objects=store)
+    seen: dict[str, Any] = {}
+
+    def on_tick(job: StreamingJob) -> None:
+        coordinator = job.coordinator
+        assert coordinator is not None and job.lease is not None and job.lease.token is not None
+        if "requested" not in seen and coordinator.completed_count >= 1 and not coordinator.pending:
+            store.failing = True  # the savepoint's upload fails
+            write_request(store, StopRequest.new(job.lease.token.fence, savepoint=True))
+            seen["requested"] = coordinator.completed_count
+        outcome = read_outcome(store, job.lease.token.fence)
+        if "failed" not in seen and outcome is not None and outcome.status == "failed":
+            store.failing = False
+            seen["failed"], seen["after"] = outcome, coordinator.completed_count
+
+    result = job.run(on_tick=on_tick, duration=300,
+                     until=lambda job: "failed" in seen and job.driver.keeper.completed_count > seen["after"])
+    outcome = seen["failed"]
+    assert result.stopped_by is None  # the run went on, and ended on its own limit
+    assert outcome.savepoint in [f.checkpoint_id for f in result.failed]
+    assert f"checkpoint {outcome.savepoint}, the savepoint of the stop, failed (UPLOAD_FAILED" in outcome.message
+    assert "the pipeline keeps running" in outcome.message
+    checkpoints = CheckpointStore(store, spec.name)
+    assert max(checkpoints.checkpoint_ids()) > outcome.savepoint  # it triggered checkpoints again
+    assert all(checkpoints.get(c).kind is CheckpointKind.CHECKPOINT for c in checkpoints.checkpoint_ids())

@@ -205,7 +205,8 @@ class CheckpointCoordinator:
     def trigger_now(self) -> None:
         """Trigger one checkpoint at the next tick whatever the interval, ``min_pause``,
         ``max_concurrent`` and ``trigger_limit`` say (a stop with a savepoint); a barrier still on
-        its way is let through first. Its id is :attr:`forced_id` once triggered."""
+        its way is let through first. Its id is :attr:`forced_id` once triggered; its failure does
+        not count towards ``tolerable_failed_checkpoints`` (it fails the stop, not the job)."""
         self._forced, self.forced_id = True, None
 
     # -- the tick -----------------------------------------------------------------------
@@ -425,8 +426,8 @@ class CheckpointCoordinator:
             spark_batch_id=pending.snapshot.batch_id if pending.snapshot else None,
         )
         self.failed.append(record)
-        if reason is not FailureReason.JOB_STOPPED:
-            self.consecutive_failures += 1
+        if reason is not FailureReason.JOB_STOPPED and pending.checkpoint_id != self.forced_id:
+            self.consecutive_failures += 1  # a failed savepoint fails the stop, not the job (as in Flink)
         self.trigger_rule.ended(self.monotonic())
         if pending.snapshot is not None:
             shutil.rmtree(pending.snapshot.directory, ignore_errors=True)
