@@ -59,6 +59,11 @@ tags, tasks, whether it applies).
   with Great Expectations against `reports.max_skew` / `reports.max_lag`. Stores the report as
   `reports/skew-latest.json` in the checkpoint store and returns it (XCom). A failed expectation
   fails the task, not retried, naming the checkpoint and the value.
+* `barrierflow_stop__<name>` (triggered, no schedule): `stop` runs `barrierflow stop <spec>
+  [--savepoint] --json`: asks the running job (the launch DAG's, wherever it runs) to stop and
+  waits for it. Params: `savepoint` (default true: one more checkpoint, committed by every sink,
+  kept as a savepoint), `timeout_seconds` (default 600). Returns the savepoint's id and location
+  (XCom); fails at once, not retried, when nothing runs.
 
 * `barrierflow_rollup__<name>` (on the asset `barrierflow/<name>/output`, and daily at 00:30 UTC):
   `rollup` spark-submits `jobs/batch_job.py rollup` (daily rollups of the committed output, Parquet
@@ -169,6 +174,7 @@ from barrierflow.airflow.tasks import (
     retain,
     rollup_report,
     skew,
+    stop,
     supervise,
     validate,
     verify,
@@ -313,6 +319,9 @@ DAG_KINDS: tuple[DagKind, ...] = (
     DagKind("reconcile",
             lambda p: f"Finish the in-doubt sink transactions of {p.summary} against its latest completed checkpoint",
             lambda p: RECONCILE_SCHEDULE, lambda p: reconcile(p.spec_path, BARRIERFLOW_HOME)),
+    DagKind("stop", lambda p: (f"Stop {p.summary}: one more checkpoint, committed by every sink, kept as a "
+                               "savepoint (param savepoint), then every stage stops"),
+            lambda p: None, lambda p: stop(p.spec_path, BARRIERFLOW_HOME), params=lambda p: dag_params.stop_params()),
     DagKind("skew", lambda p: f"Watermark-skew report (event time, skew, lag, idle partitions; expectations) of "
                               f"{p.summary}",
             lambda p: SKEW_SCHEDULE, lambda p: skew(p.spec_path, BARRIERFLOW_HOME), tags=("data-quality",)),

@@ -50,6 +50,17 @@ def verify_params(latest: int, deep: bool) -> dict[str, Param]:
     }
 
 
+def stop_params() -> dict[str, Param]:
+    """The stop DAG's params: with a savepoint (default) or not, and how long to wait."""
+    return {
+        "savepoint": Param(True, type="boolean",
+                           description="Take one more checkpoint first, let every sink commit it and keep it as a "
+                                       "savepoint (false: stop after the pending checkpoints, taking no new one)."),
+        "timeout_seconds": Param(600, type="integer", minimum=1,
+                                 description="Fail when the pipeline has not stopped within this many seconds."),
+    }
+
+
 def recover_params() -> dict[str, Param]:
     """The recovery DAG's params (checked by their schema when triggered, and by its first task)."""
     return {

@@ -11,6 +11,8 @@ thing and the fix). ``dags/barrierflow_pipelines.py`` calls them inside its DAGs
 * ``verify``, ``retain``, ``reconcile``, ``skew``: ``barrierflow verify|retain|reconcile|skew SPEC
   --json`` once; their XCom is the JSON document, also logged;
 * ``chaos``: ``barrierflow chaos`` on scratch copies with the run's params;
+* ``stop``: ``barrierflow stop SPEC [--savepoint] --json`` with the run's params ``savepoint``
+  and ``timeout_seconds``;
 * ``rollup_report`` and ``compare`` (after the batch job's spark-submit) and ``validate``: the
   batch side of a committed Parquet lake (``stage``: a final stage of a pipeline of several);
 * :func:`invalid_spec`: the one task of the DAG that shows a spec's load error.
@@ -33,6 +35,7 @@ from barrierflow.airflow import (
     quality,
     reconciliation,
     retention,
+    stopping,
     verification,
     watermark_skew,
 )
@@ -86,6 +89,21 @@ def retain(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """Run retention once; returns (and logs) the JSON summary of `barrierflow retain --json`."""
     summary = retention.retain_checkpoints(spec_path)
     log.info("retention summary: %s", json.dumps(summary))
+    return summary
+
+
+@task(task_id="stop", retries=0)
+@task_body(UserInputError)  # nothing to stop: not retried
+def stop(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
+    """Stop the running pipeline (params ``savepoint``, ``timeout_seconds``); returns (and logs)
+    the JSON document of `barrierflow stop --json`: the savepoint's id and location. Fails at
+    once when nothing runs; fails when the stop did not complete (its message says whether the
+    pipeline keeps running)."""
+    params = current_context()["params"]
+    summary = stopping.stop_pipeline(spec_path, savepoint=bool(params["savepoint"]),
+                                     timeout_seconds=float(params["timeout_seconds"]))
+    log.info("%s", summary["message"])
+    log.info("stop summary: %s", json.dumps(summary))
     return summary
 
 

@@ -158,6 +158,9 @@ class CheckpointCoordinator:
         self._created = now()
         #: Stop triggering once this many checkpoints completed or are pending (None: no limit).
         self.trigger_limit: int | None = None
+        #: :meth:`trigger_now` asked for a checkpoint; the id it got once triggered.
+        self._forced = False
+        self.forced_id: int | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -199,6 +202,13 @@ class CheckpointCoordinator:
                                                        "synchronous_upload": synchronous_upload})
         self.trigger_rule.options = self.options
 
+    def trigger_now(self) -> None:
+        """Trigger one checkpoint at the next tick whatever the interval, ``min_pause``,
+        ``max_concurrent`` and ``trigger_limit`` say (a stop with a savepoint); a barrier still on
+        its way is let through first. Its id is :attr:`forced_id` once triggered; its failure does
+        not count towards ``tolerable_failed_checkpoints`` (it fails the stop, not the job)."""
+        self._forced, self.forced_id = True, None
+
     # -- the tick -----------------------------------------------------------------------
     def tick(self) -> list[CheckpointEvent]:
         events: list[CheckpointEvent] = []
@@ -219,11 +229,13 @@ class CheckpointCoordinator:
         mono = self.monotonic()
         if any(p.state is CheckpointState.TRIGGERED for p in self.pending.values()):
             return  # one barrier in flight: the offsets' barrier is sticky, a newer one would subsume it
-        if not self.trigger_rule.due(mono, pending=len(self.pending), done=self.completed_count,
-                                     limit=self.trigger_limit):
+        if not self._forced and not self.trigger_rule.due(mono, pending=len(self.pending), done=self.completed_count,
+                                                          limit=self.trigger_limit):
             return
         cid = self._next_id
         self._next_id += 1
+        if self._forced:
+            self._forced, self.forced_id = False, cid
         self.pending[cid] = pending = PendingCheckpoint(cid, self.now(), mono)
         self.trigger_rule.triggered(mono)
         self.control.request_barrier(cid, pending.trigger_time)
@@ -414,8 +426,8 @@ class CheckpointCoordinator:
             spark_batch_id=pending.snapshot.batch_id if pending.snapshot else None,
         )
         self.failed.append(record)
-        if reason is not FailureReason.JOB_STOPPED:
-            self.consecutive_failures += 1
+        if reason is not FailureReason.JOB_STOPPED and pending.checkpoint_id != self.forced_id:
+            self.consecutive_failures += 1  # a failed savepoint fails the stop, not the job (as in Flink)
         self.trigger_rule.ended(self.monotonic())
         if pending.snapshot is not None:
             shutil.rmtree(pending.snapshot.directory, ignore_errors=True)

@@ -104,6 +104,9 @@ class PipelineCoordinator:
 
     def __post_init__(self) -> None:
         self._next_id = 1
+        #: :meth:`trigger_now` asked for a global checkpoint; the id it got once triggered.
+        self._forced = False
+        self.forced_id: int | None = None
         self.trigger_rule = TriggerRule(self.options)
         #: The global records (``global/chk-<n>/...``) of the pipeline: every read and write goes through it.
         self.store = GlobalCheckpointStore(self.objects, self.pipeline)
@@ -204,13 +207,25 @@ class PipelineCoordinator:
                 stage.coordinator.abort_sinks(cid)
         return GlobalEvent(cid, False, failure=failure)
 
+    def trigger_now(self) -> None:
+        """Trigger one global checkpoint whatever the interval, ``min_pause``, ``max_concurrent``
+        and ``trigger_limit`` say (a stop with a savepoint): at the next tick with none pending,
+        else once the pending ones ended (a final stage in a process of its own commits global
+        checkpoints in order, stopping at the first undecided one, and a barrier that overtakes
+        an earlier one leaves that one to expire). Its id is :attr:`forced_id` once triggered."""
+        self._forced, self.forced_id = True, None
+
     def _maybe_trigger(self) -> None:
         mono = self.monotonic()
-        if not self.trigger_rule.due(mono, pending=len(self.pending), done=len(self.completed),
-                                     limit=self.trigger_limit):
+        if self._forced and self.pending:
+            return
+        if not self._forced and not self.trigger_rule.due(mono, pending=len(self.pending), done=len(self.completed),
+                                                          limit=self.trigger_limit):
             return
         cid = self._next_id
         self._next_id += 1
+        if self._forced:
+            self._forced, self.forced_id = False, cid
         trigger = GlobalTrigger(pipeline=self.pipeline, checkpoint_id=cid, attempt=self.attempt,
                                 trigger_time=self.now())
         self.store.record_trigger(trigger)

@@ -20,10 +20,12 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from barrierflow.errors import BarrierflowError, UserInputError
+from barrierflow.spec.durations import parse_duration_seconds
 
 if TYPE_CHECKING:
     from barrierflow.ops.checkpoints import CheckpointListing, CheckpointView
     from barrierflow.ops.run import PipelineProgress, Progress
+    from barrierflow.ops.stop import StopOutcome
     from barrierflow.ops.validate import StageShape
     from barrierflow.reports.skew import SkewReport
     from barrierflow.verification.choice import CheckpointRequest
@@ -189,6 +191,14 @@ def _parser() -> argparse.ArgumentParser:
     savepoint.add_argument("--checkpoint", type=int, help="checkpoint id (default: the latest completed)")
     savepoint.add_argument("--json", action="store_true")
 
+    stop = sub.add_parser("stop", help="stop the running pipeline (on any host sharing its checkpoint storage); "
+                                       "--savepoint: after one more checkpoint, kept as a savepoint")
+    stop.add_argument("spec")
+    stop.add_argument("--savepoint", action="store_true",
+                      help="take one more checkpoint first, let every sink commit it, keep it as a savepoint")
+    stop.add_argument("--timeout", default="10m", help="how long to wait for the stop (default 10m; e.g. 90s, 5m)")
+    stop.add_argument("--json", action="store_true")
+
     validate = sub.add_parser("validate", help="validate a spec; for several stages show the graph and its cycles")
     validate.add_argument("spec")
     validate.add_argument("--json", action="store_true")
@@ -275,6 +285,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"  {outcome.noun} {failure.checkpoint_id} failed: {reason}: {failure.message}")
     for stage, letters in outcome.stage_dead_letters.items():
         print(f"  stage {stage}: dead letters: {letters.count} ({letters.uri})")
+    if outcome.stop is not None:
+        print(_stop_line(outcome.pipeline, outcome.stop, args.spec))
+    return EXIT_OK
+
+
+def _stop_line(pipeline: str, stop: StopOutcome, spec: str) -> str:
+    if stop.savepoint is not None:
+        return (f"pipeline {pipeline} stopped with savepoint {stop.savepoint} ({stop.noun} {stop.savepoint}, committed "
+                f"by every sink) at {stop.location}; 'barrierflow run {spec}' continues from it")
+    return f"pipeline {pipeline} {stop.message}"
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    from barrierflow.ops.stop import stop
+
+    try:
+        timeout = parse_duration_seconds(args.timeout)
+    except ValueError as exc:
+        raise UserInputError(f"--timeout: {exc}") from None
+    result = stop(args.spec, savepoint=args.savepoint, timeout=timeout)
+    if args.json:
+        print(json.dumps({"pipeline": result.pipeline, "stopped": result.holder, **result.outcome.as_dict()},
+                         indent=2))
+        return EXIT_OK
+    print(_stop_line(result.pipeline, result.outcome, args.spec))
     return EXIT_OK
 
 
@@ -669,7 +704,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
     handlers = {"run": _cmd_run, "checkpoints": _cmd_checkpoints,
                 "restore": _cmd_restore, "reconcile": _cmd_reconcile, "verify": _cmd_verify,
-                "retain": _cmd_retain, "savepoint": _cmd_savepoint, "skew": _cmd_skew,
+                "retain": _cmd_retain, "savepoint": _cmd_savepoint, "stop": _cmd_stop, "skew": _cmd_skew,
                 "rollup": _cmd_rollup, "recompute": _cmd_recompute, "quality": _cmd_quality,
                 "validate": _cmd_validate, "chaos": _cmd_chaos, "init": _cmd_init}
     try:

@@ -14,6 +14,7 @@ written once.
 :mod:`.verify`                verify cuts (one stage: structural, optionally deep; several: also the cut)
 :mod:`.retain`                apply the retention policy, by cuts
 :mod:`.savepoint`             promote a cut to a savepoint in every stage
+:mod:`.stop`                  stop the running pipeline (``--savepoint``: after one more cut, kept as a savepoint)
 :mod:`.skew`                  the watermark-skew report of every stage
 :mod:`.progress`              the newest cut / committed epoch (polled by the asset watchers)
 :mod:`.validate`              validate a spec (single- or multi-stage) and describe its graph

@@ -17,13 +17,15 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from barrierflow.errors import UserInputError
+from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
+from barrierflow.ops.stop import finish_stop, record_outcome
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.runtime.job import Progress
 from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StageProgress
-from barrierflow.runtime.pipeline_runner import RunResult
+from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult
 from barrierflow.runtime.run_driver import open_driver, open_stage_process_driver
+from barrierflow.runtime.stop_request import StopOutcome
 from barrierflow.sources.dead_letter import count_dead_letters
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,8 @@ class RunOutcome:
             where (each stage's URI, comma-separated).
         stage_dead_letters: each stage's own (:func:`dead_letters`), which those two sum up.
         noun: what the run's cuts are called (``checkpoint``, ``global checkpoint``).
+        stop: the outcome of the stop request that ended the run (``barrierflow stop``;
+            None: it ended otherwise): with a savepoint, its id and location.
         embedded_broker: several stages: the address of the broker started for ``bootstrap:
             embedded`` channels (None if none was), stopped once the run ended (its data stays
             in ``<work_dir>/embedded-broker`` for the next run).
@@ -83,6 +87,7 @@ class RunOutcome:
     embedded_broker: str | None = None
     stage_dead_letters: dict[str, DeadLetters] = field(default_factory=dict)
     noun: str = "checkpoint"
+    stop: StopOutcome | None = None
 
 
 def _check_limits(duration: float | None, checkpoints: int | None) -> None:
@@ -111,6 +116,12 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     (:mod:`barrierflow.runtime.stage_processes`). The spec's ``metrics:`` block serves the run's
     Prometheus metrics (:mod:`barrierflow.metrics`; not yet with ``processes``, which logs so).
 
+    A stop request (``barrierflow stop``, :mod:`barrierflow.ops.stop`) ends the run too: once the
+    run loop is done with it and every stage stopped, the savepoint's cut (if one was asked)
+    becomes a savepoint in every stage, under the lease, and the outcome is recorded for
+    ``stop``, which returns once the lease is released (:attr:`RunOutcome.stop`). A run that fails while stopping
+    records the failure (naming the sink and epoch of a failed commit) before it raises.
+
     Raises:
         SpecError: the spec does not load.
         UserInputError: a limit is not positive; the job runs already; ``processes`` for one
@@ -129,12 +140,31 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     pipeline = open_pipeline(spec_path)
     if processes:
         pipeline.refuse_stage_processes("--processes")
+    drivers: list[PipelineRunner] = []
+    try:
+        outcome = _run(pipeline, duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
+                       progress=progress, progress_every=progress_every, processes=processes, opened=drivers.append)
+    except BarrierflowError as exc:
+        stopping = drivers[0].stopping if drivers else None
+        if stopping is not None:
+            record_outcome(pipeline, StopOutcome(
+                stopping.request.id, stopping.request.fence, "failed", stopping.savepoint, noun=pipeline.cut_noun,
+                message=f"the run failed while stopping: {exc}"))
+        raise
+    return outcome
+
+
+def _run(pipeline: OpenedPipeline, *, duration: float | None, checkpoints: int | None, until_exhausted: bool,
+         progress: Callable[[AnyProgress], None] | None, progress_every: float, processes: bool,
+         opened: Callable[[PipelineRunner], None]) -> RunOutcome:
+    """:func:`run` under the lease (``opened`` is told the driver once it exists)."""
     with ExitStack() as stack:
         address = None
         if any(c.is_embedded for c in pipeline.channels):
             address = stack.enter_context(embedded_broker(data_dir_for(pipeline.work_dir)))
         servers = {c.name: address for c in pipeline.channels if c.is_embedded and address is not None}
         driver = open_driver(pipeline, channel_servers=servers, processes=processes)
+        opened(driver)
         if until_exhausted:
             driver.check_bounded()
         # The pipeline's lease: no restore of it (or second run) while it runs; its fencing number
@@ -147,10 +177,14 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
             metrics = None
         result = driver.run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
                             progress=progress, progress_every=progress_every, metrics=metrics)
+        stopped = finish_stop(pipeline, result.stopped_by, result.savepoint) if result.stopped_by else None
+        if stopped is not None:
+            record_outcome(pipeline, stopped)  # 'stop' returns once the lease is released, just below
         found = dead_letters(pipeline)
         return RunOutcome(pipeline.name, tuple(s.name for s in pipeline.stages), result, driver.attempt,
                           sum(d.count for d in found.values()), ", ".join(d.uri for d in found.values()),
-                          embedded_broker=address, stage_dead_letters=found, noun=pipeline.cut_noun)
+                          embedded_broker=address, stage_dead_letters=found, noun=pipeline.cut_noun,
+                          stop=stopped)
 
 
 def run_stage(spec_path: str | os.PathLike[str], stage: str) -> int:

@@ -5,9 +5,10 @@ Design: ``barrierflow savepoint SPEC [--checkpoint ID]`` *promotes* a completed 
 ``kind: savepoint``. Nothing else changes: same id, same files, same ledger entries, so a
 savepoint restores exactly like the checkpoint it was (``restore --checkpoint ID``), and
 the coordinator, which only ever writes manifests of new ids, never touches it. The job
-takes a checkpoint every ``checkpoint.interval``, so the latest one is at most that old;
-running the job until a special checkpoint completes would add a control message and a
-second code path for the same files.
+takes a checkpoint every ``checkpoint.interval``, so the latest one is at most that old. A
+fresh one is taken by ``barrierflow stop SPEC --savepoint`` (:mod:`barrierflow.ops.stop`): the
+run triggers one more ordinary checkpoint, its sinks commit it, and it is promoted here, so
+there is still one code path for the files.
 
 The checkpoint must pass structural verification first. Retention keeps every savepoint
 (of any timeline) and its ledger entries; after the promotion the files are checked again,

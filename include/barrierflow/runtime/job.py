@@ -146,6 +146,11 @@ class StageCuts(CutKeeper):
         return self.job.runner.coordinator
 
     @property
+    def cutter(self) -> CheckpointCoordinator | None:
+        """The stage's coordinator: it triggers the cuts."""
+        return self._coordinator
+
+    @property
     def completed(self) -> list[Manifest]:
         return self._coordinator.completed if self._coordinator is not None else []
 

@@ -416,12 +416,18 @@ class GlobalCuts(_PipelineJobCuts):
     are the cuts (module docstring of :mod:`barrierflow.runtime.pipeline_runner`)."""
 
     tick_seconds = TICK_SECONDS
+    noun = "global checkpoint"
 
     def __init__(self, job: StagedPipelineJob) -> None:
         self.job = job
         self.name = job.spec.name
         self.spec_path = job.spec_path
         self.runners = job.stages
+
+    @property
+    def cutter(self) -> PipelineCoordinator | None:
+        """The pipeline coordinator (once started): it triggers the global checkpoints."""
+        return self.job.coordinator
 
     def source_ends(self) -> dict[str, dict[str, int]]:
         return self.job.source_ends()

@@ -41,7 +41,16 @@ ready, a stage process that exits fails the run, asked to stop at the end or kil
    stage runs), every stage alive (:meth:`StageHost.check`: its query, or its process).
 4. The stop rule, whichever comes first: ``checkpoints`` cuts completed; with
    ``until_exhausted``, :data:`COVERING_CUTS` completed cuts have every source stage at its
-   source's end (:meth:`CutKeeper.at_end`); ``duration`` seconds passed; ``until`` is true.
+   source's end (:meth:`CutKeeper.at_end`); ``duration`` seconds passed; ``until`` is true;
+   a stop request (``barrierflow stop``, :mod:`barrierflow.runtime.stop_request`) is done.
+   A run that holds the pipeline's lease reads its stop request every tick (at most every
+   :data:`~barrierflow.runtime.stop_request.POLL_SECONDS`). Taken up, it stops the cut
+   coordinator (:meth:`CutKeeper.cutter`) from triggering; with ``--savepoint`` it first
+   triggers one more cut right away (:meth:`Cutter.trigger_now`), and the request is done
+   once that cut completed (its sinks commit it at step 5, whose failure fails the run);
+   should that cut fail, the stop fails and the run goes on as before. Without a savepoint
+   the request is done once no cut is pending (the latest completed one is where a next run
+   starts).
 5. The end, in every case (:meth:`StageHost.stop`): every stage's query stopped, then each
    stage drained (in-flight uploads, then its sinks' queued commits and aborts) and its writer
    closed; the first commit failure no tick reported (the run's last checkpoint's) is raised
@@ -54,16 +63,18 @@ ready, a stage process that exits fails the run, asked to stop at the end or kil
 
 from __future__ import annotations
 
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.errors import SinkCommitFailedError
 from barrierflow.lease import FencedOffError, JobLease
+from barrierflow.runtime.stop_request import StopOutcome, StopRequest, StopWatch
 from barrierflow.spark import commit_log, offset_log
 
 if TYPE_CHECKING:
@@ -77,8 +88,10 @@ if TYPE_CHECKING:
     from barrierflow.spec.metrics import MetricsSpec
     from barrierflow.storage import ObjectStore
 
-__all__ = ["COVERING_CUTS", "CutKeeper", "LocalStages", "PipelineRunner", "RunResult", "StageHost", "StageResult",
-           "StageStats", "covered"]
+log = logging.getLogger(__name__)
+
+__all__ = ["COVERING_CUTS", "CutKeeper", "Cutter", "LocalStages", "PipelineRunner", "RunResult", "StageHost",
+           "StageResult", "StageStats", "covered"]
 
 #: How many completed cuts must have every source stage at its end before a run with
 #: ``until_exhausted`` stops: output that waits for the watermark (event-time windows) is
@@ -96,6 +109,30 @@ def covered(cuts: Sequence[Any], at_end: Callable[[Any], bool]) -> bool:
 def records_at(offsets: list[dict[str, Any] | None]) -> int:
     """The records a Spark offset-log entry says were read: the sum of its partitions' offsets."""
     return sum(sum(SourceOffset.from_json(o).partitions.values()) for o in offsets if o)
+
+
+class Cutter(Protocol):
+    """What the run loop needs of a cut coordinator to stop (a stage's
+    :class:`~barrierflow.checkpointing.coordinator.CheckpointCoordinator` or the
+    :class:`~barrierflow.checkpointing.pipeline_coordinator.PipelineCoordinator`)."""
+
+    trigger_limit: int | None
+    forced_id: int | None
+
+    @property
+    def pending(self) -> dict[int, Any]: ...
+
+    def trigger_now(self) -> None: ...
+
+
+@dataclass
+class Stopping:
+    """A stop request the run took up: ``savepoint`` is the id of the cut it triggered for it
+    (once triggered); ``limit`` the trigger limit the run had before."""
+
+    request: StopRequest
+    limit: int | None
+    savepoint: int | None = None
 
 
 @dataclass
@@ -195,6 +232,10 @@ class RunResult:
     stages: dict[str, StageResult] = field(default_factory=dict)
     source_stages: tuple[str, ...] = ()
     dead_letters: int = 0
+    #: The stop request that ended the run (None: it ended otherwise), and the cut it took as
+    #: a savepoint (None: none asked).
+    stopped_by: StopRequest | None = None
+    savepoint: int | None = None
 
     def _sources(self) -> list[StageResult]:
         return [s for name, s in self.stages.items() if name in self.source_stages]
@@ -337,6 +378,15 @@ class CutKeeper(ABC):
     def progress(self, stats: dict[str, StageStats], elapsed: float) -> Any:
         """What the progress display is given (``Progress`` or ``PipelineProgress``)."""
 
+    @property
+    def cutter(self) -> Cutter | None:
+        """The coordinator that triggers this run's cuts, once started (None: this process
+        triggers none, e.g. a stage following its supervisor's cuts)."""
+        return None
+
+    #: What a cut is called in messages.
+    noun: str = "checkpoint"
+
 
 class StageHost(ABC):
     """Where a run's stages run: the other part of the run loop that depends on how the
@@ -460,6 +510,9 @@ class PipelineRunner:
         self.host: StageHost = host if host is not None else LocalStages(self)
         #: Whether this driver checked that a cluster's executors see the work dir (once per driver).
         self.work_dir_checked = False
+        #: The stop request the run took up (None: none); see step 4.
+        self.stopping: Stopping | None = None
+        self._watch: StopWatch | None = None
 
     @property
     def runners(self) -> list[StageRunner]:
@@ -508,6 +561,10 @@ class PipelineRunner:
                 cannot be bound.
         """
         keeper, host = self.keeper, self.host
+        lease = keeper.lease
+        self.stopping = None
+        self._watch = (StopWatch(keeper.objects, lease.token.fence)
+                       if lease is not None and lease.token is not None else None)
         # Step 1. Restore at start.
         keeper.prepare()
         ends = keeper.source_ends() if until_exhausted else None
@@ -515,6 +572,7 @@ class PipelineRunner:
         keeper.start(checkpoints=checkpoints)
         started = time.monotonic()
         ended = False  # the loop reached a stop condition (no error is on its way out)
+        stop_done = False  # it was a stop request's
         feed: MetricsFeed | None = None
         try:
             if metrics is not None:
@@ -534,14 +592,16 @@ class PipelineRunner:
                             feed.observe(runner.name, host.stats[runner.name], runner.coordinator, elapsed)
                 if on_tick is not None:
                     on_tick()
+                self._follow_stop()
                 now = time.monotonic()
                 if progress is not None and now >= next_progress:
                     next_progress = now + progress_every
                     progress(keeper.progress(host.stats, now - started))
                 host.check()
                 # Step 4. The stop rule.
-                if self._limit_reached(checkpoints=checkpoints, ends=ends,
-                                       deadline=started + duration if duration is not None else None, until=until):
+                stop_done = self._stop_done()
+                deadline = started + duration if duration is not None else None
+                if stop_done or self._limit_reached(checkpoints=checkpoints, ends=ends, deadline=deadline, until=until):
                     break
                 time.sleep(keeper.tick_seconds)
             if progress is not None and keeper.final_progress:
@@ -555,8 +615,69 @@ class PipelineRunner:
             self.stop(failing=not ended)
         # Step 6. The result.
         stopped = time.monotonic()
+        stopping = self.stopping if stop_done else None
         return RunResult(keeper.name, stopped - started, list(keeper.completed), list(keeper.failed),
-                         host.results(stopped), tuple(r.name for r in self.runners if keeper.is_source(r)))
+                         host.results(stopped), tuple(r.name for r in self.runners if keeper.is_source(r)),
+                         stopped_by=stopping.request if stopping is not None else None,
+                         savepoint=stopping.savepoint if stopping is not None else None)
+
+    def _follow_stop(self) -> None:
+        """Step 4's stop request: take a new one up, follow the savepoint's cut (module docstring)."""
+        keeper, watch, cutter = self.keeper, self._watch, self.keeper.cutter
+        if watch is None or cutter is None:
+            return
+        stopping = self.stopping
+        if stopping is None:
+            request = watch.poll()
+            if request is None:
+                return
+            self.stopping = stopping = Stopping(request, cutter.trigger_limit)
+            if request.savepoint:
+                cutter.trigger_now()
+            cutter.trigger_limit = 0  # no other cut is triggered
+            what = f"after one more {keeper.noun} (a savepoint)" if request.savepoint else \
+                f"once the pending {keeper.noun}s ended, taking no new one"
+            log.warning("pipeline %s: stop requested by %s at %s: stopping %s", keeper.name, request.by,
+                        request.requested_at, what)
+            self._report(StopOutcome(request.id, request.fence, "stopping", noun=keeper.noun,
+                                     message=f"stopping {what}"))
+            return
+        if not stopping.request.savepoint:
+            return
+        if stopping.savepoint is None and cutter.forced_id is not None:
+            stopping.savepoint = cutter.forced_id
+            self._report(StopOutcome(stopping.request.id, stopping.request.fence, "stopping", stopping.savepoint,
+                                     noun=keeper.noun, message=f"{keeper.noun} {stopping.savepoint} (the savepoint) "
+                                     "triggered"))
+        failure = next((f for f in keeper.failed if f.checkpoint_id == stopping.savepoint), None)
+        if failure is not None:
+            reason = getattr(failure.reason, "value", failure.reason)
+            message = (f"{keeper.noun} {stopping.savepoint}, the savepoint of the stop, failed ({reason}: "
+                       f"{failure.message}); the pipeline keeps running. Run 'barrierflow stop' again")
+            log.error("pipeline %s: %s", keeper.name, message)
+            self._report(StopOutcome(stopping.request.id, stopping.request.fence, "failed", stopping.savepoint,
+                                     noun=keeper.noun, message=message))
+            cutter.trigger_limit = stopping.limit
+            self.stopping = None
+
+    def _stop_done(self) -> bool:
+        """Whether the stop request taken up is done: its savepoint's cut completed, or (no
+        savepoint) no cut is pending."""
+        stopping, cutter = self.stopping, self.keeper.cutter
+        if stopping is None or cutter is None:
+            return False
+        if stopping.request.savepoint:
+            return stopping.savepoint is not None and any(
+                c.checkpoint_id == stopping.savepoint for c in self.keeper.completed)
+        return not cutter.pending
+
+    def _report(self, outcome: StopOutcome) -> None:
+        """Write a ``stopping`` or ``failed`` outcome; a store outage only loses the report."""
+        assert self._watch is not None
+        try:
+            self._watch.report(outcome)
+        except Exception as exc:
+            log.warning("pipeline %s: could not record the stop's progress: %s", self.keeper.name, exc)
 
     def _metrics_feed(self, spec: MetricsSpec) -> MetricsFeed:
         from barrierflow.metrics.feed import MetricsFeed
