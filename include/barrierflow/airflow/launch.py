@@ -33,8 +33,9 @@ again). The task ends with the trigger's verdict: success when the job ended wit
 failed (not retried) naming the cause, the exit code, the log file and the restart strategy's
 outcome; failed as *stalled* when no checkpoint completed for the run's param
 ``stall_after_seconds``. Clearing or killing the task instance does not stop the pipeline
-(stop it with ``kill <launcher pid>``, SIGTERM: the pid is in the launch record and in the
-task log); a second launch meanwhile is refused by the lease. In cluster deploy mode (YARN,
+(stop it with the stop DAG, ``barrierflow stop SPEC``, which ends it with exit 0, or with
+``kill <launcher pid>``, SIGTERM: the pid is in the launch record and in the task log); a
+second launch meanwhile is refused by the lease and by the running launcher. In cluster deploy mode (YARN,
 Kubernetes) the provider's own submit-and-track path runs, as before.
 """
 
@@ -197,4 +198,5 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
         if self._hook is not None and self._hook._connection["deploy_mode"] == "cluster":
             super().on_kill()
             return
-        self.log.info("the pipeline runs detached from this task and keeps running; stop its launcher with SIGTERM")
+        self.log.info("the pipeline runs detached from this task and keeps running; stop it with its stop DAG "
+                      "(barrierflow stop SPEC) or its launcher with SIGTERM")
