@@ -1,11 +1,13 @@
 """A pipeline under its restart strategy (``barrierflow run`` as the supervisor of its driver):
-the driver SIGKILLed twice comes back by itself each time and the output equals the failure-free
-output exactly; a failure-rate strategy of one failure stops at the second with exit 1 and says
+the driver SIGKILLed three times at random comes back by itself each time, the fourth failure
+stops it, and the output equals the failure-free output exactly; a failure-rate strategy of one
+failure stops at the second with exit 1 and says
 why and what it did."""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -23,11 +25,11 @@ from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
 
 from tests.drivers import short_lived_driver_env
-from tests.scenarios.harness import assert_sub_multiset, window_rows, windowed_spec
+from tests.scenarios.harness import assert_sub_multiset, finish, window_rows, windowed_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
-#: Records per partition: 20 micro-batches of 100, more than two short driver lives use up.
-RECORDS = 2000
+#: Records per partition: 30 micro-batches of 100, more than four short driver lives use up.
+RECORDS = 3000
 PER_BATCH = 100
 EVENT_TIME_STEP_MS = 10
 #: Longest wait for a driver to complete its next checkpoint (a loaded 2-core machine).
@@ -57,9 +59,11 @@ def _newest_checkpoint(store: CheckpointStore) -> int:
     return latest.checkpoint_id if latest is not None else 0
 
 
-def _kill_driver_after_checkpoint(spec_path: Path, supervisor: subprocess.Popen[bytes], after: int, log: Path) -> int:
+def _kill_driver_after_checkpoint(spec_path: Path, supervisor: subprocess.Popen[bytes], after: int, log: Path,
+                                  *, kill_after: float = 0.0) -> int:
     """Once a checkpoint newer than ``after`` completed, SIGKILL the driver that holds the
-    pipeline's lease (the supervisor's child); returns that checkpoint's id."""
+    pipeline's lease (the supervisor's child) ``kill_after`` seconds later (the random moment of
+    a kill, not a wait for readiness); returns that checkpoint's id."""
     pipeline = open_pipeline(spec_path)
     store = CheckpointStore.for_spec(load_spec(spec_path))
     deadline = time.monotonic() + CHECKPOINT_WAIT
@@ -70,30 +74,49 @@ def _kill_driver_after_checkpoint(spec_path: Path, supervisor: subprocess.Popen[
         if newest > after and holder is not None:
             driver = int(holder["pid"])  # type: ignore[call-overload]
             assert driver != supervisor.pid, "the supervisor itself holds the lease: it must only supervise"
+            time.sleep(kill_after)
             os.kill(driver, signal.SIGKILL)
             return newest
         time.sleep(0.1)
     raise AssertionError(f"no checkpoint after {after} within {CHECKPOINT_WAIT:g} s:\n{log.read_text()}")
 
 
-@pytest.mark.slow(30)
-def test_exponential_delay_brings_a_killed_driver_back_twice_exactly_once(
-        tmp_path: Path, reference_rows: Callable[..., list[tuple[Any, ...]]]) -> None:
+@pytest.mark.slow(90)
+def test_exponential_delay_brings_a_driver_killed_three_times_back_and_the_fourth_failure_stops_it(
+        spark: Any, tmp_path: Path, reference_rows: Callable[..., list[tuple[Any, ...]]]) -> None:
+    """The driver is SIGKILLed at random moments (a random part of a second after each attempt's
+    first checkpoint): the strategy brings it back three times, the fourth failure within
+    the reset threshold stops the run with exit 1 naming what the strategy did; the output holds
+    no row twice, and the next run ends with exactly the failure-free output."""
     reference = reference_rows(RECORDS, EVENT_TIME_STEP_MS, per_batch=PER_BATCH)
     spec_path, out = _spec(tmp_path, {"type": "exponential-delay", "initial_backoff": "200ms",
-                                      "max_backoff": "1s", "backoff_multiplier": 2, "jitter_factor": 0})
+                                      "max_backoff": "1s", "backoff_multiplier": 2, "jitter_factor": 0,
+                                      "reset_backoff_threshold": "1h", "attempts_before_reset_backoff": 3})
+    rng = random.Random(20261127)
     log = tmp_path / "supervisor.log"
     supervisor = _supervisor(spec_path, log)
     try:
-        first = _kill_driver_after_checkpoint(spec_path, supervisor, 0, log)
-        _kill_driver_after_checkpoint(spec_path, supervisor, first, log)
-        assert supervisor.wait(timeout=CHECKPOINT_WAIT * 2) == 0, log.read_text()
+        after = 0
+        for _ in range(4):
+            after = _kill_driver_after_checkpoint(spec_path, supervisor, after, log,
+                                                  kill_after=rng.uniform(0.0, 0.8))
+        code = supervisor.wait(timeout=CHECKPOINT_WAIT)
     finally:
         supervisor.kill()
     text = log.read_text()
-    assert "restart 1 of unlimited after 0.2 s (strategy exponential-delay): the run (pid" in text, text
-    assert "restart 2 of unlimited after 0.4 s (strategy exponential-delay)" in text, text
-    assert "was killed by SIGKILL" in text and "finished after 2 restart(s) (delays 0.2 s, 0.4 s" in text, text
+    assert code == 1, text
+    for attempt, delay in ((1, "0.2"), (2, "0.4"), (3, "0.8")):
+        assert f"restart {attempt} of 3 after {delay} s (strategy exponential-delay)" in text, text
+    assert "restart 4 of" not in text, text
+    for attempt in range(1, 5):
+        assert f"attempt {attempt} failed: the run (pid" in text, text
+    assert "attempt 5" not in text and "was killed by SIGKILL. Restart strategy exponential-delay" in text, text
+    assert "stopped after 4 attempt(s)" in text and "at most 3 attempts before a reset" in text, text
+    assert "restarted the job 3 time(s), after 0.2 s, 0.4 s, 0.8 s" in text, text
+    table = read_committed(f"file://{out}")
+    assert_sub_multiset(window_rows(table.to_pylist() if table is not None else []), reference,
+                        "four kills, three restarts")
+    finish(spark, spec_path)  # the job an operator starts again: it ends with the exact output
     table = read_committed(f"file://{out}")
     assert window_rows(table.to_pylist() if table is not None else []) == reference
 
