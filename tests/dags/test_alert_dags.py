@@ -7,6 +7,7 @@ variable or an Airflow connection and appears in no task log."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,61 @@ def test_a_failed_recovery_task_alerts_through_an_airflow_connection(
     assert alert["task_id"] == "choose_checkpoint" and "checkpoint 9 of pipeline t does not exist" in alert["message"]
     assert alert["runbook"].endswith("#job-failed") and "barrierflow_recover__t" in alert["action"]
     assert "S3CR3T" not in run.log
+
+
+@pytest.mark.spark
+@pytest.mark.slow(20)
+def test_a_pipeline_whose_sink_blocks_raises_the_checkpoint_age_alert(
+    spark: Any, monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path, tmp_path: Path
+) -> None:
+    """A running pipeline whose sink stops answering (its pre-commit blocks from the second
+    checkpoint on) completes no further checkpoint; the supervision check, run while it is
+    stalled, fails and POSTs the ``checkpoint_age`` alert naming the pipeline."""
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.runtime.job import StreamingJob
+    from barrierflow.sinks.parquet import ParquetFileSink
+    from barrierflow.spec import load_spec
+
+    data = spec_dict(tmp_path)
+    data["sinks"] = [{"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}]
+    data["alerts"] = {"timeout": "5s", "destinations": [{"type": "webhook", "url_env": URL_ENV}]}
+    spec_path = write_spec(pipelines_dir, data, "t.yaml")
+    limit = 1.0  # seconds: two checkpoint intervals
+    blocked, release = threading.Event(), threading.Event()
+    pre_commit = ParquetFileSink.pre_commit
+    calls = []
+
+    def blocking_pre_commit(self: ParquetFileSink, txn: Any) -> dict[str, Any]:
+        calls.append(txn)
+        if len(calls) >= 2 and not release.is_set():  # the sink stops answering
+            blocked.set()
+            release.wait(timeout=120)
+        return pre_commit(self, txn)
+
+    monkeypatch.setattr(ParquetFileSink, "pre_commit", blocking_pre_commit)
+    store = CheckpointStore.for_spec(load_spec(spec_path))
+    outcome: dict[str, Any] = {}
+
+    def tick(job: StreamingJob) -> None:
+        latest = store.latest()
+        if outcome or not blocked.is_set() or latest is None or latest.completion_time is None:
+            return
+        if (datetime.now(UTC) - latest.completion_time).total_seconds() <= limit:
+            return  # stalled, but not yet for longer than the limit
+        outcome["run"] = run_dag(monkeypatch, pipelines_dir, "barrierflow_supervise__t",
+                                 max_checkpoint_age_seconds=limit)
+        outcome["stalled_at"] = latest.checkpoint_id
+        release.set()
+
+    with WebhookReceiver() as receiver:
+        monkeypatch.setenv(URL_ENV, receiver.url)
+        StreamingJob(load_spec(spec_path), spark=spark, spec_path=str(spec_path)).run(
+            duration=180, on_tick=tick, until=lambda job: bool(outcome))
+        [request] = receiver.wait_for(1)
+
+    assert outcome, "the sink never blocked or the checkpoint age never passed the limit"
+    assert outcome["run"].state == "failed" and outcome["run"].task_states["supervise"] == "failed"
+    alert = request.body
+    assert alert["kind"] == "checkpoint_age" and alert["pipeline"] == "t"
+    assert f"older than the limit of {limit:g}s" in alert["message"], alert["message"]
+    assert alert["details"]["age_seconds"] > limit
