@@ -64,6 +64,8 @@ OPTIONAL_VARIABLES = {
                                  "demo specs (include/pipelines), the executors never read it",
     "BARRIERFLOW_ASSET_POLL_SECONDS": "default 10",
     "BARRIERFLOW_RECOVERY_POKE_SECONDS": "default 30",
+    "BARRIERFLOW_LAUNCH_WATCH_SECONDS": "default 10 (how often the launch's trigger looks at the running pipeline)",
+    "BARRIERFLOW_SUPERVISED_BY": "set by the detached launcher for the spark-submits it supervises",
     "BARRIERFLOW_SPARK_CONN_ID": "default spark_default (AIRFLOW_CONN_SPARK_DEFAULT is set)",
     "BARRIERFLOW_LEASE_TTL_SECONDS": "default in barrierflow/lease",
     "BARRIERFLOW_CHANNEL_SERVERS": "set by `run --processes` for the stage processes it starts",

@@ -25,16 +25,20 @@ def test_deep_verification_reads_state_and_runs_the_suite(spark, tmp_path: Path)
     ]}))
 
     def spec(poison: bool):
-        return make_spec(tmp_path, transformation={"function": "tests.verification.state_transforms:signed_counts",
-                                                   "options": {"poison": poison}},
+        # Two pipelines: running the poisoned aggregation over the healthy one's state would be
+        # refused (a changed stateful operator), so each keeps a store of its own.
+        folder = tmp_path / ("poisoned" if poison else "healthy")
+        return make_spec(folder, transformation={"function": "tests.verification.state_transforms:signed_counts",
+                                                 "options": {"poison": poison}},
                          source={"keys": 20, "max_records_per_batch": 200},
                          verification={"expectations": str(suite)})
 
     healthy = StreamingJob(spec(False), spark=spark).run(checkpoints=1, duration=120).completed[-1]
     poisoned = StreamingJob(spec(True), spark=spark).run(checkpoints=1, duration=120).completed[-1]
-    store = CheckpointStore.for_spec(spec(False))
-    good, bad = verify_checkpoints(spec(False), store, [healthy.checkpoint_id, poisoned.checkpoint_id],
-                                   deep=True, spark=spark)
+    [good] = verify_checkpoints(spec(False), CheckpointStore.for_spec(spec(False)), [healthy.checkpoint_id],
+                                deep=True, spark=spark)
+    [bad] = verify_checkpoints(spec(True), CheckpointStore.for_spec(spec(True)), [poisoned.checkpoint_id],
+                               deep=True, spark=spark)
     assert good.passed, good.reason()
     read = next(c for c in good.checks if c.name == "state-read")
     assert read.passed and "20 state rows" in read.message

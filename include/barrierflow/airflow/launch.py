@@ -41,6 +41,7 @@ Kubernetes) the provider's own submit-and-track path runs, as before.
 
 from __future__ import annotations
 
+import collections
 import os
 from typing import Any
 
@@ -51,6 +52,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 ACTIVE_RUN_STATES = ["queued", "running"]
 #: The launch's ``stall_after_seconds`` when the run's params have none.
 DEFAULT_STALL_AFTER_SECONDS = 600.0
+#: Lines of the detached job's log shown in the launch task's log when the watch ends.
+JOB_LOG_TAIL_LINES = 200
 
 
 def spark_connection_exists(conn_id: str) -> bool:
@@ -187,10 +190,23 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
         its message, not retried."""
         from airflow.sdk.exceptions import AirflowFailException
 
+        if event and event.get("log"):
+            self._show_job_log(str(event["log"]))
         if not event or event.get("outcome") != "finished":
             raise AirflowFailException(str((event or {}).get("message") or f"no verdict from the watch: {event!r}"))
         self.log.info("%s", event["message"])
         return event
+
+    def _show_job_log(self, path: str) -> None:
+        """The end of the detached job's log (its last :data:`JOB_LOG_TAIL_LINES` lines) in the
+        task's log, so the job's summary and its error are where an operator looks first."""
+        try:
+            with open(path, encoding="utf-8", errors="replace") as log_file:
+                tail = collections.deque(log_file, maxlen=JOB_LOG_TAIL_LINES)
+        except OSError as exc:
+            self.log.warning("the job's log %s could not be read: %s", path, exc)
+            return
+        self.log.info("the last %d line(s) of the job's log %s:\n%s", len(tail), path, "".join(tail).rstrip())
 
     def on_kill(self) -> None:
         """Nothing to kill here: the pipeline runs detached and outlives this task (see the
