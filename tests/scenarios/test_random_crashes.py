@@ -1,9 +1,10 @@
 """Exactly-once into the Parquet file sink and PostgreSQL across SIGKILLed drivers: one
-randomized run of 20 crash/restore cycles over two pipelines.
+randomized run of 10 crash/restore cycles over two pipelines.
 
-Each pipeline is crashed at every named protocol point twice, in a random order and at a
-random hit (1-2) of the point, so the run is both the randomized test (at least 20 cycles
-with the file and PostgreSQL sinks) and, per sink, the crash-at-every-point test. The two
+Each pipeline is crashed at every named protocol point once, in a random order and at a
+random hit (1-2) of the point, so the run is both the randomized test (with the file and
+PostgreSQL sinks) and, per sink, the crash-at-every-point test. The large runs (100 kills per
+sink, docs/chaos.md) are `barrierflow chaos` runs, outside the suite. The two
 pipelines' drivers run side by side, as two jobs on one host do: in each round both are
 started, each SIGKILLs itself at its own point, and both are recovered. After every
 recovery the committed output must hold only failure-free rows, none twice (and no
@@ -30,16 +31,16 @@ from tests.scenarios.postgres_output import (
     prepared_transactions,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.timeout(1500), pytest.mark.slow(480)]
-#: Records per source partition: 40 micro-batches of 100, more than 10 crashes use up.
-RECORDS = 4000
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.timeout(1500), pytest.mark.slow(240)]
+#: Records per source partition: 30 micro-batches of 100, more than 5 crashes use up.
+RECORDS = 3000
 PER_BATCH = 100
 #: Event time between records: 10 ms, so every 1 s window closes within a batch or two and
 #: nearly every epoch has output to commit. With the generator's default 1 ms a window closed
 #: every 10 batches, and a crash in the second sink commit with output came after ~25 batches
 #: of a new driver (measured: 26 batches, 43.5 core-seconds for one crashed driver).
 EVENT_TIME_STEP_MS = 10
-ROUNDS_PER_POINT = 2
+ROUNDS_PER_POINT = 1
 SEED = 20261123
 
 
@@ -55,14 +56,14 @@ def crash_plan(rng: random.Random) -> list[tuple[str, str]]:
 
 def test_crash_plan_covers_every_point_per_sink() -> None:
     plan = crash_plan(random.Random(SEED))
-    assert len(plan) >= 20
+    assert len(plan) == 2 * len(STAGE_POINTS) * ROUNDS_PER_POINT
     for sink in ("files", "postgres"):
         points = [spec.split("@")[0] for s, spec in plan if s == sink]
         assert sorted(points) == sorted(STAGE_POINTS * ROUNDS_PER_POINT)
     assert [s for s, _ in plan[:4]] == ["files", "postgres", "files", "postgres"]
 
 
-def test_twenty_random_crash_restore_cycles_file_and_postgres(
+def test_random_crash_restore_cycles_at_every_point_file_and_postgres(
         spark, tmp_path: Path, reference_rows, postgres_endpoint: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     dsn = postgres_endpoint.dsn
     table = create_window_table(dsn)
@@ -101,7 +102,7 @@ def test_twenty_random_crash_restore_cycles_file_and_postgres(
             ways.append(recover(pipelines[sink]))
             read, expected = outputs[sink]
             assert_sub_multiset(read(), expected, f"cycle {cycle}: {sink} crashed at {crash_at}, then {ways[-1]}")
-    assert len(ways) >= 20
+    assert len(ways) == len(plan)
     assert "restore" in ways
     for spec_path in pipelines.values():
         finish(spark, spec_path)
