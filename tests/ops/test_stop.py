@@ -165,9 +165,7 @@ def test_stop_that_no_run_takes_up_times_out_and_withdraws_the_request(
     # A holder of the lease that never reads its stop request (a stalled driver).
     with JobLease(tmp_path / "work", spec.name, "run", store=objects) as lease:
         assert lease.token is not None
-        started = time.monotonic()
         assert main(["stop", str(spec_path), "--timeout", "1s"]) == 1
-        assert time.monotonic() - started < 30
         err = capsys.readouterr().err
         assert "did not take the stop request up within 1 s" in err and "the pipeline keeps running" in err, err
         assert not objects.exists(f"_stop/request-{lease.token.fence:012d}.json")
