@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from barrierflow.checkpointing.global_manifest import global_key, stage_prefix
+from barrierflow.checkpointing.global_manifest import stage_prefix
 from barrierflow.checkpointing.store import manifest_key
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.lease import lease_holder
@@ -67,11 +67,8 @@ class StopResult:
 
 
 def savepoint_location(pipeline: OpenedPipeline, checkpoint_id: int) -> str:
-    """Where cut ``checkpoint_id`` lives: one stage's manifest, or the global manifest of
-    several stages (each names its stages' manifests)."""
-    if pipeline.single_stage:
-        return pipeline.objects.describe(manifest_key(checkpoint_id))
-    return pipeline.objects.describe(global_key(checkpoint_id, "_metadata"))
+    """Where cut ``checkpoint_id`` lives (:meth:`OpenedPipeline.cut_location`)."""
+    return pipeline.cut_location(checkpoint_id)
 
 
 def stage_locations(pipeline: OpenedPipeline, checkpoint_id: int) -> dict[str, str]:

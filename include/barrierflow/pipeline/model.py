@@ -31,8 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from barrierflow.checkpointing.global_manifest import global_key
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts, completed_cut
-from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.checkpointing.store import CheckpointStore, manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
 from barrierflow.faults import PIPELINE_POINTS, STAGE_POINTS
 from barrierflow.pipeline.stage_options import derive_stage_spec
@@ -148,6 +149,14 @@ class OpenedPipeline:
         """Whether the pipeline is one stage, whose cuts are its own checkpoints (no ``global/``
         records, no channels, no attempt cutoffs)."""
         return isinstance(self.cuts, SingleStageCuts)
+
+    def cut_location(self, checkpoint_id: int) -> str:
+        """Where cut ``checkpoint_id`` is recorded, as messages name it: the stage's manifest for
+        one stage (its cuts are its checkpoints), else the global manifest (which names every
+        stage's manifest)."""
+        if self.single_stage:
+            return self.objects.describe(manifest_key(checkpoint_id))
+        return self.objects.describe(global_key(checkpoint_id, "_metadata"))
 
     @property
     def channels(self) -> tuple[ChannelSpec, ...]:
