@@ -227,13 +227,13 @@ def test_stop_with_a_savepoint_then_restore_from_it_twice(
 @pytest.mark.parametrize("processes", [False, True], ids=["one-process", "processes"])
 def test_stop_a_two_stage_pipeline_with_a_savepoint(
         tmp_path: Path, processes: bool, capsys: pytest.CaptureFixture[str],
-        drivers: list[subprocess.Popen[str]]) -> None:
-    records = 400
-    data = two_stage_spec(tmp_path, KafkaEndpoint("unused", True))
-    data["channels"][0]["bootstrap"] = "embedded"
+        drivers: list[subprocess.Popen[str]], kafka_endpoint: KafkaEndpoint) -> None:
+    records = 240
+    data = two_stage_spec(tmp_path, kafka_endpoint)
     data["stages"][0]["sources"][0].update(records_per_partition=records, rows_per_second=20,
                                            max_records_per_batch=20)
     data["spark"] = {"master": "local[1]", "shuffle_partitions": 1, "conf": FAST_JVM}
+    data["trigger"] = {"interval": "500ms"}  # the source is throttled: fewer, fuller micro-batches
     spec_path = tmp_path / "two.yaml"
     spec_path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     chk = tmp_path / "chk"

@@ -1,11 +1,12 @@
 """``barrierflow chaos`` itself, short (a few kills, small data), through its command line.
 
-1. A two-stage pipeline (generator -> a -> channel on the embedded broker -> b -> Parquet
-   through 2PC) under kills of three kinds (the process group, the driver's JVM, a crash at a
+1. A two-stage pipeline (generator -> a -> channel on the suite's Apache Kafka broker -> b ->
+   Parquet through 2PC) under kills of three kinds (the process group, the driver's JVM, a crash at a
    protocol point): the command reports 0 missing, 0 extra and 0 duplicated rows and exits 0.
    b reads one channel partition four times slower, aligned with a 1 ms timeout: its
    checkpoints go timed-out with channel state, so the restores replay channel state.
-2. With every stage in a process of its own (``--processes``), a stage kill: it waits until a
+2. With every stage in a process of its own (``--processes``) and the channel on the embedded
+   broker (which the supervisor runs), a stage kill: it waits until a
    stage process reported ready, so it lands as a stage kill; the dead letters are compared,
    and the stores the spec names (dead letters and event times too) are listed before and
    after: chaos's copies wrote none of them.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -31,22 +33,29 @@ from barrierflow.cli.main import main
 
 from tests.drivers import short_lived_driver_env
 from tests.scenarios.harness import FAST_JVM
+from tests.support.kafka_broker import KafkaEndpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(120)]
 DOUBLES = Path(__file__).resolve().with_name("chaos_doubles")
 
 
 def pipeline(tmp_path: Path, finals: list[str], *, records: int, rate: float, alignment_timeout: str = "0s",
-             slow_factor: float = 1.0, malformed_every: int = 0, shared_paths: bool = False) -> Path:
-    """gen -> channel c (embedded broker) -> one stage per name in ``finals``, each into a
+             slow_factor: float = 1.0, malformed_every: int = 0, shared_paths: bool = False,
+             broker: KafkaEndpoint | None = None) -> Path:
+    """gen -> channel c -> one stage per name in ``finals``, each into a
     Parquet sink of that name; aligned checkpoints, switching to unaligned after
     ``alignment_timeout`` (0s: never). The final stages read c's partition 1 at
     ``slow_factor`` times partition 0's credit. ``malformed_every``: every k-th generated
     record goes to the dead letters; ``shared_paths``: explicit ``dead_letter_path`` and
-    ``event_times_path`` (``dead-letter``, ``event-times`` under ``tmp_path``)."""
+    ``event_times_path`` (``dead-letter``, ``event-times`` under ``tmp_path``). The channel is on
+    ``broker`` (the suite's Apache Kafka, a fresh topic), else on the embedded broker that each
+    run of the pipeline starts (``bootstrap: embedded``)."""
+    channel: dict[str, Any] = {"name": "c", "partitions": 2, "bootstrap": "embedded"}
+    if broker is not None:
+        channel.update(bootstrap=broker.bootstrap_servers, topic=f"chx-c-{uuid.uuid4().hex[:8]}")
     data = {
         "version": 1, "name": "chx", "work_dir": str(tmp_path / "work"),
-        "channels": [{"name": "c", "partitions": 2, "bootstrap": "embedded"}],
+        "channels": [channel],
         "stages": [
             {"name": "gen",
              "sources": [{"name": "events", "type": "generator", "partitions": 2, "rows_per_second": rate,
@@ -94,13 +103,15 @@ def driver_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("driver_env")
 def test_chaos_passes_a_two_stage_pipeline_under_kills_of_every_kind(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: dict[str, Any]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: dict[str, Any],
+        kafka_endpoint: KafkaEndpoint) -> None:
     # ``out`` reads c's partition 1 at a quarter of partition 0's credit, with a 1 ms alignment
     # timeout: a checkpoint is overdue when ``out`` first sees its barrier, and where the two
     # barriers are not read in one plan it goes timed-out (cut where ``out`` stands, the slow
     # partition's records before its barrier being channel state), so the kills land on restores
     # of channel state. (Kills over aligned checkpoints: tests/scenarios/test_staged_crashes.py.)
-    spec = pipeline(tmp_path, ["out"], records=700, rate=40, alignment_timeout="1ms", slow_factor=0.25)
+    spec = pipeline(tmp_path, ["out"], records=700, rate=40, alignment_timeout="1ms", slow_factor=0.25,
+                    broker=kafka_endpoint)
     code, report = chaos(spec, tmp_path / "scratch", capsys, "--kills", "3", "--seed", "11", "--mode", "mixed",
                          "--min-gap", "8", "--max-gap", "14", "--point-share", "0.34")
     figures.update({key: report[key] for key in ("kills", "runs", "checkpoints", "rows_expected", "rows", "missing",
@@ -162,11 +173,11 @@ def test_chaos_kills_a_stage_process_and_writes_none_of_the_pipelines_stores(
 @pytest.mark.usefixtures("driver_env")
 def test_chaos_catches_a_sink_that_commits_twice_and_one_that_loses_an_epoch(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        figures: dict[str, Any]) -> None:
+        figures: dict[str, Any], kafka_endpoint: KafkaEndpoint) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(DOUBLES), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("CHAOS_BROKEN_SINKS", "dup=twice,lose=lose")
     monkeypatch.setenv("CHAOS_BROKEN_DIR", str(tmp_path / "broken"))
-    spec = pipeline(tmp_path, ["dup", "lose"], records=300, rate=0)
+    spec = pipeline(tmp_path, ["dup", "lose"], records=300, rate=0, broker=kafka_endpoint)
     code, report = chaos(spec, tmp_path / "scratch", capsys, "--kills", "1", "--seed", "3", "--point-share", "1",
                          "--points", "after_global_manifest")
     outputs = {o["sink"]: o for o in report["outputs"]}
