@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
 from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
 from barrierflow.state.errors import AmbiguousStateError
-from barrierflow.state.reader import OperatorSchema, StateSnapshot, flat_columns, has_state, open_state
+from barrierflow.state.reader import (
+    OperatorSchema,
+    StateSnapshot,
+    flat_columns,
+    has_state,
+    open_state,
+    partition_bytes,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -385,7 +392,7 @@ def _growth(pipeline: OpenedPipeline, stage: Stage, upto: int) -> list[Growth]:
             manifest = stage.store.get(cid)
         except (CheckpointNotFoundError, CheckpointCorruptError):
             continue
-        size = sum(f.size for f in manifest.files if f.path.startswith("state/"))
+        size = sum(partition_bytes(manifest).values())
         out.append(Growth(cid, manifest.spark_batch_id, size, size - out[-1].state_bytes if out else None))
     return out
 

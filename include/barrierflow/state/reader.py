@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from barrierflow.checkpointing.store import CheckpointStore
     from barrierflow.spec.models import SparkSpec
 
-__all__ = ["OperatorSchema", "StateSnapshot", "flat_fields", "has_state", "open_state", "read_flat_state"]
+__all__ = ["OperatorSchema", "StateSnapshot", "flat_fields", "has_state", "open_state", "partition_bytes",
+           "read_flat_state"]
 
 
 def flat_fields(column: str, data_type: DataType) -> list[tuple[tuple[str, ...], str]]:
@@ -114,6 +115,19 @@ def read_flat_state(spark: SparkSession, directory: Path, batch_id: int) -> list
 def has_state(manifest: Manifest) -> bool:
     """Whether checkpoint ``manifest`` holds state files (its stage's query keeps state)."""
     return any(f.path.startswith("state/") for f in manifest.files)
+
+
+def partition_bytes(manifest: Manifest) -> dict[tuple[int, int], int]:
+    """``(operator id, partition)`` -> bytes of the state files a restore of checkpoint
+    ``manifest`` loads for it (a snapshot or zip and the deltas or changelogs after it; the
+    operator's own metadata and schema files are not a partition's), from the manifest alone."""
+    sizes: dict[tuple[int, int], int] = {}
+    for f in manifest.files:
+        parts = f.path.split("/")
+        if len(parts) >= 4 and parts[0] == "state" and parts[1].isdigit() and parts[2].isdigit():
+            key = (int(parts[1]), int(parts[2]))
+            sizes[key] = sizes.get(key, 0) + f.size
+    return sizes
 
 
 @dataclass(frozen=True)
@@ -287,15 +301,8 @@ class StateSnapshot:
         return None if value is None else str(value)
 
     def partition_bytes(self) -> dict[tuple[int, int], int]:
-        """``(operator id, partition)`` -> bytes of the state files a restore of this checkpoint
-        loads for it (a snapshot or zip and the deltas or changelogs after it), from the manifest."""
-        sizes: dict[tuple[int, int], int] = {}
-        for f in self.manifest.files:
-            parts = f.path.split("/")
-            if len(parts) >= 4 and parts[0] == "state" and parts[1].isdigit() and parts[2].isdigit():
-                key = (int(parts[1]), int(parts[2]))
-                sizes[key] = sizes.get(key, 0) + f.size
-        return sizes
+        """:func:`partition_bytes` of this checkpoint."""
+        return partition_bytes(self.manifest)
 
 
 @contextmanager
