@@ -100,6 +100,8 @@ class IncompatibleStateError(UserInputError):
             f"({change}); the state in {state} cannot honour that, so the run was refused before the stage "
             "processed anything. Either revert the change to keep the state, or start the pipeline from empty "
             "state: give it a new `work_dir` and a new `checkpoint.storage` in the spec (or delete both, "
-            "losing every checkpoint) and run again. State-rewriting upgrades (a future `barrierflow upgrade`) "
-            "are not supported yet."
+            "losing every checkpoint) and run again. To see what the change keeps, per stage and operator, before "
+            "making it: `barrierflow upgrade SPEC --to NEW_SPEC --dry-run` with the spec the state was built with "
+            "as SPEC and the changed one as NEW_SPEC (it reports compatible, needs rewrite or incompatible; "
+            "rewriting state itself is not supported yet)."
         )

@@ -199,6 +199,45 @@ def _parser() -> argparse.ArgumentParser:
     stop.add_argument("--timeout", default="10m", help="how long to wait for the stop (default 10m; e.g. 90s, 5m)")
     stop.add_argument("--json", action="store_true")
 
+    state = sub.add_parser("state", help="read a completed checkpoint's state (Spark's state readers, on a scratch "
+                                         "copy): schema, query, diff, stats")
+    state_sub = state.add_subparsers(dest="action", required=True, parser_class=_ArgumentParser)
+    st_schema = state_sub.add_parser("schema", help="each stage's stateful operators with key and value schemas")
+    st_query = state_sub.add_parser("query", help="one operator's state as a table (--sql over table 'state')")
+    st_diff = state_sub.add_parser("diff", help="keys added, changed and removed between two checkpoints")
+    st_stats = state_sub.add_parser("stats", help="keys and bytes per partition, the largest keys, growth")
+    for command in (st_schema, st_query, st_diff, st_stats):
+        command.add_argument("spec")
+        if command is not st_diff:
+            command.add_argument("--checkpoint", type=int, metavar="N",
+                                 help="checkpoint (or savepoint) id (default: the latest completed)")
+        command.add_argument("--stage", metavar="NAME", help="several stages: the stage to read (required, except "
+                                                             "for schema, which shows every stage)")
+        if command is not st_schema:
+            command.add_argument("--operator", type=int, metavar="ID",
+                                 help="the stateful operator (required when the stage has several)")
+        command.add_argument("--json", action="store_true")
+    st_query.add_argument("--sql", help="a Spark SQL query over the table 'state', e.g. "
+                                        "\"SELECT * FROM state WHERE value_count > 10\"")
+    st_query.add_argument("--limit", type=int, default=20, metavar="N", help="rows shown (default 20)")
+    st_diff.add_argument("--from", dest="from_id", type=int, required=True, metavar="N", help="the older checkpoint")
+    st_diff.add_argument("--to", dest="to_id", type=int, required=True, metavar="M", help="the newer checkpoint")
+    st_diff.add_argument("--sample", type=int, default=10, metavar="N", help="keys shown per kind of change")
+    for command in (st_query, st_diff):
+        command.add_argument("--output", metavar="PATH",
+                             help="write the whole table with Spark to PATH (.parquet or .json: a directory of part "
+                                  "files) instead of a preview")
+    st_stats.add_argument("--top", type=int, default=10, metavar="N", help="largest keys shown (default 10)")
+
+    upgrade = sub.add_parser("upgrade", help="compatibility report of a spec change over the saved state "
+                                             "(--dry-run; rewriting state is not available yet)")
+    upgrade.add_argument("spec", help="the spec the state was built with")
+    upgrade.add_argument("--to", dest="new_spec", required=True, metavar="NEW_SPEC", help="the changed spec")
+    upgrade.add_argument("--dry-run", action="store_true", help="report only (required: nothing is rewritten)")
+    upgrade.add_argument("--checkpoint", type=int, metavar="N",
+                         help="checkpoint or savepoint id (default: the latest completed)")
+    upgrade.add_argument("--json", action="store_true")
+
     validate = sub.add_parser("validate", help="validate a spec; for several stages show the graph and its cycles")
     validate.add_argument("spec")
     validate.add_argument("--json", action="store_true")
@@ -672,6 +711,104 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     return EXIT_OK if outcome.result.passed else EXIT_RUNTIME
 
 
+def _table(rows: list[dict[str, object]]) -> None:
+    """Rows as aligned text columns (a preview: every row is short)."""
+    if not rows:
+        return
+    columns = list(rows[0])
+    cells = [[str(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    print("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in cells:
+        print("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def _cmd_state(args: argparse.Namespace) -> int:
+    from barrierflow.ops import state
+
+    if args.action == "schema":
+        schema = state.state_schema(args.spec, checkpoint_id=args.checkpoint, stage=args.stage)
+        if args.json:
+            print(json.dumps(schema.as_dict(), indent=2))
+            return EXIT_OK
+        print(f"pipeline {schema.pipeline}: state of {schema.noun} {schema.checkpoint_id}")
+        for stage in schema.stages:
+            if not stage.operators:
+                print(f"stage {stage.stage}: no state (batch {stage.batch_id})")
+            for op in stage.operators:
+                print(f"stage {stage.stage}: operator {op.operator_id} {op.name}, stores {', '.join(op.stores)}, "
+                      f"{op.partitions} partitions (batch {stage.batch_id})")
+                print(f"  key:   {op.key_schema}")
+                print(f"  value: {op.value_schema}")
+        return EXIT_OK
+    if args.action == "query":
+        result = state.state_query(args.spec, checkpoint_id=args.checkpoint, stage=args.stage,
+                                   operator=args.operator, sql=args.sql, output=args.output, limit=args.limit)
+        if args.json:
+            print(json.dumps(result.as_dict(), indent=2))
+            return EXIT_OK
+        print(f"stage {result.stage}, checkpoint {result.checkpoint_id} (batch {result.batch_id}), operator "
+              f"{result.operator_id}: {result.rows} rows")
+        if result.output:
+            print(f"  written to {result.output}")
+        _table(result.preview)
+        if result.truncated:
+            print(f"  ... {result.rows - len(result.preview)} more rows (--limit, or --output PATH for all)")
+        return EXIT_OK
+    if args.action == "diff":
+        diff = state.state_diff(args.spec, from_id=args.from_id, to_id=args.to_id, stage=args.stage,
+                                operator=args.operator, output=args.output, sample=args.sample)
+        if args.json:
+            print(json.dumps(diff.as_dict(), indent=2))
+            return EXIT_OK
+        counts = ", ".join(f"{n} {kind}" for kind, n in diff.counts.items())
+        print(f"stage {diff.stage}, operator {diff.operator_id}, checkpoint {diff.from_id} -> {diff.to_id}: "
+              f"keys {counts}")
+        if diff.output:
+            print(f"  written to {diff.output}")
+        for kind, rows in diff.samples.items():
+            if rows:
+                print(f"{kind} (first {len(rows)}):")
+                _table(rows)
+        return EXIT_OK
+    stats = state.state_stats(args.spec, checkpoint_id=args.checkpoint, stage=args.stage, operator=args.operator,
+                              top=args.top)
+    if args.json:
+        print(json.dumps(stats.as_dict(), indent=2))
+        return EXIT_OK
+    print(f"stage {stats.stage}, checkpoint {stats.checkpoint_id} (batch {stats.batch_id}), "
+          f"{stats.operator.describe()}: {stats.keys} keys, {stats.bytes} bytes of state files")
+    _table([{"partition": p["partition"], "keys": p["keys"], "bytes": p["bytes"]} for p in stats.partitions])
+    print(f"largest keys (bytes of key and value as JSON, top {len(stats.largest)}):")
+    _table(stats.largest)
+    print("growth (bytes of state files a restore loads):")
+    _table([{"checkpoint": g.checkpoint_id, "batch": g.batch_id, "bytes": g.state_bytes,
+             "change": "-" if g.change is None else f"{g.change:+d}"} for g in stats.growth])
+    return EXIT_OK
+
+
+def _cmd_upgrade(args: argparse.Namespace) -> int:
+    """``upgrade --dry-run``: exit 0 for compatible or needs rewrite, 1 for incompatible."""
+    from barrierflow.ops.upgrade import upgrade
+
+    report = upgrade(args.spec, args.new_spec, dry_run=args.dry_run, checkpoint_id=args.checkpoint)
+    incompatible = report.verdict.value == "incompatible"
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+        return EXIT_RUNTIME if incompatible else EXIT_OK
+    print(f"pipeline {report.pipeline}: {report.new_spec} over the state of {report.noun} {report.checkpoint_id} "
+          f"of {report.spec}: {report.verdict.value.upper()}")
+    for finding in report.graph:
+        print(f"  {finding.verdict.value}: {finding.subject}: {finding.reason}")
+    for stage in report.stages:
+        print(f"  stage {stage.stage}: {stage.verdict.value}")
+        for finding in stage.findings:
+            print(f"    {finding.verdict.value}: {finding.subject}: {finding.reason}")
+    if report.verdict.value == "needs rewrite":
+        print("the state rewrite is not available yet: keep running the old spec")
+    return EXIT_RUNTIME if incompatible else EXIT_OK
+
+
 def _cmd_init(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -706,7 +843,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "restore": _cmd_restore, "reconcile": _cmd_reconcile, "verify": _cmd_verify,
                 "retain": _cmd_retain, "savepoint": _cmd_savepoint, "stop": _cmd_stop, "skew": _cmd_skew,
                 "rollup": _cmd_rollup, "recompute": _cmd_recompute, "quality": _cmd_quality,
-                "validate": _cmd_validate, "chaos": _cmd_chaos, "init": _cmd_init}
+                "validate": _cmd_validate, "chaos": _cmd_chaos, "init": _cmd_init,
+                "state": _cmd_state, "upgrade": _cmd_upgrade}
     try:
         return handlers[args.command](args)
     except UserInputError as exc:

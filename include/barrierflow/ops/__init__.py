@@ -22,6 +22,8 @@ written once.
 :mod:`.discovery`             find the specs of a pipelines folder (the DAG file, the Checkpoints page)
 :mod:`.batch`                 rollups and the stream-vs-batch comparison of a single-stage Parquet output
 :mod:`.quality`               data quality of that output
+:mod:`.state`                 read a completed cut's state: operators and schemas, a table, a diff, sizes
+:mod:`.upgrade`               the compatibility report of a spec change over the saved state (dry run only)
 ============================  =====================================================
 
 Each takes the spec file's path and opens the pipeline once with

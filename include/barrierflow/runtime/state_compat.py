@@ -58,9 +58,11 @@ from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.session import SHUFFLE_PARTITIONS
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["FINGERPRINT_FILE", "check_state_compatible", "stateful_fingerprint"]
+    from barrierflow.spec.models import PipelineSpec
+
+__all__ = ["FINGERPRINT_FILE", "check_state_compatible", "planned_fingerprint", "stateful_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -264,3 +266,23 @@ def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str],
     change = _difference(old, fingerprint)
     if change is not None:
         raise IncompatibleStateError(pipeline=pipeline, stage=stage, state=str(root), change=change)
+
+
+def planned_fingerprint(spark: SparkSession, spec: PipelineSpec, *, spec_path: str, source_type: str,
+                        scratch_dir: str) -> list[dict[str, Any]]:
+    """The fingerprint (:func:`stateful_fingerprint`) the stage whose derived spec is ``spec``
+    would record, planned without a source or a start: its transformation applied, as every run
+    applies it, to an empty streaming input with exactly the columns its source kind gives
+    (``source_type``; read from the empty directory ``scratch_dir``), the way ``validate --deep``
+    checks a transformation. Reads no data and connects to nothing.
+
+    Raises:
+        SpecError: the transformation cannot be loaded. UserInputError: the source's columns
+            cannot be derived. Whatever the transformation raises.
+    """
+    from barrierflow.runtime.stage_query import apply_transformation
+    from barrierflow.sources.registry import kind_named
+
+    ddl = kind_named(source_type).row_schema(spec.source)
+    frame = apply_transformation(spark.readStream.schema(ddl).format("json").load(scratch_dir), spec, spec_path)
+    return stateful_fingerprint(frame)

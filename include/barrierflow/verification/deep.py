@@ -46,12 +46,14 @@ from barrierflow.errors import CheckpointCorruptError, StorageError, UserInputEr
 from barrierflow.spark.session import apply_state_store
 from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import PipelineSpec
+from barrierflow.state.reader import flat_fields, read_flat_state
 from barrierflow.verification.report import CheckResult
+
+__all__ = ["deep_checks", "expectations_path", "flat_fields", "load_suite_document", "read_state", "run_suite"]
 
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import SparkSession
-    from pyspark.sql.types import DataType
 
 log = logging.getLogger(__name__)
 
@@ -77,46 +79,12 @@ def load_suite_document(path: Path) -> dict[str, Any]:
     return data
 
 
-def flat_fields(column: str, data_type: DataType) -> list[tuple[tuple[str, ...], str]]:
-    """The leaf fields of the struct column ``column`` as ``(path, flat name)`` pairs, in
-    schema order: ``key: struct<window: struct<start, end>, key>`` gives
-    ``(("key", "window", "start"), "key_window_start")``, ..., ``(("key", "key"), "key_key")``.
-    A column that is not a struct is its own single leaf."""
-    from pyspark.sql.types import StructType
-
-    if not isinstance(data_type, StructType):
-        return [((column,), column)]
-    leaves: list[tuple[tuple[str, ...], str]] = []
-    for field in data_type.fields:
-        for path, name in flat_fields(field.name, field.dataType):
-            leaves.append(((column, *path), f"{column}_{name}"))
-    return leaves
-
-
 def read_state(spark: SparkSession, checkpoint_dir: Path, batch_id: int) -> pd.DataFrame:
-    """Step 2: the state of every operator at ``batch_id`` as flat pandas rows."""
+    """Step 2: the state of every operator at ``batch_id`` as flat pandas rows (the state
+    reader's flattened tables, :func:`barrierflow.state.reader.read_flat_state`)."""
     import pandas as pd
-    from pyspark.sql import functions as F
 
-    # The statestore reader reports to the StateStoreCoordinator, which Spark registers when
-    # the session's StreamingQueryManager is created: in a fresh session (``barrierflow verify
-    # --deep`` in its own process) nothing has created it yet and every read fails with
-    # CANNOT_LOAD_STATE_STORE ("Cannot find endpoint: StateStoreCoordinator").
-    _ = spark.streams
-    frames = []
-    state = checkpoint_dir / "state"
-    operators = sorted(int(p.name) for p in state.iterdir() if p.name.isdigit()) if state.is_dir() else []
-    for op in operators:
-        df = (spark.read.format("statestore").option("batchId", batch_id).option("operatorId", op)
-              .load(str(checkpoint_dir)))
-        columns = [F.col("partition_id"), F.lit(op).alias("operator_id")]
-        for struct in ("key", "value"):
-            for path, name in flat_fields(struct, df.schema[struct].dataType):
-                leaf = F.col(path[0])
-                for part in path[1:]:
-                    leaf = leaf.getField(part)
-                columns.append(leaf.alias(name))
-        frames.append(df.select(*columns).toPandas())
+    frames = [frame.toPandas() for _, frame in read_flat_state(spark, checkpoint_dir, batch_id)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

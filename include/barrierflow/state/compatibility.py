@@ -1,0 +1,304 @@
+"""Whether a checkpoint's state fits what another spec would build: the verdict of ``barrierflow
+upgrade SPEC --to NEW_SPEC --dry-run``.
+
+Pure and Spark-free: the caller reads the old side from the checkpoint (:class:`StageState`,
+with the state reader: operators, key and value schemas, partitions, the recorded fingerprint
+and shuffle partitions) and plans the new side without starting anything
+(:class:`PlannedStage`: the fingerprint of the new stage query's analyzed plan, its shuffle
+partitions, sources and sink). :func:`compare` answers per stage, per operator and for the
+graph with one of three verdicts, each finding saying why:
+
+* ``compatible``: the new spec resumes from the state as it is (what ``run`` accepts);
+* ``needs rewrite``: the state can be carried over, but only rewritten (a rescale when the
+  shuffle partitions changed; a value column added to or dropped from an aggregation; a
+  changed watermark definition; a stateful operator or stage added, which starts empty; a
+  stage without state removed; the channels between stages changed);
+* ``incompatible``: state would be dropped, named: a stateful operator whose keys change
+  meaning (its window, grouping keys, deduplication keys, join), whose value column changes
+  type, or which the new spec no longer has; a stage with state removed; a source the cut's
+  positions are in replaced; a different checkpoint storage.
+
+The verdict of a stage (and of the whole) is the worst of its findings.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from barrierflow.state.reader import OperatorSchema
+
+__all__ = ["CompatibilityReport", "Finding", "PlannedStage", "StageState", "StageVerdict", "Verdict", "compare"]
+
+#: Fingerprint entries that describe a stateful operator's definition but keep no state store of their own.
+NOT_A_STORE = frozenset({"EventTimeWatermark"})
+#: Fields of a fingerprint entry whose change gives the operator's keys another meaning.
+KEY_FIELDS = ("window", "grouping keys", "keys", "join", "description")
+_ALIAS = re.compile(r" AS ([^:]+):")
+
+
+class Verdict(enum.StrEnum):
+    COMPATIBLE = "compatible"
+    NEEDS_REWRITE = "needs rewrite"
+    INCOMPATIBLE = "incompatible"
+
+    @property
+    def rank(self) -> int:
+        return list(Verdict).index(self)
+
+
+def worst(verdicts: list[Verdict]) -> Verdict:
+    """The most severe of ``verdicts`` (compatible for none)."""
+    return max(verdicts, key=lambda v: v.rank, default=Verdict.COMPATIBLE)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One difference and what it means for the state: ``subject`` names what (``stage b``,
+    ``stage b operator 0 (stateStoreSave)``, ``channel ab``), ``reason`` says why."""
+
+    verdict: Verdict
+    subject: str
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"verdict": self.verdict.value, "subject": self.subject, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class StageState:
+    """What a checkpoint holds of one stage: its stateful operators as read from the state,
+    the fingerprint recorded with it (None: none recorded), the shuffle partitions its offset
+    log records, its sources (name -> type) and its sink (``name (type)``)."""
+
+    stage: str
+    operators: list[OperatorSchema]
+    fingerprint: list[dict[str, Any]] | None
+    shuffle_partitions: str | None
+    sources: dict[str, str]
+    sink: str
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    """What the new spec would build for one stage, planned and not started."""
+
+    stage: str
+    fingerprint: list[dict[str, Any]]
+    shuffle_partitions: str
+    sources: dict[str, str]
+    sink: str
+
+
+@dataclass(frozen=True)
+class StageVerdict:
+    """One stage's verdict, its findings, and the state it has (old operators) and would have."""
+
+    stage: str
+    verdict: Verdict
+    findings: list[Finding]
+    operators: list[OperatorSchema] = field(default_factory=list)
+    planned: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "verdict": self.verdict.value, "findings": [f.as_dict() for f in self.findings],
+                "operators": [o.as_dict() for o in self.operators], "planned_operators": self.planned}
+
+
+@dataclass(frozen=True)
+class CompatibilityReport:
+    """The whole answer: per stage, and the graph's own findings (stages, channels, storage)."""
+
+    pipeline: str
+    spec: str
+    new_spec: str
+    checkpoint_id: int
+    noun: str
+    graph: list[Finding]
+    stages: list[StageVerdict]
+
+    @property
+    def verdict(self) -> Verdict:
+        return worst([f.verdict for f in self.graph] + [s.verdict for s in self.stages])
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of ``upgrade --dry-run --json``."""
+        return {"pipeline": self.pipeline, "spec": self.spec, "new_spec": self.new_spec, "noun": self.noun,
+                "checkpoint_id": self.checkpoint_id, "verdict": self.verdict.value,
+                "graph": [f.as_dict() for f in self.graph], "stages": [s.as_dict() for s in self.stages]}
+
+
+def _stores(fingerprint: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in fingerprint if e.get("operator") not in NOT_A_STORE]
+
+
+def _watermarks(fingerprint: list[dict[str, Any]]) -> list[str]:
+    return [str(e.get("watermark")) for e in fingerprint if e.get("operator") in NOT_A_STORE]
+
+
+def _aggregates(entry: dict[str, Any]) -> dict[str, str]:
+    """An aggregation's value columns: alias -> its definition (``count(1) AS count: bigint``)."""
+    out = {}
+    for text in entry.get("aggregates", []):
+        match = _ALIAS.search(str(text))
+        out[match.group(1).strip() if match else str(text)] = str(text)
+    return out
+
+
+def _name(stage: str, index: int, operators: list[OperatorSchema], kind: str) -> str:
+    spark = f"{operators[index].name}, " if index < len(operators) else ""
+    number = operators[index].operator_id if index < len(operators) else index
+    return f"stage {stage} operator {number} ({spark}{kind})"
+
+
+def _held(entry: dict[str, Any]) -> str:
+    """What an operator's state holds, as a reason names it."""
+    for key in ("window", "grouping keys", "keys", "join"):
+        if key in entry:
+            value = entry[key]
+            return f"{key} {', '.join(value) if isinstance(value, list) else value}"
+    return str(entry.get("description", entry.get("operator")))
+
+
+def _operator_findings(stage: str, old: list[dict[str, Any]], new: list[dict[str, Any]],
+                       operators: list[OperatorSchema]) -> list[Finding]:
+    findings: list[Finding] = []
+    old_ops, new_ops = _stores(old), _stores(new)
+    for index in range(max(len(old_ops), len(new_ops))):
+        was = old_ops[index] if index < len(old_ops) else None
+        now = new_ops[index] if index < len(new_ops) else None
+        if was is None:
+            assert now is not None
+            findings.append(Finding(Verdict.NEEDS_REWRITE, f"stage {stage} operator {index} ({now['operator']})",
+                                    f"a new stateful operator ({_held(now)}); it would start on empty state, and "
+                                    "Spark restarts no query over a checkpoint that lacks one of its operators"))
+            continue
+        subject = _name(stage, index, operators, str(was["operator"]))
+        if now is None or now.get("operator") != was.get("operator"):
+            instead = f"; the new spec has {now['operator']} in its place" if now is not None else ""
+            findings.append(Finding(Verdict.INCOMPATIBLE, subject,
+                                    f"the new spec no longer has this operator{instead}: its state ({_held(was)}) "
+                                    "would be dropped"))
+            continue
+        for key in KEY_FIELDS:
+            if was.get(key) != now.get(key):
+                findings.append(Finding(Verdict.INCOMPATIBLE, subject, (
+                    f"{key} changed: {_listed(was.get(key))} -> {_listed(now.get(key))}; the state's keys are "
+                    f"{key} of the old definition, so its state would be dropped")))
+                break
+        else:
+            before, after = _aggregates(was), _aggregates(now)
+            for alias in sorted(set(before) & set(after)):
+                if before[alias] != after[alias]:
+                    findings.append(Finding(Verdict.INCOMPATIBLE, subject, (
+                        f"value column {alias} changed: {before[alias]} -> {after[alias]}; its stored values "
+                        "would be dropped")))
+            added, dropped = sorted(set(after) - set(before)), sorted(set(before) - set(after))
+            if added:
+                findings.append(Finding(Verdict.NEEDS_REWRITE, subject, (
+                    f"value column{'s' if len(added) > 1 else ''} added: {', '.join(after[a] for a in added)}; a "
+                    "rewrite would add it to every stored value with a declared default")))
+            if dropped:
+                findings.append(Finding(Verdict.NEEDS_REWRITE, subject, (
+                    f"value column{'s' if len(dropped) > 1 else ''} dropped: {', '.join(before[d] for d in dropped)};"
+                    " a rewrite would remove it from every stored value")))
+    if _watermarks(old) != _watermarks(new):
+        findings.append(Finding(Verdict.NEEDS_REWRITE, f"stage {stage} watermark", (
+            f"watermark changed: {_listed(_watermarks(old))} -> {_listed(_watermarks(new))}; the stored "
+            "watermark carries on, and the rewrite records the new definition with the state")))
+    return findings
+
+
+def _listed(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + "; ".join(str(v) for v in value) + "]" if value else "none"
+    return "none" if value is None else str(value)
+
+
+def _stage_verdict(old: StageState, new: PlannedStage) -> StageVerdict:
+    findings: list[Finding] = []
+    stage = old.stage
+    for name, kind in old.sources.items():
+        if new.sources.get(name) != kind:
+            now = f"{new.sources[name]}" if name in new.sources else "no such source"
+            findings.append(Finding(Verdict.INCOMPATIBLE, f"stage {stage} source {name}", (
+                f"source {name} ({kind}) -> {now}: the checkpoint's positions in it would be dropped (the new "
+                "source would start from its own beginning)")))
+    for name in sorted(set(new.sources) - set(old.sources)):
+        findings.append(Finding(Verdict.INCOMPATIBLE, f"stage {stage} source {name}", (
+            f"source {name} ({new.sources[name]}) is new and the checkpoint has no position in it; the positions "
+            f"in {', '.join(sorted(old.sources))} would be dropped")))
+    if old.sink != new.sink:
+        findings.append(Finding(Verdict.COMPATIBLE, f"stage {stage} sink", (
+            f"sink {old.sink} -> {new.sink}: no state changes; finish the old sink's transactions in doubt first "
+            "('barrierflow reconcile' with the old spec)")))
+    partitions = {o.partitions for o in old.operators}
+    held = ", ".join(o.describe() for o in old.operators)
+    if old.operators and partitions != {int(new.shuffle_partitions)}:
+        was = "/".join(str(p) for p in sorted(partitions))
+        findings.append(Finding(Verdict.NEEDS_REWRITE, f"stage {stage} shuffle partitions", (
+            f"spark.shuffle_partitions {was} -> {new.shuffle_partitions}: the state ({held}) is partitioned "
+            f"into {was}, and Spark would keep {was}; a rewrite would redistribute its keys into "
+            f"{new.shuffle_partitions} partitions as Spark hashes them (rescale)")))
+    elif (not old.operators and old.shuffle_partitions is not None
+          and old.shuffle_partitions != new.shuffle_partitions):
+        findings.append(Finding(Verdict.NEEDS_REWRITE, f"stage {stage} shuffle partitions", (
+            f"spark.shuffle_partitions {old.shuffle_partitions} -> {new.shuffle_partitions}: the stage keeps no "
+            f"state, but its offset log records {old.shuffle_partitions}, which Spark would keep; the rewrite "
+            "records the new value")))
+    if old.fingerprint is not None:
+        findings += _operator_findings(stage, old.fingerprint, new.fingerprint, old.operators)
+    elif old.operators:
+        findings.append(Finding(Verdict.COMPATIBLE, f"stage {stage}", (
+            "the state has no recorded fingerprint (written before barrierflow recorded one), so its operators "
+            f"are compared by what the state holds only: {held}")))
+    elif _stores(new.fingerprint):
+        findings += _operator_findings(stage, [], new.fingerprint, [])
+    return StageVerdict(stage, worst([f.verdict for f in findings]), findings, old.operators, new.fingerprint)
+
+
+def compare(old: list[StageState], new: list[PlannedStage], *, old_channels: dict[str, tuple[str, int]],
+            new_channels: dict[str, tuple[str, int]], old_storage: str, new_storage: str
+            ) -> tuple[list[Finding], list[StageVerdict]]:
+    """The graph's findings and every stage's verdict (module docstring), stages in the old
+    spec's order, then those only the new one has. Channels: name -> (topic, partitions)."""
+    graph: list[Finding] = []
+    if old_storage.rstrip("/") != new_storage.rstrip("/"):
+        graph.append(Finding(Verdict.INCOMPATIBLE, "checkpoint storage", (
+            f"the new spec keeps its checkpoints in {new_storage}, not {old_storage}: it would start on empty "
+            "state and every stage's state would be dropped; give it the same checkpoint.storage")))
+    for name in sorted(set(old_channels) | set(new_channels)):
+        was, now = old_channels.get(name), new_channels.get(name)
+        if was == now:
+            continue
+        what = ("is new" if was is None else "is removed" if now is None
+                else f"changed: topic {was[0]}, {was[1]} partitions -> topic {now[0]}, {now[1]} partitions")
+        graph.append(Finding(Verdict.NEEDS_REWRITE, f"channel {name}", (
+            f"channel {name} {what}: the cut's positions in the channels (barrier offsets, attempt cutoffs) would "
+            "be rewritten to match")))
+    planned = {p.stage: p for p in new}
+    stages: list[StageVerdict] = []
+    for state in old:
+        target = planned.get(state.stage)
+        if target is not None:
+            stages.append(_stage_verdict(state, target))
+            continue
+        if state.operators:
+            held = ", ".join(o.describe() for o in state.operators)
+            finding = Finding(Verdict.INCOMPATIBLE, f"stage {state.stage}", (
+                f"the new spec has no stage {state.stage}: its state would be dropped ({held})"))
+        else:
+            finding = Finding(Verdict.NEEDS_REWRITE, f"stage {state.stage}", (
+                f"the new spec has no stage {state.stage}; it keeps no state, and the rewrite drops its part of the "
+                "cut and its channel positions"))
+        stages.append(StageVerdict(state.stage, finding.verdict, [finding], state.operators))
+    known = {s.stage for s in old}
+    for target in new:
+        if target.stage not in known:
+            finding = Finding(Verdict.NEEDS_REWRITE, f"stage {target.stage}", (
+                f"stage {target.stage} is new: it would start on empty state; the cut has no part for it, so the "
+                "rewrite adds one and positions it in its input channels"))
+            stages.append(StageVerdict(target.stage, finding.verdict, [finding], [], target.fingerprint))
+    return graph, stages

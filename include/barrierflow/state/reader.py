@@ -1,0 +1,337 @@
+"""Reading one stage's state as of a completed checkpoint, with Spark's own state readers.
+
+:func:`open_state` materializes the stage's checkpoint (the files its manifest lists, sha256
+checked: :func:`~barrierflow.checkpointing.materialize.materialize_checkpoint`) into a fresh
+scratch directory, never into the stage's live Spark checkpoint, and reads nothing but the
+store; the directory is deleted when the ``with`` block ends. Inside it, a
+:class:`StateSnapshot` reads that directory at the checkpoint's barrier batch ``V`` (the state
+after batch V, version V+1: exactly what a restore of the checkpoint resumes from):
+
+* :meth:`StateSnapshot.operators`: Spark's ``state-metadata`` data source (operator id and
+  name, state store names, partitions), and per operator the key and value schemas of its
+  ``statestore`` reader; a checkpoint without operator metadata files (written before Spark
+  recorded them) is described from its ``state/<operator>/<partition>`` directories;
+* :meth:`StateSnapshot.raw` / :meth:`StateSnapshot.table`: an operator's state as Spark rows
+  (``key``/``value`` structs and ``partition_id``), or flattened (:func:`flat_fields`:
+  ``partition_id``, ``operator_id``, ``key_<field>``..., ``value_<field>``...), as a lazy Spark
+  DataFrame: nothing is collected to the driver until the caller asks;
+* :meth:`StateSnapshot.fingerprint` and :meth:`StateSnapshot.recorded_shuffle_partitions`: what
+  the state was built with (barrierflow's ``barrierflow-state.json``, the offset log's conf);
+* :meth:`StateSnapshot.partition_bytes`: the bytes of the state files a restore loads, per
+  operator and partition, from the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from barrierflow.checkpointing.materialize import materialize_checkpoint
+from barrierflow.checkpointing.snapshot import STATE_FINGERPRINT
+from barrierflow.errors import CheckpointCorruptError
+from barrierflow.spark import offset_log
+from barrierflow.spark.session import SHUFFLE_PARTITIONS, apply_state_store
+from barrierflow.state.errors import AmbiguousStateError, StatelessStageError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType
+
+    from barrierflow.checkpointing.manifest import Manifest
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.spec.models import SparkSpec
+
+__all__ = ["OperatorSchema", "StateSnapshot", "flat_fields", "has_state", "open_state", "partition_bytes",
+           "read_flat_state"]
+
+
+def flat_fields(column: str, data_type: DataType) -> list[tuple[tuple[str, ...], str]]:
+    """The leaf fields of the struct column ``column`` as ``(path, flat name)`` pairs, in
+    schema order: ``key: struct<window: struct<start, end>, key>`` gives
+    ``(("key", "window", "start"), "key_window_start")``, ..., ``(("key", "key"), "key_key")``.
+    A column that is not a struct is its own single leaf."""
+    from pyspark.sql.types import StructType
+
+    if not isinstance(data_type, StructType):
+        return [((column,), column)]
+    leaves: list[tuple[tuple[str, ...], str]] = []
+    for f in data_type.fields:
+        for path, name in flat_fields(f.name, f.dataType):
+            leaves.append(((column, *path), f"{column}_{name}"))
+    return leaves
+
+
+def flat_columns(frame: DataFrame, struct: str) -> list[Column]:
+    """The leaves of struct column ``struct`` of ``frame`` as columns named by :func:`flat_fields`."""
+    from pyspark.sql import functions as F
+
+    columns = []
+    for path, name in flat_fields(struct, frame.schema[struct].dataType):
+        leaf = F.col(path[0])
+        for part in path[1:]:
+            leaf = leaf.getField(part)
+        columns.append(leaf.alias(name))
+    return columns
+
+
+def flattened(frame: DataFrame, operator_id: int) -> DataFrame:
+    """A ``statestore`` reader's rows as ``partition_id``, ``operator_id``, then the key's and the
+    value's leaves (:func:`flat_fields`): plain, comparable values in every column."""
+    from pyspark.sql import functions as F
+
+    return frame.select(F.col("partition_id"), F.lit(operator_id).alias("operator_id"),
+                        *flat_columns(frame, "key"), *flat_columns(frame, "value"))
+
+
+def _statestore(spark: SparkSession, directory: Path, batch_id: int, operator_id: int,
+                options: dict[str, str] | None = None) -> DataFrame:
+    reader = spark.read.format("statestore").option("batchId", batch_id).option("operatorId", operator_id)
+    for key, value in (options or {}).items():
+        reader = reader.option(key, value)
+    return reader.load(str(directory))
+
+
+def _operator_ids(directory: Path) -> list[int]:
+    state = directory / "state"
+    return sorted(int(p.name) for p in state.iterdir() if p.name.isdigit()) if state.is_dir() else []
+
+
+def read_flat_state(spark: SparkSession, directory: Path, batch_id: int) -> list[tuple[int, DataFrame]]:
+    """Every stateful operator of the Spark checkpoint at ``directory`` as ``(operator id,
+    flattened rows at batch_id)`` (:func:`flattened`), lazily (what deep verification checks)."""
+    # The statestore reader reports to the StateStoreCoordinator, which Spark registers when
+    # the session's StreamingQueryManager is created: in a fresh session nothing has created
+    # it yet and every read fails with CANNOT_LOAD_STATE_STORE ("Cannot find endpoint").
+    _ = spark.streams
+    return [(op, flattened(_statestore(spark, directory, batch_id, op), op)) for op in _operator_ids(directory)]
+
+
+def has_state(manifest: Manifest) -> bool:
+    """Whether checkpoint ``manifest`` holds state files (its stage's query keeps state)."""
+    return any(f.path.startswith("state/") for f in manifest.files)
+
+
+def partition_bytes(manifest: Manifest) -> dict[tuple[int, int], int]:
+    """``(operator id, partition)`` -> bytes of the state files a restore of checkpoint
+    ``manifest`` loads for it (a snapshot or zip and the deltas or changelogs after it; the
+    operator's own metadata and schema files are not a partition's), from the manifest alone."""
+    sizes: dict[tuple[int, int], int] = {}
+    for f in manifest.files:
+        parts = f.path.split("/")
+        if len(parts) >= 4 and parts[0] == "state" and parts[1].isdigit() and parts[2].isdigit():
+            key = (int(parts[1]), int(parts[2]))
+            sizes[key] = sizes.get(key, 0) + f.size
+    return sizes
+
+
+@dataclass(frozen=True)
+class OperatorSchema:
+    """One stateful operator of a checkpoint's state.
+
+    Attributes:
+        operator_id: Spark's id (``state/<operator_id>``).
+        name: Spark's name of the operator (``stateStoreSave``, ``dedupe``, ``symmetricHashJoin``, ...).
+        stores: its state store names (``default`` for one store).
+        partitions: its state partitions (the shuffle partitions it was built with).
+        key_schema / value_schema: the key and value structs (Spark's simple strings).
+        key_columns / value_columns: their flattened columns (:func:`flat_fields`), name -> type.
+    """
+
+    operator_id: int
+    name: str
+    stores: tuple[str, ...]
+    partitions: int
+    key_schema: str
+    value_schema: str
+    key_columns: dict[str, str] = field(default_factory=dict)
+    value_columns: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """``operator 0 (stateStoreSave, 4 partitions)``, how messages name it."""
+        return f"operator {self.operator_id} ({self.name}, {self.partitions} partitions)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"operator_id": self.operator_id, "name": self.name, "stores": list(self.stores),
+                "partitions": self.partitions, "key_schema": self.key_schema, "value_schema": self.value_schema,
+                "key_columns": self.key_columns, "value_columns": self.value_columns}
+
+
+def _leaf_types(frame: DataFrame, struct: str) -> dict[str, str]:
+    types: dict[str, str] = {}
+    for path, name in flat_fields(struct, frame.schema[struct].dataType):
+        data_type = frame.schema[path[0]].dataType
+        for part in path[1:]:
+            data_type = data_type[part].dataType  # type: ignore[index]
+        types[name] = data_type.simpleString()
+    return types
+
+
+@dataclass
+class StateSnapshot:
+    """One stage's state as of one completed checkpoint, materialized in ``directory`` (module
+    docstring). Valid inside its :func:`open_state` block only: the DataFrames it gives read
+    that directory."""
+
+    spark: SparkSession
+    pipeline: str
+    stage: str
+    manifest: Manifest
+    directory: Path
+    _operators: list[OperatorSchema] | None = None
+    _options: dict[int, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def checkpoint_id(self) -> int:
+        return self.manifest.checkpoint_id
+
+    @property
+    def batch_id(self) -> int:
+        """The barrier batch V whose state (version V+1) is read."""
+        return self.manifest.spark_batch_id
+
+    def _corrupt(self, what: str, exc: BaseException) -> CheckpointCorruptError:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return CheckpointCorruptError(
+            f"checkpoint {self.checkpoint_id} of stage {self.stage} (pipeline {self.pipeline}): Spark cannot read "
+            f"its {what} at batch {self.batch_id}: {first[:600]}; check it with 'barrierflow verify --deep' and "
+            "read an older checkpoint (--checkpoint)")
+
+    def _metadata_rows(self) -> list[dict[str, Any]]:
+        """Spark's ``state-metadata`` rows (one per operator and store), or [] when the
+        checkpoint has no operator metadata files."""
+        try:
+            rows = self.spark.read.format("state-metadata").load(str(self.directory)).collect()
+        except Exception:  # no operator metadata (older checkpoints): described from the directories
+            return []
+        return [r.asDict() for r in rows]
+
+    def operators(self) -> list[OperatorSchema]:
+        """Every stateful operator, by id (module docstring). Raises CheckpointCorruptError
+        when Spark cannot read an operator's state schema."""
+        if self._operators is not None:
+            return self._operators
+        rows = self._metadata_rows()
+        found: dict[int, dict[str, Any]] = {}
+        for row in rows:
+            entry = found.setdefault(int(row["operatorId"]), {"name": str(row["operatorName"]), "stores": [],
+                                                              "partitions": int(row["numPartitions"])})
+            entry["stores"].append(str(row["stateStoreName"]))
+        for op in _operator_ids(self.directory):
+            if op not in found:
+                parts = [p for p in (self.directory / "state" / str(op)).iterdir() if p.name.isdigit()]
+                stores = sorted({q.name for p in parts for q in p.iterdir() if q.is_dir() and not q.name.isdigit()
+                                 and q.name not in ("SSTs", "logs", "_metadata")}) or ["default"]
+                found[op] = {"name": "unknown", "stores": stores, "partitions": len(parts)}
+        operators = []
+        for op, entry in sorted(found.items()):
+            frame, options = None, {}
+            for attempt in ({}, {"joinSide": "left"}):
+                try:
+                    frame = _statestore(self.spark, self.directory, self.batch_id, op, attempt)
+                    frame.schema  # noqa: B018 - resolving the schema reads the operator's schema file
+                    options = attempt
+                    break
+                except Exception as exc:
+                    if attempt:
+                        raise self._corrupt(f"state of operator {op}", exc) from None
+            assert frame is not None
+            self._options[op] = options
+            operators.append(OperatorSchema(
+                op, entry["name"], tuple(entry["stores"]), entry["partitions"],
+                frame.schema["key"].dataType.simpleString(), frame.schema["value"].dataType.simpleString(),
+                _leaf_types(frame, "key"), _leaf_types(frame, "value")))
+        self._operators = operators
+        return operators
+
+    def operator(self, operator_id: int | None = None) -> OperatorSchema:
+        """Operator ``operator_id``, or the only one there is.
+
+        Raises:
+            AmbiguousStateError: ``operator_id`` None and there are several; or it is not one of them
+                (the message lists them and names ``--operator``).
+        """
+        operators = self.operators()
+        listing = ", ".join(o.describe() for o in operators)
+        if operator_id is None:
+            if len(operators) == 1:
+                return operators[0]
+            raise AmbiguousStateError(
+                f"stage {self.stage} of pipeline {self.pipeline} has {len(operators)} stateful operators in checkpoint "
+                f"{self.checkpoint_id}: {listing}; choose one with --operator ID")
+        for op in operators:
+            if op.operator_id == operator_id:
+                return op
+        raise AmbiguousStateError(f"stage {self.stage} of pipeline {self.pipeline} has no stateful operator "
+                                  f"{operator_id} in checkpoint {self.checkpoint_id}; its operators: {listing}")
+
+    def raw(self, operator_id: int) -> DataFrame:
+        """The operator's state as Spark's ``statestore`` reader gives it (``key``, ``value``,
+        ``partition_id``), lazily."""
+        self.operators()
+        return _statestore(self.spark, self.directory, self.batch_id, operator_id, self._options.get(operator_id))
+
+    def table(self, operator_id: int) -> DataFrame:
+        """The operator's state flattened (:func:`flattened`), lazily."""
+        return flattened(self.raw(operator_id), operator_id)
+
+    def fingerprint(self) -> list[dict[str, Any]] | None:
+        """The stateful-operator fingerprint recorded with the state (``barrierflow-state.json``),
+        or None when the checkpoint has none (state written before barrierflow recorded it)."""
+        try:
+            document = json.loads((self.directory / STATE_FINGERPRINT).read_text())
+            operators = document["stateful_operators"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return operators if isinstance(operators, list) else None
+
+    def recorded_shuffle_partitions(self) -> str | None:
+        """``spark.sql.shuffle.partitions`` as the offset log of the barrier batch records it
+        (what Spark keeps when the query restarts), or None."""
+        try:
+            conf = offset_log.read_offset_metadata(self.directory, self.batch_id).get("conf", {})
+        except (OSError, ValueError, IndexError):
+            return None
+        value = conf.get(SHUFFLE_PARTITIONS)
+        return None if value is None else str(value)
+
+    def partition_bytes(self) -> dict[tuple[int, int], int]:
+        """:func:`partition_bytes` of this checkpoint."""
+        return partition_bytes(self.manifest)
+
+
+@contextmanager
+def open_state(spark: SparkSession, *, pipeline: str, stage: str, store: CheckpointStore, manifest: Manifest,
+               spark_spec: SparkSpec, scratch: str | None = None, require_state: bool = True,
+               stateful_stages: list[str] | None = None) -> Iterator[StateSnapshot]:
+    """Materialize checkpoint ``manifest`` of ``stage`` into a scratch directory (under
+    ``scratch``, default the system's temporary directory) and yield its :class:`StateSnapshot`;
+    the directory is deleted afterwards. The store is only read.
+
+    Args:
+        spark_spec: the stage's ``spark`` block (its state store provider is set on ``spark``
+            so that the reader loads the provider's files).
+        require_state: raise :class:`StatelessStageError` for a checkpoint without state
+            (``stateful_stages``: the pipeline's stages with state, named in its message).
+
+    Raises:
+        StatelessStageError: the checkpoint holds no state and ``require_state``.
+        CheckpointCorruptError: a file is missing from the store or altered (named).
+        StorageError: the store cannot be read.
+    """
+    if require_state and not has_state(manifest):
+        raise StatelessStageError(pipeline=pipeline, stage=stage, checkpoint_id=manifest.checkpoint_id,
+                                  stateful=list(stateful_stages or []))
+    tmp = Path(tempfile.mkdtemp(prefix=f"state-{stage}-{manifest.checkpoint_id}-", dir=scratch))
+    try:
+        done = materialize_checkpoint(store, manifest, tmp / "spark-checkpoint")
+        apply_state_store(spark, spark_spec)
+        _ = spark.streams  # registers the StateStoreCoordinator the statestore reader reports to
+        yield StateSnapshot(spark, pipeline, stage, manifest, done.directory)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
