@@ -11,7 +11,9 @@ Apache Kafka broker.
    point, each restarted by restoring the latest checkpoint (or the plain restart path); a
    windowed aggregation (state in every checkpoint) ends with exactly the failure-free rows:
    0 missing, 0 extra, 0 duplicated.
-3. ``barrierflow chaos`` accepts such a pipeline and passes it under timed SIGKILLs.
+3. The connector as the external source of the first stage of two (channel between them on the
+   same broker): every record reaches the second stage's Parquet output once.
+4. ``barrierflow chaos`` accepts such a pipeline and passes it under timed SIGKILLs.
 """
 
 from __future__ import annotations
@@ -184,6 +186,44 @@ def test_sigkilled_drivers_restart_to_exactly_the_failure_free_rows(
     figures.update({"crashes": len(ways), "recoveries": ways, "rows": len(reference), "missing": missing,
                     "extra or duplicated": duplicated})
     assert committed() == reference and len(reference) == 30 * KEYS
+
+
+def test_the_connector_feeds_the_first_stage_of_two(
+        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path, figures: dict[str, object]) -> None:
+    from barrierflow.runtime.pipeline import StagedPipelineJob
+    from barrierflow.spec import parse_staged_spec
+
+    topic = f"sk-staged-{uuid.uuid4().hex[:10]}"
+    create_topic(kafka_endpoint, topic, 2)
+    _produce(kafka_endpoint, topic, {0: _records(0, 300), 1: _records(1, 200)})
+    source = yaml.safe_load(_spec(tmp_path, kafka_endpoint, topic, windows=False, per_batch=100).read_text())
+    columns = {"src_partition": "long", "src_offset": "long", "value": "long"}
+    spec = parse_staged_spec({
+        "name": "skstaged", "work_dir": str(tmp_path / "work"),
+        "channels": [{"name": "ab", "topic": f"ab-{uuid.uuid4().hex[:8]}", "partitions": 2,
+                      "bootstrap": kafka_endpoint.bootstrap_servers}],
+        "stages": [
+            {"name": "a", "sources": source["sources"],
+             "transformation": {"function": "barrierflow.transforms.projection:project",
+                                "options": {"columns": {"src_partition": "partition", "src_offset": "offset",
+                                                        "value": "value"}}},
+             "sinks": [{"type": "channel", "channel": "ab"}]},
+            {"name": "b", "sources": [{"type": "channel", "channel": "ab", "json_fields": columns}],
+             "transformation": {"function": "barrierflow.transforms.projection:project",
+                                "options": {"columns": {name: name for name in columns}}},
+             "sinks": [{"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}]},
+        ],
+        "trigger": {"interval": "100ms"},
+        "checkpoint": {"storage": f"file://{tmp_path / 'chk'}", "interval": "500ms", "timeout": "120s"},
+        "spark": {"master": "local[2]", "shuffle_partitions": 2},
+    })
+    result = StagedPipelineJob(spec, spark=spark).run(until_exhausted=True, duration=240)
+    rows = _committed(tmp_path)
+    assert sorted((r["src_partition"], r["src_offset"], r["value"]) for r in rows) == sorted(
+        [(0, i, i) for i in range(300)] + [(1, i, 100_000 + i) for i in range(200)])
+    cut = result.stage_manifests["a"][-1].barrier_offsets["events"]
+    assert cut == {f"{topic}:0": 300, f"{topic}:1": 200}
+    figures.update({"global checkpoints": len(result.completed), "rows": len(rows)})
 
 
 def test_chaos_passes_a_pipeline_read_by_the_connector(

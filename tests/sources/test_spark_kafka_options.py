@@ -83,11 +83,11 @@ def _staged(tmp_path: Path, first_sources: list[dict[str, Any]]) -> Path:
         "stages": [
             {"name": "a", "sources": first_sources,
              "transformation": {"function": "barrierflow.transforms.projection:project",
-                                "options": {"columns": {"offset": "offset"}}},
+                                "options": {"columns": {"src_offset": "offset"}}},
              "sinks": [{"type": "channel", "channel": "c"}]},
-            {"name": "b", "sources": [{"type": "channel", "channel": "c", "json_fields": {"offset": "long"}}],
+            {"name": "b", "sources": [{"type": "channel", "channel": "c", "json_fields": {"src_offset": "long"}}],
              "transformation": {"function": "barrierflow.transforms.projection:project",
-                                "options": {"columns": {"offset": "offset"}}},
+                                "options": {"columns": {"src_offset": "src_offset"}}},
              "sinks": [{"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}]},
         ],
         "checkpoint": {"storage": f"file://{tmp_path / 'chk'}"},
@@ -102,7 +102,7 @@ def test_a_stage_of_several_reads_an_external_source_with_the_connector(tmp_path
     assert [s.source_type for s in pipeline.stages] == ["spark_kafka", "channel"]
     with pytest.raises(SpecError, match="reads channels and a Kafka source with reader: spark"):
         load_any_spec(_staged(tmp_path, [_kafka(), {"type": "channel", "channel": "c",
-                                                    "json_fields": {"offset": "long"}}]))
+                                                    "json_fields": {"src_offset": "long"}}]))
 
 
 def test_the_connectors_offset_line_and_the_barrier_line_merge_into_one_offset() -> None:
