@@ -166,3 +166,33 @@ def test_the_client_block_maps_to_the_java_clients_settings(tmp_path: Path, monk
         "kafka.client.rack": "eu-1a", "kafka.ssl.endpoint.identification.algorithm": "",
         "kafka.reconnect.backoff.max.ms": "500"}
     assert options["includeHeaders"] == "false" and options["maxOffsetsPerTrigger"] == str(2 * 100_000)
+
+
+def test_spark_submit_is_given_the_connector_jars_in_every_shape(tmp_path: Path) -> None:
+    """A driver that spark-submit starts (the Airflow launch) has its class path fixed before the
+    job's session could add the connector: the launch passes the installed jars as ``--jars``,
+    for the source of one stage and for a stage's source in a pipeline of several; none for a
+    pipeline that does not read through the connector."""
+    from barrierflow.airflow.launch import PipelineSubmitOperator
+    from barrierflow.jvm.classpath import set_jars
+    from barrierflow.ops.run import submit_jars
+
+    connector = [str(jar) for jar in set_jars("spark-kafka")]
+    assert len(connector) == 4 and all(Path(jar).is_file() for jar in connector)
+    one = write_spec(tmp_path, _spec(tmp_path), "one.yaml")
+    assert submit_jars(one) == connector
+    assert submit_jars(write_spec(tmp_path, spec_dict(tmp_path), "generator.yaml")) == []
+    identity = {"function": "barrierflow.transforms.projection:project", "options": {"columns": {"value": "value"}}}
+    staged = {"version": 1, "name": "two", "work_dir": str(tmp_path / "work"),
+              "channels": [{"name": "ab", "partitions": 1, "bootstrap": "embedded"}],
+              "stages": [{"name": "a", "sources": [_kafka()], "transformation": identity,
+                          "sinks": [{"type": "channel", "channel": "ab"}]},
+                         {"name": "b", "sources": [{"type": "channel", "channel": "ab",
+                                                    "json_fields": {"value": "string"}}],
+                          "transformation": identity, "sinks": [{"name": "out", "type": "discard"}]}],
+              "checkpoint": {"storage": f"file://{tmp_path / 'chk'}"}}
+    assert submit_jars(write_spec(tmp_path, staged, "two.yaml")) == connector
+
+    launch = PipelineSubmitOperator(task_id="launch", application="job.py", spec_path=str(one), spec_master="local[1]",
+                                    recovery_dag_id="barrierflow_recover__t", jars="/opt/extra.jar")
+    assert launch._source_jars() == ",".join(["/opt/extra.jar", *connector])
