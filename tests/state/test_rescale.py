@@ -28,7 +28,7 @@ from barrierflow.spec import load_spec
 pytestmark = pytest.mark.spark
 
 SHUFFLE = "spark.sql.shuffle.partitions"
-PARTITIONS, RECORDS, KEYS = 2, 600, 300
+PARTITIONS, RECORDS, KEYS = 2, 900, 300
 
 
 def totals_spec(tmp: Path, shuffle: int, state_store: str = "rocksdb") -> dict[str, Any]:
@@ -81,6 +81,8 @@ def _upgrade(spark: Any, old: Path, new: Path, store: CheckpointStore, partition
     """Savepoint the newest checkpoint, upgrade ``old`` -> ``new`` and check the new savepoint;
     returns its id."""
     source = savepoint(old).checkpoint_id
+    offsets = store.get(source).barrier_offsets["events"]
+    assert all(o < RECORDS for o in offsets.values()), f"no input left for the upgraded run: {offsets}"
     untouched = store.get(source).model_dump_json()
     before = spark.conf.get(SHUFFLE)
     try:
@@ -95,6 +97,8 @@ def _upgrade(spark: Any, old: Path, new: Path, store: CheckpointStore, partition
     assert made.kind is CheckpointKind.SAVEPOINT and made.spark_batch_id == store.get(source).spark_batch_id + 1
     assert made.barrier_offsets == store.get(source).barrier_offsets
     assert _state_partitions(store, result.savepoint) == set(range(partitions[1]))
+    print(f"rescale {partitions}: offsets {offsets}, timings {result.timings}, "
+          f"state bytes {sum(f.size for f in made.files if f.path.startswith('state/'))}")
     return result.savepoint
 
 

@@ -801,7 +801,8 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
             return EXIT_OK
         for stage, (was, now) in outcome.rescaled.items():
             print(f"stage {stage}: state rescaled {was} -> {now} partitions")
-        made = (f"new savepoint {outcome.savepoint} ({outcome.location})" if outcome.savepoint != outcome.source_savepoint
+        rewritten = outcome.savepoint != outcome.source_savepoint
+        made = (f"new savepoint {outcome.savepoint} ({outcome.location})" if rewritten
                 else f"savepoint {outcome.savepoint} (nothing needed a rewrite)")
         print(f"pipeline {outcome.report.pipeline}: upgraded from savepoint {outcome.source_savepoint} (unchanged) to "
               f"{made}, restored for {args.new_spec} as attempt {outcome.attempt} in "

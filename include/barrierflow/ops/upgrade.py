@@ -22,6 +22,11 @@ stopped, under its lease:
   checkpoint id; the source savepoint is never modified: Flink's NO_CLAIM), which is then
   restored for the new spec as a new attempt. ``barrierflow run NEW_SPEC`` continues from it.
 
+An upgrade killed at any step leaves the old savepoint as it was and is run again by the same
+command: before the new savepoint's manifest is written (the last step of recording it) nothing
+in the store refers to the files already uploaded; after it, the rewritten savepoint is the newest
+one, the report over it is *compatible*, and the command restores it.
+
 Everything else is refused, naming what is not yet supported (:class:`UpgradeNotSupportedError`):
 an incompatible change, a value column added or dropped, a changed watermark, stages or operators
 added or removed, pipelines of several stages, and a rescale of state kept by the HDFS-backed
@@ -254,8 +259,9 @@ def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike
     started = time.perf_counter()
     old, new = open_pipeline(spec_path), open_pipeline(new_spec_path)
     if not (old.single_stage and new.single_stage):
+        several = spec_path if not old.single_stage else new_spec_path
         raise UpgradeNotSupportedError(
-            f"upgrade rewrites the state of single-stage pipelines only so far; {spec_path if not old.single_stage else new_spec_path} "
+            f"upgrade rewrites the state of single-stage pipelines only so far; {several} "
             "has several stages (rewriting one stage while the others keep their state is not yet supported). "
             f"'barrierflow upgrade {spec_path} --to {new_spec_path} --dry-run' reports what the change needs. "
             "Nothing was changed.")
@@ -278,6 +284,11 @@ def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike
     wanted = int(shuffle_partitions(target.spec.spark))
     held = {o.partitions for s in report.stages for o in s.operators}
     rescale = any(f.subject.endswith(RESCALE) for s in report.stages for f in s.findings)
+    if rescale and not has_state(source):
+        raise UpgradeNotSupportedError(
+            f"stage {stage.name} of pipeline {old.name} keeps no state, but its offset log records its old "
+            f"spark.shuffle_partitions, which Spark would keep; recording the new value over a stateless checkpoint "
+            f"is not yet supported. Keep spark.shuffle_partitions as it is in {new_spec_path}. Nothing was changed.")
     timings: dict[str, float] = {}
     rescaled: dict[str, tuple[int, int]] = {}
     with JobLease(Path(target.layout.work_dir), new.name, "restore", store=target.store.objects) as lease:
