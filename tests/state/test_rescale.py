@@ -77,40 +77,58 @@ def _state_partitions(store: CheckpointStore, checkpoint_id: int) -> set[int]:
             if f.path.startswith("state/0/") and f.path.split("/")[2].isdigit()}
 
 
-def _upgrade(spark: Any, old: Path, new: Path, store: CheckpointStore, partitions: tuple[int, int]) -> int:
-    """Savepoint the newest checkpoint, upgrade ``old`` -> ``new`` and check the new savepoint;
-    returns its id."""
+def _upgrade(spark: Any, old: Path, new: Path, store: CheckpointStore, partitions: tuple[int, int], *,
+             cli: Any = None) -> int:
+    """Savepoint the newest checkpoint, upgrade ``old`` -> ``new`` (through the command line with
+    ``cli``: capsys) and check the new savepoint; returns its id."""
     source = savepoint(old).checkpoint_id
     offsets = store.get(source).barrier_offsets["events"]
     assert all(o < RECORDS for o in offsets.values()), f"no input left for the upgraded run: {offsets}"
     untouched = store.get(source).model_dump_json()
     before = spark.conf.get(SHUFFLE)
     try:
-        result = upgrade(old, new, dry_run=False, spark=spark)
+        if cli is None:
+            result = upgrade(old, new, dry_run=False, spark=spark)
+            assert isinstance(result, UpgradeResult)
+            made_id, rescaled = result.savepoint, result.rescaled
+            assert result.source_savepoint == source
+        else:
+            cli.readouterr()
+            assert main(["upgrade", str(old), "--to", str(new), "--json"]) == 0
+            document = json.loads(cli.readouterr().out)
+            assert document["source_savepoint"] == source
+            made_id = document["savepoint"]
+            rescaled = {s: (r["from"], r["to"]) for s, r in document["rescaled"].items()}
     finally:
         spark.conf.set(SHUFFLE, before)
-    assert isinstance(result, UpgradeResult)
-    assert result.source_savepoint == source and result.savepoint > source
-    assert result.rescaled == {"rescaled": partitions}
+    assert made_id > source and rescaled == {"rescaled": partitions}
     assert store.get(source).model_dump_json() == untouched  # NO_CLAIM: the source savepoint is never changed
-    made = store.get(result.savepoint)
+    made = store.get(made_id)
     assert made.kind is CheckpointKind.SAVEPOINT and made.spark_batch_id == store.get(source).spark_batch_id + 1
     assert made.barrier_offsets == store.get(source).barrier_offsets
-    assert _state_partitions(store, result.savepoint) == set(range(partitions[1]))
-    print(f"rescale {partitions}: offsets {offsets}, timings {result.timings}, "
-          f"state bytes {sum(f.size for f in made.files if f.path.startswith('state/'))}")
-    return result.savepoint
+    assert _state_partitions(store, made_id) == set(range(partitions[1]))
+    return made_id
 
 
-def test_rescale_4_to_8_to_4_keeps_every_key_exactly_once(spark: Any, tmp_path: Path) -> None:
+def test_rescale_4_to_8_to_4_keeps_every_key_exactly_once(spark: Any, tmp_path: Path, capsys: Any) -> None:
     four = write(tmp_path / "four.yaml", totals_spec(tmp_path, 4))
     eight = write(tmp_path / "eight.yaml", totals_spec(tmp_path, 8))
     store = CheckpointStore.for_spec(load_spec(four))
 
     _run(spark, four, checkpoints=2)
-    _upgrade(spark, four, eight, store, (4, 8))
+    wider = _upgrade(spark, four, eight, store, (4, 8))
+    # the rewritten savepoint reads as 8 partitions, fits the new spec and passes deep verification
+    before = spark.conf.get(SHUFFLE)
+    try:
+        report = upgrade(eight, eight, dry_run=True, checkpoint_id=wider, spark=spark)
+        assert report.verdict.value == "compatible", report.as_dict()
+        assert [o.partitions for s in report.stages for o in s.operators] == [8]
+        capsys.readouterr()
+        assert main(["verify", str(eight), "--checkpoint", str(wider), "--deep"]) == 0, capsys.readouterr()
+    finally:
+        spark.conf.set(SHUFFLE, before)
     _run(spark, eight, checkpoints=2)
-    back = _upgrade(spark, eight, four, store, (8, 4))
+    back = _upgrade(spark, eight, four, store, (8, 4), cli=capsys)
     _run(spark, four, until_exhausted=True, duration=150)
 
     rows = [r.asDict() for r in spark.read.parquet(str(tmp_path / "out")).collect()]
