@@ -45,11 +45,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    """The one SparkSession of this test process (local[2], 4 shuffle partitions)."""
+    """The one SparkSession of this test process (local[2], 4 shuffle partitions), with Spark's
+    Kafka connector on its class path (``reader: spark`` sources; installed by ``make install``)."""
     from barrierflow.runtime.session import build_session
     from barrierflow.spec.models import SparkSpec
 
-    session = build_session(SparkSpec(master="local[2]", shuffle_partitions=4), app_name="barrierflow-tests")
+    session = build_session(SparkSpec(master="local[2]", shuffle_partitions=4), app_name="barrierflow-tests",
+                            jvm_sets=["spark-kafka"])
     yield session
     session.stop()
 

@@ -11,12 +11,12 @@ REST API.
    new attempt.
 4. The restarted job runs to the end of the source. The committed Parquet output equals the
    failure-free output: nothing lost, nothing twice.
-5. The same for a multi-stage pipeline (generator -> stage a -> channel on the test Kafka broker
-   -> stage b -> Parquet through 2PC; one spark-submit runs the coordinator and both stages):
-   launched through the REST API, its driver SIGKILLed after two global checkpoints, the
-   recovery DAG triggered with restart=true restores every stage from one global checkpoint
-   as a new attempt and restarts the launch DAG, which runs to the end: every source record is
-   in the output exactly once.
+5. The same, beside it, for a multi-stage pipeline (generator -> stage a -> channel on the test
+   Kafka broker -> stage b -> Parquet through 2PC; one spark-submit runs the coordinator and both
+   stages): launched through the REST API together with the first, its driver SIGKILLed after two
+   global checkpoints, the recovery DAG triggered with restart=true (while the first pipeline's
+   recovery runs) restores every stage from one global checkpoint as a new attempt and restarts
+   the launch DAG, which runs to the end: every source record is in the output exactly once.
 """
 
 from __future__ import annotations
@@ -128,8 +128,16 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
         phase("airflow up, DAGs parsed")
         assert server.api("GET", "/connections/spark_default").status_code == 404  # a fresh install
 
-        # 1. Launch through the REST API; wait for two completed checkpoints.
+        # 1. Both pipelines launched through the REST API at once (they run side by side, as two
+        # pipelines of one Airflow do); the multi-stage one is killed after two global checkpoints.
         first = server.trigger(LAUNCH)
+        staged_first = server.trigger(STAGED_LAUNCH)
+        server.wait_for(lambda: len(list_checkpoints(staged_path).cuts) >= 2, 300,
+                        "two completed global checkpoints of the multi-stage pipeline")
+        os.kill(int(yaml.safe_load(staged_lease.read_text(encoding="utf-8"))["pid"]), signal.SIGKILL)
+        staged_before = {m.checkpoint_id for m in list_checkpoints(staged_path).cuts}
+        assert len(staged_output(staged_out)) < PARTITIONS * STAGED_RECORDS, "the pipeline ended before the kill"
+        phase("multi-stage: launched, 2 global checkpoints, driver killed")
         server.wait_for(lambda: len(store.completed()) >= 2, 300, "two completed checkpoints of the first attempt")
         assert server.run_state(LAUNCH, first) == "running"
         phase("launched, 2 checkpoints")
@@ -153,47 +161,36 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
         killed = server.task_instance(LAUNCH, first, "launch")
         assert killed["state"] == "failed" and killed["try_number"] == 1  # not up_for_retry: never retried
         before = {m.checkpoint_id for m in store.completed()}
+        assert server.wait_for_run(STAGED_LAUNCH, staged_first, 120) == "failed"
         phase("driver killed, launch failed")
 
-        # 3. Recover through the REST API.
+        # 3. Recover both through the REST API, side by side.
         recovery = server.trigger(RECOVER, {"checkpoint": "latest-valid", "restart": True, "wait_seconds": 400})
+        staged_recovery = server.trigger(STAGED_RECOVER, {"checkpoint": "latest-valid", "restart": True,
+                                                          "wait_seconds": 400})
         assert server.wait_for_run(RECOVER, recovery, 600) == "success", server.logs()
-        phase("recovery succeeded")
+        assert server.wait_for_run(STAGED_RECOVER, staged_recovery, 600) == "success", server.logs()
+        phase("recoveries succeeded")
         report = server.xcom(RECOVER, recovery, "report")
         assert report["attempt"] == 1 and report["restarted"] is True
         assert report["checkpoint_id"] in before and report["first_checkpoint_id"] not in before
-
-        # The killed launch task stayed failed: the only restart is the recovery's own launch run.
-        assert server.task_instance(LAUNCH, first, "launch")["try_number"] == 1
-        restarts = [r for r in server.runs(LAUNCH) if r["dag_run_id"] != first]
-        assert len(restarts) == 1 and restarts[0]["conf"]["recovery_run_id"] == recovery
-
-        # 4. The restarted job runs to the end of the bounded source.
-        assert server.wait_for_run(LAUNCH, restarts[0]["dag_run_id"], 600) == "success", server.logs()
-        phase("restarted job ran to the end")
-
-        # 5. A multi-stage pipeline: launch, kill after two global checkpoints, recover with a restart.
-        staged_first = server.trigger(STAGED_LAUNCH)
-        server.wait_for(lambda: len(list_checkpoints(staged_path).cuts) >= 2, 300,
-                        "two completed global checkpoints of the multi-stage pipeline")
-        os.kill(int(yaml.safe_load(staged_lease.read_text(encoding="utf-8"))["pid"]), signal.SIGKILL)
-        assert server.wait_for_run(STAGED_LAUNCH, staged_first, 120) == "failed"
-        staged_before = {m.checkpoint_id for m in list_checkpoints(staged_path).cuts}
-        assert len(staged_output(staged_out)) < PARTITIONS * STAGED_RECORDS, "the pipeline ended before the kill"
-        phase("multi-stage: launched, 2 global checkpoints, driver killed")
-        staged_recovery = server.trigger(STAGED_RECOVER, {"checkpoint": "latest-valid", "restart": True,
-                                                          "wait_seconds": 400})
-        assert server.wait_for_run(STAGED_RECOVER, staged_recovery, 600) == "success", server.logs()
         staged_report = server.xcom(STAGED_RECOVER, staged_recovery, "report")
         assert staged_report["attempt"] == 1 and staged_report["restarted"] is True, staged_report
         assert staged_report["checkpoint_id"] in staged_before
         assert staged_report["first_checkpoint_id"] not in staged_before
+
+        # The killed launch tasks stayed failed: the only restart is each recovery's own launch run.
+        assert server.task_instance(LAUNCH, first, "launch")["try_number"] == 1
+        restarts = [r for r in server.runs(LAUNCH) if r["dag_run_id"] != first]
+        assert len(restarts) == 1 and restarts[0]["conf"]["recovery_run_id"] == recovery
         staged_restarts = [r for r in server.runs(STAGED_LAUNCH) if r["dag_run_id"] != staged_first]
         assert len(staged_restarts) == 1 and staged_restarts[0]["conf"]["recovery_run_id"] == staged_recovery
-        phase("multi-stage: recovery succeeded")
+
+        # 4. The restarted pipelines run to the end of their bounded sources.
+        assert server.wait_for_run(LAUNCH, restarts[0]["dag_run_id"], 600) == "success", server.logs()
         assert server.wait_for_run(STAGED_LAUNCH, staged_restarts[0]["dag_run_id"], 600) == "success", \
             server.logs()
-        phase("multi-stage: restarted pipeline ran to the end")
+        phase("restarted pipelines ran to the end")
     print("REST recovery timeline (s): " + ", ".join(f"{name} {t:.1f}" for name, t in phases))
 
     new_attempt = [m for m in store.completed() if m.attempt == 1]

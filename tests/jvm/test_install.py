@@ -97,12 +97,31 @@ def test_a_malformed_lock_line_is_named(tmp_path: Path) -> None:
 def test_the_shipped_lock_pins_every_jar_exactly_and_the_installed_broker_set_verifies() -> None:
     """What ``make install`` left in the cache matches the lock (verified, not downloaded)."""
     artifacts = read_lock(DEFAULT_LOCK)
-    assert {a.set_name for a in artifacts} == {"kafka-broker"}
+    assert {a.set_name for a in artifacts} == {"kafka-broker", "spark-kafka"}
     assert all(len(a.sha256) == 64 and "SNAPSHOT" not in a.version and "[" not in a.version for a in artifacts)
     jars = set_jars("kafka-broker", verify=True)
     assert any(j.name.startswith("kafka_2.13-") for j in jars)
 
 
 def test_an_unknown_set_names_the_sets_there_are() -> None:
-    with pytest.raises(JvmArtifactError, match=r"no JVM artifact set 'flink' .* sets: kafka-broker"):
+    with pytest.raises(JvmArtifactError, match=r"no JVM artifact set 'flink' .* sets: kafka-broker, spark-kafka"):
         set_jars("flink")
+
+
+def test_the_spark_kafka_set_adds_only_what_pysparks_jars_lack() -> None:
+    """Spark's Kafka connector for the installed PySpark: the connector and its token provider at
+    PySpark's version, kafka-clients at the version Spark's pom declares, commons-pool2; nothing
+    PySpark ships (Scala, Hadoop, compression codecs) a second time."""
+    import pyspark
+    from barrierflow.jvm.resolve import ON_PYSPARK, pyspark_jar_names, shipped_by
+
+    pinned = {a.artifact: a.version for a in read_lock(DEFAULT_LOCK) if a.set_name == "spark-kafka"}
+    assert pinned == {"spark-sql-kafka-0-10_2.13": pyspark.__version__,
+                      "spark-token-provider-kafka-0-10_2.13": pyspark.__version__,
+                      "kafka-clients": "3.9.2", "commons-pool2": "2.13.1"}
+    assert "spark-kafka" in ON_PYSPARK
+    shipped = pyspark_jar_names()
+    assert not [name for name in pinned if shipped_by(shipped, name)]
+    assert shipped_by(shipped, "scala-library") and shipped_by(shipped, "lz4-java")
+    assert not shipped_by(["lz4-java-1.11.0.jar"], "lz4") and not shipped_by(["kafka-clients-x.jar"], "kafka-clients")
+    assert {j.name for j in set_jars("spark-kafka", verify=True)} == {f"{a}-{v}.jar" for a, v in pinned.items()}

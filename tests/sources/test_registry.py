@@ -10,9 +10,12 @@ from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
 def test_each_source_type_has_a_kind() -> None:
     generator = GeneratorSourceSpec(type="generator", name="events", partitions=2, records_per_partition=10)
     kafka = KafkaSourceSpec(type="kafka", name="orders", bootstrap_servers="127.0.0.1:9", topics=["t"])
-    assert registered_types() == ["channel", "generator", "kafka"]
+    assert registered_types() == ["channel", "generator", "kafka", "spark_kafka"]
     assert source_kind(generator).format == "barrierflow_generator"
-    assert source_kind(kafka).format == "barrierflow_kafka"
+    assert source_kind(kafka).format == "barrierflow_kafka" and source_kind(kafka).jvm_set is None
+    connector = kafka.model_copy(update={"reader": "spark"})
+    assert source_kind(connector).type == "spark_kafka" and source_kind(connector).jvm_set == "spark-kafka"
+    assert source_kind(connector).read is not None and source_kind(kafka).read is None
     assert kind_named("channel").format == "barrierflow_channel"
     assert source_kind(generator).bounded_end(generator) == {"0": 10, "1": 10}
     assert kind_named("channel").bounded_end(kafka) is None  # channels never end; their sources do

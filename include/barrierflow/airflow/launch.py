@@ -145,6 +145,7 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
         if bool(context["params"].get("until_exhausted")):
             args.append("--until-exhausted")
         self.application_args = args
+        self.jars = self._source_jars()
         self._hook = None  # built anew with these arguments
         hook = self._get_hook()
         if hook._connection["deploy_mode"] == "cluster":
@@ -153,6 +154,27 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
             super().execute(context)
             return
         self._start_and_defer(hook, context)
+
+    def _source_jars(self) -> str | None:
+        """``--jars``: the installed JVM artifacts the spec's sources need (Spark's Kafka connector
+        for ``reader: spark``), with whatever jars the task was given; a driver that spark-submit
+        starts has its class path fixed before the job's session asks for them.
+
+        Raises:
+            AirflowFailException: the spec does not load, or a needed jar is not installed (naming
+                ``make install``).
+        """
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from barrierflow.errors import BarrierflowError
+        from barrierflow.ops.run import submit_jars
+
+        try:
+            needed = submit_jars(self.spec_path)
+        except BarrierflowError as exc:
+            raise AirflowFailException(f"not launching {self.spec_path}: {exc}") from exc
+        given = [jar for jar in (self.jars or "").split(",") if jar]
+        return ",".join(dict.fromkeys([*given, *needed])) or None
 
     def _start_and_defer(self, hook: SparkSubmitHook, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowFailException

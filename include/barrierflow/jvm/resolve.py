@@ -5,6 +5,11 @@ Each set lists its root artifacts (:data:`ROOTS`); Maven resolves their runtime 
 sha1 is checked against the one Maven Central publishes, and the sha256 of each becomes the
 pin. Changing a version means editing :data:`ROOTS`, running ``python -m barrierflow.jvm lock``
 and reviewing the diff of the lock.
+
+A set named in :data:`ON_PYSPARK` goes onto the class path of PySpark's own JVM, which already
+carries Spark, Scala, Hadoop and their dependencies: its lock holds only the jars of the closure
+that PySpark's ``jars/`` folder lacks (an artifact id PySpark ships, at whatever version, is
+left out, so the JVM never sees two versions of one library).
 """
 
 from __future__ import annotations
@@ -29,7 +34,15 @@ ROOTS: dict[str, list[str]] = {
         "org.apache.kafka:kafka_2.13:4.3.1",
         "org.apache.logging.log4j:log4j-slf4j-impl:2.25.4",
     ],
+    # Spark's own Kafka connector (``reader: spark`` of a Kafka source), for the PySpark it is
+    # built for: the closure adds spark-token-provider-kafka-0-10, kafka-clients at the version
+    # Spark 4.2.0's pom declares (kafka.version 3.9.2) and commons-pool2 to PySpark's jars.
+    "spark-kafka": [
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0",
+    ],
 }
+#: Sets that extend PySpark's JVM: their closure leaves out what PySpark's ``jars/`` ships.
+ON_PYSPARK: frozenset[str] = frozenset({"spark-kafka"})
 
 _LINE = re.compile(r"^\s*([\w.\-]+):([\w.\-]+):jar:(?:([\w.\-]+):)?([\w.\-]+):(compile|runtime)\b")
 
@@ -43,6 +56,18 @@ def _pom(roots: list[str]) -> str:
     return ("<project xmlns=\"http://maven.apache.org/POM/4.0.0\"><modelVersion>4.0.0</modelVersion>"
             "<groupId>barrierflow.lock</groupId><artifactId>resolve</artifactId><version>0</version>"
             f"<dependencies>{''.join(deps)}</dependencies></project>\n")
+
+
+def pyspark_jar_names() -> list[str]:
+    """The file names in PySpark's ``jars/`` folder (of the installed pyspark)."""
+    import pyspark
+
+    return sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+
+
+def shipped_by(jar_names: list[str], artifact: str) -> bool:
+    """Whether a jar of Maven artifact id ``artifact`` (any version) is among ``jar_names``."""
+    return any(re.fullmatch(re.escape(artifact) + r"-\d[\w.\-]*\.jar", name) for name in jar_names)
 
 
 def _published_sha1(artifact: LockedArtifact) -> str:
@@ -66,11 +91,14 @@ def resolve_set(set_name: str, roots: list[str]) -> list[LockedArtifact]:
             raise JvmArtifactError(f"mvn dependency:list failed for set {set_name}: {done.stdout[-2000:]}")
         lines = listing.read_text(encoding="utf-8").splitlines()
     pinned: list[LockedArtifact] = []
+    on_pyspark = pyspark_jar_names() if set_name in ON_PYSPARK else []
     for line in lines:
         match = _LINE.match(line)
         if not match:
             continue
         group, name, classifier, version = match.group(1), match.group(2), match.group(3) or "", match.group(4)
+        if on_pyspark and shipped_by(on_pyspark, name):
+            continue
         probe = LockedArtifact(set_name, group, name, version, classifier, "0" * 64)
         jar = local_repo / probe.repository_path
         sha1 = hashlib.sha1(jar.read_bytes()).hexdigest()

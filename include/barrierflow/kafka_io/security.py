@@ -310,6 +310,64 @@ def kafka_python_config(client: KafkaClientSpec | None, kind: KafkaPythonKind = 
     return {k: v for k, v in config.items() if k in accepted}
 
 
+#: Allowed client options the Java client has no setting for (librdkafka only): left out for it.
+_NOT_JAVA = frozenset({"socket.keepalive.enable", "broker.address.family"})
+#: The JAAS login module of each SASL mechanism (Kafka's Java client).
+_JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+def _jaas_quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _pem_text(path: str, field: str) -> str:
+    with open(_tls_file(path, field), encoding="ascii") as handle:
+        return handle.read()
+
+
+def java_client_config(client: KafkaClientSpec | None) -> dict[str, str]:
+    """The settings of Kafka's Java client (Spark's Kafka connector, without its ``kafka.``
+    prefix) for ``client``, secrets resolved; empty for None. SASL becomes ``sasl.jaas.config``
+    (PLAIN or SCRAM login module); TLS files stay PEM: the CA file as a PEM trust store, the
+    client certificate and key as an inline PEM key store (the Java client reads no separate
+    certificate and key files). ``ssl.endpoint.identification.algorithm: none`` is the Java
+    client's empty value. Options the Java client does not have are left out.
+
+    Raises:
+        KafkaSecurityError: a secret reference does not resolve, or a TLS file is missing.
+    """
+    if client is None:
+        return {}
+    config: dict[str, str] = {"security.protocol": client.security_protocol}
+    if client.sasl_mechanism is not None:
+        assert client.password is not None  # the spec requires it with SASL
+        user = username(client) or ""
+        password = resolve_secret(client.password, field="password")
+        config["sasl.mechanism"] = client.sasl_mechanism
+        config["sasl.jaas.config"] = (f"{_JAAS_MODULES[client.sasl_mechanism]} required "
+                                      f"username={_jaas_quoted(user)} password={_jaas_quoted(password)};")
+    if client.security_protocol in TLS_PROTOCOLS:
+        if client.ssl_cafile is not None:
+            config["ssl.truststore.type"] = "PEM"
+            config["ssl.truststore.location"] = _tls_file(client.ssl_cafile, "ssl_cafile")
+        if client.ssl_certfile is not None and client.ssl_keyfile is not None:
+            config["ssl.keystore.type"] = "PEM"
+            config["ssl.keystore.certificate.chain"] = _pem_text(client.ssl_certfile, "ssl_certfile")
+            config["ssl.keystore.key"] = _pem_text(client.ssl_keyfile, "ssl_keyfile")
+        if client.ssl_key_password is not None:
+            config["ssl.key.password"] = resolve_secret(client.ssl_key_password, field="ssl_key_password")
+    for name, value in client.options.items():
+        if name in _NOT_JAVA:
+            continue
+        if name == "ssl.endpoint.identification.algorithm":
+            config[name] = "" if value == "none" else str(value)
+        else:
+            config[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    return config
+
+
 # --------------------------------------------------------------------------- failures
 
 

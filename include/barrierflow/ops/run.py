@@ -31,7 +31,7 @@ from barrierflow.sources.dead_letter import count_dead_letters
 log = logging.getLogger(__name__)
 
 __all__ = ["AnyProgress", "DeadLetters", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome",
-           "RunResult", "StageProgress", "dead_letters", "run", "run_stage"]
+           "RunResult", "StageProgress", "dead_letters", "run", "run_stage", "submit_jars"]
 
 #: What the live progress display is given every ``progress_every`` seconds: one stage's
 #: :class:`Progress`, or every stage's :class:`PipelineProgress`.
@@ -88,6 +88,23 @@ class RunOutcome:
     stage_dead_letters: dict[str, DeadLetters] = field(default_factory=dict)
     noun: str = "checkpoint"
     stop: StopOutcome | None = None
+
+
+def submit_jars(spec_path: str | os.PathLike[str]) -> list[str]:
+    """The installed jars (paths) that a driver of ``spec_path`` needs on its class path from the
+    start: those of the JVM artifact sets of its sources, in every stage (Spark's Kafka connector
+    for ``reader: spark``); empty for none. A driver that ``spark-submit`` starts gets them as
+    ``--jars`` (its class path is fixed before the job's session could add them).
+
+    Raises:
+        SpecError: the spec does not load.
+        JvmArtifactError: a needed jar is not installed (naming ``make install``).
+    """
+    from barrierflow.pipeline.spec_summary import summarize
+    from barrierflow.runtime.session import source_jars
+    from barrierflow.spec.loader import load_any_spec
+
+    return source_jars(summarize(load_any_spec(spec_path)).sources)
 
 
 def _check_limits(duration: float | None, checkpoints: int | None) -> None:

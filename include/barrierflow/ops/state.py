@@ -76,7 +76,7 @@ def choose_stage(pipeline: OpenedPipeline, stage: str | None, checkpoint_id: int
     AmbiguousStateError for several stages without a name (naming those that hold state)."""
     if stage is not None:
         return pipeline.stage(stage)
-    if pipeline.single_stage:
+    if len(pipeline.stages) == 1:
         return pipeline.stages[0]
     stateful = _stateful(pipeline, checkpoint_id)
     hint = f" (with state in {pipeline.cut_noun} {checkpoint_id}: {', '.join(stateful) or 'none'})"

@@ -99,8 +99,9 @@ class Stage:
     def source_type(self) -> str:
         """The registered source kind its input is read with
         (:func:`barrierflow.sources.registry.kind_named`): ``channel`` for a stage fed by
-        channels, else its source's ``type``."""
-        return "channel" if self.input_partitions else self.spec.source.type
+        channels, else its source's ``kind`` (its ``type``; ``spark_kafka`` for a Kafka source
+        with ``reader: spark``)."""
+        return "channel" if self.input_partitions else self.spec.source.kind
 
     @property
     def back_edge_topics(self) -> tuple[str, ...]:

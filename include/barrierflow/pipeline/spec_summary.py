@@ -8,6 +8,7 @@ pipeline (``single-stage pipeline NAME``, ``pipeline NAME of N stages``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from barrierflow.spec.graph import Cycle, Edge, build_graph
 from barrierflow.spec.models import PipelineSpec
@@ -28,6 +29,8 @@ class SpecSummary:
     final_stages: tuple[str, ...] = ()
     mode: str = "aligned"
     alignment_timeout: float = 0.0
+    #: Every source spec of every stage, in the spec's order (channel inputs included).
+    sources: tuple[Any, ...] = ()
 
 
 def summarize(spec: PipelineSpec | StagedPipelineSpec) -> SpecSummary:
@@ -36,7 +39,7 @@ def summarize(spec: PipelineSpec | StagedPipelineSpec) -> SpecSummary:
     if not isinstance(spec, StagedPipelineSpec):
         return SpecSummary(spec.name, f"single-stage pipeline {spec.name}", (spec.name,),
                            source_stages=(spec.name,), final_stages=(spec.name,), mode=mode,
-                           alignment_timeout=timeout)
+                           alignment_timeout=timeout, sources=tuple(spec.sources))
     graph, _problems = build_graph(spec)
     assert graph is not None  # the loader raised otherwise
     return SpecSummary(
@@ -50,4 +53,5 @@ def summarize(spec: PipelineSpec | StagedPipelineSpec) -> SpecSummary:
         final_stages=graph.final_stages,
         mode=mode,
         alignment_timeout=timeout,
+        sources=tuple(source for stage in spec.stages for source in stage.sources),
     )

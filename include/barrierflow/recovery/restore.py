@@ -29,7 +29,7 @@ from barrierflow.checkpointing.materialize import materialize_checkpoint
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, UserInputError
 from barrierflow.lease import JobLease
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import KafkaSourceSpec, PipelineSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.transactions.two_phase import Decision, TwoPhaseCommitSink
 from barrierflow.workdir.layout import JobLayout
@@ -118,6 +118,11 @@ def _restore(spec: PipelineSpec, checkpoint_id: int | None, store: CheckpointSto
                 "latest checkpoint (--latest), or pass --accept-duplicates if writing that output again is what "
                 "you want"
             ) from None
+    if replay is not None and spec.source.kind == "spark_kafka":
+        from barrierflow.sources.spark_kafka import refuse_replay
+
+        assert isinstance(spec.source, KafkaSourceSpec)
+        refuse_replay(spec.source, manifest.checkpoint_id)
     target = layout.spark_checkpoint
     restoring = target.parent / f"{target.name}.restoring"
     shutil.rmtree(restoring, ignore_errors=True)

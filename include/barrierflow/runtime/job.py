@@ -219,7 +219,8 @@ class StreamingJob:
         if self._spark is None:
             from barrierflow.runtime.session import build_session
 
-            self._spark = build_session(self.spec.spark, app_name=f"barrierflow-{self.spec.name}")
+            self._spark = build_session(self.spec.spark, app_name=f"barrierflow-{self.spec.name}",
+                                        sources=self.spec.sources)
         return self._spark
 
     def sink_committers(self, attempt: int | None = None) -> list[SinkCommitter]:

@@ -167,7 +167,8 @@ class StagedPipelineJob:
         if self._spark is None:
             from barrierflow.runtime.session import build_session
 
-            self._spark = build_session(self.spec.spark, app_name=f"barrierflow-{self.spec.name}")
+            self._spark = build_session(self.spec.spark, app_name=f"barrierflow-{self.spec.name}",
+                                        sources=[s for stage in self.spec.stages for s in stage.sources])
         return self._spark
 
     # -- building -----------------------------------------------------------------------

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from barrierflow.spark import session as spark_session
 
@@ -16,12 +17,35 @@ if TYPE_CHECKING:
 _REGISTERED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 
-def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSession:
+def build_session(spec: SparkSpec, app_name: str = "barrierflow", *, sources: Sequence[Any] = (),
+                  jvm_sets: Sequence[str] = ()) -> SparkSession:
     """Return a SparkSession configured for barrierflow (creating or reusing one), with the
-    generator, Kafka, channel and write-ahead (staging area) data sources registered."""
-    session = spark_session.build_session(spec, app_name)
+    generator, Kafka, channel, barrier-only and write-ahead (staging area) data sources
+    registered. ``sources`` (the pipeline's source specs) put the jars their kinds need on the
+    class path (:attr:`~barrierflow.sources.registry.SourceKind.jvm_set`: Spark's Kafka
+    connector for ``reader: spark``), and only then; ``jvm_sets`` name sets to add beyond
+    those (a session shared by pipelines of every kind, such as the test suite's).
+
+    Raises:
+        JvmArtifactError: a needed jar is not installed (naming ``make install``).
+    """
+    session = spark_session.build_session(spec, app_name, jars=source_jars(sources, jvm_sets))
     register_data_sources(session)
     return session
+
+
+def source_jars(sources: Sequence[Any], extra_sets: Sequence[str] = ()) -> list[str]:
+    """The installed jars (paths) of every JVM artifact set ``sources`` need, and of
+    ``extra_sets``; empty for none.
+
+    Raises:
+        JvmArtifactError: a jar of such a set is not installed (naming ``make install``).
+    """
+    from barrierflow.jvm.classpath import set_jars
+    from barrierflow.sources.registry import jvm_sets
+
+    names = sorted({*jvm_sets(list(sources)), *extra_sets})
+    return [str(jar) for name in names for jar in set_jars(name)]
 
 
 def register_data_sources(session: SparkSession) -> None:
@@ -32,7 +56,8 @@ def register_data_sources(session: SparkSession) -> None:
     from barrierflow.sources.channel import ChannelDataSource
     from barrierflow.sources.generator import GeneratorDataSource
     from barrierflow.sources.kafka import KafkaDataSource
+    from barrierflow.sources.spark_kafka import BarrierDataSource
 
-    for source in (GeneratorDataSource, KafkaDataSource, ChannelDataSource, StagingDataSource):
+    for source in (GeneratorDataSource, KafkaDataSource, ChannelDataSource, BarrierDataSource, StagingDataSource):
         session.dataSource.register(source)
     _REGISTERED.add(session)

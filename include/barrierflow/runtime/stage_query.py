@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.sources.planning import PlanningOptions
+from barrierflow.sources.registry import ReadInput
 from barrierflow.spark.session import apply_query_conf
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.transforms.context import TransformContext, load_transformation
@@ -60,17 +61,22 @@ def apply_transformation(df: DataFrame, spec: PipelineSpec, spec_path: str) -> D
 
 
 def build_stage_frame(spark: SparkSession, spec: PipelineSpec, layout: JobLayout, *, spec_path: str,
-                      source_format: str, extra_options: Mapping[str, str] | None = None) -> DataFrame:
+                      source_format: str, extra_options: Mapping[str, str] | None = None,
+                      read_input: ReadInput | None = None) -> DataFrame:
     """The streaming DataFrame of the stage whose derived spec is ``spec``, not started: read
     with Spark data source ``source_format`` (registered by the caller) and the reader options
-    (module docstring), the spec's transformation applied.
+    (module docstring), or by ``read_input`` with them (a source kind that reads its input
+    otherwise: Spark's Kafka connector), the spec's transformation applied.
 
     Raises:
         SpecError: the transformation cannot be loaded. Whatever the transformation raises.
     """
     apply_query_conf(spark, spec.spark)
+    options = {**reader_options(spec, layout), **(extra_options or {})}
+    if read_input is not None:
+        return apply_transformation(read_input(spark, spec.source, options), spec, spec_path)
     reader = spark.readStream.format(source_format)
-    for key, value in {**reader_options(spec, layout), **(extra_options or {})}.items():
+    for key, value in options.items():
         reader = reader.option(key, value)
     return apply_transformation(reader.load(), spec, spec_path)
 
@@ -78,6 +84,7 @@ def build_stage_frame(spark: SparkSession, spec: PipelineSpec, layout: JobLayout
 def start_stage_query(spark: SparkSession, spec: PipelineSpec, layout: JobLayout, *, spec_path: str,
                       source_format: str, batch_writer: Callable[[Any, int], None] | None,
                       extra_options: Mapping[str, str] | None = None, frame: DataFrame | None = None,
+                      read_input: ReadInput | None = None,
                       before_start: Callable[[DataFrame], None] | None = None) -> StreamingQuery:
     """Start the query of the stage whose derived spec is ``spec``: its DataFrame (``frame``,
     else :func:`build_stage_frame`), each micro-batch written with ``batch_writer`` (None: the
@@ -92,7 +99,7 @@ def start_stage_query(spark: SparkSession, spec: PipelineSpec, layout: JobLayout
     apply_query_conf(spark, spec.spark)
     out = frame if frame is not None else build_stage_frame(spark, spec, layout, spec_path=spec_path,
                                                             source_format=source_format,
-                                                            extra_options=extra_options)
+                                                            extra_options=extra_options, read_input=read_input)
     if before_start is not None:
         before_start(out)
     writer = out.writeStream.outputMode(spec.transformation.output_mode)

@@ -162,7 +162,7 @@ class StageRunner:
         register_data_sources(spark)
         stage = self.stage
         frame = build_stage_frame(spark, stage.spec, stage.layout, spec_path=spec_path, source_format=self.kind.format,
-                                  extra_options=self.kind.run_options(stage.spec, run))
+                                  extra_options=self.kind.run_options(stage.spec, run), read_input=self.kind.read)
         self._refuse_incompatible(frame)
         self._checked = frame
 
@@ -191,7 +191,7 @@ class StageRunner:
         checked, self._checked = self._checked, None
         if checked is None:
             frame = build_stage_frame(spark, stage.spec, stage.layout, spec_path=spec_path,
-                                      source_format=self.kind.format, extra_options=extra)
+                                      source_format=self.kind.format, extra_options=extra, read_input=self.kind.read)
             self._refuse_incompatible(frame)
         else:
             frame = checked
@@ -204,7 +204,7 @@ class StageRunner:
                                              attempt=run.attempt)
             return start_stage_query(spark, stage.spec, stage.layout, spec_path=spec_path,
                                      source_format=self.kind.format, batch_writer=self.writer, extra_options=extra,
-                                     frame=first)
+                                     frame=first, read_input=self.kind.read)
 
         self._start = start
         self.planned_at_start = len(offset_log.planned_batches(stage.layout.spark_checkpoint))

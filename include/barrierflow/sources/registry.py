@@ -6,7 +6,9 @@ manifest's ``max_event_time``), and where a bounded source ends (for ``--until-e
 a generator's last record, a Kafka topic's end offsets when the run starts), what the reader
 is told at run time beyond the spec (:attr:`SourceKind.run_options`: the channel source's
 ``alignment``), and whether the stage's checkpoints wait for an alignment record
-(:attr:`SourceKind.aligned`: a stage fed by channels).
+(:attr:`SourceKind.aligned`: a stage fed by channels), how its input is read when it is not a
+single Spark data source (:attr:`SourceKind.read`: Spark's Kafka connector and its barrier-only
+source) and which JVM artifact set its session needs (:attr:`SourceKind.jvm_set`).
 The runtime asks :func:`kind_named` (with :attr:`barrierflow.pipeline.model.Stage.source_type`)
 and never branches on the source type, so a new source is added here and in its own module.
 
@@ -20,10 +22,13 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import SpecError
 from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec, PipelineSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 AnySourceSpec = GeneratorSourceSpec | KafkaSourceSpec
 #: (source spec, event-time store URI, partition -> end offset) -> partition -> newest event time
@@ -33,6 +38,8 @@ EventTimeLookup = Callable[[AnySourceSpec, str, Mapping[str, int]], dict[str, da
 BoundedEnd = Callable[[AnySourceSpec], dict[str, int] | None]
 #: source spec -> the Spark DDL schema of the rows the source hands the transformation
 RowSchema = Callable[[AnySourceSpec], str]
+#: (session, source spec, reader options) -> the stage's streaming input rows
+ReadInput = Callable[["SparkSession", AnySourceSpec, Mapping[str, str]], "DataFrame"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,10 @@ class SourceKind:
     run_options: RunOptions = _no_run_options
     #: whether a checkpoint completes only with the stage's alignment record (channel inputs)
     aligned: bool = False
+    #: how the stage's input is read; None: ``spark.readStream.format(format)`` with the reader options
+    read: ReadInput | None = None
+    #: the JVM artifact set (barrierflow.jvm) the driver's class path needs; None: PySpark's own jars suffice
+    jvm_set: str | None = None
 
 
 def _recorded_event_times(source: AnySourceSpec, event_time_uri: str,
@@ -102,6 +113,19 @@ def _generator_event_times(source: AnySourceSpec, event_time_uri: str,
     assert isinstance(source, GeneratorSourceSpec)
     model = GeneratorModel(source)
     return {p: model.max_event_time(int(p), end) for p, end in partitions.items()}
+
+
+def _unknown_event_times(source: AnySourceSpec, event_time_uri: str,
+                         partitions: Mapping[str, int]) -> dict[str, datetime | None]:
+    """Spark's connector reads on the JVM: no per-partition event times are recorded."""
+    return dict.fromkeys(partitions)
+
+
+def _spark_kafka_read(spark: SparkSession, source: AnySourceSpec, options: Mapping[str, str]) -> DataFrame:
+    from barrierflow.sources.spark_kafka import read_stream
+
+    assert isinstance(source, KafkaSourceSpec)
+    return read_stream(spark, source, options)
 
 
 def _generator_end(source: AnySourceSpec) -> dict[str, int] | None:
@@ -148,6 +172,10 @@ _KINDS: dict[str, SourceKind] = {
     "generator": SourceKind("generator", "barrierflow_generator", _generator_event_times, _generator_end,
                             _generator_schema),
     "kafka": SourceKind("kafka", "barrierflow_kafka", _recorded_event_times, _kafka_end, _kafka_schema),
+    # A Kafka source with reader: spark: Spark's connector unioned with a barrier-only source
+    # (sources/spark_kafka.py); the cut is the connector's offsets in Spark's offset log.
+    "spark_kafka": SourceKind("spark_kafka", "kafka", _unknown_event_times, _kafka_end, _kafka_schema,
+                              read=_spark_kafka_read, jvm_set="spark-kafka"),
     # The channels a stage reads, as one Kafka source over their topics (sources/channel.py):
     # Kafka's reader plus barrier alignment; event times recorded by the executors like Kafka's.
     "channel": SourceKind("channel", "barrierflow_channel", _recorded_event_times, _unbounded, _kafka_schema,
@@ -156,12 +184,23 @@ _KINDS: dict[str, SourceKind] = {
 
 
 def source_kind(source: AnySourceSpec) -> SourceKind:
-    """The registered kind of ``source`` (by its ``type``)."""
-    return kind_named(source.type)
+    """The registered kind of ``source`` (by its ``kind``: its ``type``, and for Kafka its ``reader``)."""
+    return kind_named(source.kind)
+
+
+def jvm_sets(sources: list[Any]) -> list[str]:
+    """The JVM artifact sets the driver needs to read ``sources`` (source specs; a channel
+    source, which has no ``kind``, needs none), sorted."""
+    found: set[str] = set()
+    for source in sources:
+        kind = _KINDS.get(str(getattr(source, "kind", "")))
+        if kind is not None and kind.jvm_set is not None:
+            found.add(kind.jvm_set)
+    return sorted(found)
 
 
 def kind_named(type_name: str) -> SourceKind:
-    """The registered kind ``type_name`` (``generator``, ``kafka``, ``channel``).
+    """The registered kind ``type_name`` (``generator``, ``kafka``, ``spark_kafka``, ``channel``).
 
     Raises:
         SpecError: no such kind (the message lists the known ones).

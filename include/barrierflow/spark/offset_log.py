@@ -5,6 +5,16 @@ File format: a version line (``v1``), a batch metadata JSON line (``batchWaterma
 source that had no offset yet). barrierflow's sources write their
 :class:`~barrierflow.barriers.offsets.SourceOffset` there, so this log also records where
 each barrier was injected. Read-only.
+
+A source whose batches Spark plans itself (Spark's Kafka connector, ``reader: spark``) writes
+its own offset line, ``{"<topic>": {"<partition>": <next offset>, ...}, ...}``, and is read
+together with a barrier-only source whose line is barrierflow's format with
+``"connector": "kafka"`` and no partitions (:mod:`barrierflow.sources.spark_kafka`). Every
+reader here merges such a pair into one barrierflow offset (:func:`parse_offset_lines`): the
+barrier and its trigger time from the barrier-only line, the partitions (``"topic:p"``, as
+barrierflow's Kafka source spells them) from the connector's. So the rest of barrierflow (the
+stage tracker, manifests, verification, sinks' batch ends) sees one source with one offset,
+whichever reader wrote the log.
 """
 
 from __future__ import annotations
@@ -17,6 +27,8 @@ from typing import Any
 from barrierflow.spark._log import batch_ids, read_lines
 
 SUBDIR = "offsets"
+#: The key of a barrier-only source's offset naming the connector whose offset line holds the cut.
+CONNECTOR = "connector"
 
 
 def planned_batches(checkpoint_dir: str | os.PathLike[str]) -> list[int]:
@@ -32,12 +44,39 @@ def read_offsets(checkpoint_dir: str | os.PathLike[str], batch_id: int) -> list[
     """The source offsets of batch ``batch_id``, one entry per source (None for a source
     that had no offset yet). Raises FileNotFoundError if the batch was never planned,
     :class:`~barrierflow.spark.errors.SparkLogError` for an unknown log version."""
-    lines = read_lines(path_of(checkpoint_dir, batch_id))
+    return parse_offset_lines(read_lines(path_of(checkpoint_dir, batch_id))[1:])
+
+
+def parse_offset_lines(lines: list[str]) -> list[dict[str, Any] | None]:
+    """The source offsets of an offset file's source lines (after the version line): one entry
+    per source, None for a source without an offset yet; a connector's line and its barrier-only
+    line merged into one (module docstring)."""
     out: list[dict[str, Any] | None] = []
-    for line in lines[1:]:
+    for line in lines:
         line = line.strip()
         out.append(None if not line or line == "-" else json.loads(line))
-    return out
+    return merge_connector_offsets(out)
+
+
+def merge_connector_offsets(offsets: list[dict[str, Any] | None]) -> list[dict[str, Any] | None]:
+    """``offsets`` with each barrier-only line (``"connector": "kafka"``) and the connector's
+    line(s) beside it merged into one barrierflow offset (module docstring); unchanged when
+    there is no barrier-only line."""
+    markers = [o for o in offsets if isinstance(o, dict) and o.get(CONNECTOR) == "kafka"]
+    if not markers:
+        return offsets
+    partitions: dict[str, int] = {}
+    for other in offsets:
+        if other is None or any(other is m for m in markers):
+            continue
+        partitions.update(kafka_partitions(other))
+    merged = {**markers[0], "partitions": dict(sorted(partitions.items()))}
+    return [merged]
+
+
+def kafka_partitions(offset: dict[str, Any]) -> dict[str, int]:
+    """Spark's Kafka connector offset ``{"topic": {"0": 12}}`` as ``{"topic:0": 12}``."""
+    return {f"{topic}:{int(p)}": int(o) for topic, parts in offset.items() for p, o in parts.items()}
 
 
 def first_source_partitions(checkpoint_dir: str | os.PathLike[str], batch_id: int) -> dict[str, int] | None:

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -59,9 +59,13 @@ def shuffle_partitions(spec: SparkSpec) -> str:
     return str(spec.conf.get(SHUFFLE_PARTITIONS, spec.shuffle_partitions))
 
 
-def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSession:
+def build_session(spec: SparkSpec, app_name: str = "barrierflow", *, jars: Sequence[str] = ()) -> SparkSession:
     """Return a SparkSession configured for barrierflow (creating or reusing one), with the
     spec's ``py_packages`` shipped to its driver and executors (:mod:`barrierflow.spark.user_code`).
+    ``jars`` (local paths: a JVM artifact set of :mod:`barrierflow.jvm`, such as Spark's Kafka
+    connector) go onto the driver's class path and to the executors (``spark.jars``) when this
+    call starts the JVM; a session that exists already keeps its class path (a source that needs
+    the jars then names the fix when it is read).
 
     Raises:
         UserInputError: an entry of ``spark.py_packages`` is not a package directory.
@@ -86,6 +90,9 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow") -> SparkSessio
     )
     for key, value in {**spec.conf, **REQUIRED_CONF, **state_store_conf(spec)}.items():
         builder = builder.config(key, value)
+    if jars:
+        given = [j for j in spec.conf.get("spark.jars", "").split(",") if j]
+        builder = builder.config("spark.jars", ",".join([*given, *(j for j in jars if j not in given)]))
     with jvm_dies_with_driver():
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

@@ -112,6 +112,11 @@ class GeneratorSourceSpec(_Strict):
                              "has no wall clock to be silent in")
         return self
 
+    @property
+    def kind(self) -> str:
+        """The registered source kind that reads it (:mod:`barrierflow.sources.registry`)."""
+        return "generator"
+
     def silent_seconds(self, partition: int, elapsed: float) -> float:
         """How many of the first ``elapsed`` seconds ``partition`` was silent."""
         return sum(max(0.0, min(elapsed, p.end) - p.start) for p in self.silent_periods
@@ -133,13 +138,26 @@ def refuse_metadata_names(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 class KafkaSourceSpec(_Strict, NestedClientFields):
-    """Kafka topics read without a Spark connector jar (ranges with confluent-kafka, topic metadata
-    and offsets with kafka-python; :mod:`barrierflow.kafka_io`)."""
+    """Kafka topics, read by ``reader``:
+
+    * ``python`` (the default): barrierflow's own reader, without a Spark connector jar (ranges
+      with confluent-kafka, topic metadata and offsets with kafka-python; :mod:`barrierflow.kafka_io`);
+      it plans every batch itself, so barriers, watermark alignment, idleness and adaptive batch
+      sizing are decided per partition;
+    * ``spark``: Spark's own Kafka connector (``spark.readStream.format("kafka")``, JVM-side
+      reads, the ``spark-kafka`` JVM artifact set); Spark plans the batches and barrierflow records
+      a checkpoint's cut from Spark's offset log (:mod:`barrierflow.sources.spark_kafka`). What
+      needs barrierflow's planner is refused (:func:`spark_reader_problems`).
+    """
 
     client_owner = "Kafka source"
 
     name: str = "kafka"
     type: Literal["kafka"]
+    reader: Literal["python", "spark"] = Field(
+        "python", description="python: barrierflow's reader (plans every batch: per-partition watermark alignment, "
+                              "idleness, adaptive batch sizing); spark: Spark's own Kafka connector (JVM reads, "
+                              "the spark-kafka jars from 'make install')")
     bootstrap_servers: str = Field(
         ..., description="host:port list; '${ENV_VAR}' is expanded from the environment"
     )
@@ -178,6 +196,19 @@ class KafkaSourceSpec(_Strict, NestedClientFields):
                 raise ValueError(f"topic_fields of {topic!r} names {unknown}, which are not in json_fields")
         return self
 
+    @model_validator(mode="after")
+    def _spark_reader_fields(self) -> KafkaSourceSpec:
+        if self.reader == "spark" and self.topic_fields:
+            raise ValueError("topic_fields needs reader 'python' (Spark's connector decodes every topic with the same "
+                             "json_fields); remove topic_fields or set reader: python")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """The registered source kind that reads it (:mod:`barrierflow.sources.registry`):
+        ``kafka`` (barrierflow's reader) or ``spark_kafka`` (Spark's connector)."""
+        return "spark_kafka" if self.reader == "spark" else "kafka"
+
     def fields_of(self, topic: str) -> dict[str, str]:
         """The ``json_fields`` the records of ``topic`` must carry (all, unless ``topic_fields``
         names the topic)."""
@@ -188,6 +219,36 @@ class KafkaSourceSpec(_Strict, NestedClientFields):
 
 
 SourceSpec = Annotated[GeneratorSourceSpec | KafkaSourceSpec, Field(discriminator="type")]
+
+
+def spark_reader_problems(sources: list[Any], *, where: str, event_time: EventTimeSpec | None,
+                          trigger: TriggerSpec, checkpoint: CheckpointSpec) -> str | None:
+    """Why a pipeline whose ``sources`` (at ``where``, e.g. ``sources``) include a Kafka source
+    with ``reader: spark`` cannot run as given, or None. Spark's connector plans its own
+    batches, so what needs barrierflow's batch planner is refused, naming the field and the fix:
+    watermark alignment and idleness (per-partition decisions), adaptive batch sizing and the
+    synchronous-upload baseline (holding the source)."""
+    spark_readers = [(i, s) for i, s in enumerate(sources)
+                     if isinstance(s, KafkaSourceSpec) and s.reader == "spark"]
+    if not spark_readers:
+        return None
+    index, source = spark_readers[0]
+    named = f"{where}.{index} ({source.name!r}, reader: spark)"
+    fix = "set reader: python on that source, or remove the setting"
+    if event_time is not None and event_time.alignment is not None:
+        return (f"event_time.alignment (watermark alignment) needs barrierflow's Kafka reader, which pauses "
+                f"partitions per batch; {named} is read by Spark's connector: {fix}")
+    if event_time is not None and event_time.idle_timeout is not None:
+        return (f"event_time.idle_timeout (idle partitions) needs barrierflow's Kafka reader, which tracks "
+                f"each partition's watermark; {named} is read by Spark's connector: {fix}")
+    if trigger.target_batch_duration is not None:
+        return (f"trigger.target_batch_duration (adaptive batch sizing) needs barrierflow's Kafka reader, which "
+                f"sizes each batch; {named} is read by Spark's connector: {fix} (the connector caps each batch at "
+                "max_records_per_batch times the topics' partitions)")
+    if checkpoint.synchronous_upload:
+        return (f"checkpoint.synchronous_upload holds the source until an upload finished, which Spark's "
+                f"connector cannot be told; {named}: {fix}")
+    return None
 
 
 class ParquetSinkSpec(_Strict):
@@ -657,6 +718,14 @@ class PipelineSpec(_Strict):
     @classmethod
     def _shared_paths(cls, value: str) -> str:
         return _storage_uri(value) if value else value
+
+    @model_validator(mode="after")
+    def _spark_reader_supported(self) -> PipelineSpec:
+        problem = spark_reader_problems(list(self.sources), where="sources", event_time=self.event_time,
+                                        trigger=self.trigger, checkpoint=self.checkpoint)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _chaos_dag_on_scratch_servers(self) -> PipelineSpec:

@@ -43,6 +43,7 @@ from barrierflow.spec.models import (
     CheckpointMode,
     CheckpointSpec,
     EventTimeSpec,
+    KafkaSourceSpec,
     ParquetSinkSpec,
     ReportsSpec,
     SinkSpec,
@@ -55,6 +56,7 @@ from barrierflow.spec.models import (
     _Strict,
     chaos_dag_problems,
     refuse_metadata_names,
+    spark_reader_problems,
 )
 from barrierflow.spec.restart import RestartSpec
 
@@ -268,6 +270,21 @@ class StagedPipelineSpec(_Strict):
     @classmethod
     def _shared_paths(cls, value: str) -> str:
         return _storage_uri(value) if value else value
+
+    @model_validator(mode="after")
+    def _spark_reader_supported(self) -> StagedPipelineSpec:
+        for i, stage in enumerate(self.stages):
+            problem = spark_reader_problems(list(stage.sources), where=f"stages.{i}.sources",
+                                            event_time=self.event_time, trigger=self.trigger,
+                                            checkpoint=self.checkpoint)
+            if problem:
+                raise ValueError(problem)
+            if stage.input_channels and any(isinstance(s, KafkaSourceSpec) and s.reader == "spark"
+                                            for s in stage.sources):
+                raise ValueError(f"stage {stage.name!r} reads channels and a Kafka source with reader: spark; a "
+                                 "stage that reads channels reads every input with barrierflow's reader (barriers "
+                                 "arrive in-band): set reader: python on that source, or give it a stage of its own")
+        return self
 
     @model_validator(mode="after")
     def _chaos_dag_on_scratch_servers(self) -> StagedPipelineSpec:

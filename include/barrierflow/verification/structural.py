@@ -29,7 +29,6 @@ Checks, in order (names as they appear in the result document):
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from typing import Any
 
@@ -37,7 +36,7 @@ from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.store import CheckpointStore, manifest_key, shared_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointError, CheckpointNotFoundError, SourceError
-from barrierflow.spark import state_files
+from barrierflow.spark import offset_log, state_files
 from barrierflow.storage import ObjectNotFoundError
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.verification.report import CheckResult
@@ -147,8 +146,7 @@ def _offsets_in_log(store: CheckpointStore, manifest: Manifest) -> list[dict[str
         return None
     if _digest(raw) != entry.sha256:
         return None
-    return [None if not line.strip() or line.strip() == "-" else json.loads(line)
-            for line in raw.decode("utf-8").splitlines()[2:]]
+    return offset_log.parse_offset_lines(raw.decode("utf-8").splitlines()[2:])
 
 
 def check_offsets_log(store: CheckpointStore, manifest: Manifest) -> CheckResult:
