@@ -20,7 +20,9 @@ REST API.
 6. The upgrade DAG of the single-stage pipeline, triggered with more shuffle partitions and
    ``dry_run`` false: its report says "needs rewrite" and the approval waits for a person
    (Airflow's human-in-the-loop); rejected through the REST API, the run ends with the upgrade
-   skipped and the checkpoint store unchanged.
+   skipped and the checkpoint store unchanged. Then a savepoint of the stopped pipeline, the same
+   trigger, approved: the upgrade rescales the state (RocksDB, Spark's offline repartition) from
+   2 to 4 partitions into a new savepoint.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 import pytest
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.cli.main import main
 from barrierflow.ops.checkpoints import list_checkpoints
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
@@ -125,6 +128,7 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
                                         records=RECORDS, per_batch=60).read_text(encoding="utf-8"))
     data["name"] = "e2e"
     data["spark"]["master"] = "local[1]"
+    data["spark"]["state_store"] = "rocksdb"  # what Spark's offline repartition (the upgrade) rewrites
     spec_path = pipelines / "e2e.yaml"
     spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
     store = CheckpointStore.for_spec(load_spec(spec_path))
@@ -235,6 +239,24 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
         assert server.task_instance(UPGRADE, rejected, "upgrade")["state"] == "skipped"
         assert _files(tmp_path / "checkpoints") == stored
         phase("upgrade: report, approval rejected, nothing changed")
+
+        # ... then, over a savepoint of the stopped pipeline, approved: the state is rescaled into a
+        # new savepoint that the changed spec restores as a new attempt.
+        assert main(["savepoint", str(spec_path)]) == 0
+        source = max(m.checkpoint_id for m in store.completed())
+        approved = server.trigger(UPGRADE, {"new_spec": str(rescaled), "dry_run": False})
+        server.wait_for(lambda: server.task_instance(UPGRADE, approved, "approve")["state"] == "awaiting_input", 300,
+                        "the second upgrade's approval to be asked")
+        server.wait_for(lambda: _approval_parked(server.home / "scheduler.log", approved), 60,
+                        "the scheduler to see the approval task parked")
+        answer = server.api("PATCH", f"/dags/{UPGRADE}/dagRuns/{approved}/taskInstances/approve/-1/hitlDetails",
+                            json={"chosen_options": ["Approve"]})
+        assert answer.status_code == 200, answer.text
+        assert server.wait_for_run(UPGRADE, approved, 300) == "success", server.logs()
+        upgraded = server.xcom(UPGRADE, approved, "upgrade")
+        assert upgraded["source_savepoint"] == source and upgraded["savepoint"] > source, upgraded
+        assert upgraded["rescaled"] == {"e2e": {"from": 2, "to": 4}}, upgraded
+        phase("upgrade: approved, rescaled 2 -> 4")
     print("REST recovery timeline (s): " + ", ".join(f"{name} {t:.1f}" for name, t in phases))
 
     new_attempt = [m for m in store.completed() if m.attempt == 1]
