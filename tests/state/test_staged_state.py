@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import yaml
-from barrierflow.cli.main import main
 from barrierflow.ops.upgrade import upgrade
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.spec import parse_staged_spec
@@ -54,20 +53,6 @@ def staged(spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path_factory: pytest.T
         spark.conf.set(SHUFFLE, before)
     assert result.completed
     return Staged(tmp, write(tmp / "two.yaml", data), data)
-
-
-@pytest.fixture
-def cli(spark: Any, capsys: pytest.CaptureFixture[str]) -> Any:
-    before = spark.conf.get(SHUFFLE)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    yield run
-    spark.conf.set(SHUFFLE, before)
 
 
 def recount() -> dict[int, tuple[int, int]]:

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 import yaml
 from barrierflow.checkpointing.manifest import Manifest
-from barrierflow.cli.main import main
 from barrierflow.ops.upgrade import upgrade
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec
@@ -106,21 +105,6 @@ def totals(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Totals:
     assert len(result.completed) >= 2, "the run took fewer than two checkpoints"
     assert recount(result.completed[0]) != recount(result.completed[-1])
     return Totals(tmp, path, data, list(result.completed))
-
-
-@pytest.fixture
-def cli(spark: Any, capsys: pytest.CaptureFixture[str]) -> Any:
-    """``main(args)`` -> (exit code, stdout, stderr); the session's shuffle partitions put back."""
-    before = spark.conf.get(SHUFFLE)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    yield run
-    spark.conf.set(SHUFFLE, before)
 
 
 def test_schema_names_the_operator_its_partitions_and_schemas(totals: Totals, cli: Any) -> None:
