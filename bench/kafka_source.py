@@ -325,12 +325,16 @@ def run_plain_spark(spark: Any, servers: str, topic: str, *, records: int, batch
                 break
             query.awaitTermination(0.2)
         seen.update({int(p["batchId"]): p for p in query.recentProgress})
+        failure = query.exception()
     finally:
         query.stop()
         shutil.rmtree(work, ignore_errors=True)
     seconds = time.monotonic() - began
     done = sum(int(p["numInputRows"]) for p in seen.values())
     outcome = "ok" if done >= records else f"{done:,} of {records:,} records in {cap:g}s"
+    if failure is not None:  # the figure to report is the failure itself
+        say(f"plain Spark failed: {failure}")
+        outcome = f"FAILED: {type(failure).__name__}"
     return {"outcome": outcome, "records": done, "seconds": seconds, "rate": done / seconds if seconds else 0.0,
             "steady": progress_rate(list(seen.values())), "batches": sum(1 for p in seen.values()
                                                                           if int(p["numInputRows"]) > 0),
@@ -533,7 +537,13 @@ def main(argv: list[str] | None = None) -> int:
                         "keys": KEYS, "max_records_per_batch": args.batch,
                         "records_per_partition": records // args.partitions}, args.cap)
         if "spark" in systems:
-            side["spark"] = run_pipeline(spark, kafka_source(servers, topic, args.batch, reader="spark"), args.cap)
+            try:
+                side["spark"] = run_pipeline(spark, kafka_source(servers, topic, args.batch, reader="spark"),
+                                             args.cap)
+            except Exception as exc:  # the figure to report is the failure itself
+                say(f"barrierflow with Spark's connector failed: {exc}")
+                side["spark"] = {"outcome": f"FAILED: {type(exc).__name__}", "steady": math.nan, "batches": "-",
+                                 "checkpoints": "-"}
         if "plain" in systems:
             side["plain"] = run_plain_spark(spark, servers, topic, records=records, batch=args.batch,
                                             partitions=args.partitions, cap=args.cap)
