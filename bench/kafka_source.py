@@ -365,8 +365,9 @@ def run_flink(python: Path, jars: list[str], servers: str, topic: str, *, record
     except Exception as exc:  # the figure to report is the failure itself
         say(f"Flink SQL {'tuned' if tuned else 'untuned'} failed: {exc}")
         return {"outcome": f"FAILED: {type(exc).__name__}", "steady": math.nan, "version": "?"}
-    return {"outcome": "ok", "steady": flink_rate(result), "version": str(result.get("flink_version", "?")),
-            "seconds": float(result["seconds"]), "rows": int(result["rows"])}
+    return {"outcome": (f"ok, {int(result['rows']):,} records in {float(result['seconds']):.1f} s, the short run's "
+                        f"{int(result['first_rows']):,} in {float(result['first_seconds']):.1f} s"),
+            "steady": flink_rate(result), "version": str(result.get("flink_version", "?"))}
 
 
 def side_by_side_lines(rates: Mapping[str, float], notes: Mapping[str, str] | None = None) -> list[str]:
