@@ -64,6 +64,12 @@ tags, tasks, whether it applies).
   waits for it. Params: `savepoint` (default true: one more checkpoint, committed by every sink,
   kept as a savepoint), `timeout_seconds` (default 600). Returns the savepoint's id and location
   (XCom); fails at once, not retried, when nothing runs.
+* `barrierflow_upgrade__<name>` (triggered, no schedule): `report` runs `barrierflow upgrade <spec>
+  --to <new_spec> --dry-run --json` (compatible / needs rewrite / incompatible, per stage and
+  operator; an incompatible verdict fails it, changing nothing) -> `needs_approval` (stops a dry
+  run here) -> `approve` (Airflow's human-in-the-loop ApprovalOperator, the report as its body;
+  rejected: nothing else runs) -> `upgrade` runs `barrierflow upgrade <spec> --to <new_spec>`.
+  Params: `new_spec` (required), `dry_run` (default true), `checkpoint` (default the newest).
 
 * `barrierflow_rollup__<name>` (on the asset `barrierflow/<name>/output`, and daily at 00:30 UTC):
   `rollup` spark-submits `jobs/batch_job.py rollup` (daily rollups of the committed output, Parquet
@@ -179,6 +185,7 @@ from barrierflow.airflow.tasks import (
     validate,
     verify,
 )
+from barrierflow.airflow.upgrade_tasks import upgrade_tasks
 from barrierflow.airflow.verification import verification_schedule
 from barrierflow.ops.discovery import DiscoveredPipeline, discover_pipelines, pipelines_folder
 
@@ -322,6 +329,10 @@ DAG_KINDS: tuple[DagKind, ...] = (
     DagKind("stop", lambda p: (f"Stop {p.summary}: one more checkpoint, committed by every sink, kept as a "
                                "savepoint (param savepoint), then every stage stops"),
             lambda p: None, lambda p: stop(p.spec_path, BARRIERFLOW_HOME), params=lambda p: dag_params.stop_params()),
+    DagKind("upgrade", lambda p: (f"Upgrade {p.summary} to a changed spec: the compatibility report of its saved state "
+                                  "(param new_spec; dry_run stops there), a person's approval, then the upgrade"),
+            lambda p: None, lambda p: upgrade_tasks(p.spec_path, BARRIERFLOW_HOME, p.name),
+            params=lambda p: dag_params.upgrade_params(), tags=("upgrade",)),
     DagKind("skew", lambda p: f"Watermark-skew report (event time, skew, lag, idle partitions; expectations) of "
                               f"{p.summary}",
             lambda p: SKEW_SCHEDULE, lambda p: skew(p.spec_path, BARRIERFLOW_HOME), tags=("data-quality",)),

@@ -17,10 +17,17 @@ REST API.
    global checkpoints, the recovery DAG triggered with restart=true (while the first pipeline's
    recovery runs) restores every stage from one global checkpoint as a new attempt and restarts
    the launch DAG, which runs to the end: every source record is in the output exactly once.
+6. The upgrade DAG of the single-stage pipeline, triggered with more shuffle partitions and
+   ``dry_run`` false: its report says "needs rewrite" and the approval waits for a person
+   (Airflow's human-in-the-loop); rejected through the REST API, the run ends with the upgrade
+   skipped and the checkpoint store unchanged. Then a savepoint of the stopped pipeline, the same
+   trigger, approved: the upgrade rescales the state (RocksDB, Spark's offline repartition) from
+   2 to 4 partitions into a new savepoint.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import time
@@ -30,6 +37,7 @@ from typing import Any
 import pytest
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.cli.main import main
 from barrierflow.ops.checkpoints import list_checkpoints
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
@@ -51,6 +59,21 @@ VERIFY = "barrierflow_verify__e2e"
 #: still going when its second global checkpoint completes (the test kills it then).
 STAGED_RECORDS = 600
 STAGED_LAUNCH, STAGED_RECOVER = "barrierflow_pipeline__two", "barrierflow_recover__two"
+UPGRADE = "barrierflow_upgrade__e2e"
+
+
+def _approval_parked(scheduler_log: Path, run_id: str) -> bool:
+    """Whether the scheduler logged the end of the approval task's asking run of ``run_id``."""
+    return any("task_id=approve" in line and run_id in line and "state=awaiting_input" in line
+               and "TaskInstance Finished" in line
+               for line in scheduler_log.read_text(encoding="utf-8", errors="replace").splitlines())
+
+
+def _files(root: Path) -> dict[str, str]:
+    """Every checkpoint file under the store ``root`` with its content's digest (the reports the
+    verification DAG writes there left out)."""
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
+            if p.is_file() and "reports" not in p.relative_to(root).parts}
 
 
 def staged_spec(tmp: Path, endpoint: KafkaEndpoint, pipelines: Path) -> tuple[Path, Path]:
@@ -105,6 +128,7 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
                                         records=RECORDS, per_batch=60).read_text(encoding="utf-8"))
     data["name"] = "e2e"
     data["spark"]["master"] = "local[1]"
+    data["spark"]["state_store"] = "rocksdb"  # what Spark's offline repartition (the upgrade) rewrites
     spec_path = pipelines / "e2e.yaml"
     spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
     store = CheckpointStore.for_spec(load_spec(spec_path))
@@ -123,7 +147,7 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
     with server:
         server.wait_for(lambda: server.api("GET", f"/dags/{RECOVER}").status_code == 200, 120,
                         "the pipeline's DAGs to be parsed")
-        for driven in (LAUNCH, RECOVER, VERIFY, STAGED_LAUNCH, STAGED_RECOVER):
+        for driven in (LAUNCH, RECOVER, VERIFY, STAGED_LAUNCH, STAGED_RECOVER, UPGRADE):
             assert server.api("PATCH", f"/dags/{driven}", json={"is_paused": False}).status_code == 200
         phase("airflow up, DAGs parsed")
         assert server.api("GET", "/connections/spark_default").status_code == 404  # a fresh install
@@ -191,6 +215,48 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
         assert server.wait_for_run(STAGED_LAUNCH, staged_restarts[0]["dag_run_id"], 600) == "success", \
             server.logs()
         phase("restarted pipelines ran to the end")
+
+        # 6. Changing the single-stage pipeline (more shuffle partitions) through the upgrade DAG:
+        # the report asks a person, who rejects it through the REST API; nothing runs or changes.
+        rescaled = tmp_path / "rescaled.yaml"
+        rescaled.write_text(yaml.safe_dump({**data, "spark": {**data["spark"], "shuffle_partitions": 4}}),
+                            encoding="utf-8")
+        stored = _files(tmp_path / "checkpoints")
+        rejected = server.trigger(UPGRADE, {"new_spec": str(rescaled), "dry_run": False})
+        server.wait_for(lambda: server.task_instance(UPGRADE, rejected, "approve")["state"] == "awaiting_input", 300,
+                        "the upgrade's approval to be asked")
+        # A person answers after the scheduler has seen the asking process end: an answer within
+        # that moment (about 1 s) resumes the task while its first run's end is still being
+        # processed, which Airflow 3.3 takes for a failed try.
+        server.wait_for(lambda: _approval_parked(server.home / "scheduler.log", rejected), 60,
+                        "the scheduler to see the approval task parked")
+        asked = server.xcom(UPGRADE, rejected, "report")
+        assert asked["verdict"] == "needs rewrite" and "shuffle partitions" in asked["markdown"], asked
+        answer = server.api("PATCH", f"/dags/{UPGRADE}/dagRuns/{rejected}/taskInstances/approve/-1/hitlDetails",
+                            json={"chosen_options": ["Reject"]})
+        assert answer.status_code == 200, answer.text
+        assert server.wait_for_run(UPGRADE, rejected, 120) == "success", server.logs()
+        assert server.task_instance(UPGRADE, rejected, "upgrade")["state"] == "skipped"
+        assert _files(tmp_path / "checkpoints") == stored
+        phase("upgrade: report, approval rejected, nothing changed")
+
+        # ... then, over a savepoint of the stopped pipeline, approved: the state is rescaled into a
+        # new savepoint that the changed spec restores as a new attempt.
+        assert main(["savepoint", str(spec_path)]) == 0
+        source = max(m.checkpoint_id for m in store.completed())
+        approved = server.trigger(UPGRADE, {"new_spec": str(rescaled), "dry_run": False})
+        server.wait_for(lambda: server.task_instance(UPGRADE, approved, "approve")["state"] == "awaiting_input", 300,
+                        "the second upgrade's approval to be asked")
+        server.wait_for(lambda: _approval_parked(server.home / "scheduler.log", approved), 60,
+                        "the scheduler to see the approval task parked")
+        answer = server.api("PATCH", f"/dags/{UPGRADE}/dagRuns/{approved}/taskInstances/approve/-1/hitlDetails",
+                            json={"chosen_options": ["Approve"]})
+        assert answer.status_code == 200, answer.text
+        assert server.wait_for_run(UPGRADE, approved, 300) == "success", server.logs()
+        upgraded = server.xcom(UPGRADE, approved, "upgrade")
+        assert upgraded["source_savepoint"] == source and upgraded["savepoint"] > source, upgraded
+        assert upgraded["rescaled"] == {"e2e": {"from": 2, "to": 4}}, upgraded
+        phase("upgrade: approved, rescaled 2 -> 4")
     print("REST recovery timeline (s): " + ", ".join(f"{name} {t:.1f}" for name, t in phases))
 
     new_attempt = [m for m in store.completed() if m.attempt == 1]

@@ -76,7 +76,7 @@ def test_every_dag_follows_the_house_rules(dagbag: Any, tmp_dagbag: Any) -> None
     assert problems == []
 
 
-KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "stop")
+KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "stop", "upgrade")
 #: Only for a spec that opts in (`chaos: {dag: true}`): the multi-stage demos do, demo and bench do not.
 CHAOS_DEMOS = ("stages-demo", "cycle-demo")
 #: Only for a pipeline with a Parquet sink (a lake to read): rollups, the stream-vs-batch comparison, data quality;
@@ -298,6 +298,7 @@ def test_broken_spec_yields_a_visible_failing_dag(tmp_dagbag: Any) -> None:
         "barrierflow_reconcile__orders",
         "barrierflow_skew__orders",
         "barrierflow_stop__orders",
+        "barrierflow_upgrade__orders",
         "barrierflow_chaos__orders",
         "barrierflow_pipeline__broken",
         "barrierflow_pipeline__orders2",

@@ -234,8 +234,8 @@ def test_errors_name_the_thing_and_the_fix(totals: Totals, cli: Any, tmp_path: P
     assert code == 2 and f"checkpoint {last.checkpoint_id}: file state/" in err and "is altered" in err, err
 
     code, _, err = cli("upgrade", path, "--to", path)
-    assert code == 2 and "rewrites no state yet" in err and f"upgrade {path} --to {path} --dry-run" in err, err
-    assert "Keep running" in err and "Nothing was changed" in err, err
+    assert code == 2 and "no savepoint to upgrade from" in err and f"barrierflow stop {path} --savepoint" in err, err
+    assert "Nothing was changed" in err, err
 
 
 def _verdicts(report: Any) -> list[tuple[str, str]]:

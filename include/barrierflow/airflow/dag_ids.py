@@ -8,7 +8,7 @@ from __future__ import annotations
 #: stop (with a savepoint) and, for a Parquet sink, the batch side: daily rollups, the
 #: stream-vs-batch comparison, data quality.
 DAG_KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "stop", "rollup",
-             "recompute", "quality", "chaos")
+             "recompute", "quality", "chaos", "upgrade")
 
 
 def dag_id_for(spec_name: str, kind: str) -> str:

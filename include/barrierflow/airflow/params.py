@@ -61,6 +61,21 @@ def stop_params() -> dict[str, Param]:
     }
 
 
+def upgrade_params() -> dict[str, Param]:
+    """The upgrade DAG's params: the changed spec, whether to stop after the report, which cut."""
+    return {
+        "new_spec": Param(type="string", minLength=1,
+                          description="Path of the changed spec (the pipeline's new version) on the Airflow "
+                                      "workers, relative to BARRIERFLOW_HOME or absolute."),
+        "dry_run": Param(True, type="boolean",
+                         description="Report only (default): compatible, needs rewrite or incompatible, per stage "
+                                     "and operator. False: after the report, ask a person to approve, then upgrade."),
+        "checkpoint": Param(None, type=["null", "integer"], minimum=1,
+                            description="The checkpoint or savepoint whose state is compared (default: the newest "
+                                        "completed one)."),
+    }
+
+
 def recover_params() -> dict[str, Param]:
     """The recovery DAG's params (checked by their schema when triggered, and by its first task)."""
     return {

@@ -229,13 +229,15 @@ def _parser() -> argparse.ArgumentParser:
                                   "files) instead of a preview")
     st_stats.add_argument("--top", type=int, default=10, metavar="N", help="largest keys shown (default 10)")
 
-    upgrade = sub.add_parser("upgrade", help="compatibility report of a spec change over the saved state "
-                                             "(--dry-run; rewriting state is not available yet)")
+    upgrade = sub.add_parser("upgrade", help="change a stopped pipeline's spec over its savepoint: the compatibility "
+                                             "report (--dry-run), or the change itself (a rescale is rewritten "
+                                             "into a new savepoint, which the new spec is restored from)")
     upgrade.add_argument("spec", help="the spec the state was built with")
     upgrade.add_argument("--to", dest="new_spec", required=True, metavar="NEW_SPEC", help="the changed spec")
-    upgrade.add_argument("--dry-run", action="store_true", help="report only (required: nothing is rewritten)")
+    upgrade.add_argument("--dry-run", action="store_true", help="report only: nothing is rewritten or restored")
     upgrade.add_argument("--checkpoint", type=int, metavar="N",
-                         help="checkpoint or savepoint id (default: the latest completed)")
+                         help="--dry-run: checkpoint or savepoint id (default: the latest completed); otherwise the "
+                              "savepoint to upgrade from (default: the latest savepoint)")
     upgrade.add_argument("--json", action="store_true")
 
     validate = sub.add_parser("validate", help="validate a spec; for several stages show the graph and its cycles")
@@ -788,10 +790,25 @@ def _cmd_state(args: argparse.Namespace) -> int:
 
 
 def _cmd_upgrade(args: argparse.Namespace) -> int:
-    """``upgrade --dry-run``: exit 0 for compatible or needs rewrite, 1 for incompatible."""
-    from barrierflow.ops.upgrade import upgrade
+    """``upgrade``: exit 0 for compatible or needs rewrite (``--dry-run``) or a completed upgrade,
+    1 for incompatible (``--dry-run``); a refused upgrade exits 2 (UserInputError)."""
+    from barrierflow.ops.upgrade import UpgradeResult, upgrade
 
-    report = upgrade(args.spec, args.new_spec, dry_run=args.dry_run, checkpoint_id=args.checkpoint)
+    outcome = upgrade(args.spec, args.new_spec, dry_run=args.dry_run, checkpoint_id=args.checkpoint)
+    if isinstance(outcome, UpgradeResult):
+        if args.json:
+            print(json.dumps(outcome.as_dict(), indent=2))
+            return EXIT_OK
+        for stage, (was, now) in outcome.rescaled.items():
+            print(f"stage {stage}: state rescaled {was} -> {now} partitions")
+        rewritten = outcome.savepoint != outcome.source_savepoint
+        made = (f"new savepoint {outcome.savepoint} ({outcome.location})" if rewritten
+                else f"savepoint {outcome.savepoint} (nothing needed a rewrite)")
+        print(f"pipeline {outcome.report.pipeline}: upgraded from savepoint {outcome.source_savepoint} (unchanged) to "
+              f"{made}, restored for {args.new_spec} as attempt {outcome.attempt} in "
+              f"{outcome.timings['total']:.1f} s; continue with 'barrierflow run {args.new_spec}'")
+        return EXIT_OK
+    report = outcome
     incompatible = report.verdict.value == "incompatible"
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
@@ -805,7 +822,8 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
         for finding in stage.findings:
             print(f"    {finding.verdict.value}: {finding.subject}: {finding.reason}")
     if report.verdict.value == "needs rewrite":
-        print("the state rewrite is not available yet: keep running the old spec")
+        print(f"stop the pipeline with 'barrierflow stop {report.spec} --savepoint', then run 'barrierflow upgrade "
+              f"{report.spec} --to {report.new_spec}' (a rescale is rewritten; other rewrites are not yet supported)")
     return EXIT_RUNTIME if incompatible else EXIT_OK
 
 

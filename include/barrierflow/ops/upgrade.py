@@ -8,39 +8,100 @@ stage query of NEW_SPEC without starting it
 connects, nothing is written) and compares the two per stage, operator and graph
 (:func:`barrierflow.state.compatibility.compare`). The store and the work dirs are only read.
 
-Rewriting the state (a rescale, a value column added or dropped, a stage added) is not built:
-without ``dry_run`` the operation refuses (:class:`UpgradeNotAvailableError`) and changes nothing.
+Without ``dry_run`` (:func:`upgrade` then returns an :class:`UpgradeResult`), the change is made
+from a savepoint (``checkpoint_id``, default the newest savepoint, which must be the newest
+completed checkpoint: output committed after it would be written again), with the pipeline
+stopped, under its lease:
+
+* a change the report calls *compatible*: nothing is rewritten; the savepoint is restored for
+  the new spec as a new attempt;
+* a change whose only rewrite is a rescale (a single-stage pipeline's shuffle partitions):
+  the savepoint is materialized into a scratch directory, Spark's offline repartition rewrites
+  that copy (:func:`barrierflow.state.rescale.rescale_checkpoint`: batch V+1, no input, the state
+  in the new partition count), and the copy's files are recorded as a NEW savepoint (a new
+  checkpoint id; the source savepoint is never modified: Flink's NO_CLAIM), which is then
+  restored for the new spec as a new attempt. ``barrierflow run NEW_SPEC`` continues from it.
+
+An upgrade killed at any step leaves the old savepoint as it was and is run again by the same
+command: before the new savepoint's manifest is written (the last step of recording it) nothing
+in the store refers to the files already uploaded; after it, the rewritten savepoint is the newest
+one, the report over it is *compatible*, and the command restores it.
+
+Everything else is refused, naming what is not yet supported (:class:`UpgradeNotSupportedError`):
+an incompatible change, a value column added or dropped, a changed watermark, stages or operators
+added or removed, pipelines of several stages, and a rescale of state kept by the HDFS-backed
+state store. A refusal changes nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
-from typing import TYPE_CHECKING
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from barrierflow.errors import UserInputError
+from barrierflow.checkpointing.manifest import CheckpointKind, Manifest, ManifestFile
+from barrierflow.checkpointing.uploader import sha256_file
+from barrierflow.errors import CheckpointNotFoundError, UserInputError
+from barrierflow.lease import JobLease, lease_holder
 from barrierflow.ops.state import session_for
 from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
 from barrierflow.spark.session import shuffle_partitions
-from barrierflow.state.compatibility import CompatibilityReport, PlannedStage, StageState, compare
+from barrierflow.state.compatibility import CompatibilityReport, PlannedStage, StageState, Verdict, compare
 from barrierflow.state.reader import has_state, open_state
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["UpgradeNotAvailableError", "upgrade"]
+log = logging.getLogger(__name__)
+
+__all__ = ["UpgradeNotSupportedError", "UpgradeRefusedError", "UpgradeResult", "upgrade"]
+
+#: The subject suffix of the one rewrite :func:`upgrade` makes (a rescale).
+RESCALE = "shuffle partitions"
 
 
-class UpgradeNotAvailableError(UserInputError):
-    """``upgrade`` without ``--dry-run``: rewriting state is not available yet."""
+class UpgradeRefusedError(UserInputError):
+    """The upgrade cannot start now: the pipeline runs, or it has no savepoint to upgrade from
+    (or the one named is not the newest completed checkpoint). Nothing was changed."""
 
-    def __init__(self, spec: str, new_spec: str) -> None:
-        super().__init__(
-            f"barrierflow upgrade rewrites no state yet: only the compatibility report is available. Run "
-            f"'barrierflow upgrade {spec} --to {new_spec} --dry-run' to see, per stage and operator, whether the "
-            f"state is compatible, needs a rewrite or is incompatible. Keep running {spec} (the old spec) until "
-            f"then; a change the report calls compatible can be made by running {new_spec} over the same "
-            "checkpoint storage. Nothing was changed.")
+
+class UpgradeNotSupportedError(UserInputError):
+    """The change needs what ``upgrade`` does not do yet (or cannot do): the message names it.
+    Nothing was changed."""
+
+
+@dataclass(frozen=True)
+class UpgradeResult:
+    """A completed upgrade.
+
+    Attributes:
+        report: the compatibility report it acted on.
+        source_savepoint: the savepoint it started from (never modified).
+        savepoint: the savepoint the new spec was restored from: the rewritten one (a new id),
+            or ``source_savepoint`` when nothing needed a rewrite.
+        rescaled: stage -> (old, new) partitions of each rescaled stage.
+        attempt: the attempt the restore began (the next run of the new spec writes it).
+        timings: seconds per step (``materialize``, ``repartition``, ``record``, ``restore``, ``total``).
+    """
+
+    report: CompatibilityReport
+    source_savepoint: int
+    savepoint: int
+    rescaled: dict[str, tuple[int, int]]
+    attempt: int
+    timings: dict[str, float]
+    location: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"report": self.report.as_dict(), "source_savepoint": self.source_savepoint,
+                "savepoint": self.savepoint, "location": self.location,
+                "rescaled": {s: {"from": a, "to": b} for s, (a, b) in self.rescaled.items()},
+                "attempt": self.attempt, "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
 
 def _sink(stage: Stage) -> str:
@@ -59,18 +120,29 @@ def _channels(pipeline: OpenedPipeline) -> dict[str, tuple[str, int]]:
 
 def upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *, dry_run: bool,
             checkpoint_id: int | None = None, spark: SparkSession | None = None,
-            scratch: str | None = None) -> CompatibilityReport:
-    """The compatibility report of running ``new_spec_path`` over the state of ``spec_path``'s
-    cut ``checkpoint_id`` (None: the newest completed one); see the module docstring.
+            scratch: str | None = None) -> CompatibilityReport | UpgradeResult:
+    """With ``dry_run``: the compatibility report of running ``new_spec_path`` over the state of
+    ``spec_path``'s cut ``checkpoint_id`` (None: the newest completed one). Without: make the
+    change from a savepoint (module docstring) and return the :class:`UpgradeResult`.
 
     Raises:
-        UpgradeNotAvailableError: ``dry_run`` is False (nothing is read or changed).
         SpecError: either spec does not load.
         CheckpointNotFoundError: no completed cut, or ``checkpoint_id`` is not one (listing them).
         CheckpointCorruptError: a file of the cut is missing or altered in the store.
+        UpgradeRefusedError: (not ``dry_run``) the pipeline runs, has no savepoint, or the
+            savepoint is not its newest completed checkpoint.
+        UpgradeNotSupportedError: (not ``dry_run``) the change is not one ``upgrade`` makes yet.
+        RescaleFailedError: Spark's repartition failed on the scratch copy.
     """
     if not dry_run:
-        raise UpgradeNotAvailableError(str(spec_path), str(new_spec_path))
+        return _upgrade(spec_path, new_spec_path, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch)
+    return report_for(spec_path, new_spec_path, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch)
+
+
+def report_for(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *,
+               checkpoint_id: int | None = None, spark: SparkSession | None = None,
+               scratch: str | None = None) -> CompatibilityReport:
+    """The compatibility report (``upgrade --dry-run``): see :func:`upgrade`."""
     old, new = open_pipeline(spec_path), open_pipeline(new_spec_path)
     cid = old.completed_cut(checkpoint_id)
     session = session_for(old, spark)
@@ -94,3 +166,153 @@ def upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[
     graph, stages = compare(states, planned, old_channels=_channels(old), new_channels=_channels(new),
                             old_storage=old.storage, new_storage=new.storage)
     return CompatibilityReport(old.name, str(spec_path), str(new_spec_path), cid, old.cut_noun, graph, stages)
+
+
+def _savepoint(pipeline: OpenedPipeline, spec_path: str, checkpoint_id: int | None) -> Manifest:
+    """The savepoint to upgrade from (:class:`UpgradeRefusedError` when there is none, or it is
+    not the newest completed checkpoint)."""
+    stage = pipeline.stages[0]
+    completed = stage.store.completed()
+    savepoints = [m for m in completed if m.kind is CheckpointKind.SAVEPOINT]
+    stop = f"'barrierflow stop {spec_path} --savepoint'"
+    if checkpoint_id is None:
+        if not savepoints:
+            raise UpgradeRefusedError(
+                f"pipeline {pipeline.name} has no savepoint to upgrade from; run it and stop it with {stop}, then "
+                "upgrade. Nothing was changed.")
+        chosen = savepoints[-1]
+    else:
+        chosen = next((m for m in completed if m.checkpoint_id == checkpoint_id), None)
+        if chosen is None:
+            raise CheckpointNotFoundError(
+                f"pipeline {pipeline.name} has no completed checkpoint {checkpoint_id}; its savepoints: "
+                f"{[m.checkpoint_id for m in savepoints] or 'none'} (take one with {stop})")
+        if chosen.kind is not CheckpointKind.SAVEPOINT:
+            raise UpgradeRefusedError(
+                f"checkpoint {checkpoint_id} of pipeline {pipeline.name} is no savepoint; an upgrade starts from a "
+                f"savepoint: stop the pipeline with {stop} and upgrade from the savepoint it names. Nothing was "
+                "changed.")
+    newer = [m.checkpoint_id for m in completed if m.checkpoint_id > chosen.checkpoint_id]
+    if newer:
+        raise UpgradeRefusedError(
+            f"savepoint {chosen.checkpoint_id} of pipeline {pipeline.name} is older than its completed checkpoints "
+            f"{newer}, whose output is committed: an upgrade from it would write that output again. Run the old spec "
+            f"and stop it with {stop}, then upgrade from the new savepoint. Nothing was changed.")
+    return chosen
+
+
+def _refuse_unsupported(report: CompatibilityReport, spec_path: str, new_spec_path: str) -> None:
+    """Raise UpgradeNotSupportedError unless every finding is compatible or a rescale."""
+    if report.verdict is Verdict.INCOMPATIBLE:
+        named = "; ".join(f"{f.subject}: {f.reason}" for f in report.graph + [f for s in report.stages
+                                                                               for f in s.findings]
+                          if f.verdict is Verdict.INCOMPATIBLE)
+        raise UpgradeNotSupportedError(
+            f"{new_spec_path} is incompatible with the state of {spec_path}: {named}. Dropping state is not "
+            f"supported; see 'barrierflow upgrade {spec_path} --to {new_spec_path} --dry-run'. Nothing was changed.")
+    other = [f for s in report.stages for f in s.findings
+             if f.verdict is Verdict.NEEDS_REWRITE and not f.subject.endswith(RESCALE)]
+    other += [f for f in report.graph if f.verdict is Verdict.NEEDS_REWRITE]
+    if other:
+        named = "; ".join(f"{f.subject}: {f.reason}" for f in other)
+        raise UpgradeNotSupportedError(
+            f"upgrade rewrites only shuffle partitions (a rescale) so far; this change needs a rewrite that is not "
+            f"yet supported: {named}. Keep running {spec_path}. Nothing was changed.")
+
+
+def _record(stage: Stage, source: Manifest, files: list[str], directory: Path, batch_id: int,
+            bases: dict[str, int]) -> Manifest:
+    """Upload the rewritten copy's ``files`` to the store's shared files and add their manifest
+    as a new savepoint (the next free checkpoint id), resuming at ``batch_id + 1`` with the
+    source savepoint's barrier offsets (the repartition batch read no input)."""
+    store = stage.store
+    known = store.shared_digests()
+    entries: list[ManifestFile] = []
+    uploaded = 0
+    for relpath in files:
+        path = directory / relpath
+        digest = sha256_file(str(path))
+        size = path.stat().st_size
+        fresh = digest not in known
+        if fresh:
+            store.put_shared(digest, str(path))
+            known.add(digest)
+            uploaded += size
+        entries.append(ManifestFile(path=relpath, sha256=digest, size=size, uploaded=fresh))
+    now = datetime.now(UTC)
+    manifest = source.model_copy(update={
+        "checkpoint_id": store.highest_used_id() + 1, "kind": CheckpointKind.SAVEPOINT, "attempt": store.attempt(),
+        "spark_batch_id": batch_id, "first_batch_id": batch_id, "state_version": batch_id + 1,
+        "trigger_time": now, "barrier_time": now, "completion_time": now, "barrier_batch_ms": 0.0,
+        "sync_ms": 0.0, "async_ms": 0.0, "total_ms": 0.0, "files": entries, "state_bases": bases,
+        "full_bytes": sum(e.size for e in entries), "incremental_bytes": uploaded, "sink_handles": [],
+        "alignment": None})
+    store.write_manifest(manifest)
+    return manifest
+
+
+def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *,
+             checkpoint_id: int | None, spark: SparkSession | None, scratch: str | None) -> UpgradeResult:
+    from barrierflow.recovery.restore import restore_pipeline
+    from barrierflow.state.rescale import rescale_checkpoint
+
+    started = time.perf_counter()
+    old, new = open_pipeline(spec_path), open_pipeline(new_spec_path)
+    if not (old.single_stage and new.single_stage):
+        several = spec_path if not old.single_stage else new_spec_path
+        raise UpgradeNotSupportedError(
+            f"upgrade rewrites the state of single-stage pipelines only so far; {several} "
+            "has several stages (rewriting one stage while the others keep their state is not yet supported). "
+            f"'barrierflow upgrade {spec_path} --to {new_spec_path} --dry-run' reports what the change needs. "
+            "Nothing was changed.")
+    if old.name != new.name:
+        raise UpgradeNotSupportedError(
+            f"{new_spec_path} names pipeline {new.name}, {spec_path} pipeline {old.name}: an upgrade keeps the "
+            "pipeline's name (seeding a copy under another name is not yet supported). Nothing was changed.")
+    holder = lease_holder(Path(old.work_dir), old.objects)
+    if holder is not None:
+        raise UpgradeRefusedError(
+            f"pipeline {old.name} is running (pid {holder.get('pid')} on {holder.get('host')}, "
+            f"{holder.get('purpose', 'run')}): stop it first with 'barrierflow stop {spec_path} --savepoint', then "
+            "upgrade from the savepoint it names. Nothing was changed.")
+    source = _savepoint(old, str(spec_path), checkpoint_id)
+    session = session_for(old, spark)
+    report = report_for(spec_path, new_spec_path, checkpoint_id=source.checkpoint_id, spark=session,
+                        scratch=scratch)
+    _refuse_unsupported(report, str(spec_path), str(new_spec_path))
+    stage, target = old.stages[0], new.stages[0]
+    wanted = int(shuffle_partitions(target.spec.spark))
+    held = {o.partitions for s in report.stages for o in s.operators}
+    rescale = any(f.subject.endswith(RESCALE) for s in report.stages for f in s.findings)
+    if rescale and not has_state(source):
+        raise UpgradeNotSupportedError(
+            f"stage {stage.name} of pipeline {old.name} keeps no state, but its offset log records its old "
+            f"spark.shuffle_partitions, which Spark would keep; recording the new value over a stateless checkpoint "
+            f"is not yet supported. Keep spark.shuffle_partitions as it is in {new_spec_path}. Nothing was changed.")
+    timings: dict[str, float] = {}
+    rescaled: dict[str, tuple[int, int]] = {}
+    with JobLease(Path(target.layout.work_dir), new.name, "restore", store=target.store.objects) as lease:
+        target.store.fence = lease.token
+        try:
+            restored = source
+            if rescale:
+                with rescale_checkpoint(session, pipeline=old.name, stage=stage.name, store=stage.store,
+                                        manifest=source, spark_spec=target.spec.spark, partitions=wanted,
+                                        scratch=scratch) as copy:
+                    timings["materialize"] = copy.materialize_seconds
+                    timings["repartition"] = copy.repartition_seconds
+                    began = time.perf_counter()
+                    restored = _record(target, source, copy.files, copy.directory, copy.batch_id, copy.state_bases)
+                    timings["record"] = time.perf_counter() - began
+                rescaled[stage.name] = (min(held) if held else 0, wanted)
+                log.info("pipeline %s: savepoint %d rescaled to %d partitions as savepoint %d", old.name,
+                         source.checkpoint_id, wanted, restored.checkpoint_id)
+            began = time.perf_counter()
+            restore = restore_pipeline(target.spec, restored.checkpoint_id, store=target.store,
+                                       layout=target.layout, check_running=False)
+            timings["restore"] = time.perf_counter() - began
+        finally:
+            target.store.fence = None
+    timings["total"] = time.perf_counter() - started
+    return UpgradeResult(report, source.checkpoint_id, restored.checkpoint_id, rescaled, restore.attempt, timings,
+                         new.cut_location(restored.checkpoint_id))

@@ -217,10 +217,15 @@ class StateSnapshot:
         if self._operators is not None:
             return self._operators
         rows = self._metadata_rows()
+        # Spark's version-1 operator metadata (an aggregation's, a deduplication's) is written once and
+        # keeps the partition count the state was first built with, also after an offline repartition;
+        # the offset log's shuffle partitions at the barrier batch are what the state has now.
+        recorded = self.recorded_shuffle_partitions()
         found: dict[int, dict[str, Any]] = {}
         for row in rows:
+            partitions = int(recorded) if recorded is not None and recorded.isdigit() else int(row["numPartitions"])
             entry = found.setdefault(int(row["operatorId"]), {"name": str(row["operatorName"]), "stores": [],
-                                                              "partitions": int(row["numPartitions"])})
+                                                              "partitions": partitions})
             entry["stores"].append(str(row["stateStoreName"]))
         for op in _operator_ids(self.directory):
             if op not in found:
