@@ -9,7 +9,8 @@
 #   make bench    the benchmarks (bench/, not part of the library) -> docs/benchmarks-latest.md
 #   make bench-flink  barrierflow vs Flink SQL side by side (installs Flink into .venv-flink: make flink)
 #   make bench-channels  the transport between stages, before and after issue 29 (bench/channel_transport.py)
-#   make bench-kafka  Kafka -> keyed totals -> discard beside the raw client ceiling (bench/kafka_source.py)
+#   make bench-kafka  Kafka -> keyed totals -> discard beside the raw client ceiling, and side by side with
+#                 Spark's connector, plain Spark and Flink SQL on the same topic (bench/kafka_source.py)
 #   make airflow  Airflow (standalone) on 127.0.0.1 with dags/ and plugins/, home var/airflow
 PYTHON ?= python3.11
 VENV := .venv
@@ -99,9 +100,11 @@ bench: install
 bench-channels: install
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/channel_transport.py
 
-# The Kafka source against the raw client ceiling measured in the same run (docs/benchmarks.md,
-# "Kafka source"); prints a table, asserts nothing.
-bench-kafka: install
+# The Kafka source against the raw client ceiling measured in the same run, and side by side with
+# Spark's connector, plain Spark and Flink SQL (Flink's Kafka connector: the flink-kafka JVM set of
+# `make install`) on the same topic (docs/benchmarks.md, "Kafka source", "Kafka side by side");
+# prints tables, asserts nothing.
+bench-kafka: install $(FLINK_STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m bench.kafka_source
 
 # Flink in a virtual environment of its own (never in the main requirements), for

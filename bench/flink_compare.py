@@ -89,6 +89,27 @@ def run_flink_job(python: Path, rows: int, interval: float, *, tuned: bool) -> d
     """
     command = [str(python), str(JOB_SCRIPT), "--rows", str(rows), "--checkpoint-interval", str(interval),
                *(["--tuned"] if tuned else [])]
+    return run_flink_script(command)
+
+
+def kafka_job_command(python: Path, *, bootstrap: str, topic: str, partitions: int, records: int, interval: float,
+                      tuned: bool, jars: list[str]) -> list[str]:
+    """The command of one Kafka-mode run of :mod:`bench.flink_sql_job` (``--kafka``): the job over
+    ``topic``'s ``records`` records on ``bootstrap``, with Flink's Kafka connector ``jars``."""
+    if not jars:
+        raise UserInputError("the Flink SQL job on Kafka needs Flink's Kafka connector: run `make install` "
+                             "(JVM artifact set 'flink-kafka')")
+    return [str(python), str(JOB_SCRIPT), "--kafka", bootstrap, "--topic", topic, "--partitions", str(partitions),
+            "--rows", str(records), "--checkpoint-interval", str(interval), "--jars", ",".join(jars),
+            *(["--tuned"] if tuned else [])]
+
+
+def run_flink_script(command: list[str]) -> dict[str, Any]:
+    """Run one Flink SQL job script; its JSON result line.
+
+    Raises:
+        UserInputError: the job failed (the message holds the end of its output).
+    """
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:

@@ -27,12 +27,37 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
    and of three (``ingest`` -> ``c1`` -> ``mid``: projection -> ``c2`` -> ``totals``), the
    channels on the same broker with ``--partitions`` partitions, aligned 1 s global
    checkpoints, every stage in the one SparkSession (``--stages`` picks which of 1, 2, 3 run).
+7. **Side by side** on the same broker and topic, the same job (JSON records decoded, keyed
+   running count and sum, update mode, a discarding sink, 1 s checkpoints), ``--side-by-side``
+   picks which run:
+
+   a. ``python``: barrierflow with its Python reader (the pipeline of step 4, the same run);
+   b. ``spark``: barrierflow with Spark's connector (``reader: spark``), otherwise the same spec;
+   c. ``plain``: plain Spark Structured Streaming, no barrierflow: ``readStream.format("kafka")``
+      (``maxOffsetsPerTrigger`` = ``--batch`` x partitions, as ``reader: spark`` sets it) ->
+      ``from_json`` -> ``groupBy(key).agg(count, sum)`` -> update mode -> the ``noop`` sink,
+      the pipelines' trigger (:data:`TRIGGER`), its own ``checkpointLocation`` (Spark writes its
+      offset and commit logs and state every batch: its "checkpoint" is per batch), in the
+      same SparkSession (so with the same Spark settings) as a and b;
+   d. ``flink``: Flink SQL (the Flink virtual environment's apache-flink, ``make flink``) with
+      Flink's Kafka connector (the ``flink-kafka`` JVM artifact set, ``make install``) and
+      checkpoints every 1 s, untuned and tuned (mini-batch, two-phase:
+      :data:`bench.flink_sql_job.TUNED`), ``bench/flink_sql_job.py --kafka``, after the Spark
+      session stopped.
+
+   All counted "after the first batch" as :mod:`bench.rates` defines it (plain Spark from its
+   query progress, :func:`progress_rate`; Flink with a short run in the first batch's place,
+   :func:`bench.flink_compare.flink_rate`), printed with the ratios b / c, b / d tuned, b / d
+   untuned and a / b (:func:`side_by_side_lines`). ``--systems`` runs the side by side alone
+   (the produce step, then no ceilings, generator or stage runs).
 
 It prints each figure and the ratios pipeline / consume+decode ceiling in 2 processes and Kafka
-pipeline / generator pipeline. Usage (from the repository root; docs/benchmarks.md has a run)::
+pipeline / generator pipeline, then the side by side. Usage (from the repository root;
+docs/benchmarks.md has a run)::
 
     PYTHONPATH=include:. .venv/bin/python -m bench.kafka_source [--records 2000000] [--batch 100000]
-        [--partitions 4] [--stages 1,2,3] [--bootstrap HOST:PORT] [--markdown FILE]
+        [--partitions 4] [--stages 1,2,3] [--side-by-side python,spark,plain,flink] [--systems]
+        [--bootstrap HOST:PORT] [--markdown FILE]
 
 ``python -m bench --scenario kafka`` runs it with its defaults.
 
@@ -44,18 +69,20 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import shutil
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.rates import StageBatchClock, job_rate, records_through
+from bench.rates import BatchEnd, StageBatchClock, job_rate, rate_after_first_batch, records_through
 
 KEYS = 1000
 #: The fields the Kafka source decodes (the pipeline's and the decoder ceilings').
@@ -64,6 +91,20 @@ PER_RECORD = "consume + decode to Arrow (the source's decoder, per record)"
 VECTORIZED = "consume + decode to Arrow (the source's decoder, vectorized)"
 COLUMNS = "consume as columns (no decoding)"
 SOURCE = "consume as columns + vectorized decode (what the source's tasks do)"
+#: The pipelines' trigger interval (seconds); plain Spark's ``processingTime`` matches it.
+TRIGGER = 0.1
+#: The systems of the side by side (module docstring, step 7), in the order they run.
+SYSTEMS = ("python", "spark", "plain", "flink")
+#: Flink's Kafka connector: the JVM artifact set (include/barrierflow/jvm/artifacts.lock).
+FLINK_JVM_SET = "flink-kafka"
+#: The side by side's rows: key in :func:`side_by_side_lines`' ``rates`` -> what was measured.
+SIDE_BY_SIDE = {
+    "python": "a. barrierflow, its Python reader (reader: python), ABS checkpoints every 1 s",
+    "spark": "b. barrierflow, Spark's connector (reader: spark), ABS checkpoints every 1 s",
+    "plain": "c. plain Spark Structured Streaming, Spark's connector, its own checkpoint (every batch)",
+    "flink tuned": "d. Flink SQL, Flink's Kafka connector, checkpoints every 1 s, tuned (mini-batch, two-phase)",
+    "flink untuned": "d. Flink SQL, Flink's Kafka connector, checkpoints every 1 s, untuned (Flink's defaults)",
+}
 
 
 def say(line: str = "") -> None:
@@ -206,7 +247,7 @@ def pipeline_spec(work: Path, source: dict[str, Any]) -> dict[str, Any]:
         "transformation": {"function": "barrierflow.transforms.aggregations:keyed_running_totals",
                            "output_mode": "update"},
         "sinks": [{"name": "out", "type": "discard"}],
-        "trigger": {"interval": 0.1},
+        "trigger": {"interval": TRIGGER},
         "checkpoint": {"storage": f"file://{work / 'checkpoints'}", "interval": 1.0, "timeout": 120.0,
                        "tolerable_failed_checkpoints": 1000},
         "spark": {"master": "local[2]", "shuffle_partitions": 2},
@@ -231,6 +272,123 @@ def run_pipeline(spark: Any, source: dict[str, Any], cap: float) -> dict[str, An
                 "batches": result.batches, "checkpoints": len(result.completed)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def kafka_source(servers: str, topic: str, batch: int, reader: str = "python") -> dict[str, Any]:
+    """The Kafka source of the single-stage pipeline, read by ``reader`` (``python`` or ``spark``)."""
+    return {"name": "events", "type": "kafka", "reader": reader, "bootstrap_servers": servers, "topics": [topic],
+            "format": "json", "max_records_per_batch": batch, "json_fields": JSON_FIELDS}
+
+
+def progress_rate(progress: Sequence[Mapping[str, Any]]) -> float:
+    """Records/s after the first batch (:mod:`bench.rates`) of a plain Spark query, from its
+    progress reports (``StreamingQueryProgress``, each once, in any order): a batch ends at its
+    ``timestamp`` (when its trigger started) plus its ``durationMs.triggerExecution`` (the
+    whole batch, the commit log written); the first batch is the lowest ``batchId`` that read
+    records, the last the highest, and the records are the sum of ``numInputRows`` up to each.
+    Batches that read nothing are left out (they move no record). NaN with fewer than two such
+    batches."""
+    batches = sorted((p for p in progress if int(p["numInputRows"]) > 0), key=lambda p: int(p["batchId"]))
+    if len(batches) < 2:
+        return math.nan
+
+    def end(report: Mapping[str, Any]) -> float:
+        started = datetime.fromisoformat(str(report["timestamp"]).replace("Z", "+00:00"))
+        return started.timestamp() + int(report["durationMs"]["triggerExecution"]) / 1000.0
+
+    first, total = batches[0], sum(int(p["numInputRows"]) for p in batches)
+    return rate_after_first_batch(BatchEnd(end(first), int(first["numInputRows"])), BatchEnd(end(batches[-1]), total))
+
+
+def run_plain_spark(spark: Any, servers: str, topic: str, *, records: int, batch: int, partitions: int,
+                    cap: float) -> dict[str, Any]:
+    """One bounded run of the job on plain Spark Structured Streaming (module docstring, step 7c)
+    in the shared SparkSession, until its batches read ``records`` records or ``cap`` seconds."""
+    from pyspark.sql import functions as F
+
+    work = Path(tempfile.mkdtemp(prefix="bf-kbench-plain-"))
+    schema = ", ".join(f"`{name}` {kind}" for name, kind in JSON_FIELDS.items())
+    frame = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers).option("subscribe", topic)
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(batch * partitions))
+             .option("failOnDataLoss", "true").option("kafka.isolation.level", "read_committed").load()
+             .select(F.from_json(F.col("value").cast("string"), schema).alias("r")).select("r.*")
+             .groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("value_sum")))
+    seen: dict[int, Mapping[str, Any]] = {}
+    began = time.monotonic()
+    query = (frame.writeStream.format("noop").outputMode("update")
+             .option("checkpointLocation", str(work / "checkpoint"))
+             .trigger(processingTime=f"{int(TRIGGER * 1000)} milliseconds").start())
+    try:
+        while time.monotonic() - began < cap:
+            seen.update({int(p["batchId"]): p for p in query.recentProgress})
+            if sum(int(p["numInputRows"]) for p in seen.values()) >= records or not query.isActive:
+                break
+            query.awaitTermination(0.2)
+        seen.update({int(p["batchId"]): p for p in query.recentProgress})
+        failure = query.exception()
+    finally:
+        query.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    seconds = time.monotonic() - began
+    done = sum(int(p["numInputRows"]) for p in seen.values())
+    outcome = "ok" if done >= records else f"{done:,} of {records:,} records in {cap:g}s"
+    if failure is not None:  # the figure to report is the failure itself
+        say(f"plain Spark failed: {failure}")
+        outcome = f"FAILED: {type(failure).__name__}"
+    return {"outcome": outcome, "records": done, "seconds": seconds, "rate": done / seconds if seconds else 0.0,
+            "steady": progress_rate(list(seen.values())), "batches": sum(1 for p in seen.values()
+                                                                          if int(p["numInputRows"]) > 0),
+            "checkpoints": "-"}
+
+
+def flink_jars() -> list[str]:
+    """The jars of Flink's Kafka connector (:data:`FLINK_JVM_SET`), verified against the lock.
+
+    Raises:
+        JvmArtifactError: not installed (naming ``make install``).
+    """
+    from barrierflow.jvm.classpath import set_jars
+
+    return [str(jar) for jar in set_jars(FLINK_JVM_SET, verify=True)]
+
+
+def run_flink(python: Path, jars: list[str], servers: str, topic: str, *, records: int, partitions: int,
+              tuned: bool) -> dict[str, Any]:
+    """One Kafka-mode run of the Flink SQL job with 1 s checkpoints (module docstring, step 7d);
+    a failure is the figure (its outcome), not an exception."""
+    from bench.flink_compare import flink_rate, kafka_job_command, run_flink_script
+
+    command = kafka_job_command(python, bootstrap=servers, topic=topic, partitions=partitions, records=records,
+                                interval=1.0, tuned=tuned, jars=jars)
+    try:
+        result = run_flink_script(command)
+    except Exception as exc:  # the figure to report is the failure itself
+        say(f"Flink SQL {'tuned' if tuned else 'untuned'} failed: {exc}")
+        return {"outcome": f"FAILED: {type(exc).__name__}", "steady": math.nan, "version": "?"}
+    return {"outcome": (f"ok, {int(result['rows']):,} records in {float(result['seconds']):.1f} s, the short run's "
+                        f"{int(result['first_rows']):,} in {float(result['first_seconds']):.1f} s"),
+            "steady": flink_rate(result), "version": str(result.get("flink_version", "?"))}
+
+
+def side_by_side_lines(rates: Mapping[str, float], notes: Mapping[str, str] | None = None) -> list[str]:
+    """The side by side as Markdown table lines: one row per system measured (keys of
+    :data:`SIDE_BY_SIDE` in ``rates``: records/s after the first batch; ``notes`` adds a
+    parenthesis to a row), then the ratios b / c (aim >= 0.9), b / d tuned (aim >= 0.8), b / d
+    untuned and a / b, each "n/a" when a side is missing or unknown."""
+    notes = notes or {}
+    lines = ["| system (one broker, one topic, one run) | records/s after the first batch |", "|---|---:|"]
+    for key, label in SIDE_BY_SIDE.items():
+        if key in rates:
+            note = f" ({notes[key]})" if notes.get(key) else ""
+            lines.append(f"| {label}{note} | {rates[key]:,.0f} |")
+    nan = math.nan
+    for label, a, b in (
+            ("b / c: barrierflow with Spark's connector / plain Spark (aim >= 0.9)", "spark", "plain"),
+            ("b / d tuned: barrierflow with Spark's connector / Flink SQL tuned (aim >= 0.8)", "spark", "flink tuned"),
+            ("b / d untuned: barrierflow with Spark's connector / Flink SQL untuned", "spark", "flink untuned"),
+            ("a / b: barrierflow's Python reader / Spark's connector", "python", "spark")):
+        lines.append(f"| ratio {label} | {_ratio(rates.get(a, nan), rates.get(b, nan))} |")
+    return lines
 
 
 def staged_spec(work: Path, servers: str, topic: str, *, stages: int, batch: int, partitions: int
@@ -262,7 +420,7 @@ def staged_spec(work: Path, servers: str, topic: str, *, stages: int, batch: int
         "channels": [{"name": n, "topic": f"kbench-{n}-{suffix}", "partitions": partitions, "bootstrap": servers}
                      for n in names],
         "stages": chain,
-        "trigger": {"interval": 0.1},
+        "trigger": {"interval": TRIGGER},
         "checkpoint": {"storage": f"file://{work / 'checkpoints'}", "interval": 1.0, "timeout": 120.0,
                        "mode": "aligned", "tolerable_failed_checkpoints": 1000},
         "spark": {"master": "local[2]", "shuffle_partitions": 2},
@@ -316,6 +474,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap", type=float, default=300.0, help="seconds a pipeline run may take at most")
     parser.add_argument("--stages", default="1,2,3", help="pipeline shapes to run: 1 (with the generator run), "
                                                            "2 and/or 3 stages, comma separated")
+    parser.add_argument("--side-by-side", default=",".join(SYSTEMS),
+                        help="the systems side by side on the same topic (step 7): python, spark, plain and/or "
+                             "flink, comma separated, or none")
+    parser.add_argument("--systems", action="store_true",
+                        help="only the side by side: no read ceilings, generator or stage runs")
     parser.add_argument("--markdown", help="append the results as a markdown table to this file")
     args = parser.parse_args(argv)
     if args.records < args.partitions or args.batch < 1 or args.cap <= 0:
@@ -326,70 +489,114 @@ def main(argv: list[str] | None = None) -> int:
         shapes = []
     if not shapes or not set(shapes) <= {1, 2, 3}:
         parser.error(f"--stages takes 1, 2 and/or 3, comma separated (got {args.stages!r})")
+    systems = [] if args.side_by_side.strip() == "none" else \
+        [s.strip() for s in args.side_by_side.split(",") if s.strip()]
+    if not set(systems) <= set(SYSTEMS) or (args.systems and not systems):
+        parser.error(f"--side-by-side takes {', '.join(SYSTEMS)} (comma separated) or none, and --systems needs at "
+                     f"least one (got {args.side_by_side!r})")
+    if args.systems:
+        shapes = []
     records = args.records - args.records % args.partitions
 
+    from barrierflow.errors import BarrierflowError
     from barrierflow.kafka_io.embedded_broker import embedded_broker
-    from barrierflow.runtime.session import build_session
+    from barrierflow.runtime.session import build_session, source_jars
     from barrierflow.spec.models import SparkSpec
 
+    from bench.flink_compare import flink_python
+
+    spark_sets = ["spark-kafka"] if {"spark", "plain"} & set(systems) else []
+    try:  # what the systems need is installed: said before anything runs
+        source_jars([], spark_sets)
+        flink = (flink_python(), flink_jars()) if "flink" in systems else None
+    except BarrierflowError as exc:
+        parser.error(f"{exc} (or leave that system out with --side-by-side)")
     started, load = datetime.now(UTC), os.getloadavg()[0]
     say(f"Kafka source benchmark, {started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, load average "
         f"{load:.1f}; {records:,} records, {args.partitions} partitions, {args.batch:,} per "
         "partition and batch")
     lines: list[str] = []
+    side: dict[str, dict[str, Any]] = {}
     with ExitStack() as stack:
         servers = args.bootstrap or stack.enter_context(embedded_broker(None, 30.0, 10.0))
         topic = f"kbench-{uuid.uuid4().hex[:8]}"
         ceilings = {"produce (confluent-kafka, acks=all)": produce(servers, topic, records, args.partitions)}
-        ceilings.update(read_ceilings(servers, topic, records, args.partitions))
-        spark = build_session(SparkSpec.model_validate({"master": "local[2]", "shuffle_partitions": 2}),
-                              app_name="barrierflow-kafka-bench")
+        if not args.systems:
+            ceilings.update(read_ceilings(servers, topic, records, args.partitions))
         runs: dict[str, dict[str, Any]] = {}
+        spark = None
+        if shapes or {"python", "spark", "plain"} & set(systems):
+            spark = build_session(SparkSpec.model_validate({"master": "local[2]", "shuffle_partitions": 2}),
+                                  app_name="barrierflow-kafka-bench", jvm_sets=spark_sets)
+        if 1 in shapes or "python" in systems:
+            runs["Kafka"] = run_pipeline(spark, kafka_source(servers, topic, args.batch), args.cap)
+            if "python" in systems:
+                side["python"] = runs["Kafka"]
         if 1 in shapes:
-            runs["Kafka"] = run_pipeline(spark, {"name": "events", "type": "kafka", "bootstrap_servers": servers,
-                                                 "topics": [topic], "format": "json",
-                                                 "max_records_per_batch": args.batch, "json_fields": JSON_FIELDS},
-                                         args.cap)
             runs["generator"] = run_pipeline(
                 spark, {"name": "events", "type": "generator", "partitions": args.partitions, "rows_per_second": 0,
                         "keys": KEYS, "max_records_per_batch": args.batch,
                         "records_per_partition": records // args.partitions}, args.cap)
+        if "spark" in systems:
+            try:
+                side["spark"] = run_pipeline(spark, kafka_source(servers, topic, args.batch, reader="spark"),
+                                             args.cap)
+            except Exception as exc:  # the figure to report is the failure itself
+                say(f"barrierflow with Spark's connector failed: {exc}")
+                side["spark"] = {"outcome": f"FAILED: {type(exc).__name__}", "steady": math.nan, "batches": "-",
+                                 "checkpoints": "-"}
+        if "plain" in systems:
+            side["plain"] = run_plain_spark(spark, servers, topic, records=records, batch=args.batch,
+                                            partitions=args.partitions, cap=args.cap)
         for stages in (n for n in shapes if n > 1):
             runs[f"{stages} stages"] = run_staged(spark, servers, topic, stages=stages, records=records,
                                                   batch=args.batch, partitions=args.partitions, cap=args.cap)
-        spark.stop()
-    decode = ceilings[in_processes("consume + json.loads")]
+        if spark is not None:
+            spark.stop()
+        if flink is not None:  # after Spark's JVM is gone: Flink's MiniCluster gets the machine
+            for tuned in (True, False):
+                side[f"flink {'tuned' if tuned else 'untuned'}"] = run_flink(
+                    flink[0], flink[1], servers, topic, records=records, partitions=args.partitions, tuned=tuned)
     lines.append("| figure | records/s |")
     lines.append("|---|---:|")
     for name, rate in ceilings.items():
         lines.append(f"| ceiling: {name} | {rate:,.0f} |")
     for label, r in runs.items():
+        if args.systems:
+            break
         source = f"pipeline from the {label} source" if label in ("Kafka", "generator") else \
             f"Kafka pipeline of {label}"
         lines.append(f"| {source} ({r['outcome']}, {r['batches']} batches, {r['checkpoints']} checkpoints): "
                      f"whole run / after the first batch | {r['rate']:,.0f} / {r['steady']:,.0f} |")
-    for label, r in runs.items():
-        if label != "generator":
-            lines.append(f"| ratio: {label if label != 'Kafka' else '1 stage'} after the first batch / "
-                         f"{in_processes('consume + json.loads')} | {_ratio(r['steady'], decode)} |")
-    lines.append(f"| ratio: the source's decoder, vectorized / per record (one Python thread each) "
-                 f"| {_ratio(ceilings[one_thread(VECTORIZED)], ceilings[one_thread(PER_RECORD)])} |")
-    if "Kafka" in runs:
+    if not args.systems:
+        decode = ceilings[in_processes("consume + json.loads")]
+        for label, r in runs.items():
+            if label != "generator":
+                lines.append(f"| ratio: {label if label != 'Kafka' else '1 stage'} after the first batch / "
+                             f"{in_processes('consume + json.loads')} | {_ratio(r['steady'], decode)} |")
+        lines.append(f"| ratio: the source's decoder, vectorized / per record (one Python thread each) "
+                     f"| {_ratio(ceilings[one_thread(VECTORIZED)], ceilings[one_thread(PER_RECORD)])} |")
+    if "Kafka" in runs and "generator" in runs:
         lines.append(f"| ratio: Kafka pipeline after the first batch / what the source's tasks do, "
                      f"{CORES} processes | {_ratio(runs['Kafka']['steady'], ceilings[in_processes(SOURCE)])} |")
         lines.append(f"| ratio: Kafka pipeline / generator pipeline, after the first batch "
                      f"| {_ratio(runs['Kafka']['steady'], runs['generator']['steady'])} |")
+    if side:
+        notes = {key: (f"Flink {r['version']}, {r['outcome']}" if key.startswith("flink") else
+                       f"{r['outcome']}, {r['batches']} batches, {r['checkpoints']} checkpoints")
+                 for key, r in side.items()}
+        lines += ["", *side_by_side_lines({key: r["steady"] for key, r in side.items()}, notes)]
     say()
     for line in lines:
         say(line)
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as out:
             out.write(f"\n`python -m bench.kafka_source --records {args.records} --batch {args.batch} --partitions "
-                      f"{args.partitions} --stages {args.stages}`, {started:%Y-%m-%d %H:%M} UTC, "
+                      f"{args.partitions} --stages {args.stages} --side-by-side {args.side_by_side}"
+                      f"{' --systems' if args.systems else ''}`, {started:%Y-%m-%d %H:%M} UTC, "
                       f"load average (1 min) at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f}:\n\n"
                       + "\n".join(lines) + "\n")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

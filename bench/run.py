@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "stages: three stages, one slow channel partition, aligned vs unaligned (--seconds "
                              "per mode); upload-cpu: CPU per MB of hashing and uploading checkpoint files to the "
                              "--store s3:// endpoint, piece by piece (no Spark); kafka: Kafka -> keyed totals as 1, 2 "
-                             "and 3 stages beside the raw client ceiling (bench/kafka_source.py)")
+                             "and 3 stages beside the raw client ceiling, and side by side with Spark's connector, "
+                             "plain Spark and Flink SQL on the same topic (bench/kafka_source.py)")
     parser.add_argument("--rate", type=float, default=20_000.0,
                         help="stages scenario: records/s per source partition")
     parser.add_argument("--processes", action="store_true",
@@ -100,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--server-pid", type=int, metavar="PID",
                         help="upload-cpu scenario: the S3 endpoint's process on this machine (e.g. moto), whose CPU "
                              "is counted too")
+    parser.add_argument("--systems", action="store_true",
+                        help="kafka scenario: only the side by side (barrierflow with its Python reader and with "
+                             "Spark's connector, plain Spark, Flink SQL on the same topic), without the read ceilings, "
+                             "the generator and the stage runs")
     parser.add_argument("--compare", choices=("flink-sql",),
                         help="instead of a scenario: the reference job on barrierflow and on Flink SQL side by side, "
                              "without and with 1 s checkpoints, alternating (needs `make flink`)")
@@ -119,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError("--interleave applies to --scenario abs-overhead only; drop it")
     if args.processes and (args.scenario != "stages" or args.compare):
         raise UserInputError("--processes applies to --scenario stages only; drop it")
+    if args.systems and (args.scenario != "kafka" or args.compare):
+        raise UserInputError("--systems applies to --scenario kafka only; drop it")
     if args.compare == "flink-sql":
         from bench.flink_compare import run_flink_comparison
 
@@ -155,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario == "kafka":
         from bench.kafka_source import main as run_kafka_benchmark
 
-        return run_kafka_benchmark(["--markdown", args.markdown] if args.markdown else [])
+        return run_kafka_benchmark([*(["--markdown", args.markdown] if args.markdown else []),
+                                    *(["--systems"] if args.systems else [])])
     if args.scenario == "upload-cpu":
         from bench.upload_cpu import run_upload_cpu_benchmark
 

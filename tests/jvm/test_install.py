@@ -97,14 +97,15 @@ def test_a_malformed_lock_line_is_named(tmp_path: Path) -> None:
 def test_the_shipped_lock_pins_every_jar_exactly_and_the_installed_broker_set_verifies() -> None:
     """What ``make install`` left in the cache matches the lock (verified, not downloaded)."""
     artifacts = read_lock(DEFAULT_LOCK)
-    assert {a.set_name for a in artifacts} == {"kafka-broker", "spark-kafka"}
+    assert {a.set_name for a in artifacts} == {"kafka-broker", "spark-kafka", "flink-kafka"}
     assert all(len(a.sha256) == 64 and "SNAPSHOT" not in a.version and "[" not in a.version for a in artifacts)
     jars = set_jars("kafka-broker", verify=True)
     assert any(j.name.startswith("kafka_2.13-") for j in jars)
 
 
 def test_an_unknown_set_names_the_sets_there_are() -> None:
-    with pytest.raises(JvmArtifactError, match=r"no JVM artifact set 'flink' .* sets: kafka-broker, spark-kafka"):
+    with pytest.raises(JvmArtifactError,
+                       match=r"no JVM artifact set 'flink' .* sets: flink-kafka, kafka-broker, spark-kafka"):
         set_jars("flink")
 
 
@@ -125,3 +126,12 @@ def test_the_spark_kafka_set_adds_only_what_pysparks_jars_lack() -> None:
     assert shipped_by(shipped, "scala-library") and shipped_by(shipped, "lz4-java")
     assert not shipped_by(["lz4-java-1.11.0.jar"], "lz4") and not shipped_by(["kafka-clients-x.jar"], "kafka-clients")
     assert {j.name for j in set_jars("spark-kafka", verify=True)} == {f"{a}-{v}.jar" for a, v in pinned.items()}
+
+
+def test_the_flink_kafka_set_is_flinks_shaded_kafka_sql_connector_for_flink_2() -> None:
+    """Flink's Kafka connector for the benchmark's Flink SQL job: the one shaded jar of the
+    connector built for Flink 2.x (its version ends in the Flink line), installed and verified."""
+    pinned = [a for a in read_lock(DEFAULT_LOCK) if a.set_name == "flink-kafka"]
+    assert [(a.group, a.artifact) for a in pinned] == [("org.apache.flink", "flink-sql-connector-kafka")]
+    assert pinned[0].version.rsplit("-", 1)[1].startswith("2.")
+    assert [j.name for j in set_jars("flink-kafka", verify=True)] == [pinned[0].file_name]

@@ -40,6 +40,12 @@ ROOTS: dict[str, list[str]] = {
     "spark-kafka": [
         "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0",
     ],
+    # Flink's Kafka SQL connector for the Flink SQL side of ``bench --scenario kafka`` (run by the
+    # Flink virtual environment's apache-flink 2.3.0, ``make flink``): the newest release for
+    # Flink 2.x, one shaded jar (Kafka's client inside), passed to Flink as ``pipeline.jars``.
+    "flink-kafka": [
+        "org.apache.flink:flink-sql-connector-kafka:5.0.0-2.2",
+    ],
 }
 #: Sets that extend PySpark's JVM: their closure leaves out what PySpark's ``jars/`` ships.
 ON_PYSPARK: frozenset[str] = frozenset({"spark-kafka"})
