@@ -13,7 +13,7 @@ import pytest
 from tests.dags.conftest import DAGS_FOLDER, parse_dags, spec_yaml
 
 #: The DAGs of one single-stage pipeline without a Parquet sink (spec_yaml's sink discards).
-STREAMING = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "stop")
+STREAMING = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "stop", "upgrade")
 
 
 def _ids(name: str, *kinds: str) -> set[str]:
