@@ -13,7 +13,9 @@ the last state snapshot), so the short run reports it rather than bounding it; t
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from barrierflow.checkpointing.materialize import materialize_checkpoint
@@ -31,6 +33,18 @@ def _readlink(path: str) -> str:
         return ""
 
 
+def _wait_for_no_running_tasks(spark: Any, deadline_s: float = 60.0) -> None:
+    """Wait until the shared session's executors run no task. ``query.stop()`` returns once the
+    query thread ended and its job was cancelled; the cancelled tasks end on their own threads
+    after it (an interrupted stateful task aborts its state store, closing its open delta file,
+    then reports KILLED). Only then is "no descriptor into the run" a statement about leaks."""
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    end = time.monotonic() + deadline_s
+    while (running := sum(info.numRunningTasks() for info in tracker.getExecutorInfos())) > 0:
+        assert time.monotonic() < end, f"{running} tasks still running {deadline_s} s after the job stopped"
+        time.sleep(0.05)
+
+
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300), pytest.mark.slow(45)]
 
 
@@ -46,6 +60,7 @@ def test_thirty_checkpoints_with_retention_keep_only_referenced_files_and_the_dr
     assert report.failed == 0
     assert len(samples) >= 3, samples
     first, last = samples[0], samples[-1]
+    _wait_for_no_running_tasks(spark)
     # The Python process is the pytest worker: its descriptor count includes other tests'
     # background clients (kafka-python reconnect loops) that come and go, so it is judged by
     # what the job can leak: descriptors into its store and work dir, none once it stopped.
