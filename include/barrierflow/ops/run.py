@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.ops.stop import finish_stop, record_outcome
+from barrierflow.ops.upgrade_record import refuse_unfinished
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.runtime.job import Progress
 from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StageProgress
@@ -141,7 +142,8 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
 
     Raises:
         SpecError: the spec does not load.
-        UserInputError: a limit is not positive; the job runs already; ``processes`` for one
+        UserInputError: a limit is not positive; the job runs already; an upgrade of the
+            pipeline is unfinished (UpgradeInProgressError: rerun its command); ``processes`` for one
             stage; ``until_exhausted`` without bounded sources; several stages: a stage cannot
             be run yet.
         EmbeddedBrokerError: the embedded broker did not start (or another process runs it
@@ -155,6 +157,8 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     """
     _check_limits(duration, checkpoints)
     pipeline = open_pipeline(spec_path)
+    if pipeline.single_stage:
+        refuse_unfinished(pipeline.stages[0].store.objects, pipeline.name)
     if processes:
         pipeline.refuse_stage_processes("--processes")
     drivers: list[PipelineRunner] = []

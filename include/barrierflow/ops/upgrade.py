@@ -39,16 +39,25 @@ import logging
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.checkpointing.manifest import CheckpointKind, Manifest, ManifestFile
 from barrierflow.checkpointing.uploader import sha256_file
-from barrierflow.errors import CheckpointNotFoundError, UserInputError
+from barrierflow.errors import BarrierflowError, CheckpointNotFoundError, UserInputError
+from barrierflow.faults import crash_point
 from barrierflow.lease import JobLease, lease_holder
 from barrierflow.ops.state import session_for
+from barrierflow.ops.upgrade_record import (
+    UpgradeInProgressError,
+    UpgradeRecord,
+    UpgradeStep,
+    read_record,
+    spec_digest,
+    write_record,
+)
 from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
 from barrierflow.spark.session import shuffle_partitions
 from barrierflow.state.compatibility import CompatibilityReport, PlannedStage, StageState, Verdict, compare
@@ -59,10 +68,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["UpgradeNotSupportedError", "UpgradeRefusedError", "UpgradeResult", "upgrade"]
+__all__ = ["DEFAULT_CANARY_CHECKPOINTS", "UpgradeInProgressError", "UpgradeNotSupportedError", "UpgradeRefusedError",
+           "UpgradeResult", "UpgradeRolledBackError", "upgrade"]
 
 #: The subject suffix of the one rewrite :func:`upgrade` makes (a rescale).
 RESCALE = "shuffle partitions"
+#: How many completed checkpoints of the new spec the canary verifies by default.
+DEFAULT_CANARY_CHECKPOINTS = 3
 
 
 class UpgradeRefusedError(UserInputError):
@@ -75,6 +87,16 @@ class UpgradeNotSupportedError(UserInputError):
     Nothing was changed."""
 
 
+class UpgradeRolledBackError(BarrierflowError):
+    """The canary of the new spec failed (the message names the failed check) and the upgrade
+    rolled back: the old spec was restored from the source savepoint, the canary's pre-committed
+    epochs were aborted, nothing of it was committed. ``report``: the upgrade record."""
+
+    def __init__(self, message: str, record: UpgradeRecord) -> None:
+        super().__init__(message)
+        self.report = record
+
+
 @dataclass(frozen=True)
 class UpgradeResult:
     """A completed upgrade.
@@ -85,8 +107,14 @@ class UpgradeResult:
         savepoint: the savepoint the new spec was restored from: the rewritten one (a new id),
             or ``source_savepoint`` when nothing needed a rewrite.
         rescaled: stage -> (old, new) partitions of each rescaled stage.
-        attempt: the attempt the restore began (the next run of the new spec writes it).
-        timings: seconds per step (``materialize``, ``repartition``, ``record``, ``restore``, ``total``).
+        attempt: the attempt the restore began (the canary ran it; the next run of the new spec
+            continues it).
+        timings: seconds per step of this invocation (``materialize``, ``repartition``,
+            ``record``, ``restore``, ``canary``, ``commit``, ``total``).
+        location: where the savepoint the new spec was restored from is stored.
+        canary: ``checkpoints`` (asked for), ``verified`` (ids that passed deep verification,
+            committed once it passed), ``attempts`` (canaries started: more than one after a
+            crash) and ``step`` (the recorded step, ``canary-passed``).
     """
 
     report: CompatibilityReport
@@ -96,12 +124,14 @@ class UpgradeResult:
     attempt: int
     timings: dict[str, float]
     location: str
+    canary: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"report": self.report.as_dict(), "source_savepoint": self.source_savepoint,
                 "savepoint": self.savepoint, "location": self.location,
                 "rescaled": {s: {"from": a, "to": b} for s, (a, b) in self.rescaled.items()},
-                "attempt": self.attempt, "timings": {k: round(v, 3) for k, v in self.timings.items()}}
+                "attempt": self.attempt, "canary": self.canary,
+                "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
 
 def _sink(stage: Stage) -> str:
@@ -120,7 +150,8 @@ def _channels(pipeline: OpenedPipeline) -> dict[str, tuple[str, int]]:
 
 def upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *, dry_run: bool,
             checkpoint_id: int | None = None, spark: SparkSession | None = None,
-            scratch: str | None = None) -> CompatibilityReport | UpgradeResult:
+            scratch: str | None = None,
+            canary_checkpoints: int = DEFAULT_CANARY_CHECKPOINTS) -> CompatibilityReport | UpgradeResult:
     """With ``dry_run``: the compatibility report of running ``new_spec_path`` over the state of
     ``spec_path``'s cut ``checkpoint_id`` (None: the newest completed one). Without: make the
     change from a savepoint (module docstring) and return the :class:`UpgradeResult`.
@@ -132,10 +163,17 @@ def upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[
         UpgradeRefusedError: (not ``dry_run``) the pipeline runs, has no savepoint, or the
             savepoint is not its newest completed checkpoint.
         UpgradeNotSupportedError: (not ``dry_run``) the change is not one ``upgrade`` makes yet.
+        UpgradeInProgressError: (not ``dry_run``) an unfinished upgrade of the pipeline to another
+            NEW_SPEC (or a changed one) is recorded: only its own command continues it.
+        UpgradeRolledBackError: (not ``dry_run``) the canary failed (the message names the check)
+            and the old spec was restored from the source savepoint; also on a rerun after that.
         RescaleFailedError: Spark's repartition failed on the scratch copy.
     """
     if not dry_run:
-        return _upgrade(spec_path, new_spec_path, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch)
+        if canary_checkpoints < 0:
+            raise UserInputError(f"--canary-checkpoints must be 0 (no canary) or more, not {canary_checkpoints}")
+        return _upgrade(spec_path, new_spec_path, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch,
+                        canary_checkpoints=canary_checkpoints)
     return report_for(spec_path, new_spec_path, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch)
 
 
@@ -221,9 +259,9 @@ def _refuse_unsupported(report: CompatibilityReport, spec_path: str, new_spec_pa
 
 
 def _record(stage: Stage, source: Manifest, files: list[str], directory: Path, batch_id: int,
-            bases: dict[str, int]) -> Manifest:
+            bases: dict[str, int], checkpoint_id: int) -> Manifest:
     """Upload the rewritten copy's ``files`` to the store's shared files and add their manifest
-    as a new savepoint (the next free checkpoint id), resuming at ``batch_id + 1`` with the
+    as a new savepoint ``checkpoint_id`` (planned when the upgrade began), resuming at ``batch_id + 1`` with the
     source savepoint's barrier offsets (the repartition batch read no input)."""
     store = stage.store
     known = store.shared_digests()
@@ -241,7 +279,7 @@ def _record(stage: Stage, source: Manifest, files: list[str], directory: Path, b
         entries.append(ManifestFile(path=relpath, sha256=digest, size=size, uploaded=fresh))
     now = datetime.now(UTC)
     manifest = source.model_copy(update={
-        "checkpoint_id": store.highest_used_id() + 1, "kind": CheckpointKind.SAVEPOINT, "attempt": store.attempt(),
+        "checkpoint_id": checkpoint_id, "kind": CheckpointKind.SAVEPOINT, "attempt": store.attempt(),
         "spark_batch_id": batch_id, "first_batch_id": batch_id, "state_version": batch_id + 1,
         "trigger_time": now, "barrier_time": now, "completion_time": now, "barrier_batch_ms": 0.0,
         "sync_ms": 0.0, "async_ms": 0.0, "total_ms": 0.0, "files": entries, "state_bases": bases,
@@ -251,13 +289,8 @@ def _record(stage: Stage, source: Manifest, files: list[str], directory: Path, b
     return manifest
 
 
-def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *,
-             checkpoint_id: int | None, spark: SparkSession | None, scratch: str | None) -> UpgradeResult:
-    from barrierflow.recovery.restore import restore_pipeline
-    from barrierflow.state.rescale import rescale_checkpoint
-
-    started = time.perf_counter()
-    old, new = open_pipeline(spec_path), open_pipeline(new_spec_path)
+def _refuse_shape(old: OpenedPipeline, new: OpenedPipeline, spec_path: str, new_spec_path: str) -> None:
+    """Refuse pipelines of several stages, a renamed pipeline, and a pipeline that runs."""
     if not (old.single_stage and new.single_stage):
         several = spec_path if not old.single_stage else new_spec_path
         raise UpgradeNotSupportedError(
@@ -275,44 +308,182 @@ def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike
             f"pipeline {old.name} is running (pid {holder.get('pid')} on {holder.get('host')}, "
             f"{holder.get('purpose', 'run')}): stop it first with 'barrierflow stop {spec_path} --savepoint', then "
             "upgrade from the savepoint it names. Nothing was changed.")
-    source = _savepoint(old, str(spec_path), checkpoint_id)
-    session = session_for(old, spark)
-    report = report_for(spec_path, new_spec_path, checkpoint_id=source.checkpoint_id, spark=session,
-                        scratch=scratch)
-    _refuse_unsupported(report, str(spec_path), str(new_spec_path))
+
+
+def _continued(record: UpgradeRecord | None, digest: str, old: OpenedPipeline, spec_path: str,
+               new_spec_path: str) -> UpgradeRecord | None:
+    """The recorded upgrade this command continues (or whose final step it repeats), else None
+    (a new upgrade starts). An unfinished upgrade to another NEW_SPEC is refused."""
+    if record is None:
+        return None
+    if not record.step.final:
+        if record.new_spec_sha256 != digest:
+            raise UpgradeInProgressError(
+                f"pipeline {old.name} has an unfinished upgrade to {record.new_spec} (step {record.step.value}, "
+                f"from savepoint {record.source_savepoint}), and {new_spec_path} is not that spec as it was: "
+                f"continue it first with 'barrierflow upgrade {record.spec} --to {record.new_spec}' (with the "
+                "spec it was started with), then upgrade again. Nothing was changed.")
+        return record
+    if record.new_spec_sha256 != digest:
+        return None
+    completed = old.stages[0].store.checkpoint_ids()
+    if record.step is UpgradeStep.ROLLED_BACK:
+        # the same command again, while the old spec still stands where the rollback left it
+        return record if completed and completed[-1] == record.source_savepoint else None
+    newer_savepoints = [m.checkpoint_id for m in old.stages[0].store.completed()
+                        if m.kind is CheckpointKind.SAVEPOINT and m.checkpoint_id > record.savepoint]
+    return None if newer_savepoints else record
+
+
+def _restore(stage: Stage, checkpoint_id: int) -> int:
+    """Restore ``stage``'s spec from ``checkpoint_id`` as a new attempt (the caller holds the
+    lease); returns the attempt."""
+    from barrierflow.recovery.restore import restore_pipeline
+
+    return restore_pipeline(stage.spec, checkpoint_id, store=stage.store, layout=stage.layout,
+                            check_running=False).attempt
+
+
+def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *,
+             checkpoint_id: int | None, spark: SparkSession | None, scratch: str | None,
+             canary_checkpoints: int) -> UpgradeResult:
+    """The upgrade's steps (module docstring), each recorded before or after it as
+    :mod:`barrierflow.ops.upgrade_record` says, continuing from the recorded step."""
+    from barrierflow.state.rescale import rescale_checkpoint
+
+    started = time.perf_counter()
+    old, new = open_pipeline(spec_path), open_pipeline(new_spec_path)
+    _refuse_shape(old, new, str(spec_path), str(new_spec_path))
     stage, target = old.stages[0], new.stages[0]
+    objects = target.store.objects
+    digest = spec_digest(new_spec_path)
+    record = _continued(read_record(objects), digest, old, str(spec_path), str(new_spec_path))
+    session = session_for(old, spark)
+    timings: dict[str, float] = {}
+    if record is None:
+        source = _savepoint(old, str(spec_path), checkpoint_id)
+        report = report_for(spec_path, new_spec_path, checkpoint_id=source.checkpoint_id, spark=session,
+                            scratch=scratch)
+        _refuse_unsupported(report, str(spec_path), str(new_spec_path))
+        rescaled = _planned_rescale(report, stage, target, source, old.name, str(new_spec_path))
+        record = write_record(objects, UpgradeRecord(
+            pipeline=old.name, spec=str(spec_path), new_spec=str(new_spec_path), new_spec_sha256=digest,
+            step=UpgradeStep.REPORT, source_savepoint=source.checkpoint_id,
+            savepoint=stage.store.highest_used_id() + 1 if rescaled else source.checkpoint_id,
+            rescaled={k: list(v) for k, v in rescaled.items()}, canary_checkpoints=canary_checkpoints),
+            UpgradeStep.REPORT)
+    else:
+        report = report_for(spec_path, new_spec_path, checkpoint_id=record.source_savepoint, spark=session,
+                            scratch=scratch)
+        log.warning("pipeline %s: continuing the upgrade to %s from its recorded step %s", old.name, new_spec_path,
+                    record.step.value)
+    if record.step in (UpgradeStep.REPORT, UpgradeStep.REWRITTEN, UpgradeStep.CANARY_RUNNING):
+        with JobLease(Path(target.layout.work_dir), new.name, "restore", store=objects) as lease:
+            target.store.fence = lease.token
+            try:
+                if record.step is UpgradeStep.REPORT:
+                    if record.rescaled and record.savepoint not in target.store.checkpoint_ids():
+                        source = stage.store.get(record.source_savepoint)
+                        wanted = record.rescaled[stage.name][1]
+                        with rescale_checkpoint(session, pipeline=old.name, stage=stage.name, store=stage.store,
+                                                manifest=source, spark_spec=target.spec.spark, partitions=wanted,
+                                                scratch=scratch) as copy:
+                            timings["materialize"] = copy.materialize_seconds
+                            timings["repartition"] = copy.repartition_seconds
+                            began = time.perf_counter()
+                            _record(target, source, copy.files, copy.directory, copy.batch_id, copy.state_bases,
+                                    record.savepoint)
+                            timings["record"] = time.perf_counter() - began
+                        log.info("pipeline %s: savepoint %d rescaled to %d partitions as savepoint %d", old.name,
+                                 source.checkpoint_id, wanted, record.savepoint)
+                    record = write_record(objects, record, UpgradeStep.REWRITTEN)
+                    crash_point("upgrade_after_rewrite", pipeline=old.name, savepoint=record.savepoint)
+                # a canary killed before it passed restarts from the savepoint: the restore aborts
+                # its pre-committed epochs and abandons its checkpoints (nothing of it was committed)
+                record = write_record(objects, record, UpgradeStep.CANARY_RUNNING,
+                                      canary_attempts=record.canary_attempts + 1)
+                began = time.perf_counter()
+                record = write_record(objects, record, UpgradeStep.CANARY_RUNNING,
+                                      attempt=_restore(target, record.savepoint))
+                timings["restore"] = time.perf_counter() - began
+            finally:
+                target.store.fence = None
+        record = _canary(record, target, str(new_spec_path), session, timings)
+    if record.step in (UpgradeStep.ROLLING_BACK, UpgradeStep.ROLLED_BACK):
+        _roll_back(record, stage, objects, str(spec_path), str(new_spec_path))
+    began = time.perf_counter()
+    crash_point("upgrade_before_commit", pipeline=old.name)
+    _commit_canary(new_spec_path)
+    timings["commit"] = time.perf_counter() - began
+    timings["total"] = time.perf_counter() - started
+    rescaled = {k: (v[0], v[1]) for k, v in record.rescaled.items()}
+    return UpgradeResult(report, record.source_savepoint, record.savepoint, rescaled, record.attempt or 0, timings,
+                         new.cut_location(record.savepoint),
+                         {"checkpoints": record.canary_checkpoints, "verified": record.verified,
+                          "attempts": record.canary_attempts, "step": record.step.value})
+
+
+def _planned_rescale(report: CompatibilityReport, stage: Stage, target: Stage, source: Manifest, pipeline: str,
+                     new_spec_path: str) -> dict[str, tuple[int, int]]:
+    """stage -> (old, new) partitions when the change is a rescale, else {} (refusing a rescale
+    of a stage without state)."""
     wanted = int(shuffle_partitions(target.spec.spark))
     held = {o.partitions for s in report.stages for o in s.operators}
-    rescale = any(f.subject.endswith(RESCALE) for s in report.stages for f in s.findings)
-    if rescale and not has_state(source):
+    if not any(f.subject.endswith(RESCALE) for s in report.stages for f in s.findings):
+        return {}
+    if not has_state(source):
         raise UpgradeNotSupportedError(
-            f"stage {stage.name} of pipeline {old.name} keeps no state, but its offset log records its old "
+            f"stage {stage.name} of pipeline {pipeline} keeps no state, but its offset log records its old "
             f"spark.shuffle_partitions, which Spark would keep; recording the new value over a stateless checkpoint "
             f"is not yet supported. Keep spark.shuffle_partitions as it is in {new_spec_path}. Nothing was changed.")
-    timings: dict[str, float] = {}
-    rescaled: dict[str, tuple[int, int]] = {}
-    with JobLease(Path(target.layout.work_dir), new.name, "restore", store=target.store.objects) as lease:
-        target.store.fence = lease.token
-        try:
-            restored = source
-            if rescale:
-                with rescale_checkpoint(session, pipeline=old.name, stage=stage.name, store=stage.store,
-                                        manifest=source, spark_spec=target.spec.spark, partitions=wanted,
-                                        scratch=scratch) as copy:
-                    timings["materialize"] = copy.materialize_seconds
-                    timings["repartition"] = copy.repartition_seconds
-                    began = time.perf_counter()
-                    restored = _record(target, source, copy.files, copy.directory, copy.batch_id, copy.state_bases)
-                    timings["record"] = time.perf_counter() - began
-                rescaled[stage.name] = (min(held) if held else 0, wanted)
-                log.info("pipeline %s: savepoint %d rescaled to %d partitions as savepoint %d", old.name,
-                         source.checkpoint_id, wanted, restored.checkpoint_id)
-            began = time.perf_counter()
-            restore = restore_pipeline(target.spec, restored.checkpoint_id, store=target.store,
-                                       layout=target.layout, check_running=False)
-            timings["restore"] = time.perf_counter() - began
-        finally:
-            target.store.fence = None
-    timings["total"] = time.perf_counter() - started
-    return UpgradeResult(report, source.checkpoint_id, restored.checkpoint_id, rescaled, restore.attempt, timings,
-                         new.cut_location(restored.checkpoint_id))
+    return {stage.name: (min(held) if held else 0, wanted)}
+
+
+def _canary(record: UpgradeRecord, target: Stage, new_spec_path: str, session: SparkSession,
+            timings: dict[str, float]) -> UpgradeRecord:
+    """Run the canary of the restored new spec and record its outcome (``canary-passed``, or
+    ``rolling-back`` naming the failed check)."""
+    from barrierflow.ops.canary import run_canary
+
+    objects = target.store.objects
+    if record.canary_checkpoints == 0:
+        return write_record(objects, record, UpgradeStep.CANARY_PASSED, verified=[])
+    began = time.perf_counter()
+    outcome = run_canary(target, new_spec_path, session, record.canary_checkpoints)
+    timings["canary"] = time.perf_counter() - began
+    if outcome.passed:
+        return write_record(objects, record, UpgradeStep.CANARY_PASSED, verified=outcome.verified)
+    log.error("pipeline %s: the canary of %s failed, rolling back: %s", record.pipeline, new_spec_path,
+              outcome.failure)
+    return write_record(objects, record, UpgradeStep.ROLLING_BACK, verified=outcome.verified,
+                        failure=outcome.failure)
+
+
+def _roll_back(record: UpgradeRecord, stage: Stage, objects: Any, spec_path: str, new_spec_path: str) -> None:
+    """Restore the old spec from the source savepoint (aborting the canary's pre-committed
+    epochs, abandoning its checkpoints and the rewritten savepoint), record ``rolled-back`` and
+    raise :class:`UpgradeRolledBackError`."""
+    if record.step is UpgradeStep.ROLLING_BACK:
+        crash_point("upgrade_mid_rollback", pipeline=record.pipeline)
+        with JobLease(Path(stage.layout.work_dir), record.pipeline, "restore", store=objects) as lease:
+            stage.store.fence = lease.token
+            try:
+                attempt = _restore(stage, record.source_savepoint)
+            finally:
+                stage.store.fence = None
+        record = write_record(objects, record, UpgradeStep.ROLLED_BACK, attempt=attempt)
+    raise UpgradeRolledBackError(
+        f"upgrade of pipeline {record.pipeline} to {new_spec_path} rolled back: its canary failed: {record.failure}. "
+        f"{spec_path} is restored from savepoint {record.source_savepoint} as attempt {record.attempt} (the canary's "
+        f"pre-committed epochs aborted, nothing of its output committed); continue it with 'barrierflow run "
+        f"{spec_path}', or fix {new_spec_path} and run 'barrierflow upgrade {spec_path} --to {new_spec_path}' again "
+        "(a changed spec starts a new upgrade from the same savepoint).", record)
+
+
+def _commit_canary(new_spec_path: str | os.PathLike[str]) -> None:
+    """Commit the passed canary's pre-committed epochs: every stage's 2PC sink against the newest
+    completed checkpoint (the canary's last), idempotently (a rerun finds them committed)."""
+    from barrierflow.recovery.reconcile import apply_reconciliation, plan_reconciliation
+
+    pipeline = open_pipeline(new_spec_path)
+    apply_reconciliation(pipeline, plan_reconciliation(pipeline))
