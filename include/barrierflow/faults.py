@@ -43,10 +43,10 @@ STAGE_POINTS = ("mid_epoch", "during_upload", "after_precommit", "after_manifest
 PIPELINE_POINTS = ("after_global_manifest",)
 #: Points inside one sink type's commit (reached only by pipelines with such a sink).
 SINK_POINTS = {"kafka": ("kafka_before_marker", "kafka_after_marker")}
-#: Points of ``barrierflow upgrade`` (:mod:`barrierflow.ops.upgrade`).
+POINTS = STAGE_POINTS + PIPELINE_POINTS + tuple(p for points in SINK_POINTS.values() for p in points)
+#: Points of ``barrierflow upgrade`` (:mod:`barrierflow.ops.upgrade`): never reached by a run, so
+#: not among the :data:`POINTS` a chaos run may name.
 UPGRADE_POINTS = ("upgrade_after_rewrite", "upgrade_before_commit", "upgrade_mid_rollback")
-POINTS = (STAGE_POINTS + PIPELINE_POINTS + tuple(p for points in SINK_POINTS.values() for p in points)
-          + UPGRADE_POINTS)
 ENV = "BARRIERFLOW_CRASH_AT"
 _hits: Counter[str] = Counter()
 _lock = threading.Lock()

@@ -9,23 +9,32 @@ connects, nothing is written) and compares the two per stage, operator and graph
 (:func:`barrierflow.state.compatibility.compare`). The store and the work dirs are only read.
 
 Without ``dry_run`` (:func:`upgrade` then returns an :class:`UpgradeResult`), the change is made
-from a savepoint (``checkpoint_id``, default the newest savepoint, which must be the newest
+from a savepoint S (``checkpoint_id``, default the newest savepoint, which must be the newest
 completed checkpoint: output committed after it would be written again), with the pipeline
-stopped, under its lease:
+stopped, in steps recorded in the checkpoint store (:mod:`barrierflow.ops.upgrade_record`):
 
-* a change the report calls *compatible*: nothing is rewritten; the savepoint is restored for
-  the new spec as a new attempt;
-* a change whose only rewrite is a rescale (a single-stage pipeline's shuffle partitions):
-  the savepoint is materialized into a scratch directory, Spark's offline repartition rewrites
-  that copy (:func:`barrierflow.state.rescale.rescale_checkpoint`: batch V+1, no input, the state
-  in the new partition count), and the copy's files are recorded as a NEW savepoint (a new
-  checkpoint id; the source savepoint is never modified: Flink's NO_CLAIM), which is then
-  restored for the new spec as a new attempt. ``barrierflow run NEW_SPEC`` continues from it.
+* ``report``: a change the report calls *compatible* needs no rewrite (the new spec restores S);
+  a change whose only rewrite is a rescale (a single-stage pipeline's shuffle partitions) plans
+  the id R of a new savepoint;
+* ``rewritten``: (a rescale) S is materialized into a scratch directory, Spark's offline
+  repartition rewrites that copy (:func:`barrierflow.state.rescale.rescale_checkpoint`: batch
+  V+1, no input, the state in the new partition count), and the copy's files are recorded as
+  savepoint R (S is never modified: Flink's NO_CLAIM);
+* ``canary-running``: R (or S) is restored for the new spec as a new attempt and the canary runs
+  (:func:`barrierflow.ops.canary.run_canary`): ``canary_checkpoints`` completed checkpoints whose
+  sinks pre-commit but commit nothing, each deep-verified;
+* ``canary-passed``: the held epochs are committed by reconciliation against the canary's last
+  checkpoint; ``barrierflow run NEW_SPEC`` continues;
+* ``rolling-back`` -> ``rolled-back``: the canary failed; the old spec is restored from S as a new
+  attempt (which aborts the canary's pre-committed epochs, newer than S) and
+  :class:`UpgradeRolledBackError` names the failed check. Nothing of the canary was committed,
+  so the old spec's output stays exactly once.
 
-An upgrade killed at any step leaves the old savepoint as it was and is run again by the same
-command: before the new savepoint's manifest is written (the last step of recording it) nothing
-in the store refers to the files already uploaded; after it, the rewritten savepoint is the newest
-one, the report over it is *compatible*, and the command restores it.
+An upgrade killed at any step is continued by the same command from the recorded step: a
+rewrite whose manifest R was written is not made again; a killed canary is restarted from R
+(the restore aborts its held epochs); a passed canary's commit and a rollback's restore are
+made again (both idempotent). Crash points: ``upgrade_after_rewrite``, ``upgrade_before_commit``,
+``upgrade_mid_rollback`` (:mod:`barrierflow.faults`).
 
 Everything else is refused, naming what is not yet supported (:class:`UpgradeNotSupportedError`):
 an incompatible change, a value column added or dropped, a changed watermark, stages or operators
