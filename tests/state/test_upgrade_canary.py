@@ -88,6 +88,7 @@ def transactions(store: CheckpointStore, after: int) -> dict[int, TxnState]:
     return {t.checkpoint_id: t.state for t in TransactionLedger(store.objects, NAME).list() if t.checkpoint_id > after}
 
 
+@pytest.mark.slow(60)
 def test_a_failing_canary_rolls_back_and_the_old_spec_runs_to_the_exact_output(
         spark: Any, tmp_path: Path, cli: Any) -> None:
     old = spec_file(tmp_path, "old.yaml")
@@ -116,6 +117,7 @@ def test_a_failing_canary_rolls_back_and_the_old_spec_runs_to_the_exact_output(
     assert_output_exact(spark, tmp_path)
 
 
+@pytest.mark.slow(90)
 def test_an_upgrade_killed_after_the_rewrite_and_in_its_canary_completes_when_run_again(
         spark: Any, tmp_path: Path, cli: Any) -> None:
     from tests.drivers import short_lived_driver_env
