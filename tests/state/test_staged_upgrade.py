@@ -118,6 +118,12 @@ def test_one_stage_rescaled_and_one_added_keep_the_output_exactly_once(
     assert b_made["alignment"]["barrier_checkpoint_id"] == source
     c_made = json.loads(open_store(stage_store["c"]).get_bytes(f"chk-{result.savepoint}/_metadata.json"))
     assert c_made["files"] == [] and c_made["spark_batch_id"] == -1
+    before = spark.conf.get(SHUFFLE)
+    try:  # the new cut fits the new spec as it is
+        fits = upgrade(new_path, new_path, dry_run=True, checkpoint_id=result.savepoint, spark=spark)
+    finally:
+        spark.conf.set(SHUFFLE, before)
+    assert fits.verdict.value == "compatible", fits.as_dict()
 
     run(spark, new, until_exhausted=True, duration=150)
     before_upgrade, after_upgrade = updates(f"file://{tmp_path / 'out'}"), updates(f"file://{tmp_path / 'out-c'}")

@@ -20,17 +20,30 @@ stopped, under its lease:
   that copy (:func:`barrierflow.state.rescale.rescale_checkpoint`: batch V+1, no input, the state
   in the new partition count), and the copy's files are recorded as a NEW savepoint (a new
   checkpoint id; the source savepoint is never modified: Flink's NO_CLAIM), which is then
-  restored for the new spec as a new attempt. ``barrierflow run NEW_SPEC`` continues from it.
+  restored for the new spec as a new attempt. ``barrierflow run NEW_SPEC`` continues from it;
+* a pipeline of several stages (the savepoint a global checkpoint whose every stage's part is a
+  savepoint): a new cut is recorded under a new id (:mod:`barrierflow.ops.upgrade_cut`), each
+  stage of the new spec given its part: a stage with state whose shuffle partitions changed
+  rescaled as above (RocksDB), the other stages' parts carried over as they are, a stage added
+  behind new channels an empty part (it starts on empty state at the beginning of its new
+  channels); a stage the new spec removes gets no part, and only when ``drop_stages`` names it.
+  The stages fed by channels keep the source cut's barrier positions and attempt cutoffs. The
+  new cut is then restored for the new spec as a new attempt (:func:`refuse_stage_changes`
+  first refuses what it cannot make).
 
 An upgrade killed at any step leaves the old savepoint as it was and is run again by the same
 command: before the new savepoint's manifest is written (the last step of recording it) nothing
 in the store refers to the files already uploaded; after it, the rewritten savepoint is the newest
 one, the report over it is *compatible*, and the command restores it.
 
-Everything else is refused, naming what is not yet supported (:class:`UpgradeNotSupportedError`):
-an incompatible change, a value column added or dropped, a changed watermark, stages or operators
-added or removed, pipelines of several stages, and a rescale of state kept by the HDFS-backed
-state store. A refusal changes nothing.
+Everything else is refused, naming what is not yet supported and what to do
+(:class:`UpgradeNotSupportedError`): an incompatible change (a stage with state removed counts
+only when not named in ``drop_stages``), a value column added or dropped (Spark has no schema
+evolution for its built-in aggregations' state, and barrierflow does not rewrite stored values),
+a changed watermark, a stateful operator added, a stage added that reads an existing channel or
+a source, a channel changed, the shuffle partitions of a stage without state, a change of shape
+(one stage <-> several), and a rescale of state kept by the HDFS-backed state store. A refusal
+changes nothing.
 """
 
 from __future__ import annotations
@@ -51,7 +64,14 @@ from barrierflow.ops.state import session_for
 from barrierflow.ops.upgrade_cut import carry_savepoint, empty_savepoint, next_cut_id, record_cut, record_savepoint
 from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
 from barrierflow.spark.session import shuffle_partitions
-from barrierflow.state.compatibility import CompatibilityReport, PlannedStage, StageState, Verdict, compare
+from barrierflow.state.compatibility import (
+    CompatibilityReport,
+    Finding,
+    PlannedStage,
+    StageState,
+    Verdict,
+    compare,
+)
 from barrierflow.state.reader import has_state, open_state
 
 if TYPE_CHECKING:
@@ -222,10 +242,28 @@ def _refuse_unsupported(report: CompatibilityReport, spec_path: str, new_spec_pa
              if f.verdict is Verdict.NEEDS_REWRITE and not f.subject.endswith(RESCALE)]
     other += [f for f in report.graph if f.verdict is Verdict.NEEDS_REWRITE]
     if other:
-        named = "; ".join(f"{f.subject}: {f.reason}" for f in other)
+        named = "; ".join(f"{f.subject}: {f.reason}{not_rewritten_fix(f)}" for f in other)
         raise UpgradeNotSupportedError(
-            f"upgrade rewrites only shuffle partitions (a rescale) so far; this change needs a rewrite that is not "
-            f"yet supported: {named}. Keep running {spec_path}. Nothing was changed.")
+            f"upgrade rewrites only shuffle partitions (a rescale) of a single-stage pipeline so far; this change "
+            f"needs a rewrite that is not yet supported: {named}. Keep running {spec_path}. Nothing was changed.")
+
+
+#: What to do instead of a rewrite ``upgrade`` does not make, by what the finding's reason names.
+_FIXES = (
+    ("value column", "; Spark has no schema evolution for the state of its built-in aggregations (only "
+                     "transformWithState with the Avro state encoding has one), and rewriting every stored value "
+                     "with a declared default is not yet supported: keep the aggregation's value columns, or start "
+                     "the changed pipeline on empty state (a new work_dir and checkpoint.storage)"),
+    ("watermark changed", "; keep the watermark definition (column and delay) as it is"),
+    ("new stateful operator", "; adding a stateful operator to a stage with state is not yet supported: put it "
+                              "in a stage of its own behind a new channel (a pipeline of several stages)"),
+)
+
+
+def not_rewritten_fix(finding: Finding) -> str:
+    """The fix a refusal adds after a needs-rewrite ``finding`` that upgrade does not make
+    (empty when the finding's reason already says it)."""
+    return next((fix for what, fix in _FIXES if what in finding.reason), "")
 
 
 def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *,
@@ -338,7 +376,7 @@ def _cut_savepoint(pipeline: OpenedPipeline, spec_path: str, checkpoint_id: int 
     return chosen
 
 
-def _refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline,
+def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline,
                           drop_stages: tuple[str, ...]) -> None:
     """Raise unless every finding is one the rewrite of a cut makes: a stage with state rescaled
     (RocksDB), a stage added behind new channels, a stage named in ``drop_stages`` removed, a
@@ -393,9 +431,7 @@ def _refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new:
                         f"checkpoint is not yet supported: give stage {verdict.stage} its old value "
                         "(stages[].shuffle_partitions)")
                 continue
-            fix = ("; a value column added or dropped (state rewritten with a declared default) is not yet "
-                   "supported: keep the aggregation's columns" if "value column" in finding.reason else "")
-            problems.append(f"{finding.subject}: {finding.reason}{fix}")
+            problems.append(f"{finding.subject}: {finding.reason}{not_rewritten_fix(finding)}")
     if problems:
         raise UpgradeNotSupportedError(
             f"upgrade of pipeline {old.name} to {new_spec} needs what it does not do (yet): {'; '.join(problems)}. "
@@ -415,7 +451,7 @@ def _upgrade_stages(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: 
     source_id = _cut_savepoint(old, spec_path, checkpoint_id)
     session = session_for(old, spark)
     report = report_for(spec_path, new_spec_path, checkpoint_id=source_id, spark=session, scratch=scratch)
-    _refuse_stage_changes(report, old, new, drop_stages)
+    refuse_stage_changes(report, old, new, drop_stages)
     old_stages = {s.name: s for s in old.stages}
     verdicts = {v.stage: v for v in report.stages}
     rescale: dict[str, tuple[int, int]] = {}
