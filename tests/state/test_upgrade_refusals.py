@@ -109,3 +109,19 @@ def test_what_is_not_rewritten_yet_is_named_with_its_fix(tmp_path: Path) -> None
                                                        r"\(stages\[\]\.shuffle_partitions\)"):
         refuse_stage_changes(report(old, same, shuffle={"a": "2"}), old, same, ())
     refuse_stage_changes(report(old, same, shuffle={"b": "2"}), old, same, ())  # a rescale of b: rewritten
+
+
+def test_drop_stage_is_for_pipelines_of_several_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from barrierflow.cli.main import main
+
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump({
+        "version": 1, "name": "one", "work_dir": str(tmp_path / "work"),
+        "sources": [{"name": "events", "type": "generator", "partitions": 1}],
+        "transformation": {"function": "barrierflow.transforms.projection:project"},
+        "sinks": [{"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}],
+        "checkpoint": {"storage": f"file://{tmp_path / 'chk'}"}}), encoding="utf-8")
+    assert main(["upgrade", str(path), "--to", str(path), "--drop-stage", "one"]) == 2
+    err = capsys.readouterr().err
+    assert f"--drop-stage applies to pipelines of several stages; {path} has one stage" in err, err
+    assert not (tmp_path / "chk").exists() or not any((tmp_path / "chk").rglob("_metadata.json"))
