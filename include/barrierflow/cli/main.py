@@ -230,7 +230,8 @@ def _parser() -> argparse.ArgumentParser:
     st_stats.add_argument("--top", type=int, default=10, metavar="N", help="largest keys shown (default 10)")
 
     upgrade = sub.add_parser("upgrade", help="change a stopped pipeline's spec over its savepoint: the compatibility "
-                                             "report (--dry-run), or the change itself (a rescale is rewritten "
+                                             "report (--dry-run), or the change itself (a rescale, a stage added or "
+                                             "dropped is rewritten "
                                              "into a new savepoint, which the new spec is restored from)")
     upgrade.add_argument("spec", help="the spec the state was built with")
     upgrade.add_argument("--to", dest="new_spec", required=True, metavar="NEW_SPEC", help="the changed spec")
