@@ -9,7 +9,8 @@ pipeline runs to the end of its bounded input. The updates committed before the 
 ``b``) and after it (by ``c``) hold no update twice and end at the totals an independent recount
 of the generator's records gives: the rescaled state carried every key exactly once across the
 new stage. The three-stage pipeline is then savepointed and upgraded back without ``c``, which
-is refused until ``--drop-stage c`` names it.
+is refused until ``--drop-stage c`` names it; an upgrade that changes nothing restores that
+savepoint as it is.
 """
 
 from __future__ import annotations
@@ -147,7 +148,10 @@ def test_one_stage_rescaled_and_one_added_keep_the_output_exactly_once(
             upgrade(new_path, back_path, dry_run=False, spark=spark)
         assert cuts.completed_ids()[-1] == three
         dropped = upgrade(new_path, back_path, dry_run=False, spark=spark, drop_stages=["c"])
+        assert isinstance(dropped, UpgradeResult) and dropped.dropped == ("c",) and dropped.rescaled == {}
+        assert sorted(cuts.get(dropped.savepoint).stages) == ["a", "b"]
+        same = upgrade(back_path, back_path, dry_run=False, spark=spark)  # nothing to rewrite: restored as it is
     finally:
         spark.conf.set(SHUFFLE, before)
-    assert isinstance(dropped, UpgradeResult) and dropped.dropped == ("c",) and dropped.rescaled == {}
-    assert sorted(cuts.get(dropped.savepoint).stages) == ["a", "b"]
+    assert isinstance(same, UpgradeResult) and same.savepoint == same.source_savepoint == dropped.savepoint
+    assert same.attempt > dropped.attempt and cuts.completed_ids()[-1] == dropped.savepoint

@@ -471,6 +471,13 @@ def _upgrade_stages(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: 
     assert isinstance(new.cuts, GlobalCheckpointStore)
     timings: dict[str, float] = {"materialize": 0.0, "repartition": 0.0}
     added = tuple(s.name for s in new.stages if s.name not in old_stages)
+    if not (rescale or added or drop_stages):  # compatible: the source savepoint is restored as it is
+        began = time.perf_counter()
+        restored = restore_to_cut(new, source_id, chosen=True)
+        timings["restore"] = time.perf_counter() - began
+        timings["total"] = time.perf_counter() - started
+        return UpgradeResult(report, source_id, source_id, {}, restored.attempt, timings,
+                             new.cut_location(source_id))
     with JobLease(Path(new.work_dir), new.name, "restore", store=new.objects) as lease:
         for stage in new.stages:
             stage.store.fence = lease.token
