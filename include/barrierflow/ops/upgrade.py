@@ -646,8 +646,8 @@ def _upgrade_stage(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
     rescaled = {k: (v[0], v[1]) for k, v in record.rescaled.items()}
     return UpgradeResult(report, record.source_savepoint, record.savepoint, rescaled, record.attempt or 0, timings,
                          new.cut_location(record.savepoint),
-                         {"checkpoints": record.canary_checkpoints, "verified": record.verified,
-                          "attempts": record.canary_attempts, "step": record.step.value})
+                         canary={"checkpoints": record.canary_checkpoints, "verified": record.verified,
+                                 "attempts": record.canary_attempts, "step": record.step.value})
 
 
 def _planned_rescale(report: CompatibilityReport, stage: Stage, target: Stage, source: Manifest, pipeline: str,
