@@ -73,6 +73,8 @@ JVM_SET = "spark-kafka"
 #: The value of ``"connector"`` in the barrier-only source's offsets (see :mod:`barrierflow.spark.offset_log`).
 CONNECTOR = "kafka"
 _EARLIEST, _LATEST = -2, -1
+#: The column holding a record's parsed JSON object between the parse and the fields' projection.
+_RECORD = "__barrierflow_record"
 
 
 # --------------------------------------------------------------------------- the barrier-only source
@@ -200,14 +202,18 @@ def _decoded(raw: DataFrame, spec: KafkaSourceSpec) -> DataFrame:
     parsed = {name: ("STRING" if kind == "timestamp" else JSON_SPARK_TYPES[kind])
               for name, kind in spec.json_fields.items()}
     ddl = ", ".join(f"`{name.replace('`', '``')}` {kind}" for name, kind in parsed.items())
-    record = F.from_json(F.col("value").cast("string"), ddl)
+    # Parsed once into one struct column, the fields taken from it in a projection of their own:
+    # a field taken straight off ``from_json(...)`` carries its own copy of the parse, which
+    # Spark's optimizer prunes to that one field, so every record was parsed once per field used.
+    parsed_rows = raw.select(*meta, F.from_json(F.col("value").cast("string"), ddl).alias(_RECORD))
+    record = F.col(_RECORD)
     fields: list[Column] = []
     for name, kind in spec.json_fields.items():
         value = record.getField(name)
         if kind == "timestamp":
             value = F.coalesce(F.try_to_timestamp(value), F.timestamp_millis(value.try_cast("bigint")))
         fields.append(value.alias(name))
-    return raw.select(*meta, *fields)
+    return parsed_rows.select(*meta, *fields)
 
 
 def read_stream(spark: SparkSession, spec: KafkaSourceSpec, options: Mapping[str, str]) -> DataFrame:
