@@ -20,17 +20,30 @@ stopped, under its lease:
   that copy (:func:`barrierflow.state.rescale.rescale_checkpoint`: batch V+1, no input, the state
   in the new partition count), and the copy's files are recorded as a NEW savepoint (a new
   checkpoint id; the source savepoint is never modified: Flink's NO_CLAIM), which is then
-  restored for the new spec as a new attempt. ``barrierflow run NEW_SPEC`` continues from it.
+  restored for the new spec as a new attempt. ``barrierflow run NEW_SPEC`` continues from it;
+* a pipeline of several stages (the savepoint a global checkpoint whose every stage's part is a
+  savepoint): a new cut is recorded under a new id (:mod:`barrierflow.ops.upgrade_cut`), each
+  stage of the new spec given its part: a stage with state whose shuffle partitions changed
+  rescaled as above (RocksDB), the other stages' parts carried over as they are, a stage added
+  behind new channels an empty part (it starts on empty state at the beginning of its new
+  channels); a stage the new spec removes gets no part, and only when ``drop_stages`` names it.
+  The stages fed by channels keep the source cut's barrier positions and attempt cutoffs. The
+  new cut is then restored for the new spec as a new attempt (:func:`refuse_stage_changes`
+  first refuses what it cannot make).
 
 An upgrade killed at any step leaves the old savepoint as it was and is run again by the same
 command: before the new savepoint's manifest is written (the last step of recording it) nothing
 in the store refers to the files already uploaded; after it, the rewritten savepoint is the newest
 one, the report over it is *compatible*, and the command restores it.
 
-Everything else is refused, naming what is not yet supported (:class:`UpgradeNotSupportedError`):
-an incompatible change, a value column added or dropped, a changed watermark, stages or operators
-added or removed, pipelines of several stages, and a rescale of state kept by the HDFS-backed
-state store. A refusal changes nothing.
+Everything else is refused, naming what is not yet supported and what to do
+(:class:`UpgradeNotSupportedError`): an incompatible change (a stage with state removed counts
+only when not named in ``drop_stages``), a value column added or dropped (Spark has no schema
+evolution for its built-in aggregations' state, and barrierflow does not rewrite stored values),
+a changed watermark, a stateful operator added, a stage added that reads an existing channel or
+a source, a channel changed, the shuffle partitions of a stage without state, a change of shape
+(one stage <-> several), and a rescale of state kept by the HDFS-backed state store. A refusal
+changes nothing.
 """
 
 from __future__ import annotations
@@ -39,19 +52,26 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from barrierflow.checkpointing.manifest import CheckpointKind, Manifest, ManifestFile
-from barrierflow.checkpointing.uploader import sha256_file
+from barrierflow.checkpointing.manifest import CheckpointKind, Manifest
 from barrierflow.errors import CheckpointNotFoundError, UserInputError
 from barrierflow.lease import JobLease, lease_holder
 from barrierflow.ops.state import session_for
+from barrierflow.ops.upgrade_cut import carry_savepoint, empty_savepoint, next_cut_id, record_cut, record_savepoint
 from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
 from barrierflow.spark.session import shuffle_partitions
-from barrierflow.state.compatibility import CompatibilityReport, PlannedStage, StageState, Verdict, compare
+from barrierflow.state.compatibility import (
+    CompatibilityReport,
+    Finding,
+    PlannedStage,
+    StageState,
+    Verdict,
+    compare,
+)
 from barrierflow.state.reader import has_state, open_state
 
 if TYPE_CHECKING:
@@ -86,6 +106,8 @@ class UpgradeResult:
             or ``source_savepoint`` when nothing needed a rewrite.
         rescaled: stage -> (old, new) partitions of each rescaled stage.
         attempt: the attempt the restore began (the next run of the new spec writes it).
+        added: the stages the new spec adds (several stages; they start on empty state).
+        dropped: the stages dropped with their state (named with ``drop_stages``).
         timings: seconds per step (``materialize``, ``repartition``, ``record``, ``restore``, ``total``).
     """
 
@@ -96,11 +118,14 @@ class UpgradeResult:
     attempt: int
     timings: dict[str, float]
     location: str
+    added: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"report": self.report.as_dict(), "source_savepoint": self.source_savepoint,
                 "savepoint": self.savepoint, "location": self.location,
                 "rescaled": {s: {"from": a, "to": b} for s, (a, b) in self.rescaled.items()},
+                "added": list(self.added), "dropped": list(self.dropped),
                 "attempt": self.attempt, "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
 
@@ -120,10 +145,12 @@ def _channels(pipeline: OpenedPipeline) -> dict[str, tuple[str, int]]:
 
 def upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *, dry_run: bool,
             checkpoint_id: int | None = None, spark: SparkSession | None = None,
-            scratch: str | None = None) -> CompatibilityReport | UpgradeResult:
+            scratch: str | None = None, drop_stages: Sequence[str] = ()) -> CompatibilityReport | UpgradeResult:
     """With ``dry_run``: the compatibility report of running ``new_spec_path`` over the state of
     ``spec_path``'s cut ``checkpoint_id`` (None: the newest completed one). Without: make the
     change from a savepoint (module docstring) and return the :class:`UpgradeResult`.
+    ``drop_stages`` names the stages of ``spec_path`` the change removes (a removed stage is
+    refused unless named: its state, and its part of the cut, are dropped).
 
     Raises:
         SpecError: either spec does not load.
@@ -135,7 +162,8 @@ def upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[
         RescaleFailedError: Spark's repartition failed on the scratch copy.
     """
     if not dry_run:
-        return _upgrade(spec_path, new_spec_path, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch)
+        return _upgrade(spec_path, new_spec_path, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch,
+                        drop_stages=tuple(drop_stages))
     return report_for(spec_path, new_spec_path, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch)
 
 
@@ -214,57 +242,44 @@ def _refuse_unsupported(report: CompatibilityReport, spec_path: str, new_spec_pa
              if f.verdict is Verdict.NEEDS_REWRITE and not f.subject.endswith(RESCALE)]
     other += [f for f in report.graph if f.verdict is Verdict.NEEDS_REWRITE]
     if other:
-        named = "; ".join(f"{f.subject}: {f.reason}" for f in other)
+        named = "; ".join(f"{f.subject}: {f.reason}{not_rewritten_fix(f)}" for f in other)
         raise UpgradeNotSupportedError(
-            f"upgrade rewrites only shuffle partitions (a rescale) so far; this change needs a rewrite that is not "
-            f"yet supported: {named}. Keep running {spec_path}. Nothing was changed.")
+            f"upgrade rewrites only shuffle partitions (a rescale) of a single-stage pipeline so far; this change "
+            f"needs a rewrite that is not yet supported: {named}. Keep running {spec_path}. Nothing was changed.")
 
 
-def _record(stage: Stage, source: Manifest, files: list[str], directory: Path, batch_id: int,
-            bases: dict[str, int]) -> Manifest:
-    """Upload the rewritten copy's ``files`` to the store's shared files and add their manifest
-    as a new savepoint (the next free checkpoint id), resuming at ``batch_id + 1`` with the
-    source savepoint's barrier offsets (the repartition batch read no input)."""
-    store = stage.store
-    known = store.shared_digests()
-    entries: list[ManifestFile] = []
-    uploaded = 0
-    for relpath in files:
-        path = directory / relpath
-        digest = sha256_file(str(path))
-        size = path.stat().st_size
-        fresh = digest not in known
-        if fresh:
-            store.put_shared(digest, str(path))
-            known.add(digest)
-            uploaded += size
-        entries.append(ManifestFile(path=relpath, sha256=digest, size=size, uploaded=fresh))
-    now = datetime.now(UTC)
-    manifest = source.model_copy(update={
-        "checkpoint_id": store.highest_used_id() + 1, "kind": CheckpointKind.SAVEPOINT, "attempt": store.attempt(),
-        "spark_batch_id": batch_id, "first_batch_id": batch_id, "state_version": batch_id + 1,
-        "trigger_time": now, "barrier_time": now, "completion_time": now, "barrier_batch_ms": 0.0,
-        "sync_ms": 0.0, "async_ms": 0.0, "total_ms": 0.0, "files": entries, "state_bases": bases,
-        "full_bytes": sum(e.size for e in entries), "incremental_bytes": uploaded, "sink_handles": [],
-        "alignment": None})
-    store.write_manifest(manifest)
-    return manifest
+#: What to do instead of a rewrite ``upgrade`` does not make, by what the finding's reason names.
+_FIXES = (
+    ("value column", "; Spark has no schema evolution for the state of its built-in aggregations (only "
+                     "transformWithState with the Avro state encoding has one), and rewriting every stored value "
+                     "with a declared default is not yet supported: keep the aggregation's value columns, or start "
+                     "the changed pipeline on empty state (a new work_dir and checkpoint.storage)"),
+    ("watermark changed", "; keep the watermark definition (column and delay) as it is"),
+    ("new stateful operator", "; adding a stateful operator to a stage with state is not yet supported: put it "
+                              "in a stage of its own behind a new channel (a pipeline of several stages)"),
+)
+
+
+def not_rewritten_fix(finding: Finding) -> str:
+    """The fix a refusal adds after a needs-rewrite ``finding`` that upgrade does not make
+    (empty when the finding's reason already says it)."""
+    return next((fix for what, fix in _FIXES if what in finding.reason), "")
 
 
 def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *,
-             checkpoint_id: int | None, spark: SparkSession | None, scratch: str | None) -> UpgradeResult:
+             checkpoint_id: int | None, spark: SparkSession | None, scratch: str | None,
+             drop_stages: tuple[str, ...]) -> UpgradeResult:
     from barrierflow.recovery.restore import restore_pipeline
     from barrierflow.state.rescale import rescale_checkpoint
 
     started = time.perf_counter()
     old, new = open_pipeline(spec_path), open_pipeline(new_spec_path)
-    if not (old.single_stage and new.single_stage):
+    if old.single_stage != new.single_stage:
         several = spec_path if not old.single_stage else new_spec_path
         raise UpgradeNotSupportedError(
-            f"upgrade rewrites the state of single-stage pipelines only so far; {several} "
-            "has several stages (rewriting one stage while the others keep their state is not yet supported). "
-            f"'barrierflow upgrade {spec_path} --to {new_spec_path} --dry-run' reports what the change needs. "
-            "Nothing was changed.")
+            f"{several} has several stages and the other spec one: turning a single-stage pipeline into one of "
+            "several stages (or back) is not yet supported (their checkpoints are laid out differently). Keep the "
+            f"shape of {spec_path}. Nothing was changed.")
     if old.name != new.name:
         raise UpgradeNotSupportedError(
             f"{new_spec_path} names pipeline {new.name}, {spec_path} pipeline {old.name}: an upgrade keeps the "
@@ -275,6 +290,11 @@ def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike
             f"pipeline {old.name} is running (pid {holder.get('pid')} on {holder.get('host')}, "
             f"{holder.get('purpose', 'run')}): stop it first with 'barrierflow stop {spec_path} --savepoint', then "
             "upgrade from the savepoint it names. Nothing was changed.")
+    if not old.single_stage:
+        return _upgrade_stages(old, new, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch,
+                               drop_stages=drop_stages, started=started)
+    if drop_stages:
+        raise UserInputError(f"--drop-stage applies to pipelines of several stages; {spec_path} has one stage")
     source = _savepoint(old, str(spec_path), checkpoint_id)
     session = session_for(old, spark)
     report = report_for(spec_path, new_spec_path, checkpoint_id=source.checkpoint_id, spark=session,
@@ -302,7 +322,8 @@ def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike
                     timings["materialize"] = copy.materialize_seconds
                     timings["repartition"] = copy.repartition_seconds
                     began = time.perf_counter()
-                    restored = _record(target, source, copy.files, copy.directory, copy.batch_id, copy.state_bases)
+                    restored = record_savepoint(target, source, copy.files, copy.directory, copy.batch_id,
+                                                copy.state_bases)
                     timings["record"] = time.perf_counter() - began
                 rescaled[stage.name] = (min(held) if held else 0, wanted)
                 log.info("pipeline %s: savepoint %d rescaled to %d partitions as savepoint %d", old.name,
@@ -316,3 +337,183 @@ def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike
     timings["total"] = time.perf_counter() - started
     return UpgradeResult(report, source.checkpoint_id, restored.checkpoint_id, rescaled, restore.attempt, timings,
                          new.cut_location(restored.checkpoint_id))
+
+
+def _cut_savepoint(pipeline: OpenedPipeline, spec_path: str, checkpoint_id: int | None) -> int:
+    """The savepoint cut (every stage's part a savepoint) to upgrade a pipeline of several
+    stages from; refused as :func:`_savepoint` refuses."""
+    completed = pipeline.cuts.completed_ids()
+
+    def is_savepoint(cid: int) -> bool:  # of every stage (a cut from before a stage was added has none of it)
+        return set(pipeline.cuts.get(cid).stages) == {s.name for s in pipeline.stages} and all(
+            s.store.get(cid).kind is CheckpointKind.SAVEPOINT for s in pipeline.stages)
+
+    stop = f"'barrierflow stop {spec_path} --savepoint'"
+    if checkpoint_id is None:
+        savepoints = [c for c in completed if is_savepoint(c)]
+        if not savepoints:
+            raise UpgradeRefusedError(
+                f"pipeline {pipeline.name} has no savepoint to upgrade from; run it and stop it with {stop}, then "
+                "upgrade. Nothing was changed.")
+        chosen = savepoints[-1]
+    else:
+        if checkpoint_id not in completed:
+            raise CheckpointNotFoundError(
+                f"pipeline {pipeline.name} has no completed global checkpoint {checkpoint_id}; completed: "
+                f"{completed or 'none'} (take a savepoint with {stop})")
+        if not is_savepoint(checkpoint_id):
+            raise UpgradeRefusedError(
+                f"global checkpoint {checkpoint_id} of pipeline {pipeline.name} is no savepoint; an upgrade starts "
+                f"from a savepoint: stop the pipeline with {stop} and upgrade from the savepoint it names. Nothing "
+                "was changed.")
+        chosen = checkpoint_id
+    newer = [c for c in completed if c > chosen]
+    if newer:
+        raise UpgradeRefusedError(
+            f"savepoint {chosen} of pipeline {pipeline.name} is older than its completed global checkpoints {newer}, "
+            f"whose output is committed: an upgrade from it would write that output again. Run the old spec and stop "
+            f"it with {stop}, then upgrade from the new savepoint. Nothing was changed.")
+    return chosen
+
+
+def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline,
+                          drop_stages: tuple[str, ...]) -> None:
+    """Raise unless every finding is one the rewrite of a cut makes: a stage with state rescaled
+    (RocksDB), a stage added behind new channels, a stage named in ``drop_stages`` removed, a
+    channel added or removed, a sink changed (compatible)."""
+    spec, new_spec = old.spec_path, new.spec_path
+    old_names, new_names = {s.name for s in old.stages}, {s.name for s in new.stages}
+    for name in drop_stages:
+        if name not in old_names:
+            raise UserInputError(f"--drop-stage {name}: {spec} has no stage {name!r}; its stages: "
+                                 f"{sorted(old_names)}. Nothing was changed.")
+        if name in new_names:
+            raise UserInputError(f"--drop-stage {name}: {new_spec} still has stage {name}; name only the stages it "
+                                 "removes. Nothing was changed.")
+    removed = sorted(old_names - new_names - set(drop_stages))
+    if removed:
+        named = " ".join(f"--drop-stage {n}" for n in removed)
+        raise UpgradeNotSupportedError(
+            f"{new_spec} removes stage{'s' if len(removed) > 1 else ''} {', '.join(removed)} of pipeline {old.name}: "
+            f"its state and its part of the cut would be dropped, which upgrade does only when told: add {named} "
+            "(or keep the stage in the new spec). Nothing was changed.")
+    old_topics = {c.topic_for(old.name) for c in old.channels}
+    for stage in new.stages:
+        if stage.name in old_names:
+            continue
+        known = sorted(p for p in stage.input_partitions if p.rsplit(":", 1)[0] in old_topics)
+        if known or not stage.input_partitions:
+            what = (f"reads channels the old pipeline already has ({', '.join(known)})" if known
+                    else "reads a source other than channels")
+            raise UpgradeNotSupportedError(
+                f"stage {stage.name} is new in {new_spec} and {what}: a stage added by an upgrade starts on empty "
+                "state and reads only new channels, from their beginning (positioning it in an existing channel or "
+                "source at the cut is not yet supported). Add it behind a new channel, or start it as a pipeline of "
+                "its own. Nothing was changed.")
+    dropped = set(drop_stages)
+    problems: list[str] = []
+    for finding in report.graph:
+        if finding.verdict is Verdict.INCOMPATIBLE or (finding.verdict is Verdict.NEEDS_REWRITE and not (
+                finding.reason.startswith(f"{finding.subject} is new")
+                or finding.reason.startswith(f"{finding.subject} is removed"))):
+            problems.append(f"{finding.subject}: {finding.reason}")
+    for verdict in report.stages:
+        if verdict.stage in dropped or verdict.stage not in old_names:
+            continue
+        for finding in verdict.findings:
+            if finding.verdict is Verdict.COMPATIBLE:
+                continue
+            if finding.verdict is Verdict.NEEDS_REWRITE and finding.subject.endswith(RESCALE):
+                if not verdict.operators:
+                    problems.append(
+                        f"{finding.subject}: stage {verdict.stage} keeps no state, but its offset log records its old "
+                        "shuffle partitions, which Spark would keep; recording the new value over a stateless "
+                        f"checkpoint is not yet supported: give stage {verdict.stage} its old value "
+                        "(stages[].shuffle_partitions)")
+                continue
+            problems.append(f"{finding.subject}: {finding.reason}{not_rewritten_fix(finding)}")
+    if problems:
+        raise UpgradeNotSupportedError(
+            f"upgrade of pipeline {old.name} to {new_spec} needs what it does not do (yet): {'; '.join(problems)}. "
+            f"Keep running {spec}; 'barrierflow upgrade {spec} --to {new_spec} --dry-run' shows the whole report. "
+            "Nothing was changed.")
+
+
+def _upgrade_stages(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: int | None,
+                    spark: SparkSession | None, scratch: str | None, drop_stages: tuple[str, ...],
+                    started: float) -> UpgradeResult:
+    """The upgrade of a pipeline of several stages (module docstring): a new cut, then its restore."""
+    from barrierflow.checkpointing.global_store import GlobalCheckpointStore
+    from barrierflow.recovery.pipeline_restore import restore_to_cut
+    from barrierflow.state.rescale import RescaleNotSupportedError, rescale_checkpoint
+
+    spec_path, new_spec_path = old.spec_path, new.spec_path
+    source_id = _cut_savepoint(old, spec_path, checkpoint_id)
+    session = session_for(old, spark)
+    report = report_for(spec_path, new_spec_path, checkpoint_id=source_id, spark=session, scratch=scratch)
+    refuse_stage_changes(report, old, new, drop_stages)
+    old_stages = {s.name: s for s in old.stages}
+    verdicts = {v.stage: v for v in report.stages}
+    rescale: dict[str, tuple[int, int]] = {}
+    for target in new.stages:
+        verdict = verdicts.get(target.name)
+        if target.name in old_stages and verdict is not None and any(
+                f.subject.endswith(RESCALE) for f in verdict.findings):
+            was = old_stages[target.name]
+            if was.spec.spark.state_store != "rocksdb":
+                raise RescaleNotSupportedError(
+                    f"stage {was.name} of pipeline {old.name} keeps its state with the {was.spec.spark.state_store} "
+                    "state store, which Spark's offline repartition does not rewrite "
+                    "(STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_PROVIDER); rescaling it is not yet supported. "
+                    f"Keep stage {was.name}'s shuffle partitions as they are. Nothing was changed.")
+            rescale[target.name] = (min(o.partitions for o in verdict.operators),
+                                    int(shuffle_partitions(target.spec.spark)))
+    assert isinstance(new.cuts, GlobalCheckpointStore)
+    timings: dict[str, float] = {"materialize": 0.0, "repartition": 0.0}
+    added = tuple(s.name for s in new.stages if s.name not in old_stages)
+    if not (rescale or added or drop_stages):  # compatible: the source savepoint is restored as it is
+        began = time.perf_counter()
+        restored = restore_to_cut(new, source_id, chosen=True)
+        timings["restore"] = time.perf_counter() - began
+        timings["total"] = time.perf_counter() - started
+        return UpgradeResult(report, source_id, source_id, {}, restored.attempt, timings,
+                             new.cut_location(source_id))
+    with JobLease(Path(new.work_dir), new.name, "restore", store=new.objects) as lease:
+        for stage in new.stages:
+            stage.store.fence = lease.token
+        try:
+            made = next_cut_id(new.cuts, [*old.stages, *new.stages])
+            parts: dict[str, tuple[Stage, Manifest]] = {}
+            for target in new.stages:
+                if target.name not in old_stages:
+                    parts[target.name] = (target, empty_savepoint(target, made))
+                    continue
+                source = old_stages[target.name].store.get(source_id)
+                if target.name not in rescale:
+                    parts[target.name] = (target, carry_savepoint(target, source, made))
+                    continue
+                with rescale_checkpoint(session, pipeline=old.name, stage=target.name,
+                                        store=old_stages[target.name].store, manifest=source,
+                                        spark_spec=target.spec.spark, partitions=rescale[target.name][1],
+                                        scratch=scratch) as copy:
+                    timings["materialize"] += copy.materialize_seconds
+                    timings["repartition"] += copy.repartition_seconds
+                    began = time.perf_counter()
+                    parts[target.name] = (target, record_savepoint(
+                        target, source, copy.files, copy.directory, copy.batch_id, copy.state_bases,
+                        checkpoint_id=made, write=False))
+                    timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began
+            began = time.perf_counter()
+            record_cut(new.cuts, new.name, made, parts)
+            timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began
+        finally:
+            for stage in new.stages:
+                stage.store.fence = None
+    log.info("pipeline %s: savepoint %d rewritten as savepoint %d (rescaled %s, added %s, dropped %s)", old.name,
+             source_id, made, rescale, list(added), list(drop_stages))
+    began = time.perf_counter()
+    restored = restore_to_cut(new, made, chosen=True)
+    timings["restore"] = time.perf_counter() - began
+    timings["total"] = time.perf_counter() - started
+    return UpgradeResult(report, source_id, made, rescale, restored.attempt, timings, new.cut_location(made),
+                         added, drop_stages)
