@@ -27,7 +27,9 @@ as they read the Python reader's. A barrier requested while the topics have no n
 closes its epoch: the barrier-only offset changed, so Spark runs an (empty) batch.
 
 What this costs: a Python planner round trip per batch (the barrier-only source's
-``latestOffset``), no rows through Python on the read path.
+``latestOffset``), no rows through Python on the read path; each record's JSON is parsed once,
+in Spark (:func:`_decoded`). On one topic it runs at about plain Spark's rate with Spark's own
+checkpoints (docs/benchmarks.md, "Kafka side by side").
 
 What needs barrierflow's planner is refused when the spec loads
 (:func:`barrierflow.spec.models.spark_reader_problems`): watermark alignment, idle partitions,
