@@ -20,6 +20,10 @@ abandoned checkpoints of one stage out; failure records are all shown (a restore
 ``ABANDONED`` failures among them), except for ids that also have a global manifest. A stage
 manifest that is missing or does not parse is ``None`` (the page shows the gap; ``verify``
 says why), never an error.
+
+:func:`pipeline_savepoints` lists a pipeline's savepoints, whatever its shape: the completed
+cuts of the current timeline whose every stage's manifest is a savepoint (``kind: savepoint``,
+the rule ``barrierflow upgrade`` picks its source savepoint by), oldest first.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from barrierflow.checkpointing.global_manifest import GlobalFailure, GlobalManifest, StageSnapshot
-from barrierflow.checkpointing.manifest import ChannelStateEntry, FailureRecord, Manifest
+from barrierflow.checkpointing.manifest import ChannelStateEntry, CheckpointKind, FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
 from barrierflow.pipeline.model import open_pipeline
@@ -148,6 +152,46 @@ def global_checkpoint_history(spec_path: str | os.PathLike[str], *, limit: int |
     return GlobalCheckpointHistory(pipeline.name, pipeline.storage, pipeline.cut_noun,
                                    tuple(name for name, _ in stage_stores),
                                    cuts.attempt(), entries, len(completed), len(failures))
+
+
+@dataclass(frozen=True)
+class SavepointEntry:
+    """One savepoint of a pipeline (a completed cut whose every stage's manifest is a savepoint).
+
+    Attributes:
+        checkpoint_id: the cut's id (of one stage: its checkpoint id).
+        attempt: the attempt that took it (the first stage's manifest).
+        completion_time: the latest of its stages' completion times.
+        barrier_batches: stage -> the barrier batch of its manifest, in stage order.
+    """
+
+    checkpoint_id: int
+    attempt: int
+    completion_time: datetime
+    barrier_batches: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"checkpoint_id": self.checkpoint_id, "attempt": self.attempt,
+                "completion_time": self.completion_time.isoformat(), "barrier_batches": dict(self.barrier_batches)}
+
+
+def pipeline_savepoints(spec_path: str | os.PathLike[str]) -> list[SavepointEntry]:
+    """The savepoints of the spec at ``spec_path``, oldest first (module docstring). Read-only;
+    a stage manifest that is missing or does not parse makes its cut no savepoint.
+
+    Raises:
+        SpecError: the spec does not load. StorageError: the checkpoint store cannot be read.
+    """
+    pipeline = open_pipeline(spec_path)
+    found = []
+    for cid in pipeline.cuts.completed_ids():
+        manifests = [(s.name, _stage_manifest(s.store, cid)) for s in pipeline.stages]
+        parts = [(name, m) for name, m in manifests if m is not None and m.kind is CheckpointKind.SAVEPOINT]
+        if len(parts) != len(manifests) or not parts:
+            continue
+        found.append(SavepointEntry(cid, parts[0][1].attempt, max(m.completion_time for _, m in parts),
+                                    {name: m.spark_batch_id for name, m in parts}))
+    return found
 
 
 def stage_verifications(spec_path: str | os.PathLike[str], checkpoint_id: int) -> dict[str, VerificationReport | None]:

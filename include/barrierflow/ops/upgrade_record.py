@@ -22,12 +22,16 @@ Rerunning the same command continues from the recorded step (:mod:`barrierflow.o
 While an upgrade is unfinished (any step but the two final ones), ``barrierflow run`` of the
 pipeline refuses (:func:`refuse_unfinished`): a plain start of the new spec would commit the
 canary's epochs before they were verified.
+
+Readers that only show the record (the Checkpoints page) use :func:`recorded_upgrade`: it never
+raises for a record that does not parse, it says so (:class:`RecordedUpgrade`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -38,8 +42,8 @@ from pydantic import BaseModel, Field
 from barrierflow.errors import UserInputError
 from barrierflow.storage import ObjectNotFoundError, ObjectStore
 
-__all__ = ["RECORD_KEY", "UpgradeInProgressError", "UpgradeRecord", "UpgradeStep", "read_record",
-           "refuse_unfinished", "spec_digest", "write_record"]
+__all__ = ["RECORD_KEY", "RecordedUpgrade", "UpgradeInProgressError", "UpgradeRecord", "UpgradeStep",
+           "UpgradeVerdict", "read_record", "recorded_upgrade", "refuse_unfinished", "spec_digest", "write_record"]
 
 #: Where the record lives, relative to the pipeline's checkpoint store.
 RECORD_KEY = "_upgrade.json"
@@ -56,6 +60,14 @@ class UpgradeStep(StrEnum):
     @property
     def final(self) -> bool:
         return self in (UpgradeStep.CANARY_PASSED, UpgradeStep.ROLLED_BACK)
+
+
+class UpgradeVerdict(StrEnum):
+    """What the compatibility report said of a recorded upgrade (an incompatible one is refused
+    before anything is recorded)."""
+
+    COMPATIBLE = "compatible"
+    NEEDS_REWRITE = "needs rewrite"
 
 
 class UpgradeInProgressError(UserInputError):
@@ -94,8 +106,16 @@ class UpgradeRecord(BaseModel):
     attempt: int | None = None
     updated: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
+    @property
+    def verdict(self) -> UpgradeVerdict:
+        """``needs rewrite`` when the upgrade restores a new (rewritten) savepoint or rescales,
+        else ``compatible`` (S itself is restored)."""
+        rewritten = self.rescaled or self.savepoint != self.source_savepoint
+        return UpgradeVerdict.NEEDS_REWRITE if rewritten else UpgradeVerdict.COMPATIBLE
+
     def as_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """The record's fields (JSON types) and its derived ``verdict``."""
+        return {**self.model_dump(mode="json"), "verdict": self.verdict.value}
 
 
 def spec_digest(path: str | Path) -> str:
@@ -110,6 +130,38 @@ def read_record(objects: ObjectStore) -> UpgradeRecord | None:
     except ObjectNotFoundError:
         return None
     return UpgradeRecord.model_validate(json.loads(raw))
+
+
+@dataclass(frozen=True)
+class RecordedUpgrade:
+    """What a pipeline's store says about its upgrade, for display: ``record`` (None: no
+    upgrade recorded, or the record does not parse) and ``problem`` (why the record could not be
+    read, else "")."""
+
+    record: UpgradeRecord | None
+    problem: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"upgrades": [record...], "problem": str | None}``: zero or one upgrade (the record
+        holds the latest one), each as :meth:`UpgradeRecord.as_dict`."""
+        return {"upgrades": [self.record.as_dict()] if self.record else [], "problem": self.problem or None}
+
+
+def recorded_upgrade(objects: ObjectStore) -> RecordedUpgrade:
+    """The upgrade recorded in ``objects`` (a pipeline's checkpoint store), never raising for a
+    record that is not valid JSON or not an :class:`UpgradeRecord`: then ``problem`` names it
+    and the fix. Read-only.
+
+    Raises:
+        StorageError: the store cannot be read.
+    """
+    try:
+        return RecordedUpgrade(read_record(objects))
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError and pydantic's ValidationError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return RecordedUpgrade(None, f"{RECORD_KEY} in the checkpoint store does not parse ({first}); the "
+                                     "upgrade's steps are unknown: rerun its 'barrierflow upgrade SPEC --to "
+                                     "NEW_SPEC', or remove the record if no upgrade is under way")
 
 
 def write_record(objects: ObjectStore, record: UpgradeRecord, step: UpgradeStep, **changes: Any) -> UpgradeRecord:

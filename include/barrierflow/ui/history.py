@@ -11,7 +11,10 @@ per stage checkpoint): ``failed`` if any stage's failed, ``passed`` if every sta
 else ``not verified``. Values are copied from the manifests unchanged (times stay
 timezone-aware UTC, durations in ms, sizes in bytes); the page and the JSON API only format
 them. Reports the pipeline's store holds (``reports/skew-latest.json``, and the data-quality
-report once it exists) are listed as links; a report that is absent is not listed.
+report once it exists) are listed as links; a report that is absent is not listed. The
+pipeline's savepoints (every one, oldest first) and its recorded upgrade (``_upgrade.json``: at
+most one, the latest; a record that does not parse is reported, not raised) come with the
+history, read the same way for every shape.
 
 Cut statuses: ``COMPLETED`` (a manifest of the current timeline) and ``FAILED`` (a failure
 record and no manifest). Abandoned cuts (after a restore) are left out, as ``barrierflow
@@ -203,6 +206,8 @@ class PipelineHistory:
     reports: list[KnownReport] = field(default_factory=list)
     total_completed: int = 0
     total_failed: int = 0
+    savepoints: list[store_reader.SavepointEntry] = field(default_factory=list)
+    upgrade: store_reader.RecordedUpgrade = field(default_factory=lambda: store_reader.RecordedUpgrade(None))
 
     @property
     def shown(self) -> int:
@@ -212,12 +217,16 @@ class PipelineHistory:
     def as_dict(self) -> dict[str, Any]:
         """The JSON API's document, one shape for every pipeline: ``pipeline``, ``storage``,
         ``attempt``, ``noun``, the totals, ``stages`` (names, spec order), ``checkpoints`` (each
-        cut with its stages' rows under ``stages``, by name) and ``reports``."""
+        cut with its stages' rows under ``stages``, by name), ``reports``, ``savepoints`` (oldest
+        first), ``upgrades`` (zero or one recorded upgrade, with its derived ``verdict``) and
+        ``upgrade_problem`` (why ``_upgrade.json`` could not be read, else null)."""
         return {
             "pipeline": self.pipeline, "storage": self.storage, "attempt": self.attempt, "noun": self.noun,
             "total_completed": self.total_completed, "total_failed": self.total_failed,
             "stages": list(self.stages), "checkpoints": [row.as_dict() for row in self.rows],
             "reports": [{"name": r.name, "title": r.title, "key": r.key} for r in self.reports],
+            "savepoints": [s.as_dict() for s in self.savepoints],
+            "upgrades": self.upgrade.as_dict()["upgrades"], "upgrade_problem": self.upgrade.as_dict()["problem"],
         }
 
 
@@ -306,7 +315,8 @@ def cut_history(spec_path: str | os.PathLike[str], spec: PipelineSpec | StagedPi
     return PipelineHistory(pipeline=history.pipeline, storage=history.storage, attempt=history.attempt,
                            noun=history.noun, stages=history.stages, rows=[cut_row(e) for e in history.checkpoints],
                            reports=present_reports(store), total_completed=history.total_completed,
-                           total_failed=history.total_failed)
+                           total_failed=history.total_failed, savepoints=store_reader.read_savepoints(spec_path),
+                           upgrade=store_reader.read_upgrade(store))
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,12 @@ ranges as ``partition [start, end) records`` joined by ``; ``, the stage's verdi
 cell carries the exact value in ``data-value`` (ISO times, ms and bytes as in the manifest) next
 to its formatted text, and its field in ``data-field``, so tools (and the acceptance test) can
 read the page without parsing formatted numbers.
+
+Above it, ``#savepoints`` lists the pipeline's savepoints (rows ``tr.savepoint[data-savepoint-id=N]``:
+attempt, completion time, each stage's barrier batch) and ``#upgrades`` its recorded upgrade (rows
+``tr.upgrade[data-from=S]``: from savepoint, to savepoint and new spec, verdict, rescale as
+``stage old -> new`` joined by ``; ``, step, canary checkpoints verified, failure, when), with the
+same ``data-field``/``data-value`` cells; an unreadable ``_upgrade.json`` is said in ``p.error#upgrade-problem``.
 """
 
 from __future__ import annotations
@@ -114,6 +120,51 @@ def _stage_row(checkpoint_id: int, row: StageRow, href: str) -> str:
             + _verification_cell(row.verification, href) + "</tr>")
 
 
+def _savepoints(history: PipelineHistory) -> str:
+    if not history.savepoints:
+        return "<h2>Savepoints</h2><p class='muted' id='no-savepoints'>no savepoints</p>"
+    rows = []
+    for sp in reversed(history.savepoints):  # newest first, as the checkpoints
+        batches = "; ".join(f"{stage} {batch}" for stage, batch in sp.barrier_batches.items())
+        rows.append(f"<tr class='savepoint' data-savepoint-id='{sp.checkpoint_id}'>"
+                    + _cell("checkpoint_id", sp.checkpoint_id, str(sp.checkpoint_id))
+                    + _cell("attempt", sp.attempt, str(sp.attempt))
+                    + _cell("completion_time", sp.completion_time, _iso(sp.completion_time), "text")
+                    + _cell("barrier_batches", batches, batches, "text") + "</tr>")
+    head = "".join(f"<th>{c}</th>" for c in ("ID", "attempt", "completion time (UTC)", "barrier batch per stage"))
+    return f"<h2>Savepoints (newest first)</h2><table id='savepoints'><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+_STEP_CSS = {"canary-passed": "passed", "rolled-back": "failed"}
+
+
+def _upgrades(history: PipelineHistory) -> str:
+    recorded = history.upgrade
+    problem = (f"<p class='error' id='upgrade-problem'>{html.escape(recorded.problem)}</p>"
+               if recorded.problem else "")
+    record = recorded.record
+    if record is None:
+        return "<h2>Upgrades</h2>" + (problem or "<p class='muted' id='no-upgrades'>no upgrade recorded</p>")
+    rescale = "; ".join(f"{stage} {' -> '.join(map(str, sizes))}" for stage, sizes in record.rescaled.items())
+    step = record.step.value
+    verified = ", ".join(str(c) for c in record.verified)
+    row = (f"<tr class='upgrade' data-from='{record.source_savepoint}'>"
+           + _cell("from_savepoint", record.source_savepoint, str(record.source_savepoint))
+           + _cell("to_savepoint", record.savepoint, str(record.savepoint))
+           + _cell("new_spec", record.new_spec, record.new_spec, "text")
+           + _cell("verdict", record.verdict.value, record.verdict.value, "text")
+           + _cell("rescale", rescale, rescale or "-", "text")
+           + _cell("step", step, step if record.step.final else f"{step} (unfinished)",
+                   f"text {_STEP_CSS.get(step, '')}".strip())
+           + _cell("canary_verified", verified, f"{len(record.verified)}/{record.canary_checkpoints}"
+                   + (f": {verified}" if verified else ""), "text")
+           + _cell("failure", record.failure, record.failure, "text")
+           + _cell("updated", record.updated, _iso(record.updated), "text") + "</tr>")
+    head = "".join(f"<th>{c}</th>" for c in ("from savepoint", "to savepoint", "new spec", "verdict", "rescale",
+                                            "step", "canary checkpoints verified", "failure", "when (UTC)"))
+    return f"<h2>Upgrades</h2>{problem}<table id='upgrades'><tr>{head}</tr>{row}</table>"
+
+
 def _table(history: PipelineHistory, base: str, pipeline: str) -> str:
     rows = []
     for row in history.rows:
@@ -136,7 +187,8 @@ def _nav(pipelines: list[PipelineEntry], current: str | None, base: str) -> str:
 
 
 def render_pipeline(history: PipelineHistory, base: str, skew_report: dict[str, object] | None) -> str:
-    """The section of one pipeline: summary, report links, plots and the checkpoint table."""
+    """The section of one pipeline: summary, report links, savepoints, upgrades, the checkpoint
+    table and plots."""
     name = quote(history.pipeline)
     links = [f"<a href='{base}/api/pipelines/{name}'>JSON API</a>"]
     links += [f"<a href='{base}/pipelines/{name}/{r.key}'>{html.escape(r.title)}</a>" for r in history.reports]
@@ -161,7 +213,8 @@ def render_pipeline(history: PipelineHistory, base: str, skew_report: dict[str, 
         f"<p class='meta'><span>store <code>{html.escape(history.storage)}</code></span>"
         f"<span>attempt {history.attempt}</span><span>{history.total_completed} completed</span>"
         f"<span>{history.total_failed} failed</span><span>showing the newest {history.shown}</span>{stages}</p>"
-        f"<p>{' · '.join(links)}</p><h2>{title}</h2>{table}{plot}{skew_html}</section>")
+        f"<p>{' · '.join(links)}</p>{_savepoints(history)}{_upgrades(history)}"
+        f"<h2>{title}</h2>{table}{plot}{skew_html}</section>")
 
 
 def render_page(pipelines: list[PipelineEntry], history: PipelineHistory | None, base: str,

@@ -10,7 +10,8 @@ the ``front-doors-call-ops`` import contract): every pipeline's cuts (its checkp
 several stages: its global checkpoints), each with every stage's part, are read through the
 operation :func:`barrierflow.ops.global_history.global_checkpoint_history`
 (:func:`read_global_history`), whatever its shape. The reports are read from the store at the
-root of ``checkpoint.storage``.
+root of ``checkpoint.storage``. The savepoints (:func:`read_savepoints`) and the recorded upgrade
+(:func:`read_upgrade`, ``_upgrade.json`` at that root) are read through :mod:`barrierflow.ops` too.
 
 Manifests name the barrier batch's time in the stage ``alignment_ms`` (format version 1) or
 ``barrier_batch_ms`` (after the rename): :func:`barrier_batch_ms` reads either.
@@ -25,9 +26,16 @@ from typing import TYPE_CHECKING
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.discovery import DiscoveredPipeline, discover_pipelines
-from barrierflow.ops.global_history import GlobalCheckpointEntry, GlobalCheckpointHistory, StagePart
+from barrierflow.ops.global_history import (
+    GlobalCheckpointEntry,
+    GlobalCheckpointHistory,
+    SavepointEntry,
+    StagePart,
+    pipeline_savepoints,
+)
 from barrierflow.ops.global_history import global_checkpoint_history as _global_checkpoint_history
 from barrierflow.ops.global_history import stage_verifications as _stage_verifications
+from barrierflow.ops.upgrade_record import RecordedUpgrade, UpgradeRecord, recorded_upgrade
 from barrierflow.storage import ObjectNotFoundError
 from barrierflow.verification.html import render_html
 from barrierflow.verification.report import VerificationReport
@@ -43,14 +51,19 @@ __all__ = [
     "GlobalCheckpointEntry",
     "GlobalCheckpointHistory",
     "Manifest",
+    "RecordedUpgrade",
+    "SavepointEntry",
     "StagePart",
+    "UpgradeRecord",
     "VerificationReport",
     "barrier_batch_ms",
     "find_pipelines",
     "open_checkpoint_store",
     "read_global_history",
     "read_report_object",
+    "read_savepoints",
     "read_stage_verifications",
+    "read_upgrade",
     "render_verification_html",
     "report_exists",
 ]
@@ -71,6 +84,18 @@ def read_global_history(spec_path: str | os.PathLike[str], limit: int) -> Global
     """The newest ``limit`` cuts of the spec at ``spec_path``, each with every stage's part
     (newest first); see :mod:`barrierflow.ops.global_history`."""
     return _global_checkpoint_history(spec_path, limit=limit)
+
+
+def read_savepoints(spec_path: str | os.PathLike[str]) -> list[SavepointEntry]:
+    """The savepoints of the spec at ``spec_path``, oldest first; see
+    :func:`barrierflow.ops.global_history.pipeline_savepoints`."""
+    return pipeline_savepoints(spec_path)
+
+
+def read_upgrade(store: CheckpointStore) -> RecordedUpgrade:
+    """The upgrade recorded in ``store`` (the root of ``checkpoint.storage``): none, the record,
+    or why it does not parse; see :func:`barrierflow.ops.upgrade_record.recorded_upgrade`."""
+    return recorded_upgrade(store.objects)
 
 
 def read_stage_verifications(spec_path: str | os.PathLike[str], checkpoint_id: int
