@@ -9,6 +9,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from barrierflow.checkpointing.manifest import CheckpointKind
+from barrierflow.ops.upgrade_record import RECORD_KEY, UpgradeRecord, UpgradeStep, write_record
 from barrierflow.ui import create_app
 from barrierflow.ui.exceptions import NotAuthorizedError
 from barrierflow.ui.store_reader import barrier_batch_ms
@@ -42,6 +44,31 @@ class CellReader(HTMLParser):
 
 def read_cells(page: str) -> dict[int, dict[str, str]]:
     reader = CellReader()
+    reader.feed(page)
+    return reader.rows
+
+
+class TableReader(HTMLParser):
+    """``{row key: {field: data-value}}`` of the rows of one table, keyed by the attribute ``key``
+    of their ``tr`` (``data-savepoint-id``, ``data-from``)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key = key
+        self.rows: dict[str, dict[str, str]] = {}
+        self._row: dict[str, str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attr = dict(attrs)
+        if tag == "tr":
+            key = attr.get(self.key)
+            self._row = self.rows.setdefault(key, {}) if key else None
+        elif tag == "td" and self._row is not None and attr.get("data-field"):
+            self._row[attr["data-field"] or ""] = attr.get("data-value") or ""
+
+
+def read_rows(page: str, key: str) -> dict[str, dict[str, str]]:
+    reader = TableReader(key)
     reader.feed(page)
     return reader.rows
 
@@ -87,12 +114,14 @@ def test_page_and_api_show_the_manifests(factory: CheckpointFactory, pipelines_d
         assert row["verification"] == "not verified"
     assert "id='history-plot'" in page.text and "data:image/svg+xml;base64," in page.text
     assert "broken.yaml does not load" in page.text
+    assert "id='no-savepoints'" in page.text and "id='no-upgrades'" in page.text
     assert "http://" not in page.text.replace("http://www.w3.org", "")  # no internet resources
 
     api = client.get("/api/pipelines/t").json()
     assert [c["checkpoint_id"] for c in api["checkpoints"]] == [3, 2, 1]
     assert api["checkpoints"][0]["stages"]["t"]["full_bytes"] == manifests[3].full_bytes
     assert api["noun"] == "checkpoint" and api["stages"] == ["t"]
+    assert (api["savepoints"], api["upgrades"], api["upgrade_problem"]) == ([], [], None)
     assert "Recent checkpoints (newest first; one row per stage under each)" in page.text
     listing = client.get("/api/pipelines").json()["pipelines"]
     assert {p["name"]: p["error"] is None for p in listing} == {"t": True, "broken": False}
@@ -132,6 +161,56 @@ def test_verification_results_are_linked_and_served(factory: CheckpointFactory, 
     assert "sha256 differs" in client.get("/pipelines/t/checkpoints/2/verification").text
     assert client.get("/api/pipelines/t/checkpoints/2/verification").json()["stages"]["t"]["passed"] is False
     assert client.get("/api/pipelines/t/checkpoints/1/verification").status_code == 404
+
+
+def _record(**changes: object) -> UpgradeRecord:
+    fields: dict[str, object] = {"pipeline": "t", "spec": "t.yaml", "new_spec": "t-new.yaml",
+                                 "new_spec_sha256": "0" * 64, "step": UpgradeStep.REPORT, "source_savepoint": 2,
+                                 "savepoint": 2}
+    return UpgradeRecord.model_validate({**fields, **changes})
+
+
+def test_page_and_api_list_savepoints_and_the_recorded_upgrade(factory: CheckpointFactory,
+                                                               pipelines_dir: Path) -> None:
+    client = TestClient(create_app(str(pipelines_dir), authenticate=signed_in_as_tester))
+    promoted = factory.store.promote(2, CheckpointKind.SAVEPOINT)
+    record = write_record(factory.objects, _record(savepoint=4, rescaled={"t": [4, 8]}, verified=[5],
+                                                   canary_checkpoints=2),
+                          UpgradeStep.ROLLED_BACK, failure="sink_counts: 3 rows missing", attempt=2)
+
+    page = client.get("/").text
+    savepoints = read_rows(page, "data-savepoint-id")
+    assert list(savepoints) == ["2"]
+    assert savepoints["2"]["completion_time"] == promoted.completion_time.isoformat()
+    assert savepoints["2"]["barrier_batches"] == f"t {promoted.spark_batch_id}"
+    assert read_cells(page)[2]["kind"] == "savepoint" and read_cells(page)[3]["kind"] == "checkpoint"
+    upgrade = read_rows(page, "data-from")["2"]
+    assert (upgrade["from_savepoint"], upgrade["to_savepoint"], upgrade["new_spec"]) == ("2", "4", "t-new.yaml")
+    assert (upgrade["verdict"], upgrade["rescale"], upgrade["step"]) == ("needs rewrite", "t 4 -> 8", "rolled-back")
+    assert upgrade["failure"] == "sink_counts: 3 rows missing" and upgrade["canary_verified"] == "5"
+    assert upgrade["updated"] == record.updated.isoformat()
+
+    api = client.get("/api/pipelines/t").json()
+    assert [s["checkpoint_id"] for s in api["savepoints"]] == [2] and api["upgrade_problem"] is None
+    [listed] = api["upgrades"]
+    assert (listed["source_savepoint"], listed["savepoint"], listed["verdict"]) == (2, 4, "needs rewrite")
+    assert (listed["rescaled"], listed["step"]) == ({"t": [4, 8]}, "rolled-back")
+
+    write_record(factory.objects, _record(), UpgradeStep.CANARY_RUNNING)  # S itself restored, unfinished
+    [listed] = client.get("/api/pipelines/t").json()["upgrades"]
+    assert (listed["verdict"], listed["rescaled"], listed["step"]) == ("compatible", {}, "canary-running")
+
+
+def test_an_unreadable_upgrade_record_is_said_not_raised(factory: CheckpointFactory, pipelines_dir: Path) -> None:
+    factory.objects.put_bytes(RECORD_KEY, b"{not json")
+    client = TestClient(create_app(str(pipelines_dir), authenticate=signed_in_as_tester))
+    page = client.get("/")
+    assert page.status_code == 200, page.text
+    assert "id='upgrade-problem'" in page.text and "_upgrade.json in the checkpoint store does not parse" in page.text
+    assert sorted(read_cells(page.text)) == [1, 2, 3] and read_rows(page.text, "data-from") == {}
+    factory.objects.put_bytes(RECORD_KEY, b'{"pipeline": "t"}')  # JSON, but no upgrade record
+    api = client.get("/api/pipelines/t").json()
+    assert api["upgrades"] == [] and "does not parse" in api["upgrade_problem"]
 
 
 @pytest.mark.parametrize("route", ROUTES)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from barrierflow.checkpointing.global_manifest import GlobalFailure, GlobalManifest, GlobalTrigger
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore, stage_snapshot
-from barrierflow.checkpointing.manifest import AlignmentSummary, ChannelStateEntry, Manifest
-from barrierflow.checkpointing.store import manifest_key
+from barrierflow.checkpointing.manifest import AlignmentSummary, ChannelStateEntry, CheckpointKind, Manifest
+from barrierflow.checkpointing.store import CheckpointStore, manifest_key
 from barrierflow.spec.loader import load_any_spec
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.ui import create_app
@@ -149,6 +149,21 @@ def test_global_rows_carry_each_stages_alignment_and_channel_state(
     assert document["checkpoints"][1]["stages"]["b"]["back_edge_ranges"] == [
         {"partition": "ba:1", "start": 5, "end": 7, "records": 2}]
     assert history_of(list_pipelines(str(spec_path.parent))[0], limit=1).shown == 1
+    assert (history.savepoints, document["upgrades"], document["upgrade_problem"]) == ([], [], None)
+
+    # A cut is a savepoint when every stage's manifest is one; no upgrade record: none shown.
+    chk = spec_path.parent.parent / "chk"
+    stores = {s: CheckpointStore(LocalObjectStore(chk / "stages" / s), f"two-{s}") for s in ("a", "b")}
+    promoted = {s: store.promote(2, CheckpointKind.SAVEPOINT) for s, store in stores.items()}
+    stores["a"].promote(1, CheckpointKind.SAVEPOINT)  # stage b's 1 stays a checkpoint
+    history = cut_history(spec_path, load_any_spec(spec_path))
+    [savepoint] = history.savepoints
+    assert savepoint.checkpoint_id == 2 and savepoint.attempt == promoted["a"].attempt
+    assert savepoint.barrier_batches == {s: m.spark_batch_id for s, m in promoted.items()}
+    assert savepoint.completion_time == max(m.completion_time for m in promoted.values())
+    assert [s.kind for s in history.rows[1].stages] == ["savepoint", "savepoint"]
+    assert history.upgrade.record is None and history.upgrade.problem == ""
+    assert [s["checkpoint_id"] for s in history.as_dict()["savepoints"]] == [2]
 
 
 def test_the_page_and_api_show_a_multi_stage_pipeline(staged: tuple[Path, dict[str, dict[int, Manifest]]]) -> None:
@@ -169,6 +184,7 @@ def test_the_page_and_api_show_a_multi_stage_pipeline(staged: tuple[Path, dict[s
     assert int(b2["channel_state_records"]) == alignment.channel_state_records
     assert b2["back_edge_ranges"] == "ba:1 [5, 7) 2" and b2["mode"] == "unaligned"
     assert "href='/pipelines/two/checkpoints/1/verification'" in page.text
+    assert "id='no-savepoints'" in page.text and "id='no-upgrades'" in page.text
 
     api = client.get("/api/pipelines/two").json()
     assert [g["checkpoint_id"] for g in api["checkpoints"]] == [3, 2, 1]
