@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from barrierflow.checkpointing.manifest import CheckpointKind
 from barrierflow.ops.checkpoints import list_checkpoints, show_checkpoint
+from barrierflow.ops.global_history import pipeline_savepoints
 from barrierflow.ops.progress import newest_completed_checkpoint, newest_completion_time
 from barrierflow.ops.retain import retain
 from barrierflow.ops.savepoint import savepoint
@@ -77,6 +78,9 @@ def test_verify_savepoint_retain_and_skew_take_every_stage(one: Path, two: Path)
     for spec, names in ((one, {"t"}), (two, {"a", "b"})):
         view = savepoint(spec, 1)
         assert set(view.stages) == names and all(m.kind is CheckpointKind.SAVEPOINT for m in view.stages.values())
+        [listed] = pipeline_savepoints(spec)
+        assert listed.checkpoint_id == 1 and set(listed.barrier_batches) == names
+        assert set(listed.as_dict()) == {"checkpoint_id", "attempt", "completion_time", "barrier_batches"}
         outcome = retain(spec, dry_run=True)
         assert set(outcome.stages) == names and 1 in outcome.plan.savepoints
         report = skew(spec)

@@ -18,14 +18,14 @@ written once.
 :mod:`.skew`                  the watermark-skew report of every stage
 :mod:`.progress`              the newest cut / committed epoch (polled by the asset watchers)
 :mod:`.validate`              validate a spec (single- or multi-stage) and describe its graph
-:mod:`.global_history`        the recent global checkpoints with every stage's part (the Checkpoints page)
+:mod:`.global_history`        the recent global checkpoints with every stage's part, the savepoints (the page)
 :mod:`.discovery`             find the specs of a pipelines folder (the DAG file, the Checkpoints page)
 :mod:`.batch`                 rollups and the stream-vs-batch comparison of a single-stage Parquet output
 :mod:`.quality`               data quality of that output
 :mod:`.state`                 read a completed cut's state: operators and schemas, a table, a diff, sizes
 :mod:`.upgrade`               the compatibility report of a spec change, and the change (rewrite, restore, canary)
 :mod:`.canary`                run a restored new spec with its commits held and deep-verify its checkpoints
-:mod:`.upgrade_record`        the persisted steps of an upgrade (continued by the same command)
+:mod:`.upgrade_record`        the persisted steps of an upgrade (continued by the same command; shown)
 ============================  =====================================================
 
 Each takes the spec file's path and opens the pipeline once with
