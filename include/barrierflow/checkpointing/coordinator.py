@@ -61,6 +61,7 @@ from barrierflow.errors import BarrierflowError, CheckpointError, TolerableFailu
 from barrierflow.faults import crash_point
 from barrierflow.lease import FencedOffError
 from barrierflow.spec.models import CheckpointSpec
+from barrierflow.storage.object_dir import ObjectDir, as_checkpoint_dir
 from barrierflow.transactions.committer import SinkCommitter
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class CheckpointCoordinator:
         pipeline: str,
         options: CheckpointSpec,
         store: CheckpointStore,
-        spark_checkpoint_dir: str | Path,
+        spark_checkpoint_dir: str | Path | ObjectDir,
         staging_dir: str | Path,
         control: ControlChannel,
         source_names: list[str],
@@ -121,7 +122,7 @@ class CheckpointCoordinator:
         self.label = label or f"pipeline {pipeline}"
         self.options = options
         self.store = store
-        self.spark_dir = Path(spark_checkpoint_dir)
+        self.spark_dir = as_checkpoint_dir(spark_checkpoint_dir)
         self.snapshot_dir = Path(staging_dir)
         self.control = control
         self.source_names = source_names

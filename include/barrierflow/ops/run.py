@@ -93,18 +93,21 @@ class RunOutcome:
 def submit_jars(spec_path: str | os.PathLike[str]) -> list[str]:
     """The installed jars (paths) that a driver of ``spec_path`` needs on its class path from the
     start: those of the JVM artifact sets of its sources, in every stage (Spark's Kafka connector
-    for ``reader: spark``); empty for none. A driver that ``spark-submit`` starts gets them as
+    for ``reader: spark``), and Hadoop's S3A file system for a ``work_dir`` on object storage;
+    empty for none. A driver that ``spark-submit`` starts gets them as
     ``--jars`` (its class path is fixed before the job's session could add them).
 
     Raises:
         SpecError: the spec does not load.
         JvmArtifactError: a needed jar is not installed (naming ``make install``).
+        S3AUnavailableError: the work dir is on object storage and the S3A jars are not installed.
     """
     from barrierflow.pipeline.spec_summary import summarize
-    from barrierflow.runtime.session import source_jars
+    from barrierflow.runtime.session import source_jars, work_dir_jars
     from barrierflow.spec.loader import load_any_spec
 
-    return source_jars(summarize(load_any_spec(spec_path)).sources)
+    spec = load_any_spec(spec_path)
+    return source_jars(summarize(spec).sources) + work_dir_jars([spec.work_dir or ""])
 
 
 def _check_limits(duration: float | None, checkpoints: int | None) -> None:

@@ -195,7 +195,7 @@ class StageRunner:
             self._refuse_incompatible(frame)
         else:
             frame = checked
-        if check_work_dir:
+        if check_work_dir and not stage.layout.on_object_storage:  # on object storage every node reaches it
             check_work_dir_shared(spark, self.stage.layout.work_dir)
 
         def start(first: DataFrame | None = None) -> StreamingQuery:

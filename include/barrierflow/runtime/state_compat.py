@@ -49,13 +49,13 @@ import json
 import logging
 import os
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.checkpointing.snapshot import STATE_FINGERPRINT
 from barrierflow.errors import IncompatibleStateError
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.session import SHUFFLE_PARTITIONS
+from barrierflow.storage.object_dir import CheckpointDir, ObjectDir, as_checkpoint_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -212,14 +212,17 @@ def _difference(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> str | N
     return "stateful operators changed"  # pragma: no cover - entries with equal fields are equal
 
 
-def _write_fingerprint(path: Path, fingerprint: list[dict[str, Any]]) -> None:
+def _write_fingerprint(path: CheckpointDir, fingerprint: list[dict[str, Any]]) -> None:
+    if isinstance(path, ObjectDir):  # one PUT: readers see the old document or the new one
+        path.write_text(json.dumps({"version": 1, "stateful_operators": fingerprint}, indent=1, sort_keys=True))
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps({"version": 1, "stateful_operators": fingerprint}, indent=1, sort_keys=True))
     os.replace(tmp, path)
 
 
-def _read_fingerprint(path: Path) -> list[dict[str, Any]] | None:
+def _read_fingerprint(path: CheckpointDir) -> list[dict[str, Any]] | None:
     try:
         document = json.loads(path.read_text())
         operators = document["stateful_operators"]
@@ -228,7 +231,7 @@ def _read_fingerprint(path: Path) -> list[dict[str, Any]] | None:
     return operators if isinstance(operators, list) else None
 
 
-def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str], *, shuffle_partitions: str,
+def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str] | ObjectDir, *, shuffle_partitions: str,
                            pipeline: str, stage: str) -> None:
     """Refuse a stage's query over state it cannot honour (module docstring); record the
     stage's fingerprint when it starts on empty state (or state without one).
@@ -243,7 +246,7 @@ def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str],
         IncompatibleStateError: the shuffle partitions or the stateful operators differ from
             the state's, naming the pipeline, the stage, ``old -> new`` and the fix.
     """
-    root = Path(checkpoint)
+    root = as_checkpoint_dir(checkpoint)
     planned = offset_log.planned_batches(root)
     if planned:
         recorded = offset_log.read_offset_metadata(root, planned[-1]).get("conf", {}).get(SHUFFLE_PARTITIONS)

@@ -37,8 +37,13 @@ class ConditionalWriteUnsupportedError(StorageError):
 
 @dataclass(frozen=True)
 class ObjectInfo:
+    """One listed object: its key, size and, where the backend lists them, its entity tag and
+    last modification (epoch seconds; 0.0 where not listed)."""
+
     key: str
     size: int
+    etag: str = ""
+    modified: float = 0.0
 
 
 class ObjectStore(abc.ABC):
