@@ -242,9 +242,9 @@ class CheckpointCoordinator:
         self.control.request_barrier(cid, pending.trigger_time)
         log.info("checkpoint %d triggered", cid)
 
-    def _scan_commits(self) -> list[CheckpointEvent]:
+    def _scan_commits(self, *, force: bool = False) -> list[CheckpointEvent]:
         events: list[CheckpointEvent] = []
-        for barrier in self.stage.new_barrier_batches():
+        for barrier in self.stage.new_barrier_batches(force=force):
             events += self._on_barrier_batch(barrier)
         return events
 
@@ -480,7 +480,7 @@ class CheckpointCoordinator:
         """
         deadline = self.monotonic() + timeout
         events: list[CheckpointEvent] = []
-        events += self._scan_commits()
+        events += self._scan_commits(force=True)
         while any(p.upload is not None for p in self.pending.values()) and self.monotonic() < deadline:
             events += self._collect_uploads()
             time.sleep(0.01)

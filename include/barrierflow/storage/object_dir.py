@@ -22,6 +22,8 @@ string or an :class:`ObjectDir`) into the one or the other; :func:`listdir` list
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,6 +34,9 @@ from barrierflow.storage.uri import open_store
 
 #: URI schemes of a work dir on object storage.
 OBJECT_SCHEMES = ("s3://", "s3a://")
+#: How often the driver's loops look for new batches in logs on object storage (each look is a
+#: LIST request; on a local disk they look every tick).
+LOG_POLL_SECONDS = 0.25
 
 
 def is_object_uri(value: object) -> bool:
@@ -172,6 +177,25 @@ def as_checkpoint_dir(value: str | os.PathLike[str] | ObjectDir) -> CheckpointDi
     if is_object_uri(value):
         return ObjectDir(store_uri(str(value)).rstrip("/"))
     return Path(value)
+
+
+class PollThrottle:
+    """Whether a loop polling ``directory`` may look again: always for a local directory, at
+    most every :data:`LOG_POLL_SECONDS` for one on object storage."""
+
+    def __init__(self, directory: CheckpointDir, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = LOG_POLL_SECONDS if isinstance(directory, ObjectDir) else 0.0
+        self.clock = clock
+        self.next_at = 0.0
+
+    def due(self) -> bool:
+        if not self.every:
+            return True
+        now = self.clock()
+        if now < self.next_at:
+            return False
+        self.next_at = now + self.every
+        return True
 
 
 def listdir(directory: CheckpointDir) -> list[str]:
