@@ -63,7 +63,7 @@ from barrierflow.storage import open_store
 from tests.drivers import short_lived_driver_java_options
 from tests.support.kafka_broker import KafkaEndpoint
 from tests.support.s3_server import S3Endpoint
-from tests.support.spark_cluster import StandaloneCluster, running_standalone_cluster
+from tests.support.spark_cluster import StandaloneCluster, hiding_wrapper, running_standalone_cluster
 from tests.support.staged_specs import PARTITIONS, two_stage_spec
 from tests.support.staged_specs import RECORDS as STAGED_RECORDS
 
@@ -76,26 +76,7 @@ RUN_PIPELINE = ROOT / "jobs" / "run_pipeline.py"
 PYTHON = sys.executable
 MALFORMED_EVERY, KEYS, WATERMARK_DELAY = 101, 10, timedelta(milliseconds=200)
 #: Records per partition of the single-stage pipeline.
-RECORDS = 1500
-
-
-#: Runs its arguments in a new mount namespace with an empty tmpfs over the folder given first.
-HIDE = 'mount -t tmpfs barrierflow-hidden "$0" && exec "$@"'
-
-
-def _hiding_wrapper(folder: Path) -> tuple[list[str], str]:
-    """The worker's command prefix hiding ``folder`` from it, or ``[]`` and why it cannot here."""
-    (folder / "visible").write_text("the driver sees this; the worker must not", encoding="utf-8")
-    wrapper = ["unshare", "--mount", "--propagation", "private", "sh", "-c", HIDE, str(folder)]
-    try:
-        probe = subprocess.run([*wrapper, "test", "!", "-e", str(folder / "visible")], capture_output=True,
-                               timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [], f"unshare is not available here: {exc}"
-    if probe.returncode != 0:
-        return [], (f"mount namespaces are not allowed here (unshare exit {probe.returncode}: "
-                    f"{probe.stderr.decode(errors='replace').strip()[:200]})")
-    return wrapper, ""
+RECORDS = 1000
 
 
 @dataclass
@@ -174,7 +155,7 @@ def runs(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -> I
         credentials.update({n: os.environ[n] for n in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
     log_dir = tmp_path_factory.mktemp("standalone")
     driver_disk = tmp_path_factory.mktemp("driver-disk")
-    wrapper, hidden = _hiding_wrapper(driver_disk)
+    wrapper, hidden = hiding_wrapper(driver_disk)
     with running_standalone_cluster(log_dir, worker_env={**credentials, "PYSPARK_PYTHON": PYTHON},
                                     worker_wrapper=wrapper) as cluster:
         yield ClusterRuns(cluster, credentials, driver_disk, hidden)

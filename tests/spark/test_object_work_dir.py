@@ -19,7 +19,7 @@ from barrierflow.recovery.restore import upload_spark_checkpoint
 from barrierflow.runtime.session import work_dir_jars
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.s3a import JVM_SET, S3AUnavailableError, s3a_conf
-from barrierflow.storage.object_dir import ObjectDir, as_checkpoint_dir
+from barrierflow.storage.object_dir import LOG_POLL_SECONDS, ObjectDir, PollThrottle, as_checkpoint_dir
 from barrierflow.workdir.layout import JobLayout
 
 from tests.support.s3_server import S3Endpoint
@@ -58,6 +58,17 @@ def test_layout_puts_only_sparks_checkpoint_on_object_storage(monkeypatch: pytes
     assert layout.control.is_relative_to(tmp_path) and layout.snapshots.is_relative_to(tmp_path)
     local = JobLayout.for_spec(SimpleNamespace(work_dir=str(tmp_path / "w"), name="one"))  # type: ignore[arg-type]
     assert not local.on_object_storage and local.spark_checkpoint == tmp_path / "w" / "spark-checkpoint"
+
+
+def test_logs_on_object_storage_are_polled_at_most_every_poll_interval(tmp_path: Path) -> None:
+    now = [100.0]
+    remote = PollThrottle(ObjectDir("s3://bucket/p/spark-checkpoint"), clock=lambda: now[0])
+    local = PollThrottle(tmp_path, clock=lambda: now[0])
+    assert remote.due() and not remote.due() and local.due() and local.due()
+    now[0] += LOG_POLL_SECONDS / 2
+    assert not remote.due()
+    now[0] += LOG_POLL_SECONDS / 2
+    assert remote.due() and not remote.due()
 
 
 def _offsets(barrier: int, end: int) -> str:
