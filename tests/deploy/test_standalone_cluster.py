@@ -14,10 +14,10 @@ as tests/deploy/test_unshared_work_dir.py does. The two-stage pipeline keeps a l
 (one host: the driver and the worker see the same path).
 
 The executors get the S3 credentials from the worker's environment (never from Spark's
-configuration or the spec), and run the project's interpreter (``PYSPARK_PYTHON``), which has
-the barrierflow package installed. The secret (a fresh value per module for the test endpoint,
-which accepts any) must not appear in any driver's output, any daemon or executor log, or the
-specs.
+configuration or the spec), and run the project's interpreter (``PYSPARK_PYTHON``, through
+tests/worker_python.sh), which has the barrierflow package installed. The secret (a fresh
+value per module for the test endpoint, which accepts any) must not appear in any driver's
+output, any daemon or executor log, or the specs.
 
 1. Single stage (generator -> 1 s event-time windows per key, stateful -> Parquet via 2PC),
    whose transformation is the user's own: a package in the test's folder, outside the
@@ -60,7 +60,7 @@ from barrierflow.spec import load_spec
 from barrierflow.spec.models import GeneratorSourceSpec
 from barrierflow.storage import open_store
 
-from tests.drivers import short_lived_driver_java_options
+from tests.drivers import WORKER_PYTHON, short_lived_driver_java_options
 from tests.support.kafka_broker import KafkaEndpoint
 from tests.support.s3_server import S3Endpoint
 from tests.support.spark_cluster import StandaloneCluster, hiding_wrapper, running_standalone_cluster
@@ -74,6 +74,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_PIPELINE = ROOT / "jobs" / "run_pipeline.py"
 #: The interpreter of driver and executors: the project's, where barrierflow is installed.
 PYTHON = sys.executable
+#: The executors' (and the driver's Python workers') interpreter: the project's, started through
+#: tests/worker_python.sh, which imports pyspark from site-packages, not from Spark's zips.
+WORKER_ENV = {"PYSPARK_PYTHON": str(WORKER_PYTHON), "BARRIERFLOW_WORKER_PYTHON": PYTHON}
 MALFORMED_EVERY, KEYS, WATERMARK_DELAY = 101, 10, timedelta(milliseconds=200)
 #: Records per partition of the single-stage pipeline.
 RECORDS = 1000
@@ -95,7 +98,7 @@ class ClusterRuns:
         return self.credentials["AWS_SECRET_ACCESS_KEY"]
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {**os.environ, **self.credentials, "PYSPARK_PYTHON": PYTHON, "PYSPARK_DRIVER_PYTHON": PYTHON,
+        env = {**os.environ, **self.credentials, **WORKER_ENV, "PYSPARK_DRIVER_PYTHON": PYTHON,
                "SPARK_LOCAL_IP": "127.0.0.1", "_JAVA_OPTIONS": short_lived_driver_java_options(), **extra}
         for name in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "BARRIERFLOW_CRASH_AT"):
             if name not in extra:
@@ -156,7 +159,7 @@ def runs(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -> I
     log_dir = tmp_path_factory.mktemp("standalone")
     driver_disk = tmp_path_factory.mktemp("driver-disk")
     wrapper, hidden = hiding_wrapper(driver_disk)
-    with running_standalone_cluster(log_dir, worker_env={**credentials, "PYSPARK_PYTHON": PYTHON},
+    with running_standalone_cluster(log_dir, worker_env={**credentials, **WORKER_ENV},
                                     worker_wrapper=wrapper) as cluster:
         yield ClusterRuns(cluster, credentials, driver_disk, hidden)
         # Before the daemons stop: nothing any process printed or logged names the secret.
@@ -287,7 +290,7 @@ def test_single_stage_pipeline_without_a_shared_file_system_crash_restore_exactl
         "event_time": {"column": "event_time", "watermark_delay": "200ms"},
         "sinks": [{"name": "out", "type": "parquet", "path": f"{base}/out"}],
         "trigger": {"interval": "0s"},
-        "checkpoint": {"storage": f"{base}/checkpoints", "interval": "300ms", "timeout": "120s"},
+        "checkpoint": {"storage": f"{base}/checkpoints", "interval": "1s", "timeout": "120s"},
         "dead_letter_path": f"{base}/dead-letter",
         "event_times_path": f"{base}/event-times",
         "spark": {"master": runs.cluster.master_url, "shuffle_partitions": 2, "py_packages": [str(package)]},

@@ -48,6 +48,25 @@ def test_a_work_dir_on_object_storage_without_the_s3a_set_is_refused_naming_it(
     assert JVM_SET in message and "make install" in message and "s3://bucket/jobs/one" in message
 
 
+def test_run_refuses_a_work_dir_on_object_storage_without_the_s3a_set_before_touching_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from barrierflow.cli.main import main
+
+    monkeypatch.setenv("BARRIERFLOW_JVM_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # nothing answers there
+    spec = {"name": "objwd", "work_dir": "s3://bucket/jobs/objwd",
+            "sources": [{"name": "events", "type": "generator", "partitions": 1, "records_per_partition": 10}],
+            "transformation": {"function": "barrierflow.transforms.projection:project",
+                               "options": {"columns": {"key": "key"}}},
+            "sinks": [{"type": "discard"}],
+            "checkpoint": {"storage": f"file://{tmp_path / 'checkpoints'}", "interval": "1s"}}
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    assert main(["run", str(path), "--until-exhausted"]) == 2
+    err = capsys.readouterr().err
+    assert JVM_SET in err and "make install" in err and "s3://bucket/jobs/objwd" in err
+
+
 def test_layout_puts_only_sparks_checkpoint_on_object_storage(monkeypatch: pytest.MonkeyPatch,
                                                               tmp_path: Path) -> None:
     monkeypatch.setenv("BARRIERFLOW_HOME", str(tmp_path))

@@ -110,6 +110,18 @@ def submit_jars(spec_path: str | os.PathLike[str]) -> list[str]:
     return source_jars(summarize(spec).sources) + work_dir_jars([spec.work_dir or ""])
 
 
+def _refuse_object_work_dir_without_s3a(pipeline: OpenedPipeline) -> None:
+    """Before anything reads or writes a work dir on object storage: its S3A jars are installed.
+
+    Raises:
+        S3AUnavailableError: they are not (naming the set and ``make install``).
+    """
+    from barrierflow.runtime.session import work_dir_jars
+
+    work_dirs = [stage.spec.work_dir or "" for stage in pipeline.stages]
+    work_dir_jars(work_dirs)
+
+
 def _check_limits(duration: float | None, checkpoints: int | None) -> None:
     if duration is not None and duration <= 0:
         raise UserInputError("--duration must be a positive number of seconds")
@@ -144,6 +156,8 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
 
     Raises:
         SpecError: the spec does not load.
+        S3AUnavailableError: the work dir is on object storage and the ``spark-s3a`` jars are not
+            installed (before anything touches it).
         UserInputError: a limit is not positive; the job runs already; ``processes`` for one
             stage; ``until_exhausted`` without bounded sources; several stages: a stage cannot
             be run yet.
@@ -158,6 +172,7 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     """
     _check_limits(duration, checkpoints)
     pipeline = open_pipeline(spec_path)
+    _refuse_object_work_dir_without_s3a(pipeline)
     if processes:
         pipeline.refuse_stage_processes("--processes")
     drivers: list[PipelineRunner] = []
