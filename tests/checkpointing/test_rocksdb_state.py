@@ -35,7 +35,8 @@ def test_a_wrong_state_store_is_refused_naming_the_field_and_the_values(tmp_path
 
 def _state(spark: Any, checkpoint: Path, batch: int) -> list[tuple[Any, ...]]:
     rows = read_state(spark, checkpoint, batch)
-    return sorted(map(tuple, rows.itertuples(index=False)))
+    assert rows is not None
+    return sorted(tuple(r) for r in rows.collect())
 
 
 @pytest.mark.spark

@@ -38,19 +38,22 @@ KEYS = 200
 EVENT_TIME_STEP_MS = 10
 
 
-def _read_all(bootstrap: str, topic: str, idle: float = 1.0, limit: float = 30.0) -> list[dict[str, Any]]:
+def _read_all(bootstrap: str, topic: str, limit: float = 60.0) -> list[dict[str, Any]]:
+    """Every record a ``read_committed`` consumer sees in partition 0 of ``topic``, read up to
+    the partition's end as such a consumer sees it (the last stable offset): no idle guess."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                              isolation_level="read_committed", auto_offset_reset="earliest")
     try:
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
         consumer.seek(tp, 0)
+        end = consumer.end_offsets([tp])[tp]
         out: list[dict[str, Any]] = []
-        start = last = time.monotonic()
-        while time.monotonic() - last < idle and time.monotonic() - start < limit:
-            for records in consumer.poll(timeout_ms=100).values():
+        deadline = time.monotonic() + limit
+        while consumer.position(tp) < end:
+            assert time.monotonic() < deadline, f"read {consumer.position(tp)} of {end} offsets in {limit} s"
+            for records in consumer.poll(timeout_ms=200).values():
                 out += [json.loads(r.value) for r in records]
-                last = time.monotonic()
         return out
     finally:
         consumer.close()
@@ -81,7 +84,7 @@ def test_crash_at_every_point_restore_finish(spark, tmp_path: Path, reference_ro
     assert "restore" in ways
     spec = finish(spark, spec_path)
     assert produced() == reference
-    plain = window_rows(_read_all(kafka_endpoint.bootstrap_servers, topic, idle=0.5))
+    plain = window_rows(_read_all(kafka_endpoint.bootstrap_servers, topic))
     figures.update({"crashes": len(ways), "rows committed (through the markers)": len(reference),
                     "rows a read_committed reader sees": len(plain)})
     assert plain == reference

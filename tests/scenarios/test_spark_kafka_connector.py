@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import yaml
 from barrierflow.cli.main import main
+from barrierflow.errors import IncompatibleStateError
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spark import offset_log
 
@@ -150,6 +151,16 @@ def test_a_bounded_run_commits_exactly_the_topic_and_its_checkpoints_verify(
     passed = {c["name"] for c in _checks(summary) if c["status"] == "passed"}
     assert {"offsets-log", "source-retention"} <= passed, passed
     assert main(["verify", str(spec_path), "--latest", "1", "--deep"]) == 0
+
+    # The same state under barrierflow's own reader is refused before anything runs (Spark
+    # planned its batches with two sources, the connector and the barrier-only source; the
+    # Python reader is one), naming the change; the output stays as it was.
+    data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    data["sources"][0]["reader"] = "python"
+    spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(IncompatibleStateError, match=r"streaming sources: \['kafka', '\w+'\] -> \['\w+'\]"):
+        finish(spark, spec_path)
+    assert len(_committed(tmp_path)) == 1600
 
 
 @pytest.mark.slow(80)

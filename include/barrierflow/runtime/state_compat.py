@@ -26,6 +26,13 @@ What is compared:
   spec's ``spark`` block now gives (:func:`~barrierflow.spark.session.shuffle_partitions`:
   what the session has when a stage's query starts,
   :func:`~barrierflow.spark.session.apply_query_conf`);
+* the streaming sources: what Spark names each source of the query
+  (:func:`streaming_sources`, in plan order, a file source's path left out), against the
+  ones recorded with the fingerprint (or, for a fingerprint recorded before sources were,
+  their number against the newest offset log entry's source lines). Spark restarts a query
+  only over the sources its checkpoint was planned with, and refuses anything else with an
+  internal assertion; switching a Kafka source's ``reader`` (barrierflow's reader is one
+  source, Spark's connector two: the connector and a barrier-only source) is such a change;
 * the stateful operators: a fingerprint (:func:`stateful_fingerprint`) of the DataFrame's
   analyzed plan: in plan order, each stateful operator's kind and what defines its state
   (an aggregation's grouping keys, with a key computed right below it such as a time window
@@ -62,7 +69,8 @@ if TYPE_CHECKING:
 
     from barrierflow.spec.models import PipelineSpec
 
-__all__ = ["FINGERPRINT_FILE", "check_state_compatible", "planned_fingerprint", "stateful_fingerprint"]
+__all__ = ["FINGERPRINT_FILE", "check_state_compatible", "planned_fingerprint", "stateful_fingerprint",
+           "streaming_sources"]
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +189,23 @@ def stateful_fingerprint(frame: DataFrame) -> list[dict[str, Any]]:
     return entries
 
 
+def streaming_sources(frame: DataFrame) -> list[str]:
+    """What Spark names each streaming source of ``frame``'s analyzed plan (``kafka``, a
+    Python data source's registered name, ``FileSource``: a file source without its path), in
+    plan order. Only plans, never runs, the query."""
+    names: list[str] = []
+
+    def walk(node: Any) -> None:
+        children = _seq(node.children())
+        if not children and node.isStreaming() and node.nodeName() in ("StreamingRelation", "StreamingRelationV2"):
+            names.append(str(node.sourceName()).split("[", 1)[0])
+        for child in children:
+            walk(child)
+
+    walk(frame._jdf.queryExecution().analyzed())
+    return names
+
+
 #: The order in which the fields of an operator are compared (the first difference is reported).
 FIELDS = ("window", "watermark", "grouping keys", "keys", "aggregates", "join", "description")
 #: How much of one value a message shows.
@@ -212,23 +237,40 @@ def _difference(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> str | N
     return "stateful operators changed"  # pragma: no cover - entries with equal fields are equal
 
 
-def _write_fingerprint(path: CheckpointDir, fingerprint: list[dict[str, Any]]) -> None:
+def _write_fingerprint(path: CheckpointDir, fingerprint: list[dict[str, Any]], sources: list[str]) -> None:
+    text = json.dumps({"version": 1, "stateful_operators": fingerprint, "sources": sources}, indent=1,
+                      sort_keys=True)
     if isinstance(path, ObjectDir):  # one PUT: readers see the old document or the new one
-        path.write_text(json.dumps({"version": 1, "stateful_operators": fingerprint}, indent=1, sort_keys=True))
+        path.write_text(text)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({"version": 1, "stateful_operators": fingerprint}, indent=1, sort_keys=True))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
-def _read_fingerprint(path: CheckpointDir) -> list[dict[str, Any]] | None:
+def _read_fingerprint(path: CheckpointDir) -> tuple[list[dict[str, Any]], list[str] | None] | None:
+    """The recorded stateful operators and sources (None: recorded before sources were), or
+    None for no readable fingerprint."""
     try:
         document = json.loads(path.read_text())
         operators = document["stateful_operators"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return operators if isinstance(operators, list) else None
+    if not isinstance(operators, list):
+        return None
+    sources = document.get("sources")
+    return operators, sources if isinstance(sources, list) else None
+
+
+def _source_change(root: CheckpointDir, planned: list[int], recorded: list[str] | None, now: list[str]) -> str | None:
+    """``sources: old -> new`` when the query's streaming sources differ from the state's."""
+    if recorded is not None:
+        return None if recorded == now else f"streaming sources: {recorded} -> {now}"
+    if not planned:
+        return None
+    count = offset_log.source_line_count(root, planned[-1])
+    return None if count == len(now) else f"streaming sources: {count} in the state -> {len(now)} now ({now})"
 
 
 def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str] | ObjectDir, *, shuffle_partitions: str,
@@ -243,7 +285,7 @@ def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str] 
         pipeline, stage: the names the error gives.
 
     Raises:
-        IncompatibleStateError: the shuffle partitions or the stateful operators differ from
+        IncompatibleStateError: the shuffle partitions, the streaming sources or the stateful operators differ from
             the state's, naming the pipeline, the stage, ``old -> new`` and the fix.
     """
     root = as_checkpoint_dir(checkpoint)
@@ -255,20 +297,25 @@ def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str] 
             raise IncompatibleStateError(
                 pipeline=pipeline, stage=stage, state=str(root),
                 change=f"spark.shuffle_partitions: {recorded} -> {now}; Spark would keep {recorded}")
-    fingerprint = stateful_fingerprint(frame)
+    fingerprint, sources = stateful_fingerprint(frame), streaming_sources(frame)
     path = root / FINGERPRINT_FILE
-    if commit_log.latest_committed(root) is None:
-        _write_fingerprint(path, fingerprint)
-        return
-    old = _read_fingerprint(path)
-    if old is None:
-        log.info("stage %s of pipeline %s: its state has no readable %s; recording the current one", stage,
-                 pipeline, FINGERPRINT_FILE)
-        _write_fingerprint(path, fingerprint)
-        return
-    change = _difference(old, fingerprint)
+    recorded = _read_fingerprint(path)
+    change = _source_change(root, planned, None if recorded is None else recorded[1], sources)
     if change is not None:
         raise IncompatibleStateError(pipeline=pipeline, stage=stage, state=str(root), change=change)
+    if commit_log.latest_committed(root) is None:
+        _write_fingerprint(path, fingerprint, sources)
+        return
+    if recorded is None:
+        log.info("stage %s of pipeline %s: its state has no readable %s; recording the current one", stage,
+                 pipeline, FINGERPRINT_FILE)
+        _write_fingerprint(path, fingerprint, sources)
+        return
+    change = _difference(recorded[0], fingerprint)
+    if change is not None:
+        raise IncompatibleStateError(pipeline=pipeline, stage=stage, state=str(root), change=change)
+    if recorded[1] is None:
+        _write_fingerprint(path, fingerprint, sources)
 
 
 def planned_fingerprint(spark: SparkSession, spec: PipelineSpec, *, spec_path: str, source_type: str,

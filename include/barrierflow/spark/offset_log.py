@@ -92,6 +92,12 @@ def first_source_partitions(checkpoint_dir: str | os.PathLike[str] | ObjectDir, 
     return {str(p): int(o) for p, o in first.get("partitions", {}).items()}
 
 
+def source_line_count(checkpoint_dir: str | os.PathLike[str] | ObjectDir, batch_id: int) -> int:
+    """How many sources Spark planned batch ``batch_id`` with: its offset lines as written, a
+    connector and its barrier-only source counted as the two sources Spark sees."""
+    return len(read_lines(path_of(checkpoint_dir, batch_id))[1:])
+
+
 def read_offset_metadata(checkpoint_dir: str | os.PathLike[str] | ObjectDir, batch_id: int) -> dict[str, Any]:
     """The batch metadata line of ``offsets/V`` (batchWatermarkMs, batchTimestampMs, conf)."""
     return json.loads(read_lines(path_of(checkpoint_dir, batch_id))[0])

@@ -12,8 +12,10 @@ Step 2. For every stateful operator ``state/<op>``: ``spark.read.format("statest
         plus ``partition_id`` and ``operator_id``; a nested struct is flattened too (the
         ``window`` of a windowed aggregation becomes ``key_window_start``/``key_window_end``),
         so every column holds plain, hashable values that expectations can compare.
-Step 3. Run the suite on the flattened rows with an ephemeral GE context (pandas)
-        [``expectation``, one check per expectation]. The suite file is
+Step 3. Run the suite on the flattened rows with an ephemeral GE context, on Spark: the
+        state is never collected to the driver, whatever its size; GE computes each
+        expectation as Spark aggregations and brings back its counts and a few unexpected
+        values [``expectation``, one check per expectation]. The suite file is
         ``verification.expectations`` of the spec, else ``include/expectations/<name>.json``;
         without one, Step 3 is skipped. An expectation that cannot be evaluated (e.g. its
         column does not exist) fails with GE's error message.
@@ -53,7 +55,7 @@ __all__ = ["deep_checks", "expectations_path", "flat_fields", "load_suite_docume
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +81,19 @@ def load_suite_document(path: Path) -> dict[str, Any]:
     return data
 
 
-def read_state(spark: SparkSession, checkpoint_dir: Path, batch_id: int) -> pd.DataFrame:
-    """Step 2: the state of every operator at ``batch_id`` as flat pandas rows (the state
-    reader's flattened tables, :func:`barrierflow.state.reader.read_flat_state`)."""
-    import pandas as pd
-
-    frames = [frame.toPandas() for _, frame in read_flat_state(spark, checkpoint_dir, batch_id)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+def read_state(spark: SparkSession, checkpoint_dir: Path, batch_id: int) -> DataFrame | None:
+    """Step 2: the state of every operator at ``batch_id`` as one Spark DataFrame of flat rows
+    (the state reader's flattened tables, :func:`barrierflow.state.reader.read_flat_state`,
+    unioned by column name; a column one operator lacks is null in its rows), or None for a
+    checkpoint without stateful operators. Lazy: nothing is read until an action runs, and
+    nothing here brings rows to the driver."""
+    frames = [frame for _, frame in read_flat_state(spark, checkpoint_dir, batch_id)]
+    if not frames:
+        return None
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame, allowMissingColumns=True)
+    return out
 
 
 def ephemeral_context() -> Any:
@@ -101,14 +109,18 @@ def ephemeral_context() -> Any:
     return context
 
 
-def run_suite(suite_doc: dict[str, Any], rows: pd.DataFrame, suite_file: str) -> list[CheckResult]:
-    """Step 3: one check per expectation of the suite, run on ``rows``."""
+def run_suite(suite_doc: dict[str, Any], rows: pd.DataFrame | DataFrame, suite_file: str) -> list[CheckResult]:
+    """Step 3: one check per expectation of the suite, run on ``rows``: a pandas DataFrame
+    (a small table built on the driver, such as a report's) or a Spark DataFrame (state:
+    evaluated by Spark, never collected)."""
     import great_expectations as gx
+    import pandas as pd
     from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 
     context = ephemeral_context()
-    batch_definition = (context.data_sources.add_pandas("barrierflow-state")
-                        .add_dataframe_asset("state").add_batch_definition_whole_dataframe("all"))
+    source = (context.data_sources.add_pandas("barrierflow-state") if isinstance(rows, pd.DataFrame)
+              else context.data_sources.add_spark("barrierflow-state"))
+    batch_definition = source.add_dataframe_asset("state").add_batch_definition_whole_dataframe("all")
     suite = gx.ExpectationSuite(name=str(suite_doc.get("name") or "state"))
     for item in suite_doc["expectations"]:
         suite.add_expectation_configuration(
@@ -130,7 +142,7 @@ def run_suite(suite_doc: dict[str, Any], rows: pd.DataFrame, suite_file: str) ->
             sample = detail.get("partial_unexpected_list")
             checks.append(CheckResult.fail(
                 "expectation", f"{what} failed: {detail.get('unexpected_count', '?')} unexpected "
-                f"of {detail.get('element_count', len(rows))} state rows"
+                f"of {detail.get('element_count', '?')} state rows"
                 + (f", e.g. {sample[:5]}" if sample else ""), suite_file))
     return checks
 
@@ -163,16 +175,27 @@ def deep_checks(spec: PipelineSpec, store: CheckpointStore, manifest: Manifest, 
 
             spark = build_session(spec.spark, app_name=f"barrierflow-verify-{spec.name}")
         apply_state_store(spark, spec.spark)
+        from pyspark import StorageLevel
+
         try:  # Step 2.
             rows = read_state(spark, target, manifest.spark_batch_id)
+            if rows is not None:  # read once, by the count; the suite reads the cached rows
+                rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+            count = 0 if rows is None else rows.count()
         except Exception as exc:  # the reader's errors come from the JVM
             return [*checks, CheckResult.fail("state-read", f"the statestore reader failed at batch "
                                               f"{manifest.spark_batch_id}: {type(exc).__name__}: {exc}"[:2000])]
-        checks.append(CheckResult.ok("state-read", f"{len(rows)} state rows at batch {manifest.spark_batch_id} "
-                                     f"(state version {manifest.state_version})"))
-        path = expectations_path(spec)  # Step 3.
-        if not path.is_file():
-            return [*checks, CheckResult.skip("expectation", f"no expectation suite at {path}", str(path))]
-        return checks + run_suite(load_suite_document(path), rows, str(path))
+        try:
+            checks.append(CheckResult.ok("state-read", f"{count} state rows at batch {manifest.spark_batch_id} "
+                                         f"(state version {manifest.state_version})"))
+            path = expectations_path(spec)  # Step 3.
+            if not path.is_file():
+                return [*checks, CheckResult.skip("expectation", f"no expectation suite at {path}", str(path))]
+            if rows is None:
+                return [*checks, CheckResult.skip("expectation", "the checkpoint holds no state", str(path))]
+            return checks + run_suite(load_suite_document(path), rows, str(path))
+        finally:
+            if rows is not None:
+                rows.unpersist()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
