@@ -35,7 +35,9 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
    b. ``spark``: barrierflow with Spark's connector (``reader: spark``), otherwise the same spec;
    c. ``plain``: plain Spark Structured Streaming, no barrierflow: ``readStream.format("kafka")``
       (``maxOffsetsPerTrigger`` = ``--batch`` x partitions, as ``reader: spark`` sets it) ->
-      ``from_json`` -> ``groupBy(key).agg(count, sum)`` -> update mode -> the ``noop`` sink,
+      ``from_json`` (decoded as ``reader: spark`` decodes: one parse per record, the timestamp
+      field read as text and converted where used) -> ``groupBy(key).agg(count, sum)`` ->
+      update mode -> the ``noop`` sink,
       the pipelines' trigger (:data:`TRIGGER`), its own ``checkpointLocation`` (Spark writes its
       offset and commit logs and state every batch: its "checkpoint" is per batch), in the
       same SparkSession (so with the same Spark settings) as a and b;
@@ -44,6 +46,10 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
       checkpoints every 1 s, untuned and tuned (mini-batch, two-phase:
       :data:`bench.flink_sql_job.TUNED`), ``bench/flink_sql_job.py --kafka``, after the Spark
       session stopped.
+
+   b and c run in rounds (:func:`connector_rounds`): a warm-up round (each once, figures
+   dropped), then ``--rounds`` rounds back to back, the order reversed every other round; each
+   one's figure is its median, and the ratio b / c of each round is printed too.
 
    All counted "after the first batch" as :mod:`bench.rates` defines it (plain Spark from its
    query progress, :func:`progress_rate`; Flink with a short run in the first batch's place,
@@ -56,7 +62,7 @@ pipeline / generator pipeline, then the side by side. Usage (from the repository
 docs/benchmarks.md has a run)::
 
     PYTHONPATH=include:. .venv/bin/python -m bench.kafka_source [--records 2000000] [--batch 100000]
-        [--partitions 4] [--stages 1,2,3] [--side-by-side python,spark,plain,flink] [--systems]
+        [--partitions 4] [--stages 1,2,3] [--side-by-side python,spark,plain,flink] [--rounds 3] [--systems]
         [--bootstrap HOST:PORT] [--markdown FILE]
 
 ``python -m bench --scenario kafka`` runs it with its defaults.
@@ -72,11 +78,12 @@ import json
 import math
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
@@ -307,11 +314,16 @@ def run_plain_spark(spark: Any, servers: str, topic: str, *, records: int, batch
     from pyspark.sql import functions as F
 
     work = Path(tempfile.mkdtemp(prefix="bf-kbench-plain-"))
-    schema = ", ".join(f"`{name}` {kind}" for name, kind in JSON_FIELDS.items())
+    # decoded as ``reader: spark`` decodes (one from_json per record, a timestamp field read as
+    # text and converted only where used), so the two differ by barrierflow and nothing else
+    schema = ", ".join(f"`{name}` {'string' if kind == 'timestamp' else kind}" for name, kind in JSON_FIELDS.items())
+    fields = [F.coalesce(F.try_to_timestamp(F.col(f"r.{name}")),
+                         F.timestamp_millis(F.col(f"r.{name}").try_cast("bigint"))).alias(name)
+              if kind == "timestamp" else F.col(f"r.{name}").alias(name) for name, kind in JSON_FIELDS.items()]
     frame = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers).option("subscribe", topic)
              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(batch * partitions))
              .option("failOnDataLoss", "true").option("kafka.isolation.level", "read_committed").load()
-             .select(F.from_json(F.col("value").cast("string"), schema).alias("r")).select("r.*")
+             .select(F.from_json(F.col("value").cast("string"), schema).alias("r")).select(*fields)
              .groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("value_sum")))
     seen: dict[int, Mapping[str, Any]] = {}
     began = time.monotonic()
@@ -339,6 +351,27 @@ def run_plain_spark(spark: Any, servers: str, topic: str, *, records: int, batch
             "steady": progress_rate(list(seen.values())), "batches": sum(1 for p in seen.values()
                                                                           if int(p["numInputRows"]) > 0),
             "checkpoints": "-"}
+
+
+def connector_rounds(run: Callable[[str], dict[str, Any]], systems: Sequence[str], rounds: int
+                     ) -> dict[str, dict[str, Any]]:
+    """The systems that read through Spark's connector (``spark``, ``plain``), each run by
+    ``run``: a warm-up round first (each system once, figures dropped: the shared JVM compiles
+    the connector's and the job's code on its first runs, and whichever system ran first would
+    pay for it), then ``rounds`` rounds, the order reversed every other round so neither always
+    runs first. Each system's result is its last round's, with ``rounds`` (its records/s after
+    the first batch in each round) and ``steady`` their median."""
+    out: dict[str, dict[str, Any]] = {}
+    for system in systems:
+        run(system)
+    measured: dict[str, list[float]] = {system: [] for system in systems}
+    for number in range(rounds):
+        for system in (systems if number % 2 == 0 else list(reversed(systems))):
+            out[system] = run(system)
+            measured[system].append(float(out[system]["steady"]))
+    for system, rates in measured.items():
+        out[system] = {**out[system], "rounds": rates, "steady": statistics.median(rates)}
+    return out
 
 
 def flink_jars() -> list[str]:
@@ -479,10 +512,12 @@ def main(argv: list[str] | None = None) -> int:
                              "flink, comma separated, or none")
     parser.add_argument("--systems", action="store_true",
                         help="only the side by side: no read ceilings, generator or stage runs")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="measured rounds of the Spark connector systems (spark, plain), after a warm-up round")
     parser.add_argument("--markdown", help="append the results as a markdown table to this file")
     args = parser.parse_args(argv)
-    if args.records < args.partitions or args.batch < 1 or args.cap <= 0:
-        parser.error("--records must be at least --partitions, --batch and --cap positive")
+    if args.records < args.partitions or args.batch < 1 or args.cap <= 0 or args.rounds < 1:
+        parser.error("--records must be at least --partitions, --batch, --cap and --rounds positive")
     try:
         shapes = sorted({int(n) for n in args.stages.split(",") if n.strip()})
     except ValueError:
@@ -517,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         "partition and batch")
     lines: list[str] = []
     side: dict[str, dict[str, Any]] = {}
+    round_ratios: list[str] = []
     with ExitStack() as stack:
         servers = args.bootstrap or stack.enter_context(embedded_broker(None, 30.0, 10.0))
         topic = f"kbench-{uuid.uuid4().hex[:8]}"
@@ -537,17 +573,23 @@ def main(argv: list[str] | None = None) -> int:
                 spark, {"name": "events", "type": "generator", "partitions": args.partitions, "rows_per_second": 0,
                         "keys": KEYS, "max_records_per_batch": args.batch,
                         "records_per_partition": records // args.partitions}, args.cap)
-        if "spark" in systems:
-            try:
-                side["spark"] = run_pipeline(spark, kafka_source(servers, topic, args.batch, reader="spark"),
-                                             args.cap)
-            except Exception as exc:  # the figure to report is the failure itself
-                say(f"barrierflow with Spark's connector failed: {exc}")
-                side["spark"] = {"outcome": f"FAILED: {type(exc).__name__}", "steady": math.nan, "batches": "-",
-                                 "checkpoints": "-"}
-        if "plain" in systems:
-            side["plain"] = run_plain_spark(spark, servers, topic, records=records, batch=args.batch,
-                                            partitions=args.partitions, cap=args.cap)
+        connector = [s for s in ("spark", "plain") if s in systems]
+        if connector:
+
+            def run_connector(system: str) -> dict[str, Any]:
+                if system == "plain":
+                    return run_plain_spark(spark, servers, topic, records=records, batch=args.batch,
+                                           partitions=args.partitions, cap=args.cap)
+                try:
+                    return run_pipeline(spark, kafka_source(servers, topic, args.batch, reader="spark"), args.cap)
+                except Exception as exc:  # the figure to report is the failure itself
+                    say(f"barrierflow with Spark's connector failed: {exc}")
+                    return {"outcome": f"FAILED: {type(exc).__name__}", "steady": math.nan, "batches": "-",
+                            "checkpoints": "-"}
+
+            side.update(connector_rounds(run_connector, connector, args.rounds))
+            round_ratios = [_ratio(b, c) for b, c in zip(side.get("spark", {}).get("rounds", []),
+                                                          side.get("plain", {}).get("rounds", []), strict=False)]
         for stages in (n for n in shapes if n > 1):
             runs[f"{stages} stages"] = run_staged(spark, servers, topic, stages=stages, records=records,
                                                   batch=args.batch, partitions=args.partitions, cap=args.cap)
@@ -585,14 +627,20 @@ def main(argv: list[str] | None = None) -> int:
         notes = {key: (f"Flink {r['version']}, {r['outcome']}" if key.startswith("flink") else
                        f"{r['outcome']}, {r['batches']} batches, {r['checkpoints']} checkpoints")
                  for key, r in side.items()}
+        for key, r in side.items():
+            if r.get("rounds"):
+                notes[key] += f", rounds {', '.join(f'{x:,.0f}' for x in r['rounds'])}, the median reported"
         lines += ["", *side_by_side_lines({key: r["steady"] for key, r in side.items()}, notes)]
+        if round_ratios:
+            lines.append(f"| ratio b / c in each round (the two ran back to back) | {', '.join(round_ratios)} |")
     say()
     for line in lines:
         say(line)
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as out:
             out.write(f"\n`python -m bench.kafka_source --records {args.records} --batch {args.batch} --partitions "
-                      f"{args.partitions} --stages {args.stages} --side-by-side {args.side_by_side}"
+                      f"{args.partitions} --stages {args.stages} --side-by-side {args.side_by_side} "
+                      f"--rounds {args.rounds}"
                       f"{' --systems' if args.systems else ''}`, {started:%Y-%m-%d %H:%M} UTC, "
                       f"load average (1 min) at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f}:\n\n"
                       + "\n".join(lines) + "\n")

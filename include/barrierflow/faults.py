@@ -13,7 +13,11 @@ yet told), ``mid_sink_commit`` (a sink commit half done); in multi-stage pipelin
 ``after_global_manifest`` (global checkpoint complete, final stages' sinks not yet told); inside
 the Kafka sink's transaction ``kafka_before_marker`` (the epoch's records acknowledged, marker
 not yet sent) and ``kafka_after_marker`` (marker acknowledged, ``commit_transaction`` not yet
-called): both leave an aborted Kafka transaction behind. Production code calls
+called): both leave an aborted Kafka transaction behind; in ``barrierflow upgrade``
+``upgrade_after_rewrite`` (the savepoint to restore is recorded, the canary not yet started),
+``upgrade_before_commit`` (the canary passed and is recorded, its epochs not yet committed) and
+``upgrade_mid_rollback`` (the canary failed and is recorded, the old spec not yet restored); the
+canary's own checkpoints reach the stage points. Production code calls
 :func:`crash_point`; with the variable unset it does nothing but a dictionary look-up.
 
 In-process tests can instead run a function at a point (:func:`at_point`), e.g. to stop a
@@ -40,6 +44,9 @@ PIPELINE_POINTS = ("after_global_manifest",)
 #: Points inside one sink type's commit (reached only by pipelines with such a sink).
 SINK_POINTS = {"kafka": ("kafka_before_marker", "kafka_after_marker")}
 POINTS = STAGE_POINTS + PIPELINE_POINTS + tuple(p for points in SINK_POINTS.values() for p in points)
+#: Points of ``barrierflow upgrade`` (:mod:`barrierflow.ops.upgrade`): never reached by a run, so
+#: not among the :data:`POINTS` a chaos run may name.
+UPGRADE_POINTS = ("upgrade_after_rewrite", "upgrade_before_commit", "upgrade_mid_rollback")
 ENV = "BARRIERFLOW_CRASH_AT"
 _hits: Counter[str] = Counter()
 _lock = threading.Lock()

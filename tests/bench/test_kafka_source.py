@@ -14,7 +14,7 @@ from barrierflow.spec import parse_spec
 
 from bench.flink_compare import flink_rate, kafka_job_command
 from bench.flink_sql_job import kafka_job_sql, specific_offsets
-from bench.kafka_source import kafka_source, main, pipeline_spec, progress_rate, side_by_side_lines
+from bench.kafka_source import connector_rounds, kafka_source, main, pipeline_spec, progress_rate, side_by_side_lines
 
 
 def test_the_kafka_and_generator_pipelines_differ_only_in_their_source(tmp_path: Path) -> None:
@@ -94,6 +94,20 @@ def test_the_side_by_side_prints_each_system_and_the_ratios_it_aims_at() -> None
     assert any("b / c" in k and "aim >= 0.9" in k for k in ratios)
     assert any("b / d tuned" in k and "aim >= 0.8" in k for k in ratios)
     assert side_by_side_lines({"spark": math.nan, "plain": 100.0})[-4].endswith("| n/a |")
+
+
+def test_the_connector_systems_warm_up_once_then_alternate_and_report_their_median() -> None:
+    ran: list[str] = []
+    figures = {"spark": iter([1.0, 90.0, 70.0, 80.0]), "plain": iter([2.0, 100.0, 110.0, 90.0])}
+
+    def run(system: str) -> dict[str, object]:
+        ran.append(system)
+        return {"outcome": "ok", "steady": next(figures[system])}
+
+    out = connector_rounds(run, ["spark", "plain"], 3)
+    assert ran == ["spark", "plain", "spark", "plain", "plain", "spark", "spark", "plain"]
+    assert out["spark"]["rounds"] == [90.0, 70.0, 80.0] and out["spark"]["steady"] == 80.0  # warm-up dropped
+    assert out["plain"]["rounds"] == [100.0, 110.0, 90.0] and out["plain"]["steady"] == 100.0
 
 
 def test_side_by_side_options_are_checked_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,6 +35,8 @@ from barrierflow.checkpointing.store import CheckpointStore, manifest_key, share
 from barrierflow.cli.main import main
 from barrierflow.errors import StorageError
 from barrierflow.lease import JobLease, lease_holder
+from barrierflow.metrics import read_address
+from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime.stop_request import StopRequest, read_outcome, write_request
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import load_spec
@@ -42,6 +44,7 @@ from barrierflow.storage import open_store
 from barrierflow.storage.local import LocalObjectStore
 
 from tests.drivers import short_lived_driver_env
+from tests.metrics.scrape import Samples, parse, scrape, value
 from tests.scenarios.harness import FAST_JVM
 from tests.support.kafka_broker import KafkaEndpoint
 from tests.support.staged_specs import PARTITIONS, two_stage_spec
@@ -119,6 +122,22 @@ def _wait_for(condition: Any, what: str, process: subprocess.Popen[str], timeout
         time.sleep(0.2)
     process.kill()
     pytest.fail(f"no {what} within {timeout:g} s")
+
+
+def _stage_figures(work_dir: Path, stages: tuple[str, ...]) -> Samples | None:
+    """A scrape of the run's ``/metrics`` once every stage in ``stages`` counts records and a
+    completed checkpoint there, else None (no server yet, or figures still behind: a stage
+    reading a channel may complete its first checkpoint before any record reached it)."""
+    address = read_address(work_dir)
+    if address is None:
+        return None
+    samples, _ = parse(scrape(str(address["url"]))[0])
+
+    def counting(family: str, least: float) -> set[str | None]:
+        return {dict(labels).get("stage") for (name, labels), v in samples.items() if name == family and v >= least}
+
+    ready = counting("barrierflow_checkpoints_completed_total", 1) & counting("barrierflow_records_total", 1)
+    return samples if set(stages) <= ready else None
 
 
 def _output(out: Path) -> list[tuple[int, int]]:
@@ -234,6 +253,7 @@ def test_stop_a_two_stage_pipeline_with_a_savepoint(
                                            max_records_per_batch=20)
     data["spark"] = {"master": "local[1]", "shuffle_partitions": 1, "conf": FAST_JVM}
     data["trigger"] = {"interval": "500ms"}  # the source is throttled: fewer, fuller micro-batches
+    data["metrics"] = {"port": 0}
     spec_path = tmp_path / "two.yaml"
     spec_path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     chk = tmp_path / "chk"
@@ -242,6 +262,13 @@ def test_stop_a_two_stage_pipeline_with_a_savepoint(
     driver = _driver(spec_path, *extra)
     drivers.append(driver)
     _wait_for(lambda: (chk / global_key(1, "_metadata")).is_file(), "the first global checkpoint", driver)
+    # The run serves every stage's figures in either shape (with --processes: the supervisor,
+    # from the stage processes' progress files and their manifests in the store).
+    work_dir = Path(open_pipeline(spec_path).work_dir)
+    samples = _wait_for(lambda: _stage_figures(work_dir, ("a", "b")), "both stages' figures at /metrics", driver)
+    for stage in ("a", "b"):
+        assert value(samples, "barrierflow_batches_total", pipeline=data["name"], stage=stage) >= 1, stage
+        assert value(samples, "barrierflow_last_checkpoint_id", pipeline=data["name"], stage=stage) >= 1, stage
     stopped = main(["stop", str(spec_path), "--savepoint", "--timeout", "5m"])
     said, why = capsys.readouterr()
     if stopped != 0:

@@ -113,3 +113,16 @@ def test_a_derived_name_longer_than_63_characters_is_refused(tmp_path: Path) -> 
     spec = parse_staged_spec(data)
     with pytest.raises(UserInputError, match="longer than 63 characters"):
         derive_stage_spec(spec, spec.stages[0], work_dir="/w", servers=SERVERS)
+
+
+def test_a_stage_s_own_shuffle_partitions_win_over_the_pipeline_s(tmp_path: Path) -> None:
+    from barrierflow.spark.session import shuffle_partitions
+
+    data = pipeline(tmp_path)
+    data["spark"] = {"shuffle_partitions": 4, "conf": {"spark.sql.shuffle.partitions": "8", "spark.x": "y"}}
+    data["stages"][2]["shuffle_partitions"] = 2
+    spec = parse_staged_spec(data)
+    derived = {s.name: derive_stage_spec(spec, s, work_dir=str(tmp_path / "work"), servers=SERVERS).spark
+               for s in spec.stages}
+    assert {name: shuffle_partitions(s) for name, s in derived.items()} == {"a": "8", "c": "8", "b": "2"}
+    assert derived["b"].conf == {"spark.x": "y"} and derived["a"] == spec.spark

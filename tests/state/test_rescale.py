@@ -6,7 +6,8 @@ upgraded back to 4, and runs to the end of its bounded input. Its output (every 
 every key, across the three attempts) must hold no update twice and end at the totals an
 independent recount of the generator's records gives: the rescaled state carried every key
 exactly once. Each upgrade leaves its source savepoint untouched and records a new one whose
-state has the new partition count.
+state has the new partition count. The upgrades run no canary (``--canary-checkpoints 0``; the
+canary is test_upgrade_canary's).
 """
 
 from __future__ import annotations
@@ -88,13 +89,13 @@ def _upgrade(spark: Any, old: Path, new: Path, store: CheckpointStore, partition
     before = spark.conf.get(SHUFFLE)
     try:
         if cli is None:
-            result = upgrade(old, new, dry_run=False, spark=spark)
+            result = upgrade(old, new, dry_run=False, spark=spark, canary_checkpoints=0)
             assert isinstance(result, UpgradeResult)
             made_id, rescaled = result.savepoint, result.rescaled
             assert result.source_savepoint == source
         else:
             cli.readouterr()
-            assert main(["upgrade", str(old), "--to", str(new), "--json"]) == 0
+            assert main(["upgrade", str(old), "--to", str(new), "--canary-checkpoints", "0", "--json"]) == 0
             document = json.loads(cli.readouterr().out)
             assert document["source_savepoint"] == source
             made_id = document["savepoint"]

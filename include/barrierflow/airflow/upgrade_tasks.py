@@ -14,8 +14,9 @@ person's approval, then the upgrade.
 * ``approve`` waits in Airflow's "awaiting input" state until a person approves or rejects it
   (UI: the task's Required Actions; REST: ``PATCH .../taskInstances/approve/-1/hitlDetails``).
   Rejected: ``upgrade`` is skipped, and nothing has been read for writing, rewritten or dropped.
-* ``upgrade`` runs the upgrade for real (``barrierflow upgrade SPEC --to NEW_SPEC``), after the
-  approval only; it fails naming what it cannot do when a change has no rewrite yet.
+* ``upgrade`` runs the upgrade for real (``barrierflow upgrade SPEC --to NEW_SPEC``, with its
+  canary), after the approval only; it fails naming what it cannot do when a change has no
+  rewrite yet, and naming the failed check when the canary failed and the upgrade rolled back.
 """
 
 from __future__ import annotations
@@ -85,13 +86,17 @@ def needs_approval() -> bool:
 
 
 @task(task_id="upgrade", retries=0)
-@task_body(BarrierflowError)
+@task_body(BarrierflowError, report_as="canary")
 def apply_upgrade(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
-    """The upgrade itself, once approved; returns its JSON document."""
+    """The upgrade itself, once approved, with its canary; returns its JSON document (``canary``:
+    the checkpoints verified, then committed). A failed canary fails the task once the old spec
+    is restored, naming the failed check; the upgrade record is logged as ``canary: {...}``."""
     from barrierflow.ops.upgrade import upgrade
 
     new_spec, checkpoint = _params()
     document = upgrade(spec_path, new_spec, dry_run=False, checkpoint_id=checkpoint).as_dict()
+    log.info("canary of %s passed: checkpoints %s verified and committed", new_spec,
+             document["canary"].get("verified"))
     log.info("upgrade: %s", json.dumps(document))
     return document
 

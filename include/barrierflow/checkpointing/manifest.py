@@ -65,6 +65,14 @@ class AlignmentSummary(BaseModel):
     barrier_offsets: dict[str, int] = Field(description="input partition -> offset of its barrier record")
     channel_state: list[ChannelStateEntry] = Field(default_factory=list)
     channel_state_records: int = 0
+    barrier_checkpoint_id: int | None = Field(
+        None, description="the checkpoint whose barrier records lie at barrier_offsets, when it is not this one "
+                          "(a savepoint rewritten offline by 'barrierflow upgrade' under a new id)")
+
+    def barrier_id(self, checkpoint_id: int) -> int:
+        """The checkpoint id the barrier records at :attr:`barrier_offsets` carry, for the
+        manifest of checkpoint ``checkpoint_id``."""
+        return self.barrier_checkpoint_id if self.barrier_checkpoint_id is not None else checkpoint_id
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> AlignmentSummary:
@@ -153,6 +161,13 @@ class Manifest(BaseModel):
 
     def file(self, path: str) -> ManifestFile | None:
         return next((f for f in self.files if f.path == path), None)
+
+    @property
+    def starts_empty(self) -> bool:
+        """Whether this is the first checkpoint of a stage that ``barrierflow upgrade`` added to
+        a pipeline: no Spark checkpoint (no files, barrier batch -1), so a restore gives the
+        stage an empty Spark checkpoint and its query starts on empty state."""
+        return self.spark_batch_id < 0 and not self.files
 
 
 class FailureReason(enum.StrEnum):

@@ -230,14 +230,22 @@ def _parser() -> argparse.ArgumentParser:
     st_stats.add_argument("--top", type=int, default=10, metavar="N", help="largest keys shown (default 10)")
 
     upgrade = sub.add_parser("upgrade", help="change a stopped pipeline's spec over its savepoint: the compatibility "
-                                             "report (--dry-run), or the change itself (a rescale is rewritten "
-                                             "into a new savepoint, which the new spec is restored from)")
+                                             "report (--dry-run), or the change itself (a rescale, a stage added or "
+                                             "dropped is rewritten into a new savepoint, which the new spec is "
+                                             "restored from; one stage then runs a verified canary, and a failed "
+                                             "canary rolls back)")
     upgrade.add_argument("spec", help="the spec the state was built with")
     upgrade.add_argument("--to", dest="new_spec", required=True, metavar="NEW_SPEC", help="the changed spec")
     upgrade.add_argument("--dry-run", action="store_true", help="report only: nothing is rewritten or restored")
     upgrade.add_argument("--checkpoint", type=int, metavar="N",
                          help="--dry-run: checkpoint or savepoint id (default: the latest completed); otherwise the "
                               "savepoint to upgrade from (default: the latest savepoint)")
+    upgrade.add_argument("--drop-stage", dest="drop_stages", action="append", default=[], metavar="NAME",
+                         help="a stage the new spec removes, dropped with its state (several stages; repeat for "
+                              "more); a removed stage not named is refused")
+    upgrade.add_argument("--canary-checkpoints", type=int, default=3, metavar="N",
+                         help="(one stage) how many completed checkpoints of the new spec must pass deep verification "
+                              "before its output is committed (default 3; 0: no canary); a failed canary rolls back")
     upgrade.add_argument("--json", action="store_true")
 
     validate = sub.add_parser("validate", help="validate a spec; for several stages show the graph and its cycles")
@@ -791,21 +799,30 @@ def _cmd_state(args: argparse.Namespace) -> int:
 
 def _cmd_upgrade(args: argparse.Namespace) -> int:
     """``upgrade``: exit 0 for compatible or needs rewrite (``--dry-run``) or a completed upgrade,
-    1 for incompatible (``--dry-run``); a refused upgrade exits 2 (UserInputError)."""
+    1 for incompatible (``--dry-run``) or a canary that failed and rolled back
+    (UpgradeRolledBackError); a refused upgrade exits 2 (UserInputError)."""
     from barrierflow.ops.upgrade import UpgradeResult, upgrade
 
-    outcome = upgrade(args.spec, args.new_spec, dry_run=args.dry_run, checkpoint_id=args.checkpoint)
+    outcome = upgrade(args.spec, args.new_spec, dry_run=args.dry_run, checkpoint_id=args.checkpoint,
+                      drop_stages=args.drop_stages, canary_checkpoints=args.canary_checkpoints)
     if isinstance(outcome, UpgradeResult):
         if args.json:
             print(json.dumps(outcome.as_dict(), indent=2))
             return EXIT_OK
         for stage, (was, now) in outcome.rescaled.items():
             print(f"stage {stage}: state rescaled {was} -> {now} partitions")
+        for stage in outcome.added:
+            print(f"stage {stage}: added, starts on empty state")
+        for stage in outcome.dropped:
+            print(f"stage {stage}: dropped with its state")
         rewritten = outcome.savepoint != outcome.source_savepoint
         made = (f"new savepoint {outcome.savepoint} ({outcome.location})" if rewritten
                 else f"savepoint {outcome.savepoint} (nothing needed a rewrite)")
+        verified = outcome.canary.get("verified") or []
+        canary = (f"its canary's checkpoints {verified} passed deep verification and were committed"
+                  if verified else "no canary was run")
         print(f"pipeline {outcome.report.pipeline}: upgraded from savepoint {outcome.source_savepoint} (unchanged) to "
-              f"{made}, restored for {args.new_spec} as attempt {outcome.attempt} in "
+              f"{made}, restored for {args.new_spec} as attempt {outcome.attempt}; {canary}; in "
               f"{outcome.timings['total']:.1f} s; continue with 'barrierflow run {args.new_spec}'")
         return EXIT_OK
     report = outcome
@@ -823,7 +840,8 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
             print(f"    {finding.verdict.value}: {finding.subject}: {finding.reason}")
     if report.verdict.value == "needs rewrite":
         print(f"stop the pipeline with 'barrierflow stop {report.spec} --savepoint', then run 'barrierflow upgrade "
-              f"{report.spec} --to {report.new_spec}' (a rescale is rewritten; other rewrites are not yet supported)")
+              f"{report.spec} --to {report.new_spec}' (a rescale, a stage added behind a new channel and a stage "
+              "removed with --drop-stage NAME are rewritten; other rewrites are not yet supported)")
     return EXIT_RUNTIME if incompatible else EXIT_OK
 
 

@@ -19,10 +19,13 @@ from barrierflow.metrics.server import MetricsServer
 from barrierflow.sources.dead_letter import DeadLetterTally
 from barrierflow.spec.metrics import MetricsSpec
 
-__all__ = ["MetricsFeed"]
+__all__ = ["MetricsFeed", "StageCheckpoints", "StageCounts"]
 
 
-class _Coordinator(Protocol):
+class StageCheckpoints(Protocol):
+    """A stage's checkpoints as the feed reads them: its coordinator in the driver that runs
+    it, or what the store holds of it (a stage in a process of its own)."""
+
     @property
     def completed(self) -> Sequence[Manifest]: ...
     @property
@@ -31,8 +34,8 @@ class _Coordinator(Protocol):
     def failed(self) -> Sequence[object]: ...
 
 
-class _Counts(Protocol):
-    """A stage's counts in the run (``StageStats``)."""
+class StageCounts(Protocol):
+    """A stage's counts in the run (``StageStats``, or what a stage process reported)."""
 
     @property
     def records(self) -> int: ...
@@ -61,7 +64,7 @@ class MetricsFeed:
     def stop(self) -> None:
         self.server.stop()
 
-    def observe(self, stage: str, counts: _Counts, coordinator: _Coordinator | None, elapsed: float) -> None:
+    def observe(self, stage: str, counts: StageCounts, coordinator: StageCheckpoints | None, elapsed: float) -> None:
         """One tick's figures of ``stage`` (``coordinator``: None before it started)."""
         self.metrics.progress(stage, records=counts.records, batches=counts.batches, elapsed=elapsed)
         if coordinator is None:

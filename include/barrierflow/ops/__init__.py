@@ -23,7 +23,9 @@ written once.
 :mod:`.batch`                 rollups and the stream-vs-batch comparison of a single-stage Parquet output
 :mod:`.quality`               data quality of that output
 :mod:`.state`                 read a completed cut's state: operators and schemas, a table, a diff, sizes
-:mod:`.upgrade`               the compatibility report of a spec change over the saved state (dry run only)
+:mod:`.upgrade`               the compatibility report of a spec change, and the change (rewrite, restore, canary)
+:mod:`.canary`                run a restored new spec with its commits held and deep-verify its checkpoints
+:mod:`.upgrade_record`        the persisted steps of an upgrade (continued by the same command)
 ============================  =====================================================
 
 Each takes the spec file's path and opens the pipeline once with

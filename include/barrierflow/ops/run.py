@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.ops.stop import finish_stop, record_outcome
+from barrierflow.ops.upgrade_record import refuse_unfinished
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.runtime.job import Progress
 from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StageProgress
@@ -146,7 +147,8 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     starts every stage from the beginning as a new attempt. ``processes``: every stage in a
     process (and Spark application) of its own, the pipeline coordinator in this one
     (:mod:`barrierflow.runtime.stage_processes`). The spec's ``metrics:`` block serves the run's
-    Prometheus metrics (:mod:`barrierflow.metrics`; not yet with ``processes``, which logs so).
+    Prometheus metrics (:mod:`barrierflow.metrics`) from this process, in every shape: with
+    ``processes`` from each stage process's progress file and its manifests in the store.
 
     A stop request (``barrierflow stop``, :mod:`barrierflow.ops.stop`) ends the run too: once the
     run loop is done with it and every stage stopped, the savepoint's cut (if one was asked)
@@ -158,7 +160,8 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
         SpecError: the spec does not load.
         S3AUnavailableError: the work dir is on object storage and the ``spark-s3a`` jars are not
             installed (before anything touches it).
-        UserInputError: a limit is not positive; the job runs already; ``processes`` for one
+        UserInputError: a limit is not positive; the job runs already; an upgrade of the
+            pipeline is unfinished (UpgradeInProgressError: rerun its command); ``processes`` for one
             stage; ``until_exhausted`` without bounded sources; several stages: a stage cannot
             be run yet.
         EmbeddedBrokerError: the embedded broker did not start (or another process runs it
@@ -173,6 +176,8 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     _check_limits(duration, checkpoints)
     pipeline = open_pipeline(spec_path)
     _refuse_object_work_dir_without_s3a(pipeline)
+    if pipeline.single_stage:
+        refuse_unfinished(pipeline.stages[0].store.objects, pipeline.name)
     if processes:
         pipeline.refuse_stage_processes("--processes")
     drivers: list[PipelineRunner] = []
@@ -205,13 +210,8 @@ def _run(pipeline: OpenedPipeline, *, duration: float | None, checkpoints: int |
         # The pipeline's lease: no restore of it (or second run) while it runs; its fencing number
         # guards every commit of this run (a stalled driver that wakes up after a restore commits nothing).
         driver.hold(stack.enter_context(driver.lease()))
-        metrics = pipeline.spec.metrics
-        if processes and metrics is not None:
-            log.warning("pipeline %s: metrics are not served with --processes yet (only by a run in one "
-                        "process); run without --processes to scrape /metrics", pipeline.name)
-            metrics = None
         result = driver.run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
-                            progress=progress, progress_every=progress_every, metrics=metrics)
+                            progress=progress, progress_every=progress_every, metrics=pipeline.spec.metrics)
         stopped = finish_stop(pipeline, result.stopped_by, result.savepoint) if result.stopped_by else None
         if stopped is not None:
             record_outcome(pipeline, stopped)  # 'stop' returns once the lease is released, just below

@@ -12,7 +12,8 @@ stage unchanged, and is copied here and nowhere else:
 * **event time** (column, watermark delay, idleness, watermark alignment): the stage's reader
   plans its batches with them (:class:`~barrierflow.sources.planning.PlanningOptions`), its
   coordinator records event times in its manifests;
-* **trigger** (interval, adaptive batch sizing ``target_batch_duration``), **spark**,
+* **trigger** (interval, adaptive batch sizing ``target_batch_duration``), **spark** (with the
+  stage's own ``shuffle_partitions`` over the pipeline's, :func:`stage_spark`),
   **verification**, **reports**;
 * **dead letters and event-time records** below ``<uri>/stages/<stage>`` of the pipeline's
   shared paths;
@@ -32,7 +33,14 @@ from collections.abc import Mapping
 
 from barrierflow.errors import UserInputError
 from barrierflow.sinks.parquet import rollups_beside
-from barrierflow.spec.models import BatchSpec, DiscardSinkSpec, KafkaSourceSpec, ParquetSinkSpec, PipelineSpec
+from barrierflow.spec.models import (
+    BatchSpec,
+    DiscardSinkSpec,
+    KafkaSourceSpec,
+    ParquetSinkSpec,
+    PipelineSpec,
+    SparkSpec,
+)
 from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec, StageSpec
 
 #: The longest stage name a pipeline may derive (``<pipeline>-<stage>``), as for pipeline names.
@@ -114,6 +122,16 @@ def stage_batch(stage: StageSpec) -> BatchSpec:
     return stage.batch.model_copy(update={"rollups": f"{rollups_beside(sink.path).rstrip('/')}/{stage.name}"})
 
 
+def stage_spark(pipeline: StagedPipelineSpec, stage: StageSpec) -> SparkSpec:
+    """The ``spark`` section of the stage's derived spec: the pipeline's, with the stage's own
+    ``shuffle_partitions`` (when it sets one) over both ``spark.shuffle_partitions`` and a
+    ``spark.sql.shuffle.partitions`` in ``spark.conf``."""
+    if stage.shuffle_partitions is None:
+        return pipeline.spark
+    conf = {k: v for k, v in pipeline.spark.conf.items() if k != "spark.sql.shuffle.partitions"}
+    return pipeline.spark.model_copy(update={"shuffle_partitions": stage.shuffle_partitions, "conf": conf})
+
+
 def derive_stage_spec(pipeline: StagedPipelineSpec, stage: StageSpec, *, work_dir: str,
                       servers: Mapping[str, str]) -> PipelineSpec:
     """The single-stage spec ``stage`` runs as (see the module docstring). ``work_dir`` is the
@@ -135,7 +153,7 @@ def derive_stage_spec(pipeline: StagedPipelineSpec, stage: StageSpec, *, work_di
     return PipelineSpec(
         name=stage_name(pipeline, stage), work_dir=f"{work_dir}/stages/{stage.name}", sources=[source],
         transformation=stage.transformation, sinks=[sink], trigger=pipeline.trigger, checkpoint=checkpoint,
-        event_time=pipeline.event_time, spark=pipeline.spark, verification=pipeline.verification,
+        event_time=pipeline.event_time, spark=stage_spark(pipeline, stage), verification=pipeline.verification,
         reports=pipeline.reports, dead_letter_path=pipeline.stage_path(pipeline.dead_letter_path, stage.name),
         event_times_path=pipeline.stage_path(pipeline.event_times_path, stage.name),
         batch=stage_batch(stage))

@@ -149,7 +149,9 @@ def refuse_output_ahead(pipeline: str, stages: Sequence[Stage], checkpoint_id: i
 
 def check_cut_barriers(spec: StagedPipelineSpec, stages: Sequence[Stage], checkpoint_id: int) -> None:
     """Refuse to restore ``checkpoint_id`` unless every stage fed by channels still finds its
-    barrier ``checkpoint_id`` records at the offsets its manifest recorded.
+    barrier ``checkpoint_id`` records at the offsets its manifest recorded (the barriers of the
+    cut a savepoint rewritten by ``barrierflow upgrade`` was made from:
+    :meth:`~barrierflow.checkpointing.manifest.AlignmentSummary.barrier_id`).
 
     Raises:
         ChannelRecordsLostError: see :func:`barrierflow.recovery.channel_barriers.check_barrier_records`.
@@ -161,7 +163,8 @@ def check_cut_barriers(spec: StagedPipelineSpec, stages: Sequence[Stage], checkp
         alignment = stage.store.get(checkpoint_id).alignment if stage.input_partitions else None
         if alignment is not None:
             assert isinstance(stage.spec.source, KafkaSourceSpec)  # a channel stage reads its channels' topics
-            check_barrier_records(stage.spec.source, stage=stage.name, checkpoint_id=checkpoint_id,
+            check_barrier_records(stage.spec.source, stage=stage.name,
+                                  checkpoint_id=alignment.barrier_id(checkpoint_id),
                                   barrier_offsets=alignment.barrier_offsets, channels=channels)
 
 

@@ -68,12 +68,16 @@ StageJob = StageRunner
 @dataclass(frozen=True)
 class StageProgress:
     """One stage's part of the progress display: its last batch, the rate Spark reported for
-    it (records/s processed), and the epoch it is in (the checkpoint its next barrier completes)."""
+    it (records/s processed), and the epoch it is in (the checkpoint its next barrier completes);
+    with the records it read and the batches it committed in this run (what the metrics feed
+    counts)."""
 
     stage: str
     batch_id: int | None
     records_per_second: float
     epoch: int
+    records: int = 0
+    batches: int = 0
 
 
 @dataclass(frozen=True)
@@ -312,11 +316,13 @@ class StagedPipelineJob:
                 return cid - 1
         return highest
 
-    def _stage_progress(self, job: StageJob) -> StageProgress:
+    def _stage_progress(self, job: StageJob, stats: StageStats | None = None) -> StageProgress:
         last = job.query.lastProgress if job.query is not None else None
         epoch = job.coordinator.current_epoch() if job.coordinator is not None else self.last_completed + 1
         return StageProgress(job.name, int(last["batchId"]) if last else None,
-                             float(last.get("processedRowsPerSecond") or 0.0) if last else 0.0, epoch)
+                             float(last.get("processedRowsPerSecond") or 0.0) if last else 0.0, epoch,
+                             records=stats.records if stats is not None else 0,
+                             batches=stats.batches if stats is not None else 0)
 
     def run(self, *, checkpoints: int | None = None, duration: float | None = None,
             until_exhausted: bool = False, progress: Callable[[PipelineProgress], None] | None = None,
@@ -543,4 +549,4 @@ class FollowedCuts(_PipelineJobCuts):
         return False  # never asked: source_ends refuses
 
     def progress(self, stats: dict[str, StageStats], elapsed: float) -> StageProgress:
-        return self.job._stage_progress(self.runner)
+        return self.job._stage_progress(self.runner, stats.get(self.runner.name))

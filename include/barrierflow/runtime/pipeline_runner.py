@@ -82,7 +82,7 @@ if TYPE_CHECKING:
 
     from barrierflow.checkpointing.manifest import Manifest
     from barrierflow.lease import FenceToken
-    from barrierflow.metrics.feed import MetricsFeed
+    from barrierflow.metrics.feed import MetricsFeed, StageCheckpoints, StageCounts
     from barrierflow.runtime.stage_runner import StageRunner
     from barrierflow.sources.registry import StageRun
     from barrierflow.spec.metrics import MetricsSpec
@@ -405,6 +405,13 @@ class StageHost(ABC):
         """What the loop counts for each stage it ticks (empty: nothing counted here)."""
         return {}
 
+    def figures(self, runner: StageRunner) -> tuple[StageCounts, StageCheckpoints | None] | None:
+        """What the metrics feed observes of ``runner``'s stage this tick: its counts and its
+        checkpoints (None before its coordinator started), or None while nothing is known.
+        By default, what this loop counts and the stage's own coordinator."""
+        stats = self.stats.get(runner.name)
+        return None if stats is None else (stats, runner.coordinator)
+
     @abstractmethod
     def start(self, started: float) -> None:
         """Step 2: start every stage's query (``started``: when the run's clock started);
@@ -588,8 +595,8 @@ class PipelineRunner:
                 if feed is not None:
                     elapsed = time.monotonic() - started
                     for runner in self.runners:
-                        if runner.name in host.stats:  # stages ticked here (not in processes of their own)
-                            feed.observe(runner.name, host.stats[runner.name], runner.coordinator, elapsed)
+                        if (figures := host.figures(runner)) is not None:
+                            feed.observe(runner.name, *figures, elapsed)
                 if on_tick is not None:
                     on_tick()
                 self._follow_stop()

@@ -52,6 +52,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator
 from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.runtime.pipeline import (
@@ -63,6 +64,7 @@ from barrierflow.runtime.pipeline import (
     StageProgress,
 )
 from barrierflow.runtime.pipeline_runner import PipelineRunner, StageHost, StageResult, StageStats
+from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.workdir.stage_ready import READY_FILE, ready_pid
 
 log = logging.getLogger(__name__)
@@ -122,13 +124,15 @@ class StageProcessFiles:
 
     def write_progress(self, progress: StageProgress) -> None:
         self._write(self.PROGRESS, {"batch_id": progress.batch_id, "records_per_second": progress.records_per_second,
-                                    "epoch": progress.epoch})
+                                    "epoch": progress.epoch, "records": progress.records,
+                                    "batches": progress.batches})
 
     def progress(self, stage: str) -> StageProgress:
         body = self._read(self.PROGRESS) or {}
         batch = body.get("batch_id")
         return StageProgress(stage, int(str(batch)) if batch is not None else None,
-                             float(str(body.get("records_per_second", 0.0))), int(str(body.get("epoch", 0))))
+                             float(str(body.get("records_per_second", 0.0))), int(str(body.get("epoch", 0))),
+                             records=int(str(body.get("records", 0))), batches=int(str(body.get("batches", 0))))
 
 
 @dataclass
@@ -145,6 +149,38 @@ class _StageProcess:
             return "(no log)"
         wanted = [line for line in text if not line.lstrip().startswith("at ")][-lines:]
         return "\n".join(wanted)
+
+
+#: How often the supervisor reads a stage process's progress file for the metrics feed (seconds).
+FIGURES_SECONDS = 0.5
+
+
+class _StoredCheckpoints:
+    """A stage's checkpoints as the supervisor sees them (the stage's coordinator runs in the
+    stage process): its manifests of the global checkpoints completed in this run, read from
+    the store once each; :attr:`completed` holds those not handed out before (and the newest),
+    so memory stays bounded over a long run."""
+
+    def __init__(self, runner: StageRunner, keeper: GlobalCuts) -> None:
+        self.runner, self.keeper = runner, keeper
+        self._read_up_to = 0
+        self._latest: list[Manifest] = []
+
+    @property
+    def completed(self) -> list[Manifest]:
+        ids = [m.checkpoint_id for m in self.keeper.completed if m.checkpoint_id > self._read_up_to]
+        if ids:
+            self._latest = [self.runner.store.get(cid) for cid in ids]
+            self._read_up_to = ids[-1]
+        return self._latest
+
+    @property
+    def completed_count(self) -> int:
+        return len(self.keeper.completed)
+
+    @property
+    def failed(self) -> list[object]:
+        return list(self.keeper.failed)
 
 
 class SupervisedCuts(GlobalCuts):
@@ -208,6 +244,7 @@ class StageProcesses(StageHost):
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.processes: list[_StageProcess] = []
+        self._figures: dict[str, tuple[float, StageProgress, _StoredCheckpoints]] = {}
 
     def start(self, started: float) -> None:
         """Raises JobFailedError: a stage process exited, or did not start its query in time."""
@@ -217,6 +254,20 @@ class StageProcesses(StageHost):
 
     def tick(self) -> None:
         """Nothing: each stage process ticks its stage."""
+
+    def figures(self, runner: StageRunner) -> tuple[StageProgress, _StoredCheckpoints] | None:
+        """What the metrics feed observes of a stage in a process of its own: the counts its
+        progress file holds (written every second by the stage process, read here at most
+        every :data:`FIGURES_SECONDS`) and its part of the completed global checkpoints, from
+        the store (each stage manifest read once)."""
+        now = time.monotonic()
+        cached = self._figures.get(runner.name)
+        if cached is not None and now - cached[0] < FIGURES_SECONDS:
+            return cached[1], cached[2]
+        checkpoints = cached[2] if cached is not None else _StoredCheckpoints(runner, self.keeper)
+        progress = StageProcessFiles(runner.layout.work_dir).progress(runner.name)
+        self._figures[runner.name] = (now, progress, checkpoints)
+        return progress, checkpoints
 
     def check(self) -> None:
         self._check_running()

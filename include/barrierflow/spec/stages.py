@@ -178,7 +178,11 @@ class StageSpec(_Strict):
     ``batch``: the batch side over the stage's committed Parquet output (rollups, the stream-vs-batch
     comparison, data quality), as ``batch`` of a single-stage spec; only a stage with a
     Parquet sink may set it (its default ``rollups`` folder is ``rollups/<stage>`` beside the
-    sink's folder, so the final stages of one pipeline never share one)."""
+    sink's folder, so the final stages of one pipeline never share one).
+
+    ``shuffle_partitions``: the stage's own shuffle partitions, over the pipeline's ``spark``
+    ones (its derived spec's ``spark.shuffle_partitions``; one stage rescaled by ``barrierflow
+    upgrade`` while the others keep theirs)."""
 
     name: str = Field(..., pattern=_NAME)
     description: str = ""
@@ -186,6 +190,10 @@ class StageSpec(_Strict):
     transformation: TransformationSpec
     sinks: list[StageSinkSpec] = Field(..., min_length=1)
     batch: BatchSpec = BatchSpec()
+    shuffle_partitions: int | None = Field(
+        None, ge=1, description="this stage's spark.sql.shuffle.partitions (the partitions of its state); "
+                                "default: the pipeline's spark.shuffle_partitions (or spark.sql.shuffle.partitions "
+                                "in spark.conf)")
 
     @model_validator(mode="after")
     def _batch_needs_parquet(self) -> StageSpec:

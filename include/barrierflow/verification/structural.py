@@ -6,7 +6,8 @@ Checks, in order (names as they appear in the result document):
                     format version (a ``chk-<n>/`` directory with files but no readable
                     manifest is a failed checkpoint).
 ``required-files``  the manifest lists ``metadata``, ``offsets/V`` and ``commits/V`` of its
-                    barrier batch V (Spark cannot resume at V+1 without them).
+                    barrier batch V (Spark cannot resume at V+1 without them); nothing for
+                    the first checkpoint of a stage an upgrade added (``Manifest.starts_empty``).
 ``file``            every listed file is in ``shared/`` with the manifest's size and sha256
                     (one failed check per bad file, naming it; one passed ``files`` check).
 ``state-files``     per state store directory with a recorded base (``state_bases``,
@@ -66,6 +67,8 @@ def check_manifest(store: CheckpointStore, checkpoint_id: int) -> tuple[Manifest
 
 def check_required_files(manifest: Manifest) -> CheckResult:
     batch = manifest.spark_batch_id
+    if manifest.starts_empty:
+        return CheckResult.ok("required-files", "none: a stage added by an upgrade, which starts on empty state")
     missing = [p for p in ("metadata", f"offsets/{batch}", f"commits/{batch}") if manifest.file(p) is None]
     if missing:
         return CheckResult.fail("required-files", f"the manifest does not list {missing}; Spark cannot resume "

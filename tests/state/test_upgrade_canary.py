@@ -1,0 +1,161 @@
+"""``barrierflow upgrade``'s canary: the new spec commits nothing until its first checkpoints pass
+deep verification; a failed canary rolls back by itself; a killed upgrade continues when its
+command is run again.
+
+A keyed running-totals pipeline (generator, 5 keys -> count and sum per key -> Parquet) is
+savepointed and upgraded. Its output (every update of every key, across every attempt) must
+hold no update twice and end at the totals an independent recount of the generator's records
+gives: whatever the canary pre-committed and the upgrade then aborted (a rollback) or committed
+(a pass) was written exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.ops.savepoint import savepoint
+from barrierflow.ops.upgrade_record import UpgradeStep, read_record
+from barrierflow.runtime.job import StreamingJob
+from barrierflow.spec import load_spec
+from barrierflow.transactions.ledger import TransactionLedger, TxnState
+
+pytestmark = pytest.mark.spark
+
+NAME, PARTITIONS, RECORDS, KEYS = "canaried", 2, 400, 5
+SHUFFLE = "spark.sql.shuffle.partitions"
+HEALTHY = "barrierflow.transforms.aggregations:keyed_running_totals"
+POISONED = "tests.verification.state_transforms:totals_with_a_poisoned_key"
+
+
+def spec_file(tmp: Path, file: str, *, function: str = HEALTHY, shuffle: int = 2, state_store: str = "hdfs") -> Path:
+    suite = tmp / "suite.json"
+    suite.write_text(json.dumps({"name": "totals", "expectations": [
+        {"type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "value_count", "min_value": 1, "max_value": PARTITIONS * RECORDS}}]}))
+    data = {
+        "version": 1, "name": NAME, "work_dir": str(tmp / "work"),
+        "sources": [{"name": "events", "type": "generator", "partitions": PARTITIONS, "rows_per_second": 0,
+                     "max_records_per_batch": 20, "records_per_partition": RECORDS, "keys": KEYS}],
+        "transformation": {"function": function, "output_mode": "update"},
+        "sinks": [{"name": "results", "type": "parquet", "path": f"file://{tmp / 'out'}"}],
+        "trigger": {"interval": "0s"},
+        "checkpoint": {"storage": f"file://{tmp / 'checkpoints'}", "interval": "200ms", "timeout": "120s"},
+        "spark": {"master": "local[2]", "shuffle_partitions": shuffle, "state_store": state_store},
+        "verification": {"expectations": str(suite)},
+    }
+    path = tmp / file
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run(spark: Any, path: Path, **limits: Any) -> None:
+    before = spark.conf.get(SHUFFLE)
+    try:
+        StreamingJob(load_spec(path), spark=spark, spec_path=str(path)).run(**limits)
+    finally:
+        spark.conf.set(SHUFFLE, before)
+
+
+def assert_output_exact(spark: Any, tmp: Path) -> None:
+    """No update written twice, and the last update of every key is its recounted total (the
+    generator's formula: key = n % keys, value = n * 2654435761 % 1000, n = i * partitions + p)."""
+    totals: dict[int, tuple[int, int]] = {}
+    for p in range(PARTITIONS):
+        for i in range(RECORDS):
+            n = i * PARTITIONS + p
+            count, total = totals.get(n % KEYS, (0, 0))
+            totals[n % KEYS] = (count + 1, total + (n * 2654435761) % 1000)
+    rows = [r.asDict() for r in spark.read.parquet(str(tmp / "out")).collect()]
+    updates = [(r["key"], r["count"]) for r in rows]
+    assert len(updates) == len(set(updates)), "an update was written twice"
+    final: dict[int, tuple[int, int]] = {}
+    for r in rows:
+        if r["count"] > final.get(r["key"], (0, 0))[0]:
+            final[r["key"]] = (r["count"], r["value_sum"])
+    assert final == totals
+
+
+def transactions(store: CheckpointStore, after: int) -> dict[int, TxnState]:
+    return {t.checkpoint_id: t.state for t in TransactionLedger(store.objects, NAME).list() if t.checkpoint_id > after}
+
+
+@pytest.mark.slow(60)
+def test_a_failing_canary_rolls_back_and_the_old_spec_runs_to_the_exact_output(
+        spark: Any, tmp_path: Path, cli: Any) -> None:
+    old = spec_file(tmp_path, "old.yaml")
+    new = spec_file(tmp_path, "new.yaml", function=POISONED)
+    store = CheckpointStore.for_spec(load_spec(old))
+    run(spark, old, checkpoints=2)
+    source = savepoint(old).checkpoint_id
+    command = ("upgrade", str(old), "--to", str(new), "--canary-checkpoints", "2")
+
+    code, _, err = cli(*command)
+    assert code == 1, err
+    assert "rolled back" in err and "failed the expectation check" in err, err
+    assert "expect_column_values_to_be_between" in err and "unexpected of" in err, err  # a state value, not a column
+    record = read_record(store.objects)
+    assert record is not None and record.step is UpgradeStep.ROLLED_BACK and record.source_savepoint == source
+    canary = transactions(store, source)
+    assert canary and set(canary.values()) == {TxnState.ABORTED}, canary  # pre-committed, then aborted
+    latest = store.latest()
+    assert latest is not None and latest.checkpoint_id == source
+    attempt = store.attempt()
+
+    code, _, err = cli(*command)  # the same command again: the recorded rollback, nothing run
+    assert code == 1 and "rolled back" in err and store.attempt() == attempt, err
+
+    run(spark, old, until_exhausted=True, duration=150)
+    assert_output_exact(spark, tmp_path)
+
+
+@pytest.mark.slow(90)
+def test_an_upgrade_killed_after_the_rewrite_and_in_its_canary_completes_when_run_again(
+        spark: Any, tmp_path: Path, cli: Any) -> None:
+    from tests.drivers import short_lived_driver_env
+
+    two = spec_file(tmp_path, "two.yaml", state_store="rocksdb")
+    four = spec_file(tmp_path, "four.yaml", shuffle=4, state_store="rocksdb")
+    store = CheckpointStore.for_spec(load_spec(two))
+    run(spark, two, checkpoints=2)
+    source = savepoint(two).checkpoint_id
+    command = ("upgrade", str(two), "--to", str(four), "--canary-checkpoints", "2")
+
+    def killed_at(point: str) -> UpgradeStep:
+        result = subprocess.run([sys.executable, "-m", "barrierflow.cli.main", *command],
+                                env={**os.environ, **short_lived_driver_env(), "BARRIERFLOW_CRASH_AT": point},
+                                capture_output=True, text=True, timeout=300, check=False)
+        assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+        record = read_record(store.objects)
+        assert record is not None
+        return record.step
+
+    assert killed_at("upgrade_after_rewrite") is UpgradeStep.REWRITTEN
+    rescaled = read_record(store.objects).savepoint  # type: ignore[union-attr]
+    assert rescaled > source and store.get(rescaled).spark_batch_id == store.get(source).spark_batch_id + 1
+    assert killed_at("after_manifest") is UpgradeStep.CANARY_RUNNING  # the canary's first checkpoint
+    first = transactions(store, rescaled)
+    assert first and TxnState.COMMITTED not in first.values(), first
+    code, _, err = cli("run", str(four), "--checkpoints", "1")  # nothing starts around the upgrade
+    assert code == 2 and "unfinished upgrade" in err, err
+
+    code, out, err = cli(*command, "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["source_savepoint"] == source and document["savepoint"] == rescaled
+    assert document["canary"]["attempts"] == 2 and len(document["canary"]["verified"]) == 2, document["canary"]
+    states = transactions(store, rescaled)
+    assert {states[c] for c in first} == {TxnState.ABORTED}  # the killed canary's epochs
+    assert {states[c] for c in document["canary"]["verified"]} == {TxnState.COMMITTED}, states
+    assert read_record(store.objects).step is UpgradeStep.CANARY_PASSED  # type: ignore[union-attr]
+
+    run(spark, four, until_exhausted=True, duration=150)
+    assert_output_exact(spark, tmp_path)
