@@ -2,7 +2,8 @@
 #   make demo     run the demo pipeline (local Spark, local storage, built-in generator)
 #   make demo-stages  the three-stage demo on the embedded Kafka-protocol broker (starts afresh)
 #   make demo-cycle   the demo with a feedback loop (a cycle), same broker (starts afresh)
-#   make install  .venv with the pinned Python requirements, and the pinned JVM artifacts (Apache Kafka)
+#   make install  .venv with the pinned Python requirements, and the pinned JVM artifacts (Apache Kafka,
+#                 Spark's Kafka connector, Hadoop's S3A file system)
 #                 from Maven Central, each verified against its sha256 in barrierflow/jvm/artifacts.lock
 #   make test     lint + the whole test suite (what .ci/run calls); installs PostgreSQL and Chromium
 #                 from Debian when they are missing

@@ -5,25 +5,30 @@ The module starts a master and one worker (2 cores, 1 GiB) from the installed Py
 ``jobs/run_pipeline.py`` to it with ``spark-submit --master spark://...``, as the Airflow launch
 does. Every path the executors write is on the test S3 endpoint: the checkpoint store, the dead
 letters (``dead_letter_path``), the Kafka event times (``event_times_path``) and the sinks'
-staging (under the Parquet sink's ``s3://`` path). Only the work dir (Spark's own checkpoint,
-whose state files the executors write) is local: on one host the driver and the worker see the
-same path; a real cluster needs it on a file system every node mounts (docs/deployment.md).
+staging (under the Parquet sink's ``s3://`` path). The single-stage pipeline has its work dir
+(Spark's own checkpoint, whose state files the executors write) on S3 too, through Hadoop's S3A
+(the ``spark-s3a`` jars, passed with ``--jars``), and shares no file system with the worker: the
+worker runs in a mount namespace of its own with an empty tmpfs over the driver's folder (the
+spec, the user's package, ``BARRIERFLOW_HOME`` with the driver's snapshots and control channel),
+as tests/deploy/test_unshared_work_dir.py does. The two-stage pipeline keeps a local work dir
+(one host: the driver and the worker see the same path).
 
 The executors get the S3 credentials from the worker's environment (never from Spark's
-configuration or the spec), and run the project's interpreter (``PYSPARK_PYTHON``), which has
-the barrierflow package installed. The secret (a fresh value per module for the test endpoint,
-which accepts any) must not appear in any driver's output, any daemon or executor log, or the
-specs.
+configuration or the spec), and run the project's interpreter (``PYSPARK_PYTHON``, through
+tests/worker_python.sh), which has the barrierflow package installed. The secret (a fresh
+value per module for the test endpoint, which accepts any) must not appear in any driver's
+output, any daemon or executor log, or the specs.
 
 1. Single stage (generator -> 1 s event-time windows per key, stateful -> Parquet via 2PC),
    whose transformation is the user's own: a package in the test's folder, outside the
    repository, installed nowhere and on no path of the driver or the worker, that reaches them
    only as the zip ``spark.py_packages`` ships (every value goes through a Python function of
-   it on the executors): the driver SIGKILLs itself right after its second completed checkpoint
-   (``BARRIERFLOW_CRASH_AT=after_manifest@2``: manifest stored, sink not yet told), then
-   ``barrierflow restore --latest``, then a second spark-submit runs to the end; the committed
-   windows equal the ones computed from the generator's record function, each once, and the
-   dead letters on S3 are exactly the malformed records.
+   it on the executors), work dir on S3: the driver SIGKILLs itself right after its second
+   completed checkpoint (``BARRIERFLOW_CRASH_AT=after_manifest@2``: manifest stored, sink not yet
+   told), then ``barrierflow restore --latest`` (another process), then a second spark-submit
+   runs to the end; the committed windows equal the ones computed from the generator's record
+   function, each once, the dead letters on S3 are exactly the malformed records, and Spark's
+   checkpoint (state files included) is on S3, nowhere on the driver's disk.
 2. Two stages (generator -> stage a -> channel on the test Kafka broker -> stage b -> Parquet):
    the driver SIGKILLs itself right after the first global checkpoint completed; the next
    spark-submit restores it as attempt 1 and runs to the end; every record is committed once,
@@ -48,16 +53,17 @@ from typing import Any
 import pytest
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.ops.run import submit_jars
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spec import load_spec
 from barrierflow.spec.models import GeneratorSourceSpec
 from barrierflow.storage import open_store
 
-from tests.drivers import short_lived_driver_java_options
+from tests.drivers import WORKER_PYTHON, short_lived_driver_java_options
 from tests.support.kafka_broker import KafkaEndpoint
 from tests.support.s3_server import S3Endpoint
-from tests.support.spark_cluster import StandaloneCluster, running_standalone_cluster
+from tests.support.spark_cluster import StandaloneCluster, hiding_wrapper, running_standalone_cluster
 from tests.support.staged_specs import PARTITIONS, two_stage_spec
 from tests.support.staged_specs import RECORDS as STAGED_RECORDS
 
@@ -68,16 +74,23 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_PIPELINE = ROOT / "jobs" / "run_pipeline.py"
 #: The interpreter of driver and executors: the project's, where barrierflow is installed.
 PYTHON = sys.executable
-RECORDS, MALFORMED_EVERY, KEYS, WATERMARK_DELAY = 2500, 101, 10, timedelta(milliseconds=200)
+#: The executors' (and the driver's Python workers') interpreter: the project's, started through
+#: tests/worker_python.sh, which imports pyspark from site-packages, not from Spark's zips.
+WORKER_ENV = {"PYSPARK_PYTHON": str(WORKER_PYTHON), "BARRIERFLOW_WORKER_PYTHON": PYTHON}
+MALFORMED_EVERY, KEYS, WATERMARK_DELAY = 101, 10, timedelta(milliseconds=200)
+#: Records per partition of the single-stage pipeline.
+RECORDS = 1000
 
 
 @dataclass
 class ClusterRuns:
-    """The cluster, the credentials its drivers and executors use, and every output to check
-    for the secret."""
+    """The cluster, the credentials its drivers and executors use, every output to check for the
+    secret, and the driver's folder the worker cannot see (``hidden``: why not, when it can)."""
 
     cluster: StandaloneCluster
     credentials: dict[str, str]
+    driver_disk: Path
+    hidden: str = ""
     outputs: list[str] = field(default_factory=list)
 
     @property
@@ -85,7 +98,7 @@ class ClusterRuns:
         return self.credentials["AWS_SECRET_ACCESS_KEY"]
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {**os.environ, **self.credentials, "PYSPARK_PYTHON": PYTHON, "PYSPARK_DRIVER_PYTHON": PYTHON,
+        env = {**os.environ, **self.credentials, **WORKER_ENV, "PYSPARK_DRIVER_PYTHON": PYTHON,
                "SPARK_LOCAL_IP": "127.0.0.1", "_JAVA_OPTIONS": short_lived_driver_java_options(), **extra}
         for name in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "BARRIERFLOW_CRASH_AT"):
             if name not in extra:
@@ -115,14 +128,19 @@ class ClusterRuns:
         return result
 
     def submit(self, spec_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
-        """``spark-submit --master spark://...  jobs/run_pipeline.py --spec SPEC --until-exhausted``
-        (client mode: the driver runs here, the executors on the worker)."""
+        """``spark-submit --master spark://... --jars JARS jobs/run_pipeline.py --spec SPEC
+        --until-exhausted`` (client mode: the driver runs here, the executors on the worker), with
+        the jars the spec needs (:func:`barrierflow.ops.run.submit_jars`), as the launch DAG does."""
         self.cluster.wait_until_idle()  # a killed driver's application must have released the cores
+        conf = {"spark.cores.max": "2"}
+        jars = submit_jars(spec_path)
+        if jars:
+            conf["spark.jars"] = ",".join(jars)
         return self.run(self.cluster.submit_command(RUN_PIPELINE, "--spec", str(spec_path), "--until-exhausted",
-                                                    conf={"spark.cores.max": "2"}), **extra)
+                                                    conf=conf), timeout=420, **extra)
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return self.run([PYTHON, "-m", "barrierflow.cli.main", *args], timeout=120)
+    def cli(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return self.run([PYTHON, "-m", "barrierflow.cli.main", *args], timeout=120, **extra)
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +157,11 @@ def runs(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -> I
             pytest.skip(f"the external S3 endpoint needs {missing} in the environment")
         credentials.update({n: os.environ[n] for n in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
     log_dir = tmp_path_factory.mktemp("standalone")
-    with running_standalone_cluster(log_dir, worker_env={**credentials, "PYSPARK_PYTHON": PYTHON}) as cluster:
-        yield ClusterRuns(cluster, credentials)
+    driver_disk = tmp_path_factory.mktemp("driver-disk")
+    wrapper, hidden = hiding_wrapper(driver_disk)
+    with running_standalone_cluster(log_dir, worker_env={**credentials, **WORKER_ENV},
+                                    worker_wrapper=wrapper) as cluster:
+        yield ClusterRuns(cluster, credentials, driver_disk, hidden)
         # Before the daemons stop: nothing any process printed or logged names the secret.
         logs = cluster.logs()
         assert runs_secret_free(credentials["AWS_SECRET_ACCESS_KEY"], logs), "the S3 secret is in a cluster log"
@@ -247,42 +268,47 @@ def _user_package(folder: Path) -> Path:
     return package
 
 
-def test_single_stage_pipeline_on_the_cluster_crash_restore_exactly_once(
-        runs: ClusterRuns, s3_endpoint: S3Endpoint, tmp_path: Path) -> None:
+def test_single_stage_pipeline_without_a_shared_file_system_crash_restore_exactly_once(
+        runs: ClusterRuns, s3_endpoint: S3Endpoint) -> None:
+    if runs.hidden:
+        pytest.skip(f"the worker cannot be kept from the driver's folder: {runs.hidden}")
     base = f"s3://{_bucket(s3_endpoint)}/single"
-    package = _user_package(tmp_path / "user-code")
+    home = runs.driver_disk / f"home-{uuid.uuid4().hex[:8]}"  # BARRIERFLOW_HOME of driver and restore
+    home.mkdir()
+    driver = {"BARRIERFLOW_HOME": str(home)}
+    package = _user_package(home / "user-code")
     not_installed = runs.run([PYTHON, "-c", f"import {package.name}"], timeout=60)
     assert not_installed.returncode != 0 and "ModuleNotFoundError" in not_installed.stderr
     source = {"name": "events", "type": "generator", "partitions": 2, "rows_per_second": 0,
               "max_records_per_batch": 500, "records_per_partition": RECORDS, "keys": KEYS,
               "malformed_every": MALFORMED_EVERY}
     data = {
-        "version": 1, "name": f"cluster{uuid.uuid4().hex[:8]}", "work_dir": str(tmp_path / "work"),
+        "version": 1, "name": f"cluster{uuid.uuid4().hex[:8]}", "work_dir": f"{base}/work",
         "sources": [source],
         "transformation": {"function": f"{package.name}.windows:checked_window_counts",
                            "output_mode": "append", "options": {"window": "1 second"}},
         "event_time": {"column": "event_time", "watermark_delay": "200ms"},
         "sinks": [{"name": "out", "type": "parquet", "path": f"{base}/out"}],
         "trigger": {"interval": "0s"},
-        "checkpoint": {"storage": f"{base}/checkpoints", "interval": "300ms", "timeout": "120s"},
+        "checkpoint": {"storage": f"{base}/checkpoints", "interval": "1s", "timeout": "120s"},
         "dead_letter_path": f"{base}/dead-letter",
         "event_times_path": f"{base}/event-times",
         "spark": {"master": runs.cluster.master_url, "shuffle_partitions": 2, "py_packages": [str(package)]},
     }
-    spec_path = _write_spec(tmp_path, data)
+    spec_path = _write_spec(home, data)
     apps_before = _executor_logs(runs.cluster)
 
-    crashed = runs.submit(spec_path, BARRIERFLOW_CRASH_AT="after_manifest@2")
+    crashed = runs.submit(spec_path, BARRIERFLOW_CRASH_AT="after_manifest@2", **driver)
     assert crashed.returncode != 0, crashed.stdout[-2000:] + crashed.stderr[-4000:]
     assert "injected crash at after_manifest" in crashed.stdout, crashed.stdout[-2000:] + crashed.stderr[-4000:]
     store = CheckpointStore.for_spec(load_spec(spec_path))
     latest = store.latest()
     assert latest is not None and latest.checkpoint_id == 2, latest
 
-    restored = runs.cli("restore", str(spec_path), "--latest")
+    restored = runs.cli("restore", str(spec_path), "--latest", **driver)
     assert restored.returncode == 0, restored.stdout[-2000:] + restored.stderr[-4000:]
 
-    final = runs.submit(spec_path)
+    final = runs.submit(spec_path, **driver)
     assert final.returncode == 0, final.stdout[-2000:] + final.stderr[-4000:]
 
     assert _committed_windows(f"{base}/out") == _expected_windows(source)
@@ -295,10 +321,16 @@ def test_single_stage_pipeline_on_the_cluster_crash_restore_exactly_once(
              for key in _objects(f"{base}/dead-letter")
              for line in dead.get_bytes(key).decode().splitlines() if line.strip()}
     assert found == expected_dead
-    assert not (tmp_path / "work" / "dead-letter").exists() and not (tmp_path / "work" / "event-times").exists()
+    # Spark's checkpoint, state files included, is on S3 and nowhere on the driver's disk, which
+    # holds only what the driver uses (its snapshots).
+    assert _objects(f"{base}/work/spark-checkpoint", "state/"), "no state file on S3"
+    assert _objects(f"{base}/work/spark-checkpoint", "commits/")
+    assert not [p for p in home.rglob("*") if p.name.startswith("spark-checkpoint")]
+    assert not [p for p in home.rglob("*") if p.name in ("dead-letter", "event-times")]
+    assert (home / "var" / "object-work-dirs" / base.removeprefix("s3://") / "work" / "snapshots").is_dir()
     assert len(_executor_logs(runs.cluster) - apps_before) == 2, "both applications ran executors on the worker"
     assert runs_secret_free(runs.secret, *runs.outputs, spec_path.read_text()), "the S3 secret was printed"
-    assert _places_with(runs.secret, base, tmp_path) == []
+    assert _places_with(runs.secret, base, home) == []
 
 
 def test_two_stage_pipeline_on_the_cluster_crash_restore_exactly_once(

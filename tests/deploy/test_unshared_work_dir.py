@@ -22,33 +22,24 @@ import pytest
 import yaml
 
 from tests.drivers import short_lived_driver_java_options
-from tests.support.spark_cluster import running_standalone_cluster
+from tests.support.spark_cluster import hiding_wrapper, running_standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow(15), pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Runs its arguments in a new mount namespace with an empty tmpfs over the folder given first.
-HIDE = 'mount -t tmpfs barrierflow-hidden "$0" && exec "$@"'
 
 
 def _hiding_wrapper(folder: Path) -> list[str]:
     """The worker's command prefix hiding ``folder``; skips the test where it cannot work."""
-    wrapper = ["unshare", "--mount", "--propagation", "private", "sh", "-c", HIDE, str(folder)]
-    try:
-        probe = subprocess.run([*wrapper, "test", "!", "-e", str(folder / "visible")], capture_output=True,
-                               timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"unshare is not available here: {exc}")
-    if probe.returncode != 0:
-        pytest.skip(f"mount namespaces are not allowed here (unshare exit {probe.returncode}: "
-                    f"{probe.stderr.decode(errors='replace').strip()[:200]})")
+    wrapper, why = hiding_wrapper(folder)
+    if not wrapper:
+        pytest.skip(why)
     return wrapper
 
 
 def test_executors_that_do_not_see_the_work_dir_stop_the_run_naming_it(tmp_path: Path) -> None:
     shared = tmp_path / "driver-disk"
     shared.mkdir()
-    (shared / "visible").write_text("the driver sees this; the worker must not", encoding="utf-8")
     wrapper = _hiding_wrapper(shared)
     work_dir = shared / "work"
     with running_standalone_cluster(tmp_path / "spark", cores=1, memory="512m", worker_wrapper=wrapper,

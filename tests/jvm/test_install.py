@@ -97,7 +97,7 @@ def test_a_malformed_lock_line_is_named(tmp_path: Path) -> None:
 def test_the_shipped_lock_pins_every_jar_exactly_and_the_installed_broker_set_verifies() -> None:
     """What ``make install`` left in the cache matches the lock (verified, not downloaded)."""
     artifacts = read_lock(DEFAULT_LOCK)
-    assert {a.set_name for a in artifacts} == {"kafka-broker", "spark-kafka", "flink-kafka"}
+    assert {a.set_name for a in artifacts} == {"kafka-broker", "spark-kafka", "spark-s3a", "flink-kafka"}
     assert all(len(a.sha256) == 64 and "SNAPSHOT" not in a.version and "[" not in a.version for a in artifacts)
     jars = set_jars("kafka-broker", verify=True)
     assert any(j.name.startswith("kafka_2.13-") for j in jars)
@@ -105,7 +105,7 @@ def test_the_shipped_lock_pins_every_jar_exactly_and_the_installed_broker_set_ve
 
 def test_an_unknown_set_names_the_sets_there_are() -> None:
     with pytest.raises(JvmArtifactError,
-                       match=r"no JVM artifact set 'flink' .* sets: flink-kafka, kafka-broker, spark-kafka"):
+                       match=r"no JVM artifact set 'flink' .* sets: flink-kafka, kafka-broker, spark-kafka, spark-s3a"):
         set_jars("flink")
 
 
@@ -126,6 +126,22 @@ def test_the_spark_kafka_set_adds_only_what_pysparks_jars_lack() -> None:
     assert shipped_by(shipped, "scala-library") and shipped_by(shipped, "lz4-java")
     assert not shipped_by(["lz4-java-1.11.0.jar"], "lz4") and not shipped_by(["kafka-clients-x.jar"], "kafka-clients")
     assert {j.name for j in set_jars("spark-kafka", verify=True)} == {f"{a}-{v}.jar" for a, v in pinned.items()}
+
+
+def test_the_spark_s3a_set_is_hadoop_aws_for_pysparks_hadoop_client() -> None:
+    """Hadoop's S3A file system for a work dir on object storage: hadoop-aws at the version of the
+    Hadoop client PySpark ships, the AWS SDK v2 bundle hadoop-aws 3.5.0's pom declares, nothing
+    PySpark ships a second time; installed (presence only: the bundle is about 650 MiB, and
+    ``make install`` verified its sha256)."""
+    from barrierflow.jvm.resolve import ON_PYSPARK, pyspark_jar_names, shipped_by
+
+    pinned = {a.artifact: a.version for a in read_lock(DEFAULT_LOCK) if a.set_name == "spark-s3a"}
+    hadoop = [n.removeprefix("hadoop-client-api-").removesuffix(".jar") for n in pyspark_jar_names()
+              if n.startswith("hadoop-client-api-")]
+    assert pinned["hadoop-aws"] == hadoop[0] == "3.5.0"
+    assert pinned["bundle"] == "2.35.4"
+    assert "spark-s3a" in ON_PYSPARK and not [n for n in pinned if shipped_by(pyspark_jar_names(), n)]
+    assert {j.name for j in set_jars("spark-s3a")} == {f"{a}-{v}.jar" for a, v in pinned.items()}
 
 
 def test_the_flink_kafka_set_is_flinks_shaded_kafka_sql_connector_for_flink_2() -> None:

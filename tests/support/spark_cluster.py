@@ -257,3 +257,26 @@ def running_standalone_cluster(log_dir: Path, *, workers: int = 1, cores: int = 
         yield cluster
     finally:
         _stop_all(procs, stop_timeout)
+
+
+#: Runs its arguments in a new mount namespace with an empty tmpfs over the folder given first.
+HIDE = 'mount -t tmpfs barrierflow-hidden "$0" && exec "$@"'
+
+
+def hiding_wrapper(folder: Path) -> tuple[list[str], str]:
+    """A worker command prefix (``worker_wrapper``) that hides ``folder`` from the worker: a new
+    mount namespace (``unshare -m``) with an empty tmpfs over it, so the worker and its executors
+    see none of what the driver keeps there, as on a machine of their own. Returns the prefix and
+    ``""``, or ``[]`` and why it cannot work here (no ``unshare``, mount namespaces not allowed);
+    checked by hiding a file written into ``folder`` first."""
+    (folder / "visible").write_text("the driver sees this; the worker must not", encoding="utf-8")
+    wrapper = ["unshare", "--mount", "--propagation", "private", "sh", "-c", HIDE, str(folder)]
+    try:
+        probe = subprocess.run([*wrapper, "test", "!", "-e", str(folder / "visible")], capture_output=True,
+                               timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [], f"unshare is not available here: {exc}"
+    if probe.returncode != 0:
+        return [], (f"mount namespaces are not allowed here (unshare exit {probe.returncode}: "
+                    f"{probe.stderr.decode(errors='replace').strip()[:200]})")
+    return wrapper, ""

@@ -61,6 +61,7 @@ from barrierflow.errors import BarrierflowError, CheckpointError, TolerableFailu
 from barrierflow.faults import crash_point
 from barrierflow.lease import FencedOffError
 from barrierflow.spec.models import CheckpointSpec
+from barrierflow.storage.object_dir import ObjectDir, as_checkpoint_dir
 from barrierflow.transactions.committer import SinkCommitter
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class CheckpointCoordinator:
         pipeline: str,
         options: CheckpointSpec,
         store: CheckpointStore,
-        spark_checkpoint_dir: str | Path,
+        spark_checkpoint_dir: str | Path | ObjectDir,
         staging_dir: str | Path,
         control: ControlChannel,
         source_names: list[str],
@@ -121,7 +122,7 @@ class CheckpointCoordinator:
         self.label = label or f"pipeline {pipeline}"
         self.options = options
         self.store = store
-        self.spark_dir = Path(spark_checkpoint_dir)
+        self.spark_dir = as_checkpoint_dir(spark_checkpoint_dir)
         self.snapshot_dir = Path(staging_dir)
         self.control = control
         self.source_names = source_names
@@ -241,9 +242,9 @@ class CheckpointCoordinator:
         self.control.request_barrier(cid, pending.trigger_time)
         log.info("checkpoint %d triggered", cid)
 
-    def _scan_commits(self) -> list[CheckpointEvent]:
+    def _scan_commits(self, *, force: bool = False) -> list[CheckpointEvent]:
         events: list[CheckpointEvent] = []
-        for barrier in self.stage.new_barrier_batches():
+        for barrier in self.stage.new_barrier_batches(force=force):
             events += self._on_barrier_batch(barrier)
         return events
 
@@ -479,7 +480,7 @@ class CheckpointCoordinator:
         """
         deadline = self.monotonic() + timeout
         events: list[CheckpointEvent] = []
-        events += self._scan_commits()
+        events += self._scan_commits(force=True)
         while any(p.upload is not None for p in self.pending.values()) and self.monotonic() < deadline:
             events += self._collect_uploads()
             time.sleep(0.01)

@@ -38,6 +38,8 @@ from pathlib import Path
 
 from barrierflow.errors import CheckpointError
 from barrierflow.spark import state_files
+from barrierflow.storage.object_dir import ObjectDir
+from barrierflow.storage.object_store import ObjectNotFoundError
 
 MAX_DELTA_CHAIN = 50
 #: barrierflow's record of what a stage's state was built with, in the root of its Spark
@@ -175,6 +177,139 @@ def take_local_snapshot(
             linked.append(SnapshotFile(relpath, str(dst), dst.stat().st_size))
         except FileNotFoundError as exc:
             raise CheckpointError(f"{relpath} disappeared before it was snapshotted: {exc}") from exc
+    return LocalSnapshot(
+        checkpoint_id=checkpoint_id,
+        batch_id=batch_id,
+        state_version=batch_id + 1,
+        directory=str(target),
+        files=linked,
+        state_bases=bases,
+        duration_ms=(time.perf_counter() - started) * 1000.0,
+    )
+
+
+# -- Spark's checkpoint on object storage --------------------------------------------------
+
+
+def select_listed_files(
+    listing: dict[str, int],
+    read: Callable[[str], bytes],
+    batch_id: int,
+    first_batch_id: int,
+    previous_bases: dict[str, int] | None = None,
+) -> tuple[list[str], dict[str, int]]:
+    """:func:`select_files` over a listing instead of a local directory: ``listing`` maps every
+    file of the Spark checkpoint (relative path, '/'-separated) to its size, ``read(relpath)``
+    returns a file's bytes (only a RocksDB zip is read, for the immutable files it names). The
+    same files, in the same order, as :func:`select_files` picks from the same tree."""
+    target = batch_id + 1
+    previous_bases = previous_bases or {}
+    children: dict[str, set[str]] = {}
+    subdirs: dict[str, set[str]] = {}
+    for relpath in listing:
+        parts = relpath.split("/")
+        for depth in range(1, len(parts)):
+            subdirs.setdefault("/".join(parts[:depth - 1]), set()).add(parts[depth - 1])
+        children.setdefault("/".join(parts[:-1]), set()).add(parts[-1])
+    rel: list[str] = [name for name in ("metadata", STATE_FINGERPRINT) if name in listing]
+    for log in ("offsets", "commits"):
+        for b in range(min(first_batch_id, max(batch_id - 1, 0)), batch_id + 1):
+            if f"{log}/{b}" in listing:
+                rel.append(f"{log}/{b}")
+    bases: dict[str, int] = {}
+    for sub in ("sources", "state"):
+        if sub not in subdirs.get("", set()):
+            continue
+        pending = [sub]
+        while pending:
+            key = pending.pop(0)
+            names = {n for n in children.get(key, set()) if not n.startswith(".")}
+            found = [(n, state_files.versioned(n)) for n in names]
+            deltas = {v[0] for _n, v in found if v is not None and v[1] == "delta"}
+            snapshots = {v[0] for _n, v in found if v is not None and v[1] == "snapshot"}
+            others = sorted(n for n, v in found if v is None and state_files.rocksdb_versioned(n) is None)
+            rel += [f"{key}/{name}" for name in others]
+            dirs = sorted(subdirs.get(key, set()))
+            rocks = [state_files.rocksdb_versioned(n) for n in names]
+            zips = {v[0] for v in rocks if v is not None and v[1] == "zip"}
+            changelogs = {v[0] for v in rocks if v is not None and v[1] == "changelog"}
+            if sub == "state" and (zips or changelogs or "SSTs" in dirs):
+                base = state_files.rocksdb_base(state_files.RocksDBFiles(zips, changelogs), target)
+                bases[key] = base
+                if base:
+                    rel += [f"{key}/{base}.zip"] + [
+                        f"{key}/{name}" for name in
+                        state_files.rocksdb_immutable_files(read(f"{key}/{base}.zip"), f"{key}/{base}.zip")]
+                rel += [f"{key}/{v}.changelog" for v in range(base + 1, target + 1)]
+                dirs = [d for d in dirs if d not in state_files.ROCKSDB_SHARED_DIRS]
+            elif deltas or snapshots:
+                base = _choose_base(deltas, snapshots, target, previous_bases.get(key),
+                                    size=lambda name, k=key: listing.get(f"{k}/{name}", 0))
+                bases[key] = base
+                rel += [f"{key}/{name}" for name in state_files.chain_files(base, target)]
+            pending[:0] = [f"{key}/{d}" for d in dirs]
+    return rel, bases
+
+
+#: The driver's copies of the newest snapshot's object-storage files, below the snapshot root.
+OBJECT_CACHE = ".objects"
+
+
+def take_object_snapshot(
+    checkpoint: ObjectDir,
+    snapshot_root: str | os.PathLike[str],
+    checkpoint_id: int,
+    batch_id: int,
+    first_batch_id: int,
+    previous_bases: dict[str, int] | None = None,
+) -> LocalSnapshot:
+    """:func:`take_local_snapshot` for a Spark checkpoint on object storage: state files there
+    cannot be hard-linked, so the synchronous phase copies what batch ``batch_id`` needs to the
+    driver's ``snapshot_root/chk-<id>`` (one LIST, then a GET per file not copied before).
+
+    Files the previous snapshot copied and that are unchanged on the store (same size and entity
+    tag; Spark's state and log files are immutable once written) are hard-linked from the
+    driver's cache (``snapshot_root/.objects``, which holds the newest snapshot's files) instead
+    of read again: a checkpoint reads only the state files Spark wrote since the previous one,
+    as it uploads only those. Once copied, a file no longer depends on Spark's maintenance,
+    which may delete it; a file it deleted before the copy fails the checkpoint (CheckpointError,
+    as a vanished local file does). The uploader, the manifest and the local retention then see
+    an ordinary local snapshot.
+    """
+    started = time.perf_counter()
+    target = Path(snapshot_root) / f"chk-{checkpoint_id}"
+    cache = Path(snapshot_root) / OBJECT_CACHE
+    if target.exists():
+        shutil.rmtree(target)
+    infos = checkpoint.listing()
+    sizes = {key: info.size for key, info in infos.items()}
+    rel, bases = select_listed_files(sizes, lambda key: (checkpoint / key).read_bytes(), batch_id, first_batch_id,
+                                     previous_bases)
+    linked: list[SnapshotFile] = []
+    kept: set[Path] = set()
+    for relpath in rel:
+        info = infos[relpath]
+        cached = cache / f"{relpath}@{info.etag or 'noetag'}-{info.size}"
+        dst = target / relpath
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if not cached.is_file():
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            part = cached.with_name(f".{cached.name}.part")
+            try:
+                checkpoint.store.download_file(relpath, str(part))
+            except ObjectNotFoundError as exc:
+                raise CheckpointError(f"{relpath} disappeared before it was snapshotted: {exc}") from exc
+            if part.stat().st_size != info.size:
+                part.unlink(missing_ok=True)
+                raise CheckpointError(f"{checkpoint / relpath} changed while it was snapshotted "
+                                      f"(listed {info.size} bytes, read another size)")
+            os.replace(part, cached)
+        kept.add(cached)
+        os.link(cached, dst)
+        linked.append(SnapshotFile(relpath, str(dst), info.size))
+    for path in [p for p in cache.rglob("*") if p.is_file()] if cache.is_dir() else []:
+        if path not in kept:
+            path.unlink(missing_ok=True)
     return LocalSnapshot(
         checkpoint_id=checkpoint_id,
         batch_id=batch_id,

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from barrierflow.barriers.offsets import BARRIER_TRIGGERED, SourceOffset
-from barrierflow.checkpointing.snapshot import LocalSnapshot, take_local_snapshot
+from barrierflow.checkpointing.snapshot import LocalSnapshot, take_local_snapshot, take_object_snapshot
 from barrierflow.spark import commit_log, offset_log
+from barrierflow.storage.object_dir import ObjectDir, PollThrottle, as_checkpoint_dir
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,10 @@ class BarrierBatch:
 class StageTracker:
     """Follows ``commits/`` of one stage's Spark checkpoint; see the module docstring."""
 
-    def __init__(self, spark_checkpoint_dir: str | os.PathLike[str], snapshot_dir: str | os.PathLike[str],
+    def __init__(self, spark_checkpoint_dir: str | os.PathLike[str] | ObjectDir, snapshot_dir: str | os.PathLike[str],
                  source_names: Sequence[str]) -> None:
-        self.spark_dir = Path(spark_checkpoint_dir)
+        self.spark_dir = as_checkpoint_dir(spark_checkpoint_dir)
+        self._poll = PollThrottle(self.spark_dir)
         self.snapshot_dir = Path(snapshot_dir)
         self.source_names = list(source_names)
         self.last_barrier = 0
@@ -78,9 +80,14 @@ class StageTracker:
         except FileNotFoundError:
             return []
 
-    def new_barrier_batches(self) -> Iterator[BarrierBatch]:
+    def new_barrier_batches(self, *, force: bool = False) -> Iterator[BarrierBatch]:
         """The barrier batches committed since the last call, in batch order. Lazy: the
-        caller handles each (e.g. snapshots it) before the next is looked for."""
+        caller handles each (e.g. snapshots it) before the next is looked for. On object storage
+        it looks at most every :data:`~barrierflow.storage.object_dir.LOG_POLL_SECONDS` (a LIST
+        each time); a call in between yields nothing, unless ``force`` (the last look after the
+        query stopped)."""
+        if not self._poll.due() and not force:
+            return
         for batch in commit_log.committed_batches(self.spark_dir):
             if batch <= self.last_seen_batch:
                 continue
@@ -110,7 +117,11 @@ class StageTracker:
         return max(0.0, (committed - planned) * 1000.0)
 
     def snapshot(self, barrier: BarrierBatch, previous_bases: Mapping[str, int]) -> LocalSnapshot:
-        """The synchronous phase for ``barrier``: hard-link its files into its snapshot directory."""
+        """The synchronous phase for ``barrier``: hard-link its files into its snapshot directory
+        (copy them there from object storage, :func:`~barrierflow.checkpointing.snapshot.take_object_snapshot`)."""
+        if isinstance(self.spark_dir, ObjectDir):
+            return take_object_snapshot(self.spark_dir, self.snapshot_dir, barrier.checkpoint_id, barrier.batch_id,
+                                        barrier.first_batch_id, dict(previous_bases))
         return take_local_snapshot(self.spark_dir, self.snapshot_dir, barrier.checkpoint_id, barrier.batch_id,
                                    barrier.first_batch_id, dict(previous_bases))
 

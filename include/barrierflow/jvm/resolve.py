@@ -40,6 +40,13 @@ ROOTS: dict[str, list[str]] = {
     "spark-kafka": [
         "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0",
     ],
+    # Hadoop's S3A file system for a work dir (Spark's own checkpoint) on object storage, matched
+    # to the Hadoop PySpark ships (hadoop-client-api-3.5.0): the closure adds the AWS SDK v2
+    # ``bundle`` at the version hadoop-aws 3.5.0's pom declares (aws-java-sdk-v2.version 2.35.4,
+    # one shaded jar of about 650 MiB), the S3 analytics accelerator and wildfly-openssl.
+    "spark-s3a": [
+        "org.apache.hadoop:hadoop-aws:3.5.0",
+    ],
     # Flink's Kafka SQL connector for the Flink SQL side of ``bench --scenario kafka`` (run by the
     # Flink virtual environment's apache-flink 2.3.0, ``make flink``): the newest release for
     # Flink 2.x, one shaded jar (Kafka's client inside), passed to Flink as ``pipeline.jars``.
@@ -48,7 +55,7 @@ ROOTS: dict[str, list[str]] = {
     ],
 }
 #: Sets that extend PySpark's JVM: their closure leaves out what PySpark's ``jars/`` ships.
-ON_PYSPARK: frozenset[str] = frozenset({"spark-kafka"})
+ON_PYSPARK: frozenset[str] = frozenset({"spark-kafka", "spark-s3a"})
 
 _LINE = re.compile(r"^\s*([\w.\-]+):([\w.\-]+):jar:(?:([\w.\-]+):)?([\w.\-]+):(compile|runtime)\b")
 

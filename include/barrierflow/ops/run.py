@@ -94,18 +94,33 @@ class RunOutcome:
 def submit_jars(spec_path: str | os.PathLike[str]) -> list[str]:
     """The installed jars (paths) that a driver of ``spec_path`` needs on its class path from the
     start: those of the JVM artifact sets of its sources, in every stage (Spark's Kafka connector
-    for ``reader: spark``); empty for none. A driver that ``spark-submit`` starts gets them as
+    for ``reader: spark``), and Hadoop's S3A file system for a ``work_dir`` on object storage;
+    empty for none. A driver that ``spark-submit`` starts gets them as
     ``--jars`` (its class path is fixed before the job's session could add them).
 
     Raises:
         SpecError: the spec does not load.
         JvmArtifactError: a needed jar is not installed (naming ``make install``).
+        S3AUnavailableError: the work dir is on object storage and the S3A jars are not installed.
     """
     from barrierflow.pipeline.spec_summary import summarize
-    from barrierflow.runtime.session import source_jars
+    from barrierflow.runtime.session import source_jars, work_dir_jars
     from barrierflow.spec.loader import load_any_spec
 
-    return source_jars(summarize(load_any_spec(spec_path)).sources)
+    spec = load_any_spec(spec_path)
+    return source_jars(summarize(spec).sources) + work_dir_jars([spec.work_dir or ""])
+
+
+def _refuse_object_work_dir_without_s3a(pipeline: OpenedPipeline) -> None:
+    """Before anything reads or writes a work dir on object storage: its S3A jars are installed.
+
+    Raises:
+        S3AUnavailableError: they are not (naming the set and ``make install``).
+    """
+    from barrierflow.runtime.session import work_dir_jars
+
+    work_dirs = [stage.spec.work_dir or "" for stage in pipeline.stages]
+    work_dir_jars(work_dirs)
 
 
 def _check_limits(duration: float | None, checkpoints: int | None) -> None:
@@ -143,6 +158,8 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
 
     Raises:
         SpecError: the spec does not load.
+        S3AUnavailableError: the work dir is on object storage and the ``spark-s3a`` jars are not
+            installed (before anything touches it).
         UserInputError: a limit is not positive; the job runs already; an upgrade of the
             pipeline is unfinished (UpgradeInProgressError: rerun its command); ``processes`` for one
             stage; ``until_exhausted`` without bounded sources; several stages: a stage cannot
@@ -158,6 +175,7 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     """
     _check_limits(duration, checkpoints)
     pipeline = open_pipeline(spec_path)
+    _refuse_object_work_dir_without_s3a(pipeline)
     if pipeline.single_stage:
         refuse_unfinished(pipeline.stages[0].store.objects, pipeline.name)
     if processes:

@@ -43,6 +43,7 @@ from barrierflow.spec.loader import load_any_spec, project_home
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, ChannelSpec, StagedPipelineSpec
 from barrierflow.storage import open_store
+from barrierflow.storage.object_dir import is_object_uri
 from barrierflow.workdir.layout import JobLayout
 
 if TYPE_CHECKING:
@@ -56,8 +57,18 @@ OFFLINE_SERVERS = "embedded-broker-not-running:9"
 def pipeline_work_dir(spec: StagedPipelineSpec) -> str:
     """The work dir of a pipeline of several stages: ``work_dir`` of the spec (relative to the
     project home), else ``var/<name>``; the stages' work dirs and the embedded broker's data
-    dir are under it."""
+    dir are under it.
+
+    Raises:
+        UserInputError: ``work_dir`` is on object storage, which only a single-stage pipeline's
+            work dir may be (its stages' channels and broker data live under this folder).
+    """
     base = spec.work_dir or f"var/{spec.name}"
+    if is_object_uri(base):
+        raise UserInputError(
+            f"pipeline {spec.name}: work_dir {base} is on object storage, which only a single-stage pipeline's "
+            "work dir may be; give a pipeline of several stages a work_dir on a file system every node mounts "
+            "(docs/deployment.md, 'What changes on a real cluster')")
     return base if base.startswith("/") else str(project_home() / base)
 
 

@@ -35,6 +35,7 @@ from barrierflow.checkpointing.global_store import AttemptCutoffRecord, GlobalCh
 from barrierflow.pipeline.model import Stage
 from barrierflow.spec.models import KafkaSourceSpec
 from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.storage.object_dir import ObjectDir
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,10 @@ def restore_initial_cut(spec: StagedPipelineSpec, stages: Sequence[Stage],
 
     for stage in stages:
         for path in (stage.layout.spark_checkpoint, stage.layout.snapshots):
-            shutil.rmtree(path, ignore_errors=True)
+            if isinstance(path, ObjectDir):
+                path.remove_tree()
+            else:
+                shutil.rmtree(path, ignore_errors=True)
         stage_attempt = stage.store.begin_attempt(stage.store.checkpoint_ids())
         sink = build_sink(stage.spec, stage.store, stage.layout, attempt=stage_attempt)
         if isinstance(sink, TwoPhaseCommitSink):

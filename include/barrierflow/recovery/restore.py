@@ -21,6 +21,7 @@ import logging
 import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from barrierflow.barriers.control import ControlChannel
@@ -30,6 +31,7 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, UserInputError
 from barrierflow.lease import JobLease
 from barrierflow.spec.models import KafkaSourceSpec, PipelineSpec
+from barrierflow.storage.object_dir import ObjectDir
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.transactions.two_phase import Decision, TwoPhaseCommitSink
 from barrierflow.workdir.layout import JobLayout
@@ -124,16 +126,21 @@ def _restore(spec: PipelineSpec, checkpoint_id: int | None, store: CheckpointSto
         assert isinstance(spec.source, KafkaSourceSpec)
         refuse_replay(spec.source, manifest.checkpoint_id)
     target = layout.spark_checkpoint
-    restoring = target.parent / f"{target.name}.restoring"
+    restoring = layout.work_dir / "spark-checkpoint.restoring"
     shutil.rmtree(restoring, ignore_errors=True)
+    layout.work_dir.mkdir(parents=True, exist_ok=True)
     materialized = materialize_checkpoint(store, manifest, restoring)  # verifies every file first
     replaced = None
-    if target.exists():
-        aside = target.parent / f"{target.name}.replaced"
-        shutil.rmtree(aside, ignore_errors=True)
-        target.rename(aside)
-        replaced = str(aside)
-    restoring.rename(target)
+    if isinstance(target, ObjectDir):
+        upload_spark_checkpoint(restoring, target)
+        shutil.rmtree(restoring, ignore_errors=True)
+    else:
+        if target.exists():
+            aside = target.parent / f"{target.name}.replaced"
+            shutil.rmtree(aside, ignore_errors=True)
+            target.rename(aside)
+            replaced = str(aside)
+        restoring.rename(target)
     abandoned = [i for i in store.checkpoint_ids() if i > manifest.checkpoint_id]
     attempt = store.begin_attempt(abandoned, restored=manifest.checkpoint_id)
     sink = build_sink(spec, store, layout, attempt=attempt)
@@ -152,3 +159,19 @@ def _restore(spec: PipelineSpec, checkpoint_id: int | None, store: CheckpointSto
     return RestoreReport(spec.name, manifest.checkpoint_id, manifest.spark_batch_id, attempt,
                          materialized.files, materialized.bytes, abandoned, decisions, replaced,
                          replay.summary() if replay is not None else None)
+
+
+def upload_spark_checkpoint(local: Path, target: ObjectDir) -> None:
+    """Replace Spark's checkpoint on object storage with the materialized one at ``local``:
+    every object below ``target`` is deleted, then every file of ``local`` uploaded, the offset
+    and commit logs last (Spark starts from the newest ``commits/<V>`` it finds, so a restore
+    interrupted before its end leaves no log that points at missing state; run it again). The
+    old checkpoint is not kept aside: object storage has no rename."""
+    removed = target.remove_tree()
+    files = sorted((p for p in local.rglob("*") if p.is_file()),
+                   key=lambda p: (("offsets", "commits").index(p.relative_to(local).parts[0]) + 1
+                                  if p.relative_to(local).parts[0] in ("offsets", "commits") else 0, p.as_posix()))
+    for path in files:
+        target.store.put_file(path.relative_to(local).as_posix(), str(path))
+    log.info("restored Spark checkpoint uploaded to %s (%d files; %d old objects removed)", target, len(files),
+             removed)

@@ -333,9 +333,15 @@ def _real_dir(path: Path) -> bool:
 
 def _plan_work_dir(plan: LocalRetentionPlan, layout: JobLayout, references: Sequence[Manifest],
                    recorded_ids: set[int], *, attempt: int, timeout: timedelta, now: datetime) -> None:
-    _plan_spark_checkpoint(plan, layout.spark_checkpoint, references, plan.min_batches_to_retain)
-
-    aside = layout.spark_checkpoint.with_name(f"{layout.spark_checkpoint.name}.replaced")
+    spark_dir = layout.spark_checkpoint
+    if isinstance(spark_dir, Path):
+        _plan_spark_checkpoint(plan, spark_dir, references, plan.min_batches_to_retain)
+        aside = spark_dir.with_name(f"{spark_dir.name}.replaced")
+    else:
+        # On object storage Spark's own maintenance prunes its checkpoint (minBatchesToRetain);
+        # a restore replaces it in place (nothing is moved aside). Snapshots are local.
+        plan.notes.append(f"Spark checkpoint on object storage ({spark_dir}): pruned by Spark's maintenance")
+        aside = layout.work_dir / "spark-checkpoint.replaced"
     found = _tree(aside) if _real_dir(aside) else None
     if found is not None:
         tree, changed = found

@@ -220,7 +220,7 @@ class StreamingJob:
             from barrierflow.runtime.session import build_session
 
             self._spark = build_session(self.spec.spark, app_name=f"barrierflow-{self.spec.name}",
-                                        sources=self.spec.sources)
+                                        sources=self.spec.sources, work_dirs=[self.spec.work_dir or ""])
         return self._spark
 
     def sink_committers(self, attempt: int | None = None) -> list[SinkCommitter]:

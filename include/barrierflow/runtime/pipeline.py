@@ -172,7 +172,8 @@ class StagedPipelineJob:
             from barrierflow.runtime.session import build_session
 
             self._spark = build_session(self.spec.spark, app_name=f"barrierflow-{self.spec.name}",
-                                        sources=[s for stage in self.spec.stages for s in stage.sources])
+                                        sources=[s for stage in self.spec.stages for s in stage.sources],
+                                        work_dirs=[self.spec.work_dir or ""])
         return self._spark
 
     # -- building -----------------------------------------------------------------------

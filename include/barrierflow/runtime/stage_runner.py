@@ -53,6 +53,7 @@ from barrierflow.sources.registry import SourceKind, StageRun, kind_named
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
 from barrierflow.spark.session import shuffle_partitions
+from barrierflow.storage.object_dir import PollThrottle
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -95,6 +96,7 @@ class StageRunner:
         self.planned_at_start = 0
         #: The newest micro-batch whose commit this runner has seen (None: none yet).
         self.latest_batch: int | None = None
+        self._commit_poll: PollThrottle | None = None
         self._start: Callable[[], StreamingQuery] | None = None
         #: The query DataFrame :meth:`check_state` checked, for the next :meth:`start_query`.
         self._checked: DataFrame | None = None
@@ -195,7 +197,7 @@ class StageRunner:
             self._refuse_incompatible(frame)
         else:
             frame = checked
-        if check_work_dir:
+        if check_work_dir and not stage.layout.on_object_storage:  # on object storage every node reaches it
             check_work_dir_shared(spark, self.stage.layout.work_dir)
 
         def start(first: DataFrame | None = None) -> StreamingQuery:
@@ -267,6 +269,10 @@ class StageRunner:
         (:attr:`latest_batch`)."""
         assert self.coordinator is not None
         self.coordinator.tick()
+        if self._commit_poll is None:
+            self._commit_poll = PollThrottle(self.stage.layout.spark_checkpoint)
+        if not self._commit_poll.due():  # on object storage: a LIST at most every LOG_POLL_SECONDS
+            return False
         committed = commit_log.latest_committed(self.stage.layout.spark_checkpoint)
         if committed is None or committed == self.latest_batch:
             return False

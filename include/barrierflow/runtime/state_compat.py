@@ -56,13 +56,13 @@ import json
 import logging
 import os
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.checkpointing.snapshot import STATE_FINGERPRINT
 from barrierflow.errors import IncompatibleStateError
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.session import SHUFFLE_PARTITIONS
+from barrierflow.storage.object_dir import CheckpointDir, ObjectDir, as_checkpoint_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -237,15 +237,19 @@ def _difference(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> str | N
     return "stateful operators changed"  # pragma: no cover - entries with equal fields are equal
 
 
-def _write_fingerprint(path: Path, fingerprint: list[dict[str, Any]], sources: list[str]) -> None:
+def _write_fingerprint(path: CheckpointDir, fingerprint: list[dict[str, Any]], sources: list[str]) -> None:
+    text = json.dumps({"version": 1, "stateful_operators": fingerprint, "sources": sources}, indent=1,
+                      sort_keys=True)
+    if isinstance(path, ObjectDir):  # one PUT: readers see the old document or the new one
+        path.write_text(text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({"version": 1, "stateful_operators": fingerprint, "sources": sources}, indent=1,
-                              sort_keys=True))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
-def _read_fingerprint(path: Path) -> tuple[list[dict[str, Any]], list[str] | None] | None:
+def _read_fingerprint(path: CheckpointDir) -> tuple[list[dict[str, Any]], list[str] | None] | None:
     """The recorded stateful operators and sources (None: recorded before sources were), or
     None for no readable fingerprint."""
     try:
@@ -259,7 +263,7 @@ def _read_fingerprint(path: Path) -> tuple[list[dict[str, Any]], list[str] | Non
     return operators, sources if isinstance(sources, list) else None
 
 
-def _source_change(root: Path, planned: list[int], recorded: list[str] | None, now: list[str]) -> str | None:
+def _source_change(root: CheckpointDir, planned: list[int], recorded: list[str] | None, now: list[str]) -> str | None:
     """``sources: old -> new`` when the query's streaming sources differ from the state's."""
     if recorded is not None:
         return None if recorded == now else f"streaming sources: {recorded} -> {now}"
@@ -269,7 +273,7 @@ def _source_change(root: Path, planned: list[int], recorded: list[str] | None, n
     return None if count == len(now) else f"streaming sources: {count} in the state -> {len(now)} now ({now})"
 
 
-def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str], *, shuffle_partitions: str,
+def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str] | ObjectDir, *, shuffle_partitions: str,
                            pipeline: str, stage: str) -> None:
     """Refuse a stage's query over state it cannot honour (module docstring); record the
     stage's fingerprint when it starts on empty state (or state without one).
@@ -284,7 +288,7 @@ def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str],
         IncompatibleStateError: the shuffle partitions, the streaming sources or the stateful operators differ from
             the state's, naming the pipeline, the stage, ``old -> new`` and the fix.
     """
-    root = Path(checkpoint)
+    root = as_checkpoint_dir(checkpoint)
     planned = offset_log.planned_batches(root)
     if planned:
         recorded = offset_log.read_offset_metadata(root, planned[-1]).get("conf", {}).get(SHUFFLE_PARTITIONS)

@@ -62,6 +62,7 @@ from barrierflow.errors import SinkError
 from barrierflow.kafka_io import BatchProducer, KafkaIOError, KafkaSecurityError, ProducerSettings, shared_producer
 from barrierflow.kafka_io.row_batches import by_partition, encode, rows_header, split
 from barrierflow.spark import offset_log
+from barrierflow.storage.object_dir import as_checkpoint_dir
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -217,7 +218,7 @@ class ChannelWriter:
         self.topic = topic
         self.stage = stage
         self.attempt = attempt
-        self.spark_checkpoint = Path(spark_checkpoint)
+        self.spark_checkpoint = as_checkpoint_dir(spark_checkpoint)
         self.key_column = key_column
         # The settings travel to the executors (ChannelTask) with the client's secret references,
         # which each executor resolves itself: no secret is pickled.

@@ -8,27 +8,27 @@ Each file is named after its batch id and starts with a version line ``v<N>`` (S
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 from barrierflow.spark.errors import SparkLogError
+from barrierflow.storage.object_dir import CheckpointDir, listdir
 
 #: The newest log version barrierflow understands (Spark 4.x writes ``v1``).
 MAX_VERSION = 1
 _VERSION = re.compile(r"^v(\d+)$")
 
 
-def batch_ids(directory: Path) -> list[int]:
-    """The batch ids that have a file in ``directory``, ascending (none if it is missing)."""
+def batch_ids(directory: CheckpointDir) -> list[int]:
+    """The batch ids that have a file in ``directory`` (local or on object storage), ascending
+    (none if it is missing)."""
     try:
-        names = os.listdir(directory)
+        names = listdir(directory)
     except FileNotFoundError:
         return []
     return sorted(int(n) for n in names if n.isdigit())
 
 
-def read_lines(path: Path) -> list[str]:
+def read_lines(path: CheckpointDir) -> list[str]:
     """The lines of a log file after its version line, which is checked.
 
     Raises FileNotFoundError if the file does not exist, :class:`SparkLogError` if its

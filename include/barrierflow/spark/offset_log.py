@@ -21,26 +21,26 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 from barrierflow.spark._log import batch_ids, read_lines
+from barrierflow.storage.object_dir import CheckpointDir, ObjectDir, as_checkpoint_dir
 
 SUBDIR = "offsets"
 #: The key of a barrier-only source's offset naming the connector whose offset line holds the cut.
 CONNECTOR = "connector"
 
 
-def planned_batches(checkpoint_dir: str | os.PathLike[str]) -> list[int]:
+def planned_batches(checkpoint_dir: str | os.PathLike[str] | ObjectDir) -> list[int]:
     """Ids of every batch in the offset log, ascending."""
-    return batch_ids(Path(checkpoint_dir) / SUBDIR)
+    return batch_ids(as_checkpoint_dir(checkpoint_dir) / SUBDIR)
 
 
-def path_of(checkpoint_dir: str | os.PathLike[str], batch_id: int) -> Path:
-    return Path(checkpoint_dir) / SUBDIR / str(batch_id)
+def path_of(checkpoint_dir: str | os.PathLike[str] | ObjectDir, batch_id: int) -> CheckpointDir:
+    return as_checkpoint_dir(checkpoint_dir) / SUBDIR / str(batch_id)
 
 
-def read_offsets(checkpoint_dir: str | os.PathLike[str], batch_id: int) -> list[dict[str, Any] | None]:
+def read_offsets(checkpoint_dir: str | os.PathLike[str] | ObjectDir, batch_id: int) -> list[dict[str, Any] | None]:
     """The source offsets of batch ``batch_id``, one entry per source (None for a source
     that had no offset yet). Raises FileNotFoundError if the batch was never planned,
     :class:`~barrierflow.spark.errors.SparkLogError` for an unknown log version."""
@@ -79,7 +79,7 @@ def kafka_partitions(offset: dict[str, Any]) -> dict[str, int]:
     return {f"{topic}:{int(p)}": int(o) for topic, parts in offset.items() for p, o in parts.items()}
 
 
-def first_source_partitions(checkpoint_dir: str | os.PathLike[str], batch_id: int) -> dict[str, int] | None:
+def first_source_partitions(checkpoint_dir: str | os.PathLike[str] | ObjectDir, batch_id: int) -> dict[str, int] | None:
     """The end offsets per partition of the first source in batch ``batch_id``, or None when
     the batch is not in the log (purged, never planned) or that source had no offset."""
     try:
@@ -92,18 +92,18 @@ def first_source_partitions(checkpoint_dir: str | os.PathLike[str], batch_id: in
     return {str(p): int(o) for p, o in first.get("partitions", {}).items()}
 
 
-def source_line_count(checkpoint_dir: str | os.PathLike[str], batch_id: int) -> int:
+def source_line_count(checkpoint_dir: str | os.PathLike[str] | ObjectDir, batch_id: int) -> int:
     """How many sources Spark planned batch ``batch_id`` with: its offset lines as written, a
     connector and its barrier-only source counted as the two sources Spark sees."""
     return len(read_lines(path_of(checkpoint_dir, batch_id))[1:])
 
 
-def read_offset_metadata(checkpoint_dir: str | os.PathLike[str], batch_id: int) -> dict[str, Any]:
+def read_offset_metadata(checkpoint_dir: str | os.PathLike[str] | ObjectDir, batch_id: int) -> dict[str, Any]:
     """The batch metadata line of ``offsets/V`` (batchWatermarkMs, batchTimestampMs, conf)."""
     return json.loads(read_lines(path_of(checkpoint_dir, batch_id))[0])
 
 
-def planned_at(checkpoint_dir: str | os.PathLike[str], batch_id: int) -> float | None:
+def planned_at(checkpoint_dir: str | os.PathLike[str] | ObjectDir, batch_id: int) -> float | None:
     """When Spark wrote ``offsets/V`` (epoch seconds), or None if it is gone."""
     try:
         return path_of(checkpoint_dir, batch_id).stat().st_mtime

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -59,13 +59,16 @@ def shuffle_partitions(spec: SparkSpec) -> str:
     return str(spec.conf.get(SHUFFLE_PARTITIONS, spec.shuffle_partitions))
 
 
-def build_session(spec: SparkSpec, app_name: str = "barrierflow", *, jars: Sequence[str] = ()) -> SparkSession:
+def build_session(spec: SparkSpec, app_name: str = "barrierflow", *, jars: Sequence[str] = (),
+                  conf: Mapping[str, str] | None = None) -> SparkSession:
     """Return a SparkSession configured for barrierflow (creating or reusing one), with the
     spec's ``py_packages`` shipped to its driver and executors (:mod:`barrierflow.spark.user_code`).
     ``jars`` (local paths: a JVM artifact set of :mod:`barrierflow.jvm`, such as Spark's Kafka
     connector) go onto the driver's class path and to the executors (``spark.jars``) when this
     call starts the JVM; a session that exists already keeps its class path (a source that needs
-    the jars then names the fix when it is read).
+    the jars then names the fix when it is read). ``conf`` is barrierflow's own configuration
+    for the session (S3A for a work dir on object storage, :mod:`barrierflow.spark.s3a`); the
+    spec's ``spark.conf`` wins over it.
 
     Raises:
         UserInputError: an entry of ``spark.py_packages`` is not a package directory.
@@ -88,7 +91,7 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow", *, jars: Seque
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
-    for key, value in {**spec.conf, **REQUIRED_CONF, **state_store_conf(spec)}.items():
+    for key, value in {**(conf or {}), **spec.conf, **REQUIRED_CONF, **state_store_conf(spec)}.items():
         builder = builder.config(key, value)
     if jars:
         given = [j for j in spec.conf.get("spark.jars", "").split(",") if j]

@@ -18,7 +18,7 @@ Keys are ``/``-separated paths relative to the store's root URI. Contract of eve
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from barrierflow.errors import StorageError
 
@@ -37,8 +37,14 @@ class ConditionalWriteUnsupportedError(StorageError):
 
 @dataclass(frozen=True)
 class ObjectInfo:
+    """One listed object: its key, size and, where the backend lists them, its entity tag and
+    last modification (epoch seconds; 0.0 where not listed). Two infos are equal when key and
+    size are."""
+
     key: str
     size: int
+    etag: str = field(default="", compare=False)
+    modified: float = field(default=0.0, compare=False)
 
 
 class ObjectStore(abc.ABC):

@@ -488,7 +488,10 @@ class S3ObjectStore(ObjectStore):
                     s3_key: str = item["Key"]
                     if s3_key.endswith("/"):
                         continue
-                    out.append(ObjectInfo(s3_key[len(self.prefix) :], int(item["Size"])))
+                    modified = item.get("LastModified")
+                    out.append(ObjectInfo(s3_key[len(self.prefix) :], int(item["Size"]),
+                                          str(item.get("ETag", "")).strip('"'),
+                                          modified.timestamp() if modified is not None else 0.0))
         except (ClientError, BotoCoreError) as exc:
             self._raise(exc, "list", prefix)
         out.sort(key=lambda o: o.key)

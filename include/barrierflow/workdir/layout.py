@@ -13,6 +13,13 @@ on a file system mounted at the same path on the driver's and every worker's mac
 hard-links the state files the executors wrote; see docs/deployment.md).
 
 ``work_dir`` defaults to ``var/<pipeline name>`` under the project home (git-ignored).
+
+A ``work_dir`` on object storage (``s3://BUCKET/PREFIX`` or ``s3a://``) holds only Spark's own
+checkpoint, ``s3a://BUCKET/PREFIX/spark-checkpoint`` (:mod:`barrierflow.storage.object_dir`):
+what only the driver uses (control channel, snapshots, default dead letters and event times)
+stays on the driver's disk, below ``var/object-work-dirs/BUCKET/PREFIX`` under the project
+home, the same folder for every process of that work dir on the driver's machine (a run and a
+restore).
 """
 
 from __future__ import annotations
@@ -22,21 +29,42 @@ from pathlib import Path
 
 from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import PipelineSpec
+from barrierflow.storage.object_dir import CheckpointDir, ObjectDir, is_object_uri, store_uri
+
+#: Below the project home: the driver's local folders of work dirs on object storage.
+OBJECT_WORK_DIRS = Path("var") / "object-work-dirs"
 
 
 @dataclass(frozen=True)
 class JobLayout:
+    """A job's folders: ``work_dir`` on the driver's disk and, for a work dir on object storage,
+    ``object_work_dir`` (its ``s3://`` URI), which then holds Spark's checkpoint."""
+
     work_dir: Path
+    object_work_dir: str | None = None
 
     @classmethod
     def for_spec(cls, spec: PipelineSpec) -> JobLayout:
+        if spec.work_dir and is_object_uri(spec.work_dir):
+            uri = store_uri(spec.work_dir).rstrip("/")
+            return cls(project_home() / OBJECT_WORK_DIRS / uri.removeprefix("s3://"), uri)
         if spec.work_dir:
             path = Path(spec.work_dir)
             return cls(path if path.is_absolute() else project_home() / path)
         return cls(project_home() / "var" / spec.name)
 
     @property
-    def spark_checkpoint(self) -> Path:
+    def on_object_storage(self) -> bool:
+        """Whether Spark's checkpoint is on object storage (``work_dir: s3://...``)."""
+        return self.object_work_dir is not None
+
+    @property
+    def spark_checkpoint(self) -> CheckpointDir:
+        """Spark's own checkpoint: ``<work_dir>/spark-checkpoint`` on the driver's disk, or an
+        :class:`~barrierflow.storage.object_dir.ObjectDir` below the work dir on object storage
+        (``str()`` of it is the ``s3a://`` URI Spark writes to)."""
+        if self.object_work_dir is not None:
+            return ObjectDir(f"{self.object_work_dir}/spark-checkpoint")
         return self.work_dir / "spark-checkpoint"
 
     @property
