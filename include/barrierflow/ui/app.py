@@ -16,9 +16,9 @@ pipeline's checkpoint store, read per request.
 
 The page and ``/api/pipelines/{name}`` show a pipeline's cuts (its checkpoints; of several
 stages: its global checkpoints), one row per stage under each, and its savepoints and recorded
-upgrade, whatever its shape (see :mod:`barrierflow.ui.history`); a cut's verification routes serve the stored result of every
-stage of that cut (the API: an object ``{"checkpoint_id", "stages": {stage: result or null}}``,
-404 if no stage was verified).
+upgrade, whatever its shape (see :mod:`barrierflow.ui.history`); a cut's verification routes
+serve the stored result of every stage of that cut (the API: an object
+``{"checkpoint_id", "stages": {stage: result or null}}``, 404 if no stage was verified).
 """
 
 from __future__ import annotations
