@@ -98,10 +98,12 @@ class IncompatibleStateError(UserInputError):
         super().__init__(
             f"stage {stage} of pipeline {pipeline}: the spec changed what its saved state was built with "
             f"({change}); the state in {state} cannot honour that, so the run was refused before the stage "
-            "processed anything. Either revert the change to keep the state, or start the pipeline from empty "
-            "state: give it a new `work_dir` and a new `checkpoint.storage` in the spec (or delete both, "
-            "losing every checkpoint) and run again. To see what the change keeps, per stage and operator, before "
-            "making it: `barrierflow upgrade SPEC --to NEW_SPEC --dry-run` with the spec the state was built with "
-            "as SPEC and the changed one as NEW_SPEC (it reports compatible, needs rewrite or incompatible; "
-            "rewriting state itself is not supported yet)."
+            "processed anything. Either revert the change to keep the state; or make it through an upgrade, "
+            "with the spec the state was built with as SPEC and the changed one as NEW_SPEC: "
+            "`barrierflow upgrade SPEC --to NEW_SPEC --dry-run` says what the change keeps, per stage and "
+            "operator (compatible, needs rewrite or incompatible), and without --dry-run, from a savepoint "
+            "(`barrierflow stop SPEC --savepoint`), it rewrites what it can (shuffle partitions of RocksDB "
+            "state) and refuses the rest, naming it (docs/upgrades.md); or start the pipeline from empty state: "
+            "give it a new `work_dir` and a new `checkpoint.storage` in the spec (or delete both, losing every "
+            "checkpoint) and run again."
         )

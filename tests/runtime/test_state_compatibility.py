@@ -92,7 +92,8 @@ def test_changed_shuffle_partitions_are_refused_with_exit_2_and_change_nothing(
     name = data["name"]
     assert f"stage {name} of pipeline {name}" in err and "spark.shuffle_partitions: 4 -> 8" in err, err
     assert "revert the change" in err and "new `work_dir` and a new `checkpoint.storage`" in err, err
-    assert "not supported yet" in err and "`barrierflow upgrade SPEC --to NEW_SPEC --dry-run`" in err, err
+    assert "`barrierflow stop SPEC --savepoint`" in err, err
+    assert "`barrierflow upgrade SPEC --to NEW_SPEC --dry-run`" in err, err
     assert files_of(checkpoint, tmp_path / "out") == before
 
 
