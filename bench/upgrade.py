@@ -256,8 +256,12 @@ def _barrier_offsets(spec: Path, checkpoint_id: int) -> dict[str, int]:
 class PipelineProcess:
     """``barrierflow run SPEC ARGS`` in a process of its own (as a user runs it), its output in ``log``."""
 
+    #: Every process started, so that a benchmark that fails ends them.
+    started: list[PipelineProcess] = []
+
     def __init__(self, spec: Path, log: Path, *args: str) -> None:
         self.spec, self.log = spec, log
+        PipelineProcess.started.append(self)
         self._out = log.open("ab")
         self.process = subprocess.Popen([sys.executable, "-m", "barrierflow.cli.main", "run", str(spec), "--quiet",
                                          *args], stdout=self._out, stderr=subprocess.STDOUT)
@@ -339,12 +343,6 @@ def run_upgrade_benchmark(spec_path: str, *, keys: int, markdown: str | None = N
         UpgradeBenchError: a run failed, or a result differs from its independent check (after
             the figures measured so far were printed).
     """
-    from barrierflow.ops.state import session_for, state_diff, state_query
-    from barrierflow.ops.stop import stop
-    from barrierflow.ops.upgrade import UpgradeResult, upgrade
-    from barrierflow.pipeline.model import open_pipeline
-    from barrierflow.state.compatibility import CompatibilityReport
-
     base = load_spec(spec_path)
     if not isinstance(base.source, GeneratorSourceSpec) or base.source.partitions != SOURCE_PARTITIONS:
         raise UpgradeBenchError(f"the upgrade benchmark needs {spec_path} with a generator of {SOURCE_PARTITIONS} "
@@ -353,8 +351,7 @@ def run_upgrade_benchmark(spec_path: str, *, keys: int, markdown: str | None = N
         update={"conf": {"spark.driver.memory": "3g", **base.spark.conf}})})
     root = project_home() / "var" / "bench-upgrade"
     shutil.rmtree(root, ignore_errors=True)
-    work, ref = root / "pipeline", root / "reference"
-    big, small = build_batch(keys), feed_batch(keys)
+    work, big, small = root / "pipeline", build_batch(keys), feed_batch(keys)
     specs = {
         "build-4": write_spec(scenario_spec(base, work, keys=keys, per_partition_batch=big, partitions=SHAPES[0]),
                               root / "build-4.yaml"),
@@ -363,11 +360,37 @@ def run_upgrade_benchmark(spec_path: str, *, keys: int, markdown: str | None = N
         "feed-4": write_spec(scenario_spec(base, work, keys=keys, per_partition_batch=small, partitions=SHAPES[2]),
                              root / "feed-4.yaml"),
     }
-    store_dir = work / "checkpoints"
-    logs = root / "logs"
-    logs.mkdir()
+    (root / "logs").mkdir()
     report = UpgradeBenchReport(keys)
     problems: list[str] = []
+    try:
+        _scenario(base, root, specs, keys, report, problems)
+    except BarrierflowError as exc:
+        problems.append(f"stopped early: {exc}")
+    finally:
+        for process in PipelineProcess.started:
+            if process.process.poll() is None:
+                process.process.kill()
+                process.process.wait()
+        emit_table(render(report, base), markdown)
+    if problems:
+        raise UpgradeBenchError("the upgrade benchmark failed: " + "; ".join(problems))
+    return report
+
+
+def _scenario(base: PipelineSpec, root: Path, specs: dict[str, Path], keys: int, report: UpgradeBenchReport,
+              problems: list[str]) -> None:
+    """The steps of :func:`run_upgrade_benchmark`: figures into ``report``, wrong results into ``problems``."""
+    from barrierflow.ops.state import session_for, state_diff, state_query
+    from barrierflow.ops.stop import stop
+    from barrierflow.ops.upgrade import UpgradeResult, upgrade
+    from barrierflow.pipeline.model import open_pipeline
+    from barrierflow.state.compatibility import CompatibilityReport
+
+    work, ref = root / "pipeline", root / "reference"
+    big, small = build_batch(keys), feed_batch(keys)
+    store_dir = work / "checkpoints"
+    logs = root / "logs"
     session, report.session_seconds = _timed(lambda: session_for(open_pipeline(specs["build-4"]), None))
     spark: SparkSession = session
 
@@ -395,7 +418,7 @@ def run_upgrade_benchmark(spec_path: str, *, keys: int, markdown: str | None = N
         report.add(phase, "upgrade --dry-run (report)", seconds, f"verdict {verdict}")
         watcher = VerificationWatcher(store_dir, savepoint)
         with watcher.watching():
-            began = time.monotonic()
+            began, began_wall = time.monotonic(), datetime.now(UTC)
             result = upgrade(specs[old], specs[new], dry_run=False, spark=spark)
             ended = time.monotonic()
         if not isinstance(result, UpgradeResult):
@@ -409,7 +432,15 @@ def run_upgrade_benchmark(spec_path: str, *, keys: int, markdown: str | None = N
                    f"savepoint {result.source_savepoint} -> {result.savepoint}, rescaled {result.rescaled}, "
                    f"canary verified {result.canary.get('verified')}")
         report.add(phase, "upgrade call (wall)", ended - began)
-        if watcher.first is None or watcher.first[0] not in result.canary.get("verified", []):
+        verified = list(result.canary.get("verified", []))
+        if verified:
+            ran = open_pipeline(specs[new]).stages[0].store.get(max(verified)).completion_time - began_wall
+            report.add(phase, f"canary: upgrade start -> its last checkpoint ({len(verified)}) completed",
+                       ran.total_seconds())
+            if watcher.first is not None:
+                report.add(phase, "canary: its last checkpoint completed -> the first one's deep verification stored",
+                           watcher.first[1] - began - ran.total_seconds())
+        if watcher.first is None or watcher.first[0] not in verified:
             problems.append(f"{phase}: no verified canary checkpoint was seen ({watcher.first})")
         else:
             report.add(phase, "HEADLINE stop request -> first verified checkpoint of the new shape (dry run excluded)",
@@ -489,10 +520,6 @@ def run_upgrade_benchmark(spec_path: str, *, keys: int, markdown: str | None = N
     if dict(diff.counts) != want_diff:
         problems.append(f"state diff {first_savepoint} -> {second_savepoint}: {diff.counts} != the input's recount "
                         f"{want_diff}")
-    emit_table(render(report, base), markdown)
-    if problems:
-        raise UpgradeBenchError("the upgrade benchmark found wrong results: " + "; ".join(problems))
-    return report
 
 
 def render(report: UpgradeBenchReport, spec: PipelineSpec) -> str:
