@@ -69,7 +69,8 @@ tags, tasks, whether it applies).
   operator; an incompatible verdict fails it, changing nothing) -> `needs_approval` (stops a dry
   run here) -> `approve` (Airflow's human-in-the-loop ApprovalOperator, the report as its body;
   rejected: nothing else runs) -> `upgrade` runs `barrierflow upgrade <spec> --to <new_spec>`.
-  Params: `new_spec` (required), `dry_run` (default true), `checkpoint` (default the newest).
+  Params: `new_spec` (required), `dry_run` (default true), `checkpoint` (default the newest),
+  `canary_checkpoints` (default 3; 0: no canary).
 
 * `barrierflow_rollup__<name>` (on the asset `barrierflow/<name>/output`, and daily at 00:30 UTC):
   `rollup` spark-submits `jobs/batch_job.py rollup` (daily rollups of the committed output, Parquet

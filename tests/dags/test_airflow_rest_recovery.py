@@ -244,7 +244,7 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
         # new savepoint that the changed spec restores as a new attempt.
         assert main(["savepoint", str(spec_path)]) == 0
         source = max(m.checkpoint_id for m in store.completed())
-        approved = server.trigger(UPGRADE, {"new_spec": str(rescaled), "dry_run": False})
+        approved = server.trigger(UPGRADE, {"new_spec": str(rescaled), "dry_run": False, "canary_checkpoints": 1})
         server.wait_for(lambda: server.task_instance(UPGRADE, approved, "approve")["state"] == "awaiting_input", 300,
                         "the second upgrade's approval to be asked")
         server.wait_for(lambda: _approval_parked(server.home / "scheduler.log", approved), 60,
@@ -256,6 +256,7 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
         upgraded = server.xcom(UPGRADE, approved, "upgrade")
         assert upgraded["source_savepoint"] == source and upgraded["savepoint"] > source, upgraded
         assert upgraded["rescaled"] == {"e2e": {"from": 2, "to": 4}}, upgraded
+        assert upgraded["canary"]["checkpoints"] == 1 and len(upgraded["canary"]["verified"]) == 1, upgraded
         phase("upgrade: approved, rescaled 2 -> 4")
     print("REST recovery timeline (s): " + ", ".join(f"{name} {t:.1f}" for name, t in phases))
 

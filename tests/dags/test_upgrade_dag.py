@@ -9,7 +9,8 @@ then:
   skipped; the checkpoint store is unchanged;
 * a dry run with the grouping key changed: ``report`` fails (incompatible, naming the operator),
   nothing after it runs, nothing changed;
-* a trigger without ``new_spec`` is refused by the DAG's params, as the REST API refuses it.
+* a trigger without ``new_spec``, or with a negative ``canary_checkpoints``, is refused by the
+  DAG's params, as the REST API refuses it.
 
 The approval itself (Airflow's human-in-the-loop, answered through the REST API) needs a real
 scheduler and API server.
@@ -67,3 +68,14 @@ def test_the_upgrade_dag_reports_and_stops_for_a_dry_run_and_fails_an_incompatib
 
     with pytest.raises(ParamValidationError, match="new_spec"):
         run_dag(monkeypatch, pipelines_dir, dag_id)
+    with pytest.raises(ParamValidationError, match="canary_checkpoints"):
+        run_dag(monkeypatch, pipelines_dir, dag_id, new_spec=str(rescaled), dry_run=False, canary_checkpoints=-1)
+    assert _files(tmp_path / "checkpoints") == before
+
+
+def test_the_upgrade_dags_canary_default_is_the_commands() -> None:
+    from barrierflow.airflow.params import UPGRADE_CANARY_CHECKPOINTS, upgrade_params
+    from barrierflow.ops.upgrade import DEFAULT_CANARY_CHECKPOINTS
+
+    assert UPGRADE_CANARY_CHECKPOINTS == DEFAULT_CANARY_CHECKPOINTS
+    assert upgrade_params()["canary_checkpoints"].value == DEFAULT_CANARY_CHECKPOINTS

@@ -143,11 +143,9 @@ def test_alignment_timeout_counts_from_when_a_barrier_is_first_seen_ahead_of_the
     source = reader(kafka_endpoint, topic, tmp_path, timeout=timeout, max_records=2)
     try:
         first = plan(source, source.initialOffset())  # the barriers are seen, not reached
-        seen = time.monotonic()
         assert first.barrier == 0 and first.partitions == {p0: 2, p1: 2}
         time.sleep(timeout)  # the timeout elapsing is the behaviour under test, not a readiness wait
         second = plan(source, first.to_json())
-        assert time.monotonic() - seen < 10 * timeout  # not 20 batches later
         assert second.barrier == 1 and second.partitions == {p0: 4, p1: 4}
         record = read_alignment(tmp_path / "control", 1)
         assert record is not None and record["mode"] == "aligned-timed-out"
@@ -160,24 +158,25 @@ def test_alignment_timeout_counts_from_when_a_barrier_is_first_seen_ahead_of_the
         source.stop()
 
 
-@pytest.mark.parametrize("age", [5.0, 0.0])
+@pytest.mark.parametrize(("age", "timeout"), [(5.0, 1.0), (0.0, 3600.0)])
 def test_alignment_timeout_counts_from_the_trigger_time_the_barriers_carry(
-        kafka_endpoint: KafkaEndpoint, tmp_path: Path, age: float) -> None:
+        kafka_endpoint: KafkaEndpoint, tmp_path: Path, age: float, timeout: float) -> None:
     """Barrier records carry their checkpoint's trigger time (``bf-triggered-ms``), and the
     timeout counts from it, as Flink's counts from the barrier's timestamp: barriers of a
     checkpoint triggered 5 s ago, seen for the first time with a 1 s timeout, switch it to
-    unaligned in the very plan that sees them; barriers triggered just now do not. The
-    snapshot batch's offsets carry the trigger time on (for the barriers this stage writes)."""
+    unaligned in the very plan that sees them; barriers triggered just now, with a timeout no
+    test run outlasts (an hour, so the machine's speed cannot decide it), do not. The snapshot
+    batch's offsets carry the trigger time on (for the barriers this stage writes)."""
     backlog = 40
     triggered_ms = round((time.time() - age) * 1000)
     topic = channel(kafka_endpoint, {p: [*range(backlog), ("B", 1, triggered_ms)] for p in (0, 1)})
     p0, p1 = f"{topic}:0", f"{topic}:1"
-    source = reader(kafka_endpoint, topic, tmp_path, timeout=1.0, max_records=2)
+    source = reader(kafka_endpoint, topic, tmp_path, timeout=timeout, max_records=2)
     try:
         first = plan(source, source.initialOffset())
         assert first.partitions == {p0: 2, p1: 2}
         if age == 0.0:
-            assert first.barrier == 0 and first.barrier_triggered_ms is None  # 1 s not passed: aligned so far
+            assert first.barrier == 0 and first.barrier_triggered_ms is None  # the timeout not passed: aligned
             return
         assert first.barrier == 1 and first.barrier_triggered_ms == triggered_ms
         record = read_alignment(tmp_path / "control", 1)

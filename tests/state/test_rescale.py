@@ -26,6 +26,8 @@ from barrierflow.ops.upgrade import UpgradeResult, upgrade
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec
 
+from tests.support.running_totals import assert_exactly_once, recount
+
 pytestmark = pytest.mark.spark
 
 SHUFFLE = "spark.sql.shuffle.partitions"
@@ -51,18 +53,6 @@ def totals_spec(tmp: Path, shuffle: int, state_store: str = "rocksdb") -> dict[s
 def write(path: Path, data: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
-
-
-def recount() -> dict[int, tuple[int, int]]:
-    """key -> (count, sum of value) of every record the generator produces (its formula:
-    key = n % keys, value = n * 2654435761 % 1000, n = i * partitions + p)."""
-    totals: dict[int, tuple[int, int]] = {}
-    for p in range(PARTITIONS):
-        for i in range(RECORDS):
-            n = i * PARTITIONS + p
-            count, total = totals.get(n % KEYS, (0, 0))
-            totals[n % KEYS] = (count + 1, total + (n * 2654435761) % 1000)
-    return totals
 
 
 def _run(spark: Any, path: Path, **limits: Any) -> None:
@@ -135,13 +125,7 @@ def test_rescale_4_to_8_to_4_keeps_every_key_exactly_once(spark: Any, tmp_path: 
     rows = [r.asDict() for r in spark.read.parquet(str(tmp_path / "out")).collect()]
     count = next(c for c in rows[0] if "count" in c)
     total = next(c for c in rows[0] if "sum" in c)
-    updates = [(r["key"], r[count]) for r in rows]
-    assert len(updates) == len(set(updates)), "an update was written twice"
-    final: dict[int, tuple[int, int]] = {}
-    for r in rows:
-        if r[count] > final.get(r["key"], (0, 0))[0]:
-            final[r["key"]] = (r[count], r[total])
-    assert final == recount()
+    assert_exactly_once(rows, recount(PARTITIONS, RECORDS, KEYS), count=count, total=total)
     newest = store.latest()
     assert newest is not None and newest.checkpoint_id > back
 

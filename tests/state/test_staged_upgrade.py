@@ -11,11 +11,21 @@ of the generator's records gives: the rescaled state carried every key exactly o
 new stage. The three-stage pipeline is then savepointed and upgraded back without ``c``, which
 is refused until ``--drop-stage c`` names it; an upgrade that changes nothing restores that
 savepoint as it is.
+
+The same two-stage pipeline also shows the canary and the resumable steps in several stages: a
+new spec whose stage ``b`` counts key 0 a thousand times fails its canary's deep verification
+(the pipeline's expectation suite bounds every count), rolls back, and the old spec's rerun
+still gives the exact totals; an upgrade killed right after its rewrite completes when the same
+command runs again.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +35,16 @@ from barrierflow.checkpointing.global_store import GlobalCheckpointStore
 from barrierflow.checkpointing.manifest import CheckpointKind
 from barrierflow.ops.savepoint import savepoint
 from barrierflow.ops.upgrade import UpgradeNotSupportedError, UpgradeResult, upgrade
+from barrierflow.ops.upgrade_record import UpgradeStep, read_record
+from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.spec import parse_staged_spec
 from barrierflow.storage import open_store
+from barrierflow.transactions.ledger import TransactionLedger, TxnState
 
 from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.running_totals import assert_exactly_once, recount
 from tests.support.staged_specs import PARTITIONS, RECORDS, two_stage_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -38,22 +52,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 SHUFFLE = "spark.sql.shuffle.partitions"
 KEYS = 7  # two_stage_spec's generator
 TOTALS = {"key": "long", "count": "long", "value_sum": "long"}
+POISONED = "tests.verification.state_transforms:totals_with_a_poisoned_key"
 
 
 def write(path: Path, data: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
-
-
-def recount() -> dict[int, tuple[int, int]]:
-    """key -> (count, sum) over every record of the bounded generator."""
-    totals: dict[int, tuple[int, int]] = {}
-    for p in range(PARTITIONS):
-        for i in range(RECORDS):
-            n = i * PARTITIONS + p
-            count, total = totals.get(n % KEYS, (0, 0))
-            totals[n % KEYS] = (count + 1, total + (n * 2654435761) % 1000)
-    return totals
 
 
 def run(spark: Any, data: dict[str, Any], **limits: Any) -> None:
@@ -70,14 +74,27 @@ def updates(uri: str) -> list[dict[str, Any]]:
     return [] if table is None else table.to_pylist()
 
 
-def test_one_stage_rescaled_and_one_added_keep_the_output_exactly_once(
-        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
-    old = two_stage_spec(tmp_path, kafka_endpoint)
+def totals_pipeline(tmp_path: Path, endpoint: KafkaEndpoint) -> tuple[dict[str, Any], Path]:
+    """two_stage_spec with running totals per key in ``b`` (RocksDB, 4 shuffle partitions) and
+    input left after the first global checkpoint; its data and its spec file."""
+    old = two_stage_spec(tmp_path, endpoint)
     old["spark"] = {"master": "local[2]", "shuffle_partitions": 4, "state_store": "rocksdb"}
     old["stages"][1]["transformation"] = {"function": "barrierflow.transforms.aggregations:keyed_running_totals",
                                           "output_mode": "update"}
     old["stages"][0]["sources"][0]["max_records_per_batch"] = 5  # input left after the first global checkpoint
-    old_path = write(tmp_path / "two.yaml", old)
+    return old, write(tmp_path / "two.yaml", old)
+
+
+def changed(tmp_path: Path, old: dict[str, Any], file: str, change: Any) -> tuple[dict[str, Any], Path]:
+    """A copy of ``old`` changed by ``change(copy)``; the copy and its spec file."""
+    new = json.loads(json.dumps(old))
+    change(new)
+    return new, write(tmp_path / file, new)
+
+
+def test_one_stage_rescaled_and_one_added_keep_the_output_exactly_once(
+        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    old, old_path = totals_pipeline(tmp_path, kafka_endpoint)
     new = json.loads(json.dumps(old))
     channel = new["channels"][0]
     new["channels"].append({"name": "bc", "topic": f"{channel['topic']}-bc", "partitions": 2,
@@ -129,13 +146,7 @@ def test_one_stage_rescaled_and_one_added_keep_the_output_exactly_once(
     run(spark, new, until_exhausted=True, duration=150)
     before_upgrade, after_upgrade = updates(f"file://{tmp_path / 'out'}"), updates(f"file://{tmp_path / 'out-c'}")
     assert before_upgrade and after_upgrade, "both sides of the upgrade committed output"
-    seen = [(r["key"], r["count"]) for r in before_upgrade + after_upgrade]
-    assert len(seen) == len(set(seen)), "an update was written twice"
-    final: dict[int, tuple[int, int]] = {}
-    for r in before_upgrade + after_upgrade:
-        if r["count"] > final.get(r["key"], (0, 0))[0]:
-            final[r["key"]] = (r["count"], r["value_sum"])
-    assert final == recount()
+    assert_exactly_once(before_upgrade + after_upgrade, recount(PARTITIONS, RECORDS, KEYS))
 
     # the three stages back to two: stage c's removal is refused until named
     back = json.loads(json.dumps(old))
@@ -147,11 +158,76 @@ def test_one_stage_rescaled_and_one_added_keep_the_output_exactly_once(
         with pytest.raises(UpgradeNotSupportedError, match=r"removes stage c of pipeline two.*add --drop-stage c"):
             upgrade(new_path, back_path, dry_run=False, spark=spark)
         assert cuts.completed_ids()[-1] == three
-        dropped = upgrade(new_path, back_path, dry_run=False, spark=spark, drop_stages=["c"])
+        dropped = upgrade(new_path, back_path, dry_run=False, spark=spark, drop_stages=["c"], canary_checkpoints=0)
         assert isinstance(dropped, UpgradeResult) and dropped.dropped == ("c",) and dropped.rescaled == {}
         assert sorted(cuts.get(dropped.savepoint).stages) == ["a", "b"]
-        same = upgrade(back_path, back_path, dry_run=False, spark=spark)  # nothing to rewrite: restored as it is
+        # nothing to rewrite: restored as it is
+        same = upgrade(back_path, back_path, dry_run=False, spark=spark, canary_checkpoints=0)
     finally:
         spark.conf.set(SHUFFLE, before)
     assert isinstance(same, UpgradeResult) and same.savepoint == same.source_savepoint == dropped.savepoint
     assert same.attempt > dropped.attempt and cuts.completed_ids()[-1] == dropped.savepoint
+
+
+@pytest.mark.slow(90)
+def test_a_failing_canary_of_two_stages_rolls_back_and_the_old_spec_runs_exactly_once(
+        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path, cli: Any) -> None:
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps({"name": "totals", "expectations": [
+        {"type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "value_count", "min_value": 1, "max_value": PARTITIONS * RECORDS}}]}))
+    old, old_path = totals_pipeline(tmp_path, kafka_endpoint)
+    old["verification"] = {"expectations": str(suite)}
+    write(old_path, old)
+    _, new_path = changed(tmp_path, old, "poisoned.yaml",
+                          lambda new: new["stages"][1]["transformation"].update(function=POISONED))
+    pipeline = open_pipeline(old_path)
+    b = pipeline.stage("b")
+    run(spark, old, checkpoints=1)
+    source = savepoint(old_path).checkpoint_id
+
+    code, _, err = cli("upgrade", str(old_path), "--to", str(new_path), "--canary-checkpoints", "1")
+    assert code == 1 and "rolled back" in err and "of stage b failed the expectation check" in err, err
+    record = read_record(pipeline.objects)
+    assert record is not None and record.step is UpgradeStep.ROLLED_BACK and record.source_savepoint == source
+    canary = {t.checkpoint_id: t.state for t in TransactionLedger(b.store.objects, b.spec.name).list()
+              if t.checkpoint_id > source}
+    assert canary and set(canary.values()) == {TxnState.ABORTED}, canary  # pre-committed, then aborted
+    assert pipeline.cuts.completed_ids()[-1] == source
+
+    run(spark, old, until_exhausted=True, duration=150)
+    assert_exactly_once(updates(f"file://{tmp_path / 'out'}"), recount(PARTITIONS, RECORDS, KEYS))
+
+
+@pytest.mark.slow(90)
+def test_a_two_stage_upgrade_killed_after_its_rewrite_completes_when_run_again(
+        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path, cli: Any) -> None:
+    from tests.drivers import short_lived_driver_env
+
+    old, old_path = totals_pipeline(tmp_path, kafka_endpoint)
+    new, new_path = changed(tmp_path, old, "rescaled.yaml", lambda new: new["stages"][1].update(shuffle_partitions=2))
+    pipeline = open_pipeline(old_path)
+    run(spark, old, checkpoints=1)
+    source = savepoint(old_path).checkpoint_id
+    command = ("upgrade", str(old_path), "--to", str(new_path), "--canary-checkpoints", "1")
+
+    crash = {**os.environ, **short_lived_driver_env(), "BARRIERFLOW_CRASH_AT": "upgrade_after_rewrite"}
+    killed = subprocess.run([sys.executable, "-m", "barrierflow.cli.main", *command], env=crash,
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    record = read_record(pipeline.objects)
+    assert record is not None and record.step is UpgradeStep.REWRITTEN
+    rewritten = record.savepoint
+    assert rewritten > source and sorted(pipeline.cuts.get(rewritten).stages) == ["a", "b"]
+    code, _, err = cli("run", str(new_path), "--checkpoints", "1")  # nothing starts around the upgrade
+    assert code == 2 and "unfinished upgrade" in err, err
+
+    code, out, err = cli(*command, "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["source_savepoint"] == source and document["savepoint"] == rewritten, document
+    assert document["canary"]["attempts"] == 1 and len(document["canary"]["verified"]) == 1, document["canary"]
+    assert read_record(pipeline.objects).step is UpgradeStep.CANARY_PASSED  # type: ignore[union-attr]
+
+    run(spark, new, until_exhausted=True, duration=150)
+    assert_exactly_once(updates(f"file://{tmp_path / 'out'}"), recount(PARTITIONS, RECORDS, KEYS))

@@ -28,6 +28,8 @@ from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 
+from tests.support.running_totals import assert_exactly_once, recount
+
 pytestmark = pytest.mark.spark
 
 NAME, PARTITIONS, RECORDS, KEYS = "canaried", 2, 400, 5
@@ -68,20 +70,8 @@ def run(spark: Any, path: Path, **limits: Any) -> None:
 def assert_output_exact(spark: Any, tmp: Path) -> None:
     """No update written twice, and the last update of every key is its recounted total (the
     generator's formula: key = n % keys, value = n * 2654435761 % 1000, n = i * partitions + p)."""
-    totals: dict[int, tuple[int, int]] = {}
-    for p in range(PARTITIONS):
-        for i in range(RECORDS):
-            n = i * PARTITIONS + p
-            count, total = totals.get(n % KEYS, (0, 0))
-            totals[n % KEYS] = (count + 1, total + (n * 2654435761) % 1000)
     rows = [r.asDict() for r in spark.read.parquet(str(tmp / "out")).collect()]
-    updates = [(r["key"], r["count"]) for r in rows]
-    assert len(updates) == len(set(updates)), "an update was written twice"
-    final: dict[int, tuple[int, int]] = {}
-    for r in rows:
-        if r["count"] > final.get(r["key"], (0, 0))[0]:
-            final[r["key"]] = (r["count"], r["value_sum"])
-    assert final == totals
+    assert_exactly_once(rows, recount(PARTITIONS, RECORDS, KEYS))
 
 
 def transactions(store: CheckpointStore, after: int) -> dict[int, TxnState]:

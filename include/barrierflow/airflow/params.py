@@ -61,8 +61,15 @@ def stop_params() -> dict[str, Param]:
     }
 
 
+#: The upgrade DAG's default ``canary_checkpoints``: ``barrierflow upgrade``'s
+#: (:data:`barrierflow.ops.upgrade.DEFAULT_CANARY_CHECKPOINTS`, which imports too much to be
+#: read at DAG-parse time; a test holds the two equal).
+UPGRADE_CANARY_CHECKPOINTS = 3
+
+
 def upgrade_params() -> dict[str, Param]:
-    """The upgrade DAG's params: the changed spec, whether to stop after the report, which cut."""
+    """The upgrade DAG's params: the changed spec, whether to stop after the report, which cut,
+    and the canary's length (the CLI's ``--canary-checkpoints``)."""
     return {
         "new_spec": Param(type="string", minLength=1,
                           description="Path of the changed spec (the pipeline's new version) on the Airflow "
@@ -73,6 +80,10 @@ def upgrade_params() -> dict[str, Param]:
         "checkpoint": Param(None, type=["null", "integer"], minimum=1,
                             description="The checkpoint or savepoint whose state is compared (default: the newest "
                                         "completed one)."),
+        "canary_checkpoints": Param(
+            UPGRADE_CANARY_CHECKPOINTS, type="integer", minimum=0,
+            description="How many checkpoints of the new spec must pass deep verification, their output held back, "
+                        "before the upgrade commits it; a failure rolls back to the old spec (0: no canary)."),
     }
 
 

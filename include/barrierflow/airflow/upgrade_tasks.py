@@ -15,8 +15,8 @@ person's approval, then the upgrade.
   (UI: the task's Required Actions; REST: ``PATCH .../taskInstances/approve/-1/hitlDetails``).
   Rejected: ``upgrade`` is skipped, and nothing has been read for writing, rewritten or dropped.
 * ``upgrade`` runs the upgrade for real (``barrierflow upgrade SPEC --to NEW_SPEC``, with its
-  canary), after the approval only; it fails naming what it cannot do when a change has no
-  rewrite yet, and naming the failed check when the canary failed and the upgrade rolled back.
+  canary of ``canary_checkpoints``), after the approval only; it fails naming what it cannot do
+  when a change has no rewrite yet, and naming the failed check when the canary failed and the upgrade rolled back.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import task
 
+from barrierflow.airflow.params import UPGRADE_CANARY_CHECKPOINTS
 from barrierflow.airflow.task_body import task_body
 from barrierflow.airflow.tasks import current_context
 from barrierflow.errors import BarrierflowError
@@ -94,7 +95,10 @@ def apply_upgrade(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     from barrierflow.ops.upgrade import upgrade
 
     new_spec, checkpoint = _params()
-    document = upgrade(spec_path, new_spec, dry_run=False, checkpoint_id=checkpoint).as_dict()
+    params = current_context()["params"]
+    document = upgrade(spec_path, new_spec, dry_run=False, checkpoint_id=checkpoint,
+                       canary_checkpoints=int(params.get("canary_checkpoints", UPGRADE_CANARY_CHECKPOINTS))
+                       ).as_dict()
     log.info("canary of %s passed: checkpoints %s verified and committed", new_spec,
              document["canary"].get("verified"))
     log.info("upgrade: %s", json.dumps(document))

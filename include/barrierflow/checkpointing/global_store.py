@@ -31,7 +31,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
@@ -43,6 +43,7 @@ from barrierflow.checkpointing.global_manifest import (
     GlobalTrigger,
     StageSnapshot,
     global_key,
+    stage_prefix,
 )
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.store import CheckpointStore, manifest_key
@@ -292,6 +293,26 @@ class GlobalCheckpointStore:
                 f"{self.objects.describe(global_key(manifest.checkpoint_id, '_metadata'))}; global manifests are "
                 "never overwritten (is a second pipeline coordinator writing to this checkpoint store?)")
 
+    def record_cut(self, checkpoint_id: int, parts: Mapping[str, tuple[CheckpointStore, Manifest]]
+                   ) -> GlobalManifest:
+        """Record cut ``checkpoint_id`` made outside a run (an upgrade's new savepoint): every
+        stage's manifest (``stage name -> (its store, its manifest)``, all of that id), then the
+        global manifest naming them, last: before it the stage manifests belong to no cut.
+
+        Raises:
+            GlobalManifestExistsError, CheckpointError: the cut (or a stage's checkpoint) of that
+                id already has a manifest.
+        """
+        for store, manifest in parts.values():
+            store.write_manifest(manifest)
+        completed = datetime.now(UTC)
+        cut = GlobalManifest(pipeline=self.pipeline, checkpoint_id=checkpoint_id, attempt=self.attempt(),
+                             trigger_time=completed, completion_time=completed, total_ms=0.0,
+                             stages={name: stage_snapshot(stage_prefix(name), manifest)
+                                     for name, (_, manifest) in parts.items()})
+        self.write_manifest(cut)
+        return cut
+
     def record_failure(self, failure: GlobalFailure) -> None:
         """Record that ``failure.checkpoint_id`` failed, expired or was abandoned unfinished."""
         self.objects.put_bytes(global_key(failure.checkpoint_id, "_failed"), failure.model_dump_json(indent=2).encode())
@@ -341,7 +362,8 @@ def stage_snapshot(stage_prefix: str, manifest: Manifest) -> StageSnapshot:
 
 class SingleStageCuts:
     """The cuts of a pipeline of one stage, derived from its stage store: checkpoint ``n`` is
-    cut ``n``. Read-only; the stage store stays the one place such a pipeline writes."""
+    cut ``n``. The stage store stays the one place such a pipeline writes (:meth:`record_cut`
+    writes the stage's manifest)."""
 
     def __init__(self, stage: str, store: CheckpointStore) -> None:
         self.stage = stage
@@ -357,6 +379,27 @@ class SingleStageCuts:
 
     def completed_ids(self) -> list[int]:
         return self.store.checkpoint_ids()
+
+    def highest_used_id(self) -> int:
+        """The largest checkpoint id the stage store uses (0: none)."""
+        return self.store.highest_used_id()
+
+    def record_cut(self, checkpoint_id: int, parts: Mapping[str, tuple[CheckpointStore, Manifest]]
+                   ) -> GlobalManifest:
+        """Record cut ``checkpoint_id`` made outside a run, as
+        :meth:`GlobalCheckpointStore.record_cut` does: here the stage's own manifest is the cut
+        (``parts`` holds this stage only).
+
+        Raises:
+            CheckpointError: checkpoint ``checkpoint_id`` already has a manifest.
+            ValueError: ``parts`` is not exactly this pipeline's one stage.
+        """
+        if set(parts) != {self.stage}:
+            raise ValueError(f"a cut of pipeline {self.pipeline} has one part, of stage {self.stage}; "
+                             f"given {sorted(parts)}")
+        store, manifest = parts[self.stage]
+        store.write_manifest(manifest)
+        return self.cut_of(manifest)
 
     def cut_of(self, manifest: Manifest) -> GlobalManifest:
         """Cut ``n`` as a global manifest, derived from the stage's manifest ``n``."""

@@ -70,6 +70,15 @@ class LocalSnapshot:
     duration_ms: float = 0.0
 
 
+def _snapshot(checkpoint_id: int, batch_id: int, target: Path, files: list[SnapshotFile], bases: dict[str, int],
+              started: float) -> LocalSnapshot:
+    """The snapshot of batch ``batch_id`` (state version ``batch_id + 1``) taken into ``target``
+    since ``started`` (a ``time.perf_counter()`` reading)."""
+    return LocalSnapshot(checkpoint_id=checkpoint_id, batch_id=batch_id, state_version=batch_id + 1,
+                         directory=str(target), files=files, state_bases=bases,
+                         duration_ms=(time.perf_counter() - started) * 1000.0)
+
+
 def _choose_base(deltas: set[int], snapshots: set[int], target: int, previous: int | None,
                  size: Callable[[str], int] | None = None) -> int:
     """The version whose snapshot (0 = empty state) starts the chain to ``target``.
@@ -177,15 +186,7 @@ def take_local_snapshot(
             linked.append(SnapshotFile(relpath, str(dst), dst.stat().st_size))
         except FileNotFoundError as exc:
             raise CheckpointError(f"{relpath} disappeared before it was snapshotted: {exc}") from exc
-    return LocalSnapshot(
-        checkpoint_id=checkpoint_id,
-        batch_id=batch_id,
-        state_version=batch_id + 1,
-        directory=str(target),
-        files=linked,
-        state_bases=bases,
-        duration_ms=(time.perf_counter() - started) * 1000.0,
-    )
+    return _snapshot(checkpoint_id, batch_id, target, linked, bases, started)
 
 
 # -- Spark's checkpoint on object storage --------------------------------------------------
@@ -310,12 +311,4 @@ def take_object_snapshot(
     for path in [p for p in cache.rglob("*") if p.is_file()] if cache.is_dir() else []:
         if path not in kept:
             path.unlink(missing_ok=True)
-    return LocalSnapshot(
-        checkpoint_id=checkpoint_id,
-        batch_id=batch_id,
-        state_version=batch_id + 1,
-        directory=str(target),
-        files=linked,
-        state_bases=bases,
-        duration_ms=(time.perf_counter() - started) * 1000.0,
-    )
+    return _snapshot(checkpoint_id, batch_id, target, linked, bases, started)

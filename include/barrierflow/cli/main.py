@@ -232,8 +232,8 @@ def _parser() -> argparse.ArgumentParser:
     upgrade = sub.add_parser("upgrade", help="change a stopped pipeline's spec over its savepoint: the compatibility "
                                              "report (--dry-run), or the change itself (a rescale, a stage added or "
                                              "dropped is rewritten into a new savepoint, which the new spec is "
-                                             "restored from; one stage then runs a verified canary, and a failed "
-                                             "canary rolls back)")
+                                             "restored from; the new spec then runs a verified canary, and a "
+                                             "failed canary rolls back)")
     upgrade.add_argument("spec", help="the spec the state was built with")
     upgrade.add_argument("--to", dest="new_spec", required=True, metavar="NEW_SPEC", help="the changed spec")
     upgrade.add_argument("--dry-run", action="store_true", help="report only: nothing is rewritten or restored")
@@ -244,8 +244,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="a stage the new spec removes, dropped with its state (several stages; repeat for "
                               "more); a removed stage not named is refused")
     upgrade.add_argument("--canary-checkpoints", type=int, default=3, metavar="N",
-                         help="(one stage) how many completed checkpoints of the new spec must pass deep verification "
-                              "before its output is committed (default 3; 0: no canary); a failed canary rolls back")
+                         help="how many completed checkpoints of the new spec must pass deep verification before "
+                              "its output is committed (default 3; 0: no canary); a failed canary rolls back")
     upgrade.add_argument("--json", action="store_true")
 
     validate = sub.add_parser("validate", help="validate a spec; for several stages show the graph and its cycles")

@@ -18,14 +18,13 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from barrierflow.errors import BarrierflowError, UserInputError
-from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
 from barrierflow.ops.stop import finish_stop, record_outcome
 from barrierflow.ops.upgrade_record import refuse_unfinished
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.runtime.job import Progress
 from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StageProgress
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult
-from barrierflow.runtime.run_driver import open_driver, open_stage_process_driver
+from barrierflow.runtime.run_driver import channel_servers, open_driver, open_stage_process_driver
 from barrierflow.runtime.stop_request import StopOutcome
 from barrierflow.sources.dead_letter import count_dead_letters
 
@@ -176,8 +175,7 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     _check_limits(duration, checkpoints)
     pipeline = open_pipeline(spec_path)
     _refuse_object_work_dir_without_s3a(pipeline)
-    if pipeline.single_stage:
-        refuse_unfinished(pipeline.stages[0].store.objects, pipeline.name)
+    refuse_unfinished(pipeline.objects, pipeline.name)
     if processes:
         pipeline.refuse_stage_processes("--processes")
     drivers: list[PipelineRunner] = []
@@ -199,10 +197,7 @@ def _run(pipeline: OpenedPipeline, *, duration: float | None, checkpoints: int |
          opened: Callable[[PipelineRunner], None]) -> RunOutcome:
     """:func:`run` under the lease (``opened`` is told the driver once it exists)."""
     with ExitStack() as stack:
-        address = None
-        if any(c.is_embedded for c in pipeline.channels):
-            address = stack.enter_context(embedded_broker(data_dir_for(pipeline.work_dir)))
-        servers = {c.name: address for c in pipeline.channels if c.is_embedded and address is not None}
+        address, servers = stack.enter_context(channel_servers(pipeline))
         driver = open_driver(pipeline, channel_servers=servers, processes=processes)
         opened(driver)
         if until_exhausted:

@@ -9,58 +9,46 @@ connects, nothing is written) and compares the two per stage, operator and graph
 (:func:`barrierflow.state.compatibility.compare`). The store and the work dirs are only read.
 
 Without ``dry_run`` (:func:`upgrade` then returns an :class:`UpgradeResult`), the change is made
-from a savepoint (``checkpoint_id``, default the newest savepoint, which must be the newest
-completed checkpoint: output committed after it would be written again), with the pipeline
-stopped, under its lease:
+from a savepoint S (``checkpoint_id``, default the newest savepoint: a cut whose every stage's
+part is a savepoint, which must be the newest completed cut, since output committed after it
+would be written again), with the pipeline stopped, under its lease, in steps recorded in the
+checkpoint store (:mod:`barrierflow.ops.upgrade_record`). A pipeline of one stage is the general
+case with one stage: its cuts are its checkpoints (``pipeline.cuts``), and every step below is
+the same for it.
 
-* a change the report calls *compatible*: nothing is rewritten; the savepoint is restored for
-  the new spec as a new attempt;
-* a change whose only rewrite is a rescale (a single-stage pipeline's shuffle partitions):
-  the savepoint is materialized into a scratch directory, Spark's offline repartition rewrites
-  that copy (:func:`barrierflow.state.rescale.rescale_checkpoint`: batch V+1, no input, the state
-  in the new partition count), and the copy's files are recorded as a NEW savepoint (a new
-  checkpoint id; the source savepoint is never modified: Flink's NO_CLAIM), which is then
-  restored for the new spec as a new attempt, which runs its canary (below);
-* a pipeline of several stages (the savepoint a global checkpoint whose every stage's part is a
-  savepoint): a new cut is recorded under a new id (:mod:`barrierflow.ops.upgrade_cut`), each
-  stage of the new spec given its part: a stage with state whose shuffle partitions changed
-  rescaled as above (RocksDB), the other stages' parts carried over as they are, a stage added
-  behind new channels an empty part (it starts on empty state at the beginning of its new
-  channels); a stage the new spec removes gets no part, and only when ``drop_stages`` names it.
-  The stages fed by channels keep the source cut's barrier positions and attempt cutoffs. The
-  new cut is then restored for the new spec as a new attempt (:func:`refuse_stage_changes`
-  first refuses what it cannot make).
-
-An upgrade of several stages killed at any step leaves the old savepoint as it was and is run
-again by the same command: before the new cut is recorded nothing in the store refers to the
-files already uploaded; after it, the rewritten savepoint is the newest, the report over it is
-*compatible*, and the command restores it. It runs no canary yet.
-
-A pipeline of one stage is upgraded in steps recorded in the checkpoint store
-(:mod:`barrierflow.ops.upgrade_record`):
-
-* ``report``: a change the report calls *compatible* needs no rewrite (the new spec restores S);
-  a change whose only rewrite is a rescale (a single-stage pipeline's shuffle partitions) plans
-  the id R of a new savepoint;
-* ``rewritten``: (a rescale) S is materialized into a scratch directory, Spark's offline
-  repartition rewrites that copy (:func:`barrierflow.state.rescale.rescale_checkpoint`: batch
-  V+1, no input, the state in the new partition count), and the copy's files are recorded as
-  savepoint R (S is never modified: Flink's NO_CLAIM);
-* ``canary-running``: R (or S) is restored for the new spec as a new attempt and the canary runs
-  (:func:`barrierflow.ops.canary.run_canary`): ``canary_checkpoints`` completed checkpoints whose
-  sinks pre-commit but commit nothing, each deep-verified;
+* ``report``: the change is checked (:func:`refuse_stage_changes` refuses what the upgrade
+  cannot make). A change the report calls *compatible*, with no stage added or dropped, needs no
+  rewrite (the new spec restores S); otherwise the id R of a new savepoint cut is planned.
+* ``rewritten``: (a rewrite) cut R is recorded (:mod:`barrierflow.ops.upgrade_cut`), each stage
+  of the new spec given its part: a stage with state whose shuffle partitions changed is
+  rescaled (S's part materialized into a scratch directory, Spark's offline repartition rewrites
+  that copy, :func:`barrierflow.state.rescale.rescale_checkpoint`: batch V+1, no input, the
+  state in the new partition count; RocksDB only), the other stages' parts carried over as they
+  are, a stage added behind new channels an empty part (it starts on empty state at the
+  beginning of its new channels); a stage the new spec removes gets no part, and only when
+  ``drop_stages`` names it. The stages fed by channels keep S's barrier positions and attempt
+  cutoffs. Where the cut is recorded (the global manifest, or the one stage's own manifest) is
+  the cuts' business (``record_cut``). S is never modified (Flink's NO_CLAIM).
+* ``canary-running``: R (or S) is restored for the new spec as a new attempt
+  (:func:`~barrierflow.recovery.pipeline_restore.restore_to_cut`) and the canary runs
+  (:func:`barrierflow.ops.canary.run_canary`): ``canary_checkpoints`` completed cuts whose final
+  sinks pre-commit but commit nothing (the channels between stages are written as usual), every
+  stage's checkpoint of each deep-verified;
 * ``canary-passed``: the held epochs are committed by reconciliation against the canary's last
-  checkpoint; ``barrierflow run NEW_SPEC`` continues;
-* ``rolling-back`` -> ``rolled-back``: the canary failed; the old spec is restored from S as a new
-  attempt (which aborts the canary's pre-committed epochs, newer than S) and
-  :class:`UpgradeRolledBackError` names the failed check. Nothing of the canary was committed,
-  so the old spec's output stays exactly once.
+  cut; ``barrierflow run NEW_SPEC`` continues;
+* ``rolling-back`` -> ``rolled-back``: the canary failed; the old spec is restored to S as a new
+  attempt (which aborts the canary's pre-committed epochs, newer than S, abandons its cuts and,
+  for several stages, records attempt cutoffs so no stage reads what the canary wrote to the
+  channels) and :class:`UpgradeRolledBackError` names the failed check. Nothing of the canary
+  was committed, so the old spec's output stays exactly once.
 
 An upgrade killed at any step is continued by the same command from the recorded step: a
-rewrite whose manifest R was written is not made again; a killed canary is restarted from R
-(the restore aborts its held epochs); a passed canary's commit and a rollback's restore are
-made again (both idempotent). Crash points: ``upgrade_after_rewrite``, ``upgrade_before_commit``,
-``upgrade_mid_rollback`` (:mod:`barrierflow.faults`).
+rewrite whose cut R was recorded is not made again (one killed before R's record takes the next
+free id; the parts it wrote belong to no cut); a killed canary is restarted from R (the restore
+aborts its held epochs); a passed canary's commit and a rollback's restore are made again (both
+idempotent). While it is unfinished, ``barrierflow run`` refuses. Crash points:
+``upgrade_after_rewrite``, ``upgrade_before_commit``, ``upgrade_mid_rollback``
+(:mod:`barrierflow.faults`).
 
 Everything else is refused, naming what is not yet supported and what to do
 (:class:`UpgradeNotSupportedError`): an incompatible change (a stage with state removed counts
@@ -84,11 +72,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.checkpointing.manifest import CheckpointKind, Manifest
+from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import BarrierflowError, CheckpointNotFoundError, UserInputError
 from barrierflow.faults import crash_point
 from barrierflow.lease import JobLease, lease_holder
 from barrierflow.ops.state import session_for
-from barrierflow.ops.upgrade_cut import carry_savepoint, empty_savepoint, next_cut_id, record_cut, record_savepoint
+from barrierflow.ops.upgrade_cut import carry_savepoint, empty_savepoint, next_cut_id, rescaled_savepoint
 from barrierflow.ops.upgrade_record import (
     UpgradeInProgressError,
     UpgradeRecord,
@@ -154,14 +143,14 @@ class UpgradeResult:
             or ``source_savepoint`` when nothing needed a rewrite.
         rescaled: stage -> (old, new) partitions of each rescaled stage.
         attempt: the attempt the restore began (the next run of the new spec writes it).
-        added: the stages the new spec adds (several stages; they start on empty state).
+        added: the stages the new spec adds (they start on empty state).
         dropped: the stages dropped with their state (named with ``drop_stages``).
         timings: seconds per step of this invocation (``materialize``, ``repartition``,
             ``record``, ``restore``, ``canary``, ``commit``, ``total``).
         location: where the savepoint the new spec was restored from is stored.
-        canary: (one stage) ``checkpoints`` (asked for), ``verified`` (ids that passed deep
-            verification, committed once it passed), ``attempts`` (canaries started: more than
-            one after a crash) and ``step`` (the recorded step, ``canary-passed``); {} for several.
+        canary: ``checkpoints`` (asked for), ``verified`` (cut ids whose every stage's checkpoint
+            passed deep verification, committed once it passed), ``attempts`` (canaries started:
+            more than one after a crash) and ``step`` (the recorded step, ``canary-passed``).
     """
 
     report: CompatibilityReport
@@ -217,7 +206,7 @@ def upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[
         UpgradeNotSupportedError: (not ``dry_run``) the change is not one ``upgrade`` makes yet.
         UpgradeInProgressError: (not ``dry_run``) an unfinished upgrade of the pipeline to another
             NEW_SPEC (or a changed one) is recorded: only its own command continues it.
-        UpgradeRolledBackError: (not ``dry_run``, one stage) the canary failed (the message names
+        UpgradeRolledBackError: (not ``dry_run``) the canary failed (the message names
             the check) and the old spec was restored from the source savepoint; also on a rerun
             after that.
         RescaleFailedError: Spark's repartition failed on the scratch copy.
@@ -259,13 +248,20 @@ def report_for(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLi
     return CompatibilityReport(old.name, str(spec_path), str(new_spec_path), cid, old.cut_noun, graph, stages)
 
 
-def _savepoint(pipeline: OpenedPipeline, spec_path: str, checkpoint_id: int | None) -> Manifest:
-    """The savepoint to upgrade from (:class:`UpgradeRefusedError` when there is none, or it is
-    not the newest completed checkpoint)."""
-    stage = pipeline.stages[0]
-    completed = stage.store.completed()
-    savepoints = [m for m in completed if m.kind is CheckpointKind.SAVEPOINT]
-    stop = f"'barrierflow stop {spec_path} --savepoint'"
+def _is_savepoint(pipeline: OpenedPipeline, checkpoint_id: int) -> bool:
+    """Whether cut ``checkpoint_id`` has a part of every stage of ``pipeline`` (a cut from before
+    a stage was added has none of it) and each part is a savepoint."""
+    return set(pipeline.cuts.get(checkpoint_id).stages) == {s.name for s in pipeline.stages} and all(
+        s.store.get(checkpoint_id).kind is CheckpointKind.SAVEPOINT for s in pipeline.stages)
+
+
+def _savepoint(pipeline: OpenedPipeline, checkpoint_id: int | None) -> int:
+    """The savepoint cut to upgrade from: ``checkpoint_id``, else the newest savepoint
+    (:class:`UpgradeRefusedError` when there is none, or it is not the newest completed cut)."""
+    completed = pipeline.cuts.completed_ids()
+    noun = pipeline.cut_noun
+    stop = f"'barrierflow stop {pipeline.spec_path} --savepoint'"
+    savepoints = [c for c in completed if _is_savepoint(pipeline, c)]
     if checkpoint_id is None:
         if not savepoints:
             raise UpgradeRefusedError(
@@ -273,42 +269,23 @@ def _savepoint(pipeline: OpenedPipeline, spec_path: str, checkpoint_id: int | No
                 "upgrade. Nothing was changed.")
         chosen = savepoints[-1]
     else:
-        chosen = next((m for m in completed if m.checkpoint_id == checkpoint_id), None)
-        if chosen is None:
+        if checkpoint_id not in completed:
             raise CheckpointNotFoundError(
-                f"pipeline {pipeline.name} has no completed checkpoint {checkpoint_id}; its savepoints: "
-                f"{[m.checkpoint_id for m in savepoints] or 'none'} (take one with {stop})")
-        if chosen.kind is not CheckpointKind.SAVEPOINT:
+                f"pipeline {pipeline.name} has no completed {noun} {checkpoint_id}; its savepoints: "
+                f"{savepoints or 'none'} (take one with {stop})")
+        if checkpoint_id not in savepoints:
             raise UpgradeRefusedError(
-                f"checkpoint {checkpoint_id} of pipeline {pipeline.name} is no savepoint; an upgrade starts from a "
+                f"{noun} {checkpoint_id} of pipeline {pipeline.name} is no savepoint; an upgrade starts from a "
                 f"savepoint: stop the pipeline with {stop} and upgrade from the savepoint it names. Nothing was "
                 "changed.")
-    newer = [m.checkpoint_id for m in completed if m.checkpoint_id > chosen.checkpoint_id]
+        chosen = checkpoint_id
+    newer = [c for c in completed if c > chosen]
     if newer:
         raise UpgradeRefusedError(
-            f"savepoint {chosen.checkpoint_id} of pipeline {pipeline.name} is older than its completed checkpoints "
-            f"{newer}, whose output is committed: an upgrade from it would write that output again. Run the old spec "
-            f"and stop it with {stop}, then upgrade from the new savepoint. Nothing was changed.")
+            f"savepoint {chosen} of pipeline {pipeline.name} is older than its completed {noun}s {newer}, whose "
+            f"output is committed: an upgrade from it would write that output again. Run the old spec and stop it "
+            f"with {stop}, then upgrade from the new savepoint. Nothing was changed.")
     return chosen
-
-
-def _refuse_unsupported(report: CompatibilityReport, spec_path: str, new_spec_path: str) -> None:
-    """Raise UpgradeNotSupportedError unless every finding is compatible or a rescale."""
-    if report.verdict is Verdict.INCOMPATIBLE:
-        named = "; ".join(f"{f.subject}: {f.reason}" for f in report.graph + [f for s in report.stages
-                                                                               for f in s.findings]
-                          if f.verdict is Verdict.INCOMPATIBLE)
-        raise UpgradeNotSupportedError(
-            f"{new_spec_path} is incompatible with the state of {spec_path}: {named}. Dropping state is not "
-            f"supported; see 'barrierflow upgrade {spec_path} --to {new_spec_path} --dry-run'. Nothing was changed.")
-    other = [f for s in report.stages for f in s.findings
-             if f.verdict is Verdict.NEEDS_REWRITE and not f.subject.endswith(RESCALE)]
-    other += [f for f in report.graph if f.verdict is Verdict.NEEDS_REWRITE]
-    if other:
-        named = "; ".join(f"{f.subject}: {f.reason}{not_rewritten_fix(f)}" for f in other)
-        raise UpgradeNotSupportedError(
-            f"upgrade rewrites only shuffle partitions (a rescale) of a single-stage pipeline so far; this change "
-            f"needs a rewrite that is not yet supported: {named}. Keep running {spec_path}. Nothing was changed.")
 
 
 #: What to do instead of a rewrite ``upgrade`` does not make, by what the finding's reason names.
@@ -334,73 +311,33 @@ def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike
              drop_stages: tuple[str, ...], canary_checkpoints: int) -> UpgradeResult:
     started = time.perf_counter()
     old, new = open_pipeline(spec_path), open_pipeline(new_spec_path)
-    if old.single_stage != new.single_stage:
-        several = spec_path if not old.single_stage else new_spec_path
+    changed = old.layout_change(new)
+    if changed:
         raise UpgradeNotSupportedError(
-            f"{several} has several stages and the other spec one: turning a single-stage pipeline into one of "
-            "several stages (or back) is not yet supported (their checkpoints are laid out differently). Keep the "
-            f"shape of {spec_path}. Nothing was changed.")
+            f"{changed}: turning a single-stage pipeline into one of several stages (or back) is not yet supported "
+            f"(their checkpoints are laid out differently). Keep the shape of {spec_path}. Nothing was changed.")
     if old.name != new.name:
         raise UpgradeNotSupportedError(
             f"{new_spec_path} names pipeline {new.name}, {spec_path} pipeline {old.name}: an upgrade keeps the "
             "pipeline's name (seeding a copy under another name is not yet supported). Nothing was changed.")
+    old.refuse_drop_stages(drop_stages)
     holder = lease_holder(Path(old.work_dir), old.objects)
     if holder is not None:
         raise UpgradeRefusedError(
             f"pipeline {old.name} is running (pid {holder.get('pid')} on {holder.get('host')}, "
             f"{holder.get('purpose', 'run')}): stop it first with 'barrierflow stop {spec_path} --savepoint', then "
             "upgrade from the savepoint it names. Nothing was changed.")
-    if not old.single_stage:
-        return _upgrade_stages(old, new, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch,
-                               drop_stages=drop_stages, started=started)
-    if drop_stages:
-        raise UserInputError(f"--drop-stage applies to pipelines of several stages; {spec_path} has one stage")
-    return _upgrade_stage(old, new, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch,
-                          canary_checkpoints=canary_checkpoints, started=started)
-
-
-def _cut_savepoint(pipeline: OpenedPipeline, spec_path: str, checkpoint_id: int | None) -> int:
-    """The savepoint cut (every stage's part a savepoint) to upgrade a pipeline of several
-    stages from; refused as :func:`_savepoint` refuses."""
-    completed = pipeline.cuts.completed_ids()
-
-    def is_savepoint(cid: int) -> bool:  # of every stage (a cut from before a stage was added has none of it)
-        return set(pipeline.cuts.get(cid).stages) == {s.name for s in pipeline.stages} and all(
-            s.store.get(cid).kind is CheckpointKind.SAVEPOINT for s in pipeline.stages)
-
-    stop = f"'barrierflow stop {spec_path} --savepoint'"
-    if checkpoint_id is None:
-        savepoints = [c for c in completed if is_savepoint(c)]
-        if not savepoints:
-            raise UpgradeRefusedError(
-                f"pipeline {pipeline.name} has no savepoint to upgrade from; run it and stop it with {stop}, then "
-                "upgrade. Nothing was changed.")
-        chosen = savepoints[-1]
-    else:
-        if checkpoint_id not in completed:
-            raise CheckpointNotFoundError(
-                f"pipeline {pipeline.name} has no completed global checkpoint {checkpoint_id}; completed: "
-                f"{completed or 'none'} (take a savepoint with {stop})")
-        if not is_savepoint(checkpoint_id):
-            raise UpgradeRefusedError(
-                f"global checkpoint {checkpoint_id} of pipeline {pipeline.name} is no savepoint; an upgrade starts "
-                f"from a savepoint: stop the pipeline with {stop} and upgrade from the savepoint it names. Nothing "
-                "was changed.")
-        chosen = checkpoint_id
-    newer = [c for c in completed if c > chosen]
-    if newer:
-        raise UpgradeRefusedError(
-            f"savepoint {chosen} of pipeline {pipeline.name} is older than its completed global checkpoints {newer}, "
-            f"whose output is committed: an upgrade from it would write that output again. Run the old spec and stop "
-            f"it with {stop}, then upgrade from the new savepoint. Nothing was changed.")
-    return chosen
+    return _upgrade_steps(old, new, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch,
+                          drop_stages=drop_stages, canary_checkpoints=canary_checkpoints, started=started)
 
 
 def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline,
                           drop_stages: tuple[str, ...]) -> None:
-    """Raise unless every finding is one the rewrite of a cut makes: a stage with state rescaled
-    (RocksDB), a stage added behind new channels, a stage named in ``drop_stages`` removed, a
-    channel added or removed, a sink changed (compatible)."""
+    """Raise :class:`UpgradeNotSupportedError` (UserInputError for a ``drop_stages`` name that
+    is not a removed stage) unless every finding is one the upgrade makes, whatever the shape:
+    a stage with state rescaled (RocksDB; :func:`_planned_rescale` refuses other state stores),
+    a stage added behind new channels, a stage named in ``drop_stages`` removed, a channel added
+    or removed, a sink changed (compatible)."""
     spec, new_spec = old.spec_path, new.spec_path
     old_names, new_names = {s.name for s in old.stages}, {s.name for s in new.stages}
     for name in drop_stages:
@@ -449,7 +386,7 @@ def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: 
                         f"{finding.subject}: stage {verdict.stage} keeps no state, but its offset log records its old "
                         "shuffle partitions, which Spark would keep; recording the new value over a stateless "
                         f"checkpoint is not yet supported: give stage {verdict.stage} its old value "
-                        "(stages[].shuffle_partitions)")
+                        f"({new.shuffle_partitions_field})")
                 continue
             problems.append(f"{finding.subject}: {finding.reason}{not_rewritten_fix(finding)}")
     if problems:
@@ -459,88 +396,34 @@ def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: 
             "Nothing was changed.")
 
 
-def _upgrade_stages(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: int | None,
-                    spark: SparkSession | None, scratch: str | None, drop_stages: tuple[str, ...],
-                    started: float) -> UpgradeResult:
-    """The upgrade of a pipeline of several stages (module docstring): a new cut, then its restore."""
-    from barrierflow.checkpointing.global_store import GlobalCheckpointStore
-    from barrierflow.recovery.pipeline_restore import restore_to_cut
-    from barrierflow.state.rescale import RescaleNotSupportedError, rescale_checkpoint
+def _planned_rescale(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline
+                     ) -> dict[str, tuple[int, int]]:
+    """stage -> (old, new) shuffle partitions of every stage the change rescales (its state
+    rewritten by Spark's offline repartition), refusing a rescale of state the HDFS-backed state
+    store keeps (:class:`~barrierflow.state.rescale.RescaleNotSupportedError`); a rescale of a
+    stage without state was refused by :func:`refuse_stage_changes`."""
+    from barrierflow.state.rescale import RescaleNotSupportedError
 
-    spec_path, new_spec_path = old.spec_path, new.spec_path
-    source_id = _cut_savepoint(old, spec_path, checkpoint_id)
-    session = session_for(old, spark)
-    report = report_for(spec_path, new_spec_path, checkpoint_id=source_id, spark=session, scratch=scratch)
-    refuse_stage_changes(report, old, new, drop_stages)
     old_stages = {s.name: s for s in old.stages}
     verdicts = {v.stage: v for v in report.stages}
     rescale: dict[str, tuple[int, int]] = {}
     for target in new.stages:
-        verdict = verdicts.get(target.name)
-        if target.name in old_stages and verdict is not None and any(
-                f.subject.endswith(RESCALE) for f in verdict.findings):
-            was = old_stages[target.name]
-            if was.spec.spark.state_store != "rocksdb":
-                raise RescaleNotSupportedError(
-                    f"stage {was.name} of pipeline {old.name} keeps its state with the {was.spec.spark.state_store} "
-                    "state store, which Spark's offline repartition does not rewrite "
-                    "(STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_PROVIDER); rescaling it is not yet supported. "
-                    f"Keep stage {was.name}'s shuffle partitions as they are. Nothing was changed.")
-            rescale[target.name] = (min(o.partitions for o in verdict.operators),
-                                    int(shuffle_partitions(target.spec.spark)))
-    assert isinstance(new.cuts, GlobalCheckpointStore)
-    timings: dict[str, float] = {"materialize": 0.0, "repartition": 0.0}
-    added = tuple(s.name for s in new.stages if s.name not in old_stages)
-    if not (rescale or added or drop_stages):  # compatible: the source savepoint is restored as it is
-        began = time.perf_counter()
-        restored = restore_to_cut(new, source_id, chosen=True)
-        timings["restore"] = time.perf_counter() - began
-        timings["total"] = time.perf_counter() - started
-        return UpgradeResult(report, source_id, source_id, {}, restored.attempt, timings,
-                             new.cut_location(source_id))
-    with JobLease(Path(new.work_dir), new.name, "restore", store=new.objects) as lease:
-        for stage in new.stages:
-            stage.store.fence = lease.token
-        try:
-            made = next_cut_id(new.cuts, [*old.stages, *new.stages])
-            parts: dict[str, tuple[Stage, Manifest]] = {}
-            for target in new.stages:
-                if target.name not in old_stages:
-                    parts[target.name] = (target, empty_savepoint(target, made))
-                    continue
-                source = old_stages[target.name].store.get(source_id)
-                if target.name not in rescale:
-                    parts[target.name] = (target, carry_savepoint(target, source, made))
-                    continue
-                with rescale_checkpoint(session, pipeline=old.name, stage=target.name,
-                                        store=old_stages[target.name].store, manifest=source,
-                                        spark_spec=target.spec.spark, partitions=rescale[target.name][1],
-                                        scratch=scratch) as copy:
-                    timings["materialize"] += copy.materialize_seconds
-                    timings["repartition"] += copy.repartition_seconds
-                    began = time.perf_counter()
-                    parts[target.name] = (target, record_savepoint(
-                        target, source, copy.files, copy.directory, copy.batch_id, copy.state_bases,
-                        checkpoint_id=made, write=False))
-                    timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began
-            began = time.perf_counter()
-            record_cut(new.cuts, new.name, made, parts)
-            timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began
-        finally:
-            for stage in new.stages:
-                stage.store.fence = None
-    log.info("pipeline %s: savepoint %d rewritten as savepoint %d (rescaled %s, added %s, dropped %s)", old.name,
-             source_id, made, rescale, list(added), list(drop_stages))
-    began = time.perf_counter()
-    restored = restore_to_cut(new, made, chosen=True)
-    timings["restore"] = time.perf_counter() - began
-    timings["total"] = time.perf_counter() - started
-    return UpgradeResult(report, source_id, made, rescale, restored.attempt, timings, new.cut_location(made),
-                         added, drop_stages)
+        verdict, was = verdicts.get(target.name), old_stages.get(target.name)
+        if was is None or verdict is None or not any(f.subject.endswith(RESCALE) for f in verdict.findings):
+            continue
+        if was.spec.spark.state_store != "rocksdb":
+            raise RescaleNotSupportedError(
+                f"stage {was.name} of pipeline {old.name} keeps its state with the {was.spec.spark.state_store} "
+                "state store, which Spark's offline repartition does not rewrite "
+                "(STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_PROVIDER); rescaling it is not yet supported. "
+                f"Keep stage {was.name}'s shuffle partitions as they are. Nothing was changed.")
+        rescale[target.name] = (min(o.partitions for o in verdict.operators),
+                                int(shuffle_partitions(target.spec.spark)))
+    return rescale
 
 
-def _continued(record: UpgradeRecord | None, digest: str, old: OpenedPipeline, spec_path: str,
-               new_spec_path: str) -> UpgradeRecord | None:
+def _continued(record: UpgradeRecord | None, digest: str, old: OpenedPipeline, new: OpenedPipeline
+               ) -> UpgradeRecord | None:
     """The recorded upgrade this command continues (or whose final step it repeats), else None
     (a new upgrade starts). An unfinished upgrade to another NEW_SPEC is refused."""
     if record is None:
@@ -549,156 +432,157 @@ def _continued(record: UpgradeRecord | None, digest: str, old: OpenedPipeline, s
         if record.new_spec_sha256 != digest:
             raise UpgradeInProgressError(
                 f"pipeline {old.name} has an unfinished upgrade to {record.new_spec} (step {record.step.value}, "
-                f"from savepoint {record.source_savepoint}), and {new_spec_path} is not that spec as it was: "
+                f"from savepoint {record.source_savepoint}), and {new.spec_path} is not that spec as it was: "
                 f"continue it first with 'barrierflow upgrade {record.spec} --to {record.new_spec}' (with the "
                 "spec it was started with), then upgrade again. Nothing was changed.")
         return record
-    if record.new_spec_sha256 != digest:
+    if record.new_spec_sha256 != digest or Path(record.spec).resolve() != Path(old.spec_path).resolve():
         return None
-    completed = old.stages[0].store.checkpoint_ids()
+    completed = old.cuts.completed_ids()
     if record.step is UpgradeStep.ROLLED_BACK:
         # the same command again, while the old spec still stands where the rollback left it
         return record if completed and completed[-1] == record.source_savepoint else None
-    newer_savepoints = [m.checkpoint_id for m in old.stages[0].store.completed()
-                        if m.kind is CheckpointKind.SAVEPOINT and m.checkpoint_id > record.savepoint]
-    return None if newer_savepoints else record
+    newer = [c for c in new.cuts.completed_ids() if c > record.savepoint and _is_savepoint(new, c)]
+    return None if newer else record
 
 
-def _restore(stage: Stage, checkpoint_id: int) -> int:
-    """Restore ``stage``'s spec from ``checkpoint_id`` as a new attempt (the caller holds the
-    lease); returns the attempt."""
-    from barrierflow.recovery.restore import restore_pipeline
-
-    return restore_pipeline(stage.spec, checkpoint_id, store=stage.store, layout=stage.layout,
-                            check_running=False).attempt
-
-
-def _upgrade_stage(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: int | None,
-                   spark: SparkSession | None, scratch: str | None, canary_checkpoints: int,
-                   started: float) -> UpgradeResult:
-    """The upgrade of a single-stage pipeline's steps (module docstring), each recorded before
-    or after it as :mod:`barrierflow.ops.upgrade_record` says, continuing from the recorded step."""
-    from barrierflow.state.rescale import rescale_checkpoint
+def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: int | None,
+                   spark: SparkSession | None, scratch: str | None, drop_stages: tuple[str, ...],
+                   canary_checkpoints: int, started: float) -> UpgradeResult:
+    """The upgrade's steps (module docstring), each recorded before or after it as
+    :mod:`barrierflow.ops.upgrade_record` says, continuing from the recorded step."""
+    from barrierflow.recovery.pipeline_restore import restore_to_cut
 
     spec_path, new_spec_path = old.spec_path, new.spec_path
-    stage, target = old.stages[0], new.stages[0]
-    objects = target.store.objects
+    objects = new.objects
     digest = spec_digest(new_spec_path)
-    record = _continued(read_record(objects), digest, old, str(spec_path), str(new_spec_path))
+    record = _continued(read_record(objects), digest, old, new)
     session = session_for(old, spark)
     timings: dict[str, float] = {}
     if record is None:
-        source = _savepoint(old, str(spec_path), checkpoint_id)
-        report = report_for(spec_path, new_spec_path, checkpoint_id=source.checkpoint_id, spark=session,
-                            scratch=scratch)
-        _refuse_unsupported(report, str(spec_path), str(new_spec_path))
-        rescaled = _planned_rescale(report, stage, target, source, old.name, str(new_spec_path))
+        source = _savepoint(old, checkpoint_id)
+        report = report_for(spec_path, new_spec_path, checkpoint_id=source, spark=session, scratch=scratch)
+        refuse_stage_changes(report, old, new, drop_stages)
+        rescaled = _planned_rescale(report, old, new)
+        added = [s.name for s in new.stages if s.name not in {o.name for o in old.stages}]
+        rewrite = bool(rescaled or added or drop_stages)
         record = write_record(objects, UpgradeRecord(
-            pipeline=old.name, spec=str(spec_path), new_spec=str(new_spec_path), new_spec_sha256=digest,
-            step=UpgradeStep.REPORT, source_savepoint=source.checkpoint_id,
-            savepoint=stage.store.highest_used_id() + 1 if rescaled else source.checkpoint_id,
-            rescaled={k: list(v) for k, v in rescaled.items()}, canary_checkpoints=canary_checkpoints),
-            UpgradeStep.REPORT)
+            pipeline=old.name, spec=spec_path, new_spec=new_spec_path, new_spec_sha256=digest,
+            step=UpgradeStep.REPORT, source_savepoint=source,
+            savepoint=next_cut_id(new.cuts, [*old.stages, *new.stages]) if rewrite else source,
+            rescaled={k: list(v) for k, v in rescaled.items()}, added=added, dropped=list(drop_stages),
+            canary_checkpoints=canary_checkpoints), UpgradeStep.REPORT)
     else:
         report = report_for(spec_path, new_spec_path, checkpoint_id=record.source_savepoint, spark=session,
                             scratch=scratch)
         log.warning("pipeline %s: continuing the upgrade to %s from its recorded step %s", old.name, new_spec_path,
                     record.step.value)
     if record.step in (UpgradeStep.REPORT, UpgradeStep.REWRITTEN, UpgradeStep.CANARY_RUNNING):
-        with JobLease(Path(target.layout.work_dir), new.name, "restore", store=objects) as lease:
-            target.store.fence = lease.token
-            try:
-                if record.step is UpgradeStep.REPORT:
-                    if record.rescaled and record.savepoint not in target.store.checkpoint_ids():
-                        source = stage.store.get(record.source_savepoint)
-                        wanted = record.rescaled[stage.name][1]
-                        with rescale_checkpoint(session, pipeline=old.name, stage=stage.name, store=stage.store,
-                                                manifest=source, spark_spec=target.spec.spark, partitions=wanted,
-                                                scratch=scratch) as copy:
-                            timings["materialize"] = copy.materialize_seconds
-                            timings["repartition"] = copy.repartition_seconds
-                            began = time.perf_counter()
-                            record_savepoint(target, source, copy.files, copy.directory, copy.batch_id,
-                                             copy.state_bases, checkpoint_id=record.savepoint)
-                            timings["record"] = time.perf_counter() - began
-                        log.info("pipeline %s: savepoint %d rescaled to %d partitions as savepoint %d", old.name,
-                                 source.checkpoint_id, wanted, record.savepoint)
-                    record = write_record(objects, record, UpgradeStep.REWRITTEN)
-                    crash_point("upgrade_after_rewrite", pipeline=old.name, savepoint=record.savepoint)
-                # a canary killed before it passed restarts from the savepoint: the restore aborts
-                # its pre-committed epochs and abandons its checkpoints (nothing of it was committed)
-                record = write_record(objects, record, UpgradeStep.CANARY_RUNNING,
-                                      canary_attempts=record.canary_attempts + 1)
-                began = time.perf_counter()
-                record = write_record(objects, record, UpgradeStep.CANARY_RUNNING,
-                                      attempt=_restore(target, record.savepoint))
-                timings["restore"] = time.perf_counter() - began
-            finally:
-                target.store.fence = None
-        record = _canary(record, target, str(new_spec_path), session, timings)
+        if record.step is UpgradeStep.REPORT:
+            record = _rewrite(record, old, new, session, scratch, timings)
+            crash_point("upgrade_after_rewrite", pipeline=old.name, savepoint=record.savepoint)
+        # a canary killed before it passed restarts from the savepoint: the restore aborts its
+        # pre-committed epochs and abandons its cuts (nothing of it was committed)
+        record = write_record(objects, record, UpgradeStep.CANARY_RUNNING, canary_attempts=record.canary_attempts + 1)
+        began = time.perf_counter()
+        restored = restore_to_cut(new, record.savepoint, chosen=True)
+        record = write_record(objects, record, UpgradeStep.CANARY_RUNNING, attempt=restored.attempt)
+        timings["restore"] = time.perf_counter() - began
+        record = _canary(record, new, session, timings)
     if record.step in (UpgradeStep.ROLLING_BACK, UpgradeStep.ROLLED_BACK):
-        _roll_back(record, stage, objects, str(spec_path), str(new_spec_path))
+        _roll_back(record, old, new)
     began = time.perf_counter()
     crash_point("upgrade_before_commit", pipeline=old.name)
-    _commit_canary(new_spec_path)
+    _commit_canary(new)
     timings["commit"] = time.perf_counter() - began
     timings["total"] = time.perf_counter() - started
     rescaled = {k: (v[0], v[1]) for k, v in record.rescaled.items()}
     return UpgradeResult(report, record.source_savepoint, record.savepoint, rescaled, record.attempt or 0, timings,
-                         new.cut_location(record.savepoint),
+                         new.cut_location(record.savepoint), tuple(record.added), tuple(record.dropped),
                          canary={"checkpoints": record.canary_checkpoints, "verified": record.verified,
                                  "attempts": record.canary_attempts, "step": record.step.value})
 
 
-def _planned_rescale(report: CompatibilityReport, stage: Stage, target: Stage, source: Manifest, pipeline: str,
-                     new_spec_path: str) -> dict[str, tuple[int, int]]:
-    """stage -> (old, new) partitions when the change is a rescale, else {} (refusing a rescale
-    of a stage without state)."""
-    wanted = int(shuffle_partitions(target.spec.spark))
-    held = {o.partitions for s in report.stages for o in s.operators}
-    if not any(f.subject.endswith(RESCALE) for s in report.stages for f in s.findings):
-        return {}
-    if not has_state(source):
-        raise UpgradeNotSupportedError(
-            f"stage {stage.name} of pipeline {pipeline} keeps no state, but its offset log records its old "
-            f"spark.shuffle_partitions, which Spark would keep; recording the new value over a stateless checkpoint "
-            f"is not yet supported. Keep spark.shuffle_partitions as it is in {new_spec_path}. Nothing was changed.")
-    return {stage.name: (min(held) if held else 0, wanted)}
+def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, session: SparkSession,
+             scratch: str | None, timings: dict[str, float]) -> UpgradeRecord:
+    """Record the new savepoint cut (unless nothing needs a rewrite, or a killed run recorded
+    it already), under the pipeline's lease: every stage of the new spec given its part (a
+    rescaled stage its rewritten checkpoint, the others the source's carried over, an added one
+    an empty one; a dropped stage none), written by the pipeline's cuts. Then ``rewritten``."""
+    from barrierflow.state.rescale import rescale_checkpoint
+
+    objects = new.objects
+    if record.savepoint != record.source_savepoint and record.savepoint not in new.cuts.completed_ids():
+        old_stages = {s.name: s for s in old.stages}
+        with JobLease(Path(new.work_dir), new.name, "restore", store=objects) as lease:
+            for stage in new.stages:
+                stage.store.fence = lease.token
+            try:
+                made = next_cut_id(new.cuts, [*old.stages, *new.stages])  # a killed rewrite's parts are left unused
+                if made != record.savepoint:
+                    record = write_record(objects, record, UpgradeStep.REPORT, savepoint=made)
+                parts: dict[str, tuple[CheckpointStore, Manifest]] = {}
+                for target in new.stages:
+                    was = old_stages.get(target.name)
+                    if was is None:
+                        parts[target.name] = (target.store, empty_savepoint(target, made))
+                        continue
+                    source = was.store.get(record.source_savepoint)
+                    if target.name not in record.rescaled:
+                        parts[target.name] = (target.store, carry_savepoint(target, source, made))
+                        continue
+                    with rescale_checkpoint(session, pipeline=old.name, stage=target.name, store=was.store,
+                                            manifest=source, spark_spec=target.spec.spark,
+                                            partitions=record.rescaled[target.name][1], scratch=scratch) as copy:
+                        timings["materialize"] = timings.get("materialize", 0.0) + copy.materialize_seconds
+                        timings["repartition"] = timings.get("repartition", 0.0) + copy.repartition_seconds
+                        began = time.perf_counter()
+                        parts[target.name] = (target.store, rescaled_savepoint(
+                            target, source, copy.files, copy.directory, copy.batch_id, copy.state_bases,
+                            checkpoint_id=made))
+                        timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began
+                began = time.perf_counter()
+                new.cuts.record_cut(made, parts)
+                timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began
+            finally:
+                for stage in new.stages:
+                    stage.store.fence = None
+        log.info("pipeline %s: savepoint %d rewritten as savepoint %d (rescaled %s, added %s, dropped %s)",
+                 old.name, record.source_savepoint, made, record.rescaled, record.added, record.dropped)
+    return write_record(objects, record, UpgradeStep.REWRITTEN)
 
 
-def _canary(record: UpgradeRecord, target: Stage, new_spec_path: str, session: SparkSession,
+def _canary(record: UpgradeRecord, new: OpenedPipeline, session: SparkSession,
             timings: dict[str, float]) -> UpgradeRecord:
     """Run the canary of the restored new spec and record its outcome (``canary-passed``, or
     ``rolling-back`` naming the failed check)."""
     from barrierflow.ops.canary import run_canary
 
-    objects = target.store.objects
     if record.canary_checkpoints == 0:
-        return write_record(objects, record, UpgradeStep.CANARY_PASSED, verified=[])
+        return write_record(new.objects, record, UpgradeStep.CANARY_PASSED, verified=[])
     began = time.perf_counter()
-    outcome = run_canary(target, new_spec_path, session, record.canary_checkpoints)
+    outcome = run_canary(new, session, record.canary_checkpoints)
     timings["canary"] = time.perf_counter() - began
     if outcome.passed:
-        return write_record(objects, record, UpgradeStep.CANARY_PASSED, verified=outcome.verified)
-    log.error("pipeline %s: the canary of %s failed, rolling back: %s", record.pipeline, new_spec_path,
+        return write_record(new.objects, record, UpgradeStep.CANARY_PASSED, verified=outcome.verified)
+    log.error("pipeline %s: the canary of %s failed, rolling back: %s", record.pipeline, new.spec_path,
               outcome.failure)
-    return write_record(objects, record, UpgradeStep.ROLLING_BACK, verified=outcome.verified,
+    return write_record(new.objects, record, UpgradeStep.ROLLING_BACK, verified=outcome.verified,
                         failure=outcome.failure)
 
 
-def _roll_back(record: UpgradeRecord, stage: Stage, objects: Any, spec_path: str, new_spec_path: str) -> None:
-    """Restore the old spec from the source savepoint (aborting the canary's pre-committed
-    epochs, abandoning its checkpoints and the rewritten savepoint), record ``rolled-back`` and
-    raise :class:`UpgradeRolledBackError`."""
+def _roll_back(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline) -> None:
+    """Restore the old spec to the source savepoint cut (aborting the canary's pre-committed
+    epochs, abandoning its cuts and the rewritten savepoint; for several stages the attempt
+    cutoffs make the stages skip what the canary wrote to the channels), record
+    ``rolled-back`` and raise :class:`UpgradeRolledBackError`."""
+    from barrierflow.recovery.pipeline_restore import restore_to_cut
+
     if record.step is UpgradeStep.ROLLING_BACK:
         crash_point("upgrade_mid_rollback", pipeline=record.pipeline)
-        with JobLease(Path(stage.layout.work_dir), record.pipeline, "restore", store=objects) as lease:
-            stage.store.fence = lease.token
-            try:
-                attempt = _restore(stage, record.source_savepoint)
-            finally:
-                stage.store.fence = None
-        record = write_record(objects, record, UpgradeStep.ROLLED_BACK, attempt=attempt)
+        attempt = restore_to_cut(old, record.source_savepoint, chosen=True).attempt
+        record = write_record(old.objects, record, UpgradeStep.ROLLED_BACK, attempt=attempt)
+    spec_path, new_spec_path = old.spec_path, new.spec_path
     raise UpgradeRolledBackError(
         f"upgrade of pipeline {record.pipeline} to {new_spec_path} rolled back: its canary failed: {record.failure}. "
         f"{spec_path} is restored from savepoint {record.source_savepoint} as attempt {record.attempt} (the canary's "
@@ -707,10 +591,9 @@ def _roll_back(record: UpgradeRecord, stage: Stage, objects: Any, spec_path: str
         "(a changed spec starts a new upgrade from the same savepoint).", record)
 
 
-def _commit_canary(new_spec_path: str | os.PathLike[str]) -> None:
+def _commit_canary(pipeline: OpenedPipeline) -> None:
     """Commit the passed canary's pre-committed epochs: every stage's 2PC sink against the newest
-    completed checkpoint (the canary's last), idempotently (a rerun finds them committed)."""
+    completed cut (the canary's last), idempotently (a rerun finds them committed)."""
     from barrierflow.recovery.reconcile import apply_reconciliation, plan_reconciliation
 
-    pipeline = open_pipeline(new_spec_path)
     apply_reconciliation(pipeline, plan_reconciliation(pipeline))

@@ -1,11 +1,14 @@
-"""The savepoints an upgrade records: one stage's rewritten checkpoint, and a whole new cut.
+"""The parts of the new savepoint cut an upgrade records, one per stage of the new spec.
 
 ``barrierflow upgrade`` (:mod:`barrierflow.ops.upgrade`) never modifies the savepoint it starts
-from (Flink's NO_CLAIM): it records a new savepoint under a new checkpoint id. For one stage
-that is the stage's manifest (:func:`record_savepoint`); for a pipeline of several stages it is
-a new global checkpoint whose every stage has a manifest of that id (:func:`record_cut`):
+from (Flink's NO_CLAIM): it records a new savepoint cut under a new id (:func:`next_cut_id`),
+every stage of the new spec given a manifest of that id, written by the pipeline's cuts
+(``record_cut`` of :class:`~barrierflow.checkpointing.global_store.GlobalCheckpointStore`: the
+stage manifests, then the global manifest; of
+:class:`~barrierflow.checkpointing.global_store.SingleStageCuts`: the one stage's manifest, which
+is the cut):
 
-* a stage rescaled: its rewritten Spark checkpoint, uploaded (:func:`record_savepoint`);
+* a stage rescaled: its rewritten Spark checkpoint, uploaded (:func:`rescaled_savepoint`);
 * a stage kept as it is: the source manifest under the new id, the same files (nothing is
   uploaded; :func:`carry_savepoint`);
 * a stage added: a manifest without files and barrier batch -1
@@ -21,23 +24,22 @@ there carry the source cut's id, which their alignment names
 restore's barrier check and attempt cutoffs stay those of the source cut. The rewritten batch
 V+1 of a rescale read no input, so its barrier offsets are V's.
 
-The global manifest is written last: before it, the new stage manifests belong to no cut and
-are never restored (a rerun takes the next free id); after it, the new cut is the newest.
+The cut's record is written last: before it, the new stage manifests belong to no cut and are
+never restored (a rerun takes the next free id); after it, the new cut is the newest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from barrierflow.checkpointing.global_manifest import GlobalManifest, stage_prefix
-from barrierflow.checkpointing.global_store import GlobalCheckpointStore, stage_snapshot
+from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts
 from barrierflow.checkpointing.manifest import AlignmentSummary, CheckpointKind, Manifest, ManifestFile
 from barrierflow.checkpointing.uploader import sha256_file
 from barrierflow.pipeline.model import Stage
 
-__all__ = ["carry_savepoint", "empty_savepoint", "next_cut_id", "record_cut", "record_savepoint"]
+__all__ = ["carry_savepoint", "empty_savepoint", "next_cut_id", "rescaled_savepoint"]
 
 
 def _carried_alignment(source: Manifest) -> AlignmentSummary | None:
@@ -48,12 +50,12 @@ def _carried_alignment(source: Manifest) -> AlignmentSummary | None:
         update={"barrier_checkpoint_id": source.alignment.barrier_id(source.checkpoint_id)})
 
 
-def record_savepoint(stage: Stage, source: Manifest, files: list[str], directory: Path, batch_id: int,
-                     bases: dict[str, int], *, checkpoint_id: int | None = None, write: bool = True) -> Manifest:
+def rescaled_savepoint(stage: Stage, source: Manifest, files: list[str], directory: Path, batch_id: int,
+                       bases: dict[str, int], *, checkpoint_id: int) -> Manifest:
     """Upload the rewritten copy's ``files`` to ``stage``'s shared files and make their manifest
-    a new savepoint (``checkpoint_id``, default the store's next free id), resuming at
-    ``batch_id + 1`` with the source savepoint's barrier offsets (the repartition batch read no
-    input); written to the store unless ``write`` is False (the caller writes it)."""
+    the savepoint ``checkpoint_id`` (not written: the cut's ``record_cut`` writes it), resuming
+    at ``batch_id + 1`` with the source savepoint's barrier offsets (the repartition batch read
+    no input)."""
     store = stage.store
     known = store.shared_digests()
     entries: list[ManifestFile] = []
@@ -69,16 +71,13 @@ def record_savepoint(stage: Stage, source: Manifest, files: list[str], directory
             uploaded += size
         entries.append(ManifestFile(path=relpath, sha256=digest, size=size, uploaded=fresh))
     now = datetime.now(UTC)
-    manifest = source.model_copy(update={
-        "checkpoint_id": checkpoint_id if checkpoint_id is not None else store.highest_used_id() + 1,
+    return source.model_copy(update={
+        "checkpoint_id": checkpoint_id,
         "kind": CheckpointKind.SAVEPOINT, "attempt": store.attempt(), "spark_batch_id": batch_id,
         "first_batch_id": batch_id, "state_version": batch_id + 1, "trigger_time": now, "barrier_time": now,
         "completion_time": now, "barrier_batch_ms": 0.0, "sync_ms": 0.0, "async_ms": 0.0, "total_ms": 0.0,
         "files": entries, "state_bases": bases, "full_bytes": sum(e.size for e in entries),
         "incremental_bytes": uploaded, "sink_handles": [], "alignment": _carried_alignment(source)})
-    if write:
-        store.write_manifest(manifest)
-    return manifest
 
 
 def carry_savepoint(stage: Stage, source: Manifest, checkpoint_id: int) -> Manifest:
@@ -109,21 +108,6 @@ def empty_savepoint(stage: Stage, checkpoint_id: int) -> Manifest:
                     incremental_bytes=0, files=[], alignment=alignment)
 
 
-def next_cut_id(cuts: GlobalCheckpointStore, stages: Sequence[Stage]) -> int:
-    """An id no global record and no stage store of ``stages`` has used."""
+def next_cut_id(cuts: GlobalCheckpointStore | SingleStageCuts, stages: Sequence[Stage]) -> int:
+    """An id no cut record and no stage store of ``stages`` has used."""
     return max([cuts.highest_used_id(), *(s.store.highest_used_id() for s in stages)]) + 1
-
-
-def record_cut(cuts: GlobalCheckpointStore, pipeline: str, checkpoint_id: int,
-               manifests: Mapping[str, tuple[Stage, Manifest]]) -> GlobalManifest:
-    """Write every stage's manifest (``stage name -> (stage, manifest)``, all of id
-    ``checkpoint_id``), then the global manifest naming them: the new cut is complete."""
-    for stage, manifest in manifests.values():
-        stage.store.write_manifest(manifest)
-    now = datetime.now(UTC)
-    cut = GlobalManifest(pipeline=pipeline, checkpoint_id=checkpoint_id, attempt=cuts.attempt(), trigger_time=now,
-                         completion_time=now, total_ms=0.0,
-                         stages={name: stage_snapshot(stage_prefix(name), manifest)
-                                 for name, (_, manifest) in manifests.items()})
-    cuts.write_manifest(cut)
-    return cut

@@ -84,6 +84,8 @@ class UpgradeRecord(BaseModel):
         source_savepoint: S, never modified.
         savepoint: the savepoint the new spec restores from (planned id until ``rewritten``).
         rescaled: stage -> [old, new] partitions.
+        added: the stages the new spec adds (their part of the new cut starts empty).
+        dropped: the stages dropped with their state (``--drop-stage``).
         canary_checkpoints: how many completed checkpoints the canary must pass.
         canary_attempts: how many times a canary was started (a rerun after a crash restarts it).
         verified: the canary checkpoints that passed verification, in order.
@@ -99,6 +101,8 @@ class UpgradeRecord(BaseModel):
     source_savepoint: int
     savepoint: int
     rescaled: dict[str, list[int]] = Field(default_factory=dict)
+    added: list[str] = Field(default_factory=list)
+    dropped: list[str] = Field(default_factory=list)
     canary_checkpoints: int = 3
     canary_attempts: int = 0
     verified: list[int] = Field(default_factory=list)

@@ -181,6 +181,11 @@ class OpenedPipeline:
         return "checkpoint" if self.single_stage else "global checkpoint"
 
     @property
+    def shuffle_partitions_field(self) -> str:
+        """The spec field that sets a stage's shuffle partitions, as messages name it."""
+        return "spark.shuffle_partitions" if self.single_stage else "stages[].shuffle_partitions"
+
+    @property
     def failure_causes(self) -> str:
         """The usual causes of a failed verification, as messages name them: one stage's store
         and source, or the stage stores and the channels of several."""
@@ -206,6 +211,22 @@ class OpenedPipeline:
         if self.single_stage:
             raise UserInputError(f"{flag} is for pipelines of several stages; {self.spec_path} has one stage "
                                  "(run it without the flag)")
+
+    def refuse_drop_stages(self, names: tuple[str, ...]) -> None:
+        """Raise UserInputError when stages are named to be dropped (``upgrade --drop-stage``)
+        of a pipeline of one stage: it has none to drop."""
+        if names and self.single_stage:
+            raise UserInputError(f"--drop-stage applies to pipelines of several stages; {self.spec_path} has one "
+                                 "stage")
+
+    def layout_change(self, other: OpenedPipeline) -> str:
+        """What differs between this pipeline's checkpoint layout and ``other``'s (one stage's
+        own checkpoints, or the global checkpoints of several): ``"<spec> has several stages and
+        <spec> one"``, or "" when they are laid out alike."""
+        if self.single_stage == other.single_stage:
+            return ""
+        several, one = (other, self) if self.single_stage else (self, other)
+        return f"{several.spec_path} has several stages and {one.spec_path} one"
 
     def stage_field_prefix(self, index: int) -> str:
         """How spec errors name a field of stage number ``index``: ``stages[<index>].`` in a

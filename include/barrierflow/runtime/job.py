@@ -40,7 +40,7 @@ from barrierflow.sources.registry import StageRun, reached, source_kind
 from barrierflow.spark import offset_log
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.storage import ObjectStore
-from barrierflow.transactions.committer import SinkCommitter
+from barrierflow.transactions.committer import HeldCommits, SinkCommitter
 from barrierflow.workdir.layout import JobLayout
 
 if TYPE_CHECKING:
@@ -181,7 +181,9 @@ class StageCuts(CutKeeper):
 class StreamingJob:
     """One single-stage pipeline run through the one run driver (module docstring). ``spark``
     and ``checkpoint_objects`` can be injected (tests share one SparkSession; failure-injection
-    tests wrap the checkpoint store)."""
+    tests wrap the checkpoint store). With ``hold_commits`` its sink pre-commits every epoch
+    but commits none (:class:`~barrierflow.transactions.committer.HeldCommits`: an upgrade's
+    canary)."""
 
     def __init__(
         self,
@@ -191,9 +193,11 @@ class StreamingJob:
         spark: SparkSession | None = None,
         checkpoint_objects: ObjectStore | None = None,
         layout: JobLayout | None = None,
+        hold_commits: bool = False,
     ) -> None:
         self.spec = spec
         self.spec_path = spec_path
+        self.hold_commits = hold_commits
         self._spark = spark
         self.layout = layout or JobLayout.for_spec(spec)
         self.store = CheckpointStore.for_spec(spec, checkpoint_objects)
@@ -224,11 +228,13 @@ class StreamingJob:
         return self._spark
 
     def sink_committers(self, attempt: int | None = None) -> list[SinkCommitter]:
-        """The driver-side sink of the spec (a two-phase-commit sink, or none)."""
+        """The driver-side sink of the spec (a two-phase-commit sink, or none; its commits held
+        with ``hold_commits``)."""
         from barrierflow.sinks.factory import build_sink
 
-        return [build_sink(self.spec, self.store, self.layout,
-                           attempt=self.store.attempt() if attempt is None else attempt)]
+        sink = build_sink(self.spec, self.store, self.layout,
+                          attempt=self.store.attempt() if attempt is None else attempt)
+        return [HeldCommits(sink) if self.hold_commits else sink]
 
     # -- running ------------------------------------------------------------------------
     def run(

@@ -48,6 +48,7 @@ from barrierflow.sources.registry import StageRun, reached, source_kind
 from barrierflow.spec.graph import StageGraph, build_graph
 from barrierflow.spec.stages import StagedPipelineSpec
 from barrierflow.storage import ObjectStore, open_store
+from barrierflow.transactions.committer import HeldCommits
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -96,15 +97,19 @@ PipelineRunResult = RunResult
 
 class StagedPipelineJob:
     """See the module docstring. ``channel_servers`` maps channel name -> ``host:port`` list
-    for channels whose ``bootstrap`` is ``embedded``."""
+    for channels whose ``bootstrap`` is ``embedded``. With ``hold_commits`` the final stages'
+    sinks pre-commit every epoch but commit none
+    (:class:`~barrierflow.transactions.committer.HeldCommits`: an upgrade's canary); the
+    channels between stages are written as usual."""
 
     def __init__(self, spec: StagedPipelineSpec, *, spec_path: str = "<spec>", spark: SparkSession | None = None,
-                 channel_servers: dict[str, str] | None = None) -> None:
+                 channel_servers: dict[str, str] | None = None, hold_commits: bool = False) -> None:
         graph, problems = build_graph(spec)
         if graph is None:
             raise UserInputError(f"pipeline {spec.name}: {problems}")
         self.spec = spec
         self.spec_path = spec_path
+        self.hold_commits = hold_commits
         self.graph: StageGraph = graph
         self._spark = spark
         self.servers = {c.name: self._servers(c.name, channel_servers or {}) for c in spec.channels}
@@ -258,8 +263,11 @@ class StagedPipelineJob:
         handle for the pipeline coordinator."""
         from barrierflow.sinks.factory import build_sink
 
+        sink = build_sink(job.spec, job.store, job.layout, attempt=self.attempt)
+        if self.hold_commits and job.name in self.graph.final_stages:
+            sink = HeldCommits(sink)
         coordinator = job.start_coordinator(
-            sinks=[build_sink(job.spec, job.store, job.layout, attempt=self.attempt)], attempt=self.attempt,
+            sinks=[sink], attempt=self.attempt,
             spark_version=self.spark.version, commit_on_completion=False)
         coordinator.trigger_limit = 0
         return self.handle(job, coordinator)

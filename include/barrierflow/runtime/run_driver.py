@@ -14,7 +14,9 @@ and every stage runs in a process of its own
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from barrierflow.pipeline.model import OpenedPipeline
 from barrierflow.runtime.job import StreamingJob
@@ -23,14 +25,20 @@ from barrierflow.runtime.pipeline_runner import PipelineRunner
 from barrierflow.runtime.stage_processes import process_driver
 from barrierflow.spec.models import PipelineSpec
 
-__all__ = ["open_driver", "open_stage_process_driver"]
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["channel_servers", "open_driver", "open_stage_process_driver"]
 
 
 def open_driver(pipeline: OpenedPipeline, *, channel_servers: Mapping[str, str] | None = None,
-                processes: bool = False) -> PipelineRunner:
+                processes: bool = False, spark: SparkSession | None = None,
+                hold_commits: bool = False) -> PipelineRunner:
     """The run driver of ``pipeline`` (``channel_servers``: the addresses of channels whose
     ``bootstrap`` is ``embedded``); with ``processes`` (``run --processes``), every stage in a
-    process of its own (:func:`barrierflow.runtime.stage_processes.process_driver`).
+    process of its own (:func:`barrierflow.runtime.stage_processes.process_driver`). ``spark``:
+    the session to run in (None: built from the spec); ``hold_commits``: the final sinks
+    pre-commit every epoch but commit none (an upgrade's canary; not with ``processes``).
 
     Raises:
         UserInputError: a stage cannot be derived, or an embedded channel has no address;
@@ -39,10 +47,29 @@ def open_driver(pipeline: OpenedPipeline, *, channel_servers: Mapping[str, str] 
     if processes:
         pipeline.refuse_stage_processes("--processes")
     if isinstance(pipeline.spec, PipelineSpec):
-        return StreamingJob(pipeline.spec, spec_path=pipeline.spec_path).driver
+        return StreamingJob(pipeline.spec, spec_path=pipeline.spec_path, spark=spark, hold_commits=hold_commits).driver
     servers = dict(channel_servers or {})
-    job = StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path, channel_servers=servers)
+    job = StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path, spark=spark, channel_servers=servers,
+                            hold_commits=hold_commits)
     return process_driver(job, servers=servers) if processes else job.driver
+
+
+@contextmanager
+def channel_servers(pipeline: OpenedPipeline) -> Iterator[tuple[str | None, dict[str, str]]]:
+    """While open, the embedded broker on the pipeline's data dir runs when a channel of
+    ``pipeline`` lives there: yields its address (None: no channel does) and the channel name
+    -> address map :func:`open_driver` takes.
+
+    Raises:
+        EmbeddedBrokerError: the embedded broker did not start.
+    """
+    from barrierflow.kafka_io.embedded_broker import data_dir_for, embedded_broker
+
+    if not any(c.is_embedded for c in pipeline.channels):
+        yield None, {}
+        return
+    with embedded_broker(data_dir_for(pipeline.work_dir)) as address:
+        yield address, {c.name: address for c in pipeline.channels if c.is_embedded}
 
 
 def open_stage_process_driver(pipeline: OpenedPipeline, stage: str, *,

@@ -43,3 +43,26 @@ class NoCommitter(SinkCommitter):
 
     def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None:
         return None
+
+
+class HeldCommits(SinkCommitter):
+    """A sink whose epochs are pre-committed but never committed (an upgrade's canary,
+    :mod:`barrierflow.ops.canary`): each epoch is pre-committed at its checkpoint (durable,
+    invisible, in the ledger as PRECOMMITTED, its handle in the manifest); a completed
+    checkpoint is only remembered (:attr:`held`); a failed one is aborted as usual. Whoever
+    holds them decides later: a reconciliation against a newer cut commits them, a restore of
+    an older one aborts them."""
+
+    def __init__(self, inner: SinkCommitter) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.held: list[int] = []
+
+    def pre_commit_epoch(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]:
+        return self.inner.pre_commit_epoch(checkpoint_id, barrier_batch)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None:
+        self.held.append(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self.inner.notify_checkpoint_aborted(checkpoint_id)
