@@ -58,7 +58,12 @@ class RestoreSample:
         return self.restore_seconds + self.first_batch_seconds
 
 
-def _spec(base: PipelineSpec, work: Path, keys: int, per_partition_batch: int, state_store: str) -> PipelineSpec:
+def state_spec(base: PipelineSpec, work: Path, keys: int, per_partition_batch: int, state_store: str) -> PipelineSpec:
+    """``base`` (a generator source) with ``keys`` distinct keys, ``per_partition_batch`` records
+    per partition and batch, ``state_store`` (``spark.state_store``), its work dir under
+    ``work/work`` and its checkpoint store ``work/checkpoints`` (1 s interval, 600 s timeout).
+    The restore and upgrade scenarios build their large state with it. Raises ValueError for a
+    ``base`` without a generator source."""
     source = base.source
     if not isinstance(source, GeneratorSourceSpec):
         raise ValueError("the restore benchmark needs a generator source")
@@ -88,11 +93,11 @@ def run_restore_benchmark(spec_path: str, *, keys: int, rounds: int, markdown: s
     for r in range(rounds):
         for state_store in state_stores:
             work = root / f"r{r}-{state_store}"
-            build = _spec(base, work, keys, max(250_000, -(-keys // partitions)), state_store)
+            build = state_spec(base, work, keys, max(250_000, -(-keys // partitions)), state_store)
             print(f"round {r + 1}, {state_store}: building the state of {keys:,} keys ...", file=sys.stderr)
             StreamingJob(build, spark=spark).run(checkpoints=2, duration=600)
             shutil.rmtree(JobLayout.for_spec(build).work_dir)  # the machine is gone
-            small = _spec(base, work, keys, 2_500, state_store)
+            small = state_spec(base, work, keys, 2_500, state_store)
             t0 = time.monotonic()
             report = restore_pipeline(small, None)
             restore_seconds = time.monotonic() - t0

@@ -35,6 +35,8 @@ DEFAULT_SECONDS = 30.0
 #: side by side: 6 global checkpoints completed, medians 3.0 s timed-out and 2.6x unaligned,
 #: against 40-51 and 1.75 s / 1.28x in 120 s runs of the same code).
 STAGES_SECONDS = 120.0
+#: ``--keys`` unless given: the restore scenario's, the upgrade scenario's.
+RESTORE_KEYS, UPGRADE_KEYS = 2_000_000, 3_400_000
 
 
 def seconds_per_mode(given: float | None, scenario: str, compare: str | None = None) -> float:
@@ -59,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak",
-                                               "stages", "upload-cpu", "kafka"),
+                                               "stages", "upload-cpu", "kafka", "upgrade"),
                         default="abs-overhead",
                         help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time; "
                              "scale: bookkeeping cost per source partition (no Spark); "
@@ -70,14 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
                              "per mode); upload-cpu: CPU per MB of hashing and uploading checkpoint files to the "
                              "--store s3:// endpoint, piece by piece (no Spark); kafka: Kafka -> keyed totals as 1, 2 "
                              "and 3 stages beside the raw client ceiling, and side by side with Spark's connector, "
-                             "plain Spark and Flink SQL on the same topic (bench/kafka_source.py)")
+                             "plain Spark and Flink SQL on the same topic (bench/kafka_source.py); upgrade: --keys "
+                             "keys of running totals in RocksDB, stop --savepoint, upgrade 4 -> 16 -> 4 shuffle "
+                             "partitions with the canary, state query and diff, the final totals checked against a "
+                             "run never upgraded (bench/upgrade.py)")
     parser.add_argument("--rate", type=float, default=20_000.0,
                         help="stages scenario: records/s per source partition")
     parser.add_argument("--processes", action="store_true",
                         help="stages scenario: every stage in a process of its own (as run --processes)")
     parser.add_argument("--partitions", type=int, nargs="+", default=[100, 1_000, 10_000],
                         help="scale scenario: the source partition counts to measure")
-    parser.add_argument("--keys", type=int, default=2_000_000, help="restore scenario: distinct keys in the state")
+    parser.add_argument("--keys", type=int, default=None,
+                        help=f"restore and upgrade scenarios: distinct keys in the state (default "
+                             f"{RESTORE_KEYS:,}; the upgrade scenario {UPGRADE_KEYS:,}: about 100 MB of state)")
     parser.add_argument("--checkpoints", type=int, default=1000, help="soak scenario: checkpoints to run")
     parser.add_argument("--state-store", choices=("hdfs", "rocksdb"), nargs="+", default=["hdfs"],
                         help="restore scenario: the state store providers to measure, alternating per round "
@@ -115,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the benchmark that ``args`` names; return the exit code (0, or 1 when a soak found a problem).
     Raises :class:`UserInputError` for options that do not fit together."""
     args.seconds = seconds_per_mode(args.seconds, args.scenario, args.compare)
+    if args.keys is None:
+        args.keys = UPGRADE_KEYS if args.scenario == "upgrade" else RESTORE_KEYS
     if args.rounds < 1 or args.seconds <= 0 or args.keys < 1:
         raise UserInputError(f"bench needs --rounds >= 1, --seconds > 0 and --keys >= 1 (got --rounds {args.rounds}, "
                              f"--seconds {args.seconds}, --keys {args.keys})")
@@ -141,6 +150,11 @@ def run(args: argparse.Namespace) -> int:
 
         run_restore_benchmark(args.spec, keys=args.keys, rounds=args.rounds, markdown=args.markdown,
                               state_stores=tuple(dict.fromkeys(args.state_store)))
+        return EXIT_OK
+    if args.scenario == "upgrade":
+        from bench.upgrade import run_upgrade_benchmark
+
+        run_upgrade_benchmark(args.spec, keys=args.keys, markdown=args.markdown)
         return EXIT_OK
     if args.scenario == "soak":
         from bench.soak import run_soak_benchmark
