@@ -394,6 +394,15 @@ def _scenario(base: PipelineSpec, root: Path, specs: dict[str, Path], keys: int,
     session, report.session_seconds = _timed(lambda: session_for(open_pipeline(specs["build-4"]), None))
     spark: SparkSession = session
 
+    def stop_with_savepoint(phase: str, name: str, process: PipelineProcess) -> int:
+        """Stop ``name``'s running ``process`` with a savepoint, timed from the request; its id."""
+        began = time.monotonic()
+        stopped = stop(specs[name], savepoint=True, timeout=1800)
+        report.add(phase, "stop --savepoint: request -> savepoint", time.monotonic() - began,
+                   f"savepoint {stopped.outcome.savepoint}")
+        process.wait(300)
+        return int(stopped.outcome.savepoint or 0)
+
     # 1. the state, and the stop with a savepoint
     started = time.monotonic()
     build = PipelineProcess(specs["build-4"], logs / "build-4.log")
@@ -403,12 +412,7 @@ def _scenario(base: PipelineSpec, root: Path, specs: dict[str, Path], keys: int,
         done = build.wait_for_checkpoints(len(done) + 1, set(), timeout=1800)
     report.add("build", "run to the first checkpoint holding every key (process start included)",
                time.monotonic() - started)
-    stop_began = time.monotonic()
-    stopped = stop(specs["build-4"], savepoint=True, timeout=1800)
-    report.add("build", "stop --savepoint: request -> savepoint", time.monotonic() - stop_began,
-               f"savepoint {stopped.outcome.savepoint}")
-    build.wait(300)
-    first_savepoint = int(stopped.outcome.savepoint or 0)
+    first_savepoint = stop_with_savepoint("build", "build-4", build)
     manifest = open_pipeline(specs["build-4"]).stages[0].store.get(first_savepoint)
     report.state_mb = manifest.full_bytes / 1e6
 
@@ -455,12 +459,7 @@ def _scenario(base: PipelineSpec, root: Path, specs: dict[str, Path], keys: int,
     seen = set(_checkpoint_ids(specs["feed-16"]))
     _, seconds = _timed(lambda: feed.wait_for_checkpoints(FEED_CHECKPOINTS, seen, timeout=1800))
     report.add("16 -> 4", f"feed-16 run to {FEED_CHECKPOINTS} more checkpoints (process start included)", seconds)
-    stop_began = time.monotonic()
-    stopped = stop(specs["feed-16"], savepoint=True, timeout=1800)
-    report.add("16 -> 4", "stop --savepoint: request -> savepoint", time.monotonic() - stop_began,
-               f"savepoint {stopped.outcome.savepoint}")
-    feed.wait(300)
-    second_savepoint = int(stopped.outcome.savepoint or 0)
+    second_savepoint = stop_with_savepoint("16 -> 4", "feed-16", feed)
     rescale("16 -> 4", "feed-16", "feed-4", report.figures[-1].seconds, second_savepoint)
 
     # 3. run to the end of a bounded input; the same input once more, never upgraded
