@@ -12,7 +12,7 @@ an attempt cut off mid-transaction leaves an aborted transaction that the next a
 ``init_transactions`` fences. The output, read through the sink's commit markers, must equal
 the failure-free run's rows.
 
-These tests always start their own broker (they pause it), also when
+These tests always start their own broker (they pause it), one for the module, also when
 ``BARRIERFLOW_TEST_KAFKA_BOOTSTRAP`` names a shared one.
 """
 
@@ -44,8 +44,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600), py
 OUTAGE_SECONDS = 30.0
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def broker() -> Iterator[KafkaEndpoint]:
+    """The broker the tests of this module pause, one for all of them (each test resumes it
+    before it ends, and creates topics of its own)."""
     with own_kafka_broker() as endpoint:
         assert endpoint.pid is not None
         yield endpoint
