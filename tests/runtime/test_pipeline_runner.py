@@ -56,6 +56,9 @@ def test_every_shape_gets_the_one_driver_and_only_who_cuts_differs(tmp_path: Pat
     assert processes.lease().path == Path(two.work_dir) / "job.lease"
     with pytest.raises(UserInputError, match="--processes is for pipelines of several stages"):
         open_driver(one, processes=True)
+    # a canary's held commits are made by the driver's sinks: never silently dropped in processes
+    with pytest.raises(UserInputError, match=r"held commits.*without --processes"):
+        open_driver(two, processes=True, hold_commits=True)
 
 
 def test_a_run_with_until_exhausted_stops_at_the_second_covering_cut() -> None:

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from barrierflow.errors import UserInputError
 from barrierflow.pipeline.model import OpenedPipeline
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.runtime.pipeline import StagedPipelineJob
@@ -42,10 +43,13 @@ def open_driver(pipeline: OpenedPipeline, *, channel_servers: Mapping[str, str] 
 
     Raises:
         UserInputError: a stage cannot be derived, or an embedded channel has no address;
-            ``processes`` for a pipeline of one stage.
+            ``processes`` for a pipeline of one stage, or with ``hold_commits``.
     """
     if processes:
         pipeline.refuse_stage_processes("--processes")
+        if hold_commits:  # the stage processes build their own sinks: holding would be ignored
+            raise UserInputError(f"{pipeline.spec_path}: a canary (held commits) runs its stages in one process; "
+                                 "run it without --processes")
     if isinstance(pipeline.spec, PipelineSpec):
         return StreamingJob(pipeline.spec, spec_path=pipeline.spec_path, spark=spark, hold_commits=hold_commits).driver
     servers = dict(channel_servers or {})
