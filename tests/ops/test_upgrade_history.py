@@ -70,7 +70,7 @@ def test_an_unfinished_upgrade_is_shown_first_as_in_progress(tmp_path: Path) -> 
         (running, RECORD_KEY, True), (finished, history_key(finished), False)]
     assert listed[0].as_dict()["in_progress"] is True and listed[0].as_dict()["step"] == "canary-running"
     assert [i.key for i in objects.list(HISTORY_PREFIX)] == [history_key(finished)]  # kept only once final
-    with pytest.raises(UpgradeInProgressError, match="unfinished upgrade to t-c.yaml"):
+    with pytest.raises(UpgradeInProgressError, match=r"unfinished upgrade to t-c\.yaml"):
         refuse_unfinished(objects, "t")  # run still refuses, whatever the history holds
 
 

@@ -37,8 +37,8 @@ spec), so no other upgrade ever writes it, and a listing of the prefix is the hi
 oldest first by key. The only rewrite of an entry is by the same upgrade: a rerun after a crash
 between the entry's write and ``_upgrade.json``'s repeats the final step and writes the entry
 again with that step's record. Retention never touches ``_upgrades/`` or ``_upgrade.json`` (it
-deletes under ``chk-``, ``global/chk-``, ``shared/``, ``ledger/`` and ``_inflight/`` only), and
-the savepoints an upgrade names are savepoints, which it always keeps.
+deletes under ``chk-``, ``global/chk-``, ``shared/``, ``ledger/``, ``_inflight/`` and its own
+``_retention/`` only), and the savepoints an upgrade names are savepoints, which it always keeps.
 
 Readers that only show the records (the Checkpoints page) use :func:`recorded_upgrades`: every
 upgrade, newest first, the current unfinished one (if any) first; it never raises for a record

@@ -27,6 +27,7 @@ import html
 from datetime import UTC, datetime
 from urllib.parse import quote
 
+from barrierflow.ui import store_reader
 from barrierflow.ui.history import (
     ChannelRange,
     CutRow,
@@ -36,7 +37,6 @@ from barrierflow.ui.history import (
     Verdict,
     VerificationVerdict,
 )
-from barrierflow.ui import store_reader
 from barrierflow.ui.plots import data_uri, history_svg, skew_svg
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:1em 1.5em;color:#1a1a1a}
