@@ -15,7 +15,7 @@ directory and checkpoint store for every spec below:
    ``final-4.yaml`` (the same, its generator bounded) runs to the end of its input;
 3. the headline of each upgrade: from the stop request to the first checkpoint of the new shape
    whose deep verification was stored (``chk-<n>/_verification.json`` appearing in the store,
-   watched every 0.1 s; the canary verifies its checkpoints once it ran them all);
+   watched every 0.1 s; the canary verifies each checkpoint once it completed, while it runs on);
 4. ``state query`` (keys, count and sum over the whole state, written to Parquet) over the first
    savepoint and ``state diff`` from it to the second savepoint (4 and 16 partitions), timed.
 
