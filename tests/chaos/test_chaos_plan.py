@@ -220,7 +220,8 @@ def test_the_upgrade_modes_summary_counts_the_kills_by_step_and_point(tmp_path: 
     document = result.as_dict()
     assert document["kills_by_step"] == {"rewrite": 1, "canary": 1, "rollback": 1}
     assert document["upgrades"][0]["outcome"] == "rolled back"
-    assert "kills_by_step" not in ChaosResult("o", "o.yaml", 1, "group", 1, "", datetime(2026, 1, 1)).as_dict()
+    plain = ChaosResult("o", "o.yaml", 1, "group", 1, "", datetime(2026, 1, 1, tzinfo=UTC))
+    assert "kills_by_step" not in plain.as_dict()
 
 
 @pytest.mark.parametrize(("options", "message"), [
