@@ -46,12 +46,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from barrierflow.chaos.runner import (
+    READY_POLL,
     ChaosOptions,
     ChaosResult,
     ChaosRunError,
@@ -63,6 +65,7 @@ from barrierflow.chaos.runner import (
 from barrierflow.chaos.scratch import check_judgeable, scratch_copy
 from barrierflow.errors import UserInputError
 from barrierflow.faults import SINK_POINTS, UPGRADE_POINTS
+from barrierflow.lease import lease_holder
 from barrierflow.ops.upgrade_record import UpgradeStep, read_record
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.spec.loader import load_any_spec
@@ -72,6 +75,8 @@ __all__ = ["UPGRADE_AFTER", "UpgradeChaosRunner", "run_upgrade_chaos"]
 
 #: Completed checkpoints the current spec makes before each upgrade's savepoint.
 UPGRADE_AFTER = 2
+#: Longest delay (s) of a timed kill aimed at the rewrite after the rewrite began.
+REWRITE_AIM = 2.0
 #: Upgrades in a row that complete without a kill before chaos gives up (the gaps are too long).
 IDLE_UPGRADES = 3
 #: The step names kills are counted under, by the recorded step.
@@ -131,10 +136,49 @@ class UpgradeChaosRunner(ChaosRunner):
             return None
         return record.step
 
-    def _step(self, copy: _Copy, target: _Copy, source: int) -> str:
-        """What a kill now lands in, by the recorded step (:data:`STEP_NAMES`; ``start``: none)."""
+    def _step(self, copy: _Copy, target: _Copy, source: int, process: subprocess.Popen[bytes] | None = None) -> str:
+        """What a kill of ``process`` now lands in, by the recorded step (:data:`STEP_NAMES`;
+        ``start``: no record yet, or ``report`` recorded while the process does not hold the
+        pipeline's lease, which the rewrite takes: a rerun still starting)."""
         step = self._recorded(copy, target, source)
+        if step is UpgradeStep.REPORT and process is not None and not self._rewriting(copy, process):
+            return "start"
         return "start" if step is None else STEP_NAMES[step]
+
+    @staticmethod
+    def _rewriting(copy: _Copy, process: subprocess.Popen[bytes]) -> bool:
+        """Whether ``process`` holds the pipeline's lease (the rewrite holds it while it writes
+        the new savepoint; with the record at ``report`` that is the rewrite under way)."""
+        holder = lease_holder(Path(copy.pipeline.work_dir), copy.pipeline.objects)
+        return holder is not None and holder.get("pid") == process.pid
+
+    def _aim_at_rewrite(self, copy: _Copy, target: _Copy, source: int, process: subprocess.Popen[bytes],
+                        log: Path) -> bool:
+        """Wait (watching the run) until ``process`` is rewriting, or its upgrade got past the
+        rewrite (one that needs none records ``rewritten`` at once), then up to
+        :data:`REWRITE_AIM` s more: True when the kill is due, False when the run ended first.
+
+        Raises:
+            ChaosRunError: neither happened within ``--run-timeout`` (the run is killed).
+        """
+        deadline = time.monotonic() + self.options.run_timeout
+        while not self._rewriting(copy, process) and self._recorded(copy, target, source) in (
+                None, UpgradeStep.REPORT):
+            if time.monotonic() > deadline:
+                _kill_group(process)
+                process.wait()
+                raise ChaosRunError(f"upgrade run {log.stem} did not begin its rewrite within --run-timeout "
+                                    f"({self.options.run_timeout:g} s; killed); its log {log}:\n{_log_tail(log)}")
+            try:
+                process.wait(timeout=READY_POLL)
+            except subprocess.TimeoutExpired:
+                continue
+            return False
+        try:
+            process.wait(timeout=self.rng.uniform(0, REWRITE_AIM))
+        except subprocess.TimeoutExpired:
+            return True
+        return False
 
     def _armed_point(self, step: UpgradeStep | None) -> str | None:
         """A point the upgrade can still reach from the recorded ``step`` (None: not begun),
@@ -192,13 +236,20 @@ class UpgradeChaosRunner(ChaosRunner):
                 self._event("start", number, f"upgrade {upgrade['from']} -> {upgrade['to']} at {step}"
                             + (f", armed {crash_at}" if crash_at else ""))
                 if kill and crash_at is None:
-                    gap = self.rng.uniform(options.min_gap, options.max_gap)
-                    try:
-                        code: int | None = process.wait(timeout=gap)
-                    except subprocess.TimeoutExpired:
-                        code = None
+                    code: int | None = None
+                    if recorded in (None, UpgradeStep.REPORT):  # only such a run can rewrite: aim at it
+                        how = "in the rewrite"
+                        if not self._aim_at_rewrite(copy, target, source, process, log):
+                            code = process.wait()
+                    else:
+                        gap = self.rng.uniform(options.min_gap, options.max_gap)
+                        how = f"after {gap:.1f} s"
+                        try:
+                            code = process.wait(timeout=gap)
+                        except subprocess.TimeoutExpired:
+                            code = None
                     if code is None:
-                        landed = self._step(copy, target, source)
+                        landed = self._step(copy, target, source, process)
                         _kill_group(process)
                         process.wait()
                         kills += 1
@@ -206,7 +257,7 @@ class UpgradeChaosRunner(ChaosRunner):
                         self.result.picked["group"] += 1
                         self.result.kills["group"] += 1
                         self.result.steps[landed] += 1
-                        self._event("kill", number, f"group at {landed} after {gap:.1f} s")
+                        self._event("kill", number, f"group at {landed}, aimed {how}")
                         continue
                 else:
                     code = self._wait(process, options.run_timeout, f"upgrade run {number}", log)
