@@ -19,9 +19,12 @@ through *upgrades*, each:
    --savepoint`` leaves);
 2. ``barrierflow upgrade CURRENT --to TARGET --canary-checkpoints C`` in a process group of its
    own, killed up to ``--kills-per-upgrade`` times (while kills of ``--kills`` are left), then
-   run unkilled until it ends: each run is either *timed* (SIGKILL of the group after a gap in
-   ``[min-gap, max-gap]`` s: it lands in whatever the upgrade is doing, the JVM start and
-   compatibility report, the rewrite, the restore, the canary, the commit or the rollback) or
+   run unkilled until it ends: each run is either *timed* (SIGKILL of the group; in a run whose
+   upgrade has still to rewrite, aimed at the rewrite: once the run holds the pipeline's lease
+   with the record at ``report``, up to :data:`REWRITE_AIM` s later, as the rewrite is short
+   beside the JVM start and would rarely be hit otherwise; in any other run after a gap in
+   ``[min-gap, max-gap]`` s, landing in whatever the upgrade is doing: the JVM start and
+   compatibility report, the restore, the canary, the commit or the rollback) or
    *armed* (``--point-share`` of them: ``BARRIERFLOW_CRASH_AT=POINT@HIT`` at a point the
    upgrade's recorded step can still reach: ``upgrade_after_rewrite``, a protocol point of the
    canary's checkpoints (``mid_epoch``, ``during_upload``, ``after_precommit``,
@@ -35,8 +38,8 @@ through *upgrades*, each:
 When ``--kills`` kills landed, the current spec runs to the end of its input
 (``barrierflow run --until-exhausted``) and the outputs are compared with the reference. Each
 kill is counted by kind (``group``: timed, ``point``: armed), by the step the upgrade record
-held when it landed (``start``: no record of this upgrade yet, the process was starting or
-reporting; ``rewrite``; ``canary``: restore and canary; ``commit``; ``rollback``;
+held when it landed (``start``: no record of this upgrade yet, or ``report`` recorded but the
+process not yet rewriting: it was starting or reporting; ``rewrite``; ``canary``: restore and canary; ``commit``; ``rollback``;
 ``rolled-back``), and armed ones by point. Any other end of an upgrade run (a refusal, exit 2;
 a crash not injected) stops chaos with the run's log.
 """
