@@ -13,6 +13,7 @@ from barrierflow.checkpointing.materialize import materialize_checkpoint
 from barrierflow.checkpointing.reservations import RUNNING_KEY, RetentionRunWatch, begin_run, end_run
 from barrierflow.checkpointing.store import shared_key
 from barrierflow.cli.main import main
+from barrierflow.ops.upgrade_record import UpgradeRecord, UpgradeStep, recorded_upgrades, write_record
 from barrierflow.retention.plan import retain
 from barrierflow.retention.policy import RetentionPolicy, choose_retained
 from barrierflow.retention.savepoint import take_savepoint
@@ -197,6 +198,34 @@ def test_savepoints_are_listed_and_survive_retention(tmp_path: Path, capsys) -> 
     f.shared_path(f.store.get(5), "metadata").unlink()  # a broken checkpoint cannot become a savepoint
     assert main(["savepoint", str(spec_path), "--checkpoint", "5"]) == 2
     assert "fails verification" in capsys.readouterr().err
+
+
+def test_retention_keeps_the_upgrade_history_and_the_savepoints_it_names(tmp_path: Path, capsys) -> None:
+    f = CheckpointFactory(tmp_path, ledger_sink=False)
+    f.take(4)
+    spec_path = write_spec(tmp_path, spec_dict(tmp_path, checkpoint={"retained": 1}))
+    for cid in (2, 4):  # S, and savepoint R an upgrade rewrote from it
+        f.store.promote(cid, CheckpointKind.SAVEPOINT)
+    base = UpgradeRecord(pipeline="t", spec="t.yaml", new_spec="t-new.yaml", new_spec_sha256="0" * 64,
+                         step=UpgradeStep.REPORT, source_savepoint=2, savepoint=4)
+    write_record(f.objects, base, UpgradeStep.ROLLED_BACK, failure="sink_counts: 1 row missing")
+    f.store.begin_attempt([3, 4], restored=2)  # the rollback abandons the canary's checkpoints and R
+    write_record(f.objects, base.model_copy(update={"savepoint": 2}), UpgradeStep.CANARY_PASSED)
+    write_record(f.objects, base.model_copy(update={"source_savepoint": 4, "savepoint": 4}),
+                 UpgradeStep.CANARY_RUNNING)  # the current one, unfinished
+    f.take(3)
+    store_root = tmp_path / "checkpoints"
+    upgrades = {k: v for k, v in _listing(store_root).items() if k.startswith(("_upgrades/", "_upgrade.json"))}
+    assert len(upgrades) == 3  # two kept upgrades and the current record
+
+    assert main(["retain", str(spec_path), "--json"]) == 0
+    real = json.loads(capsys.readouterr().out)
+    assert real["savepoints"] == [2, 4] and real["kept"] == [7] and real["deleted"]["checkpoints"] == [1, 3, 5, 6]
+    after = _listing(store_root)
+    assert {k: after.get(k) for k in upgrades} == upgrades  # the history and the current record, untouched
+    assert f.store.checkpoint_ids(include_abandoned=True) == [2, 4, 7]  # R too, though the rollback abandoned it
+    materialize_checkpoint(f.store, f.store.get(4), tmp_path / "restore-4")  # and it still restores
+    assert [u.record.savepoint for u in recorded_upgrades(f.objects) if u.record] == [4, 2, 4]
 
 
 class RetainingStore(LocalObjectStore):

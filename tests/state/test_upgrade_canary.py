@@ -23,7 +23,7 @@ import pytest
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.savepoint import savepoint
-from barrierflow.ops.upgrade_record import UpgradeStep, read_record
+from barrierflow.ops.upgrade_record import UpgradeStep, read_record, recorded_upgrades
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
@@ -102,6 +102,8 @@ def test_a_failing_canary_rolls_back_and_the_old_spec_runs_to_the_exact_output(
 
     code, _, err = cli(*command)  # the same command again: the recorded rollback, nothing run
     assert code == 1 and "rolled back" in err and store.attempt() == attempt, err
+    [kept] = recorded_upgrades(store.objects)  # kept in the history once, not again by the rerun
+    assert kept.record == read_record(store.objects) and kept.key.startswith("_upgrades/") and not kept.in_progress
 
     run(spark, old, until_exhausted=True, duration=150)
     assert_output_exact(spark, tmp_path)
@@ -146,6 +148,8 @@ def test_an_upgrade_killed_after_the_rewrite_and_in_its_canary_completes_when_ru
     assert {states[c] for c in first} == {TxnState.ABORTED}  # the killed canary's epochs
     assert {states[c] for c in document["canary"]["verified"]} == {TxnState.COMMITTED}, states
     assert read_record(store.objects).step is UpgradeStep.CANARY_PASSED  # type: ignore[union-attr]
+    [kept] = recorded_upgrades(store.objects)  # one upgrade, however often it was killed and continued
+    assert kept.record == read_record(store.objects) and kept.key.startswith("_upgrades/")
 
     run(spark, four, until_exhausted=True, duration=150)
     assert_output_exact(spark, tmp_path)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from barrierflow.checkpointing.manifest import CheckpointKind
-from barrierflow.ops.upgrade_record import RECORD_KEY, UpgradeRecord, UpgradeStep, write_record
+from barrierflow.ops.upgrade_record import RECORD_KEY, UpgradeRecord, UpgradeStep, history_key, write_record
 from barrierflow.ui import create_app
 from barrierflow.ui.exceptions import NotAuthorizedError
 from barrierflow.ui.store_reader import barrier_batch_ms
@@ -121,7 +121,7 @@ def test_page_and_api_show_the_manifests(factory: CheckpointFactory, pipelines_d
     assert [c["checkpoint_id"] for c in api["checkpoints"]] == [3, 2, 1]
     assert api["checkpoints"][0]["stages"]["t"]["full_bytes"] == manifests[3].full_bytes
     assert api["noun"] == "checkpoint" and api["stages"] == ["t"]
-    assert (api["savepoints"], api["upgrades"], api["upgrade_problem"]) == ([], [], None)
+    assert (api["savepoints"], api["upgrades"], api["upgrade_problems"]) == ([], [], [])
     assert "Recent checkpoints (newest first; one row per stage under each)" in page.text
     listing = client.get("/api/pipelines").json()["pipelines"]
     assert {p["name"]: p["error"] is None for p in listing} == {"t": True, "broken": False}
@@ -170,13 +170,15 @@ def _record(**changes: object) -> UpgradeRecord:
     return UpgradeRecord.model_validate({**fields, **changes})
 
 
-def test_page_and_api_list_savepoints_and_the_recorded_upgrade(factory: CheckpointFactory,
-                                                               pipelines_dir: Path) -> None:
+def test_page_and_api_list_savepoints_and_every_recorded_upgrade(factory: CheckpointFactory,
+                                                                pipelines_dir: Path) -> None:
     client = TestClient(create_app(str(pipelines_dir), authenticate=signed_in_as_tester))
     promoted = factory.store.promote(2, CheckpointKind.SAVEPOINT)
-    record = write_record(factory.objects, _record(savepoint=4, rescaled={"t": [4, 8]}, verified=[5],
-                                                   canary_checkpoints=2),
-                          UpgradeStep.ROLLED_BACK, failure="sink_counts: 3 rows missing", attempt=2)
+    first = write_record(factory.objects, _record(savepoint=4, rescaled={"t": [4, 8]}, verified=[5],
+                                                  canary_checkpoints=2),
+                         UpgradeStep.ROLLED_BACK, failure="sink_counts: 3 rows missing", attempt=2)
+    second = write_record(factory.objects, _record(new_spec="t-v2.yaml", new_spec_sha256="1" * 64),
+                          UpgradeStep.CANARY_PASSED, verified=[6, 7])  # S itself restored, passed
 
     page = client.get("/").text
     savepoints = read_rows(page, "data-savepoint-id")
@@ -184,21 +186,31 @@ def test_page_and_api_list_savepoints_and_the_recorded_upgrade(factory: Checkpoi
     assert savepoints["2"]["completion_time"] == promoted.completion_time.isoformat()
     assert savepoints["2"]["barrier_batches"] == f"t {promoted.spark_batch_id}"
     assert read_cells(page)[2]["kind"] == "savepoint" and read_cells(page)[3]["kind"] == "checkpoint"
-    upgrade = read_rows(page, "data-from")["2"]
-    assert (upgrade["from_savepoint"], upgrade["to_savepoint"], upgrade["new_spec"]) == ("2", "4", "t-new.yaml")
-    assert (upgrade["verdict"], upgrade["rescale"], upgrade["step"]) == ("needs rewrite", "t 4 -> 8", "rolled-back")
-    assert upgrade["failure"] == "sink_counts: 3 rows missing" and upgrade["canary_verified"] == "5"
-    assert upgrade["updated"] == record.updated.isoformat()
+    upgrades = read_rows(page, "data-upgrade")
+    assert list(upgrades) == [history_key(second), history_key(first)]  # newest first, one row per upgrade
+    newer, older = upgrades.values()
+    assert (older["from_savepoint"], older["to_savepoint"], older["new_spec"]) == ("2", "4", "t-new.yaml")
+    assert (older["verdict"], older["rescale"], older["step"]) == ("needs rewrite", "t 4 -> 8", "rolled-back")
+    assert older["failure"] == "sink_counts: 3 rows missing" and older["canary_verified"] == "5"
+    assert (older["started"], older["updated"]) == (first.started.isoformat(), first.updated.isoformat())
+    assert (newer["from_savepoint"], newer["to_savepoint"], newer["new_spec"]) == ("2", "2", "t-v2.yaml")
+    assert (newer["new_spec_sha256"], newer["verdict"], newer["rescale"]) == ("1" * 64, "compatible", "")
+    assert (newer["step"], newer["canary_verified"]) == ("canary-passed", "6, 7")
 
     api = client.get("/api/pipelines/t").json()
-    assert [s["checkpoint_id"] for s in api["savepoints"]] == [2] and api["upgrade_problem"] is None
-    [listed] = api["upgrades"]
-    assert (listed["source_savepoint"], listed["savepoint"], listed["verdict"]) == (2, 4, "needs rewrite")
-    assert (listed["rescaled"], listed["step"]) == ({"t": [4, 8]}, "rolled-back")
+    assert [s["checkpoint_id"] for s in api["savepoints"]] == [2] and api["upgrade_problems"] == []
+    assert [(u["source_savepoint"], u["savepoint"], u["verdict"], u["step"], u["in_progress"])
+            for u in api["upgrades"]] == [(2, 2, "compatible", "canary-passed", False),
+                                          (2, 4, "needs rewrite", "rolled-back", False)]
+    assert api["upgrades"][1]["rescaled"] == {"t": [4, 8]} and api["upgrades"][1]["key"] == history_key(first)
 
-    write_record(factory.objects, _record(), UpgradeStep.CANARY_RUNNING)  # S itself restored, unfinished
-    [listed] = client.get("/api/pipelines/t").json()["upgrades"]
-    assert (listed["verdict"], listed["rescaled"], listed["step"]) == ("compatible", {}, "canary-running")
+    running = write_record(factory.objects, _record(source_savepoint=3, savepoint=3), UpgradeStep.CANARY_RUNNING)
+    listed = client.get("/api/pipelines/t").json()["upgrades"]
+    assert [(u["source_savepoint"], u["step"], u["in_progress"]) for u in listed] == [
+        (3, "canary-running", True), (2, "canary-passed", False), (2, "rolled-back", False)]
+    row = read_rows(client.get("/").text, "data-upgrade")[RECORD_KEY]
+    assert (row["step"], row["started"]) == ("canary-running", running.started.isoformat())
+    assert "canary-running (in progress)" in client.get("/").text
 
 
 def test_an_unreadable_upgrade_record_is_said_not_raised(factory: CheckpointFactory, pipelines_dir: Path) -> None:
@@ -206,11 +218,15 @@ def test_an_unreadable_upgrade_record_is_said_not_raised(factory: CheckpointFact
     client = TestClient(create_app(str(pipelines_dir), authenticate=signed_in_as_tester))
     page = client.get("/")
     assert page.status_code == 200, page.text
-    assert "id='upgrade-problem'" in page.text and "_upgrade.json in the checkpoint store does not parse" in page.text
-    assert sorted(read_cells(page.text)) == [1, 2, 3] and read_rows(page.text, "data-from") == {}
+    assert "id='upgrade-problems'" in page.text and "_upgrade.json in the checkpoint store does not parse" in page.text
+    assert sorted(read_cells(page.text)) == [1, 2, 3] and read_rows(page.text, "data-upgrade") == {}
+    kept = write_record(factory.objects, _record(), UpgradeStep.CANARY_PASSED)
     factory.objects.put_bytes(RECORD_KEY, b'{"pipeline": "t"}')  # JSON, but no upgrade record
     api = client.get("/api/pipelines/t").json()
-    assert api["upgrades"] == [] and "does not parse" in api["upgrade_problem"]
+    [problem] = api["upgrade_problems"]
+    assert problem["key"] == RECORD_KEY and "does not parse" in problem["problem"]
+    assert [u["key"] for u in api["upgrades"]] == [history_key(kept)]  # the kept one is still shown
+    assert list(read_rows(client.get("/").text, "data-upgrade")) == [history_key(kept)]
 
 
 @pytest.mark.parametrize("route", ROUTES)

@@ -149,7 +149,7 @@ def test_global_rows_carry_each_stages_alignment_and_channel_state(
     assert document["checkpoints"][1]["stages"]["b"]["back_edge_ranges"] == [
         {"partition": "ba:1", "start": 5, "end": 7, "records": 2}]
     assert history_of(list_pipelines(str(spec_path.parent))[0], limit=1).shown == 1
-    assert (history.savepoints, document["upgrades"], document["upgrade_problem"]) == ([], [], None)
+    assert (history.savepoints, document["upgrades"], document["upgrade_problems"]) == ([], [], [])
 
     # A cut is a savepoint when every stage's manifest is one; no upgrade record: none shown.
     chk = spec_path.parent.parent / "chk"
@@ -162,7 +162,7 @@ def test_global_rows_carry_each_stages_alignment_and_channel_state(
     assert savepoint.barrier_batches == {s: m.spark_batch_id for s, m in promoted.items()}
     assert savepoint.completion_time == max(m.completion_time for m in promoted.values())
     assert [s.kind for s in history.rows[1].stages] == ["savepoint", "savepoint"]
-    assert history.upgrade.record is None and history.upgrade.problem == ""
+    assert history.upgrades == []
     assert [s["checkpoint_id"] for s in history.as_dict()["savepoints"]] == [2]
 
 

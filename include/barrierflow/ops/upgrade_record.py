@@ -23,8 +23,26 @@ While an upgrade is unfinished (any step but the two final ones), ``barrierflow 
 pipeline refuses (:func:`refuse_unfinished`): a plain start of the new spec would commit the
 canary's epochs before they were verified.
 
-Readers that only show the record (the Checkpoints page) use :func:`recorded_upgrade`: it never
-raises for a record that does not parse, it says so (:class:`RecordedUpgrade`).
+**History.** ``_upgrade.json`` holds the current upgrade only: the next upgrade replaces it. So
+that every upgrade of a pipeline stays known, each one's record is also kept, when it reaches a
+final step, as its own object under ``_upgrades/`` (:data:`HISTORY_PREFIX`)::
+
+    _upgrades/<started, UTC, %Y%m%dT%H%M%S%fZ>-<source savepoint>-<new spec sha256[:12]>.json
+
+one object per upgrade (:func:`history_key`), written whole (atomically) by :func:`write_record`
+before ``_upgrade.json`` gets the final step. There is no shared object to append to (object
+stores such as S3 have no append, and a read-modify-write of one list loses an entry when two
+writers race): the key names the upgrade (when it started, from which savepoint, to which new
+spec), so no other upgrade ever writes it, and a listing of the prefix is the history, sorted
+oldest first by key. The only rewrite of an entry is by the same upgrade: a rerun after a crash
+between the entry's write and ``_upgrade.json``'s repeats the final step and writes the entry
+again with that step's record. Retention never touches ``_upgrades/`` or ``_upgrade.json`` (it
+deletes under ``chk-``, ``global/chk-``, ``shared/``, ``ledger/``, ``_inflight/`` and its own
+``_retention/`` only), and the savepoints an upgrade names are savepoints, which it always keeps.
+
+Readers that only show the records (the Checkpoints page) use :func:`recorded_upgrades`: every
+upgrade, newest first, the current unfinished one (if any) first; it never raises for a record
+that does not parse, it says so in that entry (:class:`RecordedUpgrade`) and shows the others.
 """
 
 from __future__ import annotations
@@ -42,11 +60,14 @@ from pydantic import BaseModel, Field
 from barrierflow.errors import UserInputError
 from barrierflow.storage import ObjectNotFoundError, ObjectStore
 
-__all__ = ["RECORD_KEY", "RecordedUpgrade", "UpgradeInProgressError", "UpgradeRecord", "UpgradeStep",
-           "UpgradeVerdict", "read_record", "recorded_upgrade", "refuse_unfinished", "spec_digest", "write_record"]
+__all__ = ["HISTORY_PREFIX", "RECORD_KEY", "RecordedUpgrade", "UpgradeInProgressError", "UpgradeRecord",
+           "UpgradeStep", "UpgradeVerdict", "history_key", "read_record", "recorded_upgrades", "refuse_unfinished",
+           "spec_digest", "write_record"]
 
-#: Where the record lives, relative to the pipeline's checkpoint store.
+#: Where the current upgrade's record lives, relative to the pipeline's checkpoint store.
 RECORD_KEY = "_upgrade.json"
+#: Where every finished upgrade's record is kept, one object per upgrade (module docstring).
+HISTORY_PREFIX = "_upgrades/"
 
 
 class UpgradeStep(StrEnum):
@@ -91,6 +112,9 @@ class UpgradeRecord(BaseModel):
         verified: the canary checkpoints that passed verification, in order.
         failure: why the canary failed (the failed check and its message), else "".
         attempt: the attempt the last restore began.
+        started: when the upgrade was first recorded (set by :func:`write_record`; None only in a
+            record written before upgrades were kept, until its next step).
+        updated: when the step was recorded.
     """
 
     pipeline: str
@@ -108,6 +132,7 @@ class UpgradeRecord(BaseModel):
     verified: list[int] = Field(default_factory=list)
     failure: str = ""
     attempt: int | None = None
+    started: datetime | None = None
     updated: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     @property
@@ -136,43 +161,100 @@ def read_record(objects: ObjectStore) -> UpgradeRecord | None:
     return UpgradeRecord.model_validate(json.loads(raw))
 
 
+def history_key(record: UpgradeRecord) -> str:
+    """The key of ``record``'s upgrade in the history (module docstring): its start (its
+    ``updated`` for a record written before ``started`` was), source savepoint and the new
+    spec's digest; keys sort by start."""
+    started = (record.started or record.updated).astimezone(UTC)
+    return (f"{HISTORY_PREFIX}{started:%Y%m%dT%H%M%S%fZ}-{record.source_savepoint}-"
+            f"{record.new_spec_sha256[:12]}.json")
+
+
 @dataclass(frozen=True)
 class RecordedUpgrade:
-    """What a pipeline's store says about its upgrade, for display: ``record`` (None: no
-    upgrade recorded, or the record does not parse) and ``problem`` (why the record could not be
-    read, else "")."""
+    """One upgrade as a pipeline's store holds it, for display.
 
+    Attributes:
+        key: the object it was read from (``_upgrade.json`` or an entry under ``_upgrades/``).
+        record: the record, or None when it does not parse.
+        problem: why the record could not be read (naming the object and the fix), else "".
+        current: it is ``_upgrade.json``'s record (the latest upgrade).
+    """
+
+    key: str
     record: UpgradeRecord | None
     problem: str = ""
+    current: bool = False
+
+    @property
+    def in_progress(self) -> bool:
+        """The current upgrade, not at a final step (``barrierflow run`` refuses meanwhile)."""
+        return self.current and self.record is not None and not self.record.step.final
 
     def as_dict(self) -> dict[str, Any]:
-        """``{"upgrades": [record...], "problem": str | None}``: zero or one upgrade (the record
-        holds the latest one), each as :meth:`UpgradeRecord.as_dict`."""
-        return {"upgrades": [self.record.as_dict()] if self.record else [], "problem": self.problem or None}
+        """The record's fields (:meth:`UpgradeRecord.as_dict`, None when it does not parse) with
+        ``key``, ``in_progress`` and ``problem`` (None when it parsed)."""
+        fields = self.record.as_dict() if self.record is not None else {}
+        return {**fields, "key": self.key, "in_progress": self.in_progress, "problem": self.problem or None}
 
 
-def recorded_upgrade(objects: ObjectStore) -> RecordedUpgrade:
-    """The upgrade recorded in ``objects`` (a pipeline's checkpoint store), never raising for a
-    record that is not valid JSON or not an :class:`UpgradeRecord`: then ``problem`` names it
-    and the fix. Read-only.
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _read(objects: ObjectStore, key: str) -> RecordedUpgrade | None:
+    """The upgrade recorded at ``key`` (None: no such object); one that does not parse says so."""
+    try:
+        raw = objects.get_bytes(key)
+    except ObjectNotFoundError:
+        return None
+    current = key == RECORD_KEY
+    try:
+        return RecordedUpgrade(key, UpgradeRecord.model_validate(json.loads(raw)), current=current)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError and pydantic's ValidationError
+        fix = ("the upgrade's steps are unknown: rerun its 'barrierflow upgrade SPEC --to NEW_SPEC', or remove the "
+               "record if no upgrade is under way" if current else
+               "this upgrade cannot be shown (the others are): restore the object from a copy, or remove it")
+        return RecordedUpgrade(key, None, f"{key} in the checkpoint store does not parse ({_first_line(exc)}); "
+                                          f"{fix}", current=current)
+
+
+def recorded_upgrades(objects: ObjectStore) -> list[RecordedUpgrade]:
+    """Every upgrade recorded in ``objects`` (a pipeline's checkpoint store), newest first: the
+    current upgrade first while it is unfinished (or its record does not parse), then the
+    finished ones by start, newest first (the kept history under ``_upgrades/``, and
+    ``_upgrade.json``'s own record when the history lacks it: one finished before upgrades were
+    kept). Never raises for a record that is not valid JSON or not an :class:`UpgradeRecord`: that
+    entry's ``problem`` names it and the fix, and the others are still listed. Read-only.
 
     Raises:
         StorageError: the store cannot be read.
     """
-    try:
-        return RecordedUpgrade(read_record(objects))
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError and pydantic's ValidationError
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return RecordedUpgrade(None, f"{RECORD_KEY} in the checkpoint store does not parse ({first}); the "
-                                     "upgrade's steps are unknown: rerun its 'barrierflow upgrade SPEC --to "
-                                     "NEW_SPEC', or remove the record if no upgrade is under way")
+    kept = [entry for info in objects.list(HISTORY_PREFIX) if info.key.endswith(".json")
+            if (entry := _read(objects, info.key)) is not None]
+    finished = [(entry.key, entry) for entry in kept]
+    current = _read(objects, RECORD_KEY)
+    first: list[RecordedUpgrade] = []
+    if current is not None:
+        if current.record is None or not current.record.step.final:
+            first.append(current)
+        elif not any(e.key == history_key(current.record) and e.record is not None for e in kept):
+            finished.append((history_key(current.record), current))  # (a kept entry that does not parse says so)
+    return first + [entry for _, entry in sorted(finished, key=lambda pair: (pair[0], pair[1].current), reverse=True)]
 
 
 def write_record(objects: ObjectStore, record: UpgradeRecord, step: UpgradeStep, **changes: Any) -> UpgradeRecord:
     """Record ``step`` (and ``changes``) and return the new record; the write replaces the
-    whole object at once, so a reader sees the old step or the new one."""
-    updated = record.model_copy(update={**changes, "step": step, "updated": datetime.now(UTC)})
-    objects.put_bytes(RECORD_KEY, updated.model_dump_json(indent=2).encode())
+    whole object at once, so a reader sees the old step or the new one. The first write sets
+    ``started``. A final step is first kept in the history (:func:`history_key`), then written
+    to ``_upgrade.json``: a crash between the two leaves the step to be repeated by a rerun,
+    which writes both again."""
+    now = datetime.now(UTC)
+    updated = record.model_copy(update={**changes, "step": step, "updated": now, "started": record.started or now})
+    data = updated.model_dump_json(indent=2).encode()
+    if step.final:
+        objects.put_bytes(history_key(updated), data)
+    objects.put_bytes(RECORD_KEY, data)
     return updated
 
 

@@ -5,7 +5,7 @@ Routes (relative to the mount prefix; every one requires an Airflow session, see
 
     GET /                                             the page (?pipeline=NAME, ?limit=N)
     GET /api/pipelines                                the pipeline specs found
-    GET /api/pipelines/{name}                         recent checkpoints, savepoints, upgrade, reports (?limit=N)
+    GET /api/pipelines/{name}                         recent checkpoints, savepoints, upgrades, reports (?limit=N)
     GET /api/pipelines/{name}/checkpoints/{id}/verification   the stored verification result
     GET /pipelines/{name}/verification                HTML of every stored verification result shown
     GET /pipelines/{name}/checkpoints/{id}/verification       HTML of one verification result
@@ -16,7 +16,7 @@ pipeline's checkpoint store, read per request.
 
 The page and ``/api/pipelines/{name}`` show a pipeline's cuts (its checkpoints; of several
 stages: its global checkpoints), one row per stage under each, and its savepoints and recorded
-upgrade, whatever its shape (see :mod:`barrierflow.ui.history`); a cut's verification routes
+upgrades (every one, newest first), whatever its shape (see :mod:`barrierflow.ui.history`); a cut's verification routes
 serve the stored result of every stage of that cut (the API: an object
 ``{"checkpoint_id", "stages": {stage: result or null}}``, 404 if no stage was verified).
 """

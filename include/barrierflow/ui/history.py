@@ -12,9 +12,10 @@ else ``not verified``. Values are copied from the manifests unchanged (times sta
 timezone-aware UTC, durations in ms, sizes in bytes); the page and the JSON API only format
 them. Reports the pipeline's store holds (``reports/skew-latest.json``, and the data-quality
 report once it exists) are listed as links; a report that is absent is not listed. The
-pipeline's savepoints (every one, oldest first) and its recorded upgrade (``_upgrade.json``: at
-most one, the latest; a record that does not parse is reported, not raised) come with the
-history, read the same way for every shape.
+pipeline's savepoints (every one, oldest first) and its recorded upgrades (every one, newest
+first, the current unfinished one first: ``_upgrade.json`` and the history kept under
+``_upgrades/``; a record that does not parse is reported in its entry, not raised, and the others
+are shown) come with the history, read the same way for every shape.
 
 Cut statuses: ``COMPLETED`` (a manifest of the current timeline) and ``FAILED`` (a failure
 record and no manifest). Abandoned cuts (after a restore) are left out, as ``barrierflow
@@ -207,7 +208,7 @@ class PipelineHistory:
     total_completed: int = 0
     total_failed: int = 0
     savepoints: list[store_reader.SavepointEntry] = field(default_factory=list)
-    upgrade: store_reader.RecordedUpgrade = field(default_factory=lambda: store_reader.RecordedUpgrade(None))
+    upgrades: list[store_reader.RecordedUpgrade] = field(default_factory=list)
 
     @property
     def shown(self) -> int:
@@ -218,15 +219,18 @@ class PipelineHistory:
         """The JSON API's document, one shape for every pipeline: ``pipeline``, ``storage``,
         ``attempt``, ``noun``, the totals, ``stages`` (names, spec order), ``checkpoints`` (each
         cut with its stages' rows under ``stages``, by name), ``reports``, ``savepoints`` (oldest
-        first), ``upgrades`` (zero or one recorded upgrade, with its derived ``verdict``) and
-        ``upgrade_problem`` (why ``_upgrade.json`` could not be read, else null)."""
+        first), ``upgrades`` (every readable recorded upgrade, newest first, the current
+        unfinished one first: its record's fields with the derived ``verdict``, ``key``, the
+        object it was read from, and ``in_progress``) and ``upgrade_problems`` (``{"key",
+        "problem"}`` of each record that could not be read)."""
         return {
             "pipeline": self.pipeline, "storage": self.storage, "attempt": self.attempt, "noun": self.noun,
             "total_completed": self.total_completed, "total_failed": self.total_failed,
             "stages": list(self.stages), "checkpoints": [row.as_dict() for row in self.rows],
             "reports": [{"name": r.name, "title": r.title, "key": r.key} for r in self.reports],
             "savepoints": [s.as_dict() for s in self.savepoints],
-            "upgrades": self.upgrade.as_dict()["upgrades"], "upgrade_problem": self.upgrade.as_dict()["problem"],
+            "upgrades": [u.as_dict() for u in self.upgrades if u.record is not None],
+            "upgrade_problems": [{"key": u.key, "problem": u.problem} for u in self.upgrades if u.record is None],
         }
 
 
@@ -316,7 +320,7 @@ def cut_history(spec_path: str | os.PathLike[str], spec: PipelineSpec | StagedPi
                            noun=history.noun, stages=history.stages, rows=[cut_row(e) for e in history.checkpoints],
                            reports=present_reports(store), total_completed=history.total_completed,
                            total_failed=history.total_failed, savepoints=store_reader.read_savepoints(spec_path),
-                           upgrade=store_reader.read_upgrade(store))
+                           upgrades=store_reader.read_upgrades(store))
 
 
 @dataclass(frozen=True)

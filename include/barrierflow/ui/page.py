@@ -12,10 +12,13 @@ to its formatted text, and its field in ``data-field``, so tools (and the accept
 read the page without parsing formatted numbers.
 
 Above it, ``#savepoints`` lists the pipeline's savepoints (rows ``tr.savepoint[data-savepoint-id=N]``:
-attempt, completion time, each stage's barrier batch) and ``#upgrades`` its recorded upgrade (rows
-``tr.upgrade[data-from=S]``: from savepoint, to savepoint and new spec, verdict, rescale as
-``stage old -> new`` joined by ``; ``, step, canary checkpoints verified, failure, when), with the
-same ``data-field``/``data-value`` cells; an unreadable ``_upgrade.json`` is said in ``p.error#upgrade-problem``.
+attempt, completion time, each stage's barrier batch) and ``#upgrades`` its recorded upgrades,
+newest first, the current unfinished one first (one row ``tr.upgrade[data-upgrade=KEY]`` per
+upgrade, KEY the object it was read from, with ``data-from=S`` and ``data-in-progress``: from
+savepoint, to savepoint, new spec and its sha256, verdict, rescale as ``stage old -> new`` joined
+by ``; ``, step, canary checkpoints verified, failure, started and last step), with the same
+``data-field``/``data-value`` cells; each record that does not parse is said in
+``#upgrade-problems p.error.upgrade-problem[data-key=KEY]``, and the others are still shown.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import html
 from datetime import UTC, datetime
 from urllib.parse import quote
 
+from barrierflow.ui import store_reader
 from barrierflow.ui.history import (
     ChannelRange,
     CutRow,
@@ -138,31 +142,43 @@ def _savepoints(history: PipelineHistory) -> str:
 _STEP_CSS = {"canary-passed": "passed", "rolled-back": "failed"}
 
 
-def _upgrades(history: PipelineHistory) -> str:
-    recorded = history.upgrade
-    problem = (f"<p class='error' id='upgrade-problem'>{html.escape(recorded.problem)}</p>"
-               if recorded.problem else "")
-    record = recorded.record
+def _upgrade_row(upgrade: store_reader.RecordedUpgrade) -> str:
+    record = upgrade.record
     if record is None:
-        return "<h2>Upgrades</h2>" + (problem or "<p class='muted' id='no-upgrades'>no upgrade recorded</p>")
+        raise ValueError(f"{upgrade.key} has no record to show: {upgrade.problem}")
     rescale = "; ".join(f"{stage} {' -> '.join(map(str, sizes))}" for stage, sizes in record.rescaled.items())
     step = record.step.value
+    shown_step = f"{step} (in progress)" if upgrade.in_progress else step
+    if not record.step.final and not upgrade.in_progress:
+        shown_step = f"{step} (unfinished)"
     verified = ", ".join(str(c) for c in record.verified)
-    row = (f"<tr class='upgrade' data-from='{record.source_savepoint}'>"
-           + _cell("from_savepoint", record.source_savepoint, str(record.source_savepoint))
-           + _cell("to_savepoint", record.savepoint, str(record.savepoint))
-           + _cell("new_spec", record.new_spec, record.new_spec, "text")
-           + _cell("verdict", record.verdict.value, record.verdict.value, "text")
-           + _cell("rescale", rescale, rescale or "-", "text")
-           + _cell("step", step, step if record.step.final else f"{step} (unfinished)",
-                   f"text {_STEP_CSS.get(step, '')}".strip())
-           + _cell("canary_verified", verified, f"{len(record.verified)}/{record.canary_checkpoints}"
-                   + (f": {verified}" if verified else ""), "text")
-           + _cell("failure", record.failure, record.failure, "text")
-           + _cell("updated", record.updated, _iso(record.updated), "text") + "</tr>")
-    head = "".join(f"<th>{c}</th>" for c in ("from savepoint", "to savepoint", "new spec", "verdict", "rescale",
-                                            "step", "canary checkpoints verified", "failure", "when (UTC)"))
-    return f"<h2>Upgrades</h2>{problem}<table id='upgrades'><tr>{head}</tr>{row}</table>"
+    return (f"<tr class='upgrade' data-upgrade='{html.escape(upgrade.key, quote=True)}' "
+            f"data-from='{record.source_savepoint}' data-in-progress='{str(upgrade.in_progress).lower()}'>"
+            + _cell("from_savepoint", record.source_savepoint, str(record.source_savepoint))
+            + _cell("to_savepoint", record.savepoint, str(record.savepoint))
+            + _cell("new_spec", record.new_spec, record.new_spec, "text")
+            + _cell("new_spec_sha256", record.new_spec_sha256, record.new_spec_sha256[:12], "text")
+            + _cell("verdict", record.verdict.value, record.verdict.value, "text")
+            + _cell("rescale", rescale, rescale or "-", "text")
+            + _cell("step", step, shown_step, f"text {_STEP_CSS.get(step, '')}".strip())
+            + _cell("canary_verified", verified, f"{len(record.verified)}/{record.canary_checkpoints}"
+                    + (f": {verified}" if verified else ""), "text")
+            + _cell("failure", record.failure, record.failure, "text")
+            + _cell("started", record.started, _iso(record.started) or "-", "text")
+            + _cell("updated", record.updated, _iso(record.updated), "text") + "</tr>")
+
+
+def _upgrades(history: PipelineHistory) -> str:
+    problems = "".join(f"<p class='error upgrade-problem' data-key='{html.escape(u.key, quote=True)}'>"
+                       f"{html.escape(u.problem)}</p>" for u in history.upgrades if u.record is None)
+    problems = f"<div id='upgrade-problems'>{problems}</div>" if problems else ""
+    rows = "".join(_upgrade_row(u) for u in history.upgrades if u.record is not None)
+    if not rows:
+        return "<h2>Upgrades</h2>" + (problems or "<p class='muted' id='no-upgrades'>no upgrade recorded</p>")
+    head = "".join(f"<th>{c}</th>" for c in ("from savepoint", "to savepoint", "new spec", "new spec sha256",
+                                            "verdict", "rescale", "step", "canary checkpoints verified", "failure",
+                                            "started (UTC)", "last step (UTC)"))
+    return f"<h2>Upgrades (newest first)</h2>{problems}<table id='upgrades'><tr>{head}</tr>{rows}</table>"
 
 
 def _table(history: PipelineHistory, base: str, pipeline: str) -> str:

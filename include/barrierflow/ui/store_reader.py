@@ -10,8 +10,9 @@ the ``front-doors-call-ops`` import contract): every pipeline's cuts (its checkp
 several stages: its global checkpoints), each with every stage's part, are read through the
 operation :func:`barrierflow.ops.global_history.global_checkpoint_history`
 (:func:`read_global_history`), whatever its shape. The reports are read from the store at the
-root of ``checkpoint.storage``. The savepoints (:func:`read_savepoints`) and the recorded upgrade
-(:func:`read_upgrade`, ``_upgrade.json`` at that root) are read through :mod:`barrierflow.ops` too.
+root of ``checkpoint.storage``. The savepoints (:func:`read_savepoints`) and the recorded upgrades
+(:func:`read_upgrades`: ``_upgrade.json`` and the kept history ``_upgrades/`` at that root) are
+read through :mod:`barrierflow.ops` too.
 
 Manifests name the barrier batch's time in the stage ``alignment_ms`` (format version 1) or
 ``barrier_batch_ms`` (after the rename): :func:`barrier_batch_ms` reads either.
@@ -35,7 +36,7 @@ from barrierflow.ops.global_history import (
 )
 from barrierflow.ops.global_history import global_checkpoint_history as _global_checkpoint_history
 from barrierflow.ops.global_history import stage_verifications as _stage_verifications
-from barrierflow.ops.upgrade_record import RecordedUpgrade, UpgradeRecord, recorded_upgrade
+from barrierflow.ops.upgrade_record import RecordedUpgrade, UpgradeRecord, recorded_upgrades
 from barrierflow.storage import ObjectNotFoundError
 from barrierflow.verification.html import render_html
 from barrierflow.verification.report import VerificationReport
@@ -63,7 +64,7 @@ __all__ = [
     "read_report_object",
     "read_savepoints",
     "read_stage_verifications",
-    "read_upgrade",
+    "read_upgrades",
     "render_verification_html",
     "report_exists",
 ]
@@ -92,10 +93,11 @@ def read_savepoints(spec_path: str | os.PathLike[str]) -> list[SavepointEntry]:
     return pipeline_savepoints(spec_path)
 
 
-def read_upgrade(store: CheckpointStore) -> RecordedUpgrade:
-    """The upgrade recorded in ``store`` (the root of ``checkpoint.storage``): none, the record,
-    or why it does not parse; see :func:`barrierflow.ops.upgrade_record.recorded_upgrade`."""
-    return recorded_upgrade(store.objects)
+def read_upgrades(store: CheckpointStore) -> list[RecordedUpgrade]:
+    """Every upgrade recorded in ``store`` (the root of ``checkpoint.storage``), newest first
+    (the current unfinished one first), each its record or why it does not parse; see
+    :func:`barrierflow.ops.upgrade_record.recorded_upgrades`."""
+    return recorded_upgrades(store.objects)
 
 
 def read_stage_verifications(spec_path: str | os.PathLike[str], checkpoint_id: int
