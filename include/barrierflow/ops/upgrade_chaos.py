@@ -39,9 +39,9 @@ When ``--kills`` kills landed, the current spec runs to the end of its input
 (``barrierflow run --until-exhausted``) and the outputs are compared with the reference. Each
 kill is counted by kind (``group``: timed, ``point``: armed), by the step the upgrade record
 held when it landed (``start``: no record of this upgrade yet, or ``report`` recorded but the
-process not yet rewriting: it was starting or reporting; ``rewrite``; ``canary``: restore and canary; ``commit``; ``rollback``;
-``rolled-back``), and armed ones by point. Any other end of an upgrade run (a refusal, exit 2;
-a crash not injected) stops chaos with the run's log.
+process not yet rewriting: it was starting or reporting; ``rewrite``; ``canary``: restore and
+canary; ``commit``; ``rollback``; ``rolled-back``), and armed ones by point. Any other end
+of an upgrade run (a refusal, exit 2; a crash not injected) stops chaos with the run's log.
 """
 
 from __future__ import annotations
