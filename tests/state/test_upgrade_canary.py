@@ -27,6 +27,7 @@ from barrierflow.ops.upgrade_record import UpgradeStep, read_record, recorded_up
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
+from barrierflow.verification.report import load_report
 
 from tests.support.running_totals import assert_exactly_once, recount
 
@@ -107,6 +108,39 @@ def test_a_failing_canary_rolls_back_and_the_old_spec_runs_to_the_exact_output(
 
     run(spark, old, until_exhausted=True, duration=150)
     assert_output_exact(spark, tmp_path)
+
+
+@pytest.mark.slow(60)
+def test_a_failing_canary_stops_at_its_first_bad_checkpoint_not_after_n(
+        spark: Any, tmp_path: Path, cli: Any) -> None:
+    """An unbounded source and a canary of 100,000 checkpoints: without stopping at the first
+    failed verification the canary would run for hours (the test's timeout); it ends, rolled
+    back, and at most the checkpoint in flight when the verification failed is triggered after
+    it (times of one clock compared, not durations: the machine's speed does not matter)."""
+    def unbounded(path: Path) -> Path:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        del data["sources"][0]["records_per_partition"]
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        return path
+
+    old = unbounded(spec_file(tmp_path, "old.yaml"))
+    new = unbounded(spec_file(tmp_path, "new.yaml", function=POISONED))
+    store = CheckpointStore.for_spec(load_spec(old))
+    run(spark, old, checkpoints=2)
+    source = savepoint(old).checkpoint_id
+
+    code, _, err = cli("upgrade", str(old), "--to", str(new), "--canary-checkpoints", "100000")
+    assert code == 1 and "rolled back" in err and "failed the expectation check" in err, err
+    record = read_record(store.objects)
+    assert record is not None and record.step is UpgradeStep.ROLLED_BACK
+    canary = transactions(store, source)  # the canary's epochs, one per checkpoint it completed
+    assert canary and set(canary.values()) == {TxnState.ABORTED}, canary
+    reports = {cid: load_report(store.objects, cid) for cid in canary}
+    failed_at = min(r.finished for r in reports.values() if r is not None and not r.passed)
+    # (a checkpoint that never completed has no manifest, so no trigger time on record: left out)
+    completed = set(store.checkpoint_ids(include_abandoned=True))
+    late = [cid for cid in canary if cid in completed and store.get(cid).trigger_time > failed_at]
+    assert len(late) <= 1, f"canary checkpoints triggered after its verification failed: {late}"
 
 
 @pytest.mark.slow(90)
