@@ -73,7 +73,7 @@ def chaos(spec: Path, scratch: Path, capsys: pytest.CaptureFixture[str], *args: 
     return code, json.loads(capsys.readouterr().out)
 
 
-@pytest.mark.slow(360)
+@pytest.mark.slow(150)
 @pytest.mark.usefixtures("driver_env")
 def test_an_upgrade_killed_after_its_rewrite_and_in_its_canary_keeps_the_output_exactly_once(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: dict[str, Any]) -> None:
@@ -95,7 +95,7 @@ def test_an_upgrade_killed_after_its_rewrite_and_in_its_canary_keeps_the_output_
     assert code == 0 and report["passed"]
 
 
-@pytest.mark.slow(360)
+@pytest.mark.slow(150)
 @pytest.mark.usefixtures("driver_env")
 def test_a_failing_canary_killed_mid_rollback_rolls_back_and_the_old_spec_runs_exactly_once(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: dict[str, Any]) -> None:
