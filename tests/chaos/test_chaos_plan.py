@@ -206,12 +206,37 @@ def test_the_report_has_the_verdict_the_figures_and_a_plot(tmp_path: Path) -> No
     assert "data:image/png;base64," in html_path.read_text()
 
 
+def test_the_upgrade_modes_summary_counts_the_kills_by_step_and_point(tmp_path: Path) -> None:
+    result = ChaosResult("orders", "orders.yaml", 7, "group", 3, str(tmp_path), datetime(2026, 11, 25, tzinfo=UTC),
+                         kill_kinds=["group", "point"], upgrade_to="new.yaml")
+    result.kills.update({"group": 1, "point": 2})
+    result.steps.update({"rewrite": 1, "canary": 1, "rollback": 1})
+    result.points.update({"after_manifest": 1, "upgrade_mid_rollback": 1})
+    result.upgrades = [{"from": "pipeline.yaml", "to": "upgrade.yaml", "outcome": "rolled back", "kills": 3}]
+    lines = summary_lines(result)
+    assert "  upgrades to new.yaml and back: 1 (rolled back 1)" in lines
+    assert ("  kills by step: start 0, rewrite 1, canary 1, commit 0, rollback 1; armed points: after_manifest 1, "
+            "upgrade_mid_rollback 1") in lines
+    document = result.as_dict()
+    assert document["kills_by_step"] == {"rewrite": 1, "canary": 1, "rollback": 1}
+    assert document["upgrades"][0]["outcome"] == "rolled back"
+    plain = ChaosResult("o", "o.yaml", 1, "group", 1, "", datetime(2026, 1, 1, tzinfo=UTC))
+    assert "kills_by_step" not in plain.as_dict()
+
+
 @pytest.mark.parametrize(("options", "message"), [
     (ChaosOptions(kills=-1), "--kills"),
     (ChaosOptions(kills=1, min_gap=5, max_gap=1), "--min-gap"),
     (ChaosOptions(kills=1, run_timeout=0), "--run-timeout"),
     (ChaosOptions(kills=1, mode="stage"), "needs --processes"),
     (ChaosOptions(kills=1, points=("nowhere",)), "unknown protocol point"),
+    # the upgrade mode kills 'barrierflow upgrade' as one process group
+    (ChaosOptions(kills=1, upgrade_to=Path("new.yaml"), processes=True), "--processes and --upgrade-to"),
+    (ChaosOptions(kills=1, upgrade_to=Path("new.yaml"), mode="jvm"), "--mode jvm and --upgrade-to"),
+    (ChaosOptions(kills=1, upgrade_to=Path("new.yaml"), canary_checkpoints=0), "no canary to kill"),
+    (ChaosOptions(kills=1, upgrade_to=Path("new.yaml"), kills_per_upgrade=0), "--kills-per-upgrade"),
+    (ChaosOptions(kills=1, canary_checkpoints=2), "--canary-checkpoints belong to the upgrade mode"),
+    (ChaosOptions(kills=1, points=("upgrade_mid_rollback",)), "only the upgrade mode runs"),
 ])
 def test_bad_options_are_refused_naming_the_option(options: ChaosOptions, message: str) -> None:
     """(``--processes`` for one stage is the pipeline's refusal: test_chaos_refusals.py.)"""

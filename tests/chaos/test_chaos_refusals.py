@@ -78,6 +78,26 @@ def test_processes_for_one_stage_is_refused_with_exit_2(tmp_path: Path, capsys: 
     assert not (tmp_path / "scratch").exists()
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--upgrade-to", "{new}", "--processes"], "--processes and --upgrade-to exclude each other"),
+    (["--upgrade-to", "{new}", "--mode", "mixed"], "--mode mixed and --upgrade-to exclude each other"),
+    (["--kills-per-upgrade", "3"], "--kills-per-upgrade belong to the upgrade mode"),
+    (["--upgrade-to", "{other}"], "an upgrade keeps the pipeline's name"),
+])
+def test_upgrade_mode_options_that_make_no_sense_are_refused_with_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    spec = generator_spec(tmp_path)
+    data = yaml.safe_load(spec.read_text())
+    paths = {"new": tmp_path / "new.yaml", "other": tmp_path / "other.yaml"}
+    paths["new"].write_text(yaml.safe_dump(data))
+    paths["other"].write_text(yaml.safe_dump({**data, "name": "invoices"}))
+    code = main(["chaos", str(spec), "--kills", "1", "--scratch", str(tmp_path / "scratch"),
+                 *(str(paths[a[1:-1]]) if a.startswith("{") else a for a in args)])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "scratch").exists()
+
+
 @pytest.mark.parametrize(("starting_offsets", "message"), [
     ("latest", "Kafka source 'in' starts at 'latest': each copy"),
     ({"orders": {"0": 5, "1": -1}}, "starts at 'latest' for partition(s) orders:1 (offset -1)"),

@@ -25,6 +25,11 @@ The method, in order (:func:`barrierflow.chaos.runner.run_chaos`):
    the sink writes with), and write the report (:mod:`.report`): kills by kind, restarts,
    checkpoints, rows, missing, extra, duplicated, time; JSON and an HTML page with a plot.
 
+With ``--upgrade-to NEW_SPEC`` step 4 is replaced by upgrades of the copy under kills
+(:mod:`barrierflow.ops.upgrade_chaos`: ``barrierflow upgrade`` killed in its rewrite, canary,
+commit or rollback and run again until it completes, back and forth), compared with the same
+never-upgraded reference.
+
 What a pass proves: for this pipeline, these sinks and this storage, none of the kills that
 happened lost or duplicated a committed row. What it does not prove: kills it did not make
 (another seed finds other moments), failures that are not process deaths (a disk that lies,

@@ -7,16 +7,23 @@ import base64
 import html
 import io
 import json
+from collections import Counter
 from pathlib import Path
 
 from barrierflow.chaos.runner import ChaosResult
 
 REPORT_JSON = "chaos-report.json"
+#: The steps of an upgrade kills are counted under (upgrade mode), in the order they happen.
+UPGRADE_STEPS = ("start", "rewrite", "canary", "commit", "rollback")
 REPORT_HTML = "chaos-report.html"
 
 
 def _count(n: int | None) -> str:
     return "-" if n is None else str(n)
+
+
+def _step_order(step: str) -> tuple[int, str]:
+    return (UPGRADE_STEPS.index(step) if step in UPGRADE_STEPS else len(UPGRADE_STEPS), step)
 
 
 def summary_lines(result: ChaosResult) -> list[str]:
@@ -32,6 +39,14 @@ def summary_lines(result: ChaosResult) -> list[str]:
     if result.picked and +result.picked != +result.kills:
         picked = ", ".join(f"{kind} {n}" for kind, n in sorted(result.picked.items()))
         lines.append(f"  kills picked: {picked} (a JVM kill before the run had a JVM landed as a group kill)")
+    if result.upgrade_to is not None:
+        outcomes = Counter(u.get("outcome", "unfinished") for u in result.upgrades)
+        steps = ", ".join(f"{step} {result.steps[step]}" for step in
+                          sorted({*UPGRADE_STEPS, *result.steps}, key=_step_order))
+        points = ", ".join(f"{p} {n}" for p, n in sorted(result.points.items())) or "none"
+        lines += [f"  upgrades to {result.upgrade_to} and back: {len(result.upgrades)} "
+                  f"({', '.join(f'{o} {n}' for o, n in sorted(outcomes.items())) or 'none'})",
+                  f"  kills by step: {steps}; armed points: {points}"]
     lines += [f"  rows: expected {sum(o.rows_expected for o in result.outputs)}, "
               f"committed {sum(o.rows for o in result.outputs)}; missing {result.missing}, extra {result.extra}, "
               f"duplicated {result.duplicated}",

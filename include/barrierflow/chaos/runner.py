@@ -47,7 +47,7 @@ from barrierflow.chaos.scratch import (
 )
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.faults import ENV as CRASH_ENV
-from barrierflow.faults import POINTS, SINK_POINTS
+from barrierflow.faults import POINTS, SINK_POINTS, UPGRADE_POINTS
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.spec.loader import load_any_spec
 from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
@@ -83,10 +83,28 @@ class ChaosOptions:
     run_timeout: float = 1800.0
     #: The protocol points armed runs crash at (None: every point this pipeline reaches).
     points: tuple[str, ...] | None = None
+    #: Upgrade mode (:mod:`barrierflow.ops.upgrade_chaos`): the changed spec the copy is
+    #: upgraded to, again and again, while the upgrades are killed (None: plain chaos).
+    upgrade_to: Path | None = None
+    #: Upgrade mode: the checkpoints each upgrade's canary verifies (None: 2).
+    canary_checkpoints: int | None = None
+    #: Upgrade mode: the most kills one upgrade takes before it is let complete (None: 4).
+    kills_per_upgrade: int | None = None
+
+    @property
+    def canary(self) -> int:
+        return 2 if self.canary_checkpoints is None else self.canary_checkpoints
+
+    @property
+    def per_upgrade(self) -> int:
+        return 4 if self.kills_per_upgrade is None else self.kills_per_upgrade
 
     def check(self) -> None:
         """Raises UserInputError naming the option and the fix (``processes`` for a pipeline
-        of one stage: :meth:`OpenedPipeline.refuse_stage_processes`, by the runner)."""
+        of one stage: :meth:`OpenedPipeline.refuse_stage_processes`, by the runner). Upgrade
+        mode (``upgrade_to``) kills ``barrierflow upgrade``'s process group, whose canary runs
+        the pipeline in that process: ``--processes`` and the modes other than ``group`` are
+        refused with it, and the upgrade-only options and points without it."""
         if self.kills < 1:
             raise UserInputError(f"--kills must be at least 1 (got {self.kills}): without a kill chaos compares two "
                                  "failure-free runs, which proves nothing about recovery")
@@ -100,10 +118,38 @@ class ChaosOptions:
             raise UserInputError("--run-timeout must be positive (seconds a run may take before chaos stops it)")
         if self.mode == "stage" and not self.processes:
             raise UserInputError("--mode stage kills one stage process: it needs --processes")
-        unknown = sorted(set(self.points or ()) - set(POINTS))
+        self._check_upgrade()
+        known = POINTS + (UPGRADE_POINTS if self.upgrade_to is not None else ())
+        unknown = sorted(set(self.points or ()) - set(known))
         if unknown:
+            upgrade = [p for p in unknown if p in UPGRADE_POINTS]
+            if upgrade:
+                raise UserInputError(f"--points: {', '.join(upgrade)} are points of 'barrierflow upgrade', which only "
+                                     "the upgrade mode runs: add --upgrade-to NEW_SPEC, or leave them out")
             raise UserInputError(f"--points: unknown protocol point(s) {', '.join(unknown)}; the points are "
-                                 f"{', '.join(POINTS)}")
+                                 f"{', '.join(known)}")
+
+    def _check_upgrade(self) -> None:
+        if self.upgrade_to is None:
+            named = [flag for flag, value in (("--canary-checkpoints", self.canary_checkpoints),
+                                              ("--kills-per-upgrade", self.kills_per_upgrade)) if value is not None]
+            if named:
+                raise UserInputError(f"{' and '.join(named)} belong to the upgrade mode: add --upgrade-to NEW_SPEC, "
+                                     "or leave them out")
+            return
+        if self.processes:
+            raise UserInputError("--processes and --upgrade-to exclude each other: the upgrade's canary runs the "
+                                 "pipeline inside 'barrierflow upgrade', which chaos kills as one process group; "
+                                 "drop --processes")
+        if self.mode != "group":
+            raise UserInputError(f"--mode {self.mode} and --upgrade-to exclude each other: the upgrade mode kills the "
+                                 "upgrade's whole process group (and arms crash points); drop --mode or give "
+                                 "--mode group")
+        if self.canary < 1:
+            raise UserInputError(f"--canary-checkpoints must be at least 1 with --upgrade-to (got {self.canary}): "
+                                 "an upgrade without a canary has no canary to kill")
+        if self.per_upgrade < 1:
+            raise UserInputError(f"--kills-per-upgrade must be at least 1 (got {self.per_upgrade})")
 
 
 @dataclass(frozen=True)
@@ -176,6 +222,15 @@ class ChaosResult:
     #: each counted once (None: not counted yet).
     dead_letters_expected: int | None = None
     dead_letters: int | None = None
+    #: Upgrade mode: the spec the copy was upgraded to (None: plain chaos).
+    upgrade_to: str | None = None
+    #: Upgrade mode: the kills by the step the upgrade record held when each landed (``start``:
+    #: no record of this upgrade yet; ``rewrite``, ``canary``, ``commit``, ``rollback``,
+    #: ``rolled-back``) and the armed points that landed, by point.
+    steps: Counter[str] = field(default_factory=Counter)
+    points: Counter[str] = field(default_factory=Counter)
+    #: Upgrade mode: one entry per upgrade (from, to, source savepoint, outcome, kills, runs).
+    upgrades: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def restarts(self) -> int:
@@ -213,7 +268,10 @@ class ChaosResult:
                 "scratch": self.scratch,
                 "outputs": [o.__dict__ for o in self.outputs],
                 "checkpoint_times": [round(t, 2) for t in self.checkpoint_times],
-                "events": [e.__dict__ for e in self.events]}
+                "events": [e.__dict__ for e in self.events],
+                **({"upgrade_to": self.upgrade_to, "kills_by_step": dict(self.steps),
+                    "kills_by_point": dict(self.points), "upgrades": self.upgrades}
+                   if self.upgrade_to is not None else {})}
 
 
 def _run_command(spec_path: Path, processes: bool) -> list[str]:
@@ -259,12 +317,12 @@ class _Copy:
     """One scratch copy of the pipeline: its spec file, outputs and store."""
 
     def __init__(self, raw: dict[str, Any], name: str, root: Path, stamp: str,
-                 original: Any = None) -> None:
+                 original: Any = None, file_name: str = "pipeline.yaml") -> None:
         self.root = root
         data, self.outputs = scratch_copy(raw, copy_name=name, root=root, stamp=stamp)
         root.mkdir(parents=True, exist_ok=True)
         (root / "logs").mkdir(exist_ok=True)
-        self.spec_path = root / "pipeline.yaml"
+        self.spec_path = root / file_name
         self.spec_path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         self.spec = load_any_spec(self.spec_path)
         self.pipeline = open_pipeline(self.spec_path)
@@ -349,14 +407,17 @@ class ChaosRunner:
                        *(["point"] if self.options.point_share > 0 else [])})
 
     # -- the runs ---------------------------------------------------------------------------
-    def _start(self, copy: _Copy, number: int, crash_at: str | None) -> tuple[subprocess.Popen[bytes], Path]:
-        log = copy.root / "logs" / f"run-{number:03d}.log"
+    def _start(self, copy: _Copy, number: int, crash_at: str | None, command: list[str] | None = None,
+               label: str = "run") -> tuple[subprocess.Popen[bytes], Path]:
+        """Start ``command`` (default: ``barrierflow run COPY --until-exhausted``) in a process
+        group of its own, armed at ``crash_at``, its output in ``logs/<label>-<number>.log``."""
+        log = copy.root / "logs" / f"{label}-{number:03d}.log"
         env = {**os.environ}
         env.pop(CRASH_ENV, None)
         if crash_at:
             env[CRASH_ENV] = crash_at
         with log.open("wb") as out:
-            process = subprocess.Popen(_run_command(copy.spec_path, self.options.processes), stdout=out,
+            process = subprocess.Popen(command or _run_command(copy.spec_path, self.options.processes), stdout=out,
                                        stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return process, log
 
@@ -506,7 +567,8 @@ class ChaosRunner:
         # must point where the spec's own relative paths do.
         raw = resolve_spec_paths(yaml.safe_load(self.spec_path.read_text(encoding="utf-8")), spec_home(self.spec_path))
         self.result = ChaosResult(self.spec.name, str(self.spec_path), self.options.seed, self.options.mode,
-                                  self.options.kills, str(self.scratch), self.started, kill_kinds=self.kill_kinds())
+                                  self.options.kills, str(self.scratch), self.started, kill_kinds=self.kill_kinds(),
+                                  upgrade_to=None if self.options.upgrade_to is None else str(self.options.upgrade_to))
         ends_before = self._end_offsets()
         reference, chaos = (_Copy(raw, "ref", self.scratch / "reference", self.stamp, self.spec),
                             _Copy(raw, "chaos", self.scratch / "chaos", self.stamp, self.spec))

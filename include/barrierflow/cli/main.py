@@ -177,6 +177,13 @@ def _parser() -> argparse.ArgumentParser:
     chaos.add_argument("--run-timeout", type=float, default=1800.0, metavar="S",
                        help="longest a run that is not killed may take (the reference, armed runs, the last run) "
                             "before chaos kills it and stops with its log (s)")
+    chaos.add_argument("--upgrade-to", metavar="NEW_SPEC",
+                       help="upgrade mode: kill 'barrierflow upgrade SPEC --to NEW_SPEC' at random steps (rewrite, "
+                            "canary, commit, rollback) instead of the runs, upgrading back and forth until N kills")
+    chaos.add_argument("--canary-checkpoints", type=int, metavar="N",
+                       help="upgrade mode: checkpoints each upgrade's canary verifies (default 2)")
+    chaos.add_argument("--kills-per-upgrade", type=int, metavar="M",
+                       help="upgrade mode: most kills one upgrade takes before it may complete (default 4)")
     chaos.add_argument("--scratch", metavar="DIR", help="where the copies, logs and report go "
                                                         "(default: beside the pipeline's work dir)")
     chaos.add_argument("--json", action="store_true")
@@ -711,7 +718,9 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     options = ChaosOptions(kills=args.kills, seed=args.seed, mode=args.mode, min_gap=args.min_gap,
                            max_gap=args.max_gap, point_share=args.point_share, processes=args.processes,
                            scratch=Path(args.scratch).resolve() if args.scratch else None,
-                           points=points, run_timeout=args.run_timeout)
+                           points=points, run_timeout=args.run_timeout,
+                           upgrade_to=Path(args.upgrade_to).resolve() if args.upgrade_to else None,
+                           canary_checkpoints=args.canary_checkpoints, kills_per_upgrade=args.kills_per_upgrade)
     outcome = chaos(args.spec, options)
     if args.json:
         print(json.dumps(outcome.result.as_dict(), indent=2, default=str))

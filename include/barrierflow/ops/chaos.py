@@ -51,7 +51,12 @@ def chaos(spec_path: str | os.PathLike[str], options: ChaosOptions) -> ChaosOutc
         OutputReadError: an output could not be read.
     """
     spec = load_any_spec(spec_path)
-    result = run_chaos(spec_path, options)
+    if options.upgrade_to is not None:
+        from barrierflow.ops.upgrade_chaos import run_upgrade_chaos
+
+        result = run_upgrade_chaos(spec_path, options)
+    else:
+        result = run_chaos(spec_path, options)
     json_path, html_path = write_report(result, Path(result.scratch))
     objects = open_store(spec.checkpoint.storage)
     objects.put_bytes(STORED_JSON, json_path.read_bytes())

@@ -1,0 +1,94 @@
+"""The recorded upgrade-mode ``barrierflow chaos`` runs of docs/chaos.md: ``python -m bench.chaos_upgrade_runs``.
+
+Writes the keyed running-totals pipeline (generator, 2 partitions, ``--keys`` keys -> count and
+sum per key, update mode, RocksDB state -> Parquet through 2PC, an expectation suite bounding
+every count) at 4 shuffle partitions, and a changed spec of it, then runs
+``barrierflow chaos OLD --upgrade-to NEW`` with the chaos options given (``--kills N`` and the like):
+
+* ``rescale``: NEW is the same pipeline at 8 shuffle partitions (the upgrade rewrites the state
+  and its canary passes; the next upgrade rescales back);
+* ``broken``: NEW counts every record of key 0 a thousand times
+  (tests/verification/state_transforms.py): its canary fails deep verification and rolls back.
+
+Drivers start with the test suite's short-lived-driver JVM options. The JSON report goes to
+``<run dir>/<case>.json`` and chaos's summary to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.drivers import short_lived_driver_env
+from tests.scenarios.harness import FAST_JVM
+
+ROOT = Path(__file__).resolve().parents[1]
+HEALTHY = "barrierflow.transforms.aggregations:keyed_running_totals"
+POISONED = "tests.verification.state_transforms:totals_with_a_poisoned_key"
+
+
+def spec(run_dir: Path, file: str, *, records: int, keys: int, per_batch: int, shuffle: int, function: str) -> Path:
+    suite = run_dir / "suite.json"
+    suite.write_text(json.dumps({"name": "totals", "expectations": [
+        {"type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "value_count", "min_value": 1, "max_value": 2 * records}}]}))
+    data: dict[str, Any] = {
+        "version": 1, "name": "upgrade-chaos", "work_dir": str(run_dir / "work"),
+        "sources": [{"name": "events", "type": "generator", "partitions": 2, "rows_per_second": 0,
+                     "max_records_per_batch": per_batch, "records_per_partition": records, "keys": keys}],
+        "transformation": {"function": function, "output_mode": "update"},
+        "sinks": [{"name": "results", "type": "parquet", "path": f"file://{run_dir / 'out'}"}],
+        "trigger": {"interval": "0s"},
+        "checkpoint": {"storage": f"file://{run_dir / 'checkpoints'}", "interval": "500ms", "timeout": "120s"},
+        "spark": {"master": "local[2]", "shuffle_partitions": shuffle, "state_store": "rocksdb", "conf": FAST_JVM},
+        "verification": {"expectations": str(suite)},
+    }
+    path = run_dir / file
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("case", choices=["rescale", "broken"])
+    parser.add_argument("--records", type=int, default=2000, help="records per generator partition")
+    parser.add_argument("--keys", type=int, default=7)
+    parser.add_argument("--per-batch", type=int, default=40)
+    parser.add_argument("--dir", type=Path, default=ROOT / "var" / "bench-chaos-upgrade")
+    args, chaos_options = parser.parse_known_args(argv)  # the rest: barrierflow chaos options (--kills ...)
+    stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
+    run_dir = (args.dir / f"{args.case}-{stamp}").resolve()
+    run_dir.mkdir(parents=True)
+    sizes = {"records": args.records, "keys": args.keys, "per_batch": args.per_batch}
+    old = spec(run_dir, "old.yaml", shuffle=4, function=HEALTHY, **sizes)
+    new = (spec(run_dir, "new.yaml", shuffle=8, function=HEALTHY, **sizes) if args.case == "rescale"
+           else spec(run_dir, "new.yaml", shuffle=4, function=POISONED, **sizes))
+    options = [a for a in chaos_options if a != "--"]
+    command = [sys.executable, "-m", "barrierflow.cli.main", "chaos", str(old), "--upgrade-to", str(new),
+               "--scratch", str(run_dir / "scratch"), "--json", *options]
+    print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {' '.join(command)}", flush=True)
+    env = {**os.environ, **short_lived_driver_env()}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    (run_dir / f"{args.case}.json").write_text(done.stdout, encoding="utf-8")
+    sys.stderr.write(done.stderr[-5000:])
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        print(f"exit {done.returncode}, no report", flush=True)
+        return done.returncode or 1
+    keys = ("passed", "problem", "kills", "kills_by_step", "kills_by_point", "upgrades", "runs", "rows_expected",
+            "rows", "missing", "extra", "duplicated", "seconds", "reference_seconds")
+    print(json.dumps({key: report.get(key) for key in keys}, indent=1), flush=True)
+    return done.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""``barrierflow chaos SPEC --upgrade-to NEW_SPEC``: ``barrierflow upgrade`` killed at its steps, short.
+
+A keyed running-totals pipeline (generator, 2 partitions, 5 keys -> count and sum per key,
+update mode, RocksDB state -> Parquet through 2PC) is upgraded in chaos's scratch copy while the
+upgrade is killed; the output is compared with a never-upgraded failure-free reference of the
+same input. The kills are armed points (``--point-share 1``), so where they land does not
+depend on the machine's speed:
+
+1. a rescale 2 -> 4 shuffle partitions, killed right after its rewrite
+   (``upgrade_after_rewrite``) and at a checkpoint of its canary (``after_manifest``): the
+   upgrade completes when run again and the rescaled state gives the reference's rows, 0
+   missing, 0 extra, 0 duplicated;
+2. a new spec whose transformation counts key 0 a thousand times (the pipeline's expectation
+   suite bounds every count, so the canary's deep verification fails), killed in its canary
+   and in the middle of its rollback (``upgrade_mid_rollback``): it ends rolled back, and the
+   old spec then runs to the end exactly once.
+
+The option refusals (exit 2) are in tests/chaos/test_chaos_refusals.py; the recorded run of
+20 kills and more is in docs/chaos.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from barrierflow.cli.main import main
+
+from tests.drivers import short_lived_driver_env
+from tests.scenarios.harness import FAST_JVM
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+PARTITIONS, RECORDS, KEYS = 2, 400, 5
+HEALTHY = "barrierflow.transforms.aggregations:keyed_running_totals"
+POISONED = "tests.verification.state_transforms:totals_with_a_poisoned_key"
+
+
+def totals_spec(tmp_path: Path, file: str, *, shuffle: int, function: str = HEALTHY) -> Path:
+    """The running-totals pipeline at ``shuffle`` partitions computing with ``function``; every
+    spec of one test names the same pipeline and stores (an upgrade keeps them)."""
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps({"name": "totals", "expectations": [
+        {"type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "value_count", "min_value": 1, "max_value": PARTITIONS * RECORDS}}]}))
+    data = {
+        "version": 1, "name": "upchaos", "work_dir": str(tmp_path / "work"),
+        "sources": [{"name": "events", "type": "generator", "partitions": PARTITIONS, "rows_per_second": 0,
+                     "max_records_per_batch": 20, "records_per_partition": RECORDS, "keys": KEYS}],
+        "transformation": {"function": function, "output_mode": "update"},
+        "sinks": [{"name": "results", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}],
+        "trigger": {"interval": "0s"},
+        "checkpoint": {"storage": f"file://{tmp_path / 'checkpoints'}", "interval": "300ms", "timeout": "120s"},
+        "spark": {"master": "local[2]", "shuffle_partitions": shuffle, "state_store": "rocksdb", "conf": FAST_JVM},
+        "verification": {"expectations": str(suite)},
+    }
+    path = tmp_path / file
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def driver_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in short_lived_driver_env().items():
+        monkeypatch.setenv(name, value)
+
+
+def chaos(spec: Path, scratch: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    code = main(["chaos", str(spec), "--scratch", str(scratch), "--json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.slow(150)
+@pytest.mark.usefixtures("driver_env")
+def test_an_upgrade_killed_after_its_rewrite_and_in_its_canary_keeps_the_output_exactly_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: dict[str, Any]) -> None:
+    old = totals_spec(tmp_path, "two.yaml", shuffle=2)
+    new = totals_spec(tmp_path, "four.yaml", shuffle=4)
+    code, report = chaos(old, tmp_path / "scratch", capsys, "--upgrade-to", str(new), "--kills", "2",
+                         "--kills-per-upgrade", "2", "--point-share", "1", "--seed", "2",
+                         "--points", "upgrade_after_rewrite,after_manifest")
+    figures.update({key: report[key] for key in ("kills_by_step", "kills_by_point", "upgrades", "rows_expected",
+                                                 "rows", "missing", "extra", "duplicated", "seconds")})
+    assert report["problem"] is None, report["problem"]
+    assert report["kills"] == {"point": 2}
+    assert report["kills_by_point"] == {"upgrade_after_rewrite": 1, "after_manifest": 1}, report["kills_by_point"]
+    assert report["kills_by_step"] == {"rewrite": 1, "canary": 1}, report["kills_by_step"]
+    assert [(u["from"], u["to"], u["outcome"], u["kills"]) for u in report["upgrades"]] == [
+        ("pipeline.yaml", "upgrade.yaml", "passed", 2)]
+    assert report["rows_expected"] > 0
+    assert (report["missing"], report["extra"], report["duplicated"]) == (0, 0, 0)
+    assert code == 0 and report["passed"]
+
+
+@pytest.mark.slow(150)
+@pytest.mark.usefixtures("driver_env")
+def test_a_failing_canary_killed_mid_rollback_rolls_back_and_the_old_spec_runs_exactly_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: dict[str, Any]) -> None:
+    old = totals_spec(tmp_path, "old.yaml", shuffle=2)
+    broken = totals_spec(tmp_path, "broken.yaml", shuffle=2, function=POISONED)
+    code, report = chaos(old, tmp_path / "scratch", capsys, "--upgrade-to", str(broken), "--kills", "2",
+                         "--kills-per-upgrade", "2", "--point-share", "1", "--seed", "2",
+                         "--points", "after_precommit,upgrade_mid_rollback")
+    figures.update({key: report[key] for key in ("kills_by_step", "kills_by_point", "upgrades", "rows_expected",
+                                                 "rows", "missing", "extra", "duplicated", "seconds")})
+    assert report["problem"] is None, report["problem"]
+    assert report["kills"] == {"point": 2}
+    # the seed picks the canary's first pre-commit, then the rollback (its record says rolling-back)
+    assert report["kills_by_point"] == {"after_precommit": 1, "upgrade_mid_rollback": 1}, report["kills_by_point"]
+    assert report["kills_by_step"] == {"canary": 1, "rollback": 1}, report["kills_by_step"]
+    assert [(u["outcome"], u["kills"]) for u in report["upgrades"]] == [("rolled back", 2)], report["upgrades"]
+    assert report["rows_expected"] > 0
+    assert (report["missing"], report["extra"], report["duplicated"]) == (0, 0, 0)
+    assert code == 0 and report["passed"]
