@@ -26,40 +26,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from barrierflow.cli.main import main
 
 from tests.drivers import short_lived_driver_env
 from tests.scenarios.harness import FAST_JVM
+from tests.support.running_totals import HEALTHY, POISONED, totals_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 PARTITIONS, RECORDS, KEYS = 2, 400, 5
-HEALTHY = "barrierflow.transforms.aggregations:keyed_running_totals"
-POISONED = "tests.verification.state_transforms:totals_with_a_poisoned_key"
 
 
-def totals_spec(tmp_path: Path, file: str, *, shuffle: int, function: str = HEALTHY) -> Path:
+def upgrade_spec(tmp_path: Path, file: str, *, shuffle: int, function: str = HEALTHY) -> Path:
     """The running-totals pipeline at ``shuffle`` partitions computing with ``function``; every
     spec of one test names the same pipeline and stores (an upgrade keeps them)."""
-    suite = tmp_path / "suite.json"
-    suite.write_text(json.dumps({"name": "totals", "expectations": [
-        {"type": "expect_column_values_to_be_between",
-         "kwargs": {"column": "value_count", "min_value": 1, "max_value": PARTITIONS * RECORDS}}]}))
-    data = {
-        "version": 1, "name": "upchaos", "work_dir": str(tmp_path / "work"),
-        "sources": [{"name": "events", "type": "generator", "partitions": PARTITIONS, "rows_per_second": 0,
-                     "max_records_per_batch": 20, "records_per_partition": RECORDS, "keys": KEYS}],
-        "transformation": {"function": function, "output_mode": "update"},
-        "sinks": [{"name": "results", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}],
-        "trigger": {"interval": "0s"},
-        "checkpoint": {"storage": f"file://{tmp_path / 'checkpoints'}", "interval": "300ms", "timeout": "120s"},
-        "spark": {"master": "local[2]", "shuffle_partitions": shuffle, "state_store": "rocksdb", "conf": FAST_JVM},
-        "verification": {"expectations": str(suite)},
-    }
-    path = tmp_path / file
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    return path
+    return totals_spec(tmp_path, file, name="upchaos", partitions=PARTITIONS, records=RECORDS, keys=KEYS,
+                       shuffle=shuffle, function=function, state_store="rocksdb", checkpoint_interval="300ms",
+                       spark_conf=FAST_JVM)
 
 
 @pytest.fixture
@@ -77,8 +60,8 @@ def chaos(spec: Path, scratch: Path, capsys: pytest.CaptureFixture[str], *args: 
 @pytest.mark.usefixtures("driver_env")
 def test_an_upgrade_killed_after_its_rewrite_and_in_its_canary_keeps_the_output_exactly_once(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: dict[str, Any]) -> None:
-    old = totals_spec(tmp_path, "two.yaml", shuffle=2)
-    new = totals_spec(tmp_path, "four.yaml", shuffle=4)
+    old = upgrade_spec(tmp_path, "two.yaml", shuffle=2)
+    new = upgrade_spec(tmp_path, "four.yaml", shuffle=4)
     code, report = chaos(old, tmp_path / "scratch", capsys, "--upgrade-to", str(new), "--kills", "2",
                          "--kills-per-upgrade", "2", "--point-share", "1", "--seed", "2",
                          "--points", "upgrade_after_rewrite,after_manifest")
@@ -99,8 +82,8 @@ def test_an_upgrade_killed_after_its_rewrite_and_in_its_canary_keeps_the_output_
 @pytest.mark.usefixtures("driver_env")
 def test_a_failing_canary_killed_mid_rollback_rolls_back_and_the_old_spec_runs_exactly_once(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: dict[str, Any]) -> None:
-    old = totals_spec(tmp_path, "old.yaml", shuffle=2)
-    broken = totals_spec(tmp_path, "broken.yaml", shuffle=2, function=POISONED)
+    old = upgrade_spec(tmp_path, "old.yaml", shuffle=2)
+    broken = upgrade_spec(tmp_path, "broken.yaml", shuffle=2, function=POISONED)
     code, report = chaos(old, tmp_path / "scratch", capsys, "--upgrade-to", str(broken), "--kills", "2",
                          "--kills-per-upgrade", "2", "--point-share", "1", "--seed", "2",
                          "--points", "after_precommit,upgrade_mid_rollback")

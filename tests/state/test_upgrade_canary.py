@@ -29,35 +29,17 @@ from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.verification.report import load_report
 
-from tests.support.running_totals import assert_exactly_once, recount
+from tests.support.running_totals import HEALTHY, POISONED, assert_exactly_once, recount, totals_spec
 
 pytestmark = pytest.mark.spark
 
 NAME, PARTITIONS, RECORDS, KEYS = "canaried", 2, 400, 5
 SHUFFLE = "spark.sql.shuffle.partitions"
-HEALTHY = "barrierflow.transforms.aggregations:keyed_running_totals"
-POISONED = "tests.verification.state_transforms:totals_with_a_poisoned_key"
 
 
 def spec_file(tmp: Path, file: str, *, function: str = HEALTHY, shuffle: int = 2, state_store: str = "hdfs") -> Path:
-    suite = tmp / "suite.json"
-    suite.write_text(json.dumps({"name": "totals", "expectations": [
-        {"type": "expect_column_values_to_be_between",
-         "kwargs": {"column": "value_count", "min_value": 1, "max_value": PARTITIONS * RECORDS}}]}))
-    data = {
-        "version": 1, "name": NAME, "work_dir": str(tmp / "work"),
-        "sources": [{"name": "events", "type": "generator", "partitions": PARTITIONS, "rows_per_second": 0,
-                     "max_records_per_batch": 20, "records_per_partition": RECORDS, "keys": KEYS}],
-        "transformation": {"function": function, "output_mode": "update"},
-        "sinks": [{"name": "results", "type": "parquet", "path": f"file://{tmp / 'out'}"}],
-        "trigger": {"interval": "0s"},
-        "checkpoint": {"storage": f"file://{tmp / 'checkpoints'}", "interval": "200ms", "timeout": "120s"},
-        "spark": {"master": "local[2]", "shuffle_partitions": shuffle, "state_store": state_store},
-        "verification": {"expectations": str(suite)},
-    }
-    path = tmp / file
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    return path
+    return totals_spec(tmp, file, name=NAME, partitions=PARTITIONS, records=RECORDS, keys=KEYS, shuffle=shuffle,
+                       function=function, state_store=state_store)
 
 
 def run(spark: Any, path: Path, **limits: Any) -> None:

@@ -8,8 +8,46 @@ every record the generator produces (:func:`recount`, from the generator's formu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+#: The transformation whose output these checks know, and a version of it that writes an
+#: impossible state (key 0 counted 1000 times per record), which deep verification fails.
+HEALTHY = "barrierflow.transforms.aggregations:keyed_running_totals"
+POISONED = "tests.verification.state_transforms:totals_with_a_poisoned_key"
+
+
+def totals_spec(folder: Path, file: str, *, name: str, partitions: int, records: int, keys: int,
+                shuffle: int, function: str = HEALTHY, state_store: str = "hdfs", checkpoint_interval: str = "200ms",
+                spark_conf: Mapping[str, str] | None = None) -> Path:
+    """Write ``folder/file``: generator (``partitions`` x ``records``, 20 per batch, ``keys``
+    keys) -> ``function`` in update mode -> Parquet at ``folder/out``, with its work dir and
+    checkpoint store under ``folder`` (every spec of one folder names the same stores, as an
+    upgrade keeps them) and an expectation suite that fails a count above the input's size."""
+    suite = folder / "suite.json"
+    suite.write_text(json.dumps({"name": "totals", "expectations": [
+        {"type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "value_count", "min_value": 1, "max_value": partitions * records}}]}))
+    data = {
+        "version": 1, "name": name, "work_dir": str(folder / "work"),
+        "sources": [{"name": "events", "type": "generator", "partitions": partitions, "rows_per_second": 0,
+                     "max_records_per_batch": 20, "records_per_partition": records, "keys": keys}],
+        "transformation": {"function": function, "output_mode": "update"},
+        "sinks": [{"name": "results", "type": "parquet", "path": f"file://{folder / 'out'}"}],
+        "trigger": {"interval": "0s"},
+        "checkpoint": {"storage": f"file://{folder / 'checkpoints'}", "interval": checkpoint_interval,
+                       "timeout": "120s"},
+        "spark": {"master": "local[2]", "shuffle_partitions": shuffle, "state_store": state_store,
+                  **({"conf": dict(spark_conf)} if spark_conf else {})},
+        "verification": {"expectations": str(suite)},
+    }
+    path = folder / file
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
 
 
 def recount(partitions: int, records: int, keys: int) -> dict[int, tuple[int, int]]:

@@ -366,6 +366,26 @@ class _Copy:
         return sorted(m.completion_time for m in self.pipeline.cuts.completed())
 
 
+def watch_run(process: subprocess.Popen[bytes], deadline: float, log: Path, waiting_for: str, timeout: float) -> bool:
+    """One look at a run chaos waits on: True when it ended (by itself) within
+    :data:`READY_POLL` s, False when it still runs.
+
+    Raises:
+        ChaosRunError: ``deadline`` (``timeout`` s after the wait began) passed; the run is killed
+            and the error says what did not happen (``waiting_for``) and quotes its log.
+    """
+    if time.monotonic() > deadline:
+        _kill_group(process)
+        process.wait()
+        raise ChaosRunError(f"{waiting_for} within --run-timeout ({timeout:g} s; killed); its log {log}:\n"
+                            f"{_log_tail(log)}")
+    try:
+        process.wait(timeout=READY_POLL)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
 def _log_tail(path: Path, chars: int = 3000) -> str:
     try:
         return path.read_text(encoding="utf-8", errors="replace")[-chars:]
@@ -476,16 +496,9 @@ class ChaosRunner:
                 except ProcessLookupError:  # it ended since: another, or wait for the next
                     continue
                 return f"stage:{stage}"
-            if time.monotonic() > deadline:
-                _kill_group(process)
-                process.wait()
-                raise ChaosRunError(f"no stage process of run {self.result.runs} reported ready within --run-timeout "
-                                    f"({self.options.run_timeout:g} s; killed); its log {log}:\n{_log_tail(log)}")
-            try:
-                process.wait(timeout=READY_POLL)
-            except subprocess.TimeoutExpired:
-                continue
-            return None
+            if watch_run(process, deadline, log, f"no stage process of run {self.result.runs} reported ready",
+                         self.options.run_timeout):
+                return None
 
     def _kill(self, process: subprocess.Popen[bytes], kind: str) -> str:
         """A timed kill of ``kind`` group or jvm; returns the kind that landed: a JVM kill

@@ -56,7 +56,6 @@ from typing import Any
 import yaml
 
 from barrierflow.chaos.runner import (
-    READY_POLL,
     ChaosOptions,
     ChaosResult,
     ChaosRunError,
@@ -64,6 +63,7 @@ from barrierflow.chaos.runner import (
     _Copy,
     _kill_group,
     _log_tail,
+    watch_run,
 )
 from barrierflow.chaos.scratch import check_judgeable, scratch_copy
 from barrierflow.errors import UserInputError
@@ -167,16 +167,9 @@ class UpgradeChaosRunner(ChaosRunner):
         deadline = time.monotonic() + self.options.run_timeout
         while not self._rewriting(copy, process) and self._recorded(copy, target, source) in (
                 None, UpgradeStep.REPORT):
-            if time.monotonic() > deadline:
-                _kill_group(process)
-                process.wait()
-                raise ChaosRunError(f"upgrade run {log.stem} did not begin its rewrite within --run-timeout "
-                                    f"({self.options.run_timeout:g} s; killed); its log {log}:\n{_log_tail(log)}")
-            try:
-                process.wait(timeout=READY_POLL)
-            except subprocess.TimeoutExpired:
-                continue
-            return False
+            if watch_run(process, deadline, log, f"upgrade run {log.stem} did not begin its rewrite",
+                         self.options.run_timeout):
+                return False
         try:
             process.wait(timeout=self.rng.uniform(0, REWRITE_AIM))
         except subprocess.TimeoutExpired:
