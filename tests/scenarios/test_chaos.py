@@ -91,8 +91,9 @@ def pipeline(tmp_path: Path, finals: list[str], *, records: int, rate: float, al
 
 def chaos(spec: Path, scratch: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
     code = main(["chaos", str(spec), "--scratch", str(scratch), "--json", *args])
-    out = capsys.readouterr().out
-    return code, json.loads(out)
+    captured = capsys.readouterr()
+    assert captured.out, f"chaos printed no report (exit {code}): {captured.err[-3000:]}"
+    return code, json.loads(captured.out)
 
 
 @pytest.fixture

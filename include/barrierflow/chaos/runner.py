@@ -286,7 +286,7 @@ def _descendants(pid: int) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text(encoding="ascii")
+            stat = (entry / "stat").read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
         ppid = int(stat.rsplit(") ", 1)[1].split()[1])
@@ -505,8 +505,11 @@ class ChaosRunner:
         before the run has a JVM lands as a group kill."""
         if kind == "jvm":
             javas = [p for p in _descendants(process.pid) if _command_name(p) == "java"]
-            if javas:
-                os.kill(javas[0], signal.SIGKILL)
+            for java in javas:
+                try:
+                    os.kill(java, signal.SIGKILL)
+                except ProcessLookupError:  # it ended since (spark-submit's launcher JVM): the next
+                    continue
                 return "jvm"
         _kill_group(process)
         return "group"
