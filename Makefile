@@ -44,6 +44,7 @@ $(STAMP):
 # verified against the lock on every run (a quarter of a second); a changed jar fails naming it.
 jvm: $(STAMP)
 	$(BIN)/python -m barrierflow.jvm install
+	$(BIN)/python -m barrierflow.jvm helper
 
 install: $(STAMP) jvm
 

@@ -1,4 +1,5 @@
-"""Transformations the state tests change a keyed-totals pipeline to (planned only, never run):
+"""Transformations the state tests change a keyed-totals pipeline to (planned, and run by the
+value-column upgrade test):
 each differs from :func:`barrierflow.transforms.aggregations.keyed_running_totals` in one thing
 its state holds."""
 
@@ -24,3 +25,10 @@ def totals_with_max(df: DataFrame, ctx: TransformContext) -> DataFrame:
 
     return df.groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("value_sum"),
                                  F.max("value").alias("value_max"))
+
+
+def totals_count_and_max(df: DataFrame, ctx: TransformContext) -> DataFrame:
+    """:func:`totals_with_max` without the sum: the count and the largest value per key."""
+    from pyspark.sql import functions as F
+
+    return df.groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.max("value").alias("value_max"))

@@ -1,9 +1,11 @@
-"""``python -m barrierflow.jvm install|verify|lock|classpath``: the JVM artifact cache from a shell.
+"""``python -m barrierflow.jvm install|verify|lock|classpath|helper``: the JVM artifact cache from a shell.
 
 * ``install``: fetch missing jars of the lock into the cache and verify every jar (``make install``);
 * ``verify``: verify the cache against the lock, download nothing;
 * ``lock``: regenerate the lock from :data:`barrierflow.jvm.resolve.ROOTS` with Maven;
-* ``classpath SET``: print a set's class path.
+* ``classpath SET``: print a set's class path;
+* ``helper``: compile barrierflow's JVM helper against PySpark's Spark jars (``make install``;
+  :mod:`barrierflow.jvm.helper`).
 Exit 0 on success, 1 with one line naming the artifact and the fix otherwise.
 """
 
@@ -38,6 +40,10 @@ def _run(args: argparse.Namespace) -> str:
         for artifact in artifacts:
             verify_cached(cache, artifact)
         return f"JVM artifacts in {cache}: {len(artifacts)} verified against {lock}"
+    if args.command == "helper":
+        from barrierflow.jvm.helper import helper_jar
+
+        return f"JVM helper: {helper_jar(cache)}"
     if args.command == "classpath":
         return class_path(args.set, lock=lock, cache=cache)
     pinned = [a for name, roots in ROOTS.items() for a in resolve_set(name, roots)]
@@ -54,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("install", help="download missing jars, verify all")
     sub.add_parser("verify", help="verify the cache, download nothing")
     sub.add_parser("lock", help="regenerate the lock with Maven")
+    sub.add_parser("helper", help="compile barrierflow's JVM helper against the Spark jars")
     cp = sub.add_parser("classpath", help="print a set's class path")
     cp.add_argument("set")
     args = parser.parse_args(argv)

@@ -24,7 +24,11 @@ the same for it.
   rescaled (S's part materialized into a scratch directory, Spark's offline repartition rewrites
   that copy, :func:`barrierflow.state.rescale.rescale_checkpoint`: batch V+1, no input, the
   state in the new partition count; RocksDB only), the other stages' parts carried over as they
-  are, a stage added behind new channels an empty part (it starts on empty state at the
+  are, a stage whose aggregation gains or loses a value column rewritten likewise
+  (:func:`barrierflow.state.value_columns.rewrite_value_columns`: batch V+1, every stored
+  value converted to the new aggregation buffer, an added column's buffer set to the default
+  the new spec declares in ``transformation.state_defaults``; RocksDB, one stateful operator),
+  a stage added behind new channels an empty part (it starts on empty state at the
   beginning of its new channels); a stage the new spec removes gets no part, and only when
   ``drop_stages`` names it. The stages fed by channels keep S's barrier positions and attempt
   cutoffs. Where the cut is recorded (the global manifest, or the one stage's own manifest) is
@@ -52,12 +56,13 @@ idempotent). While it is unfinished, ``barrierflow run`` refuses. Crash points:
 
 Everything else is refused, naming what is not yet supported and what to do
 (:class:`UpgradeNotSupportedError`): an incompatible change (a stage with state removed counts
-only when not named in ``drop_stages``), a value column added or dropped (Spark has no schema
-evolution for its built-in aggregations' state, and barrierflow does not rewrite stored values),
-a changed watermark, a stateful operator added, a stage added that reads an existing channel or
-a source, a channel changed, the shuffle partitions of a stage without state, a change of shape
-(one stage <-> several), and a rescale of state kept by the HDFS-backed state store. A refusal
-changes nothing.
+only when not named in ``drop_stages``), a value column added without a declared default (or
+one that cannot be mapped: :func:`~barrierflow.state.value_columns.plan_value_change`), a
+value-column change and a rescale of the same stage in one upgrade, a changed watermark, a
+stateful operator added, a stage added that reads an existing channel or a source, a channel
+changed, the shuffle partitions of a stage without state, a change of shape (one stage <->
+several), and a rescale or value-column change of state kept by the HDFS-backed state store. A
+refusal changes nothing.
 """
 
 from __future__ import annotations
@@ -100,6 +105,8 @@ from barrierflow.state.reader import has_state, open_state
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from barrierflow.state.value_columns import ValueChange
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +152,8 @@ class UpgradeResult:
         attempt: the attempt the restore began (the next run of the new spec writes it).
         added: the stages the new spec adds (they start on empty state).
         dropped: the stages dropped with their state (named with ``drop_stages``).
+        value_columns: stage -> the value columns its aggregation's rewrite added (with their
+            defaults) and dropped.
         timings: seconds per step of this invocation (``materialize``, ``repartition``,
             ``record``, ``restore``, ``canary``, ``commit``, ``total``).
         location: where the savepoint the new spec was restored from is stored.
@@ -163,12 +172,13 @@ class UpgradeResult:
     added: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()
     canary: dict[str, Any] = field(default_factory=dict)
+    value_columns: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"report": self.report.as_dict(), "source_savepoint": self.source_savepoint,
                 "savepoint": self.savepoint, "location": self.location,
                 "rescaled": {s: {"from": a, "to": b} for s, (a, b) in self.rescaled.items()},
-                "added": list(self.added), "dropped": list(self.dropped),
+                "added": list(self.added), "dropped": list(self.dropped), "value_columns": self.value_columns,
                 "attempt": self.attempt, "canary": self.canary,
                 "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
@@ -242,7 +252,8 @@ def report_for(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLi
             fingerprint = planned_fingerprint(session, stage.spec, spec_path=str(new_spec_path),
                                               source_type=stage.source_type, scratch_dir=empty)
             planned.append(PlannedStage(stage.name, fingerprint, shuffle_partitions(stage.spec.spark),
-                                        _sources(stage), _sink(stage)))
+                                        _sources(stage), _sink(stage),
+                                        dict(stage.spec.transformation.state_defaults)))
     graph, stages = compare(states, planned, old_channels=_channels(old), new_channels=_channels(new),
                             old_storage=old.storage, new_storage=new.storage)
     return CompatibilityReport(old.name, str(spec_path), str(new_spec_path), cid, old.cut_noun, graph, stages)
@@ -290,10 +301,6 @@ def _savepoint(pipeline: OpenedPipeline, checkpoint_id: int | None) -> int:
 
 #: What to do instead of a rewrite ``upgrade`` does not make, by what the finding's reason names.
 _FIXES = (
-    ("value column", "; Spark has no schema evolution for the state of its built-in aggregations (only "
-                     "transformWithState with the Avro state encoding has one), and rewriting every stored value "
-                     "with a declared default is not yet supported: keep the aggregation's value columns, or start "
-                     "the changed pipeline on empty state (a new work_dir and checkpoint.storage)"),
     ("watermark changed", "; keep the watermark definition (column and delay) as it is"),
     ("new stateful operator", "; adding a stateful operator to a stage with state is not yet supported: put it "
                               "in a stage of its own behind a new channel (a pipeline of several stages)"),
@@ -380,6 +387,16 @@ def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: 
         for finding in verdict.findings:
             if finding.verdict is Verdict.COMPATIBLE:
                 continue
+            if finding.verdict is Verdict.NEEDS_REWRITE and is_value_change(finding):
+                if "no default is declared" in finding.reason:
+                    problems.append(f"{finding.subject}: {finding.reason}")
+                elif any(f.subject.endswith(RESCALE) for f in verdict.findings):
+                    problems.append(
+                        f"{finding.subject}: {finding.reason}, and stage {verdict.stage}'s shuffle partitions change "
+                        "too; a value-column rewrite and a rescale of the same stage in one upgrade is not yet "
+                        "supported: upgrade twice, once with the old shuffle partitions and the new value columns, "
+                        "then with the new shuffle partitions")
+                continue
             if finding.verdict is Verdict.NEEDS_REWRITE and finding.subject.endswith(RESCALE):
                 if not verdict.operators:
                     problems.append(
@@ -394,6 +411,51 @@ def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: 
             f"upgrade of pipeline {old.name} to {new_spec} needs what it does not do (yet): {'; '.join(problems)}. "
             f"Keep running {spec}; 'barrierflow upgrade {spec} --to {new_spec} --dry-run' shows the whole report. "
             "Nothing was changed.")
+
+
+def is_value_change(finding: Finding) -> bool:
+    """Whether ``finding`` is a value column added to or dropped from an aggregation."""
+    return finding.reason.startswith(("value column added:", "value column dropped:", "value columns dropped:"))
+
+
+def _planned_value_changes(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline,
+                           session: SparkSession, scratch: str | None) -> dict[str, ValueChange]:
+    """stage -> the :class:`~barrierflow.state.value_columns.ValueChange` of every stage whose
+    aggregation gains or loses a value column, its stored buffer mapped onto the new one by
+    planning both specs' stage queries (nothing read or started). Raises
+    :class:`~barrierflow.state.value_columns.ValueColumnsNotSupportedError` (naming the column and
+    the fix) for a change it cannot map or a state store it cannot rewrite."""
+    from barrierflow.runtime.state_compat import planned_buffers
+    from barrierflow.state.value_columns import ValueColumnsNotSupportedError, plan_value_change
+
+    old_stages = {s.name: s for s in old.stages}
+    verdicts = {v.stage: v for v in report.stages}
+    changes: dict[str, ValueChange] = {}
+    with tempfile.TemporaryDirectory(prefix="barrierflow-upgrade-", dir=scratch) as empty:
+        for target in new.stages:
+            verdict, was = verdicts.get(target.name), old_stages.get(target.name)
+            if was is None or verdict is None or not any(is_value_change(f) for f in verdict.findings):
+                continue
+            where = f"stage {was.name} of pipeline {old.name}"
+            if was.spec.spark.state_store != "rocksdb":
+                raise ValueColumnsNotSupportedError(
+                    f"{where} keeps its state with the {was.spec.spark.state_store} state store, whose stored values "
+                    "Spark's state rewriter does not rewrite (RocksDB column families only); changing its "
+                    "aggregation's value columns is not yet supported: keep them as they are. Nothing was changed.")
+            before = planned_buffers(session, was.spec, spec_path=old.spec_path, source_type=was.source_type,
+                                     scratch_dir=empty)
+            after = planned_buffers(session, target.spec, spec_path=new.spec_path, source_type=target.source_type,
+                                    scratch_dir=empty)
+            if len(verdict.operators) != 1 or len(before) != 1 or len(after) != 1:
+                raise ValueColumnsNotSupportedError(
+                    f"{where} keeps {len(verdict.operators)} stateful operators: a value-column rewrite converts "
+                    "every operator's state, so it is made for a stage whose one stateful operator is the "
+                    "aggregation; keep its value columns. Nothing was changed.")
+            operator = verdict.operators[0]
+            changes[target.name] = plan_value_change(
+                operator.operator_id, operator.value_schema, before[0], after[0],
+                dict(target.spec.transformation.state_defaults), where=f"{where}, operator {operator.operator_id}")
+    return changes
 
 
 def _planned_rescale(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline
@@ -464,22 +526,27 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
         report = report_for(spec_path, new_spec_path, checkpoint_id=source, spark=session, scratch=scratch)
         refuse_stage_changes(report, old, new, drop_stages)
         rescaled = _planned_rescale(report, old, new)
+        values = _planned_value_changes(report, old, new, session, scratch)
         added = [s.name for s in new.stages if s.name not in {o.name for o in old.stages}]
-        rewrite = bool(rescaled or added or drop_stages)
+        rewrite = bool(rescaled or added or drop_stages or values)
         record = write_record(objects, UpgradeRecord(
             pipeline=old.name, spec=spec_path, new_spec=new_spec_path, new_spec_sha256=digest,
             step=UpgradeStep.REPORT, source_savepoint=source,
             savepoint=next_cut_id(new.cuts, [*old.stages, *new.stages]) if rewrite else source,
             rescaled={k: list(v) for k, v in rescaled.items()}, added=added, dropped=list(drop_stages),
+            value_columns={k: v.describe() for k, v in values.items()},
             canary_checkpoints=canary_checkpoints), UpgradeStep.REPORT)
     else:
         report = report_for(spec_path, new_spec_path, checkpoint_id=record.source_savepoint, spark=session,
                             scratch=scratch)
         log.warning("pipeline %s: continuing the upgrade to %s from its recorded step %s", old.name, new_spec_path,
                     record.step.value)
+        values = (_planned_value_changes(report, old, new, session, scratch)
+                  if record.step is UpgradeStep.REPORT and record.value_columns else {})
     if record.step in (UpgradeStep.REPORT, UpgradeStep.REWRITTEN, UpgradeStep.CANARY_RUNNING):
         if record.step is UpgradeStep.REPORT:
-            record = _rewrite(record, old, new, session, scratch, timings)
+            planned = {v.stage: v.planned for v in report.stages}
+            record = _rewrite(record, old, new, session, scratch, timings, values, planned)
             crash_point("upgrade_after_rewrite", pipeline=old.name, savepoint=record.savepoint)
         # a canary killed before it passed restarts from the savepoint: the restore aborts its
         # pre-committed epochs and abandons its cuts (nothing of it was committed)
@@ -500,16 +567,20 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
     return UpgradeResult(report, record.source_savepoint, record.savepoint, rescaled, record.attempt or 0, timings,
                          new.cut_location(record.savepoint), tuple(record.added), tuple(record.dropped),
                          canary={"checkpoints": record.canary_checkpoints, "verified": record.verified,
-                                 "attempts": record.canary_attempts, "step": record.step.value})
+                                 "attempts": record.canary_attempts, "step": record.step.value},
+                         value_columns=dict(record.value_columns))
 
 
 def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, session: SparkSession,
-             scratch: str | None, timings: dict[str, float]) -> UpgradeRecord:
+             scratch: str | None, timings: dict[str, float], values: dict[str, ValueChange],
+             planned: dict[str, list[dict[str, Any]]]) -> UpgradeRecord:
     """Record the new savepoint cut (unless nothing needs a rewrite, or a killed run recorded
     it already), under the pipeline's lease: every stage of the new spec given its part (a
-    rescaled stage its rewritten checkpoint, the others the source's carried over, an added one
+    rescaled stage, or one whose value columns change (``values``; ``planned``: the new
+    fingerprints), its rewritten checkpoint, the others the source's carried over, an added one
     an empty one; a dropped stage none), written by the pipeline's cuts. Then ``rewritten``."""
     from barrierflow.state.rescale import rescale_checkpoint
+    from barrierflow.state.value_columns import rewrite_value_columns
 
     objects = new.objects
     if record.savepoint != record.source_savepoint and record.savepoint not in new.cuts.completed_ids():
@@ -528,6 +599,19 @@ def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, se
                         parts[target.name] = (target.store, empty_savepoint(target, made))
                         continue
                     source = was.store.get(record.source_savepoint)
+                    if target.name in values:
+                        with rewrite_value_columns(session, pipeline=old.name, stage=target.name, store=was.store,
+                                                   manifest=source, spark_spec=target.spec.spark,
+                                                   change=values[target.name], fingerprint=planned[target.name],
+                                                   scratch=scratch) as copy:
+                            timings["materialize"] = timings.get("materialize", 0.0) + copy.materialize_seconds
+                            timings["rewrite"] = timings.get("rewrite", 0.0) + copy.repartition_seconds
+                            began = time.perf_counter()
+                            parts[target.name] = (target.store, rescaled_savepoint(
+                                target, source, copy.files, copy.directory, copy.batch_id, copy.state_bases,
+                                checkpoint_id=made))
+                            timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began
+                        continue
                     if target.name not in record.rescaled:
                         parts[target.name] = (target.store, carry_savepoint(target, source, made))
                         continue
@@ -547,8 +631,9 @@ def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, se
             finally:
                 for stage in new.stages:
                     stage.store.fence = None
-        log.info("pipeline %s: savepoint %d rewritten as savepoint %d (rescaled %s, added %s, dropped %s)",
-                 old.name, record.source_savepoint, made, record.rescaled, record.added, record.dropped)
+        log.info("pipeline %s: savepoint %d rewritten as savepoint %d (rescaled %s, value columns %s, added %s, "
+                 "dropped %s)", old.name, record.source_savepoint, made, record.rescaled, record.value_columns,
+                 record.added, record.dropped)
     return write_record(objects, record, UpgradeStep.REWRITTEN)
 
 

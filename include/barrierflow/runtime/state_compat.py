@@ -69,8 +69,8 @@ if TYPE_CHECKING:
 
     from barrierflow.spec.models import PipelineSpec
 
-__all__ = ["FINGERPRINT_FILE", "check_state_compatible", "planned_fingerprint", "stateful_fingerprint",
-           "streaming_sources"]
+__all__ = ["FINGERPRINT_FILE", "aggregate_buffers", "check_state_compatible", "planned_buffers",
+           "planned_fingerprint", "stateful_fingerprint", "streaming_sources"]
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +187,47 @@ def stateful_fingerprint(frame: DataFrame) -> list[dict[str, Any]]:
 
     walk(frame._jdf.queryExecution().analyzed())
     return entries
+
+
+def _aggregate_expressions(expression: Any) -> list[Any]:
+    """The ``AggregateExpression`` nodes in ``expression``, in tree order (outermost first)."""
+    if str(expression.nodeName()) == "AggregateExpression":
+        return [expression]
+    return [found for child in _seq(expression.children()) for found in _aggregate_expressions(child)]
+
+
+def aggregate_buffers(frame: DataFrame) -> list[list[tuple[str, list[dict[str, Any]]]]]:
+    """Per streaming ``Aggregate`` of ``frame``'s analyzed plan (in fingerprint order): each of its
+    aggregate expressions as (its fingerprint text, as :func:`stateful_fingerprint` writes it, and
+    the aggregation-buffer fields it adds to the operator's state value: ``name``, ``type`` (a
+    Spark DataType as JSON), ``simple`` (its simple string), ``nullable``). An expression whose
+    aggregate functions an earlier expression already has (Spark keeps one buffer for equal
+    ones) or that aggregates nothing (a grouping column) adds none. Only plans, never runs, the query."""
+    operators: list[list[tuple[str, list[dict[str, Any]]]]] = []
+
+    def walk(node: Any) -> None:
+        for child in _seq(node.children()):
+            walk(child)
+        if str(node.nodeName()) != "Aggregate" or not node.isStreaming():
+            return
+        seen: set[str] = set()
+        entries = []
+        for expression in _seq(node.aggregateExpressions()):
+            fields: list[dict[str, Any]] = []
+            for aggregate in _aggregate_expressions(expression):
+                identity = _normalized(str(aggregate.canonicalized().toString()))
+                if identity in seen:
+                    continue
+                seen.add(identity)
+                fields += [{"name": str(a.name()), "type": json.loads(str(a.dataType().json())),
+                            "simple": str(a.dataType().simpleString()), "nullable": bool(a.nullable())}
+                           for a in _seq(aggregate.aggregateFunction().aggBufferAttributes())]
+            entries.append((f"{_normalized(str(expression.toString()))}: {expression.dataType().simpleString()}",
+                            fields))
+        operators.append(entries)
+
+    walk(frame._jdf.queryExecution().analyzed())
+    return operators
 
 
 def streaming_sources(frame: DataFrame) -> list[str]:
@@ -330,9 +371,22 @@ def planned_fingerprint(spark: SparkSession, spec: PipelineSpec, *, spec_path: s
         SpecError: the transformation cannot be loaded. UserInputError: the source's columns
             cannot be derived. Whatever the transformation raises.
     """
+    return stateful_fingerprint(_planned_frame(spark, spec, spec_path=spec_path, source_type=source_type,
+                                               scratch_dir=scratch_dir))
+
+
+def _planned_frame(spark: SparkSession, spec: PipelineSpec, *, spec_path: str, source_type: str,
+                   scratch_dir: str) -> DataFrame:
     from barrierflow.runtime.stage_query import apply_transformation
     from barrierflow.sources.registry import kind_named
 
     ddl = kind_named(source_type).row_schema(spec.source)
-    frame = apply_transformation(spark.readStream.schema(ddl).format("json").load(scratch_dir), spec, spec_path)
-    return stateful_fingerprint(frame)
+    return apply_transformation(spark.readStream.schema(ddl).format("json").load(scratch_dir), spec, spec_path)
+
+
+def planned_buffers(spark: SparkSession, spec: PipelineSpec, *, spec_path: str, source_type: str,
+                    scratch_dir: str) -> list[list[tuple[str, list[dict[str, Any]]]]]:
+    """:func:`aggregate_buffers` of the stage query ``spec`` builds, planned as
+    :func:`planned_fingerprint` plans it (nothing read, nothing started)."""
+    return aggregate_buffers(_planned_frame(spark, spec, spec_path=spec_path, source_type=source_type,
+                                            scratch_dir=scratch_dir))

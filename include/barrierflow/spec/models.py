@@ -470,12 +470,17 @@ class TransformationSpec(_Strict):
     ``deterministic``: whether the same input always gives the same output rows (no wall-clock
     time, random numbers or lookups of changing data in the rows). ``barrierflow chaos``
     compares a run under kills with a failure-free run row by row, so it refuses a
-    transformation declared ``false``."""
+    transformation declared ``false``.
+
+    ``state_defaults``: value column (an aggregate's alias) -> the value its state starts from in
+    every key stored before ``barrierflow upgrade`` added the column to an aggregation with state
+    (``null``: as if no row had been aggregated); read only by ``upgrade`` (docs/upgrades.md)."""
 
     function: str
     output_mode: Literal["append", "update", "complete"] = "append"
     options: dict[str, Any] = Field(default_factory=dict)
     deterministic: bool = True
+    state_defaults: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
 
     @field_validator("function")
     @classmethod

@@ -37,6 +37,7 @@ NOT_A_STORE = frozenset({"EventTimeWatermark"})
 #: Fields of a fingerprint entry whose change gives the operator's keys another meaning.
 KEY_FIELDS = ("window", "grouping keys", "keys", "join", "description")
 _ALIAS = re.compile(r" AS ([^:]+):")
+_MISSING = object()
 
 
 class Verdict(enum.StrEnum):
@@ -90,6 +91,7 @@ class PlannedStage:
     shuffle_partitions: str
     sources: dict[str, str]
     sink: str
+    state_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -162,8 +164,12 @@ def _held(entry: dict[str, Any]) -> str:
     return str(entry.get("description", entry.get("operator")))
 
 
+def _default(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _operator_findings(stage: str, old: list[dict[str, Any]], new: list[dict[str, Any]],
-                       operators: list[OperatorSchema]) -> list[Finding]:
+                       operators: list[OperatorSchema], defaults: dict[str, Any] | None = None) -> list[Finding]:
     findings: list[Finding] = []
     old_ops, new_ops = _stores(old), _stores(new)
     for index in range(max(len(old_ops), len(new_ops))):
@@ -196,10 +202,14 @@ def _operator_findings(stage: str, old: list[dict[str, Any]], new: list[dict[str
                         f"value column {alias} changed: {before[alias]} -> {after[alias]}; its stored values "
                         "would be dropped")))
             added, dropped = sorted(set(after) - set(before)), sorted(set(before) - set(after))
-            if added:
-                findings.append(Finding(Verdict.NEEDS_REWRITE, subject, (
-                    f"value column{'s' if len(added) > 1 else ''} added: {', '.join(after[a] for a in added)}; a "
-                    "rewrite would add it to every stored value with a declared default")))
+            for alias in added:
+                declared = (defaults or {}).get(alias, _MISSING)
+                how = (f"a rewrite would add it to every stored value with the declared default {alias} = "
+                       f"{_default(declared)} (transformation.state_defaults)" if declared is not _MISSING else
+                       f"no default is declared for it, so upgrade refuses it: declare the value every stored key's "
+                       f"state starts from in the new spec's transformation.state_defaults ({alias}: VALUE, or "
+                       "null for no value yet)")
+                findings.append(Finding(Verdict.NEEDS_REWRITE, subject, f"value column added: {after[alias]}; {how}"))
             if dropped:
                 findings.append(Finding(Verdict.NEEDS_REWRITE, subject, (
                     f"value column{'s' if len(dropped) > 1 else ''} dropped: {', '.join(before[d] for d in dropped)};"
@@ -249,7 +259,7 @@ def _stage_verdict(old: StageState, new: PlannedStage) -> StageVerdict:
             f"state, but its offset log records {old.shuffle_partitions}, which Spark would keep; the rewrite "
             "records the new value")))
     if old.fingerprint is not None:
-        findings += _operator_findings(stage, old.fingerprint, new.fingerprint, old.operators)
+        findings += _operator_findings(stage, old.fingerprint, new.fingerprint, old.operators, new.state_defaults)
     elif old.operators:
         findings.append(Finding(Verdict.COMPATIBLE, f"stage {stage}", (
             "the state has no recorded fingerprint (written before barrierflow recorded one), so its operators "

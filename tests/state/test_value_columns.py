@@ -1,0 +1,160 @@
+"""``barrierflow upgrade`` adding a value column to an aggregation's state, then dropping one.
+
+A keyed running-totals pipeline (generator -> ``count`` and ``value_sum`` per key -> Parquet,
+RocksDB state) runs, is savepointed and upgraded to a spec whose aggregation also keeps
+``value_max`` (declared default 500), runs, is savepointed and upgraded to a spec without
+``value_sum``, and runs to the end of its bounded input. Without a declared default the upgrade
+is refused naming the column and where to declare it, and its dry run says so.
+
+What the output must show (every update of every key, across the three attempts):
+
+* exactly once: no (key, count) update written twice, every key's last count is its number of
+  records (what a never-upgraded run of any of the specs gives);
+* ``value_sum`` carried through the first upgrade: each key's last update before the second
+  savepoint holds the count and sum of its records before that savepoint's barrier;
+* ``value_max`` as the rewrite defines it: a key stored before the first upgrade starts from the
+  default, so its maximum is the largest of 500 and its values after that savepoint's barrier; a
+  key first seen after it has the maximum of all its values (the never-upgraded run's).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from barrierflow.checkpointing.manifest import CheckpointKind, Manifest
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.ops.savepoint import savepoint
+from barrierflow.ops.upgrade import UpgradeResult, upgrade
+from barrierflow.runtime.job import StreamingJob
+from barrierflow.spec import load_spec
+
+pytestmark = pytest.mark.spark
+
+SHUFFLE = "spark.sql.shuffle.partitions"
+PARTITIONS, RECORDS, KEYS, DEFAULT = 2, 300, 50, 500
+
+
+def spec(tmp: Path, function: str, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    transformation: dict[str, Any] = {"function": function, "output_mode": "update"}
+    if defaults is not None:
+        transformation["state_defaults"] = defaults
+    return {
+        "version": 1, "name": "valcols", "work_dir": str(tmp / "work"),
+        "sources": [{"name": "events", "type": "generator", "partitions": PARTITIONS, "rows_per_second": 0,
+                     "max_records_per_batch": 30, "records_per_partition": RECORDS, "keys": KEYS}],
+        "transformation": transformation,
+        "sinks": [{"name": "results", "type": "parquet", "path": f"file://{tmp / 'out'}"}],
+        "trigger": {"interval": "0s"},
+        "checkpoint": {"storage": f"file://{tmp / 'checkpoints'}", "interval": "200ms", "timeout": "120s"},
+        "spark": {"master": "local[2]", "shuffle_partitions": 3, "state_store": "rocksdb"},
+    }
+
+
+def write(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _run(spark: Any, path: Path, **limits: Any) -> None:
+    before = spark.conf.get(SHUFFLE)
+    try:
+        StreamingJob(load_spec(path), spark=spark, spec_path=str(path)).run(**limits)
+    finally:
+        spark.conf.set(SHUFFLE, before)
+
+
+def records(before: Manifest | None = None, after: Manifest | None = None) -> list[tuple[int, int]]:
+    """(key, value) of every generator record before ``before``'s barrier and at or after
+    ``after``'s (None: no bound), from the generator's formula."""
+    def offset(m: Manifest, p: int) -> int:
+        return int(m.barrier_offsets[f"events:{p}"]) if f"events:{p}" in m.barrier_offsets \
+            else int(m.barrier_offsets["events"][str(p)])  # type: ignore[index]
+    out = []
+    for p in range(PARTITIONS):
+        for i in range(RECORDS):
+            if (before is not None and i >= offset(before, p)) or (after is not None and i < offset(after, p)):
+                continue
+            n = i * PARTITIONS + p
+            out.append((n % KEYS, (n * 2654435761) % 1000))
+    return out
+
+
+def _upgrade(spark: Any, old: Path, new: Path, store: CheckpointStore) -> tuple[Manifest, UpgradeResult]:
+    """Savepoint ``old``, upgrade it to ``new`` (no canary: test_upgrade_canary's), check the
+    source savepoint is untouched and the new one resumes one batch later at the same offsets."""
+    source = savepoint(old).checkpoint_id
+    untouched = store.get(source).model_dump_json()
+    before = spark.conf.get(SHUFFLE)
+    try:
+        result = upgrade(old, new, dry_run=False, spark=spark, canary_checkpoints=0)
+    finally:
+        spark.conf.set(SHUFFLE, before)
+    assert isinstance(result, UpgradeResult) and result.source_savepoint == source
+    assert store.get(source).model_dump_json() == untouched  # NO_CLAIM
+    made = store.get(result.savepoint)
+    assert result.savepoint > source and made.kind is CheckpointKind.SAVEPOINT
+    assert made.spark_batch_id == store.get(source).spark_batch_id + 1
+    assert made.barrier_offsets == store.get(source).barrier_offsets
+    return store.get(source), result
+
+
+def test_a_value_column_added_with_its_default_then_one_dropped(spark: Any, tmp_path: Path, cli: Any) -> None:
+    base = write(tmp_path / "base.yaml", spec(tmp_path, "barrierflow.transforms.aggregations:keyed_running_totals"))
+    undeclared = write(tmp_path / "undeclared.yaml", spec(tmp_path, "tests.support.state_transforms:totals_with_max"))
+    wider = write(tmp_path / "wider.yaml", spec(tmp_path, "tests.support.state_transforms:totals_with_max",
+                                               {"value_max": DEFAULT}))
+    narrower = write(tmp_path / "narrower.yaml", spec(tmp_path, "tests.support.state_transforms:totals_count_and_max"))
+    store = CheckpointStore.for_spec(load_spec(base))
+    _run(spark, base, checkpoints=2)
+
+    code, out, err = cli("upgrade", str(base), "--to", str(undeclared), "--dry-run")
+    assert code == 0 and "NEEDS REWRITE" in out.upper(), (out, err)
+    assert "value column added: max(value) AS value_max: bigint; no default is declared" in out, out
+    code, out, err = cli("upgrade", str(base), "--to", str(wider), "--dry-run")
+    assert "value column added: max(value) AS value_max: bigint; a rewrite would add it to every stored value " \
+           f"with the declared default value_max = {DEFAULT} (transformation.state_defaults)" in out, out
+    savepoint(base)
+    code, out, err = cli("upgrade", str(base), "--to", str(undeclared), "--canary-checkpoints", "0")
+    assert code == 2, (out, err)
+    assert "value column added: max(value) AS value_max: bigint; no default is declared" in err, err
+    assert "transformation.state_defaults (value_max: VALUE, or null" in err and "Nothing was changed" in err, err
+
+    first, added = _upgrade(spark, base, wider, store)
+    assert added.value_columns == {"valcols": f"added value_max (default {DEFAULT})"}, added.value_columns
+    _run(spark, wider, checkpoints=2)
+    second, dropped = _upgrade(spark, wider, narrower, store)
+    assert dropped.value_columns == {"valcols": "dropped value_sum"}, dropped.value_columns
+    _run(spark, narrower, until_exhausted=True, duration=150)
+
+    rows = [r.asDict() for r in spark.read.option("mergeSchema", "true").parquet(str(tmp_path / "out")).collect()]
+    updates = [(r["key"], r["count"]) for r in rows]
+    assert len(updates) == len(set(updates)), "an update was written twice"
+    last: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        if r["count"] > last.get(r["key"], {"count": 0})["count"]:
+            last[r["key"]] = r
+    every: dict[int, list[int]] = {}
+    for key, value in records():
+        every.setdefault(key, []).append(value)
+    assert {k: r["count"] for k, r in last.items()} == {k: len(v) for k, v in every.items()}
+
+    upto: dict[int, list[int]] = {}
+    for key, value in records(before=second):
+        upto.setdefault(key, []).append(value)
+    with_sum: dict[int, tuple[int, int]] = {}
+    for r in rows:
+        if r.get("value_sum") is not None and r["count"] > with_sum.get(r["key"], (0, 0))[0]:
+            with_sum[r["key"]] = (r["count"], r["value_sum"])
+    assert with_sum == {k: (len(v), sum(v)) for k, v in upto.items()}
+
+    stored = {key for key, _ in records(before=first)}
+    later: dict[int, list[int]] = {}
+    for key, value in records(after=first):
+        later.setdefault(key, []).append(value)
+    expected = {k: max([DEFAULT, *v]) if k in stored else max(v) for k, v in later.items()}
+    assert {k: last[k]["value_max"] for k in later} == expected
+    assert any(max(every[k]) != expected[k] for k in stored & set(later)), "the default changed no key's maximum"
