@@ -259,3 +259,4 @@ def test_upgrade_dry_run_verdicts(totals: Totals, spark: Any, cli: Any) -> None:
     assert result.verdict.value == "needs rewrite", _verdicts(result)
     (finding,) = result.stages[0].findings
     assert "value column added: max(value) AS value_max: bigint" in finding.reason, finding
+    assert "no default is declared for it" in finding.reason and "transformation.state_defaults" in finding.reason

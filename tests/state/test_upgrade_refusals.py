@@ -57,14 +57,17 @@ def opened(tmp: Path, data: dict[str, Any], name: str) -> OpenedPipeline:
 
 
 def report(old: OpenedPipeline, new: OpenedPipeline, *, shuffle: dict[str, str] | None = None,
-           fingerprints: dict[str, list[dict[str, Any]]] | None = None) -> CompatibilityReport:
+           fingerprints: dict[str, list[dict[str, Any]]] | None = None,
+           defaults: dict[str, dict[str, Any]] | None = None) -> CompatibilityReport:
     """The report over a cut where b holds OPERATOR (4 partitions) and a no state; the new
-    stages planned with ``fingerprints`` (default: b's TOTALS) and ``shuffle`` partitions (default 4)."""
+    stages planned with ``fingerprints`` (default: b's TOTALS), ``shuffle`` partitions (default 4)
+    and ``defaults`` (stage -> its transformation.state_defaults)."""
     planned_fp = {"b": [TOTALS], **(fingerprints or {})}
     states = [StageState(s.name, [OPERATOR] if s.name == "b" else [], [TOTALS] if s.name == "b" else [], "4",
                          {s.spec.source.name: s.source_type}, "sink") for s in old.stages]
     planned = [PlannedStage(s.name, planned_fp.get(s.name, []), (shuffle or {}).get(s.name, "4"),
-                            {s.spec.source.name: s.source_type}, "sink") for s in new.stages]
+                            {s.spec.source.name: s.source_type}, "sink", (defaults or {}).get(s.name, {}))
+               for s in new.stages]
     was, now = ({c.name: (c.topic_for(p.name), c.partitions) for c in p.channels} for p in (old, new))
     graph, verdicts = compare(states, planned, old_channels=was, new_channels=now,
                               old_storage=old.storage, new_storage=new.storage)
@@ -102,9 +105,16 @@ def test_what_is_not_rewritten_yet_is_named_with_its_fix(tmp_path: Path) -> None
     same = opened(tmp_path, base, "same")
     wider = [{**TOTALS, "aggregates": [*TOTALS["aggregates"], "max(value) AS top: bigint"]}]
     with pytest.raises(UpgradeNotSupportedError, match=r"stage b operator 0 .*value column added: max\(value\) AS "
-                                                       r"top: bigint.*Spark has no schema evolution .* keep the "
-                                                       r"aggregation's value columns"):
+                                                       r"top: bigint; no default is declared for it.* declare .* in "
+                                                       r"the new spec's transformation.state_defaults \(top: VALUE"):
         refuse_stage_changes(report(old, same, fingerprints={"b": wider}), old, same, ())
+    # with a declared default, or a column dropped: rewritten (not refused); with a rescale of the stage: refused
+    refuse_stage_changes(report(old, same, fingerprints={"b": wider}, defaults={"b": {"top": 0}}), old, same, ())
+    narrower = [{**TOTALS, "aggregates": TOTALS["aggregates"][:1]}]
+    refuse_stage_changes(report(old, same, fingerprints={"b": narrower}), old, same, ())
+    with pytest.raises(UpgradeNotSupportedError, match=r"value column dropped: sum\(value\) AS value_sum: bigint.*"
+                                                       r"shuffle partitions change too; .* upgrade twice"):
+        refuse_stage_changes(report(old, same, fingerprints={"b": narrower}, shuffle={"b": "2"}), old, same, ())
     with pytest.raises(UpgradeNotSupportedError, match=r"stage a shuffle partitions: .*give stage a its old value "
                                                        r"\(stages\[\]\.shuffle_partitions\)"):
         refuse_stage_changes(report(old, same, shuffle={"a": "2"}), old, same, ())

@@ -19,7 +19,6 @@ What the output must show (every update of every key, across the three attempts)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
