@@ -70,8 +70,8 @@ def records(before: Manifest | None = None, after: Manifest | None = None) -> li
     """(key, value) of every generator record before ``before``'s barrier and at or after
     ``after``'s (None: no bound), from the generator's formula."""
     def offset(m: Manifest, p: int) -> int:
-        return int(m.barrier_offsets[f"events:{p}"]) if f"events:{p}" in m.barrier_offsets \
-            else int(m.barrier_offsets["events"][str(p)])  # type: ignore[index]
+        return int(m.barrier_offsets["events"][str(p)])  # type: ignore[index]
+
     out = []
     for p in range(PARTITIONS):
         for i in range(RECORDS):

@@ -119,11 +119,12 @@ def _default_text(alias: str, value: Any, buffer: dict[str, Any], where: str) ->
     """The helper's ``default:<text>`` (or ``null``) line for ``value``, checked against the buffer
     field's type (UserInputError naming the column otherwise)."""
     kind = _simple(buffer["type"])
+    shown = str(buffer.get("simple", kind))
     if value is None:
         if not buffer["nullable"]:
             raise ValueColumnsNotSupportedError(
                 f"{where}: value column {alias} is added with the default null, but its state ({buffer['name']}: "
-                f"{kind}) cannot be null; declare a value in {DEFAULTS_FIELD} ({alias}: VALUE)")
+                f"{shown}) cannot be null; declare a value in {DEFAULTS_FIELD} ({alias}: VALUE)")
         return "null"
     text = str(value).lower() if isinstance(value, bool) else str(value)
     try:
@@ -139,12 +140,12 @@ def _default_text(alias: str, value: Any, buffer: dict[str, Any], where: str) ->
             Decimal(text)
         elif kind != "string":
             raise ValueColumnsNotSupportedError(
-                f"{where}: value column {alias} is added, and its state ({buffer['name']}: {kind}) takes no declared "
+                f"{where}: value column {alias} is added, and its state ({buffer['name']}: {shown}) takes no declared "
                 "default (numbers, booleans and strings only); keep the aggregation's value columns")
     except (ValueError, InvalidOperation):
         raise ValueColumnsNotSupportedError(
             f"{where}: the default {_shown(value)} declared for value column {alias} ({DEFAULTS_FIELD}) is not a "
-            f"{kind}, the type of its state ({buffer['name']}); declare a {kind}") from None
+            f"{shown}, the type of its state ({buffer['name']}); declare a {shown}") from None
     if "\n" in text:
         raise ValueColumnsNotSupportedError(f"{where}: the default of value column {alias} holds a line break")
     return f"default:{text}"
