@@ -2,8 +2,9 @@
 
 A keyed running-totals pipeline (generator -> ``count`` and ``value_sum`` per key -> Parquet,
 RocksDB state) runs, is savepointed and upgraded to a spec whose aggregation also keeps
-``value_max`` (declared default 500), runs, is savepointed and upgraded to a spec without
-``value_sum``, and runs to the end of its bounded input. Without a declared default the upgrade
+``value_max`` (declared default 500; its canary runs one checkpoint, deep-verified, then
+commits it), runs, is savepointed and upgraded to a spec without ``value_sum`` (no canary), and
+runs to the end of its bounded input. Without a declared default the upgrade
 is refused naming the column and where to declare it, and its dry run says so.
 
 What the output must show (every update of every key, across the three attempts):
@@ -82,14 +83,14 @@ def records(before: Manifest | None = None, after: Manifest | None = None) -> li
     return out
 
 
-def _upgrade(spark: Any, old: Path, new: Path, store: CheckpointStore) -> tuple[Manifest, UpgradeResult]:
-    """Savepoint ``old``, upgrade it to ``new`` (no canary: test_upgrade_canary's), check the
+def _upgrade(spark: Any, old: Path, new: Path, store: CheckpointStore, canary: int) -> tuple[Manifest, UpgradeResult]:
+    """Savepoint ``old``, upgrade it to ``new`` with a canary of ``canary`` checkpoints, check the
     source savepoint is untouched and the new one resumes one batch later at the same offsets."""
     source = savepoint(old).checkpoint_id
     untouched = store.get(source).model_dump_json()
     before = spark.conf.get(SHUFFLE)
     try:
-        result = upgrade(old, new, dry_run=False, spark=spark, canary_checkpoints=0)
+        result = upgrade(old, new, dry_run=False, spark=spark, canary_checkpoints=canary)
     finally:
         spark.conf.set(SHUFFLE, before)
     assert isinstance(result, UpgradeResult) and result.source_savepoint == source
@@ -122,10 +123,11 @@ def test_a_value_column_added_with_its_default_then_one_dropped(spark: Any, tmp_
     assert "value column added: max(value) AS value_max: bigint; no default is declared" in err, err
     assert "transformation.state_defaults (value_max: VALUE, or null" in err and "Nothing was changed" in err, err
 
-    first, added = _upgrade(spark, base, wider, store)
+    first, added = _upgrade(spark, base, wider, store, canary=1)
     assert added.value_columns == {"valcols": f"added value_max (default {DEFAULT})"}, added.value_columns
+    assert added.canary["step"] == "canary-passed" and len(added.canary["verified"]) == 1, added.canary
     _run(spark, wider, checkpoints=2)
-    second, dropped = _upgrade(spark, wider, narrower, store)
+    second, dropped = _upgrade(spark, wider, narrower, store, canary=0)
     assert dropped.value_columns == {"valcols": "dropped value_sum"}, dropped.value_columns
     _run(spark, narrower, until_exhausted=True, duration=150)
 
