@@ -12,7 +12,10 @@ directory and checkpoint store for every spec below:
    the default canary (:func:`barrierflow.ops.upgrade.upgrade` in this process, its
    :attr:`UpgradeResult.timings` per step); ``feed-16`` runs on for two checkpoints and is
    stopped with a savepoint; ``upgrade feed-16 -> feed-4`` (dry run, then for real);
-   ``final-4.yaml`` (the same, its generator bounded) runs to the end of its input;
+   ``feed-4`` runs on for two checkpoints and is stopped with a savepoint; ``upgrade feed-4 ->
+   max-4`` gives the state a new value column (``max(value)``, declared default 0: the
+   value-column rewrite, dry run then for real); ``final-4.yaml`` (``max-4``, its generator
+   bounded) runs to the end of its input;
 3. the headline of each upgrade: from the stop request to the first checkpoint of the new shape
    whose deep verification was stored (``chk-<n>/_verification.json`` appearing in the store,
    watched every 0.1 s; the canary verifies each checkpoint once it completed, while it runs on);
@@ -23,8 +26,9 @@ Checked independently of barrierflow's reading code, failing loudly (:class:`Upg
 the final totals, read from both sinks' Parquet files with pyarrow, equal those of a run of the
 same input (``reference``: its own directories, never upgraded) key by key, and both equal a
 recount of the generator's input with numpy; the query's figures and the diff's counts equal a
-recount of the input up to the checkpoints' barrier offsets. Every figure is printed with the
-load average (1 min) at its end.
+recount of the input up to the checkpoints' barrier offsets; every key's final ``value_max``
+equals the largest of the default and its values after the value-column savepoint's barrier
+(numpy). Every figure is printed with the load average (1 min) at its end.
 """
 
 from __future__ import annotations
@@ -65,6 +69,9 @@ SHAPES = (4, 16, 4)
 FEED_CHECKPOINTS = 2
 #: Batches of input the final run reads beyond the newest checkpoint's barrier offsets.
 FINAL_BATCHES = 5
+#: The transformation the value-column case upgrades to, and the default of its new column.
+WITH_MAX = "barrierflow.transforms.aggregations:keyed_running_totals_with_max"
+MAX_DEFAULT = 0
 
 
 class UpgradeBenchError(BarrierflowError):
@@ -111,13 +118,14 @@ def feed_batch(keys: int) -> int:
     return max(1, -(-build_batch(keys) // 20))
 
 
-def expectations(keys: int, partitions: int) -> dict[str, Any]:
+def expectations(keys: int, partitions: int, with_max: bool = False) -> dict[str, Any]:
     """The deep verification suite of the scenario's state (what ``include/expectations/bench.json``
-    checks, with this scenario's key range and ``partitions`` shuffle partitions)."""
+    checks, with this scenario's key range and ``partitions`` shuffle partitions; ``with_max``: the
+    state's aggregation buffer also holds ``max``)."""
+    columns = ["partition_id", "operator_id", "key_key", "value_count", "value_sum"]
+    columns += ["value_max"] if with_max else []
     return {"name": f"bench-upgrade-{partitions}", "expectations": [
-        {"type": "expect_table_columns_to_match_set",
-         "kwargs": {"column_set": ["partition_id", "operator_id", "key_key", "value_count", "value_sum"],
-                    "exact_match": True}},
+        {"type": "expect_table_columns_to_match_set", "kwargs": {"column_set": columns, "exact_match": True}},
         {"type": "expect_compound_columns_to_be_unique", "kwargs": {"column_list": ["operator_id", "key_key"]}},
         {"type": "expect_column_values_to_be_between", "kwargs": {"column": "value_count", "min_value": 1}},
         {"type": "expect_column_values_to_be_between", "kwargs": {"column": "value_sum", "min_value": 0}},
@@ -129,18 +137,23 @@ def expectations(keys: int, partitions: int) -> dict[str, Any]:
 
 
 def scenario_spec(base: PipelineSpec, work: Path, *, keys: int, per_partition_batch: int, partitions: int,
-                  records_per_partition: int | None = None) -> PipelineSpec:
+                  records_per_partition: int | None = None, with_max: bool = False) -> PipelineSpec:
     """:func:`bench.restore_time.state_spec` of ``base`` (RocksDB) with ``partitions`` shuffle
     partitions, a Parquet sink ``work/out``, the suite of :func:`expectations` (written under
-    ``work``) and, given ``records_per_partition``, a bounded generator."""
+    ``work``), given ``records_per_partition`` a bounded generator and, ``with_max``, the
+    transformation :data:`WITH_MAX` with its new column's default declared."""
     spec = state_spec(base, work, keys, per_partition_batch, "rocksdb")
-    suite = work / f"expectations-{partitions}.json"
+    suite = work / f"expectations-{partitions}{'-max' if with_max else ''}.json"
     suite.parent.mkdir(parents=True, exist_ok=True)
-    suite.write_text(json.dumps(expectations(keys, partitions), indent=1), encoding="utf-8")
+    suite.write_text(json.dumps(expectations(keys, partitions, with_max), indent=1), encoding="utf-8")
     source = spec.source.model_copy(update={"records_per_partition": records_per_partition})
     sink = ParquetSinkSpec(name="totals", type="parquet", path=f"file://{work / 'out'}")
+    transformation = spec.transformation
+    if with_max:
+        transformation = transformation.model_copy(update={"function": WITH_MAX,
+                                                           "state_defaults": {"value_max": MAX_DEFAULT}})
     return spec.model_copy(update={
-        "sources": [source], "sinks": [sink],
+        "sources": [source], "sinks": [sink], "transformation": transformation,
         "spark": spec.spark.model_copy(update={"shuffle_partitions": partitions}),
         "verification": spec.verification.model_copy(update={"expectations": str(suite)})})
 
@@ -185,6 +198,29 @@ def final_totals(directory: Path) -> pd.DataFrame:
     frame = table.to_pandas()
     frame = frame.sort_values(["key", "count"], kind="stable").drop_duplicates("key", keep="last")
     return frame.set_index("key")[["count", "value_sum"]]
+
+
+def final_maxima(directory: Path) -> dict[int, int]:
+    """Per key, ``value_max`` of its last update (highest ``count``) among the rows that have one."""
+    import pyarrow.dataset as ds
+
+    frame = ds.dataset(str(directory), format="parquet").to_table(columns=["key", "count", "value_max"]).to_pandas()
+    frame = frame.dropna(subset=["value_max"]).sort_values(["key", "count"], kind="stable")
+    last = frame.drop_duplicates("key", keep="last")
+    return {int(k): int(v) for k, v in zip(last["key"], last["value_max"], strict=True)}
+
+
+def maxima_after(cut: Mapping[Any, int], end: int, keys: int) -> dict[int, int]:
+    """Per key with records after the barrier offsets ``cut`` (to ``end`` in every partition): the
+    largest of :data:`MAX_DEFAULT` and its values there, with numpy (a key stored before the cut
+    starts from the default; a key first seen after it has only those values, all >= 0)."""
+    best = np.full(keys, -1, dtype=np.int64)
+    for p_raw, begin in cut.items():
+        p = int(p_raw)
+        g = np.arange(int(begin), end, dtype=np.int64) * SOURCE_PARTITIONS + p
+        np.maximum.at(best, g % keys, (g * 2654435761) % 1000)
+    present = np.nonzero(best >= 0)[0]
+    return {int(k): max(int(best[k]), MAX_DEFAULT) for k in present}
 
 
 @dataclass(frozen=True)
@@ -359,6 +395,8 @@ def run_upgrade_benchmark(spec_path: str, *, keys: int, markdown: str | None = N
                               root / "feed-16.yaml"),
         "feed-4": write_spec(scenario_spec(base, work, keys=keys, per_partition_batch=small, partitions=SHAPES[2]),
                              root / "feed-4.yaml"),
+        "max-4": write_spec(scenario_spec(base, work, keys=keys, per_partition_batch=small, partitions=SHAPES[2],
+                                          with_max=True), root / "max-4.yaml"),
     }
     (root / "logs").mkdir()
     report = UpgradeBenchReport(keys)
@@ -429,11 +467,13 @@ def _scenario(base: PipelineSpec, root: Path, specs: dict[str, Path], keys: int,
             raise UpgradeBenchError(f"upgrade {old} -> {new} returned {type(result).__name__}, not an UpgradeResult")
         steps = dict(result.timings)
         named = sum(v for k, v in steps.items() if k != "total")
-        for step in ("materialize", "repartition", "record", "restore", "canary", "commit"):
-            report.add(phase, f"upgrade: {step}", steps.get(step, float("nan")))
+        for step in ("materialize", "repartition", "rewrite", "record", "restore", "canary", "commit"):
+            if step in steps or step in ("repartition", "canary"):
+                report.add(phase, f"upgrade: {step}", steps.get(step, float("nan")))
         report.add(phase, "upgrade: report, lease and the rest (total minus the steps)", steps["total"] - named)
         report.add(phase, "upgrade: total (UpgradeResult.timings)", steps["total"],
                    f"savepoint {result.source_savepoint} -> {result.savepoint}, rescaled {result.rescaled}, "
+                   f"value columns {result.value_columns}, "
                    f"canary verified {result.canary.get('verified')}")
         report.add(phase, "upgrade call (wall)", ended - began)
         verified = list(result.canary.get("verified", []))
@@ -462,12 +502,21 @@ def _scenario(base: PipelineSpec, root: Path, specs: dict[str, Path], keys: int,
     second_savepoint = stop_with_savepoint("16 -> 4", "feed-16", feed)
     rescale("16 -> 4", "feed-16", "feed-4", report.figures[-1].seconds, second_savepoint)
 
+    # 2b. feed the 4-partition pipeline, stop it, give its state a new value column
+    feed = PipelineProcess(specs["feed-4"], logs / "feed-4.log")
+    seen = set(_checkpoint_ids(specs["feed-4"]))
+    _, seconds = _timed(lambda: feed.wait_for_checkpoints(FEED_CHECKPOINTS, seen, timeout=1800))
+    report.add("new column", f"feed-4 run to {FEED_CHECKPOINTS} more checkpoints (process start included)", seconds)
+    column_savepoint = stop_with_savepoint("new column", "feed-4", feed)
+    rescale("new column", "feed-4", "max-4", report.figures[-1].seconds, column_savepoint)
+    column_cut = _barrier_offsets(specs["feed-4"], column_savepoint)
+
     # 3. run to the end of a bounded input; the same input once more, never upgraded
-    newest = max(_checkpoint_ids(specs["feed-4"]))
-    reached = _barrier_offsets(specs["feed-4"], newest)
+    newest = max(_checkpoint_ids(specs["max-4"]))
+    reached = _barrier_offsets(specs["max-4"], newest)
     end = max(reached.values()) + FINAL_BATCHES * small
     specs["final-4"] = write_spec(scenario_spec(base, work, keys=keys, per_partition_batch=small,
-                                                partitions=SHAPES[2], records_per_partition=end),
+                                                partitions=SHAPES[2], records_per_partition=end, with_max=True),
                                   root / "final-4.yaml")
     final = PipelineProcess(specs["final-4"], logs / "final-4.log", "--until-exhausted")
     _, seconds = _timed(lambda: final.wait(3600))
@@ -490,6 +539,13 @@ def _scenario(base: PipelineSpec, root: Path, specs: dict[str, Path], keys: int,
         report.checks.append(f"final totals, {name}: {outcome} over {len(expected):,} keys")
         if not outcome.equal:
             problems.append(f"final totals, {name}: {outcome}")
+    got_max, want_max = final_maxima(work / "out"), maxima_after(column_cut, end, keys)
+    wrong = {k: (got_max.get(k), v) for k, v in want_max.items() if got_max.get(k) != v}
+    report.checks.append(f"value_max after the new column (default {MAX_DEFAULT}): {len(want_max) - len(wrong):,} "
+                         f"of {len(want_max):,} keys equal the input's recount")
+    if wrong:
+        problems.append(f"value_max differs from the input's recount for {len(wrong)} keys, e.g. "
+                        f"{list(wrong.items())[:3]} (got, want)")
 
     # 4. state query and diff, checked against the input
     target = root / "query.parquet"

@@ -155,7 +155,8 @@ class UpgradeResult:
         value_columns: stage -> the value columns its aggregation's rewrite added (with their
             defaults) and dropped.
         timings: seconds per step of this invocation (``materialize``, ``repartition``,
-            ``record``, ``restore``, ``canary``, ``commit``, ``total``).
+            ``rewrite`` (a value-column rewrite), ``record``, ``restore``, ``canary``, ``commit``,
+            ``total``).
         location: where the savepoint the new spec was restored from is stored.
         canary: ``checkpoints`` (asked for), ``verified`` (cut ids whose every stage's checkpoint
             passed deep verification, committed once it passed), ``attempts`` (canaries started:

@@ -36,3 +36,12 @@ def keyed_running_totals(df: DataFrame, ctx: TransformContext) -> DataFrame:
     from pyspark.sql import functions as F
 
     return df.groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("value_sum"))
+
+
+def keyed_running_totals_with_max(df: DataFrame, ctx: TransformContext) -> DataFrame:
+    """:func:`keyed_running_totals` and the largest value per key (``value_max``): the reference
+    job given a new state column (the upgrade benchmark's value-column case)."""
+    from pyspark.sql import functions as F
+
+    return df.groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("value_sum"),
+                                 F.max("value").alias("value_max"))
