@@ -45,3 +45,18 @@ def test_an_output_without_event_time_is_not_compared_and_skipping_is_reported(t
     [result] = compare_canary_output(open_pipeline(spec), None, 1)
     assert not result.ran and "no event time" in result.reason, result
     assert comparison_summary([], skipped=True) == {"ran": False, "verdict": "skipped", "outputs": []}
+
+
+def test_a_final_stage_behind_a_stage_writing_updates_is_not_compared_and_says_why(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from tests.support.staged_specs import two_stage_spec
+
+    data = two_stage_spec(tmp_path, SimpleNamespace(bootstrap_servers="localhost:9"))
+    data["stages"][0]["transformation"] = {"function": "barrierflow.transforms.aggregations:keyed_running_totals",
+                                           "output_mode": "update"}
+    spec = tmp_path / "two.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    [result] = compare_canary_output(open_pipeline(spec), None, 1)
+    assert not result.ran and result.output == "stage b (sink out)", result
+    assert "reads what stage 'a' wrote in output mode 'update'" in result.reason, result.reason

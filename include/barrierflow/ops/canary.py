@@ -152,8 +152,6 @@ def _not_applicable(pipeline: OpenedPipeline, stage: Stage) -> str:
     if spec.transformation.output_mode != "append":
         return (f"its output mode is {spec.transformation.output_mode!r}: the rows it writes depend on how the "
                 "stream cut its micro-batches, a batch run gives one final row per key (append mode only)")
-    if spec.event_time is None:
-        return "it has no event time: no window is ever closed, so there is no range to compare"
     upstream = [stage]
     if isinstance(pipeline.spec, StagedPipelineSpec):
         obstacle = replay_obstacle(pipeline.spec, stage.name)
@@ -161,6 +159,8 @@ def _not_applicable(pipeline: OpenedPipeline, stage: Stage) -> str:
             return obstacle
         stages = {s.name: s for s in pipeline.stages}
         upstream = [stages[name] for name in upstream_stages(pipeline.spec, stage.name)]
+    if spec.event_time is None:
+        return "it has no event time: no window is ever closed, so there is no range to compare"
     for each in upstream:
         if each.source_type != "channel" and (why := not_rereadable(each.spec)):
             return why
