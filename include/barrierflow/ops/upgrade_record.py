@@ -112,8 +112,8 @@ class UpgradeRecord(BaseModel):
         verified: the canary checkpoints that passed verification, in order.
         canary_compare: whether the canary also compares its output with a batch recomputation
             (``--no-canary-compare`` turns it off).
-        comparison: the canary's stream-vs-batch comparison (:func:`barrierflow.ops.canary.
-            comparison_summary`: ``ran``, ``verdict``, ``outputs``); empty until it was made.
+        comparison: the canary's stream-vs-batch comparison (``ran``, ``verdict``, ``outputs``:
+            :func:`barrierflow.ops.canary.comparison_summary`); empty until it was made.
         failure: why the canary failed (the failed check and its message), else "".
         attempt: the attempt the last restore began.
         started: when the upgrade was first recorded (set by :func:`write_record`; None only in a
