@@ -24,7 +24,7 @@ def _changed(path: Path, change: dict[str, object]) -> Path:
 
 def test_an_output_in_update_mode_is_not_compared_and_says_why(tmp_path: Path) -> None:
     spec = totals_spec(tmp_path, "totals.yaml", name="totals", partitions=1, records=10, keys=2, shuffle=2)
-    [result] = compare_canary_output(open_pipeline(spec), None, 1)  # (no Spark needed)
+    [result] = compare_canary_output(open_pipeline(spec), None, 1, None)  # (no Spark needed)
     assert not result.ran and result.output == "sink results" and "output mode is 'update'" in result.reason
     summary = comparison_summary([result])
     assert summary["ran"] is False and summary["verdict"] == "not applicable", summary
@@ -33,7 +33,7 @@ def test_an_output_in_update_mode_is_not_compared_and_says_why(tmp_path: Path) -
 
 def test_a_pipeline_without_a_parquet_output_is_not_compared_and_says_why(tmp_path: Path) -> None:
     spec = _changed(windowed_spec(tmp_path, "discard.yaml"), {"sinks": [{"name": "nowhere", "type": "discard"}]})
-    [result] = compare_canary_output(open_pipeline(spec), None, 1)
+    [result] = compare_canary_output(open_pipeline(spec), None, 1, None)
     assert not result.ran and result.output == "no Parquet output", result
     assert "writes no Parquet output (nowhere (discard))" in result.reason, result.reason
 
@@ -42,7 +42,7 @@ def test_an_output_without_event_time_is_not_compared_and_skipping_is_reported(t
     spec = _changed(windowed_spec(tmp_path, "plain.yaml"), {
         "event_time": None, "transformation": {"function": "barrierflow.transforms.projection:project",
                                                "output_mode": "append"}})
-    [result] = compare_canary_output(open_pipeline(spec), None, 1)
+    [result] = compare_canary_output(open_pipeline(spec), None, 1, None)
     assert not result.ran and "no event time" in result.reason, result
     assert comparison_summary([], skipped=True) == {"ran": False, "verdict": "skipped", "outputs": []}
 
@@ -57,6 +57,6 @@ def test_a_final_stage_behind_a_stage_writing_updates_is_not_compared_and_says_w
                                            "output_mode": "update"}
     spec = tmp_path / "two.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    [result] = compare_canary_output(open_pipeline(spec), None, 1)
+    [result] = compare_canary_output(open_pipeline(spec), None, 1, None)
     assert not result.ran and result.output == "stage b (sink out)", result
     assert "reads what stage 'a' wrote in output mode 'update'" in result.reason, result.reason

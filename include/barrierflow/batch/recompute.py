@@ -276,14 +276,17 @@ def held_output(spec: PipelineSpec, store: CheckpointStore, checkpoint_id: int) 
 
 
 def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: CheckpointStore, checkpoint_id: int, *,
-                        tag: str = "", spec_path: str = "<spec>", recompute: Recomputation | None = None,
+                        since: int | None = None, tag: str = "", spec_path: str = "<spec>",
+                        recompute: Recomputation | None = None,
                         report_key: str = CANARY_RECOMPUTE_REPORT_KEY) -> tuple[RecomputeReport, HeldOutput]:
     """The comparison of what the lake will show once the held epochs up to checkpoint
     ``checkpoint_id`` are committed (the committed ``part-*`` files and :func:`held_output`'s
     write-ahead files, read by Spark where they lie: nothing is committed, moved or collected)
     with the batch recomputation, over every window that ends before the watermark checkpoint
     ``checkpoint_id``'s barrier batch ran with (the closed range of :func:`closed_range`, with
-    that checkpoint trusted because its output is held). The report is stored at
+    that checkpoint trusted because its output is held). With ``since`` (the checkpoint the held
+    epochs continue from), only the windows that start at or after the watermark of ``since``'s
+    barrier batch: the windows computed entirely after it. The report is stored at
     ``report_key`` of ``store`` (not at :data:`RECOMPUTE_REPORT_KEY`: it is not about committed
     output).
 
@@ -295,8 +298,10 @@ def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: Checkpoi
     held = held_output(spec, store, checkpoint_id)
     manifest = store.get(checkpoint_id)
     watermark = barrier_watermark(store, manifest)
+    # a watermark that did not advance since ``since``: an empty range, no row on either side
+    start = None if since is None else min(barrier_watermark(store, store.get(since)), watermark)
     paths = [spark_path(sink.path, p.key) for p in committed_parts(sink.path)] + held.files
-    report = compare_output(spark, spec, paths, checkpoint_id=checkpoint_id, watermark=watermark, start=None,
+    report = compare_output(spark, spec, paths, checkpoint_id=checkpoint_id, watermark=watermark, start=start,
                             end=watermark, tag=tag, spec_path=spec_path, recompute=recompute)
     report.held_epochs = held.epochs
     store.objects.put_bytes(report_key, json.dumps(report.as_dict(), indent=2, default=str).encode())

@@ -254,8 +254,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="how many completed checkpoints of the new spec must pass deep verification before "
                               "its output is committed (default 3; 0: no canary); a failed canary rolls back")
     upgrade.add_argument("--no-canary-compare", dest="canary_compare", action="store_false",
-                         help="the canary makes no stream-vs-batch comparison of its output (for a change meant "
-                              "to alter the output of windows already committed); deep verification still runs")
+                         help="the canary makes no stream-vs-batch comparison of the windows it computed; deep "
+                              "verification still runs")
     upgrade.add_argument("--json", action="store_true")
 
     validate = sub.add_parser("validate", help="validate a spec; for several stages show the graph and its cycles")

@@ -167,11 +167,17 @@ def _not_applicable(pipeline: OpenedPipeline, stage: Stage) -> str:
     return ""
 
 
-def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpoint_id: int
-                          ) -> list[OutputComparison]:
+def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpoint_id: int,
+                          since: int | None) -> list[OutputComparison]:
     """The stream-vs-batch comparison of the canary's output up to its cut ``checkpoint_id``
-    (module docstring), one per Parquet output of ``pipeline`` (a single stage's sink, or each
-    final stage's); a pipeline without one gets one entry saying so (``ran`` False). Each
+    (module docstring), over the windows the canary computed entirely: those that start at or
+    after the watermark of the cut ``since`` it was restored from (None: from the first record)
+    and end before the watermark
+    of ``checkpoint_id`` (the old spec's windows are not compared: a new spec may mean to compute
+    them differently, and the range stays the canary's, however long the pipeline ran). One
+    entry per Parquet output of ``pipeline`` (a single stage's sink, or each final stage's); a
+    pipeline without one gets one entry saying so (``ran`` False), and so does an output with no
+    window in the range (a canary of more checkpoints covers more event time). Each
     report is stored in the output's checkpoint store at
     :data:`~barrierflow.batch.recompute.CANARY_RECOMPUTE_REPORT_KEY`. Only the differing rows
     (at most :data:`~barrierflow.batch.recompute.MAX_LISTED`) reach the driver.
@@ -208,10 +214,15 @@ def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpo
                              spec_path=pipeline.spec_path)
         began = time.perf_counter()
         try:
-            report, held = compare_held_output(spark, side.spec, stage.store, checkpoint_id, tag="upgrade-canary",
-                                               spec_path=pipeline.spec_path, recompute=replay)
+            report, held = compare_held_output(spark, side.spec, stage.store, checkpoint_id, since=since,
+                                               tag="upgrade-canary", spec_path=pipeline.spec_path, recompute=replay)
         except OutputColumnsError as exc:
             results.append(OutputComparison(label, ran=False, reason=str(exc)))
+            continue
+        if report.batch_rows == 0 and report.stream_rows == 0:
+            results.append(OutputComparison(label, ran=False, reason=(
+                f"no window both started and closed within the canary's event time [{report.start}, {report.end}): "
+                "nothing to compare; a canary of more checkpoints (--canary-checkpoints) covers more")))
             continue
         results.append(OutputComparison(
             label, ran=True, passed=report.passed, checkpoint_id=checkpoint_id, held_epochs=held.epochs,
@@ -334,7 +345,7 @@ def run_canary(pipeline: OpenedPipeline, spark: SparkSession, checkpoints: int, 
     if not compare:
         return CanaryOutcome(done, reports)
     try:
-        comparisons = compare_canary_output(pipeline, spark, done[-1])
+        comparisons = compare_canary_output(pipeline, spark, done[-1], max(before, default=None))
     except BarrierflowError as exc:
         return CanaryOutcome(done, reports, f"the stream-vs-batch comparison of the canary's output up to "
                                             f"{pipeline.cut_noun} {done[-1]} could not be made: {exc}")
