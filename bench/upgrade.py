@@ -202,9 +202,12 @@ def final_totals(directory: Path) -> pd.DataFrame:
 
 def final_maxima(directory: Path) -> dict[int, int]:
     """Per key, ``value_max`` of its last update (highest ``count``) among the rows that have one."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
-    frame = ds.dataset(str(directory), format="parquet").to_table(columns=["key", "count", "value_max"]).to_pandas()
+    # the files written before the column was added have no value_max: read as null
+    schema = pa.schema([("key", pa.int64()), ("count", pa.int64()), ("value_max", pa.int64())])
+    frame = ds.dataset(str(directory), format="parquet", schema=schema).to_table().to_pandas()
     frame = frame.dropna(subset=["value_max"]).sort_values(["key", "count"], kind="stable")
     last = frame.drop_duplicates("key", keep="last")
     return {int(k): int(v) for k, v in zip(last["key"], last["value_max"], strict=True)}
