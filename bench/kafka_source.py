@@ -314,9 +314,8 @@ def run_plain_spark(spark: Any, servers: str, topic: str, *, records: int, batch
                     cap: float) -> dict[str, Any]:
     """One bounded run of the job on plain Spark Structured Streaming (module docstring, step 7c)
     in the shared SparkSession, until its batches read ``records`` records or ``cap`` seconds."""
-    from pyspark.sql import functions as F
-
     from barrierflow.sources.spark_kafka import FETCH_MAX_WAIT_MS
+    from pyspark.sql import functions as F
 
     work = Path(tempfile.mkdtemp(prefix="bf-kbench-plain-"))
     # decoded as ``reader: spark`` decodes (one from_json per record, a timestamp field read as
