@@ -8,7 +8,11 @@ every count) at 4 shuffle partitions, and a changed spec of it, then runs
 * ``rescale``: NEW is the same pipeline at 8 shuffle partitions (the upgrade rewrites the state
   and its canary passes; the next upgrade rescales back);
 * ``broken``: NEW counts every record of key 0 a thousand times
-  (tests/verification/state_transforms.py): its canary fails deep verification and rolls back.
+  (tests/verification/state_transforms.py): its canary fails deep verification and rolls back;
+* ``staged-rescale``: the same job as a pipeline of two stages: ``totals`` (the generator ->
+  the running totals, RocksDB state, 4 shuffle partitions -> channel ``c`` on the embedded
+  broker) and ``out`` (channel ``c`` -> Parquet); NEW rescales only ``totals`` to 8
+  (``stages[].shuffle_partitions``) while ``out`` keeps its state as it is.
 
 Drivers start with the test suite's short-lived-driver JVM options. The JSON report goes to
 ``<run dir>/<case>.json`` and chaos's summary to stdout.
@@ -56,9 +60,39 @@ def spec(run_dir: Path, file: str, *, records: int, keys: int, per_batch: int, s
     return path
 
 
+def staged_spec(run_dir: Path, file: str, *, records: int, keys: int, per_batch: int, shuffle: int) -> Path:
+    """:func:`spec`'s job as two stages: ``totals`` (the generator -> the running totals, RocksDB
+    state, ``shuffle`` shuffle partitions -> channel ``c`` on the embedded broker) and ``out``
+    (channel ``c`` -> the update rows as they are -> Parquet). The stage with state reads the
+    generator, whose batches are the same in every run, so its update rows are too (chaos refuses
+    an update-mode stage reading a channel: its batches depend on the writing stage's progress)."""
+    single = yaml.safe_load(spec(run_dir, file, records=records, keys=keys, per_batch=per_batch, shuffle=4,
+                                 function=HEALTHY).read_text(encoding="utf-8"))
+    totals = {"key": "long", "count": "long", "value_sum": "long"}
+    data: dict[str, Any] = {
+        "version": 1, "name": single["name"], "work_dir": single["work_dir"],
+        "channels": [{"name": "c", "partitions": 2, "bootstrap": "embedded"}],
+        "stages": [
+            {"name": "totals", "shuffle_partitions": shuffle, "sources": single["sources"],
+             "transformation": single["transformation"], "sinks": [{"type": "channel", "channel": "c"}]},
+            {"name": "out",
+             "sources": [{"type": "channel", "channel": "c", "max_records_per_batch": 2 * per_batch,
+                          "json_fields": totals}],
+             "transformation": {"function": "barrierflow.transforms.projection:project",
+                                "options": {"columns": {name: name for name in totals}}},
+             "sinks": single["sinks"]},
+        ],
+        "trigger": single["trigger"], "checkpoint": single["checkpoint"], "spark": single["spark"],
+        "verification": single["verification"],
+    }
+    path = run_dir / file
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("case", choices=["rescale", "broken"])
+    parser.add_argument("case", choices=["rescale", "broken", "staged-rescale"])
     parser.add_argument("--records", type=int, default=2000, help="records per generator partition")
     parser.add_argument("--keys", type=int, default=7)
     parser.add_argument("--per-batch", type=int, default=40)
@@ -68,9 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = (args.dir / f"{args.case}-{stamp}").resolve()
     run_dir.mkdir(parents=True)
     sizes = {"records": args.records, "keys": args.keys, "per_batch": args.per_batch}
-    old = spec(run_dir, "old.yaml", shuffle=4, function=HEALTHY, **sizes)
-    new = (spec(run_dir, "new.yaml", shuffle=8, function=HEALTHY, **sizes) if args.case == "rescale"
-           else spec(run_dir, "new.yaml", shuffle=4, function=POISONED, **sizes))
+    if args.case == "staged-rescale":
+        old = staged_spec(run_dir, "old.yaml", shuffle=4, **sizes)
+        new = staged_spec(run_dir, "new.yaml", shuffle=8, **sizes)
+    else:
+        old = spec(run_dir, "old.yaml", shuffle=4, function=HEALTHY, **sizes)
+        new = (spec(run_dir, "new.yaml", shuffle=8, function=HEALTHY, **sizes) if args.case == "rescale"
+               else spec(run_dir, "new.yaml", shuffle=4, function=POISONED, **sizes))
     options = [a for a in chaos_options if a != "--"]
     command = [sys.executable, "-m", "barrierflow.cli.main", "chaos", str(old), "--upgrade-to", str(new),
                "--scratch", str(run_dir / "scratch"), "--json", *options]

@@ -4,6 +4,8 @@ would, or nothing) started where chaos starts ``barrierflow run``.
 
 * ``--kills`` below 1;
 * a Kafka source that starts at ``latest`` (as a whole or one partition at ``-1``);
+* an update-mode transformation whose micro-batches are not the same in every run (a stage
+  reading a channel, a throttled generator): its intermediate rows differ without any loss;
 * a failure-free reference run that committed no row ("nothing to compare"), with the
   reason: no input, an output not found where chaos reads it, or a transformation that kept
   nothing; no run under kills is made then.
@@ -23,7 +25,7 @@ from barrierflow.chaos import runner
 from barrierflow.chaos.outputs import unread_output
 from barrierflow.chaos.scratch import ChaosRefusedError, InputCount, ScratchOutput, check_judgeable, nothing_to_compare
 from barrierflow.cli.main import main
-from barrierflow.spec import parse_spec
+from barrierflow.spec import parse_any_spec, parse_spec
 
 #: Stands in for ``barrierflow run COPY``: with FAKE_RUN=subfolder it writes one Parquet file
 #: into a sub-folder of the copy's Parquet sink (where the reader does not look), otherwise nothing.
@@ -111,6 +113,51 @@ def test_a_kafka_source_starting_at_latest_is_refused(starting_offsets: Any, mes
 @pytest.mark.parametrize("starting_offsets", ["earliest", {"orders": {"0": 5, "1": -2}}])
 def test_a_kafka_source_starting_at_earliest_or_fixed_offsets_is_judged(starting_offsets: Any) -> None:
     assert [s.name for s in check_judgeable(parse_spec(kafka_spec(starting_offsets)))] == ["in"]
+
+
+TOTALS = {"function": "barrierflow.transforms.aggregations:keyed_running_totals", "output_mode": "update"}
+
+
+def two_stages(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """gen (generator at ``rows_per_second`` 0, transformation ``first``) -> channel c ->
+    final (transformation ``second``) -> Parquet."""
+    return {"version": 1, "name": "orders", "work_dir": "/data/orders/work",
+            "channels": [{"name": "c", "partitions": 2, "bootstrap": "embedded"}],
+            "stages": [
+                {"name": "gen", "sources": [{"name": "events", "type": "generator", "partitions": 2,
+                                             "rows_per_second": 0, "records_per_partition": 50}],
+                 "transformation": first, "sinks": [{"type": "channel", "channel": "c"}]},
+                {"name": "final", "sources": [{"type": "channel", "channel": "c",
+                                               "json_fields": {"key": "long", "value": "long"}}],
+                 "transformation": second,
+                 "sinks": [{"name": "lake", "type": "parquet", "path": "file:///data/orders/lake"}]}],
+            "checkpoint": {"storage": "file:///data/orders/chk"}}
+
+
+def test_an_update_mode_stage_reading_a_channel_is_refused() -> None:
+    projection = {"function": "barrierflow.transforms.projection:project"}
+    with pytest.raises(ChaosRefusedError) as caught:
+        check_judgeable(parse_any_spec(two_stages(projection, TOTALS)))
+    message = str(caught.value)
+    assert message.startswith("stage 'final': its transformation writes in update mode")
+    assert "reads channel 'c', whose batches depend on how far the writing stage has come" in message
+    assert "differences that are no loss" in message and "or write that output in append mode" in message
+    # the same totals in the stage reading the generator, its update rows copied on: judged
+    assert check_judgeable(parse_any_spec(two_stages(TOTALS, projection))) == []
+
+
+def test_an_update_mode_stage_reading_a_throttled_generator_is_refused(tmp_path: Path) -> None:
+    data = yaml.safe_load(generator_spec(tmp_path).read_text(encoding="utf-8"))
+    data["transformation"] = TOTALS
+    data["sources"][0]["rows_per_second"] = 100
+    with pytest.raises(ChaosRefusedError, match=r"generator source 'events' at rows_per_second 100, whose batches "
+                                                r"depend on the wall clock"):
+        check_judgeable(parse_spec(data))
+    data["sources"][0]["rows_per_second"] = 0
+    assert check_judgeable(parse_spec(data)) == []
+    data["sources"][0]["rows_per_second"] = 100
+    data["transformation"] = {"function": "barrierflow.transforms.projection:project"}  # append: judged
+    assert check_judgeable(parse_spec(data)) == []
 
 
 def test_nothing_to_compare_names_why() -> None:

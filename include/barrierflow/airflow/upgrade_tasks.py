@@ -90,7 +90,8 @@ def needs_approval() -> bool:
 @task_body(BarrierflowError, report_as="canary")
 def apply_upgrade(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """The upgrade itself, once approved, with its canary; returns its JSON document (``canary``:
-    the checkpoints verified, then committed). A failed canary fails the task once the old spec
+    the checkpoints verified, then committed, and ``comparison``, the stream-vs-batch comparison
+    of the canary's output: its verdict, range and rows compared). A failed canary fails the task once the old spec
     is restored, naming the failed check; the upgrade record is logged as ``canary: {...}``."""
     from barrierflow.ops.upgrade import upgrade
 
@@ -99,8 +100,8 @@ def apply_upgrade(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     document = upgrade(spec_path, new_spec, dry_run=False, checkpoint_id=checkpoint,
                        canary_checkpoints=int(params.get("canary_checkpoints", UPGRADE_CANARY_CHECKPOINTS))
                        ).as_dict()
-    log.info("canary of %s passed: checkpoints %s verified and committed", new_spec,
-             document["canary"].get("verified"))
+    log.info("canary of %s passed: checkpoints %s verified and committed; stream-vs-batch comparison: %s", new_spec,
+             document["canary"].get("verified"), (document["canary"].get("comparison") or {}).get("verdict", "none"))
     log.info("upgrade: %s", json.dumps(document))
     return document
 

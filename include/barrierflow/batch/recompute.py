@@ -39,6 +39,7 @@ from barrierflow.batch.lake import committed_parts, parquet_sink, spark_path
 from barrierflow.batch.source_records import source_records
 from barrierflow.checkpointing.store import CheckpointStore, shared_key
 from barrierflow.errors import BarrierflowError, UserInputError
+from barrierflow.sinks.parquet import staging_uri
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.transforms.context import TransformContext, load_transformation
 
@@ -55,6 +56,8 @@ RECOMPUTE_REPORT_KEY = "reports/recompute-latest.json"
 #: Where the same report was stored before the rename: read (when no report is stored under
 #: :data:`RECOMPUTE_REPORT_KEY`), never written.
 LEGACY_RECOMPUTE_REPORT_KEY = "reports/reconciliation-latest.json"
+#: Where :func:`compare_held_output` stores its report (an upgrade's canary; each run replaces it).
+CANARY_RECOMPUTE_REPORT_KEY = "reports/canary-recompute-latest.json"
 #: How many differences the report lists (the count is always exact).
 MAX_LISTED = 10_000
 #: How many differences an error message names.
@@ -109,6 +112,9 @@ class RecomputeReport:
     difference_count: int = 0
     tag: str = ""
     generated_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    #: The held (pre-committed, not yet committed) epochs whose output was compared with the
+    #: committed output (:func:`compare_held_output`, an upgrade's canary); empty for ``recompute``.
+    held_epochs: list[int] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -116,15 +122,19 @@ class RecomputeReport:
 
     def message(self) -> str:
         span = f"[{self.start or 'first record'}, {self.end})"
+        output = (f"the committed output with the held epochs {self.held_epochs}" if self.held_epochs
+                  else "the committed output")
+        held = f"; held epochs {self.held_epochs} read uncommitted" if self.held_epochs else ""
         if self.passed:
-            return (f"pipeline {self.pipeline!r}: the committed output equals the batch recomputation for windows in "
+            return (f"pipeline {self.pipeline!r}: {output} equals the batch recomputation for windows in "
                     f"{span} ({self.stream_rows} rows; checkpoint {self.checkpoint_id}, watermark {self.watermark})")
         lines = [d.describe() for d in self.differences[:MAX_IN_MESSAGE]]
         if self.difference_count > len(lines):
-            lines.append(f"... and {self.difference_count - len(lines)} more (see {RECOMPUTE_REPORT_KEY})")
+            key = CANARY_RECOMPUTE_REPORT_KEY if self.held_epochs else RECOMPUTE_REPORT_KEY
+            lines.append(f"... and {self.difference_count - len(lines)} more (see {key})")
         return (f"pipeline {self.pipeline!r}: {self.difference_count} output rows differ from the batch "
                 f"recomputation for windows in {span} (stream {self.stream_rows} rows, batch {self.batch_rows}; "
-                f"checkpoint {self.checkpoint_id}):\n  " + "\n  ".join(lines))
+                f"checkpoint {self.checkpoint_id}{held}):\n  " + "\n  ".join(lines))
 
     def as_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -196,6 +206,11 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
 Recomputation = Callable[[datetime | None, datetime], "DataFrame"]
 
 
+class OutputColumnsError(UserInputError):
+    """The output (or the batch recomputation) lacks a column ``batch.window_columns``,
+    ``batch.keys`` or ``batch.measures`` name: the comparison is not configured for it."""
+
+
 def recompute_and_compare(spark: SparkSession, spec: PipelineSpec, store: CheckpointStore, *,
                           start: datetime | None = None, end: datetime | None = None, tag: str = "",
                           spec_path: str = "<spec>", recompute: Recomputation | None = None) -> RecomputeReport:
@@ -206,31 +221,121 @@ def recompute_and_compare(spark: SparkSession, spec: PipelineSpec, store: Checkp
     ``spec`` and ``store`` are the pipeline's, or a final stage's derived spec and its own store
     (its sink, ledger and checkpoints). ``recompute``: how the batch side is computed; default
     the spec's transformation over its source's records (one stage); a final stage of several
-    passes :func:`barrierflow.batch.stage_replay.replay_final_stage`."""
-    from pyspark.sql import functions as F
+    passes :func:`barrierflow.batch.stage_replay.replay_final_stage`.
 
+    Raises:
+        UserInputError: a bad range, nothing committed, or (:class:`OutputColumnsError`) the
+            output lacks the columns the spec's ``batch`` section names.
+    """
     sink = parquet_sink(spec)
     manifest, watermark, start, end = closed_range(spec, store, start, end)
-    settings = spec.batch
-    ids = [*settings.window_columns, *settings.keys]
-    measures = list(settings.measures)
-
     parts = committed_parts(sink.path)
     if not parts:
         raise UserInputError(f"pipeline {spec.name!r} has no committed output in {sink.path} although checkpoint "
                              f"{manifest.checkpoint_id} committed; check the sink's folder")
-    stream = _in_range(spark.read.parquet(*[spark_path(sink.path, p.key) for p in parts]), spec, start, end)
+    report = compare_output(spark, spec, [spark_path(sink.path, p.key) for p in parts],
+                            checkpoint_id=manifest.checkpoint_id, watermark=watermark, start=start, end=end,
+                            tag=tag, spec_path=spec_path, recompute=recompute)
+    store.objects.put_bytes(RECOMPUTE_REPORT_KEY, json.dumps(report.as_dict(), indent=2, default=str).encode())
+    log.info("%s", report.message())
+    return report
+
+
+@dataclass(frozen=True)
+class HeldOutput:
+    """What a Parquet sink's held epochs (2PC pre-committed, not committed: an upgrade's canary)
+    would publish once committed: ``epochs`` (checkpoint ids of the PRECOMMITTED transactions
+    up to and including ``checkpoint_id``) and ``files`` (their write-ahead files, as paths Spark
+    reads, in commit order)."""
+
+    checkpoint_id: int
+    epochs: list[int]
+    files: list[str]
+
+
+def held_output(spec: PipelineSpec, store: CheckpointStore, checkpoint_id: int) -> HeldOutput:
+    """The held output of the spec's Parquet sink up to checkpoint ``checkpoint_id``: every
+    PRECOMMITTED transaction of a checkpoint <= ``checkpoint_id`` (what a reconciliation against
+    that checkpoint commits) and the write-ahead files its handle names (the ``files`` the
+    Parquet sink's pre-commit recorded, per batch: exactly what its commit publishes). Reads
+    the ledger only, never a row. Raises UserInputError when the transaction of
+    ``checkpoint_id`` itself is not pre-committed (nothing is held for it)."""
+    sink = parquet_sink(spec)
+    held = [t for t in TransactionLedger(store.objects, spec.name).list(sink.name)
+            if t.state is TxnState.PRECOMMITTED and t.checkpoint_id <= checkpoint_id]
+    if not any(t.checkpoint_id == checkpoint_id for t in held):
+        raise UserInputError(
+            f"pipeline {spec.name!r}: sink {sink.name} holds no pre-committed epoch of checkpoint {checkpoint_id}; "
+            "only the held output of a canary (whose epochs are pre-committed, not committed) can be compared so")
+    files = []
+    for txn in sorted(held, key=lambda t: t.checkpoint_id):
+        staging = str(txn.handle.get("staging") or staging_uri(sink.path))
+        for batch in txn.batches:
+            files.extend(spark_path(staging, key) for key in txn.handle.get("files", {}).get(str(batch), []))
+    return HeldOutput(checkpoint_id, sorted(t.checkpoint_id for t in held), files)
+
+
+def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: CheckpointStore, checkpoint_id: int, *,
+                        since: int | None = None, tag: str = "", spec_path: str = "<spec>",
+                        recompute: Recomputation | None = None,
+                        report_key: str = CANARY_RECOMPUTE_REPORT_KEY) -> tuple[RecomputeReport, HeldOutput]:
+    """The comparison of what the lake will show once the held epochs up to checkpoint
+    ``checkpoint_id`` are committed (the committed ``part-*`` files and :func:`held_output`'s
+    write-ahead files, read by Spark where they lie: nothing is committed, moved or collected)
+    with the batch recomputation, over every window that ends before the watermark checkpoint
+    ``checkpoint_id``'s barrier batch ran with (the closed range of :func:`closed_range`, with
+    that checkpoint trusted because its output is held). With ``since`` (the checkpoint the held
+    epochs continue from), only the windows that start at or after the watermark of ``since``'s
+    barrier batch: the windows computed entirely after it. The report is stored at
+    ``report_key`` of ``store`` (not at :data:`RECOMPUTE_REPORT_KEY`: it is not about committed
+    output).
+
+    Raises:
+        UserInputError: nothing held for ``checkpoint_id``, or (:class:`OutputColumnsError`)
+            the output lacks the columns the spec's ``batch`` section names.
+    """
+    sink = parquet_sink(spec)
+    held = held_output(spec, store, checkpoint_id)
+    manifest = store.get(checkpoint_id)
+    watermark = barrier_watermark(store, manifest)
+    # a watermark that did not advance since ``since``: an empty range, no row on either side
+    start = None if since is None else min(barrier_watermark(store, store.get(since)), watermark)
+    paths = [spark_path(sink.path, p.key) for p in committed_parts(sink.path)] + held.files
+    report = compare_output(spark, spec, paths, checkpoint_id=checkpoint_id, watermark=watermark, start=start,
+                            end=watermark, tag=tag, spec_path=spec_path, recompute=recompute)
+    report.held_epochs = held.epochs
+    store.objects.put_bytes(report_key, json.dumps(report.as_dict(), indent=2, default=str).encode())
+    log.info("held output up to checkpoint %d (epochs %s): %s", checkpoint_id, held.epochs, report.message())
+    return report, held
+
+
+def compare_output(spark: SparkSession, spec: PipelineSpec, paths: list[str], *, checkpoint_id: int,
+                   watermark: datetime, start: datetime | None, end: datetime, tag: str, spec_path: str,
+                   recompute: Recomputation | None) -> RecomputeReport:
+    """Compare the output rows in the Parquet files ``paths`` (none: no rows) with the batch
+    recomputation, both restricted to the windows in ``[start, end)`` (module docstring); the
+    report is returned, not stored. Only the differences (at most :data:`MAX_LISTED`) reach
+    the driver."""
+    from pyspark.sql import functions as F
+
+    settings = spec.batch
+    ids = [*settings.window_columns, *settings.keys]
+    measures = list(settings.measures)
+
     if recompute is None:
         transform = load_transformation(spec, spec_path)
         recomputed = transform(source_records(spark, spec, start, end),
                                TransformContext(spec, dict(spec.transformation.options)))
     else:
         recomputed = recompute(start, end)
-    batch = _in_range(recomputed, spec, start, end)
-    missing_columns = [c for c in ids + measures if c not in stream.columns or c not in batch.columns]
+    output = spark.read.parquet(*paths) if paths else spark.createDataFrame([], recomputed.schema)
+    missing_columns = [c for c in ids + measures if c not in output.columns or c not in recomputed.columns]
     if missing_columns:
-        raise UserInputError(f"pipeline {spec.name!r}: output columns {missing_columns} (batch.window_columns, "
-                             "batch.keys, batch.measures of the spec) are not in the output; set them in the spec")
+        raise OutputColumnsError(
+            f"pipeline {spec.name!r}: output columns {missing_columns} (batch.window_columns, batch.keys, "
+            "batch.measures of the spec) are not in the output; set them in the spec")
+    stream = _in_range(output, spec, start, end)
+    batch = _in_range(recomputed, spec, start, end)
 
     def shown(df: DataFrame) -> DataFrame:
         return df.select(*[F.date_format(c, _ISO).alias(c) if dict(df.dtypes)[c].startswith("timestamp")
@@ -265,10 +370,7 @@ def recompute_and_compare(spark: SparkSession, spec: PipelineSpec, store: Checkp
         for cached in (stream, batch, differing):
             if cached is not None:
                 cached.unpersist()
-    report = RecomputeReport(
-        pipeline=spec.name, checkpoint_id=manifest.checkpoint_id, watermark=watermark.isoformat(),
+    return RecomputeReport(
+        pipeline=spec.name, checkpoint_id=checkpoint_id, watermark=watermark.isoformat(),
         start=start.isoformat() if start else None, end=end.isoformat(), stream_rows=stream_rows,
         batch_rows=batch_rows, differences=listed, difference_count=total, tag=tag)
-    store.objects.put_bytes(RECOMPUTE_REPORT_KEY, json.dumps(report.as_dict(), indent=2, default=str).encode())
-    log.info("%s", report.message())
-    return report

@@ -35,15 +35,23 @@ def offset_ranges(source: GeneratorSourceSpec, start: datetime | None, end: date
     return ranges
 
 
+def not_rereadable(spec: PipelineSpec) -> str:
+    """Why :func:`source_records` cannot re-read the spec's source ("" when it can: the generator)."""
+    source = spec.source
+    if isinstance(source, GeneratorSourceSpec):
+        return ""
+    return (f"pipeline {spec.name!r}: recomputing from a {source.type!r} source is not supported yet (only the "
+            "built-in generator, which is deterministic per offset); for Kafka, recomputing from the retained "
+            "range of the topic with a batch read is planned")
+
+
 def source_records(spark: SparkSession, spec: PipelineSpec, start: datetime | None, end: datetime) -> DataFrame:
     """The source records with event time in ``[start, end)`` as a batch DataFrame (the schema
     the streaming source has). Raises UserInputError for a source it cannot re-read."""
     source = spec.source
-    if not isinstance(source, GeneratorSourceSpec):
-        raise UserInputError(
-            f"pipeline {spec.name!r}: recomputing from a {source.type!r} source is not supported yet (only the "
-            "built-in generator, which is deterministic per offset); for Kafka, recomputing from the retained "
-            "range of the topic with a batch read is planned")
+    why = not_rereadable(spec)
+    if why or not isinstance(source, GeneratorSourceSpec):
+        raise UserInputError(why)
     ranges = offset_ranges(source, start, end)
     spark.dataSource.register(GeneratorBatchDataSource)
     return (spark.read.format(GeneratorBatchDataSource.name())

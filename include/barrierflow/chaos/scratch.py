@@ -60,7 +60,9 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
         ChaosRefusedError: an unbounded source (a generator without ``records_per_partition``,
             a source kind chaos cannot bound), a Kafka source that starts at ``latest`` (as a
             whole or for one partition: ``-1``), a transformation declared non-deterministic,
-            or no output to compare (only channel or discard sinks).
+            an update- or complete-mode transformation whose micro-batches are not reproducible
+            (:func:`_check_reproducible_batches`), or no output to compare (only channel or
+            discard sinks).
     """
     kafka: list[KafkaSourceSpec] = []
     outputs = 0
@@ -71,6 +73,7 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
                 f"{where}: its transformation {part.transformation.function} is declared 'deterministic: false'; "
                 "chaos compares rows with a failure-free run, which only means something when the same input "
                 "gives the same rows")
+        _check_reproducible_batches(where, part)
         for source in part.sources:
             if isinstance(source, GeneratorSourceSpec):
                 if source.records_per_partition is None:
@@ -88,6 +91,36 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
         raise ChaosRefusedError(f"pipeline {spec.name!r} has no Parquet, PostgreSQL or Kafka sink: there is no "
                                 "committed output to compare")
     return kafka
+
+
+def _check_reproducible_batches(where: str, part: Any) -> None:
+    """Refuse an update- or complete-mode transformation that reads a source whose micro-batches
+    are cut by what has arrived when each is planned: a channel (its writing stage's progress) or
+    a throttled generator (``rows_per_second`` > 0, the wall clock).
+
+    Such a transformation writes one row per key and micro-batch (a running total as of the end
+    of the batch). A run under kills restores at other moments than the failure-free run and so
+    cuts other batches: its intermediate rows differ although nothing was lost or written twice
+    (the final rows agree), and chaos, which compares rows, would report the difference as loss.
+    Batches cut by ``max_records_per_batch`` from a generator at ``rows_per_second: 0`` or from a
+    Kafka topic nobody writes to while chaos runs are the same in every run."""
+    mode = part.transformation.output_mode
+    if mode == "append":
+        return
+    for source in part.sources:
+        if getattr(source, "type", None) == "channel":
+            what = f"channel {source.channel!r}, whose batches depend on how far the writing stage has come"
+        elif isinstance(source, GeneratorSourceSpec) and source.rows_per_second > 0:
+            what = (f"generator source {source.name!r} at rows_per_second {source.rows_per_second:g}, whose "
+                    "batches depend on the wall clock")
+        else:
+            continue
+        raise ChaosRefusedError(
+            f"{where}: its transformation writes in {mode} mode (a row per key and micro-batch) and reads {what}: "
+            "a run under kills cuts other micro-batches than the failure-free run and writes other intermediate "
+            "rows with the same final values, so comparing rows would report differences that are no loss; "
+            "give chaos a copy of the pipeline whose update-mode stage reads a generator with rows_per_second: 0 "
+            "or a Kafka topic (batches cut by max_records_per_batch), or write that output in append mode")
 
 
 def _check_start(where: str, source: KafkaSourceSpec) -> None:

@@ -253,6 +253,9 @@ def _parser() -> argparse.ArgumentParser:
     upgrade.add_argument("--canary-checkpoints", type=int, default=3, metavar="N",
                          help="how many completed checkpoints of the new spec must pass deep verification before "
                               "its output is committed (default 3; 0: no canary); a failed canary rolls back")
+    upgrade.add_argument("--no-canary-compare", dest="canary_compare", action="store_false",
+                         help="the canary makes no stream-vs-batch comparison of the windows it computed; deep "
+                              "verification still runs")
     upgrade.add_argument("--json", action="store_true")
 
     validate = sub.add_parser("validate", help="validate a spec; for several stages show the graph and its cycles")
@@ -813,7 +816,8 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
     from barrierflow.ops.upgrade import UpgradeResult, upgrade
 
     outcome = upgrade(args.spec, args.new_spec, dry_run=args.dry_run, checkpoint_id=args.checkpoint,
-                      drop_stages=args.drop_stages, canary_checkpoints=args.canary_checkpoints)
+                      drop_stages=args.drop_stages, canary_checkpoints=args.canary_checkpoints,
+                      canary_compare=args.canary_compare)
     if isinstance(outcome, UpgradeResult):
         if args.json:
             print(json.dumps(outcome.as_dict(), indent=2))
@@ -830,6 +834,13 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
         verified = outcome.canary.get("verified") or []
         canary = (f"its canary's checkpoints {verified} passed deep verification and were committed"
                   if verified else "no canary was run")
+        for compared in (outcome.canary.get("comparison") or {}).get("outputs", []):
+            print(f"canary output of {compared['output']}: " + (
+                f"{compared['stream_rows']} rows equal the batch recomputation for windows before "
+                f"{compared['range']['end']} (held epochs {compared['held_epochs']})" if compared["ran"]
+                else f"no stream-vs-batch comparison: {compared['reason']}"))
+        if (outcome.canary.get("comparison") or {}).get("verdict") == "skipped":
+            print("canary output: no stream-vs-batch comparison (--no-canary-compare)")
         print(f"pipeline {outcome.report.pipeline}: upgraded from savepoint {outcome.source_savepoint} (unchanged) to "
               f"{made}, restored for {args.new_spec} as attempt {outcome.attempt}; {canary}; in "
               f"{outcome.timings['total']:.1f} s; continue with 'barrierflow run {args.new_spec}'")

@@ -16,6 +16,18 @@ as soon as the cut completed, while the canary runs on; the first failed check s
 (no later cut of a failed canary is worth running). Each result is stored beside its checkpoint
 as ``barrierflow verify`` stores it.
 
+Once every cut passed, the canary's output is compared with a batch recomputation
+(:func:`compare_canary_output`, unless ``compare`` is off): for every Parquet output of the
+pipeline (its sink, or each final stage's), what the lake will show once the held epochs are
+committed (the committed ``part-*`` files and the held epochs' write-ahead files the ledger's
+PRECOMMITTED transactions name, read by Spark where they lie) against the spec's
+transformation run in batch over the source's records (a final stage's upstream stages
+replayed), for every window that ends before the watermark of the canary's last cut: the rules
+of ``barrierflow recompute`` (:mod:`barrierflow.batch.recompute`), with that cut trusted. A
+difference fails the canary. An output the comparison cannot be made for (no Parquet output, an
+output mode other than append, no event time, a final stage behind a cycle or a non-append
+stage, the ``batch`` columns missing from the output) is reported as not applicable, with why.
+
 What happens to the held epochs is the caller's decision (:mod:`barrierflow.ops.upgrade`): a
 passed canary's are committed by reconciliation against its newest cut, which covers them all;
 a failed canary's are aborted by the restore of the old spec's savepoint (they are newer than
@@ -30,7 +42,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.runtime.run_driver import channel_servers, open_driver
@@ -39,13 +51,13 @@ from barrierflow.verification.runner import verify_checkpoints
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from barrierflow.pipeline.model import OpenedPipeline
+    from barrierflow.pipeline.model import OpenedPipeline, Stage
     from barrierflow.runtime.pipeline_runner import PipelineRunner
     from barrierflow.verification.report import VerificationReport
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CanaryOutcome", "run_canary"]
+__all__ = ["CanaryOutcome", "OutputComparison", "compare_canary_output", "run_canary"]
 
 
 @dataclass(frozen=True)
@@ -56,12 +68,16 @@ class CanaryOutcome:
         checkpoints: the ids of the cuts it completed, ascending.
         reports: the verification reports of every stage's checkpoint of them (cut by cut).
         failure: the first failed check (``checkpoint N of stage S failed the <check> check:
-            <message>``), or why the run itself failed; "" when it passed.
+            <message>``, or ``the stream-vs-batch comparison of ... failed: <differences>``),
+            or why the run itself failed; "" when it passed.
+        comparisons: the stream-vs-batch comparison of each output (:func:`compare_canary_output`;
+            empty when it was not run: verification failed first, or ``compare`` was off).
     """
 
     checkpoints: list[int]
     reports: list[VerificationReport] = field(default_factory=list)
     failure: str = ""
+    comparisons: list[OutputComparison] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -72,6 +88,148 @@ class CanaryOutcome:
         """The cuts every stage's checkpoint of which passed."""
         return [c for c in self.checkpoints
                 if all(r.passed for r in self.reports if r.checkpoint_id == c)]
+
+
+@dataclass(frozen=True)
+class OutputComparison:
+    """The stream-vs-batch comparison of one Parquet output of a canary (or why none was made).
+
+    Attributes:
+        output: what was compared: ``sink <name>`` (one stage) or ``stage <name> (sink <name>)``,
+            or ``no Parquet output``.
+        ran: whether the comparison was made; when not, ``reason`` says why.
+        passed: no differing row (True when it did not run: nothing failed).
+        checkpoint_id: the cut whose watermark closes the range (the canary's last).
+        held_epochs: the held epochs (checkpoint ids) whose write-ahead files were read.
+        start, end: the range of windows compared (``start`` None: from the first record).
+        stream_rows, batch_rows: rows compared on each side.
+        differences: how many rows differ (``first``: the first ones, described).
+        seconds: how long it took.
+    """
+
+    output: str
+    ran: bool
+    reason: str = ""
+    passed: bool = True
+    checkpoint_id: int | None = None
+    held_epochs: list[int] = field(default_factory=list)
+    start: str | None = None
+    end: str | None = None
+    stream_rows: int = 0
+    batch_rows: int = 0
+    differences: int = 0
+    first: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"output": self.output, "ran": self.ran, "reason": self.reason or None,
+                "verdict": ("not applicable" if not self.ran else "matched" if self.passed else "differed"),
+                "checkpoint_id": self.checkpoint_id, "held_epochs": self.held_epochs,
+                "range": {"start": self.start, "end": self.end} if self.ran else None,
+                "stream_rows": self.stream_rows, "batch_rows": self.batch_rows,
+                "differences": self.differences, "first_differences": self.first,
+                "seconds": round(self.seconds, 3)}
+
+
+def comparison_summary(comparisons: list[OutputComparison], *, skipped: bool = False) -> dict[str, Any]:
+    """The comparison as the upgrade's result and record show it: ``ran`` (for some output),
+    ``verdict`` (``matched``, ``differed``, ``not applicable`` or ``skipped``) and ``outputs``
+    (:meth:`OutputComparison.as_dict` each)."""
+    if skipped:
+        return {"ran": False, "verdict": "skipped", "outputs": []}
+    ran = [c for c in comparisons if c.ran]
+    verdict = ("not applicable" if not ran else "matched" if all(c.passed for c in ran) else "differed")
+    return {"ran": bool(ran), "verdict": verdict, "outputs": [c.as_dict() for c in comparisons]}
+
+
+def _not_applicable(pipeline: OpenedPipeline, stage: Stage) -> str:
+    """Why the comparison cannot be made for ``stage``'s Parquet output ("" when it can)."""
+    from barrierflow.batch.source_records import not_rereadable
+    from barrierflow.pipeline.final_stages import replay_obstacle, upstream_stages
+    from barrierflow.spec.stages import StagedPipelineSpec
+
+    spec = stage.spec
+    if spec.transformation.output_mode != "append":
+        return (f"its output mode is {spec.transformation.output_mode!r}: the rows it writes depend on how the "
+                "stream cut its micro-batches, a batch run gives one final row per key (append mode only)")
+    upstream = [stage]
+    if isinstance(pipeline.spec, StagedPipelineSpec):
+        obstacle = replay_obstacle(pipeline.spec, stage.name)
+        if obstacle:
+            return obstacle
+        stages = {s.name: s for s in pipeline.stages}
+        upstream = [stages[name] for name in upstream_stages(pipeline.spec, stage.name)]
+    if spec.event_time is None:
+        return "it has no event time: no window is ever closed, so there is no range to compare"
+    for each in upstream:
+        if each.source_type != "channel" and (why := not_rereadable(each.spec)):
+            return why
+    return ""
+
+
+def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpoint_id: int,
+                          since: int | None) -> list[OutputComparison]:
+    """The stream-vs-batch comparison of the canary's output up to its cut ``checkpoint_id``
+    (module docstring), over the windows the canary computed entirely: those that start at or
+    after the watermark of the cut ``since`` it was restored from (None: from the first record)
+    and end before the watermark
+    of ``checkpoint_id`` (the old spec's windows are not compared: a new spec may mean to compute
+    them differently, and the range stays the canary's, however long the pipeline ran). One
+    entry per Parquet output of ``pipeline`` (a single stage's sink, or each final stage's); a
+    pipeline without one gets one entry saying so (``ran`` False), and so does an output with no
+    window in the range (a canary of more checkpoints covers more event time). Each
+    report is stored in the output's checkpoint store at
+    :data:`~barrierflow.batch.recompute.CANARY_RECOMPUTE_REPORT_KEY`. Only the differing rows
+    (at most :data:`~barrierflow.batch.recompute.MAX_LISTED`) reach the driver.
+
+    Raises:
+        BarrierflowError: the comparison could not be made (a source that cannot be re-read,
+            a store that cannot be read): the canary fails with it.
+    """
+    import time
+    from functools import partial
+
+    from barrierflow.batch.recompute import MAX_IN_MESSAGE, OutputColumnsError, Recomputation, compare_held_output
+    from barrierflow.batch.stage_replay import replay_final_stage
+    from barrierflow.pipeline.final_stages import batch_side, parquet_outputs
+
+    outputs = parquet_outputs(pipeline.spec)
+    if not outputs:
+        sinks = ", ".join(f"{s.spec.sink.name} ({s.spec.sink.type})" for s in pipeline.stages if s.output is None)
+        return [OutputComparison("no Parquet output", ran=False, reason=(
+            f"pipeline {pipeline.name} writes no Parquet output ({sinks}): the batch side compares a Parquet lake"))]
+    stages = {s.name: s for s in pipeline.stages}
+    results = []
+    for out in outputs:
+        stage = stages[out.stage] if out.stage is not None else pipeline.stages[0]
+        label = f"sink {out.sink.name}" if out.stage is None else f"stage {out.stage} (sink {out.sink.name})"
+        why = _not_applicable(pipeline, stage)
+        if why:
+            results.append(OutputComparison(label, ran=False, reason=why))
+            continue
+        side = batch_side(pipeline.spec, out.stage, pipeline.spec_path)
+        replay: Recomputation | None = None
+        if side.pipeline is not None and side.stage is not None:
+            replay = partial(replay_final_stage, spark, side.pipeline, side.stage_specs, side.stage,
+                             spec_path=pipeline.spec_path)
+        began = time.perf_counter()
+        try:
+            report, held = compare_held_output(spark, side.spec, stage.store, checkpoint_id, since=since,
+                                               tag="upgrade-canary", spec_path=pipeline.spec_path, recompute=replay)
+        except OutputColumnsError as exc:
+            results.append(OutputComparison(label, ran=False, reason=str(exc)))
+            continue
+        if report.batch_rows == 0 and report.stream_rows == 0:
+            results.append(OutputComparison(label, ran=False, reason=(
+                f"no window both started and closed within the canary's event time [{report.start}, {report.end}): "
+                "nothing to compare; a canary of more checkpoints (--canary-checkpoints) covers more")))
+            continue
+        results.append(OutputComparison(
+            label, ran=True, passed=report.passed, checkpoint_id=checkpoint_id, held_epochs=held.epochs,
+            start=report.start, end=report.end, stream_rows=report.stream_rows, batch_rows=report.batch_rows,
+            differences=report.difference_count, first=[d.describe() for d in report.differences[:MAX_IN_MESSAGE]],
+            seconds=time.perf_counter() - began))
+    return results
 
 
 def _bounded(driver: PipelineRunner) -> bool:
@@ -144,13 +302,17 @@ class _Verifier:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_canary(pipeline: OpenedPipeline, spark: SparkSession, checkpoints: int) -> CanaryOutcome:
+def run_canary(pipeline: OpenedPipeline, spark: SparkSession, checkpoints: int, *,
+               compare: bool = True) -> CanaryOutcome:
     """Run ``pipeline`` (restored for its spec, not running) until ``checkpoints`` cuts completed
     (or, for bounded sources, its input ended), commit nothing of its final sinks, and
     deep-verify every stage's checkpoint of every cut it completed (module docstring), each
     while the canary runs on (:class:`_Verifier`); the first failed check stops the canary
-    early. A run that fails (a query died, its checkpoints kept failing, the embedded broker
-    did not start) is a failed canary, not an error.
+    early. Once all passed, and with ``compare``, the canary's output up to its last cut is
+    compared with the batch recomputation (:func:`compare_canary_output`); a difference, or a
+    comparison that cannot be made, fails the canary. A run that fails (a query died, its
+    checkpoints kept failing, the embedded broker did not start) is a failed canary, not an
+    error.
 
     Raises:
         StorageError: the checkpoint store cannot be read or written.
@@ -180,4 +342,23 @@ def run_canary(pipeline: OpenedPipeline, spark: SparkSession, checkpoints: int) 
     if failure:
         return CanaryOutcome(done, reports, failure)
     log.info("pipeline %s: canary %ss %s passed deep verification", pipeline.name, pipeline.cut_noun, done)
-    return CanaryOutcome(done, reports)
+    if not compare:
+        return CanaryOutcome(done, reports)
+    try:
+        comparisons = compare_canary_output(pipeline, spark, done[-1], max(before, default=None))
+    except BarrierflowError as exc:
+        return CanaryOutcome(done, reports, f"the stream-vs-batch comparison of the canary's output up to "
+                                            f"{pipeline.cut_noun} {done[-1]} could not be made: {exc}")
+    for c in comparisons:
+        if c.ran and not c.passed:
+            listed = "\n  ".join(c.first)
+            more = f"\n  ... and {c.differences - len(c.first)} more" if c.differences > len(c.first) else ""
+            return CanaryOutcome(done, reports, (
+                f"the stream-vs-batch comparison of {c.output} failed: {c.differences} output rows of the canary's "
+                f"output (committed, and held in epochs {c.held_epochs}) differ from the batch recomputation for "
+                f"windows in [{c.start or 'first record'}, {c.end}) (stream {c.stream_rows} rows, batch "
+                f"{c.batch_rows}; {pipeline.cut_noun} {c.checkpoint_id}):\n  {listed}{more}"), comparisons)
+        log.info("pipeline %s: canary output of %s: %s", pipeline.name, c.output,
+                 f"{c.stream_rows} rows equal the batch recomputation for windows before {c.end}" if c.ran
+                 else f"not compared: {c.reason}")
+    return CanaryOutcome(done, reports, comparisons=comparisons)

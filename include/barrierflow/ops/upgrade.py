@@ -33,7 +33,9 @@ the same for it.
   (:func:`~barrierflow.recovery.pipeline_restore.restore_to_cut`) and the canary runs
   (:func:`barrierflow.ops.canary.run_canary`): ``canary_checkpoints`` completed cuts whose final
   sinks pre-commit but commit nothing (the channels between stages are written as usual), every
-  stage's checkpoint of each deep-verified;
+  stage's checkpoint of each deep-verified, then (unless ``canary_compare`` is off) the canary's
+  output, committed lake plus held epochs, compared with a batch recomputation for every Parquet
+  output the comparison applies to (:func:`barrierflow.ops.canary.compare_canary_output`);
 * ``canary-passed``: the held epochs are committed by reconciliation against the canary's last
   cut; ``barrierflow run NEW_SPEC`` continues;
 * ``rolling-back`` -> ``rolled-back``: the canary failed; the old spec is restored to S as a new
@@ -146,11 +148,16 @@ class UpgradeResult:
         added: the stages the new spec adds (they start on empty state).
         dropped: the stages dropped with their state (named with ``drop_stages``).
         timings: seconds per step of this invocation (``materialize``, ``repartition``,
-            ``record``, ``restore``, ``canary``, ``commit``, ``total``).
+            ``record``, ``restore``, ``canary`` (with its comparison), ``canary_compare`` (the
+            stream-vs-batch comparison alone, when one ran), ``commit``, ``total``).
         location: where the savepoint the new spec was restored from is stored.
         canary: ``checkpoints`` (asked for), ``verified`` (cut ids whose every stage's checkpoint
             passed deep verification, committed once it passed), ``attempts`` (canaries started:
-            more than one after a crash) and ``step`` (the recorded step, ``canary-passed``).
+            more than one after a crash), ``step`` (the recorded step, ``canary-passed``) and
+            ``comparison``: the stream-vs-batch comparison of its output
+            (:func:`barrierflow.ops.canary.comparison_summary`: ``ran``, ``verdict`` - matched,
+            differed, not applicable or skipped - and per output its range, held epochs, rows
+            compared and differences; empty when no canary ran).
     """
 
     report: CompatibilityReport
@@ -190,12 +197,14 @@ def _channels(pipeline: OpenedPipeline) -> dict[str, tuple[str, int]]:
 def upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *, dry_run: bool,
             checkpoint_id: int | None = None, spark: SparkSession | None = None,
             scratch: str | None = None, drop_stages: Sequence[str] = (),
-            canary_checkpoints: int = DEFAULT_CANARY_CHECKPOINTS) -> CompatibilityReport | UpgradeResult:
+            canary_checkpoints: int = DEFAULT_CANARY_CHECKPOINTS,
+            canary_compare: bool = True) -> CompatibilityReport | UpgradeResult:
     """With ``dry_run``: the compatibility report of running ``new_spec_path`` over the state of
     ``spec_path``'s cut ``checkpoint_id`` (None: the newest completed one). Without: make the
     change from a savepoint (module docstring) and return the :class:`UpgradeResult`.
     ``drop_stages`` names the stages of ``spec_path`` the change removes (a removed stage is
-    refused unless named: its state, and its part of the cut, are dropped).
+    refused unless named: its state, and its part of the cut, are dropped). ``canary_compare``
+    False: the canary makes no stream-vs-batch comparison (its deep verification only).
 
     Raises:
         SpecError: either spec does not load.
@@ -215,7 +224,8 @@ def upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[
         if canary_checkpoints < 0:
             raise UserInputError(f"--canary-checkpoints must be 0 (no canary) or more, not {canary_checkpoints}")
         return _upgrade(spec_path, new_spec_path, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch,
-                        drop_stages=tuple(drop_stages), canary_checkpoints=canary_checkpoints)
+                        drop_stages=tuple(drop_stages), canary_checkpoints=canary_checkpoints,
+                        canary_compare=canary_compare)
     return report_for(spec_path, new_spec_path, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch)
 
 
@@ -308,7 +318,7 @@ def not_rewritten_fix(finding: Finding) -> str:
 
 def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *,
              checkpoint_id: int | None, spark: SparkSession | None, scratch: str | None,
-             drop_stages: tuple[str, ...], canary_checkpoints: int) -> UpgradeResult:
+             drop_stages: tuple[str, ...], canary_checkpoints: int, canary_compare: bool) -> UpgradeResult:
     started = time.perf_counter()
     old, new = open_pipeline(spec_path), open_pipeline(new_spec_path)
     changed = old.layout_change(new)
@@ -328,7 +338,8 @@ def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike
             f"{holder.get('purpose', 'run')}): stop it first with 'barrierflow stop {spec_path} --savepoint', then "
             "upgrade from the savepoint it names. Nothing was changed.")
     return _upgrade_steps(old, new, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch,
-                          drop_stages=drop_stages, canary_checkpoints=canary_checkpoints, started=started)
+                          drop_stages=drop_stages, canary_checkpoints=canary_checkpoints,
+                          canary_compare=canary_compare, started=started)
 
 
 def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline,
@@ -448,7 +459,7 @@ def _continued(record: UpgradeRecord | None, digest: str, old: OpenedPipeline, n
 
 def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: int | None,
                    spark: SparkSession | None, scratch: str | None, drop_stages: tuple[str, ...],
-                   canary_checkpoints: int, started: float) -> UpgradeResult:
+                   canary_checkpoints: int, canary_compare: bool, started: float) -> UpgradeResult:
     """The upgrade's steps (module docstring), each recorded before or after it as
     :mod:`barrierflow.ops.upgrade_record` says, continuing from the recorded step."""
     from barrierflow.recovery.pipeline_restore import restore_to_cut
@@ -471,7 +482,7 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
             step=UpgradeStep.REPORT, source_savepoint=source,
             savepoint=next_cut_id(new.cuts, [*old.stages, *new.stages]) if rewrite else source,
             rescaled={k: list(v) for k, v in rescaled.items()}, added=added, dropped=list(drop_stages),
-            canary_checkpoints=canary_checkpoints), UpgradeStep.REPORT)
+            canary_checkpoints=canary_checkpoints, canary_compare=canary_compare), UpgradeStep.REPORT)
     else:
         report = report_for(spec_path, new_spec_path, checkpoint_id=record.source_savepoint, spark=session,
                             scratch=scratch)
@@ -500,7 +511,8 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
     return UpgradeResult(report, record.source_savepoint, record.savepoint, rescaled, record.attempt or 0, timings,
                          new.cut_location(record.savepoint), tuple(record.added), tuple(record.dropped),
                          canary={"checkpoints": record.canary_checkpoints, "verified": record.verified,
-                                 "attempts": record.canary_attempts, "step": record.step.value})
+                                 "attempts": record.canary_attempts, "step": record.step.value,
+                                 "comparison": record.comparison})
 
 
 def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, session: SparkSession,
@@ -556,19 +568,25 @@ def _canary(record: UpgradeRecord, new: OpenedPipeline, session: SparkSession,
             timings: dict[str, float]) -> UpgradeRecord:
     """Run the canary of the restored new spec and record its outcome (``canary-passed``, or
     ``rolling-back`` naming the failed check)."""
-    from barrierflow.ops.canary import run_canary
+    from barrierflow.ops.canary import comparison_summary, run_canary
 
     if record.canary_checkpoints == 0:
-        return write_record(new.objects, record, UpgradeStep.CANARY_PASSED, verified=[])
+        return write_record(new.objects, record, UpgradeStep.CANARY_PASSED, verified=[], comparison={})
     began = time.perf_counter()
-    outcome = run_canary(new, session, record.canary_checkpoints)
+    outcome = run_canary(new, session, record.canary_checkpoints, compare=record.canary_compare)
     timings["canary"] = time.perf_counter() - began
+    compared = sum(c.seconds for c in outcome.comparisons)
+    if compared:
+        timings["canary_compare"] = compared
+    comparison = (comparison_summary(outcome.comparisons, skipped=not record.canary_compare)
+                  if outcome.comparisons or not record.canary_compare else {})
     if outcome.passed:
-        return write_record(new.objects, record, UpgradeStep.CANARY_PASSED, verified=outcome.verified)
+        return write_record(new.objects, record, UpgradeStep.CANARY_PASSED, verified=outcome.verified,
+                            comparison=comparison)
     log.error("pipeline %s: the canary of %s failed, rolling back: %s", record.pipeline, new.spec_path,
               outcome.failure)
     return write_record(new.objects, record, UpgradeStep.ROLLING_BACK, verified=outcome.verified,
-                        failure=outcome.failure)
+                        failure=outcome.failure, comparison=comparison)
 
 
 def _roll_back(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline) -> None:

@@ -110,6 +110,10 @@ class UpgradeRecord(BaseModel):
         canary_checkpoints: how many completed checkpoints the canary must pass.
         canary_attempts: how many times a canary was started (a rerun after a crash restarts it).
         verified: the canary checkpoints that passed verification, in order.
+        canary_compare: whether the canary also compares its output with a batch recomputation
+            (``--no-canary-compare`` turns it off).
+        comparison: the canary's stream-vs-batch comparison (``ran``, ``verdict``, ``outputs``:
+            :func:`barrierflow.ops.canary.comparison_summary`); empty until it was made.
         failure: why the canary failed (the failed check and its message), else "".
         attempt: the attempt the last restore began.
         started: when the upgrade was first recorded (set by :func:`write_record`; None only in a
@@ -130,6 +134,8 @@ class UpgradeRecord(BaseModel):
     canary_checkpoints: int = 3
     canary_attempts: int = 0
     verified: list[int] = Field(default_factory=list)
+    canary_compare: bool = True
+    comparison: dict[str, Any] = Field(default_factory=dict)
     failure: str = ""
     attempt: int | None = None
     started: datetime | None = None
