@@ -48,7 +48,7 @@ query starts (Spark splits it over the partitions by their backlog), ``failOnDat
 ``kafka.isolation.level`` ``read_committed`` (like barrierflow's reader: no open or aborted
 transaction is read), ``kafka.fetch.max.wait.ms`` 50 (:data:`FETCH_MAX_WAIT_MS`, the wait of barrierflow's own
 reader: with the Java client's 500 ms a range that reaches its partition's end, as a query's
-ranges do once it has caught up, was read in about 0.8 s more than a range of the same size
+ranges do once it has caught up, was read in 0.8-1.1 s more than a range of the same size
 inside the log, 4 partitions on 2 cores, docs/benchmarks.md "Kafka side by side"; the broker
 holds a fetch that finds no new data up to this long) and the ``client`` block as Kafka's Java client settings
 (:func:`barrierflow.kafka_io.security.java_client_config`; resolved on the driver, they travel
