@@ -36,7 +36,10 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
    c. ``plain``: plain Spark Structured Streaming, no barrierflow: ``readStream.format("kafka")``
       (``maxOffsetsPerTrigger`` = ``--batch`` x partitions, as ``reader: spark`` sets it) ->
       ``from_json`` (decoded as ``reader: spark`` decodes: one parse per record, the timestamp
-      field read as text and converted where used) -> ``groupBy(key).agg(count, sum)`` ->
+      field read as text and converted where used; the consumer's ``kafka.fetch.max.wait.ms``
+      as ``reader: spark`` sets it, :data:`barrierflow.sources.spark_kafka.FETCH_MAX_WAIT_MS`:
+      the Java client's 500 ms stalls the batch that reaches the topic's end, a tuning a Spark
+      user makes) -> ``groupBy(key).agg(count, sum)`` ->
       update mode -> the ``noop`` sink,
       the pipelines' trigger (:data:`TRIGGER`), its own ``checkpointLocation`` (Spark writes its
       offset and commit logs and state every batch: its "checkpoint" is per batch), in the
@@ -311,6 +314,7 @@ def run_plain_spark(spark: Any, servers: str, topic: str, *, records: int, batch
                     cap: float) -> dict[str, Any]:
     """One bounded run of the job on plain Spark Structured Streaming (module docstring, step 7c)
     in the shared SparkSession, until its batches read ``records`` records or ``cap`` seconds."""
+    from barrierflow.sources.spark_kafka import FETCH_MAX_WAIT_MS
     from pyspark.sql import functions as F
 
     work = Path(tempfile.mkdtemp(prefix="bf-kbench-plain-"))
@@ -322,7 +326,8 @@ def run_plain_spark(spark: Any, servers: str, topic: str, *, records: int, batch
               if kind == "timestamp" else F.col(f"r.{name}").alias(name) for name, kind in JSON_FIELDS.items()]
     frame = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers).option("subscribe", topic)
              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(batch * partitions))
-             .option("failOnDataLoss", "true").option("kafka.isolation.level", "read_committed").load()
+             .option("failOnDataLoss", "true").option("kafka.isolation.level", "read_committed")
+             .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS)).load()
              .select(F.from_json(F.col("value").cast("string"), schema).alias("r")).select(*fields)
              .groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("value_sum")))
     seen: dict[int, Mapping[str, Any]] = {}

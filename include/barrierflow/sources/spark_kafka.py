@@ -46,7 +46,11 @@ explicit ones given and ``-2`` = earliest for the rest, as barrierflow's reader 
 query starts (Spark splits it over the partitions by their backlog), ``failOnDataLoss`` true
 (a range deleted by retention fails the query instead of being skipped),
 ``kafka.isolation.level`` ``read_committed`` (like barrierflow's reader: no open or aborted
-transaction is read) and the ``client`` block as Kafka's Java client settings
+transaction is read), ``kafka.fetch.max.wait.ms`` 50 (:data:`FETCH_MAX_WAIT_MS`, the wait of barrierflow's own
+reader: with the Java client's 500 ms a range that reaches its partition's end, as a query's
+ranges do once it has caught up, was read in 0.8-1.1 s more than a range of the same size
+inside the log, 4 partitions on 2 cores, docs/benchmarks.md "Kafka side by side"; the broker
+holds a fetch that finds no new data up to this long) and the ``client`` block as Kafka's Java client settings
 (:func:`barrierflow.kafka_io.security.java_client_config`; resolved on the driver, they travel
 in Spark's plan to the executors; Spark redacts them in its logs and UI).
 """
@@ -75,6 +79,10 @@ JVM_SET = "spark-kafka"
 #: The value of ``"connector"`` in the barrier-only source's offsets (see :mod:`barrierflow.spark.offset_log`).
 CONNECTOR = "kafka"
 _EARLIEST, _LATEST = -2, -1
+#: The connector's ``kafka.fetch.max.wait.ms``: what barrierflow's own reader waits for
+#: (``fetch.wait.max.ms`` of :class:`barrierflow.kafka_io.consumer.ConsumerSettings`); the
+#: module docstring ("Options of the connector") says why not the Java client's 500 ms.
+FETCH_MAX_WAIT_MS = 50
 #: The column holding a record's parsed JSON object between the parse and the fields' projection.
 _RECORD = "__barrierflow_record"
 
@@ -180,6 +188,7 @@ def connector_options(spec: KafkaSourceSpec, partitions: list[str]) -> dict[str,
         "kafka.isolation.level": "read_committed",
         "maxOffsetsPerTrigger": str(spec.max_records_per_batch * max(1, len(partitions))),
         "includeHeaders": "true" if spec.format == "raw" else "false",
+        "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
     }
     options.update({f"kafka.{name}": value for name, value in java_client_config(spec.client).items()})
     return options
