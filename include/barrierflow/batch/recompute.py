@@ -32,7 +32,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.batch.lake import committed_parts, parquet_sink, spark_path
@@ -253,6 +253,25 @@ class HeldOutput:
     files: list[str]
 
 
+class NoEventTimeError(UserInputError):
+    """A checkpoint records no event time read up to its barrier (:func:`after_events`)."""
+
+
+def after_events(manifest: Manifest) -> datetime:
+    """Just after the newest event time any source's partition had read up to ``manifest``'s
+    barrier (its ``max_event_time``): a window that starts there holds no record read before.
+
+    Raises:
+        NoEventTimeError: the checkpoint records no event time (a source without event times, or a
+            cut made before any record was read).
+    """
+    known = [t for by_partition in manifest.max_event_time.values() for t in by_partition.values() if t is not None]
+    if not known:
+        raise NoEventTimeError(f"checkpoint {manifest.checkpoint_id} of pipeline {manifest.pipeline!r} records no "
+                               "event time read up to its barrier: which windows started after it is unknown")
+    return max(known) + timedelta(microseconds=1)
+
+
 def held_output(spec: PipelineSpec, store: CheckpointStore, checkpoint_id: int) -> HeldOutput:
     """The held output of the spec's Parquet sink up to checkpoint ``checkpoint_id``: every
     PRECOMMITTED transaction of a checkpoint <= ``checkpoint_id`` (what a reconciliation against
@@ -285,8 +304,9 @@ def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: Checkpoi
     with the batch recomputation, over every window that ends before the watermark checkpoint
     ``checkpoint_id``'s barrier batch ran with (the closed range of :func:`closed_range`, with
     that checkpoint trusted because its output is held). With ``since`` (the checkpoint the held
-    epochs continue from), only the windows that start at or after the watermark of ``since``'s
-    barrier batch: the windows computed entirely after it. The report is stored at
+    epochs continue from), only the windows that start after the newest event time read up to
+    ``since`` (:func:`after_events`): the windows computed from their first record after it. The
+    report is stored at
     ``report_key`` of ``store`` (not at :data:`RECOMPUTE_REPORT_KEY`: it is not about committed
     output).
 
@@ -298,8 +318,7 @@ def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: Checkpoi
     held = held_output(spec, store, checkpoint_id)
     manifest = store.get(checkpoint_id)
     watermark = barrier_watermark(store, manifest)
-    # a watermark that did not advance since ``since``: an empty range, no row on either side
-    start = None if since is None else min(barrier_watermark(store, store.get(since)), watermark)
+    start = None if since is None else min(after_events(store.get(since)), watermark)  # min: an empty range
     paths = [spark_path(sink.path, p.key) for p in committed_parts(sink.path)] + held.files
     report = compare_output(spark, spec, paths, checkpoint_id=checkpoint_id, watermark=watermark, start=start,
                             end=watermark, tag=tag, spec_path=spec_path, recompute=recompute)

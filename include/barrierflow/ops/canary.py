@@ -170,9 +170,9 @@ def _not_applicable(pipeline: OpenedPipeline, stage: Stage) -> str:
 def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpoint_id: int,
                           since: int | None) -> list[OutputComparison]:
     """The stream-vs-batch comparison of the canary's output up to its cut ``checkpoint_id``
-    (module docstring), over the windows the canary computed entirely: those that start at or
-    after the watermark of the cut ``since`` it was restored from (None: from the first record)
-    and end before the watermark
+    (module docstring), over the windows the canary computed entirely: those that start after
+    the newest event time read up to the cut ``since`` it was restored from (None: from the first
+    record; a cut that records no event time: not applicable) and end before the watermark
     of ``checkpoint_id`` (the old spec's windows are not compared: a new spec may mean to compute
     them differently, and the range stays the canary's, however long the pipeline ran). One
     entry per Parquet output of ``pipeline`` (a single stage's sink, or each final stage's); a
@@ -189,7 +189,13 @@ def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpo
     import time
     from functools import partial
 
-    from barrierflow.batch.recompute import MAX_IN_MESSAGE, OutputColumnsError, Recomputation, compare_held_output
+    from barrierflow.batch.recompute import (
+        MAX_IN_MESSAGE,
+        NoEventTimeError,
+        OutputColumnsError,
+        Recomputation,
+        compare_held_output,
+    )
     from barrierflow.batch.stage_replay import replay_final_stage
     from barrierflow.pipeline.final_stages import batch_side, parquet_outputs
 
@@ -216,7 +222,7 @@ def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpo
         try:
             report, held = compare_held_output(spark, side.spec, stage.store, checkpoint_id, since=since,
                                                tag="upgrade-canary", spec_path=pipeline.spec_path, recompute=replay)
-        except OutputColumnsError as exc:
+        except (OutputColumnsError, NoEventTimeError) as exc:
             results.append(OutputComparison(label, ran=False, reason=str(exc)))
             continue
         if report.batch_rows == 0 and report.stream_rows == 0:
