@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from barrierflow.checkpointing.manifest import CheckpointKind
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.cli.main import main
 from barrierflow.ops.savepoint import savepoint
 from barrierflow.ops.upgrade import UpgradeResult, upgrade
-from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec
 
+from tests.support.in_session_runs import run_spec as _run
+from tests.support.in_session_runs import write_spec as write
 from tests.support.running_totals import assert_exactly_once, recount
 
 pytestmark = pytest.mark.spark
@@ -50,17 +50,6 @@ def totals_spec(tmp: Path, shuffle: int, state_store: str = "rocksdb") -> dict[s
     }
 
 
-def write(path: Path, data: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    return path
-
-
-def _run(spark: Any, path: Path, **limits: Any) -> None:
-    before = spark.conf.get(SHUFFLE)
-    try:
-        StreamingJob(load_spec(path), spark=spark, spec_path=str(path)).run(**limits)
-    finally:
-        spark.conf.set(SHUFFLE, before)
 
 
 def _state_partitions(store: CheckpointStore, checkpoint_id: int) -> set[int]:

@@ -24,11 +24,11 @@ import yaml
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.savepoint import savepoint
 from barrierflow.ops.upgrade_record import UpgradeStep, read_record, recorded_upgrades
-from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.verification.report import load_report
 
+from tests.support.in_session_runs import run_spec as run
 from tests.support.running_totals import HEALTHY, POISONED, assert_exactly_once, recount, totals_spec
 
 pytestmark = pytest.mark.spark
@@ -41,13 +41,6 @@ def spec_file(tmp: Path, file: str, *, function: str = HEALTHY, shuffle: int = 2
     return totals_spec(tmp, file, name=NAME, partitions=PARTITIONS, records=RECORDS, keys=KEYS, shuffle=shuffle,
                        function=function, state_store=state_store)
 
-
-def run(spark: Any, path: Path, **limits: Any) -> None:
-    before = spark.conf.get(SHUFFLE)
-    try:
-        StreamingJob(load_spec(path), spark=spark, spec_path=str(path)).run(**limits)
-    finally:
-        spark.conf.set(SHUFFLE, before)
 
 
 def assert_output_exact(spark: Any, tmp: Path) -> None:

@@ -20,23 +20,16 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.batch import recompute
 from barrierflow.ops.savepoint import savepoint
 from barrierflow.ops.upgrade_record import UpgradeStep, read_record
-from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 
+from tests.support.in_session_runs import run_spec as run
 from tests.support.windowed_canary import DOUBLED_WHEN_STREAMING, FIRST, NAME, windowed_spec
 
 pytestmark = pytest.mark.spark
 
 SHUFFLE = "spark.sql.shuffle.partitions"
 
-
-def run(spark: Any, path: Path, **limits: Any) -> None:
-    before = spark.conf.get(SHUFFLE)
-    try:
-        StreamingJob(load_spec(path), spark=spark, spec_path=str(path)).run(**limits)
-    finally:
-        spark.conf.set(SHUFFLE, before)
 
 
 def savepointed(spark: Any, tmp: Path) -> tuple[Path, CheckpointStore, int]:

@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from barrierflow.checkpointing.manifest import CheckpointKind, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.savepoint import savepoint
 from barrierflow.ops.upgrade import UpgradeResult, upgrade
-from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec
+
+from tests.support.in_session_runs import run_spec as _run
+from tests.support.in_session_runs import write_spec as write
 
 pytestmark = pytest.mark.spark
 
@@ -54,17 +55,6 @@ def spec(tmp: Path, function: str, defaults: dict[str, Any] | None = None) -> di
     }
 
 
-def write(path: Path, data: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    return path
-
-
-def _run(spark: Any, path: Path, **limits: Any) -> None:
-    before = spark.conf.get(SHUFFLE)
-    try:
-        StreamingJob(load_spec(path), spark=spark, spec_path=str(path)).run(**limits)
-    finally:
-        spark.conf.set(SHUFFLE, before)
 
 
 def records(before: Manifest | None = None, after: Manifest | None = None) -> list[tuple[int, int]]:

@@ -613,26 +613,21 @@ def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, se
                         continue
                     source = was.store.get(record.source_savepoint)
                     if target.name in values:
-                        with rewrite_value_columns(session, pipeline=old.name, stage=target.name, store=was.store,
-                                                   manifest=source, spark_spec=target.spec.spark,
-                                                   change=values[target.name], fingerprint=planned[target.name],
-                                                   scratch=scratch) as copy:
-                            timings["materialize"] = timings.get("materialize", 0.0) + copy.materialize_seconds
-                            timings["rewrite"] = timings.get("rewrite", 0.0) + copy.repartition_seconds
-                            began = time.perf_counter()
-                            parts[target.name] = (target.store, rescaled_savepoint(
-                                target, source, copy.files, copy.directory, copy.batch_id, copy.state_bases,
-                                checkpoint_id=made))
-                            timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began
-                        continue
-                    if target.name not in record.rescaled:
+                        step, rewritten = "rewrite", rewrite_value_columns(
+                            session, pipeline=old.name, stage=target.name, store=was.store, manifest=source,
+                            spark_spec=target.spec.spark, change=values[target.name],
+                            fingerprint=planned[target.name], scratch=scratch)
+                    elif target.name in record.rescaled:
+                        step, rewritten = "repartition", rescale_checkpoint(
+                            session, pipeline=old.name, stage=target.name, store=was.store, manifest=source,
+                            spark_spec=target.spec.spark, partitions=record.rescaled[target.name][1],
+                            scratch=scratch)
+                    else:
                         parts[target.name] = (target.store, carry_savepoint(target, source, made))
                         continue
-                    with rescale_checkpoint(session, pipeline=old.name, stage=target.name, store=was.store,
-                                            manifest=source, spark_spec=target.spec.spark,
-                                            partitions=record.rescaled[target.name][1], scratch=scratch) as copy:
+                    with rewritten as copy:
                         timings["materialize"] = timings.get("materialize", 0.0) + copy.materialize_seconds
-                        timings["repartition"] = timings.get("repartition", 0.0) + copy.repartition_seconds
+                        timings[step] = timings.get(step, 0.0) + copy.repartition_seconds
                         began = time.perf_counter()
                         parts[target.name] = (target.store, rescaled_savepoint(
                             target, source, copy.files, copy.directory, copy.batch_id, copy.state_bases,
