@@ -259,9 +259,13 @@ class GeneratorBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return [InputPartition((p, start, end)) for p, (start, end) in sorted(self.ranges.items()) if end > start]
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition | None) -> Iterator[Any]:
+        """The records of one partition's range. When every range is empty (:meth:`partitions`
+        lists none), Spark still reads one partition without a value: it yields nothing."""
         from barrierflow.spark.worker_heap import freeze_long_lived
 
+        if partition is None or partition.value is None:
+            return
         freeze_long_lived()
         p, start, end = partition.value
         yield from self.model.batches(p, start, end)
