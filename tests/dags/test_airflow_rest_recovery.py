@@ -1,28 +1,28 @@
-"""The path a user takes after a crash, through a real Airflow: scheduler, DAG processor and
-API server on 127.0.0.1 (temporary home, SQLite, LocalExecutor), driven only through the
-REST API.
+"""The path a user takes after a crash, through a real Airflow: scheduler, DAG processor,
+triggerer and API server on 127.0.0.1 (temporary home, SQLite, LocalExecutor), driven only
+through the REST API.
 
-1. The launch DAG is triggered; the job (spark-submit on the spec's master: there is no Spark
-   connection) runs a bounded windowed pipeline into the Parquet sink.
-2. Once two checkpoints completed, the job's driver is SIGKILLed. The launch task fails and is
-   not retried (the recovery DAG owns restarts).
+1. The launch DAG of a two-stage pipeline (generator -> stage a -> channel on the test Kafka
+   broker -> stage b -> Parquet through 2PC; one spark-submit on the spec's master runs the
+   coordinator and both stages: there is no Spark connection) is triggered.
+2. Once two global checkpoints completed, the job's driver (the lease names it) is SIGKILLed.
+   The launch task fails and is not retried (the recovery DAG owns restarts). The checkpoints
+   asset's watcher announces a completed global checkpoint, and the verification DAG runs on it.
 3. The recovery DAG is triggered with ``{"checkpoint": "latest-valid", "restart": true}``: it
-   restores, restarts the job through the launch DAG and waits for the first checkpoint of the
-   new attempt.
-4. The restarted job runs to the end of the source. The committed Parquet output equals the
-   failure-free output: nothing lost, nothing twice.
-5. The same, beside it, for a multi-stage pipeline (generator -> stage a -> channel on the test
-   Kafka broker -> stage b -> Parquet through 2PC; one spark-submit runs the coordinator and both
-   stages): launched through the REST API together with the first, its driver SIGKILLed after two
-   global checkpoints, the recovery DAG triggered with restart=true (while the first pipeline's
-   recovery runs) restores every stage from one global checkpoint as a new attempt and restarts
-   the launch DAG, which runs to the end: every source record is in the output exactly once.
-6. The upgrade DAG of the single-stage pipeline, triggered with more shuffle partitions and
-   ``dry_run`` false: its report says "needs rewrite" and the approval waits for a person
-   (Airflow's human-in-the-loop); rejected through the REST API, the run ends with the upgrade
-   skipped and the checkpoint store unchanged. Then a savepoint of the stopped pipeline, the same
-   trigger, approved: the upgrade rescales the state (RocksDB, Spark's offline repartition) from
-   2 to 4 partitions into a new savepoint.
+   restores every stage from one global checkpoint as a new attempt, restarts the job through
+   the launch DAG and waits for the first global checkpoint of the new attempt.
+4. The restarted job runs to the end of the source: every source record is in the committed
+   output exactly once.
+5. The upgrade DAG of a single-stage pipeline (keyed windows, RocksDB state; run to its end in
+   the test process first), triggered with more shuffle partitions and ``dry_run`` false: its
+   report says "needs rewrite" and the approval waits for a person (Airflow's
+   human-in-the-loop); rejected through the REST API, the run ends with the upgrade skipped and
+   the checkpoint store unchanged. Then a savepoint of the stopped pipeline, the same trigger,
+   approved: the upgrade rescales the state (Spark's offline repartition) from 2 to 4
+   partitions into a new savepoint.
+
+A pipeline of one stage takes the same launch and recovery DAGs (one driver, one run loop);
+every DAG kind of a single-stage pipeline runs by ``dag.test()`` in tests/dags/test_dag_runs.py.
 """
 
 from __future__ import annotations
@@ -44,21 +44,20 @@ from barrierflow.spec import load_spec
 
 from tests.dags.conftest import DAGS_FOLDER
 from tests.drivers import short_lived_driver_java_options
-from tests.scenarios.harness import finish, window_rows, windowed_spec
+from tests.scenarios.harness import windowed_spec
 from tests.support.airflow_server import COMPONENTS, AirflowServer
+from tests.support.in_session_runs import run_spec, write_spec
 from tests.support.kafka_broker import KafkaEndpoint
 from tests.support.staged_specs import PARTITIONS, two_stage_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(1200), pytest.mark.slow(240)]
 
-RECORDS = 3000  # per partition
-LAUNCH = "barrierflow_pipeline__e2e"
-RECOVER = "barrierflow_recover__e2e"
-VERIFY = "barrierflow_verify__e2e"
-#: The multi-stage pipeline: records per source partition, throttled so that the first run is
+#: The single-stage pipeline the upgrade DAG changes: records per source partition.
+RECORDS = 600
+#: The launched pipeline: records per source partition, throttled so that the first run is
 #: still going when its second global checkpoint completes (the test kills it then).
 STAGED_RECORDS = 600
-STAGED_LAUNCH, STAGED_RECOVER = "barrierflow_pipeline__two", "barrierflow_recover__two"
+LAUNCH, RECOVER, VERIFY = "barrierflow_pipeline__two", "barrierflow_recover__two", "barrierflow_verify__two"
 UPGRADE = "barrierflow_upgrade__e2e"
 
 
@@ -95,20 +94,6 @@ def staged_output(out: Path) -> list[tuple[int, int]]:
                       strict=True))
 
 
-def committed_rows(out: Path) -> list[tuple[Any, ...]]:
-    table = read_committed(f"file://{out}")
-    return window_rows(table.to_pylist() if table is not None else [])
-
-
-def failure_free_rows(spark: Any, tmp: Path) -> list[tuple[Any, ...]]:
-    tmp.mkdir()
-    out = tmp / "out"
-    finish(spark, windowed_spec(tmp, {"name": "out", "type": "parquet", "path": f"file://{out}"}, records=RECORDS))
-    rows = committed_rows(out)
-    assert rows, "the failure-free run committed no window"
-    return rows
-
-
 def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_once(
     spark: Any, tmp_path: Path, kafka_endpoint: KafkaEndpoint
 ) -> None:
@@ -118,23 +103,18 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
     def phase(name: str) -> None:
         phases.append((name, time.monotonic() - started))
 
-    reference = failure_free_rows(spark, tmp_path / "reference")
-    phase("failure-free reference")
-
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir()
-    out = tmp_path / "out"
-    data = yaml.safe_load(windowed_spec(tmp_path, {"name": "out", "type": "parquet", "path": f"file://{out}"},
-                                        records=RECORDS, per_batch=60).read_text(encoding="utf-8"))
+    sink = {"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}
+    data = yaml.safe_load(windowed_spec(tmp_path, sink, records=RECORDS).read_text(encoding="utf-8"))
     data["name"] = "e2e"
-    data["spark"]["master"] = "local[1]"
     data["spark"]["state_store"] = "rocksdb"  # what Spark's offline repartition (the upgrade) rewrites
-    spec_path = pipelines / "e2e.yaml"
-    spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    spec_path = write_spec(pipelines / "e2e.yaml", data)
     store = CheckpointStore.for_spec(load_spec(spec_path))
-    lease = Path(data["work_dir"]) / "job.lease"
+    assert run_spec(spark, spec_path, until_exhausted=True, duration=300).completed
+    phase("single-stage pipeline run to its end in the test process")
     staged_path, staged_out = staged_spec(tmp_path / "two", kafka_endpoint, pipelines)
-    staged_lease = tmp_path / "two" / "work" / "job.lease"
+    lease = tmp_path / "two" / "work" / "job.lease"
 
     server = AirflowServer(tmp_path / "airflow-home", DAGS_FOLDER, components=(*COMPONENTS, "triggerer"), env={
         "BARRIERFLOW_PIPELINES_DIR": str(pipelines),
@@ -147,26 +127,24 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
     with server:
         server.wait_for(lambda: server.api("GET", f"/dags/{RECOVER}").status_code == 200, 120,
                         "the pipeline's DAGs to be parsed")
-        for driven in (LAUNCH, RECOVER, VERIFY, STAGED_LAUNCH, STAGED_RECOVER, UPGRADE):
+        for driven in (LAUNCH, RECOVER, VERIFY, UPGRADE):
             assert server.api("PATCH", f"/dags/{driven}", json={"is_paused": False}).status_code == 200
         phase("airflow up, DAGs parsed")
         assert server.api("GET", "/connections/spark_default").status_code == 404  # a fresh install
 
-        # 1. Both pipelines launched through the REST API at once (they run side by side, as two
-        # pipelines of one Airflow do); the multi-stage one is killed after two global checkpoints.
+        # 1. Launched through the REST API; 2. killed after two global checkpoints.
         first = server.trigger(LAUNCH)
-        staged_first = server.trigger(STAGED_LAUNCH)
         server.wait_for(lambda: len(list_checkpoints(staged_path).cuts) >= 2, 300,
-                        "two completed global checkpoints of the multi-stage pipeline")
-        os.kill(int(yaml.safe_load(staged_lease.read_text(encoding="utf-8"))["pid"]), signal.SIGKILL)
-        staged_before = {m.checkpoint_id for m in list_checkpoints(staged_path).cuts}
+                        "two completed global checkpoints of the pipeline")
+        os.kill(int(yaml.safe_load(lease.read_text(encoding="utf-8"))["pid"]), signal.SIGKILL)
+        before = {m.checkpoint_id for m in list_checkpoints(staged_path).cuts}
         assert len(staged_output(staged_out)) < PARTITIONS * STAGED_RECORDS, "the pipeline ended before the kill"
-        phase("multi-stage: launched, 2 global checkpoints, driver killed")
-        server.wait_for(lambda: len(store.completed()) >= 2, 300, "two completed checkpoints of the first attempt")
-        assert server.run_state(LAUNCH, first) == "running"
-        phase("launched, 2 checkpoints")
+        assert server.wait_for_run(LAUNCH, first, 120) == "failed"
+        killed = server.task_instance(LAUNCH, first, "launch")
+        assert killed["state"] == "failed" and killed["try_number"] == 1  # not up_for_retry: never retried
+        phase("launched, 2 global checkpoints, driver killed, launch failed")
 
-        # A completed checkpoint of the running job runs the verification DAG through its asset.
+        # A completed checkpoint runs the verification DAG through the checkpoints asset.
         def asset_run() -> dict[str, Any] | None:
             return next((r for r in server.runs(VERIFY) if r["run_type"] == "asset_triggered"), None)
 
@@ -174,49 +152,28 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
         assert server.wait_for_run(VERIFY, by_asset["dag_run_id"], 120) == "success", server.logs()
         events = server.api("GET", f"/dags/{VERIFY}/dagRuns/{by_asset['dag_run_id']}/upstreamAssetEvents").json()
         announced = {e["extra"]["payload"]["id"] for e in events["asset_events"]}
-        assert events["asset_events"][0]["uri"].endswith(str(tmp_path / "checkpoints"))
-        assert announced and announced <= {m.checkpoint_id for m in store.completed()}
+        assert events["asset_events"][0]["uri"].endswith(str(tmp_path / "two" / "chk"))
+        assert announced and announced <= before
         phase("verification ran on the checkpoint asset")
 
-        # 2. Kill the driver (the lease names it).
-        driver = int(yaml.safe_load(lease.read_text(encoding="utf-8"))["pid"])
-        os.kill(driver, signal.SIGKILL)
-        assert server.wait_for_run(LAUNCH, first, 120) == "failed"
-        killed = server.task_instance(LAUNCH, first, "launch")
-        assert killed["state"] == "failed" and killed["try_number"] == 1  # not up_for_retry: never retried
-        before = {m.checkpoint_id for m in store.completed()}
-        assert server.wait_for_run(STAGED_LAUNCH, staged_first, 120) == "failed"
-        phase("driver killed, launch failed")
-
-        # 3. Recover both through the REST API, side by side.
+        # 3. Recovered through the REST API.
         recovery = server.trigger(RECOVER, {"checkpoint": "latest-valid", "restart": True, "wait_seconds": 400})
-        staged_recovery = server.trigger(STAGED_RECOVER, {"checkpoint": "latest-valid", "restart": True,
-                                                          "wait_seconds": 400})
         assert server.wait_for_run(RECOVER, recovery, 600) == "success", server.logs()
-        assert server.wait_for_run(STAGED_RECOVER, staged_recovery, 600) == "success", server.logs()
-        phase("recoveries succeeded")
+        phase("recovery succeeded")
         report = server.xcom(RECOVER, recovery, "report")
-        assert report["attempt"] == 1 and report["restarted"] is True
-        assert report["checkpoint_id"] in before and report["first_checkpoint_id"] not in before
-        staged_report = server.xcom(STAGED_RECOVER, staged_recovery, "report")
-        assert staged_report["attempt"] == 1 and staged_report["restarted"] is True, staged_report
-        assert staged_report["checkpoint_id"] in staged_before
-        assert staged_report["first_checkpoint_id"] not in staged_before
+        assert report["attempt"] == 1 and report["restarted"] is True, report
+        assert report["checkpoint_id"] in before and report["first_checkpoint_id"] not in before, report
 
-        # The killed launch tasks stayed failed: the only restart is each recovery's own launch run.
+        # The killed launch task stayed failed: the only restart is the recovery's own launch run.
         assert server.task_instance(LAUNCH, first, "launch")["try_number"] == 1
         restarts = [r for r in server.runs(LAUNCH) if r["dag_run_id"] != first]
         assert len(restarts) == 1 and restarts[0]["conf"]["recovery_run_id"] == recovery
-        staged_restarts = [r for r in server.runs(STAGED_LAUNCH) if r["dag_run_id"] != staged_first]
-        assert len(staged_restarts) == 1 and staged_restarts[0]["conf"]["recovery_run_id"] == staged_recovery
 
-        # 4. The restarted pipelines run to the end of their bounded sources.
+        # 4. The restarted pipeline runs to the end of its bounded source.
         assert server.wait_for_run(LAUNCH, restarts[0]["dag_run_id"], 600) == "success", server.logs()
-        assert server.wait_for_run(STAGED_LAUNCH, staged_restarts[0]["dag_run_id"], 600) == "success", \
-            server.logs()
-        phase("restarted pipelines ran to the end")
+        phase("restarted pipeline ran to the end")
 
-        # 6. Changing the single-stage pipeline (more shuffle partitions) through the upgrade DAG:
+        # 5. Changing the single-stage pipeline (more shuffle partitions) through the upgrade DAG:
         # the report asks a person, who rejects it through the REST API; nothing runs or changes.
         rescaled = tmp_path / "rescaled.yaml"
         rescaled.write_text(yaml.safe_dump({**data, "spark": {**data["spark"], "shuffle_partitions": 4}}),
@@ -260,10 +217,7 @@ def test_recovery_triggered_through_the_rest_api_restores_and_restarts_exactly_o
         phase("upgrade: approved, rescaled 2 -> 4")
     print("REST recovery timeline (s): " + ", ".join(f"{name} {t:.1f}" for name, t in phases))
 
-    new_attempt = [m for m in store.completed() if m.attempt == 1]
-    assert new_attempt and new_attempt[0].checkpoint_id == report["first_checkpoint_id"]
-    assert committed_rows(out) == reference
     assert staged_output(staged_out) == [(p, o) for p in range(PARTITIONS) for o in range(STAGED_RECORDS)]
-    staged_after = list_checkpoints(staged_path).cuts
-    assert staged_report["first_checkpoint_id"] in {m.checkpoint_id for m in staged_after}
-    assert staged_after[-1].attempt >= 1, "the restarted pipeline wrote no global checkpoint of a new attempt"
+    after = list_checkpoints(staged_path).cuts
+    assert report["first_checkpoint_id"] in {m.checkpoint_id for m in after}
+    assert after[-1].attempt >= 1, "the restarted pipeline wrote no global checkpoint of a new attempt"
