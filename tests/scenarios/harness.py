@@ -154,6 +154,12 @@ def crash_at_every_point(spec_path: Path, read_rows: Any, reference: list[tuple[
     return ways
 
 
+#: The stage points at which a sink holds an epoch of its own (pre-committed, or half committed):
+#: what a sink does on recovery differs there. The other two (``mid_epoch``, ``during_upload``)
+#: come before any sink call (the write-ahead and the checkpoint's upload are the same for every
+#: sink); the crash tests run them against the Parquet sink and name only these for the others.
+SINK_HELD_POINTS = ("after_precommit", "after_manifest", "mid_sink_commit")
+
 #: Which hit of each point to crash at, counted in the crashed process: the first, so a crashed
 #: driver runs only the micro-batches and checkpoints it needs to get there (every batch of a new
 #: driver costs several core-seconds of JIT warm-up). The driver of every crash after the first

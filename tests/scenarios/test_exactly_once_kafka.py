@@ -1,7 +1,8 @@
 """Exactly-once into Kafka (write-ahead epochs, one Kafka transaction per epoch) across
-SIGKILLed drivers, at every stage point and at the two points inside the sink's Kafka
-transaction (records sent, no marker; marker sent, no commit), which leave aborted
-transactions behind.
+SIGKILLed drivers, at every stage point where the sink holds an epoch (pre-committed, told to
+commit, half committed; the two before any sink call are the Parquet sink's tests) and at the
+two points inside the sink's Kafka transaction (records sent, no marker; marker sent, no
+commit), which leave aborted transactions behind.
 
 The output is read through the sink's commit markers (:func:`committed_records`), and also by
 a second client, a plain ``read_committed`` consumer: both must see exactly the failure-free
@@ -17,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.faults import SINK_POINTS, STAGE_POINTS
+from barrierflow.faults import SINK_POINTS
 from barrierflow.kafka_io.committed_output import committed_records
 from kafka import KafkaConsumer, TopicPartition
 
-from tests.scenarios.harness import crash_at_every_point, finish, window_rows, windowed_spec
+from tests.scenarios.harness import SINK_HELD_POINTS, crash_at_every_point, finish, window_rows, windowed_spec
 from tests.support.kafka_broker import create_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.slow(200)]
-#: Records per source partition: 10 batches of 520, more than the 7 crashes (each at the first
+#: Records per source partition: 10 batches of 520, more than the 5 crashes (each at the first
 #: hit of its point, from the previous crash's restored state) use up.
 RECORDS = 5200
 PER_BATCH = 520
@@ -80,7 +81,7 @@ def test_crash_at_every_point_restore_finish(spark, tmp_path: Path, reference_ro
         records = committed_records(kafka_endpoint.bootstrap_servers, topic, markers, timeout=10.0)
         return window_rows([json.loads(r.value) for r in records])
 
-    ways = crash_at_every_point(spec_path, produced, reference, STAGE_POINTS + SINK_POINTS["kafka"])
+    ways = crash_at_every_point(spec_path, produced, reference, SINK_HELD_POINTS + SINK_POINTS["kafka"])
     assert "restore" in ways
     spec = finish(spark, spec_path)
     assert produced() == reference
