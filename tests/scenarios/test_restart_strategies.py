@@ -1,6 +1,6 @@
 """A pipeline under its restart strategy (``barrierflow run`` as the supervisor of its driver):
-the driver SIGKILLed three times at random comes back by itself each time, the fourth failure
-stops it, and the output equals the failure-free output exactly; a failure-rate strategy of one
+the driver SIGKILLed twice at random comes back by itself each time (after a doubled delay), the
+third failure stops it, and the output equals the failure-free output exactly; a failure-rate strategy of one
 failure stops at the second with exit 1 and says
 why and what it did."""
 
@@ -28,7 +28,7 @@ from tests.drivers import short_lived_driver_env
 from tests.scenarios.harness import assert_sub_multiset, finish, window_rows, windowed_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
-#: Records per partition: 30 micro-batches of 100, more than four short driver lives use up.
+#: Records per partition: 30 micro-batches of 100, more than three short driver lives use up.
 RECORDS = 3000
 PER_BATCH = 100
 EVENT_TIME_STEP_MS = 10
@@ -85,22 +85,22 @@ def _kill_driver_after_checkpoint(spec_path: Path, supervisor: subprocess.Popen[
 
 
 @pytest.mark.slow(90)
-def test_exponential_delay_brings_a_driver_killed_three_times_back_and_the_fourth_failure_stops_it(
+def test_exponential_delay_brings_a_driver_killed_twice_back_and_the_third_failure_stops_it(
         spark: Any, tmp_path: Path, reference_rows: Callable[..., list[tuple[Any, ...]]]) -> None:
     """The driver is SIGKILLed at random moments (a random part of a second after each attempt's
-    first checkpoint): the strategy brings it back three times, the fourth failure within
+    first checkpoint): the strategy brings it back twice, the third failure within
     the reset threshold stops the run with exit 1 naming what the strategy did; the output holds
     no row twice, and the next run ends with exactly the failure-free output."""
     reference = reference_rows(RECORDS, EVENT_TIME_STEP_MS)
     spec_path, out = _spec(tmp_path, {"type": "exponential-delay", "initial_backoff": "200ms",
                                       "max_backoff": "1s", "backoff_multiplier": 2, "jitter_factor": 0,
-                                      "reset_backoff_threshold": "1h", "attempts_before_reset_backoff": 3})
+                                      "reset_backoff_threshold": "1h", "attempts_before_reset_backoff": 2})
     rng = random.Random(20261127)
     log = tmp_path / "supervisor.log"
     supervisor = _supervisor(spec_path, log)
     try:
         after = 0
-        for _ in range(4):
+        for _ in range(3):
             after = _kill_driver_after_checkpoint(spec_path, supervisor, after, log,
                                                   kill_after=rng.uniform(0.0, 0.8))
         code = supervisor.wait(timeout=CHECKPOINT_WAIT)
@@ -108,17 +108,17 @@ def test_exponential_delay_brings_a_driver_killed_three_times_back_and_the_fourt
         supervisor.kill()
     text = log.read_text()
     assert code == 1, text
-    for attempt, delay in ((1, "0.2"), (2, "0.4"), (3, "0.8")):
-        assert f"restart {attempt} of 3 after {delay} s (strategy exponential-delay)" in text, text
-    assert "restart 4 of" not in text, text
-    for attempt in range(1, 5):
+    for attempt, delay in ((1, "0.2"), (2, "0.4")):
+        assert f"restart {attempt} of 2 after {delay} s (strategy exponential-delay)" in text, text
+    assert "restart 3 of" not in text, text
+    for attempt in range(1, 4):
         assert f"attempt {attempt} failed: the run (pid" in text, text
-    assert "attempt 5" not in text and "was killed by SIGKILL. Restart strategy exponential-delay" in text, text
-    assert "stopped after 4 attempt(s)" in text and "at most 3 attempts before a reset" in text, text
-    assert "restarted the job 3 time(s), after 0.2 s, 0.4 s, 0.8 s" in text, text
+    assert "attempt 4" not in text and "was killed by SIGKILL. Restart strategy exponential-delay" in text, text
+    assert "stopped after 3 attempt(s)" in text and "at most 2 attempts before a reset" in text, text
+    assert "restarted the job 2 time(s), after 0.2 s, 0.4 s" in text, text
     table = read_committed(f"file://{out}")
     assert_sub_multiset(window_rows(table.to_pylist() if table is not None else []), reference,
-                        "four kills, three restarts")
+                        "three kills, two restarts")
     finish(spark, spec_path)  # the job an operator starts again: it ends with the exact output
     table = read_committed(f"file://{out}")
     assert window_rows(table.to_pylist() if table is not None else []) == reference
