@@ -10,7 +10,8 @@ pipeline runs to the end of its bounded input. The updates committed before the 
 of the generator's records gives: the rescaled state carried every key exactly once across the
 new stage. The three-stage pipeline is then savepointed and upgraded back without ``c``, which
 is refused until ``--drop-stage c`` names it; an upgrade that changes nothing restores that
-savepoint as it is.
+savepoint as it is; and an upgrade whose stage ``b`` also keeps ``max(value)`` rewrites ``b``'s
+stored state (every key's count as the recount gives, ``value_max`` the declared default).
 
 The same two-stage pipeline also shows the canary and the resumable steps in several stages: a
 new spec whose stage ``b`` counts key 0 a thousand times fails its canary's deep verification
@@ -93,7 +94,7 @@ def changed(tmp_path: Path, old: dict[str, Any], file: str, change: Any) -> tupl
 
 
 def test_one_stage_rescaled_and_one_added_keep_the_output_exactly_once(
-        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path, cli: Any) -> None:
     old, old_path = totals_pipeline(tmp_path, kafka_endpoint)
     new = json.loads(json.dumps(old))
     channel = new["channels"][0]
@@ -167,6 +168,32 @@ def test_one_stage_rescaled_and_one_added_keep_the_output_exactly_once(
         spark.conf.set(SHUFFLE, before)
     assert isinstance(same, UpgradeResult) and same.savepoint == same.source_savepoint == dropped.savepoint
     assert same.attempt > dropped.attempt and cuts.completed_ids()[-1] == dropped.savepoint
+
+    # stage b's aggregation gains a value column: its stored state is rewritten with the default
+    maxed = json.loads(json.dumps(back))
+    maxed["stages"][1]["transformation"] = {
+        "function": "barrierflow.transforms.aggregations:keyed_running_totals_with_max", "output_mode": "update",
+        "state_defaults": {"value_max": -1}}
+    maxed_path = write(tmp_path / "maxed.yaml", maxed)
+    before = spark.conf.get(SHUFFLE)
+    try:
+        widened = upgrade(back_path, maxed_path, dry_run=False, spark=spark, canary_checkpoints=0)
+    finally:
+        spark.conf.set(SHUFFLE, before)
+    assert isinstance(widened, UpgradeResult) and widened.source_savepoint == dropped.savepoint
+    assert widened.value_columns == {"b": "added value_max (default -1)"}, widened.value_columns
+    assert widened.rescaled == {} and sorted(cuts.get(widened.savepoint).stages) == ["a", "b"]
+    code, out, err = cli("state", "query", str(maxed_path), "--stage", "b", "--checkpoint", str(widened.savepoint),
+                         "--json", "--limit", "100")
+    assert code == 0, err
+    document = json.loads(out)
+    assert not document["truncated"], document
+    stored = {r["key_key"]: (r["value_count"], r["value_max"]) for r in document["preview"]}
+    counts: dict[int, int] = {}
+    for p in range(PARTITIONS):
+        for i in range(RECORDS):
+            counts[(i * PARTITIONS + p) % KEYS] = counts.get((i * PARTITIONS + p) % KEYS, 0) + 1
+    assert stored == {key: (n, -1) for key, n in counts.items()}, stored
 
 
 @pytest.mark.slow(90)
