@@ -162,3 +162,33 @@ def test_an_upgrade_killed_after_the_rewrite_and_in_its_canary_completes_when_ru
 
     run(spark, four, until_exhausted=True, duration=150)
     assert_output_exact(spark, tmp_path)
+
+
+@pytest.mark.slow(45)
+def test_a_rescale_discards_what_the_stopped_run_wrote_ahead_after_its_savepoint(
+        spark: Any, tmp_path: Path, cli: Any) -> None:
+    """A run stopped after its savepoint may have written ahead the micro-batch in flight (its
+    stop came after the write-ahead, before Spark committed the batch). The rescaled savepoint
+    resumes one batch id later (its batch is the repartition, which reads no input), so that
+    stale batch sits at the new savepoint's own batch id: the restore discards it, the canary
+    passes, and nothing of it is ever committed."""
+    import pyarrow as pa
+    from barrierflow.sinks.staging import write_ahead_batch
+
+    two = spec_file(tmp_path, "two.yaml", state_store="rocksdb")
+    four = spec_file(tmp_path, "four.yaml", shuffle=4, state_store="rocksdb")
+    store = CheckpointStore.for_spec(load_spec(two))
+    run(spark, two, checkpoints=2)
+    source = savepoint(two).checkpoint_id
+    stale = store.get(source).spark_batch_id + 1
+    rows = pa.table({"key": pa.array([0], pa.int64()), "count": pa.array([10**6], pa.int64()),
+                     "value_sum": pa.array([1], pa.int64())})
+    write_ahead_batch(f"file://{tmp_path / 'out' / '_staging'}", stale, rows, fence=1)
+
+    code, out, err = cli("upgrade", str(two), "--to", str(four), "--canary-checkpoints", "1", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert store.get(document["savepoint"]).spark_batch_id == stale, document
+    assert len(document["canary"]["verified"]) == 1, document["canary"]
+    run(spark, four, until_exhausted=True, duration=150)
+    assert_output_exact(spark, tmp_path)  # the stale batch's count of a million never committed

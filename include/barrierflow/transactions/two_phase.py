@@ -332,15 +332,32 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
 
     def restore(self, target_checkpoint: int | None, barrier_batch: int | None) -> list[Decision]:
         """Finish every unfinished transaction for a restart from ``target_checkpoint``;
-        discard write-ahead batches after ``barrier_batch`` (they will be replayed)."""
+        discard write-ahead batches after ``barrier_batch`` (they will be replayed), and those at
+        or before it that no transaction holds.
+
+        Every batch a checkpoint's barrier covers was taken by its epoch's transaction at
+        pre-commit, so a write-ahead batch at or before the barrier that no transaction holds
+        was written by a run the restored checkpoint does not cover: the batch a stopped run
+        wrote ahead after its savepoint, when that savepoint was rewritten by ``upgrade`` into
+        one whose batch id is one higher (its batch read no input). Kept, a later pre-commit
+        would take that stale batch (and refuse it, written under an older fence)."""
+        barrier = barrier_batch if barrier_batch is not None else -1
         decisions = self.plan(target_checkpoint, restoring=True)
         self.apply(decisions)
+        held: set[int] = set()
         for txn in self.ledger.list(self.name):
+            held.update(txn.batches)
             if txn.state is TxnState.COMMITTED:
                 for batch in txn.batches:
-                    if batch <= (barrier_batch if barrier_batch is not None else -1):
+                    if batch <= barrier:
                         self.staging.discard(batch)
-        discarded = self.staging.discard_after(barrier_batch if barrier_batch is not None else -1)
+        orphans = [b for b in self.staging.batches() if b <= barrier and b not in held]
+        for batch in orphans:
+            self.staging.discard(batch)
+        if orphans:
+            log.info("sink %s: discarded write-ahead batches %s that no transaction holds (written after the "
+                     "restored checkpoint's epoch by a run it does not cover)", self.name, orphans)
+        discarded = self.staging.discard_after(barrier)
         if discarded:
             log.info("sink %s: discarded write-ahead batches %s (they will be replayed)", self.name, discarded)
         return decisions
