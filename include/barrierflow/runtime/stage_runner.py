@@ -73,6 +73,11 @@ log = logging.getLogger(__name__)
 START_RETRIES = 2
 #: How long :meth:`StageRunner.start_query` waits for the query to initialise its source.
 START_WAIT_SECONDS = 120.0
+#: How long a stop waits for the micro-batch in flight to end before interrupting it
+#: (:meth:`StageRunner.stop_query`).
+STOP_BETWEEN_BATCHES_SECONDS = 10.0
+#: How often that wait looks at the query's status.
+STOP_POLL_SECONDS = 0.02
 
 
 class StageRunner:
@@ -283,15 +288,39 @@ class StageRunner:
 
     # -- the end ---------------------------------------------------------------------------
     def stop_query(self) -> None:
-        """Stop the query (its last late-row counts folded in first); a failure to stop is logged."""
+        """Stop the query (its last late-row counts folded in first), between two micro-batches
+        when it can (:meth:`_wait_between_batches`); a failure to stop is logged."""
         if self.query is None:
             return
         if self.event_time is not None:
             self.event_time.poll(self.query)
         try:
+            self._wait_between_batches(STOP_BETWEEN_BATCHES_SECONDS)
             self.query.stop()
         except Exception as exc:
             log.warning("%s: stopping the query raised %s", self.label, exc)
+
+    def _wait_between_batches(self, limit: float) -> None:
+        """Wait at most ``limit`` seconds for the micro-batch in flight now (Spark's
+        ``isTriggerActive``) to end: until the query's progress names a newer batch, or no
+        trigger is active. ``query.stop()`` interrupts the stream thread and cancels the query's
+        Spark jobs: a stop that lands while the stage's micro-batch writer runs a job loses
+        nothing (the batch is not committed, the next run replays it), but it throws away the
+        batch's work and Spark and py4j log the interrupted job as errors (a Python traceback,
+        and a stack overflow in Spark's check of whether the error was a stop). The wait is for
+        one batch: the next may start at once (trigger ``0s`` with data waiting) and is
+        stopped as it starts; a batch longer than ``limit`` is stopped mid-batch."""
+        assert self.query is not None
+        if not (self.query.isActive and self.query.status.get("isTriggerActive")):
+            return
+        before = _batch_id(self.query.lastProgress)
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            time.sleep(STOP_POLL_SECONDS)
+            if not (self.query.isActive and self.query.status.get("isTriggerActive")):
+                return
+            if _batch_id(self.query.lastProgress) > before:
+                return
 
     def close_writer(self) -> None:
         close = getattr(self.writer, "close", None)
@@ -327,3 +356,8 @@ class StageRunner:
             if not failing:
                 raise
             log.error("%s (not raised: the run stops on an earlier error)", exc)
+
+
+def _batch_id(progress: dict[str, Any] | None) -> int:
+    """The micro-batch a query progress (``query.lastProgress``) reports, -1 for none."""
+    return int(progress["batchId"]) if progress else -1
