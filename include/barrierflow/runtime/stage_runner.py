@@ -296,6 +296,9 @@ class StageRunner:
             self.event_time.poll(self.query)
         try:
             self._wait_between_batches(STOP_BETWEEN_BATCHES_SECONDS)
+        except Exception as exc:  # the wait is a courtesy: the query is stopped whatever it raised
+            log.warning("%s: waiting for the micro-batch in flight raised %s; stopping it now", self.label, exc)
+        try:
             self.query.stop()
         except Exception as exc:
             log.warning("%s: stopping the query raised %s", self.label, exc)
