@@ -1,7 +1,7 @@
 """Rescaling a large state with ``barrierflow upgrade`` (``python -m bench --scenario upgrade``).
 
 The reference job (running count and sum per key, :mod:`bench.restore_time`'s state: ``keys``
-distinct keys, default 3.4 M, about 100 MB and more in RocksDB) as a single-stage pipeline that
+distinct keys, default 3.4 M, 54 MB in RocksDB when built in steady-state batches) as a single-stage pipeline that
 writes its updates to Parquet, RocksDB state store (what the rescale needs), one working
 directory and checkpoint store for every spec below:
 
