@@ -14,6 +14,8 @@ yet told), ``mid_sink_commit`` (a sink commit half done); in multi-stage pipelin
 the Kafka sink's transaction ``kafka_before_marker`` (the epoch's records acknowledged, marker
 not yet sent) and ``kafka_after_marker`` (marker acknowledged, ``commit_transaction`` not yet
 called): both leave an aborted Kafka transaction behind; in ``barrierflow upgrade``
+``upgrade_mid_rewrite`` (every stage's part of the new savepoint stored, the savepoint not yet
+recorded: a run again makes the rewrite anew, its id still the next free one),
 ``upgrade_after_rewrite`` (the savepoint to restore is recorded, the canary not yet started),
 ``upgrade_before_commit`` (the canary passed and is recorded, its epochs not yet committed) and
 ``upgrade_mid_rollback`` (the canary failed and is recorded, the old spec not yet restored); the
@@ -46,7 +48,8 @@ SINK_POINTS = {"kafka": ("kafka_before_marker", "kafka_after_marker")}
 POINTS = STAGE_POINTS + PIPELINE_POINTS + tuple(p for points in SINK_POINTS.values() for p in points)
 #: Points of ``barrierflow upgrade`` (:mod:`barrierflow.ops.upgrade`): never reached by a run, so
 #: not among the :data:`POINTS` a chaos run may name.
-UPGRADE_POINTS = ("upgrade_after_rewrite", "upgrade_before_commit", "upgrade_mid_rollback")
+UPGRADE_POINTS = ("upgrade_mid_rewrite", "upgrade_after_rewrite", "upgrade_before_commit",
+                  "upgrade_mid_rollback")
 ENV = "BARRIERFLOW_CRASH_AT"
 _hits: Counter[str] = Counter()
 _lock = threading.Lock()

@@ -4,7 +4,9 @@ A keyed running-totals pipeline (generator -> ``count`` and ``value_sum`` per ke
 RocksDB state) runs, is savepointed and upgraded to a spec whose aggregation also keeps
 ``value_max`` (declared default 500; its canary runs one checkpoint, deep-verified, then
 commits it), runs, is savepointed and upgraded to a spec without ``value_sum`` (no canary), and
-runs to the end of its bounded input. Without a declared default the upgrade
+runs to the end of its bounded input. The first upgrade is SIGKILLed once in its rewrite
+(``upgrade_mid_rewrite``: the rewritten state stored, the new savepoint not recorded) and run
+again, which makes the rewrite anew (under the same id: no manifest took it). Without a declared default the upgrade
 is refused naming the column and where to declare it, and its dry run says so.
 
 What the output must show (every update of every key, across the three attempts):
@@ -20,6 +22,10 @@ What the output must show (every update of every key, across the three attempts)
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +34,7 @@ from barrierflow.checkpointing.manifest import CheckpointKind, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.savepoint import savepoint
 from barrierflow.ops.upgrade import UpgradeResult, upgrade
+from barrierflow.ops.upgrade_record import UpgradeStep, read_record
 from barrierflow.spec import load_spec
 
 from tests.support.in_session_runs import run_spec as _run
@@ -73,11 +80,33 @@ def records(before: Manifest | None = None, after: Manifest | None = None) -> li
     return out
 
 
-def _upgrade(spark: Any, old: Path, new: Path, store: CheckpointStore, canary: int) -> tuple[Manifest, UpgradeResult]:
-    """Savepoint ``old``, upgrade it to ``new`` with a canary of ``canary`` checkpoints, check the
-    source savepoint is untouched and the new one resumes one batch later at the same offsets."""
+def _killed_in_rewrite(old: Path, new: Path, store: CheckpointStore, canary: int) -> int:
+    """``barrierflow upgrade old --to new`` SIGKILLed at ``upgrade_mid_rewrite`` (every part of
+    the new savepoint stored, the savepoint not recorded): the record stays at ``report`` naming
+    an id that is no checkpoint. Returns that id."""
+    from tests.drivers import short_lived_driver_env
+
+    done = subprocess.run([sys.executable, "-m", "barrierflow.cli.main", "upgrade", str(old), "--to", str(new),
+                           "--canary-checkpoints", str(canary)],
+                          env={**os.environ, **short_lived_driver_env(), "BARRIERFLOW_CRASH_AT": "upgrade_mid_rewrite"},
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    record = read_record(store.objects)
+    assert record is not None and record.step is UpgradeStep.REPORT, record
+    assert record.savepoint != record.source_savepoint
+    assert record.savepoint not in store.checkpoint_ids(include_abandoned=True)
+    return record.savepoint
+
+
+def _upgrade(spark: Any, old: Path, new: Path, store: CheckpointStore, canary: int,
+             killed_in_rewrite: bool = False) -> tuple[Manifest, UpgradeResult]:
+    """Savepoint ``old``, upgrade it to ``new`` with a canary of ``canary`` checkpoints (after one
+    ``upgrade`` killed in its rewrite, when ``killed_in_rewrite``: this one continues it), check
+    the source savepoint is untouched and the new one resumes one batch later at the same
+    offsets."""
     source = savepoint(old).checkpoint_id
     untouched = store.get(source).model_dump_json()
+    abandoned = _killed_in_rewrite(old, new, store, canary) if killed_in_rewrite else None
     before = spark.conf.get(SHUFFLE)
     try:
         result = upgrade(old, new, dry_run=False, spark=spark, canary_checkpoints=canary)
@@ -89,6 +118,8 @@ def _upgrade(spark: Any, old: Path, new: Path, store: CheckpointStore, canary: i
     assert result.savepoint > source and made.kind is CheckpointKind.SAVEPOINT
     assert made.spark_batch_id == store.get(source).spark_batch_id + 1
     assert made.barrier_offsets == store.get(source).barrier_offsets
+    if abandoned is not None:  # made anew, under the id the killed rewrite had taken: no manifest used it
+        assert result.savepoint == abandoned
     return store.get(source), result
 
 
@@ -113,7 +144,7 @@ def test_a_value_column_added_with_its_default_then_one_dropped(spark: Any, tmp_
     assert "value column added: max(value) AS value_max: bigint; no default is declared" in err, err
     assert "transformation.state_defaults (value_max: VALUE, or null" in err and "Nothing was changed" in err, err
 
-    first, added = _upgrade(spark, base, wider, store, canary=1)
+    first, added = _upgrade(spark, base, wider, store, canary=1, killed_in_rewrite=True)
     assert added.value_columns == {"valcols": f"added value_max (default {DEFAULT})"}, added.value_columns
     assert added.canary["step"] == "canary-passed" and len(added.canary["verified"]) == 1, added.canary
     _run(spark, wider, checkpoints=2)

@@ -633,6 +633,7 @@ def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, se
                             target, source, copy.files, copy.directory, copy.batch_id, copy.state_bases,
                             checkpoint_id=made))
                         timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began
+                crash_point("upgrade_mid_rewrite", pipeline=old.name, savepoint=made)
                 began = time.perf_counter()
                 new.cuts.record_cut(made, parts)
                 timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began

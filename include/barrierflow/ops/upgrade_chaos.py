@@ -26,7 +26,8 @@ through *upgrades*, each:
    ``[min-gap, max-gap]`` s, landing in whatever the upgrade is doing: the JVM start and
    compatibility report, the restore, the canary, the commit or the rollback) or
    *armed* (``--point-share`` of them: ``BARRIERFLOW_CRASH_AT=POINT@HIT`` at a point the
-   upgrade's recorded step can still reach: ``upgrade_after_rewrite``, a protocol point of the
+   upgrade's recorded step can still reach: ``upgrade_mid_rewrite`` (a rewrite's parts stored, its
+   savepoint not yet recorded), ``upgrade_after_rewrite``, a protocol point of the
    canary's checkpoints (``mid_epoch``, ``during_upload``, ``after_precommit``,
    ``after_manifest``, ``after_global_manifest`` of several stages), ``upgrade_before_commit``,
    ``upgrade_mid_rollback``; ``--points`` restricts them). After each kill the same command
@@ -182,7 +183,7 @@ class UpgradeChaosRunner(ChaosRunner):
         finals = [p for p, outcome in (("upgrade_before_commit", "passed"), ("upgrade_mid_rollback", "rolled back"))
                   if p in self.upgrade_points and (not self.outcomes or outcome in self.outcomes)]
         canary = [f"{p}@{self.rng.randint(1, self.options.canary)}" for p in self.canary_points]
-        rewrite = [p for p in self.upgrade_points if p == "upgrade_after_rewrite"]
+        rewrite = [p for p in self.upgrade_points if p in ("upgrade_mid_rewrite", "upgrade_after_rewrite")]
         reachable: list[str] = {
             None: [*rewrite, *canary, *finals], UpgradeStep.REPORT: [*rewrite, *canary, *finals],
             UpgradeStep.REWRITTEN: [*canary, *finals], UpgradeStep.CANARY_RUNNING: [*canary, *finals],
