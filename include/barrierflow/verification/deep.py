@@ -110,9 +110,9 @@ def ephemeral_context() -> Any:
 
 
 def run_suite(suite_doc: dict[str, Any], rows: pd.DataFrame | DataFrame, suite_file: str) -> list[CheckResult]:
-    """Step 3: one check per expectation of the suite, in the suite's order, run on ``rows``: a
-    pandas DataFrame (a small table built on the driver, such as a report's) or a Spark DataFrame
-    (state: evaluated by Spark, never collected).
+    """Step 3: one check per expectation of the suite, run on ``rows``: a pandas DataFrame (a
+    small table built on the driver, such as a report's) or a Spark DataFrame (state: evaluated
+    by Spark, never collected).
 
     Two passes: the whole suite with GE's ``BOOLEAN_ONLY`` result format (pass or fail, no
     unexpected values: on a Spark DataFrame of 3.4 M state rows a key-uniqueness expectation
@@ -156,7 +156,7 @@ def _described(kind: str, kwargs: dict[str, Any]) -> str:
 
 def _validate(name: str, configs: list[tuple[str, dict[str, Any]]], rows: pd.DataFrame | DataFrame,
               result_format: str) -> list[Any]:
-    """GE's results of the expectations ``configs`` (type, kwargs) on ``rows``, in their order."""
+    """GE's results of the expectations ``configs`` (type, kwargs) on ``rows``, one per expectation."""
     import great_expectations as gx
     import pandas as pd
     from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
