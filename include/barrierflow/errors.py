@@ -102,8 +102,9 @@ class IncompatibleStateError(UserInputError):
             "with the spec the state was built with as SPEC and the changed one as NEW_SPEC: "
             "`barrierflow upgrade SPEC --to NEW_SPEC --dry-run` says what the change keeps, per stage and "
             "operator (compatible, needs rewrite or incompatible), and without --dry-run, from a savepoint "
-            "(`barrierflow stop SPEC --savepoint`), it rewrites what it can (shuffle partitions of RocksDB "
-            "state) and refuses the rest, naming it (docs/upgrades.md); or start the pipeline from empty state: "
+            "(`barrierflow stop SPEC --savepoint`), it rewrites what it can (of RocksDB state: a rescale, value "
+            "columns added or dropped, the state rebuilt from an input it can replay) and refuses the rest, naming "
+            "it (docs/upgrades.md); or start the pipeline from empty state: "
             "give it a new `work_dir` and a new `checkpoint.storage` in the spec (or delete both, losing every "
             "checkpoint) and run again."
         )

@@ -75,7 +75,7 @@ def test_changed_shuffle_partitions_are_refused_with_exit_2_and_change_nothing(
         session: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """4 -> 8 over the same store: Spark would keep 4 (its offset log's conf wins); the run is
     refused naming the stage, 4 and 8, and the fix, and neither the Spark checkpoint nor the
-    output changes."""
+    output changes. So is ``spark.state_store`` hdfs -> rocksdb (Spark keeps the provider)."""
     data = window_spec(tmp_path)
     path = write(tmp_path, data)
     assert main(["run", str(path), "--until-exhausted", "--quiet", "--duration", "150"]) == 0
@@ -94,6 +94,14 @@ def test_changed_shuffle_partitions_are_refused_with_exit_2_and_change_nothing(
     assert "revert the change" in err and "new `work_dir` and a new `checkpoint.storage`" in err, err
     assert "`barrierflow stop SPEC --savepoint`" in err, err
     assert "`barrierflow upgrade SPEC --to NEW_SPEC --dry-run`" in err, err
+    assert files_of(checkpoint, tmp_path / "out") == before
+
+    # another state store: Spark would keep the checkpoint's provider as silently
+    data["spark"].update({"shuffle_partitions": 4, "state_store": "rocksdb"})
+    write(tmp_path, data)
+    assert main(["run", str(path), "--until-exhausted", "--quiet", "--duration", "150"]) == 2
+    err = capsys.readouterr().err
+    assert "spark.state_store: hdfs -> rocksdb; Spark would keep hdfs" in err, err
     assert files_of(checkpoint, tmp_path / "out") == before
 
 

@@ -184,3 +184,17 @@ def test_silent_seconds_count_only_the_elapsed_part_of_each_period(tmp_path: Pat
     source = load_spec(write_spec(tmp_path, data)).source
     assert [source.silent_seconds(1, t) for t in (1, 3, 6, 8.5, 20)] == [0, 1, 3, 3.5, 4]
     assert source.silent_seconds(0, 20) == 0
+
+
+def test_the_demo_with_a_longer_window_differs_from_the_demo_in_its_window_only() -> None:
+    """examples/demo-20s-window is what its README upgrades the demo to: the same pipeline (name,
+    stores, source, state store, shuffle partitions; paths from the repository, as make sets
+    BARRIERFLOW_HOME), 20-second windows."""
+    root = DEMO.parents[2]
+    longer = load_spec(root / "examples" / "demo-20s-window" / "pipeline.yaml", home=root)
+    demo = load_spec(DEMO, home=root)
+    assert longer.transformation.options == {"window": "20 seconds"}
+    assert demo.transformation.options == {"window": "10 seconds"}
+    assert longer.model_dump(exclude={"transformation", "description"}) == demo.model_dump(
+        exclude={"transformation", "description"})
+    assert longer.spark.state_store == "rocksdb"

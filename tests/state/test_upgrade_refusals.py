@@ -135,3 +135,33 @@ def test_drop_stage_is_for_pipelines_of_several_stages(tmp_path: Path, capsys: p
     err = capsys.readouterr().err
     assert f"--drop-stage applies to pipelines of several stages; {path} has one stage" in err, err
     assert not (tmp_path / "chk").exists() or not any((tmp_path / "chk").rglob("_metadata.json"))
+
+
+def test_keys_that_change_meaning_are_rebuilt_from_a_replayable_input_else_dropped() -> None:
+    """The pure verdicts: a changed grouping key (or a value column's type) needs a rewrite that
+    rebuilds the stage's state when its input replays (``rebuild_refusal`` None), and is
+    incompatible, saying why, when it does not; another state store is incompatible either way."""
+    from barrierflow.ops.upgrade import planned_rebuilds
+    from barrierflow.state.compatibility import REBUILD, Verdict, compare, is_rebuild
+
+    regrouped = {**TOTALS, "grouping keys": ["partition: int"]}
+    retyped = {**TOTALS, "aggregates": ["count(1) AS count: bigint", "sum(value) AS value_sum: double"]}
+    state = StageState("b", [OPERATOR], [TOTALS], "4", {"events": "generator"}, "sink", "rocksdb")
+
+    def verdict(fingerprint: dict[str, Any], refusal: str | None, store: str = "rocksdb") -> Any:
+        planned = PlannedStage("b", [fingerprint], "4", {"events": "generator"}, "sink", {}, refusal, store)
+        _, stages = compare([state], [planned], old_channels={}, new_channels={}, old_storage="s", new_storage="s")
+        return stages[0]
+
+    for changed, what in ((regrouped, "grouping keys changed"), (retyped, "value column value_sum changed")):
+        rebuilt = verdict(changed, None)
+        assert rebuilt.verdict is Verdict.NEEDS_REWRITE and [is_rebuild(f) for f in rebuilt.findings] == [True]
+        assert what in rebuilt.findings[0].reason and REBUILD in rebuilt.findings[0].reason
+        report = CompatibilityReport("p", "old", "new", 1, "checkpoint", [], [rebuilt])
+        assert planned_rebuilds(report) == ["b"]
+        dropped = verdict(changed, "stage b reads a kafka source, whose records ... cannot be read again")
+        assert dropped.verdict is Verdict.INCOMPATIBLE and not any(is_rebuild(f) for f in dropped.findings)
+        assert "would be dropped (no rebuild: stage b reads a kafka source" in dropped.findings[0].reason
+    moved = verdict(TOTALS, None, store="hdfs")
+    assert moved.verdict is Verdict.INCOMPATIBLE, moved.findings
+    assert "spark.state_store rocksdb -> hdfs" in moved.findings[0].reason

@@ -115,6 +115,8 @@ class RecomputeReport:
     #: The held (pre-committed, not yet committed) epochs whose output was compared with the
     #: committed output (:func:`compare_held_output`, an upgrade's canary); empty for ``recompute``.
     held_epochs: list[int] = field(default_factory=list)
+    #: Only windows ending after this were compared (a rebuilt state's canary), else None.
+    ends_after: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -122,6 +124,8 @@ class RecomputeReport:
 
     def message(self) -> str:
         span = f"[{self.start or 'first record'}, {self.end})"
+        if self.ends_after is not None:
+            span += f" ending after {self.ends_after}"
         output = (f"the committed output with the held epochs {self.held_epochs}" if self.held_epochs
                   else "the committed output")
         held = f"; held epochs {self.held_epochs} read uncommitted" if self.held_epochs else ""
@@ -189,11 +193,14 @@ def closed_range(spec: PipelineSpec, store: CheckpointStore, start: datetime | N
     return manifest, watermark, start, end
 
 
-def _in_range(df: DataFrame, spec: PipelineSpec, start: datetime | None, end: datetime) -> DataFrame:
+def _in_range(df: DataFrame, spec: PipelineSpec, start: datetime | None, end: datetime,
+              ends_after: datetime | None = None) -> DataFrame:
     from pyspark.sql import functions as F
 
     first, last = spec.batch.window_columns[0], spec.batch.window_columns[-1]
     out = df.filter(F.col(last) < F.lit(end))  # strictly before: a window ending at the watermark may be open
+    if ends_after is not None:
+        out = out.filter(F.col(last) > F.lit(ends_after))
     return out if start is None else out.filter(F.col(first) >= F.lit(start))
 
 
@@ -297,7 +304,8 @@ def held_output(spec: PipelineSpec, store: CheckpointStore, checkpoint_id: int) 
 def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: CheckpointStore, checkpoint_id: int, *,
                         since: int | None = None, tag: str = "", spec_path: str = "<spec>",
                         recompute: Recomputation | None = None,
-                        report_key: str = CANARY_RECOMPUTE_REPORT_KEY) -> tuple[RecomputeReport, HeldOutput]:
+                        report_key: str = CANARY_RECOMPUTE_REPORT_KEY,
+                        ends_after: int | None = None) -> tuple[RecomputeReport, HeldOutput]:
     """The comparison of what the lake will show once the held epochs up to checkpoint
     ``checkpoint_id`` are committed (the committed ``part-*`` files and :func:`held_output`'s
     write-ahead files, read by Spark where they lie: nothing is committed, moved or collected)
@@ -305,7 +313,10 @@ def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: Checkpoi
     ``checkpoint_id``'s barrier batch ran with (the closed range of :func:`closed_range`, with
     that checkpoint trusted because its output is held). With ``since`` (the checkpoint the held
     epochs continue from), only the windows that start after the newest event time read up to
-    ``since`` (:func:`after_events`): the windows computed from their first record after it. The
+    ``since`` (:func:`after_events`): the windows computed from their first record after it. With
+    ``ends_after`` instead (a checkpoint whose state was rebuilt from the input, so that every
+    window the new definition emits after it holds all its records), every window that ends
+    after the watermark that checkpoint's barrier batch ran with, from the first record. The
     report is stored at
     ``report_key`` of ``store`` (not at :data:`RECOMPUTE_REPORT_KEY`: it is not about committed
     output).
@@ -319,9 +330,12 @@ def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: Checkpoi
     manifest = store.get(checkpoint_id)
     watermark = barrier_watermark(store, manifest)
     start = None if since is None else min(after_events(store.get(since)), watermark)  # min: an empty range
+    after = None
+    if ends_after is not None:
+        start, after = None, barrier_watermark(store, store.get(ends_after))
     paths = [spark_path(sink.path, p.key) for p in committed_parts(sink.path)] + held.files
     report = compare_output(spark, spec, paths, checkpoint_id=checkpoint_id, watermark=watermark, start=start,
-                            end=watermark, tag=tag, spec_path=spec_path, recompute=recompute)
+                            end=watermark, tag=tag, spec_path=spec_path, recompute=recompute, ends_after=after)
     report.held_epochs = held.epochs
     store.objects.put_bytes(report_key, json.dumps(report.as_dict(), indent=2, default=str).encode())
     log.info("held output up to checkpoint %d (epochs %s): %s", checkpoint_id, held.epochs, report.message())
@@ -330,11 +344,11 @@ def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: Checkpoi
 
 def compare_output(spark: SparkSession, spec: PipelineSpec, paths: list[str], *, checkpoint_id: int,
                    watermark: datetime, start: datetime | None, end: datetime, tag: str, spec_path: str,
-                   recompute: Recomputation | None) -> RecomputeReport:
+                   recompute: Recomputation | None, ends_after: datetime | None = None) -> RecomputeReport:
     """Compare the output rows in the Parquet files ``paths`` (none: no rows) with the batch
-    recomputation, both restricted to the windows in ``[start, end)`` (module docstring); the
-    report is returned, not stored. Only the differences (at most :data:`MAX_LISTED`) reach
-    the driver."""
+    recomputation, both restricted to the windows in ``[start, end)`` (module docstring) and,
+    with ``ends_after``, to those that end after it; the report is returned, not stored. Only the
+    differences (at most :data:`MAX_LISTED`) reach the driver."""
     from pyspark.sql import functions as F
 
     settings = spec.batch
@@ -353,8 +367,8 @@ def compare_output(spark: SparkSession, spec: PipelineSpec, paths: list[str], *,
         raise OutputColumnsError(
             f"pipeline {spec.name!r}: output columns {missing_columns} (batch.window_columns, batch.keys, "
             "batch.measures of the spec) are not in the output; set them in the spec")
-    stream = _in_range(output, spec, start, end)
-    batch = _in_range(recomputed, spec, start, end)
+    stream = _in_range(output, spec, start, end, ends_after)
+    batch = _in_range(recomputed, spec, start, end, ends_after)
 
     def shown(df: DataFrame) -> DataFrame:
         return df.select(*[F.date_format(c, _ISO).alias(c) if dict(df.dtypes)[c].startswith("timestamp")
@@ -392,4 +406,5 @@ def compare_output(spark: SparkSession, spec: PipelineSpec, paths: list[str], *,
     return RecomputeReport(
         pipeline=spec.name, checkpoint_id=checkpoint_id, watermark=watermark.isoformat(),
         start=start.isoformat() if start else None, end=end.isoformat(), stream_rows=stream_rows,
-        batch_rows=batch_rows, differences=listed, difference_count=total, tag=tag)
+        batch_rows=batch_rows, differences=listed, difference_count=total, tag=tag,
+        ends_after=ends_after.isoformat() if ends_after else None)

@@ -826,6 +826,8 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
             print(f"stage {stage}: state rescaled {was} -> {now} partitions")
         for stage, change in outcome.value_columns.items():
             print(f"stage {stage}: aggregation state rewritten: {change}")
+        for stage in outcome.rebuilt:
+            print(f"stage {stage}: state rebuilt from its input, replayed to the savepoint")
         for stage in outcome.added:
             print(f"stage {stage}: added, starts on empty state")
         for stage in outcome.dropped:

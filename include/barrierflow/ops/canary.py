@@ -168,13 +168,16 @@ def _not_applicable(pipeline: OpenedPipeline, stage: Stage) -> str:
 
 
 def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpoint_id: int,
-                          since: int | None) -> list[OutputComparison]:
+                          since: int | None, rebuilt: frozenset[str] = frozenset()) -> list[OutputComparison]:
     """The stream-vs-batch comparison of the canary's output up to its cut ``checkpoint_id``
     (module docstring), over the windows the canary computed entirely: those that start after
     the newest event time read up to the cut ``since`` it was restored from (None: from the first
     record; a cut that records no event time: not applicable) and end before the watermark
     of ``checkpoint_id`` (the old spec's windows are not compared: a new spec may mean to compute
-    them differently, and the range stays the canary's, however long the pipeline ran). One
+    them differently, and the range stays the canary's, however long the pipeline ran). The
+    output of a stage in ``rebuilt`` (its state rebuilt from its input by the upgrade,
+    :mod:`barrierflow.state.rebuild`) is compared over every window that ends after the
+    watermark of ``since`` instead, from the first record: each holds all its records. One
     entry per Parquet output of ``pipeline`` (a single stage's sink, or each final stage's); a
     pipeline without one gets one entry saying so (``ran`` False), and so does an output with no
     window in the range (a canary of more checkpoints covers more event time). Each
@@ -220,15 +223,19 @@ def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpo
                              spec_path=pipeline.spec_path)
         began = time.perf_counter()
         try:
-            report, held = compare_held_output(spark, side.spec, stage.store, checkpoint_id, since=since,
+            whole = stage.name in rebuilt and since is not None
+            report, held = compare_held_output(spark, side.spec, stage.store, checkpoint_id,
+                                               since=None if whole else since, ends_after=since if whole else None,
                                                tag="upgrade-canary", spec_path=pipeline.spec_path, recompute=replay)
         except (OutputColumnsError, NoEventTimeError) as exc:
             results.append(OutputComparison(label, ran=False, reason=str(exc)))
             continue
         if report.batch_rows == 0 and report.stream_rows == 0:
+            span = (f"ending after {report.ends_after}, before {report.end}" if report.ends_after is not None
+                    else f"both started and closed within the canary's event time [{report.start}, {report.end})")
             results.append(OutputComparison(label, ran=False, reason=(
-                f"no window both started and closed within the canary's event time [{report.start}, {report.end}): "
-                "nothing to compare; a canary of more checkpoints (--canary-checkpoints) covers more")))
+                f"no window {span}: nothing to compare; a canary of more checkpoints (--canary-checkpoints) covers "
+                "more")))
             continue
         results.append(OutputComparison(
             label, ran=True, passed=report.passed, checkpoint_id=checkpoint_id, held_epochs=held.epochs,
@@ -309,13 +316,14 @@ class _Verifier:
 
 
 def run_canary(pipeline: OpenedPipeline, spark: SparkSession, checkpoints: int, *,
-               compare: bool = True) -> CanaryOutcome:
+               compare: bool = True, rebuilt: frozenset[str] = frozenset()) -> CanaryOutcome:
     """Run ``pipeline`` (restored for its spec, not running) until ``checkpoints`` cuts completed
     (or, for bounded sources, its input ended), commit nothing of its final sinks, and
     deep-verify every stage's checkpoint of every cut it completed (module docstring), each
     while the canary runs on (:class:`_Verifier`); the first failed check stops the canary
     early. Once all passed, and with ``compare``, the canary's output up to its last cut is
-    compared with the batch recomputation (:func:`compare_canary_output`); a difference, or a
+    compared with the batch recomputation (:func:`compare_canary_output`; ``rebuilt``: the stages
+    whose state the upgrade rebuilt from their input); a difference, or a
     comparison that cannot be made, fails the canary. A run that fails (a query died, its
     checkpoints kept failing, the embedded broker did not start) is a failed canary, not an
     error.
@@ -351,7 +359,7 @@ def run_canary(pipeline: OpenedPipeline, spark: SparkSession, checkpoints: int, 
     if not compare:
         return CanaryOutcome(done, reports)
     try:
-        comparisons = compare_canary_output(pipeline, spark, done[-1], max(before, default=None))
+        comparisons = compare_canary_output(pipeline, spark, done[-1], max(before, default=None), rebuilt)
     except BarrierflowError as exc:
         return CanaryOutcome(done, reports, f"the stream-vs-batch comparison of the canary's output up to "
                                             f"{pipeline.cut_noun} {done[-1]} could not be made: {exc}")

@@ -102,8 +102,10 @@ from barrierflow.state.compatibility import (
     StageState,
     Verdict,
     compare,
+    is_rebuild,
 )
 from barrierflow.state.reader import has_state, open_state
+from barrierflow.state.rebuild import rebuild_refusal
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -156,10 +158,11 @@ class UpgradeResult:
         dropped: the stages dropped with their state (named with ``drop_stages``).
         value_columns: stage -> the value columns its aggregation's rewrite added (with their
             defaults) and dropped.
+        rebuilt: the stages whose state was rebuilt from their input (:mod:`barrierflow.state.rebuild`).
         timings: seconds per step of this invocation (``materialize``, ``repartition``,
-            ``rewrite`` (a value-column rewrite), ``record``, ``restore``, ``canary`` (with its
-            comparison), ``canary_compare`` (the stream-vs-batch comparison alone, when one ran),
-            ``commit``, ``total``).
+            ``rewrite`` (a value-column rewrite), ``rebuild`` (replay and transfer), ``record``,
+            ``restore``, ``canary`` (with its comparison), ``canary_compare`` (the stream-vs-batch
+            comparison alone, when one ran), ``commit``, ``total``).
         location: where the savepoint the new spec was restored from is stored.
         canary: ``checkpoints`` (asked for), ``verified`` (cut ids whose every stage's checkpoint
             passed deep verification, committed once it passed), ``attempts`` (canaries started:
@@ -181,12 +184,14 @@ class UpgradeResult:
     dropped: tuple[str, ...] = ()
     canary: dict[str, Any] = field(default_factory=dict)
     value_columns: dict[str, str] = field(default_factory=dict)
+    rebuilt: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"report": self.report.as_dict(), "source_savepoint": self.source_savepoint,
                 "savepoint": self.savepoint, "location": self.location,
                 "rescaled": {s: {"from": a, "to": b} for s, (a, b) in self.rescaled.items()},
                 "added": list(self.added), "dropped": list(self.dropped), "value_columns": self.value_columns,
+                "rebuilt": list(self.rebuilt),
                 "attempt": self.attempt, "canary": self.canary,
                 "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
@@ -254,7 +259,8 @@ def report_for(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLi
                         spark_spec=stage.spec.spark, scratch=scratch, require_state=False) as snapshot:
             operators = snapshot.operators() if has_state(manifest) else []
             states.append(StageState(stage.name, operators, snapshot.fingerprint(),
-                                     snapshot.recorded_shuffle_partitions(), _sources(stage), _sink(stage)))
+                                     snapshot.recorded_shuffle_partitions(), _sources(stage), _sink(stage),
+                                     stage.spec.spark.state_store))
     from barrierflow.runtime.state_compat import planned_fingerprint
 
     planned = []
@@ -264,7 +270,8 @@ def report_for(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLi
                                               source_type=stage.source_type, scratch_dir=empty)
             planned.append(PlannedStage(stage.name, fingerprint, shuffle_partitions(stage.spec.spark),
                                         _sources(stage), _sink(stage),
-                                        dict(stage.spec.transformation.state_defaults)))
+                                        dict(stage.spec.transformation.state_defaults), rebuild_refusal(stage),
+                                        stage.spec.spark.state_store))
     graph, stages = compare(states, planned, old_channels=_channels(old), new_channels=_channels(new),
                             old_storage=old.storage, new_storage=new.storage)
     return CompatibilityReport(old.name, str(spec_path), str(new_spec_path), cid, old.cut_noun, graph, stages)
@@ -396,8 +403,17 @@ def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: 
     for verdict in report.stages:
         if verdict.stage in dropped or verdict.stage not in old_names:
             continue
+        rebuilt = any(is_rebuild(f) for f in verdict.findings)
         for finding in verdict.findings:
             if finding.verdict is Verdict.COMPATIBLE:
+                continue
+            if rebuilt and finding.verdict is Verdict.NEEDS_REWRITE and not finding.subject.endswith(RESCALE):
+                continue  # the replay computes the new definition's state whatever else changed in it
+            if rebuilt and finding.subject.endswith(RESCALE):
+                problems.append(
+                    f"{finding.subject}: {finding.reason}, and stage {verdict.stage}'s state is rebuilt from its input "
+                    "too; a rebuild and a rescale of the same stage in one upgrade is not yet supported: upgrade "
+                    "twice, once with the old shuffle partitions, then with the new")
                 continue
             if finding.verdict is Verdict.NEEDS_REWRITE and is_value_change(finding):
                 if "no default is declared" in finding.reason:
@@ -425,6 +441,12 @@ def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: 
             "Nothing was changed.")
 
 
+def planned_rebuilds(report: CompatibilityReport) -> list[str]:
+    """The stages whose state the upgrade rebuilds from their input (a finding
+    :func:`~barrierflow.state.compatibility.is_rebuild`), in the report's order."""
+    return [v.stage for v in report.stages if any(is_rebuild(f) for f in v.findings)]
+
+
 def is_value_change(finding: Finding) -> bool:
     """Whether ``finding`` is a value column added to or dropped from an aggregation."""
     return finding.reason.startswith(("value column added:", "value column dropped:", "value columns dropped:"))
@@ -446,7 +468,8 @@ def _planned_value_changes(report: CompatibilityReport, old: OpenedPipeline, new
     with tempfile.TemporaryDirectory(prefix="barrierflow-upgrade-", dir=scratch) as empty:
         for target in new.stages:
             verdict, was = verdicts.get(target.name), old_stages.get(target.name)
-            if was is None or verdict is None or not any(is_value_change(f) for f in verdict.findings):
+            if (was is None or verdict is None or not any(is_value_change(f) for f in verdict.findings)
+                    or any(is_rebuild(f) for f in verdict.findings)):  # a rebuilt stage's values are the replay's
                 continue
             where = f"stage {was.name} of pipeline {old.name}"
             if was.spec.spark.state_store != "rocksdb":
@@ -538,15 +561,16 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
         report = report_for(spec_path, new_spec_path, checkpoint_id=source, spark=session, scratch=scratch)
         refuse_stage_changes(report, old, new, drop_stages)
         rescaled = _planned_rescale(report, old, new)
+        rebuilt = planned_rebuilds(report)
         values = _planned_value_changes(report, old, new, session, scratch)
         added = [s.name for s in new.stages if s.name not in {o.name for o in old.stages}]
-        rewrite = bool(rescaled or added or drop_stages or values)
+        rewrite = bool(rescaled or added or drop_stages or values or rebuilt)
         record = write_record(objects, UpgradeRecord(
             pipeline=old.name, spec=spec_path, new_spec=new_spec_path, new_spec_sha256=digest,
             step=UpgradeStep.REPORT, source_savepoint=source,
             savepoint=next_cut_id(new.cuts, [*old.stages, *new.stages]) if rewrite else source,
             rescaled={k: list(v) for k, v in rescaled.items()}, added=added, dropped=list(drop_stages),
-            value_columns={k: v.describe() for k, v in values.items()},
+            value_columns={k: v.describe() for k, v in values.items()}, rebuilt=rebuilt,
             canary_checkpoints=canary_checkpoints, canary_compare=canary_compare), UpgradeStep.REPORT)
     else:
         report = report_for(spec_path, new_spec_path, checkpoint_id=record.source_savepoint, spark=session,
@@ -581,7 +605,7 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
                          canary={"checkpoints": record.canary_checkpoints, "verified": record.verified,
                                  "attempts": record.canary_attempts, "step": record.step.value,
                                  "comparison": record.comparison},
-                         value_columns=dict(record.value_columns))
+                         value_columns=dict(record.value_columns), rebuilt=tuple(record.rebuilt))
 
 
 def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, session: SparkSession,
@@ -592,6 +616,7 @@ def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, se
     rescaled stage, or one whose value columns change (``values``; ``planned``: the new
     fingerprints), its rewritten checkpoint, the others the source's carried over, an added one
     an empty one; a dropped stage none), written by the pipeline's cuts. Then ``rewritten``."""
+    from barrierflow.state.rebuild import rebuild_state
     from barrierflow.state.rescale import rescale_checkpoint
     from barrierflow.state.value_columns import rewrite_value_columns
 
@@ -612,7 +637,11 @@ def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, se
                         parts[target.name] = (target.store, empty_savepoint(target, made))
                         continue
                     source = was.store.get(record.source_savepoint)
-                    if target.name in values:
+                    if target.name in record.rebuilt:
+                        step, rewritten = "rebuild", rebuild_state(
+                            session, pipeline=old.name, stage=target, store=was.store, manifest=source,
+                            spec_path=new.spec_path, fingerprint=planned[target.name], scratch=scratch)
+                    elif target.name in values:
                         step, rewritten = "rewrite", rewrite_value_columns(
                             session, pipeline=old.name, stage=target.name, store=was.store, manifest=source,
                             spark_spec=target.spec.spark, change=values[target.name],
@@ -640,9 +669,9 @@ def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, se
             finally:
                 for stage in new.stages:
                     stage.store.fence = None
-        log.info("pipeline %s: savepoint %d rewritten as savepoint %d (rescaled %s, value columns %s, added %s, "
-                 "dropped %s)", old.name, record.source_savepoint, made, record.rescaled, record.value_columns,
-                 record.added, record.dropped)
+        log.info("pipeline %s: savepoint %d rewritten as savepoint %d (rescaled %s, value columns %s, rebuilt %s, "
+                 "added %s, dropped %s)", old.name, record.source_savepoint, made, record.rescaled,
+                 record.value_columns, record.rebuilt, record.added, record.dropped)
     return write_record(objects, record, UpgradeStep.REWRITTEN)
 
 
@@ -655,7 +684,8 @@ def _canary(record: UpgradeRecord, new: OpenedPipeline, session: SparkSession,
     if record.canary_checkpoints == 0:
         return write_record(new.objects, record, UpgradeStep.CANARY_PASSED, verified=[], comparison={})
     began = time.perf_counter()
-    outcome = run_canary(new, session, record.canary_checkpoints, compare=record.canary_compare)
+    outcome = run_canary(new, session, record.canary_checkpoints, compare=record.canary_compare,
+                         rebuilt=frozenset(record.rebuilt))
     timings["canary"] = time.perf_counter() - began
     compared = sum(c.seconds for c in outcome.comparisons)
     if compared:

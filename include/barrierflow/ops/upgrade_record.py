@@ -108,6 +108,7 @@ class UpgradeRecord(BaseModel):
         added: the stages the new spec adds (their part of the new cut starts empty).
         dropped: the stages dropped with their state (``--drop-stage``).
         value_columns: stage -> what its aggregation's value-column rewrite adds and drops.
+        rebuilt: the stages whose state is rebuilt from their input (replayed to the savepoint).
         canary_checkpoints: how many completed checkpoints the canary must pass.
         canary_attempts: how many times a canary was started (a rerun after a crash restarts it).
         verified: the canary checkpoints that passed verification, in order.
@@ -133,6 +134,7 @@ class UpgradeRecord(BaseModel):
     added: list[str] = Field(default_factory=list)
     dropped: list[str] = Field(default_factory=list)
     value_columns: dict[str, str] = Field(default_factory=dict)
+    rebuilt: list[str] = Field(default_factory=list)
     canary_checkpoints: int = 3
     canary_attempts: int = 0
     verified: list[int] = Field(default_factory=list)

@@ -176,7 +176,8 @@ class StageRunner:
     def _refuse_incompatible(self, frame: DataFrame) -> None:
         stage = self.stage
         check_state_compatible(frame, stage.layout.spark_checkpoint, pipeline=self.pipeline, stage=stage.name,
-                               shuffle_partitions=shuffle_partitions(stage.spec.spark))
+                               shuffle_partitions=shuffle_partitions(stage.spec.spark),
+                               state_store=stage.spec.spark.state_store)
 
     def start_query(self, spark: SparkSession, *, spec_path: str, run: StageRun, fence: FenceToken | None,
                     check_work_dir: bool = True, wait: bool = True) -> StreamingQuery:

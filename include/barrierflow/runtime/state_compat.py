@@ -26,6 +26,8 @@ What is compared:
   spec's ``spark`` block now gives (:func:`~barrierflow.spark.session.shuffle_partitions`:
   what the session has when a stage's query starts,
   :func:`~barrierflow.spark.session.apply_query_conf`);
+* the state store: the provider class in that ``conf`` against ``spark.state_store`` (Spark
+  keeps the checkpoint's provider whatever the session says);
 * the streaming sources: what Spark names each source of the query
   (:func:`streaming_sources`, in plan order, a file source's path left out), against the
   ones recorded with the fingerprint (or, for a fingerprint recorded before sources were,
@@ -61,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 from barrierflow.checkpointing.snapshot import STATE_FINGERPRINT
 from barrierflow.errors import IncompatibleStateError
 from barrierflow.spark import commit_log, offset_log
-from barrierflow.spark.session import SHUFFLE_PARTITIONS
+from barrierflow.spark.session import PROVIDER_CLASS, PROVIDERS, SHUFFLE_PARTITIONS
 from barrierflow.storage.object_dir import CheckpointDir, ObjectDir, as_checkpoint_dir
 
 if TYPE_CHECKING:
@@ -315,29 +317,39 @@ def _source_change(root: CheckpointDir, planned: list[int], recorded: list[str] 
 
 
 def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str] | ObjectDir, *, shuffle_partitions: str,
-                           pipeline: str, stage: str) -> None:
+                           pipeline: str, stage: str, state_store: str | None = None) -> None:
     """Refuse a stage's query over state it cannot honour (module docstring); record the
     stage's fingerprint when it starts on empty state (or state without one).
 
     Args:
         shuffle_partitions: what the spec now gives (:func:`~barrierflow.spark.session.shuffle_partitions`).
+        state_store: the spec's ``spark.state_store`` (``hdfs``, ``rocksdb``; None: not compared).
         frame: the stage's streaming DataFrame, not yet started.
         checkpoint: the stage's Spark checkpoint directory.
         pipeline, stage: the names the error gives.
 
     Raises:
-        IncompatibleStateError: the shuffle partitions, the streaming sources or the stateful operators differ from
-            the state's, naming the pipeline, the stage, ``old -> new`` and the fix.
+        IncompatibleStateError: the shuffle partitions, the state store, the streaming sources or the stateful
+            operators differ from the state's, naming the pipeline, the stage, ``old -> new`` and the fix.
     """
     root = as_checkpoint_dir(checkpoint)
     planned = offset_log.planned_batches(root)
     if planned:
-        recorded = offset_log.read_offset_metadata(root, planned[-1]).get("conf", {}).get(SHUFFLE_PARTITIONS)
+        conf = offset_log.read_offset_metadata(root, planned[-1]).get("conf", {})
+        recorded = conf.get(SHUFFLE_PARTITIONS)
         now = shuffle_partitions
         if recorded is not None and str(recorded) != now:
             raise IncompatibleStateError(
                 pipeline=pipeline, stage=stage, state=str(root),
                 change=f"spark.shuffle_partitions: {recorded} -> {now}; Spark would keep {recorded}")
+        provider = conf.get(PROVIDER_CLASS)
+        kept = next((name for name, cls in PROVIDERS.items() if cls == provider), provider)
+        if state_store is not None and provider is not None and kept != state_store:
+            raise IncompatibleStateError(
+                pipeline=pipeline, stage=stage, state=str(root),
+                change=(f"spark.state_store: {kept} -> {state_store}; Spark would keep {kept} (the state's files are "
+                        f"{kept}'s): keep spark.state_store: {kept}, or start the pipeline on empty state with a new "
+                        "work_dir and checkpoint.storage"))
     fingerprint, sources = stateful_fingerprint(frame), streaming_sources(frame)
     path = root / FINGERPRINT_FILE
     recorded = _read_fingerprint(path)

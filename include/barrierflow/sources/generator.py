@@ -30,6 +30,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.sources.planning import PlanningOptions, SourcePlanner
+from barrierflow.sources.registry import REPLAY_UNTIL
 from barrierflow.spec.models import GeneratorSourceSpec
 
 SCHEMA = "partition INT, offset BIGINT, key BIGINT, value BIGINT, event_time TIMESTAMP"
@@ -146,7 +147,8 @@ def _from_us(us: int) -> datetime:
 
 class GeneratorDataSource(DataSource):
     """Options: ``spec`` (GeneratorSourceSpec as JSON), ``control_dir``, ``dead_letter_uri``,
-    ``planning`` (:class:`~barrierflow.sources.planning.PlanningOptions` as JSON, optional)."""
+    ``planning`` (:class:`~barrierflow.sources.planning.PlanningOptions` as JSON, optional),
+    ``replay_until`` (:data:`~barrierflow.sources.registry.REPLAY_UNTIL`, optional: a replay)."""
 
     @classmethod
     def name(cls) -> str:
@@ -167,6 +169,8 @@ class GeneratorStreamReader(DataSourceStreamReader):
         self.dead_letter_uri = options.get("dead_letter_uri", "")
         self._clock_origin: tuple[float, dict[str, int]] | None = None
         self.planner = SourcePlanner(PlanningOptions.from_json(options.get("planning")), self.control)
+        until = options.get(REPLAY_UNTIL)
+        self.until = SourceOffset.from_json(json.loads(until)) if until else None
 
     def __getstate__(self) -> dict[str, Any]:
         # The reader is pickled to the executors; the planner's bookkeeping stays on the driver.
@@ -196,6 +200,8 @@ class GeneratorStreamReader(DataSourceStreamReader):
         }
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
+        if self.until is not None:  # a replay (registry.REPLAY_UNTIL): one batch to the end, then nothing
+            return self.until.to_json()
         begin = SourceOffset.from_json(start)
         end = self.planner.plan(begin, self._available(begin), self.spec.max_records_per_batch,
                                 self._event_times_at, lambda p, t: self.model.offset_at(int(p), t))

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 AnySourceSpec = GeneratorSourceSpec | KafkaSourceSpec
+#: The reader option of a source kind that :attr:`SourceKind.replays_input`: a source offset (its
+#: JSON) that every ``latestOffset`` returns, so a query over a fresh checkpoint reads, in one
+#: batch, every record from the first the pipeline read to that offset, and then nothing more.
+REPLAY_UNTIL = "replay_until"
 #: (source spec, event-time store URI, partition -> end offset) -> partition -> newest event time
 EventTimeLookup = Callable[[AnySourceSpec, str, Mapping[str, int]], dict[str, datetime | None]]
 #: source spec -> partition -> end offset when the source is bounded (a generator with
@@ -94,6 +98,9 @@ class SourceKind:
     read: ReadInput | None = None
     #: the JVM artifact set (barrierflow.jvm) the driver's class path needs; None: PySpark's own jars suffice
     jvm_set: str | None = None
+    #: whether its reader replays its input from the first record the pipeline read to given end
+    #: offsets in one batch (the :data:`REPLAY_UNTIL` option): what rebuilding a stage's state needs
+    replays_input: bool = False
 
 
 def _recorded_event_times(source: AnySourceSpec, event_time_uri: str,
@@ -170,7 +177,7 @@ def reached(offsets: Mapping[str, int] | None, end: Mapping[str, int]) -> bool:
 
 _KINDS: dict[str, SourceKind] = {
     "generator": SourceKind("generator", "barrierflow_generator", _generator_event_times, _generator_end,
-                            _generator_schema),
+                            _generator_schema, replays_input=True),
     "kafka": SourceKind("kafka", "barrierflow_kafka", _recorded_event_times, _kafka_end, _kafka_schema),
     # A Kafka source with reader: spark: Spark's connector unioned with a barrier-only source
     # (sources/spark_kafka.py); the cut is the connector's offsets in Spark's offset log.

@@ -12,11 +12,15 @@ graph with one of three verdicts, each finding saying why:
 * ``needs rewrite``: the state can be carried over, but only rewritten (a rescale when the
   shuffle partitions changed; a value column added to or dropped from an aggregation; a
   changed watermark definition; a stateful operator or stage added, which starts empty; a
-  stage without state removed; the channels between stages changed);
-* ``incompatible``: state would be dropped, named: a stateful operator whose keys change
-  meaning (its window, grouping keys, deduplication keys, join), whose value column changes
-  type, or which the new spec no longer has; a stage with state removed; a source the cut's
-  positions are in replaced; a different checkpoint storage.
+  stage without state removed; the channels between stages changed); or rebuilt from the
+  stage's input (:data:`REBUILD`, :func:`is_rebuild`) where the state cannot be used as it
+  is and the input can be replayed (:attr:`PlannedStage.rebuild_refusal` None): a stateful
+  operator whose keys change meaning (its window, grouping keys, deduplication keys, join),
+  whose value column changes type, or which the new spec no longer has or replaces; a stateful
+  operator added to a stage that has one, or a changed watermark, in such a stage;
+* ``incompatible``: state would be dropped, named: those changes of a stage whose input
+  cannot be replayed (the finding says why not); a stage with state removed; a source the
+  cut's positions are in replaced; a different checkpoint storage.
 
 The verdict of a stage (and of the whole) is the worst of its findings.
 """
@@ -30,12 +34,15 @@ from typing import Any
 
 from barrierflow.state.reader import OperatorSchema
 
-__all__ = ["CompatibilityReport", "Finding", "PlannedStage", "StageState", "StageVerdict", "Verdict", "compare"]
+__all__ = ["REBUILD", "CompatibilityReport", "Finding", "PlannedStage", "StageState", "StageVerdict", "Verdict",
+           "compare", "is_rebuild"]
 
 #: Fingerprint entries that describe a stateful operator's definition but keep no state store of their own.
 NOT_A_STORE = frozenset({"EventTimeWatermark"})
 #: Fields of a fingerprint entry whose change gives the operator's keys another meaning.
 KEY_FIELDS = ("window", "grouping keys", "keys", "join", "description")
+#: What the reason of every finding that a rebuild by replay makes says (:func:`is_rebuild`).
+REBUILD = "a rewrite rebuilds the stage's state from its input"
 _ALIAS = re.compile(r" AS ([^:]+):")
 _MISSING = object()
 
@@ -80,6 +87,8 @@ class StageState:
     shuffle_partitions: str | None
     sources: dict[str, str]
     sink: str
+    #: ``spark.state_store`` of the spec the state was built with (None: not compared)
+    state_store: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,11 @@ class PlannedStage:
     sources: dict[str, str]
     sink: str
     state_defaults: dict[str, Any] = field(default_factory=dict)
+    #: None: the stage's state can be rebuilt by replaying its input (its source replays it, its
+    #: state store is RocksDB: :func:`barrierflow.state.rebuild.rebuild_refusal`); else why not
+    rebuild_refusal: str | None = "its input was not checked for a replay"
+    #: its ``spark.state_store`` (None: not compared)
+    state_store: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,8 +182,27 @@ def _default(value: Any) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def is_rebuild(finding: Finding) -> bool:
+    """Whether ``finding`` is a change the upgrade makes by rebuilding the stage's state from its
+    input (:mod:`barrierflow.state.rebuild`)."""
+    return REBUILD in finding.reason
+
+
+def _dropped_or_rebuilt(subject: str, what: str, rebuild_refusal: str | None) -> Finding:
+    """The finding of a change whose old state the new definition cannot use (``what`` says
+    which): rebuilt from the input when the stage's input replays (``rebuild_refusal`` None),
+    else dropped, saying why no rebuild."""
+    if rebuild_refusal is None:
+        return Finding(Verdict.NEEDS_REWRITE, subject, (
+            f"{what}, so the stored state cannot be used as it is: {REBUILD} (replayed from the first record to the "
+            "savepoint), and the new definition's output starts at the savepoint"))
+    return Finding(Verdict.INCOMPATIBLE, subject,
+                   f"{what}, so its state would be dropped (no rebuild: {rebuild_refusal})")
+
+
 def _operator_findings(stage: str, old: list[dict[str, Any]], new: list[dict[str, Any]],
-                       operators: list[OperatorSchema], defaults: dict[str, Any] | None = None) -> list[Finding]:
+                       operators: list[OperatorSchema], defaults: dict[str, Any] | None = None,
+                       rebuild_refusal: str | None = "not checked") -> list[Finding]:
     findings: list[Finding] = []
     old_ops, new_ops = _stores(old), _stores(new)
     for index in range(max(len(old_ops), len(new_ops))):
@@ -177,30 +210,34 @@ def _operator_findings(stage: str, old: list[dict[str, Any]], new: list[dict[str
         now = new_ops[index] if index < len(new_ops) else None
         if was is None:
             assert now is not None
-            findings.append(Finding(Verdict.NEEDS_REWRITE, f"stage {stage} operator {index} ({now['operator']})",
+            subject = f"stage {stage} operator {index} ({now['operator']})"
+            if rebuild_refusal is None:
+                findings.append(_dropped_or_rebuilt(subject, f"a new stateful operator ({_held(now)})", None))
+                continue
+            findings.append(Finding(Verdict.NEEDS_REWRITE, subject,
                                     f"a new stateful operator ({_held(now)}); it would start on empty state, and "
                                     "Spark restarts no query over a checkpoint that lacks one of its operators"))
             continue
         subject = _name(stage, index, operators, str(was["operator"]))
         if now is None or now.get("operator") != was.get("operator"):
             instead = f"; the new spec has {now['operator']} in its place" if now is not None else ""
-            findings.append(Finding(Verdict.INCOMPATIBLE, subject,
-                                    f"the new spec no longer has this operator{instead}: its state ({_held(was)}) "
-                                    "would be dropped"))
+            findings.append(_dropped_or_rebuilt(
+                subject, f"the new spec no longer has this operator{instead} (its state: {_held(was)})",
+                rebuild_refusal))
             continue
         for key in KEY_FIELDS:
             if was.get(key) != now.get(key):
-                findings.append(Finding(Verdict.INCOMPATIBLE, subject, (
+                findings.append(_dropped_or_rebuilt(subject, (
                     f"{key} changed: {_listed(was.get(key))} -> {_listed(now.get(key))}; the state's keys are "
-                    f"{key} of the old definition, so its state would be dropped")))
+                    f"{key} of the old definition"), rebuild_refusal))
                 break
         else:
             before, after = _aggregates(was), _aggregates(now)
             for alias in sorted(set(before) & set(after)):
                 if before[alias] != after[alias]:
-                    findings.append(Finding(Verdict.INCOMPATIBLE, subject, (
-                        f"value column {alias} changed: {before[alias]} -> {after[alias]}; its stored values "
-                        "would be dropped")))
+                    findings.append(_dropped_or_rebuilt(subject, (
+                        f"value column {alias} changed: {before[alias]} -> {after[alias]}; its stored values are of "
+                        "the old definition"), rebuild_refusal))
             added, dropped = sorted(set(after) - set(before)), sorted(set(before) - set(after))
             for alias in added:
                 declared = (defaults or {}).get(alias, _MISSING)
@@ -215,9 +252,14 @@ def _operator_findings(stage: str, old: list[dict[str, Any]], new: list[dict[str
                     f"value column{'s' if len(dropped) > 1 else ''} dropped: {', '.join(before[d] for d in dropped)};"
                     " a rewrite would remove it from every stored value")))
     if _watermarks(old) != _watermarks(new):
-        findings.append(Finding(Verdict.NEEDS_REWRITE, f"stage {stage} watermark", (
-            f"watermark changed: {_listed(_watermarks(old))} -> {_listed(_watermarks(new))}; the stored "
-            "watermark carries on, and the rewrite records the new definition with the state")))
+        changed = f"watermark changed: {_listed(_watermarks(old))} -> {_listed(_watermarks(new))}"
+        if rebuild_refusal is None:
+            findings.append(_dropped_or_rebuilt(f"stage {stage} watermark", (
+                f"{changed}; what the state holds and evicted follows the old definition"), None))
+        else:
+            findings.append(Finding(Verdict.NEEDS_REWRITE, f"stage {stage} watermark", (
+                f"{changed}; the stored watermark carries on, and the rewrite records the new definition with the "
+                "state")))
     return findings
 
 
@@ -240,6 +282,11 @@ def _stage_verdict(old: StageState, new: PlannedStage) -> StageVerdict:
         findings.append(Finding(Verdict.INCOMPATIBLE, f"stage {stage} source {name}", (
             f"source {name} ({new.sources[name]}) is new and the checkpoint has no position in it; the positions "
             f"in {', '.join(sorted(old.sources))} would be dropped")))
+    if old.operators and old.state_store and new.state_store and old.state_store != new.state_store:
+        findings.append(Finding(Verdict.INCOMPATIBLE, f"stage {stage} state store", (
+            f"spark.state_store {old.state_store} -> {new.state_store}: the state's files are {old.state_store}'s, "
+            f"and Spark keeps the provider a checkpoint was written with; moving state between providers is not "
+            f"supported: keep spark.state_store: {old.state_store}, or start the pipeline on empty state")))
     if old.sink != new.sink:
         findings.append(Finding(Verdict.COMPATIBLE, f"stage {stage} sink", (
             f"sink {old.sink} -> {new.sink}: no state changes; finish the old sink's transactions in doubt first "
@@ -259,7 +306,8 @@ def _stage_verdict(old: StageState, new: PlannedStage) -> StageVerdict:
             f"state, but its offset log records {old.shuffle_partitions}, which Spark would keep; the rewrite "
             "records the new value")))
     if old.fingerprint is not None:
-        findings += _operator_findings(stage, old.fingerprint, new.fingerprint, old.operators, new.state_defaults)
+        findings += _operator_findings(stage, old.fingerprint, new.fingerprint, old.operators, new.state_defaults,
+                                       new.rebuild_refusal)
     elif old.operators:
         findings.append(Finding(Verdict.COMPATIBLE, f"stage {stage}", (
             "the state has no recorded fingerprint (written before barrierflow recorded one), so its operators "

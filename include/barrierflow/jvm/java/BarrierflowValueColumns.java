@@ -10,6 +10,7 @@
  * aggregation buffer and encodes it again, with an UnsafeProjection, as an UnsafeRow of the new
  * buffer: every new field either an old field (by position) or a declared default literal.
  * Keys, partitions and column families are left as they are; nothing is collected to the driver.
+ * transfer() copies another checkpoint's state into this one as a new version, unchanged.
  */
 package barrierflow.jvm;
 
@@ -131,6 +132,20 @@ public final class BarrierflowValueColumns {
    * {@code default:<text>} or {@code null}. Strings only, so that py4j calls it through
    * reflection on this class's own class loader without argument conversions.
    */
+  /**
+   * Write the state the checkpoint at {@code readCheckpoint} holds at batch {@code readBatch} into
+   * the checkpoint at {@code checkpoint} as state version {@code writeBatch} + 1 (its offset log must
+   * hold {@code writeBatch}; its operator metadata and schema files must be the read side's), row
+   * by row as stored: the rebuild of a stage's state by replay (see docs/upgrades.md).
+   */
+  public String transfer(String checkpoint, String readCheckpoint, String readBatch, String writeBatch) {
+    SparkSession spark = SparkSession.active();
+    Configuration conf = spark.sparkContext().hadoopConfiguration();
+    new StateRewriter(spark, Long.parseLong(readBatch), Long.parseLong(writeBatch), checkpoint, conf,
+        Option.apply(readCheckpoint), Option.empty(), Option.empty()).run();
+    return "ok";
+  }
+
   public String rewrite(String checkpoint, String readBatch, String writeBatch, String oldSchemaJson,
                         String newSchemaJson, String plan) {
     SparkSession spark = SparkSession.active();
