@@ -864,8 +864,9 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
             print(f"    {finding.verdict.value}: {finding.subject}: {finding.reason}")
     if report.verdict.value == "needs rewrite":
         print(f"stop the pipeline with 'barrierflow stop {report.spec} --savepoint', then run 'barrierflow upgrade "
-              f"{report.spec} --to {report.new_spec}' (a rescale, a stage added behind a new channel and a stage "
-              "removed with --drop-stage NAME are rewritten; other rewrites are not yet supported)")
+              f"{report.spec} --to {report.new_spec}' (it rewrites a rescale, value columns added with a declared "
+              "default or dropped, a state rebuilt from its input, a stage added behind a new channel and a stage "
+              "removed with --drop-stage NAME; it refuses what it does not rewrite yet, naming it: docs/upgrades.md)")
     return EXIT_RUNTIME if incompatible else EXIT_OK
 
 

@@ -228,8 +228,8 @@ def _operator_findings(stage: str, old: list[dict[str, Any]], new: list[dict[str
         for key in KEY_FIELDS:
             if was.get(key) != now.get(key):
                 findings.append(_dropped_or_rebuilt(subject, (
-                    f"{key} changed: {_listed(was.get(key))} -> {_listed(now.get(key))}; the state's keys are "
-                    f"{key} of the old definition"), rebuild_refusal))
+                    f"{key} changed: {_listed(was.get(key))} -> {_listed(now.get(key))}; the stored keys are of "
+                    f"the old {key}"), rebuild_refusal))
                 break
         else:
             before, after = _aggregates(was), _aggregates(now)
