@@ -93,6 +93,18 @@ def test_hold_admits_nothing_and_injects_nothing() -> None:
     assert plan.end == start and not plan.injects_barrier
 
 
+def test_barriers_only_admits_nothing_but_injects_a_requested_barrier() -> None:
+    """A stop's savepoint, a canary waiting for its verification: the barrier comes in a batch
+    that reads nothing; without a request nothing changes (Spark plans no batch)."""
+    start = _start(p0=1, p1=2)
+    plan = plan_batch(PlanRequest(start, {"0": 100, "1": 100}, requested_barrier=7, barrier_triggered_ms=5,
+                                  barriers_only=True))
+    assert plan.injects_barrier and plan.end.barrier == 7 and plan.end.partitions == start.partitions
+    assert plan.end.barrier_triggered_ms == 5
+    idle = plan_batch(PlanRequest(plan.end, {"0": 100, "1": 100}, requested_barrier=7, barriers_only=True))
+    assert idle.end == plan.end and not idle.injects_barrier
+
+
 def test_paused_partitions_stay() -> None:
     plan = plan_batch(PlanRequest(_start(p0=0, p1=0), {"0": 10, "1": 10}, paused_partitions=frozenset({"1"})))
     assert plan.end.partitions == {"0": 10, "1": 0}

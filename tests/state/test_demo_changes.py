@@ -10,8 +10,9 @@ runs to a known offset and stops with a savepoint;
 
 1. ``spark.shuffle_partitions`` 4 -> 8: the state is rescaled (no canary);
 2. the window 10 s -> 20 s over the rescaled savepoint: the state is rebuilt from the input
-   (replayed to the savepoint), the canary's three checkpoints deep-verified and its output
-   compared with the batch recomputation; then the pipeline runs to the end of its input.
+   (replayed to the savepoint), the canary's checkpoints (three, or fewer once its bounded input
+   ended) deep-verified and its output compared with the batch recomputation; then the pipeline
+   runs to the end of its input.
 
 The output is compared with an independent recount of the generator's records (malformed ones
 skipped, as the pipeline skips them): every 10 s row (the old spec's, closed by the savepoint's
@@ -128,7 +129,7 @@ def test_the_demo_is_rescaled_then_given_a_longer_window_through_upgrade(
     rebuilt = json.loads(out)
     assert rebuilt["rebuilt"] == ["demo"] and rebuilt["source_savepoint"] == rescaled["savepoint"], rebuilt
     comparison = rebuilt["canary"]["comparison"]
-    assert comparison["verdict"] == "matched" and len(rebuilt["canary"]["verified"]) == 3, comparison
+    assert comparison["verdict"] == "matched" and rebuilt["canary"]["verified"], comparison  # bounded: may end sooner
     run(spark, longer, until_exhausted=True, duration=120)
     last = commit_log.latest_committed(open_pipeline(longer).stages[0].layout.spark_checkpoint)
     assert last is not None

@@ -29,6 +29,9 @@ from tests.support.windowed_canary import DOUBLED_WHEN_STREAMING, FIRST, NAME, w
 pytestmark = pytest.mark.spark
 
 SHUFFLE = "spark.sql.shuffle.partitions"
+#: Records per batch and partition of the canary (the new spec): one batch closes a window of 100
+#: ms, so its checkpoints, however few batches each holds, read input whose windows close.
+CANARY_BATCH = 200
 
 
 
@@ -54,7 +57,7 @@ def committed_rows(tmp: Path) -> int:
 def test_a_passing_canary_compares_its_held_output_with_the_batch_recomputation(
         spark: Any, tmp_path: Path, cli: Any) -> None:
     old, store, source = savepointed(spark, tmp_path)
-    new = windowed_spec(tmp_path, "new.yaml")
+    new = windowed_spec(tmp_path, "new.yaml", batch=CANARY_BATCH)
     before = committed_rows(tmp_path)
 
     code, out, err = cli("upgrade", str(old), "--to", str(new), "--canary-checkpoints", "3", "--json")
@@ -87,7 +90,7 @@ def test_a_passing_canary_compares_its_held_output_with_the_batch_recomputation(
 def test_a_canary_whose_output_differs_from_the_batch_rolls_back_though_its_state_verified(
         spark: Any, tmp_path: Path, cli: Any) -> None:
     old, store, source = savepointed(spark, tmp_path)
-    new = windowed_spec(tmp_path, "new.yaml", function=DOUBLED_WHEN_STREAMING)
+    new = windowed_spec(tmp_path, "new.yaml", function=DOUBLED_WHEN_STREAMING, batch=CANARY_BATCH)
 
     code, _, err = cli("upgrade", str(old), "--to", str(new), "--canary-checkpoints", "3")
     assert code == 1, err

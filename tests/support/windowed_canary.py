@@ -38,10 +38,12 @@ def window_counts_doubled_when_streaming(df: DataFrame, ctx: TransformContext) -
     return out.withColumn("value_sum", F.col("value_sum") * 2) if streaming else out
 
 
-def windowed_spec(folder: Path, file: str, *, records: int = RECORDS, function: str = HEALTHY) -> Path:
+def windowed_spec(folder: Path, file: str, *, records: int = RECORDS, function: str = HEALTHY,
+                  batch: int = 50) -> Path:
     """Write ``folder/file``: ``PARTITIONS`` x ``records`` generator records 1 ms of event time
-    apart (50 per batch, ``KEYS`` keys), ``function`` over 100 ms windows with a 50 ms watermark
-    delay, Parquet at ``folder/out``; the state suite fails a window count above 100."""
+    apart (``batch`` per batch and partition, ``KEYS`` keys), ``function`` over 100 ms windows
+    with a 50 ms watermark delay, Parquet at ``folder/out``; the state suite fails a window count
+    above 100."""
     suite = folder / "suite.json"
     suite.write_text(json.dumps({"name": "windows", "expectations": [
         {"type": "expect_column_values_to_be_between",
@@ -49,7 +51,7 @@ def windowed_spec(folder: Path, file: str, *, records: int = RECORDS, function: 
     data = {
         "version": 1, "name": NAME, "work_dir": str(folder / "work"),
         "sources": [{"name": "events", "type": "generator", "partitions": PARTITIONS, "rows_per_second": 0,
-                     "max_records_per_batch": 50, "records_per_partition": records, "keys": KEYS,
+                     "max_records_per_batch": batch, "records_per_partition": records, "keys": KEYS,
                      "event_time_step_ms": 1.0, "event_time_start": "2026-01-01T00:00:00+00:00"}],
         "transformation": {"function": function, "output_mode": "append", "options": {"window": "100 milliseconds"}},
         "event_time": {"column": "event_time", "watermark_delay": "50ms"},

@@ -10,6 +10,9 @@ in a separate long-lived Python worker on the driver host. They share a director
   batch's start offset (see :mod:`barrierflow.barriers.offsets`).
 * ``hold`` — while this file exists the planner admits no new data (used by the synchronous
   snapshot baseline, where processing waits for the upload).
+* ``barriers-only`` — while this file exists the planner admits no new data but still injects a
+  requested barrier, in a batch that reads nothing (a stop's savepoint then waits for no more
+  input; an upgrade's canary reads no input beyond a checkpoint not yet verified).
 * ``replay.json`` — the :class:`~barrierflow.barriers.replay_plan.ReplayPlan` a restore leaves when
   committed epochs must be replayed with their output suppressed. Written by ``restore``
   only; :meth:`ControlChannel.reset` keeps it (it belongs to the restored state).
@@ -46,6 +49,7 @@ class ControlChannel:
 
     REQUEST = "barrier-request.json"
     HOLD = "hold"
+    BARRIERS_ONLY = "barriers-only"
     REPLAY = "replay.json"
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -53,7 +57,7 @@ class ControlChannel:
 
     def reset(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        for name in (self.REQUEST, self.HOLD):
+        for name in (self.REQUEST, self.HOLD, self.BARRIERS_ONLY):
             with contextlib.suppress(FileNotFoundError):
                 (self.directory / name).unlink()
 
@@ -82,6 +86,19 @@ class ControlChannel:
         except (KeyError, TypeError, ValueError):
             triggered_ms = None  # a request written before it carried the trigger time
         return BarrierRequest(checkpoint_id, triggered_ms)
+
+    def set_barriers_only(self, on: bool) -> None:
+        """Admit no new data, but inject requested barriers (``on``), or admit data again."""
+        path = self.directory / self.BARRIERS_ONLY
+        if on:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def barriers_only(self) -> bool:
+        return (self.directory / self.BARRIERS_ONLY).exists()
 
     def set_hold(self, hold: bool) -> None:
         path = self.directory / self.HOLD

@@ -6,7 +6,9 @@ Pure and deterministic: :func:`plan_batch` maps a :class:`PlanRequest` to a
 Rules, in order:
 
 1. **Hold** (the synchronous-snapshot baseline, or an operator pause): every partition stays
-   where it is and no barrier is injected; Spark then plans no batch.
+   where it is and no barrier is injected; Spark then plans no batch. **Barriers only** (a
+   stop's savepoint, a canary waiting for a verification): every partition stays where it is,
+   but a requested barrier is injected: a batch that reads nothing carries it.
 2. **Advance**: each partition moves to ``min(available, start + max_records_per_partition)``
    and never backwards; paused partitions (watermark alignment) stay put, and a partition with
    an entry in ``partition_caps`` (watermark alignment's event-time ceiling) ends at most there.
@@ -40,6 +42,7 @@ class PlanRequest:
     paused_partitions: frozenset[str] = field(default_factory=frozenset)
     replay_end: Mapping[str, int] | None = None
     partition_caps: Mapping[str, int] = field(default_factory=dict)
+    barriers_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ def plan_batch(request: PlanRequest) -> BatchPlan:
     start = request.start.partitions
     if request.hold:
         return BatchPlan(request.start, injects_barrier=False)
+    if request.barriers_only:
+        return _with_barrier(request, dict(start))
     if request.replay_end is not None:
         replay = request.replay_end
         names = sorted(start.keys() | replay.keys())

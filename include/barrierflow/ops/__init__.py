@@ -26,6 +26,7 @@ written once.
 :mod:`.upgrade`               the compatibility report of a spec change, and the change (rewrite, restore, canary)
 :mod:`.canary`                run a restored new spec with its commits held and deep-verify its checkpoints
 :mod:`.upgrade_record`        the persisted steps of an upgrade (continued by the same command; shown)
+:mod:`.state_rebuild`         rebuild a stage's state by replaying its input (an upgrade whose keys change meaning)
 ============================  =====================================================
 
 Each takes the spec file's path and opens the pipeline once with

@@ -176,7 +176,7 @@ def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpo
     of ``checkpoint_id`` (the old spec's windows are not compared: a new spec may mean to compute
     them differently, and the range stays the canary's, however long the pipeline ran). The
     output of a stage in ``rebuilt`` (its state rebuilt from its input by the upgrade,
-    :mod:`barrierflow.state.rebuild`) is compared over every window that ends after the
+    :mod:`barrierflow.ops.state_rebuild`) is compared over every window that ends after the
     watermark of ``since`` instead, from the first record: each holds all its records. One
     entry per Parquet output of ``pipeline`` (a single stage's sink, or each final stage's); a
     pipeline without one gets one entry saying so (``ran`` False), and so does an output with no
@@ -282,6 +282,10 @@ class _Verifier:
         with self._lock:
             return bool(self.failure)
 
+    def waiting(self) -> bool:
+        """Whether a submitted cut's verification has not ended yet."""
+        return any(not f.done() for f in self._futures)
+
     def poll(self, completed_count: int | None = None) -> None:
         if completed_count is not None and completed_count == self._count:
             return
@@ -315,18 +319,51 @@ class _Verifier:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+class _VerifiedInput:
+    """The canary reads no input beyond a cut not yet verified: every tick, once the verifier
+    has a cut to verify, the source stages admit no new input (barriers only) and no new cut is
+    triggered, until its verification ended (the next cut then comes a full checkpoint interval
+    of input later, as in any run: the canary's cuts cover as much input as without the wait);
+    so the first verdict comes as soon as the
+    verification alone takes (it does not share the cores with the canary's next batches), and
+    a failing canary has read nothing beyond its first failed cut."""
+
+    def __init__(self, driver: PipelineRunner, verifier: _Verifier) -> None:
+        self._driver, self._verifier = driver, verifier
+        self._limit: int | None = None
+        self._holding = False
+
+    def tick(self) -> None:
+        keeper = self._driver.keeper
+        self._verifier.poll(keeper.completed_count)
+        cutter = keeper.cutter
+        waiting = self._verifier.waiting()
+        if waiting and not self._holding:
+            self._holding = True
+            self._driver.barriers_only(True)
+            if cutter is not None:
+                self._limit = cutter.trigger_limit
+                cutter.trigger_limit = keeper.completed_count  # nothing more is triggered
+        elif not waiting and self._holding:
+            self._holding = False
+            self._driver.barriers_only(False)
+            if cutter is not None:
+                cutter.trigger_limit = self._limit
+                cutter.trigger_rule.started(cutter.monotonic())  # the next cut after a full interval of input
+
+
 def run_canary(pipeline: OpenedPipeline, spark: SparkSession, checkpoints: int, *,
                compare: bool = True, rebuilt: frozenset[str] = frozenset()) -> CanaryOutcome:
     """Run ``pipeline`` (restored for its spec, not running) until ``checkpoints`` cuts completed
     (or, for bounded sources, its input ended), commit nothing of its final sinks, and
     deep-verify every stage's checkpoint of every cut it completed (module docstring), each
-    while the canary runs on (:class:`_Verifier`); the first failed check stops the canary
-    early. Once all passed, and with ``compare``, the canary's output up to its last cut is
-    compared with the batch recomputation (:func:`compare_canary_output`; ``rebuilt``: the stages
-    whose state the upgrade rebuilt from their input); a difference, or a
-    comparison that cannot be made, fails the canary. A run that fails (a query died, its
-    checkpoints kept failing, the embedded broker did not start) is a failed canary, not an
-    error.
+    before the canary reads more input (:class:`_Verifier`, :class:`_VerifiedInput`); the first
+    failed check stops the canary early. Once all passed, and with ``compare``, the canary's
+    output up to its last cut is compared with the batch recomputation
+    (:func:`compare_canary_output`; ``rebuilt``: the stages whose state the upgrade rebuilt from
+    their input); a difference, or a comparison that cannot be made, fails the canary. A run
+    that fails (a query died, its checkpoints kept failing, the embedded broker did not start)
+    is a failed canary, not an error.
 
     Raises:
         StorageError: the checkpoint store cannot be read or written.
@@ -340,8 +377,8 @@ def run_canary(pipeline: OpenedPipeline, spark: SparkSession, checkpoints: int, 
             driver = open_driver(pipeline, channel_servers=servers, spark=spark, hold_commits=True)
             bounded = _bounded(driver)
             driver.hold(stack.enter_context(driver.lease()))
-            driver.run(checkpoints=checkpoints, until_exhausted=bounded,
-                       on_tick=lambda: verifier.poll(driver.keeper.completed_count), until=verifier.failed)
+            gate = _VerifiedInput(driver, verifier)
+            driver.run(checkpoints=checkpoints, until_exhausted=bounded, on_tick=gate.tick, until=verifier.failed)
     except BarrierflowError as exc:
         verifier.close()
         done = sorted(set(pipeline.cuts.completed_ids()) - before)

@@ -84,6 +84,7 @@ from barrierflow.errors import BarrierflowError, CheckpointNotFoundError, UserIn
 from barrierflow.faults import crash_point
 from barrierflow.lease import JobLease, lease_holder
 from barrierflow.ops.state import session_for
+from barrierflow.ops.state_rebuild import rebuild_refusal
 from barrierflow.ops.upgrade_cut import carry_savepoint, empty_savepoint, next_cut_id, rescaled_savepoint
 from barrierflow.ops.upgrade_record import (
     UpgradeInProgressError,
@@ -105,7 +106,6 @@ from barrierflow.state.compatibility import (
     is_rebuild,
 )
 from barrierflow.state.reader import has_state, open_state
-from barrierflow.state.rebuild import rebuild_refusal
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -158,7 +158,7 @@ class UpgradeResult:
         dropped: the stages dropped with their state (named with ``drop_stages``).
         value_columns: stage -> the value columns its aggregation's rewrite added (with their
             defaults) and dropped.
-        rebuilt: the stages whose state was rebuilt from their input (:mod:`barrierflow.state.rebuild`).
+        rebuilt: the stages whose state was rebuilt from their input (:mod:`barrierflow.ops.state_rebuild`).
         timings: seconds per step of this invocation (``materialize``, ``repartition``,
             ``rewrite`` (a value-column rewrite), ``rebuild`` (replay and transfer), ``record``,
             ``restore``, ``canary`` (with its comparison), ``canary_compare`` (the stream-vs-batch
@@ -616,7 +616,7 @@ def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, se
     rescaled stage, or one whose value columns change (``values``; ``planned``: the new
     fingerprints), its rewritten checkpoint, the others the source's carried over, an added one
     an empty one; a dropped stage none), written by the pipeline's cuts. Then ``rewritten``."""
-    from barrierflow.state.rebuild import rebuild_state
+    from barrierflow.ops.state_rebuild import rebuild_state
     from barrierflow.state.rescale import rescale_checkpoint
     from barrierflow.state.value_columns import rewrite_value_columns
 

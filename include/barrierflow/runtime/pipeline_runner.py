@@ -46,7 +46,8 @@ ready, a stage process that exits fails the run, asked to stop at the end or kil
    A run that holds the pipeline's lease reads its stop request every tick (at most every
    :data:`~barrierflow.runtime.stop_request.POLL_SECONDS`). Taken up, it stops the cut
    coordinator (:meth:`CutKeeper.cutter`) from triggering; with ``--savepoint`` it first
-   triggers one more cut right away (:meth:`Cutter.trigger_now`), and the request is done
+   triggers one more cut right away (:meth:`Cutter.trigger_now`), its barrier in a batch that
+   reads no more input (:meth:`PipelineRunner.barriers_only`), and the request is done
    once that cut completed (its sinks commit it at step 5, whose failure fails the run);
    should that cut fail, the stop fails and the run goes on as before. Without a savepoint
    the request is done once no cut is pending (the latest completed one is where a next run
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from barrierflow.checkpointing.manifest import Manifest
+    from barrierflow.checkpointing.trigger_rule import TriggerRule
     from barrierflow.lease import FenceToken
     from barrierflow.metrics.feed import MetricsFeed, StageCheckpoints, StageCounts
     from barrierflow.runtime.stage_runner import StageRunner
@@ -118,6 +120,9 @@ class Cutter(Protocol):
 
     trigger_limit: int | None
     forced_id: int | None
+    trigger_rule: TriggerRule
+
+    def monotonic(self) -> float: ...
 
     @property
     def pending(self) -> dict[int, Any]: ...
@@ -537,6 +542,16 @@ class PipelineRunner:
         """Run under ``lease`` (acquired by the caller): :meth:`CutKeeper.hold`."""
         self.keeper.hold(lease)
 
+    def barriers_only(self, on: bool) -> None:
+        """Make every source stage's planner admit no new input but inject requested barriers
+        (``on``: :meth:`~barrierflow.barriers.control.ControlChannel.set_barriers_only`), or admit
+        input again. Stages fed by channels read on: their barriers are in their input."""
+        from barrierflow.barriers.control import ControlChannel
+
+        for runner in self.keeper.runners:
+            if not runner.stage.input_partitions:
+                ControlChannel(runner.stage.layout.control).set_barriers_only(on)
+
     def check_bounded(self) -> None:
         """Raise UserInputError unless every source stage reads a bounded source (what
         ``until_exhausted`` needs), before anything is started."""
@@ -640,6 +655,7 @@ class PipelineRunner:
                 return
             self.stopping = stopping = Stopping(request, cutter.trigger_limit)
             if request.savepoint:
+                self.barriers_only(True)  # the savepoint's barrier batch reads nothing: no more input to wait for
                 cutter.trigger_now()
             cutter.trigger_limit = 0  # no other cut is triggered
             what = f"after one more {keeper.noun} (a savepoint)" if request.savepoint else \
@@ -665,6 +681,7 @@ class PipelineRunner:
             self._report(StopOutcome(stopping.request.id, stopping.request.fence, "failed", stopping.savepoint,
                                      noun=keeper.noun, message=message))
             cutter.trigger_limit = stopping.limit
+            self.barriers_only(False)
             self.stopping = None
 
     def _stop_done(self) -> bool:

@@ -29,8 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
-from barrierflow.sources.planning import PlanningOptions, SourcePlanner
-from barrierflow.sources.registry import REPLAY_UNTIL
+from barrierflow.sources.planning import REPLAY_UNTIL, PlanningOptions, SourcePlanner
 from barrierflow.spec.models import GeneratorSourceSpec
 
 SCHEMA = "partition INT, offset BIGINT, key BIGINT, value BIGINT, event_time TIMESTAMP"
@@ -148,7 +147,7 @@ def _from_us(us: int) -> datetime:
 class GeneratorDataSource(DataSource):
     """Options: ``spec`` (GeneratorSourceSpec as JSON), ``control_dir``, ``dead_letter_uri``,
     ``planning`` (:class:`~barrierflow.sources.planning.PlanningOptions` as JSON, optional),
-    ``replay_until`` (:data:`~barrierflow.sources.registry.REPLAY_UNTIL`, optional: a replay)."""
+    ``replay_until`` (:data:`~barrierflow.sources.planning.REPLAY_UNTIL`, optional: a replay)."""
 
     @classmethod
     def name(cls) -> str:
@@ -200,7 +199,7 @@ class GeneratorStreamReader(DataSourceStreamReader):
         }
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
-        if self.until is not None:  # a replay (registry.REPLAY_UNTIL): one batch to the end, then nothing
+        if self.until is not None:  # a replay (planning.REPLAY_UNTIL): one batch to the end, then nothing
             return self.until.to_json()
         begin = SourceOffset.from_json(start)
         end = self.planner.plan(begin, self._available(begin), self.spec.max_records_per_batch,

@@ -28,6 +28,11 @@ from barrierflow.flow_control.watermark_alignment import AlignmentDecision, Alig
 from barrierflow.flow_control.watermark_history import BatchRecord, WatermarkHistory
 from barrierflow.spec.models import PipelineSpec
 
+#: The reader option of a source kind that ``replays_input`` (:mod:`barrierflow.sources.registry`):
+#: a source offset (its JSON) that every ``latestOffset`` returns, so a query over a fresh
+#: checkpoint reads, in one batch, every record from the first the pipeline read to that offset,
+#: and then nothing more.
+REPLAY_UNTIL = "replay_until"
 #: partition -> start offset  ->  partition -> the partition's event-time position there (the
 #: generator: its next record's event time, exact and never below the newest one read)
 EventTimesAt = Callable[[Mapping[str, int]], Mapping[str, datetime | None]]
@@ -130,6 +135,7 @@ class SourcePlanner:
             requested_barrier=request.checkpoint_id,
             barrier_triggered_ms=request.triggered_ms,
             hold=self.control.is_held(),
+            barriers_only=self.control.barriers_only(),
             paused_partitions=decision.paused if decision else frozenset(),
             replay_end=replay_end(self.control, begin),
             partition_caps=caps,

@@ -31,10 +31,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 AnySourceSpec = GeneratorSourceSpec | KafkaSourceSpec
-#: The reader option of a source kind that :attr:`SourceKind.replays_input`: a source offset (its
-#: JSON) that every ``latestOffset`` returns, so a query over a fresh checkpoint reads, in one
-#: batch, every record from the first the pipeline read to that offset, and then nothing more.
-REPLAY_UNTIL = "replay_until"
 #: (source spec, event-time store URI, partition -> end offset) -> partition -> newest event time
 EventTimeLookup = Callable[[AnySourceSpec, str, Mapping[str, int]], dict[str, datetime | None]]
 #: source spec -> partition -> end offset when the source is bounded (a generator with
@@ -99,7 +95,8 @@ class SourceKind:
     #: the JVM artifact set (barrierflow.jvm) the driver's class path needs; None: PySpark's own jars suffice
     jvm_set: str | None = None
     #: whether its reader replays its input from the first record the pipeline read to given end
-    #: offsets in one batch (the :data:`REPLAY_UNTIL` option): what rebuilding a stage's state needs
+    #: offsets in one batch (:data:`~barrierflow.sources.planning.REPLAY_UNTIL`): what rebuilding
+    #: a stage's state needs
     replays_input: bool = False
 
 

@@ -13,7 +13,7 @@ of the savepoint, so that the new spec resumes exactly where the old one stopped
    checked; the store is only read).
 2. **Replay.** The new spec's stage query runs over a fresh scratch checkpoint, its source
    reading every record from the first the pipeline read up to B in one batch (the source's
-   :data:`~barrierflow.sources.registry.REPLAY_UNTIL` option; only a source kind that
+   :data:`~barrierflow.sources.planning.REPLAY_UNTIL` option; only a source kind that
    :attr:`~barrierflow.sources.registry.SourceKind.replays_input` can), its output discarded
    (Spark's ``noop`` sink), no micro-batch run for a watermark alone. Nothing is evicted in
    that batch (its watermark is Spark's initial one), so the state holds every key of the
@@ -125,8 +125,7 @@ def _replay(spark: SparkSession, stage: Stage, spec_path: str, directory: Path, 
             watermark_ms: int) -> Path:
     """Steps 2 of the module docstring; returns the replay's Spark checkpoint (state at batch 1)."""
     from barrierflow.runtime.session import register_data_sources
-    from barrierflow.sources.planning import PlanningOptions
-    from barrierflow.sources.registry import REPLAY_UNTIL
+    from barrierflow.sources.planning import REPLAY_UNTIL, PlanningOptions
 
     register_data_sources(spark)
     checkpoint = directory / "spark-checkpoint"
