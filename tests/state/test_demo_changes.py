@@ -9,8 +9,9 @@ checkpoint intervals, its state suite's partition bound following the shuffle pa
 runs to a known offset and stops with a savepoint;
 
 1. ``spark.shuffle_partitions`` 4 -> 8: the state is rescaled (no canary);
-2. the window 10 s -> 20 s over the rescaled savepoint: the state is rebuilt from the input
-   (replayed to the savepoint), the canary's checkpoints (three, or fewer once its bounded input
+2. the window 10 s -> 20 s over the rescaled savepoint: a first ``upgrade`` is SIGKILLed once
+   the rebuilt state is stored (``upgrade_mid_rewrite``), the same command run again rebuilds
+   it anew from the input (replayed to the savepoint), the canary's checkpoints (three, or fewer once its bounded input
    ended) deep-verified and its output compared with the batch recomputation; then the pipeline
    runs to the end of its input.
 
@@ -40,6 +41,7 @@ from barrierflow.spark import commit_log, offset_log
 from barrierflow.spec import load_spec
 from barrierflow.state.compatibility import REBUILD
 
+from tests.state.test_value_columns import _killed_in_rewrite as killed_in_rewrite
 from tests.support.in_session_runs import run_spec as run
 from tests.support.in_session_runs import write_spec
 
@@ -124,10 +126,12 @@ def test_the_demo_is_rescaled_then_given_a_longer_window_through_upgrade(
     assert report["verdict"] == "needs rewrite" and report["checkpoint_id"] == rescaled["savepoint"], report
     reasons = [f["reason"] for s in report["stages"] for f in s["findings"]]
     assert any("window changed: 10 s -> 20 s" in r and REBUILD in r for r in reasons), reasons
+    abandoned = killed_in_rewrite(wider, longer, store, 3)  # SIGKILLed once the rebuilt state is stored
     code, out, err = cli("upgrade", str(wider), "--to", str(longer), "--json")
     assert code == 0, err
     rebuilt = json.loads(out)
     assert rebuilt["rebuilt"] == ["demo"] and rebuilt["source_savepoint"] == rescaled["savepoint"], rebuilt
+    assert rebuilt["savepoint"] == abandoned, rebuilt  # rebuilt anew under the id the killed run had taken
     comparison = rebuilt["canary"]["comparison"]
     assert comparison["verdict"] == "matched" and rebuilt["canary"]["verified"], comparison  # bounded: may end sooner
     run(spark, longer, until_exhausted=True, duration=120)

@@ -29,12 +29,14 @@ newest snapshot <= V+1 becomes the base.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from barrierflow.errors import CheckpointError
 from barrierflow.spark import state_files
@@ -46,6 +48,16 @@ MAX_DELTA_CHAIN = 50
 #: checkpoint (:mod:`barrierflow.runtime.state_compat`); carried by every checkpoint like
 #: ``metadata``, so a restore compares against the restored state's own record.
 STATE_FINGERPRINT = "barrierflow-state.json"
+
+
+def record_stateful_operators(checkpoint_dir: str | os.PathLike[str], fingerprint: list[dict[str, Any]]) -> None:
+    """Record ``fingerprint`` as the stateful operators of the local Spark checkpoint at
+    ``checkpoint_dir`` (its :data:`STATE_FINGERPRINT`, other fields kept): what an offline
+    rewrite of its state into another definition's leaves."""
+    path = Path(checkpoint_dir) / STATE_FINGERPRINT
+    document = json.loads(path.read_text()) if path.is_file() else {"version": 1}
+    document["stateful_operators"] = fingerprint
+    path.write_text(json.dumps(document, indent=1, sort_keys=True))
 
 
 @dataclass(frozen=True)

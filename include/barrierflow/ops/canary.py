@@ -328,28 +328,33 @@ class _VerifiedInput:
     verification alone takes (it does not share the cores with the canary's next batches), and
     a failing canary has read nothing beyond its first failed cut."""
 
+    _UNSET = -1
+
     def __init__(self, driver: PipelineRunner, verifier: _Verifier) -> None:
         self._driver, self._verifier = driver, verifier
-        self._limit: int | None = None
+        self._limit: int | None = self._UNSET
         self._holding = False
 
     def tick(self) -> None:
         keeper = self._driver.keeper
         self._verifier.poll(keeper.completed_count)
         cutter = keeper.cutter
+        if cutter is None:
+            return
+        if self._limit == self._UNSET:
+            self._limit = cutter.trigger_limit
         waiting = self._verifier.waiting()
+        # at most one cut beyond the verified ones: set before a cut completes, so that the tick
+        # in which it completes triggers no next one before its verification was submitted
+        allowed = keeper.completed_count + (0 if waiting else 1)
+        cutter.trigger_limit = allowed if self._limit is None else min(self._limit, allowed)
         if waiting and not self._holding:
             self._holding = True
             self._driver.barriers_only(True)
-            if cutter is not None:
-                self._limit = cutter.trigger_limit
-                cutter.trigger_limit = keeper.completed_count  # nothing more is triggered
         elif not waiting and self._holding:
             self._holding = False
             self._driver.barriers_only(False)
-            if cutter is not None:
-                cutter.trigger_limit = self._limit
-                cutter.trigger_rule.started(cutter.monotonic())  # the next cut after a full interval of input
+            cutter.trigger_rule.started(cutter.monotonic())  # the next cut after a full interval of input
 
 
 def run_canary(pipeline: OpenedPipeline, spark: SparkSession, checkpoints: int, *,

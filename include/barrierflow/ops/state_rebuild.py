@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.checkpointing.materialize import materialize_checkpoint
-from barrierflow.checkpointing.snapshot import STATE_FINGERPRINT, select_files
+from barrierflow.checkpointing.snapshot import record_stateful_operators, select_files
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.state.rescale import RescaledCheckpoint
@@ -229,10 +229,7 @@ def rebuild_state(spark: SparkSession, *, pipeline: str, stage: Stage, store: Ch
                     "changed") from None
         seconds = time.perf_counter() - started
         (root / "commits" / str(batch + 1)).write_bytes((root / "commits" / str(batch)).read_bytes())
-        path = root / STATE_FINGERPRINT
-        document = json.loads(path.read_text()) if path.is_file() else {"version": 1}
-        document["stateful_operators"] = fingerprint
-        path.write_text(json.dumps(document, indent=1, sort_keys=True))
+        record_stateful_operators(root, fingerprint)
         if commit_log.latest_committed(root) != batch + 1:
             raise RebuildFailedError(f"the rebuild of savepoint {manifest.checkpoint_id} of {where} did not commit "
                                      f"batch {batch + 1}; nothing in the store changed")

@@ -28,8 +28,11 @@ the same for it.
   (:func:`barrierflow.state.value_columns.rewrite_value_columns`: batch V+1, every stored
   value converted to the new aggregation buffer, an added column's buffer set to the default
   the new spec declares in ``transformation.state_defaults``; RocksDB, one stateful operator),
-  a stage added behind new channels an empty part (it starts on empty state at the
-  beginning of its new channels); a stage the new spec removes gets no part, and only when
+  a stage whose stored keys would change meaning rebuilt from its input
+  (:func:`barrierflow.ops.state_rebuild.rebuild_state`: the new spec's query replays the input to
+  the savepoint's offsets, its state written into a copy of the savepoint as batch V+1; a source
+  that replays its input, RocksDB), a stage added behind new channels an empty part (it starts
+  on empty state at the beginning of its new channels); a stage the new spec removes gets no part, and only when
   ``drop_stages`` names it. The stages fed by channels keep S's barrier positions and attempt
   cutoffs. Where the cut is recorded (the global manifest, or the one stage's own manifest) is
   the cuts' business (``record_cut``). S is never modified (Flink's NO_CLAIM).
@@ -58,13 +61,13 @@ idempotent). While it is unfinished, ``barrierflow run`` refuses. Crash points:
 
 Everything else is refused, naming what is not yet supported and what to do
 (:class:`UpgradeNotSupportedError`): an incompatible change (a stage with state removed counts
-only when not named in ``drop_stages``), a value column added without a declared default (or
-one that cannot be mapped: :func:`~barrierflow.state.value_columns.plan_value_change`), a
-value-column change and a rescale of the same stage in one upgrade, a changed watermark, a
-stateful operator added, a stage added that reads an existing channel or a source, a channel
-changed, the shuffle partitions of a stage without state, a change of shape (one stage <->
-several), and a rescale or value-column change of state kept by the HDFS-backed state store. A
-refusal changes nothing.
+only when not named in ``drop_stages``), a value column added without a declared default (or one
+that cannot be mapped: :func:`~barrierflow.state.value_columns.plan_value_change`), a
+value-column change (or a rebuild) and a rescale of the same stage in one upgrade, a changed watermark
+or a stateful operator added in a stage whose input cannot be replayed, a stage added that reads
+an existing channel or a source, a channel changed, the shuffle partitions of a stage without
+state, a change of shape (one stage <-> several), and a rescale or value-column change of state
+kept by the HDFS-backed state store. A refusal changes nothing.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.checkpointing.materialize import materialize_checkpoint
-from barrierflow.checkpointing.snapshot import STATE_FINGERPRINT, select_files
+from barrierflow.checkpointing.snapshot import record_stateful_operators, select_files
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.spark import commit_log
 from barrierflow.spark.session import apply_state_store
@@ -305,10 +305,7 @@ def rewrite_value_columns(spark: SparkSession, *, pipeline: str, stage: str, sto
         for path in schema_files:
             key_schema, _ = read_schema_file(path)
             write_schema_file(path, key_schema, json.dumps(change.new_schema, separators=(",", ":")))
-        recorded = root / STATE_FINGERPRINT
-        document = json.loads(recorded.read_text()) if recorded.is_file() else {"version": 1}
-        document["stateful_operators"] = fingerprint
-        recorded.write_text(json.dumps(document, indent=1, sort_keys=True))
+        record_stateful_operators(root, fingerprint)
         if commit_log.latest_committed(root) != batch + 1:
             raise ValueColumnsFailedError(f"the rewrite of checkpoint {manifest.checkpoint_id} of {where} did not "
                                           f"commit batch {batch + 1}; nothing in the store changed")
