@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ from barrierflow.ops.upgrade_record import UpgradeStep, read_record
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
+from barrierflow.sources.generator import GeneratorModel
+from barrierflow.spark import commit_log, offset_log
 from barrierflow.spec import parse_staged_spec
 from barrierflow.storage import open_store
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
@@ -258,3 +261,89 @@ def test_a_two_stage_upgrade_killed_after_its_rewrite_completes_when_run_again(
 
     run(spark, new, until_exhausted=True, duration=150)
     assert_exactly_once(updates(f"file://{tmp_path / 'out'}"), recount(PARTITIONS, RECORDS, KEYS))
+
+
+WINDOWED = {"window_start": "timestamp", "window_end": "timestamp", "key": "long", "count": "long",
+            "value_sum": "long"}
+
+
+def windowed_pipeline(tmp_path: Path, endpoint: KafkaEndpoint, records: int, window: str) -> dict[str, Any]:
+    """Generator -> stage ``a`` (per-key event-time window counts, RocksDB) -> channel ``ab`` ->
+    stage ``b`` (a copy) -> Parquet; 100 ms of event time between a partition's records."""
+    data = two_stage_spec(tmp_path, endpoint)
+    data["spark"] = {"master": "local[2]", "shuffle_partitions": 2, "state_store": "rocksdb"}
+    data["event_time"] = {"column": "event_time", "watermark_delay": "5s"}
+    a, b = data["stages"]
+    a["sources"][0].update({"records_per_partition": records, "max_records_per_batch": 200,
+                            "event_time_step_ms": 100, "event_time_start": "2026-01-01T00:00:00+00:00"})
+    a["transformation"] = {"function": "barrierflow.transforms.aggregations:keyed_window_counts",
+                           "output_mode": "append", "options": {"window": window}}
+    b["sources"][0]["json_fields"] = WINDOWED
+    b["transformation"]["options"]["columns"] = {k: k for k in WINDOWED}
+    return data
+
+
+def stage_watermark(spec_path: Path, stage: str, batch: int) -> datetime:
+    """The watermark batch ``batch`` of ``stage``'s local Spark checkpoint ran with."""
+    millis = offset_log.read_offset_metadata(open_pipeline(spec_path).stage(stage).layout.spark_checkpoint,
+                                             batch)["batchWatermarkMs"]
+    return datetime.fromtimestamp(millis / 1000, tz=UTC)
+
+
+def window_recount(data: dict[str, Any], records: int, width_s: int) -> dict[tuple[int, datetime], tuple[int, int]]:
+    """(key, window start) -> (count, value sum) over the generator's records of stage ``a``."""
+    source = parse_staged_spec(data).stages[0].sources[0]
+    model = GeneratorModel(source)  # type: ignore[arg-type]
+    out: dict[tuple[int, datetime], list[int]] = {}
+    for p in range(source.partitions):  # type: ignore[union-attr]
+        for _, _, key, value, event_time in model.rows(p, 0, records):
+            start = datetime.fromtimestamp(int(event_time.timestamp()) // width_s * width_s, tz=event_time.tzinfo)
+            cell = out.setdefault((key, start), [0, 0])
+            cell[0] += 1
+            cell[1] += value
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def test_a_window_change_in_the_first_of_two_stages_rebuilds_its_state_from_the_input(
+        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    first, total = 300, 800  # records per partition before the savepoint, in all (80 s of event time)
+    old = windowed_pipeline(tmp_path, kafka_endpoint, total, "10 seconds")
+    old_path = write(tmp_path / "old.yaml", old)
+    run(spark, windowed_pipeline(tmp_path, kafka_endpoint, first, "10 seconds") | {"channels": old["channels"]},
+        until_exhausted=True, duration=150)
+    source = savepoint(old_path).checkpoint_id
+    a_store = open_store(f"{old['checkpoint']['storage']}/stages/a")
+    barrier_batch = json.loads(a_store.get_bytes(f"chk-{source}/_metadata.json"))["spark_batch_id"]
+    watermark = stage_watermark(old_path, "a", barrier_batch)
+
+    new = json.loads(json.dumps(old))
+    new["stages"][0]["transformation"]["options"]["window"] = "20 seconds"
+    new_path = write(tmp_path / "new.yaml", new)
+    before = spark.conf.get(SHUFFLE)
+    try:
+        report = upgrade(old_path, new_path, dry_run=True, spark=spark)
+        assert report.verdict.value == "needs rewrite", report.as_dict()
+        result = upgrade(old_path, new_path, dry_run=False, spark=spark, canary_checkpoints=0)
+    finally:
+        spark.conf.set(SHUFFLE, before)
+    assert isinstance(result, UpgradeResult)
+    assert list(result.rebuilt) == ["a"] and result.rescaled == {} and result.source_savepoint == source, \
+        result.as_dict()
+
+    run(spark, new, until_exhausted=True, duration=150)
+    last = commit_log.latest_committed(open_pipeline(new_path).stage("a").layout.spark_checkpoint)
+    assert last is not None
+    final = stage_watermark(new_path, "a", last)
+    rows = updates(f"file://{tmp_path / 'out'}")
+    by_width: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_width.setdefault(int((row["window_end"] - row["window_start"]).total_seconds()), []).append(row)
+    assert set(by_width) == {10, 20}, set(by_width)
+    for width, closes in ((10, lambda end: end <= watermark), (20, lambda end: watermark < end <= final)):
+        got = [((r["key"], r["window_start"].replace(tzinfo=UTC)), (r["count"], r["value_sum"]))
+               for r in by_width[width]]
+        assert len(got) == len(dict(got)), "a window written twice"
+        expected = {k: v for k, v in window_recount(old, total, width).items()
+                    if closes(k[1] + timedelta(seconds=width))}
+        assert len({k[1] for k in expected}) >= 2, (width, watermark, final)  # windows of two periods at least
+        assert dict(got) == expected, (width, watermark, final, sorted(set(dict(got)) ^ set(expected))[:10])
