@@ -30,7 +30,7 @@ AIRFLOW_HOME_DIR := $(CURDIR)/var/airflow
 # serves yours (Airflow elsewhere reads $BARRIERFLOW_PIPELINES_DIR, default $BARRIERFLOW_HOME/pipelines).
 AIRFLOW_PIPELINES_DIR ?= $(CURDIR)/include/pipelines
 
-.PHONY: demo demo-stages demo-cycle test lint bench install jvm clean airflow chromium postgres flink bench-flink bench-channels bench-kafka
+.PHONY: demo demo-stages demo-cycle test lint bench install jvm clean airflow chromium postgres flink bench-flink bench-channels bench-kafka bytecode
 
 $(STAMP):
 	@command -v java >/dev/null || { echo "error: Spark needs Java 17+ on PATH (apt-get install openjdk-17-jre-headless)"; exit 2; }
@@ -91,7 +91,14 @@ postgres:
 	  || { echo "error: the PostgreSQL tests need its server (initdb, postgres, pg_ctl): apt-get install postgresql," \
 	            "or set BARRIERFLOW_TEST_POSTGRES_DSN to a server with max_prepared_transactions > 0"; exit 2; }
 
-test: lint chromium postgres
+# The repository's own modules compiled once: with PYTHONDONTWRITEBYTECODE set (as on these
+# machines) every process would otherwise compile what it imports anew (each Spark driver, Python
+# worker, Airflow task and DAG parse). A stale .pyc is never used: Python checks the source's
+# size and time.
+bytecode: install
+	$(BIN)/python -m compileall -q -j 0 include dags plugins tests bench >/dev/null
+
+test: lint chromium postgres bytecode
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -p no:cacheprovider --durations=30
 
 bench: install

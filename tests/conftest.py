@@ -10,13 +10,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from barrierflow.kafka_io.embedded_broker import JAVA_OPTIONS_ENV
 
 from tests.drivers import JVM_ARCHIVE_ROOT, driver_archive
+from tests.support.kafka_broker import TEST_JVM_OPTIONS
 
 pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_kafka", "tests.fixtures_postgres"]
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# The embedded brokers the tests' pipelines start (in this process or a driver's) live seconds:
+# C1 only, as the suite's own broker (measured: 5-10 core-seconds per start with C2 compiling).
+os.environ.setdefault(JAVA_OPTIONS_ENV, " ".join(TEST_JVM_OPTIONS))
 
 _archive_builder: subprocess.Popen[bytes] | None = None
 #: The repository root, where ``tests`` (and ``tests.support``) is importable.

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from barrierflow.kafka_io import embedded_broker as embedded
+from barrierflow.kafka_io import kraft_broker as kraft
 from barrierflow.kafka_io.embedded_broker import EmbeddedBrokerError, broker_answers, embedded_broker
 from barrierflow.processes import process_alive
 
@@ -83,6 +84,19 @@ def test_embedded_broker_answers_on_loopback_while_open_and_is_stopped_after() -
     assert embedded.broker_pid(address) is None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_the_broker_jvm_runs_with_the_options_the_environment_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(embedded.JAVA_OPTIONS_ENV, raising=False)
+    assert embedded.java_options() == kraft.DEFAULT_JVM_OPTIONS
+    monkeypatch.setenv(embedded.JAVA_OPTIONS_ENV, "  ")
+    assert embedded.java_options() == kraft.DEFAULT_JVM_OPTIONS  # blank: the defaults, never no heap bound
+    monkeypatch.setenv(embedded.JAVA_OPTIONS_ENV, "-Xmx300m -XX:TieredStopAtLevel=1 -Dx='a b'")
+    assert embedded.java_options() == ("-Xmx300m", "-XX:TieredStopAtLevel=1", "-Dx=a b")
+    with embedded_broker() as address:
+        pid = embedded.broker_pid(address)
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert [b"-Xmx300m", b"-XX:TieredStopAtLevel=1", b"-Dx=a b"] == command[1:4], command[:6]
 
 
 def test_records_survive_a_stop_and_start_of_the_data_dir(tmp_path: Path) -> None:

@@ -18,6 +18,11 @@ SIGTERM when the process that started it dies (start it from a thread that lives
 it). A start that finds the data dir held by a killed run's broker waits for it to exit; one
 held by a live run's broker is refused.
 
+Its JVM runs with :data:`~barrierflow.kafka_io.kraft_broker.DEFAULT_JVM_OPTIONS` unless
+``$BARRIERFLOW_EMBEDDED_BROKER_JAVA_OPTIONS`` gives others (space-separated, replacing them: a
+larger heap for a busy channel, or, as the test suite does, C1 only for a broker that lives
+seconds).
+
 It lives in :mod:`barrierflow.kafka_io`, the home of everything that talks to Kafka, below the
 sources, sinks, runtime and ``ops`` that start it.
 """
@@ -26,12 +31,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
 from barrierflow.errors import BarrierflowError
 from barrierflow.kafka_io import kraft_broker as kraft
 
+#: The environment variable whose JVM options replace the embedded broker's defaults.
+JAVA_OPTIONS_ENV = "BARRIERFLOW_EMBEDDED_BROKER_JAVA_OPTIONS"
 #: The broker's directory under a pipeline's work dir (see :func:`data_dir_for`).
 WORK_DIR_ENTRY = "embedded-broker"
 broker_answers = kraft.broker_answers
@@ -39,6 +47,13 @@ broker_answers = kraft.broker_answers
 
 class EmbeddedBrokerError(BarrierflowError):
     """The embedded broker could not be started or did not become ready."""
+
+
+def java_options() -> tuple[str, ...]:
+    """The embedded broker's JVM options: ``$BARRIERFLOW_EMBEDDED_BROKER_JAVA_OPTIONS`` split like
+    a shell would, or the defaults when it is unset or blank."""
+    given = shlex.split(os.environ.get(JAVA_OPTIONS_ENV, ""))
+    return tuple(given) if given else kraft.DEFAULT_JVM_OPTIONS
 
 
 def data_dir_for(work_dir: str | os.PathLike[str]) -> Path:
@@ -71,7 +86,8 @@ def embedded_broker(data_dir: str | os.PathLike[str] | None = None, startup_time
     stack = contextlib.ExitStack()
     try:
         broker = stack.enter_context(kraft.kraft_broker(
-            data_dir, startup_timeout=startup_timeout, stop_timeout=stop_timeout, takeover_timeout=takeover_timeout))
+            data_dir, startup_timeout=startup_timeout, stop_timeout=stop_timeout, takeover_timeout=takeover_timeout,
+            jvm_options=java_options()))
     except kraft.KafkaBrokerStartError as exc:
         raise EmbeddedBrokerError(f"the embedded Kafka broker: {exc}") from exc
     with stack:
