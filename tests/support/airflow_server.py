@@ -77,9 +77,6 @@ class AirflowServer:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            # The tests write their specs before Airflow starts: parsing the DAG file again every
-            # 30 s (the default) only costs CPU, about a core-second per parse.
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
             **({"AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins_folder)} if plugins_folder else {}),
             **(env or {}),
         }
