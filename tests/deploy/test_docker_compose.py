@@ -63,6 +63,8 @@ OPTIONAL_VARIABLES = {
     "BARRIERFLOW_PIPELINES_DIR": "default $BARRIERFLOW_HOME/pipelines; the Airflow services set it to the image's "
                                  "demo specs (include/pipelines), the executors never read it",
     "BARRIERFLOW_ASSET_POLL_SECONDS": "default 10",
+    "BARRIERFLOW_EMBEDDED_BROKER_JAVA_OPTIONS": "unset: the embedded broker's default JVM options (the compose "
+                                                "services use a Kafka service, not the embedded broker)",
     "BARRIERFLOW_RECOVERY_POKE_SECONDS": "default 30",
     "BARRIERFLOW_LAUNCH_WATCH_SECONDS": "default 10 (how often the launch's trigger looks at the running pipeline)",
     "BARRIERFLOW_SUPERVISED_BY": "set by the detached launcher for the spark-submits it supervises",

@@ -347,3 +347,30 @@ def test_a_window_change_in_the_first_of_two_stages_rebuilds_its_state_from_the_
                     if closes(k[1] + timedelta(seconds=width))}
         assert len({k[1] for k in expected}) >= 2, (width, watermark, final)  # windows of two periods at least
         assert dict(got) == expected, (width, watermark, final, sorted(set(dict(got)) ^ set(expected))[:10])
+
+
+def test_a_stage_checkpoint_of_a_cut_left_incomplete_is_left_out_of_the_upgrades_timeline(
+        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    """A stop can leave a stage's part of a cut that never completed, newer than the savepoint
+    (stage ``b`` stored its checkpoint, ``a`` did not): the new savepoint continues the source's
+    timeline, so that part is abandoned and the new cut's offsets are not compared with its
+    offsets, which are ahead (the new cut failed its offsets-monotonic check before)."""
+    old, old_path = totals_pipeline(tmp_path, kafka_endpoint)
+    _, new_path = changed(tmp_path, old, "rescaled.yaml", lambda new: new["stages"][1].update(shuffle_partitions=2))
+    pipeline = open_pipeline(old_path)
+    run(spark, old, checkpoints=1)
+    source = savepoint(old_path).checkpoint_id
+    b = pipeline.stage("b").store
+    part = json.loads(b.objects.get_bytes(f"chk-{source}/_metadata.json"))  # b's part of cut source + 1
+    part["checkpoint_id"] = source + 1
+    part["barrier_offsets"] = {s: {p: o + 5 for p, o in offsets.items()}
+                               for s, offsets in part["barrier_offsets"].items()}
+    b.objects.put_bytes(f"chk-{source + 1}/_metadata.json", json.dumps(part).encode())
+    assert source + 1 in b.checkpoint_ids() and source + 1 not in pipeline.cuts.completed_ids()
+    before = spark.conf.get(SHUFFLE)
+    try:
+        result = upgrade(old_path, new_path, dry_run=False, spark=spark, canary_checkpoints=0)
+    finally:
+        spark.conf.set(SHUFFLE, before)
+    assert isinstance(result, UpgradeResult) and result.source_savepoint == source, result
+    assert result.savepoint > source + 1 and source + 1 in b.abandoned() and source not in b.abandoned()

@@ -242,6 +242,17 @@ class CheckpointStore:
     def abandoned(self) -> list[int]:
         return [int(i) for i in self._pipeline_doc().get("abandoned", [])]  # type: ignore[union-attr]
 
+    def abandon(self, checkpoint_ids: list[int]) -> None:
+        """Leave ``checkpoint_ids`` out of the timeline, in the current attempt (a new savepoint
+        made from an older checkpoint: what lies between belongs to no timeline it continues)."""
+        doc = self._pipeline_doc()
+        gone = sorted(set(self.abandoned()) | set(checkpoint_ids))
+        if gone == self.abandoned():
+            return
+        if self.fence is not None:
+            self.fence.check("abandoning checkpoints")
+        self.objects.put_bytes("_pipeline.json", json.dumps({**doc, "abandoned": gone}).encode())
+
     def begin_attempt(self, abandoned: list[int], restored: int | None = None) -> int:
         """Record a restore: increase the attempt number and abandon the given checkpoints.
         With the restorer's fence (:attr:`fence`) and the ``restored`` checkpoint, manifests a

@@ -667,6 +667,10 @@ def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, se
                         timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began
                 crash_point("upgrade_mid_rewrite", pipeline=old.name, savepoint=made)
                 began = time.perf_counter()
+                for name, (store, _) in parts.items():  # the new cut continues the source's timeline:
+                    if name in old_stages:  # a stage's checkpoints after the source (a cut left
+                        store.abandon([i for i in store.checkpoint_ids()  # incomplete, or newer) are not in it
+                                       if record.source_savepoint < i < made])
                 new.cuts.record_cut(made, parts)
                 timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began
             finally:
