@@ -36,7 +36,6 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import IncompatibleStateError
 from barrierflow.ops.savepoint import savepoint
 from barrierflow.pipeline.model import open_pipeline
-from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spec import load_spec
 from barrierflow.state.compatibility import REBUILD
@@ -44,6 +43,7 @@ from barrierflow.state.compatibility import REBUILD
 from tests.state.test_value_columns import _killed_in_rewrite as killed_in_rewrite
 from tests.support.in_session_runs import run_spec as run
 from tests.support.in_session_runs import write_spec
+from tests.support.window_counts import window_recount
 
 pytestmark = pytest.mark.spark
 
@@ -70,20 +70,6 @@ def demo(tmp: Path, file: str, *, records: int = RECORDS, shuffle: int = 4, wind
     (tmp / f"suite-{shuffle}.json").write_text(json.dumps(suite), encoding="utf-8")
     data["verification"] = {"expectations": str(tmp / f"suite-{shuffle}.json")}
     return write_spec(tmp / file, data)
-
-
-def recount(spec_path: Path, width_s: int) -> dict[tuple[int, datetime], tuple[int, int]]:
-    """(key, window start) -> (count, value sum) over every valid record of the input."""
-    spec = load_spec(spec_path)
-    model = GeneratorModel(spec.source)
-    out: dict[tuple[int, datetime], list[int]] = {}
-    for p in range(spec.source.partitions):
-        for _, _, key, value, event_time in model.rows(p, 0, RECORDS):
-            start = datetime.fromtimestamp(int(event_time.timestamp()) // width_s * width_s, tz=event_time.tzinfo)
-            cell = out.setdefault((key, start), [0, 0])
-            cell[0] += 1
-            cell[1] += value
-    return {k: (v[0], v[1]) for k, v in out.items()}
 
 
 def watermark_of(spec_path: Path, batch: int) -> datetime:
@@ -147,7 +133,8 @@ def test_the_demo_is_rescaled_then_given_a_longer_window_through_upgrade(
     for width, closes in ((10, lambda end: end <= watermark), (20, lambda end: watermark < end <= final)):
         written = Counter((r["key"], r["window_start"]) for r in by_width[width])
         assert max(written.values()) == 1, [k for k, n in written.items() if n > 1]  # no window twice
-        expected = {k: v for k, v in recount(old, width).items() if closes(k[1] + timedelta(seconds=width))}
+        counted = window_recount(load_spec(old).source, RECORDS, width)  # type: ignore[arg-type]
+        expected = {k: v for k, v in counted.items() if closes(k[1] + timedelta(seconds=width))}
         assert len({k[1] for k in expected}) >= 2, (width, watermark, final)  # windows of two periods at least
         got = {(r["key"], r["window_start"]): (r["count"], r["value_sum"]) for r in by_width[width]}
         assert got == expected, (width, watermark, final, sorted(set(got) ^ set(expected))[:10])

@@ -41,7 +41,6 @@ from barrierflow.ops.upgrade_record import UpgradeStep, read_record
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
-from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spec import parse_staged_spec
 from barrierflow.storage import open_store
@@ -50,6 +49,7 @@ from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from tests.support.kafka_broker import KafkaEndpoint
 from tests.support.running_totals import assert_exactly_once, recount
 from tests.support.staged_specs import PARTITIONS, RECORDS, two_stage_spec
+from tests.support.window_counts import window_recount
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -290,20 +290,6 @@ def stage_watermark(spec_path: Path, stage: str, batch: int) -> datetime:
     return datetime.fromtimestamp(millis / 1000, tz=UTC)
 
 
-def window_recount(data: dict[str, Any], records: int, width_s: int) -> dict[tuple[int, datetime], tuple[int, int]]:
-    """(key, window start) -> (count, value sum) over the generator's records of stage ``a``."""
-    source = parse_staged_spec(data).stages[0].sources[0]
-    model = GeneratorModel(source)  # type: ignore[arg-type]
-    out: dict[tuple[int, datetime], list[int]] = {}
-    for p in range(source.partitions):  # type: ignore[union-attr]
-        for _, _, key, value, event_time in model.rows(p, 0, records):
-            start = datetime.fromtimestamp(int(event_time.timestamp()) // width_s * width_s, tz=event_time.tzinfo)
-            cell = out.setdefault((key, start), [0, 0])
-            cell[0] += 1
-            cell[1] += value
-    return {k: (v[0], v[1]) for k, v in out.items()}
-
-
 def test_a_window_change_in_the_first_of_two_stages_rebuilds_its_state_from_the_input(
         spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
     first, total = 300, 800  # records per partition before the savepoint, in all (80 s of event time)
@@ -343,7 +329,8 @@ def test_a_window_change_in_the_first_of_two_stages_rebuilds_its_state_from_the_
         got = [((r["key"], r["window_start"].replace(tzinfo=UTC)), (r["count"], r["value_sum"]))
                for r in by_width[width]]
         assert len(got) == len(dict(got)), "a window written twice"
-        expected = {k: v for k, v in window_recount(old, total, width).items()
+        counted = window_recount(parse_staged_spec(old).stages[0].sources[0], total, width)  # type: ignore[arg-type]
+        expected = {k: v for k, v in counted.items()
                     if closes(k[1] + timedelta(seconds=width))}
         assert len({k[1] for k in expected}) >= 2, (width, watermark, final)  # windows of two periods at least
         assert dict(got) == expected, (width, watermark, final, sorted(set(dict(got)) ^ set(expected))[:10])
