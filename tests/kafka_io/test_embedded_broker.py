@@ -93,6 +93,10 @@ def test_the_broker_jvm_runs_with_the_options_the_environment_gives(monkeypatch:
     assert embedded.java_options() == kraft.DEFAULT_JVM_OPTIONS  # blank: the defaults, never no heap bound
     monkeypatch.setenv(embedded.JAVA_OPTIONS_ENV, "-Xmx300m -XX:TieredStopAtLevel=1 -Dx='a b'")
     assert embedded.java_options() == ("-Xmx300m", "-XX:TieredStopAtLevel=1", "-Dx=a b")
+    monkeypatch.setenv(embedded.JAVA_OPTIONS_ENV, "-Dx='unclosed")
+    with pytest.raises(EmbeddedBrokerError, match="BARRIERFLOW_EMBEDDED_BROKER_JAVA_OPTIONS cannot be read"):
+        embedded.java_options()
+    monkeypatch.setenv(embedded.JAVA_OPTIONS_ENV, "-Xmx300m -XX:TieredStopAtLevel=1 -Dx='a b'")
     with embedded_broker() as address:
         pid = embedded.broker_pid(address)
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")

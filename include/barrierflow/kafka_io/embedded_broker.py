@@ -51,8 +51,14 @@ class EmbeddedBrokerError(BarrierflowError):
 
 def java_options() -> tuple[str, ...]:
     """The embedded broker's JVM options: ``$BARRIERFLOW_EMBEDDED_BROKER_JAVA_OPTIONS`` split like
-    a shell would, or the defaults when it is unset or blank."""
-    given = shlex.split(os.environ.get(JAVA_OPTIONS_ENV, ""))
+    a shell would, or the defaults when it is unset or blank (EmbeddedBrokerError naming the
+    variable when it cannot be split)."""
+    try:
+        given = shlex.split(os.environ.get(JAVA_OPTIONS_ENV, ""))
+    except ValueError as exc:  # an unclosed quote
+        raise EmbeddedBrokerError(f"${JAVA_OPTIONS_ENV} cannot be read as JVM options ({exc}): give them "
+                                  f"space-separated, quoting an option that holds spaces, or unset it "
+                                  f"for the defaults") from exc
     return tuple(given) if given else kraft.DEFAULT_JVM_OPTIONS
 
 
