@@ -1,27 +1,33 @@
 """A run's stop waits for the micro-batch in flight: the batch writing ahead when the stop comes
-ends (Spark commits it), instead of being interrupted inside its Spark job.
+ends (Spark commits it), instead of being interrupted inside its Spark job; and no batch is
+planned after it, so the stop never interrupts the planning step (the write of a batch's
+offset-log entry, whose temp file and JVM descriptor an interrupt leaves behind).
 
 The pace is the test's: at the write-ahead of the first micro-batch after the run's last
 checkpoint completed (fault point ``mid_epoch``, inside the stage's micro-batch writer), the batch
 waits until the run loop has asked its stage to stop, then writes ahead. Interrupted there, the
 write-ahead's Spark job is cancelled and that batch never reaches Spark's commit log. The trigger
 is ``0s`` with input waiting, so batches follow each other without a gap: the stop waits for
-the one in flight, not for a gap that never comes.
+the one in flight, not for a gap that never comes; and without the input held, the next batch's
+planning starts the moment the batch in flight ends, where the stop would interrupt it.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.faults import at_point
 from barrierflow.runtime.stage_runner import StageRunner
-from barrierflow.spark import commit_log
+from barrierflow.spark import commit_log, offset_log
 from barrierflow.spec import load_spec
+from barrierflow.workdir.layout import JobLayout
 
 from tests.scenarios.harness import windowed_spec
 from tests.support.in_session_runs import run_spec
@@ -36,28 +42,40 @@ def test_a_stop_lets_the_micro_batch_in_flight_end(spark: Any, tmp_path: Path,
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     data["trigger"] = {"interval": "0s"}
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
-    store = CheckpointStore.for_spec(load_spec(path))
+    spec = load_spec(path)
+    store = CheckpointStore.for_spec(spec)
+    control = ControlChannel(JobLayout.for_spec(spec).control)
     stop_asked = threading.Event()
     held: list[int] = []
 
-    wait = StageRunner._wait_between_batches
+    stop_query = StageRunner.stop_query
 
-    def asked(runner: StageRunner, limit: float) -> None:
+    def asked(runner: StageRunner) -> None:
         stop_asked.set()
-        wait(runner, limit)
+        stop_query(runner)
 
-    monkeypatch.setattr(StageRunner, "_wait_between_batches", asked)
+    monkeypatch.setattr(StageRunner, "stop_query", asked)
 
     def hold(context: dict[str, object]) -> None:
         if held or not store.completed():
             return
         held.append(int(context["batch_id"]))  # type: ignore[call-overload]
         assert stop_asked.wait(120), "the run never stopped"
+        # The stop holds the input before it waits: from here on a trigger plans nothing new.
+        deadline = time.monotonic() + 30
+        while not control.is_held():
+            assert time.monotonic() < deadline, "the stop waited with the input not held"
+            time.sleep(0.01)
 
     with at_point("mid_epoch", hold):
         result = run_spec(spark, path, checkpoints=1)
     assert result.completed
     assert held, "the micro-batch in flight when the run stopped never reached its write-ahead: interrupted"
-    committed = commit_log.committed_batches(Path(data["work_dir"]) / "spark-checkpoint")
+    checkpoint = Path(data["work_dir"]) / "spark-checkpoint"
+    committed = commit_log.committed_batches(checkpoint)
     assert held[0] in committed, f"micro-batch {held[0]}, in flight at the stop, was interrupted: {committed}"
+    # held[0] + 1 only as a batch of no data (a watermark's eviction): nothing new was admitted
     assert committed[-1] <= held[0] + 1, f"the stop waited for more than the batch in flight: {committed}"
+    planned = offset_log.planned_batches(checkpoint)
+    assert planned[-1] == committed[-1], f"the stop interrupted batch {planned[-1]} (planned, not committed)"
+    assert not [p.name for p in (checkpoint / "offsets").iterdir() if p.name.endswith(".tmp")]

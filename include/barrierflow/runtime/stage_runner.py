@@ -289,14 +289,19 @@ class StageRunner:
 
     # -- the end ---------------------------------------------------------------------------
     def stop_query(self) -> None:
-        """Stop the query (its last late-row counts folded in first), between two micro-batches
-        when it can (:meth:`_wait_between_batches`); a failure to stop is logged."""
+        """Stop the query (its last late-row counts folded in first) between two micro-batches,
+        with no batch planned and not committed, when it can (:meth:`_quiesce`; a source
+        whose batches Spark's connector plans: :meth:`_wait_between_batches`); a failure to
+        stop is logged."""
         if self.query is None:
             return
         if self.event_time is not None:
             self.event_time.poll(self.query)
         try:
-            self._wait_between_batches(STOP_BETWEEN_BATCHES_SECONDS)
+            if self.kind.plans_batches:
+                self._quiesce(STOP_BETWEEN_BATCHES_SECONDS)
+            else:
+                self._wait_between_batches(STOP_BETWEEN_BATCHES_SECONDS)
         except Exception as exc:  # the wait is a courtesy: the query is stopped whatever it raised
             log.warning("%s: waiting for the micro-batch in flight raised %s; stopping it now", self.label, exc)
         try:
@@ -304,16 +309,53 @@ class StageRunner:
         except Exception as exc:
             log.warning("%s: stopping the query raised %s", self.label, exc)
 
+    def _quiesce(self, limit: float) -> None:
+        """Hold the stage's input (:meth:`ControlChannel.set_hold`: from the next trigger on,
+        the planner admits no new data), then wait at most ``limit`` seconds until no trigger
+        is active and every batch in Spark's offset log is in its commit log, on two looks in
+        a row :data:`STOP_POLL_SECONDS` apart.
+
+        ``query.stop()`` interrupts the stream thread wherever it is. Inside a micro-batch it
+        loses nothing but the batch's work (the batch is not committed; the next run replays
+        it), but inside the planning step it can interrupt the atomic write of the batch's
+        offset-log entry, and Spark then neither renames nor deletes the entry's temp file
+        (``offsets/.<V>.<uuid>.tmp``) and leaves its descriptor open in the JVM. With the input
+        held, the trigger in flight when the hold was set is the last to plan new data: once
+        it ended and its batch committed, a trigger plans at most a batch of no data (a
+        watermark's eviction), which the second look catches. The hold is the run's last act
+        on the control channel: the next run's coordinator resets it
+        (:meth:`ControlChannel.reset`). Past ``limit`` (a batch longer than that), the query
+        is stopped mid-batch."""
+        assert self.query is not None
+        ControlChannel(self.layout.control).set_hold(True)
+        deadline = time.monotonic() + limit
+        calm = 0
+        while self.query.isActive:
+            if not self.query.status.get("isTriggerActive") and self._planned_all_committed():
+                calm += 1
+                if calm == 2:
+                    return
+            else:
+                calm = 0
+            if time.monotonic() >= deadline:
+                log.warning("%s: the micro-batch in flight did not end within %.0f s of the stop; stopping it now",
+                            self.label, limit)
+                return
+            time.sleep(STOP_POLL_SECONDS)
+
+    def _planned_all_committed(self) -> bool:
+        """Whether Spark's commit log holds every batch its offset log planned."""
+        checkpoint = self.stage.layout.spark_checkpoint
+        planned = offset_log.planned_batches(checkpoint)
+        return not planned or commit_log.latest_committed(checkpoint) == planned[-1]
+
     def _wait_between_batches(self, limit: float) -> None:
-        """Wait at most ``limit`` seconds for the micro-batch in flight now (Spark's
+        """For a source whose batches Spark's connector plans (nothing barrierflow can hold):
+        wait at most ``limit`` seconds for the micro-batch in flight now (Spark's
         ``isTriggerActive``) to end: until the query's progress names a newer batch, or no
-        trigger is active. ``query.stop()`` interrupts the stream thread and cancels the query's
-        Spark jobs: a stop that lands while the stage's micro-batch writer runs a job loses
-        nothing (the batch is not committed, the next run replays it), but it throws away the
-        batch's work and Spark and py4j log the interrupted job as errors (a Python traceback,
-        and a stack overflow in Spark's check of whether the error was a stop). The wait is for
-        one batch: the next may start at once (trigger ``0s`` with data waiting) and is
-        stopped as it starts; a batch longer than ``limit`` is stopped mid-batch."""
+        trigger is active. The next batch may start at once (trigger ``0s`` with data waiting)
+        and is stopped as it starts (see :meth:`_quiesce` for what that can leave); a batch
+        longer than ``limit`` is stopped mid-batch."""
         assert self.query is not None
         if not (self.query.isActive and self.query.status.get("isTriggerActive")):
             return

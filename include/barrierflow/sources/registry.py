@@ -98,6 +98,9 @@ class SourceKind:
     #: offsets in one batch (:data:`~barrierflow.sources.planning.REPLAY_UNTIL`): what rebuilding
     #: a stage's state needs
     replays_input: bool = False
+    #: whether barrierflow's planner plans its micro-batches (its ``latestOffset`` reads the
+    #: stage's control channel, so a hold admits no new data); False: Spark's connector plans them
+    plans_batches: bool = True
 
 
 def _recorded_event_times(source: AnySourceSpec, event_time_uri: str,
@@ -179,7 +182,7 @@ _KINDS: dict[str, SourceKind] = {
     # A Kafka source with reader: spark: Spark's connector unioned with a barrier-only source
     # (sources/spark_kafka.py); the cut is the connector's offsets in Spark's offset log.
     "spark_kafka": SourceKind("spark_kafka", "kafka", _unknown_event_times, _kafka_end, _kafka_schema,
-                              read=_spark_kafka_read, jvm_set="spark-kafka"),
+                              read=_spark_kafka_read, jvm_set="spark-kafka", plans_batches=False),
     # The channels a stage reads, as one Kafka source over their topics (sources/channel.py):
     # Kafka's reader plus barrier alignment; event times recorded by the executors like Kafka's.
     "channel": SourceKind("channel", "barrierflow_channel", _recorded_event_times, _unbounded, _kafka_schema,
