@@ -46,6 +46,14 @@ def dropped_by_watermark(progress: Any) -> int:
     return sum(int(op.numRowsDroppedByWatermark) for op in (progress.stateOperators or []))
 
 
+def ran_a_batch(progress: Any) -> bool:
+    """Whether a progress event is of a trigger that ran its batch (its durations name
+    ``addBatch``; a batch of no data, run to advance a watermark, does too), not of a trigger
+    that found nothing to run. An event without durations counts as one that ran."""
+    durations = getattr(progress, "durationMs", None)
+    return durations is None or "addBatch" in durations
+
+
 class EventTimeTracker:
     def __init__(self, spec: PipelineSpec, control_dir: str) -> None:
         if spec.event_time is None:
@@ -54,17 +62,39 @@ class EventTimeTracker:
         self.event_time = spec.event_time
         self.history = WatermarkHistory(control_dir)
         self.dropped: dict[int, int] = {}
+        #: The newest batch up to which every batch that ran was folded in (None: no poll saw
+        #: one yet): a newer event past the batch after it means batches went unseen.
+        self._contiguous: int | None = None
 
-    def poll(self, query: Any) -> None:
-        """Fold the query's recent progress events into the per-batch late-row counts."""
+    def poll(self, query: Any, *, full: bool = False) -> None:
+        """Fold the query's progress into the per-batch late-row counts: its newest progress
+        event (``lastProgress``, one event over py4j), and all of its recent ones
+        (``recentProgress``, up to Spark's ``numRecentProgressUpdates``, each serialised in the
+        JVM and parsed here) only when ``full``, on the first poll, or when the newest event
+        is past a batch not counted yet (batches ended unseen since the last poll). A run's
+        tick polls after every micro-batch it sees commit, so the full read is the exception.
+
+        A batch counts as seen, for that gap check, only from an event of a trigger that ran
+        it (:func:`ran_a_batch`): Spark also reports, every ``noDataProgressEventInterval``, a
+        trigger that ran none."""
         try:
-            events = list(query.recentProgress)
+            full = full or self._contiguous is None
+            if not full:
+                last = query.lastProgress
+                if last is None:
+                    return
+                events = [last]
+                full = int(last.batchId) > self._contiguous + 1  # type: ignore[operator]
+            if full:
+                events = list(query.recentProgress)
         except Exception as exc:  # the query is stopping: keep what is known
-            log.debug("recentProgress unavailable: %s", exc)
+            log.debug("query progress unavailable: %s", exc)
             return
         for event in events:
             batch = int(event.batchId)
             self.dropped[batch] = max(self.dropped.get(batch, 0), dropped_by_watermark(event))
+            if ran_a_batch(event) and (full or batch == self._contiguous + 1):  # type: ignore[operator]
+                self._contiguous = batch if self._contiguous is None else max(batch, self._contiguous)
         while len(self.dropped) > KEEP_BATCHES:
             del self.dropped[min(self.dropped)]
 
@@ -90,6 +120,8 @@ class EventTimeTracker:
         """The manifest's ``event_time`` section for the checkpoint whose barrier batch is ``batch``."""
         if query is not None:
             self.poll(query)
+            if self.rows_dropped(first_batch, batch) is None:
+                self.poll(query, full=True)
         delay = timedelta(seconds=self.event_time.watermark_delay)
         alignment = self.event_time.alignment
         partitions: dict[str, dict[str, PartitionWatermark]] = {}

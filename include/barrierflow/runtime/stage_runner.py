@@ -76,7 +76,10 @@ START_WAIT_SECONDS = 120.0
 #: How long a stop waits for the micro-batch in flight to end before interrupting it
 #: (:meth:`StageRunner.stop_query`).
 STOP_BETWEEN_BATCHES_SECONDS = 10.0
-#: How often that wait looks at the query's status.
+#: How often :meth:`StageRunner.check` asks the JVM whether the query still runs (one py4j
+#: round trip; the run loop ticks every few milliseconds).
+CHECK_SECONDS = 0.2
+#: How often the stop's wait looks at the query's status.
 STOP_POLL_SECONDS = 0.02
 
 
@@ -102,6 +105,7 @@ class StageRunner:
         #: The newest micro-batch whose commit this runner has seen (None: none yet).
         self.latest_batch: int | None = None
         self._commit_poll: PollThrottle | None = None
+        self._next_check = 0.0
         self._start: Callable[[], StreamingQuery] | None = None
         #: The query DataFrame :meth:`check_state` checked, for the next :meth:`start_query`.
         self._checked: DataFrame | None = None
@@ -251,14 +255,20 @@ class StageRunner:
         return True
 
     def check(self, fence: FenceToken | None = None) -> None:
-        """Return while the query runs (or was started again, :meth:`restart_failed_start`).
+        """Return while the query runs (or was started again, :meth:`restart_failed_start`):
+        the query is asked at most every :data:`CHECK_SECONDS`, so a query that stopped is
+        reported within that long of the first check after.
 
         Raises:
             FencedOffError: ``fence`` was taken over (a fenced-off write-ahead write stopped the query).
             JobFailedError: the query stopped, naming its first error line.
         """
         assert self.query is not None
+        now = time.monotonic()
+        if now < self._next_check:  # a tick is milliseconds: the JVM is asked every CHECK_SECONDS
+            return
         if self.query.isActive:
+            self._next_check = now + CHECK_SECONDS
             return
         exc = self.query.exception()
         if self.restart_failed_start(exc):
