@@ -116,9 +116,11 @@ class LocalObjectStore(ObjectStore):
                 key = full.relative_to(base).as_posix()
                 if key.startswith(prefix):
                     try:
-                        out.append(ObjectInfo(key, full.stat().st_size))
+                        st = full.stat()
                     except FileNotFoundError:
                         continue
+                    # Every write replaces the file (temp + rename): a new inode, so a new tag.
+                    out.append(ObjectInfo(key, st.st_size, f"{st.st_ino:x}-{st.st_mtime_ns:x}", st.st_mtime))
         out.sort(key=lambda o: o.key)
         return out
 

@@ -32,7 +32,7 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from barrierflow.errors import BarrierflowError, UserInputError
-from barrierflow.storage import ObjectNotFoundError, ObjectStore
+from barrierflow.storage import ObjectInfo, ObjectNotFoundError, ObjectStore
 
 
 class TransactionStateError(BarrierflowError):
@@ -104,6 +104,8 @@ class TransactionLedger:
     def __init__(self, objects: ObjectStore, pipeline: str) -> None:
         self.objects = objects
         self.pipeline = pipeline
+        #: key -> (entity tag and size when read, the transaction parsed then): :meth:`list`
+        self._parsed: dict[str, tuple[str, Transaction]] = {}
 
     def open(self, *, sink: str, sink_type: str, transaction_id: str, checkpoint_id: int, attempt: int,
              batches: list[int], handle: dict[str, Any], batch_ends: dict[int, dict[str, int]] | None = None,
@@ -194,12 +196,32 @@ class TransactionLedger:
             return None
 
     def list(self, sink: str | None = None) -> list[Transaction]:
+        """Every transaction (of ``sink``), by sink and checkpoint: one listing, and a read of
+        each entry the listing shows new or changed (its entity tag and size) since this
+        ledger last read it. A sink lists its ledger at every checkpoint, and a run's ledger
+        grows by one entry per checkpoint until retention deletes the old ones: without the
+        parsed entries kept, a checkpoint's cost would grow with the run's length."""
         prefix = f"ledger/{sink}/" if sink else "ledger/"
         out = []
+        listed: set[str] = set()
         for info in self.objects.list(prefix):
             if _KEY.match(info.key):
-                out.append(self._read(info.key))
+                listed.add(info.key)
+                out.append(self._read_listed(info))
+        for key in [k for k in list(self._parsed) if k.startswith(prefix) and k not in listed]:
+            self._parsed.pop(key, None)  # list(): a snapshot, as a sink's commit thread may list too
         return sorted(out, key=lambda t: (t.sink, t.checkpoint_id))
+
+    def _read_listed(self, info: ObjectInfo) -> Transaction:
+        """The transaction of a listed entry: the one parsed before if its tag is unchanged.
+        Without a tag (a backend that lists none) it is always read."""
+        tag = f"{info.etag}:{info.size}" if info.etag else None
+        if tag is not None and (known := self._parsed.get(info.key)) is not None and known[0] == tag:
+            return known[1]
+        txn = self._read(info.key)
+        if tag is not None:
+            self._parsed[info.key] = (tag, txn)
+        return txn
 
     def delete(self, txn: Transaction) -> None:
         """Forget a finished transaction (retention of old epochs)."""
