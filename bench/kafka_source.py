@@ -64,7 +64,7 @@ It prints each figure and the ratios pipeline / consume+decode ceiling in 2 proc
 pipeline / generator pipeline, then the side by side. Usage (from the repository root;
 docs/benchmarks.md has a run)::
 
-    PYTHONPATH=include:. .venv/bin/python -m bench.kafka_source [--records 2000000] [--batch 100000]
+    PYTHONPATH=include:. .venv/bin/python -m bench.kafka_source [--records 8000000] [--batch 100000]
         [--partitions 4] [--stages 1,2,3] [--side-by-side python,spark,plain,flink] [--rounds 3] [--systems]
         [--bootstrap HOST:PORT] [--markdown FILE]
 
@@ -497,6 +497,12 @@ def run_staged(spark: Any, servers: str, topic: str, *, stages: int, records: in
         shutil.rmtree(work, ignore_errors=True)
 
 
+#: Records in the topic by default: about 20 micro-batches of 400,000 per system. With 2,000,000
+#: (4-5 batches after the first) the ratio b / c of one round ranged 0.81-1.13 between rounds
+#: of one run: a few seconds of measured time decided it.
+RECORDS = 8_000_000
+
+
 def _ratio(a: float, b: float) -> str:
     """``a / b`` to two places; "n/a" when either is unknown (a run of one micro-batch has no
     rate after its first batch) or ``b`` is 0."""
@@ -505,7 +511,7 @@ def _ratio(a: float, b: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=2_000_000, help="records in the topic (and generated)")
+    parser.add_argument("--records", type=int, default=RECORDS, help="records in the topic (and generated)")
     parser.add_argument("--batch", type=int, default=100_000, help="max records per partition and micro-batch")
     parser.add_argument("--partitions", type=int, default=4, help="the topic's partitions")
     parser.add_argument("--bootstrap", help="a Kafka cluster's host:port list (default: the embedded broker)")
