@@ -157,11 +157,13 @@ def test_keys_that_change_meaning_are_rebuilt_from_a_replayable_input_else_dropp
         rebuilt = verdict(changed, None)
         assert rebuilt.verdict is Verdict.NEEDS_REWRITE and [is_rebuild(f) for f in rebuilt.findings] == [True]
         assert what in rebuilt.findings[0].reason and REBUILD in rebuilt.findings[0].reason
+        assert rebuilt.findings[0].as_dict()["rebuild"] is True  # the JSON document says it too
         report = CompatibilityReport("p", "old", "new", 1, "checkpoint", [], [rebuilt])
         assert planned_rebuilds(report) == ["b"]
         dropped = verdict(changed, "stage b reads a kafka source, whose records ... cannot be read again")
         assert dropped.verdict is Verdict.INCOMPATIBLE and not any(is_rebuild(f) for f in dropped.findings)
         assert "would be dropped (no rebuild: stage b reads a kafka source" in dropped.findings[0].reason
+        assert "rebuild" not in dropped.findings[0].as_dict()
     moved = verdict(TOTALS, None, store="hdfs")
     assert moved.verdict is Verdict.INCOMPATIBLE, moved.findings
     assert "spark.state_store rocksdb -> hdfs" in moved.findings[0].reason

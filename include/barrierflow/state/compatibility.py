@@ -65,14 +65,20 @@ def worst(verdicts: list[Verdict]) -> Verdict:
 @dataclass(frozen=True)
 class Finding:
     """One difference and what it means for the state: ``subject`` names what (``stage b``,
-    ``stage b operator 0 (stateStoreSave)``, ``channel ab``), ``reason`` says why."""
+    ``stage b operator 0 (stateStoreSave)``, ``channel ab``), ``reason`` says why; ``rebuild``:
+    the upgrade makes the change by rebuilding the stage's state from its input (its reason
+    then says so, :data:`REBUILD`)."""
 
     verdict: Verdict
     subject: str
     reason: str
+    rebuild: bool = False
 
-    def as_dict(self) -> dict[str, str]:
-        return {"verdict": self.verdict.value, "subject": self.subject, "reason": self.reason}
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"verdict": self.verdict.value, "subject": self.subject, "reason": self.reason}
+        if self.rebuild:
+            out["rebuild"] = True
+        return out
 
 
 @dataclass(frozen=True)
@@ -185,7 +191,7 @@ def _default(value: Any) -> str:
 def is_rebuild(finding: Finding) -> bool:
     """Whether ``finding`` is a change the upgrade makes by rebuilding the stage's state from its
     input (:mod:`barrierflow.ops.state_rebuild`)."""
-    return REBUILD in finding.reason
+    return finding.rebuild
 
 
 def _dropped_or_rebuilt(subject: str, what: str, rebuild_refusal: str | None) -> Finding:
@@ -195,7 +201,7 @@ def _dropped_or_rebuilt(subject: str, what: str, rebuild_refusal: str | None) ->
     if rebuild_refusal is None:
         return Finding(Verdict.NEEDS_REWRITE, subject, (
             f"{what}, so the stored state cannot be used as it is: {REBUILD} (replayed from the first record to the "
-            "savepoint), and the new definition's output starts at the savepoint"))
+            "savepoint), and the new definition's output starts at the savepoint"), rebuild=True)
     return Finding(Verdict.INCOMPATIBLE, subject,
                    f"{what}, so its state would be dropped (no rebuild: {rebuild_refusal})")
 
