@@ -145,23 +145,16 @@ def comparison_summary(comparisons: list[OutputComparison], *, skipped: bool = F
 def _not_applicable(pipeline: OpenedPipeline, stage: Stage) -> str:
     """Why the comparison cannot be made for ``stage``'s Parquet output ("" when it can)."""
     from barrierflow.batch.source_records import not_rereadable
-    from barrierflow.pipeline.final_stages import replay_obstacle, upstream_stages
-    from barrierflow.spec.stages import StagedPipelineSpec
 
     spec = stage.spec
     if spec.transformation.output_mode != "append":
         return (f"its output mode is {spec.transformation.output_mode!r}: the rows it writes depend on how the "
                 "stream cut its micro-batches, a batch run gives one final row per key (append mode only)")
-    upstream = [stage]
-    if isinstance(pipeline.spec, StagedPipelineSpec):
-        obstacle = replay_obstacle(pipeline.spec, stage.name)
-        if obstacle:
-            return obstacle
-        stages = {s.name: s for s in pipeline.stages}
-        upstream = [stages[name] for name in upstream_stages(pipeline.spec, stage.name)]
+    if obstacle := pipeline.replay_obstacle(stage.name):
+        return obstacle
     if spec.event_time is None:
         return "it has no event time: no window is ever closed, so there is no range to compare"
-    for each in upstream:
+    for each in pipeline.upstream(stage.name):
         if each.source_type != "channel" and (why := not_rereadable(each.spec)):
             return why
     return ""

@@ -162,8 +162,7 @@ def batch_side(spec: PipelineSpec | StagedPipelineSpec, stage: str | None, spec_
             :func:`choose_final_stage`.
     """
     if isinstance(spec, StagedPipelineSpec):
-        from barrierflow.pipeline.model import pipeline_work_dir
-        from barrierflow.pipeline.stage_options import derive_stage_spec
+        from barrierflow.pipeline.stage_options import derive_stage_spec, pipeline_work_dir
 
         chosen = choose_final_stage(spec, stage)
         servers = {c.name: NO_BROKER for c in spec.channels}

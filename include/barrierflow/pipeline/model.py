@@ -36,14 +36,13 @@ from barrierflow.checkpointing.global_store import GlobalCheckpointStore, Single
 from barrierflow.checkpointing.store import CheckpointStore, manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
 from barrierflow.faults import PIPELINE_POINTS, STAGE_POINTS
-from barrierflow.pipeline.stage_options import derive_stage_spec
+from barrierflow.pipeline.stage_options import derive_stage_spec, pipeline_work_dir
 from barrierflow.sinks.factory import ChannelOutput
 from barrierflow.spec.graph import StageGraph, build_graph
-from barrierflow.spec.loader import load_any_spec, project_home
+from barrierflow.spec.loader import load_any_spec
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, ChannelSpec, StagedPipelineSpec
 from barrierflow.storage import open_store
-from barrierflow.storage.object_dir import is_object_uri
 from barrierflow.workdir.layout import JobLayout
 
 if TYPE_CHECKING:
@@ -52,24 +51,6 @@ if TYPE_CHECKING:
 
 #: The address an offline pipeline gives channels on the embedded broker (never connected to).
 OFFLINE_SERVERS = "embedded-broker-not-running:9"
-
-
-def pipeline_work_dir(spec: StagedPipelineSpec) -> str:
-    """The work dir of a pipeline of several stages: ``work_dir`` of the spec (relative to the
-    project home), else ``var/<name>``; the stages' work dirs and the embedded broker's data
-    dir are under it.
-
-    Raises:
-        UserInputError: ``work_dir`` is on object storage, which only a single-stage pipeline's
-            work dir may be (its stages' channels and broker data live under this folder).
-    """
-    base = spec.work_dir or f"var/{spec.name}"
-    if is_object_uri(base):
-        raise UserInputError(
-            f"pipeline {spec.name}: work_dir {base} is on object storage, which only a single-stage pipeline's "
-            "work dir may be; give a pipeline of several stages a work_dir on a file system every node mounts "
-            "(docs/deployment.md, 'What changes on a real cluster')")
-    return base if base.startswith("/") else str(project_home() / base)
 
 
 def channel_partition(topic: str, partition: int) -> str:
@@ -267,6 +248,26 @@ class OpenedPipeline:
             raise UserInputError(f"pipeline {spec.name}: {problems}")
         servers = {c.name: c.bootstrap_servers() or embedded for c in spec.channels}
         return stages_of(spec, graph, work_dir=self.work_dir, servers=servers)
+
+    def upstream(self, name: str) -> tuple[Stage, ...]:
+        """The stages whose output reaches stage ``name`` through channels, and that stage, in
+        the spec's order (one stage: itself)."""
+        if not isinstance(self.spec, StagedPipelineSpec):
+            return tuple(s for s in self.stages if s.name == name)
+        from barrierflow.pipeline.final_stages import upstream_stages
+
+        needed = set(upstream_stages(self.spec, name))
+        return tuple(s for s in self.stages if s.name in needed)
+
+    def replay_obstacle(self, name: str) -> str | None:
+        """Why stage ``name``'s output cannot be recomputed by replaying its upstream stages in
+        batch (:func:`barrierflow.pipeline.final_stages.replay_obstacle`: a cycle, an upstream
+        stage not in append mode), or None; one stage reads no other, so None."""
+        if not isinstance(self.spec, StagedPipelineSpec):
+            return None
+        from barrierflow.pipeline.final_stages import replay_obstacle
+
+        return replay_obstacle(self.spec, name)
 
     def stage(self, name: str) -> Stage:
         """The stage called ``name``. Raises UserInputError naming the stages there are."""

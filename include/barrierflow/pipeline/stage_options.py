@@ -33,6 +33,7 @@ from collections.abc import Mapping
 
 from barrierflow.errors import UserInputError
 from barrierflow.sinks.parquet import rollups_beside
+from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import (
     BatchSpec,
     DiscardSinkSpec,
@@ -42,6 +43,7 @@ from barrierflow.spec.models import (
     SparkSpec,
 )
 from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec, StageSpec
+from barrierflow.storage.object_dir import is_object_uri
 
 #: The longest stage name a pipeline may derive (``<pipeline>-<stage>``), as for pipeline names.
 MAX_NAME = 63
@@ -157,3 +159,21 @@ def derive_stage_spec(pipeline: StagedPipelineSpec, stage: StageSpec, *, work_di
         reports=pipeline.reports, dead_letter_path=pipeline.stage_path(pipeline.dead_letter_path, stage.name),
         event_times_path=pipeline.stage_path(pipeline.event_times_path, stage.name),
         batch=stage_batch(stage))
+
+
+def pipeline_work_dir(spec: StagedPipelineSpec) -> str:
+    """The work dir of a pipeline of several stages: ``work_dir`` of the spec (relative to the
+    project home), else ``var/<name>``; the stages' work dirs and the embedded broker's data
+    dir are under it.
+
+    Raises:
+        UserInputError: ``work_dir`` is on object storage, which only a single-stage pipeline's
+            work dir may be (its stages' channels and broker data live under this folder).
+    """
+    base = spec.work_dir or f"var/{spec.name}"
+    if is_object_uri(base):
+        raise UserInputError(
+            f"pipeline {spec.name}: work_dir {base} is on object storage, which only a single-stage pipeline's "
+            "work dir may be; give a pipeline of several stages a work_dir on a file system every node mounts "
+            "(docs/deployment.md, 'What changes on a real cluster')")
+    return base if base.startswith("/") else str(project_home() / base)
