@@ -7,6 +7,7 @@ functions as well."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -108,3 +109,17 @@ def test_no_import_cycle_between_packages() -> None:
     for package in sorted(edges):
         visit(package)
     assert len(done) >= 15
+
+
+#: Where a pipeline's shape (one stage or several) may not be asked: the packages above the
+#: model ask the opened pipeline (barrierflow.pipeline.model) what differs, never the spec's class.
+SHAPE_FREE = ("cli", "airflow", "ui", "chaos", "ops")
+SHAPE_QUESTION = re.compile(r"single_stage|multi_stage|is_single|isinstance\([^)]*(StagedPipelineSpec|PipelineSpec)")
+
+
+def test_the_layers_above_the_model_never_ask_a_pipelines_shape() -> None:
+    files = [p for name in SHAPE_FREE for p in sorted((PACKAGE / name).rglob("*.py"))]
+    files += sorted((ROOT / "dags").rglob("*.py"))
+    asked = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in files
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if SHAPE_QUESTION.search(line)]
+    assert asked == [], "ask barrierflow.pipeline.model.OpenedPipeline instead:\n" + "\n".join(asked)
