@@ -9,7 +9,9 @@ in a separate long-lived Python worker on the driver host. They share a director
   planner injects barrier n into the next batch if n is newer than the sticky barrier in the
   batch's start offset (see :mod:`barrierflow.barriers.offsets`).
 * ``hold`` — while this file exists the planner admits no new data (used by the synchronous
-  snapshot baseline, where processing waits for the upload).
+  snapshot baseline, where processing waits for the upload, and by a stage's stop, so that the
+  query is stopped with no batch planned and not committed:
+  :meth:`barrierflow.runtime.stage_runner.StageRunner.stop_query`).
 * ``barriers-only`` — while this file exists the planner admits no new data but still injects a
   requested barrier, in a batch that reads nothing (a stop's savepoint then waits for no more
   input; an upgrade's canary reads no input beyond a checkpoint not yet verified).
