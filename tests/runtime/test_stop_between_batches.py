@@ -5,7 +5,8 @@ offset-log entry, whose temp file and JVM descriptor an interrupt leaves behind)
 
 The pace is the test's: at the write-ahead of the first micro-batch after the run's last
 checkpoint completed (fault point ``mid_epoch``, inside the stage's micro-batch writer), the batch
-waits until the run loop has asked its stage to stop, then writes ahead. Interrupted there, the
+waits until the stop has held the stage's input (the run loop stops once that checkpoint
+completed), then writes ahead. Interrupted there, the
 write-ahead's Spark job is cancelled and that batch never reaches Spark's commit log. The trigger
 is ``0s`` with input waiting, so batches follow each other without a gap: the stop waits for
 the one in flight, not for a gap that never comes; and without the input held, the next batch's
@@ -15,7 +16,6 @@ planning starts the moment the batch in flight ends, where the stop would interr
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,10 @@ import yaml
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.faults import at_point
-from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spec import load_spec
 from barrierflow.workdir.layout import JobLayout
+from pyspark.sql.streaming import StreamingQuery
 
 from tests.scenarios.harness import windowed_spec
 from tests.support.in_session_runs import run_spec
@@ -45,27 +45,34 @@ def test_a_stop_lets_the_micro_batch_in_flight_end(spark: Any, tmp_path: Path,
     spec = load_spec(path)
     store = CheckpointStore.for_spec(spec)
     control = ControlChannel(JobLayout.for_spec(spec).control)
-    stop_asked = threading.Event()
     held: list[int] = []
+    input_held, query_stopping, go = threading.Event(), threading.Event(), threading.Event()
+    set_hold, stop = ControlChannel.set_hold, StreamingQuery.stop
 
-    stop_query = StageRunner.stop_query
+    def holding(channel: ControlChannel, hold: bool) -> None:
+        set_hold(channel, hold)
+        if hold:  # the pipeline's one stage
+            input_held.set()
+            go.set()
 
-    def asked(runner: StageRunner) -> None:
-        stop_asked.set()
-        stop_query(runner)
+    def stopping(query: StreamingQuery) -> None:
+        query_stopping.set()
+        go.set()
+        stop(query)
 
-    monkeypatch.setattr(StageRunner, "stop_query", asked)
+    monkeypatch.setattr(ControlChannel, "set_hold", holding)
+    monkeypatch.setattr(StreamingQuery, "stop", stopping)
 
     def hold(context: dict[str, object]) -> None:
         if held or not store.completed():
             return
         held.append(int(context["batch_id"]))  # type: ignore[call-overload]
-        assert stop_asked.wait(120), "the run never stopped"
-        # The stop holds the input before it waits: from here on a trigger plans nothing new.
-        deadline = time.monotonic() + 30
-        while not control.is_held():
-            assert time.monotonic() < deadline, "the stop waited with the input not held"
-            time.sleep(0.01)
+        # The batch in flight goes on at the stop's first step: holding the input (what the stop
+        # must do first), or stopping the query (a stop that does not hold). The order is the
+        # stop's, whatever the machine's speed.
+        go.wait()
+        assert input_held.is_set() and not query_stopping.is_set(), "the query was stopped with the input not held"
+        assert control.is_held()
 
     with at_point("mid_epoch", hold):
         result = run_spec(spark, path, checkpoints=1)
