@@ -1,4 +1,4 @@
-"""``reader: spark`` decodes JSON in Spark (no broker: the connector's rows stand in as a static
+"""``reader: spark`` decodes JSON in the JVM (no broker: the connector's rows stand in as a static
 DataFrame of its columns): each record is parsed once whatever the job takes from it, and the
 fields come out as barrierflow's reader gives them."""
 
@@ -24,7 +24,8 @@ def _raw(spark: Any, values: list[bytes]) -> Any:
 def test_each_record_is_parsed_once_when_the_job_takes_several_fields(spark: Any) -> None:
     totals = _decoded(_raw(spark, [b'{"key": 1, "value": 2}']), SPEC).groupBy("key").agg(F.sum("value"))
     plan = totals._jdf.queryExecution().optimizedPlan().toString()
-    assert plan.count("from_json(") == 1, plan
+    assert plan.count("from_json(") == 1, plan  # Spark's decoding, where barrierflow's leaves it the record
+    assert plan.count("barrierflow_flat_json(") == 1, plan
 
 
 def test_the_fields_are_decoded_as_barrierflows_reader_gives_them(spark: Any) -> None:

@@ -28,7 +28,8 @@ closes its epoch: the barrier-only offset changed, so Spark runs an (empty) batc
 
 What this costs: a Python planner round trip per batch (the barrier-only source's
 ``latestOffset``), no rows through Python on the read path; each record's JSON is parsed once,
-in Spark (:func:`_decoded`). On one topic it runs at about plain Spark's rate with Spark's own
+in the JVM, by barrierflow's decoder with Spark's ``from_json`` rows (:func:`_decoded`,
+:mod:`barrierflow.sources.flat_json`). On one topic it runs at about plain Spark's rate with Spark's own
 checkpoints (docs/benchmarks.md, "Kafka side by side").
 
 What needs barrierflow's planner is refused when the spec loads
@@ -204,6 +205,7 @@ def _decoded(raw: DataFrame, spec: KafkaSourceSpec) -> DataFrame:
     JSON object gives nulls in every field)."""
     from pyspark.sql import functions as F
 
+    from barrierflow.sources.flat_json import decoded_record
     from barrierflow.sources.kafka import JSON_SPARK_TYPES
 
     meta = [F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp")]
@@ -212,11 +214,10 @@ def _decoded(raw: DataFrame, spec: KafkaSourceSpec) -> DataFrame:
     # timestamps are parsed as text first: an ISO-8601 string (UTC without an offset) or epoch ms
     parsed = {name: ("STRING" if kind == "timestamp" else JSON_SPARK_TYPES[kind])
               for name, kind in spec.json_fields.items()}
-    ddl = ", ".join(f"`{name.replace('`', '``')}` {kind}" for name, kind in parsed.items())
     # Parsed once into one struct column, the fields taken from it in a projection of their own:
     # a field taken straight off ``from_json(...)`` carries its own copy of the parse, which
     # Spark's optimizer prunes to that one field, so every record was parsed once per field used.
-    parsed_rows = raw.select(*meta, F.from_json(F.col("value").cast("string"), ddl).alias(_RECORD))
+    parsed_rows = raw.select(*meta, decoded_record(raw.sparkSession, F.col("value"), parsed).alias(_RECORD))
     record = F.col(_RECORD)
     fields: list[Column] = []
     for name, kind in spec.json_fields.items():

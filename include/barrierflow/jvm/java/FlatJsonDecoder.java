@@ -1,0 +1,412 @@
+/*
+ * barrierflow's decoder of flat JSON records (compiled by barrierflow.jvm.helper against the Spark
+ * jars PySpark ships; used by a Kafka source read through Spark's connector with format: json).
+ *
+ * A Catalyst expression of two children: the record's bytes (BinaryType) and Spark's own decoding
+ * of the same record (from_json of the value as a string, to the same struct). It returns what
+ * that second child returns, for every input: records it is sure to read exactly as from_json
+ * does it decodes itself, straight from the bytes (no copy to a string, no Jackson parser per
+ * record); on anything else it evaluates the second child, so Spark decides. It decodes itself:
+ * one top-level object of ASCII bytes, whitespace as JSON allows it, keys without escapes, each
+ * wanted field at most once, and every wanted field either null or of its type's plain form:
+ * a string without escapes (for a string field; a canonical integer is also read as its text,
+ * as from_json does), an integer of at most 18 digits without leading zeros (long), a JSON number
+ * (double; parsed as Double.parseDouble does, correctly rounded as Jackson's parser is), true or
+ * false (boolean). Other fields are skipped, nested values included. A key that matches a field
+ * only when case is ignored, a number too long, nesting deeper than 32 levels, a \\u escape of a
+ * surrogate: Spark decides. Fields may be string, long (bigint), double or boolean.
+ */
+package barrierflow.jvm;
+
+import java.io.Serializable;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+import java.util.function.Function;
+
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodeBlock;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
+import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
+import org.apache.spark.sql.catalyst.expressions.codegen.JavaCode;
+import org.apache.spark.sql.classic.ExpressionUtils;
+import org.apache.spark.sql.types.BooleanType;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DoubleType;
+import org.apache.spark.sql.types.LongType;
+import org.apache.spark.sql.types.StringType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+
+import scala.collection.immutable.IndexedSeq;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+
+public final class FlatJsonDecoder extends Expression implements Function<Object, Object>, Serializable {
+  private static final long serialVersionUID = 1L;
+  static final int STRING = 0, LONG = 1, DOUBLE = 2, BOOLEAN = 3;
+  /** Nesting a skipped value may have before Spark decides. */
+  static final int MAX_DEPTH = 32;
+  /** Characters a number may have before Spark decides. */
+  static final int MAX_NUMBER = 40;
+
+  private final Expression value;
+  private final Expression fallback;
+  private final StructType schema;
+  private final byte[][] names;
+  private final String[] lowerNames;
+  private final int[] kinds;
+
+  /** The expression (the constructor Catalyst's makeCopy finds: the product's three elements). */
+  public FlatJsonDecoder(Expression value, Expression fallback, StructType schema) {
+    this.value = value;
+    this.fallback = fallback;
+    this.schema = schema;
+    StructField[] fields = schema.fields();
+    if (fields.length > 64) throw new IllegalArgumentException("at most 64 JSON fields, got " + fields.length);
+    names = new byte[fields.length][];
+    lowerNames = new String[fields.length];
+    kinds = new int[fields.length];
+    for (int f = 0; f < fields.length; f++) {
+      names[f] = fields[f].name().getBytes(StandardCharsets.UTF_8);
+      lowerNames[f] = fields[f].name().toLowerCase(Locale.ROOT);
+      DataType type = fields[f].dataType();
+      if (type instanceof StringType) kinds[f] = STRING;
+      else if (type instanceof LongType) kinds[f] = LONG;
+      else if (type instanceof DoubleType) kinds[f] = DOUBLE;
+      else if (type instanceof BooleanType) kinds[f] = BOOLEAN;
+      else throw new IllegalArgumentException("JSON field " + fields[f].name() + " of type " + type.simpleString()
+          + " is not supported (string, bigint, double, boolean)");
+    }
+  }
+
+  /** The decoding of binary column {@code value}, Spark's {@code fallback} decoding (to struct {@code schemaJson}) where it must decide. */
+  public static Column column(Column value, Column fallback, String schemaJson) {
+    StructType schema = (StructType) DataType.fromJson(schemaJson);
+    return ExpressionUtils.column(new FlatJsonDecoder(ExpressionUtils.expression(value),
+        ExpressionUtils.expression(fallback), schema));
+  }
+
+  // ------------------------------------------------------------------------------ the decoding
+
+  /** The struct of {@code bytes} (a byte[]) as an InternalRow, or null when Spark must decide. */
+  @Override
+  public Object apply(Object bytes) {
+    return decode((byte[]) bytes);
+  }
+
+  InternalRow decode(byte[] b) {
+    for (byte c : b) if (c < 0) return null;  // non-ASCII: Spark validates the UTF-8
+    int n = b.length;
+    int i = ws(b, 0);
+    if (i >= n || b[i] != '{') return null;
+    Object[] out = new Object[kinds.length];
+    long seen = 0;
+    i = ws(b, i + 1);
+    if (i < n && b[i] == '}') {
+      i++;
+    } else {
+      while (true) {
+        if (i >= n || b[i] != '"') return null;
+        int start = i + 1, end = start;
+        while (end < n && b[end] != '"') {
+          if (b[end] == '\\' || b[end] < 0x20) return null;
+          end++;
+        }
+        if (end >= n) return null;
+        int field = field(b, start, end);
+        if (field == -2) return null;
+        i = ws(b, end + 1);
+        if (i >= n || b[i] != ':') return null;
+        i = ws(b, i + 1);
+        if (i >= n) return null;
+        if (field >= 0) {
+          if ((seen & (1L << field)) != 0) return null;
+          seen |= 1L << field;
+          i = read(b, i, field, out);
+        } else {
+          i = skip(b, i, 0);
+        }
+        if (i < 0) return null;
+        i = ws(b, i);
+        if (i >= n) return null;
+        if (b[i] == ',') { i = ws(b, i + 1); continue; }
+        if (b[i] == '}') { i++; break; }
+        return null;
+      }
+    }
+    return ws(b, i) == n ? new GenericInternalRow(out) : null;
+  }
+
+  private static int ws(byte[] b, int i) {
+    while (i < b.length && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t')) i++;
+    return i;
+  }
+
+  /** The index of the field named by bytes [start, end), -1 for none, -2 for one equal only when case is ignored. */
+  private int field(byte[] b, int start, int end) {
+    int length = end - start;
+    for (int f = 0; f < names.length; f++) {
+      byte[] name = names[f];
+      if (name.length == length && Arrays.equals(b, start, end, name, 0, length)) return f;
+    }
+    String key = new String(b, start, length, StandardCharsets.US_ASCII).toLowerCase(Locale.ROOT);
+    for (String lower : lowerNames) if (lower.equals(key)) return -2;
+    return -1;
+  }
+
+  /** After a token ending at {@code i}: a byte that may follow a value. */
+  private static boolean delimited(byte[] b, int i) {
+    if (i >= b.length) return true;
+    byte c = b[i];
+    return c == ',' || c == '}' || c == ']' || c == ' ' || c == '\n' || c == '\r' || c == '\t';
+  }
+
+  private static boolean literal(byte[] b, int i, String word) {
+    int n = word.length();
+    if (i + n > b.length) return false;
+    for (int k = 0; k < n; k++) if (b[i + k] != word.charAt(k)) return false;
+    return delimited(b, i + n);
+  }
+
+  /** The end of the JSON number at {@code i}, or -1 when there is none; {@code integral[0]} says whether it has no fraction or exponent. */
+  private static int number(byte[] b, int i, boolean[] integral) {
+    int n = b.length, k = i;
+    if (k < n && b[k] == '-') k++;
+    if (k >= n) return -1;
+    if (b[k] == '0') {
+      k++;
+    } else if (b[k] >= '1' && b[k] <= '9') {
+      while (k < n && b[k] >= '0' && b[k] <= '9') k++;
+    } else {
+      return -1;
+    }
+    integral[0] = true;
+    if (k < n && b[k] == '.') {
+      integral[0] = false;
+      int digits = ++k;
+      while (k < n && b[k] >= '0' && b[k] <= '9') k++;
+      if (k == digits) return -1;
+    }
+    if (k < n && (b[k] == 'e' || b[k] == 'E')) {
+      integral[0] = false;
+      k++;
+      if (k < n && (b[k] == '+' || b[k] == '-')) k++;
+      int digits = k;
+      while (k < n && b[k] >= '0' && b[k] <= '9') k++;
+      if (k == digits) return -1;
+    }
+    if (k - i > MAX_NUMBER || !delimited(b, k)) return -1;
+    return k;
+  }
+
+  /** A canonical integer of at most 18 digits at [i, end): not "-0", no leading zero. */
+  private static boolean plainInteger(byte[] b, int i, int end) {
+    int digits = end - i - (b[i] == '-' ? 1 : 0);
+    if (digits > 18) return false;
+    return !(b[i] == '-' && b[i + 1] == '0');
+  }
+
+  private static long parseLong(byte[] b, int i, int end) {
+    boolean negative = b[i] == '-';
+    long result = 0;
+    for (int k = negative ? i + 1 : i; k < end; k++) result = result * 10 + (b[k] - '0');
+    return negative ? -result : result;
+  }
+
+  /** Reads field {@code f}'s value at {@code i} into {@code out}; the index after it, or -1 when Spark must decide. */
+  private int read(byte[] b, int i, int f, Object[] out) {
+    byte c = b[i];
+    if (c == 'n') {
+      if (!literal(b, i, "null")) return -1;
+      out[f] = null;
+      return i + 4;
+    }
+    switch (kinds[f]) {
+      case STRING: {
+        if (c == '"') {
+          int k = i + 1;
+          while (k < b.length && b[k] != '"') {
+            if (b[k] == '\\' || b[k] < 0x20) return -1;
+            k++;
+          }
+          if (k >= b.length) return -1;
+          out[f] = UTF8String.fromBytes(b, i + 1, k - i - 1);
+          return k + 1;
+        }
+        boolean[] integral = new boolean[1];
+        int end = number(b, i, integral);
+        if (end < 0 || !integral[0] || !plainInteger(b, i, end)) return -1;
+        out[f] = UTF8String.fromBytes(b, i, end - i);
+        return end;
+      }
+      case LONG: {
+        boolean[] integral = new boolean[1];
+        int end = number(b, i, integral);
+        if (end < 0 || !integral[0] || !plainInteger(b, i, end)) return -1;
+        out[f] = parseLong(b, i, end);
+        return end;
+      }
+      case DOUBLE: {
+        boolean[] integral = new boolean[1];
+        int end = number(b, i, integral);
+        if (end < 0) return -1;
+        if (integral[0]) {
+          if (!plainInteger(b, i, end)) return -1;
+          out[f] = (double) parseLong(b, i, end);
+        } else {
+          out[f] = Double.parseDouble(new String(b, i, end - i, StandardCharsets.US_ASCII));
+        }
+        return end;
+      }
+      default: {
+        if (literal(b, i, "true")) { out[f] = Boolean.TRUE; return i + 4; }
+        if (literal(b, i, "false")) { out[f] = Boolean.FALSE; return i + 5; }
+        return -1;
+      }
+    }
+  }
+
+  private static boolean hex(byte c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  }
+
+  /** The index after the JSON value at {@code i} (skipped), or -1 when Spark must decide. */
+  private static int skip(byte[] b, int i, int depth) {
+    int n = b.length;
+    if (i >= n) return -1;
+    byte c = b[i];
+    if (c == '"') {
+      int k = i + 1;
+      while (k < n && b[k] != '"') {
+        if (b[k] < 0x20) return -1;
+        if (b[k] == '\\') {
+          if (k + 1 >= n) return -1;
+          byte e = b[k + 1];
+          if (e == 'u') {
+            if (k + 5 >= n || !hex(b[k + 2]) || !hex(b[k + 3]) || !hex(b[k + 4]) || !hex(b[k + 5])) return -1;
+            char unit = (char) Integer.parseInt(new String(b, k + 2, 4, StandardCharsets.US_ASCII), 16);
+            if (Character.isSurrogate(unit)) return -1;
+            k += 6;
+            continue;
+          }
+          if ("\"\\/bfnrt".indexOf(e) < 0) return -1;
+          k += 2;
+          continue;
+        }
+        k++;
+      }
+      return k < n ? k + 1 : -1;
+    }
+    if (c == '{' || c == '[') {
+      if (depth >= MAX_DEPTH) return -1;
+      byte close = c == '{' ? (byte) '}' : (byte) ']';
+      int k = ws(b, i + 1);
+      if (k < n && b[k] == close) return k + 1;
+      while (true) {
+        if (c == '{') {
+          if (k >= n || b[k] != '"') return -1;
+          k = skip(b, k, depth + 1);
+          if (k < 0) return -1;
+          k = ws(b, k);
+          if (k >= n || b[k] != ':') return -1;
+          k = ws(b, k + 1);
+        }
+        k = skip(b, k, depth + 1);
+        if (k < 0) return -1;
+        k = ws(b, k);
+        if (k >= n) return -1;
+        if (b[k] == ',') { k = ws(b, k + 1); continue; }
+        if (b[k] == close) return k + 1;
+        return -1;
+      }
+    }
+    if (c == 't') return literal(b, i, "true") ? i + 4 : -1;
+    if (c == 'f') return literal(b, i, "false") ? i + 5 : -1;
+    if (c == 'n') return literal(b, i, "null") ? i + 4 : -1;
+    return number(b, i, new boolean[1]);
+  }
+
+  // ------------------------------------------------------------------------------ Catalyst
+
+  @Override
+  public Object eval(InternalRow input) {
+    Object bytes = value.eval(input);
+    if (bytes == null) return null;
+    Object decoded = decode((byte[]) bytes);
+    return decoded != null ? decoded : fallback.eval(input);
+  }
+
+  @Override
+  public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
+    ExprCode bytes = value.genCode(ctx);
+    ExprCode spark = fallback.genCode(ctx);
+    // Referenced as a java.util.function.Function: the generated class never names this one
+    // (on the driver it comes from a class loader of its own, which the code's compiler does not see).
+    String self = ctx.addReferenceObj("flatJsonDecoder", this, "java.util.function.Function");
+    String type = CodeGenerator.javaType(dataType());
+    String code = bytes.code() + "\n"
+        + "boolean " + ev.isNull() + " = " + bytes.isNull() + ";\n"
+        + type + " " + ev.value() + " = null;\n"
+        + "if (!" + ev.isNull() + ") {\n"
+        + "  " + ev.value() + " = (" + type + ") " + self + ".apply(" + bytes.value() + ");\n"
+        + "  if (" + ev.value() + " == null) {\n"
+        + "    " + spark.code() + "\n"
+        + "    " + ev.isNull() + " = " + spark.isNull() + ";\n"
+        + "    " + ev.value() + " = " + spark.value() + ";\n"
+        + "  }\n"
+        + "}\n";
+    List<String> parts = new ArrayList<>();
+    parts.add(code);
+    Seq<String> codeParts = CollectionConverters.asScala(parts).toList();
+    Seq<JavaCode> inputs = CollectionConverters.asScala(new ArrayList<JavaCode>()).toList();
+    return ev.copy(new CodeBlock(codeParts, inputs), ev.isNull(), ev.value());
+  }
+
+  @Override public DataType dataType() { return schema; }
+  @Override public boolean nullable() { return true; }
+  @Override public String prettyName() { return "barrierflow_flat_json"; }
+
+  @Override
+  public Seq<Expression> children() {
+    List<Expression> both = new ArrayList<>();
+    both.add(value);
+    both.add(fallback);
+    return CollectionConverters.asScala(both).toList();
+  }
+
+  @Override
+  public Expression withNewChildrenInternal(IndexedSeq<Expression> children) {
+    return new FlatJsonDecoder(children.apply(0), children.apply(1), schema);
+  }
+
+  @Override public int productArity() { return 3; }
+
+  @Override
+  public Object productElement(int n) {
+    switch (n) {
+      case 0: return value;
+      case 1: return fallback;
+      case 2: return schema;
+      default: throw new IndexOutOfBoundsException(String.valueOf(n));
+    }
+  }
+
+  @Override public boolean canEqual(Object other) { return other instanceof FlatJsonDecoder; }
+
+  @Override
+  public boolean equals(Object other) {
+    if (!(other instanceof FlatJsonDecoder)) return false;
+    FlatJsonDecoder that = (FlatJsonDecoder) other;
+    return value.equals(that.value) && fallback.equals(that.fallback) && schema.equals(that.schema);
+  }
+
+  @Override public int hashCode() { return java.util.Objects.hash(value, fallback, schema); }
+}

@@ -1,0 +1,123 @@
+"""barrierflow's JVM decoder of ``format: json`` records gives Spark's ``from_json`` rows for every
+record: hand-picked edges and seeded random documents (random layout, types, nesting and
+corruptions) decoded both ways in one job each; and it reads the plain records itself."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from barrierflow.jvm.helper import FLAT_JSON_CLASS, helper_instance
+from barrierflow.sources.flat_json import decoded_record
+from pyspark.sql import functions as F
+from pyspark.sql.column import Column
+
+FIELDS = {"key": "STRING", "value": "BIGINT", "ratio": "DOUBLE", "ok": "BOOLEAN", "at": "STRING"}
+DDL = ", ".join(f"{name} {kind}" for name, kind in FIELDS.items())
+
+EDGES: list[bytes | None] = [
+    b'{"key":"a","value":1,"ratio":1.5,"ok":true,"at":"2026-01-01T00:00:00"}',
+    b' {\n\t"key" : "b" ,\r\n "value" : -2 } ', b"{}", b"{ }", b"", b" ", b"null", b"[1,2]", b'"x"', b"12", b"nope",
+    b'{"key":"c","value":1.5}', b'{"key":"d","value":"5"}', b'{"key":"e","value":012}', b'{"key":"f","value":-0}',
+    b'{"key":"g","value":9223372036854775807}', b'{"key":"h","value":9223372036854775808}',
+    b'{"key":"i","value":123456789012345678}', b'{"key":"j","value":1e3}', b'{"key":5,"at":1767225602000}',
+    b'{"key":-7,"at":-0}', b'{"key":1.5}', b'{"key":true}', b'{"key":{"a":1}}', b'{"key":[1]}', b'{"key":null}',
+    b'{"KEY":"x","value":3}', b'{"Value":3}', b'{"key":"k","key":"l"}', b'{"value":1,"value":null}',
+    b'{"key":"\\u00e9\\"q","value":7}', '{"key":"é","value":4}'.encode(), b'{"key":"\xff"}',
+    b'{"key":"m","x":{"a":[1,{"b":"}\\"]"}],"c":[]},"value":5}', b'{"key":"n","x":"\\ud83d\\ude00","value":6}',
+    b'{"key":"o","x":"\\q","value":6}', b'{"key":"p","value":1}{', b'{"key":"q","value":1}  x', b'{"key":"r",}',
+    b'{"key":"s" "value":1}', b'{"key":"t"', b'{"key":"u\x01"}', b'{"key":"v","ratio":-0.0}',
+    b'{"ratio":1e400}', b'{"ratio":-1E-400}', b'{"ratio":12345678901234567890}', b'{"ratio":0.1}',
+    b'{"ratio":1.}', b'{"ratio":.5}', b'{"ratio":+1}', b'{"ratio":NaN}', b'{"ratio":"1.5"}', b'{"ok":"true"}',
+    b'{"ok":false,"value":0}', b'{"ok":tru}', b'{"ok":nul}', b'{"ok":null}', b'{"x":[[[[[[[[[[1]]]]]]]]]]}',
+    b'{"x":' + b"[" * 40 + b"]" * 40 + b', "value":3}', b'{"value":1 /* c */}', b"{'key':'w'}", None,
+]
+
+
+def _rows(spark: Any, values: list[bytes | None], decode: Any) -> list[Any]:
+    frame = spark.createDataFrame([(i, v) for i, v in enumerate(values)], "i int, value binary")
+    return [r.record for r in frame.select("i", decode(F.col("value")).alias("record")).orderBy("i").collect()]
+
+
+def _both(spark: Any, values: list[bytes | None]) -> tuple[list[Any], list[Any]]:
+    spark_rows = _rows(spark, values, lambda c: F.from_json(c.cast("string"), DDL))
+    ours = _rows(spark, values, lambda c: decoded_record(spark, c, FIELDS))
+    return spark_rows, ours
+
+
+def _assert_same(values: list[bytes | None], spark_rows: list[Any], ours: list[Any]) -> None:
+    # compared by repr: exact for floats (0.0 and -0.0 differ), and a NaN equals a NaN
+    differ = [(v, s, o) for v, s, o in zip(values, spark_rows, ours, strict=True) if repr(s) != repr(o)]
+    assert not differ, f"{len(differ)} records decode otherwise than from_json, e.g. {differ[:5]}"
+
+
+def test_the_edges_decode_as_from_json_decodes_them(spark: Any) -> None:
+    spark_rows, ours = _both(spark, EDGES)
+    _assert_same(EDGES, spark_rows, ours)
+    assert ours[0] is not None and ours[0].asDict() == {
+        "key": "a", "value": 1, "ratio": 1.5, "ok": True, "at": "2026-01-01T00:00:00"}
+
+
+def _random_value(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.randrange(10 if depth < 3 else 7)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return rng.choice([True, False])
+    if kind == 2:
+        return rng.choice([0, -1, 7, 2**53, 2**63 - 1, -(2**63), 2**63, 10**19, rng.randrange(-10**6, 10**6)])
+    if kind == 3:
+        return rng.choice([0.0, -0.0, 0.1, 1e-300, 1.7976931348623157e308, rng.uniform(-1e6, 1e6), 5e-324])
+    if kind in (4, 5, 6):
+        return "".join(rng.choice(['a', 'Z', ' ', '"', '\\', '/', '\n', 'é', '😀', '{', '}', ',', ':', '\x01'])
+                       for _ in range(rng.randrange(6)))
+    if kind in (7, 8):
+        return {rng.choice(["a", "key", "b"]): _random_value(rng, depth + 1) for _ in range(rng.randrange(3))}
+    return [_random_value(rng, depth + 1) for _ in range(rng.randrange(3))]
+
+
+def _random_document(rng: random.Random) -> bytes:
+    names = ["key", "value", "ratio", "ok", "at", "Key", "VALUE", "other", "nested"]
+    document = {rng.choice(names): _random_value(rng) for _ in range(rng.randrange(6))}
+    if rng.random() < 0.5:  # the common shape: each wanted field of its own type
+        document.update({"key": f"k{rng.randrange(100)}", "value": rng.randrange(-10**12, 10**12),
+                         "ratio": rng.uniform(-1e3, 1e3), "ok": rng.random() < 0.5})
+    separators = rng.choice([(",", ":"), (", ", ": "), (" ,\n", " :\t")])
+    text = json.dumps(document, ensure_ascii=rng.random() < 0.5, separators=separators)
+    raw = text.encode()
+    cut = rng.random()
+    if cut < 0.1:  # a corruption: a byte dropped, doubled or replaced
+        at = rng.randrange(len(raw))
+        raw = rng.choice([raw[:at] + raw[at + 1:], raw[:at] + raw[at:at + 1] + raw[at:],
+                          raw[:at] + bytes([rng.choice(b'{}[]",:0-.eE \\x')]) + raw[at + 1:]])
+    elif cut < 0.15:
+        raw = raw + rng.choice([b" ", b"\n", b"x", b"}", b","])
+    return raw
+
+
+@pytest.mark.parametrize("seed", [20261129, 7])
+def test_random_documents_decode_as_from_json_decodes_them(spark: Any, seed: int) -> None:
+    rng = random.Random(seed)
+    values: list[bytes | None] = [_random_document(rng) for _ in range(3000)]
+    spark_rows, ours = _both(spark, values)
+    _assert_same(values, spark_rows, ours)
+    assert sum(1 for r in ours if r is not None and r.key is not None) > 1000  # the documents hold data
+
+
+def test_the_decoder_reads_plain_records_itself(spark: Any) -> None:
+    """With a fallback that gives null, what the decoder decides itself shows: plain records
+    are read without Spark; a record it leaves to Spark comes back from the fallback."""
+    schema = spark.createDataFrame([], DDL).schema
+    decoder = helper_instance(spark, FLAT_JSON_CLASS)
+    nothing = F.lit(None).cast(schema)
+
+    def ours(column: Any) -> Any:
+        return Column(decoder.decode(column._jc, nothing._jc, schema.json()))
+
+    values = [b'{"key":"a","value":1,"ratio":2.5,"ok":false}', b' { "value" : -3 , "nested":{"x":[1,"]"]} } ',
+              b'{"key":"b","value":"1"}', b'{"key":"\\u00e9"}', b"[1]"]
+    rows = _rows(spark, values, ours)
+    assert [None if r is None else (r.key, r.value, r.ratio, r.ok) for r in rows] == [
+        ("a", 1, 2.5, False), (None, -3, None, None), None, None, None]
