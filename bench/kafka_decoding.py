@@ -6,6 +6,8 @@ Modes (each a plain Structured Streaming query with its own checkpoint, the side
 batches, trigger and consumer settings):
 
 * ``from_json``: system c itself (:func:`bench.kafka_source.run_plain_spark`);
+* ``barrierflow``: system c', c decoded by barrierflow's JSON decoder
+  (:mod:`barrierflow.sources.flat_json`, the decoder of ``reader: spark``), the same rows;
 * ``json_tuple``: ``json_tuple(value, 'key', 'value')``, the value cast to ``bigint``;
 * ``variant``: ``parse_json(value)``, then ``variant_get`` of ``key`` and ``value``;
 * ``none``: no decoding: the count and sum of each record's length, grouped by Kafka partition.
@@ -37,7 +39,7 @@ from typing import Any
 
 from bench import kafka_source as ks
 
-MODES = ("from_json", "json_tuple", "variant", "none")
+MODES = ("from_json", "barrierflow", "json_tuple", "variant", "none")
 BATCH, PARTITIONS = 100_000, 4
 
 
@@ -57,9 +59,9 @@ def _decoded(frame: Any, mode: str) -> Any:
 
 def run_mode(spark: Any, servers: str, topic: str, mode: str, records: int, cap: float) -> float:
     """One bounded run of ``mode``; records/s after the first batch."""
-    if mode == "from_json":
+    if mode in ("from_json", "barrierflow"):
         return float(ks.run_plain_spark(spark, servers, topic, records=records, batch=BATCH, partitions=PARTITIONS,
-                                        cap=cap)["steady"])
+                                        cap=cap, decoder=mode)["steady"])
     from barrierflow.sources.spark_kafka import FETCH_MAX_WAIT_MS
     from pyspark.sql import functions as F
 

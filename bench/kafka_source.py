@@ -44,13 +44,17 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
       the pipelines' trigger (:data:`TRIGGER`), its own ``checkpointLocation`` (Spark writes its
       offset and commit logs and state every batch: its "checkpoint" is per batch), in the
       same SparkSession (so with the same Spark settings) as a and b;
+   c'. ``plain-decoder``: c with its records decoded by barrierflow's JSON decoder
+      (:mod:`barrierflow.sources.flat_json`), as b decodes them, instead of ``from_json``: b / c'
+      is what barrierflow costs beside the decoder, b / c what a user gains or loses against
+      plain Spark as it is written;
    d. ``flink``: Flink SQL (the Flink virtual environment's apache-flink, ``make flink``) with
       Flink's Kafka connector (the ``flink-kafka`` JVM artifact set, ``make install``) and
       checkpoints every 1 s, untuned and tuned (mini-batch, two-phase:
       :data:`bench.flink_sql_job.TUNED`), ``bench/flink_sql_job.py --kafka``, after the Spark
       session stopped.
 
-   b and c run in rounds (:func:`connector_rounds`): a warm-up round (each once, figures
+   b, c and c' run in rounds (:func:`connector_rounds`): a warm-up round (each once, figures
    dropped), then ``--rounds`` rounds back to back, the order reversed every other round; each
    one's figure is its median, and the ratio b / c of each round is printed too.
 
@@ -65,8 +69,8 @@ pipeline / generator pipeline, then the side by side. Usage (from the repository
 docs/benchmarks.md has a run)::
 
     PYTHONPATH=include:. .venv/bin/python -m bench.kafka_source [--records 8000000] [--batch 100000]
-        [--partitions 4] [--stages 1,2,3] [--side-by-side python,spark,plain,flink] [--rounds 3] [--systems]
-        [--bootstrap HOST:PORT] [--markdown FILE]
+        [--partitions 4] [--stages 1,2,3] [--side-by-side python,spark,plain,plain-decoder,flink]
+        [--rounds 3] [--systems] [--bootstrap HOST:PORT] [--markdown FILE]
 
 ``python -m bench --scenario kafka`` runs it with its defaults.
 
@@ -104,7 +108,7 @@ SOURCE = "consume as columns + vectorized decode (what the source's tasks do)"
 #: The pipelines' trigger interval (seconds); plain Spark's ``processingTime`` matches it.
 TRIGGER = 0.1
 #: The systems of the side by side (module docstring, step 7), in the order they run.
-SYSTEMS = ("python", "spark", "plain", "flink")
+SYSTEMS = ("python", "spark", "plain", "plain-decoder", "flink")
 #: Flink's Kafka connector: the JVM artifact set (include/barrierflow/jvm/artifacts.lock).
 FLINK_JVM_SET = "flink-kafka"
 #: The side by side's rows: key in :func:`side_by_side_lines`' ``rates`` -> what was measured.
@@ -112,6 +116,7 @@ SIDE_BY_SIDE = {
     "python": "a. barrierflow, its Python reader (reader: python), ABS checkpoints every 1 s",
     "spark": "b. barrierflow, Spark's connector (reader: spark), ABS checkpoints every 1 s",
     "plain": "c. plain Spark Structured Streaming, Spark's connector, its own checkpoint (every batch)",
+    "plain-decoder": "c'. c with its records decoded by barrierflow's JSON decoder instead of from_json",
     "flink tuned": "d. Flink SQL, Flink's Kafka connector, checkpoints every 1 s, tuned (mini-batch, two-phase)",
     "flink untuned": "d. Flink SQL, Flink's Kafka connector, checkpoints every 1 s, untuned (Flink's defaults)",
 }
@@ -311,16 +316,22 @@ def progress_rate(progress: Sequence[Mapping[str, Any]]) -> float:
 
 
 def run_plain_spark(spark: Any, servers: str, topic: str, *, records: int, batch: int, partitions: int,
-                    cap: float) -> dict[str, Any]:
+                    cap: float, decoder: str = "from_json") -> dict[str, Any]:
     """One bounded run of the job on plain Spark Structured Streaming (module docstring, step 7c)
-    in the shared SparkSession, until its batches read ``records`` records or ``cap`` seconds."""
+    in the shared SparkSession, until its batches read ``records`` records or ``cap`` seconds;
+    ``decoder`` ``from_json`` (c) or ``barrierflow`` (c': barrierflow's JSON decoder, as b decodes)."""
+    from barrierflow.sources.flat_json import decoded_record
     from barrierflow.sources.spark_kafka import FETCH_MAX_WAIT_MS
     from pyspark.sql import functions as F
 
     work = Path(tempfile.mkdtemp(prefix="bf-kbench-plain-"))
-    # decoded as ``reader: spark`` decodes (one from_json per record, a timestamp field read as
-    # text and converted only where used), so the two differ by barrierflow and nothing else
-    schema = ", ".join(f"`{name}` {'string' if kind == 'timestamp' else kind}" for name, kind in JSON_FIELDS.items())
+    # one parse per record, a timestamp field read as text and converted only where used, as
+    # ``reader: spark`` does it
+    types = {"timestamp": "string", "long": "bigint"}
+    schema = ", ".join(f"`{name}` {types.get(kind, kind)}" for name, kind in JSON_FIELDS.items())
+    parsed = {name: types.get(kind, kind).upper() for name, kind in JSON_FIELDS.items()}
+    record = F.from_json(F.col("value").cast("string"), schema) if decoder == "from_json" else \
+        decoded_record(spark, F.col("value"), parsed)
     fields = [F.coalesce(F.try_to_timestamp(F.col(f"r.{name}")),
                          F.timestamp_millis(F.col(f"r.{name}").try_cast("bigint"))).alias(name)
               if kind == "timestamp" else F.col(f"r.{name}").alias(name) for name, kind in JSON_FIELDS.items()]
@@ -328,7 +339,7 @@ def run_plain_spark(spark: Any, servers: str, topic: str, *, records: int, batch
              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(batch * partitions))
              .option("failOnDataLoss", "true").option("kafka.isolation.level", "read_committed")
              .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS)).load()
-             .select(F.from_json(F.col("value").cast("string"), schema).alias("r")).select(*fields)
+             .select(record.alias("r")).select(*fields)
              .groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("value_sum")))
     seen: dict[int, Mapping[str, Any]] = {}
     began = time.monotonic()
@@ -424,7 +435,9 @@ def side_by_side_lines(rates: Mapping[str, float], notes: Mapping[str, str] | No
             ("b / c: barrierflow with Spark's connector / plain Spark (aim >= 0.9)", "spark", "plain"),
             ("b / d tuned: barrierflow with Spark's connector / Flink SQL tuned (aim >= 0.8)", "spark", "flink tuned"),
             ("b / d untuned: barrierflow with Spark's connector / Flink SQL untuned", "spark", "flink untuned"),
-            ("a / b: barrierflow's Python reader / Spark's connector", "python", "spark")):
+            ("a / b: barrierflow's Python reader / Spark's connector", "python", "spark"),
+            ("b / c': barrierflow with Spark's connector / plain Spark decoding as b does (what barrierflow "
+             "costs beside the decoder)", "spark", "plain-decoder")):
         lines.append(f"| ratio {label} | {_ratio(rates.get(a, nan), rates.get(b, nan))} |")
     return lines
 
@@ -551,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.flink_compare import flink_python
 
-    spark_sets = ["spark-kafka"] if {"spark", "plain"} & set(systems) else []
+    spark_sets = ["spark-kafka"] if {"spark", "plain", "plain-decoder"} & set(systems) else []
     try:  # what the systems need is installed: said before anything runs
         source_jars([], spark_sets)
         flink = (flink_python(), flink_jars()) if "flink" in systems else None
@@ -572,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
             ceilings.update(read_ceilings(servers, topic, records, args.partitions))
         runs: dict[str, dict[str, Any]] = {}
         spark = None
-        if shapes or {"python", "spark", "plain"} & set(systems):
+        if shapes or {"python", "spark", "plain", "plain-decoder"} & set(systems):
             spark = build_session(SparkSpec.model_validate({"master": "local[2]", "shuffle_partitions": 2}),
                                   app_name="barrierflow-kafka-bench", jvm_sets=spark_sets)
         if 1 in shapes or "python" in systems:
@@ -584,13 +597,14 @@ def main(argv: list[str] | None = None) -> int:
                 spark, {"name": "events", "type": "generator", "partitions": args.partitions, "rows_per_second": 0,
                         "keys": KEYS, "max_records_per_batch": args.batch,
                         "records_per_partition": records // args.partitions}, args.cap)
-        connector = [s for s in ("spark", "plain") if s in systems]
+        connector = [s for s in ("spark", "plain", "plain-decoder") if s in systems]
         if connector:
 
             def run_connector(system: str) -> dict[str, Any]:
-                if system == "plain":
+                if system in ("plain", "plain-decoder"):
                     return run_plain_spark(spark, servers, topic, records=records, batch=args.batch,
-                                           partitions=args.partitions, cap=args.cap)
+                                           partitions=args.partitions, cap=args.cap,
+                                           decoder="from_json" if system == "plain" else "barrierflow")
                 try:
                     return run_pipeline(spark, kafka_source(servers, topic, args.batch, reader="spark"), args.cap)
                 except Exception as exc:  # the figure to report is the failure itself

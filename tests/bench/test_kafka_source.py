@@ -90,10 +90,10 @@ def test_the_side_by_side_prints_each_system_and_the_ratios_it_aims_at() -> None
            "4 checkpoints) | 90 |" in table
     assert "untuned (Flink's defaults) |" not in table  # not measured: no row
     ratios = {line.split(" | ")[0]: line.split(" | ")[1].rstrip(" |") for line in lines if line.startswith("| ratio")}
-    assert [v for k, v in ratios.items()] == ["0.90", "0.75", "n/a", "0.56"]
+    assert [v for k, v in ratios.items()] == ["0.90", "0.75", "n/a", "0.56", "n/a"]
     assert any("b / c" in k and "aim >= 0.9" in k for k in ratios)
     assert any("b / d tuned" in k and "aim >= 0.8" in k for k in ratios)
-    assert side_by_side_lines({"spark": math.nan, "plain": 100.0})[-4].endswith("| n/a |")
+    assert side_by_side_lines({"spark": math.nan, "plain": 100.0})[-5].endswith("| n/a |")
 
 
 def test_the_connector_systems_warm_up_once_then_alternate_and_report_their_median() -> None:
@@ -115,7 +115,7 @@ def test_side_by_side_options_are_checked_before_anything_starts(capsys: pytest.
         with pytest.raises(SystemExit) as exited:
             main(argv)
         assert exited.value.code == 2
-        assert "--side-by-side takes python, spark, plain, flink" in capsys.readouterr().err
+        assert "--side-by-side takes python, spark, plain, plain-decoder, flink" in capsys.readouterr().err
     from bench.run import main as bench_main
 
     assert bench_main(["--scenario", "scale", "--systems"]) == 2
