@@ -96,12 +96,12 @@ def test_base_image_is_python_3_11_pinned_to_a_patch_release(instructions: list[
 
 def test_java_17_is_installed_and_java_home_points_at_it(instructions: list[Instruction]) -> None:
     installs = [c for c in shell_commands(instructions) if c[:2] == ["apt-get", "install"]]
-    assert len(installs) == 1 and "openjdk-17-jre-headless" in installs[0]
+    assert len(installs) == 1 and "openjdk-17-jdk-headless" in installs[0]  # javac builds the JVM helper
     assert "--no-install-recommends" in installs[0]
     assert not any(re.match(r"openjdk-(?!17-)", package) for package in installs[0]), "one Java: 17"
     java_home = env_values(instructions)["JAVA_HOME"]
     assert any(c[:2] == ["ln", "-s"] and c[-1] == java_home for c in shell_commands(instructions)), (
-        "JAVA_HOME must be the link made to the installed JRE")
+        "JAVA_HOME must be the link made to the installed JDK")
 
 
 def test_installs_exactly_the_pinned_requirements_then_the_package(instructions: list[Instruction]) -> None:
@@ -122,6 +122,24 @@ def test_installs_exactly_the_pinned_requirements_then_the_package(instructions:
     lines = {i.arguments: i.line for i in of(instructions, "COPY")}
     code = lines[f"include/barrierflow {folder}include/barrierflow"]
     assert lines[f"requirements.txt constraints.txt {folder}"] < code
+
+
+def test_the_jvm_sets_a_pipeline_needs_and_the_helper_are_built_into_the_image(
+        instructions: list[Instruction]) -> None:
+    """Spark's Kafka connector and S3A (from the package's lock, verified) and barrierflow's JVM helper,
+    built after the package is installed, into the cache every process of the image reads."""
+    from barrierflow.jvm.lockfile import CACHE_ENV, DEFAULT_LOCK, read_lock
+
+    commands = shell_commands(instructions)
+    installs = [c for c in commands if c[:4] == ["python", "-m", "barrierflow.jvm", "install"]]
+    assert len(installs) == 1, commands
+    sets = [installs[0][i + 1] for i, word in enumerate(installs[0]) if word == "--set"]
+    assert sorted(sets) == ["spark-kafka", "spark-s3a"]
+    assert set(sets) <= {a.set_name for a in read_lock(DEFAULT_LOCK)}
+    assert ["python", "-m", "barrierflow.jvm", "helper"] in commands
+    package = next(i for i, c in enumerate(commands) if c[:2] == ["pip", "install"] and "--no-deps" in c)
+    assert commands.index(installs[0]) > package, "the JVM sets come from the installed package's lock"
+    assert env_values(instructions)[CACHE_ENV].startswith("/opt/")
 
 
 def test_runs_as_a_non_root_user(instructions: list[Instruction]) -> None:

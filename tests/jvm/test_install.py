@@ -87,6 +87,21 @@ def test_the_command_line_install_exits_1_naming_the_tampered_jar(repo: Path, tm
     assert "org.example:a:1.0" in third.stderr and "does not match its pinned sha256" in third.stderr
 
 
+def test_install_of_named_sets_fetches_only_their_jars_and_an_unknown_set_is_named(repo: Path, tmp_path: Path
+                                                                                    ) -> None:
+    wanted = _publish(repo, "org.example", "a", "1.0", b"jar a")
+    other = LockedArtifact("other", "org.example", "b", "1.0", "", "0" * 64)  # not published: never fetched
+    lock = tmp_path / "artifacts.lock"
+    lock.write_text(render_lock([wanted, other], "# test lock"), encoding="utf-8")
+    cache = tmp_path / "cache"
+    base = [sys.executable, "-m", "barrierflow.jvm", "--lock", str(lock), "--cache", str(cache), "install"]
+    done = subprocess.run([*base, "--set", "demo"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "1 downloaded" in done.stdout, done.stderr
+    assert (cache / wanted.repository_path).is_file() and not (cache / other.repository_path).exists()
+    unknown = subprocess.run([*base, "--set", "nope"], capture_output=True, text=True, check=False)
+    assert unknown.returncode == 1 and "no JVM artifact set nope" in unknown.stderr and "demo, other" in unknown.stderr
+
+
 def test_a_malformed_lock_line_is_named(tmp_path: Path) -> None:
     lock = tmp_path / "artifacts.lock"
     lock.write_text("# ok\nkafka-broker org.apache.kafka:kafka_2.13 deadbeef\n", encoding="utf-8")

@@ -1,6 +1,8 @@
 """``python -m barrierflow.jvm install|verify|lock|classpath|helper``: the JVM artifact cache from a shell.
 
-* ``install``: fetch missing jars of the lock into the cache and verify every jar (``make install``);
+* ``install [--set SET ...]``: fetch missing jars of the lock (or of the named sets) into the cache
+  and verify every jar (``make install``: every set; the project image: the sets a pipeline's
+  driver and executors use);
 * ``verify``: verify the cache against the lock, download nothing;
 * ``lock``: regenerate the lock from :data:`barrierflow.jvm.resolve.ROOTS` with Maven;
 * ``classpath SET``: print a set's class path;
@@ -31,7 +33,14 @@ def _run(args: argparse.Namespace) -> str:
     lock = Path(args.lock)
     cache = Path(args.cache) if args.cache else cache_dir()
     if args.command == "install":
-        report = install(read_lock(lock), cache)
+        artifacts = read_lock(lock)
+        if args.set:
+            unknown = sorted(set(args.set) - {a.set_name for a in artifacts})
+            if unknown:
+                raise JvmArtifactError(f"no JVM artifact set {', '.join(unknown)} in {lock}; the sets are "
+                                       f"{', '.join(sorted({a.set_name for a in artifacts}))}")
+            artifacts = [a for a in artifacts if a.set_name in args.set]
+        report = install(artifacts, cache)
         mib = report.downloaded_bytes / (1 << 20)
         return (f"JVM artifacts in {cache}: {len(report.downloaded)} downloaded ({mib:.1f} MiB), "
                 f"{len(report.verified)} already present and verified")
@@ -57,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", default=None, help="the jar cache (default: $BARRIERFLOW_JVM_CACHE or "
                                                       "~/.cache/barrierflow/maven)")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("install", help="download missing jars, verify all")
+    inst = sub.add_parser("install", help="download missing jars, verify all")
+    inst.add_argument("--set", action="append", default=[], metavar="SET",
+                      help="only this set's jars (repeatable; default: every set of the lock)")
     sub.add_parser("verify", help="verify the cache, download nothing")
     sub.add_parser("lock", help="regenerate the lock with Maven")
     sub.add_parser("helper", help="compile barrierflow's JVM helper against the Spark jars")
