@@ -19,6 +19,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from barrierflow.errors import SourceError
 from barrierflow.jvm.errors import JvmArtifactError
 
 if TYPE_CHECKING:
@@ -35,14 +36,19 @@ _warned: list[str] = []
 
 def decoded_record(spark: SparkSession, value: Column, fields: Mapping[str, str]) -> Column:
     """The struct of ``fields`` (name -> Spark SQL type: STRING, BIGINT, DOUBLE or BOOLEAN, in
-    order) decoded from the binary column ``value``, as ``from_json`` decodes it (module docstring)."""
+    order) decoded from the binary column ``value``, as ``from_json`` decodes it (module docstring).
+
+    Raises:
+        SourceError: a field of another type (a ``timestamp`` field is parsed as STRING first).
+    """
     from pyspark.sql import functions as F
     from pyspark.sql.column import Column as SparkColumn
     from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
     unknown = {name: kind for name, kind in fields.items() if kind not in _TYPES}
     if unknown:
-        raise ValueError(f"JSON fields of types the decoder does not read: {unknown} (one of {', '.join(_TYPES)})")
+        raise SourceError(f"JSON fields of types the decoder does not read: {unknown}; parse them as one of "
+                          f"{', '.join(_TYPES)} (a timestamp as STRING, then convert it)")
     ddl = ", ".join(f"`{name.replace('`', '``')}` {kind}" for name, kind in fields.items())
     spark_decoded = F.from_json(value.cast("string"), ddl)
     types = {"STRING": StringType(), "BIGINT": LongType(), "DOUBLE": DoubleType(), "BOOLEAN": BooleanType()}
