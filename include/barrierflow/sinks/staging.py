@@ -66,6 +66,9 @@ class StagingDataSource(DataSource):
         return "barrierflow_staging"
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        from barrierflow.spark.worker_heap import freeze_long_lived
+
+        freeze_long_lived()  # Spark calls this in a reused planning worker, once per micro-batch
         try:
             fence = self.options.get("fence")
             return StagingWriter(self.options["uri"], int(self.options["batch_id"]),
@@ -102,6 +105,9 @@ class StagingWriter(DataSourceArrowWriter):
         return WriteAheadFile(key, table.num_rows)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        from barrierflow.spark.worker_heap import freeze_long_lived
+
+        freeze_long_lived()  # Spark calls this in a reused commit worker, once per micro-batch
         files = sorted(
             ({"key": m.key, "rows": m.rows} for m in messages if isinstance(m, WriteAheadFile) and m.key),
             key=lambda f: f["key"],
@@ -110,6 +116,9 @@ class StagingWriter(DataSourceArrowWriter):
         open_store(self.uri).put_bytes(batch_prefix(self.batch_id) + MARKER, json.dumps(body).encode())
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        from barrierflow.spark.worker_heap import freeze_long_lived
+
+        freeze_long_lived()
         store = open_store(self.uri)
         store.delete_many([o.key for o in store.list(batch_prefix(self.batch_id))])
 
