@@ -2,16 +2,20 @@
 processor, API server and triggerer on 127.0.0.1 (temporary home, SQLite, LocalExecutor),
 driven only through the REST API.
 
-1. The launch DAG of a small bounded pipeline (generator throttled by ``rows_per_second`` ->
-   projection of each record's partition and offset -> Parquet through 2PC) is triggered. Its
-   ``launch`` task starts the pipeline detached and defers: the REST API shows it ``deferred``
-   (no worker slot held) while the pipeline completes checkpoints.
+1. The launch DAG of a small pipeline (generator throttled by ``rows_per_second``, more records
+   than it can read within the test -> projection of each record's partition and offset ->
+   Parquet through 2PC) is triggered. Its ``launch`` task starts the pipeline detached and
+   defers: the REST API shows it ``deferred`` (no worker slot held) while the pipeline completes
+   checkpoints.
 2. Every Airflow process is stopped (SIGTERM, then SIGKILL of each process group). The pipeline
    keeps running: its launcher lives, and checkpoints keep completing without Airflow.
 3. Airflow is started again on the same home (same metadata database). The launch task is still
    ``deferred``, on its first try: the triggerer rebuilt the trigger from the database.
-4. The trigger sees the job end with exit 0 and the task succeeds (then ``supervise``). The
-   committed output holds every source record exactly once; one launch, one run lease.
+4. The stop DAG, triggered through the REST API, stops the pipeline with a savepoint; the
+   trigger, rebuilt by the new triggerer, sees the job end with exit 0 and the task succeeds
+   (then ``supervise``). The committed output holds every record the savepoint covers exactly
+   once; one launch, one run lease. (The test, not the source's length, decides when the
+   pipeline ends: it cannot end before Airflow is back, however slow the machine.)
 
 Prints the bound: how long the pipeline ran without a working Airflow (from the stop until all
 components are healthy again) and how many checkpoints completed meanwhile; nothing lost.
@@ -26,22 +30,24 @@ from pathlib import Path
 
 import pytest
 import yaml
+from barrierflow.checkpointing.manifest import CheckpointKind
+from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.lease import lease_state
 from barrierflow.ops.detached_launch import LaunchRecord, launcher_alive, read_exit
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.sinks.parquet import read_committed
+from barrierflow.spec import load_spec
 
 from tests.dags.conftest import DAGS_FOLDER
 from tests.drivers import short_lived_driver_java_options
 from tests.support.airflow_server import COMPONENTS, AirflowServer
 
-# Measured 115 s at load average 11 on 2 cores, about 180 s at 13-16.
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(180)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(90)]
 
-LAUNCH = "barrierflow_pipeline__outlive"
-#: Per partition: the source lasts RECORDS / RATE = 80 s, enough to outlast a stop and a start of
-#: Airflow (44 s measured at load average 13) after its first checkpoint.
-PARTITIONS, RECORDS, RATE = 2, 800, 10.0
+LAUNCH, STOP = "barrierflow_pipeline__outlive", "barrierflow_stop__outlive"
+#: Per partition: at RATE records/s the source would last RECORDS / RATE = 1,000 s; the test
+#: stops the pipeline (the stop DAG, with a savepoint) once Airflow is back.
+PARTITIONS, RECORDS, RATE = 2, 10_000, 10.0
 
 
 def write_spec(tmp_path: Path, pipelines: Path) -> Path:
@@ -62,6 +68,11 @@ def write_spec(tmp_path: Path, pipelines: Path) -> Path:
     path = pipelines / "outlive.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
+
+
+def through(offsets: dict[str, int]) -> list[tuple[int, int]]:
+    """Every record the source offsets cover, once: what the committed output must be."""
+    return sorted((int(partition), offset) for partition, end in offsets.items() for offset in range(end))
 
 
 def committed(out: Path) -> list[tuple[int, int]]:
@@ -97,7 +108,8 @@ def test_a_deferred_pipeline_outlives_a_restart_of_all_of_airflow_exactly_once(t
         server.start()
         server.wait_for(lambda: server.api("GET", f"/dags/{LAUNCH}").status_code == 200, 120,
                         "the pipeline's DAGs to be parsed")
-        assert server.api("PATCH", f"/dags/{LAUNCH}", json={"is_paused": False}).status_code == 200
+        for dag_id in (LAUNCH, STOP):
+            assert server.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).status_code == 200
         phase("airflow up")
 
         # 1. Launched, deferred, checkpointing.
@@ -131,11 +143,17 @@ def test_a_deferred_pipeline_outlives_a_restart_of_all_of_airflow_exactly_once(t
         up_at = time.monotonic()
         phase("airflow up again")
         during = sorted(set(completed()) - before_stop)
-        assert read_exit(record) is None, f"the pipeline ended before Airflow was back (source too short): {phases}"
+        assert read_exit(record) is None, f"the pipeline ended before Airflow was back: {phases}"
         launch = server.task_instance(LAUNCH, run_id, "launch")
         assert launch["state"] == "deferred" and launch["try_number"] == 1, launch
 
-        # 4. The trigger, rebuilt by the new triggerer, sees the job end; the run succeeds.
+        # 4. Stopped with a savepoint through the stop DAG; the trigger, rebuilt by the new
+        # triggerer, sees the job end with exit 0; the run succeeds.
+        stop_id = server.trigger(STOP, {"savepoint": True, "timeout_seconds": 300})
+        assert server.wait_for_run(STOP, stop_id, 300) == "success", server.logs()
+        stopped = server.xcom(STOP, stop_id, "stop")
+        assert stopped["status"] == "stopped", stopped
+        phase("stopped with a savepoint")
         assert server.wait_for_run(LAUNCH, run_id, 300) == "success", (
             server.logs() + Path(record.log).read_text(encoding="utf-8")[-3000:])
         ended = time.monotonic()
@@ -150,13 +168,17 @@ def test_a_deferred_pipeline_outlives_a_restart_of_all_of_airflow_exactly_once(t
     assert len(list((tmp_path / "work" / "launches").glob("*.exit.json"))) == 1  # one launch
     fences = [key for key in (info.key for info in pipeline.objects.list("_lease/")) if "/fence-" in key]
     assert len(fences) == 1, fences  # one run lease: no second driver
-    assert committed(tmp_path / "out") == [(p, o) for p in range(PARTITIONS) for o in range(RECORDS)]
+    store = CheckpointStore.for_spec(load_spec(spec_path))
+    savepoint = store.get(stopped["savepoint"])
+    assert savepoint.kind is CheckpointKind.SAVEPOINT and stopped["savepoint"] == max(store.checkpoint_ids())
+    assert min(savepoint.barrier_offsets["events"].values()) > 0, savepoint.barrier_offsets
+    assert committed(tmp_path / "out") == through(savepoint.barrier_offsets["events"])
     print(json.dumps({
         "pipeline_without_airflow_seconds": round(up_at - stopping_at, 1),
         "airflow_down_seconds": round(up_at - down_at, 1),
         "checkpoints_completed_without_airflow": len(during),
         "pipeline_after_restart_seconds": round(ended - up_at, 1),
         "test_seconds": round(ended - started, 1),
-        "records": PARTITIONS * RECORDS, "lost": 0, "duplicated": 0,
+        "records": sum(savepoint.barrier_offsets["events"].values()), "lost": 0, "duplicated": 0,
         "timeline_seconds": ", ".join(phases),
     }))
