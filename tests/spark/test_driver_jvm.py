@@ -1,4 +1,5 @@
-"""A killed driver takes its Spark JVM with it at once (barrierflow.spark.session.jvm_dies_with_driver).
+"""The driver JVM barrierflow launches (barrierflow.spark.session.launching_jvm): a killed driver
+takes it with it at once, and it does not look up Python data sources.
 
 The regression: a driver SIGKILLed right after a global checkpoint left its JVM running for a
 moment; that JVM's streaming queries planned one more batch and wrote ``offsets/<V>`` into a
@@ -8,6 +9,10 @@ pipeline's restore test). The JVM is frozen (SIGSTOP) before the driver is kille
 notice the EOF on its stdin and exit on its own: only the kernel's parent-death signal ends it,
 and without that the test fails every time, not only when a batch happens to be planned in the
 window.
+
+Spark 4 starts a Python worker daemon at a driver's first data source lookup to find and
+register the data sources of installed ``pyspark_*`` packages; barrierflow registers its own,
+so its JVMs skip that (0.7 core-seconds per driver start).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+from barrierflow.spark.session import NO_PYTHON_DATA_SOURCE_LOOKUP
 
 from tests.drivers import short_lived_driver_env
 
@@ -109,3 +115,41 @@ def test_a_driver_that_exits_normally_prints_no_traceback() -> None:
     assert done.stdout == "4\n"
     for trace in ("Traceback", "EOFError", "Error"):
         assert trace not in done.stderr, done.stderr[-3000:]
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """The processes below ``pid`` (pid -> command line), from /proc."""
+    children: dict[int, list[int]] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found: dict[int, str] = {}
+    pending = list(children.get(pid, []))
+    while pending:
+        child = pending.pop()
+        found[child] = commands.get(child, "")
+        pending += children.get(child, [])
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_driver_jvm_does_not_look_up_python_data_sources(spark: object, tmp_path: Path) -> None:
+    """The suite's session is built as every driver's is (``build_session``): after a read by
+    format name (which makes Spark look up Python data sources), no Python worker of Spark's
+    lookup runs under its JVM, the JVM's ``PYSPARK_DRIVER_PYTHON`` is the name that turns the
+    lookup off, and this process's own is untouched."""
+    spark.range(3).write.parquet(str(tmp_path / "t"))  # type: ignore[attr-defined]
+    assert spark.read.format("parquet").load(str(tmp_path / "t")).count() == 3  # type: ignore[attr-defined]
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    assert jvm.java.lang.System.getenv("PYSPARK_DRIVER_PYTHON") == NO_PYTHON_DATA_SOURCE_LOOKUP
+    assert os.environ.get("PYSPARK_DRIVER_PYTHON") != NO_PYTHON_DATA_SOURCE_LOOKUP
+    lookups = {pid: command for pid, command in _descendants(jvm.java.lang.ProcessHandle.current().pid()).items()
+               if "lookup_data_sources" in command}
+    assert lookups == {}, f"Spark looked up Python data sources: {lookups}"

@@ -96,7 +96,7 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow", *, jars: Seque
     if jars:
         given = [j for j in spec.conf.get("spark.jars", "").split(",") if j]
         builder = builder.config("spark.jars", ",".join([*given, *(j for j in jars if j not in given)]))
-    with jvm_dies_with_driver():
+    with launching_jvm():
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     apply_state_store(session, spec)
@@ -134,42 +134,62 @@ def _die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-@contextlib.contextmanager
-def jvm_dies_with_driver() -> Iterator[None]:
-    """While in the block, a JVM that PySpark launches for this driver (its py4j gateway, the
-    Spark driver JVM that runs the streaming queries) is SIGKILLed by the kernel as soon as
-    this Python process dies, however it dies (SIGKILL, OOM killer, a crash point).
+#: The ``PYSPARK_DRIVER_PYTHON`` of a driver JVM barrierflow launches (see :func:`launching_jvm`):
+#: a name no shell finds, so Spark skips its lookup of Python data sources.
+NO_PYTHON_DATA_SOURCE_LOOKUP = "barrierflow-registers-its-data-sources"
 
-    Without it the JVM notices the death only when it reads EOF on its stdin and then runs
-    Spark's shutdown hooks: for a few hundred milliseconds to seconds after the driver is gone
-    its streaming queries keep planning batches and write ``offsets/<V>`` into the stages'
-    Spark checkpoint directories, by path. A restore that runs meanwhile (the next run of the
-    pipeline, on the same host) materializes a stage's directory from its manifest and then
-    finds a batch of the dead run in it: Spark 4.2 refuses to start such a query ("Previous
-    batch N not found in offset log", the offset log's latest batch is ahead of the commit
-    log and its predecessor is missing), and with the predecessor present it would replay a
-    batch planned by the dead attempt. Seen once in the cycle pipeline's restore test
-    (docs/benchmarks.md). PySpark sets its own ``preexec_fn`` (ignore SIGINT); this chains
-    ours after it. A normal exit of the driver still lets the JVM shut down by itself
-    (:func:`_let_jvm_exit`). Does nothing when the gateway already runs (a reused session) or
-    where the kernel cannot do it."""
+
+@contextlib.contextmanager
+def launching_jvm() -> Iterator[None]:
+    """While in the block, a JVM that PySpark launches for this driver (its py4j gateway, the
+    Spark driver JVM that runs the streaming queries) is started the way barrierflow needs it:
+
+    * **It dies with the driver.** The kernel SIGKILLs it as soon as this Python process dies,
+      however it dies (SIGKILL, OOM killer, a crash point). Without that the JVM notices the
+      death only when it reads EOF on its stdin and then runs Spark's shutdown hooks: for a few
+      hundred milliseconds to seconds after the driver is gone its streaming queries keep
+      planning batches and write ``offsets/<V>`` into the stages' Spark checkpoint directories,
+      by path. A restore that runs meanwhile (the next run of the pipeline, on the same host)
+      materializes a stage's directory from its manifest and then finds a batch of the dead run
+      in it: Spark 4.2 refuses to start such a query ("Previous batch N not found in offset
+      log", the offset log's latest batch is ahead of the commit log and its predecessor is
+      missing), and with the predecessor present it would replay a batch planned by the dead
+      attempt. Seen once in the cycle pipeline's restore test (docs/benchmarks.md). A normal
+      exit of the driver still lets the JVM shut down by itself (:func:`_let_jvm_exit`). Only
+      where the kernel can do it (Linux, a session built in the main thread).
+    * **It does not look up Python data sources.** At its first data source lookup a Spark 4
+      driver starts a Python worker daemon that imports every ``pyspark_*`` package it can find
+      and registers their data sources, if the command in its ``PYSPARK_DRIVER_PYTHON`` exists.
+      barrierflow registers its own sources by name (:mod:`barrierflow.runtime.session`), so
+      that daemon is work for nothing at every driver start (0.7 core-seconds and 0.8 s of a
+      crash test's driver, measured): the JVM gets :data:`NO_PYTHON_DATA_SOURCE_LOOKUP` there.
+      Spark reads that variable for this lookup only; a PySpark driver's Python workers run
+      ``PYSPARK_PYTHON``, and this process's own environment is left as it is (a
+      ``spark-submit`` it starts still runs its Python driver with its own).
+
+    Does nothing when the gateway already runs (a reused session, or a driver that
+    ``spark-submit`` started)."""
     from pyspark import SparkContext, java_gateway
 
-    preexec = _die_with_parent() if SparkContext._gateway is None else None
     original = getattr(java_gateway, "Popen", None)
-    if preexec is None or original is None:
+    if SparkContext._gateway is not None or original is None:
         yield
         return
+    preexec = _die_with_parent()
 
     def popen(*args: object, **kwargs: object) -> object:
-        theirs = kwargs.get("preexec_fn")
+        env = kwargs.get("env")
+        if isinstance(env, dict):
+            kwargs["env"] = {**env, "PYSPARK_DRIVER_PYTHON": NO_PYTHON_DATA_SOURCE_LOOKUP}
+        if preexec is not None:
+            theirs = kwargs.get("preexec_fn")
 
-        def both() -> None:
-            if callable(theirs):
-                theirs()
-            preexec()
+            def both() -> None:
+                if callable(theirs):
+                    theirs()
+                preexec()
 
-        kwargs["preexec_fn"] = both
+            kwargs["preexec_fn"] = both
         return original(*args, **kwargs)
 
     java_gateway.Popen = popen  # type: ignore[assignment]
@@ -178,7 +198,7 @@ def jvm_dies_with_driver() -> Iterator[None]:
     finally:
         java_gateway.Popen = original  # type: ignore[assignment]
     process = getattr(SparkContext._gateway, "proc", None)
-    if process is not None:
+    if process is not None and preexec is not None:
         atexit.register(_let_jvm_exit, process)
 
 
