@@ -18,6 +18,7 @@ from barrierflow.kafka_io import BatchProducer, KafkaSecurityError, ProducerSett
 from barrierflow.kafka_io.admin import end_offsets, ensure_topic, open_consumer
 from barrierflow.kafka_io.committed_output import partition_numbers
 from barrierflow.kafka_io.range_reads import read_range
+from barrierflow.kafka_io.security import FIRST_BOOTSTRAP_SECONDS, connect_kafka_python, kafka_python_config
 from barrierflow.kafka_io.transactions import TransactionalProducer, TransactionalSettings, TransactionSecurityError
 from barrierflow.spec.kafka_client import KafkaClientSpec
 from barrierflow.spec.models import KafkaSourceSpec
@@ -159,3 +160,54 @@ def test_an_untrusted_ca_fails_at_once_naming_the_brokers_and_ssl_cafile(
         assert expected in message, message
         _without_secrets(message, secure.password)
     _without_secrets(caplog.text, secure.password)
+
+
+def test_a_refused_login_ends_a_secured_bootstrap_after_its_first_short_attempt(
+        secure: SecureListener, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kafka-python retries a refused login until its bootstrap timeout and then says only that it
+    timed out. A secured client's first bootstrap is short; librdkafka then finds the login
+    refused, and that is the error: one attempt, not another for the rest of a 60 s timeout."""
+    from kafka import KafkaConsumer
+
+    monkeypatch.setenv(PASSWORD_ENV, WRONG)
+    client = _client(secure)
+    attempts: list[int] = []
+
+    def connect(bootstrap_ms: int) -> KafkaConsumer:
+        attempts.append(bootstrap_ms)
+        return KafkaConsumer(bootstrap_servers=[secure.bootstrap_servers], bootstrap_timeout_ms=bootstrap_ms,
+                             **kafka_python_config(client, "consumer"))
+
+    with pytest.raises(KafkaSecurityError, match="authentication failed for user"):
+        connect_kafka_python(connect, client, secure.bootstrap_servers, 60.0)
+    assert attempts == [int(FIRST_BOOTSTRAP_SECONDS * 1000)]
+
+
+def test_a_secured_bootstrap_that_fails_for_no_security_reason_gets_the_rest_of_its_timeout(
+        secure: SecureListener, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Brokers that do not answer (a port nobody listens on) are no security failure: after the
+    short first bootstrap the client tries again for what is left of its timeout, and the
+    caller gets kafka-python's timeout, as without the first attempt. A PLAINTEXT client
+    bootstraps once, for its whole timeout."""
+    import socket
+
+    from kafka.errors import KafkaTimeoutError
+
+    monkeypatch.setenv(PASSWORD_ENV, secure.password)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{probe.getsockname()[1]}"
+    attempts: list[int] = []
+
+    def connect(bootstrap_ms: int) -> object:
+        attempts.append(bootstrap_ms)
+        raise KafkaTimeoutError(f"Unable to bootstrap from {closed}")
+
+    with pytest.raises(KafkaTimeoutError):
+        connect_kafka_python(connect, _client(secure), closed, 4.0)
+    assert len(attempts) == 2 and attempts[0] == int(FIRST_BOOTSTRAP_SECONDS * 1000), attempts
+    assert 1000 <= attempts[1] <= 4000, attempts  # what the clock says is left of the 4 s
+    attempts.clear()
+    with pytest.raises(KafkaTimeoutError):
+        connect_kafka_python(connect, None, closed, 60.0)
+    assert attempts == [60_000]

@@ -120,9 +120,12 @@ def open_consumer(spec: KafkaSourceSpec) -> KafkaConsumer:
     from kafka.errors import KafkaError
 
     from barrierflow.kafka_io.errors import KafkaSecurityError
+    from barrierflow.kafka_io.security import connect_kafka_python
 
     try:
-        return KafkaConsumer(**consumer_config(spec))
+        config = consumer_config(spec)
+        return connect_kafka_python(lambda ms: KafkaConsumer(**{**config, "bootstrap_timeout_ms": ms}), spec.client,
+                                    ",".join(config["bootstrap_servers"]), spec.poll_timeout)
     except KafkaSecurityError as exc:
         raise SourceError(f"Kafka source {spec.name!r}: connecting failed: {exc}") from None
     except KafkaError as exc:
@@ -246,12 +249,14 @@ def ensure_topic(servers: str, topic: str, partitions: int, client: KafkaClientS
     from kafka.errors import KafkaError, TopicAlreadyExistsError
 
     from barrierflow.kafka_io.errors import KafkaSecurityError
-    from barrierflow.kafka_io.security import kafka_python_config, kafka_python_failure
+    from barrierflow.kafka_io.security import connect_kafka_python, kafka_python_config, kafka_python_failure
 
     listed = [s.strip() for s in servers.split(",") if s.strip()]
     try:
-        consumer = KafkaConsumer(bootstrap_servers=listed, group_id=None, enable_auto_commit=False,
-                                 bootstrap_timeout_ms=int(timeout * 1000), **kafka_python_config(client, "consumer"))
+        settings = kafka_python_config(client, "consumer")
+        consumer = connect_kafka_python(
+            lambda ms: KafkaConsumer(bootstrap_servers=listed, group_id=None, enable_auto_commit=False,
+                                     bootstrap_timeout_ms=ms, **settings), client, servers, timeout)
         try:
             existing = consumer.partitions_for_topic(topic)
         finally:

@@ -85,11 +85,12 @@ def _consumer(servers: Sequence[str], timeout: float, isolation_level: str,
     from kafka.errors import KafkaError
 
     from barrierflow.kafka_io.errors import KafkaSecurityError
-    from barrierflow.kafka_io.security import kafka_python_config
+    from barrierflow.kafka_io.security import connect_kafka_python, kafka_python_config
 
     timeout_ms = max(int(timeout * 1000), 1000)
     try:
-        return KafkaConsumer(
+        settings = kafka_python_config(client, "consumer")
+        return connect_kafka_python(lambda bootstrap_ms: KafkaConsumer(
             bootstrap_servers=list(servers),
             client_id="barrierflow-kafka-sink",
             group_id=None,
@@ -97,12 +98,12 @@ def _consumer(servers: Sequence[str], timeout: float, isolation_level: str,
             isolation_level=isolation_level,
             auto_offset_reset="earliest",
             allow_auto_create_topics=False,
-            bootstrap_timeout_ms=timeout_ms,
+            bootstrap_timeout_ms=bootstrap_ms,
             request_timeout_ms=timeout_ms,
             reconnect_backoff_max_ms=1000,
             metrics_enabled=False,
-            **kafka_python_config(client, "consumer"),
-        )
+            **settings,
+        ), client, ",".join(servers), timeout)
     except (KafkaError, KafkaSecurityError) as exc:
         insecure = _insecure(servers, "connecting a consumer", timeout, exc, client)
         if insecure is not None:

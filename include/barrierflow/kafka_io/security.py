@@ -16,7 +16,9 @@ reasons are logged, not raised), and librdkafka reports authentication and TLS f
 through its error callback while its calls time out. :func:`security_failure` turns what a
 client said into a :class:`~barrierflow.kafka_io.errors.KafkaSecurityError` naming the brokers
 and the setting to check; :func:`diagnose` asks the brokers once more with librdkafka, after a
-kafka-python failure, to find out whether security was the cause.
+kafka-python failure, to find out whether security was the cause. :func:`connect_kafka_python`
+does that after a short first bootstrap of a secured client, so a refused login fails within
+seconds, not at the end of the client's whole timeout.
 
 Contract: the dicts these functions return hold secrets. Pass them to a client constructor and
 nowhere else (no logging, no repr, no error message). A client library may still log them
@@ -32,7 +34,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from barrierflow.kafka_io.errors import KafkaSecurityError
 from barrierflow.spec.kafka_client import CLIENT_OPTIONS, TLS_PROTOCOLS, KafkaClientSpec
@@ -40,6 +42,7 @@ from barrierflow.spec.kafka_client import CLIENT_OPTIONS, TLS_PROTOCOLS, KafkaCl
 log = logging.getLogger(__name__)
 
 KafkaPythonKind = Literal["consumer", "producer", "admin"]
+_Client = TypeVar("_Client")
 #: librdkafka's error codes of a failed authentication and of no broker answering
 #: (``KafkaError._AUTHENTICATION``, ``KafkaError._ALL_BROKERS_DOWN``).
 _AUTHENTICATION, _ALL_BROKERS_DOWN = -169, -187
@@ -503,3 +506,45 @@ def kafka_python_failure(client: KafkaClientSpec | None, servers: str, exc: Base
         # At least 5 s: a loaded host may take seconds for the TLS handshake and the SCRAM exchange.
         return diagnose(client, servers, min(max(timeout, 5.0), 10.0))
     return None
+
+
+#: How long the first bootstrap of a secured kafka-python client may take before librdkafka is
+#: asked whether the client's security settings are the reason it failed (seconds; see
+#: :func:`connect_kafka_python`). A login over TLS and SCRAM takes well under a second on a
+#: loaded host; a bootstrap that is only slow gets the rest of its timeout after the question.
+FIRST_BOOTSTRAP_SECONDS = 2.0
+
+
+def connect_kafka_python(connect: Callable[[int], _Client], client: KafkaClientSpec | None, servers: str,
+                         timeout: float) -> _Client:
+    """``connect(bootstrap_timeout_ms)``: a kafka-python client that bootstraps within ``timeout``
+    seconds, failing at once when a secured ``client``'s settings are refused.
+
+    kafka-python retries a refused login until its bootstrap timeout and then raises only that
+    it timed out. For a secured ``client`` the first bootstrap is bounded to
+    :data:`FIRST_BOOTSTRAP_SECONDS`; when it fails, :func:`diagnose` asks the brokers with
+    librdkafka whether the security settings are the reason, and if they are that is raised
+    (a wrong password fails after about 2.5 s instead of ``timeout``); else the bootstrap is
+    tried again for what is left of ``timeout``. A PLAINTEXT ``client`` (or a ``timeout`` no
+    longer than the first bootstrap) bootstraps once, for ``timeout``.
+
+    Raises:
+        KafkaSecurityError: the brokers refused the client's credentials or certificate (or it
+            theirs), or a secret reference or TLS file does not resolve.
+        Exception: whatever ``connect`` raises (kafka-python's ``KafkaTimeoutError`` when the
+            brokers cannot be reached within ``timeout``).
+    """
+    if client is None or client.is_plaintext or timeout <= FIRST_BOOTSTRAP_SECONDS:
+        return connect(max(int(timeout * 1000), 1000))
+    from kafka.errors import KafkaTimeoutError
+
+    started = time.monotonic()
+    try:
+        return connect(int(FIRST_BOOTSTRAP_SECONDS * 1000))
+    except KafkaTimeoutError:
+        left = timeout - (time.monotonic() - started)
+        found = diagnose(client, servers, max(min(left, 5.0), 1.0))
+        if found is not None:
+            raise found from None
+    left = timeout - (time.monotonic() - started)
+    return connect(max(int(left * 1000), 1000))
