@@ -27,6 +27,7 @@ the producer and builds a new one for the next attempt.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -40,6 +41,9 @@ log = logging.getLogger(__name__)
 Kind = Literal["fenced", "unreachable", "refused"]
 #: Records sent between two polls of the delivery-report queue.
 POLL_EVERY = 5_000
+#: The longest single ``init_transactions`` call (seconds): between two, a refused login the
+#: error callback heard is raised (:meth:`TransactionalProducer._init_transactions`).
+INIT_SLICE_SECONDS = 1.0
 
 
 class TransactionError(KafkaIOError):
@@ -161,7 +165,30 @@ class TransactionalProducer:
                 raise TransactionSecurityError(str(found)) from exc
             raise TransactionError(f"creating a transactional producer for {settings.servers} failed: {exc}",
                                    kind="refused") from exc
-        self._call("initialising the transactional id", lambda: self._producer.init_transactions(settings.timeout))
+        self._init_transactions()
+
+    def _init_transactions(self) -> None:
+        """``init_transactions`` for the transactional id within ``settings.timeout``, asked in
+        slices of at most :data:`INIT_SLICE_SECONDS`: librdkafka hands a refused login to the
+        error callback only when the producer is polled, and ``init_transactions`` does not poll,
+        so one call for the whole timeout would report a wrong password as a timeout, at its end.
+        Between slices the callback is served; a security failure it heard is raised then. A
+        slice that ends in a retriable error (its own timeout, a coordinator still loading) is
+        followed by the next, as librdkafka retries within one call, until the timeout."""
+        what = "initialising the transactional id"
+        deadline = time.monotonic() + self.settings.timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                self._producer.init_transactions(max(min(INIT_SLICE_SECONDS, left), 0.001))
+                return
+            except Exception as exc:
+                error = _cause(exc)
+                if error is None or not error.retriable() or time.monotonic() >= deadline:
+                    raise self._error(what, exc) from exc
+                self._producer.poll(0.05)  # serves the error callback; a short pause before the next slice
+                if self._security is not None:
+                    raise TransactionSecurityError(f"{what}: {self._security}") from None
 
     # -- calls ---------------------------------------------------------------------------
 
