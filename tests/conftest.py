@@ -13,6 +13,7 @@ import pytest
 from barrierflow.kafka_io.embedded_broker import JAVA_OPTIONS_ENV
 
 from tests.drivers import JVM_ARCHIVE_ROOT, driver_archive
+from tests.support.jvm_archive import FAST_JVM_OPTIONS
 from tests.support.kafka_broker import TEST_JVM_OPTIONS
 
 pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_kafka", "tests.fixtures_postgres"]
@@ -48,6 +49,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _archive_builder.wait(timeout=30)
 
 
+#: The suite's session runs hundreds of small queries for half an hour, none of them long enough
+#: for C2's code to pay for its compiling: C1 only and the serial GC, as the short-lived drivers.
+#: Measured in a fresh-clone run: C2's compiler threads were 40 % of each shared session's CPU
+#: (65-69 of 165-169 core-seconds by minute 25), G1's threads 16 more.
+SHARED_SESSION_CONF = {"spark.driver.extraJavaOptions": FAST_JVM_OPTIONS}
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """The one SparkSession of this test process (local[2], 4 shuffle partitions), with Spark's
@@ -55,8 +63,8 @@ def spark() -> Iterator[object]:
     from barrierflow.runtime.session import build_session
     from barrierflow.spec.models import SparkSpec
 
-    session = build_session(SparkSpec(master="local[2]", shuffle_partitions=4), app_name="barrierflow-tests",
-                            jvm_sets=["spark-kafka"])
+    session = build_session(SparkSpec(master="local[2]", shuffle_partitions=4, conf=SHARED_SESSION_CONF),
+                            app_name="barrierflow-tests", jvm_sets=["spark-kafka"])
     yield session
     session.stop()
 
