@@ -171,7 +171,7 @@ class TransactionalProducer:
         """``init_transactions`` for the transactional id within ``settings.timeout``, asked in
         slices of at most :data:`INIT_SLICE_SECONDS`: librdkafka hands a refused login to the
         error callback only when the producer is polled, and ``init_transactions`` does not poll,
-        so one call for the whole timeout would report a wrong password as a timeout, at its end.
+        so one call for the whole timeout would report a wrong password only at its end.
         Between slices the callback is served; a security failure it heard is raised then. A
         slice that ends in a retriable error (its own timeout, a coordinator still loading) is
         followed by the next, as librdkafka retries within one call, until the timeout."""
