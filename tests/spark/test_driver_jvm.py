@@ -139,7 +139,6 @@ def _descendants(pid: int) -> dict[int, str]:
     return found
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_the_driver_jvm_does_not_look_up_python_data_sources(spark: object, tmp_path: Path) -> None:
     """The suite's session is built as every driver's is (``build_session``): after a read by
     format name (which makes Spark look up Python data sources), no Python worker of Spark's
