@@ -18,7 +18,12 @@ from barrierflow.kafka_io import BatchProducer, KafkaSecurityError, ProducerSett
 from barrierflow.kafka_io.admin import end_offsets, ensure_topic, open_consumer
 from barrierflow.kafka_io.committed_output import partition_numbers
 from barrierflow.kafka_io.range_reads import read_range
-from barrierflow.kafka_io.security import FIRST_BOOTSTRAP_SECONDS, connect_kafka_python, kafka_python_config
+from barrierflow.kafka_io.security import (
+    FIRST_BOOTSTRAP_SECONDS,
+    connect_kafka_python,
+    kafka_python_config,
+    kafka_python_failure,
+)
 from barrierflow.kafka_io.transactions import TransactionalProducer, TransactionalSettings, TransactionSecurityError
 from barrierflow.spec.kafka_client import KafkaClientSpec
 from barrierflow.spec.models import KafkaSourceSpec
@@ -203,8 +208,16 @@ def test_a_secured_bootstrap_that_fails_for_no_security_reason_gets_the_rest_of_
         attempts.append(bootstrap_ms)
         raise KafkaTimeoutError(f"Unable to bootstrap from {closed}")
 
-    with pytest.raises(KafkaTimeoutError):
+    from barrierflow.kafka_io import security
+
+    asked: list[str] = []
+    diagnose = security.diagnose
+    monkeypatch.setattr(security, "diagnose", lambda *a, **k: asked.append(a[1]) or diagnose(*a, **k))
+    with pytest.raises(KafkaTimeoutError) as timed_out:
         connect_kafka_python(connect, _client(secure), closed, 4.0)
+    # The caller's translation of the timeout does not ask the brokers a second time.
+    assert kafka_python_failure(_client(secure), closed, timed_out.value, 4.0) is None
+    assert asked == [closed]
     assert len(attempts) == 2 and attempts[0] == int(FIRST_BOOTSTRAP_SECONDS * 1000), attempts
     assert 1000 <= attempts[1] <= 4000, attempts  # what the clock says is left of the 4 s
     attempts.clear()

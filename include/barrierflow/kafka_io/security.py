@@ -501,6 +501,8 @@ def kafka_python_failure(client: KafkaClientSpec | None, servers: str, exc: Base
     found = security_failure(client, servers, f"{type(exc).__name__}: {exc}")
     if found is not None or client is None or client.is_plaintext:
         return found
+    if getattr(exc, _DIAGNOSED, False):
+        return None
     name = type(exc).__name__
     if name in ("KafkaTimeoutError", "NoBrokersAvailable", "KafkaConnectionError") or "bootstrap" in str(exc).lower():
         # At least 5 s: a loaded host may take seconds for the TLS handshake and the SCRAM exchange.
@@ -513,6 +515,9 @@ def kafka_python_failure(client: KafkaClientSpec | None, servers: str, exc: Base
 #: :func:`connect_kafka_python`). A login over TLS and SCRAM takes well under a second on a
 #: loaded host; a bootstrap that is only slow gets the rest of its timeout after the question.
 FIRST_BOOTSTRAP_SECONDS = 2.0
+#: Set on a kafka-python error whose brokers :func:`diagnose` already found not to refuse the
+#: client's security settings (:func:`connect_kafka_python`), so it is not asked twice.
+_DIAGNOSED = "_barrierflow_security_diagnosed"
 
 
 def connect_kafka_python(connect: Callable[[int], _Client], client: KafkaClientSpec | None, servers: str,
@@ -547,4 +552,8 @@ def connect_kafka_python(connect: Callable[[int], _Client], client: KafkaClientS
         if found is not None:
             raise found from None
     left = timeout - (time.monotonic() - started)
-    return connect(max(int(left * 1000), 1000))
+    try:
+        return connect(max(int(left * 1000), 1000))
+    except KafkaTimeoutError as exc:
+        setattr(exc, _DIAGNOSED, True)  # security is not why: kafka_python_failure need not ask again
+        raise
