@@ -1,8 +1,10 @@
 """The README starts with why and stays short: under 250 lines, a set-up of exactly two commands
-that exist (`make demo`, `make test`), `barrierflow` commands that parse with the real parser, and
+that exist (`make demo`, `make test`), and
 links into the repository (README.md and docs/*.md) that lead to a file and, with a `#anchor`, to
 a heading of it. README.md and the docs speak to users: no "session N", "issue N" or commit hash
-(docs/benchmarks.md, the benchmark log with its own history, is kept as its runs were recorded)."""
+(docs/benchmarks.md, the benchmark log with its own history, is kept as its runs were recorded).
+Every command of the README and the docs is checked (and the cheap ones run) in
+tests/docs/test_commands.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import shlex
 from pathlib import Path
 
 import pytest
-from barrierflow.cli.main import _parser as barrierflow_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -74,20 +75,6 @@ def test_the_set_up_is_two_commands_that_the_makefile_has() -> None:
         assert re.search(rf"^{target}:", makefile, re.MULTILINE), f"the Makefile has no {target} target"
     assert re.search(r"^demo:.*\n\t\$\(BIN\)/barrierflow run include/pipelines/demo\.yaml", makefile,
                      re.MULTILINE), "make demo no longer runs the embedded default include/pipelines/demo.yaml"
-
-
-def test_every_barrierflow_command_of_the_readme_parses() -> None:
-    found = 0
-    for block in SHELL_BLOCK.findall(README.read_text(encoding="utf-8")):
-        for line in block.replace("\\\n", " ").splitlines():
-            argv = shlex.split(line, comments=True)
-            if argv and Path(argv[0]).name == "barrierflow":
-                barrierflow_parser().parse_args(argv[1:])
-                for arg in argv[1:]:
-                    if arg.endswith(".yaml"):
-                        assert (ROOT / arg).is_file(), f"{shlex.join(argv)}: {arg} does not exist"
-                found += 1
-    assert found >= 5, "the README's tour has lost its commands"
 
 
 @pytest.mark.parametrize("page", user_pages(), ids=lambda p: p.relative_to(ROOT).as_posix())
