@@ -9,7 +9,7 @@
 #                 from Debian when they are missing
 #   make bench    the benchmarks (bench/, not part of the library) -> docs/benchmarks-latest.md
 #   make bench-flink  barrierflow vs Flink SQL side by side (installs Flink into .venv-flink: make flink)
-#   make bench-channels  the transport between stages, before and after issue 29 (bench/channel_transport.py)
+#   make bench-channels  the transport between stages: the older driver-side writer against the executors' producers (bench/channel_transport.py)
 #   make bench-kafka  Kafka -> keyed totals -> discard beside the raw client ceiling, and side by side with
 #                 Spark's connector, plain Spark and Flink SQL on the same topic (bench/kafka_source.py)
 #   make airflow  Airflow (standalone) on 127.0.0.1 with dags/ and plugins/, home var/airflow

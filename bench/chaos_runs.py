@@ -1,7 +1,7 @@
 """The recorded ``barrierflow chaos`` runs of docs/chaos.md: ``python -m bench.chaos_runs``.
 
-Six pipelines, each put through ``barrierflow chaos`` with ``--kills N`` (issue 30 asks for at
-least 100 each):
+Six pipelines, each put through ``barrierflow chaos`` with ``--kills N`` (the recorded runs use
+at least 100 each):
 
 =================  =========================================================================
 ``parquet``        generator -> 1 s event-time windows per key (append) -> Parquet (2PC)

@@ -1,15 +1,15 @@
 """ABS overhead measured inside one query per round: the modes alternate in short segments.
 
 Why: two separate runs of the very same job differ on this machine by more than ABS costs
-(abs_overhead's A/A line read 0.95, 0.90 and 0.91 in session 12). Each query's JVM settles at
-its own efficiency (about 250 k or about 228 k records per JVM CPU-second, whatever the mode), so
-a ratio of two runs mixes the mode's cost with the luck of the JVM. Here each round is one query
-whose checkpoint mode changes every ``segment`` seconds, cycling through the modes in orders
-balanced for carry-over (:func:`balanced_orders`: each mode in every position and after every
-other mode equally often, so neither drift inside the round nor what a segment leaves to the next
-is charged to one mode more than another). Every mode then runs on the same JVM, the same state
-and the same moment of the machine, and the two no-checkpoint modes give the A/A noise of this
-method.
+(abs_overhead's A/A line read 0.95, 0.90 and 0.91 in three runs: docs/benchmarks-history.md).
+Each query's JVM settles at its own efficiency (about 250 k or about 228 k records per JVM
+CPU-second, whatever the mode), so a ratio of two runs mixes the mode's cost with the luck of
+the JVM. Here each round is one query whose checkpoint mode changes every ``segment`` seconds,
+cycling through the modes in orders balanced for carry-over (:func:`balanced_orders`: each mode
+in every position and after every other mode equally often, so neither drift inside the round
+nor what a segment leaves to the next is charged to one mode more than another). Every mode then
+runs on the same JVM, the same state and the same moment of the machine, and the two
+no-checkpoint modes give the A/A noise of this method.
 
 Contract of a segment (:class:`Interleaver`):
 

@@ -31,7 +31,7 @@ class _ArgumentParser(argparse.ArgumentParser):
 
 #: Seconds per mode and round unless ``--seconds`` says otherwise.
 DEFAULT_SECONDS = 30.0
-#: The stages scenario's default: 60 s per mode measured mostly the JVM's warm-up (session 24,
+#: The stages scenario's default: 60 s per mode measured mostly the JVM's warm-up (two runs
 #: side by side: 6 global checkpoints completed, medians 3.0 s timed-out and 2.6x unaligned,
 #: against 40-51 and 1.75 s / 1.28x in 120 s runs of the same code).
 STAGES_SECONDS = 120.0

@@ -1,4 +1,4 @@
-"""The stages scenario (issue 10, docs/benchmarks.md): aligned against unaligned checkpoints
+"""The stages scenario (docs/benchmarks.md, "Several stages"): aligned against unaligned checkpoints
 of a three-stage pipeline with one slow input partition.
 
 Stages ``x`` and ``y`` read throttled generators (``rate`` records/s per partition, two
@@ -183,7 +183,7 @@ def render(figures: list[ModeFigures], *, seconds: float, interval: float, rate:
 def run_stages_benchmark(*, seconds: float = 60.0, interval: float = 1.0, rate: float = 20_000.0,
                          markdown: str | None = None, processes: bool = False) -> list[ModeFigures]:
     """``python -m bench --scenario stages``: every mode in turn, then the table (``rate``:
-    records/s per source partition; issue 29 asks for 20,000)."""
+    records/s per source partition; default 20,000)."""
     from barrierflow.kafka_io.embedded_broker import embedded_broker
 
     work_root = project_home() / "var" / "bench" / "stages"

@@ -10,7 +10,7 @@ variables (``--store s3://bucket/prefix``), on ``--upload-mb`` of incompressible
 - **hash**: the uploader's sha256 of every file (content addressing; done once per new file);
 - **PUT, signed payload**: :meth:`S3ObjectStore.put_file` without the file's sha256, i.e.
   botocore's defaults (on ``http://`` it hashes the body again for the signature, and adds its
-  CRC32): how checkpoint files were uploaded before session 14;
+  CRC32): how checkpoint files were uploaded before the uploader sent the file's sha256;
 - **PUT with the file's sha256**: what the uploader does now (``x-amz-checksum-sha256``,
   unsigned payload, see :mod:`barrierflow.storage.s3`);
 - **the same through a throttled link** (``--store-bandwidth``, the first value; default

@@ -1,4 +1,4 @@
-"""The transactional producer against a real Kafka-protocol broker (noida-db, or a real Kafka
+"""The transactional producer against the tests' Apache Kafka broker (or an external Kafka
 through BARRIERFLOW_TEST_KAFKA_BOOTSTRAP), read back by the other client (kafka-python)."""
 
 from __future__ import annotations

@@ -306,7 +306,7 @@ def test_three_stages_one_reading_two_channels_unaligned_then_restored_aligned_w
 def test_cli_runs_a_two_stage_pipeline_on_the_embedded_broker_and_lists_its_global_checkpoints(
         spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``barrierflow run SPEC --until-exhausted`` on a multi-stage spec whose channel has
-    ``bootstrap: embedded`` starts noida-db on 127.0.0.1 for the run with its data under the
+    ``bootstrap: embedded`` starts the embedded Apache Kafka broker on 127.0.0.1 for the run with its data under the
     pipeline's work dir (the shared SparkSession is reused: the job's builder gets the active
     one), shows one progress display with every stage and the last global checkpoint, commits
     every record once; ``checkpoints list`` (text and ``--json``) shows the global checkpoints

@@ -6,8 +6,8 @@ commit), which leave aborted transactions behind.
 
 The output is read through the sink's commit markers (:func:`committed_records`), and also by
 a second client, a plain ``read_committed`` consumer: both must see exactly the failure-free
-run's rows, on the test broker (noida-db hides aborted records as Kafka does) and on a real
-Kafka (``BARRIERFLOW_TEST_KAFKA_BOOTSTRAP``)."""
+run's rows, on the tests' Apache Kafka broker and on an external Kafka
+(``BARRIERFLOW_TEST_KAFKA_BOOTSTRAP``)."""
 
 from __future__ import annotations
 

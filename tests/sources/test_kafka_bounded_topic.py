@@ -1,4 +1,4 @@
-"""A bounded topic is read to its last record (issue 29).
+"""A bounded topic is read to its last record.
 
 Records are produced the way an application produces them: kafka-python's ``KafkaProducer``
 with its default linger and batch size, so most produce requests carry many records. The
@@ -6,9 +6,9 @@ broker's end offsets must then sum to exactly the number of records acknowledged
 single-stage barrierflow pipeline over the topic, run with ``until_exhausted``, must read
 every one of them and stop by itself, its last completed checkpoint at the end offsets.
 
-The embedded broker barrierflow shipped before noida-db (tansu) failed both: after batched
-produce requests its end offsets fell short of the records written (299,567 of 300,000 in
-the issue's measurement), so a pipeline never read the tail.
+A broker whose end offsets fall short of the records written after batched produce requests
+(an earlier embedded broker reported 299,567 of 300,000) fails both: a pipeline would never
+read the tail.
 """
 
 from __future__ import annotations

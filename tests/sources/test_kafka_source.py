@@ -1,4 +1,4 @@
-"""The barrier-aware Kafka source against a real Kafka-protocol broker (noida-db or external)."""
+"""The barrier-aware Kafka source against the tests' Apache Kafka broker (or an external Kafka)."""
 
 from __future__ import annotations
 

@@ -1,43 +1,18 @@
 """The Kafka clients barrierflow uses, behind one small interface.
 
 Two Python Kafka clients are in the environment, and each is used where it is the better tool
-(figures measured on this 2-core machine against the embedded broker of the time, noida-db 0.2.3: the
-issue 29 run, and ``bench/channel_transport.py`` on 2026-11-25 in docs/benchmarks.md, "Channel
-transport"; JSON records of a channel's shape, 4 partitions, ``acks=all``):
+(the measurements behind the choice: docs/benchmarks.md, "Channel transport"):
 
-==========================  ================  ===============================================
-what                        client            why
-==========================  ================  ===============================================
-channel data records        confluent-kafka   librdkafka batches in C: 961,000 records/s
-(executors, :mod:`.producer`)                 produced against 39,000/s with kafka-python
-                                              (issue 29: 370,000 against 23,000); idempotent,
-                                              ``acks=all``; the old one-record-per-request
-                                              writer failed at 100,000-record micro-batches
-channel barrier records     confluent-kafka   the same producer settings as the data path
-(driver)
-channel and Kafka source    confluent-kafka   consumed and JSON-decoded 273,000/s against
-range reads (:mod:`.consumer`)                58,000/s (issue 29: 361,000 against 44,000);
-                                              one reader per Python worker, reused across
-                                              ranges. In the two-stage pipeline the reading
-                                              stage's driver planning took half the time at
-                                              100,000-record micro-batches (1.17x end to
-                                              end); at 20,000 it measured 0.82x in one run
-                                              (a new assignment per small range): the stage
-                                              is bound by re-reading records on the driver
-                                              and by decoding, not by the client
-transactional Kafka sink    confluent-kafka   one epoch's records in one transaction, real
-(:mod:`.transactions`)                        producer batches: 166,000 records/s against
-                                              12,000/s with kafka-python at the old sink's
-                                              settings (linger 0, one request in flight;
-                                              20,000 records, 4 partitions, 2026-11-26,
-                                              one run); fencing and aborts as Kafka's
-topic admin (create,        kafka-python      a few calls per run or commit; and reading what
-partition lists, begin and                    confluent-kafka wrote with the other client is
-end offsets: :mod:`.admin`),                  what the exactly-once checks want (the sink's
-the sink's marker reads and                   ``committed_records``, the crash tests' second
-chaos's output reader                         reader, chaos)
-(:mod:`.committed_output`)
-==========================  ================  ===============================================
+- confluent-kafka (librdkafka, batching in C) for the data path: channel data records produced
+  by the executors (:mod:`.producer`: idempotent, ``acks=all``), the driver's channel barrier
+  records (the same producer settings), the channel and Kafka source range reads
+  (:mod:`.consumer`: one reader per Python worker, reused across ranges) and the transactional
+  Kafka sink (:mod:`.transactions`: one epoch's records in one transaction; fencing and aborts
+  as Kafka's).
+- kafka-python for the few calls per run or commit: topic admin (creation, partition lists,
+  begin and end offsets: :mod:`.admin`), the sink's marker reads and chaos's output reader
+  (:mod:`.committed_output`): reading what confluent-kafka wrote with the other client is what
+  the exactly-once checks want.
 
 The modules, one concept each: :mod:`.admin` (topic metadata, begin and end offsets, topic
 creation), :mod:`.range_reads` (a source's offset ranges, over :mod:`.consumer`),

@@ -245,9 +245,8 @@ def committed_records(bootstrap_servers: str | Sequence[str], topic: str, marker
     (:func:`marker_log`).
 
     On Kafka this equals what a ``read_committed`` consumer sees of the sink's output (the tests
-    check both). It predates the tests' use of Apache Kafka: on an earlier test broker (tansu),
-    whose ``read_committed`` also returned aborted records, it was the only exact reader of the
-    output.
+    check both); it does not depend on the broker's ``read_committed`` being right, so it is
+    exact on any Kafka-protocol broker.
 
     Raises:
         SinkError: unreachable brokers, an unknown topic, no progress within ``timeout``, or a

@@ -35,8 +35,8 @@ is the ABS recovery rule (one failed task restarts the whole dataflow from the l
 snapshot), not a weakness of this shape.
 
 The work dirs must be on one host (or a shared file system): the control channel of a
-source stage is a directory. That is what ``--processes`` runs; spreading stages over hosts
-needs the barrier request moved into the checkpoint store (issue 15).
+source stage is a directory. That is what ``--processes`` runs; stages on several hosts are
+not supported (the barrier request would have to travel through the checkpoint store).
 """
 
 from __future__ import annotations

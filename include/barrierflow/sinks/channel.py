@@ -38,12 +38,10 @@ Errors: brokers that do not answer are retried by the client for ``delivery_time
 the topic, the servers and what to check. Nothing is lost silently: a task fails if any of its
 records failed or is unacknowledged.
 
-Until issue 29 the driver collected every micro-batch (``df.toArrow()``) and produced one
-record per Kafka request with kafka-python (``batch_size=0``, a workaround for the earlier
-embedded broker's wrong end offsets after multi-record batches): about 4,500 records/s end to
-end, and a 20,000-record micro-batch failed after about 60 s. Then the executors produced one
-JSON record per row (30,000-45,000 rows/s end to end for two stages). docs/benchmarks.md
-compares them with row batches.
+Nothing of a micro-batch is collected to the driver: the executors produce the rows, in
+row batches (:mod:`barrierflow.kafka_io.row_batches`), with the batching producer of
+:mod:`barrierflow.kafka_io.producer`; the driver writes only the barrier records.
+docs/benchmarks.md ("Channel transport") measures this transport.
 """
 
 from __future__ import annotations

@@ -84,10 +84,9 @@ def parse_spec(data: Any, path: str = "<spec>", *, home: Path | None = None) -> 
     ``home``: resolve its relative paths against it (None: they stay relative)."""
     data = _prepared(data, path, home)
     if is_staged(data):
-        raise SpecError(path, [("stages", "this is a pipeline of several stages; this command takes a "
-                                "single-stage spec (sources, transformation, sinks at the top level). Multi-stage "
-                                "pipelines work with 'barrierflow validate', 'run' and 'checkpoints list'; the "
-                                "other commands do not take them yet (issue 10 is in progress)")])
+        raise SpecError(path, [("stages", "this is a pipeline of several stages, and this function takes a "
+                                "single-stage spec (sources, transformation, sinks at the top level); "
+                                "barrierflow.spec.load_any_spec reads both, as every barrierflow command does")])
     try:
         return PipelineSpec.model_validate(data)
     except ValidationError as exc:
