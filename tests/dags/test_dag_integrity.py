@@ -6,6 +6,7 @@ under the throwaway ``AIRFLOW_HOME`` set by ``conftest.py``; no metadata databas
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -84,7 +85,7 @@ CHAOS_DEMOS = ("stages-demo", "cycle-demo")
 BATCH_KINDS = ("rollup", "recompute", "quality")
 
 
-def test_eight_dags_per_spec_and_three_batch_dags_per_lake_in_include_pipelines(dagbag: Any) -> None:
+def test_the_dags_of_every_spec_and_the_batch_dags_of_every_lake_in_include_pipelines(dagbag: Any) -> None:
     entries = discover_pipelines(REPO_PIPELINES)
     expected = set()
     for entry in entries:
@@ -495,3 +496,48 @@ def test_a_final_parquet_stage_gets_the_batch_dags_on_its_own_output_asset(
             assert asset.uri == f"file://{PROJECT_ROOT / 'var' / 'stages-demo' / 'output'}"
             (watcher,) = asset.watchers
             assert watcher.trigger.serialize()[1]["stage"] == "joined"
+
+
+#: Number words the docs use for DAG counts.
+NUMBER_WORDS = {w: n for n, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve".split())}
+ORDINAL_WORDS = {w: n for n, w in enumerate(
+    "zeroth first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split())}
+
+
+def test_the_docs_dag_counts_are_the_dagbags(dagbag: Any) -> None:
+    """README.md and docs/airflow.md say how many DAGs a spec gets: the numbers are what dags/
+    makes of include/pipelines (every spec's kinds; the chaos DAG of the specs that opt in; the
+    batch DAGs per lake), not literals kept by hand."""
+    kinds: dict[str, set[str]] = {}
+    lakes: dict[str, set[str]] = {}
+    for dag_id in dagbag.dag_ids:
+        kind, _, rest = dag_id.removeprefix("barrierflow_").partition("__")
+        kinds.setdefault(rest, set()).add(kind)
+    names = {entry.name for entry in discover_pipelines(REPO_PIPELINES)}
+    every_spec = set.intersection(*(kinds[name] for name in names))
+    for target, target_kinds in kinds.items():  # a lake: "<name>__<stage>", or the batch kinds of a single stage
+        lake_kinds = target_kinds - every_spec - {"chaos"}
+        if lake_kinds:
+            lakes[target] = lake_kinds
+    per_lake = max(len(k) for k in lakes.values())
+    assert "chaos" not in every_spec and any("chaos" in kinds[name] for name in names)
+
+    readme = " ".join((PROJECT_ROOT / "README.md").read_text(encoding="utf-8").split())
+    said = re.search(r"(\w+) per pipeline \(([^)]*)\), chaos for a spec that opts in[^,]*, and up to (\w+) per "
+                     r"committed Parquet lake", readme)
+    assert said, "README.md no longer says how many DAGs a pipeline gets"
+    assert NUMBER_WORDS[said.group(1)] == len(every_spec), f"README.md: {said.group(0)}; dags/: {sorted(every_spec)}"
+    assert len(said.group(2).split(", ")) == len(every_spec), f"README.md lists {said.group(2)}: {sorted(every_spec)}"
+    assert NUMBER_WORDS[said.group(3)] == per_lake, f"README.md: {said.group(0)}; per lake: {lakes}"
+
+    airflow = " ".join((PROJECT_ROOT / "docs" / "airflow.md").read_text(encoding="utf-8").split())
+    said = re.search(r"\*\*(\w+) DAGs per spec\*\*.*?a (\w+), the chaos DAG,.*?\*\*up to (\w+) more per committed "
+                     r"Parquet lake\*\*", airflow)
+    assert said, "docs/airflow.md no longer says how many DAGs a spec gets"
+    assert NUMBER_WORDS[said.group(1)] == len(every_spec), f"docs/airflow.md: {sorted(every_spec)}"
+    assert ORDINAL_WORDS[said.group(2)] == len(every_spec) + 1
+    assert NUMBER_WORDS[said.group(3)] == per_lake, f"docs/airflow.md; per lake: {lakes}"
+    table = set(re.findall(r"^\| `barrierflow_(\w+?)__<name>`", (PROJECT_ROOT / "docs" / "airflow.md").read_text(
+        encoding="utf-8"), re.MULTILINE))
+    assert table == set().union(*kinds.values()), "docs/airflow.md's table of DAGs is not the set dags/ makes"

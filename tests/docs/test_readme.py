@@ -103,3 +103,14 @@ def test_the_slug_is_githubs() -> None:
     assert slug("PostgreSQL: `max_prepared_transactions`") == "postgresql-max_prepared_transactions"
     assert slug("The lease and fencing (across hosts)") == "the-lease-and-fencing-across-hosts"
     assert slug("One application, or one process per stage") == "one-application-or-one-process-per-stage"
+
+
+def test_code_comments_name_no_issues_or_sessions() -> None:
+    """Comments and docstrings state the code's contract, not the project's history: no "issue N"
+    or "session N" in include/, dags/, plugins/, bench/ or the Makefile."""
+    pattern = re.compile(r"\b[Ii]ssue [0-9]+|\b[Ss]ession [0-9]+")
+    files = [ROOT / "Makefile", *(p for folder in ("include", "dags", "plugins", "bench")
+                                  for p in (ROOT / folder).rglob("*") if p.suffix in {".py", ".yaml", ".yml", ".md"})]
+    hits = [f"{p.relative_to(ROOT)}:{n}: {m.group(0)}" for p in files
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) for m in pattern.finditer(line)]
+    assert not hits, hits
