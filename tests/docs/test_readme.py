@@ -114,3 +114,55 @@ def test_code_comments_name_no_issues_or_sessions() -> None:
     hits = [f"{p.relative_to(ROOT)}:{n}: {m.group(0)}" for p in files
             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) for m in pattern.finditer(line)]
     assert not hits, hits
+
+
+#: A figure of a table cell: a number with thousands separators or a decimal point.
+FIGURE = re.compile(r"(?<![\d.,])(?:\d{1,3}(?:,\d{3})+|\d+\.\d+)(?![.,]?\d)")
+
+
+def _benchmark_section(text: str, name: str) -> str | None:
+    """The text under the ``##``/``###`` heading of docs/benchmarks.md that starts with ``name``,
+    up to the next heading of the same or a higher level."""
+    match = re.search(rf"^(#{{2,3}}) {re.escape(name)}[^\n]*\n", text, re.MULTILINE)
+    if match is None:
+        return None
+    level = len(match.group(1))
+    end = re.search(rf"^#{{1,{level}}} ", text[match.end():], re.MULTILINE)
+    return text[match.end(): match.end() + end.start() if end else len(text)]
+
+
+def test_every_readme_figure_is_in_the_benchmark_section_its_footnote_names() -> None:
+    """Each figure of the README's comparison table is traceable: the row's footnote names a
+    section of docs/benchmarks.md (or links a page) that exists and holds that figure."""
+    text = README.read_text(encoding="utf-8")
+    notes_at = text.index("Measured on the 2-core development machine")
+    notes = " ".join(text[notes_at: text.index("\n\n", notes_at)].split())
+    footnotes = dict(re.findall(r"\[(\d+)\] (.*?)(?= \[\d+\] |\Z)", notes))
+    benchmarks = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| ") and re.search(r"\[\d+\] \|", line)]
+    assert len(rows) >= 6, "the README's comparison table has lost its measured rows"
+    problems = []
+    for row in rows:
+        number = re.search(r"\[(\d+)\] \|", row).group(1)  # type: ignore[union-attr]
+        note = footnotes.get(number)
+        if note is None:
+            problems.append(f"row [{number}] has no footnote")
+            continue
+        sources = []
+        for name in re.findall(r"\(\"([^\"]+)\"\)", note):
+            found = _benchmark_section(benchmarks, name)
+            if found is None:
+                problems.append(f"[{number}]: docs/benchmarks.md has no section {name!r}")
+            else:
+                sources.append(found)
+        sources += [(ROOT / link).read_text(encoding="utf-8") for link in re.findall(r"\]\((docs/[^)#]+)\)", note)]
+        if not sources:
+            problems.append(f"[{number}]: the footnote names no section of docs/benchmarks.md and links no page")
+            continue
+        recorded = {m.group(0) for source in sources for m in FIGURE.finditer(source)}
+        figures = [m.group(0) for cell in row.split("|")[2:] for m in FIGURE.finditer(cell)]
+        assert figures or "0 / 0 / 0" in row, f"row [{number}] shows no figure: {row}"
+        missing = [f for f in figures if f not in recorded]
+        if missing:
+            problems.append(f"[{number}]: {', '.join(missing)} not in the section(s) its footnote names")
+    assert not problems, "; ".join(problems)
