@@ -9,10 +9,13 @@ dropped; ``&&`` and ``;`` split). Then, without starting Spark or a server:
 
 - ``barrierflow ...``: parsed by the CLI's own parser; a synopsis line (``[--flag X]``,
   placeholders) is checked flag by flag against its subcommand's parser; every ``.yaml`` under
-  include/ or examples/ it names exists. ``validate`` (plain) of a shipped spec and ``--help``
-  run for real, in this process; ``init NAME`` runs in a scratch folder and its spec is
-  validated; the other subcommands need a pipeline's store or a server and run in the suite's
-  tests named in :data:`RUN_ELSEWHERE` (checked to exist and to call the subcommand).
+  include/ or examples/ it names exists. ``--help`` of every subcommand named and plain
+  ``validate`` of every shipped spec (include/pipelines/, examples/*/pipeline.yaml; the
+  ``PYTHONPATH`` and exports of the blocks that name it) run for real, in this process (a
+  documented ``--deep`` is Spark's: the report says where it runs); ``init NAME`` runs in a
+  scratch folder and its spec is validated; the other subcommands need a pipeline's store or a
+  server and run in the suite's tests named in :data:`RUN_ELSEWHERE` (checked to exist and to
+  call the subcommand).
 - ``python -m MODULE ARGS``: the module is found (with the block's ``export PYTHONPATH``); when
   it builds an argparse parser, its ``__main__`` runs up to ``parse_args``, which parses ARGS
   and stops it (nothing else runs); ``python FILE``, ``pytest FILE``: the file exists.
@@ -87,12 +90,13 @@ CALLS = r'(?:\[|cli\(|barrierflow\.cli\.main", )"{sub}"'
 
 @dataclass
 class Command:
-    """One command of a page: where it is, its words, the ``export``\\ s before it in its block."""
+    """One command of a page: where it is, its words, the exports before it in its block."""
 
     page: str
     line: int
     argv: list[str]
     pythonpath: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         return f"{self.page}:{self.line}: {shlex.join(self.argv)}"
@@ -141,6 +145,7 @@ def commands_of(page: Path, root: Path = ROOT) -> list[Command]:
             continue
         start = text.count("\n", 0, match.start(2)) + 1
         pythonpath: list[str] = []
+        env: dict[str, str] = {}
         offset = 0
         for raw in re.split(r"(?<!\\)\n", body):
             number = start + offset
@@ -154,9 +159,14 @@ def commands_of(page: Path, root: Path = ROOT) -> list[Command]:
                 argv = _unwrap(argv)
                 if argv[:1] == ["export"] and argv[1:2] and argv[1].startswith("PYTHONPATH="):
                     pythonpath = argv[1].split("=", 1)[1].split(":")
+                elif argv[:1] == ["export"] and argv[1:2] and ENV_ASSIGNMENT.match(argv[1]):
+                    name, _, value = argv[1].partition("=")
+                    if "$" not in value:
+                        env[name] = value
                 if argv:
                     extra = [p for value in prefix for p in value.split(":")]
-                    found.append(Command(page.relative_to(root).as_posix(), number, argv, pythonpath + extra))
+                    found.append(Command(page.relative_to(root).as_posix(), number, argv, pythonpath + extra,
+                                         dict(env)))
     return found
 
 
@@ -374,7 +384,10 @@ def test_every_documented_command_is_one_the_code_takes(tmp_path: Path, monkeypa
     report: list[str] = []
     problems: list[str] = []
     subcommands: dict[str, list[Command]] = {}
-    validated: set[tuple[str, tuple[str, ...]]] = set()
+    #: spec -> (PYTHONPATH folders, environment) of the blocks naming it, and its documented --deep
+    shipped = [*(ROOT / "include" / "pipelines").glob("*.yaml"), *(ROOT / "examples").glob("*/pipeline.yaml")]
+    validated: dict[str, tuple[set[str], dict[str, str], bool]] = {
+        p.relative_to(ROOT).as_posix(): (set(), {}, False) for p in sorted(shipped)}
     queue = list(commands)
     while queue:
         command = queue.pop(0)
@@ -383,9 +396,11 @@ def test_every_documented_command_is_one_the_code_takes(tmp_path: Path, monkeypa
             if _is_barrierflow(argv):
                 sub = check_barrierflow(command, report)
                 subcommands.setdefault(sub, []).append(command)
-                if sub == "validate" and "--deep" not in argv and not any(PLACEHOLDER.search(a) for a in argv[2:]):
-                    spec = next(a for a in argv[2:] if a.endswith(".yaml"))
-                    validated.add((spec, tuple(command.pythonpath)))
+                spec = next((a for a in argv[2:] if a.endswith(".yaml")), "")
+                if sub == "validate" and (ROOT / spec).is_file():
+                    folders, env, deep = validated.setdefault(spec, (set(), {}, False))
+                    validated[spec] = (folders | set(command.pythonpath), {**env, **command.env},
+                                       deep or "--deep" in argv)
             elif (module := _python_module(argv)) is not None:
                 check_python_module(command, module[0], module[1], monkeypatch, report)
             elif Path(argv[0]).name.startswith("python") and len(argv) > 1 and argv[1].endswith(".py"):
@@ -410,15 +425,23 @@ def test_every_documented_command_is_one_the_code_takes(tmp_path: Path, monkeypa
         with pytest.raises(SystemExit) as done:
             barrierflow_main([*sub.split(" ")[:1], "--help"])
         assert done.value.code == 0
+        capsys.readouterr()  # the help text: not part of the report
         report.append(f"ran: barrierflow {sub} --help")
-    for spec, pythonpath in sorted(validated):
+    for spec, (folders, env, deep) in sorted(validated.items()):
         with monkeypatch.context() as patch:
-            for folder in pythonpath:
-                patch.syspath_prepend(str(ROOT / folder))
+            for folder in sorted(folders | {p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").glob("*/")}):
+                if not folder.startswith("$"):
+                    patch.syspath_prepend(str(ROOT / folder))
+            for name, value in {"KAFKA_BOOTSTRAP": "127.0.0.1:9092", **env}.items():
+                patch.setenv(name, value)
             code = barrierflow_main(["validate", str(ROOT / spec)])
         if code != 0:
             problems.append(f"barrierflow validate {spec}: exit {code}: {capsys.readouterr().err[-2000:]}")
-        report.append(f"ran: barrierflow validate {spec} (exit {code})")
+        elsewhere = ("its --deep check (Spark) runs in tests/examples/test_examples.py" if spec.startswith("examples/")
+                     else "its --deep check (Spark) is not run on this spec; tests/ops/test_validate_deep.py tests "
+                          "the check")
+        report.append(f"ran: barrierflow validate {spec} (exit {code})" + (f"; documented with --deep: {elsewhere}"
+                                                                          if deep else ""))
     if "init" in subcommands:
         monkeypatch.chdir(tmp_path)
         assert barrierflow_main(["init", "clicks"]) == 0
