@@ -42,7 +42,8 @@ from barrierflow.spec.models import (
 
 __all__ = ["BoundedRun", "run_bounded"]
 
-#: Partitions of a Kafka sink's topics that :func:`run_bounded` creates when they are missing.
+#: Partitions of a Kafka sink's output topic that :func:`run_bounded` creates when it is missing
+#: (its commit-marker topic is created with one: a topic shared by pipelines may have no more).
 CREATED_TOPIC_PARTITIONS = 2
 
 
@@ -117,8 +118,8 @@ def run_bounded(spec_path: str | os.PathLike[str], folder: str | os.PathLike[str
     if isinstance(spec.sink, KafkaSinkSpec):
         from barrierflow.kafka_io.admin import ensure_topic
 
-        for topic in (spec.sink.topic, spec.sink.commit_marker_topic):
-            ensure_topic(spec.sink.bootstrap_servers, topic, CREATED_TOPIC_PARTITIONS, spec.sink.client)
+        ensure_topic(spec.sink.bootstrap_servers, spec.sink.topic, CREATED_TOPIC_PARTITIONS, spec.sink.client)
+        ensure_topic(spec.sink.bootstrap_servers, spec.sink.commit_marker_topic, 1, spec.sink.client)
     kafka_range = _kafka_range(spec.source) if isinstance(spec.source, KafkaSourceSpec) else None
 
     run(derived, until_exhausted=True)
