@@ -27,9 +27,10 @@ SINKS = ("parquet", "postgres", "kafka")
 _HEADER = """\
 # The $name pipeline: $source_line
 # -> $package.transform:window_sums (per key and 10-second event-time window: the sum of value,
-# the number of records) -> $sink_line, with exactly-once checkpoints. Relative paths (var/..., expectations/..., $package) are the project
-# folder's: run barrierflow with BARRIERFLOW_HOME set to it (unset, a spec's paths are taken from its
-# folder). Fields: barrierflow's docs/pipeline-spec.md.
+# the number of records) -> $sink_line, with exactly-once checkpoints.
+# Relative paths (var/..., expectations/..., the package) are the project folder's: run barrierflow
+# with BARRIERFLOW_HOME set to it (unset, a spec's paths are taken from its folder).
+# Fields: barrierflow's docs/pipeline-spec.md.
 version: 1
 name: $name
 description: Per key and 10-second event-time window, the sum of value and the number of records.
@@ -160,9 +161,10 @@ _TEST_HEADER = '''\
 $source_line -> window sums -> $sink_line.
 
 ``run_bounded`` (barrierflow.testing) runs the spec in a local Spark on a bounded input
-$bound_note, with every path under ``tmp_path``, until everything is committed, and returns its input and
-what the sink committed. The test computes the windows the watermark closed from the input on
-its own and compares them with the committed rows: a lost or duplicated row fails it.$servers_note
+$bound_note, with every path under ``tmp_path``, until everything
+is committed, and returns its input and what the sink committed. The test computes the windows
+the watermark closed from the input on its own and compares them with the committed rows: a
+lost or duplicated row fails it.$servers_note
 """
 
 from __future__ import annotations
@@ -290,9 +292,8 @@ def test_the_output_meets_its_expectation_suite_on_a_sample() -> None:
 '''
 
 _CONFTEST = '''\
-"""The servers and Spark of the tests: $servers_list (started once,
-stopped when the tests are done); the tests' SparkSession (run_bounded creates or reuses one) is
-stopped at the end."""
+"""$servers_sentenceThe tests' SparkSession (run_bounded creates or reuses one) is stopped
+once they are done."""
 
 from __future__ import annotations
 
@@ -514,7 +515,7 @@ def _run_prerequisites(source: str, sink: str) -> str:
         lines.append("    # create the topics $name-window-sums and __barrierflow_commits (the sink creates none)")
     if source == "kafka":
         lines.append("    # produce JSON records {\"key\": ..., \"value\": ..., \"event_time\": ...} to $name-events")
-    return "\n" + "\n".join(lines) + "\n" if lines else ""
+    return "\n" + "\n".join(lines) if lines else ""
 
 
 def project_files(source: str = "generator", sink: str = "parquet") -> dict[str, Template]:
@@ -551,7 +552,9 @@ def project_files(source: str = "generator", sink: str = "parquet") -> dict[str,
     if "pytest." not in test.split("import pytest", 1)[1]:
         test = test.replace("import pytest\n", "")
 
-    conftest = _CONFTEST.replace("$servers_list", ", ".join(servers) if servers else "none but Spark").replace(
+    servers_sentence = (f"The servers the tests need, started once and stopped when they are done: "
+                        f"{' and '.join(servers)}.\n" if servers else "")
+    conftest = _CONFTEST.replace("$servers_sentence", servers_sentence).replace(
         "$fixtures", (_KAFKA_FIXTURE if kafka_needed else "") + (_POSTGRES_FIXTURE if sink == "postgres" else ""))
 
     readme = (_README.replace("$source_text", _SOURCE_TEXT[source]).replace("$sink_text", _SINK_TEXT[sink])
@@ -581,5 +584,5 @@ def project_files(source: str = "generator", sink: str = "parquet") -> dict[str,
     }
     if sink == "postgres":
         files["sql/tables.sql"] = Template(_TABLES_SQL.replace(
-            "$key_sql_type", "bigint" if source == "generator" else "text  "))
+            "$key_sql_type", ("bigint" if source == "generator" else "text").ljust(len("timestamptz"))))
     return files
