@@ -11,6 +11,8 @@ import yaml
 from barrierflow.errors import UserInputError
 from barrierflow.testing import run_bounded, throwaway_postgres
 
+from tests.support.postgres_server import PostgresEndpoint
+
 
 def _spec(tmp_path: Path, source: dict[str, object], sink: dict[str, object]) -> Path:
     path = tmp_path / "p.yaml"
@@ -40,6 +42,18 @@ def test_run_bounded_refuses_what_it_cannot_bound_or_read_back(
         run_bounded(_spec(tmp_path, source, sink), tmp_path / "run", records_per_partition=records, home=tmp_path)
     assert message in str(refused.value)
     assert not (tmp_path / "run").exists()  # nothing ran
+
+
+@pytest.mark.postgres
+def test_run_bounded_refuses_a_postgres_sink_whose_table_does_not_exist(
+        tmp_path: Path, postgres_endpoint: PostgresEndpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUN_BOUNDED_TEST_DSN", postgres_endpoint.dsn)
+    sink = {"name": "out", "type": "postgres", "table": "no_such_table_of_run_bounded",
+            "dsn_env": "RUN_BOUNDED_TEST_DSN"}
+    with pytest.raises(UserInputError) as refused:
+        run_bounded(_spec(tmp_path, GENERATOR, sink), tmp_path / "run", records_per_partition=10, home=tmp_path)
+    assert "table 'no_such_table_of_run_bounded', which does not exist" in str(refused.value)
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.postgres

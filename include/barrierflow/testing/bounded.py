@@ -91,8 +91,8 @@ def run_bounded(spec_path: str | os.PathLike[str], folder: str | os.PathLike[str
         UserInputError: the spec has several stages; a generator without
             ``records_per_partition`` or a Kafka source with it; a Kafka source starting at
             ``latest`` (nothing to read); a sink whose output cannot be read back (``discard``);
-            the PostgreSQL sink's ``dsn_env`` variable is unset (each naming the field and the
-            fix). SpecError: the spec does not load. The run's own errors.
+            the PostgreSQL sink's ``dsn_env`` variable is unset or its table does not exist (each
+            naming the field and the fix). SpecError: the spec does not load. The run's own errors.
     """
     from barrierflow.ops.run import run
     from barrierflow.spec import load_spec
@@ -150,10 +150,23 @@ def _check_bounded(spec: PipelineSpec, spec_path: str | os.PathLike[str], record
     if not isinstance(sink, ParquetSinkSpec | PostgresSinkSpec | KafkaSinkSpec):
         raise UserInputError(f"{spec_path}: run_bounded reads back the committed output of a parquet, postgres or "
                              f"kafka sink (sinks[0] type), not {sink.type!r}")
-    if isinstance(sink, PostgresSinkSpec) and not os.environ.get(sink.dsn_env):
-        raise UserInputError(f"{spec_path}: the PostgreSQL sink {sink.name!r} reads its connection string from "
-                             f"${sink.dsn_env}, which is unset: set it to the test database's DSN (e.g. "
-                             "barrierflow.testing.throwaway_postgres())")
+    if isinstance(sink, PostgresSinkSpec):
+        if not os.environ.get(sink.dsn_env):
+            raise UserInputError(f"{spec_path}: the PostgreSQL sink {sink.name!r} reads its connection string from "
+                                 f"${sink.dsn_env}, which is unset: set it to the test database's DSN (e.g. "
+                                 "barrierflow.testing.throwaway_postgres())")
+        if not _table_exists(os.environ[sink.dsn_env], sink.table):
+            raise UserInputError(f"{spec_path}: the PostgreSQL sink {sink.name!r} writes into table {sink.table!r}, "
+                                 f"which does not exist in the database of ${sink.dsn_env}: create it before the "
+                                 "run (barrierflow never creates a sink's table), e.g. with the project's DDL")
+
+
+def _table_exists(dsn: str, table: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(dsn, connect_timeout=10) as conn:
+        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+    return bool(row and row[0])
 
 
 def _generator_records(source: GeneratorSourceSpec, records_per_partition: int) -> list[dict[str, Any]]:
