@@ -163,10 +163,10 @@ def _generated_test_module(project: Path, monkeypatch: pytest.MonkeyPatch) -> ob
 @pytest.mark.postgres
 @pytest.mark.parametrize(("source", "sink"), [
     pytest.param("generator", "parquet", marks=pytest.mark.slow(60)),  # with a deep verification
-    pytest.param("generator", "postgres", marks=pytest.mark.slow(25)),
-    pytest.param("generator", "kafka", marks=pytest.mark.slow(25)),
-    pytest.param("kafka", "parquet", marks=pytest.mark.slow(25)),
-    pytest.param("kafka", "kafka", marks=pytest.mark.slow(25)),
+    pytest.param("generator", "postgres", marks=pytest.mark.slow(15)),
+    pytest.param("generator", "kafka", marks=pytest.mark.slow(15)),
+    pytest.param("kafka", "parquet", marks=pytest.mark.slow(15)),
+    pytest.param("kafka", "kafka", marks=pytest.mark.slow(15)),
 ])
 def test_the_generated_test_passes_in_this_process(spark: object, kafka_endpoint: KafkaEndpoint,
                                                    postgres_endpoint: PostgresEndpoint, tmp_path: Path,
@@ -194,7 +194,7 @@ def test_the_generated_test_passes_in_this_process(spark: object, kafka_endpoint
 @pytest.mark.spark
 @pytest.mark.kafka
 @pytest.mark.postgres
-@pytest.mark.slow(120)
+@pytest.mark.slow(150)
 def test_the_kafka_to_postgres_project_passes_its_own_pytest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     assert _init(tmp_path, monkeypatch, "clicks", capsys, "--source", "kafka", "--sink", "postgres")[0] == 0

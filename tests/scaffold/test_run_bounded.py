@@ -113,7 +113,7 @@ spark:
 
 @pytest.mark.spark
 @pytest.mark.kafka
-@pytest.mark.slow(60)
+@pytest.mark.slow(20)
 def test_run_bounded_runs_a_pipeline_of_several_stages(spark: object, tmp_path: Path) -> None:
     spec = tmp_path / "two.yaml"
     spec.write_text(TWO_STAGES)
