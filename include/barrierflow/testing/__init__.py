@@ -31,8 +31,8 @@ A sink double:
 
 A pipeline runner and the servers its tests need:
 
-* :func:`run_bounded` — runs a single-stage spec (a generator or Kafka source; a Parquet,
-  PostgreSQL or Kafka sink) in a local Spark on a bounded input with every path in a folder of
+* :func:`run_bounded` — runs a spec of one stage or several (generator or Kafka sources; Parquet,
+  PostgreSQL or Kafka sinks) in a local Spark on a bounded input with every path in a folder of
   the test's, until everything is committed, and returns its input and the committed output
   (:class:`BoundedRun`; :mod:`barrierflow.testing.bounded`).
 * :func:`embedded_kafka` — Apache Kafka on 127.0.0.1 for the ``with`` block (the embedded broker
