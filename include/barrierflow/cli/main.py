@@ -267,6 +267,12 @@ def _parser() -> argparse.ArgumentParser:
 
     init = sub.add_parser("init", help="create a project in ./NAME: a pipeline spec, its package, a test, Airflow DAGs")
     init.add_argument("name", help="the pipeline's name; its package is the name with '-' as '_'")
+    from barrierflow.scaffold.templates import SINKS, SOURCES
+
+    init.add_argument("--source", choices=SOURCES, default=SOURCES[0],
+                      help="what the pipeline reads: the built-in generator (default) or JSON records of a Kafka topic")
+    init.add_argument("--sink", choices=SINKS, default=SINKS[0],
+                      help="where it writes, exactly once: Parquet files (default), a PostgreSQL table, a Kafka topic")
 
     return parser
 
@@ -875,10 +881,12 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
     from barrierflow.ops.new_project import TEST_COMMAND, init_project
 
-    project = init_project(args.name, Path.cwd())
+    project = init_project(args.name, Path.cwd(), source=args.source, sink=args.sink)
     print(f"created {project.folder}: {', '.join(project.files)}")
     print(f"test it:  cd {project.name} && {TEST_COMMAND}")
-    print(f"run it:   cd {project.name} && barrierflow run {project.spec_path} --checkpoints 5")
+    servers = " (after the Kafka/PostgreSQL setup its README shows)" if "kafka" in (
+        project.source, project.sink) or project.sink == "postgres" else ""
+    print(f"run it:   cd {project.name} && barrierflow run {project.spec_path} --checkpoints 5{servers}")
     print(f"(with the Python barrierflow is installed in, {sys.executable}; deploying: {project.name}/README.md)")
     return EXIT_OK
 

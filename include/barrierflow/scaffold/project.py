@@ -1,8 +1,9 @@
 """Creating a user project (``barrierflow init NAME``).
 
 Contract: :func:`create_project` either writes every file of
-:data:`barrierflow.scaffold.templates.FILES` into ``parent/NAME`` (a new or empty folder) and
-returns the :class:`Project`, or raises :class:`UserInputError` before writing anything.
+:func:`barrierflow.scaffold.templates.project_files` for its source and sink into ``parent/NAME``
+(a new or empty folder) and returns the :class:`Project`, or raises :class:`UserInputError`
+before writing anything.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from string import Template
 
 from barrierflow.errors import UserInputError
-from barrierflow.scaffold.templates import FILES
+from barrierflow.scaffold.templates import SINKS, SOURCES, project_files
 
 #: How to run a new project's tests, from its folder (printed by ``init``, in its README).
 TEST_COMMAND = "python -m pytest"
@@ -30,13 +31,15 @@ _RESERVED = {"barrierflow", "pyspark", "airflow", "tests", "test", "pipelines"}
 
 @dataclass(frozen=True)
 class Project:
-    """A created project: its ``name`` (the pipeline's), Python ``package`` and ``folder``, and
-    the ``files`` written (relative paths)."""
+    """A created project: its ``name`` (the pipeline's), Python ``package`` and ``folder``, the
+    ``files`` written (relative paths), and its pipeline's ``source`` and ``sink`` types."""
 
     name: str
     package: str
     folder: Path
     files: tuple[str, ...]
+    source: str = SOURCES[0]
+    sink: str = SINKS[0]
 
     @property
     def spec_path(self) -> str:
@@ -73,15 +76,22 @@ def _importable(package: str) -> bool:
     return found is not None and found.origin is not None
 
 
-def create_project(name: str, parent: Path) -> Project:
-    """Write a new project ``name`` into ``parent/name``: the pipeline spec, its package with the
-    transformation, a test that runs the pipeline on a bounded input, the Airflow DAG file and
-    a README (see :mod:`barrierflow.scaffold.templates`).
+def create_project(name: str, parent: Path, *, source: str = SOURCES[0], sink: str = SINKS[0]) -> Project:
+    """Write a new project ``name`` into ``parent/name`` whose pipeline reads ``source`` (one of
+    :data:`~barrierflow.scaffold.templates.SOURCES`) and writes ``sink`` (one of
+    :data:`~barrierflow.scaffold.templates.SINKS`): the pipeline spec, its package with the
+    transformation, its expectation suites, a test that runs the pipeline on a bounded input
+    against the servers it starts, the Airflow DAG file and a README (see
+    :mod:`barrierflow.scaffold.templates`).
 
     Raises:
-        UserInputError: ``name`` is invalid (:func:`package_name`), or ``parent/name`` exists
-            and is not an empty folder.
+        UserInputError: ``name`` is invalid (:func:`package_name`), ``source`` or ``sink`` is not
+            offered, or ``parent/name`` exists and is not an empty folder.
     """
+    if source not in SOURCES:
+        raise UserInputError(f"unknown source {source!r}: init writes a pipeline reading one of {', '.join(SOURCES)}")
+    if sink not in SINKS:
+        raise UserInputError(f"unknown sink {sink!r}: init writes a pipeline writing to one of {', '.join(SINKS)}")
     package = package_name(name)
     folder = parent / name
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
@@ -90,10 +100,10 @@ def create_project(name: str, parent: Path) -> Project:
                              "or run init where it does not exist")
     values = {"name": name, "package": package, "test_command": TEST_COMMAND}
     written = []
-    for relative, template in FILES.items():
+    for relative, template in project_files(source, sink).items():
         path = Template(relative).substitute(values)
         target = folder / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(template.substitute(values), encoding="utf-8")
         written.append(path)
-    return Project(name, package, folder, tuple(written))
+    return Project(name, package, folder, tuple(written), source, sink)

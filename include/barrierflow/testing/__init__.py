@@ -29,11 +29,19 @@ A sink double:
   without telling the wrapped sink, so the epoch stays pre-committed, as when the sink's
   system stays unreachable past its commit retries. Pre-commits and aborts pass through.
 
-A pipeline runner:
+A pipeline runner and the servers its tests need:
 
-* :func:`run_bounded` — runs a single-stage spec (built-in generator, Parquet sink) in a local
-  Spark on a bounded input with every path in a folder of the test's, until everything is
-  committed, and returns the generated records and the committed output (:class:`BoundedRun`).
+* :func:`run_bounded` — runs a spec of one stage or several (generator or Kafka sources; Parquet,
+  PostgreSQL or Kafka sinks) in a local Spark on a bounded input with every path in a folder of
+  the test's, until everything is committed, and returns its input and the committed output
+  (:class:`BoundedRun`; :mod:`barrierflow.testing.bounded`).
+* :func:`embedded_kafka` — Apache Kafka on 127.0.0.1 for the ``with`` block (the embedded broker
+  barrierflow ships, :mod:`barrierflow.kafka_io.embedded_broker`); yields ``host:port``.
+* :func:`expectation_failures` — what a Great Expectations suite file (the format deep
+  verification reads) finds wrong in a few rows built in the test.
+* :func:`throwaway_postgres` — a fresh PostgreSQL server on 127.0.0.1 for the ``with`` block,
+  from the installed server binaries; yields its connection string
+  (:mod:`barrierflow.testing.postgres`).
 
 The write-ahead batch writer:
 
@@ -45,29 +53,29 @@ The write-ahead batch writer:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from barrierflow.errors import SinkError, StorageError, UserInputError
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.errors import SinkError, StorageError
 from barrierflow.storage import open_store
 from barrierflow.storage.object_store import ObjectInfo, ObjectStore
+from barrierflow.testing.bounded import BoundedRun, run_bounded
+from barrierflow.testing.postgres import throwaway_postgres
 from barrierflow.transactions.committer import SinkCommitter
 from barrierflow.transactions.write_ahead import MARKER, batch_prefix
 
 __all__ = ["BoundedRun", "FailingCommitter", "FailingObjectStore", "KeyFilter", "ProgressWait", "SlowObjectStore",
-           "WriteRecord", "run_bounded", "shared_files", "stage_batch", "write_ahead_batch"]
+           "WriteRecord", "embedded_kafka", "expectation_failures", "run_bounded", "shared_files", "stage_batch",
+           "throwaway_postgres", "write_ahead_batch"]
 
 #: Which keys a double acts on.
 KeyFilter = Callable[[str], bool]
@@ -281,83 +289,35 @@ def stage_batch(uri: str, batch_id: int, table: Any, files: int = 1) -> None:
     write_ahead_batch(uri, batch_id, table, files)
 
 
-@dataclass(frozen=True)
-class BoundedRun:
-    """What :func:`run_bounded` ran and what came out.
-
-    Attributes:
-        spec: the spec that ran (the given one with the test's paths and the bounded input).
-        spec_path: where that spec was written (in the test's folder).
-        source_records: every valid record the generator produced (malformed ones go to the dead
-            letters), as dicts: partition, offset, key, value, event_time (UTC).
-        output: every committed row of the Parquet sink, as dicts; timestamps in UTC.
-    """
-
-    spec: PipelineSpec
-    spec_path: Path
-    source_records: list[dict[str, Any]]
-    output: list[dict[str, Any]]
-
-
-def run_bounded(spec_path: str | os.PathLike[str], folder: str | os.PathLike[str], *, records_per_partition: int,
-                home: str | os.PathLike[str] | None = None, master: str = "local[2]") -> BoundedRun:
-    """Run the single-stage spec at ``spec_path`` to the end of a bounded input and return its
-    input and committed output (:class:`BoundedRun`).
-
-    The spec is copied to ``folder`` with: the generator bounded to ``records_per_partition``
-    records per partition, unthrottled; the checkpoint store, the Parquet sink, the work dir and
-    the dead letters under ``folder``; a 0 s trigger, a 200 ms checkpoint interval;
-    ``spark.master`` = ``master``; the spec's relative paths (``spark.py_packages``) taken
-    relative to ``home`` (default: ``$BARRIERFLOW_HOME``, else the spec file's folder:
-    :mod:`barrierflow.spec.paths`). Then it runs as ``barrierflow
-    run SPEC --until-exhausted`` does, in this process's SparkSession (created or reused).
+@contextlib.contextmanager
+def embedded_kafka(*, startup_timeout: float = 60.0) -> Iterator[str]:
+    """Apache Kafka (single node, KRaft) on 127.0.0.1 on free ports for the ``with`` block, its
+    data in a temporary directory: yields ``host:port`` once it answers, stops it and deletes the
+    data on exit. The broker is barrierflow's embedded one (its jars come with barrierflow's
+    installation, ``make install``); it auto-creates no topics, so a test creates the ones it
+    produces to (a Kafka sink's: :func:`run_bounded` creates them).
 
     Raises:
-        UserInputError: the spec has several stages, its source is not the generator or its sink
-            not Parquet (naming the field); SpecError: it does not load. The run's errors.
+        EmbeddedBrokerError: Kafka's jars are not installed, or the broker did not start.
     """
-    from barrierflow.ops.run import run
-    from barrierflow.sinks.parquet import read_committed
-    from barrierflow.sources.generator import GeneratorModel
-    from barrierflow.spec import load_spec
-    from barrierflow.spec.models import GeneratorSourceSpec
+    from barrierflow.kafka_io.embedded_broker import embedded_broker
 
-    original = load_spec(spec_path, home=home)
-    if original.source.type != "generator":
-        raise UserInputError(f"{spec_path}: run_bounded needs the built-in generator as sources[0] (type "
-                             f"'generator'), not {original.source.type!r}")
-    if original.sink.type != "parquet":
-        raise UserInputError(f"{spec_path}: run_bounded reads the committed output of a Parquet sink (sinks[0] type "
-                             f"'parquet'), not {original.sink.type!r}")
-    base = Path(folder).resolve()
-    data = original.model_dump(mode="json")
-    data["sources"][0].update(records_per_partition=records_per_partition, rows_per_second=0)
-    data["sinks"][0]["path"] = f"file://{base / 'output'}"
-    data["checkpoint"].update(storage=f"file://{base / 'checkpoints'}", interval=0.2)
-    data["trigger"]["interval"] = 0.0
-    data["work_dir"] = str(base / "work")
-    data["dead_letter_path"] = f"file://{base / 'dead-letter'}"
-    data["event_times_path"] = ""
-    data["spark"].update(master=master)  # py_packages: made absolute by load_spec
-    derived = base / f"{original.name}.yaml"
-    derived.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    spec = load_spec(derived)
-
-    run(derived, until_exhausted=True)
-
-    source = spec.source
-    assert isinstance(source, GeneratorSourceSpec)
-    model = GeneratorModel(source)
-    names = ("partition", "offset", "key", "value", "event_time")
-    records = [dict(zip(names, row, strict=True)) for p in range(source.partitions)
-               for row in model.rows(p, 0, records_per_partition)]
-    table = read_committed(spec.sink.path)  # type: ignore[union-attr]
-    output = [{k: _utc(v) for k, v in row.items()} for row in (table.to_pylist() if table is not None else [])]
-    return BoundedRun(spec, derived, records, output)
+    with embedded_broker(startup_timeout=startup_timeout) as bootstrap:
+        yield bootstrap
 
 
-def _utc(value: Any) -> Any:
-    """A timestamp read back from Parquet in UTC (Spark writes them without a zone)."""
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    return value
+def expectation_failures(suite: str | os.PathLike[str], rows: list[dict[str, Any]]) -> list[str]:
+    """What the Great Expectations suite file ``suite`` (the document deep verification and the
+    data-quality DAG read, :mod:`barrierflow.verification.deep`) finds wrong in ``rows`` (dicts
+    of one table, built in the test): one line per failed expectation, empty when all pass.
+
+    Raises:
+        UserInputError: the file is not a suite (naming it).
+    """
+    import pandas as pd
+
+    from barrierflow.verification.deep import load_suite_document, run_suite
+
+    path = Path(suite)
+    checks = run_suite(load_suite_document(path), pd.DataFrame(rows), str(path))
+    return [f"{check.name}: {check.message}" for check in checks if not check.passed]
