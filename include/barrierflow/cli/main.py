@@ -633,6 +633,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         summary, shapes = validate_deep(args.spec)
     else:
         summary = validate_spec(args.spec)
+    for warning in summary.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps({
             "pipeline": summary.pipeline, "stages": list(summary.stages), "channels": summary.channels,
@@ -642,7 +644,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                                                                 "reader": c.back_edge.reader}}
                        for c in summary.cycles],
             "source_stages": list(summary.source_stages), "final_stages": list(summary.final_stages),
-            "mode": summary.mode, "alignment_timeout": summary.alignment_timeout,
+            "mode": summary.mode, "alignment_timeout": summary.alignment_timeout, "warnings": list(summary.warnings),
             **({"transformations": [{"stage": s.stage, "input": s.input_columns, "output": s.output_columns}
                                     for s in shapes]} if shapes is not None else {})}, indent=2))
         return EXIT_OK
