@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -84,3 +85,38 @@ def test_chaos_copies_the_table_an_env_expanded_spec_names(
     assert output["rows_expected"] == output["rows"] == 1 and output["missing"] == output["extra"] == 0, output
     with psycopg.connect(postgres_endpoint.dsn, autocommit=True) as conn:
         assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
+
+
+@pytest.mark.kafka
+@pytest.mark.slow(15)
+def test_chaos_on_the_shipped_user_totals_spec_finds_its_table(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        postgres_endpoint: PostgresEndpoint, kafka_endpoint: Any) -> None:
+    """examples/user-totals as shipped (its table named ``${USER_TOTALS_TABLE:-user_minute_totals}``,
+    created by its table.sql): chaos gets past the table check to the runs. The stand-in runs
+    write nothing, so chaos then refuses with nothing to compare (not with a missing table)."""
+    from tests.support.kafka_broker import create_topic
+
+    project = Path(__file__).resolve().parents[2]
+    table = f"user_totals_{tmp_path.name[-12:].replace('-', '_').lower()}"
+    topic = f"payments-{tmp_path.name[-12:].replace('_', '-').lower()}"
+    create_topic(kafka_endpoint, topic, 1)
+    for name, value in {"KAFKA_BOOTSTRAP": kafka_endpoint.bootstrap_servers, "PAYMENTS_TOPIC": topic,
+                        "USER_TOTALS_TABLE": table, "USER_TOTALS_HOME": str(tmp_path / "home"),
+                        "BARRIERFLOW_POSTGRES_DSN": postgres_endpoint.dsn}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(runner, "_run_command", lambda spec_path, processes: [sys.executable, "-c", "pass"])
+    ddl = (project / "examples" / "user-totals" / "table.sql").read_text(encoding="utf-8")
+    with psycopg.connect(postgres_endpoint.dsn, autocommit=True) as conn:
+        conn.execute(ddl.replace("user_minute_totals", table))
+
+    code = main(["chaos", str(project / "examples" / "user-totals" / "pipeline.yaml"), "--kills", "1",
+                 "--scratch", str(tmp_path / "scratch")])
+    err = capsys.readouterr().err
+
+    assert code == 2 and "does not exist" not in err, err
+    assert "committed no row" in err or "nothing to compare" in err.lower(), err
+    with psycopg.connect(postgres_endpoint.dsn, autocommit=True) as conn:  # the copies' tables, like the user's
+        copies = conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name LIKE %s",
+                              (f"{table}%",)).fetchone()
+    assert copies is not None and copies[0] == 3, copies
