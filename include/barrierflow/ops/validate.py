@@ -20,7 +20,8 @@ from barrierflow.spec.stages import StagedPipelineSpec
 if TYPE_CHECKING:
     from barrierflow.pipeline.model import OpenedPipeline
 
-__all__ = ["SpecSummary", "StageShape", "state_store_warnings", "validate_deep", "validate_spec"]
+__all__ = ["SpecSummary", "StageShape", "malformed_warnings", "state_store_warnings", "validate_deep",
+           "validate_spec"]
 
 #: Spark's conf key naming the state store provider class (``spark.conf`` may set it directly).
 _PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
@@ -29,7 +30,7 @@ _PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
 def validate_spec(spec_path: str | os.PathLike[str]) -> SpecSummary:
     """Load the spec at ``spec_path``, import every stage's transformation and summarise it
     (:func:`barrierflow.pipeline.spec_summary.summarize`, with ``warnings`` from
-    :func:`state_store_warnings`). Starts no Spark: the import is
+    :func:`state_store_warnings` and :func:`malformed_warnings`). Starts no Spark: the import is
     :func:`barrierflow.transforms.context.import_transformation` (module, callable, a
     two-parameter signature), with the directories of ``spark.py_packages`` on ``sys.path`` as
     a run's shipped zips put them.
@@ -42,7 +43,7 @@ def validate_spec(spec_path: str | os.PathLike[str]) -> SpecSummary:
     """
     spec = load_any_spec(spec_path)
     _check_imports(spec, str(spec_path))
-    return dataclasses.replace(summarize(spec), warnings=tuple(state_store_warnings(spec)))
+    return dataclasses.replace(summarize(spec), warnings=(*state_store_warnings(spec), *malformed_warnings(spec)))
 
 
 def _check_imports(spec: PipelineSpec | StagedPipelineSpec, spec_path: str) -> None:
@@ -171,3 +172,23 @@ def _check_channel_fields(pipeline: OpenedPipeline, spec_path: str, shapes: dict
                 raise SpecError(spec_path, [(f"{pipeline.stage_field_prefix(index)}sources[{number}].json_fields", (
                     f"stage {part.name!r} reads fields {missing} from channel {source.channel!r}, but stage "
                     f"{writer.stage!r} writes only the columns {listing}; every record would be a dead letter"))])
+
+
+def malformed_warnings(spec: PipelineSpec | StagedPipelineSpec) -> list[str]:
+    """A warning for each JSON Kafka source read by Spark's connector (``reader: spark``) that
+    turns malformed records into rows of nulls without saying so (``malformed`` not set), where
+    barrierflow's reader writes them to the dead-letter output. Not an error: the pipeline runs."""
+    from barrierflow.spec.models import KafkaSourceSpec
+
+    found = []
+    for part in spec_parts(spec):
+        for source in part.part.sources:
+            if isinstance(source, KafkaSourceSpec) and source.format == "json" and source.reader == "spark" \
+                    and source.malformed is None:
+                found.append(
+                    f"{part.label}: Kafka source {source.name!r} (reader: spark) turns malformed records (not a JSON "
+                    "object; a field missing, null or of the wrong type) into rows of nulls, silently, where reader: "
+                    "python writes them to the dead-letter output. Set 'malformed: dead_letter' on the source before "
+                    "its first run (the connector then reads each batch twice; a pipeline with state cannot switch "
+                    "later), or 'malformed: nulls' to keep the null rows and silence this warning")
+    return found
