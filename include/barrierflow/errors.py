@@ -80,6 +80,11 @@ class JobFailedError(BarrierflowError):
     """The streaming query stopped with an exception."""
 
 
+class SparkDriverDiedError(JobFailedError):
+    """The driver's Spark JVM died under a run (killed, out of memory); the message names it
+    (its pid when known) and the checkpoint the next run resumes from."""
+
+
 class IncompatibleStateError(UserInputError):
     """A stage's spec changed in a way its saved state cannot honour (shuffle partitions, the
     stateful operators); the run is refused before the stage's query starts

@@ -49,10 +49,9 @@ from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.faults import ENV as CRASH_ENV
 from barrierflow.faults import POINTS, SINK_POINTS, UPGRADE_POINTS
 from barrierflow.pipeline.model import open_pipeline
-from barrierflow.spec.loader import load_any_spec
+from barrierflow.spec.loader import load_any_spec, load_spec_data
 from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
 from barrierflow.spec.parts import channel_topics, raw_parts, spec_parts
-from barrierflow.spec.paths import resolve_spec_paths, spec_home
 
 Mode = Literal["group", "stage", "jvm", "mixed"]
 #: Seconds a run may take to stop by itself after one of its processes was killed.
@@ -581,7 +580,8 @@ class ChaosRunner:
         """
         # The copies live in scratch dirs: what they keep of the spec (sources, suites, TLS files)
         # must point where the spec's own relative paths do.
-        raw = resolve_spec_paths(yaml.safe_load(self.spec_path.read_text(encoding="utf-8")), spec_home(self.spec_path))
+        # ``${VAR}`` is expanded as ``run`` expands it (the tables and topics to copy are the real ones).
+        raw = load_spec_data(self.spec_path)
         self.result = ChaosResult(self.spec.name, str(self.spec_path), self.options.seed, self.options.mode,
                                   self.options.kills, str(self.scratch), self.started, kill_kinds=self.kill_kinds(),
                                   upgrade_to=None if self.options.upgrade_to is None else str(self.options.upgrade_to))

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from types import FrameType
@@ -24,7 +25,7 @@ from barrierflow.spec.durations import parse_duration_seconds
 
 if TYPE_CHECKING:
     from barrierflow.ops.checkpoints import CheckpointListing, CheckpointView
-    from barrierflow.ops.run import PipelineProgress, Progress
+    from barrierflow.ops.run import PipelineProgress, Progress, StartupPhase
     from barrierflow.ops.stop import StopOutcome
     from barrierflow.ops.validate import StageShape
     from barrierflow.reports.skew import SkewReport
@@ -66,7 +67,9 @@ class _VersionAction(argparse.Action):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="barrierflow", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log at INFO level, with the traceback of a failure (before the command: "
+                             "barrierflow --verbose run SPEC)")
     parser.add_argument("--version", action=_VersionAction, help="print the installed barrierflow's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
 
@@ -294,12 +297,19 @@ def _stages_progress_line(p: PipelineProgress) -> str:
             f"failed={p.failed}")
 
 
+def _phase_line(phase: StartupPhase) -> None:
+    """A step of the run's start (the restore), on the progress line until the first batch."""
+    _write_progress(f"starting: {phase.message}")
+
+
 def _progress_line(p: Progress | PipelineProgress) -> None:
     """The one live progress display of ``run``: one stage's job, or every stage of several."""
     from barrierflow.ops.run import PipelineProgress
 
     if isinstance(p, PipelineProgress):
         _write_progress(_stages_progress_line(p))
+        return
+    if p.batch_id is None and p.records == 0:  # nothing done yet: the last start step stands
         return
     line = (f"batch={p.batch_id if p.batch_id is not None else '-'} records={p.records} "
             f"rec/s={p.records_per_second:,.0f} epoch={p.epoch} "
@@ -333,7 +343,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return EXIT_OK
     outcome = run(args.spec, duration=args.duration, checkpoints=args.checkpoints,
                   until_exhausted=args.until_exhausted, progress=None if args.quiet else _progress_line,
-                  progress_every=1.0 if sys.stderr.isatty() else 30.0, processes=args.processes)
+                  progress_every=1.0 if sys.stderr.isatty() else 30.0, processes=args.processes,
+                  phases=None if args.quiet else _phase_line)
     if sys.stderr.isatty() and not args.quiet:
         sys.stderr.write("\n")
     result = outcome.result
@@ -639,6 +650,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         summary, shapes = validate_deep(args.spec)
     else:
         summary = validate_spec(args.spec)
+    for warning in summary.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps({
             "pipeline": summary.pipeline, "stages": list(summary.stages), "channels": summary.channels,
@@ -648,7 +661,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                                                                 "reader": c.back_edge.reader}}
                        for c in summary.cycles],
             "source_stages": list(summary.source_stages), "final_stages": list(summary.final_stages),
-            "mode": summary.mode, "alignment_timeout": summary.alignment_timeout,
+            "mode": summary.mode, "alignment_timeout": summary.alignment_timeout, "warnings": list(summary.warnings),
             **({"transformations": [{"stage": s.stage, "input": s.input_columns, "output": s.output_columns}
                                     for s in shapes]} if shapes is not None else {})}, indent=2))
         return EXIT_OK
@@ -891,6 +904,13 @@ def _cmd_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _not_py4j(record: logging.LogRecord) -> bool:
+    """Py4J logs every failed call to the JVM (on the root logger, with a traceback): when the
+    JVM dies that is a page of tracebacks before the one ``error:`` line that says so. Shown
+    with ``--verbose`` only."""
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (see the module docstring)."""
     try:
@@ -900,6 +920,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if not args.verbose:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_not_py4j)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     # kafka-python warns whenever one of its event-loop tasks runs over 0.1 s, which a loaded
     # driver does all the time; the line says nothing an operator can act on.
@@ -920,6 +943,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BarrierflowError as exc:
+        if args.verbose:  # how it came about: the chain of causes (a dead JVM's Py4J errors)
+            traceback.print_exception(exc, file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
     except KeyboardInterrupt:

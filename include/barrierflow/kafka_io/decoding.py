@@ -224,6 +224,22 @@ class RecordDecoder:
             names=["topic", "partition", "offset", "timestamp", "key", "value", "headers"],
         )
 
+    def dead_letter(self, topic: str, partition: int, offset: int, value: bytes | None, *, otherwise: str
+                    ) -> dict[str, Any]:
+        """The dead-letter object this decoder makes of one record (format ``json``) that another
+        decoder found malformed (Spark's connector, :mod:`barrierflow.sources.spark_kafka`): the
+        same object and reason as this decoder's; ``otherwise`` is the reason when this decoder
+        reads the record."""
+        from types import SimpleNamespace
+
+        reason = otherwise
+        try:
+            self._decode(SimpleNamespace(topic=topic, partition=partition, offset=offset, value=value))  # type: ignore[arg-type]
+        except _Invalid as exc:
+            reason = str(exc)
+        return {"source": self.spec.name, "partition": partition_id(topic, partition), "offset": offset,
+                **_payload(value), "reason": reason}
+
     def _decode(self, record: ConsumerRecord, fields: Mapping[str, str] | None = None) -> list[Any]:
         """The values of ``fields`` (default: every json field) in ``record``'s JSON object, or
         :class:`_Invalid` naming what is wrong."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from barrierflow.errors import BarrierflowError, UserInputError
+from barrierflow.errors import BarrierflowError, SparkDriverDiedError, UserInputError
 from barrierflow.ops.stop import finish_stop, record_outcome
 from barrierflow.ops.upgrade_record import refuse_unfinished
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
@@ -25,13 +25,14 @@ from barrierflow.runtime.job import Progress
 from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StageProgress
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult
 from barrierflow.runtime.run_driver import channel_servers, open_driver, open_stage_process_driver
+from barrierflow.runtime.startup import PhaseReport, StartupPhase
 from barrierflow.runtime.stop_request import StopOutcome
 from barrierflow.sources.dead_letter import count_dead_letters
 
 log = logging.getLogger(__name__)
 
 __all__ = ["AnyProgress", "DeadLetters", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome",
-           "RunResult", "StageProgress", "dead_letters", "run", "run_stage", "submit_jars"]
+           "RunResult", "StageProgress", "StartupPhase", "dead_letters", "run", "run_stage", "submit_jars"]
 
 #: What the live progress display is given every ``progress_every`` seconds: one stage's
 #: :class:`Progress`, or every stage's :class:`PipelineProgress`.
@@ -131,11 +132,13 @@ def _check_limits(duration: float | None, checkpoints: int | None) -> None:
 
 def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, checkpoints: int | None = None,
         until_exhausted: bool = False, progress: Callable[[AnyProgress], None] | None = None,
-        progress_every: float = 1.0, processes: bool = False) -> RunOutcome:
+        progress_every: float = 1.0, processes: bool = False, phases: PhaseReport | None = None) -> RunOutcome:
     """Run the pipeline until ``duration`` seconds passed, ``checkpoints`` cuts completed or
     (with ``until_exhausted``) a completed cut covers every record of its bounded sources;
     without any of the three limits until interrupted. ``progress`` is called every
-    ``progress_every`` seconds (:data:`AnyProgress`).
+    ``progress_every`` seconds (:data:`AnyProgress`); ``phases`` with each step of the start up
+    to the first micro-batch (:mod:`barrierflow.runtime.startup`: the restore's choosing and
+    verifying, restoring N files, replaying).
 
     The run loop and its contract: :meth:`barrierflow.runtime.pipeline_runner.PipelineRunner.run`.
     One stage restores its newest valid checkpoint when it has no local Spark checkpoint.
@@ -181,20 +184,54 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     drivers: list[PipelineRunner] = []
     try:
         outcome = _run(pipeline, duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
-                       progress=progress, progress_every=progress_every, processes=processes, opened=drivers.append)
-    except BarrierflowError as exc:
+                       progress=progress, progress_every=progress_every, processes=processes, opened=drivers.append,
+                       phases=phases)
+    except Exception as exc:
+        died = _jvm_died(pipeline, str(spec_path), exc)
+        error = died or exc
+        if not isinstance(error, BarrierflowError):
+            raise
         stopping = drivers[0].stopping if drivers else None
         if stopping is not None:
             record_outcome(pipeline, StopOutcome(
                 stopping.request.id, stopping.request.fence, "failed", stopping.savepoint, noun=pipeline.cut_noun,
-                message=f"the run failed while stopping: {exc}"))
+                message=f"the run failed while stopping: {error}"))
+        if died is not None:
+            raise died from exc
         raise
     return outcome
 
 
+def _jvm_died(pipeline: OpenedPipeline, spec_path: str, exc: Exception) -> SparkDriverDiedError | None:
+    """The run's failure ``exc`` as what it is when the driver's Spark JVM has died (whatever
+    Py4J or the run loop raised about it): one sentence naming the JVM and the checkpoint the
+    next run resumes from; None while the JVM lives (``exc`` is the error then)."""
+    from barrierflow.spark.session import driver_jvm_death
+
+    try:
+        what = driver_jvm_death()
+    except ImportError:  # no PySpark in this process: no JVM of ours
+        return None
+    if what is None:
+        return None
+    try:
+        newest = pipeline.newest_cut()
+    except Exception as store_exc:  # the store is what it is; the JVM is the news
+        log.info("reading the newest %s after the JVM died failed: %s", pipeline.cut_noun, store_exc)
+        return SparkDriverDiedError(f"{what} died while pipeline {pipeline.name} ran; 'barrierflow run {spec_path}' "
+                                    f"resumes from the newest completed {pipeline.cut_noun} in {pipeline.storage}")
+    if newest is None:
+        resume = (f"no {pipeline.cut_noun} had completed, so 'barrierflow run {spec_path}' starts again from the "
+                  "beginning of its sources (nothing was committed)")
+    else:
+        resume = (f"'barrierflow run {spec_path}' resumes exactly once from {pipeline.cut_noun} "
+                  f"{newest.checkpoint_id}, the newest completed one in {pipeline.storage}")
+    return SparkDriverDiedError(f"{what} died while pipeline {pipeline.name} ran; {resume}")
+
+
 def _run(pipeline: OpenedPipeline, *, duration: float | None, checkpoints: int | None, until_exhausted: bool,
          progress: Callable[[AnyProgress], None] | None, progress_every: float, processes: bool,
-         opened: Callable[[PipelineRunner], None]) -> RunOutcome:
+         opened: Callable[[PipelineRunner], None], phases: PhaseReport | None = None) -> RunOutcome:
     """:func:`run` under the lease (``opened`` is told the driver once it exists)."""
     with ExitStack() as stack:
         address, servers = stack.enter_context(channel_servers(pipeline))
@@ -206,7 +243,8 @@ def _run(pipeline: OpenedPipeline, *, duration: float | None, checkpoints: int |
         # guards every commit of this run (a stalled driver that wakes up after a restore commits nothing).
         driver.hold(stack.enter_context(driver.lease()))
         result = driver.run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
-                            progress=progress, progress_every=progress_every, metrics=pipeline.spec.metrics)
+                            progress=progress, progress_every=progress_every, metrics=pipeline.spec.metrics,
+                            phases=phases)
         stopped = finish_stop(pipeline, result.stopped_by, result.savepoint) if result.stopped_by else None
         if stopped is not None:
             record_outcome(pipeline, stopped)  # 'stop' returns once the lease is released, just below

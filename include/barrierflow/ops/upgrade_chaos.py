@@ -54,8 +54,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from barrierflow.chaos.runner import (
     ChaosOptions,
     ChaosResult,
@@ -72,8 +70,7 @@ from barrierflow.faults import SINK_POINTS, UPGRADE_POINTS
 from barrierflow.lease import lease_holder
 from barrierflow.ops.upgrade_record import UpgradeStep, read_record
 from barrierflow.pipeline.model import open_pipeline
-from barrierflow.spec.loader import load_any_spec
-from barrierflow.spec.paths import resolve_spec_paths, spec_home
+from barrierflow.spec.loader import load_any_spec, load_spec_data
 
 __all__ = ["UPGRADE_AFTER", "UpgradeChaosRunner", "run_upgrade_chaos"]
 
@@ -109,10 +106,8 @@ class UpgradeChaosRunner(ChaosRunner):
                                  f"pipeline {self.spec.name!r}: an upgrade keeps the pipeline's name; give a changed "
                                  "spec of the same pipeline")
         check_judgeable(new_spec)
-        self.new_raw = resolve_spec_paths(yaml.safe_load(self.new_spec_path.read_text(encoding="utf-8")),
-                                          spec_home(self.new_spec_path))
-        old_raw = resolve_spec_paths(yaml.safe_load(self.spec_path.read_text(encoding="utf-8")),
-                                     spec_home(self.spec_path))
+        self.new_raw = load_spec_data(self.new_spec_path)
+        old_raw = load_spec_data(self.spec_path)
         root = self.scratch / "chaos"
         _, old_outputs = scratch_copy(old_raw, copy_name="chaos", root=root, stamp=self.stamp)
         _, new_outputs = scratch_copy(self.new_raw, copy_name="chaos", root=root, stamp=self.stamp)

@@ -2,23 +2,106 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from barrierflow.errors import SpecError
 from barrierflow.pipeline.spec_summary import SpecSummary, summarize
 from barrierflow.spec.loader import load_any_spec
+from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.parts import spec_parts
+from barrierflow.spec.stages import StagedPipelineSpec
 
 if TYPE_CHECKING:
     from barrierflow.pipeline.model import OpenedPipeline
 
-__all__ = ["SpecSummary", "StageShape", "validate_deep", "validate_spec"]
+__all__ = ["SpecSummary", "StageShape", "malformed_warnings", "state_store_warnings", "validate_deep",
+           "validate_spec"]
+
+#: Spark's conf key naming the state store provider class (``spark.conf`` may set it directly).
+_PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
 
 
 def validate_spec(spec_path: str | os.PathLike[str]) -> SpecSummary:
-    """Load the spec at ``spec_path`` (raises SpecError naming every problem) and summarise it
-    (:func:`barrierflow.pipeline.spec_summary.summarize`)."""
-    return summarize(load_any_spec(spec_path))
+    """Load the spec at ``spec_path``, import every stage's transformation and summarise it
+    (:func:`barrierflow.pipeline.spec_summary.summarize`, with ``warnings`` from
+    :func:`state_store_warnings` and :func:`malformed_warnings`). Starts no Spark: the import is
+    :func:`barrierflow.transforms.context.import_transformation` (module, callable, a
+    two-parameter signature), with the directories of ``spark.py_packages`` on ``sys.path`` as
+    a run's shipped zips put them.
+
+    Raises:
+        SpecError: naming every problem of the spec's fields; else the first transformation
+            that does not import (``transformation.function``, ``stages[i].`` for a stage of
+            several) and the fix.
+        UserInputError: an entry of ``spark.py_packages`` is not a package directory.
+    """
+    spec = load_any_spec(spec_path)
+    _check_imports(spec, str(spec_path))
+    return dataclasses.replace(summarize(spec), warnings=(*state_store_warnings(spec), *malformed_warnings(spec)))
+
+
+def _check_imports(spec: PipelineSpec | StagedPipelineSpec, spec_path: str) -> None:
+    from barrierflow.transforms.context import import_transformation
+
+    parts = spec_parts(spec)
+    with _py_packages_on_path(spec.spark.py_packages):
+        for index, part in enumerate(parts):
+            prefix, where = (f"stages[{index}].", f"{part.label}: ") if isinstance(spec, StagedPipelineSpec) \
+                else ("", "")
+            try:
+                import_transformation(part.part.transformation.function, spec_path,
+                                      f"{prefix}transformation.function")
+            except SpecError as exc:
+                raise SpecError(spec_path, [(f, f"{where}{m}") for f, m in exc.problems]) from None
+
+
+@contextlib.contextmanager
+def _py_packages_on_path(entries: list[str]) -> Iterator[None]:
+    """The folders holding the packages of ``spark.py_packages`` first on ``sys.path`` for the
+    block (a run's driver imports them from their zips, put first the same way)."""
+    from barrierflow.spark.user_code import package_dir
+
+    folders = [str(package_dir(entry).parent) for entry in entries]
+    before = list(sys.path)
+    sys.path[:0] = folders
+    try:
+        yield
+    finally:
+        sys.path[:] = before
+
+
+def _keeps_state(part: Any, spec: PipelineSpec | StagedPipelineSpec) -> str | None:
+    """Why a stage keeps state, as far as its spec tells without Spark, or None."""
+    mode = part.transformation.output_mode
+    if mode != "append":
+        return f"output_mode {mode}: a running aggregation"
+    if spec.event_time is not None:
+        return "event_time: a watermark is for windows, deduplication or joins, which keep state"
+    return None
+
+
+def state_store_warnings(spec: PipelineSpec | StagedPipelineSpec) -> list[str]:
+    """A warning when a stage keeps state (output mode ``update``/``complete``, or an
+    ``event_time`` watermark) on the HDFS-backed state store (``spark.state_store: hdfs``, the
+    default, and no provider class in ``spark.conf``): that state can never be rescaled (a
+    rescale rewrites RocksDB state only), and the store cannot be changed over existing state
+    (Spark keeps a checkpoint's provider). Empty otherwise. Not an error: the pipeline runs."""
+    if spec.spark.state_store != "hdfs" or "RocksDB" in spec.spark.conf.get(_PROVIDER_KEY, ""):
+        return []
+    stateful = [(p.label, why) for p in spec_parts(spec) if (why := _keeps_state(p.part, spec)) is not None]
+    if not stateful:
+        return []
+    which = "; ".join(f"{label} ({why})" for label, why in stateful)
+    return [f"spark.state_store: hdfs (the default) keeps the state of {which}. State on the HDFS-backed store can "
+            "never be rescaled (its shuffle partitions never change), and the state store cannot be changed once "
+            "state exists (Spark keeps the provider a checkpoint was created with). Set 'spark.state_store: "
+            "rocksdb' now, before the first run"]
 
 
 @dataclass(frozen=True)
@@ -89,3 +172,23 @@ def _check_channel_fields(pipeline: OpenedPipeline, spec_path: str, shapes: dict
                 raise SpecError(spec_path, [(f"{pipeline.stage_field_prefix(index)}sources[{number}].json_fields", (
                     f"stage {part.name!r} reads fields {missing} from channel {source.channel!r}, but stage "
                     f"{writer.stage!r} writes only the columns {listing}; every record would be a dead letter"))])
+
+
+def malformed_warnings(spec: PipelineSpec | StagedPipelineSpec) -> list[str]:
+    """A warning for each JSON Kafka source read by Spark's connector (``reader: spark``) that
+    turns malformed records into rows of nulls without saying so (``malformed`` not set), where
+    barrierflow's reader writes them to the dead-letter output. Not an error: the pipeline runs."""
+    from barrierflow.spec.models import KafkaSourceSpec
+
+    found = []
+    for part in spec_parts(spec):
+        for source in part.part.sources:
+            if isinstance(source, KafkaSourceSpec) and source.format == "json" and source.reader == "spark" \
+                    and source.malformed is None:
+                found.append(
+                    f"{part.label}: Kafka source {source.name!r} (reader: spark) turns malformed records (not a JSON "
+                    "object; a field missing, null or of the wrong type) into rows of nulls, silently, where reader: "
+                    "python writes them to the dead-letter output. Set 'malformed: dead_letter' on the source before "
+                    "its first run (the connector then reads each batch twice; a pipeline with state cannot switch "
+                    "later), or 'malformed: nulls' to keep the null rows and silence this warning")
+    return found

@@ -31,6 +31,8 @@ class SpecSummary:
     alignment_timeout: float = 0.0
     #: Every source spec of every stage, in the spec's order (channel inputs included).
     sources: tuple[Any, ...] = ()
+    #: What ``validate`` warns about (not errors: the spec is valid), one line each.
+    warnings: tuple[str, ...] = ()
 
 
 def summarize(spec: PipelineSpec | StagedPipelineSpec) -> SpecSummary:

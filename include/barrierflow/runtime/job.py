@@ -36,6 +36,7 @@ from barrierflow.pipeline.model import Stage
 from barrierflow.runtime.event_time import EventTimeStatus
 from barrierflow.runtime.pipeline_runner import CutKeeper, PipelineRunner, RunResult, StageStats
 from barrierflow.runtime.stage_runner import StageRunner
+from barrierflow.runtime.startup import PhaseReport, StartupPhase
 from barrierflow.sources.registry import StageRun, reached, source_kind
 from barrierflow.spark import offset_log
 from barrierflow.spec.models import PipelineSpec
@@ -120,7 +121,10 @@ class StageCuts(CutKeeper):
     def prepare(self) -> None:
         job = self.job
         job.layout.work_dir.mkdir(parents=True, exist_ok=True)
-        job.restore_if_needed()
+        job.restore_if_needed(self.phases)
+        if offset_log.planned_batches(job.layout.spark_checkpoint):  # restored, or left by the last run
+            latest = job.store.latest()
+            self.resumed_from = latest.checkpoint_id if latest is not None else None
         self._attempt = job.store.attempt()
         if job.store.fence is not None:
             job.store.fence.attempt = self._attempt
@@ -293,12 +297,13 @@ class StreamingJob:
                     if d.action != "NONE":
                         log.warning("sink %s: %s %s (%s)", d.sink, d.action.lower(), d.transaction_id, d.reason)
 
-    def restore_if_needed(self) -> None:
+    def restore_if_needed(self, phases: PhaseReport | None = None) -> None:
         """With no local Spark checkpoint, start from the newest checkpoint that passes
         structural verification (if there is any; the rule of
         :func:`barrierflow.verification.choice.choose_checkpoint` with ``latest-valid``), so
         that a job moved to a fresh machine continues exactly once; corrupt newer ones are
-        skipped with a warning naming why.
+        skipped with a warning naming why. ``phases`` is told the ``choosing`` and
+        ``restoring`` steps (:mod:`barrierflow.runtime.startup`) as they begin.
 
         Raises:
             CheckpointNotFoundError: checkpoints exist but none passes verification (starting
@@ -311,12 +316,21 @@ class StreamingJob:
 
         if offset_log.planned_batches(self.layout.spark_checkpoint):
             return
-        if not candidate_ids(self.store):
+        candidates = candidate_ids(self.store)
+        if not candidates:
             return
+        if phases is not None:
+            phases(StartupPhase("choosing", f"no local Spark checkpoint: choosing and verifying the checkpoint to "
+                                            f"restore (newest of {len(candidates)})"))
         pipeline = single_stage_pipeline(self.spec, store=self.store, layout=self.layout, spec_path=self.spec_path)
         choice = choose_checkpoint(pipeline, LATEST_VALID)
         for checkpoint_id, why in choice.skipped:
             log.warning("not restoring checkpoint %d: %s", checkpoint_id, why)
+        if phases is not None:
+            files = self.store.get(choice.checkpoint_id).files
+            size = sum(f.size for f in files)
+            phases(StartupPhase("restoring", f"restoring checkpoint {choice.checkpoint_id}: {len(files)} files "
+                                             f"({size / 1e6:.1f} MB)"))
         report = restore_pipeline(self.spec, checkpoint_id=choice.checkpoint_id, store=self.store,
                                   layout=self.layout, check_running=False)
         log.warning("no local Spark checkpoint: restored checkpoint %d (attempt %d)",

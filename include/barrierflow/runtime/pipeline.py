@@ -44,6 +44,7 @@ from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.pipeline.model import OFFLINE_SERVERS, pipeline_work_dir, stages_of
 from barrierflow.runtime.pipeline_runner import CutKeeper, PipelineRunner, RunResult, StageStats
 from barrierflow.runtime.stage_runner import StageRunner
+from barrierflow.runtime.startup import StartupPhase
 from barrierflow.sources.registry import StageRun, reached, source_kind
 from barrierflow.spec.graph import StageGraph, build_graph
 from barrierflow.spec.stages import StagedPipelineSpec
@@ -449,7 +450,13 @@ class GlobalCuts(_PipelineJobCuts):
         return self.job.source_ends()
 
     def prepare(self) -> None:
-        self.job.prepare()
+        job = self.job
+        restoring = job.global_checkpoints() if job.has_earlier_run() else []  # what job.prepare() restores
+        if restoring and self.phases is not None:
+            self.phases(StartupPhase("restoring", f"restoring global checkpoint {restoring[-1]} in its "
+                                                  f"{len(job.stages)} stages as a new attempt"))
+        job.prepare()
+        self.resumed_from = restoring[-1] if restoring else None
 
     def start(self, *, checkpoints: int | None) -> None:
         job = self.job

@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.errors import SinkCommitFailedError
 from barrierflow.lease import FencedOffError, JobLease
+from barrierflow.runtime.startup import StartupPhase
 from barrierflow.runtime.stop_request import StopOutcome, StopRequest, StopWatch
 from barrierflow.spark import commit_log, offset_log
 
@@ -86,6 +87,7 @@ if TYPE_CHECKING:
     from barrierflow.lease import FenceToken
     from barrierflow.metrics.feed import MetricsFeed, StageCheckpoints, StageCounts
     from barrierflow.runtime.stage_runner import StageRunner
+    from barrierflow.runtime.startup import PhaseReport
     from barrierflow.sources.registry import StageRun
     from barrierflow.spec.metrics import MetricsSpec
     from barrierflow.storage import ObjectStore
@@ -300,6 +302,10 @@ class CutKeeper(ABC):
     name: str
     spec_path: str
     runners: list[StageRunner]
+    #: Told each step of the start (restore) as it happens (set by :meth:`PipelineRunner.run`).
+    phases: PhaseReport | None = None
+    #: After :meth:`prepare`: the completed cut the run continues from (None: from the start).
+    resumed_from: int | None = None
 
     @property
     @abstractmethod
@@ -513,6 +519,14 @@ class LocalStages(StageHost):
         return {r.name: self._stats[r.name].result(r, stopped) for r in self.driver.keeper.runners}
 
 
+def _queries_started(keeper: CutKeeper) -> StartupPhase:
+    """The step once the queries started: replaying from the cut resumed from, or waiting."""
+    if keeper.resumed_from is None:
+        return StartupPhase("waiting", "queries started from the beginning; waiting for the first micro-batch")
+    return StartupPhase("replaying", f"queries started from {keeper.noun} {keeper.resumed_from}: replaying what "
+                                     "followed it; waiting for the first micro-batch")
+
+
 class PipelineRunner:
     """The one run loop (module docstring) over ``keeper``'s stages, run where ``host`` says
     (None: in this process, :class:`LocalStages`)."""
@@ -566,10 +580,12 @@ class PipelineRunner:
     def run(self, *, duration: float | None = None, checkpoints: int | None = None, until_exhausted: bool = False,
             progress: Callable[[Any], None] | None = None, progress_every: float = 1.0,
             on_tick: Callable[[], None] | None = None, until: Callable[[], bool] | None = None,
-            metrics: MetricsSpec | None = None) -> RunResult:
+            metrics: MetricsSpec | None = None, phases: PhaseReport | None = None) -> RunResult:
         """Run until the stop rule holds (module docstring, step 4); with no limit, until interrupted.
-        With ``metrics``, serve the run's Prometheus metrics at its address from step 2 to step 5
-        (:mod:`barrierflow.metrics`), fed every tick before ``on_tick``.
+        With ``metrics``, serve the run's Prometheus metrics at its address from step 1 (so
+        ``metrics.json`` never names a dead run's port while the restore runs) to step 5
+        (:mod:`barrierflow.metrics`), fed every tick before ``on_tick``. ``phases`` is told each
+        step of the start (:mod:`barrierflow.runtime.startup`) up to the first micro-batch.
 
         ``duration`` counts from the start of the stages (after the restore at start): it
         includes their queries' (or processes') start-up.
@@ -587,20 +603,30 @@ class PipelineRunner:
         self.stopping = None
         self._watch = (StopWatch(keeper.objects, lease.token.fence)
                        if lease is not None and lease.token is not None else None)
-        # Step 1. Restore at start.
-        keeper.prepare()
-        ends = keeper.source_ends() if until_exhausted else None
-        # Step 2. The coordinators, then the stages' queries.
-        keeper.start(checkpoints=checkpoints)
+        feed = self._metrics_feed(metrics).start() if metrics is not None else None
+        try:
+            # Step 1. Restore at start.
+            keeper.phases = phases
+            keeper.prepare()
+            if feed is not None:
+                feed.metrics.attempt = keeper.attempt
+            ends = keeper.source_ends() if until_exhausted else None
+            # Step 2. The coordinators, then the stages' queries.
+            keeper.start(checkpoints=checkpoints)
+        except BaseException:
+            if feed is not None:
+                feed.stop()
+            raise
         started = time.monotonic()
         ended = False  # the loop reached a stop condition (no error is on its way out)
         stop_done = False  # it was a stop request's
-        feed: MetricsFeed | None = None
+        first_batch = phases is not None and bool(self.runners)
         try:
-            if metrics is not None:
-                feed = self._metrics_feed(metrics).start()
             host.start(started)
             keeper.queries_started()
+            if first_batch:
+                assert phases is not None
+                phases(_queries_started(keeper))
             next_progress = (started if host.progress_from_start else time.monotonic()) + progress_every
             while True:
                 # Step 3. One tick.
@@ -614,6 +640,11 @@ class PipelineRunner:
                             feed.observe(runner.name, *figures, elapsed)
                 if on_tick is not None:
                     on_tick()
+                if first_batch and host.stats and all(s.batches > 0 for s in host.stats.values()):
+                    first_batch = False
+                    assert phases is not None
+                    phases(StartupPhase("running", f"first micro-batch done {time.monotonic() - started:.1f} s "
+                                                   "after the queries started"))
                 self._follow_stop()
                 now = time.monotonic()
                 if progress is not None and now >= next_progress:

@@ -32,6 +32,12 @@ in the JVM, by barrierflow's decoder with Spark's ``from_json`` rows (:func:`_de
 :mod:`barrierflow.sources.flat_json`). On one topic it runs at about plain Spark's rate with Spark's own
 checkpoints (docs/benchmarks.md, "Kafka side by side").
 
+Malformed records (``format: json``: not a JSON object; a field missing, null or of the wrong
+type) are rows of nulls, as Spark's ``from_json`` gives them, unless the source sets
+``malformed: dead_letter``: then they go to the dead-letter output in the same micro-batch,
+with the reason barrierflow's reader gives, and are not rows (:func:`_dead_lettered`: the
+connector reads each batch twice for it). ``barrierflow validate`` warns about the default.
+
 What needs barrierflow's planner is refused when the spec loads
 (:func:`barrierflow.spec.models.spark_reader_problems`): watermark alignment, idle partitions,
 adaptive batch sizing and the synchronous-upload baseline. Spark's own watermark
@@ -86,6 +92,8 @@ _EARLIEST, _LATEST = -2, -1
 FETCH_MAX_WAIT_MS = 50
 #: The column holding a record's parsed JSON object between the parse and the fields' projection.
 _RECORD = "__barrierflow_record"
+#: The column holding a record's value on the way to the dead-letter split (:func:`_dead_lettered`).
+_PAYLOAD = "__barrierflow_payload"
 
 
 # --------------------------------------------------------------------------- the barrier-only source
@@ -198,11 +206,12 @@ def connector_options(spec: KafkaSourceSpec, partitions: list[str]) -> dict[str,
 # --------------------------------------------------------------------------- the stage's input
 
 
-def _decoded(raw: DataFrame, spec: KafkaSourceSpec) -> DataFrame:
+def _decoded(raw: DataFrame, spec: KafkaSourceSpec, *, keep_payload: bool = False) -> DataFrame:
     """The connector's rows as barrierflow's reader gives them: ``raw`` (topic, partition,
     offset, timestamp, key, value, headers) or ``json`` (the metadata columns and the
     ``json_fields``; a field missing, null or of the wrong type is null, a value that is not a
-    JSON object gives nulls in every field)."""
+    JSON object gives nulls in every field; :func:`_dead_lettered` takes such records out).
+    ``keep_payload`` (``json``): the record's value too, as column :data:`_PAYLOAD`."""
     from pyspark.sql import functions as F
 
     from barrierflow.sources.flat_json import decoded_record
@@ -217,7 +226,8 @@ def _decoded(raw: DataFrame, spec: KafkaSourceSpec) -> DataFrame:
     # Parsed once into one struct column, the fields taken from it in a projection of their own:
     # a field taken straight off ``from_json(...)`` carries its own copy of the parse, which
     # Spark's optimizer prunes to that one field, so every record was parsed once per field used.
-    parsed_rows = raw.select(*meta, decoded_record(raw.sparkSession, F.col("value"), parsed).alias(_RECORD))
+    payload = [F.col("value").alias(_PAYLOAD)] if keep_payload else []
+    parsed_rows = raw.select(*meta, *payload, decoded_record(raw.sparkSession, F.col("value"), parsed).alias(_RECORD))
     record = F.col(_RECORD)
     fields: list[Column] = []
     for name, kind in spec.json_fields.items():
@@ -225,7 +235,62 @@ def _decoded(raw: DataFrame, spec: KafkaSourceSpec) -> DataFrame:
         if kind == "timestamp":
             value = F.coalesce(F.try_to_timestamp(value), F.timestamp_millis(value.try_cast("bigint")))
         fields.append(value.alias(name))
-    return parsed_rows.select(*meta, *fields)
+    return parsed_rows.select(*meta, *(F.col(_PAYLOAD) for _ in payload), *fields)
+
+
+def _dead_lettered(decoded: DataFrame, spec: KafkaSourceSpec, dead_letter_uri: str) -> DataFrame:
+    """``decoded`` (:func:`_decoded` with the payload) without its malformed records, which go to
+    the dead-letter output in the same micro-batch, as barrierflow's reader writes them
+    (``malformed: dead_letter``; without it they stay rows of nulls).
+
+    A record is malformed when one of its ``json_fields`` is null after decoding (the value is
+    not a JSON object, or the field is missing, null or of the wrong type: the records
+    barrierflow's reader dead-letters). The split is two branches of the batch's rows, unioned:
+    the good rows, decoded in the JVM as before, and the malformed rows, which alone reach Python
+    (``mapInArrow`` on the executors, :func:`_write_dead_letters`): there they are written, with
+    the reason barrierflow's reader gives, and dropped. Nothing reaches the driver. What it
+    costs: the connector reads each batch's records twice (each branch scans the batch's
+    offset ranges); only malformed records cross into Python. Spark counts the connector twice
+    among the query's sources (its offset log has a line for each branch), so a query's state
+    cannot switch between the two ways: the run refuses that as a change of streaming sources
+    (:mod:`barrierflow.runtime.state_compat`)."""
+    from functools import partial, reduce
+
+    from pyspark.sql import functions as F
+
+    malformed = reduce(lambda a, b: a | b, [F.col(name).isNull() for name in spec.json_fields])
+    good = decoded.filter(~malformed).drop(_PAYLOAD)
+    writer = partial(_write_dead_letters, uri=dead_letter_uri, spec_json=spec.model_dump_json())
+    return good.unionByName(decoded.filter(malformed).mapInArrow(writer, good.schema))
+
+
+def _write_dead_letters(batches: Iterator[Any], *, uri: str, spec_json: str) -> Iterator[Any]:
+    """On an executor: write one task's malformed records (Arrow batches of :func:`_decoded`'s
+    columns with the payload) as dead letters, one file per Kafka partition named by the range
+    of their offsets (a replayed batch rewrites the same file); yields no row. The reason is
+    the one barrierflow's reader gives; a record that reader would have read (a form only it
+    parses) names the fields Spark could not decode."""
+    from barrierflow.kafka_io.decoding import RecordDecoder
+    from barrierflow.sources.dead_letter import write_dead_letters
+
+    spec = KafkaSourceSpec.model_validate_json(spec_json)
+    decoder = RecordDecoder(spec)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for batch in batches:
+        for row in batch.to_pylist():
+            failed = [name for name in spec.json_fields if row[name] is None]
+            letter = decoder.dead_letter(row["topic"], row["partition"], row["offset"], row[_PAYLOAD],
+                                         otherwise=f"fields {failed} did not decode in Spark's connector "
+                                                   "(reader: spark)")
+            found.setdefault(letter["partition"], []).append(letter)
+    for key, letters in found.items():
+        offsets = [letter["offset"] for letter in letters]
+        if uri:
+            write_dead_letters(uri, spec.name, key, min(offsets), max(offsets) + 1, letters)
+        else:
+            log.warning("source %s: dropped %d malformed records of %s: no dead_letter_uri", spec.name, len(letters),
+                        key)
+    return iter(())
 
 
 def read_stream(spark: SparkSession, spec: KafkaSourceSpec, options: Mapping[str, str]) -> DataFrame:
@@ -258,7 +323,11 @@ def read_stream(spark: SparkSession, spec: KafkaSourceSpec, options: Mapping[str
         raise
     barriers = (spark.readStream.format(BarrierDataSource.name()).option("schema", schema_for(spec))
                 .option("control_dir", options["control_dir"]).option("source", spec.name).load())
-    return _decoded(raw, spec).unionByName(barriers)
+    if spec.format == "json" and spec.dead_letters_malformed:
+        rows = _dead_lettered(_decoded(raw, spec, keep_payload=True), spec, options.get("dead_letter_uri", ""))
+    else:
+        rows = _decoded(raw, spec)
+    return rows.unionByName(barriers)
 
 
 def refuse_replay(spec: KafkaSourceSpec, checkpoint_id: int) -> None:

@@ -98,6 +98,7 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow", *, jars: Seque
         builder = builder.config("spark.jars", ",".join([*given, *(j for j in jars if j not in given)]))
     with launching_jvm():
         session = builder.getOrCreate()
+    _log_accumulator_disconnects()
     session.sparkContext.setLogLevel("ERROR")
     apply_state_store(session, spec)
     if spec.py_packages:
@@ -297,3 +298,42 @@ def apply_state_store(session: SparkSession, spec: SparkSpec) -> None:
     for key, value in state_store_conf(spec).items():
         session.conf.set(key, value)
 
+
+
+def _log_accumulator_disconnects() -> None:
+    """Route what PySpark's accumulator server (a thread of this process the JVM connects to)
+    prints when its connection breaks to this module's log, at INFO with the traceback: the JVM
+    went away (killed, or exiting under a live context), and how the driver learns that is its
+    own error; the traceback shows under ``barrierflow --verbose``."""
+    from pyspark import accumulators
+
+    def handle_error(server: object, request: object, client_address: object) -> None:
+        log.info("PySpark's accumulator server lost its connection from the Spark JVM (%s)", client_address,
+                 exc_info=True)
+
+    for name in ("AccumulatorTCPServer", "AccumulatorUnixServer"):
+        server_class = getattr(accumulators, name, None)
+        if server_class is not None:
+            server_class.handle_error = handle_error
+
+
+def driver_jvm_death() -> str | None:
+    """How the Spark JVM this process started has ended, e.g. ``the Spark driver JVM (pid 4242,
+    killed by SIGKILL)``; None while it runs, or when this process did not start one (no
+    session yet, or a driver that ``spark-submit`` started: its JVM is the parent)."""
+    from pyspark import SparkContext
+
+    process = getattr(SparkContext._gateway, "proc", None)
+    if process is None:
+        return None
+    code = process.poll()
+    if code is None:
+        return None
+    if code < 0:
+        try:
+            how = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"killed by signal {-code}"
+    else:
+        how = f"exit code {code}"
+    return f"the Spark driver JVM (pid {process.pid}, {how})"

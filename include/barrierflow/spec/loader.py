@@ -25,18 +25,21 @@ from barrierflow.spec.models import PipelineSpec
 from barrierflow.spec.paths import project_home, resolve_spec_paths, spec_home
 from barrierflow.spec.stages import StagedPipelineSpec, is_staged
 
-__all__ = ["load_any_spec", "load_spec", "parse_any_spec", "parse_spec", "parse_staged_spec", "project_home",
-           "spec_home"]
+__all__ = ["load_any_spec", "load_spec", "load_spec_data", "parse_any_spec", "parse_spec", "parse_staged_spec",
+           "project_home", "spec_home"]
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def _expand_env(value: Any, path: str, problems: list[tuple[str, str]]) -> Any:
-    """Expand ``${VAR}`` and ``${VAR:-default}`` in every string of the parsed YAML."""
+def _expand_env(value: Any, path: str, problems: list[tuple[str, str]], *, keep_secrets: bool = False) -> Any:
+    """Expand ``${VAR}`` and ``${VAR:-default}`` in every string of the parsed YAML
+    (``keep_secrets``: except in the values of :data:`SECRET_FIELDS`, which stay as written)."""
     if isinstance(value, dict):
-        return {k: _expand_env(v, f"{path}.{k}" if path else str(k), problems) for k, v in value.items()}
+        return {k: v if keep_secrets and k in SECRET_FIELDS
+                else _expand_env(v, f"{path}.{k}" if path else str(k), problems, keep_secrets=keep_secrets)
+                for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand_env(v, f"{path}.{i}", problems) for i, v in enumerate(value)]
+        return [_expand_env(v, f"{path}.{i}", problems, keep_secrets=keep_secrets) for i, v in enumerate(value)]
     if isinstance(value, str):
         def repl(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
@@ -67,13 +70,14 @@ def _format_error(err: Any) -> tuple[str, str]:
     return field, message
 
 
-def _prepared(data: Any, path: str, home: Path | None) -> dict[str, Any]:
-    """``data`` checked to be a mapping, with ``${VAR}`` expanded and (``home`` given) its
-    relative paths resolved against ``home``; raises SpecError."""
+def _prepared(data: Any, path: str, home: Path | None, *, keep_secrets: bool = False) -> dict[str, Any]:
+    """``data`` checked to be a mapping, with ``${VAR}`` expanded (``keep_secrets``: not in
+    secret fields) and (``home`` given) its relative paths resolved against ``home``; raises
+    SpecError."""
     if not isinstance(data, dict):
         raise SpecError(path, [("(top level)", "a spec is a YAML mapping of fields to values")])
     problems: list[tuple[str, str]] = []
-    expanded = _expand_env(data, "", problems)
+    expanded = _expand_env(data, "", problems, keep_secrets=keep_secrets)
     if problems:
         raise SpecError(path, problems)
     return expanded if home is None else resolve_spec_paths(expanded, home)
@@ -160,3 +164,18 @@ def load_any_spec(path: str | os.PathLike[str], *, home: str | os.PathLike[str] 
             graph breaks a rule of :mod:`barrierflow.spec.graph`.
     """
     return parse_any_spec(_read_yaml(path), str(path), home=_home(path, home))
+
+
+def load_spec_data(path: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The mapping :func:`load_any_spec` validates, for tools that rewrite a spec and run the
+    result (``chaos`` copies): read, ``${VAR}`` expanded as :func:`load_any_spec` expands it, and
+    relative paths resolved against ``home`` (as for :func:`load_spec`). Secret fields
+    (:data:`~barrierflow.spec.kafka_client.SECRET_FIELDS`) stay as written, so that a rewritten
+    spec file never holds a password taken from the environment; the run that loads it expands
+    them then.
+
+    Raises:
+        SpecError: the file is missing, is not a YAML mapping, or names an unset environment
+            variable without a default. The fields are not validated: load the spec for that.
+    """
+    return _prepared(_read_yaml(path), str(path), _home(path, home), keep_secrets=True)

@@ -173,6 +173,12 @@ class KafkaSourceSpec(_Strict, NestedClientFields):
         description="for format=json over topics whose records carry different fields (a stage reading channels "
                     "with different json_fields): topic -> the json_fields its records must carry; the others are "
                     "null in its rows. A topic not named carries every field")
+    malformed: Literal["dead_letter", "nulls"] | None = Field(
+        None, description="format=json: what a malformed record becomes (not a JSON object; a field missing, null "
+                          "or of the wrong type): dead_letter (written to the dead-letter output, not a row: "
+                          "always with reader: python) or nulls (a row with null fields: what reader: spark does "
+                          "unless set to dead_letter, which reads each batch twice and cannot be switched over "
+                          "existing state)")
     poll_timeout: Annotated[float, Field(gt=0)] = 10.0
     unavailable_timeout: Annotated[float, Field(
         ge=0, description="seconds the source rides out brokers that do not answer: planning offers no new "
@@ -201,7 +207,16 @@ class KafkaSourceSpec(_Strict, NestedClientFields):
         if self.reader == "spark" and self.topic_fields:
             raise ValueError("topic_fields needs reader 'python' (Spark's connector decodes every topic with the same "
                              "json_fields); remove topic_fields or set reader: python")
+        if self.reader == "python" and self.malformed == "nulls":
+            raise ValueError("malformed: nulls needs reader 'spark' (barrierflow's reader always writes malformed "
+                             "records to the dead-letter output); remove malformed or set reader: spark")
         return self
+
+    @property
+    def dead_letters_malformed(self) -> bool:
+        """Whether malformed records (format ``json``) go to the dead-letter output rather than
+        become rows of nulls (``malformed``; by default: with ``reader: python`` only)."""
+        return self.malformed == "dead_letter" or (self.malformed is None and self.reader == "python")
 
     @property
     def kind(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -61,16 +62,49 @@ def load_transformation(spec: PipelineSpec, spec_path: str = "<spec>") -> Transf
     """Import ``transformation.function`` ('package.module:callable').
 
     Raises:
-        SpecError: naming the field, if the module or callable cannot be imported.
+        SpecError: naming the field, if the module or callable cannot be imported or the
+            callable cannot be called with two arguments (see :func:`import_transformation`).
     """
-    module_name, _, attr = spec.transformation.function.partition(":")
+    return import_transformation(spec.transformation.function, spec_path)
+
+
+def import_transformation(function: str, spec_path: str = "<spec>",
+                          field: str = "transformation.function") -> Transformation:
+    """Import ``function`` ('package.module:callable') and check that it can be called as
+    every run calls it: ``f(df, context)``, two positional arguments (so ``f(df, ctx)``,
+    ``f(df, ctx=None)`` and ``f(*args)`` pass; ``f(df)`` and ``f(df, ctx, extra)`` do not). Starts
+    no Spark (the module's own imports run, as they do on the driver).
+
+    Raises:
+        SpecError: naming ``field`` and the fix: the module cannot be imported (not found, or
+            it raised while importing), it has no such callable, or the callable does not take
+            two parameters.
+    """
+    module_name, _, attr = function.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise SpecError(spec_path, [("transformation.function",
-                                     f"cannot import module {module_name!r}: {exc}")]) from None
+        raise SpecError(spec_path, [(field, f"cannot import module {module_name!r}: {exc}; install the package "
+                                            "that holds it, put its folder on PYTHONPATH, or list the package's "
+                                            "directory in spark.py_packages")]) from None
+    except Exception as exc:  # the user's module failed while importing: name it, not our frames
+        raise SpecError(spec_path, [(field, f"importing module {module_name!r} raised {type(exc).__name__}: "
+                                            f"{exc}; fix the module")]) from None
     func = getattr(module, attr, None)
     if not callable(func):
-        raise SpecError(spec_path, [("transformation.function",
-                                     f"module {module_name!r} has no callable {attr!r}")])
+        names = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n, None))
+                       and getattr(getattr(module, n), "__module__", None) == module.__name__)
+        known = f" (it defines: {', '.join(names)})" if names else ""
+        raise SpecError(spec_path, [(field, f"module {module_name!r} has no callable {attr!r}{known}; define "
+                                            f"'def {attr}(df, context)' there or name an existing function")])
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return func  # type: ignore[no-any-return]  # no introspectable signature (a builtin): called as is
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        raise SpecError(spec_path, [(field, f"{function} has the signature {attr}{signature}; a transformation is "
+                                            f"called with two arguments, the input DataFrame and a "
+                                            f"TransformContext: define it as 'def {attr}(df, context)'")]) from None
     return func  # type: ignore[no-any-return]
