@@ -448,6 +448,9 @@ def test_every_documented_command_is_one_the_code_takes(tmp_path: Path, monkeypa
         specs = sorted((tmp_path / "clicks").rglob("*.yaml"))
         pipeline_specs = [s for s in specs if "pipelines" in s.parts or s.name == "pipeline.yaml"] or specs
         with monkeypatch.context() as patch:
+            # As the project's README says: commands run from its folder, BARRIERFLOW_HOME set to it.
+            patch.chdir(tmp_path / "clicks")
+            patch.setenv("BARRIERFLOW_HOME", str(tmp_path / "clicks"))
             patch.syspath_prepend(str(tmp_path / "clicks"))
             for spec in pipeline_specs:
                 code = barrierflow_main(["validate", str(spec)])
