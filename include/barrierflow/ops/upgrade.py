@@ -16,8 +16,11 @@ checkpoint store (:mod:`barrierflow.ops.upgrade_record`). A pipeline of one stag
 case with one stage: its cuts are its checkpoints (``pipeline.cuts``), and every step below is
 the same for it.
 
-* ``report``: the change is checked (:func:`refuse_stage_changes` refuses what the upgrade
-  cannot make). A change the report calls *compatible*, with no stage added or dropped, needs no
+* ``report``: the change is checked (:func:`refuse_unknown` refuses a stage whose verdict is
+  ``unknown`` unless ``assume_compatible``; :func:`refuse_stage_changes` refuses what the upgrade
+  cannot make). A stage of unknown compatibility taken on the user's word gets a new savepoint
+  part: its source part with the new spec's fingerprint recorded, marked as assumed
+  (:func:`~barrierflow.ops.upgrade_cut.assumed_savepoint`). A change the report calls *compatible*, with no stage added or dropped, needs no
   rewrite (the new spec restores S); otherwise the id R of a new savepoint cut is planned.
 * ``rewritten``: (a rewrite) cut R is recorded (:mod:`barrierflow.ops.upgrade_cut`), each stage
   of the new spec given its part: a stage with state whose shuffle partitions changed is

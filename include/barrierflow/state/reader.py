@@ -19,6 +19,11 @@ after batch V, version V+1: exactly what a restore of the checkpoint resumes fro
   the state was built with (barrierflow's ``barrierflow-state.json``, the offset log's conf);
 * :meth:`StateSnapshot.partition_bytes`: the bytes of the state files a restore loads, per
   operator and partition, from the manifest.
+
+:func:`read_operators` and :func:`read_windows` (what the stored time-window keys say about
+their size and slide) read any Spark checkpoint directory, local or on object storage: ``run``
+compares state without a recorded fingerprint through them, before its query starts
+(:mod:`barrierflow.state.metadata_compat`).
 """
 
 from __future__ import annotations
@@ -189,10 +194,6 @@ def _names(directory: CheckpointDir) -> list[str]:
     return directory.listdir()
 
 
-def _is_dir(directory: CheckpointDir) -> bool:
-    return directory.is_dir()
-
-
 def read_operators(spark: SparkSession, directory: CheckpointDir, batch_id: int, *, recorded_partitions: str | None,
                    corrupt: Callable[[str, BaseException], Exception]
                    ) -> tuple[list[OperatorSchema], dict[int, dict[str, str]]]:
@@ -221,7 +222,7 @@ def read_operators(spark: SparkSession, directory: CheckpointDir, batch_id: int,
     for op in sorted(int(n) for n in _names(state) if n.isdigit()):
         if op not in found:
             parts = [state / str(op) / n for n in _names(state / str(op)) if n.isdigit()]
-            stores = sorted({q for p in parts for q in _names(p) if _is_dir(p / q) and not q.isdigit()
+            stores = sorted({q for p in parts for q in _names(p) if (p / q).is_dir() and not q.isdigit()
                              and q not in ("SSTs", "logs", "_metadata")}) or ["default"]
             found[op] = {"name": "unknown", "stores": stores, "partitions": len(parts)}
     operators, chosen = [], {}
