@@ -20,8 +20,9 @@ the same for it.
   ``unknown`` unless ``assume_compatible``; :func:`refuse_stage_changes` refuses what the upgrade
   cannot make). A stage of unknown compatibility taken on the user's word gets a new savepoint
   part: its source part with the new spec's fingerprint recorded, marked as assumed
-  (:func:`~barrierflow.ops.upgrade_cut.assumed_savepoint`). A change the report calls *compatible*, with no stage added or dropped, needs no
-  rewrite (the new spec restores S); otherwise the id R of a new savepoint cut is planned.
+  (:func:`~barrierflow.ops.upgrade_cut.assumed_savepoint`). A change the report calls
+  *compatible*, with no stage added or dropped, needs no rewrite (the new spec restores S);
+  otherwise the id R of a new savepoint cut is planned.
 * ``rewritten``: (a rewrite) cut R is recorded (:mod:`barrierflow.ops.upgrade_cut`), each stage
   of the new spec given its part: a stage with state whose shuffle partitions changed is
   rescaled (S's part materialized into a scratch directory, Spark's offline repartition rewrites
