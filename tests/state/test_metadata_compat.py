@@ -5,6 +5,10 @@ what it found, and what it cannot decide is ``unknown``, never compatible."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
 from barrierflow.state.compatibility import Verdict
 from barrierflow.state.metadata_compat import (
     PlannedOperatorState,
@@ -80,3 +84,19 @@ def test_what_the_metadata_cannot_decide_is_unknown() -> None:
     stored_join = OperatorSchema(0, "symmetricHashJoin", ("left-keyToNumValues",), 4, KEY, VALUE)
     [unplanned] = compare_by_metadata("s", [stored_join], [join], windows_of(seen), None)
     assert unplanned.verdict is Verdict.UNKNOWN and "no state schema from a Join" in unplanned.reason
+
+
+@pytest.mark.spark
+def test_the_planned_operators_come_in_sparks_operator_order_with_their_keys_and_values(
+        spark: Any, tmp_path: Path) -> None:
+    """A deduplication under an aggregation: Spark numbers the aggregation 0 and the
+    deduplication 1 (its planner counts from the root down; a query run once showed
+    ``0 stateStoreSave, 1 dedupe`` in its operator metadata). Planned only, nothing runs."""
+    from barrierflow.runtime.state_compat import planned_state_operators
+
+    frame = (spark.readStream.schema("k long, v long").json(str(tmp_path))
+             .dropDuplicates(["k", "v"]).groupBy("k").count())
+    aggregate, dedupe = planned_state_operators(frame)
+    assert (aggregate.spark_name, dedupe.spark_name) == ("stateStoreSave", "dedupe")
+    assert aggregate.key_fields == [("k", "bigint")] and aggregate.value_fields == [("count", "bigint")]
+    assert dedupe.key_fields == [("k", "bigint"), ("v", "bigint")] and dedupe.value_fields is None
