@@ -100,3 +100,25 @@ def test_the_planned_operators_come_in_sparks_operator_order_with_their_keys_and
     assert (aggregate.spark_name, dedupe.spark_name) == ("stateStoreSave", "dedupe")
     assert aggregate.key_fields == [("k", "bigint")] and aggregate.value_fields == [("count", "bigint")]
     assert dedupe.key_fields == [("k", "bigint"), ("v", "bigint")] and dedupe.value_fields is None
+
+
+def test_one_stage_of_several_unknown_makes_the_report_unknown_and_the_upgrade_needs_the_users_word() -> None:
+    """Two stages: a keeps no state, b's state has no fingerprint and its comparison by Spark's
+    metadata cannot decide. The report is unknown for b alone; the upgrade refuses it naming
+    --assume-compatible, and with it takes b as compatible."""
+    from barrierflow.ops.upgrade import UnknownCompatibilityError, refuse_unknown
+    from barrierflow.state.compatibility import CompatibilityReport, PlannedStage, StageState, compare
+
+    unnamed = OperatorSchema(0, "unknown", ("default",), 4, KEY, VALUE)
+    [why] = compare_by_metadata("b", [unnamed], [planned()], windows_of(StoredWindows(3, [TEN], 0, 0)), None)
+    old = [StageState("a", [], None, "4", {"events": "kafka"}, "channel topic ab"),
+           StageState("b", [unnamed], None, "4", {"ab": "channel"}, "out (parquet)", by_metadata=[why])]
+    new = [PlannedStage("a", [], "4", {"events": "kafka"}, "channel topic ab"),
+           PlannedStage("b", [{"operator": "Aggregate"}], "4", {"ab": "channel"}, "out (parquet)")]
+    graph, stages = compare(old, new, old_channels={}, new_channels={}, old_storage="s3://x", new_storage="s3://x")
+    report = CompatibilityReport("p", "p.yaml", "p.yaml", 7, "global checkpoint", graph, stages)
+    assert report.verdict is Verdict.UNKNOWN and report.unknown_stages == ["b"]
+    assert [s.basis for s in report.stages] == ["", "spark state metadata"]
+    with pytest.raises(UnknownCompatibilityError, match="--assume-compatible"):
+        refuse_unknown(report, assume_compatible=False)
+    assert refuse_unknown(report, assume_compatible=True) == ["b"]
