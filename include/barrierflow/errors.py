@@ -101,7 +101,7 @@ class IncompatibleStateError(UserInputError):
             "processed anything. Either revert the change to keep the state; or make it through an upgrade, "
             "with the spec the state was built with as SPEC and the changed one as NEW_SPEC: "
             "`barrierflow upgrade SPEC --to NEW_SPEC --dry-run` says what the change keeps, per stage and "
-            "operator (compatible, needs rewrite or incompatible), and without --dry-run, from a savepoint "
+            "operator (compatible, needs rewrite, unknown or incompatible), and without --dry-run, from a savepoint "
             "(`barrierflow stop SPEC --savepoint`), it rewrites what it can (of RocksDB state: a rescale, value "
             "columns added or dropped, the state rebuilt from an input it can replay) and refuses the rest, naming "
             "it (docs/upgrades.md); or start the pipeline from empty state: "

@@ -76,8 +76,9 @@ def upgrade_params() -> dict[str, Param]:
                           description="Path of the changed spec (the pipeline's new version) on the Airflow "
                                       "workers, relative to BARRIERFLOW_HOME or absolute."),
         "dry_run": Param(True, type="boolean",
-                         description="Report only (default): compatible, needs rewrite or incompatible, per stage "
-                                     "and operator. False: after the report, ask a person to approve, then upgrade."),
+                         description="Report only (default): compatible, needs rewrite, unknown or incompatible, per "
+                                     "stage and operator. False: after the report, ask a person to approve, then "
+                                     "upgrade."),
         "checkpoint": Param(None, type=["null", "integer"], minimum=1,
                             description="The checkpoint or savepoint whose state is compared (default: the newest "
                                         "completed one)."),
