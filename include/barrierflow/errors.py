@@ -106,10 +106,38 @@ class IncompatibleStateError(UserInputError):
             "processed anything. Either revert the change to keep the state; or make it through an upgrade, "
             "with the spec the state was built with as SPEC and the changed one as NEW_SPEC: "
             "`barrierflow upgrade SPEC --to NEW_SPEC --dry-run` says what the change keeps, per stage and "
-            "operator (compatible, needs rewrite or incompatible), and without --dry-run, from a savepoint "
+            "operator (compatible, needs rewrite, unknown or incompatible), and without --dry-run, from a savepoint "
             "(`barrierflow stop SPEC --savepoint`), it rewrites what it can (of RocksDB state: a rescale, value "
             "columns added or dropped, the state rebuilt from an input it can replay) and refuses the rest, naming "
             "it (docs/upgrades.md); or start the pipeline from empty state: "
             "give it a new `work_dir` and a new `checkpoint.storage` in the spec (or delete both, losing every "
             "checkpoint) and run again."
+        )
+
+
+class UnverifiedStateError(UserInputError):
+    """A stage's saved state has no recorded fingerprint and Spark's state metadata cannot tell
+    whether the spec still fits it (``unknown``); the run is refused before the stage's query
+    starts (:mod:`barrierflow.runtime.state_compat`). The message names why and
+    ``upgrade --assume-compatible``, which proceeds on the user's word and records the fingerprint.
+
+    Attributes:
+        pipeline, stage: the names.
+        why: why it cannot be decided.
+    """
+
+    def __init__(self, *, pipeline: str, stage: str, why: str, state: str) -> None:
+        self.pipeline = pipeline
+        self.stage = stage
+        self.why = why
+        super().__init__(
+            f"stage {stage} of pipeline {pipeline}: its saved state in {state} has no recorded fingerprint (written "
+            f"before barrierflow recorded one), and what Spark records with it cannot tell whether the spec still "
+            f"fits it: {why}. Unknown is not compatible, so the run was refused before the stage processed "
+            "anything. If the spec is the one the state was built with (or you know its change keeps the state's "
+            "meaning), say so: make the newest checkpoint a savepoint with `barrierflow savepoint SPEC`, then "
+            "`barrierflow upgrade SPEC --to SPEC --assume-compatible` (SPEC as NEW_SPEC too) records the spec's "
+            "fingerprint with the state, marked as assumed, and runs its canary; `barrierflow run SPEC` then "
+            "continues. Otherwise start the pipeline on empty state: give it a new `work_dir` and a new "
+            "`checkpoint.storage` and run again."
         )

@@ -4,7 +4,9 @@ Each test runs a small bounded pipeline once on empty state, changes its spec, a
 again over the same work dir and checkpoint store: a changed ``spark.shuffle_partitions`` or
 a changed event-time window is refused (:class:`~barrierflow.errors.IncompatibleStateError`,
 exit 2 at the command line) naming the pipeline, the stage and ``old -> new``, and leaves the
-Spark checkpoint and the output as they were; an unchanged restart runs.
+Spark checkpoint and the output as they were; an unchanged restart runs. State without a
+recorded fingerprint is compared by Spark's own state metadata, and refused when that cannot
+decide.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from barrierflow.cli.main import main
-from barrierflow.errors import IncompatibleStateError
+from barrierflow.errors import IncompatibleStateError, UnverifiedStateError
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.runtime.state_compat import FINGERPRINT_FILE
@@ -25,6 +27,7 @@ from barrierflow.spec import load_spec, parse_staged_spec
 
 from tests.support.kafka_broker import KafkaEndpoint
 from tests.support.staged_specs import two_stage_spec
+from tests.support.state_origin import OPERATOR_METADATA, strip_state_records
 
 pytestmark = pytest.mark.spark
 
@@ -185,3 +188,45 @@ def test_an_unchanged_restart_runs(session: Any, tmp_path: Path) -> None:
     second = StreamingJob(load_spec(path), spark=session, spec_path=str(path)).run(until_exhausted=True,
                                                                                    duration=150)
     assert second.completed and second.batches > 0
+
+
+@pytest.mark.slow(60)
+def test_state_without_a_fingerprint_is_compared_by_sparks_metadata_and_unknown_is_refused_naming_the_fix(
+        session: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Today's state with its fingerprint taken out (as state written before barrierflow
+    recorded one): a 10 s -> 20 s window is refused, named from the stored keys; the unchanged
+    spec runs and records the fingerprint (in the Spark checkpoint and in its next checkpoint);
+    with Spark's operator metadata taken out too, the run is refused as unknown (exit 2), naming
+    ``upgrade --assume-compatible``, and the state is left as it was."""
+    data = window_spec(tmp_path)
+    data["sources"][0]["records_per_partition"] = 900
+    path = write(tmp_path, data)
+    checkpoint = tmp_path / "work" / "spark-checkpoint"
+    assert StreamingJob(load_spec(path), spark=session, spec_path=str(path)).run(checkpoints=1, duration=150).completed
+    assert strip_state_records(path) > 0 and not (checkpoint / FINGERPRINT_FILE).exists()
+
+    data["transformation"]["options"]["window"] = "20 seconds"
+    write(tmp_path, data)
+    with pytest.raises(IncompatibleStateError) as refused:
+        StreamingJob(load_spec(path), spark=session, spec_path=str(path)).run(checkpoints=1, duration=150)
+    message = str(refused.value)
+    assert "window changed: 10 s -> 20 s" in message and "by Spark's state metadata" in message, message
+    assert not (checkpoint / FINGERPRINT_FILE).exists()
+
+    data["transformation"]["options"]["window"] = "10 seconds"
+    write(tmp_path, data)
+    again = StreamingJob(load_spec(path), spark=session, spec_path=str(path)).run(checkpoints=1, duration=150)
+    assert again.completed and again.batches > 0
+    assert (checkpoint / FINGERPRINT_FILE).is_file()
+    assert any(f.path == FINGERPRINT_FILE for f in again.completed[-1].files)
+
+    strip_state_records(path, paths=(FINGERPRINT_FILE, OPERATOR_METADATA))
+    before = files_of(checkpoint)
+    capsys.readouterr()
+    assert main(["run", str(path), "--until-exhausted", "--quiet", "--duration", "150"]) == 2
+    err = capsys.readouterr().err
+    assert "Unknown is not compatible" in err and "operator metadata (state/0/_metadata) is missing" in err, err
+    assert "`barrierflow upgrade SPEC --to SPEC --assume-compatible`" in err, err
+    assert files_of(checkpoint) == before
+    with pytest.raises(UnverifiedStateError):
+        StreamingJob(load_spec(path), spark=session, spec_path=str(path)).run(checkpoints=1, duration=150)

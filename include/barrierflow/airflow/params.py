@@ -69,14 +69,16 @@ UPGRADE_CANARY_CHECKPOINTS = 3
 
 def upgrade_params() -> dict[str, Param]:
     """The upgrade DAG's params: the changed spec, whether to stop after the report, which cut,
-    and the canary's length (the CLI's ``--canary-checkpoints``)."""
+    the canary's length (the CLI's ``--canary-checkpoints``) and whether an unknown verdict is
+    taken as compatible on the user's word (``--assume-compatible``)."""
     return {
         "new_spec": Param(type="string", minLength=1,
                           description="Path of the changed spec (the pipeline's new version) on the Airflow "
                                       "workers, relative to BARRIERFLOW_HOME or absolute."),
         "dry_run": Param(True, type="boolean",
-                         description="Report only (default): compatible, needs rewrite or incompatible, per stage "
-                                     "and operator. False: after the report, ask a person to approve, then upgrade."),
+                         description="Report only (default): compatible, needs rewrite, unknown or incompatible, per "
+                                     "stage and operator. False: after the report, ask a person to approve, then "
+                                     "upgrade."),
         "checkpoint": Param(None, type=["null", "integer"], minimum=1,
                             description="The checkpoint or savepoint whose state is compared (default: the newest "
                                         "completed one)."),
@@ -84,6 +86,12 @@ def upgrade_params() -> dict[str, Param]:
             UPGRADE_CANARY_CHECKPOINTS, type="integer", minimum=0,
             description="How many checkpoints of the new spec must pass deep verification, their output held back, "
                         "before the upgrade commits it; a failure rolls back to the old spec (0: no canary)."),
+        "assume_compatible": Param(
+            False, type="boolean",
+            description="Take a stage whose compatibility is unknown (state without a recorded fingerprint that "
+                        "Spark's state metadata cannot decide) as compatible, on your word: the upgrade records the "
+                        "new spec's fingerprint with that state, marked as assumed. False: an unknown verdict fails "
+                        "the report."),
     }
 
 

@@ -62,7 +62,8 @@ def _params() -> tuple[str, int | None]:
 @task_body(BarrierflowError)  # a spec that does not load, a missing cut: a retry cannot fix it
 def report(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """The compatibility report of the run's ``new_spec`` over ``checkpoint``; fails (no retry)
-    for an incompatible verdict, naming what would be dropped."""
+    for an incompatible verdict, naming what would be dropped, and for an unknown one unless
+    ``assume_compatible``, naming the param."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from barrierflow.ops.upgrade import upgrade
@@ -75,6 +76,11 @@ def report(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     if document["verdict"] == "incompatible":
         raise AirflowFailException(f"{new_spec} is incompatible with the state of {spec_path}: nothing was changed; "
                                    f"{document['markdown']}")
+    if document["verdict"] == "unknown" and not current_context()["params"].get("assume_compatible"):
+        raise AirflowFailException(
+            f"the compatibility of {new_spec} with the state of {spec_path} is unknown, and unknown is not compatible: "
+            "nothing was changed; if you know the new spec keeps the meaning of that state, trigger again with the "
+            f"param assume_compatible true (barrierflow upgrade's --assume-compatible); {document['markdown']}")
     return document
 
 
@@ -98,8 +104,8 @@ def apply_upgrade(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     new_spec, checkpoint = _params()
     params = current_context()["params"]
     document = upgrade(spec_path, new_spec, dry_run=False, checkpoint_id=checkpoint,
-                       canary_checkpoints=int(params.get("canary_checkpoints", UPGRADE_CANARY_CHECKPOINTS))
-                       ).as_dict()
+                       canary_checkpoints=int(params.get("canary_checkpoints", UPGRADE_CANARY_CHECKPOINTS)),
+                       assume_compatible=bool(params.get("assume_compatible", False))).as_dict()
     log.info("canary of %s passed: checkpoints %s verified and committed; stream-vs-batch comparison: %s", new_spec,
              document["canary"].get("verified"), (document["canary"].get("comparison") or {}).get("verdict", "none"))
     log.info("upgrade: %s", json.dumps(document))

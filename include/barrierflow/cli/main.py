@@ -259,6 +259,10 @@ def _parser() -> argparse.ArgumentParser:
     upgrade.add_argument("--no-canary-compare", dest="canary_compare", action="store_false",
                          help="the canary makes no stream-vs-batch comparison of the windows it computed; deep "
                               "verification still runs")
+    upgrade.add_argument("--assume-compatible", dest="assume_compatible", action="store_true",
+                         help="take a stage whose compatibility is unknown (state without a recorded fingerprint "
+                              "that Spark's state metadata cannot decide) as compatible, on your word; the upgrade "
+                              "records the new spec's fingerprint with that state, marked as assumed")
     upgrade.add_argument("--json", action="store_true")
 
     validate = sub.add_parser("validate", help="validate a spec; for several stages show the graph and its cycles")
@@ -831,12 +835,13 @@ def _cmd_state(args: argparse.Namespace) -> int:
 def _cmd_upgrade(args: argparse.Namespace) -> int:
     """``upgrade``: exit 0 for compatible or needs rewrite (``--dry-run``) or a completed upgrade,
     1 for incompatible (``--dry-run``) or a canary that failed and rolled back
-    (UpgradeRolledBackError); a refused upgrade exits 2 (UserInputError)."""
+    (UpgradeRolledBackError); 2 for unknown (``--dry-run`` without ``--assume-compatible``) and a
+    refused upgrade (UserInputError)."""
     from barrierflow.ops.upgrade import UpgradeResult, upgrade
 
     outcome = upgrade(args.spec, args.new_spec, dry_run=args.dry_run, checkpoint_id=args.checkpoint,
                       drop_stages=args.drop_stages, canary_checkpoints=args.canary_checkpoints,
-                      canary_compare=args.canary_compare)
+                      canary_compare=args.canary_compare, assume_compatible=args.assume_compatible)
     if isinstance(outcome, UpgradeResult):
         if args.json:
             print(json.dumps(outcome.as_dict(), indent=2))
@@ -851,6 +856,9 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
             print(f"stage {stage}: added, starts on empty state")
         for stage in outcome.dropped:
             print(f"stage {stage}: dropped with its state")
+        for stage in outcome.assumed:
+            print(f"stage {stage}: compatibility unknown, assumed on your word (--assume-compatible); its state now "
+                  "records the new spec's fingerprint, marked as assumed")
         rewritten = outcome.savepoint != outcome.source_savepoint
         made = (f"new savepoint {outcome.savepoint} ({outcome.location})" if rewritten
                 else f"savepoint {outcome.savepoint} (nothing needed a rewrite)")
@@ -870,9 +878,11 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
         return EXIT_OK
     report = outcome
     incompatible = report.verdict.value == "incompatible"
+    unknown = report.verdict.value == "unknown" and not args.assume_compatible
+    code = EXIT_RUNTIME if incompatible else EXIT_BAD_INPUT if unknown else EXIT_OK
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
-        return EXIT_RUNTIME if incompatible else EXIT_OK
+        return code
     print(f"pipeline {report.pipeline}: {report.new_spec} over the state of {report.noun} {report.checkpoint_id} "
           f"of {report.spec}: {report.verdict.value.upper()}")
     for finding in report.graph:
@@ -886,7 +896,20 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
               f"{report.spec} --to {report.new_spec}' (it rewrites a rescale, value columns added with a declared "
               "default or dropped, a state rebuilt from its input, a stage added behind a new channel and a stage "
               "removed with --drop-stage NAME; it refuses what it does not rewrite yet, naming it: docs/upgrades.md)")
-    return EXIT_RUNTIME if incompatible else EXIT_OK
+    by_metadata = [s.stage for s in report.stages if s.basis == "spark state metadata" and s.verdict.value != "unknown"]
+    if by_metadata:
+        print(f"stage{'s' if len(by_metadata) > 1 else ''} {', '.join(by_metadata)}: no recorded fingerprint; compared "
+              "by Spark's state metadata (its operator metadata, state schemas and stored windows)")
+    if report.unknown_stages:
+        stages = ", ".join(report.unknown_stages)
+        if args.assume_compatible:
+            print(f"unknown stages {stages}: assumed compatible on your word (--assume-compatible); without --dry-run "
+                  "the upgrade records the new spec's fingerprint with their state, marked as assumed")
+        else:
+            print(f"unknown is not compatible: the compatibility of {stages} cannot be decided (see above); if you "
+                  f"know the new spec keeps the meaning of that state, proceed on your word with 'barrierflow upgrade "
+                  f"{report.spec} --to {report.new_spec} --assume-compatible'", file=sys.stderr)
+    return code
 
 
 def _cmd_init(args: argparse.Namespace) -> int:

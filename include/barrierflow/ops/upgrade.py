@@ -16,9 +16,13 @@ checkpoint store (:mod:`barrierflow.ops.upgrade_record`). A pipeline of one stag
 case with one stage: its cuts are its checkpoints (``pipeline.cuts``), and every step below is
 the same for it.
 
-* ``report``: the change is checked (:func:`refuse_stage_changes` refuses what the upgrade
-  cannot make). A change the report calls *compatible*, with no stage added or dropped, needs no
-  rewrite (the new spec restores S); otherwise the id R of a new savepoint cut is planned.
+* ``report``: the change is checked (:func:`refuse_unknown` refuses a stage whose verdict is
+  ``unknown`` unless ``assume_compatible``; :func:`refuse_stage_changes` refuses what the upgrade
+  cannot make). A stage of unknown compatibility taken on the user's word gets a new savepoint
+  part: its source part with the new spec's fingerprint recorded, marked as assumed
+  (:func:`~barrierflow.ops.upgrade_cut.assumed_savepoint`). A change the report calls
+  *compatible*, with no stage added or dropped, needs no rewrite (the new spec restores S);
+  otherwise the id R of a new savepoint cut is planned.
 * ``rewritten``: (a rewrite) cut R is recorded (:mod:`barrierflow.ops.upgrade_cut`), each stage
   of the new spec given its part: a stage with state whose shuffle partitions changed is
   rescaled (S's part materialized into a scratch directory, Spark's offline repartition rewrites
@@ -88,7 +92,13 @@ from barrierflow.faults import crash_point
 from barrierflow.lease import JobLease, lease_holder
 from barrierflow.ops.state import session_for
 from barrierflow.ops.state_rebuild import rebuild_refusal
-from barrierflow.ops.upgrade_cut import carry_savepoint, empty_savepoint, next_cut_id, rescaled_savepoint
+from barrierflow.ops.upgrade_cut import (
+    assumed_savepoint,
+    carry_savepoint,
+    empty_savepoint,
+    next_cut_id,
+    rescaled_savepoint,
+)
 from barrierflow.ops.upgrade_record import (
     UpgradeInProgressError,
     UpgradeRecord,
@@ -108,7 +118,8 @@ from barrierflow.state.compatibility import (
     compare,
     is_rebuild,
 )
-from barrierflow.state.reader import has_state, open_state
+from barrierflow.state.metadata_compat import PlannedOperatorState, PlannedWindow, StoredWindows, compare_by_metadata
+from barrierflow.state.reader import OperatorSchema, StateSnapshot, has_state, open_state
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -117,7 +128,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_CANARY_CHECKPOINTS", "UpgradeInProgressError", "UpgradeNotSupportedError", "UpgradeRefusedError",
+__all__ = ["DEFAULT_CANARY_CHECKPOINTS", "UnknownCompatibilityError", "UpgradeInProgressError",
+           "UpgradeNotSupportedError", "UpgradeRefusedError",
            "UpgradeResult", "UpgradeRolledBackError", "upgrade"]
 
 #: The subject suffix of the one rewrite :func:`upgrade` makes (a rescale).
@@ -134,6 +146,12 @@ class UpgradeRefusedError(UserInputError):
 class UpgradeNotSupportedError(UserInputError):
     """The change needs what ``upgrade`` does not do yet (or cannot do): the message names it.
     Nothing was changed."""
+
+
+class UnknownCompatibilityError(UserInputError):
+    """A stage's verdict is ``unknown`` (its state has no recorded fingerprint and Spark's state
+    metadata cannot decide) and the upgrade was not told ``--assume-compatible``. Nothing was
+    changed."""
 
 
 class UpgradeRolledBackError(BarrierflowError):
@@ -162,6 +180,8 @@ class UpgradeResult:
         value_columns: stage -> the value columns its aggregation's rewrite added (with their
             defaults) and dropped.
         rebuilt: the stages whose state was rebuilt from their input (:mod:`barrierflow.ops.state_rebuild`).
+        assumed: the stages whose ``unknown`` verdict was taken as compatible (``assume_compatible``);
+            the savepoint records their fingerprint, marked as assumed.
         timings: seconds per step of this invocation (``materialize``, ``repartition``,
             ``rewrite`` (a value-column rewrite), ``rebuild`` (replay and transfer), ``record``,
             ``restore``, ``canary`` (with its comparison), ``canary_compare`` (the stream-vs-batch
@@ -188,13 +208,14 @@ class UpgradeResult:
     canary: dict[str, Any] = field(default_factory=dict)
     value_columns: dict[str, str] = field(default_factory=dict)
     rebuilt: tuple[str, ...] = ()
+    assumed: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"report": self.report.as_dict(), "source_savepoint": self.source_savepoint,
                 "savepoint": self.savepoint, "location": self.location,
                 "rescaled": {s: {"from": a, "to": b} for s, (a, b) in self.rescaled.items()},
                 "added": list(self.added), "dropped": list(self.dropped), "value_columns": self.value_columns,
-                "rebuilt": list(self.rebuilt),
+                "rebuilt": list(self.rebuilt), "assumed": list(self.assumed),
                 "attempt": self.attempt, "canary": self.canary,
                 "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
@@ -217,13 +238,17 @@ def upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[
             checkpoint_id: int | None = None, spark: SparkSession | None = None,
             scratch: str | None = None, drop_stages: Sequence[str] = (),
             canary_checkpoints: int = DEFAULT_CANARY_CHECKPOINTS,
-            canary_compare: bool = True) -> CompatibilityReport | UpgradeResult:
+            canary_compare: bool = True, assume_compatible: bool = False) -> CompatibilityReport | UpgradeResult:
     """With ``dry_run``: the compatibility report of running ``new_spec_path`` over the state of
     ``spec_path``'s cut ``checkpoint_id`` (None: the newest completed one). Without: make the
     change from a savepoint (module docstring) and return the :class:`UpgradeResult`.
     ``drop_stages`` names the stages of ``spec_path`` the change removes (a removed stage is
     refused unless named: its state, and its part of the cut, are dropped). ``canary_compare``
     False: the canary makes no stream-vs-batch comparison (its deep verification only).
+    ``assume_compatible``: (not ``dry_run``) a stage whose verdict is ``unknown`` (state without a
+    recorded fingerprint that Spark's state metadata cannot decide) is taken as compatible on the
+    caller's word: the new savepoint records the new spec's fingerprint with its state, marked as
+    assumed (:attr:`UpgradeResult.assumed`); without it, such a stage is refused.
 
     Raises:
         SpecError: either spec does not load.
@@ -232,6 +257,8 @@ def upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[
         UpgradeRefusedError: (not ``dry_run``) the pipeline runs, has no savepoint, or the
             savepoint is not its newest completed checkpoint.
         UpgradeNotSupportedError: (not ``dry_run``) the change is not one ``upgrade`` makes yet.
+        UnknownCompatibilityError: (not ``dry_run``) a stage's verdict is ``unknown`` and not
+            ``assume_compatible``.
         UpgradeInProgressError: (not ``dry_run``) an unfinished upgrade of the pipeline to another
             NEW_SPEC (or a changed one) is recorded: only its own command continues it.
         UpgradeRolledBackError: (not ``dry_run``) the canary failed (the message names
@@ -244,7 +271,7 @@ def upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[
             raise UserInputError(f"--canary-checkpoints must be 0 (no canary) or more, not {canary_checkpoints}")
         return _upgrade(spec_path, new_spec_path, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch,
                         drop_stages=tuple(drop_stages), canary_checkpoints=canary_checkpoints,
-                        canary_compare=canary_compare)
+                        canary_compare=canary_compare, assume_compatible=assume_compatible)
     return report_for(spec_path, new_spec_path, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch)
 
 
@@ -252,32 +279,50 @@ def report_for(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLi
                checkpoint_id: int | None = None, spark: SparkSession | None = None,
                scratch: str | None = None) -> CompatibilityReport:
     """The compatibility report (``upgrade --dry-run``): see :func:`upgrade`."""
+    from barrierflow.runtime.state_compat import planned_fingerprint, planned_states
+
     old, new = open_pipeline(spec_path), open_pipeline(new_spec_path)
     cid = old.completed_cut(checkpoint_id)
     session = session_for(old, spark)
+    planned, operators_of = [], {}
+    with tempfile.TemporaryDirectory(prefix="barrierflow-upgrade-", dir=scratch) as empty:
+        for stage in new.stages:
+            fingerprint = planned_fingerprint(session, stage.spec, spec_path=str(new_spec_path),
+                                              source_type=stage.source_type, scratch_dir=empty)
+            operators_of[stage.name] = planned_states(session, stage.spec, spec_path=str(new_spec_path),
+                                                      source_type=stage.source_type, scratch_dir=empty)
+            planned.append(PlannedStage(stage.name, fingerprint, shuffle_partitions(stage.spec.spark),
+                                        _sources(stage), _sink(stage),
+                                        dict(stage.spec.transformation.state_defaults), rebuild_refusal(stage),
+                                        stage.spec.spark.state_store))
+    refusals = {p.stage: p.rebuild_refusal for p in planned}
     states = []
     for stage in old.stages:
         manifest = stage.store.get(cid)
         with open_state(session, pipeline=old.name, stage=stage.name, store=stage.store, manifest=manifest,
                         spark_spec=stage.spec.spark, scratch=scratch, require_state=False) as snapshot:
             operators = snapshot.operators() if has_state(manifest) else []
-            states.append(StageState(stage.name, operators, snapshot.fingerprint(),
+            fingerprint = snapshot.fingerprint()
+            by_metadata = None
+            if fingerprint is None and operators and stage.name in operators_of:
+                by_metadata = _by_metadata(snapshot, operators, operators_of[stage.name], refusals[stage.name])
+            states.append(StageState(stage.name, operators, fingerprint,
                                      snapshot.recorded_shuffle_partitions(), _sources(stage), _sink(stage),
-                                     stage.spec.spark.state_store))
-    from barrierflow.runtime.state_compat import planned_fingerprint
-
-    planned = []
-    with tempfile.TemporaryDirectory(prefix="barrierflow-upgrade-", dir=scratch) as empty:
-        for stage in new.stages:
-            fingerprint = planned_fingerprint(session, stage.spec, spec_path=str(new_spec_path),
-                                              source_type=stage.source_type, scratch_dir=empty)
-            planned.append(PlannedStage(stage.name, fingerprint, shuffle_partitions(stage.spec.spark),
-                                        _sources(stage), _sink(stage),
-                                        dict(stage.spec.transformation.state_defaults), rebuild_refusal(stage),
-                                        stage.spec.spark.state_store))
+                                     stage.spec.spark.state_store, by_metadata))
     graph, stages = compare(states, planned, old_channels=_channels(old), new_channels=_channels(new),
                             old_storage=old.storage, new_storage=new.storage)
     return CompatibilityReport(old.name, str(spec_path), str(new_spec_path), cid, old.cut_noun, graph, stages)
+
+
+def _by_metadata(snapshot: StateSnapshot, stored: list[OperatorSchema], planned: list[PlannedOperatorState],
+                 refusal: str | None) -> list[Finding]:
+    """The findings of a stage's state without a fingerprint against the new spec's plan, by
+    Spark's state metadata (:func:`~barrierflow.state.metadata_compat.compare_by_metadata`)."""
+    def windows(operator: OperatorSchema, window: PlannedWindow) -> StoredWindows:
+        return StoredWindows(*snapshot.windows(operator, window.field, size_us=window.size_us,
+                                               slide_us=window.slide_us, offset_us=window.offset_us))
+
+    return compare_by_metadata(snapshot.stage, stored, planned, windows, refusal)
 
 
 def _is_savepoint(pipeline: OpenedPipeline, checkpoint_id: int) -> bool:
@@ -336,7 +381,8 @@ def not_rewritten_fix(finding: Finding) -> str:
 
 def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *,
              checkpoint_id: int | None, spark: SparkSession | None, scratch: str | None,
-             drop_stages: tuple[str, ...], canary_checkpoints: int, canary_compare: bool) -> UpgradeResult:
+             drop_stages: tuple[str, ...], canary_checkpoints: int, canary_compare: bool,
+             assume_compatible: bool = False) -> UpgradeResult:
     started = time.perf_counter()
     old, new = open_pipeline(spec_path), open_pipeline(new_spec_path)
     changed = old.layout_change(new)
@@ -357,7 +403,26 @@ def _upgrade(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike
             "upgrade from the savepoint it names. Nothing was changed.")
     return _upgrade_steps(old, new, checkpoint_id=checkpoint_id, spark=spark, scratch=scratch,
                           drop_stages=drop_stages, canary_checkpoints=canary_checkpoints,
-                          canary_compare=canary_compare, started=started)
+                          canary_compare=canary_compare, started=started, assume_compatible=assume_compatible)
+
+
+def refuse_unknown(report: CompatibilityReport, assume_compatible: bool) -> list[str]:
+    """The stages whose verdict is ``unknown``, to be taken as compatible (``assume_compatible``);
+    without it, :class:`UnknownCompatibilityError` naming them, why, and ``--assume-compatible``."""
+    unknown = report.unknown_stages
+    if not unknown or assume_compatible:
+        if unknown:
+            log.warning("pipeline %s: stages %s of unknown compatibility taken as compatible on the user's word "
+                        "(--assume-compatible)", report.pipeline, unknown)
+        return unknown
+    why = "; ".join(f"{f.subject}: {f.reason}" for s in report.stages if s.stage in unknown
+                    for f in s.findings if f.verdict is Verdict.UNKNOWN)
+    raise UnknownCompatibilityError(
+        f"upgrade of pipeline {report.pipeline} to {report.new_spec}: the compatibility of stage"
+        f"{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} is unknown: {why}. Unknown is not compatible, so "
+        f"nothing was changed. If you know the new spec keeps the meaning of that state, proceed on your word with "
+        f"'barrierflow upgrade {report.spec} --to {report.new_spec} --assume-compatible': the new savepoint records "
+        "the new spec's fingerprint with the state, marked as assumed, and the canary runs as for any upgrade.")
 
 
 def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline,
@@ -408,7 +473,7 @@ def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: 
             continue
         rebuilt = any(is_rebuild(f) for f in verdict.findings)
         for finding in verdict.findings:
-            if finding.verdict is Verdict.COMPATIBLE:
+            if finding.verdict in (Verdict.COMPATIBLE, Verdict.UNKNOWN):  # unknown: refuse_unknown's
                 continue
             if rebuilt and finding.verdict is Verdict.NEEDS_REWRITE and not finding.subject.endswith(RESCALE):
                 continue  # the replay computes the new definition's state whatever else changed in it
@@ -548,7 +613,8 @@ def _continued(record: UpgradeRecord | None, digest: str, old: OpenedPipeline, n
 
 def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: int | None,
                    spark: SparkSession | None, scratch: str | None, drop_stages: tuple[str, ...],
-                   canary_checkpoints: int, canary_compare: bool, started: float) -> UpgradeResult:
+                   canary_checkpoints: int, canary_compare: bool, started: float,
+                   assume_compatible: bool = False) -> UpgradeResult:
     """The upgrade's steps (module docstring), each recorded before or after it as
     :mod:`barrierflow.ops.upgrade_record` says, continuing from the recorded step."""
     from barrierflow.recovery.pipeline_restore import restore_to_cut
@@ -562,18 +628,26 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
     if record is None:
         source = _savepoint(old, checkpoint_id)
         report = report_for(spec_path, new_spec_path, checkpoint_id=source, spark=session, scratch=scratch)
+        assumed = refuse_unknown(report, assume_compatible)
         refuse_stage_changes(report, old, new, drop_stages)
         rescaled = _planned_rescale(report, old, new)
         rebuilt = planned_rebuilds(report)
         values = _planned_value_changes(report, old, new, session, scratch)
         added = [s.name for s in new.stages if s.name not in {o.name for o in old.stages}]
-        rewrite = bool(rescaled or added or drop_stages or values or rebuilt)
+        rewrite = bool(rescaled or added or drop_stages or values or rebuilt or assumed)
+        both = sorted(set(assumed) & (set(rescaled) | set(values) | set(rebuilt)))
+        if both:
+            raise UpgradeNotSupportedError(
+                f"stage {', '.join(both)} of pipeline {old.name}: its compatibility is assumed (--assume-compatible) "
+                "and its state is rewritten too; both in one upgrade is not yet supported: upgrade twice, first to "
+                "a spec that changes nothing else (recording the assumption), then to the new one. Nothing was "
+                "changed.")
         record = write_record(objects, UpgradeRecord(
             pipeline=old.name, spec=spec_path, new_spec=new_spec_path, new_spec_sha256=digest,
             step=UpgradeStep.REPORT, source_savepoint=source,
             savepoint=next_cut_id(new.cuts, [*old.stages, *new.stages]) if rewrite else source,
             rescaled={k: list(v) for k, v in rescaled.items()}, added=added, dropped=list(drop_stages),
-            value_columns={k: v.describe() for k, v in values.items()}, rebuilt=rebuilt,
+            value_columns={k: v.describe() for k, v in values.items()}, rebuilt=rebuilt, assumed=assumed,
             canary_checkpoints=canary_checkpoints, canary_compare=canary_compare), UpgradeStep.REPORT)
     else:
         report = report_for(spec_path, new_spec_path, checkpoint_id=record.source_savepoint, spark=session,
@@ -608,7 +682,8 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
                          canary={"checkpoints": record.canary_checkpoints, "verified": record.verified,
                                  "attempts": record.canary_attempts, "step": record.step.value,
                                  "comparison": record.comparison},
-                         value_columns=dict(record.value_columns), rebuilt=tuple(record.rebuilt))
+                         value_columns=dict(record.value_columns), rebuilt=tuple(record.rebuilt),
+                         assumed=tuple(record.assumed))
 
 
 def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, session: SparkSession,
@@ -649,6 +724,10 @@ def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, se
                             session, pipeline=old.name, stage=target.name, store=was.store, manifest=source,
                             spark_spec=target.spec.spark, change=values[target.name],
                             fingerprint=planned[target.name], scratch=scratch)
+                    elif target.name in record.assumed:
+                        parts[target.name] = (target.store, assumed_savepoint(
+                            target, source, made, planned[target.name], new_spec=new.spec_path, scratch=scratch))
+                        continue
                     elif target.name in record.rescaled:
                         step, rewritten = "repartition", rescale_checkpoint(
                             session, pipeline=old.name, stage=target.name, store=was.store, manifest=source,

@@ -11,6 +11,9 @@ is the cut):
 * a stage rescaled: its rewritten Spark checkpoint, uploaded (:func:`rescaled_savepoint`);
 * a stage kept as it is: the source manifest under the new id, the same files (nothing is
   uploaded; :func:`carry_savepoint`);
+* a stage whose compatibility was assumed (``--assume-compatible``: state without a recorded
+  fingerprint): the source manifest's files under the new id with the new spec's fingerprint
+  added, marked as assumed, so the next run compares by fingerprint (:func:`assumed_savepoint`);
 * a stage added: a manifest without files and barrier batch -1
   (:attr:`~barrierflow.checkpointing.manifest.Manifest.starts_empty`): a restore gives it an
   empty Spark checkpoint, so its query starts on empty state; its barrier position in each
@@ -30,16 +33,20 @@ never restored (a rerun takes the next free id); after it, the new cut is the ne
 
 from __future__ import annotations
 
+import json
+import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts
 from barrierflow.checkpointing.manifest import AlignmentSummary, CheckpointKind, Manifest, ManifestFile
+from barrierflow.checkpointing.snapshot import STATE_FINGERPRINT
 from barrierflow.checkpointing.uploader import sha256_file
 from barrierflow.pipeline.model import Stage
 
-__all__ = ["carry_savepoint", "empty_savepoint", "next_cut_id", "rescaled_savepoint"]
+__all__ = ["assumed_savepoint", "carry_savepoint", "empty_savepoint", "next_cut_id", "rescaled_savepoint"]
 
 
 def _carried_alignment(source: Manifest) -> AlignmentSummary | None:
@@ -90,6 +97,31 @@ def carry_savepoint(stage: Stage, source: Manifest, checkpoint_id: int) -> Manif
         "trigger_time": now, "barrier_time": now, "completion_time": now,
         "files": [f.model_copy(update={"uploaded": False}) for f in source.files], "incremental_bytes": 0,
         "sink_handles": [], "alignment": _carried_alignment(source)})
+
+
+def assumed_savepoint(stage: Stage, source: Manifest, checkpoint_id: int, fingerprint: list[dict[str, Any]], *,
+                      new_spec: str, scratch: str | None = None) -> Manifest:
+    """:func:`carry_savepoint` of ``source``, whose state has no recorded fingerprint, with
+    ``fingerprint`` (the new spec's stateful operators) recorded as its ``barrierflow-state.json``,
+    marked as assumed compatible (``--assume-compatible``: when, and for which spec): the next
+    run of the stage compares by it. The document is uploaded to the stage's shared files."""
+    carried = carry_savepoint(stage, source, checkpoint_id)
+    now = datetime.now(UTC)
+    document = {"version": 1, "stateful_operators": fingerprint,
+                "assumed_compatible": {"at": now.isoformat(), "spec": str(new_spec), "from_savepoint":
+                                       source.checkpoint_id}}
+    store = stage.store
+    with tempfile.TemporaryDirectory(prefix="barrierflow-assumed-", dir=scratch) as folder:
+        path = Path(folder) / STATE_FINGERPRINT
+        path.write_text(json.dumps(document, indent=1, sort_keys=True), encoding="utf-8")
+        digest, size = sha256_file(str(path)), path.stat().st_size
+        fresh = digest not in store.shared_digests()
+        if fresh:
+            store.put_shared(digest, str(path))
+    entry = ManifestFile(path=STATE_FINGERPRINT, sha256=digest, size=size, uploaded=fresh)
+    files = [f for f in carried.files if f.path != STATE_FINGERPRINT] + [entry]
+    return carried.model_copy(update={"files": files, "full_bytes": sum(f.size for f in files),
+                                      "incremental_bytes": size if fresh else 0})
 
 
 def empty_savepoint(stage: Stage, checkpoint_id: int) -> Manifest:

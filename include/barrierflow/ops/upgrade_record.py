@@ -109,6 +109,9 @@ class UpgradeRecord(BaseModel):
         dropped: the stages dropped with their state (``--drop-stage``).
         value_columns: stage -> what its aggregation's value-column rewrite adds and drops.
         rebuilt: the stages whose state is rebuilt from their input (replayed to the savepoint).
+        assumed: the stages whose state the compatibility report could not decide (``unknown``:
+            no recorded fingerprint, and Spark's state metadata cannot tell), taken as compatible on the
+            user's word (``--assume-compatible``); the new savepoint records their fingerprint, marked assumed.
         canary_checkpoints: how many completed checkpoints the canary must pass.
         canary_attempts: how many times a canary was started (a rerun after a crash restarts it).
         verified: the canary checkpoints that passed verification, in order.
@@ -135,6 +138,7 @@ class UpgradeRecord(BaseModel):
     dropped: list[str] = Field(default_factory=list)
     value_columns: dict[str, str] = Field(default_factory=dict)
     rebuilt: list[str] = Field(default_factory=list)
+    assumed: list[str] = Field(default_factory=list)
     canary_checkpoints: int = 3
     canary_attempts: int = 0
     verified: list[int] = Field(default_factory=list)

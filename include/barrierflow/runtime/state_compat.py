@@ -47,9 +47,18 @@ Where the fingerprint lives: :data:`FINGERPRINT_FILE` in the root of the stage's
 checkpoint, written when the stage starts on empty state (no committed batch). Every
 barrierflow checkpoint carries it like Spark's ``metadata`` file
 (:func:`~barrierflow.checkpointing.snapshot.select_files`), so a restore of an older
-checkpoint or a savepoint compares against the fingerprint of the state it restored. A Spark
-checkpoint with committed batches but no readable fingerprint (state written before barrierflow
-recorded one) gets the current fingerprint recorded, and is not refused.
+checkpoint or a savepoint compares against the fingerprint of the state it restored.
+
+State without a readable fingerprint (a Spark checkpoint with committed batches written before
+barrierflow recorded one) is compared by what Spark records with it instead
+(:func:`~barrierflow.state.metadata_compat.compare_by_metadata`: its operator metadata, the key
+and value schemas of its state, the sizes of its stored windows, against
+:func:`planned_state_operators` of the query): a difference is refused like a fingerprint's
+(:class:`~barrierflow.errors.IncompatibleStateError`, naming it); agreement records the current
+fingerprint, so the next start compares by fingerprint; what that comparison cannot decide is
+``unknown`` and refused too (:class:`~barrierflow.errors.UnverifiedStateError`, naming
+``barrierflow upgrade SPEC --to SPEC --assume-compatible``, which records the fingerprint on the
+user's word): unknown is never accepted as compatible.
 """
 
 from __future__ import annotations
@@ -61,18 +70,22 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.checkpointing.snapshot import STATE_FINGERPRINT
-from barrierflow.errors import IncompatibleStateError
+from barrierflow.errors import IncompatibleStateError, UnverifiedStateError
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.session import PROVIDER_CLASS, PROVIDERS, SHUFFLE_PARTITIONS
+from barrierflow.state.compatibility import Verdict
+from barrierflow.state.metadata_compat import PlannedOperatorState, PlannedWindow
 from barrierflow.storage.object_dir import CheckpointDir, ObjectDir, as_checkpoint_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from barrierflow.spec.models import PipelineSpec
+    from barrierflow.state.reader import OperatorSchema
 
 __all__ = ["FINGERPRINT_FILE", "aggregate_buffers", "check_state_compatible", "planned_buffers",
-           "planned_fingerprint", "stateful_fingerprint", "streaming_sources"]
+           "planned_fingerprint", "planned_state_operators", "planned_states", "stateful_fingerprint",
+           "streaming_sources"]
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +262,73 @@ def streaming_sources(frame: DataFrame) -> list[str]:
     return names
 
 
+#: The name Spark's operator metadata gives the physical operator of a stateful plan node.
+SPARK_NAMES = {
+    "Aggregate": "stateStoreSave", "Deduplicate": "dedupe", "DeduplicateWithinWatermark": "dedupeWithinWatermark",
+    "Join": "symmetricHashJoin", "FlatMapGroupsWithState": "flatMapGroupsWithState",
+    "FlatMapGroupsInPandasWithState": "applyInPandasWithState", "GlobalLimit": "globalLimit",
+}
+_SIZES = re.compile(r"[%+] (\d+)\)")
+_OFFSET = re.compile(r"- (\d+)\) % \d+")
+
+
+def _window_of(name: str | None, expanded: str) -> PlannedWindow | None:
+    """The time window a grouping key computes (its expanded text: :func:`_expanded`), or None."""
+    if name is None or "precisetimestampconversion" not in expanded:
+        return None
+    sizes = sorted({int(n) for n in _SIZES.findall(expanded) if int(n) > 0})
+    if not sizes:
+        return None
+    offset = next((int(n) for n in _OFFSET.findall(expanded) if int(n) > 0), 0)
+    return PlannedWindow(name, sizes[-1], sizes[0], offset)
+
+
+def _named(expression: Any) -> str | None:
+    return str(expression.name()) if str(expression.nodeName()) in ("AttributeReference", "Alias") else None
+
+
+def _state_of(node: Any, buffers: list[tuple[str, list[dict[str, Any]]]] | None) -> PlannedOperatorState:
+    kind = str(node.nodeName())
+    if kind == "Aggregate":
+        aliases = _aliases_below(node)
+        grouping = _seq(node.groupingExpressions())
+        keys = [(_named(e), str(e.dataType().simpleString())) for e in grouping]
+        window = next((w for w in (_window_of(_named(e), _expanded(e, aliases)) for e in grouping) if w is not None),
+                      None)
+        values = [(str(f["name"]), str(f["simple"])) for _, fields in buffers or [] for f in fields]
+        return PlannedOperatorState(kind, SPARK_NAMES[kind], keys, values, window)
+    if kind == "Deduplicate":
+        return PlannedOperatorState(kind, SPARK_NAMES[kind], [(_named(k), str(k.dataType().simpleString()))
+                                                             for k in _seq(node.keys())])
+    return PlannedOperatorState(kind, SPARK_NAMES.get(kind), None)
+
+
+def planned_state_operators(frame: DataFrame) -> list[PlannedOperatorState]:
+    """The stateful operators that keep a state store in streaming DataFrame ``frame``'s
+    analyzed plan (the entries of :func:`stateful_fingerprint` but a watermark), as
+    :func:`~barrierflow.state.metadata_compat.compare_by_metadata` compares them with Spark's state
+    metadata: an aggregation's keys (their names and types, a time window among them with its size,
+    slide and offset) and its aggregation buffer's columns (its state value), a deduplication's
+    keys, any other operator by its kind only. In Spark's operator order: the outermost operator
+    first (Spark's planner numbers the stateful operators from the plan's root down). Only plans,
+    never runs, the query."""
+    buffers = iter(aggregate_buffers(frame))  # one per streaming Aggregate, inputs first
+    found: list[tuple[int, PlannedOperatorState]] = []
+    visited = 0
+
+    def walk(node: Any) -> None:
+        nonlocal visited
+        entered, visited = visited, visited + 1  # the node's place from the root down
+        for child in _seq(node.children()):
+            walk(child)
+        entry = _describe(node)
+        if entry is not None and entry["operator"] not in ("EventTimeWatermark",):
+            found.append((entered, _state_of(node, next(buffers) if entry["operator"] == "Aggregate" else None)))
+
+    walk(frame._jdf.queryExecution().analyzed())
+    return [state for _, state in sorted(found, key=lambda pair: pair[0])]
+
+
 #: The order in which the fields of an operator are compared (the first difference is reported).
 FIELDS = ("window", "watermark", "grouping keys", "keys", "aggregates", "join", "description")
 #: How much of one value a message shows.
@@ -316,6 +396,57 @@ def _source_change(root: CheckpointDir, planned: list[int], recorded: list[str] 
     return None if count == len(now) else f"streaming sources: {count} in the state -> {len(now)} now ({now})"
 
 
+class _Unreadable(Exception):
+    """Spark could not read an operator's state schema (what the state reader calls corrupt)."""
+
+
+def _check_by_metadata(frame: DataFrame, root: CheckpointDir, *, pipeline: str, stage: str) -> str:
+    """Compare state without a fingerprint at ``root`` with the query ``frame`` plans, by
+    Spark's state metadata (:func:`~barrierflow.state.metadata_compat.compare_by_metadata`, at the
+    newest committed batch); returns what it was decided by when they agree.
+
+    Raises:
+        IncompatibleStateError: a difference, named.
+        UnverifiedStateError: it cannot be decided (``unknown``), saying why and naming
+            ``upgrade --assume-compatible``.
+    """
+    from barrierflow.state.metadata_compat import StoredWindows, compare_by_metadata
+    from barrierflow.state.reader import read_operators, read_windows
+
+    spark = frame.sparkSession
+    batch = commit_log.latest_committed(root)
+    assert batch is not None
+    planned = planned_state_operators(frame)
+    _ = spark.streams  # registers the StateStoreCoordinator the statestore reader reports to
+    conf = offset_log.read_offset_metadata(root, batch).get("conf", {})
+    partitions = conf.get(SHUFFLE_PARTITIONS)
+    try:
+        stored, options = read_operators(spark, root, batch, recorded_partitions=None if partitions is None
+                                         else str(partitions), corrupt=lambda what, exc: _Unreadable(f"{what}: {exc}"))
+    except _Unreadable as exc:
+        first = str(exc).strip().splitlines()[0][:400]
+        raise UnverifiedStateError(pipeline=pipeline, stage=stage, state=str(root),
+                                   why=f"Spark cannot read its state schema ({first})") from None
+    if not stored and not planned:
+        return "the stage keeps no state"
+
+    def windows(operator: OperatorSchema, window: PlannedWindow) -> StoredWindows:
+        return StoredWindows(*read_windows(spark, root, batch, operator.operator_id, window.field,
+                                           size_us=window.size_us, slide_us=window.slide_us,
+                                           offset_us=window.offset_us, options=options.get(operator.operator_id)))
+
+    findings = compare_by_metadata(stage, stored, planned, windows, rebuild_refusal="a run never rebuilds state")
+    changed = [f for f in findings if f.verdict in (Verdict.INCOMPATIBLE, Verdict.NEEDS_REWRITE)]
+    if changed:
+        raise IncompatibleStateError(pipeline=pipeline, stage=stage, state=str(root),
+                                     change="; ".join(f"{f.subject}: {f.reason}" for f in changed))
+    unknown = [f for f in findings if f.verdict is Verdict.UNKNOWN]
+    if unknown:
+        raise UnverifiedStateError(pipeline=pipeline, stage=stage, state=str(root),
+                                   why="; ".join(f"{f.subject}: {f.reason}" for f in unknown))
+    return "its stateful operators agree with the spec by Spark's state metadata"
+
+
 def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str] | ObjectDir, *, shuffle_partitions: str,
                            pipeline: str, stage: str, state_store: str | None = None) -> None:
     """Refuse a stage's query over state it cannot honour (module docstring); record the
@@ -360,8 +491,9 @@ def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str] 
         _write_fingerprint(path, fingerprint, sources)
         return
     if recorded is None:
-        log.info("stage %s of pipeline %s: its state has no readable %s; recording the current one", stage,
-                 pipeline, FINGERPRINT_FILE)
+        basis = _check_by_metadata(frame, root, pipeline=pipeline, stage=stage)
+        log.warning("stage %s of pipeline %s: its state has no readable %s; %s, so the current one is recorded",
+                    stage, pipeline, FINGERPRINT_FILE, basis)
         _write_fingerprint(path, fingerprint, sources)
         return
     change = _difference(recorded[0], fingerprint)
@@ -402,3 +534,11 @@ def planned_buffers(spark: SparkSession, spec: PipelineSpec, *, spec_path: str, 
     :func:`planned_fingerprint` plans it (nothing read, nothing started)."""
     return aggregate_buffers(_planned_frame(spark, spec, spec_path=spec_path, source_type=source_type,
                                             scratch_dir=scratch_dir))
+
+
+def planned_states(spark: SparkSession, spec: PipelineSpec, *, spec_path: str, source_type: str,
+                   scratch_dir: str) -> list[PlannedOperatorState]:
+    """:func:`planned_state_operators` of the stage query ``spec`` builds, planned as
+    :func:`planned_fingerprint` plans it (nothing read, nothing started)."""
+    return planned_state_operators(_planned_frame(spark, spec, spec_path=spec_path, source_type=source_type,
+                                                  scratch_dir=scratch_dir))

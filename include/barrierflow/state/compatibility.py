@@ -6,7 +6,7 @@ with the state reader: operators, key and value schemas, partitions, the recorde
 and shuffle partitions) and plans the new side without starting anything
 (:class:`PlannedStage`: the fingerprint of the new stage query's analyzed plan, its shuffle
 partitions, sources and sink). :func:`compare` answers per stage, per operator and for the
-graph with one of three verdicts, each finding saying why:
+graph with one of four verdicts, each finding saying why:
 
 * ``compatible``: the new spec resumes from the state as it is (what ``run`` accepts);
 * ``needs rewrite``: the state can be carried over, but only rewritten (a rescale when the
@@ -18,9 +18,19 @@ graph with one of three verdicts, each finding saying why:
   operator whose keys change meaning (its window, grouping keys, deduplication keys, join),
   whose value column changes type, or which the new spec no longer has or replaces; a stateful
   operator added to a stage that has one, or a changed watermark, in such a stage;
+* ``unknown``: the state has no recorded fingerprint (written before barrierflow recorded
+  one) and what Spark itself records with it cannot decide either (:mod:`barrierflow.state.metadata_compat`:
+  no operator metadata, an operator whose schema barrierflow does not derive from a plan, a
+  window whose size the stored keys cannot show). Never treated as compatible: ``upgrade``
+  refuses it unless told ``--assume-compatible``;
 * ``incompatible``: state would be dropped, named: those changes of a stage whose input
   cannot be replayed (the finding says why not); a stage with state removed; a source the
   cut's positions are in replaced; a different checkpoint storage.
+
+A stage whose state has no recorded fingerprint is compared by Spark's own state metadata
+instead (its operators, their key and value schemas, the sizes of stored windows): a
+difference is named like a fingerprint's; agreement is ``compatible`` with a finding that says
+it was decided by Spark's state metadata (:attr:`StageVerdict.basis`).
 
 The verdict of a stage (and of the whole) is the worst of its findings.
 """
@@ -35,7 +45,7 @@ from typing import Any
 from barrierflow.state.reader import OperatorSchema
 
 __all__ = ["REBUILD", "CompatibilityReport", "Finding", "PlannedStage", "StageState", "StageVerdict", "Verdict",
-           "compare", "is_rebuild"]
+           "compare", "dropped_or_rebuilt", "is_rebuild"]
 
 #: Fingerprint entries that describe a stateful operator's definition but keep no state store of their own.
 NOT_A_STORE = frozenset({"EventTimeWatermark"})
@@ -50,6 +60,7 @@ _MISSING = object()
 class Verdict(enum.StrEnum):
     COMPATIBLE = "compatible"
     NEEDS_REWRITE = "needs rewrite"
+    UNKNOWN = "unknown"
     INCOMPATIBLE = "incompatible"
 
     @property
@@ -95,6 +106,9 @@ class StageState:
     sink: str
     #: ``spark.state_store`` of the spec the state was built with (None: not compared)
     state_store: str | None = None
+    #: for state without a fingerprint: the findings of its comparison by Spark's state metadata
+    #: with the new spec's plan (:func:`barrierflow.state.metadata_compat.compare_by_metadata`); None: not made
+    by_metadata: list[Finding] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,9 +137,14 @@ class StageVerdict:
     findings: list[Finding]
     operators: list[OperatorSchema] = field(default_factory=list)
     planned: list[dict[str, Any]] = field(default_factory=list)
+    #: what the stateful operators were compared by: ``fingerprint`` (the one recorded with the
+    #: state), ``spark state metadata`` (none recorded: Spark's operator metadata and schemas),
+    #: or ``""`` (no state to compare)
+    basis: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "verdict": self.verdict.value, "findings": [f.as_dict() for f in self.findings],
+        return {"stage": self.stage, "verdict": self.verdict.value, "basis": self.basis,
+                "findings": [f.as_dict() for f in self.findings],
                 "operators": [o.as_dict() for o in self.operators], "planned_operators": self.planned}
 
 
@@ -144,6 +163,11 @@ class CompatibilityReport:
     @property
     def verdict(self) -> Verdict:
         return worst([f.verdict for f in self.graph] + [s.verdict for s in self.stages])
+
+    @property
+    def unknown_stages(self) -> list[str]:
+        """The stages whose verdict is ``unknown`` (what ``--assume-compatible`` vouches for)."""
+        return [s.stage for s in self.stages if s.verdict is Verdict.UNKNOWN]
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON of ``upgrade --dry-run --json``."""
@@ -194,7 +218,7 @@ def is_rebuild(finding: Finding) -> bool:
     return finding.rebuild
 
 
-def _dropped_or_rebuilt(subject: str, what: str, rebuild_refusal: str | None) -> Finding:
+def dropped_or_rebuilt(subject: str, what: str, rebuild_refusal: str | None) -> Finding:
     """The finding of a change whose old state the new definition cannot use (``what`` says
     which): rebuilt from the input when the stage's input replays (``rebuild_refusal`` None),
     else dropped, saying why no rebuild."""
@@ -218,7 +242,7 @@ def _operator_findings(stage: str, old: list[dict[str, Any]], new: list[dict[str
             assert now is not None
             subject = f"stage {stage} operator {index} ({now['operator']})"
             if rebuild_refusal is None:
-                findings.append(_dropped_or_rebuilt(subject, f"a new stateful operator ({_held(now)})", None))
+                findings.append(dropped_or_rebuilt(subject, f"a new stateful operator ({_held(now)})", None))
                 continue
             findings.append(Finding(Verdict.NEEDS_REWRITE, subject,
                                     f"a new stateful operator ({_held(now)}); it would start on empty state, and "
@@ -227,13 +251,13 @@ def _operator_findings(stage: str, old: list[dict[str, Any]], new: list[dict[str
         subject = _name(stage, index, operators, str(was["operator"]))
         if now is None or now.get("operator") != was.get("operator"):
             instead = f"; the new spec has {now['operator']} in its place" if now is not None else ""
-            findings.append(_dropped_or_rebuilt(
+            findings.append(dropped_or_rebuilt(
                 subject, f"the new spec no longer has this operator{instead} (its state: {_held(was)})",
                 rebuild_refusal))
             continue
         for key in KEY_FIELDS:
             if was.get(key) != now.get(key):
-                findings.append(_dropped_or_rebuilt(subject, (
+                findings.append(dropped_or_rebuilt(subject, (
                     f"{key} changed: {_listed(was.get(key))} -> {_listed(now.get(key))}; the stored keys are of "
                     f"the old {key}"), rebuild_refusal))
                 break
@@ -241,7 +265,7 @@ def _operator_findings(stage: str, old: list[dict[str, Any]], new: list[dict[str
             before, after = _aggregates(was), _aggregates(now)
             for alias in sorted(set(before) & set(after)):
                 if before[alias] != after[alias]:
-                    findings.append(_dropped_or_rebuilt(subject, (
+                    findings.append(dropped_or_rebuilt(subject, (
                         f"value column {alias} changed: {before[alias]} -> {after[alias]}; its stored values are of "
                         "the old definition"), rebuild_refusal))
             added, dropped = sorted(set(after) - set(before)), sorted(set(before) - set(after))
@@ -260,7 +284,7 @@ def _operator_findings(stage: str, old: list[dict[str, Any]], new: list[dict[str
     if _watermarks(old) != _watermarks(new):
         changed = f"watermark changed: {_listed(_watermarks(old))} -> {_listed(_watermarks(new))}"
         if rebuild_refusal is None:
-            findings.append(_dropped_or_rebuilt(f"stage {stage} watermark", (
+            findings.append(dropped_or_rebuilt(f"stage {stage} watermark", (
                 f"{changed}; what the state holds and evicted follows the old definition"), None))
         else:
             findings.append(Finding(Verdict.NEEDS_REWRITE, f"stage {stage} watermark", (
@@ -311,16 +335,19 @@ def _stage_verdict(old: StageState, new: PlannedStage) -> StageVerdict:
             f"spark.shuffle_partitions {old.shuffle_partitions} -> {new.shuffle_partitions}: the stage keeps no "
             f"state, but its offset log records {old.shuffle_partitions}, which Spark would keep; the rewrite "
             "records the new value")))
+    basis = ""
     if old.fingerprint is not None:
+        basis = "fingerprint"
         findings += _operator_findings(stage, old.fingerprint, new.fingerprint, old.operators, new.state_defaults,
                                        new.rebuild_refusal)
     elif old.operators:
-        findings.append(Finding(Verdict.COMPATIBLE, f"stage {stage}", (
-            "the state has no recorded fingerprint (written before barrierflow recorded one), so its operators "
-            f"are compared by what the state holds only: {held}")))
+        basis = "spark state metadata"
+        findings += old.by_metadata if old.by_metadata is not None else [Finding(Verdict.UNKNOWN, f"stage {stage}", (
+            f"the state ({held}) has no recorded fingerprint (written before barrierflow recorded one), and it was "
+            "not compared with Spark's state metadata"))]
     elif _stores(new.fingerprint):
         findings += _operator_findings(stage, [], new.fingerprint, [])
-    return StageVerdict(stage, worst([f.verdict for f in findings]), findings, old.operators, new.fingerprint)
+    return StageVerdict(stage, worst([f.verdict for f in findings]), findings, old.operators, new.fingerprint, basis)
 
 
 def compare(old: list[StageState], new: list[PlannedStage], *, old_channels: dict[str, tuple[str, int]],

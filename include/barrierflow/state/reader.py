@@ -19,6 +19,11 @@ after batch V, version V+1: exactly what a restore of the checkpoint resumes fro
   the state was built with (barrierflow's ``barrierflow-state.json``, the offset log's conf);
 * :meth:`StateSnapshot.partition_bytes`: the bytes of the state files a restore loads, per
   operator and partition, from the manifest.
+
+:func:`read_operators` and :func:`read_windows` (what the stored time-window keys say about
+their size and slide) read any Spark checkpoint directory, local or on object storage: ``run``
+compares state without a recorded fingerprint through them, before its query starts
+(:mod:`barrierflow.state.metadata_compat`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +43,7 @@ from barrierflow.errors import CheckpointCorruptError
 from barrierflow.spark import offset_log
 from barrierflow.spark.session import SHUFFLE_PARTITIONS, apply_state_store
 from barrierflow.state.errors import AmbiguousStateError, StatelessStageError
+from barrierflow.storage.object_dir import CheckpointDir
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -48,7 +54,7 @@ if TYPE_CHECKING:
     from barrierflow.spec.models import SparkSpec
 
 __all__ = ["OperatorSchema", "StateSnapshot", "flat_fields", "has_state", "open_state", "partition_bytes",
-           "read_flat_state"]
+           "read_flat_state", "read_operators", "read_windows"]
 
 
 def flat_fields(column: str, data_type: DataType) -> list[tuple[tuple[str, ...], str]]:
@@ -89,7 +95,7 @@ def flattened(frame: DataFrame, operator_id: int) -> DataFrame:
                         *flat_columns(frame, "key"), *flat_columns(frame, "value"))
 
 
-def _statestore(spark: SparkSession, directory: Path, batch_id: int, operator_id: int,
+def _statestore(spark: SparkSession, directory: CheckpointDir, batch_id: int, operator_id: int,
                 options: dict[str, str] | None = None) -> DataFrame:
     reader = spark.read.format("statestore").option("batchId", batch_id).option("operatorId", operator_id)
     for key, value in (options or {}).items():
@@ -172,6 +178,97 @@ def _leaf_types(frame: DataFrame, struct: str) -> dict[str, str]:
     return types
 
 
+def _metadata_rows(spark: SparkSession, location: str) -> list[dict[str, Any]]:
+    """Spark's ``state-metadata`` rows of the checkpoint at ``location`` (one per operator and
+    store), or [] when it has no operator metadata files."""
+    try:
+        rows = spark.read.format("state-metadata").load(location).collect()
+    except Exception:  # no operator metadata (older checkpoints): described from the directories
+        return []
+    return [r.asDict() for r in rows]
+
+
+def _names(directory: CheckpointDir) -> list[str]:
+    if isinstance(directory, Path):
+        return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+    return directory.listdir()
+
+
+def read_operators(spark: SparkSession, directory: CheckpointDir, batch_id: int, *, recorded_partitions: str | None,
+                   corrupt: Callable[[str, BaseException], Exception]
+                   ) -> tuple[list[OperatorSchema], dict[int, dict[str, str]]]:
+    """Every stateful operator of the Spark checkpoint ``directory`` (a local directory, or one
+    on object storage) at barrier batch ``batch_id``, by id: Spark's ``state-metadata`` (name,
+    stores, partitions; ``recorded_partitions``, the offset log's, wins for the partitions), its
+    key and value schemas from the ``statestore`` reader; an operator without operator metadata
+    is described from its ``state/<operator>/<partition>`` directories (named ``unknown``). Also
+    the reader options each operator's state is read with (a join's: one side).
+
+    Raises:
+        what ``corrupt(what, exc)`` makes, when Spark cannot read an operator's state schema.
+    """
+    rows = _metadata_rows(spark, str(directory))
+    # Spark's version-1 operator metadata (an aggregation's, a deduplication's) is written once and
+    # keeps the partition count the state was first built with, also after an offline repartition;
+    # the offset log's shuffle partitions at the barrier batch are what the state has now.
+    recorded = recorded_partitions
+    found: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        partitions = int(recorded) if recorded is not None and recorded.isdigit() else int(row["numPartitions"])
+        entry = found.setdefault(int(row["operatorId"]), {"name": str(row["operatorName"]), "stores": [],
+                                                          "partitions": partitions})
+        entry["stores"].append(str(row["stateStoreName"]))
+    state = directory / "state"
+    for op in sorted(int(n) for n in _names(state) if n.isdigit()):
+        if op not in found:
+            parts = [state / str(op) / n for n in _names(state / str(op)) if n.isdigit()]
+            stores = sorted({q for p in parts for q in _names(p) if (p / q).is_dir() and not q.isdigit()
+                             and q not in ("SSTs", "logs", "_metadata")}) or ["default"]
+            found[op] = {"name": "unknown", "stores": stores, "partitions": len(parts)}
+    operators, chosen = [], {}
+    for op, entry in sorted(found.items()):
+        frame, options = None, {}
+        for attempt in ({}, {"joinSide": "left"}):
+            try:
+                frame = _statestore(spark, directory, batch_id, op, attempt)
+                frame.schema  # noqa: B018 - resolving the schema reads the operator's schema file
+                options = attempt
+                break
+            except Exception as exc:
+                if attempt:
+                    raise corrupt(f"state of operator {op}", exc) from None
+        assert frame is not None
+        chosen[op] = options
+        operators.append(OperatorSchema(
+            op, entry["name"], tuple(entry["stores"]), entry["partitions"],
+            frame.schema["key"].dataType.simpleString(), frame.schema["value"].dataType.simpleString(),
+            _leaf_types(frame, "key"), _leaf_types(frame, "value")))
+    return operators, chosen
+
+
+def read_windows(spark: SparkSession, directory: CheckpointDir, batch_id: int, operator_id: int, field: str, *,
+                 size_us: int, slide_us: int, offset_us: int = 0, options: dict[str, str] | None = None
+                 ) -> tuple[int, list[int], int, int]:
+    """What operator ``operator_id``'s stored keys at ``batch_id`` say about their time-window
+    key column ``field`` (a struct of ``start`` and ``end``): (keys, the distinct window sizes
+    ``end - start`` in microseconds (at most 5), keys starting off a ``slide_us`` grid from
+    ``offset_us``, keys starting off a ``size_us`` grid from it). One Spark aggregation; one row
+    reaches the driver."""
+    from pyspark.sql import functions as F
+
+    frame = _statestore(spark, directory, batch_id, operator_id, options)
+    start = F.unix_micros(F.col("key").getField(field).getField("start"))
+    end = F.unix_micros(F.col("key").getField(field).getField("end"))
+    row = frame.select(start.alias("s"), (end - start).alias("d")).agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.slice(F.sort_array(F.collect_set("d")), 1, 5).alias("durations"),
+        F.sum(F.when(F.pmod(F.col("s") - F.lit(offset_us), F.lit(slide_us)) != 0, 1).otherwise(0)).alias("slide"),
+        F.sum(F.when(F.pmod(F.col("s") - F.lit(offset_us), F.lit(size_us)) != 0, 1).otherwise(0)).alias("size"),
+    ).first()
+    assert row is not None
+    return int(row["rows"]), [int(d) for d in row["durations"] or []], int(row["slide"] or 0), int(row["size"] or 0)
+
+
 @dataclass
 class StateSnapshot:
     """One stage's state as of one completed checkpoint, materialized in ``directory`` (module
@@ -202,57 +299,22 @@ class StateSnapshot:
             f"its {what} at batch {self.batch_id}: {first[:600]}; check it with 'barrierflow verify --deep' and "
             "read an older checkpoint (--checkpoint)")
 
-    def _metadata_rows(self) -> list[dict[str, Any]]:
-        """Spark's ``state-metadata`` rows (one per operator and store), or [] when the
-        checkpoint has no operator metadata files."""
-        try:
-            rows = self.spark.read.format("state-metadata").load(str(self.directory)).collect()
-        except Exception:  # no operator metadata (older checkpoints): described from the directories
-            return []
-        return [r.asDict() for r in rows]
-
     def operators(self) -> list[OperatorSchema]:
         """Every stateful operator, by id (module docstring). Raises CheckpointCorruptError
         when Spark cannot read an operator's state schema."""
         if self._operators is not None:
             return self._operators
-        rows = self._metadata_rows()
-        # Spark's version-1 operator metadata (an aggregation's, a deduplication's) is written once and
-        # keeps the partition count the state was first built with, also after an offline repartition;
-        # the offset log's shuffle partitions at the barrier batch are what the state has now.
-        recorded = self.recorded_shuffle_partitions()
-        found: dict[int, dict[str, Any]] = {}
-        for row in rows:
-            partitions = int(recorded) if recorded is not None and recorded.isdigit() else int(row["numPartitions"])
-            entry = found.setdefault(int(row["operatorId"]), {"name": str(row["operatorName"]), "stores": [],
-                                                              "partitions": partitions})
-            entry["stores"].append(str(row["stateStoreName"]))
-        for op in _operator_ids(self.directory):
-            if op not in found:
-                parts = [p for p in (self.directory / "state" / str(op)).iterdir() if p.name.isdigit()]
-                stores = sorted({q.name for p in parts for q in p.iterdir() if q.is_dir() and not q.name.isdigit()
-                                 and q.name not in ("SSTs", "logs", "_metadata")}) or ["default"]
-                found[op] = {"name": "unknown", "stores": stores, "partitions": len(parts)}
-        operators = []
-        for op, entry in sorted(found.items()):
-            frame, options = None, {}
-            for attempt in ({}, {"joinSide": "left"}):
-                try:
-                    frame = _statestore(self.spark, self.directory, self.batch_id, op, attempt)
-                    frame.schema  # noqa: B018 - resolving the schema reads the operator's schema file
-                    options = attempt
-                    break
-                except Exception as exc:
-                    if attempt:
-                        raise self._corrupt(f"state of operator {op}", exc) from None
-            assert frame is not None
-            self._options[op] = options
-            operators.append(OperatorSchema(
-                op, entry["name"], tuple(entry["stores"]), entry["partitions"],
-                frame.schema["key"].dataType.simpleString(), frame.schema["value"].dataType.simpleString(),
-                _leaf_types(frame, "key"), _leaf_types(frame, "value")))
-        self._operators = operators
-        return operators
+        self._operators, self._options = read_operators(
+            self.spark, self.directory, self.batch_id, recorded_partitions=self.recorded_shuffle_partitions(),
+            corrupt=self._corrupt)
+        return self._operators
+
+    def windows(self, operator: OperatorSchema, field: str, *, size_us: int, slide_us: int,
+                offset_us: int = 0) -> tuple[int, list[int], int, int]:
+        """:func:`read_windows` of ``operator``'s stored keys."""
+        self.operators()
+        return read_windows(self.spark, self.directory, self.batch_id, operator.operator_id, field, size_us=size_us,
+                            slide_us=slide_us, offset_us=offset_us, options=self._options.get(operator.operator_id))
 
     def operator(self, operator_id: int | None = None) -> OperatorSchema:
         """Operator ``operator_id``, or the only one there is.
