@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.ops.replay_range import plan_replay, replay_since_ms
+from barrierflow.ops.replay_range import plan_replay
 from barrierflow.ops.savepoint import savepoint
 from barrierflow.ops.upgrade import report_for
 from barrierflow.ops.upgrade_record import read_record
@@ -123,18 +123,6 @@ def recount(records: int, seconds: int) -> dict[tuple[str, datetime], tuple[floa
 @pytest.fixture
 def example_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLE))
-
-
-def test_replay_start_is_the_oldest_open_window() -> None:
-    """The event time a windowed aggregation's rebuild replays from: the watermark minus its
-    longest window (tumbling or sliding); anything not windowed replays everything (None)."""
-    window = [{"operator": "EventTimeWatermark", "watermark": "event_time delayed by 10 seconds"},
-              {"operator": "Aggregate", "window": "120 s", "grouping keys": ["window: struct", "user_id: string"]}]
-    assert replay_since_ms(window, 1_000_000) == 1_000_000 - 120_000
-    sliding = [{"operator": "Aggregate", "window": "10 s, 60 s", "grouping keys": []}]
-    assert replay_since_ms(sliding, 1_000_000) == 1_000_000 - 60_000
-    assert replay_since_ms([{"operator": "Aggregate", "grouping keys": ["user_id: string"]}], 1_000_000) is None
-    assert replay_since_ms([*window, {"operator": "Deduplicate", "keys": ["id"]}], 1_000_000) is None
 
 
 @pytest.mark.slow(80)

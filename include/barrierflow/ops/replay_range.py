@@ -181,15 +181,16 @@ def plan_replay(stage: Stage, store: CheckpointStore, manifest: Manifest, finger
     since = replay_since_ms(fingerprint, int(watermark.timestamp() * 1000))
     retained = beginning_offsets(source)  # type: ignore[arg-type]
     first = first_offsets(source, sorted(until))  # type: ignore[arg-type]
-    found = offsets_for_times(source, since) if since is not None else {}  # type: ignore[arg-type]
+    # (a watermark still at its start, 0, puts `since` before the epoch: every record is needed;
+    # Kafka reads a negative timestamp as "latest" or "earliest", so ask for 0)
+    found = offsets_for_times(source, max(0, since)) if since is not None else {}  # type: ignore[arg-type]
     parts: list[PartitionRange] = []
     for partition in sorted(until):
         end, oldest, began = until[partition], retained.get(partition, 0), first[partition]
+        needed: int | None
         if since is None:
-            needed: int | None = began
+            needed = began
             covered = began is not None and (oldest <= began or began >= end)
-            if began is None:
-                needed = None
         else:
             at = found.get(partition)
             needed = end if at is None or at > end else at

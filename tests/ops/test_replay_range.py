@@ -1,0 +1,53 @@
+"""Where a rebuild's replay of a Kafka-fed stage starts, without a broker: the event time the
+new state needs records from, the pipeline's first offsets its spec tells, and the savepoint's
+offsets in the form ``starting_offsets`` takes."""
+
+from __future__ import annotations
+
+from barrierflow.kafka_io.partition_ids import starting_offsets_form
+from barrierflow.ops.replay_range import PartitionRange, first_offsets, replay_since_ms
+from barrierflow.spec.models import KafkaSourceSpec
+
+
+def kafka(starting: object) -> KafkaSourceSpec:
+    return KafkaSourceSpec.model_validate({"name": "payments", "type": "kafka", "bootstrap_servers": "b:9092",
+                                           "topics": ["clicks"], "starting_offsets": starting})
+
+
+def test_a_windowed_aggregation_replays_from_its_oldest_open_window() -> None:
+    window = [{"operator": "EventTimeWatermark", "watermark": "event_time delayed by 10 seconds"},
+              {"operator": "Aggregate", "window": "120 s", "grouping keys": ["window: struct", "user_id: string"]}]
+    assert replay_since_ms(window, 1_000_000) == 1_000_000 - 120_000
+    sliding = [{"operator": "Aggregate", "window": "10 s, 60 s", "grouping keys": []}]  # slide, length
+    assert replay_since_ms(sliding, 1_000_000) == 1_000_000 - 60_000
+
+
+def test_state_that_is_not_windowed_replays_everything() -> None:
+    window = {"operator": "Aggregate", "window": "60 s", "grouping keys": ["window: struct"]}
+    assert replay_since_ms([{"operator": "Aggregate", "grouping keys": ["user_id: string"]}], 1_000_000) is None
+    assert replay_since_ms([window, {"operator": "Deduplicate", "keys": ["id: string"]}], 1_000_000) is None
+    session = {"operator": "Aggregate", "window": "5 s", "grouping keys": ["session_window(event_time, 5 s)"]}
+    assert replay_since_ms([session], 1_000_000) is None
+    assert replay_since_ms([], 1_000_000) is None
+
+
+def test_the_pipelines_first_offsets_as_its_spec_tells_them() -> None:
+    partitions = ["clicks:0", "clicks:1"]
+    assert first_offsets(kafka("earliest"), partitions) == {"clicks:0": 0, "clicks:1": 0}
+    assert first_offsets(kafka("latest"), partitions) == {"clicks:0": None, "clicks:1": None}
+    assert first_offsets(kafka({"clicks": {"0": 40, "1": -1}}), partitions) == {"clicks:0": 40, "clicks:1": None}
+    assert first_offsets(kafka({"clicks": {"0": -2}}), partitions) == {"clicks:0": 0, "clicks:1": 0}
+
+
+def test_offsets_in_the_starting_offsets_form() -> None:
+    form = starting_offsets_form({"clicks:10": 5, "clicks:2": 7, "a:b:0": 1})
+    assert form == {"a:b": {"0": 1}, "clicks": {"2": 7, "10": 5}}
+    assert list(form["clicks"]) == ["2", "10"]  # partitions in number order
+    assert kafka(form).starting_offsets == form  # what the Kafka source's field takes
+
+
+def test_a_partition_names_what_is_needed_and_retained() -> None:
+    assert PartitionRange("clicks:0", 76, 0, 120, True).describe() == (
+        "clicks:0: oldest offset needed 76, oldest retained 0, savepoint at 120")
+    assert "oldest offset needed below 81 (the broker deleted" in PartitionRange("clicks:0", None, 81, 120,
+                                                                                 False).describe()
