@@ -4,6 +4,10 @@ offsets in the form ``starting_offsets`` takes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import yaml
 from barrierflow.kafka_io.partition_ids import starting_offsets_form
 from barrierflow.ops.replay_range import PartitionRange, first_offsets, replay_since_ms
 from barrierflow.spec.models import KafkaSourceSpec
@@ -51,3 +55,33 @@ def test_a_partition_names_what_is_needed_and_retained() -> None:
         "clicks:0: oldest offset needed 76, oldest retained 0, savepoint at 120")
     assert "oldest offset needed below 81 (the broker deleted" in PartitionRange("clicks:0", None, 81, 120,
                                                                                  False).describe()
+
+
+def test_which_kafka_fed_stages_can_be_rebuilt(tmp_path: Path) -> None:
+    """barrierflow's Kafka reader with RocksDB state replays; Spark's connector and the
+    HDFS-backed state store do not (each refusal names why); nothing connects."""
+    from barrierflow.ops.state_rebuild import rebuild_refusal
+    from barrierflow.pipeline.model import open_pipeline
+
+    def stage(reader: str, store: str) -> Any:
+        path = tmp_path / f"{reader}-{store}.yaml"
+        path.write_text(yaml.safe_dump({
+            "version": 1, "name": "clicks", "work_dir": str(tmp_path / "work"),
+            "sources": [{"name": "payments", "type": "kafka", "bootstrap_servers": "b:9092", "topics": ["clicks"],
+                         "reader": reader}],
+            "transformation": {"function": "barrierflow.transforms.projection:project"},
+            "sinks": [{"name": "out", "type": "parquet", "path": f"file://{tmp_path / 'out'}"}],
+            "checkpoint": {"storage": f"file://{tmp_path / 'chk'}"}, "spark": {"state_store": store}}),
+            encoding="utf-8")
+        return open_pipeline(path).stages[0]
+
+    assert rebuild_refusal(stage("python", "rocksdb")) is None
+    assert "not yet supported for reader: spark" in str(rebuild_refusal(stage("spark", "rocksdb")))
+    assert "spark.state_store: rocksdb" in str(rebuild_refusal(stage("python", "hdfs")))
+
+
+def test_an_unknown_first_offset_says_why() -> None:
+    latest = PartitionRange("clicks:0", None, 0, 120, False, "the pipeline started at starting_offsets latest, "
+                                                             "which no checkpoint records")
+    assert latest.describe() == ("clicks:0: oldest offset needed unknown (the pipeline started at starting_offsets "
+                                 "latest, which no checkpoint records), oldest retained 0, savepoint at 120")

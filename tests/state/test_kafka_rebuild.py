@@ -21,7 +21,8 @@ sums compare exactly) and event time ``START + 1.5 s * i``, which is also its Ka
    API's delete_records) past where the 2-minute windows open at ``W`` begin: ``upgrade`` exits 2
    naming per partition the oldest offset needed and the oldest retained, and prints the
    savepoint's offsets as ``starting_offsets`` (what ``checkpoints show`` prints too); nothing is
-   recorded.
+   recorded. State that is not windowed (planned only: no Spark) replays from offset 0, which the
+   topic holds before the deletion and not after it.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 
 import pytest
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.ops.replay_range import plan_replay
+from barrierflow.ops.replay_range import RetentionNotCoveredError, plan_replay
 from barrierflow.ops.savepoint import savepoint
 from barrierflow.ops.upgrade import report_for
 from barrierflow.ops.upgrade_record import read_record
@@ -211,10 +212,20 @@ def test_a_kafka_window_change_is_refused_once_retention_dropped_what_it_needs(
     needed = {p: next(o for o in range(until[p] + 1) if START + STEP * (2 * o + int(p[-1])) >= since) for p in until}
     cut = {p: min(needed[p] + 5, until[p]) for p in until}  # past what the open windows need, before the savepoint
     assert all(needed[p] < cut[p] for p in until), (needed, cut, until)
+    # state that is not windowed needs every record from the pipeline's first: held, so far
+    [stage] = open_pipeline(old).stages
+    unwindowed = [{"operator": "Aggregate", "grouping keys": ["user_id: string"]}]
+    whole = plan_replay(stage, store, manifest, unwindowed, pipeline="clicks")
+    assert whole.covered and whole.since_ms is None and whole.start == dict.fromkeys(until, 0), whole
     admin = AdminClient({"bootstrap.servers": kafka_endpoint.bootstrap_servers})
     futures = admin.delete_records([TopicPartition(topic, int(p[-1]), o) for p, o in sorted(cut.items())])
     for future in futures.values():
         future.result(timeout=30)
+
+    with pytest.raises(RetentionNotCoveredError, match="every record from the pipeline's first") as refused:
+        plan_replay(stage, store, manifest, unwindowed, pipeline="clicks")
+    for p in sorted(until):
+        assert f"{p}: oldest offset needed 0, oldest retained {cut[p]}, savepoint at {until[p]}" in str(refused.value)
 
     code, out, err = cli("checkpoints", "show", str(old), str(first))
     assert code == 0, err

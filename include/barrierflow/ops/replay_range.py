@@ -71,9 +71,12 @@ class PartitionRange:
     retained: int
     until: int
     covered: bool
+    #: why ``needed`` is None when it is not that the broker deleted the records that would say
+    unknown: str = ""
 
     def describe(self) -> str:
         needed = (f"oldest offset needed {self.needed}" if self.needed is not None else
+                  f"oldest offset needed unknown ({self.unknown})" if self.unknown else
                   f"oldest offset needed below {self.retained} (the broker deleted the records that would say which)")
         return f"{self.partition}: {needed}, oldest retained {self.retained}, savepoint at {self.until}"
 
@@ -188,9 +191,12 @@ def plan_replay(stage: Stage, store: CheckpointStore, manifest: Manifest, finger
     for partition in sorted(until):
         end, oldest, began = until[partition], retained.get(partition, 0), first[partition]
         needed: int | None
+        unknown = ""
         if since is None:
             needed = began
             covered = began is not None and (oldest <= began or began >= end)
+            if began is None:
+                unknown = "the pipeline started at starting_offsets latest, which no checkpoint records"
         else:
             at = found.get(partition)
             needed = end if at is None or at > end else at
@@ -198,7 +204,7 @@ def plan_replay(stage: Stage, store: CheckpointStore, manifest: Manifest, finger
             covered = needed > oldest or (needed == oldest and unharmed)
             if not covered and needed <= oldest:
                 needed = None
-        parts.append(PartitionRange(partition, needed, oldest, end, covered))
+        parts.append(PartitionRange(partition, needed, oldest, end, covered, unknown))
     plan = ReplayRange(source.name, {p.partition: p.needed if p.needed is not None else p.retained for p in parts},
                        until, since, tuple(parts))
     if not plan.covered:
