@@ -68,6 +68,7 @@ def create_topic(endpoint: KafkaEndpoint, topic: str) -> None:
     futures = admin.create_topics([NewTopic(topic, PARTITIONS, 1, config={"retention.ms": "-1"})])
     for future in futures.values():
         future.result(timeout=30)
+    del admin  # librdkafka's client ends with its last reference (no reconnect logs after the broker stops)
 
 
 def produce(endpoint: KafkaEndpoint, topic: str, first: int, end: int) -> None:
@@ -91,6 +92,7 @@ def clicks(tmp: Path, file: str, endpoint: KafkaEndpoint, topic: str, window: st
         "version": 1, "name": "clicks", "work_dir": str(tmp / "work"),
         "sources": [{"name": "payments", "type": "kafka", "bootstrap_servers": endpoint.bootstrap_servers,
                      "topics": [topic], "format": "json", "max_records_per_batch": 40,
+                     "poll_timeout": 60,  # a loaded test machine's broker may answer slowly
                      "json_fields": {"user_id": "string", "amount": "double", "event_time": "timestamp"}}],
         "transformation": {"function": "user_totals.transform:per_user_minute_sums", "output_mode": "append",
                            "options": {"window": window}},
@@ -221,6 +223,7 @@ def test_a_kafka_window_change_is_refused_once_retention_dropped_what_it_needs(
     futures = admin.delete_records([TopicPartition(topic, int(p[-1]), o) for p, o in sorted(cut.items())])
     for future in futures.values():
         future.result(timeout=30)
+    del admin, futures
 
     with pytest.raises(RetentionNotCoveredError, match="every record from the pipeline's first") as refused:
         plan_replay(stage, store, manifest, unwindowed, pipeline="clicks")
