@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 from barrierflow.kafka_io.partition_ids import starting_offsets_form
-from barrierflow.ops.replay_range import PartitionRange, first_offsets, replay_since_ms
+from barrierflow.ops.replay_range import PartitionRange, first_offsets, partition_range, replay_since_ms
 from barrierflow.spec.models import KafkaSourceSpec
 
 
@@ -85,3 +85,28 @@ def test_an_unknown_first_offset_says_why() -> None:
                                                              "which no checkpoint records")
     assert latest.describe() == ("clicks:0: oldest offset needed unknown (the pipeline started at starting_offsets "
                                  "latest, which no checkpoint records), oldest retained 0, savepoint at 120")
+
+
+def test_a_partitions_replay_is_covered_while_the_broker_holds_its_start() -> None:
+    # windowed: offsets-for-times found offset 76; the broker holds from 0 (or 50): replay 76..120
+    assert partition_range("c:0", 120, 0, 0, 76, windowed=True) == PartitionRange("c:0", 76, 0, 120, True)
+    assert partition_range("c:0", 120, 50, 0, 76, windowed=True).covered
+    # nothing at or after the time: nothing before the savepoint is needed
+    assert partition_range("c:0", 120, 0, 0, None, windowed=True) == PartitionRange("c:0", 120, 0, 120, True)
+    # the oldest retained record is already new enough: what was deleted before it may be needed
+    deleted = partition_range("c:0", 120, 81, 0, 81, windowed=True)
+    assert not deleted.covered and deleted.needed is None and deleted.retained == 81
+    # ... unless the pipeline began there (nothing it read was deleted)
+    assert partition_range("c:0", 120, 81, 81, 81, windowed=True) == PartitionRange("c:0", 81, 81, 120, True)
+    # never before the pipeline's first offset (records it never read)
+    assert partition_range("c:0", 120, 0, 40, 10, windowed=True) == PartitionRange("c:0", 40, 0, 120, True)
+    # every record deleted up to the savepoint
+    assert not partition_range("c:0", 120, 120, 0, None, windowed=True).covered
+
+
+def test_state_that_is_not_windowed_needs_the_pipelines_first_record() -> None:
+    assert partition_range("c:0", 120, 0, 0, None, windowed=False) == PartitionRange("c:0", 0, 0, 120, True)
+    assert partition_range("c:0", 120, 5, 0, None, windowed=False) == PartitionRange("c:0", 0, 5, 120, False)
+    assert partition_range("c:0", 120, 30, 40, None, windowed=False).covered
+    latest = partition_range("c:0", 120, 0, None, None, windowed=False)
+    assert not latest.covered and "starting_offsets latest" in latest.describe()

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from barrierflow.spec.models import KafkaSourceSpec
 
 __all__ = ["PartitionRange", "ReplayRange", "RetentionNotCoveredError", "alternative", "first_offsets",
-           "plan_replay", "replay_since_ms"]
+           "partition_range", "plan_replay", "replay_since_ms"]
 
 _SECONDS = re.compile(r"([0-9.]+) s")
 
@@ -165,6 +165,25 @@ def alternative(pipeline: str, source: str, until: Mapping[str, int]) -> str:
             f"pipeline {pipeline}'s savepoint stays as it is")
 
 
+def partition_range(partition: str, end: int, oldest: int, began: int | None, at: int | None, *,
+                    windowed: bool) -> PartitionRange:
+    """One partition's answer (module docstring): ``end`` the savepoint's offset, ``oldest`` the
+    oldest the broker retains, ``began`` the pipeline's first offset (None: not known), ``at``
+    the broker's offsets-for-times answer (None: no record at or after the time; ``windowed``
+    False: not asked, every record from ``began`` is needed)."""
+    if not windowed:
+        if began is None:
+            return PartitionRange(partition, None, oldest, end, False,
+                                  "the pipeline started at starting_offsets latest, which no checkpoint records")
+        return PartitionRange(partition, began, oldest, end, oldest <= began or began >= end)
+    needed = end if at is None or at > end else at
+    if began is not None:  # never a record from before the pipeline's first (it never read those)
+        needed = min(max(needed, began), end)
+    unharmed = began is not None and oldest <= began  # nothing the pipeline read was deleted
+    covered = needed > oldest or (needed == oldest and unharmed)
+    return PartitionRange(partition, needed if covered else None, oldest, end, covered)
+
+
 def plan_replay(stage: Stage, store: CheckpointStore, manifest: Manifest, fingerprint: list[dict[str, Any]], *,
                 pipeline: str) -> ReplayRange:
     """The bounded replay of ``stage`` (the new spec's; its source a Kafka source) for savepoint
@@ -187,24 +206,8 @@ def plan_replay(stage: Stage, store: CheckpointStore, manifest: Manifest, finger
     # (a watermark still at its start, 0, puts `since` before the epoch: every record is needed;
     # Kafka reads a negative timestamp as "latest" or "earliest", so ask for 0)
     found = offsets_for_times(source, max(0, since)) if since is not None else {}  # type: ignore[arg-type]
-    parts: list[PartitionRange] = []
-    for partition in sorted(until):
-        end, oldest, began = until[partition], retained.get(partition, 0), first[partition]
-        needed: int | None
-        unknown = ""
-        if since is None:
-            needed = began
-            covered = began is not None and (oldest <= began or began >= end)
-            if began is None:
-                unknown = "the pipeline started at starting_offsets latest, which no checkpoint records"
-        else:
-            at = found.get(partition)
-            needed = end if at is None or at > end else at
-            unharmed = began is not None and oldest <= began  # nothing the pipeline read was deleted
-            covered = needed > oldest or (needed == oldest and unharmed)
-            if not covered and needed <= oldest:
-                needed = None
-        parts.append(PartitionRange(partition, needed, oldest, end, covered, unknown))
+    parts = [partition_range(p, until[p], retained.get(p, 0), first[p], found.get(p), windowed=since is not None)
+             for p in sorted(until)]
     plan = ReplayRange(source.name, {p.partition: p.needed if p.needed is not None else p.retained for p in parts},
                        until, since, tuple(parts))
     if not plan.covered:
