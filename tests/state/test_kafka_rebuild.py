@@ -194,7 +194,7 @@ def test_a_kafka_window_change_rebuilds_state_from_a_bounded_replay(
     assert straddling and all(k in {(r["user_id"], r["window_start"]) for r in by_width[120]} for k in straddling)
 
 
-@pytest.mark.slow(45)
+@pytest.mark.slow(20)
 def test_a_kafka_window_change_is_refused_once_retention_dropped_what_it_needs(
         spark: Any, tmp_path: Path, cli: Any, kafka_endpoint: KafkaEndpoint, example_on_path: None) -> None:
     from confluent_kafka import TopicPartition
