@@ -234,6 +234,8 @@ def test_a_kafka_window_change_is_refused_once_retention_dropped_what_it_needs(
     assert code == 0, err
     form = json.dumps({topic: {str(int(p[-1])): until[p] for p in sorted(until)}})
     assert f"source payments as starting_offsets: {form}" in out, out
+    code, out, err = cli("checkpoints", "show", str(old), str(first), "--json")
+    assert code == 0 and json.loads(out)["stages"]["clicks"]["starting_offsets"] == {"payments": json.loads(form)}
 
     longer = clicks(tmp_path, "clicks-2m.yaml", kafka_endpoint, topic, "2 minutes")
     code, out, err = cli("upgrade", str(old), "--to", str(longer))
