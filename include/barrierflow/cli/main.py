@@ -446,6 +446,9 @@ def _print_view(view: CheckpointView) -> None:
               f"{stage.async_ms:.1f} ms, {len(stage.files)} files, {stage.full_bytes} bytes")
         for source, offsets in stage.barrier_offsets.items():
             print(f"    source {source} at the barrier: {json.dumps(offsets)}")
+            form = view.starting_offsets.get(name, {}).get(source)
+            if form is not None:  # what a new pipeline started at this cut gives its Kafka source
+                print(f"    source {source} as starting_offsets: {json.dumps(form)}")
         if stage.alignment is not None:
             a = stage.alignment
             print(f"    alignment {a.mode}, {a.alignment_ms:.1f} ms; barrier positions {json.dumps(a.barrier_offsets)}")

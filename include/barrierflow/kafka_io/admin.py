@@ -215,6 +215,29 @@ def beginning_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
     return _offsets_now(spec, "beginning", lambda consumer: consumer.beginning_offsets)
 
 
+def offsets_for_times(spec: KafkaSourceSpec, timestamp_ms: int) -> dict[str, int | None]:
+    """Per partition of the spec's topics (keyed like :func:`end_offsets`), the earliest
+    offset the broker still holds whose record timestamp is at or after ``timestamp_ms``
+    (epoch milliseconds), as Kafka's offsets-for-times answers it; None for a partition with no
+    such record. Every record of the partition before that offset that the broker holds has an
+    older timestamp; records it has deleted (before the log start offset) are not searched.
+
+    Raises:
+        SourceError: a topic does not exist, or the brokers cannot be reached within ``poll_timeout``.
+    """
+    consumer = open_consumer(spec)
+    try:
+        partitions = topic_partitions(spec, consumer)
+        timeout_ms = int(spec.poll_timeout * 1000)
+        found = broker_call(spec, f"looking up the offsets of timestamp {timestamp_ms} ms in {spec.topics}",
+                            lambda: consumer.offsets_for_times(dict.fromkeys(partitions, int(timestamp_ms)),
+                                                               timeout_ms=timeout_ms))
+        return {partition_id(tp.topic, tp.partition): (None if found.get(tp) is None else int(found[tp].offset))
+                for tp in partitions}
+    finally:
+        consumer.close()
+
+
 # --------------------------------------------------------------------------- topics of any client
 
 

@@ -8,6 +8,8 @@ offset lookups of :mod:`barrierflow.kafka_io.admin` and the dead letters of
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from barrierflow.errors import SourceError
 
 
@@ -25,3 +27,14 @@ def parse_partition_id(key: str) -> tuple[str, int]:
             "checkpoint written by another source? Use a fresh work_dir."
         )
     return topic, int(number)
+
+
+def starting_offsets_form(offsets: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """Offsets keyed by :func:`partition_id` (``{"clicks:0": 120}``) in the form a Kafka
+    source's ``starting_offsets`` takes (``{"clicks": {"0": 120}}``), topics and partitions
+    sorted: what a new pipeline that starts where these offsets are is given."""
+    out: dict[str, dict[str, int]] = {}
+    for key in sorted(offsets, key=parse_partition_id):
+        topic, number = parse_partition_id(key)
+        out.setdefault(topic, {})[str(number)] = int(offsets[key])
+    return out

@@ -154,6 +154,9 @@ class CheckpointView:
     manifest: GlobalManifest
     stages: dict[str, Manifest]
     noun: str
+    #: stage -> Kafka source -> its barrier offsets in the form its ``starting_offsets`` takes
+    #: (``{"clicks": {"0": 120}}``): what a new pipeline started where this cut is is given
+    starting_offsets: dict[str, dict[str, dict[str, dict[str, int]]]] = field(default_factory=dict)
 
     @property
     def checkpoint_id(self) -> int:
@@ -167,15 +170,23 @@ class CheckpointView:
         document = self.manifest.model_dump(mode="json")
         parts = document.pop("stages")
         return {**document, "noun": self.noun,
-                "stages": {name: {"part": parts.get(name), "manifest": m.model_dump(mode="json")}
+                "stages": {name: {"part": parts.get(name), "manifest": m.model_dump(mode="json"),
+                                  **({"starting_offsets": self.starting_offsets[name]}
+                                     if self.starting_offsets.get(name) else {})}
                            for name, m in self.stages.items()}}
 
 
 def view(pipeline: OpenedPipeline, checkpoint_id: int) -> CheckpointView:
     """Cut ``checkpoint_id`` of an opened pipeline (see :func:`show_checkpoint`)."""
+    from barrierflow.kafka_io.partition_ids import starting_offsets_form
+
     manifest = pipeline.cuts.get(checkpoint_id)
-    return CheckpointView(manifest, {s.name: s.store.get(checkpoint_id) for s in pipeline.stages},
-                          pipeline.cut_noun)
+    stages = {s.name: s.store.get(checkpoint_id) for s in pipeline.stages}
+    kafka = {s.name: s.spec.source.name for s in pipeline.stages if s.source_type in ("kafka", "spark_kafka")}
+    starting = {name: {source: starting_offsets_form(offsets)
+                       for source, offsets in stages[name].barrier_offsets.items() if source == kafka[name] and offsets}
+                for name in kafka if name in stages}
+    return CheckpointView(manifest, stages, pipeline.cut_noun, {k: v for k, v in starting.items() if v})
 
 
 def show_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int) -> CheckpointView:

@@ -14,7 +14,13 @@ of the savepoint, so that the new spec resumes exactly where the old one stopped
 2. **Replay.** The new spec's stage query runs over a fresh scratch checkpoint, its source
    reading every record from the first the pipeline read up to B in one batch (the source's
    :data:`~barrierflow.sources.planning.REPLAY_UNTIL` option; only a source kind that
-   :attr:`~barrierflow.sources.registry.SourceKind.replays_input` can), its output discarded
+   :attr:`~barrierflow.sources.registry.SourceKind.replays_input` can); a source whose input a
+   broker retains (Kafka: :attr:`~barrierflow.sources.registry.SourceKind.retained_input`)
+   reads the bounded range the new state needs instead, from the offsets
+   :func:`barrierflow.ops.replay_range.plan_replay` locates (for windowed aggregations: the
+   oldest window open at W, found with the broker's offsets-for-times; else the pipeline's first
+   record) up to B (:data:`~barrierflow.sources.planning.REPLAY_FROM`), refused, before anything
+   is read, when the broker no longer holds them. Its output is discarded
    (Spark's ``noop`` sink), no micro-batch run for a watermark alone. Nothing is evicted in
    that batch (its watermark is Spark's initial one), so the state holds every key of the
    input. Then batch 1 is planned by hand with the same offsets and the watermark W, and run:
@@ -35,13 +41,15 @@ savepoint included). Records the old run dropped as late are counted in the rebu
 replay reads the whole input as one batch, in which nothing is late).
 
 What it needs: a source whose input is replayable from the pipeline's first record (the
-generator), RocksDB state (Spark's rewriter reads and writes RocksDB column families), the
+generator), or a Kafka source (barrierflow's reader) whose topic still holds the records the new
+state needs; RocksDB state (Spark's rewriter reads and writes RocksDB column families), the
 stage's shuffle partitions unchanged (rebuild and rescale in two upgrades), one source.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -63,6 +71,8 @@ if TYPE_CHECKING:
     from barrierflow.checkpointing.store import CheckpointStore
     from barrierflow.pipeline.model import Stage
 
+log = logging.getLogger(__name__)
+
 __all__ = ["RebuildFailedError", "RebuildNotSupportedError", "rebuild_refusal", "rebuild_state"]
 
 #: Spark's setting for micro-batches that run for a new watermark alone (off during the replay).
@@ -83,6 +93,10 @@ def rebuild_refusal(stage: Stage) -> str | None:
     from barrierflow.sources.registry import kind_named
 
     kind = kind_named(stage.source_type)
+    if stage.source_type == "spark_kafka":
+        return (f"stage {stage.name} reads Kafka with Spark's connector (reader: spark); rebuilding its state by "
+                "replaying the retained records is made with barrierflow's Kafka reader, so it is not yet supported "
+                "for reader: spark")
     if not kind.replays_input:
         what = "channels" if stage.source_type == "channel" else f"a {stage.source_type} source"
         return (f"stage {stage.name} reads {what}, whose records from the pipeline's first one cannot be read again "
@@ -122,15 +136,19 @@ def _run_replay_query(spark: SparkSession, stage: Stage, spec_path: str, checkpo
 
 
 def _replay(spark: SparkSession, stage: Stage, spec_path: str, directory: Path, until: dict[str, Any],
-            watermark_ms: int) -> Path:
-    """Steps 2 of the module docstring; returns the replay's Spark checkpoint (state at batch 1)."""
+            watermark_ms: int, start: dict[str, int] | None = None) -> Path:
+    """Steps 2 of the module docstring (``start``: the first offset per partition of a bounded
+    replay, else the source's first); returns the replay's Spark checkpoint (state at batch 1)."""
+    from barrierflow.barriers.offsets import SourceOffset
     from barrierflow.runtime.session import register_data_sources
-    from barrierflow.sources.planning import REPLAY_UNTIL, PlanningOptions
+    from barrierflow.sources.planning import REPLAY_FROM, REPLAY_UNTIL, PlanningOptions
 
     register_data_sources(spark)
     checkpoint = directory / "spark-checkpoint"
-    options = {"control_dir": str(directory / "control"), "dead_letter_uri": "",
+    options = {"control_dir": str(directory / "control"), "dead_letter_uri": "", "event_time_uri": "",
                "planning": PlanningOptions().to_json(), REPLAY_UNTIL: json.dumps(until)}
+    if start is not None:
+        options[REPLAY_FROM] = json.dumps(SourceOffset(dict(start)).to_json())
     kept = {key: spark.conf.get(key, None) for key in (NO_DATA_BATCHES, SHUFFLE)}
     spark.conf.set(NO_DATA_BATCHES, "false")
     try:
@@ -176,15 +194,24 @@ def rebuild_state(spark: SparkSession, *, pipeline: str, stage: Stage, store: Ch
     Raises:
         RebuildNotSupportedError: :func:`rebuild_refusal` names a reason, the savepoint's batch has
             other than one source, or the shuffle partitions changed (nothing is read).
+        RetentionNotCoveredError: (a Kafka source) the broker no longer holds every record the new
+            state needs (:func:`barrierflow.ops.replay_range.plan_replay`; nothing is read).
         CheckpointCorruptError: a file of the checkpoint is missing or altered in the store.
         RebuildFailedError: the replay or Spark's state transfer failed (its first message line).
     """
     from barrierflow.jvm.helper import value_columns_helper
+    from barrierflow.sources.registry import kind_named
 
     where = f"stage {stage.name} of pipeline {pipeline}"
     refusal = rebuild_refusal(stage)
     if refusal is not None:
         raise RebuildNotSupportedError(f"{where}: {refusal}. Nothing was changed.")
+    bounded = None
+    if kind_named(stage.source_type).retained_input:
+        from barrierflow.ops.replay_range import plan_replay
+
+        bounded = plan_replay(stage, store, manifest, fingerprint, pipeline=pipeline)
+        log.info("%s: the rebuild replays %s", where, bounded.describe())
     tmp = Path(tempfile.mkdtemp(prefix=f"rebuild-{stage.name}-{manifest.checkpoint_id}-", dir=scratch))
     try:
         started = time.perf_counter()
@@ -209,7 +236,7 @@ def rebuild_state(spark: SparkSession, *, pipeline: str, stage: Stage, store: Ch
         started = time.perf_counter()
         try:
             replayed = _replay(spark, stage, spec_path, tmp / "replay", sources[0],
-                               int(metadata.get("batchWatermarkMs", 0)))
+                               int(metadata.get("batchWatermarkMs", 0)), None if bounded is None else bounded.start)
         except BarrierflowError:
             raise
         except Exception as exc:

@@ -35,7 +35,9 @@ the same for it.
   a stage whose stored keys would change meaning rebuilt from its input
   (:func:`barrierflow.ops.state_rebuild.rebuild_state`: the new spec's query replays the input to
   the savepoint's offsets, its state written into a copy of the savepoint as batch V+1; a source
-  that replays its input, RocksDB), a stage added behind new channels an empty part (it starts
+  that replays its input, RocksDB: the generator from its first record, a Kafka source the
+  bounded range the new state needs, refused before anything is recorded when the broker no
+  longer holds it, :mod:`barrierflow.ops.replay_range`), a stage added behind new channels an empty part (it starts
   on empty state at the beginning of its new channels); a stage the new spec removes gets no part, and only when
   ``drop_stages`` names it. The stages fed by channels keep S's barrier positions and attempt
   cutoffs. Where the cut is recorded (the global manifest, or the one stage's own manifest) is
@@ -515,6 +517,23 @@ def planned_rebuilds(report: CompatibilityReport) -> list[str]:
     return [v.stage for v in report.stages if any(is_rebuild(f) for f in v.findings)]
 
 
+def _refuse_uncovered_replays(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline,
+                              rebuilt: list[str], source: int) -> None:
+    """Before anything is recorded: every stage in ``rebuilt`` whose input a broker retains
+    (Kafka) can be replayed from savepoint ``source``, else
+    :class:`~barrierflow.ops.replay_range.RetentionNotCoveredError` names per partition the offset
+    needed and the oldest retained, and the alternative (:func:`~barrierflow.ops.replay_range.plan_replay`)."""
+    from barrierflow.ops.replay_range import plan_replay
+    from barrierflow.sources.registry import kind_named
+
+    planned = {v.stage: v.planned for v in report.stages}
+    old_stages = {s.name: s for s in old.stages}
+    for target in new.stages:
+        was = old_stages.get(target.name)
+        if target.name in rebuilt and was is not None and kind_named(target.source_type).retained_input:
+            plan_replay(target, was.store, was.store.get(source), planned[target.name], pipeline=old.name)
+
+
 def is_value_change(finding: Finding) -> bool:
     """Whether ``finding`` is a value column added to or dropped from an aggregation."""
     return finding.reason.startswith(("value column added:", "value column dropped:", "value columns dropped:"))
@@ -632,6 +651,7 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
         refuse_stage_changes(report, old, new, drop_stages)
         rescaled = _planned_rescale(report, old, new)
         rebuilt = planned_rebuilds(report)
+        _refuse_uncovered_replays(report, old, new, rebuilt, source)
         values = _planned_value_changes(report, old, new, session, scratch)
         added = [s.name for s in new.stages if s.name not in {o.name for o in old.stages}]
         rewrite = bool(rescaled or added or drop_stages or values or rebuilt or assumed)

@@ -95,7 +95,7 @@ from barrierflow.kafka_io.admin import bootstrap_servers, broker_call, open_cons
 from barrierflow.kafka_io.decoding import METADATA_COLUMNS, RecordDecoder, newest_event_time
 from barrierflow.kafka_io.partition_ids import parse_partition_id, partition_id
 from barrierflow.kafka_io.range_reads import read_range, read_range_columns, reader_settings
-from barrierflow.sources.planning import PlanningOptions, RowMeasure, SourcePlanner
+from barrierflow.sources.planning import REPLAY_FROM, REPLAY_UNTIL, PlanningOptions, RowMeasure, SourcePlanner
 from barrierflow.spec.models import KafkaSourceSpec
 
 if TYPE_CHECKING:
@@ -193,6 +193,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.planner = SourcePlanner(PlanningOptions.from_json(options.get("planning")), self.control)
         self._event_time_cache: dict[tuple[str, int, bool], datetime | None] = {}
         self._search: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        # a bounded replay (planning.REPLAY_FROM/REPLAY_UNTIL): [from, until) in one batch, then nothing
+        replay_from, until = options.get(REPLAY_FROM), options.get(REPLAY_UNTIL)
+        self.replay_from = SourceOffset.from_json(json.loads(replay_from)) if replay_from else None
+        self.until = SourceOffset.from_json(json.loads(until)) if until else None
 
     def __getstate__(self) -> dict[str, Any]:
         # The reader is pickled to the executors; a live consumer (and the planner's bookkeeping)
@@ -285,7 +289,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"partitions": dict(sorted(self._last_available.items()))}
 
     def initialOffset(self) -> dict:
-        """Resolve ``starting_offsets``; see the module docstring."""
+        """Resolve ``starting_offsets``; see the module docstring (a bounded replay starts at
+        its :data:`~barrierflow.sources.planning.REPLAY_FROM` offsets instead)."""
+        if self.replay_from is not None:
+            return self.replay_from.to_json()
         partitions = topic_partitions(self.spec, self._driver_consumer())
         wanted = self.spec.starting_offsets
         if wanted in ("earliest", "latest"):
@@ -332,6 +339,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (through :class:`~barrierflow.sources.planning.SourcePlanner`: idleness, adaptive batch
         sizing and, with ``event_time.alignment``, watermark alignment over event times the
         driver peeks at: :meth:`_event_times_at`, :meth:`_offset_at`)."""
+        if self.until is not None:  # a bounded replay: one batch to its end, then nothing
+            return self.until.to_json()
         begin = SourceOffset.from_json(start)
         available = self._available_riding_out_outages()
         if available is None:

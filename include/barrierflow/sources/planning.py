@@ -33,6 +33,11 @@ from barrierflow.spec.models import PipelineSpec
 #: checkpoint reads, in one batch, every record from the first the pipeline read to that offset,
 #: and then nothing more.
 REPLAY_UNTIL = "replay_until"
+#: With :data:`REPLAY_UNTIL`, the reader option of a source kind whose input a broker retains
+#: (:attr:`~barrierflow.sources.registry.SourceKind.retained_input`: Kafka): a source offset (its
+#: JSON) the replay's query starts at instead of the spec's ``starting_offsets``, so it reads the
+#: records ``[from, until)`` in one batch (a bounded replay).
+REPLAY_FROM = "replay_from"
 #: partition -> start offset  ->  partition -> the partition's event-time position there (the
 #: generator: its next record's event time, exact and never below the newest one read)
 EventTimesAt = Callable[[Mapping[str, int]], Mapping[str, datetime | None]]

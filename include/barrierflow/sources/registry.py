@@ -98,6 +98,10 @@ class SourceKind:
     #: offsets in one batch (:data:`~barrierflow.sources.planning.REPLAY_UNTIL`): what rebuilding
     #: a stage's state needs
     replays_input: bool = False
+    #: whether its input is what a broker retains (Kafka): a replay reads the bounded range from
+    #: start offsets the rebuild locates (:data:`~barrierflow.sources.planning.REPLAY_FROM`), as
+    #: far back as the broker still holds records
+    retained_input: bool = False
     #: whether barrierflow's planner plans its micro-batches (its ``latestOffset`` reads the
     #: stage's control channel, so a hold admits no new data); False: Spark's connector plans them
     plans_batches: bool = True
@@ -178,7 +182,8 @@ def reached(offsets: Mapping[str, int] | None, end: Mapping[str, int]) -> bool:
 _KINDS: dict[str, SourceKind] = {
     "generator": SourceKind("generator", "barrierflow_generator", _generator_event_times, _generator_end,
                             _generator_schema, replays_input=True),
-    "kafka": SourceKind("kafka", "barrierflow_kafka", _recorded_event_times, _kafka_end, _kafka_schema),
+    "kafka": SourceKind("kafka", "barrierflow_kafka", _recorded_event_times, _kafka_end, _kafka_schema,
+                        replays_input=True, retained_input=True),
     # A Kafka source with reader: spark: Spark's connector unioned with a barrier-only source
     # (sources/spark_kafka.py); the cut is the connector's offsets in Spark's offset log.
     "spark_kafka": SourceKind("spark_kafka", "kafka", _unknown_event_times, _kafka_end, _kafka_schema,
