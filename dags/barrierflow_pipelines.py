@@ -279,6 +279,8 @@ def _batch_submit(p: Pipeline, o: Output, task_id: str, job_args: list[str]) -> 
         conf=dict(p.spec.spark.conf) or None,
         env_vars=_job_env(),
         spec_master=p.spec.spark.master,
+        spec_path=p.spec_path,
+        stage=o.stage,
         retries=0,  # a failed job fails the same way again; the next scheduled run tries anew
     )
 

@@ -28,7 +28,7 @@ closes its epoch: the barrier-only offset changed, so Spark runs an (empty) batc
 
 What this costs: a Python planner round trip per batch (the barrier-only source's
 ``latestOffset``), no rows through Python on the read path; each record's JSON is parsed once,
-in the JVM, by barrierflow's decoder with Spark's ``from_json`` rows (:func:`_decoded`,
+in the JVM, by barrierflow's decoder with Spark's ``from_json`` rows (:func:`decoded_rows`,
 :mod:`barrierflow.sources.flat_json`). On one topic it runs at about plain Spark's rate with Spark's own
 checkpoints (docs/benchmarks.md, "Kafka side by side").
 
@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -198,26 +198,28 @@ def connector_options(spec: KafkaSourceSpec, partitions: list[str]) -> dict[str,
 # --------------------------------------------------------------------------- the stage's input
 
 
-def _decoded(raw: DataFrame, spec: KafkaSourceSpec) -> DataFrame:
+def decoded_rows(raw: DataFrame, spec: KafkaSourceSpec, carry: Sequence[str] = ()) -> DataFrame:
     """The connector's rows as barrierflow's reader gives them: ``raw`` (topic, partition,
     offset, timestamp, key, value, headers) or ``json`` (the metadata columns and the
     ``json_fields``; a field missing, null or of the wrong type is null, a value that is not a
-    JSON object gives nulls in every field)."""
+    JSON object gives nulls in every field). The stream's decoding, and the batch re-read's
+    (:mod:`barrierflow.batch.source_records`); ``carry``: columns of ``raw`` kept beside them."""
     from pyspark.sql import functions as F
 
     from barrierflow.sources.flat_json import decoded_record
     from barrierflow.sources.kafka import JSON_SPARK_TYPES
 
     meta = [F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp")]
+    kept = [F.col(f"`{name}`") for name in carry]
     if spec.format == "raw":
-        return raw.select(*meta, F.col("key"), F.col("value"), F.col("headers"))
+        return raw.select(*meta, F.col("key"), F.col("value"), F.col("headers"), *kept)
     # timestamps are parsed as text first: an ISO-8601 string (UTC without an offset) or epoch ms
     parsed = {name: ("STRING" if kind == "timestamp" else JSON_SPARK_TYPES[kind])
               for name, kind in spec.json_fields.items()}
     # Parsed once into one struct column, the fields taken from it in a projection of their own:
     # a field taken straight off ``from_json(...)`` carries its own copy of the parse, which
     # Spark's optimizer prunes to that one field, so every record was parsed once per field used.
-    parsed_rows = raw.select(*meta, decoded_record(raw.sparkSession, F.col("value"), parsed).alias(_RECORD))
+    parsed_rows = raw.select(*meta, decoded_record(raw.sparkSession, F.col("value"), parsed).alias(_RECORD), *kept)
     record = F.col(_RECORD)
     fields: list[Column] = []
     for name, kind in spec.json_fields.items():
@@ -225,7 +227,7 @@ def _decoded(raw: DataFrame, spec: KafkaSourceSpec) -> DataFrame:
         if kind == "timestamp":
             value = F.coalesce(F.try_to_timestamp(value), F.timestamp_millis(value.try_cast("bigint")))
         fields.append(value.alias(name))
-    return parsed_rows.select(*meta, *fields)
+    return parsed_rows.select(*meta, *fields, *kept)
 
 
 def read_stream(spark: SparkSession, spec: KafkaSourceSpec, options: Mapping[str, str]) -> DataFrame:
@@ -258,7 +260,7 @@ def read_stream(spark: SparkSession, spec: KafkaSourceSpec, options: Mapping[str
         raise
     barriers = (spark.readStream.format(BarrierDataSource.name()).option("schema", schema_for(spec))
                 .option("control_dir", options["control_dir"]).option("source", spec.name).load())
-    return _decoded(raw, spec).unionByName(barriers)
+    return decoded_rows(raw, spec).unionByName(barriers)
 
 
 def refuse_replay(spec: KafkaSourceSpec, checkpoint_id: int) -> None:
