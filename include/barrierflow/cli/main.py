@@ -699,7 +699,9 @@ def _cmd_recompute(args: argparse.Namespace) -> int:
     print(json.dumps(report.as_dict(), indent=2, default=str) if args.json else report.message())
     if not report.passed:
         print(f"error: {report.message()}", file=sys.stderr)
-    return EXIT_OK if report.passed or args.report_only else EXIT_RUNTIME
+    if report.passed or args.report_only:
+        return EXIT_OK
+    return EXIT_RUNTIME if report.compared else EXIT_BAD_INPUT  # not compared: why is named, e.g. give --start
 
 
 def _cmd_quality(args: argparse.Namespace) -> int:

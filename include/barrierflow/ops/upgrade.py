@@ -169,9 +169,9 @@ class UpgradeResult:
         location: where the savepoint the new spec was restored from is stored.
         canary: ``checkpoints`` (asked for), ``verified`` (cut ids whose every stage's checkpoint
             passed verification, committed once it passed), ``deep_verification`` (one line: what
-            deep verification checked, e.g. ``no expectation suite: deep verification skipped``), ``attempts`` (canaries started:
-            more than one after a crash), ``step`` (the recorded step, ``canary-passed``) and
-            ``comparison``: the stream-vs-batch comparison of its output
+            deep verification checked, e.g. ``no expectation suite: deep verification skipped``),
+            ``attempts`` (canaries started: more than one after a crash), ``step`` (the recorded
+            step, ``canary-passed``) and ``comparison``: the stream-vs-batch comparison of its output
             (:func:`barrierflow.ops.canary.comparison_summary`: ``ran``, ``verdict`` - matched,
             differed, not compared or skipped - and per output its range, held epochs, rows
             compared and differences; empty when no canary ran).
