@@ -320,7 +320,7 @@ def recompute_and_compare(spark: SparkSession, spec: PipelineSpec, store: Checkp
     """
     sink = parquet_sink(spec)
     if why := comparison_obstacle(spec):
-        return _not_compared(spec, store, RECOMPUTE_REPORT_KEY, why, tag=tag)
+        return not_compared(spec, store, RECOMPUTE_REPORT_KEY, why, tag=tag)
     manifest, watermark, start, end = closed_range(spec, store, start, end)
     parts = committed_parts(sink.path)
     if not parts:
@@ -330,10 +330,10 @@ def recompute_and_compare(spark: SparkSession, spec: PipelineSpec, store: Checkp
     try:
         ranges, start = plan_kafka_reads(sources, manifest.checkpoint_id, start=start)
     except NotComparableError as exc:
-        return _not_compared(spec, store, RECOMPUTE_REPORT_KEY, str(exc), tag=tag, checkpoint_id=manifest.checkpoint_id,
+        return not_compared(spec, store, RECOMPUTE_REPORT_KEY, str(exc), tag=tag, checkpoint_id=manifest.checkpoint_id,
                              watermark=watermark, end=end)
     if start is not None and start >= end:
-        return _not_compared(spec, store, RECOMPUTE_REPORT_KEY, (
+        return not_compared(spec, store, RECOMPUTE_REPORT_KEY, (
             f"the re-read of the source starts at {ranges_origin(ranges)}, whose windows start at or after "
             f"{start.isoformat()}, not before the watermark {end.isoformat()} of checkpoint {manifest.checkpoint_id}: "
             "no closed window to compare yet"), tag=tag, checkpoint_id=manifest.checkpoint_id, watermark=watermark,
@@ -351,10 +351,11 @@ def ranges_origin(ranges: dict[str, KafkaRanges]) -> str:
     return ", ".join(f"{r.origin} ({r.source}{f' of stage {stage}' if stage else ''})" for stage, r in ranges.items())
 
 
-def _not_compared(spec: PipelineSpec, store: CheckpointStore, key: str, why: str, *, tag: str,
+def not_compared(spec: PipelineSpec, store: CheckpointStore, key: str, why: str, *, tag: str,
                   checkpoint_id: int = -1, watermark: datetime | None = None, end: datetime | None = None
                   ) -> RecomputeReport:
-    """The report of a comparison that could not apply (stored at ``key``; logged as one line)."""
+    """The report of a comparison that could not apply, ``why`` in one line (stored at ``key``
+    of ``store``; logged)."""
     report = RecomputeReport(
         pipeline=spec.name, checkpoint_id=checkpoint_id, watermark=watermark.isoformat() if watermark else "",
         start=None, end=end.isoformat() if end else "", stream_rows=0, batch_rows=0, tag=tag,

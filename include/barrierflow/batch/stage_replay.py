@@ -104,11 +104,13 @@ def channel_rows(rows: DataFrame, topic: str, fields: Mapping[str, str]) -> Data
 
 def kafka_source_stages(pipeline: StagedPipelineSpec, stage_specs: Mapping[str, PipelineSpec],
                         final: str) -> KafkaSources:
-    """The stages upstream of ``final`` (itself included) that read a Kafka source: name ->
-    (derived spec, its own checkpoint store, whose manifests record the offsets it read)."""
+    """The stages upstream of ``final`` (itself included) that read an external Kafka source (not
+    a channel, which a derived spec reads as Kafka too): name -> (derived spec, its own
+    checkpoint store, whose manifests record the offsets it read)."""
     return {name: (stage_specs[name], CheckpointStore.for_spec(stage_specs[name]))
             for name in upstream_stages(pipeline, final)
-            if isinstance(stage_specs[name].sources[0], KafkaSourceSpec)}
+            if not any(isinstance(s, ChannelSourceSpec) for s in pipeline.stage(name).sources)
+            and isinstance(stage_specs[name].sources[0], KafkaSourceSpec)}
 
 
 def replay_final_stage(spark: SparkSession, pipeline: StagedPipelineSpec, stage_specs: Mapping[str, PipelineSpec],

@@ -30,7 +30,9 @@ from barrierflow.batch.recompute import (
     KafkaSources,
     Recomputation,
     RecomputeReport,
+    comparison_obstacle,
     kafka_sources,
+    not_compared,
     recompute_and_compare,
 )
 from barrierflow.batch.rollups import ROLLUP_REPORT_KEY, RollupReport, parse_day
@@ -146,6 +148,8 @@ def recompute(spec_path: str | os.PathLike[str], *, start: datetime | None = Non
     parquet_sink(target.spec)  # before Spark starts: a pipeline without a lake is refused at once
     if target.pipeline is not None and target.stage is not None:
         replay_order(target.pipeline, target.stage)  # a cycle upstream is refused before Spark starts too
+    if why := comparison_obstacle(target.spec):  # before Spark starts: nothing to read
+        return not_compared(target.spec, target.store, RECOMPUTE_REPORT_KEY, why, tag=tag)
     kafka = _kafka_sources(target)
     session = _session(spark, target, "recompute", kafka=bool(kafka))
     replay: Recomputation | None = None
