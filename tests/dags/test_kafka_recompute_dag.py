@@ -99,3 +99,25 @@ def test_recompute_dag_of_a_kafka_fed_lake_passes_and_names_an_altered_window(
         rf"stream \[\{{'count': {changed['count']}, 'value_sum': {changed['value_sum'] + 7}\}}\], "
         rf"batch \{{'count': {changed['count']}, 'value_sum': {changed['value_sum']}\}}", failed.log)
     assert named, failed.log[-4000:]
+
+    # Kafka deletes the topic's records (as retention does): no range can be read again, and the
+    # comparison says so in one line naming the partition and both offsets, never that it passed
+    from barrierflow.ops.batch import recompute
+    from barrierflow.spec import load_spec
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+    topic = load_spec(lake.spec_path).source.topics[0]
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    consumer = KafkaConsumer(bootstrap_servers=kafka_endpoint.bootstrap_servers)
+    admin = KafkaAdminClient(bootstrap_servers=kafka_endpoint.bootstrap_servers)
+    try:
+        admin.delete_records(consumer.end_offsets(partitions))
+    finally:
+        admin.close()
+        consumer.close()
+    expired = recompute(lake.spec_path, spark=spark)
+    assert expired.verdict == "not compared" and not expired.passed, expired.message()
+    assert re.fullmatch(rf"pipeline '{NAME}': stream-vs-batch comparison not compared: Kafka source 'events': no "
+                        rf"offset range up to checkpoint \d+ can be read again: .*the records of {topic}:\d from "
+                        r"offset \d+ are no longer retained \(Kafka's oldest retained offset there is \d+\).*",
+                        expired.message()), expired.message()
