@@ -96,6 +96,9 @@ def test_the_ranges_start_where_the_stream_began_or_at_the_newest_retained_check
     with pytest.raises(NotComparableError, match=r"records of t:0 from offset 70 are no longer retained \(Kafka's "
                                                  r"oldest retained offset there is 80\)"):
         kafka_ranges(spec, end, [early, later], retained={"t:0": 80, "t:1": 0})
+    # a checkpoint after which no window closes before the range's end is no start: nothing to compare from it
+    with pytest.raises(NotComparableError, match="from checkpoint 1, the records of t:0 from offset 40"):
+        kafka_ranges(spec, end, [early, later], before=T0 + timedelta(seconds=20), retained={"t:0": 50, "t:1": 0})
     latest = spec.model_copy(update={"starting_offsets": "latest"})
     with pytest.raises(NotComparableError, match="starting_offsets latest"):
         kafka_ranges(latest, end, [], retained={"t:0": 0, "t:1": 0})

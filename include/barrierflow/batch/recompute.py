@@ -260,11 +260,13 @@ def kafka_sources(spec: PipelineSpec, store: CheckpointStore) -> KafkaSources:
 
 
 def plan_kafka_reads(sources: KafkaSources, checkpoint_id: int, *, start: datetime | None,
-                     since: int | None = None) -> tuple[dict[str, KafkaRanges], datetime | None]:
+                     since: int | None = None, before: datetime | None = None
+                     ) -> tuple[dict[str, KafkaRanges], datetime | None]:
     """The offset ranges to read of each Kafka-fed source stage, up to the barrier offsets of
     its checkpoint ``checkpoint_id`` (from those of ``since`` when given), and the start of the
     windows they hold whole: ``start``, or later when a range starts at a checkpoint
-    (:func:`barrierflow.batch.source_records.kafka_ranges`).
+    (:func:`barrierflow.batch.source_records.kafka_ranges`; ``before``: the end of the compared
+    range, which such a later start must be before).
 
     Raises:
         NotComparableError: a range's first records are no longer retained.
@@ -276,7 +278,7 @@ def plan_kafka_reads(sources: KafkaSources, checkpoint_id: int, *, start: dateti
         source = stage_spec.source
         assert isinstance(source, KafkaSourceSpec)
         ranges = kafka_ranges(source, stage_store.get(checkpoint_id), stage_store.completed(), start=start,
-                              since=None if since is None else stage_store.get(since))
+                              since=None if since is None else stage_store.get(since), before=before)
         plans[stage] = ranges
         if ranges.after is not None and (first is None or ranges.after > first):
             first = ranges.after
@@ -328,7 +330,7 @@ def recompute_and_compare(spark: SparkSession, spec: PipelineSpec, store: Checkp
                              f"{manifest.checkpoint_id} committed; check the sink's folder")
     sources = kafka_sources(spec, store) if kafka is None else kafka
     try:
-        ranges, start = plan_kafka_reads(sources, manifest.checkpoint_id, start=start)
+        ranges, start = plan_kafka_reads(sources, manifest.checkpoint_id, start=start, before=end)
     except NotComparableError as exc:
         return not_compared(spec, store, RECOMPUTE_REPORT_KEY, str(exc), tag=tag, checkpoint_id=manifest.checkpoint_id,
                              watermark=watermark, end=end)
@@ -438,7 +440,7 @@ def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: Checkpoi
         start, after = None, barrier_watermark(store, store.get(ends_after))
     sources = kafka_sources(spec, store) if kafka is None else kafka
     ranges, first = plan_kafka_reads(sources, checkpoint_id, start=start,
-                                     since=since if ends_after is None else None)
+                                     since=since if ends_after is None else None, before=watermark)
     if first is not None and (start is None or first > start):
         start = min(first, watermark)
     paths = [spark_path(sink.path, p.key) for p in committed_parts(sink.path)] + held.files

@@ -131,7 +131,7 @@ def stream_first_offsets(source: KafkaSourceSpec, partitions: Mapping[str, int],
 
 
 def kafka_ranges(source: KafkaSourceSpec, end: Manifest, earlier: list[Manifest], *,
-                 start: datetime | None = None, since: Manifest | None = None,
+                 start: datetime | None = None, since: Manifest | None = None, before: datetime | None = None,
                  retained: Mapping[str, int] | None = None) -> KafkaRanges:
     """The offset ranges of ``source`` to read again for the windows of ``end``'s output: every
     partition up to ``end``'s barrier offsets, from (``since`` given) ``since``'s barrier
@@ -139,7 +139,8 @@ def kafka_ranges(source: KafkaSourceSpec, end: Manifest, earlier: list[Manifest]
     no window starting at or after ``start``: where the stream began (:func:`stream_first_offsets`),
     then each checkpoint of ``earlier`` (completed before ``end``, ascending; its
     :attr:`KafkaRanges.after` is just after the newest event time read up to it) - for a
-    ``start``, the newest such one. ``retained`` (each partition's oldest retained offset) is
+    ``start``, the newest such one; a checkpoint after which no window closes before ``before``
+    (the end of the compared range) is no start. ``retained`` (each partition's oldest retained offset) is
     asked from the brokers when not given.
 
     Raises:
@@ -188,6 +189,8 @@ def kafka_ranges(source: KafkaSourceSpec, end: Manifest, earlier: list[Manifest]
         usable.reverse()  # the newest first: the least to read
     reasons = [unknown] if unknown else []
     for begin, origin, after in usable:
+        if after is not None and before is not None and after >= before:
+            continue  # no window starting after it has closed: a start that compares nothing
         if why := expired(begin):
             reasons.append(f"from {origin}, {why}")
             continue
