@@ -102,3 +102,34 @@ def test_the_ranges_start_where_the_stream_began_or_at_the_newest_retained_check
     latest = spec.model_copy(update={"starting_offsets": "latest"})
     with pytest.raises(NotComparableError, match="starting_offsets latest"):
         kafka_ranges(latest, end, [], retained={"t:0": 0, "t:1": 0})
+
+
+@pytest.mark.kafka
+def test_the_batch_read_holds_exactly_the_offset_ranges_for_either_reader(spark: Any, kafka_endpoint: Any) -> None:
+    """Spark's Kafka batch source reads exactly ``[start, end)`` of each partition from the broker;
+    ``reader: spark`` keeps a malformed record (nulls, as its stream does), ``reader: python``
+    drops it (a dead letter in its stream)."""
+    import json
+    import uuid
+
+    from barrierflow.batch.source_records import kafka_records
+
+    from tests.support.kafka_broker import create_topic, produce
+
+    topic = f"kr-{uuid.uuid4().hex[:10]}"
+    create_topic(kafka_endpoint, topic, 2)
+    values = {p: [json.dumps({"key": i, "event_time": "2026-01-01T00:00:00"}).encode() if i != 4 else b"{}"
+                  for i in range(10)] for p in range(2)}
+    produce(kafka_endpoint, topic, [(p, None, v, None) for p in range(2) for v in values[p]])
+    fields = {"key": "long", "event_time": "timestamp"}
+    ranges = {f"{topic}:0": (2, 8), f"{topic}:1": (0, 3)}
+
+    def read(reader: str) -> list[tuple[int, int, int | None]]:
+        spec = KafkaSourceSpec.model_validate({
+            "name": "events", "type": "kafka", "reader": reader, "bootstrap_servers": kafka_endpoint.bootstrap_servers,
+            "topics": [topic], "format": "json", "json_fields": fields})
+        rows = kafka_records(spark, spec, ranges).select("partition", "offset", "key").collect()
+        return sorted((r.partition, r.offset, r.key) for r in rows)
+
+    assert read("spark") == [(0, i, None if i == 4 else i) for i in range(2, 8)] + [(1, i, i) for i in range(3)]
+    assert read("python") == [(0, i, i) for i in range(2, 8) if i != 4] + [(1, i, i) for i in range(3)]
