@@ -65,7 +65,7 @@ def kafka_spec(folder: Path, file: str, endpoint: KafkaEndpoint, topic: str, *, 
         "event_time": {"column": "event_time", "watermark_delay": "100ms"},
         "sinks": [{"name": "out", "type": "parquet", "path": f"file://{folder / 'out'}"}],
         "trigger": {"interval": "0s"},
-        "checkpoint": {"storage": f"file://{folder / 'checkpoints'}", "interval": "300ms", "timeout": "120s"},
+        "checkpoint": {"storage": f"file://{folder / 'checkpoints'}", "interval": "300ms", "timeout": "600s"},
         "spark": {"master": "local[1]", "shuffle_partitions": 2, "conf": FAST_JVM},
         "batch": {"output_event_interval": "0s"},
     }
