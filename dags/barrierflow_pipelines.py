@@ -77,9 +77,11 @@ tags, tasks, whether it applies).
   partitioned by day; param `day`, default: the days with new output) -> `rollup_report` returns
   the report that run stored (XCom).
 * `barrierflow_recompute__<name>` (daily, 02:00 UTC): `recompute` spark-submits `jobs/batch_job.py
-  recompute` (the output of a closed event-time range recomputed from the source with Spark batch
-  and compared with what the stream committed; params `start`, `end`) -> `compare` fails, naming
-  every differing key and window, unless they are equal; returns the report (XCom).
+  recompute` (the output of a closed event-time range recomputed from the source with Spark batch,
+  a Kafka source read again over the offset ranges the checkpoint covers, and compared with what
+  the stream committed; params `start`, `end`) -> `compare` fails, naming every differing key and
+  window, unless they are equal, and is skipped, naming why in one line, when the comparison
+  cannot apply (not compared); returns the report (XCom).
 * `barrierflow_quality__<name>` (on the output asset, and daily at 01:30 UTC): `validate` runs the
   Great Expectations suites of the committed output (newest `epochs` epochs) and the rollups,
   stores the report and offline Data Docs with the reports, returns the summary (XCom), and fails
@@ -279,6 +281,8 @@ def _batch_submit(p: Pipeline, o: Output, task_id: str, job_args: list[str]) -> 
         conf=dict(p.spec.spark.conf) or None,
         env_vars=_job_env(),
         spec_master=p.spec.spark.master,
+        spec_path=p.spec_path,
+        stage=o.stage,
         retries=0,  # a failed job fails the same way again; the next scheduled run tries anew
     )
 

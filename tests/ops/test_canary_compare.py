@@ -1,7 +1,7 @@
 """Which outputs the upgrade canary's stream-vs-batch comparison applies to, and what it says of
 the others (decided from the spec alone, before Spark reads anything): a pipeline without a
 Parquet output, and a Parquet output the comparison cannot be made for, are reported as not
-applicable with why, never skipped silently."""
+compared with why, in one line, never skipped silently nor called passed."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ def test_an_output_in_update_mode_is_not_compared_and_says_why(tmp_path: Path) -
     [result] = compare_canary_output(open_pipeline(spec), None, 1, None)  # (no Spark needed)
     assert not result.ran and result.output == "sink results" and "output mode is 'update'" in result.reason
     summary = comparison_summary([result])
-    assert summary["ran"] is False and summary["verdict"] == "not applicable", summary
-    assert summary["outputs"][0]["verdict"] == "not applicable" and summary["outputs"][0]["range"] is None
+    assert summary["ran"] is False and summary["verdict"] == "not compared", summary
+    assert summary["reason"] == f"sink results: {result.reason}" and "\n" not in summary["reason"], summary
+    assert summary["outputs"][0]["verdict"] == "not compared" and summary["outputs"][0]["range"] is None
 
 
 def test_a_pipeline_without_a_parquet_output_is_not_compared_and_says_why(tmp_path: Path) -> None:
@@ -44,7 +45,8 @@ def test_an_output_without_event_time_is_not_compared_and_skipping_is_reported(t
                                                "output_mode": "append"}})
     [result] = compare_canary_output(open_pipeline(spec), None, 1, None)
     assert not result.ran and "no event time" in result.reason, result
-    assert comparison_summary([], skipped=True) == {"ran": False, "verdict": "skipped", "outputs": []}
+    assert comparison_summary([], skipped=True) == {"ran": False, "verdict": "skipped",
+                                                    "reason": "--no-canary-compare", "outputs": []}
 
 
 def test_a_final_stage_behind_a_stage_writing_updates_is_not_compared_and_says_why(tmp_path: Path) -> None:

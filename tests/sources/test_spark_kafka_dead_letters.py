@@ -22,7 +22,7 @@ import pytest
 import yaml
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.sources.dead_letter import read_dead_letters
-from barrierflow.sources.spark_kafka import _dead_lettered, _decoded
+from barrierflow.sources.spark_kafka import _dead_lettered, decoded_rows
 from barrierflow.spec.models import KafkaSourceSpec
 
 from tests.scenarios.harness import FAST_JVM, finish
@@ -55,7 +55,7 @@ def test_malformed_rows_leave_the_rows_for_the_dead_letters(spark: Any, tmp_path
     raw = spark.createDataFrame([("t", 0, i, T0, v) for i, v in enumerate(values)],
                                 "topic string, partition int, offset long, timestamp timestamp, value binary")
     uri = f"file://{tmp_path / 'dead'}"
-    rows = _dead_lettered(_decoded(raw, spec, keep_payload=True), spec, uri).orderBy("offset").collect()
+    rows = _dead_lettered(decoded_rows(raw, spec, keep_payload=True), spec, uri).orderBy("offset").collect()
     assert [(r.offset, r.key, r.value) for r in rows] == [(0, 0, 0), (7, 1, 7)]
     assert rows[0].__fields__ == ["topic", "partition", "offset", "timestamp", "key", "value", "event_time"]
     letters = read_dead_letters(uri)

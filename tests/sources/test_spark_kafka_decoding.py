@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from barrierflow.sources.spark_kafka import _decoded
+from barrierflow.sources.spark_kafka import decoded_rows
 from barrierflow.spec.models import KafkaSourceSpec
 from pyspark.sql import functions as F
 
@@ -22,14 +22,14 @@ def _raw(spark: Any, values: list[bytes]) -> Any:
 
 
 def test_each_record_is_parsed_once_when_the_job_takes_several_fields(spark: Any) -> None:
-    totals = _decoded(_raw(spark, [b'{"key": 1, "value": 2}']), SPEC).groupBy("key").agg(F.sum("value"))
+    totals = decoded_rows(_raw(spark, [b'{"key": 1, "value": 2}']), SPEC).groupBy("key").agg(F.sum("value"))
     plan = totals._jdf.queryExecution().optimizedPlan().toString()
     assert plan.count("from_json(") == 1, plan  # Spark's decoding, where barrierflow's leaves it the record
     assert plan.count("barrierflow_flat_json(") == 1, plan
 
 
 def test_the_fields_are_decoded_as_barrierflows_reader_gives_them(spark: Any) -> None:
-    rows = _decoded(_raw(spark, [b'{"key": 1, "value": 2, "event_time": "2026-01-01T00:00:01"}',
+    rows = decoded_rows(_raw(spark, [b'{"key": 1, "value": 2, "event_time": "2026-01-01T00:00:01"}',
                                  b'{"key": 3, "value": "x", "event_time": 1767225602000}', b"[1, 2]"]), SPEC) \
         .orderBy("offset") \
         .select("topic", "partition", "key", "value", F.date_format("event_time", "yyyy-MM-dd HH:mm:ss").alias("at")) \

@@ -79,3 +79,44 @@ def test_deep_verification_from_the_cli_in_a_fresh_process(spark, tmp_path: Path
     checks = stage["checks"]
     read = next(c for c in checks if c["name"] == "state-read")
     assert read["passed"] and "20 state rows" in read["message"], read
+
+
+def test_verify_deep_without_a_suite_says_it_was_skipped_and_with_a_failing_suite_fails(
+        spark, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without an expectation suite ``verify --deep`` restores and reads the state but checks
+    nothing with it: its verdict says the suite was skipped and why (where it was looked for),
+    never that the checkpoint passed deep verification, and the checkpoint listing does not label
+    it ``(deep)``; a suite that fails on the same checkpoint fails it."""
+    import yaml
+    from barrierflow.cli.main import main
+    from barrierflow.spec import load_spec
+
+    from tests.pipeline_specs import spec_dict
+
+    data = spec_dict(tmp_path, name="nosuite", source={"keys": 20, "max_records_per_batch": 200})
+    data["verification"] = {"expectations": str(tmp_path / "absent-suite.json")}
+    spec_path = tmp_path / "pipeline.yaml"
+    spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    done = StreamingJob(load_spec(spec_path), spark=spark).run(checkpoints=1, duration=120).completed[-1]
+    checkpoint = str(done.checkpoint_id)
+
+    capsys.readouterr()
+    assert main(["verify", str(spec_path), "--checkpoint", checkpoint, "--deep"]) == 0
+    out = capsys.readouterr().out
+    assert f"no expectation suite at {tmp_path / 'absent-suite.json'}: deep verification skipped" in out, out
+    assert "passed deep verification" not in out and "passed (deep)" not in out, out
+    assert main(["verify", str(spec_path), "--checkpoint", checkpoint, "--deep", "--json"]) == 0
+    [report] = json.loads(capsys.readouterr().out)["reports"]
+    assert report["deep_verification"].startswith("no expectation suite at "), report
+    [expectation] = [c for s in report["stages"].values() for c in s["checks"] if c["name"] == "expectation"]
+    assert expectation["status"] == "skipped" and "deep verification skipped" in expectation["message"], expectation
+    assert main(["checkpoints", "list", str(spec_path)]) == 0
+    listing = capsys.readouterr().out
+    assert "(deep)" not in listing, listing
+
+    (tmp_path / "absent-suite.json").write_text(json.dumps({"name": "fails", "expectations": [
+        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "partition_id", "max_value": -1}}]}))
+    assert main(["verify", str(spec_path), "--checkpoint", checkpoint, "--deep"]) == 1
+    out = capsys.readouterr().out
+    assert f"checkpoint {checkpoint}: FAILED" in out and "failed deep verification" in out, out
+    assert "expect_column_values_to_be_between" in out, out

@@ -102,7 +102,31 @@ class SpecMasterSubmitOperator(SparkSubmitOperator):
 
 class BatchSubmitOperator(SpecMasterSubmitOperator):
     """spark-submit of ``jobs/batch_job.py`` (rollups, the stream-vs-batch comparison): a batch job,
-    bounded, with nothing to guard; arguments are templated (``{{ params.day }}``, ``{{ run_id }}``)."""
+    bounded, with nothing to guard; arguments are templated (``{{ params.day }}``, ``{{ run_id }}``).
+    With ``spec_path`` (and ``stage``, a final stage), the jars its recomputation needs from the
+    start (Spark's Kafka connector, to read a Kafka source again:
+    :func:`barrierflow.ops.batch.batch_jars`) are added to ``--jars`` when it runs."""
+
+    def __init__(self, *, spec_path: str | None = None, stage: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec_path = spec_path
+        self.stage = stage
+
+    def execute(self, context: Any) -> Any:
+        if self.spec_path is not None:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from barrierflow.errors import BarrierflowError
+            from barrierflow.ops.batch import batch_jars
+
+            try:
+                needed = batch_jars(self.spec_path, self.stage)
+            except BarrierflowError as exc:
+                raise AirflowFailException(f"not submitting the batch job of {self.spec_path}: {exc}") from exc
+            given = [jar for jar in (self.jars or "").split(",") if jar]
+            self.jars = ",".join(dict.fromkeys([*given, *needed])) or None
+            self._hook = None  # built anew with these jars
+        return super().execute(context)
 
 
 class PipelineSubmitOperator(SpecMasterSubmitOperator):

@@ -18,6 +18,17 @@ produce) and ``duplicated`` (the stream committed the row more than once).
 
 Only committed files are read (:func:`barrierflow.batch.lake.committed_parts`).
 
+A Kafka source is read again over the offset ranges the trusted checkpoint covers
+(:func:`barrierflow.batch.source_records.kafka_ranges`): up to its barrier offsets, from where
+the stream began or, when Kafka no longer retains that (or a ``start`` is given), from the
+barrier offsets of an earlier checkpoint; then only the windows that start after the newest
+event time read up to that checkpoint are compared (the report's ``start``).
+
+When the comparison cannot apply (the pipeline has no event time, so no window is ever closed;
+its output mode is not append; the range's first records are no longer retained by Kafka),
+no rows are compared: the report says ``not compared`` and why, in one line
+(:attr:`RecomputeReport.not_compared`), and it is stored as any report is.
+
 The report is stored at :data:`RECOMPUTE_REPORT_KEY` (``reports/recompute-latest.json``).
 Before this comparison was named "recompute" everywhere, the same document was stored at
 :data:`LEGACY_RECOMPUTE_REPORT_KEY` (``reports/reconciliation-latest.json``); nothing writes
@@ -32,14 +43,21 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.batch.lake import committed_parts, parquet_sink, spark_path
-from barrierflow.batch.source_records import source_records
+from barrierflow.batch.source_records import (
+    KafkaRanges,
+    NotComparableError,
+    after_events,
+    kafka_ranges,
+    source_records,
+)
 from barrierflow.checkpointing.store import CheckpointStore, shared_key
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.sinks.parquet import staging_uri
+from barrierflow.spec.models import KafkaSourceSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.transforms.context import TransformContext, load_transformation
 
@@ -117,12 +135,29 @@ class RecomputeReport:
     held_epochs: list[int] = field(default_factory=list)
     #: Only windows ending after this were compared (a rebuilt state's canary), else None.
     ends_after: str | None = None
+    #: Why nothing was compared ("" when the rows were compared): one line.
+    not_compared: str = ""
+    #: Where the re-read of each Kafka source started (``checkpoint N``, ``the stream's first
+    #: offsets``) and its offset ranges, by source name; empty for the generator.
+    source_ranges: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def compared(self) -> bool:
+        return not self.not_compared
 
     @property
     def passed(self) -> bool:
-        return self.difference_count == 0
+        """Rows were compared and none differs (a report that compared nothing did not pass)."""
+        return self.compared and self.difference_count == 0
+
+    @property
+    def verdict(self) -> str:
+        """``passed``, ``differed`` or ``not compared``."""
+        return "not compared" if not self.compared else "passed" if self.passed else "differed"
 
     def message(self) -> str:
+        if not self.compared:
+            return f"pipeline {self.pipeline!r}: stream-vs-batch comparison not compared: {self.not_compared}"
         span = f"[{self.start or 'first record'}, {self.end})"
         if self.ends_after is not None:
             span += f" ending after {self.ends_after}"
@@ -143,6 +178,8 @@ class RecomputeReport:
     def as_dict(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["passed"] = self.passed
+        doc["compared"] = self.compared
+        doc["verdict"] = self.verdict
         doc["message"] = self.message()
         return doc
 
@@ -208,9 +245,55 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items()}
 
 
-#: How the batch side of the comparison is computed: ``(start, end) -> output rows`` (the windows
-#: outside the range are dropped by the caller).
-Recomputation = Callable[[datetime | None, datetime], "DataFrame"]
+#: How the batch side of the comparison is computed: ``(start, end, kafka) -> output rows`` (the
+#: windows outside the range are dropped by the caller); ``kafka``: the offset ranges to read of
+#: each Kafka-fed source stage, by stage name (:data:`KafkaSources`).
+Recomputation = Callable[[datetime | None, datetime, "dict[str, KafkaRanges]"], "DataFrame"]
+#: The Kafka-fed source stages of a recomputation: stage name (``""`` for a single stage) ->
+#: (its spec, its checkpoint store, whose manifests record the offsets it read).
+KafkaSources = dict[str, "tuple[PipelineSpec, CheckpointStore]"]
+
+
+def kafka_sources(spec: PipelineSpec, store: CheckpointStore) -> KafkaSources:
+    """The Kafka source of a single-stage pipeline (``""``), or none."""
+    return {"": (spec, store)} if isinstance(spec.source, KafkaSourceSpec) else {}
+
+
+def plan_kafka_reads(sources: KafkaSources, checkpoint_id: int, *, start: datetime | None,
+                     since: int | None = None, before: datetime | None = None
+                     ) -> tuple[dict[str, KafkaRanges], datetime | None]:
+    """The offset ranges to read of each Kafka-fed source stage, up to the barrier offsets of
+    its checkpoint ``checkpoint_id`` (from those of ``since`` when given), and the start of the
+    windows they hold whole: ``start``, or later when a range starts at a checkpoint
+    (:func:`barrierflow.batch.source_records.kafka_ranges`; ``before``: the end of the compared
+    range, which such a later start must be before).
+
+    Raises:
+        NotComparableError: a range's first records are no longer retained.
+        SourceError: the brokers cannot be asked.
+    """
+    plans: dict[str, KafkaRanges] = {}
+    first = start
+    for stage, (stage_spec, stage_store) in sources.items():
+        source = stage_spec.source
+        assert isinstance(source, KafkaSourceSpec)
+        ranges = kafka_ranges(source, stage_store.get(checkpoint_id), stage_store.completed(), start=start,
+                              since=None if since is None else stage_store.get(since), before=before)
+        plans[stage] = ranges
+        if ranges.after is not None and (first is None or ranges.after > first):
+            first = ranges.after
+    return plans, first
+
+
+def comparison_obstacle(spec: PipelineSpec) -> str:
+    """Why the stream-vs-batch comparison cannot apply to ``spec``'s output at all ("" when it
+    can), one line: no event time, or an output mode other than append."""
+    if spec.transformation.output_mode != "append":
+        return (f"its output mode is {spec.transformation.output_mode!r}: the rows it writes depend on how the "
+                "stream cut its micro-batches, a batch run gives one final row per key (append mode only)")
+    if spec.event_time is None:
+        return "it has no event time: no window is ever closed, so there is no range to compare"
+    return ""
 
 
 class OutputColumnsError(UserInputError):
@@ -220,31 +303,67 @@ class OutputColumnsError(UserInputError):
 
 def recompute_and_compare(spark: SparkSession, spec: PipelineSpec, store: CheckpointStore, *,
                           start: datetime | None = None, end: datetime | None = None, tag: str = "",
-                          spec_path: str = "<spec>", recompute: Recomputation | None = None) -> RecomputeReport:
+                          spec_path: str = "<spec>", recompute: Recomputation | None = None,
+                          kafka: KafkaSources | None = None) -> RecomputeReport:
     """Recompute and compare (module docstring); stores the report at :data:`RECOMPUTE_REPORT_KEY`
     of ``store`` and returns it (differences are in the report, not raised: see
-    :class:`OutputMismatchError`).
+    :class:`OutputMismatchError`; a comparison that cannot apply is a report too, ``not
+    compared`` with why).
 
     ``spec`` and ``store`` are the pipeline's, or a final stage's derived spec and its own store
     (its sink, ledger and checkpoints). ``recompute``: how the batch side is computed; default
     the spec's transformation over its source's records (one stage); a final stage of several
-    passes :func:`barrierflow.batch.stage_replay.replay_final_stage`.
+    passes :func:`barrierflow.batch.stage_replay.replay_final_stage`, and ``kafka`` its
+    Kafka-fed source stages (default: the spec's own source, when it is Kafka).
 
     Raises:
         UserInputError: a bad range, nothing committed, or (:class:`OutputColumnsError`) the
             output lacks the columns the spec's ``batch`` section names.
     """
     sink = parquet_sink(spec)
+    if why := comparison_obstacle(spec):
+        return not_compared(spec, store, RECOMPUTE_REPORT_KEY, why, tag=tag)
     manifest, watermark, start, end = closed_range(spec, store, start, end)
     parts = committed_parts(sink.path)
     if not parts:
         raise UserInputError(f"pipeline {spec.name!r} has no committed output in {sink.path} although checkpoint "
                              f"{manifest.checkpoint_id} committed; check the sink's folder")
+    sources = kafka_sources(spec, store) if kafka is None else kafka
+    try:
+        ranges, start = plan_kafka_reads(sources, manifest.checkpoint_id, start=start, before=end)
+    except NotComparableError as exc:
+        return not_compared(spec, store, RECOMPUTE_REPORT_KEY, str(exc), tag=tag, checkpoint_id=manifest.checkpoint_id,
+                             watermark=watermark, end=end)
+    if start is not None and start >= end:
+        return not_compared(spec, store, RECOMPUTE_REPORT_KEY, (
+            f"the re-read of the source starts at {ranges_origin(ranges)}, whose windows start at or after "
+            f"{start.isoformat()}, not before the watermark {end.isoformat()} of checkpoint {manifest.checkpoint_id}: "
+            "no closed window to compare yet"), tag=tag, checkpoint_id=manifest.checkpoint_id, watermark=watermark,
+            end=end)
     report = compare_output(spark, spec, [spark_path(sink.path, p.key) for p in parts],
                             checkpoint_id=manifest.checkpoint_id, watermark=watermark, start=start, end=end,
-                            tag=tag, spec_path=spec_path, recompute=recompute)
+                            tag=tag, spec_path=spec_path, recompute=recompute, kafka=ranges)
     store.objects.put_bytes(RECOMPUTE_REPORT_KEY, json.dumps(report.as_dict(), indent=2, default=str).encode())
     log.info("%s", report.message())
+    return report
+
+
+def ranges_origin(ranges: dict[str, KafkaRanges]) -> str:
+    """Where the re-read of each Kafka source starts, for messages."""
+    return ", ".join(f"{r.origin} ({r.source}{f' of stage {stage}' if stage else ''})" for stage, r in ranges.items())
+
+
+def not_compared(spec: PipelineSpec, store: CheckpointStore, key: str, why: str, *, tag: str,
+                  checkpoint_id: int = -1, watermark: datetime | None = None, end: datetime | None = None
+                  ) -> RecomputeReport:
+    """The report of a comparison that could not apply, ``why`` in one line (stored at ``key``
+    of ``store``; logged)."""
+    report = RecomputeReport(
+        pipeline=spec.name, checkpoint_id=checkpoint_id, watermark=watermark.isoformat() if watermark else "",
+        start=None, end=end.isoformat() if end else "", stream_rows=0, batch_rows=0, tag=tag,
+        not_compared=" ".join(why.split()))
+    store.objects.put_bytes(key, json.dumps(report.as_dict(), indent=2, default=str).encode())
+    log.warning("%s", report.message())
     return report
 
 
@@ -258,25 +377,6 @@ class HeldOutput:
     checkpoint_id: int
     epochs: list[int]
     files: list[str]
-
-
-class NoEventTimeError(UserInputError):
-    """A checkpoint records no event time read up to its barrier (:func:`after_events`)."""
-
-
-def after_events(manifest: Manifest) -> datetime:
-    """Just after the newest event time any source's partition had read up to ``manifest``'s
-    barrier (its ``max_event_time``): a window that starts there holds no record read before.
-
-    Raises:
-        NoEventTimeError: the checkpoint records no event time (a source without event times, or a
-            cut made before any record was read).
-    """
-    known = [t for by_partition in manifest.max_event_time.values() for t in by_partition.values() if t is not None]
-    if not known:
-        raise NoEventTimeError(f"checkpoint {manifest.checkpoint_id} of pipeline {manifest.pipeline!r} records no "
-                               "event time read up to its barrier: which windows started after it is unknown")
-    return max(known) + timedelta(microseconds=1)
 
 
 def held_output(spec: PipelineSpec, store: CheckpointStore, checkpoint_id: int) -> HeldOutput:
@@ -305,7 +405,8 @@ def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: Checkpoi
                         since: int | None = None, tag: str = "", spec_path: str = "<spec>",
                         recompute: Recomputation | None = None,
                         report_key: str = CANARY_RECOMPUTE_REPORT_KEY,
-                        ends_after: int | None = None) -> tuple[RecomputeReport, HeldOutput]:
+                        ends_after: int | None = None,
+                        kafka: KafkaSources | None = None) -> tuple[RecomputeReport, HeldOutput]:
     """The comparison of what the lake will show once the held epochs up to checkpoint
     ``checkpoint_id`` are committed (the committed ``part-*`` files and :func:`held_output`'s
     write-ahead files, read by Spark where they lie: nothing is committed, moved or collected)
@@ -319,11 +420,15 @@ def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: Checkpoi
     after the watermark that checkpoint's barrier batch ran with, from the first record. The
     report is stored at
     ``report_key`` of ``store`` (not at :data:`RECOMPUTE_REPORT_KEY`: it is not about committed
-    output).
+    output). A Kafka source (``kafka``, default the spec's own) is read again over the offsets
+    from ``since``'s barrier to ``checkpoint_id``'s (with ``ends_after``, or without ``since``:
+    as :func:`recompute_and_compare` reads it).
 
     Raises:
         UserInputError: nothing held for ``checkpoint_id``, or (:class:`OutputColumnsError`)
-            the output lacks the columns the spec's ``batch`` section names.
+            the output lacks the columns the spec's ``batch`` section names;
+            (:class:`~barrierflow.batch.source_records.NotComparableError`) a Kafka range is no
+            longer retained.
     """
     sink = parquet_sink(spec)
     held = held_output(spec, store, checkpoint_id)
@@ -333,9 +438,15 @@ def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: Checkpoi
     after = None
     if ends_after is not None:
         start, after = None, barrier_watermark(store, store.get(ends_after))
+    sources = kafka_sources(spec, store) if kafka is None else kafka
+    ranges, first = plan_kafka_reads(sources, checkpoint_id, start=start,
+                                     since=since if ends_after is None else None, before=watermark)
+    if first is not None and (start is None or first > start):
+        start = min(first, watermark)
     paths = [spark_path(sink.path, p.key) for p in committed_parts(sink.path)] + held.files
     report = compare_output(spark, spec, paths, checkpoint_id=checkpoint_id, watermark=watermark, start=start,
-                            end=watermark, tag=tag, spec_path=spec_path, recompute=recompute, ends_after=after)
+                            end=watermark, tag=tag, spec_path=spec_path, recompute=recompute, ends_after=after,
+                            kafka=ranges)
     report.held_epochs = held.epochs
     store.objects.put_bytes(report_key, json.dumps(report.as_dict(), indent=2, default=str).encode())
     log.info("held output up to checkpoint %d (epochs %s): %s", checkpoint_id, held.epochs, report.message())
@@ -344,11 +455,13 @@ def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: Checkpoi
 
 def compare_output(spark: SparkSession, spec: PipelineSpec, paths: list[str], *, checkpoint_id: int,
                    watermark: datetime, start: datetime | None, end: datetime, tag: str, spec_path: str,
-                   recompute: Recomputation | None, ends_after: datetime | None = None) -> RecomputeReport:
+                   recompute: Recomputation | None, ends_after: datetime | None = None,
+                   kafka: dict[str, KafkaRanges] | None = None) -> RecomputeReport:
     """Compare the output rows in the Parquet files ``paths`` (none: no rows) with the batch
     recomputation, both restricted to the windows in ``[start, end)`` (module docstring) and,
     with ``ends_after``, to those that end after it; the report is returned, not stored. Only the
-    differences (at most :data:`MAX_LISTED`) reach the driver."""
+    differences (at most :data:`MAX_LISTED`) reach the driver. ``kafka``: the offset ranges of
+    each Kafka-fed source stage (``""``: the spec's own source) to read again."""
     from pyspark.sql import functions as F
 
     settings = spec.batch
@@ -357,10 +470,10 @@ def compare_output(spark: SparkSession, spec: PipelineSpec, paths: list[str], *,
 
     if recompute is None:
         transform = load_transformation(spec, spec_path)
-        recomputed = transform(source_records(spark, spec, start, end),
+        recomputed = transform(source_records(spark, spec, start, end, (kafka or {}).get("")),
                                TransformContext(spec, dict(spec.transformation.options)))
     else:
-        recomputed = recompute(start, end)
+        recomputed = recompute(start, end, dict(kafka or {}))
     output = spark.read.parquet(*paths) if paths else spark.createDataFrame([], recomputed.schema)
     missing_columns = [c for c in ids + measures if c not in output.columns or c not in recomputed.columns]
     if missing_columns:
@@ -407,4 +520,7 @@ def compare_output(spark: SparkSession, spec: PipelineSpec, paths: list[str], *,
         pipeline=spec.name, checkpoint_id=checkpoint_id, watermark=watermark.isoformat(),
         start=start.isoformat() if start else None, end=end.isoformat(), stream_rows=stream_rows,
         batch_rows=batch_rows, differences=listed, difference_count=total, tag=tag,
-        ends_after=ends_after.isoformat() if ends_after else None)
+        ends_after=ends_after.isoformat() if ends_after else None,
+        source_ranges={(stage or r.source): {"source": r.source, "from": r.origin,
+                                             "ranges": {k: list(v) for k, v in r.ranges.items()}}
+                       for stage, r in (kafka or {}).items()})

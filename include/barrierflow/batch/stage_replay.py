@@ -4,8 +4,10 @@ The stream runs each stage on what the stages before it wrote to their channels.
 replay runs each stage's own transformation (its derived spec's, :mod:`barrierflow.pipeline.stage_options`)
 on the previous stage's *batch result* instead:
 
-* a source stage's input is its source's records of the event-time range (as for a single
-  stage, :func:`barrierflow.batch.source_records.source_records`: the built-in generator only);
+* a source stage's input is its source's records (as for a single stage,
+  :func:`barrierflow.batch.source_records.source_records`: the generator's of the event-time
+  range, a Kafka source's of the offset ranges its own checkpoint of the cut covers,
+  :func:`kafka_source_stages`);
 * a stage fed by channels gets, per channel it reads, the writing stage's batch result as the
   channel delivers rows: ``topic`` (the channel's topic) and the reading source's
   ``json_fields``, each converted to its type; a row with a field missing or null is dropped,
@@ -40,16 +42,19 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from barrierflow.batch.source_records import source_records
+from barrierflow.batch.source_records import KafkaRanges, source_records
+from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import UserInputError
 from barrierflow.pipeline.final_stages import replay_obstacle, upstream_stages
 from barrierflow.spec.graph import build_graph
+from barrierflow.spec.models import KafkaSourceSpec
 from barrierflow.spec.stages import ChannelSourceSpec, StagedPipelineSpec
 from barrierflow.transforms.context import TransformContext, load_transformation
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from barrierflow.batch.recompute import KafkaSources
     from barrierflow.spec.models import PipelineSpec
 
 #: Spark SQL type of each channel ``json_fields`` type (as the stream's channel reader decodes them).
@@ -97,15 +102,29 @@ def channel_rows(rows: DataFrame, topic: str, fields: Mapping[str, str]) -> Data
     return rows.select(F.lit(topic).alias("topic"), *columns).dropna(subset=list(fields))
 
 
+def kafka_source_stages(pipeline: StagedPipelineSpec, stage_specs: Mapping[str, PipelineSpec],
+                        final: str) -> KafkaSources:
+    """The stages upstream of ``final`` (itself included) that read an external Kafka source (not
+    a channel, which a derived spec reads as Kafka too): name -> (derived spec, its own
+    checkpoint store, whose manifests record the offsets it read)."""
+    return {name: (stage_specs[name], CheckpointStore.for_spec(stage_specs[name]))
+            for name in upstream_stages(pipeline, final)
+            if not any(isinstance(s, ChannelSourceSpec) for s in pipeline.stage(name).sources)
+            and isinstance(stage_specs[name].sources[0], KafkaSourceSpec)}
+
+
 def replay_final_stage(spark: SparkSession, pipeline: StagedPipelineSpec, stage_specs: Mapping[str, PipelineSpec],
-                       final: str, start: datetime | None, end: datetime, *, spec_path: str = "<spec>") -> DataFrame:
+                       final: str, start: datetime | None, end: datetime,
+                       kafka: Mapping[str, KafkaRanges] | None = None, *, spec_path: str = "<spec>") -> DataFrame:
     """The batch recomputation of stage ``final``'s output from the source records of
-    ``[start, end)`` (module docstring). ``stage_specs``: each stage's derived single-stage spec.
+    ``[start, end)`` (module docstring). ``stage_specs``: each stage's derived single-stage spec;
+    ``kafka``: the offset ranges to read of each Kafka-fed source stage, by name.
 
     Raises:
         StageReplayError: a cycle upstream of ``final``, or a transformation that reads a
             channel's broker metadata. UserInputError: a source stage whose source cannot be
-            re-read (only the generator can). SpecError: a transformation that does not import.
+            re-read (a Kafka source stage without its ranges in ``kafka``). SpecError: a
+            transformation that does not import.
     """
     from pyspark.errors import AnalysisException
 
@@ -123,7 +142,7 @@ def replay_final_stage(spark: SparkSession, pipeline: StagedPipelineSpec, stage_
             for part in parts[1:]:
                 rows = rows.unionByName(part)
         else:
-            rows = source_records(spark, spec, start, end)
+            rows = source_records(spark, spec, start, end, (kafka or {}).get(name))
         transform = load_transformation(spec, spec_path)
         try:
             results[name] = transform(rows, TransformContext(spec, dict(spec.transformation.options)))

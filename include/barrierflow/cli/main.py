@@ -529,7 +529,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         print(json.dumps(outcome.summary(), indent=2))
         return EXIT_RUNTIME if outcome.failed else EXIT_OK
     for r in outcome.reports:
-        counts = (f"{r.passed_count}/{r.check_count} checks{', deep' if r.deep else ''}; "
+        counts = (f"{r.passed_count}/{r.check_count} checks{f'; {r.deep_verdict()}' if r.deep else ''}; "
                   f"stages: {', '.join(r.stages)}")
         print(f"{outcome.noun} {r.checkpoint_id}: {'passed' if r.passed else 'FAILED'} ({counts})")
         for c in r.failures:
@@ -725,7 +725,9 @@ def _cmd_recompute(args: argparse.Namespace) -> int:
     print(json.dumps(report.as_dict(), indent=2, default=str) if args.json else report.message())
     if not report.passed:
         print(f"error: {report.message()}", file=sys.stderr)
-    return EXIT_OK if report.passed or args.report_only else EXIT_RUNTIME
+    if report.passed or args.report_only:
+        return EXIT_OK
+    return EXIT_RUNTIME if report.compared else EXIT_BAD_INPUT  # not compared: why is named, e.g. give --start
 
 
 def _cmd_quality(args: argparse.Namespace) -> int:
@@ -866,13 +868,13 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
         made = (f"new savepoint {outcome.savepoint} ({outcome.location})" if rewritten
                 else f"savepoint {outcome.savepoint} (nothing needed a rewrite)")
         verified = outcome.canary.get("verified") or []
-        canary = (f"its canary's checkpoints {verified} passed deep verification and were committed"
-                  if verified else "no canary was run")
+        deep = outcome.canary.get("deep_verification") or "verified"
+        canary = (f"its canary's checkpoints {verified} were committed ({deep})" if verified else "no canary was run")
         for compared in (outcome.canary.get("comparison") or {}).get("outputs", []):
             print(f"canary output of {compared['output']}: " + (
                 f"{compared['stream_rows']} rows equal the batch recomputation for windows before "
                 f"{compared['range']['end']} (held epochs {compared['held_epochs']})" if compared["ran"]
-                else f"no stream-vs-batch comparison: {compared['reason']}"))
+                else f"stream-vs-batch comparison not compared: {compared['reason']}"))
         if (outcome.canary.get("comparison") or {}).get("verdict") == "skipped":
             print("canary output: no stream-vs-batch comparison (--no-canary-compare)")
         print(f"pipeline {outcome.report.pipeline}: upgraded from savepoint {outcome.source_savepoint} (unchanged) to "

@@ -9,6 +9,10 @@ optional when the pipeline has exactly one final stage with a Parquet sink, see
 single-stage spec and its own checkpoint store (``<checkpoint.storage>/stages/<stage>``), where
 its ledger, checkpoints and reports are; its recomputation replays every stage it depends on in
 batch (:mod:`barrierflow.batch.stage_replay`).
+
+A recomputation from a Kafka source reads it with Spark's Kafka batch source, whichever reader
+the stream uses: the session gets the connector's jars (:func:`batch_jars`; a driver started by
+spark-submit gets them as ``--jars``, as the recompute DAG passes them).
 """
 
 from __future__ import annotations
@@ -23,13 +27,17 @@ from barrierflow.batch.lake import parquet_sink
 from barrierflow.batch.recompute import (
     LEGACY_RECOMPUTE_REPORT_KEY,
     RECOMPUTE_REPORT_KEY,
+    KafkaSources,
     Recomputation,
     RecomputeReport,
+    comparison_obstacle,
+    kafka_sources,
+    not_compared,
     recompute_and_compare,
 )
 from barrierflow.batch.rollups import ROLLUP_REPORT_KEY, RollupReport, parse_day
 from barrierflow.batch.rollups import rollup as rollup_days
-from barrierflow.batch.stage_replay import replay_final_stage, replay_order
+from barrierflow.batch.stage_replay import kafka_source_stages, replay_final_stage, replay_order
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.pipeline.final_stages import batch_side
 from barrierflow.spec.loader import load_any_spec
@@ -37,8 +45,8 @@ from barrierflow.spec.models import ParquetSinkSpec, PipelineSpec
 from barrierflow.spec.stages import StagedPipelineSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 
-__all__ = ["REPORT_KEYS", "BatchTarget", "StoredReport", "batch_target", "newest_output_epoch", "parse_day",
-           "recompute", "report_keys", "rollup", "stored_report"]
+__all__ = ["REPORT_KEYS", "BatchTarget", "StoredReport", "batch_jars", "batch_target", "newest_output_epoch",
+           "parse_day", "recompute", "report_keys", "rollup", "stored_report"]
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,12 +85,41 @@ def batch_target(spec_path: str | os.PathLike[str], stage: str | None = None) ->
                        side.stage_specs)
 
 
-def _session(spark: SparkSession | None, target: BatchTarget, purpose: str) -> SparkSession:
+def _kafka_sources(target: BatchTarget) -> KafkaSources:
+    """The Kafka-fed source stages the recomputation of ``target`` reads again."""
+    if target.pipeline is not None and target.stage is not None:
+        return kafka_source_stages(target.pipeline, target.stage_specs, target.stage)
+    return kafka_sources(target.spec, target.store)
+
+
+def batch_jars(spec_path: str | os.PathLike[str], stage: str | None = None) -> list[str]:
+    """The installed jars a batch job of the spec at ``spec_path`` (its final stage ``stage``)
+    needs on its driver's class path from the start: Spark's Kafka connector when its
+    recomputation reads a Kafka source again; empty otherwise (and for a spec the batch side
+    refuses: the job says why).
+
+    Raises:
+        JvmArtifactError: a needed jar is not installed (naming ``make install``).
+    """
+    from barrierflow.errors import UserInputError
+    from barrierflow.runtime.session import source_jars
+    from barrierflow.sources.spark_kafka import JVM_SET
+
+    try:
+        needed = bool(_kafka_sources(batch_target(spec_path, stage)))
+    except UserInputError:
+        return []
+    return source_jars([], [JVM_SET]) if needed else []
+
+
+def _session(spark: SparkSession | None, target: BatchTarget, purpose: str, *, kafka: bool = False) -> SparkSession:
     if spark is not None:
         return spark
-    from barrierflow.spark.session import build_session
+    from barrierflow.runtime.session import build_session
+    from barrierflow.sources.spark_kafka import JVM_SET
 
-    return build_session(target.spec.spark, app_name=f"barrierflow-{purpose}-{target.spec.name}")
+    return build_session(target.spec.spark, app_name=f"barrierflow-{purpose}-{target.spec.name}",
+                         jvm_sets=[JVM_SET] if kafka else [])
 
 
 def rollup(spec_path: str | os.PathLike[str], *, day: date | None = None, tag: str = "", stage: str | None = None,
@@ -111,13 +148,16 @@ def recompute(spec_path: str | os.PathLike[str], *, start: datetime | None = Non
     parquet_sink(target.spec)  # before Spark starts: a pipeline without a lake is refused at once
     if target.pipeline is not None and target.stage is not None:
         replay_order(target.pipeline, target.stage)  # a cycle upstream is refused before Spark starts too
-    session = _session(spark, target, "recompute")
+    if why := comparison_obstacle(target.spec):  # before Spark starts: nothing to read
+        return not_compared(target.spec, target.store, RECOMPUTE_REPORT_KEY, why, tag=tag)
+    kafka = _kafka_sources(target)
+    session = _session(spark, target, "recompute", kafka=bool(kafka))
     replay: Recomputation | None = None
     if target.pipeline is not None and target.stage is not None:
         replay = partial(replay_final_stage, session, target.pipeline, target.stage_specs, target.stage,
                          spec_path=str(spec_path))
     return recompute_and_compare(session, target.spec, target.store, start=start, end=end, tag=tag,
-                                 spec_path=str(spec_path), recompute=replay)
+                                 spec_path=str(spec_path), recompute=replay, kafka=kafka)
 
 
 def newest_output_epoch(spec_path: str | os.PathLike[str], stage: str | None = None) -> int | None:

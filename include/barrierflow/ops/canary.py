@@ -14,7 +14,9 @@ checkpoint of every cut the canary completes is verified, structurally and deepl
 into scratch, read with Spark's state reader and checked with the pipeline's expectation suite),
 as soon as the cut completed, while the canary runs on; the first failed check stops the canary
 (no later cut of a failed canary is worth running). Each result is stored beside its checkpoint
-as ``barrierflow verify`` stores it.
+as ``barrierflow verify`` stores it. Without an expectation suite the state is restored and read
+but not checked: the outcome says "no expectation suite: deep verification skipped"
+(:attr:`CanaryOutcome.deep_verification`), never that the cuts passed it.
 
 Once every cut passed, the canary's output is compared with a batch recomputation
 (:func:`compare_canary_output`, unless ``compare`` is off): for every Parquet output of the
@@ -23,10 +25,14 @@ committed (the committed ``part-*`` files and the held epochs' write-ahead files
 PRECOMMITTED transactions name, read by Spark where they lie) against the spec's
 transformation run in batch over the source's records (a final stage's upstream stages
 replayed), for every window that ends before the watermark of the canary's last cut: the rules
-of ``barrierflow recompute`` (:mod:`barrierflow.batch.recompute`), with that cut trusted. A
-difference fails the canary. An output the comparison cannot be made for (no Parquet output, an
-output mode other than append, no event time, a final stage behind a cycle or a non-append
-stage, the ``batch`` columns missing from the output) is reported as not applicable, with why.
+of ``barrierflow recompute`` (:mod:`barrierflow.batch.recompute`), with that cut trusted. The
+source's records are the generator's of that event-time range, or a Kafka source's in exactly
+the offset ranges the canary's checkpoints cover (from the barrier offsets of the cut it was
+restored from to those of its last cut, read with Spark's Kafka batch source and decoded as the
+stream decodes them). A difference fails the canary. An output the comparison cannot be made for
+(no Parquet output, an output mode other than append, no event time, a final stage behind a
+cycle or a non-append stage, the ``batch`` columns missing from the output, a Kafka range no
+longer retained) is reported as ``not compared``, with why in one line.
 
 What happens to the held epochs is the caller's decision (:mod:`barrierflow.ops.upgrade`): a
 passed canary's are committed by reconciliation against its newest cut, which covers them all;
@@ -46,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.runtime.run_driver import channel_servers, open_driver
+from barrierflow.verification.report import NO_SUITE, CheckStatus
 from barrierflow.verification.runner import verify_checkpoints
 
 if TYPE_CHECKING:
@@ -89,6 +96,25 @@ class CanaryOutcome:
         return [c for c in self.checkpoints
                 if all(r.passed for r in self.reports if r.checkpoint_id == c)]
 
+    @property
+    def deep_verification(self) -> str:
+        """One line: what the deep verification of the verified cuts checked. ``passed deep
+        verification`` only when an expectation suite checked every stage's state; else ``no
+        expectation suite: deep verification skipped`` and where the suite was looked for (the
+        structural checks and the state read ran and passed), or which stages hold no state."""
+        skipped = [c for r in self.reports for c in r.checks
+                   if c.name == "expectation" and c.status is CheckStatus.SKIPPED]
+        if not self.reports:
+            return "no checkpoint was verified"
+        missing = sorted({c.file or c.message for c in skipped if c.message.startswith(NO_SUITE)})
+        if missing:
+            return (f"{NO_SUITE}: deep verification skipped (looked for {', '.join(missing)}; the structural checks "
+                    "and the state read passed)")
+        if skipped:
+            return ("deep verification: the expectation suite checked the state of the stages that hold state ("
+                    "others hold none)")
+        return "passed deep verification"
+
 
 @dataclass(frozen=True)
 class OutputComparison:
@@ -123,7 +149,7 @@ class OutputComparison:
 
     def as_dict(self) -> dict[str, Any]:
         return {"output": self.output, "ran": self.ran, "reason": self.reason or None,
-                "verdict": ("not applicable" if not self.ran else "matched" if self.passed else "differed"),
+                "verdict": ("not compared" if not self.ran else "matched" if self.passed else "differed"),
                 "checkpoint_id": self.checkpoint_id, "held_epochs": self.held_epochs,
                 "range": {"start": self.start, "end": self.end} if self.ran else None,
                 "stream_rows": self.stream_rows, "batch_rows": self.batch_rows,
@@ -133,27 +159,32 @@ class OutputComparison:
 
 def comparison_summary(comparisons: list[OutputComparison], *, skipped: bool = False) -> dict[str, Any]:
     """The comparison as the upgrade's result and record show it: ``ran`` (for some output),
-    ``verdict`` (``matched``, ``differed``, ``not applicable`` or ``skipped``) and ``outputs``
+    ``verdict`` (``matched``, ``differed``, ``not compared`` or ``skipped``), ``reason`` (why
+    not compared, one line per output, else None), the rows compared and differing over every
+    output (``stream_rows``, ``batch_rows``, ``differences``) and ``outputs``
     (:meth:`OutputComparison.as_dict` each)."""
     if skipped:
-        return {"ran": False, "verdict": "skipped", "outputs": []}
+        return {"ran": False, "verdict": "skipped", "reason": "--no-canary-compare", "outputs": []}
     ran = [c for c in comparisons if c.ran]
-    verdict = ("not applicable" if not ran else "matched" if all(c.passed for c in ran) else "differed")
-    return {"ran": bool(ran), "verdict": verdict, "outputs": [c.as_dict() for c in comparisons]}
+    verdict = ("not compared" if not ran else "matched" if all(c.passed for c in ran) else "differed")
+    reason = "; ".join(f"{c.output}: {c.reason}" for c in comparisons if not c.ran) or None
+    return {"ran": bool(ran), "verdict": verdict, "reason": reason,
+            "stream_rows": sum(c.stream_rows for c in ran), "batch_rows": sum(c.batch_rows for c in ran),
+            "differences": sum(c.differences for c in ran), "outputs": [c.as_dict() for c in comparisons]}
 
 
 def _not_applicable(pipeline: OpenedPipeline, stage: Stage) -> str:
     """Why the comparison cannot be made for ``stage``'s Parquet output ("" when it can)."""
+    from barrierflow.batch.recompute import comparison_obstacle
     from barrierflow.batch.source_records import not_rereadable
 
     spec = stage.spec
     if spec.transformation.output_mode != "append":
-        return (f"its output mode is {spec.transformation.output_mode!r}: the rows it writes depend on how the "
-                "stream cut its micro-batches, a batch run gives one final row per key (append mode only)")
+        return comparison_obstacle(spec)
     if obstacle := pipeline.replay_obstacle(stage.name):
         return obstacle
-    if spec.event_time is None:
-        return "it has no event time: no window is ever closed, so there is no range to compare"
+    if why := comparison_obstacle(spec):
+        return why
     for each in pipeline.upstream(stage.name):
         if each.source_type != "channel" and (why := not_rereadable(each.spec)):
             return why
@@ -165,7 +196,7 @@ def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpo
     """The stream-vs-batch comparison of the canary's output up to its cut ``checkpoint_id``
     (module docstring), over the windows the canary computed entirely: those that start after
     the newest event time read up to the cut ``since`` it was restored from (None: from the first
-    record; a cut that records no event time: not applicable) and end before the watermark
+    record; a cut that records no event time: not compared) and end before the watermark
     of ``checkpoint_id`` (the old spec's windows are not compared: a new spec may mean to compute
     them differently, and the range stays the canary's, however long the pipeline ran). The
     output of a stage in ``rebuilt`` (its state rebuilt from its input by the upgrade,
@@ -187,12 +218,13 @@ def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpo
 
     from barrierflow.batch.recompute import (
         MAX_IN_MESSAGE,
-        NoEventTimeError,
         OutputColumnsError,
         Recomputation,
         compare_held_output,
+        kafka_sources,
     )
-    from barrierflow.batch.stage_replay import replay_final_stage
+    from barrierflow.batch.source_records import NoEventTimeError, NotComparableError
+    from barrierflow.batch.stage_replay import kafka_source_stages, replay_final_stage
     from barrierflow.pipeline.final_stages import batch_side, parquet_outputs
 
     outputs = parquet_outputs(pipeline.spec)
@@ -211,17 +243,20 @@ def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpo
             continue
         side = batch_side(pipeline.spec, out.stage, pipeline.spec_path)
         replay: Recomputation | None = None
+        kafka = kafka_sources(side.spec, stage.store)
         if side.pipeline is not None and side.stage is not None:
             replay = partial(replay_final_stage, spark, side.pipeline, side.stage_specs, side.stage,
                              spec_path=pipeline.spec_path)
+            kafka = kafka_source_stages(side.pipeline, side.stage_specs, side.stage)
         began = time.perf_counter()
         try:
             whole = stage.name in rebuilt and since is not None
             report, held = compare_held_output(spark, side.spec, stage.store, checkpoint_id,
                                                since=None if whole else since, ends_after=since if whole else None,
-                                               tag="upgrade-canary", spec_path=pipeline.spec_path, recompute=replay)
-        except (OutputColumnsError, NoEventTimeError) as exc:
-            results.append(OutputComparison(label, ran=False, reason=str(exc)))
+                                               tag="upgrade-canary", spec_path=pipeline.spec_path, recompute=replay,
+                                               kafka=kafka)
+        except (OutputColumnsError, NoEventTimeError, NotComparableError) as exc:
+            results.append(OutputComparison(label, ran=False, reason=" ".join(str(exc).split())))
             continue
         if report.batch_rows == 0 and report.stream_rows == 0:
             span = (f"ending after {report.ends_after}, before {report.end}" if report.ends_after is not None
@@ -390,7 +425,8 @@ def run_canary(pipeline: OpenedPipeline, spark: SparkSession, checkpoints: int, 
         return CanaryOutcome(done, failure=f"the canary run of {spec_path} completed no {pipeline.cut_noun}")
     if failure:
         return CanaryOutcome(done, reports, failure)
-    log.info("pipeline %s: canary %ss %s passed deep verification", pipeline.name, pipeline.cut_noun, done)
+    log.info("pipeline %s: canary %ss %s: %s", pipeline.name, pipeline.cut_noun, done,
+             CanaryOutcome(done, reports).deep_verification)
     if not compare:
         return CanaryOutcome(done, reports)
     try:

@@ -24,7 +24,8 @@ class Verdict:
     stage has no report for has no verdict; one stage: its checkpoint's report).
 
     Attributes:
-        passed: no check failed. deep: every report came from deep verification.
+        passed: no check failed. deep: every report came from deep verification with an
+            expectation suite (without one, ``reason`` says the suite was skipped).
         reason: ``passed``, or what failed, each prefixed with its stage.
     """
 
@@ -119,7 +120,10 @@ def _verdict(pipeline: OpenedPipeline, checkpoint_id: int) -> Verdict | None:
     if len(done) < len(reports):
         return None
     reason = "; ".join(f"{name}: {r.reason()}" for name, r in done.items() if not r.passed)
-    return Verdict(not reason, all(r.deep for r in done.values()), reason or "passed")
+    # deep only when a suite checked the state: without one, the label does not say "(deep)"
+    unchecked = "; ".join(f"{name}: {r.suite_skipped}" for name, r in done.items() if r.deep and r.suite_skipped)
+    deep = all(r.deep for r in done.values()) and not unchecked
+    return Verdict(not reason, deep, reason or (f"passed; {unchecked}" if unchecked else "passed"))
 
 
 def listing(pipeline: OpenedPipeline) -> CheckpointListing:

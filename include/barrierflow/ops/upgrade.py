@@ -190,11 +190,12 @@ class UpgradeResult:
             comparison alone, when one ran), ``commit``, ``total``).
         location: where the savepoint the new spec was restored from is stored.
         canary: ``checkpoints`` (asked for), ``verified`` (cut ids whose every stage's checkpoint
-            passed deep verification, committed once it passed), ``attempts`` (canaries started:
-            more than one after a crash), ``step`` (the recorded step, ``canary-passed``) and
-            ``comparison``: the stream-vs-batch comparison of its output
+            passed verification, committed once it passed), ``deep_verification`` (one line: what
+            deep verification checked, e.g. ``no expectation suite: deep verification skipped``),
+            ``attempts`` (canaries started: more than one after a crash), ``step`` (the recorded
+            step, ``canary-passed``) and ``comparison``: the stream-vs-batch comparison of its output
             (:func:`barrierflow.ops.canary.comparison_summary`: ``ran``, ``verdict`` - matched,
-            differed, not applicable or skipped - and per output its range, held epochs, rows
+            differed, not compared or skipped - and per output its range, held epochs, rows
             compared and differences; empty when no canary ran).
     """
 
@@ -700,6 +701,7 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
     return UpgradeResult(report, record.source_savepoint, record.savepoint, rescaled, record.attempt or 0, timings,
                          new.cut_location(record.savepoint), tuple(record.added), tuple(record.dropped),
                          canary={"checkpoints": record.canary_checkpoints, "verified": record.verified,
+                                 "deep_verification": record.deep_verification,
                                  "attempts": record.canary_attempts, "step": record.step.value,
                                  "comparison": record.comparison},
                          value_columns=dict(record.value_columns), rebuilt=tuple(record.rebuilt),
@@ -800,11 +802,11 @@ def _canary(record: UpgradeRecord, new: OpenedPipeline, session: SparkSession,
                   if outcome.comparisons or not record.canary_compare else {})
     if outcome.passed:
         return write_record(new.objects, record, UpgradeStep.CANARY_PASSED, verified=outcome.verified,
-                            comparison=comparison)
+                            comparison=comparison, deep_verification=outcome.deep_verification)
     log.error("pipeline %s: the canary of %s failed, rolling back: %s", record.pipeline, new.spec_path,
               outcome.failure)
     return write_record(new.objects, record, UpgradeStep.ROLLING_BACK, verified=outcome.verified,
-                        failure=outcome.failure, comparison=comparison)
+                        failure=outcome.failure, comparison=comparison, deep_verification=outcome.deep_verification)
 
 
 def _roll_back(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline) -> None:

@@ -115,6 +115,9 @@ class UpgradeRecord(BaseModel):
         canary_checkpoints: how many completed checkpoints the canary must pass.
         canary_attempts: how many times a canary was started (a rerun after a crash restarts it).
         verified: the canary checkpoints that passed verification, in order.
+        deep_verification: one line of what their deep verification checked (``passed deep
+            verification``, or ``no expectation suite: deep verification skipped ...``); "" until
+            a canary ran.
         canary_compare: whether the canary also compares its output with a batch recomputation
             (``--no-canary-compare`` turns it off).
         comparison: the canary's stream-vs-batch comparison (``ran``, ``verdict``, ``outputs``:
@@ -142,6 +145,7 @@ class UpgradeRecord(BaseModel):
     canary_checkpoints: int = 3
     canary_attempts: int = 0
     verified: list[int] = Field(default_factory=list)
+    deep_verification: str = ""
     canary_compare: bool = True
     comparison: dict[str, Any] = Field(default_factory=dict)
     failure: str = ""

@@ -28,7 +28,7 @@ closes its epoch: the barrier-only offset changed, so Spark runs an (empty) batc
 
 What this costs: a Python planner round trip per batch (the barrier-only source's
 ``latestOffset``), no rows through Python on the read path; each record's JSON is parsed once,
-in the JVM, by barrierflow's decoder with Spark's ``from_json`` rows (:func:`_decoded`,
+in the JVM, by barrierflow's decoder with Spark's ``from_json`` rows (:func:`decoded_rows`,
 :mod:`barrierflow.sources.flat_json`). On one topic it runs at about plain Spark's rate with Spark's own
 checkpoints (docs/benchmarks.md, "Kafka side by side").
 
@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -206,20 +206,24 @@ def connector_options(spec: KafkaSourceSpec, partitions: list[str]) -> dict[str,
 # --------------------------------------------------------------------------- the stage's input
 
 
-def _decoded(raw: DataFrame, spec: KafkaSourceSpec, *, keep_payload: bool = False) -> DataFrame:
+def decoded_rows(raw: DataFrame, spec: KafkaSourceSpec, carry: Sequence[str] = (), *,
+                 keep_payload: bool = False) -> DataFrame:
     """The connector's rows as barrierflow's reader gives them: ``raw`` (topic, partition,
     offset, timestamp, key, value, headers) or ``json`` (the metadata columns and the
     ``json_fields``; a field missing, null or of the wrong type is null, a value that is not a
     JSON object gives nulls in every field; :func:`_dead_lettered` takes such records out).
-    ``keep_payload`` (``json``): the record's value too, as column :data:`_PAYLOAD`."""
+    The stream's decoding, and the batch re-read's (:mod:`barrierflow.batch.source_records`);
+    ``carry``: columns of ``raw`` kept beside them; ``keep_payload`` (``json``): the record's
+    value too, as column :data:`_PAYLOAD`."""
     from pyspark.sql import functions as F
 
     from barrierflow.sources.flat_json import decoded_record
     from barrierflow.sources.kafka import JSON_SPARK_TYPES
 
     meta = [F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp")]
+    kept = [F.col(f"`{name}`") for name in carry]
     if spec.format == "raw":
-        return raw.select(*meta, F.col("key"), F.col("value"), F.col("headers"))
+        return raw.select(*meta, F.col("key"), F.col("value"), F.col("headers"), *kept)
     # timestamps are parsed as text first: an ISO-8601 string (UTC without an offset) or epoch ms
     parsed = {name: ("STRING" if kind == "timestamp" else JSON_SPARK_TYPES[kind])
               for name, kind in spec.json_fields.items()}
@@ -227,7 +231,8 @@ def _decoded(raw: DataFrame, spec: KafkaSourceSpec, *, keep_payload: bool = Fals
     # a field taken straight off ``from_json(...)`` carries its own copy of the parse, which
     # Spark's optimizer prunes to that one field, so every record was parsed once per field used.
     payload = [F.col("value").alias(_PAYLOAD)] if keep_payload else []
-    parsed_rows = raw.select(*meta, *payload, decoded_record(raw.sparkSession, F.col("value"), parsed).alias(_RECORD))
+    parsed_rows = raw.select(*meta, *payload, decoded_record(raw.sparkSession, F.col("value"), parsed).alias(_RECORD),
+                             *kept)
     record = F.col(_RECORD)
     fields: list[Column] = []
     for name, kind in spec.json_fields.items():
@@ -235,11 +240,11 @@ def _decoded(raw: DataFrame, spec: KafkaSourceSpec, *, keep_payload: bool = Fals
         if kind == "timestamp":
             value = F.coalesce(F.try_to_timestamp(value), F.timestamp_millis(value.try_cast("bigint")))
         fields.append(value.alias(name))
-    return parsed_rows.select(*meta, *(F.col(_PAYLOAD) for _ in payload), *fields)
+    return parsed_rows.select(*meta, *(F.col(_PAYLOAD) for _ in payload), *fields, *kept)
 
 
 def _dead_lettered(decoded: DataFrame, spec: KafkaSourceSpec, dead_letter_uri: str) -> DataFrame:
-    """``decoded`` (:func:`_decoded` with the payload) without its malformed records, which go to
+    """``decoded`` (:func:`decoded_rows` with the payload) without its malformed records, which go to
     the dead-letter output in the same micro-batch, as barrierflow's reader writes them
     (``malformed: dead_letter``; without it they stay rows of nulls).
 
@@ -265,7 +270,7 @@ def _dead_lettered(decoded: DataFrame, spec: KafkaSourceSpec, dead_letter_uri: s
 
 
 def _write_dead_letters(batches: Iterator[Any], *, uri: str, spec_json: str) -> Iterator[Any]:
-    """On an executor: write one task's malformed records (Arrow batches of :func:`_decoded`'s
+    """On an executor: write one task's malformed records (Arrow batches of :func:`decoded_rows`'s
     columns with the payload) as dead letters, one file per Kafka partition named by the range
     of their offsets (a replayed batch rewrites the same file); yields no row. The reason is
     the one barrierflow's reader gives; a record that reader would have read (a form only it
@@ -324,9 +329,9 @@ def read_stream(spark: SparkSession, spec: KafkaSourceSpec, options: Mapping[str
     barriers = (spark.readStream.format(BarrierDataSource.name()).option("schema", schema_for(spec))
                 .option("control_dir", options["control_dir"]).option("source", spec.name).load())
     if spec.format == "json" and spec.dead_letters_malformed:
-        rows = _dead_lettered(_decoded(raw, spec, keep_payload=True), spec, options.get("dead_letter_uri", ""))
+        rows = _dead_lettered(decoded_rows(raw, spec, keep_payload=True), spec, options.get("dead_letter_uri", ""))
     else:
-        rows = _decoded(raw, spec)
+        rows = decoded_rows(raw, spec)
     return rows.unionByName(barriers)
 
 

@@ -50,9 +50,10 @@ from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import PipelineSpec
 from barrierflow.state.reader import flat_fields, read_flat_state
 from barrierflow.verification import spark_verdicts
-from barrierflow.verification.report import CheckResult
+from barrierflow.verification.report import NO_SUITE, CheckResult
 
-__all__ = ["deep_checks", "expectations_path", "flat_fields", "load_suite_document", "read_state", "run_suite"]
+__all__ = ["NO_SUITE", "deep_checks", "expectations_path", "flat_fields", "load_suite_document", "read_state",
+           "run_suite"]
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -244,7 +245,10 @@ def deep_checks(spec: PipelineSpec, store: CheckpointStore, manifest: Manifest, 
                                          f"(state version {manifest.state_version})"))
             path = expectations_path(spec)  # Step 3.
             if not path.is_file():
-                return [*checks, CheckResult.skip("expectation", f"no expectation suite at {path}", str(path))]
+                return [*checks, CheckResult.skip(
+                    "expectation", f"{NO_SUITE} at {path}: deep verification skipped (the state was restored and "
+                    "read, not checked; write a Great Expectations suite there or set verification.expectations)",
+                    str(path))]
             if rows is None:
                 return [*checks, CheckResult.skip("expectation", "the checkpoint holds no state", str(path))]
             return checks + run_suite(load_suite_document(path), rows, str(path))

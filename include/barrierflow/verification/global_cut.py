@@ -75,6 +75,20 @@ class CutVerificationReport:
         """Whether every stage's checks were deep (state read, expectations run)."""
         return bool(self.stages) and all(r.deep for r in self.stages.values())
 
+    def deep_verdict(self) -> str:
+        """One line of what deep verification found over every stage ("" when not deep): as
+        :meth:`VerificationReport.deep_verdict`, a stage without a suite named (several stages)."""
+        if not self.deep:
+            return ""
+        if not self.passed:
+            return "failed deep verification"
+        skipped = {name: r.suite_skipped for name, r in self.stages.items() if r.suite_skipped}
+        if not skipped:
+            return "passed deep verification"
+        if self.single_stage:
+            return next(iter(skipped.values()))
+        return "; ".join(f"stage {name}: {why}" for name, why in skipped.items())
+
     @property
     def check_count(self) -> int:
         """How many checks ran: the cut's own and every stage's."""
@@ -87,10 +101,12 @@ class CutVerificationReport:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON of ``verify``, one shape for every pipeline: ``pipeline``, ``checkpoint_id``,
-        ``passed``, ``deep``, ``checks`` (the cut's own; none for one stage) and ``stages``:
+        ``passed``, ``deep``, ``deep_verification`` (:meth:`deep_verdict`, None when not deep),
+        ``checks`` (the cut's own; none for one stage) and ``stages``:
         each stage's report as it is stored (``chk-<n>/_verification.json``)."""
         return {"pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id, "passed": self.passed,
-                "deep": self.deep, "checks": [c.model_dump(mode="json") for c in self.checks],
+                "deep": self.deep, "deep_verification": self.deep_verdict() or None,
+                "checks": [c.model_dump(mode="json") for c in self.checks],
                 "stages": {name: r.model_dump(mode="json") for name, r in self.stages.items()}}
 
 

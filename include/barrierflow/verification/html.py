@@ -20,13 +20,15 @@ def render_html(pipeline: str, reports: list[VerificationReport]) -> str:
     rows = []
     for r in reports:
         status = "passed" if r.passed else "failed"
+        kind = ("structural" if not r.deep else "deep, no expectation suite (state read, not checked)"
+                if r.suite_skipped else "deep")
         details = "".join(
             f"<li class='{c.status.value}'>{html.escape(c.name)}: {html.escape(c.message)}"
             + (f" <code>{html.escape(c.file)}</code>" if c.file else "") + "</li>"
             for c in r.checks if c.status.value != "passed"
         ) or "<li class='passed'>every check passed</li>"
         rows.append(
-            f"<tr><td>{r.checkpoint_id}</td><td class='{status}'>{status}</td><td>{'deep' if r.deep else 'structural'}"
+            f"<tr><td>{r.checkpoint_id}</td><td class='{status}'>{status}</td><td>{kind}"
             f"</td><td>{html.escape(r.finished.astimezone(UTC).isoformat(timespec='seconds'))}</td>"
             f"<td>{sum(c.passed for c in r.checks)}/{len(r.checks)}</td><td><ul>{details}</ul></td></tr>")
     failed = sum(not r.passed for r in reports)

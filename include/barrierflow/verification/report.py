@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 
 REPORT_FORMAT = "barrierflow-verification"
 REPORT_VERSION = 1
+#: How the skipped ``expectation`` check of a pipeline without an expectation suite begins
+#: (:mod:`barrierflow.verification.deep`): every verdict that relies on deep verification says
+#: this instead of that it passed.
+NO_SUITE = "no expectation suite"
 
 
 def report_key(checkpoint_id: int) -> str:
@@ -97,6 +101,23 @@ class VerificationReport(BaseModel):
         if self.passed:
             return "passed"
         return "; ".join(f"{c.name}: {c.message}" for c in self.failures)
+
+    @property
+    def suite_skipped(self) -> str:
+        """Why deep verification checked no state with an expectation suite: the skipped
+        ``expectation`` check's message when there is no suite ("" otherwise, and when not deep)."""
+        return next((c.message for c in self.checks if c.name == "expectation" and c.status is CheckStatus.SKIPPED
+                     and c.message.startswith(NO_SUITE)), "")
+
+    def deep_verdict(self) -> str:
+        """One line of what deep verification found ("" when it did not run): ``failed deep
+        verification``, ``no expectation suite: deep verification skipped ...`` (the suite's
+        expected path and the fix), or ``passed deep verification``."""
+        if not self.deep:
+            return ""
+        if not self.passed:
+            return "failed deep verification"
+        return self.suite_skipped or "passed deep verification"
 
     @classmethod
     def parse(cls, raw: bytes) -> VerificationReport:
