@@ -14,17 +14,25 @@ store-wide cleanup.
 
 What could go wrong and is checked: checkpoints piling up during the run, a savepoint deleted,
 a shared file a kept checkpoint needs deleted (or an orphan left), retention only at the end,
-the part of an in-flight cut deleted in a stage.
+the part of an in-flight cut deleted in a stage, a killed run's retention announcement holding
+up every upload of the next run (3: ended at the next start when its process is gone, never
+when it runs or ran on another host).
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from barrierflow.checkpointing.global_manifest import global_key
 from barrierflow.checkpointing.manifest import CheckpointKind
+from barrierflow.checkpointing.reservations import LAST_KEY, announced_run, begin_run
 from barrierflow.ops.run import AnyProgress, run
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.retention.run_retention import RunRetention
@@ -32,6 +40,7 @@ from barrierflow.retention.savepoint import take_savepoint
 from barrierflow.verification.runner import verify_checkpoints
 
 from tests.pipeline_specs import spec_dict, write_spec
+from tests.verification.checkpoint_factory import CheckpointFactory
 from tests.verification.test_choice import _two_stage_cuts
 
 RETAINED, CHECKPOINTS, SAVEPOINT = 5, 30, 3
@@ -105,3 +114,24 @@ def test_a_run_keeps_whole_global_checkpoints_and_every_part_of_one_in_flight(tm
         assert stage.store.checkpoint_ids() == [6, 7, 8, 9], stage.name
         kept = stage.store.checkpoint_ids()
         assert stage.store.shared_digests() == {f.sha256 for c in kept for f in stage.store.get(c).files}
+
+
+def test_the_next_run_ends_the_retention_run_a_killed_run_left_announced(tmp_path: Path) -> None:
+    CheckpointFactory(tmp_path).take(2)
+    pipeline = open_pipeline(write_spec(tmp_path, spec_dict(tmp_path)))
+    objects = pipeline.stages[0].store.objects
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                              capture_output=True, text=True).stdout)  # a process that ended (and was reaped)
+    host = socket.gethostname()
+    retention = RunRetention(pipeline.cuts, pipeline.stages, retained=3)
+    started = datetime.now(UTC)
+
+    for alive in (f"run-{host}-{os.getppid()}-a1", f"run-elsewhere-{gone}-a2", "0123abcd"):
+        begin_run(objects, started, run_id=alive)  # a live process, another host, the retain DAG's
+        assert retention.start() == [] and announced_run(objects) is not None, alive
+    killed = f"run-{host}-{gone}-a3"
+    begin_run(objects, started, run_id=killed)
+
+    assert retention.start() == [killed]
+    assert announced_run(objects) is None  # uploads no longer wait for it
+    assert killed in objects.get_bytes(LAST_KEY).decode()  # and re-list the shared files once

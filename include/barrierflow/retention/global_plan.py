@@ -117,14 +117,16 @@ def plan_cuts(store: GlobalCheckpointStore, stages: Sequence[Stage], *, retained
 
 
 def retain_cuts(cuts: GlobalCheckpointStore | SingleStageCuts, stages: Sequence[Stage], *,
-                retained: int, dry_run: bool = False, in_flight_from: int | None = None) -> CutRetentionPlan:
+                retained: int, dry_run: bool = False, in_flight_from: int | None = None,
+                run_id: str | None = None) -> CutRetentionPlan:
     """One retention run over a pipeline's cuts (module docstring). ``cuts`` holds the
     pipeline's global records (and, as its root, the attempt and abandoned ids) or, for one
     stage, derives them from its store; ``retained`` is the spec's ``checkpoint.retained``; the
     policy is the stages' (they share the spec's verification). ``in_flight_from``: several
     stages, the lowest id of a global checkpoint that may still be in flight (module docstring);
     one stage needs none (a checkpoint in flight has nothing under its ``chk-<n>/`` and its
-    shared files are reserved).
+    shared files are reserved). ``run_id``: the id each stage's run is announced under (see
+    :func:`barrierflow.retention.plan.retain`).
 
     Raises:
         StorageError: the store cannot be read or written.
@@ -133,7 +135,7 @@ def retain_cuts(cuts: GlobalCheckpointStore | SingleStageCuts, stages: Sequence[
     policy = policy_of(stages[0].spec) if stages else RetentionPolicy.NEWEST
     if isinstance(cuts, SingleStageCuts):
         [stage] = stages
-        own = retain(stage.spec, stage.store, dry_run=dry_run, layout=stage.layout)
+        own = retain(stage.spec, stage.store, dry_run=dry_run, layout=stage.layout, run_id=run_id)
         return CutRetentionPlan(stage.spec.name, own.policy, dry_run, own.kept, own.savepoints,
                                 own.checkpoints, own.incomplete, stages={stage.name: own})
     store = cuts
@@ -143,5 +145,6 @@ def retain_cuts(cuts: GlobalCheckpointStore | SingleStageCuts, stages: Sequence[
         for info in plan.keys:
             store.objects.delete(info.key)
     for stage in stages:
-        plan.stages[stage.name] = retain(stage.spec, stage.store, dry_run=dry_run, keep=keep, keep_from=floor)
+        plan.stages[stage.name] = retain(stage.spec, stage.store, dry_run=dry_run, keep=keep, keep_from=floor,
+                                         run_id=run_id)
     return plan

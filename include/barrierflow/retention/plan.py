@@ -246,11 +246,12 @@ def apply_retention(store: CheckpointStore, plan: RetentionPlan) -> None:
 def retain(spec: PipelineSpec, store: CheckpointStore | None = None, *, dry_run: bool = False,
            now: Callable[[], datetime] = lambda: datetime.now(UTC),
            forget: Callable[[set[str]], None] | None = None, layout: JobLayout | None = None,
-           keep: set[int] | None = None, keep_from: int | None = None) -> RetentionPlan:
+           keep: set[int] | None = None, keep_from: int | None = None, run_id: str | None = None) -> RetentionPlan:
     """One retention run (module docstring). ``forget`` (e.g. an in-process uploader's
     :meth:`~barrierflow.checkpointing.uploader.SnapshotUploader.forget`) is told the
     deleted shared digests. ``layout``: the job's work directory (default: the spec's).
-    ``keep``, ``keep_from``: see :func:`plan_retention`.
+    ``keep``, ``keep_from``: see :func:`plan_retention`. ``run_id``: the id ``running.json``
+    announces the run under (default: a random one).
 
     Raises:
         LocalRetentionError: planned files of the work directory could not be deleted
@@ -259,7 +260,7 @@ def retain(spec: PipelineSpec, store: CheckpointStore | None = None, *, dry_run:
     store = store or CheckpointStore.for_spec(spec)
     if dry_run:
         return plan_retention(spec, store, dry_run=True, now=now(), layout=layout, keep=keep, keep_from=keep_from)
-    run = begin_run(store.objects, now())
+    run = begin_run(store.objects, now(), run_id=run_id)
     try:
         plan = plan_retention(spec, store, dry_run=False, now=now(), layout=layout, keep=keep, keep_from=keep_from)
         apply_retention(store, plan)

@@ -32,6 +32,15 @@ What it never deletes:
 * what a restore needs: the run's own restore at start ended before its first cut completed,
   and while the run holds the pipeline's lease no other restore of it can start.
 
+A run killed while it deleted leaves its announcement (``_retention/running.json``), which makes
+every upload wait until it is :data:`~barrierflow.checkpointing.reservations.STALE_RUN_SECONDS`
+old; since a run retains after every checkpoint, a killed driver often leaves one. So each run
+announces its retention runs as ``run-<host>-<pid>-<random>``, and :meth:`RunRetention.start`,
+before the next run's stages start, ends an announced run of this host whose process is gone (it
+will delete nothing more; its deletions are idempotent and the next run finishes them). A run of
+another host, or of a process that still runs (a stalled driver may wake up and delete on), is
+waited out as before.
+
 A retention run that fails (the store unreachable, a file of the work dir that cannot be
 deleted) is logged as a warning and the pipeline runs on: the next completed cut tries again,
 and the retain DAG cleans the whole store on its schedule. :meth:`RunRetention.finish`, at the
@@ -42,12 +51,17 @@ cuts that completed since, so a stopped pipeline leaves ``retained`` cuts plus i
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts
+from barrierflow.checkpointing.reservations import announced_run, end_run
 from barrierflow.checkpointing.thread_priority import background_executor
 from barrierflow.pipeline.model import Stage
+from barrierflow.processes import process_alive
 from barrierflow.retention.global_plan import CutRetentionPlan, retain_cuts
 
 log = logging.getLogger(__name__)
@@ -75,6 +89,27 @@ class RunRetention:
     @property
     def pipeline(self) -> str:
         return self.cuts.pipeline
+
+    def start(self) -> list[str]:
+        """Before the run's stages start (under the pipeline's lease): end every retention run
+        announced in a stage's store by a process of this host that is gone (module docstring);
+        returns their ids. A store that cannot be read is left to the uploads' own wait."""
+        ended = []
+        for stage in self.stages:
+            try:
+                announced = announced_run(stage.store.objects)
+                if announced is None or not _dead_owner(announced.run_id):
+                    continue
+                end_run(stage.store.objects, announced)
+            except Exception as exc:
+                log.warning("pipeline %s: could not read the retention run announced in %s: %s: %s", self.pipeline,
+                            stage.store.uri, type(exc).__name__, exc)
+                continue
+            log.warning("pipeline %s: ended retention run %s (started %s), whose process is gone, in %s",
+                        self.pipeline, announced.run_id, announced.started_at.isoformat(timespec="seconds"),
+                        stage.store.uri)
+            ended.append(announced.run_id)
+        return ended
 
     def completed(self, count: int, pending: Collection[int], newest: int | None) -> None:
         """The run loop's tick: ``count`` cuts completed in the run so far, ``newest`` the id of
@@ -118,7 +153,8 @@ class RunRetention:
     def _run(self, in_flight_from: int | None) -> CutRetentionPlan | None:
         """One retention run (None: it failed, logged)."""
         try:
-            plan = retain_cuts(self.cuts, self.stages, retained=self.retained, in_flight_from=in_flight_from)
+            plan = retain_cuts(self.cuts, self.stages, retained=self.retained, in_flight_from=in_flight_from,
+                               run_id=f"{_OWNER_PREFIX}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}")
         except Exception as exc:  # a background cleanup: the pipeline runs on, the next cut retries
             self.failures += 1
             log.warning("pipeline %s: retention (checkpoint.retained = %d) failed, the next completed checkpoint "
@@ -136,3 +172,15 @@ def _in_flight_from(pending: Collection[int], newest: int | None) -> int:
     known (``newest`` completed or pending); any cut triggered later gets a higher id."""
     known = max([*pending, newest if newest is not None else 0])
     return min(pending, default=known + 1)
+
+
+#: How a retention run of ``barrierflow run`` begins its id: ``run-<host>-<pid>-<random>``.
+_OWNER_PREFIX = "run"
+
+
+def _dead_owner(run_id: str) -> bool:
+    """Whether ``run_id`` is a run's retention of this host whose process is gone."""
+    head, _, rest = run_id.rpartition("-")  # rest: the random part
+    owner, _, pid = head.rpartition("-")
+    return (owner == f"{_OWNER_PREFIX}-{socket.gethostname()}" and bool(rest) and pid.isdigit()
+            and int(pid) != os.getpid() and not process_alive(int(pid)))

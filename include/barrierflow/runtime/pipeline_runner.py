@@ -575,9 +575,9 @@ class PipelineRunner:
         """Run until the stop rule holds (module docstring, step 4); with no limit, until interrupted.
         With ``metrics``, serve the run's Prometheus metrics at its address from step 2 to step 5
         (:mod:`barrierflow.metrics`), fed every tick before ``on_tick``. With ``retention``, apply
-        ``checkpoint.retained`` as cuts complete (told every tick after the keeper's, retained on
-        its own thread), and once more after step 5 when the run ended normally
-        (:mod:`barrierflow.retention.run_retention`).
+        ``checkpoint.retained`` as cuts complete (started before the stages, told every tick after
+        the keeper's, retained on its own thread), and once more after step 5 when the run ended
+        normally (:mod:`barrierflow.retention.run_retention`).
 
         ``duration`` counts from the start of the stages (after the restore at start): it
         includes their queries' (or processes') start-up.
@@ -607,6 +607,8 @@ class PipelineRunner:
         try:
             if metrics is not None:
                 feed = self._metrics_feed(metrics).start()
+            if retention is not None:
+                retention.start()  # a killed run's retention announcement would hold up every upload
             host.start(started)
             keeper.queries_started()
             next_progress = (started if host.progress_from_start else time.monotonic()) + progress_every
