@@ -80,7 +80,6 @@ class RunRetention:
         self._executor: ThreadPoolExecutor | None = None
         self._running: Future[CutRetentionPlan | None] | None = None
         self._asked_at = 0  # completed cuts counted when the last run was asked for
-        self._in_flight_from: int | None = None
         #: The plans of the runs that finished, oldest first (the newest few).
         self.plans: list[CutRetentionPlan] = []
         #: How many runs failed (each logged).
@@ -119,10 +118,9 @@ class RunRetention:
             return
         self._collect()
         self._asked_at = count
-        self._in_flight_from = _in_flight_from(pending, newest)
         if self._executor is None:
             self._executor = background_executor(1, f"retain-{self.pipeline}", self.nice)
-        self._running = self._executor.submit(self._run, self._in_flight_from)
+        self._running = self._executor.submit(self._run, _in_flight_from(pending, newest))
 
     def finish(self, *, count: int, pending: Collection[int], newest: int | None, final: bool) -> None:
         """The end of the run: wait for the run under way; with ``final`` (the pipeline stopped
