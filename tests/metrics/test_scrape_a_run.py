@@ -99,7 +99,7 @@ def test_a_running_pipeline_serves_its_figures_at_the_address_in_its_work_dir(sp
 
 
 @pytest.mark.kafka
-@pytest.mark.slow(60)
+@pytest.mark.slow(75)
 @pytest.mark.timeout(1500)
 def test_the_supervisor_of_stage_processes_serves_every_stages_figures_on_one_endpoint(
         kafka_endpoint: KafkaEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

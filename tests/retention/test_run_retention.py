@@ -47,7 +47,7 @@ RETAINED, CHECKPOINTS, SAVEPOINT = 5, 30, 3
 
 
 @pytest.mark.spark
-@pytest.mark.slow(20)
+@pytest.mark.slow(35)
 def test_run_keeps_its_newest_retained_checkpoints_and_its_savepoints(spark: Any, tmp_path: Path) -> None:
     path = write_spec(tmp_path, spec_dict(
         tmp_path, source={"partitions": 1, "max_records_per_batch": 100, "keys": 20}, trigger={"interval": "0ms"},

@@ -15,9 +15,11 @@ cleans it. So the store holds about ``retained`` cuts plus the savepoints while 
 runs, instead of growing until the retain DAG's next run.
 
 Off the hot path: nothing of it runs in a checkpoint's synchronous phase or in the run loop's
-tick, which only compares counters. The thread runs at the asynchronous phase's CPU priority
-(``checkpoint.async_nice``: an upload waits while a retention run deletes, so it must not run
-below the uploads), one run at a time: cuts that complete during a run are retained by the next.
+tick, which only compares counters; nor does one start while the store holds at most
+``retained`` completed cuts (counted once at the start of the run, plus the run's own). The
+thread runs at the asynchronous phase's CPU priority (``checkpoint.async_nice``: an upload waits
+while a retention run deletes, so it must not run below the uploads), one run at a time: cuts
+that complete during a run are retained by the next.
 
 What it never deletes:
 
@@ -80,6 +82,7 @@ class RunRetention:
         self._executor: ThreadPoolExecutor | None = None
         self._running: Future[CutRetentionPlan | None] | None = None
         self._asked_at = 0  # completed cuts counted when the last run was asked for
+        self._before = 0  # completed cuts the store held when the run started (start)
         #: The plans of the runs that finished, oldest first (the newest few).
         self.plans: list[CutRetentionPlan] = []
         #: How many runs failed (each logged).
@@ -92,7 +95,15 @@ class RunRetention:
     def start(self) -> list[str]:
         """Before the run's stages start (under the pipeline's lease): end every retention run
         announced in a stage's store by a process of this host that is gone (module docstring);
-        returns their ids. A store that cannot be read is left to the uploads' own wait."""
+        returns their ids. A store that cannot be read is left to the uploads' own wait. Also
+        counts the completed cuts the store holds: no retention run starts while the store
+        holds at most ``retained`` of them (savepoints included), as none could delete a cut."""
+        try:
+            self._before = len(self.cuts.completed_ids())
+        except Exception as exc:
+            log.warning("pipeline %s: could not list its completed checkpoints: %s: %s", self.pipeline,
+                        type(exc).__name__, exc)
+            self._before = self.retained
         ended = []
         for stage in self.stages:
             try:
@@ -113,8 +124,10 @@ class RunRetention:
     def completed(self, count: int, pending: Collection[int], newest: int | None) -> None:
         """The run loop's tick: ``count`` cuts completed in the run so far, ``newest`` the id of
         the newest (None: none), ``pending`` the ids in flight. Starts a run when a cut
-        completed since the last one was asked for and none is under way; returns at once."""
-        if count <= self._asked_at or (self._running is not None and not self._running.done()):
+        completed since the last one was asked for, the store may hold more than ``retained``
+        cuts and no run is under way; returns at once."""
+        if (count <= self._asked_at or self._before + count <= self.retained
+                or (self._running is not None and not self._running.done())):
             return
         self._collect()
         self._asked_at = count
@@ -131,7 +144,7 @@ class RunRetention:
             if self._running is not None:
                 self._running.result()
                 self._collect()
-            if final and count > self._asked_at:
+            if final and count > self._asked_at and self._before + count > self.retained:
                 self._asked_at = count
                 self._record(self._run(_in_flight_from(pending, newest)))
         finally:
