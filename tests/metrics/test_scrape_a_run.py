@@ -1,27 +1,46 @@
-"""``barrierflow run`` with a ``metrics:`` block serves ``/metrics`` while it runs (shared SparkSession).
+"""``barrierflow run`` with a ``metrics:`` block serves ``/metrics`` while it runs.
 
-A bounded single-stage run (two generator partitions, a few batches, some malformed records) on
-``port: 0``: the test finds the address in the work dir and scrapes on the run loop's own pace
-(the progress callback, asked every tick) each time a checkpoint completed, never by waiting.
+1. A bounded single-stage run (shared SparkSession: two generator partitions, a few batches,
+   some malformed records) on ``port: 0``: the test finds the address in the work dir and
+   scrapes on the run loop's own pace (the progress callback, asked every tick) each time a
+   checkpoint completed, never by waiting.
+2. The two-stage pipeline of tests/support/staged_specs.py with ``run --processes`` (the
+   supervisor in this process, each stage in a process and Spark application of its own):
+   the supervisor serves both stages' figures on its one endpoint, scraped the same way each
+   time a global checkpoint completed, compared with each stage's manifest of it in the store.
+   The run keeps ``checkpoint.retained: 2`` itself, from the supervisor: at its end the store
+   holds the two newest global checkpoints in every stage.
+
 What could go wrong and is checked: no server, or one the work dir does not name; figures that
 lag the checkpoints the store holds; records that are not the source's; sizes, durations and
-dead letters that are not the manifests' and the dead-letter output's; an address file left
-behind once the run ended.
+dead letters that are not the manifests' and the dead-letter output's; a stage of a process of
+its own missing, or under another stage's labels; an address file left behind once the run ended.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.metrics import read_address
 from barrierflow.metrics.exposition import CONTENT_TYPE
 from barrierflow.ops.run import AnyProgress, dead_letters, run
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.runtime import run_driver
+from barrierflow.runtime.stage_processes import process_driver
 
+from tests.drivers import short_lived_driver_env
 from tests.metrics.scrape import Samples, parse, scrape, value
 from tests.pipeline_specs import spec_dict, write_spec
+from tests.scenarios.harness import FAST_JVM
+from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.staged_specs import PARTITIONS as STAGED_PARTITIONS
+from tests.support.staged_specs import RECORDS as STAGED_RECORDS
+from tests.support.staged_specs import two_stage_spec
 
 pytestmark = pytest.mark.spark
 
@@ -36,7 +55,8 @@ def test_a_running_pipeline_serves_its_figures_at_the_address_in_its_work_dir(sp
     pipeline = open_pipeline(path)
     store = pipeline.stages[0].store
     work_dir = Path(pipeline.work_dir)
-    scrapes: list[tuple[int, Samples, list[int]]] = []  # (checkpoint id, samples, manifests in the store)
+    # (checkpoint id, samples, the store's ids, failed, its manifest read then: the run keeps only 3)
+    scrapes: list[tuple[int, Samples, list[int], int, Manifest]] = []
 
     def at_each_checkpoint(progress: AnyProgress) -> None:
         last = getattr(progress, "last_completed", None)
@@ -47,19 +67,21 @@ def test_a_running_pipeline_serves_its_figures_at_the_address_in_its_work_dir(sp
         body, content_type = scrape(str(address["url"]))
         assert content_type == CONTENT_TYPE
         samples, _ = parse(body)
-        scrapes.append((last, samples, store.checkpoint_ids()))
+        scrapes.append((last, samples, store.checkpoint_ids(), getattr(progress, "failed", 0), store.get(last)))
 
     outcome = run(path, until_exhausted=True, progress=at_each_checkpoint, progress_every=0.0)
 
     assert len(scrapes) >= 2, scrapes  # until_exhausted needs two covering checkpoints
     labels = {"pipeline": "t", "stage": "t"}
-    for checkpoint_id, samples, stored in scrapes:
-        # The figures are those of the checkpoint just completed, which the store holds.
+    for checkpoint_id, samples, stored, failed, manifest in scrapes:
+        # The figures are those of the checkpoint just completed, which the store holds. The
+        # run is the pipeline's first: every id from 1 up to it completed or failed in it (the
+        # run's retention may have deleted older ones from the store meanwhile).
         assert value(samples, "barrierflow_last_checkpoint_id", **labels) == checkpoint_id == max(stored)
-        assert value(samples, "barrierflow_checkpoints_completed_total", **labels) == len(stored) >= 1
-        assert value(samples, "barrierflow_checkpoint_duration_seconds_count", **labels) == len(stored)
-        assert value(samples, "barrierflow_checkpoints_failed_total", **labels) == 0
-        manifest = store.get(checkpoint_id)
+        completed = value(samples, "barrierflow_checkpoints_completed_total", **labels)
+        assert value(samples, "barrierflow_checkpoints_failed_total", **labels) == failed
+        assert completed + failed == checkpoint_id and completed >= 1
+        assert value(samples, "barrierflow_checkpoint_duration_seconds_count", **labels) == completed
         assert value(samples, "barrierflow_last_checkpoint_full_bytes", **labels) == manifest.full_bytes > 0
         assert value(samples, "barrierflow_last_checkpoint_incremental_bytes", **labels) \
             == manifest.incremental_bytes > 0
@@ -74,3 +96,80 @@ def test_a_running_pipeline_serves_its_figures_at_the_address_in_its_work_dir(sp
     assert value(final, "barrierflow_dead_letters_total", **labels) \
         == dead_letters(pipeline)["t"].count == PARTITIONS * PER_PARTITION // 50
     assert read_address(work_dir) is None  # the server stopped with the run
+
+
+@pytest.mark.kafka
+@pytest.mark.slow(75)
+@pytest.mark.timeout(1500)
+def test_the_supervisor_of_stage_processes_serves_every_stages_figures_on_one_endpoint(
+        kafka_endpoint: KafkaEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, setting in short_lived_driver_env().items():  # the stage processes' drivers
+        monkeypatch.setenv(name, setting)
+    # The stage processes' start-up is not what is tested: a loaded machine starts two drivers slowly.
+    monkeypatch.setattr(run_driver, "process_driver", functools.partial(process_driver, start_timeout=900.0))
+    data = two_stage_spec(tmp_path, kafka_endpoint)
+    data["spark"] = {"master": "local[1]", "shuffle_partitions": 1, "conf": FAST_JVM}
+    data["metrics"] = {"port": 0}
+    data["checkpoint"]["retained"] = 2
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    pipeline = open_pipeline(path)
+    work_dir = Path(pipeline.work_dir)
+    # (global checkpoint id, samples, newest in the global store, global checkpoints failed,
+    #  each stage's manifest of that global checkpoint, read then: the run keeps only 2)
+    scrapes: list[tuple[int, Samples, int, int, dict[str, Manifest]]] = []
+
+    def at_each_global_checkpoint(progress: AnyProgress) -> None:
+        last = getattr(progress, "last_completed", None)
+        if last is None or (scrapes and scrapes[-1][0] == last):
+            return
+        address = read_address(work_dir)
+        assert address is not None, "no metrics.json in the work dir while the supervisor serves metrics"
+        body, content_type = scrape(str(address["url"]))
+        assert content_type == CONTENT_TYPE
+        scrapes.append((last, parse(body)[0], pipeline.cuts.completed_ids()[-1], getattr(progress, "failed", 0),
+                        {stage.name: stage.store.get(last) for stage in pipeline.stages}))
+
+    outcome = run(path, until_exhausted=True, processes=True, progress=at_each_global_checkpoint,
+                  progress_every=0.0)
+
+    assert len(scrapes) >= 2, scrapes  # until_exhausted needs two covering global checkpoints
+    for checkpoint_id, samples, newest, failed, manifests in scrapes:
+        assert checkpoint_id == newest  # the global checkpoint just completed is the store's newest
+        assert value(samples, "barrierflow_run_attempt", pipeline="two") == outcome.attempt
+        for stage in pipeline.stages:
+            labels = {"pipeline": "two", "stage": stage.name}
+            # Each stage's figures are those of its part of that global checkpoint, as its manifest
+            # says; its counts are the run's global checkpoints (the pipeline's first run: every id
+            # from 1 up to this one completed or failed in it).
+            manifest = manifests[stage.name]
+            assert value(samples, "barrierflow_last_checkpoint_id", **labels) == checkpoint_id, stage.name
+            completed = value(samples, "barrierflow_checkpoints_completed_total", **labels)
+            assert value(samples, "barrierflow_checkpoints_failed_total", **labels) == failed
+            assert completed + failed == checkpoint_id and completed >= 1, stage.name
+            assert value(samples, "barrierflow_checkpoint_duration_seconds_count", **labels) == completed
+            assert value(samples, "barrierflow_last_checkpoint_duration_seconds", **labels) \
+                == manifest.total_ms / 1000
+            assert value(samples, "barrierflow_last_checkpoint_full_bytes", **labels) == manifest.full_bytes > 0
+            assert value(samples, "barrierflow_last_checkpoint_incremental_bytes", **labels) \
+                == manifest.incremental_bytes
+            assert value(samples, "barrierflow_last_checkpoint_age_seconds", **labels) >= 0
+        alignment = manifests["b"].alignment
+        assert alignment is not None  # stage b reads a channel: it aligns barriers
+        assert value(samples, "barrierflow_last_checkpoint_alignment_seconds", pipeline="two", stage="b") \
+            == alignment.alignment_ms / 1000.0
+        assert ("barrierflow_last_checkpoint_alignment_seconds",
+                frozenset({"pipeline": "two", "stage": "a"}.items())) not in samples  # a reads the source
+    final = scrapes[-1][1]
+    for stage in ("a", "b"):  # counts from each stage process's progress file
+        assert value(final, "barrierflow_records_total", pipeline="two", stage=stage) > 0, stage
+        assert value(final, "barrierflow_batches_total", pipeline="two", stage=stage) >= 1, stage
+    assert value(final, "barrierflow_records_total", pipeline="two", stage="a") <= STAGED_PARTITIONS * STAGED_RECORDS
+    assert read_address(work_dir) is None  # the server stopped with the run
+    # The supervisor applied checkpoint.retained: the two newest global checkpoints, whole, in every stage.
+    newest = [m.checkpoint_id for m in outcome.result.completed[-2:]]
+    assert pipeline.cuts.completed_ids() == newest
+    for stage in pipeline.stages:  # (and a stage's part of a global checkpoint still in flight at the stop)
+        kept = stage.store.checkpoint_ids()
+        assert kept[:2] == newest and all(c > newest[-1] for c in kept[2:]), (stage.name, kept)
+

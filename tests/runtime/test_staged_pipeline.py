@@ -122,7 +122,9 @@ def test_two_stage_pipeline_restores_a_global_checkpoint_exactly_once(
     from barrierflow.cli.main import main
 
     path = tmp_path / "two.yaml"
-    data["checkpoint"].update({"async_nice": 0, "synchronous_upload": True, "min_pause": MIN_PAUSE})
+    # retained: the run's retention keeps every global checkpoint (the listing names the first run's).
+    data["checkpoint"].update({"async_nice": 0, "synchronous_upload": True, "min_pause": MIN_PAUSE,
+                               "retained": 100})
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     capsys.readouterr()
     threads.clear()

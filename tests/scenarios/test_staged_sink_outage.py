@@ -10,10 +10,12 @@ Parquet sink's publish (the move of a write-ahead file to its final name) raise
   pipeline's ``sink_commit_backoff`` doubling (the stage really got both settings: its log says
   ``attempt 1 of 4`` and waits 0.2 s, then 0.4 s), the pipeline goes on, and the committed output
   holds every source record exactly once;
-* for good (more failures than retries): the run stops with an error naming the sink, the
-  attempts and ``barrierflow reconcile``; once the store answers again, starting the pipeline
-  restores its latest global checkpoint (committing the transaction left pre-committed) and
-  runs to the end: again every record exactly once.
+* for good (more failures than retries): the run stops with a
+  :class:`~barrierflow.checkpointing.errors.SinkCommitFailedError` naming the stage, the sink,
+  the epoch and ``barrierflow reconcile``, its cause the sink's error naming the attempts;
+  once the store answers again, starting the pipeline restores its latest global checkpoint
+  (committing the transaction left pre-committed) and runs to the end: again every record
+  exactly once.
 """
 
 from __future__ import annotations
@@ -110,14 +112,24 @@ def test_a_final_stage_stops_past_its_commit_retries_and_a_restart_commits_exact
     outage.install(monkeypatch)
     data = outage_spec(tmp_path, kafka_endpoint, retries=1)
 
-    # Raised by the stage's next tick (SinkCommitFailedError), or by the final flush of the sink
-    # calls when the failing commit is the run's last one (the SinkError itself).
-    with pytest.raises((SinkCommitFailedError, SinkError)) as stopped:
+    # Raised by the stage's next tick, or by the drain at the end of the run when the failing
+    # commit is the run's last one: either way the one error of a failed sink commit, naming
+    # the stage, the sink, the epoch and the fix, with the sink's own error (its retries used up).
+    with pytest.raises(SinkCommitFailedError) as stopped:
         StagedPipelineJob(parse_staged_spec(data), spark=spark).run(until_exhausted=True, duration=300)
 
-    message = str(stopped.value)
-    assert "sink 'out'" in message and "in 2 attempt(s)" in message and "barrierflow reconcile" in message
-    assert "injected outage" in message and outage.failed >= 2  # a later checkpoint may retry it too
+    failed = stopped.value
+    assert type(failed) is SinkCommitFailedError
+    assert (failed.owner, failed.sink, failed.action) == ("stage b of pipeline two", "out", "commit")
+    message = str(failed)
+    epoch = failed.checkpoint_id
+    assert message.startswith(f"stage b of pipeline two: sink 'out': the commit of epoch {epoch} (checkpoint "
+                              f"{epoch}, completed) failed"), message
+    assert "stays pre-committed" in message and "barrierflow reconcile" in message
+    assert isinstance(failed.cause, SinkError) and failed.__cause__ is failed.cause
+    assert "in 2 attempt(s)" in str(failed.cause) and "injected outage" in str(failed.cause)
+    assert f"The sink's error: SinkError: {failed.cause}" in message
+    assert outage.failed >= 2  # a later checkpoint may retry it too
     outage.end()  # the store answers again
 
     StagedPipelineJob(parse_staged_spec(data), spark=spark).run(until_exhausted=True, duration=300)

@@ -123,11 +123,17 @@ def _read_run(objects: ObjectStore, key: str) -> RetentionRun | None:
         return None
 
 
-def begin_run(objects: ObjectStore, now: datetime | None = None) -> RetentionRun:
-    """Step R1: announce a retention run before reading reservations."""
-    run = RetentionRun(run_id=uuid.uuid4().hex, started_at=now or datetime.now(UTC))
+def begin_run(objects: ObjectStore, now: datetime | None = None, *, run_id: str | None = None) -> RetentionRun:
+    """Step R1: announce a retention run before reading reservations (``run_id``: its id,
+    unique; default a random one)."""
+    run = RetentionRun(run_id=run_id or uuid.uuid4().hex, started_at=now or datetime.now(UTC))
     objects.put_bytes(RUNNING_KEY, run.model_dump_json().encode())
     return run
+
+
+def announced_run(objects: ObjectStore) -> RetentionRun | None:
+    """The retention run ``running.json`` announces (None: none, or unreadable)."""
+    return _read_run(objects, RUNNING_KEY)
 
 
 def end_run(objects: ObjectStore, run: RetentionRun, now: datetime | None = None) -> None:

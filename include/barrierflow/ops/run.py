@@ -21,6 +21,7 @@ from barrierflow.errors import BarrierflowError, SparkDriverDiedError, UserInput
 from barrierflow.ops.stop import finish_stop, record_outcome
 from barrierflow.ops.upgrade_record import refuse_unfinished
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
+from barrierflow.retention.run_retention import RunRetention
 from barrierflow.runtime.job import Progress
 from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StageProgress
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult
@@ -150,7 +151,9 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     process (and Spark application) of its own, the pipeline coordinator in this one
     (:mod:`barrierflow.runtime.stage_processes`). The spec's ``metrics:`` block serves the run's
     Prometheus metrics (:mod:`barrierflow.metrics`) from this process, in every shape: with
-    ``processes`` from each stage process's progress file and its manifests in the store.
+    ``processes`` from each stage process's progress file and its manifests in the store. The
+    run applies ``checkpoint.retained`` as its cuts complete, from this process in every shape
+    (:mod:`barrierflow.retention.run_retention`), off the checkpoints' path.
 
     A stop request (``barrierflow stop``, :mod:`barrierflow.ops.stop`) ends the run too: once the
     run loop is done with it and every stage stopped, the savepoint's cut (if one was asked)
@@ -242,9 +245,11 @@ def _run(pipeline: OpenedPipeline, *, duration: float | None, checkpoints: int |
         # The pipeline's lease: no restore of it (or second run) while it runs; its fencing number
         # guards every commit of this run (a stalled driver that wakes up after a restore commits nothing).
         driver.hold(stack.enter_context(driver.lease()))
+        retention = RunRetention(pipeline.cuts, pipeline.stages, retained=pipeline.spec.checkpoint.retained,
+                                 nice=pipeline.spec.checkpoint.async_nice)
         result = driver.run(duration=duration, checkpoints=checkpoints, until_exhausted=until_exhausted,
                             progress=progress, progress_every=progress_every, metrics=pipeline.spec.metrics,
-                            phases=phases)
+                             phases=phases, retention=retention)
         stopped = finish_stop(pipeline, result.stopped_by, result.savepoint) if result.stopped_by else None
         if stopped is not None:
             record_outcome(pipeline, stopped)  # 'stop' returns once the lease is released, just below

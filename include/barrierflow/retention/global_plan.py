@@ -20,6 +20,12 @@ preferred, incomplete ones, shared files, ledger entries, local files). For seve
                  it deletes the rest of the stage's checkpoints, shared files, ledger entries
                  and local files as for one stage
 
+A run started by the running pipeline itself (``barrierflow run``: retention/run_retention.py)
+knows which global checkpoints are still in flight, also older ones than the newest completed
+(``checkpoint.max_concurrent`` above 1): with ``in_flight_from``, every id from that one up that
+has not completed is kept as in flight, its global records and every stage's part, instead of
+only those above the newest completed one.
+
 A dry run only plans, and reports what a real run started then would delete.
 """
 
@@ -83,9 +89,11 @@ def _verdict(stages: Sequence[Stage], cid: int) -> bool | None:
     return True if all(r is not None for r in results) else None
 
 
-def plan_cuts(store: GlobalCheckpointStore, stages: Sequence[Stage], *,
-                retained: int, policy: RetentionPolicy) -> tuple[CutRetentionPlan, set[int]]:
-    """The global part of a run (reads only) and the ids every stage keeps."""
+def plan_cuts(store: GlobalCheckpointStore, stages: Sequence[Stage], *, retained: int, policy: RetentionPolicy,
+              in_flight_from: int | None = None) -> tuple[CutRetentionPlan, set[int], int]:
+    """The global part of a run (reads only), the ids every stage keeps, and the id from which
+    on every stage keeps every checkpoint (in flight: ``in_flight_from``, at most the newest
+    completed id + 1; see the module docstring)."""
     dirs = store.objects_by_id()
     completed = sorted(c for c, infos in dirs.items() if any(store.is_manifest_key(i.key) for i in infos))
     abandoned = set(store.abandoned())
@@ -96,22 +104,29 @@ def plan_cuts(store: GlobalCheckpointStore, stages: Sequence[Stage], *,
     kept = choose_retained(timeline, retained, policy, verdicts)
     plan = CutRetentionPlan(store.pipeline, policy, True, sorted(kept), savepoints)
     newest = max(completed, default=-1)
+    floor = newest + 1 if in_flight_from is None else min(in_flight_from, newest + 1)
     plan.checkpoints = [c for c in completed if c not in kept and c not in savepoints]
-    plan.incomplete = [c for c in sorted(dirs) if c not in completed and c < newest]
+    plan.incomplete = [c for c in sorted(dirs) if c not in completed and c < min(newest, floor)]
 
     def ordered(cid: int) -> list[ObjectInfo]:  # the global manifest first
         return sorted(dirs[cid], key=lambda i: (not store.is_manifest_key(i.key), i.key))
 
     plan.keys = [i for c in plan.checkpoints + plan.incomplete for i in ordered(c)]
-    return plan, kept | set(savepoints) | {c for c in dirs if c > newest}
+    in_flight = {c for c in dirs if c >= floor and c not in completed}
+    return plan, kept | set(savepoints) | in_flight | {c for c in dirs if c > newest}, floor
 
 
 def retain_cuts(cuts: GlobalCheckpointStore | SingleStageCuts, stages: Sequence[Stage], *,
-                retained: int, dry_run: bool = False) -> CutRetentionPlan:
+                retained: int, dry_run: bool = False, in_flight_from: int | None = None,
+                run_id: str | None = None) -> CutRetentionPlan:
     """One retention run over a pipeline's cuts (module docstring). ``cuts`` holds the
     pipeline's global records (and, as its root, the attempt and abandoned ids) or, for one
     stage, derives them from its store; ``retained`` is the spec's ``checkpoint.retained``; the
-    policy is the stages' (they share the spec's verification).
+    policy is the stages' (they share the spec's verification). ``in_flight_from``: several
+    stages, the lowest id of a global checkpoint that may still be in flight (module docstring);
+    one stage needs none (a checkpoint in flight has nothing under its ``chk-<n>/`` and its
+    shared files are reserved). ``run_id``: the id each stage's run is announced under (see
+    :func:`barrierflow.retention.plan.retain`).
 
     Raises:
         StorageError: the store cannot be read or written.
@@ -120,15 +135,16 @@ def retain_cuts(cuts: GlobalCheckpointStore | SingleStageCuts, stages: Sequence[
     policy = policy_of(stages[0].spec) if stages else RetentionPolicy.NEWEST
     if isinstance(cuts, SingleStageCuts):
         [stage] = stages
-        own = retain(stage.spec, stage.store, dry_run=dry_run, layout=stage.layout)
+        own = retain(stage.spec, stage.store, dry_run=dry_run, layout=stage.layout, run_id=run_id)
         return CutRetentionPlan(stage.spec.name, own.policy, dry_run, own.kept, own.savepoints,
                                 own.checkpoints, own.incomplete, stages={stage.name: own})
     store = cuts
-    plan, keep = plan_cuts(store, stages, retained=retained, policy=policy)
+    plan, keep, floor = plan_cuts(store, stages, retained=retained, policy=policy, in_flight_from=in_flight_from)
     plan.dry_run = dry_run
     if not dry_run:
         for info in plan.keys:
             store.objects.delete(info.key)
     for stage in stages:
-        plan.stages[stage.name] = retain(stage.spec, stage.store, dry_run=dry_run, keep=keep)
+        plan.stages[stage.name] = retain(stage.spec, stage.store, dry_run=dry_run, keep=keep, keep_from=floor,
+                                         run_id=run_id)
     return plan

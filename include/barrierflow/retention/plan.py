@@ -123,11 +123,13 @@ def policy_of(spec: PipelineSpec) -> RetentionPolicy:
 
 def plan_retention(spec: PipelineSpec, store: CheckpointStore, *, dry_run: bool = True,
                    now: datetime | None = None, layout: JobLayout | None = None,
-                   keep: set[int] | None = None) -> RetentionPlan:
+                   keep: set[int] | None = None, keep_from: int | None = None) -> RetentionPlan:
     """Decide what to delete (see the module docstring); reads only. ``bytes``/``bytes_freed``
     count the checkpoint store; the work directory's numbers are in ``local``. ``keep``: the
     completed checkpoints to keep besides savepoints, decided by the caller instead of the
-    policy (a multi-stage pipeline keeps whole global checkpoints: retention/global_plan.py)."""
+    policy (a multi-stage pipeline keeps whole global checkpoints: retention/global_plan.py);
+    ``keep_from``: with ``keep``, every checkpoint whose id is at least this one is kept too
+    (a stage's part of a global checkpoint that may still be in flight)."""
     moment = now or datetime.now(UTC)
     timeout = timedelta(seconds=spec.checkpoint.timeout)
     objects = store.objects
@@ -154,7 +156,7 @@ def plan_retention(spec: PipelineSpec, store: CheckpointStore, *, dry_run: bool 
             report = load_report(objects, cid)
             verdicts[cid] = report.passed if report else None
     kept = (choose_retained(timeline, spec.checkpoint.retained, plan.policy, verdicts) if keep is None
-            else {c for c in timeline if c in keep})
+            else {c for c in timeline if c in keep or (keep_from is not None and c >= keep_from)})
     plan.kept, plan.savepoints = sorted(kept), savepoints
     keep_all = kept | set(savepoints)
     newest_completed = max(manifests, default=-1)
@@ -244,11 +246,12 @@ def apply_retention(store: CheckpointStore, plan: RetentionPlan) -> None:
 def retain(spec: PipelineSpec, store: CheckpointStore | None = None, *, dry_run: bool = False,
            now: Callable[[], datetime] = lambda: datetime.now(UTC),
            forget: Callable[[set[str]], None] | None = None, layout: JobLayout | None = None,
-           keep: set[int] | None = None) -> RetentionPlan:
+           keep: set[int] | None = None, keep_from: int | None = None, run_id: str | None = None) -> RetentionPlan:
     """One retention run (module docstring). ``forget`` (e.g. an in-process uploader's
     :meth:`~barrierflow.checkpointing.uploader.SnapshotUploader.forget`) is told the
     deleted shared digests. ``layout``: the job's work directory (default: the spec's).
-    ``keep``: see :func:`plan_retention`.
+    ``keep``, ``keep_from``: see :func:`plan_retention`. ``run_id``: the id ``running.json``
+    announces the run under (default: a random one).
 
     Raises:
         LocalRetentionError: planned files of the work directory could not be deleted
@@ -256,10 +259,10 @@ def retain(spec: PipelineSpec, store: CheckpointStore | None = None, *, dry_run:
     """
     store = store or CheckpointStore.for_spec(spec)
     if dry_run:
-        return plan_retention(spec, store, dry_run=True, now=now(), layout=layout, keep=keep)
-    run = begin_run(store.objects, now())
+        return plan_retention(spec, store, dry_run=True, now=now(), layout=layout, keep=keep, keep_from=keep_from)
+    run = begin_run(store.objects, now(), run_id=run_id)
     try:
-        plan = plan_retention(spec, store, dry_run=False, now=now(), layout=layout, keep=keep)
+        plan = plan_retention(spec, store, dry_run=False, now=now(), layout=layout, keep=keep, keep_from=keep_from)
         apply_retention(store, plan)
     finally:
         end_run(store.objects, run, now())

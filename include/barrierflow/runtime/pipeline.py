@@ -40,7 +40,7 @@ from barrierflow.checkpointing.global_store import AttemptCutoffRecord, GlobalCh
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.errors import JobFailedError, UserInputError
+from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
 from barrierflow.pipeline.model import OFFLINE_SERVERS, pipeline_work_dir, stages_of
 from barrierflow.runtime.pipeline_runner import CutKeeper, PipelineRunner, RunResult, StageStats
 from barrierflow.runtime.stage_runner import StageRunner
@@ -440,6 +440,7 @@ class GlobalCuts(_PipelineJobCuts):
         self.name = job.spec.name
         self.spec_path = job.spec_path
         self.runners = job.stages
+        self._at_end: dict[int, bool] = {}
 
     @property
     def cutter(self) -> PipelineCoordinator | None:
@@ -485,7 +486,17 @@ class GlobalCuts(_PipelineJobCuts):
         return self.job.coordinator.failed if self.job.coordinator is not None else []
 
     def at_end(self, cut: GlobalManifest, ends: dict[str, dict[str, int]]) -> bool:
-        return self.job.cut_at_end(cut, ends)
+        """Decided once per cut, from its stages' manifests, when the run loop first asks (the
+        tick it completed); the run's retention of ``checkpoint.retained`` deletes them later.
+        A cut already deleted by then (several completed at once) is not at the end."""
+        known = self._at_end.get(cut.checkpoint_id)
+        if known is None:
+            try:
+                known = self.job.cut_at_end(cut, ends)
+            except CheckpointNotFoundError:
+                known = False
+            self._at_end[cut.checkpoint_id] = known
+        return known
 
     def queries_started(self) -> None:
         """Nothing: the pipeline coordinator started before the queries."""

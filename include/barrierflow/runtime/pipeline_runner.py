@@ -36,7 +36,9 @@ ready, a stage process that exits fails the run, asked to stop at the end or kil
    query), then :meth:`CutKeeper.queries_started` (``run --processes``: the pipeline
    coordinator starts).
 3. Each tick: the lease, every stage's tick (its committed batches and records), the keeper's
-   tick, ``on_tick``, the progress report every ``progress_every`` seconds (the first one
+   tick, the retention of ``checkpoint.retained`` told how many cuts completed (a run of it
+   starts on its own thread: :mod:`barrierflow.retention.run_retention`), the metrics,
+   ``on_tick``, the progress report every ``progress_every`` seconds (the first one
    ``progress_every`` seconds after the clock started, or, with stage processes, after every
    stage runs), every stage alive (:meth:`StageHost.check`: its query, or its process).
 4. The stop rule, whichever comes first: ``checkpoints`` cuts completed; with
@@ -58,6 +60,8 @@ ready, a stage process that exits fails the run, asked to stop at the end or kil
    unless another error is already on its way out. Stage processes are asked to stop at the
    last completed cut and waited for (one that exits non-zero, e.g. a final stage whose last
    sink commit failed, fails the run), unless the run is failing; any still running is killed.
+   Then the retention's thread is waited for and, after a normal end, the cuts completed since
+   its last run are retained.
 6. The result (:class:`RunResult`): the completed and failed cuts, each stage's batches,
    records and manifests (stage processes: each stage's manifests of the completed cuts).
 """
@@ -86,6 +90,7 @@ if TYPE_CHECKING:
     from barrierflow.checkpointing.trigger_rule import TriggerRule
     from barrierflow.lease import FenceToken
     from barrierflow.metrics.feed import MetricsFeed, StageCheckpoints, StageCounts
+    from barrierflow.retention.run_retention import RunRetention
     from barrierflow.runtime.stage_runner import StageRunner
     from barrierflow.runtime.startup import PhaseReport
     from barrierflow.sources.registry import StageRun
@@ -580,12 +585,16 @@ class PipelineRunner:
     def run(self, *, duration: float | None = None, checkpoints: int | None = None, until_exhausted: bool = False,
             progress: Callable[[Any], None] | None = None, progress_every: float = 1.0,
             on_tick: Callable[[], None] | None = None, until: Callable[[], bool] | None = None,
-            metrics: MetricsSpec | None = None, phases: PhaseReport | None = None) -> RunResult:
+            metrics: MetricsSpec | None = None, phases: PhaseReport | None = None,
+            retention: RunRetention | None = None) -> RunResult:
         """Run until the stop rule holds (module docstring, step 4); with no limit, until interrupted.
         With ``metrics``, serve the run's Prometheus metrics at its address from step 1 (so
         ``metrics.json`` never names a dead run's port while the restore runs) to step 5
         (:mod:`barrierflow.metrics`), fed every tick before ``on_tick``. ``phases`` is told each
-        step of the start (:mod:`barrierflow.runtime.startup`) up to the first micro-batch.
+        step of the start (:mod:`barrierflow.runtime.startup`) up to the first micro-batch. With
+        ``retention``, apply ``checkpoint.retained`` as cuts complete (started before the stages,
+        told every tick after the keeper's, retained on its own thread), and once more after
+        step 5 when the run ended normally (:mod:`barrierflow.retention.run_retention`).
 
         ``duration`` counts from the start of the stages (after the restore at start): it
         includes their queries' (or processes') start-up.
@@ -622,6 +631,8 @@ class PipelineRunner:
         stop_done = False  # it was a stop request's
         first_batch = phases is not None and bool(self.runners)
         try:
+            if retention is not None:
+                retention.start()  # a killed run's retention announcement would hold up every upload
             host.start(started)
             keeper.queries_started()
             if first_batch:
@@ -633,6 +644,8 @@ class PipelineRunner:
                 self.check_lease()  # the heartbeat found the lease taken over
                 host.tick()
                 keeper.tick()
+                if retention is not None:
+                    retention.completed(keeper.completed_count, *self._cuts_in_flight())
                 if feed is not None:
                     elapsed = time.monotonic() - started
                     for runner in self.runners:
@@ -665,7 +678,14 @@ class PipelineRunner:
             # unless the loop is already raising another error.
             if feed is not None:
                 feed.stop()
-            self.stop(failing=not ended)
+            clean = False  # every stage stopped and drained without an error
+            try:
+                self.stop(failing=not ended)
+                clean = ended
+            finally:
+                if retention is not None:  # waits for its thread; retains the last cuts after a normal end
+                    pending, newest = self._cuts_in_flight()
+                    retention.finish(count=keeper.completed_count, pending=pending, newest=newest, final=clean)
         # Step 6. The result.
         stopped = time.monotonic()
         stopping = self.stopping if stop_done else None
@@ -673,6 +693,12 @@ class PipelineRunner:
                          host.results(stopped), tuple(r.name for r in self.runners if keeper.is_source(r)),
                          stopped_by=stopping.request if stopping is not None else None,
                          savepoint=stopping.savepoint if stopping is not None else None)
+
+    def _cuts_in_flight(self) -> tuple[list[int], int | None]:
+        """The ids of the cuts pending in the cut coordinator, and the newest completed one's (None: none)."""
+        cutter, completed = self.keeper.cutter, self.keeper.completed
+        return (list(cutter.pending) if cutter is not None else [],
+                completed[-1].checkpoint_id if completed else None)
 
     def _follow_stop(self) -> None:
         """Step 4's stop request: take a new one up, follow the savepoint's cut (module docstring)."""

@@ -54,7 +54,8 @@ from pathlib import Path
 
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator
-from barrierflow.errors import JobFailedError, UserInputError
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
 from barrierflow.runtime.pipeline import (
     TICK_SECONDS,
     GlobalCuts,
@@ -169,8 +170,8 @@ class _StoredCheckpoints:
     @property
     def completed(self) -> list[Manifest]:
         ids = [m.checkpoint_id for m in self.keeper.completed if m.checkpoint_id > self._read_up_to]
-        if ids:
-            self._latest = [self.runner.store.get(cid) for cid in ids]
+        if ids:  # (an older one of several completed at once may be gone: the run's retention)
+            self._latest = [m for m in (_stored(self.runner.store, cid) for cid in ids) if m is not None]
             self._read_up_to = ids[-1]
         return self._latest
 
@@ -283,8 +284,11 @@ class StageProcesses(StageHost):
             self._kill_remaining()
 
     def results(self, stopped: float) -> dict[str, StageResult]:
+        """Each stage's manifests of the global checkpoints completed in the run that the store
+        still holds (the run's retention of ``checkpoint.retained`` deleted the older ones)."""
         completed = self.keeper.completed
-        return {stage.name: StageResult(completed=[stage.store.get(m.checkpoint_id) for m in completed])
+        return {stage.name: StageResult(completed=[m for m in (_stored(stage.store, c.checkpoint_id) for c in completed)
+                                                   if m is not None])
                 for stage in self.job.stages}
 
     # -- the stage processes --------------------------------------------------------------
@@ -357,6 +361,14 @@ class StageProcesses(StageHost):
                 p.process.kill()
                 with suppress(subprocess.TimeoutExpired):
                     p.process.wait(timeout=30)
+
+
+def _stored(store: CheckpointStore, checkpoint_id: int) -> Manifest | None:
+    """The manifest of ``checkpoint_id`` in a stage's ``store`` (None: the run's retention deleted it)."""
+    try:
+        return store.get(checkpoint_id)
+    except CheckpointNotFoundError:
+        return None
 
 
 #: The exit status of a stage process whose input was refused (the CLI's for a UserInputError:
