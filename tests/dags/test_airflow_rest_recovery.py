@@ -81,6 +81,9 @@ def staged_spec(tmp: Path, endpoint: KafkaEndpoint, pipelines: Path) -> tuple[Pa
     data = two_stage_spec(tmp, endpoint)
     data["stages"][0]["sources"][0].update({"records_per_partition": STAGED_RECORDS, "rows_per_second": 100})
     data["spark"] = {"master": "local[2]", "shuffle_partitions": 2}
+    # The test reads the run's history at its end (the recovery's first checkpoint among them):
+    # `run` applies checkpoint.retained as cuts complete, so it keeps them all here.
+    data.setdefault("checkpoint", {})["retained"] = 1000
     path = pipelines / "two.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path, tmp / "out"

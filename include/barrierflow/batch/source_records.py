@@ -232,9 +232,8 @@ def kafka_records(spark: SparkSession, source: KafkaSourceSpec, ranges: Mapping[
         SourceError: Spark's Kafka connector is not on the driver's class path (naming the fix).
         KafkaSecurityError: a secret or TLS file of ``client`` does not resolve here.
     """
-    from barrierflow.errors import SourceError
     from barrierflow.sources.kafka import schema_for
-    from barrierflow.sources.spark_kafka import JVM_SET, connector_options, decoded_rows
+    from barrierflow.sources.spark_kafka import connector_options, decoded_rows, load_connector
 
     wanted = {k: r for k, r in ranges.items() if r[1] > r[0]}
     if not wanted:
@@ -253,16 +252,7 @@ def kafka_records(spark: SparkSession, source: KafkaSourceSpec, ranges: Mapping[
     reader = spark.read.format("kafka")
     for key, value in options.items():
         reader = reader.option(key, value)
-    try:
-        raw = reader.load()
-    except Exception as exc:
-        text = str(exc)
-        if "kafka" in text.lower() and ("DATA_SOURCE_NOT_FOUND" in text or "Failed to find data source" in text):
-            raise SourceError(
-                f"Kafka source {source.name!r}: reading its records again needs Spark's Kafka connector on this Spark "
-                f"driver's class path (JVM artifact set {JVM_SET!r}, installed by `make install`); under spark-submit "
-                f"pass --jars $(python -m barrierflow.jvm classpath {JVM_SET} | tr : ,)") from None
-        raise
+    raw = load_connector(reader, f"Kafka source {source.name!r}: reading its records again")
     if source.reader == "python" and source.format == "json":
         return _as_python_reader(raw, source)
     rows = decoded_rows(raw, source)

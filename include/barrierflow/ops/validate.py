@@ -51,12 +51,11 @@ def _check_imports(spec: PipelineSpec | StagedPipelineSpec, spec_path: str) -> N
 
     parts = spec_parts(spec)
     with _py_packages_on_path(spec.spark.py_packages):
-        for index, part in enumerate(parts):
-            prefix, where = (f"stages[{index}].", f"{part.label}: ") if isinstance(spec, StagedPipelineSpec) \
-                else ("", "")
+        for part in parts:
+            where = f"{part.label}: " if part.field_prefix else ""  # a single-stage spec's fields are its own
             try:
                 import_transformation(part.part.transformation.function, spec_path,
-                                      f"{prefix}transformation.function")
+                                      f"{part.field_prefix}transformation.function")
             except SpecError as exc:
                 raise SpecError(spec_path, [(f, f"{where}{m}") for f, m in exc.problems]) from None
 

@@ -298,6 +298,26 @@ def _write_dead_letters(batches: Iterator[Any], *, uri: str, spec_json: str) -> 
     return iter(())
 
 
+def load_connector(reader: Any, needs: str) -> DataFrame:
+    """``reader.load()`` of Spark's Kafka connector (a streaming or batch reader).
+
+    Raises:
+        SourceError: the connector is not on this Spark driver's class path; the message starts
+            with ``needs`` (what wanted it) and names the fix.
+    """
+    try:
+        return reader.load()
+    except Exception as exc:
+        text = str(exc)
+        if "kafka" in text.lower() and ("DATA_SOURCE_NOT_FOUND" in text or "Failed to find data source" in text):
+            raise SourceError(
+                f"{needs} needs Spark's Kafka connector on this Spark driver's class path: run `make install` "
+                f"(JVM artifact set {JVM_SET!r}) and start the pipeline with barrierflow (its session adds the "
+                f"jars), or pass them to spark-submit (--jars $(python -m barrierflow.jvm classpath {JVM_SET} | "
+                "tr : ,))") from None
+        raise
+
+
 def read_stream(spark: SparkSession, spec: KafkaSourceSpec, options: Mapping[str, str]) -> DataFrame:
     """The stage's input rows: the connector's, decoded, unioned with the barrier-only source
     (module docstring). ``options`` are the reader options every stage gets
@@ -315,17 +335,7 @@ def read_stream(spark: SparkSession, spec: KafkaSourceSpec, options: Mapping[str
     reader = spark.readStream.format("kafka")
     for key, value in connector_options(spec, partitions).items():
         reader = reader.option(key, value)
-    try:
-        raw = reader.load()
-    except Exception as exc:
-        text = str(exc)
-        if "kafka" in text.lower() and ("DATA_SOURCE_NOT_FOUND" in text or "Failed to find data source" in text):
-            raise SourceError(
-                f"Kafka source {spec.name!r} has reader: spark, but Spark's Kafka connector is not on this Spark "
-                f"driver's class path: run `make install` (JVM artifact set {JVM_SET!r}) and start the pipeline "
-                "with barrierflow (its session adds the jars), or pass them to spark-submit (--jars "
-                f"$(python -m barrierflow.jvm classpath {JVM_SET} | tr : ,))") from None
-        raise
+    raw = load_connector(reader, f"Kafka source {spec.name!r} has reader: spark, but it")
     barriers = (spark.readStream.format(BarrierDataSource.name()).option("schema", schema_for(spec))
                 .option("control_dir", options["control_dir"]).option("source", spec.name).load())
     if spec.format == "json" and spec.dead_letters_malformed:

@@ -23,17 +23,20 @@ class SpecPart:
         part: what it runs: an object with ``sources``, ``sinks`` and ``transformation`` (one
             stage: the spec itself).
         label: how messages name it: ``stage 'a'``, or ``pipeline 't'`` for one stage.
+        field_prefix: how spec errors name a field of it: ``stages[<index>].``, or nothing for
+            one stage (its fields are top-level).
     """
 
     name: str
     part: Any
     label: str
+    field_prefix: str = ""
 
 
 def spec_parts(spec: PipelineSpec | StagedPipelineSpec) -> list[SpecPart]:
     """The stages of ``spec`` (module docstring)."""
     if isinstance(spec, StagedPipelineSpec):
-        return [SpecPart(s.name, s, f"stage {s.name!r}") for s in spec.stages]
+        return [SpecPart(s.name, s, f"stage {s.name!r}", f"stages[{index}].") for index, s in enumerate(spec.stages)]
     return [SpecPart(spec.name, spec, f"pipeline {spec.name!r}")]
 
 
