@@ -456,6 +456,8 @@ def test_every_documented_command_is_one_the_code_takes(tmp_path: Path, monkeypa
                 code = barrierflow_main(["validate", str(spec)])
                 if code != 0:
                     problems.append(f"barrierflow init clicks; validate {spec.relative_to(tmp_path)}: exit {code}")
+                for name in [m for m in sys.modules if m == "clicks" or m.startswith("clicks.")]:
+                    del sys.modules[name]  # validate imported the project's package: later inits must not see it
                 report.append(f"ran: barrierflow init clicks; barrierflow validate {spec.relative_to(tmp_path)}"
                               f" (exit {code}); the project's own test runs in tests/scaffold/test_init.py")
     for sub, tests in sorted(RUN_ELSEWHERE.items()):
