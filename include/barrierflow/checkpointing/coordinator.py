@@ -56,6 +56,7 @@ from barrierflow.checkpointing.stage import BarrierBatch, StageTracker
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.checkpointing.thread_priority import background_executor
 from barrierflow.checkpointing.trigger_rule import TriggerRule
+from barrierflow.checkpointing.trigger_step import TriggerStep
 from barrierflow.checkpointing.uploader import SnapshotUploader, UploadResult
 from barrierflow.errors import BarrierflowError, CheckpointError, TolerableFailuresExceededError
 from barrierflow.faults import crash_point
@@ -95,7 +96,7 @@ EventTimeSummaryFn = Callable[[int, int, dict[str, dict[str, int]], dict[str, di
                               EventTimeSummary | None]
 
 
-class CheckpointCoordinator:
+class CheckpointCoordinator(TriggerStep):
     def __init__(
         self,
         *,
@@ -159,9 +160,9 @@ class CheckpointCoordinator:
         self._created = now()
         #: Stop triggering once this many checkpoints completed or are pending (None: no limit).
         self.trigger_limit: int | None = None
-        #: :meth:`trigger_now` asked for a checkpoint; the id it got once triggered.
+        #: The forced checkpoint (:meth:`trigger_now`): its id once triggered.
         self._forced = False
-        self.forced_id: int | None = None
+        self.forced_id = None
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -205,10 +206,11 @@ class CheckpointCoordinator:
 
     def trigger_now(self) -> None:
         """Trigger one checkpoint at the next tick whatever the interval, ``min_pause``,
-        ``max_concurrent`` and ``trigger_limit`` say (a stop with a savepoint); a barrier still on
-        its way is let through first. Its id is :attr:`forced_id` once triggered; its failure does
-        not count towards ``tolerable_failed_checkpoints`` (it fails the stop, not the job)."""
-        self._forced, self.forced_id = True, None
+        ``max_concurrent`` and ``trigger_limit`` say (a stop with a savepoint;
+        :class:`~barrierflow.checkpointing.trigger_step.TriggerStep`); a barrier still on its way
+        is let through first. Its id is :attr:`forced_id` once triggered; its failure does not
+        count towards ``tolerable_failed_checkpoints`` (it fails the stop, not the job)."""
+        super().trigger_now()
 
     # -- the tick -----------------------------------------------------------------------
     def tick(self) -> list[CheckpointEvent]:
@@ -230,15 +232,12 @@ class CheckpointCoordinator:
         mono = self.monotonic()
         if any(p.state is CheckpointState.TRIGGERED for p in self.pending.values()):
             return  # one barrier in flight: the offsets' barrier is sticky, a newer one would subsume it
-        if not self._forced and not self.trigger_rule.due(mono, pending=len(self.pending), done=self.completed_count,
-                                                          limit=self.trigger_limit):
+        if not self.trigger_due(mono, pending=len(self.pending), done=self.completed_count):
             return
         cid = self._next_id
         self._next_id += 1
-        if self._forced:
-            self._forced, self.forced_id = False, cid
         self.pending[cid] = pending = PendingCheckpoint(cid, self.now(), mono)
-        self.trigger_rule.triggered(mono)
+        self.mark_triggered(cid, mono)
         self.control.request_barrier(cid, pending.trigger_time)
         log.info("checkpoint %d triggered", cid)
 

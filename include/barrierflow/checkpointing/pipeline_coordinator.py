@@ -47,6 +47,7 @@ from barrierflow.checkpointing.global_manifest import (
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore, stage_snapshot
 from barrierflow.checkpointing.store import CheckpointStore, failure_key, manifest_key
 from barrierflow.checkpointing.trigger_rule import TriggerRule
+from barrierflow.checkpointing.trigger_step import TriggerStep
 from barrierflow.errors import CheckpointCorruptError
 from barrierflow.faults import crash_point
 from barrierflow.spec.models import CheckpointSpec
@@ -86,7 +87,10 @@ class GlobalEvent:
 
 
 @dataclass
-class PipelineCoordinator:
+class PipelineCoordinator(TriggerStep):
+    #: A forced global checkpoint waits until none is pending (:meth:`trigger_now`).
+    forced_waits_for_pending = True
+
     pipeline: str
     options: CheckpointSpec
     objects: ObjectStore
@@ -104,9 +108,9 @@ class PipelineCoordinator:
 
     def __post_init__(self) -> None:
         self._next_id = 1
-        #: :meth:`trigger_now` asked for a global checkpoint; the id it got once triggered.
+        #: The forced global checkpoint (:meth:`trigger_now`): its id once triggered.
         self._forced = False
-        self.forced_id: int | None = None
+        self.forced_id = None
         self.trigger_rule = TriggerRule(self.options)
         #: The global records (``global/chk-<n>/...``) of the pipeline: every read and write goes through it.
         self.store = GlobalCheckpointStore(self.objects, self.pipeline)
@@ -209,28 +213,25 @@ class PipelineCoordinator:
 
     def trigger_now(self) -> None:
         """Trigger one global checkpoint whatever the interval, ``min_pause``, ``max_concurrent``
-        and ``trigger_limit`` say (a stop with a savepoint): at the next tick with none pending,
-        else once the pending ones ended (a final stage in a process of its own commits global
-        checkpoints in order, stopping at the first undecided one, and a barrier that overtakes
-        an earlier one leaves that one to expire). Its id is :attr:`forced_id` once triggered."""
-        self._forced, self.forced_id = True, None
+        and ``trigger_limit`` say (a stop with a savepoint;
+        :class:`~barrierflow.checkpointing.trigger_step.TriggerStep`): at the next tick with none
+        pending, else once the pending ones ended (a final stage in a process of its own commits
+        global checkpoints in order, stopping at the first undecided one, and a barrier that
+        overtakes an earlier one leaves that one to expire). Its id is :attr:`forced_id` once
+        triggered."""
+        super().trigger_now()
 
     def _maybe_trigger(self) -> None:
         mono = self.monotonic()
-        if self._forced and self.pending:
-            return
-        if not self._forced and not self.trigger_rule.due(mono, pending=len(self.pending), done=len(self.completed),
-                                                          limit=self.trigger_limit):
+        if not self.trigger_due(mono, pending=len(self.pending), done=len(self.completed)):
             return
         cid = self._next_id
         self._next_id += 1
-        if self._forced:
-            self._forced, self.forced_id = False, cid
         trigger = GlobalTrigger(pipeline=self.pipeline, checkpoint_id=cid, attempt=self.attempt,
                                 trigger_time=self.now())
         self.store.record_trigger(trigger)
         self.pending[cid] = PendingGlobal(cid, trigger.trigger_time, mono)
-        self.trigger_rule.triggered(mono)
+        self.mark_triggered(cid, mono)
         for stage in self.stages:
             if stage.is_source:
                 stage.control.request_barrier(cid, trigger.trigger_time)

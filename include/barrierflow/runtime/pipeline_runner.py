@@ -53,7 +53,7 @@ ready, a stage process that exits fails the run, asked to stop at the end or kil
    once that cut completed (its sinks commit it at step 5, whose failure fails the run);
    should that cut fail, the stop fails and the run goes on as before. Without a savepoint
    the request is done once no cut is pending (the latest completed one is where a next run
-   starts).
+   starts). The stop's states: :mod:`barrierflow.runtime.stopping`.
 5. The end, in every case (:meth:`StageHost.stop`): every stage's query stopped, then each
    stage drained (in-flight uploads, then its sinks' queued commits and aborts) and its writer
    closed; the first commit failure no tick reported (the run's last checkpoint's) is raised
@@ -74,20 +74,20 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.errors import SinkCommitFailedError
 from barrierflow.lease import FencedOffError, JobLease
 from barrierflow.runtime.startup import StartupPhase
-from barrierflow.runtime.stop_request import StopOutcome, StopRequest, StopWatch
+from barrierflow.runtime.stop_request import StopRequest, StopWatch
+from barrierflow.runtime.stopping import Cutter, StopFollower, Stopping
 from barrierflow.spark import commit_log, offset_log
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from barrierflow.checkpointing.manifest import Manifest
-    from barrierflow.checkpointing.trigger_rule import TriggerRule
     from barrierflow.lease import FenceToken
     from barrierflow.metrics.feed import MetricsFeed, StageCheckpoints, StageCounts
     from barrierflow.retention.run_retention import RunRetention
@@ -118,33 +118,6 @@ def covered(cuts: Sequence[Any], at_end: Callable[[Any], bool]) -> bool:
 def records_at(offsets: list[dict[str, Any] | None]) -> int:
     """The records a Spark offset-log entry says were read: the sum of its partitions' offsets."""
     return sum(sum(SourceOffset.from_json(o).partitions.values()) for o in offsets if o)
-
-
-class Cutter(Protocol):
-    """What the run loop needs of a cut coordinator to stop (a stage's
-    :class:`~barrierflow.checkpointing.coordinator.CheckpointCoordinator` or the
-    :class:`~barrierflow.checkpointing.pipeline_coordinator.PipelineCoordinator`)."""
-
-    trigger_limit: int | None
-    forced_id: int | None
-    trigger_rule: TriggerRule
-
-    def monotonic(self) -> float: ...
-
-    @property
-    def pending(self) -> dict[int, Any]: ...
-
-    def trigger_now(self) -> None: ...
-
-
-@dataclass
-class Stopping:
-    """A stop request the run took up: ``savepoint`` is the id of the cut it triggered for it
-    (once triggered); ``limit`` the trigger limit the run had before."""
-
-    request: StopRequest
-    limit: int | None
-    savepoint: int | None = None
 
 
 @dataclass
@@ -541,13 +514,17 @@ class PipelineRunner:
         self.host: StageHost = host if host is not None else LocalStages(self)
         #: Whether this driver checked that a cluster's executors see the work dir (once per driver).
         self.work_dir_checked = False
-        #: The stop request the run took up (None: none); see step 4.
-        self.stopping: Stopping | None = None
-        self._watch: StopWatch | None = None
+        #: The run's stop request (step 4; :mod:`barrierflow.runtime.stopping`), once the run started.
+        self._stop: StopFollower | None = None
 
     @property
     def runners(self) -> list[StageRunner]:
         return self.keeper.runners
+
+    @property
+    def stopping(self) -> Stopping | None:
+        """The stop request the run took up (None: none); see step 4."""
+        return self._stop.stopping if self._stop is not None else None
 
     @property
     def attempt(self) -> int:
@@ -609,9 +586,8 @@ class PipelineRunner:
         """
         keeper, host = self.keeper, self.host
         lease = keeper.lease
-        self.stopping = None
-        self._watch = (StopWatch(keeper.objects, lease.token.fence)
-                       if lease is not None and lease.token is not None else None)
+        watch = StopWatch(keeper.objects, lease.token.fence) if lease is not None and lease.token is not None else None
+        self._stop = stop = StopFollower(watch, keeper, self.barriers_only)
         feed = self._metrics_feed(metrics).start() if metrics is not None else None
         try:
             # Step 1. Restore at start.
@@ -658,14 +634,13 @@ class PipelineRunner:
                     assert phases is not None
                     phases(StartupPhase("running", f"first micro-batch done {time.monotonic() - started:.1f} s "
                                                    "after the queries started"))
-                self._follow_stop()
+                stop_done = stop.tick()
                 now = time.monotonic()
                 if progress is not None and now >= next_progress:
                     next_progress = now + progress_every
                     progress(keeper.progress(host.stats, now - started))
                 host.check()
-                # Step 4. The stop rule.
-                stop_done = self._stop_done()
+                # Step 4. The stop rule (a stop request: followed above).
                 deadline = started + duration if duration is not None else None
                 if stop_done or self._limit_reached(checkpoints=checkpoints, ends=ends, deadline=deadline, until=until):
                     break
@@ -699,66 +674,6 @@ class PipelineRunner:
         cutter, completed = self.keeper.cutter, self.keeper.completed
         return (list(cutter.pending) if cutter is not None else [],
                 completed[-1].checkpoint_id if completed else None)
-
-    def _follow_stop(self) -> None:
-        """Step 4's stop request: take a new one up, follow the savepoint's cut (module docstring)."""
-        keeper, watch, cutter = self.keeper, self._watch, self.keeper.cutter
-        if watch is None or cutter is None:
-            return
-        stopping = self.stopping
-        if stopping is None:
-            request = watch.poll()
-            if request is None:
-                return
-            self.stopping = stopping = Stopping(request, cutter.trigger_limit)
-            if request.savepoint:
-                self.barriers_only(True)  # the savepoint's barrier batch reads nothing: no more input to wait for
-                cutter.trigger_now()
-            cutter.trigger_limit = 0  # no other cut is triggered
-            what = f"after one more {keeper.noun} (a savepoint)" if request.savepoint else \
-                f"once the pending {keeper.noun}s ended, taking no new one"
-            log.warning("pipeline %s: stop requested by %s at %s: stopping %s", keeper.name, request.by,
-                        request.requested_at, what)
-            self._report(StopOutcome(request.id, request.fence, "stopping", noun=keeper.noun,
-                                     message=f"stopping {what}"))
-            return
-        if not stopping.request.savepoint:
-            return
-        if stopping.savepoint is None and cutter.forced_id is not None:
-            stopping.savepoint = cutter.forced_id
-            self._report(StopOutcome(stopping.request.id, stopping.request.fence, "stopping", stopping.savepoint,
-                                     noun=keeper.noun, message=f"{keeper.noun} {stopping.savepoint} (the savepoint) "
-                                     "triggered"))
-        failure = next((f for f in keeper.failed if f.checkpoint_id == stopping.savepoint), None)
-        if failure is not None:
-            reason = getattr(failure.reason, "value", failure.reason)
-            message = (f"{keeper.noun} {stopping.savepoint}, the savepoint of the stop, failed ({reason}: "
-                       f"{failure.message}); the pipeline keeps running. Run 'barrierflow stop' again")
-            log.error("pipeline %s: %s", keeper.name, message)
-            self._report(StopOutcome(stopping.request.id, stopping.request.fence, "failed", stopping.savepoint,
-                                     noun=keeper.noun, message=message))
-            cutter.trigger_limit = stopping.limit
-            self.barriers_only(False)
-            self.stopping = None
-
-    def _stop_done(self) -> bool:
-        """Whether the stop request taken up is done: its savepoint's cut completed, or (no
-        savepoint) no cut is pending."""
-        stopping, cutter = self.stopping, self.keeper.cutter
-        if stopping is None or cutter is None:
-            return False
-        if stopping.request.savepoint:
-            return stopping.savepoint is not None and any(
-                c.checkpoint_id == stopping.savepoint for c in self.keeper.completed)
-        return not cutter.pending
-
-    def _report(self, outcome: StopOutcome) -> None:
-        """Write a ``stopping`` or ``failed`` outcome; a store outage only loses the report."""
-        assert self._watch is not None
-        try:
-            self._watch.report(outcome)
-        except Exception as exc:
-            log.warning("pipeline %s: could not record the stop's progress: %s", self.keeper.name, exc)
 
     def _metrics_feed(self, spec: MetricsSpec) -> MetricsFeed:
         from barrierflow.metrics.feed import MetricsFeed
