@@ -45,7 +45,8 @@ from barrierflow.barriers.records import data_headers
 from barrierflow.flow_control.watermark_history import WatermarkHistory
 from barrierflow.kafka_io.row_batches import encode, rows_header
 from barrierflow.ops.skew import skew
-from barrierflow.runtime.pipeline import PipelineRunResult, StagedPipelineJob
+from barrierflow.runtime.pipeline import StagedPipelineJob
+from barrierflow.runtime.pipeline_runner import RunResult as PipelineRunResult
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spec import parse_staged_spec

@@ -22,11 +22,13 @@ from barrierflow.checkpointing.global_manifest import GlobalManifest, global_key
 from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime import pipeline_runner
-from barrierflow.runtime.job import StageCuts
-from barrierflow.runtime.pipeline import GlobalCuts, StagedPipelineJob, StageJob
+from barrierflow.runtime.cuts import GlobalCheckpoints as GlobalCuts
+from barrierflow.runtime.cuts import OwnCheckpoints as StageCuts
+from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult, StageResult, StageStats, covered
 from barrierflow.runtime.run_driver import open_driver
 from barrierflow.runtime.stage_processes import StageProcesses, StageProcessFiles, SupervisedCuts
+from barrierflow.runtime.stage_runner import StageRunner as StageJob
 from barrierflow.spec.stages import StagedPipelineSpec
 
 from tests.pipeline_specs import spec_dict, write_spec
@@ -122,14 +124,14 @@ class StoredCuts(GlobalCuts):
         self.stored = sorted(job.global_checkpoints())
 
     def prepare(self) -> None:
-        self.job.load_attempt()
+        self.pipeline.load_attempt()
 
     def start(self, *, checkpoints: int | None) -> None:
         self.events.append("start")
 
     def queries_started(self) -> None:
         # The pipeline coordinator starts only once every stage process reported ready.
-        assert all(StageProcessFiles(s.layout.work_dir).ready_pid() for s in self.job.stages)
+        assert all(StageProcessFiles(s.layout.work_dir).ready_pid() for s in self.pipeline.stages)
         self.events.append("queries started")
 
     def tick(self) -> None:
@@ -139,7 +141,7 @@ class StoredCuts(GlobalCuts):
     def completed(self) -> list[GlobalManifest]:
         if self.done is None or self.ticks < self.done:
             return []
-        return [GlobalManifest.model_validate_json(self.job.objects.get_bytes(global_key(c, "_metadata")))
+        return [GlobalManifest.model_validate_json(self.pipeline.objects.get_bytes(global_key(c, "_metadata")))
                 for c in self.stored]
 
     def progress(self, stats: dict[str, StageStats], elapsed: float) -> str:

@@ -25,7 +25,7 @@ from barrierflow.spec.durations import parse_duration_seconds
 
 if TYPE_CHECKING:
     from barrierflow.ops.checkpoints import CheckpointListing, CheckpointView
-    from barrierflow.ops.run import PipelineProgress, Progress, StartupPhase
+    from barrierflow.ops.run import Progress, StartupPhase
     from barrierflow.ops.stop import StopOutcome
     from barrierflow.ops.validate import StageShape
     from barrierflow.reports.skew import SkewReport
@@ -292,7 +292,7 @@ def _write_progress(line: str) -> None:
     sys.stderr.flush()
 
 
-def _stages_progress_line(p: PipelineProgress) -> str:
+def _stages_progress_line(p: Progress) -> str:
     """The progress line of several stages: per stage batch, rec/s and epoch, then the last
     completed global checkpoint."""
     stages = " | ".join(f"{s.stage}: batch={s.batch_id if s.batch_id is not None else '-'} "
@@ -306,11 +306,10 @@ def _phase_line(phase: StartupPhase) -> None:
     _write_progress(f"starting: {phase.message}")
 
 
-def _progress_line(p: Progress | PipelineProgress) -> None:
-    """The one live progress display of ``run``: one stage's job, or every stage of several."""
-    from barrierflow.ops.run import PipelineProgress
-
-    if isinstance(p, PipelineProgress):
+def _progress_line(p: Progress) -> None:
+    """The one live progress display of ``run``: the run's figures for one stage, every
+    stage's for several."""
+    if len(p.stages) > 1:
         _write_progress(_stages_progress_line(p))
         return
     if p.batch_id is None and p.records == 0:  # nothing done yet: the last start step stands

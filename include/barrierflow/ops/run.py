@@ -22,9 +22,8 @@ from barrierflow.ops.stop import finish_stop, record_outcome
 from barrierflow.ops.upgrade_record import refuse_unfinished
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.retention.run_retention import RunRetention
-from barrierflow.runtime.job import Progress
-from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StageProgress
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult
+from barrierflow.runtime.progress import Progress, StageProgress
 from barrierflow.runtime.run_driver import channel_servers, open_driver, open_stage_process_driver
 from barrierflow.runtime.startup import PhaseReport, StartupPhase
 from barrierflow.runtime.stop_request import StopOutcome
@@ -32,12 +31,12 @@ from barrierflow.sources.dead_letter import count_dead_letters
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AnyProgress", "DeadLetters", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome",
-           "RunResult", "StageProgress", "StartupPhase", "dead_letters", "run", "run_stage", "submit_jars"]
+__all__ = ["AnyProgress", "DeadLetters", "Progress", "RunOutcome", "RunResult", "StageProgress", "StartupPhase",
+           "dead_letters", "run", "run_stage", "submit_jars"]
 
-#: What the live progress display is given every ``progress_every`` seconds: one stage's
-#: :class:`Progress`, or every stage's :class:`PipelineProgress`.
-AnyProgress = Progress | PipelineProgress
+#: What the live progress display is given every ``progress_every`` seconds, in every shape:
+#: the one :class:`Progress`, with each stage's part in ``stages``.
+AnyProgress = Progress
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ class RunOutcome:
 
     pipeline: str
     stages: tuple[str, ...]
-    result: RunResult | PipelineRunResult
+    result: RunResult
     attempt: int = 0
     dead_letters: int = 0
     dead_letter_uri: str = ""
@@ -144,7 +143,7 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     The run loop and its contract: :meth:`barrierflow.runtime.pipeline_runner.PipelineRunner.run`.
     One stage restores its newest valid checkpoint when it has no local Spark checkpoint.
     Several stages: a start after the first restores the latest global checkpoint (see
-    :meth:`barrierflow.runtime.pipeline.StagedPipelineJob.prepare`), also on the embedded broker,
+    :meth:`barrierflow.runtime.cuts.GlobalCheckpoints.prepare`), also on the embedded broker,
     whose data dir under the work dir keeps the channels' records across runs (a killed run
     restarts with the same command); a start after a run that completed no global checkpoint
     starts every stage from the beginning as a new attempt. ``processes``: every stage in a

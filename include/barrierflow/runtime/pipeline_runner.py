@@ -1,14 +1,15 @@
 """The one run driver: a pipeline of any shape runs through :meth:`PipelineRunner.run`.
 
-A run drives the stages of one :class:`CutKeeper`, the part that says who cuts, where one
-:class:`StageHost` says they run; both are chosen once for the pipeline
-(:func:`barrierflow.runtime.run_driver.open_driver`). As in Flink's
-``SingleCheckpointBarrierHandler``, one stage is the general case with N = 1:
+A run drives the stages of one :class:`~barrierflow.runtime.running.RunningPipeline` (its
+session, stores, stage runners, lease and attempt) with one :class:`CutKeeper`, the part that
+says who cuts (:mod:`barrierflow.runtime.cuts`), where one :class:`StageHost` says they run;
+both are chosen once for the pipeline (:func:`barrierflow.runtime.run_driver.open_driver`). As
+in Flink's ``SingleCheckpointBarrierHandler``, one stage is the general case with N = 1:
 
-* one stage (:class:`~barrierflow.runtime.job.StageCuts`): a cut is the stage's own checkpoint;
+* one stage (:class:`~barrierflow.runtime.cuts.OwnCheckpoints`): a cut is the stage's own checkpoint;
   its coordinator triggers the barriers and its sinks commit when the checkpoint completes;
   the store keeps the single-stage layout;
-* several stages (:class:`~barrierflow.runtime.pipeline.GlobalCuts`): a cut is a global
+* several stages (:class:`~barrierflow.runtime.cuts.GlobalCheckpoints`): a cut is a global
   checkpoint of the :class:`~barrierflow.checkpointing.pipeline_coordinator.PipelineCoordinator`;
   the stages' coordinators never trigger and their sinks commit when the global checkpoint
   completes;
@@ -17,7 +18,7 @@ A run drives the stages of one :class:`CutKeeper`, the part that says who cuts, 
   every stage process runs its query) and the stages run in
   :class:`~barrierflow.runtime.stage_processes.StageProcesses`;
 * one stage of several in such a process (``run --stage``,
-  :class:`~barrierflow.runtime.pipeline.FollowedCuts`): the stage follows the supervisor's
+  :class:`~barrierflow.runtime.cuts.FollowedCuts`): the stage follows the supervisor's
   global checkpoints and stops when the supervisor asks.
 
 Where the stages run (:class:`StageHost`): in this process (:class:`LocalStages`: each
@@ -79,23 +80,22 @@ from typing import TYPE_CHECKING, Any
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.errors import SinkCommitFailedError
 from barrierflow.lease import FencedOffError, JobLease
+from barrierflow.runtime.progress import Progress, StageProgress
 from barrierflow.runtime.startup import StartupPhase
 from barrierflow.runtime.stop_request import StopRequest, StopWatch
 from barrierflow.runtime.stopping import Cutter, StopFollower, Stopping
 from barrierflow.spark import commit_log, offset_log
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
     from barrierflow.checkpointing.manifest import Manifest
-    from barrierflow.lease import FenceToken
     from barrierflow.metrics.feed import MetricsFeed, StageCheckpoints, StageCounts
     from barrierflow.retention.run_retention import RunRetention
+    from barrierflow.runtime.running import RunningPipeline
     from barrierflow.runtime.stage_runner import StageRunner
     from barrierflow.runtime.startup import PhaseReport
     from barrierflow.sources.registry import StageRun
     from barrierflow.spec.metrics import MetricsSpec
-    from barrierflow.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -265,9 +265,12 @@ class RunResult:
 
 
 class CutKeeper(ABC):
-    """Who cuts a run's checkpoints: the one part of the run loop that depends on the
-    pipeline's shape (module docstring). A keeper holds the run's stage runners and the
-    pipeline's lease (:meth:`hold`)."""
+    """Who cuts a run's checkpoints: the one part of the run loop that depends on where the
+    cuts come from (:mod:`barrierflow.runtime.cuts`), over ``pipeline``, the
+    :class:`~barrierflow.runtime.running.RunningPipeline` that holds the run's session, stores,
+    stage runners, lease and attempt. Eight members are abstract (:meth:`prepare`,
+    :meth:`start`, :meth:`stage_run`, :meth:`tick`, :attr:`completed`, :attr:`failed`,
+    :meth:`at_end`, :attr:`cutter`); the rest have defaults every shape shares."""
 
     #: Seconds between ticks of the run loop.
     tick_seconds: float = 0.02
@@ -276,52 +279,37 @@ class CutKeeper(ABC):
     wait_started: bool = True
     #: Whether progress is reported once more when the run reaches its limit.
     final_progress: bool = True
-
-    name: str
-    spec_path: str
-    runners: list[StageRunner]
+    #: What a cut is called in messages.
+    noun: str = "checkpoint"
     #: Told each step of the start (restore) as it happens (set by :meth:`PipelineRunner.run`).
     phases: PhaseReport | None = None
     #: After :meth:`prepare`: the completed cut the run continues from (None: from the start).
     resumed_from: int | None = None
 
-    @property
-    @abstractmethod
-    def lease(self) -> JobLease | None:
-        """The pipeline's lease while the run holds it (:meth:`hold`)."""
+    def __init__(self, pipeline: RunningPipeline) -> None:
+        self.pipeline = pipeline
 
     @property
-    @abstractmethod
-    def spark(self) -> SparkSession: ...
+    def name(self) -> str:
+        return self.pipeline.name
 
     @property
-    @abstractmethod
-    def work_dir(self) -> str: ...
+    def spec_path(self) -> str:
+        return self.pipeline.spec_path
 
     @property
-    @abstractmethod
-    def objects(self) -> ObjectStore:
-        """The objects of the pipeline's checkpoint storage (its lease lives there)."""
+    def runners(self) -> list[StageRunner]:
+        """The stages this process runs (every stage of the pipeline unless said otherwise)."""
+        return self.pipeline.stages
 
-    @property
-    @abstractmethod
-    def fence(self) -> FenceToken | None: ...
+    def is_source(self, runner: StageRunner) -> bool:
+        return self.pipeline.is_source(runner)
 
-    @property
-    @abstractmethod
-    def attempt(self) -> int: ...
-
-    @abstractmethod
-    def hold(self, lease: JobLease | None) -> None:
-        """Write under ``lease`` (None: no lease): every store of the run checks its fencing number."""
-
-    @abstractmethod
-    def is_source(self, runner: StageRunner) -> bool: ...
-
-    @abstractmethod
     def source_ends(self) -> dict[str, dict[str, int]]:
         """Each source stage's bounded source end. Raises UserInputError for an unbounded one."""
+        return self.pipeline.source_ends()
 
+    # -- what differs ---------------------------------------------------------------------
     @abstractmethod
     def prepare(self) -> None:
         """Step 1: restore at start; the attempt is known afterwards."""
@@ -336,10 +324,6 @@ class CutKeeper(ABC):
         """What ``runner``'s reader is told beyond its spec in this run."""
 
     @abstractmethod
-    def queries_started(self) -> None:
-        """Every stage's query was started (a stage process reports that it is ready)."""
-
-    @abstractmethod
     def tick(self) -> None:
         """The cut coordinator's tick, after every stage's."""
 
@@ -347,11 +331,6 @@ class CutKeeper(ABC):
     @abstractmethod
     def completed(self) -> Sequence[Any]:
         """The cuts completed in this run, oldest first."""
-
-    @property
-    def completed_count(self) -> int:
-        """How many cuts completed in this run (:attr:`completed` may keep only the newest)."""
-        return len(self.completed)
 
     @property
     @abstractmethod
@@ -363,18 +342,57 @@ class CutKeeper(ABC):
         """Whether ``cut`` has every source stage at its end (``ends``, by stage) and no channel
         state (records in flight at an unaligned snapshot are processed in the next epoch)."""
 
-    @abstractmethod
-    def progress(self, stats: dict[str, StageStats], elapsed: float) -> Any:
-        """What the progress display is given (``Progress`` or ``PipelineProgress``)."""
-
     @property
+    @abstractmethod
     def cutter(self) -> Cutter | None:
         """The coordinator that triggers this run's cuts, once started (None: this process
         triggers none, e.g. a stage following its supervisor's cuts)."""
-        return None
 
-    #: What a cut is called in messages.
-    noun: str = "checkpoint"
+    # -- shared ---------------------------------------------------------------------------
+    def queries_started(self) -> None:  # noqa: B027 -- a default, not a missing member
+        """Every stage's query was started (a stage process reports that it is ready); by
+        default nothing: the cut coordinator started before the queries."""
+
+    @property
+    def completed_count(self) -> int:
+        """How many cuts completed in this run (:attr:`completed` may keep only the newest)."""
+        return len(self.completed)
+
+    def progress(self, stats: dict[str, StageStats], elapsed: float) -> Progress:
+        """What the progress display is given: the one :class:`~barrierflow.runtime.progress.Progress`."""
+        return progress_of(self, tuple(stage_progress(r, stats.get(r.name), self.pipeline.last_completed)
+                                       for r in self.runners), stats, elapsed)
+
+
+def stage_progress(runner: StageRunner, stats: StageStats | None, last_completed: int) -> StageProgress:
+    """``runner``'s part of the progress: Spark's last progress of its query, its coordinator's
+    epoch (before it started: the cut after ``last_completed``) and what the loop counted."""
+    last = runner.query.lastProgress if runner.query is not None else None
+    epoch = runner.coordinator.current_epoch() if runner.coordinator is not None else last_completed + 1
+    return StageProgress(runner.name, int(last["batchId"]) if last else None,
+                         float(last.get("processedRowsPerSecond") or 0.0) if last else 0.0, epoch,
+                         records=stats.records if stats is not None else 0,
+                         batches=stats.batches if stats is not None else 0)
+
+
+def progress_of(keeper: CutKeeper, stages: tuple[StageProgress, ...], stats: dict[str, StageStats],
+                elapsed: float) -> Progress:
+    """The run's progress: ``stages`` (each stage's part) and the run's figures, those of the
+    stages that read a source (their counts in ``stats``, else their parts), the newest
+    completed cut (before one completed: the one the run started from, None: none) and
+    ``keeper``'s failed cuts."""
+    sources = [s for s in stages if s.stage in {r.name for r in keeper.runners if keeper.is_source(r)}] or list(stages)
+    counted = [stats[s.stage] for s in sources if s.stage in stats]
+    batches = [c.latest_batch for c in counted] if counted else [s.batch_id for s in sources]
+    records = sum(c.records for c in counted) if counted else sum(s.records for s in sources)
+    completed = keeper.completed
+    coordinators = [r.coordinator for r in keeper.runners if r.coordinator is not None]
+    event_time = next((r.event_time.status() for r in keeper.runners if r.event_time is not None), None)
+    return Progress(max((b for b in batches if b is not None), default=None), records,
+                    records / elapsed if elapsed else 0.0, min((s.epoch for s in sources), default=0),
+                    completed[-1].checkpoint_id if completed else (keeper.pipeline.last_completed or None),
+                    sum(c.uploads_in_flight for c in coordinators), len(keeper.failed), event_time,
+                    stages=stages, pipeline=keeper.name)
 
 
 class StageHost(ABC):
@@ -453,10 +471,10 @@ class LocalStages(StageHost):
         driver, keeper = self.driver, self.driver.keeper
         self._stats = {r.name: StageStats.at_start(r, started) for r in keeper.runners}
         for runner in keeper.runners:
-            runner.check_state(keeper.spark, spec_path=keeper.spec_path, run=keeper.stage_run(runner))
+            runner.check_state(keeper.pipeline.spark, spec_path=keeper.spec_path, run=keeper.stage_run(runner))
         for runner in keeper.runners:
-            runner.start_query(keeper.spark, spec_path=keeper.spec_path, run=keeper.stage_run(runner),
-                               fence=keeper.fence, check_work_dir=not driver.work_dir_checked,
+            runner.start_query(keeper.pipeline.spark, spec_path=keeper.spec_path, run=keeper.stage_run(runner),
+                               fence=keeper.pipeline.fence, check_work_dir=not driver.work_dir_checked,
                                wait=keeper.wait_started)
             driver.work_dir_checked = True  # every stage's work dir is below the pipeline's
 
@@ -467,7 +485,8 @@ class LocalStages(StageHost):
 
     def check(self) -> None:
         for runner in self.driver.keeper.runners:
-            runner.check(self.driver.keeper.fence)  # a fenced-off write-ahead write stopped the query: FencedOffError
+            # a fenced-off write-ahead write stopped the query: FencedOffError
+            runner.check(self.driver.keeper.pipeline.fence)
 
     def stop(self, *, failing: bool) -> None:
         """Stop the queries first, then drain each stage (its uploads, then its sinks' queued
@@ -528,15 +547,30 @@ class PipelineRunner:
 
     @property
     def attempt(self) -> int:
-        return self.keeper.attempt
+        return self.keeper.pipeline.attempt
 
     def lease(self) -> JobLease:
         """The pipeline's lease (``<work_dir>/job.lease`` and the store's), not yet acquired."""
-        return JobLease(Path(self.keeper.work_dir), self.keeper.name, "run", store=self.keeper.objects)
+        pipeline = self.keeper.pipeline
+        return JobLease(Path(pipeline.work_dir), pipeline.name, "run", store=pipeline.objects)
 
     def hold(self, lease: JobLease | None) -> None:
-        """Run under ``lease`` (acquired by the caller): :meth:`CutKeeper.hold`."""
-        self.keeper.hold(lease)
+        """Run under ``lease`` (acquired by the caller): :meth:`RunningPipeline.hold`."""
+        self.keeper.pipeline.hold(lease)
+
+    def run_held(self, take_lease: bool = True, **options: Any) -> RunResult:
+        """:meth:`run` (``options``) under the pipeline's lease, acquired for the run
+        (``take_lease``; False: the caller holds it, or the run holds none) and released after."""
+        Path(self.keeper.pipeline.work_dir).mkdir(parents=True, exist_ok=True)
+        lease = self.lease()
+        if take_lease:
+            lease.acquire()
+            self.hold(lease)  # every manifest, write-ahead batch and sink decision checks it
+        try:
+            return self.run(**options)
+        finally:
+            lease.release()
+            self.hold(None)
 
     def barriers_only(self, on: bool) -> None:
         """Make every source stage's planner admit no new input but inject requested barriers
@@ -555,7 +589,7 @@ class PipelineRunner:
 
     def check_lease(self) -> None:
         """Raise FencedOffError once the lease's heartbeat found it taken over."""
-        lease = self.keeper.lease
+        lease = self.keeper.pipeline.lease
         if lease is not None and lease.lost is not None:
             lease.check("doing anything more")
 
@@ -585,8 +619,9 @@ class PipelineRunner:
                 cannot be bound.
         """
         keeper, host = self.keeper, self.host
-        lease = keeper.lease
-        watch = StopWatch(keeper.objects, lease.token.fence) if lease is not None and lease.token is not None else None
+        lease = keeper.pipeline.lease
+        watch = (StopWatch(keeper.pipeline.objects, lease.token.fence)
+                 if lease is not None and lease.token is not None else None)
         self._stop = stop = StopFollower(watch, keeper, self.barriers_only)
         feed = self._metrics_feed(metrics).start() if metrics is not None else None
         try:
@@ -594,7 +629,7 @@ class PipelineRunner:
             keeper.phases = phases
             keeper.prepare()
             if feed is not None:
-                feed.metrics.attempt = keeper.attempt
+                feed.metrics.attempt = keeper.pipeline.attempt
             ends = keeper.source_ends() if until_exhausted else None
             # Step 2. The coordinators, then the stages' queries.
             keeper.start(checkpoints=checkpoints)
@@ -678,7 +713,8 @@ class PipelineRunner:
     def _metrics_feed(self, spec: MetricsSpec) -> MetricsFeed:
         from barrierflow.metrics.feed import MetricsFeed
 
-        return MetricsFeed(spec, pipeline=self.keeper.name, attempt=self.keeper.attempt, work_dir=self.keeper.work_dir,
+        return MetricsFeed(spec, pipeline=self.keeper.name, attempt=self.keeper.pipeline.attempt,
+                           work_dir=self.keeper.pipeline.work_dir,
                            dead_letter_uris={r.name: r.layout.dead_letter_uri(r.spec) for r in self.runners})
 
     def _limit_reached(self, *, checkpoints: int | None, ends: dict[str, dict[str, int]] | None,

@@ -3,13 +3,13 @@
 :func:`open_driver` gives every pipeline the one run loop
 (:class:`~barrierflow.runtime.pipeline_runner.PipelineRunner`) over its stages; only the cut
 keeper and where the stages run depend on the shape: one stage is cut by its own checkpoints
-(:class:`~barrierflow.runtime.job.StageCuts`), several by the pipeline coordinator's global
-checkpoints (:class:`~barrierflow.runtime.pipeline.GlobalCuts`), every stage in this process
+(:class:`~barrierflow.runtime.cuts.OwnCheckpoints`), several by the pipeline coordinator's global
+checkpoints (:class:`~barrierflow.runtime.cuts.GlobalCheckpoints`), every stage in this process
 (:class:`~barrierflow.runtime.pipeline_runner.LocalStages`); with ``run --processes`` the
 pipeline coordinator of this process cuts (:class:`~barrierflow.runtime.stage_processes.SupervisedCuts`)
 and every stage runs in a process of its own
 (:class:`~barrierflow.runtime.stage_processes.StageProcesses`), each following those cuts
-(:class:`~barrierflow.runtime.pipeline.FollowedCuts`, :func:`open_stage_process_driver`).
+(:class:`~barrierflow.runtime.cuts.FollowedCuts`, :func:`open_stage_process_driver`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 from barrierflow.errors import UserInputError
 from barrierflow.pipeline.model import OpenedPipeline
-from barrierflow.runtime.job import StreamingJob
-from barrierflow.runtime.pipeline import StagedPipelineJob
+from barrierflow.runtime.cuts import GlobalCheckpoints, OwnCheckpoints
 from barrierflow.runtime.pipeline_runner import PipelineRunner
+from barrierflow.runtime.running import RunningPipeline
 from barrierflow.runtime.stage_processes import process_driver
 from barrierflow.spec.models import PipelineSpec
 
@@ -51,11 +51,12 @@ def open_driver(pipeline: OpenedPipeline, *, channel_servers: Mapping[str, str] 
             raise UserInputError(f"{pipeline.spec_path}: a canary (held commits) runs its stages in one process; "
                                  "run it without --processes")
     if isinstance(pipeline.spec, PipelineSpec):
-        return StreamingJob(pipeline.spec, spec_path=pipeline.spec_path, spark=spark, hold_commits=hold_commits).driver
+        return PipelineRunner(OwnCheckpoints(RunningPipeline.of_stage(
+            pipeline.spec, spec_path=pipeline.spec_path, spark=spark, hold_commits=hold_commits)))
     servers = dict(channel_servers or {})
-    job = StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path, spark=spark, channel_servers=servers,
-                            hold_commits=hold_commits)
-    return process_driver(job, servers=servers) if processes else job.driver
+    running = RunningPipeline.of_stages(pipeline.spec, spec_path=pipeline.spec_path, spark=spark,
+                                        channel_servers=servers, hold_commits=hold_commits)
+    return process_driver(running, servers=servers) if processes else PipelineRunner(GlobalCheckpoints(running))
 
 
 @contextmanager
@@ -77,9 +78,9 @@ def channel_servers(pipeline: OpenedPipeline) -> Iterator[tuple[str | None, dict
 
 
 def open_stage_process_driver(pipeline: OpenedPipeline, stage: str, *,
-                              channel_servers: Mapping[str, str] | None = None) -> StagedPipelineJob:
-    """The job of one stage process of ``run --processes`` (``run SPEC --stage NAME``): the
-    pipeline's stages, of which the process runs ``stage`` following its supervisor's cuts.
+                              channel_servers: Mapping[str, str] | None = None) -> RunningPipeline:
+    """The running pipeline of one stage process of ``run --processes`` (``run SPEC --stage NAME``):
+    the pipeline's stages, of which the process runs ``stage`` following its supervisor's cuts.
 
     Raises:
         UserInputError: the pipeline is one stage (no stage processes), or has no such stage.
@@ -87,4 +88,5 @@ def open_stage_process_driver(pipeline: OpenedPipeline, stage: str, *,
     pipeline.refuse_stage_processes("--stage")
     pipeline.stage(stage)  # UserInputError naming the stages
     assert not isinstance(pipeline.spec, PipelineSpec)  # refused above
-    return StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path, channel_servers=dict(channel_servers or {}))
+    return RunningPipeline.of_stages(pipeline.spec, spec_path=pipeline.spec_path,
+                                     channel_servers=dict(channel_servers or {}))

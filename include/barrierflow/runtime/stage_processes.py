@@ -8,7 +8,7 @@ channels, and each stage's work dir:
 * the supervisor is the one run loop
   (:meth:`~barrierflow.runtime.pipeline_runner.PipelineRunner.run`) with
   :class:`SupervisedCuts` (who cuts) and :class:`StageProcesses` (where the stages run): it
-  calls :meth:`~barrierflow.runtime.pipeline.StagedPipelineJob.prepare` once (restore of the
+  calls :meth:`~barrierflow.runtime.cuts.GlobalCheckpoints.prepare` once (restore of the
   latest global checkpoint as a new attempt, topics), then starts the stage processes and
   waits until each reports its query running (``_process_ready.json``); only then does the
   pipeline coordinator start and trigger checkpoints, so no barrier request is written before
@@ -17,7 +17,7 @@ channels, and each stage's work dir:
 * barrier requests go to the source stages' control channels (files in their work dirs), as
   in one process; every stage writes its manifests to the store, where the pipeline
   coordinator collects them; a final stage commits its 2PC sinks when it finds the global
-  manifest in the store (:meth:`~barrierflow.runtime.pipeline.StagedPipelineJob.run_stage`);
+  manifest in the store (:func:`run_stage`);
 * each stage writes its progress (``_process_progress.json``) for the one progress display;
 * at the end the supervisor writes ``_process_stop.json`` (the last completed global
   checkpoint) in every stage's work dir and waits for the processes to exit.
@@ -48,6 +48,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,15 +57,10 @@ from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
-from barrierflow.runtime.pipeline import (
-    TICK_SECONDS,
-    GlobalCuts,
-    PipelineProgress,
-    StagedPipelineJob,
-    StageJob,
-    StageProgress,
-)
-from barrierflow.runtime.pipeline_runner import PipelineRunner, StageHost, StageResult, StageStats
+from barrierflow.runtime.cuts import FollowedCuts, GlobalCheckpoints
+from barrierflow.runtime.pipeline_runner import PipelineRunner, StageHost, StageResult, StageStats, progress_of
+from barrierflow.runtime.progress import Progress, StageProgress
+from barrierflow.runtime.running import RunningPipeline
 from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.workdir.stage_ready import READY_FILE, ready_pid
 
@@ -136,9 +132,13 @@ class StageProcessFiles:
                              records=int(str(body.get("records", 0))), batches=int(str(body.get("batches", 0))))
 
 
+#: How long the supervisor waits between looks at its stage processes' ready files (seconds).
+READY_POLL_SECONDS = 0.1
+
+
 @dataclass
 class _StageProcess:
-    job: StageJob
+    job: StageRunner
     files: StageProcessFiles
     process: subprocess.Popen[bytes]
     log_path: Path
@@ -162,7 +162,7 @@ class _StoredCheckpoints:
     the store once each; :attr:`completed` holds those not handed out before (and the newest),
     so memory stays bounded over a long run."""
 
-    def __init__(self, runner: StageRunner, keeper: GlobalCuts) -> None:
+    def __init__(self, runner: StageRunner, keeper: GlobalCheckpoints) -> None:
         self.runner, self.keeper = runner, keeper
         self._read_up_to = 0
         self._latest: list[Manifest] = []
@@ -184,16 +184,16 @@ class _StoredCheckpoints:
         return list(self.keeper.failed)
 
 
-class SupervisedCuts(GlobalCuts):
+class SupervisedCuts(GlobalCheckpoints):
     """Who cuts ``run --processes``: the pipeline coordinator in this process (the supervisor,
     no Spark in it) over stages that run in processes of their own (:class:`StageProcesses`).
-    It holds no stage coordinator (each stage process has its own, :class:`~barrierflow.runtime.pipeline.FollowedCuts`)
+    It holds no stage coordinator (each stage process has its own, :class:`~barrierflow.runtime.cuts.FollowedCuts`)
     and starts only once every stage process reports its query running
     (:meth:`queries_started`), so no barrier request is written before a source stage's
     coordinator reset its control channel. Progress comes from each stage's progress file."""
 
-    def __init__(self, job: StagedPipelineJob) -> None:
-        super().__init__(job)
+    def __init__(self, pipeline: RunningPipeline) -> None:
+        super().__init__(pipeline)
         self.checkpoints: int | None = None
 
     def start(self, *, checkpoints: int | None) -> None:
@@ -203,22 +203,17 @@ class SupervisedCuts(GlobalCuts):
     def queries_started(self) -> None:
         """Every stage process runs its query: the pipeline coordinator starts (at most
         :attr:`checkpoints` triggers)."""
-        job = self.job
-        coordinator = PipelineCoordinator(job.spec.name, job.spec.checkpoint, job.objects,
-                                          [job.handle(stage) for stage in job.stages], attempt=job.attempt,
-                                          fence=job.fence)  # the global manifests; the stage processes hold none
-        job.coordinator = coordinator
+        pipeline = self.pipeline
+        self.coordinator = coordinator = PipelineCoordinator(
+            pipeline.name, pipeline.spec.checkpoint, pipeline.objects,
+            [pipeline.handle(stage) for stage in pipeline.stages], attempt=pipeline.attempt,
+            fence=pipeline.fence)  # the global manifests; the stage processes hold none
         coordinator.start()
         coordinator.trigger_limit = self.checkpoints
 
-    def progress(self, stats: dict[str, StageStats], elapsed: float) -> PipelineProgress:
-        job = self.job
-        completed, failed = self.completed, self.failed
-        return PipelineProgress(job.spec.name,
-                                tuple(StageProcessFiles(stage.layout.work_dir).progress(stage.name)
-                                      for stage in job.stages),
-                                completed[-1].checkpoint_id if completed else (job.last_completed or None),
-                                len(failed))
+    def progress(self, stats: dict[str, StageStats], elapsed: float) -> Progress:
+        return progress_of(self, tuple(StageProcessFiles(stage.layout.work_dir).progress(stage.name)
+                                       for stage in self.pipeline.stages), stats, elapsed)
 
 
 class StageProcesses(StageHost):
@@ -237,10 +232,10 @@ class StageProcesses(StageHost):
 
     progress_from_start = False
 
-    def __init__(self, keeper: GlobalCuts, *, servers: dict[str, str] | None = None,
+    def __init__(self, keeper: GlobalCheckpoints, *, servers: dict[str, str] | None = None,
                  start_timeout: float = 180.0, stop_timeout: float = 120.0) -> None:
         self.keeper = keeper
-        self.job = keeper.job
+        self.job = keeper.pipeline
         self.servers = dict(servers or {})
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -292,12 +287,12 @@ class StageProcesses(StageHost):
                 for stage in self.job.stages}
 
     # -- the stage processes --------------------------------------------------------------
-    def command(self, stage: StageJob) -> list[str]:
+    def command(self, stage: StageRunner) -> list[str]:
         """What runs ``stage`` in a process of its own: ``barrierflow run SPEC --stage NAME``."""
         return [sys.executable, "-m", "barrierflow.cli.main", "run", self.job.spec_path, "--stage",
                 stage.stage.name, "--quiet"]
 
-    def _spawn(self, stage: StageJob) -> _StageProcess:
+    def _spawn(self, stage: StageRunner) -> _StageProcess:
         files = StageProcessFiles(stage.layout.work_dir)
         files.clear()
         log_path = stage.layout.work_dir / LOG_FILE
@@ -309,7 +304,7 @@ class StageProcesses(StageHost):
         with log_path.open("ab") as out:
             process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL)
-        log.info("stage %s of pipeline %s: process %d started (log %s)", stage.stage.name, self.job.spec.name,
+        log.info("stage %s of pipeline %s: process %d started (log %s)", stage.stage.name, self.job.name,
                  process.pid, log_path)
         return _StageProcess(stage, files, process, log_path)
 
@@ -323,20 +318,20 @@ class StageProcesses(StageHost):
             waiting = [p for p in waiting if p.files.ready_pid() != p.process.pid]
             if waiting and time.monotonic() > deadline:
                 names = ", ".join(p.job.stage.name for p in waiting)
-                raise JobFailedError(f"pipeline {self.job.spec.name}: stage(s) {names} did not start their query "
+                raise JobFailedError(f"pipeline {self.job.name}: stage(s) {names} did not start their query "
                                      f"within {self.start_timeout:g} s; see {waiting[0].log_path}")
-            time.sleep(TICK_SECONDS * 5)
+            time.sleep(READY_POLL_SECONDS)
 
     def _check_running(self) -> None:
         for p in self.processes:
             code = p.process.poll()
             if code == USER_INPUT_EXIT:
                 raise UserInputError(
-                    f"stage {p.job.stage.name} of pipeline {self.job.spec.name} refused its input and exited "
+                    f"stage {p.job.stage.name} of pipeline {self.job.name} refused its input and exited "
                     f"({_status(code)}). Last lines of {p.log_path}:\n{p.log_tail()}")
             if code is not None:
                 raise JobFailedError(
-                    f"stage {p.job.stage.name} of pipeline {self.job.spec.name} exited before the run ended "
+                    f"stage {p.job.stage.name} of pipeline {self.job.name} exited before the run ended "
                     f"({_status(code)}); every stage restarts from the latest global checkpoint when the pipeline is "
                     f"run again. Last lines of {p.log_path}:\n{p.log_tail()}")
 
@@ -348,10 +343,10 @@ class StageProcesses(StageHost):
             try:
                 code = p.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired as exc:
-                raise JobFailedError(f"stage {p.job.stage.name} of pipeline {self.job.spec.name} did not stop "
+                raise JobFailedError(f"stage {p.job.stage.name} of pipeline {self.job.name} did not stop "
                                      f"within {self.stop_timeout:g} s; see {p.log_path}") from exc
             if code != 0:
-                raise JobFailedError(f"stage {p.job.stage.name} of pipeline {self.job.spec.name} stopped with "
+                raise JobFailedError(f"stage {p.job.stage.name} of pipeline {self.job.name} stopped with "
                                      f"{_status(code)}. Last lines of {p.log_path}:\n{p.log_tail()}")
 
     def _kill_remaining(self) -> None:
@@ -383,32 +378,59 @@ def _status(code: int) -> str:
     return f"exit status {code}"
 
 
-def process_driver(job: StagedPipelineJob, *, servers: dict[str, str] | None = None,
+def process_driver(pipeline: RunningPipeline, *, servers: dict[str, str] | None = None,
                    start_timeout: float = 180.0, stop_timeout: float = 120.0) -> PipelineRunner:
     """The one run loop (:class:`~barrierflow.runtime.pipeline_runner.PipelineRunner`) over
-    ``job``'s stages with every stage in a process of its own: cut by :class:`SupervisedCuts`,
+    ``pipeline``'s stages with every stage in a process of its own: cut by :class:`SupervisedCuts`,
     run by :class:`StageProcesses` (``servers``, ``start_timeout``, ``stop_timeout``: its)."""
-    keeper = SupervisedCuts(job)
+    keeper = SupervisedCuts(pipeline)
     return PipelineRunner(keeper, StageProcesses(keeper, servers=servers, start_timeout=start_timeout,
                                                  stop_timeout=stop_timeout))
 
 
-def run_stage_process(job: StagedPipelineJob, stage: str) -> int:
+def run_stage(pipeline: RunningPipeline, name: str, *, stop_requested: Callable[[], int | None],
+              started: Callable[[], None] = lambda: None, alive: Callable[[], bool] = lambda: True,
+              progress: Callable[[StageProgress], None] | None = None,
+              progress_every: float = 1.0) -> list[Manifest]:
+    """Run stage ``name`` of ``pipeline`` in this process (one Spark application per stage): its
+    query and its checkpoint coordinator, while the pipeline coordinator runs elsewhere (the
+    supervisor, which restored the pipeline already).
+
+    A final stage follows the global checkpoints in the store itself: it commits its 2PC
+    sinks up to ``n`` once ``global/chk-<n>/_metadata.json`` exists and aborts ``n`` once
+    ``_failed.json`` does, in checkpoint order. ``started`` is called once the query runs;
+    the stage stops when ``stop_requested`` returns the last completed global checkpoint
+    (a final stage first commits up to it, waited for as the stage stops), or fails when
+    ``alive`` turns False (its supervisor is gone). ``progress`` is given the stage's part of
+    the progress every ``progress_every`` seconds. Returns the stage manifests completed in
+    this run.
+
+    Raises:
+        JobFailedError: the query died, or the supervisor is gone.
+        SinkCommitFailedError: a sink commit (or abort) failed, also the last one.
+    """
+    keeper = FollowedCuts(pipeline, name, stop_requested=stop_requested, started=started, alive=alive)
+    result = PipelineRunner(keeper).run(progress=(lambda p: progress(p.stages[0])) if progress is not None else None,
+                                        progress_every=progress_every, until=lambda: keeper.stop is not None)
+    return result.stages[name].completed
+
+
+def run_stage_process(pipeline: RunningPipeline, stage: str) -> int:
     """The body of ``barrierflow run SPEC --stage NAME`` (started by the supervisor): run the
     stage until the supervisor asks it to stop; returns the number of stage checkpoints
     completed. The supervisor's pid comes from :data:`SUPERVISOR_ENV`; when this process's
     parent changes (the supervisor died), the stage fails (JobFailedError)."""
-    files = StageProcessFiles(job.stage_job(stage).layout.work_dir)
+    files = StageProcessFiles(pipeline.stage(stage).layout.work_dir)
     supervisor = int(os.environ.get(SUPERVISOR_ENV, "0")) or os.getppid()
     handed = os.environ.get(FENCE_ENV, "")
     if handed:  # the supervisor's lease: this stage's commits check its fencing number
         from barrierflow.lease import FenceToken
 
         fence, _, token = handed.partition(":")
-        job.hold(None, token=FenceToken(job.objects, job.spec.name, int(fence), token, "run"))
-    completed = job.run_stage(stage, stop_requested=files.stop_requested,
-                              started=lambda: files.mark_ready(os.getpid()),
-                              alive=lambda: os.getppid() == supervisor, progress=files.write_progress)
+        pipeline.hold(None, token=FenceToken(pipeline.objects, pipeline.name, int(fence), token, "run"))
+    completed = run_stage(pipeline, stage, stop_requested=files.stop_requested,
+                          started=lambda: files.mark_ready(os.getpid()),
+                          alive=lambda: os.getppid() == supervisor, progress=files.write_progress)
     return len(completed)
 
 
