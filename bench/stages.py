@@ -124,7 +124,7 @@ def run_mode(label: str, mode: str, alignment_timeout: float, *, servers: str, w
         path = work / "stages.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         job = StagedPipelineJob(spec, spec_path=str(path))
-        result = process_driver(job).run(duration=seconds)
+        result = process_driver(job.pipeline).run(duration=seconds)
     else:
         job = StagedPipelineJob(spec, spark=spark)
         result = job.run(duration=seconds)
