@@ -425,10 +425,11 @@ def run_upgrade_benchmark(spec_path: str, *, keys: int, markdown: str | None = N
 def _scenario(base: PipelineSpec, root: Path, specs: dict[str, Path], keys: int, report: UpgradeBenchReport,
               problems: list[str]) -> None:
     """The steps of :func:`run_upgrade_benchmark`: figures into ``report``, wrong results into ``problems``."""
-    from barrierflow.ops.state import session_for, state_diff, state_query
+    from barrierflow.ops.state import state_diff, state_query
     from barrierflow.ops.stop import stop
     from barrierflow.ops.upgrade import UpgradeResult, upgrade
     from barrierflow.pipeline.model import open_pipeline
+    from barrierflow.runtime.session import session_for
     from barrierflow.state.compatibility import CompatibilityReport
 
     work, ref = root / "pipeline", root / "reference"

@@ -23,9 +23,9 @@ import pytest
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.savepoint import savepoint
-from barrierflow.ops.upgrade_record import UpgradeStep, read_record, recorded_upgrades
 from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
+from barrierflow.upgrade.record import UpgradeStep, read_record, recorded_upgrades
 from barrierflow.verification.report import load_report
 
 from tests.support.in_session_runs import run_spec as run

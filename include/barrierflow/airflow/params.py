@@ -62,7 +62,7 @@ def stop_params() -> dict[str, Param]:
 
 
 #: The upgrade DAG's default ``canary_checkpoints``: ``barrierflow upgrade``'s
-#: (:data:`barrierflow.ops.upgrade.DEFAULT_CANARY_CHECKPOINTS`, which imports too much to be
+#: (:data:`barrierflow.upgrade.steps.DEFAULT_CANARY_CHECKPOINTS`, which imports too much to be
 #: read at DAG-parse time; a test holds the two equal).
 UPGRADE_CANARY_CHECKPOINTS = 3
 

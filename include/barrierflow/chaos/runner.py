@@ -82,7 +82,7 @@ class ChaosOptions:
     run_timeout: float = 1800.0
     #: The protocol points armed runs crash at (None: every point this pipeline reaches).
     points: tuple[str, ...] | None = None
-    #: Upgrade mode (:mod:`barrierflow.ops.upgrade_chaos`): the changed spec the copy is
+    #: Upgrade mode (:mod:`barrierflow.upgrade.chaos`): the changed spec the copy is
     #: upgraded to, again and again, while the upgrades are killed (None: plain chaos).
     upgrade_to: Path | None = None
     #: Upgrade mode: the checkpoints each upgrade's canary verifies (None: 2).

@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from barrierflow.lease import lease_state
-from barrierflow.ops.detached_launch import LaunchRecord, launcher_alive, read_exit
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.workdir.launches import LaunchRecord, launcher_alive, read_exit
 
 Outcome = Literal["running", "finished", "failed", "stalled"]
 

@@ -18,8 +18,6 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from barrierflow.errors import BarrierflowError, SparkDriverDiedError, UserInputError
-from barrierflow.ops.stop import finish_stop, record_outcome
-from barrierflow.ops.upgrade_record import refuse_unfinished
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.retention.run_retention import RunRetention
 from barrierflow.runtime.job import Progress
@@ -27,8 +25,10 @@ from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, St
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult
 from barrierflow.runtime.run_driver import channel_servers, open_driver, open_stage_process_driver
 from barrierflow.runtime.startup import PhaseReport, StartupPhase
+from barrierflow.runtime.stop_finish import finish_stop, record_outcome
 from barrierflow.runtime.stop_request import StopOutcome
 from barrierflow.sources.dead_letter import count_dead_letters
+from barrierflow.upgrade.record import refuse_unfinished
 
 log = logging.getLogger(__name__)
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 
-from barrierflow.ops.checkpoints import CheckpointView, view
+from barrierflow.pipeline.cut_view import CheckpointView, view
 from barrierflow.pipeline.model import open_pipeline
-from barrierflow.retention.savepoint import take_savepoint
-from barrierflow.verification.global_cut import refuse_unverifiable_cut, unreachable_inputs
+from barrierflow.retention.savepoint import promote_cut
 
 
 def savepoint(spec_path: str | os.PathLike[str], checkpoint_id: int | None = None) -> CheckpointView:
@@ -22,9 +21,4 @@ def savepoint(spec_path: str | os.PathLike[str], checkpoint_id: int | None = Non
         CheckpointCorruptError: it fails verification (the message names the stage and check).
     """
     pipeline = open_pipeline(spec_path)
-    checkpoint_id = pipeline.completed_cut(checkpoint_id)
-    # the cut's own checks; each stage's are the promotion's (take_savepoint)
-    refuse_unverifiable_cut(pipeline.cuts, pipeline.stages, checkpoint_id, "become a savepoint")
-    for stage in pipeline.stages:
-        take_savepoint(stage.spec, stage.store, checkpoint_id, starts=unreachable_inputs(stage))
-    return view(pipeline, checkpoint_id)
+    return view(pipeline, promote_cut(pipeline, checkpoint_id))

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
 from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
+from barrierflow.runtime.session import session_for
 from barrierflow.state.errors import AmbiguousStateError
 from barrierflow.state.reader import (
     OperatorSchema,
@@ -48,16 +49,6 @@ __all__ = ["DiffResult", "QueryResult", "SchemaResult", "StatsResult", "state_di
 TABLE = "state"
 #: Output formats of ``--output``, by the path's suffix.
 OUTPUT_FORMATS = (".parquet", ".json")
-
-
-def session_for(pipeline: OpenedPipeline, spark: SparkSession | None) -> SparkSession:
-    """``spark``, else a session built from the first stage's ``spark`` block (a local one for a
-    command line)."""
-    if spark is not None:
-        return spark
-    from barrierflow.spark.session import build_session
-
-    return build_session(pipeline.stages[0].spec.spark, app_name=f"barrierflow-state-{pipeline.name}")
 
 
 def _stateful(pipeline: OpenedPipeline, checkpoint_id: int) -> list[str]:

@@ -13,6 +13,7 @@ from barrierflow.storage.object_dir import is_object_uri
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from barrierflow.pipeline.model import OpenedPipeline
     from barrierflow.spec.models import SparkSpec
 
 #: Sessions that have barrierflow's data sources (registering costs a Python round trip each).
@@ -79,3 +80,11 @@ def register_data_sources(session: SparkSession) -> None:
     for source in (GeneratorDataSource, KafkaDataSource, ChannelDataSource, BarrierDataSource, StagingDataSource):
         session.dataSource.register(source)
     _REGISTERED.add(session)
+
+
+def session_for(pipeline: OpenedPipeline, spark: SparkSession | None) -> SparkSession:
+    """``spark``, else a session built from the first stage's ``spark`` block (a local one for a
+    command line): the session of an offline operation on ``pipeline``'s state (read, upgrade)."""
+    if spark is not None:
+        return spark
+    return spark_session.build_session(pipeline.stages[0].spec.spark, app_name=f"barrierflow-state-{pipeline.name}")

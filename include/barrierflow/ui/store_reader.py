@@ -36,8 +36,8 @@ from barrierflow.ops.global_history import (
 )
 from barrierflow.ops.global_history import global_checkpoint_history as _global_checkpoint_history
 from barrierflow.ops.global_history import stage_verifications as _stage_verifications
-from barrierflow.ops.upgrade_record import RecordedUpgrade, UpgradeRecord, recorded_upgrades
 from barrierflow.storage import ObjectNotFoundError
+from barrierflow.upgrade.record import RecordedUpgrade, UpgradeRecord, recorded_upgrades
 from barrierflow.verification.html import render_html
 from barrierflow.verification.report import VerificationReport
 
@@ -96,7 +96,7 @@ def read_savepoints(spec_path: str | os.PathLike[str]) -> list[SavepointEntry]:
 def read_upgrades(store: CheckpointStore) -> list[RecordedUpgrade]:
     """Every upgrade recorded in ``store`` (the root of ``checkpoint.storage``), newest first
     (the current unfinished one first), each its record or why it does not parse; see
-    :func:`barrierflow.ops.upgrade_record.recorded_upgrades`."""
+    :func:`barrierflow.upgrade.record.recorded_upgrades`."""
     return recorded_upgrades(store.objects)
 
 

@@ -17,7 +17,7 @@ of the savepoint, so that the new spec resumes exactly where the old one stopped
    :attr:`~barrierflow.sources.registry.SourceKind.replays_input` can); a source whose input a
    broker retains (Kafka: :attr:`~barrierflow.sources.registry.SourceKind.retained_input`)
    reads the bounded range the new state needs instead, from the offsets
-   :func:`barrierflow.ops.replay_range.plan_replay` locates (for windowed aggregations: the
+   :func:`barrierflow.upgrade.replay_range.plan_replay` locates (for windowed aggregations: the
    oldest window open at W, found with the broker's offsets-for-times; else the pipeline's first
    record) up to B (:data:`~barrierflow.sources.planning.REPLAY_FROM`), refused, before anything
    is read, when the broker no longer holds them. Its output is discarded
@@ -195,7 +195,7 @@ def rebuild_state(spark: SparkSession, *, pipeline: str, stage: Stage, store: Ch
         RebuildNotSupportedError: :func:`rebuild_refusal` names a reason, the savepoint's batch has
             other than one source, or the shuffle partitions changed (nothing is read).
         RetentionNotCoveredError: (a Kafka source) the broker no longer holds every record the new
-            state needs (:func:`barrierflow.ops.replay_range.plan_replay`; nothing is read).
+            state needs (:func:`barrierflow.upgrade.replay_range.plan_replay`; nothing is read).
         CheckpointCorruptError: a file of the checkpoint is missing or altered in the store.
         RebuildFailedError: the replay or Spark's state transfer failed (its first message line).
     """
@@ -208,7 +208,7 @@ def rebuild_state(spark: SparkSession, *, pipeline: str, stage: Stage, store: Ch
         raise RebuildNotSupportedError(f"{where}: {refusal}. Nothing was changed.")
     bounded = None
     if kind_named(stage.source_type).retained_input:
-        from barrierflow.ops.replay_range import plan_replay
+        from barrierflow.upgrade.replay_range import plan_replay
 
         bounded = plan_replay(stage, store, manifest, fingerprint, pipeline=pipeline)
         log.info("%s: the rebuild replays %s", where, bounded.describe())

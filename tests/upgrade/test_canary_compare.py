@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from barrierflow.ops.canary import compare_canary_output, comparison_summary
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.upgrade.canary import compare_canary_output, comparison_summary
 
 from tests.support.running_totals import totals_spec
 from tests.support.windowed_canary import windowed_spec

@@ -1,4 +1,4 @@
-"""The kept history of a pipeline's upgrades (barrierflow.ops.upgrade_record): every finished
+"""The kept history of a pipeline's upgrades (barrierflow.upgrade.record): every finished
 upgrade is kept as its own object under ``_upgrades/``, and readers list them all, newest first,
 the current unfinished one first. Records are written directly (through ``write_record``, as
 ``barrierflow upgrade`` writes them) into a local store: the upgrade's own steps are tested in
@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from barrierflow.ops.upgrade_record import (
+from barrierflow.storage.local import LocalObjectStore
+from barrierflow.upgrade.record import (
     HISTORY_PREFIX,
     RECORD_KEY,
     UpgradeInProgressError,
@@ -21,7 +22,6 @@ from barrierflow.ops.upgrade_record import (
     refuse_unfinished,
     write_record,
 )
-from barrierflow.storage.local import LocalObjectStore
 
 
 def new_upgrade(source: int, savepoint: int, digest: str = "a") -> UpgradeRecord:

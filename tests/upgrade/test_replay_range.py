@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 from barrierflow.kafka_io.partition_ids import starting_offsets_form
-from barrierflow.ops.replay_range import PartitionRange, first_offsets, partition_range, replay_since_ms
 from barrierflow.spec.models import KafkaSourceSpec
+from barrierflow.upgrade.replay_range import PartitionRange, first_offsets, partition_range, replay_since_ms
 
 
 def kafka(starting: object) -> KafkaSourceSpec:
@@ -60,8 +60,8 @@ def test_a_partition_names_what_is_needed_and_retained() -> None:
 def test_which_kafka_fed_stages_can_be_rebuilt(tmp_path: Path) -> None:
     """barrierflow's Kafka reader with RocksDB state replays; Spark's connector and the
     HDFS-backed state store do not (each refusal names why); nothing connects."""
-    from barrierflow.ops.state_rebuild import rebuild_refusal
     from barrierflow.pipeline.model import open_pipeline
+    from barrierflow.upgrade.rebuild import rebuild_refusal
 
     def stage(reader: str, store: str) -> Any:
         path = tmp_path / f"{reader}-{store}.yaml"

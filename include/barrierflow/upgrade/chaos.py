@@ -15,7 +15,7 @@ it as ``chaos/upgrade.yaml`` into the same stores, as an upgrade keeps the pipel
 through *upgrades*, each:
 
 1. ``barrierflow run CURRENT --checkpoints 2`` (no kill), then a savepoint of its newest
-   checkpoint (:func:`barrierflow.ops.savepoint.savepoint`, what ``barrierflow stop
+   checkpoint (:func:`barrierflow.retention.savepoint.promote_cut`, what ``barrierflow stop
    --savepoint`` leaves);
 2. ``barrierflow upgrade CURRENT --to TARGET --canary-checkpoints C`` in a process group of its
    own, killed up to ``--kills-per-upgrade`` times (while kills of ``--kills`` are left), then
@@ -68,9 +68,9 @@ from barrierflow.chaos.scratch import check_judgeable, scratch_copy
 from barrierflow.errors import UserInputError
 from barrierflow.faults import SINK_POINTS, UPGRADE_POINTS
 from barrierflow.lease import lease_holder
-from barrierflow.ops.upgrade_record import UpgradeStep, read_record
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.spec.loader import load_any_spec, load_spec_data
+from barrierflow.upgrade.record import UpgradeStep, read_record
 
 __all__ = ["UPGRADE_AFTER", "UpgradeChaosRunner", "run_upgrade_chaos"]
 
@@ -202,7 +202,7 @@ class UpgradeChaosRunner(ChaosRunner):
                                 f"without being killed (exit {code}); its log {log}:\n{_log_tail(log)}")
 
     def _chaos_runs(self, copy: _Copy) -> None:
-        from barrierflow.ops.savepoint import savepoint
+        from barrierflow.retention.savepoint import promote_cut
 
         options = self.options
         new = _Copy(self.new_raw, "chaos", copy.root, self.stamp, self.spec, file_name="upgrade.yaml")
@@ -211,7 +211,7 @@ class UpgradeChaosRunner(ChaosRunner):
         while True:
             number += 1
             self._plain(current, number, "--checkpoints", str(UPGRADE_AFTER))
-            source = savepoint(current.spec_path).checkpoint_id
+            source = promote_cut(open_pipeline(current.spec_path))
             upgrade: dict[str, Any] = {"from": current.spec_path.name, "to": target.spec_path.name,
                                        "source_savepoint": source, "kills": 0, "runs": 0}
             command = _cli("upgrade", str(current.spec_path), "--to", str(target.spec_path),

@@ -1,6 +1,6 @@
 """The parts of the new savepoint cut an upgrade records, one per stage of the new spec.
 
-``barrierflow upgrade`` (:mod:`barrierflow.ops.upgrade`) never modifies the savepoint it starts
+``barrierflow upgrade`` (:mod:`barrierflow.upgrade.steps`) never modifies the savepoint it starts
 from (Flink's NO_CLAIM): it records a new savepoint cut under a new id (:func:`next_cut_id`),
 every stage of the new spec given a manifest of that id, written by the pipeline's cuts
 (``record_cut`` of :class:`~barrierflow.checkpointing.global_store.GlobalCheckpointStore`: the

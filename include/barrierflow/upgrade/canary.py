@@ -34,7 +34,7 @@ stream decodes them). A difference fails the canary. An output the comparison ca
 cycle or a non-append stage, the ``batch`` columns missing from the output, a Kafka range no
 longer retained) is reported as ``not compared``, with why in one line.
 
-What happens to the held epochs is the caller's decision (:mod:`barrierflow.ops.upgrade`): a
+What happens to the held epochs is the caller's decision (:mod:`barrierflow.upgrade.steps`): a
 passed canary's are committed by reconciliation against its newest cut, which covers them all;
 a failed canary's are aborted by the restore of the old spec's savepoint (they are newer than
 it). A 2PC sink can hold several pre-committed epochs at once: a later epoch takes only
@@ -200,7 +200,7 @@ def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpo
     of ``checkpoint_id`` (the old spec's windows are not compared: a new spec may mean to compute
     them differently, and the range stays the canary's, however long the pipeline ran). The
     output of a stage in ``rebuilt`` (its state rebuilt from its input by the upgrade,
-    :mod:`barrierflow.ops.state_rebuild`) is compared over every window that ends after the
+    :mod:`barrierflow.upgrade.rebuild`) is compared over every window that ends after the
     watermark of ``since`` instead, from the first record: each holds all its records. One
     entry per Parquet output of ``pipeline`` (a single stage's sink, or each final stage's); a
     pipeline without one gets one entry saying so (``ran`` False), and so does an output with no

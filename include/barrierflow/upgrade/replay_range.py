@@ -2,7 +2,7 @@
 source): the bounded range of records the new definition's state at the savepoint needs.
 
 A generator's input is computed from offset 0 and can always be replayed whole. A Kafka topic
-holds what its retention left, so :mod:`barrierflow.ops.state_rebuild` replays only the records
+holds what its retention left, so :mod:`barrierflow.upgrade.rebuild` replays only the records
 the new state needs, ``[start, until)`` per partition, ``until`` being the savepoint's barrier
 offsets (the continuation reads on from there, exactly where the old run stopped):
 

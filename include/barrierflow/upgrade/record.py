@@ -18,7 +18,7 @@ to ``_pipeline.json`` and the savepoints it works on), rewritten whole (atomical
 * ``rolling-back`` -> ``rolled-back`` (final): the canary failed (``failure`` names the check);
   the old spec is restored from S as a new attempt, which aborts the canary's pre-committed epochs.
 
-Rerunning the same command continues from the recorded step (:mod:`barrierflow.ops.upgrade`).
+Rerunning the same command continues from the recorded step (:mod:`barrierflow.upgrade.steps`).
 While an upgrade is unfinished (any step but the two final ones), ``barrierflow run`` of the
 pipeline refuses (:func:`refuse_unfinished`): a plain start of the new spec would commit the
 canary's epochs before they were verified.
@@ -121,7 +121,7 @@ class UpgradeRecord(BaseModel):
         canary_compare: whether the canary also compares its output with a batch recomputation
             (``--no-canary-compare`` turns it off).
         comparison: the canary's stream-vs-batch comparison (``ran``, ``verdict``, ``outputs``:
-            :func:`barrierflow.ops.canary.comparison_summary`); empty until it was made.
+            :func:`barrierflow.upgrade.canary.comparison_summary`); empty until it was made.
         failure: why the canary failed (the failed check and its message), else "".
         attempt: the attempt the last restore began.
         started: when the upgrade was first recorded (set by :func:`write_record`; None only in a
