@@ -78,7 +78,7 @@ def verify_latest_checkpoints(spec_path: str | os.PathLike[str], latest: int, *,
     from barrierflow.ops.verify import verify
 
     outcome = verify(spec_path, latest=latest, deep=deep)
-    summary = outcome.summary()
+    summary = outcome.as_dict()
     failed = outcome.failures()
     if failed:
         raise CheckpointVerificationError(outcome.pipeline, [(cid, name, message) for cid, name, message, _ in failed],

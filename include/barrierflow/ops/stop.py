@@ -15,6 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from barrierflow.checkpointing.global_manifest import stage_prefix
 from barrierflow.checkpointing.store import manifest_key
@@ -63,6 +64,11 @@ class StopResult:
     outcome: StopOutcome
     holder: str
     waited_seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of ``stop --json``: ``pipeline``, ``stopped`` (whom) and the run's outcome
+        (``status``, ``savepoint`` and ``location`` with a savepoint, ``latest``, ``noun``, ``message``)."""
+        return {"pipeline": self.pipeline, "stopped": self.holder, **self.outcome.as_dict()}
 
 
 def stage_locations(pipeline: OpenedPipeline, checkpoint_id: int) -> dict[str, str]:

@@ -20,8 +20,8 @@ from barrierflow.spec.stages import StagedPipelineSpec
 if TYPE_CHECKING:
     from barrierflow.pipeline.model import OpenedPipeline
 
-__all__ = ["SpecSummary", "StageShape", "malformed_warnings", "state_store_warnings", "validate_deep",
-           "validate_spec"]
+__all__ = ["SpecSummary", "StageShape", "Validation", "malformed_warnings", "state_store_warnings", "validate",
+           "validate_deep", "validate_spec"]
 
 #: Spark's conf key naming the state store provider class (``spark.conf`` may set it directly).
 _PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
@@ -191,3 +191,36 @@ def malformed_warnings(spec: PipelineSpec | StagedPipelineSpec) -> list[str]:
                     "its first run (the connector then reads each batch twice; a pipeline with state cannot switch "
                     "later), or 'malformed: nulls' to keep the null rows and silence this warning")
     return found
+
+
+@dataclass(frozen=True)
+class Validation:
+    """What ``barrierflow validate`` found: the spec's summary and, with ``--deep``, every
+    stage's transformation as checked (None without)."""
+
+    summary: SpecSummary
+    shapes: list[StageShape] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of ``validate --json``: the graph (stages, channels, edges, cycles with their
+        back-edge, source and final stages), the checkpoint mode, the warnings and, with
+        ``--deep``, ``transformations`` (each stage's input and output columns)."""
+        summary = self.summary
+        return {
+            "pipeline": summary.pipeline, "stages": list(summary.stages), "channels": summary.channels,
+            "edges": [{"channel": e.channel, "writer": e.writer, "reader": e.reader} for e in summary.edges],
+            "cycles": [{"stages": list(c.stages), "back_edge": {"channel": c.back_edge.channel,
+                                                                "writer": c.back_edge.writer,
+                                                                "reader": c.back_edge.reader}}
+                       for c in summary.cycles],
+            "source_stages": list(summary.source_stages), "final_stages": list(summary.final_stages),
+            "mode": summary.mode, "alignment_timeout": summary.alignment_timeout, "warnings": list(summary.warnings),
+            **({"transformations": [{"stage": s.stage, "input": s.input_columns, "output": s.output_columns}
+                                    for s in self.shapes]} if self.shapes is not None else {})}
+
+
+def validate(spec_path: str | os.PathLike[str], *, deep: bool = False) -> Validation:
+    """:func:`validate_spec`, or with ``deep`` :func:`validate_deep` (same errors)."""
+    if deep:
+        return Validation(*validate_deep(spec_path))
+    return Validation(validate_spec(spec_path))

@@ -39,7 +39,7 @@ class VerifyOutcome:
         """Every stage's report of every cut, in order (what the HTML report shows)."""
         return [r for cut in self.reports for r in cut.stages.values()]
 
-    def summary(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         """The JSON document of ``barrierflow verify --json`` (also the scheduled verification's
         XCom), one shape for every pipeline: ``pipeline``, ``storage``, ``noun``, ``verified``,
         ``failed`` (ids) and ``reports``: each cut's (:meth:`CutVerificationReport.as_dict`:
