@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 #: The throttled link's relay threads run at this nice value: they stand for network hardware,
 #: which takes no CPU from processing on a real deployment (like moto, which the documented
-#: commands start at ``nice -n 19``). docs/benchmarks.md, "ABS overhead against an S3 store".
+#: commands start at ``nice -n 19``). bench/results/abs-overhead-s3/.
 LINK_NICE = 19
 
 

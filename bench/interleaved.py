@@ -1,7 +1,7 @@
 """ABS overhead measured inside one query per round: the modes alternate in short segments.
 
 Why: two separate runs of the very same job differ on this machine by more than ABS costs
-(abs_overhead's A/A line read 0.95, 0.90 and 0.91 in three runs: docs/benchmarks-history.md).
+(abs_overhead's A/A line read 0.95, 0.90 and 0.91 in three runs: bench/results/before-2026-11-27.md).
 Each query's JVM settles at its own efficiency (about 250 k or about 228 k records per JVM
 CPU-second, whatever the mode), so a ratio of two runs mixes the mode's cost with the luck of
 the JVM. Here each round is one query whose checkpoint mode changes every ``segment`` seconds,
