@@ -7,6 +7,8 @@
 #                 from Maven Central, each verified against its sha256 in barrierflow/jvm/artifacts.lock
 #   make test     lint + the whole test suite (what .ci/run calls); installs PostgreSQL and Chromium
 #                 from Debian when they are missing
+#   make test-quick  the contributors' inner loop: lint + the tests that start no Spark, Kafka,
+#                 PostgreSQL or Airflow (docs/development.md)
 #   make bench    the benchmarks (bench/, not part of the library) -> bench/results/latest.md
 #   make bench-flink  barrierflow vs Flink SQL side by side (installs Flink into .venv-flink: make flink)
 #   make bench-channels  the transport between stages: the older driver-side writer against the executors' producers (bench/channel_transport.py)
@@ -30,7 +32,7 @@ AIRFLOW_HOME_DIR := $(CURDIR)/var/airflow
 # serves yours (Airflow elsewhere reads $BARRIERFLOW_PIPELINES_DIR, default $BARRIERFLOW_HOME/pipelines).
 AIRFLOW_PIPELINES_DIR ?= $(CURDIR)/include/pipelines
 
-.PHONY: demo demo-stages demo-cycle test lint bench install jvm clean airflow chromium postgres flink bench-flink bench-channels bench-kafka bytecode
+.PHONY: demo demo-stages demo-cycle test test-quick lint bench install jvm clean airflow chromium postgres flink bench-flink bench-channels bench-kafka bytecode
 
 $(STAMP):
 	@command -v java >/dev/null || { echo "error: Spark needs Java 17+ on PATH (apt-get install openjdk-17-jre-headless)"; exit 2; }
@@ -100,6 +102,12 @@ bytecode: install
 
 test: lint chromium postgres bytecode
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -p no:cacheprovider --durations=30
+
+# The inner loop: ruff, the import contracts and every test that starts no Spark, Kafka, PostgreSQL
+# or Airflow (tests/conftest.py marks the others `services`, by the fixtures they use, their
+# markers and the driver and server helpers their module uses). `make test` stays the whole suite.
+test-quick: lint
+	$(BIN)/pytest -n $(PYTEST_WORKERS) -p no:cacheprovider -m "not services" -q --durations=10
 
 bench: install
 	$(BIN)/python -m bench --markdown bench/results/latest.md
