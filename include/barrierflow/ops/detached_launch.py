@@ -46,6 +46,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.errors import UserInputError
 from barrierflow.lease import default_ttl, job_running
 from barrierflow.ops.supervised_run import SUPERVISOR_ENV, restart_alert_observers
@@ -130,9 +131,7 @@ def live_launches(spec_path: str | os.PathLike[str]) -> list[LaunchRecord]:
 
 
 def _write_json(path: Path, document: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(document, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(document, indent=2))
 
 
 def read_exit(record: LaunchRecord) -> dict[str, Any] | None:

@@ -52,6 +52,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator
 from barrierflow.checkpointing.store import CheckpointStore
@@ -98,9 +99,7 @@ class StageProcessFiles:
                 (self.directory / name).unlink()
 
     def _write(self, name: str, body: dict[str, object]) -> None:
-        tmp = self.directory / f".{name}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(body), encoding="utf-8")
-        os.replace(tmp, self.directory / name)
+        write_atomic(self.directory / name, json.dumps(body))
 
     def _read(self, name: str) -> dict[str, object] | None:
         try:

@@ -69,6 +69,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.checkpointing.snapshot import STATE_FINGERPRINT
 from barrierflow.errors import IncompatibleStateError, UnverifiedStateError
 from barrierflow.spark import commit_log, offset_log
@@ -366,10 +367,7 @@ def _write_fingerprint(path: CheckpointDir, fingerprint: list[dict[str, Any]], s
     if isinstance(path, ObjectDir):  # one PUT: readers see the old document or the new one
         path.write_text(text)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_atomic(path, text)
 
 
 def _read_fingerprint(path: CheckpointDir) -> tuple[list[dict[str, Any]], list[str] | None] | None:
