@@ -23,7 +23,7 @@ from barrierflow.ops.upgrade_record import refuse_unfinished
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.retention.run_retention import RunRetention
 from barrierflow.runtime.job import Progress
-from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StageProgress
+from barrierflow.runtime.pipeline import PipelineProgress, StageProgress
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult
 from barrierflow.runtime.run_driver import channel_servers, open_driver, open_stage_process_driver
 from barrierflow.runtime.startup import PhaseReport, StartupPhase
@@ -32,7 +32,7 @@ from barrierflow.sources.dead_letter import count_dead_letters
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AnyProgress", "DeadLetters", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome",
+__all__ = ["AnyProgress", "DeadLetters", "PipelineProgress", "Progress", "RunOutcome",
            "RunResult", "StageProgress", "StartupPhase", "dead_letters", "run", "run_stage", "submit_jars"]
 
 #: What the live progress display is given every ``progress_every`` seconds: one stage's
@@ -82,7 +82,7 @@ class RunOutcome:
 
     pipeline: str
     stages: tuple[str, ...]
-    result: RunResult | PipelineRunResult
+    result: RunResult
     attempt: int = 0
     dead_letters: int = 0
     dead_letter_uri: str = ""

@@ -56,7 +56,7 @@ ATTEMPT_FLAG = "--attempt-of-supervisor"
 #: Set by spark-submit for the Python driver it starts (the py4j gateway of its JVM).
 SPARK_SUBMIT_ENV = "PYSPARK_GATEWAY_PORT"
 #: Set by the Airflow launch's detached launcher for each attempt (see the module docstring).
-SUPERVISOR_ENV = "BARRIERFLOW_SUPERVISED_BY"
+RESTART_SUPERVISOR_ENV = "BARRIERFLOW_SUPERVISED_BY"
 
 
 @dataclass(frozen=True)
@@ -132,9 +132,9 @@ def run_supervised(spec_path: str | os.PathLike[str], *, duration: float | None 
     spec = load_any_spec(spec_path)
     if spec.restart is None:
         return None
-    if os.environ.get(SUPERVISOR_ENV):
+    if os.environ.get(RESTART_SUPERVISOR_ENV):
         log.info("pipeline %s: an attempt of the launcher pid %s, which applies the restart strategy", spec.name,
-                 os.environ[SUPERVISOR_ENV])
+                 os.environ[RESTART_SUPERVISOR_ENV])
         return None
     if SPARK_SUBMIT_ENV in os.environ:
         # A child would share spark-submit's JVM (one SparkContext per JVM) and lose its --master.

@@ -63,9 +63,6 @@ TICK_SECONDS = 0.02
 FOLLOW_SECONDS = 0.2
 
 
-#: A stage of the run: the one stage runner (:mod:`barrierflow.runtime.stage_runner`).
-StageJob = StageRunner
-
 
 @dataclass(frozen=True)
 class StageProgress:
@@ -91,9 +88,6 @@ class PipelineProgress:
     last_completed: int | None
     failed: int
 
-
-#: The result of a run of several stages: the one :class:`RunResult` (kept under this name).
-PipelineRunResult = RunResult
 
 
 class StagedPipelineJob:
@@ -183,7 +177,7 @@ class StagedPipelineJob:
         return self._spark
 
     # -- building -----------------------------------------------------------------------
-    def stage_run(self, job: StageJob) -> StageRun:
+    def stage_run(self, job: StageRunner) -> StageRun:
         """What ``job``'s reader is told beyond its spec in this run: the attempt, the last
         completed global checkpoint, its back-edge topics, cutoffs and slow partitions."""
         return StageRun(attempt=self.attempt, last_completed=self.last_completed,
@@ -258,7 +252,7 @@ class StagedPipelineJob:
         self.attempt = self.root_store.attempt()
         self.last_completed = (self.global_checkpoints() or [0])[-1]
 
-    def _start_coordinator(self, job: StageJob) -> StageHandle:
+    def _start_coordinator(self, job: StageRunner) -> StageHandle:
         """Start ``job``'s checkpoint coordinator (it never triggers: barriers come from the
         pipeline coordinator or in-band; its sink commits wait for the global checkpoint); its
         handle for the pipeline coordinator."""
@@ -273,7 +267,7 @@ class StagedPipelineJob:
         coordinator.trigger_limit = 0
         return self.handle(job, coordinator)
 
-    def handle(self, job: StageJob, coordinator: CheckpointCoordinator | None = None) -> StageHandle:
+    def handle(self, job: StageRunner, coordinator: CheckpointCoordinator | None = None) -> StageHandle:
         """What the pipeline coordinator knows of ``job`` (``coordinator`` None: the stage runs
         in another process and follows the global checkpoints itself, :meth:`run_stage`)."""
         return StageHandle(job.name, job.store, ControlChannel(job.layout.control), coordinator,
@@ -306,7 +300,7 @@ class StagedPipelineJob:
                                             until=lambda: keeper.stop is not None)
         return result.stages[name].completed
 
-    def _follow_globals(self, job: StageJob, decided: int) -> int:
+    def _follow_globals(self, job: StageRunner, decided: int) -> int:
         """Commit (complete) or abort (failed) ``job``'s sinks for the global checkpoints after
         ``decided``, in order, stopping at the first one still undecided; returns the last
         decided id."""
@@ -325,7 +319,7 @@ class StagedPipelineJob:
                 return cid - 1
         return highest
 
-    def _stage_progress(self, job: StageJob, stats: StageStats | None = None) -> StageProgress:
+    def _stage_progress(self, job: StageRunner, stats: StageStats | None = None) -> StageProgress:
         last = job.query.lastProgress if job.query is not None else None
         epoch = job.coordinator.current_epoch() if job.coordinator is not None else self.last_completed + 1
         return StageProgress(job.name, int(last["batchId"]) if last else None,
@@ -387,7 +381,7 @@ class StagedPipelineJob:
             self.stage_job(name).spec.source.name), end) for name, end in ends.items())
         return at_end and all(part.channel_state_records == 0 for part in manifest.stages.values())
 
-    def stage_job(self, name: str) -> StageJob:
+    def stage_job(self, name: str) -> StageRunner:
         return next(j for j in self.stages if j.stage.name == name)
 
 
