@@ -1,15 +1,17 @@
 """The opened pipeline: a pipeline is a graph of stages, and a single-stage spec is a graph of one.
 
-:func:`open_pipeline` loads a spec once, single- or multi-stage
-(:func:`barrierflow.spec.loader.load_any_spec`), and gives every offline operation what it
-works on, whatever the shape:
+:func:`open_pipeline` loads a spec once (:func:`barrierflow.spec.loader.load_any_spec`: a
+:class:`~barrierflow.spec.stages.PipelineSpec` for every YAML) and opens it on the layout
+:func:`barrierflow.pipeline.layout.cut_layout` chooses, the one place the on-disk choice is
+made (:attr:`OpenedPipeline.layout`). It gives every offline operation what it works on:
 
-* :attr:`OpenedPipeline.stages`: each stage's name, derived single-stage spec, checkpoint
+* :attr:`OpenedPipeline.stages`: each stage's name, runnable spec, checkpoint
   store, work-dir layout, input partitions (``topic:p`` of the channels it reads), back-edge
-  partitions and whether its channels live on the embedded broker. A single-stage spec is one
-  stage named after the pipeline, with the spec itself, its store and its layout, and no
-  channels. A stage of several is derived by :func:`barrierflow.pipeline.stage_options.derive_stage_spec`
-  (store ``<checkpoint.storage>/stages/<stage>``, work dir ``<work_dir>/stages/<stage>``).
+  partitions and whether its channels live on the embedded broker. A single-stage YAML is one
+  stage named after the pipeline that keeps its own checkpoints, running the YAML's own spec on
+  its store and its layout, with no channels. A stage of several is derived by
+  :func:`barrierflow.pipeline.stage_options.derive_stage_spec` (store
+  ``<checkpoint.storage>/stages/<stage>``, work dir ``<work_dir>/stages/<stage>``).
 * :attr:`OpenedPipeline.cuts`: the pipeline's cuts (its global checkpoints), read through one
   protocol (:class:`~barrierflow.checkpointing.global_store.CutLog`): the
   :class:`~barrierflow.checkpointing.global_store.GlobalCheckpointStore` of a pipeline of
@@ -17,6 +19,9 @@ works on, whatever the shape:
   :class:`~barrierflow.checkpointing.global_store.SingleStageCuts` for one stage, derived from
   its stage store: its files stay where they always were (``chk-<n>`` at the store's root),
   checkpoint ``n`` *is* cut ``n``, nothing on disk moves.
+
+How messages name these (a "checkpoint" or a "global checkpoint", field prefixes) is not the
+model's: :mod:`barrierflow.pipeline.words`.
 
 Contract: Spark-free and read-only; opening reads only the spec file (no store object, no
 broker). Channels on the embedded broker get a placeholder address (that broker runs only with
@@ -129,7 +134,7 @@ class OpenedPipeline:
     cuts: GlobalCheckpointStore | SingleStageCuts
     root: CheckpointStore
     work_dir: str
-    layout: CutLayout = GLOBAL_CHECKPOINTS
+    layout: CutLayout
 
     @property
     def name(self) -> str:
