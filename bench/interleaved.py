@@ -49,7 +49,7 @@ from bench.modes import BASELINE, BASELINE_AGAIN, Mode, Sample, mode_spec
 from bench.rates import BatchEnd, rate_after_first_batch
 
 if TYPE_CHECKING:
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
     from pyspark.sql import SparkSession
 
     from bench.throttled_link import ThrottledLink
@@ -278,7 +278,7 @@ def fold_round(segments: list[Segment], modes: Sequence[Mode], samples: dict[str
     return lines
 
 
-def run_interleaved_rounds(base: PipelineSpec, modes: tuple[Mode, ...], samples: dict[str, Sample], root: Path,
+def run_interleaved_rounds(base: StageSpec, modes: tuple[Mode, ...], samples: dict[str, Sample], root: Path,
                            spark: SparkSession, *, seconds: float, rounds: int, store: str | None,
                            link: ThrottledLink | None, segment: float) -> list[Segment]:
     """``rounds`` queries, each running every mode for about ``seconds`` in segments of

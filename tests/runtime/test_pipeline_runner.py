@@ -27,7 +27,7 @@ from barrierflow.runtime.pipeline import GlobalCuts, StagedPipelineJob, StageRun
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult, StageResult, StageStats, covered
 from barrierflow.runtime.run_driver import open_driver
 from barrierflow.runtime.stage_processes import StageProcesses, StageProcessFiles, SupervisedCuts
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.stages import PipelineSpec
 
 from tests.pipeline_specs import spec_dict, write_spec
 from tests.verification.test_choice import _two_stage_cuts
@@ -173,7 +173,7 @@ class SlowStart(StandInProcesses):
 
 def _staged_job(tmp_path: Path) -> StagedPipelineJob:
     pipeline, _ = _two_stage_cuts(tmp_path, 1, bootstrap="localhost:9092")
-    assert isinstance(pipeline.spec, StagedPipelineSpec)
+    assert isinstance(pipeline.spec, PipelineSpec)
     return StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path)
 
 

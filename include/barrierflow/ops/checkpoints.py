@@ -14,6 +14,7 @@ from typing import Any
 from barrierflow.checkpointing.global_manifest import GlobalFailure, GlobalManifest
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
+from barrierflow.pipeline.words import words
 from barrierflow.verification.report import load_report
 
 
@@ -60,7 +61,7 @@ class CheckpointListing:
     restore abandoned, and each stage's own checkpoints in full.
 
     Attributes:
-        noun: how messages name a cut (:attr:`OpenedPipeline.cut_noun`).
+        noun: how messages name a cut (:attr:`barrierflow.pipeline.words.Words.cut_noun`).
         cuts: the completed cuts (abandoned ones too, flagged by ``abandoned``).
         failed_cuts: their failure records.
         stages: each stage's own manifests and failure records, in the spec's order (one stage:
@@ -133,7 +134,7 @@ def listing(pipeline: OpenedPipeline) -> CheckpointListing:
     completed, unreadable = cuts.readable_manifests()
     stages = {s.name: StageCheckpoints(s.store.completed(), s.store.failures()) for s in pipeline.stages}
     found = {m.checkpoint_id: _verdict(pipeline, m.checkpoint_id) for m in completed}
-    return CheckpointListing(pipeline.name, pipeline.storage, pipeline.cut_noun, completed, cuts.failures(),
+    return CheckpointListing(pipeline.name, pipeline.storage, words(pipeline).cut_noun, completed, cuts.failures(),
                              cuts.abandoned(), cuts.attempt(), stages,
                              {cid: v for cid, v in found.items() if v is not None},
                              [SkippedRecord(file, why) for file, why in unreadable])
@@ -153,7 +154,7 @@ def list_checkpoints(spec_path: str | os.PathLike[str]) -> CheckpointListing:
 @dataclass(frozen=True)
 class CheckpointView:
     """One cut: its global manifest (for one stage: derived from its checkpoint) and every
-    stage's manifest; ``noun`` names the cut (:attr:`OpenedPipeline.cut_noun`)."""
+    stage's manifest; ``noun`` names the cut (:attr:`barrierflow.pipeline.words.Words.cut_noun`)."""
 
     manifest: GlobalManifest
     stages: dict[str, Manifest]
@@ -190,7 +191,7 @@ def view(pipeline: OpenedPipeline, checkpoint_id: int) -> CheckpointView:
     starting = {name: {source: starting_offsets_form(offsets)
                        for source, offsets in stages[name].barrier_offsets.items() if source == kafka[name] and offsets}
                 for name in kafka if name in stages}
-    return CheckpointView(manifest, stages, pipeline.cut_noun, {k: v for k, v in starting.items() if v})
+    return CheckpointView(manifest, stages, words(pipeline).cut_noun, {k: v for k, v in starting.items() if v})
 
 
 def show_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int) -> CheckpointView:

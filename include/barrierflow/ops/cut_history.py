@@ -38,6 +38,7 @@ from barrierflow.checkpointing.manifest import ChannelStateEntry, CheckpointKind
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.pipeline.words import words
 from barrierflow.verification.report import VerificationReport, load_report
 
 
@@ -149,7 +150,7 @@ def global_checkpoint_history(spec_path: str | os.PathLike[str], *, limit: int |
                            load_report(store.objects, cid), stage_failures[name].get(cid))
                  for name, store in stage_stores]
         entries.append(GlobalCheckpointEntry(cid, manifest, failures.get(cid), trigger, parts))
-    return GlobalCheckpointHistory(pipeline.name, pipeline.storage, pipeline.cut_noun,
+    return GlobalCheckpointHistory(pipeline.name, pipeline.storage, words(pipeline).cut_noun,
                                    tuple(name for name, _ in stage_stores),
                                    cuts.attempt(), entries, len(completed), len(failures))
 

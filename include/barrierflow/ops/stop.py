@@ -21,6 +21,7 @@ from barrierflow.checkpointing.store import manifest_key
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.lease import lease_holder
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
+from barrierflow.pipeline.words import words
 from barrierflow.runtime.stop_request import (
     StopOutcome,
     StopRequest,
@@ -169,13 +170,13 @@ def finish_stop(pipeline: OpenedPipeline, request: StopRequest, savepoint_id: in
         view = savepoint(pipeline.spec_path, savepoint_id)
         return StopOutcome(request.id, request.fence, "stopped", view.checkpoint_id,
                            savepoint_location(pipeline, view.checkpoint_id), view.checkpoint_id,
-                           noun=pipeline.cut_noun,
+                           noun=words(pipeline).cut_noun,
                            message=f"stopped with savepoint {view.checkpoint_id}")
     newest = pipeline.newest_cut()
     latest = newest.checkpoint_id if newest is not None else None
-    where = f"the latest completed {pipeline.cut_noun} is {latest}" if latest is not None else \
-        f"no {pipeline.cut_noun} completed yet"
-    return StopOutcome(request.id, request.fence, "stopped", None, None, latest, noun=pipeline.cut_noun,
+    where = f"the latest completed {words(pipeline).cut_noun} is {latest}" if latest is not None else \
+        f"no {words(pipeline).cut_noun} completed yet"
+    return StopOutcome(request.id, request.fence, "stopped", None, None, latest, noun=words(pipeline).cut_noun,
                        message=f"stopped without a savepoint; {where}")
 
 

@@ -43,8 +43,7 @@ from barrierflow.spec.loader import load_any_spec
 
 if TYPE_CHECKING:
     from barrierflow.runtime.restart_strategy import RestartStrategy
-    from barrierflow.spec.models import PipelineSpec
-    from barrierflow.spec.stages import StagedPipelineSpec
+    from barrierflow.spec.stages import PipelineSpec
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ def _command(spec_path: str, *, duration: float | None, checkpoints: int | None,
     return command
 
 
-def restart_alert_observers(spec: PipelineSpec | StagedPipelineSpec) -> dict[str, Any]:
+def restart_alert_observers(spec: PipelineSpec) -> dict[str, Any]:
     """The supervisor's ``on_restart`` and ``on_give_up`` for the spec's ``alerts`` block (none: {})."""
     alerts = spec.alerts
     if alerts is None:

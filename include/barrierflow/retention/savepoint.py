@@ -23,7 +23,7 @@ import logging
 from barrierflow.checkpointing.manifest import CheckpointKind, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, SourceError
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 from barrierflow.verification.runner import verify_checkpoints
 from barrierflow.verification.source_range import RetainedStarts
 from barrierflow.verification.structural import structurally_intact
@@ -31,7 +31,7 @@ from barrierflow.verification.structural import structurally_intact
 log = logging.getLogger(__name__)
 
 
-def take_savepoint(spec: PipelineSpec, store: CheckpointStore | None = None,
+def take_savepoint(spec: StageSpec, store: CheckpointStore | None = None,
                    checkpoint_id: int | None = None, *, starts: RetainedStarts | SourceError | None = None
                    ) -> Manifest:
     """Promote ``checkpoint_id`` (None: the latest completed) to a savepoint; returns the

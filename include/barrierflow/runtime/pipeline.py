@@ -1,7 +1,7 @@
 """Running a pipeline of several stages: one streaming query per stage, one pipeline coordinator.
 
-:class:`StagedPipelineJob` turns each stage of a :class:`StagedPipelineSpec` into a stage job
-(a single-stage :class:`PipelineSpec` under the hood: name ``<pipeline>-<stage>``, work dir
+:class:`StagedPipelineJob` turns each stage of a :class:`PipelineSpec` into a stage job
+(a single-stage :class:`StageSpec` under the hood: name ``<pipeline>-<stage>``, work dir
 ``<work_dir>/stages/<stage>``, checkpoint store ``<checkpoint.storage>/stages/<stage>``; a
 channel source becomes a Kafka source read through ``barrierflow_channel``, a channel sink is
 written by :class:`~barrierflow.sinks.channel.ChannelWriter`), starts every query in one
@@ -41,13 +41,14 @@ from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
+from barrierflow.pipeline.layout import GLOBAL_CHECKPOINTS
 from barrierflow.pipeline.model import OFFLINE_SERVERS, pipeline_work_dir, stages_of
 from barrierflow.runtime.pipeline_runner import CutKeeper, PipelineRunner, RunResult, StageStats
 from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.runtime.startup import StartupPhase
 from barrierflow.sources.registry import StageRun, reached, source_kind
 from barrierflow.spec.graph import StageGraph, build_graph
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.stages import PipelineSpec
 from barrierflow.storage import ObjectStore, open_store
 from barrierflow.transactions.committer import HeldCommits
 
@@ -97,7 +98,7 @@ class StagedPipelineJob:
     (:class:`~barrierflow.transactions.committer.HeldCommits`: an upgrade's canary); the
     channels between stages are written as usual."""
 
-    def __init__(self, spec: StagedPipelineSpec, *, spec_path: str = "<spec>", spark: SparkSession | None = None,
+    def __init__(self, spec: PipelineSpec, *, spec_path: str = "<spec>", spark: SparkSession | None = None,
                  channel_servers: dict[str, str] | None = None, hold_commits: bool = False) -> None:
         graph, problems = build_graph(spec)
         if graph is None:
@@ -149,7 +150,7 @@ class StagedPipelineJob:
             self.lease.check("doing anything more")
 
     @classmethod
-    def offline(cls, spec: StagedPipelineSpec, *, spec_path: str = "<spec>") -> StagedPipelineJob:
+    def offline(cls, spec: PipelineSpec, *, spec_path: str = "<spec>") -> StagedPipelineJob:
         """The pipeline opened beside a run, to read its stores (tests, benchmarks): channels on
         the embedded broker get no address (that broker runs only with its pipeline); :meth:`run`
         refuses. Offline operations open :func:`barrierflow.pipeline.model.open_pipeline`."""
@@ -427,7 +428,7 @@ class GlobalCuts(_PipelineJobCuts):
     are the cuts (module docstring of :mod:`barrierflow.runtime.pipeline_runner`)."""
 
     tick_seconds = TICK_SECONDS
-    noun = "global checkpoint"
+    layout = GLOBAL_CHECKPOINTS
 
     def __init__(self, job: StagedPipelineJob) -> None:
         self.job = job

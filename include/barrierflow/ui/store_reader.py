@@ -42,8 +42,7 @@ from barrierflow.verification.html import render_html
 from barrierflow.verification.report import VerificationReport
 
 if TYPE_CHECKING:
-    from barrierflow.spec.models import PipelineSpec
-    from barrierflow.spec.stages import StagedPipelineSpec
+    from barrierflow.spec.stages import PipelineSpec
 
 __all__ = [
     "CheckpointStore",
@@ -75,7 +74,7 @@ def find_pipelines(folder: str | os.PathLike[str]) -> list[DiscoveredPipeline]:
     return discover_pipelines(Path(folder))
 
 
-def open_checkpoint_store(spec: PipelineSpec | StagedPipelineSpec) -> CheckpointStore:
+def open_checkpoint_store(spec: PipelineSpec) -> CheckpointStore:
     """The checkpoint store at the root of the spec's ``checkpoint.storage`` (opening it reads
     nothing): where the pipeline-level reports are."""
     return CheckpointStore.for_spec(spec)  # type: ignore[arg-type]
