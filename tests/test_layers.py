@@ -119,7 +119,7 @@ def test_no_import_cycle_between_packages() -> None:
 #: Where a pipeline's shape (one stage or several) may not be asked: the packages above the
 #: model ask the opened pipeline (barrierflow.pipeline.model) what differs, never the spec's class.
 SHAPE_FREE = ("cli", "airflow", "ui", "chaos", "ops", "upgrade")
-SHAPE_QUESTION = re.compile(r"single_stage|multi_stage|is_single|isinstance\([^)]*(StagedPipelineSpec|PipelineSpec)")
+SHAPE_QUESTION = re.compile(r"single_stage|multi_stage|is_single|isinstance\([^)]*(PipelineSpec|StageSpec)")
 
 
 def test_the_layers_above_the_model_never_ask_a_pipelines_shape() -> None:

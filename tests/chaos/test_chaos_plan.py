@@ -15,7 +15,7 @@ from barrierflow.chaos.report import summary_lines, write_report
 from barrierflow.chaos.runner import ChaosEvent, ChaosOptions, ChaosResult, OutputComparison, _Copy
 from barrierflow.chaos.scratch import ChaosRefusedError, _overlap, _stores, check_judgeable, scratch_copy
 from barrierflow.errors import UserInputError
-from barrierflow.spec import parse_spec, parse_staged_spec
+from barrierflow.spec import parse_any_spec, parse_spec, parse_staged_spec
 
 
 def single(**source: Any) -> dict[str, Any]:
@@ -43,16 +43,16 @@ def test_an_unbounded_generator_and_a_non_deterministic_transformation_are_refus
     data = single()
     del data["sources"][0]["records_per_partition"]
     with pytest.raises(ChaosRefusedError, match="generator source 'events' is unbounded; set records_per_partition"):
-        check_judgeable(parse_spec(data))
+        check_judgeable(parse_any_spec(data))
     data = single()
     data["transformation"]["deterministic"] = False
     with pytest.raises(ChaosRefusedError, match="declared 'deterministic: false'"):
-        check_judgeable(parse_spec(data))
+        check_judgeable(parse_any_spec(data))
     data = single()
     data["sinks"] = [{"name": "nothing", "type": "discard"}]
     with pytest.raises(ChaosRefusedError, match="no Parquet, PostgreSQL or Kafka sink"):
-        check_judgeable(parse_spec(data))
-    assert check_judgeable(parse_spec(single())) == []
+        check_judgeable(parse_any_spec(data))
+    assert check_judgeable(parse_any_spec(single())) == []
 
 
 def test_a_scratch_copy_moves_everything_a_run_writes_and_keeps_what_it_reads(tmp_path: Path) -> None:

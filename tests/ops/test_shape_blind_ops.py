@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from barrierflow.checkpointing.manifest import CheckpointKind
 from barrierflow.ops.checkpoints import list_checkpoints, show_checkpoint
-from barrierflow.ops.global_history import pipeline_savepoints
+from barrierflow.ops.cut_history import pipeline_savepoints
 from barrierflow.ops.progress import newest_completed_checkpoint, newest_completion_time
 from barrierflow.ops.retain import retain
 from barrierflow.ops.savepoint import savepoint

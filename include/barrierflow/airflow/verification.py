@@ -14,8 +14,7 @@ from barrierflow.airflow.errors import CheckpointVerificationError
 from barrierflow.spec.models import VerificationSpec
 
 if TYPE_CHECKING:
-    from barrierflow.spec.models import PipelineSpec
-    from barrierflow.spec.stages import StagedPipelineSpec
+    from barrierflow.spec.stages import PipelineSpec
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ class VerificationSchedule:
     deep: bool
 
 
-def verification_schedule(spec: PipelineSpec | StagedPipelineSpec) -> VerificationSchedule:
+def verification_schedule(spec: PipelineSpec) -> VerificationSchedule:
     """The scheduled verification settings of ``spec`` (defaults when it has no
     ``verification`` section; see :class:`VerificationSchedule`). Reads nothing but the spec."""
     settings = spec.verification or VerificationSpec()

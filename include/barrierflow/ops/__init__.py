@@ -18,7 +18,7 @@ written once.
 :mod:`.skew`                  the watermark-skew report of every stage
 :mod:`.progress`              the newest cut / committed epoch (polled by the asset watchers)
 :mod:`.validate`              validate a spec (single- or multi-stage) and describe its graph
-:mod:`.global_history`        the recent global checkpoints with every stage's part, the savepoints (the page)
+:mod:`.cut_history`           the recent global checkpoints with every stage's part, the savepoints (the page)
 :mod:`.discovery`             find the specs of a pipelines folder (the DAG file, the Checkpoints page)
 :mod:`.batch`                 rollups and the stream-vs-batch comparison of a single-stage Parquet output
 :mod:`.quality`               data quality of that output

@@ -15,6 +15,7 @@ from barrierflow.checkpointing.global_manifest import GlobalFailure, GlobalManif
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.pipeline.cut_view import CheckpointView, view
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
+from barrierflow.pipeline.words import words
 from barrierflow.verification.report import load_report
 
 
@@ -61,7 +62,7 @@ class CheckpointListing:
     restore abandoned, and each stage's own checkpoints in full.
 
     Attributes:
-        noun: how messages name a cut (:attr:`OpenedPipeline.cut_noun`).
+        noun: how messages name a cut (:attr:`barrierflow.pipeline.words.Words.cut_noun`).
         cuts: the completed cuts (abandoned ones too, flagged by ``abandoned``).
         failed_cuts: their failure records.
         stages: each stage's own manifests and failure records, in the spec's order (one stage:
@@ -134,7 +135,7 @@ def listing(pipeline: OpenedPipeline) -> CheckpointListing:
     completed, unreadable = cuts.readable_manifests()
     stages = {s.name: StageCheckpoints(s.store.completed(), s.store.failures()) for s in pipeline.stages}
     found = {m.checkpoint_id: _verdict(pipeline, m.checkpoint_id) for m in completed}
-    return CheckpointListing(pipeline.name, pipeline.storage, pipeline.cut_noun, completed, cuts.failures(),
+    return CheckpointListing(pipeline.name, pipeline.storage, words(pipeline).cut_noun, completed, cuts.failures(),
                              cuts.abandoned(), cuts.attempt(), stages,
                              {cid: v for cid, v in found.items() if v is not None},
                              [SkippedRecord(file, why) for file, why in unreadable])

@@ -21,7 +21,7 @@ without one), each attempt a new spark-submit and so a new driver JVM; with an `
 its ``restart`` and ``gave_up`` alerts are sent as ``barrierflow run`` sends them. An attempt dies with the
 launcher (the kernel's parent-death signal), so a SIGKILLed launcher leaves no orphan driver
 behind, only its lease, which a dead process of this host no longer holds. The attempts see
-:data:`SUPERVISOR_ENV`, so ``barrierflow run`` inside spark-submit does not try to apply the
+:data:`RESTART_SUPERVISOR_ENV`, so ``barrierflow run`` inside spark-submit does not try to apply the
 strategy a second time.
 
 A launcher outlives the Airflow task, worker, scheduler and triggerer that started or watch it;
@@ -46,12 +46,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.errors import UserInputError
 from barrierflow.lease import default_ttl, job_running
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime.restart_strategy import NoRestart, strategy_for
 from barrierflow.runtime.restart_supervisor import (
-    SUPERVISOR_ENV,
+    RESTART_SUPERVISOR_ENV,
     RestartsExhaustedError,
     SupervisedRun,
     restart_alert_observers,
@@ -83,9 +84,7 @@ def live_launches(spec_path: str | os.PathLike[str]) -> list[LaunchRecord]:
 
 
 def _write_json(path: Path, document: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(document, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(document, indent=2))
 
 
 def start_detached(spec_path: str | os.PathLike[str], command: Sequence[str], *, env: Mapping[str, str],
@@ -145,7 +144,7 @@ def run_launcher(spec_path: str, command: Sequence[str], exit_file: Path, log: s
         strategy_name = strategy.describe()
         pipeline = open_pipeline(spec_path)
         work_dir, objects = Path(pipeline.work_dir), pipeline.objects
-        env = {**os.environ, SUPERVISOR_ENV: str(os.getpid())}
+        env = {**os.environ, RESTART_SUPERVISOR_ENV: str(os.getpid())}
         _say(f"launcher pid {os.getpid()}: pipeline {spec.name}, restart strategy {strategy_name}; log {log}")
         run = supervise(command, strategy, name=spec.name, env=env,
                         lease_free=lambda: not job_running(work_dir, objects), lease_wait=2 * default_ttl(),

@@ -37,7 +37,7 @@ from barrierflow.lease import default_ttl, job_running
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime.restart_strategy import strategy_for
 from barrierflow.runtime.restart_supervisor import (
-    SUPERVISOR_ENV,
+    RESTART_SUPERVISOR_ENV,
     Restart,
     RestartsExhaustedError,
     restart_alert_observers,
@@ -105,9 +105,9 @@ def run_supervised(spec_path: str | os.PathLike[str], *, duration: float | None 
     spec = load_any_spec(spec_path)
     if spec.restart is None:
         return None
-    if os.environ.get(SUPERVISOR_ENV):
+    if os.environ.get(RESTART_SUPERVISOR_ENV):
         log.info("pipeline %s: an attempt of the launcher pid %s, which applies the restart strategy", spec.name,
-                 os.environ[SUPERVISOR_ENV])
+                 os.environ[RESTART_SUPERVISOR_ENV])
         return None
     if SPARK_SUBMIT_ENV in os.environ:
         # A child would share spark-submit's JVM (one SparkContext per JVM) and lose its --master.

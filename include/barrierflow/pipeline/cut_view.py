@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.checkpointing.global_manifest import GlobalManifest
 from barrierflow.checkpointing.manifest import Manifest
+from barrierflow.pipeline.words import words
 
 if TYPE_CHECKING:
     from barrierflow.pipeline.model import OpenedPipeline
@@ -22,7 +23,7 @@ __all__ = ["CheckpointView", "view"]
 @dataclass(frozen=True)
 class CheckpointView:
     """One cut: its global manifest (for one stage: derived from its checkpoint) and every
-    stage's manifest; ``noun`` names the cut (:attr:`OpenedPipeline.cut_noun`)."""
+    stage's manifest; ``noun`` names the cut (:attr:`barrierflow.pipeline.words.Words.cut_noun`)."""
 
     manifest: GlobalManifest
     stages: dict[str, Manifest]
@@ -59,4 +60,4 @@ def view(pipeline: OpenedPipeline, checkpoint_id: int) -> CheckpointView:
     starting = {name: {source: starting_offsets_form(offsets)
                        for source, offsets in stages[name].barrier_offsets.items() if source == kafka[name] and offsets}
                 for name in kafka if name in stages}
-    return CheckpointView(manifest, stages, pipeline.cut_noun, {k: v for k, v in starting.items() if v})
+    return CheckpointView(manifest, stages, words(pipeline).cut_noun, {k: v for k, v in starting.items() if v})

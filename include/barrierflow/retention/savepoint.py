@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from barrierflow.checkpointing.manifest import CheckpointKind, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, SourceError
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 from barrierflow.verification.global_cut import refuse_unverifiable_cut, unreachable_inputs
 from barrierflow.verification.runner import verify_checkpoints
 from barrierflow.verification.source_range import RetainedStarts
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def take_savepoint(spec: PipelineSpec, store: CheckpointStore | None = None,
+def take_savepoint(spec: StageSpec, store: CheckpointStore | None = None,
                    checkpoint_id: int | None = None, *, starts: RetainedStarts | SourceError | None = None
                    ) -> Manifest:
     """Promote ``checkpoint_id`` (None: the latest completed) to a savepoint; returns the

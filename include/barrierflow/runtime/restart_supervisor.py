@@ -60,8 +60,7 @@ from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.runtime.restart_strategy import RestartStrategy
 
 if TYPE_CHECKING:
-    from barrierflow.spec.models import PipelineSpec
-    from barrierflow.spec.stages import StagedPipelineSpec
+    from barrierflow.spec.stages import PipelineSpec
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ TAIL_LINES = 20
 #: Set for each attempt by a supervisor of whole spark-submits (the Airflow launch's detached
 #: launcher, :mod:`barrierflow.ops.detached_launch`): such an attempt runs as is
 #: (:mod:`barrierflow.ops.supervised_run`).
-SUPERVISOR_ENV = "BARRIERFLOW_SUPERVISED_BY"
+RESTART_SUPERVISOR_ENV = "BARRIERFLOW_SUPERVISED_BY"
 
 
 class RestartsExhaustedError(JobFailedError):
@@ -316,7 +315,7 @@ def _exhausted(name: str, cause: str, strategy: RestartStrategy, run: Supervised
             "latest checkpoint)")
 
 
-def restart_alert_observers(spec: PipelineSpec | StagedPipelineSpec) -> dict[str, Any]:
+def restart_alert_observers(spec: PipelineSpec) -> dict[str, Any]:
     """The supervisor's ``on_restart`` and ``on_give_up`` for the spec's ``alerts`` block (none: {})."""
     alerts = spec.alerts
     if alerts is None:

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from barrierflow.checkpointing.store import CheckpointStore
     from barrierflow.lease import FenceToken
     from barrierflow.pipeline.model import Stage
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
     from barrierflow.transactions.committer import SinkCommitter
     from barrierflow.workdir.layout import JobLayout
 
@@ -115,7 +115,7 @@ class StageRunner:
         return self.stage.name
 
     @property
-    def spec(self) -> PipelineSpec:
+    def spec(self) -> StageSpec:
         """The stage's derived single-stage spec."""
         return self.stage.spec
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
+from barrierflow.pipeline.words import words
 from barrierflow.retention.savepoint import promote_cut
 from barrierflow.runtime.stop_request import StopOutcome, StopRequest, write_outcome
 
@@ -33,13 +34,13 @@ def finish_stop(pipeline: OpenedPipeline, request: StopRequest, savepoint_id: in
         promoted = promote_cut(open_pipeline(pipeline.spec_path), savepoint_id)
         return StopOutcome(request.id, request.fence, "stopped", promoted,
                            savepoint_location(pipeline, promoted), promoted,
-                           noun=pipeline.cut_noun,
+                           noun=words(pipeline).cut_noun,
                            message=f"stopped with savepoint {promoted}")
     newest = pipeline.newest_cut()
     latest = newest.checkpoint_id if newest is not None else None
-    where = f"the latest completed {pipeline.cut_noun} is {latest}" if latest is not None else \
-        f"no {pipeline.cut_noun} completed yet"
-    return StopOutcome(request.id, request.fence, "stopped", None, None, latest, noun=pipeline.cut_noun,
+    where = f"the latest completed {words(pipeline).cut_noun} is {latest}" if latest is not None else \
+        f"no {words(pipeline).cut_noun} completed yet"
+    return StopOutcome(request.id, request.fence, "stopped", None, None, latest, noun=words(pipeline).cut_noun,
                        message=f"stopped without a savepoint; {where}")
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.spec.kafka_client import KafkaClientSpec
-from barrierflow.spec.models import DiscardSinkSpec, KafkaSinkSpec, ParquetSinkSpec, PipelineSpec, PostgresSinkSpec
+from barrierflow.spec.models import DiscardSinkSpec, KafkaSinkSpec, ParquetSinkSpec, PostgresSinkSpec, StageSpec
 from barrierflow.transactions.committer import NoCommitter, SinkCommitter
 from barrierflow.transactions.ledger import TransactionLedger
 from barrierflow.transactions.retry import CommitRetry
@@ -36,7 +36,7 @@ class ChannelOutput:
     client: KafkaClientSpec | None = None
 
 
-def micro_batch_writer(spec: PipelineSpec, layout: JobLayout, *, fence: FenceToken | None,
+def micro_batch_writer(spec: StageSpec, layout: JobLayout, *, fence: FenceToken | None,
                        channel: ChannelOutput | None = None, attempt: int = 0) -> Callable[[Any, int], None] | None:
     """The ``foreachBatch`` function of the stage whose derived spec is ``spec``: a
     :class:`~barrierflow.sinks.channel.ChannelWriter` when it writes ``channel`` (its records
@@ -59,7 +59,7 @@ def micro_batch_writer(spec: PipelineSpec, layout: JobLayout, *, fence: FenceTok
                        fence=fence)
 
 
-def staging_uri_for(spec: PipelineSpec, layout: JobLayout) -> str | None:
+def staging_uri_for(spec: StageSpec, layout: JobLayout) -> str | None:
     """The write-ahead URI of the spec's sink, or None for sinks that write nothing ahead (discard)."""
     sink = spec.sink
     if isinstance(sink, DiscardSinkSpec):
@@ -72,7 +72,7 @@ def staging_uri_for(spec: PipelineSpec, layout: JobLayout) -> str | None:
     return staging
 
 
-def build_sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout, *, attempt: int) -> SinkCommitter:
+def build_sink(spec: StageSpec, store: CheckpointStore, layout: JobLayout, *, attempt: int) -> SinkCommitter:
     sink = spec.sink
     if isinstance(sink, DiscardSinkSpec):
         return NoCommitter(sink.name)

@@ -30,7 +30,7 @@ from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_cr
 from barrierflow.transactions.write_ahead import WriteAheadBatches
 
 if TYPE_CHECKING:
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
 
 log = logging.getLogger(__name__)
 STAGING = "_staging"
@@ -105,7 +105,7 @@ class CommittedPart:
     attempt: int
 
 
-def parquet_sink(spec: PipelineSpec) -> ParquetSinkSpec:
+def parquet_sink(spec: StageSpec) -> ParquetSinkSpec:
     """The spec's Parquet sink. Raises UserInputError naming the sink type and the fix."""
     sink = spec.sink
     if not isinstance(sink, ParquetSinkSpec):
@@ -126,7 +126,7 @@ def committed_parts(output_uri: str) -> list[CommittedPart]:
     return sorted(parts, key=lambda p: (p.batch_id, p.attempt, p.key))
 
 
-def rollups_uri(spec: PipelineSpec) -> str:
+def rollups_uri(spec: StageSpec) -> str:
     """``batch.rollups``, else ``rollups`` beside the sink's folder."""
     if spec.batch.rollups:
         return spec.batch.rollups

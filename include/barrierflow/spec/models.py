@@ -12,7 +12,7 @@ never from the spec).
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -697,34 +697,40 @@ class BatchSpec(_Strict):
         return _storage_uri(value) if value else value
 
 
-class PipelineSpec(_Strict):
-    """A pipeline: one or more sources, a transformation, one sink, checkpointing."""
+CheckpointT = TypeVar("CheckpointT", bound=CheckpointSpec)
+
+
+class PipelineWide(_Strict, Generic[CheckpointT]):
+    """The sections that apply to a whole pipeline, declared once for both spec classes: the
+    pipeline (:class:`barrierflow.spec.stages.PipelineSpec`, what the loader returns for every
+    YAML) and the runnable spec of one of its stages (:class:`StageSpec`), which carries the
+    pipeline's sections as its stage runs them (:mod:`barrierflow.pipeline.stage_options`).
+    ``CheckpointT``: the checkpoint section's class (a pipeline of several stages allows
+    ``mode`` and ``alignment_timeout``, a single-stage YAML does not)."""
 
     version: Literal[1] = SPEC_VERSION
     name: str = Field(..., pattern=r"^[a-z][a-z0-9_-]{0,62}$")
     description: str = ""
     work_dir: str = Field(
         "",
-        description=("local Spark checkpoint, snapshots, write-ahead batches; default var/<name> "
-                     "(see barrierflow.spec.paths)"),
+        description=("local Spark checkpoint, snapshots, write-ahead batches (a pipeline of several stages: each "
+                     "stage's work dir below it); default var/<name> (see barrierflow.spec.paths)"),
     )
-    sources: list[SourceSpec] = Field(..., min_length=1, max_length=1)
-    transformation: TransformationSpec
-    sinks: list[SinkSpec] = Field(..., min_length=1, max_length=1)
     trigger: TriggerSpec = TriggerSpec()
-    checkpoint: CheckpointSpec
+    checkpoint: CheckpointT
     event_time: EventTimeSpec | None = None
     dead_letter_path: str = Field(
-        "", description="storage URI of the malformed records (written by the executors); default "
-                        "<work_dir>/dead-letter. On a cluster: shared storage (s3://...)")
+        "", description="storage URI of the malformed records (written by the executors; a pipeline of several "
+                        "stages: each stage below <uri>/stages/<stage>); default <work_dir>/dead-letter. On a "
+                        "cluster: shared storage (s3://...)")
     event_times_path: str = Field(
-        "", description="storage URI where the executors record the newest event time of each Kafka range "
-                        "they read (sources/event_times.py; the driver folds them into manifests); default "
-                        "<work_dir>/event-times. On a cluster: shared storage (s3://...)")
+        "", description="storage URI where the executors record the newest event time of each Kafka (and channel) "
+                        "range they read (sources/event_times.py; the driver folds them into manifests; a pipeline "
+                        "of several stages: each stage below <uri>/stages/<stage>); default <work_dir>/event-times. "
+                        "On a cluster: shared storage (s3://...)")
     spark: SparkSpec = SparkSpec()
     verification: VerificationSpec | None = None
     reports: ReportsSpec | None = None
-    batch: BatchSpec = BatchSpec()
     restart: RestartSpec | None = Field(
         None, description="restart strategy of 'barrierflow run' (fixed-delay, exponential-delay, failure-rate); "
                           "none = a failure ends the run")
@@ -739,8 +745,26 @@ class PipelineSpec(_Strict):
     def _shared_paths(cls, value: str) -> str:
         return _storage_uri(value) if value else value
 
+
+#: The names of the pipeline-wide fields (declared on :class:`PipelineWide` only).
+PIPELINE_WIDE_FIELDS: tuple[str, ...] = ("version", "name", "description", "work_dir", "trigger", "checkpoint",
+                                         "event_time", "dead_letter_path", "event_times_path", "spark",
+                                         "verification", "reports", "restart", "metrics", "alerts", "chaos")
+
+
+class StageSpec(PipelineWide[CheckpointSpec]):
+    """The runnable spec of one stage: one source, a transformation, one sink, and the
+    pipeline's sections (:class:`PipelineWide`). A single-stage YAML is validated as one (its
+    fields are top-level), and the loader makes it a pipeline of that one stage; a stage of
+    several runs as one derived by :func:`barrierflow.pipeline.stage_options.derive_stage_spec`."""
+
+    sources: list[SourceSpec] = Field(..., min_length=1, max_length=1)
+    transformation: TransformationSpec
+    sinks: list[SinkSpec] = Field(..., min_length=1, max_length=1)
+    batch: BatchSpec = BatchSpec()
+
     @model_validator(mode="after")
-    def _spark_reader_supported(self) -> PipelineSpec:
+    def _spark_reader_supported(self) -> StageSpec:
         problem = spark_reader_problems(list(self.sources), where="sources", event_time=self.event_time,
                                         trigger=self.trigger, checkpoint=self.checkpoint)
         if problem:
@@ -748,7 +772,7 @@ class PipelineSpec(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _chaos_dag_on_scratch_servers(self) -> PipelineSpec:
+    def _chaos_dag_on_scratch_servers(self) -> StageSpec:
         problem = chaos_dag_problems(self.chaos, [(f"sink {s.name!r}", s) for s in self.sinks], [])
         if problem:
             raise ValueError(problem)

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import BarrierflowError, UserInputError
+from barrierflow.pipeline.words import words
 from barrierflow.runtime.run_driver import channel_servers, open_driver
 from barrierflow.verification.report import NO_SUITE, CheckStatus
 from barrierflow.verification.runner import verify_checkpoints
@@ -422,10 +423,10 @@ def run_canary(pipeline: OpenedPipeline, spark: SparkSession, checkpoints: int, 
     reports, failure = verifier.finish()
     done = sorted(set(pipeline.cuts.completed_ids()) - before)
     if not done:
-        return CanaryOutcome(done, failure=f"the canary run of {spec_path} completed no {pipeline.cut_noun}")
+        return CanaryOutcome(done, failure=f"the canary run of {spec_path} completed no {words(pipeline).cut_noun}")
     if failure:
         return CanaryOutcome(done, reports, failure)
-    log.info("pipeline %s: canary %ss %s: %s", pipeline.name, pipeline.cut_noun, done,
+    log.info("pipeline %s: canary %ss %s: %s", pipeline.name, words(pipeline).cut_noun, done,
              CanaryOutcome(done, reports).deep_verification)
     if not compare:
         return CanaryOutcome(done, reports)
@@ -433,7 +434,7 @@ def run_canary(pipeline: OpenedPipeline, spark: SparkSession, checkpoints: int, 
         comparisons = compare_canary_output(pipeline, spark, done[-1], max(before, default=None), rebuilt)
     except BarrierflowError as exc:
         return CanaryOutcome(done, reports, f"the stream-vs-batch comparison of the canary's output up to "
-                                            f"{pipeline.cut_noun} {done[-1]} could not be made: {exc}")
+                                            f"{words(pipeline).cut_noun} {done[-1]} could not be made: {exc}")
     for c in comparisons:
         if c.ran and not c.passed:
             listed = "\n  ".join(c.first)
@@ -442,7 +443,7 @@ def run_canary(pipeline: OpenedPipeline, spark: SparkSession, checkpoints: int, 
                 f"the stream-vs-batch comparison of {c.output} failed: {c.differences} output rows of the canary's "
                 f"output (committed, and held in epochs {c.held_epochs}) differ from the batch recomputation for "
                 f"windows in [{c.start or 'first record'}, {c.end}) (stream {c.stream_rows} rows, batch "
-                f"{c.batch_rows}; {pipeline.cut_noun} {c.checkpoint_id}):\n  {listed}{more}"), comparisons)
+                f"{c.batch_rows}; {words(pipeline).cut_noun} {c.checkpoint_id}):\n  {listed}{more}"), comparisons)
         log.info("pipeline %s: canary output of %s: %s", pipeline.name, c.output,
                  f"{c.stream_rows} rows equal the batch recomputation for windows before {c.end}" if c.ran
                  else f"not compared: {c.reason}")

@@ -116,7 +116,7 @@ class UpgradeChaosRunner(ChaosRunner):
             raise UserInputError(f"--upgrade-to {self.new_spec_path} writes other outputs than {spec_path} (stages, "
                                  "sinks or their kinds differ): chaos compares the upgraded copy's output with a "
                                  "never-upgraded reference, which needs the same outputs; keep the sinks")
-        protocol = open_pipeline(self.spec_path).protocol_points
+        protocol = open_pipeline(self.spec_path).layout.protocol_points
         wanted = set(options.points or (*protocol, *UPGRADE_POINTS))
         self.canary_points = [p for p in protocol if p not in _NOT_IN_CANARY and p in wanted]
         self.upgrade_points = [p for p in UPGRADE_POINTS if p in wanted]

@@ -92,6 +92,7 @@ from barrierflow.errors import BarrierflowError, CheckpointNotFoundError, UserIn
 from barrierflow.faults import crash_point
 from barrierflow.lease import JobLease, lease_holder
 from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
+from barrierflow.pipeline.words import words
 from barrierflow.runtime.session import session_for
 from barrierflow.spark.session import shuffle_partitions
 from barrierflow.state.compatibility import (
@@ -272,7 +273,7 @@ def report_for(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLi
                                      stage.spec.spark.state_store, by_metadata))
     graph, stages = compare(states, planned, old_channels=_channels(old), new_channels=_channels(new),
                             old_storage=old.storage, new_storage=new.storage)
-    return CompatibilityReport(old.name, str(spec_path), str(new_spec_path), cid, old.cut_noun, graph, stages)
+    return CompatibilityReport(old.name, str(spec_path), str(new_spec_path), cid, words(old).cut_noun, graph, stages)
 
 
 def _by_metadata(snapshot: StateSnapshot, stored: list[OperatorSchema], planned: list[PlannedOperatorState],
@@ -297,7 +298,7 @@ def _savepoint(pipeline: OpenedPipeline, checkpoint_id: int | None) -> int:
     """The savepoint cut to upgrade from: ``checkpoint_id``, else the newest savepoint
     (:class:`UpgradeRefusedError` when there is none, or it is not the newest completed cut)."""
     completed = pipeline.cuts.completed_ids()
-    noun = pipeline.cut_noun
+    noun = words(pipeline).cut_noun
     stop = f"'barrierflow stop {pipeline.spec_path} --savepoint'"
     savepoints = [c for c in completed if _is_savepoint(pipeline, c)]
     if checkpoint_id is None:
@@ -463,7 +464,7 @@ def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: 
                         f"{finding.subject}: stage {verdict.stage} keeps no state, but its offset log records its old "
                         "shuffle partitions, which Spark would keep; recording the new value over a stateless "
                         f"checkpoint is not yet supported: give stage {verdict.stage} its old value "
-                        f"({new.shuffle_partitions_field})")
+                        f"({words(new).shuffle_partitions_field})")
                 continue
             problems.append(f"{finding.subject}: {finding.reason}{not_rewritten_fix(finding)}")
     if problems:
