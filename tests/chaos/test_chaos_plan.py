@@ -81,10 +81,10 @@ def every_store() -> dict[str, Any]:
     raw.update({"dead_letter_path": "s3://bucket/two/dead-letter", "event_times_path": "file:///data/two/event-times"})
     raw["checkpoint"]["storage"] = "s3://bucket/two"  # the dead letters' prefix lies in it
     raw["stages"][1]["sinks"] = [
-        {"name": "pg", "type": "postgres", "table": "public.totals", "staging_path": "file:///data/two/pg-staging"},
+        {"name": "pg", "type": "postgres", "table": "public.totals", "write_ahead_path": "file:///data/two/pg-staging"},
         {"name": "lake", "type": "parquet", "path": "file:///data/two/lake"},
         {"name": "out", "type": "kafka", "bootstrap_servers": "127.0.0.1:9", "topic": "totals",
-         "commit_marker_topic": "two_commits", "staging_path": "s3://bucket/two-staging"},
+         "commit_marker_topic": "two_commits", "write_ahead_path": "s3://bucket/two-staging"},
         {"name": "out2", "type": "kafka", "bootstrap_servers": "127.0.0.1:9", "topic": "totals2"}]
     raw["stages"][1]["batch"] = {"rollups": "file:///data/two/rollups"}
     raw["stages"][1]["transformation"]["options"] = {"lookup": "file:///data/two/reference-table"}
@@ -102,7 +102,7 @@ def test_a_scratch_copy_moves_every_store_the_spec_names(tmp_path: Path) -> None
     assert spec.event_times_path == f"file://{tmp_path / 'ref' / 'event_times_path'}"
     assert spec.checkpoint.storage == "s3://bucket/barrierflow-chaos/two-20261125194501/ref/checkpoints"
     sinks = {sink.name: sink for sink in spec.stage("b").sinks}
-    assert sinks["pg"].staging_path == f"file://{tmp_path / 'ref' / 'stages.1.sinks.0.staging_path'}"
+    assert sinks["pg"].write_ahead_path == f"file://{tmp_path / 'ref' / 'stages.1.sinks.0.write_ahead_path'}"
     assert sinks["lake"].path == f"file://{tmp_path / 'ref' / 'out-b-1-lake'}"
     assert spec.stage("b").batch.rollups == f"file://{tmp_path / 'ref' / 'stages.1.batch.rollups'}"
     assert (sinks["out"].commit_marker_topic, sinks["out2"].commit_marker_topic) == (

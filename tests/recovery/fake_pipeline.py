@@ -43,7 +43,7 @@ def parquet_pipeline(tmp_path: Path, checkpoints: int, spec_dir: Path | None = N
     clock = Clock()
     coordinator = CheckpointCoordinator(
         pipeline=spec.name, options=spec.checkpoint, store=store, spark_checkpoint_dir=layout.spark_checkpoint,
-        staging_dir=layout.snapshots, control=ControlChannel(layout.control), source_names=["events"],
+        snapshot_dir=layout.snapshots, control=ControlChannel(layout.control), source_names=["events"],
         sinks=[build_sink(spec, store, layout, attempt=0)], monotonic=clock)
     coordinator.start()
     for batch in range(checkpoints):

@@ -173,7 +173,7 @@ def test_a_rescale_discards_what_the_stopped_run_wrote_ahead_after_its_savepoint
     stale batch sits at the new savepoint's own batch id: the restore discards it, the canary
     passes, and nothing of it is ever committed."""
     import pyarrow as pa
-    from barrierflow.sinks.staging import write_ahead_batch
+    from barrierflow.sinks.write_ahead import write_ahead_batch
 
     two = spec_file(tmp_path, "two.yaml", state_store="rocksdb")
     four = spec_file(tmp_path, "four.yaml", shuffle=4, state_store="rocksdb")

@@ -56,7 +56,7 @@ from barrierflow.batch.source_records import (
 )
 from barrierflow.checkpointing.store import CheckpointStore, shared_key
 from barrierflow.errors import BarrierflowError, UserInputError
-from barrierflow.sinks.parquet import staging_uri
+from barrierflow.sinks.parquet import write_ahead_uri
 from barrierflow.spec.models import KafkaSourceSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.transforms.context import TransformContext, load_transformation
@@ -395,7 +395,7 @@ def held_output(spec: StageSpec, store: CheckpointStore, checkpoint_id: int) -> 
             "only the held output of a canary (whose epochs are pre-committed, not committed) can be compared so")
     files = []
     for txn in sorted(held, key=lambda t: t.checkpoint_id):
-        staging = str(txn.handle.get("staging") or staging_uri(sink.path))
+        staging = str(txn.handle.get("staging") or write_ahead_uri(sink.path))
         for batch in txn.batches:
             files.extend(spark_path(staging, key) for key in txn.handle.get("files", {}).get(str(batch), []))
     return HeldOutput(checkpoint_id, sorted(t.checkpoint_id for t in held), files)

@@ -139,7 +139,7 @@ class StageRunner:
         alignment = (lambda n: read_alignment(control_dir, n)) if self.kind.aligned else None
         coordinator = CheckpointCoordinator(
             pipeline=spec.name, options=spec.checkpoint, store=self.stage.store,
-            spark_checkpoint_dir=layout.spark_checkpoint, staging_dir=layout.snapshots,
+            spark_checkpoint_dir=layout.spark_checkpoint, snapshot_dir=layout.snapshots,
             control=ControlChannel(control_dir), source_names=[spec.source.name], sinks=sinks,
             attempt=attempt, spark_version=spark_version, alignment=alignment,
             commit_on_completion=commit_on_completion, label=self.label, event_times=self._event_times,

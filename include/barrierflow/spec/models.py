@@ -12,9 +12,10 @@ never from the spec).
 from __future__ import annotations
 
 import enum
+import warnings
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from barrierflow.spec.alerts import AlertsSpec
 from barrierflow.spec.durations import parse_duration_seconds
@@ -286,6 +287,18 @@ class DiscardSinkSpec(_Strict):
     type: Literal["discard"]
 
 
+
+def _former_write_ahead_name(data: Any, sink: str) -> Any:
+    """``staging_path`` (the former name of ``write_ahead_path``) is still read, with a
+    FutureWarning naming the new name; both at once are refused."""
+    if isinstance(data, dict) and "staging_path" in data:
+        if "write_ahead_path" in data:
+            raise ValueError(f"{sink} sink: give write_ahead_path only (staging_path is its former name)")
+        warnings.warn(f"{sink} sink: 'staging_path' is deprecated, name it 'write_ahead_path' (same meaning)",
+                      FutureWarning, stacklevel=2)
+    return data
+
+
 class PostgresSinkSpec(_Strict):
     """Rows into a PostgreSQL table with PREPARE TRANSACTION / COMMIT PREPARED per epoch.
 
@@ -298,7 +311,14 @@ class PostgresSinkSpec(_Strict):
     table: str = Field(..., pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
     mode: Literal["insert", "upsert"] = "insert"
     key_columns: list[str] = Field(default_factory=list, description="conflict target for upsert")
-    staging_path: str = Field("", description="storage URI of the write-ahead area; default in work_dir")
+    write_ahead_path: str = Field("", validation_alias=AliasChoices("write_ahead_path", "staging_path"),
+                                  description="storage URI of the write-ahead area; default in work_dir "
+                                              "(staging_path: its deprecated former name, still read)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _former_name(cls, data: Any) -> Any:
+        return _former_write_ahead_name(data, "postgres")
 
     @model_validator(mode="after")
     def _upsert_needs_keys(self) -> PostgresSinkSpec:
@@ -319,9 +339,16 @@ class KafkaSinkSpec(_Strict, NestedClientFields):
     topic: str
     key_column: str | None = None
     commit_marker_topic: str = "__barrierflow_commits"
-    staging_path: str = Field("", description="storage URI of the write-ahead area; default in work_dir")
+    write_ahead_path: str = Field("", validation_alias=AliasChoices("write_ahead_path", "staging_path"),
+                                  description="storage URI of the write-ahead area; default in work_dir "
+                                              "(staging_path: its deprecated former name, still read)")
     transaction_timeout_ms: int = Field(60_000, ge=1000)
     client: KafkaClientField = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _former_name(cls, data: Any) -> Any:
+        return _former_write_ahead_name(data, "kafka")
 
 
 SinkSpec = Annotated[

@@ -46,7 +46,7 @@ A pipeline runner and the servers its tests need:
 The write-ahead batch writer:
 
 * :func:`write_ahead_batch` — writes a micro-batch ahead without Spark, in the exact layout the
-  Spark-side write-ahead writer produces (:mod:`barrierflow.sinks.staging`), to drive a
+  Spark-side write-ahead writer produces (:mod:`barrierflow.sinks.write_ahead`), to drive a
   two-phase-commit sink in a test.
 """
 

@@ -1,7 +1,7 @@
 """Writing micro-batches ahead: the Spark side of every barrierflow sink.
 
 Spark 4.2's Python streaming writers accept only append mode, so queries write through
-``foreachBatch`` (:class:`BatchStager`), which hands each micro-batch, with its id, to the
+``foreachBatch`` (:class:`WriteAheadWriter`), which hands each micro-batch, with its id, to the
 batch writer ``format("barrierflow_staging")``: one code path for append, update and complete
 modes. Layout under a write-ahead URI (the sink's write-ahead area; local ``file://`` or ``s3://``)::
 
@@ -58,7 +58,7 @@ class WriteAheadFile(WriterCommitMessage):
     rows: int
 
 
-class StagingDataSource(DataSource):
+class WriteAheadDataSource(DataSource):
     """Batch writer; options ``uri`` (write-ahead URI) and ``batch_id`` (the micro-batch)."""
 
     @classmethod
@@ -71,14 +71,14 @@ class StagingDataSource(DataSource):
         freeze_long_lived()  # Spark calls this in a reused planning worker, once per micro-batch
         try:
             fence = self.options.get("fence")
-            return StagingWriter(self.options["uri"], int(self.options["batch_id"]),
+            return WriteAheadBatchWriter(self.options["uri"], int(self.options["batch_id"]),
                                  int(fence) if fence else None)
         except (KeyError, ValueError) as exc:
             raise SinkError("barrierflow_staging needs the options 'uri' and 'batch_id'; it is driven by "
-                            "BatchStager inside foreachBatch") from exc
+                            "WriteAheadWriter inside foreachBatch") from exc
 
 
-class StagingWriter(DataSourceArrowWriter):
+class WriteAheadBatchWriter(DataSourceArrowWriter):
     def __init__(self, uri: str, batch_id: int, fence: int | None = None) -> None:
         self.uri = uri
         self.batch_id = batch_id
@@ -141,7 +141,7 @@ def write_ahead_batch(uri: str, batch_id: int, table: Any, fence: int | None = N
     store.put_bytes(batch_prefix(batch_id) + MARKER, json.dumps(body).encode())
 
 
-class BatchStager:
+class WriteAheadWriter:
     """The ``foreachBatch`` function: write micro-batch ``batch_id`` of ``df`` ahead under ``uri``.
 
     ``mode="executors"`` writes one Parquet file per task through ``barrierflow_staging``
