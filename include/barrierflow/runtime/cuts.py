@@ -34,13 +34,14 @@ from barrierflow.checkpointing.global_manifest import GlobalFailure, GlobalManif
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
+from barrierflow.pipeline.layout import GLOBAL_CHECKPOINTS
 from barrierflow.runtime.pipeline_runner import CutKeeper
 from barrierflow.runtime.running import RunningPipeline
 from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.runtime.startup import PhaseReport, StartupPhase
 from barrierflow.sources.registry import StageRun, reached
 from barrierflow.spark import offset_log
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 
 if TYPE_CHECKING:
     from barrierflow.transactions.committer import SinkCommitter
@@ -151,7 +152,7 @@ class OwnCheckpoints(CutKeeper):
             CheckpointNotFoundError: checkpoints exist but none passes verification (starting
                 from the beginning of the source would write committed output again).
         """
-        from barrierflow.pipeline.model import single_stage_pipeline
+        from barrierflow.pipeline.model import stage_pipeline
         from barrierflow.recovery.restore import restore_pipeline
         from barrierflow.verification.choice import LATEST_VALID, choose_checkpoint
         from barrierflow.verification.runner import candidate_ids
@@ -166,8 +167,8 @@ class OwnCheckpoints(CutKeeper):
         if phases is not None:
             phases(StartupPhase("choosing", f"no local Spark checkpoint: choosing and verifying the checkpoint to "
                                             f"restore (newest of {len(candidates)})"))
-        assert isinstance(spec, PipelineSpec)
-        pipeline = single_stage_pipeline(spec, store=store, layout=layout, spec_path=self.spec_path)
+        assert isinstance(spec, StageSpec)
+        pipeline = stage_pipeline(spec, store=store, layout=layout, spec_path=self.spec_path)
         choice = choose_checkpoint(pipeline, LATEST_VALID)
         for checkpoint_id, why in choice.skipped:
             log.warning("not restoring checkpoint %d: %s", checkpoint_id, why)
@@ -205,7 +206,7 @@ class GlobalCheckpoints(CutKeeper):
     """Who cuts a pipeline of several stages: the pipeline coordinator, whose global checkpoints
     are the cuts (module docstring)."""
 
-    noun = "global checkpoint"
+    layout = GLOBAL_CHECKPOINTS
 
     def __init__(self, pipeline: RunningPipeline) -> None:
         super().__init__(pipeline)

@@ -17,7 +17,7 @@ from barrierflow.runtime.cuts import OwnCheckpoints
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult
 from barrierflow.runtime.progress import Progress
 from barrierflow.runtime.running import RunningPipeline, forwarded
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 
 __all__ = ["Progress", "RunResult", "StreamingJob"]
 
@@ -26,7 +26,7 @@ class StreamingJob:
     """One pipeline of one stage (module docstring); ``hold_commits``: its sink pre-commits every
     epoch but commits none (an upgrade's canary)."""
 
-    def __init__(self, spec: PipelineSpec, *, spec_path: str = "<spec>", spark: Any = None,
+    def __init__(self, spec: StageSpec, *, spec_path: str = "<spec>", spark: Any = None,
                  checkpoint_objects: Any = None, layout: Any = None, hold_commits: bool = False) -> None:
         self.pipeline = RunningPipeline.of_stage(spec, spec_path=spec_path, spark=spark, layout=layout,
                                                  checkpoint_objects=checkpoint_objects, hold_commits=hold_commits)

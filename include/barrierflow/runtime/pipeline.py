@@ -19,7 +19,7 @@ from barrierflow.runtime.cuts import GlobalCheckpoints
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult
 from barrierflow.runtime.progress import Progress
 from barrierflow.runtime.running import RunningPipeline, forwarded
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.stages import PipelineSpec
 
 __all__ = ["StagedPipelineJob"]
 
@@ -28,7 +28,7 @@ class StagedPipelineJob:
     """One pipeline of several stages (module docstring); ``hold_commits``: the final stages'
     sinks pre-commit every epoch but commit none (an upgrade's canary)."""
 
-    def __init__(self, spec: StagedPipelineSpec, *, spec_path: str = "<spec>", spark: Any = None,
+    def __init__(self, spec: PipelineSpec, *, spec_path: str = "<spec>", spark: Any = None,
                  channel_servers: dict[str, str] | None = None, hold_commits: bool = False) -> None:
         self.pipeline = RunningPipeline.of_stages(spec, spec_path=spec_path, spark=spark,
                                                   channel_servers=channel_servers, hold_commits=hold_commits)
@@ -36,7 +36,7 @@ class StagedPipelineJob:
         self.stage_job = self.pipeline.stage
 
     @classmethod
-    def offline(cls, spec: StagedPipelineSpec, *, spec_path: str = "<spec>") -> StagedPipelineJob:
+    def offline(cls, spec: PipelineSpec, *, spec_path: str = "<spec>") -> StagedPipelineJob:
         """Opened beside a run, to read its stores: embedded channels get no address; :meth:`run` refuses."""
         return cls(spec, spec_path=spec_path, channel_servers={c.name: OFFLINE_SERVERS for c in spec.channels})
 

@@ -80,6 +80,8 @@ from typing import TYPE_CHECKING, Any
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.errors import SinkCommitFailedError
 from barrierflow.lease import FencedOffError, JobLease
+from barrierflow.pipeline.layout import OWN_CHECKPOINTS, CutLayout
+from barrierflow.pipeline.words import words
 from barrierflow.runtime.progress import Progress, StageProgress
 from barrierflow.runtime.startup import StartupPhase
 from barrierflow.runtime.stop_request import StopRequest, StopWatch
@@ -279,8 +281,8 @@ class CutKeeper(ABC):
     wait_started: bool = True
     #: Whether progress is reported once more when the run reaches its limit.
     final_progress: bool = True
-    #: What a cut is called in messages.
-    noun: str = "checkpoint"
+    #: Where the cuts are kept (what messages call a cut: :mod:`barrierflow.pipeline.words`).
+    layout: CutLayout = OWN_CHECKPOINTS
     #: Told each step of the start (restore) as it happens (set by :meth:`PipelineRunner.run`).
     phases: PhaseReport | None = None
     #: After :meth:`prepare`: the completed cut the run continues from (None: from the start).
@@ -520,7 +522,8 @@ def _queries_started(keeper: CutKeeper) -> StartupPhase:
     """The step once the queries started: replaying from the cut resumed from, or waiting."""
     if keeper.resumed_from is None:
         return StartupPhase("waiting", "queries started from the beginning; waiting for the first micro-batch")
-    return StartupPhase("replaying", f"queries started from {keeper.noun} {keeper.resumed_from}: replaying what "
+    noun = words(keeper).cut_noun
+    return StartupPhase("replaying", f"queries started from {noun} {keeper.resumed_from}: replaying what "
                                      "followed it; waiting for the first micro-batch")
 
 

@@ -30,8 +30,8 @@ from barrierflow.pipeline.model import OFFLINE_SERVERS, Stage, pipeline_work_dir
 from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.sources.registry import source_kind
 from barrierflow.spec.graph import StageGraph, build_graph
-from barrierflow.spec.models import PipelineSpec
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.models import StageSpec
+from barrierflow.spec.stages import PipelineSpec
 from barrierflow.storage import ObjectStore, open_store
 from barrierflow.transactions.committer import HeldCommits, SinkCommitter
 from barrierflow.workdir.layout import JobLayout
@@ -53,7 +53,7 @@ class RunningPipeline:
     ``hold_commits``: the final stages' sinks pre-commit every epoch but commit none
     (:class:`~barrierflow.transactions.committer.HeldCommits`: an upgrade's canary)."""
 
-    def __init__(self, spec: PipelineSpec | StagedPipelineSpec, *, spec_path: str, stages: Sequence[StageRunner],
+    def __init__(self, spec: StageSpec | PipelineSpec, *, spec_path: str, stages: Sequence[StageRunner],
                  objects: ObjectStore, work_dir: str, spark_spec: SparkSpec, sources: Sequence[SourceSpec],
                  spark: SparkSession | None = None, source_stages: Sequence[str], final_stages: Sequence[str],
                  hold_commits: bool = False, graph: StageGraph | None = None,
@@ -84,7 +84,7 @@ class RunningPipeline:
 
     # -- opening ------------------------------------------------------------------------
     @classmethod
-    def of_stage(cls, spec: PipelineSpec, *, spec_path: str = "<spec>", spark: SparkSession | None = None,
+    def of_stage(cls, spec: StageSpec, *, spec_path: str = "<spec>", spark: SparkSession | None = None,
                  checkpoint_objects: ObjectStore | None = None, layout: JobLayout | None = None,
                  hold_commits: bool = False) -> RunningPipeline:
         """A pipeline of one stage on its own checkpoints (``checkpoint_objects``, ``layout``:
@@ -97,7 +97,7 @@ class RunningPipeline:
                    final_stages=[spec.name], hold_commits=hold_commits)
 
     @classmethod
-    def of_stages(cls, spec: StagedPipelineSpec, *, spec_path: str = "<spec>", spark: SparkSession | None = None,
+    def of_stages(cls, spec: PipelineSpec, *, spec_path: str = "<spec>", spark: SparkSession | None = None,
                   channel_servers: Mapping[str, str] | None = None, hold_commits: bool = False) -> RunningPipeline:
         """A pipeline of several stages (``channel_servers``: the addresses of channels whose
         ``bootstrap`` is ``embedded``; :data:`~barrierflow.pipeline.model.OFFLINE_SERVERS` opens
@@ -237,7 +237,7 @@ class RunningPipeline:
         :func:`barrierflow.recovery.cut_restore.restore_cut` (its errors)."""
         from barrierflow.recovery.cut_restore import restore_cut
 
-        assert isinstance(self.spec, StagedPipelineSpec)
+        assert isinstance(self.spec, PipelineSpec)
         return restore_cut(self.spec, self.parts, self.global_store, checkpoint_id)
 
     def restore_initial(self) -> CutRestoreReport:
@@ -245,7 +245,7 @@ class RunningPipeline:
         :func:`barrierflow.recovery.cut_restore.restore_initial_cut`."""
         from barrierflow.recovery.cut_restore import restore_initial_cut
 
-        assert isinstance(self.spec, StagedPipelineSpec)
+        assert isinstance(self.spec, PipelineSpec)
         return restore_initial_cut(self.spec, self.parts, self.global_store)
 
     def load_attempt(self) -> None:
@@ -254,7 +254,7 @@ class RunningPipeline:
         self.last_completed = (self.global_checkpoints() or [0])[-1]
 
 
-def _servers(spec: StagedPipelineSpec, channel: str, given: dict[str, str]) -> str:
+def _servers(spec: PipelineSpec, channel: str, given: dict[str, str]) -> str:
     servers = spec.channel(channel).bootstrap_servers()
     if servers is not None:
         return servers

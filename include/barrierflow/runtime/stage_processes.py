@@ -53,6 +53,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator
 from barrierflow.checkpointing.store import CheckpointStore
@@ -67,8 +68,9 @@ from barrierflow.workdir.stage_ready import READY_FILE, ready_pid
 log = logging.getLogger(__name__)
 #: The environment variable that hands a stage process the addresses of embedded channels.
 SERVERS_ENV = "BARRIERFLOW_CHANNEL_SERVERS"
-#: The environment variable naming the supervisor's pid to a stage process.
-SUPERVISOR_ENV = "BARRIERFLOW_SUPERVISOR_PID"
+#: The environment variable naming the stage processes' parent (the run's coordinating process) pid
+#: to a stage process.
+STAGE_PARENT_ENV = "BARRIERFLOW_SUPERVISOR_PID"
 #: The supervisor's lease fencing number and token (``<fence>:<token>``), handed to its stage
 #: processes so that their manifests, write-ahead batches and 2PC decisions check it too.
 FENCE_ENV = "BARRIERFLOW_LEASE_FENCE"
@@ -94,9 +96,7 @@ class StageProcessFiles:
                 (self.directory / name).unlink()
 
     def _write(self, name: str, body: dict[str, object]) -> None:
-        tmp = self.directory / f".{name}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(body), encoding="utf-8")
-        os.replace(tmp, self.directory / name)
+        write_atomic(self.directory / name, json.dumps(body))
 
     def _read(self, name: str) -> dict[str, object] | None:
         try:
@@ -297,7 +297,7 @@ class StageProcesses(StageHost):
         files.clear()
         log_path = stage.layout.work_dir / LOG_FILE
         command = self.command(stage)
-        env = {**os.environ, SERVERS_ENV: json.dumps(self.servers), SUPERVISOR_ENV: str(os.getpid())}
+        env = {**os.environ, SERVERS_ENV: json.dumps(self.servers), STAGE_PARENT_ENV: str(os.getpid())}
         env.pop(FENCE_ENV, None)
         if self.job.fence is not None:
             env[FENCE_ENV] = f"{self.job.fence.fence}:{self.job.fence.token}"
@@ -418,10 +418,10 @@ def run_stage(pipeline: RunningPipeline, name: str, *, stop_requested: Callable[
 def run_stage_process(pipeline: RunningPipeline, stage: str) -> int:
     """The body of ``barrierflow run SPEC --stage NAME`` (started by the supervisor): run the
     stage until the supervisor asks it to stop; returns the number of stage checkpoints
-    completed. The supervisor's pid comes from :data:`SUPERVISOR_ENV`; when this process's
+    completed. The supervisor's pid comes from :data:`STAGE_PARENT_ENV`; when this process's
     parent changes (the supervisor died), the stage fails (JobFailedError)."""
     files = StageProcessFiles(pipeline.stage(stage).layout.work_dir)
-    supervisor = int(os.environ.get(SUPERVISOR_ENV, "0")) or os.getppid()
+    supervisor = int(os.environ.get(STAGE_PARENT_ENV, "0")) or os.getppid()
     handed = os.environ.get(FENCE_ENV, "")
     if handed:  # the supervisor's lease: this stage's commits check its fencing number
         from barrierflow.lease import FenceToken

@@ -31,10 +31,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from barrierflow.pipeline.words import words
 from barrierflow.runtime.stop_request import Status, StopOutcome, StopRequest, StopWatch
 
 if TYPE_CHECKING:
     from barrierflow.checkpointing.trigger_rule import TriggerRule
+    from barrierflow.pipeline.layout import CutLayout
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,9 @@ class RunCuts(Protocol):
     is called, the coordinator that cuts (None: none in this process) and the cuts of the run."""
 
     name: str
-    noun: str
+
+    @property
+    def layout(self) -> CutLayout: ...
 
     @property
     def cutter(self) -> Cutter | None: ...
@@ -99,7 +103,7 @@ class Requested(StopState):
         if stop.cutter.forced_id is None:
             return self
         stop.savepoint = stop.cutter.forced_id
-        noun = stop.keeper.noun
+        noun = stop.noun
         stop.report("stopping", f"{noun} {stop.savepoint} (the savepoint) triggered")
         return SavepointTriggered().next(stop)
 
@@ -108,11 +112,11 @@ class SavepointTriggered(StopState):
     """The savepoint's cut is triggered: done once it completed, failed once it failed."""
 
     def next(self, stop: Stopping) -> StopState:
-        keeper = stop.keeper
+        keeper, noun = stop.keeper, stop.noun
         failure = next((f for f in keeper.failed if f.checkpoint_id == stop.savepoint), None)
         if failure is not None:
             reason = getattr(failure.reason, "value", failure.reason)
-            message = (f"{keeper.noun} {stop.savepoint}, the savepoint of the stop, failed ({reason}: "
+            message = (f"{noun} {stop.savepoint}, the savepoint of the stop, failed ({reason}: "
                        f"{failure.message}); the pipeline keeps running. Run 'barrierflow stop' again")
             log.error("pipeline %s: %s", keeper.name, message)
             stop.report("failed", message)
@@ -159,12 +163,14 @@ class Stopping:
         self.limit = cutter.trigger_limit
         self.savepoint: int | None = None
         self.state: StopState = Requested()
+        #: What messages call a cut (:mod:`barrierflow.pipeline.words`).
+        self.noun = noun = words(keeper).cut_noun
         if request.savepoint:
             barriers_only(True)  # the savepoint's barrier batch reads nothing: no more input to wait for
             cutter.trigger_now()
         cutter.trigger_limit = 0  # no other cut is triggered
-        what = f"after one more {keeper.noun} (a savepoint)" if request.savepoint else \
-            f"once the pending {keeper.noun}s ended, taking no new one"
+        what = f"after one more {noun} (a savepoint)" if request.savepoint else \
+            f"once the pending {noun}s ended, taking no new one"
         log.warning("pipeline %s: stop requested by %s at %s: stopping %s", keeper.name, request.by,
                     request.requested_at, what)
         self.report("stopping", f"stopping {what}")
@@ -172,7 +178,7 @@ class Stopping:
     def report(self, status: Status, message: str) -> None:
         """Write outcome ``status`` with ``message`` (and the savepoint's id, once known)."""
         self._report(StopOutcome(self.request.id, self.request.fence, status, self.savepoint,
-                                 noun=self.keeper.noun, message=message))
+                                 noun=self.noun, message=message))
 
     def follow(self) -> StopState:
         """One tick: the next state."""

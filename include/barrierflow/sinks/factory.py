@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.spec.kafka_client import KafkaClientSpec
-from barrierflow.spec.models import DiscardSinkSpec, KafkaSinkSpec, ParquetSinkSpec, PipelineSpec, PostgresSinkSpec
+from barrierflow.spec.models import DiscardSinkSpec, KafkaSinkSpec, ParquetSinkSpec, PostgresSinkSpec, StageSpec
 from barrierflow.transactions.committer import NoCommitter, SinkCommitter
 from barrierflow.transactions.ledger import TransactionLedger
 from barrierflow.transactions.retry import CommitRetry
@@ -36,11 +36,11 @@ class ChannelOutput:
     client: KafkaClientSpec | None = None
 
 
-def micro_batch_writer(spec: PipelineSpec, layout: JobLayout, *, fence: FenceToken | None,
+def micro_batch_writer(spec: StageSpec, layout: JobLayout, *, fence: FenceToken | None,
                        channel: ChannelOutput | None = None, attempt: int = 0) -> Callable[[Any, int], None] | None:
     """The ``foreachBatch`` function of the stage whose derived spec is ``spec``: a
     :class:`~barrierflow.sinks.channel.ChannelWriter` when it writes ``channel`` (its records
-    stamped with ``attempt``), a :class:`~barrierflow.sinks.staging.BatchStager` for a
+    stamped with ``attempt``), a :class:`~barrierflow.sinks.write_ahead.WriteAheadWriter` for a
     two-phase-commit sink (checking ``fence`` before each write-ahead batch), None for ``discard``
     (Spark's noop sink). A channel writer holds a producer: the caller closes it when the
     stage stops."""
@@ -50,29 +50,29 @@ def micro_batch_writer(spec: PipelineSpec, layout: JobLayout, *, fence: FenceTok
         return ChannelWriter(servers=channel.servers, topic=channel.topic, stage=channel.stage,
                              attempt=attempt, spark_checkpoint=layout.spark_checkpoint,
                              key_column=channel.key_column, client=channel.client)
-    staging = staging_uri_for(spec, layout)
-    if staging is None:
+    write_ahead = write_ahead_uri_for(spec, layout)
+    if write_ahead is None:
         return None
-    from barrierflow.sinks.staging import BatchStager
+    from barrierflow.sinks.write_ahead import WriteAheadWriter
 
-    return BatchStager(staging, control_dir=str(layout.control), spark_checkpoint=str(layout.spark_checkpoint),
+    return WriteAheadWriter(write_ahead, control_dir=str(layout.control), spark_checkpoint=str(layout.spark_checkpoint),
                        fence=fence)
 
 
-def staging_uri_for(spec: PipelineSpec, layout: JobLayout) -> str | None:
+def write_ahead_uri_for(spec: StageSpec, layout: JobLayout) -> str | None:
     """The write-ahead URI of the spec's sink, or None for sinks that write nothing ahead (discard)."""
     sink = spec.sink
     if isinstance(sink, DiscardSinkSpec):
         return None
     if isinstance(sink, ParquetSinkSpec):
-        from barrierflow.sinks.parquet import staging_uri
+        from barrierflow.sinks.parquet import write_ahead_uri
 
-        return staging_uri(sink.path)
-    staging = getattr(sink, "staging_path", "") or f"file://{layout.work_dir / 'sink-staging' / sink.name}"
-    return staging
+        return write_ahead_uri(sink.path)
+    uri = getattr(sink, "write_ahead_path", "") or f"file://{layout.work_dir / 'sink-staging' / sink.name}"
+    return uri
 
 
-def build_sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout, *, attempt: int) -> SinkCommitter:
+def build_sink(spec: StageSpec, store: CheckpointStore, layout: JobLayout, *, attempt: int) -> SinkCommitter:
     sink = spec.sink
     if isinstance(sink, DiscardSinkSpec):
         return NoCommitter(sink.name)
@@ -90,13 +90,13 @@ def build_sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout, *,
     if isinstance(sink, PostgresSinkSpec):
         from barrierflow.sinks.postgres import PostgresSink
 
-        staging = staging_uri_for(spec, layout)
-        assert staging is not None
-        return PostgresSink(spec=sink, staging_uri=staging, **common)
+        write_ahead = write_ahead_uri_for(spec, layout)
+        assert write_ahead is not None
+        return PostgresSink(spec=sink, write_ahead_uri=write_ahead, **common)
     if isinstance(sink, KafkaSinkSpec):
         from barrierflow.sinks.kafka import KafkaSink
 
-        staging = staging_uri_for(spec, layout)
-        assert staging is not None
-        return KafkaSink(spec=sink, staging_uri=staging, **common)
+        write_ahead = write_ahead_uri_for(spec, layout)
+        assert write_ahead is not None
+        return KafkaSink(spec=sink, write_ahead_uri=write_ahead, **common)
     raise NotImplementedError(f"sink type {sink.type!r}")  # pragma: no cover - the spec union is closed
