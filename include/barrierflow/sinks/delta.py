@@ -47,6 +47,12 @@ def table_uri(location: str) -> str:
     return location[len("file://"):] if location.startswith("file://") else location
 
 
+def _type_name(delta_type: Any) -> str:
+    """A Delta type as the log names it (``long``, ``string``; nested types as their JSON)."""
+    name = getattr(delta_type, "type", None)
+    return name if isinstance(name, str) else str(delta_type)
+
+
 def check_delta_table(spec: DeltaSinkSpec, output: pa.Schema) -> None:
     """Check ``output`` (the query's output schema) against the table at ``spec.path`` when it
     exists (a table that does not is created by the first commit, from its files' schema).
@@ -74,8 +80,9 @@ def check_delta_table(spec: DeltaSinkSpec, output: pa.Schema) -> None:
             raise UserInputError(f"{where}: output column {field.name!r} is not a column of the table (its "
                                  f"columns: {', '.join(fields)}); add it to the table or drop it from the output")
         if str(field.type) != str(fields[field.name]):
-            raise UserInputError(f"{where}: output column {field.name!r} is {field.type} but the table's column "
-                                 f"is {fields[field.name]}; cast it in the transformation or change the table")
+            raise UserInputError(f"{where}: output column {field.name!r} is {_type_name(field.type)} but the table's "
+                                 f"column is {_type_name(fields[field.name])}; cast it in the transformation or change "
+                                 "the table")
     partitions = list(table.metadata().partition_columns)
     if spec.partitioned_by and partitions != spec.partitioned_by:
         raise UserInputError(f"{where}: partitioned_by {spec.partitioned_by} differs from the table's "
