@@ -110,8 +110,11 @@ class DeltaSink(TableSink):
         except TableNotFoundError:
             return None
 
-    def committed_checkpoint(self) -> int | None:
-        table = self._load()
+    def load(self) -> DeltaTable | None:
+        return self._load()
+
+    def committed_checkpoint(self, table: Any = None) -> int | None:
+        table = table if table is not None else self._load()
         return None if table is None else table.transaction_version(self.app_id)
 
     def version_at(self, checkpoint_id: int) -> TableVersion | None:
@@ -151,7 +154,7 @@ class DeltaSink(TableSink):
         return f"{dirs}/{name}" if dirs else name
 
     # -- the commit ------------------------------------------------------------------------
-    def commit_files(self, txn: Transaction, files: list[DataFile]) -> None:
+    def commit_files(self, txn: Transaction, files: list[DataFile], table: Any) -> TableVersion | None:
         from deltalake import Schema
         from deltalake.exceptions import CommitFailedError
         from deltalake.transaction import AddAction, CommitProperties, create_table_with_add_actions
@@ -168,7 +171,6 @@ class DeltaSink(TableSink):
                                      now, True, json.dumps({"numRecords": f.rows})))
         props = CommitProperties(custom_metadata=self.commit_properties(txn),
                                  app_transactions=[DeltaTxn(self.app_id, txn.checkpoint_id, now)])
-        table = self._load()
         try:
             if table is None:
                 import io
@@ -179,10 +181,7 @@ class DeltaSink(TableSink):
                 create_table_with_add_actions(table_uri(self.location), Schema.from_arrow(schema), actions,
                                               mode="append", partition_by=self.spec.partitioned_by or None,
                                               commit_properties=props)
-                return
-            recorded = table.transaction_version(self.app_id)
-            if recorded is not None and recorded >= txn.checkpoint_id:
-                return  # committed meanwhile (the check and the commit read the same snapshot)
+                return TableVersion("delta", self.spec.path, 0, txn.checkpoint_id, {})
             table.create_write_transaction(actions, mode="append", schema=table.schema(),
                                            partition_by=list(table.metadata().partition_columns) or None,
                                            commit_properties=props)
@@ -191,9 +190,20 @@ class DeltaSink(TableSink):
             if recorded is not None and recorded >= txn.checkpoint_id:
                 log.info("sink %s: checkpoint %d was committed by another attempt meanwhile (%s)", self.name,
                          txn.checkpoint_id, exc)
-                return
+                return None
             raise SinkError(f"sink {self.name!r}: the commit of checkpoint {txn.checkpoint_id} to "
                             f"{self.describe_table()} failed: {exc}") from exc
+        return self._written(table, txn.checkpoint_id)
+
+    def _written(self, table: DeltaTable, checkpoint_id: int) -> TableVersion | None:
+        """The version this sink's commit of ``checkpoint_id`` wrote, from the newest entries of the
+        log (the table object is brought up to date incrementally); None if not among them."""
+        table.update_incremental()
+        latest = table.version()
+        for index, info in enumerate(table.history(limit=10)):  # newest first
+            if self.is_ours(info) == checkpoint_id:
+                return TableVersion("delta", self.spec.path, latest - index, checkpoint_id, {})
+        return None
 
     def _partition_for_key(self, txn: Transaction, key: str) -> dict[str, str | None]:
         if not self.spec.partitioned_by:

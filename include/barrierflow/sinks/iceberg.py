@@ -186,8 +186,11 @@ class IcebergSink(TableSink):
                 out.append((snapshot.snapshot_id, cid))
         return out
 
-    def committed_checkpoint(self) -> int | None:
-        table = self._load()
+    def load(self) -> Table | None:
+        return self._load()
+
+    def committed_checkpoint(self, table: Any = None) -> int | None:
+        table = table if table is not None else self._load()
         if table is None:
             return None
         return max((cid for _sid, cid in self._history(table)), default=None)
@@ -202,8 +205,10 @@ class IcebergSink(TableSink):
     def data_key(self, name: str, entry: dict[str, Any]) -> str:
         return f"data/{name}"
 
-    def commit_files(self, txn: Transaction, files: list[DataFile]) -> None:
-        table = self._load()
+    def commit_files(self, txn: Transaction, files: list[DataFile], table: Any) -> TableVersion | None:
+        """``add_files`` without pyiceberg's duplicate check (a scan of every data file the table
+        references, growing with the table): the file names hold the checkpoint and attempt, and
+        the table's own checkpoint record already decided that this epoch is not in it."""
         paths = [f"{self.location}/{f.key}" for f in files]
         if table is None:
             import pyarrow.parquet as pq
@@ -211,10 +216,13 @@ class IcebergSink(TableSink):
             with self.table_store_file(files[0].key) as handle:
                 table = self.ensure_table(pq.read_schema(handle))
         try:
-            table.add_files(paths, snapshot_properties=self.commit_properties(txn))
+            table.add_files(paths, snapshot_properties=self.commit_properties(txn), check_duplicate_files=False)
         except ValueError as exc:
             raise SinkError(f"sink {self.name!r}: {self.describe_table()} refused the files of checkpoint "
                             f"{txn.checkpoint_id}: {exc}") from exc
+        snapshot = table.current_snapshot()  # add_files moved the table object to the new metadata
+        return TableVersion("iceberg", self.spec.table, snapshot.snapshot_id if snapshot else None, txn.checkpoint_id,
+                            {"name": self.spec.catalog.name, "type": self.spec.catalog.type})
 
     def table_store_file(self, key: str) -> Any:
         import io

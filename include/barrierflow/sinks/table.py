@@ -85,6 +85,8 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
         self.location = location.rstrip("/")
         self.stage = stage
         self.pipeline_name = pipeline_name or template_kwargs["pipeline"]
+        #: The version this process's newest table commit wrote (None: none yet).
+        self._latest: TableVersion | None = None
         self.cuts = cuts
         self.table_store: ObjectStore = open_store(self.location)
         super().__init__(staging=WriteAheadBatches(staging_uri(self.location, stage, template_kwargs["name"])),
@@ -96,14 +98,21 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
         """The table as users name it (in messages)."""
 
     @abc.abstractmethod
-    def committed_checkpoint(self) -> int | None:
-        """The largest checkpoint id this pipeline, stage and sink committed, read from the table
-        itself; None when it committed none (or the table does not exist)."""
+    def load(self) -> Any:
+        """The table's current state as the format's client opens it (None: no table yet)."""
 
     @abc.abstractmethod
-    def commit_files(self, txn: Transaction, files: list[DataFile]) -> None:
-        """One table commit adding ``files`` (keys under the table's location) whose recorded
-        properties are :meth:`commit_properties` of ``txn``."""
+    def committed_checkpoint(self, table: Any = None) -> int | None:
+        """The largest checkpoint id this pipeline, stage and sink committed, read from the table
+        itself (``table``: a :meth:`load` result to read it from; None: loaded now); None when it
+        committed none (or the table does not exist)."""
+
+    @abc.abstractmethod
+    def commit_files(self, txn: Transaction, files: list[DataFile], table: Any) -> TableVersion | None:
+        """One table commit adding ``files`` (keys under the table's location), based on
+        ``table`` (the :meth:`load` result the commit decision read; None: create the table),
+        whose recorded properties are :meth:`commit_properties` of ``txn``. Returns the version
+        it wrote (None: the table already held the checkpoint, nothing was written)."""
 
     @abc.abstractmethod
     def version_at(self, checkpoint_id: int) -> TableVersion | None:
@@ -146,7 +155,8 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
         return {"files": files, "rows": sum(f["rows"] for fs in files.values() for f in fs)}
 
     def commit(self, txn: Transaction) -> None:
-        committed = self.committed_checkpoint()
+        table = self.load()
+        committed = self.committed_checkpoint(table)
         if committed is not None and committed >= txn.checkpoint_id:
             log.info("sink %s: %s already holds checkpoint %d (it records %d): epoch %d not committed again",
                      self.name, self.describe_table(), txn.checkpoint_id, committed, txn.checkpoint_id)
@@ -154,7 +164,9 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
         files = self._publish(txn)
         if not files:
             return
-        self.commit_files(txn, files)
+        written = self.commit_files(txn, files, table)
+        if written is not None:
+            self._latest = written
         mid_commit_crash_point(self.name, 1)  # the table commit made, the ledger not yet told
 
     def abort(self, txn: Transaction) -> None:
@@ -201,4 +213,11 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
                    if t.checkpoint_id <= checkpoint_id and t.state is TxnState.PRECOMMITTED]
         if pending:
             return
-        self.cuts.record(checkpoint_id, {self.name: self.version_at(checkpoint_id)})
+        latest = self._latest
+        if latest is not None and latest.checkpoint_id is not None and latest.checkpoint_id <= checkpoint_id:
+            # This process made the sink's newest commit and the epochs after it up to checkpoint_id
+            # (committed in order, none pending) had no rows: that commit's version is the cut's.
+            version: TableVersion | None = latest
+        else:
+            version = self.version_at(checkpoint_id)
+        self.cuts.record(checkpoint_id, {self.name: version})
