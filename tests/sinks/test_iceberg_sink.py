@@ -206,3 +206,31 @@ def test_postgresql_catalog_shared_by_url(tmp_path: Path, postgres_endpoint: Any
     assert keys(table.scan().to_arrow()) == Counter({1: 1, 2: 1})
     assert table.location().startswith(f"file://{tmp_path / 'shared-wh'}")
     other.drop_table("lake.totals")
+
+
+def test_a_pipeline_s_tables_read_as_of_a_cut_from_its_spec(tmp_path: Path) -> None:
+    import yaml
+    from barrierflow.batch.lake_cut import cut_tables, read_table_as_of
+
+    sink = make_sink(tmp_path)
+    stage(sink.staging.uri, 0, rows([1, 2]))
+    sink.pre_commit_epoch(1, 0)
+    sink.notify_checkpoint_complete(1, 0)
+    stage(sink.staging.uri, 1, rows([3]))
+    sink.pre_commit_epoch(2, 1)
+    sink.notify_checkpoint_complete(2, 1)
+    spec = {"version": 1, "name": PIPELINE, "work_dir": str(tmp_path / "work"),
+            "sources": [{"name": "events", "type": "generator"}],
+            "transformation": {"function": "barrierflow.transforms.aggregations:keyed_running_totals",
+                               "output_mode": "update"},
+            "sinks": [{"name": "ice", "type": "iceberg", "table": "lake.totals"}],
+            "checkpoint": {"storage": f"file://{tmp_path / 'store'}"}}
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(spec))
+
+    cut = cut_tables(path, 1)
+    assert list(cut) == [f"{PIPELINE}/ice"] and cut[f"{PIPELINE}/ice"].checkpoint_id == 1
+    assert keys(read_table_as_of(path, f"{PIPELINE}/ice", 1)) == Counter({1: 1, 2: 1})
+    assert keys(read_table_as_of(path, f"{PIPELINE}/ice")) == Counter({1: 1, 2: 1, 3: 1})  # the newest cut
+    with pytest.raises(UserInputError, match="no table 'x/y'"):
+        read_table_as_of(path, "x/y")
