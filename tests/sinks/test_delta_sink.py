@@ -29,10 +29,10 @@ from tests.sinks.lake_env import PIPELINE, ledger, rows, stage
 REPO = Path(__file__).resolve().parents[2]
 
 
-def make_sink(tmp_path: Path, attempt: int = 0, **spec: Any) -> DeltaSink:
+def make_sink(tmp_path: Path, attempt: int = 0, commit_every: int = 1, **spec: Any) -> DeltaSink:
     sink_spec = DeltaSinkSpec(type="delta", name="dl", path=f"file://{tmp_path / 'tables' / 'totals'}", **spec)
     return DeltaSink(spec=sink_spec, name="dl", pipeline=PIPELINE, ledger=ledger(tmp_path), attempt=attempt,
-                     stage=PIPELINE, cuts=CutLog(LocalObjectStore(tmp_path / "store")))
+                     stage=PIPELINE, commit_every=commit_every, cuts=CutLog(LocalObjectStore(tmp_path / "store")))
 
 
 def table(tmp_path: Path, version: int | None = None) -> DeltaTable:
@@ -177,3 +177,49 @@ def test_output_that_does_not_fit_the_table_names_the_column(tmp_path: Path) -> 
     with pytest.raises(UserInputError, match="differs from the table's partition columns"):
         check_delta_table(sink.spec.model_copy(update={"partitioned_by": ["region"]}), rows([1]).schema)
     check_delta_table(sink.spec, rows([1]).schema)  # the same schema fits
+
+
+def test_commit_every_puts_several_checkpoints_in_one_version_and_a_crash_in_it_resolves_once(tmp_path: Path
+                                                                                             ) -> None:
+    sink = make_sink(tmp_path, commit_every=2)
+    stage(sink.staging.uri, 0, rows([1]))
+    sink.pre_commit_epoch(1, 0)
+    sink.notify_checkpoint_complete(1, 0)
+    assert not (tmp_path / "tables" / "totals" / "_delta_log").exists()  # held: pre-committed, invisible
+    sink.pre_commit_epoch(2, 0)  # no rows: does not count
+    sink.notify_checkpoint_complete(2, 0)
+    stage(sink.staging.uri, 1, rows([2]))
+    sink.pre_commit_epoch(3, 1)
+    sink.notify_checkpoint_complete(3, 1)
+
+    assert [(c["version"], c["barrierflow.checkpoint-id"]) for c in commits(tmp_path)] == [(0, "3")]
+    assert keys(table(tmp_path).to_pyarrow_table()) == Counter({1: 1, 2: 1})
+    cuts = CutLog(LocalObjectStore(tmp_path / "store"))
+    assert cuts.get(1) is None and cuts.get(2) is None and cuts.get(3) is not None
+    assert all(sink.ledger.get("dl", c).state is TxnState.COMMITTED for c in (1, 2, 3))
+
+    # Checkpoints 4 and 5 committed in one version by a driver killed before the ledger heard of it.
+    stage(sink.staging.uri, 2, rows([4]))
+    stage(sink.staging.uri, 3, rows([5]))
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from tests.sinks.test_delta_sink import make_sink
+        sink = make_sink(Path({str(tmp_path)!r}), commit_every=2)
+        sink.pre_commit_epoch(4, 2)
+        sink.notify_checkpoint_complete(4, 2)
+        sink.pre_commit_epoch(5, 3)
+        sink.notify_checkpoint_complete(5, 3)
+        raise SystemExit("not reached: the crash point should have killed this process")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "BARRIERFLOW_CRASH_AT": "mid_sink_commit"})
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    restarted = make_sink(tmp_path, attempt=1, commit_every=2)
+    assert [restarted.ledger.get("dl", c).state for c in (4, 5)] == [TxnState.PRECOMMITTED] * 2
+
+    decisions = restarted.restore(5, 3)
+
+    assert [(d.checkpoint_id, d.action) for d in decisions] == [(4, "COMMIT"), (5, "COMMIT")]
+    assert [c["barrierflow.checkpoint-id"] for c in commits(tmp_path)] == ["3", "5"]
+    assert keys(table(tmp_path).to_pyarrow_table()) == Counter({1: 1, 2: 1, 4: 1, 5: 1})
+    assert [restarted.ledger.get("dl", c).state for c in (4, 5)] == [TxnState.COMMITTED] * 2

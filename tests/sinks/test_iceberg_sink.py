@@ -27,10 +27,10 @@ from tests.sinks.lake_env import PIPELINE, ledger, rows, stage
 REPO = Path(__file__).resolve().parents[2]
 
 
-def make_sink(tmp_path: Path, attempt: int = 0, **spec: Any) -> IcebergSink:
+def make_sink(tmp_path: Path, attempt: int = 0, commit_every: int = 1, **spec: Any) -> IcebergSink:
     sink_spec = IcebergSinkSpec(type="iceberg", name="ice", table="lake.totals", **spec)
     return IcebergSink(spec=sink_spec, work_dir=tmp_path / "work", name="ice", pipeline=PIPELINE,
-                       ledger=ledger(tmp_path), attempt=attempt, stage=PIPELINE,
+                       ledger=ledger(tmp_path), attempt=attempt, stage=PIPELINE, commit_every=commit_every,
                        cuts=CutLog(LocalObjectStore(tmp_path / "store")))
 
 
@@ -234,3 +234,19 @@ def test_a_pipeline_s_tables_read_as_of_a_cut_from_its_spec(tmp_path: Path) -> N
     assert keys(read_table_as_of(path, f"{PIPELINE}/ice")) == Counter({1: 1, 2: 1, 3: 1})  # the newest cut
     with pytest.raises(UserInputError, match="no table 'x/y'"):
         read_table_as_of(path, "x/y")
+
+
+def test_commit_every_holds_epochs_and_a_restore_commits_them_in_one_snapshot(tmp_path: Path) -> None:
+    sink = make_sink(tmp_path, commit_every=3)
+    for checkpoint in (1, 2):
+        stage(sink.staging.uri, checkpoint, rows([checkpoint]))
+        sink.pre_commit_epoch(checkpoint, checkpoint)
+        sink.notify_checkpoint_complete(checkpoint, checkpoint)
+    assert not reader(tmp_path).table_exists("lake.totals")  # 2 of 3: held
+
+    decisions = make_sink(tmp_path, attempt=1, commit_every=3).restore(2, 2)  # a restart covering both
+
+    assert [(d.checkpoint_id, d.action) for d in decisions] == [(1, "COMMIT"), (2, "COMMIT")]
+    summaries = ours(reader(tmp_path))
+    assert [(s["barrierflow.checkpoint-id"], s["added-records"]) for s in summaries] == [("2", "2")]
+    assert keys(reader(tmp_path).load_table("lake.totals").scan().to_arrow()) == Counter({1: 1, 2: 1})

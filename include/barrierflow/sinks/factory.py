@@ -143,7 +143,8 @@ def build_sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout, *,
         from barrierflow.sinks.cut import CutLog
 
         pipeline, stage = pipeline_and_stage(spec)
-        table_kwargs = {**common, "stage": stage, "pipeline_name": pipeline, "cuts": CutLog(store.objects)}
+        table_kwargs = {**common, "stage": stage, "pipeline_name": pipeline, "cuts": CutLog(store.objects),
+                        "commit_every": sink.commit_every}
         if isinstance(sink, IcebergSinkSpec):
             from barrierflow.sinks.iceberg import IcebergSink
 

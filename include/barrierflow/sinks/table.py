@@ -77,7 +77,7 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
     table records a commit and how files become one commit."""
 
     def __init__(self, *, location: str, stage: str, pipeline_name: str | None = None, cuts: CutLog | None = None,
-                 **template_kwargs: Any) -> None:
+                 commit_every: int = 1, **template_kwargs: Any) -> None:
         """``location``: the table's root (storage URI); ``stage``: the stage writing it (a
         single-stage pipeline's stage is the pipeline); ``pipeline_name``: the pipeline as users
         name it (default: the ``pipeline`` the ledger knows, a stage's derived name in a
@@ -85,6 +85,8 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
         self.location = location.rstrip("/")
         self.stage = stage
         self.pipeline_name = pipeline_name or template_kwargs["pipeline"]
+        #: Commit once every this many completed checkpoints with rows (:meth:`notify_checkpoint_complete`).
+        self.commit_every = max(1, commit_every)
         #: The version this process's newest table commit wrote (None: none yet).
         self._latest: TableVersion | None = None
         self.cuts = cuts
@@ -192,11 +194,66 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
                 published.append(DataFile(target, int(entry.get("rows", 0))))
         return published
 
-    # -- cut records ---------------------------------------------------------------------
+    # -- commit_every: several epochs in one table commit ---------------------------------
     def notify_checkpoint_complete(self, checkpoint_id: int, barrier_batch: int) -> None:
-        super().notify_checkpoint_complete(checkpoint_id, barrier_batch)
+        """Commit the pre-committed epochs <= ``checkpoint_id`` and write the cut record. With
+        ``commit_every`` N > 1 the epochs are held (pre-committed: durable, invisible, in the
+        ledger and the manifests) until N of them have rows, then committed in one table commit
+        that records the newest checkpoint id (:meth:`commit_group`); held checkpoints get no cut
+        record. A restore commits every held epoch its checkpoint covers, in one commit."""
+        if self.commit_every == 1:
+            super().notify_checkpoint_complete(checkpoint_id, barrier_batch)
+        else:
+            held = self._held(checkpoint_id)
+            if sum(1 for t in held if int(t.handle.get("rows", 0)) > 0) < self.commit_every:
+                return
+            self.commit_group(held)
         self.record_cut(checkpoint_id)
 
+    def _held(self, checkpoint_id: int) -> list[Transaction]:
+        return sorted((t for t in self.ledger.list(self.name)
+                       if t.state is TxnState.PRECOMMITTED and t.checkpoint_id <= checkpoint_id),
+                      key=lambda t: t.checkpoint_id)
+
+    def commit_group(self, txns: list[Transaction]) -> None:
+        """Commit ``txns`` (pre-committed, ascending) in one table commit carrying the newest
+        one's checkpoint id; the ones at or below the table's recorded checkpoint are in it
+        already (a group commit whose ledger records a crash prevented) and are only recorded."""
+        group = []
+        for txn in txns:
+            if self._decide(txn, "COMMIT") == "ABORT":
+                self._abort_decided(txn, "decided ABORT before this commit", recovering=True)
+            else:
+                group.append(txn)
+        if not group:
+            return
+        table = self.load()
+        committed = self.committed_checkpoint(table)
+        todo = [t for t in group if committed is None or t.checkpoint_id > committed]
+        files = [f for t in todo for f in self._publish(t)]
+        if files:
+            written = self.commit_files(todo[-1], files, table)
+            if written is not None:
+                self._latest = written
+            mid_commit_crash_point(self.name, 1)
+        for txn in group:
+            self.ledger.transition(txn, TxnState.COMMITTED, now=self.now(), note=f"committed with checkpoint "
+                                   f"{group[-1].checkpoint_id}" if txn is not group[-1] else "")
+            for batch in txn.batches:
+                self.staging.discard(batch)
+
+    def apply(self, decisions: list[Decision]) -> None:
+        """As the template's, but with ``commit_every`` > 1 the epochs decided COMMIT are committed
+        together in one table commit."""
+        if self.commit_every == 1:
+            super().apply(decisions)
+            return
+        commits = {d.transaction_id for d in decisions if d.sink == self.name and d.action == "COMMIT"}
+        super().apply([d for d in decisions if d.transaction_id not in commits])
+        self.commit_group(sorted((t for t in self.ledger.list(self.name) if t.transaction_id in commits
+                                  and t.state is TxnState.PRECOMMITTED), key=lambda t: t.checkpoint_id))
+
+    # -- cut records ---------------------------------------------------------------------
     def restore(self, target_checkpoint: int | None, barrier_batch: int | None) -> list[Decision]:
         decisions = super().restore(target_checkpoint, barrier_batch)
         if target_checkpoint is not None:

@@ -81,6 +81,8 @@ class IcebergSinkSpec(_Strict):
     catalog: IcebergCatalogSpec = IcebergCatalogSpec()
     partitioned_by: list[str] = Field(default_factory=list, description="identity partition columns, for a "
                                                                         "table barrierflow creates")
+    commit_every: int = Field(1, ge=1, description="commit once every N completed checkpoints with rows "
+                                                   "(fewer, larger commits; the table lags by up to N - 1)")
 
     @field_validator("table", mode="before")
     @classmethod
@@ -111,6 +113,8 @@ class DeltaSinkSpec(_Strict):
     path: str = Field(..., description="storage URI of the table's root (file://PATH or s3://BUCKET/PREFIX)")
     partitioned_by: list[str] = Field(default_factory=list, description="identity partition columns, for a "
                                                                         "table barrierflow creates")
+    commit_every: int = Field(1, ge=1, description="commit once every N completed checkpoints with rows "
+                                                   "(fewer, larger commits; the table lags by up to N - 1)")
 
     @field_validator("path")
     @classmethod
