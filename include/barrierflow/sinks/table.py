@@ -244,14 +244,18 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
 
     def apply(self, decisions: list[Decision]) -> None:
         """As the template's, but with ``commit_every`` > 1 the epochs decided COMMIT are committed
-        together in one table commit."""
+        together in one table commit; then the cut record of the newest committed one is written
+        (a start that finishes what a crashed run left, ``reconcile``)."""
+        mine = [d for d in decisions if d.sink == self.name and d.action == "COMMIT" and d.checkpoint_id is not None]
         if self.commit_every == 1:
             super().apply(decisions)
-            return
-        commits = {d.transaction_id for d in decisions if d.sink == self.name and d.action == "COMMIT"}
-        super().apply([d for d in decisions if d.transaction_id not in commits])
-        self.commit_group(sorted((t for t in self.ledger.list(self.name) if t.transaction_id in commits
-                                  and t.state is TxnState.PRECOMMITTED), key=lambda t: t.checkpoint_id))
+        else:
+            commits = {d.transaction_id for d in mine}
+            super().apply([d for d in decisions if d.transaction_id not in commits])
+            self.commit_group(sorted((t for t in self.ledger.list(self.name) if t.transaction_id in commits
+                                      and t.state is TxnState.PRECOMMITTED), key=lambda t: t.checkpoint_id))
+        if mine:
+            self.record_cut(max(d.checkpoint_id for d in mine if d.checkpoint_id is not None))
 
     # -- cut records ---------------------------------------------------------------------
     def restore(self, target_checkpoint: int | None, barrier_batch: int | None) -> list[Decision]:
