@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from barrierflow.errors import UserInputError
 from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
-from barrierflow.sinks.cut import TableVersion, tables_as_of
+from barrierflow.sinks.cut import CutLog, TableVersion, tables_as_of
 from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 
 if TYPE_CHECKING:
@@ -40,6 +40,21 @@ def cut_tables(spec_path: str | os.PathLike[str], checkpoint_id: int | None = No
     pipeline = open_pipeline(spec_path)
     stores = {name: stage.store.objects for name, stage in _table_stages(pipeline).items()}
     return tables_as_of(stores, checkpoint_id)
+
+
+def newest_cut(spec_path: str | os.PathLike[str]) -> int:
+    """The newest checkpoint id every table stage of the pipeline has a cut record of.
+
+    Raises:
+        UserInputError: the pipeline writes no table, or no cut is recorded yet.
+    """
+    pipeline = open_pipeline(spec_path)
+    ids = [set(CutLog(stage.store.objects).checkpoints()) for stage in _table_stages(pipeline).values()]
+    common = sorted(set.intersection(*ids))
+    if not common:
+        raise UserInputError(f"pipeline {pipeline.spec.name!r}: no cut record yet (no checkpoint has committed its "
+                             "tables)")
+    return common[-1]
 
 
 def read_table_as_of(spec_path: str | os.PathLike[str], table: str, checkpoint_id: int | None = None) -> pa.Table:

@@ -130,6 +130,13 @@ def _parser() -> argparse.ArgumentParser:
     skew.add_argument("--json", action="store_true")
     skew.add_argument("--html", metavar="PATH", help="also write an HTML report with plots to PATH")
 
+    lake = sub.add_parser("lake", help="the pipeline's Iceberg and Delta tables")
+    lake_sub = lake.add_subparsers(dest="lake_command", required=True)
+    lake_read = lake_sub.add_parser("read", help="every table's version as of one cut (a completed checkpoint)")
+    lake_read.add_argument("spec")
+    lake_read.add_argument("--checkpoint", type=int, help="checkpoint id (default: the newest cut)")
+    lake_read.add_argument("--json", action="store_true")
+
     rollup = sub.add_parser("rollup", help="daily rollups of the committed Parquet output (Spark batch)")
     rollup.add_argument("spec")
     rollup.add_argument("--day", metavar="YYYY-MM-DD",
@@ -589,6 +596,18 @@ def _cmd_skew(args: argparse.Namespace) -> int:
     return EXIT_OK if outcome.passed else EXIT_RUNTIME
 
 
+def _cmd_lake(args: argparse.Namespace) -> int:
+    """``lake read``: each table's Iceberg snapshot id or Delta version as of one cut."""
+    from barrierflow.ops.lake import lake_cut
+
+    cut = lake_cut(args.spec, args.checkpoint)
+    if args.json:
+        print(json.dumps(cut.as_dict(), indent=2))
+    else:
+        print("\n".join(cut.lines()))
+    return EXIT_OK
+
+
 def _cmd_retain(args: argparse.Namespace) -> int:
     from barrierflow.ops.retain import retain
 
@@ -964,7 +983,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "retain": _cmd_retain, "savepoint": _cmd_savepoint, "stop": _cmd_stop, "skew": _cmd_skew,
                 "rollup": _cmd_rollup, "recompute": _cmd_recompute, "quality": _cmd_quality,
                 "validate": _cmd_validate, "chaos": _cmd_chaos, "init": _cmd_init,
-                "state": _cmd_state, "upgrade": _cmd_upgrade}
+                "state": _cmd_state, "upgrade": _cmd_upgrade, "lake": _cmd_lake}
     try:
         return handlers[args.command](args)
     except UserInputError as exc:
