@@ -7,7 +7,9 @@
 #                 from Maven Central, each verified against its sha256 in barrierflow/jvm/artifacts.lock
 #   make test     lint + the whole test suite (what .ci/run calls); installs PostgreSQL and Chromium
 #                 from Debian when they are missing
-#   make bench    the benchmarks (bench/, not part of the library) -> docs/benchmarks-latest.md
+#   make test-quick  the contributors' inner loop: lint + the tests that start no Spark, Kafka,
+#                 PostgreSQL or Airflow (docs/development.md)
+#   make bench    the benchmarks (bench/, not part of the library) -> bench/results/latest.md
 #   make bench-flink  barrierflow vs Flink SQL side by side (installs Flink into .venv-flink: make flink)
 #   make bench-channels  the transport between stages: the older driver-side writer against the executors' producers (bench/channel_transport.py)
 #   make bench-kafka  Kafka -> keyed totals -> discard beside the raw client ceiling, and side by side with
@@ -30,7 +32,7 @@ AIRFLOW_HOME_DIR := $(CURDIR)/var/airflow
 # serves yours (Airflow elsewhere reads $BARRIERFLOW_PIPELINES_DIR, default $BARRIERFLOW_HOME/pipelines).
 AIRFLOW_PIPELINES_DIR ?= $(CURDIR)/include/pipelines
 
-.PHONY: demo demo-stages demo-cycle test lint bench install jvm clean airflow chromium postgres flink bench-flink bench-channels bench-kafka bytecode
+.PHONY: demo demo-stages demo-cycle test test-quick lint bench install jvm clean airflow chromium postgres flink bench-flink bench-channels bench-kafka bytecode
 
 $(STAMP):
 	@command -v java >/dev/null || { echo "error: Spark needs Java 17+ on PATH (apt-get install openjdk-17-jre-headless)"; exit 2; }
@@ -101,17 +103,23 @@ bytecode: install
 test: lint chromium postgres bytecode
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -p no:cacheprovider --durations=30
 
+# The inner loop: ruff, the import contracts and every test that starts no Spark, Kafka, PostgreSQL
+# or Airflow (tests/conftest.py marks the others `services`, by the fixtures they use, their
+# markers and the driver and server helpers their module uses). `make test` stays the whole suite.
+test-quick: lint
+	$(BIN)/pytest -n $(PYTEST_WORKERS) -p no:cacheprovider -m "not services" -q --durations=10
+
 bench: install
-	$(BIN)/python -m bench --markdown docs/benchmarks-latest.md
+	$(BIN)/python -m bench --markdown bench/results/latest.md
 
 # Generator stage -> channel -> keyed-totals stage, the old channel writer against this one
-# (docs/benchmarks.md, "Channel transport"); prints a table, asserts nothing.
+# (bench/results/channel-transport/); prints a table, asserts nothing.
 bench-channels: install
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/channel_transport.py
 
 # The Kafka source against the raw client ceiling measured in the same run, and side by side with
 # Spark's connector, plain Spark and Flink SQL (Flink's Kafka connector: the flink-kafka JVM set of
-# `make install`) on the same topic (docs/benchmarks.md, "Kafka source", "Kafka side by side");
+# `make install`) on the same topic (bench/results/kafka-source/, kafka-side-by-side/);
 # prints tables, asserts nothing.
 bench-kafka: install $(FLINK_STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m bench.kafka_source
@@ -127,7 +135,7 @@ $(FLINK_STAMP): requirements-flink.txt
 flink: $(FLINK_STAMP)
 
 bench-flink: install $(FLINK_STAMP)
-	$(BIN)/python -m bench --compare flink-sql --seconds 30 --rounds 2 --markdown docs/benchmarks-flink-latest.md
+	$(BIN)/python -m bench --compare flink-sql --seconds 30 --rounds 2 --markdown bench/results/flink-latest.md
 
 # Local Airflow: scheduler, DAG processor, triggerer and API server (`airflow standalone`) on
 # 127.0.0.1:$(AIRFLOW_PORT), with this project's DAGs (of the specs in $(AIRFLOW_PIPELINES_DIR))

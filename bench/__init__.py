@@ -1,6 +1,7 @@
 """Benchmarks that print numbers (never timed tests): ``python -m bench`` (:mod:`bench.run`),
-``make bench``; docs/benchmarks.md holds the results. Not part of the library (the wheel ships
-``include/barrierflow`` only); a benchmark may import ``barrierflow`` and ``tests.support``."""
+``make bench``; docs/benchmarks.md holds the current figures, bench/results/ every run. Not part
+of the library (the wheel ships ``include/barrierflow`` only); a benchmark may import ``barrierflow``
+and ``tests.support``."""
 
 from pathlib import Path
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from barrierflow.errors import UserInputError
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec, project_home
-from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec
+from barrierflow.spec.models import GeneratorSourceSpec, StageSpec
 
 from bench import emit_table
 from bench.jvm import JvmUsage, settle
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 #: The throttled link's relay threads run at this nice value: they stand for network hardware,
 #: which takes no CPU from processing on a real deployment (like moto, which the documented
-#: commands start at ``nice -n 19``). docs/benchmarks.md, "ABS overhead against an S3 store".
+#: commands start at ``nice -n 19``). bench/results/abs-overhead-s3/.
 LINK_NICE = 19
 
 
@@ -126,7 +126,7 @@ def run_prefix(store: str, now: datetime) -> str:
     return f"{store.rstrip('/')}/{now.astimezone(UTC):%Y%m%dT%H%M%SZ}"
 
 
-def _run_rounds(base: PipelineSpec, modes: tuple[Mode, ...], samples: dict[str, Sample], root: Path,
+def _run_rounds(base: StageSpec, modes: tuple[Mode, ...], samples: dict[str, Sample], root: Path,
                 spark: SparkSession, *, seconds: float, rounds: int, store: str | None,
                 link: ThrottledLink | None) -> None:
     for r in range(rounds):
@@ -168,7 +168,7 @@ def _median(values: list[float]) -> str:
     return f"{statistics.median(values):.1f}" if values else "-"
 
 
-def render(samples: dict[str, Sample], spec: PipelineSpec, seconds: float, rounds: int,
+def render(samples: dict[str, Sample], spec: StageSpec, seconds: float, rounds: int,
            store: str | None = None, modes: tuple[Mode, ...] = MODES, interleave: float | None = None) -> str:
     """The table; ratios are per round (each mode against the mean of the round's two
     no-checkpoint runs, so drift between rounds cancels), listed and then averaged; below it the

@@ -30,7 +30,7 @@ for a pipeline on 2 cores, and no ratio is taken to it) measured on the same bro
 run: records/s produced, and consumed and JSON-decoded, by kafka-python and by confluent-kafka
 (JSON values like the channel's, 4 partitions, ``acks=all``).
 
-Usage (from the repository root; docs/benchmarks.md has a run)::
+Usage (from the repository root; bench/results/ has its runs)::
 
     PYTHONPATH=include .venv/bin/python bench/channel_transport.py \\
         [--records 6000000] [--batches 20000,100000] [--stages 2,3] [--baseline REV] [--no-baseline] [--cap 180]

@@ -34,7 +34,7 @@ from barrierflow.spec.models import (
     CheckpointSpec,
     EventTimeSpec,
     GeneratorSourceSpec,
-    PipelineSpec,
+    StageSpec,
     TransformationSpec,
     TriggerSpec,
 )
@@ -54,12 +54,12 @@ class ModeSample:
     late_rows: list[int] = field(default_factory=list)
 
 
-def _checkpoints(base: PipelineSpec, work: Path, interval: float) -> CheckpointSpec:
+def _checkpoints(base: StageSpec, work: Path, interval: float) -> CheckpointSpec:
     return base.checkpoint.model_copy(update={"storage": f"file://{work / 'checkpoints'}", "interval": interval,
                                               "timeout": 600.0})
 
 
-def sizing_spec(base: PipelineSpec, work: Path, target: float | None) -> PipelineSpec:
+def sizing_spec(base: StageSpec, work: Path, target: float | None) -> StageSpec:
     source = base.source
     assert isinstance(source, GeneratorSourceSpec), "the bench spec needs a generator source"
     source = source.model_copy(update={"rows_per_second": 0.0, "max_records_per_batch": 2_500_000,
@@ -69,7 +69,7 @@ def sizing_spec(base: PipelineSpec, work: Path, target: float | None) -> Pipelin
                                    "checkpoint": _checkpoints(base, work, 2.0)})
 
 
-def alignment_spec(base: PipelineSpec, work: Path, aligned: bool) -> PipelineSpec:
+def alignment_spec(base: StageSpec, work: Path, aligned: bool) -> StageSpec:
     source = GeneratorSourceSpec(type="generator", name="events", partitions=4, rows_per_second=0.0,
                                  max_records_per_batch=100_000, keys=1000, event_time_skew_ms=[0, 0, 0, -600_000])
     event_time = EventTimeSpec(watermark_delay=5.0,
@@ -140,7 +140,7 @@ def _stat(values: list[float], fn: Any) -> str:
     return f"{fn(values):,.0f}" if values else "-"
 
 
-def render(scenario: str, samples: dict[str, ModeSample], spec: PipelineSpec, seconds: float, rounds: int) -> str:
+def render(scenario: str, samples: dict[str, ModeSample], spec: StageSpec, seconds: float, rounds: int) -> str:
     lines = [f"Benchmark {scenario} {datetime.now(UTC).isoformat(timespec='seconds')}: {spec.spark.master}, "
              f"{seconds:.0f} s per mode, {rounds} round(s)", ""]
     if scenario == "batch-sizing":

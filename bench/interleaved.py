@@ -1,7 +1,7 @@
 """ABS overhead measured inside one query per round: the modes alternate in short segments.
 
 Why: two separate runs of the very same job differ on this machine by more than ABS costs
-(abs_overhead's A/A line read 0.95, 0.90 and 0.91 in three runs: docs/benchmarks-history.md).
+(abs_overhead's A/A line read 0.95, 0.90 and 0.91 in three runs: bench/results/before-2026-11-27.md).
 Each query's JVM settles at its own efficiency (about 250 k or about 228 k records per JVM
 CPU-second, whatever the mode), so a ratio of two runs mixes the mode's cost with the luck of
 the JVM. Here each round is one query whose checkpoint mode changes every ``segment`` seconds,
@@ -49,7 +49,7 @@ from bench.modes import BASELINE, BASELINE_AGAIN, Mode, Sample, mode_spec
 from bench.rates import BatchEnd, rate_after_first_batch
 
 if TYPE_CHECKING:
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
     from pyspark.sql import SparkSession
 
     from bench.throttled_link import ThrottledLink
@@ -278,7 +278,7 @@ def fold_round(segments: list[Segment], modes: Sequence[Mode], samples: dict[str
     return lines
 
 
-def run_interleaved_rounds(base: PipelineSpec, modes: tuple[Mode, ...], samples: dict[str, Sample], root: Path,
+def run_interleaved_rounds(base: StageSpec, modes: tuple[Mode, ...], samples: dict[str, Sample], root: Path,
                            spark: SparkSession, *, seconds: float, rounds: int, store: str | None,
                            link: ThrottledLink | None, segment: float) -> list[Segment]:
     """``rounds`` queries, each running every mode for about ``seconds`` in segments of

@@ -66,7 +66,7 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
 
 It prints each figure and the ratios pipeline / consume+decode ceiling in 2 processes and Kafka
 pipeline / generator pipeline, then the side by side. Usage (from the repository root;
-docs/benchmarks.md has a run)::
+bench/results/ has its runs)::
 
     PYTHONPATH=include:. .venv/bin/python -m bench.kafka_source [--records 8000000] [--batch 100000]
         [--partitions 4] [--stages 1,2,3] [--side-by-side python,spark,plain,plain-decoder,flink]

@@ -25,8 +25,8 @@ import pyarrow as pa
 from barrierflow.sinks.cut import CutLog
 from barrierflow.sinks.delta import DeltaSink
 from barrierflow.sinks.iceberg import IcebergSink
-from barrierflow.sinks.staging import write_ahead_batch
 from barrierflow.sinks.table import TableSink
+from barrierflow.sinks.write_ahead import write_ahead_batch
 from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.transactions.ledger import TransactionLedger
@@ -50,7 +50,8 @@ def _measure(sink: TableSink, checkpoints: int) -> tuple[list[float], list[float
     pre, commit = [], []
     for epoch in range(1, checkpoints + 1):
         batch = epoch
-        write_ahead_batch(sink.staging.uri, batch, pa.concat_tables([_rows(epoch, p) for p in range(FILES_PER_EPOCH)]))
+        rows = pa.concat_tables([_rows(epoch, p) for p in range(FILES_PER_EPOCH)])
+        write_ahead_batch(sink.write_ahead.uri, batch, rows)
         t0 = time.perf_counter()
         sink.pre_commit_epoch(epoch, batch)
         t1 = time.perf_counter()

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Sample:
     records_per_cpu_second: list[float] = field(default_factory=list)
 
 
-def mode_spec(base: PipelineSpec, mode: Mode, work: Path, store: str | None = None) -> PipelineSpec:
+def mode_spec(base: StageSpec, mode: Mode, work: Path, store: str | None = None) -> StageSpec:
     """``base`` with ``mode``'s checkpoint settings and its directories under ``work``; the
     checkpoint store under ``store`` (a storage URI, e.g. ``s3://bucket/prefix``) when given,
     else under ``work``."""

@@ -1,6 +1,6 @@
 """Records/s after the first batch: the one way every benchmark counts it.
 
-Definition (docs/benchmarks.md, "How records/s is counted")::
+Definition (bench/results/method.md)::
 
     records/s after the first batch = (R_last - R_first) / (T_last - T_first)
 

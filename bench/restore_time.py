@@ -38,7 +38,7 @@ from barrierflow.recovery.restore import restore_pipeline
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spark import commit_log
 from barrierflow.spec import load_spec, project_home
-from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec
+from barrierflow.spec.models import GeneratorSourceSpec, StageSpec
 from barrierflow.workdir.layout import JobLayout
 
 from bench import emit_table
@@ -58,7 +58,7 @@ class RestoreSample:
         return self.restore_seconds + self.first_batch_seconds
 
 
-def state_spec(base: PipelineSpec, work: Path, keys: int, per_partition_batch: int, state_store: str) -> PipelineSpec:
+def state_spec(base: StageSpec, work: Path, keys: int, per_partition_batch: int, state_store: str) -> StageSpec:
     """``base`` (a generator source) with ``keys`` distinct keys, ``per_partition_batch`` records
     per partition and batch, ``state_store`` (``spark.state_store``), its work dir under
     ``work/work`` and its checkpoint store ``work/checkpoints`` (1 s interval, 600 s timeout).
@@ -114,7 +114,7 @@ def run_restore_benchmark(spec_path: str, *, keys: int, rounds: int, markdown: s
     return samples
 
 
-def _time_to_first_batch(spec: PipelineSpec, spark: Any, after_batch: int) -> float:
+def _time_to_first_batch(spec: StageSpec, spark: Any, after_batch: int) -> float:
     """Run ``spec`` until one checkpoint completed; seconds from the start of the run until
     a batch newer than ``after_batch`` was committed."""
     started = time.monotonic()
@@ -129,7 +129,7 @@ def _time_to_first_batch(spec: PipelineSpec, spark: Any, after_batch: int) -> fl
     return first[0] if first else float("nan")
 
 
-def render(samples: list[RestoreSample], spec: PipelineSpec, keys: int, session_seconds: float) -> str:
+def render(samples: list[RestoreSample], spec: StageSpec, keys: int, session_seconds: float) -> str:
     lines = [
         f"Restore benchmark {datetime.now(UTC).isoformat(timespec='seconds')}: pipeline {spec.name}, {keys:,} keys, "
         f"{spec.spark.master}, {spec.spark.shuffle_partitions} shuffle partitions, local checkpoint store; "

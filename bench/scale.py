@@ -102,7 +102,7 @@ def time_checkpoints(partitions: int, checkpoints: int, folder: Path) -> ScaleRe
     clock = _Clock()
     coordinator = CheckpointCoordinator(
         pipeline="scale", options=CheckpointSpec(storage="file://unused", interval=1.0, timeout=600.0),
-        store=store, spark_checkpoint_dir=spark.root, staging_dir=folder / "staging",
+        store=store, spark_checkpoint_dir=spark.root, snapshot_dir=folder / "staging",
         control=ControlChannel(folder / "control"), source_names=["events"], monotonic=clock,
         now=lambda: datetime.now(UTC))
     coordinator.start()

@@ -36,7 +36,7 @@ from typing import Any
 
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec, project_home
-from barrierflow.spec.models import GeneratorSourceSpec, PipelineSpec, TriggerSpec
+from barrierflow.spec.models import GeneratorSourceSpec, StageSpec, TriggerSpec
 
 from bench import emit_table
 
@@ -128,7 +128,7 @@ class SoakReport:
         return out
 
 
-def soak_spec(base: PipelineSpec, work: Path, interval: float, keys: int | None = None) -> PipelineSpec:
+def soak_spec(base: StageSpec, work: Path, interval: float, keys: int | None = None) -> StageSpec:
     """The reference job, throttled, checkpointing every ``interval`` s into ``work`` (``keys``:
     distinct keys in the state; default the spec's)."""
     source = base.source
@@ -147,7 +147,7 @@ def _tree(path: Path) -> tuple[int, int]:
     return sum(sizes), len(sizes)
 
 
-def run_soak(spec: PipelineSpec, *, checkpoints: int, sample_every: int, retain_every: int = 10,
+def run_soak(spec: StageSpec, *, checkpoints: int, sample_every: int, retain_every: int = 10,
              spark: Any = None) -> SoakReport:
     """Run ``spec`` until ``checkpoints`` completed, retaining and sampling as the module says."""
     from barrierflow.retention.plan import retain

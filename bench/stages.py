@@ -1,4 +1,4 @@
-"""The stages scenario (docs/benchmarks.md, "Several stages"): aligned against unaligned checkpoints
+"""The stages scenario (bench/results/stages/): aligned against unaligned checkpoints
 of a three-stage pipeline with one slow input partition.
 
 Stages ``x`` and ``y`` read throttled generators (``rate`` records/s per partition, two

@@ -54,7 +54,7 @@ import numpy as np
 import yaml
 from barrierflow.errors import BarrierflowError
 from barrierflow.spec import load_spec, project_home
-from barrierflow.spec.models import GeneratorSourceSpec, ParquetSinkSpec, PipelineSpec
+from barrierflow.spec.models import GeneratorSourceSpec, ParquetSinkSpec, StageSpec
 
 from bench import emit_table
 from bench.restore_time import state_spec
@@ -139,8 +139,8 @@ def expectations(keys: int, partitions: int, with_max: bool = False) -> dict[str
     ]}
 
 
-def scenario_spec(base: PipelineSpec, work: Path, *, keys: int, per_partition_batch: int, partitions: int,
-                  records_per_partition: int | None = None, with_max: bool = False) -> PipelineSpec:
+def scenario_spec(base: StageSpec, work: Path, *, keys: int, per_partition_batch: int, partitions: int,
+                  records_per_partition: int | None = None, with_max: bool = False) -> StageSpec:
     """:func:`bench.restore_time.state_spec` of ``base`` (RocksDB) with ``partitions`` shuffle
     partitions, a Parquet sink ``work/out``, the suite of :func:`expectations` (written under
     ``work``), given ``records_per_partition`` a bounded generator and, ``with_max``, the
@@ -161,7 +161,7 @@ def scenario_spec(base: PipelineSpec, work: Path, *, keys: int, per_partition_ba
         "verification": spec.verification.model_copy(update={"expectations": str(suite)})})
 
 
-def write_spec(spec: PipelineSpec, path: Path) -> Path:
+def write_spec(spec: StageSpec, path: Path) -> Path:
     """``spec`` as YAML at ``path``, loaded back (validated as ``barrierflow`` loads it)."""
     path.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False),
                     encoding="utf-8")
@@ -422,13 +422,14 @@ def run_upgrade_benchmark(spec_path: str, *, keys: int, markdown: str | None = N
     return report
 
 
-def _scenario(base: PipelineSpec, root: Path, specs: dict[str, Path], keys: int, report: UpgradeBenchReport,
+def _scenario(base: StageSpec, root: Path, specs: dict[str, Path], keys: int, report: UpgradeBenchReport,
               problems: list[str]) -> None:
     """The steps of :func:`run_upgrade_benchmark`: figures into ``report``, wrong results into ``problems``."""
-    from barrierflow.ops.state import session_for, state_diff, state_query
+    from barrierflow.ops.state import state_diff, state_query
     from barrierflow.ops.stop import stop
     from barrierflow.ops.upgrade import UpgradeResult, upgrade
     from barrierflow.pipeline.model import open_pipeline
+    from barrierflow.runtime.session import session_for
     from barrierflow.state.compatibility import CompatibilityReport
 
     work, ref = root / "pipeline", root / "reference"
@@ -583,7 +584,7 @@ def _scenario(base: PipelineSpec, root: Path, specs: dict[str, Path], keys: int,
                         f"{want_diff}")
 
 
-def render(report: UpgradeBenchReport, spec: PipelineSpec) -> str:
+def render(report: UpgradeBenchReport, spec: StageSpec) -> str:
     """The figures and checks as Markdown."""
     lines = [
         f"Upgrade benchmark {datetime.now(UTC).isoformat(timespec='seconds')}: pipeline {spec.name}, "

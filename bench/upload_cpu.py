@@ -2,7 +2,7 @@
 on the processing machine, per megabyte, piece by piece.
 
 ABS keeps processing going while a checkpoint uploads, so on a machine whose cores the job keeps
-busy, what ABS still costs is the upload path's CPU (docs/benchmarks.md, sessions 11-14). This
+busy, what ABS still costs is the upload path's CPU (bench/results/abs-overhead-s3/). This
 scenario measures each piece alone, without Spark, against the S3 endpoint of the standard AWS
 variables (``--store s3://bucket/prefix``), on ``--upload-mb`` of incompressible files of
 :data:`FILE_BYTES` each (Spark's state files are lz4-compressed, so random bytes stand for them):
@@ -45,7 +45,7 @@ from bench import emit_table
 from bench.abs_overhead import throttled_store_endpoint
 
 #: Size of each uploaded file: about one state partition's delta file of the reference job with a
-#: million keys (docs/benchmarks.md).
+#: million keys (bench/results/abs-overhead-s3/).
 FILE_BYTES = 2 * 1024 * 1024
 MEGABYTE = 1_000_000
 DEFAULT_BANDWIDTH = 20.0

@@ -83,10 +83,39 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
+#: Fixtures that start (or hold) Spark, Kafka, PostgreSQL or Airflow: a test that uses one of
+#: them, directly or through another fixture, is marked ``services`` (not in ``make test-quick``).
+SERVICE_FIXTURES = frozenset({"spark", "kafka_endpoint", "secured_kafka_endpoint", "postgres_endpoint",
+                              "airflow_home", "airflow_db"})
+#: The markers tests set for those services themselves (see pyproject.toml).
+SERVICE_MARKERS = ("spark", "kafka", "postgres")
+#: Names a test module uses when its tests start those services without a fixture: Spark
+#: drivers (the short-lived drivers' options, their JVM flags), brokers, servers and clusters.
+SERVICE_NAMES = frozenset({"short_lived_driver_env", "short_lived_driver_java_options", "FAST_JVM", "WORKER_PYTHON",
+                           "embedded_kafka", "embedded_broker", "KafkaBroker", "start_broker", "throwaway_postgres",
+                           "spark_cluster", "airflow_server", "build_session", "run_bounded"})
+
+
+def _starts_services(item: pytest.Item) -> bool:
+    """Whether ``item`` starts Spark, Kafka, PostgreSQL or Airflow (or launches a driver that
+    does): by its markers, the fixtures it uses (transitively) and the names its module uses."""
+    if any(item.get_closest_marker(name) for name in SERVICE_MARKERS):
+        return True
+    if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    module = getattr(item, "module", None)
+    return module is not None and not SERVICE_NAMES.isdisjoint(vars(module))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest tests first: tests marked ``slow(seconds)`` run before all others, longest
-    first, so the two xdist workers finish together instead of one of them starting a
-    three-minute test while the other has nothing left (the order of the rest is kept)."""
+    """Marks every test that starts a service ``services`` (:func:`_starts_services`;
+    ``make test-quick`` runs ``-m "not services"``), then orders the longest tests first: tests
+    marked ``slow(seconds)`` run before all others, longest first, so the two xdist workers
+    finish together instead of one of them starting a three-minute test while the other has
+    nothing left (the order of the rest is kept)."""
+    for item in items:
+        if _starts_services(item):
+            item.add_marker(pytest.mark.services)
 
     def expected_seconds(item: pytest.Item) -> float:
         marker = item.get_closest_marker("slow")

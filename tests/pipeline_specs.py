@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from barrierflow.spec import PipelineSpec, parse_spec
+from barrierflow.spec import StageSpec, parse_spec
 
 
 def spec_dict(tmp_path: Path, name: str = "t", **overrides: Any) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def spec_dict(tmp_path: Path, name: str = "t", **overrides: Any) -> dict[str, An
     return data
 
 
-def make_spec(tmp_path: Path, **overrides: Any) -> PipelineSpec:
+def make_spec(tmp_path: Path, **overrides: Any) -> StageSpec:
     return parse_spec(spec_dict(tmp_path, **overrides))
 
 

@@ -14,7 +14,7 @@ from barrierflow.airflow.freshness import check_checkpoint_freshness
 from barrierflow.airflow.verification import VerificationSchedule, verification_schedule
 from barrierflow.errors import BarrierflowError, CheckpointError, SpecError
 from barrierflow.ops.discovery import discover_pipelines, discover_specs
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 
 from tests.dags.conftest import BROKEN_SPEC_YAML, spec_yaml
 
@@ -22,7 +22,7 @@ NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def completed_at(when: datetime | None, seen: list[str] | None = None):
-    def lookup(spec: PipelineSpec) -> datetime | None:
+    def lookup(spec: StageSpec) -> datetime | None:
         if seen is not None:
             seen.append(spec.name)
         return when

@@ -13,7 +13,7 @@ from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.planner import PlanRequest, plan_batch
 from barrierflow.barriers.replay_plan import ReplayDivergedError, ReplayImpossibleError, ReplayPlan
 from barrierflow.sinks.parquet import ParquetFileSink, read_committed
-from barrierflow.sinks.staging import BatchStager, write_ahead_batch
+from barrierflow.sinks.write_ahead import WriteAheadWriter, write_ahead_batch
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.transactions.ledger import Transaction, TransactionLedger, TxnState
 from barrierflow.transactions.write_ahead import WriteAheadBatches
@@ -129,7 +129,7 @@ def test_replayed_batches_are_not_staged_and_new_ones_commit_under_new_names(tmp
     # Restore checkpoint 1 (batch 0); epoch 2 (batch 1) is committed: replay it suppressed.
     plan = plan_for(1, {"0": 5}, [ledger.get("out", 2)])
     ControlChannel(control).set_replay_plan(plan)
-    stager = BatchStager(staging.uri, mode="driver", control_dir=str(control), spark_checkpoint=str(spark_dir))
+    stager = WriteAheadWriter(staging.uri, mode="driver", control_dir=str(control), spark_checkpoint=str(spark_dir))
 
     class Frame:
         """What the stager uses of a DataFrame (the Spark path runs in the end-to-end tests)."""

@@ -127,7 +127,7 @@ def test_retune_is_refused_while_a_checkpoint_is_pending(tmp_path: Path) -> None
     coordinator = CheckpointCoordinator(
         pipeline="p", options=CheckpointSpec(storage="file://unused", interval=1.0, timeout=10.0),
         store=CheckpointStore(LocalObjectStore(tmp_path / "store"), "p"), spark_checkpoint_dir=fake.root,
-        staging_dir=tmp_path / "staging", control=ControlChannel(tmp_path / "control"), source_names=["events"],
+        snapshot_dir=tmp_path / "staging", control=ControlChannel(tmp_path / "control"), source_names=["events"],
         monotonic=lambda: clock[0])
     coordinator.start()
     with pytest.raises(CheckpointError, match="must be positive"):

@@ -1,5 +1,5 @@
 """`python -m bench.kafka_source`: both pipelines it compares are valid bounded specs of the same
-job (the benchmark itself runs Spark and prints numbers; docs/benchmarks.md has a run), bad
+job (the benchmark itself runs Spark and prints numbers; bench/results/ has its runs), bad
 arguments are refused before anything starts, and the side by side's pure parts (plain Spark's
 and Flink's rates, the Flink job on Kafka, the ratios) count as bench.rates does."""
 

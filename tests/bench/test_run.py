@@ -31,7 +31,7 @@ def test_the_stages_scenario_measures_past_the_warm_up_unless_told_otherwise() -
 
 def test_scale_scenario_measures_every_size_with_verified_synthetic_checkpoints(
         capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
-    """Small sizes in the suite (the large ones are in docs/benchmarks.md): every size gets a
+    """Small sizes in the suite (the large ones are in bench/results/): every size gets a
     row, its checkpoints pass structural verification (the benchmark raises otherwise), and
     the manifest grows with the partition count."""
     from bench.run import main

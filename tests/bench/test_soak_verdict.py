@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bench.soak import ProcessFigures, SoakReport, SoakSample
 
-#: Store MiB and Python RSS of the 1,000-checkpoint run in docs/benchmarks.md (2026-11-23).
+#: Store MiB and Python RSS of the 1,000-checkpoint run in bench/results/soak/2026-11-23-1957.md.
 RECORDED = [(0.95, 154.7), (1.15, 155.6), (0.72, 157.8), (0.92, 158.3), (1.17, 159.0), (0.79, 159.4),
             (0.96, 160.1), (1.59, 160.5), (1.70, 161.3), (1.00, 162.0)]
 

@@ -15,7 +15,7 @@ from barrierflow.chaos.report import summary_lines, write_report
 from barrierflow.chaos.runner import ChaosEvent, ChaosOptions, ChaosResult, OutputComparison, _Copy
 from barrierflow.chaos.scratch import ChaosRefusedError, _overlap, _stores, check_judgeable, scratch_copy
 from barrierflow.errors import UserInputError
-from barrierflow.spec import parse_spec, parse_staged_spec
+from barrierflow.spec import parse_any_spec, parse_spec, parse_staged_spec
 
 
 def single(**source: Any) -> dict[str, Any]:
@@ -43,16 +43,16 @@ def test_an_unbounded_generator_and_a_non_deterministic_transformation_are_refus
     data = single()
     del data["sources"][0]["records_per_partition"]
     with pytest.raises(ChaosRefusedError, match="generator source 'events' is unbounded; set records_per_partition"):
-        check_judgeable(parse_spec(data))
+        check_judgeable(parse_any_spec(data))
     data = single()
     data["transformation"]["deterministic"] = False
     with pytest.raises(ChaosRefusedError, match="declared 'deterministic: false'"):
-        check_judgeable(parse_spec(data))
+        check_judgeable(parse_any_spec(data))
     data = single()
     data["sinks"] = [{"name": "nothing", "type": "discard"}]
     with pytest.raises(ChaosRefusedError, match="no Parquet, PostgreSQL or Kafka sink"):
-        check_judgeable(parse_spec(data))
-    assert check_judgeable(parse_spec(single())) == []
+        check_judgeable(parse_any_spec(data))
+    assert check_judgeable(parse_any_spec(single())) == []
 
 
 def test_a_scratch_copy_moves_everything_a_run_writes_and_keeps_what_it_reads(tmp_path: Path) -> None:
@@ -81,10 +81,10 @@ def every_store() -> dict[str, Any]:
     raw.update({"dead_letter_path": "s3://bucket/two/dead-letter", "event_times_path": "file:///data/two/event-times"})
     raw["checkpoint"]["storage"] = "s3://bucket/two"  # the dead letters' prefix lies in it
     raw["stages"][1]["sinks"] = [
-        {"name": "pg", "type": "postgres", "table": "public.totals", "staging_path": "file:///data/two/pg-staging"},
+        {"name": "pg", "type": "postgres", "table": "public.totals", "write_ahead_path": "file:///data/two/pg-staging"},
         {"name": "lake", "type": "parquet", "path": "file:///data/two/lake"},
         {"name": "out", "type": "kafka", "bootstrap_servers": "127.0.0.1:9", "topic": "totals",
-         "commit_marker_topic": "two_commits", "staging_path": "s3://bucket/two-staging"},
+         "commit_marker_topic": "two_commits", "write_ahead_path": "s3://bucket/two-staging"},
         {"name": "out2", "type": "kafka", "bootstrap_servers": "127.0.0.1:9", "topic": "totals2"}]
     raw["stages"][1]["batch"] = {"rollups": "file:///data/two/rollups"}
     raw["stages"][1]["transformation"]["options"] = {"lookup": "file:///data/two/reference-table"}
@@ -102,7 +102,7 @@ def test_a_scratch_copy_moves_every_store_the_spec_names(tmp_path: Path) -> None
     assert spec.event_times_path == f"file://{tmp_path / 'ref' / 'event_times_path'}"
     assert spec.checkpoint.storage == "s3://bucket/barrierflow-chaos/two-20261125194501/ref/checkpoints"
     sinks = {sink.name: sink for sink in spec.stage("b").sinks}
-    assert sinks["pg"].staging_path == f"file://{tmp_path / 'ref' / 'stages.1.sinks.0.staging_path'}"
+    assert sinks["pg"].write_ahead_path == f"file://{tmp_path / 'ref' / 'stages.1.sinks.0.write_ahead_path'}"
     assert sinks["lake"].path == f"file://{tmp_path / 'ref' / 'out-b-1-lake'}"
     assert spec.stage("b").batch.rollups == f"file://{tmp_path / 'ref' / 'stages.1.batch.rollups'}"
     assert (sinks["out"].commit_marker_topic, sinks["out2"].commit_marker_topic) == (

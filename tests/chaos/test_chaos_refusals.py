@@ -25,7 +25,7 @@ from barrierflow.chaos import runner
 from barrierflow.chaos.outputs import unread_output
 from barrierflow.chaos.scratch import ChaosRefusedError, InputCount, ScratchOutput, check_judgeable, nothing_to_compare
 from barrierflow.cli.main import main
-from barrierflow.spec import parse_any_spec, parse_spec
+from barrierflow.spec import parse_any_spec
 
 #: Stands in for ``barrierflow run COPY``: with FAKE_RUN=subfolder it writes one Parquet file
 #: into a sub-folder of the copy's Parquet sink (where the reader does not look), otherwise nothing.
@@ -106,13 +106,13 @@ def test_upgrade_mode_options_that_make_no_sense_are_refused_with_exit_2(
 ])
 def test_a_kafka_source_starting_at_latest_is_refused(starting_offsets: Any, message: str) -> None:
     with pytest.raises(ChaosRefusedError, match=r"set starting_offsets to 'earliest' or to fixed offsets") as caught:
-        check_judgeable(parse_spec(kafka_spec(starting_offsets)))
+        check_judgeable(parse_any_spec(kafka_spec(starting_offsets)))
     assert message in str(caught.value)
 
 
 @pytest.mark.parametrize("starting_offsets", ["earliest", {"orders": {"0": 5, "1": -2}}])
 def test_a_kafka_source_starting_at_earliest_or_fixed_offsets_is_judged(starting_offsets: Any) -> None:
-    assert [s.name for s in check_judgeable(parse_spec(kafka_spec(starting_offsets)))] == ["in"]
+    assert [s.name for s in check_judgeable(parse_any_spec(kafka_spec(starting_offsets)))] == ["in"]
 
 
 TOTALS = {"function": "barrierflow.transforms.aggregations:keyed_running_totals", "output_mode": "update"}
@@ -152,12 +152,12 @@ def test_an_update_mode_stage_reading_a_throttled_generator_is_refused(tmp_path:
     data["sources"][0]["rows_per_second"] = 100
     with pytest.raises(ChaosRefusedError, match=r"generator source 'events' at rows_per_second 100, whose batches "
                                                 r"depend on the wall clock"):
-        check_judgeable(parse_spec(data))
+        check_judgeable(parse_any_spec(data))
     data["sources"][0]["rows_per_second"] = 0
-    assert check_judgeable(parse_spec(data)) == []
+    assert check_judgeable(parse_any_spec(data)) == []
     data["sources"][0]["rows_per_second"] = 100
     data["transformation"] = {"function": "barrierflow.transforms.projection:project"}  # append: judged
-    assert check_judgeable(parse_spec(data)) == []
+    assert check_judgeable(parse_any_spec(data)) == []
 
 
 def test_nothing_to_compare_names_why() -> None:

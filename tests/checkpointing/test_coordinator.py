@@ -49,7 +49,7 @@ def _coordinator(tmp_path: Path, objects=None, clock: Clock | None = None, sinks
     opts = CheckpointSpec(storage="file://unused", **{"interval": 1.0, "timeout": 10.0, **options})
     coordinator = CheckpointCoordinator(
         pipeline="p", options=opts, store=store, spark_checkpoint_dir=spark.root,
-        staging_dir=tmp_path / "staging", control=ControlChannel(tmp_path / "control"),
+        snapshot_dir=tmp_path / "staging", control=ControlChannel(tmp_path / "control"),
         source_names=["events"], sinks=sinks, monotonic=clock or Clock(),
     )
     coordinator.start()
@@ -255,7 +255,7 @@ def _stage_coordinator(tmp_path: Path, records: dict[int, dict], sink: Recording
         pipeline="p-z", store=store,
         options=CheckpointSpec(storage="file://unused", interval=1.0, timeout=10.0,
                                tolerable_failed_checkpoints=tolerable),
-        spark_checkpoint_dir=spark.root, staging_dir=tmp_path / "staging",
+        spark_checkpoint_dir=spark.root, snapshot_dir=tmp_path / "staging",
         control=ControlChannel(tmp_path / "control"), source_names=["channels"], sinks=[sink], monotonic=Clock(),
         alignment=records.get, commit_on_completion=False, now=now)
     coordinator.trigger_limit = 0

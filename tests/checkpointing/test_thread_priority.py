@@ -55,7 +55,7 @@ def test_checkpoint_uploads_run_at_the_configured_priority_and_processing_keeps_
     clock = Clock()
     coordinator = CheckpointCoordinator(
         pipeline="p", options=CheckpointSpec(storage="file://unused", interval=1.0, timeout=10.0, async_nice=nice),
-        store=CheckpointStore(objects, "p"), spark_checkpoint_dir=spark.root, staging_dir=tmp_path / "staging",
+        store=CheckpointStore(objects, "p"), spark_checkpoint_dir=spark.root, snapshot_dir=tmp_path / "staging",
         control=ControlChannel(tmp_path / "control"), source_names=["events"], monotonic=clock)
     coordinator.start()
     clock.t += 1.0

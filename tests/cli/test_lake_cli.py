@@ -18,7 +18,7 @@ def test_lake_read_prints_each_table_s_version_as_of_the_cut(tmp_path: Path, cap
                                                             ) -> None:
     sink = make_sink(tmp_path)
     for checkpoint in (1, 2):
-        stage(sink.staging.uri, checkpoint, rows([checkpoint]))
+        stage(sink.write_ahead.uri, checkpoint, rows([checkpoint]))
         sink.pre_commit_epoch(checkpoint, checkpoint)
         sink.notify_checkpoint_complete(checkpoint, checkpoint)
     spec = {"version": 1, "name": PIPELINE, "work_dir": str(tmp_path / "work"),

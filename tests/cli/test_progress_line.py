@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from barrierflow.cli.main import _progress_line
+from barrierflow.cli.run import _progress_line
 from barrierflow.runtime.event_time import EventTimeStatus
 from barrierflow.runtime.job import Progress
 
@@ -20,7 +20,7 @@ def test_progress_line_with_and_without_event_time(capsys: pytest.CaptureFixture
 
 
 def test_the_start_steps_stand_until_the_first_batch(capsys: pytest.CaptureFixture[str]) -> None:
-    from barrierflow.cli.main import _phase_line
+    from barrierflow.cli.run import _phase_line
     from barrierflow.runtime.startup import StartupPhase
 
     _phase_line(StartupPhase("restoring", "restoring checkpoint 3: 5 files (0.1 MB)"))

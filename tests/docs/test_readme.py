@@ -2,7 +2,7 @@
 that exist (`make demo`, `make test`), and
 links into the repository (README.md and docs/*.md) that lead to a file and, with a `#anchor`, to
 a heading of it. README.md and the docs speak to users: no "session N", "issue N" or commit hash
-(docs/benchmarks.md, the benchmark log with its own history, is kept as its runs were recorded).
+(the benchmark runs, kept as they were recorded, are in bench/results/, outside docs/).
 Every command of the README and the docs is checked (and the cheap ones run) in
 tests/docs/test_commands.py."""
 
@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 #: Pages whose text is the record of past runs, in their own words (and owner).
-RUN_LOGS = {"docs/benchmarks.md"}
+RUN_LOGS: set[str] = set()
 #: Pages the README's tour links that are being written on other branches: a link to one is
 #: accepted only while it does not exist at all (once it exists, its anchors are checked).
 #: Delete an entry as soon as its page is on main.
@@ -133,7 +133,8 @@ def _benchmark_section(text: str, name: str) -> str | None:
 
 def test_every_readme_figure_is_in_the_benchmark_section_its_footnote_names() -> None:
     """Each figure of the README's comparison table is traceable: the row's footnote names a
-    section of docs/benchmarks.md (or links a page) that exists and holds that figure."""
+    section of docs/benchmarks.md (or links a page of docs/ or a run record of bench/results/) that
+    exists and holds that figure."""
     text = README.read_text(encoding="utf-8")
     notes_at = text.index("Measured on the 2-core development machine")
     notes = " ".join(text[notes_at: text.index("\n\n", notes_at)].split())
@@ -155,7 +156,8 @@ def test_every_readme_figure_is_in_the_benchmark_section_its_footnote_names() ->
                 problems.append(f"[{number}]: docs/benchmarks.md has no section {name!r}")
             else:
                 sources.append(found)
-        sources += [(ROOT / link).read_text(encoding="utf-8") for link in re.findall(r"\]\((docs/[^)#]+)\)", note)]
+        sources += [(ROOT / link).read_text(encoding="utf-8")
+                    for link in re.findall(r"\]\(((?:docs|bench/results)/[^)#]+)\)", note)]
         if not sources:
             problems.append(f"[{number}]: the footnote names no section of docs/benchmarks.md and links no page")
             continue

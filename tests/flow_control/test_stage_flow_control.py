@@ -45,7 +45,8 @@ from barrierflow.barriers.records import data_headers
 from barrierflow.flow_control.watermark_history import WatermarkHistory
 from barrierflow.kafka_io.row_batches import encode, rows_header
 from barrierflow.ops.skew import skew
-from barrierflow.runtime.pipeline import PipelineRunResult, StagedPipelineJob
+from barrierflow.runtime.pipeline import StagedPipelineJob
+from barrierflow.runtime.pipeline_runner import RunResult
 from barrierflow.sinks.parquet import read_committed
 from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spec import parse_staged_spec
@@ -118,7 +119,7 @@ def surely_closed(counts: Counter[tuple[datetime, int]]) -> Counter[tuple[dateti
     return Counter({k: c for k, c in counts.items() if k[0] + WINDOW <= watermark})
 
 
-def run(spark: Any, tmp_path: Path, data: dict[str, Any]) -> PipelineRunResult:
+def run(spark: Any, tmp_path: Path, data: dict[str, Any]) -> RunResult:
     path = tmp_path / f"{data['name']}.yaml"
     path.write_text(yaml.safe_dump(data))
     result = StagedPipelineJob(parse_staged_spec(data), spec_path=str(path), spark=spark).run(
@@ -127,7 +128,7 @@ def run(spark: Any, tmp_path: Path, data: dict[str, Any]) -> PipelineRunResult:
     return result
 
 
-def late_rows(result: PipelineRunResult) -> int:
+def late_rows(result: RunResult) -> int:
     """Rows Spark dropped as late in stage ``win`` (the newest manifest's running total)."""
     last = result.stage_manifests["win"][-1].event_time
     assert last is not None, "stage win's manifests carry no event_time section"

@@ -26,7 +26,7 @@ class RecordingSink(TwoPhaseCommitSink):
 
     def __init__(self, ledger: TransactionLedger, staging: WriteAheadBatches, fence: FenceToken | None,
                  effects: list[tuple[str, str]]) -> None:
-        super().__init__(name="out", pipeline="t", ledger=ledger, staging=staging, fence=fence)
+        super().__init__(name="out", pipeline="t", ledger=ledger, write_ahead=staging, fence=fence)
         self.effects = effects
 
     def pre_commit(self, txn: Transaction) -> dict[str, Any]:
@@ -128,7 +128,7 @@ def test_straddling_decisions_collide_and_the_first_one_stands(tmp_path: Path) -
 def test_a_batch_a_stale_driver_staged_after_the_restore_is_not_committed(tmp_path: Path) -> None:
     import pyarrow as pa
     from barrierflow.errors import SinkError
-    from barrierflow.sinks.staging import write_ahead_batch
+    from barrierflow.sinks.write_ahead import write_ahead_batch
 
     factory = CheckpointFactory(tmp_path)
     objects = factory.store.objects

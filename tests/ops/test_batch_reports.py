@@ -1,5 +1,5 @@
 """The stored reports of the batch side (``barrierflow.ops.batch.stored_report``) and the Airflow
-read of a run's own report (``barrierflow.airflow.batch_reports.batch_report``), without Spark.
+read of a run's own report (``barrierflow.airflow.tasks.batch_report``), without Spark.
 
 The stream-vs-batch comparison writes ``reports/recompute-latest.json``; before it was named
 "recompute" everywhere it wrote ``reports/reconciliation-latest.json``. That legacy file is
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.airflow.batch_reports import batch_report
 from barrierflow.airflow.errors import BatchReportError
+from barrierflow.airflow.tasks import batch_report
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.batch import REPORT_KEYS, report_keys, stored_report
 from barrierflow.spec import parse_spec

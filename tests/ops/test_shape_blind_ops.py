@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from barrierflow.checkpointing.manifest import CheckpointKind
 from barrierflow.ops.checkpoints import list_checkpoints, show_checkpoint
-from barrierflow.ops.global_history import pipeline_savepoints
+from barrierflow.ops.cut_history import pipeline_savepoints
 from barrierflow.ops.progress import newest_completed_checkpoint, newest_completion_time
 from barrierflow.ops.retain import retain
 from barrierflow.ops.savepoint import savepoint
@@ -70,8 +70,8 @@ def test_verify_savepoint_retain_and_skew_take_every_stage(one: Path, two: Path)
     assert [r.checkpoint_id for r in single.reports] == [r.checkpoint_id for r in staged.reports] == [1, 2, 3]
     assert not single.failed and not staged.failed
     assert [set(r.stages) for r in staged.reports] == [{"a", "b"}] * 3 and set(single.reports[0].stages) == {"t"}
-    one_cut, two_cut = single.summary()["reports"][0], staged.summary()["reports"][0]
-    assert set(one_cut) == set(two_cut) and set(single.summary()) == set(staged.summary())
+    one_cut, two_cut = single.as_dict()["reports"][0], staged.as_dict()["reports"][0]
+    assert set(one_cut) == set(two_cut) and set(single.as_dict()) == set(staged.as_dict())
     assert one_cut["checks"] == [] and one_cut["stages"]["t"]["checks"]  # a cut of one stage has no cut checks
     assert any(c["name"] == "b: channel-cut" for c in two_cut["checks"]) and set(two_cut["stages"]) == {"a", "b"}
 

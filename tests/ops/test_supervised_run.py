@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from barrierflow.ops.supervised_run import ATTEMPT_FLAG, SPARK_SUBMIT_ENV, SUPERVISOR_ENV, _command, run_supervised
+from barrierflow.ops.supervised_run import (
+    ATTEMPT_FLAG,
+    RESTART_SUPERVISOR_ENV,
+    SPARK_SUBMIT_ENV,
+    _command,
+    run_supervised,
+)
 
 from tests.pipeline_specs import spec_dict, write_spec
 
@@ -34,7 +40,7 @@ def test_an_attempt_of_the_airflow_launcher_runs_as_is_without_a_warning(
     data = spec_dict(tmp_path)
     data["restart"] = {"type": "fixed-delay", "attempts": 3}
     monkeypatch.setenv(SPARK_SUBMIT_ENV, "40000")
-    monkeypatch.setenv(SUPERVISOR_ENV, "4242")  # the launcher applies the strategy around spark-submit
+    monkeypatch.setenv(RESTART_SUPERVISOR_ENV, "4242")  # the launcher applies the strategy around spark-submit
     with caplog.at_level(logging.INFO):
         assert run_supervised(write_spec(tmp_path, data)) is None
     assert "an attempt of the launcher pid 4242" in caplog.text

@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts
 from barrierflow.errors import CheckpointNotFoundError, UserInputError
+from barrierflow.pipeline.layout import GLOBAL_CHECKPOINTS, OWN_CHECKPOINTS
 from barrierflow.pipeline.model import OFFLINE_SERVERS, open_pipeline
+from barrierflow.pipeline.words import words
+from barrierflow.spec.loader import load_spec
 
 from tests.pipeline_specs import spec_dict, write_spec
 from tests.verification.checkpoint_factory import CheckpointFactory
@@ -45,11 +48,12 @@ def staged_dict(tmp_path: Path, *, bootstrap: str = "embedded") -> dict[str, Any
 def test_a_single_stage_spec_is_one_stage_whose_cuts_are_its_checkpoints(tmp_path: Path) -> None:
     factory = CheckpointFactory(tmp_path)
     manifests = factory.take(2)
-    pipeline = open_pipeline(write_spec(tmp_path, spec_dict(tmp_path)))
+    path = write_spec(tmp_path, spec_dict(tmp_path))
+    pipeline = open_pipeline(path)
 
-    assert pipeline.single_stage and pipeline.cut_noun == "checkpoint" and pipeline.name == "t"
+    assert pipeline.layout is OWN_CHECKPOINTS and words(pipeline).cut_noun == "checkpoint" and pipeline.name == "t"
     [stage] = pipeline.stages
-    assert stage.name == "t" and stage.spec is pipeline.spec  # the spec itself, not a derived one
+    assert stage.name == "t" and stage.spec == load_spec(path)  # the YAML's own spec, not a derived one
     assert stage.input_partitions == frozenset() and not stage.embedded_inputs
     assert stage.layout.work_dir == tmp_path / "work" and pipeline.work_dir == str(tmp_path / "work")
     # Nothing moves: the stage store is the spec's store, chk-<n> at its root, and it is the pipeline's root.
@@ -70,7 +74,7 @@ def test_a_single_stage_spec_is_one_stage_whose_cuts_are_its_checkpoints(tmp_pat
 def test_a_multi_stage_spec_gives_each_stage_and_the_global_store(tmp_path: Path) -> None:
     pipeline = open_pipeline(write_spec(tmp_path, staged_dict(tmp_path), "flow.yaml"))
 
-    assert not pipeline.single_stage and pipeline.cut_noun == "global checkpoint"
+    assert pipeline.layout is GLOBAL_CHECKPOINTS and words(pipeline).cut_noun == "global checkpoint"
     assert isinstance(pipeline.cuts, GlobalCheckpointStore) and pipeline.cuts.pipeline == "flow"
     assert pipeline.root is pipeline.cuts.root and pipeline.storage.endswith("/chk")
     assert pipeline.work_dir == str(tmp_path / "work")

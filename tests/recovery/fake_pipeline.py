@@ -10,7 +10,7 @@ from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.sinks.factory import build_sink
-from barrierflow.spec import PipelineSpec, load_spec
+from barrierflow.spec import StageSpec, load_spec
 from barrierflow.testing import write_ahead_batch
 from barrierflow.workdir.layout import JobLayout
 
@@ -29,7 +29,7 @@ class Clock:
 
 
 def parquet_pipeline(tmp_path: Path, checkpoints: int, spec_dir: Path | None = None
-                     ) -> tuple[Path, PipelineSpec, CheckpointStore]:
+                     ) -> tuple[Path, StageSpec, CheckpointStore]:
     """Pipeline ``t`` (spec file in ``spec_dir``, default ``tmp_path``) with the real Parquet
     sink and ``checkpoints`` completed checkpoints of one batch each: their transactions are
     committed and record their batches' end offsets."""
@@ -43,7 +43,7 @@ def parquet_pipeline(tmp_path: Path, checkpoints: int, spec_dir: Path | None = N
     clock = Clock()
     coordinator = CheckpointCoordinator(
         pipeline=spec.name, options=spec.checkpoint, store=store, spark_checkpoint_dir=layout.spark_checkpoint,
-        staging_dir=layout.snapshots, control=ControlChannel(layout.control), source_names=["events"],
+        snapshot_dir=layout.snapshots, control=ControlChannel(layout.control), source_names=["events"],
         sinks=[build_sink(spec, store, layout, attempt=0)], monotonic=clock)
     coordinator.start()
     for batch in range(checkpoints):

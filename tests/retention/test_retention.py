@@ -13,12 +13,12 @@ from barrierflow.checkpointing.materialize import materialize_checkpoint
 from barrierflow.checkpointing.reservations import RUNNING_KEY, RetentionRunWatch, begin_run, end_run
 from barrierflow.checkpointing.store import shared_key
 from barrierflow.cli.main import main
-from barrierflow.ops.upgrade_record import UpgradeRecord, UpgradeStep, recorded_upgrades, write_record
 from barrierflow.retention.plan import retain
 from barrierflow.retention.policy import RetentionPolicy, choose_retained
 from barrierflow.retention.savepoint import take_savepoint
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.transactions.ledger import TxnState
+from barrierflow.upgrade.record import UpgradeRecord, UpgradeStep, recorded_upgrades, write_record
 from barrierflow.verification.runner import verify_checkpoints
 
 from tests.pipeline_specs import make_spec, spec_dict, write_spec

@@ -23,11 +23,11 @@ from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime import pipeline_runner
 from barrierflow.runtime.job import StageCuts
-from barrierflow.runtime.pipeline import GlobalCuts, StagedPipelineJob, StageJob
+from barrierflow.runtime.pipeline import GlobalCuts, StagedPipelineJob, StageRunner
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult, StageResult, StageStats, covered
 from barrierflow.runtime.run_driver import open_driver
 from barrierflow.runtime.stage_processes import StageProcesses, StageProcessFiles, SupervisedCuts
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.stages import PipelineSpec
 
 from tests.pipeline_specs import spec_dict, write_spec
 from tests.verification.test_choice import _two_stage_cuts
@@ -108,7 +108,7 @@ class StandInProcesses(StageProcesses):
         super().__init__(keeper, start_timeout=120.0, stop_timeout=120.0)
         self.how = how
 
-    def command(self, stage: StageJob) -> list[str]:
+    def command(self, stage: StageRunner) -> list[str]:
         return [sys.executable, "-c", STAGE, str(stage.layout.work_dir), self.how[stage.name]]
 
 
@@ -173,7 +173,7 @@ class SlowStart(StandInProcesses):
 
 def _staged_job(tmp_path: Path) -> StagedPipelineJob:
     pipeline, _ = _two_stage_cuts(tmp_path, 1, bootstrap="localhost:9092")
-    assert isinstance(pipeline.spec, StagedPipelineSpec)
+    assert isinstance(pipeline.spec, PipelineSpec)
     return StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from barrierflow.pipeline.model import single_stage_pipeline
+from barrierflow.pipeline.model import stage_pipeline
 from barrierflow.runtime.stage_runner import START_RETRIES, StageRunner
 
 from tests.checkpointing.fake_spark import FakeSparkCheckpoint
@@ -20,7 +20,7 @@ class CountingStarts(StageRunner):
     """The real decision; starting a query only counts (no Spark needed for the rule)."""
 
     def __init__(self, tmp_path: Path) -> None:
-        super().__init__(single_stage_pipeline(make_spec(tmp_path)).stages[0], label="pipeline test")
+        super().__init__(stage_pipeline(make_spec(tmp_path)).stages[0], label="pipeline test")
         self.starts = 0
 
         def start() -> object:

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.cli.main import main
-from barrierflow.spec import PipelineSpec, load_spec
+from barrierflow.spec import StageSpec, load_spec
 
 from tests.drivers import short_lived_driver_env
 
@@ -104,7 +104,7 @@ def recover(spec_path: Path) -> str:
     return "restore"
 
 
-def finish(spark: Any, spec_path: Path) -> PipelineSpec:
+def finish(spark: Any, spec_path: Path) -> StageSpec:
     """Run to the end of the bounded source in this process."""
     from barrierflow.runtime.job import StreamingJob
 

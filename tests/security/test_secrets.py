@@ -54,7 +54,8 @@ import psycopg
 import pytest
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.cli.main import _progress_line, main
+from barrierflow.cli.main import main
+from barrierflow.cli.run import _progress_line
 from barrierflow.ops.run import run
 from barrierflow.spec import load_spec
 from psycopg import sql

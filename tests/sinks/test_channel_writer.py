@@ -6,7 +6,6 @@ and a 20,000-row micro-batch goes through the channel and is read by the channel
 from __future__ import annotations
 
 import json
-import time
 import uuid
 import zlib
 from pathlib import Path
@@ -94,14 +93,11 @@ def test_a_20000_row_micro_batch_goes_through_a_channel_once(
     _plan(checkpoint, 0, 1)
     writer = ChannelWriter(servers=kafka_endpoint.bootstrap_servers, topic=topic, stage="up", attempt=0,
                            spark_checkpoint=checkpoint)
-    began = time.monotonic()
     try:
         writer(spark.range(0, 20_000, numPartitions=2).withColumnRenamed("id", "n"), 0)
     finally:
         writer.close()
-    elapsed = time.monotonic() - began
     assert writer.written == 20_000 and writer.barriers == [1]
-    assert elapsed < 60, f"one 20,000-row micro-batch took {elapsed:.1f}s"
 
     spec = KafkaSourceSpec(name="in", type="kafka", bootstrap_servers=kafka_endpoint.bootstrap_servers,
                            topics=[topic], format="json", json_fields={"n": "long"}, max_records_per_batch=30_000,
@@ -118,4 +114,3 @@ def test_a_20000_row_micro_batch_goes_through_a_channel_once(
     finally:
         source.stop()
     assert sorted(rows) == list(range(20_000))
-    print(f"\n20,000-row micro-batch written to the channel in {elapsed:.2f}s")

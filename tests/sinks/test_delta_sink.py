@@ -18,7 +18,7 @@ import pytest
 from barrierflow.errors import UserInputError
 from barrierflow.sinks.cut import CutLog, tables_as_of
 from barrierflow.sinks.delta import DeltaSink, check_delta_table
-from barrierflow.sinks.staging import write_ahead_batch
+from barrierflow.sinks.write_ahead import write_ahead_batch
 from barrierflow.spec.lakehouse import DeltaSinkSpec
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.transactions.ledger import TxnState
@@ -56,9 +56,9 @@ def keys(data: pa.Table) -> Counter[int]:
 
 def test_one_version_per_non_empty_checkpoint_with_its_transaction_id(tmp_path: Path) -> None:
     sink = make_sink(tmp_path)
-    stage(sink.staging.uri, 0, rows([1, 2]), files=2)
-    stage(sink.staging.uri, 1, rows([3]))
-    stage(sink.staging.uri, 2, rows([4]))
+    stage(sink.write_ahead.uri, 0, rows([1, 2]), files=2)
+    stage(sink.write_ahead.uri, 1, rows([3]))
+    stage(sink.write_ahead.uri, 2, rows([4]))
 
     sink.pre_commit_epoch(1, 1)
     assert not (tmp_path / "tables" / "totals" / "_delta_log").exists()  # pre-committed: no table yet
@@ -73,12 +73,12 @@ def test_one_version_per_non_empty_checkpoint_with_its_transaction_id(tmp_path: 
     assert [(c["version"], c["barrierflow.checkpoint-id"]) for c in infos] == [(0, "1"), (1, "2")]
     assert all(c["barrierflow.pipeline"] == PIPELINE and c["barrierflow.sink"] == "dl" for c in infos)
     assert table(tmp_path).transaction_version(f"{PIPELINE}/{PIPELINE}/dl") == 2
-    assert sink.staging.batches() == []
+    assert sink.write_ahead.batches() == []
 
 
 def test_a_replayed_commit_is_skipped_and_a_concurrent_one_refused_by_delta(tmp_path: Path) -> None:
     sink = make_sink(tmp_path)
-    stage(sink.staging.uri, 0, rows([1]))
+    stage(sink.write_ahead.uri, 0, rows([1]))
     sink.pre_commit_epoch(1, 0)
     sink.notify_checkpoint_complete(1, 0)
     txn = sink.ledger.get("dl", 1)
@@ -93,7 +93,7 @@ def test_a_replayed_commit_is_skipped_and_a_concurrent_one_refused_by_delta(tmp_
     from deltalake.transaction import CommitProperties, Transaction
 
     stale = table(tmp_path)
-    stage(sink.staging.uri, 1, rows([2]))
+    stage(sink.write_ahead.uri, 1, rows([2]))
     sink.pre_commit_epoch(2, 1)
     sink.notify_checkpoint_complete(2, 1)
     with pytest.raises(CommitFailedError, match="Concurrent transaction"):
@@ -105,7 +105,7 @@ def test_a_replayed_commit_is_skipped_and_a_concurrent_one_refused_by_delta(tmp_
 def test_crash_between_table_commit_and_ledger_record_resolves_exactly_once(tmp_path: Path) -> None:
     """5 of 5, as for Iceberg: killed after the Delta commit, before the ledger record."""
     for checkpoint in range(1, 6):
-        staging = make_sink(tmp_path, attempt=checkpoint - 1).staging.uri
+        staging = make_sink(tmp_path, attempt=checkpoint - 1).write_ahead.uri
         stage(staging, checkpoint, rows([checkpoint * 10, checkpoint * 10 + 1]))
         script = textwrap.dedent(f"""
             from pathlib import Path
@@ -133,12 +133,12 @@ def test_crash_between_table_commit_and_ledger_record_resolves_exactly_once(tmp_
 
 def test_restore_commits_what_it_covers_aborts_newer_and_cuts_read_as_of_versions(tmp_path: Path) -> None:
     sink = make_sink(tmp_path)
-    stage(sink.staging.uri, 0, rows([1]))
+    stage(sink.write_ahead.uri, 0, rows([1]))
     sink.pre_commit_epoch(1, 0)
     sink.notify_checkpoint_complete(1, 0)
-    stage(sink.staging.uri, 1, rows([2]))
+    stage(sink.write_ahead.uri, 1, rows([2]))
     sink.pre_commit_epoch(2, 1)  # completed, never committed
-    stage(sink.staging.uri, 2, rows([3]))
+    stage(sink.write_ahead.uri, 2, rows([3]))
     sink.pre_commit_epoch(3, 2)  # never completed
 
     decisions = make_sink(tmp_path, attempt=1).restore(2, 1)
@@ -154,7 +154,7 @@ def test_restore_commits_what_it_covers_aborts_newer_and_cuts_read_as_of_version
 
 def test_partitioned_table_files_under_their_partition(tmp_path: Path) -> None:
     sink = make_sink(tmp_path, partitioned_by=["region"])
-    write_ahead_batch(sink.staging.uri, 0, pa.concat_tables([rows([1, 2], "eu"), rows([3], "us")]),
+    write_ahead_batch(sink.write_ahead.uri, 0, pa.concat_tables([rows([1, 2], "eu"), rows([3], "us")]),
                       split_by=["region"])
     sink.pre_commit_epoch(1, 0)
     sink.notify_checkpoint_complete(1, 0)
@@ -168,7 +168,7 @@ def test_partitioned_table_files_under_their_partition(tmp_path: Path) -> None:
 
 def test_output_that_does_not_fit_the_table_names_the_column(tmp_path: Path) -> None:
     sink = make_sink(tmp_path)
-    stage(sink.staging.uri, 0, rows([1]))
+    stage(sink.write_ahead.uri, 0, rows([1]))
     sink.pre_commit_epoch(1, 0)
     sink.notify_checkpoint_complete(1, 0)
     wrong = pa.schema([("key", pa.int64()), ("region", pa.string()), ("total", pa.string())])
@@ -182,13 +182,13 @@ def test_output_that_does_not_fit_the_table_names_the_column(tmp_path: Path) -> 
 def test_commit_every_puts_several_checkpoints_in_one_version_and_a_crash_in_it_resolves_once(tmp_path: Path
                                                                                              ) -> None:
     sink = make_sink(tmp_path, commit_every=2)
-    stage(sink.staging.uri, 0, rows([1]))
+    stage(sink.write_ahead.uri, 0, rows([1]))
     sink.pre_commit_epoch(1, 0)
     sink.notify_checkpoint_complete(1, 0)
     assert not (tmp_path / "tables" / "totals" / "_delta_log").exists()  # held: pre-committed, invisible
     sink.pre_commit_epoch(2, 0)  # no rows: does not count
     sink.notify_checkpoint_complete(2, 0)
-    stage(sink.staging.uri, 1, rows([2]))
+    stage(sink.write_ahead.uri, 1, rows([2]))
     sink.pre_commit_epoch(3, 1)
     sink.notify_checkpoint_complete(3, 1)
 
@@ -199,8 +199,8 @@ def test_commit_every_puts_several_checkpoints_in_one_version_and_a_crash_in_it_
     assert all(sink.ledger.get("dl", c).state is TxnState.COMMITTED for c in (1, 2, 3))
 
     # Checkpoints 4 and 5 committed in one version by a driver killed before the ledger heard of it.
-    stage(sink.staging.uri, 2, rows([4]))
-    stage(sink.staging.uri, 3, rows([5]))
+    stage(sink.write_ahead.uri, 2, rows([4]))
+    stage(sink.write_ahead.uri, 3, rows([5]))
     script = textwrap.dedent(f"""
         from pathlib import Path
         from tests.sinks.test_delta_sink import make_sink

@@ -53,9 +53,9 @@ def keys(table: pa.Table) -> Counter[int]:
 
 def test_one_snapshot_per_non_empty_checkpoint_with_its_summary(tmp_path: Path) -> None:
     sink = make_sink(tmp_path)
-    stage(sink.staging.uri, 0, rows([1, 2]), files=2)
-    stage(sink.staging.uri, 1, rows([3]))
-    stage(sink.staging.uri, 2, rows([4]))  # after the barrier: the next epoch's
+    stage(sink.write_ahead.uri, 0, rows([1, 2]), files=2)
+    stage(sink.write_ahead.uri, 1, rows([3]))
+    stage(sink.write_ahead.uri, 2, rows([4]))  # after the barrier: the next epoch's
 
     sink.pre_commit_epoch(1, barrier_batch=1)
     catalog = reader(tmp_path)
@@ -73,16 +73,16 @@ def test_one_snapshot_per_non_empty_checkpoint_with_its_summary(tmp_path: Path) 
     assert all(s["barrierflow.pipeline"] == PIPELINE and s["barrierflow.stage"] == PIPELINE
                and s["barrierflow.sink"] == "ice" and s["barrierflow.attempt"] == "0" for s in summaries)
     assert [s["added-records"] for s in summaries] == ["3", "1"]
-    assert sink.staging.batches() == []  # published: the write-ahead area is empty
+    assert sink.write_ahead.batches() == []  # published: the write-ahead area is empty
     assert sink.ledger.get("ice", 3).state is TxnState.COMMITTED
 
 
 def test_cut_records_give_each_checkpoint_s_snapshot(tmp_path: Path) -> None:
     sink = make_sink(tmp_path)
-    stage(sink.staging.uri, 0, rows([1, 2]))
+    stage(sink.write_ahead.uri, 0, rows([1, 2]))
     sink.pre_commit_epoch(1, 0)
     sink.notify_checkpoint_complete(1, 0)
-    stage(sink.staging.uri, 1, rows([3]))
+    stage(sink.write_ahead.uri, 1, rows([3]))
     sink.pre_commit_epoch(2, 1)
     sink.notify_checkpoint_complete(2, 1)
     sink.pre_commit_epoch(3, 1)  # empty epoch: its cut is checkpoint 2's snapshot
@@ -104,7 +104,7 @@ def test_crash_between_table_commit_and_ledger_record_resolves_exactly_once(tmp_
     """5 of 5: a driver killed right after the table commit, before the ledger hears of it;
     the restore (another process, the next attempt) commits nothing again."""
     for checkpoint in range(1, 6):
-        staging = make_sink(tmp_path, attempt=checkpoint - 1).staging.uri
+        staging = make_sink(tmp_path, attempt=checkpoint - 1).write_ahead.uri
         stage(staging, checkpoint, rows([checkpoint * 10, checkpoint * 10 + 1]))
         script = textwrap.dedent(f"""
             from pathlib import Path
@@ -133,12 +133,12 @@ def test_crash_between_table_commit_and_ledger_record_resolves_exactly_once(tmp_
 
 def test_restore_commits_pre_committed_epochs_it_covers_and_aborts_newer(tmp_path: Path) -> None:
     sink = make_sink(tmp_path)
-    stage(sink.staging.uri, 0, rows([1]))
+    stage(sink.write_ahead.uri, 0, rows([1]))
     sink.pre_commit_epoch(1, 0)
     sink.notify_checkpoint_complete(1, 0)
-    stage(sink.staging.uri, 1, rows([2]))
+    stage(sink.write_ahead.uri, 1, rows([2]))
     sink.pre_commit_epoch(2, 1)  # checkpoint 2 completes, its commit never ran
-    stage(sink.staging.uri, 2, rows([3]))
+    stage(sink.write_ahead.uri, 2, rows([3]))
     sink.pre_commit_epoch(3, 2)  # checkpoint 3 never completes
 
     restarted = make_sink(tmp_path, attempt=1)
@@ -148,17 +148,17 @@ def test_restore_commits_pre_committed_epochs_it_covers_and_aborts_newer(tmp_pat
     catalog = reader(tmp_path)
     assert keys(catalog.load_table("lake.totals").scan().to_arrow()) == Counter({1: 1, 2: 1})
     assert [s["barrierflow.checkpoint-id"] for s in ours(catalog)] == ["1", "2"]
-    assert restarted.staging.batches() == []  # batch 2 is replayed by the restored job
+    assert restarted.write_ahead.batches() == []  # batch 2 is replayed by the restored job
     assert CutLog(LocalObjectStore(tmp_path / "store")).get(2) is not None
 
 
 def test_partitioned_table_gets_one_partition_per_file(tmp_path: Path) -> None:
-    from barrierflow.sinks.staging import write_ahead_batch
+    from barrierflow.sinks.write_ahead import write_ahead_batch
 
     sink = make_sink(tmp_path, partitioned_by=["region"])
     both = pa.concat_tables([rows([1, 2], "eu"), rows([3], "us")])
     ensure_iceberg_table(sink.spec, sink.catalog, sink.location, both.schema)
-    write_ahead_batch(sink.staging.uri, 0, both, split_by=["region"])
+    write_ahead_batch(sink.write_ahead.uri, 0, both, split_by=["region"])
     sink.pre_commit_epoch(1, 0)
     sink.notify_checkpoint_complete(1, 0)
 
@@ -197,7 +197,7 @@ def test_postgresql_catalog_shared_by_url(tmp_path: Path, postgres_endpoint: Any
     catalog_spec = IcebergCatalogSpec(name=f"c{os.getpid()}", uri_env="BF_TEST_ICEBERG_CATALOG",
                                       warehouse=f"file://{tmp_path / 'shared-wh'}")
     sink = make_sink(tmp_path, catalog=catalog_spec)
-    stage(sink.staging.uri, 0, rows([1, 2]))
+    stage(sink.write_ahead.uri, 0, rows([1, 2]))
     sink.pre_commit_epoch(1, 0)
     sink.notify_checkpoint_complete(1, 0)
 
@@ -213,10 +213,10 @@ def test_a_pipeline_s_tables_read_as_of_a_cut_from_its_spec(tmp_path: Path) -> N
     from barrierflow.batch.lake_cut import cut_tables, read_table_as_of
 
     sink = make_sink(tmp_path)
-    stage(sink.staging.uri, 0, rows([1, 2]))
+    stage(sink.write_ahead.uri, 0, rows([1, 2]))
     sink.pre_commit_epoch(1, 0)
     sink.notify_checkpoint_complete(1, 0)
-    stage(sink.staging.uri, 1, rows([3]))
+    stage(sink.write_ahead.uri, 1, rows([3]))
     sink.pre_commit_epoch(2, 1)
     sink.notify_checkpoint_complete(2, 1)
     spec = {"version": 1, "name": PIPELINE, "work_dir": str(tmp_path / "work"),
@@ -239,7 +239,7 @@ def test_a_pipeline_s_tables_read_as_of_a_cut_from_its_spec(tmp_path: Path) -> N
 def test_commit_every_holds_epochs_and_a_restore_commits_them_in_one_snapshot(tmp_path: Path) -> None:
     sink = make_sink(tmp_path, commit_every=3)
     for checkpoint in (1, 2):
-        stage(sink.staging.uri, checkpoint, rows([checkpoint]))
+        stage(sink.write_ahead.uri, checkpoint, rows([checkpoint]))
         sink.pre_commit_epoch(checkpoint, checkpoint)
         sink.notify_checkpoint_complete(checkpoint, checkpoint)
     assert not reader(tmp_path).table_exists("lake.totals")  # 2 of 3: held

@@ -67,7 +67,7 @@ class Env:
     pipeline: str
     topic: str
     marker_topic: str
-    staging_uri: str
+    write_ahead_uri: str
     ledger: TransactionLedger
     sinks: list[KafkaSink] = field(default_factory=list)
 
@@ -80,13 +80,13 @@ class Env:
 
     def sink(self, attempt: int = 0, **overrides: Any) -> KafkaSink:
         spec = self.spec(**overrides)
-        sink = KafkaSink(spec=spec, staging_uri=self.staging_uri, name=spec.name, pipeline=self.pipeline,
+        sink = KafkaSink(spec=spec, write_ahead_uri=self.write_ahead_uri, name=spec.name, pipeline=self.pipeline,
                          ledger=self.ledger, attempt=attempt, timeout=5.0)
         self.sinks.append(sink)
         return sink
 
     def stage(self, batch: int, ids: list[int]) -> None:
-        write_ahead_batch(self.staging_uri, batch, rows(ids))
+        write_ahead_batch(self.write_ahead_uri, batch, rows(ids))
 
     def read(self, topic: str | None = None, isolation: str = "read_committed") -> list[Record]:
         return read_topic(self.endpoint, topic or self.topic, isolation)
@@ -194,7 +194,7 @@ def test_epoch_visible_only_after_checkpoint_complete(env: Env) -> None:
     assert all(r.headers == [("bf-epoch", b"1"), ("bf-attempt", b"0")] for r in got)
     txn = env.ledger.get("out", 1)
     assert txn is not None and txn.state is TxnState.COMMITTED
-    assert sink.staging.batches() == [2]
+    assert sink.write_ahead.batches() == [2]
     markers = env.read(env.marker_topic)
     assert [(m.key, m.value["checkpoint_id"], m.value["records"]) for m in markers] == \
         [(txn.transaction_id.encode(), 1, 3)]
@@ -250,7 +250,7 @@ def test_retried_commit_after_crash_before_ledger_update_produces_no_duplicates(
     assert env.data_ids() == [1, 2, 3]
     assert len(env.read(env.marker_topic)) == 1
     assert env.ledger.get("out", 1).state is TxnState.COMMITTED  # type: ignore[union-attr]
-    assert second.staging.batches() == []
+    assert second.write_ahead.batches() == []
     second.commit(txn)  # and once more: still a no-op
     assert env.data_ids() == [1, 2, 3]
 
@@ -266,7 +266,7 @@ def test_sigkill_at_mid_sink_commit_then_restore(env: Env, tmp_path: Path) -> No
         from barrierflow.transactions.ledger import TransactionLedger
         spec = KafkaSinkSpec.model_validate_json({env.spec().model_dump_json()!r})
         ledger = TransactionLedger(LocalObjectStore({str(tmp_path / "checkpoints")!r}), {env.pipeline!r})
-        sink = KafkaSink(spec=spec, staging_uri={env.staging_uri!r}, name="out", pipeline={env.pipeline!r},
+        sink = KafkaSink(spec=spec, write_ahead_uri={env.write_ahead_uri!r}, name="out", pipeline={env.pipeline!r},
                          ledger=ledger, attempt=0, timeout=5.0)
         sink.notify_checkpoint_complete(1, 0)
         print("not crashed")
@@ -396,7 +396,7 @@ def test_restore_before_the_epoch_produces_nothing(env: Env) -> None:
     decisions = env.sink(attempt=1).restore(None, None)
     assert [d.action for d in decisions] == ["ABORT"]
     assert env.ledger.get("out", 1).state is TxnState.ABORTED  # type: ignore[union-attr]
-    assert sink.staging.batches() == []  # replayed by Spark from the restored offsets
+    assert sink.write_ahead.batches() == []  # replayed by Spark from the restored offsets
     assert env.read(isolation="read_uncommitted") == []
     assert env.read(env.marker_topic, isolation="read_uncommitted") == []
 
@@ -410,7 +410,7 @@ def test_restore_commits_covered_epoch_and_discards_newer_batches(env: Env) -> N
     decisions = env.sink(attempt=1).restore(1, barrier_batch=1)
     assert [(d.checkpoint_id, d.action) for d in decisions] == [(1, "COMMIT"), (2, "ABORT")]
     assert env.data_ids(isolation="read_uncommitted") == [0, 1]
-    assert sink.staging.batches() == []
+    assert sink.write_ahead.batches() == []
 
 
 def test_abort_keeps_staged_batches_for_the_next_epoch(env: Env) -> None:
@@ -420,7 +420,7 @@ def test_abort_keeps_staged_batches_for_the_next_epoch(env: Env) -> None:
     stale = env.ledger.open(sink="out", sink_type="kafka", transaction_id=sink.transaction_id(1), checkpoint_id=1,
                             attempt=0, batches=[0], handle={})  # pre-commit of checkpoint 1 never finished
     sink.abort(stale)
-    assert sink.staging.batches() == [0, 1]
+    assert sink.write_ahead.batches() == [0, 1]
     sink.pre_commit_epoch(2, barrier_batch=1)  # aborts the stale OPEN transaction, takes over its batch
     assert env.ledger.get("out", 1).state is TxnState.ABORTED  # type: ignore[union-attr]
     sink.notify_checkpoint_complete(2, barrier_batch=1)
@@ -448,7 +448,7 @@ def test_zombie_sink_is_fenced_and_writes_nothing(env: Env) -> None:
         old.notify_checkpoint_complete(3, barrier_batch=2)
     assert env.ledger.get("out", 3).state is TxnState.PRECOMMITTED  # type: ignore[union-attr]
     assert env.data_ids(isolation="read_uncommitted") == [1, 2]  # the fenced send was refused
-    assert old.staging.batches() == [2]
+    assert old.write_ahead.batches() == [2]
     new.notify_checkpoint_complete(3, barrier_batch=2)  # the live driver commits it (and fences old again)
     assert env.data_ids() == [1, 2, 3]
 
@@ -510,16 +510,16 @@ def test_dead_broker_gives_sink_error_naming_servers(tmp_path: Path) -> None:
     servers = f"127.0.0.1:{free_port()}"
     spec = KafkaSinkSpec(type="kafka", name="out", bootstrap_servers=servers, topic="t", commit_marker_topic="m")
     ledger = TransactionLedger(LocalObjectStore(tmp_path / "checkpoints"), "dead")
-    sink = KafkaSink(spec=spec, staging_uri=f"file://{tmp_path / 'staging'}", name="out", pipeline="dead",
+    sink = KafkaSink(spec=spec, write_ahead_uri=f"file://{tmp_path / 'staging'}", name="out", pipeline="dead",
                      ledger=ledger, timeout=2.0)
-    write_ahead_batch(sink.staging.uri, 0, rows([1]))
+    write_ahead_batch(sink.write_ahead.uri, 0, rows([1]))
     sink.pre_commit_epoch(1, barrier_batch=0)  # pre-commit needs no broker
     started = time.monotonic()
     with pytest.raises(SinkError, match=servers.replace(".", r"\.")):
         sink.notify_checkpoint_complete(1, barrier_batch=0)
     assert time.monotonic() - started < 8
     assert ledger.get("out", 1).state is TxnState.PRECOMMITTED  # type: ignore[union-attr]
-    assert sink.staging.batches() == [0]
+    assert sink.write_ahead.batches() == [0]
 
 
 @pytest.mark.parametrize("which", ["topic", "commit_marker_topic"])

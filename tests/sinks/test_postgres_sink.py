@@ -50,14 +50,14 @@ class Env:
     endpoint: PostgresEndpoint
     pipeline: str
     table: str
-    staging_uri: str
+    write_ahead_uri: str
     ledger: TransactionLedger
     admin: psycopg.Connection[Any]
 
     def sink(self, mode: str = "insert", attempt: int = 0, name: str = "pg", lock_timeout: float = 2.0) -> PostgresSink:
         spec = PostgresSinkSpec(type="postgres", name=name, dsn_env=DSN_ENV, table=self.table, mode=mode,
                                 key_columns=["id"] if mode == "upsert" else [])
-        return PostgresSink(spec=spec, staging_uri=self.staging_uri, name=name, pipeline=self.pipeline,
+        return PostgresSink(spec=spec, write_ahead_uri=self.write_ahead_uri, name=name, pipeline=self.pipeline,
                             ledger=self.ledger, attempt=attempt, lock_timeout=lock_timeout)
 
     def create_table(self, primary_key: bool = False) -> None:
@@ -74,7 +74,7 @@ class Env:
                 if r[0].startswith(prefix)]
 
     def stage(self, batch: int, table: pa.Table, files: int = 1) -> None:
-        write_ahead_batch(self.staging_uri, batch, table, files=files)
+        write_ahead_batch(self.write_ahead_uri, batch, table, files=files)
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_insert_end_to_end(env: Env) -> None:
     assert env.visible() == [(1, "a"), (2, "b"), (3, "c")]
     assert env.prepared() == []
     assert env.ledger.get("pg", 1).state is TxnState.COMMITTED
-    assert sink.staging.batches() == [2]  # committed batches deleted, the next epoch's kept
+    assert sink.write_ahead.batches() == [2]  # committed batches deleted, the next epoch's kept
     typed = env.admin.execute(f"SELECT x, ok, ts FROM {env.table} WHERE id = 2").fetchone()
     assert typed == (1.0, True, datetime(2024, 1, 1, 12, 0, 2, tzinfo=UTC))
     marker = env.admin.execute("SELECT pipeline, sink, checkpoint_id FROM barrierflow_commits "
@@ -206,7 +206,7 @@ def test_restore_before_the_epoch_rolls_it_back_and_discards_newer_batches(env: 
     assert env.visible() == [(1, "a")]
     assert env.prepared() == []
     assert env.ledger.get("pg", 2).state is TxnState.ABORTED
-    assert restarted.staging.batches() == []  # batches 1..3 will be replayed
+    assert restarted.write_ahead.batches() == []  # batches 1..3 will be replayed
 
 
 def test_mid_commit_crash_then_restore_is_exactly_once(env: Env, tmp_path: Path) -> None:
@@ -219,7 +219,7 @@ def test_mid_commit_crash_then_restore_is_exactly_once(env: Env, tmp_path: Path)
         from barrierflow.transactions.ledger import TransactionLedger
         spec = PostgresSinkSpec(type="postgres", name="pg", dsn_env={DSN_ENV!r}, table={env.table!r})
         ledger = TransactionLedger(LocalObjectStore({str(tmp_path / 'store')!r}), {env.pipeline!r})
-        sink = PostgresSink(spec=spec, staging_uri={env.staging_uri!r}, name="pg", pipeline={env.pipeline!r},
+        sink = PostgresSink(spec=spec, write_ahead_uri={env.write_ahead_uri!r}, name="pg", pipeline={env.pipeline!r},
                             ledger=ledger)
         sink.pre_commit_epoch(1, 0)
         sink.notify_checkpoint_complete(1, 0)
@@ -287,7 +287,7 @@ def test_commit_of_a_transaction_rolled_back_behind_our_back_fails_clearly(env: 
         sink.notify_checkpoint_complete(1, 0)
     assert "older than 1" in str(err.value)
     assert env.ledger.get("pg", 1).state is TxnState.PRECOMMITTED
-    assert sink.staging.batches() == [0]  # the write-ahead log is kept
+    assert sink.write_ahead.batches() == [0]  # the write-ahead log is kept
 
 
 def test_missing_table_names_it_and_the_fix(env: Env) -> None:

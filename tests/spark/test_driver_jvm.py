@@ -4,7 +4,7 @@ takes it with it at once, and it does not look up Python data sources.
 The regression: a driver SIGKILLed right after a global checkpoint left its JVM running for a
 moment; that JVM's streaming queries planned one more batch and wrote ``offsets/<V>`` into a
 stage's Spark checkpoint directory after the next run had restored it, and the restored query
-stopped with "Previous batch N not found in offset log" (docs/benchmarks.md, the cycle
+stopped with "Previous batch N not found in offset log" (bench/results/history.md, the cycle
 pipeline's restore test). The JVM is frozen (SIGSTOP) before the driver is killed, so it cannot
 notice the EOF on its stdin and exit on its own: only the kernel's parent-death signal ends it,
 and without that the test fails every time, not only when a batch happens to be planned in the

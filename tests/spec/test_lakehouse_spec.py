@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from barrierflow.chaos.scratch import ChaosRefusedError, check_judgeable
 from barrierflow.errors import SpecError
-from barrierflow.sinks.factory import pipeline_and_stage, staging_uri_for
+from barrierflow.sinks.factory import pipeline_and_stage, write_ahead_uri_for
 from barrierflow.spec import parse_spec
 from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 from barrierflow.workdir.layout import JobLayout
@@ -55,10 +55,10 @@ def test_bad_table_sinks_are_refused_naming_the_field(tmp_path: Path, sink: dict
 def test_the_write_ahead_area_is_inside_the_table_and_commits_name_the_stage(tmp_path: Path) -> None:
     spec = parse_spec(with_sink(tmp_path, {"name": "out", "type": "delta", "path": f"file://{tmp_path}/t"}))
     layout = JobLayout.for_spec(spec)
-    assert staging_uri_for(spec, layout) == f"file://{tmp_path}/t/_barrierflow_staging/lakes/out"
+    assert write_ahead_uri_for(spec, layout) == f"file://{tmp_path}/t/_barrierflow_staging/lakes/out"
     assert pipeline_and_stage(spec) == ("lakes", "lakes")
     spec = parse_spec(with_sink(tmp_path, {"name": "out", "type": "iceberg", "table": "lake.totals"}))
-    assert staging_uri_for(spec, JobLayout.for_spec(spec)) == (
+    assert write_ahead_uri_for(spec, JobLayout.for_spec(spec)) == (
         f"file://{tmp_path / 'work' / 'iceberg' / 'warehouse'}/lake/totals/_barrierflow_staging/lakes/out")
     derived = spec.model_copy(update={"name": "two-b", "work_dir": f"{tmp_path}/work/stages/b"})
     assert pipeline_and_stage(derived) == ("two", "b")

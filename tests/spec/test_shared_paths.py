@@ -11,7 +11,7 @@ from barrierflow.errors import SpecError
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.spec import parse_staged_spec
 from barrierflow.spec.loader import parse_spec
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 from barrierflow.workdir.layout import JobLayout
 
 
@@ -35,11 +35,11 @@ def _staged(tmp_path: Path, **extra: Any) -> dict[str, Any]:
 
 
 def test_single_stage_defaults_are_in_the_work_dir_and_s3_uris_are_taken(tmp_path: Path) -> None:
-    spec = PipelineSpec.model_validate(_single(tmp_path))
+    spec = StageSpec.model_validate(_single(tmp_path))
     layout = JobLayout.for_spec(spec)
     assert layout.dead_letter_uri(spec) == f"file://{tmp_path / 'work' / 'dead-letter'}"
     assert layout.event_time_uri(spec) == f"file://{tmp_path / 'work' / 'event-times'}"
-    spec = PipelineSpec.model_validate(_single(tmp_path, dead_letter_path="s3://lake/dl",
+    spec = StageSpec.model_validate(_single(tmp_path, dead_letter_path="s3://lake/dl",
                                                event_times_path="s3://lake/et"))
     assert (layout.dead_letter_uri(spec), layout.event_time_uri(spec)) == ("s3://lake/dl", "s3://lake/et")
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from barrierflow.cli.main import main
 from barrierflow.spec import load_any_spec, load_spec
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.stages import PipelineSpec
 from barrierflow.storage.local import LocalObjectStore
 
 from tests.pipeline_specs import spec_dict
@@ -78,7 +78,7 @@ def test_a_shipped_multi_stage_spec_resolves_in_every_stage(tmp_path: Path, else
     folder.mkdir()
     shutil.copy(ROOT / "include" / "pipelines" / "cycle.yaml", folder / "cycle.yaml")
     spec = load_any_spec(folder / "cycle.yaml")
-    assert isinstance(spec, StagedPipelineSpec)
+    assert isinstance(spec, PipelineSpec)
     assert spec.work_dir == str(folder / "var" / "cycle-demo" / "work")
     assert spec.checkpoint.storage == f"file://{folder}/var/cycle-demo/checkpoints"
     paths = [sink.path for stage in spec.stages for sink in stage.sinks if sink.type == "parquet"]

@@ -11,7 +11,7 @@ import pytest
 from barrierflow.cli.main import main
 from barrierflow.errors import SpecError, UserInputError
 from barrierflow.spec import (
-    StagedPipelineSpec,
+    PipelineSpec,
     build_graph,
     load_any_spec,
     load_spec,
@@ -72,7 +72,7 @@ def test_three_stage_graph(tmp_path: Path) -> None:
 def test_single_stage_spec_stays_valid_and_is_told_apart(tmp_path: Path) -> None:
     single = spec_dict(tmp_path)
     assert parse_any_spec(copy.deepcopy(single)).name == "t"
-    assert isinstance(parse_any_spec(three_stages(tmp_path)), StagedPipelineSpec)
+    assert isinstance(parse_any_spec(three_stages(tmp_path)), PipelineSpec)
     with pytest.raises(SpecError, match="several stages") as info:
         load_spec(write_spec(tmp_path, three_stages(tmp_path)))
     assert info.value.problems[0][0] == "stages"
@@ -173,7 +173,7 @@ def test_validate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     data = staged(tmp_path, [_stage("a", writes=["ab"], external=True),
                              _stage("b", reads=["ab", "feedback"], writes=["feedback"])], ["ab", "feedback"])
     path = write_spec(tmp_path, data, "flow.yaml")
-    assert isinstance(load_any_spec(path), StagedPipelineSpec)
+    assert isinstance(load_any_spec(path), PipelineSpec)
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "valid pipeline flow of 2 stages (aligned checkpoints)" in out

@@ -35,13 +35,13 @@ from typing import Any
 
 import pytest
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.ops.replay_range import RetentionNotCoveredError, plan_replay
 from barrierflow.ops.savepoint import savepoint
-from barrierflow.ops.upgrade import report_for
-from barrierflow.ops.upgrade_record import read_record
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spec import load_spec
+from barrierflow.upgrade.record import read_record
+from barrierflow.upgrade.replay_range import RetentionNotCoveredError, plan_replay
+from barrierflow.upgrade.steps import report_for
 
 from tests.support.in_session_runs import run_spec as run
 from tests.support.in_session_runs import write_spec

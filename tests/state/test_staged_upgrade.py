@@ -37,7 +37,6 @@ from barrierflow.checkpointing.global_store import GlobalCheckpointStore
 from barrierflow.checkpointing.manifest import CheckpointKind
 from barrierflow.ops.savepoint import savepoint
 from barrierflow.ops.upgrade import UpgradeNotSupportedError, UpgradeResult, upgrade
-from barrierflow.ops.upgrade_record import UpgradeStep, read_record
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.sinks.parquet import read_committed
@@ -45,6 +44,7 @@ from barrierflow.spark import commit_log, offset_log
 from barrierflow.spec import parse_staged_spec
 from barrierflow.storage import open_store
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
+from barrierflow.upgrade.record import UpgradeStep, read_record
 
 from tests.support.kafka_broker import KafkaEndpoint
 from tests.support.running_totals import assert_exactly_once, recount

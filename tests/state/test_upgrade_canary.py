@@ -23,9 +23,9 @@ import pytest
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.savepoint import savepoint
-from barrierflow.ops.upgrade_record import UpgradeStep, read_record, recorded_upgrades
 from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
+from barrierflow.upgrade.record import UpgradeStep, read_record, recorded_upgrades
 from barrierflow.verification.report import load_report
 
 from tests.support.in_session_runs import run_spec as run
@@ -173,7 +173,7 @@ def test_a_rescale_discards_what_the_stopped_run_wrote_ahead_after_its_savepoint
     stale batch sits at the new savepoint's own batch id: the restore discards it, the canary
     passes, and nothing of it is ever committed."""
     import pyarrow as pa
-    from barrierflow.sinks.staging import write_ahead_batch
+    from barrierflow.sinks.write_ahead import write_ahead_batch
 
     two = spec_file(tmp_path, "two.yaml", state_store="rocksdb")
     four = spec_file(tmp_path, "four.yaml", shuffle=4, state_store="rocksdb")

@@ -19,9 +19,9 @@ from barrierflow.batch.recompute import CANARY_RECOMPUTE_REPORT_KEY, after_event
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.batch import recompute
 from barrierflow.ops.savepoint import savepoint
-from barrierflow.ops.upgrade_record import UpgradeStep, read_record
 from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
+from barrierflow.upgrade.record import UpgradeStep, read_record
 
 from tests.support.in_session_runs import run_spec as run
 from tests.support.windowed_canary import DOUBLED_WHEN_STREAMING, FIRST, NAME, windowed_spec

@@ -20,9 +20,9 @@ import pytest
 from barrierflow.batch.recompute import CANARY_RECOMPUTE_REPORT_KEY
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.savepoint import savepoint
-from barrierflow.ops.upgrade_record import UpgradeStep, read_record
 from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
+from barrierflow.upgrade.record import UpgradeStep, read_record
 
 from tests.batch.kafka_lake import PARTITIONS, RECORDS, kafka_spec, produce
 from tests.support.in_session_runs import run_spec as run

@@ -34,8 +34,8 @@ from barrierflow.checkpointing.manifest import CheckpointKind, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.savepoint import savepoint
 from barrierflow.ops.upgrade import UpgradeResult, upgrade
-from barrierflow.ops.upgrade_record import UpgradeStep, read_record
 from barrierflow.spec import load_spec
+from barrierflow.upgrade.record import UpgradeStep, read_record
 
 from tests.support.in_session_runs import run_spec as _run
 from tests.support.in_session_runs import write_spec as write

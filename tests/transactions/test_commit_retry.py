@@ -50,7 +50,7 @@ class FlakySink(TwoPhaseCommitSink):
 def _sink(tmp_path: Path, down: int, retry: CommitRetry) -> tuple[FlakySink, TransactionLedger]:
     ledger = TransactionLedger(LocalObjectStore(tmp_path / "store"), "p")
     staging = WriteAheadBatches(f"file://{tmp_path / 'staging'}")
-    return FlakySink(down, name="db", pipeline="p", ledger=ledger, staging=staging, commit_retry=retry), ledger
+    return FlakySink(down, name="db", pipeline="p", ledger=ledger, write_ahead=staging, commit_retry=retry), ledger
 
 
 def test_backoff_doubles_up_to_the_maximum() -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from barrierflow.checkpointing.manifest import CheckpointKind
-from barrierflow.ops.upgrade_record import RECORD_KEY, UpgradeRecord, UpgradeStep, history_key, write_record
 from barrierflow.ui import create_app
 from barrierflow.ui.exceptions import NotAuthorizedError
 from barrierflow.ui.store_reader import barrier_batch_ms
+from barrierflow.upgrade.record import RECORD_KEY, UpgradeRecord, UpgradeStep, history_key, write_record
 from fastapi import Request
 from fastapi.testclient import TestClient
 

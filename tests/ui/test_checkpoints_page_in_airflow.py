@@ -27,8 +27,8 @@ import pytest
 import requests
 import yaml
 from barrierflow.airflow.verification import verify_latest_checkpoints
-from barrierflow.airflow.watermark_skew import report_watermark_skew
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.ops.skew import skew
 from barrierflow.spec import load_spec
 from barrierflow.ui import URL_PREFIX, VIEW_ROUTE
 
@@ -87,7 +87,7 @@ def test_checkpoints_page_lists_the_demo_checkpoints_in_airflow(tmp_path: Path) 
         assert "Traceback" not in logged and "EOFError" not in logged, logged[-4000:]
         ran = time.monotonic() - started
         verify_latest_checkpoints(spec_path, CHECKPOINTS)
-        report_watermark_skew(spec_path)
+        skew(spec_path).raise_for_failures(str(spec_path))  # stores reports/skew-latest.json
         spec = load_spec(spec_path)
         manifests = {m.checkpoint_id: m for m in CheckpointStore.for_spec(spec).completed()}
         assert len(manifests) >= CHECKPOINTS

@@ -87,7 +87,7 @@ class CheckpointFactory:
         self.coordinator = CheckpointCoordinator(
             pipeline=pipeline, options=CheckpointSpec(storage="file://unused", interval=1.0, timeout=timeout,
                                    tolerable_failed_checkpoints=5),
-            store=self.store, spark_checkpoint_dir=self.spark.root, staging_dir=tmp_path / "staging",
+            store=self.store, spark_checkpoint_dir=self.spark.root, snapshot_dir=tmp_path / "staging",
             control=ControlChannel(tmp_path / "control"), source_names=["events"],
             sinks=[LedgerSink(self.ledger)] if ledger_sink else None, monotonic=self.clock,
             now=lambda: datetime.now(UTC))

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 from barrierflow.spec import load_spec
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 from barrierflow.spec.stages import is_staged
 from barrierflow.verification.deep import expectations_path, flat_fields, load_suite_document, run_suite
 from pyspark.sql.types import DataType, IntegerType, LongType, StructField, StructType, TimestampType
@@ -52,12 +52,12 @@ def project_home(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GX_ANALYTICS_ENABLED", "false")
 
 
-def _suite(spec: PipelineSpec) -> tuple[Path, dict[str, Any]]:
+def _suite(spec: StageSpec) -> tuple[Path, dict[str, Any]]:
     path = expectations_path(spec)
     return path, load_suite_document(path)
 
 
-def _state_columns(spec: PipelineSpec) -> list[str]:
+def _state_columns(spec: StageSpec) -> list[str]:
     key, value = STATE_SCHEMAS[spec.transformation.function]
     names = ["partition_id", "operator_id"]
     for column, schema in (("key", key), ("value", value)):
@@ -65,7 +65,7 @@ def _state_columns(spec: PipelineSpec) -> list[str]:
     return names
 
 
-def _healthy_rows(spec: PipelineSpec) -> pd.DataFrame:
+def _healthy_rows(spec: StageSpec) -> pd.DataFrame:
     """Plausible state: every key in a few windows (or once), counts and sums in range."""
     keys = list(range(0, spec.source.keys, max(1, spec.source.keys // 50)))
     windowed = "key_window_start" in _state_columns(spec)

@@ -10,8 +10,8 @@ import pytest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.cli.main import main
 from barrierflow.errors import SourceError
-from barrierflow.pipeline.model import single_stage_pipeline
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.pipeline.model import stage_pipeline
+from barrierflow.spec.models import StageSpec
 from barrierflow.transactions.ledger import TxnState
 from barrierflow.verification.choice import LATEST_VALID, CheckpointChoice, choose_checkpoint
 from barrierflow.verification.report import load_report, report_key
@@ -22,9 +22,9 @@ from tests.pipeline_specs import make_spec, spec_dict, write_spec
 from tests.verification.checkpoint_factory import CheckpointFactory
 
 
-def _latest_valid(spec: PipelineSpec, store: CheckpointStore) -> CheckpointChoice:
+def _latest_valid(spec: StageSpec, store: CheckpointStore) -> CheckpointChoice:
     """``restore --latest-valid``'s choice over the one-stage pipeline of ``spec`` on ``store``."""
-    return choose_checkpoint(single_stage_pipeline(spec, store=store), LATEST_VALID)
+    return choose_checkpoint(stage_pipeline(spec, store=store), LATEST_VALID)
 
 
 def _delete_state_file(f: CheckpointFactory, m) -> tuple[str, str]:

@@ -6,15 +6,15 @@ pipelines; everything its DAGs run is here:
 * :mod:`.task_body` — the one wrapper of every task body: ``BARRIERFLOW_HOME`` from the task's
   ``barrierflow_home`` argument, and the errors a retry cannot fix turned into
   ``AirflowFailException`` (the task fails at once, with the error's message);
-* :mod:`.tasks` — the scheduled, batch and invalid-spec tasks; :mod:`.recovery_tasks` — the
-  recovery DAG's tasks, its sensor and their wiring;
+* :mod:`.tasks` — the scheduled, batch and invalid-spec tasks, each calling one operation of
+  :mod:`barrierflow.ops` (retain, stop, reconcile, skew, quality, the batch reports' read);
+  :mod:`.recovery_tasks` — the recovery DAG's tasks, its sensor and their wiring;
 * :mod:`.params` — the DAGs' params; :mod:`.dag_model` — what a pipeline's DAGs are built from
   (:class:`~.dag_model.Pipeline`, its Parquet :class:`~.dag_model.Output` lakes, the rows of
   the tables of DAG kinds);
-* the scheduled operations as the tasks need them, one module per concept:
+* where the Airflow side adds a rule of its own to an operation, one module per concept:
   :mod:`.freshness` (supervision), :mod:`.verification` (its schedule and one run),
-  :mod:`.retention`, :mod:`.reconciliation` (2PC), :mod:`.watermark_skew`,
-  :mod:`.batch_reports`, :mod:`.quality`, :mod:`.chaos` (the chaos run's params and check);
+  :mod:`.chaos` (the chaos run's params and check);
   :mod:`.dag_ids` — DAG ids; :mod:`.launch_defaults` — what the launch DAG derives from a
   spec; :mod:`.errors` — the errors of the Airflow side (spec discovery is
   :mod:`barrierflow.ops.discovery`);
@@ -25,6 +25,6 @@ pipelines; everything its DAGs run is here:
   jobs' operator; :mod:`.assets` — the pipeline's assets and their watcher in the triggerer.
 
 Like the CLI these only check arguments, call :mod:`barrierflow.ops` and shape the result
-(an XCom, an Airflow failure); the modules of the scheduled operations and :mod:`.runbook`
+(an XCom, an Airflow failure); :mod:`.freshness`, :mod:`.verification` and :mod:`.runbook`
 import nothing of Airflow, so they are testable without it.
 """

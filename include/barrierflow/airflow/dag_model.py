@@ -23,8 +23,7 @@ from barrierflow.airflow.assets import pipeline_asset, storage_asset_uri
 from barrierflow.airflow.dag_ids import dag_id_for
 from barrierflow.ops.discovery import DiscoveredPipeline
 from barrierflow.pipeline.final_stages import parquet_outputs
-from barrierflow.spec.models import PipelineSpec
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.stages import PipelineSpec
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ class Pipeline:
     outputs: tuple[Output, ...]  # none: no Parquet sink (single stage) or no final Parquet stage
 
     @property
-    def spec(self) -> PipelineSpec | StagedPipelineSpec:
+    def spec(self) -> PipelineSpec:
         assert self.entry.spec is not None
         return self.entry.spec
 

@@ -11,17 +11,17 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from barrierflow.airflow.errors import CheckpointStaleError
+from barrierflow.pipeline.words import words
 
 if TYPE_CHECKING:
-    from barrierflow.spec.models import PipelineSpec
-    from barrierflow.spec.stages import StagedPipelineSpec
+    from barrierflow.spec.stages import PipelineSpec
 
 
 def check_checkpoint_freshness(
     spec_path: str | os.PathLike[str],
     max_age_seconds: float,
     now: datetime | None = None,
-    latest_completion: Callable[[PipelineSpec | StagedPipelineSpec], datetime | None] | None = None,
+    latest_completion: Callable[[PipelineSpec], datetime | None] | None = None,
 ) -> str:
     """Check that the pipeline at ``spec_path`` completed a checkpoint recently (a multi-stage
     pipeline: a global checkpoint, whose manifest is written once every stage's snapshot is in).
@@ -49,7 +49,7 @@ def check_checkpoint_freshness(
     if current.tzinfo is None:
         raise ValueError("now must be timezone-aware (e.g. datetime.now(UTC))")
     pipeline = open_pipeline(spec_path)
-    spec, what = pipeline.spec, pipeline.cut_noun
+    spec, what = pipeline.spec, words(pipeline).cut_noun
     completed_at = latest_completion(spec) if latest_completion is not None else newest_completion_time(pipeline)
     storage = spec.checkpoint.storage
     if completed_at is None:

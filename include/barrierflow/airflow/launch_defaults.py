@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from barrierflow.spec.parts import spec_parts
-
 if TYPE_CHECKING:
-    from barrierflow.spec.models import PipelineSpec
-    from barrierflow.spec.stages import StagedPipelineSpec
+    from barrierflow.spec.stages import PipelineSpec
 
 
-def bounded_sources(spec: PipelineSpec | StagedPipelineSpec) -> bool:
+def bounded_sources(spec: PipelineSpec) -> bool:
     """Whether the job ends by itself: its source has an end (``records_per_partition``); for a
     multi-stage spec, every source that is not a channel (those of the source stages). Reads
     nothing but the spec; the launch DAG's ``until_exhausted`` defaults to it."""
-    own = [src for part in spec_parts(spec) for src in part.part.sources if getattr(src, "type", None) != "channel"]
+    own = [src for stage in spec.stages for src in stage.sources if getattr(src, "type", None) != "channel"]
     return bool(own) and all(getattr(src, "records_per_partition", None) is not None for src in own)

@@ -12,9 +12,8 @@ from airflow.sdk import Param
 
 from barrierflow.airflow.launch_defaults import bounded_sources
 from barrierflow.airflow.runbook import DEFAULT_PARAMS as RECOVER_DEFAULTS
-from barrierflow.pipeline.model import default_kill_mode
-from barrierflow.spec.models import PipelineSpec
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.pipeline.layout import cut_layout
+from barrierflow.spec.stages import PipelineSpec
 
 
 def max_age_param(checkpoint_interval: float, slack: float = 0.0) -> Param:
@@ -62,7 +61,7 @@ def stop_params() -> dict[str, Param]:
 
 
 #: The upgrade DAG's default ``canary_checkpoints``: ``barrierflow upgrade``'s
-#: (:data:`barrierflow.ops.upgrade.DEFAULT_CANARY_CHECKPOINTS`, which imports too much to be
+#: (:data:`barrierflow.upgrade.steps.DEFAULT_CANARY_CHECKPOINTS`, which imports too much to be
 #: read at DAG-parse time; a test holds the two equal).
 UPGRADE_CANARY_CHECKPOINTS = 3
 
@@ -115,7 +114,7 @@ def recover_params() -> dict[str, Param]:
     }
 
 
-def launch_params(spec: PipelineSpec | StagedPipelineSpec, slack: float) -> dict[str, Param]:
+def launch_params(spec: PipelineSpec, slack: float) -> dict[str, Param]:
     """The launch DAG's params: the checkpoint age its ``supervise`` allows after the job ended
     (plus ``slack`` for that task to be scheduled), the time without a completed checkpoint after
     which the running pipeline is reported stalled, and ``until_exhausted`` (default: whether the
@@ -132,13 +131,13 @@ def launch_params(spec: PipelineSpec | StagedPipelineSpec, slack: float) -> dict
     }
 
 
-def chaos_run_params(spec: PipelineSpec | StagedPipelineSpec) -> dict[str, Param]:
+def chaos_run_params(spec: PipelineSpec) -> dict[str, Param]:
     """The chaos DAG's params (checked again by :func:`barrierflow.airflow.chaos.chaos_params`);
     ``mode`` defaults to ``mixed`` for a pipeline of several stages, ``group`` otherwise."""
     return {
         "kills": Param(20, type="integer", minimum=1, description="How many times the copy under test is killed."),
         "seed": Param(0, type="integer", description="Random seed: the same seed makes the same choices."),
-        "mode": Param(default_kill_mode(spec), type="string", enum=["group", "jvm", "stage", "mixed"],
+        "mode": Param(cut_layout(spec).kill_mode, type="string", enum=["group", "jvm", "stage", "mixed"],
                       description="What a kill hits: the process group, the driver's JVM, one stage process "
                                   "(with processes), or any of them."),
         "min_gap": Param(5.0, type="number", exclusiveMinimum=0, description="Shortest run before a kill (s)."),

@@ -334,7 +334,7 @@ def duplicate_output_hint(spec_path: str | os.PathLike[str]) -> str:
     trigger again with ``checkpoint='latest'``, or (one stage, whose restore can write already
     committed output again) with ``accept_duplicates=true``."""
     hint = "With this DAG: trigger it again with checkpoint='latest'"
-    if open_pipeline(spec_path).restore_can_accept_duplicates:
+    if open_pipeline(spec_path).layout.replays_committed_epochs:
         hint += ", or with accept_duplicates=true to write that output again"
     return hint
 

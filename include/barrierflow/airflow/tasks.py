@@ -1,10 +1,12 @@
 """The TaskFlow tasks of the scheduled and batch DAGs, and of a spec that does not load.
 
-Each is a thin task body around one function of a module of :mod:`barrierflow.airflow` named after
-its concept (:mod:`.freshness`, :mod:`.verification`, :mod:`.retention`, ...) (which call
-:mod:`barrierflow.ops`), wrapped in :func:`.task_body.task_body` (``BARRIERFLOW_HOME`` from the
-argument ``barrierflow_home``; the errors a retry cannot fix fail the task at once, naming the
-thing and the fix). ``dags/barrierflow_pipelines.py`` calls them inside its DAGs:
+Each is a thin task body that calls one operation of :mod:`barrierflow.ops` (or, where the
+Airflow side adds a rule of its own, a module named after it: :mod:`.freshness`,
+:mod:`.verification`, :mod:`.chaos`) and returns the result's JSON document (its ``as_dict()``,
+what ``--json`` of the same command prints), wrapped in :func:`.task_body.task_body`
+(``BARRIERFLOW_HOME`` from the argument ``barrierflow_home``; the errors a retry cannot fix fail
+the task at once, naming the thing and the fix). ``dags/barrierflow_pipelines.py`` calls them
+inside its DAGs:
 
 * ``supervise`` (launch and supervision DAGs): the latest completed checkpoint is younger than
   the param ``max_checkpoint_age_seconds``;
@@ -28,17 +30,7 @@ from typing import Any
 
 from airflow.sdk import task
 
-from barrierflow.airflow import (
-    batch_reports,
-    chaos,
-    freshness,
-    quality,
-    reconciliation,
-    retention,
-    stopping,
-    verification,
-    watermark_skew,
-)
+from barrierflow.airflow import chaos, freshness, verification
 from barrierflow.airflow.chaos import ChaosFailedError
 from barrierflow.airflow.errors import BatchReportError, CheckpointStaleError, CheckpointVerificationError
 from barrierflow.airflow.task_body import task_body
@@ -48,8 +40,11 @@ from barrierflow.reports.skew import SkewExpectationError
 
 log = logging.getLogger(__name__)
 
-# The operations are looked up in their modules when a task runs (``verification.verify_latest_checkpoints``),
-# not bound here: a test may replace one there, as it could when the DAG file imported them in its tasks.
+# The operations are imported when a task runs (``from barrierflow.ops.retain import retain`` in its body),
+# not when the DAG file is parsed: parsing stays light, and a test may replace one in its module.
+
+#: How many differences the XCom of the stream-vs-batch comparison lists (the stored report lists more).
+XCOM_DIFFERENCES = 100
 
 
 def current_context() -> Any:
@@ -86,8 +81,12 @@ def verify(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
 @task(task_id="retain")
 @task_body()
 def retain(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
-    """Run retention once; returns (and logs) the JSON summary of `barrierflow retain --json`."""
-    summary = retention.retain_checkpoints(spec_path)
+    """Run retention once (:func:`barrierflow.ops.retain.retain`: the newest ``checkpoint.retained``
+    cuts and every savepoint kept, the rest deleted; safe while the job runs); returns (and logs)
+    the JSON summary of `barrierflow retain --json`."""
+    from barrierflow.ops.retain import retain as retain_cuts
+
+    summary = retain_cuts(spec_path).as_dict()
     log.info("retention summary: %s", json.dumps(summary))
     return summary
 
@@ -99,9 +98,11 @@ def stop(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     the JSON document of `barrierflow stop --json`: the savepoint's id and location. Fails at
     once when nothing runs; fails when the stop did not complete (its message says whether the
     pipeline keeps running)."""
+    from barrierflow.ops.stop import stop as stop_pipeline
+
     params = current_context()["params"]
-    summary = stopping.stop_pipeline(spec_path, savepoint=bool(params["savepoint"]),
-                                     timeout_seconds=float(params["timeout_seconds"]))
+    summary = stop_pipeline(spec_path, savepoint=bool(params["savepoint"]),
+                            timeout=float(params["timeout_seconds"])).as_dict()
     log.info("%s", summary["message"])
     log.info("stop summary: %s", json.dumps(summary))
     return summary
@@ -111,8 +112,12 @@ def stop(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
 @task_body()
 def reconcile(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """Reconcile the sinks' in-doubt transactions once; returns (and logs) the JSON document of
-    `barrierflow reconcile SPEC --json`, with one log line per decision."""
-    summary = reconciliation.reconcile_transactions(spec_path)
+    `barrierflow reconcile SPEC --json`, with one log line per decision
+    (:func:`barrierflow.ops.reconcile.reconcile`: COMMIT what the latest completed cut covers,
+    ABORT the rest when the job is not running, leave it while it runs)."""
+    from barrierflow.ops.reconcile import reconcile as reconcile_transactions
+
+    summary = reconcile_transactions(spec_path).as_dict()
     running = "running" if summary["job_running"] else "not running"
     log.info("pipeline %r: latest completed checkpoint %s; job %s", summary["pipeline"], summary["latest_completed"],
              running)
@@ -131,8 +136,15 @@ def reconcile(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
 def skew(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     """The watermark-skew report over the completed checkpoints; returns (and logs) the JSON document
     of `barrierflow skew SPEC --json`. Fails at once (no retry: the next hourly run looks again),
-    naming each checkpoint and value, when an expectation (`reports.max_skew` / `max_lag`) fails."""
-    summary = watermark_skew.report_watermark_skew(spec_path)
+    naming each checkpoint and value, when an expectation (`reports.max_skew` / `max_lag`) fails.
+    The report is stored as ``reports/skew-latest.json`` (:func:`barrierflow.ops.skew.skew`)."""
+    from barrierflow.ops.skew import skew as watermark_skew
+
+    outcome = watermark_skew(spec_path)
+    outcome.raise_for_failures(spec_path)
+    for name, report in outcome.stages.items():
+        log.info("pipeline %r, stage %s: %s", outcome.pipeline, name, report.message)
+    summary = outcome.as_dict()
     log.info("skew report: %s", json.dumps(summary))
     return summary
 
@@ -176,9 +188,36 @@ def compare(spec_path: str, barrierflow_home: str, stage: str | None = None) -> 
 
 def _own_report(spec_path: str, name: str, stage: str | None) -> dict[str, Any]:
     """The ``name`` report the batch job of this DAG run stored (logged); BatchReportError if none."""
-    summary = batch_reports.batch_report(spec_path, name, tag=str(current_context()["run_id"]), stage=stage)
+    summary = batch_report(spec_path, name, tag=str(current_context()["run_id"]), stage=stage)
     log.info("%s report: %s", name, json.dumps(summary))
     return summary
+
+
+def batch_report(spec_path: str, name: str, *, tag: str, stage: str | None = None) -> dict[str, Any]:
+    """The stored ``rollups`` or ``recompute`` report written by the batch job run with ``--tag
+    tag`` (the DAG run's id), its differences cut to :data:`XCOM_DIFFERENCES` for XCom. ``stage``:
+    for a pipeline of several stages, the final stage (its report is in the stage's own store).
+    A report only under its legacy key (``reports/reconciliation-latest.json``, see
+    :func:`barrierflow.ops.batch.stored_report`) is read too; it was written before the rename,
+    so it is another run's and its run is named.
+
+    Raises:
+        BatchReportError: no report, or one of another run (naming the run and where it is).
+    """
+    from barrierflow.ops.batch import REPORT_KEYS, stored_report
+
+    found = stored_report(spec_path, name, stage)
+    if found is None or found.document.get("tag") != tag:
+        store = f"the checkpoint store of stage {stage!r}" if stage else "the checkpoint store"
+        where = (f"no report is at {REPORT_KEYS[name]}" if found is None
+                 else f"the report of run {found.document.get('tag')!r} is at {found.key}")
+        raise BatchReportError(
+            f"pipeline {spec_path}: the batch job of run {tag!r} left no {name} report ({where} in {store}): "
+            "see the spark-submit task's log for why the job failed")
+    document = found.document
+    if len(document.get("differences") or []) > XCOM_DIFFERENCES:
+        document["differences"] = document["differences"][:XCOM_DIFFERENCES]
+    return document
 
 
 @task(task_id="validate", retries=0)
@@ -188,8 +227,13 @@ def validate(spec_path: str, barrierflow_home: str, stage: str | None = None) ->
     stage ``stage`` for a pipeline of several); Data Docs stored with the reports. Returns (and
     logs) the summary; fails, naming each expectation, column and a sample of bad rows, when one
     fails (not retried: the next run looks again)."""
+    from barrierflow.ops.quality import quality
+    from barrierflow.reports.quality import raise_for_failures
+
     epochs = current_context()["params"].get("epochs")
-    summary = quality.check_output_quality(spec_path, epochs=int(epochs) if epochs else None, stage=stage)
+    report = quality(spec_path, epochs=int(epochs) if epochs else None, stage=stage)
+    raise_for_failures(report, spec_path)
+    summary = report.as_dict()
     log.info("data-quality report: %s", json.dumps(summary, default=str))
     return summary
 

@@ -14,8 +14,7 @@ from barrierflow.airflow.errors import CheckpointVerificationError
 from barrierflow.spec.models import VerificationSpec
 
 if TYPE_CHECKING:
-    from barrierflow.spec.models import PipelineSpec
-    from barrierflow.spec.stages import StagedPipelineSpec
+    from barrierflow.spec.stages import PipelineSpec
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ class VerificationSchedule:
     deep: bool
 
 
-def verification_schedule(spec: PipelineSpec | StagedPipelineSpec) -> VerificationSchedule:
+def verification_schedule(spec: PipelineSpec) -> VerificationSchedule:
     """The scheduled verification settings of ``spec`` (defaults when it has no
     ``verification`` section; see :class:`VerificationSchedule`). Reads nothing but the spec."""
     settings = spec.verification or VerificationSpec()
@@ -78,7 +77,7 @@ def verify_latest_checkpoints(spec_path: str | os.PathLike[str], latest: int, *,
     from barrierflow.ops.verify import verify
 
     outcome = verify(spec_path, latest=latest, deep=deep)
-    summary = outcome.summary()
+    summary = outcome.as_dict()
     failed = outcome.failures()
     if failed:
         raise CheckpointVerificationError(outcome.pipeline, [(cid, name, message) for cid, name, message, _ in failed],

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.barriers.replay_plan import ReplayPlan
 from barrierflow.errors import CheckpointCorruptError
@@ -68,9 +69,7 @@ class ControlChannel:
         now = datetime.now(UTC)
         body = json.dumps({"checkpoint_id": checkpoint_id, "requested_at": now.isoformat(),
                            "triggered_at": (triggered_at or now).isoformat()})
-        tmp = self.directory / f".{self.REQUEST}.{os.getpid()}.tmp"
-        tmp.write_text(body, encoding="utf-8")
-        os.replace(tmp, self.directory / self.REQUEST)
+        write_atomic(self.directory / self.REQUEST, body)
 
     def requested_barrier(self) -> int:
         return self.barrier_request().checkpoint_id
@@ -120,10 +119,7 @@ class ControlChannel:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f".{self.REPLAY}.{os.getpid()}.tmp"
-        tmp.write_text(plan.to_json(), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, plan.to_json())
 
     def replay_plan(self) -> ReplayPlan | None:
         """The replay plan a restore left, or None."""

@@ -56,7 +56,7 @@ from barrierflow.batch.source_records import (
 )
 from barrierflow.checkpointing.store import CheckpointStore, shared_key
 from barrierflow.errors import BarrierflowError, UserInputError
-from barrierflow.sinks.parquet import staging_uri
+from barrierflow.sinks.parquet import write_ahead_uri
 from barrierflow.spec.models import KafkaSourceSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.transforms.context import TransformContext, load_transformation
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from barrierflow.checkpointing.manifest import Manifest
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class RecomputeReport:
         return doc
 
 
-def trusted_checkpoint(spec: PipelineSpec, store: CheckpointStore) -> Manifest:
+def trusted_checkpoint(spec: StageSpec, store: CheckpointStore) -> Manifest:
     """The newest completed checkpoint whose sink transaction is COMMITTED (its epoch's output
     is in the lake). Raises UserInputError when there is none."""
     sink = parquet_sink(spec)
@@ -210,7 +210,7 @@ def barrier_watermark(store: CheckpointStore, manifest: Manifest) -> datetime:
     return datetime.fromtimestamp(millis / 1000, tz=UTC)
 
 
-def closed_range(spec: PipelineSpec, store: CheckpointStore, start: datetime | None, end: datetime | None
+def closed_range(spec: StageSpec, store: CheckpointStore, start: datetime | None, end: datetime | None
                  ) -> tuple[Manifest, datetime, datetime | None, datetime]:
     """``(trusted checkpoint, its watermark, start, end)``; ``end`` defaults to the watermark.
     Raises UserInputError for a naive datetime, an empty range or an end past the watermark."""
@@ -230,7 +230,7 @@ def closed_range(spec: PipelineSpec, store: CheckpointStore, start: datetime | N
     return manifest, watermark, start, end
 
 
-def _in_range(df: DataFrame, spec: PipelineSpec, start: datetime | None, end: datetime,
+def _in_range(df: DataFrame, spec: StageSpec, start: datetime | None, end: datetime,
               ends_after: datetime | None = None) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -251,10 +251,10 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
 Recomputation = Callable[[datetime | None, datetime, "dict[str, KafkaRanges]"], "DataFrame"]
 #: The Kafka-fed source stages of a recomputation: stage name (``""`` for a single stage) ->
 #: (its spec, its checkpoint store, whose manifests record the offsets it read).
-KafkaSources = dict[str, "tuple[PipelineSpec, CheckpointStore]"]
+KafkaSources = dict[str, "tuple[StageSpec, CheckpointStore]"]
 
 
-def kafka_sources(spec: PipelineSpec, store: CheckpointStore) -> KafkaSources:
+def kafka_sources(spec: StageSpec, store: CheckpointStore) -> KafkaSources:
     """The Kafka source of a single-stage pipeline (``""``), or none."""
     return {"": (spec, store)} if isinstance(spec.source, KafkaSourceSpec) else {}
 
@@ -285,7 +285,7 @@ def plan_kafka_reads(sources: KafkaSources, checkpoint_id: int, *, start: dateti
     return plans, first
 
 
-def comparison_obstacle(spec: PipelineSpec) -> str:
+def comparison_obstacle(spec: StageSpec) -> str:
     """Why the stream-vs-batch comparison cannot apply to ``spec``'s output at all ("" when it
     can), one line: no event time, or an output mode other than append."""
     if spec.transformation.output_mode != "append":
@@ -301,7 +301,7 @@ class OutputColumnsError(UserInputError):
     ``batch.keys`` or ``batch.measures`` name: the comparison is not configured for it."""
 
 
-def recompute_and_compare(spark: SparkSession, spec: PipelineSpec, store: CheckpointStore, *,
+def recompute_and_compare(spark: SparkSession, spec: StageSpec, store: CheckpointStore, *,
                           start: datetime | None = None, end: datetime | None = None, tag: str = "",
                           spec_path: str = "<spec>", recompute: Recomputation | None = None,
                           kafka: KafkaSources | None = None) -> RecomputeReport:
@@ -353,7 +353,7 @@ def ranges_origin(ranges: dict[str, KafkaRanges]) -> str:
     return ", ".join(f"{r.origin} ({r.source}{f' of stage {stage}' if stage else ''})" for stage, r in ranges.items())
 
 
-def not_compared(spec: PipelineSpec, store: CheckpointStore, key: str, why: str, *, tag: str,
+def not_compared(spec: StageSpec, store: CheckpointStore, key: str, why: str, *, tag: str,
                   checkpoint_id: int = -1, watermark: datetime | None = None, end: datetime | None = None
                   ) -> RecomputeReport:
     """The report of a comparison that could not apply, ``why`` in one line (stored at ``key``
@@ -379,7 +379,7 @@ class HeldOutput:
     files: list[str]
 
 
-def held_output(spec: PipelineSpec, store: CheckpointStore, checkpoint_id: int) -> HeldOutput:
+def held_output(spec: StageSpec, store: CheckpointStore, checkpoint_id: int) -> HeldOutput:
     """The held output of the spec's Parquet sink up to checkpoint ``checkpoint_id``: every
     PRECOMMITTED transaction of a checkpoint <= ``checkpoint_id`` (what a reconciliation against
     that checkpoint commits) and the write-ahead files its handle names (the ``files`` the
@@ -395,13 +395,13 @@ def held_output(spec: PipelineSpec, store: CheckpointStore, checkpoint_id: int) 
             "only the held output of a canary (whose epochs are pre-committed, not committed) can be compared so")
     files = []
     for txn in sorted(held, key=lambda t: t.checkpoint_id):
-        staging = str(txn.handle.get("staging") or staging_uri(sink.path))
+        staging = str(txn.handle.get("staging") or write_ahead_uri(sink.path))
         for batch in txn.batches:
             files.extend(spark_path(staging, key) for key in txn.handle.get("files", {}).get(str(batch), []))
     return HeldOutput(checkpoint_id, sorted(t.checkpoint_id for t in held), files)
 
 
-def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: CheckpointStore, checkpoint_id: int, *,
+def compare_held_output(spark: SparkSession, spec: StageSpec, store: CheckpointStore, checkpoint_id: int, *,
                         since: int | None = None, tag: str = "", spec_path: str = "<spec>",
                         recompute: Recomputation | None = None,
                         report_key: str = CANARY_RECOMPUTE_REPORT_KEY,
@@ -453,7 +453,7 @@ def compare_held_output(spark: SparkSession, spec: PipelineSpec, store: Checkpoi
     return report, held
 
 
-def compare_output(spark: SparkSession, spec: PipelineSpec, paths: list[str], *, checkpoint_id: int,
+def compare_output(spark: SparkSession, spec: StageSpec, paths: list[str], *, checkpoint_id: int,
                    watermark: datetime, start: datetime | None, end: datetime, tag: str, spec_path: str,
                    recompute: Recomputation | None, ends_after: datetime | None = None,
                    kafka: dict[str, KafkaRanges] | None = None) -> RecomputeReport:

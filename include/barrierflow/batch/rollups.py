@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def previous_report(store: CheckpointStore) -> dict[str, Any] | None:
         return None
 
 
-def rollup(spark: SparkSession, spec: PipelineSpec, store: CheckpointStore, *, day: date | None = None,
+def rollup(spark: SparkSession, spec: StageSpec, store: CheckpointStore, *, day: date | None = None,
            tag: str = "") -> RollupReport:
     """Roll up ``day`` (None: the days with new output, see the module docstring); stores the
     report in the checkpoint store and returns it. Raises UserInputError for a pipeline

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from barrierflow.checkpointing.manifest import Manifest
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
 
 #: JSON types (as Spark's ``schema_of_variant`` names them) a ``json_fields`` type takes in the
 #: Python reader's decoder (:mod:`barrierflow.kafka_io.decoding`); a record whose field has
@@ -96,7 +96,7 @@ def offset_ranges(source: GeneratorSourceSpec, start: datetime | None, end: date
     return ranges
 
 
-def not_rereadable(spec: PipelineSpec) -> str:
+def not_rereadable(spec: StageSpec) -> str:
     """Why :func:`source_records` cannot re-read the spec's source ("" when it can: the
     generator, and Kafka over the offset ranges of a checkpoint)."""
     source = spec.source
@@ -200,7 +200,7 @@ def kafka_ranges(source: KafkaSourceSpec, end: Manifest, earlier: list[Manifest]
                              f"{end.checkpoint_id} can be read again: {'; '.join(reasons) or 'none is recorded'}")
 
 
-def source_records(spark: SparkSession, spec: PipelineSpec, start: datetime | None, end: datetime,
+def source_records(spark: SparkSession, spec: StageSpec, start: datetime | None, end: datetime,
                    kafka: KafkaRanges | None = None) -> DataFrame:
     """The source records a recomputation of the windows in ``[start, end)`` reads, as a batch
     DataFrame with the schema the streaming source has: the generator's records of that

@@ -48,14 +48,14 @@ from barrierflow.errors import UserInputError
 from barrierflow.pipeline.final_stages import replay_obstacle, upstream_stages
 from barrierflow.spec.graph import build_graph
 from barrierflow.spec.models import KafkaSourceSpec
-from barrierflow.spec.stages import ChannelSourceSpec, StagedPipelineSpec
+from barrierflow.spec.stages import ChannelSourceSpec, PipelineSpec
 from barrierflow.transforms.context import TransformContext, load_transformation
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from barrierflow.batch.recompute import KafkaSources
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
 
 #: Spark SQL type of each channel ``json_fields`` type (as the stream's channel reader decodes them).
 CHANNEL_TYPES = {"string": "string", "long": "bigint", "double": "double", "timestamp": "timestamp",
@@ -70,7 +70,7 @@ class StageReplayError(UserInputError):
     channel's broker metadata)."""
 
 
-def replay_order(pipeline: StagedPipelineSpec, final: str) -> list[str]:
+def replay_order(pipeline: PipelineSpec, final: str) -> list[str]:
     """The stages the output of ``final`` depends on, ``final`` last, each after every stage it
     reads. Raises StageReplayError for a cycle among them (naming it and its back-edge)."""
     obstacle = replay_obstacle(pipeline, final)
@@ -102,7 +102,7 @@ def channel_rows(rows: DataFrame, topic: str, fields: Mapping[str, str]) -> Data
     return rows.select(F.lit(topic).alias("topic"), *columns).dropna(subset=list(fields))
 
 
-def kafka_source_stages(pipeline: StagedPipelineSpec, stage_specs: Mapping[str, PipelineSpec],
+def kafka_source_stages(pipeline: PipelineSpec, stage_specs: Mapping[str, StageSpec],
                         final: str) -> KafkaSources:
     """The stages upstream of ``final`` (itself included) that read an external Kafka source (not
     a channel, which a derived spec reads as Kafka too): name -> (derived spec, its own
@@ -113,7 +113,7 @@ def kafka_source_stages(pipeline: StagedPipelineSpec, stage_specs: Mapping[str, 
             and isinstance(stage_specs[name].sources[0], KafkaSourceSpec)}
 
 
-def replay_final_stage(spark: SparkSession, pipeline: StagedPipelineSpec, stage_specs: Mapping[str, PipelineSpec],
+def replay_final_stage(spark: SparkSession, pipeline: PipelineSpec, stage_specs: Mapping[str, StageSpec],
                        final: str, start: datetime | None, end: datetime,
                        kafka: Mapping[str, KafkaRanges] | None = None, *, spec_path: str = "<spec>") -> DataFrame:
     """The batch recomputation of stage ``final``'s output from the source records of

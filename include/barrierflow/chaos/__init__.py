@@ -26,7 +26,7 @@ The method, in order (:func:`barrierflow.chaos.runner.run_chaos`):
    checkpoints, rows, missing, extra, duplicated, time; JSON and an HTML page with a plot.
 
 With ``--upgrade-to NEW_SPEC`` step 4 is replaced by upgrades of the copy under kills
-(:mod:`barrierflow.ops.upgrade_chaos`: ``barrierflow upgrade`` killed in its rewrite, canary,
+(:mod:`barrierflow.upgrade.chaos`: ``barrierflow upgrade`` killed in its rewrite, canary,
 commit or rollback and run again until it completes, back and forth), compared with the same
 never-upgraded reference.
 

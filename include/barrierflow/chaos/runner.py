@@ -49,9 +49,9 @@ from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.faults import ENV as CRASH_ENV
 from barrierflow.faults import POINTS, SINK_POINTS, UPGRADE_POINTS
 from barrierflow.pipeline.model import open_pipeline
-from barrierflow.spec.loader import load_any_spec, load_spec_data
+from barrierflow.spec.loader import load_any_spec, load_spec_data, raw_parts
 from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec
-from barrierflow.spec.parts import channel_topics, raw_parts, spec_parts
+from barrierflow.spec.stages import PipelineSpec
 
 Mode = Literal["group", "stage", "jvm", "mixed"]
 #: Seconds a run may take to stop by itself after one of its processes was killed.
@@ -61,6 +61,11 @@ AFTER_KILL_TIMEOUT = 120.0
 READY_POLL = 0.2
 MODES: tuple[str, ...] = ("group", "stage", "jvm", "mixed")
 
+
+
+def _channel_topics(spec: PipelineSpec) -> dict[str, str]:
+    """Each channel's name -> its topic (none for a pipeline without channels)."""
+    return {c.name: c.topic_for(spec.name) for c in spec.channels}
 
 class ChaosRunError(BarrierflowError):
     """A run of a chaos copy failed without being killed, or did not end in time; the message
@@ -82,7 +87,7 @@ class ChaosOptions:
     run_timeout: float = 1800.0
     #: The protocol points armed runs crash at (None: every point this pipeline reaches).
     points: tuple[str, ...] | None = None
-    #: Upgrade mode (:mod:`barrierflow.ops.upgrade_chaos`): the changed spec the copy is
+    #: Upgrade mode (:mod:`barrierflow.upgrade.chaos`): the changed spec the copy is
     #: upgraded to, again and again, while the upgrades are killed (None: plain chaos).
     upgrade_to: Path | None = None
     #: Upgrade mode: the checkpoints each upgrade's canary verifies (None: 2).
@@ -326,11 +331,11 @@ class _Copy:
         self.spec = load_any_spec(self.spec_path)
         self.pipeline = open_pipeline(self.spec_path)
         #: The copy's channel topics -> the spec's (rows naming a topic compare across copies).
-        theirs = channel_topics(original) if original is not None else {}
-        self.topic_aliases: dict[str, str] = {topic: theirs[name] for name, topic in channel_topics(self.spec).items()
+        theirs = _channel_topics(original) if original is not None else {}
+        self.topic_aliases: dict[str, str] = {topic: theirs[name] for name, topic in _channel_topics(self.spec).items()
                                               if name in theirs}
         #: The copy's stages by the spec's stage names (the outputs name those; one stage: the pipeline's).
-        self.parts = dict(zip((p.name for p in raw_parts(raw)), (p.part for p in spec_parts(self.spec)),
+        self.parts = dict(zip((p.name for p in raw_parts(raw)), self.spec.stages,
                               strict=True))
 
     def sink_of(self, output: ScratchOutput) -> Any:
@@ -409,7 +414,7 @@ class ChaosRunner:
         self.stamp = self.started.strftime("%Y%m%d%H%M%S")
         self.scratch = options.scratch or (Path(self.spec.work_dir or f"var/{self.spec.name}").resolve().parent
                                            / f"{self.spec.name}-chaos-{self.stamp}")
-        self.points = list(pipeline.protocol_points)
+        self.points = list(pipeline.layout.protocol_points)
         if any(sink.type == "kafka" for _, part in stages_of(self.spec) for sink in part.sinks):
             self.points += list(SINK_POINTS["kafka"])
         if options.points:

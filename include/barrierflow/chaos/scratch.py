@@ -34,11 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from barrierflow.errors import UserInputError
-from barrierflow.spec.models import GeneratorSourceSpec, KafkaSinkSpec, KafkaSourceSpec, PipelineSpec
-from barrierflow.spec.parts import raw_parts, spec_parts
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.pipeline.layout import cut_layout
+from barrierflow.pipeline.words import WORDS
+from barrierflow.spec.loader import raw_parts
+from barrierflow.spec.models import GeneratorSourceSpec, KafkaSinkSpec, KafkaSourceSpec
+from barrierflow.spec.stages import PipelineSpec
 
-AnySpec = PipelineSpec | StagedPipelineSpec
+AnySpec = PipelineSpec
 #: A Kafka sink's ``commit_marker_topic`` when the spec does not set it.
 DEFAULT_MARKER_TOPIC: str = KafkaSinkSpec.model_fields["commit_marker_topic"].default
 
@@ -49,8 +51,8 @@ class ChaosRefusedError(UserInputError):
 
 def stages_of(spec: AnySpec) -> list[tuple[str, Any]]:
     """(stage name, stage-like object with ``sources``, ``sinks``, ``transformation``) pairs;
-    a single-stage spec is one stage named after the pipeline (:func:`barrierflow.spec.parts.spec_parts`)."""
-    return [(p.name, p.part) for p in spec_parts(spec)]
+    a single-stage spec is one stage named after the pipeline."""
+    return [(s.name, s) for s in spec.stages]
 
 
 def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
@@ -66,8 +68,9 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
     """
     kafka: list[KafkaSourceSpec] = []
     outputs = 0
-    for each in spec_parts(spec):
-        part, where = each.part, each.label
+    said = WORDS[cut_layout(spec).name]
+    for part in spec.stages:
+        where = said.label(part.name)
         if not part.transformation.deterministic:
             raise ChaosRefusedError(
                 f"{where}: its transformation {part.transformation.function} is declared 'deterministic: false'; "

@@ -103,7 +103,7 @@ class CheckpointCoordinator:
         options: CheckpointSpec,
         store: CheckpointStore,
         spark_checkpoint_dir: str | Path | ObjectDir,
-        staging_dir: str | Path,
+        snapshot_dir: str | Path,
         control: ControlChannel,
         source_names: list[str],
         sinks: list[SinkCommitter] | None = None,
@@ -123,7 +123,7 @@ class CheckpointCoordinator:
         self.options = options
         self.store = store
         self.spark_dir = as_checkpoint_dir(spark_checkpoint_dir)
-        self.snapshot_dir = Path(staging_dir)
+        self.snapshot_dir = Path(snapshot_dir)
         self.control = control
         self.source_names = source_names
         self.sinks = sinks or []

@@ -88,6 +88,8 @@ class CutLog(Protocol):
 
     def completed_ids(self) -> list[int]: ...
 
+    def location(self, checkpoint_id: int) -> str: ...
+
     def get(self, checkpoint_id: int) -> GlobalManifest: ...
 
     def completed(self) -> list[GlobalManifest]: ...
@@ -143,6 +145,11 @@ class GlobalCheckpointStore:
     @property
     def uri(self) -> str:
         return self.objects.uri
+
+    def location(self, checkpoint_id: int) -> str:
+        """Where cut ``checkpoint_id`` is recorded, as messages name it: its global manifest
+        (which names every stage's manifest)."""
+        return self.objects.describe(global_key(checkpoint_id, "_metadata"))
 
     # -- ids ------------------------------------------------------------------------------
     def record_ids(self) -> dict[RecordKind, set[int]]:
@@ -376,6 +383,11 @@ class SingleStageCuts:
     @property
     def uri(self) -> str:
         return self.store.uri
+
+    def location(self, checkpoint_id: int) -> str:
+        """Where cut ``checkpoint_id`` is recorded, as messages name it: the stage's manifest
+        (its checkpoints are the cuts)."""
+        return self.store.objects.describe(manifest_key(checkpoint_id))
 
     def completed_ids(self) -> list[int]:
         return self.store.checkpoint_ids()

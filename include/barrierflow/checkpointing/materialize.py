@@ -11,11 +11,10 @@ the end, so a failed restore never leaves a half-written directory behind.
 from __future__ import annotations
 
 import os
-import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.store import CheckpointStore, shared_key
 from barrierflow.checkpointing.uploader import sha256_file
@@ -46,10 +45,11 @@ def materialize_checkpoint(
     target = Path(target)
     if target.exists():
         raise StorageError(f"{target} already exists; move it aside before restoring into it")
-    tmp = target.parent / f".{target.name}.restoring-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir(parents=True)
     total = 0
-    try:
+
+    def fill(tmp: Path) -> None:
+        nonlocal total
+        tmp.mkdir(parents=True)
         for entry in manifest.files:
             if entry.path.startswith("/") or ".." in entry.path.split("/"):
                 raise CheckpointCorruptError(
@@ -73,8 +73,6 @@ def materialize_checkpoint(
                     f"{entry.size} bytes); restore an older checkpoint"
                 )
             total += size
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    write_atomic(target, fill)
     return MaterializedCheckpoint(manifest.checkpoint_id, target, len(manifest.files), total)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.errors import CheckpointError
 from barrierflow.spark import state_files
 from barrierflow.storage.object_dir import ObjectDir
@@ -307,16 +308,17 @@ def take_object_snapshot(
         dst.parent.mkdir(parents=True, exist_ok=True)
         if not cached.is_file():
             cached.parent.mkdir(parents=True, exist_ok=True)
-            part = cached.with_name(f".{cached.name}.part")
-            try:
-                checkpoint.store.download_file(relpath, str(part))
-            except ObjectNotFoundError as exc:
-                raise CheckpointError(f"{relpath} disappeared before it was snapshotted: {exc}") from exc
-            if part.stat().st_size != info.size:
-                part.unlink(missing_ok=True)
-                raise CheckpointError(f"{checkpoint / relpath} changed while it was snapshotted "
-                                      f"(listed {info.size} bytes, read another size)")
-            os.replace(part, cached)
+
+            def download(part: Path, relpath: str = relpath, size: int = info.size) -> None:
+                try:
+                    checkpoint.store.download_file(relpath, str(part))
+                except ObjectNotFoundError as exc:
+                    raise CheckpointError(f"{relpath} disappeared before it was snapshotted: {exc}") from exc
+                if part.stat().st_size != size:
+                    raise CheckpointError(f"{checkpoint / relpath} changed while it was snapshotted "
+                                          f"(listed {size} bytes, read another size)")
+
+            write_atomic(cached, download)
         kept.add(cached)
         os.link(cached, dst)
         linked.append(SnapshotFile(relpath, str(dst), info.size))

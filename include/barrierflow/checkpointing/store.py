@@ -47,7 +47,7 @@ from barrierflow.storage import ObjectNotFoundError, ObjectStore, open_store
 
 if TYPE_CHECKING:
     from barrierflow.lease import FenceToken
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
 
 log = logging.getLogger(__name__)
 _ANY_CHK = re.compile(r"^chk-(\d+)/")
@@ -76,7 +76,7 @@ class CheckpointStore:
         self.fence: FenceToken | None = None
 
     @classmethod
-    def for_spec(cls, spec: PipelineSpec, objects: ObjectStore | None = None) -> CheckpointStore:
+    def for_spec(cls, spec: StageSpec, objects: ObjectStore | None = None) -> CheckpointStore:
         return cls(objects or open_store(spec.checkpoint.storage), spec.name)
 
     @property

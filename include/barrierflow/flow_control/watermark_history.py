@@ -28,6 +28,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from barrierflow.atomic_files import write_atomic
+
 HISTORY_FILE = "watermarks.jsonl"
 DEFAULT_KEEP = 500
 
@@ -126,7 +128,5 @@ class WatermarkHistory:
 
     def _trim(self) -> None:
         lines = self.path.read_text(encoding="utf-8").splitlines()[-self.keep:]
-        tmp = self.path.with_name(f".{HISTORY_FILE}.{os.getpid()}.tmp")
-        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_atomic(self.path, "".join(line + "\n" for line in lines))
         self._lines = len(lines)

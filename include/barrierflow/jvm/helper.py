@@ -21,7 +21,6 @@ Contract:
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -29,6 +28,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.jvm.errors import JvmArtifactError
 from barrierflow.jvm.lockfile import cache_dir
 
@@ -85,11 +85,13 @@ def helper_jar(cache: Path | None = None) -> Path:
         if done.returncode != 0:
             first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip()[:300])
             raise JvmArtifactError(f"javac could not compile {HELPER_SOURCES} against {_spark_jars()}: {first}")
-        partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
-            for path in sorted(classes.rglob("*.class")):
-                jar.write(path, path.relative_to(classes).as_posix())
-        os.replace(partial, target)
+
+        def write_jar(partial: Path) -> None:
+            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
+                for path in sorted(classes.rglob("*.class")):
+                    jar.write(path, path.relative_to(classes).as_posix())
+
+        write_atomic(target, write_jar)
     return target
 
 

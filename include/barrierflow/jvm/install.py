@@ -16,13 +16,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.jvm.errors import JvmArtifactError
 from barrierflow.jvm.lockfile import LockedArtifact
 
@@ -75,13 +75,12 @@ def verify_cached(cache: Path, artifact: LockedArtifact) -> Path:
 
 
 def _download(url: str, target: Path, artifact: LockedArtifact, timeout: float) -> int:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    tmp = Path(tmp_name)
-    digest = hashlib.sha256()
     size = 0
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+
+    def download(tmp: Path) -> None:
+        nonlocal size
+        digest = hashlib.sha256()
+        with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
             for chunk in iter(lambda: response.read(_CHUNK), b""):
                 out.write(chunk)
                 digest.update(chunk)
@@ -91,14 +90,14 @@ def _download(url: str, target: Path, artifact: LockedArtifact, timeout: float) 
                 f"downloaded {artifact.coordinates} from {url} does not match its pinned sha256 "
                 f"(lock {artifact.sha256}, download {digest.hexdigest()}): refusing it; check "
                 f"${REPOSITORY_ENV} or the network path to the repository")
-        os.replace(tmp, target)
-        return size
+
+    try:
+        write_atomic(target, download)
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
         raise JvmArtifactError(
             f"cannot download JVM artifact {artifact.coordinates} from {url}: {exc}. The install needs "
             f"Maven Central (or a mirror in ${REPOSITORY_ENV})") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
+    return size
 
 
 def install(artifacts: Iterable[LockedArtifact], cache: Path, *, timeout: float = 120.0) -> InstallReport:

@@ -1,7 +1,7 @@
 """The Kafka clients barrierflow uses, behind one small interface.
 
 Two Python Kafka clients are in the environment, and each is used where it is the better tool
-(the measurements behind the choice: docs/benchmarks.md, "Channel transport"):
+(the measurements behind the choice: bench/results/channel-transport/):
 
 - confluent-kafka (librdkafka, batching in C) for the data path: channel data records produced
   by the executors (:mod:`.producer`: idempotent, ``acks=all``), the driver's channel barrier

@@ -4,7 +4,7 @@
 (:mod:`barrierflow.kafka_io.kraft_broker`; ``make install`` fetches and verifies them) on
 127.0.0.1 on free ports, yields its ``host:port`` once it answers a metadata request and stops
 it on exit. Why Apache Kafka and not a smaller Kafka-protocol broker: docs/architecture.md
-("The embedded broker"), measured in docs/benchmarks.md.
+(bench/results/embedded-broker/).
 
 Its records live in a data dir. ``barrierflow run`` of a pipeline with embedded channels gives
 it ``<work_dir>/embedded-broker`` (:func:`data_dir_for`), so committed channel records,

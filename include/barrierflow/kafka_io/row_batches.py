@@ -5,7 +5,7 @@ IPC stream (schema and one batch) per Kafka record, with header :data:`ROWS_HEAD
 the record's row count. One Kafka record per row cost a stage pair two Python JSON passes and
 two librdkafka messages per row, and the reading stage's driver read every record once more to
 find the barriers: a channel moved about 30,000-45,000 rows/s on this 2-core machine
-(docs/benchmarks.md, "Kafka source"). With rows batched, the writer produces a record per few
+(bench/results/kafka-source/). With rows batched, the writer produces a record per few
 thousand rows, the reader decodes them without a Python object per row, and the driver's scan
 for barrier records looks at a few records per micro-batch. Flink's network stack does the
 same: records travel in buffers, and barriers between buffers.

@@ -64,6 +64,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.errors import BarrierflowError, UserInputError
 from barrierflow.processes import process_alive
 from barrierflow.storage import ObjectNotFoundError, ObjectStore
@@ -325,9 +326,7 @@ class JobLease:
             if self.store is not None:
                 self.token = self._acquire_on_store(self.store, started)
                 mirror.update(fence=self.token.fence, store=self.store.uri)
-            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(mirror), encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_atomic(self.path, json.dumps(mirror))
         if self.token is not None:
             self.token.period = self.ttl / 3  # the heartbeat's period
             self._stop.clear()

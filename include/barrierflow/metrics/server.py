@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.errors import UserInputError
 from barrierflow.metrics.exposition import CONTENT_TYPE
 from barrierflow.metrics.run_metrics import RunMetrics
@@ -91,10 +92,8 @@ class MetricsServer:
         self._thread = threading.Thread(target=self._server.serve_forever, name="barrierflow-metrics", daemon=True)
         self._thread.start()
         host, port = self.address
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.work_dir / f".{ADDRESS_FILE}.tmp"
-        tmp.write_text(json.dumps({"host": host, "port": port, "url": self.url, "pid": os.getpid()}))
-        tmp.replace(self.work_dir / ADDRESS_FILE)
+        write_atomic(self.work_dir / ADDRESS_FILE,
+                     json.dumps({"host": host, "port": port, "url": self.url, "pid": os.getpid()}))
         log.warning("pipeline %s: serving metrics at %s", metrics.pipeline, self.url)
         return self
 

@@ -18,15 +18,12 @@ written once.
 :mod:`.skew`                  the watermark-skew report of every stage
 :mod:`.progress`              the newest cut / committed epoch (polled by the asset watchers)
 :mod:`.validate`              validate a spec (single- or multi-stage) and describe its graph
-:mod:`.global_history`        the recent global checkpoints with every stage's part, the savepoints (the page)
+:mod:`.cut_history`           the recent global checkpoints with every stage's part, the savepoints (the page)
 :mod:`.discovery`             find the specs of a pipelines folder (the DAG file, the Checkpoints page)
 :mod:`.batch`                 rollups and the stream-vs-batch comparison of a single-stage Parquet output
 :mod:`.quality`               data quality of that output
 :mod:`.state`                 read a completed cut's state: operators and schemas, a table, a diff, sizes
-:mod:`.upgrade`               the compatibility report of a spec change, and the change (rewrite, restore, canary)
-:mod:`.canary`                run a restored new spec with its commits held and deep-verify its checkpoints
-:mod:`.upgrade_record`        the persisted steps of an upgrade (continued by the same command; shown)
-:mod:`.state_rebuild`         rebuild a stage's state by replaying its input (an upgrade whose keys change meaning)
+:mod:`.upgrade`               a spec change's compatibility report, and the change (steps: :mod:`barrierflow.upgrade`)
 ============================  =====================================================
 
 Each takes the spec file's path and opens the pipeline once with
@@ -36,5 +33,6 @@ checkpoints, so there is one function per operation for both shapes, returning o
 result with ``.stages`` (one entry for one stage); where the shapes must differ inside (the
 runtime ``run`` starts, how ``restore`` restores the stages) the operation decides once. Each
 raises :class:`~barrierflow.errors.BarrierflowError` subclasses on purpose, prints nothing and
-imports nothing of Airflow.
+imports nothing of Airflow. No operation imports another: what two share lives in a lower
+layer (the upgrade's steps in :mod:`barrierflow.upgrade`).
 """

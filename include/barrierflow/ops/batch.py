@@ -41,8 +41,8 @@ from barrierflow.batch.stage_replay import kafka_source_stages, replay_final_sta
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.pipeline.final_stages import batch_side
 from barrierflow.spec.loader import load_any_spec
-from barrierflow.spec.models import ParquetSinkSpec, PipelineSpec
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.models import ParquetSinkSpec, StageSpec
+from barrierflow.spec.stages import PipelineSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 
 __all__ = ["REPORT_KEYS", "BatchTarget", "StoredReport", "batch_jars", "batch_target", "newest_output_epoch",
@@ -59,12 +59,12 @@ class BatchTarget:
     a final stage's derived spec and its own store; then ``pipeline`` is the whole pipeline,
     ``stage`` the final stage and ``stage_specs`` every stage's derived spec (for the replay)."""
 
-    spec: PipelineSpec
+    spec: StageSpec
     store: CheckpointStore
     spec_path: str
-    pipeline: StagedPipelineSpec | None = None
+    pipeline: PipelineSpec | None = None
     stage: str | None = None
-    stage_specs: dict[str, PipelineSpec] = field(default_factory=dict)
+    stage_specs: dict[str, StageSpec] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

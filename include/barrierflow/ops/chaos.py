@@ -52,7 +52,7 @@ def chaos(spec_path: str | os.PathLike[str], options: ChaosOptions) -> ChaosOutc
     """
     spec = load_any_spec(spec_path)
     if options.upgrade_to is not None:
-        from barrierflow.ops.upgrade_chaos import run_upgrade_chaos
+        from barrierflow.upgrade.chaos import run_upgrade_chaos
 
         result = run_upgrade_chaos(spec_path, options)
     else:

@@ -13,7 +13,9 @@ from typing import Any
 
 from barrierflow.checkpointing.global_manifest import GlobalFailure, GlobalManifest
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
+from barrierflow.pipeline.cut_view import CheckpointView, view
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
+from barrierflow.pipeline.words import words
 from barrierflow.verification.report import load_report
 
 
@@ -60,7 +62,7 @@ class CheckpointListing:
     restore abandoned, and each stage's own checkpoints in full.
 
     Attributes:
-        noun: how messages name a cut (:attr:`OpenedPipeline.cut_noun`).
+        noun: how messages name a cut (:attr:`barrierflow.pipeline.words.Words.cut_noun`).
         cuts: the completed cuts (abandoned ones too, flagged by ``abandoned``).
         failed_cuts: their failure records.
         stages: each stage's own manifests and failure records, in the spec's order (one stage:
@@ -133,7 +135,7 @@ def listing(pipeline: OpenedPipeline) -> CheckpointListing:
     completed, unreadable = cuts.readable_manifests()
     stages = {s.name: StageCheckpoints(s.store.completed(), s.store.failures()) for s in pipeline.stages}
     found = {m.checkpoint_id: _verdict(pipeline, m.checkpoint_id) for m in completed}
-    return CheckpointListing(pipeline.name, pipeline.storage, pipeline.cut_noun, completed, cuts.failures(),
+    return CheckpointListing(pipeline.name, pipeline.storage, words(pipeline).cut_noun, completed, cuts.failures(),
                              cuts.abandoned(), cuts.attempt(), stages,
                              {cid: v for cid, v in found.items() if v is not None},
                              [SkippedRecord(file, why) for file, why in unreadable])
@@ -150,51 +152,8 @@ def list_checkpoints(spec_path: str | os.PathLike[str]) -> CheckpointListing:
     return listing(open_pipeline(spec_path))
 
 
-@dataclass(frozen=True)
-class CheckpointView:
-    """One cut: its global manifest (for one stage: derived from its checkpoint) and every
-    stage's manifest; ``noun`` names the cut (:attr:`OpenedPipeline.cut_noun`)."""
-
-    manifest: GlobalManifest
-    stages: dict[str, Manifest]
-    noun: str
-    #: stage -> Kafka source -> its barrier offsets in the form its ``starting_offsets`` takes
-    #: (``{"clicks": {"0": 120}}``): what a new pipeline started where this cut is is given
-    starting_offsets: dict[str, dict[str, dict[str, dict[str, int]]]] = field(default_factory=dict)
-
-    @property
-    def checkpoint_id(self) -> int:
-        return self.manifest.checkpoint_id
-
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON of ``checkpoints show --json``, one shape for every pipeline: the cut's
-        global manifest (``checkpoint_id``, ``attempt``, times) with ``noun``, and under
-        ``stages`` each stage's ``part`` of the cut (batch, mode, alignment and sync/async
-        times) and its ``manifest`` in full."""
-        document = self.manifest.model_dump(mode="json")
-        parts = document.pop("stages")
-        return {**document, "noun": self.noun,
-                "stages": {name: {"part": parts.get(name), "manifest": m.model_dump(mode="json"),
-                                  **({"starting_offsets": self.starting_offsets[name]}
-                                     if self.starting_offsets.get(name) else {})}
-                           for name, m in self.stages.items()}}
-
-
-def view(pipeline: OpenedPipeline, checkpoint_id: int) -> CheckpointView:
-    """Cut ``checkpoint_id`` of an opened pipeline (see :func:`show_checkpoint`)."""
-    from barrierflow.kafka_io.partition_ids import starting_offsets_form
-
-    manifest = pipeline.cuts.get(checkpoint_id)
-    stages = {s.name: s.store.get(checkpoint_id) for s in pipeline.stages}
-    kafka = {s.name: s.spec.source.name for s in pipeline.stages if s.source_type in ("kafka", "spark_kafka")}
-    starting = {name: {source: starting_offsets_form(offsets)
-                       for source, offsets in stages[name].barrier_offsets.items() if source == kafka[name] and offsets}
-                for name in kafka if name in stages}
-    return CheckpointView(manifest, stages, pipeline.cut_noun, {k: v for k, v in starting.items() if v})
-
-
 def show_checkpoint(spec_path: str | os.PathLike[str], checkpoint_id: int) -> CheckpointView:
-    """Cut ``checkpoint_id`` and each stage's manifest.
+    """Cut ``checkpoint_id`` and each stage's manifest (:func:`barrierflow.pipeline.cut_view.view`).
 
     Raises:
         CheckpointNotFoundError: it did not complete (or does not exist); the message says

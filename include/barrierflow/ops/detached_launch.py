@@ -21,7 +21,7 @@ without one), each attempt a new spark-submit and so a new driver JVM; with an `
 its ``restart`` and ``gave_up`` alerts are sent as ``barrierflow run`` sends them. An attempt dies with the
 launcher (the kernel's parent-death signal), so a SIGKILLed launcher leaves no orphan driver
 behind, only its lease, which a dead process of this host no longer holds. The attempts see
-:data:`SUPERVISOR_ENV`, so ``barrierflow run`` inside spark-submit does not try to apply the
+:data:`RESTART_SUPERVISOR_ENV`, so ``barrierflow run`` inside spark-submit does not try to apply the
 strategy a second time.
 
 A launcher outlives the Airflow task, worker, scheduler and triggerer that started or watch it;
@@ -41,74 +41,28 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.errors import UserInputError
 from barrierflow.lease import default_ttl, job_running
-from barrierflow.ops.supervised_run import SUPERVISOR_ENV, restart_alert_observers
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime.restart_strategy import NoRestart, strategy_for
-from barrierflow.runtime.restart_supervisor import RestartsExhaustedError, SupervisedRun, supervise
+from barrierflow.runtime.restart_supervisor import (
+    RESTART_SUPERVISOR_ENV,
+    RestartsExhaustedError,
+    SupervisedRun,
+    restart_alert_observers,
+    supervise,
+)
 from barrierflow.spec.loader import load_any_spec
+from barrierflow.workdir.launches import LAUNCHES, LaunchRecord, launcher_alive, process_identity, read_exit
 
 #: The launcher's exit code when it was asked to stop (SIGTERM), as a shell reports it.
 STOPPED_EXIT = 128 + int(signal.SIGTERM)
-LAUNCHES = "launches"
-
-
-@dataclass(frozen=True)
-class LaunchRecord:
-    """What :func:`start_detached` wrote (``<work_dir>/launches/<launch_id>.json``)."""
-
-    launch_id: str
-    spec_path: str
-    pid: int
-    host: str
-    started_at: str
-    log: str
-    exit_file: str
-    command: list[str]
-    #: The launcher's identity on its host (:func:`process_identity`): a pid reused after a
-    #: restart of the host or container is not taken for the launcher.
-    identity: str | None = None
-    #: The pipeline's name (the spec's ``name``).
-    pipeline: str = ""
-
-    @property
-    def path(self) -> Path:
-        return Path(self.exit_file).with_name(f"{self.launch_id}.json")
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def read(cls, path: str | os.PathLike[str]) -> LaunchRecord:
-        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
-
-
-def process_identity(pid: int) -> str | None:
-    """``<boot id>:<start time>`` of process ``pid`` of this host (Linux ``/proc``), or None
-    when it does not run or cannot be read: two processes with the same pid differ in it."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
-        fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace").rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return f"{boot}:{fields[19]}" if len(fields) > 19 and fields[0] != "Z" else None
-
-
-def launcher_alive(record: LaunchRecord) -> bool | None:
-    """Whether the launcher of ``record`` still runs: None when it ran on another host (this
-    host cannot see it), else whether its pid runs as the same process that was started."""
-    if record.host != socket.gethostname():
-        return None
-    current = process_identity(record.pid)
-    if current is None:
-        return False
-    return record.identity is None or current == record.identity
 
 
 def live_launches(spec_path: str | os.PathLike[str]) -> list[LaunchRecord]:
@@ -130,17 +84,7 @@ def live_launches(spec_path: str | os.PathLike[str]) -> list[LaunchRecord]:
 
 
 def _write_json(path: Path, document: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(document, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def read_exit(record: LaunchRecord) -> dict[str, Any] | None:
-    """The launcher's exit record, or None while it has not written one."""
-    try:
-        return dict(json.loads(Path(record.exit_file).read_text(encoding="utf-8")))
-    except (FileNotFoundError, ValueError):
-        return None
+    write_atomic(path, json.dumps(document, indent=2))
 
 
 def start_detached(spec_path: str | os.PathLike[str], command: Sequence[str], *, env: Mapping[str, str],
@@ -200,7 +144,7 @@ def run_launcher(spec_path: str, command: Sequence[str], exit_file: Path, log: s
         strategy_name = strategy.describe()
         pipeline = open_pipeline(spec_path)
         work_dir, objects = Path(pipeline.work_dir), pipeline.objects
-        env = {**os.environ, SUPERVISOR_ENV: str(os.getpid())}
+        env = {**os.environ, RESTART_SUPERVISOR_ENV: str(os.getpid())}
         _say(f"launcher pid {os.getpid()}: pipeline {spec.name}, restart strategy {strategy_name}; log {log}")
         run = supervise(command, strategy, name=spec.name, env=env,
                         lease_free=lambda: not job_running(work_dir, objects), lease_wait=2 * default_ttl(),

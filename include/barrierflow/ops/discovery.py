@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 from barrierflow.errors import SpecError
 
 if TYPE_CHECKING:
-    from barrierflow.spec.models import PipelineSpec
-    from barrierflow.spec.stages import StagedPipelineSpec
+    from barrierflow.spec.stages import PipelineSpec
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ class DiscoveredPipeline:
 
     path: Path
     name: str
-    spec: PipelineSpec | StagedPipelineSpec | None = None
+    spec: PipelineSpec | None = None
     error: str | None = None
 
 

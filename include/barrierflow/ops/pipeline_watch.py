@@ -27,8 +27,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from barrierflow.lease import lease_state
-from barrierflow.ops.detached_launch import LaunchRecord, launcher_alive, read_exit
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.pipeline.words import words
+from barrierflow.workdir.launches import LaunchRecord, launcher_alive, read_exit
 
 Outcome = Literal["running", "finished", "failed", "stalled"]
 
@@ -68,7 +69,7 @@ def observe(record: LaunchRecord, now: datetime | None = None) -> Observation:
     newest = pipeline.newest_cut()
     return Observation(current, record, read_exit(record), alive, lease_state(pipeline.objects, current),
                        newest.checkpoint_id if newest is not None else None,
-                       newest.completion_time if newest is not None else None, pipeline.cut_noun)
+                       newest.completion_time if newest is not None else None, words(pipeline).cut_noun)
 
 
 def _age(obs: Observation, at: datetime) -> float:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 
 from barrierflow.batch.rollups import previous_report
-from barrierflow.ops.batch import batch_target
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.pipeline.final_stages import batch_side
 from barrierflow.reports.quality import QualityReport, quality_report
+from barrierflow.spec.loader import load_any_spec
 
 
 def quality(spec_path: str | os.PathLike[str], *, epochs: int | None = None, stage: str | None = None
@@ -20,6 +22,7 @@ def quality(spec_path: str | os.PathLike[str], *, epochs: int | None = None, sta
     are in the report, not raised. The suites of a final stage default to
     ``include/expectations/<pipeline>-<stage>-output.json`` / ``-rollups.json`` (its derived
     name). Raises SpecError, UserInputError (also: no such final stage) or StorageError."""
-    target = batch_target(spec_path, stage)
-    rollups = previous_report(target.store) or {}
-    return quality_report(target.spec, target.store, epochs=epochs, rollup_days=sorted(rollups.get("days") or {}))
+    side = batch_side(load_any_spec(spec_path), stage, str(spec_path))  # the lake of ops.batch.batch_target
+    store = CheckpointStore.for_spec(side.spec)
+    rollups = previous_report(store) or {}
+    return quality_report(side.spec, store, epochs=epochs, rollup_days=sorted(rollups.get("days") or {}))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.pipeline.words import words
 from barrierflow.recovery.reconcile import ReconciliationPlan, apply_reconciliation, plan_reconciliation
 from barrierflow.transactions.two_phase import Decision
 
@@ -50,4 +51,4 @@ def reconcile(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> Re
     plan = plan_reconciliation(pipeline)
     if not dry_run:
         apply_reconciliation(pipeline, plan)
-    return ReconcileOutcome(plan, dry_run, pipeline.cut_noun, pipeline.runner_noun, pipeline.storage)
+    return ReconcileOutcome(plan, dry_run, words(pipeline).cut_noun, words(pipeline).runner_noun, pipeline.storage)

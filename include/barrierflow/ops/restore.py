@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.pipeline.words import words
 from barrierflow.recovery.pipeline_restore import PipelineRestore, StageRestore, restore_to_cut
 from barrierflow.recovery.restore import DuplicateOutputError
 from barrierflow.verification.choice import CheckpointChoice, CheckpointRequest, choose_checkpoint
@@ -34,7 +35,7 @@ class RestoreOutcome:
     """The cut chosen (and why) and what the restore did to each stage.
 
     Attributes:
-        noun: how messages name the cut (:attr:`OpenedPipeline.cut_noun`).
+        noun: how messages name the cut (:attr:`barrierflow.pipeline.words.Words.cut_noun`).
         stages: each stage's :class:`StageRestore`: its checkpoint's restore report (files,
             sink decisions, replay) and its attempt cutoff.
     """
@@ -106,7 +107,7 @@ def restore(spec_path: str | os.PathLike[str], requested: CheckpointRequest, *,
     """
     pipeline = open_pipeline(spec_path)
     pipeline.refuse_accept_duplicates(accept_duplicates)
-    return _outcome(pipeline.name, pipeline.cut_noun,
+    return _outcome(pipeline.name, words(pipeline).cut_noun,
                     restore_to_cut(pipeline, requested, accept_duplicates=accept_duplicates))
 
 
@@ -117,5 +118,5 @@ def restore_chosen(spec_path: str | os.PathLike[str], checkpoint_id: int, *,
     the cut is verified again under the pipeline's lease. Raises as :func:`restore`."""
     pipeline = open_pipeline(spec_path)
     pipeline.refuse_accept_duplicates(accept_duplicates)
-    return _outcome(pipeline.name, pipeline.cut_noun,
+    return _outcome(pipeline.name, words(pipeline).cut_noun,
                     restore_to_cut(pipeline, checkpoint_id, accept_duplicates=accept_duplicates, chosen=True))

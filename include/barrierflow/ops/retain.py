@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.pipeline.words import words
 from barrierflow.retention.global_plan import CutRetentionPlan, retain_cuts
 from barrierflow.retention.plan import RetentionPlan
 
@@ -44,4 +45,4 @@ def retain(spec_path: str | os.PathLike[str], *, dry_run: bool = False) -> Reten
     pipeline = open_pipeline(spec_path)
     retained = pipeline.spec.checkpoint.retained
     return RetentionOutcome(retain_cuts(pipeline.cuts, pipeline.stages, retained=retained, dry_run=dry_run), retained,
-                            pipeline.cut_noun)
+                            words(pipeline).cut_noun)

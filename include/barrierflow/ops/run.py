@@ -18,21 +18,22 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from barrierflow.errors import BarrierflowError, SparkDriverDiedError, UserInputError
-from barrierflow.ops.stop import finish_stop, record_outcome
-from barrierflow.ops.upgrade_record import refuse_unfinished
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
+from barrierflow.pipeline.words import words
 from barrierflow.retention.run_retention import RunRetention
 from barrierflow.runtime.job import Progress
-from barrierflow.runtime.pipeline import PipelineProgress, PipelineRunResult, StageProgress
+from barrierflow.runtime.pipeline import PipelineProgress, StageProgress
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult
 from barrierflow.runtime.run_driver import channel_servers, open_driver, open_stage_process_driver
 from barrierflow.runtime.startup import PhaseReport, StartupPhase
+from barrierflow.runtime.stop_finish import finish_stop, record_outcome
 from barrierflow.runtime.stop_request import StopOutcome
 from barrierflow.sources.dead_letter import count_dead_letters
+from barrierflow.upgrade.record import refuse_unfinished
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AnyProgress", "DeadLetters", "PipelineProgress", "PipelineRunResult", "Progress", "RunOutcome",
+__all__ = ["AnyProgress", "DeadLetters", "PipelineProgress", "Progress", "RunOutcome",
            "RunResult", "StageProgress", "StartupPhase", "dead_letters", "run", "run_stage", "submit_jars"]
 
 #: What the live progress display is given every ``progress_every`` seconds: one stage's
@@ -82,7 +83,7 @@ class RunOutcome:
 
     pipeline: str
     stages: tuple[str, ...]
-    result: RunResult | PipelineRunResult
+    result: RunResult
     attempt: int = 0
     dead_letters: int = 0
     dead_letter_uri: str = ""
@@ -197,7 +198,8 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
         stopping = drivers[0].stopping if drivers else None
         if stopping is not None:
             record_outcome(pipeline, StopOutcome(
-                stopping.request.id, stopping.request.fence, "failed", stopping.savepoint, noun=pipeline.cut_noun,
+                stopping.request.id, stopping.request.fence, "failed", stopping.savepoint,
+                noun=words(pipeline).cut_noun,
                 message=f"the run failed while stopping: {error}"))
         if died is not None:
             raise died from exc
@@ -220,14 +222,15 @@ def _jvm_died(pipeline: OpenedPipeline, spec_path: str, exc: Exception) -> Spark
     try:
         newest = pipeline.newest_cut()
     except Exception as store_exc:  # the store is what it is; the JVM is the news
-        log.info("reading the newest %s after the JVM died failed: %s", pipeline.cut_noun, store_exc)
+        log.info("reading the newest %s after the JVM died failed: %s", words(pipeline).cut_noun, store_exc)
         return SparkDriverDiedError(f"{what} died while pipeline {pipeline.name} ran; 'barrierflow run {spec_path}' "
-                                    f"resumes from the newest completed {pipeline.cut_noun} in {pipeline.storage}")
+                                    f"resumes from the newest completed {words(pipeline).cut_noun} in "
+                                    f"{pipeline.storage}")
     if newest is None:
-        resume = (f"no {pipeline.cut_noun} had completed, so 'barrierflow run {spec_path}' starts again from the "
-                  "beginning of its sources (nothing was committed)")
+        resume = (f"no {words(pipeline).cut_noun} had completed, so 'barrierflow run {spec_path}' starts again "
+                  "from the beginning of its sources (nothing was committed)")
     else:
-        resume = (f"'barrierflow run {spec_path}' resumes exactly once from {pipeline.cut_noun} "
+        resume = (f"'barrierflow run {spec_path}' resumes exactly once from {words(pipeline).cut_noun} "
                   f"{newest.checkpoint_id}, the newest completed one in {pipeline.storage}")
     return SparkDriverDiedError(f"{what} died while pipeline {pipeline.name} ran; {resume}")
 
@@ -256,7 +259,7 @@ def _run(pipeline: OpenedPipeline, *, duration: float | None, checkpoints: int |
         found = dead_letters(pipeline)
         return RunOutcome(pipeline.name, tuple(s.name for s in pipeline.stages), result, driver.attempt,
                           sum(d.count for d in found.values()), ", ".join(d.uri for d in found.values()),
-                          embedded_broker=address, stage_dead_letters=found, noun=pipeline.cut_noun,
+                          embedded_broker=address, stage_dead_letters=found, noun=words(pipeline).cut_noun,
                           stop=stopped)
 
 

@@ -12,13 +12,14 @@ from typing import Any
 
 from barrierflow.errors import UserInputError
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.pipeline.words import words
 from barrierflow.reports.skew import SkewExpectationError, SkewReport, skew_report
 
 
 @dataclass(frozen=True)
 class SkewOutcome:
     """The watermark-skew report of each stage; ``page_suffixes``: what each stage's HTML page
-    adds to the name it is given (:meth:`OpenedPipeline.stage_file_suffix`)."""
+    adds to the name it is given (:meth:`barrierflow.pipeline.words.Words.stage_file_suffix`)."""
 
     pipeline: str
     stages: dict[str, SkewReport]
@@ -65,4 +66,4 @@ def skew(spec_path: str | os.PathLike[str], *, last: int | None = None) -> SkewO
     cuts = set(pipeline.cuts.completed_ids())
     return SkewOutcome(pipeline.name, {s.name: skew_report(s.spec, s.store, last=last, only=cuts)
                                        for s in pipeline.stages},
-                       {s.name: pipeline.stage_file_suffix(s.name) for s in pipeline.stages})
+                       {s.name: words(pipeline).stage_file_suffix(s.name) for s in pipeline.stages})

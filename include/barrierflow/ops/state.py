@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
 from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
+from barrierflow.pipeline.words import words
+from barrierflow.runtime.session import session_for
 from barrierflow.state.errors import AmbiguousStateError
 from barrierflow.state.reader import (
     OperatorSchema,
@@ -50,16 +52,6 @@ TABLE = "state"
 OUTPUT_FORMATS = (".parquet", ".json")
 
 
-def session_for(pipeline: OpenedPipeline, spark: SparkSession | None) -> SparkSession:
-    """``spark``, else a session built from the first stage's ``spark`` block (a local one for a
-    command line)."""
-    if spark is not None:
-        return spark
-    from barrierflow.spark.session import build_session
-
-    return build_session(pipeline.stages[0].spec.spark, app_name=f"barrierflow-state-{pipeline.name}")
-
-
 def _stateful(pipeline: OpenedPipeline, checkpoint_id: int) -> list[str]:
     names = []
     for stage in pipeline.stages:
@@ -79,7 +71,7 @@ def choose_stage(pipeline: OpenedPipeline, stage: str | None, checkpoint_id: int
     if len(pipeline.stages) == 1:
         return pipeline.stages[0]
     stateful = _stateful(pipeline, checkpoint_id)
-    hint = f" (with state in {pipeline.cut_noun} {checkpoint_id}: {', '.join(stateful) or 'none'})"
+    hint = f" (with state in {words(pipeline).cut_noun} {checkpoint_id}: {', '.join(stateful) or 'none'})"
     raise AmbiguousStateError(f"pipeline {pipeline.name} has {len(pipeline.stages)} stages: "
                               f"{', '.join(s.name for s in pipeline.stages)}{hint}; choose one with --stage NAME")
 
@@ -175,7 +167,7 @@ def state_schema(spec_path: str | os.PathLike[str], *, checkpoint_id: int | None
             continue
         with _opened(pipeline, s, cid, session, scratch) as snapshot:
             stages.append(StageSchema(s.name, snapshot.batch_id, snapshot.operators()))
-    return SchemaResult(pipeline.name, pipeline.cut_noun, cid, stages)
+    return SchemaResult(pipeline.name, words(pipeline).cut_noun, cid, stages)
 
 
 # -- query -----------------------------------------------------------------------------------
@@ -321,7 +313,7 @@ def state_diff(spec_path: str | os.PathLike[str], *, from_id: int, to_id: int, s
         if (was.key_columns, was.value_columns) != (op.key_columns, op.value_columns):
             raise UserInputError(
                 f"stage {chosen.name} operator {op.operator_id}: its key or value schema differs between "
-                f"{pipeline.cut_noun} {old_id} ({was.key_schema} -> {was.value_schema}) and {new_id} "
+                f"{words(pipeline).cut_noun} {old_id} ({was.key_schema} -> {was.value_schema}) and {new_id} "
                 f"({op.key_schema} -> {op.value_schema}); compare two checkpoints of the same state")
         keys, values = list(op.key_columns), list(op.value_columns)
         diff = diff_frame(before.table(op.operator_id), after.table(op.operator_id), keys, values)

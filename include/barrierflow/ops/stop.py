@@ -5,7 +5,7 @@ a stop request for it into the checkpoint store (:mod:`barrierflow.runtime.stop_
 host that sees the store reaches the driver, as the lease does) and waits for the run's
 outcome. The run's side is :meth:`barrierflow.runtime.pipeline_runner.PipelineRunner.run`
 (step 4) and :func:`barrierflow.ops.run.run`, which marks the savepoint and records the outcome
-once the lease is released. :func:`savepoint_location` and :func:`finish_stop` are that side.
+once the lease is released (:mod:`barrierflow.runtime.stop_finish`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from barrierflow.checkpointing.global_manifest import stage_prefix
 from barrierflow.checkpointing.store import manifest_key
@@ -26,14 +27,13 @@ from barrierflow.runtime.stop_request import (
     StopRequest,
     read_outcome,
     withdraw_request,
-    write_outcome,
     write_request,
 )
 
 log = logging.getLogger(__name__)
 
 __all__ = ["NothingToStopError", "StopFailedError", "StopOutcome", "StopResult", "StopTimeoutError",
-           "savepoint_location", "stop"]
+           "stop"]
 
 #: How often ``stop`` reads the run's outcome and lease (seconds).
 WAIT_SECONDS = 0.2
@@ -65,10 +65,10 @@ class StopResult:
     holder: str
     waited_seconds: float
 
-
-def savepoint_location(pipeline: OpenedPipeline, checkpoint_id: int) -> str:
-    """Where cut ``checkpoint_id`` lives (:meth:`OpenedPipeline.cut_location`)."""
-    return pipeline.cut_location(checkpoint_id)
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of ``stop --json``: ``pipeline``, ``stopped`` (whom) and the run's outcome
+        (``status``, ``savepoint`` and ``location`` with a savepoint, ``latest``, ``noun``, ``message``)."""
+        return {"pipeline": self.pipeline, "stopped": self.holder, **self.outcome.as_dict()}
 
 
 def stage_locations(pipeline: OpenedPipeline, checkpoint_id: int) -> dict[str, str]:
@@ -156,33 +156,3 @@ def stop(spec_path: str | os.PathLike[str], *, savepoint: bool = False, timeout:
                 f"up and goes on stopping ({mine.message}). Run 'barrierflow stop {spec_path}"
                 f"{' --savepoint' if savepoint else ''}' again to wait for it")
         time.sleep(WAIT_SECONDS)
-
-
-def finish_stop(pipeline: OpenedPipeline, request: StopRequest, savepoint_id: int | None) -> StopOutcome:
-    """The run's side once a stop request ended it and every stage stopped (its sinks
-    committed the last cut), under the lease: with ``savepoint_id`` make that cut a savepoint
-    in every stage (:func:`barrierflow.ops.savepoint.savepoint`, which verifies it first).
-    Returns the ``stopped`` outcome, which the caller records once the lease is released."""
-    from barrierflow.ops.savepoint import savepoint
-
-    if savepoint_id is not None:
-        view = savepoint(pipeline.spec_path, savepoint_id)
-        return StopOutcome(request.id, request.fence, "stopped", view.checkpoint_id,
-                           savepoint_location(pipeline, view.checkpoint_id), view.checkpoint_id,
-                           noun=pipeline.cut_noun,
-                           message=f"stopped with savepoint {view.checkpoint_id}")
-    newest = pipeline.newest_cut()
-    latest = newest.checkpoint_id if newest is not None else None
-    where = f"the latest completed {pipeline.cut_noun} is {latest}" if latest is not None else \
-        f"no {pipeline.cut_noun} completed yet"
-    return StopOutcome(request.id, request.fence, "stopped", None, None, latest, noun=pipeline.cut_noun,
-                       message=f"stopped without a savepoint; {where}")
-
-
-def record_outcome(pipeline: OpenedPipeline, outcome: StopOutcome) -> None:
-    """Record ``outcome`` for ``stop`` to read (a store outage is logged: ``stop`` then reports
-    that the run ended without completing the stop)."""
-    try:
-        write_outcome(pipeline.objects, outcome)
-    except Exception as exc:
-        log.error("pipeline %s: could not record the stop's outcome (%s): %s", pipeline.name, outcome.message, exc)

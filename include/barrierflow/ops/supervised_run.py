@@ -29,22 +29,21 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from barrierflow.lease import default_ttl, job_running
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime.restart_strategy import strategy_for
-from barrierflow.runtime.restart_supervisor import Restart, RestartsExhaustedError, SupervisedRun, supervise
+from barrierflow.runtime.restart_supervisor import (
+    RESTART_SUPERVISOR_ENV,
+    Restart,
+    RestartsExhaustedError,
+    restart_alert_observers,
+    supervise,
+)
 from barrierflow.spec.loader import load_any_spec
-
-if TYPE_CHECKING:
-    from barrierflow.runtime.restart_strategy import RestartStrategy
-    from barrierflow.spec.models import PipelineSpec
-    from barrierflow.spec.stages import StagedPipelineSpec
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +54,6 @@ __all__ = ["ATTEMPT_FLAG", "Restart", "RestartsExhaustedError", "SupervisedOutco
 ATTEMPT_FLAG = "--attempt-of-supervisor"
 #: Set by spark-submit for the Python driver it starts (the py4j gateway of its JVM).
 SPARK_SUBMIT_ENV = "PYSPARK_GATEWAY_PORT"
-#: Set by the Airflow launch's detached launcher for each attempt (see the module docstring).
-SUPERVISOR_ENV = "BARRIERFLOW_SUPERVISED_BY"
 
 
 @dataclass(frozen=True)
@@ -93,30 +90,6 @@ def _command(spec_path: str, *, duration: float | None, checkpoints: int | None,
     return command
 
 
-def restart_alert_observers(spec: PipelineSpec | StagedPipelineSpec) -> dict[str, Any]:
-    """The supervisor's ``on_restart`` and ``on_give_up`` for the spec's ``alerts`` block (none: {})."""
-    alerts = spec.alerts
-    if alerts is None:
-        return {}
-    from barrierflow.alerts import AlertKind, send_alert
-
-    host = socket.gethostname()
-
-    def on_restart(restart: Restart, strategy: RestartStrategy) -> None:
-        message = (f"pipeline {spec.name} failed and is restarted in {restart.delay:.1f} s (restart "
-                   f"{strategy.restarts} of {strategy.limit}, strategy {strategy.describe()}): {restart.cause}")
-        send_alert(spec.name, alerts, AlertKind.RESTART, message, details={
-            "restart": strategy.restarts, "limit": strategy.limit, "delay_seconds": restart.delay,
-            "strategy": strategy.describe(), "cause": restart.cause, "host": host})
-
-    def on_give_up(message: str, run: SupervisedRun) -> None:
-        send_alert(spec.name, alerts, AlertKind.GAVE_UP, message, details={
-            "attempts": run.attempts, "delays_seconds": [r.delay for r in run.restarts], "strategy": run.strategy,
-            "host": host})
-
-    return {"on_restart": on_restart, "on_give_up": on_give_up}
-
-
 def run_supervised(spec_path: str | os.PathLike[str], *, duration: float | None = None,
                    checkpoints: int | None = None, until_exhausted: bool = False, quiet: bool = False,
                    processes: bool = False, verbose: bool = False) -> SupervisedOutcome | None:
@@ -132,9 +105,9 @@ def run_supervised(spec_path: str | os.PathLike[str], *, duration: float | None 
     spec = load_any_spec(spec_path)
     if spec.restart is None:
         return None
-    if os.environ.get(SUPERVISOR_ENV):
+    if os.environ.get(RESTART_SUPERVISOR_ENV):
         log.info("pipeline %s: an attempt of the launcher pid %s, which applies the restart strategy", spec.name,
-                 os.environ[SUPERVISOR_ENV])
+                 os.environ[RESTART_SUPERVISOR_ENV])
         return None
     if SPARK_SUBMIT_ENV in os.environ:
         # A child would share spark-submit's JVM (one SparkContext per JVM) and lose its --master.

@@ -11,17 +11,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import SpecError
+from barrierflow.pipeline.layout import cut_layout
 from barrierflow.pipeline.spec_summary import SpecSummary, summarize
+from barrierflow.pipeline.words import WORDS, words
 from barrierflow.spec.loader import load_any_spec
-from barrierflow.spec.models import PipelineSpec
-from barrierflow.spec.parts import spec_parts
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.stages import PipelineSpec
 
 if TYPE_CHECKING:
     from barrierflow.pipeline.model import OpenedPipeline
 
-__all__ = ["SpecSummary", "StageShape", "malformed_warnings", "state_store_warnings", "validate_deep",
-           "validate_spec"]
+__all__ = ["SpecSummary", "StageShape", "Validation", "malformed_warnings", "state_store_warnings", "validate",
+           "validate_deep", "validate_spec"]
 
 #: Spark's conf key naming the state store provider class (``spark.conf`` may set it directly).
 _PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
@@ -46,16 +46,16 @@ def validate_spec(spec_path: str | os.PathLike[str]) -> SpecSummary:
     return dataclasses.replace(summarize(spec), warnings=(*state_store_warnings(spec), *malformed_warnings(spec)))
 
 
-def _check_imports(spec: PipelineSpec | StagedPipelineSpec, spec_path: str) -> None:
+def _check_imports(spec: PipelineSpec, spec_path: str) -> None:
     from barrierflow.transforms.context import import_transformation
 
-    parts = spec_parts(spec)
+    said = WORDS[cut_layout(spec).name]
     with _py_packages_on_path(spec.spark.py_packages):
-        for part in parts:
-            where = f"{part.label}: " if part.field_prefix else ""  # a single-stage spec's fields are its own
+        for index, stage in enumerate(spec.stages):
+            prefix = said.stage_field_prefix(index)
+            where = f"{said.label(stage.name)}: " if prefix else ""  # a single-stage spec's fields are its own
             try:
-                import_transformation(part.part.transformation.function, spec_path,
-                                      f"{part.field_prefix}transformation.function")
+                import_transformation(stage.transformation.function, spec_path, f"{prefix}transformation.function")
             except SpecError as exc:
                 raise SpecError(spec_path, [(f, f"{where}{m}") for f, m in exc.problems]) from None
 
@@ -75,7 +75,7 @@ def _py_packages_on_path(entries: list[str]) -> Iterator[None]:
         sys.path[:] = before
 
 
-def _keeps_state(part: Any, spec: PipelineSpec | StagedPipelineSpec) -> str | None:
+def _keeps_state(part: Any, spec: PipelineSpec) -> str | None:
     """Why a stage keeps state, as far as its spec tells without Spark, or None."""
     mode = part.transformation.output_mode
     if mode != "append":
@@ -85,7 +85,7 @@ def _keeps_state(part: Any, spec: PipelineSpec | StagedPipelineSpec) -> str | No
     return None
 
 
-def state_store_warnings(spec: PipelineSpec | StagedPipelineSpec) -> list[str]:
+def state_store_warnings(spec: PipelineSpec) -> list[str]:
     """A warning when a stage keeps state (output mode ``update``/``complete``, or an
     ``event_time`` watermark) on the HDFS-backed state store (``spark.state_store: hdfs``, the
     default, and no provider class in ``spark.conf``): that state can never be rescaled (a
@@ -93,7 +93,8 @@ def state_store_warnings(spec: PipelineSpec | StagedPipelineSpec) -> list[str]:
     (Spark keeps a checkpoint's provider). Empty otherwise. Not an error: the pipeline runs."""
     if spec.spark.state_store != "hdfs" or "RocksDB" in spec.spark.conf.get(_PROVIDER_KEY, ""):
         return []
-    stateful = [(p.label, why) for p in spec_parts(spec) if (why := _keeps_state(p.part, spec)) is not None]
+    said = WORDS[cut_layout(spec).name]
+    stateful = [(said.label(s.name), why) for s in spec.stages if (why := _keeps_state(s, spec)) is not None]
     if not stateful:
         return []
     which = "; ".join(f"{label} ({why})" for label, why in stateful)
@@ -144,7 +145,7 @@ def validate_deep(spec_path: str | os.PathLike[str]) -> tuple[SpecSummary, list[
         for index, stage in enumerate(pipeline.stages):
             shape = check_transformation(
                 spark, stage.spec, spec_path=path, source_type=stage.source_type, scratch_dir=scratch,
-                prefix=pipeline.stage_field_prefix(index), stage=stage.name,
+                prefix=words(pipeline).stage_field_prefix(index), stage=stage.name,
                 channel_key_column=stage.output.key_column if stage.output is not None else None)
             shapes.append(StageShape(stage.name, shape.input_columns, shape.output_columns))
     _check_channel_fields(pipeline, path, {s.stage: s for s in shapes})
@@ -155,39 +156,73 @@ def _check_channel_fields(pipeline: OpenedPipeline, spec_path: str, shapes: dict
     """Each channel source's ``json_fields`` are columns of the stage that writes the channel
     (a missing one would make every record a dead letter). One stage reads no channel."""
     from barrierflow.errors import SpecError
-    from barrierflow.spec.parts import spec_parts
     from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec
 
-    parts = spec_parts(pipeline.spec)
-    writers = {p.part.sinks[0].channel: p.name for p in parts if isinstance(p.part.sinks[0], ChannelSinkSpec)}
+    parts = pipeline.spec.stages
+    writers = {p.sinks[0].channel: p.name for p in parts if isinstance(p.sinks[0], ChannelSinkSpec)}
     for index, part in enumerate(parts):
-        for number, source in enumerate(part.part.sources):
+        for number, source in enumerate(part.sources):
             if not isinstance(source, ChannelSourceSpec) or source.channel not in writers:
                 continue
             writer = shapes[writers[source.channel]]
             missing = [name for name in source.json_fields if name not in writer.output_columns]
             if missing:
                 listing = ", ".join(f"{n} {t}" for n, t in writer.output_columns.items())
-                raise SpecError(spec_path, [(f"{pipeline.stage_field_prefix(index)}sources[{number}].json_fields", (
+                field = f"{words(pipeline).stage_field_prefix(index)}sources[{number}].json_fields"
+                raise SpecError(spec_path, [(field, (
                     f"stage {part.name!r} reads fields {missing} from channel {source.channel!r}, but stage "
                     f"{writer.stage!r} writes only the columns {listing}; every record would be a dead letter"))])
 
 
-def malformed_warnings(spec: PipelineSpec | StagedPipelineSpec) -> list[str]:
+def malformed_warnings(spec: PipelineSpec) -> list[str]:
     """A warning for each JSON Kafka source read by Spark's connector (``reader: spark``) that
     turns malformed records into rows of nulls without saying so (``malformed`` not set), where
     barrierflow's reader writes them to the dead-letter output. Not an error: the pipeline runs."""
     from barrierflow.spec.models import KafkaSourceSpec
 
     found = []
-    for part in spec_parts(spec):
-        for source in part.part.sources:
+    said = WORDS[cut_layout(spec).name]
+    for stage in spec.stages:
+        for source in stage.sources:
             if isinstance(source, KafkaSourceSpec) and source.format == "json" and source.reader == "spark" \
                     and source.malformed is None:
                 found.append(
-                    f"{part.label}: Kafka source {source.name!r} (reader: spark) turns malformed records (not a JSON "
-                    "object; a field missing, null or of the wrong type) into rows of nulls, silently, where reader: "
-                    "python writes them to the dead-letter output. Set 'malformed: dead_letter' on the source before "
-                    "its first run (the connector then reads each batch twice; a pipeline with state cannot switch "
-                    "later), or 'malformed: nulls' to keep the null rows and silence this warning")
+                    f"{said.label(stage.name)}: Kafka source {source.name!r} (reader: spark) turns malformed records "
+                    "(not a JSON object; a field missing, null or of the wrong type) into rows of nulls, silently, "
+                    "where reader: python writes them to the dead-letter output. Set 'malformed: dead_letter' on the "
+                    "source before its first run (the connector then reads each batch twice; a pipeline with state "
+                    "cannot switch later), or 'malformed: nulls' to keep the null rows and silence this warning")
     return found
+
+
+@dataclass(frozen=True)
+class Validation:
+    """What ``barrierflow validate`` found: the spec's summary and, with ``--deep``, every
+    stage's transformation as checked (None without)."""
+
+    summary: SpecSummary
+    shapes: list[StageShape] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of ``validate --json``: the graph (stages, channels, edges, cycles with their
+        back-edge, source and final stages), the checkpoint mode, the warnings and, with
+        ``--deep``, ``transformations`` (each stage's input and output columns)."""
+        summary = self.summary
+        return {
+            "pipeline": summary.pipeline, "stages": list(summary.stages), "channels": summary.channels,
+            "edges": [{"channel": e.channel, "writer": e.writer, "reader": e.reader} for e in summary.edges],
+            "cycles": [{"stages": list(c.stages), "back_edge": {"channel": c.back_edge.channel,
+                                                                "writer": c.back_edge.writer,
+                                                                "reader": c.back_edge.reader}}
+                       for c in summary.cycles],
+            "source_stages": list(summary.source_stages), "final_stages": list(summary.final_stages),
+            "mode": summary.mode, "alignment_timeout": summary.alignment_timeout, "warnings": list(summary.warnings),
+            **({"transformations": [{"stage": s.stage, "input": s.input_columns, "output": s.output_columns}
+                                    for s in self.shapes]} if self.shapes is not None else {})}
+
+
+def validate(spec_path: str | os.PathLike[str], *, deep: bool = False) -> Validation:
+    """:func:`validate_spec`, or with ``deep`` :func:`validate_deep` (same errors)."""
+    if deep:
+        return Validation(*validate_deep(spec_path))
+    return Validation(validate_spec(spec_path))

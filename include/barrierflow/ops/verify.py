@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.pipeline.words import words
 from barrierflow.verification.global_cut import CutVerificationReport, select_cut_ids, verify_cuts
 from barrierflow.verification.report import VerificationReport
 
@@ -21,7 +22,7 @@ MAX_LISTED_FAILURES = 10
 @dataclass(frozen=True)
 class VerifyOutcome:
     """Every cut verified, in order. ``noun``: how messages name a cut (``checkpoint`` of one
-    stage, ``global checkpoint`` of several: :attr:`OpenedPipeline.cut_noun`); ``causes``: the
+    stage, ``global checkpoint`` of several: :attr:`barrierflow.pipeline.words.Words.cut_noun`); ``causes``: the
     usual causes of a failure, as the pipeline's stores and inputs make them."""
 
     pipeline: str
@@ -39,7 +40,7 @@ class VerifyOutcome:
         """Every stage's report of every cut, in order (what the HTML report shows)."""
         return [r for cut in self.reports for r in cut.stages.values()]
 
-    def summary(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         """The JSON document of ``barrierflow verify --json`` (also the scheduled verification's
         XCom), one shape for every pipeline: ``pipeline``, ``storage``, ``noun``, ``verified``,
         ``failed`` (ids) and ``reports``: each cut's (:meth:`CutVerificationReport.as_dict`:
@@ -97,4 +98,5 @@ def verify(spec_path: str | os.PathLike[str], *, checkpoint_id: int | None = Non
     pipeline = open_pipeline(spec_path)
     ids = select_cut_ids(pipeline.cuts, checkpoint_id, latest)
     reports = verify_cuts(pipeline.cuts, pipeline.stages, ids, deep=deep)
-    return VerifyOutcome(pipeline.name, pipeline.storage, reports, pipeline.cut_noun, pipeline.failure_causes)
+    said = words(pipeline)
+    return VerifyOutcome(pipeline.name, pipeline.storage, reports, said.cut_noun, said.failure_causes)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from barrierflow.errors import UserInputError
 from barrierflow.spec.graph import Cycle, StageGraph, build_graph
-from barrierflow.spec.models import ParquetSinkSpec, PipelineSpec
-from barrierflow.spec.stages import StagedPipelineSpec, StageSpec
+from barrierflow.spec.models import ParquetSinkSpec, StageSpec
+from barrierflow.spec.stages import PipelineSpec, StageEntry
 
 #: The brokers given to channels when a stage's spec is derived for the batch side: it reads
 #: only the stores and the lake, never a channel.
@@ -30,14 +30,14 @@ class FinalStageError(UserInputError):
     was named and the pipeline does not have exactly one."""
 
 
-def _graph(spec: StagedPipelineSpec) -> StageGraph:
+def _graph(spec: PipelineSpec) -> StageGraph:
     graph, problems = build_graph(spec)
     if graph is None:  # a loaded spec's graph is valid: only a spec built in code gets here
         raise UserInputError(f"pipeline {spec.name!r}: {problems}")
     return graph
 
 
-def upstream_stages(spec: StagedPipelineSpec, stage: str) -> list[str]:
+def upstream_stages(spec: PipelineSpec, stage: str) -> list[str]:
     """The stages whose output reaches ``stage`` through channels, and ``stage``, in spec order."""
     graph = _graph(spec)
     needed, todo = {stage}, [stage]
@@ -49,13 +49,13 @@ def upstream_stages(spec: StagedPipelineSpec, stage: str) -> list[str]:
     return [s for s in graph.stages if s in needed]
 
 
-def upstream_cycle(spec: StagedPipelineSpec, stage: str) -> Cycle | None:
+def upstream_cycle(spec: PipelineSpec, stage: str) -> Cycle | None:
     """A cycle among the stages ``stage`` depends on (:func:`upstream_stages`), or None."""
     needed = set(upstream_stages(spec, stage))
     return next((c for c in _graph(spec).cycles if needed & set(c.stages)), None)
 
 
-def replay_obstacle(spec: StagedPipelineSpec, stage: str) -> str | None:
+def replay_obstacle(spec: PipelineSpec, stage: str) -> str | None:
     """Why the output of ``stage`` cannot be recomputed by replaying its upstream stages in
     batch (:mod:`barrierflow.batch.stage_replay`), or None when it can:
 
@@ -77,13 +77,13 @@ def replay_obstacle(spec: StagedPipelineSpec, stage: str) -> str | None:
     return None
 
 
-def parquet_final_stages(spec: StagedPipelineSpec) -> list[StageSpec]:
+def parquet_final_stages(spec: PipelineSpec) -> list[StageEntry]:
     """The final stages of ``spec`` whose sink is Parquet, in spec order."""
     final = set(_graph(spec).final_stages)
     return [s for s in spec.stages if s.name in final and isinstance(s.sinks[0], ParquetSinkSpec)]
 
 
-def choose_final_stage(spec: StagedPipelineSpec, name: str | None) -> StageSpec:
+def choose_final_stage(spec: PipelineSpec, name: str | None) -> StageEntry:
     """The final Parquet stage named ``name``; with ``name`` None, the pipeline's only one.
 
     Raises:
@@ -126,17 +126,17 @@ class ParquetOutput:
     recomputable: bool = True
 
 
-def parquet_outputs(spec: PipelineSpec | StagedPipelineSpec) -> list[ParquetOutput]:
-    """Every committed Parquet lake of ``spec`` (none when it writes no Parquet), in spec order."""
-    if isinstance(spec, PipelineSpec):
-        sink = spec.sink
-        return ([ParquetOutput(None, sink, spec.batch.output_event_interval)]
-                if isinstance(sink, ParquetSinkSpec) else [])
+def parquet_outputs(spec: PipelineSpec) -> list[ParquetOutput]:
+    """Every committed Parquet lake of ``spec`` (none when it writes no Parquet), in spec order;
+    a stage keeping its own checkpoints is not named (it is the pipeline)."""
+    from barrierflow.pipeline.layout import cut_layout
+
+    named = cut_layout(spec).named_stages
     outputs = []
     for stage in parquet_final_stages(spec):
         sink = stage.sinks[0]
         assert isinstance(sink, ParquetSinkSpec)
-        outputs.append(ParquetOutput(stage.name, sink, stage.batch.output_event_interval,
+        outputs.append(ParquetOutput(stage.name if named else None, sink, stage.batch.output_event_interval,
                                      recomputable=replay_obstacle(spec, stage.name) is None))
     return outputs
 
@@ -147,28 +147,28 @@ class BatchSide:
     derived spec of the final stage ``stage`` of ``pipeline``; ``stage_specs``: then every
     stage's derived spec (for the replay)."""
 
-    spec: PipelineSpec
-    pipeline: StagedPipelineSpec | None = None
+    spec: StageSpec
+    pipeline: PipelineSpec | None = None
     stage: str | None = None
-    stage_specs: dict[str, PipelineSpec] = field(default_factory=dict)
+    stage_specs: dict[str, StageSpec] = field(default_factory=dict)
 
 
-def batch_side(spec: PipelineSpec | StagedPipelineSpec, stage: str | None, spec_path: str) -> BatchSide:
+def batch_side(spec: PipelineSpec, stage: str | None, spec_path: str) -> BatchSide:
     """The spec the batch side of ``spec`` works on (``stage``: the final stage named, see
-    :func:`choose_final_stage`).
+    :func:`choose_final_stage`; a stage keeping its own checkpoints is the pipeline, named by no
+    ``--stage``).
 
     Raises:
         UserInputError: ``stage`` given for a single-stage spec. FinalStageError: see
             :func:`choose_final_stage`.
     """
-    if isinstance(spec, StagedPipelineSpec):
-        from barrierflow.pipeline.stage_options import derive_stage_spec, pipeline_work_dir
+    from barrierflow.pipeline.layout import cut_layout, stage_specs
 
-        chosen = choose_final_stage(spec, stage)
-        servers = {c.name: NO_BROKER for c in spec.channels}
-        work_dir = pipeline_work_dir(spec)
-        specs = {s.name: derive_stage_spec(spec, s, work_dir=work_dir, servers=servers) for s in spec.stages}
-        return BatchSide(specs[chosen.name], spec, chosen.name, specs)
-    if stage is not None:
+    named = cut_layout(spec).named_stages
+    if stage is not None and not named:
         raise UserInputError(f"{spec_path} is a single-stage spec: it has no stage {stage!r}; leave out --stage")
-    return BatchSide(spec)
+    specs = stage_specs(spec, servers={c.name: NO_BROKER for c in spec.channels})
+    if not named:
+        return BatchSide(specs[spec.stages[0].name])
+    chosen = choose_final_stage(spec, stage)
+    return BatchSide(specs[chosen.name], spec, chosen.name, specs)

@@ -1,15 +1,17 @@
 """The opened pipeline: a pipeline is a graph of stages, and a single-stage spec is a graph of one.
 
-:func:`open_pipeline` loads a spec once, single- or multi-stage
-(:func:`barrierflow.spec.loader.load_any_spec`), and gives every offline operation what it
-works on, whatever the shape:
+:func:`open_pipeline` loads a spec once (:func:`barrierflow.spec.loader.load_any_spec`: a
+:class:`~barrierflow.spec.stages.PipelineSpec` for every YAML) and opens it on the layout
+:func:`barrierflow.pipeline.layout.cut_layout` chooses, the one place the on-disk choice is
+made (:attr:`OpenedPipeline.layout`). It gives every offline operation what it works on:
 
-* :attr:`OpenedPipeline.stages`: each stage's name, derived single-stage spec, checkpoint
+* :attr:`OpenedPipeline.stages`: each stage's name, runnable spec, checkpoint
   store, work-dir layout, input partitions (``topic:p`` of the channels it reads), back-edge
-  partitions and whether its channels live on the embedded broker. A single-stage spec is one
-  stage named after the pipeline, with the spec itself, its store and its layout, and no
-  channels. A stage of several is derived by :func:`barrierflow.pipeline.stage_options.derive_stage_spec`
-  (store ``<checkpoint.storage>/stages/<stage>``, work dir ``<work_dir>/stages/<stage>``).
+  partitions and whether its channels live on the embedded broker. A single-stage YAML is one
+  stage named after the pipeline that keeps its own checkpoints, running the YAML's own spec on
+  its store and its layout, with no channels. A stage of several is derived by
+  :func:`barrierflow.pipeline.stage_options.derive_stage_spec` (store
+  ``<checkpoint.storage>/stages/<stage>``, work dir ``<work_dir>/stages/<stage>``).
 * :attr:`OpenedPipeline.cuts`: the pipeline's cuts (its global checkpoints), read through one
   protocol (:class:`~barrierflow.checkpointing.global_store.CutLog`): the
   :class:`~barrierflow.checkpointing.global_store.GlobalCheckpointStore` of a pipeline of
@@ -17,6 +19,9 @@ works on, whatever the shape:
   :class:`~barrierflow.checkpointing.global_store.SingleStageCuts` for one stage, derived from
   its stage store: its files stay where they always were (``chk-<n>`` at the store's root),
   checkpoint ``n`` *is* cut ``n``, nothing on disk moves.
+
+How messages name these (a "checkpoint" or a "global checkpoint", field prefixes) is not the
+model's: :mod:`barrierflow.pipeline.words`.
 
 Contract: Spark-free and read-only; opening reads only the spec file (no store object, no
 broker). Channels on the embedded broker get a placeholder address (that broker runs only with
@@ -31,17 +36,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from barrierflow.checkpointing.global_manifest import global_key
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts, completed_cut
-from barrierflow.checkpointing.store import CheckpointStore, manifest_key
+from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
-from barrierflow.faults import PIPELINE_POINTS, STAGE_POINTS
-from barrierflow.pipeline.stage_options import derive_stage_spec, pipeline_work_dir
+from barrierflow.pipeline.layout import GLOBAL_CHECKPOINTS, OWN_CHECKPOINTS, CutLayout, cut_layout, stage_specs
+from barrierflow.pipeline.stage_options import pipeline_work_dir
+from barrierflow.pipeline.words import words
 from barrierflow.sinks.factory import ChannelOutput
 from barrierflow.spec.graph import StageGraph, build_graph
 from barrierflow.spec.loader import load_any_spec
-from barrierflow.spec.models import PipelineSpec
-from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, ChannelSpec, StagedPipelineSpec
+from barrierflow.spec.models import StageSpec
+from barrierflow.spec.stages import (
+    ChannelSinkSpec,
+    ChannelSourceSpec,
+    ChannelSpec,
+    PipelineSpec,
+    one_stage_pipeline,
+)
 from barrierflow.storage import open_store
 from barrierflow.workdir.layout import JobLayout
 
@@ -78,7 +89,7 @@ class Stage:
     """
 
     name: str
-    spec: PipelineSpec
+    spec: StageSpec
     store: CheckpointStore
     layout: JobLayout
     input_partitions: frozenset[str] = frozenset()
@@ -106,22 +117,24 @@ class OpenedPipeline:
     """A loaded spec, its stages and its cuts (module docstring).
 
     Attributes:
-        spec: the spec as loaded (single- or multi-stage).
+        spec: the spec as loaded.
         spec_path: where it came from (named in messages).
-        stages: every stage, in the spec's order (one for a single-stage spec).
-        cuts: the pipeline's cuts: :class:`GlobalCheckpointStore` for several stages,
-            :class:`SingleStageCuts` for one.
+        stages: every stage, in the spec's order.
+        cuts: the pipeline's cuts: :class:`GlobalCheckpointStore` for global checkpoints,
+            :class:`SingleStageCuts` for a stage's own.
         root: the pipeline-level checkpoint store (attempt and abandoned ids in
-            ``_pipeline.json``; for one stage, the stage's store itself).
+            ``_pipeline.json``; for a stage's own checkpoints, the stage's store itself).
         work_dir: the pipeline's work dir (its lease ``job.lease`` lives there).
+        layout: where its cuts are kept (:func:`cut_layout`).
     """
 
-    spec: PipelineSpec | StagedPipelineSpec
+    spec: PipelineSpec
     spec_path: str
     stages: tuple[Stage, ...]
     cuts: GlobalCheckpointStore | SingleStageCuts
     root: CheckpointStore
     work_dir: str
+    layout: CutLayout
 
     @property
     def name(self) -> str:
@@ -137,66 +150,27 @@ class OpenedPipeline:
         """The URI of the pipeline's checkpoint storage."""
         return self.root.uri
 
-    @property
-    def single_stage(self) -> bool:
-        """Whether the pipeline is one stage, whose cuts are its own checkpoints (no ``global/``
-        records, no channels, no attempt cutoffs)."""
-        return isinstance(self.cuts, SingleStageCuts)
-
     def cut_location(self, checkpoint_id: int) -> str:
-        """Where cut ``checkpoint_id`` is recorded, as messages name it: the stage's manifest for
-        one stage (its cuts are its checkpoints), else the global manifest (which names every
-        stage's manifest)."""
-        if self.single_stage:
-            return self.objects.describe(manifest_key(checkpoint_id))
-        return self.objects.describe(global_key(checkpoint_id, "_metadata"))
+        """Where cut ``checkpoint_id`` is recorded, as messages name it (the stage's manifest, or
+        the global manifest that names every stage's)."""
+        return self.cuts.location(checkpoint_id)
 
     @property
     def channels(self) -> tuple[ChannelSpec, ...]:
         """The channels between the stages (none for one stage)."""
-        return tuple(self.spec.channels) if isinstance(self.spec, StagedPipelineSpec) else ()
-
-    @property
-    def cut_noun(self) -> str:
-        """How messages name a cut: ``checkpoint`` (one stage) or ``global checkpoint``."""
-        return "checkpoint" if self.single_stage else "global checkpoint"
-
-    @property
-    def shuffle_partitions_field(self) -> str:
-        """The spec field that sets a stage's shuffle partitions, as messages name it."""
-        return "spark.shuffle_partitions" if self.single_stage else "stages[].shuffle_partitions"
-
-    @property
-    def failure_causes(self) -> str:
-        """The usual causes of a failed verification, as messages name them: one stage's store
-        and source, or the stage stores and the channels of several."""
-        if self.single_stage:
-            return ("a damaged or partly deleted checkpoint store, or source data already deleted by the source's "
-                    "retention")
-        return "a damaged or partly deleted stage store, or channel records already deleted by the broker's retention"
-
-    @property
-    def runner_noun(self) -> str:
-        """How messages name what runs: ``job`` (one stage, one Spark query) or ``pipeline``."""
-        return "job" if self.single_stage else "pipeline"
-
-    @property
-    def protocol_points(self) -> tuple[str, ...]:
-        """The protocol points of :mod:`barrierflow.faults` a run of it reaches before its
-        sinks': every stage's, and for several stages the coordinator's (the global manifest)."""
-        return STAGE_POINTS + (() if self.single_stage else PIPELINE_POINTS)
+        return tuple(self.spec.channels)
 
     def refuse_stage_processes(self, flag: str) -> None:
-        """Raise UserInputError naming ``flag`` (``--processes``, ``--stage``) when the pipeline
-        is one stage: only a pipeline of several runs a process per stage."""
-        if self.single_stage:
+        """Raise UserInputError naming ``flag`` (``--processes``, ``--stage``) when the stages
+        cannot run as processes of their own (:attr:`CutLayout.named_stages`)."""
+        if not self.layout.named_stages:
             raise UserInputError(f"{flag} is for pipelines of several stages; {self.spec_path} has one stage "
                                  "(run it without the flag)")
 
     def refuse_drop_stages(self, names: tuple[str, ...]) -> None:
         """Raise UserInputError when stages are named to be dropped (``upgrade --drop-stage``)
-        of a pipeline of one stage: it has none to drop."""
-        if names and self.single_stage:
+        of a pipeline whose only stage keeps its own checkpoints: it has none to drop."""
+        if names and not self.layout.named_stages:
             raise UserInputError(f"--drop-stage applies to pipelines of several stages; {self.spec_path} has one "
                                  "stage")
 
@@ -204,32 +178,15 @@ class OpenedPipeline:
         """What differs between this pipeline's checkpoint layout and ``other``'s (one stage's
         own checkpoints, or the global checkpoints of several): ``"<spec> has several stages and
         <spec> one"``, or "" when they are laid out alike."""
-        if self.single_stage == other.single_stage:
+        if self.layout == other.layout:
             return ""
-        several, one = (other, self) if self.single_stage else (self, other)
+        several, one = (self, other) if self.layout.named_stages else (other, self)
         return f"{several.spec_path} has several stages and {one.spec_path} one"
-
-    def stage_field_prefix(self, index: int) -> str:
-        """How spec errors name a field of stage number ``index``: ``stages[<index>].`` in a
-        spec of several stages, nothing in a single-stage spec (its fields are top-level)."""
-        return "" if self.single_stage else f"stages[{index}]."
-
-    def stage_file_suffix(self, stage: str) -> str:
-        """What a per-stage output file (``skew --html PATH``) adds to its name before the
-        suffix: nothing for one stage (the pipeline's file is its stage's), else ``-<stage>``."""
-        return "" if self.single_stage else f"-{stage}"
-
-    @property
-    def restore_can_accept_duplicates(self) -> bool:
-        """Whether a restore may write already committed output again (``accept_duplicates``):
-        only one stage's restore replays committed epochs; a pipeline of several restores only
-        complete global checkpoints, whose final sinks are never ahead of them."""
-        return self.single_stage
 
     def refuse_accept_duplicates(self, accept_duplicates: bool) -> None:
         """Raise UserInputError when ``accept_duplicates`` is asked of a pipeline whose restore
-        cannot write committed output again (:attr:`restore_can_accept_duplicates`)."""
-        if accept_duplicates and not self.restore_can_accept_duplicates:
+        cannot write committed output again (:attr:`CutLayout.replays_committed_epochs`)."""
+        if accept_duplicates and not self.layout.replays_committed_epochs:
             raise UserInputError("--accept-duplicates applies to single-stage pipelines only (the recovery DAG's "
                                  "accept_duplicates too): a pipeline of several stages restores only complete "
                                  "global checkpoints, whose final sinks are never ahead of them; restore without it")
@@ -238,10 +195,9 @@ class OpenedPipeline:
         """The stages as a run derives them, with ``embedded`` (the running embedded broker's
         ``host:port``) for the channels that live on it instead of the offline placeholder:
         what a restore needs, whose barrier check reads the channels. :attr:`stages` itself
-        when nothing changes (one stage, no embedded channel, or ``embedded`` None)."""
+        when nothing changes (no embedded channel, or ``embedded`` None)."""
         spec = self.spec
-        if embedded is None or not isinstance(spec, StagedPipelineSpec) or \
-                not any(c.is_embedded for c in spec.channels):
+        if embedded is None or not any(c.is_embedded for c in spec.channels):
             return self.stages
         graph, problems = build_graph(spec)
         if graph is None:  # pragma: no cover - opening built the same graph
@@ -252,8 +208,6 @@ class OpenedPipeline:
     def upstream(self, name: str) -> tuple[Stage, ...]:
         """The stages whose output reaches stage ``name`` through channels, and that stage, in
         the spec's order (one stage: itself)."""
-        if not isinstance(self.spec, StagedPipelineSpec):
-            return tuple(s for s in self.stages if s.name == name)
         from barrierflow.pipeline.final_stages import upstream_stages
 
         needed = set(upstream_stages(self.spec, name))
@@ -262,9 +216,7 @@ class OpenedPipeline:
     def replay_obstacle(self, name: str) -> str | None:
         """Why stage ``name``'s output cannot be recomputed by replaying its upstream stages in
         batch (:func:`barrierflow.pipeline.final_stages.replay_obstacle`: a cycle, an upstream
-        stage not in append mode), or None; one stage reads no other, so None."""
-        if not isinstance(self.spec, StagedPipelineSpec):
-            return None
+        stage not in append mode), or None (one stage reads no other: None)."""
         from barrierflow.pipeline.final_stages import replay_obstacle
 
         return replay_obstacle(self.spec, name)
@@ -294,34 +246,33 @@ class OpenedPipeline:
             CheckpointNotFoundError: none completed, or ``checkpoint_id`` did not (or was
                 abandoned by a restore); the message lists the completed ones.
         """
-        return completed_cut(self.cuts, self.name, checkpoint_id, noun=self.cut_noun)
+        return completed_cut(self.cuts, self.name, checkpoint_id, noun=words(self).cut_noun)
 
 
-def default_kill_mode(spec: PipelineSpec | StagedPipelineSpec) -> str:
-    """What a chaos run kills by default (``barrierflow chaos --mode``, the chaos DAG's
-    ``mode``): ``mixed`` for a pipeline of several stages (its stage processes too), ``group``
-    for one (the whole process group)."""
-    return "mixed" if isinstance(spec, StagedPipelineSpec) else "group"
+def stage_pipeline(spec: StageSpec, *, store: CheckpointStore | None = None,
+                   layout: JobLayout | None = None, spec_path: str = "<spec>") -> OpenedPipeline:
+    """The pipeline of the runnable stage spec ``spec`` (a job built on a stage spec, a test),
+    which keeps its own checkpoints: one stage named after it, on ``store`` and ``layout`` when
+    given (a running job passes its own, whose writes carry its fence), else the spec's."""
+    return _own(one_stage_pipeline(spec), spec, spec_path, store=store, layout=layout)
 
 
-def single_stage_pipeline(spec: PipelineSpec, *, store: CheckpointStore | None = None,
-                          layout: JobLayout | None = None, spec_path: str = "<spec>") -> OpenedPipeline:
-    """The pipeline of the single-stage ``spec``: one stage named after it, on ``store`` and
-    ``layout`` when given (a running job passes its own, whose writes carry its fence), else
-    the spec's."""
+def _own(pipeline: PipelineSpec, spec: StageSpec, spec_path: str, *, store: CheckpointStore | None = None,
+         layout: JobLayout | None = None) -> OpenedPipeline:
     store = store if store is not None else CheckpointStore.for_spec(spec)
     layout = layout if layout is not None else JobLayout.for_spec(spec)
     stage = Stage(spec.name, spec, store, layout)
-    return OpenedPipeline(spec, spec_path, (stage,), SingleStageCuts(spec.name, store), store, str(layout.work_dir))
+    return OpenedPipeline(pipeline, spec_path, (stage,), SingleStageCuts(spec.name, store), store,
+                          str(layout.work_dir), OWN_CHECKPOINTS)
 
 
-def _servers(spec: StagedPipelineSpec) -> dict[str, str]:
+def _servers(spec: PipelineSpec) -> dict[str, str]:
     """Each channel's ``host:port`` list; the embedded broker's channels get a placeholder.
     Raises UserInputError for an ``env:VAR`` that is not set."""
     return {c.name: c.bootstrap_servers() or OFFLINE_SERVERS for c in spec.channels}
 
 
-def stages_of(spec: StagedPipelineSpec, graph: StageGraph, *, work_dir: str, servers: Mapping[str, str]
+def stages_of(spec: PipelineSpec, graph: StageGraph, *, work_dir: str, servers: Mapping[str, str]
               ) -> tuple[Stage, ...]:
     """Every stage of ``spec`` (``graph`` its graph), in the spec's order, derived with
     :func:`~barrierflow.pipeline.stage_options.derive_stage_spec` (``work_dir``: the pipeline's,
@@ -329,11 +280,12 @@ def stages_of(spec: StagedPipelineSpec, graph: StageGraph, *, work_dir: str, ser
     on them too.
 
     Raises:
-        UserInputError: a stage cannot be derived (see ``derive_stage_spec``).
+        UserInputError: a stage cannot be derived (see :func:`~barrierflow.pipeline.stage_options.derive_stage_spec`).
     """
     stages = []
+    specs = stage_specs(spec, servers=servers, work_dir=work_dir)
     for stage in spec.stages:
-        derived = derive_stage_spec(spec, stage, work_dir=work_dir, servers=servers)
+        derived = specs[stage.name]
         inputs: set[str] = set()
         back: set[str] = set()
         embedded = False
@@ -358,25 +310,35 @@ def stages_of(spec: StagedPipelineSpec, graph: StageGraph, *, work_dir: str, ser
     return tuple(stages)
 
 
-def _staged(spec: StagedPipelineSpec, spec_path: str) -> OpenedPipeline:
+def _global(spec: PipelineSpec, spec_path: str) -> OpenedPipeline:
     graph, problems = build_graph(spec)
     if graph is None:
         raise UserInputError(f"pipeline {spec.name}: {problems}")
     work_dir = pipeline_work_dir(spec)
     stages = stages_of(spec, graph, work_dir=work_dir, servers=_servers(spec))
     cuts = GlobalCheckpointStore(open_store(spec.checkpoint.storage), spec.name)
-    return OpenedPipeline(spec, spec_path, stages, cuts, cuts.root, work_dir)
+    return OpenedPipeline(spec, spec_path, stages, cuts, cuts.root, work_dir, GLOBAL_CHECKPOINTS)
 
 
-def open_pipeline(spec_path: str | os.PathLike[str]) -> OpenedPipeline:
-    """Load the spec at ``spec_path`` once and open the pipeline (module docstring).
+def open_spec(spec: PipelineSpec, spec_path: str = "<spec>") -> OpenedPipeline:
+    """Open the loaded pipeline ``spec`` (module docstring): its stages on the layout
+    :func:`cut_layout` chooses, the one place the choice is made.
 
     Raises:
-        SpecError: the spec does not load (single- or multi-stage).
         UserInputError: a stage cannot be derived (its name is too long, its channels cannot
             be read as one source), or a channel's ``env:VAR`` is not set.
     """
-    spec = load_any_spec(spec_path)
-    if isinstance(spec, StagedPipelineSpec):
-        return _staged(spec, str(spec_path))
-    return single_stage_pipeline(spec, spec_path=str(spec_path))
+    if cut_layout(spec) is OWN_CHECKPOINTS:
+        (only,) = stage_specs(spec, servers={}).values()
+        return _own(spec, only, spec_path)
+    return _global(spec, spec_path)
+
+
+def open_pipeline(spec_path: str | os.PathLike[str]) -> OpenedPipeline:
+    """Load the spec at ``spec_path`` once and open the pipeline (:func:`open_spec`).
+
+    Raises:
+        SpecError: the spec does not load (single- or multi-stage).
+        UserInputError: see :func:`open_spec`.
+    """
+    return open_spec(load_any_spec(spec_path), str(spec_path))

@@ -1,8 +1,8 @@
-"""What a valid spec describes, in one shape for a spec of one stage and of several.
+"""What a valid spec describes, for a pipeline of one stage as for one of several.
 
 A single-stage spec is a graph of one stage named after the pipeline, no channels, edges nor
-cycles, and that stage both its source and its final stage. ``title`` is how messages name the
-pipeline (``single-stage pipeline NAME``, ``pipeline NAME of N stages``).
+cycles, and that stage both its source and its final stage (it falls out of the graph).
+``title`` is how messages name the pipeline (``single-stage pipeline NAME``, ``pipeline NAME of N stages``).
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from barrierflow.pipeline.layout import cut_layout
+from barrierflow.pipeline.words import WORDS
 from barrierflow.spec.graph import Cycle, Edge, build_graph
-from barrierflow.spec.models import PipelineSpec
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.stages import PipelineSpec
 
 
 @dataclass(frozen=True)
@@ -35,25 +36,20 @@ class SpecSummary:
     warnings: tuple[str, ...] = ()
 
 
-def summarize(spec: PipelineSpec | StagedPipelineSpec) -> SpecSummary:
+def summarize(spec: PipelineSpec) -> SpecSummary:
     """The summary of a loaded (so valid) spec."""
-    mode, timeout = spec.checkpoint.mode.value, spec.checkpoint.alignment_timeout
-    if not isinstance(spec, StagedPipelineSpec):
-        return SpecSummary(spec.name, f"single-stage pipeline {spec.name}", (spec.name,),
-                           source_stages=(spec.name,), final_stages=(spec.name,), mode=mode,
-                           alignment_timeout=timeout, sources=tuple(spec.sources))
     graph, _problems = build_graph(spec)
     assert graph is not None  # the loader raised otherwise
     return SpecSummary(
         pipeline=spec.name,
-        title=f"pipeline {spec.name} of {len(graph.stages)} stages",
+        title=WORDS[cut_layout(spec).name].title.format(name=spec.name, count=len(graph.stages)),
         stages=graph.stages,
         channels={c.name: c.topic_for(spec.name) for c in spec.channels},
         edges=graph.edges,
         cycles=graph.cycles,
         source_stages=graph.source_stages,
         final_stages=graph.final_stages,
-        mode=mode,
-        alignment_timeout=timeout,
+        mode=spec.checkpoint.mode.value,
+        alignment_timeout=spec.checkpoint.alignment_timeout,
         sources=tuple(source for stage in spec.stages for source in stage.sources),
     )

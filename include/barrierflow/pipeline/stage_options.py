@@ -1,6 +1,6 @@
 """Every option of a stage, derived from its pipeline in one place (Spark-free).
 
-A stage of a multi-stage pipeline runs as a single-stage :class:`PipelineSpec` under the hood:
+A stage of a multi-stage pipeline runs as a single-stage :class:`StageSpec` under the hood:
 name ``<pipeline>-<stage>``, work dir ``<work_dir>/stages/<stage>``, checkpoint store
 ``<checkpoint.storage>/stages/<stage>``. Everything else the pipeline sets applies to every
 stage unchanged, and is copied here and nowhere else:
@@ -35,21 +35,23 @@ from barrierflow.errors import UserInputError
 from barrierflow.sinks.parquet import rollups_beside
 from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import (
+    PIPELINE_WIDE_FIELDS,
     BatchSpec,
+    CheckpointSpec,
     DiscardSinkSpec,
     KafkaSourceSpec,
     ParquetSinkSpec,
-    PipelineSpec,
     SparkSpec,
+    StageSpec,
 )
-from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec, StageSpec
+from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, PipelineSpec, StageEntry
 from barrierflow.storage.object_dir import is_object_uri
 
 #: The longest stage name a pipeline may derive (``<pipeline>-<stage>``), as for pipeline names.
 MAX_NAME = 63
 
 
-def stage_name(pipeline: StagedPipelineSpec, stage: StageSpec) -> str:
+def stage_name(pipeline: PipelineSpec, stage: StageEntry) -> str:
     """The derived single-stage name of ``stage`` (``<pipeline>-<stage>``).
 
     Raises:
@@ -62,7 +64,7 @@ def stage_name(pipeline: StagedPipelineSpec, stage: StageSpec) -> str:
     return name
 
 
-def check_runnable(stage: StageSpec) -> None:
+def check_runnable(stage: StageEntry) -> None:
     """Raise UserInputError unless ``stage`` has one sink and either one source or only
     channel sources (what the runtime builds today)."""
     channels = [s for s in stage.sources if isinstance(s, ChannelSourceSpec)]
@@ -72,7 +74,7 @@ def check_runnable(stage: StageSpec) -> None:
                              "source or only channel sources")
 
 
-def channel_input(pipeline: StagedPipelineSpec, stage: StageSpec, servers: Mapping[str, str]) -> KafkaSourceSpec:
+def channel_input(pipeline: PipelineSpec, stage: StageEntry, servers: Mapping[str, str]) -> KafkaSourceSpec:
     """The channels ``stage`` reads, as one Kafka source over their topics (``servers``: channel
     name -> ``host:port`` list). Its ``json_fields`` are the union of the channels' fields; when
     the channels carry different fields, ``topic_fields`` says which each channel's records must
@@ -115,7 +117,7 @@ def channel_input(pipeline: StagedPipelineSpec, stage: StageSpec, servers: Mappi
         client=clients.pop())
 
 
-def stage_batch(stage: StageSpec) -> BatchSpec:
+def stage_batch(stage: StageEntry) -> BatchSpec:
     """The ``batch`` section of the stage's derived spec: the stage's own, with
     ``rollups`` defaulting to ``<sink folder's parent>/rollups/<stage>`` for a Parquet sink."""
     sink = stage.sinks[0]
@@ -124,7 +126,7 @@ def stage_batch(stage: StageSpec) -> BatchSpec:
     return stage.batch.model_copy(update={"rollups": f"{rollups_beside(sink.path).rstrip('/')}/{stage.name}"})
 
 
-def stage_spark(pipeline: StagedPipelineSpec, stage: StageSpec) -> SparkSpec:
+def stage_spark(pipeline: PipelineSpec, stage: StageEntry) -> SparkSpec:
     """The ``spark`` section of the stage's derived spec: the pipeline's, with the stage's own
     ``shuffle_partitions`` (when it sets one) over both ``spark.shuffle_partitions`` and a
     ``spark.sql.shuffle.partitions`` in ``spark.conf``."""
@@ -134,8 +136,8 @@ def stage_spark(pipeline: StagedPipelineSpec, stage: StageSpec) -> SparkSpec:
     return pipeline.spark.model_copy(update={"shuffle_partitions": stage.shuffle_partitions, "conf": conf})
 
 
-def derive_stage_spec(pipeline: StagedPipelineSpec, stage: StageSpec, *, work_dir: str,
-                      servers: Mapping[str, str]) -> PipelineSpec:
+def derive_stage_spec(pipeline: PipelineSpec, stage: StageEntry, *, work_dir: str,
+                      servers: Mapping[str, str]) -> StageSpec:
     """The single-stage spec ``stage`` runs as (see the module docstring). ``work_dir`` is the
     pipeline's absolute work dir; ``servers`` maps channel name -> ``host:port`` list.
 
@@ -152,7 +154,7 @@ def derive_stage_spec(pipeline: StagedPipelineSpec, stage: StageSpec, *, work_di
         sink = DiscardSinkSpec(name=sink.sink_name, type="discard")
     checkpoint = pipeline.checkpoint.model_copy(
         update={"storage": f"{pipeline.checkpoint.storage.rstrip('/')}/stages/{stage.name}"})
-    return PipelineSpec(
+    return StageSpec(
         name=stage_name(pipeline, stage), work_dir=f"{work_dir}/stages/{stage.name}", sources=[source],
         transformation=stage.transformation, sinks=[sink], trigger=pipeline.trigger, checkpoint=checkpoint,
         event_time=pipeline.event_time, spark=stage_spark(pipeline, stage), verification=pipeline.verification,
@@ -161,7 +163,25 @@ def derive_stage_spec(pipeline: StagedPipelineSpec, stage: StageSpec, *, work_di
         batch=stage_batch(stage))
 
 
-def pipeline_work_dir(spec: StagedPipelineSpec) -> str:
+def own_stage_spec(pipeline: PipelineSpec) -> StageSpec:
+    """The spec the only stage of a pipeline that keeps its own checkpoints runs as: the
+    pipeline's sections and its stage's source, transformation, sinks and ``batch``, on the
+    pipeline's own paths (store ``checkpoint.storage``, work dir ``work_dir``: where a
+    single-stage YAML has always kept them). The inverse of
+    :func:`barrierflow.spec.stages.one_stage_pipeline`; nothing is validated again (the stage's
+    sources and sinks are what a single-stage YAML allows: :func:`check_runnable` checks the
+    count)."""
+    (stage,) = pipeline.stages
+    check_runnable(stage)
+    checkpoint = CheckpointSpec.model_construct(pipeline.checkpoint.model_fields_set, **dict(pipeline.checkpoint))
+    wide = {name: getattr(pipeline, name) for name in PIPELINE_WIDE_FIELDS}
+    fields_set = (pipeline.model_fields_set & set(PIPELINE_WIDE_FIELDS)) | {"sources", "transformation", "sinks"} \
+        | ({"batch"} & stage.model_fields_set)
+    return StageSpec.model_construct(fields_set, **{**wide, "checkpoint": checkpoint}, sources=list(stage.sources),
+                                     transformation=stage.transformation, sinks=list(stage.sinks), batch=stage.batch)
+
+
+def pipeline_work_dir(spec: PipelineSpec) -> str:
     """The work dir of a pipeline of several stages: ``work_dir`` of the spec (relative to the
     project home), else ``var/<name>``; the stages' work dirs and the embedded broker's data
     dir are under it.

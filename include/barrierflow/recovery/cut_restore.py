@@ -34,7 +34,7 @@ from barrierflow.checkpointing.global_manifest import GlobalFailure
 from barrierflow.checkpointing.global_store import AttemptCutoffRecord, GlobalCheckpointStore, completed_cut
 from barrierflow.pipeline.model import Stage
 from barrierflow.spec.models import KafkaSourceSpec
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.stages import PipelineSpec
 from barrierflow.storage.object_dir import ObjectDir
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class CutRestoreReport:
     cutoffs: dict[str, dict[str, int]]
 
 
-def restore_cut(spec: StagedPipelineSpec, stages: Sequence[Stage], cuts: GlobalCheckpointStore,
+def restore_cut(spec: PipelineSpec, stages: Sequence[Stage], cuts: GlobalCheckpointStore,
                 checkpoint_id: int | None = None) -> CutRestoreReport:
     """Restore every stage to global checkpoint ``checkpoint_id`` (None: the newest); see the
     module docstring.
@@ -83,7 +83,7 @@ def restore_cut(spec: StagedPipelineSpec, stages: Sequence[Stage], cuts: GlobalC
     return CutRestoreReport(spec.name, checkpoint_id, attempt, cutoffs)
 
 
-def restore_initial_cut(spec: StagedPipelineSpec, stages: Sequence[Stage],
+def restore_initial_cut(spec: PipelineSpec, stages: Sequence[Stage],
                         cuts: GlobalCheckpointStore) -> CutRestoreReport:
     """Restore the initial cut of a pipeline that ran but completed no global checkpoint
     (killed or stopped before its first one): every stage starts again from the beginning of
@@ -147,7 +147,7 @@ def refuse_output_ahead(pipeline: str, stages: Sequence[Stage], checkpoint_id: i
             "checkpoint (--latest or --latest-valid), or remove the newer output first")
 
 
-def check_cut_barriers(spec: StagedPipelineSpec, stages: Sequence[Stage], checkpoint_id: int) -> None:
+def check_cut_barriers(spec: PipelineSpec, stages: Sequence[Stage], checkpoint_id: int) -> None:
     """Refuse to restore ``checkpoint_id`` unless every stage fed by channels still finds its
     barrier ``checkpoint_id`` records at the offsets its manifest recorded (the barriers of the
     cut a savepoint rewritten by ``barrierflow upgrade`` was made from:

@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.errors import UserInputError
 
 log = logging.getLogger(__name__)
@@ -103,10 +104,7 @@ def mark_recovery(spec_path: str | os.PathLike[str], dag_id: str, run_id: str) -
     _, work_dir = pipeline_work_dir(spec_path)
     marker = RecoveryMarker(dag_id, run_id, datetime.now(UTC).isoformat())
     path = _marker_path(work_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(marker.__dict__), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(marker.__dict__))
     return marker
 
 

@@ -30,7 +30,7 @@ from barrierflow.checkpointing.materialize import materialize_checkpoint
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, UserInputError
 from barrierflow.lease import JobLease
-from barrierflow.spec.models import KafkaSourceSpec, PipelineSpec
+from barrierflow.spec.models import KafkaSourceSpec, StageSpec
 from barrierflow.storage.object_dir import ObjectDir
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.transactions.two_phase import Decision, TwoPhaseCommitSink
@@ -62,7 +62,7 @@ class RestoreReport:
 
 
 def restore_pipeline(
-    spec: PipelineSpec,
+    spec: StageSpec,
     checkpoint_id: int | None,
     *,
     store: CheckpointStore | None = None,
@@ -93,7 +93,7 @@ def restore_pipeline(
             store.fence = None
 
 
-def _restore(spec: PipelineSpec, checkpoint_id: int | None, store: CheckpointStore, layout: JobLayout,
+def _restore(spec: StageSpec, checkpoint_id: int | None, store: CheckpointStore, layout: JobLayout,
              accept_duplicates: bool) -> RestoreReport:
     from barrierflow.sinks.factory import build_sink
 

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class QualityReport:
         return doc
 
 
-def suite_path(spec: PipelineSpec, target: str) -> Path:
+def suite_path(spec: StageSpec, target: str) -> Path:
     """Where the ``output`` or ``rollups`` suite is declared (it may not exist)."""
     settings = spec.verification
     declared = (settings.output_expectations if target == "output" else settings.rollup_expectations) \
@@ -156,7 +156,7 @@ def suite_path(spec: PipelineSpec, target: str) -> Path:
     return project_home() / "include" / "expectations" / f"{spec.name}-{target}.json"
 
 
-def newest_epochs(spec: PipelineSpec, store: CheckpointStore, count: int) -> list[tuple[int, int, list[int]]]:
+def newest_epochs(spec: StageSpec, store: CheckpointStore, count: int) -> list[tuple[int, int, list[int]]]:
     """``(checkpoint id, attempt, batches)`` of the newest ``count`` COMMITTED transactions of the
     Parquet sink, oldest first."""
     sink = parquet_sink(spec)
@@ -275,7 +275,7 @@ def _validate(targets: list[tuple[str, pd.DataFrame, dict[str, Any], str]], docs
     return out
 
 
-def quality_report(spec: PipelineSpec, store: CheckpointStore, *, epochs: int | None = None,
+def quality_report(spec: StageSpec, store: CheckpointStore, *, epochs: int | None = None,
                    rollup_days: list[str] | None = None) -> QualityReport:
     """Validate the newest ``epochs`` committed epochs (default ``verification.quality_epochs``) and
     the rollups of ``rollup_days``; store the report and the offline Data Docs in the checkpoint

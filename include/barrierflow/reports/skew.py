@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from barrierflow.checkpointing.store import CheckpointStore
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
 
 SKEW_FORMAT = "barrierflow-skew-report"
 SKEW_VERSION = 2  # 2: "alignment_ms" renamed "barrier_batch_ms"
@@ -281,7 +281,7 @@ _LIMITS = (("skew", "skew_seconds", "max_skew", "s"), ("lag", "max_lag_seconds",
            ("late_rows", "rows_dropped_by_watermark", "max_late_rows", " rows"))
 
 
-def effective_settings(spec: PipelineSpec) -> ReportsSpec:
+def effective_settings(spec: StageSpec) -> ReportsSpec:
     """``spec.reports`` (defaults when absent) with ``max_late_rows: auto`` resolved: 0 when
     ``event_time.alignment`` is on, else None (not checked)."""
     settings = spec.reports or ReportsSpec()
@@ -342,7 +342,7 @@ def run_expectations(rows: list[CheckpointSkew], settings: ReportsSpec) -> list[
     return checks
 
 
-def build_skew_report(spec: PipelineSpec, store: CheckpointStore, *, last: int | None = None,
+def build_skew_report(spec: StageSpec, store: CheckpointStore, *, last: int | None = None,
                       now: datetime | None = None, only: set[int] | None = None) -> SkewReport:
     """The report over the pipeline's completed checkpoints (the newest ``last``, default all).
 
@@ -377,7 +377,7 @@ def store_skew_report(store: CheckpointStore, report: SkewReport) -> None:
     store.objects.put_bytes(SKEW_REPORT_KEY, json.dumps(report.as_dict(), indent=2).encode())
 
 
-def skew_report(spec: PipelineSpec, store: CheckpointStore, *, last: int | None = None,
+def skew_report(spec: StageSpec, store: CheckpointStore, *, last: int | None = None,
                 only: set[int] | None = None) -> SkewReport:
     """Build the report and, when there is a completed checkpoint, store it (see
     :func:`build_skew_report` and :func:`store_skew_report`)."""

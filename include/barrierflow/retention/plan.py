@@ -54,7 +54,7 @@ from barrierflow.retention.local import (
     plan_local_retention,
 )
 from barrierflow.retention.policy import RetentionPolicy, choose_retained
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 from barrierflow.storage import ObjectInfo, ObjectNotFoundError
 from barrierflow.transactions.ledger import TransactionLedger, TxnState, transaction_key
 from barrierflow.verification.report import load_report
@@ -116,12 +116,12 @@ class RetentionPlan(RetainedIds):
         }
 
 
-def policy_of(spec: PipelineSpec) -> RetentionPolicy:
+def policy_of(spec: StageSpec) -> RetentionPolicy:
     prefer = spec.verification.prefer_verified if spec.verification else True
     return RetentionPolicy.PREFER_VERIFIED if prefer else RetentionPolicy.NEWEST
 
 
-def plan_retention(spec: PipelineSpec, store: CheckpointStore, *, dry_run: bool = True,
+def plan_retention(spec: StageSpec, store: CheckpointStore, *, dry_run: bool = True,
                    now: datetime | None = None, layout: JobLayout | None = None,
                    keep: set[int] | None = None, keep_from: int | None = None) -> RetentionPlan:
     """Decide what to delete (see the module docstring); reads only. ``bytes``/``bytes_freed``
@@ -243,7 +243,7 @@ def apply_retention(store: CheckpointStore, plan: RetentionPlan) -> None:
              len(plan.ledger), plan.bytes_freed)
 
 
-def retain(spec: PipelineSpec, store: CheckpointStore | None = None, *, dry_run: bool = False,
+def retain(spec: StageSpec, store: CheckpointStore | None = None, *, dry_run: bool = False,
            now: Callable[[], datetime] = lambda: datetime.now(UTC),
            forget: Callable[[set[str]], None] | None = None, layout: JobLayout | None = None,
            keep: set[int] | None = None, keep_from: int | None = None, run_id: str | None = None) -> RetentionPlan:

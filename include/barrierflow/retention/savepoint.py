@@ -19,19 +19,24 @@ reported instead of leaving a broken savepoint.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from barrierflow.checkpointing.manifest import CheckpointKind, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, SourceError
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
+from barrierflow.verification.global_cut import refuse_unverifiable_cut, unreachable_inputs
 from barrierflow.verification.runner import verify_checkpoints
 from barrierflow.verification.source_range import RetainedStarts
 from barrierflow.verification.structural import structurally_intact
 
+if TYPE_CHECKING:
+    from barrierflow.pipeline.model import OpenedPipeline
+
 log = logging.getLogger(__name__)
 
 
-def take_savepoint(spec: PipelineSpec, store: CheckpointStore | None = None,
+def take_savepoint(spec: StageSpec, store: CheckpointStore | None = None,
                    checkpoint_id: int | None = None, *, starts: RetainedStarts | SourceError | None = None
                    ) -> Manifest:
     """Promote ``checkpoint_id`` (None: the latest completed) to a savepoint; returns the
@@ -63,3 +68,22 @@ def take_savepoint(spec: PipelineSpec, store: CheckpointStore | None = None,
                                      f"({why}); take a savepoint of a newer checkpoint")
     log.info("checkpoint %d of %s is now a savepoint", checkpoint_id, spec.name)
     return promoted
+
+
+def promote_cut(pipeline: OpenedPipeline, checkpoint_id: int | None = None) -> int:
+    """Promote cut ``checkpoint_id`` (None: the latest completed) of ``pipeline`` to a savepoint
+    in every stage (``barrierflow savepoint``, a stop with ``--savepoint``, an upgrade's chaos
+    runs): the cut is verified first (several stages: as one cut; every stage's checkpoint is
+    verified by :func:`take_savepoint` itself). Running it again after an interruption finishes
+    the promotion. Returns the cut's id.
+
+    Raises:
+        CheckpointNotFoundError: no (such) completed cut.
+        CheckpointCorruptError: it fails verification (the message names the stage and check).
+    """
+    checkpoint_id = pipeline.completed_cut(checkpoint_id)
+    # the cut's own checks; each stage's are the promotion's (take_savepoint)
+    refuse_unverifiable_cut(pipeline.cuts, pipeline.stages, checkpoint_id, "become a savepoint")
+    for stage in pipeline.stages:
+        take_savepoint(stage.spec, stage.store, checkpoint_id, starts=unreachable_inputs(stage))
+    return checkpoint_id

@@ -24,7 +24,7 @@ from typing import Any
 
 from barrierflow.checkpointing.manifest import EventTimeSummary, PartitionWatermark
 from barrierflow.flow_control.watermark_history import WatermarkHistory
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 
 log = logging.getLogger(__name__)
 KEEP_BATCHES = 10_000
@@ -55,7 +55,7 @@ def ran_a_batch(progress: Any) -> bool:
 
 
 class EventTimeTracker:
-    def __init__(self, spec: PipelineSpec, control_dir: str) -> None:
+    def __init__(self, spec: StageSpec, control_dir: str) -> None:
         if spec.event_time is None:
             raise ValueError("EventTimeTracker needs a spec with event_time")
         self.spec = spec

@@ -39,7 +39,7 @@ from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.runtime.startup import PhaseReport, StartupPhase
 from barrierflow.sources.registry import StageRun, reached, source_kind
 from barrierflow.spark import offset_log
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 from barrierflow.storage import ObjectStore
 from barrierflow.transactions.committer import HeldCommits, SinkCommitter
 from barrierflow.workdir.layout import JobLayout
@@ -191,7 +191,7 @@ class StreamingJob:
 
     def __init__(
         self,
-        spec: PipelineSpec,
+        spec: StageSpec,
         *,
         spec_path: str = "<spec>",
         spark: SparkSession | None = None,
@@ -309,7 +309,7 @@ class StreamingJob:
             CheckpointNotFoundError: checkpoints exist but none passes verification (starting
                 from the beginning of the source would write committed output again).
         """
-        from barrierflow.pipeline.model import single_stage_pipeline
+        from barrierflow.pipeline.model import stage_pipeline
         from barrierflow.recovery.restore import restore_pipeline
         from barrierflow.verification.choice import LATEST_VALID, choose_checkpoint
         from barrierflow.verification.runner import candidate_ids
@@ -322,7 +322,7 @@ class StreamingJob:
         if phases is not None:
             phases(StartupPhase("choosing", f"no local Spark checkpoint: choosing and verifying the checkpoint to "
                                             f"restore (newest of {len(candidates)})"))
-        pipeline = single_stage_pipeline(self.spec, store=self.store, layout=self.layout, spec_path=self.spec_path)
+        pipeline = stage_pipeline(self.spec, store=self.store, layout=self.layout, spec_path=self.spec_path)
         choice = choose_checkpoint(pipeline, LATEST_VALID)
         for checkpoint_id, why in choice.skipped:
             log.warning("not restoring checkpoint %d: %s", checkpoint_id, why)

@@ -1,7 +1,7 @@
 """Running a pipeline of several stages: one streaming query per stage, one pipeline coordinator.
 
-:class:`StagedPipelineJob` turns each stage of a :class:`StagedPipelineSpec` into a stage job
-(a single-stage :class:`PipelineSpec` under the hood: name ``<pipeline>-<stage>``, work dir
+:class:`StagedPipelineJob` turns each stage of a :class:`PipelineSpec` into a stage job
+(a single-stage :class:`StageSpec` under the hood: name ``<pipeline>-<stage>``, work dir
 ``<work_dir>/stages/<stage>``, checkpoint store ``<checkpoint.storage>/stages/<stage>``; a
 channel source becomes a Kafka source read through ``barrierflow_channel``, a channel sink is
 written by :class:`~barrierflow.sinks.channel.ChannelWriter`), starts every query in one
@@ -41,13 +41,14 @@ from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator, StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
+from barrierflow.pipeline.layout import GLOBAL_CHECKPOINTS
 from barrierflow.pipeline.model import OFFLINE_SERVERS, pipeline_work_dir, stages_of
 from barrierflow.runtime.pipeline_runner import CutKeeper, PipelineRunner, RunResult, StageStats
 from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.runtime.startup import StartupPhase
 from barrierflow.sources.registry import StageRun, reached, source_kind
 from barrierflow.spec.graph import StageGraph, build_graph
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.stages import PipelineSpec
 from barrierflow.storage import ObjectStore, open_store
 from barrierflow.transactions.committer import HeldCommits
 
@@ -62,9 +63,6 @@ TICK_SECONDS = 0.02
 #: How often a stage run in its own process looks for newly decided global checkpoints (seconds).
 FOLLOW_SECONDS = 0.2
 
-
-#: A stage of the run: the one stage runner (:mod:`barrierflow.runtime.stage_runner`).
-StageJob = StageRunner
 
 
 @dataclass(frozen=True)
@@ -92,9 +90,6 @@ class PipelineProgress:
     failed: int
 
 
-#: The result of a run of several stages: the one :class:`RunResult` (kept under this name).
-PipelineRunResult = RunResult
-
 
 class StagedPipelineJob:
     """See the module docstring. ``channel_servers`` maps channel name -> ``host:port`` list
@@ -103,7 +98,7 @@ class StagedPipelineJob:
     (:class:`~barrierflow.transactions.committer.HeldCommits`: an upgrade's canary); the
     channels between stages are written as usual."""
 
-    def __init__(self, spec: StagedPipelineSpec, *, spec_path: str = "<spec>", spark: SparkSession | None = None,
+    def __init__(self, spec: PipelineSpec, *, spec_path: str = "<spec>", spark: SparkSession | None = None,
                  channel_servers: dict[str, str] | None = None, hold_commits: bool = False) -> None:
         graph, problems = build_graph(spec)
         if graph is None:
@@ -155,7 +150,7 @@ class StagedPipelineJob:
             self.lease.check("doing anything more")
 
     @classmethod
-    def offline(cls, spec: StagedPipelineSpec, *, spec_path: str = "<spec>") -> StagedPipelineJob:
+    def offline(cls, spec: PipelineSpec, *, spec_path: str = "<spec>") -> StagedPipelineJob:
         """The pipeline opened beside a run, to read its stores (tests, benchmarks): channels on
         the embedded broker get no address (that broker runs only with its pipeline); :meth:`run`
         refuses. Offline operations open :func:`barrierflow.pipeline.model.open_pipeline`."""
@@ -183,7 +178,7 @@ class StagedPipelineJob:
         return self._spark
 
     # -- building -----------------------------------------------------------------------
-    def stage_run(self, job: StageJob) -> StageRun:
+    def stage_run(self, job: StageRunner) -> StageRun:
         """What ``job``'s reader is told beyond its spec in this run: the attempt, the last
         completed global checkpoint, its back-edge topics, cutoffs and slow partitions."""
         return StageRun(attempt=self.attempt, last_completed=self.last_completed,
@@ -258,7 +253,7 @@ class StagedPipelineJob:
         self.attempt = self.root_store.attempt()
         self.last_completed = (self.global_checkpoints() or [0])[-1]
 
-    def _start_coordinator(self, job: StageJob) -> StageHandle:
+    def _start_coordinator(self, job: StageRunner) -> StageHandle:
         """Start ``job``'s checkpoint coordinator (it never triggers: barriers come from the
         pipeline coordinator or in-band; its sink commits wait for the global checkpoint); its
         handle for the pipeline coordinator."""
@@ -273,7 +268,7 @@ class StagedPipelineJob:
         coordinator.trigger_limit = 0
         return self.handle(job, coordinator)
 
-    def handle(self, job: StageJob, coordinator: CheckpointCoordinator | None = None) -> StageHandle:
+    def handle(self, job: StageRunner, coordinator: CheckpointCoordinator | None = None) -> StageHandle:
         """What the pipeline coordinator knows of ``job`` (``coordinator`` None: the stage runs
         in another process and follows the global checkpoints itself, :meth:`run_stage`)."""
         return StageHandle(job.name, job.store, ControlChannel(job.layout.control), coordinator,
@@ -306,7 +301,7 @@ class StagedPipelineJob:
                                             until=lambda: keeper.stop is not None)
         return result.stages[name].completed
 
-    def _follow_globals(self, job: StageJob, decided: int) -> int:
+    def _follow_globals(self, job: StageRunner, decided: int) -> int:
         """Commit (complete) or abort (failed) ``job``'s sinks for the global checkpoints after
         ``decided``, in order, stopping at the first one still undecided; returns the last
         decided id."""
@@ -325,7 +320,7 @@ class StagedPipelineJob:
                 return cid - 1
         return highest
 
-    def _stage_progress(self, job: StageJob, stats: StageStats | None = None) -> StageProgress:
+    def _stage_progress(self, job: StageRunner, stats: StageStats | None = None) -> StageProgress:
         last = job.query.lastProgress if job.query is not None else None
         epoch = job.coordinator.current_epoch() if job.coordinator is not None else self.last_completed + 1
         return StageProgress(job.name, int(last["batchId"]) if last else None,
@@ -387,7 +382,7 @@ class StagedPipelineJob:
             self.stage_job(name).spec.source.name), end) for name, end in ends.items())
         return at_end and all(part.channel_state_records == 0 for part in manifest.stages.values())
 
-    def stage_job(self, name: str) -> StageJob:
+    def stage_job(self, name: str) -> StageRunner:
         return next(j for j in self.stages if j.stage.name == name)
 
 
@@ -433,7 +428,7 @@ class GlobalCuts(_PipelineJobCuts):
     are the cuts (module docstring of :mod:`barrierflow.runtime.pipeline_runner`)."""
 
     tick_seconds = TICK_SECONDS
-    noun = "global checkpoint"
+    layout = GLOBAL_CHECKPOINTS
 
     def __init__(self, job: StagedPipelineJob) -> None:
         self.job = job

@@ -79,6 +79,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.errors import SinkCommitFailedError
 from barrierflow.lease import FencedOffError, JobLease
+from barrierflow.pipeline.layout import OWN_CHECKPOINTS, CutLayout
+from barrierflow.pipeline.words import words
 from barrierflow.runtime.startup import StartupPhase
 from barrierflow.runtime.stop_request import StopOutcome, StopRequest, StopWatch
 from barrierflow.spark import commit_log, offset_log
@@ -400,8 +402,8 @@ class CutKeeper(ABC):
         triggers none, e.g. a stage following its supervisor's cuts)."""
         return None
 
-    #: What a cut is called in messages.
-    noun: str = "checkpoint"
+    #: Where the cuts are kept (what messages call a cut: :mod:`barrierflow.pipeline.words`).
+    layout: CutLayout = OWN_CHECKPOINTS
 
 
 class StageHost(ABC):
@@ -528,7 +530,8 @@ def _queries_started(keeper: CutKeeper) -> StartupPhase:
     """The step once the queries started: replaying from the cut resumed from, or waiting."""
     if keeper.resumed_from is None:
         return StartupPhase("waiting", "queries started from the beginning; waiting for the first micro-batch")
-    return StartupPhase("replaying", f"queries started from {keeper.noun} {keeper.resumed_from}: replaying what "
+    noun = words(keeper).cut_noun
+    return StartupPhase("replaying", f"queries started from {noun} {keeper.resumed_from}: replaying what "
                                      "followed it; waiting for the first micro-batch")
 
 
@@ -715,11 +718,11 @@ class PipelineRunner:
                 self.barriers_only(True)  # the savepoint's barrier batch reads nothing: no more input to wait for
                 cutter.trigger_now()
             cutter.trigger_limit = 0  # no other cut is triggered
-            what = f"after one more {keeper.noun} (a savepoint)" if request.savepoint else \
-                f"once the pending {keeper.noun}s ended, taking no new one"
+            what = f"after one more {words(keeper).cut_noun} (a savepoint)" if request.savepoint else \
+                f"once the pending {words(keeper).cut_noun}s ended, taking no new one"
             log.warning("pipeline %s: stop requested by %s at %s: stopping %s", keeper.name, request.by,
                         request.requested_at, what)
-            self._report(StopOutcome(request.id, request.fence, "stopping", noun=keeper.noun,
+            self._report(StopOutcome(request.id, request.fence, "stopping", noun=words(keeper).cut_noun,
                                      message=f"stopping {what}"))
             return
         if not stopping.request.savepoint:
@@ -727,16 +730,17 @@ class PipelineRunner:
         if stopping.savepoint is None and cutter.forced_id is not None:
             stopping.savepoint = cutter.forced_id
             self._report(StopOutcome(stopping.request.id, stopping.request.fence, "stopping", stopping.savepoint,
-                                     noun=keeper.noun, message=f"{keeper.noun} {stopping.savepoint} (the savepoint) "
-                                     "triggered"))
+                                     noun=words(keeper).cut_noun,
+                                     message=f"{words(keeper).cut_noun} {stopping.savepoint} (the savepoint) "
+                                             "triggered"))
         failure = next((f for f in keeper.failed if f.checkpoint_id == stopping.savepoint), None)
         if failure is not None:
             reason = getattr(failure.reason, "value", failure.reason)
-            message = (f"{keeper.noun} {stopping.savepoint}, the savepoint of the stop, failed ({reason}: "
+            message = (f"{words(keeper).cut_noun} {stopping.savepoint}, the savepoint of the stop, failed ({reason}: "
                        f"{failure.message}); the pipeline keeps running. Run 'barrierflow stop' again")
             log.error("pipeline %s: %s", keeper.name, message)
             self._report(StopOutcome(stopping.request.id, stopping.request.fence, "failed", stopping.savepoint,
-                                     noun=keeper.noun, message=message))
+                                     noun=words(keeper).cut_noun, message=message))
             cutter.trigger_limit = stopping.limit
             self.barriers_only(False)
             self.stopping = None

@@ -45,6 +45,7 @@ import ctypes
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -53,10 +54,13 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 from barrierflow.errors import JobFailedError, UserInputError
 from barrierflow.runtime.restart_strategy import RestartStrategy
+
+if TYPE_CHECKING:
+    from barrierflow.spec.stages import PipelineSpec
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +74,10 @@ GROUP_GONE_TIMEOUT = 60.0
 POLL_SECONDS = 0.1
 #: Lines of the child's stderr kept for the failure message.
 TAIL_LINES = 20
+#: Set for each attempt by a supervisor of whole spark-submits (the Airflow launch's detached
+#: launcher, :mod:`barrierflow.ops.detached_launch`): such an attempt runs as is
+#: (:mod:`barrierflow.ops.supervised_run`).
+RESTART_SUPERVISOR_ENV = "BARRIERFLOW_SUPERVISED_BY"
 
 
 class RestartsExhaustedError(JobFailedError):
@@ -305,3 +313,27 @@ def _exhausted(name: str, cause: str, strategy: RestartStrategy, run: Supervised
     return (f"pipeline {name} stopped after {run.attempts} attempt(s): {cause}. Restart strategy {strategy.describe()}"
             f": {did}, and allows no further restart. Fix the cause and run it again (it continues from its "
             "latest checkpoint)")
+
+
+def restart_alert_observers(spec: PipelineSpec) -> dict[str, Any]:
+    """The supervisor's ``on_restart`` and ``on_give_up`` for the spec's ``alerts`` block (none: {})."""
+    alerts = spec.alerts
+    if alerts is None:
+        return {}
+    from barrierflow.alerts import AlertKind, send_alert
+
+    host = socket.gethostname()
+
+    def on_restart(restart: Restart, strategy: RestartStrategy) -> None:
+        message = (f"pipeline {spec.name} failed and is restarted in {restart.delay:.1f} s (restart "
+                   f"{strategy.restarts} of {strategy.limit}, strategy {strategy.describe()}): {restart.cause}")
+        send_alert(spec.name, alerts, AlertKind.RESTART, message, details={
+            "restart": strategy.restarts, "limit": strategy.limit, "delay_seconds": restart.delay,
+            "strategy": strategy.describe(), "cause": restart.cause, "host": host})
+
+    def on_give_up(message: str, run: SupervisedRun) -> None:
+        send_alert(spec.name, alerts, AlertKind.GAVE_UP, message, details={
+            "attempts": run.attempts, "delays_seconds": [r.delay for r in run.restarts], "strategy": run.strategy,
+            "host": host})
+
+    return {"on_restart": on_restart, "on_give_up": on_give_up}

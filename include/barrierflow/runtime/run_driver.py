@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from barrierflow.errors import UserInputError
+from barrierflow.pipeline.layout import OWN_CHECKPOINTS
 from barrierflow.pipeline.model import OpenedPipeline
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.runtime.pipeline_runner import PipelineRunner
 from barrierflow.runtime.stage_processes import process_driver
-from barrierflow.spec.models import PipelineSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,8 +50,9 @@ def open_driver(pipeline: OpenedPipeline, *, channel_servers: Mapping[str, str] 
         if hold_commits:  # the stage processes build their own sinks: holding would be ignored
             raise UserInputError(f"{pipeline.spec_path}: a canary (held commits) runs its stages in one process; "
                                  "run it without --processes")
-    if isinstance(pipeline.spec, PipelineSpec):
-        return StreamingJob(pipeline.spec, spec_path=pipeline.spec_path, spark=spark, hold_commits=hold_commits).driver
+    if pipeline.layout is OWN_CHECKPOINTS:  # the one shape decision of a run: which job runs the stages
+        (stage,) = pipeline.stages
+        return StreamingJob(stage.spec, spec_path=pipeline.spec_path, spark=spark, hold_commits=hold_commits).driver
     servers = dict(channel_servers or {})
     job = StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path, spark=spark, channel_servers=servers,
                             hold_commits=hold_commits)
@@ -86,5 +87,4 @@ def open_stage_process_driver(pipeline: OpenedPipeline, stage: str, *,
     """
     pipeline.refuse_stage_processes("--stage")
     pipeline.stage(stage)  # UserInputError naming the stages
-    assert not isinstance(pipeline.spec, PipelineSpec)  # refused above
     return StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path, channel_servers=dict(channel_servers or {}))

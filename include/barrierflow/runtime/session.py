@@ -13,6 +13,7 @@ from barrierflow.storage.object_dir import is_object_uri
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from barrierflow.pipeline.model import OpenedPipeline
     from barrierflow.spec.models import SparkSpec
 
 #: Sessions that have barrierflow's data sources (registering costs a Python round trip each).
@@ -22,7 +23,7 @@ _REGISTERED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 def build_session(spec: SparkSpec, app_name: str = "barrierflow", *, sources: Sequence[Any] = (),
                   jvm_sets: Sequence[str] = (), work_dirs: Sequence[str] = ()) -> SparkSession:
     """Return a SparkSession configured for barrierflow (creating or reusing one), with the
-    generator, Kafka, channel, barrier-only and write-ahead (staging area) data sources
+    generator, Kafka, channel, barrier-only and write-ahead data sources
     registered. ``sources`` (the pipeline's source specs) put the jars their kinds need on the
     class path (:attr:`~barrierflow.sources.registry.SourceKind.jvm_set`: Spark's Kafka
     connector for ``reader: spark``), and only then; ``jvm_sets`` name sets to add beyond
@@ -70,12 +71,20 @@ def register_data_sources(session: SparkSession) -> None:
     """Register barrierflow's Python data sources on ``session`` (idempotent: once per session)."""
     if session in _REGISTERED:
         return
-    from barrierflow.sinks.staging import StagingDataSource
+    from barrierflow.sinks.write_ahead import WriteAheadDataSource
     from barrierflow.sources.channel import ChannelDataSource
     from barrierflow.sources.generator import GeneratorDataSource
     from barrierflow.sources.kafka import KafkaDataSource
     from barrierflow.sources.spark_kafka import BarrierDataSource
 
-    for source in (GeneratorDataSource, KafkaDataSource, ChannelDataSource, BarrierDataSource, StagingDataSource):
+    for source in (GeneratorDataSource, KafkaDataSource, ChannelDataSource, BarrierDataSource, WriteAheadDataSource):
         session.dataSource.register(source)
     _REGISTERED.add(session)
+
+
+def session_for(pipeline: OpenedPipeline, spark: SparkSession | None) -> SparkSession:
+    """``spark``, else a session built from the first stage's ``spark`` block (a local one for a
+    command line): the session of an offline operation on ``pipeline``'s state (read, upgrade)."""
+    if spark is not None:
+        return spark
+    return spark_session.build_session(pipeline.stages[0].spec.spark, app_name=f"barrierflow-state-{pipeline.name}")

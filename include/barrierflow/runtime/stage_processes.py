@@ -52,6 +52,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator
 from barrierflow.checkpointing.store import CheckpointStore
@@ -61,7 +62,6 @@ from barrierflow.runtime.pipeline import (
     GlobalCuts,
     PipelineProgress,
     StagedPipelineJob,
-    StageJob,
     StageProgress,
 )
 from barrierflow.runtime.pipeline_runner import PipelineRunner, StageHost, StageResult, StageStats
@@ -71,8 +71,9 @@ from barrierflow.workdir.stage_ready import READY_FILE, ready_pid
 log = logging.getLogger(__name__)
 #: The environment variable that hands a stage process the addresses of embedded channels.
 SERVERS_ENV = "BARRIERFLOW_CHANNEL_SERVERS"
-#: The environment variable naming the supervisor's pid to a stage process.
-SUPERVISOR_ENV = "BARRIERFLOW_SUPERVISOR_PID"
+#: The environment variable naming the stage processes' parent (the run's coordinating process) pid
+#: to a stage process.
+STAGE_PARENT_ENV = "BARRIERFLOW_SUPERVISOR_PID"
 #: The supervisor's lease fencing number and token (``<fence>:<token>``), handed to its stage
 #: processes so that their manifests, write-ahead batches and 2PC decisions check it too.
 FENCE_ENV = "BARRIERFLOW_LEASE_FENCE"
@@ -98,9 +99,7 @@ class StageProcessFiles:
                 (self.directory / name).unlink()
 
     def _write(self, name: str, body: dict[str, object]) -> None:
-        tmp = self.directory / f".{name}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(body), encoding="utf-8")
-        os.replace(tmp, self.directory / name)
+        write_atomic(self.directory / name, json.dumps(body))
 
     def _read(self, name: str) -> dict[str, object] | None:
         try:
@@ -138,7 +137,7 @@ class StageProcessFiles:
 
 @dataclass
 class _StageProcess:
-    job: StageJob
+    job: StageRunner
     files: StageProcessFiles
     process: subprocess.Popen[bytes]
     log_path: Path
@@ -292,17 +291,17 @@ class StageProcesses(StageHost):
                 for stage in self.job.stages}
 
     # -- the stage processes --------------------------------------------------------------
-    def command(self, stage: StageJob) -> list[str]:
+    def command(self, stage: StageRunner) -> list[str]:
         """What runs ``stage`` in a process of its own: ``barrierflow run SPEC --stage NAME``."""
         return [sys.executable, "-m", "barrierflow.cli.main", "run", self.job.spec_path, "--stage",
                 stage.stage.name, "--quiet"]
 
-    def _spawn(self, stage: StageJob) -> _StageProcess:
+    def _spawn(self, stage: StageRunner) -> _StageProcess:
         files = StageProcessFiles(stage.layout.work_dir)
         files.clear()
         log_path = stage.layout.work_dir / LOG_FILE
         command = self.command(stage)
-        env = {**os.environ, SERVERS_ENV: json.dumps(self.servers), SUPERVISOR_ENV: str(os.getpid())}
+        env = {**os.environ, SERVERS_ENV: json.dumps(self.servers), STAGE_PARENT_ENV: str(os.getpid())}
         env.pop(FENCE_ENV, None)
         if self.job.fence is not None:
             env[FENCE_ENV] = f"{self.job.fence.fence}:{self.job.fence.token}"
@@ -396,10 +395,10 @@ def process_driver(job: StagedPipelineJob, *, servers: dict[str, str] | None = N
 def run_stage_process(job: StagedPipelineJob, stage: str) -> int:
     """The body of ``barrierflow run SPEC --stage NAME`` (started by the supervisor): run the
     stage until the supervisor asks it to stop; returns the number of stage checkpoints
-    completed. The supervisor's pid comes from :data:`SUPERVISOR_ENV`; when this process's
+    completed. The supervisor's pid comes from :data:`STAGE_PARENT_ENV`; when this process's
     parent changes (the supervisor died), the stage fails (JobFailedError)."""
     files = StageProcessFiles(job.stage_job(stage).layout.work_dir)
-    supervisor = int(os.environ.get(SUPERVISOR_ENV, "0")) or os.getppid()
+    supervisor = int(os.environ.get(STAGE_PARENT_ENV, "0")) or os.getppid()
     handed = os.environ.get(FENCE_ENV, "")
     if handed:  # the supervisor's lease: this stage's commits check its fencing number
         from barrierflow.lease import FenceToken

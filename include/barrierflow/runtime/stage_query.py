@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from barrierflow.sources.planning import PlanningOptions
 from barrierflow.sources.registry import ReadInput
 from barrierflow.spark.session import apply_query_conf
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 from barrierflow.transforms.context import TransformContext, load_transformation
 from barrierflow.workdir.layout import JobLayout
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 
-def reader_options(spec: PipelineSpec, layout: JobLayout) -> dict[str, str]:
+def reader_options(spec: StageSpec, layout: JobLayout) -> dict[str, str]:
     """The options every stage's reader gets (see the module docstring)."""
     return {
         "spec": spec.source.model_dump_json(),
@@ -49,7 +49,7 @@ def reader_options(spec: PipelineSpec, layout: JobLayout) -> dict[str, str]:
     }
 
 
-def apply_transformation(df: DataFrame, spec: PipelineSpec, spec_path: str) -> DataFrame:
+def apply_transformation(df: DataFrame, spec: StageSpec, spec_path: str) -> DataFrame:
     """The spec's transformation applied to ``df``, the stage's input rows: how every run,
     and ``barrierflow validate --deep`` (:mod:`barrierflow.runtime.transform_check`), calls it.
 
@@ -60,7 +60,7 @@ def apply_transformation(df: DataFrame, spec: PipelineSpec, spec_path: str) -> D
     return transform(df, TransformContext(spec, dict(spec.transformation.options)))
 
 
-def build_stage_frame(spark: SparkSession, spec: PipelineSpec, layout: JobLayout, *, spec_path: str,
+def build_stage_frame(spark: SparkSession, spec: StageSpec, layout: JobLayout, *, spec_path: str,
                       source_format: str, extra_options: Mapping[str, str] | None = None,
                       read_input: ReadInput | None = None) -> DataFrame:
     """The streaming DataFrame of the stage whose derived spec is ``spec``, not started: read
@@ -81,7 +81,7 @@ def build_stage_frame(spark: SparkSession, spec: PipelineSpec, layout: JobLayout
     return apply_transformation(reader.load(), spec, spec_path)
 
 
-def start_stage_query(spark: SparkSession, spec: PipelineSpec, layout: JobLayout, *, spec_path: str,
+def start_stage_query(spark: SparkSession, spec: StageSpec, layout: JobLayout, *, spec_path: str,
                       source_format: str, batch_writer: Callable[[Any, int], None] | None,
                       extra_options: Mapping[str, str] | None = None, frame: DataFrame | None = None,
                       read_input: ReadInput | None = None,

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from barrierflow.checkpointing.store import CheckpointStore
     from barrierflow.lease import FenceToken
     from barrierflow.pipeline.model import Stage
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
     from barrierflow.transactions.committer import SinkCommitter
     from barrierflow.workdir.layout import JobLayout
 
@@ -115,7 +115,7 @@ class StageRunner:
         return self.stage.name
 
     @property
-    def spec(self) -> PipelineSpec:
+    def spec(self) -> StageSpec:
         """The stage's derived single-stage spec."""
         return self.stage.spec
 
@@ -139,7 +139,7 @@ class StageRunner:
         alignment = (lambda n: read_alignment(control_dir, n)) if self.kind.aligned else None
         coordinator = CheckpointCoordinator(
             pipeline=spec.name, options=spec.checkpoint, store=self.stage.store,
-            spark_checkpoint_dir=layout.spark_checkpoint, staging_dir=layout.snapshots,
+            spark_checkpoint_dir=layout.spark_checkpoint, snapshot_dir=layout.snapshots,
             control=ControlChannel(control_dir), source_names=[spec.source.name], sinks=sinks,
             attempt=attempt, spark_version=spark_version, alignment=alignment,
             commit_on_completion=commit_on_completion, label=self.label, event_times=self._event_times,

@@ -69,6 +69,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.checkpointing.snapshot import STATE_FINGERPRINT
 from barrierflow.errors import IncompatibleStateError, UnverifiedStateError
 from barrierflow.spark import commit_log, offset_log
@@ -80,7 +81,7 @@ from barrierflow.storage.object_dir import CheckpointDir, ObjectDir, as_checkpoi
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
     from barrierflow.state.reader import OperatorSchema
 
 __all__ = ["FINGERPRINT_FILE", "aggregate_buffers", "check_state_compatible", "planned_buffers",
@@ -366,10 +367,7 @@ def _write_fingerprint(path: CheckpointDir, fingerprint: list[dict[str, Any]], s
     if isinstance(path, ObjectDir):  # one PUT: readers see the old document or the new one
         path.write_text(text)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_atomic(path, text)
 
 
 def _read_fingerprint(path: CheckpointDir) -> tuple[list[dict[str, Any]], list[str] | None] | None:
@@ -503,7 +501,7 @@ def check_state_compatible(frame: DataFrame, checkpoint: str | os.PathLike[str] 
         _write_fingerprint(path, fingerprint, sources)
 
 
-def planned_fingerprint(spark: SparkSession, spec: PipelineSpec, *, spec_path: str, source_type: str,
+def planned_fingerprint(spark: SparkSession, spec: StageSpec, *, spec_path: str, source_type: str,
                         scratch_dir: str) -> list[dict[str, Any]]:
     """The fingerprint (:func:`stateful_fingerprint`) the stage whose derived spec is ``spec``
     would record, planned without a source or a start: its transformation applied, as every run
@@ -519,7 +517,7 @@ def planned_fingerprint(spark: SparkSession, spec: PipelineSpec, *, spec_path: s
                                                scratch_dir=scratch_dir))
 
 
-def _planned_frame(spark: SparkSession, spec: PipelineSpec, *, spec_path: str, source_type: str,
+def _planned_frame(spark: SparkSession, spec: StageSpec, *, spec_path: str, source_type: str,
                    scratch_dir: str) -> DataFrame:
     from barrierflow.runtime.stage_query import apply_transformation
     from barrierflow.sources.registry import kind_named
@@ -528,7 +526,7 @@ def _planned_frame(spark: SparkSession, spec: PipelineSpec, *, spec_path: str, s
     return apply_transformation(spark.readStream.schema(ddl).format("json").load(scratch_dir), spec, spec_path)
 
 
-def planned_buffers(spark: SparkSession, spec: PipelineSpec, *, spec_path: str, source_type: str,
+def planned_buffers(spark: SparkSession, spec: StageSpec, *, spec_path: str, source_type: str,
                     scratch_dir: str) -> list[list[tuple[str, list[dict[str, Any]]]]]:
     """:func:`aggregate_buffers` of the stage query ``spec`` builds, planned as
     :func:`planned_fingerprint` plans it (nothing read, nothing started)."""
@@ -536,7 +534,7 @@ def planned_buffers(spark: SparkSession, spec: PipelineSpec, *, spec_path: str, 
                                             scratch_dir=scratch_dir))
 
 
-def planned_states(spark: SparkSession, spec: PipelineSpec, *, spec_path: str, source_type: str,
+def planned_states(spark: SparkSession, spec: StageSpec, *, spec_path: str, source_type: str,
                    scratch_dir: str) -> list[PlannedOperatorState]:
     """:func:`planned_state_operators` of the stage query ``spec`` builds, planned as
     :func:`planned_fingerprint` plans it (nothing read, nothing started)."""

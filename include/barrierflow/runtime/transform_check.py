@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from barrierflow.errors import SpecError, UserInputError
 from barrierflow.runtime.stage_query import apply_transformation
 from barrierflow.sources.registry import kind_named
-from barrierflow.spec.models import KafkaSinkSpec, PipelineSpec, PostgresSinkSpec
+from barrierflow.spec.models import KafkaSinkSpec, PostgresSinkSpec, StageSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -91,7 +91,7 @@ def _spark_message(exc: BaseException) -> str:
     return line.split(" SQLSTATE:")[0].rstrip(";").rstrip()
 
 
-def check_transformation(spark: SparkSession, spec: PipelineSpec, *, spec_path: str, source_type: str,
+def check_transformation(spark: SparkSession, spec: StageSpec, *, spec_path: str, source_type: str,
                          scratch_dir: str, prefix: str = "", stage: str | None = None,
                          channel_key_column: str | None = None) -> TransformationShape:
     """Check the transformation of the stage whose (derived) spec is ``spec`` (module docstring).
@@ -139,7 +139,7 @@ def check_transformation(spark: SparkSession, spec: PipelineSpec, *, spec_path: 
     return TransformationShape(name, given, produced)
 
 
-def _transformed(df: DataFrame, spec: PipelineSpec, *, spec_path: str, prefix: str, where: str,
+def _transformed(df: DataFrame, spec: StageSpec, *, spec_path: str, prefix: str, where: str,
                  given: dict[str, str]) -> DataFrame:
     from pyspark.errors import AnalysisException
     from pyspark.sql import DataFrame
@@ -169,7 +169,7 @@ def _transformed(df: DataFrame, spec: PipelineSpec, *, spec_path: str, prefix: s
     return out
 
 
-def _check_output_mode(spark: SparkSession, out: DataFrame, spec: PipelineSpec, *, spec_path: str, prefix: str,
+def _check_output_mode(spark: SparkSession, out: DataFrame, spec: StageSpec, *, spec_path: str, prefix: str,
                        where: str) -> None:
     from pyspark.errors import AnalysisException
 
@@ -193,7 +193,7 @@ def _check_output_mode(spark: SparkSession, out: DataFrame, spec: PipelineSpec, 
             f"{message}{hint}"))]) from None
 
 
-def _check_keys(spec: PipelineSpec, produced: dict[str, str], *, spec_path: str, prefix: str, where: str,
+def _check_keys(spec: StageSpec, produced: dict[str, str], *, spec_path: str, prefix: str, where: str,
                 channel_key_column: str | None) -> None:
     sink = spec.sink
     wanted: list[tuple[str, str]] = []

@@ -41,7 +41,7 @@ records failed or is unacknowledged.
 Nothing of a micro-batch is collected to the driver: the executors produce the rows, in
 row batches (:mod:`barrierflow.kafka_io.row_batches`), with the batching producer of
 :mod:`barrierflow.kafka_io.producer`; the driver writes only the barrier records.
-docs/benchmarks.md ("Channel transport") measures this transport.
+bench/results/channel-transport/ measures this transport.
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ class DeltaSink(TableSink):
 
             import pyarrow.parquet as pq
 
-            prefix = self.staging.uri[len(self.location) + 1:]
+            prefix = self.write_ahead.uri[len(self.location) + 1:]
             for entries in handle["files"].values():
                 for entry in entries:
                     data = pq.read_table(io.BytesIO(self.table_store.get_bytes(f"{prefix}/{entry['key']}")),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.spec.kafka_client import KafkaClientSpec
 from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
-from barrierflow.spec.models import DiscardSinkSpec, KafkaSinkSpec, ParquetSinkSpec, PipelineSpec, PostgresSinkSpec
+from barrierflow.spec.models import DiscardSinkSpec, KafkaSinkSpec, ParquetSinkSpec, PostgresSinkSpec, StageSpec
 from barrierflow.transactions.committer import NoCommitter, SinkCommitter
 from barrierflow.transactions.ledger import TransactionLedger
 from barrierflow.transactions.retry import CommitRetry
@@ -39,11 +39,11 @@ class ChannelOutput:
     client: KafkaClientSpec | None = None
 
 
-def micro_batch_writer(spec: PipelineSpec, layout: JobLayout, *, fence: FenceToken | None,
+def micro_batch_writer(spec: StageSpec, layout: JobLayout, *, fence: FenceToken | None,
                        channel: ChannelOutput | None = None, attempt: int = 0) -> Callable[[Any, int], None] | None:
     """The ``foreachBatch`` function of the stage whose derived spec is ``spec``: a
     :class:`~barrierflow.sinks.channel.ChannelWriter` when it writes ``channel`` (its records
-    stamped with ``attempt``), a :class:`~barrierflow.sinks.staging.BatchStager` for a
+    stamped with ``attempt``), a :class:`~barrierflow.sinks.write_ahead.WriteAheadWriter` for a
     two-phase-commit sink (checking ``fence`` before each write-ahead batch), None for ``discard``
     (Spark's noop sink). A channel writer holds a producer: the caller closes it when the
     stage stops."""
@@ -53,17 +53,17 @@ def micro_batch_writer(spec: PipelineSpec, layout: JobLayout, *, fence: FenceTok
         return ChannelWriter(servers=channel.servers, topic=channel.topic, stage=channel.stage,
                              attempt=attempt, spark_checkpoint=layout.spark_checkpoint,
                              key_column=channel.key_column, client=channel.client)
-    staging = staging_uri_for(spec, layout)
-    if staging is None:
+    write_ahead = write_ahead_uri_for(spec, layout)
+    if write_ahead is None:
         return None
-    from barrierflow.sinks.staging import BatchStager
+    from barrierflow.sinks.write_ahead import WriteAheadWriter
 
     split_by = list(spec.sink.partitioned_by) if isinstance(spec.sink, IcebergSinkSpec | DeltaSinkSpec) else []
-    return BatchStager(staging, control_dir=str(layout.control), spark_checkpoint=str(layout.spark_checkpoint),
-                       fence=fence, split_by=split_by)
+    return WriteAheadWriter(write_ahead, control_dir=str(layout.control),
+                            spark_checkpoint=str(layout.spark_checkpoint), fence=fence, split_by=split_by)
 
 
-def pipeline_and_stage(spec: PipelineSpec) -> tuple[str, str]:
+def pipeline_and_stage(spec: StageSpec) -> tuple[str, str]:
     """The pipeline and stage names of the stage whose (derived) spec is ``spec``: a stage of a
     pipeline of several stages runs as ``<pipeline>-<stage>`` with work dir
     ``<pipeline work dir>/stages/<stage>`` (:func:`barrierflow.pipeline.stage_options.derive_stage_spec`);
@@ -76,7 +76,7 @@ def pipeline_and_stage(spec: PipelineSpec) -> tuple[str, str]:
     return spec.name, spec.name
 
 
-def check_table_sink(spec: PipelineSpec, layout: JobLayout, output: pa.Schema) -> None:
+def check_table_sink(spec: StageSpec, layout: JobLayout, output: pa.Schema) -> None:
     """Before the stage starts: create the table of an Iceberg sink from the query's ``output``
     schema when absent, and check ``output`` against an existing Iceberg or Delta table; nothing
     for other sinks.
@@ -96,29 +96,29 @@ def check_table_sink(spec: PipelineSpec, layout: JobLayout, output: pa.Schema) -
         check_delta_table(sink, output)
 
 
-def staging_uri_for(spec: PipelineSpec, layout: JobLayout) -> str | None:
+def write_ahead_uri_for(spec: StageSpec, layout: JobLayout) -> str | None:
     """The write-ahead URI of the spec's sink, or None for sinks that write nothing ahead (discard)."""
     sink = spec.sink
     if isinstance(sink, DiscardSinkSpec):
         return None
     if isinstance(sink, ParquetSinkSpec):
-        from barrierflow.sinks.parquet import staging_uri
+        from barrierflow.sinks.parquet import write_ahead_uri
 
-        return staging_uri(sink.path)
+        return write_ahead_uri(sink.path)
     if isinstance(sink, IcebergSinkSpec | DeltaSinkSpec):
         from barrierflow.sinks import table
 
         _, stage = pipeline_and_stage(spec)
         if isinstance(sink, DeltaSinkSpec):
-            return table.staging_uri(sink.path, stage, sink.name)
+            return table.write_ahead_uri(sink.path, stage, sink.name)
         from barrierflow.sinks.iceberg import table_location
 
-        return table.staging_uri(table_location(sink, layout.work_dir), stage, sink.name)
-    staging = getattr(sink, "staging_path", "") or f"file://{layout.work_dir / 'sink-staging' / sink.name}"
-    return staging
+        return table.write_ahead_uri(table_location(sink, layout.work_dir), stage, sink.name)
+    uri = getattr(sink, "write_ahead_path", "") or f"file://{layout.work_dir / 'sink-staging' / sink.name}"
+    return uri
 
 
-def build_sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout, *, attempt: int) -> SinkCommitter:
+def build_sink(spec: StageSpec, store: CheckpointStore, layout: JobLayout, *, attempt: int) -> SinkCommitter:
     sink = spec.sink
     if isinstance(sink, DiscardSinkSpec):
         return NoCommitter(sink.name)
@@ -136,9 +136,9 @@ def build_sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout, *,
     if isinstance(sink, PostgresSinkSpec):
         from barrierflow.sinks.postgres import PostgresSink
 
-        staging = staging_uri_for(spec, layout)
-        assert staging is not None
-        return PostgresSink(spec=sink, staging_uri=staging, **common)
+        write_ahead = write_ahead_uri_for(spec, layout)
+        assert write_ahead is not None
+        return PostgresSink(spec=sink, write_ahead_uri=write_ahead, **common)
     if isinstance(sink, IcebergSinkSpec | DeltaSinkSpec):
         from barrierflow.sinks.cut import CutLog
 
@@ -155,7 +155,7 @@ def build_sink(spec: PipelineSpec, store: CheckpointStore, layout: JobLayout, *,
     if isinstance(sink, KafkaSinkSpec):
         from barrierflow.sinks.kafka import KafkaSink
 
-        staging = staging_uri_for(spec, layout)
-        assert staging is not None
-        return KafkaSink(spec=sink, staging_uri=staging, **common)
+        write_ahead = write_ahead_uri_for(spec, layout)
+        assert write_ahead is not None
+        return KafkaSink(spec=sink, write_ahead_uri=write_ahead, **common)
     raise NotImplementedError(f"sink type {sink.type!r}")  # pragma: no cover - the spec union is closed

@@ -1,7 +1,7 @@
 """The Apache Iceberg sink: one snapshot per completed checkpoint, through pyiceberg.
 
 There is no Iceberg Spark runtime for Spark 4.2, so Spark only writes Parquet files (ahead, per
-micro-batch, :mod:`barrierflow.sinks.staging`) and the driver commits them with pyiceberg's
+micro-batch, :mod:`barrierflow.sinks.write_ahead`) and the driver commits them with pyiceberg's
 ``add_files``: one ``append`` snapshot per checkpoint whose summary carries
 ``barrierflow.pipeline``, ``barrierflow.stage``, ``barrierflow.sink``,
 ``barrierflow.checkpoint-id`` and ``barrierflow.attempt``. The protocol and the restore rule are

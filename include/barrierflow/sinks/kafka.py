@@ -11,7 +11,7 @@ Design: write-ahead, not Flink's resume-the-open-transaction design. Flink keeps
 Kafka transaction open from pre-commit to commit and, after a crash, resumes it from another
 process with the recorded producer id and epoch. Neither Python client can resume another
 producer's id/epoch, so a Kafka transaction cannot outlive the driver process that opened it.
-The write-ahead micro-batches (:mod:`barrierflow.sinks.staging`) already make epoch n durable and
+The write-ahead micro-batches (:mod:`barrierflow.sinks.write_ahead`) already make epoch n durable and
 invisible, i.e. they are a write-ahead log; so the whole epoch is produced in one short
 transaction at commit time:
 
@@ -163,12 +163,12 @@ class KafkaSink(TwoPhaseCommitSink):
 
     sink_type = "kafka"
 
-    def __init__(self, *, spec: KafkaSinkSpec, staging_uri: str, timeout: float = DEFAULT_TIMEOUT,
+    def __init__(self, *, spec: KafkaSinkSpec, write_ahead_uri: str, timeout: float = DEFAULT_TIMEOUT,
                  **template_kwargs: Any) -> None:
         """``template_kwargs`` are those of :class:`TwoPhaseCommitSink` (name, pipeline, ledger,
         attempt, now); ``timeout`` bounds connecting and every broker request, in seconds.
         Nothing connects to the brokers until the first commit."""
-        super().__init__(staging=WriteAheadBatches(staging_uri), **template_kwargs)
+        super().__init__(write_ahead=WriteAheadBatches(write_ahead_uri), **template_kwargs)
         self.spec = spec
         self.servers = split_servers(spec.bootstrap_servers)
         if not self.servers:
@@ -181,7 +181,7 @@ class KafkaSink(TwoPhaseCommitSink):
 
     # -- the template's hooks -------------------------------------------------------------
     def begin_transaction(self, txn_id: str, checkpoint_id: int, batches: list[int]) -> dict[str, Any]:
-        return {"batches": batches, "staging": self.staging.uri}
+        return {"batches": batches, "staging": self.write_ahead.uri}
 
     def pre_commit(self, txn: Transaction) -> dict[str, Any]:
         """Nothing at the broker: the write-ahead batches are the durable, invisible epoch."""
@@ -261,7 +261,7 @@ class KafkaSink(TwoPhaseCommitSink):
         self._open_transaction = txn.transaction_id
         records = 0
         for batch in txn.batches:
-            table = self.staging.read(batch)
+            table = self.write_ahead.read(batch)
             if table is None:
                 continue
             key_column = self.spec.key_column

@@ -3,7 +3,7 @@
 Layout under the sink's ``path``::
 
     part-<batch:012d>-a<attempt>-<n:05d>.parquet    committed output (what readers see)
-    _staging/batch=<batch>/...           write-ahead micro-batches (see :mod:`barrierflow.sinks.staging`)
+    _staging/batch=<batch>/...           write-ahead micro-batches (see :mod:`barrierflow.sinks.write_ahead`)
 
 Per epoch n (two-phase commit, :class:`~barrierflow.transactions.two_phase.TwoPhaseCommitSink`):
 pre-commit has nothing to do externally (the write-ahead batches are already durable and
@@ -30,13 +30,13 @@ from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_cr
 from barrierflow.transactions.write_ahead import WriteAheadBatches
 
 if TYPE_CHECKING:
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
 
 log = logging.getLogger(__name__)
 STAGING = "_staging"
 
 
-def staging_uri(path: str) -> str:
+def write_ahead_uri(path: str) -> str:
     return f"{path.rstrip('/')}/{STAGING}"
 
 
@@ -48,15 +48,15 @@ class ParquetFileSink(TwoPhaseCommitSink):
     sink_type = "parquet"
 
     def __init__(self, *, path: str, **kwargs: Any) -> None:
-        super().__init__(staging=WriteAheadBatches(staging_uri(path)), **kwargs)
+        super().__init__(write_ahead=WriteAheadBatches(write_ahead_uri(path)), **kwargs)
         self.path = path
         self.output = open_store(path)
 
     def begin_transaction(self, txn_id: str, checkpoint_id: int, batches: list[int]) -> dict[str, Any]:
-        return {"path": self.path, "staging": self.staging.uri}
+        return {"path": self.path, "staging": self.write_ahead.uri}
 
     def pre_commit(self, txn: Transaction) -> dict[str, Any]:
-        return {"files": {str(b): [f["key"] for f in self.staging.listing(b)["files"]] for b in txn.batches}}
+        return {"files": {str(b): [f["key"] for f in self.write_ahead.listing(b)["files"]] for b in txn.batches}}
 
     def commit(self, txn: Transaction) -> None:
         step = 0
@@ -64,13 +64,13 @@ class ParquetFileSink(TwoPhaseCommitSink):
             keys = txn.handle.get("files", {}).get(str(batch), [])
             for index, key in enumerate(keys):
                 target = final_key(batch, txn.attempt, index)
-                if self.staging.store.exists(key):
+                if self.write_ahead.store.exists(key):
                     self._publish(key, target)
                     step += 1
                     mid_commit_crash_point(self.name, step)
                 elif not self.output.exists(target):
                     raise SinkError(
-                        f"write-ahead file {self.staging.store.describe(key)} of batch {batch} is missing and was "
+                        f"write-ahead file {self.write_ahead.store.describe(key)} of batch {batch} is missing and was "
                         f"never published to {self.output.describe(target)}; restore a checkpoint before batch {batch}"
                     )
 
@@ -105,7 +105,7 @@ class CommittedPart:
     attempt: int
 
 
-def parquet_sink(spec: PipelineSpec) -> ParquetSinkSpec:
+def parquet_sink(spec: StageSpec) -> ParquetSinkSpec:
     """The spec's Parquet sink. Raises UserInputError naming the sink type and the fix."""
     sink = spec.sink
     if not isinstance(sink, ParquetSinkSpec):
@@ -126,7 +126,7 @@ def committed_parts(output_uri: str) -> list[CommittedPart]:
     return sorted(parts, key=lambda p: (p.batch_id, p.attempt, p.key))
 
 
-def rollups_uri(spec: PipelineSpec) -> str:
+def rollups_uri(spec: StageSpec) -> str:
     """``batch.rollups``, else ``rollups`` beside the sink's folder."""
     if spec.batch.rollups:
         return spec.batch.rollups

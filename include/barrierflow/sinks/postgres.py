@@ -1,7 +1,7 @@
 """The PostgreSQL sink: exactly-once rows through ``PREPARE TRANSACTION`` per epoch.
 
 Protocol per epoch n (two-phase commit, :class:`~barrierflow.transactions.two_phase.TwoPhaseCommitSink`;
-the write-ahead micro-batches of :mod:`barrierflow.sinks.staging` are the write-ahead log):
+the write-ahead micro-batches of :mod:`barrierflow.sinks.write_ahead` are the write-ahead log):
 
 * **pre-commit** (at the barrier of checkpoint n): on one connection ``BEGIN``; apply every
   write-ahead batch of the epoch in ascending batch order (``insert``: ``COPY``; ``upsert``:
@@ -136,12 +136,12 @@ class PostgresSink(TwoPhaseCommitSink):
 
     sink_type = "postgres"
 
-    def __init__(self, *, spec: PostgresSinkSpec, staging_uri: str, lock_timeout: float = 10.0,
+    def __init__(self, *, spec: PostgresSinkSpec, write_ahead_uri: str, lock_timeout: float = 10.0,
                  connect_timeout: int = 10, **template_kwargs: Any) -> None:
         """``lock_timeout`` (seconds) bounds a pre-commit's wait for rows locked by another
         prepared transaction (see the module docstring); ``connect_timeout`` (seconds, >= 2)
         bounds every connection attempt. ``template_kwargs`` go to :class:`TwoPhaseCommitSink`."""
-        super().__init__(staging=WriteAheadBatches(staging_uri), **template_kwargs)
+        super().__init__(write_ahead=WriteAheadBatches(write_ahead_uri), **template_kwargs)
         self.spec = spec
         self.lock_timeout = lock_timeout
         self.connect_timeout = max(2, int(connect_timeout))
@@ -300,7 +300,7 @@ class PostgresSink(TwoPhaseCommitSink):
             try:
                 checked = False
                 for batch in sorted(txn.batches):
-                    table = self.staging.read(batch)
+                    table = self.write_ahead.read(batch)
                     if table is None or table.num_rows == 0:
                         continue
                     if not checked:

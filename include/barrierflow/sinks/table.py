@@ -4,7 +4,7 @@ made idempotent by what the table itself records.
 Layout under the table's location (a storage URI, ``file://`` or ``s3://``)::
 
     _barrierflow_staging/<stage>/<sink>/batch=<batch>/...   write-ahead micro-batches
-                                                            (:mod:`barrierflow.sinks.staging`)
+                                                            (:mod:`barrierflow.sinks.write_ahead`)
     <data dir>/bf-<stage>-<sink>-c<checkpoint>-a<attempt>-b<batch>-<i>.parquet
                                                             published data files
 
@@ -59,7 +59,7 @@ PROP_CHECKPOINT = "barrierflow.checkpoint-id"
 PROP_ATTEMPT = "barrierflow.attempt"
 
 
-def staging_uri(location: str, stage: str, sink: str) -> str:
+def write_ahead_uri(location: str, stage: str, sink: str) -> str:
     """The write-ahead URI of sink ``sink`` of stage ``stage`` inside the table at ``location``."""
     return f"{location.rstrip('/')}/{STAGING}/{stage}/{sink}"
 
@@ -91,7 +91,7 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
         self._latest: TableVersion | None = None
         self.cuts = cuts
         self.table_store: ObjectStore = open_store(self.location)
-        super().__init__(staging=WriteAheadBatches(staging_uri(self.location, stage, template_kwargs["name"])),
+        super().__init__(write_ahead=WriteAheadBatches(write_ahead_uri(self.location, stage, template_kwargs["name"])),
                          **template_kwargs)
 
     # -- what a format implements ------------------------------------------------------
@@ -147,13 +147,13 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
                 PROP_CHECKPOINT: str(txn.checkpoint_id), PROP_ATTEMPT: str(txn.attempt)}
 
     def begin_transaction(self, txn_id: str, checkpoint_id: int, batches: list[int]) -> dict[str, Any]:
-        return {"table": self.describe_table(), "staging": self.staging.uri}
+        return {"table": self.describe_table(), "write_ahead": self.write_ahead.uri}
 
     def pre_commit(self, txn: Transaction) -> dict[str, Any]:
         files: dict[str, list[dict[str, Any]]] = {}
         for batch in txn.batches:
             files[str(batch)] = [{"key": f["key"], "rows": int(f.get("rows", 0))}
-                                 for f in self.staging.listing(batch)["files"]]
+                                 for f in self.write_ahead.listing(batch)["files"]]
         return {"files": files, "rows": sum(f["rows"] for fs in files.values() for f in fs)}
 
     def commit(self, txn: Transaction) -> None:
@@ -177,7 +177,7 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
     def _publish(self, txn: Transaction) -> list[DataFile]:
         """Move the epoch's write-ahead files to their data-file keys (idempotent)."""
         published: list[DataFile] = []
-        prefix = self.staging.uri[len(self.location) + 1:]
+        prefix = self.write_ahead.uri[len(self.location) + 1:]
         for batch in txn.batches:
             for index, entry in enumerate(txn.handle.get("files", {}).get(str(batch), [])):
                 name = (f"bf-{self.stage}-{self.name}-c{txn.checkpoint_id}-a{txn.attempt}-b{batch}-"
@@ -240,7 +240,7 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
             self.ledger.transition(txn, TxnState.COMMITTED, now=self.now(), note=f"committed with checkpoint "
                                    f"{group[-1].checkpoint_id}" if txn is not group[-1] else "")
             for batch in txn.batches:
-                self.staging.discard(batch)
+                self.write_ahead.discard(batch)
 
     def apply(self, decisions: list[Decision]) -> None:
         """As the template's, but with ``commit_every`` > 1 the epochs decided COMMIT are committed

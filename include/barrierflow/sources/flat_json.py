@@ -7,7 +7,7 @@ field). It is barrierflow's JVM decoder (``barrierflow.jvm.FlatJsonDecoder``, bu
 install``): it reads the common case, a flat object of plain scalars, straight from the
 record's bytes, and leaves every other record to ``from_json`` inside the same expression, so
 the rows never differ from Spark's. Measured on the Kafka benchmark's job, it decodes a record
-in a fraction of ``from_json``'s time (docs/benchmarks.md, "What decoding costs").
+in a fraction of ``from_json``'s time (bench/results/kafka-side-by-side/2026-11-29-1015.md).
 
 When the helper jar cannot be built (no ``javac``), the column is ``from_json`` itself: the same
 rows, at Spark's speed, and a warning naming the fix is logged once per process.

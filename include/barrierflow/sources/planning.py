@@ -26,7 +26,7 @@ from barrierflow.barriers.planner import PlanRequest, plan_batch
 from barrierflow.flow_control.batch_sizing import BatchSizer
 from barrierflow.flow_control.watermark_alignment import AlignmentDecision, AlignmentSettings, WatermarkAligner
 from barrierflow.flow_control.watermark_history import BatchRecord, WatermarkHistory
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 
 #: The reader option of a source kind that ``replays_input`` (:mod:`barrierflow.sources.registry`):
 #: a source offset (its JSON) that every ``latestOffset`` returns, so a query over a fresh
@@ -68,7 +68,7 @@ class PlanningOptions:
     target_batch_duration: float | None = None
 
     @classmethod
-    def from_spec(cls, spec: PipelineSpec) -> PlanningOptions:
+    def from_spec(cls, spec: StageSpec) -> PlanningOptions:
         """The settings of ``event_time`` and ``trigger.target_batch_duration``."""
         event_time = spec.event_time
         alignment = event_time.alignment if event_time else None

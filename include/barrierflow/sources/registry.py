@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import SpecError
-from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec, PipelineSpec
+from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec, StageSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -62,14 +62,14 @@ class StageRun:
 
 
 #: (the stage's derived spec, its run) -> extra reader options
-RunOptions = Callable[[PipelineSpec, StageRun], dict[str, str]]
+RunOptions = Callable[[StageSpec, StageRun], dict[str, str]]
 
 
-def _no_run_options(spec: PipelineSpec, run: StageRun) -> dict[str, str]:
+def _no_run_options(spec: StageSpec, run: StageRun) -> dict[str, str]:
     return {}
 
 
-def _alignment_options(spec: PipelineSpec, run: StageRun) -> dict[str, str]:
+def _alignment_options(spec: StageSpec, run: StageRun) -> dict[str, str]:
     """The channel source's ``alignment`` option (:mod:`barrierflow.sources.channel`)."""
     return {"alignment": json.dumps({
         "mode": spec.checkpoint.mode.value, "alignment_timeout": spec.checkpoint.alignment_timeout,

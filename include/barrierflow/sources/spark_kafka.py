@@ -30,7 +30,7 @@ What this costs: a Python planner round trip per batch (the barrier-only source'
 ``latestOffset``), no rows through Python on the read path; each record's JSON is parsed once,
 in the JVM, by barrierflow's decoder with Spark's ``from_json`` rows (:func:`decoded_rows`,
 :mod:`barrierflow.sources.flat_json`). On one topic it runs at about plain Spark's rate with Spark's own
-checkpoints (docs/benchmarks.md, "Kafka side by side").
+checkpoints (bench/results/kafka-side-by-side/).
 
 Malformed records (``format: json``: not a JSON object; a field missing, null or of the wrong
 type) are rows of nulls, as Spark's ``from_json`` gives them, unless the source sets
@@ -56,7 +56,7 @@ query starts (Spark splits it over the partitions by their backlog), ``failOnDat
 transaction is read), ``kafka.fetch.max.wait.ms`` 50 (:data:`FETCH_MAX_WAIT_MS`, the wait of barrierflow's own
 reader: with the Java client's 500 ms a range that reaches its partition's end, as a query's
 ranges do once it has caught up, was read in 0.8-1.1 s more than a range of the same size
-inside the log, 4 partitions on 2 cores, docs/benchmarks.md "Kafka side by side"; the broker
+inside the log, 4 partitions on 2 cores, bench/results/kafka-side-by-side/; the broker
 holds a fetch that finds no new data up to this long) and the ``client`` block as Kafka's Java client settings
 (:func:`barrierflow.kafka_io.security.java_client_config`; resolved on the driver, they travel
 in Spark's plan to the executors; Spark redacts them in its logs and UI).

@@ -68,5 +68,5 @@ def check_work_dir_shared(spark: SparkSession, work_dir: Path) -> None:
             "executors write live there, and the driver snapshots them. Mount one file system at that same path "
             "on the driver's and every worker's machine (NFS, EFS, a shared volume), or set the spec's work_dir "
             "to such a path; the other paths executors write go to shared storage through the spec "
-            "(checkpoint.storage, dead_letter_path, event_times_path, the sink's path or staging_path: s3://...). "
+            "(checkpoint.storage, dead_letter_path, event_times_path, the sink's path or write_ahead_path: s3://...). "
             "See docs/deployment.md, 'What changes on a real cluster'.")

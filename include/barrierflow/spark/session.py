@@ -155,7 +155,7 @@ def launching_jvm() -> Iterator[None]:
       in it: Spark 4.2 refuses to start such a query ("Previous batch N not found in offset
       log", the offset log's latest batch is ahead of the commit log and its predecessor is
       missing), and with the predecessor present it would replay a batch planned by the dead
-      attempt. Seen once in the cycle pipeline's restore test (docs/benchmarks.md). A normal
+      attempt. Seen once in the cycle pipeline's restore test (bench/results/history.md). A normal
       exit of the driver still lets the JVM shut down by itself (:func:`_let_jvm_exit`). Only
       where the kernel can do it (Linux, a session built in the main thread).
     * **It does not look up Python data sources.** At its first data source lookup a Spark 4
@@ -273,7 +273,7 @@ def state_store_conf(spec: SparkSpec) -> dict[str, str]:
     turns it on (``ROCKSDB_CHANGELOG``): with it, a restore loads the newest zip Spark's
     maintenance happened to write and replays every changelog after it (all of them before
     the first zip), which made the first batch after a restore minutes long in the restore
-    benchmark (docs/benchmarks.md); without it every version is one zip and its SSTs."""
+    benchmark (bench/results/restore-time/); without it every version is one zip and its SSTs."""
     conf = {PROVIDER_CLASS: PROVIDERS[spec.state_store]}
     if spec.state_store == "rocksdb":
         conf["spark.sql.streaming.stateStore.checkpointFormatVersion"] = "1"

@@ -33,6 +33,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.errors import UserInputError
 from barrierflow.spec.loader import project_home
 
@@ -100,9 +101,7 @@ def package_zip(entry: str) -> Path:
     data = zip_package(path)
     target = _zip_folder() / f"{path.name}-{hashlib.sha256(data).hexdigest()[:16]}.zip"
     if not target.exists():
-        partial = target.with_suffix(".partial")
-        partial.write_bytes(data)
-        partial.replace(target)
+        write_atomic(target, data)
     return target
 
 

@@ -27,14 +27,14 @@ if TYPE_CHECKING:
         GeneratorSourceSpec,
         KafkaSourceSpec,
         ParquetSinkSpec,
-        PipelineSpec,
+        StageSpec,
     )
     from barrierflow.spec.stages import (
         ChannelSinkSpec,
         ChannelSourceSpec,
         ChannelSpec,
-        StagedPipelineSpec,
-        StageSpec,
+        PipelineSpec,
+        StageEntry,
     )
 
 #: Each public name and the module that defines it.
@@ -43,8 +43,8 @@ _HOMES = {
     **dict.fromkeys(("load_any_spec", "load_spec", "parse_any_spec", "parse_spec", "parse_staged_spec",
                      "project_home", "spec_home"), "barrierflow.spec.loader"),
     **dict.fromkeys(("CheckpointSpec", "DiscardSinkSpec", "GeneratorSourceSpec", "KafkaSourceSpec",
-                     "ParquetSinkSpec", "PipelineSpec"), "barrierflow.spec.models"),
-    **dict.fromkeys(("ChannelSinkSpec", "ChannelSourceSpec", "ChannelSpec", "StagedPipelineSpec", "StageSpec"),
+                     "ParquetSinkSpec", "StageSpec"), "barrierflow.spec.models"),
+    **dict.fromkeys(("ChannelSinkSpec", "ChannelSourceSpec", "ChannelSpec", "PipelineSpec", "StageEntry"),
                     "barrierflow.spec.stages"),
 }
 
@@ -60,9 +60,9 @@ __all__ = [
     "KafkaSourceSpec",
     "ParquetSinkSpec",
     "PipelineSpec",
+    "StageEntry",
     "StageGraph",
     "StageSpec",
-    "StagedPipelineSpec",
     "build_graph",
     "load_any_spec",
     "load_spec",

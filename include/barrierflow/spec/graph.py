@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, StagedPipelineSpec
+from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, PipelineSpec
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class StageGraph:
         return tuple(e for e in self.edges if e.reader == stage)
 
 
-def build_graph(spec: StagedPipelineSpec) -> tuple[StageGraph | None, list[tuple[str, str]]]:
+def build_graph(spec: PipelineSpec) -> tuple[StageGraph | None, list[tuple[str, str]]]:
     """The graph of ``spec`` and the problems found (``(field, message)`` pairs); the graph is
     None when there are problems. See the module docstring for the rules."""
     problems: list[tuple[str, str]] = []
@@ -164,7 +164,7 @@ def _unique(names: list[str], field: str, what: str, problems: list[tuple[str, s
         seen.add(name)
 
 
-def _depth_first(spec: StagedPipelineSpec, edges: tuple[Edge, ...], roots: tuple[str, ...]
+def _depth_first(spec: PipelineSpec, edges: tuple[Edge, ...], roots: tuple[str, ...]
                  ) -> tuple[tuple[Edge, ...], tuple[Cycle, ...], set[str]]:
     """Iterative DFS from ``roots`` (spec order); returns back-edges, their cycles and the
     reached stages. White = unseen, grey = on the stack, black = finished."""

@@ -1,17 +1,22 @@
 """Loading a pipeline spec file into a :class:`PipelineSpec`, and resolving its paths.
 
-Contract: :func:`load_spec` (single-stage) and :func:`load_any_spec` (single- or
-multi-stage) either return a valid spec or raise :class:`SpecError` whose message names the
-file, each offending field (dotted path; for a multi-stage graph also the stage or channel)
-and what is allowed. A spec they return has every relative path made absolute against the
-spec file's home (:mod:`barrierflow.spec.paths`: ``$BARRIERFLOW_HOME``, else the spec file's
-folder).
+Contract: :func:`load_any_spec` returns a :class:`PipelineSpec` for every YAML: a multi-stage
+YAML (``stages`` and ``channels``) as written, a single-stage YAML (``sources``,
+``transformation``, ``sinks`` at the top level) as a pipeline of one stage named after it with
+no channels (:func:`barrierflow.spec.stages.one_stage_pipeline`). The YAML's shape is read here,
+once. :func:`load_spec` gives the runnable :class:`StageSpec` of a single-stage YAML (what a
+test or a benchmark builds a job on). Both either return a valid spec or raise
+:class:`SpecError` whose message names the file, each offending field (dotted path; for a
+multi-stage graph also the stage or channel) and what is allowed. A spec they return has every
+relative path made absolute against the spec file's home (:mod:`barrierflow.spec.paths`:
+``$BARRIERFLOW_HOME``, else the spec file's folder).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +26,12 @@ from pydantic import ValidationError
 from barrierflow.errors import SpecError
 from barrierflow.spec.graph import build_graph
 from barrierflow.spec.kafka_client import SECRET_FIELDS
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 from barrierflow.spec.paths import project_home, resolve_spec_paths, spec_home
-from barrierflow.spec.stages import StagedPipelineSpec, is_staged
+from barrierflow.spec.stages import PipelineSpec, is_staged, one_stage_pipeline
 
-__all__ = ["load_any_spec", "load_spec", "load_spec_data", "parse_any_spec", "parse_spec", "parse_staged_spec",
-           "project_home", "spec_home"]
+__all__ = ["RawPart", "load_any_spec", "load_spec", "load_spec_data", "parse_any_spec", "parse_spec",
+           "parse_staged_spec", "project_home", "raw_parts", "spec_home"]
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -83,7 +88,7 @@ def _prepared(data: Any, path: str, home: Path | None, *, keep_secrets: bool = F
     return expanded if home is None else resolve_spec_paths(expanded, home)
 
 
-def parse_spec(data: Any, path: str = "<spec>", *, home: Path | None = None) -> PipelineSpec:
+def parse_spec(data: Any, path: str = "<spec>", *, home: Path | None = None) -> StageSpec:
     """Validate already-parsed YAML ``data`` of a single-stage spec; see :func:`load_spec`.
     ``home``: resolve its relative paths against it (None: they stay relative)."""
     data = _prepared(data, path, home)
@@ -92,32 +97,38 @@ def parse_spec(data: Any, path: str = "<spec>", *, home: Path | None = None) -> 
                                 "single-stage spec (sources, transformation, sinks at the top level); "
                                 "barrierflow.spec.load_any_spec reads both, as every barrierflow command does")])
     try:
-        return PipelineSpec.model_validate(data)
+        return StageSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(path, [_format_error(e) for e in exc.errors()]) from None
 
 
-def parse_staged_spec(data: Any, path: str = "<spec>", *, home: Path | None = None) -> StagedPipelineSpec:
+def parse_staged_spec(data: Any, path: str = "<spec>", *, home: Path | None = None) -> PipelineSpec:
     """Validate already-parsed YAML ``data`` of a multi-stage spec: its fields, then its
     graph (:func:`barrierflow.spec.graph.build_graph`). Raises SpecError naming every problem.
     ``home`` as for :func:`parse_spec`."""
     data = _prepared(data, path, home)
+    # A pipeline of several stages names its channels (one stage without channels is written
+    # as a single-stage YAML, whose stage keeps its own checkpoints).
+    missing = [] if data.get("channels") else [("channels", "required field is missing" if "channels" not in data
+                                                else "a pipeline of stages has at least one channel")]
     try:
-        spec = StagedPipelineSpec.model_validate(data)
+        spec = PipelineSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(path, [_format_error(e) for e in exc.errors()]) from None
+        raise SpecError(path, missing + [_format_error(e) for e in exc.errors()]) from None
+    if missing:
+        raise SpecError(path, missing)
     _graph, problems = build_graph(spec)
     if problems:
         raise SpecError(path, problems)
     return spec
 
 
-def parse_any_spec(data: Any, path: str = "<spec>", *, home: Path | None = None
-                   ) -> PipelineSpec | StagedPipelineSpec:
-    """A single-stage or a multi-stage spec, told apart by the ``stages`` field."""
+def parse_any_spec(data: Any, path: str = "<spec>", *, home: Path | None = None) -> PipelineSpec:
+    """The pipeline of a single-stage or a multi-stage YAML, told apart by the ``stages`` field
+    (module docstring)."""
     if is_staged(data):
         return parse_staged_spec(data, path, home=home)
-    return parse_spec(data, path, home=home)
+    return one_stage_pipeline(parse_spec(data, path, home=home))
 
 
 def _read_yaml(path: str | os.PathLike[str]) -> Any:
@@ -142,7 +153,7 @@ def _home(path: str | os.PathLike[str], home: str | os.PathLike[str] | None) -> 
     return Path(home).resolve() if home is not None else spec_home(path)
 
 
-def load_spec(path: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None) -> PipelineSpec:
+def load_spec(path: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None) -> StageSpec:
     """Read and validate the single-stage YAML spec at ``path``.
 
     Relative paths resolve against ``home``, by default
@@ -154,10 +165,9 @@ def load_spec(path: str | os.PathLike[str], *, home: str | os.PathLike[str] | No
     return parse_spec(_read_yaml(path), str(path), home=_home(path, home))
 
 
-def load_any_spec(path: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None
-                  ) -> PipelineSpec | StagedPipelineSpec:
-    """Read and validate the YAML spec at ``path``, single-stage or multi-stage; relative
-    paths resolve as for :func:`load_spec`.
+def load_any_spec(path: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None) -> PipelineSpec:
+    """Read and validate the YAML spec at ``path``, single-stage or multi-stage, as a pipeline
+    (module docstring); relative paths resolve as for :func:`load_spec`.
 
     Raises:
         SpecError: the file is missing, is not YAML, a field is wrong, or (multi-stage) the
@@ -179,3 +189,24 @@ def load_spec_data(path: str | os.PathLike[str], *, home: str | os.PathLike[str]
             variable without a default. The fields are not validated: load the spec for that.
     """
     return _prepared(_read_yaml(path), str(path), _home(path, home), keep_secrets=True)
+
+
+@dataclass(frozen=True)
+class RawPart:
+    """One stage of a parsed (not yet loaded) spec, for tools that rewrite a spec's YAML
+    (``chaos`` copies): its ``name``, its mapping ``data`` (a single-stage YAML: the spec's own)
+    and ``where``: the path to that mapping in the spec's data (``("stages", index)``, or ``()``
+    for a single-stage YAML, whose stage fields are top-level)."""
+
+    name: str
+    data: dict[str, Any]
+    where: tuple[str | int, ...]
+
+
+def raw_parts(data: dict[str, Any]) -> list[RawPart]:
+    """The stages of the parsed spec ``data``, in its order (a stage without a name is named
+    after the pipeline); the YAML's shape is read here, as :func:`parse_any_spec` reads it."""
+    if is_staged(data):
+        return [RawPart(str(stage.get("name", data.get("name"))), stage, ("stages", index))
+                for index, stage in enumerate(data["stages"])]
+    return [RawPart(str(data.get("name")), data, ())]

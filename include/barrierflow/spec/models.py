@@ -12,9 +12,10 @@ never from the spec).
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, Literal
+import warnings
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from barrierflow.spec.alerts import AlertsSpec
 from barrierflow.spec.durations import parse_duration_seconds
@@ -287,6 +288,18 @@ class DiscardSinkSpec(_Strict):
     type: Literal["discard"]
 
 
+
+def _former_write_ahead_name(data: Any, sink: str) -> Any:
+    """``staging_path`` (the former name of ``write_ahead_path``) is still read, with a
+    FutureWarning naming the new name; both at once are refused."""
+    if isinstance(data, dict) and "staging_path" in data:
+        if "write_ahead_path" in data:
+            raise ValueError(f"{sink} sink: give write_ahead_path only (staging_path is its former name)")
+        warnings.warn(f"{sink} sink: 'staging_path' is deprecated, name it 'write_ahead_path' (same meaning)",
+                      FutureWarning, stacklevel=2)
+    return data
+
+
 class PostgresSinkSpec(_Strict):
     """Rows into a PostgreSQL table with PREPARE TRANSACTION / COMMIT PREPARED per epoch.
 
@@ -299,7 +312,14 @@ class PostgresSinkSpec(_Strict):
     table: str = Field(..., pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
     mode: Literal["insert", "upsert"] = "insert"
     key_columns: list[str] = Field(default_factory=list, description="conflict target for upsert")
-    staging_path: str = Field("", description="storage URI of the write-ahead area; default in work_dir")
+    write_ahead_path: str = Field("", validation_alias=AliasChoices("write_ahead_path", "staging_path"),
+                                  description="storage URI of the write-ahead area; default in work_dir "
+                                              "(staging_path: its deprecated former name, still read)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _former_name(cls, data: Any) -> Any:
+        return _former_write_ahead_name(data, "postgres")
 
     @model_validator(mode="after")
     def _upsert_needs_keys(self) -> PostgresSinkSpec:
@@ -320,9 +340,16 @@ class KafkaSinkSpec(_Strict, NestedClientFields):
     topic: str
     key_column: str | None = None
     commit_marker_topic: str = "__barrierflow_commits"
-    staging_path: str = Field("", description="storage URI of the write-ahead area; default in work_dir")
+    write_ahead_path: str = Field("", validation_alias=AliasChoices("write_ahead_path", "staging_path"),
+                                  description="storage URI of the write-ahead area; default in work_dir "
+                                              "(staging_path: its deprecated former name, still read)")
     transaction_timeout_ms: int = Field(60_000, ge=1000)
     client: KafkaClientField = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _former_name(cls, data: Any) -> Any:
+        return _former_write_ahead_name(data, "kafka")
 
 
 SinkSpec = Annotated[
@@ -699,34 +726,40 @@ class BatchSpec(_Strict):
         return _storage_uri(value) if value else value
 
 
-class PipelineSpec(_Strict):
-    """A pipeline: one or more sources, a transformation, one sink, checkpointing."""
+CheckpointT = TypeVar("CheckpointT", bound=CheckpointSpec)
+
+
+class PipelineWide(_Strict, Generic[CheckpointT]):
+    """The sections that apply to a whole pipeline, declared once for both spec classes: the
+    pipeline (:class:`barrierflow.spec.stages.PipelineSpec`, what the loader returns for every
+    YAML) and the runnable spec of one of its stages (:class:`StageSpec`), which carries the
+    pipeline's sections as its stage runs them (:mod:`barrierflow.pipeline.stage_options`).
+    ``CheckpointT``: the checkpoint section's class (a pipeline of several stages allows
+    ``mode`` and ``alignment_timeout``, a single-stage YAML does not)."""
 
     version: Literal[1] = SPEC_VERSION
     name: str = Field(..., pattern=r"^[a-z][a-z0-9_-]{0,62}$")
     description: str = ""
     work_dir: str = Field(
         "",
-        description=("local Spark checkpoint, snapshots, write-ahead batches; default var/<name> "
-                     "(see barrierflow.spec.paths)"),
+        description=("local Spark checkpoint, snapshots, write-ahead batches (a pipeline of several stages: each "
+                     "stage's work dir below it); default var/<name> (see barrierflow.spec.paths)"),
     )
-    sources: list[SourceSpec] = Field(..., min_length=1, max_length=1)
-    transformation: TransformationSpec
-    sinks: list[SinkSpec] = Field(..., min_length=1, max_length=1)
     trigger: TriggerSpec = TriggerSpec()
-    checkpoint: CheckpointSpec
+    checkpoint: CheckpointT
     event_time: EventTimeSpec | None = None
     dead_letter_path: str = Field(
-        "", description="storage URI of the malformed records (written by the executors); default "
-                        "<work_dir>/dead-letter. On a cluster: shared storage (s3://...)")
+        "", description="storage URI of the malformed records (written by the executors; a pipeline of several "
+                        "stages: each stage below <uri>/stages/<stage>); default <work_dir>/dead-letter. On a "
+                        "cluster: shared storage (s3://...)")
     event_times_path: str = Field(
-        "", description="storage URI where the executors record the newest event time of each Kafka range "
-                        "they read (sources/event_times.py; the driver folds them into manifests); default "
-                        "<work_dir>/event-times. On a cluster: shared storage (s3://...)")
+        "", description="storage URI where the executors record the newest event time of each Kafka (and channel) "
+                        "range they read (sources/event_times.py; the driver folds them into manifests; a pipeline "
+                        "of several stages: each stage below <uri>/stages/<stage>); default <work_dir>/event-times. "
+                        "On a cluster: shared storage (s3://...)")
     spark: SparkSpec = SparkSpec()
     verification: VerificationSpec | None = None
     reports: ReportsSpec | None = None
-    batch: BatchSpec = BatchSpec()
     restart: RestartSpec | None = Field(
         None, description="restart strategy of 'barrierflow run' (fixed-delay, exponential-delay, failure-rate); "
                           "none = a failure ends the run")
@@ -741,8 +774,26 @@ class PipelineSpec(_Strict):
     def _shared_paths(cls, value: str) -> str:
         return _storage_uri(value) if value else value
 
+
+#: The names of the pipeline-wide fields (declared on :class:`PipelineWide` only).
+PIPELINE_WIDE_FIELDS: tuple[str, ...] = ("version", "name", "description", "work_dir", "trigger", "checkpoint",
+                                         "event_time", "dead_letter_path", "event_times_path", "spark",
+                                         "verification", "reports", "restart", "metrics", "alerts", "chaos")
+
+
+class StageSpec(PipelineWide[CheckpointSpec]):
+    """The runnable spec of one stage: one source, a transformation, one sink, and the
+    pipeline's sections (:class:`PipelineWide`). A single-stage YAML is validated as one (its
+    fields are top-level), and the loader makes it a pipeline of that one stage; a stage of
+    several runs as one derived by :func:`barrierflow.pipeline.stage_options.derive_stage_spec`."""
+
+    sources: list[SourceSpec] = Field(..., min_length=1, max_length=1)
+    transformation: TransformationSpec
+    sinks: list[SinkSpec] = Field(..., min_length=1, max_length=1)
+    batch: BatchSpec = BatchSpec()
+
     @model_validator(mode="after")
-    def _spark_reader_supported(self) -> PipelineSpec:
+    def _spark_reader_supported(self) -> StageSpec:
         problem = spark_reader_problems(list(self.sources), where="sources", event_time=self.event_time,
                                         trigger=self.trigger, checkpoint=self.checkpoint)
         if problem:
@@ -750,7 +801,7 @@ class PipelineSpec(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _chaos_dag_on_scratch_servers(self) -> PipelineSpec:
+    def _chaos_dag_on_scratch_servers(self) -> StageSpec:
         problem = chaos_dag_problems(self.chaos, [(f"sink {s.name!r}", s) for s in self.sinks], [])
         if problem:
             raise ValueError(problem)

@@ -8,7 +8,8 @@ runs. :func:`resolve_spec_paths` rewrites every path-like field of the parsed YA
 ``${VAR}`` expansion, before validation) once, at load:
 
 * storage URIs ``file://RELATIVE`` (``checkpoint.storage``, a sink's ``path`` and
-  ``staging_path``, ``batch.rollups``, ``dead_letter_path``, ``event_times_path``, a stage's
+  ``write_ahead_path`` (or its former name ``staging_path``), ``batch.rollups``,
+  ``dead_letter_path``, ``event_times_path``, a stage's
   fields of the same names) become ``file:///HOME/RELATIVE``; ``s3://`` URIs stay;
 * plain paths (``work_dir``, ``verification.expectations`` / ``output_expectations`` /
   ``rollup_expectations``, a Kafka client's ``ssl_cafile`` / ``ssl_certfile`` /
@@ -28,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 #: Fields holding a storage URI (only ``file://`` ones are paths here).
-URI_FIELDS = frozenset({"storage", "path", "staging_path", "rollups", "dead_letter_path", "event_times_path"})
+URI_FIELDS = frozenset({"storage", "path", "write_ahead_path", "staging_path", "rollups", "dead_letter_path",
+                        "event_times_path"})
 #: Fields holding a plain file or directory path.
 FILE_FIELDS = frozenset({"work_dir", "expectations", "output_expectations", "rollup_expectations",
                          "ssl_cafile", "ssl_certfile", "ssl_keyfile"})

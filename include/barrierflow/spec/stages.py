@@ -33,32 +33,24 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from barrierflow.errors import UserInputError
-from barrierflow.spec.alerts import AlertsSpec
 from barrierflow.spec.kafka_client import ChannelClientField, KafkaClientSpec, NestedClientFields
-from barrierflow.spec.metrics import MetricsSpec
 from barrierflow.spec.models import (
-    SPEC_VERSION,
+    PIPELINE_WIDE_FIELDS,
     BatchSpec,
-    ChaosSpec,
     CheckpointMode,
     CheckpointSpec,
-    EventTimeSpec,
     KafkaSourceSpec,
     ParquetSinkSpec,
-    ReportsSpec,
+    PipelineWide,
     SinkSpec,
     SourceSpec,
-    SparkSpec,
+    StageSpec,
     TransformationSpec,
-    TriggerSpec,
-    VerificationSpec,
-    _storage_uri,
     _Strict,
     chaos_dag_problems,
     refuse_metadata_names,
     spark_reader_problems,
 )
-from barrierflow.spec.restart import RestartSpec
 
 EMBEDDED = "embedded"
 _NAME = r"^[a-z][a-z0-9_-]{0,62}$"
@@ -172,7 +164,7 @@ StageSourceSpec = Annotated[SourceSpec | ChannelSourceSpec, Field(discriminator=
 StageSinkSpec = Annotated[SinkSpec | ChannelSinkSpec, Field(discriminator="type")]
 
 
-class StageSpec(_Strict):
+class StageEntry(_Strict):
     """One stage: one Spark query reading ``sources`` and writing ``sinks``.
 
     ``batch``: the batch side over the stage's committed Parquet output (rollups, the stream-vs-batch
@@ -196,7 +188,7 @@ class StageSpec(_Strict):
                                 "in spark.conf)")
 
     @model_validator(mode="after")
-    def _batch_needs_parquet(self) -> StageSpec:
+    def _batch_needs_parquet(self) -> StageEntry:
         if "batch" in self.model_fields_set and not any(isinstance(s, ParquetSinkSpec) for s in self.sinks):
             raise ValueError("batch applies to a stage with a Parquet sink (its committed output is what the "
                              "rollups, the stream-vs-batch comparison and the data-quality report read); "
@@ -244,43 +236,17 @@ class PipelineCheckpointSpec(CheckpointSpec):
         return self
 
 
-class StagedPipelineSpec(_Strict):
-    """A pipeline of several stages connected by channels; see the module docstring."""
+class PipelineSpec(PipelineWide[PipelineCheckpointSpec]):
+    """A pipeline: its stages, the channels between them, and the pipeline's sections
+    (:class:`~barrierflow.spec.models.PipelineWide`). The loader returns one for every YAML: a
+    multi-stage YAML as written (see the module docstring), a single-stage YAML as a pipeline of
+    one stage named after it, with no channels (:func:`barrierflow.spec.loader.parse_any_spec`)."""
 
-    version: Literal[1] = SPEC_VERSION
-    name: str = Field(..., pattern=_NAME)
-    description: str = ""
-    work_dir: str = Field("", description="per-stage work dirs go below it; default var/<name>")
-    channels: list[ChannelSpec] = Field(..., min_length=1)
-    stages: list[StageSpec] = Field(..., min_length=1)
-    trigger: TriggerSpec = TriggerSpec()
-    checkpoint: PipelineCheckpointSpec
-    event_time: EventTimeSpec | None = None
-    dead_letter_path: str = Field(
-        "", description="storage URI of the malformed records; each stage writes below <uri>/stages/<stage>; "
-                        "default <stage work dir>/dead-letter. On a cluster: shared storage (s3://...)")
-    event_times_path: str = Field(
-        "", description="storage URI where executors record Kafka (and channel) event times; each stage below "
-                        "<uri>/stages/<stage>; default <stage work dir>/event-times. On a cluster: shared storage")
-    spark: SparkSpec = SparkSpec()
-    verification: VerificationSpec | None = None
-    reports: ReportsSpec | None = None
-    restart: RestartSpec | None = Field(
-        None, description="restart strategy of 'barrierflow run' (fixed-delay, exponential-delay, failure-rate); "
-                          "none = a failure ends the run")
-    metrics: MetricsSpec | None = Field(
-        None, description="serve Prometheus metrics while 'barrierflow run' runs; none = not served")
-    alerts: AlertsSpec | None = Field(
-        None, description="where alerts go (failed tasks, checkpoint age, verification, restarts); none = no alerts")
-    chaos: ChaosSpec | None = None
-
-    @field_validator("dead_letter_path", "event_times_path")
-    @classmethod
-    def _shared_paths(cls, value: str) -> str:
-        return _storage_uri(value) if value else value
+    channels: list[ChannelSpec] = Field(default_factory=list)
+    stages: list[StageEntry] = Field(..., min_length=1)
 
     @model_validator(mode="after")
-    def _spark_reader_supported(self) -> StagedPipelineSpec:
+    def _spark_reader_supported(self) -> PipelineSpec:
         for i, stage in enumerate(self.stages):
             problem = spark_reader_problems(list(stage.sources), where=f"stages.{i}.sources",
                                             event_time=self.event_time, trigger=self.trigger,
@@ -295,7 +261,7 @@ class StagedPipelineSpec(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _chaos_dag_on_scratch_servers(self) -> StagedPipelineSpec:
+    def _chaos_dag_on_scratch_servers(self) -> PipelineSpec:
         sinks = [(f"stage {stage.name!r} sink {sink.name or sink.type!r}", sink)
                  for stage in self.stages for sink in stage.sinks]
         problem = chaos_dag_problems(self.chaos, sinks, [c.name for c in self.channels if not c.is_embedded])
@@ -307,7 +273,7 @@ class StagedPipelineSpec(_Strict):
         """Stage ``stage``'s part of a pipeline-level storage URI (``uri`` empty: '' = the default)."""
         return f"{uri.rstrip('/')}/stages/{stage}" if uri else ""
 
-    def stage(self, name: str) -> StageSpec:
+    def stage(self, name: str) -> StageEntry:
         for stage in self.stages:
             if stage.name == name:
                 return stage
@@ -323,3 +289,18 @@ class StagedPipelineSpec(_Strict):
 def is_staged(data: Any) -> bool:
     """Whether parsed YAML ``data`` is a multi-stage spec (it has ``stages``)."""
     return isinstance(data, dict) and "stages" in data
+
+
+def one_stage_pipeline(spec: StageSpec) -> PipelineSpec:
+    """The pipeline of the single-stage YAML that validated as ``spec``: its pipeline-wide
+    sections, one stage named after it with its source, transformation, sinks and ``batch``, and
+    no channels. Nothing is validated again (``spec`` is valid, and a stage entry allows what it
+    holds); :func:`barrierflow.pipeline.stage_options.own_stage_spec` gives ``spec`` back."""
+    fields_set = spec.model_fields_set
+    wide = {name: getattr(spec, name) for name in PIPELINE_WIDE_FIELDS}
+    checkpoint = PipelineCheckpointSpec.model_construct(spec.checkpoint.model_fields_set, **dict(spec.checkpoint))
+    stage_fields = {"name", "sources", "transformation", "sinks"} | ({"batch"} & fields_set)
+    stage = StageEntry.model_construct(stage_fields, name=spec.name, sources=list(spec.sources),
+                                       transformation=spec.transformation, sinks=list(spec.sinks), batch=spec.batch)
+    pipeline_fields = (fields_set & set(PIPELINE_WIDE_FIELDS)) | {"stages"}
+    return PipelineSpec.model_construct(pipeline_fields, **{**wide, "checkpoint": checkpoint}, stages=[stage])

@@ -122,7 +122,7 @@ class PlannedStage:
     sink: str
     state_defaults: dict[str, Any] = field(default_factory=dict)
     #: None: the stage's state can be rebuilt by replaying its input (its source replays it, its
-    #: state store is RocksDB: :func:`barrierflow.ops.state_rebuild.rebuild_refusal`); else why not
+    #: state store is RocksDB: :func:`barrierflow.upgrade.rebuild.rebuild_refusal`); else why not
     rebuild_refusal: str | None = "its input was not checked for a replay"
     #: its ``spark.state_store`` (None: not compared)
     state_store: str | None = None
@@ -214,7 +214,7 @@ def _default(value: Any) -> str:
 
 def is_rebuild(finding: Finding) -> bool:
     """Whether ``finding`` is a change the upgrade makes by rebuilding the stage's state from its
-    input (:mod:`barrierflow.ops.state_rebuild`)."""
+    input (:mod:`barrierflow.upgrade.rebuild`)."""
     return finding.rebuild
 
 

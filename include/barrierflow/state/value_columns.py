@@ -44,6 +44,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.checkpointing.materialize import materialize_checkpoint
 from barrierflow.checkpointing.snapshot import record_stateful_operators, select_files
 from barrierflow.errors import BarrierflowError, UserInputError
@@ -238,9 +239,7 @@ def write_schema_file(path: Path, key_schema: str, value_schema: str) -> None:
     for text in (key_schema, value_schema):
         chunks = [text[i:i + 16384] for i in range(0, len(text), 16384)] or [""]
         out += struct.pack(">i", len(chunks)) + b"".join(_utf(c) for c in chunks)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(out)
-    tmp.replace(path)
+    write_atomic(path, out)
     for crc in path.parent.glob(f".{path.name}*.crc"):
         crc.unlink()
 

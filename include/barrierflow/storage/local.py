@@ -8,6 +8,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.errors import StorageError
 from barrierflow.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore
 
@@ -26,18 +27,8 @@ class LocalObjectStore(ObjectStore):
         return self.root / key
 
     def _atomic_write(self, key: str, write: object) -> None:
-        path = self._path(key)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.parent / f".tmp-{uuid.uuid4().hex}-{path.name}"
-            try:
-                write(tmp)  # type: ignore[operator]
-                with open(tmp, "rb+") as fh:
-                    os.fsync(fh.fileno())
-                os.replace(tmp, path)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    tmp.unlink()
+            write_atomic(self._path(key), write, durable=True)  # type: ignore[arg-type]
         except OSError as exc:
             raise StorageError(f"cannot write {self.describe(key)}: {exc}") from exc
 

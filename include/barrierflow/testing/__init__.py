@@ -46,9 +46,8 @@ A pipeline runner and the servers its tests need:
 The write-ahead batch writer:
 
 * :func:`write_ahead_batch` — writes a micro-batch ahead without Spark, in the exact layout the
-  Spark-side write-ahead writer produces (:mod:`barrierflow.sinks.staging`), to drive a
-  two-phase-commit sink in a test. :func:`stage_batch` is its deprecated former name: it warns
-  (:class:`DeprecationWarning`) and does the same.
+  Spark-side write-ahead writer produces (:mod:`barrierflow.sinks.write_ahead`), to drive a
+  two-phase-commit sink in a test.
 """
 
 from __future__ import annotations
@@ -59,7 +58,6 @@ import json
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +72,7 @@ from barrierflow.transactions.committer import SinkCommitter
 from barrierflow.transactions.write_ahead import MARKER, batch_prefix
 
 __all__ = ["BoundedRun", "FailingCommitter", "FailingObjectStore", "KeyFilter", "ProgressWait", "SlowObjectStore",
-           "WriteRecord", "embedded_kafka", "expectation_failures", "run_bounded", "shared_files", "stage_batch",
+           "WriteRecord", "embedded_kafka", "expectation_failures", "run_bounded", "shared_files",
            "throwaway_postgres", "write_ahead_batch"]
 
 #: Which keys a double acts on.
@@ -279,14 +277,6 @@ def write_ahead_batch(uri: str, batch_id: int, table: Any, files: int = 1) -> No
         listing.append({"key": key, "rows": part.num_rows})
     store.put_bytes(batch_prefix(batch_id) + MARKER,
                     json.dumps({"batch_id": batch_id, "files": listing, "rows": table.num_rows}).encode())
-
-
-def stage_batch(uri: str, batch_id: int, table: Any, files: int = 1) -> None:
-    """Deprecated former name of :func:`write_ahead_batch` ("staged" now names only a pipeline of
-    several stages): warns with :class:`DeprecationWarning`, then does exactly what it does."""
-    warnings.warn("barrierflow.testing.stage_batch is deprecated: call barrierflow.testing.write_ahead_batch "
-                  "(same arguments)", DeprecationWarning, stacklevel=2)
-    write_ahead_batch(uri, batch_id, table, files)
 
 
 @contextlib.contextmanager

@@ -40,10 +40,10 @@ from barrierflow.spec.models import (
     KafkaSinkSpec,
     KafkaSourceSpec,
     ParquetSinkSpec,
-    PipelineSpec,
     PostgresSinkSpec,
+    StageSpec,
 )
-from barrierflow.spec.stages import StagedPipelineSpec
+from barrierflow.spec.stages import PipelineSpec
 
 __all__ = ["BoundedRun", "run_bounded"]
 
@@ -65,12 +65,17 @@ class _Part:
     sinks: list[Any]
 
 
-def _parts(spec: PipelineSpec | StagedPipelineSpec) -> list[_Part]:
-    if isinstance(spec, PipelineSpec):
-        return [_Part(None, spec.name, "", list(spec.sources), list(spec.sinks))]
-    from barrierflow.pipeline.stage_options import stage_name
+def _parts(spec: PipelineSpec) -> list[_Part]:
+    """Each stage of ``spec``: named apart from the pipeline (``stage``; its fields below
+    ``stages.N.``) or not (None: a stage keeping its own checkpoints, whose fields are the YAML's
+    top-level ones), with the name of its runnable spec (what its output is named after)."""
+    from barrierflow.pipeline.layout import cut_layout, stage_specs
+    from barrierflow.pipeline.model import OFFLINE_SERVERS
 
-    return [_Part(stage.name, stage_name(spec, stage), f"stages.{i}.", list(stage.sources), list(stage.sinks))
+    named = cut_layout(spec).named_stages
+    specs = stage_specs(spec, servers={c.name: OFFLINE_SERVERS for c in spec.channels})
+    return [_Part(stage.name if named else None, specs[stage.name].name, f"stages.{i}." if named else "",
+                  list(stage.sources), list(stage.sinks))
             for i, stage in enumerate(spec.stages)]
 
 
@@ -79,7 +84,10 @@ class BoundedRun:
     """What :func:`run_bounded` ran and what came out.
 
     Attributes:
-        spec: the spec that ran (the given one with the test's paths and the bounded input).
+        spec: the spec that ran (the given one with the test's paths and the bounded input): a
+            single-stage YAML's runnable :class:`~barrierflow.spec.models.StageSpec` (its
+            ``transformation``, ``sources`` and ``sinks`` at the top, as written), else the
+            :class:`~barrierflow.spec.stages.PipelineSpec`.
         spec_path: where that spec was written (in the test's folder).
         source_records: the input, as dicts (a pipeline of several stages: of every generator and
             Kafka source of its stages, each dict with a ``stage`` key too). A generator's valid
@@ -96,7 +104,7 @@ class BoundedRun:
             stages) are not outputs.
     """
 
-    spec: PipelineSpec | StagedPipelineSpec
+    spec: PipelineSpec | StageSpec
     spec_path: Path
     source_records: list[dict[str, Any]]
     outputs: dict[str, list[dict[str, Any]]]
@@ -147,7 +155,14 @@ def run_bounded(spec_path: str | os.PathLike[str], folder: str | os.PathLike[str
         _check_bounded(part, spec_path, records_per_partition)
     base = Path(folder).resolve()
     base.mkdir(parents=True, exist_ok=True)
-    data = original.model_dump(mode="json", exclude_unset=True)  # defaults stay defaults
+    # defaults stay defaults; a stage keeping its own checkpoints is written back as the
+    # single-stage YAML it was loaded from
+    from barrierflow.pipeline.layout import cut_layout
+    from barrierflow.pipeline.stage_options import own_stage_spec
+
+    named = cut_layout(original).named_stages
+    written = original if named else own_stage_spec(original)
+    data = written.model_dump(mode="json", exclude_unset=True)
     for part in parts:
         fields = data if part.stage is None else next(s for s in data["stages"] if s["name"] == part.stage)
         for source in fields["sources"]:
@@ -190,7 +205,7 @@ def run_bounded(spec_path: str | os.PathLike[str], folder: str | os.PathLike[str
             records += found if part.stage is None else [{**r, "stage": part.stage} for r in found]
     outputs = {part.stage or part.name: _committed_output(part.name, sink) for part in parts for sink in part.sinks
                if isinstance(sink, ParquetSinkSpec | PostgresSinkSpec | KafkaSinkSpec)}
-    return BoundedRun(spec, derived, records, outputs)
+    return BoundedRun(spec if named else own_stage_spec(spec), derived, records, outputs)
 
 
 def _check_bounded(part: _Part, spec_path: str | os.PathLike[str], records_per_partition: int | None) -> None:

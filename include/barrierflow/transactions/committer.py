@@ -47,7 +47,7 @@ class NoCommitter(SinkCommitter):
 
 class HeldCommits(SinkCommitter):
     """A sink whose epochs are pre-committed but never committed (an upgrade's canary,
-    :mod:`barrierflow.ops.canary`): each epoch is pre-committed at its checkpoint (durable,
+    :mod:`barrierflow.upgrade.canary`): each epoch is pre-committed at its checkpoint (durable,
     invisible, in the ledger as PRECOMMITTED, its handle in the manifest); a completed
     checkpoint is only remembered (:attr:`held`); a failed one is aborted as usual. Whoever
     holds them decides later: a reconciliation against a newer cut commits them, a restore of

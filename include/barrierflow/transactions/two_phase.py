@@ -108,7 +108,7 @@ class Decision:
 class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
     sink_type: str = "abstract"
 
-    def __init__(self, *, name: str, pipeline: str, ledger: TransactionLedger, staging: WriteAheadBatches,
+    def __init__(self, *, name: str, pipeline: str, ledger: TransactionLedger, write_ahead: WriteAheadBatches,
                  attempt: int = 0, spark_checkpoint: str | os.PathLike[str] | None = None,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
                  commit_retry: CommitRetry = NO_RETRY, fence: FenceToken | None = None,
@@ -120,7 +120,7 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
         self.spark_checkpoint = spark_checkpoint
         self.pipeline = pipeline
         self.ledger = ledger
-        self.staging = staging
+        self.write_ahead = write_ahead
         self.attempt = attempt
         self.now = now
 
@@ -173,7 +173,7 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
         held = {b for t in self.ledger.list(self.name) for b in t.batches
                 if t.state in (TxnState.OPEN, TxnState.PRECOMMITTED)
                 or (t.state is TxnState.COMMITTED and t.attempt == self.attempt)}
-        batches = [b for b in self.staging.batches() if b <= barrier_batch and b not in held]  # Step 2.
+        batches = [b for b in self.write_ahead.batches() if b <= barrier_batch and b not in held]  # Step 2.
         self._check_write_ahead_fences(batches)
         txn_id = self.transaction_id(checkpoint_id)
         txn = self.ledger.open(sink=self.name, sink_type=self.sink_type, transaction_id=txn_id,
@@ -190,10 +190,10 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
         if self.attempt_fence is None:
             return
         for batch in batches:
-            writer = self.staging.listing(batch).get("fence")
+            writer = self.write_ahead.listing(batch).get("fence")
             if writer is not None and int(writer) < self.attempt_fence:
                 raise SinkError(
-                    f"sink {self.name!r}: write-ahead batch {batch} in {self.staging.uri} was written under fence "
+                    f"sink {self.name!r}: write-ahead batch {batch} in {self.write_ahead.uri} was written under fence "
                     f"{writer}, by a driver fenced off by the restore (fence {self.attempt_fence}) that began attempt "
                     f"{self.attempt}: it may have replaced this attempt's batch {batch}, so it is not committed. "
                     "Restore the latest checkpoint ('barrierflow restore SPEC --latest'): the restore discards the "
@@ -268,7 +268,7 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
         self.ledger.transition(txn, TxnState.COMMITTED, now=self.now(),
                                note="recovered" if recovering else "")
         for batch in txn.batches:
-            self.staging.discard(batch)
+            self.write_ahead.discard(batch)
 
     def _abort(self, txn: Transaction, note: str, *, recovering: bool = False) -> None:
         if self._decide(txn, "ABORT") == "COMMIT":
@@ -350,14 +350,14 @@ class TwoPhaseCommitSink(SinkCommitter, abc.ABC):
             if txn.state is TxnState.COMMITTED:
                 for batch in txn.batches:
                     if batch <= barrier:
-                        self.staging.discard(batch)
-        orphans = [b for b in self.staging.batches() if b <= barrier and b not in held]
+                        self.write_ahead.discard(batch)
+        orphans = [b for b in self.write_ahead.batches() if b <= barrier and b not in held]
         for batch in orphans:
-            self.staging.discard(batch)
+            self.write_ahead.discard(batch)
         if orphans:
             log.info("sink %s: discarded write-ahead batches %s that no transaction holds (written after the "
                      "restored checkpoint's epoch by a run it does not cover)", self.name, orphans)
-        discarded = self.staging.discard_after(barrier)
+        discarded = self.write_ahead.discard_after(barrier)
         if discarded:
             log.info("sink %s: discarded write-ahead batches %s (they will be replayed)", self.name, discarded)
         return decisions

@@ -1,6 +1,6 @@
 """Write-ahead micro-batches as the two-phase-commit template sees them (driver side).
 
-The Spark side (:mod:`barrierflow.sinks.staging`) writes each micro-batch V under a write-ahead
+The Spark side (:mod:`barrierflow.sinks.write_ahead`) writes each micro-batch V under a write-ahead
 URI (the sink's write-ahead area), invisible to readers, the file list last::
 
     batch=<V:012d>/<task:05d>-<uuid>.parquet   one file per task
@@ -12,9 +12,9 @@ lists, reads and discards write-ahead batches; a transaction
 deletes them only after it committed.
 
 Words: 2PC says "write-ahead" for these batches and for the area they are written to (the
-write-ahead area: a sink's ``staging_path``, or ``_staging/`` below a Parquet sink's path;
-those names, the ``barrierflow_staging`` writer and :mod:`barrierflow.sinks.staging` keep
-"staging" as names only). "staged" names only a pipeline of several stages.
+write-ahead area: a sink's ``write_ahead_path``, or ``_staging/`` below a Parquet sink's path;
+``_staging/``, the ``barrierflow_staging`` writer and the handles' ``staging`` key are names stored
+on disk and in Spark checkpoints, kept as written). "staged" names only a pipeline of several stages.
 """
 
 from __future__ import annotations

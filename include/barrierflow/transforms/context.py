@@ -13,7 +13,7 @@ from barrierflow.errors import SpecError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from barrierflow.spec.models import PipelineSpec
+    from barrierflow.spec.models import StageSpec
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class TransformContext:
     transformation that uses only its input and this context is deterministic.
     """
 
-    spec: PipelineSpec
+    spec: StageSpec
     options: dict[str, Any]
 
     @property
@@ -58,7 +58,7 @@ class TransformContext:
 Transformation = Callable[["DataFrame", TransformContext], "DataFrame"]
 
 
-def load_transformation(spec: PipelineSpec, spec_path: str = "<spec>") -> Transformation:
+def load_transformation(spec: StageSpec, spec_path: str = "<spec>") -> Transformation:
     """Import ``transformation.function`` ('package.module:callable').
 
     Raises:

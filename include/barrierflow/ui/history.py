@@ -35,8 +35,8 @@ from barrierflow.ui.exceptions import UnknownPipelineError
 if TYPE_CHECKING:
     import os
 
-    from barrierflow.spec.models import PipelineSpec
-    from barrierflow.spec.stages import StagedPipelineSpec
+    from barrierflow.spec.models import StageSpec
+    from barrierflow.spec.stages import PipelineSpec
 
 #: How many of the newest checkpoints a page shows unless asked otherwise.
 DEFAULT_LIMIT = 50
@@ -300,7 +300,7 @@ def cut_row(entry: store_reader.GlobalCheckpointEntry) -> CutRow:
         failure_time=failure.failure_time if failure else None)
 
 
-def cut_history(spec_path: str | os.PathLike[str], spec: PipelineSpec | StagedPipelineSpec,
+def cut_history(spec_path: str | os.PathLike[str], spec: PipelineSpec,
                 store: store_reader.CheckpointStore | None = None, *, limit: int = DEFAULT_LIMIT) -> PipelineHistory:
     """The newest ``limit`` cuts of ``spec`` (loaded from ``spec_path``), completed and
     failed, newest first, each with one row per stage.
@@ -329,7 +329,7 @@ class PipelineEntry:
 
     name: str
     path: str
-    spec: PipelineSpec | StagedPipelineSpec | None
+    spec: PipelineSpec | None
     error: str | None
 
     def as_dict(self) -> dict[str, Any]:
@@ -356,7 +356,7 @@ def find_entry(folder: str, name: str) -> PipelineEntry:
     raise UnknownPipelineError(name, [e.name for e in entries if e.spec is not None], folder)
 
 
-def find_pipeline(folder: str, name: str) -> PipelineSpec:
+def find_pipeline(folder: str, name: str) -> StageSpec:
     """The loaded spec named ``name`` in ``folder`` (a multi-stage one too: see :func:`find_entry`).
 
     Raises:

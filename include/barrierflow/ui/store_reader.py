@@ -8,7 +8,7 @@ independent of where the library moves its modules.
 Spec discovery and the cuts go through :mod:`barrierflow.ops` (the page is a front door, under
 the ``front-doors-call-ops`` import contract): every pipeline's cuts (its checkpoints; of
 several stages: its global checkpoints), each with every stage's part, are read through the
-operation :func:`barrierflow.ops.global_history.global_checkpoint_history`
+operation :func:`barrierflow.ops.cut_history.global_checkpoint_history`
 (:func:`read_global_history`), whatever its shape. The reports are read from the store at the
 root of ``checkpoint.storage``. The savepoints (:func:`read_savepoints`) and the recorded upgrades
 (:func:`read_upgrades`: ``_upgrade.json`` and the kept history ``_upgrades/`` at that root) are
@@ -26,24 +26,23 @@ from typing import TYPE_CHECKING
 
 from barrierflow.checkpointing.manifest import FailureRecord, Manifest
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.ops.discovery import DiscoveredPipeline, discover_pipelines
-from barrierflow.ops.global_history import (
+from barrierflow.ops.cut_history import (
     GlobalCheckpointEntry,
     GlobalCheckpointHistory,
     SavepointEntry,
     StagePart,
     pipeline_savepoints,
 )
-from barrierflow.ops.global_history import global_checkpoint_history as _global_checkpoint_history
-from barrierflow.ops.global_history import stage_verifications as _stage_verifications
-from barrierflow.ops.upgrade_record import RecordedUpgrade, UpgradeRecord, recorded_upgrades
+from barrierflow.ops.cut_history import global_checkpoint_history as _global_checkpoint_history
+from barrierflow.ops.cut_history import stage_verifications as _stage_verifications
+from barrierflow.ops.discovery import DiscoveredPipeline, discover_pipelines
 from barrierflow.storage import ObjectNotFoundError
+from barrierflow.upgrade.record import RecordedUpgrade, UpgradeRecord, recorded_upgrades
 from barrierflow.verification.html import render_html
 from barrierflow.verification.report import VerificationReport
 
 if TYPE_CHECKING:
-    from barrierflow.spec.models import PipelineSpec
-    from barrierflow.spec.stages import StagedPipelineSpec
+    from barrierflow.spec.stages import PipelineSpec
 
 __all__ = [
     "CheckpointStore",
@@ -75,7 +74,7 @@ def find_pipelines(folder: str | os.PathLike[str]) -> list[DiscoveredPipeline]:
     return discover_pipelines(Path(folder))
 
 
-def open_checkpoint_store(spec: PipelineSpec | StagedPipelineSpec) -> CheckpointStore:
+def open_checkpoint_store(spec: PipelineSpec) -> CheckpointStore:
     """The checkpoint store at the root of the spec's ``checkpoint.storage`` (opening it reads
     nothing): where the pipeline-level reports are."""
     return CheckpointStore.for_spec(spec)  # type: ignore[arg-type]
@@ -83,20 +82,20 @@ def open_checkpoint_store(spec: PipelineSpec | StagedPipelineSpec) -> Checkpoint
 
 def read_global_history(spec_path: str | os.PathLike[str], limit: int) -> GlobalCheckpointHistory:
     """The newest ``limit`` cuts of the spec at ``spec_path``, each with every stage's part
-    (newest first); see :mod:`barrierflow.ops.global_history`."""
+    (newest first); see :mod:`barrierflow.ops.cut_history`."""
     return _global_checkpoint_history(spec_path, limit=limit)
 
 
 def read_savepoints(spec_path: str | os.PathLike[str]) -> list[SavepointEntry]:
     """The savepoints of the spec at ``spec_path``, oldest first; see
-    :func:`barrierflow.ops.global_history.pipeline_savepoints`."""
+    :func:`barrierflow.ops.cut_history.pipeline_savepoints`."""
     return pipeline_savepoints(spec_path)
 
 
 def read_upgrades(store: CheckpointStore) -> list[RecordedUpgrade]:
     """Every upgrade recorded in ``store`` (the root of ``checkpoint.storage``), newest first
     (the current unfinished one first), each its record or why it does not parse; see
-    :func:`barrierflow.ops.upgrade_record.recorded_upgrades`."""
+    :func:`barrierflow.upgrade.record.recorded_upgrades`."""
     return recorded_upgrades(store.objects)
 
 

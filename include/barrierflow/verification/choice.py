@@ -26,7 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from barrierflow.errors import CheckpointError, CheckpointNotFoundError, UserInputError
+from barrierflow.pipeline.layout import GLOBAL_CHECKPOINTS, OWN_CHECKPOINTS, CutLayout
 from barrierflow.pipeline.model import OpenedPipeline
+from barrierflow.pipeline.words import CUT_VERIFICATION, words
+
+__all__ = ["CHECKPOINT_CHOICES", "CUT_VERIFICATION", "LATEST", "LATEST_VALID", "CheckpointChoice", "CheckpointRequest",
+           "ChosenCheckpointInvalidError", "choose_checkpoint"]
 from barrierflow.verification.global_cut import verify_cuts
 from barrierflow.verification.runner import candidate_ids, select_ids
 from barrierflow.verification.selection import judge
@@ -37,10 +42,6 @@ LATEST = "latest"
 CHECKPOINT_CHOICES = (LATEST_VALID, LATEST)
 
 CheckpointRequest = int | Literal["latest-valid", "latest"]
-
-#: The verdict on a cut of several stages that was chosen.
-CUT_VERIFICATION = "passed global verification (every stage's checks and the cut over its channels)"
-
 
 class ChosenCheckpointInvalidError(CheckpointError, UserInputError):
     """The checkpoint asked for (by id, or as ``latest``) fails structural verification.
@@ -81,39 +82,73 @@ class CheckpointChoice:
                 "verification": self.verification}
 
 
-def _candidates(pipeline: OpenedPipeline) -> list[int]:
-    """The cuts ``latest`` and ``latest-valid`` pick from, ascending: for one stage its
-    candidates (damaged checkpoints too), else the completed cuts of the current timeline."""
-    if pipeline.single_stage:
+class _OwnCheckpoints:
+    """Choosing among the only stage's own checkpoints: damaged ones are candidates too (so that
+    ``latest-valid`` names why it skipped them), and a cut is judged by the stage's structural
+    checks."""
+
+    @staticmethod
+    def candidates(pipeline: OpenedPipeline) -> list[int]:
         return candidate_ids(pipeline.stages[0].store)
-    return pipeline.cuts.completed_ids()
+
+    @staticmethod
+    def check_exists(pipeline: OpenedPipeline, checkpoint_id: int) -> None:
+        select_ids(pipeline.stages[0].store, checkpoint_id=checkpoint_id)  # CheckpointNotFoundError if absent
+
+    @staticmethod
+    def skip_reason(pipeline: OpenedPipeline, checkpoint_id: int) -> str | None:
+        stage = pipeline.stages[0]
+        return judge(stage.spec, stage.store, checkpoint_id)
+
+
+class _GlobalCheckpoints:
+    """Choosing among the completed global checkpoints of the current timeline, each judged by
+    the cut's checks and every stage's."""
+
+    @staticmethod
+    def candidates(pipeline: OpenedPipeline) -> list[int]:
+        return pipeline.cuts.completed_ids()
+
+    @staticmethod
+    def check_exists(pipeline: OpenedPipeline, checkpoint_id: int) -> None:
+        noun, name = words(pipeline).cut_noun, pipeline.name
+        ids = pipeline.cuts.completed_ids()
+        if not ids:
+            raise CheckpointNotFoundError(f"pipeline {name!r} has no completed {noun} in {pipeline.storage} to restore")
+        if checkpoint_id not in ids:
+            raise CheckpointNotFoundError(f"{noun} {checkpoint_id} of pipeline {name!r} is not complete; "
+                                          f"completed: {ids}")
+
+    @staticmethod
+    def skip_reason(pipeline: OpenedPipeline, checkpoint_id: int) -> str | None:
+        report = verify_cuts(pipeline.cuts, pipeline.stages, [checkpoint_id])[0]
+        return None if report.passed else f"failed verification: {report.reason()}"
+
+
+#: How a cut is chosen, by where the pipeline keeps its cuts (:class:`~barrierflow.pipeline.model.CutLayout`).
+_CHOOSERS: dict[CutLayout, type[_OwnCheckpoints] | type[_GlobalCheckpoints]] = {
+    OWN_CHECKPOINTS: _OwnCheckpoints, GLOBAL_CHECKPOINTS: _GlobalCheckpoints}
+
+
+def _candidates(pipeline: OpenedPipeline) -> list[int]:
+    """The cuts ``latest`` and ``latest-valid`` pick from, ascending."""
+    return _CHOOSERS[pipeline.layout].candidates(pipeline)
 
 
 def _check_requested(pipeline: OpenedPipeline, checkpoint_id: int) -> None:
     """Raise CheckpointNotFoundError unless cut ``checkpoint_id`` may be restored."""
-    noun, name = pipeline.cut_noun, pipeline.name
+    noun, name = words(pipeline).cut_noun, pipeline.name
     if checkpoint_id in pipeline.cuts.abandoned():
         raise CheckpointNotFoundError(
             f"{noun} {checkpoint_id} of pipeline {name!r} was abandoned by an earlier restore (its timeline was "
             f"discarded) and cannot be restored; use checkpoint={LATEST_VALID!r} or an id from "
             f"'barrierflow checkpoints list {pipeline.spec_path}'")
-    if pipeline.single_stage:
-        select_ids(pipeline.stages[0].store, checkpoint_id=checkpoint_id)  # CheckpointNotFoundError if absent
-        return
-    ids = pipeline.cuts.completed_ids()
-    if not ids:
-        raise CheckpointNotFoundError(f"pipeline {name!r} has no completed {noun} in {pipeline.storage} to restore")
-    if checkpoint_id not in ids:
-        raise CheckpointNotFoundError(f"{noun} {checkpoint_id} of pipeline {name!r} is not complete; completed: {ids}")
+    _CHOOSERS[pipeline.layout].check_exists(pipeline, checkpoint_id)
 
 
 def _skip_reason(pipeline: OpenedPipeline, checkpoint_id: int) -> str | None:
     """None if ``latest-valid`` may take cut ``checkpoint_id``, else why it is skipped."""
-    if pipeline.single_stage:
-        stage = pipeline.stages[0]
-        return judge(stage.spec, stage.store, checkpoint_id)
-    report = verify_cuts(pipeline.cuts, pipeline.stages, [checkpoint_id])[0]
-    return None if report.passed else f"failed verification: {report.reason()}"
+    return _CHOOSERS[pipeline.layout].skip_reason(pipeline, checkpoint_id)
 
 
 def choose_checkpoint(pipeline: OpenedPipeline, requested: CheckpointRequest) -> CheckpointChoice:
@@ -128,16 +163,14 @@ def choose_checkpoint(pipeline: OpenedPipeline, requested: CheckpointRequest) ->
             ``latest-valid``.
         StorageError: the checkpoint store cannot be read.
     """
-    noun, name = pipeline.cut_noun, pipeline.name
-    passed = "passed structural verification" if pipeline.single_stage else CUT_VERIFICATION
+    said = words(pipeline)
+    noun, name, passed = said.cut_noun, pipeline.name, said.verified
     if requested == LATEST_VALID:
         skipped: list[tuple[int, str]] = []
         for cid in reversed(_candidates(pipeline)):
             why = _skip_reason(pipeline, cid)
             if why is None:
-                verdict = (f"the newest {noun} that passes structural verification" if pipeline.single_stage
-                           else passed)
-                return CheckpointChoice(requested, cid, skipped, verdict, name)
+                return CheckpointChoice(requested, cid, skipped, said.newest_verified, name)
             skipped.append((cid, why))
         detail = "; ".join(f"{cid}: {why}" for cid, why in skipped) or f"there are no completed {noun}s"
         raise CheckpointNotFoundError(f"pipeline {name} has no {noun} that passes verification in "

@@ -47,7 +47,7 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, StorageError, UserInputError
 from barrierflow.spark.session import apply_state_store
 from barrierflow.spec.loader import project_home
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 from barrierflow.state.reader import flat_fields, read_flat_state
 from barrierflow.verification import spark_verdicts
 from barrierflow.verification.report import NO_SUITE, CheckResult
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def expectations_path(spec: PipelineSpec) -> Path:
+def expectations_path(spec: StageSpec) -> Path:
     """Where the pipeline's suite is declared (it may not exist)."""
     declared = spec.verification.expectations if spec.verification else ""
     if declared:
@@ -214,7 +214,7 @@ def exception_messages(info: Any) -> list[str]:
     return sorted({m for value in info.values() for m in exception_messages(value)})
 
 
-def deep_checks(spec: PipelineSpec, store: CheckpointStore, manifest: Manifest, *,
+def deep_checks(spec: StageSpec, store: CheckpointStore, manifest: Manifest, *,
                 spark: SparkSession | None = None, scratch: str | None = None) -> list[CheckResult]:
     """Steps 1-3 for ``manifest``; a SparkSession is built from the spec if none is given."""
     tmp = Path(tempfile.mkdtemp(prefix=f"verify-{spec.name}-{manifest.checkpoint_id}-", dir=scratch))

@@ -46,19 +46,19 @@ if TYPE_CHECKING:
 class CutVerificationReport:
     """Every check of one cut: the cut's own checks and each stage's report.
 
-    ``single_stage``: the cut of a pipeline of one stage, which has no cut checks; its one
-    stage report is the whole verdict, and failures keep the stage's check names."""
+    ``stage_checkpoint``: the cut is the only stage's own checkpoint, which has no cut checks; its
+    one stage report is the whole verdict, and failures keep the stage's check names."""
 
     pipeline: str
     checkpoint_id: int
     checks: list[CheckResult]
     stages: dict[str, VerificationReport] = field(default_factory=dict)
-    single_stage: bool = False
+    stage_checkpoint: bool = False
 
     @property
     def failures(self) -> list[CheckResult]:
         own = [c for c in self.checks if not c.passed]
-        if self.single_stage:
+        if self.stage_checkpoint:
             return own + [c for report in self.stages.values() for c in report.failures]
         return own + [c.model_copy(update={"name": f"{stage}: {c.name}"})
                       for stage, report in self.stages.items() for c in report.failures]
@@ -85,7 +85,7 @@ class CutVerificationReport:
         skipped = {name: r.suite_skipped for name, r in self.stages.items() if r.suite_skipped}
         if not skipped:
             return "passed deep verification"
-        if self.single_stage:
+        if self.stage_checkpoint:
             return next(iter(skipped.values()))
         return "; ".join(f"stage {name}: {why}" for name, why in skipped.items())
 
@@ -150,7 +150,8 @@ def verify_cuts(cuts: GlobalCheckpointStore | SingleStageCuts, parts: Sequence[S
     """
     if isinstance(cuts, SingleStageCuts):
         [stage] = parts
-        return [CutVerificationReport(stage.spec.name, r.checkpoint_id, [], {stage.name: r}, single_stage=True)
+        return [CutVerificationReport(stage.spec.name, r.checkpoint_id, [], {stage.name: r},
+                                      stage_checkpoint=True)
                 for r in verify_checkpoints(stage.spec, stage.store, list(ids), deep=deep, spark=spark)]
     store = cuts
     starts = {p.name: unreachable_inputs(p) for p in parts}

@@ -21,7 +21,7 @@ from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.reservations import reservations
 from barrierflow.checkpointing.store import CheckpointStore, manifest_key
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, SourceError, UserInputError
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.verification.report import VerificationReport, store_report
 from barrierflow.verification.source_range import RetainedStarts, retained_starts
@@ -86,7 +86,7 @@ def select_ids(store: CheckpointStore, checkpoint_id: int | None = None, latest:
 
 
 def verify_checkpoints(
-    spec: PipelineSpec,
+    spec: StageSpec,
     store: CheckpointStore,
     ids: list[int],
     *,

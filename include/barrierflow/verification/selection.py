@@ -18,13 +18,13 @@ a cut of several stages is verified whole)::
 from __future__ import annotations
 
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 from barrierflow.verification.report import load_report
 from barrierflow.verification.runner import verify_checkpoints
 from barrierflow.verification.structural import structurally_intact
 
 
-def judge(spec: PipelineSpec, store: CheckpointStore, checkpoint_id: int) -> str | None:
+def judge(spec: StageSpec, store: CheckpointStore, checkpoint_id: int) -> str | None:
     """Whether ``latest-valid`` may take ``checkpoint_id`` (module docstring): None if it may,
     else why it is skipped. A stored passing result is trusted once the checkpoint is still
     intact; a checkpoint never verified is verified now (and its result stored)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec, PipelineSpec
+from barrierflow.spec.models import GeneratorSourceSpec, KafkaSourceSpec, StageSpec
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ def kafka_beginning_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
     return beginning_offsets(spec)
 
 
-def retained_starts(spec: PipelineSpec) -> RetainedStarts:
+def retained_starts(spec: StageSpec) -> RetainedStarts:
     """Per source: its oldest retained offsets, or None if it retains everything.
 
     Raises:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from barrierflow.spec.loader import project_home
-from barrierflow.spec.models import PipelineSpec
+from barrierflow.spec.models import StageSpec
 from barrierflow.storage.object_dir import CheckpointDir, ObjectDir, is_object_uri, store_uri
 
 #: Below the project home: the driver's local folders of work dirs on object storage.
@@ -44,7 +44,7 @@ class JobLayout:
     object_work_dir: str | None = None
 
     @classmethod
-    def for_spec(cls, spec: PipelineSpec) -> JobLayout:
+    def for_spec(cls, spec: StageSpec) -> JobLayout:
         if spec.work_dir and is_object_uri(spec.work_dir):
             uri = store_uri(spec.work_dir).rstrip("/")
             return cls(project_home() / OBJECT_WORK_DIRS / uri.removeprefix("s3://"), uri)
@@ -75,12 +75,12 @@ class JobLayout:
     def snapshots(self) -> Path:
         return self.work_dir / "snapshots"
 
-    def event_time_uri(self, spec: PipelineSpec) -> str:
+    def event_time_uri(self, spec: StageSpec) -> str:
         """Where executors record the event times of the Kafka ranges they read: the spec's
         ``event_times_path``, else ``<work_dir>/event-times`` (seen by executors on this host only)."""
         return spec.event_times_path or f"file://{self.work_dir / 'event-times'}"
 
-    def dead_letter_uri(self, spec: PipelineSpec) -> str:
+    def dead_letter_uri(self, spec: StageSpec) -> str:
         """Where executors write malformed records: the spec's ``dead_letter_path``, else
         ``<work_dir>/dead-letter`` (seen by executors on this host only)."""
         return spec.dead_letter_path or f"file://{self.work_dir / 'dead-letter'}"

@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from barrierflow.atomic_files import write_atomic
 from barrierflow.barriers.alignment.outcomes import AbortedAlignment, CompletedAlignment
 
 
@@ -51,10 +52,7 @@ def _write(control_dir: str | os.PathLike[str], checkpoint_id: int, record: dict
     path = record_path(control_dir, checkpoint_id)
     if path.exists():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(record, sort_keys=True))
 
 
 def write_alignment(control_dir: str | os.PathLike[str], done: CompletedAlignment) -> None:
