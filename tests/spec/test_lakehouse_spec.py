@@ -11,7 +11,7 @@ import pytest
 from barrierflow.chaos.scratch import ChaosRefusedError, check_judgeable
 from barrierflow.errors import SpecError
 from barrierflow.sinks.factory import pipeline_and_stage, write_ahead_uri_for
-from barrierflow.spec import parse_spec
+from barrierflow.spec import parse_any_spec, parse_spec
 from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 from barrierflow.workdir.layout import JobLayout
 
@@ -68,4 +68,4 @@ def test_chaos_refuses_a_table_sink_instead_of_writing_the_real_table(tmp_path: 
     data = with_sink(tmp_path, {"name": "out", "type": "iceberg", "table": "lake.totals"})
     data["sources"][0]["records_per_partition"] = 100
     with pytest.raises(ChaosRefusedError, match=r"sink\(s\) 'out' write lakehouse tables"):
-        check_judgeable(parse_spec(data))
+        check_judgeable(parse_any_spec(data))
