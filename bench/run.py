@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak",
-                                               "stages", "upload-cpu", "kafka", "upgrade"),
+                                               "stages", "upload-cpu", "kafka", "upgrade", "lake-commit"),
                         default="abs-overhead",
                         help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time; "
                              "scale: bookkeeping cost per source partition (no Spark); "
@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "plain Spark and Flink SQL on the same topic (bench/kafka_source.py); upgrade: --keys "
                              "keys of running totals in RocksDB, stop --savepoint, upgrade 4 -> 16 -> 4 shuffle "
                              "partitions with the canary, state query and diff, the final totals checked against a "
-                             "run never upgraded (bench/upgrade.py)")
+                             "run never upgraded (bench/upgrade.py); lake-commit: what an Iceberg and a Delta sink add "
+                             "per checkpoint on the driver, --checkpoints of them (no Spark, bench/lake_commit.py)")
     parser.add_argument("--rate", type=float, default=20_000.0,
                         help="stages scenario: records/s per source partition")
     parser.add_argument("--processes", action="store_true",
@@ -85,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keys", type=int, default=None,
                         help=f"restore and upgrade scenarios: distinct keys in the state (default "
                              f"{RESTORE_KEYS:,}; the upgrade scenario {UPGRADE_KEYS:,}: about 100 MB of state)")
-    parser.add_argument("--checkpoints", type=int, default=1000, help="soak scenario: checkpoints to run")
+    parser.add_argument("--checkpoints", type=int, default=1000,
+                        help="soak and lake-commit scenarios: checkpoints to run")
     parser.add_argument("--state-store", choices=("hdfs", "rocksdb"), nargs="+", default=["hdfs"],
                         help="restore scenario: the state store providers to measure, alternating per round "
                              "(spark.state_store)")
@@ -178,6 +180,11 @@ def run(args: argparse.Namespace) -> int:
 
         return run_kafka_benchmark([*(["--markdown", args.markdown] if args.markdown else []),
                                     *(["--systems"] if args.systems else [])])
+    if args.scenario == "lake-commit":
+        from bench.lake_commit import run_lake_commit_benchmark
+
+        run_lake_commit_benchmark(args.checkpoints, markdown=args.markdown)
+        return EXIT_OK
     if args.scenario == "upload-cpu":
         from bench.upload_cpu import run_upload_cpu_benchmark
 

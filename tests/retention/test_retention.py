@@ -4,13 +4,23 @@ and bounded storage, on checkpoints built by the real coordinator (no Spark)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from barrierflow.checkpointing.manifest import CheckpointKind
 from barrierflow.checkpointing.materialize import materialize_checkpoint
-from barrierflow.checkpointing.reservations import RUNNING_KEY, RetentionRunWatch, begin_run, end_run
+from barrierflow.checkpointing.reservations import (
+    RUNNING_KEY,
+    RetentionRunWatch,
+    begin_run,
+    end_run,
+    owner_gone,
+    run_owner_id,
+)
 from barrierflow.checkpointing.store import shared_key
 from barrierflow.cli.main import main
 from barrierflow.retention.plan import retain
@@ -163,6 +173,34 @@ def test_the_uploader_waits_for_a_running_retention_and_relists(tmp_path: Path) 
     stale = RetentionRunWatch(objects, stale_after=0.0, poll=0.01)
     begin_run(objects)  # a crashed run's flag is ignored once stale
     assert stale.wait_out_retention() is True
+
+
+def test_a_retention_run_whose_process_is_gone_is_ended_by_the_uploader_at_once(tmp_path: Path) -> None:
+    """A driver killed while its own retention deleted leaves its announcement; the next
+    uploader of this host ends it (and re-lists shared/) instead of waiting it out for
+    STALE_RUN_SECONDS. A run of a live process is still waited for."""
+    objects = LocalObjectStore(tmp_path / "s")
+    watch = RetentionRunWatch(objects, poll=0.01)
+    assert watch.wait_out_retention() is True
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead_id = run_owner_id().replace(f"-{os.getpid()}-", f"-{gone.pid}-")
+    assert owner_gone(dead_id) and not owner_gone(run_owner_id()) and not owner_gone("retain-abc")
+    begin_run(objects, run_id=dead_id)
+    crossed: list[bool] = []
+    waiter = threading.Thread(target=lambda: crossed.append(watch.wait_out_retention()), daemon=True)
+    waiter.start()
+    waiter.join(30)  # ends at once; a wait for staleness would take 600 s
+    assert crossed == [True] and not objects.exists(RUNNING_KEY)
+
+    live = begin_run(objects, run_id=run_owner_id())  # this process: alive
+    waiter = threading.Thread(target=lambda: crossed.append(watch.wait_out_retention()), daemon=True)
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()
+    end_run(objects, live)
+    waiter.join(5)
+    assert crossed == [True, True]
 
 
 def test_store_size_stays_bounded_over_60_checkpoints_with_retention(tmp_path: Path) -> None:

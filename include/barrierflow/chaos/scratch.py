@@ -63,8 +63,8 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
             a source kind chaos cannot bound), a Kafka source that starts at ``latest`` (as a
             whole or for one partition: ``-1``), a transformation declared non-deterministic,
             an update- or complete-mode transformation whose micro-batches are not reproducible
-            (:func:`_check_reproducible_batches`), or no output to compare (only channel or
-            discard sinks).
+            (:func:`_check_reproducible_batches`), a lakehouse table sink (Iceberg, Delta: not
+            copied to scratch tables), or no output to compare (only channel or discard sinks).
     """
     kafka: list[KafkaSourceSpec] = []
     outputs = 0
@@ -89,6 +89,11 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
             elif getattr(source, "type", None) != "channel":
                 raise ChaosRefusedError(f"{where}: source {getattr(source, 'name', '?')!r} of type "
                                         f"{getattr(source, 'type', '?')!r} cannot be bounded by chaos")
+        tables = [sink.name for sink in part.sinks if sink.type in ("iceberg", "delta")]
+        if tables:  # a copy would commit into the catalog or table the spec names, not a scratch one
+            raise ChaosRefusedError(f"{where}: sink(s) {', '.join(map(repr, tables))} write lakehouse tables, which "
+                                    "chaos does not copy to scratch tables or compare yet; run chaos on a copy of the "
+                                    "spec whose table sinks are Parquet sinks")
         outputs += sum(1 for sink in part.sinks if sink.type in ("parquet", "postgres", "kafka"))
     if not outputs:
         raise ChaosRefusedError(f"pipeline {spec.name!r} has no Parquet, PostgreSQL or Kafka sink: there is no "

@@ -40,6 +40,8 @@ checkpoint has expired and can never complete). A ``running.json`` older than
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -48,6 +50,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 
+from barrierflow.processes import process_alive
 from barrierflow.storage import ObjectNotFoundError, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -156,15 +159,47 @@ class RetentionRunWatch:
 
     def wait_out_retention(self) -> bool:
         """Wait while a retention run is in progress; True if a run finished since the last
-        call (the first call returns True): the caller must then re-list ``shared/``."""
+        call (the first call returns True): the caller must then re-list ``shared/``.
+
+        A run announced by a process of this host that is gone (:func:`owner_gone`: a driver
+        killed while its own retention deleted) is ended here at once (:func:`end_run`, so the
+        caller re-lists what it may have deleted) instead of being waited out for
+        :data:`STALE_RUN_SECONDS`; a stale run of another host is ignored and ``shared/``
+        re-listed too."""
+        stale = False
         while (running := _read_run(self.objects, RUNNING_KEY)) is not None:
+            if owner_gone(running.run_id):
+                log.warning("ending retention run %s, whose process is gone", running.run_id)
+                end_run(self.objects, running, self.now())
+                continue
             age = (self.now() - running.started_at).total_seconds()
             if age > self.stale_after:
                 log.warning("ignoring retention run %s started %.0f s ago (crashed?)", running.run_id, age)
+                stale = True
                 break
             time.sleep(self.poll)
         last = _read_run(self.objects, LAST_KEY)
         last_id = last.run_id if last else ""
-        changed = self._seen is None or last_id != self._seen
+        changed = stale or self._seen is None or last_id != self._seen
         self._seen = last_id
         return changed
+
+
+#: How a retention run of ``barrierflow run`` begins its id: ``run-<host>-<pid>-<random>``.
+RUN_OWNER_PREFIX = "run"
+
+
+def run_owner_id() -> str:
+    """A retention run id naming this process as its owner (``run-<host>-<pid>-<random>``),
+    which :func:`owner_gone` can tell dead from alive later."""
+    return f"{RUN_OWNER_PREFIX}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def owner_gone(run_id: str) -> bool:
+    """Whether ``run_id`` (made by :func:`run_owner_id`) names a process of this host, other than
+    this one, that is gone: its run will delete nothing more. Ids of other hosts or of other
+    formats (``retain``'s) are never called gone."""
+    head, _, rest = run_id.rpartition("-")  # rest: the random part
+    owner, _, pid = head.rpartition("-")
+    return (owner == f"{RUN_OWNER_PREFIX}-{socket.gethostname()}" and bool(rest) and pid.isdigit()
+            and int(pid) != os.getpid() and not process_alive(int(pid)))

@@ -5,7 +5,7 @@ Exit codes: 0 success, 2 bad input (spec, arguments, checkpoint chosen), 1 runti
 Each command parses its arguments, calls one operation of :mod:`barrierflow.ops` and renders
 the result; no rule of its own lives here. The commands live by group, each parser beside its
 handler: :mod:`.run` (run, stop, chaos), :mod:`.checkpoints` (checkpoints, restore, reconcile,
-verify, retain, savepoint), :mod:`.reports` (skew, rollup, recompute, quality), :mod:`.state`
+verify, retain, savepoint), :mod:`.reports` (skew, rollup, recompute, quality, lake), :mod:`.state`
 (state, upgrade), :mod:`.project` (validate, init); :mod:`.exits` holds the exit codes.
 """
 
@@ -45,6 +45,7 @@ COMMANDS: tuple[Callable[[Subcommands], None], ...] = (
     reports.add_rollup,
     reports.add_recompute,
     reports.add_quality,
+    reports.add_lake,
     run.add_chaos,
     checkpoints.add_retain,
     checkpoints.add_savepoint,

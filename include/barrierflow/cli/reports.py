@@ -1,4 +1,5 @@
-"""``barrierflow skew``, ``rollup``, ``recompute``, ``quality``: reports over the checkpoints and the committed output.
+"""``barrierflow skew``, ``rollup``, ``recompute``, ``quality``, ``lake``: reports over the checkpoints and the
+committed output.
 
 Each command's parser sits beside its handler; :mod:`barrierflow.cli.main` dispatches.
 """
@@ -11,7 +12,7 @@ import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from barrierflow.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUNTIME, Subcommands
+from barrierflow.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUNTIME, ArgumentParser, Subcommands
 from barrierflow.errors import UserInputError
 
 if TYPE_CHECKING:
@@ -168,3 +169,26 @@ def _cmd_quality(args: argparse.Namespace) -> int:
     for failure in report.failures:
         print(f"expectation failed: {failure.describe()}", file=sys.stderr)
     return EXIT_OK if report.passed else EXIT_RUNTIME
+
+
+def add_lake(sub: Subcommands) -> None:
+    """``barrierflow lake read SPEC``."""
+    lake = sub.add_parser("lake", help="the pipeline's Iceberg and Delta tables")
+    lake_sub = lake.add_subparsers(dest="lake_command", required=True, parser_class=ArgumentParser)
+    read = lake_sub.add_parser("read", help="every table's version as of one cut (a completed checkpoint)")
+    read.add_argument("spec")
+    read.add_argument("--checkpoint", type=int, help="checkpoint id (default: the newest cut)")
+    read.add_argument("--json", action="store_true")
+    read.set_defaults(handler=_cmd_lake)
+
+
+def _cmd_lake(args: argparse.Namespace) -> int:
+    """``lake read``: each table's Iceberg snapshot id or Delta version as of one cut."""
+    from barrierflow.ops.lake import lake_cut
+
+    cut = lake_cut(args.spec, args.checkpoint)
+    if args.json:
+        print(json.dumps(cut.as_dict(), indent=2))
+    else:
+        print("\n".join(cut.lines()))
+    return EXIT_OK

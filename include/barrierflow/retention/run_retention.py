@@ -39,7 +39,9 @@ every upload wait until it is :data:`~barrierflow.checkpointing.reservations.STA
 old; since a run retains after every checkpoint, a killed driver often leaves one. So each run
 announces its retention runs as ``run-<host>-<pid>-<random>``, and :meth:`RunRetention.start`,
 before the next run's stages start, ends an announced run of this host whose process is gone (it
-will delete nothing more; its deletions are idempotent and the next run finishes them). A run of
+will delete nothing more; its deletions are idempotent and the next run finishes them), as every
+uploader that meets one does (:meth:`~barrierflow.checkpointing.reservations.RetentionRunWatch.
+wait_out_retention`: a restore that does not pass through here, or ``verify``). A run of
 another host, or of a process that still runs (a stalled driver may wake up and delete on), is
 waited out as before.
 
@@ -53,17 +55,13 @@ cuts that completed since, so a stopped pipeline leaves ``retained`` cuts plus i
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import uuid
 from collections.abc import Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore, SingleStageCuts
-from barrierflow.checkpointing.reservations import announced_run, end_run
+from barrierflow.checkpointing.reservations import announced_run, end_run, owner_gone, run_owner_id
 from barrierflow.checkpointing.thread_priority import background_executor
 from barrierflow.pipeline.model import Stage
-from barrierflow.processes import process_alive
 from barrierflow.retention.global_plan import CutRetentionPlan, retain_cuts
 
 log = logging.getLogger(__name__)
@@ -108,7 +106,7 @@ class RunRetention:
         for stage in self.stages:
             try:
                 announced = announced_run(stage.store.objects)
-                if announced is None or not _dead_owner(announced.run_id):
+                if announced is None or not owner_gone(announced.run_id):
                     continue
                 end_run(stage.store.objects, announced)
             except Exception as exc:
@@ -165,7 +163,7 @@ class RunRetention:
         """One retention run (None: it failed, logged)."""
         try:
             plan = retain_cuts(self.cuts, self.stages, retained=self.retained, in_flight_from=in_flight_from,
-                               run_id=f"{_OWNER_PREFIX}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}")
+                               run_id=run_owner_id())
         except Exception as exc:  # a background cleanup: the pipeline runs on, the next cut retries
             self.failures += 1
             log.warning("pipeline %s: retention (checkpoint.retained = %d) failed, the next completed checkpoint "
@@ -183,15 +181,3 @@ def _in_flight_from(pending: Collection[int], newest: int | None) -> int:
     known (``newest`` completed or pending); any cut triggered later gets a higher id."""
     known = max([*pending, newest if newest is not None else 0])
     return min(pending, default=known + 1)
-
-
-#: How a retention run of ``barrierflow run`` begins its id: ``run-<host>-<pid>-<random>``.
-_OWNER_PREFIX = "run"
-
-
-def _dead_owner(run_id: str) -> bool:
-    """Whether ``run_id`` is a run's retention of this host whose process is gone."""
-    head, _, rest = run_id.rpartition("-")  # rest: the random part
-    owner, _, pid = head.rpartition("-")
-    return (owner == f"{_OWNER_PREFIX}-{socket.gethostname()}" and bool(rest) and pid.isdigit()
-            and int(pid) != os.getpid() and not process_alive(int(pid)))

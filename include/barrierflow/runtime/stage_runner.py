@@ -178,10 +178,15 @@ class StageRunner:
         self._checked = frame
 
     def _refuse_incompatible(self, frame: DataFrame) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from barrierflow.sinks.factory import check_table_sink
+
         stage = self.stage
         check_state_compatible(frame, stage.layout.spark_checkpoint, pipeline=self.pipeline, stage=stage.name,
                                shuffle_partitions=shuffle_partitions(stage.spec.spark),
                                state_store=stage.spec.spark.state_store)
+        check_table_sink(stage.spec, stage.layout, to_arrow_schema(frame.schema, timezone="UTC"))
 
     def start_query(self, spark: SparkSession, *, spec_path: str, run: StageRun, fence: FenceToken | None,
                     check_work_dir: bool = True, wait: bool = True) -> StreamingQuery:

@@ -12,12 +12,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.spec.kafka_client import KafkaClientSpec
+from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 from barrierflow.spec.models import DiscardSinkSpec, KafkaSinkSpec, ParquetSinkSpec, PostgresSinkSpec, StageSpec
 from barrierflow.transactions.committer import NoCommitter, SinkCommitter
 from barrierflow.transactions.ledger import TransactionLedger
 from barrierflow.transactions.retry import CommitRetry
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from barrierflow.checkpointing.store import CheckpointStore
     from barrierflow.lease import FenceToken
     from barrierflow.workdir.layout import JobLayout
@@ -55,8 +58,42 @@ def micro_batch_writer(spec: StageSpec, layout: JobLayout, *, fence: FenceToken 
         return None
     from barrierflow.sinks.write_ahead import WriteAheadWriter
 
-    return WriteAheadWriter(write_ahead, control_dir=str(layout.control), spark_checkpoint=str(layout.spark_checkpoint),
-                       fence=fence)
+    split_by = list(spec.sink.partitioned_by) if isinstance(spec.sink, IcebergSinkSpec | DeltaSinkSpec) else []
+    return WriteAheadWriter(write_ahead, control_dir=str(layout.control),
+                            spark_checkpoint=str(layout.spark_checkpoint), fence=fence, split_by=split_by)
+
+
+def pipeline_and_stage(spec: StageSpec) -> tuple[str, str]:
+    """The pipeline and stage names of the stage whose (derived) spec is ``spec``: a stage of a
+    pipeline of several stages runs as ``<pipeline>-<stage>`` with work dir
+    ``<pipeline work dir>/stages/<stage>`` (:func:`barrierflow.pipeline.stage_options.derive_stage_spec`);
+    a single-stage pipeline is its own one stage."""
+    from pathlib import PurePosixPath
+
+    work = PurePosixPath(spec.work_dir.rstrip("/")) if spec.work_dir else None
+    if work is not None and work.parent.name == "stages" and spec.name.endswith(f"-{work.name}"):
+        return spec.name[: -len(work.name) - 1], work.name
+    return spec.name, spec.name
+
+
+def check_table_sink(spec: StageSpec, layout: JobLayout, output: pa.Schema) -> None:
+    """Before the stage starts: create the table of an Iceberg sink from the query's ``output``
+    schema when absent, and check ``output`` against an existing Iceberg or Delta table; nothing
+    for other sinks.
+
+    Raises:
+        UserInputError: the output does not fit the table (naming the column).
+    """
+    sink = spec.sink
+    if isinstance(sink, IcebergSinkSpec):
+        from barrierflow.sinks.iceberg import ensure_iceberg_table, open_catalog, table_location
+
+        catalog = open_catalog(sink.catalog, layout.work_dir)
+        ensure_iceberg_table(sink, catalog, table_location(sink, layout.work_dir, catalog), output)
+    elif isinstance(sink, DeltaSinkSpec):
+        from barrierflow.sinks.delta import check_delta_table
+
+        check_delta_table(sink, output)
 
 
 def write_ahead_uri_for(spec: StageSpec, layout: JobLayout) -> str | None:
@@ -68,6 +105,15 @@ def write_ahead_uri_for(spec: StageSpec, layout: JobLayout) -> str | None:
         from barrierflow.sinks.parquet import write_ahead_uri
 
         return write_ahead_uri(sink.path)
+    if isinstance(sink, IcebergSinkSpec | DeltaSinkSpec):
+        from barrierflow.sinks import table
+
+        _, stage = pipeline_and_stage(spec)
+        if isinstance(sink, DeltaSinkSpec):
+            return table.write_ahead_uri(sink.path, stage, sink.name)
+        from barrierflow.sinks.iceberg import table_location
+
+        return table.write_ahead_uri(table_location(sink, layout.work_dir), stage, sink.name)
     uri = getattr(sink, "write_ahead_path", "") or f"file://{layout.work_dir / 'sink-staging' / sink.name}"
     return uri
 
@@ -93,6 +139,19 @@ def build_sink(spec: StageSpec, store: CheckpointStore, layout: JobLayout, *, at
         write_ahead = write_ahead_uri_for(spec, layout)
         assert write_ahead is not None
         return PostgresSink(spec=sink, write_ahead_uri=write_ahead, **common)
+    if isinstance(sink, IcebergSinkSpec | DeltaSinkSpec):
+        from barrierflow.sinks.cut import CutLog
+
+        pipeline, stage = pipeline_and_stage(spec)
+        table_kwargs = {**common, "stage": stage, "pipeline_name": pipeline, "cuts": CutLog(store.objects),
+                        "commit_every": sink.commit_every}
+        if isinstance(sink, IcebergSinkSpec):
+            from barrierflow.sinks.iceberg import IcebergSink
+
+            return IcebergSink(spec=sink, work_dir=layout.work_dir, **table_kwargs)
+        from barrierflow.sinks.delta import DeltaSink
+
+        return DeltaSink(spec=sink, **table_kwargs)
     if isinstance(sink, KafkaSinkSpec):
         from barrierflow.sinks.kafka import KafkaSink
 

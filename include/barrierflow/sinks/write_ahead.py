@@ -71,20 +71,52 @@ class WriteAheadDataSource(DataSource):
         freeze_long_lived()  # Spark calls this in a reused planning worker, once per micro-batch
         try:
             fence = self.options.get("fence")
+            split = [c for c in self.options.get("split_by", "").split(",") if c]
             return WriteAheadBatchWriter(self.options["uri"], int(self.options["batch_id"]),
-                                 int(fence) if fence else None)
+                                         int(fence) if fence else None, split)
         except (KeyError, ValueError) as exc:
             raise SinkError("barrierflow_staging needs the options 'uri' and 'batch_id'; it is driven by "
                             "WriteAheadWriter inside foreachBatch") from exc
 
 
+@dataclass
+class WriteAheadFiles(WriterCommitMessage):
+    """What a task's ``write`` reports when it splits its rows by column values (``split_by``):
+    one :class:`WriteAheadFile` per distinct value combination."""
+
+    files: list[WriteAheadFile]
+
+
+def split_by_values(table: Any, columns: list[str]) -> list[Any]:
+    """``table`` split into one table per distinct combination of ``columns``' values (nulls
+    form their own group), so each part holds exactly one value per column: what a table
+    format's identity partition needs of a data file."""
+    import pyarrow.compute as pc
+
+    if not columns:
+        return [table]
+    parts = []
+    for values in table.select(columns).group_by(columns, use_threads=False).aggregate([]).to_pylist():
+        mask = None
+        for column in columns:
+            value = values[column]
+            hit = pc.is_null(table[column]) if value is None else pc.fill_null(pc.equal(table[column], value), False)
+            mask = hit if mask is None else pc.and_(mask, hit)
+        parts.append(table.filter(mask))
+    return parts
+
+
 class WriteAheadBatchWriter(DataSourceArrowWriter):
-    def __init__(self, uri: str, batch_id: int, fence: int | None = None) -> None:
+    """Writes each task's rows as one Parquet file, or, with ``split_by`` columns, one file per
+    distinct combination of their values (the identity partitions of a table sink)."""
+
+    def __init__(self, uri: str, batch_id: int, fence: int | None = None, split_by: list[str] | None = None) -> None:
         self.uri = uri
         self.batch_id = batch_id
         self.fence = fence
+        self.split_by = list(split_by or [])
 
-    def write(self, iterator: Iterator[Any]) -> WriteAheadFile:
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         import pyarrow as pa
         import pyarrow.parquet as pq
         from pyspark import TaskContext
@@ -96,20 +128,26 @@ class WriteAheadBatchWriter(DataSourceArrowWriter):
         if not batches:
             return WriteAheadFile(None, 0)
         table = pa.Table.from_batches(batches)
-        buffer = io.BytesIO()
-        pq.write_table(table, buffer, compression="zstd")
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx else 0
-        key = f"{batch_prefix(self.batch_id)}{task:05d}-{uuid.uuid4().hex}.parquet"
-        open_store(self.uri).put_bytes(key, buffer.getvalue())
-        return WriteAheadFile(key, table.num_rows)
+        store = open_store(self.uri)
+        written = []
+        for part in split_by_values(table, self.split_by):
+            buffer = io.BytesIO()
+            pq.write_table(part, buffer, compression="zstd")
+            key = f"{batch_prefix(self.batch_id)}{task:05d}-{uuid.uuid4().hex}.parquet"
+            store.put_bytes(key, buffer.getvalue())
+            written.append(WriteAheadFile(key, part.num_rows))
+        return written[0] if len(written) == 1 and not self.split_by else WriteAheadFiles(written)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         from barrierflow.spark.worker_heap import freeze_long_lived
 
         freeze_long_lived()  # Spark calls this in a reused commit worker, once per micro-batch
+        reported = [f for m in messages if m is not None
+                    for f in (m.files if isinstance(m, WriteAheadFiles) else [m])]
         files = sorted(
-            ({"key": m.key, "rows": m.rows} for m in messages if isinstance(m, WriteAheadFile) and m.key),
+            ({"key": m.key, "rows": m.rows} for m in reported if isinstance(m, WriteAheadFile) and m.key),
             key=lambda f: f["key"],
         )
         body = {"batch_id": self.batch_id, "files": files, "rows": sum(f["rows"] for f in files), "fence": self.fence}
@@ -123,20 +161,22 @@ class WriteAheadBatchWriter(DataSourceArrowWriter):
         store.delete_many([o.key for o in store.list(batch_prefix(self.batch_id))])
 
 
-def write_ahead_batch(uri: str, batch_id: int, table: Any, fence: int | None = None) -> None:
-    """Stage a pyarrow ``table`` as micro-batch ``batch_id`` from the driver (one file, then
-    the file list, with the writer's fencing number), in the same layout the executor-side
-    writer produces."""
+def write_ahead_batch(uri: str, batch_id: int, table: Any, fence: int | None = None,
+                      split_by: list[str] | None = None) -> None:
+    """Stage a pyarrow ``table`` as micro-batch ``batch_id`` from the driver (one file, or one per
+    distinct value combination of ``split_by``; then the file list, with the writer's fencing
+    number), in the same layout the executor-side writer produces."""
     import pyarrow.parquet as pq
 
     store = open_store(uri)
     files = []
     if table.num_rows:
-        buffer = io.BytesIO()
-        pq.write_table(table, buffer, compression="zstd")
-        key = f"{batch_prefix(batch_id)}driver-{uuid.uuid4().hex}.parquet"
-        store.put_bytes(key, buffer.getvalue())
-        files.append({"key": key, "rows": table.num_rows})
+        for part in split_by_values(table, list(split_by or [])):
+            buffer = io.BytesIO()
+            pq.write_table(part, buffer, compression="zstd")
+            key = f"{batch_prefix(batch_id)}driver-{uuid.uuid4().hex}.parquet"
+            store.put_bytes(key, buffer.getvalue())
+            files.append({"key": key, "rows": part.num_rows})
     body = {"batch_id": batch_id, "files": files, "rows": table.num_rows, "fence": fence}
     store.put_bytes(batch_prefix(batch_id) + MARKER, json.dumps(body).encode())
 
@@ -155,7 +195,8 @@ class WriteAheadWriter:
     and commit their state for the batch) and its output is dropped; ``suppressed`` lists it."""
 
     def __init__(self, uri: str, mode: str = "executors", *, control_dir: str | None = None,
-                 spark_checkpoint: str | None = None, fence: FenceToken | None = None) -> None:
+                 spark_checkpoint: str | None = None, fence: FenceToken | None = None,
+                 split_by: list[str] | None = None) -> None:
         if mode not in ("executors", "driver"):
             raise SinkError(f"write-ahead mode must be 'executors' or 'driver', got {mode!r}")
         self.uri = uri
@@ -165,6 +206,8 @@ class WriteAheadWriter:
         self.suppressed: list[int] = []
         #: The lease holder's fencing token: a driver whose lease was taken over writes nothing ahead.
         self.fence = fence
+        #: Columns whose value combinations get files of their own (a table sink's identity partitions).
+        self.split_by = list(split_by or [])
 
     def replays_committed_output(self, batch_id: int) -> bool:
         """Whether batch ``batch_id`` re-produces output a sink already committed."""
@@ -191,7 +234,8 @@ class WriteAheadWriter:
             return
         fence = self.fence.fence if self.fence is not None else None
         if self.mode == "driver":
-            write_ahead_batch(self.uri, batch_id, df.toArrow(), fence)
+            write_ahead_batch(self.uri, batch_id, df.toArrow(), fence, self.split_by)
             return
         (df.write.format("barrierflow_staging").mode("append")
-         .option("uri", self.uri).option("batch_id", str(batch_id)).option("fence", str(fence or "")).save())
+         .option("uri", self.uri).option("batch_id", str(batch_id)).option("fence", str(fence or ""))
+         .option("split_by", ",".join(self.split_by)).save())

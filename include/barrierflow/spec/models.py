@@ -20,6 +20,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from barrierflow.spec.alerts import AlertsSpec
 from barrierflow.spec.durations import parse_duration_seconds
 from barrierflow.spec.kafka_client import KafkaClientField, NestedClientFields
+from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 from barrierflow.spec.metrics import MetricsSpec
 from barrierflow.spec.restart import RestartSpec
 
@@ -352,7 +353,8 @@ class KafkaSinkSpec(_Strict, NestedClientFields):
 
 
 SinkSpec = Annotated[
-    ParquetSinkSpec | DiscardSinkSpec | PostgresSinkSpec | KafkaSinkSpec, Field(discriminator="type")
+    ParquetSinkSpec | DiscardSinkSpec | PostgresSinkSpec | KafkaSinkSpec | IcebergSinkSpec | DeltaSinkSpec,
+    Field(discriminator="type"),
 ]
 
 
@@ -810,5 +812,6 @@ class StageSpec(PipelineWide[CheckpointSpec]):
         return self.sources[0]
 
     @property
-    def sink(self) -> ParquetSinkSpec | DiscardSinkSpec | PostgresSinkSpec | KafkaSinkSpec:
+    def sink(self) -> (ParquetSinkSpec | DiscardSinkSpec | PostgresSinkSpec | KafkaSinkSpec | IcebergSinkSpec
+                       | DeltaSinkSpec):
         return self.sinks[0]

@@ -1,0 +1,46 @@
+"""``barrierflow lake read``: every lakehouse table of a pipeline as of one cut (one completed
+checkpoint): the Iceberg snapshot id or Delta version each table had when that checkpoint's
+output was committed (:mod:`barrierflow.batch.lake_cut`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from barrierflow.batch.lake_cut import cut_tables, newest_cut
+from barrierflow.sinks.cut import TableVersion
+
+
+@dataclass(frozen=True)
+class LakeCut:
+    """The tables (``<stage>/<sink>`` -> version, None: nothing committed yet) as of ``checkpoint_id``."""
+
+    checkpoint_id: int
+    tables: dict[str, TableVersion | None]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"checkpoint_id": self.checkpoint_id,
+                "tables": {name: (v.as_dict() if v is not None else None) for name, v in self.tables.items()}}
+
+    def lines(self) -> list[str]:
+        out = [f"cut of checkpoint {self.checkpoint_id}:"]
+        for name, version in self.tables.items():
+            if version is None or version.version is None:
+                out.append(f"  {name}: nothing committed yet")
+                continue
+            what = "snapshot" if version.format == "iceberg" else "version"
+            out.append(f"  {name}: {version.format} {version.table} {what} {version.version} "
+                       f"(committed with checkpoint {version.checkpoint_id})")
+        return out
+
+
+def lake_cut(spec_path: str | os.PathLike[str], checkpoint_id: int | None = None) -> LakeCut:
+    """The cut of ``checkpoint_id`` (None: the newest one every table stage recorded).
+
+    Raises:
+        UserInputError: the pipeline writes no table, or the checkpoint has no cut record.
+    """
+    if checkpoint_id is None:
+        checkpoint_id = newest_cut(spec_path)
+    return LakeCut(checkpoint_id, cut_tables(spec_path, checkpoint_id))
