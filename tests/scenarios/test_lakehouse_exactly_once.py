@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spec import load_spec
@@ -32,13 +31,9 @@ STEP_MS = 4
 def lake_spec(tmp_path: Path, sink: dict[str, Any]) -> Path:
     """The harness's windowed pipeline into ``sink``: records 4 ms of event time apart, so a
     window closes every 250 records of a partition and nearly every epoch has rows to commit
-    (also after the restore); ``retained`` above the run's checkpoints, so no retention run is
-    under way when a driver is killed (a killed one holds up the next uploads)."""
-    path = windowed_spec(tmp_path, sink, records=RECORDS, per_batch=400, event_time_step_ms=STEP_MS)
-    data = yaml.safe_load(path.read_text())
-    data["checkpoint"]["retained"] = 100
-    path.write_text(yaml.safe_dump(data))
-    return path
+    (also after the restore); the default ``retained``, so the run retains as it goes, also
+    around the kill."""
+    return windowed_spec(tmp_path, sink, records=RECORDS, per_batch=400, event_time_step_ms=STEP_MS)
 
 
 def expected_rows(spec_path: Path) -> list[tuple[Any, ...]]:

@@ -1,8 +1,8 @@
 """The one query builder: the Structured Streaming query of one stage, whatever the pipeline's shape.
 
-A single-stage pipeline is a stage of its own (:class:`~barrierflow.runtime.job.StreamingJob`);
-each stage of a multi-stage pipeline (:class:`~barrierflow.runtime.pipeline.StagedPipelineJob`)
-is built here the same way, so what the reader is told is told to every stage:
+Every stage of a running pipeline (:class:`~barrierflow.runtime.running.RunningPipeline`; a
+single-stage pipeline is a pipeline of one stage) is built here the same way, so what the
+reader is told is told to every stage:
 
 * the source's spec, control dir (barrier requests, holds, replays), dead-letter and
   event-time URIs, event-time column;
