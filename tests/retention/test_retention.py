@@ -26,6 +26,7 @@ from barrierflow.cli.main import main
 from barrierflow.retention.plan import retain
 from barrierflow.retention.policy import RetentionPolicy, choose_retained
 from barrierflow.retention.savepoint import take_savepoint
+from barrierflow.sinks.cut import CutLog
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.transactions.ledger import TxnState
 from barrierflow.upgrade.record import UpgradeRecord, UpgradeStep, recorded_upgrades, write_record
@@ -218,6 +219,22 @@ def test_store_size_stays_bounded_over_60_checkpoints_with_retention(tmp_path: P
     assert len(f.ledger.list()) <= 4
     for cid in f.store.checkpoint_ids():
         materialize_checkpoint(f.store, f.store.get(cid), tmp_path / f"r{cid}")
+
+
+def test_a_table_sinks_cut_records_go_with_their_checkpoints(tmp_path: Path) -> None:
+    """Retention deletes the cut record of every checkpoint it deletes, and a record a killed run
+    left without its checkpoint; it keeps the records of kept checkpoints and any record newer
+    than the newest completed checkpoint."""
+    f = CheckpointFactory(tmp_path)
+    spec = make_spec(tmp_path, checkpoint={"retained": 2})
+    f.take(5)
+    cuts = CutLog(f.store.objects)
+    for cid in (0, 1, 2, 3, 4, 5, 9):  # 0: an orphan (no such checkpoint); 9: newer than any
+        cuts.record(cid, {})
+    plan = retain(spec, f.store)
+    assert plan.kept == [4, 5] and f.store.checkpoint_ids() == [4, 5]
+    assert cuts.checkpoints() == [4, 5, 9]
+    assert retain(spec, f.store).keys["checkpoints"] == []  # nothing left to delete
 
 
 def test_savepoints_are_listed_and_survive_retention(tmp_path: Path, capsys) -> None:

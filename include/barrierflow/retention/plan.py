@@ -54,6 +54,8 @@ from barrierflow.retention.local import (
     plan_local_retention,
 )
 from barrierflow.retention.policy import RetentionPolicy, choose_retained
+from barrierflow.sinks.cut import PREFIX as CUT_RECORDS
+from barrierflow.sinks.cut import cut_record_id
 from barrierflow.spec.models import StageSpec
 from barrierflow.storage import ObjectInfo, ObjectNotFoundError
 from barrierflow.transactions.ledger import TransactionLedger, TxnState, transaction_key
@@ -166,6 +168,13 @@ def plan_retention(spec: StageSpec, store: CheckpointStore, *, dry_run: bool = T
 
     plan.checkpoints = sorted(c for c in manifests if c not in keep_all)
     plan.keys["checkpoints"] = [i for c in plan.checkpoints for i in ordered(c)]
+    # A table sink's cut record goes with its checkpoint, after it (a run killed in between
+    # leaves a record without a checkpoint, which the next run deletes): every record of a
+    # checkpoint not kept, up to the newest completed (a newer one belongs to a checkpoint
+    # whose manifest this listing may have missed).
+    plan.keys["checkpoints"] += [i for i in objects.list(CUT_RECORDS)
+                                 if (cid := cut_record_id(i.key)) is not None and cid not in keep_all
+                                 and cid <= newest_completed]
     for cid in sorted(set(by_dir) - set(manifests)):
         failed_at = _failure_time(store, cid)
         if cid < newest_completed or (failed_at is not None and moment - failed_at > timeout):

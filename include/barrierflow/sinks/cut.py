@@ -28,6 +28,15 @@ def cut_key(checkpoint_id: int) -> str:
     return f"{PREFIX}chk-{checkpoint_id:012d}.json"
 
 
+def cut_record_id(key: str) -> int | None:
+    """The checkpoint id of cut record ``key`` (a key under :data:`PREFIX`), or None when the
+    key is not one."""
+    name = key.rsplit("/", 1)[-1]
+    if key.startswith(PREFIX) and name.startswith("chk-") and name.endswith(".json") and name[4:-5].isdigit():
+        return int(name[4:-5])
+    return None
+
+
 @dataclass(frozen=True)
 class TableVersion:
     """One table as of a cut: its format (``iceberg``/``delta``), name (Iceberg identifier or
@@ -69,12 +78,7 @@ class CutLog:
 
     def checkpoints(self) -> list[int]:
         """The checkpoint ids that have a cut record, ascending."""
-        out = []
-        for info in self.objects.list(PREFIX):
-            name = info.key.rsplit("/", 1)[-1]
-            if name.startswith("chk-") and name.endswith(".json"):
-                out.append(int(name[4:-5]))
-        return sorted(out)
+        return sorted(cid for info in self.objects.list(PREFIX) if (cid := cut_record_id(info.key)) is not None)
 
 
 def tables_as_of(stores: dict[str, ObjectStore], checkpoint_id: int | None = None) -> dict[str, TableVersion | None]:
