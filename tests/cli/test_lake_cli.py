@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 from barrierflow.cli.main import main
 
-from tests.sinks.lake_env import PIPELINE, rows, stage
+from tests.sinks.lake_env import PIPELINE, commit, iceberg_pipeline_spec, rows
 from tests.sinks.test_iceberg_sink import make_sink
 
 
@@ -18,17 +17,8 @@ def test_lake_read_prints_each_table_s_version_as_of_the_cut(tmp_path: Path, cap
                                                             ) -> None:
     sink = make_sink(tmp_path)
     for checkpoint in (1, 2):
-        stage(sink.write_ahead.uri, checkpoint, rows([checkpoint]))
-        sink.pre_commit_epoch(checkpoint, checkpoint)
-        sink.notify_checkpoint_complete(checkpoint, checkpoint)
-    spec = {"version": 1, "name": PIPELINE, "work_dir": str(tmp_path / "work"),
-            "sources": [{"name": "events", "type": "generator"}],
-            "transformation": {"function": "barrierflow.transforms.aggregations:keyed_running_totals",
-                               "output_mode": "update"},
-            "sinks": [{"name": "ice", "type": "iceberg", "table": "lake.totals"}],
-            "checkpoint": {"storage": f"file://{tmp_path / 'store'}"}}
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(spec))
+        commit(sink, checkpoint, checkpoint, rows([checkpoint]))
+    path = iceberg_pipeline_spec(tmp_path)
     snapshots = [s.snapshot_id for s in sink.catalog.load_table("lake.totals").snapshots()]
 
     assert main(["lake", "read", str(path), "--checkpoint", "1", "--json"]) == 0

@@ -24,9 +24,7 @@ from barrierflow.storage.local import LocalObjectStore
 from barrierflow.transactions.ledger import TxnState
 from deltalake import DeltaTable
 
-from tests.sinks.lake_env import PIPELINE, ledger, rows, stage
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.sinks.lake_env import PIPELINE, REPO, kill_after_the_table_commit, ledger, rows, stage
 
 
 def make_sink(tmp_path: Path, attempt: int = 0, commit_every: int = 1, **spec: Any) -> DeltaSink:
@@ -107,17 +105,7 @@ def test_crash_between_table_commit_and_ledger_record_resolves_exactly_once(tmp_
     for checkpoint in range(1, 6):
         staging = make_sink(tmp_path, attempt=checkpoint - 1).write_ahead.uri
         stage(staging, checkpoint, rows([checkpoint * 10, checkpoint * 10 + 1]))
-        script = textwrap.dedent(f"""
-            from pathlib import Path
-            from tests.sinks.test_delta_sink import make_sink
-            sink = make_sink(Path({str(tmp_path)!r}), attempt={checkpoint - 1})
-            sink.pre_commit_epoch({checkpoint}, {checkpoint})
-            sink.notify_checkpoint_complete({checkpoint}, {checkpoint})
-            raise SystemExit("not reached: the crash point should have killed this process")
-        """)
-        proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "BARRIERFLOW_CRASH_AT": "mid_sink_commit"})
-        assert proc.returncode == -9, proc.stderr[-2000:]
+        kill_after_the_table_commit("tests.sinks.test_delta_sink", tmp_path, checkpoint)
         restarted = make_sink(tmp_path, attempt=checkpoint)
         assert restarted.ledger.get("dl", checkpoint).state is TxnState.PRECOMMITTED
         assert table(tmp_path).transaction_version(restarted.app_id) == checkpoint

@@ -5,9 +5,6 @@ table is read back with pyiceberg's own catalog and scans, not with the sink's c
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,9 +19,15 @@ from barrierflow.storage.local import LocalObjectStore
 from barrierflow.transactions.ledger import TxnState
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.sinks.lake_env import PIPELINE, ledger, rows, stage
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.sinks.lake_env import (
+    PIPELINE,
+    commit,
+    iceberg_pipeline_spec,
+    kill_after_the_table_commit,
+    ledger,
+    rows,
+    stage,
+)
 
 
 def make_sink(tmp_path: Path, attempt: int = 0, commit_every: int = 1, **spec: Any) -> IcebergSink:
@@ -79,12 +82,8 @@ def test_one_snapshot_per_non_empty_checkpoint_with_its_summary(tmp_path: Path) 
 
 def test_cut_records_give_each_checkpoint_s_snapshot(tmp_path: Path) -> None:
     sink = make_sink(tmp_path)
-    stage(sink.write_ahead.uri, 0, rows([1, 2]))
-    sink.pre_commit_epoch(1, 0)
-    sink.notify_checkpoint_complete(1, 0)
-    stage(sink.write_ahead.uri, 1, rows([3]))
-    sink.pre_commit_epoch(2, 1)
-    sink.notify_checkpoint_complete(2, 1)
+    commit(sink, 1, 0, rows([1, 2]))
+    commit(sink, 2, 1, rows([3]))
     sink.pre_commit_epoch(3, 1)  # empty epoch: its cut is checkpoint 2's snapshot
     sink.notify_checkpoint_complete(3, 1)
 
@@ -106,17 +105,7 @@ def test_crash_between_table_commit_and_ledger_record_resolves_exactly_once(tmp_
     for checkpoint in range(1, 6):
         staging = make_sink(tmp_path, attempt=checkpoint - 1).write_ahead.uri
         stage(staging, checkpoint, rows([checkpoint * 10, checkpoint * 10 + 1]))
-        script = textwrap.dedent(f"""
-            from pathlib import Path
-            from tests.sinks.test_iceberg_sink import make_sink
-            sink = make_sink(Path({str(tmp_path)!r}), attempt={checkpoint - 1})
-            sink.pre_commit_epoch({checkpoint}, {checkpoint})
-            sink.notify_checkpoint_complete({checkpoint}, {checkpoint})
-            raise SystemExit("not reached: the crash point should have killed this process")
-        """)
-        proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "BARRIERFLOW_CRASH_AT": "mid_sink_commit"})
-        assert proc.returncode == -9, proc.stderr[-2000:]
+        kill_after_the_table_commit("tests.sinks.test_iceberg_sink", tmp_path, checkpoint)
         restarted = make_sink(tmp_path, attempt=checkpoint)
         assert restarted.ledger.get("ice", checkpoint).state is TxnState.PRECOMMITTED  # in doubt
         assert restarted.committed_checkpoint() == checkpoint  # ... but the table has it
@@ -209,24 +198,12 @@ def test_postgresql_catalog_shared_by_url(tmp_path: Path, postgres_endpoint: Any
 
 
 def test_a_pipeline_s_tables_read_as_of_a_cut_from_its_spec(tmp_path: Path) -> None:
-    import yaml
     from barrierflow.batch.lake_cut import cut_tables, read_table_as_of
 
     sink = make_sink(tmp_path)
-    stage(sink.write_ahead.uri, 0, rows([1, 2]))
-    sink.pre_commit_epoch(1, 0)
-    sink.notify_checkpoint_complete(1, 0)
-    stage(sink.write_ahead.uri, 1, rows([3]))
-    sink.pre_commit_epoch(2, 1)
-    sink.notify_checkpoint_complete(2, 1)
-    spec = {"version": 1, "name": PIPELINE, "work_dir": str(tmp_path / "work"),
-            "sources": [{"name": "events", "type": "generator"}],
-            "transformation": {"function": "barrierflow.transforms.aggregations:keyed_running_totals",
-                               "output_mode": "update"},
-            "sinks": [{"name": "ice", "type": "iceberg", "table": "lake.totals"}],
-            "checkpoint": {"storage": f"file://{tmp_path / 'store'}"}}
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    commit(sink, 1, 0, rows([1, 2]))
+    commit(sink, 2, 1, rows([3]))
+    path = iceberg_pipeline_spec(tmp_path)
 
     cut = cut_tables(path, 1)
     assert list(cut) == [f"{PIPELINE}/ice"] and cut[f"{PIPELINE}/ice"].checkpoint_id == 1
