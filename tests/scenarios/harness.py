@@ -14,12 +14,15 @@ import os
 import subprocess
 import sys
 import uuid
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.cli.main import main
+from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spec import StageSpec, load_spec
 
 from tests.drivers import short_lived_driver_env
@@ -166,3 +169,27 @@ SINK_HELD_POINTS = ("after_precommit", "after_manifest", "mid_sink_commit")
 #: starts from the previous crashes' restored state, so the crashes still fall mid-stream.
 CRASH_AT = {point: f"{point}@1" for point in ("mid_epoch", "during_upload", "after_precommit", "after_manifest",
                                              "mid_sink_commit", "kafka_before_marker", "kafka_after_marker")}
+
+
+def closed_second_windows(spec_path: Path, records: int, delay: float, *, naive: bool = False,
+                          partitions: int = 2) -> list[tuple[Any, ...]]:
+    """The 1 s windows (count and sum of ``value`` per key) of the first ``records`` records of
+    each of the spec's generator partitions that the final watermark (the newest event time less
+    ``delay`` seconds) closed, computed from the generator's own records, as
+    :func:`window_rows`; ``naive``: window bounds without their time zone (as Parquet reads them)."""
+    model = GeneratorModel(load_spec(spec_path).source)
+    groups: dict[tuple[datetime, int], list[int]] = defaultdict(lambda: [0, 0])
+    newest = max(model.max_event_time(p, records) for p in range(partitions))
+    for p in range(partitions):
+        for _p, _o, key, value, t in model.rows(p, 0, records):
+            start = datetime.fromtimestamp(t.timestamp() // 1, UTC)
+            groups[(start, key)][0] += 1
+            groups[(start, key)][1] += value
+    closed = newest - timedelta(seconds=delay)
+
+    def bound(moment: datetime) -> datetime:
+        return moment.replace(tzinfo=None) if naive else moment
+
+    return window_rows([{"window_start": bound(s), "window_end": bound(s + timedelta(seconds=1)), "key": k,
+                         "count": c, "value_sum": v}
+                        for (s, k), (c, v) in groups.items() if s + timedelta(seconds=1) <= closed])

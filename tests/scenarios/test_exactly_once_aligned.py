@@ -6,18 +6,14 @@ output, which with alignment is exactly the windows computed from the generator'
 
 from __future__ import annotations
 
-from collections import defaultdict
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from barrierflow.sinks.parquet import read_committed
-from barrierflow.sources.generator import GeneratorModel
-from barrierflow.spec import load_spec
 
-from tests.scenarios.harness import crashed_run, finish, recover, window_rows, windowed_spec
+from tests.scenarios.harness import closed_second_windows, crashed_run, finish, recover, window_rows, windowed_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 RECORDS = 3000
@@ -37,19 +33,7 @@ def aligned_spec(tmp_path: Path) -> Path:
 
 def expected_rows(spec_path: Path) -> list[tuple[Any, ...]]:
     """The windows closed by the final watermark, computed from the generator's records."""
-    spec = load_spec(spec_path)
-    model = GeneratorModel(spec.source)
-    groups: dict[tuple[datetime, int], list[int]] = defaultdict(lambda: [0, 0])
-    newest = max(model.max_event_time(p, RECORDS) for p in range(2))
-    for p in range(2):
-        for _p, _o, key, value, t in model.rows(p, 0, RECORDS):
-            start = datetime.fromtimestamp(t.timestamp() // 1, UTC)
-            groups[(start, key)][0] += 1
-            groups[(start, key)][1] += value
-    closed = newest - timedelta(seconds=DELAY)
-    return window_rows([{"window_start": s.replace(tzinfo=None), "window_end": (s + timedelta(seconds=1)).replace(
-        tzinfo=None), "key": k, "count": c, "value_sum": v}
-        for (s, k), (c, v) in groups.items() if s + timedelta(seconds=1) <= closed])
+    return closed_second_windows(spec_path, RECORDS, DELAY, naive=True)
 
 
 def test_crashes_over_an_aligned_skewed_pipeline_stay_exactly_once(spark, tmp_path: Path) -> None:

@@ -7,20 +7,18 @@ table's own history must hold exactly one commit per committed non-empty checkpo
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from datetime import UTC, datetime, timedelta
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from barrierflow.checkpointing.store import CheckpointStore
-from barrierflow.sources.generator import GeneratorModel
 from barrierflow.spec import load_spec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from deltalake import DeltaTable
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.scenarios.harness import crashed_runs, finish, recover, window_rows, windowed_spec
+from tests.scenarios.harness import closed_second_windows, crashed_runs, finish, recover, window_rows, windowed_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900), pytest.mark.slow(120)]
 RECORDS = 3000
@@ -38,18 +36,7 @@ def lake_spec(tmp_path: Path, sink: dict[str, Any]) -> Path:
 
 def expected_rows(spec_path: Path) -> list[tuple[Any, ...]]:
     """The windows closed by the final watermark, computed from the generator's records."""
-    spec = load_spec(spec_path)
-    model = GeneratorModel(spec.source)
-    groups: dict[tuple[datetime, int], list[int]] = defaultdict(lambda: [0, 0])
-    newest = max(model.max_event_time(p, RECORDS) for p in range(2))
-    for p in range(2):
-        for _p, _o, key, value, t in model.rows(p, 0, RECORDS):
-            start = datetime.fromtimestamp(t.timestamp() // 1, UTC)
-            groups[(start, key)][0] += 1
-            groups[(start, key)][1] += value
-    closed = newest - timedelta(seconds=DELAY)
-    return window_rows([{"window_start": s, "window_end": s + timedelta(seconds=1), "key": k, "count": c,
-                         "value_sum": v} for (s, k), (c, v) in groups.items() if s + timedelta(seconds=1) <= closed])
+    return closed_second_windows(spec_path, RECORDS, DELAY)
 
 
 def comparable(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
