@@ -92,8 +92,8 @@ def _package_graph() -> dict[str, set[str]]:
 
 def test_grimp_sees_imports_made_inside_functions() -> None:
     graph = grimp.build_graph("barrierflow", include_external_packages=False)
-    # runtime/cuts.py imports the restore only inside OwnCheckpoints.restore_if_needed()
-    assert "barrierflow.recovery.restore" in graph.find_modules_directly_imported_by("barrierflow.runtime.cuts")
+    # runtime/running.py imports the restore only inside RunningPipeline._restore_own()
+    assert "barrierflow.recovery.restore" in graph.find_modules_directly_imported_by("barrierflow.runtime.running")
 
 
 def test_no_import_cycle_between_packages() -> None:

@@ -123,8 +123,7 @@ class StoredCuts(GlobalCuts):
         self.done, self.ticks, self.events = done, 0, list[str]()
         self.stored = sorted(job.global_checkpoints())
 
-    def prepare(self) -> None:
-        self.pipeline.load_attempt()
+    follows_cuts = True  # the restore at start only loads the attempt
 
     def start(self, *, checkpoints: int | None) -> None:
         self.events.append("start")

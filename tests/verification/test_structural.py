@@ -186,7 +186,7 @@ def test_a_job_on_a_fresh_machine_restores_the_newest_valid_checkpoint(tmp_path:
     local = tmp_path / "work" / "spark-checkpoint"
     shutil.rmtree(local, ignore_errors=True)  # the job moved to a fresh machine
     _flip_byte(f, manifests[-1])
-    StreamingJob(make_spec(tmp_path)).restore_if_needed()
+    StreamingJob(make_spec(tmp_path)).restore_at_start()
     assert (local / "commits" / str(manifests[1].spark_batch_id)).is_file()
     assert not (local / "commits" / str(manifests[2].spark_batch_id)).exists()
 
@@ -195,7 +195,7 @@ def test_a_job_on_a_fresh_machine_restores_the_newest_valid_checkpoint(tmp_path:
         _delete_manifest(f, m)
     _truncate_manifest(f, manifests[2])
     with pytest.raises(CheckpointNotFoundError, match="no checkpoint that passes verification"):
-        StreamingJob(make_spec(tmp_path)).restore_if_needed()  # never silently start from scratch
+        StreamingJob(make_spec(tmp_path)).restore_at_start()  # never silently start from scratch
 
 
 def test_latest_valid_rehashes_a_checkpoint_verified_earlier(tmp_path: Path) -> None:

@@ -6,20 +6,23 @@ The run loop (:class:`~barrierflow.runtime.pipeline_runner.PipelineRunner`) runs
 the cuts come from:
 
 * :class:`OwnCheckpoints` (one stage): a cut is the stage's own checkpoint; its coordinator
-  triggers the barriers and its sinks commit when the checkpoint completes; the store keeps
-  the single-stage layout. Restore at start: without a local Spark checkpoint, the newest
-  checkpoint that passes structural verification is restored (its sinks first finish what a
-  crashed run left in doubt);
+  triggers the barriers and its sinks commit when the checkpoint completes (before it starts,
+  they finish what a crashed run left in doubt); the store keeps the single-stage layout;
 * :class:`GlobalCheckpoints` (several stages): a cut is a global checkpoint of the
   :class:`~barrierflow.checkpointing.pipeline_coordinator.PipelineCoordinator`; the stages'
-  coordinators never trigger and their sinks commit when the global checkpoint completes.
-  Restore at start: every start after the first restores the latest global checkpoint (or the
-  initial cut) as a new attempt, whose channel sources skip what older attempts wrote after
-  the restored barriers (:mod:`barrierflow.barriers.cutoffs`); a stage never simply resumes its
-  own Spark checkpoint, because a batch it replays would write its channel records again;
+  coordinators never trigger and their sinks commit when the global checkpoint completes. A
+  stage never simply resumes its own Spark checkpoint, because a batch it replays would write
+  its channel records again: every start after the first is a new attempt from the latest
+  global checkpoint, whose channel sources skip what older attempts wrote after the restored
+  barriers (:mod:`barrierflow.barriers.cutoffs`);
 * :class:`FollowedCuts` (one stage of several in a process of its own, ``run --stage``): the
   supervisor's pipeline coordinator cuts; the stage follows its global checkpoints and stops
   when the supervisor asks.
+
+The restore at start of each is not here: it is the running pipeline's
+(:meth:`~barrierflow.runtime.running.RunningPipeline.restore_at_start`), called once by the run
+loop; a keeper says only whether it follows another process's cuts
+(:attr:`~barrierflow.runtime.pipeline_runner.CutKeeper.follows_cuts`).
 """
 
 from __future__ import annotations
@@ -38,10 +41,7 @@ from barrierflow.pipeline.layout import GLOBAL_CHECKPOINTS
 from barrierflow.runtime.pipeline_runner import CutKeeper
 from barrierflow.runtime.running import RunningPipeline
 from barrierflow.runtime.stage_runner import StageRunner
-from barrierflow.runtime.startup import PhaseReport, StartupPhase
 from barrierflow.sources.registry import StageRun, reached
-from barrierflow.spark import offset_log
-from barrierflow.spec.models import StageSpec
 
 if TYPE_CHECKING:
     from barrierflow.transactions.committer import SinkCommitter
@@ -74,15 +74,6 @@ class OwnCheckpoints(CutKeeper):
             raise UserInputError("--until-exhausted needs a bounded source: a generator with records_per_partition, "
                                  "or a Kafka topic (read to its end offsets when the run starts)")
         return {self.name: end}
-
-    def prepare(self) -> None:
-        runner = self.runner
-        runner.layout.work_dir.mkdir(parents=True, exist_ok=True)
-        self.restore_if_needed(self.phases)
-        if offset_log.planned_batches(runner.layout.spark_checkpoint):  # restored, or left by the last run
-            latest = runner.store.latest()
-            self.resumed_from = latest.checkpoint_id if latest is not None else None
-        self.pipeline.set_attempt(runner.store.attempt())
 
     def start(self, *, checkpoints: int | None) -> None:
         sinks = self.pipeline.sinks(self.runner, self.pipeline.attempt)
@@ -140,48 +131,6 @@ class OwnCheckpoints(CutKeeper):
                     if d.action != "NONE":
                         log.warning("sink %s: %s %s (%s)", d.sink, d.action.lower(), d.transaction_id, d.reason)
 
-    def restore_if_needed(self, phases: PhaseReport | None = None) -> None:
-        """With no local Spark checkpoint, start from the newest checkpoint that passes
-        structural verification (if there is any; the rule of
-        :func:`barrierflow.verification.choice.choose_checkpoint` with ``latest-valid``), so
-        that a job moved to a fresh machine continues exactly once; corrupt newer ones are
-        skipped with a warning naming why. ``phases`` is told the ``choosing`` and
-        ``restoring`` steps (:mod:`barrierflow.runtime.startup`) as they begin.
-
-        Raises:
-            CheckpointNotFoundError: checkpoints exist but none passes verification (starting
-                from the beginning of the source would write committed output again).
-        """
-        from barrierflow.pipeline.model import stage_pipeline
-        from barrierflow.recovery.restore import restore_pipeline
-        from barrierflow.verification.choice import LATEST_VALID, choose_checkpoint
-        from barrierflow.verification.runner import candidate_ids
-
-        runner = self.runner
-        store, layout, spec = runner.store, runner.layout, runner.spec
-        if offset_log.planned_batches(layout.spark_checkpoint):
-            return
-        candidates = candidate_ids(store)
-        if not candidates:
-            return
-        if phases is not None:
-            phases(StartupPhase("choosing", f"no local Spark checkpoint: choosing and verifying the checkpoint to "
-                                            f"restore (newest of {len(candidates)})"))
-        assert isinstance(spec, StageSpec)
-        pipeline = stage_pipeline(spec, store=store, layout=layout, spec_path=self.spec_path)
-        choice = choose_checkpoint(pipeline, LATEST_VALID)
-        for checkpoint_id, why in choice.skipped:
-            log.warning("not restoring checkpoint %d: %s", checkpoint_id, why)
-        if phases is not None:
-            files = store.get(choice.checkpoint_id).files
-            size = sum(f.size for f in files)
-            phases(StartupPhase("restoring", f"restoring checkpoint {choice.checkpoint_id}: {len(files)} files "
-                                             f"({size / 1e6:.1f} MB)"))
-        report = restore_pipeline(spec, checkpoint_id=choice.checkpoint_id, store=store, layout=layout,
-                                  check_running=False)
-        log.warning("no local Spark checkpoint: restored checkpoint %d (attempt %d)",
-                    report.checkpoint_id, report.attempt)
-
 
 def start_stage_coordinator(pipeline: RunningPipeline, runner: StageRunner) -> StageHandle:
     """Start ``runner``'s checkpoint coordinator for global checkpoints (it never triggers:
@@ -218,38 +167,6 @@ class GlobalCheckpoints(CutKeeper):
     def cutter(self) -> PipelineCoordinator | None:
         """The pipeline coordinator (once started): it triggers the global checkpoints."""
         return self.coordinator
-
-    def prepare(self) -> None:
-        """Once per run, before any stage starts (by whoever runs the pipeline coordinator): a
-        start after an earlier run restores the latest global checkpoint (or, when none
-        completed, the initial cut) as a new attempt; the attempt and the last completed global
-        checkpoint are loaded; every channel's topic exists.
-
-        Raises:
-            UserInputError: the pipeline was opened offline.
-        """
-        pipeline = self.pipeline
-        if pipeline.offline:
-            raise UserInputError(f"pipeline {pipeline.name} was opened offline (StagedPipelineJob.offline) and "
-                                 "cannot run; open it with its channels' broker addresses")
-        earlier = pipeline.has_earlier_run()
-        restoring = pipeline.global_checkpoints() if earlier else []
-        if earlier:  # every later start is a new attempt from the latest global checkpoint
-            if restoring:
-                if self.phases is not None:
-                    self.phases(StartupPhase("restoring", f"restoring global checkpoint {restoring[-1]} in its "
-                                                          f"{len(pipeline.stages)} stages as a new attempt"))
-                pipeline.restore()
-            else:
-                pipeline.restore_initial()
-        pipeline.load_attempt()
-        from barrierflow.kafka_io.admin import ensure_topic
-
-        spec = pipeline.spec
-        for channel in getattr(spec, "channels", ()):  # before any stage reads one
-            ensure_topic(pipeline.servers[channel.name], channel.topic_for(spec.name), channel.partitions,
-                         channel.client)
-        self.resumed_from = restoring[-1] if restoring else None
 
     def start(self, *, checkpoints: int | None) -> None:
         pipeline = self.pipeline
@@ -304,6 +221,7 @@ class FollowedCuts(CutKeeper):
     (:attr:`stop`) and fails when ``alive`` turns False."""
 
     final_progress = False
+    follows_cuts = True
 
     def __init__(self, pipeline: RunningPipeline, stage: str, *, stop_requested: Callable[[], int | None],
                  started: Callable[[], None], alive: Callable[[], bool]) -> None:
@@ -329,12 +247,8 @@ class FollowedCuts(CutKeeper):
         raise UserInputError("a stage process runs until its supervisor stops it; --until-exhausted is the "
                              "supervisor's ('barrierflow run SPEC --processes --until-exhausted')")
 
-    def prepare(self) -> None:
-        """The supervisor restored the pipeline; this stage loads the attempt it made."""
-        self.pipeline.load_attempt()
-        self.decided = self.pipeline.last_completed
-
     def start(self, *, checkpoints: int | None) -> None:
+        self.decided = self.pipeline.last_completed  # loaded by the restore at start (``follows_cuts``)
         start_stage_coordinator(self.pipeline, self.runner)
 
     def stage_run(self, runner: StageRunner) -> StageRun:

@@ -28,9 +28,10 @@ ready, a stage process that exits fails the run, asked to stop at the end or kil
 
 :meth:`PipelineRunner.run`, step by step (mirrored by ``# Step N.`` in its body):
 
-1. Restore at start (:meth:`CutKeeper.prepare`): one stage without a local Spark checkpoint
-   restores its newest valid checkpoint; several stages restore the latest global checkpoint
-   (or the initial cut) as a new attempt whenever an earlier run left anything.
+1. Restore at start, once (:meth:`~barrierflow.runtime.running.RunningPipeline.restore_at_start`): one stage without a
+   local Spark checkpoint restores its newest valid checkpoint; several stages restore the
+   latest global checkpoint (or the initial cut) as a new attempt whenever an earlier run left
+   anything; a stage process loads the attempt its supervisor made.
 2. Start every stage's coordinator and the keeper's (:meth:`CutKeeper.start`); the run's
    clock (``duration``, the result's elapsed seconds) starts; then every stage's query
    (:meth:`StageHost.start`; stage processes: spawned and waited for until each runs its
@@ -270,8 +271,8 @@ class CutKeeper(ABC):
     """Who cuts a run's checkpoints: the one part of the run loop that depends on where the
     cuts come from (:mod:`barrierflow.runtime.cuts`), over ``pipeline``, the
     :class:`~barrierflow.runtime.running.RunningPipeline` that holds the run's session, stores,
-    stage runners, lease and attempt. Eight members are abstract (:meth:`prepare`,
-    :meth:`start`, :meth:`stage_run`, :meth:`tick`, :attr:`completed`, :attr:`failed`,
+    stage runners, lease and attempt, and does the restore at start. Seven members are abstract
+    (:meth:`start`, :meth:`stage_run`, :meth:`tick`, :attr:`completed`, :attr:`failed`,
     :meth:`at_end`, :attr:`cutter`); the rest have defaults every shape shares."""
 
     #: Seconds between ticks of the run loop.
@@ -283,9 +284,10 @@ class CutKeeper(ABC):
     final_progress: bool = True
     #: Where the cuts are kept (what messages call a cut: :mod:`barrierflow.pipeline.words`).
     layout: CutLayout = OWN_CHECKPOINTS
-    #: Told each step of the start (restore) as it happens (set by :meth:`PipelineRunner.run`).
-    phases: PhaseReport | None = None
-    #: After :meth:`prepare`: the completed cut the run continues from (None: from the start).
+    #: Whether this process follows another's cuts (a stage process): its restore at start only
+    #: loads the attempt the supervisor made (:meth:`~barrierflow.runtime.running.RunningPipeline.restore_at_start`).
+    follows_cuts: bool = False
+    #: After the restore at start: the completed cut the run continues from (None: from the start).
     resumed_from: int | None = None
 
     def __init__(self, pipeline: RunningPipeline) -> None:
@@ -312,10 +314,6 @@ class CutKeeper(ABC):
         return self.pipeline.source_ends()
 
     # -- what differs ---------------------------------------------------------------------
-    @abstractmethod
-    def prepare(self) -> None:
-        """Step 1: restore at start; the attempt is known afterwards."""
-
     @abstractmethod
     def start(self, *, checkpoints: int | None) -> None:
         """Step 2: start every stage's coordinator and the cut coordinator (at most
@@ -629,8 +627,7 @@ class PipelineRunner:
         feed = self._metrics_feed(metrics).start() if metrics is not None else None
         try:
             # Step 1. Restore at start.
-            keeper.phases = phases
-            keeper.prepare()
+            keeper.resumed_from = keeper.pipeline.restore_at_start(follows=keeper.follows_cuts, phases=phases)
             if feed is not None:
                 feed.metrics.attempt = keeper.pipeline.attempt
             ends = keeper.source_ends() if until_exhausted else None

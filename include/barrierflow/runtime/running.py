@@ -8,16 +8,16 @@ order), the pipeline's lease and fencing token while a run holds them (:meth:`ho
 attempt. A pipeline of one stage is the general case with N = 1: one runner, whose store is
 the single-stage layout (``<checkpoint.storage>/<pipeline>``).
 
-What differs between a stage's own checkpoints, global checkpoints and a stage following its
-supervisor's cuts is not here but in the run's cut keeper
-(:class:`~barrierflow.runtime.pipeline_runner.CutKeeper`, :mod:`barrierflow.runtime.cuts`),
-whose :meth:`~barrierflow.runtime.pipeline_runner.CutKeeper.prepare` is the one restore at
-start; the records it reads and restores (:meth:`global_checkpoints`, :meth:`restore`,
-:meth:`load_attempt`) are the pipeline's.
+The one restore at start of every run is here (:meth:`restore_at_start`, called once by the
+run loop before anything starts), for both layouts and for a stage following its supervisor's
+cuts. What else differs between a stage's own checkpoints, global checkpoints and a followed
+cut (who triggers the cuts, who commits) is in the run's cut keeper
+(:class:`~barrierflow.runtime.pipeline_runner.CutKeeper`, :mod:`barrierflow.runtime.cuts`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +26,12 @@ from barrierflow.checkpointing.global_store import AttemptCutoffRecord, GlobalCh
 from barrierflow.checkpointing.pipeline_coordinator import StageHandle
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import UserInputError
+from barrierflow.pipeline.layout import GLOBAL_CHECKPOINTS, OWN_CHECKPOINTS, CutLayout
 from barrierflow.pipeline.model import OFFLINE_SERVERS, Stage, pipeline_work_dir, stages_of
 from barrierflow.runtime.stage_runner import StageRunner
+from barrierflow.runtime.startup import PhaseReport, StartupPhase
 from barrierflow.sources.registry import source_kind
+from barrierflow.spark import offset_log
 from barrierflow.spec.graph import StageGraph, build_graph
 from barrierflow.spec.models import StageSpec
 from barrierflow.spec.stages import PipelineSpec
@@ -44,6 +47,8 @@ if TYPE_CHECKING:
     from barrierflow.recovery.cut_restore import CutRestoreReport
     from barrierflow.spec.models import SourceSpec, SparkSpec
 
+log = logging.getLogger(__name__)
+
 __all__ = ["RunningPipeline", "forwarded"]
 
 
@@ -57,8 +62,10 @@ class RunningPipeline:
                  objects: ObjectStore, work_dir: str, spark_spec: SparkSpec, sources: Sequence[SourceSpec],
                  spark: SparkSession | None = None, source_stages: Sequence[str], final_stages: Sequence[str],
                  hold_commits: bool = False, graph: StageGraph | None = None,
-                 servers: Mapping[str, str] | None = None) -> None:
+                 servers: Mapping[str, str] | None = None, layout: CutLayout = GLOBAL_CHECKPOINTS) -> None:
         self.spec = spec
+        #: Where the cuts are kept (chosen where the pipeline was opened; :meth:`restore_at_start`).
+        self.layout = layout
         self.spec_path = spec_path
         self.name = spec.name
         #: Every stage's runner, in the spec's order.
@@ -94,7 +101,7 @@ class RunningPipeline:
         runner = StageRunner(Stage(spec.name, spec, store, layout), label=f"pipeline {spec.name}")
         return cls(spec, spec_path=spec_path, stages=[runner], objects=store.objects, work_dir=str(layout.work_dir),
                    spark_spec=spec.spark, sources=spec.sources, spark=spark, source_stages=[spec.name],
-                   final_stages=[spec.name], hold_commits=hold_commits)
+                   final_stages=[spec.name], hold_commits=hold_commits, layout=OWN_CHECKPOINTS)
 
     @classmethod
     def of_stages(cls, spec: PipelineSpec, *, spec_path: str = "<spec>", spark: SparkSession | None = None,
@@ -119,7 +126,7 @@ class RunningPipeline:
                    work_dir=work_dir, spark_spec=spec.spark,
                    sources=[s for stage in spec.stages for s in stage.sources], spark=spark,
                    source_stages=graph.source_stages, final_stages=graph.final_stages,
-                   hold_commits=hold_commits, graph=graph, servers=servers)
+                   hold_commits=hold_commits, graph=graph, servers=servers, layout=GLOBAL_CHECKPOINTS)
 
     @property
     def parts(self) -> list[Stage]:
@@ -232,15 +239,106 @@ class RunningPipeline:
         """Whether a run of this pipeline left local state, global records or an attempt."""
         return any(r.layout.spark_checkpoint.exists() for r in self.stages) or self.global_store.has_records()
 
-    def restore(self, checkpoint_id: int | None = None) -> CutRestoreReport:
-        """Restore every stage to global checkpoint ``checkpoint_id`` (None: the latest):
+    def load_attempt(self) -> None:
+        """The pipeline's current attempt and last completed global checkpoint, from the store."""
+        self.set_attempt(self.root_store.attempt())
+        self.last_completed = (self.global_checkpoints() or [0])[-1]
+
+    # -- the restore at start -----------------------------------------------------------
+    def restore_at_start(self, *, follows: bool = False, phases: PhaseReport | None = None) -> int | None:
+        """The one restore at start of a run, before any stage starts; returns the completed cut
+        the run continues from (None: from the start). Afterwards the attempt is known
+        (:attr:`attempt`). ``phases`` is told the ``choosing`` and ``restoring`` steps
+        (:mod:`barrierflow.runtime.startup`) as they begin.
+
+        * ``follows`` (one stage of several in a process of its own, ``run --stage``): its
+          supervisor restored the pipeline; the attempt it made and the last completed global
+          checkpoint are loaded, nothing is restored;
+        * a stage's own checkpoints (:data:`~barrierflow.pipeline.layout.OWN_CHECKPOINTS`):
+          without a local Spark checkpoint, the newest checkpoint that passes structural
+          verification is restored (:meth:`_restore_own`); the stage's Spark checkpoint then
+          continues from the newest completed checkpoint;
+        * global checkpoints: every start after an earlier run restores the latest global
+          checkpoint (or, when none completed, the initial cut) as a new attempt, whose channel
+          sources skip what older attempts wrote after the restored barriers; the attempt and
+          the last completed global checkpoint are loaded; every channel's topic exists.
+
+        Raises:
+            CheckpointNotFoundError: (own checkpoints) checkpoints exist but none passes
+                verification (starting from the beginning of the source would write committed
+                output again).
+            UserInputError: (global checkpoints) the pipeline was opened offline.
+        """
+        if follows:
+            self.load_attempt()
+            return None
+        if self.layout is OWN_CHECKPOINTS:
+            return self._restore_own(phases)
+        if self.offline:
+            raise UserInputError(f"pipeline {self.name} was opened offline (StagedPipelineJob.offline) and "
+                                 "cannot run; open it with its channels' broker addresses")
+        earlier = self.has_earlier_run()
+        restoring = self.global_checkpoints() if earlier else []
+        if earlier:  # every later start is a new attempt from the latest global checkpoint
+            if restoring:
+                if phases is not None:
+                    phases(StartupPhase("restoring", f"restoring global checkpoint {restoring[-1]} in its "
+                                                     f"{len(self.stages)} stages as a new attempt"))
+                self._restore_cut()
+            else:
+                self._restore_initial()
+        self.load_attempt()
+        self._ensure_channel_topics()
+        return restoring[-1] if restoring else None
+
+    def _restore_own(self, phases: PhaseReport | None) -> int | None:
+        """:meth:`restore_at_start` of one stage on its own checkpoints: with no local Spark
+        checkpoint, start from the newest checkpoint that passes structural verification (if
+        there is any; the rule of :func:`barrierflow.verification.choice.choose_checkpoint`
+        with ``latest-valid``), so that a job moved to a fresh machine continues exactly once;
+        corrupt newer ones are skipped with a warning naming why."""
+        from barrierflow.pipeline.model import stage_pipeline
+        from barrierflow.recovery.restore import restore_pipeline
+        from barrierflow.verification.choice import LATEST_VALID, choose_checkpoint
+        from barrierflow.verification.runner import candidate_ids
+
+        (runner,) = self.stages
+        store, layout, spec = runner.store, runner.layout, runner.spec
+        layout.work_dir.mkdir(parents=True, exist_ok=True)
+        candidates = [] if offset_log.planned_batches(layout.spark_checkpoint) else candidate_ids(store)
+        if candidates:
+            if phases is not None:
+                phases(StartupPhase("choosing", f"no local Spark checkpoint: choosing and verifying the checkpoint "
+                                                f"to restore (newest of {len(candidates)})"))
+            pipeline = stage_pipeline(spec, store=store, layout=layout, spec_path=self.spec_path)
+            choice = choose_checkpoint(pipeline, LATEST_VALID)
+            for checkpoint_id, why in choice.skipped:
+                log.warning("not restoring checkpoint %d: %s", checkpoint_id, why)
+            if phases is not None:
+                files = store.get(choice.checkpoint_id).files
+                size = sum(f.size for f in files)
+                phases(StartupPhase("restoring", f"restoring checkpoint {choice.checkpoint_id}: {len(files)} files "
+                                                 f"({size / 1e6:.1f} MB)"))
+            report = restore_pipeline(spec, checkpoint_id=choice.checkpoint_id, store=store, layout=layout,
+                                      check_running=False)
+            log.warning("no local Spark checkpoint: restored checkpoint %d (attempt %d)",
+                        report.checkpoint_id, report.attempt)
+        resumed = None
+        if offset_log.planned_batches(layout.spark_checkpoint):  # restored, or left by the last run
+            latest = store.latest()
+            resumed = latest.checkpoint_id if latest is not None else None
+        self.set_attempt(store.attempt())
+        return resumed
+
+    def _restore_cut(self) -> CutRestoreReport:
+        """Restore every stage to the latest global checkpoint:
         :func:`barrierflow.recovery.cut_restore.restore_cut` (its errors)."""
         from barrierflow.recovery.cut_restore import restore_cut
 
         assert isinstance(self.spec, PipelineSpec)
-        return restore_cut(self.spec, self.parts, self.global_store, checkpoint_id)
+        return restore_cut(self.spec, self.parts, self.global_store, None)
 
-    def restore_initial(self) -> CutRestoreReport:
+    def _restore_initial(self) -> CutRestoreReport:
         """Restore the initial cut (the pipeline completed no global checkpoint):
         :func:`barrierflow.recovery.cut_restore.restore_initial_cut`."""
         from barrierflow.recovery.cut_restore import restore_initial_cut
@@ -248,10 +346,14 @@ class RunningPipeline:
         assert isinstance(self.spec, PipelineSpec)
         return restore_initial_cut(self.spec, self.parts, self.global_store)
 
-    def load_attempt(self) -> None:
-        """The pipeline's current attempt and last completed global checkpoint, from the store."""
-        self.set_attempt(self.root_store.attempt())
-        self.last_completed = (self.global_checkpoints() or [0])[-1]
+    def _ensure_channel_topics(self) -> None:
+        """Every channel's topic exists, before any stage reads one."""
+        from barrierflow.kafka_io.admin import ensure_topic
+
+        spec = self.spec
+        for channel in getattr(spec, "channels", ()):
+            ensure_topic(self.servers[channel.name], channel.topic_for(spec.name), channel.partitions,
+                         channel.client)
 
 
 def _servers(spec: PipelineSpec, channel: str, given: dict[str, str]) -> str:
