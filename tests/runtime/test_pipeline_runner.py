@@ -27,6 +27,7 @@ from barrierflow.runtime.cuts import OwnCheckpoints as StageCuts
 from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult, StageResult, StageStats, covered
 from barrierflow.runtime.run_driver import open_driver
+from barrierflow.runtime.running import RunningPipeline
 from barrierflow.runtime.stage_processes import StageProcesses, StageProcessFiles, SupervisedCuts
 from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.spec.stages import PipelineSpec
@@ -118,7 +119,7 @@ class StoredCuts(GlobalCuts):
     """Who cuts, without Kafka or stage processes that snapshot: the global checkpoints already
     in the store complete one per tick (``done``: how many ticks before cuts complete; None: never)."""
 
-    def __init__(self, job: StagedPipelineJob, done: int | None) -> None:
+    def __init__(self, job: RunningPipeline, done: int | None) -> None:
         super().__init__(job)
         self.done, self.ticks, self.events = done, 0, list[str]()
         self.stored = sorted(job.global_checkpoints())
@@ -172,10 +173,10 @@ class SlowStart(StandInProcesses):
         self.clock.now += 500.0
 
 
-def _staged_job(tmp_path: Path) -> StagedPipelineJob:
+def _staged_job(tmp_path: Path) -> RunningPipeline:
     pipeline, _ = _two_stage_cuts(tmp_path, 1, bootstrap="localhost:9092")
     assert isinstance(pipeline.spec, PipelineSpec)
-    return StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path)
+    return StagedPipelineJob(pipeline.spec, spec_path=pipeline.spec_path).pipeline
 
 
 def test_run_processes_goes_through_the_one_loop_and_stops_its_stage_processes(

@@ -1,12 +1,9 @@
-"""A pipeline of several stages run as a job: a thin facade for tests and benchmarks.
-
-:class:`StagedPipelineJob` opens a :class:`~barrierflow.runtime.running.RunningPipeline` of
-every stage (one SparkSession; channels at ``channel_servers`` when their ``bootstrap`` is
-``embedded``) cut by the pipeline coordinator's global checkpoints
-(:class:`~barrierflow.runtime.cuts.GlobalCheckpoints`) and runs it through the one run loop, or
-runs one stage following its supervisor's cuts (:meth:`StagedPipelineJob.run_stage`). Every
-other attribute is the running pipeline's or its keeper's.
-"""
+"""A pipeline of several stages run as a job: a thin facade for tests and benchmarks. It opens a
+:class:`~barrierflow.runtime.running.RunningPipeline` of every stage (one SparkSession; channels at
+``channel_servers`` when their ``bootstrap`` is ``embedded``) cut by the pipeline coordinator's global
+checkpoints (:class:`~barrierflow.runtime.cuts.GlobalCheckpoints`), runs it through the one run loop or
+one stage following its supervisor's cuts (:meth:`StagedPipelineJob.run_stage`), and names what tests
+read of it."""
 
 from __future__ import annotations
 
@@ -18,7 +15,7 @@ from barrierflow.pipeline.model import OFFLINE_SERVERS
 from barrierflow.runtime.cuts import GlobalCheckpoints
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult
 from barrierflow.runtime.progress import Progress
-from barrierflow.runtime.running import RunningPipeline, forwarded
+from barrierflow.runtime.running import RunningPipeline
 from barrierflow.spec.stages import PipelineSpec
 
 __all__ = ["StagedPipelineJob"]
@@ -33,15 +30,19 @@ class StagedPipelineJob:
         self.pipeline = RunningPipeline.of_stages(spec, spec_path=spec_path, spark=spark,
                                                   channel_servers=channel_servers, hold_commits=hold_commits)
         self.driver = PipelineRunner(GlobalCheckpoints(self.pipeline))
-        self.stage_job = self.pipeline.stage
+        p = self.pipeline
+        self.spec, self.stages, self.graph, self.objects = p.spec, p.stages, p.graph, p.objects
+        self.work_dir, self.global_store, self.global_checkpoints = p.work_dir, p.global_store, p.global_checkpoints
+        self.hold, self.stage_job, self.stage_run = p.hold, p.stage, self.driver.keeper.stage_run
 
     @classmethod
     def offline(cls, spec: PipelineSpec, *, spec_path: str = "<spec>") -> StagedPipelineJob:
         """Opened beside a run, to read its stores: embedded channels get no address; :meth:`run` refuses."""
         return cls(spec, spec_path=spec_path, channel_servers={c.name: OFFLINE_SERVERS for c in spec.channels})
 
-    def __getattr__(self, name: str) -> Any:
-        return forwarded(self, name)
+    @property
+    def spark(self) -> Any:
+        return self.pipeline.spark
 
     def run(self, *, checkpoints: int | None = None, duration: float | None = None, until_exhausted: bool = False,
             progress: Callable[[Progress], None] | None = None, progress_every: float = 1.0) -> RunResult:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.global_store import AttemptCutoffRecord, GlobalCheckpointStore
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunningPipeline", "forwarded"]
+__all__ = ["RunningPipeline"]
 
 
 class RunningPipeline:
@@ -365,21 +365,3 @@ def _servers(spec: PipelineSpec, channel: str, given: dict[str, str]) -> str:
     raise UserInputError(
         f"channel {channel!r} has bootstrap 'embedded' but no broker address was given; run the pipeline "
         "with 'barrierflow run' (which starts the embedded broker), or give the channel an address or 'env:VAR'")
-
-
-def forwarded(facade: object, name: str) -> Any:
-    """Attribute ``name`` of a job facade (``StreamingJob``, ``StagedPipelineJob``): its running
-    pipeline's (``facade.pipeline``), else its cut keeper's (``facade.driver.keeper``).
-
-    Raises:
-        AttributeError: neither has it.
-    """
-    if not name.startswith("__"):
-        held = vars(facade)
-        for owner in (held.get("pipeline"), getattr(held.get("driver"), "keeper", None)):
-            if owner is not None:
-                try:
-                    return getattr(owner, name)
-                except AttributeError:
-                    pass
-    raise AttributeError(f"{type(facade).__name__!r} object has no attribute {name!r}")
