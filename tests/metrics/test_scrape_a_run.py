@@ -28,7 +28,7 @@ import yaml
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.metrics import read_address
 from barrierflow.metrics.exposition import CONTENT_TYPE
-from barrierflow.ops.run import AnyProgress, dead_letters, run
+from barrierflow.ops.run import Progress, dead_letters, run
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime import run_driver
 from barrierflow.runtime.stage_processes import process_driver
@@ -58,7 +58,7 @@ def test_a_running_pipeline_serves_its_figures_at_the_address_in_its_work_dir(sp
     # (checkpoint id, samples, the store's ids, failed, its manifest read then: the run keeps only 3)
     scrapes: list[tuple[int, Samples, list[int], int, Manifest]] = []
 
-    def at_each_checkpoint(progress: AnyProgress) -> None:
+    def at_each_checkpoint(progress: Progress) -> None:
         last = getattr(progress, "last_completed", None)
         if last is None or (scrapes and scrapes[-1][0] == last):
             return
@@ -119,7 +119,7 @@ def test_the_supervisor_of_stage_processes_serves_every_stages_figures_on_one_en
     #  each stage's manifest of that global checkpoint, read then: the run keeps only 2)
     scrapes: list[tuple[int, Samples, int, int, dict[str, Manifest]]] = []
 
-    def at_each_global_checkpoint(progress: AnyProgress) -> None:
+    def at_each_global_checkpoint(progress: Progress) -> None:
         last = getattr(progress, "last_completed", None)
         if last is None or (scrapes and scrapes[-1][0] == last):
             return

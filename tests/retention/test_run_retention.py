@@ -33,7 +33,7 @@ import pytest
 from barrierflow.checkpointing.global_manifest import global_key
 from barrierflow.checkpointing.manifest import CheckpointKind
 from barrierflow.checkpointing.reservations import LAST_KEY, announced_run, begin_run
-from barrierflow.ops.run import AnyProgress, run
+from barrierflow.ops.run import Progress, run
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.retention.run_retention import RunRetention
 from barrierflow.retention.savepoint import take_savepoint
@@ -58,7 +58,7 @@ def test_run_keeps_its_newest_retained_checkpoints_and_its_savepoints(spark: Any
     store = stage.store
     seen: dict[int, list[int]] = {}  # checkpoint just completed -> the store's checkpoints then
 
-    def at_each_checkpoint(progress: AnyProgress) -> None:
+    def at_each_checkpoint(progress: Progress) -> None:
         last = getattr(progress, "last_completed", None)
         if last is None or last in seen:
             return

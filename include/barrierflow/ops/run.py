@@ -32,13 +32,8 @@ from barrierflow.upgrade.record import refuse_unfinished
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AnyProgress", "DeadLetters", "Progress", "RunOutcome", "RunResult", "StageProgress", "StartupPhase",
+__all__ = ["DeadLetters", "Progress", "RunOutcome", "RunResult", "StageProgress", "StartupPhase",
            "dead_letters", "run", "run_stage", "submit_jars"]
-
-#: What the live progress display is given every ``progress_every`` seconds, in every shape:
-#: the one :class:`Progress`, with each stage's part in ``stages``.
-AnyProgress = Progress
-
 
 @dataclass(frozen=True)
 class DeadLetters:
@@ -132,14 +127,15 @@ def _check_limits(duration: float | None, checkpoints: int | None) -> None:
 
 
 def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, checkpoints: int | None = None,
-        until_exhausted: bool = False, progress: Callable[[AnyProgress], None] | None = None,
+        until_exhausted: bool = False, progress: Callable[[Progress], None] | None = None,
         progress_every: float = 1.0, processes: bool = False, phases: PhaseReport | None = None) -> RunOutcome:
     """Run the pipeline until ``duration`` seconds passed, ``checkpoints`` cuts completed or
     (with ``until_exhausted``) a completed cut covers every record of its bounded sources;
     without any of the three limits until interrupted. ``progress`` is called every
-    ``progress_every`` seconds (:data:`AnyProgress`); ``phases`` with each step of the start up
-    to the first micro-batch (:mod:`barrierflow.runtime.startup`: the restore's choosing and
-    verifying, restoring N files, replaying).
+    ``progress_every`` seconds with the one :class:`Progress` (each stage's part in ``stages``);
+    ``phases`` with each step of the start up to the first micro-batch
+    (:mod:`barrierflow.runtime.startup`: the restore's choosing and verifying, restoring N
+    files, replaying).
 
     The run loop and its contract: :meth:`barrierflow.runtime.pipeline_runner.PipelineRunner.run`.
     One stage restores its newest valid checkpoint when it has no local Spark checkpoint.
@@ -235,7 +231,7 @@ def _jvm_died(pipeline: OpenedPipeline, spec_path: str, exc: Exception) -> Spark
 
 
 def _run(pipeline: OpenedPipeline, *, duration: float | None, checkpoints: int | None, until_exhausted: bool,
-         progress: Callable[[AnyProgress], None] | None, progress_every: float, processes: bool,
+         progress: Callable[[Progress], None] | None, progress_every: float, processes: bool,
          opened: Callable[[PipelineRunner], None], phases: PhaseReport | None = None) -> RunOutcome:
     """:func:`run` under the lease (``opened`` is told the driver once it exists)."""
     with ExitStack() as stack:

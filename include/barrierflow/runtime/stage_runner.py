@@ -3,7 +3,7 @@ driven a tick at a time, whatever the pipeline's shape.
 
 The one run loop (:meth:`~barrierflow.runtime.pipeline_runner.PipelineRunner.run`, every stage
 of a run in one driver, one stage included) and a stage in a process of its own (``run
---processes``, :meth:`~barrierflow.runtime.pipeline.StagedPipelineJob.run_stage`) each drive a
+--processes``, :func:`~barrierflow.runtime.stage_processes.run_stage`) each drive a
 :class:`StageRunner` on a :class:`~barrierflow.pipeline.model.Stage`, so what a stage does at
 run time is written once:
 
