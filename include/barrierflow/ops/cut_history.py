@@ -23,7 +23,9 @@ says why), never an error.
 
 :func:`pipeline_savepoints` lists a pipeline's savepoints, whatever its shape: the completed
 cuts of the current timeline whose every stage's manifest is a savepoint (``kind: savepoint``,
-the rule ``barrierflow upgrade`` picks its source savepoint by), oldest first.
+the rule ``barrierflow upgrade`` picks its source savepoint by), oldest first; and
+:func:`pipeline_upgrades` the upgrades recorded beside them (``barrierflow upgrade``'s record,
+:mod:`barrierflow.upgrade.record`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.pipeline.words import words
+from barrierflow.storage import ObjectStore
+from barrierflow.upgrade.record import RecordedUpgrade, recorded_upgrades
 from barrierflow.verification.report import VerificationReport, load_report
 
 
@@ -193,6 +197,17 @@ def pipeline_savepoints(spec_path: str | os.PathLike[str]) -> list[SavepointEntr
         found.append(SavepointEntry(cid, parts[0][1].attempt, max(m.completion_time for _, m in parts),
                                     {name: m.spark_batch_id for name, m in parts}))
     return found
+
+
+def pipeline_upgrades(objects: ObjectStore) -> list[RecordedUpgrade]:
+    """Every upgrade recorded at ``objects`` (the root of a pipeline's ``checkpoint.storage``),
+    newest first (the current unfinished one first), each its record or why it does not parse
+    (:func:`barrierflow.upgrade.record.recorded_upgrades`). Read-only.
+
+    Raises:
+        StorageError: the store cannot be read.
+    """
+    return recorded_upgrades(objects)
 
 
 def stage_verifications(spec_path: str | os.PathLike[str], checkpoint_id: int) -> dict[str, VerificationReport | None]:

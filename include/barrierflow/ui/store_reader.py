@@ -29,15 +29,16 @@ from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.ops.cut_history import (
     GlobalCheckpointEntry,
     GlobalCheckpointHistory,
+    RecordedUpgrade,
     SavepointEntry,
     StagePart,
     pipeline_savepoints,
+    pipeline_upgrades,
 )
 from barrierflow.ops.cut_history import global_checkpoint_history as _global_checkpoint_history
 from barrierflow.ops.cut_history import stage_verifications as _stage_verifications
 from barrierflow.ops.discovery import DiscoveredPipeline, discover_pipelines
 from barrierflow.storage import ObjectNotFoundError
-from barrierflow.upgrade.record import RecordedUpgrade, UpgradeRecord, recorded_upgrades
 from barrierflow.verification.html import render_html
 from barrierflow.verification.report import VerificationReport
 
@@ -54,7 +55,6 @@ __all__ = [
     "RecordedUpgrade",
     "SavepointEntry",
     "StagePart",
-    "UpgradeRecord",
     "VerificationReport",
     "barrier_batch_ms",
     "find_pipelines",
@@ -95,8 +95,8 @@ def read_savepoints(spec_path: str | os.PathLike[str]) -> list[SavepointEntry]:
 def read_upgrades(store: CheckpointStore) -> list[RecordedUpgrade]:
     """Every upgrade recorded in ``store`` (the root of ``checkpoint.storage``), newest first
     (the current unfinished one first), each its record or why it does not parse; see
-    :func:`barrierflow.upgrade.record.recorded_upgrades`."""
-    return recorded_upgrades(store.objects)
+    :func:`barrierflow.ops.cut_history.pipeline_upgrades`."""
+    return pipeline_upgrades(store.objects)
 
 
 def read_stage_verifications(spec_path: str | os.PathLike[str], checkpoint_id: int
