@@ -23,6 +23,7 @@ from barrierflow.spec.kafka_client import KafkaClientField, NestedClientFields
 from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 from barrierflow.spec.metrics import MetricsSpec
 from barrierflow.spec.restart import RestartSpec
+from barrierflow.spec.sink_set import several_sinks_problem
 
 SPEC_VERSION = 1
 
@@ -782,15 +783,23 @@ PIPELINE_WIDE_FIELDS: tuple[str, ...] = ("version", "name", "description", "work
 
 
 class StageSpec(PipelineWide[CheckpointSpec]):
-    """The runnable spec of one stage: one source, a transformation, one sink, and the
+    """The runnable spec of one stage: one source, a transformation, its sinks (one, or several
+    Parquet/Iceberg/Delta sinks, :mod:`barrierflow.spec.sink_set`), and the
     pipeline's sections (:class:`PipelineWide`). A single-stage YAML is validated as one (its
     fields are top-level), and the loader makes it a pipeline of that one stage; a stage of
     several runs as one derived by :func:`barrierflow.pipeline.stage_options.derive_stage_spec`."""
 
     sources: list[SourceSpec] = Field(..., min_length=1, max_length=1)
     transformation: TransformationSpec
-    sinks: list[SinkSpec] = Field(..., min_length=1, max_length=1)
+    sinks: list[SinkSpec] = Field(..., min_length=1)
     batch: BatchSpec = BatchSpec()
+
+    @model_validator(mode="after")
+    def _sinks_written_together(self) -> StageSpec:
+        problem = several_sinks_problem("this pipeline", list(self.sinks))
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _spark_reader_supported(self) -> StageSpec:
@@ -814,4 +823,6 @@ class StageSpec(PipelineWide[CheckpointSpec]):
     @property
     def sink(self) -> (ParquetSinkSpec | DiscardSinkSpec | PostgresSinkSpec | KafkaSinkSpec | IcebergSinkSpec
                        | DeltaSinkSpec):
+        """The stage's first sink (its only one, unless it writes several Parquet/Iceberg/Delta
+        sinks: code that handles each sink iterates :attr:`sinks`)."""
         return self.sinks[0]
