@@ -112,9 +112,9 @@ def parse_staged_spec(data: Any, path: str = "<spec>", *, home: Path | None = No
     # pipeline whose global checkpoints cut across all of them.
     alone = isinstance(data.get("stages"), list) and len(data["stages"]) == 1
     missing = [] if data.get("channels") or not alone else [
-        ("channels", "required field is missing" if "channels" not in data
-         else "a pipeline of one stage without channels is written as a single-stage YAML (its source, "
-              "transformation and sinks at the top level); add the channels of its stages or write it that way")]
+        ("channels", "a pipeline of one stage without channels is written as a single-stage YAML (its source, "
+                     "transformation and sinks at the top level); add the channels of its stages or write it that "
+                     "way")]
     try:
         spec = PipelineSpec.model_validate(data)
     except ValidationError as exc:
