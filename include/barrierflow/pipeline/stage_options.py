@@ -123,9 +123,10 @@ def channel_input(pipeline: PipelineSpec, stage: StageEntry, servers: Mapping[st
 
 def stage_batch(stage: StageEntry) -> BatchSpec:
     """The ``batch`` section of the stage's derived spec: the stage's own, with
-    ``rollups`` defaulting to ``<sink folder's parent>/rollups/<stage>`` for a Parquet sink."""
-    sink = stage.sinks[0]
-    if stage.batch.rollups or not isinstance(sink, ParquetSinkSpec):
+    ``rollups`` defaulting to ``<sink folder's parent>/rollups/<stage>`` for a Parquet sink (its
+    first, when it writes several)."""
+    sink = next((s for s in stage.sinks if isinstance(s, ParquetSinkSpec)), None)
+    if stage.batch.rollups or sink is None:
         return stage.batch
     return stage.batch.model_copy(update={"rollups": f"{rollups_beside(sink.path).rstrip('/')}/{stage.name}"})
 
