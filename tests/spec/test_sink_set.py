@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import SpecError, UserInputError
+from barrierflow.ops.validate import validate_spec
 from barrierflow.pipeline.layout import GLOBAL_CHECKPOINTS, cut_layout
+from barrierflow.pipeline.stage_options import derive_stage_spec
 from barrierflow.sinks.cut import CutLog, TableVersion, tables_as_of
 from barrierflow.sinks.factory import build_sinks, micro_batch_writer
 from barrierflow.sinks.write_ahead import WriteAheadWriters
@@ -46,7 +49,7 @@ def test_a_stage_writes_any_mix_of_parquet_iceberg_and_delta_one_writer_and_comm
 @pytest.mark.parametrize(("sinks", "message"), [
     ([{"name": "ice", "type": "iceberg", "table": "lake.t"},
       {"name": "pg", "type": "postgres", "dsn_env": "PG_DSN", "table": "t"}],
-     r"this pipeline writes several sinks \('ice' \(iceberg\), 'pg' \(postgres\)\).*postgres is not: give the "
+     r"this pipeline writes several sinks \('ice' \(iceberg\), 'pg' \(postgres\)\).*postgres is not: give each "
      r"postgres sink a stage of its own"),
     ([{"name": "ice", "type": "iceberg", "table": "lake.t"}, {"name": "none", "type": "discard"}],
      "discard is not"),
@@ -74,11 +77,19 @@ def staged(tmp_path: Path, first_sinks: list[dict[str, Any]], *, channels: bool)
                         "sinks": [{"name": "out", "type": "delta", "path": f"file://{tmp_path}/tables/b"}]}]}
 
 
-def test_a_channel_and_tables_in_one_stage_are_refused_naming_the_stage_and_the_fix(tmp_path: Path) -> None:
+def test_a_channel_and_tables_in_one_stage_are_refused_by_validate_and_run_naming_the_stage_and_the_fix(
+        tmp_path: Path) -> None:
     sinks = [{"type": "channel", "channel": "ab"}, {"name": "ice", "type": "iceberg", "table": "lake.t"}]
-    with pytest.raises(SpecError, match=r"stage 'a' writes several sinks .*channel is not: give the channel sink a "
-                                        r"stage of its own"):
-        parse_any_spec(staged(tmp_path, sinks, channels=True))
+    data = staged(tmp_path, sinks, channels=True)
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(data))
+    message = (r"stage 'a' writes several sinks \('ab' \(channel\), 'ice' \(iceberg\)\).*channel is not: give each "
+               r"channel sink a stage of its own")
+    with pytest.raises(SpecError, match=r"stages\[0\]\.sinks: " + message):
+        validate_spec(path)
+    with pytest.raises(UserInputError, match=message):  # what a run derives the stage with
+        derive_stage_spec(parse_any_spec(data), parse_any_spec(data).stages[0], work_dir=str(tmp_path / "work"),
+                          servers={"ab": "127.0.0.1:9"})
 
 
 def test_stages_without_channels_between_them_are_one_pipeline_with_global_checkpoints(tmp_path: Path) -> None:

@@ -18,6 +18,11 @@ from typing import Any
 COMBINABLE = ("parquet", "iceberg", "delta")
 
 
+def _name(sink: Any) -> str:
+    """How messages name a sink (a channel sink: its ``name``, else its channel)."""
+    return str(getattr(sink, "sink_name", None) or getattr(sink, "name", None) or sink.type)
+
+
 def _target(sink: Any) -> tuple[str, ...] | None:
     """What a combinable sink writes, for telling two sinks of one table apart."""
     if sink.type == "iceberg":
@@ -33,15 +38,15 @@ def several_sinks_problem(where: str, sinks: Sequence[Any]) -> str | None:
     written together, or None when they can (one sink always can)."""
     if len(sinks) <= 1:
         return None
-    listed = ", ".join(f"{getattr(s, 'name', None) or s.type!r} ({s.type})" for s in sinks)
-    others = [s for s in sinks if s.type not in COMBINABLE]
+    listed = ", ".join(f"{_name(s)!r} ({s.type})" for s in sinks)
+    others = sorted({s.type for s in sinks if s.type not in COMBINABLE})
     if others:
-        kinds = ", ".join(sorted({s.type for s in others}))
+        kinds = " and ".join(others)
         return (f"{where} writes several sinks ({listed}); a stage writes several sinks only when each is one of "
-                f"{', '.join(COMBINABLE)} (their epochs are files the checkpoint's commit publishes), and {kinds} "
-                "is not: give the "
-                f"{kinds} sink a stage of its own (in a pipeline of several stages, a stage that reads the same "
-                "input or a channel), or keep one sink in this stage")
+                f"{', '.join(COMBINABLE)} (their epochs are files the checkpoint's commit publishes), and "
+                f"{kinds} {'is' if len(others) == 1 else 'are'} not: give each {kinds} sink a stage of its own (in "
+                "a pipeline of several stages, a stage that reads the same input or a channel), or keep one sink "
+                "in this stage")
     names = [s.name for s in sinks]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

@@ -51,7 +51,6 @@ from barrierflow.spec.models import (
     refuse_metadata_names,
     spark_reader_problems,
 )
-from barrierflow.spec.sink_set import several_sinks_problem
 
 EMBEDDED = "embedded"
 _NAME = r"^[a-z][a-z0-9_-]{0,62}$"
@@ -187,13 +186,6 @@ class StageEntry(_Strict):
         None, ge=1, description="this stage's spark.sql.shuffle.partitions (the partitions of its state); "
                                 "default: the pipeline's spark.shuffle_partitions (or spark.sql.shuffle.partitions "
                                 "in spark.conf)")
-
-    @model_validator(mode="after")
-    def _sinks_written_together(self) -> StageEntry:
-        problem = several_sinks_problem(f"stage {self.name!r}", list(self.sinks))
-        if problem:
-            raise ValueError(problem)
-        return self
 
     @model_validator(mode="after")
     def _batch_needs_parquet(self) -> StageEntry:
