@@ -189,3 +189,33 @@ def test_lake_read_returns_the_four_tables_as_of_one_cut(four_tables: dict[str, 
     assert main(["lake", "read", str(spec_path), "--checkpoint", str(done[-2]), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["checkpoint_id"] == done[-2] and set(shown["tables"]) == set(cut)
+
+
+def test_a_single_stage_pipeline_writes_an_iceberg_table_and_a_parquet_folder_in_one_checkpoint(
+        spark: Any, tmp_path: Path) -> None:
+    """The general case with one stage: its own checkpoints, two sinks, each committed once per
+    checkpoint with rows; both hold the windows computed from the generator's records."""
+    import pyarrow.parquet as pq
+
+    from tests.scenarios.harness import finish, windowed_spec
+
+    records = 1000
+    spec_path = windowed_spec(tmp_path, {"name": "ice", "type": "iceberg", "table": "lake.windows"},
+                              records=records, per_batch=400, event_time_step_ms=4)
+    data = yaml.safe_load(spec_path.read_text())
+    data["sources"][0].pop("malformed_every")
+    data["sinks"].append({"name": "files", "type": "parquet", "path": f"file://{tmp_path / 'files'}"})
+    spec_path.write_text(yaml.safe_dump(data))
+    spec = finish(spark, spec_path)
+
+    model = GeneratorModel(spec.source)
+    ends = dict.fromkeys(range(2), records)
+    expected = windows(model, 1, ends, max(model.max_event_time(p, records) for p in ends) - DELAY)
+    assert expected
+    catalog = SqlCatalog("barrierflow", uri=f"sqlite:///{tmp_path / 'work' / 'iceberg' / 'catalog.db'}")
+    table = catalog.load_table("lake.windows")
+    assert comparable(table.scan().to_arrow().to_pylist()) == expected
+    ids = [s.summary.additional_properties["barrierflow.checkpoint-id"] for s in table.snapshots()]
+    assert len(ids) == len(set(ids)) >= 1
+    parts = sorted((tmp_path / "files").glob("part-*.parquet"))
+    assert comparable([r for p in parts for r in pq.read_table(p).to_pylist()]) == expected
