@@ -14,6 +14,9 @@ JSON, and compared with windows computed here from the generator's records:
   prefix by window end: nothing missing, nothing from after the checkpoint, nothing twice); the
   Iceberg and the Delta table of a stage hold the same rows at every cut; the last cut holds
   every window the final watermark closed.
+
+A third test runs the general case with one stage: a single-stage pipeline writing an Iceberg
+table and a Parquet folder in one checkpoint.
 """
 
 from __future__ import annotations
