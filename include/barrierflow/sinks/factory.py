@@ -1,6 +1,7 @@
 """Building the sinks of a stage: what writes each micro-batch of its query
-(:func:`micro_batch_writer`: a channel writer, the write-ahead writer of a two-phase-commit sink, or
-nothing for ``discard``), where micro-batches are written ahead, and the driver-side committer.
+(:func:`micro_batch_writer`: a channel writer, the write-ahead writer of a two-phase-commit sink,
+one write-ahead writer per sink for a stage with several, or nothing for ``discard``), where
+micro-batches are written ahead, and the driver-side committer of each sink (:func:`build_sinks`).
 
 Every sink kind is resolved here, the ``channel`` kind included, so the runtime builds every
 stage's writer the same way and never branches on the sink type."""
