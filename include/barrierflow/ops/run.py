@@ -140,7 +140,7 @@ def run(spec_path: str | os.PathLike[str], *, duration: float | None = None, che
     The run loop and its contract: :meth:`barrierflow.runtime.pipeline_runner.PipelineRunner.run`.
     One stage restores its newest valid checkpoint when it has no local Spark checkpoint.
     Several stages: a start after the first restores the latest global checkpoint (see
-    :meth:`barrierflow.runtime.cuts.GlobalCheckpoints.prepare`), also on the embedded broker,
+    :meth:`barrierflow.runtime.running.RunningPipeline.restore_at_start`), also on the embedded broker,
     whose data dir under the work dir keeps the channels' records across runs (a killed run
     restarts with the same command); a start after a run that completed no global checkpoint
     starts every stage from the beginning as a new attempt. ``processes``: every stage in a

@@ -8,7 +8,7 @@ channels, and each stage's work dir:
 * the supervisor is the one run loop
   (:meth:`~barrierflow.runtime.pipeline_runner.PipelineRunner.run`) with
   :class:`SupervisedCuts` (who cuts) and :class:`StageProcesses` (where the stages run): it
-  calls :meth:`~barrierflow.runtime.cuts.GlobalCheckpoints.prepare` once (restore of the
+  calls :meth:`~barrierflow.runtime.running.RunningPipeline.restore_at_start` once (restore of the
   latest global checkpoint as a new attempt, topics), then starts the stage processes and
   waits until each reports its query running (``_process_ready.json``); only then does the
   pipeline coordinator start and trigger checkpoints, so no barrier request is written before
