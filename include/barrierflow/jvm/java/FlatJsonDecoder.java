@@ -17,8 +17,8 @@
  * JSON number (double; parsed as Double.parseDouble does, correctly rounded as Jackson's parser
  * is), true or false (boolean). Other fields are skipped, nested values included. Malformed
  * UTF-8 anywhere (Java's reader replaces it), a key that matches a field only when case is
- * ignored, a key with a lone surrogate, a number too long, nesting deeper than 32 levels: Spark
- * decides. Fields may be string, long (bigint), double or boolean.
+ * ignored, a key with a lone surrogate, a number too long, nesting deeper than 32 levels, a
+ * record over 16 MiB: Spark decides. Fields may be string, long (bigint), double or boolean.
  */
 package barrierflow.jvm;
 
@@ -60,6 +60,8 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
   static final int MAX_DEPTH = 32;
   /** Characters a number may have before Spark decides. */
   static final int MAX_NUMBER = 40;
+  /** Bytes a record may have before Spark decides (below Jackson's limit of a string's length). */
+  static final int MAX_RECORD = 1 << 24;
 
   private final Expression value;
   private final Expression fallback;
@@ -111,6 +113,7 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
 
   InternalRow decode(byte[] b) {
     int n = b.length;
+    if (n > MAX_RECORD) return null;
     for (int k = 0; k < n; k++) {
       if (b[k] < 0) {  // not ASCII: well-formed UTF-8 reads as its bytes; Spark's reader replaces the rest
         if (!utf8(b, k)) return null;
@@ -133,7 +136,7 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
         boolean escaped = false;
         while (end < n && b[end] != '"') {
           if (b[end] == '\\') { escaped = true; break; }
-          if (b[end] >= 0 && b[end] < 0x20) return null;
+          if (b[end] < 0x20 && b[end] >= 0) return null;
           end++;
         }
         int field;
@@ -232,7 +235,7 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
     while (k < n) {
       byte c = b[k];
       if (c == '"') { length[0] = o; return k + 1; }
-      if (c >= 0 && c < 0x20) return -1;
+      if (c < 0x20 && c >= 0) return -1;
       if (c != '\\') { out[o++] = c; k++; continue; }
       if (k + 1 >= n) return -1;
       byte e = b[k + 1];
@@ -383,7 +386,7 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
               out[f] = UTF8String.fromBytes(text, 0, length[0]);
               return end;
             }
-            if (b[k] >= 0 && b[k] < 0x20) return -1;
+            if (b[k] < 0x20 && b[k] >= 0) return -1;
             k++;
           }
           if (k >= b.length) return -1;
@@ -431,7 +434,7 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
     if (c == '"') {
       int k = i + 1;
       while (k < n && b[k] != '"') {
-        if (b[k] >= 0 && b[k] < 0x20) return -1;
+        if (b[k] < 0x20 && b[k] >= 0) return -1;
         if (b[k] == '\\') {
           if (k + 1 >= n) return -1;
           byte e = b[k + 1];
