@@ -1,6 +1,8 @@
 """barrierflow's JVM decoder of ``format: json`` records gives Spark's ``from_json`` rows for every
 record: hand-picked edges and seeded random documents (random layout, types, nesting and
-corruptions) decoded both ways in one job each; and it reads the plain records itself."""
+corruptions; and real text: 2, 3 and 4-byte UTF-8, escapes in keys and values, surrogate pairs,
+malformed UTF-8) decoded both ways in one job each; and it reads the plain records, text
+included, itself."""
 
 from __future__ import annotations
 
