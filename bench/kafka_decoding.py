@@ -18,7 +18,7 @@ every other round; each mode's figure is the median, records/s after the first b
 :func:`bench.kafka_source.progress_rate` counts it. Usage (from the repository root)::
 
     PYSPARK_PYTHON=$PWD/.venv/bin/python PYTHONPATH=include:. .venv/bin/python -m bench.kafka_decoding \\
-        [--records 8000000] [--rounds 3]
+        [--records 8000000] [--rounds 3] [--text plain|realistic]
 
 The numbers are printed, never asserted: a benchmark, not a test.
 """
@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import json_records
 from bench import kafka_source as ks
 
 MODES = ("from_json", "barrierflow", "json_tuple", "variant", "none")
@@ -94,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=ks.RECORDS, help="records in the topic")
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds, after a warm-up")
     parser.add_argument("--cap", type=float, default=300.0, help="seconds a run may take at most")
+    parser.add_argument("--text", choices=json_records.TEXTS, default="plain",
+                        help="the records (bench/json_records.py): plain or realistic (names, URLs, comments; about "
+                             "30 %% with non-ASCII text)")
     args = parser.parse_args(argv)
     from barrierflow.kafka_io.embedded_broker import embedded_broker
     from barrierflow.runtime.session import build_session
@@ -101,13 +105,13 @@ def main(argv: list[str] | None = None) -> int:
 
     records = args.records - args.records % PARTITIONS
     ks.say(f"Kafka decoding in plain Spark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, load "
-           f"average {os.getloadavg()[0]:.1f}; {records:,} records, {PARTITIONS} partitions, {BATCH:,} per partition "
-           "and batch")
+           f"average {os.getloadavg()[0]:.1f}; {records:,} {args.text} records, {PARTITIONS} partitions, "
+           f"{BATCH:,} per partition and batch")
     rates: dict[str, list[float]] = {mode: [] for mode in MODES}
     with ExitStack() as stack:
         servers = stack.enter_context(embedded_broker(None, 30.0, 10.0))
         topic = f"kdecode-{uuid.uuid4().hex[:8]}"
-        ks.produce(servers, topic, records, PARTITIONS)
+        ks.produce(servers, topic, records, PARTITIONS, args.text)
         spark = build_session(SparkSpec.model_validate({"master": "local[2]", "shuffle_partitions": 2}),
                               app_name="barrierflow-kafka-decoding", jvm_sets=["spark-kafka"])
         for mode in MODES:  # warm-up: JIT and the connector's consumers, figures dropped
@@ -115,11 +119,15 @@ def main(argv: list[str] | None = None) -> int:
         for index in range(args.rounds):
             for mode in (MODES if index % 2 == 0 else tuple(reversed(MODES))):
                 rates[mode].append(run_mode(spark, servers, topic, mode, records, args.cap))
+        sample = min(records, ks.FALLBACK_SAMPLE)
+        fallback = json_records.fallback_rate(spark, json_records.values(sample, ks.KEYS, args.text),
+                                              {"key": "BIGINT", "value": "BIGINT", "event_time": "STRING"})
         spark.stop()
     ks.say("| decoding (plain Spark, the side by side's job) | records/s after the first batch (median) | rounds |")
     ks.say("|---|---:|---|")
     for mode in MODES:
         ks.say(f"| {mode} | {statistics.median(rates[mode]):,.0f} | {', '.join(f'{r:,.0f}' for r in rates[mode])} |")
+    ks.say(f"barrierflow's decoder left {fallback:.2%} of the topic's first {sample:,} records to from_json")
     return 0
 
 

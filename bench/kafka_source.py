@@ -4,8 +4,10 @@ raw client ceiling measured in the same run on the same broker.
 Steps, all in one run (ratios are what count on a shared 2-core machine):
 
 1. A broker: the embedded one (Apache Kafka, started here) or ``--bootstrap`` (a real Kafka).
-2. ``--records`` JSON records ``{"key", "value", "event_time"}`` (1,000 keys) produced with
-   confluent-kafka to a fresh topic of ``--partitions`` partitions: the **produce ceiling**.
+2. ``--records`` JSON records ``{"key", "value", "event_time"}`` (1,000 keys; ``--text
+   realistic``: with names, URLs and comments besides, about 30 % of them with non-ASCII text,
+   :mod:`bench.json_records`) produced with confluent-kafka to a fresh topic of
+   ``--partitions`` partitions: the **produce ceiling**.
 3. The topic read back with barrierflow's range reader (confluent-kafka): alone (the **consume
    ceiling**), with ``json.loads`` per record (the **consume+decode ceiling**), and read and
    decoded into Arrow record batches with the Kafka source's own decoder
@@ -56,7 +58,9 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
 
    b, c and c' run in rounds (:func:`connector_rounds`): a warm-up round (each once, figures
    dropped), then ``--rounds`` rounds back to back, the order reversed every other round; each
-   one's figure is its median, and the ratio b / c of each round is printed too.
+   one's figure is its median, and the ratio b / c of each round is printed too. Beside them,
+   the share of records barrierflow's JSON decoder (b, c') leaves to ``from_json``, counted on
+   the topic's first 100,000 records (:func:`bench.json_records.fallback_rate`).
 
    All counted "after the first batch" as :mod:`bench.rates` defines it (plain Spark from its
    query progress, :func:`progress_rate`; Flink with a short run in the first batch's place,
@@ -70,7 +74,7 @@ bench/results/ has its runs)::
 
     PYTHONPATH=include:. .venv/bin/python -m bench.kafka_source [--records 8000000] [--batch 100000]
         [--partitions 4] [--stages 1,2,3] [--side-by-side python,spark,plain,plain-decoder,flink]
-        [--rounds 3] [--systems] [--bootstrap HOST:PORT] [--markdown FILE]
+        [--rounds 3] [--systems] [--text plain|realistic] [--bootstrap HOST:PORT] [--markdown FILE]
 
 ``python -m bench --scenario kafka`` runs it with its defaults.
 
@@ -96,6 +100,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import json_records
 from bench.rates import BatchEnd, StageBatchClock, job_rate, rate_after_first_batch, records_through
 
 KEYS = 1000
@@ -109,6 +114,8 @@ SOURCE = "consume as columns + vectorized decode (what the source's tasks do)"
 TRIGGER = 0.1
 #: The systems of the side by side (module docstring, step 7), in the order they run.
 SYSTEMS = ("python", "spark", "plain", "plain-decoder", "flink")
+#: The records the decoder's fallback rate is counted on (the topic's first, the same generator).
+FALLBACK_SAMPLE = 100_000
 #: Flink's Kafka connector: the JVM artifact set (include/barrierflow/jvm/artifacts.lock).
 FLINK_JVM_SET = "flink-kafka"
 #: The side by side's rows: key in :func:`side_by_side_lines`' ``rates`` -> what was measured.
@@ -126,13 +133,9 @@ def say(line: str = "") -> None:
     print(line, flush=True)
 
 
-def _values(count: int) -> list[bytes]:
-    return [json.dumps({"key": i % KEYS, "value": i, "event_time": "2026-01-01T00:00:00.001000Z"},
-                       separators=(",", ":")).encode() for i in range(count)]
-
-
-def produce(servers: str, topic: str, records: int, partitions: int) -> float:
-    """Create ``topic`` and produce ``records`` records to it; records/s (acks=all, batched)."""
+def produce(servers: str, topic: str, records: int, partitions: int, text: str = "plain") -> float:
+    """Create ``topic`` and produce ``records`` records of kind ``text`` (:mod:`bench.json_records`)
+    to it; records/s (acks=all, batched)."""
     from barrierflow.kafka_io import KafkaIOError, ProducerSettings, shared_producer
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
@@ -152,7 +155,7 @@ def produce(servers: str, topic: str, records: int, partitions: int) -> float:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
-    values = _values(records)
+    values = json_records.values(records, KEYS, text)
     began = time.monotonic()
     producer.send_all(topic, values, [i % partitions for i in range(records)])
     producer.settle()
@@ -538,6 +541,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the side by side: no read ceilings, generator or stage runs")
     parser.add_argument("--rounds", type=int, default=3,
                         help="measured rounds of the Spark connector systems (spark, plain), after a warm-up round")
+    parser.add_argument("--text", choices=json_records.TEXTS, default="plain",
+                        help="the records: plain (key, value, event_time; ASCII) or realistic (besides, names, URLs, "
+                             "comments; about 30 %% with non-ASCII text)")
     parser.add_argument("--markdown", help="append the results as a markdown table to this file")
     args = parser.parse_args(argv)
     if args.records < args.partitions or args.batch < 1 or args.cap <= 0 or args.rounds < 1:
@@ -572,15 +578,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{exc} (or leave that system out with --side-by-side)")
     started, load = datetime.now(UTC), os.getloadavg()[0]
     say(f"Kafka source benchmark, {started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, load average "
-        f"{load:.1f}; {records:,} records, {args.partitions} partitions, {args.batch:,} per "
+        f"{load:.1f}; {records:,} {args.text} records, {args.partitions} partitions, {args.batch:,} per "
         "partition and batch")
     lines: list[str] = []
     side: dict[str, dict[str, Any]] = {}
     round_ratios: list[str] = []
+    fallback: float | None = None
     with ExitStack() as stack:
         servers = args.bootstrap or stack.enter_context(embedded_broker(None, 30.0, 10.0))
         topic = f"kbench-{uuid.uuid4().hex[:8]}"
-        ceilings = {"produce (confluent-kafka, acks=all)": produce(servers, topic, records, args.partitions)}
+        ceilings = {"produce (confluent-kafka, acks=all)": produce(servers, topic, records, args.partitions,
+                                                                       args.text)}
         if not args.systems:
             ceilings.update(read_ceilings(servers, topic, records, args.partitions))
         runs: dict[str, dict[str, Any]] = {}
@@ -613,6 +621,10 @@ def main(argv: list[str] | None = None) -> int:
                             "checkpoints": "-"}
 
             side.update(connector_rounds(run_connector, connector, args.rounds))
+            if {"spark", "plain-decoder"} & set(connector):
+                sample = min(records, FALLBACK_SAMPLE)
+                fallback = json_records.fallback_rate(spark, json_records.values(sample, KEYS, args.text),
+                                                      {"key": "BIGINT", "value": "BIGINT", "event_time": "STRING"})
             round_ratios = [_ratio(b, c) for b, c in zip(side.get("spark", {}).get("rounds", []),
                                                           side.get("plain", {}).get("rounds", []), strict=False)]
         for stages in (n for n in shapes if n > 1):
@@ -658,6 +670,9 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["", *side_by_side_lines({key: r["steady"] for key, r in side.items()}, notes)]
         if round_ratios:
             lines.append(f"| ratio b / c in each round (the two ran back to back) | {', '.join(round_ratios)} |")
+        if fallback is not None:
+            lines.append(f"| barrierflow's JSON decoder (b, c'): records left to from_json, of the topic's first "
+                         f"{min(records, FALLBACK_SAMPLE):,} ({args.text}) | {fallback:.2%} |")
     say()
     for line in lines:
         say(line)
@@ -665,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.markdown, "a", encoding="utf-8") as out:
             out.write(f"\n`python -m bench.kafka_source --records {args.records} --batch {args.batch} --partitions "
                       f"{args.partitions} --stages {args.stages} --side-by-side {args.side_by_side} "
-                      f"--rounds {args.rounds}"
+                      f"--rounds {args.rounds} --text {args.text}"
                       f"{' --systems' if args.systems else ''}`, {started:%Y-%m-%d %H:%M} UTC, "
                       f"load average (1 min) at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f}:\n\n"
                       + "\n".join(lines) + "\n")

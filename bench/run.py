@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="kafka scenario: only the side by side (barrierflow with its Python reader and with "
                              "Spark's connector, plain Spark, Flink SQL on the same topic), without the read ceilings, "
                              "the generator and the stage runs")
+    parser.add_argument("--text", choices=("plain", "realistic"), default="plain",
+                        help="kafka scenario: the records, plain (ASCII key, value, event_time) or realistic (names, "
+                             "URLs, comments besides, about 30 %% with non-ASCII text; bench/json_records.py)")
     parser.add_argument("--compare", choices=("flink-sql",),
                         help="instead of a scenario: the reference job on barrierflow and on Flink SQL side by side, "
                              "without and with 1 s checkpoints, alternating (needs `make flink`)")
@@ -137,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError("--processes applies to --scenario stages only; drop it")
     if args.systems and (args.scenario != "kafka" or args.compare):
         raise UserInputError("--systems applies to --scenario kafka only; drop it")
+    if args.text != "plain" and (args.scenario != "kafka" or args.compare):
+        raise UserInputError("--text applies to --scenario kafka only; drop it")
     if args.compare == "flink-sql":
         from bench.flink_compare import run_flink_comparison
 
@@ -179,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         from bench.kafka_source import main as run_kafka_benchmark
 
         return run_kafka_benchmark([*(["--markdown", args.markdown] if args.markdown else []),
-                                    *(["--systems"] if args.systems else [])])
+                                    *(["--systems"] if args.systems else []), "--text", args.text])
     if args.scenario == "lake-commit":
         from bench.lake_commit import run_lake_commit_benchmark
 

@@ -18,6 +18,8 @@ def test_bench_rejects_bad_numbers(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--interleave needs segments of more than 0 s and at most --seconds (30); got 45" in capsys.readouterr().err
     assert main(["--scenario", "restore", "--interleave", "10"]) == 2
     assert "--interleave applies to --scenario abs-overhead only" in capsys.readouterr().err
+    assert main(["--scenario", "restore", "--text", "realistic"]) == 2
+    assert "--text applies to --scenario kafka only; drop it" in capsys.readouterr().err
 
 
 def test_the_stages_scenario_measures_past_the_warm_up_unless_told_otherwise() -> None:

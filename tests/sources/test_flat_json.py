@@ -1,6 +1,8 @@
 """barrierflow's JVM decoder of ``format: json`` records gives Spark's ``from_json`` rows for every
 record: hand-picked edges and seeded random documents (random layout, types, nesting and
-corruptions) decoded both ways in one job each; and it reads the plain records itself."""
+corruptions; and real text: 2, 3 and 4-byte UTF-8, escapes in keys and values, surrogate pairs,
+malformed UTF-8) decoded both ways in one job each; and it reads the plain records, text
+included, itself."""
 
 from __future__ import annotations
 
@@ -26,6 +28,11 @@ EDGES: list[bytes | None] = [
     b'{"key":-7,"at":-0}', b'{"key":1.5}', b'{"key":true}', b'{"key":{"a":1}}', b'{"key":[1]}', b'{"key":null}',
     b'{"KEY":"x","value":3}', b'{"Value":3}', b'{"key":"k","key":"l"}', b'{"value":1,"value":null}',
     b'{"key":"\\u00e9\\"q","value":7}', '{"key":"é","value":4}'.encode(), b'{"key":"\xff"}',
+    b'{"key":"\\ud83d\\ude00 \\uD83D","value":8}', b'{"key":"\\ude00\\ud83dx","at":"\\ud83d\\u0041"}',
+    b'{"k\\u0065y":"\\/\\b\\f\\n\\r\\t\\\\","v\\u0061lue":9}', b'{"k\\ud83dy":"x","value":1}',
+    '{"key":"日本😀","x":"é","value":2}'.encode(), b'{"key":"\xc3\xa9\xed\xa0\x80"}', b'{"key":"\xf4\x90\x80\x80"}',
+    b'{"key":"\xe2\x82","value":1}', b'{"key":"a","x":"\xc0\xaf"}', b'{"key":"a\xc3"}', b'{"k\xc3\xa9y":1}',
+    '{"KEY":"é","\u212aey":"b","value":3}'.encode(), '{"\u212aey":"b"}'.encode(), b'{"key":"\\u0000"}',
     b'{"key":"m","x":{"a":[1,{"b":"}\\"]"}],"c":[]},"value":5}', b'{"key":"n","x":"\\ud83d\\ude00","value":6}',
     b'{"key":"o","x":"\\q","value":6}', b'{"key":"p","value":1}{', b'{"key":"q","value":1}  x', b'{"key":"r",}',
     b'{"key":"s" "value":1}', b'{"key":"t"', b'{"key":"u\x01"}', b'{"key":"v","ratio":-0.0}',
@@ -130,9 +137,105 @@ def test_the_decoder_reads_plain_records_itself(spark: Any) -> None:
         return Column(decoder.decode(column._jc, nothing._jc, schema.json()))
 
     values = [b'{"key":"a","value":1,"ratio":2.5,"ok":false}', b' { "value" : -3 , "nested":{"x":[1,"]"]} } ',
-              b'{"key":"b","value":"1"}', b'{"key":"\\u00e9"}', b"[1]"]
+              b'{"key":"b","value":"1"}', b'{"key":"\\u00e9"}', b"[1]", '{"k\\u0065y":"ж😀","x":"日"}'.encode(),
+              b'{"key":"\\ud83d\\ude00\\ud83d"}', b'{"key":"\xc3"}']
     decided = _frame(spark, values).select("i", ours(F.col("value")).alias("r")).select("i", F.to_json("r").alias("r"))
-    _assert_json(spark, decided, ['{"key":"a","value":1,"ratio":2.5,"ok":false}', '{"value":-3}', None, None, None])
+    _assert_json(spark, decided, ['{"key":"a","value":1,"ratio":2.5,"ok":false}', '{"value":-3}', None,
+                                  '{"key":"é"}', None, '{"key":"ж😀"}', '{"key":"😀?"}', None])
+
+
+TEXT_FIELDS = {"name": "STRING", "url": "STRING", "größe": "STRING", "n": "BIGINT", "x": "DOUBLE", "ok": "BOOLEAN"}
+TEXT_DDL = ", ".join(f"`{name}` {kind}" for name, kind in TEXT_FIELDS.items())
+#: Characters of 1, 2, 3 and 4 bytes in UTF-8 (the last ones a surrogate pair when escaped).
+CHARACTERS = ["a", "Z", "0", " ", "-", ".", ":", "?", "&", "é", "ñ", "ß", "Ω", "ж", "ع", "中", "日", "本", "€", "☃",
+              "\u2028", "\ufeff", "\ufffd", "😀", "🎉", "𝄞", "👩‍💻", "\U0010ffff"]
+SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+                 "\t": "\\t"}
+
+
+def _escaped(rng: random.Random, text: str) -> str:
+    """``text`` as a JSON string literal, each character raw or escaped at random (a short escape,
+    or \\uXXXX in either case of hex digits: a surrogate pair above U+FFFF)."""
+    parts = ['"']
+    for char in text:
+        if char in SHORT_ESCAPES and (char not in "/" or rng.random() < 0.5):
+            parts.append(SHORT_ESCAPES[char] if rng.random() < 0.8 else f"\\u{ord(char):04x}")
+        elif ord(char) < 0x20 or rng.random() < 0.2:
+            units = char.encode("utf-16-be")
+            hex_case = str.upper if rng.random() < 0.5 else str.lower
+            parts.extend("\\u" + hex_case(f"{units[k]:02x}{units[k + 1]:02x}") for k in range(0, len(units), 2))
+        else:
+            parts.append(char)
+    parts.append('"')
+    return "".join(parts)
+
+
+def _text(rng: random.Random) -> str:
+    pool = CHARACTERS + list(SHORT_ESCAPES) + ["\x00", "\x01", "\x1f"]
+    return "".join(rng.choice(pool) for _ in range(rng.randrange(12)))
+
+
+def _text_document(rng: random.Random, plain: bool) -> bytes:
+    """A JSON object of the text fields (each of its type, null or missing), unknown fields of text
+    and nested text, in shuffled order, keys and values escaped at random. Not ``plain``: besides,
+    a wanted field of a wrong type, a lone surrogate, malformed UTF-8, a key twice or in another case."""
+    fields: list[tuple[str, str]] = []
+    for name, kind in TEXT_FIELDS.items():
+        roll = rng.random()
+        if roll < 0.1:
+            continue
+        if roll < 0.2:
+            fields.append((name, "null"))
+        elif kind == "STRING":
+            fields.append((name, _escaped(rng, _text(rng)) if rng.random() < 0.95 else str(rng.randrange(-999, 999))))
+        elif kind == "BIGINT":
+            fields.append((name, str(rng.randrange(-10**17, 10**17))))
+        elif kind == "DOUBLE":
+            fields.append((name, repr(rng.choice([rng.uniform(-1e6, 1e6), 0.0, -0.0, 1e-300, 2.5]))))
+        else:
+            fields.append((name, rng.choice(["true", "false"])))
+    for _ in range(rng.randrange(4)):
+        inner = json.dumps({_text(rng): [_text(rng), 1, None]}, ensure_ascii=rng.random() < 0.5)
+        fields.append((_text(rng), rng.choice([_escaped(rng, _text(rng)), inner, "[]", "-1.5e3", "true"])))
+    if not plain:
+        name = rng.choice(list(TEXT_FIELDS))
+        fields.append(rng.choice([(name, '"x"' if TEXT_FIELDS[name] != "STRING" else "1.5"), (name, '"\\ud83dz"'),
+                                  (name, '"a\\udc00"'), (name.upper(), '"y"'), (name, "true")]))
+    rng.shuffle(fields)
+    separator, colon = rng.choice([(",", ":"), (", ", ": "), (" ,\n", " :\t")])
+    raw = ("{" + separator.join(f"{_escaped(rng, key)}{colon}{value}" for key, value in fields) + "}").encode()
+    if not plain and rng.random() < 0.3:  # a malformed UTF-8 sequence somewhere inside a string
+        at = raw.find(b'"', rng.randrange(len(raw)))
+        bad = rng.choice([b"\xff", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80", b"\x80"])
+        raw = raw[:at + 1] + bad + raw[at + 1:] if at >= 0 else raw + bad
+    return raw
+
+
+def test_utf8_text_and_escapes_decode_as_from_json_decodes_them_by_repr(spark: Any) -> None:
+    """Seeded random documents of real text (2, 3 and 4-byte UTF-8, escapes in keys and values,
+    surrogate pairs) decode to rows equal by ``repr`` to ``from_json``'s; the decoder reads every
+    plain document itself (no fallback), and the others are compared too."""
+    rng = random.Random(20261202)
+    plain = [_text_document(rng, plain=True) for _ in range(400)]
+    other = [_text_document(rng, plain=False) for _ in range(200)]
+    values: list[bytes | None] = [*plain, *other]
+    schema = spark.createDataFrame([], TEXT_DDL).schema
+    decoder = helper_instance(spark, FLAT_JSON_CLASS)
+    nothing = F.lit(None).cast(schema)
+    alone = Column(decoder.decode(F.col("value")._jc, nothing._jc, schema.json()))
+    rows = _frame(spark, values).select(
+        "i", F.from_json(F.col("value").cast("string"), TEXT_DDL).alias("spark"),
+        decoded_record(spark, F.col("value"), TEXT_FIELDS).alias("ours"), alone.isNull().alias("fell_back"),
+    ).orderBy("i").collect()
+    assert [r.i for r in rows] == list(range(len(values)))
+    differ = [(values[r.i], r.spark, r.ours) for r in rows if repr(r.spark) != repr(r.ours)]
+    assert not differ, f"{len(differ)} records decode otherwise than from_json, e.g. {differ[:3]}"
+    fell_back = [r.fell_back for r in rows]
+    plain_fallbacks, other_fallbacks = sum(fell_back[:len(plain)]), sum(fell_back[len(plain):])
+    print(f"fallback to from_json: {plain_fallbacks} of {len(plain)} plain documents, "
+          f"{other_fallbacks} of {len(other)} others")
+    assert plain_fallbacks == 0, [values[k] for k in range(len(plain)) if fell_back[k]][:3]
+    assert sum(1 for r in rows[:len(plain)] if r.ours.name and not r.ours.name.isascii()) > 100  # real text decoded
 
 
 def test_a_field_type_the_decoder_does_not_read_is_refused_naming_it(spark: Any) -> None:

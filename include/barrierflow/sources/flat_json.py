@@ -4,10 +4,12 @@
 record to Spark's ``from_json(CAST(value AS STRING), <fields>)`` (PERMISSIVE: a field missing,
 null or of the wrong type is null; a value that is not a JSON object gives nulls in every
 field). It is barrierflow's JVM decoder (``barrierflow.jvm.FlatJsonDecoder``, built by ``make
-install``): it reads the common case, a flat object of plain scalars, straight from the
-record's bytes, and leaves every other record to ``from_json`` inside the same expression, so
-the rows never differ from Spark's. Measured on the Kafka benchmark's job, it decodes a record
-in a fraction of ``from_json``'s time (bench/results/kafka-side-by-side/2026-11-29-1015.md).
+install``): it reads the common case, a flat object of plain scalars (UTF-8 text, JSON
+escapes in keys and values included), straight from the record's bytes, and leaves every
+other record (malformed UTF-8 among them) to ``from_json`` inside the same expression, so the
+rows never differ from Spark's. Measured on the Kafka benchmark's job (ASCII records), it
+decodes a record in a fraction of ``from_json``'s time
+(bench/results/kafka-side-by-side/2026-11-29-1015.md).
 
 When the helper jar cannot be built (no ``javac``), the column is ``from_json`` itself: the same
 rows, at Spark's speed, and a warning naming the fix is logged once per process.

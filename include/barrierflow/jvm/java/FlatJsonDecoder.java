@@ -7,14 +7,18 @@
  * that second child returns, for every input: records it is sure to read exactly as from_json
  * does it decodes itself, straight from the bytes (no copy to a string, no Jackson parser per
  * record); on anything else it evaluates the second child, so Spark decides. It decodes itself:
- * one top-level object of ASCII bytes, whitespace as JSON allows it, keys without escapes, each
- * wanted field at most once, and every wanted field either null or of its type's plain form:
- * a string without escapes (for a string field; a canonical integer is also read as its text,
- * as from_json does), an integer of at most 18 digits without leading zeros (long), a JSON number
- * (double; parsed as Double.parseDouble does, correctly rounded as Jackson's parser is), true or
- * false (boolean). Other fields are skipped, nested values included. A key that matches a field
- * only when case is ignored, a number too long, nesting deeper than 32 levels, a \\u escape of a
- * surrogate: Spark decides. Fields may be string, long (bigint), double or boolean.
+ * one top-level object of well-formed UTF-8 (a record with a byte >= 0x80 is validated once;
+ * an ASCII record costs no more than the scan for such a byte), whitespace as JSON allows it,
+ * keys with or without escapes, each wanted field at most once, and every wanted field either
+ * null or of its type's plain form: a string, its escapes decoded (\" \\ \/ \b \f \n \r \t
+ * and \\uXXXX, a surrogate pair to its 4-byte character and a lone surrogate to '?', as Spark's
+ * re-encoding of Jackson's text gives it; for a string field, a canonical integer is also read as
+ * its text, as from_json does), an integer of at most 18 digits without leading zeros (long), a
+ * JSON number (double; parsed as Double.parseDouble does, correctly rounded as Jackson's parser
+ * is), true or false (boolean). Other fields are skipped, nested values included. Malformed
+ * UTF-8 anywhere (Java's reader replaces it), a key that matches a field only when case is
+ * ignored, a key with a lone surrogate, a number too long, nesting deeper than 32 levels, a
+ * record over 16 MiB: Spark decides. Fields may be string, long (bigint), double or boolean.
  */
 package barrierflow.jvm;
 
@@ -56,11 +60,14 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
   static final int MAX_DEPTH = 32;
   /** Characters a number may have before Spark decides. */
   static final int MAX_NUMBER = 40;
+  /** Bytes a record may have before Spark decides (below Jackson's limit of a string's length). */
+  static final int MAX_RECORD = 1 << 24;
 
   private final Expression value;
   private final Expression fallback;
   private final StructType schema;
   private final byte[][] names;
+  private final String[] plainNames;
   private final String[] lowerNames;
   private final int[] kinds;
 
@@ -72,10 +79,12 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
     StructField[] fields = schema.fields();
     if (fields.length > 64) throw new IllegalArgumentException("at most 64 JSON fields, got " + fields.length);
     names = new byte[fields.length][];
+    plainNames = new String[fields.length];
     lowerNames = new String[fields.length];
     kinds = new int[fields.length];
     for (int f = 0; f < fields.length; f++) {
       names[f] = fields[f].name().getBytes(StandardCharsets.UTF_8);
+      plainNames[f] = fields[f].name();
       lowerNames[f] = fields[f].name().toLowerCase(Locale.ROOT);
       DataType type = fields[f].dataType();
       if (type instanceof StringType) kinds[f] = STRING;
@@ -103,12 +112,20 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
   }
 
   InternalRow decode(byte[] b) {
-    for (byte c : b) if (c < 0) return null;  // non-ASCII: Spark validates the UTF-8
     int n = b.length;
+    if (n > MAX_RECORD) return null;
+    for (int k = 0; k < n; k++) {
+      if (b[k] < 0) {  // not ASCII: well-formed UTF-8 reads as its bytes; Spark's reader replaces the rest
+        if (!utf8(b, k)) return null;
+        break;
+      }
+    }
     int i = ws(b, 0);
     if (i >= n || b[i] != '{') return null;
     Object[] out = new Object[kinds.length];
     long seen = 0;
+    byte[] keyBytes = null;
+    int[] keyLength = null;
     i = ws(b, i + 1);
     if (i < n && b[i] == '}') {
       i++;
@@ -116,12 +133,23 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
       while (true) {
         if (i >= n || b[i] != '"') return null;
         int start = i + 1, end = start;
+        boolean escaped = false;
         while (end < n && b[end] != '"') {
-          if (b[end] == '\\' || b[end] < 0x20) return null;
+          if (b[end] == '\\') { escaped = true; break; }
+          if (b[end] < 0x20 && b[end] >= 0) return null;
           end++;
         }
-        if (end >= n) return null;
-        int field = field(b, start, end);
+        int field;
+        if (escaped) {
+          if (keyBytes == null) { keyBytes = new byte[n]; keyLength = new int[1]; }
+          end = unescape(b, start, keyBytes, keyLength, true);
+          if (end < 0) return null;
+          field = field(keyBytes, 0, keyLength[0]);
+          end--;  // the closing quote
+        } else {
+          if (end >= n) return null;
+          field = field(b, start, end);
+        }
         if (field == -2) return null;
         i = ws(b, end + 1);
         if (i >= n || b[i] != ':') return null;
@@ -145,6 +173,119 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
     return ws(b, i) == n ? new GenericInternalRow(out) : null;
   }
 
+  /**
+   * Whether bytes [from, end) are well-formed UTF-8 (the Unicode standard's table: no overlong
+   * form, no surrogate, nothing above U+10FFFF, no sequence cut short); exactly the input Java's
+   * UTF-8 reader (Spark's, under Jackson) decodes without replacing anything.
+   */
+  static boolean utf8(byte[] b, int from) {
+    int n = b.length, k = from;
+    while (k < n) {
+      int c = b[k] & 0xff;
+      if (c < 0x80) { k++; continue; }
+      int more, low = 0x80, high = 0xbf;
+      if (c >= 0xc2 && c <= 0xdf) more = 1;
+      else if (c >= 0xe0 && c <= 0xef) {
+        more = 2;
+        if (c == 0xe0) low = 0xa0;
+        else if (c == 0xed) high = 0x9f;
+      } else if (c >= 0xf0 && c <= 0xf4) {
+        more = 3;
+        if (c == 0xf0) low = 0x90;
+        else if (c == 0xf4) high = 0x8f;
+      } else return false;
+      if (k + more >= n) return false;
+      int second = b[k + 1] & 0xff;
+      if (second < low || second > high) return false;
+      for (int m = 2; m <= more; m++) if ((b[k + m] & 0xc0) != 0x80) return false;
+      k += more + 1;
+    }
+    return true;
+  }
+
+  private static int hexValue(byte c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  }
+
+  /** The UTF-16 unit of the escape {@code \\uXXXX} at {@code k}, or -1 when there is none. */
+  private static int unit(byte[] b, int k) {
+    if (k + 5 >= b.length || b[k] != '\\' || b[k + 1] != 'u') return -1;
+    int unit = 0;
+    for (int m = 2; m < 6; m++) {
+      int digit = hexValue(b[k + m]);
+      if (digit < 0) return -1;
+      unit = unit << 4 | digit;
+    }
+    return unit;
+  }
+
+  /**
+   * Decodes the JSON string whose text starts at {@code start} (after its opening quote) into
+   * {@code out} as UTF-8, {@code length[0]} its byte count: the index after the closing quote,
+   * or -1 when Spark must decide (an unknown escape, a control character, no closing quote, a
+   * lone surrogate in a key). A lone surrogate in a value is '?': Jackson's text holds it and
+   * Spark's UTF8String.fromString encodes it so. {@code out} has room for the rest of {@code b}
+   * (a decoded string is never longer than its text).
+   */
+  static int unescape(byte[] b, int start, byte[] out, int[] length, boolean key) {
+    int n = b.length, k = start, o = 0;
+    while (k < n) {
+      byte c = b[k];
+      if (c == '"') { length[0] = o; return k + 1; }
+      if (c < 0x20 && c >= 0) return -1;
+      if (c != '\\') { out[o++] = c; k++; continue; }
+      if (k + 1 >= n) return -1;
+      byte e = b[k + 1];
+      switch (e) {
+        case '"': case '\\': case '/': out[o++] = e; k += 2; continue;
+        case 'b': out[o++] = '\b'; k += 2; continue;
+        case 'f': out[o++] = '\f'; k += 2; continue;
+        case 'n': out[o++] = '\n'; k += 2; continue;
+        case 'r': out[o++] = '\r'; k += 2; continue;
+        case 't': out[o++] = '\t'; k += 2; continue;
+        case 'u': break;
+        default: return -1;
+      }
+      int u = unit(b, k);
+      if (u < 0) return -1;
+      k += 6;
+      int code = u;
+      if (Character.isHighSurrogate((char) u)) {
+        int next = unit(b, k);
+        if (next >= 0 && Character.isLowSurrogate((char) next)) {
+          code = Character.toCodePoint((char) u, (char) next);
+          k += 6;
+        } else {
+          code = -1;
+        }
+      } else if (Character.isLowSurrogate((char) u)) {
+        code = -1;
+      }
+      if (code < 0) {
+        if (key) return -1;
+        out[o++] = '?';
+      } else if (code < 0x80) {
+        out[o++] = (byte) code;
+      } else if (code < 0x800) {
+        out[o++] = (byte) (0xc0 | code >> 6);
+        out[o++] = (byte) (0x80 | code & 0x3f);
+      } else if (code < 0x10000) {
+        out[o++] = (byte) (0xe0 | code >> 12);
+        out[o++] = (byte) (0x80 | code >> 6 & 0x3f);
+        out[o++] = (byte) (0x80 | code & 0x3f);
+      } else {
+        out[o++] = (byte) (0xf0 | code >> 18);
+        out[o++] = (byte) (0x80 | code >> 12 & 0x3f);
+        out[o++] = (byte) (0x80 | code >> 6 & 0x3f);
+        out[o++] = (byte) (0x80 | code & 0x3f);
+      }
+    }
+    return -1;
+  }
+
   private static int ws(byte[] b, int i) {
     while (i < b.length && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t')) i++;
     return i;
@@ -157,8 +298,11 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
       byte[] name = names[f];
       if (name.length == length && Arrays.equals(b, start, end, name, 0, length)) return f;
     }
-    String key = new String(b, start, length, StandardCharsets.US_ASCII).toLowerCase(Locale.ROOT);
-    for (String lower : lowerNames) if (lower.equals(key)) return -2;
+    String key = new String(b, start, length, StandardCharsets.UTF_8);
+    String lowerKey = key.toLowerCase(Locale.ROOT);
+    for (int f = 0; f < names.length; f++) {
+      if (lowerNames[f].equals(lowerKey) || plainNames[f].equalsIgnoreCase(key)) return -2;
+    }
     return -1;
   }
 
@@ -234,7 +378,15 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
         if (c == '"') {
           int k = i + 1;
           while (k < b.length && b[k] != '"') {
-            if (b[k] == '\\' || b[k] < 0x20) return -1;
+            if (b[k] == '\\') {  // escapes: the text decoded into bytes of its own
+              byte[] text = new byte[b.length - i];
+              int[] length = new int[1];
+              int end = unescape(b, i + 1, text, length, false);
+              if (end < 0) return -1;
+              out[f] = UTF8String.fromBytes(text, 0, length[0]);
+              return end;
+            }
+            if (b[k] < 0x20 && b[k] >= 0) return -1;
             k++;
           }
           if (k >= b.length) return -1;
@@ -274,10 +426,6 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
     }
   }
 
-  private static boolean hex(byte c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-  }
-
   /** The index after the JSON value at {@code i} (skipped), or -1 when Spark must decide. */
   private static int skip(byte[] b, int i, int depth) {
     int n = b.length;
@@ -286,14 +434,12 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
     if (c == '"') {
       int k = i + 1;
       while (k < n && b[k] != '"') {
-        if (b[k] < 0x20) return -1;
+        if (b[k] < 0x20 && b[k] >= 0) return -1;
         if (b[k] == '\\') {
           if (k + 1 >= n) return -1;
           byte e = b[k + 1];
-          if (e == 'u') {
-            if (k + 5 >= n || !hex(b[k + 2]) || !hex(b[k + 3]) || !hex(b[k + 4]) || !hex(b[k + 5])) return -1;
-            char unit = (char) Integer.parseInt(new String(b, k + 2, 4, StandardCharsets.US_ASCII), 16);
-            if (Character.isSurrogate(unit)) return -1;
+          if (e == 'u') {  // a lone surrogate is no error to Jackson, and the value is skipped
+            if (unit(b, k) < 0) return -1;
             k += 6;
             continue;
           }
