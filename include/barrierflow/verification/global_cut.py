@@ -47,8 +47,9 @@ if TYPE_CHECKING:
 class CutVerificationReport:
     """Every check of one cut: the cut's own checks and each stage's report.
 
-    ``stage_checkpoint``: the cut is the only stage's own checkpoint, which has no cut checks; its
-    one stage report is the whole verdict, and failures keep the stage's check names."""
+    ``stage_checkpoint``: the cut is the only stage's own checkpoint, whose only cut checks are
+    its tables' (``table <stage>/<sink>``, none without tables); with them, its one stage report
+    is the verdict, and failures keep the stage's check names."""
 
     pipeline: str
     checkpoint_id: int
@@ -103,7 +104,7 @@ class CutVerificationReport:
     def as_dict(self) -> dict[str, Any]:
         """The JSON of ``verify``, one shape for every pipeline: ``pipeline``, ``checkpoint_id``,
         ``passed``, ``deep``, ``deep_verification`` (:meth:`deep_verdict`, None when not deep),
-        ``checks`` (the cut's own; none for one stage) and ``stages``:
+        ``checks`` (the cut's own; for one stage only its tables', ``table <stage>/<sink>``) and ``stages``:
         each stage's report as it is stored (``chk-<n>/_verification.json``)."""
         return {"pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id, "passed": self.passed,
                 "deep": self.deep, "deep_verification": self.deep_verdict() or None,
