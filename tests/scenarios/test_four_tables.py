@@ -254,7 +254,10 @@ def test_checkpoints_show_the_page_and_verify_name_each_cut_s_table_versions(fou
         what = "snapshot" if name.endswith("iceberg") else "version"
         assert f"{name}: " in text and f" {what} {version} (committed with checkpoint {cid})" in text
 
-    page = render_pipeline(cut_history(spec_path, spec), "", None)
+    page_history = cut_history(spec_path, spec)
+    [api_row] = [r for r in page_history.as_dict()["checkpoints"] if r["checkpoint_id"] == n]  # the JSON API
+    assert {t["name"]: (t["version"], t["committed_with"]) for t in api_row["tables"]} == expected
+    page = render_pipeline(page_history, "", None)
     for name, (version, _cid) in expected.items():
         stage, _, sink = name.partition("/")
         row = page.split(f"<tr class='table' data-checkpoint-id='{n}' data-stage='{stage}' data-sink='{sink}'>")[1]

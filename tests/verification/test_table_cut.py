@@ -87,3 +87,23 @@ def test_each_cut_lists_its_table_versions_and_verify_compares_them_with_the_tab
     assert str(tmp_path / "tables" / "totals") in failed["dl"].message
     later = {c.name.rsplit("/", 1)[1]: c.status for c in table_checks(stages, 4)}
     assert later == {"ice": CheckStatus.PASSED, "dl": CheckStatus.FAILED}  # version 4 still holds version 1's file
+
+
+def test_a_cut_naming_a_version_another_checkpoint_wrote_fails_naming_the_property(tmp_path: Path) -> None:
+    """The cut record of checkpoint 2 altered to say its snapshot was written by checkpoint 1:
+    the snapshot's own ``barrierflow.checkpoint-id`` (2) differs, and verify says which."""
+    import json
+
+    spec_path = iceberg_pipeline_spec(tmp_path)
+    ice = test_iceberg_sink.make_sink(tmp_path)
+    commit(ice, 1, 1, rows([1]))
+    commit(ice, 2, 2, rows([2]))
+    stages = open_pipeline(spec_path).stages
+    record = tmp_path / "store" / "cuts" / f"chk-{2:012d}.json"
+    body = json.loads(record.read_text())
+    body["tables"]["ice"]["checkpoint_id"] = 1
+    record.write_text(json.dumps(body))
+    [check] = table_checks(stages, 2)
+    assert check.status is CheckStatus.FAILED
+    assert "barrierflow.checkpoint-id is '2', the cut expects '1'" in check.message
+    assert check.name == f"table {stages[0].name}/ice" and "lake.totals" in check.message
