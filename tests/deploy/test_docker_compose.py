@@ -31,7 +31,7 @@ AIRFLOW_SERVICES = {"airflow-api-server", "airflow-scheduler", "airflow-dag-proc
 SPARK_SERVICES = {"spark-master", "spark-worker"}
 #: Every service that runs barrierflow code: the project image.
 PROJECT_IMAGE_SERVICES = AIRFLOW_SERVICES | {"airflow-init"} | SPARK_SERVICES
-REQUIRED_SERVICES = PROJECT_IMAGE_SERVICES | {"airflow-db", "kafka", "minio", "minio-init", "sink-db"}
+REQUIRED_SERVICES = PROJECT_IMAGE_SERVICES | {"airflow-db", "kafka", "minio", "minio-init", "sink-db", "iceberg-rest"}
 #: Services that run once and exit (no healthcheck; dependants wait for successful completion).
 ONE_SHOT_SERVICES = {"airflow-init", "minio-init"}
 #: The driver runs in the scheduler (LocalExecutor, spark-submit in client mode), the executors
@@ -382,3 +382,20 @@ def test_minio_init_creates_the_checkpoint_and_lake_buckets(services: dict[str, 
     for bucket in ("BARRIERFLOW_CHECKPOINT_BUCKET", "BARRIERFLOW_LAKE_BUCKET"):
         assert f'mc mb --ignore-existing "local/$${bucket}"' in script, bucket
         assert environment(services["minio-init"])[bucket] == environment(services[DRIVER])[bucket]
+
+
+def test_the_iceberg_rest_catalog_keeps_its_tables_on_the_lake_bucket(services: dict[str, Any]) -> None:
+    """The REST catalog service: Iceberg's REST catalog fixture, pinned; its warehouse in the lake
+    bucket minio-init creates, through S3FileIO on MinIO; its catalog on a named volume; and the
+    driver and the executors get its URI for ``catalog: {type: rest, uri_env: ...}``."""
+    rest = services["iceberg-rest"]
+    assert rest["image"].startswith("apache/iceberg-rest-fixture:")
+    env = environment(rest)
+    assert env["CATALOG_WAREHOUSE"] == "s3://${BARRIERFLOW_LAKE_BUCKET:-barrierflow-lake}/iceberg"
+    assert env["CATALOG_IO__IMPL"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert env["CATALOG_S3_ENDPOINT"] == environment(services[DRIVER])["AWS_ENDPOINT_URL_S3"]
+    assert env["CATALOG_URI"].startswith("jdbc:sqlite:file:/var/lib/iceberg-rest/")
+    assert any(str(v).startswith("iceberg-rest-data:/var/lib/iceberg-rest") for v in rest["volumes"])
+    assert rest["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
+    for name in (DRIVER, EXECUTORS):
+        assert environment(services[name])["BARRIERFLOW_ICEBERG_REST_URI"] == "http://iceberg-rest:8181"

@@ -222,3 +222,61 @@ def test_a_single_stage_pipeline_writes_an_iceberg_table_and_a_parquet_folder_in
     assert len(ids) == len(set(ids)) >= 1
     parts = sorted((tmp_path / "files").glob("part-*.parquet"))
     assert comparable([r for p in parts for r in pq.read_table(p).to_pylist()]) == expected
+
+
+def test_checkpoints_show_the_page_and_verify_name_each_cut_s_table_versions(four_tables: dict[str, Any],
+                                                                             capsys: Any) -> None:
+    """``checkpoints show`` (text and JSON), the Checkpoints page and ``verify`` of a cut of the
+    four tables name each table's snapshot id or version, as the tables' own histories hold them;
+    ``verify`` fails naming the table once a version the cut names is gone (then put back)."""
+    import shutil
+
+    from barrierflow.cli.main import main
+    from barrierflow.ui.history import cut_history
+    from barrierflow.ui.page import render_pipeline
+
+    home, spec = four_tables["home"], four_tables["spec"]
+    spec_path = str(home / "four_tables.yaml")
+    history = histories(home)
+    n = completed_checkpoints(home)[-2]
+    expected = {}
+    for stage in WINDOWS:
+        for fmt in ("iceberg", "delta"):
+            committed = [c for c in history[f"{stage}/{fmt}"] if c <= n]
+            expected[f"{stage}/{stage}-{fmt}"] = (history[f"{stage}/{fmt}"][max(committed)], max(committed))
+    assert main(["checkpoints", "show", spec_path, str(n), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["tables"]
+    assert {t["name"]: (t["version"], t["committed_with"]) for t in shown} == expected
+    assert {t["status"] for t in shown} == {"committed"}
+    assert main(["checkpoints", "show", spec_path, str(n)]) == 0
+    text = capsys.readouterr().out
+    for name, (version, cid) in expected.items():
+        what = "snapshot" if name.endswith("iceberg") else "version"
+        assert f"{name}: " in text and f" {what} {version} (committed with checkpoint {cid})" in text
+
+    page_history = cut_history(spec_path, spec)
+    [api_row] = [r for r in page_history.as_dict()["checkpoints"] if r["checkpoint_id"] == n]  # the JSON API
+    assert {t["name"]: (t["version"], t["committed_with"]) for t in api_row["tables"]} == expected
+    page = render_pipeline(page_history, "", None)
+    for name, (version, _cid) in expected.items():
+        stage, _, sink = name.partition("/")
+        row = page.split(f"<tr class='table' data-checkpoint-id='{n}' data-stage='{stage}' data-sink='{sink}'>")[1]
+        assert f"data-field='version' data-value='{version}'" in row.split("</tr>")[0]
+
+    assert main(["verify", spec_path, "--checkpoint", str(n), "--json"]) == 0
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["reports"][0]["checks"]}
+    assert {name: checks[f"table {name}"]["status"] for name in expected} == dict.fromkeys(expected, "passed")
+
+    # The Delta table of stage pairs loses its log entry of the cut's version (as if removed):
+    # verify fails naming it; the entry is put back for the other tests of this module.
+    version = expected["pairs/pairs-delta"][0]
+    entry = home / "tables" / "pairs" / "_delta_log" / f"{version:020d}.json"
+    aside = home / "aside.json"
+    shutil.move(entry, aside)
+    try:
+        assert main(["verify", spec_path, "--checkpoint", str(n)]) == 1
+        out = capsys.readouterr().out
+        assert "table pairs/pairs-delta: " in out and "FAILED" in out and "VACUUM Delta tables only older" in out
+        assert "table seconds/seconds-iceberg: passed" in out
+    finally:
+        shutil.move(aside, entry)

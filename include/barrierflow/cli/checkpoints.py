@@ -75,7 +75,8 @@ def _print_listing(listing: CheckpointListing, spec: str) -> None:
 
 
 def _print_view(view: CheckpointView) -> None:
-    """The cut, then each stage's part and its manifest field by field with its files."""
+    """The cut, then each stage's part and its manifest field by field with its files, then its
+    lakehouse tables (each one's snapshot id or version, or why the cut has none)."""
     m = view.manifest
     print(f"{view.noun} {m.checkpoint_id} of {m.pipeline} (attempt {m.attempt}): completed "
           f"{m.completion_time.astimezone(UTC).isoformat(timespec='seconds')}, {m.total_ms:.1f} ms after its trigger")
@@ -102,6 +103,10 @@ def _print_view(view: CheckpointView) -> None:
         print(f"    files ({len(files)}):")
         for f in files:
             print(f"      {f['path']:60} {f['size']:>10} {f['sha256'][:12]} {'new' if f['uploaded'] else 'shared'}")
+    if view.tables:
+        print(f"  tables of this {view.noun} ({len(view.tables)}):")
+        for table in view.tables:
+            print(f"    {table.name}: {table.describe()}")
 
 
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
@@ -232,6 +237,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         print(f"{outcome.noun} {r.checkpoint_id}: {'passed' if r.passed else 'FAILED'} ({counts})")
         for c in r.failures:
             print(f"  {c.name}: {c.message}" + (f" [{c.file}]" if c.file else ""))
+        for c in r.checks:  # the cut's tables: what was compared, and what was not and why
+            if c.name.startswith("table ") and c.passed:
+                print(f"  {c.name}: {c.status.value}: {c.message}")
     if not outcome.reports:
         print(f"no {outcome.noun}s in {outcome.storage} to verify")
     return EXIT_RUNTIME if outcome.failed else EXIT_OK

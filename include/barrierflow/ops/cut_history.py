@@ -11,7 +11,9 @@ One call reads, for the newest ``limit`` global checkpoints of the current timel
   (:class:`~barrierflow.checkpointing.global_manifest.StageSnapshot`), the stage's own manifest
   (its ``alignment``: mode, alignment time, channel state and back-edge ranges) and the
   verification result stored beside it (``stages/<stage>/chk-<n>/_verification.json``, written
-  by ``barrierflow verify``).
+  by ``barrierflow verify``);
+* of a completed one, its lakehouse tables as the cut records say
+  (:func:`barrierflow.pipeline.table_cut.cut_table_versions`).
 
 Contract: read-only (nothing is written, no broker or Spark is needed, so it works on
 pipelines whose channels are on the embedded broker); values are the stored ones, unchanged.
@@ -31,7 +33,7 @@ the rule ``barrierflow upgrade`` picks its source savepoint by), oldest first; a
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +42,7 @@ from barrierflow.checkpointing.manifest import ChannelStateEntry, CheckpointKind
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, UserInputError
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.pipeline.table_cut import CutTable, cut_table_versions
 from barrierflow.pipeline.words import words
 from barrierflow.storage import ObjectStore
 from barrierflow.upgrade.record import RecordedUpgrade, recorded_upgrades
@@ -93,6 +96,9 @@ class GlobalCheckpointEntry:
     failure: GlobalFailure | None
     trigger_time: datetime | None  # the manifest's, else the trigger record's (None: neither)
     stages: list[StagePart]
+    #: the cut's lakehouse tables as its cut records say (:mod:`barrierflow.pipeline.table_cut`;
+    #: empty for a failed one and for a pipeline without tables)
+    tables: list[CutTable] = field(default_factory=list)
 
     @property
     def completed(self) -> bool:
@@ -153,7 +159,8 @@ def global_checkpoint_history(spec_path: str | os.PathLike[str], *, limit: int |
         parts = [StagePart(name, manifest.stages.get(name) if manifest else None, _stage_manifest(store, cid),
                            load_report(store.objects, cid), stage_failures[name].get(cid))
                  for name, store in stage_stores]
-        entries.append(GlobalCheckpointEntry(cid, manifest, failures.get(cid), trigger, parts))
+        tables = cut_table_versions(pipeline.stages, cid) if manifest else []
+        entries.append(GlobalCheckpointEntry(cid, manifest, failures.get(cid), trigger, parts, tables))
     return GlobalCheckpointHistory(pipeline.name, pipeline.storage, words(pipeline).cut_noun,
                                    tuple(name for name, _ in stage_stores),
                                    cuts.attempt(), entries, len(completed), len(failures))

@@ -5,7 +5,9 @@ one stage, whose checkpoints are its cuts): one :class:`CutRow` per cut (its che
 several stages: its global checkpoints), completed or failed, with times, total ms and a
 verdict, each with one :class:`StageRow` per stage of the spec, in spec order: the stage's
 kind, barrier batch, barrier batch ms, sync and async ms and bytes from its manifest, its mode,
-alignment ms, channel-state records and back-edge ranges (``alignment``), and its own verdict.
+alignment ms, channel-state records and back-edge ranges (``alignment``), and its own verdict;
+a completed cut of a pipeline writing Iceberg or Delta tables lists each table as the cut
+records it (``tables``: snapshot id or version, or "not committed at this checkpoint").
 The cut's verdict is derived from the stages' stored results (``barrierflow verify`` stores one
 per stage checkpoint): ``failed`` if any stage's failed, ``passed`` if every stage's passed,
 else ``not verified``. Values are copied from the manifests unchanged (times stay
@@ -177,6 +179,7 @@ class CutRow:
     failure_reason: str | None = None
     failure_message: str | None = None
     failure_time: datetime | None = None
+    tables: list[store_reader.CutTable] = field(default_factory=list)
 
     @property
     def completed(self) -> bool:
@@ -190,6 +193,7 @@ class CutRow:
             "total_ms": self.total_ms, "verification": self.verification.as_dict(),
             "failure_reason": self.failure_reason, "failure_message": self.failure_message,
             "failure_time": _iso(self.failure_time), "stages": {s.stage: s.as_dict() for s in self.stages},
+            "tables": [t.as_dict() for t in self.tables],
         }
 
 
@@ -291,7 +295,7 @@ def cut_row(entry: store_reader.GlobalCheckpointEntry) -> CutRow:
         m = entry.manifest
         return CutRow(checkpoint_id=m.checkpoint_id, status="COMPLETED", attempt=m.attempt,
                                    trigger_time=m.trigger_time, completion_time=m.completion_time,
-                                   total_ms=m.total_ms, stages=stages, verification=verdict)
+                                   total_ms=m.total_ms, stages=stages, verification=verdict, tables=entry.tables)
     failure = entry.failure
     return CutRow(
         checkpoint_id=entry.checkpoint_id, status="FAILED", attempt=None, trigger_time=entry.trigger_time,

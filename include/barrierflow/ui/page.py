@@ -6,7 +6,10 @@ checkpoint; of several stages: a global checkpoint) a row ``tr.cut[data-checkpoi
 (status, attempt, times, total ms, verdict), followed by one row per stage
 ``tr.stage[data-checkpoint-id=N][data-stage=NAME]`` (kind, barrier batch, alignment ms, barrier
 batch ms, sync and async ms, full and incremental bytes, mode, channel-state records, back-edge
-ranges as ``partition [start, end) records`` joined by ``; ``, the stage's verdict). Every value
+ranges as ``partition [start, end) records`` joined by ``; ``, the stage's verdict), then, for a
+pipeline writing lakehouse tables, one row per table
+``tr.table[data-checkpoint-id=N][data-stage=STAGE][data-sink=SINK]`` (format, table, status,
+Iceberg snapshot id or Delta version, the checkpoint whose commit wrote it). Every value
 cell carries the exact value in ``data-value`` (ISO times, ms and bytes as in the manifest) next
 to its formatted text, and its field in ``data-field``, so tools (and the acceptance test) can
 read the page without parsing formatted numbers.
@@ -124,6 +127,25 @@ def _stage_row(checkpoint_id: int, row: StageRow, href: str) -> str:
             + _verification_cell(row.verification, href) + "</tr>")
 
 
+def _table_row(checkpoint_id: int, table: store_reader.CutTable) -> str:
+    """One table of a cut: what its cut record says (or that it has none at this checkpoint)."""
+    what = "snapshot" if table.format == "iceberg" else "version"
+    shown = f"{what} {table.version}" if table.status == store_reader.COMMITTED else table.status
+    if table.status != store_reader.COMMITTED and table.commit_every > 1:
+        shown += f" (commit_every {table.commit_every})"
+    css = "text" if table.status == store_reader.COMMITTED else "text muted"
+    return (f"<tr class='table' data-checkpoint-id='{checkpoint_id}' "
+            f"data-stage='{html.escape(table.stage, quote=True)}' data-sink='{html.escape(table.sink, quote=True)}'>"
+            + _cell("sink", table.name, table.name, "text stage-name")
+            + _cell("format", table.format, table.format, "text")
+            + _cell("table", table.table, table.table, "text")
+            + _cell("status", table.status, shown, css)
+            + _cell("version", table.version, "" if table.version is None else str(table.version))
+            + _cell("committed_with", table.committed_with,
+                    "" if table.committed_with is None else f"committed with {table.committed_with}", "text")
+            + f"<td colspan='{len(_COLUMNS) - 6}'></td></tr>")
+
+
 def _savepoints(history: PipelineHistory) -> str:
     if not history.savepoints:
         return "<h2>Savepoints</h2><p class='muted' id='no-savepoints'>no savepoints</p>"
@@ -185,7 +207,8 @@ def _table(history: PipelineHistory, base: str, pipeline: str) -> str:
     rows = []
     for row in history.rows:
         href = f"{base}/pipelines/{pipeline}/checkpoints/{row.checkpoint_id}/verification"
-        rows.append(_cut_row(row, href) + "".join(_stage_row(row.checkpoint_id, s, href) for s in row.stages))
+        rows.append(_cut_row(row, href) + "".join(_stage_row(row.checkpoint_id, s, href) for s in row.stages)
+                    + "".join(_table_row(row.checkpoint_id, t) for t in row.tables))
     return ("<table id='checkpoints'><tr>" + "".join(f"<th>{c}</th>" for c in _COLUMNS) + "</tr>"
             + "".join(rows) + "</table>")
 

@@ -38,6 +38,7 @@ from barrierflow.ops.cut_history import (
 from barrierflow.ops.cut_history import global_checkpoint_history as _global_checkpoint_history
 from barrierflow.ops.cut_history import stage_verifications as _stage_verifications
 from barrierflow.ops.discovery import DiscoveredPipeline, discover_pipelines
+from barrierflow.pipeline.table_cut import COMMITTED, CutTable
 from barrierflow.storage import ObjectNotFoundError
 from barrierflow.verification.html import render_html
 from barrierflow.verification.report import VerificationReport
@@ -46,7 +47,9 @@ if TYPE_CHECKING:
     from barrierflow.spec.stages import PipelineSpec
 
 __all__ = [
+    "COMMITTED",
     "CheckpointStore",
+    "CutTable",
     "DiscoveredPipeline",
     "FailureRecord",
     "GlobalCheckpointEntry",

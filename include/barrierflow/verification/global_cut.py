@@ -37,6 +37,7 @@ from barrierflow.errors import CheckpointCorruptError, CheckpointNotFoundError, 
 from barrierflow.pipeline.model import Stage
 from barrierflow.verification.report import CheckResult, VerificationReport
 from barrierflow.verification.runner import select_ids, verify_checkpoints
+from barrierflow.verification.tables import table_checks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,8 +47,9 @@ if TYPE_CHECKING:
 class CutVerificationReport:
     """Every check of one cut: the cut's own checks and each stage's report.
 
-    ``stage_checkpoint``: the cut is the only stage's own checkpoint, which has no cut checks; its
-    one stage report is the whole verdict, and failures keep the stage's check names."""
+    ``stage_checkpoint``: the cut is the only stage's own checkpoint, whose only cut checks are
+    its tables' (``table <stage>/<sink>``, none without tables); with them, its one stage report
+    is the verdict, and failures keep the stage's check names."""
 
     pipeline: str
     checkpoint_id: int
@@ -102,7 +104,7 @@ class CutVerificationReport:
     def as_dict(self) -> dict[str, Any]:
         """The JSON of ``verify``, one shape for every pipeline: ``pipeline``, ``checkpoint_id``,
         ``passed``, ``deep``, ``deep_verification`` (:meth:`deep_verdict`, None when not deep),
-        ``checks`` (the cut's own; none for one stage) and ``stages``:
+        ``checks`` (the cut's own; for one stage only its tables', ``table <stage>/<sink>``) and ``stages``:
         each stage's report as it is stored (``chk-<n>/_verification.json``)."""
         return {"pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id, "passed": self.passed,
                 "deep": self.deep, "deep_verification": self.deep_verdict() or None,
@@ -141,7 +143,9 @@ def verify_cuts(cuts: GlobalCheckpointStore | SingleStageCuts, parts: Sequence[S
                 deep: bool = False, spark: SparkSession | None = None) -> list[CutVerificationReport]:
     """Verify cuts ``ids`` of the pipeline ``cuts`` belongs to (module docstring), in that
     order; ``parts`` are its stages. A failed check (an unreadable global manifest included) is
-    a result, not an error; each stage's result is stored beside the stage's checkpoint. One
+    a result, not an error; each stage's result is stored beside the stage's checkpoint; the
+    cut's lakehouse tables are checked at the versions its cut records name
+    (:mod:`barrierflow.verification.tables`, checks ``table <stage>/<sink>``). One
     stage: its structural checks only (a checkpoint deleted by retention meanwhile is left out,
     as :func:`barrierflow.verification.runner.verify_checkpoints` leaves it out).
 
@@ -150,12 +154,16 @@ def verify_cuts(cuts: GlobalCheckpointStore | SingleStageCuts, parts: Sequence[S
     """
     if isinstance(cuts, SingleStageCuts):
         [stage] = parts
-        return [CutVerificationReport(stage.spec.name, r.checkpoint_id, [], {stage.name: r},
-                                      stage_checkpoint=True)
+        return [CutVerificationReport(stage.spec.name, r.checkpoint_id, table_checks(parts, r.checkpoint_id),
+                                      {stage.name: r}, stage_checkpoint=True)
                 for r in verify_checkpoints(stage.spec, stage.store, list(ids), deep=deep, spark=spark)]
     store = cuts
     starts = {p.name: unreachable_inputs(p) for p in parts}
-    return [_verify_one(store, parts, cid, deep=deep, spark=spark, starts=starts) for cid in ids]
+    reports = [_verify_one(store, parts, cid, deep=deep, spark=spark, starts=starts) for cid in ids]
+    for report in reports:
+        if any(c.name == "global-manifest" and c.passed for c in report.checks):
+            report.checks.extend(table_checks(parts, report.checkpoint_id))
+    return reports
 
 
 def unreachable_inputs(part: Stage) -> SourceError | None:
