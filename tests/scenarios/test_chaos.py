@@ -197,8 +197,8 @@ def test_chaos_passes_an_iceberg_and_a_delta_table_under_kills_and_writes_neithe
         tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: dict[str, Any],
         kafka_endpoint: KafkaEndpoint) -> None:
     """gen -> channel -> final stage ``ice`` into an Iceberg table (the default SQLite catalog) and
-    final stage ``dl`` into a Delta table, 3 crashes at the points around the table commits (one
-    between a table commit and its ledger record: the in-doubt case). chaos reads the tables with
+    final stage ``dl`` into a Delta table, 3 crashes at the points around the table commits (seed
+    4: one between a table commit and its ledger record, the in-doubt case). chaos reads the tables with
     pyiceberg and ``deltalake``: 0 missing, extra, duplicated per format, and no checkpoint id
     with two commits in either table's history; the spec's own catalog and tables never exist."""
     delta_path = tmp_path / "lake" / "rows"
@@ -210,6 +210,8 @@ def test_chaos_passes_an_iceberg_and_a_delta_table_under_kills_and_writes_neithe
     figures.update({key: report[key] for key in ("kills", "runs", "checkpoints", "formats", "seconds")})
     assert report["problem"] is None, report["problem"]
     assert report["kills"] == {"point": 3}
+    points = [e["detail"] for e in report["events"] if e["kind"] == "point"]
+    assert any(p.startswith("mid_sink_commit@") for p in points), points  # the in-doubt case, in the table sinks
     formats = report["formats"]
     assert set(formats) == {"iceberg", "delta"}
     for kind in ("iceberg", "delta"):
