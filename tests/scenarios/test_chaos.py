@@ -41,7 +41,7 @@ DOUBLES = Path(__file__).resolve().with_name("chaos_doubles")
 
 def pipeline(tmp_path: Path, finals: list[str], *, records: int, rate: float, alignment_timeout: str = "0s",
              slow_factor: float = 1.0, malformed_every: int = 0, shared_paths: bool = False,
-             broker: KafkaEndpoint | None = None) -> Path:
+             broker: KafkaEndpoint | None = None, sinks: dict[str, dict[str, Any]] | None = None) -> Path:
     """gen -> channel c -> one stage per name in ``finals``, each into a
     Parquet sink of that name; aligned checkpoints, switching to unaligned after
     ``alignment_timeout`` (0s: never). The final stages read c's partition 1 at
@@ -49,7 +49,8 @@ def pipeline(tmp_path: Path, finals: list[str], *, records: int, rate: float, al
     record goes to the dead letters; ``shared_paths``: explicit ``dead_letter_path`` and
     ``event_times_path`` (``dead-letter``, ``event-times`` under ``tmp_path``). The channel is on
     ``broker`` (the suite's Apache Kafka, a fresh topic), else on the embedded broker that each
-    run of the pipeline starts (``bootstrap: embedded``)."""
+    run of the pipeline starts (``bootstrap: embedded``). ``sinks``: a final stage's sink other
+    than Parquet, by the stage's name."""
     channel: dict[str, Any] = {"name": "c", "partitions": 2, "bootstrap": "embedded"}
     if broker is not None:
         channel.update(bootstrap=broker.bootstrap_servers, topic=f"chx-c-{uuid.uuid4().hex[:8]}")
@@ -73,7 +74,8 @@ def pipeline(tmp_path: Path, finals: list[str], *, records: int, rate: float, al
                "transformation": {"function": "barrierflow.transforms.projection:project",
                                   "options": {"columns": {"src_partition": "src_partition",
                                                           "src_offset": "src_offset", "value": "value"}}},
-               "sinks": [{"name": name, "type": "parquet", "path": f"file://{tmp_path / 'out' / name}"}]}
+               "sinks": [(sinks or {}).get(name) or {"name": name, "type": "parquet",
+                                                     "path": f"file://{tmp_path / 'out' / name}"}]}
               for name in finals),
         ],
         "trigger": {"interval": "100ms"},
@@ -188,3 +190,34 @@ def test_chaos_catches_a_sink_that_commits_twice_and_one_that_loses_an_epoch(
     assert outputs["dup"]["duplicated"] > 0 and outputs["dup"]["missing"] == 0
     assert outputs["lose"]["missing"] > 0 and outputs["lose"]["duplicated"] == 0
     assert code == 1 and not report["passed"]
+
+
+@pytest.mark.usefixtures("driver_env")
+def test_chaos_passes_an_iceberg_and_a_delta_table_under_kills_and_writes_neither_of_the_specs_tables(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: dict[str, Any],
+        kafka_endpoint: KafkaEndpoint) -> None:
+    """gen -> channel -> final stage ``ice`` into an Iceberg table (the default SQLite catalog) and
+    final stage ``dl`` into a Delta table, 3 crashes at the points around the table commits (seed
+    4: one between a table commit and its ledger record, the in-doubt case). chaos reads the tables with
+    pyiceberg and ``deltalake``: 0 missing, extra, duplicated per format, and no checkpoint id
+    with two commits in either table's history; the spec's own catalog and tables never exist."""
+    delta_path = tmp_path / "lake" / "rows"
+    spec = pipeline(tmp_path, ["ice", "dl"], records=200, rate=0, broker=kafka_endpoint,
+                    sinks={"ice": {"name": "ice", "type": "iceberg", "table": "lake.rows"},
+                           "dl": {"name": "dl", "type": "delta", "path": f"file://{delta_path}"}})
+    code, report = chaos(spec, tmp_path / "scratch", capsys, "--kills", "3", "--seed", "4", "--point-share", "1",
+                         "--points", "mid_sink_commit,after_global_manifest,after_precommit")
+    figures.update({key: report[key] for key in ("kills", "runs", "checkpoints", "formats", "seconds")})
+    assert report["problem"] is None, report["problem"]
+    assert report["kills"] == {"point": 3}
+    points = [e["detail"] for e in report["events"] if e["kind"] == "point"]
+    assert any(p.startswith("mid_sink_commit@") for p in points), points  # the in-doubt case, in the table sinks
+    formats = report["formats"]
+    assert set(formats) == {"iceberg", "delta"}
+    for kind in ("iceberg", "delta"):
+        assert formats[kind]["rows_expected"] == formats[kind]["rows"] == 2 * 200, formats
+        assert (formats[kind]["missing"], formats[kind]["extra"], formats[kind]["duplicated"]) == (0, 0, 0)
+        assert formats[kind]["commits"] > 1 and formats[kind]["commits_repeated"] == 0, formats
+    assert code == 0 and report["passed"]
+    # the copies wrote scratch tables: the spec's catalog (under its work dir) and Delta path were never made
+    assert not (tmp_path / "work").exists() and not delta_path.exists()

@@ -1,6 +1,6 @@
 """The spec of the lakehouse table sinks (``type: iceberg``, ``type: delta``): what parses, the
 refusals naming the field and the fix, and the wiring around them (the write-ahead area inside the
-table, the stage a commit names, chaos refusing to copy a table sink)."""
+table, the stage a commit names, chaos copying a table sink to a scratch table)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from barrierflow.chaos.scratch import ChaosRefusedError, check_judgeable
+from barrierflow.chaos.scratch import check_judgeable, scratch_copy
 from barrierflow.errors import SpecError
 from barrierflow.sinks.factory import pipeline_and_stage, write_ahead_uri_for
 from barrierflow.spec import parse_any_spec, parse_spec
@@ -64,8 +64,12 @@ def test_the_write_ahead_area_is_inside_the_table_and_commits_name_the_stage(tmp
     assert pipeline_and_stage(derived) == ("two", "b")
 
 
-def test_chaos_refuses_a_table_sink_instead_of_writing_the_real_table(tmp_path: Path) -> None:
+def test_chaos_copies_a_table_sink_to_a_scratch_table_instead_of_writing_the_real_one(tmp_path: Path) -> None:
     data = with_sink(tmp_path, {"name": "out", "type": "iceberg", "table": "lake.totals"})
     data["sources"][0]["records_per_partition"] = 100
-    with pytest.raises(ChaosRefusedError, match=r"sink\(s\) 'out' write lakehouse tables"):
-        check_judgeable(parse_any_spec(data))
+    assert check_judgeable(parse_any_spec(data)) == []
+    copied, outputs = scratch_copy(data, copy_name="chaos", root=tmp_path / "scratch", stamp="20261202081500")
+    sink = parse_spec(copied).sink
+    assert isinstance(sink, IcebergSinkSpec) and sink.table == "lake.totals_chaos_081500_chaos"
+    assert sink.catalog.uri == f"sqlite:///{tmp_path / 'scratch' / 'iceberg' / 'lakes' / 'catalog.db'}"
+    assert [(o.kind, o.target, o.original) for o in outputs] == [("iceberg", sink.table, "lake.totals")]

@@ -9,7 +9,8 @@ The method, in order (:func:`barrierflow.chaos.runner.run_chaos`):
    spec is refused with the reason.
 2. **Two scratch copies** of the pipeline (:mod:`.scratch`): the same sources and
    transformation, but a new pipeline name, work dir, checkpoint storage, channel topics and
-   outputs (Parquet paths, PostgreSQL tables created like the spec's, Kafka topics) under a
+   outputs (Parquet paths, PostgreSQL tables created like the spec's, Kafka topics, Iceberg
+   tables under scratch names, in a scratch SQLite catalog for a local one, Delta paths) under a
    scratch dir or prefix. Nothing the spec's own pipeline owns is touched.
 3. **The reference**: the first copy runs once, without failures, to the end of its sources.
    If it committed no row there is nothing to compare: refused, naming why
@@ -22,8 +23,10 @@ The method, in order (:func:`barrierflow.chaos.runner.run_chaos`):
 5. **Compare** (:mod:`.outputs`) the committed output of both copies as multisets of rows,
    each sink read by a reader of its own (Parquet: pyarrow over the committed files;
    PostgreSQL: SQL; Kafka: a ``read_committed`` consumer of kafka-python, not the client
-   the sink writes with), and write the report (:mod:`.report`): kills by kind, restarts,
-   checkpoints, rows, missing, extra, duplicated, time; JSON and an HTML page with a plot.
+   the sink writes with; Iceberg: a pyiceberg scan; Delta: the ``deltalake`` package), check
+   each table's own history for a checkpoint id committed twice, and write the report
+   (:mod:`.report`): kills by kind, restarts, checkpoints, rows, missing, extra, duplicated
+   per output and per format, time; JSON and an HTML page with a plot.
 
 With ``--upgrade-to NEW_SPEC`` step 4 is replaced by upgrades of the copy under kills
 (:mod:`barrierflow.upgrade.chaos`: ``barrierflow upgrade`` killed in its rewrite, canary,

@@ -9,6 +9,16 @@ output is the multiset of its rows, so two runs compare without any order or key
 * Kafka: a ``read_committed`` consumer of kafka-python (the sink writes with confluent-kafka)
   up to the last stable offsets, so records of aborted transactions are never counted; a row
   is the record's key, partition (keyed records only) and value (:func:`kafka_row`).
+* Iceberg: a scan of the table's current snapshot to Arrow with pyiceberg, its catalog opened
+  with pyiceberg's ``load_catalog`` from the sink's catalog settings (the sink's code opens
+  nothing here);
+* Delta: the table's current version read to Arrow with the ``deltalake`` package
+  (``DeltaTable(path)``); a path that holds no table yet (the first commit creates it) has no rows.
+
+For the table sinks the tables' own histories are read too (:func:`table_commits`): how many
+commits of the copy's sink each checkpoint id has, from the Iceberg snapshot summaries and the
+Delta commit infos (``barrierflow.checkpoint-id``); more than one for a checkpoint is a
+failure of its own, even when the rows came out right.
 
 :func:`prepare_output` makes what a copy's sink needs before it runs: the PostgreSQL table
 (``LIKE`` the spec's table, which must exist) and the Kafka topic (as many partitions as the
@@ -156,6 +166,97 @@ def _kafka_rows(servers: str, topic: str, client: Any = None) -> tuple[Rows, str
     return rows, "kafka-python"
 
 
+def _iceberg_table(sink: Any, table: str) -> Any:
+    """The copy's Iceberg table ``table`` as pyiceberg loads it (None: no such table), its
+    catalog opened by ``pyiceberg.catalog.load_catalog`` from the sink's ``catalog`` settings."""
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    settings = sink.catalog
+    uri = os.environ.get(settings.uri_env, "").strip() if settings.uri_env else settings.uri
+    if not uri:
+        raise OutputReadError(f"iceberg table {table}: its catalog has no URI (catalog.uri_env "
+                              f"{settings.uri_env or '-'} is not set)")
+    catalog = load_catalog(settings.name, **{**settings.properties, "type": settings.type, "uri": uri})
+    try:
+        return catalog.load_table(table)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+
+
+def _iceberg_rows(sink: Any, table: str) -> Rows:
+    rows: Rows = Counter()
+    loaded = _iceberg_table(sink, table)
+    if loaded is not None:
+        for batch in loaded.scan().to_arrow_batch_reader():
+            rows.update(canonical(r) for r in batch.to_pylist())
+    return rows
+
+
+def _delta_table(uri: str) -> Any:
+    """The Delta table at storage URI ``uri`` as ``deltalake`` opens it (None: no table there)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(uri.removeprefix("file://"))
+    except TableNotFoundError:
+        return None
+
+
+def _delta_rows(uri: str) -> Rows:
+    rows: Rows = Counter()
+    table = _delta_table(uri)
+    if table is not None:
+        for batch in table.to_pyarrow_dataset().to_batches():
+            rows.update(canonical(r) for r in batch.to_pylist())
+    return rows
+
+
+#: The properties a table commit of barrierflow carries (Iceberg snapshot summary, Delta commit
+#: info); read here by name, as any reader of the table would.
+_PIPELINE, _SINK, _CHECKPOINT = "barrierflow.pipeline", "barrierflow.sink", "barrierflow.checkpoint-id"
+
+
+def _ours(properties: dict[str, Any], pipeline: str, sink: str) -> int | None:
+    checkpoint = str(properties.get(_CHECKPOINT, ""))
+    if properties.get(_PIPELINE) == pipeline and properties.get(_SINK) == sink and checkpoint.isdigit():
+        return int(checkpoint)
+    return None
+
+
+def table_commits(output: ScratchOutput, sink: Any, pipeline: str) -> Counter[int]:
+    """Checkpoint id -> how many commits of sink ``output.sink`` of pipeline ``pipeline`` (the
+    copy's name) the table's own history holds for it: every snapshot in the Iceberg table's
+    metadata (not only the current ancestry), every entry of the Delta log's history. Empty for
+    a table that does not exist.
+
+    Raises:
+        OutputReadError: ``output`` is not a table output, or its table cannot be read.
+    """
+    found: Counter[int] = Counter()
+    try:
+        if output.kind == "iceberg":
+            table = _iceberg_table(sink, output.target)
+            entries = [s.summary.additional_properties if s.summary else {}
+                       for s in (table.snapshots() if table is not None else [])]
+        elif output.kind == "delta":
+            table = _delta_table(output.target)
+            entries = table.history() if table is not None else []
+        else:
+            raise OutputReadError(f"output {output.sink!r} is a {output.kind} output, not a table")
+    except OutputReadError:
+        raise
+    except Exception as exc:  # any reader failure is reported with the table named
+        raise OutputReadError(f"reading the history of the {output.kind} table {output.target} of sink "
+                              f"{output.sink!r}: {type(exc).__name__}: {exc}") from exc
+    for properties in entries:
+        checkpoint = _ours(properties, pipeline, output.sink)
+        if checkpoint is not None:
+            found[checkpoint] += 1
+    return found
+
+
 def read_output(output: ScratchOutput, sink: Any, pipeline: str) -> Rows:
     """The committed rows of ``output`` (``sink``: the copy's sink spec; ``pipeline``: the
     copy's pipeline name, which names its PostgreSQL transactions).
@@ -170,6 +271,10 @@ def read_output(output: ScratchOutput, sink: Any, pipeline: str) -> Rows:
             return _postgres_rows(sink, output.target, pipeline)
         if output.kind == "kafka":
             return _kafka_rows(sink.bootstrap_servers, output.target, getattr(sink, "client", None))[0]
+        if output.kind == "iceberg":
+            return _iceberg_rows(sink, output.target)
+        if output.kind == "delta":
+            return _delta_rows(output.target)
     except OutputReadError:
         raise
     except Exception as exc:  # any reader failure is reported with the output named
@@ -202,7 +307,9 @@ def unread_output(output: ScratchOutput) -> str | None:
 
 def prepare_output(output: ScratchOutput, sink: Any) -> None:
     """Create what the copy's sink writes into: a table like the spec's; a topic and a
-    commit-marker topic with as many partitions as the spec's.
+    commit-marker topic with as many partitions as the spec's; the folder of a scratch SQLite
+    Iceberg catalog (the Iceberg sink creates its table from the output schema, the Delta sink
+    with its first commit, as for any table that does not exist yet).
 
     Raises:
         UserInputError: the spec's own table or topic (or commit-marker topic) does not exist
@@ -233,3 +340,7 @@ def prepare_output(output: ScratchOutput, sink: Any) -> None:
                                      f"{sink.bootstrap_servers}; create it first (the pipeline needs it too): chaos "
                                      "creates its scratch topics with as many partitions")
             ensure_topic(sink.bootstrap_servers, target, partitions, client)
+    elif output.kind == "iceberg" and sink.catalog.uri.startswith("sqlite:///"):
+        from pathlib import Path
+
+        Path(sink.catalog.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)

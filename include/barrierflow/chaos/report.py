@@ -54,12 +54,26 @@ def summary_lines(result: ChaosResult) -> list[str]:
               f"{_count(result.dead_letters)}"
               + ("" if result.dead_letters == result.dead_letters_expected else " (they differ)"),
               f"  time: reference {result.reference_seconds:.1f} s, under kills {result.seconds:.1f} s"]
+    formats = result.by_format()
+    if len(formats) > 1 or any("commits" in sums for sums in formats.values()):
+        for kind, sums in sorted(formats.items()):
+            lines.append(f"  {kind}: {sums['outputs']} output(s), {sums['rows']} rows of {sums['rows_expected']}; "
+                         f"missing {sums['missing']}, extra {sums['extra']}, duplicated {sums['duplicated']}"
+                         + (f"; table commits {sums['commits']}, checkpoints committed more than once "
+                            f"{sums['commits_repeated']}" if "commits" in sums else ""))
     for output in result.outputs:
+        history = ("" if output.commits is None else
+                   f"; table commits {output.commits}, checkpoints committed more than once "
+                   f"{len(output.commits_repeated)}")
         lines.append(f"  output {output.stage}/{output.sink} ({output.kind} {output.chaos_target}): "
                      f"{output.rows} rows of {output.rows_expected}; missing {output.missing}, extra {output.extra}, "
-                     f"duplicated {output.duplicated}")
+                     f"duplicated {output.duplicated}{history}")
         for name, rows in output.examples.items():
             lines.append(f"    {name}, e.g. {rows[0]}")
+        if output.commits_repeated:
+            repeated = ", ".join(f"checkpoint {cid}: {n} commits" for cid, n in
+                                 list(output.commits_repeated.items())[:5])
+            lines.append(f"    committed more than once, e.g. {repeated}")
     if result.problem:
         lines.append(f"  problem: {result.problem}")
     return lines
@@ -102,7 +116,8 @@ def write_report(result: ChaosResult, directory: Path) -> tuple[Path, Path]:
     json_path.write_text(json.dumps(document, indent=2, default=str), encoding="utf-8")
     rows = "".join(f"<tr><td>{html.escape(o.stage)}/{html.escape(o.sink)}</td><td>{o.kind}</td>"
                    f"<td>{o.rows_expected}</td><td>{o.rows}</td><td>{o.missing}</td><td>{o.extra}</td>"
-                   f"<td>{o.duplicated}</td></tr>" for o in result.outputs)
+                   f"<td>{o.duplicated}</td><td>{'-' if o.commits is None else o.commits}</td>"
+                   f"<td>{'-' if o.commits is None else len(o.commits_repeated)}</td></tr>" for o in result.outputs)
     lines = "\n".join(html.escape(line) for line in summary_lines(result))
     html_path.write_text(
         "<!doctype html><html><head><meta charset='utf-8'>"
@@ -112,6 +127,7 @@ def write_report(result: ChaosResult, directory: Path) -> tuple[Path, Path]:
         f"<img alt='kills and checkpoints over time' src='data:image/png;base64,{_plot(result)}'>"
         f"<p>dead letters: expected {_count(result.dead_letters_expected)}, written {_count(result.dead_letters)}</p>"
         "<table border='1'><tr><th>output</th><th>kind</th><th>expected</th><th>committed</th><th>missing</th>"
-        f"<th>extra</th><th>duplicated</th></tr>{rows}</table>"
+        "<th>extra</th><th>duplicated</th><th>table commits</th><th>checkpoints committed more than once</th></tr>"
+        f"{rows}</table>"
         f"<p>JSON: {html.escape(str(json_path))}</p></body></html>", encoding="utf-8")
     return json_path, html_path

@@ -35,8 +35,9 @@ from typing import Any, Literal
 
 import yaml
 
-from barrierflow.chaos.outputs import Rows, prepare_output, read_output, unread_output, with_aliases
+from barrierflow.chaos.outputs import Rows, prepare_output, read_output, table_commits, unread_output, with_aliases
 from barrierflow.chaos.scratch import (
+    TABLE_KINDS,
     ChaosRefusedError,
     InputCount,
     ScratchOutput,
@@ -181,6 +182,17 @@ class OutputComparison:
     extra: int = 0
     duplicated: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
+    #: A table output (Iceberg, Delta): the commits of the copy's sink in the table's own history
+    #: (None: not a table, no history to check).
+    commits: int | None = None
+    #: A table output: checkpoint id -> commits, for the checkpoint ids the history holds more
+    #: than one commit of (each must have at most one).
+    commits_repeated: dict[int, int] = field(default_factory=dict)
+
+    def check_commits(self, commits: Counter[int]) -> None:
+        """Fill in the table-history figures from ``commits`` (checkpoint id -> commits)."""
+        self.commits = sum(commits.values())
+        self.commits_repeated = {cid: n for cid, n in sorted(commits.items()) if n > 1}
 
     def compare(self, expected: Rows, got: Rows) -> None:
         """Fill in the counts: missing rows, rows the reference never had, rows seen more often."""
@@ -253,11 +265,33 @@ class ChaosResult:
         return sum(o.duplicated for o in self.outputs)
 
     @property
+    def commits_repeated(self) -> int:
+        """Checkpoint ids that a table's own history holds more than one commit of, over all tables."""
+        return sum(len(o.commits_repeated) for o in self.outputs)
+
+    @property
     def passed(self) -> bool:
-        """No problem, some output compared, no row missing, extra or duplicated, and as many
-        dead letters as the reference."""
+        """No problem, some output compared, no row missing, extra or duplicated, no table with
+        more than one commit of a checkpoint, and as many dead letters as the reference."""
         return (self.problem is None and bool(self.outputs) and not (self.missing or self.extra or self.duplicated)
-                and self.dead_letters == self.dead_letters_expected)
+                and not self.commits_repeated and self.dead_letters == self.dead_letters_expected)
+
+    def by_format(self) -> dict[str, dict[str, int]]:
+        """The comparison summed per output kind (``parquet``, ``postgres``, ``kafka``,
+        ``iceberg``, ``delta``): outputs, rows expected and committed, missing, extra,
+        duplicated; for the table formats also the table commits and the checkpoint ids
+        committed more than once."""
+        found: dict[str, dict[str, int]] = {}
+        for o in self.outputs:
+            sums = found.setdefault(o.kind, {"outputs": 0, "rows_expected": 0, "rows": 0, "missing": 0, "extra": 0,
+                                             "duplicated": 0})
+            for key, value in (("outputs", 1), ("rows_expected", o.rows_expected), ("rows", o.rows),
+                               ("missing", o.missing), ("extra", o.extra), ("duplicated", o.duplicated)):
+                sums[key] += value
+            if o.commits is not None:
+                sums["commits"] = sums.get("commits", 0) + o.commits
+                sums["commits_repeated"] = sums.get("commits_repeated", 0) + len(o.commits_repeated)
+        return found
 
     def as_dict(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "spec": self.spec_path, "seed": self.seed, "mode": self.mode,
@@ -267,6 +301,7 @@ class ChaosResult:
                 "runs": self.runs, "restarts": self.restarts, "checkpoints": self.checkpoints,
                 "rows_expected": sum(o.rows_expected for o in self.outputs), "rows": sum(o.rows for o in self.outputs),
                 "missing": self.missing, "extra": self.extra, "duplicated": self.duplicated,
+                "commits_repeated": self.commits_repeated, "formats": self.by_format(),
                 "dead_letters_expected": self.dead_letters_expected, "dead_letters": self.dead_letters,
                 "seconds": round(self.seconds, 1), "reference_seconds": round(self.reference_seconds, 1),
                 "scratch": self.scratch,
@@ -350,6 +385,10 @@ class _Copy:
 
     def rows(self, output: ScratchOutput) -> Rows:
         return with_aliases(read_output(output, self.sink_of(output), self.spec.name), self.topic_aliases)
+
+    def table_commits(self, output: ScratchOutput) -> Counter[int]:
+        """Checkpoint id -> commits of the table output ``output`` in the table's own history."""
+        return table_commits(output, self.sink_of(output), self.spec.name)
 
     def dead_letter_uris(self) -> list[str]:
         """Where the copy's runs write malformed records: each stage's ``dead_letter_path`` (of
@@ -624,6 +663,8 @@ class ChaosRunner:
         for ref_out, chaos_out, rows in zip(reference.outputs, chaos.outputs, expected, strict=True):
             comparison = OutputComparison(ref_out.stage, ref_out.sink, ref_out.kind, ref_out.target, chaos_out.target)
             comparison.compare(rows, chaos.rows(chaos_out))
+            if chaos_out.kind in TABLE_KINDS:
+                comparison.check_commits(chaos.table_commits(chaos_out))
             self.result.outputs.append(comparison)
         self._event("end", self.result.runs)
         return self.result

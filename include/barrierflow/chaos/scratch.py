@@ -4,7 +4,9 @@ A copy is the user's YAML with everything a run writes moved aside: the pipeline
 every transaction id, marker and derived channel topic), ``work_dir``, every storage URI
 outside the sources and the transformation (the checkpoint storage, ``dead_letter_path``,
 ``event_times_path``, Parquet paths, write-ahead paths, rollups), explicit channel topics, the
-PostgreSQL tables, the Kafka topics and their commit-marker topics. Sources, the
+PostgreSQL tables, the Kafka topics and their commit-marker topics, the Iceberg tables (a
+scratch table name; a scratch SQLite catalog in place of a local SQLite one) and the Delta
+tables (their paths are storage URIs). Sources, the
 transformation and every other setting stay as written, so both copies read the same input and
 run the same code. No store of a copy may lie in one of the spec's (or the other way round):
 a copy never writes what the spec's own pipeline keeps.
@@ -15,7 +17,8 @@ Storage stays of the kind the spec uses: ``file://`` stores move under the scrat
 
 Not moved, because the spec does not name it: a PostgreSQL sink's commit-marker table
 ``barrierflow_commits`` (the copies' rows there carry the copies' pipeline names, which the
-pipeline never reads).
+pipeline never reads). Not moved, because it is a server: an Iceberg sink's PostgreSQL or REST
+catalog (the copies' tables in it have scratch names).
 
 Servers: the copies' tables and topics live on the servers the spec names, unless its ``chaos``
 block names scratch ones (:class:`barrierflow.spec.models.ChaosSpec`): ``postgres_dsn_env``
@@ -27,6 +30,7 @@ every channel on a real cluster. Sources keep theirs: a copy only reads them.
 from __future__ import annotations
 
 import copy
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +45,10 @@ from barrierflow.spec.models import GeneratorSourceSpec, KafkaSinkSpec, KafkaSou
 from barrierflow.spec.stages import PipelineSpec
 
 AnySpec = PipelineSpec
+#: The sink kinds whose committed output chaos reads and compares (:mod:`barrierflow.chaos.outputs`).
+OUTPUT_KINDS: tuple[str, ...] = ("parquet", "postgres", "kafka", "iceberg", "delta")
+#: The sink kinds that write lakehouse tables (their histories are checked too).
+TABLE_KINDS: tuple[str, ...] = ("iceberg", "delta")
 #: A Kafka sink's ``commit_marker_topic`` when the spec does not set it.
 DEFAULT_MARKER_TOPIC: str = KafkaSinkSpec.model_fields["commit_marker_topic"].default
 
@@ -63,8 +71,8 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
             a source kind chaos cannot bound), a Kafka source that starts at ``latest`` (as a
             whole or for one partition: ``-1``), a transformation declared non-deterministic,
             an update- or complete-mode transformation whose micro-batches are not reproducible
-            (:func:`_check_reproducible_batches`), a lakehouse table sink (Iceberg, Delta: not
-            copied to scratch tables), or no output to compare (only channel or discard sinks).
+            (:func:`_check_reproducible_batches`), or no output to compare (only channel or
+            discard sinks).
     """
     kafka: list[KafkaSourceSpec] = []
     outputs = 0
@@ -89,15 +97,10 @@ def check_judgeable(spec: AnySpec) -> list[KafkaSourceSpec]:
             elif getattr(source, "type", None) != "channel":
                 raise ChaosRefusedError(f"{where}: source {getattr(source, 'name', '?')!r} of type "
                                         f"{getattr(source, 'type', '?')!r} cannot be bounded by chaos")
-        tables = [sink.name for sink in part.sinks if sink.type in ("iceberg", "delta")]
-        if tables:  # a copy would commit into the catalog or table the spec names, not a scratch one
-            raise ChaosRefusedError(f"{where}: sink(s) {', '.join(map(repr, tables))} write lakehouse tables, which "
-                                    "chaos does not copy to scratch tables or compare yet; run chaos on a copy of the "
-                                    "spec whose table sinks are Parquet sinks")
-        outputs += sum(1 for sink in part.sinks if sink.type in ("parquet", "postgres", "kafka"))
+        outputs += sum(1 for sink in part.sinks if sink.type in OUTPUT_KINDS)
     if not outputs:
-        raise ChaosRefusedError(f"pipeline {spec.name!r} has no Parquet, PostgreSQL or Kafka sink: there is no "
-                                "committed output to compare")
+        raise ChaosRefusedError(f"pipeline {spec.name!r} has no Parquet, PostgreSQL or Kafka sink and no table sink "
+                                "(Iceberg, Delta): there is no committed output to compare")
     return kafka
 
 
@@ -292,6 +295,26 @@ def _sinks(raw_stage: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield from raw_stage.get("sinks") or []
 
 
+def _to_scratch_catalog(sink: dict[str, Any], root: Path, stage: str) -> None:
+    """Give the copy's Iceberg sink ``sink`` a scratch SQLite catalog when the spec's catalog is a
+    local SQLite file (the default under the work dir, a ``sqlite:`` ``uri``, or a ``uri_env``
+    whose value is one): ``<root>/iceberg/<stage>/catalog.db``, one per stage as the default
+    is. A PostgreSQL or REST catalog is kept (a server, like a PostgreSQL sink's database): the
+    copy's table has a scratch name in it (:func:`_table`), and its data goes under the copy's
+    warehouse (moved like every storage URI, or the default under the copy's work dir)."""
+    catalog = dict(sink.get("catalog") or {})
+    uri = str(catalog.get("uri") or "")
+    if catalog.get("uri_env"):
+        uri = os.environ.get(str(catalog["uri_env"]), "").strip()
+        if not uri.startswith("sqlite:"):
+            return
+    if str(catalog.get("type") or "sql") != "sql" or (uri and not uri.startswith("sqlite:")):
+        return
+    catalog.pop("uri_env", None)
+    catalog["uri"] = f"sqlite:///{root / 'iceberg' / stage / 'catalog.db'}"
+    sink["catalog"] = catalog
+
+
 def _to_scratch_servers(data: dict[str, Any]) -> None:
     """Point the sinks and real-cluster channels of the copy ``data`` at the scratch servers its
     ``chaos`` block names (none named: left as they are). The block itself is dropped: the copy
@@ -318,7 +341,8 @@ def scratch_copy(raw: dict[str, Any], *, copy_name: str, root: Path, stamp: str
     name, ``work_dir``, every ``file://`` / ``s3://`` value outside ``sources`` and
     ``transformation`` (the checkpoint storage, ``dead_letter_path``, ``event_times_path``,
     Parquet paths, write-ahead paths, rollups, and any such field a spec gains), explicit channel
-    topics, PostgreSQL tables, Kafka sink topics and their ``commit_marker_topic``; the sinks'
+    topics, PostgreSQL tables, Kafka sink topics and their ``commit_marker_topic``, Iceberg
+    tables (and a local SQLite catalog: :func:`_to_scratch_catalog`), Delta paths; the sinks'
     (and real-cluster channels') servers when the ``chaos`` block names scratch ones. ``raw``
     is not changed.
 
@@ -350,6 +374,9 @@ def scratch_copy(raw: dict[str, Any], *, copy_name: str, root: Path, stamp: str
                 sink["topic"] = f"{sink['topic']}.chaos-{stamp}-{copy_name}"
                 marker = str(sink.get("commit_marker_topic") or DEFAULT_MARKER_TOPIC)
                 sink["commit_marker_topic"] = f"{marker}.chaos-{stamp}-{copy_name}"
+            elif sink.get("type") == "iceberg":
+                sink["table"] = _table(str(sink["table"]), stamp, copy_name)
+                _to_scratch_catalog(sink, root, stage_name)
     for where, uri in list(_storage_leaves(data)):
         label = labels.get(where) or re.sub(r"[^A-Za-z0-9_.-]", "_", _field(where))
         _put(data, where, _uri(uri, root, label, stamp, copy_name, original_name))
@@ -365,8 +392,9 @@ def scratch_copy(raw: dict[str, Any], *, copy_name: str, root: Path, stamp: str
         for sink, original in zip(_sinks(stage.data), _sinks(original_stage.data), strict=True):
             kind = str(sink.get("type"))
             name = str(sink.get("name", kind))
-            if kind in ("parquet", "postgres", "kafka"):
-                field = {"parquet": "path", "postgres": "table", "kafka": "topic"}[kind]
+            if kind in OUTPUT_KINDS:
+                field = {"parquet": "path", "postgres": "table", "kafka": "topic", "iceberg": "table",
+                         "delta": "path"}[kind]
                 marker = ((str(original.get("commit_marker_topic") or DEFAULT_MARKER_TOPIC),
                            str(sink["commit_marker_topic"])) if kind == "kafka" else None)
                 outputs.append(ScratchOutput(stage_name, name, kind, str(sink[field]), str(original[field]),
