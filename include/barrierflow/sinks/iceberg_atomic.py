@@ -107,8 +107,10 @@ class AtomicGroup:
     """The atomic group of one pipeline in one catalog (module docstring): its rows in the
     catalog's PostgreSQL database."""
 
-    def __init__(self, *, uri: str, catalog_name: str, pipeline: str, connect_timeout: float = 10.0) -> None:
+    def __init__(self, *, uri: str, catalog_name: str, pipeline: str, connect_timeout: float = 10.0,
+                 lock_timeout: float = 30.0) -> None:
         self.params = libpq_params(uri)
+        self.lock_timeout = lock_timeout
         self.catalog_name = catalog_name
         self.pipeline = pipeline
         self.connect_timeout = connect_timeout
@@ -219,6 +221,9 @@ class AtomicGroup:
         moved = []
         with self.connect("move the tables of a cut") as conn:
             self.ensure_schema(conn)
+            # a cut another process left prepared holds its rows' locks: give up and retry the
+            # commit (which finishes that cut first) instead of waiting for ever
+            conn.execute(f"SET lock_timeout = '{int(self.lock_timeout * 1000)}ms'")
             members = self.members(conn)
             rows = conn.execute(f"SELECT checkpoint_id, member FROM {STAGED} WHERE catalog_name = %s AND "
                                 "pipeline = %s ORDER BY checkpoint_id", [self.catalog_name, self.pipeline]).fetchall()
