@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from barrierflow.batch.lake_cut import cut_tables, newest_cut
-from barrierflow.sinks.cut import TableVersion
+from barrierflow.pipeline.model import open_pipeline
+from barrierflow.sinks.cut import CutLog, TableVersion
+from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 
 
 @dataclass(frozen=True)
@@ -44,3 +46,13 @@ def lake_cut(spec_path: str | os.PathLike[str], checkpoint_id: int | None = None
     if checkpoint_id is None:
         checkpoint_id = newest_cut(spec_path)
     return LakeCut(checkpoint_id, cut_tables(spec_path, checkpoint_id))
+
+
+def cut_ids(spec_path: str | os.PathLike[str]) -> list[int]:
+    """The checkpoint ids whose cut every stage writing a table recorded, ascending; [] when
+    none is recorded yet or the pipeline writes no Iceberg or Delta table. Lists keys only (the
+    tables asset's watcher polls it)."""
+    pipeline = open_pipeline(spec_path)
+    ids = [set(CutLog(stage.store.objects).checkpoints()) for stage in pipeline.stages
+           if any(isinstance(sink, IcebergSinkSpec | DeltaSinkSpec) for sink in stage.spec.sinks)]
+    return sorted(set.intersection(*ids)) if ids else []
