@@ -68,6 +68,8 @@ MEMBERS = "barrierflow_atomic_members"
 STAGED = "barrierflow_atomic_staged"
 CUTS = "barrierflow_atomic_cuts"
 GID_PREFIX = "bf-atomic."
+#: How many checkpoints may wait for a member before each move warns about it.
+STALLED_AFTER = 5
 _SCHEMA = [
     f"""CREATE TABLE IF NOT EXISTS {MEMBERS} (
         catalog_name TEXT NOT NULL, pipeline TEXT NOT NULL, member TEXT NOT NULL,
@@ -141,6 +143,11 @@ class AtomicGroup:
     def ensure_schema(self, conn: psycopg.Connection[Any]) -> None:
         if self._schema_ready:
             return
+        row = conn.execute("SHOW max_prepared_transactions").fetchone()
+        if row is None or int(row[0]) <= 0:
+            raise SinkError(f"iceberg catalog.atomic: {self.where()} has max_prepared_transactions = "
+                            f"{row[0] if row else '?'}; atomic mode prepares one transaction per checkpoint: set "
+                            "max_prepared_transactions to at least 10 in postgresql.conf and restart the server")
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('barrierflow_atomic_schema'))")
             for statement in _SCHEMA:
@@ -232,6 +239,13 @@ class AtomicGroup:
                 staged.setdefault(int(cid), set()).add(member)
             for cid in sorted(staged):
                 if not members or not members <= staged[cid]:
+                    if len(staged) > STALLED_AFTER:
+                        log.warning(
+                            "iceberg catalog.atomic: %d checkpoints of pipeline %s wait for member(s) %s, which "
+                            "did not commit checkpoint %d. If a table left the pipeline, remove it: DELETE FROM %s "
+                            "WHERE catalog_name = '%s' AND pipeline = '%s' AND member = '<stage>/<sink>'",
+                            len(staged), self.pipeline, ", ".join(sorted(members - staged[cid])), cid, MEMBERS,
+                            self.catalog_name, self.pipeline)
                     break  # a member has not staged it yet: it moves when the last one does
                 if self._move_one(conn, cid):
                     moved.append(cid)
