@@ -30,7 +30,6 @@ from bench import atomic_cut
 from bench.atomic_cut_reader import CatalogReader, torn
 from tests.sinks.lake_env import REPO
 
-pytestmark = pytest.mark.postgres
 _used = Counter[str]()
 
 
@@ -99,6 +98,7 @@ def test_atomic_mode_is_refused_where_it_cannot_hold() -> None:
             parse_any_spec(pipeline(atomic, other))
 
 
+@pytest.mark.postgres
 def test_tables_move_together_and_a_cut_left_prepared_commits_exactly_once(url: str, tmp_path: Path) -> None:
     catalog = catalog_name("atomic")
     reader = CatalogReader(libpq_params(url), catalog, "lake")
@@ -147,6 +147,7 @@ def test_tables_move_together_and_a_cut_left_prepared_commits_exactly_once(url: 
     reader.close()
 
 
+@pytest.mark.postgres
 def test_without_atomic_mode_a_reader_sees_a_torn_cut(url: str, tmp_path: Path) -> None:
     """The reader can tell: committed table by table, table a is at checkpoint 2 while b is at 1."""
     catalog = catalog_name("plain")
@@ -171,6 +172,7 @@ def test_without_atomic_mode_a_reader_sees_a_torn_cut(url: str, tmp_path: Path) 
     assert [torn(r) for r in reads] == [False, False, True, False]
 
 
+@pytest.mark.postgres
 @pytest.mark.slow(120)
 def test_chaos_kills_leave_no_torn_read_and_every_row_once(url: str, tmp_path: Path) -> None:
     """The recorded run's harness, small: kills at a random moment and between PREPARE and
