@@ -28,6 +28,10 @@ member's commit (on its stage's sink thread, :class:`AtomicIcebergSink`):
    member whose staging completed the group moves it; a concurrent mover blocks on the row
    locks and then finds nothing left to move.
 
+A member's ledger entry of epoch n becomes COMMITTED once its part is recorded (durable in the
+catalog's database): its table shows the epoch when the group moves, which the last member of
+checkpoint n does in the same breath (or a restore, after a crash in between).
+
 In doubt (a crash between ``PREPARE`` and ``COMMIT PREPARED``): the prepared transaction holds
 the rows' locks until it is finished. Every commit and restore of a member first finishes the
 pipeline's prepared cuts (:meth:`AtomicGroup.resolve_in_doubt`): always ``COMMIT PREPARED``, as
