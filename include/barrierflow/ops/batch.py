@@ -165,8 +165,8 @@ def newest_output_epoch(spec_path: str | os.PathLike[str], stage: str | None = N
     ledger) of the pipeline or of its final stage ``stage``, or None (none yet, or the sink is
     not Parquet). What the output asset's watcher polls: lists the ledger, reads no output."""
     target = batch_target(spec_path, stage)
-    sink = target.spec.sink
-    if not isinstance(sink, ParquetSinkSpec):
+    sink = next((s for s in target.spec.sinks if isinstance(s, ParquetSinkSpec)), None)
+    if sink is None:
         return None
     committed = [t.checkpoint_id for t in TransactionLedger(target.store.objects, target.spec.name).list(sink.name)
                  if t.state is TxnState.COMMITTED]

@@ -78,9 +78,9 @@ def replay_obstacle(spec: PipelineSpec, stage: str) -> str | None:
 
 
 def parquet_final_stages(spec: PipelineSpec) -> list[StageEntry]:
-    """The final stages of ``spec`` whose sink is Parquet, in spec order."""
+    """The final stages of ``spec`` that write a Parquet sink, in spec order."""
     final = set(_graph(spec).final_stages)
-    return [s for s in spec.stages if s.name in final and isinstance(s.sinks[0], ParquetSinkSpec)]
+    return [s for s in spec.stages if s.name in final and any(isinstance(k, ParquetSinkSpec) for k in s.sinks)]
 
 
 def choose_final_stage(spec: PipelineSpec, name: str | None) -> StageEntry:
@@ -108,7 +108,7 @@ def choose_final_stage(spec: PipelineSpec, name: str | None) -> StageEntry:
                               f"{listed}") from None
     if stage not in candidates:
         why = "writes a channel (its output goes on to other stages)" if stage.output_channels \
-            else f"writes a {stage.sinks[0].type!r} sink, not Parquet"
+            else f"writes a {' and a '.join(repr(k.type) for k in stage.sinks)} sink, not Parquet"
         raise FinalStageError(f"pipeline {spec.name!r}: stage {name!r} {why}; the batch side reads the committed "
                               f"Parquet output of a final stage: {listed}")
     return stage
@@ -134,8 +134,7 @@ def parquet_outputs(spec: PipelineSpec) -> list[ParquetOutput]:
     named = cut_layout(spec).named_stages
     outputs = []
     for stage in parquet_final_stages(spec):
-        sink = stage.sinks[0]
-        assert isinstance(sink, ParquetSinkSpec)
+        sink = next(k for k in stage.sinks if isinstance(k, ParquetSinkSpec))  # its first Parquet sink
         outputs.append(ParquetOutput(stage.name if named else None, sink, stage.batch.output_event_interval,
                                      recomputable=replay_obstacle(spec, stage.name) is None))
     return outputs
