@@ -117,6 +117,12 @@ def test_tables_move_together_and_a_cut_left_prepared_commits_exactly_once(url: 
     # a created its table (empty, no snapshot) and staged its part; b not yet: nothing moved. b has an
     # empty snapshot of checkpoint 2 (its epoch without rows), so every table names the cut it is in
     assert reads == [{"a": None}, {"a": 1, "b": 1}, {"a": 1, "b": 1}, {"a": 2, "b": 2}]
+    stores = {s: LocalObjectStore(tmp_path / f"store-{s}") for s in ("s1", "s2")}
+    cat = SqlCatalog(catalog, uri=url)
+    current = {f"{s}/{n}": cat.load_table(f"lake.{n}").current_snapshot().snapshot_id for s, n in (("s1", "a"),
+                                                                                                   ("s2", "b"))}
+    assert {k: (v.version, v.checkpoint_id) for k, v in tables_as_of(stores, 2).items() if v} == {
+        k: (sid, 2) for k, sid in current.items()}  # a's record, written before the move, names the moved snapshot
 
     # checkpoint 3 in a driver (attempt 1) killed between PREPARE TRANSACTION and COMMIT PREPARED
     (tmp_path / "attempt").write_text("0")

@@ -58,9 +58,10 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import SinkError, UserInputError
 from barrierflow.faults import crash_point
+from barrierflow.sinks.cut import TableVersion
 from barrierflow.sinks.iceberg import IcebergSink, catalog_uri
 from barrierflow.sinks.table import DataFile
-from barrierflow.transactions.ledger import Transaction
+from barrierflow.transactions.ledger import Transaction, TxnState
 
 if TYPE_CHECKING:
     import psycopg
@@ -181,6 +182,16 @@ class AtomicGroup:
         newest = next((loc for _cid, loc in reversed(rows) if loc is not None), None)
         return any(cid == checkpoint_id for cid, _ in rows), newest
 
+    def part(self, member: str, checkpoint_id: int) -> tuple[int | None] | None:
+        """``(snapshot id,)`` of ``member``'s recorded part of ``checkpoint_id`` (``(None,)``:
+        its table did not exist yet), or None when none is recorded (moved, or never staged)."""
+        with self.connect(f"read the part of {member}") as conn:
+            self.ensure_schema(conn)
+            row = conn.execute(f"SELECT snapshot_id FROM {STAGED} WHERE catalog_name = %s AND pipeline = %s AND "
+                               "member = %s AND checkpoint_id = %s",
+                               [self.catalog_name, self.pipeline, member, checkpoint_id]).fetchone()
+        return None if row is None else (None if row[0] is None else int(row[0]),)
+
     def stage(self, checkpoint_id: int, member: str, namespace: str, table: str, old: str | None,
               new: str | None, snapshot_id: int | None) -> None:
         """Record ``member``'s part of the cut of ``checkpoint_id`` (a repeat is a no-op)."""
@@ -198,14 +209,6 @@ class AtomicGroup:
                                [self.catalog_name, self.pipeline, member, -1 if checkpoint_id is None
                                 else checkpoint_id])
             return cur.rowcount
-
-    def cut_ids(self, at_least: int) -> set[int]:
-        """The checkpoint ids >= ``at_least`` whose cut moved."""
-        with self.connect("read the moved cuts") as conn:
-            self.ensure_schema(conn)
-            rows = conn.execute(f"SELECT checkpoint_id FROM {CUTS} WHERE catalog_name = %s AND pipeline = %s "
-                                "AND checkpoint_id >= %s", [self.catalog_name, self.pipeline, at_least]).fetchall()
-        return {int(r[0]) for r in rows}
 
     def resolve_in_doubt(self) -> list[str]:
         """``COMMIT PREPARED`` every prepared cut of this pipeline (module docstring: a prepared
@@ -331,7 +334,6 @@ class AtomicIcebergSink(IcebergSink):
                                  pipeline=str(self.pipeline_name))
         self.member = f"{self.stage}/{self.name}"
         self.group.register(self.member, self.spec.namespace, self.spec.table_name)
-        self._cuts_due: set[int] = set()
 
     def _base(self, table: Table | None, staged_location: str | None) -> Table | None:
         """The table as its newest metadata says: the member's staged one, else the catalog's."""
@@ -401,14 +403,21 @@ class AtomicIcebergSink(IcebergSink):
         return super().restore(target_checkpoint, barrier_batch)
 
     def record_cut(self, checkpoint_id: int) -> None:
-        """Write the cut records of ``checkpoint_id`` and earlier ones once their cut moved (a
-        later commit writes those whose cut moves later)."""
-        self._cuts_due.add(checkpoint_id)
-        moved = self.group.cut_ids(min(self._cuts_due))
-        table = self.load()
-        holds = self.committed_checkpoint(table) if table is not None else None
-        for cid in sorted(self._cuts_due):
-            if cid in moved or (holds is not None and holds >= cid):
-                self._cuts_due.discard(cid)
-                super().record_cut(cid)
-
+        """Write the cut record of ``checkpoint_id``. While this member's part of that cut is
+        recorded but the group has not moved yet (another member's commit moves it), the
+        record names the snapshot the part adds, which becomes the table's current one when
+        the group moves: the cut of a pipeline is complete only once every member recorded
+        it, and the member that moves the group records after the move."""
+        if self.cuts is None:
+            return
+        if any(t.checkpoint_id <= checkpoint_id and t.state is TxnState.PRECOMMITTED
+               for t in self.ledger.list(self.name)):
+            return  # as every table sink: a later commit or the restore writes it
+        part = self.group.part(self.member, checkpoint_id)
+        if part is None:
+            super().record_cut(checkpoint_id)  # moved (or nothing staged): the catalog says it
+            return
+        version = None if part[0] is None else TableVersion(
+            "iceberg", self.spec.table, part[0], checkpoint_id,
+            {"name": self.spec.catalog.name, "type": self.spec.catalog.type})
+        self.cuts.record(checkpoint_id, {self.name: version})
