@@ -152,7 +152,12 @@ class PipelineProgressTrigger(BaseEventTrigger):
                     payload: dict[str, Any] = {"spec_path": self.spec_path, "watched": self.watched, "id": announced,
                                                "previous": last}
                     if self.watched == "tables":
-                        payload["tables"] = await asyncio.to_thread(self.cut, announced)
+                        try:
+                            payload["tables"] = await asyncio.to_thread(self.cut, announced)
+                        except Exception as exc:  # e.g. deleted by retention meanwhile: not announced
+                            self.log.warning("cannot read the cut of checkpoint %d of %s: %s", announced,
+                                             self.spec_path, exc)
+                            continue
                     yield TriggerEvent(payload)
                     last, last_event_at = announced, now
                     await self._remember(announced)
