@@ -86,6 +86,10 @@ tags, tasks, whether it applies).
   Great Expectations suites of the committed output (newest `epochs` epochs) and the rollups,
   stores the report and offline Data Docs with the reports, returns the summary (XCom), and fails
   naming each failed expectation, its column and a sample of bad rows.
+* `barrierflow_tables__<name>` (on the asset `barrierflow/<name>/tables`; only for a spec that writes
+  Iceberg or Delta tables): `table_cut` returns (XCom) and logs the cut of the triggering asset
+  event, every table's version as of one checkpoint (in a run no event triggered: the newest cut);
+  a downstream task reads each table at the version it names (docs/lakehouse.md).
 * `barrierflow_chaos__<name>` (triggered, no schedule; only for a spec with `chaos: {dag: true}`,
   whose PostgreSQL / Kafka sinks then need scratch servers, `chaos.postgres_dsn_env` /
   `chaos.kafka_bootstrap_servers`, or the spec does not load): `chaos` runs `barrierflow
@@ -170,6 +174,7 @@ from typing import Any
 
 from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, DeltaTriggerTimetable, Param
 from barrierflow.airflow import params as dag_params
+from barrierflow.airflow.assets import asset_name
 from barrierflow.airflow.dag_ids import dag_id_for
 from barrierflow.airflow.dag_model import BatchDagKind, DagKind, Output, Pipeline, pipeline_dags_model
 from barrierflow.airflow.launch import BatchSubmitOperator, PipelineSubmitOperator
@@ -185,6 +190,7 @@ from barrierflow.airflow.tasks import (
     skew,
     stop,
     supervise,
+    table_cut,
     validate,
     verify,
 )
@@ -341,6 +347,10 @@ DAG_KINDS: tuple[DagKind, ...] = (
     DagKind("skew", lambda p: f"Watermark-skew report (event time, skew, lag, idle partitions; expectations) of "
                               f"{p.summary}",
             lambda p: SKEW_SCHEDULE, lambda p: skew(p.spec_path, BARRIERFLOW_HOME), tags=("data-quality",)),
+    DagKind("tables", lambda p: (f"The tables of each new cut of {p.summary}: every Iceberg and Delta table's version "
+                                 "as of one checkpoint, from the tables asset's event (returned for downstream tasks)"),
+            lambda p: p.tables, lambda p: table_cut(p.spec_path, BARRIERFLOW_HOME, asset_name(p.name, "tables")),
+            tags=("lakehouse",), applies=lambda p: p.tables is not None),
     DagKind("chaos", lambda p: (f"Prove exactly-once on {p.summary} under random kills: a failure-free run and a run "
                                 "under kills in scratch copies, outputs compared row by row (barrierflow chaos)"),
             lambda p: None, lambda p: chaos_task(p.spec_path, BARRIERFLOW_HOME),

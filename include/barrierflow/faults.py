@@ -13,7 +13,9 @@ yet told), ``mid_sink_commit`` (a sink commit half done); in multi-stage pipelin
 ``after_global_manifest`` (global checkpoint complete, final stages' sinks not yet told); inside
 the Kafka sink's transaction ``kafka_before_marker`` (the epoch's records acknowledged, marker
 not yet sent) and ``kafka_after_marker`` (marker acknowledged, ``commit_transaction`` not yet
-called): both leave an aborted Kafka transaction behind; in ``barrierflow upgrade``
+called): both leave an aborted Kafka transaction behind; in the atomic Iceberg commit
+``iceberg_atomic_prepared`` (the cut's tables moved in a prepared transaction, ``COMMIT
+PREPARED`` not yet run); in ``barrierflow upgrade``
 ``upgrade_mid_rewrite`` (every stage's part of the new savepoint stored, the savepoint not yet
 recorded: a run again makes the rewrite anew, its id still the next free one),
 ``upgrade_after_rewrite`` (the savepoint to restore is recorded, the canary not yet started),
@@ -44,7 +46,7 @@ STAGE_POINTS = ("mid_epoch", "during_upload", "after_precommit", "after_manifest
 #: Points only the coordinator of a multi-stage pipeline reaches.
 PIPELINE_POINTS = ("after_global_manifest",)
 #: Points inside one sink type's commit (reached only by pipelines with such a sink).
-SINK_POINTS = {"kafka": ("kafka_before_marker", "kafka_after_marker")}
+SINK_POINTS = {"kafka": ("kafka_before_marker", "kafka_after_marker"), "iceberg": ("iceberg_atomic_prepared",)}
 POINTS = STAGE_POINTS + PIPELINE_POINTS + tuple(p for points in SINK_POINTS.values() for p in points)
 #: Points of ``barrierflow upgrade`` (:mod:`barrierflow.upgrade.steps`): never reached by a run, so
 #: not among the :data:`POINTS` a chaos run may name.

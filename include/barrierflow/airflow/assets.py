@@ -12,6 +12,13 @@ A pipeline has two assets:
   The rollup and data-quality DAGs run on it (and daily). A multi-stage pipeline has one per
   final stage with a Parquet sink, ``barrierflow/<name>/<stage>/output`` (URI: that stage's sink
   folder), on the COMMITTED epochs of the stage's own 2PC ledger; that stage's batch DAGs run on it.
+* ``barrierflow/<name>/tables`` (URI: the checkpoint store; pipelines writing Iceberg or Delta
+  tables): one event per cut whose tables every table-writing stage committed (its cut record
+  is stored), in checkpoint order, carrying every table's version as of that cut in the event's
+  payload (``extra["payload"]["tables"]``: ``<stage>/<sink>`` -> format, table, Iceberg
+  snapshot id or Delta version, and the checkpoint that wrote it). A DAG scheduled on it reads
+  each table at the version its triggering event names, so it never combines table A at cut n
+  with table B at n - 1. A watcher that starts announces the newest cut only.
 
 Who emits the events. The streaming job is one long-running spark-submit, not an Airflow task,
 so it has no ``outlets``; making the job call Airflow's REST API (``POST /api/v2/assets/events``)
@@ -38,8 +45,8 @@ from typing import Any
 from airflow.sdk import Asset, AssetWatcher
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-#: What a watcher follows: completed checkpoints, or committed output epochs.
-WATCHED = ("checkpoints", "output")
+#: What a watcher follows: completed checkpoints, committed output epochs, or cuts of tables.
+WATCHED = ("checkpoints", "output", "tables")
 _STATE_KEY = "last_announced_id"
 
 
@@ -100,6 +107,11 @@ class PipelineProgressTrigger(BaseEventTrigger):
             from barrierflow.ops.batch import newest_output_epoch
 
             return newest_output_epoch(self.spec_path, self.stage)
+        if self.watched == "tables":
+            from barrierflow.ops.lake import cut_ids
+
+            ids = cut_ids(self.spec_path)
+            return ids[-1] if ids else None
         from barrierflow.ops.progress import newest_completed_checkpoint
 
         return newest_completed_checkpoint(self.spec_path)
@@ -135,12 +147,37 @@ class PipelineProgressTrigger(BaseEventTrigger):
             now = time.monotonic()
             if newest is not None and (last is None or newest > last) \
                     and now - last_event_at >= self.min_interval_seconds:
-                self.log.info("%s: new %s id %d (previous %s)", self.spec_path, self.watched, newest, last)
-                yield TriggerEvent({"spec_path": self.spec_path, "watched": self.watched, "id": newest,
-                                    "previous": last})
-                last, last_event_at = newest, now
-                await self._remember(newest)
+                for announced in await asyncio.to_thread(self.to_announce, last, newest):
+                    self.log.info("%s: new %s id %d (previous %s)", self.spec_path, self.watched, announced, last)
+                    payload: dict[str, Any] = {"spec_path": self.spec_path, "watched": self.watched, "id": announced,
+                                               "previous": last}
+                    if self.watched == "tables":
+                        try:
+                            payload["tables"] = await asyncio.to_thread(self.cut, announced)
+                        except Exception as exc:  # e.g. deleted by retention meanwhile: not announced
+                            self.log.warning("cannot read the cut of checkpoint %d of %s: %s", announced,
+                                             self.spec_path, exc)
+                            continue
+                    yield TriggerEvent(payload)
+                    last, last_event_at = announced, now
+                    await self._remember(announced)
             await asyncio.sleep(self.poll_seconds)
+
+    def to_announce(self, last: int | None, newest: int) -> list[int]:
+        """The ids to announce after ``last`` up to ``newest``: every cut in between, in order,
+        for the tables (each cut is one consistent set of table versions); the newest only
+        otherwise, and at the first start."""
+        if self.watched != "tables" or last is None:
+            return [newest]
+        from barrierflow.ops.lake import cut_ids
+
+        return [cid for cid in cut_ids(self.spec_path) if last < cid <= newest]
+
+    def cut(self, checkpoint_id: int) -> dict[str, Any]:
+        """Every table's version as of the cut of ``checkpoint_id`` (the event's ``tables``)."""
+        from barrierflow.ops.lake import lake_cut
+
+        return dict(lake_cut(self.spec_path, checkpoint_id).as_dict()["tables"])
 
 
 def pipeline_asset(pipeline: str, watched: str, uri: str, *, spec_path: str, barrierflow_home: str,
@@ -153,3 +190,18 @@ def pipeline_asset(pipeline: str, watched: str, uri: str, *, spec_path: str, bar
     watcher = f"barrierflow-{pipeline}-{stage}-{watched}" if stage else f"barrierflow-{pipeline}-{watched}"
     return Asset(name=asset_name(pipeline, watched, stage), uri=uri, group="barrierflow",
                  watchers=[AssetWatcher(name=watcher, trigger=trigger)])
+
+
+def triggering_cut(triggering_asset_events: Any, asset_name_: str) -> dict[str, Any] | None:
+    """The newest cut among a DAG run's ``triggering_asset_events`` (its task context's) of the
+    tables asset ``asset_name_``: ``{"checkpoint_id": n, "tables": {<stage>/<sink>: version}}``,
+    or None when the run was not triggered by that asset (a manual or scheduled run)."""
+    cuts = []
+    for asset, events in dict(triggering_asset_events or {}).items():
+        if getattr(asset, "name", None) != asset_name_:
+            continue
+        for event in events:
+            payload = (getattr(event, "extra", None) or {}).get("payload") or {}
+            if "tables" in payload and payload.get("id") is not None:
+                cuts.append({"checkpoint_id": int(payload["id"]), "tables": payload["tables"]})
+    return max(cuts, key=lambda c: c["checkpoint_id"]) if cuts else None

@@ -6,9 +6,10 @@ from __future__ import annotations
 #: supervision, the scheduled checkpoint verification and retention, the triggered failure
 #: recovery, the scheduled 2PC reconciliation, the scheduled watermark-skew report, the triggered
 #: stop (with a savepoint) and, for a Parquet sink, the batch side: daily rollups, the
-#: stream-vs-batch comparison, data quality.
+#: stream-vs-batch comparison, data quality; for Iceberg and Delta tables, the cut of each new
+#: cut of the tables.
 DAG_KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "stop", "rollup",
-             "recompute", "quality", "chaos", "upgrade")
+             "recompute", "quality", "chaos", "upgrade", "tables")
 
 
 def dag_id_for(spec_name: str, kind: str) -> str:

@@ -23,6 +23,7 @@ from barrierflow.airflow.assets import pipeline_asset, storage_asset_uri
 from barrierflow.airflow.dag_ids import dag_id_for
 from barrierflow.ops.discovery import DiscoveredPipeline
 from barrierflow.pipeline.final_stages import parquet_outputs
+from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 from barrierflow.spec.stages import PipelineSpec
 
 
@@ -58,6 +59,9 @@ class Pipeline:
     spec_path: str
     checkpoints: Asset
     outputs: tuple[Output, ...]  # none: no Parquet sink (single stage) or no final Parquet stage
+    #: ``barrierflow/<name>/tables``: one event per cut of its Iceberg and Delta tables, carrying
+    #: every table's version (None: the pipeline writes no table); :mod:`barrierflow.airflow.assets`
+    tables: Asset | None = None
 
     @property
     def spec(self) -> PipelineSpec:
@@ -105,7 +109,11 @@ def pipeline_dags_model(entry: DiscoveredPipeline, *, barrierflow_home: str, pol
         asset = pipeline_asset(entry.name, "output", _storage_asset_uri(lake.sink.path, barrierflow_home),
                                stage=lake.stage, min_interval_seconds=lake.output_event_interval, **watch)
         outputs.append(Output(lake.stage, asset, recomputable=lake.recomputable))
-    return Pipeline(entry, spec_path, checkpoints, tuple(outputs))
+    tables = None
+    if any(isinstance(sink, IcebergSinkSpec | DeltaSinkSpec) for stage in spec.stages for sink in stage.sinks):
+        cuts_uri = _storage_asset_uri(spec.checkpoint.storage, barrierflow_home).rstrip("/") + "/cuts"
+        tables = pipeline_asset(entry.name, "tables", cuts_uri, **watch)
+    return Pipeline(entry, spec_path, checkpoints, tuple(outputs), tables)
 
 
 @dataclass(frozen=True)

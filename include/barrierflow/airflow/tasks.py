@@ -91,6 +91,26 @@ def retain(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
     return summary
 
 
+@task(task_id="table_cut")
+@task_body(UserInputError)  # no cut recorded yet: not retried
+def table_cut(spec_path: str, barrierflow_home: str, asset: str) -> dict[str, Any]:
+    """The cut of the pipeline's tables this run works on, returned (XCom) and logged: the newest
+    cut among the run's triggering events of the tables asset ``asset`` (every table's version
+    as of one checkpoint, :func:`barrierflow.airflow.assets.triggering_cut`), or, in a run the
+    asset did not trigger, the newest cut recorded now (``barrierflow lake read``)."""
+    from barrierflow.airflow.assets import triggering_cut
+    from barrierflow.ops.lake import lake_cut
+
+    cut = triggering_cut(current_context().get("triggering_asset_events"), asset)
+    if cut is None:
+        cut = {**lake_cut(spec_path).as_dict(), "from": "the newest cut (no asset event triggered this run)"}
+    else:
+        cut = {**cut, "from": f"the asset event of cut {cut['checkpoint_id']}"}
+    for name, version in sorted(cut["tables"].items()):
+        log.info("cut %s: %s = %s", cut["checkpoint_id"], name, json.dumps(version))
+    return cut
+
+
 @task(task_id="stop", retries=0)
 @task_body(UserInputError)  # nothing to stop: not retried
 def stop(spec_path: str, barrierflow_home: str) -> dict[str, Any]:

@@ -8,8 +8,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from barrierflow.batch.lake_cut import cut_tables, newest_cut
-from barrierflow.sinks.cut import TableVersion
+from barrierflow.batch.lake_cut import cut_tables, newest_cut, table_sinks
+from barrierflow.pipeline.model import open_pipeline
+from barrierflow.sinks.cut import CutLog, TableVersion
 
 
 @dataclass(frozen=True)
@@ -44,3 +45,14 @@ def lake_cut(spec_path: str | os.PathLike[str], checkpoint_id: int | None = None
     if checkpoint_id is None:
         checkpoint_id = newest_cut(spec_path)
     return LakeCut(checkpoint_id, cut_tables(spec_path, checkpoint_id))
+
+
+def cut_ids(spec_path: str | os.PathLike[str]) -> list[int]:
+    """The checkpoint ids whose cut every stage writing a table recorded completely (its record
+    lists every table sink of the stage), ascending; [] when none is recorded yet or the
+    pipeline writes no Iceberg or Delta table. Lists keys and reads the retained records
+    (small JSON documents; the tables asset's watcher polls it)."""
+    pipeline = open_pipeline(spec_path)
+    ids = [set(CutLog(stage.store.objects).checkpoints([s.name for s in table_sinks(stage)]))
+           for stage in pipeline.stages if table_sinks(stage)]
+    return sorted(set.intersection(*ids)) if ids else []

@@ -171,6 +171,10 @@ def build_sink(spec: StageSpec, store: CheckpointStore, layout: JobLayout, *, at
         pipeline, stage = pipeline_and_stage(spec)
         table_kwargs = {**common, "stage": stage, "pipeline_name": pipeline, "cuts": CutLog(store.objects),
                         "commit_every": sink.commit_every}
+        if isinstance(sink, IcebergSinkSpec) and sink.catalog.atomic:
+            from barrierflow.sinks.iceberg_atomic import AtomicIcebergSink
+
+            return AtomicIcebergSink(spec=sink, work_dir=layout.work_dir, **table_kwargs)
         if isinstance(sink, IcebergSinkSpec):
             from barrierflow.sinks.iceberg import IcebergSink
 

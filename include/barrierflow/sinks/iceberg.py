@@ -135,7 +135,11 @@ def ensure_iceberg_table(spec: IcebergSinkSpec, catalog: Catalog, location: str,
     if missing:
         raise UserInputError(f"{where}: partitioned_by column(s) {', '.join(missing)} are not in the output "
                              f"(its columns: {', '.join(output.names)})")
-    catalog.create_namespace_if_not_exists(spec.namespace)
+    try:
+        catalog.create_namespace_if_not_exists(spec.namespace)
+    except Exception:  # created meanwhile by another sink (the SQL catalog's insert then fails)
+        if not catalog.namespace_exists(spec.namespace):
+            raise
     try:
         table = catalog.create_table(spec.table, schema=output, location=location)
     except TableAlreadyExistsError:  # created meanwhile by another writer: check it like any other

@@ -16,6 +16,12 @@ Iceberg tables live in a catalog (``catalog``):
 
 ``warehouse`` is where barrierflow creates the tables it creates (default
 ``file://<work_dir>/iceberg/warehouse``); a table that exists keeps its location.
+
+``catalog.atomic: true`` (atomic mode, :mod:`barrierflow.sinks.iceberg_atomic`): the metadata
+pointers of every Iceberg table of the pipeline move in one PostgreSQL transaction per
+checkpoint. It needs a ``type: sql`` catalog on PostgreSQL, the same catalog for every Iceberg
+sink of the pipeline (all of them atomic), no Delta sink and ``commit_every: 1``
+(:func:`atomic_problems`).
 """
 
 from __future__ import annotations
@@ -56,11 +62,17 @@ class IcebergCatalogSpec(_Strict):
     warehouse: str = Field("", description="storage URI where new tables are created; default "
                                            "file://<work_dir>/iceberg/warehouse")
     properties: dict[str, str] = Field(default_factory=dict, description="more pyiceberg catalog properties")
+    atomic: bool = Field(False, description="move every Iceberg table's metadata pointer of a checkpoint in one "
+                                            "PostgreSQL transaction (a sql catalog on PostgreSQL only)")
 
     @model_validator(mode="after")
     def _check(self) -> IcebergCatalogSpec:
         if self.uri and self.uri_env:
             raise ValueError("catalog: give uri or uri_env, not both")
+        if self.atomic and (self.type != "sql" or not (self.uri_env or self.uri.startswith("postgresql"))):
+            raise ValueError("catalog.atomic: true needs a type 'sql' catalog on PostgreSQL (uri "
+                             "'postgresql+psycopg2://USER@HOST:PORT/DB' or uri_env): the tables' metadata pointers "
+                             "move in one PostgreSQL transaction; SQLite and REST catalogs cannot do that")
         if self.type == "rest" and not (self.uri_env or self.uri.startswith(("http://", "https://"))):
             raise ValueError("catalog type 'rest' needs uri: 'http(s)://HOST:PORT' of the REST catalog (or uri_env)")
         if self.type == "sql" and self.uri and not self.uri.startswith(("sqlite:", "postgresql")):
@@ -83,6 +95,13 @@ class IcebergSinkSpec(_Strict):
                                                                         "table barrierflow creates")
     commit_every: int = Field(1, ge=1, description="commit once every N completed checkpoints with rows "
                                                    "(fewer, larger commits; the table lags by up to N - 1)")
+
+    @model_validator(mode="after")
+    def _atomic_commits_every_checkpoint(self) -> IcebergSinkSpec:
+        if self.catalog.atomic and self.commit_every != 1:
+            raise ValueError(f"sink {self.name!r}: catalog.atomic: true commits every table at every checkpoint; "
+                             f"remove commit_every: {self.commit_every} or the atomic mode")
+        return self
 
     @field_validator("table", mode="before")
     @classmethod
@@ -129,3 +148,32 @@ class DeltaSinkSpec(_Strict):
     @classmethod
     def _columns(cls, value: list[str]) -> list[str]:
         return _partition_columns(value)
+
+
+def atomic_problems(sinks: list[tuple[str, object]]) -> str:
+    """Why the atomic mode that some Iceberg sink of ``sinks`` ((where, sink spec) of every sink
+    of a pipeline) asks for cannot hold, as one message naming the sinks and the fix; '' when it
+    can (or no sink asks for it). Every Iceberg sink must be atomic and in one catalog (same
+    name and URI), and no Delta sink may be there: a Delta table's version cannot move in the
+    catalog's transaction."""
+    icebergs = [(where, s) for where, s in sinks if isinstance(s, IcebergSinkSpec)]
+    atomic = [(where, s) for where, s in icebergs if s.catalog.atomic]
+    if not atomic:
+        return ""
+    problems: list[str] = []
+    plain = [where for where, s in icebergs if not s.catalog.atomic]
+    if plain:
+        problems.append(f"{', '.join(plain)} not atomic: set catalog.atomic: true on every Iceberg sink of the "
+                        "pipeline (its tables move together or not at all)")
+    catalogs = {(s.catalog.name, s.catalog.uri, s.catalog.uri_env) for _, s in atomic}
+    if len(catalogs) > 1:
+        problems.append("the atomic Iceberg sinks name different catalogs ("
+                        + "; ".join(f"{where}: {s.catalog.name} {s.catalog.uri or '$' + s.catalog.uri_env}"
+                                    for where, s in atomic)
+                        + "): one PostgreSQL transaction covers one catalog; give them the same catalog")
+    delta = [where for where, s in sinks if isinstance(s, DeltaSinkSpec)]
+    if delta:
+        problems.append(f"{', '.join(delta)} is a Delta table: Delta tables cannot join the atomic Iceberg "
+                        "commit (their versions are not in the catalog); write them from another pipeline or "
+                        "turn catalog.atomic off")
+    return "catalog.atomic: " + "; ".join(problems) if problems else ""

@@ -20,7 +20,7 @@ from barrierflow.spec.alerts import AlertsSpec
 from barrierflow.spec.checkpoint_mode import CheckpointMode
 from barrierflow.spec.durations import parse_duration_seconds
 from barrierflow.spec.kafka_client import KafkaClientField, NestedClientFields
-from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
+from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec, atomic_problems
 from barrierflow.spec.metrics import MetricsSpec
 from barrierflow.spec.restart import RestartSpec
 from barrierflow.spec.sink_set import several_sinks_problem
@@ -623,7 +623,8 @@ class StageSpec(PipelineWide[CheckpointSpec]):
 
     @model_validator(mode="after")
     def _chaos_dag_on_scratch_servers(self) -> StageSpec:
-        problem = chaos_dag_problems(self.chaos, [(f"sink {s.name!r}", s) for s in self.sinks], [])
+        sinks = [(f"sink {s.name!r}", s) for s in self.sinks]
+        problem = chaos_dag_problems(self.chaos, sinks, []) or atomic_problems(sinks)
         if problem:
             raise ValueError(problem)
         return self

@@ -34,6 +34,7 @@ from pydantic import Field, field_validator, model_validator
 
 from barrierflow.errors import UserInputError
 from barrierflow.spec.kafka_client import ChannelClientField, KafkaClientSpec, NestedClientFields
+from barrierflow.spec.lakehouse import atomic_problems
 from barrierflow.spec.models import (
     PIPELINE_WIDE_FIELDS,
     BatchSpec,
@@ -265,6 +266,9 @@ class PipelineSpec(PipelineWide[PipelineCheckpointSpec]):
         sinks = [(f"stage {stage.name!r} sink {sink.name or sink.type!r}", sink)
                  for stage in self.stages for sink in stage.sinks]
         problem = chaos_dag_problems(self.chaos, sinks, [c.name for c in self.channels if not c.is_embedded])
+        if problem:
+            raise ValueError(problem)
+        problem = atomic_problems(sinks)
         if problem:
             raise ValueError(problem)
         return self
