@@ -14,20 +14,13 @@ import os
 from typing import TYPE_CHECKING
 
 from barrierflow.errors import UserInputError
-from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
+from barrierflow.pipeline.model import open_pipeline
+from barrierflow.pipeline.table_output import table_stages
 from barrierflow.sinks.cut import CutLog, TableVersion, tables_as_of
-from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
+from barrierflow.spec.lakehouse import IcebergSinkSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-
-def _table_stages(pipeline: OpenedPipeline) -> dict[str, Stage]:
-    stages = {s.name: s for s in pipeline.stages if isinstance(s.spec.sink, IcebergSinkSpec | DeltaSinkSpec)}
-    if not stages:
-        raise UserInputError(f"pipeline {pipeline.spec.name!r} writes no Iceberg or Delta table (sink type 'iceberg' "
-                             "or 'delta'); cuts of tables exist only for those")
-    return stages
 
 
 def cut_tables(spec_path: str | os.PathLike[str], checkpoint_id: int | None = None) -> dict[str, TableVersion | None]:
@@ -38,7 +31,7 @@ def cut_tables(spec_path: str | os.PathLike[str], checkpoint_id: int | None = No
         UserInputError: the pipeline writes no table, or the checkpoint has no cut record.
     """
     pipeline = open_pipeline(spec_path)
-    stores = {name: stage.store.objects for name, stage in _table_stages(pipeline).items()}
+    stores = {name: stage.store.objects for name, stage in table_stages(pipeline).items()}
     return tables_as_of(stores, checkpoint_id)
 
 
@@ -49,7 +42,7 @@ def newest_cut(spec_path: str | os.PathLike[str]) -> int:
         UserInputError: the pipeline writes no table, or no cut is recorded yet.
     """
     pipeline = open_pipeline(spec_path)
-    ids = [set(CutLog(stage.store.objects).checkpoints()) for stage in _table_stages(pipeline).values()]
+    ids = [set(CutLog(stage.store.objects).checkpoints()) for stage in table_stages(pipeline).values()]
     common = sorted(set.intersection(*ids))
     if not common:
         raise UserInputError(f"pipeline {pipeline.spec.name!r}: no cut record yet (no checkpoint has committed its "
@@ -68,7 +61,7 @@ def read_table_as_of(spec_path: str | os.PathLike[str], table: str, checkpoint_i
     import pyarrow as pa
 
     pipeline = open_pipeline(spec_path)
-    stages = _table_stages(pipeline)
+    stages = table_stages(pipeline)
     stage_name, _, sink_name = table.partition("/")
     stage = stages.get(stage_name)
     if stage is None or stage.spec.sink.name != sink_name:

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 
 from barrierflow.errors import UserInputError
 from barrierflow.spec.graph import Cycle, StageGraph, build_graph
+from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 from barrierflow.spec.models import ParquetSinkSpec, StageSpec
 from barrierflow.spec.stages import PipelineSpec, StageEntry
 
 #: The brokers given to channels when a stage's spec is derived for the batch side: it reads
 #: only the stores and the lake, never a channel.
 NO_BROKER = "batch-side-reads-no-channel:9"
+_LAKES = (ParquetSinkSpec, IcebergSinkSpec, DeltaSinkSpec)
 
 
 class FinalStageError(UserInputError):
@@ -83,35 +85,82 @@ def parquet_final_stages(spec: PipelineSpec) -> list[StageEntry]:
     return [s for s in spec.stages if s.name in final and isinstance(s.sinks[0], ParquetSinkSpec)]
 
 
+def lake_final_stages(spec: PipelineSpec) -> list[StageEntry]:
+    """The final stages of ``spec`` whose sink is a committed lake the batch side reads (Parquet,
+    or an Iceberg or Delta table, read as of a cut), in spec order."""
+    final = set(_graph(spec).final_stages)
+    return [s for s in spec.stages if s.name in final and isinstance(s.sinks[0], _LAKES)]
+
+
+def _lake_kind(stages: list[StageEntry]) -> str:
+    """How messages name the lakes of ``stages``: "a Parquet sink" when all are Parquet."""
+    if all(isinstance(s.sinks[0], ParquetSinkSpec) for s in stages):
+        return "a Parquet sink"
+    return "a Parquet sink or an Iceberg or Delta table"
+
+
 def choose_final_stage(spec: PipelineSpec, name: str | None) -> StageEntry:
     """The final Parquet stage named ``name``; with ``name`` None, the pipeline's only one.
 
     Raises:
         FinalStageError: naming the stages that qualify and how to name one.
     """
-    candidates = parquet_final_stages(spec)
+    candidates = lake_final_stages(spec)
     listed = ", ".join(s.name for s in candidates) or "none"
+    kind = _lake_kind(candidates)
     if name is None:
         if len(candidates) == 1:
             return candidates[0]
         if not candidates:
             raise FinalStageError(
                 f"pipeline {spec.name!r} has no final stage with a Parquet sink: the batch side (rollups, "
-                "the stream-vs-batch comparison, data quality of the output) reads the Parquet lake a final stage "
-                "(one that writes no channel) commits; give such a stage a 'type: parquet' sink")
-        raise FinalStageError(f"pipeline {spec.name!r} has several final stages with a Parquet sink ({listed}): "
+                "the stream-vs-batch comparison, data quality of the output) reads the Parquet lake (or the "
+                "Iceberg or Delta table) a final stage (one that writes no channel) commits; give such a stage a "
+                "'type: parquet' sink (or 'type: iceberg', 'type: delta')")
+        raise FinalStageError(f"pipeline {spec.name!r} has several final stages with {kind} ({listed}): "
                               "name the one to work on with --stage NAME")
     try:
         stage = spec.stage(name)
     except KeyError:
-        raise FinalStageError(f"pipeline {spec.name!r} has no stage {name!r}; final stages with a Parquet sink: "
+        raise FinalStageError(f"pipeline {spec.name!r} has no stage {name!r}; final stages with {kind}: "
                               f"{listed}") from None
     if stage not in candidates:
         why = "writes a channel (its output goes on to other stages)" if stage.output_channels \
-            else f"writes a {stage.sinks[0].type!r} sink, not Parquet"
+            else f"writes a {stage.sinks[0].type!r} sink, not Parquet, Iceberg or Delta"
         raise FinalStageError(f"pipeline {spec.name!r}: stage {name!r} {why}; the batch side reads the committed "
-                              f"Parquet output of a final stage: {listed}")
+                              f"Parquet output (or Iceberg or Delta table) of a final stage: {listed}")
     return stage
+
+
+@dataclass(frozen=True)
+class LakeOutput:
+    """A committed lake of a pipeline the batch side reads: the sink (Parquet, Iceberg or Delta)
+    of a single-stage pipeline (``stage`` None) or that of a final stage of several; ``recomputable``
+    as :class:`ParquetOutput`'s."""
+
+    stage: str | None
+    sink: ParquetSinkSpec | IcebergSinkSpec | DeltaSinkSpec
+    output_event_interval: float
+    recomputable: bool = True
+
+    @property
+    def uri(self) -> str:
+        """What the output asset is named by: the Parquet folder or the Delta table's root; an
+        Iceberg table ``iceberg://<catalog>/<namespace>.<table>`` (its location is the catalog's)."""
+        if isinstance(self.sink, IcebergSinkSpec):
+            return f"iceberg://{self.sink.catalog.name}/{self.sink.table}"
+        return self.sink.path
+
+
+def lake_outputs(spec: PipelineSpec) -> list[LakeOutput]:
+    """Every committed lake of ``spec`` the batch side reads (Parquet folders, Iceberg and Delta
+    tables), in spec order; a stage keeping its own checkpoints is not named (it is the pipeline)."""
+    from barrierflow.pipeline.layout import cut_layout
+
+    named = cut_layout(spec).named_stages
+    return [LakeOutput(stage.name if named else None, stage.sinks[0], stage.batch.output_event_interval,
+                       recomputable=replay_obstacle(spec, stage.name) is None)
+            for stage in lake_final_stages(spec) if isinstance(stage.sinks[0], _LAKES)]
 
 
 @dataclass(frozen=True)
