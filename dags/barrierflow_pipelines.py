@@ -179,6 +179,7 @@ from barrierflow.airflow.tasks import (
     chaos_task,
     compare,
     invalid_spec,
+    maintain_tables,
     reconcile,
     retain,
     rollup_report,
@@ -212,6 +213,8 @@ SKEW_SCHEDULE = timedelta(hours=1)
 ROLLUP_CRON = "30 0 * * *"
 QUALITY_CRON = "30 1 * * *"
 RECOMPUTE_CRON = "0 2 * * *"
+#: Daily table maintenance (UTC) of a pipeline writing Iceberg or Delta tables.
+MAINTAIN_CRON = "0 3 * * *"
 #: How often the asset watchers look at the checkpoint store (`BARRIERFLOW_ASSET_POLL_SECONDS`, default 10).
 ASSET_POLL_SECONDS = float(os.environ.get("BARRIERFLOW_ASSET_POLL_SECONDS") or 10)
 #: How often the recovery's sensor looks for the first checkpoint of the restarted job
@@ -341,6 +344,12 @@ DAG_KINDS: tuple[DagKind, ...] = (
     DagKind("skew", lambda p: f"Watermark-skew report (event time, skew, lag, idle partitions; expectations) of "
                               f"{p.summary}",
             lambda p: SKEW_SCHEDULE, lambda p: skew(p.spec_path, BARRIERFLOW_HOME), tags=("data-quality",)),
+    DagKind("maintain", lambda p: (f"Maintain the Iceberg and Delta tables of {p.summary}: expire Iceberg snapshots, "
+                                   "OPTIMIZE and VACUUM Delta tables, keeping every version the restore rule and the "
+                                   "retained cuts need"),
+            lambda p: CronTriggerTimetable(MAINTAIN_CRON, timezone="UTC"),
+            lambda p: maintain_tables(p.spec_path, BARRIERFLOW_HOME), params=lambda p: dag_params.maintain_params(),
+            tags=("maintenance",), applies=lambda p: p.writes_tables),
     DagKind("chaos", lambda p: (f"Prove exactly-once on {p.summary} under random kills: a failure-free run and a run "
                                 "under kills in scratch copies, outputs compared row by row (barrierflow chaos)"),
             lambda p: None, lambda p: chaos_task(p.spec_path, BARRIERFLOW_HOME),
