@@ -44,8 +44,9 @@ def test_maintenance_between_a_crash_and_its_restore_keeps_what_restore_and_cuts
         tmp_path: Path, table_format: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Checkpoints 1-3 committed; checkpoint 4's driver killed right after its table commit (in
     doubt: the table has it, the ledger does not); retention has dropped checkpoint 1 (its cut
-    record with it). Maintenance then runs with nothing young enough to spare (Iceberg: every
-    snapshot is old enough to expire; Delta: VACUUM retention 0 hours). The restore commits
+    record with it). Maintenance then compacts the four small files into one and runs with
+    nothing young enough to spare (Iceberg: every snapshot is old enough to expire; Delta: VACUUM
+    retention 0 hours). The restore commits
     checkpoint 4 exactly once, and every retained cut still reads the rows up to its checkpoint."""
     sink = make_sink(table_format, tmp_path, 0)
     name = sink.name
@@ -72,7 +73,9 @@ def test_maintenance_between_a_crash_and_its_restore_keeps_what_restore_and_cuts
 
         assert len(done.expired) == 1  # checkpoint 1's snapshot: older than every one still needed
         assert [s["barrierflow.checkpoint-id"] for s in ours(reader(tmp_path))] == ["2", "3", "4"]
-        assert "not compacted" in done.not_done
+        assert done.compacted == {"removed": 4, "added": 1} and done.not_done == ""
+        current = reader(tmp_path).load_table("lake.totals")
+        assert len(list(current.scan().plan_files())) == 1
     else:
         assert done.compacted == {"removed": 4, "added": 1}
         assert done.vacuumed == ["stray.parquet"]

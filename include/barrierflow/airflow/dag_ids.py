@@ -5,10 +5,10 @@ from __future__ import annotations
 #: The kinds of DAG made per pipeline: the triggered, long-running job, its scheduled
 #: supervision, the scheduled checkpoint verification and retention, the triggered failure
 #: recovery, the scheduled 2PC reconciliation, the scheduled watermark-skew report, the triggered
-#: stop (with a savepoint) and, for a Parquet sink, the batch side: daily rollups, the
-#: stream-vs-batch comparison, data quality.
+#: stop (with a savepoint) and, for a Parquet sink or a table, the batch side: daily rollups, the
+#: stream-vs-batch comparison, data quality; for Iceberg and Delta tables, their maintenance.
 DAG_KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "stop", "rollup",
-             "recompute", "quality", "chaos", "upgrade")
+             "recompute", "quality", "chaos", "upgrade", "maintain")
 
 
 def dag_id_for(spec_name: str, kind: str) -> str:

@@ -12,12 +12,17 @@ Per Iceberg or Delta sink of every stage, what must stay readable:
 
 What is done:
 
-* **Iceberg**: expire snapshots (pyiceberg ``ExpireSnapshots``): every snapshot older than
-  ``older_than`` except the current snapshot's ancestry down to the oldest snapshot needed, and
-  the needed ones. pyiceberg edits the table metadata only; it deletes no file. pyiceberg
-  (0.12) has no data-file rewrite, so small files are **not** compacted here: compact them with
-  an engine that has Iceberg's ``rewrite_data_files`` (Spark with an Iceberg runtime, Trino),
-  which keeps snapshots as this does.
+* **Iceberg**: compact, then expire snapshots. pyiceberg (0.12) has no data-file rewrite
+  (``rewrite_data_files``), so the compaction is pyiceberg's ``overwrite``: each partition with
+  at least two files smaller than ``target_size`` is read as of the current snapshot and written
+  back as new files in one overwrite (its rows unchanged; a table commit of the stream that lands
+  meanwhile makes the overwrite fail, and nothing changes). It rewrites the partition's rows in
+  memory: meant for partitions of a size that fits, as small files are. Tables partitioned by
+  a transform other than identity are not compacted. Then every snapshot older than
+  ``older_than`` is expired (pyiceberg ``ExpireSnapshots``) except the current snapshot's
+  ancestry down to the oldest snapshot needed, and the needed ones. pyiceberg edits the table
+  metadata only; it deletes no file (the files of expired snapshots stay until an orphan-file
+  cleanup, which must keep files younger than the longest time an epoch waits for its commit).
 * **Delta**: ``OPTIMIZE`` (``deltalake``'s compaction into files of ``target_size`` bytes: a new
   version that removes the small files and adds the compacted ones; the transaction versions are
   unchanged), then ``VACUUM`` in full mode (``deltalake``'s plan, a dry run, then deleted here):
@@ -51,6 +56,8 @@ log = logging.getLogger(__name__)
 
 #: Delta: VACUUM keeps files removed within this many hours (Delta's own default is a week).
 DEFAULT_RETENTION_HOURS = 168
+#: Data files below this many bytes are small: compacted (Iceberg: a partition with two or more).
+DEFAULT_TARGET_SIZE = 128 * 1024 * 1024
 #: Iceberg: only snapshots older than this are expired.
 DEFAULT_OLDER_THAN_HOURS = 0.0
 _PUBLISHED = re.compile(r"-c(?P<checkpoint>\d+)-a\d+-b\d+-\d+\.parquet$")
@@ -59,8 +66,8 @@ _PUBLISHED = re.compile(r"-c(?P<checkpoint>\d+)-a\d+-b\d+-\d+\.parquet$")
 @dataclass
 class TableMaintenance:
     """What one table's maintenance did: ``kept`` (the versions it had to keep: the restore
-    rule's and the cut records'), ``expired`` (Iceberg snapshots), ``compacted`` (Delta: files
-    removed and added by OPTIMIZE), ``vacuumed`` (Delta: files deleted), ``not_done`` (what this
+    rule's and the cut records'), ``expired`` (Iceberg snapshots), ``compacted`` (files removed
+    and added by the compaction), ``vacuumed`` (Delta: files deleted), ``not_done`` (what this
     format's client cannot do, one line)."""
 
     table: str
@@ -80,11 +87,11 @@ class TableMaintenance:
         head = (f"{self.table}: {self.format}; kept {len(self.kept)} version(s) the cut records and the restore rule "
                 f"need (restore rule: checkpoint {self.committed_checkpoint} in version {self.restore_version})")
         out = [head]
+        compacted = f"{self.compacted.get('removed', 0)} file(s) compacted into {self.compacted.get('added', 0)}"
         if self.format == "iceberg":
-            out.append(f"  expired {len(self.expired)} snapshot(s)")
+            out.append(f"  {compacted}; expired {len(self.expired)} snapshot(s)")
         else:
-            out.append(f"  OPTIMIZE: {self.compacted.get('removed', 0)} file(s) compacted into "
-                       f"{self.compacted.get('added', 0)}; VACUUM: {len(self.vacuumed)} file(s) deleted")
+            out.append(f"  OPTIMIZE: {compacted}; VACUUM: {len(self.vacuumed)} file(s) deleted")
         if self.not_done:
             out.append(f"  not done: {self.not_done}")
         return out
@@ -107,7 +114,8 @@ def maintain_tables(spec_path: str | os.PathLike[str], *, older_than_hours: floa
         needed = {v.version for cut in _cuts(stage) for key, v in cut.items()
                   if key == sink.name and v is not None and v.version is not None}
         if isinstance(sink, IcebergSinkSpec):
-            done.append(_maintain_iceberg(stage, sink, label, needed, now - timedelta(hours=older_than_hours)))
+            done.append(_maintain_iceberg(stage, sink, label, needed, now - timedelta(hours=older_than_hours),
+                                          target_size))
         elif isinstance(sink, DeltaSinkSpec):
             done.append(_maintain_delta(stage, sink, label, needed, retention_hours, target_size))
     return done
@@ -118,21 +126,47 @@ def _cuts(stage: Stage) -> list[dict[str, Any]]:
     return [cut for cid in log_.checkpoints() if (cut := log_.get(cid)) is not None]
 
 
+def _compact_iceberg(table: Any, target_size: int) -> tuple[dict[str, int], str]:
+    """Rewrite each partition of ``table`` holding at least two data files below ``target_size``
+    bytes (module docstring); returns ``{"removed": files, "added": files}`` and what was not done."""
+    from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, IsNull
+
+    spec = table.spec()
+    if any(str(f.transform) != "identity" for f in spec.fields):
+        return {}, "not compacted: the table is partitioned by a transform other than identity"
+    columns = [table.schema().find_column_name(f.source_id) for f in spec.fields]
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for task in table.scan().plan_files():
+        values = tuple(task.file.partition[i] for i in range(len(columns))) if columns else ()
+        groups.setdefault(values, []).append(task.file)
+    removed = added = 0
+    for values, files in groups.items():
+        if sum(1 for f in files if f.file_size_in_bytes < target_size) < 2:
+            continue
+        where: BooleanExpression = AlwaysTrue()
+        for column, value in zip(columns, values, strict=True):
+            where = And(where, IsNull(column) if value is None else EqualTo(column, value))
+        rows = table.scan(row_filter=where).to_arrow()
+        table.overwrite(rows, overwrite_filter=where, snapshot_properties={"barrierflow.maintenance": "compaction"})
+        removed += len(files)
+        added += sum(1 for task in table.scan(row_filter=where).plan_files())
+    return {"removed": removed, "added": added}, ""
+
+
 def _maintain_iceberg(stage: Stage, sink: IcebergSinkSpec, label: str, needed: set[int],
-                      before: datetime) -> TableMaintenance:
+                      before: datetime, target_size: int | None) -> TableMaintenance:
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
     from pyiceberg.table.snapshots import ancestors_of
 
     from barrierflow.sinks.iceberg import open_catalog
 
-    result = TableMaintenance(label, "iceberg", not_done=(
-        "small files are not compacted: pyiceberg has no data-file rewrite; use an engine with Iceberg's "
-        "rewrite_data_files"))
+    result = TableMaintenance(label, "iceberg")
     try:
         table = open_catalog(sink.catalog, stage.layout.work_dir).load_table(sink.table)
     except (NoSuchTableError, NoSuchNamespaceError):
         result.not_done = "the table does not exist yet"
         return result
+    result.compacted, result.not_done = _compact_iceberg(table, target_size or DEFAULT_TARGET_SIZE)
     ancestry = list(ancestors_of(table.current_snapshot(), table.metadata)) if table.current_snapshot() else []
     for snapshot in ancestry:  # newest first: the restore rule's snapshot is the first of ours
         cid = ours(stage.spec, sink, snapshot.summary.additional_properties if snapshot.summary else {})
