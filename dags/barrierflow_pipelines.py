@@ -1,7 +1,8 @@
 """barrierflow pipelines: seven DAGs per pipeline spec in `$BARRIERFLOW_PIPELINES_DIR/*.yaml`
-(default `$BARRIERFLOW_HOME/pipelines`), an eighth (chaos) for a spec that opts in, three more
-(the batch side) per committed Parquet lake: a single-stage pipeline's Parquet sink, or each
-final stage with a Parquet sink of a pipeline of several. One builder makes them from two
+(default `$BARRIERFLOW_HOME/pipelines`), an eighth (chaos) for a spec that opts in, one more
+(table maintenance) for a spec writing Iceberg or Delta tables, three more (the batch side) per
+committed lake: a single-stage pipeline's Parquet sink or table, or each final stage with a
+Parquet sink or a table of a pipeline of several (a table is read as of a cut). One builder makes them from two
 declarative tables, `DAG_KINDS` and `BATCH_DAG_KINDS` (id part, description, schedule, params,
 tags, tasks, whether it applies).
 
@@ -86,6 +87,10 @@ tags, tasks, whether it applies).
   Great Expectations suites of the committed output (newest `epochs` epochs) and the rollups,
   stores the report and offline Data Docs with the reports, returns the summary (XCom), and fails
   naming each failed expectation, its column and a sample of bad rows.
+* `barrierflow_maintain__<name>` (daily, 03:00 UTC; only for a spec writing an Iceberg or Delta
+  table): `maintain` runs `barrierflow lake maintain <spec> --json` (Iceberg: small files of a
+  partition compacted, snapshots expired; Delta: OPTIMIZE, VACUUM; every version the restore rule
+  and the retained cut records need kept; params `older_than_hours`, `retention_hours`).
 * `barrierflow_chaos__<name>` (triggered, no schedule; only for a spec with `chaos: {dag: true}`,
   whose PostgreSQL / Kafka sinks then need scratch servers, `chaos.postgres_dsn_env` /
   `chaos.kafka_bootstrap_servers`, or the spec does not load): `chaos` runs `barrierflow
