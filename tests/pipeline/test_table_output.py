@@ -43,7 +43,7 @@ def test_commit_every_and_empty_checkpoints_read_as_the_last_committed_version(t
     checkpoint(sink, 5, 5, [5])
     checkpoint(sink, 6, 6, [6])
 
-    assert cut_checkpoints(store) == [2, 5]
+    assert cut_checkpoints(store, spec.sink) == [2, 5]
     newest = cut_output(spec, store)
     assert newest.checkpoint_id == 5 and keys(newest.files) == Counter({1: 1, 2: 1, 4: 1, 5: 1})
     assert keys(cut_output(spec, store, 2).files) == Counter({1: 1, 2: 1})

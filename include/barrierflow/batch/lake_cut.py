@@ -14,35 +14,56 @@ import os
 from typing import TYPE_CHECKING
 
 from barrierflow.errors import UserInputError
-from barrierflow.pipeline.model import open_pipeline
-from barrierflow.pipeline.table_output import table_stages
+from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
 from barrierflow.sinks.cut import CutLog, TableVersion, tables_as_of
-from barrierflow.spec.lakehouse import IcebergSinkSpec
+from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 
+def _table_stages(pipeline: OpenedPipeline) -> dict[str, Stage]:
+    stages = {s.name: s for s in pipeline.stages if table_sinks(s)}
+    if not stages:
+        raise UserInputError(f"pipeline {pipeline.spec.name!r} writes no Iceberg or Delta table (sink type 'iceberg' "
+                             "or 'delta'); cuts of tables exist only for those")
+    return stages
+
+
+def table_sinks(stage: Stage) -> list[IcebergSinkSpec | DeltaSinkSpec]:
+    """The Iceberg and Delta sinks of ``stage``, in the spec's order."""
+    return [s for s in stage.spec.sinks if isinstance(s, IcebergSinkSpec | DeltaSinkSpec)]
+
+
+def _expected(stages: dict[str, Stage]) -> dict[str, list[str]]:
+    """Each table stage's table sinks' names: what a complete cut record of the stage lists."""
+    return {name: [s.name for s in table_sinks(stage)] for name, stage in stages.items()}
+
+
 def cut_tables(spec_path: str | os.PathLike[str], checkpoint_id: int | None = None) -> dict[str, TableVersion | None]:
-    """Every table of the pipeline at ``spec_path`` as of the cut of ``checkpoint_id`` (None:
-    the newest cut); keys ``<stage>/<sink>``, values None for a table with nothing committed.
+    """Every table of the pipeline at ``spec_path`` (every table sink of every stage) as of the
+    cut of ``checkpoint_id`` (None: the newest cut); keys ``<stage>/<sink>``, values None for a
+    table with nothing committed.
 
     Raises:
-        UserInputError: the pipeline writes no table, or the checkpoint has no cut record.
+        UserInputError: the pipeline writes no table, or the checkpoint has no complete cut record.
     """
     pipeline = open_pipeline(spec_path)
-    stores = {name: stage.store.objects for name, stage in table_stages(pipeline).items()}
-    return tables_as_of(stores, checkpoint_id)
+    stages = _table_stages(pipeline)
+    stores = {name: stage.store.objects for name, stage in stages.items()}
+    return tables_as_of(stores, checkpoint_id, _expected(stages))
 
 
 def newest_cut(spec_path: str | os.PathLike[str]) -> int:
-    """The newest checkpoint id every table stage of the pipeline has a cut record of.
+    """The newest checkpoint id every table stage of the pipeline has a complete cut record of.
 
     Raises:
         UserInputError: the pipeline writes no table, or no cut is recorded yet.
     """
     pipeline = open_pipeline(spec_path)
-    ids = [set(CutLog(stage.store.objects).checkpoints()) for stage in table_stages(pipeline).values()]
+    stages = _table_stages(pipeline)
+    expected = _expected(stages)
+    ids = [set(CutLog(stage.store.objects).checkpoints(expected[name])) for name, stage in stages.items()]
     common = sorted(set.intersection(*ids))
     if not common:
         raise UserInputError(f"pipeline {pipeline.spec.name!r}: no cut record yet (no checkpoint has committed its "
@@ -61,14 +82,14 @@ def read_table_as_of(spec_path: str | os.PathLike[str], table: str, checkpoint_i
     import pyarrow as pa
 
     pipeline = open_pipeline(spec_path)
-    stages = table_stages(pipeline)
+    stages = _table_stages(pipeline)
     stage_name, _, sink_name = table.partition("/")
     stage = stages.get(stage_name)
-    if stage is None or stage.spec.sink.name != sink_name:
+    sink = next((s for s in table_sinks(stage) if s.name == sink_name), None) if stage is not None else None
+    if stage is None or sink is None:
         raise UserInputError(f"no table {table!r} in pipeline {pipeline.spec.name!r}; its tables: "
-                             + ", ".join(f"{n}/{s.spec.sink.name}" for n, s in stages.items()))
+                             + ", ".join(f"{n}/{s.name}" for n, st in stages.items() for s in table_sinks(st)))
     version = cut_tables(spec_path, checkpoint_id)[table]
-    sink = stage.spec.sink
     if isinstance(sink, IcebergSinkSpec):
         from barrierflow.sinks.iceberg import open_catalog
 

@@ -112,7 +112,7 @@ def rollup(spark: SparkSession, spec: StageSpec, store: CheckpointStore, *, day:
         files = [spark_path(sink.path, p.key) for p in parts]
         where = sink.path
     else:
-        cut = cut_output(spec, store) if cut_checkpoints(store) else None
+        cut = cut_output(spec, store) if cut_checkpoints(store, sink) else None
         report = RollupReport(spec.name, target, {}, None, None, 0, day.isoformat() if day else None, tag,
                               through_checkpoint=cut.checkpoint_id if cut else None,
                               table_version=cut.table_version if cut else None)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from barrierflow.errors import SinkError, SourceError, SourceUnavailableError, UserInputError
 from barrierflow.kafka_io.decoding import CHUNK_ROWS
 from barrierflow.kafka_io.partition_ids import partition_id
-from barrierflow.spec.models import KafkaSourceSpec
+from barrierflow.spec.sources import KafkaSourceSpec
 
 if TYPE_CHECKING:  # kafka-python's types, also for the annotations of this module's callers
     from kafka import KafkaConsumer, TopicPartition

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.kafka_io.json_columns import MAX_EPOCH_MS, arrow_type, decode_columns, iso_timestamp_us
 from barrierflow.kafka_io.partition_ids import partition_id
-from barrierflow.spec.models import KAFKA_METADATA_COLUMNS, KafkaSourceSpec
+from barrierflow.spec.sources import KAFKA_METADATA_COLUMNS, KafkaSourceSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import SourceError
 from barrierflow.kafka_io.admin import bootstrap_servers
-from barrierflow.spec.models import KafkaSourceSpec
+from barrierflow.spec.sources import KafkaSourceSpec
 
 if TYPE_CHECKING:
     from barrierflow.kafka_io.consumer import Columns, ConsumerSettings, HeaderFilter, RangeReader

@@ -167,10 +167,11 @@ def newest_output_epoch(spec_path: str | os.PathLike[str], stage: str | None = N
     newest cut record), or None (none yet, or the sink is no lake). What the output asset's
     watcher polls: lists the ledger or the cut records, reads no output."""
     target = batch_target(spec_path, stage)
-    if table_sink(target.spec) is not None:
-        return max(cut_checkpoints(target.store), default=None)
-    sink = target.spec.sink
-    if not isinstance(sink, ParquetSinkSpec):
+    table = table_sink(target.spec)
+    if table is not None:
+        return max(cut_checkpoints(target.store, table), default=None)
+    sink = next((s for s in target.spec.sinks if isinstance(s, ParquetSinkSpec)), None)
+    if sink is None:
         return None
     committed = [t.checkpoint_id for t in TransactionLedger(target.store.objects, target.spec.name).list(sink.name)
                  if t.state is TxnState.COMMITTED]

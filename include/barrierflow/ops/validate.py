@@ -15,6 +15,7 @@ from barrierflow.pipeline.layout import cut_layout
 from barrierflow.pipeline.spec_summary import SpecSummary, summarize
 from barrierflow.pipeline.words import WORDS, words
 from barrierflow.spec.loader import load_any_spec
+from barrierflow.spec.sink_set import several_sinks_problem
 from barrierflow.spec.stages import PipelineSpec
 
 if TYPE_CHECKING:
@@ -42,8 +43,20 @@ def validate_spec(spec_path: str | os.PathLike[str]) -> SpecSummary:
         UserInputError: an entry of ``spark.py_packages`` is not a package directory.
     """
     spec = load_any_spec(spec_path)
+    _check_sinks(spec, str(spec_path))
     _check_imports(spec, str(spec_path))
     return dataclasses.replace(summarize(spec), warnings=(*state_store_warnings(spec), *malformed_warnings(spec)))
+
+
+def _check_sinks(spec: PipelineSpec, spec_path: str) -> None:
+    """Refuse the stages whose sinks cannot be written together
+    (:func:`~barrierflow.spec.sink_set.several_sinks_problem`; a run refuses them too, when it
+    derives the stage), naming each such stage's ``sinks`` field."""
+    said = WORDS[cut_layout(spec).name]
+    problems = [(f"{said.stage_field_prefix(index)}sinks", problem) for index, stage in enumerate(spec.stages)
+                if (problem := several_sinks_problem(f"stage {stage.name!r}", list(stage.sinks)))]
+    if problems:
+        raise SpecError(spec_path, problems)
 
 
 def _check_imports(spec: PipelineSpec, spec_path: str) -> None:

@@ -14,6 +14,7 @@ Airflow); it may be left out when the pipeline has exactly one final Parquet sta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from barrierflow.errors import UserInputError
 from barrierflow.spec.graph import Cycle, StageGraph, build_graph
@@ -24,7 +25,6 @@ from barrierflow.spec.stages import PipelineSpec, StageEntry
 #: The brokers given to channels when a stage's spec is derived for the batch side: it reads
 #: only the stores and the lake, never a channel.
 NO_BROKER = "batch-side-reads-no-channel:9"
-_LAKES = (ParquetSinkSpec, IcebergSinkSpec, DeltaSinkSpec)
 
 
 class FinalStageError(UserInputError):
@@ -80,21 +80,28 @@ def replay_obstacle(spec: PipelineSpec, stage: str) -> str | None:
 
 
 def parquet_final_stages(spec: PipelineSpec) -> list[StageEntry]:
-    """The final stages of ``spec`` whose sink is Parquet, in spec order."""
+    """The final stages of ``spec`` that write a Parquet sink, in spec order."""
     final = set(_graph(spec).final_stages)
-    return [s for s in spec.stages if s.name in final and isinstance(s.sinks[0], ParquetSinkSpec)]
+    return [s for s in spec.stages if s.name in final and any(isinstance(k, ParquetSinkSpec) for k in s.sinks)]
 
 
 def lake_final_stages(spec: PipelineSpec) -> list[StageEntry]:
     """The final stages of ``spec`` whose sink is a committed lake the batch side reads (Parquet,
     or an Iceberg or Delta table, read as of a cut), in spec order."""
     final = set(_graph(spec).final_stages)
-    return [s for s in spec.stages if s.name in final and isinstance(s.sinks[0], _LAKES)]
+    return [s for s in spec.stages if s.name in final and lake_of(s.sinks) is not None]
+
+
+def lake_of(sinks: list[Any]) -> ParquetSinkSpec | IcebergSinkSpec | DeltaSinkSpec | None:
+    """The sink of a stage the batch side reads: its first Parquet sink, else its first Iceberg or
+    Delta table; None when it writes neither."""
+    return (next((s for s in sinks if isinstance(s, ParquetSinkSpec)), None)
+            or next((s for s in sinks if isinstance(s, IcebergSinkSpec | DeltaSinkSpec)), None))
 
 
 def _lake_kind(stages: list[StageEntry]) -> str:
     """How messages name the lakes of ``stages``: "a Parquet sink" when all are Parquet."""
-    if all(isinstance(s.sinks[0], ParquetSinkSpec) for s in stages):
+    if all(isinstance(lake_of(s.sinks), ParquetSinkSpec) for s in stages):
         return "a Parquet sink"
     return "a Parquet sink or an Iceberg or Delta table"
 
@@ -126,7 +133,7 @@ def choose_final_stage(spec: PipelineSpec, name: str | None) -> StageEntry:
                               f"{listed}") from None
     if stage not in candidates:
         why = "writes a channel (its output goes on to other stages)" if stage.output_channels \
-            else f"writes a {stage.sinks[0].type!r} sink, not Parquet, Iceberg or Delta"
+            else f"writes a {' and a '.join(repr(k.type) for k in stage.sinks)} sink, not Parquet, Iceberg or Delta"
         raise FinalStageError(f"pipeline {spec.name!r}: stage {name!r} {why}; the batch side reads the committed "
                               f"Parquet output (or Iceberg or Delta table) of a final stage: {listed}")
     return stage
@@ -158,9 +165,9 @@ def lake_outputs(spec: PipelineSpec) -> list[LakeOutput]:
     from barrierflow.pipeline.layout import cut_layout
 
     named = cut_layout(spec).named_stages
-    return [LakeOutput(stage.name if named else None, stage.sinks[0], stage.batch.output_event_interval,
+    return [LakeOutput(stage.name if named else None, lake, stage.batch.output_event_interval,
                        recomputable=replay_obstacle(spec, stage.name) is None)
-            for stage in lake_final_stages(spec) if isinstance(stage.sinks[0], _LAKES)]
+            for stage in lake_final_stages(spec) if (lake := lake_of(stage.sinks)) is not None]
 
 
 @dataclass(frozen=True)
@@ -183,8 +190,7 @@ def parquet_outputs(spec: PipelineSpec) -> list[ParquetOutput]:
     named = cut_layout(spec).named_stages
     outputs = []
     for stage in parquet_final_stages(spec):
-        sink = stage.sinks[0]
-        assert isinstance(sink, ParquetSinkSpec)
+        sink = next(k for k in stage.sinks if isinstance(k, ParquetSinkSpec))  # its first Parquet sink
         outputs.append(ParquetOutput(stage.name if named else None, sink, stage.batch.output_event_interval,
                                      recomputable=replay_obstacle(spec, stage.name) is None))
     return outputs

@@ -56,10 +56,11 @@ GLOBAL_CHECKPOINTS = CutLayout("global", STAGE_POINTS + PIPELINE_POINTS, named_s
 
 
 def cut_layout(spec: PipelineSpec) -> CutLayout:
-    """The on-disk choice, made here and nowhere else: a pipeline without channels (a
-    single-stage YAML; the loader refuses ``stages`` without channels) keeps its only stage's
-    own checkpoints, every other one global checkpoints (:class:`CutLayout`)."""
-    return GLOBAL_CHECKPOINTS if spec.channels else OWN_CHECKPOINTS
+    """The on-disk choice, made here and nowhere else: a pipeline of one stage without channels
+    (a single-stage YAML; the loader refuses ``stages`` of one stage without channels) keeps its
+    only stage's own checkpoints, every other one global checkpoints (:class:`CutLayout`),
+    several stages without channels between them included: one cut across all of them."""
+    return GLOBAL_CHECKPOINTS if spec.channels or len(spec.stages) > 1 else OWN_CHECKPOINTS
 
 
 def stage_specs(spec: PipelineSpec, *, servers: Mapping[str, str], work_dir: str | None = None

@@ -44,6 +44,7 @@ from barrierflow.spec.models import (
     SparkSpec,
     StageSpec,
 )
+from barrierflow.spec.sink_set import several_sinks_problem
 from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, PipelineSpec, StageEntry
 from barrierflow.storage.object_dir import is_object_uri
 
@@ -65,13 +66,16 @@ def stage_name(pipeline: PipelineSpec, stage: StageEntry) -> str:
 
 
 def check_runnable(stage: StageEntry) -> None:
-    """Raise UserInputError unless ``stage`` has one sink and either one source or only
+    """Raise UserInputError unless ``stage`` has sinks it can write together
+    (:func:`~barrierflow.spec.sink_set.several_sinks_problem`) and either one source or only
     channel sources (what the runtime builds today)."""
     channels = [s for s in stage.sources if isinstance(s, ChannelSourceSpec)]
-    if len(stage.sinks) != 1 or (len(stage.sources) != 1 and len(channels) != len(stage.sources)):
-        raise UserInputError(f"stage {stage.name!r}: running a stage with several sinks, or with several sources "
-                             "that are not all channels, is not built yet; give it one sink and either one "
-                             "source or only channel sources")
+    problem = several_sinks_problem(f"stage {stage.name!r}", list(stage.sinks))
+    if problem:
+        raise UserInputError(problem)
+    if len(stage.sources) != 1 and len(channels) != len(stage.sources):
+        raise UserInputError(f"stage {stage.name!r}: running a stage with several sources that are not all "
+                             "channels is not built yet; give it either one source or only channel sources")
 
 
 def channel_input(pipeline: PipelineSpec, stage: StageEntry, servers: Mapping[str, str]) -> KafkaSourceSpec:
@@ -119,9 +123,10 @@ def channel_input(pipeline: PipelineSpec, stage: StageEntry, servers: Mapping[st
 
 def stage_batch(stage: StageEntry) -> BatchSpec:
     """The ``batch`` section of the stage's derived spec: the stage's own, with
-    ``rollups`` defaulting to ``<sink folder's parent>/rollups/<stage>`` for a Parquet sink."""
-    sink = stage.sinks[0]
-    if stage.batch.rollups or not isinstance(sink, ParquetSinkSpec):
+    ``rollups`` defaulting to ``<sink folder's parent>/rollups/<stage>`` for a Parquet sink (its
+    first, when it writes several)."""
+    sink = next((s for s in stage.sinks if isinstance(s, ParquetSinkSpec)), None)
+    if stage.batch.rollups or sink is None:
         return stage.batch
     return stage.batch.model_copy(update={"rollups": f"{rollups_beside(sink.path).rstrip('/')}/{stage.name}"})
 
@@ -149,14 +154,13 @@ def derive_stage_spec(pipeline: PipelineSpec, stage: StageEntry, *, work_dir: st
     source = stage.sources[0]
     if isinstance(source, ChannelSourceSpec):
         source = channel_input(pipeline, stage, servers)
-    sink = stage.sinks[0]
-    if isinstance(sink, ChannelSinkSpec):
-        sink = DiscardSinkSpec(name=sink.sink_name, type="discard")
+    sinks = [DiscardSinkSpec(name=s.sink_name, type="discard") if isinstance(s, ChannelSinkSpec) else s
+             for s in stage.sinks]
     checkpoint = pipeline.checkpoint.model_copy(
         update={"storage": f"{pipeline.checkpoint.storage.rstrip('/')}/stages/{stage.name}"})
     return StageSpec(
         name=stage_name(pipeline, stage), work_dir=f"{work_dir}/stages/{stage.name}", sources=[source],
-        transformation=stage.transformation, sinks=[sink], trigger=pipeline.trigger, checkpoint=checkpoint,
+        transformation=stage.transformation, sinks=sinks, trigger=pipeline.trigger, checkpoint=checkpoint,
         event_time=pipeline.event_time, spark=stage_spark(pipeline, stage), verification=pipeline.verification,
         reports=pipeline.reports, dead_letter_path=pipeline.stage_path(pipeline.dead_letter_path, stage.name),
         event_times_path=pipeline.stage_path(pipeline.event_times_path, stage.name),

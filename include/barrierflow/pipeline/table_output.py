@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import UserInputError
+from barrierflow.pipeline.final_stages import lake_of
 from barrierflow.sinks.cut import CutLog, TableVersion
 from barrierflow.sinks.parquet import rollups_beside, rollups_uri
 from barrierflow.sinks.table import PROP_CHECKPOINT, PROP_PIPELINE, PROP_SINK, PROP_STAGE
@@ -36,13 +37,18 @@ if TYPE_CHECKING:
 TableSinkSpec = IcebergSinkSpec | DeltaSinkSpec
 
 
+def table_sinks(spec: StageSpec) -> list[TableSinkSpec]:
+    """Every Iceberg and Delta sink of the stage whose spec is ``spec``, in the spec's order."""
+    return [s for s in spec.sinks if isinstance(s, IcebergSinkSpec | DeltaSinkSpec)]
+
+
 def table_stages(pipeline: OpenedPipeline) -> dict[str, Stage]:
     """The stages of ``pipeline`` that write an Iceberg or Delta table, by name.
 
     Raises:
         UserInputError: it writes none.
     """
-    stages = {s.name: s for s in pipeline.stages if table_sink(s.spec) is not None}
+    stages = {s.name: s for s in pipeline.stages if table_sinks(s.spec)}
     if not stages:
         raise UserInputError(f"pipeline {pipeline.spec.name!r} writes no Iceberg or Delta table (sink type 'iceberg' "
                              "or 'delta'); cuts of tables exist only for those")
@@ -50,8 +56,9 @@ def table_stages(pipeline: OpenedPipeline) -> dict[str, Stage]:
 
 
 def table_sink(spec: StageSpec) -> TableSinkSpec | None:
-    """The spec's sink when it is an Iceberg or Delta table, else None."""
-    sink = spec.sink
+    """The sink the batch side reads (:func:`lake_sink`) when it is an Iceberg or Delta table,
+    else None."""
+    sink = lake_of(spec.sinks)
     return sink if isinstance(sink, IcebergSinkSpec | DeltaSinkSpec) else None
 
 
@@ -107,9 +114,9 @@ def table_files(spec: StageSpec, version: int | None) -> list[str]:
     return sorted(_uri(f) for f in DeltaTable(table_uri(sink.path), version=version).file_uris())
 
 
-def cut_checkpoints(store: CheckpointStore) -> list[int]:
-    """The checkpoint ids with a cut record in ``store``, ascending."""
-    return CutLog(store.objects).checkpoints()
+def cut_checkpoints(store: CheckpointStore, sink: TableSinkSpec) -> list[int]:
+    """The checkpoint ids whose cut record in ``store`` lists ``sink``, ascending."""
+    return CutLog(store.objects).checkpoints([sink.name])
 
 
 def cut_output(spec: StageSpec, store: CheckpointStore, checkpoint_id: int | None = None) -> CutOutput:
@@ -121,7 +128,7 @@ def cut_output(spec: StageSpec, store: CheckpointStore, checkpoint_id: int | Non
     sink = table_sink(spec)
     assert sink is not None
     log = CutLog(store.objects)
-    available = log.checkpoints()
+    available = log.checkpoints([sink.name])
     if checkpoint_id is None:
         if not available:
             raise UserInputError(
@@ -145,7 +152,7 @@ def trusted_cut(spec: StageSpec, store: CheckpointStore) -> tuple[Manifest, CutO
     """
     sink = table_sink(spec)
     assert sink is not None
-    cuts = set(cut_checkpoints(store))
+    cuts = set(cut_checkpoints(store, sink))
     for manifest in reversed(store.completed()):
         if manifest.checkpoint_id in cuts:
             return manifest, cut_output(spec, store, manifest.checkpoint_id)
@@ -207,12 +214,14 @@ def newest_commits(spec: StageSpec, version: int | None, count: int) -> tuple[li
 
 
 def lake_sink(spec: StageSpec) -> ParquetSinkSpec | TableSinkSpec:
-    """The spec's committed lake: a Parquet sink or an Iceberg or Delta table. Raises
-    UserInputError naming the sink type and the fix."""
-    sink = spec.sink
-    if not isinstance(sink, ParquetSinkSpec | IcebergSinkSpec | DeltaSinkSpec):
+    """The spec's committed lake the batch side reads: its first Parquet sink, else its first
+    Iceberg or Delta table (:func:`~barrierflow.pipeline.final_stages.lake_of`). Raises
+    UserInputError naming the sink types and the fix."""
+    sink = lake_of(spec.sinks)
+    if sink is None:
+        kinds = " and a ".join(repr(s.type) for s in spec.sinks)
         raise UserInputError(
-            f"pipeline {spec.name!r} writes to a {sink.type!r} sink: the batch side (rollups, the stream-vs-batch "
+            f"pipeline {spec.name!r} writes to a {kinds} sink: the batch side (rollups, the stream-vs-batch "
             "comparison, data quality of the output) reads a Parquet lake; give the pipeline a 'type: parquet' sink "
             "(or an Iceberg or Delta table: 'type: iceberg', 'type: delta')")
     return sink

@@ -97,7 +97,7 @@ def restore_initial_cut(spec: PipelineSpec, stages: Sequence[Stage],
     skips everything older attempts wrote. Idempotent: restoring again after a crash meanwhile
     only adds an attempt.
     """
-    from barrierflow.sinks.factory import build_sink
+    from barrierflow.sinks.factory import build_sinks
     from barrierflow.transactions.two_phase import TwoPhaseCommitSink
 
     for stage in stages:
@@ -107,9 +107,9 @@ def restore_initial_cut(spec: PipelineSpec, stages: Sequence[Stage],
             else:
                 shutil.rmtree(path, ignore_errors=True)
         stage_attempt = stage.store.begin_attempt(stage.store.checkpoint_ids())
-        sink = build_sink(stage.spec, stage.store, stage.layout, attempt=stage_attempt)
-        if isinstance(sink, TwoPhaseCommitSink):
-            sink.restore(None, None)
+        for sink in build_sinks(stage.spec, stage.store, stage.layout, attempt=stage_attempt):
+            if isinstance(sink, TwoPhaseCommitSink):
+                sink.restore(None, None)
         ControlChannel(stage.layout.control).reset()
     attempt = _begin_attempt(spec.name, cuts, [], 0)
     cutoffs = {stage.name: dict.fromkeys(sorted(stage.input_partitions), -1) for stage in stages

@@ -47,11 +47,12 @@ class ReconciliationPlan:
                 "decisions": [d.as_dict() for d in self.decisions]}
 
 
-def _sink(stage: Stage) -> TwoPhaseCommitSink | None:
-    from barrierflow.sinks.factory import build_sink
+def _sinks(stage: Stage) -> list[TwoPhaseCommitSink]:
+    """The stage's two-phase-commit sinks (each sink of a stage with several)."""
+    from barrierflow.sinks.factory import build_sinks
 
-    sink = build_sink(stage.spec, stage.store, stage.layout, attempt=stage.store.attempt())
-    return sink if isinstance(sink, TwoPhaseCommitSink) else None
+    return [sink for sink in build_sinks(stage.spec, stage.store, stage.layout, attempt=stage.store.attempt())
+            if isinstance(sink, TwoPhaseCommitSink)]
 
 
 def _holder_unless_busy(pipeline: OpenedPipeline) -> dict[str, object] | None:
@@ -77,9 +78,10 @@ def plan_reconciliation(pipeline: OpenedPipeline) -> ReconciliationPlan:
     newest = pipeline.newest_cut()
     plan = ReconciliationPlan(pipeline.name, newest.checkpoint_id if newest else None, running)
     for stage in pipeline.stages:
-        sink = _sink(stage)
-        if sink is not None:
-            plan.stages[stage.name] = sink.plan(plan.latest_completed, restoring=not running)
+        sinks = _sinks(stage)
+        if sinks:
+            plan.stages[stage.name] = [d for sink in sinks
+                                       for d in sink.plan(plan.latest_completed, restoring=not running)]
     return plan
 
 
@@ -87,12 +89,12 @@ def apply_reconciliation(pipeline: OpenedPipeline, plan: ReconciliationPlan) -> 
     """Apply exactly ``plan``'s decisions, each to its own stage's sink; for a stopped pipeline
     under its lease, whose fencing token every decision carries (raises JobAlreadyRunningError
     if a run or restore started since the plan)."""
-    sinks = {s.name: sink for s in pipeline.stages if s.name in plan.stages and (sink := _sink(s)) is not None}
+    sinks = [(s.name, sink) for s in pipeline.stages if s.name in plan.stages for sink in _sinks(s)]
     if plan.job_running:
-        for name, sink in sinks.items():
+        for name, sink in sinks:
             sink.apply(plan.stages[name])  # only COMMITs of covered epochs: the job does the same, idempotently
         return
     with JobLease(Path(pipeline.work_dir), pipeline.name, "reconcile", store=pipeline.objects) as lease:
-        for name, sink in sinks.items():
+        for name, sink in sinks:
             sink.fence = lease.token
-            sink.apply(plan.stages[name])
+            sink.apply(plan.stages[name])  # each sink applies the decisions naming it

@@ -95,7 +95,7 @@ def restore_pipeline(
 
 def _restore(spec: StageSpec, checkpoint_id: int | None, store: CheckpointStore, layout: JobLayout,
              accept_duplicates: bool) -> RestoreReport:
-    from barrierflow.sinks.factory import build_sink
+    from barrierflow.sinks.factory import build_sinks
 
     if checkpoint_id is None:
         manifest = store.latest()
@@ -143,10 +143,10 @@ def _restore(spec: StageSpec, checkpoint_id: int | None, store: CheckpointStore,
         restoring.rename(target)
     abandoned = [i for i in store.checkpoint_ids() if i > manifest.checkpoint_id]
     attempt = store.begin_attempt(abandoned, restored=manifest.checkpoint_id)
-    sink = build_sink(spec, store, layout, attempt=attempt)
     decisions: list[Decision] = []
-    if isinstance(sink, TwoPhaseCommitSink):
-        decisions = sink.restore(manifest.checkpoint_id, manifest.spark_batch_id)
+    for sink in build_sinks(spec, store, layout, attempt=attempt):  # each sink's in-doubt epochs, on its own
+        if isinstance(sink, TwoPhaseCommitSink):
+            decisions += sink.restore(manifest.checkpoint_id, manifest.spark_batch_id)
     control = ControlChannel(layout.control)
     control.reset()
     control.set_replay_plan(replay)

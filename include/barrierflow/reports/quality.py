@@ -45,6 +45,7 @@ from barrierflow.pipeline.table_output import (
     lake_rollups_uri,
     lake_sink,
     newest_commits,
+    table_sink,
 )
 from barrierflow.sinks.parquet import parquet_sink
 from barrierflow.spec.loader import project_home
@@ -198,7 +199,9 @@ def table_epochs(spec: StageSpec, store: CheckpointStore, count: int) -> tuple[l
     those files. Nothing when no cut is recorded yet."""
     import pandas as pd
 
-    if not cut_checkpoints(store):
+    sink = table_sink(spec)
+    assert sink is not None
+    if not cut_checkpoints(store, sink):
         return [], pd.DataFrame(), []
     version = cut_output(spec, store).table_version
     ids, before = newest_commits(spec, version, count)

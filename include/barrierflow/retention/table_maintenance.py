@@ -1,7 +1,7 @@
 """Maintenance of a pipeline's lakehouse tables that never removes what a restore or a retained
 cut needs (``barrierflow lake maintain``, the ``maintain`` DAG).
 
-Per Iceberg or Delta sink of every stage, what must stay readable:
+Per Iceberg or Delta sink of every stage (a stage may write several), what must stay readable:
 
 * the version the **restore rule** reads: the commit carrying the sink's largest committed
   checkpoint id (Iceberg: found along the current snapshot's ancestry, so that ancestry must
@@ -48,7 +48,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from barrierflow.pipeline.model import Stage, open_pipeline
-from barrierflow.pipeline.table_output import ours, table_stages
+from barrierflow.pipeline.table_output import ours, table_sinks, table_stages
 from barrierflow.sinks.cut import CutLog
 from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 
@@ -109,15 +109,16 @@ def maintain_tables(spec_path: str | os.PathLike[str], *, older_than_hours: floa
     now = now or datetime.now(UTC)
     done = []
     for name, stage in table_stages(pipeline).items():
-        sink = stage.spec.sink
-        label = f"{name}/{sink.name}"
-        needed = {v.version for cut in _cuts(stage) for key, v in cut.items()
-                  if key == sink.name and v is not None and v.version is not None}
-        if isinstance(sink, IcebergSinkSpec):
-            done.append(_maintain_iceberg(stage, sink, label, needed, now - timedelta(hours=older_than_hours),
-                                          target_size))
-        elif isinstance(sink, DeltaSinkSpec):
-            done.append(_maintain_delta(stage, sink, label, needed, retention_hours, target_size))
+        cuts = _cuts(stage)
+        for sink in table_sinks(stage.spec):
+            label = f"{name}/{sink.name}"
+            needed = {v.version for cut in cuts for key, v in cut.items()
+                      if key == sink.name and v is not None and v.version is not None}
+            if isinstance(sink, IcebergSinkSpec):
+                done.append(_maintain_iceberg(stage, sink, label, needed, now - timedelta(hours=older_than_hours),
+                                              target_size))
+            elif isinstance(sink, DeltaSinkSpec):
+                done.append(_maintain_delta(stage, sink, label, needed, retention_hours, target_size))
     return done
 
 

@@ -169,12 +169,12 @@ class RunningPipeline:
         return ends
 
     def sinks(self, runner: StageRunner, attempt: int) -> list[SinkCommitter]:
-        """``runner``'s driver-side sink (a two-phase-commit sink, or none), its commits held
-        when the pipeline holds them and the stage is final."""
-        from barrierflow.sinks.factory import build_sink
+        """``runner``'s driver-side sinks (two-phase-commit sinks, or none; one per sink of the
+        stage), their commits held when the pipeline holds them and the stage is final."""
+        from barrierflow.sinks.factory import build_sinks
 
-        sink = build_sink(runner.spec, runner.store, runner.layout, attempt=attempt)
-        return [HeldCommits(sink) if self.hold_commits and self.is_final(runner) else sink]
+        sinks = build_sinks(runner.spec, runner.store, runner.layout, attempt=attempt)
+        return [HeldCommits(sink) if self.hold_commits and self.is_final(runner) else sink for sink in sinks]
 
     def handle(self, runner: StageRunner, coordinator: CheckpointCoordinator | None = None) -> StageHandle:
         """What the pipeline coordinator knows of ``runner`` (``coordinator`` None: the stage

@@ -1,7 +1,9 @@
 """Cut records: one checkpoint = one consistent cut across the tables a pipeline writes.
 
 After every table sink of a stage committed checkpoint n, the cut record
-``cuts/chk-<n:012d>.json`` is written in the stage's checkpoint store, last::
+``cuts/chk-<n:012d>.json`` is written in the stage's checkpoint store, last (each sink of a stage
+with several adds its table to it after its own commit: the record is the cut once it lists every
+table sink of the stage, which readers check, :func:`tables_as_of`)::
 
     {"checkpoint_id": n, "tables": {"<sink>": {"format": "iceberg", "table": "lake.totals",
                                                 "version": <snapshot id>, "checkpoint_id": m}, ...}}
@@ -9,12 +11,15 @@ After every table sink of a stage committed checkpoint n, the cut record
 ``version`` is the Iceberg snapshot id or the Delta version holding exactly the sink's output up
 to checkpoint n (written by its commit of checkpoint m, the largest <= n that had rows); null
 when the sink committed nothing yet. :func:`tables_as_of` returns every table of a pipeline as of
-one cut, so a reader never combines table A at checkpoint n with table B at n - 1.
+one cut, so a reader never combines table A at checkpoint n with table B at n - 1; a pipeline
+of several stages has one cut record per stage and checkpoint (its global checkpoint id), and the
+cut is the union of its stages' records.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -76,21 +81,30 @@ class CutLog:
             return None
         return {name: (TableVersion(**v) if v is not None else None) for name, v in body["tables"].items()}
 
-    def checkpoints(self) -> list[int]:
-        """The checkpoint ids that have a cut record, ascending."""
-        return sorted(cid for info in self.objects.list(PREFIX) if (cid := cut_record_id(info.key)) is not None)
+    def checkpoints(self, complete_with: Collection[str] | None = None) -> list[int]:
+        """The checkpoint ids that have a cut record, ascending; with ``complete_with`` (sink
+        names), only those whose record lists every one of them."""
+        ids = sorted(cid for info in self.objects.list(PREFIX) if (cid := cut_record_id(info.key)) is not None)
+        if not complete_with:
+            return ids
+        wanted = set(complete_with)
+        return [cid for cid in ids if wanted <= set(self.get(cid) or {})]
 
 
-def tables_as_of(stores: dict[str, ObjectStore], checkpoint_id: int | None = None) -> dict[str, TableVersion | None]:
+def tables_as_of(stores: dict[str, ObjectStore], checkpoint_id: int | None = None,
+                 expected: Mapping[str, Collection[str]] | None = None) -> dict[str, TableVersion | None]:
     """Every table of a pipeline as of one cut: ``stores`` maps each stage (a single-stage
     pipeline: its name) to its checkpoint store; the result maps ``<stage>/<sink>`` to the
-    table version. ``checkpoint_id`` None: the newest checkpoint every stage has a cut record of.
+    table version. ``expected`` maps a stage to its table sinks' names: a stage's record of a
+    checkpoint that does not list them all yet (its sinks are still committing) is no cut.
+    ``checkpoint_id`` None: the newest checkpoint every stage has a complete cut record of.
 
     Raises:
         UserInputError: no such cut (naming the checkpoints that have one).
     """
+    expected = expected or {}
     logs = {stage: CutLog(objects) for stage, objects in stores.items()}
-    available = [set(log.checkpoints()) for log in logs.values()]
+    available = [set(log.checkpoints(expected.get(stage))) for stage, log in logs.items()]
     common = sorted(set.intersection(*available)) if available else []
     if checkpoint_id is None:
         if not common:
@@ -99,9 +113,11 @@ def tables_as_of(stores: dict[str, ObjectStore], checkpoint_id: int | None = Non
     tables: dict[str, TableVersion | None] = {}
     for stage, log in logs.items():
         cut = log.get(checkpoint_id)
-        if cut is None:
+        missing = sorted(set(expected.get(stage, ())) - set(cut or {}))
+        if cut is None or missing:
+            what = "no cut record" if cut is None else f"a cut record without tables {', '.join(missing)}"
             raise UserInputError(
-                f"checkpoint {checkpoint_id} has no cut record for stage {stage!r} (its tables were not all committed "
+                f"checkpoint {checkpoint_id} has {what} for stage {stage!r} (its tables were not all committed "
                 f"at that checkpoint); checkpoints with a cut: {', '.join(map(str, common[-10:])) or 'none'}")
         tables.update({f"{stage}/{name}": version for name, version in cut.items()})
     return tables

@@ -1,6 +1,7 @@
 """Building the sinks of a stage: what writes each micro-batch of its query
-(:func:`micro_batch_writer`: a channel writer, the write-ahead writer of a two-phase-commit sink, or
-nothing for ``discard``), where micro-batches are written ahead, and the driver-side committer.
+(:func:`micro_batch_writer`: a channel writer, the write-ahead writer of a two-phase-commit sink,
+one write-ahead writer per sink for a stage with several, or nothing for ``discard``), where
+micro-batches are written ahead, and the driver-side committer of each sink (:func:`build_sinks`).
 
 Every sink kind is resolved here, the ``channel`` kind included, so the runtime builds every
 stage's writer the same way and never branches on the sink type."""
@@ -13,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.spec.kafka_client import KafkaClientSpec
 from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
-from barrierflow.spec.models import DiscardSinkSpec, KafkaSinkSpec, ParquetSinkSpec, PostgresSinkSpec, StageSpec
+from barrierflow.spec.models import (
+    DiscardSinkSpec,
+    KafkaSinkSpec,
+    ParquetSinkSpec,
+    PostgresSinkSpec,
+    SinkSpec,
+    StageSpec,
+)
 from barrierflow.transactions.committer import NoCommitter, SinkCommitter
 from barrierflow.transactions.ledger import TransactionLedger
 from barrierflow.transactions.retry import CommitRetry
@@ -44,23 +52,30 @@ def micro_batch_writer(spec: StageSpec, layout: JobLayout, *, fence: FenceToken 
     """The ``foreachBatch`` function of the stage whose derived spec is ``spec``: a
     :class:`~barrierflow.sinks.channel.ChannelWriter` when it writes ``channel`` (its records
     stamped with ``attempt``), a :class:`~barrierflow.sinks.write_ahead.WriteAheadWriter` for a
-    two-phase-commit sink (checking ``fence`` before each write-ahead batch), None for ``discard``
-    (Spark's noop sink). A channel writer holds a producer: the caller closes it when the
-    stage stops."""
+    two-phase-commit sink (checking ``fence`` before each write-ahead batch), a
+    :class:`~barrierflow.sinks.write_ahead.WriteAheadWriters` writing each micro-batch ahead for
+    every sink of a stage with several, None for ``discard`` (Spark's noop sink). A channel
+    writer holds a producer: the caller closes it when the stage stops."""
     if channel is not None:
         from barrierflow.sinks.channel import ChannelWriter
 
         return ChannelWriter(servers=channel.servers, topic=channel.topic, stage=channel.stage,
                              attempt=attempt, spark_checkpoint=layout.spark_checkpoint,
                              key_column=channel.key_column, client=channel.client)
-    write_ahead = write_ahead_uri_for(spec, layout)
-    if write_ahead is None:
-        return None
-    from barrierflow.sinks.write_ahead import WriteAheadWriter
+    from barrierflow.sinks.write_ahead import WriteAheadWriter, WriteAheadWriters
 
-    split_by = list(spec.sink.partitioned_by) if isinstance(spec.sink, IcebergSinkSpec | DeltaSinkSpec) else []
-    return WriteAheadWriter(write_ahead, control_dir=str(layout.control),
-                            spark_checkpoint=str(layout.spark_checkpoint), fence=fence, split_by=split_by)
+    writers = []
+    for sink in spec.sinks:
+        write_ahead = write_ahead_uri_for(spec, layout, sink)
+        if write_ahead is None:
+            continue
+        split_by = list(sink.partitioned_by) if isinstance(sink, IcebergSinkSpec | DeltaSinkSpec) else []
+        writers.append(WriteAheadWriter(write_ahead, control_dir=str(layout.control),
+                                        spark_checkpoint=str(layout.spark_checkpoint), fence=fence,
+                                        split_by=split_by))
+    if not writers:
+        return None
+    return writers[0] if len(writers) == 1 else WriteAheadWriters(writers)
 
 
 def pipeline_and_stage(spec: StageSpec) -> tuple[str, str]:
@@ -77,28 +92,29 @@ def pipeline_and_stage(spec: StageSpec) -> tuple[str, str]:
 
 
 def check_table_sink(spec: StageSpec, layout: JobLayout, output: pa.Schema) -> None:
-    """Before the stage starts: create the table of an Iceberg sink from the query's ``output``
-    schema when absent, and check ``output`` against an existing Iceberg or Delta table; nothing
-    for other sinks.
+    """Before the stage starts, for each of its sinks: create the table of an Iceberg sink from
+    the query's ``output`` schema when absent, and check ``output`` against an existing Iceberg
+    or Delta table; nothing for other sinks.
 
     Raises:
-        UserInputError: the output does not fit the table (naming the column).
+        UserInputError: the output does not fit a table (naming the sink and the column).
     """
-    sink = spec.sink
-    if isinstance(sink, IcebergSinkSpec):
-        from barrierflow.sinks.iceberg import ensure_iceberg_table, open_catalog, table_location
+    for sink in spec.sinks:
+        if isinstance(sink, IcebergSinkSpec):
+            from barrierflow.sinks.iceberg import ensure_iceberg_table, open_catalog, table_location
 
-        catalog = open_catalog(sink.catalog, layout.work_dir)
-        ensure_iceberg_table(sink, catalog, table_location(sink, layout.work_dir, catalog), output)
-    elif isinstance(sink, DeltaSinkSpec):
-        from barrierflow.sinks.delta import check_delta_table
+            catalog = open_catalog(sink.catalog, layout.work_dir)
+            ensure_iceberg_table(sink, catalog, table_location(sink, layout.work_dir, catalog), output)
+        elif isinstance(sink, DeltaSinkSpec):
+            from barrierflow.sinks.delta import check_delta_table
 
-        check_delta_table(sink, output)
+            check_delta_table(sink, output)
 
 
-def write_ahead_uri_for(spec: StageSpec, layout: JobLayout) -> str | None:
-    """The write-ahead URI of the spec's sink, or None for sinks that write nothing ahead (discard)."""
-    sink = spec.sink
+def write_ahead_uri_for(spec: StageSpec, layout: JobLayout, sink: SinkSpec | None = None) -> str | None:
+    """The write-ahead URI of ``sink`` (default: the spec's first sink), one of the spec's sinks,
+    or None for sinks that write nothing ahead (discard)."""
+    sink = sink if sink is not None else spec.sink
     if isinstance(sink, DiscardSinkSpec):
         return None
     if isinstance(sink, ParquetSinkSpec):
@@ -118,8 +134,18 @@ def write_ahead_uri_for(spec: StageSpec, layout: JobLayout) -> str | None:
     return uri
 
 
-def build_sink(spec: StageSpec, store: CheckpointStore, layout: JobLayout, *, attempt: int) -> SinkCommitter:
-    sink = spec.sink
+def build_sinks(spec: StageSpec, store: CheckpointStore, layout: JobLayout, *, attempt: int) -> list[SinkCommitter]:
+    """The driver-side committer of each of the spec's sinks, in the spec's order: they
+    pre-commit every epoch together and commit it under the same checkpoint id (the
+    coordinator calls them in this order on its one sink thread)."""
+    return [build_sink(spec, store, layout, attempt=attempt, sink=sink) for sink in spec.sinks]
+
+
+def build_sink(spec: StageSpec, store: CheckpointStore, layout: JobLayout, *, attempt: int,
+               sink: SinkSpec | None = None) -> SinkCommitter:
+    """The driver-side committer of ``sink`` (default: the spec's first sink), one of the
+    spec's sinks."""
+    sink = sink if sink is not None else spec.sink
     if isinstance(sink, DiscardSinkSpec):
         return NoCommitter(sink.name)
     ledger = TransactionLedger(store.objects, spec.name)
@@ -136,7 +162,7 @@ def build_sink(spec: StageSpec, store: CheckpointStore, layout: JobLayout, *, at
     if isinstance(sink, PostgresSinkSpec):
         from barrierflow.sinks.postgres import PostgresSink
 
-        write_ahead = write_ahead_uri_for(spec, layout)
+        write_ahead = write_ahead_uri_for(spec, layout, sink)
         assert write_ahead is not None
         return PostgresSink(spec=sink, write_ahead_uri=write_ahead, **common)
     if isinstance(sink, IcebergSinkSpec | DeltaSinkSpec):
@@ -155,7 +181,7 @@ def build_sink(spec: StageSpec, store: CheckpointStore, layout: JobLayout, *, at
     if isinstance(sink, KafkaSinkSpec):
         from barrierflow.sinks.kafka import KafkaSink
 
-        write_ahead = write_ahead_uri_for(spec, layout)
+        write_ahead = write_ahead_uri_for(spec, layout, sink)
         assert write_ahead is not None
         return KafkaSink(spec=sink, write_ahead_uri=write_ahead, **common)
     raise NotImplementedError(f"sink type {sink.type!r}")  # pragma: no cover - the spec union is closed

@@ -106,11 +106,13 @@ class CommittedPart:
 
 
 def parquet_sink(spec: StageSpec) -> ParquetSinkSpec:
-    """The spec's Parquet sink. Raises UserInputError naming the sink type and the fix."""
-    sink = spec.sink
-    if not isinstance(sink, ParquetSinkSpec):
+    """The spec's Parquet sink (its first, when it writes several). Raises UserInputError
+    naming the sink types and the fix."""
+    sink = next((s for s in spec.sinks if isinstance(s, ParquetSinkSpec)), None)
+    if sink is None:
+        kinds = " and a ".join(repr(s.type) for s in spec.sinks)
         raise UserInputError(
-            f"pipeline {spec.name!r} writes to a {sink.type!r} sink: the batch side (rollups, the stream-vs-batch "
+            f"pipeline {spec.name!r} writes to a {kinds} sink: the batch side (rollups, the stream-vs-batch "
             "comparison, data quality of the output) reads a Parquet lake; give the pipeline a "
             "'type: parquet' sink")
     return sink

@@ -239,3 +239,34 @@ class WriteAheadWriter:
         (df.write.format("barrierflow_staging").mode("append")
          .option("uri", self.uri).option("batch_id", str(batch_id)).option("fence", str(fence or ""))
          .option("split_by", ",".join(self.split_by)).save())
+
+
+class WriteAheadWriters:
+    """The ``foreachBatch`` function of a stage with several sinks: micro-batch ``batch_id`` is
+    written ahead once per sink, by each sink's :class:`WriteAheadWriter` in order, so every
+    sink pre-commits the same rows for the epoch and commits them under the same checkpoint id.
+
+    The batch's DataFrame is persisted for the writes and unpersisted after: every sink gets the
+    rows of one evaluation (the stateful operators of the micro-batch run once; a second
+    evaluation would recompute them). A crash between two sinks' writes leaves the batch written
+    ahead for some sinks only; Spark then has not committed the batch and runs it again, and each
+    sink's write rewrites its own file list (``_PRECOMMITTED.json``), so no sink keeps a partial or
+    doubled batch."""
+
+    def __init__(self, writers: list[WriteAheadWriter]) -> None:
+        if len(writers) < 2:
+            raise SinkError("WriteAheadWriters is for a stage with several sinks; use its one WriteAheadWriter")
+        self.writers = list(writers)
+
+    @property
+    def suppressed(self) -> list[int]:
+        """The batches whose output was not written ahead (they replay committed output)."""
+        return self.writers[0].suppressed
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        df.persist()
+        try:
+            for writer in self.writers:
+                writer(df, batch_id)
+        finally:
+            df.unpersist()

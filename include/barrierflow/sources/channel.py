@@ -80,7 +80,8 @@ from barrierflow.kafka_io.row_batches import MAX_ROWS, ROWS_HEADER, rows_in
 from barrierflow.sources.channel_rows import ChannelDecoder
 from barrierflow.sources.kafka import KafkaStreamReader, schema_for
 from barrierflow.sources.planning import RowMeasure
-from barrierflow.spec.models import CheckpointMode, KafkaSourceSpec
+from barrierflow.spec.checkpoint_mode import CheckpointMode
+from barrierflow.spec.sources import KafkaSourceSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa

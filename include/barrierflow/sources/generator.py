@@ -30,7 +30,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.sources.planning import REPLAY_UNTIL, PlanningOptions, SourcePlanner
-from barrierflow.spec.models import GeneratorSourceSpec
+from barrierflow.spec.sources import GeneratorSourceSpec
 
 SCHEMA = "partition INT, offset BIGINT, key BIGINT, value BIGINT, event_time TIMESTAMP"
 _CHUNK = 65_536

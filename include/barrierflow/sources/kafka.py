@@ -96,7 +96,7 @@ from barrierflow.kafka_io.decoding import METADATA_COLUMNS, RecordDecoder, newes
 from barrierflow.kafka_io.partition_ids import parse_partition_id, partition_id
 from barrierflow.kafka_io.range_reads import read_range, read_range_columns, reader_settings
 from barrierflow.sources.planning import REPLAY_FROM, REPLAY_UNTIL, PlanningOptions, RowMeasure, SourcePlanner
-from barrierflow.spec.models import KafkaSourceSpec
+from barrierflow.spec.sources import KafkaSourceSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa

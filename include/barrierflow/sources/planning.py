@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from barrierflow.barriers.control import ControlChannel, replay_end
 from barrierflow.barriers.offsets import SourceOffset
@@ -26,7 +27,9 @@ from barrierflow.barriers.planner import PlanRequest, plan_batch
 from barrierflow.flow_control.batch_sizing import BatchSizer
 from barrierflow.flow_control.watermark_alignment import AlignmentDecision, AlignmentSettings, WatermarkAligner
 from barrierflow.flow_control.watermark_history import BatchRecord, WatermarkHistory
-from barrierflow.spec.models import StageSpec
+
+if TYPE_CHECKING:  # the planner's Python worker never loads the whole spec
+    from barrierflow.spec.models import StageSpec
 
 #: The reader option of a source kind that ``replays_input`` (:mod:`barrierflow.sources.registry`):
 #: a source offset (its JSON) that every ``latestOffset`` returns, so a query over a fresh

@@ -74,7 +74,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.errors import SourceError, UserInputError
-from barrierflow.spec.models import KafkaSourceSpec
+from barrierflow.spec.sources import KafkaSourceSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

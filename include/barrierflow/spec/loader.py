@@ -107,10 +107,14 @@ def parse_staged_spec(data: Any, path: str = "<spec>", *, home: Path | None = No
     graph (:func:`barrierflow.spec.graph.build_graph`). Raises SpecError naming every problem.
     ``home`` as for :func:`parse_spec`."""
     data = _prepared(data, path, home)
-    # A pipeline of several stages names its channels (one stage without channels is written
-    # as a single-stage YAML, whose stage keeps its own checkpoints).
-    missing = [] if data.get("channels") else [("channels", "required field is missing" if "channels" not in data
-                                                else "a pipeline of stages has at least one channel")]
+    # One stage without channels is written as a single-stage YAML, whose stage keeps its own
+    # checkpoints; stages without channels between them (each reading its own source) are a
+    # pipeline whose global checkpoints cut across all of them.
+    alone = isinstance(data.get("stages"), list) and len(data["stages"]) == 1
+    missing = [] if data.get("channels") or not alone else [
+        ("channels", "a pipeline of one stage without channels is written as a single-stage YAML (its source, "
+                     "transformation and sinks at the top level); add the channels of its stages or write it that "
+                     "way")]
     try:
         spec = PipelineSpec.model_validate(data)
     except ValidationError as exc:

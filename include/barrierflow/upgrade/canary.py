@@ -230,7 +230,7 @@ def compare_canary_output(pipeline: OpenedPipeline, spark: SparkSession, checkpo
 
     outputs = parquet_outputs(pipeline.spec)
     if not outputs:
-        sinks = ", ".join(f"{s.spec.sink.name} ({s.spec.sink.type})" for s in pipeline.stages if s.output is None)
+        sinks = ", ".join(f"{k.name} ({k.type})" for s in pipeline.stages if s.output is None for k in s.spec.sinks)
         return [OutputComparison("no Parquet output", ran=False, reason=(
             f"pipeline {pipeline.name} writes no Parquet output ({sinks}): the batch side compares a Parquet lake"))]
     stages = {s.name: s for s in pipeline.stages}

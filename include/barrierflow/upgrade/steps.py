@@ -226,7 +226,7 @@ class UpgradeResult:
 def _sink(stage: Stage) -> str:
     if stage.output is not None:
         return f"channel topic {stage.output.topic}"
-    return f"{stage.spec.sink.name} ({stage.spec.sink.type})"
+    return ", ".join(f"{sink.name} ({sink.type})" for sink in stage.spec.sinks)
 
 
 def _sources(stage: Stage) -> dict[str, str]:

@@ -31,7 +31,7 @@ from barrierflow.barriers.alignment.outcomes import (
 )
 from barrierflow.barriers.alignment.states import AlignmentState, CollectingBarriers, WaitingForFirstBarrier
 from barrierflow.barriers.records import BarrierMarker
-from barrierflow.spec.models import CheckpointMode
+from barrierflow.spec.checkpoint_mode import CheckpointMode
 
 log = logging.getLogger(__name__)
 

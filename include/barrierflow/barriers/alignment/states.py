@@ -44,7 +44,7 @@ from barrierflow.barriers.alignment.outcomes import (
     IgnoredBarrier,
 )
 from barrierflow.barriers.records import BarrierMarker
-from barrierflow.spec.models import CheckpointMode
+from barrierflow.spec.checkpoint_mode import CheckpointMode
 
 
 class AlignmentState:

@@ -1,0 +1,76 @@
+"""A stage with an Iceberg and a Delta sink, driven as the checkpoint coordinator drives them
+(no Spark): both pre-commit the epoch, then each commits it under the same checkpoint id. The
+driver is killed after the first sink's table commit, before its ledger record and before the
+second sink's commit; the restore applies the in-doubt rule per sink. The tables are read with
+pyiceberg and ``deltalake``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.sinks.factory import build_sinks
+from barrierflow.spec import load_spec
+from barrierflow.workdir.layout import JobLayout
+from deltalake import DeltaTable
+from pyiceberg.catalog.sql import SqlCatalog
+
+from tests.pipeline_specs import spec_dict
+from tests.sinks.lake_env import REPO, rows, stage
+
+
+def two_table_spec(tmp_path: Path) -> Path:
+    data = spec_dict(tmp_path, name="twotables", sinks=[
+        {"name": "ice", "type": "iceberg", "table": "lake.totals"},
+        {"name": "dl", "type": "delta", "path": f"file://{tmp_path}/tables/totals"}])
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_kill_between_two_sinks_commits_is_resolved_per_sink_each_table_committed_once(tmp_path: Path) -> None:
+    spec_path = two_table_spec(tmp_path)
+    spec = load_spec(spec_path)
+    store, layout = CheckpointStore.for_spec(spec), JobLayout.for_spec(spec)
+    first = build_sinks(spec, store, layout, attempt=0)
+    for sink in first:  # the stage's one micro-batch, written ahead once per sink
+        stage(sink.write_ahead.uri, 1, rows([1, 2, 3]))
+    script = textwrap.dedent(f"""
+        from barrierflow.checkpointing.store import CheckpointStore
+        from barrierflow.sinks.factory import build_sinks
+        from barrierflow.spec import load_spec
+        from barrierflow.workdir.layout import JobLayout
+        spec = load_spec({str(spec_path)!r})
+        sinks = build_sinks(spec, CheckpointStore.for_spec(spec), JobLayout.for_spec(spec), attempt=0)
+        for sink in sinks:
+            sink.pre_commit_epoch(1, 1)
+        for sink in sinks:
+            sink.notify_checkpoint_complete(1, 1)
+        raise SystemExit("not reached: the crash point should have killed this process")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "BARRIERFLOW_CRASH_AT": "mid_sink_commit"})
+    assert proc.returncode == -9, proc.stderr[-2000:]
+
+    catalog = SqlCatalog("barrierflow", uri=f"sqlite:///{tmp_path / 'work' / 'iceberg' / 'catalog.db'}")
+    delta_path = str(tmp_path / "tables" / "totals")
+    assert len(catalog.load_table("lake.totals").snapshots()) == 1  # the first sink's commit reached its table
+    assert not (tmp_path / "tables" / "totals" / "_delta_log").exists()  # the second sink's did not
+
+    for sink in build_sinks(spec, store, layout, attempt=1):  # what a restore of checkpoint 1 does, per sink
+        sink.restore(1, 1)
+
+    snapshots = catalog.load_table("lake.totals").snapshots()
+    assert [s.summary.additional_properties["barrierflow.checkpoint-id"] for s in snapshots] == ["1"]
+    assert sorted(catalog.load_table("lake.totals").scan().to_arrow().column("key").to_pylist()) == [1, 2, 3]
+    delta = DeltaTable(delta_path)
+    assert [h["barrierflow.checkpoint-id"] for h in delta.history() if "barrierflow.checkpoint-id" in h] == ["1"]
+    assert sorted(delta.to_pyarrow_table().column("key").to_pylist()) == [1, 2, 3]
+    cut = json.loads((tmp_path / "checkpoints" / "cuts" / "chk-000000000001.json").read_text())
+    assert cut["tables"]["ice"]["version"] == snapshots[0].snapshot_id and cut["tables"]["dl"]["version"] == 0
