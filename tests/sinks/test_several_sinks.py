@@ -13,10 +13,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import yaml
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.recovery.restore import DuplicateOutputError, refuse_torn_epochs
 from barrierflow.sinks.factory import build_sinks
 from barrierflow.spec import load_spec
+from barrierflow.transactions.ledger import TransactionLedger
 from barrierflow.workdir.layout import JobLayout
 from deltalake import DeltaTable
 from pyiceberg.catalog.sql import SqlCatalog
@@ -74,3 +77,22 @@ def test_a_kill_between_two_sinks_commits_is_resolved_per_sink_each_table_commit
     assert sorted(delta.to_pyarrow_table().column("key").to_pylist()) == [1, 2, 3]
     cut = json.loads((tmp_path / "checkpoints" / "cuts" / "chk-000000000001.json").read_text())
     assert cut["tables"]["ice"]["version"] == snapshots[0].snapshot_id and cut["tables"]["dl"]["version"] == 0
+
+
+def test_restoring_a_checkpoint_before_an_epoch_one_sink_committed_and_another_did_not_is_refused(
+        tmp_path: Path) -> None:
+    spec = load_spec(two_table_spec(tmp_path))
+    store, layout = CheckpointStore.for_spec(spec), JobLayout.for_spec(spec)
+    ice, dl = build_sinks(spec, store, layout, attempt=0)
+    for checkpoint in (1, 2):
+        for sink in (ice, dl):
+            stage(sink.write_ahead.uri, checkpoint, rows([checkpoint]))
+            sink.pre_commit_epoch(checkpoint, checkpoint)
+        ice.notify_checkpoint_complete(checkpoint, checkpoint)
+        if checkpoint == 1:
+            dl.notify_checkpoint_complete(checkpoint, checkpoint)  # epoch 2: the run stops before this
+    txns = TransactionLedger(store.objects, spec.name).list()
+    with pytest.raises(DuplicateOutputError, match=r"epoch 2 is committed by sink 'ice' but only pre-committed by "
+                                                   r"sink 'dl'.*Restore the latest checkpoint first"):
+        refuse_torn_epochs(spec.name, txns, 1)
+    refuse_torn_epochs(spec.name, txns, 2)  # the latest: its restore commits epoch 2 in 'dl'

@@ -49,10 +49,11 @@ def test_a_stage_writes_any_mix_of_parquet_iceberg_and_delta_one_writer_and_comm
 @pytest.mark.parametrize(("sinks", "message"), [
     ([{"name": "ice", "type": "iceberg", "table": "lake.t"},
       {"name": "pg", "type": "postgres", "dsn_env": "PG_DSN", "table": "t"}],
-     r"this pipeline writes several sinks \('ice' \(iceberg\), 'pg' \(postgres\)\).*postgres is not: give each "
+     r"this pipeline writes several sinks \('ice' \(iceberg\), 'pg' \(postgres\)\).*writing a postgres sink "
+     r"beside others in one stage is not supported\): give each "
      r"postgres sink a stage of its own"),
     ([{"name": "ice", "type": "iceberg", "table": "lake.t"}, {"name": "none", "type": "discard"}],
-     "discard is not"),
+     "writing a discard sink beside others"),
     ([{"name": "t", "type": "iceberg", "table": "lake.a"}, {"name": "t", "type": "iceberg", "table": "lake.b"}],
      "several sinks named 't'.*give each sink a distinct 'name'"),
     ([{"name": "a", "type": "delta", "path": "file:///x/t"}, {"name": "b", "type": "delta", "path": "file:///x/t/"}],
@@ -83,7 +84,7 @@ def test_a_channel_and_tables_in_one_stage_are_refused_by_validate_and_run_namin
     data = staged(tmp_path, sinks, channels=True)
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(data))
-    message = (r"stage 'a' writes several sinks \('ab' \(channel\), 'ice' \(iceberg\)\).*channel is not: give each "
+    message = (r"stage 'a' writes several sinks \('ab' \(channel\), 'ice' \(iceberg\)\).*not supported\): give each "
                r"channel sink a stage of its own")
     with pytest.raises(SpecError, match=r"stages\[0\]\.sinks: " + message):
         validate_spec(path)

@@ -32,7 +32,7 @@ from barrierflow.errors import CheckpointNotFoundError, UserInputError
 from barrierflow.lease import JobLease
 from barrierflow.spec.models import KafkaSourceSpec, StageSpec
 from barrierflow.storage.object_dir import ObjectDir
-from barrierflow.transactions.ledger import TransactionLedger, TxnState
+from barrierflow.transactions.ledger import Transaction, TransactionLedger, TxnState
 from barrierflow.transactions.two_phase import Decision, TwoPhaseCommitSink
 from barrierflow.workdir.layout import JobLayout
 
@@ -108,7 +108,9 @@ def _restore(spec: StageSpec, checkpoint_id: int | None, store: CheckpointStore,
                 f"checkpoint {checkpoint_id} of pipeline {spec.name} was abandoned by an earlier restore "
                 "(its timeline was discarded); list valid ones with 'barrierflow checkpoints list SPEC'")
         manifest = store.get(checkpoint_id)
-    committed = [t for t in TransactionLedger(store.objects, spec.name).list() if t.state is TxnState.COMMITTED]
+    txns = TransactionLedger(store.objects, spec.name).list()
+    committed = [t for t in txns if t.state is TxnState.COMMITTED]
+    refuse_torn_epochs(spec.name, txns, manifest.checkpoint_id)
     replay: ReplayPlan | None = None
     if not accept_duplicates:
         try:
@@ -159,6 +161,29 @@ def _restore(spec: StageSpec, checkpoint_id: int | None, store: CheckpointStore,
     return RestoreReport(spec.name, manifest.checkpoint_id, manifest.spark_batch_id, attempt,
                          materialized.files, materialized.bytes, abandoned, decisions, replaced,
                          replay.summary() if replay is not None else None)
+
+
+def refuse_torn_epochs(pipeline: str, txns: list[Transaction], checkpoint_id: int) -> None:
+    """Refuse to restore ``checkpoint_id`` when an epoch after it is committed by one sink of
+    the stage and only pre-committed by another (a stop between two sinks' commits): the
+    restore would abort the pre-committed one, and the replay would suppress that epoch's
+    output for every sink, so the second sink would never get it. Restoring the newest
+    checkpoint first commits it in every sink.
+
+    Raises:
+        DuplicateOutputError: naming the epoch, the sinks and the fix.
+    """
+    done = {t.checkpoint_id: t.sink for t in txns if t.state is TxnState.COMMITTED and t.checkpoint_id > checkpoint_id}
+    torn = sorted({(t.checkpoint_id, done[t.checkpoint_id], t.sink) for t in txns
+                   if t.state is TxnState.PRECOMMITTED and t.checkpoint_id in done})
+    if torn:
+        epoch, committed_by, pending_in = torn[0]
+        raise DuplicateOutputError(
+            f"pipeline {pipeline}: epoch {epoch} is committed by sink {committed_by!r} but only pre-committed by "
+            f"sink {pending_in!r} (the run stopped between the two commits), and checkpoint {checkpoint_id} lies "
+            "before it: restoring it would leave that epoch out of the second sink. Restore the latest checkpoint "
+            "first (--latest commits the epoch in every sink), then restore checkpoint "
+            f"{checkpoint_id}")
 
 
 def upload_spark_checkpoint(local: Path, target: ObjectDir) -> None:

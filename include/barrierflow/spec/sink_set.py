@@ -4,9 +4,10 @@ A stage is one Spark query. Several sinks of one stage are written from the one 
 writer of that query (each micro-batch written ahead once per sink) and committed by the
 driver per checkpoint, every sink under the same checkpoint id. That is sound for the sinks
 whose epochs are files written ahead and made visible by the driver's commit alone: ``parquet``,
-``iceberg`` and ``delta``. The others keep one sink per stage for now (a channel's records are
-produced as the batch runs, a PostgreSQL or Kafka sink holds an external transaction per
-epoch), and :func:`several_sinks_problem` says so, naming the fix.
+``iceberg`` and ``delta``. The others keep one sink per stage (a channel's records are produced
+by its own writer as the batch runs; a PostgreSQL or Kafka sink holds an external transaction per
+epoch, and combining those with other sinks in one stage is not built), and
+:func:`several_sinks_problem` says so, naming the fix.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ def several_sinks_problem(where: str, sinks: Sequence[Any]) -> str | None:
     if others:
         kinds = " and ".join(others)
         return (f"{where} writes several sinks ({listed}); a stage writes several sinks only when each is one of "
-                f"{', '.join(COMBINABLE)} (their epochs are files the checkpoint's commit publishes), and "
-                f"{kinds} {'is' if len(others) == 1 else 'are'} not: give each {kinds} sink a stage of its own (in "
-                "a pipeline of several stages, a stage that reads the same input or a channel), or keep one sink "
-                "in this stage")
+                f"{', '.join(COMBINABLE)} (their epochs are files the checkpoint's commit publishes; writing a "
+                f"{kinds} sink beside others in one stage is not supported): give each {kinds} sink a stage of its "
+                "own (in a pipeline of several stages, a stage that reads the same input or a channel), or keep one "
+                "sink in this stage")
     names = [s.name for s in sinks]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
