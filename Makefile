@@ -32,7 +32,7 @@ AIRFLOW_HOME_DIR := $(CURDIR)/var/airflow
 # serves yours (Airflow elsewhere reads $BARRIERFLOW_PIPELINES_DIR, default $BARRIERFLOW_HOME/pipelines).
 AIRFLOW_PIPELINES_DIR ?= $(CURDIR)/include/pipelines
 
-.PHONY: demo demo-stages demo-cycle test test-quick lint bench install jvm clean airflow chromium postgres flink bench-flink bench-channels bench-kafka bytecode
+.PHONY: demo demo-stages demo-cycle demo-lakehouse test test-quick lint bench install jvm clean airflow chromium postgres flink bench-flink bench-channels bench-kafka bytecode
 
 $(STAMP):
 	@command -v java >/dev/null || { echo "error: Spark needs Java 17+ on PATH (apt-get install openjdk-17-jre-headless)"; exit 2; }
@@ -53,7 +53,7 @@ install: $(STAMP) jvm
 # The shipped specs (include/pipelines/*.yaml) name their paths relative to the repository root
 # (var/<pipeline>, include/expectations/...): a spec file's relative paths resolve against
 # $$BARRIERFLOW_HOME when it is set, else the spec file's folder (docs/pipeline-spec.md).
-demo demo-stages demo-cycle bench bench-flink bench-channels bench-kafka: export BARRIERFLOW_HOME ?= $(CURDIR)
+demo demo-stages demo-cycle demo-lakehouse bench bench-flink bench-channels bench-kafka: export BARRIERFLOW_HOME ?= $(CURDIR)
 
 demo: install
 	$(BIN)/barrierflow run include/pipelines/demo.yaml --checkpoints $(DEMO_CHECKPOINTS)
@@ -72,6 +72,13 @@ demo-cycle: install
 	rm -rf var/cycle-demo
 	$(BIN)/barrierflow run include/pipelines/cycle.yaml --until-exhausted --duration 600
 	$(BIN)/barrierflow checkpoints list include/pipelines/cycle.yaml
+
+# A table pipeline on the embedded defaults (Iceberg, SQLite catalog in the work dir), run to the end
+# of its bounded source, then every table as of the newest cut.
+demo-lakehouse: install
+	rm -rf var/demo-lakehouse
+	$(BIN)/barrierflow run include/lakehouse/demo-lakehouse.yaml --until-exhausted --duration 600
+	$(BIN)/barrierflow lake read include/lakehouse/demo-lakehouse.yaml
 
 lint: install
 	$(BIN)/ruff check .

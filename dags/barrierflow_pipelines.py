@@ -1,7 +1,8 @@
 """barrierflow pipelines: seven DAGs per pipeline spec in `$BARRIERFLOW_PIPELINES_DIR/*.yaml`
-(default `$BARRIERFLOW_HOME/pipelines`), an eighth (chaos) for a spec that opts in, three more
-(the batch side) per committed Parquet lake: a single-stage pipeline's Parquet sink, or each
-final stage with a Parquet sink of a pipeline of several. One builder makes them from two
+(default `$BARRIERFLOW_HOME/pipelines`), an eighth (chaos) for a spec that opts in, one more
+(table maintenance) for a spec writing Iceberg or Delta tables, three more (the batch side) per
+committed lake: a single-stage pipeline's Parquet sink or table, or each final stage with a
+Parquet sink or a table of a pipeline of several (a table is read as of a cut). One builder makes them from two
 declarative tables, `DAG_KINDS` and `BATCH_DAG_KINDS` (id part, description, schedule, params,
 tags, tasks, whether it applies).
 
@@ -90,6 +91,10 @@ tags, tasks, whether it applies).
   Iceberg or Delta tables): `table_cut` returns (XCom) and logs the cut of the triggering asset
   event, every table's version as of one checkpoint (in a run no event triggered: the newest cut);
   a downstream task reads each table at the version it names (docs/lakehouse.md).
+* `barrierflow_maintain__<name>` (daily, 03:00 UTC; only for a spec writing an Iceberg or Delta
+  table): `maintain` runs `barrierflow lake maintain <spec> --json` (Iceberg: small files of a
+  partition compacted, snapshots expired; Delta: OPTIMIZE, VACUUM; every version the restore rule
+  and the retained cut records need kept; params `older_than_hours`, `retention_hours`).
 * `barrierflow_chaos__<name>` (triggered, no schedule; only for a spec with `chaos: {dag: true}`,
   whose PostgreSQL / Kafka sinks then need scratch servers, `chaos.postgres_dsn_env` /
   `chaos.kafka_bootstrap_servers`, or the spec does not load): `chaos` runs `barrierflow
@@ -184,6 +189,7 @@ from barrierflow.airflow.tasks import (
     chaos_task,
     compare,
     invalid_spec,
+    maintain_tables,
     reconcile,
     retain,
     rollup_report,
@@ -218,6 +224,8 @@ SKEW_SCHEDULE = timedelta(hours=1)
 ROLLUP_CRON = "30 0 * * *"
 QUALITY_CRON = "30 1 * * *"
 RECOMPUTE_CRON = "0 2 * * *"
+#: Daily table maintenance (UTC) of a pipeline writing Iceberg or Delta tables.
+MAINTAIN_CRON = "0 3 * * *"
 #: How often the asset watchers look at the checkpoint store (`BARRIERFLOW_ASSET_POLL_SECONDS`, default 10).
 ASSET_POLL_SECONDS = float(os.environ.get("BARRIERFLOW_ASSET_POLL_SECONDS") or 10)
 #: How often the recovery's sensor looks for the first checkpoint of the restarted job
@@ -351,6 +359,12 @@ DAG_KINDS: tuple[DagKind, ...] = (
                                  "as of one checkpoint, from the tables asset's event (returned for downstream tasks)"),
             lambda p: p.tables, lambda p: table_cut(p.spec_path, BARRIERFLOW_HOME, asset_name(p.name, "tables")),
             tags=("lakehouse",), applies=lambda p: p.tables is not None),
+    DagKind("maintain", lambda p: (f"Maintain the Iceberg and Delta tables of {p.summary}: expire Iceberg snapshots, "
+                                   "OPTIMIZE and VACUUM Delta tables, keeping every version the restore rule and the "
+                                   "retained cuts need"),
+            lambda p: CronTriggerTimetable(MAINTAIN_CRON, timezone="UTC"),
+            lambda p: maintain_tables(p.spec_path, BARRIERFLOW_HOME), params=lambda p: dag_params.maintain_params(),
+            tags=("maintenance",), applies=lambda p: p.writes_tables),
     DagKind("chaos", lambda p: (f"Prove exactly-once on {p.summary} under random kills: a failure-free run and a run "
                                 "under kills in scratch copies, outputs compared row by row (barrierflow chaos)"),
             lambda p: None, lambda p: chaos_task(p.spec_path, BARRIERFLOW_HOME),

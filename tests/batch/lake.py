@@ -81,3 +81,76 @@ def make_lake(spark: Any, tmp: Path) -> Lake:
     lake = Lake(tmp, pipelines, spec_path, output, tmp / "checkpoints")
     assert lake.parts(), "the run committed no output"
     return lake
+
+
+TABLE_NAMES = {"iceberg": "icelake", "delta": "deltalake"}
+
+
+@dataclass(frozen=True)
+class TableLake:
+    """The same pipeline writing an Iceberg or a Delta table instead of Parquet files."""
+
+    format: str
+    root: Path
+    pipelines: Path  # BARRIERFLOW_PIPELINES_DIR: holds <name>.yaml only
+    spec_path: Path
+    checkpoints: Path
+    work_dir: Path
+
+    @property
+    def name(self) -> str:
+        return TABLE_NAMES[self.format]
+
+    @property
+    def delta_path(self) -> Path:
+        return self.root / "tables" / "totals"
+
+    def iceberg(self) -> Any:
+        """The Iceberg table, through pyiceberg's catalog on the sink's default SQLite file."""
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        catalog = SqlCatalog("barrierflow", uri=f"sqlite:///{self.work_dir / 'iceberg' / 'catalog.db'}",
+                             warehouse=f"file://{self.work_dir / 'iceberg' / 'warehouse'}")
+        return catalog.load_table("lake.totals")
+
+    def read(self, version: int | None = None) -> pa.Table:
+        """The table's rows at ``version`` (None: latest), read by pyiceberg or deltalake."""
+        if self.format == "iceberg":
+            table = self.iceberg()
+            return table.scan(snapshot_id=version).to_arrow() if version is not None else table.scan().to_arrow()
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(self.delta_path), version=version).to_pyarrow_table()
+
+    def current_version(self) -> int:
+        if self.format == "iceberg":
+            return self.iceberg().current_snapshot().snapshot_id
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(self.delta_path)).version()
+
+
+def make_table_lake(spark: Any, tmp: Path, table_format: str) -> TableLake:
+    """:func:`make_lake`'s pipeline writing the Iceberg table ``lake.totals`` (default SQLite
+    catalog in the work dir) or a Delta table, run to the end of its bounded source."""
+    sink: dict[str, Any] = ({"name": "totals", "type": "iceberg", "table": "lake.totals"} if table_format == "iceberg"
+                            else {"name": "totals", "type": "delta", "path": f"file://{tmp / 'tables' / 'totals'}"})
+    data = yaml.safe_load(windowed_spec(tmp, sink, records=1500, per_batch=500).read_text(encoding="utf-8"))
+    data["name"] = TABLE_NAMES[table_format]
+    data["sources"][0]["event_time_start"] = "2026-01-01T23:59:59.500000+00:00"
+    data["transformation"]["options"]["window"] = "200 milliseconds"
+    data["event_time"]["watermark_delay"] = "100ms"
+    data["spark"]["master"] = "local[1]"  # the batch jobs' spark-submit
+    data["verification"] = {
+        "output_expectations": str(ROOT / "include" / "expectations" / "demo-output.json"),
+        "rollup_expectations": str(ROOT / "include" / "expectations" / "demo-rollups.json"),
+    }
+    data["batch"] = {"output_event_interval": "0s"}
+    pipelines = tmp / "pipelines"
+    pipelines.mkdir()
+    spec_path = pipelines / f"{data['name']}.yaml"
+    spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    finish(spark, spec_path)
+    lake = TableLake(table_format, tmp, pipelines, spec_path, tmp / "checkpoints", Path(data["work_dir"]))
+    assert lake.read().num_rows, "the run committed no output"
+    return lake

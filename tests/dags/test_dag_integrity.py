@@ -428,6 +428,34 @@ def test_batch_dags_read_the_lake_on_the_output_asset_and_daily(dagbag: Any) -> 
     assert dagbag.dags["barrierflow_quality__demo"].params["epochs"] == 3
 
 
+def test_a_pipeline_writing_tables_gets_the_batch_dags_and_the_maintenance_dag(
+    monkeypatch: pytest.MonkeyPatch, pipelines_dir: Path, tmp_path: Path
+) -> None:
+    """A spec whose stage writes an Iceberg table and a Delta table: the batch DAGs work on its
+    first table (output asset named after the Iceberg table, which has no path of its own), and
+    the table maintenance DAG runs daily with its params; a spec writing no table gets none."""
+    from airflow.sdk import CronTriggerTimetable
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    tables = (spec_yaml("tables").replace("  - type: discard\n", "  - {name: ice, type: iceberg, table: lake.totals}\n"
+                                          f"  - {{name: dl, type: delta, path: 'file://{tmp_path / 'dl'}'}}\n")
+              .replace("keyed_window_counts", "keyed_window_counts\n  output_mode: append")
+              + "event_time:\n  column: event_time\n  watermark_delay: 1s\n")
+    (pipelines_dir / "tables.yaml").write_text(tables, encoding="utf-8")
+    (pipelines_dir / "orders.yaml").write_text(spec_yaml("orders"), encoding="utf-8")
+    bag = parse_dags(monkeypatch, pipelines_dir)
+
+    assert bag.import_errors == {}
+    assert {f"barrierflow_{kind}__tables" for kind in (*BATCH_KINDS, "maintain")} <= set(bag.dag_ids)
+    assert not {d for d in bag.dag_ids if d.endswith("__orders") and ("maintain" in d or "rollup" in d)}
+    maintain = bag.dags["barrierflow_maintain__tables"]
+    assert maintain.task_ids == ["maintain"] and isinstance(maintain.schedule, CronTriggerTimetable)
+    assert maintain.params["older_than_hours"] == 0.0 and maintain.params["retention_hours"] == 168
+    rollup = bag.dags["barrierflow_rollup__tables"]
+    assert rollup.schedule.asset_condition.uri == "iceberg://barrierflow/lake.totals"
+    DagSerialization.to_dict(maintain)
+
+
 def test_asset_scheduled_dags_serialize_with_their_watchers(dagbag: Any) -> None:
     from airflow.serialization.serialized_objects import DagSerialization
 

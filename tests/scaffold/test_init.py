@@ -167,6 +167,8 @@ def _generated_test_module(project: Path, monkeypatch: pytest.MonkeyPatch) -> ob
     pytest.param("generator", "kafka", marks=pytest.mark.slow(15)),
     pytest.param("kafka", "parquet", marks=pytest.mark.slow(15)),
     pytest.param("kafka", "kafka", marks=pytest.mark.slow(15)),
+    pytest.param("generator", "iceberg", marks=pytest.mark.slow(15)),
+    pytest.param("generator", "delta", marks=pytest.mark.slow(15)),
 ])
 def test_the_generated_test_passes_in_this_process(spark: object, kafka_endpoint: KafkaEndpoint,
                                                    postgres_endpoint: PostgresEndpoint, tmp_path: Path,

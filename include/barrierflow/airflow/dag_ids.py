@@ -5,11 +5,11 @@ from __future__ import annotations
 #: The kinds of DAG made per pipeline: the triggered, long-running job, its scheduled
 #: supervision, the scheduled checkpoint verification and retention, the triggered failure
 #: recovery, the scheduled 2PC reconciliation, the scheduled watermark-skew report, the triggered
-#: stop (with a savepoint) and, for a Parquet sink, the batch side: daily rollups, the
+#: stop (with a savepoint) and, for a Parquet sink or a table, the batch side: daily rollups, the
 #: stream-vs-batch comparison, data quality; for Iceberg and Delta tables, the cut of each new
-#: cut of the tables.
+#: cut of the tables and their maintenance.
 DAG_KINDS = ("pipeline", "supervise", "verify", "retain", "recover", "reconcile", "skew", "stop", "rollup",
-             "recompute", "quality", "chaos", "upgrade", "tables")
+             "recompute", "quality", "chaos", "upgrade", "tables", "maintain")
 
 
 def dag_id_for(spec_name: str, kind: str) -> str:

@@ -1,10 +1,10 @@
 """What the DAGs of one discovered pipeline are built from, read from its spec at parse time.
 
 :func:`pipeline_dags_model` turns a :class:`~barrierflow.ops.discovery.DiscoveredPipeline` that
-loaded into a :class:`Pipeline`: its spec path, its checkpoints asset and its committed Parquet
-lakes (:class:`Output`: the sink of a single-stage pipeline, or each final stage with a Parquet
-sink of a pipeline of several), each with its output asset. It reads nothing but the spec (no
-database, no connection, no Spark).
+loaded into a :class:`Pipeline`: its spec path, its checkpoints asset and its committed lakes
+(:class:`Output`: the Parquet, Iceberg or Delta sink of a single-stage pipeline, or each final
+stage with one of a pipeline of several), each with its output asset. It reads nothing but the
+spec (no database, no connection, no Spark).
 
 :class:`DagKind` and :class:`BatchDagKind` are the rows of the DAG file's tables of DAG kinds
 (``DAG_KINDS``, made per pipeline; ``BATCH_DAG_KINDS``, made per :class:`Output`).
@@ -22,7 +22,7 @@ from airflow.sdk import Asset, Param
 from barrierflow.airflow.assets import pipeline_asset, storage_asset_uri
 from barrierflow.airflow.dag_ids import dag_id_for
 from barrierflow.ops.discovery import DiscoveredPipeline
-from barrierflow.pipeline.final_stages import parquet_outputs
+from barrierflow.pipeline.final_stages import lake_outputs
 from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 from barrierflow.spec.stages import PipelineSpec
 
@@ -80,6 +80,12 @@ class Pipeline:
         return dag_id_for(self.name, kind)
 
     @property
+    def writes_tables(self) -> bool:
+        """Whether a stage writes an Iceberg or Delta table (the table maintenance DAG applies)."""
+        return any(isinstance(sink, IcebergSinkSpec | DeltaSinkSpec) for stage in self.spec.stages
+                   for sink in stage.sinks)
+
+    @property
     def wants_chaos_dag(self) -> bool:
         """Whether the spec opts into the chaos DAG (``chaos.dag: true``; its scratch servers are
         checked when the spec loads)."""
@@ -105,8 +111,8 @@ def pipeline_dags_model(entry: DiscoveredPipeline, *, barrierflow_home: str, pol
                                  _storage_asset_uri(entry.spec.checkpoint.storage, barrierflow_home), **watch)
     spec = entry.spec
     outputs: list[Output] = []
-    for lake in parquet_outputs(spec):
-        asset = pipeline_asset(entry.name, "output", _storage_asset_uri(lake.sink.path, barrierflow_home),
+    for lake in lake_outputs(spec):
+        asset = pipeline_asset(entry.name, "output", _storage_asset_uri(lake.uri, barrierflow_home),
                                stage=lake.stage, min_interval_seconds=lake.output_event_interval, **watch)
         outputs.append(Output(lake.stage, asset, recomputable=lake.recomputable))
     tables = None

@@ -60,6 +60,18 @@ def stop_params() -> dict[str, Param]:
     }
 
 
+def maintain_params() -> dict[str, Param]:
+    """The table maintenance DAG's params (those of ``barrierflow lake maintain``)."""
+    return {
+        "older_than_hours": Param(0.0, type="number",
+                                  description="Iceberg: expire only snapshots older than this many hours (0: every "
+                                              "snapshot the restore rule and the retained cuts do not need)."),
+        "retention_hours": Param(168, type="integer", minimum=0,
+                                 description="Delta: VACUUM keeps files removed within this many hours; files of the "
+                                             "versions the restore rule and the retained cuts need are always kept."),
+    }
+
+
 #: The upgrade DAG's default ``canary_checkpoints``: ``barrierflow upgrade``'s
 #: (:data:`barrierflow.upgrade.steps.DEFAULT_CANARY_CHECKPOINTS`, which imports too much to be
 #: read at DAG-parse time; a test holds the two equal).

@@ -13,6 +13,8 @@ inside its DAGs:
 * ``verify``, ``retain``, ``reconcile``, ``skew``: ``barrierflow verify|retain|reconcile|skew SPEC
   --json`` once; their XCom is the JSON document, also logged;
 * ``chaos``: ``barrierflow chaos`` on scratch copies with the run's params;
+* ``maintain``: ``barrierflow lake maintain SPEC --json`` with the run's params (a pipeline
+  writing Iceberg or Delta tables);
 * ``stop``: ``barrierflow stop SPEC [--savepoint] --json`` with the run's params ``savepoint``
   and ``timeout_seconds``;
 * ``rollup_report`` and ``compare`` (after the batch job's spark-submit) and ``validate``: the
@@ -109,6 +111,23 @@ def table_cut(spec_path: str, barrierflow_home: str, asset: str) -> dict[str, An
     for name, version in sorted(cut["tables"].items()):
         log.info("cut %s: %s = %s", cut["checkpoint_id"], name, json.dumps(version))
     return cut
+
+
+@task(task_id="maintain")
+@task_body(UserInputError)
+def maintain_tables(spec_path: str, barrierflow_home: str) -> dict[str, Any]:
+    """Maintain the pipeline's Iceberg and Delta tables once (:func:`barrierflow.ops.lake.maintain`:
+    Iceberg snapshots expired, Delta OPTIMIZE and VACUUM, every version the restore rule and the
+    retained cuts need kept; params ``older_than_hours``, ``retention_hours``); returns (and logs)
+    the JSON document of `barrierflow lake maintain --json`."""
+    from barrierflow.ops.lake import maintain
+
+    params = current_context()["params"]
+    done = maintain(spec_path, older_than_hours=float(params["older_than_hours"]),
+                    retention_hours=int(params["retention_hours"]))
+    for line in done.lines():
+        log.info("%s", line)
+    return done.as_dict()
 
 
 @task(task_id="stop", retries=0)

@@ -14,7 +14,9 @@ import os
 from typing import TYPE_CHECKING
 
 from barrierflow.errors import UserInputError
-from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
+from barrierflow.pipeline.model import Stage, open_pipeline
+from barrierflow.pipeline.table_output import table_sinks as stage_table_sinks
+from barrierflow.pipeline.table_output import table_stages
 from barrierflow.sinks.cut import CutLog, TableVersion, tables_as_of
 from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 
@@ -22,17 +24,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-def _table_stages(pipeline: OpenedPipeline) -> dict[str, Stage]:
-    stages = {s.name: s for s in pipeline.stages if table_sinks(s)}
-    if not stages:
-        raise UserInputError(f"pipeline {pipeline.spec.name!r} writes no Iceberg or Delta table (sink type 'iceberg' "
-                             "or 'delta'); cuts of tables exist only for those")
-    return stages
-
-
 def table_sinks(stage: Stage) -> list[IcebergSinkSpec | DeltaSinkSpec]:
     """The Iceberg and Delta sinks of ``stage``, in the spec's order."""
-    return [s for s in stage.spec.sinks if isinstance(s, IcebergSinkSpec | DeltaSinkSpec)]
+    return stage_table_sinks(stage.spec)
 
 
 def _expected(stages: dict[str, Stage]) -> dict[str, list[str]]:
@@ -49,7 +43,7 @@ def cut_tables(spec_path: str | os.PathLike[str], checkpoint_id: int | None = No
         UserInputError: the pipeline writes no table, or the checkpoint has no complete cut record.
     """
     pipeline = open_pipeline(spec_path)
-    stages = _table_stages(pipeline)
+    stages = table_stages(pipeline)
     stores = {name: stage.store.objects for name, stage in stages.items()}
     return tables_as_of(stores, checkpoint_id, _expected(stages))
 
@@ -61,7 +55,7 @@ def newest_cut(spec_path: str | os.PathLike[str]) -> int:
         UserInputError: the pipeline writes no table, or no cut is recorded yet.
     """
     pipeline = open_pipeline(spec_path)
-    stages = _table_stages(pipeline)
+    stages = table_stages(pipeline)
     expected = _expected(stages)
     ids = [set(CutLog(stage.store.objects).checkpoints(expected[name])) for name, stage in stages.items()]
     common = sorted(set.intersection(*ids))
@@ -82,7 +76,7 @@ def read_table_as_of(spec_path: str | os.PathLike[str], table: str, checkpoint_i
     import pyarrow as pa
 
     pipeline = open_pipeline(spec_path)
-    stages = _table_stages(pipeline)
+    stages = table_stages(pipeline)
     stage_name, _, sink_name = table.partition("/")
     stage = stages.get(stage_name)
     sink = next((s for s in table_sinks(stage) if s.name == sink_name), None) if stage is not None else None

@@ -16,7 +16,10 @@ names every difference: ``changed`` (a measure differs), ``missing`` (the batch 
 the stream committed none), ``extra`` (the stream committed a row the source does not
 produce) and ``duplicated`` (the stream committed the row more than once).
 
-Only committed files are read (:func:`barrierflow.batch.lake.committed_parts`).
+Only committed files are read (:func:`barrierflow.batch.lake.committed_parts`). An Iceberg or
+Delta table is read as of a cut (:mod:`barrierflow.pipeline.table_output`): the trusted
+checkpoint is the newest completed one with a cut record, and the rows compared are those of the
+table version that cut names, never the table's latest state.
 
 A Kafka source is read again over the offset ranges the trusted checkpoint covers
 (:func:`barrierflow.batch.source_records.kafka_ranges`): up to its barrier offsets, from where
@@ -56,8 +59,9 @@ from barrierflow.batch.source_records import (
 )
 from barrierflow.checkpointing.store import CheckpointStore, shared_key
 from barrierflow.errors import BarrierflowError, UserInputError
+from barrierflow.pipeline.table_output import cut_output, lake_sink, table_sink, trusted_cut
 from barrierflow.sinks.parquet import write_ahead_uri
-from barrierflow.spec.models import KafkaSourceSpec
+from barrierflow.spec.models import KafkaSourceSpec, ParquetSinkSpec
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.transforms.context import TransformContext, load_transformation
 
@@ -140,6 +144,9 @@ class RecomputeReport:
     #: Where the re-read of each Kafka source started (``checkpoint N``, ``the stream's first
     #: offsets``) and its offset ranges, by source name; empty for the generator.
     source_ranges: dict[str, Any] = field(default_factory=dict)
+    #: An Iceberg or Delta table: the version (snapshot id, Delta version) of the cut of
+    #: ``checkpoint_id`` whose rows were compared; None for a Parquet lake.
+    table_version: int | None = None
 
     @property
     def compared(self) -> bool:
@@ -162,7 +169,8 @@ class RecomputeReport:
         if self.ends_after is not None:
             span += f" ending after {self.ends_after}"
         output = (f"the committed output with the held epochs {self.held_epochs}" if self.held_epochs
-                  else "the committed output")
+                  else f"the table as of the cut of checkpoint {self.checkpoint_id} (version {self.table_version})"
+                  if self.table_version is not None else "the committed output")
         held = f"; held epochs {self.held_epochs} read uncommitted" if self.held_epochs else ""
         if self.passed:
             return (f"pipeline {self.pipeline!r}: {output} equals the batch recomputation for windows in "
@@ -186,7 +194,10 @@ class RecomputeReport:
 
 def trusted_checkpoint(spec: StageSpec, store: CheckpointStore) -> Manifest:
     """The newest completed checkpoint whose sink transaction is COMMITTED (its epoch's output
-    is in the lake). Raises UserInputError when there is none."""
+    is in the lake; an Iceberg or Delta table: that has a cut record). Raises UserInputError
+    when there is none."""
+    if table_sink(spec) is not None:
+        return trusted_cut(spec, store)[0]
     sink = parquet_sink(spec)
     committed = {t.checkpoint_id for t in TransactionLedger(store.objects, spec.name).list(sink.name)
                  if t.state is TxnState.COMMITTED}
@@ -320,14 +331,19 @@ def recompute_and_compare(spark: SparkSession, spec: StageSpec, store: Checkpoin
         UserInputError: a bad range, nothing committed, or (:class:`OutputColumnsError`) the
             output lacks the columns the spec's ``batch`` section names.
     """
-    sink = parquet_sink(spec)
+    sink = lake_sink(spec)
     if why := comparison_obstacle(spec):
         return not_compared(spec, store, RECOMPUTE_REPORT_KEY, why, tag=tag)
     manifest, watermark, start, end = closed_range(spec, store, start, end)
-    parts = committed_parts(sink.path)
-    if not parts:
-        raise UserInputError(f"pipeline {spec.name!r} has no committed output in {sink.path} although checkpoint "
-                             f"{manifest.checkpoint_id} committed; check the sink's folder")
+    table_version = None
+    if isinstance(sink, ParquetSinkSpec):
+        paths = [spark_path(sink.path, p.key) for p in committed_parts(sink.path)]
+        if not paths:
+            raise UserInputError(f"pipeline {spec.name!r} has no committed output in {sink.path} although checkpoint "
+                                 f"{manifest.checkpoint_id} committed; check the sink's folder")
+    else:
+        cut = cut_output(spec, store, manifest.checkpoint_id)  # the table as of the trusted cut, not its latest
+        paths, table_version = [spark_path(f) for f in cut.files], cut.table_version
     sources = kafka_sources(spec, store) if kafka is None else kafka
     try:
         ranges, start = plan_kafka_reads(sources, manifest.checkpoint_id, start=start, before=end)
@@ -340,9 +356,10 @@ def recompute_and_compare(spark: SparkSession, spec: StageSpec, store: Checkpoin
             f"{start.isoformat()}, not before the watermark {end.isoformat()} of checkpoint {manifest.checkpoint_id}: "
             "no closed window to compare yet"), tag=tag, checkpoint_id=manifest.checkpoint_id, watermark=watermark,
             end=end)
-    report = compare_output(spark, spec, [spark_path(sink.path, p.key) for p in parts],
+    report = compare_output(spark, spec, paths,
                             checkpoint_id=manifest.checkpoint_id, watermark=watermark, start=start, end=end,
                             tag=tag, spec_path=spec_path, recompute=recompute, kafka=ranges)
+    report.table_version = table_version
     store.objects.put_bytes(RECOMPUTE_REPORT_KEY, json.dumps(report.as_dict(), indent=2, default=str).encode())
     log.info("%s", report.message())
     return report

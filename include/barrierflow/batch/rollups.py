@@ -10,7 +10,12 @@ output vanished is emptied (its partition deleted).
 Which days a run rolls up: the given ``day``; else every day with output committed since the
 previous run (output files after ``(through_attempt, through_batch)`` of the stored report: a
 restore starts a new attempt and reuses batch ids, so files are ordered by attempt first), i.e.
-all days on the first run. Each day is always recomputed from *all* its committed rows, never
+all days on the first run.
+
+An Iceberg or Delta table is read as of its newest cut (:mod:`barrierflow.pipeline.table_output`),
+never its latest state; the days with new output are those of the data files the cut's table
+version holds and the previous run's version (``table_version`` of the report) did not (all days
+when that version is gone). Each day is always recomputed from *all* its committed rows, never
 incrementally added to, so reruns and late epochs cannot double-count.
 """
 
@@ -22,8 +27,17 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
-from barrierflow.batch.lake import committed_parts, parquet_sink, rollups_uri, spark_path
+from barrierflow.batch.lake import committed_parts, spark_path
 from barrierflow.errors import UserInputError
+from barrierflow.pipeline.table_output import (
+    cut_checkpoints,
+    cut_output,
+    describe,
+    files_added,
+    lake_rollups_uri,
+    lake_sink,
+)
+from barrierflow.spec.models import ParquetSinkSpec
 from barrierflow.storage import open_store
 from barrierflow.storage.object_store import ObjectNotFoundError
 
@@ -51,6 +65,9 @@ class RollupReport:
     files_read: int
     requested_day: str | None = None
     tag: str = ""
+    #: An Iceberg or Delta table: the cut read (its checkpoint id) and the table's version in it.
+    through_checkpoint: int | None = None
+    table_version: int | None = None
     generated_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
     def message(self) -> str:
@@ -83,40 +100,47 @@ def rollup(spark: SparkSession, spec: StageSpec, store: CheckpointStore, *, day:
            tag: str = "") -> RollupReport:
     """Roll up ``day`` (None: the days with new output, see the module docstring); stores the
     report in the checkpoint store and returns it. Raises UserInputError for a pipeline
-    without a Parquet sink."""
+    without a Parquet, Iceberg or Delta sink."""
     from pyspark.sql import functions as F
 
-    sink, settings, target = parquet_sink(spec), spec.batch, rollups_uri(spec)
-    parts = committed_parts(sink.path)
-    newest = max(((p.attempt, p.batch_id) for p in parts), default=None)
-    report = RollupReport(spec.name, target, {}, newest[1] if newest else None, newest[0] if newest else None, 0,
-                          day.isoformat() if day else None, tag)
-    if not parts:
+    sink, settings, target = lake_sink(spec), spec.batch, lake_rollups_uri(spec)
+    if isinstance(sink, ParquetSinkSpec):
+        parts = committed_parts(sink.path)
+        newest = max(((p.attempt, p.batch_id) for p in parts), default=None)
+        report = RollupReport(spec.name, target, {}, newest[1] if newest else None, newest[0] if newest else None, 0,
+                              day.isoformat() if day else None, tag)
+        files = [spark_path(sink.path, p.key) for p in parts]
+        where = sink.path
+    else:
+        cut = cut_output(spec, store) if cut_checkpoints(store, sink) else None
+        report = RollupReport(spec.name, target, {}, None, None, 0, day.isoformat() if day else None, tag,
+                              through_checkpoint=cut.checkpoint_id if cut else None,
+                              table_version=cut.table_version if cut else None)
+        files = [spark_path(f) for f in cut.files] if cut else []
+        where = f"{describe(sink)} as of its newest cut"
+    if not files:
         if day is not None:
             _delete_day(target, day)
-        log.info("pipeline %r: no committed output in %s yet", spec.name, sink.path)
+        log.info("pipeline %r: no committed output in %s yet", spec.name, where)
         return _store(store, report)
-    rows = spark.read.parquet(*[spark_path(sink.path, p.key) for p in parts])
+    rows = spark.read.parquet(*files)
     missing = [c for c in [settings.time_column, *settings.keys, *settings.measures] if c not in rows.columns]
     if missing:
         raise UserInputError(f"pipeline {spec.name!r}: columns {missing} (batch.time_column, batch.keys, "
-                             f"batch.measures of the spec) are not in the output {sink.path}; its columns: "
+                             f"batch.measures of the spec) are not in the output {where}; its columns: "
                              f"{rows.columns}")
     with_day = rows.withColumn("day", F.to_date(F.col(settings.time_column)))
     if day is not None:
         days = [day]
     else:
-        previous = previous_report(store) or {}
-        seen = (int(previous.get("through_attempt") or 0), int(previous["through_batch"])) \
-            if previous.get("through_batch") is not None else None
-        new = [p for p in parts if seen is None or (p.attempt, p.batch_id) > seen]
+        new = _new_files(spec, store, report, files)
         report.files_read = len(new)
         if not new:
             return _store(store, report)
-        new_rows = spark.read.parquet(*[spark_path(sink.path, p.key) for p in new])
+        new_rows = spark.read.parquet(*new)
         days = sorted(r[0] for r in new_rows.select(F.to_date(F.col(settings.time_column))).distinct().collect()
                       if r[0] is not None)
-    report.files_read = len(parts)
+    report.files_read = len(files)
     daily = (with_day.filter(F.col("day").isin(days)).groupBy("day", *settings.keys)
              .agg(*[F.sum(m).alias(m) for m in settings.measures], F.count(F.lit(1)).alias("windows"))
              .cache())  # counted, then written: computed once
@@ -131,6 +155,22 @@ def rollup(spark: SparkSession, spec: StageSpec, store: CheckpointStore, *, day:
         _delete_day(target, empty)
     report.days = {d.isoformat(): counts.get(d.isoformat(), 0) for d in days}
     return _store(store, report)
+
+
+def _new_files(spec: StageSpec, store: CheckpointStore, report: RollupReport, files: list[str]) -> list[str]:
+    """The output files committed since the previous run (all of them on the first run)."""
+    previous = previous_report(store) or {}
+    if report.through_checkpoint is not None:  # a table, read as of a cut
+        if previous.get("through_checkpoint") is None:
+            return files
+        added = files_added(spec, report.table_version, previous.get("table_version"))
+        return files if added is None else [spark_path(f) for f in added]
+    sink = lake_sink(spec)
+    assert isinstance(sink, ParquetSinkSpec)
+    seen = (int(previous.get("through_attempt") or 0), int(previous["through_batch"])) \
+        if previous.get("through_batch") is not None else None
+    return [spark_path(sink.path, p.key) for p in committed_parts(sink.path)
+            if seen is None or (p.attempt, p.batch_id) > seen]
 
 
 def _delete_day(target: str, day: date) -> None:

@@ -67,7 +67,8 @@ def add_init(sub: Subcommands) -> None:
     init.add_argument("--source", choices=SOURCES, default=SOURCES[0],
                       help="what the pipeline reads: the built-in generator (default) or JSON records of a Kafka topic")
     init.add_argument("--sink", choices=SINKS, default=SINKS[0],
-                      help="where it writes, exactly once: Parquet files (default), a PostgreSQL table, a Kafka topic")
+                      help="where it writes, exactly once: Parquet files (default), a PostgreSQL table, a Kafka topic, "
+                           "an Apache Iceberg table or a Delta Lake table")
     init.set_defaults(handler=_cmd_init)
 
 

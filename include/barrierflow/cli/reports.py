@@ -172,7 +172,7 @@ def _cmd_quality(args: argparse.Namespace) -> int:
 
 
 def add_lake(sub: Subcommands) -> None:
-    """``barrierflow lake read SPEC``."""
+    """``barrierflow lake read SPEC``, ``barrierflow lake maintain SPEC``."""
     lake = sub.add_parser("lake", help="the pipeline's Iceberg and Delta tables")
     lake_sub = lake.add_subparsers(dest="lake_command", required=True, parser_class=ArgumentParser)
     read = lake_sub.add_parser("read", help="every table's version as of one cut (a completed checkpoint)")
@@ -180,6 +180,28 @@ def add_lake(sub: Subcommands) -> None:
     read.add_argument("--checkpoint", type=int, help="checkpoint id (default: the newest cut)")
     read.add_argument("--json", action="store_true")
     read.set_defaults(handler=_cmd_lake)
+    maintain = lake_sub.add_parser(
+        "maintain", help="table maintenance (Iceberg: expire snapshots; Delta: OPTIMIZE, VACUUM) that keeps every "
+                         "version the restore rule and the retained cuts need")
+    maintain.add_argument("spec")
+    maintain.add_argument("--older-than-hours", type=float, default=0.0,
+                          help="Iceberg: expire only snapshots older than this (default 0: any not needed)")
+    maintain.add_argument("--retention-hours", type=int, default=168,
+                          help="Delta: VACUUM keeps files removed within this many hours (default 168)")
+    maintain.add_argument("--json", action="store_true")
+    maintain.set_defaults(handler=_cmd_lake_maintain)
+
+
+def _cmd_lake_maintain(args: argparse.Namespace) -> int:
+    """``lake maintain``: expire, compact and vacuum each table, keeping what restores and cuts need."""
+    from barrierflow.ops.lake import maintain
+
+    done = maintain(args.spec, older_than_hours=args.older_than_hours, retention_hours=args.retention_hours)
+    if args.json:
+        print(json.dumps(done.as_dict(), indent=2))
+    else:
+        print("\n".join(done.lines()))
+    return EXIT_OK
 
 
 def _cmd_lake(args: argparse.Namespace) -> int:

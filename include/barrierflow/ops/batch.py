@@ -2,9 +2,10 @@
 rollup and recompute DAGs run them through spark-submit ``jobs/batch_job.py``), and the
 reports they store (:func:`stored_report`).
 
-It works on a Parquet lake and its 2PC ledger (:class:`BatchTarget`): a single-stage pipeline's
+It works on a Parquet lake and its 2PC ledger, or an Iceberg or Delta table read as of a cut
+(:class:`BatchTarget`): a single-stage pipeline's
 sink, or, for a pipeline of several stages, one final stage's (``stage``: ``--stage NAME``;
-optional when the pipeline has exactly one final stage with a Parquet sink, see
+optional when the pipeline has exactly one final stage with such a sink, see
 :mod:`barrierflow.pipeline.final_stages`). A final stage is worked on through its derived
 single-stage spec and its own checkpoint store (``<checkpoint.storage>/stages/<stage>``), where
 its ledger, checkpoints and reports are; its recomputation replays every stage it depends on in
@@ -23,7 +24,6 @@ from datetime import date, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from barrierflow.batch.lake import parquet_sink
 from barrierflow.batch.recompute import (
     LEGACY_RECOMPUTE_REPORT_KEY,
     RECOMPUTE_REPORT_KEY,
@@ -40,6 +40,7 @@ from barrierflow.batch.rollups import rollup as rollup_days
 from barrierflow.batch.stage_replay import kafka_source_stages, replay_final_stage, replay_order
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.pipeline.final_stages import batch_side
+from barrierflow.pipeline.table_output import cut_checkpoints, lake_sink, table_sink
 from barrierflow.spec.loader import load_any_spec
 from barrierflow.spec.models import ParquetSinkSpec, StageSpec
 from barrierflow.spec.stages import PipelineSpec
@@ -130,7 +131,7 @@ def rollup(spec_path: str | os.PathLike[str], *, day: date | None = None, tag: s
     Raises SpecError, UserInputError (no Parquet sink, no such final stage, missing columns) or
     StorageError."""
     target = batch_target(spec_path, stage)
-    parquet_sink(target.spec)  # before Spark starts: a pipeline without a lake is refused at once
+    lake_sink(target.spec)  # before Spark starts: a pipeline without a lake is refused at once
     return rollup_days(_session(spark, target, "rollup"), target.spec, target.store, day=day, tag=tag)
 
 
@@ -145,7 +146,7 @@ def recompute(spec_path: str | os.PathLike[str], *, start: datetime | None = Non
     re-read, no such final stage; StageReplayError: a cycle upstream of the stage or a
     transformation that reads a channel's broker columns) or StorageError."""
     target = batch_target(spec_path, stage)
-    parquet_sink(target.spec)  # before Spark starts: a pipeline without a lake is refused at once
+    lake_sink(target.spec)  # before Spark starts: a pipeline without a lake is refused at once
     if target.pipeline is not None and target.stage is not None:
         replay_order(target.pipeline, target.stage)  # a cycle upstream is refused before Spark starts too
     if why := comparison_obstacle(target.spec):  # before Spark starts: nothing to read
@@ -162,9 +163,13 @@ def recompute(spec_path: str | os.PathLike[str], *, start: datetime | None = Non
 
 def newest_output_epoch(spec_path: str | os.PathLike[str], stage: str | None = None) -> int | None:
     """The checkpoint id of the newest epoch whose output the Parquet sink COMMITTED (2PC
-    ledger) of the pipeline or of its final stage ``stage``, or None (none yet, or the sink is
-    not Parquet). What the output asset's watcher polls: lists the ledger, reads no output."""
+    ledger) of the pipeline or of its final stage ``stage`` (an Iceberg or Delta table: the
+    newest cut record), or None (none yet, or the sink is no lake). What the output asset's
+    watcher polls: lists the ledger or the cut records, reads no output."""
     target = batch_target(spec_path, stage)
+    table = table_sink(target.spec)
+    if table is not None:
+        return max(cut_checkpoints(target.store, table), default=None)
     sink = next((s for s in target.spec.sinks if isinstance(s, ParquetSinkSpec)), None)
     if sink is None:
         return None

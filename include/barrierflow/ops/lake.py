@@ -1,6 +1,8 @@
 """``barrierflow lake read``: every lakehouse table of a pipeline as of one cut (one completed
 checkpoint): the Iceberg snapshot id or Delta version each table had when that checkpoint's
-output was committed (:mod:`barrierflow.batch.lake_cut`)."""
+output was committed (:mod:`barrierflow.batch.lake_cut`). ``barrierflow lake maintain``: table
+maintenance that keeps what the restore rule and the retained cuts need
+(:mod:`barrierflow.retention.table_maintenance`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,12 @@ from typing import Any
 
 from barrierflow.batch.lake_cut import cut_tables, newest_cut, table_sinks
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.retention.table_maintenance import (
+    DEFAULT_OLDER_THAN_HOURS,
+    DEFAULT_RETENTION_HOURS,
+    TableMaintenance,
+    maintain_tables,
+)
 from barrierflow.sinks.cut import CutLog, TableVersion
 
 
@@ -56,3 +64,34 @@ def cut_ids(spec_path: str | os.PathLike[str]) -> list[int]:
     ids = [set(CutLog(stage.store.objects).checkpoints([s.name for s in table_sinks(stage)]))
            for stage in pipeline.stages if table_sinks(stage)]
     return sorted(set.intersection(*ids)) if ids else []
+@dataclass(frozen=True)
+class LakeMaintenance:
+    """What ``lake maintain`` did to each table of a pipeline."""
+
+    pipeline: str
+    tables: list[TableMaintenance]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "tables": [t.as_dict() for t in self.tables]}
+
+    def lines(self) -> list[str]:
+        lines = [f"  {line}" for table in self.tables for line in table.lines()]
+        return [f"maintenance of pipeline {self.pipeline!r}:", *lines]
+
+
+def maintain(spec_path: str | os.PathLike[str], *, older_than_hours: float = DEFAULT_OLDER_THAN_HOURS,
+             retention_hours: int = DEFAULT_RETENTION_HOURS) -> LakeMaintenance:
+    """Maintain every Iceberg and Delta table of the pipeline at ``spec_path``
+    (:func:`~barrierflow.retention.table_maintenance.maintain_tables`).
+
+    Raises:
+        UserInputError: the pipeline writes no table, or a negative retention.
+    """
+    from barrierflow.errors import UserInputError
+    from barrierflow.spec.loader import load_any_spec
+
+    if retention_hours < 0:
+        raise UserInputError(f"--retention-hours must be 0 or more, got {retention_hours}")
+    name = load_any_spec(spec_path).name
+    return LakeMaintenance(name, maintain_tables(spec_path, older_than_hours=older_than_hours,
+                                                 retention_hours=retention_hours))

@@ -14,9 +14,11 @@ Airflow); it may be left out when the pipeline has exactly one final Parquet sta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from barrierflow.errors import UserInputError
 from barrierflow.spec.graph import Cycle, StageGraph, build_graph
+from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 from barrierflow.spec.models import ParquetSinkSpec, StageSpec
 from barrierflow.spec.stages import PipelineSpec, StageEntry
 
@@ -83,35 +85,89 @@ def parquet_final_stages(spec: PipelineSpec) -> list[StageEntry]:
     return [s for s in spec.stages if s.name in final and any(isinstance(k, ParquetSinkSpec) for k in s.sinks)]
 
 
+def lake_final_stages(spec: PipelineSpec) -> list[StageEntry]:
+    """The final stages of ``spec`` whose sink is a committed lake the batch side reads (Parquet,
+    or an Iceberg or Delta table, read as of a cut), in spec order."""
+    final = set(_graph(spec).final_stages)
+    return [s for s in spec.stages if s.name in final and lake_of(s.sinks) is not None]
+
+
+def lake_of(sinks: list[Any]) -> ParquetSinkSpec | IcebergSinkSpec | DeltaSinkSpec | None:
+    """The sink of a stage the batch side reads: its first Parquet sink, else its first Iceberg or
+    Delta table; None when it writes neither."""
+    return (next((s for s in sinks if isinstance(s, ParquetSinkSpec)), None)
+            or next((s for s in sinks if isinstance(s, IcebergSinkSpec | DeltaSinkSpec)), None))
+
+
+def _lake_kind(stages: list[StageEntry]) -> str:
+    """How messages name the lakes of ``stages``: "a Parquet sink" when all are Parquet."""
+    if all(isinstance(lake_of(s.sinks), ParquetSinkSpec) for s in stages):
+        return "a Parquet sink"
+    return "a Parquet sink or an Iceberg or Delta table"
+
+
 def choose_final_stage(spec: PipelineSpec, name: str | None) -> StageEntry:
     """The final Parquet stage named ``name``; with ``name`` None, the pipeline's only one.
 
     Raises:
         FinalStageError: naming the stages that qualify and how to name one.
     """
-    candidates = parquet_final_stages(spec)
+    candidates = lake_final_stages(spec)
     listed = ", ".join(s.name for s in candidates) or "none"
+    kind = _lake_kind(candidates)
     if name is None:
         if len(candidates) == 1:
             return candidates[0]
         if not candidates:
             raise FinalStageError(
                 f"pipeline {spec.name!r} has no final stage with a Parquet sink: the batch side (rollups, "
-                "the stream-vs-batch comparison, data quality of the output) reads the Parquet lake a final stage "
-                "(one that writes no channel) commits; give such a stage a 'type: parquet' sink")
-        raise FinalStageError(f"pipeline {spec.name!r} has several final stages with a Parquet sink ({listed}): "
+                "the stream-vs-batch comparison, data quality of the output) reads the Parquet lake (or the "
+                "Iceberg or Delta table) a final stage (one that writes no channel) commits; give such a stage a "
+                "'type: parquet' sink (or 'type: iceberg', 'type: delta')")
+        raise FinalStageError(f"pipeline {spec.name!r} has several final stages with {kind} ({listed}): "
                               "name the one to work on with --stage NAME")
     try:
         stage = spec.stage(name)
     except KeyError:
-        raise FinalStageError(f"pipeline {spec.name!r} has no stage {name!r}; final stages with a Parquet sink: "
+        raise FinalStageError(f"pipeline {spec.name!r} has no stage {name!r}; final stages with {kind}: "
                               f"{listed}") from None
     if stage not in candidates:
         why = "writes a channel (its output goes on to other stages)" if stage.output_channels \
-            else f"writes a {' and a '.join(repr(k.type) for k in stage.sinks)} sink, not Parquet"
+            else f"writes a {' and a '.join(repr(k.type) for k in stage.sinks)} sink, not Parquet, Iceberg or Delta"
         raise FinalStageError(f"pipeline {spec.name!r}: stage {name!r} {why}; the batch side reads the committed "
-                              f"Parquet output of a final stage: {listed}")
+                              f"Parquet output (or Iceberg or Delta table) of a final stage: {listed}")
     return stage
+
+
+@dataclass(frozen=True)
+class LakeOutput:
+    """A committed lake of a pipeline the batch side reads: the sink (Parquet, Iceberg or Delta)
+    of a single-stage pipeline (``stage`` None) or that of a final stage of several; ``recomputable``
+    as :class:`ParquetOutput`'s."""
+
+    stage: str | None
+    sink: ParquetSinkSpec | IcebergSinkSpec | DeltaSinkSpec
+    output_event_interval: float
+    recomputable: bool = True
+
+    @property
+    def uri(self) -> str:
+        """What the output asset is named by: the Parquet folder or the Delta table's root; an
+        Iceberg table ``iceberg://<catalog>/<namespace>.<table>`` (its location is the catalog's)."""
+        if isinstance(self.sink, IcebergSinkSpec):
+            return f"iceberg://{self.sink.catalog.name}/{self.sink.table}"
+        return self.sink.path
+
+
+def lake_outputs(spec: PipelineSpec) -> list[LakeOutput]:
+    """Every committed lake of ``spec`` the batch side reads (Parquet folders, Iceberg and Delta
+    tables), in spec order; a stage keeping its own checkpoints is not named (it is the pipeline)."""
+    from barrierflow.pipeline.layout import cut_layout
+
+    named = cut_layout(spec).named_stages
+    return [LakeOutput(stage.name if named else None, lake, stage.batch.output_event_interval,
+                       recomputable=replay_obstacle(spec, stage.name) is None)
+            for stage in lake_final_stages(spec) if (lake := lake_of(stage.sinks)) is not None]
 
 
 @dataclass(frozen=True)

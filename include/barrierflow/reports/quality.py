@@ -37,8 +37,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import BarrierflowError, UserInputError
-from barrierflow.sinks.parquet import parquet_sink, rollups_uri
+from barrierflow.pipeline.table_output import (
+    cut_checkpoints,
+    cut_output,
+    describe,
+    files_added,
+    lake_rollups_uri,
+    lake_sink,
+    newest_commits,
+    table_sink,
+)
+from barrierflow.sinks.parquet import parquet_sink
 from barrierflow.spec.loader import project_home
+from barrierflow.spec.models import ParquetSinkSpec
 from barrierflow.storage import open_store
 from barrierflow.storage.object_store import ObjectNotFoundError
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
@@ -181,6 +192,36 @@ def read_epochs(output_uri: str, epochs: list[tuple[int, int, list[int]]]) -> tu
     return _plain_frame(pa.concat_tables(tables, promote_options="default")), sorted(keys)
 
 
+def table_epochs(spec: StageSpec, store: CheckpointStore, count: int) -> tuple[list[int], pd.DataFrame, list[str]]:
+    """An Iceberg or Delta sink's newest ``count`` commits as of the table's newest cut: their
+    checkpoint ids, the rows they added (the data files of the cut's version that the version
+    before the oldest of them lacks; a compaction in between adds the files it rewrote) and
+    those files. Nothing when no cut is recorded yet."""
+    import pandas as pd
+
+    sink = table_sink(spec)
+    assert sink is not None
+    if not cut_checkpoints(store, sink):
+        return [], pd.DataFrame(), []
+    version = cut_output(spec, store).table_version
+    ids, before = newest_commits(spec, version, count)
+    files = files_added(spec, version, before) if ids else []
+    return ids, read_files(files or []), files or []
+
+
+def read_files(uris: list[str]) -> pd.DataFrame:
+    """The rows of the Parquet files ``uris`` (storage URIs), in that order."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = []
+    for uri in uris:
+        folder, _, name = uri.rpartition("/")
+        tables.append(pq.read_table(io.BytesIO(open_store(folder).get_bytes(name))))
+    return _plain_frame(pa.concat_tables(tables, promote_options="default")) if tables else pd.DataFrame()
+
+
 def read_rollups(rollups_uri: str, days: list[str]) -> pd.DataFrame:
     """The rollup rows of ``days`` (column ``day`` added from the partition folder)."""
     import pandas as pd
@@ -281,21 +322,30 @@ def quality_report(spec: StageSpec, store: CheckpointStore, *, epochs: int | Non
     the rollups of ``rollup_days``; store the report and the offline Data Docs in the checkpoint
     store. Failures are in the report, not raised (see :func:`raise_for_failures`).
 
-    Raises UserInputError for a pipeline without a Parquet sink, ``epochs`` below 1, or a suite
-    file that is not a suite (naming it)."""
-    sink = parquet_sink(spec)
+    An Iceberg or Delta table is read as of its newest cut: the rows its sink's newest ``epochs``
+    commits up to that cut added (:func:`table_epochs`).
+
+    Raises UserInputError for a pipeline without a Parquet, Iceberg or Delta sink, ``epochs``
+    below 1, or a suite file that is not a suite (naming it)."""
+    sink = lake_sink(spec)
     count = epochs if epochs is not None else (spec.verification.quality_epochs if spec.verification else 3)
     if count < 1:
         raise UserInputError(f"epochs must be at least 1, got {count}")
-    chosen = newest_epochs(spec, store, count)
-    output, files = read_epochs(sink.path, chosen)
+    if isinstance(sink, ParquetSinkSpec):
+        chosen = newest_epochs(spec, store, count)
+        output, files = read_epochs(sink.path, chosen)
+        epoch_ids, where = [cid for cid, _, _ in chosen], sink.path
+    else:
+        epoch_ids, output, files = table_epochs(spec, store, count)
+        where = f"{describe(sink)} (as of its newest cut)"
+    rollups_at = lake_rollups_uri(spec)
     days = sorted(rollup_days or [])
-    rollups = read_rollups(rollups_uri(spec), days) if days else None
+    rollups = read_rollups(rollups_at, days) if days else None
     outcomes: list[SuiteOutcome] = []
     targets: list[tuple[str, pd.DataFrame, dict[str, Any], str]] = []
     for target, rows, empty_reason in (
-            ("output", output, f"no committed epoch in {sink.path} yet"),
-            ("rollups", rollups, f"no rollups in {rollups_uri(spec)} yet (the rollup DAG has not written a day)")):
+            ("output", output, f"no committed epoch in {where} yet"),
+            ("rollups", rollups, f"no rollups in {rollups_at} yet (the rollup DAG has not written a day)")):
         path = suite_path(spec, target)
         outcome = SuiteOutcome(target, str(path), 0 if rows is None else len(rows))
         outcomes.append(outcome)
@@ -320,7 +370,7 @@ def quality_report(spec: StageSpec, store: CheckpointStore, *, epochs: int | Non
             docs_key = _store_site(store, scratch / "site")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    report = QualityReport(spec.name, [cid for cid, _, _ in chosen], files, days, outcomes, docs_key)
+    report = QualityReport(spec.name, epoch_ids, files, days, outcomes, docs_key)
     store.objects.put_bytes(QUALITY_REPORT_KEY, json.dumps(report.as_dict(), indent=2, default=str).encode())
     log.info("%s", report.message())
     return report

@@ -22,7 +22,7 @@ from typing import Any
 #: The sources ``init --source`` offers (the first is the default).
 SOURCES = ("generator", "kafka")
 #: The sinks ``init --sink`` offers (the first is the default).
-SINKS = ("parquet", "postgres", "kafka")
+SINKS = ("parquet", "postgres", "kafka", "iceberg", "delta")
 
 _HEADER = """\
 # The $name pipeline: $source_line
@@ -91,6 +91,20 @@ sinks:
     bootstrap_servers: $${KAFKA_BOOTSTRAP:-localhost:9092}
     topic: $name-window-sums   # it and __barrierflow_commits (the commit markers) must exist
     key_column: key
+""",
+    "iceberg": """\
+sinks:
+  - name: results
+    type: iceberg
+    table: lake.${package}_window_sums   # created from the output at the first start
+    # catalog: the default is pyiceberg's SQL catalog on a SQLite file in the work dir (nothing to
+    # start); a shared catalog: {type: sql, uri_env: ICEBERG_CATALOG_URI, warehouse: s3://...}
+""",
+    "delta": """\
+sinks:
+  - name: results
+    type: delta
+    path: file://var/$name/tables/window_sums   # or s3://BUCKET/PREFIX; created by the first commit
 """,
 }
 
@@ -263,6 +277,8 @@ $setup    run = run_bounded(SPEC, tmp_path, home=PROJECT)
 
 _TEST_SETUP = {
     "parquet": "",
+    "iceberg": "",
+    "delta": "",
     "postgres": '''\
     monkeypatch.setenv("BARRIERFLOW_POSTGRES_DSN", postgres_dsn)  # the sink's dsn_env
     import psycopg
@@ -499,6 +515,10 @@ _SINK_TEXT = {
                  "connection string from `$$BARRIERFLOW_POSTGRES_DSN`)"),
     "kafka": ("JSON records keyed by `key` to the Kafka topic `$name-window-sums`, exactly once through Kafka "
               "transactions"),
+    "iceberg": ("the Apache Iceberg table `lake.${package}_window_sums` (pyiceberg's SQLite catalog in "
+                "`var/$name/work`; `barrierflow lake read pipelines/$name.yaml` shows its snapshot in each cut)"),
+    "delta": ("the Delta Lake table at `var/$name/tables/window_sums` (`barrierflow lake read "
+              "pipelines/$name.yaml` shows its version in each cut)"),
 }
 
 
@@ -523,9 +543,10 @@ def project_files(source: str = "generator", sink: str = "parquet") -> dict[str,
     :data:`SINKS`): relative path (a template too) -> content. KeyError for another one."""
     source_line, sink_line = {"generator": "the built-in generator", "kafka": "Kafka JSON ($name-events)"}[source], {
         "parquet": "Parquet files", "postgres": "PostgreSQL (${package}_window_sums)",
-        "kafka": "Kafka ($name-window-sums)"}[sink]
+        "kafka": "Kafka ($name-window-sums)", "iceberg": "an Iceberg table (lake.${package}_window_sums)",
+        "delta": "a Delta table (var/$name/tables/window_sums)"}[sink]
     spec = (_HEADER + (_GENERATOR_SOURCE if source == "generator" else _KAFKA_SOURCE) + _TRANSFORMATION
-            + _SINKS[sink] + _RUN + (_OUTPUT_SUITE_FIELD if sink == "parquet" else ""))
+            + _SINKS[sink] + _RUN + (_OUTPUT_SUITE_FIELD if sink in ("parquet", "iceberg", "delta") else ""))
     spec = spec.replace("$source_line", source_line).replace("$sink_line", sink_line)
 
     kafka_needed = "kafka" in (source, sink)
@@ -561,12 +582,20 @@ def project_files(source: str = "generator", sink: str = "parquet") -> dict[str,
               .replace("$test_servers", f", against {' and '.join(servers)} it starts itself" if servers else "")
               .replace("$output_suite_text", " (the data-quality DAG runs it on the Parquet output; the project's "
                                              "test checks it on a sample)" if sink == "parquet"
+                       else " (the data-quality DAG runs it on the table as of its newest cut; the project's test "
+                            "checks it on a sample)" if sink in ("iceberg", "delta")
                        else " (the project's test checks it on a sample)")
               .replace("$run_prerequisites", _run_prerequisites(source, sink))
               .replace("$output_where", {"parquet": "The output is in `var/$name/output`.",
                                          "postgres": "The output is in the table `${package}_window_sums`.",
                                          "kafka": "The output is in the topic `$name-window-sums`; a "
-                                                  "`read_committed` consumer sees each window once."}[sink]))
+                                                  "`read_committed` consumer sees each window once.",
+                                         "iceberg": "The output is in the Iceberg table `lake.${package}_window_sums`; "
+                                                    "`barrierflow lake read pipelines/$name.yaml` names its snapshot "
+                                                    "in the newest cut.",
+                                         "delta": "The output is in the Delta table `var/$name/tables/window_sums`; "
+                                                  "`barrierflow lake read pipelines/$name.yaml` names its version in "
+                                                  "the newest cut."}[sink]))
 
     files = {
         "README.md": Template(readme),
@@ -577,6 +606,8 @@ def project_files(source: str = "generator", sink: str = "parquet") -> dict[str,
         "expectations/$name-state.json": Template(_STATE_SUITE),
         "expectations/$name-output.json": Template(_output_suite(
             " and by the data-quality DAG (barrierflow quality SPEC) on the Parquet output" if sink == "parquet"
+            else " and by the data-quality DAG (barrierflow quality SPEC) on the table as of its newest cut"
+            if sink in ("iceberg", "delta")
             else "")),
         "tests/conftest.py": Template(conftest),
         "tests/test_pipeline.py": Template(test),

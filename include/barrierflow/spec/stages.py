@@ -34,7 +34,7 @@ from pydantic import Field, field_validator, model_validator
 
 from barrierflow.errors import UserInputError
 from barrierflow.spec.kafka_client import ChannelClientField, KafkaClientSpec, NestedClientFields
-from barrierflow.spec.lakehouse import atomic_problems
+from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec, atomic_problems
 from barrierflow.spec.models import (
     PIPELINE_WIDE_FIELDS,
     BatchSpec,
@@ -190,10 +190,11 @@ class StageEntry(_Strict):
 
     @model_validator(mode="after")
     def _batch_needs_parquet(self) -> StageEntry:
-        if "batch" in self.model_fields_set and not any(isinstance(s, ParquetSinkSpec) for s in self.sinks):
-            raise ValueError("batch applies to a stage with a Parquet sink (its committed output is what the "
-                             "rollups, the stream-vs-batch comparison and the data-quality report read); "
-                             "remove it here")
+        lakes = ParquetSinkSpec | IcebergSinkSpec | DeltaSinkSpec
+        if "batch" in self.model_fields_set and not any(isinstance(s, lakes) for s in self.sinks):
+            raise ValueError("batch applies to a stage with a Parquet sink or an Iceberg or Delta table (its "
+                             "committed output is what the rollups, the stream-vs-batch comparison and the "
+                             "data-quality report read); remove it here")
         return self
 
     @property

@@ -12,7 +12,9 @@ work dir, dead letters, a Parquet sink's output), then run as ``barrierflow run 
 * a **Parquet** sink writes under the folder; a **PostgreSQL** sink writes into its table (the
   connection string from the spec's ``dsn_env`` variable; the table must exist, barrierflow never
   creates it); a **Kafka** sink produces to its topic (created, with its commit-marker topic, when
-  missing). ``output`` is what the sink committed, read back from it.
+  missing); an **Iceberg** sink writes its table in the default catalog under the folder (unless
+  the spec names a catalog), a **Delta** sink its table under the folder. ``output`` is what the
+  sink committed, read back from it (a table: as of the newest cut).
 
 A pipeline of several stages runs the same way: every generator and Kafka source of its stages
 is bounded as above, the channels between them are the run's own (an embedded broker keeps its
@@ -35,6 +37,7 @@ from typing import Any
 import yaml
 
 from barrierflow.errors import UserInputError
+from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 from barrierflow.spec.models import (
     GeneratorSourceSpec,
     KafkaSinkSpec,
@@ -171,6 +174,8 @@ def run_bounded(spec_path: str | os.PathLike[str], folder: str | os.PathLike[str
         for sink, model in zip(fields["sinks"], part.sinks, strict=True):
             if isinstance(model, ParquetSinkSpec):
                 sink["path"] = f"file://{base / 'output' / (part.stage or '') / model.name}"
+            elif isinstance(model, DeltaSinkSpec):
+                sink["path"] = f"file://{base / 'tables' / (part.stage or '') / model.name}"
     data["checkpoint"].update(storage=f"file://{base / 'checkpoints'}", interval=0.2)
     data.setdefault("trigger", {})["interval"] = 0.0
     data["work_dir"] = str(base / "work")
@@ -205,6 +210,10 @@ def run_bounded(spec_path: str | os.PathLike[str], folder: str | os.PathLike[str
             records += found if part.stage is None else [{**r, "stage": part.stage} for r in found]
     outputs = {part.stage or part.name: _committed_output(part.name, sink) for part in parts for sink in part.sinks
                if isinstance(sink, ParquetSinkSpec | PostgresSinkSpec | KafkaSinkSpec)}
+    for part in parts:
+        for sink in part.sinks:
+            if isinstance(sink, IcebergSinkSpec | DeltaSinkSpec):
+                outputs[part.stage or part.name] = _table_rows(derived, f"{part.stage or spec.name}/{sink.name}")
     return BoundedRun(spec if named else own_stage_spec(spec), derived, records, outputs)
 
 
@@ -228,9 +237,9 @@ def _check_bounded(part: _Part, spec_path: str | os.PathLike[str], records_per_p
     for i, sink in enumerate(part.sinks):
         if getattr(sink, "type", "") == "channel":
             continue
-        if not isinstance(sink, ParquetSinkSpec | PostgresSinkSpec | KafkaSinkSpec):
-            raise UserInputError(f"{spec_path}: run_bounded reads back the committed output of a parquet, postgres or "
-                                 f"kafka sink ({part.where}sinks[{i}] type), not {sink.type!r}")
+        if not isinstance(sink, ParquetSinkSpec | PostgresSinkSpec | KafkaSinkSpec | IcebergSinkSpec | DeltaSinkSpec):
+            raise UserInputError(f"{spec_path}: run_bounded reads back the committed output of a parquet, postgres, "
+                                 f"kafka, iceberg or delta sink ({part.where}sinks[{i}] type), not {sink.type!r}")
         if isinstance(sink, PostgresSinkSpec):
             if not os.environ.get(sink.dsn_env):
                 raise UserInputError(f"{spec_path}: the PostgreSQL sink {sink.name!r} reads its connection string "
@@ -317,6 +326,13 @@ def _committed_output(pipeline: str, sink: ParquetSinkSpec | PostgresSinkSpec | 
     records = committed_records(sink.bootstrap_servers, sink.topic, sink.commit_marker_topic, pipeline=pipeline,
                                 sink=sink.name, client=sink.client)
     return [json.loads(r.value) for r in records]
+
+
+def _table_rows(spec_path: Path, table: str) -> list[dict[str, Any]]:
+    """The rows of the Iceberg or Delta ``table`` (``<stage>/<sink>``) as of the newest cut."""
+    from barrierflow.batch.lake_cut import read_table_as_of
+
+    return [{k: _utc(v) for k, v in row.items()} for row in read_table_as_of(spec_path, table).to_pylist()]
 
 
 def _postgres_rows(sink: PostgresSinkSpec) -> list[dict[str, Any]]:
