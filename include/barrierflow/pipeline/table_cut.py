@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from barrierflow.pipeline.table_output import table_sinks as stage_table_sinks
 from barrierflow.sinks.cut import CutLog
 from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 
@@ -77,7 +78,7 @@ class CutTable:
 
 def table_sinks(stage: Stage) -> list[IcebergSinkSpec | DeltaSinkSpec]:
     """The Iceberg and Delta sinks of ``stage``, in the spec's order."""
-    return [s for s in stage.spec.sinks if isinstance(s, IcebergSinkSpec | DeltaSinkSpec)]
+    return stage_table_sinks(stage.spec)
 
 
 def cut_table_versions(stages: Sequence[Stage], checkpoint_id: int) -> list[CutTable]:
