@@ -33,7 +33,8 @@ PARQUET = {"name": "out", "type": "parquet", "path": "file://var/p/out"}
     (GENERATOR, PARQUET, None, "generator source 'events' (sources[0]) is unbounded: give run_bounded records_per_"),
     (KAFKA, PARQUET, 10, "read to its topics' end offsets as of the start; drop records_per_partition"),
     ({**KAFKA, "starting_offsets": "latest"}, PARQUET, None, "set sources[0].starting_offsets to 'earliest'"),
-    (GENERATOR, {"name": "out", "type": "discard"}, 10, "parquet, postgres, kafka, iceberg or delta sink (sinks[0] type)"),
+    (GENERATOR, {"name": "out", "type": "discard"}, 10,
+     "parquet, postgres, kafka, iceberg or delta sink (sinks[0] type)"),
     (GENERATOR, {"name": "out", "type": "postgres", "table": "t", "dsn_env": "NO_SUCH_DSN_FOR_THIS_TEST"}, 10,
      "from $NO_SUCH_DSN_FOR_THIS_TEST, which is unset"),
 ])
