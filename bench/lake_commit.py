@@ -8,6 +8,10 @@ committed through the sink's real entry points. The timed step is the commit, as
 runs it after a checkpoint completed: the table's record read, the files renamed, one table
 commit, the ledger record and the cut record. Pre-commit is timed separately (ledger only).
 
+The last row is a checkpoint of the four-table pipeline's shape (two Iceberg tables in one SQLite
+catalog, two Delta tables): each epoch written ahead and pre-committed for every table, then the
+four commits timed together, one after the other, as one stage's committer runs its sinks.
+
 For Delta the table also shows what the other way costs: writing the same rows into the table
 again with ``deltalake.write_deltalake`` and a transaction identifier (what a commit through a
 writer that writes the data itself, such as Spark's Delta writer, does to files Spark already
@@ -62,6 +66,22 @@ def _measure(sink: TableSink, checkpoints: int) -> tuple[list[float], list[float
     return pre, commit
 
 
+def _measure_together(sinks: list[TableSink], checkpoints: int) -> list[float]:
+    """Per checkpoint: every sink's epoch written ahead and pre-committed, then the commits of all
+    of them timed as one step."""
+    together = []
+    for epoch in range(1, checkpoints + 1):
+        rows = pa.concat_tables([_rows(epoch, p) for p in range(FILES_PER_EPOCH)])
+        for sink in sinks:
+            write_ahead_batch(sink.write_ahead.uri, epoch, rows)
+            sink.pre_commit_epoch(epoch, epoch)
+        t0 = time.perf_counter()
+        for sink in sinks:
+            sink.notify_checkpoint_complete(epoch, epoch)
+        together.append(time.perf_counter() - t0)
+    return together
+
+
 def _rewrite(root: Path, checkpoints: int) -> list[float]:
     from deltalake import CommitProperties, Transaction, write_deltalake
 
@@ -92,6 +112,12 @@ def run_lake_commit_benchmark(checkpoints: int, markdown: str | None = None) -> 
         pre, commit = _measure(delta, checkpoints)
         rows += [("delta: pre-commit", pre), ("delta: commit (add actions, ledger, cut)", commit),
                  ("delta: the same rows written again (write_deltalake)", _rewrite(root, checkpoints))]
+        four = [IcebergSink(spec=IcebergSinkSpec(type="iceberg", name=f"ice{i}", table=f"lake.four{i}"),
+                            work_dir=root / "work4", name=f"ice{i}", **common) for i in (1, 2)]
+        four += [DeltaSink(spec=DeltaSinkSpec(type="delta", name=f"dl{i}", path=f"file://{root / f'delta4-{i}'}"),
+                           name=f"dl{i}", **common) for i in (1, 2)]
+        rows.append(("four tables (2 iceberg, 2 delta): the checkpoint's four commits", _measure_together(
+            four, checkpoints)))
     lines = [f"{checkpoints} checkpoints per format, {FILES_PER_EPOCH} files x {ROWS_PER_FILE:,} rows per epoch, "
              "local disk, milliseconds", "",
              "| step | p50 | p99 | max |", "|---|---|---|---|"]

@@ -11,5 +11,6 @@ def test_the_scenario_measures_each_step_of_both_formats(tmp_path: Path) -> None
     lines = run_lake_commit_benchmark(3, markdown=str(tmp_path / "out.md"))
     steps = [line.split("|")[1].strip() for line in lines if line.startswith("| ") and "p50" not in line]
     assert steps == ["iceberg: pre-commit", "iceberg: commit (add_files, ledger, cut)", "delta: pre-commit",
-                     "delta: commit (add actions, ledger, cut)", "delta: the same rows written again (write_deltalake)"]
+                     "delta: commit (add actions, ledger, cut)", "delta: the same rows written again (write_deltalake)",
+                     "four tables (2 iceberg, 2 delta): the checkpoint's four commits"]
     assert (tmp_path / "out.md").read_text().startswith("3 checkpoints per format")
