@@ -59,11 +59,12 @@ class Lake:
         pq.write_table(pa.Table.from_pylist(rows, schema=schema), part)
 
 
-def make_lake(spark: Any, tmp: Path) -> Lake:
-    output = tmp / "out"
-    data = yaml.safe_load(windowed_spec(tmp, {"name": "out", "type": "parquet", "path": f"file://{output}"},
-                                        records=1500, per_batch=500).read_text(encoding="utf-8"))
-    data["name"] = NAME
+def run_lake_pipeline(spark: Any, tmp: Path, sink: dict[str, Any], name: str) -> tuple[Path, Path, dict[str, Any]]:
+    """The batch tests' pipeline (1 s of event time over two UTC days in 200 ms windows, the
+    demo's expectation suites) named ``name``, writing ``sink``, run to the end of its bounded
+    source: its pipelines folder, spec path and spec."""
+    data = yaml.safe_load(windowed_spec(tmp, sink, records=1500, per_batch=500).read_text(encoding="utf-8"))
+    data["name"] = name
     data["sources"][0]["event_time_start"] = "2026-01-01T23:59:59.500000+00:00"
     data["transformation"]["options"]["window"] = "200 milliseconds"
     data["event_time"]["watermark_delay"] = "100ms"
@@ -75,9 +76,16 @@ def make_lake(spark: Any, tmp: Path) -> Lake:
     data["batch"] = {"output_event_interval": "0s"}
     pipelines = tmp / "pipelines"
     pipelines.mkdir()
-    spec_path = pipelines / f"{NAME}.yaml"
+    spec_path = pipelines / f"{name}.yaml"
     spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
     finish(spark, spec_path)
+    return pipelines, spec_path, data
+
+
+def make_lake(spark: Any, tmp: Path) -> Lake:
+    output = tmp / "out"
+    pipelines, spec_path, _ = run_lake_pipeline(spark, tmp, {"name": "out", "type": "parquet",
+                                                              "path": f"file://{output}"}, NAME)
     lake = Lake(tmp, pipelines, spec_path, output, tmp / "checkpoints")
     assert lake.parts(), "the run committed no output"
     return lake
@@ -135,22 +143,7 @@ def make_table_lake(spark: Any, tmp: Path, table_format: str) -> TableLake:
     catalog in the work dir) or a Delta table, run to the end of its bounded source."""
     sink: dict[str, Any] = ({"name": "totals", "type": "iceberg", "table": "lake.totals"} if table_format == "iceberg"
                             else {"name": "totals", "type": "delta", "path": f"file://{tmp / 'tables' / 'totals'}"})
-    data = yaml.safe_load(windowed_spec(tmp, sink, records=1500, per_batch=500).read_text(encoding="utf-8"))
-    data["name"] = TABLE_NAMES[table_format]
-    data["sources"][0]["event_time_start"] = "2026-01-01T23:59:59.500000+00:00"
-    data["transformation"]["options"]["window"] = "200 milliseconds"
-    data["event_time"]["watermark_delay"] = "100ms"
-    data["spark"]["master"] = "local[1]"  # the batch jobs' spark-submit
-    data["verification"] = {
-        "output_expectations": str(ROOT / "include" / "expectations" / "demo-output.json"),
-        "rollup_expectations": str(ROOT / "include" / "expectations" / "demo-rollups.json"),
-    }
-    data["batch"] = {"output_event_interval": "0s"}
-    pipelines = tmp / "pipelines"
-    pipelines.mkdir()
-    spec_path = pipelines / f"{data['name']}.yaml"
-    spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
-    finish(spark, spec_path)
+    pipelines, spec_path, data = run_lake_pipeline(spark, tmp, sink, TABLE_NAMES[table_format])
     lake = TableLake(table_format, tmp, pipelines, spec_path, tmp / "checkpoints", Path(data["work_dir"]))
     assert lake.read().num_rows, "the run committed no output"
     return lake
