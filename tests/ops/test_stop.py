@@ -9,7 +9,8 @@ cut kept as a savepoint, in every shape.
   files, its sink transactions) are identical after two restores from it, each followed by a
   run, and the output stays exactly once;
 * two stages (one process, and one process per stage): the same stop, and the next
-  ``barrierflow run --until-exhausted`` continues from the savepoint exactly once;
+  ``barrierflow run --until-exhausted`` (its function, in this process) continues from the
+  savepoint exactly once;
 * without ``--savepoint``: the latest completed checkpoint is named, the output runs through it;
 * a savepoint whose upload fails: the stop fails, saying the pipeline keeps running, and it does
   (also with ``tolerable_failed_checkpoints: 0``), triggering checkpoints again.
@@ -84,6 +85,44 @@ def _driver(spec_path: Path, *extra: str) -> subprocess.Popen[str]:
     return process
 
 
+class _RunInThisProcess:
+    """``barrierflow run SPEC`` in this process: the function the command runs
+    (:func:`barrierflow.ops.run.run`, whose return is the command's exit 0), on the suite's shared
+    SparkSession, in a thread, so the test's thread can ask ``barrierflow stop`` while it runs.
+    The run ends by itself after ``duration`` s if nothing stops it (a failing test)."""
+
+    def __init__(self, spec_path: Path, duration: float = 300.0) -> None:
+        import threading
+
+        from barrierflow.ops.run import run
+
+        self.outcome: Any = None
+        self.error: BaseException | None = None
+
+        def body() -> None:
+            try:
+                self.outcome = run(spec_path, duration=duration)
+            except BaseException as exc:  # reported by poll()/ended()
+                self.error = exc
+
+        self.thread = threading.Thread(target=body, name=f"run {spec_path.name}", daemon=True)
+        self.thread.start()
+
+    def poll(self) -> int | None:
+        """None while the run goes on, else 0 (it returned) or 1 (it raised)."""
+        if self.thread.is_alive():
+            return None
+        return 0 if self.error is None else 1
+
+    def ended(self, timeout: float) -> Any:
+        """The run's outcome once it ended (waiting up to ``timeout`` s); its error re-raised."""
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"the run did not end within {timeout:g} s"
+        if self.error is not None:
+            raise self.error
+        return self.outcome
+
+
 def _ended(process: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
     """Wait for ``process`` (killed after ``timeout`` s); its exit code, stdout and stderr."""
     try:
@@ -109,7 +148,8 @@ def drivers() -> Iterator[list[subprocess.Popen[str]]]:
             process.wait()
 
 
-def _wait_for(condition: Any, what: str, process: subprocess.Popen[str], timeout: float = 300.0) -> Any:
+def _wait_for(condition: Any, what: str, process: subprocess.Popen[str] | _RunInThisProcess,
+              timeout: float = 300.0) -> Any:
     """Poll ``condition`` until it is truthy; fail if ``process`` exits first or the deadline passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -117,9 +157,13 @@ def _wait_for(condition: Any, what: str, process: subprocess.Popen[str], timeout
         if value:
             return value
         if process.poll() is not None:
+            if isinstance(process, _RunInThisProcess):
+                pytest.fail(f"the run ended before {what}: {process.error!r}")
             code, out, err = _ended(process, 0)
             pytest.fail(f"the driver exited ({code}) before {what}:\n{out}\n{err[-3000:]}")
         time.sleep(0.2)
+    if isinstance(process, _RunInThisProcess):
+        pytest.fail(f"no {what} within {timeout:g} s")
     process.kill()
     pytest.fail(f"no {what} within {timeout:g} s")
 
@@ -241,11 +285,11 @@ def test_stop_with_a_savepoint_then_restore_from_it_twice(
 
 @pytest.mark.spark
 @pytest.mark.kafka
-@pytest.mark.slow(150)
+@pytest.mark.slow(120)
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("processes", [False, True], ids=["one-process", "processes"])
 def test_stop_a_two_stage_pipeline_with_a_savepoint(
-        tmp_path: Path, processes: bool, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path, processes: bool, capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest,
         drivers: list[subprocess.Popen[str]], kafka_endpoint: KafkaEndpoint) -> None:
     records = 240
     data = two_stage_spec(tmp_path, kafka_endpoint)
@@ -290,28 +334,43 @@ def test_stop_a_two_stage_pipeline_with_a_savepoint(
     # Stage b's sink committed the savepoint: the output is every record stage a read up to it.
     assert _output(tmp_path / "out") == _through(a.barrier_offsets["events"])
 
-    # The next run continues from the savepoint, exactly once, to the end of the source.
-    rest = _driver(spec_path, "--until-exhausted", *extra)
-    drivers.append(rest)
-    code, out, err = _ended(rest, 600)
-    assert code == 0, f"{code}\n{out}\n{err[-3000:]}"
+    # The next run continues from the savepoint, exactly once, to the end of the source: `barrierflow
+    # run --until-exhausted`'s own function, here on the suite's shared session, after either shape
+    # (the restore at start is the run's, whatever the shape: a run with --processes restoring a
+    # global checkpoint is tests/runtime/test_stage_processes.py).
+    from barrierflow.ops.run import run
+
+    spark = request.getfixturevalue("spark")
+    shuffle = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        outcome = run(spec_path, until_exhausted=True, duration=600)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", shuffle)
+    assert outcome.attempt >= 1, outcome  # a start after the first restores the newest cut as a new attempt
     assert _output(tmp_path / "out") == [(p, o) for p in range(PARTITIONS) for o in range(records)]
 
 
 @pytest.mark.spark
-@pytest.mark.slow(60)
+@pytest.mark.slow(30)
 @pytest.mark.timeout(900)
 def test_stop_without_a_savepoint_names_the_latest_checkpoint(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], drivers: list[subprocess.Popen[str]]) -> None:
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The run is ``barrierflow run``'s own function in this process (the shared session, no
+    driver of its own: the stop's protocol is the store and the lease, whoever runs it); a
+    driver in a process of its own is stopped by the other tests of this module."""
     spec_path = _single_spec(tmp_path)
     store = CheckpointStore.for_spec(load_spec(spec_path))
-    driver = _driver(spec_path)
-    drivers.append(driver)
-    _wait_for(lambda: (tmp_path / "chk" / manifest_key(1)).is_file(), "the first checkpoint", driver)
-    assert main(["stop", str(spec_path), "--json"]) == 0
-    said = json.loads(capsys.readouterr().out)
-    code, out, err = _ended(driver, 120)
-    assert code == 0, f"{code}\n{out}\n{err[-3000:]}"
+    shuffle = spark.conf.get("spark.sql.shuffle.partitions")
+    running = _RunInThisProcess(spec_path)
+    try:
+        _wait_for(lambda: (tmp_path / "chk" / manifest_key(1)).is_file(), "the first checkpoint", running)
+        assert main(["stop", str(spec_path), "--json"]) == 0
+        said = json.loads(capsys.readouterr().out)
+        outcome = running.ended(120)  # the run returned: `barrierflow run` exits 0
+    finally:
+        running.thread.join(330)
+        spark.conf.set("spark.sql.shuffle.partitions", shuffle)
+    assert outcome.stop is not None and outcome.stop.status == "stopped" and outcome.stop.savepoint is None
     latest = max(store.checkpoint_ids())
     assert said["status"] == "stopped" and said["savepoint"] is None and said["latest"] == latest, said
     assert f"the latest completed checkpoint is {latest}" in said["message"]
