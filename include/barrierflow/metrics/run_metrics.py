@@ -2,11 +2,13 @@
 
 :class:`RunMetrics` is fed by the run loop
 (:meth:`barrierflow.runtime.pipeline_runner.PipelineRunner.run`) on the driver, from figures it
-already holds: each stage's committed batches and records (its Spark offset log) and its
-checkpoint coordinator's completed manifests and failures. Nothing is read from the data for
-it. :meth:`RunMetrics.families` is asked by the HTTP server's thread; a lock keeps the two
-consistent. Every sample carries the labels ``pipeline`` and ``stage`` (one stage: the stage is
-named after the pipeline). The families and their meaning are listed in docs/operations.md.
+already holds: each stage's committed batches and records (its Spark offset log), its
+checkpoint coordinator's completed manifests and failures, and each sink's freshness per
+checkpoint (:mod:`barrierflow.runtime.freshness`: from aggregates Spark reports per batch).
+Nothing is read from the data for it. :meth:`RunMetrics.families` is asked by the HTTP
+server's thread; a lock keeps the two consistent. Every sample carries the labels
+``pipeline`` and ``stage`` (one stage: the stage is named after the pipeline; a sink's
+freshness also ``sink``). The families and their meaning are listed in docs/operations.md.
 """
 
 from __future__ import annotations

@@ -122,6 +122,11 @@ class FreshnessTracker:
         self._seen: set[tuple[str, int]] = set()
         self._waiting: list[SinkCommit] = []
 
+    @property
+    def waiting(self) -> bool:
+        """Whether a sink commit waits for its epoch's arrivals (the next :meth:`poll` may bring them)."""
+        return bool(self._waiting)
+
     def poll(self, query: Any, *, full: bool = False) -> None:
         """Fold the arrivals the query's progress reports in: its newest event, and its recent
         ones when ``full``, on the first poll, or after a gap (a batch committed unseen)."""

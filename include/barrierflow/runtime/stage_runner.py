@@ -82,6 +82,9 @@ STOP_BETWEEN_BATCHES_SECONDS = 10.0
 CHECK_SECONDS = 0.2
 #: How often the stop's wait looks at the query's status.
 STOP_POLL_SECONDS = 0.02
+#: How often a sink commit waiting for its epoch's arrivals asks the query's progress (one py4j
+#: round trip) between two committed batches.
+FRESHNESS_POLL_SECONDS = 0.2
 
 
 class StageRunner:
@@ -102,6 +105,7 @@ class StageRunner:
                            if stage.spec.event_time is not None else None)
         #: The freshness of the stage's committed output in this run (:mod:`barrierflow.runtime.freshness`).
         self.freshness = FreshnessTracker()
+        self._fresh_poll = 0.0
         #: Query starts repeated in this run because a Python worker did not connect back.
         self.start_retries = 0
         self.planned_at_start = 0
@@ -317,8 +321,11 @@ class StageRunner:
         first)."""
         if self.coordinator is None:
             return
-        if final and self.query is not None:
-            self.freshness.poll(self.query, full=True)
+        if self.query is not None and (final or (self.freshness.waiting and time.monotonic() >= self._fresh_poll)):
+            # A commit waiting for its barrier batch's progress event (posted after the batch's
+            # commit; the tick polls after the next one): asked at most every FRESHNESS_POLL_SECONDS.
+            self._fresh_poll = time.monotonic() + FRESHNESS_POLL_SECONDS
+            self.freshness.poll(self.query, full=final)
         new = self.freshness.collect(self.coordinator.notifier.commits, self.coordinator.completed)
         for checkpoint_id in sorted({f.checkpoint_id for f in new}):  # beside the checkpoint, for the page
             sinks = {f.sink: f.as_dict() for figures in self.freshness.figures.values() for f in figures
