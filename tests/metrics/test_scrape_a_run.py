@@ -34,7 +34,7 @@ import math
 import os
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ from tests.support.staged_specs import two_stage_spec
 pytestmark = pytest.mark.spark
 
 PARTITIONS, PER_PARTITION = 2, 200
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def test_a_running_pipeline_serves_its_figures_at_the_address_in_its_work_dir(spark: Any, tmp_path: Path) -> None:
@@ -271,18 +272,23 @@ def test_the_freshness_histogram_matches_an_independent_reader_within_the_checkp
     # The reader's figure of each checkpoint: when the last part file of its epoch's batches
     # became visible, minus the oldest timestamp the test gave a record in them.
     reader_figures: dict[int, float] = {}
+    arrivals: dict[int, tuple[datetime, datetime]] = {}  # the oldest and newest the test gave them
     for manifest in outcome.result.completed:
         names = [n for n in reader.first_seen if manifest.first_batch_id <= int(n.split("-")[1])
                  <= manifest.spark_batch_id]
         if not names:
             continue  # an epoch without records: nothing became visible
         ids = [i for n in names for i in pq.read_table(out / n, columns=["id"]).column("id").to_pylist()]
-        oldest = datetime.fromtimestamp(min(sent[i] for i in ids) / 1000, UTC)
-        reader_figures[manifest.checkpoint_id] = (max(reader.first_seen[n] for n in names) - oldest).total_seconds()
+        stamps = [EPOCH + timedelta(milliseconds=sent[i]) for i in ids]
+        arrivals[manifest.checkpoint_id] = (min(stamps), max(stamps))
+        reader_figures[manifest.checkpoint_id] = (max(reader.first_seen[n] for n in names)
+                                                  - min(stamps)).total_seconds()
     figures = outcome.result.freshness[("f", "out")]
     assert len(reader_figures) >= 3, reader_figures  # checkpoints that made records visible
     assert [f.checkpoint_id for f in figures] == sorted(reader_figures)  # one figure per such commit, no other
     for figure in figures:  # the run's own figures (its summary's) agree with the reader's
+        # Measured from exactly the epoch's oldest record (and its newest), to the millisecond the test gave them.
+        assert (figure.oldest_arrival, figure.newest_arrival) == arrivals[figure.checkpoint_id], figure
         assert abs(figure.seconds - reader_figures[figure.checkpoint_id]) <= interval, (figure, reader_figures)
     # The histogram scraped from the running pipeline: the figures of the checkpoints up to the
     # one its gauge names, bucket by bucket within the interval of the reader's.
