@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak",
-                                               "stages", "upload-cpu", "kafka", "upgrade", "lake-commit"),
+                                               "stages", "upload-cpu", "kafka", "upgrade", "lake-commit", "freshness"),
                         default="abs-overhead",
                         help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time; "
                              "scale: bookkeeping cost per source partition (no Spark); "
@@ -76,9 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "keys of running totals in RocksDB, stop --savepoint, upgrade 4 -> 16 -> 4 shuffle "
                              "partitions with the canary, state query and diff, the final totals checked against a "
                              "run never upgraded (bench/upgrade.py); lake-commit: what an Iceberg and a Delta sink add "
-                             "per checkpoint on the driver, --checkpoints of them (no Spark, bench/lake_commit.py)")
+                             "per checkpoint on the driver, --checkpoints of them (no Spark, bench/lake_commit.py); "
+                             "freshness: Kafka -> Parquet at --rate records/s in total for --seconds, the run's "
+                             "freshness per checkpoint beside a directory listing's (bench/freshness.py)")
     parser.add_argument("--rate", type=float, default=20_000.0,
-                        help="stages scenario: records/s per source partition")
+                        help="stages scenario: records/s per source partition; freshness scenario: records/s "
+                             "in total")
     parser.add_argument("--processes", action="store_true",
                         help="stages scenario: every stage in a process of its own (as run --processes)")
     parser.add_argument("--partitions", type=int, nargs="+", default=[100, 1_000, 10_000],
@@ -185,6 +188,11 @@ def run(args: argparse.Namespace) -> int:
 
         return run_kafka_benchmark([*(["--markdown", args.markdown] if args.markdown else []),
                                     *(["--systems"] if args.systems else []), "--text", args.text])
+    if args.scenario == "freshness":
+        from bench.freshness import run_freshness_benchmark
+
+        run_freshness_benchmark(args.seconds, args.rate, markdown=args.markdown)
+        return EXIT_OK
     if args.scenario == "lake-commit":
         from bench.lake_commit import run_lake_commit_benchmark
 

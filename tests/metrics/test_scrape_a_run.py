@@ -11,15 +11,30 @@
    The run keeps ``checkpoint.retained: 2`` itself, from the supervisor: at its end the store
    holds the two newest global checkpoints in every stage.
 
+3. Kafka -> Parquet (shared SparkSession, the test's broker): the test is the source, producing
+   one record per run-loop tick (at most every 50 ms) with the timestamp it notes; an
+   independent reader (a thread listing the sink's directory) notes when each committed part
+   file became visible. The freshness histogram scraped while the run goes matches the reader's
+   per-checkpoint figures (visible minus the oldest timestamp the test gave the records of those
+   files) within the checkpoint interval, and so does each figure of the run's summary.
+
 What could go wrong and is checked: no server, or one the work dir does not name; figures that
 lag the checkpoints the store holds; records that are not the source's; sizes, durations and
 dead letters that are not the manifests' and the dead-letter output's; a stage of a process of
-its own missing, or under another stage's labels; an address file left behind once the run ended.
+its own missing, or under another stage's labels; an address file left behind once the run ended;
+a freshness that is not the commit's time minus the oldest arrival it made visible (measured from
+another record, another clock, or another commit), or a histogram that is not of those figures.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import math
+import os
+import threading
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +43,7 @@ import yaml
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.metrics import read_address
 from barrierflow.metrics.exposition import CONTENT_TYPE
-from barrierflow.ops.run import Progress, dead_letters, run
+from barrierflow.ops.run import Progress, dead_letters, freshness_lines, run
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime import run_driver
 from barrierflow.runtime.stage_processes import process_driver
@@ -37,7 +52,7 @@ from tests.drivers import short_lived_driver_env
 from tests.metrics.scrape import Samples, parse, scrape, value
 from tests.pipeline_specs import spec_dict, write_spec
 from tests.scenarios.harness import FAST_JVM
-from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.kafka_broker import KafkaEndpoint, create_topic
 from tests.support.staged_specs import PARTITIONS as STAGED_PARTITIONS
 from tests.support.staged_specs import RECORDS as STAGED_RECORDS
 from tests.support.staged_specs import two_stage_spec
@@ -45,6 +60,7 @@ from tests.support.staged_specs import two_stage_spec
 pytestmark = pytest.mark.spark
 
 PARTITIONS, PER_PARTITION = 2, 200
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def test_a_running_pipeline_serves_its_figures_at_the_address_in_its_work_dir(spark: Any, tmp_path: Path) -> None:
@@ -96,6 +112,14 @@ def test_a_running_pipeline_serves_its_figures_at_the_address_in_its_work_dir(sp
     assert value(final, "barrierflow_dead_letters_total", **labels) \
         == dead_letters(pipeline)["t"].count == PARTITIONS * PER_PARTITION // 50
     assert read_address(work_dir) is None  # the server stopped with the run
+    # The generator's records arrive when a batch reads them: each checkpoint committed to the
+    # discard sink has a freshness, from that batch's start (the same UTC clock as the commit).
+    fresh = outcome.result.freshness[("t", "out")]
+    assert fresh and all(0 <= f.seconds < 600 and f.oldest_arrival <= f.newest_arrival for f in fresh), fresh
+    sink_labels = frozenset({**labels, "sink": "out"}.items())  # (absent while no commit was measured)
+    upto = final.get(("barrierflow_last_freshness_checkpoint_id", sink_labels), 0)
+    assert final.get(("barrierflow_checkpoint_freshness_seconds_count", sink_labels), 0) \
+        == len([f for f in fresh if f.checkpoint_id <= upto])
 
 
 @pytest.mark.kafka
@@ -173,3 +197,122 @@ def test_the_supervisor_of_stage_processes_serves_every_stages_figures_on_one_en
         kept = stage.store.checkpoint_ids()
         assert kept[:2] == newest and all(c > newest[-1] for c in kept[2:]), (stage.name, kept)
 
+
+
+class DirectoryWatch(threading.Thread):
+    """The independent reader: lists ``directory`` every few milliseconds and notes when each
+    committed part file (``part-*.parquet``) was first seen (UTC)."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(daemon=True, name="freshness-reader")
+        self.directory = directory
+        self.first_seen: dict[str, datetime] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.005):
+            try:
+                names = [e.name for e in os.scandir(self.directory)]
+            except FileNotFoundError:
+                continue
+            now = datetime.now(UTC)
+            for name in names:
+                if name.startswith("part-") and name.endswith(".parquet"):
+                    self.first_seen.setdefault(name, now)
+
+
+@pytest.mark.kafka
+@pytest.mark.slow(45)
+def test_the_freshness_histogram_matches_an_independent_reader_within_the_checkpoint_interval(
+        spark: Any, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+    from kafka import KafkaProducer
+
+    interval = 1.0
+    topic = f"fresh-{time.time_ns()}"
+    create_topic(kafka_endpoint, topic, 2)
+    out = tmp_path / "out"
+    data = spec_dict(
+        tmp_path, name="f",
+        sources=[{"name": "in", "type": "kafka", "bootstrap_servers": kafka_endpoint.bootstrap_servers,
+                  "topics": [topic], "format": "json", "json_fields": {"id": "long"}}],
+        transformation={"function": "barrierflow.transforms.projection:project", "output_mode": "append",
+                        "options": {"columns": {"id": "id"}}},
+        sinks=[{"name": "out", "type": "parquet", "path": f"file://{out}"}],
+        checkpoint={"interval": f"{interval}s", "timeout": "600s"}, metrics={"port": 0})
+    path = write_spec(tmp_path, data)
+    work_dir = Path(open_pipeline(path).work_dir)
+    producer = KafkaProducer(bootstrap_servers=kafka_endpoint.bootstrap_servers, linger_ms=0)
+    sent: dict[int, int] = {}  # record id -> the timestamp (ms) the test gave it
+    scrapes: list[Samples] = []
+    seen: list[int] = []
+    reader = DirectoryWatch(out)
+    reader.start()
+
+    def tick(progress: Progress) -> None:
+        now_ms = int(time.time() * 1000)
+        if not sent or now_ms - max(sent.values()) >= 50:  # the test paces the source
+            sent[len(sent)] = now_ms
+            producer.send(topic, value=json.dumps({"id": len(sent) - 1}).encode(), partition=len(sent) % 2,
+                          timestamp_ms=now_ms)
+        last = getattr(progress, "last_completed", None)
+        if last is not None and (not seen or seen[-1] != last):
+            seen.append(last)
+            address = read_address(work_dir)
+            assert address is not None
+            scrapes.append(parse(scrape(str(address["url"]))[0])[0])
+
+    try:
+        outcome = run(path, checkpoints=5, progress=tick, progress_every=0.0)
+    finally:
+        reader.done.set()
+        reader.join()
+        producer.close()
+
+    # The reader's figure of each checkpoint: when the last part file of its epoch's batches
+    # became visible, minus the oldest timestamp the test gave a record in them.
+    reader_figures: dict[int, float] = {}
+    arrivals: dict[int, tuple[datetime, datetime]] = {}  # the oldest and newest the test gave them
+    for manifest in outcome.result.completed:
+        names = [n for n in reader.first_seen if manifest.first_batch_id <= int(n.split("-")[1])
+                 <= manifest.spark_batch_id]
+        if not names:
+            continue  # an epoch without records: nothing became visible
+        ids = [i for n in names for i in pq.read_table(out / n, columns=["id"]).column("id").to_pylist()]
+        stamps = [EPOCH + timedelta(milliseconds=sent[i]) for i in ids]
+        arrivals[manifest.checkpoint_id] = (min(stamps), max(stamps))
+        reader_figures[manifest.checkpoint_id] = (max(reader.first_seen[n] for n in names)
+                                                  - min(stamps)).total_seconds()
+    figures = outcome.result.freshness[("f", "out")]
+    assert len(reader_figures) >= 3, reader_figures  # checkpoints that made records visible
+    assert [f.checkpoint_id for f in figures] == sorted(reader_figures)  # one figure per such commit, no other
+    for figure in figures:  # the run's own figures (its summary's) agree with the reader's
+        # Measured from exactly the epoch's oldest record (and its newest), to the millisecond the test gave them.
+        assert (figure.oldest_arrival, figure.newest_arrival) == arrivals[figure.checkpoint_id], figure
+        assert abs(figure.seconds - reader_figures[figure.checkpoint_id]) <= interval, (figure, reader_figures)
+    # The histogram scraped from the running pipeline: the figures of the checkpoints up to the
+    # one its gauge names, bucket by bucket within the interval of the reader's.
+    labels = {"pipeline": "f", "stage": "f", "sink": "out"}
+    final = next(s for s in reversed(scrapes) if ("barrierflow_last_freshness_checkpoint_id",
+                                                    frozenset(labels.items())) in s)
+    upto = value(final, "barrierflow_last_freshness_checkpoint_id", **labels)
+    scraped = [f for f in figures if f.checkpoint_id <= upto]
+    theirs = [reader_figures[f.checkpoint_id] for f in scraped]
+    assert value(final, "barrierflow_checkpoint_freshness_seconds_count", **labels) == len(scraped) >= 2
+    assert math.isclose(value(final, "barrierflow_checkpoint_freshness_seconds_sum", **labels),
+                        sum(f.seconds for f in scraped))
+    assert abs(value(final, "barrierflow_checkpoint_freshness_seconds_sum", **labels) - sum(theirs)) \
+        <= interval * len(theirs)
+    assert value(final, "barrierflow_last_checkpoint_freshness_seconds", **labels) == scraped[-1].seconds
+    for (name, sample_labels), count in final.items():
+        if name != "barrierflow_checkpoint_freshness_seconds_bucket" or dict(sample_labels)["sink"] != "out":
+            continue
+        bound = float(dict(sample_labels)["le"].replace("+Inf", "inf"))
+        assert sum(t <= bound - interval for t in theirs) <= count <= sum(t <= bound + interval for t in theirs), \
+            (bound, count, theirs)
+    assert "freshness (sink out: commit minus oldest arrival, per checkpoint): p50" in \
+        freshness_lines(outcome.result.freshness, stages=1)[0]
+    # Stored beside each checkpoint the store still holds, for the Checkpoints page.
+    store = open_pipeline(path).stages[0].store
+    kept = [f for f in figures if f.checkpoint_id in store.checkpoint_ids()]
+    assert kept and all(store.freshness(f.checkpoint_id) == {"out": f.seconds} for f in kept)

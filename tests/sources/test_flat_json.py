@@ -144,7 +144,10 @@ def test_the_decoder_reads_plain_records_itself(spark: Any) -> None:
                                   '{"key":"é"}', None, '{"key":"ж😀"}', '{"key":"😀?"}', None])
 
 
-TEXT_FIELDS = {"name": "STRING", "url": "STRING", "größe": "STRING", "n": "BIGINT", "x": "DOUBLE", "ok": "BOOLEAN"}
+#: Wanted keys of real text too: 2, 3 and 4-byte characters; one made of every character a JSON
+#: string escapes short (a key that cannot be written without escapes).
+TEXT_FIELDS = {"name": "STRING", "url": "STRING", "größe": "STRING", "n": "BIGINT", "x": "DOUBLE", "ok": "BOOLEAN",
+               "名前😀": "STRING", "𝄞€": "BIGINT", 'q"\\/\b\f\n\r\t': "DOUBLE"}
 TEXT_DDL = ", ".join(f"`{name}` {kind}" for name, kind in TEXT_FIELDS.items())
 #: Characters of 1, 2, 3 and 4 bytes in UTF-8 (the last ones a surrogate pair when escaped).
 CHARACTERS = ["a", "Z", "0", " ", "-", ".", ":", "?", "&", "é", "ñ", "ß", "Ω", "ж", "ع", "中", "日", "本", "€", "☃",
@@ -189,9 +192,12 @@ def _text_document(rng: random.Random, plain: bool) -> bytes:
         elif kind == "STRING":
             fields.append((name, _escaped(rng, _text(rng)) if rng.random() < 0.95 else str(rng.randrange(-999, 999))))
         elif kind == "BIGINT":
-            fields.append((name, str(rng.randrange(-10**17, 10**17))))
+            fields.append((name, str(rng.choice([rng.randrange(-10**17, 10**17), 0, -1, 10**18 - 1, 1 - 10**18]))))
         elif kind == "DOUBLE":
-            fields.append((name, repr(rng.choice([rng.uniform(-1e6, 1e6), 0.0, -0.0, 1e-300, 2.5]))))
+            fields.append((name, rng.choice([repr(rng.choice([rng.uniform(-1e6, 1e6), 0.0, -0.0, 1e-300, 2.5, 5e-324,
+                                                              1.7976931348623157e308])),
+                                             str(rng.randrange(-10**6, 10**6)), "1E5", "-2.5e-3", "0e0", "1e+2",
+                                             "-0.0E-0", "1e400", "0.1000000000000000055511151231257827"])))
         else:
             fields.append((name, rng.choice(["true", "false"])))
     for _ in range(rng.randrange(4)):
@@ -200,7 +206,8 @@ def _text_document(rng: random.Random, plain: bool) -> bytes:
     if not plain:
         name = rng.choice(list(TEXT_FIELDS))
         fields.append(rng.choice([(name, '"x"' if TEXT_FIELDS[name] != "STRING" else "1.5"), (name, '"\\ud83dz"'),
-                                  (name, '"a\\udc00"'), (name.upper(), '"y"'), (name, "true")]))
+                                  (name, '"a\\udc00"'), (name.upper(), '"y"'), (name, "true"), (name, "-0"),
+                                  (name, "12345678901234567890"), (name, "1.0"), (name, '{"a":"é"}')]))
     rng.shuffle(fields)
     separator, colon = rng.choice([(",", ":"), (", ", ": "), (" ,\n", " :\t")])
     raw = ("{" + separator.join(f"{_escaped(rng, key)}{colon}{value}" for key, value in fields) + "}").encode()
@@ -212,13 +219,19 @@ def _text_document(rng: random.Random, plain: bool) -> bytes:
 
 
 def test_utf8_text_and_escapes_decode_as_from_json_decodes_them_by_repr(spark: Any) -> None:
-    """Seeded random documents of real text (2, 3 and 4-byte UTF-8, escapes in keys and values,
-    surrogate pairs) decode to rows equal by ``repr`` to ``from_json``'s; the decoder reads every
-    plain document itself (no fallback), and the others are compared too."""
+    """Seeded random documents of real text (2, 3 and 4-byte UTF-8 raw and escaped, every JSON escape
+    and surrogate pairs in either case of hex digits, in wanted and unknown keys and in values;
+    numbers in their JSON forms, nulls, booleans) decode to rows equal by ``repr`` to
+    ``from_json``'s, in one job; the decoder reads every plain document itself (no fallback), and
+    the others are compared too."""
     rng = random.Random(20261202)
-    plain = [_text_document(rng, plain=True) for _ in range(400)]
-    other = [_text_document(rng, plain=False) for _ in range(200)]
+    plain = [_text_document(rng, plain=True) for _ in range(800)]
+    other = [_text_document(rng, plain=False) for _ in range(400)]
     values: list[bytes | None] = [*plain, *other]
+    corpus = b"\n".join(plain)  # what the documents hold, so a generator change cannot thin the test silently
+    for escape in [*SHORT_ESCAPES.values(), "\\uD83D\\uDE00", "\\ud83d\\ude00", "😀", "𝄞", "中", "é"]:
+        assert escape.encode() in corpus, escape
+    assert sum(1 for d in plain if b'"q\\"\\\\' in d) > 100  # the wanted key written with its short escapes
     schema = spark.createDataFrame([], TEXT_DDL).schema
     decoder = helper_instance(spark, FLAT_JSON_CLASS)
     nothing = F.lit(None).cast(schema)
@@ -236,6 +249,8 @@ def test_utf8_text_and_escapes_decode_as_from_json_decodes_them_by_repr(spark: A
           f"{other_fallbacks} of {len(other)} others")
     assert plain_fallbacks == 0, [values[k] for k in range(len(plain)) if fell_back[k]][:3]
     assert sum(1 for r in rows[:len(plain)] if r.ours.name and not r.ours.name.isascii()) > 100  # real text decoded
+    for key in ["名前😀", "𝄞€", 'q"\\/\b\f\n\r\t']:  # the fields of escaped and non-ASCII keys were found
+        assert sum(1 for r in rows[:len(plain)] if r.ours[key] is not None) > 300, key
 
 
 def test_a_field_type_the_decoder_does_not_read_is_refused_naming_it(spark: Any) -> None:

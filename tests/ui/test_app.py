@@ -96,6 +96,8 @@ def pipelines_dir(tmp_path: Path) -> Path:
 def test_page_and_api_show_the_manifests(factory: CheckpointFactory, pipelines_dir: Path) -> None:
     client = TestClient(create_app(str(pipelines_dir), authenticate=signed_in_as_tester))
     manifests = {m.checkpoint_id: m for m in factory.store.completed()}
+    # The run stores each checkpoint's freshness beside it once its sinks committed; here for 2 only.
+    factory.store.put_freshness(2, {"out": {"seconds": 1.25}, "audit": {"seconds": 0.5}})
 
     page = client.get("/")
     assert page.status_code == 200, page.text
@@ -112,6 +114,8 @@ def test_page_and_api_show_the_manifests(factory: CheckpointFactory, pipelines_d
         assert int(row["full_bytes"]) == manifest.full_bytes
         assert int(row["incremental_bytes"]) == manifest.incremental_bytes
         assert row["verification"] == "not verified"
+        assert row["freshness"] == ("audit=0.5;out=1.25" if cid == 2 else "")
+    assert "audit 0.50; out 1.25" in page.text and "freshness s (per sink)" in page.text
     assert "id='history-plot'" in page.text and "data:image/svg+xml;base64," in page.text
     assert "broken.yaml does not load" in page.text
     assert "id='no-savepoints'" in page.text and "id='no-upgrades'" in page.text
@@ -120,6 +124,8 @@ def test_page_and_api_show_the_manifests(factory: CheckpointFactory, pipelines_d
     api = client.get("/api/pipelines/t").json()
     assert [c["checkpoint_id"] for c in api["checkpoints"]] == [3, 2, 1]
     assert api["checkpoints"][0]["stages"]["t"]["full_bytes"] == manifests[3].full_bytes
+    assert api["checkpoints"][1]["stages"]["t"]["freshness_seconds"] == {"out": 1.25, "audit": 0.5}
+    assert api["checkpoints"][0]["stages"]["t"]["freshness_seconds"] == {}
     assert api["noun"] == "checkpoint" and api["stages"] == ["t"]
     assert (api["savepoints"], api["upgrades"], api["upgrade_problems"]) == ([], [], [])
     assert "Recent checkpoints (newest first; one row per stage under each)" in page.text

@@ -15,14 +15,20 @@ reported exactly once, as :class:`SinkCommitFailedError` naming the sink, the ep
 * :meth:`SinkNotifier.flush`, which waits for everything queued;
 * :meth:`SinkNotifier.shutdown`, at the end of the run: the commit of the run's last
   checkpoint is queued by the very tick that ends the run loop, so no tick can report it.
+
+Each commit that succeeded is remembered with the time it returned (:attr:`SinkNotifier.commits`,
+the newest :data:`KEEP_COMMITS`): when that epoch's output became visible to the sink's readers,
+which the freshness of committed output is measured to.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from barrierflow.checkpointing.errors import SinkCommitFailedError, SinkPreCommitError
@@ -30,6 +36,20 @@ from barrierflow.lease import FencedOffError
 from barrierflow.transactions.committer import SinkCommitter
 
 log = logging.getLogger(__name__)
+
+
+#: Successful commits a notifier remembers (:attr:`SinkNotifier.commits`).
+KEEP_COMMITS = 1000
+
+
+@dataclass(frozen=True)
+class SinkCommit:
+    """Sink ``sink``'s commit of checkpoint ``checkpoint_id`` returned at ``at`` (UTC): the
+    epoch's output was visible to the sink's readers from then on (at the latest)."""
+
+    sink: str
+    checkpoint_id: int
+    at: datetime
 
 
 @dataclass
@@ -57,6 +77,9 @@ class SinkNotifier:
         self.label = label
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chk-sinks")
         self._queued: list[_SinkCall] = []
+        #: The newest :data:`KEEP_COMMITS` successful commits, in the order they returned
+        #: (appended on the sink thread; a reader copies it with ``list()``).
+        self.commits: deque[SinkCommit] = deque(maxlen=KEEP_COMMITS)
 
     def pre_commit(self, checkpoint_id: int, barrier_batch: int) -> list[dict[str, Any]]:
         """Pre-commit epoch ``checkpoint_id`` in every sink, in order; wait for it. Returns the
@@ -86,7 +109,15 @@ class SinkNotifier:
     def _queue(self, sink: str, action: Literal["commit", "abort"], checkpoint_id: int,
                fn: Callable[..., object], *args: object) -> None:
         self._queued = [c for c in self._queued if not c.future.done() or c.failed]  # failed ones stay
-        self._queued.append(_SinkCall(sink, action, checkpoint_id, self._thread.submit(fn, *args)))
+        commits = self.commits
+
+        def call() -> object:
+            result = fn(*args)
+            if action == "commit":
+                commits.append(SinkCommit(sink, checkpoint_id, datetime.now(UTC)))
+            return result
+
+        self._queued.append(_SinkCall(sink, action, checkpoint_id, self._thread.submit(call)))
 
     def _error(self, call: _SinkCall) -> BaseException:
         """The error that reports ``call``'s failure (marking it reported)."""

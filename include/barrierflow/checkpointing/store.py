@@ -68,6 +68,12 @@ def failure_key(checkpoint_id: int) -> str:
     return f"chk-{checkpoint_id}/_failed.json"
 
 
+def freshness_key(checkpoint_id: int) -> str:
+    """Where the freshness of checkpoint n's commits is stored beside it (written once its sinks
+    committed, after the manifest; deleted with the checkpoint)."""
+    return f"chk-{checkpoint_id}/_freshness.json"
+
+
 class CheckpointStore:
     def __init__(self, objects: ObjectStore, pipeline: str) -> None:
         self.objects = objects
@@ -114,6 +120,25 @@ class CheckpointStore:
                 f"checkpoint {manifest.checkpoint_id} of pipeline {self.pipeline} already has a manifest at "
                 f"{self.objects.describe(manifest_key(manifest.checkpoint_id))}; manifests are never overwritten "
                 "(is a second job writing to this checkpoint store?)")
+
+    def put_freshness(self, checkpoint_id: int, sinks: dict[str, dict[str, object]]) -> None:
+        """Store the freshness of checkpoint ``checkpoint_id``'s commits: per sink ``seconds``
+        (commit time minus the oldest arrival it made visible) and the times it is made of."""
+        self.objects.put_bytes(freshness_key(checkpoint_id), json.dumps({"sinks": sinks}).encode())
+
+    def freshness(self, checkpoint_id: int) -> dict[str, float]:
+        """Each sink's stored freshness of checkpoint ``checkpoint_id`` in seconds (empty: none
+        stored, or unreadable, which is logged: it is report data)."""
+        key = freshness_key(checkpoint_id)
+        try:
+            sinks = json.loads(self.objects.get_bytes(key))["sinks"]
+            return {str(sink): float(figure["seconds"]) for sink, figure in sinks.items()}
+        except ObjectNotFoundError:
+            return {}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("the freshness record %s is unreadable (%s); the checkpoint's freshness is not shown",
+                        self.objects.describe(key), exc)
+            return {}
 
     def promote(self, checkpoint_id: int, kind: CheckpointKind) -> Manifest:
         """Rewrite the manifest of ``checkpoint_id`` with ``kind`` (savepoint promotion), the

@@ -80,7 +80,7 @@ def _progress_line(p: Progress) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from barrierflow.ops.run import run, run_stage
+    from barrierflow.ops.run import freshness_lines, run, run_stage
 
     if args.stage and args.processes:
         raise UserInputError("--stage and --processes exclude each other: --processes starts one --stage process "
@@ -115,6 +115,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for failure in result.failed:
         reason = getattr(failure.reason, "value", failure.reason)
         print(f"  {outcome.noun} {failure.checkpoint_id} failed: {reason}: {failure.message}")
+    for line in freshness_lines(result.freshness, stages=count):
+        print(f"  {line}")
     for stage, letters in outcome.stage_dead_letters.items():
         print(f"  stage {stage}: dead letters: {letters.count} ({letters.uri})")
     if outcome.stop is not None:

@@ -19,7 +19,10 @@ from barrierflow.metrics.server import MetricsServer
 from barrierflow.sources.dead_letter import DeadLetterTally
 from barrierflow.spec.metrics import MetricsSpec
 
-__all__ = ["MetricsFeed", "StageCheckpoints", "StageCounts"]
+__all__ = ["FreshnessFigure", "MetricsFeed", "StageCheckpoints", "StageCounts"]
+
+#: Figures per sink the feed looks at each tick (a tick adds one or two).
+FRESHNESS_LOOKBACK = 20
 
 
 class StageCheckpoints(Protocol):
@@ -41,6 +44,15 @@ class StageCounts(Protocol):
     def records(self) -> int: ...
     @property
     def batches(self) -> int: ...
+
+
+class FreshnessFigure(Protocol):
+    """One checkpoint's freshness in one sink (``barrierflow.runtime.freshness.Freshness``)."""
+
+    @property
+    def checkpoint_id(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
 
 
 class MetricsFeed:
@@ -74,3 +86,10 @@ class MetricsFeed:
         if stage in self._tallies and self._counted.get(stage) != coordinator.completed_count:
             self._counted[stage] = coordinator.completed_count
             self.metrics.dead_letters(stage, self._tallies[stage].count())
+
+    def freshness(self, stage: str, figures: Mapping[str, Sequence[FreshnessFigure]]) -> None:
+        """``stage``'s freshness figures per sink (oldest first); those of checkpoints newer than
+        the sink's last observed one are observed into its histogram."""
+        for sink, kept in figures.items():
+            for figure in kept[-FRESHNESS_LOOKBACK:]:
+                self.metrics.freshness(stage, sink, figure.checkpoint_id, figure.seconds)

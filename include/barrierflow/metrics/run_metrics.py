@@ -2,11 +2,13 @@
 
 :class:`RunMetrics` is fed by the run loop
 (:meth:`barrierflow.runtime.pipeline_runner.PipelineRunner.run`) on the driver, from figures it
-already holds: each stage's committed batches and records (its Spark offset log) and its
-checkpoint coordinator's completed manifests and failures. Nothing is read from the data for
-it. :meth:`RunMetrics.families` is asked by the HTTP server's thread; a lock keeps the two
-consistent. Every sample carries the labels ``pipeline`` and ``stage`` (one stage: the stage is
-named after the pipeline). The families and their meaning are listed in docs/operations.md.
+already holds: each stage's committed batches and records (its Spark offset log), its
+checkpoint coordinator's completed manifests and failures, and each sink's freshness per
+checkpoint (:mod:`barrierflow.runtime.freshness`: from aggregates Spark reports per batch).
+Nothing is read from the data for it. :meth:`RunMetrics.families` is asked by the HTTP
+server's thread; a lock keeps the two consistent. Every sample carries the labels
+``pipeline`` and ``stage`` (one stage: the stage is named after the pipeline; a sink's
+freshness also ``sink``). The families and their meaning are listed in docs/operations.md.
 """
 
 from __future__ import annotations
@@ -19,10 +21,21 @@ from datetime import UTC, datetime
 from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.metrics.exposition import Family, Histogram, MetricType, render
 
-__all__ = ["DURATION_BUCKETS", "RunMetrics", "StageFigures"]
+__all__ = ["DURATION_BUCKETS", "FRESHNESS_BUCKETS", "RunMetrics", "SinkFreshness", "StageFigures"]
 
 #: Upper bounds (seconds) of the checkpoint duration histogram's buckets.
 DURATION_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+#: Upper bounds (seconds) of the checkpoint freshness histogram's buckets.
+FRESHNESS_BUCKETS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+@dataclass
+class SinkFreshness:
+    """One sink's freshness figures in this run: one observation per checkpoint committed."""
+
+    histogram: Histogram = field(default_factory=lambda: Histogram(FRESHNESS_BUCKETS))
+    last_checkpoint: int | None = None
+    last_seconds: float = 0.0
 
 
 @dataclass
@@ -37,6 +50,7 @@ class StageFigures:
     dead_letters: int | None = None
     last: Manifest | None = None
     durations: Histogram = field(default_factory=lambda: Histogram(DURATION_BUCKETS))
+    freshness: dict[str, SinkFreshness] = field(default_factory=dict)
 
 
 class RunMetrics:
@@ -75,6 +89,17 @@ class RunMetrics:
                     figures.last = manifest
             figures.completed, figures.failed = completed_count, failed
 
+    def freshness(self, stage: str, sink: str, checkpoint_id: int, seconds: float) -> None:
+        """Sink ``sink`` of ``stage`` committed checkpoint ``checkpoint_id`` ``seconds`` after the
+        oldest arrival among the records it made visible; observed once per checkpoint (an id
+        not newer than the sink's last one is ignored)."""
+        with self._lock:
+            figures = self._stage(stage).freshness.setdefault(sink, SinkFreshness())
+            if figures.last_checkpoint is not None and checkpoint_id <= figures.last_checkpoint:
+                return
+            figures.histogram.observe(seconds)
+            figures.last_checkpoint, figures.last_seconds = checkpoint_id, seconds
+
     def dead_letters(self, stage: str, count: int) -> None:
         """``stage``'s dead-letter output holds ``count`` records (every run's so far)."""
         with self._lock:
@@ -109,6 +134,12 @@ class RunMetrics:
                     f.durations.samples_into(fams["barrierflow_checkpoint_duration_seconds"], labels)
                 if f.dead_letters is not None:
                     fams["barrierflow_dead_letters_total"].add(labels, f.dead_letters)
+                for sink, fresh in sorted(f.freshness.items()):
+                    sink_labels = {**labels, "sink": sink}
+                    fresh.histogram.samples_into(fams["barrierflow_checkpoint_freshness_seconds"], sink_labels)
+                    fams["barrierflow_last_checkpoint_freshness_seconds"].add(sink_labels, fresh.last_seconds)
+                    if fresh.last_checkpoint is not None:
+                        fams["barrierflow_last_freshness_checkpoint_id"].add(sink_labels, fresh.last_checkpoint)
         return list(fams.values())
 
     def render(self, now: datetime | None = None) -> str:
@@ -135,4 +166,11 @@ _FAMILIES: tuple[tuple[str, MetricType, str], ...] = (
     ("barrierflow_last_checkpoint_alignment_seconds", "gauge",
      "Barrier alignment time of the newest checkpoint (stages fed by channels)."),
     ("barrierflow_dead_letters_total", "counter", "Malformed records in the stage's dead-letter output."),
+    ("barrierflow_checkpoint_freshness_seconds", "histogram",
+     "Per checkpoint a sink committed in this run (one observation per checkpoint, not per record): the sink's "
+     "commit time minus the oldest source arrival among the records the commit made visible."),
+    ("barrierflow_last_checkpoint_freshness_seconds", "gauge",
+     "The freshness of the newest checkpoint the sink committed in this run (seconds, as the histogram's)."),
+    ("barrierflow_last_freshness_checkpoint_id", "gauge",
+     "Id of the checkpoint the sink's last freshness figure is of."),
 )

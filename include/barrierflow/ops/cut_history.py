@@ -11,7 +11,8 @@ One call reads, for the newest ``limit`` global checkpoints of the current timel
   (:class:`~barrierflow.checkpointing.global_manifest.StageSnapshot`), the stage's own manifest
   (its ``alignment``: mode, alignment time, channel state and back-edge ranges) and the
   verification result stored beside it (``stages/<stage>/chk-<n>/_verification.json``, written
-  by ``barrierflow verify``);
+  by ``barrierflow verify``), and its sinks' freshness stored beside it by the run
+  (``_freshness.json``, :mod:`barrierflow.runtime.freshness`);
 * of a completed one, its lakehouse tables as the cut records say
   (:func:`barrierflow.pipeline.table_cut.cut_table_versions`).
 
@@ -60,6 +61,8 @@ class StagePart:
         manifest: the stage's own manifest ``n`` (None: absent or unreadable).
         verification: the stage's stored verification result of ``n`` (None: never verified).
         failure: the stage's own failure record of ``n`` (None: none).
+        freshness: each sink's freshness of ``n`` in seconds, as stored beside it once the sink
+            committed (``chk-<n>/_freshness.json``; empty: none stored).
     """
 
     stage: str
@@ -67,6 +70,7 @@ class StagePart:
     manifest: Manifest | None
     verification: VerificationReport | None
     failure: FailureRecord | None = None
+    freshness: dict[str, float] = field(default_factory=dict)
 
     @property
     def channel_state(self) -> list[ChannelStateEntry]:
@@ -84,7 +88,8 @@ class StagePart:
                 "snapshot": self.snapshot.model_dump(mode="json") if self.snapshot else None,
                 "manifest": self.manifest.model_dump(mode="json") if self.manifest else None,
                 "verification": self.verification.model_dump(mode="json") if self.verification else None,
-                "failure": self.failure.model_dump(mode="json") if self.failure else None}
+                "failure": self.failure.model_dump(mode="json") if self.failure else None,
+                "freshness": dict(self.freshness)}
 
 
 @dataclass(frozen=True)
@@ -157,7 +162,8 @@ def global_checkpoint_history(spec_path: str | os.PathLike[str], *, limit: int |
         manifest = completed.get(cid)
         trigger = manifest.trigger_time if manifest else cuts.trigger_time(cid)
         parts = [StagePart(name, manifest.stages.get(name) if manifest else None, _stage_manifest(store, cid),
-                           load_report(store.objects, cid), stage_failures[name].get(cid))
+                           load_report(store.objects, cid), stage_failures[name].get(cid),
+                           store.freshness(cid) if manifest else {})
                  for name, store in stage_stores]
         tables = cut_table_versions(pipeline.stages, cid) if manifest else []
         entries.append(GlobalCheckpointEntry(cid, manifest, failures.get(cid), trigger, parts, tables))

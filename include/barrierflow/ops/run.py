@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
@@ -21,6 +21,7 @@ from barrierflow.errors import BarrierflowError, SparkDriverDiedError, UserInput
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.pipeline.words import words
 from barrierflow.retention.run_retention import RunRetention
+from barrierflow.runtime.freshness import Freshness, percentile
 from barrierflow.runtime.pipeline_runner import PipelineRunner, RunResult
 from barrierflow.runtime.progress import Progress, StageProgress
 from barrierflow.runtime.run_driver import channel_servers, open_driver, open_stage_process_driver
@@ -33,7 +34,21 @@ from barrierflow.upgrade.record import refuse_unfinished
 log = logging.getLogger(__name__)
 
 __all__ = ["DeadLetters", "Progress", "RunOutcome", "RunResult", "StageProgress", "StartupPhase",
-           "dead_letters", "run", "run_stage", "submit_jars"]
+           "dead_letters", "freshness_lines", "run", "run_stage", "submit_jars"]
+
+
+def freshness_lines(freshness: Mapping[tuple[str, str], Sequence[Freshness]], *, stages: int) -> list[str]:
+    """The run summary's freshness lines: per (stage, sink) with a checkpoint of records committed
+    in the run, the p50 and p99 (nearest rank) of its checkpoints' freshness
+    (:mod:`barrierflow.runtime.freshness`); the stage is named when the pipeline has several."""
+    lines = []
+    for (stage, sink), figures in freshness.items():
+        seconds = [f.seconds for f in figures]
+        where = f"stage {stage}, sink {sink}" if stages > 1 else f"sink {sink}"
+        lines.append(f"freshness ({where}: commit minus oldest arrival, per checkpoint): p50 "
+                     f"{percentile(seconds, 0.5):.2f} s, p99 {percentile(seconds, 0.99):.2f} s over {len(seconds)} "
+                     f"checkpoint{'s' if len(seconds) != 1 else ''}")
+    return lines
 
 @dataclass(frozen=True)
 class DeadLetters:

@@ -83,6 +83,7 @@ from barrierflow.checkpointing.errors import SinkCommitFailedError
 from barrierflow.lease import FencedOffError, JobLease
 from barrierflow.pipeline.layout import OWN_CHECKPOINTS, CutLayout
 from barrierflow.pipeline.words import words
+from barrierflow.runtime.freshness import Freshness
 from barrierflow.runtime.progress import Progress, StageProgress
 from barrierflow.runtime.startup import StartupPhase
 from barrierflow.runtime.stop_request import StopRequest, StopWatch
@@ -181,6 +182,8 @@ class StageStats:
             out.steady_seconds = last_commit - self.first_batch_mono
         if runner.coordinator is not None:
             out.completed = list(runner.coordinator.completed)
+            runner.collect_freshness(final=True)  # the run's last commits drained after the loop
+            out.freshness = {sink: list(figures) for sink, figures in runner.freshness.figures.items()}
         return out
 
 
@@ -193,6 +196,8 @@ class StageResult:
     records: int = 0
     steady_records: int = 0
     steady_seconds: float = 0.0
+    #: each sink's freshness per checkpoint committed in the run (:mod:`barrierflow.runtime.freshness`)
+    freshness: dict[str, list[Freshness]] = field(default_factory=dict)
     completed: list[Manifest] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -252,6 +257,13 @@ class RunResult:
         if self.steady_seconds > 0:
             return self.steady_records / self.steady_seconds
         return self.records / self.elapsed_seconds if self.elapsed_seconds else 0.0
+
+    @property
+    def freshness(self) -> dict[tuple[str, str], list[Freshness]]:
+        """Each (stage, sink)'s freshness per checkpoint committed in the run, oldest first
+        (sinks without a committed checkpoint of records left out)."""
+        return {(stage, sink): figures for stage, result in self.stages.items()
+                for sink, figures in result.freshness.items() if figures}
 
     @property
     def stage_manifests(self) -> dict[str, list[Manifest]]:
@@ -662,6 +674,7 @@ class PipelineRunner:
                     for runner in self.runners:
                         if (figures := host.figures(runner)) is not None:
                             feed.observe(runner.name, *figures, elapsed)
+                        feed.freshness(runner.name, runner.freshness.figures)
                 if on_tick is not None:
                     on_tick()
                 if first_batch and host.stats and all(s.batches > 0 for s in host.stats.values()):

@@ -10,6 +10,10 @@ reader is told is told to every stage:
   spec): per-partition watermarks, idleness, watermark alignment, adaptive batch sizing;
 * anything the source kind adds (``extra_options``: the channel source's ``alignment``).
 
+A run's stage observes its input before the transformation (``observe_arrival``): the oldest
+and newest arrival of each micro-batch's records, for the freshness of committed output
+(:mod:`barrierflow.runtime.freshness`).
+
 Before the query starts, ``before_start`` sees the stage's streaming DataFrame (the stage
 runner refuses changes its saved state cannot honour there,
 :mod:`barrierflow.runtime.state_compat`).
@@ -62,30 +66,40 @@ def apply_transformation(df: DataFrame, spec: StageSpec, spec_path: str) -> Data
 
 def build_stage_frame(spark: SparkSession, spec: StageSpec, layout: JobLayout, *, spec_path: str,
                       source_format: str, extra_options: Mapping[str, str] | None = None,
-                      read_input: ReadInput | None = None) -> DataFrame:
+                      read_input: ReadInput | None = None, observe_arrival: bool = False,
+                      arrival_column: str | None = None) -> DataFrame:
     """The streaming DataFrame of the stage whose derived spec is ``spec``, not started: read
     with Spark data source ``source_format`` (registered by the caller) and the reader options
     (module docstring), or by ``read_input`` with them (a source kind that reads its input
-    otherwise: Spark's Kafka connector), the spec's transformation applied.
+    otherwise: Spark's Kafka connector), the spec's transformation applied. With
+    ``observe_arrival``, the input is observed first
+    (:func:`~barrierflow.runtime.freshness.observe_arrival` of ``arrival_column``).
 
     Raises:
         SpecError: the transformation cannot be loaded. Whatever the transformation raises.
     """
+    from barrierflow.runtime.freshness import observe_arrival as observed
+
     apply_query_conf(spark, spec.spark)
     options = {**reader_options(spec, layout), **(extra_options or {})}
     if read_input is not None:
-        return apply_transformation(read_input(spark, spec.source, options), spec, spec_path)
-    reader = spark.readStream.format(source_format)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return apply_transformation(reader.load(), spec, spec_path)
+        frame = read_input(spark, spec.source, options)
+    else:
+        reader = spark.readStream.format(source_format)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        frame = reader.load()
+    if observe_arrival:
+        frame = observed(frame, arrival_column)
+    return apply_transformation(frame, spec, spec_path)
 
 
 def start_stage_query(spark: SparkSession, spec: StageSpec, layout: JobLayout, *, spec_path: str,
                       source_format: str, batch_writer: Callable[[Any, int], None] | None,
                       extra_options: Mapping[str, str] | None = None, frame: DataFrame | None = None,
                       read_input: ReadInput | None = None,
-                      before_start: Callable[[DataFrame], None] | None = None) -> StreamingQuery:
+                      before_start: Callable[[DataFrame], None] | None = None, observe_arrival: bool = False,
+                      arrival_column: str | None = None) -> StreamingQuery:
     """Start the query of the stage whose derived spec is ``spec``: its DataFrame (``frame``,
     else :func:`build_stage_frame`), each micro-batch written with ``batch_writer`` (None: the
     ``noop`` sink), checkpointed to ``layout.spark_checkpoint``, triggered every
@@ -99,7 +113,9 @@ def start_stage_query(spark: SparkSession, spec: StageSpec, layout: JobLayout, *
     apply_query_conf(spark, spec.spark)
     out = frame if frame is not None else build_stage_frame(spark, spec, layout, spec_path=spec_path,
                                                             source_format=source_format,
-                                                            extra_options=extra_options, read_input=read_input)
+                                                            extra_options=extra_options, read_input=read_input,
+                                                            observe_arrival=observe_arrival,
+                                                            arrival_column=arrival_column)
     if before_start is not None:
         before_start(out)
     writer = out.writeStream.outputMode(spec.transformation.output_mode)

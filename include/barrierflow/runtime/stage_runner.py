@@ -47,6 +47,7 @@ from barrierflow.checkpointing.manifest import EventTimeSummary
 from barrierflow.errors import JobFailedError
 from barrierflow.lease import FencedOffError
 from barrierflow.runtime.event_time import EventTimeTracker
+from barrierflow.runtime.freshness import FreshnessTracker
 from barrierflow.runtime.stage_query import build_stage_frame, start_stage_query
 from barrierflow.runtime.state_compat import check_state_compatible
 from barrierflow.sources.registry import SourceKind, StageRun, kind_named
@@ -81,6 +82,9 @@ STOP_BETWEEN_BATCHES_SECONDS = 10.0
 CHECK_SECONDS = 0.2
 #: How often the stop's wait looks at the query's status.
 STOP_POLL_SECONDS = 0.02
+#: How often a sink commit waiting for its epoch's arrivals asks the query's progress (one py4j
+#: round trip) between two committed batches.
+FRESHNESS_POLL_SECONDS = 0.2
 
 
 class StageRunner:
@@ -99,6 +103,9 @@ class StageRunner:
         self.writer: Callable[[Any, int], None] | None = None
         self.event_time = (EventTimeTracker(stage.spec, str(stage.layout.control))
                            if stage.spec.event_time is not None else None)
+        #: The freshness of the stage's committed output in this run (:mod:`barrierflow.runtime.freshness`).
+        self.freshness = FreshnessTracker()
+        self._fresh_poll = 0.0
         #: Query starts repeated in this run because a Python worker did not connect back.
         self.start_retries = 0
         self.planned_at_start = 0
@@ -173,7 +180,8 @@ class StageRunner:
         register_data_sources(spark)
         stage = self.stage
         frame = build_stage_frame(spark, stage.spec, stage.layout, spec_path=spec_path, source_format=self.kind.format,
-                                  extra_options=self.kind.run_options(stage.spec, run), read_input=self.kind.read)
+                                  extra_options=self.kind.run_options(stage.spec, run), read_input=self.kind.read,
+                                  observe_arrival=True, arrival_column=self.kind.arrival_column)
         self._refuse_incompatible(frame)
         self._checked = frame
 
@@ -208,7 +216,8 @@ class StageRunner:
         checked, self._checked = self._checked, None
         if checked is None:
             frame = build_stage_frame(spark, stage.spec, stage.layout, spec_path=spec_path,
-                                      source_format=self.kind.format, extra_options=extra, read_input=self.kind.read)
+                                      source_format=self.kind.format, extra_options=extra, read_input=self.kind.read,
+                                      observe_arrival=True, arrival_column=self.kind.arrival_column)
             self._refuse_incompatible(frame)
         else:
             frame = checked
@@ -221,7 +230,8 @@ class StageRunner:
                                              attempt=run.attempt)
             return start_stage_query(spark, stage.spec, stage.layout, spec_path=spec_path,
                                      source_format=self.kind.format, batch_writer=self.writer, extra_options=extra,
-                                     frame=first, read_input=self.kind.read)
+                                     frame=first, read_input=self.kind.read, observe_arrival=True,
+                                     arrival_column=self.kind.arrival_column)
 
         self._start = start
         self.planned_at_start = len(offset_log.planned_batches(stage.layout.spark_checkpoint))
@@ -290,6 +300,7 @@ class StageRunner:
         (:attr:`latest_batch`)."""
         assert self.coordinator is not None
         self.coordinator.tick()
+        self.collect_freshness()
         if self._commit_poll is None:
             self._commit_poll = PollThrottle(self.stage.layout.spark_checkpoint)
         if not self._commit_poll.due():  # on object storage: a LIST at most every LOG_POLL_SECONDS
@@ -298,9 +309,31 @@ class StageRunner:
         if committed is None or committed == self.latest_batch:
             return False
         self.latest_batch = committed
-        if self.event_time is not None and self.query is not None:
-            self.event_time.poll(self.query)
+        if self.query is not None:
+            self.freshness.poll(self.query)
+            if self.event_time is not None:
+                self.event_time.poll(self.query)
         return True
+
+    def collect_freshness(self, *, final: bool = False) -> None:
+        """Fold the sink commits the coordinator's notifier recorded into :attr:`freshness`
+        (``final``: after the query stopped and the sinks drained, every batch's progress read
+        first)."""
+        if self.coordinator is None:
+            return
+        if self.query is not None and (final or (self.freshness.waiting and time.monotonic() >= self._fresh_poll)):
+            # A commit waiting for its barrier batch's progress event (posted after the batch's
+            # commit; the tick polls after the next one): asked at most every FRESHNESS_POLL_SECONDS.
+            self._fresh_poll = time.monotonic() + FRESHNESS_POLL_SECONDS
+            self.freshness.poll(self.query, full=final)
+        new = self.freshness.collect(self.coordinator.notifier.commits, self.coordinator.completed)
+        for checkpoint_id in sorted({f.checkpoint_id for f in new}):  # beside the checkpoint, for the page
+            sinks = {f.sink: f.as_dict() for figures in self.freshness.figures.values() for f in figures
+                     if f.checkpoint_id == checkpoint_id}
+            try:
+                self.stage.store.put_freshness(checkpoint_id, sinks)
+            except Exception as exc:  # report data: never stops the job
+                log.warning("%s: storing the freshness of checkpoint %d failed: %s", self.label, checkpoint_id, exc)
 
     # -- the end ---------------------------------------------------------------------------
     def stop_query(self) -> None:

@@ -105,6 +105,10 @@ class SourceKind:
     #: whether barrierflow's planner plans its micro-batches (its ``latestOffset`` reads the
     #: stage's control channel, so a hold admits no new data); False: Spark's connector plans them
     plans_batches: bool = True
+    #: the timestamp column of its rows that holds each record's arrival in the source (Kafka's
+    #: record timestamp); None: its records arrive when a micro-batch reads them
+    #: (:mod:`barrierflow.runtime.freshness`)
+    arrival_column: str | None = None
 
 
 def _recorded_event_times(source: AnySourceSpec, event_time_uri: str,
@@ -183,11 +187,12 @@ _KINDS: dict[str, SourceKind] = {
     "generator": SourceKind("generator", "barrierflow_generator", _generator_event_times, _generator_end,
                             _generator_schema, replays_input=True),
     "kafka": SourceKind("kafka", "barrierflow_kafka", _recorded_event_times, _kafka_end, _kafka_schema,
-                        replays_input=True, retained_input=True),
+                        replays_input=True, retained_input=True, arrival_column="timestamp"),
     # A Kafka source with reader: spark: Spark's connector unioned with a barrier-only source
     # (sources/spark_kafka.py); the cut is the connector's offsets in Spark's offset log.
     "spark_kafka": SourceKind("spark_kafka", "kafka", _unknown_event_times, _kafka_end, _kafka_schema,
-                              read=_spark_kafka_read, jvm_set="spark-kafka", plans_batches=False),
+                              read=_spark_kafka_read, jvm_set="spark-kafka", plans_batches=False,
+                              arrival_column="timestamp"),
     # The channels a stage reads, as one Kafka source over their topics (sources/channel.py):
     # Kafka's reader plus barrier alignment; event times recorded by the executors like Kafka's.
     "channel": SourceKind("channel", "barrierflow_channel", _recorded_event_times, _unbounded, _kafka_schema,

@@ -5,7 +5,9 @@ one stage, whose checkpoints are its cuts): one :class:`CutRow` per cut (its che
 several stages: its global checkpoints), completed or failed, with times, total ms and a
 verdict, each with one :class:`StageRow` per stage of the spec, in spec order: the stage's
 kind, barrier batch, barrier batch ms, sync and async ms and bytes from its manifest, its mode,
-alignment ms, channel-state records and back-edge ranges (``alignment``), and its own verdict;
+alignment ms, channel-state records and back-edge ranges (``alignment``), each sink's freshness
+(commit time minus the oldest source arrival the commit made visible, stored beside the
+checkpoint by the run), and its own verdict;
 a completed cut of a pipeline writing Iceberg or Delta tables lists each table as the cut
 records it (``tables``: snapshot id or version, or "not committed at this checkpoint").
 The cut's verdict is derived from the stages' stored results (``barrierflow verify`` stores one
@@ -152,6 +154,9 @@ class StageRow:
     full_bytes: int | None = None
     incremental_bytes: int | None = None
     failure: str | None = None
+    #: each sink's freshness of the checkpoint in seconds: commit time minus the oldest source
+    #: arrival it made visible (empty: none stored)
+    freshness: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "present": self.present, "kind": self.kind, "mode": self.mode,
@@ -160,7 +165,8 @@ class StageRow:
                 "full_bytes": self.full_bytes, "incremental_bytes": self.incremental_bytes,
                 "channel_state_records": self.channel_state_records,
                 "back_edge_ranges": [r.as_dict() for r in self.back_edge_ranges],
-                "verification": self.verification.as_dict(), "failure": self.failure}
+                "verification": self.verification.as_dict(), "failure": self.failure,
+                "freshness_seconds": dict(self.freshness)}
 
 
 @dataclass(frozen=True)
@@ -276,7 +282,7 @@ def stage_row(part: store_reader.StagePart) -> StageRow:
             back_edge_ranges=[ChannelRange(e.partition, e.start, e.end, e.records) for e in part.back_edge_ranges],
             verification=verification, kind=str(manifest.kind),
             barrier_batch_ms=store_reader.barrier_batch_ms(manifest), full_bytes=manifest.full_bytes,
-            incremental_bytes=manifest.incremental_bytes)
+            incremental_bytes=manifest.incremental_bytes, freshness=dict(part.freshness))
     if snapshot is not None:
         return StageRow(stage=part.stage, present=False, mode=snapshot.mode, barrier_batch=snapshot.spark_batch_id,
                         alignment_ms=snapshot.alignment_ms if snapshot.mode else None, sync_ms=snapshot.sync_ms,

@@ -6,7 +6,9 @@ checkpoint; of several stages: a global checkpoint) a row ``tr.cut[data-checkpoi
 (status, attempt, times, total ms, verdict), followed by one row per stage
 ``tr.stage[data-checkpoint-id=N][data-stage=NAME]`` (kind, barrier batch, alignment ms, barrier
 batch ms, sync and async ms, full and incremental bytes, mode, channel-state records, back-edge
-ranges as ``partition [start, end) records`` joined by ``; ``, the stage's verdict), then, for a
+ranges as ``partition [start, end) records`` joined by ``; ``, each sink's freshness in seconds
+as ``sink seconds`` joined by ``; `` (``data-value``: ``sink=seconds`` joined by ``;``), the
+stage's verdict), then, for a
 pipeline writing lakehouse tables, one row per table
 ``tr.table[data-checkpoint-id=N][data-stage=STAGE][data-sink=SINK]`` (format, table, status,
 Iceberg snapshot id or Delta version, the checkpoint whose commit wrote it). Every value
@@ -72,7 +74,7 @@ def _bytes(value: int | None) -> str:
 
 _COLUMNS = ("ID / stage", "status / kind", "attempt / barrier batch", "trigger time (UTC)", "completion time (UTC)",
             "total ms / alignment ms", "barrier batch ms", "sync ms", "async ms", "full bytes", "incremental bytes",
-            "mode", "channel-state records", "back-edge ranges", "verification")
+            "mode", "channel-state records", "back-edge ranges", "freshness s (per sink)", "verification")
 
 
 def _verification_cell(verdict_of: VerificationVerdict, href: str) -> str:
@@ -100,7 +102,7 @@ def _cut_row(row: CutRow, href: str) -> str:
             + _cell("attempt", row.attempt, "" if row.attempt is None else str(row.attempt))
             + _cell("trigger_time", row.trigger_time, _iso(row.trigger_time), "text")
             + _cell("completion_time", row.completion_time, _iso(row.completion_time or row.failure_time), "text")
-            + _cell("total_ms", row.total_ms, _ms(row.total_ms)) + "<td></td>" * 8
+            + _cell("total_ms", row.total_ms, _ms(row.total_ms)) + "<td></td>" * 9
             + _verification_cell(row.verification, href) + "</tr>")
 
 
@@ -124,7 +126,17 @@ def _stage_row(checkpoint_id: int, row: StageRow, href: str) -> str:
             + _cell("mode", row.mode, row.mode or "-", "text")
             + _cell("channel_state_records", row.channel_state_records, _bytes(row.channel_state_records))
             + _cell("back_edge_ranges", ranges, ranges, "text")
+            + _cell("freshness", _freshness_value(row.freshness), _freshness_text(row.freshness), "text")
             + _verification_cell(row.verification, href) + "</tr>")
+
+
+def _freshness_value(freshness: dict[str, float]) -> str | None:
+    """``sink=seconds`` joined by ``;`` (exact), None without figures."""
+    return ";".join(f"{sink}={seconds!r}" for sink, seconds in sorted(freshness.items())) or None
+
+
+def _freshness_text(freshness: dict[str, float]) -> str:
+    return "; ".join(f"{sink} {seconds:,.2f}" for sink, seconds in sorted(freshness.items()))
 
 
 def _table_row(checkpoint_id: int, table: store_reader.CutTable) -> str:
