@@ -211,3 +211,29 @@ def test_commit_every_puts_several_checkpoints_in_one_version_and_a_crash_in_it_
     assert [c["barrierflow.checkpoint-id"] for c in commits(tmp_path)] == ["3", "5"]
     assert keys(table(tmp_path).to_pyarrow_table()) == Counter({1: 1, 2: 1, 4: 1, 5: 1})
     assert [restarted.ledger.get("dl", c).state for c in (4, 5)] == [TxnState.COMMITTED] * 2
+
+
+def test_the_kept_table_sees_another_writers_commits_and_records_its_own_version(tmp_path: Path) -> None:
+    """The sink keeps its table open across checkpoints, brought up to date at each commit: a
+    version another writer appended between two checkpoints is under the sink's next commit, the
+    cut names the version the sink wrote, and a second driver of the same sink that opened the
+    table before a commit finds the checkpoint there and commits nothing."""
+    from deltalake import write_deltalake
+
+    sink = make_sink(tmp_path)
+    stage(sink.write_ahead.uri, 0, rows([1]))
+    sink.pre_commit_epoch(1, 0)
+    sink.notify_checkpoint_complete(1, 0)
+    twin = make_sink(tmp_path)
+    assert twin.committed_checkpoint() == 1  # opened now: kept from here on
+    write_deltalake(str(tmp_path / "tables" / "totals"), rows([100]), mode="append")  # version 1, not ours
+    stage(sink.write_ahead.uri, 1, rows([2]))
+    sink.pre_commit_epoch(2, 1)
+    sink.notify_checkpoint_complete(2, 1)
+    txn = twin.ledger.get("dl", 2)
+    assert txn is not None
+    twin.commit(txn)
+    assert [(c["version"], c["barrierflow.checkpoint-id"]) for c in commits(tmp_path)] == [(0, "1"), (2, "2")]
+    assert keys(table(tmp_path).to_pyarrow_table()) == Counter({1: 1, 100: 1, 2: 1})
+    cut = sink.cuts.get(2)
+    assert cut is not None and cut["dl"] is not None and cut["dl"].version == 2

@@ -18,6 +18,12 @@ twice.)
 With ``partitioned_by`` each write-ahead file holds one value of each partition column (split by
 the write-ahead writer) and is published under ``<column>=<value>/``; its ``add`` action carries
 the values.
+
+The sink keeps its table open between checkpoints: each commit brings it up to the table's
+latest version by reading only the log entries added since (``update_incremental``: what a
+fresh open would read, without replaying the whole log), and opens it afresh when that fails.
+After a commit it finds the version it wrote in the newest log entry (the ten newest when other
+writers committed in between).
 """
 
 from __future__ import annotations
@@ -96,19 +102,31 @@ class DeltaSink(TableSink):
 
     def __init__(self, *, spec: DeltaSinkSpec, **kwargs: Any) -> None:
         self.spec = spec
+        #: The table as this sink last opened it (None: not yet, or no table then).
+        self._table: DeltaTable | None = None
         super().__init__(location=spec.path, **kwargs)
 
     def describe_table(self) -> str:
         return f"delta table {self.spec.path}"
 
     def _load(self) -> DeltaTable | None:
+        """The table at its latest version (module docstring); None when there is no table."""
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
+        if self._table is not None:
+            try:
+                self._table.update_incremental()
+                return self._table
+            except Exception as exc:  # the log it would read on from is gone (cleaned up, table replaced)
+                log.info("sink %s: %s opened afresh (%s: %s)", self.name, self.describe_table(), type(exc).__name__,
+                         exc)
+                self._table = None
         try:
-            return DeltaTable(table_uri(self.location))
+            self._table = DeltaTable(table_uri(self.location))
         except TableNotFoundError:
             return None
+        return self._table
 
     def load(self) -> DeltaTable | None:
         return self._load()
@@ -200,9 +218,10 @@ class DeltaSink(TableSink):
         log (the table object is brought up to date incrementally); None if not among them."""
         table.update_incremental()
         latest = table.version()
-        for index, info in enumerate(table.history(limit=10)):  # newest first
-            if self.is_ours(info) == checkpoint_id:
-                return TableVersion("delta", self.spec.path, latest - index, checkpoint_id, {})
+        for limit in (1, 10):  # the newest entry is this commit's unless another writer committed since
+            for index, info in enumerate(table.history(limit=limit)):  # newest first
+                if self.is_ours(info) == checkpoint_id:
+                    return TableVersion("delta", self.spec.path, latest - index, checkpoint_id, {})
         return None
 
     def _partition_for_key(self, txn: Transaction, key: str) -> dict[str, str | None]:

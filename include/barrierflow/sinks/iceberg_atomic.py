@@ -364,6 +364,8 @@ class AtomicIcebergSink(IcebergSink):
     def _stage(self, txn: Transaction, base: Table | None, files: list[DataFile]) -> None:
         from pyiceberg.table import Table as IcebergTable
 
+        from barrierflow.sinks.iceberg_reads import MetadataOnceTransaction
+
         if base is None:
             if not files:  # no table and nothing to write: the table appears with its first rows
                 self.group.stage(txn.checkpoint_id, self.member, self.spec.namespace, self.spec.table_name,
@@ -379,8 +381,9 @@ class AtomicIcebergSink(IcebergSink):
         props = self.commit_properties(txn)
         if files:
             try:
-                table.add_files([f"{self.location}/{f.key}" for f in files], snapshot_properties=props,
-                                check_duplicate_files=False)
+                with MetadataOnceTransaction(table) as tx:  # table.add_files, reading less
+                    tx.add_files([f"{self.location}/{f.key}" for f in files], snapshot_properties=props,
+                                 check_duplicate_files=False)
             except ValueError as exc:
                 raise SinkError(f"sink {self.name!r}: {self.describe_table()} refused the files of checkpoint "
                                 f"{txn.checkpoint_id}: {exc}") from exc
