@@ -405,20 +405,21 @@ class AtomicIcebergSink(IcebergSink):
                      target_checkpoint)
         return super().restore(target_checkpoint, barrier_batch)
 
-    def record_cut(self, checkpoint_id: int) -> None:
+    def record_cut(self, checkpoint_id: int, *, settled: bool = False) -> None:
         """Write the cut record of ``checkpoint_id``. While this member's part of that cut is
         recorded but the group has not moved yet (another member's commit moves it), the
         record names the snapshot the part adds, which becomes the table's current one when
         the group moves: the cut of a pipeline is complete only once every member recorded
-        it, and the member that moves the group records after the move."""
+        it, and the member that moves the group records after the move. ``settled`` as for
+        every table sink."""
         if self.cuts is None:
             return
-        if any(t.checkpoint_id <= checkpoint_id and t.state is TxnState.PRECOMMITTED
-               for t in self.ledger.list(self.name)):
+        if not settled and any(t.checkpoint_id <= checkpoint_id and t.state is TxnState.PRECOMMITTED
+                               for t in self.ledger.list(self.name)):
             return  # as every table sink: a later commit or the restore writes it
         part = self.group.part(self.member, checkpoint_id)
         if part is None:
-            super().record_cut(checkpoint_id)  # moved (or nothing staged): the catalog says it
+            super().record_cut(checkpoint_id, settled=True)  # moved (or nothing staged): the catalog says it
             return
         version = None if part[0] is None else TableVersion(
             "iceberg", self.spec.table, part[0], checkpoint_id,

@@ -57,7 +57,8 @@ class MetadataCachingSqlCatalog(SqlCatalog):
 class MetadataOnceTransaction(IcebergTransaction):
     """pyiceberg's transaction whose ``table_metadata`` (the table's metadata with the staged
     changes applied, deep-copied by pyiceberg at every read) is worked out once per set of staged
-    changes and base metadata; both are replaced, never changed in place, when they change."""
+    changes and base metadata; both are replaced, never changed in place, when they change. With
+    nothing staged it is the table's own metadata (an immutable model: no copy is needed)."""
 
     _memo: tuple[TableMetadata, tuple[Any, ...], TableMetadata] | None = None
 
@@ -66,6 +67,6 @@ class MetadataOnceTransaction(IcebergTransaction):
         base, updates = self._table.metadata, self._updates
         memo = self._memo
         if memo is None or memo[0] is not base or memo[1] is not updates:
-            memo = (base, updates, update_table_metadata(base, updates))
+            memo = (base, updates, update_table_metadata(base, updates) if updates else base)
             self._memo = memo
         return memo[2]
