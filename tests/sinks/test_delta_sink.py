@@ -217,7 +217,8 @@ def test_the_kept_table_sees_another_writers_commits_and_records_its_own_version
     """The sink keeps its table open across checkpoints, brought up to date at each commit: a
     version another writer appended between two checkpoints is under the sink's next commit, the
     cut names the version the sink wrote, and a second driver of the same sink that opened the
-    table before a commit finds the checkpoint there and commits nothing."""
+    table before a commit finds the checkpoint there and commits nothing; a version appended
+    between the sink's load and its commit leaves the version the sink reports right."""
     from deltalake import write_deltalake
 
     sink = make_sink(tmp_path)
@@ -237,3 +238,18 @@ def test_the_kept_table_sees_another_writers_commits_and_records_its_own_version
     assert keys(table(tmp_path).to_pyarrow_table()) == Counter({1: 1, 100: 1, 2: 1})
     cut = sink.cuts.get(2)
     assert cut is not None and cut["dl"] is not None and cut["dl"].version == 2
+
+    # another writer commits between the sink's load and its commit: Delta puts the sink's commit
+    # after it, and the sink finds its own version further down the log
+    stage(sink.write_ahead.uri, 2, rows([3]))
+    sink.pre_commit_epoch(3, 2)
+    loaded = sink.load()
+    write_deltalake(str(tmp_path / "tables" / "totals"), rows([300]), mode="append")  # version 3
+    txn = sink.ledger.get("dl", 3)
+    assert loaded is not None and txn is not None
+    written = sink.commit_files(txn, sink._publish(txn), loaded)
+    assert written is not None and written.version == 4
+    sink.notify_checkpoint_complete(3, 2)  # the table holds checkpoint 3: only the ledger is told
+    assert [(c["version"], c["barrierflow.checkpoint-id"]) for c in commits(tmp_path)] == [
+        (0, "1"), (2, "2"), (4, "3")]
+    assert keys(table(tmp_path).to_pyarrow_table()) == Counter({1: 1, 100: 1, 2: 1, 300: 1, 3: 1})

@@ -236,8 +236,10 @@ def test_kept_metadata_never_hides_another_writers_commit(tmp_path: Path) -> Non
     committed again and a foreign append stays under the sink's next snapshot."""
     sink = make_sink(tmp_path)
     commit(sink, 1, 0, rows([1]))
-    loaded = sink.load()
-    assert loaded is not None and sink.load().metadata is loaded.metadata  # kept: not parsed again
+    loaded, again = sink.load(), sink.load()
+    assert loaded is not None and again is not None
+    assert again.metadata_location == loaded.metadata_location
+    assert again.metadata is loaded.metadata  # kept: not parsed again
 
     other = reader(tmp_path).load_table("lake.totals")  # another writer appends a snapshot
     other.append(pa.table({"key": pa.array([100], pa.int64()), "region": pa.array(["us"]),
@@ -270,3 +272,25 @@ def test_the_commits_transaction_works_the_staged_metadata_out_again_when_a_chan
     assert transaction.table_metadata is before  # once per set of staged changes
     transaction.set_properties(note="staged")
     assert transaction.table_metadata.properties["note"] == "staged" and "note" not in before.properties
+
+
+def test_a_commit_refused_because_another_driver_committed_the_same_checkpoint_is_not_made_again(
+        tmp_path: Path) -> None:
+    """Two drivers of one sink commit checkpoint 1 (a stalled driver and the restore that took
+    over): the second one decided from the table as it was before the first's commit. The
+    catalog refuses its commit (the table moved); the sink then finds the checkpoint in the
+    table and does not append the files again (pyiceberg alone would retry the append on top of
+    the other driver's snapshot)."""
+    sink = make_sink(tmp_path)
+    commit(sink, 1, 0, rows([1]))
+    stage(sink.write_ahead.uri, 1, rows([2]))
+    sink.pre_commit_epoch(2, 1)
+    stalled = make_sink(tmp_path)
+    before = stalled.load()  # what the stalled driver decided from: checkpoint 2 not in the table
+    assert stalled.committed_checkpoint(before) == 1
+    sink.notify_checkpoint_complete(2, 1)
+    txn = stalled.ledger.get("ice", 2)
+    assert txn is not None
+    assert stalled.commit_files(txn, stalled._publish(txn), before) is None
+    assert [s["barrierflow.checkpoint-id"] for s in ours(reader(tmp_path))] == ["1", "2"]
+    assert keys(reader(tmp_path).load_table("lake.totals").scan().to_arrow()) == Counter({1: 1, 2: 1})

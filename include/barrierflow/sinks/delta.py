@@ -22,8 +22,8 @@ the values.
 The sink keeps its table open between checkpoints: each commit brings it up to the table's
 latest version by reading only the log entries added since (``update_incremental``: what a
 fresh open would read, without replaying the whole log), and opens it afresh when that fails.
-After a commit it finds the version it wrote in the newest log entry (the ten newest when other
-writers committed in between).
+After a commit it finds the version it wrote in the log entry right after the version the commit
+was based on (the ten newest entries when another writer committed in between).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from barrierflow.errors import SinkError, UserInputError
 from barrierflow.sinks.cut import TableVersion
 from barrierflow.sinks.table import DataFile, TableSink
 from barrierflow.spec.lakehouse import DeltaSinkSpec
+from barrierflow.storage import ObjectNotFoundError
 from barrierflow.transactions.ledger import Transaction
 
 if TYPE_CHECKING:
@@ -200,6 +201,7 @@ class DeltaSink(TableSink):
                                               mode="append", partition_by=self.spec.partitioned_by or None,
                                               commit_properties=props)
                 return TableVersion("delta", self.spec.path, 0, txn.checkpoint_id, {})
+            based_on = table.version()
             table.create_write_transaction(actions, mode="append", schema=table.schema(),
                                            partition_by=list(table.metadata().partition_columns) or None,
                                            commit_properties=props)
@@ -211,11 +213,21 @@ class DeltaSink(TableSink):
                 return None
             raise SinkError(f"sink {self.name!r}: the commit of checkpoint {txn.checkpoint_id} to "
                             f"{self.describe_table()} failed: {exc}") from exc
-        return self._written(table, txn.checkpoint_id)
+        return self._written(table, txn.checkpoint_id, based_on)
 
-    def _written(self, table: DeltaTable, checkpoint_id: int) -> TableVersion | None:
-        """The version this sink's commit of ``checkpoint_id`` wrote, from the newest entries of the
-        log (the table object is brought up to date incrementally); None if not among them."""
+    def _written(self, table: DeltaTable, checkpoint_id: int, based_on: int) -> TableVersion | None:
+        """The version this sink's commit of ``checkpoint_id`` wrote (the commit was based on version
+        ``based_on``): the next version when its log entry is this commit's (one small read: the
+        table object stays where it was until the next checkpoint's load), else found among the
+        newest entries of the log (the table brought up to date first); None if not among them."""
+        try:
+            entry = self.table_store.get_bytes(f"_delta_log/{based_on + 1:020d}.json")
+        except ObjectNotFoundError:
+            entry = b""
+        for line in entry.decode("utf-8").splitlines():
+            info = json.loads(line).get("commitInfo") if line.strip() else None
+            if info is not None and self.is_ours(info) == checkpoint_id:
+                return TableVersion("delta", self.spec.path, based_on + 1, checkpoint_id, {})
         table.update_incremental()
         latest = table.version()
         for limit in (1, 10):  # the newest entry is this commit's unless another writer committed since

@@ -228,7 +228,12 @@ class IcebergSink(TableSink):
     def commit_files(self, txn: Transaction, files: list[DataFile], table: Any) -> TableVersion | None:
         """``add_files`` without pyiceberg's duplicate check (a scan of every data file the table
         references, growing with the table): the file names hold the checkpoint and attempt, and
-        the table's own checkpoint record already decided that this epoch is not in it."""
+        the table's own checkpoint record already decided that this epoch is not in it. When the
+        catalog refuses the commit because another writer committed meanwhile, pyiceberg's retry
+        on top of the new table state is made only while that state does not hold the checkpoint
+        (another driver of this sink may have committed it): else nothing is written (None)."""
+        from pyiceberg.exceptions import CommitFailedException
+
         from barrierflow.sinks.iceberg_reads import MetadataCachingSqlCatalog, MetadataOnceTransaction
 
         paths = [f"{self.location}/{f.key}" for f in files]
@@ -237,13 +242,25 @@ class IcebergSink(TableSink):
 
             with self.table_store_file(files[0].key) as handle:
                 table = self.ensure_table(pq.read_schema(handle))
+        def still_wanted(current: Table) -> bool:
+            committed = self.committed_checkpoint(current)
+            return committed is None or committed < txn.checkpoint_id
+
         try:
-            with MetadataOnceTransaction(table) as transaction:  # what table.add_files does, reading less
+            with MetadataOnceTransaction(table, still_wanted=still_wanted) as transaction:  # table.add_files
                 transaction.add_files(paths, snapshot_properties=self.commit_properties(txn),
                                       check_duplicate_files=False)
         except ValueError as exc:
             raise SinkError(f"sink {self.name!r}: {self.describe_table()} refused the files of checkpoint "
                             f"{txn.checkpoint_id}: {exc}") from exc
+        except CommitFailedException as exc:
+            recorded = self.committed_checkpoint()
+            if recorded is not None and recorded >= txn.checkpoint_id:
+                log.info("sink %s: checkpoint %d was committed by another attempt meanwhile (%s)", self.name,
+                         txn.checkpoint_id, exc)
+                return None
+            raise SinkError(f"sink {self.name!r}: the commit of checkpoint {txn.checkpoint_id} to "
+                            f"{self.describe_table()} failed: {exc}") from exc
         if isinstance(self.catalog, MetadataCachingSqlCatalog):
             self.catalog.remember(table)
         snapshot = table.current_snapshot()  # the commit moved the table object to the new metadata

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyiceberg.table import Transaction as IcebergTransaction
 from pyiceberg.table.metadata import TableMetadata
@@ -58,9 +60,25 @@ class MetadataOnceTransaction(IcebergTransaction):
     """pyiceberg's transaction whose ``table_metadata`` (the table's metadata with the staged
     changes applied, deep-copied by pyiceberg at every read) is worked out once per set of staged
     changes and base metadata; both are replaced, never changed in place, when they change. With
-    nothing staged it is the table's own metadata (an immutable model: no copy is needed)."""
+    nothing staged it is the table's own metadata (an immutable model: no copy is needed).
+
+    ``still_wanted``: when the catalog refuses the commit (another writer moved the table),
+    pyiceberg reloads the table and makes the same append again on top of it; this is asked
+    first, with the reloaded table, and when it says no (the other writer's commit already holds
+    what this one adds: another driver of the same sink committed the same checkpoint) the
+    commit fails with :class:`CommitFailedException` instead of appending the files twice."""
 
     _memo: tuple[TableMetadata, tuple[Any, ...], TableMetadata] | None = None
+
+    def __init__(self, table: Table, *, still_wanted: Callable[[Table], bool] | None = None) -> None:
+        super().__init__(table)
+        self._still_wanted = still_wanted
+
+    def _rebuild_snapshot_updates(self) -> None:
+        if self._still_wanted is not None and not self._still_wanted(self._table):
+            raise CommitFailedException(f"table {'.'.join(self._table.name())} was committed to by another writer, "
+                                        "whose commit holds what this one adds")
+        super()._rebuild_snapshot_updates()
 
     @property
     def table_metadata(self) -> TableMetadata:
