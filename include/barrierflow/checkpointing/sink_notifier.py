@@ -117,17 +117,21 @@ class SinkNotifier:
     def _run_step(self, step: list[tuple[_SinkCall, Callable[..., object], tuple[object, ...]]]) -> None:
         """On the ordered thread: call every sink of one step (on the pool when there are
         several) and return once each call finished; each outcome goes to its call's future."""
+        if self._pool is None or len(step) == 1:
+            for call, fn, args in step:
+                _run_into(call.future, fn, args)
+            return
+        submitted: list[Future[None]] = []
         try:
-            if self._pool is None or len(step) == 1:
-                for call, fn, args in step:
-                    _run_into(call.future, fn, args)
-            else:
-                wait([self._pool.submit(_run_into, call.future, fn, args) for call, fn, args in step])
-        except BaseException as exc:  # the pool refused a call (stopped): no call may wait forever
+            for call, fn, args in step:
+                submitted.append(self._pool.submit(_run_into, call.future, fn, args))
+        except BaseException as exc:  # the pool refused a call (it was stopped): no call may wait for ever
+            wait(submitted)
             for call, _fn, _args in step:
                 if not call.future.done():
                     call.future.set_exception(exc)
             raise
+        wait(submitted)
 
     def _error(self, call: _SinkCall) -> BaseException:
         """The error that reports ``call``'s failure (marking it reported)."""
