@@ -12,5 +12,6 @@ def test_the_scenario_measures_each_step_of_both_formats(tmp_path: Path) -> None
     steps = [line.split("|")[1].strip() for line in lines if line.startswith("| ") and "p50" not in line]
     assert steps == ["iceberg: pre-commit", "iceberg: commit (add_files, ledger, cut)", "delta: pre-commit",
                      "delta: commit (add actions, ledger, cut)", "delta: the same rows written again (write_deltalake)",
-                     "four tables (2 iceberg, 2 delta): the checkpoint's four commits"]
+                     "four tables (2 iceberg, 2 delta): the checkpoint's four commits, side by side",
+                     "two iceberg tables: the checkpoint's two commits, side by side"]
     assert (tmp_path / "out.md").read_text().startswith("3 checkpoints per format")

@@ -211,3 +211,45 @@ def test_commit_every_puts_several_checkpoints_in_one_version_and_a_crash_in_it_
     assert [c["barrierflow.checkpoint-id"] for c in commits(tmp_path)] == ["3", "5"]
     assert keys(table(tmp_path).to_pyarrow_table()) == Counter({1: 1, 2: 1, 4: 1, 5: 1})
     assert [restarted.ledger.get("dl", c).state for c in (4, 5)] == [TxnState.COMMITTED] * 2
+
+
+def test_the_kept_table_sees_another_writers_commits_and_records_its_own_version(tmp_path: Path) -> None:
+    """The sink keeps its table open across checkpoints, brought up to date at each commit: a
+    version another writer appended between two checkpoints is under the sink's next commit, the
+    cut names the version the sink wrote, and a second driver of the same sink that opened the
+    table before a commit finds the checkpoint there and commits nothing; a version appended
+    between the sink's load and its commit leaves the version the sink reports right."""
+    from deltalake import write_deltalake
+
+    sink = make_sink(tmp_path)
+    stage(sink.write_ahead.uri, 0, rows([1]))
+    sink.pre_commit_epoch(1, 0)
+    sink.notify_checkpoint_complete(1, 0)
+    twin = make_sink(tmp_path)
+    assert twin.committed_checkpoint() == 1  # opened now: kept from here on
+    write_deltalake(str(tmp_path / "tables" / "totals"), rows([100]), mode="append")  # version 1, not ours
+    stage(sink.write_ahead.uri, 1, rows([2]))
+    sink.pre_commit_epoch(2, 1)
+    sink.notify_checkpoint_complete(2, 1)
+    txn = twin.ledger.get("dl", 2)
+    assert txn is not None
+    twin.commit(txn)
+    assert [(c["version"], c["barrierflow.checkpoint-id"]) for c in commits(tmp_path)] == [(0, "1"), (2, "2")]
+    assert keys(table(tmp_path).to_pyarrow_table()) == Counter({1: 1, 100: 1, 2: 1})
+    cut = sink.cuts.get(2)
+    assert cut is not None and cut["dl"] is not None and cut["dl"].version == 2
+
+    # another writer commits between the sink's load and its commit: Delta puts the sink's commit
+    # after it, and the sink finds its own version further down the log
+    stage(sink.write_ahead.uri, 2, rows([3]))
+    sink.pre_commit_epoch(3, 2)
+    loaded = sink.load()
+    write_deltalake(str(tmp_path / "tables" / "totals"), rows([300]), mode="append")  # version 3
+    txn = sink.ledger.get("dl", 3)
+    assert loaded is not None and txn is not None
+    written = sink.commit_files(txn, sink._publish(txn), loaded)
+    assert written is not None and written.version == 4
+    sink.notify_checkpoint_complete(3, 2)  # the table holds checkpoint 3: only the ledger is told
+    assert [(c["version"], c["barrierflow.checkpoint-id"]) for c in commits(tmp_path)] == [
+        (0, "1"), (2, "2"), (4, "3")]
+    assert keys(table(tmp_path).to_pyarrow_table()) == Counter({1: 1, 100: 1, 2: 1, 300: 1, 3: 1})

@@ -227,3 +227,70 @@ def test_commit_every_holds_epochs_and_a_restore_commits_them_in_one_snapshot(tm
     summaries = ours(reader(tmp_path))
     assert [(s["barrierflow.checkpoint-id"], s["added-records"]) for s in summaries] == [("2", "2")]
     assert keys(reader(tmp_path).load_table("lake.totals").scan().to_arrow()) == Counter({1: 1, 2: 1})
+
+
+def test_kept_metadata_never_hides_another_writers_commit(tmp_path: Path) -> None:
+    """The sink's catalog parses a metadata file once and keeps it by location: its own commit's
+    metadata is not read back, and a commit of another writer (another catalog, another driver
+    of the same sink) is seen at the next load, so a checkpoint that writer committed is not
+    committed again and a foreign append stays under the sink's next snapshot."""
+    sink = make_sink(tmp_path)
+    commit(sink, 1, 0, rows([1]))
+    loaded, again = sink.load(), sink.load()
+    assert loaded is not None and again is not None
+    assert again.metadata_location == loaded.metadata_location
+    assert again.metadata is loaded.metadata  # kept: not parsed again
+
+    other = reader(tmp_path).load_table("lake.totals")  # another writer appends a snapshot
+    other.append(pa.table({"key": pa.array([100], pa.int64()), "region": pa.array(["us"]),
+                           "total": pa.array([0], pa.int64())}))
+    assert sink.load().metadata_location == reader(tmp_path).load_table("lake.totals").metadata_location
+
+    stage(sink.write_ahead.uri, 1, rows([2]))
+    sink.pre_commit_epoch(2, 1)
+    twin = make_sink(tmp_path)  # a second driver of the same sink that loaded the table before the commit
+    assert twin.committed_checkpoint() == 1
+    sink.notify_checkpoint_complete(2, 1)
+    txn = twin.ledger.get("ice", 2)
+    assert txn is not None
+    twin.commit(txn)  # the table holds checkpoint 2 now: nothing is committed twice
+    table = reader(tmp_path).load_table("lake.totals")
+    assert [s["barrierflow.checkpoint-id"] for s in ours(reader(tmp_path))] == ["1", "2"]
+    assert keys(table.scan().to_arrow()) == Counter({1: 1, 100: 1, 2: 1})
+    parents = {s.snapshot_id: s.parent_snapshot_id for s in table.snapshots()}
+    assert [s.snapshot_id for s in table.snapshots()][1] == parents[table.current_snapshot().snapshot_id]
+
+
+def test_the_commits_transaction_works_the_staged_metadata_out_again_when_a_change_is_staged(tmp_path: Path) -> None:
+    from barrierflow.sinks.iceberg_reads import MetadataOnceTransaction
+
+    sink = make_sink(tmp_path)
+    commit(sink, 1, 0, rows([1]))
+    table = sink.load()
+    transaction = MetadataOnceTransaction(table)
+    before = transaction.table_metadata
+    assert transaction.table_metadata is before  # once per set of staged changes
+    transaction.set_properties(note="staged")
+    assert transaction.table_metadata.properties["note"] == "staged" and "note" not in before.properties
+
+
+def test_a_commit_refused_because_another_driver_committed_the_same_checkpoint_is_not_made_again(
+        tmp_path: Path) -> None:
+    """Two drivers of one sink commit checkpoint 1 (a stalled driver and the restore that took
+    over): the second one decided from the table as it was before the first's commit. The
+    catalog refuses its commit (the table moved); the sink then finds the checkpoint in the
+    table and does not append the files again (pyiceberg alone would retry the append on top of
+    the other driver's snapshot)."""
+    sink = make_sink(tmp_path)
+    commit(sink, 1, 0, rows([1]))
+    stage(sink.write_ahead.uri, 1, rows([2]))
+    sink.pre_commit_epoch(2, 1)
+    stalled = make_sink(tmp_path)
+    before = stalled.load()  # what the stalled driver decided from: checkpoint 2 not in the table
+    assert stalled.committed_checkpoint(before) == 1
+    sink.notify_checkpoint_complete(2, 1)
+    txn = stalled.ledger.get("ice", 2)
+    assert txn is not None
+    assert stalled.commit_files(txn, stalled._publish(txn), before) is None
+    assert [s["barrierflow.checkpoint-id"] for s in ours(reader(tmp_path))] == ["1", "2"]
+    assert keys(reader(tmp_path).load_table("lake.totals").scan().to_arrow()) == Counter({1: 1, 2: 1})

@@ -1,8 +1,10 @@
 """A stage with an Iceberg and a Delta sink, driven as the checkpoint coordinator drives them
 (no Spark): both pre-commit the epoch, then each commits it under the same checkpoint id. The
 driver is killed after the first sink's table commit, before its ledger record and before the
-second sink's commit; the restore applies the in-doubt rule per sink. The tables are read with
-pyiceberg and ``deltalake``."""
+second sink's commit; the restore applies the in-doubt rule per sink. In another test the two
+sinks commit side by side through the coordinator's sink notifier and one of them fails while
+the other commits; the restore again resolves each. The tables are read with pyiceberg and
+``deltalake``."""
 
 from __future__ import annotations
 
@@ -15,11 +17,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from barrierflow.checkpointing.errors import SinkCommitFailedError
+from barrierflow.checkpointing.sink_notifier import SinkNotifier
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.recovery.restore import DuplicateOutputError, refuse_torn_epochs
 from barrierflow.sinks.factory import build_sinks
 from barrierflow.spec import load_spec
-from barrierflow.transactions.ledger import TransactionLedger
+from barrierflow.testing import FailingObjectStore
+from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from barrierflow.workdir.layout import JobLayout
 from deltalake import DeltaTable
 from pyiceberg.catalog.sql import SqlCatalog
@@ -96,3 +101,52 @@ def test_restoring_a_checkpoint_before_an_epoch_one_sink_committed_and_another_d
                                                    r"sink 'dl'.*Restore the latest checkpoint first"):
         refuse_torn_epochs(spec.name, txns, 1)
     refuse_torn_epochs(spec.name, txns, 2)  # the latest: its restore commits epoch 2 in 'dl'
+
+
+def test_one_sinks_commit_failing_while_the_other_commits_is_resolved_per_sink_on_restore(tmp_path: Path) -> None:
+    """The stage's two sinks commit checkpoint 1 side by side (the coordinator's sink notifier);
+    the Delta sink's table commit goes through but its ledger record fails (in doubt), while the
+    Iceberg sink commits fully. The failure names the Delta sink; the restore then commits
+    nothing twice: each table holds checkpoint 1 once, both ledger entries end COMMITTED and the
+    cut lists both tables."""
+    data = yaml.safe_load(two_table_spec(tmp_path).read_text())
+    data["checkpoint"]["sink_commit_retries"] = 0
+    spec_path = tmp_path / "pipeline.yaml"
+    spec_path.write_text(yaml.safe_dump(data))
+    spec = load_spec(spec_path)
+    store, layout = CheckpointStore.for_spec(spec), JobLayout.for_spec(spec)
+    ice, dl = build_sinks(spec, store, layout, attempt=0)
+    records = FailingObjectStore(store.objects, matches=lambda key: key == "ledger/dl/txn-000000000001.json",
+                                 failing=False)
+    dl.ledger = TransactionLedger(records, spec.name)
+    for sink in (ice, dl):
+        stage(sink.write_ahead.uri, 1, rows([1, 2, 3]))
+    notifier = SinkNotifier([ice, dl], label="pipeline twotables")
+    notifier.pre_commit(1, 1)
+    records.failing = True  # from here the Delta sink's ledger record of epoch 1 cannot be written
+    notifier.notify_complete(1, 1)
+    with pytest.raises(SinkCommitFailedError) as raised:
+        notifier.flush()
+    notifier.shutdown()
+    assert (raised.value.sink, raised.value.checkpoint_id, raised.value.action) == ("dl", 1, "commit")
+    assert "injected failure writing" in str(raised.value) and records.failures == 1
+    states = {t.sink: t.state for t in TransactionLedger(store.objects, spec.name).list()}
+    assert states == {"ice": TxnState.COMMITTED, "dl": TxnState.PRECOMMITTED}
+
+    catalog = SqlCatalog("barrierflow", uri=f"sqlite:///{tmp_path / 'work' / 'iceberg' / 'catalog.db'}")
+    delta_path = str(tmp_path / "tables" / "totals")
+    assert DeltaTable(delta_path).transaction_version("twotables/twotables/dl") == 1  # its table commit landed
+
+    for sink in build_sinks(spec, store, layout, attempt=1):  # the restore of checkpoint 1, per sink
+        sink.restore(1, 1)
+
+    states = {t.sink: t.state for t in TransactionLedger(store.objects, spec.name).list()}
+    assert states == {"ice": TxnState.COMMITTED, "dl": TxnState.COMMITTED}
+    snapshots = catalog.load_table("lake.totals").snapshots()
+    assert [s.summary.additional_properties["barrierflow.checkpoint-id"] for s in snapshots] == ["1"]
+    assert sorted(catalog.load_table("lake.totals").scan().to_arrow().column("key").to_pylist()) == [1, 2, 3]
+    delta = DeltaTable(delta_path)
+    assert [h["barrierflow.checkpoint-id"] for h in delta.history() if "barrierflow.checkpoint-id" in h] == ["1"]
+    assert sorted(delta.to_pyarrow_table().column("key").to_pylist()) == [1, 2, 3]
+    cut = json.loads((tmp_path / "checkpoints" / "cuts" / "chk-000000000001.json").read_text())
+    assert cut["tables"]["ice"]["version"] == snapshots[0].snapshot_id and cut["tables"]["dl"]["version"] == 0

@@ -23,8 +23,9 @@ Its helpers each own one concern: :class:`~barrierflow.checkpointing.stage.Stage
 finds barrier batches in Spark's logs and takes the synchronous snapshot;
 :class:`~barrierflow.checkpointing.uploader.SnapshotUploader` stores the files;
 :class:`~barrierflow.checkpointing.sink_notifier.SinkNotifier` runs every sink call
-(pre-commit, commit, abort) on one ordered thread, so a commit of epoch n never races the
-pre-commit of epoch n+1 or the abort of a failed one. The clock is injected (``monotonic``
+(pre-commit, commit, abort) in order from one ordered thread, so a commit of epoch n never
+races the pre-commit of epoch n+1 or the abort of a failed one (the several sinks of one
+commit run side by side). The clock is injected (``monotonic``
 and ``now``) so the timing rules are unit-testable.
 """
 

@@ -19,6 +19,7 @@ cut is the union of its stages' records.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -27,6 +28,10 @@ from barrierflow.errors import UserInputError
 from barrierflow.storage import ObjectNotFoundError, ObjectStore
 
 PREFIX = "cuts/"
+#: Serializes :meth:`CutLog.record`'s read-then-write in this process: the sinks of a stage
+#: commit side by side (each with a CutLog of its own on the stage's store) and add their
+#: tables to one record. One process writes a stage's records (its store is the stage's own).
+_RECORD_LOCK = threading.Lock()
 
 
 def cut_key(checkpoint_id: int) -> str:
@@ -67,11 +72,13 @@ class CutLog:
 
     def record(self, checkpoint_id: int, tables: dict[str, TableVersion | None]) -> None:
         """Write the cut record of ``checkpoint_id``, or add ``tables`` to it (a sink's entry is
-        replaced). Called on the sinks' one ordered thread, so read-then-write does not race."""
-        merged = {**(self.get(checkpoint_id) or {}), **tables}
-        body = {"checkpoint_id": checkpoint_id,
-                "tables": {name: (v.as_dict() if v is not None else None) for name, v in sorted(merged.items())}}
-        self.objects.put_bytes(cut_key(checkpoint_id), json.dumps(body, sort_keys=True).encode())
+        replaced). The sinks of a stage commit side by side: the read-then-write holds a lock of
+        this process (:data:`_RECORD_LOCK`), so no sink's entry is lost to another's write."""
+        with _RECORD_LOCK:
+            merged = {**(self.get(checkpoint_id) or {}), **tables}
+            body = {"checkpoint_id": checkpoint_id,
+                    "tables": {name: (v.as_dict() if v is not None else None) for name, v in sorted(merged.items())}}
+            self.objects.put_bytes(cut_key(checkpoint_id), json.dumps(body, sort_keys=True).encode())
 
     def get(self, checkpoint_id: int) -> dict[str, TableVersion | None] | None:
         """The tables of the cut of ``checkpoint_id``, or None when no cut record exists."""

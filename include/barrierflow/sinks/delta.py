@@ -18,6 +18,12 @@ twice.)
 With ``partitioned_by`` each write-ahead file holds one value of each partition column (split by
 the write-ahead writer) and is published under ``<column>=<value>/``; its ``add`` action carries
 the values.
+
+The sink keeps its table open between checkpoints: each commit brings it up to the table's
+latest version by reading only the log entries added since (``update_incremental``: what a
+fresh open would read, without replaying the whole log), and opens it afresh when that fails.
+After a commit it finds the version it wrote in the log entry right after the version the commit
+was based on (the ten newest entries when another writer committed in between).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from barrierflow.errors import SinkError, UserInputError
 from barrierflow.sinks.cut import TableVersion
 from barrierflow.sinks.table import DataFile, TableSink
 from barrierflow.spec.lakehouse import DeltaSinkSpec
+from barrierflow.storage import ObjectNotFoundError
 from barrierflow.transactions.ledger import Transaction
 
 if TYPE_CHECKING:
@@ -96,19 +103,31 @@ class DeltaSink(TableSink):
 
     def __init__(self, *, spec: DeltaSinkSpec, **kwargs: Any) -> None:
         self.spec = spec
+        #: The table as this sink last opened it (None: not yet, or no table then).
+        self._table: DeltaTable | None = None
         super().__init__(location=spec.path, **kwargs)
 
     def describe_table(self) -> str:
         return f"delta table {self.spec.path}"
 
     def _load(self) -> DeltaTable | None:
+        """The table at its latest version (module docstring); None when there is no table."""
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
+        if self._table is not None:
+            try:
+                self._table.update_incremental()
+                return self._table
+            except Exception as exc:  # the log it would read on from is gone (cleaned up, table replaced)
+                log.info("sink %s: %s opened afresh (%s: %s)", self.name, self.describe_table(), type(exc).__name__,
+                         exc)
+                self._table = None
         try:
-            return DeltaTable(table_uri(self.location))
+            self._table = DeltaTable(table_uri(self.location))
         except TableNotFoundError:
             return None
+        return self._table
 
     def load(self) -> DeltaTable | None:
         return self._load()
@@ -182,6 +201,7 @@ class DeltaSink(TableSink):
                                               mode="append", partition_by=self.spec.partitioned_by or None,
                                               commit_properties=props)
                 return TableVersion("delta", self.spec.path, 0, txn.checkpoint_id, {})
+            based_on = table.version()
             table.create_write_transaction(actions, mode="append", schema=table.schema(),
                                            partition_by=list(table.metadata().partition_columns) or None,
                                            commit_properties=props)
@@ -193,16 +213,27 @@ class DeltaSink(TableSink):
                 return None
             raise SinkError(f"sink {self.name!r}: the commit of checkpoint {txn.checkpoint_id} to "
                             f"{self.describe_table()} failed: {exc}") from exc
-        return self._written(table, txn.checkpoint_id)
+        return self._written(table, txn.checkpoint_id, based_on)
 
-    def _written(self, table: DeltaTable, checkpoint_id: int) -> TableVersion | None:
-        """The version this sink's commit of ``checkpoint_id`` wrote, from the newest entries of the
-        log (the table object is brought up to date incrementally); None if not among them."""
+    def _written(self, table: DeltaTable, checkpoint_id: int, based_on: int) -> TableVersion | None:
+        """The version this sink's commit of ``checkpoint_id`` wrote (the commit was based on version
+        ``based_on``): the next version when its log entry is this commit's (one small read: the
+        table object stays where it was until the next checkpoint's load), else found among the
+        newest entries of the log (the table brought up to date first); None if not among them."""
+        try:
+            entry = self.table_store.get_bytes(f"_delta_log/{based_on + 1:020d}.json")
+        except ObjectNotFoundError:
+            entry = b""
+        for line in entry.decode("utf-8").splitlines():
+            info = json.loads(line).get("commitInfo") if line.strip() else None
+            if info is not None and self.is_ours(info) == checkpoint_id:
+                return TableVersion("delta", self.spec.path, based_on + 1, checkpoint_id, {})
         table.update_incremental()
         latest = table.version()
-        for index, info in enumerate(table.history(limit=10)):  # newest first
-            if self.is_ours(info) == checkpoint_id:
-                return TableVersion("delta", self.spec.path, latest - index, checkpoint_id, {})
+        for limit in (1, 10):  # the newest entry is this commit's unless another writer committed since
+            for index, info in enumerate(table.history(limit=limit)):  # newest first
+                if self.is_ours(info) == checkpoint_id:
+                    return TableVersion("delta", self.spec.path, latest - index, checkpoint_id, {})
         return None
 
     def _partition_for_key(self, txn: Transaction, key: str) -> dict[str, str | None]:

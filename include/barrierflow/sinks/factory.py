@@ -137,7 +137,7 @@ def write_ahead_uri_for(spec: StageSpec, layout: JobLayout, sink: SinkSpec | Non
 def build_sinks(spec: StageSpec, store: CheckpointStore, layout: JobLayout, *, attempt: int) -> list[SinkCommitter]:
     """The driver-side committer of each of the spec's sinks, in the spec's order: they
     pre-commit every epoch together and commit it under the same checkpoint id (the
-    coordinator calls them in this order on its one sink thread)."""
+    coordinator pre-commits them in this order and commits them side by side)."""
     return [build_sink(spec, store, layout, attempt=attempt, sink=sink) for sink in spec.sinks]
 
 

@@ -15,6 +15,21 @@ that exists must take the output as it is: each output column must exist in the 
 same type (int -> long and float -> double are allowed widenings), and every required table
 column must be in the output. With ``partitioned_by`` the write-ahead files hold one partition
 value each (``add_files`` derives a file's partition from its column statistics).
+
+What a commit reads, and what it keeps between checkpoints (a table's snapshot list grows by one
+per checkpoint, so whatever is done per snapshot grows with the table's age):
+
+* the SQL catalog (:class:`~barrierflow.sinks.iceberg_reads.MetadataCachingSqlCatalog`) keeps
+  the few newest table metadata it parsed, by metadata file location. Loading a table still asks
+  the catalog for its current metadata location every time (one query), and reads and parses
+  the file only when the location is new: a metadata file is never rewritten (each commit writes
+  a new one), so this is exactly what reading it again would give, and a commit of any other
+  writer moves the location. The commit's own compare-and-swap on the location is unchanged: a
+  concurrent writer's commit still makes it refuse;
+* the commit's transaction (:class:`~barrierflow.sinks.iceberg_reads.MetadataOnceTransaction`)
+  works out the metadata its staged changes lead to once per change, not at each of the dozen
+  reads ``add_files`` makes of it (pyiceberg deep-copies the whole metadata at each);
+* the sink's history walk indexes the snapshots once instead of searching the list per parent.
 """
 
 from __future__ import annotations
@@ -36,7 +51,6 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
-
 
 def catalog_uri(spec: IcebergCatalogSpec, work_dir: str | os.PathLike[str]) -> str:
     """The catalog's URI: ``uri``, the value of ``uri_env``, or (SQL, neither given) the SQLite
@@ -63,9 +77,9 @@ def open_catalog(spec: IcebergCatalogSpec, work_dir: str | os.PathLike[str]) -> 
     uri = catalog_uri(spec, work_dir)
     props = {"uri": uri, "warehouse": warehouse_uri(spec, work_dir), **spec.properties}
     if spec.type == "sql":
-        from pyiceberg.catalog.sql import SqlCatalog
+        from barrierflow.sinks.iceberg_reads import MetadataCachingSqlCatalog
 
-        return SqlCatalog(spec.name, **props)
+        return MetadataCachingSqlCatalog(spec.name, **props)
     from pyiceberg.catalog.rest import RestCatalog
 
     return RestCatalog(spec.name, **props)
@@ -181,13 +195,15 @@ class IcebergSink(TableSink):
 
     def _history(self, table: Table) -> list[tuple[int, int]]:
         """(snapshot id, checkpoint id) of this sink's snapshots along the current ancestry, newest first."""
-        from pyiceberg.table.snapshots import ancestors_of
-
+        by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
         out = []
-        for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        snapshot = table.current_snapshot()
+        while snapshot is not None:
             cid = self.is_ours(snapshot.summary.additional_properties if snapshot.summary else {})
             if cid is not None:
                 out.append((snapshot.snapshot_id, cid))
+            parent = snapshot.parent_snapshot_id
+            snapshot = by_id.get(parent) if parent is not None else None
         return out
 
     def load(self) -> Table | None:
@@ -212,19 +228,42 @@ class IcebergSink(TableSink):
     def commit_files(self, txn: Transaction, files: list[DataFile], table: Any) -> TableVersion | None:
         """``add_files`` without pyiceberg's duplicate check (a scan of every data file the table
         references, growing with the table): the file names hold the checkpoint and attempt, and
-        the table's own checkpoint record already decided that this epoch is not in it."""
+        the table's own checkpoint record already decided that this epoch is not in it. When the
+        catalog refuses the commit because another writer committed meanwhile, pyiceberg's retry
+        on top of the new table state is made only while that state does not hold the checkpoint
+        (another driver of this sink may have committed it): else nothing is written (None)."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        from barrierflow.sinks.iceberg_reads import MetadataCachingSqlCatalog, MetadataOnceTransaction
+
         paths = [f"{self.location}/{f.key}" for f in files]
         if table is None:
             import pyarrow.parquet as pq
 
             with self.table_store_file(files[0].key) as handle:
                 table = self.ensure_table(pq.read_schema(handle))
+        def still_wanted(current: Table) -> bool:
+            committed = self.committed_checkpoint(current)
+            return committed is None or committed < txn.checkpoint_id
+
         try:
-            table.add_files(paths, snapshot_properties=self.commit_properties(txn), check_duplicate_files=False)
+            with MetadataOnceTransaction(table, still_wanted=still_wanted) as transaction:  # table.add_files
+                transaction.add_files(paths, snapshot_properties=self.commit_properties(txn),
+                                      check_duplicate_files=False)
         except ValueError as exc:
             raise SinkError(f"sink {self.name!r}: {self.describe_table()} refused the files of checkpoint "
                             f"{txn.checkpoint_id}: {exc}") from exc
-        snapshot = table.current_snapshot()  # add_files moved the table object to the new metadata
+        except CommitFailedException as exc:
+            recorded = self.committed_checkpoint()
+            if recorded is not None and recorded >= txn.checkpoint_id:
+                log.info("sink %s: checkpoint %d was committed by another attempt meanwhile (%s)", self.name,
+                         txn.checkpoint_id, exc)
+                return None
+            raise SinkError(f"sink {self.name!r}: the commit of checkpoint {txn.checkpoint_id} to "
+                            f"{self.describe_table()} failed: {exc}") from exc
+        if isinstance(self.catalog, MetadataCachingSqlCatalog):
+            self.catalog.remember(table)
+        snapshot = table.current_snapshot()  # the commit moved the table object to the new metadata
         return TableVersion("iceberg", self.spec.table, snapshot.snapshot_id if snapshot else None, txn.checkpoint_id,
                             {"name": self.spec.catalog.name, "type": self.spec.catalog.type})
 

@@ -364,6 +364,8 @@ class AtomicIcebergSink(IcebergSink):
     def _stage(self, txn: Transaction, base: Table | None, files: list[DataFile]) -> None:
         from pyiceberg.table import Table as IcebergTable
 
+        from barrierflow.sinks.iceberg_reads import MetadataOnceTransaction
+
         if base is None:
             if not files:  # no table and nothing to write: the table appears with its first rows
                 self.group.stage(txn.checkpoint_id, self.member, self.spec.namespace, self.spec.table_name,
@@ -379,8 +381,9 @@ class AtomicIcebergSink(IcebergSink):
         props = self.commit_properties(txn)
         if files:
             try:
-                table.add_files([f"{self.location}/{f.key}" for f in files], snapshot_properties=props,
-                                check_duplicate_files=False)
+                with MetadataOnceTransaction(table) as tx:  # table.add_files, reading less
+                    tx.add_files([f"{self.location}/{f.key}" for f in files], snapshot_properties=props,
+                                 check_duplicate_files=False)
             except ValueError as exc:
                 raise SinkError(f"sink {self.name!r}: {self.describe_table()} refused the files of checkpoint "
                                 f"{txn.checkpoint_id}: {exc}") from exc
@@ -402,20 +405,21 @@ class AtomicIcebergSink(IcebergSink):
                      target_checkpoint)
         return super().restore(target_checkpoint, barrier_batch)
 
-    def record_cut(self, checkpoint_id: int) -> None:
+    def record_cut(self, checkpoint_id: int, *, settled: bool = False) -> None:
         """Write the cut record of ``checkpoint_id``. While this member's part of that cut is
         recorded but the group has not moved yet (another member's commit moves it), the
         record names the snapshot the part adds, which becomes the table's current one when
         the group moves: the cut of a pipeline is complete only once every member recorded
-        it, and the member that moves the group records after the move."""
+        it, and the member that moves the group records after the move. ``settled`` as for
+        every table sink."""
         if self.cuts is None:
             return
-        if any(t.checkpoint_id <= checkpoint_id and t.state is TxnState.PRECOMMITTED
-               for t in self.ledger.list(self.name)):
+        if not settled and any(t.checkpoint_id <= checkpoint_id and t.state is TxnState.PRECOMMITTED
+                               for t in self.ledger.list(self.name)):
             return  # as every table sink: a later commit or the restore writes it
         part = self.group.part(self.member, checkpoint_id)
         if part is None:
-            super().record_cut(checkpoint_id)  # moved (or nothing staged): the catalog says it
+            super().record_cut(checkpoint_id, settled=True)  # moved (or nothing staged): the catalog says it
             return
         version = None if part[0] is None else TableVersion(
             "iceberg", self.spec.table, part[0], checkpoint_id,

@@ -208,7 +208,8 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
             if sum(1 for t in held if int(t.handle.get("rows", 0)) > 0) < self.commit_every:
                 return
             self.commit_group(held)
-        self.record_cut(checkpoint_id)
+        # every pre-committed epoch <= checkpoint_id was committed just now (a failure raised)
+        self.record_cut(checkpoint_id, settled=True)
 
     def _held(self, checkpoint_id: int) -> list[Transaction]:
         return sorted((t for t in self.ledger.list(self.name)
@@ -264,15 +265,15 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
             self.record_cut(target_checkpoint)
         return decisions
 
-    def record_cut(self, checkpoint_id: int) -> None:
+    def record_cut(self, checkpoint_id: int, *, settled: bool = False) -> None:
         """Write the cut record of ``checkpoint_id`` (this sink's table version as of it), once
         every epoch <= ``checkpoint_id`` of this sink is committed; else nothing (a later commit
-        or a restore writes it)."""
+        or a restore writes it). ``settled``: the caller has just committed every pre-committed
+        epoch <= ``checkpoint_id`` (the ledger is not listed again to find that out)."""
         if self.cuts is None:
             return
-        pending = [t for t in self.ledger.list(self.name)
-                   if t.checkpoint_id <= checkpoint_id and t.state is TxnState.PRECOMMITTED]
-        if pending:
+        if not settled and any(t.checkpoint_id <= checkpoint_id and t.state is TxnState.PRECOMMITTED
+                               for t in self.ledger.list(self.name)):
             return
         latest = self._latest
         if latest is not None and latest.checkpoint_id is not None and latest.checkpoint_id <= checkpoint_id:

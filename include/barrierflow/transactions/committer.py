@@ -1,7 +1,9 @@
 """The driver-side half of a sink that takes part in checkpoints.
 
 A sink's Spark writer stages each micro-batch durably but invisibly; its committer, living
-in the driver next to the checkpoint coordinator, is called on one ordered thread:
+in the driver next to the checkpoint coordinator, is called in order (one step after the
+other; within a commit or abort step the sinks of a stage may be called side by side, each
+on a thread of its own, :mod:`barrierflow.checkpointing.sink_notifier`):
 
 * :meth:`SinkCommitter.pre_commit_epoch` in the asynchronous phase of checkpoint n (barrier
   batch V), before the manifest is written: pre-commit the epoch (2PC phase one); returns the
