@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -71,7 +72,11 @@ def test_the_launcher_names_the_missing_interpreter(tmp_path: Path) -> None:
 
 
 def test_the_launcher_ships_executable() -> None:
+    """Executable in the source tree (git keeps the mode; an editable install runs this file)
+    and package data of the wheel (which keeps the mode, and pip with it)."""
     assert os.access(WORKER_PYTHON, os.X_OK), f"{WORKER_PYTHON} lost its executable bit"
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert "spark/worker_python.sh" in project["tool"]["setuptools"]["package-data"]["barrierflow"]
 
 
 LAUNCHER = {"PYSPARK_PYTHON": str(WORKER_PYTHON), WORKER_PYTHON_ENV: sys.executable}
