@@ -63,7 +63,7 @@ def spark() -> Iterator[object]:
     from barrierflow.runtime.session import build_session
     from barrierflow.spec.models import SparkSpec
 
-    # Its Python workers run through tests/worker_python.sh, as the short-lived drivers' do:
+    # Its Python workers run through barrierflow's worker launcher, as the short-lived drivers' do:
     # pyspark imported from site-packages (compiled once), not from Spark's zip (compiled in every
     # worker process). PySpark reads PYSPARK_PYTHON when the session starts; the variable is put
     # back for what this process starts later. Measured on the 150 tests of checkpointing,

@@ -6,11 +6,9 @@ import functools
 import sys
 from pathlib import Path
 
-from tests.support.jvm_archive import archive_path, java_options
+from barrierflow.spark.session import WORKER_PYTHON, WORKER_PYTHON_ENV
 
-#: The launcher of the short-lived drivers' Python workers (see the script): the same
-#: interpreter, without Spark's zipped copy of pyspark on the workers' PYTHONPATH.
-WORKER_PYTHON = Path(__file__).resolve().with_name("worker_python.sh")
+from tests.support.jvm_archive import archive_path, java_options
 
 #: Where the suite keeps its class-data-sharing archive of the Spark driver (git-ignored).
 JVM_ARCHIVE_ROOT = Path(__file__).resolve().parents[1] / "var" / "jvm-archive"
@@ -31,9 +29,10 @@ def short_lived_driver_java_options() -> str:
 def short_lived_driver_env() -> dict[str, str]:
     """Environment variables for a driver a test starts and stops (or kills) soon, on top of the
     test's own: its JVM options (:func:`short_lived_driver_java_options`) and, as its workers'
-    Python (``PYSPARK_PYTHON``), this interpreter started through ``WORKER_PYTHON``, which
-    imports pyspark from site-packages instead of recompiling it from Spark's zip in every
-    worker process (measured: 1.1-3.2 core-seconds less per crashed driver of the crash tests).
-    The driver itself runs whatever Python the test starts it with."""
-    return {"PYSPARK_PYTHON": str(WORKER_PYTHON), "BARRIERFLOW_WORKER_PYTHON": sys.executable,
+    Python (``PYSPARK_PYTHON``), this interpreter started through ``WORKER_PYTHON``
+    (barrierflow's launcher of a local driver's workers, given here whatever the driver's
+    master), which imports pyspark from site-packages instead of recompiling it from Spark's
+    zip in every worker process (measured: 1.1-3.2 core-seconds less per crashed driver of the
+    crash tests). The driver itself runs whatever Python the test starts it with."""
+    return {"PYSPARK_PYTHON": str(WORKER_PYTHON), WORKER_PYTHON_ENV: sys.executable,
             "_JAVA_OPTIONS": short_lived_driver_java_options()}

@@ -15,7 +15,7 @@ as tests/deploy/test_unshared_work_dir.py does. The two-stage pipeline keeps a l
 
 The executors get the S3 credentials from the worker's environment (never from Spark's
 configuration or the spec), and run the project's interpreter (``PYSPARK_PYTHON``, through
-tests/worker_python.sh), which has the barrierflow package installed. The secret (a fresh
+barrierflow/spark/worker_python.sh), which has the barrierflow package installed. The secret (a fresh
 value per module for the test endpoint, which accepts any) must not appear in any driver's
 output, any daemon or executor log, or the specs.
 
@@ -75,7 +75,7 @@ RUN_PIPELINE = ROOT / "jobs" / "run_pipeline.py"
 #: The interpreter of driver and executors: the project's, where barrierflow is installed.
 PYTHON = sys.executable
 #: The executors' (and the driver's Python workers') interpreter: the project's, started through
-#: tests/worker_python.sh, which imports pyspark from site-packages, not from Spark's zips.
+#: barrierflow/spark/worker_python.sh, which imports pyspark from site-packages, not from Spark's zips.
 WORKER_ENV = {"PYSPARK_PYTHON": str(WORKER_PYTHON), "BARRIERFLOW_WORKER_PYTHON": PYTHON}
 MALFORMED_EVERY, KEYS, WATERMARK_DELAY = 101, 10, timedelta(milliseconds=200)
 #: Records per partition of the single-stage pipeline.

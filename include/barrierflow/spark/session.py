@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -68,14 +69,21 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow", *, jars: Seque
     call starts the JVM; a session that exists already keeps its class path (a source that needs
     the jars then names the fix when it is read). ``conf`` is barrierflow's own configuration
     for the session (S3A for a work dir on object storage, :mod:`barrierflow.spark.s3a`); the
-    spec's ``spark.conf`` wins over it.
+    spec's ``spark.conf`` wins over it. A local driver that starts its JVM here runs its Python
+    workers through :data:`WORKER_PYTHON` unless the user chose their Python (:func:`python_worker_env`).
 
     Raises:
         UserInputError: an entry of ``spark.py_packages`` is not a package directory.
     """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    # A JVM this call starts (none runs yet) gets the launcher of a local driver's workers, if it applies.
+    settings = {**(conf or {}), **spec.conf}
+    workers = {} if SparkContext._gateway is not None else python_worker_env(
+        settings.get("spark.master", spec.master), os.environ, settings)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
@@ -96,7 +104,7 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow", *, jars: Seque
     if jars:
         given = [j for j in spec.conf.get("spark.jars", "").split(",") if j]
         builder = builder.config("spark.jars", ",".join([*given, *(j for j in jars if j not in given)]))
-    with launching_jvm():
+    with launching_jvm(), _environment(workers):
         session = builder.getOrCreate()
     _log_accumulator_disconnects()
     session.sparkContext.setLogLevel("ERROR")
@@ -106,6 +114,70 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow", *, jars: Seque
 
         ship_py_packages(session, spec.py_packages)
     return session
+
+
+#: The launcher of the Python workers of a local driver (see the script and :func:`python_worker_env`).
+WORKER_PYTHON = Path(__file__).resolve().with_name("worker_python.sh")
+#: The variable that tells :data:`WORKER_PYTHON` which Python to run.
+WORKER_PYTHON_ENV = "BARRIERFLOW_WORKER_PYTHON"
+
+
+def python_worker_env(master: str, environ: Mapping[str, str], conf: Mapping[str, str], *,
+                      pyspark_home: Path | None = None) -> dict[str, str]:
+    """The environment a driver that starts its own JVM with ``master`` (see
+    :func:`build_session`) starts it with so that its Spark workers' Python (the worker daemon,
+    the streaming source runner, data source workers) imports pyspark from site-packages
+    instead of Spark's zipped copy: ``PYSPARK_PYTHON`` = :data:`WORKER_PYTHON` and
+    :data:`WORKER_PYTHON_ENV` = this interpreter. Python recompiles a module imported from a
+    zip in every process (0.35 core-seconds per worker start on a quiet machine, many seconds
+    on a loaded one, where Spark waits 10 s for a worker to connect back).
+
+    Empty (nothing changes) unless all of: the driver is not one that ``spark-submit`` started
+    (``PYSPARK_GATEWAY_PORT`` in ``environ``: its master and workers are spark-submit's);
+    ``master`` is local (``local``, ``local[N]``, ...: a cluster's executors have paths of their
+    own); pyspark is pip's, whose Spark home is the package itself (``SPARK_HOME`` unset or a
+    directory with ``__init__.py``; ``pyspark_home``, default the imported pyspark's directory,
+    stands for an unset one), so the zips are copies of the installed package; neither
+    ``environ`` nor ``conf`` chooses the workers' Python (``PYSPARK_PYTHON``,
+    ``spark.pyspark.python``); and the launcher is executable."""
+    if "PYSPARK_GATEWAY_PORT" in environ or not master.startswith("local"):
+        return {}
+    if environ.get("PYSPARK_PYTHON") or conf.get("spark.pyspark.python"):
+        return {}
+    home = environ.get("SPARK_HOME")
+    if home:
+        spark_home = Path(home)
+    elif pyspark_home is not None:
+        spark_home = pyspark_home
+    else:
+        import pyspark
+
+        spark_home = Path(pyspark.__file__).parent
+    if not (spark_home / "__init__.py").is_file():
+        return {}
+    if not os.access(WORKER_PYTHON, os.X_OK):
+        log.info("%s is not executable; the Spark workers import pyspark from Spark's zip (slower to start)",
+                 WORKER_PYTHON)
+        return {}
+    return {"PYSPARK_PYTHON": str(WORKER_PYTHON), WORKER_PYTHON_ENV: sys.executable}
+
+
+@contextlib.contextmanager
+def _environment(settings: Mapping[str, str]) -> Iterator[None]:
+    """While in the block, ``os.environ`` has ``settings``; afterwards each variable is as
+    before (what this process starts later, such as a driver with a cluster master, does not
+    inherit them). PySpark reads ``PYSPARK_PYTHON`` when the SparkContext starts, and the JVM
+    it launches meanwhile keeps the environment it started with."""
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 #: prctl(2) option: the signal the kernel sends a process when the thread that forked it exits.
