@@ -7,7 +7,8 @@ fingerprint and shuffle partitions), plans every stage query of NEW_SPEC without
 (:func:`~barrierflow.runtime.state_compat.planned_fingerprint`: nothing is read, nothing
 connects, nothing is written) and compares the two per stage, operator and graph
 (:func:`barrierflow.state.compatibility.compare`). The store and the work dirs are only read.
-The upgrade (:mod:`barrierflow.upgrade.steps`) acts on this report.
+The upgrade (:mod:`barrierflow.upgrade.steps`) acts on this report
+(:func:`compatibility_report`, over the pipelines it opened).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from barrierflow.upgrade.rebuild import rebuild_refusal
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["report_for"]
+__all__ = ["compatibility_report", "report_for"]
 
 
 def _sink(stage: Stage) -> str:
@@ -49,9 +50,24 @@ def report_for(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLi
                checkpoint_id: int | None = None, spark: SparkSession | None = None,
                scratch: str | None = None) -> CompatibilityReport:
     """The compatibility report (``upgrade --dry-run``): see :func:`barrierflow.ops.upgrade.upgrade`."""
+    return compatibility_report(open_pipeline(spec_path), open_pipeline(new_spec_path), checkpoint_id=checkpoint_id,
+                                spark=spark, scratch=scratch)
+
+
+def compatibility_report(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: int | None = None,
+                         spark: SparkSession | None = None, scratch: str | None = None) -> CompatibilityReport:
+    """The compatibility report of running ``new`` over the state of ``old``'s cut
+    ``checkpoint_id`` (None: the newest completed one), both pipelines opened by the caller
+    (the upgrade opens each spec once). ``spark``: the session to plan and read with (None:
+    built from ``old``'s spec); ``scratch``: where the state is materialized to be read.
+
+    Raises:
+        CheckpointNotFoundError: no completed cut, or ``checkpoint_id`` is not one.
+        CheckpointCorruptError: a file of the cut is missing or altered in the store.
+    """
     from barrierflow.runtime.state_compat import planned_fingerprint, planned_states
 
-    old, new = open_pipeline(spec_path), open_pipeline(new_spec_path)
+    spec_path, new_spec_path = old.spec_path, new.spec_path
     cid = old.completed_cut(checkpoint_id)
     session = session_for(old, spark)
     planned, operators_of = [], {}

@@ -110,7 +110,7 @@ from barrierflow.upgrade.record import (
     spec_digest,
     write_record,
 )
-from barrierflow.upgrade.report import report_for
+from barrierflow.upgrade.report import compatibility_report
 from barrierflow.upgrade.rewrite import rewrite_savepoint
 
 if TYPE_CHECKING:
@@ -310,7 +310,7 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
     timings: dict[str, float] = {}
     if record is None:
         source = _savepoint(old, checkpoint_id)
-        report = report_for(spec_path, new_spec_path, checkpoint_id=source, spark=session, scratch=scratch)
+        report = compatibility_report(old, new, checkpoint_id=source, spark=session, scratch=scratch)
         assumed = refuse_unknown(report, assume_compatible)
         refuse_stage_changes(report, old, new, drop_stages)
         rescaled = planned_rescale(report, old, new)
@@ -334,8 +334,8 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
             value_columns={k: v.describe() for k, v in values.items()}, rebuilt=rebuilt, assumed=assumed,
             canary_checkpoints=canary_checkpoints, canary_compare=canary_compare), UpgradeStep.REPORT)
     else:
-        report = report_for(spec_path, new_spec_path, checkpoint_id=record.source_savepoint, spark=session,
-                            scratch=scratch)
+        report = compatibility_report(old, new, checkpoint_id=record.source_savepoint, spark=session,
+                                      scratch=scratch)
         log.warning("pipeline %s: continuing the upgrade to %s from its recorded step %s", old.name, new_spec_path,
                     record.step.value)
         values = (planned_value_changes(report, old, new, session, scratch)
