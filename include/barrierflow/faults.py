@@ -48,7 +48,7 @@ PIPELINE_POINTS = ("after_global_manifest",)
 #: Points inside one sink type's commit (reached only by pipelines with such a sink).
 SINK_POINTS = {"kafka": ("kafka_before_marker", "kafka_after_marker"), "iceberg": ("iceberg_atomic_prepared",)}
 POINTS = STAGE_POINTS + PIPELINE_POINTS + tuple(p for points in SINK_POINTS.values() for p in points)
-#: Points of ``barrierflow upgrade`` (:mod:`barrierflow.upgrade.steps`): never reached by a run, so
+#: Points of ``barrierflow upgrade`` (:mod:`barrierflow.upgrade`): never reached by a run, so
 #: not among the :data:`POINTS` a chaos run may name.
 UPGRADE_POINTS = ("upgrade_mid_rewrite", "upgrade_after_rewrite", "upgrade_before_commit",
                   "upgrade_mid_rollback")

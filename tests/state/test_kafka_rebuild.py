@@ -41,7 +41,7 @@ from barrierflow.spark import commit_log, offset_log
 from barrierflow.spec import load_spec
 from barrierflow.upgrade.record import read_record
 from barrierflow.upgrade.replay_range import RetentionNotCoveredError, plan_replay
-from barrierflow.upgrade.steps import report_for
+from barrierflow.upgrade.report import report_for
 
 from tests.support.in_session_runs import run_spec as run
 from tests.support.in_session_runs import write_spec

@@ -107,7 +107,7 @@ def test_one_stage_of_several_unknown_makes_the_report_unknown_and_the_upgrade_n
     metadata cannot decide. The report is unknown for b alone; the upgrade refuses it naming
     --assume-compatible, and with it takes b as compatible."""
     from barrierflow.state.compatibility import CompatibilityReport, PlannedStage, StageState, compare
-    from barrierflow.upgrade.steps import UnknownCompatibilityError, refuse_unknown
+    from barrierflow.upgrade.plan import UnknownCompatibilityError, refuse_unknown
 
     unnamed = OperatorSchema(0, "unknown", ("default",), 4, KEY, VALUE)
     [why] = compare_by_metadata("b", [unnamed], [planned()], windows_of(StoredWindows(3, [TEN], 0, 0)), None)

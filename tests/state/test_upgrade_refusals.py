@@ -3,7 +3,7 @@
 Spark-free: the compatibility report is built with :func:`~barrierflow.state.compatibility.compare`
 from what the state reader and the planner would give (one aggregation in stage ``b``), over
 specs that are only opened (:func:`~barrierflow.pipeline.model.open_pipeline`), and judged by
-:func:`~barrierflow.upgrade.steps.refuse_stage_changes`, which every upgrade runs before it writes
+:func:`~barrierflow.upgrade.plan.refuse_stage_changes`, which every upgrade runs before it writes
 anything.
 """
 
@@ -19,7 +19,7 @@ from barrierflow.errors import UserInputError
 from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.state.compatibility import CompatibilityReport, PlannedStage, StageState, compare
 from barrierflow.state.reader import OperatorSchema
-from barrierflow.upgrade.steps import UpgradeNotSupportedError, refuse_stage_changes
+from barrierflow.upgrade.plan import UpgradeNotSupportedError, refuse_stage_changes
 
 TOTALS = {"operator": "Aggregate", "grouping keys": ["key: bigint"],
           "aggregates": ["count(1) AS count: bigint", "sum(value) AS value_sum: bigint"]}
@@ -142,7 +142,7 @@ def test_keys_that_change_meaning_are_rebuilt_from_a_replayable_input_else_dropp
     rebuilds the stage's state when its input replays (``rebuild_refusal`` None), and is
     incompatible, saying why, when it does not; another state store is incompatible either way."""
     from barrierflow.state.compatibility import REBUILD, Verdict, compare, is_rebuild
-    from barrierflow.upgrade.steps import planned_rebuilds
+    from barrierflow.upgrade.plan import planned_rebuilds
 
     regrouped = {**TOTALS, "grouping keys": ["partition: int"]}
     retyped = {**TOTALS, "aggregates": ["count(1) AS count: bigint", "sum(value) AS value_sum: double"]}

@@ -14,16 +14,15 @@ from typing import TYPE_CHECKING
 
 from barrierflow.errors import UserInputError
 from barrierflow.state.compatibility import CompatibilityReport
+from barrierflow.upgrade.plan import UnknownCompatibilityError, UpgradeNotSupportedError
 from barrierflow.upgrade.record import UpgradeInProgressError
+from barrierflow.upgrade.report import report_for
 from barrierflow.upgrade.steps import (
     DEFAULT_CANARY_CHECKPOINTS,
-    UnknownCompatibilityError,
-    UpgradeNotSupportedError,
     UpgradeRefusedError,
     UpgradeResult,
     UpgradeRolledBackError,
     change_spec,
-    report_for,
 )
 
 if TYPE_CHECKING:

@@ -4,7 +4,10 @@ Between :mod:`barrierflow.ops` (whose :func:`barrierflow.ops.upgrade.upgrade` is
 and :mod:`barrierflow.runtime` (whose run driver the canary drives):
 
 ========================  =====================================================
-:mod:`.steps`             the compatibility report, the refusals, the recorded steps of a change
+:mod:`.steps`             the controller: the sequence of a change, recorded step by step, and its decisions
+:mod:`.report`            the compatibility report of a change (all of ``--dry-run``)
+:mod:`.plan`              what a change needs (rescale, value columns, rebuild) and what is refused
+:mod:`.rewrite`           the rewrite step: the new savepoint cut, each stage given its part
 :mod:`.record`            the persisted steps of an upgrade (continued by the same command; shown)
 :mod:`.cut`               the new savepoint cut a rewrite records (carried, rescaled, assumed, empty parts)
 :mod:`.rebuild`           rebuild a stage's state by replaying its input (keys that change meaning)

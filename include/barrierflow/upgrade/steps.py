@@ -1,12 +1,11 @@
-"""The compatibility report of a spec change (``barrierflow upgrade SPEC --to NEW_SPEC --dry-run``).
+"""The upgrade's controller: it plans, records and decides; the steps do the work.
 
-Reads what a completed cut (the newest, or ``checkpoint_id``: a checkpoint or a savepoint) holds
-of every stage of SPEC with the state reader (:mod:`barrierflow.state.reader`: operators, key
-and value schemas, partitions, the recorded fingerprint and shuffle partitions), plans every
-stage query of NEW_SPEC without starting it
-(:func:`~barrierflow.runtime.state_compat.planned_fingerprint`: nothing is read, nothing
-connects, nothing is written) and compares the two per stage, operator and graph
-(:func:`barrierflow.state.compatibility.compare`). The store and the work dirs are only read.
+The modules of :mod:`barrierflow.upgrade`, in the order an upgrade meets them: the compatibility
+report (:mod:`~barrierflow.upgrade.report`, all of ``--dry-run``), what the change needs and what
+is refused (:mod:`~barrierflow.upgrade.plan`), the record of each step
+(:mod:`~barrierflow.upgrade.record`), the savepoint rewrite (:mod:`~barrierflow.upgrade.rewrite`,
+with :mod:`~barrierflow.upgrade.cut` and :mod:`~barrierflow.upgrade.rebuild`), the canary
+(:mod:`~barrierflow.upgrade.canary`). This module holds the sequence and its decisions.
 
 Without ``dry_run`` (:func:`change_spec`, which returns an :class:`UpgradeResult`), the change is made
 from a savepoint S (``checkpoint_id``, default the newest savepoint: a cut whose every stage's
@@ -16,14 +15,14 @@ checkpoint store (:mod:`barrierflow.upgrade.record`). A pipeline of one stage is
 case with one stage: its cuts are its checkpoints (``pipeline.cuts``), and every step below is
 the same for it.
 
-* ``report``: the change is checked (:func:`refuse_unknown` refuses a stage whose verdict is
-  ``unknown`` unless ``assume_compatible``; :func:`refuse_stage_changes` refuses what the upgrade
-  cannot make). A stage of unknown compatibility taken on the user's word gets a new savepoint
+* ``report``: the change is checked (:mod:`barrierflow.upgrade.plan`: ``refuse_unknown`` refuses a
+  stage whose verdict is ``unknown`` unless ``assume_compatible``; ``refuse_stage_changes`` refuses
+  what the upgrade cannot make). A stage of unknown compatibility taken on the user's word gets a new savepoint
   part: its source part with the new spec's fingerprint recorded, marked as assumed
   (:func:`~barrierflow.upgrade.cut.assumed_savepoint`). A change the report calls
   *compatible*, with no stage added or dropped, needs no rewrite (the new spec restores S);
   otherwise the id R of a new savepoint cut is planned.
-* ``rewritten``: (a rewrite) cut R is recorded (:mod:`barrierflow.upgrade.cut`), each stage
+* ``rewritten``: (a rewrite) cut R is recorded (:mod:`barrierflow.upgrade.rewrite`), each stage
   of the new spec given its part: a stage with state whose shuffle partitions changed is
   rescaled (S's part materialized into a scratch directory, Spark's offline repartition rewrites
   that copy, :func:`barrierflow.state.rescale.rescale_checkpoint`: batch V+1, no input, the
@@ -80,40 +79,29 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from barrierflow.checkpointing.manifest import CheckpointKind, Manifest
-from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.checkpointing.manifest import CheckpointKind
 from barrierflow.errors import BarrierflowError, CheckpointNotFoundError, UserInputError
 from barrierflow.faults import crash_point
-from barrierflow.lease import JobLease, lease_holder
-from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
+from barrierflow.lease import lease_holder
+from barrierflow.pipeline.model import OpenedPipeline, open_pipeline
 from barrierflow.pipeline.words import words
 from barrierflow.runtime.session import session_for
-from barrierflow.spark.session import shuffle_partitions
-from barrierflow.state.compatibility import (
-    CompatibilityReport,
-    Finding,
-    PlannedStage,
-    StageState,
-    Verdict,
-    compare,
-    is_rebuild,
+from barrierflow.state.compatibility import CompatibilityReport
+from barrierflow.upgrade.cut import next_cut_id
+from barrierflow.upgrade.plan import (
+    UpgradeNotSupportedError,
+    planned_rebuilds,
+    planned_rescale,
+    planned_value_changes,
+    refuse_stage_changes,
+    refuse_uncovered_replays,
+    refuse_unknown,
 )
-from barrierflow.state.metadata_compat import PlannedOperatorState, PlannedWindow, StoredWindows, compare_by_metadata
-from barrierflow.state.reader import OperatorSchema, StateSnapshot, has_state, open_state
-from barrierflow.upgrade.cut import (
-    assumed_savepoint,
-    carry_savepoint,
-    empty_savepoint,
-    next_cut_id,
-    rescaled_savepoint,
-)
-from barrierflow.upgrade.rebuild import rebuild_refusal
 from barrierflow.upgrade.record import (
     UpgradeInProgressError,
     UpgradeRecord,
@@ -122,20 +110,17 @@ from barrierflow.upgrade.record import (
     spec_digest,
     write_record,
 )
+from barrierflow.upgrade.report import compatibility_report
+from barrierflow.upgrade.rewrite import rewrite_savepoint
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from barrierflow.state.value_columns import ValueChange
-
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_CANARY_CHECKPOINTS", "UnknownCompatibilityError", "UpgradeInProgressError",
-           "UpgradeNotSupportedError", "UpgradeRefusedError",
-           "UpgradeResult", "UpgradeRolledBackError", "change_spec", "report_for"]
+__all__ = ["DEFAULT_CANARY_CHECKPOINTS", "UpgradeInProgressError", "UpgradeRefusedError", "UpgradeResult",
+           "UpgradeRolledBackError", "change_spec"]
 
-#: The subject suffix of the one rewrite an upgrade makes (a rescale).
-RESCALE = "shuffle partitions"
 #: How many completed checkpoints of the new spec the canary verifies by default.
 DEFAULT_CANARY_CHECKPOINTS = 3
 
@@ -143,17 +128,6 @@ DEFAULT_CANARY_CHECKPOINTS = 3
 class UpgradeRefusedError(UserInputError):
     """The upgrade cannot start now: the pipeline runs, or it has no savepoint to upgrade from
     (or the one named is not the newest completed checkpoint). Nothing was changed."""
-
-
-class UpgradeNotSupportedError(UserInputError):
-    """The change needs what ``upgrade`` does not do yet (or cannot do): the message names it.
-    Nothing was changed."""
-
-
-class UnknownCompatibilityError(UserInputError):
-    """A stage's verdict is ``unknown`` (its state has no recorded fingerprint and Spark's state
-    metadata cannot decide) and the upgrade was not told ``--assume-compatible``. Nothing was
-    changed."""
 
 
 class UpgradeRolledBackError(BarrierflowError):
@@ -223,69 +197,6 @@ class UpgradeResult:
                 "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
 
-def _sink(stage: Stage) -> str:
-    if stage.output is not None:
-        return f"channel topic {stage.output.topic}"
-    return ", ".join(f"{sink.name} ({sink.type})" for sink in stage.spec.sinks)
-
-
-def _sources(stage: Stage) -> dict[str, str]:
-    return {stage.spec.source.name: stage.source_type}
-
-
-def _channels(pipeline: OpenedPipeline) -> dict[str, tuple[str, int]]:
-    return {c.name: (c.topic_for(pipeline.name), c.partitions) for c in pipeline.channels}
-
-
-def report_for(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *,
-               checkpoint_id: int | None = None, spark: SparkSession | None = None,
-               scratch: str | None = None) -> CompatibilityReport:
-    """The compatibility report (``upgrade --dry-run``): see :func:`barrierflow.ops.upgrade.upgrade`."""
-    from barrierflow.runtime.state_compat import planned_fingerprint, planned_states
-
-    old, new = open_pipeline(spec_path), open_pipeline(new_spec_path)
-    cid = old.completed_cut(checkpoint_id)
-    session = session_for(old, spark)
-    planned, operators_of = [], {}
-    with tempfile.TemporaryDirectory(prefix="barrierflow-upgrade-", dir=scratch) as empty:
-        for stage in new.stages:
-            fingerprint = planned_fingerprint(session, stage.spec, spec_path=str(new_spec_path),
-                                              source_type=stage.source_type, scratch_dir=empty)
-            operators_of[stage.name] = planned_states(session, stage.spec, spec_path=str(new_spec_path),
-                                                      source_type=stage.source_type, scratch_dir=empty)
-            planned.append(PlannedStage(stage.name, fingerprint, shuffle_partitions(stage.spec.spark),
-                                        _sources(stage), _sink(stage),
-                                        dict(stage.spec.transformation.state_defaults), rebuild_refusal(stage),
-                                        stage.spec.spark.state_store))
-    refusals = {p.stage: p.rebuild_refusal for p in planned}
-    states = []
-    for stage in old.stages:
-        manifest = stage.store.get(cid)
-        with open_state(session, pipeline=old.name, stage=stage.name, store=stage.store, manifest=manifest,
-                        spark_spec=stage.spec.spark, scratch=scratch, require_state=False) as snapshot:
-            operators = snapshot.operators() if has_state(manifest) else []
-            fingerprint = snapshot.fingerprint()
-            by_metadata = None
-            if fingerprint is None and operators and stage.name in operators_of:
-                by_metadata = _by_metadata(snapshot, operators, operators_of[stage.name], refusals[stage.name])
-            states.append(StageState(stage.name, operators, fingerprint,
-                                     snapshot.recorded_shuffle_partitions(), _sources(stage), _sink(stage),
-                                     stage.spec.spark.state_store, by_metadata))
-    graph, stages = compare(states, planned, old_channels=_channels(old), new_channels=_channels(new),
-                            old_storage=old.storage, new_storage=new.storage)
-    return CompatibilityReport(old.name, str(spec_path), str(new_spec_path), cid, words(old).cut_noun, graph, stages)
-
-
-def _by_metadata(snapshot: StateSnapshot, stored: list[OperatorSchema], planned: list[PlannedOperatorState],
-                 refusal: str | None) -> list[Finding]:
-    """The findings of a stage's state without a fingerprint against the new spec's plan, by
-    Spark's state metadata (:func:`~barrierflow.state.metadata_compat.compare_by_metadata`)."""
-    def windows(operator: OperatorSchema, window: PlannedWindow) -> StoredWindows:
-        return StoredWindows(*snapshot.windows(operator, window.field, size_us=window.size_us,
-                                               slide_us=window.slide_us, offset_us=window.offset_us))
-
-    return compare_by_metadata(snapshot.stage, stored, planned, windows, refusal)
-
 
 def _is_savepoint(pipeline: OpenedPipeline, checkpoint_id: int) -> bool:
     """Whether cut ``checkpoint_id`` has a part of every stage of ``pipeline`` (a cut from before
@@ -327,19 +238,6 @@ def _savepoint(pipeline: OpenedPipeline, checkpoint_id: int | None) -> int:
     return chosen
 
 
-#: What to do instead of a rewrite ``upgrade`` does not make, by what the finding's reason names.
-_FIXES = (
-    ("watermark changed", "; keep the watermark definition (column and delay) as it is"),
-    ("new stateful operator", "; adding a stateful operator to a stage with state is not yet supported: put it "
-                              "in a stage of its own behind a new channel (a pipeline of several stages)"),
-)
-
-
-def not_rewritten_fix(finding: Finding) -> str:
-    """The fix a refusal adds after a needs-rewrite ``finding`` that upgrade does not make
-    (empty when the finding's reason already says it)."""
-    return next((fix for what, fix in _FIXES if what in finding.reason), "")
-
 
 def change_spec(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathLike[str], *,
                 checkpoint_id: int | None, spark: SparkSession | None, scratch: str | None,
@@ -370,203 +268,6 @@ def change_spec(spec_path: str | os.PathLike[str], new_spec_path: str | os.PathL
                           drop_stages=drop_stages, canary_checkpoints=canary_checkpoints,
                           canary_compare=canary_compare, started=started, assume_compatible=assume_compatible)
 
-
-def refuse_unknown(report: CompatibilityReport, assume_compatible: bool) -> list[str]:
-    """The stages whose verdict is ``unknown``, to be taken as compatible (``assume_compatible``);
-    without it, :class:`UnknownCompatibilityError` naming them, why, and ``--assume-compatible``."""
-    unknown = report.unknown_stages
-    if not unknown or assume_compatible:
-        if unknown:
-            log.warning("pipeline %s: stages %s of unknown compatibility taken as compatible on the user's word "
-                        "(--assume-compatible)", report.pipeline, unknown)
-        return unknown
-    why = "; ".join(f"{f.subject}: {f.reason}" for s in report.stages if s.stage in unknown
-                    for f in s.findings if f.verdict is Verdict.UNKNOWN)
-    raise UnknownCompatibilityError(
-        f"upgrade of pipeline {report.pipeline} to {report.new_spec}: the compatibility of stage"
-        f"{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} is unknown: {why}. Unknown is not compatible, so "
-        f"nothing was changed. If you know the new spec keeps the meaning of that state, proceed on your word with "
-        f"'barrierflow upgrade {report.spec} --to {report.new_spec} --assume-compatible': the new savepoint records "
-        "the new spec's fingerprint with the state, marked as assumed, and the canary runs as for any upgrade.")
-
-
-def refuse_stage_changes(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline,
-                          drop_stages: tuple[str, ...]) -> None:
-    """Raise :class:`UpgradeNotSupportedError` (UserInputError for a ``drop_stages`` name that
-    is not a removed stage) unless every finding is one the upgrade makes, whatever the shape:
-    a stage with state rescaled (RocksDB; :func:`_planned_rescale` refuses other state stores),
-    a stage added behind new channels, a stage named in ``drop_stages`` removed, a channel added
-    or removed, a sink changed (compatible)."""
-    spec, new_spec = old.spec_path, new.spec_path
-    old_names, new_names = {s.name for s in old.stages}, {s.name for s in new.stages}
-    for name in drop_stages:
-        if name not in old_names:
-            raise UserInputError(f"--drop-stage {name}: {spec} has no stage {name!r}; its stages: "
-                                 f"{sorted(old_names)}. Nothing was changed.")
-        if name in new_names:
-            raise UserInputError(f"--drop-stage {name}: {new_spec} still has stage {name}; name only the stages it "
-                                 "removes. Nothing was changed.")
-    removed = sorted(old_names - new_names - set(drop_stages))
-    if removed:
-        named = " ".join(f"--drop-stage {n}" for n in removed)
-        raise UpgradeNotSupportedError(
-            f"{new_spec} removes stage{'s' if len(removed) > 1 else ''} {', '.join(removed)} of pipeline {old.name}: "
-            f"its state and its part of the cut would be dropped, which upgrade does only when told: add {named} "
-            "(or keep the stage in the new spec). Nothing was changed.")
-    old_topics = {c.topic_for(old.name) for c in old.channels}
-    for stage in new.stages:
-        if stage.name in old_names:
-            continue
-        known = sorted(p for p in stage.input_partitions if p.rsplit(":", 1)[0] in old_topics)
-        if known or not stage.input_partitions:
-            what = (f"reads channels the old pipeline already has ({', '.join(known)})" if known
-                    else "reads a source other than channels")
-            raise UpgradeNotSupportedError(
-                f"stage {stage.name} is new in {new_spec} and {what}: a stage added by an upgrade starts on empty "
-                "state and reads only new channels, from their beginning (positioning it in an existing channel or "
-                "source at the cut is not yet supported). Add it behind a new channel, or start it as a pipeline of "
-                "its own. Nothing was changed.")
-    dropped = set(drop_stages)
-    problems: list[str] = []
-    for finding in report.graph:
-        if finding.verdict is Verdict.INCOMPATIBLE or (finding.verdict is Verdict.NEEDS_REWRITE and not (
-                finding.reason.startswith(f"{finding.subject} is new")
-                or finding.reason.startswith(f"{finding.subject} is removed"))):
-            problems.append(f"{finding.subject}: {finding.reason}")
-    for verdict in report.stages:
-        if verdict.stage in dropped or verdict.stage not in old_names:
-            continue
-        rebuilt = any(is_rebuild(f) for f in verdict.findings)
-        for finding in verdict.findings:
-            if finding.verdict in (Verdict.COMPATIBLE, Verdict.UNKNOWN):  # unknown: refuse_unknown's
-                continue
-            if rebuilt and finding.verdict is Verdict.NEEDS_REWRITE and not finding.subject.endswith(RESCALE):
-                continue  # the replay computes the new definition's state whatever else changed in it
-            if rebuilt and finding.subject.endswith(RESCALE):
-                problems.append(
-                    f"{finding.subject}: {finding.reason}, and stage {verdict.stage}'s state is rebuilt from its input "
-                    "too; a rebuild and a rescale of the same stage in one upgrade is not yet supported: upgrade "
-                    "twice, once with the old shuffle partitions, then with the new")
-                continue
-            if finding.verdict is Verdict.NEEDS_REWRITE and is_value_change(finding):
-                if "no default is declared" in finding.reason:
-                    problems.append(f"{finding.subject}: {finding.reason}")
-                elif any(f.subject.endswith(RESCALE) for f in verdict.findings):
-                    problems.append(
-                        f"{finding.subject}: {finding.reason}, and stage {verdict.stage}'s shuffle partitions change "
-                        "too; a value-column rewrite and a rescale of the same stage in one upgrade is not yet "
-                        "supported: upgrade twice, once with the old shuffle partitions and the new value columns, "
-                        "then with the new shuffle partitions")
-                continue
-            if finding.verdict is Verdict.NEEDS_REWRITE and finding.subject.endswith(RESCALE):
-                if not verdict.operators:
-                    problems.append(
-                        f"{finding.subject}: stage {verdict.stage} keeps no state, but its offset log records its old "
-                        "shuffle partitions, which Spark would keep; recording the new value over a stateless "
-                        f"checkpoint is not yet supported: give stage {verdict.stage} its old value "
-                        f"({words(new).shuffle_partitions_field})")
-                continue
-            problems.append(f"{finding.subject}: {finding.reason}{not_rewritten_fix(finding)}")
-    if problems:
-        raise UpgradeNotSupportedError(
-            f"upgrade of pipeline {old.name} to {new_spec} needs what it does not do (yet): {'; '.join(problems)}. "
-            f"Keep running {spec}; 'barrierflow upgrade {spec} --to {new_spec} --dry-run' shows the whole report. "
-            "Nothing was changed.")
-
-
-def planned_rebuilds(report: CompatibilityReport) -> list[str]:
-    """The stages whose state the upgrade rebuilds from their input (a finding
-    :func:`~barrierflow.state.compatibility.is_rebuild`), in the report's order."""
-    return [v.stage for v in report.stages if any(is_rebuild(f) for f in v.findings)]
-
-
-def _refuse_uncovered_replays(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline,
-                              rebuilt: list[str], source: int) -> None:
-    """Before anything is recorded: every stage in ``rebuilt`` whose input a broker retains
-    (Kafka) can be replayed from savepoint ``source``, else
-    :class:`~barrierflow.upgrade.replay_range.RetentionNotCoveredError` names per partition the offset
-    needed and the oldest retained, and the alternative (:func:`~barrierflow.upgrade.replay_range.plan_replay`)."""
-    from barrierflow.sources.registry import kind_named
-    from barrierflow.upgrade.replay_range import plan_replay
-
-    planned = {v.stage: v.planned for v in report.stages}
-    old_stages = {s.name: s for s in old.stages}
-    for target in new.stages:
-        was = old_stages.get(target.name)
-        if target.name in rebuilt and was is not None and kind_named(target.source_type).retained_input:
-            plan_replay(target, was.store, was.store.get(source), planned[target.name], pipeline=old.name)
-
-
-def is_value_change(finding: Finding) -> bool:
-    """Whether ``finding`` is a value column added to or dropped from an aggregation."""
-    return finding.reason.startswith(("value column added:", "value column dropped:", "value columns dropped:"))
-
-
-def _planned_value_changes(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline,
-                           session: SparkSession, scratch: str | None) -> dict[str, ValueChange]:
-    """stage -> the :class:`~barrierflow.state.value_columns.ValueChange` of every stage whose
-    aggregation gains or loses a value column, its stored buffer mapped onto the new one by
-    planning both specs' stage queries (nothing read or started). Raises
-    :class:`~barrierflow.state.value_columns.ValueColumnsNotSupportedError` (naming the column and
-    the fix) for a change it cannot map or a state store it cannot rewrite."""
-    from barrierflow.runtime.state_compat import planned_buffers
-    from barrierflow.state.value_columns import ValueColumnsNotSupportedError, plan_value_change
-
-    old_stages = {s.name: s for s in old.stages}
-    verdicts = {v.stage: v for v in report.stages}
-    changes: dict[str, ValueChange] = {}
-    with tempfile.TemporaryDirectory(prefix="barrierflow-upgrade-", dir=scratch) as empty:
-        for target in new.stages:
-            verdict, was = verdicts.get(target.name), old_stages.get(target.name)
-            if (was is None or verdict is None or not any(is_value_change(f) for f in verdict.findings)
-                    or any(is_rebuild(f) for f in verdict.findings)):  # a rebuilt stage's values are the replay's
-                continue
-            where = f"stage {was.name} of pipeline {old.name}"
-            if was.spec.spark.state_store != "rocksdb":
-                raise ValueColumnsNotSupportedError(
-                    f"{where} keeps its state with the {was.spec.spark.state_store} state store, whose stored values "
-                    "Spark's state rewriter does not rewrite (RocksDB column families only); changing its "
-                    "aggregation's value columns is not yet supported: keep them as they are. Nothing was changed.")
-            before = planned_buffers(session, was.spec, spec_path=old.spec_path, source_type=was.source_type,
-                                     scratch_dir=empty)
-            after = planned_buffers(session, target.spec, spec_path=new.spec_path, source_type=target.source_type,
-                                    scratch_dir=empty)
-            if len(verdict.operators) != 1 or len(before) != 1 or len(after) != 1:
-                raise ValueColumnsNotSupportedError(
-                    f"{where} keeps {len(verdict.operators)} stateful operators: a value-column rewrite converts "
-                    "every operator's state, so it is made for a stage whose one stateful operator is the "
-                    "aggregation; keep its value columns. Nothing was changed.")
-            operator = verdict.operators[0]
-            changes[target.name] = plan_value_change(
-                operator.operator_id, operator.value_schema, before[0], after[0],
-                dict(target.spec.transformation.state_defaults), where=f"{where}, operator {operator.operator_id}")
-    return changes
-
-
-def _planned_rescale(report: CompatibilityReport, old: OpenedPipeline, new: OpenedPipeline
-                     ) -> dict[str, tuple[int, int]]:
-    """stage -> (old, new) shuffle partitions of every stage the change rescales (its state
-    rewritten by Spark's offline repartition), refusing a rescale of state the HDFS-backed state
-    store keeps (:class:`~barrierflow.state.rescale.RescaleNotSupportedError`); a rescale of a
-    stage without state was refused by :func:`refuse_stage_changes`."""
-    from barrierflow.state.rescale import RescaleNotSupportedError
-
-    old_stages = {s.name: s for s in old.stages}
-    verdicts = {v.stage: v for v in report.stages}
-    rescale: dict[str, tuple[int, int]] = {}
-    for target in new.stages:
-        verdict, was = verdicts.get(target.name), old_stages.get(target.name)
-        if was is None or verdict is None or not any(f.subject.endswith(RESCALE) for f in verdict.findings):
-            continue
-        if was.spec.spark.state_store != "rocksdb":
-            raise RescaleNotSupportedError(
-                f"stage {was.name} of pipeline {old.name} keeps its state with the {was.spec.spark.state_store} "
-                "state store, which Spark's offline repartition does not rewrite "
-                "(STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_PROVIDER); rescaling it is not yet supported. "
-                f"Keep stage {was.name}'s shuffle partitions as they are. Nothing was changed.")
-        rescale[target.name] = (min(o.partitions for o in verdict.operators),
-                                int(shuffle_partitions(target.spec.spark)))
-    return rescale
 
 
 def _continued(record: UpgradeRecord | None, digest: str, old: OpenedPipeline, new: OpenedPipeline
@@ -609,13 +310,13 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
     timings: dict[str, float] = {}
     if record is None:
         source = _savepoint(old, checkpoint_id)
-        report = report_for(spec_path, new_spec_path, checkpoint_id=source, spark=session, scratch=scratch)
+        report = compatibility_report(old, new, checkpoint_id=source, spark=session, scratch=scratch)
         assumed = refuse_unknown(report, assume_compatible)
         refuse_stage_changes(report, old, new, drop_stages)
-        rescaled = _planned_rescale(report, old, new)
+        rescaled = planned_rescale(report, old, new)
         rebuilt = planned_rebuilds(report)
-        _refuse_uncovered_replays(report, old, new, rebuilt, source)
-        values = _planned_value_changes(report, old, new, session, scratch)
+        refuse_uncovered_replays(report, old, new, rebuilt, source)
+        values = planned_value_changes(report, old, new, session, scratch)
         added = [s.name for s in new.stages if s.name not in {o.name for o in old.stages}]
         rewrite = bool(rescaled or added or drop_stages or values or rebuilt or assumed)
         both = sorted(set(assumed) & (set(rescaled) | set(values) | set(rebuilt)))
@@ -633,16 +334,16 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
             value_columns={k: v.describe() for k, v in values.items()}, rebuilt=rebuilt, assumed=assumed,
             canary_checkpoints=canary_checkpoints, canary_compare=canary_compare), UpgradeStep.REPORT)
     else:
-        report = report_for(spec_path, new_spec_path, checkpoint_id=record.source_savepoint, spark=session,
-                            scratch=scratch)
+        report = compatibility_report(old, new, checkpoint_id=record.source_savepoint, spark=session,
+                                      scratch=scratch)
         log.warning("pipeline %s: continuing the upgrade to %s from its recorded step %s", old.name, new_spec_path,
                     record.step.value)
-        values = (_planned_value_changes(report, old, new, session, scratch)
+        values = (planned_value_changes(report, old, new, session, scratch)
                   if record.step is UpgradeStep.REPORT and record.value_columns else {})
     if record.step in (UpgradeStep.REPORT, UpgradeStep.REWRITTEN, UpgradeStep.CANARY_RUNNING):
         if record.step is UpgradeStep.REPORT:
             planned = {v.stage: v.planned for v in report.stages}
-            record = _rewrite(record, old, new, session, scratch, timings, values, planned)
+            record = rewrite_savepoint(record, old, new, session, scratch, timings, values, planned)
             crash_point("upgrade_after_rewrite", pipeline=old.name, savepoint=record.savepoint)
         # a canary killed before it passed restarts from the savepoint: the restore aborts its
         # pre-committed epochs and abandons its cuts (nothing of it was committed)
@@ -669,80 +370,6 @@ def _upgrade_steps(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint_id: i
                          value_columns=dict(record.value_columns), rebuilt=tuple(record.rebuilt),
                          assumed=tuple(record.assumed))
 
-
-def _rewrite(record: UpgradeRecord, old: OpenedPipeline, new: OpenedPipeline, session: SparkSession,
-             scratch: str | None, timings: dict[str, float], values: dict[str, ValueChange],
-             planned: dict[str, list[dict[str, Any]]]) -> UpgradeRecord:
-    """Record the new savepoint cut (unless nothing needs a rewrite, or a killed run recorded
-    it already), under the pipeline's lease: every stage of the new spec given its part (a
-    rescaled stage, or one whose value columns change (``values``; ``planned``: the new
-    fingerprints), its rewritten checkpoint, the others the source's carried over, an added one
-    an empty one; a dropped stage none), written by the pipeline's cuts. Then ``rewritten``."""
-    from barrierflow.state.rescale import rescale_checkpoint
-    from barrierflow.state.value_columns import rewrite_value_columns
-    from barrierflow.upgrade.rebuild import rebuild_state
-
-    objects = new.objects
-    if record.savepoint != record.source_savepoint and record.savepoint not in new.cuts.completed_ids():
-        old_stages = {s.name: s for s in old.stages}
-        with JobLease(Path(new.work_dir), new.name, "restore", store=objects) as lease:
-            for stage in new.stages:
-                stage.store.fence = lease.token
-            try:
-                made = next_cut_id(new.cuts, [*old.stages, *new.stages])  # a killed rewrite's parts are left unused
-                if made != record.savepoint:
-                    record = write_record(objects, record, UpgradeStep.REPORT, savepoint=made)
-                parts: dict[str, tuple[CheckpointStore, Manifest]] = {}
-                for target in new.stages:
-                    was = old_stages.get(target.name)
-                    if was is None:
-                        parts[target.name] = (target.store, empty_savepoint(target, made))
-                        continue
-                    source = was.store.get(record.source_savepoint)
-                    if target.name in record.rebuilt:
-                        step, rewritten = "rebuild", rebuild_state(
-                            session, pipeline=old.name, stage=target, store=was.store, manifest=source,
-                            spec_path=new.spec_path, fingerprint=planned[target.name], scratch=scratch)
-                    elif target.name in values:
-                        step, rewritten = "rewrite", rewrite_value_columns(
-                            session, pipeline=old.name, stage=target.name, store=was.store, manifest=source,
-                            spark_spec=target.spec.spark, change=values[target.name],
-                            fingerprint=planned[target.name], scratch=scratch)
-                    elif target.name in record.assumed:
-                        parts[target.name] = (target.store, assumed_savepoint(
-                            target, source, made, planned[target.name], new_spec=new.spec_path, scratch=scratch))
-                        continue
-                    elif target.name in record.rescaled:
-                        step, rewritten = "repartition", rescale_checkpoint(
-                            session, pipeline=old.name, stage=target.name, store=was.store, manifest=source,
-                            spark_spec=target.spec.spark, partitions=record.rescaled[target.name][1],
-                            scratch=scratch)
-                    else:
-                        parts[target.name] = (target.store, carry_savepoint(target, source, made))
-                        continue
-                    with rewritten as copy:
-                        timings["materialize"] = timings.get("materialize", 0.0) + copy.materialize_seconds
-                        timings[step] = timings.get(step, 0.0) + copy.repartition_seconds
-                        began = time.perf_counter()
-                        parts[target.name] = (target.store, rescaled_savepoint(
-                            target, source, copy.files, copy.directory, copy.batch_id, copy.state_bases,
-                            checkpoint_id=made))
-                        timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began
-                crash_point("upgrade_mid_rewrite", pipeline=old.name, savepoint=made)
-                began = time.perf_counter()
-                for name, (store, _) in parts.items():  # the new cut continues the source's timeline:
-                    if name in old_stages:  # a stage's checkpoints after the source (a cut left
-                        store.abandon([i for i in store.checkpoint_ids()  # incomplete, or newer) are not in it
-                                       if record.source_savepoint < i < made])
-                new.cuts.record_cut(made, parts)
-                timings["record"] = timings.get("record", 0.0) + time.perf_counter() - began
-            finally:
-                for stage in new.stages:
-                    stage.store.fence = None
-        log.info("pipeline %s: savepoint %d rewritten as savepoint %d (rescaled %s, value columns %s, rebuilt %s, "
-                 "added %s, dropped %s)", old.name, record.source_savepoint, made, record.rescaled,
-                 record.value_columns, record.rebuilt, record.added, record.dropped)
-    return write_record(objects, record, UpgradeStep.REWRITTEN)
 
 
 def _canary(record: UpgradeRecord, new: OpenedPipeline, session: SparkSession,
