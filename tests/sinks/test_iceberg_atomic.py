@@ -110,18 +110,22 @@ def test_tables_move_together_and_a_cut_left_prepared_commits_exactly_once(url: 
     a, b = atomic_cut.make_sinks(tmp_path, url, catalog, attempt=0)
     expected = {"a": Counter[int](), "b": Counter[int]()}
     reads = []
+    at_mid_commit: list[tuple[str, dict[str, int | None]]] = []
     for checkpoint, keys_a, keys_b in [(1, [1, 2], [10]), (2, [3], [])]:  # b has no rows in epoch 2
         write(a, checkpoint, keys_a)
         write(b, checkpoint, keys_b)
-        a.notify_checkpoint_complete(checkpoint, checkpoint)
-        reads.append(reader.read())  # a staged its part, b not yet: nothing moved
-        b.notify_checkpoint_complete(checkpoint, checkpoint)
-        reads.append(reader.read())
+        with at_point("mid_sink_commit", lambda context: at_mid_commit.append((context["sink"], reader.read()))):
+            a.notify_checkpoint_complete(checkpoint, checkpoint)
+            reads.append(reader.read())  # a staged its part, b not yet: nothing moved
+            b.notify_checkpoint_complete(checkpoint, checkpoint)
+            reads.append(reader.read())
         expected["a"].update(keys_a)
         expected["b"].update(keys_b)
     # a created its table (empty, no snapshot) and staged its part; b not yet: nothing moved. b has an
     # empty snapshot of checkpoint 2 (its epoch without rows), so every table names the cut it is in
     assert reads == [{"a": None}, {"a": 1, "b": 1}, {"a": 1, "b": 1}, {"a": 2, "b": 2}]
+    # every commit reaches mid_sink_commit (chaos arms it) after its part is recorded, before the ledger is told
+    assert at_mid_commit == [(s, r) for s, r in zip("abab", reads, strict=True)]
     stores = {s: LocalObjectStore(tmp_path / f"store-{s}") for s in ("s1", "s2")}
     cat = SqlCatalog(catalog, uri=url)
     current = {f"{s}/{n}": cat.load_table(f"lake.{n}").current_snapshot().snapshot_id for s, n in (("s1", "a"),
