@@ -1,5 +1,13 @@
-"""Torn-cut chaos run of the atomic Iceberg mode: ``python -m bench.atomic_cut --url URL --kills 20``.
+"""Torn-cut chaos runs of the atomic Iceberg mode, two kinds:
 
+* ``python -m bench.atomic_cut --pipeline SPEC --kills 20 [--url URL]``: a real pipeline (Spark)
+  under ``barrierflow chaos`` while an independent reader polls the catalog
+  (:mod:`bench.atomic_cut_pipeline`; the run docs/chaos.md records as the acceptance run);
+* ``python -m bench.atomic_cut --url URL --kills 20``: the sinks alone, driven without Spark by
+  a driver process that is killed (below); cheap, many checkpoints per minute, the harness the
+  suite runs small.
+
+The driver-only run:
 Two atomic Iceberg sinks (stage ``s1`` sink ``a`` -> ``lake.a``, stage ``s2`` sink ``b`` ->
 ``lake.b``, each stage with its own checkpoint store) in one PostgreSQL catalog are driven
 through their real entry points by a driver process (:func:`drive`), the way a two-stage
@@ -212,15 +220,31 @@ def psycopg_connect(url: str) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.atomic_cut", description=__doc__.splitlines()[0])
     parser.add_argument("mode", nargs="?", default="chaos", choices=["chaos", "drive"])
+    parser.add_argument("--pipeline", type=Path, default=None, metavar="SPEC",
+                        help="run this pipeline (every Iceberg sink atomic, one PostgreSQL catalog) under "
+                             "barrierflow chaos instead of the sinks' driver")
     parser.add_argument("--url", default=os.environ.get("BARRIERFLOW_ATOMIC_URL", ""),
-                        help="SQLAlchemy URL of the PostgreSQL catalog database")
+                        help="SQLAlchemy URL of the PostgreSQL catalog database (--pipeline without it: the spec's, "
+                             "else a throwaway server)")
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--catalog", default="")
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--min-polls", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--checkpoints", type=int, default=None)
+    chaos = parser.add_argument_group("--pipeline: the options of barrierflow chaos")
+    chaos.add_argument("--mode", dest="kill_mode", choices=["group", "jvm", "mixed"], default="mixed")
+    chaos.add_argument("--min-gap", type=float, default=5.0)
+    chaos.add_argument("--max-gap", type=float, default=30.0)
+    chaos.add_argument("--point-share", type=float, default=0.25)
+    chaos.add_argument("--points", default="", metavar="P1,P2")
+    chaos.add_argument("--run-timeout", type=float, default=1800.0)
+    chaos.add_argument("--scratch", type=Path, default=None)
+    chaos.add_argument("--user-drivers", action="store_true",
+                       help="run the drivers as a user does, without the suite's short-lived-driver environment")
     args = parser.parse_args(argv)
+    if args.pipeline is not None:
+        return _pipeline(args)
     if not args.url:
         parser.error("--url (or BARRIERFLOW_ATOMIC_URL) is required: postgresql+psycopg2://USER@HOST:PORT/DB")
     if args.mode == "drive":
@@ -232,6 +256,27 @@ def main(argv: list[str] | None = None) -> int:
                  catalog=args.catalog or f"atomic{stamp}")
     print(json.dumps(result, indent=2, default=str))
     return 0 if result["passed"] else 1
+
+
+def _pipeline(args: argparse.Namespace) -> int:
+    from barrierflow.chaos.report import summary_lines
+    from barrierflow.chaos.runner import ChaosOptions
+
+    from bench.atomic_cut_pipeline import run_pipeline
+
+    points = tuple(p.strip() for p in args.points.split(",") if p.strip()) or None
+    options = ChaosOptions(kills=args.kills, seed=args.seed, mode=args.kill_mode, min_gap=args.min_gap,
+                           max_gap=args.max_gap, point_share=args.point_share, points=points,
+                           run_timeout=args.run_timeout, scratch=args.scratch.resolve() if args.scratch else None)
+    result, figures = run_pipeline(args.pipeline, options, url=args.url, min_polls=args.min_polls,
+                                   suite_drivers=not args.user_drivers)
+    print("\n".join(summary_lines(result)))
+    print(json.dumps(figures, indent=2, default=str))
+    print(f"torn-cut run {'PASSED' if figures['passed'] else 'FAILED'}: {figures['polls']} reads during the kills, "
+          f"{figures['torn_reads']} torn; rows {figures['rows']} of {figures['rows_expected']} (missing "
+          f"{figures['missing']}, extra {figures['extra']}, duplicated {figures['duplicated']})"
+          + (f"; {'; '.join(figures['problems'])}" if figures["problems"] else ""))
+    return 0 if figures["passed"] else 1
 
 
 if __name__ == "__main__":

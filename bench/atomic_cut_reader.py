@@ -5,6 +5,9 @@ consistent view of the catalog), then each table's metadata file with pyiceberg,
 ``barrierflow.checkpoint-id`` of each table's current snapshot summary. A read is *torn* when
 two tables with a current snapshot name different checkpoint ids. Only psycopg and pyiceberg
 are imported: nothing of barrierflow.
+
+``tables`` limits a reader to some tables of the namespace (a catalog holding other tables too,
+e.g. the reference copy's of a chaos run beside the copy under kills).
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ KEY = "barrierflow.checkpoint-id"
 
 @dataclass
 class CatalogReader:
-    """Reads the checkpoint id of every table of ``namespace`` in catalog ``catalog_name``."""
+    """Reads the checkpoint id of every table of ``namespace`` in catalog ``catalog_name`` (only
+    those named in ``tables`` when given)."""
 
     conninfo: dict[str, Any]
     catalog_name: str
     namespace: str
+    tables: frozenset[str] | None = None
     io: PyArrowFileIO = field(default_factory=PyArrowFileIO)
     _seen: dict[str, int | None] = field(default_factory=dict)  # metadata files never change
 
@@ -47,7 +52,8 @@ class CatalogReader:
             rows = self.conn.execute(
                 "SELECT table_name, metadata_location FROM iceberg_tables WHERE catalog_name = %s AND "
                 "table_namespace = %s", [self.catalog_name, self.namespace]).fetchall()
-        return {name: self.checkpoint_of(location) for name, location in rows}
+        return {name: self.checkpoint_of(location) for name, location in rows
+                if self.tables is None or name in self.tables}
 
     def close(self) -> None:
         self.conn.close()

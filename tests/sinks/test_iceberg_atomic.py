@@ -2,7 +2,9 @@
 stages' tables move in one transaction, so a reader that knows nothing of barrierflow
 (:mod:`bench.atomic_cut_reader`: psycopg and pyiceberg only) never reads a torn cut; without it
 such a reader does. No Spark: the epochs' rows are written ahead as executors write them and the
-sinks are driven through their real entry points (:mod:`bench.atomic_cut`)."""
+sinks are driven through their real entry points (:mod:`bench.atomic_cut`). The real-pipeline
+run (:mod:`bench.atomic_cut_pipeline`, Spark under ``barrierflow chaos``) is too long for the
+suite: its plumbing is checked here without running a pipeline."""
 
 from __future__ import annotations
 
@@ -15,18 +17,21 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from barrierflow.chaos.runner import ChaosOptions, ChaosResult, ChaosRunner
+from barrierflow.chaos.scratch import scratch_copy
 from barrierflow.faults import at_point
 from barrierflow.sinks.cut import CutLog, tables_as_of
 from barrierflow.sinks.iceberg import IcebergSink
 from barrierflow.sinks.iceberg_atomic import CUTS, gid_of, libpq_params
 from barrierflow.spec.lakehouse import IcebergCatalogSpec, IcebergSinkSpec
-from barrierflow.spec.loader import parse_any_spec
+from barrierflow.spec.loader import load_spec_data, parse_any_spec
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.testing import write_ahead_batch
 from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from pyiceberg.catalog.sql import SqlCatalog
 
 from bench import atomic_cut
+from bench.atomic_cut_pipeline import PollStats, atomic_tables, verdict
 from bench.atomic_cut_reader import CatalogReader, torn
 from tests.sinks.lake_env import REPO
 
@@ -105,18 +110,22 @@ def test_tables_move_together_and_a_cut_left_prepared_commits_exactly_once(url: 
     a, b = atomic_cut.make_sinks(tmp_path, url, catalog, attempt=0)
     expected = {"a": Counter[int](), "b": Counter[int]()}
     reads = []
+    at_mid_commit: list[tuple[str, dict[str, int | None]]] = []
     for checkpoint, keys_a, keys_b in [(1, [1, 2], [10]), (2, [3], [])]:  # b has no rows in epoch 2
         write(a, checkpoint, keys_a)
         write(b, checkpoint, keys_b)
-        a.notify_checkpoint_complete(checkpoint, checkpoint)
-        reads.append(reader.read())  # a staged its part, b not yet: nothing moved
-        b.notify_checkpoint_complete(checkpoint, checkpoint)
-        reads.append(reader.read())
+        with at_point("mid_sink_commit", lambda context: at_mid_commit.append((context["sink"], reader.read()))):
+            a.notify_checkpoint_complete(checkpoint, checkpoint)
+            reads.append(reader.read())  # a staged its part, b not yet: nothing moved
+            b.notify_checkpoint_complete(checkpoint, checkpoint)
+            reads.append(reader.read())
         expected["a"].update(keys_a)
         expected["b"].update(keys_b)
     # a created its table (empty, no snapshot) and staged its part; b not yet: nothing moved. b has an
     # empty snapshot of checkpoint 2 (its epoch without rows), so every table names the cut it is in
     assert reads == [{"a": None}, {"a": 1, "b": 1}, {"a": 1, "b": 1}, {"a": 2, "b": 2}]
+    # every commit reaches mid_sink_commit (chaos arms it) after its part is recorded, before the ledger is told
+    assert at_mid_commit == [(s, r) for s, r in zip("abab", reads, strict=True)]
     stores = {s: LocalObjectStore(tmp_path / f"store-{s}") for s in ("s1", "s2")}
     cat = SqlCatalog(catalog, uri=url)
     current = {f"{s}/{n}": cat.load_table(f"lake.{n}").current_snapshot().snapshot_id for s, n in (("s1", "a"),
@@ -173,9 +182,12 @@ def test_without_atomic_mode_a_reader_sees_a_torn_cut(url: str, tmp_path: Path) 
         with at_point("mid_sink_commit", lambda _context: reads.append(reader.read())):
             for sink in sinks:
                 sink.notify_checkpoint_complete(checkpoint, checkpoint)
-    reader.close()
     assert reads == [{"a": 1}, {"a": 1, "b": 1}, {"a": 2, "b": 1}, {"a": 2, "b": 2}]
     assert [torn(r) for r in reads] == [False, False, True, False]
+    reader.close()
+    only_b = CatalogReader(libpq_params(url), catalog, "lake", tables=frozenset({"b", "absent"}))
+    assert only_b.read() == {"b": 2}  # a reader limited to some tables reads those it names and finds
+    only_b.close()
 
 
 @pytest.mark.postgres
@@ -192,3 +204,25 @@ def test_chaos_kills_leave_no_torn_read_and_every_row_once(url: str, tmp_path: P
         assert result[name]["expected_rows"] > 0 and result[name]["rows"] == result[name]["expected_rows"], result
         assert (result[name]["missing"], result[name]["extra"], result[name]["duplicated"]) == (0, 0, 0), result
     assert result["prepared_left"] == 0 and result["passed"]
+
+
+def test_the_pipeline_run_polls_the_tables_of_the_copy_under_kills_and_arms_the_prepared_point(
+        tmp_path: Path) -> None:
+    """bench/atomic_lake.yaml under chaos: the reader reads the chaos copy's four tables (scratch
+    names in the spec's PostgreSQL catalog, beside the reference copy's), chaos arms the point
+    between PREPARE and COMMIT PREPARED, and the verdict fails on a torn read or too few reads."""
+    spec_path = REPO / "bench" / "atomic_lake.yaml"
+    data, outputs = scratch_copy(load_spec_data(spec_path), copy_name="chaos", root=tmp_path / "chaos",
+                                 stamp="20261202123456")
+    tables = atomic_tables(parse_any_spec(data))
+    assert (tables.catalog.name, tables.catalog.uri_env, tables.namespace) == ("atomiclake", "ATOMIC_CATALOG_URI",
+                                                                               "lake")
+    assert tables.names == {o.target.removeprefix("lake.") for o in outputs} == {
+        f"{t}_chaos_123456_chaos" for t in ("seconds_a", "seconds_b", "pairs_a", "pairs_b")}
+    runner = ChaosRunner(spec_path, ChaosOptions(kills=1, scratch=tmp_path / "scratch"))
+    assert "iceberg_atomic_prepared" in runner.points and "after_global_manifest" in runner.points
+
+    result = ChaosResult("p", str(spec_path), 0, "mixed", 1, str(tmp_path), runner.started)
+    assert verdict(result, PollStats(polls=10), min_polls=10, left=0)["problems"] == ["chaos failed"]  # no output
+    figures = verdict(result, PollStats(polls=9, torn=1), min_polls=10, left=1)
+    assert not figures["passed"] and [p.split(" ")[0] for p in figures["problems"]] == ["chaos", "1", "the", "1"]

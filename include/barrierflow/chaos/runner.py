@@ -454,8 +454,11 @@ class ChaosRunner:
         self.scratch = options.scratch or (Path(self.spec.work_dir or f"var/{self.spec.name}").resolve().parent
                                            / f"{self.spec.name}-chaos-{self.stamp}")
         self.points = list(pipeline.layout.protocol_points)
-        if any(sink.type == "kafka" for _, part in stages_of(self.spec) for sink in part.sinks):
+        sinks = [sink for _, part in stages_of(self.spec) for sink in part.sinks]
+        if any(sink.type == "kafka" for sink in sinks):
             self.points += list(SINK_POINTS["kafka"])
+        if any(sink.type == "iceberg" and sink.catalog.atomic for sink in sinks):
+            self.points += list(SINK_POINTS["iceberg"])  # between PREPARE and COMMIT PREPARED of a cut
         if options.points:
             self.points = [p for p in self.points if p in options.points] or list(options.points)
         self._t0 = time.monotonic()

@@ -62,6 +62,7 @@ from barrierflow.sinks.cut import TableVersion
 from barrierflow.sinks.iceberg import IcebergSink, catalog_uri
 from barrierflow.sinks.table import DataFile
 from barrierflow.transactions.ledger import Transaction, TxnState
+from barrierflow.transactions.two_phase import mid_commit_crash_point
 
 if TYPE_CHECKING:
     import psycopg
@@ -360,6 +361,8 @@ class AtomicIcebergSink(IcebergSink):
             elif staged_location is None:
                 log.info("sink %s: %s already holds checkpoint %d", self.name, self.describe_table(), cid)
         self.group.move()
+        # the part recorded (and moved, if this member completed the cut), the ledger not yet told
+        mid_commit_crash_point(self.name, 1)
 
     def _stage(self, txn: Transaction, base: Table | None, files: list[DataFile]) -> None:
         from pyiceberg.table import Table as IcebergTable
