@@ -84,6 +84,9 @@ OPTIONAL_VARIABLES = {
     "PYSPARK_DRIVER_PYTHON": "set by the image (and defaulted by the code to its own interpreter)",
     "PYSPARK_GATEWAY_PORT": "set by spark-submit for the driver",
     "SPARK_LOCAL_IP": "set by the code for local masters only",
+    "SPARK_HOME": "unset: pip's pyspark; read to decide whether a local driver's Python workers may skip Spark's zips",
+    "BARRIERFLOW_WORKER_PYTHON": "set by the code itself, for a local driver's worker launcher only (the image sets "
+                                 "PYSPARK_PYTHON, so the launcher is not used there)",
 }
 #: Where the code that runs in the stack lives (barrierflow/testing/, the test doubles, never runs there).
 CODE_DIRS = ("include/barrierflow", "dags", "jobs", "plugins")
