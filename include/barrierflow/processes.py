@@ -1,10 +1,12 @@
-"""Whether a local process still runs: the one check the job lease and the embedded Kafka broker
-(:mod:`barrierflow.kafka_io.kraft_broker`) share. It imports nothing of barrierflow, so every
-layer may use it."""
+"""Local processes: whether one still runs (the one check the job lease and the embedded Kafka
+broker, :mod:`barrierflow.kafka_io.kraft_broker`, share) and this process's environment set for
+the length of a block. It imports nothing of barrierflow, so every layer may use it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator, Mapping
 
 
 def process_alive(pid: int) -> bool:
@@ -23,3 +25,19 @@ def process_alive(pid: int) -> bool:
         except PermissionError:
             return True
         return True
+
+
+@contextlib.contextmanager
+def temporary_environment(settings: Mapping[str, str]) -> Iterator[None]:
+    """While in the block, ``os.environ`` has ``settings``; afterwards each of those variables is
+    as before (unset again if it was unset), also when the block raises."""
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

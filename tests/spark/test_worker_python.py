@@ -17,7 +17,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from barrierflow.spark.session import WORKER_PYTHON, WORKER_PYTHON_ENV, _environment, python_worker_env
+from barrierflow.processes import temporary_environment
+from barrierflow.spark.session import WORKER_PYTHON, WORKER_PYTHON_ENV, python_worker_env
 
 #: Prints the child's sys.path and its arguments as JSON.
 SHOW = "import json, sys; print(json.dumps({'path': sys.path, 'argv': sys.argv[1:]}))"
@@ -109,7 +110,7 @@ def test_the_users_choice_and_other_spark_homes_win(tmp_path: Path) -> None:
 def test_the_launcher_setting_is_undone_after_the_session_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     monkeypatch.delenv(WORKER_PYTHON_ENV, raising=False)
-    with _environment(LAUNCHER):
+    with temporary_environment(LAUNCHER):
         assert {name: os.environ.get(name) for name in LAUNCHER} == LAUNCHER
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
     assert WORKER_PYTHON_ENV not in os.environ

@@ -9,15 +9,14 @@ result in its globals, where Airflow finds the DAGs.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import runpy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import barrierflow
 from barrierflow.errors import UserInputError
+from barrierflow.processes import temporary_environment
 
 __all__ = ["dag_factory_file", "project_dags"]
 
@@ -53,22 +52,11 @@ def project_dags(pipelines_dir: str | os.PathLike[str], *, home: str | os.PathLi
     if not folder.is_dir():
         raise UserInputError(f"no pipelines folder {folder}: the project's specs go in its pipelines/ folder")
     factory = dag_factory_file()
-    with _environment(BARRIERFLOW_PIPELINES_DIR=str(folder), BARRIERFLOW_HOME=str(Path(home).resolve())):
+    variables = {"BARRIERFLOW_PIPELINES_DIR": str(folder), "BARRIERFLOW_HOME": str(Path(home).resolve())}
+    with temporary_environment(variables):
         built = runpy.run_path(str(factory), run_name="barrierflow_project_dags")
     from airflow.sdk import DAG
 
     return {name: value for name, value in built.items() if isinstance(value, DAG)}
 
 
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    before = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value

@@ -206,13 +206,8 @@ class DeltaSink(TableSink):
                                            partition_by=list(table.metadata().partition_columns) or None,
                                            commit_properties=props)
         except CommitFailedError as exc:
-            recorded = self.committed_checkpoint()
-            if recorded is not None and recorded >= txn.checkpoint_id:
-                log.info("sink %s: checkpoint %d was committed by another attempt meanwhile (%s)", self.name,
-                         txn.checkpoint_id, exc)
-                return None
-            raise SinkError(f"sink {self.name!r}: the commit of checkpoint {txn.checkpoint_id} to "
-                            f"{self.describe_table()} failed: {exc}") from exc
+            self.refused_commit(txn, exc)
+            return None
         return self._written(table, txn.checkpoint_id, based_on)
 
     def _written(self, table: DeltaTable, checkpoint_id: int, based_on: int) -> TableVersion | None:

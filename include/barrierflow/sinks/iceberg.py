@@ -254,13 +254,8 @@ class IcebergSink(TableSink):
             raise SinkError(f"sink {self.name!r}: {self.describe_table()} refused the files of checkpoint "
                             f"{txn.checkpoint_id}: {exc}") from exc
         except CommitFailedException as exc:
-            recorded = self.committed_checkpoint()
-            if recorded is not None and recorded >= txn.checkpoint_id:
-                log.info("sink %s: checkpoint %d was committed by another attempt meanwhile (%s)", self.name,
-                         txn.checkpoint_id, exc)
-                return None
-            raise SinkError(f"sink {self.name!r}: the commit of checkpoint {txn.checkpoint_id} to "
-                            f"{self.describe_table()} failed: {exc}") from exc
+            self.refused_commit(txn, exc)
+            return None
         if isinstance(self.catalog, MetadataCachingSqlCatalog):
             self.catalog.remember(table)
         snapshot = table.current_snapshot()  # the commit moved the table object to the new metadata

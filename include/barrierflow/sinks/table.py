@@ -116,6 +116,22 @@ class TableSink(TwoPhaseCommitSink, abc.ABC):
         whose recorded properties are :meth:`commit_properties` of ``txn``. Returns the version
         it wrote (None: the table already held the checkpoint, nothing was written)."""
 
+    def refused_commit(self, txn: Transaction, exc: Exception) -> None:
+        """After the table refused ``txn``'s commit (another writer moved it): return when the
+        table holds ``txn``'s checkpoint already (another attempt of this sink committed it
+        meanwhile: nothing is applied again); otherwise raise.
+
+        Raises:
+            SinkError: the table does not hold the checkpoint; names the sink, table and cause.
+        """
+        recorded = self.committed_checkpoint()
+        if recorded is not None and recorded >= txn.checkpoint_id:
+            log.info("sink %s: checkpoint %d was committed by another attempt meanwhile (%s)", self.name,
+                     txn.checkpoint_id, exc)
+            return
+        raise SinkError(f"sink {self.name!r}: the commit of checkpoint {txn.checkpoint_id} to "
+                        f"{self.describe_table()} failed: {exc}") from exc
+
     @abc.abstractmethod
     def version_at(self, checkpoint_id: int) -> TableVersion | None:
         """The table version holding exactly this sink's output up to ``checkpoint_id``: the one

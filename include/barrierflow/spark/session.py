@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from barrierflow.processes import temporary_environment
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -104,7 +106,9 @@ def build_session(spec: SparkSpec, app_name: str = "barrierflow", *, jars: Seque
     if jars:
         given = [j for j in spec.conf.get("spark.jars", "").split(",") if j]
         builder = builder.config("spark.jars", ",".join([*given, *(j for j in jars if j not in given)]))
-    with launching_jvm(), _environment(workers):
+    # PySpark reads PYSPARK_PYTHON when the SparkContext starts, and the JVM it launches keeps the
+    # environment it started with; what this process starts later does not inherit the settings.
+    with launching_jvm(), temporary_environment(workers):
         session = builder.getOrCreate()
     _log_accumulator_disconnects()
     session.sparkContext.setLogLevel("ERROR")
@@ -162,22 +166,6 @@ def python_worker_env(master: str, environ: Mapping[str, str], conf: Mapping[str
     return {"PYSPARK_PYTHON": str(WORKER_PYTHON), WORKER_PYTHON_ENV: sys.executable}
 
 
-@contextlib.contextmanager
-def _environment(settings: Mapping[str, str]) -> Iterator[None]:
-    """While in the block, ``os.environ`` has ``settings``; afterwards each variable is as
-    before (what this process starts later, such as a driver with a cluster master, does not
-    inherit them). PySpark reads ``PYSPARK_PYTHON`` when the SparkContext starts, and the JVM
-    it launches meanwhile keeps the environment it started with."""
-    before = {name: os.environ.get(name) for name in settings}
-    os.environ.update(settings)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 #: prctl(2) option: the signal the kernel sends a process when the thread that forked it exits.
