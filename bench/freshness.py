@@ -45,8 +45,9 @@ def _percentile(values: list[float], fraction: float) -> float:
     return percentile(values, fraction)
 
 
-class _DirectoryWatch(threading.Thread):
-    """Notes when each ``part-*.parquet`` of ``directory`` was first listed (UTC)."""
+class DirectoryWatch(threading.Thread):
+    """The independent reader of a Parquet sink: lists ``directory`` every few milliseconds and
+    notes when each committed part file (``part-*.parquet``) was first seen (UTC). The tests use it too."""
 
     def __init__(self, directory: Path) -> None:
         super().__init__(daemon=True, name="freshness-reader")
@@ -96,7 +97,7 @@ def _spec(work: Path, servers: str, topic: str) -> dict[str, Any]:
     }
 
 
-def _reader_figures(result: Any, watch: _DirectoryWatch, out: Path, skip: int | None) -> list[float]:
+def _reader_figures(result: Any, watch: DirectoryWatch, out: Path, skip: int | None) -> list[float]:
     import pyarrow.parquet as pq
 
     figures = []
@@ -139,7 +140,7 @@ def run_freshness_benchmark(seconds: float, rate: float, markdown: str | None = 
         producer.start()
         stack.callback(producer.join)
         stack.callback(stop.set)
-        watch = _DirectoryWatch(work / "out")
+        watch = DirectoryWatch(work / "out")
         watch.start()
         job = StreamingJob(parse_spec(_spec(work, servers, topic)), spark=spark)
         result = job.run(duration=seconds)

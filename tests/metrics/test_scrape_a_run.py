@@ -31,8 +31,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,6 +46,7 @@ from barrierflow.pipeline.model import open_pipeline
 from barrierflow.runtime import run_driver
 from barrierflow.runtime.stage_processes import process_driver
 
+from bench.freshness import DirectoryWatch
 from tests.drivers import short_lived_driver_env
 from tests.metrics.scrape import Samples, parse, scrape, value
 from tests.pipeline_specs import spec_dict, write_spec
@@ -199,26 +198,6 @@ def test_the_supervisor_of_stage_processes_serves_every_stages_figures_on_one_en
 
 
 
-class DirectoryWatch(threading.Thread):
-    """The independent reader: lists ``directory`` every few milliseconds and notes when each
-    committed part file (``part-*.parquet``) was first seen (UTC)."""
-
-    def __init__(self, directory: Path) -> None:
-        super().__init__(daemon=True, name="freshness-reader")
-        self.directory = directory
-        self.first_seen: dict[str, datetime] = {}
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        while not self.done.wait(0.005):
-            try:
-                names = [e.name for e in os.scandir(self.directory)]
-            except FileNotFoundError:
-                continue
-            now = datetime.now(UTC)
-            for name in names:
-                if name.startswith("part-") and name.endswith(".parquet"):
-                    self.first_seen.setdefault(name, now)
 
 
 @pytest.mark.kafka
