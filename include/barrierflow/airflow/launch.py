@@ -35,8 +35,15 @@ outcome; failed as *stalled* when no checkpoint completed for the run's param
 ``stall_after_seconds``. Clearing or killing the task instance does not stop the pipeline
 (stop it with the stop DAG, ``barrierflow stop SPEC``, which ends it with exit 0, or with
 ``kill <launcher pid>``, SIGTERM: the pid is in the launch record and in the task log); a
-second launch meanwhile is refused by the lease and by the running launcher. In cluster deploy mode (YARN,
-Kubernetes) the provider's own submit-and-track path runs, as before.
+second launch meanwhile is refused by the lease and by the running launcher.
+
+**Cluster deploy mode (Kubernetes, YARN): submitted, then deferred.** The cluster manager hosts
+the driver. The task submits the application under a name of barrierflow's choosing (the driver
+pod's name, or a YARN application tag) with ``waitAppCompletion=false``, so spark-submit returns
+once the cluster manager has it, and defers to
+:class:`~barrierflow.airflow.cluster_supervision.ClusterAppWatchTrigger`, which asks the cluster
+manager's REST API for the application's state and the checkpoint store for the pipeline's
+progress; the task holds no worker slot meanwhile and ends with the same verdicts.
 """
 
 from __future__ import annotations
@@ -173,9 +180,7 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
         self._hook = None  # built anew with these arguments
         hook = self._get_hook()
         if hook._connection["deploy_mode"] == "cluster":
-            self.log.info("cluster deploy mode: the cluster manager hosts the driver; submitting and tracking it as "
-                          "the Spark provider does (this task runs until the job ends)")
-            super().execute(context)
+            self._submit_to_cluster_and_defer(hook, context)
             return
         self._start_and_defer(hook, context)
 
@@ -230,6 +235,51 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
                                                 lost_after_seconds=max(stall_after, 3 * default_ttl()),
                                                 poll_seconds=self.watch_poll_seconds),
                    method_name="execute_complete")
+
+    def _submit_to_cluster_and_defer(self, hook: SparkSubmitHook, context: Any) -> None:
+        """Cluster deploy mode on Kubernetes or YARN: submit the application under a name of
+        barrierflow's choosing with ``waitAppCompletion=false`` (spark-submit returns once the
+        cluster manager has it), then defer to
+        :class:`~barrierflow.airflow.cluster_supervision.ClusterAppWatchTrigger`, which asks the
+        cluster manager's REST API and the pipeline's checkpoints from the triggerer."""
+        from datetime import UTC, datetime
+
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
+
+        from barrierflow.airflow.cluster_supervision import ClusterAppWatchTrigger
+        from barrierflow.errors import BarrierflowError
+        from barrierflow.lease import default_ttl
+        from barrierflow.spark.cluster_apps import cluster_app_for
+
+        try:
+            extra = BaseHook.get_connection(self._conn_id).extra_dejson
+        except AirflowNotFoundException:
+            extra = {}
+        launch_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + os.urandom(4).hex()
+        try:
+            app = cluster_app_for(str(hook._connection["master"]), pipeline=str(self.name or "pipeline"),
+                                  launch_id=launch_id,
+                                  namespace=hook._connection.get("namespace"),
+                                  yarn_rm_url=extra.get("yarn_resourcemanager_webapp_address"))
+        except BarrierflowError as exc:
+            raise AirflowFailException(f"not launching {self.spec_path}: {exc}") from exc
+        hook._conf = {**(hook._conf or {}), **app.submit_conf()}
+        home = str((self.env_vars or {}).get("BARRIERFLOW_HOME") or os.environ.get("BARRIERFLOW_HOME") or "")
+        self.log.info("cluster deploy mode: submitting %s; the task then defers while the cluster manager hosts "
+                      "the driver", app.describe())
+        if app.manager == "kubernetes":
+            # The provider then skips its check of the driver's exit code, which a submit that does not
+            # wait never prints; the trigger below is what tracks the driver pod.
+            hook._track_driver_via_k8s_api = True
+        hook.submit(self.application)
+        submitted_at = datetime.now(UTC).isoformat()
+        stall_after = float(context["params"].get("stall_after_seconds") or DEFAULT_STALL_AFTER_SECONDS)
+        self.defer(trigger=ClusterAppWatchTrigger(
+            app=app.as_dict(), spec_path=self.spec_path,
+            barrierflow_home=home, submitted_at=submitted_at,
+            stall_after_seconds=stall_after, lost_after_seconds=max(stall_after, 3 * default_ttl()),
+            poll_seconds=max(self.watch_poll_seconds, 20.0)), method_name="execute_complete")
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """The trigger's verdict: returned (XCom) when the job finished, else the task fails with
