@@ -1,24 +1,32 @@
-"""``python -m bench --scenario freshness``: how late committed output becomes visible, measured
-by the run and by an independent reader, side by side.
+"""``python -m bench --scenario freshness [--sink parquet|kafka|postgres ...]``: how late committed
+output becomes visible, measured by the run and by an independent reader, side by side.
 
 A producer thread writes ``--rate`` JSON records per second (for ``--seconds`` plus the start-up)
 to a topic of two partitions on the embedded broker (Apache Kafka), each with the broker-side
 record timestamp of its send (CreateTime: its arrival). The pipeline (barrierflow's Kafka reader
--> a projection keeping the record timestamp -> Parquet, 1 s checkpoints) runs for ``--seconds``
-in this process's SparkSession. Meanwhile a thread lists the Parquet sink's directory every few
-milliseconds and notes when each committed part file became visible (the independent reader).
+-> a projection keeping the record timestamp as ``arrived`` -> the sink, 1 s checkpoints) runs for
+``--seconds`` in this process's SparkSession. Meanwhile a thread reads the sink as a user of its
+output would, and notes when each record (or part file) first became visible:
 
-Printed per checkpoint that made records visible after the first completed one (which holds the
-start-up's backlog), as p50 / p99 / max (nearest rank), seconds:
+* **parquet**: lists the sink's directory every 5 ms (:class:`DirectoryWatch`); a checkpoint's
+  records are its epoch's part files.
+* **kafka**: a consumer with ``isolation.level=read_committed`` on the output topic
+  (:class:`CommittedTopicWatch`, confluent-kafka; what ``kcat -X isolation.level=read_committed``
+  shows); a checkpoint's records are those whose ``bf-epoch`` header names it.
+* **postgres**: a ``SELECT`` every 5 ms of the rows not yet seen (:class:`PollingSelect`, psycopg,
+  autocommit); a checkpoint's rows are those that became visible in one burst (rows of one
+  ``COMMIT PREPARED`` appear together; bursts are more than a third of the interval apart).
+
+Printed per sink, per checkpoint that made records visible after the first completed one (which
+holds the start-up's backlog), as p50 / p99 / max (nearest rank), seconds:
 
 * the run's freshness (``barrierflow_checkpoint_freshness_seconds``: the sink's commit time
   minus the oldest arrival among the records it made visible; docs/operations.md);
-* the reader's: when the last part file of the checkpoint's epoch became visible, minus the
-  oldest record timestamp in those files.
+* the reader's: when the checkpoint's last record became visible, minus the oldest ``arrived``
+  among its records.
 
-Not measured here (item of the same target, to come): a Kafka sink read by ``read_committed``
-and a PostgreSQL sink read by a polling SELECT. The figures are printed, never asserted: a
-benchmark, not a test; record them only from a quiet machine.
+The figures are printed, never asserted: a benchmark, not a test; record them only from a quiet
+machine.
 """
 
 from __future__ import annotations
@@ -82,14 +90,73 @@ def _produce(servers: str, topic: str, rate: float, stop: threading.Event) -> No
     producer.flush(30)
 
 
-def _spec(work: Path, servers: str, topic: str) -> dict[str, Any]:
+class CommittedTopicWatch(threading.Thread):
+    """The independent reader of a Kafka sink: a ``read_committed`` consumer of ``topic`` that
+    notes, per record, when it was first delivered (UTC), its ``arrived`` and its ``bf-epoch``
+    header (the checkpoint that committed it)."""
+
+    def __init__(self, servers: str, topic: str) -> None:
+        super().__init__(daemon=True, name="freshness-kafka-reader")
+        self.servers, self.topic = servers, topic
+        self.seen: list[tuple[datetime, datetime, int | None]] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": self.servers, "group.id": f"fresh-{uuid.uuid4().hex[:8]}",
+                             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False, "fetch.wait.max.ms": 5})
+        consumer.subscribe([self.topic])
+        try:
+            while not self.done.is_set():
+                for message in consumer.consume(10_000, timeout=0.05):
+                    if message.error():
+                        continue
+                    now = datetime.now(UTC)
+                    headers = dict(message.headers() or [])
+                    epoch = headers.get("bf-epoch")
+                    arrived = datetime.fromisoformat(json.loads(message.value())["arrived"])
+                    self.seen.append((now, arrived if arrived.tzinfo else arrived.replace(tzinfo=UTC),
+                                      int(epoch) if epoch is not None else None))
+        finally:
+            consumer.close()
+
+
+class PollingSelect(threading.Thread):
+    """The independent reader of a PostgreSQL sink: every 5 ms, ``SELECT id, arrived`` of the rows
+    above the longest run of ids seen from 0 (autocommit: each SELECT sees what is committed),
+    noting when each id was first seen (UTC)."""
+
+    def __init__(self, dsn: str, table: str) -> None:
+        super().__init__(daemon=True, name="freshness-postgres-reader")
+        self.dsn, self.table = dsn, table
+        self.seen: dict[int, tuple[datetime, datetime]] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        import psycopg
+
+        prefix = -1  # every id <= prefix was seen
+        with psycopg.connect(self.dsn, autocommit=True) as connection:
+            while not self.done.wait(0.005):
+                rows = connection.execute(f"SELECT id, arrived FROM {self.table} WHERE id > %s",
+                                          (prefix,)).fetchall()
+                now = datetime.now(UTC)
+                for row_id, arrived in rows:
+                    self.seen.setdefault(int(row_id), (now, arrived))
+                while prefix + 1 in self.seen:
+                    prefix += 1
+
+
+def _spec(work: Path, servers: str, topic: str, sink: dict[str, Any]) -> dict[str, Any]:
     return {
         "version": 1, "name": f"fresh-{uuid.uuid4().hex[:8]}", "work_dir": str(work / "work"),
         "sources": [{"name": "in", "type": "kafka", "bootstrap_servers": servers, "topics": [topic],
                      "format": "json", "json_fields": {"id": "long"}}],
         "transformation": {"function": "barrierflow.transforms.projection:project", "output_mode": "append",
                            "options": {"columns": {"id": "id", "arrived": "timestamp"}}},
-        "sinks": [{"name": "out", "type": "parquet", "path": f"file://{work / 'out'}"}],
+        "sinks": [{"name": "out", **sink}],
         "trigger": {"interval": "100ms"},
         "checkpoint": {"storage": f"file://{work / 'checkpoints'}", "interval": INTERVAL, "timeout": 120.0,
                        "tolerable_failed_checkpoints": 1000},
@@ -97,7 +164,7 @@ def _spec(work: Path, servers: str, topic: str) -> dict[str, Any]:
     }
 
 
-def _reader_figures(result: Any, watch: DirectoryWatch, out: Path, skip: int | None) -> list[float]:
+def _directory_figures(result: Any, watch: DirectoryWatch, out: Path, skip: int | None) -> list[float]:
     import pyarrow.parquet as pq
 
     figures = []
@@ -115,53 +182,124 @@ def _reader_figures(result: Any, watch: DirectoryWatch, out: Path, skip: int | N
     return figures
 
 
-def run_freshness_benchmark(seconds: float, rate: float, markdown: str | None = None) -> list[str]:
-    """Measure (module docstring); print and return the table's lines (also written to ``markdown``)."""
-    from barrierflow.kafka_io.embedded_broker import embedded_broker
+def _epoch_figures(seen: list[tuple[datetime, datetime, int | None]], skip: int | None) -> list[float]:
+    """Per ``bf-epoch``: the last record's visibility minus the oldest arrival."""
+    groups: dict[int, list[tuple[datetime, datetime]]] = {}
+    for visible, arrived, epoch in seen:
+        if epoch is not None and epoch != skip:
+            groups.setdefault(epoch, []).append((visible, arrived))
+    return [(max(v for v, _ in rows) - min(a for _, a in rows)).total_seconds() for _, rows in sorted(groups.items())]
+
+
+def _burst_figures(seen: list[tuple[datetime, datetime]]) -> list[float]:
+    """Rows that became visible together (gaps under a third of the interval), the first burst
+    (the start-up's backlog) left out: per burst, its last visibility minus its oldest arrival."""
+    bursts: list[list[tuple[datetime, datetime]]] = []
+    for visible, arrived in sorted(seen):
+        if bursts and (visible - bursts[-1][-1][0]).total_seconds() < INTERVAL / 3:
+            bursts[-1].append((visible, arrived))
+        else:
+            bursts.append([(visible, arrived)])
+    return [(max(v for v, _ in rows) - min(a for _, a in rows)).total_seconds() for rows in bursts[1:]]
+
+
+def _percentiles_row(label: str, values: list[float]) -> str:
+    if not values:
+        return f"| {label} | 0 | - | - | - |"
+    return (f"| {label} | {len(values)} | {_percentile(values, 0.5):.2f} | {_percentile(values, 0.99):.2f} | "
+            f"{max(values):.2f} |")
+
+
+def _measure_sink(kind: str, seconds: float, rate: float, servers: str, spark: Any,
+                  dsn: str | None) -> tuple[list[str], int]:
+    """One run into a sink of ``kind``: the two table rows and the checkpoints completed."""
     from barrierflow.runtime.job import StreamingJob
-    from barrierflow.runtime.session import build_session
     from barrierflow.spec import parse_spec
-    from barrierflow.spec.models import SparkSpec
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    started, load = datetime.now(UTC), os.getloadavg()[0]
-    work = Path(tempfile.mkdtemp(prefix="bf-fresh-bench-"))
+    work = Path(tempfile.mkdtemp(prefix=f"bf-fresh-{kind}-"))
     stop = threading.Event()
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, work, ignore_errors=True)
-        servers = stack.enter_context(embedded_broker(None, 60.0, 10.0))
-        topic = f"fresh-{uuid.uuid4().hex[:8]}"
+        topic, out_topic, table = (f"fresh-{uuid.uuid4().hex[:8]}", f"fresh-out-{uuid.uuid4().hex[:8]}",
+                                   f"fresh_{uuid.uuid4().hex[:8]}")
         admin = AdminClient({"bootstrap.servers": servers})  # held until its futures are done
-        for future in admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)]).values():
-            future.result(30)
-        spark = build_session(SparkSpec.model_validate({"master": "local[2]", "shuffle_partitions": 2}),
-                              app_name="barrierflow-freshness-bench")
+        wanted = [NewTopic(topic, num_partitions=2, replication_factor=1)]
+        if kind == "kafka":
+            wanted += [NewTopic(out_topic, num_partitions=2, replication_factor=1),
+                       NewTopic("__barrierflow_commits", num_partitions=1, replication_factor=1)]
+        for name, future in admin.create_topics(wanted).items():
+            try:
+                future.result(30)
+            except Exception:
+                if name != "__barrierflow_commits":  # made by an earlier sink's run
+                    raise
+        reader: DirectoryWatch | CommittedTopicWatch | PollingSelect
+        if kind == "parquet":
+            sink: dict[str, Any] = {"type": "parquet", "path": f"file://{work / 'out'}"}
+            reader = DirectoryWatch(work / "out")
+        elif kind == "kafka":
+            sink = {"type": "kafka", "bootstrap_servers": servers, "topic": out_topic}
+            reader = CommittedTopicWatch(servers, out_topic)
+        else:
+            import psycopg
+
+            assert dsn is not None
+            with psycopg.connect(dsn, autocommit=True) as connection:
+                connection.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, arrived timestamptz NOT NULL)")
+            sink = {"type": "postgres", "table": table, "dsn_env": "BARRIERFLOW_FRESHNESS_DSN"}
+            os.environ["BARRIERFLOW_FRESHNESS_DSN"] = dsn
+            reader = PollingSelect(dsn, table)
         producer = threading.Thread(target=_produce, args=(servers, topic, rate, stop), daemon=True)
         producer.start()
         stack.callback(producer.join)
         stack.callback(stop.set)
-        watch = DirectoryWatch(work / "out")
-        watch.start()
-        job = StreamingJob(parse_spec(_spec(work, servers, topic)), spark=spark)
-        result = job.run(duration=seconds)
-        watch.done.set()
-        watch.join()
+        reader.start()
+        result = StreamingJob(parse_spec(_spec(work, servers, topic, sink)), spark=spark).run(duration=seconds)
+        time.sleep(2 * INTERVAL)  # the reader sees the last commit (it polls every few milliseconds)
+        reader.done.set()
+        reader.join()
         # After the first completed checkpoint: the first holds the backlog of the start-up.
         first = result.completed[0].checkpoint_id if result.completed else None
         ours = [f.seconds for figures in result.freshness.values() for f in figures if f.checkpoint_id != first]
-        theirs = _reader_figures(result, watch, work / "out", skip=first)
-    lines = [f"Freshness of committed output, {started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, load average "
-             f"{load:.1f}: Kafka ({rate:g} records/s, 2 partitions) -> Parquet, {INTERVAL:g} s checkpoints, "
-             f"{seconds:g} s, {len(result.completed)} checkpoints completed; seconds per checkpoint that made "
-             "records visible, after the first completed one", "",
-             "| measured by | checkpoints | p50 | p99 | max |", "|---|---|---|---|---|"]
-    for label, values in (("the run (commit minus oldest arrival)", ours),
-                          ("directory listing (visible minus oldest record timestamp)", theirs)):
-        if values:
-            lines.append(f"| {label} | {len(values)} | {_percentile(values, 0.5):.2f} | "
-                         f"{_percentile(values, 0.99):.2f} | {max(values):.2f} |")
+        if isinstance(reader, DirectoryWatch):
+            theirs, how = _directory_figures(result, reader, work / "out", skip=first), "directory listing"
+        elif isinstance(reader, CommittedTopicWatch):
+            theirs, how = _epoch_figures(reader.seen, skip=first), "read_committed consumer, per bf-epoch"
         else:
-            lines.append(f"| {label} | 0 | - | - | - |")
+            theirs, how = _burst_figures(list(reader.seen.values())), "polling SELECT, per burst"
+    return [_percentiles_row(f"{kind}: the run (commit minus oldest arrival)", ours),
+            _percentiles_row(f"{kind}: {how} (visible minus oldest arrival)", theirs)], len(result.completed)
+
+
+def run_freshness_benchmark(seconds: float, rate: float, markdown: str | None = None,
+                            sinks: tuple[str, ...] = ("parquet",)) -> list[str]:
+    """Measure (module docstring) into each of ``sinks`` in turn; print and return the table's
+    lines (also written to ``markdown``)."""
+    from barrierflow.kafka_io.embedded_broker import embedded_broker
+    from barrierflow.runtime.session import build_session
+    from barrierflow.spec.models import SparkSpec
+
+    started, load = datetime.now(UTC), os.getloadavg()[0]
+    rows, completed = [], []
+    with ExitStack() as stack:
+        servers = stack.enter_context(embedded_broker(None, 60.0, 10.0))
+        dsn = None
+        if "postgres" in sinks:
+            from tests.support.postgres_server import running_postgres
+
+            dsn = stack.enter_context(running_postgres()).dsn
+        spark = build_session(SparkSpec.model_validate({"master": "local[2]", "shuffle_partitions": 2}),
+                              app_name="barrierflow-freshness-bench")
+        for kind in sinks:
+            sink_rows, count = _measure_sink(kind, seconds, rate, servers, spark, dsn)
+            rows += sink_rows
+            completed.append(f"{kind} {count}")
+    lines = [f"Freshness of committed output, {started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, load average "
+             f"{load:.1f} at the start: Kafka ({rate:g} records/s, 2 partitions) -> {', '.join(sinks)}, "
+             f"{INTERVAL:g} s checkpoints, {seconds:g} s per sink, checkpoints completed: {', '.join(completed)}; "
+             "seconds per checkpoint that made records visible, after the first completed one", "",
+             "| measured by | checkpoints | p50 | p99 | max |", "|---|---|---|---|---|", *rows]
     print("\n".join(lines))
     if markdown:
         Path(markdown).write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -77,8 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "partitions with the canary, state query and diff, the final totals checked against a "
                              "run never upgraded (bench/upgrade.py); lake-commit: what an Iceberg and a Delta sink add "
                              "per checkpoint on the driver, --checkpoints of them (no Spark, bench/lake_commit.py); "
-                             "freshness: Kafka -> Parquet at --rate records/s in total for --seconds, the run's "
-                             "freshness per checkpoint beside a directory listing's (bench/freshness.py)")
+                             "freshness: Kafka -> each --sink at --rate records/s in total for --seconds, the run's "
+                             "freshness per checkpoint beside an independent reader's (bench/freshness.py)")
+    parser.add_argument("--sink", choices=("parquet", "kafka", "postgres"), nargs="+", default=["parquet"],
+                        help="freshness scenario: the sinks to measure, one after the other")
     parser.add_argument("--rate", type=float, default=20_000.0,
                         help="stages scenario: records/s per source partition; freshness scenario: records/s "
                              "in total")
@@ -191,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario == "freshness":
         from bench.freshness import run_freshness_benchmark
 
-        run_freshness_benchmark(args.seconds, args.rate, markdown=args.markdown)
+        run_freshness_benchmark(args.seconds, args.rate, markdown=args.markdown,
+                                sinks=tuple(args.sink))
         return EXIT_OK
     if args.scenario == "lake-commit":
         from bench.lake_commit import run_lake_commit_benchmark
