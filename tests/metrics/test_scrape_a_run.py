@@ -195,6 +195,20 @@ def test_the_supervisor_of_stage_processes_serves_every_stages_figures_on_one_en
     for stage in pipeline.stages:  # (and a stage's part of a global checkpoint still in flight at the stop)
         kept = stage.store.checkpoint_ids()
         assert kept[:2] == newest and all(c > newest[-1] for c in kept[2:]), (stage.name, kept)
+    # Each stage process stores its sinks' freshness beside its checkpoints (chk-<n>/_freshness.json);
+    # the supervisor reads them into the run's result (and its metrics feed) as a run in one process
+    # has them: stage b's Parquet sink has one figure per global checkpoint that committed rows, each
+    # the stored one where the store still keeps it.
+    figures = outcome.result.freshness.get(("b", "out"), [])
+    assert figures, outcome.result.freshness
+    ids = [f.checkpoint_id for f in figures]
+    assert ids == sorted(set(ids)) and set(ids) <= {m.checkpoint_id for m in outcome.result.completed}
+    store_b = next(stage.store for stage in pipeline.stages if stage.name == "b")
+    for figure in figures:
+        assert figure.committed_at > figure.oldest_arrival
+        stored = store_b.freshness(figure.checkpoint_id)
+        assert stored in ({}, {"out": figure.seconds}), (figure, stored)
+    assert any(store_b.freshness(i) for i in ids)
 
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -126,18 +126,29 @@ class CheckpointStore:
         (commit time minus the oldest arrival it made visible) and the times it is made of."""
         self.objects.put_bytes(freshness_key(checkpoint_id), json.dumps({"sinks": sinks}).encode())
 
-    def freshness(self, checkpoint_id: int) -> dict[str, float]:
-        """Each sink's stored freshness of checkpoint ``checkpoint_id`` in seconds (empty: none
-        stored, or unreadable, which is logged: it is report data)."""
+    def freshness_record(self, checkpoint_id: int) -> dict[str, dict[str, Any]]:
+        """Each sink's stored freshness record of checkpoint ``checkpoint_id`` (what
+        :meth:`put_freshness` stored; empty: none stored, or unreadable, which is logged: it is
+        report data)."""
         key = freshness_key(checkpoint_id)
         try:
             sinks = json.loads(self.objects.get_bytes(key))["sinks"]
-            return {str(sink): float(figure["seconds"]) for sink, figure in sinks.items()}
+            return {str(sink): dict(figure) for sink, figure in sinks.items()}
         except ObjectNotFoundError:
             return {}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("the freshness record %s is unreadable (%s); the checkpoint's freshness is not shown",
                         self.objects.describe(key), exc)
+            return {}
+
+    def freshness(self, checkpoint_id: int) -> dict[str, float]:
+        """Each sink's stored freshness of checkpoint ``checkpoint_id`` in seconds (see
+        :meth:`freshness_record`)."""
+        try:
+            return {sink: float(figure["seconds"]) for sink, figure in self.freshness_record(checkpoint_id).items()}
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("the freshness record of checkpoint %d is unreadable (%s); its freshness is not shown",
+                        checkpoint_id, exc)
             return {}
 
     def promote(self, checkpoint_id: int, kind: CheckpointKind) -> Manifest:

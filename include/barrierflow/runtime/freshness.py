@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -94,6 +94,17 @@ class Freshness:
         """What is stored beside the checkpoint (``chk-<n>/_freshness.json``, per sink)."""
         return {"seconds": self.seconds, "committed_at": self.committed_at.isoformat(),
                 "oldest_arrival": self.oldest_arrival.isoformat(), "newest_arrival": self.newest_arrival.isoformat()}
+
+    @classmethod
+    def from_dict(cls, sink: str, checkpoint_id: int, record: Mapping[str, Any]) -> Freshness:
+        """The figure :meth:`as_dict` stored for ``sink`` and ``checkpoint_id``.
+
+        Raises:
+            KeyError, ValueError: the record lacks a time or holds one that does not parse.
+        """
+        return cls(sink, checkpoint_id, datetime.fromisoformat(str(record["committed_at"])),
+                   datetime.fromisoformat(str(record["oldest_arrival"])),
+                   datetime.fromisoformat(str(record["newest_arrival"])))
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

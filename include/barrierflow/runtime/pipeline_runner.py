@@ -431,6 +431,11 @@ class StageHost(ABC):
         stats = self.stats.get(runner.name)
         return None if stats is None else (stats, runner.coordinator)
 
+    def freshness(self, runner: StageRunner) -> dict[str, list[Freshness]]:
+        """Each sink's freshness figures of ``runner``'s stage in this run, oldest first
+        (:mod:`barrierflow.runtime.freshness`). By default the runner's own, whose query runs here."""
+        return runner.freshness.figures
+
     @abstractmethod
     def start(self, started: float) -> None:
         """Step 2: start every stage's query (``started``: when the run's clock started);
@@ -674,7 +679,7 @@ class PipelineRunner:
                     for runner in self.runners:
                         if (figures := host.figures(runner)) is not None:
                             feed.observe(runner.name, *figures, elapsed)
-                        feed.freshness(runner.name, runner.freshness.figures)
+                        feed.freshness(runner.name, host.freshness(runner))
                 if on_tick is not None:
                     on_tick()
                 if first_batch and host.stats and all(s.batches > 0 for s in host.stats.values()):

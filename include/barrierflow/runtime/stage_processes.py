@@ -59,6 +59,7 @@ from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
 from barrierflow.runtime.cuts import FollowedCuts, GlobalCheckpoints
+from barrierflow.runtime.freshness import Freshness
 from barrierflow.runtime.pipeline_runner import PipelineRunner, StageHost, StageResult, StageStats, progress_of
 from barrierflow.runtime.progress import Progress, StageProgress
 from barrierflow.runtime.running import RunningPipeline
@@ -154,6 +155,8 @@ class _StageProcess:
 
 #: How often the supervisor reads a stage process's progress file for the metrics feed (seconds).
 FIGURES_SECONDS = 0.5
+#: Completed checkpoints whose freshness record the supervisor keeps looking for, per stage.
+FRESHNESS_PENDING = 20
 
 
 class _StoredCheckpoints:
@@ -241,6 +244,9 @@ class StageProcesses(StageHost):
         self.stop_timeout = stop_timeout
         self.processes: list[_StageProcess] = []
         self._figures: dict[str, tuple[float, StageProgress, _StoredCheckpoints]] = {}
+        self._freshness: dict[str, dict[str, list[Freshness]]] = {}
+        self._freshness_pending: dict[str, list[int]] = {}
+        self._freshness_known: dict[str, int] = {}
 
     def start(self, started: float) -> None:
         """Raises JobFailedError: a stage process exited, or did not start its query in time."""
@@ -265,6 +271,32 @@ class StageProcesses(StageHost):
         self._figures[runner.name] = (now, progress, checkpoints)
         return progress, checkpoints
 
+    def freshness(self, runner: StageRunner) -> dict[str, list[Freshness]]:
+        """The freshness figures ``runner``'s stage process stored beside its checkpoints
+        (``chk-<n>/_freshness.json``) for the global checkpoints completed in this run, read once
+        each; a checkpoint whose record is not there yet (the stage process writes it after its
+        commits) is looked for again on later calls, the newest :data:`FRESHNESS_PENDING` of them."""
+        figures = self._freshness.setdefault(runner.name, {})
+        pending = self._freshness_pending.setdefault(runner.name, [])
+        known = self._freshness_known.get(runner.name, 0)
+        newer = [m.checkpoint_id for m in self.keeper.completed if m.checkpoint_id > known]
+        if newer:
+            self._freshness_known[runner.name] = newer[-1]
+        waiting = (pending + newer)[-FRESHNESS_PENDING:]
+        pending.clear()
+        for checkpoint_id in waiting:
+            record = runner.store.freshness_record(checkpoint_id)
+            if not record:
+                pending.append(checkpoint_id)
+                continue
+            for sink, figure in record.items():
+                try:
+                    figures.setdefault(sink, []).append(Freshness.from_dict(sink, checkpoint_id, figure))
+                except (KeyError, ValueError, TypeError) as exc:
+                    log.warning("%s: the freshness record of checkpoint %d, sink %s, is unreadable: %s",
+                                runner.name, checkpoint_id, sink, exc)
+        return figures
+
     def check(self) -> None:
         self._check_running()
 
@@ -283,7 +315,9 @@ class StageProcesses(StageHost):
         still holds (the run's retention of ``checkpoint.retained`` deleted the older ones)."""
         completed = self.keeper.completed
         return {stage.name: StageResult(completed=[m for m in (_stored(stage.store, c.checkpoint_id) for c in completed)
-                                                   if m is not None])
+                                                   if m is not None],
+                                        freshness={sink: list(figures)
+                                                   for sink, figures in self.freshness(stage).items()})
                 for stage in self.job.stages}
 
     # -- the stage processes --------------------------------------------------------------
