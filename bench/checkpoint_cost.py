@@ -15,7 +15,11 @@ no manifest, no sink pre-commit or commit). A warm-up run of each mode comes fir
 dropped), then ``--rounds`` rounds, each running both modes, the order reversed every other
 round. Records/s are counted after the first batch (:mod:`bench.rates`), the same way in both
 modes; the ratio of each round (with / without, the two ran back to back), their median and
-spread are printed.
+spread are printed. Beside them, per run, the CPU seconds of this Python process (coordinator,
+snapshot, upload, manifests) and of the driver JVM (Spark: the executors of ``local[2]`` run in
+it) and its GC seconds: equal records per JVM CPU-second in both modes with a lower rate with
+checkpoints say the checkpoint takes the machine's CPU or disk from Spark; fewer records per JVM
+CPU-second say Spark itself does more work with checkpoints.
 
 Beside the rates, the profile of each run: Spark's per-batch ``durationMs`` parts
 (``StreamingQueryProgress``: ``addBatch``, ``commitOffsets``, ``walCommit``,
@@ -71,6 +75,8 @@ class RunFigures:
     batches: int
     checkpoints: int
     driver_cpu_seconds: float
+    jvm_cpu_seconds: float = 0.0
+    gc_seconds: float = 0.0
     batch_parts: dict[int, dict[str, float]] = field(default_factory=dict)
     batch_kind: dict[int, str] = field(default_factory=dict)
     sync_ms: list[float] = field(default_factory=list)
@@ -124,17 +130,20 @@ def classify(batches: Sequence[int], barrier_batches: Sequence[int]) -> dict[int
 def run_job(make_job: Callable[[], Any], mode: str, number: int, **run_args: Any) -> RunFigures:
     """One run of the job ``make_job`` builds, in ``mode``; the first batch is left out of the
     profile (it carries the query's start)."""
+    from bench.jvm import JvmUsage
+
     job = make_job()
     log = ProgressLog(mode == WITH)
-    before = os.times()
+    before, jvm_before = os.times(), JvmUsage.now(job.spark)
     result = job.run(on_tick=log, **run_args)
-    after = os.times()
+    after, jvm = os.times(), JvmUsage.now(job.spark).since(jvm_before)
     if job.query is not None:
         log.read(job.query)
     parts = {b: p for b, p in log.parts.items() if b != min(log.parts, default=-1)}
     barriers = [m.spark_batch_id for m in result.completed]
     return RunFigures(mode, number, job_rate(result), result.records, result.batches, len(result.completed),
-                      (after.user + after.system) - (before.user + before.system), parts,
+                      (after.user + after.system) - (before.user + before.system), jvm.cpu_seconds,
+                      jvm.gc_seconds, parts,
                       classify(sorted(parts), barriers), [m.sync_ms for m in result.completed],
                       [m.async_ms for m in result.completed])
 
@@ -199,13 +208,18 @@ def render(job: str, header: Mapping[str, Any], runs: Sequence[RunFigures]) -> s
              f"commit {header['commit']}, {header['started']} UTC, {header['cores']} cores, load average (1 min) "
              f"{header['load_start']:.2f} at the start, {header['load_end']:.2f} at the end; {header['what']}", "",
              "| mode | records/s per round (after the first batch) | median | checkpoints per run "
-             "| this process CPU-s per run |", "|---|---|---:|---|---|"]
+             "| this process CPU-s per run | JVM CPU-s per run | JVM GC s per run | records per JVM CPU-s (median) |",
+             "|---|---|---:|---|---|---|---|---:|"]
     for mode in (WITHOUT, WITH):
         mine = [r for r in runs if r.mode == mode]
         median = statistics.median(r.rate for r in mine)
+        per_cpu = statistics.median(r.records / r.jvm_cpu_seconds if r.jvm_cpu_seconds else 0.0 for r in mine)
         lines.append(f"| {mode} | {', '.join(f'{r.rate:,.0f}' for r in mine)} "
                      f"| {median:,.0f} | {', '.join(str(r.checkpoints) for r in mine)} "
-                     f"| {', '.join(f'{r.driver_cpu_seconds:.1f}' for r in mine)} |")
+                     f"| {', '.join(f'{r.driver_cpu_seconds:.1f}' for r in mine)} "
+                     f"| {', '.join(f'{r.jvm_cpu_seconds:.1f}' for r in mine)} "
+                     f"| {', '.join(f'{r.gc_seconds:.1f}' for r in mine)} "
+                     f"| {per_cpu:,.0f} |")
     if ratios:
         lines += ["", f"with / without, per round (back to back): {', '.join(f'{x:.3f}' for x in ratios)}; median "
                       f"{statistics.median(ratios):.3f}, spread {min(ratios):.3f}-{max(ratios):.3f}"]

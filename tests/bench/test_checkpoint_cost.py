@@ -12,7 +12,7 @@ from bench.checkpoint_cost import PARTS, WITH, WITHOUT, RunFigures, classify, pa
 
 def _figures(mode: str, number: int, rate: float, durations: dict[int, float], barriers: list[int]) -> RunFigures:
     parts = {b: {p: (ms if p == "triggerExecution" else 0.0) for p in PARTS} for b, ms in durations.items()}
-    return RunFigures(mode, number, rate, 1000, len(parts), len(barriers), 0.5, parts,
+    return RunFigures(mode, number, rate, 1000, len(parts), len(barriers), 0.5, 2.0, 0.1, parts,
                       classify(sorted(parts), barriers))
 
 
