@@ -3,6 +3,7 @@ prints numbers, never asserts them)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -44,3 +45,26 @@ def test_job_applies_to_the_checkpoint_cost_scenario_only(capsys: pytest.Capture
     assert "--job applies to --scenario checkpoint-cost only" in capsys.readouterr().err
     assert main(["--scenario", "checkpoint-cost", "--job", "kafka", "--records", "2"]) == 2
     assert "--records needs at least 4 records" in capsys.readouterr().err
+
+
+def test_a_kafka_run_ends_at_the_batch_that_read_the_topics_last_record(tmp_path: object) -> None:
+    """Both modes end the same way: at the first committed batch whose offsets (the connector's
+    line merged with the barrier-only source's) reach the topic's record count."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from bench.checkpoint_cost import ReadAll
+
+    root = Path(str(tmp_path))
+    (root / "offsets").mkdir()
+    for batch, ends in ((0, 100), (1, 250)):
+        (root / "offsets" / str(batch)).write_text(
+            "v1\n{}\n" + json.dumps({"t": {"0": ends, "1": ends}})
+            + '\n{"partitions": {}, "barrier": 0, "connector": "kafka"}')
+    job = SimpleNamespace(runner=SimpleNamespace(latest_batch=None), layout=SimpleNamespace(spark_checkpoint=root))
+    until = ReadAll(500)
+    assert until(job) is False  # nothing committed yet
+    job.runner.latest_batch = 0
+    assert until(job) is False  # 200 of 500
+    job.runner.latest_batch = 1
+    assert until(job) is True
