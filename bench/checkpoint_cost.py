@@ -60,6 +60,9 @@ PARTS = ("triggerExecution", "addBatch", "latestOffset", "getBatch", "queryPlann
 #: How often a run's recent progress reports are read (seconds): Spark keeps the newest 100.
 PROGRESS_POLL = 5.0
 RESULTS = Path("bench/results/checkpoint-cost")
+#: How long the embedded broker may take to answer (the default, 60 s, was too short twice at a
+#: load average of 20 on the 2-core machine; a quiet machine starts it in seconds).
+BROKER_START_SECONDS = 180.0
 
 
 @dataclass
@@ -279,7 +282,7 @@ def kafka_runs(records: int, batch: int, partitions: int, rounds: int, cap: floa
     from bench.kafka_source import kafka_source, pipeline_spec, produce
 
     with ExitStack() as stack:
-        servers = stack.enter_context(embedded_broker(None, 30.0, 10.0))
+        servers = stack.enter_context(embedded_broker(None, BROKER_START_SECONDS, 10.0))
         topic = f"kcost-{uuid.uuid4().hex[:8]}"
         produce(servers, topic, records, partitions)
         spark = build_session(SparkSpec.model_validate({"master": "local[2]", "shuffle_partitions": 2}),
