@@ -60,8 +60,8 @@ PARTS = ("triggerExecution", "addBatch", "latestOffset", "getBatch", "queryPlann
 #: How often a run's recent progress reports are read (seconds): Spark keeps the newest 100.
 PROGRESS_POLL = 5.0
 RESULTS = Path("bench/results/checkpoint-cost")
-#: How long the embedded broker may take to answer (the default, 60 s, was too short twice at a
-#: load average of 20 on the 2-core machine; a quiet machine starts it in seconds).
+#: How long the embedded broker may take to answer (30 s, the Kafka scenario's, was too short twice
+#: at a load average of 20 on the 2-core machine; a quiet machine starts it in seconds).
 BROKER_START_SECONDS = 180.0
 
 
