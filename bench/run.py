@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak",
-                                               "stages", "upload-cpu", "kafka", "upgrade", "lake-commit", "freshness"),
+                                               "stages", "upload-cpu", "kafka", "upgrade", "lake-commit", "freshness",
+                                               "checkpoint-cost"),
                         default="abs-overhead",
                         help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time; "
                              "scale: bookkeeping cost per source partition (no Spark); "
@@ -78,9 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
                              "run never upgraded (bench/upgrade.py); lake-commit: what an Iceberg and a Delta sink add "
                              "per checkpoint on the driver, --checkpoints of them (no Spark, bench/lake_commit.py); "
                              "freshness: Kafka -> each --sink at --rate records/s in total for --seconds, the run's "
-                             "freshness per checkpoint beside an independent reader's (bench/freshness.py)")
+                             "freshness per checkpoint beside an independent reader's (bench/freshness.py); "
+                             "checkpoint-cost: --job with 1 s checkpoints against the same job without, "
+                             "alternating rounds, with Spark's per-batch durations of barrier batches against the "
+                             "others (bench/checkpoint_cost.py)")
     parser.add_argument("--sink", choices=("parquet", "kafka", "postgres"), nargs="+", default=["parquet"],
                         help="freshness scenario: the sinks to measure, one after the other")
+    parser.add_argument("--job", choices=("reference", "kafka"), default="reference",
+                        help="checkpoint-cost scenario: the reference job (generator, --seconds per run) or the "
+                             "Kafka JSON job (Spark's connector, the JVM JSON decoder, --records read to the end)")
+    parser.add_argument("--records", type=int, default=8_000_000,
+                        help="checkpoint-cost scenario, Kafka job: records in the topic")
     parser.add_argument("--rate", type=float, default=20_000.0,
                         help="stages scenario: records/s per source partition; freshness scenario: records/s "
                              "in total")
@@ -147,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError("--systems applies to --scenario kafka only; drop it")
     if args.text != "plain" and (args.scenario != "kafka" or args.compare):
         raise UserInputError("--text applies to --scenario kafka only; drop it")
+    if args.scenario != "checkpoint-cost" and args.job != "reference":
+        raise UserInputError("--job applies to --scenario checkpoint-cost only; drop it")
     if args.compare == "flink-sql":
         from bench.flink_compare import run_flink_comparison
 
@@ -190,6 +201,14 @@ def run(args: argparse.Namespace) -> int:
 
         return run_kafka_benchmark([*(["--markdown", args.markdown] if args.markdown else []),
                                     *(["--systems"] if args.systems else []), "--text", args.text])
+    if args.scenario == "checkpoint-cost":
+        from bench.checkpoint_cost import run_checkpoint_cost
+
+        if args.records < 4:
+            raise UserInputError(f"bench --records needs at least 4 records (got {args.records})")
+        run_checkpoint_cost(args.job, rounds=args.rounds, seconds=args.seconds, spec_path=args.spec,
+                            records=args.records, markdown=args.markdown)
+        return EXIT_OK
     if args.scenario == "freshness":
         from bench.freshness import run_freshness_benchmark
 
