@@ -35,6 +35,8 @@ DEFAULT_SECONDS = 30.0
 #: side by side: 6 global checkpoints completed, medians 3.0 s timed-out and 2.6x unaligned,
 #: against 40-51 and 1.75 s / 1.28x in 120 s runs of the same code).
 STAGES_SECONDS = 120.0
+#: The nexmark scenario's default per run: six queries, two engines, three rounds in about 17 minutes.
+NEXMARK_SECONDS = 15.0
 #: ``--keys`` unless given: the restore scenario's, the upgrade scenario's.
 RESTORE_KEYS, UPGRADE_KEYS = 2_000_000, 3_400_000
 
@@ -44,6 +46,8 @@ def seconds_per_mode(given: float | None, scenario: str, compare: str | None = N
     stages scenario, :data:`DEFAULT_SECONDS` otherwise)."""
     if given is not None:
         return given
+    if scenario == "nexmark" and not compare:
+        return NEXMARK_SECONDS
     return STAGES_SECONDS if scenario == "stages" and not compare else DEFAULT_SECONDS
 
 
@@ -61,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak",
-                                               "stages", "upload-cpu", "kafka", "upgrade", "lake-commit", "freshness"),
+                                               "stages", "upload-cpu", "kafka", "upgrade", "lake-commit", "freshness",
+                                               "nexmark"),
                         default="abs-overhead",
                         help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time; "
                              "scale: bookkeeping cost per source partition (no Spark); "
@@ -78,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "run never upgraded (bench/upgrade.py); lake-commit: what an Iceberg and a Delta sink add "
                              "per checkpoint on the driver, --checkpoints of them (no Spark, bench/lake_commit.py); "
                              "freshness: Kafka -> Parquet at --rate records/s in total for --seconds, the run's "
-                             "freshness per checkpoint beside a directory listing's (bench/freshness.py)")
+                             "freshness per checkpoint beside a directory listing's (bench/freshness.py); nexmark: "
+                             "Nexmark q0, q1, q2, q5, q7, q8 on barrierflow and Flink SQL on one Kafka topic, "
+                             "alternating per round (--events, --queries, --engines; bench/nexmark/)")
     parser.add_argument("--rate", type=float, default=20_000.0,
                         help="stages scenario: records/s per source partition; freshness scenario: records/s "
                              "in total")
@@ -120,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--text", choices=("plain", "realistic"), default="plain",
                         help="kafka scenario: the records, plain (ASCII key, value, event_time) or realistic (names, "
                              "URLs, comments besides, about 30 %% with non-ASCII text; bench/json_records.py)")
+    parser.add_argument("--events", type=int, default=None,
+                        help="nexmark scenario: Nexmark events in the topic (default 4,000,000)")
+    parser.add_argument("--queries", default=None,
+                        help="nexmark scenario: the queries to run, comma separated (default q0,q1,q2,q5,q7,q8)")
+    parser.add_argument("--engines", default=None,
+                        help="nexmark scenario: barrierflow and/or flink, comma separated (default both)")
     parser.add_argument("--compare", choices=("flink-sql",),
                         help="instead of a scenario: the reference job on barrierflow and on Flink SQL side by side, "
                              "without and with 1 s checkpoints, alternating (needs `make flink`)")
@@ -145,6 +158,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError("--systems applies to --scenario kafka only; drop it")
     if args.text != "plain" and (args.scenario != "kafka" or args.compare):
         raise UserInputError("--text applies to --scenario kafka only; drop it")
+    nexmark_options = [o for o, v in (("--events", args.events), ("--queries", args.queries),
+                                      ("--engines", args.engines)) if v is not None]
+    if nexmark_options and (args.scenario != "nexmark" or args.compare):
+        raise UserInputError(f"{', '.join(nexmark_options)} apply to --scenario nexmark only; drop them")
     if args.compare == "flink-sql":
         from bench.flink_compare import run_flink_comparison
 
@@ -188,6 +205,15 @@ def run(args: argparse.Namespace) -> int:
 
         return run_kafka_benchmark([*(["--markdown", args.markdown] if args.markdown else []),
                                     *(["--systems"] if args.systems else []), "--text", args.text])
+    if args.scenario == "nexmark":
+        from bench.nexmark.queries import QUERIES
+        from bench.nexmark.scenario import DEFAULT_EVENTS, ENGINES, run_nexmark_benchmark
+
+        run_nexmark_benchmark(events=args.events if args.events is not None else DEFAULT_EVENTS,
+                              seconds=args.seconds, rounds=args.rounds,
+                              queries=_names(args.queries, tuple(QUERIES)), engines=_names(args.engines, ENGINES),
+                              markdown=args.markdown, command=" ".join(["python -m bench", *getattr(args, "argv", [])]))
+        return EXIT_OK
     if args.scenario == "freshness":
         from bench.freshness import run_freshness_benchmark
 
@@ -232,6 +258,13 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _names(given: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated option's names, ``default`` when not given."""
+    if given is None:
+        return default
+    return tuple(n.strip() for n in given.split(",") if n.strip())
+
+
 def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -240,6 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (see the module docstring)."""
     try:
         args = build_parser().parse_args(list(argv) if argv is not None else None)
+        args.argv = list(argv) if argv is not None else sys.argv[1:]
     except UserInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

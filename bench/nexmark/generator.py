@@ -32,7 +32,6 @@ with ``events(m)`` for ``m < n``, and any range of whole blocks can be drawn on 
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
