@@ -253,6 +253,8 @@ def run_nexmark_benchmark(*, events: int = DEFAULT_EVENTS, seconds: float = DEFA
     source_jars([], ["spark-kafka"])
     flink = (flink_python(), flink_jars()) if "flink" in engines else None
     config = generator.GeneratorConfig(seed=seed, rate=rate)
+    # at least 10 batches in a topic (a run's first batch is not counted)
+    batch = max(1, min(batch, events // partitions // 10))
     started, load_start, revision = datetime.now(UTC), os.getloadavg()[0], commit()
     say(f"Nexmark side by side, {started:%Y-%m-%d %H:%M} UTC, commit {revision}, {os.cpu_count()} cores, load "
         f"average {load_start:.1f}; {rounds} round(s) of {', '.join(queries)} on {', '.join(engines)}; "
