@@ -35,7 +35,7 @@ DEFAULT_SECONDS = 30.0
 #: side by side: 6 global checkpoints completed, medians 3.0 s timed-out and 2.6x unaligned,
 #: against 40-51 and 1.75 s / 1.28x in 120 s runs of the same code).
 STAGES_SECONDS = 120.0
-#: The nexmark scenario's default per run: six queries, two engines, three rounds in about 17 minutes.
+#: The nexmark scenario's default per run: six queries, two engines, three rounds in about 18 minutes.
 NEXMARK_SECONDS = 15.0
 #: ``--keys`` unless given: the restore scenario's, the upgrade scenario's.
 RESTORE_KEYS, UPGRADE_KEYS = 2_000_000, 3_400_000

@@ -54,7 +54,7 @@ from bench.nexmark.queries import QUERIES, Query, pipeline_spec
 
 ENGINES = ("barrierflow", "flink")
 CORES = 2
-#: Defaults sized so that ``--rounds 3`` of all six queries takes about 17 minutes on 2 cores.
+#: Defaults sized so that ``--rounds 3`` of all six queries takes about 18 minutes on 2 quiet cores.
 DEFAULT_EVENTS, DEFAULT_SECONDS, DEFAULT_PARTITIONS, DEFAULT_BATCH = 4_000_000, 15.0, 4, 100_000
 #: Flink's first run of a query reads this many events per measured second (then sized from its last).
 FLINK_FIRST_RATE = 60_000.0
