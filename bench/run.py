@@ -35,6 +35,8 @@ DEFAULT_SECONDS = 30.0
 #: side by side: 6 global checkpoints completed, medians 3.0 s timed-out and 2.6x unaligned,
 #: against 40-51 and 1.75 s / 1.28x in 120 s runs of the same code).
 STAGES_SECONDS = 120.0
+#: The nexmark scenario's default per run: six queries, two engines, three rounds in about 18 minutes.
+NEXMARK_SECONDS = 15.0
 #: ``--keys`` unless given: the restore scenario's, the upgrade scenario's.
 RESTORE_KEYS, UPGRADE_KEYS = 2_000_000, 3_400_000
 
@@ -44,6 +46,8 @@ def seconds_per_mode(given: float | None, scenario: str, compare: str | None = N
     stages scenario, :data:`DEFAULT_SECONDS` otherwise)."""
     if given is not None:
         return given
+    if scenario == "nexmark" and not compare:
+        return NEXMARK_SECONDS
     return STAGES_SECONDS if scenario == "stages" and not compare else DEFAULT_SECONDS
 
 
@@ -62,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak",
                                                "stages", "upload-cpu", "kafka", "upgrade", "lake-commit", "freshness",
-                                               "checkpoint-cost"),
+                                               "checkpoint-cost", "nexmark"),
                         default="abs-overhead",
                         help="abs-overhead: throughput per checkpoint mode; restore: restore + first batch time; "
                              "scale: bookkeeping cost per source partition (no Spark); "
@@ -82,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "freshness per checkpoint beside an independent reader's (bench/freshness.py); "
                              "checkpoint-cost: --job with 1 s checkpoints against the same job without, "
                              "alternating rounds, with Spark's per-batch durations of barrier batches against the "
-                             "others (bench/checkpoint_cost.py)")
+                             "others (bench/checkpoint_cost.py); nexmark: Nexmark q0, q1, q2, q5, q7, q8 on "
+                             "barrierflow and Flink SQL on one Kafka topic, alternating per round (--events, --queries,"
+                             " --engines; bench/nexmark/)")
     parser.add_argument("--sink", choices=("parquet", "kafka", "postgres"), nargs="+", default=["parquet"],
                         help="freshness scenario: the sinks to measure, one after the other")
     parser.add_argument("--job", choices=("reference", "kafka"), default="reference",
@@ -131,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--text", choices=("plain", "realistic"), default="plain",
                         help="kafka scenario: the records, plain (ASCII key, value, event_time) or realistic (names, "
                              "URLs, comments besides, about 30 %% with non-ASCII text; bench/json_records.py)")
+    parser.add_argument("--events", type=int, default=None,
+                        help="nexmark scenario: Nexmark events in the topic (default 4,000,000)")
+    parser.add_argument("--queries", default=None,
+                        help="nexmark scenario: the queries to run, comma separated (default q0,q1,q2,q5,q7,q8)")
+    parser.add_argument("--engines", default=None,
+                        help="nexmark scenario: barrierflow and/or flink, comma separated (default both)")
     parser.add_argument("--compare", choices=("flink-sql",),
                         help="instead of a scenario: the reference job on barrierflow and on Flink SQL side by side, "
                              "without and with 1 s checkpoints, alternating (needs `make flink`)")
@@ -158,6 +170,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError("--text applies to --scenario kafka only; drop it")
     if args.scenario != "checkpoint-cost" and args.job != "reference":
         raise UserInputError("--job applies to --scenario checkpoint-cost only; drop it")
+    nexmark_options = [o for o, v in (("--events", args.events), ("--queries", args.queries),
+                                      ("--engines", args.engines)) if v is not None]
+    if nexmark_options and (args.scenario != "nexmark" or args.compare):
+        raise UserInputError(f"{', '.join(nexmark_options)} apply to --scenario nexmark only; drop them")
     if args.compare == "flink-sql":
         from bench.flink_compare import run_flink_comparison
 
@@ -209,6 +225,15 @@ def run(args: argparse.Namespace) -> int:
         run_checkpoint_cost(args.job, rounds=args.rounds, seconds=args.seconds, spec_path=args.spec,
                             records=args.records, markdown=args.markdown)
         return EXIT_OK
+    if args.scenario == "nexmark":
+        from bench.nexmark.queries import QUERIES
+        from bench.nexmark.scenario import DEFAULT_EVENTS, ENGINES, run_nexmark_benchmark
+
+        run_nexmark_benchmark(events=args.events if args.events is not None else DEFAULT_EVENTS,
+                              seconds=args.seconds, rounds=args.rounds,
+                              queries=_names(args.queries, tuple(QUERIES)), engines=_names(args.engines, ENGINES),
+                              markdown=args.markdown, command=" ".join(["python -m bench", *getattr(args, "argv", [])]))
+        return EXIT_OK
     if args.scenario == "freshness":
         from bench.freshness import run_freshness_benchmark
 
@@ -254,6 +279,13 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _names(given: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated option's names, ``default`` when not given."""
+    if given is None:
+        return default
+    return tuple(n.strip() for n in given.split(",") if n.strip())
+
+
 def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -262,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (see the module docstring)."""
     try:
         args = build_parser().parse_args(list(argv) if argv is not None else None)
+        args.argv = list(argv) if argv is not None else sys.argv[1:]
     except UserInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -20,6 +20,10 @@ def test_bench_rejects_bad_numbers(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--interleave applies to --scenario abs-overhead only" in capsys.readouterr().err
     assert main(["--scenario", "restore", "--text", "realistic"]) == 2
     assert "--text applies to --scenario kafka only; drop it" in capsys.readouterr().err
+    assert main(["--scenario", "kafka", "--events", "1000", "--queries", "q5"]) == 2
+    assert "--events, --queries apply to --scenario nexmark only; drop them" in capsys.readouterr().err
+    assert main(["--scenario", "nexmark", "--queries", "q3", "--engines", "flink"]) == 2
+    assert "--queries takes q0, q1, q2, q5, q7, q8" in capsys.readouterr().err
 
 
 def test_the_stages_scenario_measures_past_the_warm_up_unless_told_otherwise() -> None:
@@ -29,6 +33,7 @@ def test_the_stages_scenario_measures_past_the_warm_up_unless_told_otherwise() -
     assert seconds_per_mode(None, "stages") == STAGES_SECONDS == 120.0
     assert seconds_per_mode(None, "abs-overhead") == seconds_per_mode(None, "stages", "flink-sql") == DEFAULT_SECONDS
     assert seconds_per_mode(45.0, "stages") == 45.0
+    assert seconds_per_mode(None, "nexmark") == 15.0
 
 
 def test_scale_scenario_measures_every_size_with_verified_synthetic_checkpoints(
