@@ -96,11 +96,30 @@ class AirflowServer:
             if migrated.returncode != 0:
                 raise RuntimeError(f"airflow db migrate failed ({migrated.returncode}): {migrated.stderr[-3000:]}")
         for name in self.components:
-            with open(self.home / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
-                self.procs[name] = subprocess.Popen([airflow, name], env=self.env, stdout=log,
-                                                    stderr=subprocess.STDOUT, start_new_session=True)
+            self._spawn(name)
         self.wait_for(self._healthy, timeout, f"Airflow's {', '.join(self.components)} to be healthy")
         return self
+
+    def _spawn(self, name: str) -> None:
+        airflow = str(Path(sys.executable).parent / "airflow")
+        with open(self.home / f"{name}.log", "ab") as log:  # the child keeps its own descriptor
+            self.procs[name] = subprocess.Popen([airflow, name], env=self.env, stdout=log,
+                                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill_component(self, name: str) -> None:
+        """SIGKILL one component's whole process group (with the task processes it started), as a
+        crash would; :meth:`start_component` starts it again."""
+        proc = self.procs[name]
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+
+    def start_component(self, name: str, timeout: float = 180) -> None:
+        """Start one component again (after :meth:`kill_component`) and wait until all are healthy."""
+        self._spawn(name)
+        self.wait_for(self._healthy, timeout, f"Airflow's {name} to be healthy again")
 
     def stop(self, timeout: float = 30) -> None:
         for proc in self.procs.values():

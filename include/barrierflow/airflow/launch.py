@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import collections
 import os
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -200,16 +201,12 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
         given = [jar for jar in (self.jars or "").split(",") if jar]
         return ",".join(dict.fromkeys([*given, *needed])) or None
 
-    def _start_and_defer(self, hook: SparkSubmitHook, context: Any) -> None:
+    def _start_and_defer(self, hook: SparkSubmitHook, context: Any, *, chain: str = "") -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from barrierflow.airflow.supervision import PipelineWatchTrigger
-        from barrierflow.lease import default_ttl
         from barrierflow.ops.detached_launch import live_launches, start_detached
 
-        home = str((self.env_vars or {}).get("BARRIERFLOW_HOME") or os.environ.get("BARRIERFLOW_HOME") or "")
-        if home:
-            os.environ.setdefault("BARRIERFLOW_HOME", home)
+        home = self._home()
         running = live_launches(self.spec_path)
         if running:
             raise AirflowFailException(
@@ -218,17 +215,35 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
                 f"wait for it or stop it first (kill {running[0].pid})")
         command = hook._build_spark_submit_command(self.application)  # also resolves hook._env
         env = {**os.environ, **{k: str(v) for k, v in (hook._env or {}).items()}}
-        record = start_detached(self.spec_path, command, env=env)
-        stall_after = float(context["params"].get("stall_after_seconds") or DEFAULT_STALL_AFTER_SECONDS)
+        record = start_detached(self.spec_path, command, env=env, chain=chain)
         self.log.info("started the pipeline detached: launcher pid %d on %s (stop it with `kill %d`), log %s, "
                       "launch record %s; spark-submit cmd: %s", record.pid, record.host, record.pid, record.log,
                       record.path, hook._mask_cmd(command))
+        self._watch(str(record.path), context, home)
+
+    def _home(self) -> str:
+        home = str((self.env_vars or {}).get("BARRIERFLOW_HOME") or os.environ.get("BARRIERFLOW_HOME") or "")
+        if home:
+            os.environ.setdefault("BARRIERFLOW_HOME", home)
+        return home
+
+    def _watch(self, record_path: str, context: Any, home: str) -> None:
+        """Defer to the watch of the launch at ``record_path``; a spec with a ``restart:`` block
+        has a lost launcher relaunched (``lost``) rather than failed."""
+        from barrierflow.airflow.supervision import PipelineWatchTrigger
+        from barrierflow.lease import default_ttl
+        from barrierflow.spec.loader import load_any_spec
+
+        relaunch = load_any_spec(self.spec_path).restart is not None
+        stall_after = float(context["params"].get("stall_after_seconds") or DEFAULT_STALL_AFTER_SECONDS)
         self.log.info("deferring to the triggerer: success when the job ends with exit 0, failure when it fails or "
-                      "no checkpoint completes for %g s", stall_after)
-        self.defer(trigger=PipelineWatchTrigger(record_path=str(record.path), barrierflow_home=home,
+                      "no checkpoint completes for %g s%s", stall_after,
+                      "; a lost launcher (host or container lost) is relaunched by the restart strategy once the "
+                      "pipeline's lease expired" if relaunch else "")
+        self.defer(trigger=PipelineWatchTrigger(record_path=record_path, barrierflow_home=home,
                                                 stall_after_seconds=stall_after,
                                                 lost_after_seconds=max(stall_after, 3 * default_ttl()),
-                                                poll_seconds=self.watch_poll_seconds),
+                                                poll_seconds=self.watch_poll_seconds, relaunch=relaunch),
                    method_name="execute_complete")
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -238,10 +253,84 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
 
         if event and event.get("log"):
             self._show_job_log(str(event["log"]))
+        if event and event.get("outcome") == "lost":
+            self._after_loss(context, event)
         if not event or event.get("outcome") != "finished":
             raise AirflowFailException(str((event or {}).get("message") or f"no verdict from the watch: {event!r}"))
         self.log.info("%s", event["message"])
         return event
+
+    def _after_loss(self, context: Any, event: dict[str, Any]) -> None:
+        """The launcher was lost and its lease is not live: count the loss against the restart
+        strategy (the chain's ledger), then relaunch after its delay, or fail past the budget
+        (the ``gave_up`` alert sent). Never returns: defers or raises."""
+        from airflow.providers.standard.triggers.temporal import DateTimeTrigger
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from barrierflow.errors import BarrierflowError
+        from barrierflow.lease import JobAlreadyRunningError
+        from barrierflow.ops.relaunch import decide_relaunch
+
+        home = self._home()
+        record_path = str(event["record_path"])
+        try:
+            decision = decide_relaunch(record_path, str(event.get("message") or "the launcher was lost"))
+        except JobAlreadyRunningError as exc:
+            self.log.warning("%s; watching again", exc)
+            self._watch(record_path, context, home)
+        except BarrierflowError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        if decision.delay is None:
+            raise AirflowFailException(decision.message)
+        self.log.info("%s", decision.message)
+        if decision.delay <= 0:
+            self.relaunch(context, None, record_path=record_path)
+        self.defer(trigger=DateTimeTrigger(moment=datetime.now(UTC) + timedelta(seconds=decision.delay)),
+                   method_name="relaunch", kwargs={"record_path": record_path})
+
+    def relaunch(self, context: Any, event: Any = None, *, record_path: str) -> None:
+        """After the strategy's delay: restore the latest valid checkpoint (verified, the sinks'
+        in-doubt transactions decided, under the lease: refused while the old lease is live),
+        start a new launcher of the same chain on this worker and defer to its watch."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from barrierflow.errors import BarrierflowError
+        from barrierflow.lease import JobAlreadyRunningError
+        from barrierflow.ops.relaunch import read_lost_launch
+        from barrierflow.ops.restore import restore
+        from barrierflow.verification.choice import LATEST_VALID
+
+        home = self._home()
+        try:
+            lost = read_lost_launch(record_path)
+        except BarrierflowError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        if not lost.spec_path == self.spec_path:
+            raise AirflowFailException(f"the lost launch {record_path} is of {lost.spec_path}, not {self.spec_path}")
+        if any(self._completed_cuts()):
+            try:
+                outcome = restore(self.spec_path, LATEST_VALID)
+            except JobAlreadyRunningError as exc:
+                self.log.warning("not relaunching yet: %s; watching the lost launch again", exc)
+                self._watch(record_path, context, home)
+            except BarrierflowError as exc:
+                raise AirflowFailException(f"not relaunching {self.spec_path}: its restore failed: {exc}") from exc
+            self.log.info("restored %s %d (attempt %d) before the relaunch: %s", outcome.noun, outcome.checkpoint_id,
+                          outcome.attempt, outcome.as_dict())
+        else:
+            self.log.info("no completed checkpoint yet: the relaunched job starts from the beginning")
+        args = ["--spec", self.spec_path]
+        if bool(context["params"].get("until_exhausted")):
+            args.append("--until-exhausted")
+        self.application_args = args
+        self.jars = self._source_jars()
+        self._hook = None
+        self._start_and_defer(self._get_hook(), context, chain=lost.chain_id)
+
+    def _completed_cuts(self) -> list[int]:
+        from barrierflow.pipeline.model import open_pipeline
+
+        return list(open_pipeline(self.spec_path).cuts.completed_ids())
 
     def _show_job_log(self, path: str) -> None:
         """The end of the detached job's log (its last :data:`JOB_LOG_TAIL_LINES` lines) in the
