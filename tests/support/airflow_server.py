@@ -149,18 +149,27 @@ class AirflowServer:
     # -- waiting --------------------------------------------------------------------------
 
     def wait_for(self, condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
-        """Poll ``condition`` until it returns something truthy; fail naming ``what`` with the logs."""
+        """Poll ``condition`` until it returns something truthy; fail naming ``what`` with the logs.
+        A request of ``condition`` that times out or cannot connect counts as "not yet"."""
+        import requests
+
         deadline = time.monotonic() + timeout
         while True:
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
                     raise RuntimeError(f"airflow {name} exited with {proc.returncode} while waiting for {what}\n"
                                        f"{self.logs()}")
-            value = condition()
+            try:
+                value = condition()
+            except (requests.Timeout, requests.ConnectionError) as exc:  # a loaded API server answers late
+                value, slow = None, exc
+            else:
+                slow = None
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}\n{self.logs()}")
+                raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}"
+                                   f"{f' (last: {slow})' if slow else ''}\n{self.logs()}")
             time.sleep(interval)
 
     def _healthy(self) -> bool:
