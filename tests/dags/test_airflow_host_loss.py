@@ -124,6 +124,8 @@ def test_airflow_relaunches_a_pipeline_after_lost_hosts_by_its_restart_strategy(
             ALERT_URL_ENV: hook.url,
             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", ""),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            # A loaded machine answers the task runner's Execution API calls late, not never.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
             "_JAVA_OPTIONS": short_lived_driver_java_options(),
         })
         try:

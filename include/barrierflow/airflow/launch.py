@@ -37,6 +37,18 @@ outcome; failed as *stalled* when no checkpoint completed for the run's param
 ``kill <launcher pid>``, SIGTERM: the pid is in the launch record and in the task log); a
 second launch meanwhile is refused by the lease and by the running launcher. In cluster deploy mode (YARN,
 Kubernetes) the provider's own submit-and-track path runs, as before.
+
+**A lost host, relaunched (a spec with a ``restart:`` block).** When the watch reports the
+launcher ``lost`` (gone without an exit record, and the pipeline's lease no longer live: while
+it heartbeats, the old driver may still run on a partitioned host, and the watch keeps waiting),
+:meth:`PipelineSubmitOperator.execute_complete` counts the loss in the launch chain's restart
+ledger (:mod:`barrierflow.ops.relaunch`: the spec's strategy, the budget the launcher's own
+restarts share; the ``restart`` alert), defers for the strategy's delay, then
+(:meth:`PipelineSubmitOperator.relaunch`, on whichever worker resumes the task) restores the
+latest valid checkpoint (refused while a lease holder is live: the task watches again), starts a
+new launcher of the same chain and defers to its watch. Past the budget the task fails naming
+the strategy and every cause (the ``gave_up`` alert sent). Without a ``restart:`` block a lost
+launcher fails the task, as before.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ dir, and returns at once. Files, per launch, under ``<work_dir>/launches/``::
     <launch_id>.exit.json   written by the launcher as it ends: exit_code (0 finished as asked,
                             1 failed, 2 bad input, 143 stopped by SIGTERM), message, strategy,
                             restarts [{number, cause, delay}], finished_at
+    <chain>.restarts.json   the restart ledger of the launch chain (the first launch and its
+                            relaunches after lost hosts): :mod:`barrierflow.runtime.restart_ledger`
 
 The launcher is the pipeline's restart supervisor (:func:`barrierflow.runtime.restart_supervisor.supervise`):
 every attempt is the given command (spark-submit of ``jobs/run_pipeline.py``, on the master the
@@ -26,8 +28,10 @@ strategy a second time.
 
 A launcher outlives the Airflow task, worker, scheduler and triggerer that started or watch it;
 it does not outlive its host or container (nothing of this host survives that): there the
-watcher finds no launcher and no exit file and reports the pipeline failed
-(:mod:`barrierflow.ops.pipeline_watch`).
+watcher finds no launcher and no exit file and reports the launch ``lost`` once the pipeline's
+lease is not live (with a ``restart:`` block: the launch task relaunches it, counting the loss
+in the chain's restart ledger ``<chain>.restarts.json``, which this launcher's own restarts
+count in too, ``--restart-ledger``), else ``failed`` (:mod:`barrierflow.ops.pipeline_watch`).
 """
 
 from __future__ import annotations
