@@ -160,3 +160,13 @@ def test_a_partitioned_host_whose_lease_heartbeats_is_not_relaunched_until_the_h
     assert decide_relaunch(record.path, lost.message, now=later).delay == 1.0
     # Without a restart: block the same loss fails the task, as before.
     assert decide(observe(record, later), stall_after=3600, lost_after=1).outcome == "failed"
+
+
+def test_a_launch_that_relaunches_refuses_an_executor_of_several_hosts_without_a_shared_work_dir() -> None:
+    from barrierflow.airflow.launch import relaunch_layout_problem
+
+    assert relaunch_layout_problem("LocalExecutor", "/w", None) is None
+    assert relaunch_layout_problem("airflow.executors.local_executor.LocalExecutor", "/w", None) is None
+    assert relaunch_layout_problem("CeleryExecutor", "/w", "true") is None
+    problem = relaunch_layout_problem("LocalExecutor,CeleryExecutor", "/srv/work", None)
+    assert problem is not None and "BARRIERFLOW_SHARED_WORK_DIR=true" in problem and "/srv/work" in problem

@@ -67,6 +67,27 @@ ACTIVE_RUN_STATES = ["queued", "running"]
 DEFAULT_STALL_AFTER_SECONDS = 600.0
 #: Lines of the detached job's log shown in the launch task's log when the watch ends.
 JOB_LOG_TAIL_LINES = 200
+#: Set to ``true`` where the pipelines' work dirs are on a volume every Airflow worker and the
+#: triggerer mount at the same path (needed to relaunch after a lost host with an executor
+#: whose workers run on several hosts).
+SHARED_WORK_DIR_ENV = "BARRIERFLOW_SHARED_WORK_DIR"
+#: Executors whose task processes all run on the scheduler's host.
+ONE_HOST_EXECUTORS = ("LocalExecutor", "SequentialExecutor", "DebugExecutor")
+
+
+def relaunch_layout_problem(executor: str, work_dir: str, shared: str | None) -> str | None:
+    """Why a relaunch after a lost host cannot work in this layout, or None: with an executor
+    whose workers may run on other hosts (anything but :data:`ONE_HOST_EXECUTORS`), the lost
+    launch's records in ``work_dir`` must be readable there, which only the deployment knows:
+    it says so with :data:`SHARED_WORK_DIR_ENV` ``=true``."""
+    names = [name.strip().rsplit(".", 1)[-1].split(":")[0] for name in executor.split(",") if name.strip()]
+    if all(name in ONE_HOST_EXECUTORS for name in names) or (shared or "").strip().lower() in ("1", "true", "yes"):
+        return None
+    return (f"the spec's restart: block relaunches the pipeline after a lost host on whichever worker resumes the "
+            f"launch task, and the executor {executor!r} may run it on another host, which must read the lost "
+            f"launch's records in the work_dir {work_dir}: put work_dir on a volume every worker and the triggerer "
+            f"mount at the same path and set {SHARED_WORK_DIR_ENV}=true in their environment (or remove the restart: "
+            "block; the recovery DAG then brings a lost pipeline back)")
 
 
 def spark_connection_exists(conn_id: str) -> bool:
@@ -219,6 +240,7 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
         from barrierflow.ops.detached_launch import live_launches, start_detached
 
         home = self._home()
+        self._refuse_unshared_work_dir()
         running = live_launches(self.spec_path)
         if running:
             raise AirflowFailException(
@@ -232,6 +254,22 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
                       "launch record %s; spark-submit cmd: %s", record.pid, record.host, record.pid, record.log,
                       record.path, hook._mask_cmd(command))
         self._watch(str(record.path), context, home)
+
+    def _refuse_unshared_work_dir(self) -> None:
+        """Fail (no retry) when the spec relaunches after lost hosts and the layout cannot
+        (:func:`relaunch_layout_problem`)."""
+        from airflow.sdk.configuration import conf
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from barrierflow.pipeline.model import open_pipeline
+
+        pipeline = open_pipeline(self.spec_path)
+        if pipeline.spec.restart is None:
+            return
+        problem = relaunch_layout_problem(str(conf.get("core", "executor", fallback="LocalExecutor")),
+                                          str(pipeline.work_dir), os.environ.get(SHARED_WORK_DIR_ENV))
+        if problem:
+            raise AirflowFailException(f"not launching {self.spec_path}: {problem}")
 
     def _home(self) -> str:
         home = str((self.env_vars or {}).get("BARRIERFLOW_HOME") or os.environ.get("BARRIERFLOW_HOME") or "")
