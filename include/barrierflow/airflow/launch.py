@@ -43,7 +43,8 @@ launcher ``lost`` (gone without an exit record, and the pipeline's lease no long
 it heartbeats, the old driver may still run on a partitioned host, and the watch keeps waiting),
 :meth:`PipelineSubmitOperator.execute_complete` counts the loss in the launch chain's restart
 ledger (:mod:`barrierflow.ops.relaunch`: the spec's strategy, the budget the launcher's own
-restarts share; the ``restart`` alert), defers for the strategy's delay, then
+restarts share; the ``restart`` alert), waits the strategy's delay (deferred when it is at least
+:data:`DEFER_DELAY_FROM_SECONDS`), then
 (:meth:`PipelineSubmitOperator.relaunch`, on whichever worker resumes the task) restores the
 latest valid checkpoint (refused while a lease holder is live: the task watches again), starts a
 new launcher of the same chain and defers to its watch. Past the budget the task fails naming
@@ -55,6 +56,7 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -71,6 +73,8 @@ JOB_LOG_TAIL_LINES = 200
 #: triggerer mount at the same path (needed to relaunch after a lost host with an executor
 #: whose workers run on several hosts).
 SHARED_WORK_DIR_ENV = "BARRIERFLOW_SHARED_WORK_DIR"
+#: A relaunch delay at least this long is waited deferred (no worker slot); a shorter one on the worker.
+DEFER_DELAY_FROM_SECONDS = 60.0
 #: Executors whose task processes all run on the scheduler's host.
 ONE_HOST_EXECUTORS = ("LocalExecutor", "SequentialExecutor", "DebugExecutor")
 
@@ -333,7 +337,10 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
         if decision.delay is None:
             raise AirflowFailException(decision.message)
         self.log.info("%s", decision.message)
-        if decision.delay <= 0:
+        if decision.delay < DEFER_DELAY_FROM_SECONDS:
+            # A deferral that resumes within seconds races the scheduler's bookkeeping of the
+            # deferral itself (it then marks the resumed task failed): a short delay is waited here.
+            time.sleep(decision.delay)
             self.relaunch(context, None, record_path=record_path)
         self.defer(trigger=DateTimeTrigger(moment=datetime.now(UTC) + timedelta(seconds=decision.delay)),
                    method_name="relaunch", kwargs={"record_path": record_path})
