@@ -96,11 +96,30 @@ class AirflowServer:
             if migrated.returncode != 0:
                 raise RuntimeError(f"airflow db migrate failed ({migrated.returncode}): {migrated.stderr[-3000:]}")
         for name in self.components:
-            with open(self.home / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
-                self.procs[name] = subprocess.Popen([airflow, name], env=self.env, stdout=log,
-                                                    stderr=subprocess.STDOUT, start_new_session=True)
+            self._spawn(name)
         self.wait_for(self._healthy, timeout, f"Airflow's {', '.join(self.components)} to be healthy")
         return self
+
+    def _spawn(self, name: str) -> None:
+        airflow = str(Path(sys.executable).parent / "airflow")
+        with open(self.home / f"{name}.log", "ab") as log:  # the child keeps its own descriptor
+            self.procs[name] = subprocess.Popen([airflow, name], env=self.env, stdout=log,
+                                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill_component(self, name: str) -> None:
+        """SIGKILL one component's whole process group (with the task processes it started), as a
+        crash would; :meth:`start_component` starts it again."""
+        proc = self.procs[name]
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+
+    def start_component(self, name: str, timeout: float = 180) -> None:
+        """Start one component again (after :meth:`kill_component`) and wait until all are healthy."""
+        self._spawn(name)
+        self.wait_for(self._healthy, timeout, f"Airflow's {name} to be healthy again")
 
     def stop(self, timeout: float = 30) -> None:
         for proc in self.procs.values():
@@ -130,18 +149,27 @@ class AirflowServer:
     # -- waiting --------------------------------------------------------------------------
 
     def wait_for(self, condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
-        """Poll ``condition`` until it returns something truthy; fail naming ``what`` with the logs."""
+        """Poll ``condition`` until it returns something truthy; fail naming ``what`` with the logs.
+        A request of ``condition`` that times out or cannot connect counts as "not yet"."""
+        import requests
+
         deadline = time.monotonic() + timeout
         while True:
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
                     raise RuntimeError(f"airflow {name} exited with {proc.returncode} while waiting for {what}\n"
                                        f"{self.logs()}")
-            value = condition()
+            try:
+                value = condition()
+            except (requests.Timeout, requests.ConnectionError) as exc:  # a loaded API server answers late
+                value, slow = None, exc
+            else:
+                slow = None
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}\n{self.logs()}")
+                raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}"
+                                   f"{f' (last: {slow})' if slow else ''}\n{self.logs()}")
             time.sleep(interval)
 
     def _healthy(self) -> bool:

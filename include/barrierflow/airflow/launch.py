@@ -44,12 +44,27 @@ once the cluster manager has it, and defers to
 :class:`~barrierflow.airflow.cluster_supervision.ClusterAppWatchTrigger`, which asks the cluster
 manager's REST API for the application's state and the checkpoint store for the pipeline's
 progress; the task holds no worker slot meanwhile and ends with the same verdicts.
+
+**A lost host, relaunched (a spec with a ``restart:`` block).** When the watch reports the
+launcher ``lost`` (gone without an exit record, and the pipeline's lease no longer live: while
+it heartbeats, the old driver may still run on a partitioned host, and the watch keeps waiting),
+:meth:`PipelineSubmitOperator.execute_complete` counts the loss in the launch chain's restart
+ledger (:mod:`barrierflow.ops.relaunch`: the spec's strategy, the budget the launcher's own
+restarts share; the ``restart`` alert), waits the strategy's delay (deferred when it is at least
+:data:`DEFER_DELAY_FROM_SECONDS`), then
+(:meth:`PipelineSubmitOperator.relaunch`, on whichever worker resumes the task) restores the
+latest valid checkpoint (refused while a lease holder is live: the task watches again), starts a
+new launcher of the same chain and defers to its watch. Past the budget the task fails naming
+the strategy and every cause (the ``gave_up`` alert sent). Without a ``restart:`` block a lost
+launcher fails the task, as before.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -61,6 +76,29 @@ ACTIVE_RUN_STATES = ["queued", "running"]
 DEFAULT_STALL_AFTER_SECONDS = 600.0
 #: Lines of the detached job's log shown in the launch task's log when the watch ends.
 JOB_LOG_TAIL_LINES = 200
+#: Set to ``true`` where the pipelines' work dirs are on a volume every Airflow worker and the
+#: triggerer mount at the same path (needed to relaunch after a lost host with an executor
+#: whose workers run on several hosts).
+SHARED_WORK_DIR_ENV = "BARRIERFLOW_SHARED_WORK_DIR"
+#: A relaunch delay at least this long is waited deferred (no worker slot); a shorter one on the worker.
+DEFER_DELAY_FROM_SECONDS = 60.0
+#: Executors whose task processes all run on the scheduler's host.
+ONE_HOST_EXECUTORS = ("LocalExecutor", "SequentialExecutor", "DebugExecutor")
+
+
+def relaunch_layout_problem(executor: str, work_dir: str, shared: str | None) -> str | None:
+    """Why a relaunch after a lost host cannot work in this layout, or None: with an executor
+    whose workers may run on other hosts (anything but :data:`ONE_HOST_EXECUTORS`), the lost
+    launch's records in ``work_dir`` must be readable there, which only the deployment knows:
+    it says so with :data:`SHARED_WORK_DIR_ENV` ``=true``."""
+    names = [name.strip().rsplit(".", 1)[-1].split(":")[0] for name in executor.split(",") if name.strip()]
+    if all(name in ONE_HOST_EXECUTORS for name in names) or (shared or "").strip().lower() in ("1", "true", "yes"):
+        return None
+    return (f"the spec's restart: block relaunches the pipeline after a lost host on whichever worker resumes the "
+            f"launch task, and the executor {executor!r} may run it on another host, which must read the lost "
+            f"launch's records in the work_dir {work_dir}: put work_dir on a volume every worker and the triggerer "
+            f"mount at the same path and set {SHARED_WORK_DIR_ENV}=true in their environment (or remove the restart: "
+            "block; the recovery DAG then brings a lost pipeline back)")
 
 
 def spark_connection_exists(conn_id: str) -> bool:
@@ -205,16 +243,13 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
         given = [jar for jar in (self.jars or "").split(",") if jar]
         return ",".join(dict.fromkeys([*given, *needed])) or None
 
-    def _start_and_defer(self, hook: SparkSubmitHook, context: Any) -> None:
+    def _start_and_defer(self, hook: SparkSubmitHook, context: Any, *, chain: str = "") -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from barrierflow.airflow.supervision import PipelineWatchTrigger
-        from barrierflow.lease import default_ttl
         from barrierflow.ops.detached_launch import live_launches, start_detached
 
-        home = str((self.env_vars or {}).get("BARRIERFLOW_HOME") or os.environ.get("BARRIERFLOW_HOME") or "")
-        if home:
-            os.environ.setdefault("BARRIERFLOW_HOME", home)
+        home = self._home()
+        self._refuse_unshared_work_dir()
         running = live_launches(self.spec_path)
         if running:
             raise AirflowFailException(
@@ -223,17 +258,51 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
                 f"wait for it or stop it first (kill {running[0].pid})")
         command = hook._build_spark_submit_command(self.application)  # also resolves hook._env
         env = {**os.environ, **{k: str(v) for k, v in (hook._env or {}).items()}}
-        record = start_detached(self.spec_path, command, env=env)
-        stall_after = float(context["params"].get("stall_after_seconds") or DEFAULT_STALL_AFTER_SECONDS)
+        record = start_detached(self.spec_path, command, env=env, chain=chain)
         self.log.info("started the pipeline detached: launcher pid %d on %s (stop it with `kill %d`), log %s, "
                       "launch record %s; spark-submit cmd: %s", record.pid, record.host, record.pid, record.log,
                       record.path, hook._mask_cmd(command))
+        self._watch(str(record.path), context, home)
+
+    def _refuse_unshared_work_dir(self) -> None:
+        """Fail (no retry) when the spec relaunches after lost hosts and the layout cannot
+        (:func:`relaunch_layout_problem`)."""
+        from airflow.sdk.configuration import conf
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from barrierflow.pipeline.model import open_pipeline
+
+        pipeline = open_pipeline(self.spec_path)
+        if pipeline.spec.restart is None:
+            return
+        problem = relaunch_layout_problem(str(conf.get("core", "executor", fallback="LocalExecutor")),
+                                          str(pipeline.work_dir), os.environ.get(SHARED_WORK_DIR_ENV))
+        if problem:
+            raise AirflowFailException(f"not launching {self.spec_path}: {problem}")
+
+    def _home(self) -> str:
+        home = str((self.env_vars or {}).get("BARRIERFLOW_HOME") or os.environ.get("BARRIERFLOW_HOME") or "")
+        if home:
+            os.environ.setdefault("BARRIERFLOW_HOME", home)
+        return home
+
+    def _watch(self, record_path: str, context: Any, home: str) -> None:
+        """Defer to the watch of the launch at ``record_path``; a spec with a ``restart:`` block
+        has a lost launcher relaunched (``lost``) rather than failed."""
+        from barrierflow.airflow.supervision import PipelineWatchTrigger
+        from barrierflow.lease import default_ttl
+        from barrierflow.spec.loader import load_any_spec
+
+        relaunch = load_any_spec(self.spec_path).restart is not None
+        stall_after = float(context["params"].get("stall_after_seconds") or DEFAULT_STALL_AFTER_SECONDS)
         self.log.info("deferring to the triggerer: success when the job ends with exit 0, failure when it fails or "
-                      "no checkpoint completes for %g s", stall_after)
-        self.defer(trigger=PipelineWatchTrigger(record_path=str(record.path), barrierflow_home=home,
+                      "no checkpoint completes for %g s%s", stall_after,
+                      "; a lost launcher (host or container lost) is relaunched by the restart strategy once the "
+                      "pipeline's lease expired" if relaunch else "")
+        self.defer(trigger=PipelineWatchTrigger(record_path=record_path, barrierflow_home=home,
                                                 stall_after_seconds=stall_after,
                                                 lost_after_seconds=max(stall_after, 3 * default_ttl()),
-                                                poll_seconds=self.watch_poll_seconds),
+                                                poll_seconds=self.watch_poll_seconds, relaunch=relaunch),
                    method_name="execute_complete")
 
     def _submit_to_cluster_and_defer(self, hook: SparkSubmitHook, context: Any) -> None:
@@ -288,10 +357,87 @@ class PipelineSubmitOperator(SpecMasterSubmitOperator):
 
         if event and event.get("log"):
             self._show_job_log(str(event["log"]))
+        if event and event.get("outcome") == "lost":
+            self._after_loss(context, event)
         if not event or event.get("outcome") != "finished":
             raise AirflowFailException(str((event or {}).get("message") or f"no verdict from the watch: {event!r}"))
         self.log.info("%s", event["message"])
         return event
+
+    def _after_loss(self, context: Any, event: dict[str, Any]) -> None:
+        """The launcher was lost and its lease is not live: count the loss against the restart
+        strategy (the chain's ledger), then relaunch after its delay, or fail past the budget
+        (the ``gave_up`` alert sent). Never returns: defers or raises."""
+        from airflow.providers.standard.triggers.temporal import DateTimeTrigger
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from barrierflow.errors import BarrierflowError
+        from barrierflow.lease import JobAlreadyRunningError
+        from barrierflow.ops.relaunch import decide_relaunch
+
+        home = self._home()
+        record_path = str(event["record_path"])
+        try:
+            decision = decide_relaunch(record_path, str(event.get("message") or "the launcher was lost"))
+        except JobAlreadyRunningError as exc:
+            self.log.warning("%s; watching again", exc)
+            self._watch(record_path, context, home)
+        except BarrierflowError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        if decision.delay is None:
+            raise AirflowFailException(decision.message)
+        self.log.info("%s", decision.message)
+        if decision.delay < DEFER_DELAY_FROM_SECONDS:
+            # A deferral that resumes within seconds races the scheduler's bookkeeping of the
+            # deferral itself (it then marks the resumed task failed): a short delay is waited here.
+            time.sleep(decision.delay)
+            self.relaunch(context, None, record_path=record_path)
+        self.defer(trigger=DateTimeTrigger(moment=datetime.now(UTC) + timedelta(seconds=decision.delay)),
+                   method_name="relaunch", kwargs={"record_path": record_path})
+
+    def relaunch(self, context: Any, event: Any = None, *, record_path: str) -> None:
+        """After the strategy's delay: restore the latest valid checkpoint (verified, the sinks'
+        in-doubt transactions decided, under the lease: refused while the old lease is live),
+        start a new launcher of the same chain on this worker and defer to its watch."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from barrierflow.errors import BarrierflowError
+        from barrierflow.lease import JobAlreadyRunningError
+        from barrierflow.ops.relaunch import read_lost_launch
+        from barrierflow.ops.restore import restore
+        from barrierflow.verification.choice import LATEST_VALID
+
+        home = self._home()
+        try:
+            lost = read_lost_launch(record_path)
+        except BarrierflowError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        if not lost.spec_path == self.spec_path:
+            raise AirflowFailException(f"the lost launch {record_path} is of {lost.spec_path}, not {self.spec_path}")
+        if any(self._completed_cuts()):
+            try:
+                outcome = restore(self.spec_path, LATEST_VALID)
+            except JobAlreadyRunningError as exc:
+                self.log.warning("not relaunching yet: %s; watching the lost launch again", exc)
+                self._watch(record_path, context, home)
+            except BarrierflowError as exc:
+                raise AirflowFailException(f"not relaunching {self.spec_path}: its restore failed: {exc}") from exc
+            self.log.info("restored %s %d (attempt %d) before the relaunch: %s", outcome.noun, outcome.checkpoint_id,
+                          outcome.attempt, outcome.as_dict())
+        else:
+            self.log.info("no completed checkpoint yet: the relaunched job starts from the beginning")
+        args = ["--spec", self.spec_path]
+        if bool(context["params"].get("until_exhausted")):
+            args.append("--until-exhausted")
+        self.application_args = args
+        self.jars = self._source_jars()
+        self._hook = None
+        self._start_and_defer(self._get_hook(), context, chain=lost.chain_id)
+
+    def _completed_cuts(self) -> list[int]:
+        from barrierflow.pipeline.model import open_pipeline
+
+        return list(open_pipeline(self.spec_path).cuts.completed_ids())
 
     def _show_job_log(self, path: str) -> None:
         """The end of the detached job's log (its last :data:`JOB_LOG_TAIL_LINES` lines) in the

@@ -5,7 +5,7 @@
   launch and the pipeline (:func:`barrierflow.ops.pipeline_watch.observe`: the launcher's exit
   record, whether the launcher runs, the lease's heartbeat, the newest completed checkpoint)
   and fires one event once :func:`~barrierflow.ops.pipeline_watch.decide` says ``finished``,
-  ``failed`` or ``stalled`` (payload: outcome, message, launch id, log). The task holds no
+  ``failed``, ``stalled`` or ``lost`` (payload: outcome, message, launch id, log, record path). The task holds no
   worker slot meanwhile. A look that fails (the store briefly unreadable) is logged and
   repeated, never an event.
 * :class:`FirstCheckpointTrigger`: the recovery DAG's wait for the first completed checkpoint of
@@ -45,22 +45,26 @@ class PipelineWatchTrigger(BaseTrigger):
         lost_after_seconds: seen from another host than the launcher's, report ``failed`` after
             this long without a heartbeat or an exit record.
         poll_seconds: time between two looks.
+        relaunch: the launch may be relaunched after a lost launcher (the spec has a ``restart:``
+            block): such a loss is reported ``lost`` once the pipeline's lease is not live
+            (:func:`~barrierflow.ops.pipeline_watch.decide`), not ``failed``.
     """
 
     def __init__(self, *, record_path: str, barrierflow_home: str, stall_after_seconds: float,
-                 lost_after_seconds: float, poll_seconds: float = 10.0) -> None:
+                 lost_after_seconds: float, poll_seconds: float = 10.0, relaunch: bool = False) -> None:
         super().__init__()
         self.record_path = record_path
         self.barrierflow_home = barrierflow_home
         self.stall_after_seconds = stall_after_seconds
         self.lost_after_seconds = lost_after_seconds
         self.poll_seconds = poll_seconds
+        self.relaunch = relaunch
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "record_path": self.record_path, "barrierflow_home": self.barrierflow_home,
             "stall_after_seconds": self.stall_after_seconds, "lost_after_seconds": self.lost_after_seconds,
-            "poll_seconds": self.poll_seconds})
+            "poll_seconds": self.poll_seconds, "relaunch": self.relaunch})
 
     @staticmethod
     def now() -> datetime:
@@ -78,7 +82,7 @@ class PipelineWatchTrigger(BaseTrigger):
         record = LaunchRecord.read(self.record_path)
         now = self.now()
         verdict = decide(observe(record, now), stall_after=self.stall_after_seconds,
-                         lost_after=self.lost_after_seconds)
+                         lost_after=self.lost_after_seconds, relaunch=self.relaunch)
         if verdict.outcome != "running":
             self.log.info("%s: %s", verdict.outcome, verdict.message)
             return verdict.as_event(record)

@@ -188,6 +188,16 @@ def add_chaos(sub: Subcommands) -> None:
                        help="upgrade mode: most kills one upgrade takes before it may complete (default 4)")
     chaos.add_argument("--scratch", metavar="DIR", help="where the copies, logs and report go "
                                                         "(default: beside the pipeline's work dir)")
+    chaos.add_argument("--kill-kinds", choices=["host"], metavar="host",
+                       help="host: lose the host of the pipeline's running Airflow launch instead (its launcher's "
+                            "whole process tree frozen and SIGKILLed: no clean shutdown, no exit record, no released "
+                            "lease) --kills times, --min-gap to --max-gap s apart, and wait for the launch task to "
+                            "relaunch it (a restart: block needed; run it on the launcher's host)")
+    chaos.add_argument("--freeze-seconds", type=float, default=0.0, metavar="S",
+                       help="--kill-kinds host: keep the tree frozen this long before the kill (the lease TTL shows "
+                            "the watch a lost host's stale heartbeat exactly)")
+    chaos.add_argument("--relaunch-timeout", type=float, default=600.0, metavar="S",
+                       help="--kill-kinds host: longest wait for the relaunched pipeline's next checkpoint (s)")
     chaos.add_argument("--json", action="store_true")
     chaos.set_defaults(handler=_cmd_chaos)
 
@@ -195,6 +205,8 @@ def add_chaos(sub: Subcommands) -> None:
 def _cmd_chaos(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    if args.kill_kinds == "host":
+        return _cmd_host_chaos(args)
     from barrierflow.ops.chaos import ChaosOptions, chaos
 
     points = tuple(p.strip() for p in args.points.split(",") if p.strip()) if args.points else None
@@ -211,3 +223,13 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         print("\n".join(outcome.lines))
         print(f"  report: {outcome.report_html} ({outcome.report_json}); also {outcome.stored[1]}")
     return EXIT_OK if outcome.result.passed else EXIT_RUNTIME
+
+
+def _cmd_host_chaos(args: argparse.Namespace) -> int:
+    from barrierflow.ops.host_chaos import lose_launch_hosts
+
+    result = lose_launch_hosts(args.spec, kills=args.kills, seed=args.seed, min_gap=args.min_gap,
+                               max_gap=args.max_gap, freeze_seconds=args.freeze_seconds,
+                               timeout=args.relaunch_timeout)
+    print(json.dumps(result.as_dict(), indent=2) if args.json else "\n".join(result.lines()))
+    return EXIT_OK if result.passed else EXIT_RUNTIME

@@ -13,6 +13,8 @@ dir, and returns at once. Files, per launch, under ``<work_dir>/launches/``::
     <launch_id>.exit.json   written by the launcher as it ends: exit_code (0 finished as asked,
                             1 failed, 2 bad input, 143 stopped by SIGTERM), message, strategy,
                             restarts [{number, cause, delay}], finished_at
+    <chain>.restarts.json   the restart ledger of the launch chain (the first launch and its
+                            relaunches after lost hosts): :mod:`barrierflow.runtime.restart_ledger`
 
 The launcher is the pipeline's restart supervisor (:func:`barrierflow.runtime.restart_supervisor.supervise`):
 every attempt is the given command (spark-submit of ``jobs/run_pipeline.py``, on the master the
@@ -26,8 +28,10 @@ strategy a second time.
 
 A launcher outlives the Airflow task, worker, scheduler and triggerer that started or watch it;
 it does not outlive its host or container (nothing of this host survives that): there the
-watcher finds no launcher and no exit file and reports the pipeline failed
-(:mod:`barrierflow.ops.pipeline_watch`).
+watcher finds no launcher and no exit file and reports the launch ``lost`` once the pipeline's
+lease is not live (with a ``restart:`` block: the launch task relaunches it, counting the loss
+in the chain's restart ledger ``<chain>.restarts.json``, which this launcher's own restarts
+count in too, ``--restart-ledger``), else ``failed`` (:mod:`barrierflow.ops.pipeline_watch`).
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ from barrierflow.atomic_files import write_atomic
 from barrierflow.errors import UserInputError
 from barrierflow.lease import default_ttl, job_running
 from barrierflow.pipeline.model import open_pipeline
-from barrierflow.runtime.restart_strategy import NoRestart, strategy_for
+from barrierflow.runtime.restart_ledger import LedgerStrategy, RestartLedger
+from barrierflow.runtime.restart_strategy import NoRestart, RestartStrategy, strategy_for
 from barrierflow.runtime.restart_supervisor import (
     RESTART_SUPERVISOR_ENV,
     RestartsExhaustedError,
@@ -88,9 +93,10 @@ def _write_json(path: Path, document: Mapping[str, Any]) -> None:
 
 
 def start_detached(spec_path: str | os.PathLike[str], command: Sequence[str], *, env: Mapping[str, str],
-                   launch_id: str | None = None) -> LaunchRecord:
+                   launch_id: str | None = None, chain: str = "") -> LaunchRecord:
     """Start the launcher of ``command`` (one attempt of the pipeline at ``spec_path``) detached,
-    see the module docstring; returns once it was started, with its record written.
+    see the module docstring; returns once it was started, with its record written. ``chain``:
+    the first launch's id when this one relaunches it (they share one restart ledger).
 
     Raises:
         SpecError: the spec does not load. OSError: the work dir cannot be written or the
@@ -101,15 +107,16 @@ def start_detached(spec_path: str | os.PathLike[str], command: Sequence[str], *,
     folder.mkdir(parents=True, exist_ok=True)
     launch_id = launch_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     log, exit_file = folder / f"{launch_id}.log", folder / f"{launch_id}.exit.json"
+    ledger = folder / f"{chain or launch_id}.restarts.json"
     launcher = [sys.executable, "-m", "barrierflow.ops.detached_launch", "--spec", str(spec_path), "--exit-file",
-                str(exit_file), "--log", str(log), "--", *command]
+                str(exit_file), "--log", str(log), "--restart-ledger", str(ledger), "--", *command]
     with open(log, "ab") as out:
         process = subprocess.Popen(launcher, env=dict(env), stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
                                    cwd=os.getcwd())
     record = LaunchRecord(launch_id, str(spec_path), process.pid, socket.gethostname(),
                           datetime.now(UTC).isoformat(), str(log), str(exit_file), list(command),
-                          process_identity(process.pid), pipeline.spec.name)
+                          process_identity(process.pid), pipeline.spec.name, chain)
     _write_json(record.path, record.as_dict())
     # Not waited for: the launcher is reparented to init when this process ends; until then a
     # zombie of it would only show if it ended first, which the watcher reads from the exit file.
@@ -132,15 +139,21 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def run_launcher(spec_path: str, command: Sequence[str], exit_file: Path, log: str) -> int:
+def run_launcher(spec_path: str, command: Sequence[str], exit_file: Path, log: str,
+                 ledger: Path | None = None) -> int:
     """The launcher's body: supervise ``command`` under the spec's restart strategy and write
-    the exit record; returns the exit code it recorded."""
+    the exit record; returns the exit code it recorded. With ``ledger`` (the launch chain's
+    restart ledger) the strategy's budget is the one the relaunches after lost hosts count
+    against too (:class:`~barrierflow.runtime.restart_ledger.LedgerStrategy`)."""
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     strategy_name = "none"
     run: SupervisedRun | None = None
     try:
         spec = load_any_spec(spec_path)
-        strategy = strategy_for(spec.restart) if spec.restart is not None else NoRestart()
+        strategy: RestartStrategy = NoRestart()
+        if spec.restart is not None:
+            strategy = (LedgerStrategy(RestartLedger(ledger, spec.restart)) if ledger is not None
+                        else strategy_for(spec.restart))
         strategy_name = strategy.describe()
         pipeline = open_pipeline(spec_path)
         work_dir, objects = Path(pipeline.work_dir), pipeline.objects
@@ -174,12 +187,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--spec", required=True)
     parser.add_argument("--exit-file", required=True)
     parser.add_argument("--log", required=True)
+    parser.add_argument("--restart-ledger", default=None)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command to run after --")
-    return run_launcher(args.spec, command, Path(args.exit_file), args.log)
+    return run_launcher(args.spec, command, Path(args.exit_file), args.log,
+                        Path(args.restart_ledger) if args.restart_ledger else None)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,12 @@ completed cut (checkpoint id and completion time). :func:`decide` turns an obser
   the later of the launch and the newest completed cut: the message names the newest cut and
   its age, and the lease's heartbeat (alive: the driver runs but makes no progress; stale: it
   does not even heartbeat).
+* **lost** (only when the launch may be relaunched: ``relaunch``, a spec with a ``restart:``
+  block): the launcher is gone without an exit record, or seen from another host sent no sign
+  for ``lost_after`` seconds, *and the pipeline's lease is not live* (released, its holder a
+  gone process of this host, or its heartbeat older than its TTL). While the lease is live the
+  verdict stays **running** ("waiting for its lease"): the old driver may still run on a
+  partitioned host, and fencing lets the lease alone decide when a new one may start.
 * **running**: anything else (starting, checkpointing, between two restarts).
 """
 
@@ -31,7 +37,7 @@ from barrierflow.pipeline.model import open_pipeline
 from barrierflow.pipeline.words import words
 from barrierflow.workdir.launches import LaunchRecord, launcher_alive, read_exit
 
-Outcome = Literal["running", "finished", "failed", "stalled"]
+Outcome = Literal["running", "finished", "failed", "stalled", "lost"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,8 @@ class Verdict:
     message: str
 
     def as_event(self, launch: LaunchRecord) -> dict[str, Any]:
-        return {"outcome": self.outcome, "message": self.message, "launch_id": launch.launch_id, "log": launch.log}
+        return {"outcome": self.outcome, "message": self.message, "launch_id": launch.launch_id, "log": launch.log,
+                "record_path": str(launch.path)}
 
 
 def observe(record: LaunchRecord, now: datetime | None = None) -> Observation:
@@ -104,8 +111,20 @@ def _strategy(exit_record: dict[str, Any]) -> str:
     return f"restart strategy {exit_record.get('strategy', 'none')}: {did}"
 
 
-def decide(obs: Observation, *, stall_after: float, lost_after: float) -> Verdict:
-    """The verdict on ``obs`` (see the module docstring); ``stall_after`` and ``lost_after`` in seconds."""
+def _lost_or_waiting(obs: Observation, name: str, cause: str) -> Verdict:
+    """``lost`` once the lease is not live, else ``running`` while the lease decides."""
+    lease = obs.lease
+    if lease is not None and lease.get("live"):
+        return Verdict("running", (
+            f"pipeline {name}: {cause}; not relaunching while its lease is live (the old driver may still run "
+            f"on a partitioned host): {_heartbeat(obs)}"))
+    return Verdict("lost", f"pipeline {name}: {cause}; {_heartbeat(obs)}; {_newest(obs)}")
+
+
+def decide(obs: Observation, *, stall_after: float, lost_after: float, relaunch: bool = False) -> Verdict:
+    """The verdict on ``obs`` (see the module docstring); ``stall_after`` and ``lost_after`` in
+    seconds; ``relaunch``: a lost launcher is reported ``lost`` (once its lease is not live)
+    instead of ``failed``."""
     launch, name = obs.launch, obs.launch.pipeline or os.path.basename(obs.launch.spec_path)
     if obs.exit is not None:
         code = int(obs.exit.get("exit_code", 1))
@@ -114,6 +133,10 @@ def decide(obs: Observation, *, stall_after: float, lost_after: float) -> Verdic
                                        f"{_strategy(obs.exit)}; log {launch.log})")
         return Verdict("failed", f"pipeline {name} failed: exit status {code}: {obs.exit.get('message')}; "
                                  f"{_strategy(obs.exit)}; log {launch.log}")
+    if obs.launcher_alive is False and relaunch:
+        return _lost_or_waiting(obs, name, (
+            f"its launcher (pid {launch.pid} on {launch.host}, launch {launch.launch_id}) is gone without recording "
+            "an exit status (its host or container lost, or killed by SIGKILL)"))
     if obs.launcher_alive is False:
         return Verdict("failed", (
             f"pipeline {name} failed: its launcher (pid {launch.pid} on {launch.host}) is gone without recording an "
@@ -126,6 +149,10 @@ def decide(obs: Observation, *, stall_after: float, lost_after: float) -> Verdic
         last_sign = started
         if lease is not None:
             last_sign = max(started, datetime.fromisoformat(str(lease["heartbeat_at"])))
+        if _age(obs, last_sign) > lost_after and relaunch:
+            return _lost_or_waiting(obs, name, (
+                f"no exit record from its launcher (pid {launch.pid} on {launch.host}, another host, launch "
+                f"{launch.launch_id}) and no heartbeat for {_age(obs, last_sign):.0f} s (limit {lost_after:g} s)"))
         if _age(obs, last_sign) > lost_after:
             return Verdict("failed", (
                 f"pipeline {name} failed: no exit record from its launcher (pid {launch.pid} on {launch.host}, "

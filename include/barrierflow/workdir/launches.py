@@ -2,7 +2,9 @@
 
 :func:`barrierflow.ops.detached_launch.start_detached` writes a :class:`LaunchRecord` per launch
 (``<launch_id>.json``) and its launcher an exit record when it ends (``<launch_id>.exit.json``);
-the Airflow side's watch (:mod:`barrierflow.ops.pipeline_watch`) reads both.
+the Airflow side's watch (:mod:`barrierflow.ops.pipeline_watch`) reads both. The launches of one
+chain (a launch and its relaunches after lost hosts) share a restart ledger,
+``<chain>.restarts.json`` (:mod:`barrierflow.runtime.restart_ledger`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,19 @@ class LaunchRecord:
     identity: str | None = None
     #: The pipeline's name (the spec's ``name``).
     pipeline: str = ""
+    #: The first launch of the chain this one belongs to (a relaunch after a lost host continues
+    #: its chain); empty: this launch is the first.
+    chain: str = ""
+
+    @property
+    def chain_id(self) -> str:
+        """The id of the chain's first launch (this one's own when it is the first)."""
+        return self.chain or self.launch_id
+
+    @property
+    def ledger_path(self) -> Path:
+        """The chain's restart ledger (:mod:`barrierflow.runtime.restart_ledger`), beside the records."""
+        return Path(self.exit_file).with_name(f"{self.chain_id}.restarts.json")
 
     @property
     def path(self) -> Path:
