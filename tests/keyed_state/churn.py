@@ -19,13 +19,17 @@ TTL_S = 60
 DELAY_S = 10
 
 
-def churn_spec(folder: Path, *, ttl: bool, name: str = "churn") -> Path:
+def churn_spec(folder: Path, *, ttl: bool, name: str = "churn", dedup: bool = False) -> Path:
     """generator -> churning_totals (update mode) -> Parquet at ``folder/out``; with ``ttl``:
-    ``ttl: 60s`` and ``emit_on_expiry``, RocksDB state."""
+    ``ttl: 60s`` and ``emit_on_expiry``, RocksDB state. ``dedup``: churning_dedup (append mode)
+    with ``ttl: 60s`` instead."""
     transformation: dict[str, Any] = {"function": "tests.keyed_state.transforms:churning_totals",
                                       "output_mode": "update"}
     if ttl:
         transformation.update(ttl=f"{TTL_S}s", emit_on_expiry=True)
+    if dedup:
+        transformation = {"function": "tests.keyed_state.transforms:churning_dedup", "output_mode": "append",
+                          "ttl": f"{TTL_S}s"}
     folder.mkdir(parents=True, exist_ok=True)
     return write_spec(folder / "spec.yaml", {
         "version": 1, "name": name, "work_dir": str(folder / "work"),
@@ -37,7 +41,7 @@ def churn_spec(folder: Path, *, ttl: bool, name: str = "churn") -> Path:
         "sinks": [{"name": "results", "type": "parquet", "path": f"file://{folder / 'out'}"}],
         "trigger": {"interval": "0s"},
         "checkpoint": {"storage": f"file://{folder / 'checkpoints'}", "interval": "1s", "timeout": "120s"},
-        "spark": {"master": "local[2]", "shuffle_partitions": 2, "state_store": "rocksdb" if ttl else "hdfs"},
+        "spark": {"master": "local[2]", "shuffle_partitions": 2, "state_store": "rocksdb" if ttl or dedup else "hdfs"},
     })
 
 
@@ -76,10 +80,11 @@ def expected_lives() -> dict[int, list[tuple[int, int, bool]]]:
 
 def observed_lives(rows: list[dict[str, Any]]) -> dict[int, list[tuple[int, int, bool]]]:
     """The same from a run's output rows (``key, count, value_sum, expired, batch``): per key in
-    batch order, a lifetime's last update is the row before its expiry row or before the count
+    batch order (in a batch, a key's expiry row comes first: it ends the lifetime its update
+    follows), a lifetime's last update is the row before its expiry row or before the count
     drops (a new lifetime); asserts no update is written twice."""
     by_key: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for row in sorted(rows, key=lambda r: (r["batch"], r["expired"])):
+    for row in sorted(rows, key=lambda r: (r["batch"], not r["expired"])):
         by_key[row["key"]].append(row)
     lives: dict[int, list[tuple[int, int, bool]]] = {}
     for key, updates in by_key.items():
@@ -102,14 +107,16 @@ def observed_lives(rows: list[dict[str, Any]]) -> dict[int, list[tuple[int, int,
 
 def spark_batches(checkpoint: Path) -> dict[int, tuple[int, dict[int, int]]]:
     """batch id -> (its watermark in ms, the generator's end offset per partition), from Spark's
-    offset log (``offsets/<id>``: version line, metadata JSON, one offsets JSON per source)."""
+    offset log (``offsets/<id>``: version line, metadata JSON, the source's end offset JSON,
+    whose ``partitions`` are the generator's offsets)."""
     out = {}
     for path in (checkpoint / "offsets").iterdir():
         if not path.name.isdigit():
             continue
         lines = path.read_text(encoding="utf-8").splitlines()
         metadata, offsets = json.loads(lines[1]), json.loads(lines[2])
-        out[int(path.name)] = (int(metadata["batchWatermarkMs"]), {int(p): int(o) for p, o in offsets.items()})
+        ends = {int(p): int(o) for p, o in offsets["partitions"].items()}
+        out[int(path.name)] = (int(metadata["batchWatermarkMs"]), ends)
     return out
 
 
@@ -124,3 +131,20 @@ def live_keys(watermark_ms: int, end: dict[int, int]) -> int:
 def seen_keys(end: dict[int, int]) -> int:
     """Distinct keys of the records below ``end``."""
     return len({key for key, _, _ in records(end)})
+
+
+def expected_firsts() -> list[tuple[int, int, float]]:
+    """(key, value, event time in s) of the first record of every lifetime of every key: a
+    lifetime ends where the key's next record is more than the TTL after its previous one."""
+    by_key: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    for key, event_s, value in records():
+        by_key[key].append((event_s, value))
+    firsts = []
+    for key, rows in by_key.items():
+        rows.sort()
+        previous = None
+        for event_s, value in rows:
+            if previous is None or event_s - previous > TTL_S:
+                firsts.append((key, value, event_s))
+            previous = event_s
+    return sorted(firsts)

@@ -2,12 +2,13 @@
 
 A key's *last update* is the newest event time (milliseconds since the epoch, UTC) of any record
 of the key since its state began; it is kept in the value state :data:`LAST_EVENT_STATE`
-(schema :data:`LAST_EVENT_SCHEMA`), and one event-time timer is registered at
-``last update + ttl``. The state expires in the first micro-batch whose watermark is at or past
-that instant: every state variable of the key is cleared, and its timers deleted. Both the
-newest event time and the watermark are functions of the input (the watermark of a batch is
-recorded in Spark's offset log and replayed with it), so a replay expires the same keys in the
-same batches. Spark's processing-time TTL (``ttlDurationMs``) is never used.
+(schema :data:`LAST_EVENT_SCHEMA`) with the instant of the key's TTL timer, one event-time
+timer registered at ``last update + ttl`` (null without a TTL). The state expires in the
+first micro-batch whose watermark is at or past that instant: every state variable of the key
+is cleared, and its timers deleted. Both the newest event time and the watermark are functions
+of the input (the watermark of a batch is recorded in Spark's offset log and replayed with it),
+so a replay expires the same keys in the same batches. Spark's processing-time TTL
+(``ttlDurationMs``) is never used.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 
 #: The value state holding a key's last update (reserved: user state names may not start with ``bf_``).
 LAST_EVENT_STATE = "bf_last_event"
-#: Its schema: one long, the newest event time of the key in ms since the epoch.
-LAST_EVENT_SCHEMA = "last_event_ms long"
+#: Its schema: the newest event time of the key and the instant of its TTL timer (null: none), ms since the epoch.
+LAST_EVENT_SCHEMA = "last_event_ms long, expiry_ms long"
 #: The column every input row carries into a keyed function: its event time in ms since the epoch.
 EVENT_MS_COLUMN = "bf_event_ms"
 #: The prefix of the state variable names barrierflow reserves.

@@ -65,6 +65,16 @@ class KeyedProcessor(StatefulProcessor):
             if at != fired:  # Spark deletes the timer that fired once its rows are consumed
                 self._state.delete_timer(at)
 
+    def _move_ttl_timer(self, last: int) -> None:
+        """Keep one TTL timer, at ``last`` + the TTL (none without a TTL), and record it."""
+        wanted = self.ttl.expiry_ms(last)
+        registered = self._state.ttl_timer_ms()
+        if registered is not None and registered != wanted:
+            self._state.delete_timer(registered)
+        if wanted is not None and registered != wanted:
+            self._state.register_timer(wanted)
+        self._state.move_last_update(last, wanted)
+
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Any]:
         watermark = timerValues.getCurrentWatermarkInMs()
         key = _as_key(key)
@@ -74,24 +84,26 @@ class KeyedProcessor(StatefulProcessor):
             yield from self._expire(key, last, watermark, None)
             last = None
         yield from self._rows(self.function.on_rows(key, ordered, watermark))
-        newest = max(int(r[EVENT_MS_COLUMN]) for r in ordered) if ordered else None
-        if newest is not None and (last is None or newest > last):
-            if last is not None and self.ttl.ttl_ms is not None:
-                self._state.delete_timer(last + self.ttl.ttl_ms)
-            self._state.move_last_update(newest)
-            if self.ttl.ttl_ms is not None:
-                self._state.register_timer(newest + self.ttl.ttl_ms)
+        newest = max(int(r[EVENT_MS_COLUMN]) for r in ordered) if ordered else last
+        if newest is not None:
+            self._move_ttl_timer(newest if last is None else max(last, newest))
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Any]:
+        """The TTL timer (the one recorded with the last update) expires the key, unless the TTL
+        changed since it was registered (a new spec): then the timer moves to the new expiry
+        (with the TTL removed, none). Any other timer is the function's."""
         watermark = timerValues.getCurrentWatermarkInMs()
         fired = expiredTimerInfo.getExpiryTimeInMs()
         key = _as_key(key)
         last = self._state.last_update_ms()
-        if last is not None and self.ttl.expiry_ms(last) == fired:
+        if last is None or fired != self._state.ttl_timer_ms():
+            yield from self._rows(self.function.on_timer(key, fired, watermark))
+        elif self.ttl.expired(last, watermark):
             yield from self._expire(key, last, watermark, fired)
         else:
-            yield from self._rows(self.function.on_timer(key, fired, watermark))
+            self._state.move_last_update(last, None)  # the fired timer is gone (Spark deletes it)
+            self._move_ttl_timer(last)
 
     def close(self) -> None:
         pass

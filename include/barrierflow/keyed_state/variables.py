@@ -44,9 +44,15 @@ class KeyedState:
         value = self._last.get()
         return None if value is None else int(value[0])
 
-    def move_last_update(self, at_ms: int) -> None:
-        """Set the current key's last update (barrierflow's processor does, after ``on_rows``)."""
-        self._last.update((int(at_ms),))
+    def ttl_timer_ms(self) -> int | None:
+        """The instant of the current key's TTL timer (None: it has none)."""
+        value = self._last.get() if self._last.exists() else None
+        return None if value is None or value[1] is None else int(value[1])
+
+    def move_last_update(self, at_ms: int, expiry_ms: int | None) -> None:
+        """Set the current key's last update and the instant of its TTL timer (barrierflow's
+        processor does, after ``on_rows``; it registers the timer)."""
+        self._last.update((int(at_ms), None if expiry_ms is None else int(expiry_ms)))
 
     def _declare(self, name: str) -> None:
         if name.startswith(RESERVED_PREFIX):
