@@ -11,12 +11,11 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from pyspark.sql import DataFrame, Row
-from pyspark.sql import functions as F
-
 from barrierflow.keyed_state import KeyedFunction, KeyedState, apply_keyed_function
 from barrierflow.spec.durations import parse_duration_seconds
 from barrierflow.transforms import TransformContext
+from pyspark.sql import DataFrame, Row
+from pyspark.sql import functions as F
 
 
 def _at(ms: int) -> datetime:
