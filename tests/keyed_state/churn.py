@@ -148,3 +148,13 @@ def expected_firsts() -> list[tuple[int, int, float]]:
                 firsts.append((key, value, event_s))
             previous = event_s
     return sorted(firsts)
+
+
+def expected_watermark(batches: dict[int, tuple[int, dict[int, int]]], batch: int) -> int:
+    """The watermark Spark gives ``batch`` in a failure-free run: the newest event time of the
+    records of the batches before it (below the previous batch's end offsets) minus the delay
+    (0 for the first batch)."""
+    if batch == 0:
+        return 0
+    read = max(batches[batch - 1][1].values())
+    return (START_S + (read - 1) * STEP_S - DELAY_S) * 1000

@@ -11,6 +11,7 @@ from tests.keyed_state.churn import (
     RECORDS,
     churn_spec,
     expected_lives,
+    expected_watermark,
     live_keys,
     observed_lives,
     seen_keys,
@@ -44,6 +45,7 @@ def test_state_stays_at_the_live_keys_and_the_output_is_the_expected(spark: Any,
     # the state, read with Spark's state reader after every third batch: the keys whose newest
     # record + ttl is after the batch's watermark (Spark's offset log), never more than 1.2x
     batches = spark_batches(ttl_dir / "work" / "spark-checkpoint")
+    assert {b: w for b, (w, _) in batches.items()} == {b: expected_watermark(batches, b) for b in batches}
     counts = []
     for batch in [*sorted(batches)[::3], max(batches)]:
         watermark, end = batches[batch]
@@ -69,3 +71,6 @@ def test_a_run_stopped_in_the_middle_and_resumed_writes_the_same(spark: Any, tmp
     assert len(first.completed) == 6
     run_spec(spark, spec, until_exhausted=True)
     assert observed_lives(_output(spark, tmp_path)) == expected_lives()
+    # every batch, the ones after the restore too, ran with the failure-free run's watermark
+    batches = spark_batches(tmp_path / "work" / "spark-checkpoint")
+    assert {b: w for b, (w, _) in batches.items()} == {b: expected_watermark(batches, b) for b in batches}
