@@ -51,6 +51,8 @@ def test_a_ttl_is_a_duration_the_context_gives_in_seconds(tmp_path: Path) -> Non
     ({"transformation": {**TTL_TOTALS, "ttl": "0s"}}, "ttl must be greater than 0", "10 minutes"),
     ({"transformation": {**TTL_TOTALS, "ttl": "soon"}}, "expected a duration", "2 minutes"),
     ({"transformation": {**TTL_TOTALS, "ttl": None}}, "emit_on_expiry is set without ttl", "remove emit_on_expiry"),
+    ({"transformation": {**TTL_TOTALS, "output_mode": "complete"}}, "transformation.ttl with output_mode complete",
+     "use output_mode update"),
 ])
 def test_a_ttl_that_cannot_work_is_refused_naming_the_field_and_the_fix(
         tmp_path: Path, change: dict[str, Any], field: str, fix: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from barrierflow.errors import SpecError
 from barrierflow.keyed_state.expiry import EVENT_MS_COLUMN, EventTimeTTL
 
 if TYPE_CHECKING:
@@ -41,13 +42,17 @@ def apply_keyed_function(df: DataFrame, ctx: StageContext, function: KeyedFuncti
     Its rows have ``function.output_schema``. Needs RocksDB state (``spark.state_store: rocksdb``).
 
     Raises:
-        SpecError: the spec has no ``event_time`` section (from ``ctx.with_watermark``).
+        SpecError: the spec has no ``event_time`` section (from ``ctx.with_watermark``), or its
+            output mode is ``complete`` (Spark's ``transformWithState`` runs in append or update).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType, _parse_datatype_string
 
     from barrierflow.keyed_state.processor import KeyedProcessor
 
+    if ctx.output_mode == "complete":
+        raise SpecError("<spec>", [("transformation.output_mode", "a keyed function writes in output mode append or "
+                                                                  "update, not complete; set output_mode: update")])
     watermarked = ctx.with_watermark(df)
     column = ctx.event_time_column
     assert column is not None  # with_watermark refused a spec without event_time

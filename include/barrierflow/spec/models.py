@@ -96,6 +96,9 @@ def ttl_problems(transformation: TransformationSpec, *, where: str, event_time: 
     if event_time is None:
         return (f"{where}.ttl needs event_time: a key's state expires when the watermark passes its newest event "
                 "time plus ttl; add event_time.column and event_time.watermark_delay, or remove ttl")
+    if transformation.output_mode == "complete":
+        return (f"{where}.ttl with output_mode complete: complete mode writes every key's state in every batch, "
+                "which a keyed function with a TTL does not keep; use output_mode update or append, or remove ttl")
     if spark.state_store != "rocksdb":
         return (f"{where}.ttl needs RocksDB state (Spark's transformWithState, which keeps the expiring state, runs "
                 "on RocksDB only); set spark.state_store: rocksdb, or remove ttl")
