@@ -6,10 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.keyed_state.churn import churn_spec, expected_firsts
 from tests.support.in_session_runs import run_spec
 
 
+@pytest.mark.spark
+@pytest.mark.slow(15)
 def test_deduplication_writes_each_lifetimes_first_record(spark: Any, tmp_path: Path) -> None:
     run_spec(spark, churn_spec(tmp_path, ttl=False, dedup=True, name="churn-dedup"), until_exhausted=True)
     rows = spark.read.parquet(str(tmp_path / "out")).selectExpr(
