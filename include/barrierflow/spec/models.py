@@ -86,6 +86,25 @@ def spark_reader_problems(sources: list[Any], *, where: str, event_time: EventTi
     return None
 
 
+def ttl_problems(transformation: TransformationSpec, *, where: str, event_time: EventTimeSpec | None,
+                 spark: SparkSpec) -> str | None:
+    """Why ``transformation`` (at ``where``, e.g. ``transformation``) cannot have its ``ttl``, or
+    None: an event-time TTL needs the spec's ``event_time`` (the watermark drives the expiry)
+    and RocksDB state (Spark's ``transformWithState`` runs on RocksDB only)."""
+    if transformation.ttl is None:
+        return None
+    if event_time is None:
+        return (f"{where}.ttl needs event_time: a key's state expires when the watermark passes its newest event "
+                "time plus ttl; add event_time.column and event_time.watermark_delay, or remove ttl")
+    if transformation.output_mode == "complete":
+        return (f"{where}.ttl with output_mode complete: complete mode writes every key's state in every batch, "
+                "which a keyed function with a TTL does not keep; use output_mode update or append, or remove ttl")
+    if spark.state_store != "rocksdb":
+        return (f"{where}.ttl needs RocksDB state (Spark's transformWithState, which keeps the expiring state, runs "
+                "on RocksDB only); set spark.state_store: rocksdb, or remove ttl")
+    return None
+
+
 class ParquetSinkSpec(_Strict):
     """Parquet files, written ahead per micro-batch and published when the epoch's checkpoint completes."""
 
@@ -331,13 +350,34 @@ class TransformationSpec(_Strict):
 
     ``state_defaults``: value column (an aggregate's alias) -> the value its state starts from in
     every key stored before ``barrierflow upgrade`` added the column to an aggregation with state
-    (``null``: as if no row had been aggregated); read only by ``upgrade`` (docs/upgrades.md)."""
+    (``null``: as if no row had been aggregated); read only by ``upgrade`` (docs/upgrades.md).
+
+    ``ttl``: event-time TTL of the function's keyed state (a duration): a key's state expires when
+    the watermark passes its newest event time plus ``ttl`` (docs/state.md, "Event-time TTL"); it
+    needs ``event_time`` and ``spark.state_store: rocksdb`` and a function that supports it
+    (:func:`barrierflow.keyed_state.supports_ttl`). ``emit_on_expiry``: write a final row per key
+    when its state expires (needs ``ttl``)."""
 
     function: str
     output_mode: Literal["append", "update", "complete"] = "append"
     options: dict[str, Any] = Field(default_factory=dict)
     deterministic: bool = True
     state_defaults: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    ttl: float | None = None
+    emit_on_expiry: bool = False
+
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _ttl(cls, value: Any) -> float | None:
+        return _positive_seconds_or_null(value, "ttl must be greater than 0 seconds, e.g. '10 minutes' (or null: "
+                                                "state never expires)")
+
+    @model_validator(mode="after")
+    def _emit_needs_ttl(self) -> TransformationSpec:
+        if self.emit_on_expiry and self.ttl is None:
+            raise ValueError("emit_on_expiry is set without ttl: nothing expires; add ttl (e.g. '10 minutes') or "
+                             "remove emit_on_expiry")
+        return self
 
     @field_validator("function")
     @classmethod
@@ -617,6 +657,14 @@ class StageSpec(PipelineWide[CheckpointSpec]):
     def _spark_reader_supported(self) -> StageSpec:
         problem = spark_reader_problems(list(self.sources), where="sources", event_time=self.event_time,
                                         trigger=self.trigger, checkpoint=self.checkpoint)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _ttl_supported(self) -> StageSpec:
+        problem = ttl_problems(self.transformation, where="transformation", event_time=self.event_time,
+                               spark=self.spark)
         if problem:
             raise ValueError(problem)
         return self

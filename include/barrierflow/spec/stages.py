@@ -51,6 +51,7 @@ from barrierflow.spec.models import (
     chaos_dag_problems,
     refuse_metadata_names,
     spark_reader_problems,
+    ttl_problems,
 )
 
 EMBEDDED = "embedded"
@@ -260,6 +261,15 @@ class PipelineSpec(PipelineWide[PipelineCheckpointSpec]):
                 raise ValueError(f"stage {stage.name!r} reads channels and a Kafka source with reader: spark; a "
                                  "stage that reads channels reads every input with barrierflow's reader (barriers "
                                  "arrive in-band): set reader: python on that source, or give it a stage of its own")
+        return self
+
+    @model_validator(mode="after")
+    def _ttl_supported(self) -> PipelineSpec:
+        for i, stage in enumerate(self.stages):
+            problem = ttl_problems(stage.transformation, where=f"stages.{i}.transformation (stage {stage.name!r})",
+                                   event_time=self.event_time, spark=self.spark)
+            if problem:
+                raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from barrierflow.errors import SpecError
+from barrierflow.keyed_state.support import supports_ttl
 from barrierflow.transforms.context import TransformContext
 
 if TYPE_CHECKING:
@@ -31,10 +32,25 @@ def keyed_window_counts(df: DataFrame, ctx: TransformContext) -> DataFrame:
     )
 
 
+@supports_ttl
 def keyed_running_totals(df: DataFrame, ctx: TransformContext) -> DataFrame:
-    """The reference benchmark job: running count and sum per key (output mode update)."""
+    """The reference benchmark job: running count and sum per key (output mode update).
+
+    Without ``transformation.ttl``: Spark's streaming aggregation, whose state keeps every key
+    ever seen. With it: the keyed function
+    :class:`~barrierflow.keyed_state.running_totals.RunningTotals` on ``transformWithState``, a
+    key's totals expiring ``ttl`` of event time after its newest record (a later record of the
+    key starts from zero); with ``emit_on_expiry`` an ``expired`` column and one final row per
+    expiry. Changing ``ttl`` between absent and set changes the state's operator: a new
+    checkpoint, or ``barrierflow upgrade``."""
     from pyspark.sql import functions as F
 
+    if ctx.ttl_seconds is not None:
+        from barrierflow.keyed_state import apply_keyed_function
+        from barrierflow.keyed_state.running_totals import RunningTotals
+
+        key_type = df.schema["key"].dataType.simpleString()
+        return apply_keyed_function(df, ctx, RunningTotals(key_type, ctx.emit_on_expiry))
     return df.groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("value_sum"))
 
 

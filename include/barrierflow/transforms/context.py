@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import SpecError
+from barrierflow.keyed_state.support import ttl_supported
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -33,6 +34,22 @@ class TransformContext:
     def event_time_column(self) -> str | None:
         """``event_time.column``, None when the spec has no ``event_time`` section."""
         return self.spec.event_time.column if self.spec.event_time else None
+
+    @property
+    def ttl_seconds(self) -> float | None:
+        """``transformation.ttl`` in seconds: a key's state expires when the watermark passes its
+        newest event time plus this (:mod:`barrierflow.keyed_state`); None = never."""
+        return self.spec.transformation.ttl
+
+    @property
+    def emit_on_expiry(self) -> bool:
+        """``transformation.emit_on_expiry``: write a final row per key when its state expires."""
+        return self.spec.transformation.emit_on_expiry
+
+    @property
+    def output_mode(self) -> str:
+        """``transformation.output_mode`` ('append', 'update' or 'complete')."""
+        return self.spec.transformation.output_mode
 
     @property
     def watermark_delay_seconds(self) -> float:
@@ -63,9 +80,20 @@ def load_transformation(spec: StageSpec, spec_path: str = "<spec>") -> Transform
 
     Raises:
         SpecError: naming the field, if the module or callable cannot be imported or the
-            callable cannot be called with two arguments (see :func:`import_transformation`).
+            callable cannot be called with two arguments (see :func:`import_transformation`), or
+            the spec sets ``transformation.ttl`` and the callable does not support it
+            (:func:`barrierflow.keyed_state.supports_ttl`).
     """
-    return import_transformation(spec.transformation.function, spec_path)
+    transform = import_transformation(spec.transformation.function, spec_path)
+    if spec.transformation.ttl is not None and not ttl_supported(transform):
+        raise SpecError(spec_path, [("transformation.ttl", f"{spec.transformation.function} does not support ttl "
+                                                           "(its state would never expire); remove ttl, or use a "
+                                                           "function that supports it: "
+                                                           "barrierflow.transforms.aggregations:keyed_running_totals, "
+                                                           "barrierflow.transforms.deduplication:deduplicate_by_key, "
+                                                           "or your own marked with "
+                                                           "barrierflow.keyed_state.supports_ttl")])
+    return transform
 
 
 def import_transformation(function: str, spec_path: str = "<spec>",
