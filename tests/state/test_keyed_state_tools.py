@@ -1,0 +1,126 @@
+"""The state tools over a keyed function's state (Spark's ``transformWithState``): ``state schema``,
+``state query`` and ``state stats`` read every state variable and the timers, and what they
+count equals what Spark's own ``statestore`` reader gives for the same checkpoint, read here
+directly; the keyed function is :mod:`tests.support.keyed_sessions` (plain PySpark).
+
+One pipeline run (generator -> keyed function -> Parquet, RocksDB, 4 shuffle partitions) is
+shared by the module's tests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from barrierflow.checkpointing.materialize import materialize_checkpoint
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.cli.main import main
+from barrierflow.ops.state import state_query, state_schema, state_stats
+from barrierflow.spec import load_spec
+
+from tests.support.in_session_runs import run_spec, write_spec
+
+pytestmark = pytest.mark.spark
+
+PARTITIONS, RECORDS = 2, 240
+VARIABLES = {"count": "ValueState", "recent": "ListState", "parity": "MapState", "bf_last_event": "ValueState",
+             "timers": "TimerState"}
+
+
+def sessions_spec(tmp: Path, shuffle: int = 4, function: str = "sessions") -> dict[str, Any]:
+    return {
+        "version": 1,
+        "name": "sessions",
+        "work_dir": str(tmp / "work"),
+        "sources": [{"name": "events", "type": "generator", "partitions": PARTITIONS, "rows_per_second": 0,
+                     "max_records_per_batch": 40, "records_per_partition": RECORDS, "keys": 50,
+                     "event_time_step_ms": 100}],
+        "event_time": {"column": "event_time", "watermark_delay": "500ms"},
+        "transformation": {"function": f"tests.support.keyed_sessions:{function}", "output_mode": "append"},
+        "sinks": [{"name": "results", "type": "parquet", "path": f"file://{tmp / 'out'}"}],
+        "trigger": {"interval": "0s"},
+        "checkpoint": {"storage": f"file://{tmp / 'checkpoints'}", "interval": "200ms", "timeout": "120s"},
+        "spark": {"master": "local[2]", "shuffle_partitions": shuffle, "state_store": "rocksdb"},
+    }
+
+
+@pytest.fixture(scope="module")
+def sessions_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, CheckpointStore]]:
+    tmp = tmp_path_factory.mktemp("keyed")
+    spec = write_spec(tmp / "sessions.yaml", sessions_spec(tmp))
+    run_spec(spark, spec, checkpoints=3)
+    yield spec, CheckpointStore.for_spec(load_spec(spec))
+
+
+def _direct(spark: Any, store: CheckpointStore, tmp: Path) -> tuple[Path, int, dict[str, Any]]:
+    """The newest checkpoint materialized by hand, its barrier batch and Spark's operator properties."""
+    manifest = store.latest()
+    assert manifest is not None
+    target = tmp / "direct"
+    materialize_checkpoint(store, manifest, target)
+    _ = spark.streams
+    rows = spark.read.format("state-metadata").load(str(target)).collect()
+    assert len(rows) == 1, rows
+    return target, manifest.spark_batch_id, json.loads(rows[0]["operatorProperties"])
+
+
+def _read(spark: Any, target: Path, batch: int, **options: str) -> Any:
+    reader = spark.read.format("statestore").option("batchId", batch)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(str(target))
+
+
+def test_schema_query_and_stats_read_every_variable_as_spark_does(
+        spark: Any, sessions_run: tuple[Path, CheckpointStore], tmp_path: Path, capsys: Any) -> None:
+    spec, store = sessions_run
+    target, batch, properties = _direct(spark, store, tmp_path)
+    listed = {v["stateName"]: v["stateVariableType"] for v in properties["stateVariables"]}
+
+    schema = state_schema(spec, spark=spark)
+    (op,) = schema.stages[0].operators
+    assert {v.name: v.kind for v in op.variables} == VARIABLES
+    assert {n: k for n, k in listed.items() if not n.startswith("$")} == {
+        n: k for n, k in VARIABLES.items() if n != "timers"}
+    assert op.key_schema == "struct<partition:int,session:bigint>" and op.partitions == 4
+    by_name = {v.name: v for v in op.variables}
+    assert by_name["parity"].stored == "map<struct<parity:string>,struct<records:bigint>>"
+    assert by_name["recent"].stored == "struct<value:bigint>" and by_name["timers"].stored == "bigint"
+
+    # every variable's rows, and the timers, as Spark's reader gives them
+    frames = {name: _read(spark, target, batch, stateVarName=name) for name in VARIABLES if name != "timers"}
+    frames["timers"] = _read(spark, target, batch, readRegisteredTimers="true")
+    for name, frame in frames.items():
+        result = state_query(spec, variable=name, limit=1000, spark=spark)
+        assert result.variable == name and result.rows == frame.count(), name
+    counts = {json.dumps(r.asDict(recursive=True), sort_keys=True) for r in frames["count"].collect()}
+    shown = {json.dumps({"key": {"partition": r["key_partition"], "session": r["key_session"]},
+                         "partition_id": r["partition_id"], "value": {"n": r["value_n"]}}, sort_keys=True)
+             for r in state_query(spec, variable="count", limit=1000, spark=spark).preview}
+    assert shown == counts
+    with pytest.raises(Exception, match="choose one with --variable NAME"):
+        state_query(spec, spark=spark)
+    with pytest.raises(Exception, match="no state variable 'nope'"):
+        state_query(spec, variable="nope", spark=spark)
+
+    # stats: keys over every variable, timers, and the keys due at the state's watermark
+    keys = set()
+    for frame in frames.values():
+        keys |= {(r["key"]["partition"], r["key"]["session"]) for r in frame.select("key").collect()}
+    committed = json.loads((target / "commits" / str(batch)).read_text().splitlines()[1])
+    watermark = int(committed["nextBatchWatermarkMs"])
+    due = {(r["key"]["partition"], r["key"]["session"]) for r in frames["timers"].collect()
+           if r["expiration_timestamp_ms"] <= watermark}
+    stats = state_stats(spec, spark=spark)
+    assert stats.keys == len(keys) > 0
+    assert stats.timers == frames["timers"].count() and stats.watermark_ms == watermark
+    assert stats.expired == len(due) and stats.live == len(keys) - len(due)
+    assert {v["name"]: v["rows"] for v in stats.variables or []} == {n: f.count() for n, f in frames.items()}
+    assert sum(p["keys"] for p in stats.partitions) == len(keys)
+    capsys.readouterr()
+    assert main(["state", "stats", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(keys) - len(due)} live keys, {len(due)} expired" in out, out
