@@ -124,3 +124,101 @@ def test_schema_query_and_stats_read_every_variable_as_spark_does(
     assert main(["state", "stats", str(spec)]) == 0
     out = capsys.readouterr().out
     assert f"{len(keys) - len(due)} live keys, {len(due)} expired" in out, out
+
+
+def test_ttl_and_variable_findings_say_their_verdict() -> None:
+    """The verdicts of a ttl change and of state variables, decided without Spark."""
+    from barrierflow.state.compatibility import Verdict, keyed_findings, ttl_finding
+    from barrierflow.state.reader import OperatorSchema, StateVariable
+
+    changed = ttl_finding("b", 300.0, 600.0)
+    assert changed is not None and changed.verdict is Verdict.COMPATIBLE
+    assert changed.reason == ("ttl 300 s -> 600 s: compatible: existing keys keep their registered expiry (their last "
+                              "update + 300 s); new updates use the new ttl (the update's event time + 600 s)")
+    assert ttl_finding("b", 300.0, 300.0) is None
+    added = ttl_finding("b", None, 60.0)
+    assert added is not None and added.verdict is Verdict.COMPATIBLE and "registered no expiry" in added.reason
+
+    count = StateVariable("count", "ValueState", "struct<key:struct<k:bigint>,value:struct<n:bigint>>")
+    timers = StateVariable("timers", "TimerState", "struct<key:struct<k:bigint>,expiration_timestamp_ms:bigint>")
+    op = OperatorSchema(0, "transformWithStateInPySparkExec", ("default",), 4, "struct<k:bigint>", "",
+                        variables=(count, timers))
+    same = keyed_findings("b", [op], [[("count", "ValueState", "struct<n:bigint>")]])
+    assert [f.verdict for f in same] == [Verdict.COMPATIBLE] and "unchanged: count" in same[0].reason
+    unknown = keyed_findings("b", [op], [None])
+    assert [f.verdict for f in unknown] == [Verdict.UNKNOWN]
+    dropped = keyed_findings("b", [op], [[]])
+    assert [f.verdict for f in dropped] == [Verdict.UNKNOWN] and "no longer declared" in dropped[0].reason
+    assert keyed_findings("b", [op], []) [0].verdict is Verdict.UNKNOWN
+
+
+def test_upgrade_dry_run_reports_each_state_variable(spark: Any, sessions_run: tuple[Path, CheckpointStore],
+                                                     tmp_path: Path) -> None:
+    from barrierflow.ops.upgrade import upgrade
+
+    spec, _ = sessions_run
+    base = sessions_spec(spec.parent)
+
+    def report(function: str) -> dict[str, Any]:
+        data = dict(base, transformation={"function": f"tests.support.keyed_sessions:{function}",
+                                          "output_mode": "append"})
+        new = write_spec(tmp_path / f"{function}.yaml", data)
+        before = spark.conf.get("spark.sql.shuffle.partitions")
+        try:
+            return upgrade(spec, new, dry_run=True, spark=spark).as_dict()
+        finally:
+            spark.conf.set("spark.sql.shuffle.partitions", before)
+
+    same = report("sessions")
+    assert same["verdict"] == "compatible", same
+    reasons = [f["reason"] for f in same["stages"][0]["findings"]]
+    assert any(r.startswith("state variables unchanged: count (ValueState struct<n:bigint>)") for r in reasons)
+
+    wider = report("sessions_with_largest")
+    assert wider["verdict"] == "compatible", wider
+    assert any(f["reason"].startswith("new state variable largest (ValueState struct<value:bigint>): compatible")
+               for f in wider["stages"][0]["findings"]), wider
+
+    other = report("sessions_count_as_string")
+    assert other["verdict"] == "incompatible", other
+    (refused,) = [f for f in other["stages"][0]["findings"] if f["verdict"] == "incompatible"]
+    assert refused["reason"].startswith(
+        "state variable count changed type: ValueState struct<n:bigint> -> ValueState struct<n:string>"), refused
+    assert "Keep count as ValueState struct<n:bigint>" in refused["reason"]
+
+
+def test_rescale_4_to_8_through_upgrade_gives_the_same_output(
+        spark: Any, sessions_run: tuple[Path, CheckpointStore], tmp_path: Path) -> None:
+    """The last test of the module: it upgrades the shared run to 8 partitions and runs it to
+    the end of its input. Every record's row and every closing row equal the independent
+    expectation: the rescaled state carried every key's variables and timer."""
+    from barrierflow.ops.savepoint import savepoint
+    from barrierflow.ops.upgrade import UpgradeResult, upgrade
+
+    from tests.support.keyed_sessions import expected_rows
+
+    spec, store = sessions_run
+    source = savepoint(spec).checkpoint_id
+    offsets = store.get(source).barrier_offsets["events"]
+    assert all(o < RECORDS for o in offsets.values()), f"no input left for the upgraded run: {offsets}"
+    before_stats = state_stats(spec, checkpoint_id=source, spark=spark)
+    eight = write_spec(spec.parent / "eight.yaml", sessions_spec(spec.parent, shuffle=8))
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        result = upgrade(spec, eight, dry_run=False, spark=spark, canary_checkpoints=0)
+        assert isinstance(result, UpgradeResult) and result.rescaled == {"sessions": (4, 8)}
+        after_stats = state_stats(eight, checkpoint_id=result.savepoint, spark=spark)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    assert after_stats.operator.partitions == 8 and len(after_stats.partitions) == 8
+    assert (after_stats.keys, after_stats.timers) == (before_stats.keys, before_stats.timers)
+    assert after_stats.variables == before_stats.variables
+    run_spec(spark, eight, until_exhausted=True, duration=240)
+
+    rows = [r.asDict() for r in spark.read.parquet(str(spec.parent / "out")).collect()]
+    records = [(r["partition"], r["session"], r["offset"], r["n"]) for r in rows if r["offset"] >= 0]
+    closing = [((r["partition"], r["session"]), r["n"]) for r in rows if r["offset"] < 0]
+    expected, counts = expected_rows(PARTITIONS, RECORDS)
+    assert len(records) == len(set(records)) and set(records) == expected
+    assert len(closing) == len(dict(closing)) and all(counts[key] == n for key, n in closing)
+    assert closing, "no key's timer fired"

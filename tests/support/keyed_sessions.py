@@ -55,7 +55,7 @@ class Sessions(StatefulProcessor):
         newest = int(self.last.get()[0]) if self.last.exists() else None
         for row in ordered:
             n += 1
-            recent = (recent + [int(row["value"])])[-3:]
+            recent = ([*recent, int(row["value"])])[-3:]
             side = "even" if int(row["value"]) % 2 == 0 else "odd"
             seen = self.parity.getValue((side,)) if self.parity.containsKey((side,)) else None
             self.parity.updateValue((side,), ((int(seen[0]) if seen else 0) + 1,))

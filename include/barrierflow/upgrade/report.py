@@ -65,7 +65,8 @@ def compatibility_report(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint
         CheckpointNotFoundError: no completed cut, or ``checkpoint_id`` is not one.
         CheckpointCorruptError: a file of the cut is missing or altered in the store.
     """
-    from barrierflow.runtime.state_compat import planned_fingerprint, planned_states
+    from barrierflow.ops.state import ttl_seconds
+    from barrierflow.runtime.state_compat import planned_fingerprint, planned_keyed_states, planned_states
 
     spec_path, new_spec_path = old.spec_path, new.spec_path
     cid = old.completed_cut(checkpoint_id)
@@ -77,10 +78,13 @@ def compatibility_report(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint
                                               source_type=stage.source_type, scratch_dir=empty)
             operators_of[stage.name] = planned_states(session, stage.spec, spec_path=str(new_spec_path),
                                                       source_type=stage.source_type, scratch_dir=empty)
+            keyed = (planned_keyed_states(session, stage.spec, spec_path=str(new_spec_path),
+                                          source_type=stage.source_type, scratch_dir=empty)
+                     if any(e.get("operator", "").startswith("TransformWithState") for e in fingerprint) else [])
             planned.append(PlannedStage(stage.name, fingerprint, shuffle_partitions(stage.spec.spark),
                                         _sources(stage), _sink(stage),
                                         dict(stage.spec.transformation.state_defaults), rebuild_refusal(stage),
-                                        stage.spec.spark.state_store))
+                                        stage.spec.spark.state_store, keyed, ttl_seconds(stage)))
     refusals = {p.stage: p.rebuild_refusal for p in planned}
     states = []
     for stage in old.stages:
@@ -94,7 +98,7 @@ def compatibility_report(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint
                 by_metadata = _by_metadata(snapshot, operators, operators_of[stage.name], refusals[stage.name])
             states.append(StageState(stage.name, operators, fingerprint,
                                      snapshot.recorded_shuffle_partitions(), _sources(stage), _sink(stage),
-                                     stage.spec.spark.state_store, by_metadata))
+                                     stage.spec.spark.state_store, by_metadata, ttl_seconds(stage)))
     graph, stages = compare(states, planned, old_channels=_channels(old), new_channels=_channels(new),
                             old_storage=old.storage, new_storage=new.storage)
     return CompatibilityReport(old.name, str(spec_path), str(new_spec_path), cid, words(old).cut_noun, graph, stages)
