@@ -133,8 +133,8 @@ def test_ttl_and_variable_findings_say_their_verdict() -> None:
 
     changed = ttl_finding("b", 300.0, 600.0)
     assert changed is not None and changed.verdict is Verdict.COMPATIBLE
-    assert changed.reason == ("ttl 300 s -> 600 s: compatible: existing keys keep their registered expiry (their last "
-                              "update + 300 s); new updates use the new ttl (the update's event time + 600 s)")
+    assert changed.reason.startswith("ttl 300 s -> 600 s: compatible: existing keys keep their registered expiry "
+                                     "(their last update + 300 s) until it fires or their next record arrives")
     assert ttl_finding("b", 300.0, 300.0) is None
     added = ttl_finding("b", None, 60.0)
     assert added is not None and added.verdict is Verdict.COMPATIBLE and "registered no expiry" in added.reason
@@ -222,3 +222,24 @@ def test_rescale_4_to_8_through_upgrade_gives_the_same_output(
     assert len(records) == len(set(records)) and set(records) == expected
     assert len(closing) == len(dict(closing)) and all(counts[key] == n for key, n in closing)
     assert closing, "no key's timer fired"
+
+
+def test_deep_expiry_check_compares_every_key_with_the_watermark(
+        spark: Any, sessions_run: tuple[Path, CheckpointStore], tmp_path: Path) -> None:
+    """The ttl check on the keyed function's checkpoint: passes at the watermark its barrier
+    batch ran with, fails (naming the keys) at a watermark past some key's expiry."""
+    from barrierflow.verification.keyed_expiry import expiry_checks
+
+    from tests.support.keyed_sessions import GAP_MS
+
+    _, store = sessions_run
+    target, batch, _ = _direct(spark, store, tmp_path)
+    (passed,) = expiry_checks(spark, target, batch, ttl_seconds=GAP_MS / 1000, watermark_delay_seconds=0.5)
+    assert passed.passed and "every key has one after it" in passed.message, passed
+    timers = [int(r["expiration_timestamp_ms"]) for r in
+              _read(spark, target, batch, readRegisteredTimers="true").collect()]
+    (failed,) = expiry_checks(spark, target, batch, ttl_seconds=GAP_MS / 1000, watermark_delay_seconds=0.5,
+                              watermark_ms=min(timers))
+    assert not failed.passed, failed
+    assert failed.message.startswith(f"operator 0: {timers.count(min(timers))} keys hold an expiry timer at or below")
+    assert expiry_checks(spark, target, batch, ttl_seconds=None, watermark_delay_seconds=0.5) == []

@@ -459,13 +459,15 @@ def ttl_seconds(stage: Stage) -> float | None:
     return None if value is None else float(value)
 
 
-def keyed_counts(snapshot: StateSnapshot, op: OperatorSchema) -> tuple[DataFrame, list[dict[str, Any]], int | None,
-                                                                        int | None]:
+def keyed_counts(snapshot: StateSnapshot, op: OperatorSchema, ttl: float | None = None
+                 ) -> tuple[DataFrame, list[dict[str, Any]], int | None, int | None]:
     """A keyed function's operator: (its distinct keys with ``partition_id``, ``key`` and
     ``bytes`` (its rows' key and value bytes as JSON, over every state variable), lazily; each
-    state variable's ``{name, kind, rows}``; its registered timers; its keys with a timer at or
-    below the state's watermark (None without a watermark)). Spark counts; a few numbers reach
-    the driver."""
+    state variable's ``{name, kind, rows}``; its registered timers; its expired keys at the
+    state's watermark W (None without a watermark): with ``ttl`` (seconds) and barrierflow's
+    ``bf_last_event``, the keys whose last update + ttl is at or below W (what a key's expiry
+    is); else the keys with a registered timer at or below W). Expired keys are cleared by the
+    next batch. Spark counts; a few numbers reach the driver."""
     from pyspark.sql import functions as F
 
     frames = []
@@ -484,6 +486,10 @@ def keyed_counts(snapshot: StateSnapshot, op: OperatorSchema) -> tuple[DataFrame
             timers = rows
             if watermark is not None:
                 due = raw.where(F.col("expiration_timestamp_ms") <= F.lit(watermark)).select("key").distinct().count()
+    names = {v.name for v in op.variables}
+    if ttl is not None and watermark is not None and "bf_last_event" in names:
+        last = snapshot.raw(op.operator_id, "bf_last_event")
+        due = last.where(F.col("value").getField("last_event_ms") + F.lit(int(ttl * 1000)) <= F.lit(watermark)).count()
     keys = frames[0]
     for frame in frames[1:]:
         keys = keys.unionByName(frame)
@@ -497,7 +503,7 @@ def _keyed_stats(pipeline: OpenedPipeline, stage: Stage, cid: int, snapshot: Sta
                  top: int) -> StatsResult:
     from pyspark.sql import functions as F
 
-    keys, variables, timers, due = keyed_counts(snapshot, op)
+    keys, variables, timers, due = keyed_counts(snapshot, op, ttl_seconds(stage))
     counts = {int(r["partition_id"]): int(r["count"]) for r in keys.groupBy("partition_id").count().collect()}
     sizes = snapshot.partition_bytes()
     partitions = [{"partition": p, "keys": counts.get(p, 0), "bytes": sizes.get((op.operator_id, p), 0)}

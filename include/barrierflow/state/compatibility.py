@@ -307,20 +307,20 @@ def _ttl(seconds: float | None) -> str:
 
 def ttl_finding(stage: str, old: float | None, new: float | None) -> Finding | None:
     """The finding of a ttl change of a stage's keyed state (None: unchanged). Always
-    compatible: expiry is by event time, and each key's expiry is the timer its last update
-    registered, kept in the state."""
+    compatible, without a rewrite: expiry is by event time, and each key keeps in its state its
+    last update and the expiry timer it registered."""
     if old == new:
         return None
     changed = f"ttl {_ttl(old)} -> {_ttl(new)}"
     if old is None:
-        what = ("keys in the state registered no expiry and keep none until their next update, which registers "
-                f"its expiry with the new ttl (the update's event time + {_ttl(new)})")
+        what = ("keys in the state registered no expiry; each key's next record registers one at its last update + "
+                f"{_ttl(new)}")
     elif new is None:
-        what = ("keys in the state keep the expiry they registered (their last update + the old ttl) and expire at "
-                "it; updates after the upgrade register no expiry")
+        what = "keys in the state keep their state from then on (no expiry); updates register none"
     else:
-        what = (f"existing keys keep their registered expiry (their last update + {_ttl(old)}); new updates use the "
-                f"new ttl (the update's event time + {_ttl(new)})")
+        what = (f"existing keys keep their registered expiry (their last update + {_ttl(old)}) until it fires or "
+                f"their next record arrives; from then, and for every new update, the expiry is the last update + "
+                f"{_ttl(new)} (a key whose new expiry is already behind the watermark expires then)")
     return Finding(Verdict.COMPATIBLE, f"stage {stage} ttl", f"{changed}: compatible: {what}")
 
 
