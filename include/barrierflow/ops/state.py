@@ -455,8 +455,9 @@ def state_stats(spec_path: str | os.PathLike[str], *, checkpoint_id: int | None 
 
 def ttl_seconds(stage: Stage) -> float | None:
     """The stage's ``transformation.ttl`` in seconds, or None (no ttl, or a spec without the field)."""
-    value = getattr(stage.spec.transformation, "ttl", None)
-    return None if value is None else float(value)
+    from barrierflow.state.compatibility import ttl_of
+
+    return ttl_of(stage.spec)
 
 
 def keyed_counts(snapshot: StateSnapshot, op: OperatorSchema, ttl: float | None = None

@@ -45,7 +45,7 @@ from typing import Any
 from barrierflow.state.reader import TIMER_STATE, OperatorSchema
 
 __all__ = ["REBUILD", "CompatibilityReport", "Finding", "PlannedStage", "StageState", "StageVerdict", "Verdict",
-           "compare", "dropped_or_rebuilt", "is_rebuild", "keyed_findings", "ttl_finding"]
+           "compare", "dropped_or_rebuilt", "is_rebuild", "keyed_findings", "ttl_finding", "ttl_of"]
 
 #: Fingerprint entries that describe a stateful operator's definition but keep no state store of their own.
 NOT_A_STORE = frozenset({"EventTimeWatermark"})
@@ -299,6 +299,12 @@ def _operator_findings(stage: str, old: list[dict[str, Any]], new: list[dict[str
                 f"{changed}; the stored watermark carries on, and the rewrite records the new definition with the "
                 "state")))
     return findings
+
+
+def ttl_of(spec: Any) -> float | None:
+    """A stage spec's ``transformation.ttl`` in seconds, or None (no ttl, or a spec without the field)."""
+    value = getattr(getattr(spec, "transformation", None), "ttl", None)
+    return None if value is None else float(value)
 
 
 def _ttl(seconds: float | None) -> str:

@@ -88,6 +88,27 @@ def flat_fields(column: str, data_type: DataType) -> list[tuple[tuple[str, ...],
     return leaves
 
 
+def struct_fields(simple: str) -> list[tuple[str, str]] | None:
+    """The top-level fields of a struct's simple string (``struct<window:struct<start:timestamp,
+    end:timestamp>,key:bigint>`` -> ``[("window", "struct<start:timestamp,end:timestamp>"),
+    ("key", "bigint")]``), or None for no struct."""
+    if not (simple.startswith("struct<") and simple.endswith(">")):
+        return None
+    body, fields, depth, start = simple[len("struct<"):-1], [], 0, 0
+    if not body:
+        return []
+    for index, char in enumerate(body + ","):
+        if char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        elif char == "," and depth == 0:
+            name, _, kind = body[start:index].partition(":")
+            fields.append((name.strip("`"), kind))
+            start = index + 1
+    return fields
+
+
 def flat_columns(frame: DataFrame, struct: str) -> list[Column]:
     """The leaves of struct column ``struct`` of ``frame`` as columns named by :func:`flat_fields`."""
     from pyspark.sql import functions as F
@@ -236,8 +257,6 @@ class StateVariable:
     def stored(self) -> str:
         """What it stores per key, without the key: ``struct<n:bigint>`` of a value, the list
         element's or ``map<key struct, value struct>`` of a map, ``bigint`` of the timers."""
-        from barrierflow.state.metadata_compat import struct_fields
-
         fields = dict(struct_fields(self.schema) or [])
         if self.kind == "MapState":
             return f"map<{fields.get('user_map_key')},{fields.get('user_map_value')}>"

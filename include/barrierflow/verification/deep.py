@@ -52,6 +52,7 @@ from barrierflow.errors import CheckpointCorruptError, StorageError, UserInputEr
 from barrierflow.spark.session import apply_state_store
 from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import StageSpec
+from barrierflow.state.compatibility import ttl_of
 from barrierflow.state.reader import flat_fields, read_flat_state
 from barrierflow.verification import spark_verdicts
 from barrierflow.verification.report import NO_SUITE, CheckResult
@@ -247,12 +248,12 @@ def deep_checks(spec: StageSpec, store: CheckpointStore, manifest: Manifest, *,
         try:
             checks.append(CheckResult.ok("state-read", f"{count} state rows at batch {manifest.spark_batch_id} "
                                          f"(state version {manifest.state_version})"))
-            ttl = getattr(spec.transformation, "ttl", None)
+            ttl = ttl_of(spec)
             if ttl is not None and rows is not None:  # Step 2b: the ttl's bound on the keys' age
                 from barrierflow.verification.keyed_expiry import expiry_checks
 
                 delay = spec.event_time.watermark_delay if spec.event_time else 0.0
-                checks += expiry_checks(spark, target, manifest.spark_batch_id, ttl_seconds=float(ttl),
+                checks += expiry_checks(spark, target, manifest.spark_batch_id, ttl_seconds=ttl,
                                         watermark_delay_seconds=delay)
             path = expectations_path(spec)  # Step 3.
             if not path.is_file():
