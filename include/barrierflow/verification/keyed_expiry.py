@@ -7,7 +7,9 @@ every timer at or below a batch's watermark in that batch, and the firing clears
 a checkpoint's state after barrier batch V no key may still hold a timer at or below the
 watermark V ran with (it would be a key older than its ttl plus the watermark delay that
 survived its expiry), and every key with a newest event time holds a timer (else it would
-never expire). :func:`expiry_checks` counts both with Spark over the checkpoint's state
+never expire; a key whose :data:`LAST_EVENT` records no expiry instant, ``expiry_ms`` null,
+registered none yet: after a ttl was added, its next record registers one).
+:func:`expiry_checks` counts both with Spark over the checkpoint's state
 (Spark's ``statestore`` reader: the timers and :data:`LAST_EVENT`); a few numbers reach the
 driver. A key's expiry is the timer it registered, not its newest event time plus the current
 ttl: after a ttl change, existing keys keep the expiry they registered.
@@ -32,6 +34,8 @@ __all__ = ["CHECK", "LAST_EVENT", "expiry_checks"]
 CHECK = "ttl-expiry"
 #: The state variable barrierflow's keyed state keeps a key's newest event time in (with a ttl).
 LAST_EVENT = "bf_last_event"
+#: Its field with the instant of the key's expiry timer (null: the key registered none yet).
+EXPIRY = "expiry_ms"
 
 
 def _read(spark: SparkSession, directory: Path, batch_id: int, operator_id: int, name: str, kind: str):  # type: ignore[no-untyped-def]
@@ -76,7 +80,11 @@ def expiry_checks(spark: SparkSession, directory: Path, batch_id: int, *, ttl_se
             continue
         timers = _read(spark, directory, batch_id, op, *timers_of).select(
             F.to_json("key").alias("k"), F.col("expiration_timestamp_ms").alias("at"))
-        last = _read(spark, directory, batch_id, op, LAST_EVENT, "ValueState").select(F.to_json("key").alias("k"))
+        last = _read(spark, directory, batch_id, op, LAST_EVENT, "ValueState")
+        value_fields = {f.name for f in last.schema["value"].dataType.fields}  # type: ignore[attr-defined]
+        if EXPIRY in value_fields:  # a key records whether it registered an expiry (none yet after a ttl was added)
+            last = last.where(F.col("value").getField(EXPIRY).isNotNull())
+        last = last.select(F.to_json("key").alias("k"))
         overdue = timers.where(F.col("at") <= F.lit(watermark_ms))
         row = overdue.agg(F.count(F.lit(1)).alias("n"), F.min("k").alias("example"), F.min("at").alias("at")).first()
         unexpiring = last.join(timers.select("k").distinct(), "k", "left_anti")
