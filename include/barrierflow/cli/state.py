@@ -42,6 +42,10 @@ def add_state(sub: Subcommands) -> None:
         command.add_argument("--output", metavar="PATH",
                              help="write the whole table with Spark to PATH (.parquet or .json: a directory of part "
                                   "files) instead of a preview")
+    for command in (st_query, st_diff):
+        command.add_argument("--variable", metavar="NAME",
+                             help="a keyed function's operator (transformWithState): the state variable to read "
+                                  "(required when it has several; 'timers': its registered timers)")
     st_stats.add_argument("--top", type=int, default=10, metavar="N", help="largest keys shown (default 10)")
     state.set_defaults(handler=_cmd_state)
 
@@ -78,12 +82,14 @@ def _cmd_state(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.action == "query":
         result = state.state_query(args.spec, checkpoint_id=args.checkpoint, stage=args.stage,
-                                   operator=args.operator, sql=args.sql, output=args.output, limit=args.limit)
+                                   operator=args.operator, sql=args.sql, output=args.output, limit=args.limit,
+                                   variable=args.variable)
         if args.json:
             print(json.dumps(result.as_dict(), indent=2))
             return EXIT_OK
+        variable = f", state variable {result.variable}" if result.variable else ""
         print(f"stage {result.stage}, checkpoint {result.checkpoint_id} (batch {result.batch_id}), operator "
-              f"{result.operator_id}: {result.rows} rows")
+              f"{result.operator_id}{variable}: {result.rows} rows")
         if result.output:
             print(f"  written to {result.output}")
         _table(result.preview)
@@ -92,7 +98,8 @@ def _cmd_state(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.action == "diff":
         diff = state.state_diff(args.spec, from_id=args.from_id, to_id=args.to_id, stage=args.stage,
-                                operator=args.operator, output=args.output, sample=args.sample)
+                                operator=args.operator, output=args.output, sample=args.sample,
+                                variable=args.variable)
         if args.json:
             print(json.dumps(diff.as_dict(), indent=2))
             return EXIT_OK
@@ -113,6 +120,14 @@ def _cmd_state(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"stage {stats.stage}, checkpoint {stats.checkpoint_id} (batch {stats.batch_id}), "
           f"{stats.operator.describe()}: {stats.keys} keys, {stats.bytes} bytes of state files")
+    if stats.variables is not None:
+        ttl = f"ttl {stats.ttl_seconds:g} s" if stats.ttl_seconds is not None else "no ttl"
+        watermark = "no watermark" if stats.watermark_ms is None else f"watermark {_instant(stats.watermark_ms)}"
+        expired = "-" if stats.expired is None else str(stats.expired)
+        live = "-" if stats.live is None else str(stats.live)
+        print(f"keyed state: {live} live keys, {expired} expired (a timer at or below the watermark, cleared by the "
+              f"next batch), {stats.timers if stats.timers is not None else 0} timers; {ttl}, {watermark}")
+        _table([{"variable": v["name"], "kind": v["kind"], "rows": v["rows"]} for v in stats.variables])
     _table([{"partition": p["partition"], "keys": p["keys"], "bytes": p["bytes"]} for p in stats.partitions])
     print(f"largest keys (bytes of key and value as JSON, top {len(stats.largest)}):")
     _table(stats.largest)
@@ -120,6 +135,12 @@ def _cmd_state(args: argparse.Namespace) -> int:
     _table([{"checkpoint": g.checkpoint_id, "batch": g.batch_id, "bytes": g.state_bytes,
              "change": "-" if g.change is None else f"{g.change:+d}"} for g in stats.growth])
     return EXIT_OK
+
+
+def _instant(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
 
 
 def add_upgrade(sub: Subcommands) -> None:

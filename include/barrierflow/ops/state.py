@@ -188,6 +188,8 @@ class QueryResult:
     rows: int
     preview: list[dict[str, Any]]
     output: str | None = None
+    #: a keyed function's operator: the state variable read (``timers``: its registered timers)
+    variable: str | None = None
 
     @property
     def truncated(self) -> bool:
@@ -197,16 +199,22 @@ class QueryResult:
         return {"pipeline": self.pipeline, "stage": self.stage, "checkpoint_id": self.checkpoint_id,
                 "batch_id": self.batch_id, "operator_id": self.operator_id, "sql": self.sql,
                 "columns": self.columns, "rows": self.rows, "preview": self.preview, "truncated": self.truncated,
-                "output": self.output}
+                "output": self.output, "variable": self.variable}
 
 
 def state_query(spec_path: str | os.PathLike[str], *, checkpoint_id: int | None = None, stage: str | None = None,
                 operator: int | None = None, sql: str | None = None, output: str | None = None, limit: int = 20,
-                spark: SparkSession | None = None, scratch: str | None = None) -> QueryResult:
+                spark: SparkSession | None = None, scratch: str | None = None,
+                variable: str | None = None) -> QueryResult:
     """The state of one stateful operator of ``stage`` in cut ``checkpoint_id`` as a table
     (flattened: ``partition_id``, ``operator_id``, ``key_*``, ``value_*``), optionally through
     ``sql`` over the table named :data:`TABLE`; with ``output`` written whole by Spark, else a
-    preview of ``limit`` rows. Raises UserInputError for SQL Spark cannot run (its message)."""
+    preview of ``limit`` rows. Of a keyed function's operator (transformWithState), one state
+    variable: ``variable`` (None: the only one; ``timers``: its registered timers,
+    ``key_*`` and ``expiration_timestamp_ms``); a list's rows are one per element
+    (``list_element_*``), a map's one per entry (``user_map_key_*``, ``user_map_value_*``).
+    Raises UserInputError for SQL Spark cannot run (its message), AmbiguousStateError for a
+    variable the operator does not have (listing them)."""
     if limit < 0:
         raise UserInputError("--limit must be 0 or more")
     pipeline = open_pipeline(spec_path)
@@ -217,7 +225,8 @@ def state_query(spec_path: str | os.PathLike[str], *, checkpoint_id: int | None 
         write_table_check(output)
     with _opened(pipeline, chosen, cid, session, scratch) as snapshot:
         op = snapshot.operator(operator)
-        table = snapshot.table(op.operator_id)
+        table = snapshot.table(op.operator_id, variable)
+        chosen_variable = op.variable(variable).name if op.keyed else None
         view = TABLE
         frame = table
         if sql:
@@ -231,7 +240,7 @@ def state_query(spec_path: str | os.PathLike[str], *, checkpoint_id: int | None 
         try:
             written = write_table(frame, output) if output is not None else None
             return QueryResult(pipeline.name, chosen.name, cid, snapshot.batch_id, op.operator_id, sql,
-                               _columns(frame), frame.count(), _rows(frame, limit), written)
+                               _columns(frame), frame.count(), _rows(frame, limit), written, chosen_variable)
         finally:
             if sql:
                 session.catalog.dropTempView(view)
@@ -293,7 +302,8 @@ def diff_frame(old: DataFrame, new: DataFrame, keys: list[str], values: list[str
 
 def state_diff(spec_path: str | os.PathLike[str], *, from_id: int, to_id: int, stage: str | None = None,
                operator: int | None = None, output: str | None = None, sample: int = 10,
-               spark: SparkSession | None = None, scratch: str | None = None) -> DiffResult:
+               spark: SparkSession | None = None, scratch: str | None = None,
+               variable: str | None = None) -> DiffResult:
     """The keys of one stateful operator of ``stage`` added, changed and removed from cut
     ``from_id`` to cut ``to_id`` (both completed): counts and ``sample`` rows of each, or with
     ``output`` the whole diff written by Spark. Raises UserInputError when the operator's key or
@@ -315,8 +325,15 @@ def state_diff(spec_path: str | os.PathLike[str], *, from_id: int, to_id: int, s
                 f"stage {chosen.name} operator {op.operator_id}: its key or value schema differs between "
                 f"{words(pipeline).cut_noun} {old_id} ({was.key_schema} -> {was.value_schema}) and {new_id} "
                 f"({op.key_schema} -> {op.value_schema}); compare two checkpoints of the same state")
+        old_table, new_table = before.table(op.operator_id, variable), after.table(op.operator_id, variable)
         keys, values = list(op.key_columns), list(op.value_columns)
-        diff = diff_frame(before.table(op.operator_id), after.table(op.operator_id), keys, values)
+        if op.keyed:  # a value's rows are keyed by the key, a map's by key and map key, a list's by all
+            columns = [c for c in new_table.columns if c not in ("partition_id", "operator_id")]
+            kind = op.variable(variable).kind
+            keys = [c for c in columns if c.startswith("key_") or c.startswith("user_map_key_")
+                    or kind in ("ListState", "TimerState")]
+            values = [c for c in columns if c not in keys]
+        diff = diff_frame(old_table, new_table, keys, values)
         written = write_table(diff, output) if output is not None else None
         counts = {kind: 0 for kind in CHANGES}
         for row in diff.groupBy("change").count().collect():
@@ -359,10 +376,26 @@ class StatsResult:
     partitions: list[dict[str, int]]
     largest: list[dict[str, Any]]
     growth: list[Growth] = field(default_factory=list)
+    #: a keyed function's operator (else None): its state variables' rows, ``{name, kind, rows}``
+    variables: list[dict[str, Any]] | None = None
+    #: a keyed function's operator: keys with a registered timer at or below :attr:`watermark_ms`
+    #: (due: the next batch fires them; with a ttl, keys whose state has expired but is not yet
+    #: cleared), and the registered timers
+    expired: int | None = None
+    timers: int | None = None
+    #: the event-time watermark the state is at (what a restore resumes with), ms since the epoch
+    watermark_ms: int | None = None
+    #: the stage's ``transformation.ttl`` in seconds (None: no ttl)
+    ttl_seconds: float | None = None
 
     @property
     def keys(self) -> int:
         return sum(p["keys"] for p in self.partitions)
+
+    @property
+    def live(self) -> int | None:
+        """A keyed function's keys that have not expired (all keys but :attr:`expired`)."""
+        return None if self.expired is None else self.keys - self.expired
 
     @property
     def bytes(self) -> int:
@@ -372,7 +405,10 @@ class StatsResult:
         return {"pipeline": self.pipeline, "stage": self.stage, "checkpoint_id": self.checkpoint_id,
                 "batch_id": self.batch_id, "operator": self.operator.as_dict(), "keys": self.keys,
                 "bytes": self.bytes, "partitions": self.partitions, "largest": self.largest,
-                "growth": [g.as_dict() for g in self.growth]}
+                "growth": [g.as_dict() for g in self.growth],
+                **({"variables": self.variables, "live_keys": self.live, "expired_keys": self.expired,
+                    "timers": self.timers, "watermark_ms": self.watermark_ms, "ttl_seconds": self.ttl_seconds}
+                   if self.variables is not None else {})}
 
 
 def _growth(pipeline: OpenedPipeline, stage: Stage, upto: int) -> list[Growth]:
@@ -403,6 +439,8 @@ def state_stats(spec_path: str | os.PathLike[str], *, checkpoint_id: int | None 
     session = session_for(pipeline, spark)
     with _opened(pipeline, chosen, cid, session, scratch) as snapshot:
         op = snapshot.operator(operator)
+        if op.keyed:
+            return _keyed_stats(pipeline, chosen, cid, snapshot, op, top)
         raw = snapshot.raw(op.operator_id)
         keys = {int(r["partition_id"]): int(r["count"]) for r in raw.groupBy("partition_id").count().collect()}
         sizes = snapshot.partition_bytes()
@@ -413,3 +451,66 @@ def state_stats(spec_path: str | os.PathLike[str], *, checkpoint_id: int | None 
                                    size.alias("bytes")).orderBy(F.col("bytes").desc()), top)
         batch = snapshot.batch_id
     return StatsResult(pipeline.name, chosen.name, cid, batch, op, partitions, largest, _growth(pipeline, chosen, cid))
+
+
+def ttl_seconds(stage: Stage) -> float | None:
+    """The stage's ``transformation.ttl`` in seconds, or None (no ttl, or a spec without the field)."""
+    from barrierflow.state.compatibility import ttl_of
+
+    return ttl_of(stage.spec)
+
+
+def keyed_counts(snapshot: StateSnapshot, op: OperatorSchema, ttl: float | None = None
+                 ) -> tuple[DataFrame, list[dict[str, Any]], int | None, int | None]:
+    """A keyed function's operator: (its distinct keys with ``partition_id``, ``key`` and
+    ``bytes`` (its rows' key and value bytes as JSON, over every state variable), lazily; each
+    state variable's ``{name, kind, rows}``; its registered timers; its expired keys at the
+    state's watermark W (None without a watermark): with ``ttl`` (seconds) and barrierflow's
+    ``bf_last_event``, the keys whose last update + ttl is at or below W (what a key's expiry
+    is); else the keys with a registered timer at or below W). Expired keys are cleared by the
+    next batch. Spark counts; a few numbers reach the driver."""
+    from pyspark.sql import functions as F
+
+    frames = []
+    variables: list[dict[str, Any]] = []
+    timers: int | None = None
+    due: int | None = None
+    watermark = snapshot.watermark_ms()
+    for variable in op.variables:
+        raw = snapshot.raw(op.operator_id, variable.name)
+        others = [c for c in raw.columns if c not in ("partition_id", "key")]
+        size = F.octet_length(F.to_json(F.struct(*[F.col(c) for c in ["key", *others]])))
+        frames.append(raw.select("partition_id", "key", size.alias("bytes")))
+        rows = raw.count()
+        variables.append({"name": variable.name, "kind": variable.kind, "rows": rows})
+        if variable.kind == "TimerState":
+            timers = rows
+            if watermark is not None:
+                due = raw.where(F.col("expiration_timestamp_ms") <= F.lit(watermark)).select("key").distinct().count()
+    names = {v.name for v in op.variables}
+    if ttl is not None and watermark is not None and "bf_last_event" in names:
+        last = snapshot.raw(op.operator_id, "bf_last_event")
+        due = last.where(F.col("value").getField("last_event_ms") + F.lit(int(ttl * 1000)) <= F.lit(watermark)).count()
+    keys = frames[0]
+    for frame in frames[1:]:
+        keys = keys.unionByName(frame)
+    keys = keys.groupBy("partition_id", "key").agg(F.sum("bytes").alias("bytes"))
+    if timers is None and watermark is not None:
+        due = 0  # no key has a timer registered
+    return keys, variables, timers, due
+
+
+def _keyed_stats(pipeline: OpenedPipeline, stage: Stage, cid: int, snapshot: StateSnapshot, op: OperatorSchema,
+                 top: int) -> StatsResult:
+    from pyspark.sql import functions as F
+
+    keys, variables, timers, due = keyed_counts(snapshot, op, ttl_seconds(stage))
+    counts = {int(r["partition_id"]): int(r["count"]) for r in keys.groupBy("partition_id").count().collect()}
+    sizes = snapshot.partition_bytes()
+    partitions = [{"partition": p, "keys": counts.get(p, 0), "bytes": sizes.get((op.operator_id, p), 0)}
+                  for p in sorted(set(range(op.partitions)) | set(counts))]
+    largest = _rows(keys.select(F.col("partition_id"), *flat_columns(keys, "key"), F.col("bytes"))
+                    .orderBy(F.col("bytes").desc()), top)
+    return StatsResult(pipeline.name, stage.name, cid, snapshot.batch_id, op, partitions, largest,
+                       _growth(pipeline, stage, cid), variables, due, timers, snapshot.watermark_ms(),
+                       ttl_seconds(stage))

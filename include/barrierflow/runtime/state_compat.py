@@ -85,7 +85,8 @@ if TYPE_CHECKING:
     from barrierflow.state.reader import OperatorSchema
 
 __all__ = ["FINGERPRINT_FILE", "aggregate_buffers", "check_state_compatible", "planned_buffers",
-           "planned_fingerprint", "planned_state_operators", "planned_states", "stateful_fingerprint",
+           "planned_fingerprint", "planned_keyed_states", "planned_state_operators", "planned_states",
+           "stateful_fingerprint",
            "streaming_sources"]
 
 log = logging.getLogger(__name__)
@@ -539,4 +540,14 @@ def planned_states(spark: SparkSession, spec: StageSpec, *, spec_path: str, sour
     """:func:`planned_state_operators` of the stage query ``spec`` builds, planned as
     :func:`planned_fingerprint` plans it (nothing read, nothing started)."""
     return planned_state_operators(_planned_frame(spark, spec, spec_path=spec_path, source_type=source_type,
+                                                  scratch_dir=scratch_dir))
+
+
+def planned_keyed_states(spark: SparkSession, spec: StageSpec, *, spec_path: str, source_type: str,
+                         scratch_dir: str) -> list[list[tuple[str, str, str]] | None]:
+    """:func:`~barrierflow.runtime.keyed_plan.planned_keyed_variables` of the stage query ``spec``
+    builds, planned as :func:`planned_fingerprint` plans it (nothing read, nothing started)."""
+    from barrierflow.runtime.keyed_plan import planned_keyed_variables
+
+    return planned_keyed_variables(_planned_frame(spark, spec, spec_path=spec_path, source_type=source_type,
                                                   scratch_dir=scratch_dir))

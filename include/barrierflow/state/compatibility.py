@@ -42,10 +42,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from barrierflow.state.reader import OperatorSchema
+from barrierflow.state.reader import TIMER_STATE, OperatorSchema
 
 __all__ = ["REBUILD", "CompatibilityReport", "Finding", "PlannedStage", "StageState", "StageVerdict", "Verdict",
-           "compare", "dropped_or_rebuilt", "is_rebuild"]
+           "compare", "dropped_or_rebuilt", "is_rebuild", "keyed_findings", "ttl_finding", "ttl_of"]
 
 #: Fingerprint entries that describe a stateful operator's definition but keep no state store of their own.
 NOT_A_STORE = frozenset({"EventTimeWatermark"})
@@ -109,6 +109,8 @@ class StageState:
     #: for state without a fingerprint: the findings of its comparison by Spark's state metadata
     #: with the new spec's plan (:func:`barrierflow.state.metadata_compat.compare_by_metadata`); None: not made
     by_metadata: list[Finding] | None = None
+    #: ``transformation.ttl`` (seconds) of the spec the state was built with (None: no ttl)
+    ttl_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,12 @@ class PlannedStage:
     rebuild_refusal: str | None = "its input was not checked for a replay"
     #: its ``spark.state_store`` (None: not compared)
     state_store: str | None = None
+    #: per keyed function of its query (transformWithState; inputs first), the state variables
+    #: its processor declares, ``(name, kind, stored)``, or None: they could not be read from the
+    #: plan (:func:`barrierflow.runtime.keyed_plan.planned_keyed_variables`)
+    keyed: list[list[tuple[str, str, str]] | None] = field(default_factory=list)
+    #: its ``transformation.ttl`` in seconds (None: no ttl)
+    ttl_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -293,6 +301,98 @@ def _operator_findings(stage: str, old: list[dict[str, Any]], new: list[dict[str
     return findings
 
 
+def ttl_of(spec: Any) -> float | None:
+    """A stage spec's ``transformation.ttl`` in seconds, or None (no ttl, or a spec without the field)."""
+    value = getattr(getattr(spec, "transformation", None), "ttl", None)
+    return None if value is None else float(value)
+
+
+def _ttl(seconds: float | None) -> str:
+    return "none" if seconds is None else f"{seconds:g} s"
+
+
+def ttl_finding(stage: str, old: float | None, new: float | None) -> Finding | None:
+    """The finding of a ttl change of a stage's keyed state (None: unchanged). Always
+    compatible, without a rewrite: expiry is by event time, and each key keeps in its state its
+    last update and the expiry timer it registered."""
+    if old == new:
+        return None
+    changed = f"ttl {_ttl(old)} -> {_ttl(new)}"
+    if old is None:
+        what = ("keys in the state registered no expiry; each key's next record registers one at its last update + "
+                f"{_ttl(new)}")
+    elif new is None:
+        what = "keys in the state keep their state from then on (no expiry); updates register none"
+    else:
+        what = (f"existing keys keep their registered expiry (their last update + {_ttl(old)}) until it fires or "
+                f"their next record arrives; from then, and for every new update, the expiry is the last update + "
+                f"{_ttl(new)} (a key whose new expiry is already behind the watermark expires then)")
+    return Finding(Verdict.COMPATIBLE, f"stage {stage} ttl", f"{changed}: compatible: {what}")
+
+
+def keyed_findings(stage: str, operators: list[OperatorSchema], planned: list[list[tuple[str, str, str]] | None]
+                   ) -> list[Finding]:
+    """The findings of a stage's keyed functions (transformWithState operators among
+    ``operators``) against the state variables the new spec's keyed functions declare
+    (``planned``, inputs first, as :class:`PlannedStage` keeps them), variable by variable:
+
+    * same name, same kind and type: compatible (said once, listing them);
+    * a new variable: compatible (every key starts without a value in it; Spark adds its column
+      family when the query restarts);
+    * a variable whose kind or type changed: incompatible, naming it and the fix (Spark refuses
+      to restart over values of the old type);
+    * a variable the new function no longer declares, or variables that cannot be read from
+      the new spec's plan: unknown, saying why (never compatible).
+    """
+    keyed = [o for o in operators if o.keyed]
+    if not keyed:
+        return []
+    if len(planned) != len(keyed):
+        return [Finding(Verdict.UNKNOWN, f"stage {stage} keyed state", (
+            f"the state holds {len(keyed)} keyed function operator{'s' if len(keyed) > 1 else ''} "
+            f"({', '.join(o.describe() for o in keyed)}) and the new spec's query plans {len(planned)}; their state "
+            "variables cannot be matched"))]
+    findings: list[Finding] = []
+    # Spark numbers stateful operators from the plan's root down; the plan lists inputs first
+    for op, declared in zip(keyed, list(reversed(planned)), strict=True):
+        subject = f"stage {stage} operator {op.operator_id} ({op.name})"
+        if declared is None:
+            findings.append(Finding(Verdict.UNKNOWN, subject, (
+                "the state variables the new spec's keyed function declares cannot be read from its plan (its "
+                "processor's init could not be run with a recording handle on the driver), so they cannot be "
+                f"compared with the state's ({', '.join(v.name for v in op.variables)})")))
+            continue
+        stored = {v.name: v for v in op.variables if v.kind != TIMER_STATE}
+        now = {name: (kind, what) for name, kind, what in declared}
+        same: list[str] = []
+        for name, was in stored.items():
+            if name not in now:
+                findings.append(Finding(Verdict.UNKNOWN, subject, (
+                    f"state variable {name} ({was.kind} {was.stored}) is no longer declared by the new spec's keyed "
+                    "function: its stored values would stay in the state unread, and whether Spark restarts over a "
+                    "checkpoint with a variable its function no longer declares depends on its state schema "
+                    f"evolution; keep declaring {name} (reading it is not needed) to be sure")))
+                continue
+            kind, what = now[name]
+            if (kind, what) != (was.kind, was.stored):
+                findings.append(Finding(Verdict.INCOMPATIBLE, subject, (
+                    f"state variable {name} changed type: {was.kind} {was.stored} -> {kind} {what}; its stored "
+                    f"values are of the old type, which Spark refuses to restart over. Keep {name} as {was.kind} "
+                    f"{was.stored}, or declare the new type under a new variable name (it starts empty for every "
+                    f"key) and stop declaring {name}")))
+                continue
+            same.append(f"{name} ({kind} {what})")
+        for name, (kind, what) in now.items():
+            if name not in stored:
+                findings.append(Finding(Verdict.COMPATIBLE, subject, (
+                    f"new state variable {name} ({kind} {what}): compatible: every key in the state starts without a "
+                    "value in it, and Spark adds it to the state when the query restarts")))
+        if same:
+            findings.append(Finding(Verdict.COMPATIBLE, subject, (
+                f"state variables unchanged: {', '.join(same)}")))
+    return findings
+
+
 def _listed(value: Any) -> str:
     if isinstance(value, list):
         return "[" + "; ".join(str(v) for v in value) + "]" if value else "none"
@@ -347,6 +447,11 @@ def _stage_verdict(old: StageState, new: PlannedStage) -> StageVerdict:
             "not compared with Spark's state metadata"))]
     elif _stores(new.fingerprint):
         findings += _operator_findings(stage, [], new.fingerprint, [])
+    if old.operators:
+        findings += keyed_findings(stage, old.operators, new.keyed)
+        ttl = ttl_finding(stage, old.ttl_seconds, new.ttl_seconds)
+        if ttl is not None and any(o.keyed for o in old.operators):
+            findings.append(ttl)
     return StageVerdict(stage, worst([f.verdict for f in findings]), findings, old.operators, new.fingerprint, basis)
 
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from barrierflow.state.compatibility import Finding, Verdict, dropped_or_rebuilt
-from barrierflow.state.reader import OperatorSchema
+from barrierflow.state.reader import OperatorSchema, struct_fields
 
 __all__ = ["BASIS", "PlannedOperatorState", "PlannedWindow", "StoredWindows", "WindowReader", "compare_by_metadata",
            "struct_fields"]
@@ -105,27 +105,6 @@ class StoredWindows:
 
 #: Reads :class:`StoredWindows` of a stored operator for a planned window (one Spark aggregation).
 WindowReader = Callable[[OperatorSchema, PlannedWindow], StoredWindows]
-
-
-def struct_fields(simple: str) -> list[tuple[str, str]] | None:
-    """The top-level fields of a struct's simple string (``struct<window:struct<start:timestamp,
-    end:timestamp>,key:bigint>`` -> ``[("window", "struct<start:timestamp,end:timestamp>"),
-    ("key", "bigint")]``), or None for no struct."""
-    if not (simple.startswith("struct<") and simple.endswith(">")):
-        return None
-    body, fields, depth, start = simple[len("struct<"):-1], [], 0, 0
-    if not body:
-        return []
-    for index, char in enumerate(body + ","):
-        if char in "<(":
-            depth += 1
-        elif char in ">)":
-            depth -= 1
-        elif char == "," and depth == 0:
-            name, _, kind = body[start:index].partition(":")
-            fields.append((name.strip("`"), kind))
-            start = index + 1
-    return fields
 
 
 def _columns(fields: list[tuple[str | None, str]]) -> str:

@@ -53,8 +53,23 @@ if TYPE_CHECKING:
     from barrierflow.checkpointing.store import CheckpointStore
     from barrierflow.spec.models import SparkSpec
 
-__all__ = ["OperatorSchema", "StateSnapshot", "flat_fields", "has_state", "open_state", "partition_bytes",
-           "read_flat_state", "read_operators", "read_windows"]
+__all__ = [
+    "KEYED_OPERATORS",
+    "TIMERS",
+    "TIMER_STATE",
+    "OperatorSchema",
+    "StateSnapshot",
+    "StateVariable",
+    "flat_fields",
+    "has_state",
+    "keyed_variables",
+    "open_state",
+    "partition_bytes",
+    "read_flat_state",
+    "read_operators",
+    "read_windows",
+    "variable_options",
+]
 
 
 def flat_fields(column: str, data_type: DataType) -> list[tuple[tuple[str, ...], str]]:
@@ -73,6 +88,27 @@ def flat_fields(column: str, data_type: DataType) -> list[tuple[tuple[str, ...],
     return leaves
 
 
+def struct_fields(simple: str) -> list[tuple[str, str]] | None:
+    """The top-level fields of a struct's simple string (``struct<window:struct<start:timestamp,
+    end:timestamp>,key:bigint>`` -> ``[("window", "struct<start:timestamp,end:timestamp>"),
+    ("key", "bigint")]``), or None for no struct."""
+    if not (simple.startswith("struct<") and simple.endswith(">")):
+        return None
+    body, fields, depth, start = simple[len("struct<"):-1], [], 0, 0
+    if not body:
+        return []
+    for index, char in enumerate(body + ","):
+        if char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        elif char == "," and depth == 0:
+            name, _, kind = body[start:index].partition(":")
+            fields.append((name.strip("`"), kind))
+            start = index + 1
+    return fields
+
+
 def flat_columns(frame: DataFrame, struct: str) -> list[Column]:
     """The leaves of struct column ``struct`` of ``frame`` as columns named by :func:`flat_fields`."""
     from pyspark.sql import functions as F
@@ -87,12 +123,16 @@ def flat_columns(frame: DataFrame, struct: str) -> list[Column]:
 
 
 def flattened(frame: DataFrame, operator_id: int) -> DataFrame:
-    """A ``statestore`` reader's rows as ``partition_id``, ``operator_id``, then the key's and the
-    value's leaves (:func:`flat_fields`): plain, comparable values in every column."""
+    """A ``statestore`` reader's rows as ``partition_id``, ``operator_id``, then the leaves
+    (:func:`flat_fields`) of its other columns in the reader's order: ``key``/``value`` of an
+    aggregation's or a deduplication's state; ``key`` and ``value``, ``list_element``,
+    ``user_map_key``/``user_map_value`` or ``expiration_timestamp_ms`` of one state variable of a
+    keyed function (transformWithState). Plain, comparable values in every column."""
     from pyspark.sql import functions as F
 
+    others = [c for c in frame.columns if c != "partition_id"]
     return frame.select(F.col("partition_id"), F.lit(operator_id).alias("operator_id"),
-                        *flat_columns(frame, "key"), *flat_columns(frame, "value"))
+                        *[leaf for c in others for leaf in flat_columns(frame, c)])
 
 
 def _statestore(spark: SparkSession, directory: CheckpointDir, batch_id: int, operator_id: int,
@@ -110,12 +150,26 @@ def _operator_ids(directory: Path) -> list[int]:
 
 def read_flat_state(spark: SparkSession, directory: Path, batch_id: int) -> list[tuple[int, DataFrame]]:
     """Every stateful operator of the Spark checkpoint at ``directory`` as ``(operator id,
-    flattened rows at batch_id)`` (:func:`flattened`), lazily (what deep verification checks)."""
+    flattened rows at batch_id)`` (:func:`flattened`), lazily (what deep verification checks).
+    A keyed function's operator (transformWithState) gives one frame per state variable and one
+    of its registered timers, each with a ``state_variable`` column naming it (timers:
+    :data:`TIMERS`)."""
+    from pyspark.sql import functions as F
+
     # The statestore reader reports to the StateStoreCoordinator, which Spark registers when
     # the session's StreamingQueryManager is created: in a fresh session nothing has created
     # it yet and every read fails with CANNOT_LOAD_STATE_STORE ("Cannot find endpoint").
     _ = spark.streams
-    return [(op, flattened(_statestore(spark, directory, batch_id, op), op)) for op in _operator_ids(directory)]
+    keyed = keyed_variables(_metadata_rows(spark, str(directory)))
+    out: list[tuple[int, DataFrame]] = []
+    for op in _operator_ids(directory):
+        if op not in keyed:
+            out.append((op, flattened(_statestore(spark, directory, batch_id, op), op)))
+            continue
+        for name, kind, _ in keyed[op]:
+            frame = flattened(_statestore(spark, directory, batch_id, op, variable_options(name, kind)), op)
+            out.append((op, frame.withColumn("state_variable", F.lit(TIMERS if kind == TIMER_STATE else name))))
+    return out
 
 
 def has_state(manifest: Manifest) -> bool:
@@ -136,6 +190,83 @@ def partition_bytes(manifest: Manifest) -> dict[tuple[int, int], int]:
     return sizes
 
 
+#: What Spark's operator metadata calls the state variable of a keyed function's timers.
+TIMER_STATE = "TimerState"
+#: How barrierflow names a keyed function's registered timers among its state variables.
+TIMERS = "timers"
+#: The operator name Spark's operator metadata gives a keyed function's operator (transformWithState).
+KEYED_OPERATORS = ("transformWithStateExec", "transformWithStateInPySparkExec", "transformWithStateInPandasExec")
+
+
+def keyed_variables(rows: list[dict[str, Any]]) -> dict[int, list[tuple[str, str, bool]]]:
+    """operator id -> its state variables ``(name, kind, Spark TTL enabled)`` in Spark's order,
+    for every keyed-function operator (transformWithState) among Spark's ``state-metadata``
+    ``rows``: its operator properties list them (``ValueState``, ``ListState``, ``MapState``,
+    ``TimerState``). Spark's internal variables (names starting ``$``: the secondary timer index,
+    Spark's own TTL indexes) are left out but the timers, kept once with kind ``TimerState``."""
+    out: dict[int, list[tuple[str, str, bool]]] = {}
+    for row in rows:
+        text = row.get("operatorProperties")
+        if not text:
+            continue
+        try:
+            variables = json.loads(str(text)).get("stateVariables")
+        except (ValueError, AttributeError):
+            continue
+        if not isinstance(variables, list):
+            continue
+        found: list[tuple[str, str, bool]] = []
+        for v in variables:
+            name, kind = str(v.get("stateName", "")), str(v.get("stateVariableType", ""))
+            if kind == TIMER_STATE:
+                if not any(k == TIMER_STATE for _, k, _ in found):
+                    found.append((name, kind, False))
+            elif name and not name.startswith("$"):
+                found.append((name, kind, bool(v.get("ttlEnabled", False))))
+        out[int(row["operatorId"])] = found
+    return out
+
+
+def variable_options(name: str, kind: str) -> dict[str, str]:
+    """The ``statestore`` reader options that read state variable ``name`` of kind ``kind``
+    (the timers: ``readRegisteredTimers``)."""
+    return {"readRegisteredTimers": "true"} if kind == TIMER_STATE else {"stateVarName": name}
+
+
+@dataclass(frozen=True)
+class StateVariable:
+    """One state variable of a keyed function's operator (transformWithState).
+
+    Attributes:
+        name: its name (the timers: :data:`TIMERS`).
+        kind: ``ValueState``, ``ListState``, ``MapState`` or ``TimerState``.
+        schema: its rows as Spark's ``statestore`` reader gives them, without ``partition_id``
+            (``struct<key:...,value:...>``; a list's ``list_element``, a map's ``user_map_key``
+            and ``user_map_value``, the timers' ``expiration_timestamp_ms``).
+        ttl_enabled: Spark's own (processing-time) TTL is on for it.
+        spark_name: Spark's name of it (the timers': ``$eventTimers_keyToTimestamp``).
+    """
+
+    name: str
+    kind: str
+    schema: str
+    ttl_enabled: bool = False
+    spark_name: str = ""
+
+    @property
+    def stored(self) -> str:
+        """What it stores per key, without the key: ``struct<n:bigint>`` of a value, the list
+        element's or ``map<key struct, value struct>`` of a map, ``bigint`` of the timers."""
+        fields = dict(struct_fields(self.schema) or [])
+        if self.kind == "MapState":
+            return f"map<{fields.get('user_map_key')},{fields.get('user_map_value')}>"
+        return str(fields.get("value") or fields.get("list_element") or fields.get("expiration_timestamp_ms"))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "schema": self.schema, "stored": self.stored,
+                "ttl_enabled": self.ttl_enabled}
+
+
 @dataclass(frozen=True)
 class OperatorSchema:
     """One stateful operator of a checkpoint's state.
@@ -147,6 +278,9 @@ class OperatorSchema:
         partitions: its state partitions (the shuffle partitions it was built with).
         key_schema / value_schema: the key and value structs (Spark's simple strings).
         key_columns / value_columns: their flattened columns (:func:`flat_fields`), name -> type.
+        variables: a keyed function's operator (transformWithState): its state variables and
+            timers; its key schema is the grouping key, its value schema lists the variables
+            (``name: kind stored``), and its state is read one variable at a time.
     """
 
     operator_id: int
@@ -157,6 +291,36 @@ class OperatorSchema:
     value_schema: str
     key_columns: dict[str, str] = field(default_factory=dict)
     value_columns: dict[str, str] = field(default_factory=dict)
+    variables: tuple[StateVariable, ...] = ()
+
+    @property
+    def keyed(self) -> bool:
+        """Whether it is a keyed function's operator (transformWithState: state variables)."""
+        return bool(self.variables)
+
+    def variable(self, name: str | None) -> StateVariable:
+        """State variable ``name`` (:data:`TIMERS`: the timers), or the only one a keyed
+        function has besides its timers.
+
+        Raises:
+            AmbiguousStateError: not a keyed function's operator, no such variable, or ``name``
+                None and it has several (the message lists them and names ``--variable``).
+        """
+        listing = ", ".join(f"{v.name} ({v.kind})" for v in self.variables)
+        if not self.variables:
+            raise AmbiguousStateError(f"{self.describe()} keeps no state variables (it is not a keyed function's "
+                                      "operator); leave out --variable")
+        if name is None:
+            users = [v for v in self.variables if v.kind != TIMER_STATE]
+            if len(users) == 1:
+                return users[0]
+            raise AmbiguousStateError(f"{self.describe()} is a keyed function's operator with the state variables "
+                                      f"{listing}; choose one with --variable NAME")
+        for v in self.variables:
+            if v.name == name:
+                return v
+        raise AmbiguousStateError(f"{self.describe()} has no state variable {name!r}; its state variables: "
+                                  f"{listing}")
 
     def describe(self) -> str:
         """``operator 0 (stateStoreSave, 4 partitions)``, how messages name it."""
@@ -165,7 +329,8 @@ class OperatorSchema:
     def as_dict(self) -> dict[str, Any]:
         return {"operator_id": self.operator_id, "name": self.name, "stores": list(self.stores),
                 "partitions": self.partitions, "key_schema": self.key_schema, "value_schema": self.value_schema,
-                "key_columns": self.key_columns, "value_columns": self.value_columns}
+                "key_columns": self.key_columns, "value_columns": self.value_columns,
+                **({"variables": [v.as_dict() for v in self.variables]} if self.variables else {})}
 
 
 def _leaf_types(frame: DataFrame, struct: str) -> dict[str, str]:
@@ -225,8 +390,13 @@ def read_operators(spark: SparkSession, directory: CheckpointDir, batch_id: int,
             stores = sorted({q for p in parts for q in _names(p) if (p / q).is_dir() and not q.isdigit()
                              and q not in ("SSTs", "logs", "_metadata")}) or ["default"]
             found[op] = {"name": "unknown", "stores": stores, "partitions": len(parts)}
+    keyed = keyed_variables(rows)
     operators, chosen = [], {}
     for op, entry in sorted(found.items()):
+        if op in keyed:
+            operators.append(_keyed_operator(spark, directory, batch_id, op, entry, keyed[op], corrupt))
+            chosen[op] = {}
+            continue
         frame, options = None, {}
         for attempt in ({}, {"joinSide": "left"}):
             try:
@@ -244,6 +414,35 @@ def read_operators(spark: SparkSession, directory: CheckpointDir, batch_id: int,
             frame.schema["key"].dataType.simpleString(), frame.schema["value"].dataType.simpleString(),
             _leaf_types(frame, "key"), _leaf_types(frame, "value")))
     return operators, chosen
+
+
+def _keyed_operator(spark: SparkSession, directory: CheckpointDir, batch_id: int, op: int, entry: dict[str, Any],
+                    variables: list[tuple[str, str, bool]],
+                    corrupt: Callable[[str, BaseException], Exception]) -> OperatorSchema:
+    """A keyed function's operator: every state variable's schema from its ``statestore`` reader."""
+    found: list[StateVariable] = []
+    key_schema = ""
+    for name, kind, ttl in variables:
+        try:
+            frame = _statestore(spark, directory, batch_id, op, variable_options(name, kind))
+            schema = frame.schema
+        except Exception as exc:
+            raise corrupt(f"state variable {name} of operator {op}", exc) from None
+        key_schema = key_schema or schema["key"].dataType.simpleString()
+        row = ",".join(f"{f.name}:{f.dataType.simpleString()}" for f in schema.fields if f.name != "partition_id")
+        found.append(StateVariable(TIMERS if kind == TIMER_STATE else name, kind, f"struct<{row}>", ttl, name))
+    value_schema = "; ".join(f"{v.name}: {v.kind} {v.stored}" for v in found)
+    key_columns = {name: kind for name, kind in _keyed_key_columns(spark, directory, batch_id, op, variables)}
+    return OperatorSchema(op, entry["name"], tuple(entry["stores"]), entry["partitions"], key_schema, value_schema,
+                          key_columns, {}, tuple(found))
+
+
+def _keyed_key_columns(spark: SparkSession, directory: CheckpointDir, batch_id: int, op: int,
+                       variables: list[tuple[str, str, bool]]) -> list[tuple[str, str]]:
+    if not variables:
+        return []
+    name, kind, _ = variables[0]
+    return list(_leaf_types(_statestore(spark, directory, batch_id, op, variable_options(name, kind)), "key").items())
 
 
 def read_windows(spark: SparkSession, directory: CheckpointDir, batch_id: int, operator_id: int, field: str, *,
@@ -337,15 +536,54 @@ class StateSnapshot:
         raise AmbiguousStateError(f"stage {self.stage} of pipeline {self.pipeline} has no stateful operator "
                                   f"{operator_id} in checkpoint {self.checkpoint_id}; its operators: {listing}")
 
-    def raw(self, operator_id: int) -> DataFrame:
+    def raw(self, operator_id: int, variable: str | None = None) -> DataFrame:
         """The operator's state as Spark's ``statestore`` reader gives it (``key``, ``value``,
-        ``partition_id``), lazily."""
-        self.operators()
-        return _statestore(self.spark, self.directory, self.batch_id, operator_id, self._options.get(operator_id))
+        ``partition_id``), lazily; of a keyed function's operator, state variable ``variable``
+        (:meth:`OperatorSchema.variable`: None for the only one; :data:`TIMERS` for its timers).
 
-    def table(self, operator_id: int) -> DataFrame:
-        """The operator's state flattened (:func:`flattened`), lazily."""
-        return flattened(self.raw(operator_id), operator_id)
+        Raises:
+            AmbiguousStateError: ``variable`` given for an operator without state variables, not
+                one of them, or None and the keyed function has several.
+        """
+        op = self.operator(operator_id)
+        if not op.keyed:
+            if variable is not None:
+                op.variable(variable)  # raises: no state variables
+            return _statestore(self.spark, self.directory, self.batch_id, operator_id, self._options.get(operator_id))
+        chosen = op.variable(variable)
+        return _statestore(self.spark, self.directory, self.batch_id, operator_id,
+                           variable_options(chosen.spark_name, chosen.kind))
+
+    def table(self, operator_id: int, variable: str | None = None) -> DataFrame:
+        """The operator's state flattened (:func:`flattened`), lazily (``variable`` as for :meth:`raw`)."""
+        return flattened(self.raw(operator_id, variable), operator_id)
+
+    def watermark_ms(self) -> int | None:
+        """The event-time watermark the state is at: the watermark a restore of this checkpoint
+        resumes with (Spark's commit log of the barrier batch, ``nextBatchWatermarkMs``; else the
+        batch's own, from its offset log), or None when neither records one."""
+        from barrierflow.spark import commit_log
+
+        try:
+            committed = json.loads(commit_log.path_of(self.directory, self.batch_id).read_text().splitlines()[1])
+            if committed.get("nextBatchWatermarkMs") is not None:
+                return int(committed["nextBatchWatermarkMs"])
+        except (OSError, ValueError, IndexError, AttributeError):
+            pass
+        try:
+            value = offset_log.read_offset_metadata(self.directory, self.batch_id).get("batchWatermarkMs")
+        except (OSError, ValueError, IndexError):
+            return None
+        return None if value is None else int(value)
+
+    def batch_watermark_ms(self) -> int | None:
+        """The watermark the barrier batch ran with (its offset log's ``batchWatermarkMs``): a
+        keyed function's timers at or below it have fired in that batch or before."""
+        try:
+            value = offset_log.read_offset_metadata(self.directory, self.batch_id).get("batchWatermarkMs")
+        except (OSError, ValueError, IndexError):
+            return None
+        return None if value is None else int(value)
 
     def fingerprint(self) -> list[dict[str, Any]] | None:
         """The stateful-operator fingerprint recorded with the state (``barrierflow-state.json``),

@@ -21,7 +21,14 @@ from barrierflow.pipeline.model import OpenedPipeline, Stage, open_pipeline
 from barrierflow.pipeline.words import words
 from barrierflow.runtime.session import session_for
 from barrierflow.spark.session import shuffle_partitions
-from barrierflow.state.compatibility import CompatibilityReport, Finding, PlannedStage, StageState, compare
+from barrierflow.state.compatibility import (
+    CompatibilityReport,
+    Finding,
+    PlannedStage,
+    StageState,
+    compare,
+    ttl_of,
+)
 from barrierflow.state.metadata_compat import PlannedOperatorState, PlannedWindow, StoredWindows, compare_by_metadata
 from barrierflow.state.reader import OperatorSchema, StateSnapshot, has_state, open_state
 from barrierflow.upgrade.rebuild import rebuild_refusal
@@ -65,7 +72,7 @@ def compatibility_report(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint
         CheckpointNotFoundError: no completed cut, or ``checkpoint_id`` is not one.
         CheckpointCorruptError: a file of the cut is missing or altered in the store.
     """
-    from barrierflow.runtime.state_compat import planned_fingerprint, planned_states
+    from barrierflow.runtime.state_compat import planned_fingerprint, planned_keyed_states, planned_states
 
     spec_path, new_spec_path = old.spec_path, new.spec_path
     cid = old.completed_cut(checkpoint_id)
@@ -77,10 +84,13 @@ def compatibility_report(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint
                                               source_type=stage.source_type, scratch_dir=empty)
             operators_of[stage.name] = planned_states(session, stage.spec, spec_path=str(new_spec_path),
                                                       source_type=stage.source_type, scratch_dir=empty)
+            keyed = (planned_keyed_states(session, stage.spec, spec_path=str(new_spec_path),
+                                          source_type=stage.source_type, scratch_dir=empty)
+                     if any(e.get("operator", "").startswith("TransformWithState") for e in fingerprint) else [])
             planned.append(PlannedStage(stage.name, fingerprint, shuffle_partitions(stage.spec.spark),
                                         _sources(stage), _sink(stage),
                                         dict(stage.spec.transformation.state_defaults), rebuild_refusal(stage),
-                                        stage.spec.spark.state_store))
+                                        stage.spec.spark.state_store, keyed, ttl_of(stage.spec)))
     refusals = {p.stage: p.rebuild_refusal for p in planned}
     states = []
     for stage in old.stages:
@@ -94,7 +104,7 @@ def compatibility_report(old: OpenedPipeline, new: OpenedPipeline, *, checkpoint
                 by_metadata = _by_metadata(snapshot, operators, operators_of[stage.name], refusals[stage.name])
             states.append(StageState(stage.name, operators, fingerprint,
                                      snapshot.recorded_shuffle_partitions(), _sources(stage), _sink(stage),
-                                     stage.spec.spark.state_store, by_metadata))
+                                     stage.spec.spark.state_store, by_metadata, ttl_of(stage.spec)))
     graph, stages = compare(states, planned, old_channels=_channels(old), new_channels=_channels(new),
                             old_storage=old.storage, new_storage=new.storage)
     return CompatibilityReport(old.name, str(spec_path), str(new_spec_path), cid, words(old).cut_noun, graph, stages)

@@ -11,7 +11,11 @@ Step 2. For every stateful operator ``state/<op>``: ``spark.read.format("statest
         Columns ``key``/``value`` structs are flattened to ``key_<field>``/``value_<field>``
         plus ``partition_id`` and ``operator_id``; a nested struct is flattened too (the
         ``window`` of a windowed aggregation becomes ``key_window_start``/``key_window_end``),
-        so every column holds plain, hashable values that expectations can compare.
+        so every column holds plain, hashable values that expectations can compare. A keyed
+        function's operator (transformWithState) is read per state variable and its timers,
+        with a ``state_variable`` column naming each.
+Step 2b. With ``transformation.ttl``: no key of a keyed function's state older than its ttl
+        plus the watermark delay [``ttl-expiry``, :mod:`barrierflow.verification.keyed_expiry`].
 Step 3. Run the suite on the flattened rows with an ephemeral GE context, on Spark: the
         state is never collected to the driver, whatever its size; GE computes each
         expectation as Spark aggregations and brings back its counts and a few unexpected
@@ -48,6 +52,7 @@ from barrierflow.errors import CheckpointCorruptError, StorageError, UserInputEr
 from barrierflow.spark.session import apply_state_store
 from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import StageSpec
+from barrierflow.state.compatibility import ttl_of
 from barrierflow.state.reader import flat_fields, read_flat_state
 from barrierflow.verification import spark_verdicts
 from barrierflow.verification.report import NO_SUITE, CheckResult
@@ -243,6 +248,13 @@ def deep_checks(spec: StageSpec, store: CheckpointStore, manifest: Manifest, *,
         try:
             checks.append(CheckResult.ok("state-read", f"{count} state rows at batch {manifest.spark_batch_id} "
                                          f"(state version {manifest.state_version})"))
+            ttl = ttl_of(spec)
+            if ttl is not None and rows is not None:  # Step 2b: the ttl's bound on the keys' age
+                from barrierflow.verification.keyed_expiry import expiry_checks
+
+                delay = spec.event_time.watermark_delay if spec.event_time else 0.0
+                checks += expiry_checks(spark, target, manifest.spark_batch_id, ttl_seconds=ttl,
+                                        watermark_delay_seconds=delay)
             path = expectations_path(spec)  # Step 3.
             if not path.is_file():
                 return [*checks, CheckResult.skip(
