@@ -61,3 +61,44 @@ def test_user_sessions_runs_as_documented(spark: object, tmp_path: Path, monkeyp
     expected = expected_sessions()
     assert len(expected) > 20
     assert found == expected
+
+
+def test_user_sessions_rescaled_4_to_8_through_upgrade_writes_the_same_sessions(
+        spark: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example's spec at 4 shuffle partitions runs 3 checkpoints, `upgrade` rescales its state
+    (every user's open session and timer) to 8, and the upgraded run to the end of the input
+    writes exactly the sessions a failure-free run gives (the plain-Python sessionization above)."""
+    import pyarrow.parquet as pq
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.ops.upgrade import UpgradeResult, upgrade
+    from barrierflow.spec import load_spec
+
+    from tests.support.in_session_runs import run_spec
+
+    _environment(monkeypatch, ["user-sessions"], USER_SESSIONS_HOME=str(tmp_path))
+    text = (EXAMPLES / "user-sessions" / "pipeline.yaml").read_text(encoding="utf-8")
+    # Smaller batches and checkpoints every 200 ms (the sessions do not depend on either), so
+    # input is left after the first run's checkpoints.
+    for old, new in (("shuffle_partitions: 2\n", "shuffle_partitions: {n}\n"),
+                     ("  interval: 2s\n", "  interval: 200ms\n"),
+                     ("max_records_per_batch: 120\n", "max_records_per_batch: 30\n")):
+        assert old in text, old
+        text = text.replace(old, new)
+    four, eight = tmp_path / "four.yaml", tmp_path / "eight.yaml"
+    four.write_text(text.replace("{n}", "4"), encoding="utf-8")
+    eight.write_text(text.replace("{n}", "8"), encoding="utf-8")
+    before = spark.conf.get("spark.sql.shuffle.partitions")  # type: ignore[attr-defined]
+    try:
+        run_spec(spark, four, checkpoints=2)
+        manifest = CheckpointStore.for_spec(load_spec(four)).latest()
+        assert manifest is not None and all(o < RECORDS for o in manifest.barrier_offsets["clicks"].values()), \
+            "no input left for the upgraded run"
+        result = upgrade(four, eight, dry_run=False, spark=spark, canary_checkpoints=0)
+        assert isinstance(result, UpgradeResult) and result.rescaled == {"user-sessions": (4, 8)}, result
+        run_spec(spark, eight, until_exhausted=True)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)  # type: ignore[attr-defined]
+    table = pq.read_table(str(tmp_path / "output")).to_pylist()
+    found = sorted((r["user"], r["session_start"].astimezone(UTC), r["session_end"].astimezone(UTC), r["clicks"])
+                   for r in table)
+    assert found == expected_sessions()
