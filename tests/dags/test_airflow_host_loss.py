@@ -49,7 +49,7 @@ from tests.drivers import short_lived_driver_java_options
 from tests.support.airflow_server import COMPONENTS, AirflowServer
 from tests.support.webhook_receiver import WebhookReceiver
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900), pytest.mark.slow(240)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1500), pytest.mark.slow(400)]
 
 LAUNCH = "barrierflow_pipeline__hostloss"
 PARTITIONS, RECORDS, RATE = 2, 10_000, 10.0
