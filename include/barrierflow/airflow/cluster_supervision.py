@@ -18,19 +18,14 @@ Airflow) it is rebuilt from the metadata database and asks again. The time comes
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
-
-#: How often the watch logs that the pipeline still runs (a verdict is logged at once).
-RUNNING_LOG_SECONDS = 600.0
+from barrierflow.airflow.supervision import VerdictWatchTrigger
 
 
-class ClusterAppWatchTrigger(BaseTrigger):
+class ClusterAppWatchTrigger(VerdictWatchTrigger):
     """Watch one cluster-hosted driver (see the module docstring).
 
     Args:
@@ -67,14 +62,13 @@ class ClusterAppWatchTrigger(BaseTrigger):
             "lost_after_seconds": self.lost_after_seconds, "poll_seconds": self.poll_seconds,
             "token_file": self.token_file, "ca_file": self.ca_file})
 
-    @staticmethod
-    def now() -> datetime:
-        """The current time (UTC); replaced by a test's clock."""
-        return datetime.now(UTC)
+    @property
+    def watched(self) -> str:
+        return str(self.app.get("name"))
 
-    def check(self) -> dict[str, Any] | None:
-        """One look (blocking I/O: run in a thread): the event's payload, or None while the
-        pipeline runs as it should.
+    def look(self, now: datetime) -> tuple[str, str, dict[str, Any]]:
+        """The application's verdict (:func:`barrierflow.ops.cluster_watch.decide_cluster`) at
+        ``now``.
 
         Raises:
             BarrierflowError: the cluster manager or the store could not be read (look again).
@@ -84,28 +78,8 @@ class ClusterAppWatchTrigger(BaseTrigger):
 
         if self.barrierflow_home:
             os.environ.setdefault("BARRIERFLOW_HOME", self.barrierflow_home)
-        app = ClusterApp.from_dict(self.app)
-        now = self.now()
-        obs = observe_cluster(app, self.spec_path, datetime.fromisoformat(self.submitted_at), now=now,
+        obs = observe_cluster(ClusterApp.from_dict(self.app), self.spec_path,
+                              datetime.fromisoformat(self.submitted_at), now=now,
                               token_file=self.token_file, ca_file=self.ca_file)
         verdict = decide_cluster(obs, stall_after=self.stall_after_seconds, lost_after=self.lost_after_seconds)
-        if verdict["outcome"] != "running":
-            self.log.info("%s: %s", verdict["outcome"], verdict["message"])
-            return {**verdict, "app": self.app, "app_id": obs.status.app_id}
-        logged = getattr(self, "_running_logged_at", None)
-        if logged is None or (now - logged).total_seconds() >= RUNNING_LOG_SECONDS:
-            self.log.info("running: %s", verdict["message"])
-            self._running_logged_at = now
-        return None
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        while True:
-            try:
-                event = await asyncio.to_thread(self.check)
-            except Exception as exc:  # a cluster manager or store briefly unreachable must not end the watch
-                self.log.warning("cannot look at %s: %s", self.app.get("name"), exc)
-                event = None
-            if event is not None:
-                yield TriggerEvent(event)
-                return
-            await asyncio.sleep(self.poll_seconds)
+        return verdict["outcome"], verdict["message"], {**verdict, "app": self.app, "app_id": obs.status.app_id}

@@ -35,7 +35,57 @@ def _home(barrierflow_home: str) -> None:
     os.environ.setdefault("BARRIERFLOW_HOME", barrierflow_home)
 
 
-class PipelineWatchTrigger(BaseTrigger):
+class VerdictWatchTrigger(BaseTrigger):
+    """A watch that looks every :attr:`poll_seconds` until a look gives a verdict other than
+    ``running``, then fires one event with it. A subclass says how to look (:meth:`look`) and
+    what it watches (:attr:`watched`, named when a look fails: a look that fails is logged and
+    repeated, never an event). The running state is logged on the first look and then at most
+    every :data:`RUNNING_LOG_SECONDS`; a verdict always."""
+
+    poll_seconds: float = 10.0
+
+    @property
+    def watched(self) -> str:
+        """What a failed look's warning names."""
+        raise NotImplementedError
+
+    @staticmethod
+    def now() -> datetime:
+        """The current time (UTC); replaced by a test's clock."""
+        return datetime.now(UTC)
+
+    def look(self, now: datetime) -> tuple[str, str, dict[str, Any]]:
+        """One look at ``now`` (blocking I/O): the outcome, its message and the event's payload."""
+        raise NotImplementedError
+
+    def check(self) -> dict[str, Any] | None:
+        """One look (blocking I/O: run in a thread): the event's payload, or None while the
+        watched pipeline runs as it should."""
+        now = self.now()
+        outcome, message, event = self.look(now)
+        if outcome != "running":
+            self.log.info("%s: %s", outcome, message)
+            return event
+        logged = getattr(self, "_running_logged_at", None)
+        if logged is None or (now - logged).total_seconds() >= RUNNING_LOG_SECONDS:
+            self.log.info("running: %s", message)
+            self._running_logged_at = now
+        return None
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        while True:
+            try:
+                event = await asyncio.to_thread(self.check)
+            except Exception as exc:  # a store (or API) briefly unreadable must not end the watch
+                self.log.warning("cannot look at %s: %s", self.watched, exc)
+                event = None
+            if event is not None:
+                yield TriggerEvent(event)
+                return
+            await asyncio.sleep(self.poll_seconds)
+
+
+class PipelineWatchTrigger(VerdictWatchTrigger):
     """Watch one detached launch (see the module docstring).
 
     Args:
@@ -66,43 +116,20 @@ class PipelineWatchTrigger(BaseTrigger):
             "stall_after_seconds": self.stall_after_seconds, "lost_after_seconds": self.lost_after_seconds,
             "poll_seconds": self.poll_seconds, "relaunch": self.relaunch})
 
-    @staticmethod
-    def now() -> datetime:
-        """The current time (UTC); replaced by a test's clock."""
-        return datetime.now(UTC)
+    @property
+    def watched(self) -> str:
+        return f"the launch {self.record_path}"
 
-    def check(self) -> dict[str, Any] | None:
-        """One look (blocking I/O: run in a thread): the event's payload, or None while the
-        pipeline runs as it should. The running state is logged on the first look and then at
-        most every :data:`RUNNING_LOG_SECONDS`; a verdict always."""
+    def look(self, now: datetime) -> tuple[str, str, dict[str, Any]]:
+        """The launch's verdict (:func:`barrierflow.ops.pipeline_watch.decide`) at ``now``."""
         from barrierflow.ops.detached_launch import LaunchRecord
         from barrierflow.ops.pipeline_watch import decide, observe
 
         _home(self.barrierflow_home)
         record = LaunchRecord.read(self.record_path)
-        now = self.now()
         verdict = decide(observe(record, now), stall_after=self.stall_after_seconds,
                          lost_after=self.lost_after_seconds, relaunch=self.relaunch)
-        if verdict.outcome != "running":
-            self.log.info("%s: %s", verdict.outcome, verdict.message)
-            return verdict.as_event(record)
-        logged = getattr(self, "_running_logged_at", None)
-        if logged is None or (now - logged).total_seconds() >= RUNNING_LOG_SECONDS:
-            self.log.info("running: %s", verdict.message)
-            self._running_logged_at = now
-        return None
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        while True:
-            try:
-                event = await asyncio.to_thread(self.check)
-            except Exception as exc:  # a store that is briefly unreadable must not end the watch
-                self.log.warning("cannot look at the launch %s: %s", self.record_path, exc)
-                event = None
-            if event is not None:
-                yield TriggerEvent(event)
-                return
-            await asyncio.sleep(self.poll_seconds)
+        return verdict.outcome, verdict.message, verdict.as_event(record)
 
 
 class FirstCheckpointTrigger(BaseTrigger):

@@ -319,23 +319,10 @@ def _run_command(spec_path: Path, processes: bool) -> list[str]:
 
 
 def _descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (from /proc), children first."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(") ", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(0), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    """Every live descendant of ``pid`` (from /proc), parents first."""
+    from barrierflow.chaos.host_loss import process_tree
+
+    return process_tree(pid)[1:]
 
 
 def _command_name(pid: int) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 from barrierflow.lease import lease_state
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.pipeline.watch_words import heartbeat_phrase, newest_cut_phrase
 from barrierflow.pipeline.words import words
 from barrierflow.spark.cluster_apps import AppStatus, ClusterApp, fetch_status
 
@@ -73,22 +74,11 @@ def _age(obs: ClusterObservation, at: datetime) -> float:
 
 
 def _heartbeat(obs: ClusterObservation) -> str:
-    lease = obs.lease
-    if lease is None:
-        return "the pipeline never held its lease"
-    who = f"pid {lease.get('pid')} on {lease.get('host')}, fence {lease.get('fence')}"
-    if lease.get("released"):
-        return f"its lease was released ({who})"
-    state = "alive" if lease.get("live") else "stale"
-    return (f"its lease heartbeat is {state}: last at {lease.get('heartbeat_at')}, {float(lease['heartbeat_age']):.0f} "
-            f"s ago ({who})")
+    return heartbeat_phrase(obs.lease)
 
 
 def _newest(obs: ClusterObservation) -> str:
-    if obs.checkpoint_id is None or obs.checkpoint_at is None:
-        return f"no completed {obs.noun} at all"
-    return (f"newest completed {obs.noun} {obs.checkpoint_id} at {obs.checkpoint_at.astimezone(UTC).isoformat()}, "
-            f"{_age(obs, obs.checkpoint_at):.0f} s ago")
+    return newest_cut_phrase(obs.noun, obs.checkpoint_id, obs.checkpoint_at, obs.now)
 
 
 def decide_cluster(obs: ClusterObservation, *, stall_after: float, lost_after: float) -> dict[str, str]:

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from barrierflow.lease import lease_state
 from barrierflow.pipeline.model import open_pipeline
+from barrierflow.pipeline.watch_words import heartbeat_phrase, newest_cut_phrase
 from barrierflow.pipeline.words import words
 from barrierflow.workdir.launches import LaunchRecord, launcher_alive, read_exit
 
@@ -84,24 +85,11 @@ def _age(obs: Observation, at: datetime) -> float:
 
 
 def _heartbeat(obs: Observation) -> str:
-    lease = obs.lease
-    if lease is None:
-        return "the pipeline never held its lease"
-    who = f"pid {lease.get('pid')} on {lease.get('host')}, fence {lease.get('fence')}"
-    if lease.get("released"):
-        return f"its lease was released ({who})"
-    if lease.get("process_gone"):
-        return f"its lease holder is gone ({who})"
-    state = "alive" if lease.get("live") else "stale"
-    return (f"its lease heartbeat is {state}: last at {lease.get('heartbeat_at')}, {lease['heartbeat_age']:.0f} s ago "
-            f"({who})")
+    return heartbeat_phrase(obs.lease)
 
 
 def _newest(obs: Observation) -> str:
-    if obs.checkpoint_id is None or obs.checkpoint_at is None:
-        return f"no completed {obs.noun} at all"
-    return (f"newest completed {obs.noun} {obs.checkpoint_id} at {obs.checkpoint_at.astimezone(UTC).isoformat()}, "
-            f"{_age(obs, obs.checkpoint_at):.0f} s ago")
+    return newest_cut_phrase(obs.noun, obs.checkpoint_id, obs.checkpoint_at, obs.now)
 
 
 def _strategy(exit_record: dict[str, Any]) -> str:
