@@ -15,15 +15,7 @@ from tests.support.in_session_runs import run_spec
 @pytest.mark.spark
 @pytest.mark.slow(15)
 def test_deduplication_writes_each_lifetimes_first_record(spark: Any, tmp_path: Path) -> None:
-    result = run_spec(spark, churn_spec(tmp_path, ttl=False, dedup=True, name="churn-dedup"), until_exhausted=True)
+    run_spec(spark, churn_spec(tmp_path, ttl=False, dedup=True, name="churn-dedup"), until_exhausted=True)
     rows = spark.read.parquet(str(tmp_path / "out")).selectExpr(
         "key", "value", "unix_micros(event_time) / 1e6 AS event_s").collect()
     assert sorted((r["key"], r["value"], r["event_s"]) for r in rows) == expected_firsts()
-    # The run's state figures (what the metrics export: barrierflow_state_rows and
-    # barrierflow_state_timers_fired_total) come from Spark's progress of every batch: one
-    # transformWithState operator, whose expiry timers fired for lifetimes that ended (at most one
-    # per lifetime written above, and some: keys churn), and whose state is not empty at the end.
-    [stage] = result.stages.values()
-    [(operator, figures)] = stage.state.items()
-    assert operator.lower().startswith("transformwithstate"), operator
-    assert 0 < figures.timers_fired <= len(expected_firsts()) and figures.rows > 0, figures

@@ -121,14 +121,3 @@ def test_percentiles_are_nearest_rank_and_the_summary_names_them() -> None:
     assert freshness_lines({("a", "out"): [figure, figure]}, stages=2) == [
         "freshness (stage a, sink out: commit minus oldest arrival, per checkpoint): p50 1.50 s, p99 1.50 s over "
         "2 checkpoints"]
-
-
-def test_the_state_figures_of_a_stage_with_a_ttl_are_served_per_operator() -> None:
-    metrics = RunMetrics("shop", started=T0)
-    metrics.state("a", "transformWithStateExec", rows=40, timers_fired=7)
-    metrics.state("a", "transformWithStateExec", rows=36, timers_fired=11)  # the next tick's figures
-    samples, types = parse(metrics.render(T0))
-    labels = {"pipeline": "shop", "stage": "a", "operator": "transformWithStateExec"}
-    assert types["barrierflow_state_rows"] == "gauge" and types["barrierflow_state_timers_fired_total"] == "counter"
-    assert value(samples, "barrierflow_state_rows", **labels) == 36
-    assert value(samples, "barrierflow_state_timers_fired_total", **labels) == 11

@@ -19,7 +19,7 @@ from barrierflow.metrics.server import MetricsServer
 from barrierflow.sources.dead_letter import DeadLetterTally
 from barrierflow.spec.metrics import MetricsSpec
 
-__all__ = ["FreshnessFigure", "MetricsFeed", "StageCheckpoints", "StageCounts", "StateOperatorFigures"]
+__all__ = ["FreshnessFigure", "MetricsFeed", "StageCheckpoints", "StageCounts"]
 
 #: Figures per sink the feed looks at each tick (a tick adds one or two).
 FRESHNESS_LOOKBACK = 20
@@ -55,15 +55,6 @@ class FreshnessFigure(Protocol):
     def seconds(self) -> float: ...
 
 
-class StateOperatorFigures(Protocol):
-    """One stateful operator's figures (``barrierflow.runtime.state_figures.OperatorFigures``)."""
-
-    @property
-    def rows(self) -> int: ...
-    @property
-    def timers_fired(self) -> int: ...
-
-
 class MetricsFeed:
     """Serves pipeline ``pipeline``'s metrics at ``spec``'s address for one run (``attempt``);
     ``dead_letter_uris``: each stage's dead-letter output."""
@@ -95,11 +86,6 @@ class MetricsFeed:
         if stage in self._tallies and self._counted.get(stage) != coordinator.completed_count:
             self._counted[stage] = coordinator.completed_count
             self.metrics.dead_letters(stage, self._tallies[stage].count())
-
-    def state(self, stage: str, operators: Mapping[str, StateOperatorFigures]) -> None:
-        """``stage``'s stateful operators: each one's state rows and timers fired in the run."""
-        for operator, figures in operators.items():
-            self.metrics.state(stage, operator, rows=figures.rows, timers_fired=figures.timers_fired)
 
     def freshness(self, stage: str, figures: Mapping[str, Sequence[FreshnessFigure]]) -> None:
         """``stage``'s freshness figures per sink (oldest first); those of checkpoints newer than

@@ -51,8 +51,6 @@ class StageFigures:
     last: Manifest | None = None
     durations: Histogram = field(default_factory=lambda: Histogram(DURATION_BUCKETS))
     freshness: dict[str, SinkFreshness] = field(default_factory=dict)
-    #: per stateful operator: (rows in its state, timers fired in the run)
-    state: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class RunMetrics:
@@ -102,12 +100,6 @@ class RunMetrics:
             figures.histogram.observe(seconds)
             figures.last_checkpoint, figures.last_seconds = checkpoint_id, seconds
 
-    def state(self, stage: str, operator: str, *, rows: int, timers_fired: int) -> None:
-        """``stage``'s stateful operator ``operator`` holds ``rows`` rows in its state after the
-        newest batch and fired ``timers_fired`` event-time timers in this run (a ttl's expiries)."""
-        with self._lock:
-            self._stage(stage).state[operator] = (rows, timers_fired)
-
     def dead_letters(self, stage: str, count: int) -> None:
         """``stage``'s dead-letter output holds ``count`` records (every run's so far)."""
         with self._lock:
@@ -142,10 +134,6 @@ class RunMetrics:
                     f.durations.samples_into(fams["barrierflow_checkpoint_duration_seconds"], labels)
                 if f.dead_letters is not None:
                     fams["barrierflow_dead_letters_total"].add(labels, f.dead_letters)
-                for operator, (rows, fired) in sorted(f.state.items()):
-                    operator_labels = {**labels, "operator": operator}
-                    fams["barrierflow_state_rows"].add(operator_labels, rows)
-                    fams["barrierflow_state_timers_fired_total"].add(operator_labels, fired)
                 for sink, fresh in sorted(f.freshness.items()):
                     sink_labels = {**labels, "sink": sink}
                     fresh.histogram.samples_into(fams["barrierflow_checkpoint_freshness_seconds"], sink_labels)
@@ -185,8 +173,4 @@ _FAMILIES: tuple[tuple[str, MetricType, str], ...] = (
      "The freshness of the newest checkpoint the sink committed in this run (seconds, as the histogram's)."),
     ("barrierflow_last_freshness_checkpoint_id", "gauge",
      "Id of the checkpoint the sink's last freshness figure is of."),
-    ("barrierflow_state_rows", "gauge",
-     "Rows in a stateful operator's state after the newest batch (Spark's numRowsTotal), for a stage with a ttl."),
-    ("barrierflow_state_timers_fired_total", "counter",
-     "Event-time timers a stateful operator fired in this run: with a ttl, each key's expiry fires one."),
 )

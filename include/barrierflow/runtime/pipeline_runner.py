@@ -86,7 +86,6 @@ from barrierflow.pipeline.words import words
 from barrierflow.runtime.freshness import Freshness
 from barrierflow.runtime.progress import Progress, StageProgress
 from barrierflow.runtime.startup import StartupPhase
-from barrierflow.runtime.state_figures import OperatorFigures
 from barrierflow.runtime.stop_request import StopRequest, StopWatch
 from barrierflow.runtime.stopping import Cutter, StopFollower, Stopping
 from barrierflow.spark import commit_log, offset_log
@@ -185,10 +184,6 @@ class StageStats:
             out.completed = list(runner.coordinator.completed)
             runner.collect_freshness(final=True)  # the run's last commits drained after the loop
             out.freshness = {sink: list(figures) for sink, figures in runner.freshness.figures.items()}
-        if runner.state_figures is not None:
-            if runner.query is not None:
-                runner.state_figures.poll(runner.query)  # the run's last batches
-            out.state = dict(runner.state_figures.operators)
         return out
 
 
@@ -203,9 +198,6 @@ class StageResult:
     steady_seconds: float = 0.0
     #: each sink's freshness per checkpoint committed in the run (:mod:`barrierflow.runtime.freshness`)
     freshness: dict[str, list[Freshness]] = field(default_factory=dict)
-    #: per stateful operator, the state's rows and the timers fired in the run, for a stage with a
-    #: ``ttl`` run in this process (:mod:`barrierflow.runtime.state_figures`)
-    state: dict[str, OperatorFigures] = field(default_factory=dict)
     completed: list[Manifest] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -688,8 +680,6 @@ class PipelineRunner:
                         if (figures := host.figures(runner)) is not None:
                             feed.observe(runner.name, *figures, elapsed)
                         feed.freshness(runner.name, host.freshness(runner))
-                        if runner.state_figures is not None:
-                            feed.state(runner.name, runner.state_figures.operators)
                 if on_tick is not None:
                     on_tick()
                 if first_batch and host.stats and all(s.batches > 0 for s in host.stats.values()):

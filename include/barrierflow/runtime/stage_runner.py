@@ -50,7 +50,6 @@ from barrierflow.runtime.event_time import EventTimeTracker
 from barrierflow.runtime.freshness import FreshnessTracker
 from barrierflow.runtime.stage_query import build_stage_frame, start_stage_query
 from barrierflow.runtime.state_compat import check_state_compatible
-from barrierflow.runtime.state_figures import StateFigures
 from barrierflow.sources.registry import SourceKind, StageRun, kind_named
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
@@ -107,9 +106,6 @@ class StageRunner:
         #: The freshness of the stage's committed output in this run (:mod:`barrierflow.runtime.freshness`).
         self.freshness = FreshnessTracker()
         self._fresh_poll = 0.0
-        #: The state of a stage whose transformation has a ``ttl``: rows and timers fired per
-        #: stateful operator (:mod:`barrierflow.runtime.state_figures`); None for other stages.
-        self.state_figures = StateFigures() if stage.spec.transformation.ttl is not None else None
         #: Query starts repeated in this run because a Python worker did not connect back.
         self.start_retries = 0
         self.planned_at_start = 0
@@ -315,8 +311,6 @@ class StageRunner:
         self.latest_batch = committed
         if self.query is not None:
             self.freshness.poll(self.query)
-            if self.state_figures is not None:
-                self.state_figures.poll(self.query)
             if self.event_time is not None:
                 self.event_time.poll(self.query)
         return True
