@@ -1,4 +1,5 @@
-"""examples/user-sessions runs as its README says, and its sessions are the ones a plain-Python
+"""examples/user-sessions runs as its README says, rescaled from 4 to 8 shuffle partitions
+through ``upgrade`` part-way through its input, and its sessions are the ones a plain-Python
 sessionization of the generator's records gives."""
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import pytest
 
 from tests.examples.test_examples import EXAMPLES, _command, _environment, _validate_deep
 
-#: One `barrierflow run` driver, as the README's command.
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(40)]
+#: Three `barrierflow` drivers, as the README's commands: a run of two checkpoints at 4
+#: partitions, the upgrade's rewrite, the run to the end at 8.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.slow(60)]
 
 RECORDS = 720          # per partition: an hour of event time, one record per 5 s
 START_S = 1767225600   # the generator's default first event time, 2026-01-01T00:00:00Z
@@ -46,14 +48,38 @@ def expected_sessions() -> list[tuple[int, datetime, datetime, int]]:
     return sorted(sessions)
 
 
-def test_user_sessions_runs_as_documented(spark: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_user_sessions_runs_and_rescales_4_to_8_as_documented(
+        spark: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import pyarrow.parquet as pq
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.spec import load_spec
 
     env = _environment(monkeypatch, ["user-sessions"], USER_SESSIONS_HOME=str(tmp_path))
-    spec = EXAMPLES / "user-sessions" / "pipeline.yaml"
-    assert "transformation of user-sessions (checked)" in _validate_deep(spec, capsys)
-    _command(env, "-m", "barrierflow.cli.main", "run", str(spec), "--until-exhausted", "--quiet")
+    documented = EXAMPLES / "user-sessions" / "pipeline.yaml"
+    assert "transformation of user-sessions (checked)" in _validate_deep(documented, capsys)
+    # The README's spec with a checkpoint after every batch of 30 clicks per partition (the
+    # sessions depend on neither), so two checkpoints leave input for the rescaled run.
+    text = documented.read_text(encoding="utf-8")
+    for old, new in (("  interval: 2s\n", "  interval: 1ms\n"),
+                     ("max_records_per_batch: 120\n", "max_records_per_batch: 30\n")):
+        assert old in text, old
+        text = text.replace(old, new)
+    four = tmp_path / "pipeline.yaml"
+    four.write_text(text, encoding="utf-8")
+    cli = ("-m", "barrierflow.cli.main")
+
+    _command(env, *cli, "run", str(four), "--checkpoints", "2", "--quiet")
+    _command(env, *cli, "savepoint", str(four))
+    manifest = CheckpointStore.for_spec(load_spec(four)).latest()
+    assert manifest is not None and manifest.kind.value == "savepoint", manifest
+    assert all(o < RECORDS for o in manifest.barrier_offsets["clicks"].values()), \
+        f"no input left for the rescaled run: {manifest.barrier_offsets}"
+    assert "shuffle_partitions: 4\n" in text
+    eight = tmp_path / "pipeline-8.yaml"
+    eight.write_text(text.replace("shuffle_partitions: 4\n", "shuffle_partitions: 8\n"), encoding="utf-8")
+    upgraded = _command(env, *cli, "upgrade", str(four), "--to", str(eight), "--canary-checkpoints", "0")
+    assert "stage user-sessions: state rescaled 4 -> 8 partitions" in upgraded, upgraded
+    _command(env, *cli, "run", str(eight), "--until-exhausted", "--quiet")
 
     table = pq.read_table(str(tmp_path / "output")).to_pylist()
     found = sorted((r["user"], r["session_start"].astimezone(UTC), r["session_end"].astimezone(UTC), r["clicks"])
