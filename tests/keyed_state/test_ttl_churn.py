@@ -4,10 +4,14 @@ semantics, and a run stopped in the middle and resumed from its checkpoint write
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.ops.state import state_stats
+from barrierflow.spec import load_spec
 
 from tests.keyed_state.churn import (
     RECORDS,
@@ -60,6 +64,15 @@ def test_state_stays_at_the_live_keys_and_the_output_is_the_expected(spark: Any,
         live = live_keys(watermark, end)
         counts.append((batch, in_state, live))
         assert live <= in_state <= 1.2 * live, (batch, in_state, live)
+    # ... and `barrierflow state stats` of every retained checkpoint counts what Spark's reader does
+    spec = ttl_dir / "spec.yaml"
+    for manifest in CheckpointStore.for_spec(load_spec(spec)).completed():
+        stats = state_stats(spec, checkpoint_id=manifest.checkpoint_id, spark=spark)
+        batch = stats.batch_id
+        in_state = _state_keys(spark, ttl_dir / "work" / "spark-checkpoint", batch, stateVarName="bf_last_event")
+        live = live_keys(*batches[batch])
+        assert stats.keys == in_state and live <= stats.keys <= 1.2 * live, (manifest.checkpoint_id, stats.keys,
+                                                                             in_state, live)
     # ... while without ttl the state holds every key ever seen, growing with the input
     plain = spark_batches(plain_dir / "work" / "spark-checkpoint")
     grown = [(b, _state_keys(spark, plain_dir / "work" / "spark-checkpoint", b), seen_keys(plain[b][1]))
@@ -69,16 +82,71 @@ def test_state_stays_at_the_live_keys_and_the_output_is_the_expected(spark: Any,
     assert grown[-1][1] == seen_keys({0: RECORDS, 1: RECORDS}) >= 3 * max(c[1] for c in counts), (grown, counts)
 
 
-@pytest.mark.slow(30)
-def test_a_run_stopped_in_the_middle_and_resumed_writes_the_same(spark: Any, tmp_path: Path) -> None:
-    """Stopped after 6 checkpoints (of about 19 batches; keys have expired before and expire
-    after), the pipeline resumes from its checkpoint: the committed output across both runs
-    is the failure-free output (each lifetime's totals, expired or not, no update twice)."""
-    spec = churn_spec(tmp_path, ttl=True, name="churn-resumed")
+@pytest.fixture(scope="module")
+def resumed(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ttl'd churn pipeline stopped after 6 checkpoints (of about 19 batches; keys have
+    expired before and expire after) and resumed from its checkpoint to the end of its input."""
+    folder = tmp_path_factory.mktemp("resumed")
+    spec = churn_spec(folder, ttl=True, name="churn-resumed")
     first = run_spec(spark, spec, checkpoints=6)
     assert len(first.completed) == 6
     run_spec(spark, spec, until_exhausted=True)
-    assert observed_lives(_output(spark, tmp_path)) == expected_lives()
+    return spec
+
+
+@pytest.mark.slow(30)
+def test_a_run_stopped_in_the_middle_and_resumed_writes_the_same(spark: Any, resumed: Path) -> None:
+    """The committed output across both runs is the failure-free output (each lifetime's
+    totals, expired or not, no update twice)."""
+    folder = resumed.parent
+    assert observed_lives(_output(spark, folder)) == expected_lives()
     # every batch, the ones after the restore too, ran with the failure-free run's watermark
-    batches = spark_batches(tmp_path / "work" / "spark-checkpoint")
+    batches = spark_batches(folder / "work" / "spark-checkpoint")
     assert {b: w for b, (w, _) in batches.items()} == {b: expected_watermark(batches, b) for b in batches}
+
+
+def test_a_ttl_change_through_upgrade_dry_run_says_its_verdict(spark: Any, resumed: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`barrierflow upgrade --dry-run` from the ttl'd pipeline's newest checkpoint to the same spec
+    with ttl 60 s -> 120 s: compatible without a rewrite, saying what happens to the keys in the
+    state; with no ttl (the function then plans another operator): refused (exit 2), with no ttl
+    finding. Nothing is rewritten (the checkpoint list is unchanged)."""
+    import yaml
+    from barrierflow.checkpointing.store import CheckpointStore
+    from barrierflow.cli.main import main
+    from barrierflow.spec import load_spec
+
+    store = CheckpointStore.for_spec(load_spec(resumed))
+    before = store.checkpoint_ids()
+    data = yaml.safe_load(resumed.read_text(encoding="utf-8"))
+
+    def dry_run(ttl: str | None, exit_code: int) -> dict[str, Any]:
+        changed = dict(data, transformation={k: v for k, v in data["transformation"].items()
+                                             if k != "ttl" and (ttl is not None or k != "emit_on_expiry")})
+        if ttl is not None:
+            changed["transformation"]["ttl"] = ttl
+        new = tmp_path / f"ttl-{ttl}.yaml"
+        new.write_text(yaml.safe_dump(changed), encoding="utf-8")
+        shuffle = spark.conf.get("spark.sql.shuffle.partitions")
+        try:
+            code = main(["upgrade", str(resumed), "--to", str(new), "--dry-run", "--json"])
+        finally:
+            spark.conf.set("spark.sql.shuffle.partitions", shuffle)
+        out = capsys.readouterr().out
+        assert code == exit_code, out
+        return json.loads(out)
+
+    longer = dry_run("120s", 0)
+    assert longer["verdict"] == "compatible", longer
+    (finding,) = [f for f in longer["stages"][0]["findings"] if f["subject"].endswith(" ttl")]
+    assert finding["verdict"] == "compatible", finding
+    assert finding["reason"].startswith("ttl 60 s -> 120 s: compatible: existing keys keep their registered expiry "
+                                        "(their last update + 60 s)"), finding
+    # without a ttl the churn function plans Spark's aggregation instead of a keyed function: the
+    # state cannot be kept, and no finding calls the ttl change compatible
+    plain = dry_run(None, 2)
+    assert plain["verdict"] != "compatible", plain
+    subjects = [f["subject"] for f in plain["stages"][0]["findings"]]
+    assert not [s for s in subjects if s.endswith(" ttl")], plain
+    assert any("keyed state" in s for s in subjects), plain
+    assert store.checkpoint_ids() == before

@@ -450,7 +450,9 @@ def _stage_verdict(old: StageState, new: PlannedStage) -> StageVerdict:
     if old.operators:
         findings += keyed_findings(stage, old.operators, new.keyed)
         ttl = ttl_finding(stage, old.ttl_seconds, new.ttl_seconds)
-        if ttl is not None and any(o.keyed for o in old.operators):
+        # a ttl finding speaks of the keyed state kept as it is: only when the new spec still plans
+        # a keyed function (a function that plans another operator without a ttl is a rebuild)
+        if ttl is not None and any(o.keyed for o in old.operators) and new.keyed:
             findings.append(ttl)
     return StageVerdict(stage, worst([f.verdict for f in findings]), findings, old.operators, new.fingerprint, basis)
 
