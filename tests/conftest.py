@@ -16,7 +16,8 @@ from tests.drivers import JVM_ARCHIVE_ROOT, WORKER_PYTHON, driver_archive
 from tests.support.jvm_archive import FAST_JVM_OPTIONS
 from tests.support.kafka_broker import TEST_JVM_OPTIONS
 
-pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_kafka", "tests.fixtures_postgres"]
+pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_kafka", "tests.fixtures_postgres",
+                  "tests.support.cpu_accounting"]
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

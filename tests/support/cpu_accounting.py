@@ -1,0 +1,71 @@
+"""Core-seconds per test, for finding what makes the suite long (``BARRIERFLOW_TEST_CPU=FILE``).
+
+With the variable set, each test process appends one JSON line per test to ``FILE``: its node
+id, wall seconds and core-seconds of the test process's tree over the test: its own and its
+reaped children's CPU (``os.times``) plus the growth of every live descendant's (``/proc``),
+so a test's drivers, brokers and Airflow processes count, and so does the worker's SparkSession
+for the queries the test ran in it. A process that outlives its test and was re-parented away
+counts only while it is still a descendant. Off (nothing is read) without the variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+__all__ = ["ENV", "TICKS", "tree_cpu_seconds"]
+
+ENV = "BARRIERFLOW_TEST_CPU"
+#: clock ticks per second of /proc's CPU times
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _descendant_ticks(root: int) -> dict[int, int]:
+    """utime + stime of every live descendant of ``root``, by pid (ticks)."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text(encoding="utf-8", errors="replace").rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        ticks[int(entry.name)] = int(fields[11]) + int(fields[12])
+    out: dict[int, int] = {}
+    for pid in ticks:
+        parent = parents.get(pid)
+        while parent is not None and parent > 1:
+            if parent == root:
+                out[pid] = ticks[pid]
+                break
+            parent = parents.get(parent)
+    return out
+
+
+def tree_cpu_seconds() -> tuple[float, dict[int, int]]:
+    """This process's CPU with its reaped children's (s), and its live descendants' ticks."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system, _descendant_ticks(os.getpid())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    target = os.environ.get(ENV)
+    if not target:
+        yield
+        return
+    started, (own, live) = time.monotonic(), tree_cpu_seconds()
+    yield
+    own_after, live_after = tree_cpu_seconds()
+    grown = sum(ticks - live.get(pid, 0) for pid, ticks in live_after.items())
+    record = {"test": item.nodeid, "wall": round(time.monotonic() - started, 2),
+              "cpu": round(own_after - own + grown / TICKS, 2), "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
+    with open(target, "a", encoding="utf-8") as out:
+        out.write(json.dumps(record) + "\n")
