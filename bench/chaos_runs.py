@@ -43,7 +43,7 @@ from tests.drivers import short_lived_driver_env
 from tests.scenarios.harness import FAST_JVM, windowed_spec
 
 ROOT = Path(__file__).resolve().parents[1]
-PIPELINES = ("parquet", "postgres", "kafka", "stages", "stages-procs", "cycle")
+PIPELINES = ("parquet", "postgres", "kafka", "stages", "stages-procs", "cycle", "ttl")
 #: The Kafka sink's default commit-marker topic (spec field ``commit_marker_topic``).
 COMMIT_MARKERS = "__barrierflow_commits"
 
@@ -81,6 +81,19 @@ def from_example(run_dir: Path, example: str, name: str, records: int) -> dict[s
     return data
 
 
+def ttl(run_dir: Path, name: str, records: int) -> dict[str, Any]:
+    """bench/chaos_ttl.yaml (generator -> keyed running totals with an event-time ``ttl`` and
+    ``emit_on_expiry`` -> Parquet; keys expiring all through the run) with its paths under
+    ``run_dir`` and ``records`` per partition."""
+    text = (ROOT / "bench" / "chaos_ttl.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text.replace("${TTL_CHAOS_RECORDS:-30000}", str(records)))
+    data["name"], data["work_dir"] = name, str(run_dir / "work")
+    data["checkpoint"]["storage"] = f"file://{run_dir / 'checkpoints'}"
+    data["sinks"][0]["path"] = f"file://{run_dir / 'output'}"
+    data["sources"][0]["records_per_partition"] = records
+    return data
+
+
 @contextlib.contextmanager
 def prepared(pipeline: str, run_dir: Path, records: int) -> Iterator[tuple[Path, dict[str, str]]]:
     """Write the pipeline's spec under ``run_dir``, start the servers it needs; yields the spec
@@ -112,6 +125,8 @@ def prepared(pipeline: str, run_dir: Path, records: int) -> Iterator[tuple[Path,
             data = from_example(run_dir, "stages", name, records)
         elif pipeline == "cycle":
             data = from_example(run_dir, "cycle", name, records)
+        elif pipeline == "ttl":
+            data = ttl(run_dir, name, records)
         else:
             raise ValueError(f"unknown pipeline {pipeline!r}; one of {', '.join(PIPELINES)}")
         spec = run_dir / "pipeline.yaml"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from barrierflow.checkpointing.store import CheckpointStore
+from barrierflow.keyed_state.figures import KeyFigures
 from barrierflow.ops.state import state_stats
 from barrierflow.spec import load_spec
 
@@ -47,11 +48,18 @@ def _output(spark: Any, folder: Path) -> list[dict[str, Any]]:
 @pytest.mark.slow(60)
 def test_state_stays_at_the_live_keys_and_the_output_is_the_expected(spark: Any, tmp_path: Path) -> None:
     ttl_dir, plain_dir = tmp_path / "ttl", tmp_path / "plain"
-    run_spec(spark, churn_spec(ttl_dir, ttl=True), until_exhausted=True)
-    run_spec(spark, churn_spec(plain_dir, ttl=False), until_exhausted=True)
+    ttl_run = run_spec(spark, churn_spec(ttl_dir, ttl=True), until_exhausted=True)
+    plain_run = run_spec(spark, churn_spec(plain_dir, ttl=False), until_exhausted=True)
 
     # the output: every key's state lifetimes (totals, expired or not) as computed in plain Python
-    assert observed_lives(_output(spark, ttl_dir)) == expected_lives()
+    lives = expected_lives()
+    assert observed_lives(_output(spark, ttl_dir)) == lives
+    # the run's key figures (the metrics' source): every lifetime started once, the expired ones
+    # expired once; the run without ttl plans Spark's aggregation, no keyed function to count
+    (ttl_stage,), (plain_stage,) = ttl_run.stages.values(), plain_run.stages.values()
+    assert ttl_stage.keys == KeyFigures(started=sum(len(v) for v in lives.values()),
+                                        expired=sum(1 for v in lives.values() for life in v if life[2]))
+    assert plain_stage.keys is None
 
     # the state, read with Spark's state reader after every third batch: the keys whose newest
     # record + ttl is after the batch's watermark (Spark's offset log), never more than 1.2x

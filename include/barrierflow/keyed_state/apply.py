@@ -11,6 +11,7 @@ from barrierflow.keyed_state.expiry import EVENT_MS_COLUMN, EventTimeTTL
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from barrierflow.keyed_state.figures import KeyCounters
     from barrierflow.keyed_state.function import KeyedFunction
 
 
@@ -32,6 +33,9 @@ class StageContext(Protocol):
 
     def with_watermark(self, df: DataFrame) -> DataFrame: ...
 
+    @property
+    def key_counters(self) -> KeyCounters | None: ...
+
 
 def apply_keyed_function(df: DataFrame, ctx: StageContext, function: KeyedFunction,
                          keys: Sequence[str] = ("key",)) -> DataFrame:
@@ -40,6 +44,7 @@ def apply_keyed_function(df: DataFrame, ctx: StageContext, function: KeyedFuncti
     ``timeMode="EventTime"`` after the spec's watermark (``ctx.with_watermark``), in the spec's
     output mode; each input row gets ``bf_event_ms`` (its event time in ms since the epoch).
     Its rows have ``function.output_schema``. Needs RocksDB state (``spark.state_store: rocksdb``).
+    The context's ``key_counters`` (None: not counted) count the keys started and expired.
 
     Raises:
         SpecError: the spec has no ``event_time`` section (from ``ctx.with_watermark``), or its
@@ -62,5 +67,8 @@ def apply_keyed_function(df: DataFrame, ctx: StageContext, function: KeyedFuncti
     schema = function.output_schema
     struct = schema if isinstance(schema, StructType) else _parse_datatype_string(schema)
     assert isinstance(struct, StructType), f"output_schema {schema!r} is not a struct: 'name type, ...'"
-    return rows.groupBy(*keys).transformWithState(KeyedProcessor(function, ttl, struct.fieldNames()), struct, mode,
-                                                  "EventTime")
+    counters = ctx.key_counters
+    if counters is not None:
+        counters.attached = True
+    return rows.groupBy(*keys).transformWithState(KeyedProcessor(function, ttl, struct.fieldNames(), counters),
+                                                  struct, mode, "EventTime")

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Row
     from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, StatefulProcessorHandle, TimerValues
 
+    from barrierflow.keyed_state.figures import KeyCounters
     from barrierflow.keyed_state.function import KeyedFunction
 
 
@@ -41,10 +42,13 @@ class KeyedProcessor(StatefulProcessor):
     Always tracks the last update (a function may ask whether its key was seen before, as the
     deduplication does); a timer only with a TTL."""
 
-    def __init__(self, function: KeyedFunction, ttl: EventTimeTTL, output_fields: list[str]) -> None:
+    def __init__(self, function: KeyedFunction, ttl: EventTimeTTL, output_fields: list[str],
+                 counters: KeyCounters | None = None) -> None:
         self.function = function
         self.ttl = ttl
         self.output_fields = output_fields
+        #: keys started and expired, counted for the run's figures (:mod:`barrierflow.keyed_state.figures`)
+        self.counters = counters
 
     def _rows(self, results: Iterable[Any]) -> Iterator[Row]:
         """The function's results as Rows of the output schema (a tuple is taken in its order)."""
@@ -58,6 +62,8 @@ class KeyedProcessor(StatefulProcessor):
         self.function.open(self._state)
 
     def _expire(self, key: tuple[Any, ...], last: int, watermark_ms: int, fired: int | None) -> Iterator[Any]:
+        if self.counters is not None:
+            self.counters.expired.add(1)
         if self.ttl.emit_on_expiry:
             yield from self._rows(self.function.on_expiry(key, watermark_ms))
         self._state.clear_all()
@@ -83,6 +89,8 @@ class KeyedProcessor(StatefulProcessor):
         if last is not None and self.ttl.expired(last, watermark):
             yield from self._expire(key, last, watermark, None)
             last = None
+        if last is None and ordered and self.counters is not None:
+            self.counters.started.add(1)
         yield from self._rows(self.function.on_rows(key, ordered, watermark))
         newest = max(int(r[EVENT_MS_COLUMN]) for r in ordered) if ordered else last
         if newest is not None:

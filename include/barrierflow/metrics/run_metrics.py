@@ -51,6 +51,8 @@ class StageFigures:
     last: Manifest | None = None
     durations: Histogram = field(default_factory=lambda: Histogram(DURATION_BUCKETS))
     freshness: dict[str, SinkFreshness] = field(default_factory=dict)
+    #: keys the stage's keyed functions started and expired in this run (None: it has none)
+    keys: tuple[int, int] | None = None
 
 
 class RunMetrics:
@@ -100,6 +102,11 @@ class RunMetrics:
             figures.histogram.observe(seconds)
             figures.last_checkpoint, figures.last_seconds = checkpoint_id, seconds
 
+    def keys(self, stage: str, *, started: int, expired: int) -> None:
+        """``stage``'s keyed functions started ``started`` keys and expired ``expired`` in this run."""
+        with self._lock:
+            self._stage(stage).keys = (started, expired)
+
     def dead_letters(self, stage: str, count: int) -> None:
         """``stage``'s dead-letter output holds ``count`` records (every run's so far)."""
         with self._lock:
@@ -134,6 +141,9 @@ class RunMetrics:
                     f.durations.samples_into(fams["barrierflow_checkpoint_duration_seconds"], labels)
                 if f.dead_letters is not None:
                     fams["barrierflow_dead_letters_total"].add(labels, f.dead_letters)
+                if f.keys is not None:
+                    fams["barrierflow_keyed_keys_started_total"].add(labels, f.keys[0])
+                    fams["barrierflow_keyed_keys_expired_total"].add(labels, f.keys[1])
                 for sink, fresh in sorted(f.freshness.items()):
                     sink_labels = {**labels, "sink": sink}
                     fresh.histogram.samples_into(fams["barrierflow_checkpoint_freshness_seconds"], sink_labels)
@@ -173,4 +183,8 @@ _FAMILIES: tuple[tuple[str, MetricType, str], ...] = (
      "The freshness of the newest checkpoint the sink committed in this run (seconds, as the histogram's)."),
     ("barrierflow_last_freshness_checkpoint_id", "gauge",
      "Id of the checkpoint the sink's last freshness figure is of."),
+    ("barrierflow_keyed_keys_started_total", "counter",
+     "Keys a stage's keyed functions gave state in this run (a new key, or one whose state had expired)."),
+    ("barrierflow_keyed_keys_expired_total", "counter",
+     "Keys whose state a stage's ttl expired in this run (a batch replayed after a restore counts again)."),
 )

@@ -80,6 +80,7 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.checkpointing.errors import SinkCommitFailedError
+from barrierflow.keyed_state.figures import KeyFigures
 from barrierflow.lease import FencedOffError, JobLease
 from barrierflow.pipeline.layout import OWN_CHECKPOINTS, CutLayout
 from barrierflow.pipeline.words import words
@@ -184,6 +185,7 @@ class StageStats:
             out.completed = list(runner.coordinator.completed)
             runner.collect_freshness(final=True)  # the run's last commits drained after the loop
             out.freshness = {sink: list(figures) for sink, figures in runner.freshness.figures.items()}
+        out.keys = runner.key_figures()
         return out
 
 
@@ -199,11 +201,16 @@ class StageResult:
     #: each sink's freshness per checkpoint committed in the run (:mod:`barrierflow.runtime.freshness`)
     freshness: dict[str, list[Freshness]] = field(default_factory=dict)
     completed: list[Manifest] = field(default_factory=list)
+    #: keys the stage's keyed functions started and expired in the run (None: it has none)
+    keys: KeyFigures | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"batches": self.batches, "records": self.records, "steady_records": self.steady_records,
-                "steady_seconds": round(self.steady_seconds, 3),
-                "completed": [m.checkpoint_id for m in self.completed]}
+        out = {"batches": self.batches, "records": self.records, "steady_records": self.steady_records,
+               "steady_seconds": round(self.steady_seconds, 3),
+               "completed": [m.checkpoint_id for m in self.completed]}
+        if self.keys is not None:
+            out["keys"] = {"started": self.keys.started, "expired": self.keys.expired}
+        return out
 
 
 @dataclass
@@ -381,10 +388,13 @@ def stage_progress(runner: StageRunner, stats: StageStats | None, last_completed
     epoch (before it started: the cut after ``last_completed``) and what the loop counted."""
     last = runner.query.lastProgress if runner.query is not None else None
     epoch = runner.coordinator.current_epoch() if runner.coordinator is not None else last_completed + 1
+    keys = runner.key_figures()
     return StageProgress(runner.name, int(last["batchId"]) if last else None,
                          float(last.get("processedRowsPerSecond") or 0.0) if last else 0.0, epoch,
                          records=stats.records if stats is not None else 0,
-                         batches=stats.batches if stats is not None else 0)
+                         batches=stats.batches if stats is not None else 0,
+                         keys_started=keys.started if keys is not None else None,
+                         keys_expired=keys.expired if keys is not None else None)
 
 
 def progress_of(keeper: CutKeeper, stages: tuple[StageProgress, ...], stats: dict[str, StageStats],
@@ -435,6 +445,11 @@ class StageHost(ABC):
         """Each sink's freshness figures of ``runner``'s stage in this run, oldest first
         (:mod:`barrierflow.runtime.freshness`). By default the runner's own, whose query runs here."""
         return runner.freshness.figures
+
+    def key_figures(self, runner: StageRunner) -> KeyFigures | None:
+        """Keys ``runner``'s stage's keyed functions started and expired in this run (None: it
+        has none, or nothing is known yet). By default the runner's own counters."""
+        return runner.key_figures()
 
     @abstractmethod
     def start(self, started: float) -> None:
@@ -680,6 +695,8 @@ class PipelineRunner:
                         if (figures := host.figures(runner)) is not None:
                             feed.observe(runner.name, *figures, elapsed)
                         feed.freshness(runner.name, host.freshness(runner))
+                        if (keys := host.key_figures(runner)) is not None:
+                            feed.keys(runner.name, started=keys.started, expired=keys.expired)
                 if on_tick is not None:
                     on_tick()
                 if first_batch and host.stats and all(s.batches > 0 for s in host.stats.values()):

@@ -32,6 +32,10 @@ class StageProgress:
     epoch: int
     records: int = 0
     batches: int = 0
+    #: keys the stage's keyed functions started and expired in this run (None: it has none;
+    #: :mod:`barrierflow.keyed_state.figures`)
+    keys_started: int | None = None
+    keys_expired: int | None = None
 
 
 @dataclass(frozen=True)

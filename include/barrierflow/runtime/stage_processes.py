@@ -58,6 +58,7 @@ from barrierflow.checkpointing.manifest import Manifest
 from barrierflow.checkpointing.pipeline_coordinator import PipelineCoordinator
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointNotFoundError, JobFailedError, UserInputError
+from barrierflow.keyed_state.figures import KeyFigures
 from barrierflow.runtime.cuts import FollowedCuts, GlobalCheckpoints
 from barrierflow.runtime.freshness import Freshness
 from barrierflow.runtime.pipeline_runner import PipelineRunner, StageHost, StageResult, StageStats, progress_of
@@ -123,14 +124,18 @@ class StageProcessFiles:
     def write_progress(self, progress: StageProgress) -> None:
         self._write(self.PROGRESS, {"batch_id": progress.batch_id, "records_per_second": progress.records_per_second,
                                     "epoch": progress.epoch, "records": progress.records,
-                                    "batches": progress.batches})
+                                    "batches": progress.batches, "keys_started": progress.keys_started,
+                                    "keys_expired": progress.keys_expired})
 
     def progress(self, stage: str) -> StageProgress:
         body = self._read(self.PROGRESS) or {}
         batch = body.get("batch_id")
+        started, expired = body.get("keys_started"), body.get("keys_expired")
         return StageProgress(stage, int(str(batch)) if batch is not None else None,
                              float(str(body.get("records_per_second", 0.0))), int(str(body.get("epoch", 0))),
-                             records=int(str(body.get("records", 0))), batches=int(str(body.get("batches", 0))))
+                             records=int(str(body.get("records", 0))), batches=int(str(body.get("batches", 0))),
+                             keys_started=int(str(started)) if started is not None else None,
+                             keys_expired=int(str(expired)) if expired is not None else None)
 
 
 #: How long the supervisor waits between looks at its stage processes' ready files (seconds).
@@ -271,6 +276,14 @@ class StageProcesses(StageHost):
         self._figures[runner.name] = (now, progress, checkpoints)
         return progress, checkpoints
 
+    def key_figures(self, runner: StageRunner) -> KeyFigures | None:
+        """What ``runner``'s stage process counted (its progress file, as :meth:`figures` read it)."""
+        cached = self._figures.get(runner.name)
+        progress = cached[1] if cached is not None else None
+        if progress is None or progress.keys_started is None or progress.keys_expired is None:
+            return None
+        return KeyFigures(progress.keys_started, progress.keys_expired)
+
     def freshness(self, runner: StageRunner) -> dict[str, list[Freshness]]:
         """The freshness figures ``runner``'s stage process stored beside its checkpoints
         (``chk-<n>/_freshness.json``) for the global checkpoints completed in this run, read once
@@ -317,7 +330,8 @@ class StageProcesses(StageHost):
         return {stage.name: StageResult(completed=[m for m in (_stored(stage.store, c.checkpoint_id) for c in completed)
                                                    if m is not None],
                                         freshness={sink: list(figures)
-                                                   for sink, figures in self.freshness(stage).items()})
+                                                   for sink, figures in self.freshness(stage).items()},
+                                        keys=self.key_figures(stage))
                 for stage in self.job.stages}
 
     # -- the stage processes --------------------------------------------------------------

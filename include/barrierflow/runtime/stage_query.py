@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from barrierflow.keyed_state.figures import KeyCounters
+
 
 def reader_options(spec: StageSpec, layout: JobLayout) -> dict[str, str]:
     """The options every stage's reader gets (see the module docstring)."""
@@ -53,27 +55,30 @@ def reader_options(spec: StageSpec, layout: JobLayout) -> dict[str, str]:
     }
 
 
-def apply_transformation(df: DataFrame, spec: StageSpec, spec_path: str) -> DataFrame:
+def apply_transformation(df: DataFrame, spec: StageSpec, spec_path: str,
+                         key_counters: KeyCounters | None = None) -> DataFrame:
     """The spec's transformation applied to ``df``, the stage's input rows: how every run,
-    and ``barrierflow validate --deep`` (:mod:`barrierflow.runtime.transform_check`), calls it.
+    and ``barrierflow validate --deep`` (:mod:`barrierflow.runtime.transform_check`), calls it;
+    a keyed function counts its keys in ``key_counters`` (the run's; None: not counted).
 
     Raises:
         SpecError: the transformation cannot be loaded. Whatever the transformation raises.
     """
     transform = load_transformation(spec, spec_path)
-    return transform(df, TransformContext(spec, dict(spec.transformation.options)))
+    return transform(df, TransformContext(spec, dict(spec.transformation.options), key_counters))
 
 
 def build_stage_frame(spark: SparkSession, spec: StageSpec, layout: JobLayout, *, spec_path: str,
                       source_format: str, extra_options: Mapping[str, str] | None = None,
                       read_input: ReadInput | None = None, observe_arrival: bool = False,
-                      arrival_column: str | None = None) -> DataFrame:
+                      arrival_column: str | None = None, key_counters: KeyCounters | None = None) -> DataFrame:
     """The streaming DataFrame of the stage whose derived spec is ``spec``, not started: read
     with Spark data source ``source_format`` (registered by the caller) and the reader options
     (module docstring), or by ``read_input`` with them (a source kind that reads its input
     otherwise: Spark's Kafka connector), the spec's transformation applied. With
     ``observe_arrival``, the input is observed first
-    (:func:`~barrierflow.runtime.freshness.observe_arrival` of ``arrival_column``).
+    (:func:`~barrierflow.runtime.freshness.observe_arrival` of ``arrival_column``); a keyed
+    function counts its keys in ``key_counters``.
 
     Raises:
         SpecError: the transformation cannot be loaded. Whatever the transformation raises.
@@ -91,7 +96,7 @@ def build_stage_frame(spark: SparkSession, spec: StageSpec, layout: JobLayout, *
         frame = reader.load()
     if observe_arrival:
         frame = observed(frame, arrival_column)
-    return apply_transformation(frame, spec, spec_path)
+    return apply_transformation(frame, spec, spec_path, key_counters)
 
 
 def start_stage_query(spark: SparkSession, spec: StageSpec, layout: JobLayout, *, spec_path: str,

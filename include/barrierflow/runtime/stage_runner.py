@@ -45,6 +45,7 @@ from barrierflow.checkpointing.coordinator import CheckpointCoordinator
 from barrierflow.checkpointing.errors import SinkCommitFailedError
 from barrierflow.checkpointing.manifest import EventTimeSummary
 from barrierflow.errors import JobFailedError
+from barrierflow.keyed_state.figures import KeyCounters, KeyFigures
 from barrierflow.lease import FencedOffError
 from barrierflow.runtime.event_time import EventTimeTracker
 from barrierflow.runtime.freshness import FreshnessTracker
@@ -105,6 +106,9 @@ class StageRunner:
                            if stage.spec.event_time is not None else None)
         #: The freshness of the stage's committed output in this run (:mod:`barrierflow.runtime.freshness`).
         self.freshness = FreshnessTracker()
+        #: The keys the stage's keyed functions started and expired in this run (made with the
+        #: query's DataFrame; :mod:`barrierflow.keyed_state.figures`).
+        self.key_counters: KeyCounters | None = None
         self._fresh_poll = 0.0
         #: Query starts repeated in this run because a Python worker did not connect back.
         self.start_retries = 0
@@ -181,9 +185,20 @@ class StageRunner:
         stage = self.stage
         frame = build_stage_frame(spark, stage.spec, stage.layout, spec_path=spec_path, source_format=self.kind.format,
                                   extra_options=self.kind.run_options(stage.spec, run), read_input=self.kind.read,
-                                  observe_arrival=True, arrival_column=self.kind.arrival_column)
+                                  observe_arrival=True, arrival_column=self.kind.arrival_column,
+                                  key_counters=self._key_counters(spark))
         self._refuse_incompatible(frame)
         self._checked = frame
+
+    def _key_counters(self, spark: SparkSession) -> KeyCounters:
+        """The run's counters of the keys the stage's keyed functions start and expire (made once)."""
+        if self.key_counters is None:
+            self.key_counters = KeyCounters.on(spark)
+        return self.key_counters
+
+    def key_figures(self) -> KeyFigures | None:
+        """Keys the stage's keyed functions started and expired in this run (None: it has none)."""
+        return self.key_counters.figures() if self.key_counters is not None else None
 
     def _refuse_incompatible(self, frame: DataFrame) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -217,7 +232,8 @@ class StageRunner:
         if checked is None:
             frame = build_stage_frame(spark, stage.spec, stage.layout, spec_path=spec_path,
                                       source_format=self.kind.format, extra_options=extra, read_input=self.kind.read,
-                                      observe_arrival=True, arrival_column=self.kind.arrival_column)
+                                      observe_arrival=True, arrival_column=self.kind.arrival_column,
+                                      key_counters=self._key_counters(spark))
             self._refuse_incompatible(frame)
         else:
             frame = checked

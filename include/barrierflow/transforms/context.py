@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import SpecError
@@ -14,6 +14,7 @@ from barrierflow.keyed_state.support import ttl_supported
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from barrierflow.keyed_state.figures import KeyCounters
     from barrierflow.spec.models import StageSpec
 
 
@@ -29,6 +30,9 @@ class TransformContext:
 
     spec: StageSpec
     options: dict[str, Any]
+    #: where a keyed function counts the keys it started and expired in the run (None: not
+    #: counted, e.g. in ``validate --deep`` and the batch replays; :mod:`barrierflow.keyed_state.figures`)
+    key_counters: KeyCounters | None = field(default=None, compare=False)
 
     @property
     def event_time_column(self) -> str | None:
