@@ -4,8 +4,12 @@ With the variable set, each test process appends one JSON line per test to ``FIL
 id, wall seconds and core-seconds of the test process's tree over the test: its own and its
 reaped children's CPU (``os.times``) plus the growth of every live descendant's (``/proc``),
 so a test's drivers, brokers and Airflow processes count, and so does the worker's SparkSession
-for the queries the test ran in it. A process that outlives its test and was re-parented away
-counts only while it is still a descendant. Off (nothing is read) without the variable.
+for the queries the test ran in it. Off (nothing is read) without the variable.
+
+What it misses: a process whose parent died before it (a SIGKILLed driver's JVM in the crash
+tests, a lost launcher's tree in the host-loss test) is re-parented to init, which reaps it, so
+the CPU it used after its last look here is not counted; for such tests the figure is a lower
+bound. The machine's total over the run (``/proc/stat``, a cpuacct cgroup) is the upper one.
 """
 
 from __future__ import annotations
