@@ -57,8 +57,10 @@ def test_state_stays_at_the_live_keys_and_the_output_is_the_expected(spark: Any,
     # the run's key figures (the metrics' source): every lifetime started once, the expired ones
     # expired once; the run without ttl plans Spark's aggregation, no keyed function to count
     (ttl_stage,), (plain_stage,) = ttl_run.stages.values(), plain_run.stages.values()
-    assert ttl_stage.keys == KeyFigures(started=sum(len(v) for v in lives.values()),
-                                        expired=sum(1 for v in lives.values() for life in v if life[2]))
+    last_batch = max(spark_batches(ttl_dir / "work" / "spark-checkpoint"))
+    assert ttl_stage.keys == KeyFigures(
+        started=sum(len(v) for v in lives.values()), expired=sum(1 for v in lives.values() for life in v if life[2]),
+        live=_state_keys(spark, ttl_dir / "work" / "spark-checkpoint", last_batch, stateVarName="bf_last_event"))
     assert plain_stage.keys is None
 
     # the state, read with Spark's state reader after every third batch: the keys whose newest
@@ -91,15 +93,20 @@ def test_state_stays_at_the_live_keys_and_the_output_is_the_expected(spark: Any,
 
 
 @pytest.fixture(scope="module")
-def resumed(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def resumed_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     """The ttl'd churn pipeline stopped after 6 checkpoints (of about 19 batches; keys have
-    expired before and expire after) and resumed from its checkpoint to the end of its input."""
+    expired before and expire after) and resumed from its checkpoint to the end of its input:
+    its spec and the second run's result."""
     folder = tmp_path_factory.mktemp("resumed")
     spec = churn_spec(folder, ttl=True, name="churn-resumed")
     first = run_spec(spark, spec, checkpoints=6)
     assert len(first.completed) == 6
-    run_spec(spark, spec, until_exhausted=True)
-    return spec
+    return spec, run_spec(spark, spec, until_exhausted=True)
+
+
+@pytest.fixture(scope="module")
+def resumed(resumed_run: tuple[Path, Any]) -> Path:
+    return resumed_run[0]
 
 
 @pytest.mark.slow(30)
@@ -111,6 +118,17 @@ def test_a_run_stopped_in_the_middle_and_resumed_writes_the_same(spark: Any, res
     # every batch, the ones after the restore too, ran with the failure-free run's watermark
     batches = spark_batches(folder / "work" / "spark-checkpoint")
     assert {b: w for b, (w, _) in batches.items()} == {b: expected_watermark(batches, b) for b in batches}
+
+
+def test_the_resumed_runs_live_keys_start_from_the_restored_state(spark: Any, resumed_run: tuple[Path, Any]) -> None:
+    """The second run counted the keys of the state it resumed (Spark's state reader) and its
+    own starts and expiries from there: its live keys at the end are what the state holds."""
+    spec, result = resumed_run
+    (stage,) = result.stages.values()
+    checkpoint = spec.parent / "work" / "spark-checkpoint"
+    assert stage.keys is not None and stage.keys.started > 0 and stage.keys.expired > 0, stage.keys
+    assert stage.keys.live == _state_keys(spark, checkpoint, max(spark_batches(checkpoint)),
+                                          stateVarName="bf_last_event"), stage.keys
 
 
 def test_a_ttl_change_through_upgrade_dry_run_says_its_verdict(spark: Any, resumed: Path, tmp_path: Path,

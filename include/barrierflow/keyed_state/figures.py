@@ -9,6 +9,10 @@ and ``expired`` (a key's state expired by its ``ttl``). Spark adds a task's incr
 driver's value when the task succeeds, so a failed task adds nothing; a batch replayed after a
 restore in the same run counts again.
 
+The live keys are the keys in the state when the query started (counted once with Spark's state
+reader, :func:`barrierflow.state.live_keys.keys_in_state`) plus those started minus those expired
+since.
+
 Contract: :attr:`KeyCounters.attached` is True once a keyed function of the stage was planned
 with the counters (:func:`barrierflow.keyed_state.apply.apply_keyed_function`); until then the
 stage has no keyed function and its figures are not reported.
@@ -27,10 +31,13 @@ __all__ = ["KeyCounters", "KeyFigures"]
 
 @dataclass(frozen=True)
 class KeyFigures:
-    """Keys started and expired by a stage's keyed functions since its run started."""
+    """Keys started and expired by a stage's keyed functions since its run started, and the
+    keys in its state now (None: not known: the state's count at the query's start could not be
+    read)."""
 
     started: int
     expired: int
+    live: int | None = None
 
 
 class KeyCounters:
@@ -41,6 +48,9 @@ class KeyCounters:
         self.started = started
         self.expired = expired
         self.attached = False
+        #: keys in the state when the query (re)started, and the counts then (:meth:`restarted`)
+        self._at_start: int | None = None
+        self._base = (0, 0)
 
     @classmethod
     def on(cls, spark: SparkSession) -> KeyCounters:
@@ -53,9 +63,20 @@ class KeyCounters:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.started, self.expired, self.attached = state["started"], state["expired"], False
+        self._at_start, self._base = None, (0, 0)
+
+    def restarted(self, keys_in_state: int | None) -> None:
+        """The query starts (again) on a state holding ``keys_in_state`` keys (None: unknown):
+        the live keys are counted from there (a restore within the run rolled the state back,
+        while the run's counters go on)."""
+        self._at_start = keys_in_state
+        self._base = (int(self.started.value), int(self.expired.value))
 
     def figures(self) -> KeyFigures | None:
         """The driver's counts (None: no keyed function was planned with these counters)."""
         if not self.attached:
             return None
-        return KeyFigures(int(self.started.value), int(self.expired.value))
+        started, expired = int(self.started.value), int(self.expired.value)
+        live = (None if self._at_start is None
+                else self._at_start + (started - self._base[0]) - (expired - self._base[1]))
+        return KeyFigures(started, expired, live)

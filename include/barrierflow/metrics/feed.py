@@ -87,9 +87,10 @@ class MetricsFeed:
             self._counted[stage] = coordinator.completed_count
             self.metrics.dead_letters(stage, self._tallies[stage].count())
 
-    def keys(self, stage: str, *, started: int, expired: int) -> None:
-        """Keys ``stage``'s keyed functions started and expired in this run so far."""
-        self.metrics.keys(stage, started=started, expired=expired)
+    def keys(self, stage: str, *, started: int, expired: int, live: int | None) -> None:
+        """Keys ``stage``'s keyed functions started and expired in this run so far, and the keys
+        in its state now (None: unknown)."""
+        self.metrics.keys(stage, started=started, expired=expired, live=live)
 
     def freshness(self, stage: str, figures: Mapping[str, Sequence[FreshnessFigure]]) -> None:
         """``stage``'s freshness figures per sink (oldest first); those of checkpoints newer than

@@ -52,7 +52,7 @@ class StageFigures:
     durations: Histogram = field(default_factory=lambda: Histogram(DURATION_BUCKETS))
     freshness: dict[str, SinkFreshness] = field(default_factory=dict)
     #: keys the stage's keyed functions started and expired in this run (None: it has none)
-    keys: tuple[int, int] | None = None
+    keys: tuple[int, int, int | None] | None = None
 
 
 class RunMetrics:
@@ -102,10 +102,11 @@ class RunMetrics:
             figures.histogram.observe(seconds)
             figures.last_checkpoint, figures.last_seconds = checkpoint_id, seconds
 
-    def keys(self, stage: str, *, started: int, expired: int) -> None:
-        """``stage``'s keyed functions started ``started`` keys and expired ``expired`` in this run."""
+    def keys(self, stage: str, *, started: int, expired: int, live: int | None) -> None:
+        """``stage``'s keyed functions started ``started`` keys and expired ``expired`` in this run;
+        ``live`` keys are in its state now (None: unknown, not exported)."""
         with self._lock:
-            self._stage(stage).keys = (started, expired)
+            self._stage(stage).keys = (started, expired, live)
 
     def dead_letters(self, stage: str, count: int) -> None:
         """``stage``'s dead-letter output holds ``count`` records (every run's so far)."""
@@ -144,6 +145,8 @@ class RunMetrics:
                 if f.keys is not None:
                     fams["barrierflow_keyed_keys_started_total"].add(labels, f.keys[0])
                     fams["barrierflow_keyed_keys_expired_total"].add(labels, f.keys[1])
+                    if f.keys[2] is not None:
+                        fams["barrierflow_keyed_live_keys"].add(labels, f.keys[2])
                 for sink, fresh in sorted(f.freshness.items()):
                     sink_labels = {**labels, "sink": sink}
                     fresh.histogram.samples_into(fams["barrierflow_checkpoint_freshness_seconds"], sink_labels)
@@ -187,4 +190,6 @@ _FAMILIES: tuple[tuple[str, MetricType, str], ...] = (
      "Keys a stage's keyed functions gave state in this run (a new key, or one whose state had expired)."),
     ("barrierflow_keyed_keys_expired_total", "counter",
      "Keys whose state a stage's ttl expired in this run (a batch replayed after a restore counts again)."),
+    ("barrierflow_keyed_live_keys", "gauge",
+     "Keys in a stage's keyed state now: those at the query's start plus those started minus those expired since."),
 )

@@ -209,7 +209,7 @@ class StageResult:
                "steady_seconds": round(self.steady_seconds, 3),
                "completed": [m.checkpoint_id for m in self.completed]}
         if self.keys is not None:
-            out["keys"] = {"started": self.keys.started, "expired": self.keys.expired}
+            out["keys"] = {"started": self.keys.started, "expired": self.keys.expired, "live": self.keys.live}
         return out
 
 
@@ -394,7 +394,8 @@ def stage_progress(runner: StageRunner, stats: StageStats | None, last_completed
                          records=stats.records if stats is not None else 0,
                          batches=stats.batches if stats is not None else 0,
                          keys_started=keys.started if keys is not None else None,
-                         keys_expired=keys.expired if keys is not None else None)
+                         keys_expired=keys.expired if keys is not None else None,
+                         keys_live=keys.live if keys is not None else None)
 
 
 def progress_of(keeper: CutKeeper, stages: tuple[StageProgress, ...], stats: dict[str, StageStats],
@@ -696,7 +697,7 @@ class PipelineRunner:
                             feed.observe(runner.name, *figures, elapsed)
                         feed.freshness(runner.name, host.freshness(runner))
                         if (keys := host.key_figures(runner)) is not None:
-                            feed.keys(runner.name, started=keys.started, expired=keys.expired)
+                            feed.keys(runner.name, started=keys.started, expired=keys.expired, live=keys.live)
                 if on_tick is not None:
                     on_tick()
                 if first_batch and host.stats and all(s.batches > 0 for s in host.stats.values()):

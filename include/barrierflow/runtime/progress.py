@@ -36,6 +36,7 @@ class StageProgress:
     #: :mod:`barrierflow.keyed_state.figures`)
     keys_started: int | None = None
     keys_expired: int | None = None
+    keys_live: int | None = None
 
 
 @dataclass(frozen=True)

@@ -125,17 +125,18 @@ class StageProcessFiles:
         self._write(self.PROGRESS, {"batch_id": progress.batch_id, "records_per_second": progress.records_per_second,
                                     "epoch": progress.epoch, "records": progress.records,
                                     "batches": progress.batches, "keys_started": progress.keys_started,
-                                    "keys_expired": progress.keys_expired})
+                                    "keys_expired": progress.keys_expired, "keys_live": progress.keys_live})
 
     def progress(self, stage: str) -> StageProgress:
         body = self._read(self.PROGRESS) or {}
         batch = body.get("batch_id")
-        started, expired = body.get("keys_started"), body.get("keys_expired")
+        started, expired, live = body.get("keys_started"), body.get("keys_expired"), body.get("keys_live")
         return StageProgress(stage, int(str(batch)) if batch is not None else None,
                              float(str(body.get("records_per_second", 0.0))), int(str(body.get("epoch", 0))),
                              records=int(str(body.get("records", 0))), batches=int(str(body.get("batches", 0))),
                              keys_started=int(str(started)) if started is not None else None,
-                             keys_expired=int(str(expired)) if expired is not None else None)
+                             keys_expired=int(str(expired)) if expired is not None else None,
+                             keys_live=int(str(live)) if live is not None else None)
 
 
 #: How long the supervisor waits between looks at its stage processes' ready files (seconds).
@@ -282,7 +283,7 @@ class StageProcesses(StageHost):
         progress = cached[1] if cached is not None else None
         if progress is None or progress.keys_started is None or progress.keys_expired is None:
             return None
-        return KeyFigures(progress.keys_started, progress.keys_expired)
+        return KeyFigures(progress.keys_started, progress.keys_expired, progress.keys_live)
 
     def freshness(self, runner: StageRunner) -> dict[str, list[Freshness]]:
         """The freshness figures ``runner``'s stage process stored beside its checkpoints

@@ -55,6 +55,7 @@ from barrierflow.sources.registry import SourceKind, StageRun, kind_named
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
 from barrierflow.spark.session import shuffle_partitions
+from barrierflow.state.live_keys import keys_in_state
 from barrierflow.storage.object_dir import PollThrottle
 
 if TYPE_CHECKING:
@@ -242,6 +243,8 @@ class StageRunner:
 
         def start(first: DataFrame | None = None) -> StreamingQuery:
             self.close_writer()  # a restart: the dead query's producer is no longer needed
+            if self.key_counters is not None and self.key_counters.attached:
+                self.key_counters.restarted(keys_in_state(spark, stage.layout.spark_checkpoint))
             self.writer = micro_batch_writer(stage.spec, stage.layout, fence=fence, channel=stage.output,
                                              attempt=run.attempt)
             return start_stage_query(spark, stage.spec, stage.layout, spec_path=spec_path,
