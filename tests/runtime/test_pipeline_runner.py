@@ -252,3 +252,18 @@ def test_the_duration_clock_of_a_run_counts_the_start_of_its_stages(
     result = PipelineRunner(keeper, host).run(duration=60)
     assert keeper.ticks == 1 and result.elapsed_seconds == 500.0
     assert [p.process.returncode for p in host.processes] == [0, 0]
+
+
+def test_a_stage_processs_key_figures_reach_the_supervisor_through_its_progress_file(tmp_path: Path) -> None:
+    """The keys a stage process's keyed functions started, expired and hold travel in its
+    progress file; a stage without a keyed function reports none."""
+    from barrierflow.runtime.progress import StageProgress
+
+    files = StageProcessFiles(tmp_path)
+    files.write_progress(StageProgress("b", 7, 12.5, 3, records=40, batches=8, keys_started=11, keys_expired=4,
+                                       keys_live=7))
+    read = files.progress("b")
+    assert (read.keys_started, read.keys_expired, read.keys_live, read.records, read.batches) == (11, 4, 7, 40, 8)
+    files.write_progress(StageProgress("b", 8, 1.0, 3, records=41, batches=9))
+    read = files.progress("b")
+    assert (read.keys_started, read.keys_expired, read.keys_live) == (None, None, None)
