@@ -85,6 +85,12 @@ OPTIONAL_VARIABLES = {
     "PYSPARK_GATEWAY_PORT": "set by spark-submit for the driver",
     "SPARK_LOCAL_IP": "set by the code for local masters only",
     "SPARK_HOME": "unset: pip's pyspark; read to decide whether a local driver's Python workers may skip Spark's zips",
+    "BARRIERFLOW_SHARED_WORK_DIR": "unset: the stack runs the LocalExecutor, whose tasks all run on one host, so a "
+                                   "relaunch after a lost launch reads the work dirs where they are",
+    "BARRIERFLOW_K8S_TOKEN_FILE": "default: the pod's service-account token; read only for a Kubernetes master, "
+                                  "the stack's Spark is a standalone cluster",
+    "BARRIERFLOW_K8S_CA_FILE": "default: the pod's service-account CA; read only for a Kubernetes master, "
+                               "the stack's Spark is a standalone cluster",
     "BARRIERFLOW_WORKER_PYTHON": "set by the code itself, for a local driver's worker launcher only (the image sets "
                                  "PYSPARK_PYTHON, so the launcher is not used there)",
 }
