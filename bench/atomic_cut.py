@@ -2,7 +2,7 @@
 
 * ``python -m bench.atomic_cut --pipeline SPEC --kills 20 [--url URL]``: a real pipeline (Spark)
   under ``barrierflow chaos`` while an independent reader polls the catalog
-  (:mod:`bench.atomic_cut_pipeline`; the run docs/chaos.md records as the acceptance run);
+  (:mod:`bench.atomic_cut_pipeline`; the run bench/results/chaos-runs.md records as the acceptance run);
 * ``python -m bench.atomic_cut --url URL --kills 20``: the sinks alone, driven without Spark by
   a driver process that is killed (below); cheap, many checkpoints per minute, the harness the
   suite runs small.

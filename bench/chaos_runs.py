@@ -1,4 +1,4 @@
-"""The recorded ``barrierflow chaos`` runs of docs/chaos.md: ``python -m bench.chaos_runs``.
+"""The recorded ``barrierflow chaos`` runs of bench/results/chaos-runs.md: ``python -m bench.chaos_runs``.
 
 Six pipelines, each put through ``barrierflow chaos`` with ``--kills N`` (the recorded runs use
 at least 100 each):
@@ -16,7 +16,7 @@ The servers a pipeline needs are started here on 127.0.0.1 and stopped afterward
 PostgreSQL, an Apache Kafka broker (channels use the embedded broker ``barrierflow run``
 starts itself). Drivers start with the test suite's short-lived-driver JVM options, as chaos
 restarts them a hundred times. Each run prints chaos's summary; ``--markdown FILE`` appends one
-table row per run (command, date, seed, summary) for docs/chaos.md.
+table row per run (command, date, seed, summary) for bench/results/chaos-runs.md.
 
 Sizing (see docs/chaos.md): a timed kill lands ``--min-gap``..``--max-gap`` seconds after a run
 starts, and a driver takes several seconds to start, so each killed run gets through only a

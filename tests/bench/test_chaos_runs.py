@@ -1,6 +1,6 @@
 """`python -m bench.chaos_runs`: the specs of the recorded chaos runs are valid pipelines sized
 as asked, and the summary row says what chaos reported (the runs themselves are in
-docs/chaos.md; no Spark here)."""
+bench/results/chaos-runs.md; no Spark here)."""
 
 from __future__ import annotations
 

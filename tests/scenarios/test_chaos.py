@@ -16,7 +16,7 @@
    checkpoint complete, the final stages' sinks not yet told) is enough: chaos must name the
    duplicated rows of the first and the missing rows of the second, and exit 1.
 
-The recorded runs of 100 kills are in docs/chaos.md.
+The recorded runs of 100 kills are in bench/results/chaos-runs.md.
 """
 
 from __future__ import annotations

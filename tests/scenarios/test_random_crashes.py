@@ -5,7 +5,7 @@ The file sink's pipeline is crashed at every named protocol point once, PostgreS
 point where the sink holds an epoch (pre-committed, told to commit, half committed; the other
 two points come before any sink call), in a random order and at a random hit (1-2) of the
 point, so the run is both the randomized test and, per sink, the crash-at-every-point test. The
-large runs (100 kills per sink, docs/chaos.md) are `barrierflow chaos` runs, outside the suite.
+large runs (100 kills per sink, bench/results/chaos-runs.md) are `barrierflow chaos` runs, outside the suite.
 The two pipelines' drivers run side by side, as two jobs on one host do: in each round both are
 started, each SIGKILLs itself at its own point, and both are recovered. After every
 recovery the committed output must hold only failure-free rows, none twice (and no

@@ -24,7 +24,7 @@ component's protocol point the kill hit is printed with each crash.
    output equals the failure-free output.
 
 Kills at random moments, of every kind, on a two-stage pipeline are ``barrierflow chaos``'s
-(tests/scenarios/test_chaos.py; the recorded 100-kill runs are in docs/chaos.md).
+(tests/scenarios/test_chaos.py; the recorded 100-kill runs are in bench/results/chaos-runs.md).
 """
 
 from __future__ import annotations
