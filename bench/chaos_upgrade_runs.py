@@ -1,4 +1,5 @@
-"""The recorded upgrade-mode ``barrierflow chaos`` runs of bench/results/chaos-runs.md: ``python -m bench.chaos_upgrade_runs``.
+"""The recorded upgrade-mode ``barrierflow chaos`` runs (bench/results/chaos-runs.md):
+``python -m bench.chaos_upgrade_runs``.
 
 Writes the keyed running-totals pipeline (generator, 2 partitions, ``--keys`` keys -> count and
 sum per key, update mode, RocksDB state -> Parquet through 2PC, an expectation suite bounding
