@@ -55,6 +55,9 @@ from typing import Any
 from bench.rates import job_rate, records_through
 
 WITH, WITHOUT = "ABS 1 s", "no checkpoints"
+#: The A/A control (``--aa``): the run without checkpoints once more in each round, so the
+#: spread of two identical runs is measured beside the with / without ratio.
+AGAIN = "no checkpoints, again"
 #: The per-batch parts of Spark's progress reported, in this order.
 PARTS = ("triggerExecution", "addBatch", "latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")
 #: How often a run's recent progress reports are read (seconds): Spark keeps the newest 100.
@@ -84,6 +87,12 @@ class RunFigures:
     batch_kind: dict[int, str] = field(default_factory=dict)
     sync_ms: list[float] = field(default_factory=list)
     async_ms: list[float] = field(default_factory=list)
+    #: CPU seconds of the JVM's child processes (Spark's Python workers) over the run.
+    workers_cpu_seconds: float = 0.0
+    #: Share of the machine's CPU time that was busy over the run (``/proc/stat``), 0-1.
+    machine_busy: float = 0.0
+    #: Wall seconds of the run.
+    seconds: float = 0.0
 
 
 class ProgressLog:
@@ -130,25 +139,75 @@ def classify(batches: Sequence[int], barrier_batches: Sequence[int]) -> dict[int
     return {b: "barrier" if b in barriers else "after barrier" if b - 1 in barriers else "other" for b in batches}
 
 
-def run_job(make_job: Callable[[], Any], mode: str, number: int, **run_args: Any) -> RunFigures:
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all CPUs since boot (``/proc/stat``'s first line)."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        values = [int(v) for v in fh.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return sum(values) - idle, sum(values)
+
+
+def _children_cpu_seconds(root: int) -> float:
+    """CPU seconds (their own and their reaped children's) of the live descendants of ``root``."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text(encoding="utf-8", errors="replace").rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        ticks[int(entry.name)] = sum(int(f) for f in fields[11:15])
+    total = 0
+    for pid, used in ticks.items():
+        parent = parents.get(pid)
+        while parent is not None and parent > 1 and parent != root:
+            parent = parents.get(parent)
+        if parent == root:
+            total += used
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def run_job(make_job: Callable[[], Any], mode: str, number: int, jfr_dir: Path | None = None,
+            **run_args: Any) -> RunFigures:
     """One run of the job ``make_job`` builds, in ``mode``; the first batch is left out of the
-    profile (it carries the query's start)."""
-    from bench.jvm import JvmUsage
+    profile (it carries the query's start). With ``jfr_dir``, a JFR recording of the driver JVM
+    over the run goes to ``jfr_dir/<round>-<mode>.jfr`` (:mod:`bench.jfr_profile`)."""
+    from bench.jfr_profile import Recording
+    from bench.jvm import JvmUsage, jvm_pid
 
     job = make_job()
     log = ProgressLog(mode == WITH)
-    before, jvm_before = os.times(), JvmUsage.now(job.spark)
+    pid = jvm_pid(job.spark)
+    recording = None
+    if jfr_dir is not None:
+        recording = Recording(pid, f"r{number}-{mode_slug(mode)}", jfr_dir / f"{number}-{mode_slug(mode)}.jfr")
+        recording.start()
+    before, jvm_before, workers_before = os.times(), JvmUsage.now(job.spark), _children_cpu_seconds(pid)
+    machine_before, wall_before = _machine_ticks(), time.monotonic()
     result = job.run(on_tick=log, **run_args)
     after, jvm = os.times(), JvmUsage.now(job.spark).since(jvm_before)
+    workers = _children_cpu_seconds(pid) - workers_before
+    machine_after, wall = _machine_ticks(), time.monotonic() - wall_before
+    if recording is not None:
+        recording.stop()
+    busy = (machine_after[0] - machine_before[0]) / max(1, machine_after[1] - machine_before[1])
     if job.query is not None:
         log.read(job.query)
     parts = {b: p for b, p in log.parts.items() if b != min(log.parts, default=-1)}
     barriers = [m.spark_batch_id for m in result.completed]
     return RunFigures(mode, number, job_rate(result), result.records, result.batches, len(result.completed),
                       (after.user + after.system) - (before.user + before.system), jvm.cpu_seconds,
-                      jvm.gc_seconds, parts,
-                      classify(sorted(parts), barriers), [m.sync_ms for m in result.completed],
-                      [m.async_ms for m in result.completed])
+                      jvm.gc_seconds, parts, classify(sorted(parts), barriers),
+                      [m.sync_ms for m in result.completed], [m.async_ms for m in result.completed],
+                      workers_cpu_seconds=workers, machine_busy=busy, seconds=wall)
+
+
+def mode_slug(mode: str) -> str:
+    """A file-name form of a mode's name."""
+    return {WITH: "abs", WITHOUT: "none", AGAIN: "none-again"}.get(mode, mode.replace(" ", "-"))
 
 
 class ReadAll:
@@ -169,14 +228,20 @@ class ReadAll:
         return self._done
 
 
-def alternate(run: Callable[[str, int], RunFigures], rounds: int) -> list[RunFigures]:
-    """A warm-up of both modes (dropped), then ``rounds`` rounds of both, the order reversed
-    every other round."""
+def round_modes(aa: bool) -> tuple[str, ...]:
+    """The modes of a round, in the order of odd rounds (even rounds run them reversed)."""
+    return (WITHOUT, WITH, AGAIN) if aa else (WITHOUT, WITH)
+
+
+def alternate(run: Callable[[str, int], RunFigures], rounds: int, aa: bool = False) -> list[RunFigures]:
+    """A warm-up of both modes (dropped), then ``rounds`` rounds of each mode (with ``aa`` the
+    run without checkpoints once more, :data:`AGAIN`), the order reversed every other round."""
     for mode in (WITHOUT, WITH):
         run(mode, 0)
     runs = []
+    modes = round_modes(aa)
     for number in range(1, rounds + 1):
-        for mode in (WITHOUT, WITH) if number % 2 else (WITH, WITHOUT):
+        for mode in modes if number % 2 else tuple(reversed(modes)):
             figures = run(mode, number)
             runs.append(figures)
             print(f"round {number} {mode:15} {figures.rate:>12,.0f} rec/s  {figures.batches} batches  "
@@ -185,13 +250,13 @@ def alternate(run: Callable[[str, int], RunFigures], rounds: int) -> list[RunFig
     return runs
 
 
-def round_ratios(runs: Sequence[RunFigures]) -> list[float]:
-    """Per round: the rate with checkpoints over the rate without."""
+def round_ratios(runs: Sequence[RunFigures], mode: str = WITH) -> list[float]:
+    """Per round: the rate of ``mode`` (default with checkpoints) over the rate without."""
     out = []
     for number in sorted({r.round for r in runs}):
         rate = {r.mode: r.rate for r in runs if r.round == number}
-        if rate.get(WITHOUT) and not math.isnan(rate.get(WITH, math.nan)):
-            out.append(rate[WITH] / rate[WITHOUT])
+        if rate.get(WITHOUT) and not math.isnan(rate.get(mode, math.nan)):
+            out.append(rate[mode] / rate[WITHOUT])
     return out
 
 
@@ -211,21 +276,30 @@ def render(job: str, header: Mapping[str, Any], runs: Sequence[RunFigures]) -> s
              f"commit {header['commit']}, {header['started']} UTC, {header['cores']} cores, load average (1 min) "
              f"{header['load_start']:.2f} at the start, {header['load_end']:.2f} at the end; {header['what']}", "",
              "| mode | records/s per round (after the first batch) | median | checkpoints per run "
-             "| this process CPU-s per run | JVM CPU-s per run | JVM GC s per run | records per JVM CPU-s (median) |",
-             "|---|---|---:|---|---|---|---|---:|"]
-    for mode in (WITHOUT, WITH):
+             "| this process CPU-s per run | JVM CPU-s per run | Python workers CPU-s per run | machine busy per run "
+             "| JVM GC s per run | records per JVM CPU-s (median) |",
+             "|---|---|---:|---|---|---|---|---|---|---:|"]
+    for mode in (WITHOUT, WITH, AGAIN):
         mine = [r for r in runs if r.mode == mode]
+        if not mine:
+            continue
         median = statistics.median(r.rate for r in mine)
         per_cpu = statistics.median(r.records / r.jvm_cpu_seconds if r.jvm_cpu_seconds else 0.0 for r in mine)
         lines.append(f"| {mode} | {', '.join(f'{r.rate:,.0f}' for r in mine)} "
                      f"| {median:,.0f} | {', '.join(str(r.checkpoints) for r in mine)} "
                      f"| {', '.join(f'{r.driver_cpu_seconds:.1f}' for r in mine)} "
                      f"| {', '.join(f'{r.jvm_cpu_seconds:.1f}' for r in mine)} "
+                     f"| {', '.join(f'{r.workers_cpu_seconds:.1f}' for r in mine)} "
+                     f"| {', '.join(f'{r.machine_busy:.0%}' for r in mine)} "
                      f"| {', '.join(f'{r.gc_seconds:.1f}' for r in mine)} "
                      f"| {per_cpu:,.0f} |")
     if ratios:
         lines += ["", f"with / without, per round (back to back): {', '.join(f'{x:.3f}' for x in ratios)}; median "
                       f"{statistics.median(ratios):.3f}, spread {min(ratios):.3f}-{max(ratios):.3f}"]
+    again = round_ratios(runs, AGAIN)
+    if again:
+        lines += ["", f"A/A: no checkpoints again / without, per round: {', '.join(f'{x:.3f}' for x in again)}; "
+                      f"median {statistics.median(again):.3f}, spread {min(again):.3f}-{max(again):.3f}"]
     lines += ["", "Spark's per-batch durations (ms, medians over the measured runs; the first batch of each run "
                   "left out):", "", "| mode: batch kind | batches | " + " | ".join(PARTS) + " |",
               "|---|---:|" + "---:|" * len(PARTS)]
@@ -239,6 +313,22 @@ def render(job: str, header: Mapping[str, Any], runs: Sequence[RunFigures]) -> s
     return "\n".join(lines)
 
 
+def profile_table(runs: Sequence[RunFigures], jfr_dir: Path) -> str:
+    """The JFR recordings of the measured runs in ``jfr_dir``, summed per mode, side by side."""
+    from bench.jfr_profile import HotMethods, hot_methods, render_profile
+
+    by_mode: dict[str, HotMethods] = {}
+    seconds: dict[str, float] = {}
+    for r in runs:
+        path = jfr_dir / f"{r.round}-{mode_slug(r.mode)}.jfr"
+        if not path.exists():
+            continue
+        by_mode.setdefault(r.mode, HotMethods()).add(hot_methods(path))
+        seconds[r.mode] = seconds.get(r.mode, 0.0) + r.seconds
+    modes = [m for m in (WITHOUT, WITH, AGAIN) if m in by_mode]
+    return render_profile(by_mode, seconds, modes) + f"\n\nRecordings: {jfr_dir}"
+
+
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -247,7 +337,8 @@ def _commit() -> str:
         return "unknown"
 
 
-def reference_runs(spec_path: str, seconds: float, rounds: int) -> tuple[list[RunFigures], str]:
+def reference_runs(spec_path: str, seconds: float, rounds: int, aa: bool = False,
+                   jfr_dir: Path | None = None) -> tuple[list[RunFigures], str]:
     from barrierflow.runtime.job import StreamingJob
     from barrierflow.spec import load_spec, project_home
 
@@ -258,21 +349,22 @@ def reference_runs(spec_path: str, seconds: float, rounds: int) -> tuple[list[Ru
     root = project_home() / "var" / "bench-checkpoint-cost"
     shutil.rmtree(root, ignore_errors=True)
     spark = StreamingJob(base).spark
-    modes = {WITHOUT: BASELINE, WITH: Mode(WITH, 1.0)}
+    modes = {WITHOUT: BASELINE, AGAIN: BASELINE, WITH: Mode(WITH, 1.0)}
 
     def run(mode: str, number: int) -> RunFigures:
-        work = root / f"r{number}-{'with' if mode == WITH else 'without'}"
+        work = root / f"r{number}-{mode_slug(mode)}"
         settle(spark)
         try:
             return run_job(lambda: StreamingJob(mode_spec(base, modes[mode], work), spark=spark), mode, number,
-                           duration=seconds)
+                           jfr_dir=jfr_dir if number else None, duration=seconds)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    return alternate(run, rounds), f"{spec_path}, {seconds:g} s per run"
+    return alternate(run, rounds, aa), f"{spec_path}, {seconds:g} s per run"
 
 
-def kafka_runs(records: int, batch: int, partitions: int, rounds: int, cap: float) -> tuple[list[RunFigures], str]:
+def kafka_runs(records: int, batch: int, partitions: int, rounds: int, cap: float, aa: bool = False,
+               jfr_dir: Path | None = None) -> tuple[list[RunFigures], str]:
     from barrierflow.kafka_io.embedded_broker import embedded_broker
     from barrierflow.runtime.job import StreamingJob
     from barrierflow.runtime.session import build_session
@@ -293,15 +385,15 @@ def kafka_runs(records: int, batch: int, partitions: int, rounds: int, cap: floa
             work = Path(tempfile.mkdtemp(prefix="bf-kcost-"))
             try:
                 spec = pipeline_spec(work, source)
-                if mode == WITHOUT:  # as bench.modes.mode_spec: no trigger is due before on_tick stops them
+                if mode != WITH:  # as bench.modes.mode_spec: no trigger is due before on_tick stops them
                     spec["checkpoint"]["interval"] = 3600.0
                 return run_job(lambda: StreamingJob(parse_spec(spec), spark=spark), mode, number,
-                               until=ReadAll(records), duration=cap)
+                               jfr_dir=jfr_dir if number else None, until=ReadAll(records), duration=cap)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
 
         try:
-            return alternate(run, rounds), (f"{records:,} JSON records in {partitions} partitions on the embedded "
+            return alternate(run, rounds, aa), (f"{records:,} JSON records in {partitions} partitions on the embedded "
                                             f"broker, {batch:,} per partition and batch, reader: spark")
         finally:
             spark.stop()
@@ -309,22 +401,29 @@ def kafka_runs(records: int, batch: int, partitions: int, rounds: int, cap: floa
 
 def run_checkpoint_cost(job: str, *, rounds: int, seconds: float, spec_path: str, records: int = 8_000_000,
                         batch: int = 100_000, partitions: int = 4, cap: float = 300.0,
-                        markdown: str | None = None) -> list[RunFigures]:
+                        markdown: str | None = None, aa: bool = False,
+                        jfr_dir: str | None = None) -> list[RunFigures]:
     """Run the comparison for ``job`` (``reference`` or ``kafka``), print the table and write the
-    markdown and JSON records (module docstring)."""
+    markdown and JSON records (module docstring). ``aa`` adds the A/A control (:data:`AGAIN`);
+    ``jfr_dir`` records the driver JVM of each measured run there and adds the modes' execution
+    samples side by side to the record (:mod:`bench.jfr_profile`)."""
     started, load = datetime.now(UTC), os.getloadavg()[0]
     command = (f"python -m bench --scenario checkpoint-cost --job {job} --rounds {rounds}"
-               + (f" --seconds {seconds:g}" if job == "reference" else ""))
+               + (f" --seconds {seconds:g}" if job == "reference" else f" --records {records}")
+               + (" --aa" if aa else "") + (f" --jfr {jfr_dir}" if jfr_dir else ""))
+    jfr = Path(jfr_dir) / f"{started:%Y%m%d-%H%M}-{job}" if jfr_dir else None
     header: dict[str, Any] = {"command": command, "commit": _commit(), "started": f"{started:%Y-%m-%d %H:%M}",
                               "cores": os.cpu_count(), "load_start": load}
     print(f"{command}: commit {header['commit']}, {header['started']} UTC, load average {load:.2f}",
           file=sys.stderr, flush=True)
     if job == "reference":
-        runs, what = reference_runs(spec_path, seconds, rounds)
+        runs, what = reference_runs(spec_path, seconds, rounds, aa, jfr)
     else:
-        runs, what = kafka_runs(records, batch, partitions, rounds, cap)
+        runs, what = kafka_runs(records, batch, partitions, rounds, cap, aa, jfr)
     header.update(what=what, load_end=os.getloadavg()[0])
     table = render(job, header, runs)
+    if jfr is not None:
+        table += "\n\n" + profile_table(runs, jfr)
     print(table)
     path = Path(markdown) if markdown else RESULTS / f"{started:%Y-%m-%d-%H%M}-{job}.md"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,11 @@ def _jvm(spark: SparkSession) -> Any:
     return spark._jvm  # type: ignore[attr-defined]  # py4j view of the driver JVM
 
 
+def jvm_pid(spark: SparkSession) -> int:
+    """The process id of the driver JVM behind ``spark``."""
+    return int(_jvm(spark).java.lang.ProcessHandle.current().pid())
+
+
 def settle(spark: SparkSession) -> None:
     """Unload all loaded state store providers and collect garbage (between runs only)."""
     jvm = _jvm(spark)
@@ -56,7 +61,7 @@ class JvmUsage:
     @classmethod
     def now(cls, spark: SparkSession) -> JvmUsage:
         jvm = _jvm(spark)
-        pid = int(jvm.java.lang.ProcessHandle.current().pid())
+        pid = jvm_pid(spark)
         beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
         gc_ms = sum(max(0, int(bean.getCollectionTime())) for bean in beans)
         return cls(cpu_seconds=_cpu_seconds(pid), gc_seconds=gc_ms / 1000.0)

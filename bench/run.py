@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--job", choices=("reference", "kafka"), default="reference",
                         help="checkpoint-cost scenario: the reference job (generator, --seconds per run) or the "
                              "Kafka JSON job (Spark's connector, the JVM JSON decoder, --records read to the end)")
+    parser.add_argument("--aa", action="store_true",
+                        help="checkpoint-cost scenario: an A/A control, the run without checkpoints once more in "
+                             "each round")
+    parser.add_argument("--jfr", metavar="DIR",
+                        help="checkpoint-cost scenario: a Java Flight Recorder recording of the driver JVM per "
+                             "measured run in DIR, and the modes' execution samples side by side in the record")
     parser.add_argument("--records", type=int, default=8_000_000,
                         help="checkpoint-cost scenario, Kafka job: records in the topic")
     parser.add_argument("--rate", type=float, default=20_000.0,
@@ -170,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError("--text applies to --scenario kafka only; drop it")
     if args.scenario != "checkpoint-cost" and args.job != "reference":
         raise UserInputError("--job applies to --scenario checkpoint-cost only; drop it")
+    if args.scenario != "checkpoint-cost" and (args.aa or args.jfr):
+        raise UserInputError("--aa and --jfr apply to --scenario checkpoint-cost only; drop them")
     nexmark_options = [o for o, v in (("--events", args.events), ("--queries", args.queries),
                                       ("--engines", args.engines)) if v is not None]
     if nexmark_options and (args.scenario != "nexmark" or args.compare):
@@ -223,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
         if args.records < 4:
             raise UserInputError(f"bench --records needs at least 4 records (got {args.records})")
         run_checkpoint_cost(args.job, rounds=args.rounds, seconds=args.seconds, spec_path=args.spec,
-                            records=args.records, markdown=args.markdown)
+                            records=args.records, markdown=args.markdown, aa=args.aa, jfr_dir=args.jfr)
         return EXIT_OK
     if args.scenario == "nexmark":
         from bench.nexmark.queries import QUERIES

@@ -68,3 +68,22 @@ def test_a_kafka_run_ends_at_the_batch_that_read_the_topics_last_record(tmp_path
     assert until(job) is False  # 200 of 500
     job.runner.latest_batch = 1
     assert until(job) is True
+
+
+def test_the_aa_control_is_a_third_mode_of_each_round_with_its_own_ratios() -> None:
+    from bench.checkpoint_cost import AGAIN, alternate
+
+    seen: list[tuple[str, int]] = []
+
+    def run(mode: str, number: int) -> RunFigures:
+        seen.append((mode, number))
+        return _figures(mode, number, {WITHOUT: 100.0, WITH: 95.0, AGAIN: 102.0}[mode], {1: 10.0}, [])
+
+    runs = alternate(run, 2, aa=True)
+    assert seen == [(WITHOUT, 0), (WITH, 0), (WITHOUT, 1), (WITH, 1), (AGAIN, 1), (AGAIN, 2), (WITH, 2),
+                    (WITHOUT, 2)]
+    assert round_ratios(runs, AGAIN) == pytest.approx([1.02, 1.02])
+    table = render("reference", {"command": "c", "commit": "abc", "started": "2026-12-03 08:00", "cores": 2,
+                                 "load_start": 0.1, "load_end": 0.2, "what": "w"}, runs)
+    assert "A/A: no checkpoints again / without, per round: 1.020, 1.020; median 1.020" in table
+    assert f"| {AGAIN} | 102, 102 |" in table
