@@ -174,7 +174,9 @@ def run_job(make_job: Callable[[], Any], mode: str, number: int, jfr_dir: Path |
             **run_args: Any) -> RunFigures:
     """One run of the job ``make_job`` builds, in ``mode``; the first batch is left out of the
     profile (it carries the query's start). With ``jfr_dir``, a JFR recording of the driver JVM
-    over the run goes to ``jfr_dir/<round>-<mode>.jfr`` (:mod:`bench.jfr_profile`)."""
+    over the run goes to ``jfr_dir/<round>-<mode>.jfr`` (:mod:`bench.jfr_profile`); the warm-up
+    runs (round 0) are recorded too, so that the JVM's first recording, which starts the
+    recorder and recompiles code, falls in a run whose figures are dropped."""
     from bench.jfr_profile import Recording
     from bench.jvm import JvmUsage, jvm_pid
 
@@ -356,7 +358,7 @@ def reference_runs(spec_path: str, seconds: float, rounds: int, aa: bool = False
         settle(spark)
         try:
             return run_job(lambda: StreamingJob(mode_spec(base, modes[mode], work), spark=spark), mode, number,
-                           jfr_dir=jfr_dir if number else None, duration=seconds)
+                           jfr_dir=jfr_dir, duration=seconds)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -388,7 +390,7 @@ def kafka_runs(records: int, batch: int, partitions: int, rounds: int, cap: floa
                 if mode != WITH:  # as bench.modes.mode_spec: no trigger is due before on_tick stops them
                     spec["checkpoint"]["interval"] = 3600.0
                 return run_job(lambda: StreamingJob(parse_spec(spec), spark=spark), mode, number,
-                               jfr_dir=jfr_dir if number else None, until=ReadAll(records), duration=cap)
+                               jfr_dir=jfr_dir, until=ReadAll(records), duration=cap)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
 
