@@ -49,3 +49,11 @@ def churning_totals(df: DataFrame, ctx: TransformContext) -> DataFrame:
 def churning_dedup(df: DataFrame, ctx: TransformContext) -> DataFrame:
     """deduplicate_by_key over the churning key space."""
     return deduplicate_by_key(_churned(df).drop("offset", "partition"), ctx)
+
+
+def churning_only(df: DataFrame, ctx: TransformContext) -> DataFrame:
+    """The records of the churning keys (``key < 5``: each derived key lives one block and never
+    returns), as ``key, value, event_time``: the first stage of the channel test."""
+    from pyspark.sql import functions as F
+
+    return df.where(F.col("key") < 5).select("key", "value", "event_time")
