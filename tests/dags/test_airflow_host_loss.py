@@ -147,12 +147,14 @@ def test_airflow_relaunches_a_pipeline_after_lost_hosts_by_its_restart_strategy(
                 current = running_launch(work)
                 assert current is not None and current.chain_id == first.launch_id, launches(work)
                 time.sleep(rng.uniform(0.0, 3.0))  # the random moment of the loss (seeded)
-                before = progress()
                 with_scheduler = loss == BUDGET
                 if with_scheduler:
                     server.kill_component("scheduler")
                 lost = lose_host(current)
                 lost_at = time.monotonic()
+                # read once the lost launch's tree is dead: a checkpoint it completed just before
+                # the loss must not count as the relaunched pipeline's progress
+                before = progress()
                 if with_scheduler:  # the triggerer alone sees the loss and hands the task back
                     deadline = time.monotonic() + 120
                     while state(server, run_id) in ("deferred", None):
