@@ -267,3 +267,25 @@ def test_a_stage_processs_key_figures_reach_the_supervisor_through_its_progress_
     files.write_progress(StageProgress("b", 8, 1.0, 3, records=41, batches=9))
     read = files.progress("b")
     assert (read.keys_started, read.keys_expired, read.keys_live) == (None, None, None)
+
+
+def test_the_steady_rate_ends_with_the_last_batch_that_read_records(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch that read nothing (one that only carried a barrier after the input ran dry) does
+    not stretch the run's steady seconds: they end at the commit of the last batch with records."""
+    import json
+    from types import SimpleNamespace
+
+    (tmp_path / "offsets").mkdir()
+    for batch, end in ((0, 100), (1, 300), (2, 500), (3, 500)):
+        (tmp_path / "offsets" / str(batch)).write_text(
+            "v1\n{}\n" + json.dumps({"partitions": {"0": end, "1": end}, "barrier": batch}), encoding="utf-8")
+    now = [10.0]
+    monkeypatch.setattr(pipeline_runner.time, "monotonic", lambda: now[0])
+    runner = SimpleNamespace(latest_batch=None, layout=SimpleNamespace(spark_checkpoint=tmp_path))
+    stats = StageStats(last_commit_mono=now[0])
+    for batch, at in ((0, 11.0), (1, 13.0), (2, 15.0), (3, 19.0)):  # batch 3 read nothing
+        now[0], runner.latest_batch = at, batch
+        stats.committed(runner)  # type: ignore[arg-type]
+    assert (stats.first_batch_mono, stats.first_batch_records) == (11.0, 200)
+    assert (stats.last_commit_mono, stats.records, stats.latest_batch) == (15.0, 1000, 3)

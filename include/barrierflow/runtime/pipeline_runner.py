@@ -136,6 +136,9 @@ class StageStats:
     records: int = 0
     first_batch_mono: float | None = None
     first_batch_records: int = 0
+    #: when the last batch that read records committed (a batch that read none, e.g. one that
+    #: only carried a barrier after the input ran dry, does not move it: the steady rate ends
+    #: with the last record)
     last_commit_mono: float = 0.0
 
     @property
@@ -157,9 +160,11 @@ class StageStats:
         """Count the batch ``runner`` just saw committed."""
         self.latest_batch = runner.latest_batch
         assert self.latest_batch is not None
-        self.records = records_at(offset_log.read_offsets(runner.layout.spark_checkpoint, self.latest_batch)) \
+        records = records_at(offset_log.read_offsets(runner.layout.spark_checkpoint, self.latest_batch)) \
             - self.start_records
-        self.last_commit_mono = time.monotonic()
+        if self.first_batch_mono is None or records != self.records:
+            self.last_commit_mono = time.monotonic()
+        self.records = records
         if self.first_batch_mono is None:
             self.first_batch_mono, self.first_batch_records = self.last_commit_mono, self.records
 
