@@ -149,25 +149,9 @@ def _machine_ticks() -> tuple[int, int]:
 
 def _children_cpu_seconds(root: int) -> float:
     """CPU seconds (their own and their reaped children's) of the live descendants of ``root``."""
-    parents: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text(encoding="utf-8", errors="replace").rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        ticks[int(entry.name)] = sum(int(f) for f in fields[11:15])
-    total = 0
-    for pid, used in ticks.items():
-        parent = parents.get(pid)
-        while parent is not None and parent > 1 and parent != root:
-            parent = parents.get(parent)
-        if parent == root:
-            total += used
-    return total / os.sysconf("SC_CLK_TCK")
+    from bench.proc_stat import descendant_ticks
+
+    return sum(descendant_ticks(root, reaped_children=True).values()) / os.sysconf("SC_CLK_TCK")
 
 
 def run_job(make_job: Callable[[], Any], mode: str, number: int, jfr_dir: Path | None = None,

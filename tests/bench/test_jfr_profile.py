@@ -24,7 +24,9 @@ public class Busy {
 """
 
 
-@pytest.mark.skipif(shutil.which("jfr") is None, reason="the JDK's jfr tool is not on PATH")
+@pytest.mark.skipif(shutil.which("jfr") is None,
+                    reason="the JDK's jfr tool (openjdk-17-jdk-headless) is not installed: only bench --jfr "
+                           "needs it, Spark runs on the JRE")
 def test_a_recording_is_read_back_by_the_method_that_ran(tmp_path: Path) -> None:
     """A JVM that spends its time in one method: that method tops the samples, and every sample
     is counted once in some area."""

@@ -18,9 +18,10 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+
+from bench.proc_stat import descendant_ticks
 
 __all__ = ["ENV", "TICKS", "tree_cpu_seconds"]
 
@@ -29,34 +30,10 @@ ENV = "BARRIERFLOW_TEST_CPU"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _descendant_ticks(root: int) -> dict[int, int]:
-    """utime + stime of every live descendant of ``root``, by pid (ticks)."""
-    parents: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text(encoding="utf-8", errors="replace").rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        ticks[int(entry.name)] = int(fields[11]) + int(fields[12])
-    out: dict[int, int] = {}
-    for pid in ticks:
-        parent = parents.get(pid)
-        while parent is not None and parent > 1:
-            if parent == root:
-                out[pid] = ticks[pid]
-                break
-            parent = parents.get(parent)
-    return out
-
-
 def tree_cpu_seconds() -> tuple[float, dict[int, int]]:
     """This process's CPU with its reaped children's (s), and its live descendants' ticks."""
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system, _descendant_ticks(os.getpid())
+    return t.user + t.system + t.children_user + t.children_system, descendant_ticks(os.getpid())
 
 
 @pytest.hookimpl(hookwrapper=True)

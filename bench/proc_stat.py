@@ -1,0 +1,37 @@
+"""CPU ticks of a process's live descendants, from ``/proc/<pid>/stat`` (Linux).
+
+Contract: read-only; a process that ends while it is read is left out; ticks are clock ticks
+(``os.sysconf("SC_CLK_TCK")`` per second).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["descendant_ticks"]
+
+
+def descendant_ticks(root: int, *, reaped_children: bool = False) -> dict[int, int]:
+    """utime + stime of every live descendant of ``root``, by pid (ticks); with
+    ``reaped_children`` also the CPU of each one's own reaped children (cutime + cstime)."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    last = 15 if reaped_children else 13
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text(encoding="utf-8", errors="replace").rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        ticks[int(entry.name)] = sum(int(f) for f in fields[11:last])
+    out: dict[int, int] = {}
+    for pid, used in ticks.items():
+        parent = parents.get(pid)
+        while parent is not None and parent > 1:
+            if parent == root:
+                out[pid] = used
+                break
+            parent = parents.get(parent)
+    return out
