@@ -38,3 +38,14 @@ def test_the_fields_are_decoded_as_barrierflows_reader_gives_them(spark: Any) ->
     assert [(r.key, r.value, r.at) for r in rows] == [
         (1, 2, "2026-01-01 00:00:01"), (3, None, "2026-01-01 00:00:02"), (None, None, None)]
     assert rows[0].topic == "t" and rows[0].partition == 0
+
+
+def test_each_record_is_parsed_once_when_the_job_filters_on_a_field(spark: Any) -> None:
+    # Spark's optimizer pushes a filter below the projection it reads; a decoding it may copy
+    # there would run twice for every record that passes (the filter's and the projection's)
+    rows = decoded_rows(_raw(spark, [b'{"key": 1, "value": 2}', b'{"key": 2, "value": 3}']), SPEC)
+    kept = rows.where(F.col("key") == 2).select("value", "event_time")
+    plan = kept._jdf.queryExecution().optimizedPlan().toString()
+    assert plan.count("barrierflow_flat_json(") == 1, plan
+    assert plan.count("from_json(") == 1, plan
+    assert [r.value for r in kept.collect()] == [3]

@@ -70,6 +70,8 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
   private final String[] plainNames;
   private final String[] lowerNames;
   private final int[] kinds;
+  /** Whether every field name is ASCII (then an ASCII key is compared without a String). */
+  private final boolean asciiNames;
 
   /** The expression (the constructor Catalyst's makeCopy finds: the product's three elements). */
   public FlatJsonDecoder(Expression value, Expression fallback, StructType schema) {
@@ -82,10 +84,12 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
     plainNames = new String[fields.length];
     lowerNames = new String[fields.length];
     kinds = new int[fields.length];
+    boolean ascii = true;
     for (int f = 0; f < fields.length; f++) {
       names[f] = fields[f].name().getBytes(StandardCharsets.UTF_8);
       plainNames[f] = fields[f].name();
       lowerNames[f] = fields[f].name().toLowerCase(Locale.ROOT);
+      for (byte c : names[f]) if (c < 0) ascii = false;
       DataType type = fields[f].dataType();
       if (type instanceof StringType) kinds[f] = STRING;
       else if (type instanceof LongType) kinds[f] = LONG;
@@ -94,6 +98,7 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
       else throw new IllegalArgumentException("JSON field " + fields[f].name() + " of type " + type.simpleString()
           + " is not supported (string, bigint, double, boolean)");
     }
+    asciiNames = ascii;
   }
 
   /** The decoding of binary column {@code value}, Spark's {@code fallback} decoding (to struct {@code schemaJson}) where it must decide. */
@@ -298,12 +303,35 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
       byte[] name = names[f];
       if (name.length == length && Arrays.equals(b, start, end, name, 0, length)) return f;
     }
+    if (asciiNames) {  // most keys of a record are fields nobody asked for: no String for them
+      boolean ascii = true;
+      for (int k = start; k < end; k++) if (b[k] < 0) { ascii = false; break; }
+      if (ascii) {
+        for (byte[] name : names) if (name.length == length && asciiEqualIgnoringCase(b, start, name)) return -2;
+        return -1;
+      }
+    }
     String key = new String(b, start, length, StandardCharsets.UTF_8);
     String lowerKey = key.toLowerCase(Locale.ROOT);
     for (int f = 0; f < names.length; f++) {
       if (lowerNames[f].equals(lowerKey) || plainNames[f].equalsIgnoreCase(key)) return -2;
     }
     return -1;
+  }
+
+  /**
+   * Whether the ASCII bytes at {@code start} equal ASCII {@code name} when case is ignored: for
+   * ASCII text exactly what Java's toLowerCase(Locale.ROOT) and equalsIgnoreCase decide.
+   */
+  private static boolean asciiEqualIgnoringCase(byte[] b, int start, byte[] name) {
+    for (int k = 0; k < name.length; k++) {
+      int x = b[start + k], y = name[k];
+      if (x == y) continue;
+      if (x >= 'A' && x <= 'Z') x += 'a' - 'A';
+      if (y >= 'A' && y <= 'Z') y += 'a' - 'A';
+      if (x != y) return false;
+    }
+    return true;
   }
 
   /** After a token ending at {@code i}: a byte that may follow a value. */
@@ -515,6 +543,16 @@ public final class FlatJsonDecoder extends Expression implements Function<Object
     Seq<JavaCode> inputs = CollectionConverters.asScala(new ArrayList<JavaCode>()).toList();
     return ev.copy(new CodeBlock(codeParts, inputs), ev.isNull(), ev.value());
   }
+
+  /**
+   * False to the optimizer, though the decoding depends on the record alone: Spark copies a
+   * deterministic expression into every place that reads its result (a filter on a decoded field
+   * pushed below the projection that decodes, two projections collapsed into one), so each record
+   * was decoded once per such place, twice for most queries that filter on a field. Not
+   * deterministic, it stays in its own projection and every record is decoded once (as
+   * {@code asNondeterministic()} keeps a Python UDF from being called again).
+   */
+  @Override public boolean deterministic() { return false; }
 
   @Override public DataType dataType() { return schema; }
   @Override public boolean nullable() { return true; }
