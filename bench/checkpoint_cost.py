@@ -40,7 +40,6 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +51,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.provenance import commit
 from bench.rates import job_rate, records_through
 
 WITH, WITHOUT = "ABS 1 s", "no checkpoints"
@@ -315,14 +315,6 @@ def profile_table(runs: Sequence[RunFigures], jfr_dir: Path) -> str:
     return render_profile(by_mode, seconds, modes) + f"\n\nRecordings: {jfr_dir}"
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def reference_runs(spec_path: str, seconds: float, rounds: int, aa: bool = False,
                    jfr_dir: Path | None = None) -> tuple[list[RunFigures], str]:
     from barrierflow.runtime.job import StreamingJob
@@ -398,7 +390,7 @@ def run_checkpoint_cost(job: str, *, rounds: int, seconds: float, spec_path: str
                + (f" --seconds {seconds:g}" if job == "reference" else f" --records {records}")
                + (" --aa" if aa else "") + (f" --jfr {jfr_dir}" if jfr_dir else ""))
     jfr = Path(jfr_dir) / f"{started:%Y%m%d-%H%M}-{job}" if jfr_dir else None
-    header: dict[str, Any] = {"command": command, "commit": _commit(), "started": f"{started:%Y-%m-%d %H:%M}",
+    header: dict[str, Any] = {"command": command, "commit": commit(), "started": f"{started:%Y-%m-%d %H:%M}",
                               "cores": os.cpu_count(), "load_start": load}
     print(f"{command}: commit {header['commit']}, {header['started']} UTC, load average {load:.2f}",
           file=sys.stderr, flush=True)

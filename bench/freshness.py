@@ -211,8 +211,9 @@ def _percentiles_row(label: str, values: list[float]) -> str:
 
 
 def _measure_sink(kind: str, seconds: float, rate: float, servers: str, spark: Any,
-                  dsn: str | None) -> tuple[list[str], int]:
-    """One run into a sink of ``kind``: the two table rows and the checkpoints completed."""
+                  dsn: str | None) -> tuple[list[float], list[float], str, int]:
+    """One run into a sink of ``kind``: the run's figures, the reader's, how the reader read, and
+    the checkpoints completed."""
     from barrierflow.runtime.job import StreamingJob
     from barrierflow.spec import parse_spec
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -268,20 +269,31 @@ def _measure_sink(kind: str, seconds: float, rate: float, servers: str, spark: A
             theirs, how = _epoch_figures(reader.seen, skip=first), "read_committed consumer, per bf-epoch"
         else:
             theirs, how = _burst_figures(list(reader.seen.values())), "polling SELECT, per burst"
-    return [_percentiles_row(f"{kind}: the run (commit minus oldest arrival)", ours),
-            _percentiles_row(f"{kind}: {how} (visible minus oldest arrival)", theirs)], len(result.completed)
+    return ours, theirs, how, len(result.completed)
+
+
+#: Where each run's record goes (``YYYY-MM-DD-HHMM.md`` and ``.json``).
+RESULTS = Path(__file__).resolve().parent / "results" / "freshness"
 
 
 def run_freshness_benchmark(seconds: float, rate: float, markdown: str | None = None,
-                            sinks: tuple[str, ...] = ("parquet",)) -> list[str]:
-    """Measure (module docstring) into each of ``sinks`` in turn; print and return the table's
-    lines (also written to ``markdown``)."""
+                            sinks: tuple[str, ...] = ("parquet",), rounds: int = 1,
+                            results: Path | None = RESULTS,
+                            command: str = "python -m bench --scenario freshness") -> list[str]:
+    """Measure (module docstring) into each of ``sinks`` in turn, ``rounds`` times (the sinks
+    alternating); print and return the table's lines (also written to ``markdown``), and write
+    the record (the command, commit, date, load average, every checkpoint's figures) to
+    ``results`` unless it is None."""
     from barrierflow.kafka_io.embedded_broker import embedded_broker
     from barrierflow.runtime.session import build_session
     from barrierflow.spec.models import SparkSpec
 
-    started, load = datetime.now(UTC), os.getloadavg()[0]
-    rows, completed = [], []
+    from bench.provenance import commit
+
+    started, load, revision = datetime.now(UTC), os.getloadavg()[0], commit()
+    rows: list[str] = []
+    completed: list[str] = []
+    figures: dict[str, list[dict[str, Any]]] = {kind: [] for kind in sinks}
     with ExitStack() as stack:
         servers = stack.enter_context(embedded_broker(None, 60.0, 10.0))
         dsn = None
@@ -291,16 +303,37 @@ def run_freshness_benchmark(seconds: float, rate: float, markdown: str | None = 
             dsn = stack.enter_context(running_postgres()).dsn
         spark = build_session(SparkSpec.model_validate({"master": "local[2]", "shuffle_partitions": 2}),
                               app_name="barrierflow-freshness-bench")
-        for kind in sinks:
-            sink_rows, count = _measure_sink(kind, seconds, rate, servers, spark, dsn)
-            rows += sink_rows
-            completed.append(f"{kind} {count}")
-    lines = [f"Freshness of committed output, {started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, load average "
-             f"{load:.1f} at the start: Kafka ({rate:g} records/s, 2 partitions) -> {', '.join(sinks)}, "
-             f"{INTERVAL:g} s checkpoints, {seconds:g} s per sink, checkpoints completed: {', '.join(completed)}; "
-             "seconds per checkpoint that made records visible, after the first completed one", "",
+        for number in range(1, rounds + 1):
+            for kind in sinks:
+                ours, theirs, how, count = _measure_sink(kind, seconds, rate, servers, spark, dsn)
+                label = f"{kind}, round {number}" if rounds > 1 else kind
+                rows += [_percentiles_row(f"{label}: the run (commit minus oldest arrival)", ours),
+                         _percentiles_row(f"{label}: {how} (visible minus oldest arrival)", theirs)]
+                completed.append(f"{label} {count}")
+                figures[kind].append({"round": number, "checkpoints": count, "run": ours, "reader": theirs,
+                                      "reader_kind": how})
+    for kind in sinks if rounds > 1 else ():
+        rows += [_percentiles_row(f"{kind}, all rounds: the run", [v for r in figures[kind] for v in r["run"]]),
+                 _percentiles_row(f"{kind}, all rounds: the reader", [v for r in figures[kind] for v in r["reader"]])]
+    load_end = os.getloadavg()[0]
+    lines = [f"Freshness of committed output, {started:%Y-%m-%d %H:%M} UTC, commit {revision}, {os.cpu_count()} "
+             f"cores, load average {load:.1f} at the start, {load_end:.1f} at the end: Kafka ({rate:g} records/s, "
+             f"2 partitions) -> {', '.join(sinks)}, {INTERVAL:g} s checkpoints, {seconds:g} s per sink, {rounds} "
+             f"round(s), checkpoints completed: {', '.join(completed)}; seconds per checkpoint that made records "
+             "visible, after the first completed one", "",
              "| measured by | checkpoints | p50 | p99 | max |", "|---|---|---|---|---|", *rows]
     print("\n".join(lines))
     if markdown:
         Path(markdown).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if results is not None:
+        results.mkdir(parents=True, exist_ok=True)
+        stem = results / f"{started:%Y-%m-%d-%H%M}"
+        stem.with_suffix(".md").write_text(f"# Freshness of committed output, {started:%Y-%m-%d %H:%M} UTC\n\n"
+                                           f"`{command}`\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+        document = {"scenario": "freshness", "command": command, "commit": revision,
+                    "started": started.isoformat(timespec="seconds"), "cores": os.cpu_count(),
+                    "load_average": [load, load_end], "rate": rate, "seconds": seconds, "rounds": rounds,
+                    "checkpoint_interval": INTERVAL, "sinks": figures}
+        stem.with_suffix(".json").write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        print(f"written: {stem}.md, {stem}.json")
     return lines

@@ -245,8 +245,8 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario == "freshness":
         from bench.freshness import run_freshness_benchmark
 
-        run_freshness_benchmark(args.seconds, args.rate, markdown=args.markdown,
-                                sinks=tuple(args.sink))
+        run_freshness_benchmark(args.seconds, args.rate, markdown=args.markdown, sinks=tuple(args.sink),
+                                rounds=args.rounds, command=" ".join(["python -m bench", *getattr(args, "argv", [])]))
         return EXIT_OK
     if args.scenario == "lake-commit":
         from bench.lake_commit import run_lake_commit_benchmark

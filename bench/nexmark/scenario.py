@@ -38,7 +38,6 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +50,7 @@ from typing import Any
 
 from bench.nexmark import generator
 from bench.nexmark.queries import QUERIES, Query, pipeline_spec
+from bench.provenance import commit
 
 ENGINES = ("barrierflow", "flink")
 CORES = 2
@@ -96,19 +96,6 @@ class Figures:
             return math.nan
         ordered = sorted(self.checkpoint_ms)
         return ordered[min(len(ordered) - 1, max(0, math.ceil(p / 100 * len(ordered)) - 1))]
-
-
-def commit() -> str:
-    """The repository's commit (with ``+dirty`` when the work tree has changes), or ``unknown``."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                              text=True, check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
 
 
 def fill_topic(servers: str, topic: str, events: int, partitions: int, config: generator.GeneratorConfig,
