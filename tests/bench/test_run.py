@@ -24,6 +24,8 @@ def test_bench_rejects_bad_numbers(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--events, --queries apply to --scenario nexmark only; drop them" in capsys.readouterr().err
     assert main(["--scenario", "nexmark", "--queries", "q3", "--engines", "flink"]) == 2
     assert "--queries takes q0, q1, q2, q5, q7, q8" in capsys.readouterr().err
+    assert main(["--scenario", "freshness", "--rounds", "0"]) == 2
+    assert "--rounds >= 1" in capsys.readouterr().err
 
 
 def test_the_stages_scenario_measures_past_the_warm_up_unless_told_otherwise() -> None:

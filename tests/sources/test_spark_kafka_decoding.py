@@ -48,4 +48,4 @@ def test_each_record_is_parsed_once_when_the_job_filters_on_a_field(spark: Any) 
     plan = kept._jdf.queryExecution().optimizedPlan().toString()
     assert plan.count("barrierflow_flat_json(") == 1, plan
     assert plan.count("from_json(") == 1, plan
-    assert [r.value for r in kept.collect()] == [3]
+    assert kept.count() == 1 and kept.where(F.col("value") == 3).count() == 1  # the rows, compared in Spark
