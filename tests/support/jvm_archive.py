@@ -15,7 +15,12 @@ Contract:
 - :func:`build_archive` writes it by running one small bounded pipeline in a fresh driver;
   the file appears atomically (written under a temporary name, then renamed), so a reader
   never maps a half-written archive. It returns the path, or ``None`` when the JVM could not
-  write one (the reason is logged).
+  write one (the reason is logged). Only the Spark driver's JVM dumps (``spark-submit``'s
+  launcher JVM, which runs first with another class path, is not given the option), and the
+  dump is accepted only when that JVM's CDS log shows it finished writing a few thousand
+  classes: the driver waits for its JVM's exit however long the dump takes (under load it
+  takes longer than the driver's normal wait, and a JVM killed mid-dump leaves an archive no
+  driver can map).
 - :func:`java_options` returns the options the tests' drivers run with: C1-only JIT and the
   serial collector (short-lived JVMs), plus the archive when it exists *now*. A caller never
   waits for the archive.
@@ -23,9 +28,11 @@ Contract:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -40,13 +47,20 @@ FAST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: JVM warnings (e.g. "Unable to use shared archive" when a driver's class path differs from
 #: the archive's) go to stderr, never into a command's stdout (``--json`` output).
 _WARNINGS_TO_STDERR = "-Xlog:disable -Xlog:all=warning:stderr"
+#: Part of the archive's key: a new value retires archives an older builder wrote (one that let
+#: the launcher JVM's 43-class dump stand in for the driver's).
+ARCHIVE_FORMAT = "driver-only-dump-2"
+#: A driver's dump holds about 14,000 classes; spark-submit's launcher JVM dumps 43.
+MIN_ARCHIVED_CLASSES = 1000
+#: How long the warm-up driver waits for its JVM to finish the dump at exit (seconds).
+DUMP_EXIT_SECONDS = 600.0
 
 
 def _jdk_and_jars_key() -> str:
     """A digest of ``java -version`` and the names and sizes of pyspark's jars."""
     import pyspark
 
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(ARCHIVE_FORMAT.encode())
     try:
         version = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60, check=False)
         digest.update(version.stderr.encode())
@@ -70,8 +84,9 @@ def java_options(archive: Path | None) -> str:
     return FAST_JVM_OPTIONS
 
 
-def _warm_up_spec(folder: Path) -> Path:
-    """A bounded windowed pipeline (generator -> windows -> Parquet) like the crash tests'."""
+def _warm_up_spec(folder: Path, conf: dict[str, str]) -> Path:
+    """A bounded windowed pipeline (generator -> windows -> Parquet) like the crash tests', its
+    driver given the Spark ``conf``."""
     data = {
         "version": 1,
         "name": "cds-warm-up",
@@ -84,40 +99,76 @@ def _warm_up_spec(folder: Path) -> Path:
         "sinks": [{"name": "out", "type": "parquet", "path": f"file://{folder / 'out'}"}],
         "trigger": {"interval": "0s"},
         "checkpoint": {"storage": f"file://{folder / 'checkpoints'}", "interval": "300ms", "timeout": "120s"},
-        "spark": {"master": "local[2]", "shuffle_partitions": 2},
+        "spark": {"master": "local[2]", "shuffle_partitions": 2, "conf": conf},
     }
     path = folder / "pipeline.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path
 
 
-def build_archive(target: Path, *, timeout: float = 300) -> Path | None:
+def build_archive(target: Path, *, timeout: float = 900) -> Path | None:
     """Write the archive at ``target`` (see the module's contract); ``target`` if it exists."""
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    # One builder at a time (the suite's background builder and a test that needs the archive):
+    # a second caller waits for the first and then finds its archive.
+    with open(target.with_name(f"{target.name}.lock"), "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return target if target.is_file() else _build(target, timeout)
+
+
+def _build(target: Path, timeout: float) -> Path | None:
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    cds_log = target.with_name(f"{target.name}.{os.getpid()}.log")
     with tempfile.TemporaryDirectory(prefix="barrierflow-cds-") as tmp:
-        spec = _warm_up_spec(Path(tmp))
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
-               "_JAVA_OPTIONS": f"{FAST_JVM_OPTIONS} -XX:ArchiveClassesAtExit={partial}"}
+        dump = f"{FAST_JVM_OPTIONS} -XX:ArchiveClassesAtExit={partial} -Xlog:cds=info:file={cds_log}"
+        spec = _warm_up_spec(Path(tmp), {"spark.driver.extraJavaOptions": dump})
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "_JAVA_OPTIONS": FAST_JVM_OPTIONS}
         try:
-            run = subprocess.run([sys.executable, "-m", "barrierflow.cli.main", "run", str(spec), "--until-exhausted",
-                                  "--quiet"], env=env, capture_output=True, text=True, timeout=timeout, check=False)
+            run = subprocess.run([sys.executable, "-m", "tests.support.jvm_archive", "--warm-up", str(spec)],
+                                 env=env, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             logger.warning("the CDS warm-up driver did not finish within %.0f s; tests run without an archive",
                            timeout)
             partial.unlink(missing_ok=True)
             return None
-    if run.returncode != 0 or not partial.is_file():
-        logger.warning("no CDS archive written (exit %s); tests run without one: %s", run.returncode,
-                       run.stderr[-1000:])
+    archived = archived_classes(cds_log)
+    cds_log.unlink(missing_ok=True)
+    if run.returncode != 0 or not partial.is_file() or archived < MIN_ARCHIVED_CLASSES:
+        logger.warning("no CDS archive written (exit %s, %d classes dumped); tests run without one: %s",
+                       run.returncode, archived, run.stderr[-1000:])
         partial.unlink(missing_ok=True)
         return None
     partial.replace(target)
     return target
 
 
-if __name__ == "__main__":  # python -m tests.support.jvm_archive ROOT
+def archived_classes(cds_log: Path) -> int:
+    """The classes a JVM's ``-Xlog:cds=info`` log says it dumped, 0 unless the log also shows
+    the dump's last region written (a JVM killed mid-dump logs the count but not the end)."""
+    try:
+        text = cds_log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return 0
+    found = re.search(r"Number of classes (\d+)", text)
+    if found is None or "Shared file region (bm" not in text:
+        return 0
+    return int(found.group(1))
+
+
+def _warm_up(spec: str) -> int:
+    """Run ``spec`` until its source is exhausted, waiting for the driver JVM's own exit (and so
+    its dump) up to :data:`DUMP_EXIT_SECONDS`."""
+    from barrierflow.cli import main as cli
+    from barrierflow.spark import session
+
+    session.JVM_EXIT_SECONDS = DUMP_EXIT_SECONDS
+    return cli.main(["run", spec, "--until-exhausted", "--quiet"])
+
+
+if __name__ == "__main__":  # python -m tests.support.jvm_archive ROOT | --warm-up SPEC
+    if sys.argv[1] == "--warm-up":
+        sys.exit(_warm_up(sys.argv[2]))
     built = build_archive(archive_path(Path(sys.argv[1])))
     sys.stdout.write(f"{built or 'no archive'}\n")
