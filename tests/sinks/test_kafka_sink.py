@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from barrierflow.errors import SinkError
-from barrierflow.kafka_io.committed_output import committed_markers, committed_records
+from barrierflow.kafka_io.committed_output import MarkerReader, committed_markers, committed_records
 from barrierflow.sinks.kafka import KafkaSink, encode_key, encode_value, transactional_id_for
 from barrierflow.spec.models import KafkaSinkSpec
 from barrierflow.storage.local import LocalObjectStore
@@ -253,6 +253,36 @@ def test_retried_commit_after_crash_before_ledger_update_produces_no_duplicates(
     assert second.write_ahead.batches() == []
     second.commit(txn)  # and once more: still a no-op
     assert env.data_ids() == [1, 2, 3]
+
+
+def test_the_marker_check_reads_each_marker_once_and_sees_markers_others_committed_since(env: Env) -> None:
+    """A sink reads the marker topic from its beginning at its first commit only; each later
+    commit reads what was added since. A marker another process committed in between (here a
+    second sink object committing the epoch first) is still found, so nothing is produced twice."""
+    first = env.sink(attempt=0)
+    for epoch, batch in ((1, 0), (2, 1), (3, 2)):
+        env.stage(batch, [epoch * 10, epoch * 10 + 1])
+        first.pre_commit_epoch(epoch, barrier_batch=batch)
+        first.notify_checkpoint_complete(epoch, barrier_batch=batch)
+    reader = MarkerReader(env.endpoint.bootstrap_servers, env.marker_topic, pipeline=env.pipeline, sink="out",
+                          timeout=5.0)
+    try:
+        assert [m["checkpoint_id"] for m in reader.read_new()] == [1, 2, 3]
+        assert reader.records_read == 3
+        env.stage(3, [40])
+        first.pre_commit_epoch(4, barrier_batch=3)
+        txn = env.ledger.get("out", 4)
+        assert txn is not None
+        second = env.sink(attempt=1)  # another process commits epoch 4 first
+        second.commit(txn)
+        assert [m["checkpoint_id"] for m in reader.read_new()] == [4]
+        assert reader.records_read == 4  # the three older markers were not read again
+        assert reader.read_new() == [] and reader.records_read == 4
+    finally:
+        reader.close()
+    first.commit(txn)  # its reader read markers 1-3 before; it finds 4 and produces nothing
+    assert env.data_ids() == [10, 11, 20, 21, 30, 31, 40]
+    assert len(env.read(env.marker_topic)) == 4
 
 
 def test_sigkill_at_mid_sink_commit_then_restore(env: Env, tmp_path: Path) -> None:

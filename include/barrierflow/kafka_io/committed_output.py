@@ -5,7 +5,8 @@ one commit marker in one Kafka transaction; this module reads them back with the
 (a second client reading what the first wrote is what the exactly-once checks want):
 
 * :func:`marker_log` / :func:`committed_markers`: the commit markers a ``read_committed``
-  consumer sees (the sink's idempotence check before it produces an epoch);
+  consumer sees; :class:`MarkerReader` reads them incrementally (the sink's idempotence check
+  before it produces an epoch);
 * :func:`committed_records`: the records of the committed epochs, found through their markers;
 * :func:`read_committed_topic`: every record a ``read_committed`` consumer sees of a topic
   (chaos's check of a scratch output);
@@ -158,75 +159,129 @@ def committed_markers(bootstrap_servers: str | Sequence[str], marker_topic: str,
 def marker_log(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pipeline: str | None = None,
                sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
                open_transaction_wait: float = 60.0, client: KafkaClientSpec | None = None) -> list[dict[str, Any]]:
-    """Every commit marker visible to a ``read_committed`` consumer, in log order per partition.
-
-    Reads every partition of ``marker_topic`` from its beginning up to the high watermark
-    taken when the call starts, so a marker acknowledged before the call is always seen once
-    committed. Under ``read_committed`` the position stops at another producer's open
-    transaction; the call waits up to ``timeout + open_transaction_wait`` seconds without
-    progress for it to end. Markers are filtered to ``pipeline``/``sink`` when given; records
-    that are not barrierflow markers are skipped. ``client``: the security settings and client
-    options of the sink's ``client`` block.
-
-    Needs a broker whose ``read_committed`` hides aborted records (Kafka does).
+    """Every commit marker visible to a ``read_committed`` consumer, in log order per partition:
+    one :meth:`MarkerReader.read_new` of a new reader (see there).
 
     Raises:
         SinkError: unknown topic, unreachable brokers, or no progress within the bound.
     """
-    from kafka import TopicPartition
-    from kafka.errors import KafkaError
-
-    servers = split_servers(bootstrap_servers)
-    found: list[dict[str, Any]] = []
-    committed = _consumer(servers, timeout, "read_committed", client)
+    reader = MarkerReader(bootstrap_servers, marker_topic, pipeline=pipeline, sink=sink, timeout=timeout,
+                          open_transaction_wait=open_transaction_wait, client=client)
     try:
-        tps = [TopicPartition(marker_topic, p)
-               for p in partition_numbers(servers, marker_topic, timeout=timeout, consumer=committed, client=client)]
-        probe = _consumer(servers, timeout, "read_uncommitted", client)
+        return reader.read_new()
+    finally:
+        reader.close()
+
+
+class MarkerReader:
+    """Reads a marker topic's commit markers incrementally: each :meth:`read_new` returns the
+    markers that became readable since the previous call (every marker at the first), so a
+    sink that checks the markers before each commit reads each marker once in its lifetime
+    instead of the whole topic at every commit (which grows with every checkpoint).
+
+    Contract of :meth:`read_new`: reads every partition of the topic (partitions added since
+    the last call from their beginning) up to the high watermark taken when the call starts, so
+    a marker acknowledged before the call is always returned once committed, by this call or
+    an earlier one. Under ``read_committed`` the position stops at another producer's open
+    transaction; the call waits up to ``timeout + open_transaction_wait`` seconds without
+    progress for it to end. Markers are filtered to ``pipeline``/``sink`` when given; records
+    that are not barrierflow markers are skipped. ``client``: the security settings and client
+    options of the sink's ``client`` block. A call that fails leaves the reader as new (the next
+    call reads from the beginning again), so no marker is ever skipped. Needs a broker whose
+    ``read_committed`` hides aborted records (Kafka does). :meth:`close` closes its consumers.
+    """
+
+    def __init__(self, bootstrap_servers: str | Sequence[str], marker_topic: str, *, pipeline: str | None = None,
+                 sink: str | None = None, timeout: float = DEFAULT_TIMEOUT, open_transaction_wait: float = 60.0,
+                 client: KafkaClientSpec | None = None) -> None:
+        self.servers = split_servers(bootstrap_servers)
+        self.marker_topic = marker_topic
+        self.pipeline, self.sink = pipeline, sink
+        self.timeout, self.open_transaction_wait, self.client = timeout, open_transaction_wait, client
+        #: Marker-topic records read so far (markers of any pipeline and other records alike).
+        self.records_read = 0
+        self._committed: KafkaConsumer | None = None
+        self._probe: KafkaConsumer | None = None
+        self._positions: dict[Any, int] = {}
+
+    def read_new(self) -> list[dict[str, Any]]:
+        """The markers readable since the previous call (see the class contract).
+
+        Raises:
+            SinkError: unknown topic, unreachable brokers, or no progress within the bound.
+        """
         try:
-            targets: dict[Any, int] = probe.end_offsets(tps)
+            return self._read_new()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the consumers; the next :meth:`read_new` starts from the beginning."""
+        for consumer in (self._committed, self._probe):
+            if consumer is not None:
+                consumer.close()
+        self._committed = self._probe = None
+        self._positions = {}
+
+    def _read_new(self) -> list[dict[str, Any]]:
+        from kafka import TopicPartition
+        from kafka.errors import KafkaError
+
+        servers, timeout = self.servers, self.timeout
+        if self._committed is None:
+            self._committed = _consumer(servers, timeout, "read_committed", self.client)
+        if self._probe is None:
+            self._probe = _consumer(servers, timeout, "read_uncommitted", self.client)
+        committed = self._committed
+        tps = [TopicPartition(self.marker_topic, p)
+               for p in partition_numbers(servers, self.marker_topic, timeout=timeout, consumer=committed,
+                                          client=self.client)]
+        try:
+            targets: dict[Any, int] = self._probe.end_offsets(tps)
         except KafkaError as exc:
-            raise unreachable_error(servers, f"reading the end offsets of {marker_topic!r}", timeout, exc) from exc
-        finally:
-            probe.close()
-        behind = {tp for tp in tps if targets.get(tp, 0) > 0}
+            raise unreachable_error(servers, f"reading the end offsets of {self.marker_topic!r}", timeout,
+                                    exc) from exc
+        found: list[dict[str, Any]] = []
+        positions = self._positions
+        behind = {tp for tp in tps if targets.get(tp, 0) > positions.get(tp, 0)}
         if not behind:
             return found
-        committed.assign(sorted(behind, key=lambda tp: tp.partition))
-        committed.seek_to_beginning(*behind)
+        new = [tp for tp in tps if tp not in positions]
+        if new:
+            committed.assign(sorted({*positions, *tps}, key=lambda tp: tp.partition))
+            committed.seek_to_beginning(*new)
         progressed_at = time.monotonic()
-        positions: dict[Any, int] = {}
         while behind:
             try:
                 fetched = committed.poll(timeout_ms=200)
                 for records in fetched.values():
                     for record in records:
+                        self.records_read += 1
                         marker = _parse_marker(record.key, record.value)
                         if marker is None:
                             continue
-                        if (pipeline is None or marker.get("pipeline") == pipeline) and \
-                                (sink is None or marker.get("sink") == sink):
+                        if (self.pipeline is None or marker.get("pipeline") == self.pipeline) and \
+                                (self.sink is None or marker.get("sink") == self.sink):
                             found.append(marker)
-                now = {tp: committed.position(tp, timeout_ms=int(timeout * 1000)) for tp in behind}
+                now = {tp: committed.position(tp, timeout_ms=int(timeout * 1000)) for tp in tps}
             except KafkaError as exc:
-                raise _read_failed(servers, f"reading the marker topic {marker_topic!r}", timeout, exc) from exc
+                raise _read_failed(servers, f"reading the marker topic {self.marker_topic!r}", timeout, exc) from exc
             for tp, position in now.items():
                 if position is not None and position > positions.get(tp, -1):
                     positions[tp] = position
                     progressed_at = time.monotonic()
             behind = {tp for tp in behind if positions.get(tp, 0) < targets[tp]}
-            if behind and time.monotonic() - progressed_at > timeout + open_transaction_wait:
+            if behind and time.monotonic() - progressed_at > timeout + self.open_transaction_wait:
                 stuck = ", ".join(f"{tp.topic}:{tp.partition} at {positions.get(tp, 0)} < {targets[tp]}"
                                   for tp in sorted(behind, key=lambda tp: tp.partition))
                 raise SinkError(
-                    f"Kafka sink: reading the marker topic {marker_topic!r} on {','.join(servers)} made no "
-                    f"progress for {timeout + open_transaction_wait:g}s ({stuck}). Likely an open transaction "
-                    "of another producer holds the read_committed position (it ends at its "
+                    f"Kafka sink: reading the marker topic {self.marker_topic!r} on {','.join(servers)} made no "
+                    f"progress for {timeout + self.open_transaction_wait:g}s ({stuck}). Likely an open "
+                    "transaction of another producer holds the read_committed position (it ends at its "
                     "transaction_timeout_ms), or the broker became unreachable; the commit is retried later"
                 )
-    finally:
-        committed.close()
-    return found
+        return found
 
 
 def committed_records(bootstrap_servers: str | Sequence[str], topic: str, marker_topic: str, *,

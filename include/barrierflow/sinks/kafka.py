@@ -52,7 +52,8 @@ Caveats:
   :func:`~barrierflow.kafka_io.committed_output.committed_records` reads).
 * The marker topic must exist (it is never auto-created), and its retention must be longer
   than the longest time a pre-committed epoch may wait for a retried commit (the default
-  7 days is ample). Each commit reads it from the beginning, filtered to this pipeline/sink.
+  7 days is ample). The sink object's first commit reads it from the beginning, filtered to
+  this pipeline/sink; each later commit reads only the markers added since the one before.
 * With several partitions in the records topic, order is kept per partition (per key).
 
 Every broker call is bounded by ``timeout`` seconds (reading the marker topic may wait up to
@@ -78,7 +79,7 @@ from barrierflow.kafka_io.committed_output import (
     ATTEMPT_HEADER,
     DEFAULT_TIMEOUT,
     EPOCH_HEADER,
-    committed_markers,
+    MarkerReader,
     partition_numbers,
     split_servers,
     unreachable_error,
@@ -178,6 +179,10 @@ class KafkaSink(TwoPhaseCommitSink):
         self._producer: TransactionalProducer | None = None
         self._open_transaction: str | None = None
         self._topics_checked = False
+        #: Reads this sink's commit markers incrementally; ``_committed_ids`` holds the
+        #: transaction ids of every marker it returned (about 100 bytes per checkpoint).
+        self._markers: MarkerReader | None = None
+        self._committed_ids: set[str] = set()
 
     # -- the template's hooks -------------------------------------------------------------
     def begin_transaction(self, txn_id: str, checkpoint_id: int, batches: list[int]) -> dict[str, Any]:
@@ -202,11 +207,13 @@ class KafkaSink(TwoPhaseCommitSink):
         if not self._topics_checked:
             partition_numbers(self.servers, self.spec.topic, timeout=self.timeout, client=self.spec.client)
             self._topics_checked = True
-        markers = committed_markers(self.servers, self.spec.commit_marker_topic, pipeline=self.pipeline,
-                                    sink=self.name, timeout=self.timeout,
-                                    open_transaction_wait=self.spec.transaction_timeout_ms / 1000,
-                                    client=self.spec.client)
-        if txn.transaction_id in markers:
+        if self._markers is None:
+            self._markers = MarkerReader(self.servers, self.spec.commit_marker_topic, pipeline=self.pipeline,
+                                         sink=self.name, timeout=self.timeout,
+                                         open_transaction_wait=self.spec.transaction_timeout_ms / 1000,
+                                         client=self.spec.client)
+        self._committed_ids.update(m["transaction_id"] for m in self._markers.read_new())
+        if txn.transaction_id in self._committed_ids:
             log.info("Kafka sink %s: transaction %s (epoch %d) already committed to %s; nothing to produce",
                      self.name, txn.transaction_id, txn.checkpoint_id, self.spec.topic)
             return
@@ -232,8 +239,11 @@ class KafkaSink(TwoPhaseCommitSink):
             self._discard_producer(abort=True)
 
     def close(self) -> None:
-        """Close the producer (aborting an open transaction). The sink reconnects if used again."""
+        """Close the producer (aborting an open transaction) and the marker reader. The sink
+        reconnects if used again."""
         self._discard_producer(abort=True)
+        if self._markers is not None:
+            self._markers.close()
 
     # -- producing ------------------------------------------------------------------------
     def _transactional_producer(self) -> TransactionalProducer:
