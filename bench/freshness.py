@@ -1,12 +1,12 @@
 """``python -m bench --scenario freshness [--sink parquet|kafka|postgres ...]``: how late committed
 output becomes visible, measured by the run and by an independent reader, side by side.
 
-A producer thread writes ``--rate`` JSON records per second (for ``--seconds`` plus the start-up)
+A producer process writes ``--rate`` JSON records per second (for ``--seconds`` plus the start-up)
 to a topic of two partitions on the embedded broker (Apache Kafka), each with the broker-side
 record timestamp of its send (CreateTime: its arrival). The pipeline (barrierflow's Kafka reader
 -> a projection keeping the record timestamp as ``arrived`` -> the sink, 1 s checkpoints) runs for
-``--seconds`` in this process's SparkSession. Meanwhile a thread reads the sink as a user of its
-output would, and notes when each record (or part file) first became visible:
+``--seconds`` in this process's SparkSession. Meanwhile another process reads the sink as a user of
+its output would, and notes when each record (or part file) first became visible:
 
 * **parquet**: lists the sink's directory every 5 ms (:class:`DirectoryWatch`); a checkpoint's
   records are its epoch's part files.
@@ -32,6 +32,7 @@ machine.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -75,7 +76,10 @@ class DirectoryWatch(threading.Thread):
                     self.first_seen.setdefault(name, now)
 
 
-def _produce(servers: str, topic: str, rate: float, stop: threading.Event) -> None:
+def _produce(servers: str, topic: str, rate: float, stop: Any) -> None:
+    """Send ``rate`` records per second to ``topic`` until ``stop`` (an event) is set; run in a
+    process of its own (:func:`_measure_sink`), so the measured driver's Python shares no GIL
+    with it."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": servers, "linger.ms": 5})
@@ -149,6 +153,43 @@ class PollingSelect(threading.Thread):
                     prefix += 1
 
 
+def _read_in_process(kind: str, args: tuple[Any, ...], connection: Any) -> None:
+    """A child process's body: run the reader of ``kind`` (``args`` its constructor's) until a
+    message arrives on ``connection``, then send back what it saw (``first_seen`` or ``seen``)."""
+    reader: DirectoryWatch | CommittedTopicWatch | PollingSelect
+    reader = {"parquet": DirectoryWatch, "kafka": CommittedTopicWatch, "postgres": PollingSelect}[kind](*args)
+    reader.start()
+    connection.send("started")
+    connection.recv()
+    reader.done.set()
+    reader.join()
+    connection.send(reader.first_seen if isinstance(reader, DirectoryWatch) else reader.seen)
+
+
+class ReaderProcess:
+    """The independent reader of one sink in a process of its own (spawned: the measured
+    driver's process holds a JVM gateway and threads), so that the reader's decoding (20,000
+    records a second for Kafka) does not compete with the driver's Python for its GIL.
+    :meth:`start` returns once the reader runs; :meth:`finish` stops it and returns what it saw."""
+
+    def __init__(self, kind: str, *args: Any) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._ours, theirs = context.Pipe()
+        self._process = context.Process(target=_read_in_process, args=(kind, args, theirs), daemon=True,
+                                        name=f"freshness-{kind}-reader")
+
+    def start(self) -> None:
+        self._process.start()
+        if not self._ours.poll(120) or self._ours.recv() != "started":
+            raise RuntimeError("the freshness reader process did not start within 120 s")
+
+    def finish(self) -> Any:
+        self._ours.send("stop")
+        seen = self._ours.recv()
+        self._process.join(30)
+        return seen
+
+
 def _spec(work: Path, servers: str, topic: str, sink: dict[str, Any]) -> dict[str, Any]:
     return {
         "version": 1, "name": f"fresh-{uuid.uuid4().hex[:8]}", "work_dir": str(work / "work"),
@@ -164,21 +205,21 @@ def _spec(work: Path, servers: str, topic: str, sink: dict[str, Any]) -> dict[st
     }
 
 
-def _directory_figures(result: Any, watch: DirectoryWatch, out: Path, skip: int | None) -> list[float]:
+def _directory_figures(result: Any, first_seen: dict[str, datetime], out: Path, skip: int | None) -> list[float]:
     import pyarrow.parquet as pq
 
     figures = []
     for manifest in result.completed:
         if manifest.checkpoint_id == skip:
             continue
-        names = [n for n in watch.first_seen
+        names = [n for n in first_seen
                  if manifest.first_batch_id <= int(n.split("-")[1]) <= manifest.spark_batch_id]
         if not names:
             continue
         oldest = min(t for n in names for t in pq.read_table(out / n, columns=["arrived"]).column("arrived")
                      .to_pylist())
         oldest = oldest.replace(tzinfo=UTC) if oldest.tzinfo is None else oldest  # Parquet keeps UTC instants
-        figures.append((max(watch.first_seen[n] for n in names) - oldest).total_seconds())
+        figures.append((max(first_seen[n] for n in names) - oldest).total_seconds())
     return figures
 
 
@@ -219,7 +260,8 @@ def _measure_sink(kind: str, seconds: float, rate: float, servers: str, spark: A
     from confluent_kafka.admin import AdminClient, NewTopic
 
     work = Path(tempfile.mkdtemp(prefix=f"bf-fresh-{kind}-"))
-    stop = threading.Event()
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, work, ignore_errors=True)
         topic, out_topic, table = (f"fresh-{uuid.uuid4().hex[:8]}", f"fresh-out-{uuid.uuid4().hex[:8]}",
@@ -235,13 +277,12 @@ def _measure_sink(kind: str, seconds: float, rate: float, servers: str, spark: A
             except Exception:
                 if name != "__barrierflow_commits":  # made by an earlier sink's run
                     raise
-        reader: DirectoryWatch | CommittedTopicWatch | PollingSelect
         if kind == "parquet":
             sink: dict[str, Any] = {"type": "parquet", "path": f"file://{work / 'out'}"}
-            reader = DirectoryWatch(work / "out")
+            reader = ReaderProcess(kind, work / "out")
         elif kind == "kafka":
             sink = {"type": "kafka", "bootstrap_servers": servers, "topic": out_topic}
-            reader = CommittedTopicWatch(servers, out_topic)
+            reader = ReaderProcess(kind, servers, out_topic)
         else:
             import psycopg
 
@@ -250,25 +291,25 @@ def _measure_sink(kind: str, seconds: float, rate: float, servers: str, spark: A
                 connection.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, arrived timestamptz NOT NULL)")
             sink = {"type": "postgres", "table": table, "dsn_env": "BARRIERFLOW_FRESHNESS_DSN"}
             os.environ["BARRIERFLOW_FRESHNESS_DSN"] = dsn
-            reader = PollingSelect(dsn, table)
-        producer = threading.Thread(target=_produce, args=(servers, topic, rate, stop), daemon=True)
-        producer.start()
-        stack.callback(producer.join)
-        stack.callback(stop.set)
+            reader = ReaderProcess(kind, dsn, table)
+        producer = context.Process(target=_produce, args=(servers, topic, rate, stop), daemon=True,
+                                   name="freshness-producer")
         reader.start()
+        producer.start()
+        stack.callback(producer.join, 60)
+        stack.callback(stop.set)
         result = StreamingJob(parse_spec(_spec(work, servers, topic, sink)), spark=spark).run(duration=seconds)
         time.sleep(2 * INTERVAL)  # the reader sees the last commit (it polls every few milliseconds)
-        reader.done.set()
-        reader.join()
+        seen = reader.finish()
         # After the first completed checkpoint: the first holds the backlog of the start-up.
         first = result.completed[0].checkpoint_id if result.completed else None
         ours = [f.seconds for figures in result.freshness.values() for f in figures if f.checkpoint_id != first]
-        if isinstance(reader, DirectoryWatch):
-            theirs, how = _directory_figures(result, reader, work / "out", skip=first), "directory listing"
-        elif isinstance(reader, CommittedTopicWatch):
-            theirs, how = _epoch_figures(reader.seen, skip=first), "read_committed consumer, per bf-epoch"
+        if kind == "parquet":
+            theirs, how = _directory_figures(result, seen, work / "out", skip=first), "directory listing"
+        elif kind == "kafka":
+            theirs, how = _epoch_figures(seen, skip=first), "read_committed consumer, per bf-epoch"
         else:
-            theirs, how = _burst_figures(list(reader.seen.values())), "polling SELECT, per burst"
+            theirs, how = _burst_figures(list(seen.values())), "polling SELECT, per burst"
     return ours, theirs, how, len(result.completed)
 
 
