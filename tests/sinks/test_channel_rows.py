@@ -14,8 +14,7 @@ import pytest
 from barrierflow.errors import SinkError
 from barrierflow.kafka_io import ProducerSettings
 from barrierflow.sinks.channel import ChannelTask, ChannelWriter, partition_targets
-from barrierflow.sinks.json_rows import encode_keys
-from barrierflow.sinks.kafka import encode_key
+from barrierflow.sinks.json_rows import encode_key, encode_keys
 
 
 @pytest.mark.parametrize("column", [

@@ -25,7 +25,8 @@ import pyarrow as pa
 import pytest
 from barrierflow.errors import SinkError
 from barrierflow.kafka_io.committed_output import MarkerReader, committed_markers, committed_records
-from barrierflow.sinks.kafka import KafkaSink, encode_key, encode_value, transactional_id_for
+from barrierflow.sinks.json_rows import KEY_COLUMN, VALUE_COLUMN, encode_key, encode_value, encoded_records
+from barrierflow.sinks.kafka import KafkaSink, transactional_id_for
 from barrierflow.spec.models import KafkaSinkSpec
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.testing import write_ahead_batch
@@ -169,6 +170,32 @@ def test_encoding_of_values_and_keys() -> None:
     assert encode_key(b"\xff") == b"\xff"
     assert encode_key(None) is None
     assert encode_key(datetime(2024, 1, 1, tzinfo=UTC)) == b"2024-01-01T00:00:00+00:00"
+
+
+def test_rows_encoded_as_records_are_the_rows_values_and_keys() -> None:
+    table = pa.table({"id": pa.array([1, 2, None], pa.int64()), "name": pa.array(["ä😀\"x", None, "k"]),
+                      "ts": pa.array([datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)] * 3, pa.timestamp("us", tz="UTC"))})
+    rows_ = table.to_pylist()
+    keyed = encoded_records(table, "name", sink="out", where="a test table")
+    assert keyed.column_names == [KEY_COLUMN, VALUE_COLUMN]
+    assert keyed.column(VALUE_COLUMN).to_pylist() == [encode_value(r) for r in rows_]
+    assert keyed.column(KEY_COLUMN).to_pylist() == [encode_key(r["name"]) for r in rows_]
+    assert encoded_records(table, None, sink="out", where="a test table").column(KEY_COLUMN).to_pylist() == [None] * 3
+    with pytest.raises(SinkError, match="key_column 'nope' is not a column of a test table"):
+        encoded_records(table, "nope", sink="out", where="a test table")
+
+
+def test_an_epoch_written_ahead_as_records_and_one_written_as_rows_commit_the_same_records(env: Env) -> None:
+    """Executors write a Kafka sink's batches ahead as its records; batches written ahead as rows
+    (by an earlier barrierflow, still pending at an upgrade) are encoded at the commit."""
+    sink = env.sink()
+    env.stage(0, [1, 2])  # rows
+    write_ahead_batch(env.write_ahead_uri, 1, encoded_records(rows([3, 4]), "v", sink="out", where="a test"))
+    sink.pre_commit_epoch(1, barrier_batch=1)
+    sink.notify_checkpoint_complete(1, barrier_batch=1)
+    got = env.read()
+    assert [r.value for r in got] == [expected_value(i) for i in (1, 2, 3, 4)]
+    assert [r.key for r in got] == [b"v1", b"v2", b"v3", b"v4"]
 
 
 # --------------------------------------------------------------------------- visibility

@@ -62,7 +62,7 @@ def micro_batch_writer(spec: StageSpec, layout: JobLayout, *, fence: FenceToken 
         return ChannelWriter(servers=channel.servers, topic=channel.topic, stage=channel.stage,
                              attempt=attempt, spark_checkpoint=layout.spark_checkpoint,
                              key_column=channel.key_column, client=channel.client)
-    from barrierflow.sinks.write_ahead import WriteAheadWriter, WriteAheadWriters
+    from barrierflow.sinks.write_ahead import KafkaRecords, WriteAheadWriter, WriteAheadWriters
 
     writers = []
     for sink in spec.sinks:
@@ -70,9 +70,10 @@ def micro_batch_writer(spec: StageSpec, layout: JobLayout, *, fence: FenceToken 
         if write_ahead is None:
             continue
         split_by = list(sink.partitioned_by) if isinstance(sink, IcebergSinkSpec | DeltaSinkSpec) else []
+        records = KafkaRecords(sink.name, sink.key_column) if isinstance(sink, KafkaSinkSpec) else None
         writers.append(WriteAheadWriter(write_ahead, control_dir=str(layout.control),
                                         spark_checkpoint=str(layout.spark_checkpoint), fence=fence,
-                                        split_by=split_by))
+                                        split_by=split_by, records=records))
     if not writers:
         return None
     return writers[0] if len(writers) == 1 else WriteAheadWriters(writers)

@@ -1,22 +1,44 @@
-"""The Kafka key of each row a channel carries, a column at a time.
+"""Rows as Kafka records: the Kafka sink's value (a JSON object) and key (UTF-8 text) of a row.
 
-Contract: :func:`encode_keys` is :func:`~barrierflow.sinks.kafka.encode_key` of every value of
-a column (the Kafka sink's key text, so a channel and a Kafka sink keyed by the same column
-agree on each row's key), with a fast path for integer and string columns. The channel writer
-(:mod:`barrierflow.sinks.channel`) picks a row's partition from it; the rows themselves travel
-as Arrow row batches (:mod:`barrierflow.kafka_io.row_batches`).
+Contracts:
+
+* :func:`encode_value` / :func:`encode_key`: one row's value, one key column value's key (the
+  types' JSON forms in :func:`_jsonable`).
+* :func:`encode_keys` is :func:`encode_key` of every value of a column (so a channel and a Kafka
+  sink keyed by the same column agree on each row's key), with a fast path for integer and
+  string columns. The channel writer (:mod:`barrierflow.sinks.channel`) picks a row's partition
+  from it; the rows themselves travel as Arrow row batches (:mod:`barrierflow.kafka_io.row_batches`).
+* :func:`encoded_records` turns a table of rows into its Kafka records, a table of two binary
+  columns (:data:`KEY_COLUMN`, :data:`VALUE_COLUMN`): what a Kafka sink's micro-batches are
+  written ahead as, on the executors, so that the commit in the driver only sends them.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import math
+from datetime import date, datetime, timedelta
+from datetime import time as dtime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
+
+from barrierflow.errors import SinkError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+#: The columns of a Kafka sink's micro-batch written ahead as records: the key (null without a
+#: key column) and the value, both binary. A batch without them holds rows (written by a
+#: barrierflow that encoded at commit time), which the sink encodes when it commits.
+KEY_COLUMN = "__bf_kafka_key"
+VALUE_COLUMN = "__bf_kafka_value"
+
+
+
 
 def encode_keys(column: pa.Array) -> list[bytes | None]:
-    """The Kafka key of each value of ``column``: :func:`~barrierflow.sinks.kafka.encode_key`."""
+    """The Kafka key of each value of ``column``: :func:`encode_key`."""
     import pyarrow as pa
 
     values: list[Any] = column.to_pylist()
@@ -24,6 +46,66 @@ def encode_keys(column: pa.Array) -> list[bytes | None]:
         return [None if v is None else str(v).encode() for v in values]
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         return [None if v is None else v.encode() for v in values]
-    from barrierflow.sinks.kafka import encode_key
-
     return [encode_key(v) for v in values]
+
+
+def encoded_records(table: pa.Table, key_column: str | None, *, sink: str, where: str) -> pa.Table:
+    """``table``'s rows as Kafka records (module contract), in row order.
+
+    Raises:
+        SinkError: ``key_column`` is not a column of ``table`` (names the sink, ``where`` the
+            rows came from, and the columns there are).
+    """
+    import pyarrow as pa
+
+    if key_column is not None and key_column not in table.column_names:
+        raise SinkError(f"Kafka sink {sink!r}: key_column {key_column!r} is not a column of {where} (columns: "
+                        f"{table.column_names}); fix key_column in the pipeline spec or the query")
+    values = [encode_value(row) for chunk in table.to_batches() for row in chunk.to_pylist()]
+    keys = encode_keys(table.column(key_column).combine_chunks()) if key_column is not None else None
+    return pa.table({KEY_COLUMN: pa.array(keys if keys is not None else [None] * len(values), pa.binary()),
+                     VALUE_COLUMN: pa.array(values, pa.binary())})
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` (from ``pyarrow`` ``to_pylist``) as something :func:`json.dumps` encodes.
+
+    Timestamps, dates and times become ISO-8601 strings, decimals exact strings, bytes base64,
+    durations ISO-8601 ``PT<seconds>S``, non-finite floats ``"NaN"``/``"Infinity"``/
+    ``"-Infinity"`` (as Spark's ``to_json``), structs objects, lists and maps arrays."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, datetime | date | dtime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return f"PT{value.total_seconds()!r}S"
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def encode_value(row: dict[str, Any]) -> bytes:
+    """A row as a compact UTF-8 JSON object (see :func:`_jsonable` for the types)."""
+    return json.dumps(_jsonable(row), ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def encode_key(value: Any) -> bytes | None:
+    """A key column's value as UTF-8 text: strings as they are, bytes untouched, timestamps
+    ISO-8601, numbers in their JSON form; None stays None (no key)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    text = _jsonable(value)
+    return (text if isinstance(text, str) else json.dumps(text, separators=(",", ":"))).encode()
+

@@ -17,6 +17,8 @@ transaction at commit time:
 
 * ``pre_commit(txn)``: nothing at the broker; the handle records the records topic, the
   commit-marker topic and the transactional id.
+* Written ahead: each micro-batch as its Kafka records (key and value bytes,
+  :func:`~barrierflow.sinks.json_rows.encoded_records`), encoded by the executors that write it.
 * ``commit(txn)``: with a producer whose ``transactional_id`` is stable per pipeline and sink
   (``bf.<pipeline>.<sink>``; ``init_transactions()`` of a restarted driver therefore fences
   the zombie and aborts its lingering transaction), once per sink object ``init_transactions``;
@@ -64,13 +66,9 @@ names the servers and what to check.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import math
-from datetime import UTC, date, datetime, timedelta
-from datetime import time as dtime
-from decimal import Decimal
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import SinkError
@@ -85,6 +83,7 @@ from barrierflow.kafka_io.committed_output import (
     unreachable_error,
 )
 from barrierflow.kafka_io.errors import is_connectivity, is_fenced
+from barrierflow.sinks.json_rows import KEY_COLUMN, VALUE_COLUMN, encoded_records
 from barrierflow.spec.models import KafkaSinkSpec
 from barrierflow.transactions.ledger import Transaction
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_crash_point
@@ -102,51 +101,6 @@ log = logging.getLogger(__name__)
 def transactional_id_for(pipeline: str, sink: str) -> str:
     """The stable Kafka ``transactional_id`` of a pipeline's sink (same across restarts)."""
     return f"bf.{pipeline}.{sink}"
-
-
-def _jsonable(value: Any) -> Any:
-    """``value`` (from ``pyarrow`` ``to_pylist``) as something :func:`json.dumps` encodes.
-
-    Timestamps, dates and times become ISO-8601 strings, decimals exact strings, bytes base64,
-    durations ISO-8601 ``PT<seconds>S``, non-finite floats ``"NaN"``/``"Infinity"``/
-    ``"-Infinity"`` (as Spark's ``to_json``), structs objects, lists and maps arrays."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, datetime | date | dtime):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return f"PT{value.total_seconds()!r}S"
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return str(value)
-
-
-def encode_value(row: dict[str, Any]) -> bytes:
-    """A row as a compact UTF-8 JSON object (see :func:`_jsonable` for the types)."""
-    return json.dumps(_jsonable(row), ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-
-
-def encode_key(value: Any) -> bytes | None:
-    """A key column's value as UTF-8 text: strings as they are, bytes untouched, timestamps
-    ISO-8601, numbers in their JSON form; None stays None (no key)."""
-    if value is None:
-        return None
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    text = _jsonable(value)
-    return (text if isinstance(text, str) else json.dumps(text, separators=(",", ":"))).encode()
-
-
 
 
 # --------------------------------------------------------------------------- the sink
@@ -274,17 +228,13 @@ class KafkaSink(TwoPhaseCommitSink):
             table = self.write_ahead.read(batch)
             if table is None:
                 continue
-            key_column = self.spec.key_column
-            if key_column is not None and key_column not in table.column_names:
-                raise SinkError(
-                    f"Kafka sink {self.name!r}: key_column {key_column!r} is not a column of write-ahead batch {batch} "
-                    f"(columns: {table.column_names}); fix key_column in the pipeline spec or the query"
-                )
-            for chunk in table.to_batches():
-                for row in chunk.to_pylist():
-                    key = encode_key(row[key_column]) if key_column is not None else None
-                    producer.send(self.spec.topic, encode_value(row), key=key, headers=headers)
-                    records += 1
+            if VALUE_COLUMN not in table.column_names:  # rows, written ahead before records were
+                table = encoded_records(table, self.spec.key_column, sink=self.name,
+                                        where=f"write-ahead batch {batch}")
+            for key, value in zip(table.column(KEY_COLUMN).to_pylist(), table.column(VALUE_COLUMN).to_pylist(),
+                                  strict=True):
+                producer.send(self.spec.topic, value, key=key, headers=headers)
+                records += 1
         ranges = {str(p): [first, last] for p, (first, last) in sorted(producer.settle().items())}
         crash_point("kafka_before_marker", sink=self.name, transaction=txn.transaction_id)
         marker = {

@@ -58,6 +58,30 @@ class WriteAheadFile(WriterCommitMessage):
     rows: int
 
 
+@dataclass(frozen=True)
+class KafkaRecords:
+    """A Kafka sink's micro-batches are written ahead as its records (key and value bytes,
+    :func:`~barrierflow.sinks.json_rows.encoded_records`) instead of rows: ``sink`` names the
+    sink in errors, ``key_column`` is its key column (None: records without a key)."""
+
+    sink: str
+    key_column: str | None
+
+    def options(self) -> dict[str, str]:
+        """The writer options that carry it (:meth:`from_options` reads them back)."""
+        return {"kafka_sink": self.sink, "kafka_key_column": self.key_column or ""}
+
+    @classmethod
+    def from_options(cls, options: Any) -> KafkaRecords | None:
+        sink = options.get("kafka_sink", "")
+        return cls(sink, options.get("kafka_key_column", "") or None) if sink else None
+
+    def encode(self, table: Any) -> Any:
+        from barrierflow.sinks.json_rows import encoded_records
+
+        return encoded_records(table, self.key_column, sink=self.sink, where="the rows the query wrote")
+
+
 class WriteAheadDataSource(DataSource):
     """Batch writer; options ``uri`` (write-ahead URI) and ``batch_id`` (the micro-batch)."""
 
@@ -72,8 +96,9 @@ class WriteAheadDataSource(DataSource):
         try:
             fence = self.options.get("fence")
             split = [c for c in self.options.get("split_by", "").split(",") if c]
+            records = KafkaRecords.from_options(self.options)
             return WriteAheadBatchWriter(self.options["uri"], int(self.options["batch_id"]),
-                                         int(fence) if fence else None, split)
+                                         int(fence) if fence else None, split, records)
         except (KeyError, ValueError) as exc:
             raise SinkError("barrierflow_staging needs the options 'uri' and 'batch_id'; it is driven by "
                             "WriteAheadWriter inside foreachBatch") from exc
@@ -110,11 +135,13 @@ class WriteAheadBatchWriter(DataSourceArrowWriter):
     """Writes each task's rows as one Parquet file, or, with ``split_by`` columns, one file per
     distinct combination of their values (the identity partitions of a table sink)."""
 
-    def __init__(self, uri: str, batch_id: int, fence: int | None = None, split_by: list[str] | None = None) -> None:
+    def __init__(self, uri: str, batch_id: int, fence: int | None = None, split_by: list[str] | None = None,
+                 records: KafkaRecords | None = None) -> None:
         self.uri = uri
         self.batch_id = batch_id
         self.fence = fence
         self.split_by = list(split_by or [])
+        self.records = records
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         import pyarrow as pa
@@ -128,6 +155,8 @@ class WriteAheadBatchWriter(DataSourceArrowWriter):
         if not batches:
             return WriteAheadFile(None, 0)
         table = pa.Table.from_batches(batches)
+        if self.records is not None:
+            table = self.records.encode(table)
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx else 0
         store = open_store(self.uri)
@@ -196,7 +225,7 @@ class WriteAheadWriter:
 
     def __init__(self, uri: str, mode: str = "executors", *, control_dir: str | None = None,
                  spark_checkpoint: str | None = None, fence: FenceToken | None = None,
-                 split_by: list[str] | None = None) -> None:
+                 split_by: list[str] | None = None, records: KafkaRecords | None = None) -> None:
         if mode not in ("executors", "driver"):
             raise SinkError(f"write-ahead mode must be 'executors' or 'driver', got {mode!r}")
         self.uri = uri
@@ -208,6 +237,8 @@ class WriteAheadWriter:
         self.fence = fence
         #: Columns whose value combinations get files of their own (a table sink's identity partitions).
         self.split_by = list(split_by or [])
+        #: A Kafka sink's batches are written ahead as its records.
+        self.records = records
 
     def replays_committed_output(self, batch_id: int) -> bool:
         """Whether batch ``batch_id`` re-produces output a sink already committed."""
@@ -234,11 +265,14 @@ class WriteAheadWriter:
             return
         fence = self.fence.fence if self.fence is not None else None
         if self.mode == "driver":
-            write_ahead_batch(self.uri, batch_id, df.toArrow(), fence, self.split_by)
+            table = df.toArrow()
+            write_ahead_batch(self.uri, batch_id, self.records.encode(table) if self.records else table, fence,
+                              self.split_by)
             return
         (df.write.format("barrierflow_staging").mode("append")
          .option("uri", self.uri).option("batch_id", str(batch_id)).option("fence", str(fence or ""))
-         .option("split_by", ",".join(self.split_by)).save())
+         .option("split_by", ",".join(self.split_by))
+         .options(**(self.records.options() if self.records else {})).save())
 
 
 class WriteAheadWriters:
