@@ -5,6 +5,7 @@ sink: the generated projects' tests in test_init.py.)"""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import yaml
 from barrierflow.errors import UserInputError
 from barrierflow.testing import run_bounded, throwaway_postgres
 
+from tests.support.kafka_broker import KafkaEndpoint
 from tests.support.postgres_server import PostgresEndpoint
 
 
@@ -123,3 +125,26 @@ def test_run_bounded_runs_a_pipeline_of_several_stages(spark: object, tmp_path: 
     expected = sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in run.source_records)
     assert len(expected) == 120 and {r["stage"] for r in run.source_records} == {"tag"}
     assert sorted((r["src_partition"], r["src_offset"], r["key"], r["value"]) for r in run.output) == expected
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+@pytest.mark.slow(20)
+def test_the_final_stage_of_two_writes_a_kafka_sink_its_executors_encode(
+        spark: object, kafka_endpoint: KafkaEndpoint, tmp_path: Path) -> None:
+    """The same two stages with a Kafka sink at the end (its micro-batches written ahead as its
+    records by the executors): every source record committed once."""
+    suffix = uuid.uuid4().hex[:8]
+    kafka_sink = ("      - name: results\n        type: kafka\n"
+                  f"        bootstrap_servers: {kafka_endpoint.bootstrap_servers}\n"
+                  f"        topic: two-out-{suffix}\n        commit_marker_topic: two-commits-{suffix}\n"
+                  "        key_column: key\n")
+    parquet_sink = "      - name: results\n        type: parquet\n        path: file://var/two/output\n"
+    assert parquet_sink in TWO_STAGES
+    spec = tmp_path / "two.yaml"
+    spec.write_text(TWO_STAGES.replace(parquet_sink, kafka_sink))
+    run = run_bounded(spec, tmp_path / "run", records_per_partition=60, home=tmp_path)
+    expected = sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in run.source_records)
+    assert len(expected) == 120
+    assert sorted((r["src_partition"], r["src_offset"], r["key"], r["value"]) for r in run.output) == expected
+
