@@ -248,9 +248,11 @@ class MarkerReader:
         if not behind:
             return found
         new = [tp for tp in tps if tp not in positions]
-        if new:
+        if new:  # a new assignment: partitions read before go on from where they stopped
             committed.assign(sorted({*positions, *tps}, key=lambda tp: tp.partition))
             committed.seek_to_beginning(*new)
+            for tp, position in positions.items():
+                committed.seek(tp, position)
         progressed_at = time.monotonic()
         while behind:
             try:
