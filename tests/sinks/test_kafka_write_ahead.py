@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from barrierflow.errors import SinkError
 from barrierflow.sinks.json_rows import KEY_COLUMN, VALUE_COLUMN, encode_value
 from barrierflow.sinks.write_ahead import KafkaRecords, WriteAheadWriter
 from barrierflow.transactions.write_ahead import WriteAheadBatches
@@ -45,8 +46,10 @@ def test_a_kafka_sinks_batch_is_written_ahead_as_its_records(spark: Any, tmp_pat
     assert got[1][1] == encode_value({"id": 1, "name": NAMES[1], "at": datetime(2024, 5, 6, 7, 8, 1, tzinfo=UTC)})
 
 
-def test_a_key_column_the_query_does_not_write_fails_the_batch_naming_it(spark: Any, tmp_path: Path) -> None:
+def test_a_key_column_the_query_does_not_write_is_refused_before_anything_is_written(spark: Any,
+                                                                                     tmp_path: Path) -> None:
     uri = f"file://{tmp_path / 'wa'}"
-    with pytest.raises(Exception, match="key_column 'customer' is not a column of the rows the query wrote"):
+    with pytest.raises(SinkError, match="Kafka sink 'out': key_column 'customer' is not a column of the rows the "
+                                        r"query wrote \(columns: \['id', 'name', 'at'\]\); fix key_column"):
         WriteAheadWriter(uri, records=KafkaRecords("out", "customer"))(_frame(spark), 0)
     assert WriteAheadBatches(uri).batches() == []

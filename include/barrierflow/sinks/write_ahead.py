@@ -76,6 +76,13 @@ class KafkaRecords:
         sink = options.get("kafka_sink", "")
         return cls(sink, options.get("kafka_key_column", "") or None) if sink else None
 
+    def check_key_column(self, columns: list[str]) -> None:
+        """Raises :class:`SinkError` naming the sink, ``key_column`` and the fix when the query's
+        output (``columns``) lacks the key column."""
+        if self.key_column is not None and self.key_column not in columns:
+            raise SinkError(f"Kafka sink {self.sink!r}: key_column {self.key_column!r} is not a column of the rows "
+                            f"the query wrote (columns: {columns}); fix key_column in the pipeline spec or the query")
+
     def encode(self, table: Any) -> Any:
         from barrierflow.sinks.json_rows import encoded_records
 
@@ -263,6 +270,8 @@ class WriteAheadWriter:
             self.suppressed.append(batch_id)
             log.info("batch %d replays output already committed before the restore: not written ahead", batch_id)
             return
+        if self.records is not None:  # schema only: refused before any row is written
+            self.records.check_key_column(list(df.columns))
         fence = self.fence.fence if self.fence is not None else None
         if self.mode == "driver":
             table = df.toArrow()
