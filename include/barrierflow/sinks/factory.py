@@ -62,7 +62,7 @@ def micro_batch_writer(spec: StageSpec, layout: JobLayout, *, fence: FenceToken 
         return ChannelWriter(servers=channel.servers, topic=channel.topic, stage=channel.stage,
                              attempt=attempt, spark_checkpoint=layout.spark_checkpoint,
                              key_column=channel.key_column, client=channel.client)
-    from barrierflow.sinks.write_ahead import KafkaRecords, WriteAheadWriter, WriteAheadWriters
+    from barrierflow.sinks.write_ahead import CopyRows, KafkaRecords, SinkRecords, WriteAheadWriter, WriteAheadWriters
 
     writers = []
     for sink in spec.sinks:
@@ -70,7 +70,11 @@ def micro_batch_writer(spec: StageSpec, layout: JobLayout, *, fence: FenceToken 
         if write_ahead is None:
             continue
         split_by = list(sink.partitioned_by) if isinstance(sink, IcebergSinkSpec | DeltaSinkSpec) else []
-        records = KafkaRecords(sink.name, sink.key_column) if isinstance(sink, KafkaSinkSpec) else None
+        records: SinkRecords | None = None
+        if isinstance(sink, KafkaSinkSpec):
+            records = KafkaRecords(sink.name, sink.key_column)
+        elif isinstance(sink, PostgresSinkSpec) and sink.mode == "insert":  # an upsert applies rows one by one
+            records = CopyRows(sink.name)
         writers.append(WriteAheadWriter(write_ahead, control_dir=str(layout.control),
                                         spark_checkpoint=str(layout.spark_checkpoint), fence=fence,
                                         split_by=split_by, records=records))

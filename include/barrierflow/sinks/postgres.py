@@ -4,7 +4,9 @@ Protocol per epoch n (two-phase commit, :class:`~barrierflow.transactions.two_ph
 the write-ahead micro-batches of :mod:`barrierflow.sinks.write_ahead` are the write-ahead log):
 
 * **pre-commit** (at the barrier of checkpoint n): on one connection ``BEGIN``; apply every
-  write-ahead batch of the epoch in ascending batch order (``insert``: ``COPY``; ``upsert``:
+  write-ahead batch of the epoch in ascending batch order (``insert``: ``COPY``, of the CSV the
+  executors wrote ahead (:mod:`barrierflow.sinks.copy_rows`), so the driver only streams bytes;
+  ``upsert``:
   ``INSERT ... ON CONFLICT (key_columns) DO UPDATE SET <every other column> = EXCLUDED.<column>``,
   one statement per row, so a later row or batch overwrites an earlier one); insert the
   epoch's row into the marker table ``barrierflow_commits``; ``PREPARE TRANSACTION '<gid>'``.
@@ -63,6 +65,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import SinkError
+from barrierflow.sinks.copy_rows import COPY_COLUMN, decoded, fits, is_encoded, row_count, row_schema
 from barrierflow.spec.models import PostgresSinkSpec
 from barrierflow.transactions.ledger import Transaction
 from barrierflow.transactions.two_phase import TwoPhaseCommitSink, mid_commit_crash_point
@@ -299,14 +302,16 @@ class PostgresSink(TwoPhaseCommitSink):
             conn.execute("BEGIN")
             try:
                 checked = False
+                column_types: dict[str, str] = {}
                 for batch in sorted(txn.batches):
                     table = self.write_ahead.read(batch)
                     if table is None or table.num_rows == 0:
                         continue
                     if not checked:
-                        self._check_table(conn, table.schema)
+                        self._check_table(conn, row_schema(table) if is_encoded(table) else table.schema)
                         checked = True
-                    rows += self._apply(conn, table, batch)
+                        column_types = self._column_types(conn)
+                    rows += self._apply(conn, table, batch, column_types)
                 try:
                     conn.execute(
                         sql.SQL("INSERT INTO {} (pipeline, sink, checkpoint_id, transaction_id) "
@@ -336,13 +341,41 @@ class PostgresSink(TwoPhaseCommitSink):
             f"{self._create_table_sql(schema).as_string(conn)}"
         )
 
-    def _apply(self, conn: psycopg.Connection[Any], table: pa.Table, batch: int) -> int:
-        """Write one write-ahead batch inside the open transaction; returns its row count."""
+    def _column_types(self, conn: psycopg.Connection[Any]) -> dict[str, str]:
+        """The table's columns and their base types (``pg_type.typname``)."""
+        found = conn.execute(
+            "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+            "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped",
+            [self._table_ident().as_string(conn)]).fetchall()
+        return {str(name): str(type_name) for name, type_name in found}
+
+    def _apply(self, conn: psycopg.Connection[Any], table: pa.Table, batch: int,
+               column_types: dict[str, str]) -> int:
+        """Write one write-ahead batch inside the open transaction; returns its row count.
+
+        A batch written ahead as COPY input (:mod:`barrierflow.sinks.copy_rows`) is streamed into
+        ``COPY ... (FORMAT csv)`` when the sink inserts and every column of the table
+        (``column_types``) reads its CSV text as it reads psycopg's; otherwise it is decoded and
+        applied as rows, as a batch written ahead as rows is."""
         from psycopg import errors, sql
 
-        columns = list(table.column_names)
+        copy_input = None
+        if is_encoded(table):
+            schema = row_schema(table)
+            if self.spec.mode == "insert" and all(
+                    fits(field.type, column_types[field.name]) for field in schema if field.name in column_types):
+                copy_input = table
+            else:
+                table = decoded(table)
+        columns = list(schema.names if copy_input is not None else table.column_names)
         idents = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
         try:
+            if copy_input is not None:
+                with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+                        self._table_ident(), idents)) as copy:
+                    for chunk in copy_input.column(COPY_COLUMN).to_pylist():
+                        copy.write(chunk)
+                return row_count(copy_input)
             if self.spec.mode == "insert":
                 with conn.cursor() as cur, cur.copy(
                         sql.SQL("COPY {} ({}) FROM STDIN").format(self._table_ident(), idents)) as copy:

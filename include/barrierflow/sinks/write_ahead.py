@@ -41,6 +41,7 @@ from barrierflow.barriers.control import ControlChannel
 from barrierflow.errors import SinkError
 from barrierflow.faults import crash_point
 from barrierflow.lease import FenceToken
+from barrierflow.sinks.copy_rows import row_count
 from barrierflow.spark import offset_log
 from barrierflow.storage import open_store
 from barrierflow.transactions.write_ahead import MARKER, batch_prefix
@@ -68,15 +69,10 @@ class KafkaRecords:
     key_column: str | None
 
     def options(self) -> dict[str, str]:
-        """The writer options that carry it (:meth:`from_options` reads them back)."""
-        return {"kafka_sink": self.sink, "kafka_key_column": self.key_column or ""}
+        """The writer options that carry it (:func:`records_from_options` reads them back)."""
+        return {"records": "kafka", "records_sink": self.sink, "kafka_key_column": self.key_column or ""}
 
-    @classmethod
-    def from_options(cls, options: Any) -> KafkaRecords | None:
-        sink = options.get("kafka_sink", "")
-        return cls(sink, options.get("kafka_key_column", "") or None) if sink else None
-
-    def check_key_column(self, columns: list[str]) -> None:
+    def check_columns(self, columns: list[str]) -> None:
         """Raises :class:`SinkError` naming the sink, ``key_column`` and the fix when the query's
         output (``columns``) lacks the key column."""
         if self.key_column is not None and self.key_column not in columns:
@@ -87,6 +83,41 @@ class KafkaRecords:
         from barrierflow.sinks.json_rows import encoded_records
 
         return encoded_records(table, self.key_column, sink=self.sink, where="the rows the query wrote")
+
+
+@dataclass(frozen=True)
+class CopyRows:
+    """A PostgreSQL sink's micro-batches (insert mode) are written ahead as its ``COPY`` input
+    (:func:`~barrierflow.sinks.copy_rows.encoded_copy_rows`) when every column's type allows it
+    (:func:`~barrierflow.sinks.copy_rows.encodable`), otherwise as rows; ``sink`` names the sink."""
+
+    sink: str
+
+    def options(self) -> dict[str, str]:
+        """The writer options that carry it (:func:`records_from_options` reads them back)."""
+        return {"records": "postgres-copy", "records_sink": self.sink}
+
+    def check_columns(self, columns: list[str]) -> None:
+        """Any columns will do: the pre-commit checks them against the table."""
+
+    def encode(self, table: Any) -> Any:
+        from barrierflow.sinks.copy_rows import encodable, encoded_copy_rows
+
+        return encoded_copy_rows(table) if encodable(table.schema) else table
+
+
+#: How a sink's micro-batches are written ahead when not as the query's rows.
+SinkRecords = KafkaRecords | CopyRows
+
+
+def records_from_options(options: Any) -> SinkRecords | None:
+    """The :class:`SinkRecords` whose ``options()`` are among ``options``; None for rows."""
+    kind, sink = options.get("records", ""), options.get("records_sink", "")
+    if kind == "kafka":
+        return KafkaRecords(sink, options.get("kafka_key_column", "") or None)
+    if kind == "postgres-copy":
+        return CopyRows(sink)
+    return None
 
 
 class WriteAheadDataSource(DataSource):
@@ -103,7 +134,7 @@ class WriteAheadDataSource(DataSource):
         try:
             fence = self.options.get("fence")
             split = [c for c in self.options.get("split_by", "").split(",") if c]
-            records = KafkaRecords.from_options(self.options)
+            records = records_from_options(self.options)
             return WriteAheadBatchWriter(self.options["uri"], int(self.options["batch_id"]),
                                          int(fence) if fence else None, split, records)
         except (KeyError, ValueError) as exc:
@@ -143,7 +174,7 @@ class WriteAheadBatchWriter(DataSourceArrowWriter):
     distinct combination of their values (the identity partitions of a table sink)."""
 
     def __init__(self, uri: str, batch_id: int, fence: int | None = None, split_by: list[str] | None = None,
-                 records: KafkaRecords | None = None) -> None:
+                 records: SinkRecords | None = None) -> None:
         self.uri = uri
         self.batch_id = batch_id
         self.fence = fence
@@ -173,7 +204,7 @@ class WriteAheadBatchWriter(DataSourceArrowWriter):
             pq.write_table(part, buffer, compression="zstd")
             key = f"{batch_prefix(self.batch_id)}{task:05d}-{uuid.uuid4().hex}.parquet"
             store.put_bytes(key, buffer.getvalue())
-            written.append(WriteAheadFile(key, part.num_rows))
+            written.append(WriteAheadFile(key, row_count(part)))
         return written[0] if len(written) == 1 and not self.split_by else WriteAheadFiles(written)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -212,8 +243,8 @@ def write_ahead_batch(uri: str, batch_id: int, table: Any, fence: int | None = N
             pq.write_table(part, buffer, compression="zstd")
             key = f"{batch_prefix(batch_id)}driver-{uuid.uuid4().hex}.parquet"
             store.put_bytes(key, buffer.getvalue())
-            files.append({"key": key, "rows": part.num_rows})
-    body = {"batch_id": batch_id, "files": files, "rows": table.num_rows, "fence": fence}
+            files.append({"key": key, "rows": row_count(part)})
+    body = {"batch_id": batch_id, "files": files, "rows": sum(f["rows"] for f in files), "fence": fence}
     store.put_bytes(batch_prefix(batch_id) + MARKER, json.dumps(body).encode())
 
 
@@ -232,7 +263,7 @@ class WriteAheadWriter:
 
     def __init__(self, uri: str, mode: str = "executors", *, control_dir: str | None = None,
                  spark_checkpoint: str | None = None, fence: FenceToken | None = None,
-                 split_by: list[str] | None = None, records: KafkaRecords | None = None) -> None:
+                 split_by: list[str] | None = None, records: SinkRecords | None = None) -> None:
         if mode not in ("executors", "driver"):
             raise SinkError(f"write-ahead mode must be 'executors' or 'driver', got {mode!r}")
         self.uri = uri
@@ -244,7 +275,7 @@ class WriteAheadWriter:
         self.fence = fence
         #: Columns whose value combinations get files of their own (a table sink's identity partitions).
         self.split_by = list(split_by or [])
-        #: A Kafka sink's batches are written ahead as its records.
+        #: A Kafka or PostgreSQL sink's batches are written ahead as its records (:data:`SinkRecords`).
         self.records = records
 
     def replays_committed_output(self, batch_id: int) -> bool:
@@ -271,7 +302,7 @@ class WriteAheadWriter:
             log.info("batch %d replays output already committed before the restore: not written ahead", batch_id)
             return
         if self.records is not None:  # schema only: refused before any row is written
-            self.records.check_key_column(list(df.columns))
+            self.records.check_columns(list(df.columns))
         fence = self.fence.fence if self.fence is not None else None
         if self.mode == "driver":
             table = df.toArrow()
