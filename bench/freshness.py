@@ -114,10 +114,11 @@ class CommittedTopicWatch(threading.Thread):
         consumer.subscribe([self.topic])
         try:
             while not self.done.is_set():
-                for message in consumer.consume(10_000, timeout=0.05):
+                messages = consumer.consume(10_000, timeout=0.05)
+                now = datetime.now(UTC)  # when they were delivered, not after decoding the ones before them
+                for message in messages:
                     if message.error():
                         continue
-                    now = datetime.now(UTC)
                     headers = dict(message.headers() or [])
                     epoch = headers.get("bf-epoch")
                     arrived = datetime.fromisoformat(json.loads(message.value())["arrived"])
