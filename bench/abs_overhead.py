@@ -19,6 +19,11 @@ grows as the upload takes longer, while ABS uploads beside processing.
 With ``interleave`` each round is one query whose mode changes every few seconds instead
 (:mod:`bench.interleaved`): separate runs of one job differ on this machine by more
 than ABS costs, and a shared query takes that noise out of the ratios.
+
+It prints what it ran (command, commit, date, cores, load average, rounds) above the table and
+writes the record, ``YYYY-MM-DD-HHMM.md`` and ``.json`` with every round's figures per mode
+(:mod:`bench.record`), to bench/results/abs-overhead/ (abs-overhead-s3/ with an ``s3://``
+store), or to ``--markdown FILE`` and ``FILE`` with ``.json``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import statistics
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,10 +44,11 @@ from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec, project_home
 from barrierflow.spec.models import GeneratorSourceSpec, StageSpec
 
-from bench import emit_table
 from bench.jvm import JvmUsage, settle
 from bench.modes import BASELINE, BASELINE_AGAIN, MODES, Mode, Sample, mode_spec, modes_for
 from bench.rates import job_rate
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, report
 from bench.throttled_link import ThrottledLink
 
 if TYPE_CHECKING:
@@ -52,6 +59,9 @@ if TYPE_CHECKING:
 #: which takes no CPU from processing on a real deployment (like moto, which the documented
 #: commands start at ``nice -n 19``). bench/results/abs-overhead-s3/.
 LINK_NICE = 19
+
+#: Where each run's record goes: a local store's runs, an S3 store's.
+RESULTS, RESULTS_S3 = RESULTS_ROOT / "abs-overhead", RESULTS_ROOT / "abs-overhead-s3"
 
 
 @contextmanager
@@ -79,17 +89,23 @@ def throttled_store_endpoint(bandwidths: Sequence[float] | None) -> Iterator[Thr
 
 def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str | None = None,
                   store: str | None = None, keys: int | None = None,
-                  bandwidths: Sequence[float] | None = None, interleave: float | None = None) -> dict[str, Sample]:
+                  bandwidths: Sequence[float] | None = None, interleave: float | None = None,
+                  results: Path | None = RESULTS, command: str | None = None) -> dict[str, Sample]:
     """Run every mode ``rounds`` times (see the module docstring). ``store``: the checkpoint
     store's URI (``s3://bucket/prefix`` against the endpoint of the standard AWS variables;
     default a local directory); ``keys``: distinct keys of the state (default the spec's), to
     make each checkpoint's upload large enough to matter; ``bandwidths``: MB/s of a throttled
     link to the S3 store, one pair of modes (ABS, synchronous) per value; ``interleave``: run each
     round as one query whose mode changes every ``interleave`` seconds
-    (:mod:`bench.interleaved`) instead of one query per mode and round."""
+    (:mod:`bench.interleaved`) instead of one query per mode and round. The run's record goes
+    to ``markdown`` if given, else into ``results`` (:data:`RESULTS_S3` instead of the default
+    for an S3 store; None: no record); ``command``: the command line it names."""
     if bandwidths and not (store or "").startswith("s3://"):
         raise UserInputError("--store-bandwidth throttles the link to an S3 checkpoint store: give --store "
                              "s3://bucket/prefix too")
+    if results is RESULTS and (store or "").startswith("s3://"):
+        results = RESULTS_S3
+    record = RunRecord.start("abs-overhead", command)
     base = load_spec(spec_path)
     store = run_prefix(store, datetime.now(UTC)) if store else None
     if keys is not None:
@@ -115,8 +131,25 @@ def run_benchmark(spec_path: str, *, seconds: float, rounds: int, markdown: str 
                                    link=link, segment=interleave)
         else:
             _run_rounds(base, modes, samples, root, spark, seconds=seconds, rounds=rounds, store=store, link=link)
-    emit_table(render(samples, base, seconds, rounds, store, modes, interleave), markdown)
+    record_run(record, samples, base, seconds=seconds, rounds=rounds, store=store, modes=modes,
+               interleave=interleave, bandwidths=bandwidths, markdown=markdown, results=results)
     return samples
+
+
+def record_run(record: RunRecord, samples: dict[str, Sample], spec: StageSpec, *, seconds: float, rounds: int,
+               store: str | None, modes: tuple[Mode, ...], interleave: float | None,
+               bandwidths: Sequence[float] | None, markdown: str | None,
+               results: Path | None) -> tuple[Path, Path] | None:
+    """Print the header and the table (:func:`render`) and write the record (:func:`bench.record.report`)
+    with every round's figures of every mode; returns the paths written."""
+    figures = {"pipeline": spec.name, "seconds": seconds, "store": store,
+               "keys": spec.source.keys if isinstance(spec.source, GeneratorSourceSpec) else None,
+               "bandwidths": list(bandwidths or []), "interleave": interleave,
+               "modes": {m.name: {"interval": m.interval, "synchronous": m.synchronous, "bandwidth": m.bandwidth,
+                                  **asdict(samples[m.name])} for m in modes}}
+    table = render(samples, spec, seconds, rounds, store, modes, interleave)
+    return report(record, f"ABS overhead, pipeline {spec.name}", rounds, table.splitlines(), figures,
+                  results_dir=results, markdown=markdown)
 
 
 def run_prefix(store: str, now: datetime) -> str:

@@ -13,7 +13,11 @@ whose partition 3 is ten minutes behind in event time, with alignment off and on
 partially aggregated (window, key) groups, not records; the acceptance test counts records).
 
 Each mode runs on fresh directories under ``var/bench``, one SparkSession, alternating order
-per round.
+per round. It prints what it ran (command, commit, date, cores, load average, rounds) above the
+table and writes the record, ``YYYY-MM-DD-HHMM-<scenario>.md`` and ``.json`` with every round's
+and every checkpoint's figures per mode (:mod:`bench.record`), to bench/results/event-time/ (the
+runs before it are in bench/results/event-time.md), or to ``--markdown FILE`` and ``FILE`` with
+``.json``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import shutil
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,10 +43,13 @@ from barrierflow.spec.models import (
     TriggerSpec,
 )
 
-from bench import emit_table
 from bench.rates import job_rate
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, report
 
 BACKLOG_PER_PARTITION = 5_000_000
+#: Where each run's record goes.
+RESULTS = RESULTS_ROOT / "event-time"
 
 
 @dataclass
@@ -87,9 +94,13 @@ MODES: dict[str, tuple[tuple[str, Any], ...]] = {
 
 
 def run_event_time_benchmark(spec_path: str, scenario: str, *, seconds: float, rounds: int,
-                             markdown: str | None = None) -> dict[str, ModeSample]:
-    """Run ``scenario`` (``batch-sizing`` or ``alignment``) and print its table."""
+                             markdown: str | None = None, results: Path | None = RESULTS,
+                             command: str | None = None) -> dict[str, ModeSample]:
+    """Run ``scenario`` (``batch-sizing`` or ``alignment``) and print its table. The run's record
+    goes to ``markdown`` if given, else into ``results`` (None: no record); ``command``: the
+    command line it names."""
     base = load_spec(spec_path)
+    record = RunRecord.start(scenario, command)
     root = project_home() / "var" / "bench"
     shutil.rmtree(root, ignore_errors=True)
     modes = MODES[scenario]
@@ -108,8 +119,18 @@ def run_event_time_benchmark(spec_path: str, scenario: str, *, seconds: float, r
             print(f"round {r + 1} {name:32} {job_rate(result):>12,.0f} rec/s  {len(result.completed)} checkpoints  "
                   f"completion ms {[round(m.total_ms) for m in result.completed]}", file=sys.stderr)
             shutil.rmtree(work, ignore_errors=True)
-    emit_table(render(scenario, samples, base, seconds, rounds), markdown)
+    record_run(record, scenario, samples, base, seconds=seconds, rounds=rounds, markdown=markdown, results=results)
     return samples
+
+
+def record_run(record: RunRecord, scenario: str, samples: dict[str, ModeSample], spec: StageSpec, *,
+               seconds: float, rounds: int, markdown: str | None, results: Path | None) -> tuple[Path, Path] | None:
+    """Print the header and the table (:func:`render`) and write the record (:func:`bench.record.report`),
+    named after ``scenario``, with every round's figures per mode; returns the paths written."""
+    figures = {"seconds": seconds, "modes": {name: asdict(s) for name, s in samples.items()}}
+    return report(record, f"Event time, {scenario}, {seconds:g} s per mode", rounds,
+                  render(scenario, samples, spec, seconds, rounds).splitlines(), figures, results_dir=results,
+                  suffix=scenario, markdown=markdown)
 
 
 def _record(sample: ModeSample, result: RunResult, backlog: int | None) -> None:

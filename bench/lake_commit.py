@@ -19,6 +19,11 @@ For Delta the table also shows what the other way costs: writing the same rows i
 again with ``deltalake.write_deltalake`` and a transaction identifier (what a commit through a
 writer that writes the data itself, such as Spark's Delta writer, does to files Spark already
 wrote ahead: a second write of every row).
+
+It prints what it ran (command, commit, date, cores, load average) above the table and writes
+the record, ``YYYY-MM-DD-HHMM.md`` and ``.json`` with every checkpoint's milliseconds per step
+(:mod:`bench.record`), to bench/results/lake-commit/ (the runs before it are in
+bench/results/lake-commit.md), or to ``--markdown FILE`` and ``FILE`` with ``.json``.
 """
 
 from __future__ import annotations
@@ -39,6 +44,11 @@ from barrierflow.spec.lakehouse import DeltaSinkSpec, IcebergSinkSpec
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.transactions.ledger import TransactionLedger
 
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, report
+
+#: Where each run's record goes.
+RESULTS = RESULTS_ROOT / "lake-commit"
 ROWS_PER_FILE = 2_000
 FILES_PER_EPOCH = 2
 
@@ -103,8 +113,12 @@ def _rewrite(root: Path, checkpoints: int) -> list[float]:
     return times
 
 
-def run_lake_commit_benchmark(checkpoints: int, markdown: str | None = None) -> list[str]:
-    """Measure (module docstring); print and return the table's lines (also written to ``markdown``)."""
+def run_lake_commit_benchmark(checkpoints: int, markdown: str | None = None, results: Path | None = RESULTS,
+                              command: str | None = None) -> list[str]:
+    """Measure (module docstring); print and return the table's lines. The run's record goes to
+    ``markdown`` if given, else into ``results`` (None: no record); ``command``: the command line
+    it names."""
+    record = RunRecord.start("lake-commit", command)
     rows: list[tuple[str, list[float]]] = []
     with tempfile.TemporaryDirectory(prefix="bf-lake-bench-") as tmp:
         root = Path(tmp)
@@ -130,13 +144,27 @@ def run_lake_commit_benchmark(checkpoints: int, markdown: str | None = None) -> 
                            work_dir=root / "work2", name=f"pair{i}", **common) for i in (1, 2)]
         rows.append(("two iceberg tables: the checkpoint's two commits, side by side",
                      _measure_together(two, checkpoints)))
+    lines = render(checkpoints, rows)
+    record_run(record, checkpoints, rows, markdown=markdown, results=results)
+    return lines
+
+
+def render(checkpoints: int, rows: list[tuple[str, list[float]]]) -> list[str]:
+    """The table's lines: per step (label, seconds per checkpoint) p50, p99 and max in ms."""
     lines = [f"{checkpoints} checkpoints per format, {FILES_PER_EPOCH} files x {ROWS_PER_FILE:,} rows per epoch, "
              "local disk, milliseconds", "",
              "| step | p50 | p99 | max |", "|---|---|---|---|"]
     for label, values in rows:
         ms = [v * 1000 for v in values]
         lines.append(f"| {label} | {statistics.median(ms):.1f} | {_percentile(ms, 0.99):.1f} | {max(ms):.1f} |")
-    print("\n".join(lines))
-    if markdown:
-        Path(markdown).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return lines
+
+
+def record_run(record: RunRecord, checkpoints: int, rows: list[tuple[str, list[float]]], *, markdown: str | None,
+               results: Path | None) -> tuple[Path, Path] | None:
+    """Print the header and the table (:func:`render`) and write the record (:func:`bench.record.report`)
+    with every checkpoint's milliseconds per step; returns the paths written."""
+    figures = {"checkpoints": checkpoints, "files_per_epoch": FILES_PER_EPOCH, "rows_per_file": ROWS_PER_FILE,
+               "steps_ms": {label: [v * 1000 for v in values] for label, values in rows}}
+    return report(record, f"Lakehouse sink commits, {checkpoints} checkpoints per format", 1,
+                  render(checkpoints, rows), figures, results_dir=results, markdown=markdown)

@@ -107,18 +107,22 @@ class RunRecord:
         if self.load_end is None:
             self.load_end = os.getloadavg()[0]
 
+    def end_load(self) -> float:
+        """The load average at the end, taken now unless :meth:`finish` took it before."""
+        self.finish()
+        assert self.load_end is not None
+        return self.load_end
+
     def header(self, what: str, rounds: int) -> str:
         """The one-line header (module docstring); the load at the end is taken if not yet."""
-        self.finish()
         return (f"{what}, {self.started:%Y-%m-%d %H:%M} UTC, commit {self.commit}, {self.cores} cores, load average "
-                f"{self.load_start:.1f} at the start, {self.load_end:.1f} at the end, {rounds} round(s)")
+                f"{self.load_start:.1f} at the start, {self.end_load():.1f} at the end, {rounds} round(s)")
 
     def document(self, what: str, rounds: int, figures: Mapping[str, Any]) -> dict[str, Any]:
         """The JSON record (module docstring) as a dict of JSON values."""
-        self.finish()
         return {"scenario": self.scenario, "what": what, "command": self.command, "commit": self.commit,
                 "started": self.started.isoformat(timespec="seconds"), "cores": self.cores,
-                "load_average": [self.load_start, self.load_end], "rounds": rounds, "figures": jsonable(figures)}
+                "load_average": [self.load_start, self.end_load()], "rounds": rounds, "figures": jsonable(figures)}
 
     def stem(self, results_dir: Path, suffix: str = "") -> Path:
         """``results_dir/<YYYY-MM-DD-HHMM>[-suffix]``, with ``-2``, ``-3`` ... added while a

@@ -21,6 +21,11 @@ a restarted driver pays it on top.
 ``state_stores`` (``bench --state-store hdfs rocksdb``): the providers to measure
 (``spark.state_store``); each round runs every one of them in turn, on the same
 SparkSession, so that the figures of different providers come from the same moments.
+
+It prints what it ran (command, commit, date, cores, load average, rounds) above the table and
+writes the record, ``YYYY-MM-DD-HHMM.md`` and ``.json`` with every round's figures
+(:mod:`bench.record`), to bench/results/restore-time/, or to ``--markdown FILE`` and ``FILE``
+with ``.json``.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import shutil
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,7 +46,11 @@ from barrierflow.spec import load_spec, project_home
 from barrierflow.spec.models import GeneratorSourceSpec, StageSpec
 from barrierflow.workdir.layout import JobLayout
 
-from bench import emit_table
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, report
+
+#: Where each run's record goes.
+RESULTS = RESULTS_ROOT / "restore-time"
 
 
 @dataclass(frozen=True)
@@ -76,10 +85,15 @@ def state_spec(base: StageSpec, work: Path, keys: int, per_partition_batch: int,
 
 
 def run_restore_benchmark(spec_path: str, *, keys: int, rounds: int, markdown: str | None = None,
-                          state_stores: tuple[str, ...] = ("hdfs",)) -> list[RestoreSample]:
+                          state_stores: tuple[str, ...] = ("hdfs",), results: Path | None = RESULTS,
+                          command: str | None = None) -> list[RestoreSample]:
+    """Measure (module docstring) ``rounds`` times for each of ``state_stores``; print the table
+    and write the record to ``markdown`` if given, else into ``results`` (None: no record);
+    ``command``: the command line the record names."""
     base = load_spec(spec_path)
     if not isinstance(base.source, GeneratorSourceSpec):
         raise ValueError("the restore benchmark needs a generator source")
+    record = RunRecord.start("restore", command)
     # The HDFS-backed state store keeps the loaded map (and recent versions) on the driver's heap.
     conf = {"spark.driver.memory": "4g", **base.spark.conf}
     base = base.model_copy(update={"spark": base.spark.model_copy(update={"conf": conf})})
@@ -110,8 +124,20 @@ def run_restore_benchmark(spec_path: str, *, keys: int, rounds: int, markdown: s
                   f"{sample.restore_seconds:.2f} s + first batch {sample.first_batch_seconds:.2f} s; plain restart "
                   f"{sample.plain_restart_seconds:.2f} s", file=sys.stderr)
             shutil.rmtree(work, ignore_errors=True)
-    emit_table(render(samples, base, keys, session_seconds), markdown)
+    record_run(record, samples, base, keys=keys, rounds=rounds, session_seconds=session_seconds, markdown=markdown,
+               results=results)
     return samples
+
+
+def record_run(record: RunRecord, samples: list[RestoreSample], spec: StageSpec, *, keys: int, rounds: int,
+               session_seconds: float, markdown: str | None, results: Path | None) -> tuple[Path, Path] | None:
+    """Print the header and the table (:func:`render`) and write the record (:func:`bench.record.report`)
+    with every round's sample; returns the paths written."""
+    figures = {"pipeline": spec.name, "keys": keys, "session_seconds": session_seconds,
+               "samples": [{**asdict(s), "total_seconds": s.total_seconds} for s in samples]}
+    return report(record, f"Restore of {keys:,} keys, pipeline {spec.name}", rounds,
+                  render(samples, spec, keys, session_seconds).splitlines(), figures, results_dir=results,
+                  markdown=markdown)
 
 
 def _time_to_first_batch(spec: StageSpec, spark: Any, after_batch: int) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -190,13 +191,14 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario == "scale":
         from bench.scale import run_scale_benchmark
 
-        run_scale_benchmark(tuple(args.partitions), checkpoints=max(2, args.rounds), markdown=args.markdown)
+        run_scale_benchmark(tuple(args.partitions), checkpoints=max(2, args.rounds), markdown=args.markdown,
+                            command=_command(args))
         return EXIT_OK
     if args.scenario == "restore":
         from bench.restore_time import run_restore_benchmark
 
         run_restore_benchmark(args.spec, keys=args.keys, rounds=args.rounds, markdown=args.markdown,
-                              state_stores=tuple(dict.fromkeys(args.state_store)))
+                              state_stores=tuple(dict.fromkeys(args.state_store)), command=_command(args))
         return EXIT_OK
     if args.scenario == "upgrade":
         from bench.upgrade import run_upgrade_benchmark
@@ -209,7 +211,8 @@ def run(args: argparse.Namespace) -> int:
         if args.checkpoints < 20:
             raise UserInputError(f"bench --scenario soak needs --checkpoints >= 20 (got {args.checkpoints})")
         report = run_soak_benchmark(args.spec, checkpoints=args.checkpoints,
-                                    sample_every=max(10, args.checkpoints // 10), markdown=args.markdown)
+                                    sample_every=max(10, args.checkpoints // 10), markdown=args.markdown,
+                                    command=_command(args))
         return EXIT_OK if not report.problems() else EXIT_RUNTIME
     if args.scenario == "stages":
         from bench.stages import run_stages_benchmark
@@ -218,13 +221,15 @@ def run(args: argparse.Namespace) -> int:
             raise UserInputError("bench --scenario stages needs --rate >= 1 record/s per partition "
                                  f"(got {args.rate:g})")
 
-        run_stages_benchmark(seconds=args.seconds, markdown=args.markdown, rate=args.rate, processes=args.processes)
+        run_stages_benchmark(seconds=args.seconds, markdown=args.markdown, rate=args.rate, processes=args.processes,
+                             command=_command(args))
         return EXIT_OK
     if args.scenario == "kafka":
         from bench.kafka_source import main as run_kafka_benchmark
 
         return run_kafka_benchmark([*(["--markdown", args.markdown] if args.markdown else []),
-                                    *(["--systems"] if args.systems else []), "--text", args.text])
+                                    *(["--systems"] if args.systems else []), "--text", args.text],
+                                   command=_command(args))
     if args.scenario == "checkpoint-cost":
         from bench.checkpoint_cost import run_checkpoint_cost
 
@@ -251,20 +256,20 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario == "lake-commit":
         from bench.lake_commit import run_lake_commit_benchmark
 
-        run_lake_commit_benchmark(args.checkpoints, markdown=args.markdown)
+        run_lake_commit_benchmark(args.checkpoints, markdown=args.markdown, command=_command(args))
         return EXIT_OK
     if args.scenario == "upload-cpu":
         from bench.upload_cpu import run_upload_cpu_benchmark
 
         run_upload_cpu_benchmark(args.store or "", upload_mb=args.upload_mb, rounds=args.rounds,
                                  bandwidth=args.store_bandwidth[0] if args.store_bandwidth else None,
-                                 server_pid=args.server_pid, markdown=args.markdown)
+                                 server_pid=args.server_pid, markdown=args.markdown, command=_command(args))
         return EXIT_OK
     if args.scenario in ("batch-sizing", "alignment"):
         from bench.event_time import run_event_time_benchmark
 
         run_event_time_benchmark(args.spec, args.scenario, seconds=args.seconds, rounds=args.rounds,
-                                 markdown=args.markdown)
+                                 markdown=args.markdown, command=_command(args))
         return EXIT_OK
     from bench.abs_overhead import run_benchmark
 
@@ -283,8 +288,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError(f"bench --interleave needs segments of more than 0 s and at most --seconds "
                              f"({args.seconds:g}); got {args.interleave:g}")
     run_benchmark(args.spec, seconds=args.seconds, rounds=args.rounds, markdown=args.markdown, store=args.store,
-                  keys=args.state_keys, bandwidths=args.store_bandwidth, interleave=args.interleave)
+                  keys=args.state_keys, bandwidths=args.store_bandwidth, interleave=args.interleave,
+                  command=_command(args))
     return EXIT_OK
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that ran (``python -m bench`` and its arguments), for a run's record."""
+    return " ".join(["python -m bench", *(shlex.quote(a) for a in getattr(args, "argv", []))])
 
 
 def _names(given: str | None, default: tuple[str, ...]) -> tuple[str, ...]:

@@ -18,6 +18,10 @@ For each partition count (default 100, 1,000 and 10,000) over synthetic offsets:
 - **skew**: the watermark-skew report over all the checkpoints taken (one call).
 
 The numbers are wall-clock medians on whatever machine runs it; compare sizes within one run.
+It prints what it ran (command, commit, date, cores, load average) above the table and writes
+the record, ``YYYY-MM-DD-HHMM.md`` and ``.json`` with every checkpoint's and verification's
+milliseconds besides the medians (:mod:`bench.record`), to bench/results/scale/ (the runs before
+it are in bench/results/scale.md), or to ``--markdown FILE`` and ``FILE`` with ``.json``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -42,10 +46,13 @@ from barrierflow.spec.models import CheckpointSpec
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.verification.structural import verify_structure
 
-from bench import emit_table
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, report
 from tests.support.synthetic_checkpoint import SyntheticSparkCheckpoint
 
 DEFAULT_SIZES = (100, 1_000, 10_000)
+#: Where each run's record goes.
+RESULTS = RESULTS_ROOT / "scale"
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,9 @@ class ScaleResult:
     verify_ms: float
     skew_ms: float
     checkpoints: int
+    #: Every checkpoint's milliseconds (barrier batch -> manifest), and every verification's.
+    checkpoint_ms_each: tuple[float, ...] = ()
+    verify_ms_each: tuple[float, ...] = ()
 
 
 class _Clock:
@@ -142,26 +152,47 @@ def time_checkpoints(partitions: int, checkpoints: int, folder: Path) -> ScaleRe
     skew = time.perf_counter() - began
     return ScaleResult(partitions=partitions, plan_ms=0.0, plan_cpu_ms=0.0, checkpoint_ms=_median_ms(durations),
                        manifest_bytes=len(objects.get_bytes(manifest_key(manifests[-1].checkpoint_id))),
-                       verify_ms=_median_ms(verify_samples), skew_ms=skew * 1000.0, checkpoints=checkpoints)
+                       verify_ms=_median_ms(verify_samples), skew_ms=skew * 1000.0, checkpoints=checkpoints,
+                       checkpoint_ms_each=tuple(d * 1000.0 for d in durations),
+                       verify_ms_each=tuple(v * 1000.0 for v in verify_samples))
 
 
 def run_scale_benchmark(sizes: tuple[int, ...] = DEFAULT_SIZES, *, checkpoints: int = 5, plan_calls: int = 200,
-                        markdown: str | None = None) -> list[ScaleResult]:
-    """Run every size and print the table (also to ``markdown``); returns the figures."""
+                        markdown: str | None = None, results: Path | None = RESULTS,
+                        command: str | None = None) -> list[ScaleResult]:
+    """Run every size and print the table; returns the figures. The run's record goes to
+    ``markdown`` if given, else into ``results`` (None: no record); ``command``: the command line
+    it names."""
     if not sizes or min(sizes) < 1 or checkpoints < 2 or plan_calls < 1:
         raise UserInputError(f"the scale benchmark needs partition counts >= 1, at least 2 checkpoints and 1 plan "
                              f"call (got sizes {sizes}, checkpoints {checkpoints}, plan calls {plan_calls})")
-    results = []
+    record = RunRecord.start("scale", command)
+    figures: list[ScaleResult] = []
     for partitions in sizes:
         with tempfile.TemporaryDirectory(prefix="barrierflow-scale-") as tmp:
             measured = time_checkpoints(partitions, checkpoints, Path(tmp))
         plan_ms, plan_cpu_ms = time_planner(partitions, plan_calls)
-        results.append(ScaleResult(**{**measured.__dict__, "plan_ms": plan_ms, "plan_cpu_ms": plan_cpu_ms}))
+        figures.append(ScaleResult(**{**measured.__dict__, "plan_ms": plan_ms, "plan_cpu_ms": plan_cpu_ms}))
+    record_run(record, figures, plan_calls=plan_calls, markdown=markdown, results=results)
+    return figures
+
+
+def render(results: list[ScaleResult]) -> list[str]:
+    """The table's lines, one row per partition count."""
     lines = ["| partitions | plan a batch (ms) | plan a batch, CPU (ms) "
              "| checkpoint: barrier batch -> manifest (ms) | manifest (bytes) "
              "| structural verification (ms) | skew report over all (ms) | checkpoints |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r.partitions:,} | {r.plan_ms:.3f} | {r.plan_cpu_ms:.3f} | {r.checkpoint_ms:.1f} "
               f"| {r.manifest_bytes:,} | {r.verify_ms:.1f} | {r.skew_ms:.1f} | {r.checkpoints} |" for r in results]
-    emit_table("\n".join(lines), markdown)
-    return results
+    return lines
+
+
+def record_run(record: RunRecord, figures: list[ScaleResult], *, plan_calls: int, markdown: str | None,
+               results: Path | None) -> tuple[Path, Path] | None:
+    """Print the header and the table (:func:`render`) and write the record (:func:`bench.record.report`)
+    with every partition count's figures; returns the paths written."""
+    sizes = ", ".join(f"{r.partitions:,}" for r in figures)
+    return report(record, f"Bookkeeping per source partition ({sizes} partitions)", 1, render(figures),
+                  {"plan_calls": plan_calls, "sizes": [asdict(r) for r in figures]}, results_dir=results,
+                  markdown=markdown)

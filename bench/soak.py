@@ -22,6 +22,11 @@ Two settings a long-running job needs, and the soak uses (:data:`LONG_RUNNING_CO
   ``-XX:+AlwaysPreTouch``), as production JVM services are run: otherwise resident memory
   rises for minutes while the heap expands to its configured size (measured 700 -> 1,030 MiB
   over the first 300 checkpoints), which says nothing about leaks.
+
+It prints what it ran (command, commit, date, cores, load average) above the table and writes
+the record, ``YYYY-MM-DD-HHMM.md`` and ``.json`` with every sample and the verdict
+(:mod:`bench.record`), to bench/results/soak/, or to ``--markdown FILE`` and ``FILE`` with
+``.json``.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import os
 import shutil
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +43,11 @@ from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec, project_home
 from barrierflow.spec.models import GeneratorSourceSpec, StageSpec, TriggerSpec
 
-from bench import emit_table
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, report
+
+#: Where each run's record goes.
+RESULTS = RESULTS_ROOT / "soak"
 
 #: Slack on "no growth": descriptors and threads come and go with Spark's own pools (the
 #: driver JVM runs about 300 threads; its pools grow on demand in the first minutes).
@@ -201,11 +210,24 @@ def render(report: SoakReport) -> str:
 
 
 def run_soak_benchmark(spec_path: str, *, checkpoints: int = 1000, interval: float = 0.1,
-                       sample_every: int = 100, markdown: str | None = None) -> SoakReport:
-    """``python -m bench --scenario soak``: run, print the table (and write ``markdown``)."""
+                       sample_every: int = 100, markdown: str | None = None, results: Path | None = RESULTS,
+                       command: str | None = None) -> SoakReport:
+    """``python -m bench --scenario soak``: run and print the table. The run's record goes to
+    ``markdown`` if given, else into ``results`` (None: no record); ``command``: the command line
+    it names."""
+    record = RunRecord.start("soak", command)
     work = project_home() / "var" / "bench" / "soak"
     shutil.rmtree(work, ignore_errors=True)
     report = run_soak(soak_spec(load_spec(spec_path), work, interval), checkpoints=checkpoints,
                       sample_every=sample_every)
-    emit_table(render(report), markdown)
+    record_run(record, report, markdown=markdown, results=results)
     return report
+
+
+def record_run(record: RunRecord, soak: SoakReport, *, markdown: str | None,
+               results: Path | None) -> tuple[Path, Path] | None:
+    """Print the header and the table (:func:`render`) and write the record (:func:`bench.record.report`)
+    with every sample and the problems found; returns the paths written."""
+    figures = {**asdict(soak), "problems": soak.problems()}
+    return report(record, f"Soak, {soak.checkpoints} checkpoints every {soak.interval:g} s", 1,
+                  render(soak).splitlines(), figures, results_dir=results, markdown=markdown)

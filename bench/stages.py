@@ -15,6 +15,11 @@ manifest; the output of an epoch becomes visible then, so it is also the output 
 epoch's last record), stage ``z``'s alignment time, its channel-state records, and the failed
 checkpoints; the ratio of unaligned to aligned median durations is printed. Every mode runs in
 one SparkSession, one after the other.
+
+It prints what it ran (command, commit, date, cores, load average) above the table and writes
+the record, ``YYYY-MM-DD-HHMM.md`` and ``.json`` with every checkpoint's figures per mode
+(:mod:`bench.record`), to bench/results/stages/, or to ``--markdown FILE`` and ``FILE`` with
+``.json``.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import json
 import shutil
 import statistics
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,11 +36,14 @@ from typing import Any
 from barrierflow.checkpointing.global_store import GlobalCheckpointStore
 from barrierflow.spec import parse_staged_spec, project_home
 
-from bench import emit_table
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, report
 
 MODES = (("aligned", "aligned", 0.0), ("aligned, 1 s timeout", "aligned", 1.0), ("unaligned", "unaligned", 0.0))
 TIMED_OUT = MODES[1][0]
 SLOW_FACTOR = 0.1
+#: Where each run's record goes.
+RESULTS = RESULTS_ROOT / "stages"
 
 
 @dataclass(frozen=True)
@@ -181,10 +189,14 @@ def render(figures: list[ModeFigures], *, seconds: float, interval: float, rate:
 
 
 def run_stages_benchmark(*, seconds: float = 60.0, interval: float = 1.0, rate: float = 20_000.0,
-                         markdown: str | None = None, processes: bool = False) -> list[ModeFigures]:
+                         markdown: str | None = None, processes: bool = False, results: Path | None = RESULTS,
+                         command: str | None = None) -> list[ModeFigures]:
     """``python -m bench --scenario stages``: every mode in turn, then the table (``rate``:
-    records/s per source partition; default 20,000)."""
+    records/s per source partition; default 20,000). The run's record goes to ``markdown`` if
+    given, else into ``results`` (None: no record); ``command``: the command line it names."""
     from barrierflow.kafka_io.embedded_broker import embedded_broker
+
+    record = RunRecord.start("stages", command)
 
     work_root = project_home() / "var" / "bench" / "stages"
     figures = []
@@ -195,5 +207,17 @@ def run_stages_benchmark(*, seconds: float = 60.0, interval: float = 1.0, rate: 
             figures.append(run_mode(label, mode, timeout, servers=servers, work=work_root / mode.replace(" ", "-")
                                     / str(int(timeout)), seconds=seconds, interval=interval, rate=rate,
                                     processes=processes))
-    emit_table(render(figures, seconds=seconds, interval=interval, rate=rate, processes=processes), markdown)
+    record_run(record, figures, seconds=seconds, interval=interval, rate=rate, processes=processes,
+               markdown=markdown, results=results)
     return figures
+
+
+def record_run(record: RunRecord, figures: list[ModeFigures], *, seconds: float, interval: float, rate: float,
+               processes: bool, markdown: str | None, results: Path | None) -> tuple[Path, Path] | None:
+    """Print the header and the table (:func:`render`) and write the record (:func:`bench.record.report`)
+    with every measured checkpoint's figures per mode; returns the paths written."""
+    document = {"seconds": seconds, "interval": interval, "rate": rate, "processes": processes,
+                "slow_factor": SLOW_FACTOR, "modes": [asdict(f) for f in figures]}
+    table = render(figures, seconds=seconds, interval=interval, rate=rate, processes=processes)
+    return report(record, f"Stages, aligned against unaligned, {seconds:g} s per mode", 1, table.splitlines(),
+                  document, results_dir=results, markdown=markdown)

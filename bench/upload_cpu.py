@@ -22,6 +22,11 @@ process's other threads (the relay), and, with ``--server-pid`` (a store process
 machine, e.g. moto), of that process; plus MB/s of wall time. Rows alternate within each round
 (``--rounds``); the table shows per-row medians over rounds. CPU times are what the kernel
 accounted, so they barely move with the machine's load; wall times do.
+
+It prints what it ran (command, commit, date, cores, load average, rounds) above the table and
+writes the record, ``YYYY-MM-DD-HHMM.md`` and ``.json`` with every round's sample per row
+(:mod:`bench.record`), to bench/results/upload-cpu/ (the runs before it are in
+bench/results/abs-overhead-s3/), or to ``--markdown FILE`` and ``FILE`` with ``.json``.
 """
 
 from __future__ import annotations
@@ -34,15 +39,19 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from barrierflow.checkpointing.uploader import sha256_file
 from barrierflow.errors import UserInputError
 from barrierflow.storage.s3 import S3ObjectStore
 
-from bench import emit_table
 from bench.abs_overhead import throttled_store_endpoint
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, report
+
+#: Where each run's record goes.
+RESULTS = RESULTS_ROOT / "upload-cpu"
 
 #: Size of each uploaded file: about one state partition's delta file of the reference job with a
 #: million keys (bench/results/abs-overhead-s3/).
@@ -162,9 +171,11 @@ def run_round(uri: str, files: Sequence[Path], digests: dict[Path, str], *, band
 
 def run_upload_cpu_benchmark(uri: str, *, upload_mb: float, rounds: int, bandwidth: float | None = None,
                              server_pid: int | None = None,
-                             markdown: str | None = None) -> dict[str, list[UploadCpuSample]]:
+                             markdown: str | None = None, results: Path | None = RESULTS,
+                             command: str | None = None) -> dict[str, list[UploadCpuSample]]:
     """Measure every row ``rounds`` times (alternating order) and print the table; returns the
-    samples per row."""
+    samples per row. The run's record goes to ``markdown`` if given, else into ``results``
+    (None: no record); ``command``: the command line it names."""
     if not uri.startswith("s3://") or len(uri) <= len("s3://"):
         raise UserInputError(f"bench --scenario upload-cpu needs --store s3://bucket/prefix (got {uri!r}); the "
                              "endpoint comes from AWS_ENDPOINT_URL_S3")
@@ -172,6 +183,7 @@ def run_upload_cpu_benchmark(uri: str, *, upload_mb: float, rounds: int, bandwid
         raise UserInputError(f"bench --scenario upload-cpu needs --upload-mb > 0 (got {upload_mb})")
     if server_pid is not None:
         process_cpu_seconds(server_pid)  # refuses a pid it cannot read before any work
+    record = RunRecord.start("upload-cpu", command)
     by_row: dict[str, list[UploadCpuSample]] = {row: [] for row in ROWS}
     with tempfile.TemporaryDirectory(prefix="barrierflow-upload-cpu-") as tmp:
         files = write_files(Path(tmp), int(upload_mb * MEGABYTE))
@@ -180,8 +192,20 @@ def run_upload_cpu_benchmark(uri: str, *, upload_mb: float, rounds: int, bandwid
             for sample in run_round(uri, files, digests, bandwidth=bandwidth or DEFAULT_BANDWIDTH,
                                     server_pid=server_pid, reverse=index % 2 == 1):
                 by_row[sample.row].append(sample)
-    emit_table(render_table(by_row, upload_mb=upload_mb, bandwidth=bandwidth or DEFAULT_BANDWIDTH), markdown)
+    record_run(record, by_row, upload_mb=upload_mb, bandwidth=bandwidth or DEFAULT_BANDWIDTH, rounds=rounds,
+               markdown=markdown, results=results)
     return by_row
+
+
+def record_run(record: RunRecord, by_row: dict[str, list[UploadCpuSample]], *, upload_mb: float, bandwidth: float,
+               rounds: int, markdown: str | None, results: Path | None) -> tuple[Path, Path] | None:
+    """Print the header and the table (:func:`render_table`) and write the record
+    (:func:`bench.record.report`) with every round's sample of every row; returns the paths written."""
+    figures = {"upload_mb": upload_mb, "file_bytes": FILE_BYTES, "bandwidth": bandwidth,
+               "rows": {row: [asdict(s) for s in samples] for row, samples in by_row.items()}}
+    table = render_table(by_row, upload_mb=upload_mb, bandwidth=bandwidth)
+    return report(record, "Upload path CPU per MB", rounds, table.splitlines(), figures, results_dir=results,
+                  markdown=markdown)
 
 
 def render_table(by_row: dict[str, list[UploadCpuSample]], *, upload_mb: float, bandwidth: float) -> str:

@@ -14,4 +14,6 @@ def test_the_scenario_measures_each_step_of_both_formats(tmp_path: Path) -> None
                      "delta: commit (add actions, ledger, cut)", "delta: the same rows written again (write_deltalake)",
                      "four tables (2 iceberg, 2 delta): the checkpoint's four commits, side by side",
                      "two iceberg tables: the checkpoint's two commits, side by side"]
-    assert (tmp_path / "out.md").read_text().startswith("3 checkpoints per format")
+    text = (tmp_path / "out.md").read_text()  # the run's record: the command, its header, the table
+    assert text.startswith("`") and text.endswith("\n".join(lines) + "\n")
+    assert lines[0].startswith("3 checkpoints per format")

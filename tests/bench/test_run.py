@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
@@ -46,8 +48,10 @@ def test_scale_scenario_measures_every_size_with_verified_synthetic_checkpoints(
     from bench.run import main
     from bench.scale import run_scale_benchmark
 
-    results = run_scale_benchmark((10, 300), checkpoints=2, plan_calls=5)
+    folder = Path(str(tmp_path))
+    results = run_scale_benchmark((10, 300), checkpoints=2, plan_calls=5, results=folder)
     assert [r.partitions for r in results] == [10, 300]
+    assert sorted(p.suffix for p in folder.iterdir()) == [".json", ".md"]  # the run's record, not in bench/results/
     assert results[1].manifest_bytes > results[0].manifest_bytes
     assert all(r.plan_ms > 0 and r.plan_cpu_ms >= 0 and r.checkpoint_ms > 0 and r.verify_ms > 0 for r in results)
     table = capsys.readouterr().out
