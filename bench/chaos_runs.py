@@ -16,7 +16,11 @@ The servers a pipeline needs are started here on 127.0.0.1 and stopped afterward
 PostgreSQL, an Apache Kafka broker (channels use the embedded broker ``barrierflow run``
 starts itself). Drivers start with the test suite's short-lived-driver JVM options, as chaos
 restarts them a hundred times. Each run prints chaos's summary; ``--markdown FILE`` appends one
-table row per run (command, date, seed, summary) for bench/results/chaos-runs.md.
+table row per run (command, date, seed, summary) for bench/results/chaos-runs.md. At the end
+(when a run raised: of the runs that finished) it prints what ran (command, commit, date, cores,
+load average) and writes the record, ``YYYY-MM-DD-HHMM.md`` and ``.json`` with every run's
+pipeline, chaos command, start, exit code, duration and verdict (:mod:`bench.record`), to
+bench/results/chaos-runs/.
 
 Sizing (see docs/chaos.md): a timed kill lands ``--min-gap``..``--max-gap`` seconds after a run
 starts, and a driver takes several seconds to start, so each killed run gets through only a
@@ -29,20 +33,26 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, command_line, report
 from tests.drivers import short_lived_driver_env
 from tests.scenarios.harness import FAST_JVM, windowed_spec
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Where each invocation's record goes (the runs before it are in bench/results/chaos-runs.md).
+RESULTS = RESULTS_ROOT / "chaos-runs"
 PIPELINES = ("parquet", "postgres", "kafka", "stages", "stages-procs", "cycle", "ttl")
 #: The Kafka sink's default commit-marker topic (spec field ``commit_marker_topic``).
 COMMIT_MARKERS = "__barrierflow_commits"
@@ -153,8 +163,38 @@ def summary_line(report: dict[str, Any]) -> str:
             f"(reference {report.get('reference_seconds', 0):.0f} s)")
 
 
-def run_one(pipeline: str, args: argparse.Namespace) -> tuple[int, str]:
-    """Prepare, run chaos, return (exit code, markdown row)."""
+@dataclass(frozen=True)
+class ChaosRun:
+    """One pipeline's chaos run: its ``barrierflow chaos`` command (the run's directory shown as
+    ``$RUN``), start (UTC), seed, exit code, minutes it took and chaos's verdict line."""
+
+    pipeline: str
+    command: str
+    started: datetime
+    seed: int
+    exit_code: int
+    minutes: float
+    verdict: str
+
+    def row(self) -> str:
+        """The run as a table row: pipeline, command, start, seed, verdict."""
+        return f"| {self.pipeline} | `{self.command}` | {self.started:%Y-%m-%d %H:%M} | {self.seed} | {self.verdict} |"
+
+
+def record_runs(record: RunRecord, runs: Sequence[ChaosRun], *, kills: int,
+                results: Path | None = RESULTS) -> tuple[Path, Path] | None:
+    """Print the header and one row per run and write the record (:func:`bench.record.report`)
+    into ``results`` (None: no record) with every run's figures; returns the paths written."""
+    lines = ["| pipeline | command | started (UTC) | seed | exit code | minutes | verdict |",
+             "|---|---|---|---|---|---|---|",
+             *(f"| {r.pipeline} | `{r.command}` | {r.started:%Y-%m-%d %H:%M} | {r.seed} | {r.exit_code} "
+               f"| {r.minutes:.1f} | {r.verdict} |" for r in runs)]
+    what = f"Chaos runs, --kills {kills}: {', '.join(r.pipeline for r in runs)}"
+    return report(record, what, 1, lines, {"kills": kills, "runs": [asdict(r) for r in runs]}, results_dir=results)
+
+
+def run_one(pipeline: str, args: argparse.Namespace) -> ChaosRun:
+    """Prepare, run chaos, return what it did."""
     run_dir = (Path(args.dir) / f"{pipeline}-{datetime.now(UTC):%Y%m%dT%H%M%S}").resolve()
     started = datetime.now(UTC)
     with prepared(pipeline, run_dir, args.records) as (spec, env):
@@ -169,13 +209,15 @@ def run_one(pipeline: str, args: argparse.Namespace) -> tuple[int, str]:
     except json.JSONDecodeError:
         errors = [text for text in done.stderr.splitlines() if text.startswith(("error:", "barrierflow:"))]
         line = f"no report (exit {done.returncode}): {(errors or done.stderr.strip().splitlines() or [''])[0][:600]}"
-    print(f"{pipeline}: exit {done.returncode} after {(time.monotonic() - begin) / 60:.1f} min: {line}", flush=True)
+    minutes = (time.monotonic() - begin) / 60
+    print(f"{pipeline}: exit {done.returncode} after {minutes:.1f} min: {line}", flush=True)
     shown = " ".join(["barrierflow", *command[1:]]).replace(str(run_dir), "$RUN")
-    row = f"| {pipeline} | `{shown}` | {started:%Y-%m-%d %H:%M} | {args.seed} | {line} |"
-    return done.returncode, row
+    return ChaosRun(pipeline, shown, started, args.seed, done.returncode, minutes, line)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, results: Path | None = RESULTS) -> int:
+    """Run chaos on each pipeline ``argv`` names (default the command line's), one after the
+    other; the record goes into ``results`` (None: no record). Returns the worst exit code."""
     parser = argparse.ArgumentParser(prog="python -m bench.chaos_runs", description=__doc__.split("\n")[0])
     parser.add_argument("pipelines", nargs="+", choices=PIPELINES)
     parser.add_argument("--kills", type=int, default=100)
@@ -188,14 +230,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", default="var/chaos-runs", help="where runs keep specs, scratch copies and logs")
     parser.add_argument("--markdown", help="append one table row per run to this file")
     args = parser.parse_args(argv)
-    worst = 0
-    for pipeline in args.pipelines:
-        code, row = run_one(pipeline, args)
-        worst = max(worst, code)
-        if args.markdown:
-            with open(args.markdown, "a", encoding="utf-8") as out:
-                out.write(row + "\n")
-    return worst
+    record = RunRecord.start("chaos-runs", command_line() if argv is None else " ".join(
+        ["python -m bench.chaos_runs", *(shlex.quote(a) for a in argv)]))
+    runs: list[ChaosRun] = []
+    try:
+        for pipeline in args.pipelines:
+            runs.append(run_one(pipeline, args))
+            if args.markdown:
+                with open(args.markdown, "a", encoding="utf-8") as out:
+                    out.write(runs[-1].row() + "\n")
+    finally:
+        if runs:  # what finished, also when a later run raised
+            record_runs(record, runs, kills=args.kills, results=results)
+    return max((r.exit_code for r in runs), default=0)
 
 
 if __name__ == "__main__":

@@ -28,14 +28,14 @@ batches (the batch whose commit a checkpoint snapshots), the batch after each ba
 (during which the asynchronous phase, upload and sink pre-commit, runs) and the others, medians
 per part; and the CPU seconds of this Python process (coordinator, snapshot, upload) per run.
 
-It prints what it ran (commit, date, load average) and writes ``bench/results/checkpoint-cost/
-<YYYY-MM-DD-HHMM>-<job>.md`` and ``.json`` (or ``--markdown FILE`` and ``FILE`` with ``.json``).
+It prints what it ran (command, commit, date, cores, load average, rounds) and writes the record
+(:mod:`bench.record`) ``bench/results/checkpoint-cost/<YYYY-MM-DD-HHMM>-<job>.md`` and ``.json``
+with every run's figures (or ``--markdown FILE`` and ``FILE`` with ``.json``).
 The numbers are printed, never asserted: a benchmark, not a test.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -47,12 +47,12 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.provenance import commit
 from bench.rates import job_rate, records_through
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, report
 
 WITH, WITHOUT = "ABS 1 s", "no checkpoints"
 #: The A/A control (``--aa``): the run without checkpoints once more in each round, so the
@@ -62,7 +62,7 @@ AGAIN = "no checkpoints, again"
 PARTS = ("triggerExecution", "addBatch", "latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")
 #: How often a run's recent progress reports are read (seconds): Spark keeps the newest 100.
 PROGRESS_POLL = 5.0
-RESULTS = Path("bench/results/checkpoint-cost")
+RESULTS = RESULTS_ROOT / "checkpoint-cost"
 #: How long the embedded broker may take to answer (30 s, the Kafka scenario's, was too short twice
 #: at a load average of 20 on the 2-core machine; a quiet machine starts it in seconds).
 BROKER_START_SECONDS = 180.0
@@ -380,36 +380,40 @@ def kafka_runs(records: int, batch: int, partitions: int, rounds: int, cap: floa
 def run_checkpoint_cost(job: str, *, rounds: int, seconds: float, spec_path: str, records: int = 8_000_000,
                         batch: int = 100_000, partitions: int = 4, cap: float = 300.0,
                         markdown: str | None = None, aa: bool = False,
-                        jfr_dir: str | None = None) -> list[RunFigures]:
+                        jfr_dir: str | None = None, results: Path | None = RESULTS) -> list[RunFigures]:
     """Run the comparison for ``job`` (``reference`` or ``kafka``), print the table and write the
-    markdown and JSON records (module docstring). ``aa`` adds the A/A control (:data:`AGAIN`);
-    ``jfr_dir`` records the driver JVM of each measured run there and adds the modes' execution
-    samples side by side to the record (:mod:`bench.jfr_profile`)."""
-    started, load = datetime.now(UTC), os.getloadavg()[0]
+    markdown and JSON records (module docstring; ``results`` None and no ``markdown``: none).
+    ``aa`` adds the A/A control (:data:`AGAIN`); ``jfr_dir`` records the driver JVM of each
+    measured run there and adds the modes' execution samples side by side to the record
+    (:mod:`bench.jfr_profile`)."""
     command = (f"python -m bench --scenario checkpoint-cost --job {job} --rounds {rounds}"
                + (f" --seconds {seconds:g}" if job == "reference" else f" --records {records}")
                + (" --aa" if aa else "") + (f" --jfr {jfr_dir}" if jfr_dir else ""))
-    jfr = Path(jfr_dir) / f"{started:%Y%m%d-%H%M}-{job}" if jfr_dir else None
-    header: dict[str, Any] = {"command": command, "commit": commit(), "started": f"{started:%Y-%m-%d %H:%M}",
-                              "cores": os.cpu_count(), "load_start": load}
-    print(f"{command}: commit {header['commit']}, {header['started']} UTC, load average {load:.2f}",
-          file=sys.stderr, flush=True)
+    record = RunRecord.start("checkpoint-cost", command)
+    jfr = Path(jfr_dir) / f"{record.started:%Y%m%d-%H%M}-{job}" if jfr_dir else None
     if job == "reference":
         runs, what = reference_runs(spec_path, seconds, rounds, aa, jfr)
     else:
         runs, what = kafka_runs(records, batch, partitions, rounds, cap, aa, jfr)
-    header.update(what=what, load_end=os.getloadavg()[0])
+    record_run(record, job, what, runs, rounds=rounds, jfr=jfr, markdown=markdown, results=results)
+    return runs
+
+
+def record_run(record: RunRecord, job: str, what: str, runs: Sequence[RunFigures], *, rounds: int,
+               jfr: Path | None = None, markdown: str | None = None,
+               results: Path | None = RESULTS) -> tuple[Path, Path] | None:
+    """Print the header and the table (:func:`render`, with the JFR profile when ``jfr``) and
+    write the record (:func:`bench.record.report`, named after ``job``) with every run's figures,
+    the per-round ratios and the batch parts' medians; returns the paths written."""
+    header: dict[str, Any] = {"command": record.command, "commit": record.commit,
+                              "started": f"{record.started:%Y-%m-%d %H:%M}", "cores": record.cores,
+                              "load_start": record.load_start, "load_end": record.end_load(), "what": what}
     table = render(job, header, runs)
     if jfr is not None:
         table += "\n\n" + profile_table(runs, jfr)
-    print(table)
-    path = Path(markdown) if markdown else RESULTS / f"{started:%Y-%m-%d-%H%M}-{job}.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(table + "\n", encoding="utf-8")
     ratios = round_ratios(runs)
-    record = {**header, "job": job, "rounds": rounds, "ratios": ratios,
-              "ratio_median": statistics.median(ratios) if ratios else None,
-              "parts": part_medians(runs), "runs": [asdict(r) for r in runs]}
-    path.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
-    print(f"written: {path} and {path.with_suffix('.json')}", file=sys.stderr)
-    return runs
+    figures = {"job": job, "what": what, "ratios": ratios,
+               "ratio_median": statistics.median(ratios) if ratios else None,
+               "parts": part_medians(runs), "runs": [asdict(r) for r in runs]}
+    return report(record, f"Checkpoint cost, {job} job", rounds, table.splitlines(), figures, results_dir=results,
+                  suffix=job, markdown=markdown)

@@ -20,6 +20,10 @@ every other round; each mode's figure is the median, records/s after the first b
     PYSPARK_PYTHON=$PWD/.venv/bin/python PYTHONPATH=include:. .venv/bin/python -m bench.kafka_decoding \\
         [--records 8000000] [--rounds 3] [--text plain|realistic]
 
+It prints what it ran (command, commit, date, cores, load average, rounds) above the table and
+writes the record, ``YYYY-MM-DD-HHMM-decoding.md`` and ``.json`` with every round's records/s
+per mode (:mod:`bench.record`), to bench/results/kafka-side-by-side/.
+
 The numbers are printed, never asserted: a benchmark, not a test.
 """
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import statistics
 import tempfile
@@ -39,9 +44,13 @@ from typing import Any
 
 from bench import json_records
 from bench import kafka_source as ks
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, command_line, report
 
 MODES = ("from_json", "barrierflow", "json_tuple", "variant", "none")
 BATCH, PARTITIONS = 100_000, 4
+#: Where each run's record goes (``...-decoding.md``, beside the side by side's runs).
+RESULTS = RESULTS_ROOT / "kafka-side-by-side"
 
 
 def _decoded(frame: Any, mode: str) -> Any:
@@ -90,7 +99,31 @@ def run_mode(spark: Any, servers: str, topic: str, mode: str, records: int, cap:
     return ks.progress_rate(list(seen.values()))
 
 
-def main(argv: list[str] | None = None) -> int:
+def render(rates: dict[str, list[float]], fallback: float, sample: int) -> list[str]:
+    """The table's lines: per mode the median records/s and every round's."""
+    lines = ["| decoding (plain Spark, the side by side's job) | records/s after the first batch (median) | rounds |",
+             "|---|---:|---|"]
+    for mode in MODES:
+        lines.append(f"| {mode} | {statistics.median(rates[mode]):,.0f} | "
+                     f"{', '.join(f'{r:,.0f}' for r in rates[mode])} |")
+    lines.append(f"barrierflow's decoder left {fallback:.2%} of the topic's first {sample:,} records to from_json")
+    return lines
+
+
+def record_run(record: RunRecord, rates: dict[str, list[float]], fallback: float, *, sample: int, records: int,
+               text: str, rounds: int, results: Path | None = RESULTS) -> tuple[Path, Path] | None:
+    """Print the header and the table (:func:`render`) and write the record (:func:`bench.record.report`)
+    into ``results`` (None: no record) with every round's records/s per mode; returns the paths
+    written."""
+    figures = {"records": records, "text": text, "partitions": PARTITIONS, "batch": BATCH,
+               "records_per_second": rates, "decoder_fallback": fallback, "fallback_sample": sample}
+    return report(record, f"Kafka decoding in plain Spark, {records:,} {text} records", rounds,
+                  render(rates, fallback, sample), figures, results_dir=results, suffix="decoding")
+
+
+def main(argv: list[str] | None = None, results: Path | None = RESULTS) -> int:
+    """Run the benchmark (module docstring) with the options of ``argv`` (default the command
+    line's); the record goes into ``results`` (None: no record)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=ks.RECORDS, help="records in the topic")
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds, after a warm-up")
@@ -104,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     from barrierflow.spec.models import SparkSpec
 
     records = args.records - args.records % PARTITIONS
+    record = RunRecord.start("kafka-decoding", command_line() if argv is None else " ".join(
+        ["python -m bench.kafka_decoding", *(shlex.quote(a) for a in argv)]))
     ks.say(f"Kafka decoding in plain Spark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, load "
            f"average {os.getloadavg()[0]:.1f}; {records:,} {args.text} records, {PARTITIONS} partitions, "
            f"{BATCH:,} per partition and batch")
@@ -123,11 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         fallback = json_records.fallback_rate(spark, json_records.values(sample, ks.KEYS, args.text),
                                               {"key": "BIGINT", "value": "BIGINT", "event_time": "STRING"})
         spark.stop()
-    ks.say("| decoding (plain Spark, the side by side's job) | records/s after the first batch (median) | rounds |")
-    ks.say("|---|---:|---|")
-    for mode in MODES:
-        ks.say(f"| {mode} | {statistics.median(rates[mode]):,.0f} | {', '.join(f'{r:,.0f}' for r in rates[mode])} |")
-    ks.say(f"barrierflow's decoder left {fallback:.2%} of the topic's first {sample:,} records to from_json")
+    record_run(record, rates, fallback, sample=sample, records=records, text=args.text, rounds=args.rounds,
+               results=results)
     return 0
 
 

@@ -78,6 +78,11 @@ bench/results/ has its runs)::
 
 ``python -m bench --scenario kafka`` runs it with its defaults.
 
+It prints what it ran (command, commit, date, cores, load average, rounds) above the table and
+writes the record, ``YYYY-MM-DD-HHMM.md`` and ``.json`` with every figure and every round of the
+side by side (:mod:`bench.record`), to bench/results/kafka-source/ (kafka-side-by-side/ with
+``--systems``); ``--markdown FILE`` appends the table to ``FILE`` besides.
+
 The numbers are printed, never asserted: a benchmark, not a test.
 """
 
@@ -88,6 +93,7 @@ import itertools
 import json
 import math
 import os
+import shlex
 import shutil
 import statistics
 import sys
@@ -96,12 +102,14 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from bench import json_records
 from bench.rates import BatchEnd, StageBatchClock, job_rate, rate_after_first_batch, records_through
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, command_line, report
 
 KEYS = 1000
 #: The fields the Kafka source decodes (the pipeline's and the decoder ceilings').
@@ -112,6 +120,8 @@ COLUMNS = "consume as columns (no decoding)"
 SOURCE = "consume as columns + vectorized decode (what the source's tasks do)"
 #: The pipelines' trigger interval (seconds); plain Spark's ``processingTime`` matches it.
 TRIGGER = 0.1
+#: Where each run's record goes: a whole run's, a ``--systems`` run's.
+RESULTS, RESULTS_SYSTEMS = RESULTS_ROOT / "kafka-source", RESULTS_ROOT / "kafka-side-by-side"
 #: The systems of the side by side (module docstring, step 7), in the order they run.
 SYSTEMS = ("python", "spark", "plain", "plain-decoder", "flink")
 #: The records the decoder's fallback rate is counted on (the topic's first, the same generator).
@@ -525,7 +535,10 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}" if a == a and b == b and b else "n/a"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, command: str | None = None) -> int:
+    """Run the benchmark (module docstring) with the options of ``argv`` (default the command
+    line's); ``command``: the command line the record names (default ``argv`` as
+    ``python -m bench.kafka_source``'s)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=RECORDS, help="records in the topic (and generated)")
     parser.add_argument("--batch", type=int, default=100_000, help="max records per partition and micro-batch")
@@ -576,7 +589,11 @@ def main(argv: list[str] | None = None) -> int:
         flink = (flink_python(), flink_jars()) if "flink" in systems else None
     except BarrierflowError as exc:
         parser.error(f"{exc} (or leave that system out with --side-by-side)")
-    started, load = datetime.now(UTC), os.getloadavg()[0]
+    if command is None:
+        command = command_line() if argv is None else " ".join(["python -m bench.kafka_source",
+                                                                 *(shlex.quote(a) for a in argv)])
+    record = RunRecord.start("kafka", command)
+    started, load = record.started, record.load_start
     say(f"Kafka source benchmark, {started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, load average "
         f"{load:.1f}; {records:,} {args.text} records, {args.partitions} partitions, {args.batch:,} per "
         "partition and batch")
@@ -673,18 +690,32 @@ def main(argv: list[str] | None = None) -> int:
         if fallback is not None:
             lines.append(f"| barrierflow's JSON decoder (b, c'): records left to from_json, of the topic's first "
                          f"{min(records, FALLBACK_SAMPLE):,} ({args.text}) | {fallback:.2%} |")
-    say()
-    for line in lines:
-        say(line)
+    ratios = [b / c if c else math.nan for b, c in zip(side.get("spark", {}).get("rounds", []),
+                                                      side.get("plain", {}).get("rounds", []), strict=False)]
+    figures = {"records": records, "text": args.text, "partitions": args.partitions, "batch": args.batch,
+               "stages": shapes, "systems": systems, "ceilings": ceilings, "runs": runs, "side_by_side": side,
+               "round_ratios_b_c": ratios, "decoder_fallback": fallback}
+    record_run(record, lines, figures, rounds=args.rounds, results=RESULTS_SYSTEMS if args.systems else RESULTS)
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as out:
             out.write(f"\n`python -m bench.kafka_source --records {args.records} --batch {args.batch} --partitions "
                       f"{args.partitions} --stages {args.stages} --side-by-side {args.side_by_side} "
                       f"--rounds {args.rounds} --text {args.text}"
                       f"{' --systems' if args.systems else ''}`, {started:%Y-%m-%d %H:%M} UTC, "
-                      f"load average (1 min) at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f}:\n\n"
+                      f"load average (1 min) at the start {load:.1f}, at the end {record.end_load():.1f}:\n\n"
                       + "\n".join(lines) + "\n")
     return 0
+
+
+def record_run(record: RunRecord, lines: Sequence[str], figures: Mapping[str, Any], *, rounds: int,
+               results: Path | None) -> tuple[Path, Path] | None:
+    """Print the header and the table's ``lines`` and write the record (:func:`bench.record.report`)
+    into ``results`` (None: no record) with ``figures``: every ceiling, every pipeline run, every
+    round of the side by side; returns the paths written."""
+    what = (f"Kafka source benchmark, {figures.get('records', 0):,} {figures.get('text', 'plain')} records, "
+            f"{figures.get('partitions', '?')} partitions")
+    return report(record, what, rounds, lines, figures, results_dir=results)
+
 
 if __name__ == "__main__":
     sys.exit(main())
