@@ -108,9 +108,10 @@ def is_encoded(table: pa.Table) -> bool:
 
 def row_count(table: pa.Table) -> int:
     """The number of rows a write-ahead table holds: the rows it encodes, or its own rows."""
-    import pyarrow.compute as pc
-
-    return int(pc.sum(table.column(ROWS_COLUMN)).as_py() or 0) if is_encoded(table) else int(table.num_rows)
+    if not is_encoded(table):
+        return int(table.num_rows)
+    # a few chunk counts: no pyarrow.compute, whose import costs a fresh Python worker about 0.1 s
+    return sum(count for count in table.column(ROWS_COLUMN).to_pylist() if count is not None)
 
 
 def row_schema(table: pa.Table) -> pa.Schema:
