@@ -17,8 +17,11 @@ its output would, and notes when each record (or part file) first became visible
   autocommit); a checkpoint's rows are those that became visible in one burst (rows of one
   ``COMMIT PREPARED`` appear together; bursts are more than a third of the interval apart).
 
-Printed per sink, per checkpoint that made records visible after the first completed one (which
-holds the start-up's backlog), as p50 / p99 / max (nearest rank), seconds:
+Each run first goes ``--warm-up`` seconds (default :data:`WARM_UP`) with the producer at its rate,
+so that the start-up's backlog drains and the JVM's JIT settles; only checkpoints triggered after
+it are measured (the steady state a long-running pipeline is in). The warm-up's checkpoints are
+printed on a row of their own, never left out silently. Printed per sink, per measured checkpoint
+that made records visible, as p50 / p99 / max (nearest rank), seconds:
 
 * the run's freshness (``barrierflow_checkpoint_freshness_seconds``: the sink's commit time
   minus the oldest arrival among the records it made visible; docs/operations.md);
@@ -40,12 +43,16 @@ import threading
 import time
 import uuid
 from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 #: Checkpoint interval of the measured pipeline (seconds): the figures' target is set for it.
 INTERVAL = 1.0
+#: Seconds each run goes before its checkpoints are measured: the start-up's backlog drains and
+#: the JVM's JIT settles (the first batches of a fresh driver run many times slower).
+WARM_UP = 20.0
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -206,12 +213,12 @@ def _spec(work: Path, servers: str, topic: str, sink: dict[str, Any]) -> dict[st
     }
 
 
-def _directory_figures(result: Any, first_seen: dict[str, datetime], out: Path, skip: int | None) -> list[float]:
+def _directory_figures(result: Any, first_seen: dict[str, datetime], out: Path, measured: set[int]) -> list[float]:
     import pyarrow.parquet as pq
 
     figures = []
     for manifest in result.completed:
-        if manifest.checkpoint_id == skip:
+        if manifest.checkpoint_id not in measured:
             continue
         names = [n for n in first_seen
                  if manifest.first_batch_id <= int(n.split("-")[1]) <= manifest.spark_batch_id]
@@ -224,25 +231,27 @@ def _directory_figures(result: Any, first_seen: dict[str, datetime], out: Path, 
     return figures
 
 
-def _epoch_figures(seen: list[tuple[datetime, datetime, int | None]], skip: int | None) -> list[float]:
-    """Per ``bf-epoch``: the last record's visibility minus the oldest arrival."""
+def _epoch_figures(seen: list[tuple[datetime, datetime, int | None]], measured: set[int]) -> list[float]:
+    """Per measured ``bf-epoch``: the last record's visibility minus the oldest arrival."""
     groups: dict[int, list[tuple[datetime, datetime]]] = {}
     for visible, arrived, epoch in seen:
-        if epoch is not None and epoch != skip:
+        if epoch is not None and epoch in measured:
             groups.setdefault(epoch, []).append((visible, arrived))
     return [(max(v for v, _ in rows) - min(a for _, a in rows)).total_seconds() for _, rows in sorted(groups.items())]
 
 
-def _burst_figures(seen: list[tuple[datetime, datetime]]) -> list[float]:
-    """Rows that became visible together (gaps under a third of the interval), the first burst
-    (the start-up's backlog) left out: per burst, its last visibility minus its oldest arrival."""
+def _burst_figures(seen: list[tuple[datetime, datetime]], cutoff: datetime | None) -> list[float]:
+    """Rows that became visible together (gaps under a third of the interval), the bursts seen
+    before ``cutoff`` left out (None: only the first, the start-up's backlog): per burst, its
+    last visibility minus its oldest arrival."""
     bursts: list[list[tuple[datetime, datetime]]] = []
     for visible, arrived in sorted(seen):
         if bursts and (visible - bursts[-1][-1][0]).total_seconds() < INTERVAL / 3:
             bursts[-1].append((visible, arrived))
         else:
             bursts.append([(visible, arrived)])
-    return [(max(v for v, _ in rows) - min(a for _, a in rows)).total_seconds() for rows in bursts[1:]]
+    kept = bursts[1:] if cutoff is None else [rows for rows in bursts if max(v for v, _ in rows) >= cutoff]
+    return [(max(v for v, _ in rows) - min(a for _, a in rows)).total_seconds() for rows in kept]
 
 
 def _percentiles_row(label: str, values: list[float]) -> str:
@@ -252,10 +261,23 @@ def _percentiles_row(label: str, values: list[float]) -> str:
             f"{max(values):.2f} |")
 
 
+@dataclass
+class SinkRun:
+    """One run into a sink: the run's figures and the reader's for the measured checkpoints
+    (triggered ``warm_up`` seconds or more after the run began), the run's figures of the
+    warm-up's checkpoints, how the reader read, and the checkpoints completed (all of them)."""
+
+    ours: list[float]
+    theirs: list[float]
+    warm_up: list[float]
+    how: str
+    completed: int
+
+
 def _measure_sink(kind: str, seconds: float, rate: float, servers: str, spark: Any,
-                  dsn: str | None) -> tuple[list[float], list[float], str, int]:
-    """One run into a sink of ``kind``: the run's figures, the reader's, how the reader read, and
-    the checkpoints completed."""
+                  dsn: str | None, warm_up: float = 0.0) -> SinkRun:
+    """One run into a sink of ``kind``, ``warm_up`` plus ``seconds`` long (:class:`SinkRun`).
+    Without a warm-up, the first completed checkpoint (the start-up's backlog) is left out."""
     from barrierflow.runtime.job import StreamingJob
     from barrierflow.spec import parse_spec
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -299,19 +321,28 @@ def _measure_sink(kind: str, seconds: float, rate: float, servers: str, spark: A
         producer.start()
         stack.callback(producer.join, 60)
         stack.callback(stop.set)
-        result = StreamingJob(parse_spec(_spec(work, servers, topic, sink)), spark=spark).run(duration=seconds)
+        began = datetime.now(UTC)
+        result = StreamingJob(parse_spec(_spec(work, servers, topic, sink)), spark=spark).run(
+            duration=warm_up + seconds)
         time.sleep(2 * INTERVAL)  # the reader sees the last commit (it polls every few milliseconds)
         seen = reader.finish()
-        # After the first completed checkpoint: the first holds the backlog of the start-up.
-        first = result.completed[0].checkpoint_id if result.completed else None
-        ours = [f.seconds for figures in result.freshness.values() for f in figures if f.checkpoint_id != first]
+        if warm_up > 0:  # checkpoints triggered once the warm-up is over
+            measured = [m for m in result.completed if (m.trigger_time - began).total_seconds() >= warm_up]
+        else:  # after the first completed checkpoint: the first holds the backlog of the start-up
+            measured = result.completed[1:]
+        ids = {m.checkpoint_id for m in measured}
+        figures = [f for per_sink in result.freshness.values() for f in per_sink]
+        ours = [f.seconds for f in figures if f.checkpoint_id in ids]
+        early = [f.seconds for f in figures if f.checkpoint_id not in ids]
         if kind == "parquet":
-            theirs, how = _directory_figures(result, seen, work / "out", skip=first), "directory listing"
+            theirs, how = _directory_figures(result, seen, work / "out", ids), "directory listing"
         elif kind == "kafka":
-            theirs, how = _epoch_figures(seen, skip=first), "read_committed consumer, per bf-epoch"
+            theirs, how = _epoch_figures(seen, ids), "read_committed consumer, per bf-epoch"
         else:
-            theirs, how = _burst_figures(list(seen.values())), "polling SELECT, per burst"
-    return ours, theirs, how, len(result.completed)
+            # a measured checkpoint's rows become visible after it completed; the one before's earlier
+            cutoff = measured[0].completion_time if measured else None
+            theirs, how = _burst_figures(list(seen.values()), cutoff), "polling SELECT, per burst"
+    return SinkRun(ours, theirs, early, how, len(result.completed))
 
 
 #: Where each run's record goes (``YYYY-MM-DD-HHMM.md`` and ``.json``).
@@ -321,11 +352,13 @@ RESULTS = Path(__file__).resolve().parent / "results" / "freshness"
 def run_freshness_benchmark(seconds: float, rate: float, markdown: str | None = None,
                             sinks: tuple[str, ...] = ("parquet",), rounds: int = 1,
                             results: Path | None = RESULTS,
-                            command: str = "python -m bench --scenario freshness") -> list[str]:
+                            command: str = "python -m bench --scenario freshness",
+                            warm_up: float = WARM_UP) -> list[str]:
     """Measure (module docstring) into each of ``sinks`` in turn, ``rounds`` times (the sinks
-    alternating); print and return the table's lines (also written to ``markdown``), and write
-    the record (the command, commit, date, load average, every checkpoint's figures) to
-    ``results`` unless it is None."""
+    alternating), each run ``warm_up`` seconds before its ``seconds`` measured; print and return
+    the table's lines (also written to ``markdown``), and write the record (the command, commit,
+    date, load average, every checkpoint's figures, the warm-up's too) to ``results`` unless it
+    is None."""
     from barrierflow.kafka_io.embedded_broker import embedded_broker
     from barrierflow.runtime.session import build_session
     from barrierflow.spec.models import SparkSpec
@@ -347,22 +380,24 @@ def run_freshness_benchmark(seconds: float, rate: float, markdown: str | None = 
                               app_name="barrierflow-freshness-bench")
         for number in range(1, rounds + 1):
             for kind in sinks:
-                ours, theirs, how, count = _measure_sink(kind, seconds, rate, servers, spark, dsn)
+                run = _measure_sink(kind, seconds, rate, servers, spark, dsn, warm_up)
                 label = f"{kind}, round {number}" if rounds > 1 else kind
-                rows += [_percentiles_row(f"{label}: the run (commit minus oldest arrival)", ours),
-                         _percentiles_row(f"{label}: {how} (visible minus oldest arrival)", theirs)]
-                completed.append(f"{label} {count}")
-                figures[kind].append({"round": number, "checkpoints": count, "run": ours, "reader": theirs,
-                                      "reader_kind": how})
+                rows += [_percentiles_row(f"{label}: the run (commit minus oldest arrival)", run.ours),
+                         _percentiles_row(f"{label}: {run.how} (visible minus oldest arrival)", run.theirs),
+                         _percentiles_row(f"{label}: the run, during the warm-up (not measured)", run.warm_up)]
+                completed.append(f"{label} {run.completed}")
+                figures[kind].append({"round": number, "checkpoints": run.completed, "run": run.ours,
+                                      "reader": run.theirs, "reader_kind": run.how, "warm_up_run": run.warm_up})
     for kind in sinks if rounds > 1 else ():
         rows += [_percentiles_row(f"{kind}, all rounds: the run", [v for r in figures[kind] for v in r["run"]]),
                  _percentiles_row(f"{kind}, all rounds: the reader", [v for r in figures[kind] for v in r["reader"]])]
     load_end = os.getloadavg()[0]
     lines = [f"Freshness of committed output, {started:%Y-%m-%d %H:%M} UTC, commit {revision}, {os.cpu_count()} "
              f"cores, load average {load:.1f} at the start, {load_end:.1f} at the end: Kafka ({rate:g} records/s, "
-             f"2 partitions) -> {', '.join(sinks)}, {INTERVAL:g} s checkpoints, {seconds:g} s per sink, {rounds} "
-             f"round(s), checkpoints completed: {', '.join(completed)}; seconds per checkpoint that made records "
-             "visible, after the first completed one", "",
+             f"2 partitions) -> {', '.join(sinks)}, {INTERVAL:g} s checkpoints, {seconds:g} s measured per sink "
+             f"after a warm-up of {warm_up:g} s, {rounds} round(s), checkpoints completed: {', '.join(completed)}; "
+             "seconds per checkpoint that made records visible, of the checkpoints triggered after the warm-up"
+             + ("" if warm_up > 0 else " (none: after the first completed one)"), "",
              "| measured by | checkpoints | p50 | p99 | max |", "|---|---|---|---|---|", *rows]
     print("\n".join(lines))
     if markdown:
@@ -374,7 +409,8 @@ def run_freshness_benchmark(seconds: float, rate: float, markdown: str | None = 
                                            f"`{command}`\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
         document = {"scenario": "freshness", "command": command, "commit": revision,
                     "started": started.isoformat(timespec="seconds"), "cores": os.cpu_count(),
-                    "load_average": [load, load_end], "rate": rate, "seconds": seconds, "rounds": rounds,
+                    "load_average": [load, load_end], "rate": rate, "seconds": seconds, "warm_up": warm_up,
+                    "rounds": rounds,
                     "checkpoint_interval": INTERVAL, "sinks": figures}
         stem.with_suffix(".json").write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
         print(f"written: {stem}.md, {stem}.json")

@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                              " --engines; bench/nexmark/)")
     parser.add_argument("--sink", choices=("parquet", "kafka", "postgres"), nargs="+", default=["parquet"],
                         help="freshness scenario: the sinks to measure, one after the other")
+    parser.add_argument("--warm-up", type=float, default=None, dest="warm_up",
+                        help="freshness scenario: seconds each run goes before its checkpoints are measured "
+                             "(default 20; 0: all but the first completed checkpoint)")
     parser.add_argument("--job", choices=("reference", "kafka"), default="reference",
                         help="checkpoint-cost scenario: the reference job (generator, --seconds per run) or the "
                              "Kafka JSON job (Spark's connector, the JVM JSON decoder, --records read to the end)")
@@ -248,10 +251,11 @@ def run(args: argparse.Namespace) -> int:
                               markdown=args.markdown, command=" ".join(["python -m bench", *getattr(args, "argv", [])]))
         return EXIT_OK
     if args.scenario == "freshness":
-        from bench.freshness import run_freshness_benchmark
+        from bench.freshness import WARM_UP, run_freshness_benchmark
 
         run_freshness_benchmark(args.seconds, args.rate, markdown=args.markdown, sinks=tuple(args.sink),
-                                rounds=args.rounds, command=" ".join(["python -m bench", *getattr(args, "argv", [])]))
+                                rounds=args.rounds, command=" ".join(["python -m bench", *getattr(args, "argv", [])]),
+                                warm_up=WARM_UP if args.warm_up is None else args.warm_up)
         return EXIT_OK
     if args.scenario == "lake-commit":
         from bench.lake_commit import run_lake_commit_benchmark
