@@ -52,6 +52,17 @@ def seconds_per_mode(given: float | None, scenario: str, compare: str | None = N
     return STAGES_SECONDS if scenario == "stages" and not compare else DEFAULT_SECONDS
 
 
+def _seconds_at_least_zero(text: str) -> float:
+    """``--warm-up``'s value: seconds, 0 or more (argparse names the option and the value otherwise)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds; give e.g. 20") from None
+    if not seconds >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more seconds (0: no warm-up)")
+    return seconds
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The benchmark options (those of the former ``barrierflow bench``)."""
     parser = _ArgumentParser(prog="python -m bench",
@@ -92,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                              " --engines; bench/nexmark/)")
     parser.add_argument("--sink", choices=("parquet", "kafka", "postgres"), nargs="+", default=["parquet"],
                         help="freshness scenario: the sinks to measure, one after the other")
-    parser.add_argument("--warm-up", type=float, default=None, dest="warm_up",
+    parser.add_argument("--warm-up", type=_seconds_at_least_zero, default=None, dest="warm_up",
                         help="freshness scenario: seconds each run goes before its checkpoints are measured "
                              "(default 20; 0: all but the first completed checkpoint)")
     parser.add_argument("--job", choices=("reference", "kafka"), default="reference",

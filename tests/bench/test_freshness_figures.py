@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+from barrierflow.errors import UserInputError
+
 from bench.freshness import _burst_figures, _epoch_figures
+from bench.run import build_parser
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -28,3 +32,10 @@ def test_burst_figures_leave_out_the_bursts_before_the_cutoff() -> None:
     assert _burst_figures(seen, at(3.5)) == [(at(4.0) - at(3.1)).total_seconds()]
     assert _burst_figures(seen, at(0.0)) == [(at(2.01) - at(0.5)).total_seconds(), (at(3.02) - at(1.8)).total_seconds(),
                                              (at(4.0) - at(3.1)).total_seconds()]
+
+
+def test_a_negative_or_non_numeric_warm_up_is_refused_naming_the_option() -> None:
+    for bad, why in (("-5", "give 0 or more seconds"), ("soon", "is not a number of seconds")):
+        with pytest.raises(UserInputError, match=f"argument --warm-up: '{bad}'.*{why}"):
+            build_parser().parse_args(["--scenario", "freshness", "--warm-up", bad])
+    assert build_parser().parse_args(["--scenario", "freshness", "--warm-up", "0"]).warm_up == 0.0

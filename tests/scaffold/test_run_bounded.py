@@ -148,3 +148,27 @@ def test_the_final_stage_of_two_writes_a_kafka_sink_its_executors_encode(
     assert len(expected) == 120
     assert sorted((r["src_partition"], r["src_offset"], r["key"], r["value"]) for r in run.output) == expected
 
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+@pytest.mark.slow(20)
+def test_the_final_stage_of_two_writes_a_postgres_sink_from_copy_input(
+        spark: object, postgres_endpoint: PostgresEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same two stages with a PostgreSQL sink at the end (its micro-batches written ahead as
+    COPY input by the executors, COPYed at the pre-commit): every source record committed once."""
+    import psycopg
+
+    table = f"two_out_{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("RUN_BOUNDED_TWO_DSN", postgres_endpoint.dsn)
+    with psycopg.connect(postgres_endpoint.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (src_partition bigint, src_offset bigint, key bigint, value bigint)")
+    postgres_sink = ("      - name: results\n        type: postgres\n"
+                     f"        table: {table}\n        dsn_env: RUN_BOUNDED_TWO_DSN\n")
+    parquet_sink = "      - name: results\n        type: parquet\n        path: file://var/two/output\n"
+    spec = tmp_path / "two.yaml"
+    spec.write_text(TWO_STAGES.replace(parquet_sink, postgres_sink))
+    run = run_bounded(spec, tmp_path / "run", records_per_partition=60, home=tmp_path)
+    expected = sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in run.source_records)
+    assert len(expected) == 120
+    assert sorted((r["src_partition"], r["src_offset"], r["key"], r["value"]) for r in run.output) == expected
