@@ -18,6 +18,11 @@ comparison to cite), with barrierflow / Flink untuned beside it.
 Flink lives in its own virtual environment (``make flink``: ``.venv-flink`` with
 requirements-flink.txt), never in the main requirements; ``BARRIERFLOW_FLINK_PYTHON`` names
 another interpreter that has apache-flink.
+
+It prints what it ran (command, commit, date, cores, load average, rounds) above the table and
+writes the record, ``YYYY-MM-DD-HHMM.md`` and ``.json`` with every round's records/s of each
+system and configuration (:mod:`bench.record`), to bench/results/flink-sql/, or to
+``--markdown FILE`` and ``FILE`` with ``.json``.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,15 +43,18 @@ from barrierflow.errors import UserInputError
 from barrierflow.runtime.job import StreamingJob
 from barrierflow.spec import load_spec, project_home
 
-from bench import emit_table
 from bench.abs_overhead import no_checkpoints
 from bench.modes import MODES, mode_spec
 from bench.rates import BatchEnd, job_rate, rate_after_first_batch
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, report
 
 FLINK_PYTHON_ENV = "BARRIERFLOW_FLINK_PYTHON"
 #: Rows of Flink's first run per measured second (later runs are sized from the one before).
 FLINK_FIRST_RATE = 2_000_000
 JOB_SCRIPT = Path(__file__).with_name("flink_sql_job.py")
+#: Where each run's record goes.
+RESULTS = RESULTS_ROOT / "flink-sql"
 
 
 @dataclass
@@ -126,16 +134,22 @@ def flink_rate(result: dict[str, Any]) -> float:
                                   BatchEnd(float(result["seconds"]), int(result["rows"])))
 
 
-def run_flink_comparison(spec_path: str, *, seconds: float, rounds: int,
-                         markdown: str | None = None) -> Runs:
-    """Run the comparison (see the module docstring) and print its table."""
+def run_flink_comparison(spec_path: str, *, seconds: float, rounds: int, markdown: str | None = None,
+                         results: Path | None = RESULTS, command: str | None = None) -> Runs:
+    """Run the comparison (see the module docstring); print the header and the table and write
+    the record to ``markdown`` if given, else into ``results`` (None: no record); ``command``:
+    the command line the record names.
+
+    Raises:
+        UserInputError: there is no Flink (:func:`flink_python`), or a Flink SQL job failed.
+    """
     python = flink_python()
     base = load_spec(spec_path)
     root = project_home() / "var" / "bench"
     shutil.rmtree(root, ignore_errors=True)
+    record = RunRecord.start("flink-sql", command)
     spark = StreamingJob(base).spark
     runs = Runs()
-    load_at_start = os.getloadavg()[0]
     warmup = max(seconds, 30.0)
     print(f"barrierflow warm-up ({warmup:.0f} s) ...", file=sys.stderr)
     StreamingJob(mode_spec(base, MODES[0], root / "warmup"), spark=spark).run(duration=warmup)
@@ -171,9 +185,22 @@ def run_flink_comparison(spec_path: str, *, seconds: float, rounds: int,
     for r in range(rounds):
         for step in ((barrierflow, flink) if r % 2 == 0 else (flink, barrierflow)):
             step(r)
-    runs.load = (load_at_start, os.getloadavg()[0])
-    emit_table(render(runs, base.spark.master, seconds, rounds), markdown)
+    record_run(record, runs, base.name, base.spark.master, seconds=seconds, rounds=rounds, markdown=markdown,
+               results=results)
     return runs
+
+
+def record_run(record: RunRecord, runs: Runs, pipeline: str, master: str, *, seconds: float, rounds: int,
+               markdown: str | None, results: Path | None) -> tuple[Path, Path] | None:
+    """Print the header and the table (:func:`render`) and write the record (:func:`bench.record.report`)
+    with every round's records/s of each system and configuration, the Flink version and both
+    configurations' settings; ``runs.load`` becomes the record's load average at the start and
+    the end. Returns the paths written."""
+    runs.load = (record.load_start, record.end_load())
+    figures = {"pipeline": pipeline, "master": master, "seconds": seconds, **asdict(runs)}
+    return report(record, f"barrierflow and Flink SQL side by side, pipeline {pipeline}", rounds,
+                  render(runs, master, seconds, rounds).splitlines(), figures, results_dir=results,
+                  markdown=markdown)
 
 
 def _ratios(a: list[float], b: list[float]) -> list[float]:

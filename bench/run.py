@@ -200,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
     if args.compare == "flink-sql":
         from bench.flink_compare import run_flink_comparison
 
-        run_flink_comparison(args.spec, seconds=args.seconds, rounds=args.rounds, markdown=args.markdown)
+        run_flink_comparison(args.spec, seconds=args.seconds, rounds=args.rounds, markdown=args.markdown,
+                             command=_command(args))
         return EXIT_OK
     if args.scenario == "scale":
         from bench.scale import run_scale_benchmark
@@ -217,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario == "upgrade":
         from bench.upgrade import run_upgrade_benchmark
 
-        run_upgrade_benchmark(args.spec, keys=args.keys, markdown=args.markdown)
+        run_upgrade_benchmark(args.spec, keys=args.keys, markdown=args.markdown, command=_command(args))
         return EXIT_OK
     if args.scenario == "soak":
         from bench.soak import run_soak_benchmark

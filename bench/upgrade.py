@@ -31,6 +31,11 @@ recount of the generator's input with numpy; the query's figures and the diff's 
 recount of the input up to the checkpoints' barrier offsets; every key's final ``value_max``
 equals the largest of the default and its values after the value-column savepoint's barrier
 (numpy). Every figure is printed with the load average (1 min) at its end.
+
+It prints what it ran (command, commit, date, cores, load average) above the table and writes the
+record, ``YYYY-MM-DD-HHMM.md`` and ``.json`` with every step's seconds and load, the checks and the
+problems found (:mod:`bench.record`), to bench/results/upgrade/, or to ``--markdown FILE`` and
+``FILE`` with ``.json``; also when the scenario stopped early or found a wrong result.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,7 +61,8 @@ from barrierflow.errors import BarrierflowError
 from barrierflow.spec import load_spec, project_home
 from barrierflow.spec.models import GeneratorSourceSpec, ParquetSinkSpec, StageSpec
 
-from bench import emit_table
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, report
 from bench.restore_time import state_spec
 
 if TYPE_CHECKING:
@@ -74,6 +80,8 @@ FINAL_BATCHES = 5
 #: The transformation the value-column case upgrades to, and the default of its new column.
 WITH_MAX = "barrierflow.transforms.aggregations:keyed_running_totals_with_max"
 MAX_DEFAULT = 0
+#: Where each run's record goes.
+RESULTS = RESULTS_ROOT / "upgrade"
 
 
 class UpgradeBenchError(BarrierflowError):
@@ -378,17 +386,21 @@ def _timed(call: Callable[[], Any]) -> tuple[Any, float]:
 # -- the scenario --------------------------------------------------------------------------------
 
 
-def run_upgrade_benchmark(spec_path: str, *, keys: int, markdown: str | None = None) -> UpgradeBenchReport:
-    """Run the scenario (module docstring) with ``keys`` distinct keys; print and return the figures.
+def run_upgrade_benchmark(spec_path: str, *, keys: int, markdown: str | None = None,
+                          results: Path | None = RESULTS, command: str | None = None) -> UpgradeBenchReport:
+    """Run the scenario (module docstring) with ``keys`` distinct keys; print the header and the
+    figures, write the record to ``markdown`` if given, else into ``results`` (None: no record),
+    and return the figures. ``command``: the command line the record names.
 
     Raises:
         UpgradeBenchError: a run failed, or a result differs from its independent check (after
-            the figures measured so far were printed).
+            the figures measured so far were printed and recorded).
     """
     base = load_spec(spec_path)
     if not isinstance(base.source, GeneratorSourceSpec) or base.source.partitions != SOURCE_PARTITIONS:
         raise UpgradeBenchError(f"the upgrade benchmark needs {spec_path} with a generator of {SOURCE_PARTITIONS} "
                                 "partitions (the reference job, include/pipelines/bench.yaml)")
+    record = RunRecord.start("upgrade", command)
     base = base.model_copy(update={"spark": base.spark.model_copy(
         update={"conf": {"spark.driver.memory": "3g", **base.spark.conf}})})
     root = project_home() / "var" / "bench-upgrade"
@@ -405,10 +417,10 @@ def run_upgrade_benchmark(spec_path: str, *, keys: int, markdown: str | None = N
                                           with_max=True), root / "max-4.yaml"),
     }
     (root / "logs").mkdir()
-    report = UpgradeBenchReport(keys)
+    measured = UpgradeBenchReport(keys)
     problems: list[str] = []
     try:
-        _scenario(base, root, specs, keys, report, problems)
+        _scenario(base, root, specs, keys, measured, problems)
     except BarrierflowError as exc:
         problems.append(f"stopped early: {exc}")
     finally:
@@ -416,10 +428,23 @@ def run_upgrade_benchmark(spec_path: str, *, keys: int, markdown: str | None = N
             if process.process.poll() is None:
                 process.process.kill()
                 process.process.wait()
-        emit_table(render(report, base), markdown)
+        record_run(record, measured, base, problems, markdown=markdown, results=results)
     if problems:
         raise UpgradeBenchError("the upgrade benchmark failed: " + "; ".join(problems))
-    return report
+    return measured
+
+
+def record_run(record: RunRecord, measured: UpgradeBenchReport, spec: StageSpec, problems: list[str], *,
+               markdown: str | None, results: Path | None) -> tuple[Path, Path] | None:
+    """Print the header and the figures (:func:`render`) and write the record (:func:`bench.record.report`,
+    one round) with every step's seconds, load and note, the checks, and the problems found so far
+    (``passed``: none); returns the paths written."""
+    figures = {"pipeline": spec.name, "keys": measured.keys, "shapes": list(SHAPES),
+               "state_mb": measured.state_mb, "session_seconds": measured.session_seconds,
+               "steps": [asdict(f) for f in measured.figures], "checks": list(measured.checks),
+               "problems": list(problems), "passed": not problems}
+    return report(record, f"Upgrade of {measured.keys:,} keys, pipeline {spec.name}", 1,
+                  render(measured, spec).splitlines(), figures, results_dir=results, markdown=markdown)
 
 
 def _scenario(base: StageSpec, root: Path, specs: dict[str, Path], keys: int, report: UpgradeBenchReport,

@@ -1,0 +1,159 @@
+"""The record writers of ``python -m bench --compare flink-sql`` and ``--scenario upgrade``
+(bench/record.py): called with made-up figures they print the header and write the .md and .json
+with every round's and every run's figures into their folder; their entry points, with the
+measuring parts replaced, start a record and write it (no Spark, Kafka, Flink or PostgreSQL here)."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from barrierflow.spec import load_spec
+from barrierflow.spec.models import StageSpec
+
+from bench.record import RESULTS, RunRecord
+
+ROOT = Path(__file__).resolve().parents[2]
+STEM = "2026-12-04-0905"
+
+
+def _record(scenario: str, command: str) -> RunRecord:
+    return RunRecord(scenario=scenario, command=command, commit="0123456789ab",
+                     started=datetime(2026, 12, 4, 9, 5, tzinfo=UTC), cores=2, load_start=0.5, load_end=0.75)
+
+
+def _read(written: tuple[Path, Path] | None, md: Path, record: RunRecord, what: str,
+          rounds: int = 1) -> tuple[list[str], dict[str, Any]]:
+    """The record's lines and JSON, checked to be at ``md`` and ``md`` with .json, to open with the
+    command and the header line, and to carry the record's provenance."""
+    assert written == (md, md.with_suffix(".json"))
+    lines = md.read_text(encoding="utf-8").splitlines()
+    assert lines[:3] == [f"`{record.command}`", "", record.header(what, rounds)]
+    document = json.loads(md.with_suffix(".json").read_text(encoding="utf-8"))
+    assert {k: document[k] for k in ("scenario", "what", "command", "commit", "started", "cores", "load_average",
+                                     "rounds")} == {
+        "scenario": record.scenario, "what": what, "command": record.command, "commit": "0123456789ab",
+        "started": "2026-12-04T09:05:00+00:00", "cores": 2, "load_average": [0.5, 0.75], "rounds": rounds}
+    return lines, document
+
+
+@pytest.fixture(scope="module")
+def spec() -> StageSpec:
+    return load_spec(str(ROOT / "include" / "pipelines" / "bench.yaml"))
+
+
+@pytest.mark.parametrize(("name", "folder"), [("bench.flink_compare", "flink-sql"), ("bench.upgrade", "upgrade")])
+def test_each_entry_point_records_into_its_own_folder(name: str, folder: str) -> None:
+    import importlib
+
+    assert importlib.import_module(name).RESULTS == RESULTS / folder
+
+
+# -- python -m bench --compare flink-sql ------------------------------------------------------------
+
+
+def _runs() -> Any:
+    from bench.flink_compare import Runs
+
+    return Runs(barrierflow_none=[2.0e6, 2.2e6], barrierflow_1s=[1.9e6, 2.0e6], flink_none=[2.0e6, 2.5e6],
+                flink_1s=[1.6e6, 2.0e6], flink_tuned_none=[2.5e6, 2.75e6], flink_tuned_1s=[1.9e6, 2.5e6],
+                flink_version="2.3.0", flink_config={"untuned": {}, "tuned": {"table.exec.mini-batch.enabled": "true"}})
+
+
+def test_flink_comparison_keeps_every_rounds_rate_of_each_system(tmp_path: Path, spec: StageSpec,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.flink_compare import record_run
+
+    record = _record("flink-sql", "python -m bench --compare flink-sql --seconds 30 --rounds 2")
+    written = record_run(record, _runs(), spec.name, "local[2]", seconds=30, rounds=2, markdown=None,
+                         results=tmp_path)
+    what = f"barrierflow and Flink SQL side by side, pipeline {spec.name}"
+    lines, document = _read(written, tmp_path / f"{STEM}.md", record, what, rounds=2)
+    figures = document["figures"]
+    assert (figures["pipeline"], figures["master"], figures["seconds"]) == (spec.name, "local[2]", 30)
+    assert figures["barrierflow_none"] == [2.0e6, 2.2e6] and figures["barrierflow_1s"] == [1.9e6, 2.0e6]
+    assert figures["flink_tuned_none"] == [2.5e6, 2.75e6] and figures["flink_tuned_1s"] == [1.9e6, 2.5e6]
+    assert figures["flink_none"] == [2.0e6, 2.5e6] and figures["flink_1s"] == [1.6e6, 2.0e6]
+    assert figures["flink_version"] == "2.3.0" and figures["flink_config"]["tuned"] == {
+        "table.exec.mini-batch.enabled": "true"}
+    assert figures["load"] == [0.5, 0.75]  # the table's load line is the record's
+    assert "| barrierflow (ABS) | 2,100,000 | 1,950,000 | 0.95 / 0.91 |" in lines
+    assert any("load average (1 min) 0.5 at the start, 0.8 at the end" in line for line in lines)
+    out = capsys.readouterr().out
+    assert out.startswith(record.header(what, 2) + "\n\n") and f"written: {written and written[0]}" in out
+
+
+def test_flink_comparison_with_markdown_writes_the_pair_at_that_file(tmp_path: Path, spec: StageSpec) -> None:
+    from bench.flink_compare import record_run
+
+    record = _record("flink-sql", "python -m bench --compare flink-sql --markdown bench/results/flink-latest.md")
+    target = tmp_path / "flink-latest.md"
+    written = record_run(record, _runs(), spec.name, "local[2]", seconds=30, rounds=2, markdown=str(target),
+                         results=tmp_path / "never")
+    _, document = _read(written, target, record, f"barrierflow and Flink SQL side by side, pipeline {spec.name}", 2)
+    assert document["figures"]["flink_1s"] == [1.6e6, 2.0e6] and not (tmp_path / "never").exists()
+
+
+# -- python -m bench --scenario upgrade -------------------------------------------------------------
+
+
+def test_upgrade_keeps_every_steps_seconds_the_checks_and_the_problems(tmp_path: Path, spec: StageSpec) -> None:
+    from bench.upgrade import Figure, UpgradeBenchReport, record_run
+
+    measured = UpgradeBenchReport(keys=40_000, state_mb=12.5, session_seconds=4.0)
+    measured.figures = [Figure("build", "stop --savepoint: request -> savepoint", 2.5, 1.5, "savepoint 3"),
+                        Figure("4 -> 16", "upgrade: repartition", math.nan, 1.75),
+                        Figure("4 -> 16", "upgrade: total (UpgradeResult.timings)", 9.25, 2.0)]
+    measured.checks = ["final totals, upgraded vs never upgraded: 0 missing / 0 extra / 0 differing keys"]
+    record = _record("upgrade", "python -m bench --scenario upgrade --keys 40000")
+    written = record_run(record, measured, spec, ["value_max differs for 2 keys"], markdown=None, results=tmp_path)
+    lines, document = _read(written, tmp_path / f"{STEM}.md", record, f"Upgrade of 40,000 keys, pipeline {spec.name}")
+    figures = document["figures"]
+    assert [(s["phase"], s["step"], s["seconds"], s["load"], s["note"]) for s in figures["steps"]] == [
+        ("build", "stop --savepoint: request -> savepoint", 2.5, 1.5, "savepoint 3"),
+        ("4 -> 16", "upgrade: repartition", None, 1.75, ""),
+        ("4 -> 16", "upgrade: total (UpgradeResult.timings)", 9.25, 2.0, "")]
+    assert figures["checks"] == measured.checks and figures["shapes"] == [4, 16, 4]
+    assert figures["problems"] == ["value_max differs for 2 keys"] and figures["passed"] is False
+    assert (figures["keys"], figures["state_mb"], figures["session_seconds"]) == (40_000, 12.5, 4.0)
+    assert "| 4 -> 16 | upgrade: repartition | - | 1.8 |  |" in lines
+
+
+def test_upgrade_records_the_figures_of_a_scenario_that_stopped_early(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.upgrade as upgrade
+
+    def stopped(base: Any, root: Path, specs: Any, keys: int, measured: Any, problems: list[str]) -> None:
+        measured.add("build", "run to the first checkpoint holding every key (process start included)", 3.0)
+        raise upgrade.UpgradeBenchError("the build run exited 1")
+
+    monkeypatch.setenv("BARRIERFLOW_HOME", str(tmp_path))
+    monkeypatch.setattr(upgrade, "_scenario", stopped)
+    with pytest.raises(upgrade.UpgradeBenchError, match="stopped early: the build run exited 1"):
+        upgrade.run_upgrade_benchmark(str(ROOT / "include" / "pipelines" / "bench.yaml"), keys=400,
+                                      results=tmp_path / "records", command="python -m bench --scenario upgrade")
+    (md,) = (tmp_path / "records").glob("*.md")
+    document = json.loads(md.with_suffix(".json").read_text(encoding="utf-8"))
+    assert document["scenario"] == "upgrade" and document["command"] == "python -m bench --scenario upgrade"
+    assert [s["seconds"] for s in document["figures"]["steps"]] == [3.0]
+    assert document["figures"]["problems"] == ["stopped early: the build run exited 1"]
+
+
+@pytest.mark.parametrize(("argv", "module", "entry"), [
+    (["--compare", "flink-sql", "--rounds", "2"], "bench.flink_compare", "run_flink_comparison"),
+    (["--scenario", "upgrade", "--keys", "400"], "bench.upgrade", "run_upgrade_benchmark")])
+def test_the_bench_command_passes_its_command_line_to_the_record(
+        argv: list[str], module: str, entry: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    from bench.run import main
+
+    called: dict[str, Any] = {}
+    monkeypatch.setattr(importlib.import_module(module), entry, lambda *a, **kw: called.update(kw))
+    assert main([*argv, "--markdown", "a b.md"]) == 0
+    assert called["command"] == "python -m bench " + " ".join(argv) + " --markdown 'a b.md'"
+    assert called["markdown"] == "a b.md"
