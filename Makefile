@@ -120,9 +120,9 @@ bench: install
 	$(BIN)/python -m bench --markdown bench/results/latest.md
 
 # Generator stage -> channel -> keyed-totals stage, the old channel writer against this one
-# (bench/results/channel-transport/); prints a table, asserts nothing.
+# (bench/results/channel-transport/: each run writes its record there); prints a table, asserts nothing.
 bench-channels: install
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/channel_transport.py
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m bench.channel_transport
 
 # The Kafka source against the raw client ceiling measured in the same run, and side by side with
 # Spark's connector, plain Spark and Flink SQL (Flink's Kafka connector: the flink-kafka JVM set of

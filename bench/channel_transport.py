@@ -30,10 +30,15 @@ for a pipeline on 2 cores, and no ratio is taken to it) measured on the same bro
 run: records/s produced, and consumed and JSON-decoded, by kafka-python and by confluent-kafka
 (JSON values like the channel's, 4 partitions, ``acks=all``).
 
-Usage (from the repository root; bench/results/ has its runs)::
+Usage (from the repository root)::
 
-    PYTHONPATH=include .venv/bin/python bench/channel_transport.py \\
+    PYSPARK_PYTHON=$PWD/.venv/bin/python .venv/bin/python -m bench.channel_transport \\
         [--records 6000000] [--batches 20000,100000] [--stages 2,3] [--baseline REV] [--no-baseline] [--cap 180]
+
+Each run's row is printed as it ends (on stderr); at the end (when a run raised: of the runs that
+finished) it prints what ran (command, commit, date, cores, load average) above the ceilings and
+the table and writes the record, ``YYYY-MM-DD-HHMM.md`` and ``.json`` with the ceilings and every
+run's figures (:mod:`bench.record`), to bench/results/channel-transport/.
 
 The numbers are printed, never asserted: a benchmark, not a test.
 """
@@ -44,20 +49,26 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, command_line, report
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The last commit whose channel writer collects to the driver (the "before" writer).
 BASELINE = "1e1e59b"
 RESULT_PREFIX = "RESULT "
+#: Where each run's record goes.
+RESULTS = RESULTS_ROOT / "channel-transport"
 
 
 def say(line: str = "") -> None:
@@ -285,8 +296,57 @@ def run_variant(include: Path, servers: str, records: int, batch: int, cap: floa
             "steady": float("nan"), "records": 0, "written": 0, "checkpoints": 0}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def transport_run(stages: int, batch: int, writer: str, result: Mapping[str, Any]) -> dict[str, Any]:
+    """One pipeline run's figures for the record: its shape (``stages``), micro-batch, writer
+    label, everything :func:`run_variant` returned, and ``records_per_second`` end to end (records
+    over the wall time; 0 when the run has no wall time)."""
+    seconds = result["seconds"]
+    rate = result["records"] / seconds if seconds == seconds and seconds else 0.0
+    return {"stages": stages, "batch": batch, "writer": writer, **result, "records_per_second": rate}
+
+
+def run_lines(run: Mapping[str, Any]) -> list[str]:
+    """One run's table row, a row per stage with its phases' seconds, and its error's first line."""
+    lines = [f"| {run['stages']} | {run['batch']:,} | {run['writer']} | {run['outcome']} | {run['seconds']:.1f} "
+             f"| {run['records_per_second']:,.0f} | {run['steady']:,.0f} | {run['written']:,} "
+             f"| {run.get('consumed', 0):,} | {run['checkpoints']} |"]
+    for stage, figures in (run.get("phases") or {}).items():
+        lines.append(f"|   |   | {stage}: " + ", ".join(f"{k} {v:g}" for k, v in figures.items()) + " ||||||||")
+    if run["error"]:
+        lines.append(f"|   |   | error: {run['error'].splitlines()[0]} ||||||||")
+    return lines
+
+
+#: The table's head.
+TABLE_HEAD = ["| stages | micro-batch | writer | outcome | wall s | records/s end to end | records/s after first batch "
+              "| written to channel | read by totals | global checkpoints |",
+              "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+
+
+def render(ceilings: Mapping[str, float], runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The report's lines: the raw client ceilings, then the table of every run (:func:`run_lines`)."""
+    return ["raw client ceiling (same broker, same run; each figure one Python thread, not the pipeline's 2 cores):",
+            "", *(f"- {name}: {rate:,.0f} records/s" for name, rate in ceilings.items()), "",
+            *TABLE_HEAD, *(line for run in runs for line in run_lines(run))]
+
+
+def record_run(record: RunRecord, ceilings: Mapping[str, float], runs: Sequence[Mapping[str, Any]], *,
+               records: int, batches: Sequence[int], shapes: Sequence[int], baseline: str | None, cap: float,
+               results: Path | None = RESULTS) -> tuple[Path, Path] | None:
+    """Print the header, the ceilings and the table (:func:`render`) and write the record
+    (:func:`bench.record.report`, one round) into ``results`` (None: no record) with the ceilings
+    and every run's figures (:func:`transport_run`); returns the paths written."""
+    figures = {"records": records, "batches": list(batches), "stages": list(shapes), "baseline": baseline,
+               "cap": cap, "ceilings": dict(ceilings), "runs": [dict(r) for r in runs]}
+    return report(record, f"Channel transport, {records:,} records per run", 1, render(ceilings, runs), figures,
+                  results_dir=results)
+
+
+def main(argv: list[str] | None = None, results: Path | None = RESULTS) -> int:
+    """Run the benchmark (module docstring) with the options of ``argv`` (default the command
+    line's); the record goes into ``results`` (None: no record). ``--one``: a child's single run,
+    its figures on stdout, no record."""
+    parser = argparse.ArgumentParser(prog="python -m bench.channel_transport", description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=6_000_000,
                         help="records generated per run (the default runs each pipeline past the JVM's warm-up: "
                              "its JIT compiles Spark's code for about the first minute, 30-45 %% of a core)")
@@ -313,32 +373,29 @@ def main(argv: list[str] | None = None) -> int:
 
     from barrierflow.kafka_io.embedded_broker import embedded_broker
 
-    say(f"channel transport benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.1f}; {args.records:,} records per run")
-    with tempfile.TemporaryDirectory(prefix="bf-chbench-") as tmp, embedded_broker(None, 30.0, 10.0) as servers:
-        ceilings = client_ceilings(servers, min(args.records, 500_000))
-        say("\nraw client ceiling (same broker, same run; each figure one Python thread, not the pipeline's 2 cores):")
-        for name, rate in ceilings.items():
-            say(f"  {name}: {rate:,.0f} records/s")
-        variants = [(label, Path(path)) for label, _, path in (e.partition("=") for e in args.extra)]
-        variants.append(("after", Path(args.after)))
-        if not args.no_baseline:
-            variants.insert(0, (f"before ({args.baseline})", baseline_tree(args.baseline, Path(tmp))))
-        say("\n| stages | micro-batch | writer | outcome | wall s | records/s end to end | records/s after first batch "
-              "| written to channel | read by totals | global checkpoints |")
-        say("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|")
-        for shape, batch, (label, include) in ((n, b, v) for n in shapes for b in batches for v in variants):
-            r = run_variant(include, servers, args.records, batch, args.cap, shape)
-            rate = r["records"] / r["seconds"] if r["seconds"] == r["seconds"] and r["seconds"] else 0.0
-            steady = r["steady"]
-            say(f"| {shape} | {batch:,} | {label} | {r['outcome']} | {r['seconds']:.1f} | {rate:,.0f} "
-                f"| {steady:,.0f} | {r['written']:,} | {r.get('consumed', 0):,} | {r['checkpoints']} |")
-            for stage, figures in (r.get("phases") or {}).items():
-                say(f"|   |   | {stage}: " + ", ".join(f"{k} {v:g}" for k, v in figures.items()) + " ||||||||")
-            if r["error"]:
-                say(f"|   |   | error: {r['error'].splitlines()[0]} ||||||||")
+    record = RunRecord.start("channel-transport", command_line() if argv is None else " ".join(
+        ["python -m bench.channel_transport", *(shlex.quote(a) for a in argv)]))
+    print(f"{args.records:,} records per run", file=sys.stderr, flush=True)
+    ceilings: dict[str, float] = {}
+    runs: list[dict[str, Any]] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="bf-chbench-") as tmp, embedded_broker(None, 30.0, 10.0) as servers:
+            ceilings.update(client_ceilings(servers, min(args.records, 500_000)))
+            for name, rate in ceilings.items():
+                print(f"raw client ceiling, {name}: {rate:,.0f} records/s", file=sys.stderr, flush=True)
+            variants = [(label, Path(path)) for label, _, path in (e.partition("=") for e in args.extra)]
+            variants.append(("after", Path(args.after)))
+            if not args.no_baseline:
+                variants.insert(0, (f"before ({args.baseline})", baseline_tree(args.baseline, Path(tmp))))
+            for shape, batch, (label, include) in ((n, b, v) for n in shapes for b in batches for v in variants):
+                runs.append(transport_run(shape, batch, label,
+                                          run_variant(include, servers, args.records, batch, args.cap, shape)))
+                print("\n".join(run_lines(runs[-1])), file=sys.stderr, flush=True)
+    finally:
+        if ceilings or runs:  # what finished, also when a later step raised
+            record_run(record, ceilings, runs, records=args.records, batches=batches, shapes=shapes,
+                       baseline=None if args.no_baseline else args.baseline, cap=args.cap, results=results)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,12 +1,15 @@
-"""The record writers of ``python -m bench --compare flink-sql`` and ``--scenario upgrade``
-(bench/record.py): called with made-up figures they print the header and write the .md and .json
-with every round's and every run's figures into their folder; their entry points, with the
-measuring parts replaced, start a record and write it (no Spark, Kafka, Flink or PostgreSQL here)."""
+"""The record writers of ``python -m bench --compare flink-sql``, ``--scenario upgrade`` and
+bench.channel_transport (bench/record.py): called with made-up figures they print the header and
+write the .md and .json with every round's and every run's figures into their folder; their entry
+points, with the measuring parts replaced, start a record and write it (no Spark, Kafka, Flink or
+PostgreSQL here)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,7 +49,8 @@ def spec() -> StageSpec:
     return load_spec(str(ROOT / "include" / "pipelines" / "bench.yaml"))
 
 
-@pytest.mark.parametrize(("name", "folder"), [("bench.flink_compare", "flink-sql"), ("bench.upgrade", "upgrade")])
+@pytest.mark.parametrize(("name", "folder"), [("bench.flink_compare", "flink-sql"), ("bench.upgrade", "upgrade"),
+                                              ("bench.channel_transport", "channel-transport")])
 def test_each_entry_point_records_into_its_own_folder(name: str, folder: str) -> None:
     import importlib
 
@@ -157,3 +161,66 @@ def test_the_bench_command_passes_its_command_line_to_the_record(
     assert main([*argv, "--markdown", "a b.md"]) == 0
     assert called["command"] == "python -m bench " + " ".join(argv) + " --markdown 'a b.md'"
     assert called["markdown"] == "a b.md"
+
+
+# -- bench.channel_transport ------------------------------------------------------------------------
+
+
+def _transport_result(seconds: float, outcome: str = "ok", error: str = "") -> dict[str, Any]:
+    steady = 150_000.0 if outcome == "ok" else math.nan
+    return {"outcome": outcome, "error": error, "seconds": seconds, "steady": steady,
+            "records": 6_000_000, "written": 6_000_040, "consumed": 6_000_040, "checkpoints": 15,
+            "phases": {"gen": {"batches": 60, "rows": 6_000_000, "addBatch": 30.5}}}
+
+
+def test_channel_transport_keeps_the_ceilings_and_every_runs_figures(tmp_path: Path) -> None:
+    from bench.channel_transport import record_run, transport_run
+
+    runs = [transport_run(2, 100_000, "after", _transport_result(48.0)),
+            transport_run(3, 100_000, "after", _transport_result(math.nan, "CRASHED", "Traceback\nboom"))]
+    ceilings = {"kafka-python produce": 50_000.0, "confluent-kafka produce": 1_000_000.0}
+    record = _record("channel-transport", "python -m bench.channel_transport --no-baseline --stages 2,3")
+    written = record_run(record, ceilings, runs, records=6_000_000, batches=[100_000], shapes=[2, 3], baseline=None,
+                         cap=180.0, results=tmp_path)
+    lines, document = _read(written, tmp_path / f"{STEM}.md", record, "Channel transport, 6,000,000 records per run")
+    figures = document["figures"]
+    assert figures["ceilings"] == ceilings and figures["stages"] == [2, 3] and figures["baseline"] is None
+    assert [(r["stages"], r["writer"], r["outcome"], r["seconds"], r["records_per_second"], r["steady"])
+            for r in figures["runs"]] == [(2, "after", "ok", 48.0, 125_000.0, 150_000.0),
+                                          (3, "after", "CRASHED", None, 0.0, None)]
+    assert figures["runs"][0]["phases"]["gen"]["addBatch"] == 30.5
+    assert "- confluent-kafka produce: 1,000,000 records/s" in lines
+    assert "| 2 | 100,000 | after | ok | 48.0 | 125,000 | 150,000 | 6,000,040 | 6,000,040 | 15 |" in lines
+    assert "|   |   | error: Traceback ||||||||" in lines
+
+
+def test_channel_transport_main_records_the_runs_that_finished(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import barrierflow.kafka_io.embedded_broker as broker
+
+    import bench.channel_transport as transport
+
+    @contextlib.contextmanager
+    def no_broker(*_: Any) -> Iterator[str]:
+        yield "127.0.0.1:1"
+
+    calls: list[int] = []
+
+    def variant(include: Path, servers: str, records: int, batch: int, cap: float, stages: int) -> dict[str, Any]:
+        calls.append(batch)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("stopped")
+        return _transport_result(10.0 * len(calls))
+
+    monkeypatch.setattr(broker, "embedded_broker", no_broker)
+    monkeypatch.setattr(transport, "client_ceilings", lambda servers, records: {"kafka-python produce": 10.0})
+    monkeypatch.setattr(transport, "run_variant", variant)
+    argv = ["--records", "1000", "--batches", "10,20,30", "--no-baseline"]
+    with pytest.raises(KeyboardInterrupt):
+        transport.main(argv, results=tmp_path)
+    (json_path,) = tmp_path.glob("*.json")
+    document = json.loads(json_path.read_text(encoding="utf-8"))
+    assert document["scenario"] == "channel-transport"
+    assert document["command"] == "python -m bench.channel_transport " + " ".join(argv)
+    assert [(r["batch"], r["seconds"]) for r in document["figures"]["runs"]] == [(10, 10.0), (20, 20.0)]
+    assert document["figures"]["ceilings"] == {"kafka-python produce": 10.0}
