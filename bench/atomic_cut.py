@@ -24,6 +24,11 @@ knows nothing of barrierflow (:mod:`bench.atomic_cut_reader`) polls the catalog 
 ended and it made at least ``--min-polls`` reads, counting torn reads. At the end both tables
 are scanned with pyiceberg and compared with the rows of the completed checkpoints (computed
 from the checkpoint numbers, not read from barrierflow): missing, extra and duplicated rows.
+
+Either kind prints what it ran (command, commit, date, cores, load average) above its figures and
+writes the record, ``YYYY-MM-DD-HHMM-sinks.md`` or ``YYYY-MM-DD-HHMM-pipeline.md`` and ``.json``
+with every figure (the pipeline run's with chaos's whole report) (:mod:`bench.record`), to
+bench/results/atomic-cut/.
 """
 
 from __future__ import annotations
@@ -32,20 +37,28 @@ import argparse
 import json
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, command_line, report
+
 SINKS = (("s1", "a"), ("s2", "b"))
 NAMESPACE = "lake"
+#: Where each run's record goes.
+RESULTS = RESULTS_ROOT / "atomic-cut"
 
 
 def rows_of(sink: str, checkpoint: int) -> list[int]:
@@ -217,7 +230,64 @@ def psycopg_connect(url: str) -> Any:
     return psycopg.connect(autocommit=True, **libpq_params(url))
 
 
-def main(argv: list[str] | None = None) -> int:
+def _cell(value: Any) -> str:
+    """A figure as a table cell: a mapping or a list as compact JSON, anything else as ``str``."""
+    return json.dumps(value, default=str) if isinstance(value, Mapping | list | tuple) else str(value)
+
+
+def sinks_lines(result: Mapping[str, Any]) -> list[str]:
+    """The driver-only run's figures (:func:`run`'s result) as two tables: the run's, and per sink
+    the rows expected and found."""
+    head = ("kills", "completed_checkpoints", "polls", "torn_reads", "distinct_checkpoints_seen_by_reader",
+            "prepared_left", "passed")
+    lines = ["| " + " | ".join(name.replace("_", " ") for name in head) + " |", "|" + "---|" * len(head),
+             "| " + " | ".join(_cell(result.get(name)) for name in head) + " |", "",
+             "| sink | expected rows | rows | missing | extra | duplicated |", "|---|---:|---:|---:|---:|---:|"]
+    for _stage, name in SINKS:
+        rows = result.get(name) or {}
+        lines.append(f"| {name} | " + " | ".join(_cell(rows.get(k)) for k in ("expected_rows", "rows", "missing",
+                                                                                "extra", "duplicated")) + " |")
+    return lines
+
+
+def record_sinks_run(record: RunRecord, result: Mapping[str, Any], *, kills: int, seed: int, min_polls: int,
+                     results: Path | None = RESULTS) -> tuple[Path, Path] | None:
+    """Print the header and the driver-only run's figures (:func:`sinks_lines`) and write the record
+    (:func:`bench.record.report`, one round, suffix ``sinks``) into ``results`` (None: no record)
+    with the options and every figure of :func:`run`'s result; returns the paths written."""
+    figures = {"kind": "sinks", "kills": kills, "seed": seed, "min_polls": min_polls, "result": dict(result)}
+    verdict = "PASSED" if result.get("passed") else "FAILED"
+    return report(record, f"Torn-cut chaos run of the atomic Iceberg sinks alone, --kills {kills}: {verdict}", 1,
+                  sinks_lines(result), figures, results_dir=results, suffix="sinks")
+
+
+def pipeline_lines(summary: Sequence[str], figures: Mapping[str, Any]) -> list[str]:
+    """The pipeline run's report: chaos's summary (as a block), the reader's and the verdict's
+    figures as a table (``figure | value``), and the problems."""
+    lines = [*(f"    {line}" for line in summary), "", "| figure | value |", "|---|---|"]
+    lines += [f"| {name.replace('_', ' ')} | {_cell(value)} |" for name, value in figures.items()
+              if name not in ("problems", "torn_examples", "last_read")]
+    return [*lines, "", f"problems: {'; '.join(figures.get('problems') or []) or 'none'}"]
+
+
+def record_pipeline_run(record: RunRecord, spec: Path, summary: Sequence[str], figures: Mapping[str, Any],
+                        chaos: Mapping[str, Any], *, options: Mapping[str, Any],
+                        results: Path | None = RESULTS) -> tuple[Path, Path] | None:
+    """Print the header and the pipeline run's report (:func:`pipeline_lines`) and write the record
+    (:func:`bench.record.report`, one round, suffix ``pipeline``) into ``results`` (None: no
+    record) with the options, the verdict's figures and chaos's whole report (``chaos``:
+    ``ChaosResult.as_dict()``); returns the paths written."""
+    verdict = "PASSED" if figures.get("passed") else "FAILED"
+    document = {"kind": "pipeline", "spec": str(spec), "options": dict(options), "figures": dict(figures),
+                "chaos": dict(chaos)}
+    return report(record, f"Torn-cut chaos run of pipeline {spec.name}, --kills {options.get('kills')}: {verdict}",
+                  1, pipeline_lines(summary, figures), document, results_dir=results, suffix="pipeline")
+
+
+def main(argv: list[str] | None = None, results: Path | None = RESULTS) -> int:
+    """Run the chaos run of ``argv``'s options (default the command line's; module docstring), or
+    with ``drive`` a driver process (no record); the record goes into ``results`` (None: no
+    record). Returns 0 when the run passed, 1 otherwise."""
     parser = argparse.ArgumentParser(prog="python -m bench.atomic_cut", description=__doc__.splitlines()[0])
     parser.add_argument("mode", nargs="?", default="chaos", choices=["chaos", "drive"])
     parser.add_argument("--pipeline", type=Path, default=None, metavar="SPEC",
@@ -243,22 +313,25 @@ def main(argv: list[str] | None = None) -> int:
     chaos.add_argument("--user-drivers", action="store_true",
                        help="run the drivers as a user does, without the suite's short-lived-driver environment")
     args = parser.parse_args(argv)
+    command = command_line() if argv is None else " ".join(["python -m bench.atomic_cut",
+                                                             *(shlex.quote(a) for a in argv)])
     if args.pipeline is not None:
-        return _pipeline(args)
+        return _pipeline(args, RunRecord.start("atomic-cut", command), results)
     if not args.url:
         parser.error("--url (or BARRIERFLOW_ATOMIC_URL) is required: postgresql+psycopg2://USER@HOST:PORT/DB")
     if args.mode == "drive":
         drive(args.work, args.url, args.catalog, checkpoints=args.checkpoints)
         return 0
+    record = RunRecord.start("atomic-cut", command)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     work = args.work or Path(f"/tmp/atomic-cut-{stamp}")
     result = run(args.url, work, kills=args.kills, min_polls=args.min_polls, seed=args.seed,
                  catalog=args.catalog or f"atomic{stamp}")
-    print(json.dumps(result, indent=2, default=str))
+    record_sinks_run(record, result, kills=args.kills, seed=args.seed, min_polls=args.min_polls, results=results)
     return 0 if result["passed"] else 1
 
 
-def _pipeline(args: argparse.Namespace) -> int:
+def _pipeline(args: argparse.Namespace, record: RunRecord, results: Path | None) -> int:
     from barrierflow.chaos.report import summary_lines
     from barrierflow.chaos.runner import ChaosOptions
 
@@ -270,14 +343,14 @@ def _pipeline(args: argparse.Namespace) -> int:
                            run_timeout=args.run_timeout, scratch=args.scratch.resolve() if args.scratch else None)
     result, figures = run_pipeline(args.pipeline, options, url=args.url, min_polls=args.min_polls,
                                    suite_drivers=not args.user_drivers)
-    print("\n".join(summary_lines(result)))
-    print(json.dumps(figures, indent=2, default=str))
+    record_pipeline_run(record, args.pipeline, summary_lines(result), figures, result.as_dict(),
+                        options={"min_polls": args.min_polls, "user_drivers": args.user_drivers, **asdict(options)},
+                        results=results)
     print(f"torn-cut run {'PASSED' if figures['passed'] else 'FAILED'}: {figures['polls']} reads during the kills, "
           f"{figures['torn_reads']} torn; rows {figures['rows']} of {figures['rows_expected']} (missing "
           f"{figures['missing']}, extra {figures['extra']}, duplicated {figures['duplicated']})"
           + (f"; {'; '.join(figures['problems'])}" if figures["problems"] else ""))
     return 0 if figures["passed"] else 1
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

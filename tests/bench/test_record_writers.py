@@ -1,8 +1,8 @@
-"""The record writers of ``python -m bench --compare flink-sql``, ``--scenario upgrade`` and
-bench.channel_transport (bench/record.py): called with made-up figures they print the header and
-write the .md and .json with every round's and every run's figures into their folder; their entry
-points, with the measuring parts replaced, start a record and write it (no Spark, Kafka, Flink or
-PostgreSQL here)."""
+"""The record writers of ``python -m bench --compare flink-sql``, ``--scenario upgrade``,
+bench.channel_transport and bench.atomic_cut (bench/record.py): called with made-up figures they
+print the header and write the .md and .json with every round's and every run's figures into
+their folder; their entry points, with the measuring parts replaced, start a record and write it
+(no Spark, Kafka, Flink, PostgreSQL or chaos run here)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def spec() -> StageSpec:
 
 
 @pytest.mark.parametrize(("name", "folder"), [("bench.flink_compare", "flink-sql"), ("bench.upgrade", "upgrade"),
-                                              ("bench.channel_transport", "channel-transport")])
+                                              ("bench.channel_transport", "channel-transport"),
+                                              ("bench.atomic_cut", "atomic-cut")])
 def test_each_entry_point_records_into_its_own_folder(name: str, folder: str) -> None:
     import importlib
 
@@ -224,3 +225,64 @@ def test_channel_transport_main_records_the_runs_that_finished(tmp_path: Path,
     assert document["command"] == "python -m bench.channel_transport " + " ".join(argv)
     assert [(r["batch"], r["seconds"]) for r in document["figures"]["runs"]] == [(10, 10.0), (20, 20.0)]
     assert document["figures"]["ceilings"] == {"kafka-python produce": 10.0}
+
+
+# -- bench.atomic_cut -------------------------------------------------------------------------------
+
+
+def _sinks_result(torn: int) -> dict[str, Any]:
+    rows = {"expected_rows": 60, "rows": 60, "missing": 0, "extra": 0, "duplicated": 0}
+    return {"kills": {"random moment": 2, "between PREPARE and COMMIT PREPARED": 1}, "completed_checkpoints": 20,
+            "polls": 1200, "torn_reads": torn, "torn_examples": [{"a": 3, "b": 4}] if torn else [],
+            "distinct_checkpoints_seen_by_reader": 18, "a": rows, "b": {**rows, "expected_rows": 48, "rows": 48},
+            "prepared_left": 0, "passed": torn == 0}
+
+
+def test_atomic_cut_sinks_run_keeps_every_figure_of_the_run(tmp_path: Path) -> None:
+    from bench.atomic_cut import record_sinks_run
+
+    record = _record("atomic-cut", "python -m bench.atomic_cut --url postgresql://x --kills 3")
+    written = record_sinks_run(record, _sinks_result(torn=1), kills=3, seed=7, min_polls=300, results=tmp_path)
+    what = "Torn-cut chaos run of the atomic Iceberg sinks alone, --kills 3: FAILED"
+    lines, document = _read(written, tmp_path / f"{STEM}-sinks.md", record, what)
+    figures = document["figures"]
+    assert (figures["kind"], figures["kills"], figures["seed"], figures["min_polls"]) == ("sinks", 3, 7, 300)
+    assert figures["result"] == _sinks_result(torn=1)
+    assert "| b | 48 | 48 | 0 | 0 | 0 |" in lines
+    kills = '{"random moment": 2, "between PREPARE and COMMIT PREPARED": 1}'
+    assert f"| {kills} | 20 | 1200 | 1 | 18 | 0 | False |" in lines
+
+
+def test_atomic_cut_pipeline_run_keeps_chaos_report_and_the_readers_figures(tmp_path: Path) -> None:
+    from bench.atomic_cut import record_pipeline_run
+
+    figures = {"passed": True, "problems": [], "kills": {"group": 12, "point": 8}, "polls": 15_000, "torn_reads": 0,
+               "torn_examples": [], "last_read": {"a": 9}, "rows_expected": 4000, "rows": 4000, "missing": 0}
+    chaos = {"pipeline": "atomic-lake", "passed": True, "events": [{"kind": "group", "at": 1.5}],
+             "checkpoint_times": [0.5, 1.0]}
+    record = _record("atomic-cut", "python -m bench.atomic_cut --pipeline bench/atomic_lake.yaml --kills 20")
+    written = record_pipeline_run(record, Path("bench/atomic_lake.yaml"), ["chaos PASSED: pipeline atomic-lake",
+                                                                          "  kills landed: 20 of 20 asked"],
+                                  figures, chaos, options={"kills": 20, "seed": 1, "min_polls": 10_000},
+                                  results=tmp_path)
+    what = "Torn-cut chaos run of pipeline atomic_lake.yaml, --kills 20: PASSED"
+    lines, document = _read(written, tmp_path / f"{STEM}-pipeline.md", record, what)
+    assert document["figures"] == {"kind": "pipeline", "spec": "bench/atomic_lake.yaml",
+                                   "options": {"kills": 20, "seed": 1, "min_polls": 10_000}, "figures": figures,
+                                   "chaos": chaos}
+    assert lines[4:6] == ["    chaos PASSED: pipeline atomic-lake", "      kills landed: 20 of 20 asked"]
+    assert "| torn reads | 0 |" in lines and lines[-1] == "problems: none"
+
+
+def test_atomic_cut_main_records_the_sinks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.atomic_cut as atomic_cut
+
+    monkeypatch.setattr(atomic_cut, "run", lambda url, work, **options: {**_sinks_result(torn=0),
+                                                                        "options": options})
+    argv = ["--url", "postgresql+psycopg2://u@127.0.0.1:1/db", "--kills", "3", "--work", str(tmp_path / "w")]
+    assert atomic_cut.main(argv, results=tmp_path / "r") == 0
+    (json_path,) = (tmp_path / "r").glob("*-sinks.json")
+    document = json.loads(json_path.read_text(encoding="utf-8"))
+    assert document["scenario"] == "atomic-cut" and document["command"] == "python -m bench.atomic_cut " + " ".join(
+        argv)
+    assert document["figures"]["result"]["options"]["kills"] == 3 and document["figures"]["result"]["passed"]
