@@ -15,8 +15,11 @@ every count) at 4 shuffle partitions, and a changed spec of it, then runs
   broker) and ``out`` (channel ``c`` -> Parquet); NEW rescales only ``totals`` to 8
   (``stages[].shuffle_partitions``) while ``out`` keeps its state as it is.
 
-Drivers start with the test suite's short-lived-driver JVM options. The JSON report goes to
-``<run dir>/<case>.json`` and chaos's summary to stdout.
+Drivers start with the test suite's short-lived-driver JVM options. Chaos's JSON report goes to
+``<run dir>/<case>.json``. At the end it prints what ran (command, commit, date, cores, load
+average) above the run's figures and writes the record, ``YYYY-MM-DD-HHMM-<case>.md`` and
+``.json`` with the case, its sizes, the chaos command, its exit code and chaos's whole report
+(:mod:`bench.record`), to bench/results/chaos-upgrade-runs/.
 """
 
 from __future__ import annotations
@@ -24,20 +27,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from bench.chaos_runs import summary_line
+from bench.record import RESULTS as RESULTS_ROOT
+from bench.record import RunRecord, command_line, report
 from tests.drivers import short_lived_driver_env
 from tests.scenarios.harness import FAST_JVM
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTHY = "barrierflow.transforms.aggregations:keyed_running_totals"
 POISONED = "tests.verification.state_transforms:totals_with_a_poisoned_key"
+#: Where each run's record goes.
+RESULTS = RESULTS_ROOT / "chaos-upgrade-runs"
+#: The figures of chaos's report the table shows (the record keeps the whole report).
+SHOWN = ("passed", "problem", "kills", "kills_by_step", "kills_by_point", "upgrades", "runs", "rows_expected",
+         "rows", "missing", "extra", "duplicated", "seconds", "reference_seconds")
 
 
 def spec(run_dir: Path, file: str, *, records: int, keys: int, per_batch: int, shuffle: int, function: str) -> Path:
@@ -91,14 +104,62 @@ def staged_spec(run_dir: Path, file: str, *, records: int, keys: int, per_batch:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_chaos(command: Sequence[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run the chaos ``command`` with ``env``, its output captured as text."""
+    return subprocess.run(list(command), env=dict(env), capture_output=True, text=True, check=False)
+
+
+def report_lines(case: str, command: str, exit_code: int, chaos: Mapping[str, Any] | None) -> list[str]:
+    """The run's figures: the command, chaos's verdict line (:func:`bench.chaos_runs.summary_line`)
+    and the figures of :data:`SHOWN` as a table (``upgrades``: their count by outcome); without a
+    report (``chaos`` None), the exit code alone."""
+    lines = [f"Case {case}: `{command}`, exit code {exit_code}", ""]
+    if chaos is None:
+        return [*lines, "no report: chaos printed no JSON"]
+    lines += [summary_line(dict(chaos)), "", "| figure | value |", "|---|---|"]
+    for key in SHOWN:
+        value = chaos.get(key)
+        if key == "upgrades" and isinstance(value, list):
+            outcomes: dict[str, int] = {}
+            for upgrade in value:
+                outcome = str(upgrade.get("outcome", "unfinished")) if isinstance(upgrade, Mapping) else "?"
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            value = f"{len(value)} ({', '.join(f'{o} {n}' for o, n in sorted(outcomes.items())) or 'none'})"
+        elif isinstance(value, Mapping | list):
+            value = json.dumps(value)
+        lines.append(f"| {key.replace('_', ' ')} | {value} |")
+    return lines
+
+
+def record_run(record: RunRecord, case: str, command: str, exit_code: int, chaos: Mapping[str, Any] | None, *,
+               sizes: Mapping[str, int], chaos_options: Sequence[str],
+               results: Path | None = RESULTS) -> tuple[Path, Path] | None:
+    """Print the header and the run's figures (:func:`report_lines`) and write the record
+    (:func:`bench.record.report`, one round, suffix ``case``) into ``results`` (None: no record)
+    with the case, its sizes, the chaos options and command, the exit code and chaos's whole
+    report (None when it printed none; ``passed`` is chaos's verdict, None without a report);
+    returns the paths written."""
+    figures = {"case": case, **sizes, "chaos_options": list(chaos_options), "chaos_command": command,
+               "exit_code": exit_code, "passed": bool(chaos.get("passed")) if chaos is not None else None,
+               "report": None if chaos is None else dict(chaos)}
+    verdict = "no report" if chaos is None else "PASSED" if figures["passed"] else "FAILED"
+    return report(record, f"Upgrade-mode chaos run, case {case}: {verdict}", 1,
+                  report_lines(case, command, exit_code, chaos), figures, results_dir=results, suffix=case)
+
+
+def main(argv: list[str] | None = None, results: Path | None = RESULTS) -> int:
+    """Run the case ``argv`` names (default the command line's; the options chaos does not know
+    of here go to ``barrierflow chaos``); the record goes into ``results`` (None: no record).
+    Returns chaos's exit code (1 when it printed no report and exited 0)."""
+    parser = argparse.ArgumentParser(prog="python -m bench.chaos_upgrade_runs", description=__doc__.split("\n\n")[0])
     parser.add_argument("case", choices=["rescale", "broken", "staged-rescale"])
     parser.add_argument("--records", type=int, default=2000, help="records per generator partition")
     parser.add_argument("--keys", type=int, default=7)
     parser.add_argument("--per-batch", type=int, default=40)
     parser.add_argument("--dir", type=Path, default=ROOT / "var" / "bench-chaos-upgrade")
     args, chaos_options = parser.parse_known_args(argv)  # the rest: barrierflow chaos options (--kills ...)
+    record = RunRecord.start("chaos-upgrade-runs", command_line() if argv is None else " ".join(
+        ["python -m bench.chaos_upgrade_runs", *(shlex.quote(a) for a in argv)]))
     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
     run_dir = (args.dir / f"{args.case}-{stamp}").resolve()
     run_dir.mkdir(parents=True)
@@ -115,19 +176,19 @@ def main(argv: list[str] | None = None) -> int:
                "--scratch", str(run_dir / "scratch"), "--json", *options]
     print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {' '.join(command)}", flush=True)
     env = {**os.environ, **short_lived_driver_env()}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    done = run_chaos(command, env)
     (run_dir / f"{args.case}.json").write_text(done.stdout, encoding="utf-8")
     sys.stderr.write(done.stderr[-5000:])
     try:
-        report = json.loads(done.stdout)
+        chaos = json.loads(done.stdout)
     except json.JSONDecodeError:
-        print(f"exit {done.returncode}, no report", flush=True)
+        chaos = None
+    shown = " ".join(["barrierflow", *command[3:]]).replace(str(run_dir), "$RUN")
+    record_run(record, args.case, shown, done.returncode, chaos if isinstance(chaos, dict) else None, sizes=sizes,
+               chaos_options=options, results=results)
+    if not isinstance(chaos, dict):
         return done.returncode or 1
-    keys = ("passed", "problem", "kills", "kills_by_step", "kills_by_point", "upgrades", "runs", "rows_expected",
-            "rows", "missing", "extra", "duplicated", "seconds", "reference_seconds")
-    print(json.dumps({key: report.get(key) for key in keys}, indent=1), flush=True)
     return done.returncode
-
 
 if __name__ == "__main__":
     sys.exit(main())

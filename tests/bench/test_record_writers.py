@@ -1,14 +1,15 @@
 """The record writers of ``python -m bench --compare flink-sql``, ``--scenario upgrade``,
-bench.channel_transport and bench.atomic_cut (bench/record.py): called with made-up figures they
-print the header and write the .md and .json with every round's and every run's figures into
-their folder; their entry points, with the measuring parts replaced, start a record and write it
-(no Spark, Kafka, Flink, PostgreSQL or chaos run here)."""
+bench.channel_transport, bench.atomic_cut and bench.chaos_upgrade_runs (bench/record.py): called
+with made-up figures they print the header and write the .md and .json with every round's and
+every run's figures into their folder; their entry points, with the measuring parts replaced,
+start a record and write it (no Spark, Kafka, Flink, PostgreSQL or chaos run here)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import math
+import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,7 +52,8 @@ def spec() -> StageSpec:
 
 @pytest.mark.parametrize(("name", "folder"), [("bench.flink_compare", "flink-sql"), ("bench.upgrade", "upgrade"),
                                               ("bench.channel_transport", "channel-transport"),
-                                              ("bench.atomic_cut", "atomic-cut")])
+                                              ("bench.atomic_cut", "atomic-cut"),
+                                              ("bench.chaos_upgrade_runs", "chaos-upgrade-runs")])
 def test_each_entry_point_records_into_its_own_folder(name: str, folder: str) -> None:
     import importlib
 
@@ -286,3 +288,55 @@ def test_atomic_cut_main_records_the_sinks_run(tmp_path: Path, monkeypatch: pyte
     assert document["scenario"] == "atomic-cut" and document["command"] == "python -m bench.atomic_cut " + " ".join(
         argv)
     assert document["figures"]["result"]["options"]["kills"] == 3 and document["figures"]["result"]["passed"]
+
+
+# -- bench.chaos_upgrade_runs -----------------------------------------------------------------------
+
+
+CHAOS_REPORT = {"passed": True, "problem": None, "kills": {"group": 3}, "kills_total": 3, "restarts": 3,
+                "checkpoints": 40, "kills_by_step": {"canary": 2, "commit": 1}, "kills_by_point": {},
+                "upgrades": [{"outcome": "committed"}, {"outcome": "committed"}, {"outcome": "rolled back"}],
+                "runs": 4, "rows_expected": 4000, "rows": 4000, "missing": 0, "extra": 0, "duplicated": 0,
+                "seconds": 90.0, "reference_seconds": 20.0, "events": [{"kind": "group", "at": 2.0}]}
+
+
+def test_chaos_upgrade_run_keeps_chaos_report_and_the_command(tmp_path: Path) -> None:
+    from bench.chaos_upgrade_runs import record_run
+
+    record = _record("chaos-upgrade-runs", "python -m bench.chaos_upgrade_runs rescale --kills 3")
+    shown = "barrierflow chaos $RUN/old.yaml --upgrade-to $RUN/new.yaml --scratch $RUN/scratch --json --kills 3"
+    written = record_run(record, "rescale", shown, 0, CHAOS_REPORT, sizes={"records": 2000, "keys": 7, "per_batch": 40},
+                         chaos_options=["--kills", "3"], results=tmp_path)
+    lines, document = _read(written, tmp_path / f"{STEM}-rescale.md", record,
+                            "Upgrade-mode chaos run, case rescale: PASSED")
+    assert document["figures"] == {"case": "rescale", "records": 2000, "keys": 7, "per_batch": 40,
+                                   "chaos_options": ["--kills", "3"], "chaos_command": shown, "exit_code": 0,
+                                   "passed": True, "report": CHAOS_REPORT}
+    assert "| upgrades | 3 (committed 2, rolled back 1) |" in lines
+    assert '| kills by step | {"canary": 2, "commit": 1} |' in lines
+
+
+def test_chaos_upgrade_runs_main_records_the_run_and_one_without_a_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.chaos_upgrade_runs as upgrade_runs
+
+    outputs = iter([json.dumps(CHAOS_REPORT), "Traceback: no report"])
+    ran: list[list[str]] = []
+
+    def fake(command: list[str], env: Any) -> subprocess.CompletedProcess[str]:
+        ran.append(list(command))
+        out = next(outputs)
+        return subprocess.CompletedProcess(command, 0 if out.startswith("{") else 2, stdout=out, stderr="")
+
+    monkeypatch.setattr(upgrade_runs, "run_chaos", fake)
+    assert upgrade_runs.main(["rescale", "--dir", str(tmp_path / "runs"), "--kills", "3"], results=tmp_path / "r") == 0
+    assert upgrade_runs.main(["broken", "--dir", str(tmp_path / "runs")], results=tmp_path / "r") == 2
+    assert ran[0][-2:] == ["--kills", "3"] and "--upgrade-to" in ran[0]
+    documents = {p.name.split("-")[-1]: json.loads(p.read_text()) for p in (tmp_path / "r").glob("*.json")}
+    assert sorted(documents) == ["broken.json", "rescale.json"]
+    rescale, broken = documents["rescale.json"], documents["broken.json"]
+    assert rescale["command"] == f"python -m bench.chaos_upgrade_runs rescale --dir {tmp_path / 'runs'} --kills 3"
+    assert rescale["figures"]["report"] == CHAOS_REPORT and rescale["figures"]["chaos_options"] == ["--kills", "3"]
+    assert rescale["figures"]["chaos_command"].startswith("barrierflow chaos $RUN/old.yaml --upgrade-to $RUN/new.yaml")
+    assert broken["figures"]["report"] is None and broken["figures"]["exit_code"] == 2
+    assert broken["what"] == "Upgrade-mode chaos run, case broken: no report"
