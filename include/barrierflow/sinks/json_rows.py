@@ -127,7 +127,9 @@ def _utc_micros_texts(column: pa.ChunkedArray) -> list[str] | None:
         low, high = pc.min_max(column.cast(pa.int64())).values()
         if low.as_py() < _DATETIME_MICROS[0] or high.as_py() > _DATETIME_MICROS[1]:
             return None
-    text = pc.replace_substring_regex(pc.strftime(column, format="%Y-%m-%dT%H:%M:%S"), pattern=r"\.000000$",
+    # formatted as naive values (the same instants' UTC wall clock): no time zone database needed
+    naive = column.cast(pa.timestamp("us"))
+    text = pc.replace_substring_regex(pc.strftime(naive, format="%Y-%m-%dT%H:%M:%S"), pattern=r"\.000000$",
                                       replacement="")
     quoted = pc.binary_join_element_wise('"', text, '"' if kind.tz is None else '+00:00"', "")
     return pc.fill_null(quoted, "null").to_pylist()
