@@ -23,14 +23,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.sources.planning import REPLAY_UNTIL, PlanningOptions, SourcePlanner
-from barrierflow.spec.sources import GeneratorSourceSpec
+from barrierflow.spec.generator_params import GeneratorParams
+
+if TYPE_CHECKING:
+    from barrierflow.spec.sources import GeneratorSourceSpec
 
 SCHEMA = "partition INT, offset BIGINT, key BIGINT, value BIGINT, event_time TIMESTAMP"
 _CHUNK = 65_536
@@ -38,9 +41,11 @@ _CHUNK = 65_536
 
 @dataclass(frozen=True)
 class GeneratorModel:
-    """The generator's record function, shared by the reader and by tests/benchmarks."""
+    """The generator's record function, shared by the reader and by tests/benchmarks: of the
+    spec model on the driver, of :class:`~barrierflow.spec.generator_params.GeneratorParams`
+    (the same fields, without the spec models' import) in Spark's workers."""
 
-    spec: GeneratorSourceSpec
+    spec: GeneratorSourceSpec | GeneratorParams
 
     def rate(self, p: int) -> float:
         factors = self.spec.partition_rate_factors
@@ -162,7 +167,7 @@ class GeneratorDataSource(DataSource):
 
 class GeneratorStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
-        self.spec = GeneratorSourceSpec.model_validate(json.loads(options["spec"]))
+        self.spec = GeneratorParams.from_json(options["spec"])
         self.model = GeneratorModel(self.spec)
         self.control = ControlChannel(options["control_dir"])
         self.dead_letter_uri = options.get("dead_letter_uri", "")
@@ -258,7 +263,7 @@ class GeneratorBatchReader(DataSourceReader):
     """One Spark partition per generator partition's offset range."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        self.model = GeneratorModel(GeneratorSourceSpec.model_validate(json.loads(options["spec"])))
+        self.model = GeneratorModel(GeneratorParams.from_json(options["spec"]))
         self.ranges = {int(p): (int(r[0]), int(r[1])) for p, r in json.loads(options["ranges"]).items()}
 
     def partitions(self) -> list[InputPartition]:

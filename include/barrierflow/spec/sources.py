@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from barrierflow.spec.generator_params import silent_seconds
 from barrierflow.spec.kafka_client import KafkaClientField, NestedClientFields
 from barrierflow.spec.strict import Strict as _Strict
 
@@ -81,8 +82,7 @@ class GeneratorSourceSpec(_Strict):
 
     def silent_seconds(self, partition: int, elapsed: float) -> float:
         """How many of the first ``elapsed`` seconds ``partition`` was silent."""
-        return sum(max(0.0, min(elapsed, p.end) - p.start) for p in self.silent_periods
-                   if p.partition == partition and elapsed > p.start)
+        return silent_seconds(self.silent_periods, partition, elapsed)
 
 
 #: The columns a Kafka (or channel) source gives before its ``json_fields``; a field may not be named like one.
