@@ -6,9 +6,25 @@ Contract: read-only; a process that ends while it is read is left out; ticks are
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["descendant_ticks"]
+__all__ = ["descendant_ticks", "process_stats"]
+
+
+def process_stats(proc: Path = Path("/proc")) -> Iterator[tuple[Path, str, list[str]]]:
+    """Every live process's ``/proc`` entry, name (``comm``) and the fields of its ``stat``
+    after the name (``fields[1]`` is the parent's pid, ``fields[11:13]`` utime and stime,
+    ``fields[19]`` the start time)."""
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = entry.joinpath("stat").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        name, _, rest = stat.partition("(")[2].rpartition(") ")
+        yield entry, name, rest.split()
 
 
 def descendant_ticks(root: int, *, reaped_children: bool = False) -> dict[int, int]:
@@ -17,12 +33,8 @@ def descendant_ticks(root: int, *, reaped_children: bool = False) -> dict[int, i
     parents: dict[int, int] = {}
     ticks: dict[int, int] = {}
     last = 15 if reaped_children else 13
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text(encoding="utf-8", errors="replace").rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
+    for entry, _, fields in process_stats():
+        if len(fields) < last:
             continue
         parents[int(entry.name)] = int(fields[1])
         ticks[int(entry.name)] = sum(int(f) for f in fields[11:last])

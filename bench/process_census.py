@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.proc_stat import process_stats
+
 __all__ = ["KINDS", "Census", "Seen", "kind_of", "main"]
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -77,15 +79,7 @@ class Census:
     def read(self, proc: Path = Path("/proc")) -> None:
         """One reading of every process; new ones join when their parent belongs."""
         ours = {pid for pid, _ in self.seen} | {self.root}
-        for entry in proc.iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-            comm = stat[stat.index("(") + 1:stat.rindex(")")]
-            fields = stat.rsplit(") ", 1)[1].split()
+        for entry, comm, fields in process_stats(proc):
             pid, parent, started = int(entry.name), int(fields[1]), int(fields[19])
             key = (pid, started)
             process = self.seen.get(key)
