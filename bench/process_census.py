@@ -53,8 +53,10 @@ def kind_of(comm: str, command_line: str) -> str:
     for kind, words in KINDS:
         if any(word in text for word in words):
             return kind
-    if comm == "java" or command_line.split(" ", 1)[0].endswith("/java"):
-        return "other JVMs"
+    if comm.startswith(("pytest", "[pytest")) or command_line.startswith("[pytest"):
+        return "pytest processes (xdist workers, renamed as they run)"
+    if comm in ("java", "jspawnhelper") or command_line.split(" ", 1)[0].endswith(("/java", "/jspawnhelper")):
+        return "other JVMs (and the JDK's process-spawn helper)"
     if comm.startswith("python") or "python" in command_line.split(" ", 1)[0]:
         return "other Python (drivers, tests, command lines)"
     return "other"

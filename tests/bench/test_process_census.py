@@ -30,6 +30,8 @@ BURN = ("import subprocess, sys, time\n"
     ("airflow", "/v/bin/python3.11 /v/bin/airflow scheduler", "Airflow"),
     ("postgres", "postgres: checkpointer", "PostgreSQL"),
     ("java", "java -jar other.jar", "other JVMs"),
+    ("jspawnhelper", "/usr/lib/jvm/java-17-openjdk-amd64/lib/jspawnhelper 17.0.15 350:351:353", "other JVMs"),
+    ("[pytest-xdist r", "[pytest-xdist running] tests/ops/test_stop.py::test_stop", "pytest processes"),
     ("python3.11", "/v/bin/python3.11 -m barrierflow.cli.main run spec.yaml", "other Python"),
     ("bash", "bash -c true", "other"),
 ])
