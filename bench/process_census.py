@@ -123,8 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to run after --")
+    if not args.interval > 0:
+        parser.error(f"--interval must be a positive number of seconds, got {args.interval}")
     busy, started = _busy_ticks(), time.monotonic()
-    child = subprocess.Popen(command)
+    try:
+        child = subprocess.Popen(command)
+    except OSError as exc:
+        parser.error(f"cannot start {command[0]!r}: {exc.strerror or exc}; give a command on PATH or its path")
     census = Census(child.pid)
     while child.poll() is None:
         census.read()

@@ -3,20 +3,31 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench.process_census import kind_of, main
+from bench.process_census import TICKS, Census, kind_of, main
 
-#: Burns 0.3 s of its own CPU time (not wall time); with an argument, then runs that script too.
-BURN = ("import subprocess, sys, time\n"
-        "t = time.process_time()\n"
-        "while time.process_time() - t < 0.3:\n"
-        "    pass\n"
-        "if len(sys.argv) > 1:\n"
-        "    subprocess.run([sys.executable, sys.argv[1]], check=True)\n")
+#: Starts a grandchild that burns 0.3 s of its own CPU time (not wall time), says so on stdout
+#: and then waits for stdin to close; prints the grandchild's pid and exits once its own stdin
+#: closes, leaving the grandchild to init.
+PARENT = ("import subprocess, sys\n"
+          "child = subprocess.Popen([sys.executable, '-c', sys.argv[1]], stdin=subprocess.PIPE)\n"
+          "print(child.pid, flush=True)\n"
+          "sys.stdin.read()\n")
+GRANDCHILD = ("import sys, time\n"
+              "sys.stdin.readline()\n"
+              "t = time.process_time()\n"
+              "while time.process_time() - t < 0.3:\n"
+              "    pass\n"
+              "print('burned', flush=True)\n"
+              "sys.stdin.read()\n")
 
 
 @pytest.mark.parametrize(("comm", "line", "kind"), [
@@ -39,12 +50,40 @@ def test_each_kind_of_process_is_told_apart(comm: str, line: str, kind: str) -> 
     assert kind_of(comm, line).startswith(kind)
 
 
-def test_a_command_and_the_process_it_starts_are_both_counted(tmp_path: Path) -> None:
-    script = tmp_path / "burn.py"
-    script.write_text(BURN, encoding="utf-8")
+def test_a_process_is_followed_after_its_parent_died_and_its_cpu_counted() -> None:
+    """Each step waits for the processes to say where they are: no reading depends on timing."""
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, GRANDCHILD], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert parent.stdin is not None and parent.stdout is not None
+    grandchild_pid = int(parent.stdout.readline())
+    census = Census(parent.pid)
+    census.read()  # both alive: the grandchild joins through its parent
+    # A writer of the grandchild's stdin pipe of our own, so that it sees no end of input when its parent exits.
+    go = open(f"/proc/{grandchild_pid}/fd/0", "w")
+    try:
+        parent.stdin.close()
+        assert parent.wait(timeout=60) == 0  # the grandchild now belongs to init
+        go.write("go\n")
+        go.flush()
+        assert parent.stdout.readline().strip() == "burned"  # it burned, and now waits on its stdin
+        census.read()
+        burned = [p for (pid, _), p in census.seen.items() if pid == grandchild_pid]
+        assert len(burned) == 1 and burned[0].cpu_ticks / TICKS >= 0.29
+        assert census.by_kind()["other Python (drivers, tests, command lines)"][0] == 2
+    finally:
+        go.close()
+        os.kill(grandchild_pid, signal.SIGKILL)
+
+
+def test_the_command_line_runs_a_command_and_names_a_bad_one(tmp_path: Path, capsys: Any) -> None:
     out = tmp_path / "census.json"
-    assert main(["--interval", "0.05", "--json", str(out), "--", sys.executable, str(script), str(script)]) == 0
+    assert main(["--json", str(out), "--", sys.executable, "-c", "print('ran')"]) == 0
     figures = json.loads(out.read_text(encoding="utf-8"))
-    python = figures["kinds"]["other Python (drivers, tests, command lines)"]
-    assert python["processes"] == 2
-    assert python["core_s"] >= 0.4  # 0.3 s each, less at most one interval of each after its last reading
+    assert figures["exit"] == 0 and sum(k["processes"] for k in figures["kinds"].values()) >= 1
+    assert "ran" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--", str(tmp_path / "no-such-command")])
+    assert "cannot start" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--interval", "0", "--", sys.executable, "-c", "pass"])
+    assert "--interval must be a positive number" in capsys.readouterr().err
