@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from barrierflow.errors import SpecError
 from barrierflow.spec import parse_staged_spec
-from barrierflow.spec.kafka_client import CLIENT_OPTIONS, KafkaClientSpec
+from barrierflow.spec.client_options import CLIENT_OPTIONS
+from barrierflow.spec.kafka_client import KafkaClientSpec
 from barrierflow.spec.loader import parse_spec
 from barrierflow.spec.models import KafkaSinkSpec, KafkaSourceSpec
 from pydantic import ValidationError

@@ -30,12 +30,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from barrierflow.errors import SinkError, SourceError, SourceUnavailableError, UserInputError
 from barrierflow.kafka_io.decoding import CHUNK_ROWS
 from barrierflow.kafka_io.partition_ids import partition_id
-from barrierflow.spec.sources import KafkaSourceSpec
 
 if TYPE_CHECKING:  # kafka-python's types, also for the annotations of this module's callers
     from kafka import KafkaConsumer, TopicPartition
 
-    from barrierflow.spec.kafka_client import KafkaClientSpec
+    from barrierflow.spec.kafka_params import KafkaClient, KafkaSource
 
 #: How often the driver's consumer refreshes topic metadata (new partitions), in ms.
 METADATA_MAX_AGE_MS = 30_000
@@ -45,7 +44,7 @@ TOPIC_TIMEOUT = 10.0
 _T = TypeVar("_T")
 
 
-def bootstrap_servers(spec: KafkaSourceSpec) -> list[str]:
+def bootstrap_servers(spec: KafkaSource) -> list[str]:
     """The ``host:port`` list of ``spec.bootstrap_servers`` (comma separated)."""
     servers = [s.strip() for s in spec.bootstrap_servers.split(",") if s.strip()]
     if not servers:
@@ -53,7 +52,7 @@ def bootstrap_servers(spec: KafkaSourceSpec) -> list[str]:
     return servers
 
 
-def consumer_config(spec: KafkaSourceSpec) -> dict[str, Any]:
+def consumer_config(spec: KafkaSource) -> dict[str, Any]:
     """kafka-python consumer settings: no group, no auto commit, ``read_committed``, bounded.
 
     ``bootstrap_timeout_ms`` and ``request_timeout_ms`` follow ``poll_timeout`` so a dead
@@ -86,7 +85,7 @@ def consumer_config(spec: KafkaSourceSpec) -> dict[str, Any]:
     }
 
 
-def _unreachable(spec: KafkaSourceSpec, what: str, exc: BaseException) -> SourceUnavailableError:
+def _unreachable(spec: KafkaSource, what: str, exc: BaseException) -> SourceUnavailableError:
     return SourceUnavailableError(
         f"Kafka source {spec.name!r}: {what} failed: cannot reach the brokers "
         f"{','.join(bootstrap_servers(spec))} within poll_timeout={spec.poll_timeout:g}s "
@@ -97,7 +96,7 @@ def _unreachable(spec: KafkaSourceSpec, what: str, exc: BaseException) -> Source
     )
 
 
-def _insecure(spec: KafkaSourceSpec, what: str, exc: BaseException) -> SourceError | None:
+def _insecure(spec: KafkaSource, what: str, exc: BaseException) -> SourceError | None:
     """A :class:`SourceError` (not one to ride out) when ``exc`` of a kafka-python call was a
     security failure (a refused login, an untrusted certificate: :mod:`barrierflow.kafka_io.security`)."""
     from barrierflow.kafka_io.security import kafka_python_failure
@@ -108,7 +107,7 @@ def _insecure(spec: KafkaSourceSpec, what: str, exc: BaseException) -> SourceErr
     return SourceError(f"Kafka source {spec.name!r}: {what} failed: {found}")
 
 
-def open_consumer(spec: KafkaSourceSpec) -> KafkaConsumer:
+def open_consumer(spec: KafkaSource) -> KafkaConsumer:
     """A connected consumer for ``spec``; the caller closes it.
 
     Raises:
@@ -135,7 +134,7 @@ def open_consumer(spec: KafkaSourceSpec) -> KafkaConsumer:
         raise _unreachable(spec, "connecting", exc) from exc
 
 
-def broker_call(spec: KafkaSourceSpec, what: str, fn: Callable[[], _T]) -> _T:
+def broker_call(spec: KafkaSource, what: str, fn: Callable[[], _T]) -> _T:
     """Run a broker call, turning kafka-python's errors into a :class:`SourceError`."""
     from kafka.errors import (
         KafkaConnectionError,
@@ -159,7 +158,7 @@ def broker_call(spec: KafkaSourceSpec, what: str, fn: Callable[[], _T]) -> _T:
         raise SourceError(f"Kafka source {spec.name!r}: {what} failed: {type(exc).__name__}: {exc}") from exc
 
 
-def topic_partitions(spec: KafkaSourceSpec, consumer: KafkaConsumer) -> list[TopicPartition]:
+def topic_partitions(spec: KafkaSource, consumer: KafkaConsumer) -> list[TopicPartition]:
     """Every partition of the spec's topics, sorted.
 
     Raises:
@@ -181,7 +180,7 @@ def topic_partitions(spec: KafkaSourceSpec, consumer: KafkaConsumer) -> list[Top
     return out
 
 
-def _offsets_now(spec: KafkaSourceSpec, what: str, fetch: Callable[..., Any]) -> dict[str, int]:
+def _offsets_now(spec: KafkaSource, what: str, fetch: Callable[..., Any]) -> dict[str, int]:
     """``fetch(partitions, timeout_ms=...)`` (a consumer's ``end_offsets`` or ``beginning_offsets``)
     over every partition of the spec's topics, keyed by :func:`partition_id`."""
     consumer = open_consumer(spec)
@@ -195,7 +194,7 @@ def _offsets_now(spec: KafkaSourceSpec, what: str, fetch: Callable[..., Any]) ->
         consumer.close()
 
 
-def end_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
+def end_offsets(spec: KafkaSource) -> dict[str, int]:
     """The end offset (the last stable offset, as a ``read_committed`` reader sees it) of every
     partition of the spec's topics now: where a bounded run (``--until-exhausted``) stops.
 
@@ -205,7 +204,7 @@ def end_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
     return _offsets_now(spec, "end", lambda consumer: consumer.end_offsets)
 
 
-def beginning_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
+def beginning_offsets(spec: KafkaSource) -> dict[str, int]:
     """The log start offset of every partition of the spec's topics now (where ``earliest``
     starts), keyed like :func:`end_offsets`.
 
@@ -215,7 +214,7 @@ def beginning_offsets(spec: KafkaSourceSpec) -> dict[str, int]:
     return _offsets_now(spec, "beginning", lambda consumer: consumer.beginning_offsets)
 
 
-def offsets_for_times(spec: KafkaSourceSpec, timestamp_ms: int) -> dict[str, int | None]:
+def offsets_for_times(spec: KafkaSource, timestamp_ms: int) -> dict[str, int | None]:
     """Per partition of the spec's topics (keyed like :func:`end_offsets`), the earliest
     offset the broker still holds whose record timestamp is at or after ``timestamp_ms``
     (epoch milliseconds), as Kafka's offsets-for-times answers it; None for a partition with no
@@ -241,7 +240,7 @@ def offsets_for_times(spec: KafkaSourceSpec, timestamp_ms: int) -> dict[str, int
 # --------------------------------------------------------------------------- topics of any client
 
 
-def partition_counts(servers: str, topics: Sequence[str], client: KafkaClientSpec | None = None) -> list[int]:
+def partition_counts(servers: str, topics: Sequence[str], client: KafkaClient | None = None) -> list[int]:
     """The number of partitions of each of ``topics`` (0 for a topic that does not exist), asked
     with one consumer connected with ``client``'s security settings and options."""
     from kafka import KafkaConsumer
@@ -256,7 +255,7 @@ def partition_counts(servers: str, topics: Sequence[str], client: KafkaClientSpe
         consumer.close()
 
 
-def ensure_topic(servers: str, topic: str, partitions: int, client: KafkaClientSpec | None = None, *,
+def ensure_topic(servers: str, topic: str, partitions: int, client: KafkaClient | None = None, *,
                  timeout: float = TOPIC_TIMEOUT) -> None:
     """Create ``topic`` with ``partitions`` partitions unless it exists (replication 1 on a
     single broker, the cluster's default otherwise is not guessed: create it yourself there),

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from kafka import KafkaConsumer
     from kafka.consumer.fetcher import ConsumerRecord
 
-    from barrierflow.spec.kafka_client import KafkaClientSpec
+    from barrierflow.spec.kafka_params import KafkaClient
 
 #: Default bound, in seconds, on connecting to the brokers and on each broker request.
 DEFAULT_TIMEOUT = 10.0
@@ -69,7 +69,7 @@ def _read_failed(servers: Sequence[str], what: str, timeout: float, exc: BaseExc
 
 
 def _insecure(servers: Sequence[str], what: str, timeout: float, exc: BaseException,
-              client: KafkaClientSpec | None) -> SinkError | None:
+              client: KafkaClient | None) -> SinkError | None:
     """A :class:`SinkError` naming the setting when ``exc`` was a security failure (a refused
     login, an untrusted certificate, a secret that does not resolve), else None."""
     from barrierflow.kafka_io.security import kafka_python_failure
@@ -79,7 +79,7 @@ def _insecure(servers: Sequence[str], what: str, timeout: float, exc: BaseExcept
 
 
 def _consumer(servers: Sequence[str], timeout: float, isolation_level: str,
-              client: KafkaClientSpec | None = None) -> KafkaConsumer:
+              client: KafkaClient | None = None) -> KafkaConsumer:
     """A group-less, non-committing consumer that never auto-creates topics (caller closes),
     with ``client``'s security and options."""
     from kafka import KafkaConsumer
@@ -113,7 +113,7 @@ def _consumer(servers: Sequence[str], timeout: float, isolation_level: str,
 
 
 def partition_numbers(servers: Sequence[str], topic: str, *, timeout: float = DEFAULT_TIMEOUT,
-                     consumer: KafkaConsumer | None = None, client: KafkaClientSpec | None = None) -> list[int]:
+                     consumer: KafkaConsumer | None = None, client: KafkaClient | None = None) -> list[int]:
     """The partition numbers of ``topic``, sorted.
 
     Raises:
@@ -148,7 +148,7 @@ def partition_numbers(servers: Sequence[str], topic: str, *, timeout: float = DE
 def committed_markers(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pipeline: str | None = None,
                       sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
                       open_transaction_wait: float = 60.0,
-                      client: KafkaClientSpec | None = None) -> dict[str, dict[str, Any]]:
+                      client: KafkaClient | None = None) -> dict[str, dict[str, Any]]:
     """The commit markers visible to a ``read_committed`` consumer, by transaction id (the
     last one of a transaction id when there are several); see :func:`marker_log`."""
     return {m["transaction_id"]: m for m in marker_log(bootstrap_servers, marker_topic, pipeline=pipeline,
@@ -158,7 +158,7 @@ def committed_markers(bootstrap_servers: str | Sequence[str], marker_topic: str,
 
 def marker_log(bootstrap_servers: str | Sequence[str], marker_topic: str, *, pipeline: str | None = None,
                sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-               open_transaction_wait: float = 60.0, client: KafkaClientSpec | None = None) -> list[dict[str, Any]]:
+               open_transaction_wait: float = 60.0, client: KafkaClient | None = None) -> list[dict[str, Any]]:
     """Every commit marker visible to a ``read_committed`` consumer, in log order per partition:
     one :meth:`MarkerReader.read_new` of a new reader (see there).
 
@@ -193,7 +193,7 @@ class MarkerReader:
 
     def __init__(self, bootstrap_servers: str | Sequence[str], marker_topic: str, *, pipeline: str | None = None,
                  sink: str | None = None, timeout: float = DEFAULT_TIMEOUT, open_transaction_wait: float = 60.0,
-                 client: KafkaClientSpec | None = None) -> None:
+                 client: KafkaClient | None = None) -> None:
         self.servers = split_servers(bootstrap_servers)
         self.marker_topic = marker_topic
         self.pipeline, self.sink = pipeline, sink
@@ -289,7 +289,7 @@ class MarkerReader:
 def committed_records(bootstrap_servers: str | Sequence[str], topic: str, marker_topic: str, *,
                       pipeline: str | None = None, sink: str | None = None, timeout: float = DEFAULT_TIMEOUT,
                       open_transaction_wait: float = 60.0,
-                      client: KafkaClientSpec | None = None) -> list[ConsumerRecord]:
+                      client: KafkaClient | None = None) -> list[ConsumerRecord]:
     """The records of ``topic`` that belong to a committed epoch, found through the sink's own
     commit markers, sorted by partition and offset.
 
@@ -378,7 +378,7 @@ def _parse_marker(key: bytes | None, value: bytes | None) -> dict[str, Any] | No
     return marker
 
 
-def read_committed_topic(servers: str, topic: str, client: KafkaClientSpec | None = None, *,
+def read_committed_topic(servers: str, topic: str, client: KafkaClient | None = None, *,
                          stall: float = 60.0) -> Iterator[ConsumerRecord]:
     """Every record of ``topic`` a ``read_committed`` consumer sees, from each partition's
     beginning up to its last stable offset taken when the read starts (kafka-python: the sink

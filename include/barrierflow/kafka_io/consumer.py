@@ -25,11 +25,13 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from barrierflow.kafka_io.errors import KafkaIOError, KafkaSecurityError
 from barrierflow.kafka_io.security import librdkafka_client_config, librdkafka_failure
-from barrierflow.spec.kafka_client import KafkaClientSpec
+
+if TYPE_CHECKING:
+    from barrierflow.spec.kafka_params import KafkaClient
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +87,7 @@ class ConsumerSettings:
     servers: str
     timeout: float = 10.0
     client_id: str = "barrierflow"
-    client: KafkaClientSpec | None = None
+    client: KafkaClient | None = None
 
     def config(self) -> dict[str, Any]:
         timeout_ms = max(1000, int(self.timeout * 1000))

@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.kafka_io.json_columns import MAX_EPOCH_MS, arrow_type, decode_columns, iso_timestamp_us
 from barrierflow.kafka_io.partition_ids import partition_id
-from barrierflow.spec.sources import KAFKA_METADATA_COLUMNS, KafkaSourceSpec
+from barrierflow.spec.kafka_params import KAFKA_METADATA_COLUMNS
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from kafka.consumer.fetcher import ConsumerRecord
 
     from barrierflow.kafka_io.consumer import Columns
+    from barrierflow.spec.kafka_params import KafkaSource
 
 #: The columns every format starts with (a json field may not be named like one: the spec refuses it).
 METADATA_COLUMNS = KAFKA_METADATA_COLUMNS
@@ -126,7 +127,7 @@ class RecordDecoder:
     ``reason``) instead of being emitted.
     """
 
-    spec: KafkaSourceSpec
+    spec: KafkaSource
     #: Decode chunks with Arrow's JSON reader where it gives the same rows
     #: (:mod:`barrierflow.kafka_io.json_columns`); False only to measure the per-record path.
     vectorized: bool = True

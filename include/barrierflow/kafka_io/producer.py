@@ -22,11 +22,13 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from barrierflow.kafka_io.errors import KafkaIOError, KafkaSecurityError
 from barrierflow.kafka_io.security import librdkafka_client_config, librdkafka_failure
-from barrierflow.spec.kafka_client import KafkaClientSpec
+
+if TYPE_CHECKING:
+    from barrierflow.spec.kafka_params import KafkaClient
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ class ProducerSettings:
     delivery_timeout: float = 30.0
     queue_records: int = 500_000
     client_id: str = "barrierflow"
-    client: KafkaClientSpec | None = None
+    client: KafkaClient | None = None
 
     def config(self) -> dict[str, Any]:
         """The librdkafka configuration."""

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from barrierflow.errors import SourceError
 from barrierflow.kafka_io.admin import bootstrap_servers
-from barrierflow.spec.sources import KafkaSourceSpec
 
 if TYPE_CHECKING:
     from barrierflow.kafka_io.consumer import Columns, ConsumerSettings, HeaderFilter, RangeReader
+    from barrierflow.spec.kafka_params import KafkaSource
 
 
-def reader_settings(spec: KafkaSourceSpec) -> ConsumerSettings:
+def reader_settings(spec: KafkaSource) -> ConsumerSettings:
     """How ranges of ``spec``'s topics are read (confluent-kafka; see :mod:`barrierflow.kafka_io`)."""
     from barrierflow.kafka_io.consumer import ConsumerSettings
 
@@ -35,7 +35,7 @@ def reader_settings(spec: KafkaSourceSpec) -> ConsumerSettings:
                             client_id=f"barrierflow-{spec.name}", client=spec.client)
 
 
-def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int,
+def read_range(spec: KafkaSource, topic: str, partition: int, start: int, end: int,
                reader: RangeReader | None = None) -> Iterator[Any]:
     """The ``read_committed`` records of ``topic``/``partition`` with ``start <= offset < end``
     (:class:`~barrierflow.kafka_io.consumer.Record` values, with the attribute names of
@@ -52,7 +52,7 @@ def read_range(spec: KafkaSourceSpec, topic: str, partition: int, start: int, en
     return _read(spec, topic, partition, start, end, reader, columns=False)
 
 
-def read_range_columns(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int,
+def read_range_columns(spec: KafkaSource, topic: str, partition: int, start: int, end: int,
                        reader: RangeReader | None = None, *, drop: HeaderFilter | None = None) -> Iterator[Columns]:
     """The records of :func:`read_range` as :class:`~barrierflow.kafka_io.consumer.Columns`
     (offsets, timestamps, values), a chunk per fetch, without those ``drop`` picks by their
@@ -60,7 +60,7 @@ def read_range_columns(spec: KafkaSourceSpec, topic: str, partition: int, start:
     return _read(spec, topic, partition, start, end, reader, columns=True, drop=drop)
 
 
-def read_range_marked(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int,
+def read_range_marked(spec: KafkaSource, topic: str, partition: int, start: int, end: int,
                       header: str | frozenset[str], reader: RangeReader | None = None) -> Iterator[tuple[int, Any]]:
     """``(offset, headers)`` of the records of :func:`read_range` carrying a header named
     ``header`` (or one of several names: the channel source's scan for barrier and row-batch
@@ -68,7 +68,7 @@ def read_range_marked(spec: KafkaSourceSpec, topic: str, partition: int, start: 
     return _read(spec, topic, partition, start, end, reader, columns=False, marked=header)
 
 
-def _read(spec: KafkaSourceSpec, topic: str, partition: int, start: int, end: int, reader: RangeReader | None,
+def _read(spec: KafkaSource, topic: str, partition: int, start: int, end: int, reader: RangeReader | None,
           *, columns: bool, marked: str | frozenset[str] | None = None,
           drop: HeaderFilter | None = None) -> Iterator[Any]:
     from barrierflow.kafka_io import KafkaIOError, KafkaSecurityError

@@ -34,10 +34,13 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from barrierflow.kafka_io.errors import KafkaSecurityError
-from barrierflow.spec.kafka_client import CLIENT_OPTIONS, TLS_PROTOCOLS, KafkaClientSpec
+from barrierflow.spec.client_options import CLIENT_OPTIONS, TLS_PROTOCOLS
+
+if TYPE_CHECKING:
+    from barrierflow.spec.kafka_params import KafkaClient
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +189,7 @@ def resolve_secret(reference: str, *, field: str, login: bool = False) -> str:
     raise KafkaSecurityError(f"{field} is not a secret reference (env:VAR or airflow:CONN_ID)")  # validated before
 
 
-def username(client: KafkaClientSpec) -> str | None:
+def username(client: KafkaClient) -> str | None:
     """The SASL user name of ``client`` (resolved when it is a reference), or None without SASL."""
     reference = client.effective_username
     return None if reference is None else resolve_secret(reference, field="username", login=True)
@@ -222,7 +225,7 @@ _KAFKA_PYTHON = _SecurityNames("security_protocol", "sasl_mechanism", "sasl_plai
                                "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
 
 
-def _security_settings(client: KafkaClientSpec, names: _SecurityNames, *, protocol: str,
+def _security_settings(client: KafkaClient, names: _SecurityNames, *, protocol: str,
                        system_cas: str | None) -> dict[str, Any]:
     """The security settings of ``client`` under one client's ``names``, secrets resolved:
     ``protocol`` as that client spells it; the SASL mechanism, user and password with SASL; with
@@ -251,7 +254,7 @@ def _security_settings(client: KafkaClientSpec, names: _SecurityNames, *, protoc
     return config
 
 
-def librdkafka_config(client: KafkaClientSpec | None) -> dict[str, Any]:
+def librdkafka_config(client: KafkaClient | None) -> dict[str, Any]:
     """The librdkafka (confluent-kafka) settings of ``client``, secrets resolved; empty for None.
 
     Raises:
@@ -269,7 +272,7 @@ def librdkafka_config(client: KafkaClientSpec | None) -> dict[str, Any]:
     return config
 
 
-def librdkafka_client_config(servers: str, client_id: str, client: KafkaClientSpec | None,
+def librdkafka_client_config(servers: str, client_id: str, client: KafkaClient | None,
                              settings: dict[str, Any]) -> dict[str, Any]:
     """The whole configuration of one librdkafka client: the brokers ``servers`` and ``client_id``,
     the client kind's own ``settings`` (librdkafka names), what every barrierflow client sets
@@ -291,7 +294,7 @@ def _kafka_python_keys(kind: KafkaPythonKind) -> frozenset[str]:
     return frozenset(cls.DEFAULT_CONFIG)
 
 
-def kafka_python_config(client: KafkaClientSpec | None, kind: KafkaPythonKind = "consumer") -> dict[str, Any]:
+def kafka_python_config(client: KafkaClient | None, kind: KafkaPythonKind = "consumer") -> dict[str, Any]:
     """The kafka-python settings of ``client`` for a ``KafkaConsumer``, ``KafkaProducer`` or
     ``KafkaAdminClient`` (an allowed option that client has no setting for is left out), secrets
     resolved; empty for None.
@@ -330,7 +333,7 @@ def _pem_text(path: str, field: str) -> str:
         return handle.read()
 
 
-def java_client_config(client: KafkaClientSpec | None) -> dict[str, str]:
+def java_client_config(client: KafkaClient | None) -> dict[str, str]:
     """The settings of Kafka's Java client (Spark's Kafka connector, without its ``kafka.``
     prefix) for ``client``, secrets resolved; empty for None. SASL becomes ``sasl.jaas.config``
     (PLAIN or SCRAM login module); TLS files stay PEM: the CA file as a PEM trust store, the
@@ -374,7 +377,7 @@ def java_client_config(client: KafkaClientSpec | None) -> dict[str, str]:
 # --------------------------------------------------------------------------- failures
 
 
-def describe(client: KafkaClientSpec | None) -> str:
+def describe(client: KafkaClient | None) -> str:
     """The connection settings of ``client`` for a message: protocol, mechanism, TLS files (no secret)."""
     if client is None or client.is_plaintext:
         return "security_protocol PLAINTEXT"
@@ -388,14 +391,14 @@ def describe(client: KafkaClientSpec | None) -> str:
     return ", ".join(parts)
 
 
-def _user(client: KafkaClientSpec) -> str:
+def _user(client: KafkaClient) -> str:
     try:
         return repr(username(client))
     except KafkaSecurityError:
         return f"from {client.effective_username}"
 
 
-def security_failure(client: KafkaClientSpec | None, servers: str, detail: str) -> KafkaSecurityError | None:
+def security_failure(client: KafkaClient | None, servers: str, detail: str) -> KafkaSecurityError | None:
     """The :class:`KafkaSecurityError` for what a client reported (``detail``: an error text of
     kafka-python or librdkafka), or None when it is not a security failure (or ``client`` is
     PLAINTEXT and the brokers did not ask for more)."""
@@ -441,7 +444,7 @@ def security_failure(client: KafkaClientSpec | None, servers: str, detail: str) 
     return None
 
 
-def librdkafka_failure(client: KafkaClientSpec | None, servers: str, error: Any) -> KafkaSecurityError | None:
+def librdkafka_failure(client: KafkaClient | None, servers: str, error: Any) -> KafkaSecurityError | None:
     """:func:`security_failure` of a librdkafka ``KafkaError`` (from an error callback)."""
     detail = error.str()
     found = security_failure(client, servers, detail)
@@ -451,7 +454,7 @@ def librdkafka_failure(client: KafkaClientSpec | None, servers: str, error: Any)
     return found
 
 
-def diagnose(client: KafkaClientSpec | None, servers: str, timeout: float,
+def diagnose(client: KafkaClient | None, servers: str, timeout: float,
              *, clock: Callable[[], float] = time.monotonic) -> KafkaSecurityError | None:
     """Ask the brokers with librdkafka whether ``client``'s security settings are the reason a
     connection failed: the :class:`KafkaSecurityError` if they are (found within ``timeout``
@@ -491,7 +494,7 @@ def diagnose(client: KafkaClientSpec | None, servers: str, timeout: float,
             continue
 
 
-def kafka_python_failure(client: KafkaClientSpec | None, servers: str, exc: BaseException,
+def kafka_python_failure(client: KafkaClient | None, servers: str, exc: BaseException,
                          timeout: float) -> KafkaSecurityError | None:
     """The security failure behind a kafka-python error ``exc``, or None: its text when it says
     (a refused SASL handshake), else, when it is a bootstrap timeout of a secured client,
@@ -520,7 +523,7 @@ FIRST_BOOTSTRAP_SECONDS = 2.0
 _DIAGNOSED = "_barrierflow_security_diagnosed"
 
 
-def connect_kafka_python(connect: Callable[[int], _Client], client: KafkaClientSpec | None, servers: str,
+def connect_kafka_python(connect: Callable[[int], _Client], client: KafkaClient | None, servers: str,
                          timeout: float) -> _Client:
     """``connect(bootstrap_timeout_ms)``: a kafka-python client that bootstraps within ``timeout``
     seconds, failing at once when a secured ``client``'s settings are refused.

@@ -30,11 +30,13 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from barrierflow.kafka_io.errors import KafkaIOError, KafkaSecurityError
 from barrierflow.kafka_io.security import librdkafka_client_config, librdkafka_failure
-from barrierflow.spec.kafka_client import KafkaClientSpec
+
+if TYPE_CHECKING:
+    from barrierflow.spec.kafka_params import KafkaClient
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ class TransactionalSettings:
     timeout: float = 10.0
     client_id: str = "barrierflow"
     linger_ms: int = 5
-    client: KafkaClientSpec | None = None
+    client: KafkaClient | None = None
 
     def config(self) -> dict[str, Any]:
         """The librdkafka configuration."""

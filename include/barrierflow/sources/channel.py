@@ -81,7 +81,7 @@ from barrierflow.sources.channel_rows import ChannelDecoder
 from barrierflow.sources.kafka import KafkaStreamReader, schema_for
 from barrierflow.sources.planning import RowMeasure
 from barrierflow.spec.checkpoint_mode import CheckpointMode
-from barrierflow.spec.sources import KafkaSourceSpec
+from barrierflow.spec.kafka_params import KafkaSourceParams
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -105,7 +105,7 @@ class ChannelDataSource(DataSource):
         return "barrierflow_channel"
 
     def schema(self) -> str:
-        return schema_for(KafkaSourceSpec.model_validate(json.loads(self.options["spec"])))
+        return schema_for(KafkaSourceParams.from_json(self.options["spec"]))
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return ChannelStreamReader(dict(self.options))

@@ -96,13 +96,14 @@ from barrierflow.kafka_io.decoding import METADATA_COLUMNS, RecordDecoder, newes
 from barrierflow.kafka_io.partition_ids import parse_partition_id, partition_id
 from barrierflow.kafka_io.range_reads import read_range, read_range_columns, reader_settings
 from barrierflow.sources.planning import REPLAY_FROM, REPLAY_UNTIL, PlanningOptions, RowMeasure, SourcePlanner
-from barrierflow.spec.sources import KafkaSourceSpec
+from barrierflow.spec.kafka_params import KafkaSourceParams
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from barrierflow.kafka_io.admin import KafkaConsumer, TopicPartition  # kafka-python's, for annotations
     from barrierflow.kafka_io.consumer import RangeReader
+    from barrierflow.spec.kafka_params import KafkaSource
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def schema_for(spec: KafkaSourceSpec) -> str:
+def schema_for(spec: KafkaSource) -> str:
     """The Spark DDL schema of the rows the source emits for ``spec``.
 
     Raises:
@@ -154,14 +155,15 @@ def schema_for(spec: KafkaSourceSpec) -> str:
 
 
 class KafkaDataSource(DataSource):
-    """Options: ``spec`` (KafkaSourceSpec as JSON), ``control_dir``, ``dead_letter_uri``."""
+    """Options: ``spec`` (KafkaSourceSpec as JSON, read as :class:`KafkaSourceParams`), ``control_dir``,
+    ``dead_letter_uri``."""
 
     @classmethod
     def name(cls) -> str:
         return "barrierflow_kafka"
 
     def schema(self) -> str:
-        return schema_for(KafkaSourceSpec.model_validate(json.loads(self.options["spec"])))
+        return schema_for(KafkaSourceParams.from_json(self.options["spec"]))
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return KafkaStreamReader(dict(self.options))
@@ -180,7 +182,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
 
     def __init__(self, options: dict[str, str]) -> None:
-        self.spec = KafkaSourceSpec.model_validate(json.loads(options["spec"]))
+        self.spec = KafkaSourceParams.from_json(options["spec"])
         self.control = ControlChannel(options["control_dir"])
         self.dead_letter_uri = options.get("dead_letter_uri", "")
         self.event_time_uri = options.get("event_time_uri", "")

@@ -74,10 +74,12 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.offsets import SourceOffset
 from barrierflow.errors import SourceError, UserInputError
-from barrierflow.spec.sources import KafkaSourceSpec
+from barrierflow.spec.kafka_params import KafkaSourceParams
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+    from barrierflow.spec.sources import KafkaSourceSpec
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +280,7 @@ def _write_dead_letters(batches: Iterator[Any], *, uri: str, spec_json: str) -> 
     from barrierflow.kafka_io.decoding import RecordDecoder
     from barrierflow.sources.dead_letter import write_dead_letters
 
-    spec = KafkaSourceSpec.model_validate_json(spec_json)
+    spec = KafkaSourceParams.from_json(spec_json)
     decoder = RecordDecoder(spec)
     found: dict[str, list[dict[str, Any]]] = {}
     for batch in batches:

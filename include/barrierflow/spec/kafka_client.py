@@ -2,8 +2,10 @@
 
 :class:`KafkaClientSpec` holds the security settings (``security_protocol``, ``sasl_mechanism``,
 the SASL user and password, the TLS files) and ``options``, other client settings from the
-allow-list :data:`CLIENT_OPTIONS`. :mod:`barrierflow.kafka_io.security` turns it into the
-settings of both Kafka clients barrierflow uses (kafka-python and librdkafka).
+allow-list :data:`~barrierflow.spec.client_options.CLIENT_OPTIONS`.
+:mod:`barrierflow.kafka_io.security` turns it (or the same fields as plain values,
+:class:`~barrierflow.spec.kafka_params.KafkaClientParams`) into the settings of both Kafka
+clients barrierflow uses (kafka-python and librdkafka).
 
 Secrets never appear in a spec. ``password`` and ``ssl_key_password`` are references, resolved
 when a client is built, in the process that builds it (a Spark executor too):
@@ -21,66 +23,11 @@ A validation error never repeats the value of a secret field.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-#: ``env:VARIABLE`` or ``airflow:CONNECTION_ID``.
-SECRET_REFERENCE = re.compile(r"^(env:[A-Za-z_][A-Za-z0-9_]*|airflow:[A-Za-z0-9_.\-]+)$")
-#: Fields whose values are secrets (references): validation errors never show what was given.
-SECRET_FIELDS = frozenset({"password", "ssl_key_password"})
-SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
-TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
-
-
-@dataclass(frozen=True)
-class ClientOption:
-    """One client setting of the allow-list: its Kafka name (what the spec says), its value kind
-    (``int``: a whole number >= 0, ``bool``, ``str``, or one of ``choices``), and its name in each
-    client (None: that client has no such setting and goes without it)."""
-
-    name: str
-    kind: Literal["int", "bool", "str", "choice"]
-    kafka_python: str | None
-    librdkafka: str | None
-    choices: tuple[str, ...] = ()
-    help: str = ""
-
-
-#: The client settings ``options`` may give (Kafka's names, as in the Java client and librdkafka).
-CLIENT_OPTIONS: dict[str, ClientOption] = {o.name: o for o in (
-    ClientOption("client.rack", "str", "client_rack", "client.rack",
-                 help="rack of the client (fetch from the nearest replica where the brokers allow it)"),
-    ClientOption("connections.max.idle.ms", "int", "connections_max_idle_ms", "connections.max.idle.ms",
-                 help="close connections idle this long (below a load balancer's idle timeout)"),
-    ClientOption("metadata.max.age.ms", "int", "metadata_max_age_ms", "metadata.max.age.ms",
-                 help="refresh topic metadata at least this often"),
-    ClientOption("reconnect.backoff.ms", "int", "reconnect_backoff_ms", "reconnect.backoff.ms",
-                 help="first wait before reconnecting to a broker"),
-    ClientOption("reconnect.backoff.max.ms", "int", "reconnect_backoff_max_ms", "reconnect.backoff.max.ms",
-                 help="longest wait before reconnecting to a broker (barrierflow's default: 1000)"),
-    ClientOption("receive.buffer.bytes", "int", "receive_buffer_bytes", "socket.receive.buffer.bytes",
-                 help="socket receive buffer"),
-    ClientOption("send.buffer.bytes", "int", "send_buffer_bytes", "socket.send.buffer.bytes",
-                 help="socket send buffer"),
-    ClientOption("socket.keepalive.enable", "bool", None, "socket.keepalive.enable",
-                 help="TCP keep-alive on broker connections (librdkafka only)"),
-    ClientOption("socket.connection.setup.timeout.ms", "int", None, "socket.connection.setup.timeout.ms",
-                 help="bound on connecting to a broker, TLS and SASL included (librdkafka only)"),
-    ClientOption("broker.address.family", "choice", None, "broker.address.family", ("any", "v4", "v6"),
-                 help="IP family of broker addresses (librdkafka only)"),
-    ClientOption("client.dns.lookup", "choice", None, "client.dns.lookup",
-                 ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"),
-                 help="how bootstrap host names resolve (librdkafka only)"),
-    ClientOption("ssl.cipher.suites", "str", "ssl_ciphers", "ssl.cipher.suites",
-                 help="TLS cipher list (OpenSSL syntax)"),
-    ClientOption("ssl.endpoint.identification.algorithm", "choice", "ssl_check_hostname",
-                 "ssl.endpoint.identification.algorithm", ("https", "none"),
-                 help="'https' (the default) checks that the brokers' certificate names the host connected "
-                      "to; 'none' does not"),
-)}
+from barrierflow.spec.client_options import CLIENT_OPTIONS, SASL_PROTOCOLS, SECRET_REFERENCE, TLS_PROTOCOLS
 
 #: Settings barrierflow sets itself, and why ``options`` may not: what a refusal says.
 RESERVED_OPTIONS: dict[str, str] = {

@@ -24,8 +24,8 @@ import yaml
 from pydantic import ValidationError
 
 from barrierflow.errors import SpecError
+from barrierflow.spec.client_options import SECRET_FIELDS
 from barrierflow.spec.graph import build_graph
-from barrierflow.spec.kafka_client import SECRET_FIELDS
 from barrierflow.spec.models import StageSpec
 from barrierflow.spec.paths import project_home, resolve_spec_paths, spec_home
 from barrierflow.spec.stages import PipelineSpec, is_staged, one_stage_pipeline

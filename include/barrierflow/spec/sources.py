@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from barrierflow.spec.generator_params import silent_seconds
 from barrierflow.spec.kafka_client import KafkaClientField, NestedClientFields
+from barrierflow.spec.kafka_params import KAFKA_METADATA_COLUMNS, dead_letters_malformed, fields_of, source_kind
 from barrierflow.spec.strict import Strict as _Strict
 
 
@@ -85,8 +86,6 @@ class GeneratorSourceSpec(_Strict):
         return silent_seconds(self.silent_periods, partition, elapsed)
 
 
-#: The columns a Kafka (or channel) source gives before its ``json_fields``; a field may not be named like one.
-KAFKA_METADATA_COLUMNS = ("topic", "partition", "offset", "timestamp")
 
 
 def refuse_metadata_names(fields: dict[str, Any]) -> dict[str, Any]:
@@ -178,21 +177,18 @@ class KafkaSourceSpec(_Strict, NestedClientFields):
     def dead_letters_malformed(self) -> bool:
         """Whether malformed records (format ``json``) go to the dead-letter output rather than
         become rows of nulls (``malformed``; by default: with ``reader: python`` only)."""
-        return self.malformed == "dead_letter" or (self.malformed is None and self.reader == "python")
+        return dead_letters_malformed(self.malformed, self.reader)
 
     @property
     def kind(self) -> str:
         """The registered source kind that reads it (:mod:`barrierflow.sources.registry`):
         ``kafka`` (barrierflow's reader) or ``spark_kafka`` (Spark's connector)."""
-        return "spark_kafka" if self.reader == "spark" else "kafka"
+        return source_kind(self.reader)
 
     def fields_of(self, topic: str) -> dict[str, str]:
         """The ``json_fields`` the records of ``topic`` must carry (all, unless ``topic_fields``
         names the topic)."""
-        names = self.topic_fields.get(topic)
-        if names is None:
-            return dict(self.json_fields)
-        return {name: kind for name, kind in self.json_fields.items() if name in names}
+        return fields_of(self.json_fields, self.topic_fields, topic)
 
 
 SourceSpec = Annotated[GeneratorSourceSpec | KafkaSourceSpec, Field(discriminator="type")]
