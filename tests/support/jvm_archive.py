@@ -57,7 +57,8 @@ DUMP_EXIT_SECONDS = 600.0
 
 
 def _jdk_and_jars_key() -> str:
-    """A digest of ``java -version`` and the names and sizes of pyspark's jars."""
+    """A digest of ``java -version``, where pyspark's jars are and their names and sizes (the JVM
+    maps a dynamic archive only on the class path it was written with, in the same place)."""
     import pyspark
 
     digest = hashlib.sha256(ARCHIVE_FORMAT.encode())
@@ -66,7 +67,8 @@ def _jdk_and_jars_key() -> str:
         digest.update(version.stderr.encode())
     except (OSError, subprocess.SubprocessError) as exc:
         digest.update(repr(exc).encode())
-    jars = Path(pyspark.__file__).parent / "jars"
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    digest.update(f"{jars}\n".encode())
     for jar in sorted(jars.glob("*.jar")):
         digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
     return digest.hexdigest()[:16]
