@@ -28,6 +28,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from barrierflow.spec.client_options import CLIENT_OPTIONS, SASL_PROTOCOLS, SECRET_REFERENCE, TLS_PROTOCOLS
+from barrierflow.spec.kafka_params import ClientDerivations
 
 #: Settings barrierflow sets itself, and why ``options`` may not: what a refusal says.
 RESERVED_OPTIONS: dict[str, str] = {
@@ -77,7 +78,7 @@ def _check_reference(field: str, value: str) -> str:
     return value
 
 
-class KafkaClientSpec(BaseModel):
+class KafkaClientSpec(ClientDerivations, BaseModel):
     """See the module docstring. ``security_protocol`` defaults to ``PLAINTEXT``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
@@ -138,20 +139,6 @@ class KafkaClientSpec(BaseModel):
         if self.ssl_key_password is not None and self.ssl_keyfile is None:
             raise ValueError("ssl_key_password applies to an ssl_keyfile")
         return self
-
-    @property
-    def is_plaintext(self) -> bool:
-        """No TLS and no SASL (the default)."""
-        return self.security_protocol == "PLAINTEXT"
-
-    @property
-    def effective_username(self) -> str | None:
-        """``username``, or the ``airflow:`` reference of the password (the connection's login)."""
-        if self.username is not None:
-            return self.username
-        if self.password is not None and self.password.startswith("airflow:"):
-            return self.password
-        return None
 
 
 #: The client fields, refused at the top of a Kafka source or sink with a pointer to ``client``.

@@ -23,12 +23,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from barrierflow.errors import SourceError
 
-__all__ = ["KAFKA_METADATA_COLUMNS", "KafkaClient", "KafkaClientParams", "KafkaSource", "KafkaSourceParams",
-           "dead_letters_malformed", "fields_of", "source_kind"]
+__all__ = ["KAFKA_METADATA_COLUMNS", "ClientDerivations", "KafkaClient", "KafkaClientParams", "KafkaSource",
+           "KafkaSourceParams", "dead_letters_malformed", "effective_username", "fields_of", "source_kind"]
 
 #: The columns a Kafka (or channel) source gives before its ``json_fields``; a field may not be named like one.
 KAFKA_METADATA_COLUMNS = ("topic", "partition", "offset", "timestamp")
@@ -38,6 +38,16 @@ def dead_letters_malformed(malformed: str | None, reader: str) -> bool:
     """Whether malformed records (format ``json``) go to the dead-letter output rather than
     become rows of nulls: ``malformed: dead_letter``, or by default with ``reader: python``."""
     return malformed == "dead_letter" or (malformed is None and reader == "python")
+
+
+def effective_username(username: str | None, password: str | None) -> str | None:
+    """A ``client`` block's SASL user: ``username``, or the ``airflow:`` reference of the
+    password (the connection's login), or None."""
+    if username is not None:
+        return username
+    if password is not None and password.startswith("airflow:"):
+        return password
+    return None
 
 
 def source_kind(reader: str) -> str:
@@ -106,8 +116,28 @@ class KafkaSource(Protocol):
     def fields_of(self, topic: str) -> dict[str, str]: ...
 
 
+class ClientDerivations:
+    """What a ``client`` block derives from its fields, the same for the spec model and the
+    params (both inherit it; it adds no field)."""
+
+    if TYPE_CHECKING:  # the fields of the class that inherits it (never fields of this one)
+        security_protocol: str
+        username: str | None
+        password: str | None
+
+    @property
+    def is_plaintext(self) -> bool:
+        """No TLS and no SASL (the default)."""
+        return self.security_protocol == "PLAINTEXT"
+
+    @property
+    def effective_username(self) -> str | None:
+        """``username``, or the ``airflow:`` reference of the password (the connection's login)."""
+        return effective_username(self.username, self.password)
+
+
 @dataclass(frozen=True)
-class KafkaClientParams:
+class KafkaClientParams(ClientDerivations):
     """The fields of ``KafkaClientSpec`` (security settings, secrets as references, and the
     allowed client ``options``), as :mod:`barrierflow.kafka_io.security` reads them."""
 
@@ -131,20 +161,6 @@ class KafkaClientParams:
         """The params of a validated ``client`` block (its JSON, parsed)."""
         return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name != "options"},
                    options=dict(data["options"]))
-
-    @property
-    def is_plaintext(self) -> bool:
-        """No TLS and no SASL (the default)."""
-        return self.security_protocol == "PLAINTEXT"
-
-    @property
-    def effective_username(self) -> str | None:
-        """``username``, or the ``airflow:`` reference of the password (the connection's login)."""
-        if self.username is not None:
-            return self.username
-        if self.password is not None and self.password.startswith("airflow:"):
-            return self.password
-        return None
 
 
 @dataclass(frozen=True)
