@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from barrierflow.atomic_files import replace_directory
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.barriers.replay_plan import ReplayImpossibleError, ReplayPlan
 from barrierflow.checkpointing.materialize import materialize_checkpoint
@@ -137,12 +138,8 @@ def _restore(spec: StageSpec, checkpoint_id: int | None, store: CheckpointStore,
         upload_spark_checkpoint(restoring, target)
         shutil.rmtree(restoring, ignore_errors=True)
     else:
-        if target.exists():
-            aside = target.parent / f"{target.name}.replaced"
-            shutil.rmtree(aside, ignore_errors=True)
-            target.rename(aside)
-            replaced = str(aside)
-        restoring.rename(target)
+        kept = replace_directory(restoring, target, keep_old=target.parent / f"{target.name}.replaced")
+        replaced = None if kept is None else str(kept)
     abandoned = [i for i in store.checkpoint_ids() if i > manifest.checkpoint_id]
     attempt = store.begin_attempt(abandoned, restored=manifest.checkpoint_id)
     decisions: list[Decision] = []
