@@ -237,6 +237,8 @@ def test_launch_runs_a_bounded_job_on_the_spec_master_without_a_spark_connection
     assert run.state == "success", run.log[-5000:]
     assert run.task_states == {"launch": "success", "supervise": "success"}
     assert "no Airflow connection 'spark_default'" in run.log and "--master local[1]" in run.log
+    # its driver JVM skips Spark's lookup of Python data sources (tests/spark/test_driver_jvm.py)
+    assert f"spark.pyspark.driver.python={sys.executable}" in run.log, run.log[-5000:]
     assert "--until-exhausted" in run.log  # the param's default for a bounded source
     completed = CheckpointStore.for_spec(load_spec(spec_path)).completed()
     assert completed, "the job completed no checkpoint"

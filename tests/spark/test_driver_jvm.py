@@ -17,6 +17,7 @@ so its JVMs skip that (0.7 core-seconds per driver start).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -152,3 +153,78 @@ def test_the_driver_jvm_does_not_look_up_python_data_sources(spark: object, tmp_
     lookups = {pid: command for pid, command in _descendants(jvm.java.lang.ProcessHandle.current().pid()).items()
                if "lookup_data_sources" in command}
     assert lookups == {}, f"Spark looked up Python data sources: {lookups}"
+
+
+#: A spark-submit application: after a read by format name, its JVM's PYSPARK_DRIVER_PYTHON and
+#: the Python workers of Spark's data source lookup under the JVM (none expected).
+SUBMITTED_APP = """
+import json, sys
+from pathlib import Path
+from pyspark.sql import SparkSession
+
+sys.path.insert(0, {tests_root!r})
+from tests.spark.test_driver_jvm import _descendants
+
+session = SparkSession.builder.getOrCreate()
+session.range(3).write.parquet({table!r})
+assert session.read.format("parquet").load({table!r}).count() == 3
+jvm = session._jvm
+lookups = [c for c in _descendants(jvm.java.lang.ProcessHandle.current().pid()).values() if "lookup_data_sources" in c]
+print(json.dumps({{"env": jvm.java.lang.System.getenv("PYSPARK_DRIVER_PYTHON"), "python": sys.executable,
+                  "lookups": lookups}}), flush=True)
+session.stop()
+"""
+
+
+def test_a_driver_that_airflow_submits_does_not_look_up_python_data_sources(tmp_path: Path) -> None:
+    """The launch and batch operators' spark-submit (client mode, a local master, the DAGs'
+    environment: PYSPARK_PYTHON only) runs its Python driver with the Python spark-submit would
+    have chosen, and its JVM without the lookup."""
+    from types import SimpleNamespace
+
+    import pyspark
+    from barrierflow.airflow.launch import skip_python_data_source_lookup
+
+    hook = SimpleNamespace(_is_yarn=False, _is_kubernetes=False, _connection={"deploy_mode": None},
+                           _conf={"spark.sql.shuffle.partitions": "1"}, _env_vars={"PYSPARK_PYTHON": sys.executable})
+    skip_python_data_source_lookup(hook)  # type: ignore[arg-type]
+    app = tmp_path / "app.py"
+    app.write_text(SUBMITTED_APP.format(tests_root=str(Path(__file__).resolve().parents[2]),
+                                        table=str(tmp_path / "t")), encoding="utf-8")
+    confs = [arg for key, value in hook._conf.items() for arg in ("--conf", f"{key}={value}")]
+    assert hook._env_vars["SPARK_HOME"] == str(Path(pyspark.__file__).parent)  # what find-spark-home gives
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
+    env.update({**short_lived_driver_env(), **hook._env_vars})
+    submit = Path(sys.executable).with_name("spark-submit")
+    done = subprocess.run([str(submit), "--master", "local[1]", *confs, str(app)], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"env": NO_PYTHON_DATA_SOURCE_LOOKUP, "python": sys.executable, "lookups": []}, seen
+
+
+def test_the_lookup_is_left_alone_where_the_environment_is_not_spark_submits() -> None:
+    """On YARN and Kubernetes the provider turns the environment into the driver's settings, and in
+    cluster mode the conf reaches a driver on another host: nothing is changed there. A Python the
+    submit names itself is kept."""
+    from types import SimpleNamespace
+
+    from barrierflow.airflow.launch import skip_python_data_source_lookup
+
+    for flags in ({"_is_yarn": True, "_is_kubernetes": False, "_connection": {"deploy_mode": None}},
+                  {"_is_yarn": False, "_is_kubernetes": True, "_connection": {"deploy_mode": "client"}},
+                  {"_is_yarn": False, "_is_kubernetes": False, "_connection": {"deploy_mode": "cluster"}}):
+        hook = SimpleNamespace(**flags, _conf={}, _env_vars={"PYSPARK_PYTHON": "/opt/py/bin/python"})
+        skip_python_data_source_lookup(hook)  # type: ignore[arg-type]
+        assert (hook._conf, hook._env_vars) == ({}, {"PYSPARK_PYTHON": "/opt/py/bin/python"}), flags
+    # another Python than this one could find another Spark: left alone unless SPARK_HOME says which
+    mine = {"_is_yarn": False, "_is_kubernetes": False, "_connection": {"deploy_mode": None},
+            "_conf": {"spark.pyspark.python": "/opt/mine/bin/python"}}
+    hook = SimpleNamespace(**mine, _env_vars={"PYSPARK_PYTHON": "x"})
+    skip_python_data_source_lookup(hook)  # type: ignore[arg-type]
+    assert (hook._conf, hook._env_vars) == (mine["_conf"], {"PYSPARK_PYTHON": "x"})
+    hook = SimpleNamespace(**mine, _env_vars={"PYSPARK_PYTHON": "x", "SPARK_HOME": "/opt/spark"})
+    skip_python_data_source_lookup(hook)  # type: ignore[arg-type]
+    assert hook._conf["spark.pyspark.driver.python"] == "/opt/mine/bin/python"
+    assert hook._env_vars == {"PYSPARK_PYTHON": "x", "SPARK_HOME": "/opt/spark",
+                              "PYSPARK_DRIVER_PYTHON": NO_PYTHON_DATA_SOURCE_LOOKUP}

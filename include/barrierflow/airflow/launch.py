@@ -13,6 +13,10 @@
   the provider would submit to ``yarn``, which fails on a fresh install; this operator submits
   to the spec's ``spark.master`` instead (``local[2]`` for the demo) and logs that it did.
 
+Every spark-submit these operators build (the launch and the batch jobs) in client deploy mode
+runs a driver JVM that does not look up Python data sources, as the drivers barrierflow starts
+itself (:func:`barrierflow.spark.session.launching_jvm`; :func:`skip_python_data_source_lookup`).
+
 The user's own code is not passed with ``--py-files``: the job ships the spec's
 ``spark.py_packages`` itself when it builds its session (:mod:`barrierflow.spark.user_code`),
 so every job of the pipeline gets it, also those Airflow does not submit.
@@ -62,9 +66,12 @@ launcher fails the task, as before.
 from __future__ import annotations
 
 import collections
+import importlib.util
 import os
+import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -126,6 +133,45 @@ def use_master(hook: SparkSubmitHook, master: str) -> None:
     hook._should_track_driver_status = hook._resolve_should_track_driver_status()
 
 
+def skip_python_data_source_lookup(hook: SparkSubmitHook) -> None:
+    """In client deploy mode, submit so that the driver JVM skips Spark's lookup of Python data
+    sources (a Python worker daemon at its first data source lookup that imports every
+    ``pyspark_*`` package; barrierflow registers its sources by name: 0.6-0.7 core-seconds and
+    about 0.8 s of every driver start). The JVM looks only if the command in its
+    ``PYSPARK_DRIVER_PYTHON`` exists, while spark-submit runs the Python driver with
+    ``spark.pyspark.driver.python`` first: the conf gets the Python that spark-submit would have
+    chosen (the conf's, else ``spark.pyspark.python``, else the environment's
+    ``PYSPARK_DRIVER_PYTHON``, else ``PYSPARK_PYTHON``), the environment the name that turns the
+    lookup off. A pip-installed ``spark-submit`` runs ``PYSPARK_DRIVER_PYTHON`` to find its
+    ``SPARK_HOME`` when that is not set, so the submit gets ``SPARK_HOME`` too: the pyspark this
+    Python finds, which is what that script answers.
+
+    Only where that is known to change nothing else: local and standalone masters in client mode
+    (on YARN and Kubernetes the provider turns the environment into the driver's settings; in
+    cluster mode the conf travels to a driver on another host), and a driver Python that is this
+    process's own unless ``SPARK_HOME`` is set (another Python could find another Spark); not
+    when the submit already turns the lookup off."""
+    from barrierflow.spark.session import NO_PYTHON_DATA_SOURCE_LOOKUP
+
+    if hook._is_yarn or hook._is_kubernetes or hook._connection.get("deploy_mode") == "cluster":
+        return
+    conf = dict(hook._conf or {})
+    given = {k: str(v) for k, v in (hook._env_vars or {}).items()}
+    env = {**os.environ, **given}
+    python = (conf.get("spark.pyspark.driver.python") or conf.get("spark.pyspark.python")
+              or env.get("PYSPARK_DRIVER_PYTHON") or env.get("PYSPARK_PYTHON") or "python3")
+    if python == NO_PYTHON_DATA_SOURCE_LOOKUP:
+        return
+    home: dict[str, str] = {}
+    if not env.get("SPARK_HOME"):
+        found = importlib.util.find_spec("pyspark")
+        if python != sys.executable or found is None or found.origin is None:
+            return
+        home = {"SPARK_HOME": str(Path(found.origin).parent)}
+    hook._conf = {**conf, "spark.pyspark.driver.python": str(python)}
+    hook._env_vars = {**(hook._env_vars or {}), **home, "PYSPARK_DRIVER_PYTHON": NO_PYTHON_DATA_SOURCE_LOOKUP}
+
+
 class SpecMasterSubmitOperator(SparkSubmitOperator):
     """``SparkSubmitOperator`` that submits to the spec's ``spark.master`` when ``conn_id`` does not
     resolve (see the module docstring); ``master_used`` records the master of the last submit."""
@@ -142,6 +188,7 @@ class SpecMasterSubmitOperator(SparkSubmitOperator):
                           "connection to use a cluster)", self._conn_id, self.spec_master)
             use_master(hook, self.spec_master)
         self.master_used = str(hook._connection["master"])
+        skip_python_data_source_lookup(hook)
         return hook
 
 
