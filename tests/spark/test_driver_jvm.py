@@ -155,19 +155,35 @@ def test_the_driver_jvm_does_not_look_up_python_data_sources(spark: object, tmp_
     assert lookups == {}, f"Spark looked up Python data sources: {lookups}"
 
 
-#: A spark-submit application: after a read by format name, its JVM's PYSPARK_DRIVER_PYTHON and
-#: the Python workers of Spark's data source lookup under the JVM (none expected).
+#: A spark-submit application: after it registers a Python data source and reads it by name (what
+#: makes Spark look up the installed ones, as barrierflow's jobs register theirs), its JVM's
+#: PYSPARK_DRIVER_PYTHON and the Python workers of Spark's lookup under the JVM (none expected).
 SUBMITTED_APP = """
 import json, sys
-from pathlib import Path
 from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader
 
 sys.path.insert(0, {tests_root!r})
 from tests.spark.test_driver_jvm import _descendants
 
+class Tiny(DataSource):
+    @classmethod
+    def name(cls):
+        return "tiny_source"
+
+    def schema(self):
+        return "x INT"
+
+    def reader(self, schema):
+        return TinyReader()
+
+class TinyReader(DataSourceReader):
+    def read(self, partition):
+        yield (1,)
+
 session = SparkSession.builder.getOrCreate()
-session.range(3).write.parquet({table!r})
-assert session.read.format("parquet").load({table!r}).count() == 3
+session.dataSource.register(Tiny)
+assert session.read.format("tiny_source").load().count() == 1
 jvm = session._jvm
 lookups = [c for c in _descendants(jvm.java.lang.ProcessHandle.current().pid()).values() if "lookup_data_sources" in c]
 print(json.dumps({{"env": jvm.java.lang.System.getenv("PYSPARK_DRIVER_PYTHON"), "python": sys.executable,
@@ -189,8 +205,7 @@ def test_a_driver_that_airflow_submits_does_not_look_up_python_data_sources(tmp_
                            _conf={"spark.sql.shuffle.partitions": "1"}, _env_vars={"PYSPARK_PYTHON": sys.executable})
     skip_python_data_source_lookup(hook)  # type: ignore[arg-type]
     app = tmp_path / "app.py"
-    app.write_text(SUBMITTED_APP.format(tests_root=str(Path(__file__).resolve().parents[2]),
-                                        table=str(tmp_path / "t")), encoding="utf-8")
+    app.write_text(SUBMITTED_APP.format(tests_root=str(Path(__file__).resolve().parents[2])), encoding="utf-8")
     confs = [arg for key, value in hook._conf.items() for arg in ("--conf", f"{key}={value}")]
     assert hook._env_vars["SPARK_HOME"] == str(Path(pyspark.__file__).parent)  # what find-spark-home gives
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
