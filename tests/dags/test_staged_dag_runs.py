@@ -101,6 +101,8 @@ def test_staged_pipeline_launch_checks_damage_recovery_and_run_to_the_end(
     monkeypatch.delenv("BARRIERFLOW_CRASH_AT")
     assert run.task_states == {"launch": "failed", "supervise": "upstream_failed"}, run.log[-6000:]
     assert "--until-exhausted" in run.log and "--master local[2]" in run.log  # every source stage is bounded
+    # the driver of every stage skips Spark's lookup of Python data sources (tests/spark/test_driver_jvm.py)
+    assert f"spark.pyspark.driver.python={sys.executable}" in run.log, run.log[-6000:]
     listing = list_checkpoints(path)
     assert [m.checkpoint_id for m in listing.cuts] == [1, 2], run.log[-6000:]
     assert all(set(m.stages) == {"a", "b"} and m.attempt == 0 for m in listing.cuts)

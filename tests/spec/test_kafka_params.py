@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from barrierflow.errors import SourceError
@@ -49,8 +50,7 @@ def test_params_hold_every_field_of_the_spec_and_its_client_with_its_value() -> 
     assert plain.client is None and plain.kind == "spark_kafka" and not plain.dead_letters_malformed
 
 
-def test_params_and_spec_give_the_same_client_settings_and_schema(monkeypatch: pytest.MonkeyPatch,
-                                                                  tmp_path: object) -> None:
+def test_params_and_spec_give_the_same_client_settings_and_schema(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in (("KP_USER", "alice"), ("KP_PASSWORD", "s3cret-ü"), ("KP_KEY", "k3y")):
         monkeypatch.setenv(name, value)
     params = KafkaSourceParams.from_json(SPEC.model_dump_json())
@@ -74,7 +74,7 @@ def test_options_without_a_field_name_it_and_the_fix() -> None:
         KafkaSourceParams.from_json(json.dumps(data))
 
 
-def test_the_reader_holds_params_and_survives_pickling(tmp_path: object) -> None:
+def test_the_reader_holds_params_and_survives_pickling(tmp_path: Path) -> None:
     import pickle
 
     reader = KafkaStreamReader({"spec": SPEC.model_dump_json(), "control_dir": str(tmp_path)})

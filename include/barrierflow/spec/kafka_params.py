@@ -6,7 +6,7 @@ The driver validates a Kafka source once, when the spec is loaded
 model's JSON (the ``spec`` option). Validating it again in every Python process Spark starts for
 the source (the streaming source runner, the data source planners, the readers of its
 partitions; a stage's channel source is one in every multi-stage pipeline) would import the spec
-models there: pydantic and the building of their validators, about 0.11 core-seconds per process
+models there: pydantic and the building of their validators, 0.10-0.11 core-seconds per process
 on 2 cores. :meth:`KafkaSourceParams.from_json` reads the same JSON into frozen dataclasses with
 the same field names instead; :mod:`barrierflow.kafka_io` reads either.
 
