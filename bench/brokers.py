@@ -71,7 +71,8 @@ def noida_db() -> Iterator[tuple[str, int]]:
     """noida-db's Kafka service on a free port (its binary, as barrierflow once launched it)."""
     import importlib.resources
 
-    from barrierflow.kafka_io.kraft_broker import broker_answers, free_port
+    from barrierflow.kafka_io.kraft_broker import broker_answers
+    from barrierflow.local_ports import free_port
 
     binary = Path(str(importlib.resources.files("noida_db") / "noida-db"))
     with tempfile.TemporaryDirectory(prefix="bench-noida-") as data:

@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 from barrierflow.airflow.cluster_supervision import ClusterAppWatchTrigger
+from barrierflow.local_ports import free_port
 from barrierflow.ops.cluster_watch import decide_cluster, observe_cluster
 from barrierflow.pipeline.model import open_pipeline
 from barrierflow.spark.cluster_apps import ClusterApp, ClusterAppError, cluster_app_for, fetch_status
@@ -69,7 +70,7 @@ class ClusterManagerStandIn:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(str(tls[0]), str(tls[1]))

@@ -25,6 +25,7 @@ from barrierflow.kafka_io.security import (
     kafka_python_failure,
 )
 from barrierflow.kafka_io.transactions import TransactionalProducer, TransactionalSettings, TransactionSecurityError
+from barrierflow.local_ports import free_port
 from barrierflow.spec.kafka_client import KafkaClientSpec
 from barrierflow.spec.models import KafkaSourceSpec
 
@@ -194,14 +195,11 @@ def test_a_secured_bootstrap_that_fails_for_no_security_reason_gets_the_rest_of_
     short first bootstrap the client tries again for what is left of its timeout, and the
     caller gets kafka-python's timeout, as without the first attempt. A PLAINTEXT client
     bootstraps once, for its whole timeout."""
-    import socket
 
     from kafka.errors import KafkaTimeoutError
 
     monkeypatch.setenv(PASSWORD_ENV, secure.password)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed = f"127.0.0.1:{probe.getsockname()[1]}"
+    closed = f"127.0.0.1:{free_port()}"
     attempts: list[int] = []
 
     def connect(bootstrap_ms: int) -> object:

@@ -8,10 +8,11 @@ import uuid
 
 import pytest
 from barrierflow.kafka_io.transactions import TransactionalProducer, TransactionalSettings, TransactionError
+from barrierflow.local_ports import free_port
 from kafka import KafkaConsumer, TopicPartition
 from kafka.partitioner.default import murmur2
 
-from tests.support.kafka_broker import KafkaEndpoint, create_topic, free_port
+from tests.support.kafka_broker import KafkaEndpoint, create_topic
 
 pytestmark = pytest.mark.kafka
 

@@ -56,6 +56,7 @@ import yaml
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.cli.main import main
 from barrierflow.cli.run import _progress_line
+from barrierflow.local_ports import free_port
 from barrierflow.ops.run import run
 from barrierflow.spec import load_spec
 from psycopg import sql
@@ -65,7 +66,6 @@ from tests.dags.conftest import DagRunResult, run_dag
 from tests.drivers import short_lived_driver_java_options
 from tests.scenarios.harness import FAST_JVM
 from tests.support.postgres_server import PostgresEndpoint, restartable_postgres
-from tests.support.processes import free_port
 from tests.support.s3_server import S3Endpoint
 
 PG_PIPELINE = "secretpg"

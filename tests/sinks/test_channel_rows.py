@@ -4,7 +4,6 @@ broker that does not answer fails with a SinkError naming the stage, topic and s
 
 from __future__ import annotations
 
-import socket
 import time
 import zlib
 from pathlib import Path
@@ -13,6 +12,7 @@ import pyarrow as pa
 import pytest
 from barrierflow.errors import SinkError
 from barrierflow.kafka_io import ProducerSettings
+from barrierflow.local_ports import free_port
 from barrierflow.sinks.channel import ChannelTask, ChannelWriter, partition_targets
 from barrierflow.sinks.json_rows import encode_key, encode_keys
 
@@ -40,9 +40,7 @@ def test_each_row_goes_to_the_partition_of_its_key_and_null_keys_round_robin() -
 
 
 def _closed_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"  # nothing listens once it is closed
+    return f"127.0.0.1:{free_port()}"  # nothing listens there
 
 
 def test_a_task_facing_a_dead_broker_fails_with_a_sink_error_naming_stage_topic_and_servers() -> None:

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pytest
 from barrierflow.errors import SinkError
 from barrierflow.kafka_io.committed_output import MarkerReader, committed_markers, committed_records
+from barrierflow.local_ports import free_port
 from barrierflow.sinks.json_rows import KEY_COLUMN, VALUE_COLUMN, encode_key, encode_value, encoded_records
 from barrierflow.sinks.kafka import KafkaSink, transactional_id_for
 from barrierflow.spec.models import KafkaSinkSpec
@@ -34,7 +35,7 @@ from barrierflow.transactions.ledger import TransactionLedger, TxnState
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
-from tests.support.kafka_broker import KafkaEndpoint, create_topic, free_port
+from tests.support.kafka_broker import KafkaEndpoint, create_topic
 
 pytestmark = pytest.mark.kafka
 

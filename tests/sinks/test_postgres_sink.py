@@ -4,7 +4,6 @@ on a local store, a throwaway PostgreSQL (or $BARRIERFLOW_TEST_POSTGRES_DSN)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 from barrierflow.errors import SinkError
+from barrierflow.local_ports import free_port
 from barrierflow.sinks.postgres import PostgresSink
 from barrierflow.spec.models import PostgresSinkSpec
 from barrierflow.storage.local import LocalObjectStore
@@ -310,9 +310,7 @@ def test_missing_dsn_variable_names_it(env: Env, monkeypatch: pytest.MonkeyPatch
 
 def test_dead_server_error_names_host_and_port_but_not_the_password(env: Env,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there
     password = "s3cr3t-Pa55word"
     monkeypatch.setenv(DSN_ENV, f"postgresql://bfuser:{password}@127.0.0.1:{port}/nodb")
     sink = env.sink()

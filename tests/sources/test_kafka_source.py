@@ -14,11 +14,12 @@ import pyarrow as pa
 import pytest
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.errors import SourceError, SourceUnavailableError
+from barrierflow.local_ports import free_port
 from barrierflow.sources.dead_letter import count_dead_letters, read_dead_letters
 from barrierflow.sources.kafka import RAW_SCHEMA, KafkaDataSource, KafkaStreamReader, schema_for
 from barrierflow.spec.models import KafkaSourceSpec
 
-from tests.support.kafka_broker import KafkaEndpoint, create_topic, free_port, produce
+from tests.support.kafka_broker import KafkaEndpoint, create_topic, produce
 
 pytestmark = pytest.mark.kafka
 

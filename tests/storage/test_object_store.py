@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 from barrierflow.errors import BarrierflowError, StorageError
+from barrierflow.local_ports import free_port
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore
 from barrierflow.storage.s3 import S3ObjectStore
 from barrierflow.storage.uri import open_store
-
-from tests.support.s3_server import free_port
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])

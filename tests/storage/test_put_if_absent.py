@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from barrierflow.local_ports import free_port
 from barrierflow.storage import ConditionalWriteUnsupportedError
 from barrierflow.storage.local import LocalObjectStore
 from barrierflow.storage.object_store import ObjectStore
@@ -103,7 +104,7 @@ def misbehaving_endpoint(request: pytest.FixtureRequest, s3_store_uri: str,
 
     upstream = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ["AWS_ENDPOINT_URL"]
     handler = type("Proxy", (_Proxy,), {"upstream": upstream, "mode": request.param})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{server.server_address[1]}")

@@ -31,7 +31,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import free_port, log_tail
+from barrierflow.local_ports import free_port
+
+from tests.support.processes import log_tail
 
 COMPONENTS = ("scheduler", "dag-processor", "api-server")
 #: Started only when asked for: the triggerer runs the asset watchers (``barrierflow.airflow.assets``).

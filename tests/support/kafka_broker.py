@@ -32,7 +32,6 @@ from barrierflow.errors import BarrierflowError
 from barrierflow.jvm.lockfile import DEFAULT_LOCK, read_lock
 from barrierflow.kafka_io import kraft_broker as kraft
 
-from tests.support.processes import free_port as shared_free_port
 from tests.support.tls import make_ca_and_server_cert
 
 logger = logging.getLogger(__name__)
@@ -92,10 +91,6 @@ class KafkaEndpoint:
 def kafka_version() -> str:
     """The Apache Kafka version of the pinned jars (the ``kafka_2.13`` artifact of the lock)."""
     return next(a.version for a in read_lock(DEFAULT_LOCK) if a.artifact == "kafka_2.13")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    return shared_free_port(host)
 
 
 def _servers(endpoint: KafkaEndpoint) -> list[str]:

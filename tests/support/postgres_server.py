@@ -19,7 +19,6 @@ import contextlib
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from barrierflow.errors import BarrierflowError
+from barrierflow.local_ports import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +55,6 @@ class PostgresEndpoint:
     is_test_server: bool
     host: str | None = None
     port: int | None = None
-
-
-def _free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def server_bindir() -> Path:
@@ -215,7 +209,7 @@ class ThrowawayPostgres:
         self._initdb()
         last_problem = ""
         for _attempt in range(3):  # the port may be taken between picking and binding it
-            port = _free_port(self.host)
+            port = free_port(self.host)
             problem = self._launch(port)
             if problem is None:
                 self.port = port

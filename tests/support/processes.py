@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import logging
-import socket
 import subprocess
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def log_tail(path: Path, limit: int = 4000) -> str:

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from barrierflow.errors import BarrierflowError
+from barrierflow.local_ports import free_port
 
-from tests.support.processes import free_port as shared_free_port
 from tests.support.processes import log_tail, stop_process
 
 logger = logging.getLogger(__name__)
@@ -92,10 +92,6 @@ class S3Endpoint:
         if self.region != "us-east-1":
             kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.region}
         client.create_bucket(**kwargs)  # type: ignore[attr-defined]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    return shared_free_port(host)
 
 
 def _responds(url: str, timeout: float) -> bool:

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from barrierflow.errors import BarrierflowError
+from barrierflow.local_ports import free_port
 
-from tests.support.processes import free_port, log_tail
+from tests.support.processes import log_tail
 
 logger = logging.getLogger(__name__)
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from barrierflow.local_ports import free_port
+
 
 @dataclass(frozen=True)
 class Received:
@@ -45,7 +47,7 @@ class WebhookReceiver:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="webhook-receiver")
 
     @property
@@ -73,14 +75,11 @@ class WebhookReceiver:
 def silent_endpoint() -> Iterator[str]:
     """The URL of a listening port that accepts connections and never answers."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
-        listener.bind(("127.0.0.1", 0))
+        listener.bind(("127.0.0.1", free_port()))
         listener.listen(8)
         yield f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
 
 
 def closed_port_url() -> str:
     """The URL of a port nothing listens on (connections are refused)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/hook"
+    return f"http://127.0.0.1:{free_port()}/hook"

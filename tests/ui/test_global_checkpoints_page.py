@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from barrierflow.local_ports import free_port
 from barrierflow.ops.checkpoints import list_checkpoints, show_checkpoint
 from barrierflow.ops.verify import verify
 from barrierflow.runtime.pipeline import StagedPipelineJob
@@ -49,9 +49,7 @@ def serving(app: FastAPI, timeout: float = 30) -> Iterator[str]:
     """Serve ``app`` with uvicorn on a free 127.0.0.1 port in a thread; yields its base URL."""
     import uvicorn
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, name="checkpoints-app", daemon=True)
     thread.start()

@@ -47,6 +47,7 @@ from pathlib import Path
 from barrierflow.errors import BarrierflowError
 from barrierflow.jvm.classpath import class_path
 from barrierflow.jvm.errors import JvmArtifactError
+from barrierflow.local_ports import free_port
 from barrierflow.processes import process_alive
 
 log = logging.getLogger(__name__)
@@ -111,13 +112,6 @@ class RunningBroker:
     pid: int
     data_dir: Path
     log_path: Path = field(compare=False)
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def broker_answers(bootstrap_servers: str, timeout: float) -> bool:

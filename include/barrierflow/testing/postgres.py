@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from barrierflow.errors import BarrierflowError, UserInputError
+from barrierflow.local_ports import free_port
 
 __all__ = ["DATABASE", "PostgresServerError", "server_binaries", "throwaway_postgres"]
 
@@ -79,12 +79,6 @@ def _as_server_user() -> list[str]:
     return [runuser, "-u", SERVER_USER, "--"]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((_HOST, 0))
-        return int(sock.getsockname()[1])
-
-
 def _connect_error(dsn: str) -> str | None:
     """None when a connection to ``dsn`` succeeds, else why not."""
     import psycopg
@@ -130,7 +124,7 @@ def throwaway_postgres(*, bindir: str | os.PathLike[str] | None = None,
         if done.returncode != 0:
             raise PostgresServerError(f"initdb failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
         (data / "pg_hba.conf").write_text(f"host all all {_HOST}/32 trust\n")
-        port = _free_port()
+        port = free_port(_HOST)
         with open(log_path, "ab") as log:
             if prefix:
                 shutil.chown(log_path, user=SERVER_USER)
