@@ -1,6 +1,6 @@
 """Where a command's CPU goes, by kind of process: a census of every process it starts.
 
-    python -m bench.process_census [--interval 0.25] [--json FILE] -- COMMAND [ARGS...]
+    python -m bench.process_census [--interval 0.25] [--json FILE] [--processes FILE] -- COMMAND [ARGS...]
 
 Runs ``COMMAND`` and reads ``/proc`` every ``--interval`` seconds until it ends. A process
 belongs to the census when its parent did when it was first seen (the command itself to begin
@@ -69,6 +69,7 @@ class Seen:
     comm: str
     command_line: str
     cpu_ticks: int = 0
+    parent: int = 0
 
 
 @dataclass
@@ -88,7 +89,7 @@ class Census:
             if process is None:
                 if pid != self.root and parent not in ours:
                     continue
-                process = self.seen[key] = Seen(comm, "")
+                process = self.seen[key] = Seen(comm, "", parent=parent)
                 ours.add(pid)
             if process.comm != comm or not process.command_line:
                 process.comm = comm
@@ -108,6 +109,14 @@ class Census:
             entry[1] += process.cpu_ticks / TICKS
         return {k: (int(n), round(s, 1)) for k, (n, s) in sorted(totals.items(), key=lambda kv: -kv[1][1])}
 
+    def processes(self) -> list[dict[str, object]]:
+        """Every process seen, most CPU first: pid, parent pid (when first seen), kind, command
+        line and core-seconds."""
+        rows = [{"pid": pid, "parent": s.parent, "kind": kind_of(s.comm, s.command_line), "comm": s.comm,
+                 "command_line": s.command_line, "core_s": round(s.cpu_ticks / TICKS, 2)}
+                for (pid, _), s in self.seen.items()]
+        return sorted(rows, key=lambda r: -float(r["core_s"]))  # type: ignore[arg-type]
+
 
 def _busy_ticks() -> int:
     fields = Path("/proc/stat").read_text(encoding="utf-8").splitlines()[0].split()[1:]
@@ -118,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.process_census", description=__doc__.splitlines()[0])
     parser.add_argument("--interval", type=float, default=0.25, help="seconds between readings of /proc")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--processes", type=Path,
+                        help="also write every process (pid, parent, kind, command line, core-s) to this JSON file")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -148,6 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                          "machine_busy_core_s": round(machine, 1),
                                          "kinds": {k: {"processes": n, "core_s": s} for k, (n, s) in kinds.items()}},
                                         indent=2) + "\n", encoding="utf-8")
+    if args.processes:
+        args.processes.write_text(json.dumps(census.processes(), indent=1) + "\n", encoding="utf-8")
     return child.returncode
 
 

@@ -70,16 +70,21 @@ def test_a_process_is_followed_after_its_parent_died_and_its_cpu_counted() -> No
         burned = [p for (pid, _), p in census.seen.items() if pid == grandchild_pid]
         assert len(burned) == 1 and burned[0].cpu_ticks / TICKS >= 0.29
         assert census.by_kind()["other Python (drivers, tests, command lines)"][0] == 2
+        rows = {r["pid"]: r for r in census.processes()}
+        assert rows[grandchild_pid]["parent"] == parent.pid  # as first seen, before init took it
+        assert float(rows[grandchild_pid]["core_s"]) >= 0.29  # type: ignore[arg-type]
     finally:
         go.close()
         os.kill(grandchild_pid, signal.SIGKILL)
 
 
 def test_the_command_line_runs_a_command_and_names_a_bad_one(tmp_path: Path, capsys: Any) -> None:
-    out = tmp_path / "census.json"
-    assert main(["--json", str(out), "--", sys.executable, "-c", "print('ran')"]) == 0
+    out, listing = tmp_path / "census.json", tmp_path / "processes.json"
+    assert main(["--json", str(out), "--processes", str(listing), "--", sys.executable, "-c", "print('ran')"]) == 0
     figures = json.loads(out.read_text(encoding="utf-8"))
     assert figures["exit"] == 0 and sum(k["processes"] for k in figures["kinds"].values()) >= 1
+    assert [r["kind"] for r in json.loads(listing.read_text(encoding="utf-8"))] == [
+        "other Python (drivers, tests, command lines)"]
     assert "ran" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["--", str(tmp_path / "no-such-command")])
