@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from barrierflow.errors import SourceError
@@ -61,3 +63,28 @@ def test_a_worker_that_unpickles_the_generator_imports_no_spec_model() -> None:
              "print(sorted(m for m in sys.modules if m == 'pydantic' or m.startswith('barrierflow.spec.')))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.strip().replace("'", '"')) == ["barrierflow.spec.generator_params"]
+
+
+def test_a_worker_reading_with_dead_letters_to_a_relative_uri_imports_no_spec_model(tmp_path: Path) -> None:
+    """The reader, pickled as Spark ships it, reads a partition with malformed records in a fresh
+    process whose dead letters go to a relative ``file://`` URI (resolved against the project
+    home): the rows come back and neither pydantic nor the spec loader was imported on the way."""
+    import pickle
+
+    from barrierflow.sources.generator import GeneratorStreamReader
+    from pyspark.sql.datasource import InputPartition
+
+    spec = SPEC.model_copy(update={"malformed_every": 7})
+    reader = GeneratorStreamReader({"spec": spec.model_dump_json(), "control_dir": str(tmp_path / "control"),
+                                    "dead_letter_uri": "file://dead-letters"})
+    shipped = tmp_path / "reader.pickle"
+    shipped.write_bytes(pickle.dumps((reader, InputPartition((0, 0, 50)))))
+    probe = ("import pickle, sys; reader, part = pickle.loads(open(sys.argv[1], 'rb').read()); "
+             "rows = sum(b.num_rows for b in reader.read(part)); "
+             "print(rows, sorted(m for m in sys.modules if m == 'pydantic' or m.startswith('barrierflow.spec.')))")
+    done = subprocess.run([sys.executable, "-c", probe, str(shipped)], capture_output=True, text=True, check=True,
+                          cwd=tmp_path, env={**os.environ, "BARRIERFLOW_HOME": str(tmp_path)})
+    rows, loaded = done.stdout.strip().split(" ", 1)
+    assert int(rows) == 50 - 50 // 7
+    assert json.loads(loaded.replace("'", '"')) == ["barrierflow.spec.generator_params", "barrierflow.spec.paths"]
+    assert any((tmp_path / "dead-letters").rglob("*")), "no dead letters written under the project home"

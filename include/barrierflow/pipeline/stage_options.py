@@ -33,7 +33,6 @@ from collections.abc import Mapping
 
 from barrierflow.errors import UserInputError
 from barrierflow.sinks.parquet import rollups_beside
-from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import (
     PIPELINE_WIDE_FIELDS,
     BatchSpec,
@@ -44,6 +43,7 @@ from barrierflow.spec.models import (
     SparkSpec,
     StageSpec,
 )
+from barrierflow.spec.paths import project_home
 from barrierflow.spec.sink_set import several_sinks_problem
 from barrierflow.spec.stages import ChannelSinkSpec, ChannelSourceSpec, PipelineSpec, StageEntry
 from barrierflow.storage.object_dir import is_object_uri

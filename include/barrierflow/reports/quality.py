@@ -48,8 +48,8 @@ from barrierflow.pipeline.table_output import (
     table_sink,
 )
 from barrierflow.sinks.parquet import parquet_sink
-from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import ParquetSinkSpec
+from barrierflow.spec.paths import project_home
 from barrierflow.storage import open_store
 from barrierflow.storage.object_store import ObjectNotFoundError
 from barrierflow.transactions.ledger import TransactionLedger, TxnState

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from barrierflow.atomic_files import write_atomic
 from barrierflow.errors import UserInputError
-from barrierflow.spec.loader import project_home
+from barrierflow.spec.paths import project_home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,7 +54,7 @@ _shipped: set[tuple[str, str]] = set()
 
 def package_dir(entry: str) -> Path:
     """The package directory an entry of ``spark.py_packages`` names (relative to
-    :func:`~barrierflow.spec.loader.project_home`).
+    :func:`~barrierflow.spec.paths.project_home`).
 
     Raises:
         UserInputError: it is not a directory, or has no ``__init__.py``.

@@ -10,7 +10,7 @@ from barrierflow.storage.object_store import ObjectStore
 
 def local_path_of(uri: str) -> Path:
     """The directory of a ``file://`` URI; relative paths resolve against the project home."""
-    from barrierflow.spec.loader import project_home
+    from barrierflow.spec.paths import project_home
 
     raw = uri.removeprefix("file://")
     path = Path(raw)

@@ -50,8 +50,8 @@ from barrierflow.checkpointing.materialize import materialize_checkpoint
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.errors import CheckpointCorruptError, StorageError, UserInputError
 from barrierflow.spark.session import apply_state_store
-from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import StageSpec
+from barrierflow.spec.paths import project_home
 from barrierflow.state.compatibility import ttl_of
 from barrierflow.state.reader import flat_fields, read_flat_state
 from barrierflow.verification import spark_verdicts

@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from barrierflow.spec.loader import project_home
 from barrierflow.spec.models import StageSpec
+from barrierflow.spec.paths import project_home
 from barrierflow.storage.object_dir import CheckpointDir, ObjectDir, is_object_uri, store_uri
 
 #: Below the project home: the driver's local folders of work dirs on object storage.
