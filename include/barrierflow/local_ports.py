@@ -21,6 +21,7 @@ from __future__ import annotations
 import random
 import socket
 import threading
+from collections.abc import Sequence
 
 #: Where Linux states its ephemeral port range ("low high").
 EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
@@ -68,7 +69,7 @@ def _kernel_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def free_port(host: str = "127.0.0.1", candidates: range | None = None) -> int:
+def free_port(host: str = "127.0.0.1", candidates: Sequence[int] | None = None) -> int:
     """A TCP port on ``host`` that nothing was bound to at the moment of the call, outside the
     kernel's ephemeral range and not handed out before by this process (see the module's text).
 
