@@ -136,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give the command to run after --")
     if not args.interval > 0:
         parser.error(f"--interval must be a positive number of seconds, got {args.interval}")
+    for option, path in (("--json", args.json), ("--processes", args.processes)):
+        if path is not None and not path.resolve().parent.is_dir():
+            parser.error(f"{option} {path}: its folder {path.resolve().parent} does not exist; create it or "
+                         "give a file in an existing folder")
     busy, started = _busy_ticks(), time.monotonic()
     try:
         child = subprocess.Popen(command)

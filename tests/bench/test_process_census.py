@@ -92,3 +92,6 @@ def test_the_command_line_runs_a_command_and_names_a_bad_one(tmp_path: Path, cap
     with pytest.raises(SystemExit):
         main(["--interval", "0", "--", sys.executable, "-c", "pass"])
     assert "--interval must be a positive number" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--processes", str(tmp_path / "absent" / "p.json"), "--", sys.executable, "-c", "pass"])
+    assert "--processes" in (err := capsys.readouterr().err) and "does not exist" in err
