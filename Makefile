@@ -142,7 +142,7 @@ $(FLINK_STAMP): requirements-flink.txt
 flink: $(FLINK_STAMP)
 
 bench-flink: install $(FLINK_STAMP)
-	$(BIN)/python -m bench --compare flink-sql --seconds 30 --rounds 2 --markdown bench/results/flink-latest.md
+	$(BIN)/python -m bench --compare flink-sql --seconds 30 --rounds 3 --markdown bench/results/flink-latest.md
 
 # Local Airflow: scheduler, DAG processor, triggerer and API server (`airflow standalone`) on
 # 127.0.0.1:$(AIRFLOW_PORT), with this project's DAGs (of the specs in $(AIRFLOW_PIPELINES_DIR))

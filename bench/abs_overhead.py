@@ -49,6 +49,7 @@ from bench.modes import BASELINE, BASELINE_AGAIN, MODES, Mode, Sample, mode_spec
 from bench.rates import job_rate
 from bench.record import RESULTS as RESULTS_ROOT
 from bench.record import RunRecord, report
+from bench.spread import median_spread, per_round, rounds_note
 from bench.throttled_link import ThrottledLink
 
 if TYPE_CHECKING:
@@ -203,8 +204,9 @@ def _median(values: list[float]) -> str:
 
 def render(samples: dict[str, Sample], spec: StageSpec, seconds: float, rounds: int,
            store: str | None = None, modes: tuple[Mode, ...] = MODES, interleave: float | None = None) -> str:
-    """The table; ratios are per round (each mode against the mean of the round's two
-    no-checkpoint runs, so drift between rounds cancels), listed and then averaged; below it the
+    """The table; records/s are the median over the rounds with the lowest and highest round;
+    ratios are per round (each mode against the mean of the round's two no-checkpoint runs, so
+    drift between rounds cancels), listed, with their median; below it the
     A/A line: per round, the second no-checkpoint run over the first. ``interleave``: the rounds
     ran interleaved in segments of that many seconds (said in the heading)."""
     first, again = samples[BASELINE.name].throughput, samples[BASELINE_AGAIN.name].throughput
@@ -218,20 +220,20 @@ def render(samples: dict[str, Sample], spec: StageSpec, seconds: float, rounds: 
         + (f"interleaved: one query per round, modes alternating in {interleave:g} s segments in orders "
            "balanced for carry-over, each "
            "checkpointing segment ending after its last checkpoint completed" if interleave else
-           "one query per mode and round"),
+           "one query per mode and round") + rounds_note(rounds),
         "",
-        "| mode | records/s (mean) | ratio to no checkpoints (mean of per-round ratios) | per-round ratios "
+        "| mode | records/s: median (lowest-highest) | ratio to no checkpoints (median of per-round ratios) "
+        "| per-round ratios "
         "| checkpoints | sync phase median ms "
-        "| async phase median ms | uploaded bytes median | JVM GC s per run | records per JVM CPU-s |",
+        "| async phase median ms | uploaded bytes median | JVM GC s per run | records per JVM CPU-s (median) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for mode in modes:
         s = samples[mode.name]
-        mean = statistics.mean(s.throughput)
         ratios = [t / b for t, b in zip(s.throughput, baseline_runs, strict=True)]
-        per_cpu = f"{statistics.mean(s.records_per_cpu_second):,.0f}" if s.records_per_cpu_second else "-"
+        per_cpu = f"{statistics.median(s.records_per_cpu_second):,.0f}" if s.records_per_cpu_second else "-"
         lines.append(
-            f"| {mode.name} | {mean:,.0f} | {statistics.mean(ratios):.3f} | {', '.join(f'{x:.2f}' for x in ratios)} "
+            f"| {mode.name} | {median_spread(s.throughput)} | {statistics.median(ratios):.3f} | {per_round(ratios)} "
             f"| {sum(s.checkpoints)} | {_median(s.sync_ms)} "
             f"| {_median(s.async_ms)} | {statistics.median(s.incremental_bytes) if s.incremental_bytes else '-'} "
             f"| {', '.join(f'{x:.1f}' for x in s.gc_seconds) or '-'} | {per_cpu} |"

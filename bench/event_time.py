@@ -46,6 +46,7 @@ from barrierflow.spec.models import (
 from bench.rates import job_rate
 from bench.record import RESULTS as RESULTS_ROOT
 from bench.record import RunRecord, report
+from bench.spread import median_spread, rounds_note
 
 BACKLOG_PER_PARTITION = 5_000_000
 #: Where each run's record goes.
@@ -163,18 +164,18 @@ def _stat(values: list[float], fn: Any) -> str:
 
 def render(scenario: str, samples: dict[str, ModeSample], spec: StageSpec, seconds: float, rounds: int) -> str:
     lines = [f"Benchmark {scenario} {datetime.now(UTC).isoformat(timespec='seconds')}: {spec.spark.master}, "
-             f"{seconds:.0f} s per mode, {rounds} round(s)", ""]
+             f"{seconds:.0f} s per mode, {rounds} round(s){rounds_note(rounds)}", ""]
     if scenario == "batch-sizing":
-        lines += ["| mode | records/s (mean) | checkpoints | completion ms median | completion ms max "
-                  "| barrier batch ms median |", "|---|---|---|---|---|---|"]
+        lines += ["| mode | records/s: median (lowest-highest) | checkpoints | completion ms median "
+                  "| completion ms max | barrier batch ms median |", "|---|---|---|---|---|---|"]
         for name, s in samples.items():
-            lines.append(f"| {name} | {_stat(s.throughput, statistics.mean)} | {sum(s.checkpoints)} "
+            lines.append(f"| {name} | {median_spread(s.throughput)} | {sum(s.checkpoints)} "
                          f"| {_stat(s.total_ms, statistics.median)} | {_stat(s.total_ms, max)} "
                          f"| {_stat(s.barrier_batch_ms, statistics.median)} |")
     else:
-        lines += ["| mode | records/s (mean) | checkpoints | Spark numRowsDroppedByWatermark (sum) |",
+        lines += ["| mode | records/s: median (lowest-highest) | checkpoints | Spark numRowsDroppedByWatermark (sum) |",
                   "|---|---|---|---|"]
         for name, s in samples.items():
-            lines.append(f"| {name} | {_stat(s.throughput, statistics.mean)} | {sum(s.checkpoints)} "
+            lines.append(f"| {name} | {median_spread(s.throughput)} | {sum(s.checkpoints)} "
                          f"| {sum(s.late_rows):,} |")
     return "\n".join(lines)

@@ -11,9 +11,11 @@ goes first as the systems do: **untuned** (Flink's defaults) and **tuned** as Fl
 performance-tuning guide prescribes for a group aggregation (mini-batch and two-phase
 aggregation, :data:`bench.flink_sql_job.TUNED`), each without checkpoints and with checkpoints
 every 1 s, over as many rows as that configuration processes in about ``seconds`` (sized from
-its previous run). Printed: both Flink configurations, records/s per run, each system's 1
-s-checkpoint ratio to its own no-checkpoint run, and barrierflow / Flink tuned per round (the
-comparison to cite), with barrierflow / Flink untuned beside it.
+its previous run). Printed: both Flink configurations, records/s per run, then per system and
+configuration the median over the rounds with the lowest and highest round, each system's 1
+s-checkpoint ratio to its own no-checkpoint run per round, and barrierflow / Flink tuned as the
+ratio of the medians and per round (the comparison to cite), with barrierflow / Flink untuned
+beside it. Cite a run of at least three rounds (:mod:`bench.spread`).
 
 Flink lives in its own virtual environment (``make flink``: ``.venv-flink`` with
 requirements-flink.txt), never in the main requirements; ``BARRIERFLOW_FLINK_PYTHON`` names
@@ -31,7 +33,6 @@ import json
 import math
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -48,6 +49,7 @@ from bench.modes import MODES, mode_spec
 from bench.rates import BatchEnd, job_rate, rate_after_first_batch
 from bench.record import RESULTS as RESULTS_ROOT
 from bench.record import RunRecord, report
+from bench.spread import median, median_spread, per_round, ratios, rounds_note
 
 FLINK_PYTHON_ENV = "BARRIERFLOW_FLINK_PYTHON"
 #: Rows of Flink's first run per measured second (later runs are sized from the one before).
@@ -203,47 +205,46 @@ def record_run(record: RunRecord, runs: Runs, pipeline: str, master: str, *, sec
                   markdown=markdown)
 
 
-def _ratios(a: list[float], b: list[float]) -> list[float]:
-    return [x / y for x, y in zip(a, b, strict=True) if y > 0]
-
-
-def _fmt(values: list[float]) -> str:
-    return " / ".join(f"{v:.2f}" for v in values)
-
-
 def _config(settings: dict[str, str]) -> str:
     return ", ".join(f"`{k}={v}`" for k, v in settings.items()) or "Flink's defaults"
 
 
+def _versus(a: list[float], b: list[float]) -> str:
+    """``a / b``: the ratio of the medians, then per round."""
+    return f"{median(a) / median(b):.2f} (per round {per_round(ratios(a, b), sep=' / ')})"
+
+
 def render(runs: Runs, master: str, seconds: float, rounds: int) -> str:
-    """The table: per system and configuration mean records/s without and with 1 s checkpoints,
-    the per-round ratio to its own no-checkpoint run, and barrierflow / Flink (tuned, then
-    untuned) per round; above it, the settings of both Flink configurations."""
+    """The table: per system and configuration the median records/s over the rounds (lowest-highest)
+    without and with 1 s checkpoints and the per-round ratio of the two; below it barrierflow /
+    Flink (tuned, then untuned): the ratio of the medians and each round's; above it, the
+    settings of both Flink configurations."""
     lines = [
         f"Comparison {datetime.now(UTC).isoformat(timespec='seconds')}: the reference job (10,000 keys, running "
         f"count and sum), barrierflow on Spark {master} vs Flink SQL {runs.flink_version} (MiniCluster, "
         f"parallelism 2, heap state), about {seconds:.0f} s per run, {rounds} round(s), alternating order"
         + (f"; load average (1 min) {runs.load[0]:.1f} at the start, {runs.load[1]:.1f} at the end"
-           if runs.load else ""),
+           if runs.load else "") + rounds_note(rounds),
         "",
         f"Flink untuned: {_config(runs.flink_config.get('untuned', {}))}. "
         f"Flink tuned: {_config(runs.flink_config.get('tuned', {}))}.",
         "",
-        "| system | no checkpoints, records/s (mean) | 1 s checkpoints, records/s (mean) "
-        "| 1 s / none, per round |",
+        "| system | no checkpoints, records/s: median (lowest-highest) "
+        "| 1 s checkpoints, records/s: median (lowest-highest) | 1 s / none, per round |",
         "|---|---|---|---|",
-        f"| barrierflow (ABS) | {statistics.mean(runs.barrierflow_none):,.0f} | "
-        f"{statistics.mean(runs.barrierflow_1s):,.0f} | {_fmt(_ratios(runs.barrierflow_1s, runs.barrierflow_none))} |",
-        f"| Flink SQL, tuned | {statistics.mean(runs.flink_tuned_none):,.0f} | "
-        f"{statistics.mean(runs.flink_tuned_1s):,.0f} | {_fmt(_ratios(runs.flink_tuned_1s, runs.flink_tuned_none))} |",
-        f"| Flink SQL, untuned | {statistics.mean(runs.flink_none):,.0f} | {statistics.mean(runs.flink_1s):,.0f} | "
-        f"{_fmt(_ratios(runs.flink_1s, runs.flink_none))} |",
+    ]
+    for name, none, checkpointed in (("barrierflow (ABS)", runs.barrierflow_none, runs.barrierflow_1s),
+                                     ("Flink SQL, tuned", runs.flink_tuned_none, runs.flink_tuned_1s),
+                                     ("Flink SQL, untuned", runs.flink_none, runs.flink_1s)):
+        lines.append(f"| {name} | {median_spread(none)} | {median_spread(checkpointed)} "
+                     f"| {per_round(ratios(checkpointed, none), sep=' / ')} |")
+    lines += [
         "",
-        f"barrierflow / Flink tuned per round: no checkpoints "
-        f"{_fmt(_ratios(runs.barrierflow_none, runs.flink_tuned_none))}; 1 s checkpoints "
-        f"{_fmt(_ratios(runs.barrierflow_1s, runs.flink_tuned_1s))}",
-        f"barrierflow / Flink untuned per round: no checkpoints "
-        f"{_fmt(_ratios(runs.barrierflow_none, runs.flink_none))}; 1 s checkpoints "
-        f"{_fmt(_ratios(runs.barrierflow_1s, runs.flink_1s))}",
+        f"barrierflow / Flink tuned, ratio of the medians: no checkpoints "
+        f"{_versus(runs.barrierflow_none, runs.flink_tuned_none)}; 1 s checkpoints "
+        f"{_versus(runs.barrierflow_1s, runs.flink_tuned_1s)}",
+        f"barrierflow / Flink untuned, ratio of the medians: no checkpoints "
+        f"{_versus(runs.barrierflow_none, runs.flink_none)}; 1 s checkpoints "
+        f"{_versus(runs.barrierflow_1s, runs.flink_1s)}",
     ]
     return "\n".join(lines)

@@ -7,7 +7,8 @@ and ends with :func:`report`, which takes the load average again, prints one hea
     <what>, <YYYY-MM-DD HH:MM> UTC, commit <commit>, <N> cores, load average <a> at the start,
     <b> at the end, <R> round(s)
 
-(one line), then the benchmark's table, and writes two files (:meth:`RunRecord.write`):
+(one line; a run of fewer than :data:`bench.spread.MIN_ROUNDS` rounds says there that it is a
+trial), then the benchmark's table, and writes two files (:meth:`RunRecord.write`):
 
 * ``<stem>.md``: the command in backticks, the header, the table's lines;
 * ``<stem>.json``: ``scenario``, ``what``, ``command``, ``commit``, ``started`` (ISO 8601 with
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.provenance import commit
+from bench.spread import rounds_note
 
 __all__ = ["RESULTS", "RunRecord", "command_line", "jsonable", "report"]
 
@@ -116,7 +118,8 @@ class RunRecord:
     def header(self, what: str, rounds: int) -> str:
         """The one-line header (module docstring); the load at the end is taken if not yet."""
         return (f"{what}, {self.started:%Y-%m-%d %H:%M} UTC, commit {self.commit}, {self.cores} cores, load average "
-                f"{self.load_start:.1f} at the start, {self.end_load():.1f} at the end, {rounds} round(s)")
+                f"{self.load_start:.1f} at the start, {self.end_load():.1f} at the end, {rounds} round(s)"
+                f"{rounds_note(rounds)}")
 
     def document(self, what: str, rounds: int, figures: Mapping[str, Any]) -> dict[str, Any]:
         """The JSON record (module docstring) as a dict of JSON values."""

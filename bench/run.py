@@ -21,6 +21,8 @@ from types import FrameType
 
 from barrierflow.errors import BarrierflowError, UserInputError
 
+from bench.spread import MIN_ROUNDS
+
 EXIT_OK, EXIT_RUNTIME, EXIT_BAD_INPUT = 0, 1, 2
 
 
@@ -74,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"measured seconds per mode and round (default {DEFAULT_SECONDS:g}; the stages scenario "
                              f"{STAGES_SECONDS:g}: its applications take about 30 s to start and the JVM's JIT about "
                              "a minute to warm up, so shorter runs measure the warm-up)")
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=MIN_ROUNDS,
+                        help=f"alternating rounds (default {MIN_ROUNDS}; fewer make a trial, and the record says so)")
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--scenario", choices=("abs-overhead", "restore", "scale", "batch-sizing", "alignment", "soak",
                                                "stages", "upload-cpu", "kafka", "upgrade", "lake-commit", "freshness",

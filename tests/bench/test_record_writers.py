@@ -88,7 +88,8 @@ def test_flink_comparison_keeps_every_rounds_rate_of_each_system(tmp_path: Path,
     assert figures["flink_version"] == "2.3.0" and figures["flink_config"]["tuned"] == {
         "table.exec.mini-batch.enabled": "true"}
     assert figures["load"] == [0.5, 0.75]  # the table's load line is the record's
-    assert "| barrierflow (ABS) | 2,100,000 | 1,950,000 | 0.95 / 0.91 |" in lines
+    assert "| barrierflow (ABS) | 2,100,000 (2,000,000-2,200,000) | 1,950,000 (1,900,000-2,000,000) | 0.95 / 0.91 |" \
+        in lines
     assert any("load average (1 min) 0.5 at the start, 0.8 at the end" in line for line in lines)
     out = capsys.readouterr().out
     assert out.startswith(record.header(what, 2) + "\n\n") and f"written: {written and written[0]}" in out

@@ -95,23 +95,36 @@ def test_compare_flink_sql_without_flink_says_to_run_make_flink(
 
 
 def test_compare_table_names_both_flink_configurations_and_compares_with_the_tuned_one() -> None:
-    """The comparison's table: both Flink configurations' settings, each system's 1 s / none ratio,
-    and barrierflow / Flink per round, tuned first (the figure to cite), untuned beside it."""
+    """The comparison's table: both Flink configurations' settings, per system the median over
+    the rounds with the lowest and highest round (one disturbed round moves no figure), each
+    system's 1 s / none ratio per round, and barrierflow / Flink as the ratio of the medians and
+    per round, tuned first (the figure to cite), untuned beside it. Three rounds make a result;
+    fewer are marked a trial."""
     from bench.flink_compare import Runs, render
 
-    runs = Runs(barrierflow_none=[2.0e6, 2.2e6], barrierflow_1s=[1.9e6, 2.0e6], flink_none=[2.0e6, 2.5e6],
-                flink_1s=[1.6e6, 2.0e6], flink_tuned_none=[2.5e6, 2.75e6], flink_tuned_1s=[1.9e6, 2.5e6],
+    runs = Runs(barrierflow_none=[2.0e6, 2.2e6, 1.0e6], barrierflow_1s=[1.9e6, 2.0e6, 0.5e6],
+                flink_none=[2.0e6, 2.5e6, 2.5e6], flink_1s=[1.6e6, 2.0e6, 2.0e6],
+                flink_tuned_none=[2.5e6, 2.75e6, 2.0e6], flink_tuned_1s=[1.9e6, 2.5e6, 2.0e6],
                 flink_version="2.3.0",
                 flink_config={"untuned": {}, "tuned": {"table.exec.mini-batch.enabled": "true",
                                                        "table.optimizer.agg-phase-strategy": "TWO_PHASE"}})
-    table = render(runs, "local[2]", 30, 2)
+    table = render(runs, "local[2]", 30, 3)
     assert ("Flink untuned: Flink's defaults. Flink tuned: `table.exec.mini-batch.enabled=true`, "
             "`table.optimizer.agg-phase-strategy=TWO_PHASE`.") in table
-    assert "| barrierflow (ABS) | 2,100,000 | 1,950,000 | 0.95 / 0.91 |" in table
-    assert "| Flink SQL, tuned | 2,625,000 | 2,200,000 | 0.76 / 0.91 |" in table
-    assert "| Flink SQL, untuned | 2,250,000 | 1,800,000 | 0.80 / 0.80 |" in table
-    assert "barrierflow / Flink tuned per round: no checkpoints 0.80 / 0.80; 1 s checkpoints 1.00 / 0.80" in table
-    assert "barrierflow / Flink untuned per round: no checkpoints 1.00 / 0.88; 1 s checkpoints 1.19 / 1.00" in table
+    assert ("| barrierflow (ABS) | 2,000,000 (1,000,000-2,200,000)"
+            " | 1,900,000 (500,000-2,000,000) | 0.95 / 0.91 / 0.50 |") in table
+    assert ("| Flink SQL, tuned | 2,500,000 (2,000,000-2,750,000)"
+            " | 2,000,000 (1,900,000-2,500,000) | 0.76 / 0.91 / 1.00 |") in table
+    assert ("| Flink SQL, untuned | 2,500,000 (2,000,000-2,500,000)"
+            " | 2,000,000 (1,600,000-2,000,000) | 0.80 / 0.80 / 0.80 |") in table
+    assert ("barrierflow / Flink tuned, ratio of the medians: no checkpoints 0.80 (per round 0.80 / 0.80 / 0.50); "
+            "1 s checkpoints 0.95 (per round 1.00 / 0.80 / 0.25)") in table
+    assert ("barrierflow / Flink untuned, ratio of the medians: no checkpoints 0.80 (per round 1.00 / 0.88 / 0.40); "
+            "1 s checkpoints 0.95 (per round 1.19 / 1.00 / 0.25)") in table
+    assert "trial" not in table
+    two = Runs(**{name: values[:2] for name, values in vars(runs).items() if isinstance(values, list)})
+    assert "2 round(s), alternating order (fewer than 3 rounds: a trial, not a figure to cite)" in render(
+        two, "local[2]", 30, 2)
 
 
 def test_abs_overhead_table_compares_each_mode_with_both_baseline_runs_and_shows_the_aa_noise() -> None:
@@ -125,14 +138,17 @@ def test_abs_overhead_table_compares_each_mode_with_both_baseline_runs_and_shows
     modes = modes_for([20.0, 5.0])
     assert [m.name for m in modes] == ["no checkpoints", "ABS 1 s @ 20 MB/s", "sync snapshot 1 s @ 20 MB/s",
                                        "no checkpoints, again", "ABS 1 s @ 5 MB/s", "sync snapshot 1 s @ 5 MB/s"]
-    samples = {m.name: Sample(throughput=[400.0, 500.0]) for m in modes}
-    samples[BASELINE.name].throughput = [380.0, 500.0]
-    samples[BASELINE_AGAIN.name].throughput = [420.0, 450.0]
-    samples["ABS 1 s @ 20 MB/s"].throughput = [390.0, 380.0]
-    table = render(samples, load_spec(project_home() / "include" / "pipelines" / "bench.yaml"), 60, 2,
-                   "s3://bench/abs", modes)
-    assert "| ABS 1 s @ 20 MB/s | 385 | 0.887 | 0.97, 0.80 |" in table  # 390/400, 380/475
-    assert "A/A (the same job twice per round, second run / first): 1.11, 0.90" in table
+    samples = {m.name: Sample(throughput=[400.0, 500.0, 400.0]) for m in modes}
+    samples[BASELINE.name].throughput = [380.0, 500.0, 400.0]
+    samples[BASELINE_AGAIN.name].throughput = [420.0, 450.0, 400.0]
+    samples["ABS 1 s @ 20 MB/s"].throughput = [390.0, 380.0, 100.0]
+    spec = load_spec(project_home() / "include" / "pipelines" / "bench.yaml")
+    table = render(samples, spec, 60, 3, "s3://bench/abs", modes)
+    # 390/400, 380/475, 100/400: the median, not the mean, of the rounds; the disturbed round shows in the spread
+    assert "| ABS 1 s @ 20 MB/s | 380 (100-390) | 0.800 | 0.97, 0.80, 0.25 |" in table
+    assert "A/A (the same job twice per round, second run / first): 1.11, 0.90, 1.00" in table
+    assert "trial" not in table and "(fewer than 3 rounds: a trial, not a figure to cite)" in render(
+        {name: Sample(throughput=s.throughput[:2]) for name, s in samples.items()}, spec, 60, 2, None, modes)
 
 
 def test_each_benchmark_run_writes_under_its_own_store_prefix() -> None:
