@@ -53,12 +53,13 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
    d. ``flink``: Flink SQL (the Flink virtual environment's apache-flink, ``make flink``) with
       Flink's Kafka connector (the ``flink-kafka`` JVM artifact set, ``make install``) and
       checkpoints every 1 s, untuned and tuned (mini-batch, two-phase:
-      :data:`bench.flink_sql_job.TUNED`), ``bench/flink_sql_job.py --kafka``, after the Spark
-      session stopped.
+      :data:`bench.flink_sql_job.TUNED`), ``bench/flink_sql_job.py --kafka``, each run a JVM of
+      its own while the Spark session idles.
 
-   b, c and c' run in rounds (:func:`connector_rounds`): a warm-up round (each once, figures
-   dropped), then ``--rounds`` rounds back to back, the order reversed every other round; each
-   one's figure is its median, and the ratio b / c of each round is printed too. Beside them,
+   b, c, c' and d run in rounds (:func:`connector_rounds`): a warm-up round of b, c and c'
+   (each once, figures dropped), then ``--rounds`` rounds back to back, the order reversed
+   every other round; each one's figure is its median, and the ratios b / c and b / d tuned of
+   each round are printed too. Beside them,
    the share of records barrierflow's JSON decoder (b, c') leaves to ``from_json``, counted on
    the topic's first 100,000 records (:func:`bench.json_records.fallback_rate`).
 
@@ -382,16 +383,17 @@ def run_plain_spark(spark: Any, servers: str, topic: str, *, records: int, batch
             "checkpoints": "-"}
 
 
-def connector_rounds(run: Callable[[str], dict[str, Any]], systems: Sequence[str], rounds: int
-                     ) -> dict[str, dict[str, Any]]:
-    """The systems that read through Spark's connector (``spark``, ``plain``), each run by
-    ``run``: a warm-up round first (each system once, figures dropped: the shared JVM compiles
-    the connector's and the job's code on its first runs, and whichever system ran first would
-    pay for it), then ``rounds`` rounds, the order reversed every other round so neither always
-    runs first. Each system's result is its last round's, with ``rounds`` (its records/s after
-    the first batch in each round) and ``steady`` their median."""
+def connector_rounds(run: Callable[[str], dict[str, Any]], systems: Sequence[str], rounds: int,
+                     warm_up: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    """The side by side's systems, each run by ``run``: a warm-up round first (each system of
+    ``warm_up``, default all, once, figures dropped: the shared Spark JVM compiles the
+    connector's and the job's code on its first runs, and whichever system ran first would pay
+    for it; a Flink run starts a JVM of its own and needs none), then ``rounds`` rounds, the
+    order reversed every other round so no system always runs first. Each system's result is
+    its last round's, with ``rounds`` (its records/s after the first batch in each round) and
+    ``steady`` their median."""
     out: dict[str, dict[str, Any]] = {}
-    for system in systems:
+    for system in (systems if warm_up is None else [s for s in systems if s in warm_up]):
         run(system)
     measured: dict[str, list[float]] = {system: [] for system in systems}
     for number in range(rounds):
@@ -600,6 +602,7 @@ def main(argv: list[str] | None = None, command: str | None = None) -> int:
     lines: list[str] = []
     side: dict[str, dict[str, Any]] = {}
     round_ratios: list[str] = []
+    flink_ratios: list[str] = []
     fallback: float | None = None
     with ExitStack() as stack:
         servers = args.bootstrap or stack.enter_context(embedded_broker(None, 30.0, 10.0))
@@ -623,9 +626,13 @@ def main(argv: list[str] | None = None, command: str | None = None) -> int:
                         "keys": KEYS, "max_records_per_batch": args.batch,
                         "records_per_partition": records // args.partitions}, args.cap)
         connector = [s for s in ("spark", "plain", "plain-decoder") if s in systems]
-        if connector:
+        flinks = ["flink tuned", "flink untuned"] if flink is not None else []
+        if connector or flinks:
 
             def run_connector(system: str) -> dict[str, Any]:
+                if flink is not None and system in flinks:
+                    return run_flink(flink[0], flink[1], servers, topic, records=records, partitions=args.partitions,
+                                     tuned=system == "flink tuned")
                 if system in ("plain", "plain-decoder"):
                     return run_plain_spark(spark, servers, topic, records=records, batch=args.batch,
                                            partitions=args.partitions, cap=args.cap,
@@ -637,22 +644,20 @@ def main(argv: list[str] | None = None, command: str | None = None) -> int:
                     return {"outcome": f"FAILED: {type(exc).__name__}", "steady": math.nan, "batches": "-",
                             "checkpoints": "-"}
 
-            side.update(connector_rounds(run_connector, connector, args.rounds))
+            side.update(connector_rounds(run_connector, [*connector, *flinks], args.rounds, warm_up=connector))
             if {"spark", "plain-decoder"} & set(connector):
                 sample = min(records, FALLBACK_SAMPLE)
                 fallback = json_records.fallback_rate(spark, json_records.values(sample, KEYS, args.text),
                                                       {"key": "BIGINT", "value": "BIGINT", "event_time": "STRING"})
             round_ratios = [_ratio(b, c) for b, c in zip(side.get("spark", {}).get("rounds", []),
                                                           side.get("plain", {}).get("rounds", []), strict=False)]
+            flink_ratios = [_ratio(b, d) for b, d in zip(side.get("spark", {}).get("rounds", []),
+                                                         side.get("flink tuned", {}).get("rounds", []), strict=False)]
         for stages in (n for n in shapes if n > 1):
             runs[f"{stages} stages"] = run_staged(spark, servers, topic, stages=stages, records=records,
                                                   batch=args.batch, partitions=args.partitions, cap=args.cap)
         if spark is not None:
             spark.stop()
-        if flink is not None:  # after Spark's JVM is gone: Flink's MiniCluster gets the machine
-            for tuned in (True, False):
-                side[f"flink {'tuned' if tuned else 'untuned'}"] = run_flink(
-                    flink[0], flink[1], servers, topic, records=records, partitions=args.partitions, tuned=tuned)
     lines.append("| figure | records/s |")
     lines.append("|---|---:|")
     for name, rate in ceilings.items():
@@ -687,14 +692,19 @@ def main(argv: list[str] | None = None, command: str | None = None) -> int:
         lines += ["", *side_by_side_lines({key: r["steady"] for key, r in side.items()}, notes)]
         if round_ratios:
             lines.append(f"| ratio b / c in each round (the two ran back to back) | {', '.join(round_ratios)} |")
+        if flink_ratios:
+            lines.append(f"| ratio b / d tuned in each round (the same rounds) | {', '.join(flink_ratios)} |")
         if fallback is not None:
             lines.append(f"| barrierflow's JSON decoder (b, c'): records left to from_json, of the topic's first "
                          f"{min(records, FALLBACK_SAMPLE):,} ({args.text}) | {fallback:.2%} |")
     ratios = [b / c if c else math.nan for b, c in zip(side.get("spark", {}).get("rounds", []),
                                                       side.get("plain", {}).get("rounds", []), strict=False)]
+    versus_flink = [b / d if d else math.nan for b, d in zip(side.get("spark", {}).get("rounds", []),
+                                                            side.get("flink tuned", {}).get("rounds", []),
+                                                            strict=False)]
     figures = {"records": records, "text": args.text, "partitions": args.partitions, "batch": args.batch,
                "stages": shapes, "systems": systems, "ceilings": ceilings, "runs": runs, "side_by_side": side,
-               "round_ratios_b_c": ratios, "decoder_fallback": fallback}
+               "round_ratios_b_c": ratios, "round_ratios_b_d_tuned": versus_flink, "decoder_fallback": fallback}
     record_run(record, lines, figures, rounds=args.rounds, results=RESULTS_SYSTEMS if args.systems else RESULTS)
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as out:

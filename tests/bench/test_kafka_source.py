@@ -110,6 +110,21 @@ def test_the_connector_systems_warm_up_once_then_alternate_and_report_their_medi
     assert out["plain"]["rounds"] == [100.0, 110.0, 90.0] and out["plain"]["steady"] == 100.0
 
 
+def test_flink_runs_in_the_same_alternating_rounds_without_a_warm_up() -> None:
+    """Flink's runs start a JVM of their own: they take part in every round, in the alternating
+    order, and only the Spark systems (one shared JVM) get a warm-up run."""
+    ran: list[str] = []
+
+    def run(system: str) -> dict[str, object]:
+        ran.append(system)
+        return {"outcome": "ok", "steady": float(len(ran))}
+
+    out = connector_rounds(run, ["spark", "flink tuned"], 3, warm_up=["spark"])
+    assert ran == ["spark", "spark", "flink tuned", "flink tuned", "spark", "spark", "flink tuned"]
+    assert out["flink tuned"]["rounds"] == [3.0, 4.0, 7.0] and out["flink tuned"]["steady"] == 4.0
+    assert out["spark"]["rounds"] == [2.0, 5.0, 6.0]
+
+
 def test_side_by_side_options_are_checked_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (["--side-by-side", "python,storm"], ["--systems", "--side-by-side", "none"]):
         with pytest.raises(SystemExit) as exited:
