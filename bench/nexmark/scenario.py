@@ -37,7 +37,6 @@ import json
 import math
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -51,6 +50,7 @@ from typing import Any
 from bench.nexmark import generator
 from bench.nexmark.queries import QUERIES, Query, pipeline_spec
 from bench.provenance import commit
+from bench.spread import median, rounds_note
 
 ENGINES = ("barrierflow", "flink")
 CORES = 2
@@ -83,8 +83,7 @@ class Figures:
     failures: list[str] = field(default_factory=list)
 
     def median(self) -> float:
-        finite = [r for r in self.rates if math.isfinite(r)]
-        return statistics.median(finite) if finite else math.nan
+        return median(self.rates)
 
     def spread(self) -> str:
         finite = [r for r in self.rates if math.isfinite(r)]
@@ -295,8 +294,9 @@ def run_nexmark_benchmark(*, events: int = DEFAULT_EVENTS, seconds: float = DEFA
     load_end = os.getloadavg()[0]
     table = render(figures, rounds)
     head = (f"`{command}`, {started:%Y-%m-%d %H:%M} UTC, commit {revision}, {os.cpu_count()} cores, load "
-            f"average (1 min) {load_start:.1f} at the start, {load_end:.1f} at the end; {rounds} round(s), engines "
-            f"alternating; {events:,} events (seed {seed}, {rate:,.0f} events/s of event time), {partitions} "
+            f"average (1 min) {load_start:.1f} at the start, {load_end:.1f} at the end; {rounds} round(s)"
+            f"{rounds_note(rounds)}, engines alternating; {events:,} events (seed {seed}, {rate:,.0f} events/s "
+            f"of event time), {partitions} "
             f"partitions, {seconds:g} s per barrierflow run (Flink: as many events as it read in about that long); "
             f"barrierflow local[{CORES}], Flink SQL {flink_version} parallelism {CORES}; 1 s checkpoints, "
             f"exactly-once, discarding sinks; barrierflow's JSON decoder left "
