@@ -96,7 +96,6 @@ import math
 import os
 import shlex
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -111,6 +110,7 @@ from bench import json_records
 from bench.rates import BatchEnd, StageBatchClock, job_rate, rate_after_first_batch, records_through
 from bench.record import RESULTS as RESULTS_ROOT
 from bench.record import RunRecord, command_line, report
+from bench.spread import median
 
 KEYS = 1000
 #: The fields the Kafka source decodes (the pipeline's and the decoder ceilings').
@@ -401,7 +401,7 @@ def connector_rounds(run: Callable[[str], dict[str, Any]], systems: Sequence[str
             out[system] = run(system)
             measured[system].append(float(out[system]["steady"]))
     for system, rates in measured.items():
-        out[system] = {**out[system], "rounds": rates, "steady": statistics.median(rates)}
+        out[system] = {**out[system], "rounds": rates, "steady": median(rates)}
     return out
 
 

@@ -125,6 +125,13 @@ def test_flink_runs_in_the_same_alternating_rounds_without_a_warm_up() -> None:
     assert out["spark"]["rounds"] == [2.0, 5.0, 6.0]
 
 
+def test_a_failed_round_is_left_out_of_the_median_and_kept_in_the_rounds() -> None:
+    figures = iter([math.nan, 300.0, 100.0])
+    out = connector_rounds(lambda system: {"outcome": "ok", "steady": next(figures)}, ["flink tuned"], 3,
+                           warm_up=[])
+    assert out["flink tuned"]["steady"] == 200.0 and math.isnan(out["flink tuned"]["rounds"][0])
+
+
 def test_side_by_side_options_are_checked_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (["--side-by-side", "python,storm"], ["--systems", "--side-by-side", "none"]):
         with pytest.raises(SystemExit) as exited:
