@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from barrierflow.errors import UserInputError
 from barrierflow.kafka_io.kraft_broker import SINGLE_NODE_SETTINGS, kraft_broker
 
+from bench.proc_stat import process_ticks
 from bench.record import RESULTS as RESULTS_ROOT
 from bench.record import RunRecord, command_line, report
 from bench.spread import median_spread, per_round
@@ -37,9 +38,7 @@ AS_SHIPPED = "as shipped"
 
 
 def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return process_ticks(pid) / TICKS
 
 
 def idle_cpu_per_minute(settings: Mapping[str, str], seconds: float, settle: float) -> float:
@@ -95,9 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         changed = parse_settings(args.changes)
-        if not changed or args.rounds < 1 or args.seconds <= 0:
-            raise UserInputError("bench.idle_broker needs at least one --with KEY=VALUE, --rounds >= 1 and "
-                                 "--seconds > 0")
+        if not changed or args.rounds < 1 or args.seconds <= 0 or args.settle < 0:
+            raise UserInputError("bench.idle_broker needs at least one --with KEY=VALUE, --rounds >= 1, "
+                                 "--seconds > 0 and --settle >= 0")
     except UserInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["descendant_ticks", "process_stats"]
+__all__ = ["descendant_ticks", "process_stats", "process_ticks"]
 
 
 def process_stats(proc: Path = Path("/proc")) -> Iterator[tuple[Path, str, list[str]]]:
@@ -25,6 +25,17 @@ def process_stats(proc: Path = Path("/proc")) -> Iterator[tuple[Path, str, list[
             continue
         name, _, rest = stat.partition("(")[2].rpartition(") ")
         yield entry, name, rest.split()
+
+
+def process_ticks(pid: int, proc: Path = Path("/proc")) -> int:
+    """utime + stime of the live process ``pid`` (ticks).
+
+    Raises:
+        OSError: there is no such process (it ended, or never was).
+    """
+    stat = proc.joinpath(str(pid), "stat").read_text(encoding="utf-8", errors="replace")
+    fields = stat.rpartition(") ")[2].split()
+    return int(fields[11]) + int(fields[12])
 
 
 def descendant_ticks(root: int, *, reaped_children: bool = False) -> dict[int, int]:

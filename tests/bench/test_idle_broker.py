@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from barrierflow.errors import UserInputError
 
@@ -21,6 +23,24 @@ def test_a_run_without_a_changed_setting_is_refused(capsys: pytest.CaptureFixtur
     assert main([]) == 2
     assert "at least one --with KEY=VALUE" in capsys.readouterr().err
     assert main(["--with", "x=1", "--rounds", "0"]) == 2
+    assert main(["--with", "x=1", "--settle", "-1"]) == 2
+    assert "--settle >= 0" in capsys.readouterr().err
+
+
+def test_a_process_cpu_is_read_from_proc_and_an_ended_one_is_an_error(tmp_path: Path) -> None:
+    import os
+
+    from bench.proc_stat import process_ticks
+
+    own = os.times()
+    ticks = process_ticks(os.getpid())
+    assert abs(ticks / os.sysconf("SC_CLK_TCK") - (own.user + own.system)) < 1.0
+    fake = tmp_path / "4242"
+    fake.mkdir()
+    (fake / "stat").write_text("4242 (a (tricky) name) S 1 " + " ".join(["0"] * 9) + " 7 5 0 0", encoding="utf-8")
+    assert process_ticks(4242, proc=tmp_path) == 12
+    with pytest.raises(OSError):
+        process_ticks(4243, proc=tmp_path)
 
 
 def test_the_table_names_the_shipped_value_and_gives_medians_with_every_round() -> None:
