@@ -99,6 +99,17 @@ def test_restore_keeps_every_rounds_sample(tmp_path: Path, spec: StageSpec) -> N
     assert document["figures"]["samples"][0]["total_seconds"] == 3.0
 
 
+def test_restore_splits_the_first_batch_into_its_trigger_and_the_rest() -> None:
+    from bench.restore_time import first_trigger_seconds
+
+    progress = [{"batchId": 4, "durationMs": {"triggerExecution": 9000}},
+                {"batchId": 5, "durationMs": {"latestOffset": 3}},
+                {"batchId": 6, "durationMs": {"triggerExecution": 1500}},
+                {"batchId": 7, "durationMs": {"triggerExecution": 20}}]
+    assert first_trigger_seconds(progress, 4) == [1.5]
+    assert first_trigger_seconds(progress, 7) == []
+
+
 def test_lake_commit_keeps_every_checkpoints_milliseconds(tmp_path: Path) -> None:
     from bench.lake_commit import record_run
 

@@ -54,6 +54,7 @@ from barrierflow.runtime.state_compat import check_state_compatible
 from barrierflow.sources.registry import SourceKind, StageRun, kind_named
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.cluster import check_work_dir_shared
+from barrierflow.spark.query_tasks import wait_for_tasks
 from barrierflow.spark.session import shuffle_partitions
 from barrierflow.state.live_keys import keys_in_state
 from barrierflow.storage.object_dir import PollThrottle
@@ -79,6 +80,9 @@ START_WAIT_SECONDS = 120.0
 #: How long a stop waits for the micro-batch in flight to end before interrupting it
 #: (:meth:`StageRunner.stop_query`).
 STOP_BETWEEN_BATCHES_SECONDS = 10.0
+#: How long a stop waits for the tasks of a micro-batch it interrupted to end
+#: (:meth:`StageRunner.stop_query`; a RocksDB commit runs on for seconds after its kill).
+STOP_TASKS_SECONDS = 60.0
 #: How often :meth:`StageRunner.check` asks the JVM whether the query still runs (one py4j
 #: round trip; the run loop ticks every few milliseconds).
 CHECK_SECONDS = 0.2
@@ -359,7 +363,9 @@ class StageRunner:
         """Stop the query (its last late-row counts folded in first) between two micro-batches,
         with no batch planned and not committed, when it can (:meth:`_quiesce`; a source
         whose batches Spark's connector plans: :meth:`_wait_between_batches`); a failure to
-        stop is logged."""
+        stop is logged. Returns once the tasks of a micro-batch the stop interrupted ended too
+        (at most :data:`STOP_TASKS_SECONDS`; :mod:`barrierflow.spark.query_tasks`), so the
+        driver's next query does not wait behind them; tasks still running then are logged."""
         if self.query is None:
             return
         if self.event_time is not None:
@@ -375,6 +381,24 @@ class StageRunner:
             self.query.stop()
         except Exception as exc:
             log.warning("%s: stopping the query raised %s", self.label, exc)
+        self._wait_for_interrupted_tasks()
+
+    def _wait_for_interrupted_tasks(self) -> None:
+        """Wait for the stopped query's tasks to end (:meth:`stop_query`)."""
+        from pyspark import SparkContext
+
+        context = SparkContext._active_spark_context
+        if context is None or self.query is None:
+            return
+        try:
+            left = wait_for_tasks(context, str(self.query.runId), limit=STOP_TASKS_SECONDS)
+        except Exception as exc:  # the wait is a courtesy to the next query: never fail a stop on it
+            log.warning("%s: looking for the stopped query's running tasks raised %s", self.label, exc)
+            return
+        if left:
+            log.warning("%s: %d task(s) of the stopped query still run %.0f s after the stop (a call that does not "
+                        "look at Spark's kill request); the driver's next query shares the cores with them",
+                        self.label, left, STOP_TASKS_SECONDS)
 
     def _quiesce(self, limit: float) -> None:
         """Hold the stage's input (:meth:`ControlChannel.set_hold`: from the next trigger on,
