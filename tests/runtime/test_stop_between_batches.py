@@ -11,6 +11,11 @@ write-ahead's Spark job is cancelled and that batch never reaches Spark's commit
 is ``0s`` with input waiting, so batches follow each other without a gap: the stop waits for
 the one in flight, not for a gap that never comes; and without the input held, the next batch's
 planning starts the moment the batch in flight ends, where the stop would interrupt it.
+
+A batch longer than the stop's wait is interrupted; the stop returns only once the interrupted
+batch's tasks ended, so the driver's next query does not share the cores with them. There the
+batch blocks in a Python UDF until the test releases it (never): Spark's kill ends the task only
+when it destroys the UDF's worker, seconds after ``query.stop()`` returned.
 """
 
 from __future__ import annotations
@@ -24,13 +29,16 @@ import yaml
 from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.faults import at_point
+from barrierflow.runtime import stage_runner
+from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.spark import commit_log, offset_log
+from barrierflow.spark.query_tasks import active_tasks
 from barrierflow.spec import load_spec
 from barrierflow.workdir.layout import JobLayout
 from pyspark.sql.streaming import StreamingQuery
 
-from tests.scenarios.harness import windowed_spec
-from tests.support.in_session_runs import run_spec
+from tests.scenarios.harness import FAST_JVM, windowed_spec
+from tests.support.in_session_runs import run_spec, write_spec
 
 pytestmark = pytest.mark.spark
 
@@ -86,3 +94,38 @@ def test_a_stop_lets_the_micro_batch_in_flight_end(spark: Any, tmp_path: Path,
     planned = offset_log.planned_batches(checkpoint)
     assert planned[-1] == committed[-1], f"the stop interrupted batch {planned[-1]} (planned, not committed)"
     assert not [p.name for p in (checkpoint / "offsets").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_stop_that_interrupts_a_batch_returns_once_its_tasks_ended(spark: Any, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    blocked, release = tmp_path / "blocked", tmp_path / "release"  # release is never written
+    path = write_spec(tmp_path / "pipeline.yaml", {
+        "version": 1, "name": "interrupted", "work_dir": str(tmp_path / "work"),
+        "sources": [{"name": "events", "type": "generator", "partitions": 2, "rows_per_second": 0,
+                     "max_records_per_batch": 5, "records_per_partition": 1000, "keys": 4}],
+        "transformation": {"function": "tests.support.blocking_transforms:blocked_rows", "output_mode": "append",
+                           "options": {"blocked": str(blocked), "release": str(release)}},
+        "sinks": [{"name": "out", "type": "discard"}],
+        "trigger": {"interval": "0s"},
+        "checkpoint": {"storage": f"file://{tmp_path / 'checkpoints'}", "interval": "1s", "timeout": "120s"},
+        "spark": {"master": "local[2]", "shuffle_partitions": 2, "conf": FAST_JVM}})
+    monkeypatch.setattr(stage_runner, "STOP_BETWEEN_BATCHES_SECONDS", 0.2)
+    group: list[str] = []
+    left: list[int] = []
+    drain = StageRunner.drain
+
+    def observed_drain(runner: StageRunner, timeout: float, *, failing: bool = False) -> None:
+        # the step right after the query's stop: what the stop left running, seen before anything else runs
+        assert runner.query is not None
+        group.append(str(runner.query.runId))
+        left.append(active_tasks(spark.sparkContext, group[-1]))
+        drain(runner, timeout, failing=failing)
+
+    monkeypatch.setattr(StageRunner, "drain", observed_drain)
+    with caplog.at_level("WARNING", logger="barrierflow.runtime.stage_runner"):
+        run_spec(spark, path, until=lambda _job: blocked.exists(), duration=300)
+    assert "did not end within" in caplog.text, f"the stop never had to interrupt the blocked batch: {caplog.text}"
+    assert group, f"the run's stop never reached its drain: {caplog.text}"
+    assert left == [0], f"the stop returned with {left} task(s) of the interrupted batch still running"
+    assert "still run" not in caplog.text

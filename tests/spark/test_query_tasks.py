@@ -21,8 +21,7 @@ pytestmark = pytest.mark.spark
 def _waiting_udf(marker: str) -> Any:
     from pyspark.sql import functions as F
 
-    @F.udf("long")
-    def waiting(value: int) -> int:
+    def waiting(value):  # type: ignore[no-untyped-def]  # untyped: PySpark reads hints as a pandas UDF's
         import os
         import time as clock
 
@@ -31,7 +30,7 @@ def _waiting_udf(marker: str) -> Any:
             clock.sleep(0.05)
         return value
 
-    return waiting
+    return F.udf(waiting, "long")
 
 
 def test_wait_for_tasks_returns_once_the_stopped_querys_tasks_ended(spark: Any, tmp_path: Path) -> None:
