@@ -13,7 +13,10 @@ A query's jobs run in the job group of its run id (``str(query.runId)``). Spark'
 keeps a failed job's stages with their running tasks until those tasks end, so "no task is
 active in the stages of the group's newest jobs" is the signal that the query left nothing
 behind. Only the newest :data:`RECENT_JOBS` jobs of the group are looked at: a stop can leave
-only the jobs of its last micro-batch running.
+only the jobs of its last micro-batch running. The tracker learns of tasks from Spark's
+listener bus, which runs behind the scheduler: :func:`wait_for_tasks` first lets the bus deliver
+every event posted so far (every start of the stopped query's tasks among them), so a task the
+tracker has not heard of yet does not pass for one that ended.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from typing import Any
 RECENT_JOBS = 8
 #: How often :func:`wait_for_tasks` asks the status tracker.
 POLL_SECONDS = 0.05
+#: How long :func:`wait_for_tasks` lets the listener bus catch up at most (milliseconds).
+EVENTS_WAIT_MS = 10_000
 
 
 def active_tasks(spark_context: Any, job_group: str) -> int:
@@ -42,11 +47,22 @@ def active_tasks(spark_context: Any, job_group: str) -> int:
 
 
 def wait_for_tasks(spark_context: Any, job_group: str, *, limit: float, poll: float = POLL_SECONDS) -> int:
-    """Wait at most ``limit`` seconds until :func:`active_tasks` of ``job_group`` is 0; returns
-    the tasks still running when it returned (0: none left)."""
+    """Wait at most ``limit`` seconds until :func:`active_tasks` of ``job_group`` is 0, after the
+    listener bus delivered the events posted before the call (module docstring); returns the tasks
+    still running when it returned (0: none left)."""
     deadline = time.monotonic() + limit
+    _deliver_events(spark_context, min(EVENTS_WAIT_MS, int(limit * 1000)))
     while True:
         running = active_tasks(spark_context, job_group)
         if running == 0 or time.monotonic() >= deadline:
             return running
         time.sleep(poll)
+
+
+def _deliver_events(spark_context: Any, timeout_ms: int) -> None:
+    """Let Spark's listener bus deliver the events posted so far (at most ``timeout_ms``; a bus
+    still behind then is left to the polling that follows)."""
+    try:
+        spark_context._jsc.sc().listenerBus().waitUntilEmpty(timeout_ms)
+    except Exception:  # a TimeoutException (a bus still busy): the polling sees its events later
+        return
