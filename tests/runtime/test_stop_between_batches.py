@@ -13,9 +13,10 @@ the one in flight, not for a gap that never comes; and without the input held, t
 planning starts the moment the batch in flight ends, where the stop would interrupt it.
 
 A batch longer than the stop's wait is interrupted; the stop returns only once the interrupted
-batch's tasks ended, so the driver's next query does not share the cores with them. There the
-batch blocks in a Python UDF until the test releases it (never): Spark's kill ends the task only
-when it destroys the UDF's worker, seconds after ``query.stop()`` returned.
+batch's tasks ended, so the driver's next query does not share the cores with them: in a
+pipeline of one stage, and of two whose second stage is the one blocked. There the batch blocks
+in a Python UDF until the test releases it (never): Spark's kill ends the task only when it
+destroys the UDF's worker, seconds after ``query.stop()`` returned.
 """
 
 from __future__ import annotations
@@ -30,15 +31,19 @@ from barrierflow.barriers.control import ControlChannel
 from barrierflow.checkpointing.store import CheckpointStore
 from barrierflow.faults import at_point
 from barrierflow.runtime import stage_runner
+from barrierflow.runtime.pipeline import StagedPipelineJob
 from barrierflow.runtime.stage_runner import StageRunner
 from barrierflow.spark import commit_log, offset_log
 from barrierflow.spark.query_tasks import active_tasks
 from barrierflow.spec import load_spec
+from barrierflow.spec.loader import parse_staged_spec
 from barrierflow.workdir.layout import JobLayout
 from pyspark.sql.streaming import StreamingQuery
 
 from tests.scenarios.harness import FAST_JVM, windowed_spec
 from tests.support.in_session_runs import run_spec, write_spec
+from tests.support.kafka_broker import KafkaEndpoint
+from tests.support.staged_specs import two_stage_spec
 
 pytestmark = pytest.mark.spark
 
@@ -96,36 +101,62 @@ def test_a_stop_lets_the_micro_batch_in_flight_end(spark: Any, tmp_path: Path,
     assert not [p.name for p in (checkpoint / "offsets").iterdir() if p.name.endswith(".tmp")]
 
 
+def _observe_the_stop(spark: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Each stage's tasks still running when the run's stop reaches its next step (the stages'
+    drains, after every query was stopped), by the stage query's run id; the stop's wait for a
+    batch in flight cut to 0.2 s."""
+    monkeypatch.setattr(stage_runner, "STOP_BETWEEN_BATCHES_SECONDS", 0.2)
+    left: dict[str, int] = {}
+    drain = StageRunner.drain
+
+    def observed_drain(runner: StageRunner, timeout: float, *, failing: bool = False) -> None:
+        assert runner.query is not None
+        group = str(runner.query.runId)
+        left.setdefault(group, active_tasks(spark.sparkContext, group))
+        drain(runner, timeout, failing=failing)
+
+    monkeypatch.setattr(StageRunner, "drain", observed_drain)
+    return left
+
+
+def _blocked_stage(tmp_path: Path) -> dict[str, Any]:
+    """The transformation that holds every row until a release file that is never written."""
+    return {"function": "tests.support.blocking_transforms:blocked_rows", "output_mode": "append",
+            "options": {"blocked": str(tmp_path / "blocked"), "release": str(tmp_path / "release")}}
+
+
 def test_a_stop_that_interrupts_a_batch_returns_once_its_tasks_ended(spark: Any, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       caplog: pytest.LogCaptureFixture) -> None:
-    blocked, release = tmp_path / "blocked", tmp_path / "release"  # release is never written
     path = write_spec(tmp_path / "pipeline.yaml", {
         "version": 1, "name": "interrupted", "work_dir": str(tmp_path / "work"),
         "sources": [{"name": "events", "type": "generator", "partitions": 2, "rows_per_second": 0,
                      "max_records_per_batch": 5, "records_per_partition": 1000, "keys": 4}],
-        "transformation": {"function": "tests.support.blocking_transforms:blocked_rows", "output_mode": "append",
-                           "options": {"blocked": str(blocked), "release": str(release)}},
+        "transformation": _blocked_stage(tmp_path),
         "sinks": [{"name": "out", "type": "discard"}],
         "trigger": {"interval": "0s"},
         "checkpoint": {"storage": f"file://{tmp_path / 'checkpoints'}", "interval": "1s", "timeout": "120s"},
         "spark": {"master": "local[2]", "shuffle_partitions": 2, "conf": FAST_JVM}})
-    monkeypatch.setattr(stage_runner, "STOP_BETWEEN_BATCHES_SECONDS", 0.2)
-    group: list[str] = []
-    left: list[int] = []
-    drain = StageRunner.drain
-
-    def observed_drain(runner: StageRunner, timeout: float, *, failing: bool = False) -> None:
-        # the step right after the query's stop: what the stop left running, seen before anything else runs
-        assert runner.query is not None
-        group.append(str(runner.query.runId))
-        left.append(active_tasks(spark.sparkContext, group[-1]))
-        drain(runner, timeout, failing=failing)
-
-    monkeypatch.setattr(StageRunner, "drain", observed_drain)
+    left = _observe_the_stop(spark, monkeypatch)
     with caplog.at_level("WARNING", logger="barrierflow.runtime.stage_runner"):
-        run_spec(spark, path, until=lambda _job: blocked.exists(), duration=300)
+        run_spec(spark, path, until=lambda _job: (tmp_path / "blocked").exists(), duration=300)
     assert "did not end within" in caplog.text, f"the stop never had to interrupt the blocked batch: {caplog.text}"
-    assert group, f"the run's stop never reached its drain: {caplog.text}"
-    assert left == [0], f"the stop returned with {left} task(s) of the interrupted batch still running"
+    assert len(left) == 1, f"the run's stop never reached its drain: {caplog.text}"
+    assert list(left.values()) == [0], f"the stop returned with {left} task(s) of the interrupted batch running"
+    assert "still run" not in caplog.text
+
+
+def test_the_stop_of_a_two_stage_pipeline_returns_once_the_interrupted_stages_tasks_ended(
+        spark: Any, tmp_path: Path, kafka_endpoint: KafkaEndpoint, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    data = two_stage_spec(tmp_path, kafka_endpoint)
+    data["stages"][1]["transformation"] = _blocked_stage(tmp_path)  # stage b blocks in the rows it reads
+    data["stages"][1]["sinks"] = [{"name": "out", "type": "discard"}]
+    left = _observe_the_stop(spark, monkeypatch)
+    with caplog.at_level("WARNING", logger="barrierflow.runtime.stage_runner"):
+        StagedPipelineJob(parse_staged_spec(data), spark=spark).driver.run(
+            until=lambda: (tmp_path / "blocked").exists(), duration=300)
+    assert "stage b of pipeline two: the micro-batch in flight did not end within" in caplog.text, caplog.text
+    assert len(left) == 2, f"the stop reached the drains of {len(left)} stage(s): {caplog.text}"
+    assert list(left.values()) == [0, 0], f"the stop returned with tasks still running: {left}"
     assert "still run" not in caplog.text

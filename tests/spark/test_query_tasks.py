@@ -41,10 +41,10 @@ def test_wait_for_tasks_returns_once_the_stopped_querys_tasks_ended(spark: Any, 
     group = str(query.runId)
     context = spark.sparkContext
     try:
-        deadline = time.monotonic() + 120
-        while active_tasks(context, group) == 0:  # readiness: the batch's tasks are in the UDF
-            assert query.isActive and time.monotonic() < deadline, "no task of the query ever ran"
+        deadline = time.monotonic() + 120  # readiness: the batch's tasks are in the UDF
+        while active_tasks(context, group) == 0 and query.isActive and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert active_tasks(context, group) > 0, "no task of the query was seen running"
     finally:
         query.stop()
     assert wait_for_tasks(context, group, limit=120) == 0
