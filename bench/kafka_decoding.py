@@ -72,14 +72,14 @@ def run_mode(spark: Any, servers: str, topic: str, mode: str, records: int, cap:
     if mode in ("from_json", "barrierflow"):
         return float(ks.run_plain_spark(spark, servers, topic, records=records, batch=BATCH, partitions=PARTITIONS,
                                         cap=cap, decoder=mode)["steady"])
-    from barrierflow.sources.spark_kafka import FETCH_MAX_WAIT_MS
+    from barrierflow.sources.spark_kafka import CONSUMER_SETTINGS
     from pyspark.sql import functions as F
 
     work = Path(tempfile.mkdtemp(prefix="bf-kdecode-"))
     reads = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers).option("subscribe", topic)
              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(BATCH * PARTITIONS))
              .option("failOnDataLoss", "true").option("kafka.isolation.level", "read_committed")
-             .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS)).load())
+             .options(**{f"kafka.{name}": value for name, value in CONSUMER_SETTINGS.items()}).load())
     totals = _decoded(reads, mode).groupBy("key").agg(F.count(F.lit(1)).alias("count"),
                                                      F.sum("value").alias("value_sum"))
     query = (totals.writeStream.format("noop").outputMode("update").option("checkpointLocation", str(work / "c"))

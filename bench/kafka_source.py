@@ -38,9 +38,10 @@ Steps, all in one run (ratios are what count on a shared 2-core machine):
    c. ``plain``: plain Spark Structured Streaming, no barrierflow: ``readStream.format("kafka")``
       (``maxOffsetsPerTrigger`` = ``--batch`` x partitions, as ``reader: spark`` sets it) ->
       ``from_json`` (decoded as ``reader: spark`` decodes: one parse per record, the timestamp
-      field read as text and converted where used; the consumer's ``kafka.fetch.max.wait.ms``
-      as ``reader: spark`` sets it, :data:`barrierflow.sources.spark_kafka.FETCH_MAX_WAIT_MS`:
-      the Java client's 500 ms stalls the batch that reaches the topic's end, a tuning a Spark
+      field read as text and converted where used; the consumer's settings as ``reader: spark``
+      sets them, :data:`barrierflow.sources.spark_kafka.CONSUMER_SETTINGS`: the Java client's
+      500 ms fetch wait stalls the batch that reaches the topic's end and its 500 records per
+      poll make the connector ask for the partition's offsets every 500 records, tunings a Spark
       user makes) -> ``groupBy(key).agg(count, sum)`` ->
       update mode -> the ``noop`` sink,
       the pipelines' trigger (:data:`TRIGGER`), its own ``checkpointLocation`` (Spark writes its
@@ -335,7 +336,7 @@ def run_plain_spark(spark: Any, servers: str, topic: str, *, records: int, batch
     in the shared SparkSession, until its batches read ``records`` records or ``cap`` seconds;
     ``decoder`` ``from_json`` (c) or ``barrierflow`` (c': barrierflow's JSON decoder, as b decodes)."""
     from barrierflow.sources.flat_json import decoded_record
-    from barrierflow.sources.spark_kafka import FETCH_MAX_WAIT_MS
+    from barrierflow.sources.spark_kafka import CONSUMER_SETTINGS
     from pyspark.sql import functions as F
 
     work = Path(tempfile.mkdtemp(prefix="bf-kbench-plain-"))
@@ -352,7 +353,7 @@ def run_plain_spark(spark: Any, servers: str, topic: str, *, records: int, batch
     frame = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers).option("subscribe", topic)
              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(batch * partitions))
              .option("failOnDataLoss", "true").option("kafka.isolation.level", "read_committed")
-             .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS)).load()
+             .options(**{f"kafka.{name}": value for name, value in CONSUMER_SETTINGS.items()}).load()
              .select(record.alias("r")).select(*fields)
              .groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("value_sum")))
     seen: dict[int, Mapping[str, Any]] = {}

@@ -132,12 +132,14 @@ def test_starting_offsets_name_every_partition_explicit_ones_given_the_rest_earl
         starting_offsets(KafkaSourceSpec.model_validate(_kafka(starting_offsets={"orders": {"0": -5}})), partitions)
 
 
-def test_connector_options_read_committed_capped_short_fetch_wait_and_plaintext_by_default() -> None:
+def test_connector_options_read_committed_capped_short_fetch_wait_large_polls_and_plaintext_by_default() -> None:
     spec = KafkaSourceSpec.model_validate(_kafka(max_records_per_batch=500))
     assert connector_options(spec, ["orders:0", "orders:1", "refunds:0"]) == {
         "kafka.bootstrap.servers": "b1:9092,b2:9092", "subscribe": "orders,refunds", "startingOffsets": "earliest",
         "failOnDataLoss": "true", "kafka.isolation.level": "read_committed", "maxOffsetsPerTrigger": "1500",
-        "includeHeaders": "true", "kafka.fetch.max.wait.ms": "50"}
+        "includeHeaders": "true", "kafka.fetch.max.wait.ms": "50", "kafka.max.poll.records": "10000",
+        "kafka.max.partition.fetch.bytes": str(4 * 1024 * 1024)}
+
 
 
 def test_the_client_block_maps_to_the_java_clients_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,7 +157,8 @@ def test_the_client_block_maps_to_the_java_clients_settings(tmp_path: Path, monk
                     "socket.keepalive.enable": True, "reconnect.backoff.max.ms": 500}}))
     options = connector_options(spec, ["orders:0", "refunds:0"])
     secured = {k: v for k, v in options.items() if k.startswith("kafka.") and k not in (
-        "kafka.bootstrap.servers", "kafka.isolation.level", "kafka.fetch.max.wait.ms")}
+        "kafka.bootstrap.servers", "kafka.isolation.level", "kafka.fetch.max.wait.ms", "kafka.max.poll.records",
+        "kafka.max.partition.fetch.bytes")}
     assert secured == {
         "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
         "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '

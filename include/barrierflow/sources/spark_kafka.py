@@ -53,13 +53,28 @@ explicit ones given and ``-2`` = earliest for the rest, as barrierflow's reader 
 query starts (Spark splits it over the partitions by their backlog), ``failOnDataLoss`` true
 (a range deleted by retention fails the query instead of being skipped),
 ``kafka.isolation.level`` ``read_committed`` (like barrierflow's reader: no open or aborted
-transaction is read), ``kafka.fetch.max.wait.ms`` 50 (:data:`FETCH_MAX_WAIT_MS`, the wait of barrierflow's own
-reader: with the Java client's 500 ms a range that reaches its partition's end, as a query's
-ranges do once it has caught up, was read in 0.8-1.1 s more than a range of the same size
-inside the log, 4 partitions on 2 cores, bench/results/kafka-side-by-side/; the broker
-holds a fetch that finds no new data up to this long) and the ``client`` block as Kafka's Java client settings
+transaction is read), the consumer settings of :data:`CONSUMER_SETTINGS` and the ``client``
+block as Kafka's Java client settings
 (:func:`barrierflow.kafka_io.security.java_client_config`; resolved on the driver, they travel
 in Spark's plan to the executors; Spark redacts them in its logs and UI).
+
+The consumer settings (:data:`CONSUMER_SETTINGS`):
+
+* ``fetch.max.wait.ms`` 50 (:data:`FETCH_MAX_WAIT_MS`, the wait of barrierflow's own reader):
+  with the Java client's 500 ms a range that reaches its partition's end, as a query's ranges do
+  once it has caught up, was read in 0.8-1.1 s more than a range of the same size inside the
+  log, 4 partitions on 2 cores (bench/results/kafka-side-by-side/); the broker holds a fetch
+  that finds no new data up to this long.
+* ``max.poll.records`` 10,000 (:data:`MAX_POLL_RECORDS`) and ``max.partition.fetch.bytes``
+  4 MiB (:data:`MAX_PARTITION_FETCH_BYTES`). The connector asks the broker for its partition's
+  earliest and latest offsets after every ``poll`` (two requests, which also move the
+  consumer's position away from the data it fetched ahead), and seeks back before the next:
+  with the Java client's 500 records per poll and 1 MiB per fetch, a task reading 50,000
+  records made about 100 polls and 200 offset requests. Fewer, larger polls read the Nexmark
+  passthrough and selection queries (JSON events of a few hundred bytes, 4 partitions,
+  ``local[2]``) about 1.4x faster (bench/results/nexmark/). The cost is memory on the executors: each pooled
+  consumer may hold one fetch of up to 4 MiB (Spark keeps up to 64 consumers per executor,
+  ``spark.kafka.consumer.cache.capacity``).
 """
 
 from __future__ import annotations
@@ -92,6 +107,17 @@ _EARLIEST, _LATEST = -2, -1
 #: (``fetch.wait.max.ms`` of :class:`barrierflow.kafka_io.consumer.ConsumerSettings`); the
 #: module docstring ("Options of the connector") says why not the Java client's 500 ms.
 FETCH_MAX_WAIT_MS = 50
+#: The connector's ``kafka.max.poll.records`` (the Java client's default: 500; module docstring).
+MAX_POLL_RECORDS = 10_000
+#: The connector's ``kafka.max.partition.fetch.bytes`` (the Java client's default: 1 MiB).
+MAX_PARTITION_FETCH_BYTES = 4 * 1024 * 1024
+#: Kafka's Java client settings the connector's consumers are given (without the ``kafka.``
+#: prefix); the module docstring says why each.
+CONSUMER_SETTINGS: dict[str, str] = {
+    "fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
+    "max.poll.records": str(MAX_POLL_RECORDS),
+    "max.partition.fetch.bytes": str(MAX_PARTITION_FETCH_BYTES),
+}
 #: The column holding a record's parsed JSON object between the parse and the fields' projection.
 _RECORD = "__barrierflow_record"
 #: The column holding a record's value on the way to the dead-letter split (:func:`_dead_lettered`).
@@ -199,7 +225,7 @@ def connector_options(spec: KafkaSourceSpec, partitions: list[str]) -> dict[str,
         "kafka.isolation.level": "read_committed",
         "maxOffsetsPerTrigger": str(spec.max_records_per_batch * max(1, len(partitions))),
         "includeHeaders": "true" if spec.format == "raw" else "false",
-        "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
+        **{f"kafka.{name}": value for name, value in CONSUMER_SETTINGS.items()},
     }
     options.update({f"kafka.{name}": value for name, value in java_client_config(spec.client).items()})
     return options
