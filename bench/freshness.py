@@ -366,6 +366,7 @@ def run_freshness_benchmark(seconds: float, rate: float, markdown: str | None = 
     from barrierflow.spec.models import SparkSpec
 
     from bench.provenance import commit
+    from bench.record import free_stem
 
     started, load, revision = datetime.now(UTC), os.getloadavg()[0], commit()
     rows: list[str] = []
@@ -410,7 +411,7 @@ def run_freshness_benchmark(seconds: float, rate: float, markdown: str | None = 
         Path(markdown).write_text("\n".join(lines) + "\n", encoding="utf-8")
     if results is not None:
         results.mkdir(parents=True, exist_ok=True)
-        stem = results / f"{started:%Y-%m-%d-%H%M}"
+        stem = free_stem(results, started)
         stem.with_suffix(".md").write_text(f"# Freshness of committed output, {started:%Y-%m-%d %H:%M} UTC\n\n"
                                            f"`{command}`\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
         document = {"scenario": "freshness", "command": command, "commit": revision,

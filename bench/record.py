@@ -39,11 +39,23 @@ from typing import Any
 from bench.provenance import commit
 from bench.spread import rounds_note
 
-__all__ = ["RESULTS", "RunRecord", "command_line", "jsonable", "report"]
+__all__ = ["RESULTS", "RunRecord", "command_line", "free_stem", "jsonable", "report"]
 
 #: bench/results/: each benchmark writes its records into a folder of its own there.
 RESULTS = Path(__file__).resolve().parent / "results"
 _ROOT = RESULTS.parents[1]
+
+
+def free_stem(results_dir: Path, started: datetime, suffix: str = "") -> Path:
+    """``results_dir/<YYYY-MM-DD-HHMM>[-suffix]`` of ``started`` (in UTC), with ``-2``, ``-3`` ...
+    added while a ``.md`` or ``.json`` of that stem exists: a run never overwrites the record of
+    another that started in the same minute."""
+    base = f"{started.astimezone(UTC):%Y-%m-%d-%H%M}" + (f"-{suffix}" if suffix else "")
+    stem, number = results_dir / base, 1
+    while stem.with_suffix(".md").exists() or stem.with_suffix(".json").exists():
+        number += 1
+        stem = results_dir / f"{base}-{number}"
+    return stem
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:
@@ -128,14 +140,8 @@ class RunRecord:
                 "load_average": [self.load_start, self.end_load()], "rounds": rounds, "figures": jsonable(figures)}
 
     def stem(self, results_dir: Path, suffix: str = "") -> Path:
-        """``results_dir/<YYYY-MM-DD-HHMM>[-suffix]``, with ``-2``, ``-3`` ... added while a
-        ``.md`` or ``.json`` of that stem exists."""
-        base = f"{self.started.astimezone(UTC):%Y-%m-%d-%H%M}" + (f"-{suffix}" if suffix else "")
-        stem, number = results_dir / base, 1
-        while stem.with_suffix(".md").exists() or stem.with_suffix(".json").exists():
-            number += 1
-            stem = results_dir / f"{base}-{number}"
-        return stem
+        """:func:`free_stem` of this run's start."""
+        return free_stem(results_dir, self.started, suffix)
 
     def write(self, what: str, rounds: int, lines: Sequence[str], figures: Mapping[str, Any], *,
               results_dir: Path | None, suffix: str = "",

@@ -50,6 +50,7 @@ from typing import Any
 from bench.nexmark import generator
 from bench.nexmark.queries import QUERIES, Query, pipeline_spec
 from bench.provenance import commit
+from bench.record import free_stem
 from bench.spread import median, rounds_note
 
 ENGINES = ("barrierflow", "flink")
@@ -317,7 +318,7 @@ def run_nexmark_benchmark(*, events: int = DEFAULT_EVENTS, seconds: float = DEFA
     text = "\n".join([f"# Nexmark side by side, {started:%Y-%m-%d %H:%M} UTC", "", head, "", *table]) + "\n"
     if results is not None:
         results.mkdir(parents=True, exist_ok=True)
-        stem = results / f"{started:%Y-%m-%d-%H%M}"
+        stem = free_stem(results, started)
         stem.with_suffix(".md").write_text(text, encoding="utf-8")
         stem.with_suffix(".json").write_text(json.dumps(_clean(document), indent=1, allow_nan=False) + "\n",
                                              encoding="utf-8")

@@ -6,13 +6,13 @@ import json
 import math
 import sys
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from bench.provenance import commit
-from bench.record import RunRecord, command_line, jsonable, report
+from bench.record import RunRecord, command_line, free_stem, jsonable, report
 
 
 def _record() -> RunRecord:
@@ -75,6 +75,17 @@ def test_a_record_of_the_same_stem_is_never_overwritten(tmp_path: Path) -> None:
     assert [p.name for p in (first[0], second[0], third[0])] == ["2026-12-03-1657.md", "2026-12-03-1657-2.md",
                                                                  "2026-12-03-1657-4.md"]
     assert first[0].read_text().endswith("one\n") and json.loads(first[1].read_text())["figures"] == {"v": [1]}
+
+
+def test_every_benchmark_names_its_records_through_free_stem() -> None:
+    """The writers that build their own records (Nexmark, freshness) take the same stem: two runs
+    started within one minute keep both records (a trial loop once lost three of twenty)."""
+    bench = Path(__file__).resolve().parents[2] / "bench"
+    stems = [str(p.relative_to(bench)) for p in sorted(bench.rglob("*.py"))
+             if p.name != "record.py" and "%Y-%m-%d-%H%M}\"" in p.read_text(encoding="utf-8")]
+    assert stems == []
+    started = datetime(2026, 12, 5, 11, 4, 59, tzinfo=timezone(timedelta(hours=2)))
+    assert free_stem(Path("/nowhere"), started, "ab").name == "2026-12-05-0904-ab"  # in UTC
 
 
 def test_markdown_puts_the_record_at_that_file_and_none_writes_nothing(tmp_path: Path) -> None:
