@@ -71,9 +71,10 @@ The consumer settings (:data:`CONSUMER_SETTINGS`):
   consumer's position away from the data it fetched ahead), and seeks back before the next:
   with the Java client's 500 records per poll and 1 MiB per fetch, a task reading 50,000
   records made about 100 polls and 200 offset requests. Fewer, larger polls read the Nexmark
-  passthrough and selection queries (JSON events of a few hundred bytes, 4 partitions,
-  ``local[2]``) about 1.4x faster (bench/results/nexmark/). The cost is memory on the executors: each pooled
-  consumer may hold one fetch of up to 4 MiB (Spark keeps up to 64 consumers per executor,
+  passthrough, conversion and selection queries (JSON events of a few hundred bytes, 4
+  partitions, ``local[2]``) 1.23-1.44x faster, medians of 3 alternating rounds
+  (bench/results/nexmark/). The cost is memory on the executors: each pooled consumer may hold
+  one fetch of up to 4 MiB (Spark keeps up to 64 consumers per executor,
   ``spark.kafka.consumer.cache.capacity``).
 """
 
