@@ -14,15 +14,21 @@ One run:
      in this process's SparkSession, from the topic's start for ``seconds`` (or to its end);
    * **Flink SQL**: the same query (:mod:`bench.nexmark.flink_job`: Flink's Kafka connector,
      checkpoints every 1 s exactly-once, a blackhole sink, parallelism 2) over as many events as
-     it read in about ``seconds`` in its previous run (at most the topic).
+     it read in about ``seconds`` in its previous run (at most the topic);
+   * **plain Spark** (``spark``): the query's transformation in a plain Structured Streaming query
+     of the same SparkSession, no barrierflow around it (:func:`run_plain_spark`): the same input
+     frame as barrierflow's stage (Spark's connector with barrierflow's options and consumer
+     settings, barrierflow's decoder), Spark's ``withWatermark`` at the same delay, the same
+     trigger, Spark's own checkpoint (every batch), the ``noop`` sink; ``seconds`` after its
+     first batch or to the topic's end.
 
    A warm-up run of barrierflow's q0 comes first (its figure dropped): the first query of a
    SparkSession pays for the JVM's compilation.
 3. Per query and engine: **events/s** read after the first batch (:mod:`bench.rates`: from the
    offsets committed, the first batch's events and time left out; Flink's short run of a
    twentieth of the events stands in for its first batch), its median over the rounds with the
-   lowest and highest, per core (2 cores), the ratio barrierflow / Flink of the medians and of
-   each round, and the checkpoint durations p50 / p99 (trigger to completion; Flink's
+   lowest and highest, per core (2 cores), the ratios barrierflow / Flink and barrierflow /
+   plain Spark of the medians and of each round, and the checkpoint durations p50 / p99 (trigger to completion; Flink's
    end-to-end duration from its REST API), over all rounds.
 
 Printed with what ran (commit, date, load average, rounds, settings); the table and the figures
@@ -48,14 +54,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.nexmark import generator
-from bench.nexmark.queries import QUERIES, Query, pipeline_spec
+from bench.nexmark.queries import QUERIES, TRIGGER, Query, pipeline_spec
 from bench.provenance import commit
 from bench.record import free_stem
 from bench.spread import median, rounds_note
 
-ENGINES = ("barrierflow", "flink")
+#: The engines: barrierflow, Flink SQL, and plain Spark running barrierflow's own transformation
+#: (what barrierflow costs beside the Spark it runs on).
+ENGINES = ("barrierflow", "flink", "spark")
 CORES = 2
-#: Defaults sized so that ``--rounds 3`` of all six queries takes about 18 minutes on 2 quiet cores.
+#: Defaults sized so that ``--rounds 3`` of all six queries on the three engines takes about 25 minutes on
+#: 2 quiet cores.
 DEFAULT_EVENTS, DEFAULT_SECONDS, DEFAULT_PARTITIONS, DEFAULT_BATCH = 4_000_000, 15.0, 4, 100_000
 #: Flink's first run of a query reads this many events per measured second (then sized from its last).
 FLINK_FIRST_RATE = 60_000.0
@@ -158,6 +167,63 @@ def run_barrierflow(spark: Any, query: Query, *, servers: str, topic: str, secon
         shutil.rmtree(work, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class _PlainContext:
+    """What a query's transformation asks of its context, for a plain Spark query: Spark's
+    watermark on ``date_time`` at :data:`bench.nexmark.queries.WATERMARK_DELAY`."""
+
+    def with_watermark(self, df: Any) -> Any:
+        from bench.nexmark.queries import WATERMARK_DELAY
+
+        return df.withWatermark("date_time", WATERMARK_DELAY)
+
+
+def run_plain_spark(spark: Any, query: Query, *, servers: str, topic: str, partitions: int, seconds: float,
+                    batch: int, events: int, output: Path | None = None) -> tuple[float, int, list[float]]:
+    """One run of ``query``'s transformation on plain Spark (module docstring, step 2) for
+    ``seconds`` after its first batch or until it read ``events`` (at most ``seconds`` +
+    :data:`START_CAP` in all): events/s after the first batch (:func:`bench.kafka_source.progress_rate`,
+    the definition of :mod:`bench.rates`), events read, no checkpoint durations. ``output``: a
+    Parquet folder to write the rows to instead of the ``noop`` sink (tests)."""
+    from barrierflow.sources.spark_kafka import connector_options, decoded_rows, load_connector
+    from barrierflow.spec import parse_spec
+
+    from bench.kafka_source import progress_rate
+
+    work = Path(tempfile.mkdtemp(prefix="bf-nexmark-plain-"))
+    try:
+        stage = parse_spec(pipeline_spec(query, servers=servers, topic=topic, work=work, batch=batch))
+        source = stage.sources[0]
+        options = connector_options(source, [f"{topic}:{p}" for p in range(partitions)])
+        raw = load_connector(spark.readStream.format("kafka").options(**options), "the Nexmark plain Spark run")
+        frame = query.function(decoded_rows(raw, source), _PlainContext())  # type: ignore[arg-type]
+        writer = frame.writeStream.outputMode("append").option("checkpointLocation", str(work / "checkpoint"))
+        writer = writer.format("parquet").option("path", str(output)) if output else writer.format("noop")
+        seen: dict[int, Any] = {}
+        query_ = writer.trigger(processingTime=f"{int(TRIGGER * 1000)} milliseconds").start()
+        began, first = time.monotonic(), None
+        try:
+            while time.monotonic() - began < seconds + START_CAP and query_.isActive:
+                seen.update({int(p["batchId"]): p for p in query_.recentProgress})
+                read = sum(int(p["numInputRows"]) for p in seen.values())
+                if first is None and read > 0:
+                    first = time.monotonic()
+                if read >= events or (first is not None and time.monotonic() - first >= seconds):
+                    break
+                query_.awaitTermination(0.2)
+            if output is not None:
+                query_.processAllAvailable()
+            seen.update({int(p["batchId"]): p for p in query_.recentProgress})
+            failure = query_.exception()
+        finally:
+            query_.stop()
+        if failure is not None:
+            raise RuntimeError(f"plain Spark's {query.name} failed: {failure}")
+        return progress_rate(list(seen.values())), sum(int(p["numInputRows"]) for p in seen.values()), []
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def run_flink(python: Path, jars: list[str], query: Query, *, servers: str, topic: str, partitions: int,
               rows: int) -> tuple[float, int, list[float], str]:
     """One run of ``query`` on Flink SQL over ``rows`` events (:mod:`bench.nexmark.flink_job`):
@@ -191,19 +257,26 @@ def _ratio(a: float, b: float) -> str:
 
 def render(figures: dict[str, dict[str, Figures]], rounds: int) -> list[str]:
     """The table (Markdown lines): per query and engine the median events/s, its spread, per core,
-    checkpoint p50 / p99; per query the ratio barrierflow / Flink of the medians and per round."""
+    checkpoint p50 / p99; on barrierflow's line the ratios barrierflow / Flink and barrierflow /
+    plain Spark of the medians and per round (empty for an engine that did not run)."""
     lines = ["| query | engine | events/s (median) | lowest-highest | per core | checkpoint p50 / p99 ms "
-             "| barrierflow / Flink (medians; per round) |", "|---|---|---:|---:|---:|---:|---|"]
+             "| barrierflow / Flink (medians; per round) | barrierflow / plain Spark (medians; per round) |",
+             "|---|---|---:|---:|---:|---:|---|---|"]
+
+    def ratio(f: Figures, other: Figures | None) -> str:
+        if other is None:
+            return ""
+        per_round = [_ratio(a, b) for a, b in zip(f.rates, other.rates, strict=False)]
+        return f"{_ratio(f.median(), other.median())}; {', '.join(per_round)}"
+
     for name, engines in figures.items():
         for engine, f in engines.items():
-            ratio = ""
-            if engine == "barrierflow" and "flink" in engines:
-                other = engines["flink"]
-                per_round = [_ratio(a, b) for a, b in zip(f.rates, other.rates, strict=False)]
-                ratio = f"{_ratio(f.median(), other.median())}; {', '.join(per_round)}"
+            ratios = (ratio(f, engines.get("flink")), ratio(f, engines.get("spark"))) if engine == "barrierflow" \
+                else ("", "")
             failed = f" ({len(f.failures)} failed)" if f.failures else ""
             lines.append(f"| {name} | {engine}{failed} | {f.median():,.0f} | {f.spread()} | "
-                         f"{f.median() / CORES:,.0f} | {f.percentile(50):,.0f} / {f.percentile(99):,.0f} | {ratio} |")
+                         f"{f.median() / CORES:,.0f} | {f.percentile(50):,.0f} / {f.percentile(99):,.0f} | "
+                         f"{ratios[0]} | {ratios[1]} |")
     return lines
 
 
@@ -271,6 +344,10 @@ def run_nexmark_benchmark(*, events: int = DEFAULT_EVENTS, seconds: float = DEFA
                             if engine == "barrierflow":
                                 rate_, read, durations = run_barrierflow(spark, query, servers=servers, topic=topic,
                                                                          seconds=seconds, batch=batch)
+                            elif engine == "spark":
+                                rate_, read, durations = run_plain_spark(
+                                    spark, query, servers=servers, topic=topic, partitions=partitions,
+                                    seconds=seconds, batch=batch, events=events)
                             else:
                                 assert flink is not None
                                 rows = min(events, max(partitions * 40,

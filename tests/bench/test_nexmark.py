@@ -1,7 +1,8 @@
 """The Nexmark side by side (bench/nexmark/): the generator is deterministic and keeps the
 benchmark's proportions and distributions; each barrierflow query commits, through Kafka, Spark's
 connector and 1 s checkpoints into Parquet, exactly what a plain-Python computation of the query
-over the same events gives; the Flink SQL texts of the same queries plan on Flink (when the Flink
+over the same events gives, and plain Spark running the same transformation (the third engine)
+gives the same rows; the Flink SQL texts of the same queries plan on Flink (when the Flink
 virtual environment is installed); the scenario's options are checked before anything starts."""
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from barrierflow.errors import UserInputError
 from barrierflow.spec import parse_spec
 
 from bench.nexmark import generator as g
 from bench.nexmark.queries import QUERIES, pipeline_spec
-from bench.nexmark.scenario import Figures, render, run_nexmark_benchmark
+from bench.nexmark.scenario import Figures, render, run_nexmark_benchmark, run_plain_spark
 
 
 def test_the_events_are_a_function_of_the_seed() -> None:
@@ -186,6 +188,15 @@ def test_each_query_commits_what_plain_python_computes(spark: Any, kafka_endpoin
         assert want, f"{name}: the events give no rows; the test would show nothing"
         assert got == want, (name, list((got - want).items())[:3], list((want - got).items())[:3])
         sizes[name] = sum(want.values())
+    # plain Spark (the benchmark's third engine) runs the same transformation on the same input
+    # frame: the same rows, for a stateless query and a windowed one
+    for name in ("q2", "q8"):
+        out = tmp_path / f"plain-{name}"
+        _, read, _ = run_plain_spark(spark, QUERIES[name], servers=kafka_endpoint.bootstrap_servers, topic=topic,
+                                     partitions=1, seconds=300, batch=700, events=len(events), output=out)
+        assert read == len(events), (name, read)
+        got = _committed(name, pq.read_table(out).to_pylist())
+        assert got == _expected(name, events), name
     figures.update({f"{name} rows": rows for name, rows in sizes.items()})
 
 
@@ -225,6 +236,11 @@ def test_the_scenario_refuses_unknown_queries_and_engines_before_anything_starts
 def test_the_table_gives_medians_spread_per_core_ratios_and_checkpoint_percentiles() -> None:
     bf = Figures(rates=[300.0, 100.0, 200.0], checkpoint_ms=[float(x) for x in range(1, 101)])
     fl = Figures(rates=[100.0, 100.0, math.nan], failures=["round 3: UserInputError"])
-    lines = render({"q5": {"barrierflow": bf, "flink": fl}}, 3)
-    assert lines[2] == "| q5 | barrierflow | 200 | 100-300 | 100 | 50 / 99 | 2.00; 3.00, 1.00, n/a |"
-    assert lines[3] == "| q5 | flink (1 failed) | 100 | 100-100 | 50 | nan / nan |  |"
+    plain = Figures(rates=[150.0, 100.0, 400.0])
+    lines = render({"q5": {"barrierflow": bf, "flink": fl, "spark": plain}}, 3)
+    assert lines[2] == ("| q5 | barrierflow | 200 | 100-300 | 100 | 50 / 99 | 2.00; 3.00, 1.00, n/a "
+                        "| 1.33; 2.00, 1.00, 0.50 |")
+    assert lines[3] == "| q5 | flink (1 failed) | 100 | 100-100 | 50 | nan / nan |  |  |"
+    assert lines[4] == "| q5 | spark | 150 | 100-400 | 75 | nan / nan |  |  |"
+    alone = render({"q0": {"barrierflow": bf}}, 3)  # an engine that did not run leaves its ratio empty
+    assert alone[2].endswith("| 50 / 99 |  |  |")
