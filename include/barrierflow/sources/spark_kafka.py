@@ -83,6 +83,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -114,11 +115,11 @@ MAX_POLL_RECORDS = 10_000
 MAX_PARTITION_FETCH_BYTES = 4 * 1024 * 1024
 #: Kafka's Java client settings the connector's consumers are given (without the ``kafka.``
 #: prefix); the module docstring says why each.
-CONSUMER_SETTINGS: dict[str, str] = {
+CONSUMER_SETTINGS: Mapping[str, str] = MappingProxyType({
     "fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
     "max.poll.records": str(MAX_POLL_RECORDS),
     "max.partition.fetch.bytes": str(MAX_PARTITION_FETCH_BYTES),
-}
+})
 #: The column holding a record's parsed JSON object between the parse and the fields' projection.
 _RECORD = "__barrierflow_record"
 #: The column holding a record's value on the way to the dead-letter split (:func:`_dead_lettered`).
